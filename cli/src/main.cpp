@@ -1,0 +1,35 @@
+// The `sextant` command: wires the libraries together. Bad input prints one line per problem and
+// exits 2; internal errors exit 3.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "sextant/spec/build_info.hpp"
+#include "sextant/spec/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Sextant: predict, plan, run and calibrate parallel training of neural networks"};
+  app.set_version_flag("--version",
+                       fmt::format("sextant {} ({})", sextant::spec::kVersion,
+                                   sextant::spec::kGitCommit));
+  app.require_subcommand(1);
+  sextant::cli::add_models_command(app);
+  sextant::cli::add_clusters_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const sextant::InputError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const sextant::InternalError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+// Lowering: ModelSpec -> per-layer forward and backward ops with FLOPs, bytes moved, parameters,
+// activation bytes kept for backward, and tensor-parallel communication, for one micro-batch on
+// one tensor-parallel rank. Conventions (docs/METRICS.md): FLOPs count matrix multiplications only
+// (a multiply-add is 2 FLOPs), as Narayanan et al. (SC'21) and MFU do; memory-bound ops are costed
+// by the bytes they read and write.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/collective.hpp"
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::models {
+
+// How an op's work is divided among the tp ranks of a tensor-parallel group (Megatron-LM).
+enum class TpSplit {
+  kReplicated,  // every rank does all of it (norms, residuals without sequence parallelism)
+  kColumn,      // column-parallel linear: output features split
+  kRow,         // row-parallel linear: input features split, partial sums all-reduced
+  kHead,        // attention heads split
+  kVocab,       // vocabulary split (embedding, logits, cross-entropy)
+  kSequence,    // sequence split (norms, dropout, residuals under sequence parallelism)
+};
+std::string_view tp_split_name(TpSplit split);
+
+struct Op {
+  std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
+  spec::OpClass op_class = spec::OpClass::kGemm;
+  double flops = 0;         // FLOPs of this op on one rank for one micro-batch
+  int64_t bytes = 0;        // memory traffic (compute ops) or message size per rank (comm ops)
+  std::vector<int64_t> shape;  // GEMM: {m, n, k}; batched GEMM: {batch, m, n, k}
+  TpSplit split = TpSplit::kReplicated;
+  bool core_attention = false;  // recomputed by selective recompute (Korthikanti et al. 2022)
+  // Communication ops only: collective within the tensor-parallel group.
+  spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
+  bool is_comm() const { return spec::is_communication(op_class); }
+};
+
+enum class LayerKind { kEmbedding, kBlock, kHead, kMlpLinear, kCnn };
+
+struct Layer {
+  std::string name;  // "embedding", "block3", "head", "fc0", "conv1"
+  LayerKind kind = LayerKind::kBlock;
+  std::vector<Op> forward;
+  std::vector<Op> backward;   // in execution order
+  int64_t params = 0;         // parameters held by one tp rank
+  int64_t params_total = 0;   // parameters of the layer (all tp ranks, counted once)
+  // Activation bytes one rank keeps for the backward pass, per micro-batch:
+  int64_t saved_bytes = 0;            // no recompute
+  int64_t saved_bytes_selective = 0;  // core attention recomputed
+  int64_t saved_bytes_full = 0;       // only the layer input kept (full recompute)
+  int64_t saved_bytes_for(spec::Recompute r) const;
+  double forward_flops() const;
+  double backward_flops() const;
+};
+
+struct LoweringOptions {
+  int64_t micro_batch = 1;
+  int64_t seq_len = 0;  // 0 = the model's
+  spec::Dtype dtype = spec::Dtype::kBf16;
+  int64_t tp = 1;
+  bool sequence_parallel = false;
+};
+
+struct LoweredModel {
+  std::vector<Layer> layers;  // in forward order; embedding and head are layers of their own
+  // Index range of the layers a pipeline splits ("the model's layers"); the first pipeline stage
+  // also holds layers before `split_begin`, the last one the layers from `split_end` on.
+  size_t split_begin = 0;
+  size_t split_end = 0;
+  int64_t tokens_per_micro_batch = 0;  // sequences*seq_len (transformers) or samples
+  int64_t samples_per_micro_batch = 0;
+  spec::Dtype dtype = spec::Dtype::kBf16;
+};
+
+// Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if
+// tp does not divide what it must (heads, ffn_hidden).
+LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options);
+
+// Layers in [split_begin, split_end): the count a pipeline splits.
+int64_t pipeline_layer_count(const LoweredModel& lowered);
+
+}  // namespace sextant::models

@@ -1,0 +1,597 @@
+// Lowering of transformers (Megatron-LM layout), MLPs and CNNs into per-rank ops.
+//
+// Transformer block ops and the activations they keep follow Korthikanti et al., "Reducing
+// Activation Recomputation in Large Transformer Models" (2022), §4: with 16-bit activations a
+// block keeps sbh(34 + 5as/h) bytes; 10sbh of them (norm inputs, the inputs of the QKV and FC1
+// GEMMs, the two dropout masks) are replicated across tensor-parallel ranks unless sequence
+// parallelism splits them; the 5as²b bytes of the attention core are what selective recompute
+// drops; full recompute keeps only the 2sbh-byte block input.
+#include "sextant/models/lowering.hpp"
+
+#include <fmt/format.h>
+
+#include "sextant/spec/error.hpp"
+
+namespace sextant::models {
+
+using spec::CollectiveKind;
+using spec::OpClass;
+
+std::string_view tp_split_name(TpSplit split) {
+  switch (split) {
+    case TpSplit::kReplicated:
+      return "replicated";
+    case TpSplit::kColumn:
+      return "column";
+    case TpSplit::kRow:
+      return "row";
+    case TpSplit::kHead:
+      return "head";
+    case TpSplit::kVocab:
+      return "vocab";
+    case TpSplit::kSequence:
+      return "sequence";
+  }
+  return "?";
+}
+
+int64_t Layer::saved_bytes_for(spec::Recompute r) const {
+  switch (r) {
+    case spec::Recompute::kNone:
+      return saved_bytes;
+    case spec::Recompute::kSelective:
+      return saved_bytes_selective;
+    case spec::Recompute::kFull:
+      return saved_bytes_full;
+  }
+  return saved_bytes;
+}
+
+double Layer::forward_flops() const {
+  double f = 0;
+  for (const Op& op : forward) f += op.flops;
+  return f;
+}
+
+double Layer::backward_flops() const {
+  double f = 0;
+  for (const Op& op : backward) f += op.flops;
+  return f;
+}
+
+int64_t pipeline_layer_count(const LoweredModel& lowered) {
+  return static_cast<int64_t>(lowered.split_end - lowered.split_begin);
+}
+
+namespace {
+
+// Builders for the three kinds of op. Sizes are element counts; `e` is bytes per element.
+Op gemm(std::string name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit split) {
+  Op op;
+  op.name = std::move(name);
+  op.op_class = OpClass::kGemm;
+  op.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  op.bytes = (m * k + k * n + m * n) * e;
+  op.shape = {m, n, k};
+  op.split = split;
+  return op;
+}
+
+// Batched GEMM of the attention core: `batch` independent (m x k) @ (k x n) products.
+Op batched_gemm(std::string name, int64_t batch, int64_t m, int64_t n, int64_t k, int64_t e) {
+  Op op;
+  op.name = std::move(name);
+  op.op_class = OpClass::kAttention;
+  op.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
+             static_cast<double>(k);
+  op.bytes = batch * (m * k + k * n + m * n) * e;
+  op.shape = {batch, m, n, k};
+  op.split = TpSplit::kHead;
+  op.core_attention = true;
+  return op;
+}
+
+Op memory_op(std::string name, OpClass op_class, int64_t bytes, TpSplit split,
+             std::vector<int64_t> shape = {}) {
+  Op op;
+  op.name = std::move(name);
+  op.op_class = op_class;
+  op.bytes = bytes;
+  op.split = split;
+  op.shape = std::move(shape);
+  return op;
+}
+
+Op comm_op(std::string name, CollectiveKind kind, int64_t bytes) {
+  Op op;
+  op.name = std::move(name);
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      op.op_class = OpClass::kAllReduce;
+      break;
+    case CollectiveKind::kReduceScatter:
+      op.op_class = OpClass::kReduceScatter;
+      break;
+    case CollectiveKind::kAllGather:
+      op.op_class = OpClass::kAllGather;
+      break;
+    default:
+      SEXTANT_CHECK(false, "unexpected tensor-parallel collective");
+  }
+  op.collective = kind;
+  op.bytes = bytes;
+  return op;
+}
+
+// Backward of a GEMM: data gradient and weight gradient, each as costly as the forward.
+Op gemm_backward(const Op& fwd) {
+  Op op = fwd;
+  op.flops = 2 * fwd.flops;
+  op.bytes = 2 * fwd.bytes;
+  return op;
+}
+
+Op memory_backward(const Op& fwd, double factor) {
+  Op op = fwd;
+  op.bytes = static_cast<int64_t>(static_cast<double>(fwd.bytes) * factor);
+  return op;
+}
+
+struct TransformerDims {
+  int64_t b, s, h, a, kv, d, f, V, t, e;
+  bool sp;
+  int64_t tokens() const { return b * s; }
+  // Tokens handled by a replicated-or-sequence-split op on one rank.
+  int64_t norm_tokens() const { return sp ? tokens() / t : tokens(); }
+  TpSplit norm_split() const { return sp ? TpSplit::kSequence : TpSplit::kReplicated; }
+};
+
+// The collective that joins the outputs of a row-parallel (or vocab-parallel) op.
+void add_tp_reduce(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+  if (x.t == 1) return;
+  int64_t bytes = x.tokens() * x.h * x.e;
+  if (x.sp) {
+    ops.push_back(comm_op(prefix + ".reduce_scatter", CollectiveKind::kReduceScatter, bytes));
+  } else {
+    ops.push_back(comm_op(prefix + ".all_reduce", CollectiveKind::kAllReduce, bytes));
+  }
+}
+
+// The all-gather in front of a column-parallel op under sequence parallelism.
+void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+  if (x.t == 1 || !x.sp) return;
+  ops.push_back(
+      comm_op(prefix + ".all_gather", CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
+}
+
+Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index) {
+  Layer layer;
+  layer.name = fmt::format("block{}", index);
+  layer.kind = LayerKind::kBlock;
+  const int64_t T = x.tokens();
+  const int64_t Tn = x.norm_tokens();
+  const int64_t e = x.e;
+  const int64_t heads = x.a / x.t;
+  const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
+  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  const int64_t ffn = x.f / x.t;
+  const OpClass norm = OpClass::kNorm;
+
+  std::vector<Op>& fw = layer.forward;
+  Op attn_norm = memory_op("attn.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h});
+  fw.push_back(attn_norm);
+  add_sp_gather(fw, x, "attn");
+  Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
+  fw.push_back(qkv);
+  Op scores = batched_gemm("attn.scores", x.b * heads, x.s, x.s, x.d, e);
+  fw.push_back(scores);
+  Op softmax = memory_op("attn.softmax", OpClass::kElementwise, 2 * x.b * heads * x.s * x.s * e,
+                         TpSplit::kHead, {x.b * heads, x.s, x.s});
+  softmax.core_attention = true;
+  fw.push_back(softmax);
+  Op attn_drop;
+  if (m.dropout) {
+    attn_drop = memory_op("attn.dropout", OpClass::kElementwise,
+                          x.b * heads * x.s * x.s * (2 * e + 1), TpSplit::kHead,
+                          {x.b * heads, x.s, x.s});
+    attn_drop.core_attention = true;
+    fw.push_back(attn_drop);
+  }
+  Op context = batched_gemm("attn.context", x.b * heads, x.s, x.d, x.s, e);
+  fw.push_back(context);
+  Op proj = gemm("attn.proj", T, x.h, x.h / x.t, e, TpSplit::kRow);
+  fw.push_back(proj);
+  add_tp_reduce(fw, x, "attn");
+  // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
+  Op attn_res = memory_op("attn.residual", OpClass::kElementwise,
+                          Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h});
+  fw.push_back(attn_res);
+  Op mlp_norm = memory_op("mlp.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h});
+  fw.push_back(mlp_norm);
+  add_sp_gather(fw, x, "mlp");
+  Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
+  fw.push_back(fc1);
+  Op act = memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e, TpSplit::kColumn,
+                     {T, gate * ffn});
+  fw.push_back(act);
+  Op fc2 = gemm("mlp.fc2", T, x.h, ffn, e, TpSplit::kRow);
+  fw.push_back(fc2);
+  add_tp_reduce(fw, x, "mlp");
+  Op mlp_res = memory_op("mlp.residual", OpClass::kElementwise,
+                         Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h});
+  fw.push_back(mlp_res);
+
+  // Backward, in execution order. Under tensor parallelism the gradient entering a
+  // column-parallel GEMM's input is a partial sum: all-reduced (or reduce-scattered with sequence
+  // parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
+  // parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
+  std::vector<Op>& bw = layer.backward;
+  bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
+  add_sp_gather(bw, x, "mlp");
+  bw.push_back(gemm_backward(fc2));
+  bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
+  bw.push_back(gemm_backward(fc1));
+  add_tp_reduce(bw, x, "mlp");
+  bw.push_back(memory_backward(mlp_norm, 1.5));
+  bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
+  add_sp_gather(bw, x, "attn");
+  bw.push_back(gemm_backward(proj));
+  bw.push_back(gemm_backward(context));
+  if (m.dropout) bw.push_back(memory_backward(attn_drop, 1.0));
+  bw.push_back(memory_backward(softmax, 1.5));
+  bw.push_back(gemm_backward(scores));
+  bw.push_back(gemm_backward(qkv));
+  add_tp_reduce(bw, x, "attn");
+  bw.push_back(memory_backward(attn_norm, 1.5));
+
+  // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
+  // replicated on every tp rank.
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  const int64_t qkv_full = x.h + 2 * x.kv * x.d;
+  const int64_t bias = m.bias ? 1 : 0;
+  layer.params_total = x.h * qkv_full + bias * qkv_full + x.h * x.h + bias * x.h +
+                       x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h +
+                       2 * norm_params;
+  layer.params = (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h +
+                 (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h +
+                 2 * norm_params;
+
+  // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
+  // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA and
+  // ffn = 4h these add up to the paper's sbh(34 + 5as/h).
+  const int64_t sbh = T * x.h;
+  const int64_t mask = m.dropout ? 1 : 0;
+  // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
+  // norms, of the QKV GEMM and of FC1 (4sbh elements), and the two output dropout masks.
+  const int64_t replicated = 4 * sbh * e + 2 * mask * sbh;
+  // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
+  // attention), the attention projection input, the activation input and the FC2 input.
+  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + gate * T * x.f * e +
+                        T * x.f * e;
+  // The attention core: softmax output, and with dropout its mask and output (5as²b bytes).
+  const int64_t core = x.b * x.a * x.s * x.s * (e + mask * (1 + e));
+  const int64_t rep_per_rank = x.sp ? replicated / x.t : replicated;
+  layer.saved_bytes = rep_per_rank + split / x.t + core / x.t;
+  layer.saved_bytes_selective = rep_per_rank + split / x.t;
+  layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
+  return layer;
+}
+
+Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDims& x) {
+  Layer layer;
+  layer.name = "embedding";
+  layer.kind = LayerKind::kEmbedding;
+  const int64_t T = x.tokens();
+  const int64_t e = x.e;
+  // Vocabulary-parallel lookup: each rank gathers the rows it owns, zeros elsewhere.
+  Op lookup = memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * e, TpSplit::kVocab,
+                        {T, x.h});
+  layer.forward.push_back(lookup);
+  add_tp_reduce(layer.forward, x, "embed");
+  bool has_positions = m.position_embedding == spec::PositionEmbedding::kLearned;
+  Op pos;
+  if (has_positions || m.type_vocab > 0) {
+    pos = memory_op("embed.position", OpClass::kElementwise, 3 * x.norm_tokens() * x.h * e,
+                    x.norm_split(), {x.norm_tokens(), x.h});
+    layer.forward.push_back(pos);
+  }
+  Op enorm;
+  if (m.architecture == spec::Architecture::kEncoder) {
+    enorm = memory_op("embed.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e, x.norm_split(),
+                      {x.norm_tokens(), x.h});
+    layer.forward.push_back(enorm);
+  }
+  if (m.architecture == spec::Architecture::kEncoder) {
+    layer.backward.push_back(memory_backward(enorm, 1.5));
+  }
+  if (has_positions || m.type_vocab > 0) layer.backward.push_back(memory_backward(pos, 2.0 / 3.0));
+  add_sp_gather(layer.backward, x, "embed");
+  layer.backward.push_back(memory_backward(lookup, 1.0));  // scatter-add into the table
+
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  int64_t shared = (has_positions ? m.max_positions * x.h : 0) + m.type_vocab * x.h +
+                   (m.architecture == spec::Architecture::kEncoder ? norm_params : 0);
+  layer.params_total = x.V * x.h + shared;
+  layer.params = (x.V + x.t - 1) / x.t * x.h + shared;
+  layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
+      m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
+  return layer;
+}
+
+Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x) {
+  Layer layer;
+  layer.name = "head";
+  layer.kind = LayerKind::kHead;
+  const int64_t T = x.tokens();
+  const int64_t e = x.e;
+  const int64_t vocab_shard = (x.V + x.t - 1) / x.t;
+  const bool decoder = m.architecture == spec::Architecture::kDecoder;
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  Op fnorm;
+  if (decoder) {
+    fnorm = memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e, x.norm_split(),
+                      {x.norm_tokens(), x.h});
+    layer.forward.push_back(fnorm);
+  }
+  add_sp_gather(layer.forward, x, "head");
+  Op logits = gemm("head.logits", T, vocab_shard, x.h, e, TpSplit::kVocab);
+  layer.forward.push_back(logits);
+  // Vocabulary-parallel cross-entropy: fp32 softmax over the rank's logits, and three small
+  // all-reduces (max, target logit, sum of exponentials) of one fp32 value per token.
+  Op loss = memory_op("head.loss", OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
+                      {T, vocab_shard});
+  layer.forward.push_back(loss);
+  if (x.t > 1) {
+    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 3 * T * 4));
+  }
+  layer.backward.push_back(memory_backward(loss, 1.0));
+  layer.backward.push_back(gemm_backward(logits));
+  add_tp_reduce(layer.backward, x, "head");
+  if (decoder) layer.backward.push_back(memory_backward(fnorm, 1.5));
+
+  int64_t pooler = m.pooler ? x.h * x.h + x.h : 0;
+  int64_t out_proj = m.tied_embeddings ? 0 : x.V * x.h;
+  layer.params_total = (decoder ? norm_params : 0) + out_proj + pooler;
+  // With tied embeddings and pipeline stages the last stage keeps its own copy of the table
+  // (Megatron-LM); that copy is memory, not a new parameter, and is added by the memory model.
+  layer.params = (decoder ? norm_params : 0) + (m.tied_embeddings ? 0 : vocab_shard * x.h) + pooler;
+  // Kept: norm input, logits input, fp32 softmax of the logits shard.
+  layer.saved_bytes = (decoder ? x.norm_tokens() * x.h * e : 0) + T * x.h * e + T * vocab_shard * 4;
+  layer.saved_bytes_selective = layer.saved_bytes;
+  layer.saved_bytes_full = layer.saved_bytes;
+  return layer;
+}
+
+LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptions& o) {
+  const spec::TransformerSpec& m = model.transformer();
+  TransformerDims x{};
+  x.b = o.micro_batch;
+  x.s = o.seq_len > 0 ? o.seq_len : m.seq_len;
+  x.h = m.hidden;
+  x.a = m.heads;
+  x.kv = m.kv_heads;
+  x.d = m.head_dim();
+  x.f = m.ffn_hidden;
+  x.V = m.vocab;
+  x.t = o.tp;
+  x.e = spec::dtype_bytes(o.dtype);
+  x.sp = o.sequence_parallel && o.tp > 1;
+  std::string source = fmt::format("model {}", model.name);
+  if (m.heads % o.tp != 0 || m.kv_heads % o.tp != 0 || m.ffn_hidden % o.tp != 0 ||
+      m.hidden % o.tp != 0) {
+    throw InputError(source, "/tp", std::to_string(o.tp),
+                     fmt::format("must divide heads ({}), kv_heads ({}), hidden ({}) and "
+                                 "ffn_hidden ({})",
+                                 m.heads, m.kv_heads, m.hidden, m.ffn_hidden));
+  }
+  if (x.sp && x.s % o.tp != 0) {
+    throw InputError(source, "/sequence_parallel", "true",
+                     fmt::format("needs tp ({}) to divide seq_len ({})", o.tp, x.s));
+  }
+  LoweredModel out;
+  out.dtype = o.dtype;
+  out.tokens_per_micro_batch = x.b * x.s;
+  out.samples_per_micro_batch = x.b;
+  out.layers.push_back(transformer_embedding(m, x));
+  for (int64_t i = 0; i < m.layers; ++i) out.layers.push_back(transformer_block(m, x, i));
+  out.layers.push_back(transformer_head(m, x));
+  out.split_begin = 1;
+  out.split_end = out.layers.size() - 1;
+  return out;
+}
+
+LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
+  const spec::MlpSpec& m = model.mlp();
+  const int64_t B = o.micro_batch;
+  const int64_t e = spec::dtype_bytes(o.dtype);
+  LoweredModel out;
+  out.dtype = o.dtype;
+  out.tokens_per_micro_batch = B;
+  out.samples_per_micro_batch = B;
+  const size_t n = m.widths.size() - 1;
+  for (size_t i = 0; i < n; ++i) {
+    Layer layer;
+    layer.name = fmt::format("fc{}", i);
+    layer.kind = LayerKind::kMlpLinear;
+    const int64_t in = m.widths[i];
+    const int64_t outw = m.widths[i + 1];
+    Op fc = gemm(layer.name, B, outw, in, e, TpSplit::kReplicated);
+    layer.forward.push_back(fc);
+    const bool last = i + 1 == n;
+    Op post = last ? memory_op("loss", OpClass::kLoss, B * outw * (e + 4), TpSplit::kReplicated,
+                               {B, outw})
+                   : memory_op(layer.name + ".act", OpClass::kElementwise, 2 * B * outw * e,
+                               TpSplit::kReplicated, {B, outw});
+    layer.forward.push_back(post);
+    layer.backward.push_back(memory_backward(post, last ? 1.0 : 1.5));
+    layer.backward.push_back(gemm_backward(fc));
+    layer.params_total = layer.params = in * outw + (m.bias ? outw : 0);
+    layer.saved_bytes = (B * in + B * outw) * e;
+    layer.saved_bytes_selective = layer.saved_bytes;
+    layer.saved_bytes_full = B * in * e;
+    out.layers.push_back(std::move(layer));
+  }
+  out.split_begin = 0;
+  out.split_end = out.layers.size();
+  return out;
+}
+
+// Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output spatial size.
+struct Feature {
+  int64_t c, h, w;
+};
+
+Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
+                 int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e) {
+  Feature o{out_c, (in.h + 2 * pad - k) / stride + 1, (in.w + 2 * pad - k) / stride + 1};
+  // An implicit GEMM: M = B*Ho*Wo output pixels, N = Cout, K = Cin*k*k.
+  Op conv = gemm(name, B * o.h * o.w, out_c, in.c * k * k, e, TpSplit::kReplicated);
+  conv.op_class = OpClass::kConv;
+  conv.bytes = (B * in.c * in.h * in.w + out_c * in.c * k * k + B * o.c * o.h * o.w) * e;
+  layer.forward.push_back(conv);
+  layer.params += out_c * in.c * k * k + (bias ? out_c : 0);
+  int64_t out_bytes = B * o.c * o.h * o.w * e;
+  layer.saved_bytes += B * in.c * in.h * in.w * e;
+  if (bn) {
+    layer.forward.push_back(memory_op(name + ".bn", OpClass::kNorm, 2 * out_bytes,
+                                      TpSplit::kReplicated, {B, o.c, o.h, o.w}));
+    layer.params += 2 * out_c;
+    layer.saved_bytes += out_bytes;
+  }
+  if (relu) {
+    layer.forward.push_back(memory_op(name + ".relu", OpClass::kElementwise, 2 * out_bytes,
+                                      TpSplit::kReplicated, {B, o.c, o.h, o.w}));
+    layer.saved_bytes += out_bytes;
+  }
+  return o;
+}
+
+// Backward of a CNN layer: each forward op reversed, GEMM-like ops twice the forward cost.
+void add_cnn_backward(Layer& layer) {
+  for (auto it = layer.forward.rbegin(); it != layer.forward.rend(); ++it) {
+    if (it->op_class == OpClass::kConv || it->op_class == OpClass::kGemm) {
+      layer.backward.push_back(gemm_backward(*it));
+    } else {
+      layer.backward.push_back(memory_backward(*it, 1.5));
+    }
+  }
+}
+
+LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
+  const spec::CnnSpec& m = model.cnn();
+  const int64_t B = o.micro_batch;
+  const int64_t e = spec::dtype_bytes(o.dtype);
+  LoweredModel out;
+  out.dtype = o.dtype;
+  out.tokens_per_micro_batch = B;
+  out.samples_per_micro_batch = B;
+  Feature f{m.in_channels, m.height, m.width};
+  int64_t flat = 0;
+  int index = 0;
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const spec::CnnLayer& l = m.layers[li];
+    int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ? l.blocks : 1;
+    for (int64_t r = 0; r < repeats; ++r) {
+      Layer layer;
+      layer.kind = LayerKind::kCnn;
+      layer.name = fmt::format("layer{}", index++);
+      switch (l.kind) {
+        case spec::CnnLayerKind::kConv:
+          f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
+                       l.padding, l.bias, l.batch_norm, l.relu, B, e);
+          break;
+        case spec::CnnLayerKind::kMaxPool:
+        case spec::CnnLayerKind::kAvgPool: {
+          Feature o2{f.c, (f.h + 2 * l.padding - l.kernel) / l.stride + 1,
+                     (f.w + 2 * l.padding - l.kernel) / l.stride + 1};
+          layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
+                                            B * f.c * (f.h * f.w + o2.h * o2.w) * e,
+                                            TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
+          layer.saved_bytes += B * f.c * f.h * f.w * e;
+          f = o2;
+          break;
+        }
+        case spec::CnnLayerKind::kAdaptiveAvgPool: {
+          Feature o2{f.c, l.output, l.output};
+          layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
+                                            B * f.c * (f.h * f.w + o2.h * o2.w) * e,
+                                            TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
+          f = o2;
+          break;
+        }
+        case spec::CnnLayerKind::kFc: {
+          int64_t in = flat > 0 ? flat : f.c * f.h * f.w;
+          Op fc = gemm(layer.name + ".fc", B, l.out_features, in, e, TpSplit::kReplicated);
+          layer.forward.push_back(fc);
+          layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
+          layer.saved_bytes += B * in * e;
+          if (l.relu) {
+            layer.forward.push_back(memory_op(layer.name + ".relu", OpClass::kElementwise,
+                                              2 * B * l.out_features * e, TpSplit::kReplicated,
+                                              {B, l.out_features}));
+            layer.saved_bytes += B * l.out_features * e;
+          }
+          flat = l.out_features;
+          f = {l.out_features, 1, 1};
+          break;
+        }
+        case spec::CnnLayerKind::kBottleneck: {
+          // torchvision ResNet v1.5: the stride sits on the 3x3 convolution; the first block
+          // projects the shortcut with a strided 1x1 convolution when the shape changes.
+          int64_t stride = r == 0 ? l.stride : 1;
+          Feature in = f;
+          Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
+                               true, true, B, e);
+          Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
+                                false, true, true, B, e);
+          Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
+                               true, false, B, e);
+          if (stride != 1 || in.c != l.out_channels) {
+            add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
+                     true, false, B, e);
+          }
+          int64_t out_bytes = B * c.c * c.h * c.w * e;
+          layer.forward.push_back(memory_op(layer.name + ".residual", OpClass::kElementwise,
+                                            3 * out_bytes, TpSplit::kReplicated,
+                                            {B, c.c, c.h, c.w}));
+          layer.saved_bytes += out_bytes;
+          f = c;
+          break;
+        }
+      }
+      if (li + 1 == m.layers.size()) {
+        layer.forward.push_back(memory_op("loss", OpClass::kLoss, B * f.c * (e + 4),
+                                          TpSplit::kReplicated, {B, f.c}));
+      }
+      add_cnn_backward(layer);
+      layer.params_total = layer.params;
+      layer.saved_bytes_selective = layer.saved_bytes;
+      layer.saved_bytes_full = layer.forward.empty() ? 0 : layer.saved_bytes;  // per-layer input
+      out.layers.push_back(std::move(layer));
+    }
+  }
+  out.split_begin = 0;
+  out.split_end = out.layers.size();
+  return out;
+}
+
+}  // namespace
+
+LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
+  SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
+  if (!model.is_transformer() && options.tp > 1) {
+    throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),
+                     "tensor parallelism applies to transformers only");
+  }
+  switch (model.kind()) {
+    case spec::ModelKind::kTransformer:
+      return lower_transformer(model, options);
+    case spec::ModelKind::kMlp:
+      return lower_mlp(model, options);
+    case spec::ModelKind::kCnn:
+      return lower_cnn(model, options);
+  }
+  return {};
+}
+
+}  // namespace sextant::models

@@ -1,0 +1,121 @@
+// ClusterSpec: where a model is trained. Nodes of identical devices (GPUs or CPU ranks), a
+// hierarchical network (a level inside a node, a level across nodes), the efficiencies the compute
+// model applies, per-rank/per-link slow-downs, and where calibrated numbers came from.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/json_reader.hpp"
+
+namespace sextant::spec {
+
+enum class DeviceKind { kGpu, kCpu };
+EnumNames<DeviceKind> device_kind_names();
+
+// One point of the GEMM efficiency curve: achieved fraction of peak for a GEMM of `flops` FLOPs.
+// Between points the efficiency is interpolated linearly in log(flops); outside, clamped.
+struct EfficiencyPoint {
+  double flops = 0;
+  double efficiency = 0;
+};
+
+struct DeviceSpec {
+  std::string name;
+  DeviceKind kind = DeviceKind::kGpu;
+  std::map<Dtype, double> peak_tflops;  // dense peak per dtype, 1e12 FLOP/s
+  double memory_bandwidth_GBps = 0;     // 1e9 bytes/s, read + write
+  int64_t memory_capacity_bytes = 0;
+  double launch_overhead_us = 0;        // fixed cost of every kernel/op
+  std::vector<EfficiencyPoint> gemm_efficiency;
+  double memory_efficiency = 0;         // achieved fraction of memory bandwidth, memory-bound ops
+  std::string source;
+
+  // Interpolated GEMM efficiency for a GEMM of `flops` FLOPs.
+  double gemm_efficiency_at(double flops) const;
+  // Peak FLOP/s for `dtype`; throws InputError when the cluster file gives no peak for it.
+  double peak_flops(Dtype dtype) const;
+};
+
+enum class LevelScope { kNode, kCluster };
+EnumNames<LevelScope> level_scope_names();
+enum class Topology { kSwitch, kFatTree, kSharedMemory };
+EnumNames<Topology> topology_names();
+enum class CollectiveLibrary { kNccl, kMpi };
+EnumNames<CollectiveLibrary> collective_library_names();
+
+struct NetworkLevel {
+  std::string name;
+  LevelScope scope = LevelScope::kNode;
+  double bandwidth_GBps = 0;  // per device (node level) or per NIC (cluster level), per direction
+  double latency_us = 0;      // α: per message
+  int64_t nics_per_node = 0;  // cluster level: NICs per node (each device uses nic = local % nics)
+  Topology topology = Topology::kSwitch;
+  double oversubscription = 1.0;  // cluster level: >= 1, divides cross-node bandwidth
+  std::string source;
+};
+
+struct NetworkSpec {
+  CollectiveLibrary library = CollectiveLibrary::kNccl;
+  double reduction_GBps = 0;  // γ = 1 / reduction_GBps: bytes reduced per second by one rank
+  std::vector<NetworkLevel> levels;  // [0] inside a node, [1] across nodes (if any)
+  std::string source;
+
+  const NetworkLevel& node_level() const { return levels.front(); }
+  const NetworkLevel* cluster_level() const { return levels.size() > 1 ? &levels[1] : nullptr; }
+};
+
+// Slows a whole node or one rank down: compute time is divided by `factor` (0.5 = half speed).
+struct SpeedOverride {
+  std::optional<int64_t> node;
+  std::optional<int64_t> rank;
+  double factor = 1.0;
+};
+
+// Scales the bandwidth of one node's links at a level (node level: every device link of the
+// node; cluster level: the node's NICs, or one NIC when `nic` is given).
+struct LinkOverride {
+  std::string level;
+  int64_t node = 0;
+  std::optional<int64_t> nic;
+  double factor = 1.0;
+};
+
+// α and β fitted by calibration for one collective at one level (µs and µs per byte).
+struct CollectiveFit {
+  std::string collective;  // all_reduce, reduce_scatter, all_gather, send, ...
+  std::string level;       // network level name
+  double alpha_us = 0;
+  double beta_us_per_byte = 0;
+  double r2 = 0;
+  int64_t samples = 0;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+  int64_t nodes = 0;
+  int64_t devices_per_node = 0;
+  DeviceSpec device;
+  NetworkSpec network;
+  std::vector<SpeedOverride> speed_overrides;
+  std::vector<LinkOverride> link_overrides;
+  std::vector<CollectiveFit> collective_fits;
+  std::optional<Json> calibrated_from;
+
+  int64_t total_devices() const { return nodes * devices_per_node; }
+  // Product of the speed factors that apply to `rank`.
+  double speed_factor(int64_t rank) const;
+};
+
+inline constexpr std::string_view kClusterSchema = "sextant.cluster/1";
+
+ClusterSpec cluster_from_json(const Json& json, const std::string& source);
+Json to_json(const ClusterSpec& cluster);
+ClusterSpec read_cluster_file(const std::string& path);
+
+}  // namespace sextant::spec

@@ -1,0 +1,27 @@
+// Reading JSON files with errors that name the file, and writing outputs atomically.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "sextant/spec/json_reader.hpp"
+
+namespace sextant::spec {
+
+// Reads and parses a JSON file. Throws InputError naming the file when it cannot be opened or
+// parsed (with the line and column of a syntax error).
+Json read_json_file(const std::filesystem::path& path);
+// Parses JSON text that came from `source` (a file name or a description); throws InputError.
+Json parse_json_text(std::string_view text, const std::string& source);
+// Reads a whole text file; throws InputError naming the file when it cannot be read.
+std::string read_text_file(const std::filesystem::path& path);
+
+// Writes `content` to `path` atomically: a temporary file in the same directory, flushed, then
+// renamed over `path`, so that a reader never sees a half-written file. Throws std::runtime_error
+// (with the path and the system's reason) on failure.
+void write_file_atomically(const std::filesystem::path& path, std::string_view content);
+// Writes `json` pretty-printed (2-space indent, trailing newline) atomically.
+void write_json_file(const std::filesystem::path& path, const Json& json);
+
+}  // namespace sextant::spec

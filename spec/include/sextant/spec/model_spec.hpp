@@ -1,0 +1,110 @@
+// ModelSpec: what is trained. A transformer (decoder or encoder), an MLP or a CNN, as plain data
+// with JSON decoding ("sextant.model/1") that reports every problem with its JSON pointer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sextant/spec/json_reader.hpp"
+
+namespace sextant::spec {
+
+enum class Architecture { kDecoder, kEncoder };
+enum class Activation { kGelu, kSwiglu, kRelu };
+enum class Norm { kLayerNorm, kRmsNorm };
+enum class PositionEmbedding { kLearned, kRope, kNone };
+
+EnumNames<Architecture> architecture_names();
+EnumNames<Activation> activation_names();
+EnumNames<Norm> norm_names();
+EnumNames<PositionEmbedding> position_embedding_names();
+
+struct MoeSpec {
+  int64_t experts = 0;  // experts per MoE layer
+  int64_t top_k = 0;    // experts each token is routed to
+};
+
+struct TransformerSpec {
+  Architecture architecture = Architecture::kDecoder;
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // == heads for multi-head attention, fewer for grouped-query attention
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  Activation activation = Activation::kGelu;
+  Norm norm = Norm::kLayerNorm;
+  bool tied_embeddings = false;
+  PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  int64_t max_positions = 0;  // rows of the learned position table
+  bool bias = true;           // linear layers and norms carry bias terms
+  bool dropout = false;       // dropout after attention and MLP (keeps masks for backward)
+  int64_t type_vocab = 0;     // BERT token-type embeddings (0 = none)
+  bool pooler = false;        // BERT pooler (hidden x hidden dense)
+  std::optional<MoeSpec> moe;
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_hidden() const { return kv_heads * head_dim(); }
+};
+
+struct MlpSpec {
+  std::vector<int64_t> widths;  // input, hidden..., classes
+  Activation activation = Activation::kRelu;
+  bool bias = true;
+};
+
+enum class CnnLayerKind { kConv, kMaxPool, kAvgPool, kAdaptiveAvgPool, kFc, kBottleneck };
+EnumNames<CnnLayerKind> cnn_layer_kind_names();
+
+struct CnnLayer {
+  CnnLayerKind kind = CnnLayerKind::kConv;
+  int64_t out_channels = 0;  // conv, bottleneck
+  int64_t mid_channels = 0;  // bottleneck
+  int64_t blocks = 1;        // bottleneck: repeated blocks, the first one may downsample
+  int64_t kernel = 1;        // conv, pools
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output = 1;        // adaptive pool output size (square)
+  int64_t out_features = 0;  // fc
+  bool bias = false;
+  bool batch_norm = false;
+  bool relu = false;
+};
+
+struct CnnSpec {
+  int64_t in_channels = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  std::vector<CnnLayer> layers;
+};
+
+enum class ModelKind { kTransformer, kMlp, kCnn };
+EnumNames<ModelKind> model_kind_names();
+
+struct ModelSpec {
+  std::string name;
+  std::string description;
+  std::string source;  // where the architecture numbers come from (paper, config.json)
+  std::variant<TransformerSpec, MlpSpec, CnnSpec> body;
+
+  ModelKind kind() const { return static_cast<ModelKind>(body.index()); }
+  bool is_transformer() const { return kind() == ModelKind::kTransformer; }
+  const TransformerSpec& transformer() const { return std::get<TransformerSpec>(body); }
+  TransformerSpec& transformer() { return std::get<TransformerSpec>(body); }
+  const MlpSpec& mlp() const { return std::get<MlpSpec>(body); }
+  const CnnSpec& cnn() const { return std::get<CnnSpec>(body); }
+};
+
+inline constexpr std::string_view kModelSchema = "sextant.model/1";
+
+// Decodes and validates a model; throws InputError (listing every problem) naming `source`.
+ModelSpec model_from_json(const Json& json, const std::string& source);
+Json to_json(const ModelSpec& model);
+// Reads a model file; throws InputError naming the file.
+ModelSpec read_model_file(const std::string& path);
+
+}  // namespace sextant::spec

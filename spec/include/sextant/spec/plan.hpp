@@ -1,0 +1,71 @@
+// Plan: how a model is laid out on ranks. Degrees of data, tensor and pipeline parallelism, ZeRO
+// stage, micro-batching, pipeline schedule, recompute, gradient buckets and collective overrides.
+// The same JSON is written by `sextant plan` and read by `simulate` and `run`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/collective.hpp"
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/model_spec.hpp"
+
+namespace sextant::spec {
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved };
+EnumNames<Schedule> schedule_names();
+enum class Recompute { kNone, kSelective, kFull };
+EnumNames<Recompute> recompute_names();
+
+// PyTorch DDP's default gradient bucket (bucket_cap_mb = 25, MiB).
+inline constexpr int64_t kDefaultBucketBytes = 25 * (int64_t{1} << 20);
+
+struct Plan {
+  int64_t dp = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int zero = 0;  // 0 = DDP, 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)
+  bool sequence_parallel = false;
+  int64_t micro_batch = 1;   // sequences (or samples) per micro-batch per replica
+  int64_t global_batch = 1;  // sequences (or samples) per optimizer step, all replicas together
+  Schedule schedule = Schedule::k1F1B;
+  int64_t virtual_stages = 1;        // model chunks per pipeline rank (interleaved schedule)
+  std::vector<int64_t> stage_layers; // layers per (virtual) stage; empty = as even as possible
+  Recompute recompute = Recompute::kNone;
+  int64_t dp_bucket_bytes = kDefaultBucketBytes;
+  bool overlap_dp_comm = true;   // all-reduce gradient buckets during backward
+  bool fsdp_prefetch = true;     // ZeRO-3: all-gather the next layer's parameters ahead
+  std::optional<Dtype> dtype;    // compute dtype; default: bf16 on GPUs, fp32 on CPUs
+  std::optional<int64_t> seq_len;  // overrides the model's sequence length
+  std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
+  std::string model;    // informational: what the plan was made for
+  std::string cluster;  // informational
+
+  int64_t world_size() const { return dp * tp * pp; }
+  int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // per replica, per step
+  int64_t chunks() const { return pp * virtual_stages; }
+  // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule and recompute when they apply).
+  std::string name() const;
+};
+
+inline constexpr std::string_view kPlanSchema = "sextant.plan/1";
+
+// Decodes and checks the rules inside a plan (not yet against a model or a GPU count).
+Plan plan_from_json(const Json& json, const std::string& source);
+Json to_json(const Plan& plan);
+Plan read_plan_file(const std::string& path);
+
+// Checks the plan against a model and a rank count; throws InputError naming `source` with every
+// broken rule (dp*tp*pp != ranks, heads not divisible by tp, more stages than layers, ...).
+void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
+                   const std::string& source);
+
+// Layers of each (virtual) stage in pipeline order: plan.stage_layers or an even split whose
+// remainder goes to the later stages (the first stage also holds the embedding).
+std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers);
+
+}  // namespace sextant::spec

@@ -1,0 +1,59 @@
+// Report: the predicted (or measured) performance of one training step of a plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sextant/spec/json_reader.hpp"
+
+namespace sextant::spec {
+
+// Where the step time went, seconds, seen from the critical rank. The parts add up to the step
+// time (compute + every exposed communication + bubble + optimizer).
+struct TimeBreakdown {
+  double compute = 0;
+  double tp_comm_exposed = 0;
+  double dp_comm_exposed = 0;
+  double pp_comm_exposed = 0;
+  double fsdp_comm_exposed = 0;
+  double bubble = 0;
+  double optimizer = 0;
+};
+
+// Peak memory of the most loaded rank, bytes, with what it is made of.
+struct MemoryBreakdown {
+  int64_t peak_bytes = 0;
+  int64_t capacity_bytes = 0;
+  bool fits = false;
+  int64_t weights = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;
+  int64_t activations = 0;
+  int64_t buffers = 0;
+};
+
+struct Report {
+  std::string model;
+  std::string cluster;
+  std::string plan;  // compact plan name
+  int64_t gpus = 0;
+  std::string network;  // fidelity: analytic | flow
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double samples_per_s = 0;
+  double mfu = 0;  // model FLOPs (no recompute) / (step time * peak * gpus)
+  double hfu = 0;  // hardware FLOPs (with recompute) / (step time * peak * gpus)
+  double model_tflops_per_gpu = 0;
+  double hardware_tflops_per_gpu = 0;
+  TimeBreakdown breakdown_s;
+  MemoryBreakdown memory;
+  int64_t events = 0;
+  double sim_wall_s = 0;
+};
+
+inline constexpr std::string_view kReportSchema = "sextant.report/1";
+
+Json to_json(const Report& report);
+Report report_from_json(const Json& json, const std::string& source);
+
+}  // namespace sextant::spec

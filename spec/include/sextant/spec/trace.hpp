@@ -1,0 +1,82 @@
+// Trace: timed ops and collectives of every rank, written as Chrome Trace Event JSON (opens in
+// Perfetto): one pid per rank, one tid per stream. The simulator (predicted) and the executor
+// (measured) write the same schema with the same op names, so traces compare op by op.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/units.hpp"
+
+namespace sextant::spec {
+
+enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv };
+EnumNames<Stream> stream_names();
+inline constexpr int kStreamCount = 5;
+
+enum class OpClass {
+  kGemm,
+  kAttention,
+  kElementwise,
+  kNorm,
+  kEmbedding,
+  kLoss,
+  kOptimizer,
+  kConv,
+  kPool,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kSend,
+  kRecv,
+  kBarrier,
+};
+EnumNames<OpClass> op_class_names();
+bool is_communication(OpClass op_class);
+
+enum class Phase { kFwd, kBwd, kRecompute, kOpt, kNone };
+EnumNames<Phase> phase_names();
+
+struct TraceEvent {
+  std::string name;  // op name, e.g. "attn.qkv", "all_reduce"
+  OpClass op_class = OpClass::kGemm;
+  int64_t rank = 0;
+  Stream stream = Stream::kCompute;
+  Picoseconds start_ps = 0;
+  Picoseconds duration_ps = 0;
+  Phase phase = Phase::kNone;
+  std::optional<int64_t> layer;
+  std::optional<int64_t> micro_batch;
+  int64_t step = 0;
+  double flops = 0;      // FLOPs of the op on this rank
+  int64_t bytes = 0;     // bytes moved (memory traffic for compute, message size for comm)
+  std::vector<int64_t> shape;  // GEMM: m, n, k; others: tensor shape
+  std::optional<Dtype> dtype;
+  int64_t group_size = 0;   // collectives
+  std::string algorithm;    // collectives
+};
+
+struct Trace {
+  std::string kind;  // "predicted" or "measured"
+  Json metadata = Json::object();  // model, cluster, plan, commit, ...
+  std::vector<TraceEvent> events;
+};
+
+inline constexpr std::string_view kTraceSchema = "sextant.trace/1";
+
+// Chrome Trace Event JSON text (object form with "traceEvents"), with process/thread names.
+// Events are written in the order given; ts and dur in microseconds with picosecond resolution.
+std::string trace_to_chrome_json(const Trace& trace);
+void write_trace_file(const std::string& path, const Trace& trace);
+// Reads a trace written by Sextant (ours, not arbitrary Chrome traces); throws InputError.
+Trace trace_from_json(const Json& json, const std::string& source);
+Trace read_trace_file(const std::string& path);
+
+}  // namespace sextant::spec

@@ -1,0 +1,314 @@
+// ClusterSpec JSON decoding and validation.
+#include "sextant/spec/cluster_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+#include "sextant/spec/json_io.hpp"
+#include "sextant/spec/units.hpp"
+
+namespace sextant::spec {
+
+namespace {
+constexpr std::array<std::pair<std::string_view, DeviceKind>, 2> kDeviceKinds{
+    {{"gpu", DeviceKind::kGpu}, {"cpu", DeviceKind::kCpu}}};
+constexpr std::array<std::pair<std::string_view, LevelScope>, 2> kScopes{
+    {{"node", LevelScope::kNode}, {"cluster", LevelScope::kCluster}}};
+constexpr std::array<std::pair<std::string_view, Topology>, 3> kTopologies{
+    {{"switch", Topology::kSwitch},
+     {"fat_tree", Topology::kFatTree},
+     {"shared_memory", Topology::kSharedMemory}}};
+constexpr std::array<std::pair<std::string_view, CollectiveLibrary>, 2> kLibraries{
+    {{"nccl", CollectiveLibrary::kNccl}, {"mpi", CollectiveLibrary::kMpi}}};
+const Range kPositiveInt = Range::at_least(1);
+}  // namespace
+
+EnumNames<DeviceKind> device_kind_names() { return kDeviceKinds; }
+EnumNames<LevelScope> level_scope_names() { return kScopes; }
+EnumNames<Topology> topology_names() { return kTopologies; }
+EnumNames<CollectiveLibrary> collective_library_names() { return kLibraries; }
+
+double DeviceSpec::gemm_efficiency_at(double flops) const {
+  SEXTANT_CHECK(!gemm_efficiency.empty(), "device {} has no GEMM efficiency curve", name);
+  if (flops <= gemm_efficiency.front().flops) return gemm_efficiency.front().efficiency;
+  if (flops >= gemm_efficiency.back().flops) return gemm_efficiency.back().efficiency;
+  for (size_t i = 1; i < gemm_efficiency.size(); ++i) {
+    const EfficiencyPoint& hi = gemm_efficiency[i];
+    if (flops <= hi.flops) {
+      const EfficiencyPoint& lo = gemm_efficiency[i - 1];
+      double t = (std::log(flops) - std::log(lo.flops)) / (std::log(hi.flops) - std::log(lo.flops));
+      return lo.efficiency + t * (hi.efficiency - lo.efficiency);
+    }
+  }
+  return gemm_efficiency.back().efficiency;
+}
+
+double DeviceSpec::peak_flops(Dtype dtype) const {
+  auto it = peak_tflops.find(dtype);
+  if (it == peak_tflops.end()) {
+    std::vector<std::string_view> have;
+    for (const auto& [d, v] : peak_tflops) have.push_back(enum_name(dtype_names(), d));
+    throw InputError("device " + name, "/device/peak_tflops",
+                     std::string(enum_name(dtype_names(), dtype)),
+                     "no peak given for this dtype (the file gives " + join_names(have) + ")");
+  }
+  return it->second * kFlopsPerTflop;
+}
+
+double ClusterSpec::speed_factor(int64_t rank) const {
+  double f = 1.0;
+  int64_t node = rank / devices_per_node;
+  for (const SpeedOverride& o : speed_overrides) {
+    if ((o.node && *o.node == node) || (o.rank && *o.rank == rank)) f *= o.factor;
+  }
+  return f;
+}
+
+namespace {
+
+DeviceSpec decode_device(ObjectReader& r) {
+  DeviceSpec d;
+  d.name = r.string("name").value_or("");
+  d.kind = r.enumeration("kind", device_kind_names()).value_or(d.kind);
+  if (auto peaks = r.object("peak_tflops")) {
+    for (const auto& [dtype, name] : std::array<std::pair<Dtype, std::string_view>, 5>{
+             {{Dtype::kFp32, "fp32"},
+              {Dtype::kTf32, "tf32"},
+              {Dtype::kBf16, "bf16"},
+              {Dtype::kFp16, "fp16"},
+              {Dtype::kFp8, "fp8"}}}) {
+      if (auto v = peaks->number(name, Range::positive(), Presence::kOptional))
+        d.peak_tflops[dtype] = *v;
+    }
+    peaks->finish();
+    if (peaks->diagnostics().ok() && d.peak_tflops.empty())
+      peaks->problem("", "{}", "must give the peak of at least one dtype (fp32, bf16, ...)");
+  }
+  d.memory_bandwidth_GBps = r.number("memory_bandwidth_GBps", Range::positive()).value_or(1);
+  d.memory_capacity_bytes = r.integer("memory_capacity_bytes", kPositiveInt).value_or(1);
+  d.launch_overhead_us = r.number("launch_overhead_us", Range::non_negative()).value_or(0);
+  d.memory_efficiency = r.number("memory_efficiency", Range::fraction()).value_or(1);
+  if (const Json* curve = r.array("gemm_efficiency")) {
+    std::string base = pointer_join(r.pointer(), "gemm_efficiency");
+    for (size_t i = 0; i < curve->size(); ++i) {
+      ObjectReader p = element_reader(*curve, base, i, r.diagnostics());
+      EfficiencyPoint e;
+      e.flops = p.number("flops", Range::positive()).value_or(1);
+      e.efficiency = p.number("efficiency", Range::fraction()).value_or(1);
+      p.finish();
+      if (!d.gemm_efficiency.empty() && e.flops <= d.gemm_efficiency.back().flops) {
+        p.problem("flops", fmt::format("{}", e.flops), "points must be in increasing flops order");
+      }
+      d.gemm_efficiency.push_back(e);
+    }
+    if (curve->empty()) r.problem("gemm_efficiency", "[]", "needs at least one point");
+  }
+  d.source = r.string("source").value_or("");
+  r.finish();
+  return d;
+}
+
+NetworkLevel decode_level(ObjectReader& r) {
+  NetworkLevel l;
+  l.name = r.string("name").value_or("");
+  l.scope = r.enumeration("scope", level_scope_names()).value_or(l.scope);
+  l.bandwidth_GBps = r.number("bandwidth_GBps", Range::positive()).value_or(1);
+  l.latency_us = r.number("latency_us", Range::non_negative()).value_or(0);
+  l.topology = r.enumeration("topology", topology_names()).value_or(l.topology);
+  if (l.scope == LevelScope::kCluster) {
+    l.nics_per_node = r.integer("nics_per_node", kPositiveInt).value_or(1);
+    l.oversubscription =
+        r.number("oversubscription", Range::at_least(1), Presence::kOptional).value_or(1);
+  }
+  l.source = r.string("source").value_or("");
+  r.finish();
+  return l;
+}
+
+NetworkSpec decode_network(ObjectReader& r) {
+  NetworkSpec n;
+  n.library = r.enumeration("library", collective_library_names()).value_or(n.library);
+  n.reduction_GBps = r.number("reduction_GBps", Range::positive()).value_or(1);
+  n.source = r.string("source", Presence::kOptional).value_or("");
+  if (const Json* levels = r.array("levels")) {
+    std::string base = pointer_join(r.pointer(), "levels");
+    for (size_t i = 0; i < levels->size(); ++i) {
+      ObjectReader lr = element_reader(*levels, base, i, r.diagnostics());
+      n.levels.push_back(decode_level(lr));
+    }
+    if (r.diagnostics().ok()) {
+      if (n.levels.empty() || n.levels.size() > 2) {
+        r.problem("levels", fmt::format("{} levels", n.levels.size()),
+                  "must list one level inside a node and at most one across nodes");
+      } else if (n.levels[0].scope != LevelScope::kNode) {
+        r.diagnostics().add(pointer_join(pointer_join(base, 0), "scope"), "\"cluster\"",
+                            "the first level must have scope \"node\"");
+      } else if (n.levels.size() == 2 && n.levels[1].scope != LevelScope::kCluster) {
+        r.diagnostics().add(pointer_join(pointer_join(base, 1), "scope"), "\"node\"",
+                            "the second level must have scope \"cluster\"");
+      }
+    }
+  }
+  r.finish();
+  return n;
+}
+
+}  // namespace
+
+ClusterSpec cluster_from_json(const Json& json, const std::string& source) {
+  Diagnostics diag(source);
+  ObjectReader r(json, "", diag);
+  if (!r.is_object()) diag.throw_if_any();
+  ClusterSpec c;
+  r.expect_schema(kClusterSchema);
+  c.name = r.string("name").value_or("");
+  c.description = r.string("description", Presence::kOptional).value_or("");
+  c.nodes = r.integer("nodes", kPositiveInt).value_or(1);
+  c.devices_per_node = r.integer("devices_per_node", kPositiveInt).value_or(1);
+  if (auto d = r.object("device")) c.device = decode_device(*d);
+  if (auto n = r.object("network")) c.network = decode_network(*n);
+  if (auto o = r.object("overrides", Presence::kOptional)) {
+    if (const Json* speed = o->array("speed", Presence::kOptional)) {
+      std::string base = pointer_join(o->pointer(), "speed");
+      for (size_t i = 0; i < speed->size(); ++i) {
+        ObjectReader s = element_reader(*speed, base, i, diag);
+        SpeedOverride so;
+        so.node = s.integer("node", Range::non_negative(), Presence::kOptional);
+        so.rank = s.integer("rank", Range::non_negative(), Presence::kOptional);
+        so.factor = s.number("factor", Range::positive()).value_or(1);
+        s.finish();
+        if (so.node.has_value() == so.rank.has_value())
+          s.problem("", "", "give exactly one of \"node\" or \"rank\"");
+        if (so.node && *so.node >= c.nodes)
+          s.problem("node", std::to_string(*so.node), fmt::format("must be < nodes ({})", c.nodes));
+        if (so.rank && *so.rank >= c.total_devices())
+          s.problem("rank", std::to_string(*so.rank),
+                    fmt::format("must be < nodes*devices_per_node ({})", c.total_devices()));
+        c.speed_overrides.push_back(so);
+      }
+    }
+    if (const Json* links = o->array("links", Presence::kOptional)) {
+      std::string base = pointer_join(o->pointer(), "links");
+      for (size_t i = 0; i < links->size(); ++i) {
+        ObjectReader s = element_reader(*links, base, i, diag);
+        LinkOverride lo;
+        lo.level = s.string("level").value_or("");
+        lo.node = s.integer("node", Range::non_negative()).value_or(0);
+        lo.nic = s.integer("nic", Range::non_negative(), Presence::kOptional);
+        lo.factor = s.number("factor", Range::positive()).value_or(1);
+        s.finish();
+        bool found = false;
+        for (const NetworkLevel& l : c.network.levels) found = found || l.name == lo.level;
+        if (!found && diag.ok()) {
+          std::vector<std::string_view> names;
+          for (const NetworkLevel& l : c.network.levels) names.push_back(l.name);
+          s.problem("level", short_dump(Json(lo.level)),
+                    "must name a network level (" + join_names(names) + ")");
+        }
+        if (lo.node >= c.nodes)
+          s.problem("node", std::to_string(lo.node), fmt::format("must be < nodes ({})", c.nodes));
+        c.link_overrides.push_back(lo);
+      }
+    }
+    o->finish();
+  }
+  if (const Json* fits = r.array("collective_fits", Presence::kOptional)) {
+    for (size_t i = 0; i < fits->size(); ++i) {
+      ObjectReader f = element_reader(*fits, "/collective_fits", i, diag);
+      CollectiveFit cf;
+      cf.collective = f.string("collective").value_or("");
+      cf.level = f.string("level").value_or("");
+      cf.alpha_us = f.number("alpha_us", Range::non_negative()).value_or(0);
+      cf.beta_us_per_byte = f.number("beta_us_per_byte", Range::positive()).value_or(1);
+      cf.r2 = f.number("r2", Range::any(), Presence::kOptional).value_or(0);
+      cf.samples = f.integer("samples", Range::non_negative(), Presence::kOptional).value_or(0);
+      f.finish();
+      c.collective_fits.push_back(cf);
+    }
+  }
+  if (const Json* cal = r.value("calibrated_from", Presence::kOptional)) c.calibrated_from = *cal;
+  r.finish();
+  if (diag.ok() && c.nodes > 1 && c.network.cluster_level() == nullptr) {
+    diag.add("/network/levels", "", "a cluster with nodes > 1 needs a level with scope \"cluster\"");
+  }
+  diag.throw_if_any();
+  return c;
+}
+
+Json to_json(const ClusterSpec& c) {
+  Json peaks = Json::object();
+  for (const auto& [dtype, v] : c.device.peak_tflops) peaks[enum_name(dtype_names(), dtype)] = v;
+  Json curve = Json::array();
+  for (const EfficiencyPoint& p : c.device.gemm_efficiency)
+    curve.push_back({{"flops", p.flops}, {"efficiency", p.efficiency}});
+  Json levels = Json::array();
+  for (const NetworkLevel& l : c.network.levels) {
+    Json lj = {{"name", l.name},
+               {"scope", enum_name(level_scope_names(), l.scope)},
+               {"bandwidth_GBps", l.bandwidth_GBps},
+               {"latency_us", l.latency_us},
+               {"topology", enum_name(topology_names(), l.topology)}};
+    if (l.scope == LevelScope::kCluster) {
+      lj["nics_per_node"] = l.nics_per_node;
+      lj["oversubscription"] = l.oversubscription;
+    }
+    lj["source"] = l.source;
+    levels.push_back(lj);
+  }
+  Json j = {{"schema", kClusterSchema}, {"name", c.name}};
+  if (!c.description.empty()) j["description"] = c.description;
+  j["nodes"] = c.nodes;
+  j["devices_per_node"] = c.devices_per_node;
+  j["device"] = {{"name", c.device.name},
+                 {"kind", enum_name(device_kind_names(), c.device.kind)},
+                 {"peak_tflops", peaks},
+                 {"memory_bandwidth_GBps", c.device.memory_bandwidth_GBps},
+                 {"memory_capacity_bytes", c.device.memory_capacity_bytes},
+                 {"launch_overhead_us", c.device.launch_overhead_us},
+                 {"gemm_efficiency", curve},
+                 {"memory_efficiency", c.device.memory_efficiency},
+                 {"source", c.device.source}};
+  Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
+                  {"reduction_GBps", c.network.reduction_GBps},
+                  {"levels", levels}};
+  if (!c.network.source.empty()) network["source"] = c.network.source;
+  j["network"] = network;
+  if (!c.speed_overrides.empty() || !c.link_overrides.empty()) {
+    Json speed = Json::array();
+    for (const SpeedOverride& s : c.speed_overrides) {
+      Json sj = {{"factor", s.factor}};
+      if (s.node) sj["node"] = *s.node;
+      if (s.rank) sj["rank"] = *s.rank;
+      speed.push_back(sj);
+    }
+    Json links = Json::array();
+    for (const LinkOverride& l : c.link_overrides) {
+      Json lj = {{"level", l.level}, {"node", l.node}, {"factor", l.factor}};
+      if (l.nic) lj["nic"] = *l.nic;
+      links.push_back(lj);
+    }
+    j["overrides"] = {{"speed", speed}, {"links", links}};
+  }
+  if (!c.collective_fits.empty()) {
+    Json fits = Json::array();
+    for (const CollectiveFit& f : c.collective_fits) {
+      fits.push_back({{"collective", f.collective},
+                      {"level", f.level},
+                      {"alpha_us", f.alpha_us},
+                      {"beta_us_per_byte", f.beta_us_per_byte},
+                      {"r2", f.r2},
+                      {"samples", f.samples}});
+    }
+    j["collective_fits"] = fits;
+  }
+  if (c.calibrated_from) j["calibrated_from"] = *c.calibrated_from;
+  return j;
+}
+
+ClusterSpec read_cluster_file(const std::string& path) {
+  return cluster_from_json(read_json_file(path), path);
+}
+
+}  // namespace sextant::spec

@@ -1,0 +1,94 @@
+// File helpers: JSON parsing with located errors, atomic writes (temp file + fsync + rename).
+#include "sextant/spec/json_io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+namespace sextant::spec {
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(path.string(), "", "", fmt::format("cannot open: {}", std::strerror(errno)));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw InputError(path.string(), "", "", "read error");
+  return buffer.str();
+}
+
+Json parse_json_text(std::string_view text, const std::string& source) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // nlohmann reports the byte offset; turn it into line:column for people.
+    size_t line = 1;
+    size_t column = 1;
+    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string what = e.what();
+    // Keep only the description after "parse error at line ..., column ...: ".
+    if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
+    throw InputError(source, "", "",
+                     fmt::format("invalid JSON at line {}, column {}: {}", line, column, what));
+  }
+}
+
+Json read_json_file(const std::filesystem::path& path) {
+  return parse_json_text(read_text_file(path), path.string());
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+  int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) {
+    throw std::runtime_error(fmt::format("{}: cannot create a temporary file in {}: {}",
+                                         path.string(), dir.string(), std::strerror(errno)));
+  }
+  size_t written = 0;
+  while (written < content.size()) {
+    ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmpl.c_str());
+      throw std::runtime_error(fmt::format("{}: write failed: {}", path.string(), std::strerror(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  ::fchmod(fd, 0644);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmpl.c_str());
+    throw std::runtime_error(fmt::format("{}: flush failed: {}", path.string(), std::strerror(err)));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmpl, path, ec);
+  if (ec) {
+    ::unlink(tmpl.c_str());
+    throw std::runtime_error(fmt::format("{}: rename failed: {}", path.string(), ec.message()));
+  }
+}
+
+void write_json_file(const std::filesystem::path& path, const Json& json) {
+  write_file_atomically(path, json.dump(2) + "\n");
+}
+
+}  // namespace sextant::spec

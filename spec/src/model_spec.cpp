@@ -1,0 +1,333 @@
+// ModelSpec JSON decoding (types, required and unknown keys) and validation (rules between fields).
+#include "sextant/spec/model_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::spec {
+
+namespace {
+constexpr std::array<std::pair<std::string_view, Architecture>, 2> kArchitectures{
+    {{"decoder", Architecture::kDecoder}, {"encoder", Architecture::kEncoder}}};
+constexpr std::array<std::pair<std::string_view, Activation>, 3> kActivations{
+    {{"gelu", Activation::kGelu}, {"swiglu", Activation::kSwiglu}, {"relu", Activation::kRelu}}};
+constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{
+    {{"layernorm", Norm::kLayerNorm}, {"rmsnorm", Norm::kRmsNorm}}};
+constexpr std::array<std::pair<std::string_view, PositionEmbedding>, 3> kPositions{
+    {{"learned", PositionEmbedding::kLearned},
+     {"rope", PositionEmbedding::kRope},
+     {"none", PositionEmbedding::kNone}}};
+constexpr std::array<std::pair<std::string_view, ModelKind>, 3> kKinds{
+    {{"transformer", ModelKind::kTransformer}, {"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}}};
+constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 6> kCnnLayers{
+    {{"conv", CnnLayerKind::kConv},
+     {"max_pool", CnnLayerKind::kMaxPool},
+     {"avg_pool", CnnLayerKind::kAvgPool},
+     {"adaptive_avg_pool", CnnLayerKind::kAdaptiveAvgPool},
+     {"fc", CnnLayerKind::kFc},
+     {"bottleneck", CnnLayerKind::kBottleneck}}};
+}  // namespace
+
+EnumNames<Architecture> architecture_names() { return kArchitectures; }
+EnumNames<Activation> activation_names() { return kActivations; }
+EnumNames<Norm> norm_names() { return kNorms; }
+EnumNames<PositionEmbedding> position_embedding_names() { return kPositions; }
+EnumNames<ModelKind> model_kind_names() { return kKinds; }
+EnumNames<CnnLayerKind> cnn_layer_kind_names() { return kCnnLayers; }
+
+namespace {
+
+const Range kPositive = Range::at_least(1);
+
+TransformerSpec decode_transformer(ObjectReader& r) {
+  TransformerSpec t;
+  t.architecture = r.enumeration("architecture", architecture_names()).value_or(t.architecture);
+  t.layers = r.integer("layers", kPositive).value_or(1);
+  t.hidden = r.integer("hidden", kPositive).value_or(1);
+  t.heads = r.integer("heads", kPositive).value_or(1);
+  t.kv_heads = r.integer("kv_heads", kPositive, Presence::kOptional).value_or(t.heads);
+  t.ffn_hidden = r.integer("ffn_hidden", kPositive).value_or(1);
+  t.vocab = r.integer("vocab", kPositive).value_or(1);
+  t.seq_len = r.integer("seq_len", kPositive).value_or(1);
+  t.activation = r.enumeration("activation", activation_names()).value_or(t.activation);
+  t.norm = r.enumeration("norm", norm_names()).value_or(t.norm);
+  t.tied_embeddings = r.boolean("tied_embeddings").value_or(false);
+  t.position_embedding =
+      r.enumeration("position_embedding", position_embedding_names()).value_or(t.position_embedding);
+  t.max_positions = r.integer("max_positions", kPositive, Presence::kOptional).value_or(t.seq_len);
+  t.bias = r.boolean("bias").value_or(true);
+  t.dropout = r.boolean("dropout", Presence::kOptional).value_or(false);
+  t.type_vocab = r.integer("type_vocab", Range::non_negative(), Presence::kOptional).value_or(0);
+  t.pooler = r.boolean("pooler", Presence::kOptional).value_or(false);
+  if (auto moe = r.object("moe", Presence::kOptional)) {
+    MoeSpec m;
+    m.experts = moe->integer("experts", kPositive).value_or(1);
+    m.top_k = moe->integer("top_k", kPositive).value_or(1);
+    if (moe->diagnostics().ok() && m.top_k > m.experts) {
+      moe->problem("top_k", std::to_string(m.top_k),
+                   fmt::format("must be <= experts ({})", m.experts));
+    }
+    moe->finish();
+    t.moe = m;
+  }
+  r.finish();
+  if (!r.diagnostics().ok()) return t;
+  // Rules between fields.
+  if (t.hidden % t.heads != 0) {
+    r.problem("heads", std::to_string(t.heads),
+              fmt::format("must divide hidden ({})", t.hidden));
+  } else if (t.heads % t.kv_heads != 0) {
+    r.problem("kv_heads", std::to_string(t.kv_heads),
+              fmt::format("must divide heads ({})", t.heads));
+  }
+  if (t.position_embedding == PositionEmbedding::kLearned && t.max_positions < t.seq_len) {
+    r.problem("max_positions", std::to_string(t.max_positions),
+              fmt::format("must be >= seq_len ({}) with learned position embeddings", t.seq_len));
+  }
+  return t;
+}
+
+MlpSpec decode_mlp(ObjectReader& r) {
+  MlpSpec m;
+  m.widths = r.integer_array("widths", kPositive).value_or(std::vector<int64_t>{});
+  m.activation = r.enumeration("activation", activation_names()).value_or(m.activation);
+  m.bias = r.boolean("bias").value_or(true);
+  r.finish();
+  if (r.diagnostics().ok() && m.widths.size() < 2) {
+    r.problem("widths", fmt::format("[{}]", fmt::join(m.widths, ",")),
+              "needs at least an input and an output width");
+  }
+  if (r.diagnostics().ok() && m.activation == Activation::kSwiglu) {
+    r.problem("activation", "\"swiglu\"", "must be relu or gelu for an MLP");
+  }
+  return m;
+}
+
+CnnLayer decode_cnn_layer(ObjectReader& r) {
+  CnnLayer l;
+  l.kind = r.enumeration("type", cnn_layer_kind_names()).value_or(CnnLayerKind::kConv);
+  switch (l.kind) {
+    case CnnLayerKind::kConv:
+      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
+      l.kernel = r.integer("kernel", kPositive).value_or(1);
+      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(1);
+      l.padding = r.integer("padding", Range::non_negative(), Presence::kOptional).value_or(0);
+      l.bias = r.boolean("bias").value_or(false);
+      l.batch_norm = r.boolean("batch_norm", Presence::kOptional).value_or(false);
+      l.relu = r.boolean("relu", Presence::kOptional).value_or(false);
+      break;
+    case CnnLayerKind::kMaxPool:
+    case CnnLayerKind::kAvgPool:
+      l.kernel = r.integer("kernel", kPositive).value_or(1);
+      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(l.kernel);
+      l.padding = r.integer("padding", Range::non_negative(), Presence::kOptional).value_or(0);
+      break;
+    case CnnLayerKind::kAdaptiveAvgPool:
+      l.output = r.integer("output", kPositive).value_or(1);
+      break;
+    case CnnLayerKind::kFc:
+      l.out_features = r.integer("out_features", kPositive).value_or(1);
+      l.bias = r.boolean("bias").value_or(true);
+      l.relu = r.boolean("relu", Presence::kOptional).value_or(false);
+      break;
+    case CnnLayerKind::kBottleneck:
+      l.mid_channels = r.integer("mid_channels", kPositive).value_or(1);
+      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
+      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(1);
+      l.blocks = r.integer("blocks", kPositive, Presence::kOptional).value_or(1);
+      break;
+  }
+  r.finish();
+  return l;
+}
+
+CnnSpec decode_cnn(ObjectReader& r) {
+  CnnSpec c;
+  if (auto in = r.object("input")) {
+    c.in_channels = in->integer("channels", kPositive).value_or(1);
+    c.height = in->integer("height", kPositive).value_or(1);
+    c.width = in->integer("width", kPositive).value_or(1);
+    in->finish();
+  }
+  if (const Json* layers = r.array("layers")) {
+    std::string base = pointer_join(r.pointer(), "layers");
+    for (size_t i = 0; i < layers->size(); ++i) {
+      ObjectReader lr = element_reader(*layers, base, i, r.diagnostics());
+      c.layers.push_back(decode_cnn_layer(lr));
+    }
+    if (layers->empty()) r.problem("layers", "[]", "needs at least one layer");
+  }
+  r.finish();
+  if (!r.diagnostics().ok()) return c;
+  // Shapes must stay positive, and once flattened by fc only fc may follow.
+  int64_t channels = c.in_channels;
+  int64_t height = c.height;
+  int64_t width = c.width;
+  bool flat = false;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const CnnLayer& l = c.layers[i];
+    std::string at = pointer_join(pointer_join(r.pointer(), "layers"), i);
+    if (flat && l.kind != CnnLayerKind::kFc) {
+      r.diagnostics().add(at, "", "only fc layers may follow an fc layer");
+      return c;
+    }
+    switch (l.kind) {
+      case CnnLayerKind::kConv:
+      case CnnLayerKind::kMaxPool:
+      case CnnLayerKind::kAvgPool:
+        height = (height + 2 * l.padding - l.kernel) / l.stride + 1;
+        width = (width + 2 * l.padding - l.kernel) / l.stride + 1;
+        if (l.kind == CnnLayerKind::kConv) channels = l.out_channels;
+        break;
+      case CnnLayerKind::kAdaptiveAvgPool:
+        height = width = l.output;
+        break;
+      case CnnLayerKind::kBottleneck:
+        height = (height - 1) / l.stride + 1;
+        width = (width - 1) / l.stride + 1;
+        channels = l.out_channels;
+        break;
+      case CnnLayerKind::kFc:
+        flat = true;
+        channels = l.out_features;
+        height = width = 1;
+        break;
+    }
+    if (height <= 0 || width <= 0) {
+      r.diagnostics().add(at, "",
+                          fmt::format("the feature map shrinks to {}x{}: kernel, stride or "
+                                      "padding too large for the input",
+                                      height, width));
+      return c;
+    }
+  }
+  if (!flat) r.problem("layers", "", "must end with an fc layer (the classifier)");
+  (void)channels;
+  return c;
+}
+
+}  // namespace
+
+ModelSpec model_from_json(const Json& json, const std::string& source) {
+  Diagnostics diag(source);
+  ObjectReader r(json, "", diag);
+  ModelSpec m;
+  if (!r.is_object()) diag.throw_if_any();
+  r.expect_schema(kModelSchema);
+  m.name = r.string("name").value_or("");
+  m.description = r.string("description", Presence::kOptional).value_or("");
+  m.source = r.string("source", Presence::kOptional).value_or("");
+  std::optional<ModelKind> kind = r.enumeration("kind", model_kind_names());
+  if (kind) {
+    switch (*kind) {
+      case ModelKind::kTransformer:
+        if (auto t = r.object("transformer")) m.body = decode_transformer(*t);
+        break;
+      case ModelKind::kMlp:
+        if (auto t = r.object("mlp")) m.body = decode_mlp(*t);
+        break;
+      case ModelKind::kCnn:
+        if (auto t = r.object("cnn")) m.body = decode_cnn(*t);
+        break;
+    }
+  }
+  if (m.name.empty() && r.has("name")) r.problem("name", "\"\"", "must not be empty");
+  r.finish();
+  diag.throw_if_any();
+  return m;
+}
+
+namespace {
+
+Json transformer_json(const TransformerSpec& t) {
+  Json j = {{"architecture", enum_name(architecture_names(), t.architecture)},
+            {"layers", t.layers},
+            {"hidden", t.hidden},
+            {"heads", t.heads},
+            {"kv_heads", t.kv_heads},
+            {"ffn_hidden", t.ffn_hidden},
+            {"vocab", t.vocab},
+            {"seq_len", t.seq_len},
+            {"activation", enum_name(activation_names(), t.activation)},
+            {"norm", enum_name(norm_names(), t.norm)},
+            {"tied_embeddings", t.tied_embeddings},
+            {"position_embedding", enum_name(position_embedding_names(), t.position_embedding)},
+            {"max_positions", t.max_positions},
+            {"bias", t.bias},
+            {"dropout", t.dropout}};
+  if (t.type_vocab > 0) j["type_vocab"] = t.type_vocab;
+  if (t.pooler) j["pooler"] = true;
+  if (t.moe) j["moe"] = {{"experts", t.moe->experts}, {"top_k", t.moe->top_k}};
+  return j;
+}
+
+Json cnn_layer_json(const CnnLayer& l) {
+  Json j = {{"type", enum_name(cnn_layer_kind_names(), l.kind)}};
+  switch (l.kind) {
+    case CnnLayerKind::kConv:
+      j.update({{"out_channels", l.out_channels},
+                {"kernel", l.kernel},
+                {"stride", l.stride},
+                {"padding", l.padding},
+                {"bias", l.bias},
+                {"batch_norm", l.batch_norm},
+                {"relu", l.relu}});
+      break;
+    case CnnLayerKind::kMaxPool:
+    case CnnLayerKind::kAvgPool:
+      j.update({{"kernel", l.kernel}, {"stride", l.stride}, {"padding", l.padding}});
+      break;
+    case CnnLayerKind::kAdaptiveAvgPool:
+      j["output"] = l.output;
+      break;
+    case CnnLayerKind::kFc:
+      j.update({{"out_features", l.out_features}, {"bias", l.bias}, {"relu", l.relu}});
+      break;
+    case CnnLayerKind::kBottleneck:
+      j.update({{"mid_channels", l.mid_channels},
+                {"out_channels", l.out_channels},
+                {"stride", l.stride},
+                {"blocks", l.blocks}});
+      break;
+  }
+  return j;
+}
+
+}  // namespace
+
+Json to_json(const ModelSpec& m) {
+  Json j = {{"schema", kModelSchema}, {"name", m.name}};
+  if (!m.description.empty()) j["description"] = m.description;
+  if (!m.source.empty()) j["source"] = m.source;
+  j["kind"] = enum_name(model_kind_names(), m.kind());
+  switch (m.kind()) {
+    case ModelKind::kTransformer:
+      j["transformer"] = transformer_json(m.transformer());
+      break;
+    case ModelKind::kMlp:
+      j["mlp"] = {{"widths", m.mlp().widths},
+                  {"activation", enum_name(activation_names(), m.mlp().activation)},
+                  {"bias", m.mlp().bias}};
+      break;
+    case ModelKind::kCnn: {
+      Json layers = Json::array();
+      for (const CnnLayer& l : m.cnn().layers) layers.push_back(cnn_layer_json(l));
+      j["cnn"] = {{"input",
+                   {{"channels", m.cnn().in_channels},
+                    {"height", m.cnn().height},
+                    {"width", m.cnn().width}}},
+                  {"layers", layers}};
+      break;
+    }
+  }
+  return j;
+}
+
+ModelSpec read_model_file(const std::string& path) {
+  return model_from_json(read_json_file(path), path);
+}
+
+}  // namespace sextant::spec

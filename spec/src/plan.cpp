@@ -1,0 +1,229 @@
+// Plan JSON decoding, the rules inside a plan, and the rules between a plan and a model.
+#include "sextant/spec/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <numeric>
+
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::spec {
+
+namespace {
+constexpr std::array<std::pair<std::string_view, Schedule>, 3> kSchedules{
+    {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1F1B}, {"interleaved", Schedule::kInterleaved}}};
+constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
+    {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
+const Range kPositiveInt = Range::at_least(1);
+}  // namespace
+
+EnumNames<Schedule> schedule_names() { return kSchedules; }
+EnumNames<Recompute> recompute_names() { return kRecomputes; }
+
+std::string Plan::name() const {
+  std::string s = fmt::format("dp{}.tp{}.pp{}.z{}.mb{}", dp, tp, pp, zero, micro_batch);
+  if (sequence_parallel) s += ".sp";
+  if (pp > 1) {
+    switch (schedule) {
+      case Schedule::kGpipe:
+        s += ".gpipe";
+        break;
+      case Schedule::k1F1B:
+        s += ".1f1b";
+        break;
+      case Schedule::kInterleaved:
+        s += fmt::format(".il{}", virtual_stages);
+        break;
+    }
+  }
+  if (recompute == Recompute::kSelective) s += ".rc-sel";
+  if (recompute == Recompute::kFull) s += ".rc-full";
+  return s;
+}
+
+Plan plan_from_json(const Json& json, const std::string& source) {
+  Diagnostics diag(source);
+  ObjectReader r(json, "", diag);
+  if (!r.is_object()) diag.throw_if_any();
+  Plan p;
+  r.expect_schema(kPlanSchema);
+  p.dp = r.integer("dp", kPositiveInt).value_or(1);
+  p.tp = r.integer("tp", kPositiveInt).value_or(1);
+  p.pp = r.integer("pp", kPositiveInt).value_or(1);
+  p.zero = static_cast<int>(r.integer("zero", Range::between(0, 3)).value_or(0));
+  p.sequence_parallel = r.boolean("sequence_parallel", Presence::kOptional).value_or(false);
+  p.micro_batch = r.integer("micro_batch", kPositiveInt).value_or(1);
+  p.global_batch = r.integer("global_batch", kPositiveInt).value_or(1);
+  p.schedule = r.enumeration("schedule", schedule_names(), Presence::kOptional).value_or(p.schedule);
+  p.virtual_stages = r.integer("virtual_stages", kPositiveInt, Presence::kOptional).value_or(1);
+  p.stage_layers = r.integer_array("stage_layers", kPositiveInt, Presence::kOptional)
+                       .value_or(std::vector<int64_t>{});
+  p.recompute =
+      r.enumeration("recompute", recompute_names(), Presence::kOptional).value_or(p.recompute);
+  p.dp_bucket_bytes =
+      r.integer("dp_bucket_bytes", kPositiveInt, Presence::kOptional).value_or(kDefaultBucketBytes);
+  p.overlap_dp_comm = r.boolean("overlap_dp_comm", Presence::kOptional).value_or(true);
+  p.fsdp_prefetch = r.boolean("fsdp_prefetch", Presence::kOptional).value_or(true);
+  p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
+  p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
+  if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
+    for (const auto& [name, kind] : collective_kind_names()) {
+      if (auto a = algos->enumeration(name, collective_algorithm_names(), Presence::kOptional))
+        p.collective_algorithms[kind] = *a;
+    }
+    algos->finish();
+  }
+  p.model = r.string("model", Presence::kOptional).value_or("");
+  p.cluster = r.string("cluster", Presence::kOptional).value_or("");
+  r.value("predicted", Presence::kOptional);  // written by `sextant plan`, informational
+  r.value("provenance", Presence::kOptional);
+  r.finish();
+  if (diag.ok()) {
+    if (p.global_batch % (p.dp * p.micro_batch) != 0) {
+      r.problem("global_batch", std::to_string(p.global_batch),
+                fmt::format("must be a multiple of dp*micro_batch ({}*{} = {})", p.dp,
+                            p.micro_batch, p.dp * p.micro_batch));
+    }
+    if (p.virtual_stages > 1 && p.schedule != Schedule::kInterleaved) {
+      r.problem("virtual_stages", std::to_string(p.virtual_stages),
+                "must be 1 unless schedule is \"interleaved\"");
+    }
+    if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.virtual_stages < 2) {
+      r.problem("virtual_stages", std::to_string(p.virtual_stages),
+                "must be >= 2 with the interleaved schedule");
+    }
+    if (!p.stage_layers.empty() &&
+        static_cast<int64_t>(p.stage_layers.size()) != p.pp * p.virtual_stages) {
+      r.problem("stage_layers", fmt::format("{} entries", p.stage_layers.size()),
+                fmt::format("must have pp*virtual_stages = {} entries", p.pp * p.virtual_stages));
+    }
+    if (p.sequence_parallel && p.tp < 2) {
+      r.problem("sequence_parallel", "true", "needs tp > 1");
+    }
+    if (p.zero >= 2 && p.pp > 1) {
+      r.problem("zero", std::to_string(p.zero),
+                "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
+                "micro-batches: use zero <= 1 with pp > 1");
+    }
+  }
+  diag.throw_if_any();
+  return p;
+}
+
+Json to_json(const Plan& p) {
+  Json j = {{"schema", kPlanSchema},
+            {"dp", p.dp},
+            {"tp", p.tp},
+            {"pp", p.pp},
+            {"zero", p.zero},
+            {"sequence_parallel", p.sequence_parallel},
+            {"micro_batch", p.micro_batch},
+            {"global_batch", p.global_batch},
+            {"schedule", enum_name(schedule_names(), p.schedule)},
+            {"virtual_stages", p.virtual_stages},
+            {"recompute", enum_name(recompute_names(), p.recompute)},
+            {"dp_bucket_bytes", p.dp_bucket_bytes},
+            {"overlap_dp_comm", p.overlap_dp_comm},
+            {"fsdp_prefetch", p.fsdp_prefetch}};
+  if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
+  if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
+  if (p.seq_len) j["seq_len"] = *p.seq_len;
+  if (!p.collective_algorithms.empty()) {
+    Json a = Json::object();
+    for (const auto& [kind, algo] : p.collective_algorithms)
+      a[std::string(enum_name(collective_kind_names(), kind))] =
+          enum_name(collective_algorithm_names(), algo);
+    j["collective_algorithms"] = a;
+  }
+  if (!p.model.empty()) j["model"] = p.model;
+  if (!p.cluster.empty()) j["cluster"] = p.cluster;
+  return j;
+}
+
+Plan read_plan_file(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+
+std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers) {
+  if (!plan.stage_layers.empty()) return plan.stage_layers;
+  int64_t chunks = plan.chunks();
+  std::vector<int64_t> counts(static_cast<size_t>(chunks), layers / chunks);
+  int64_t rest = layers % chunks;
+  for (int64_t i = 0; i < rest; ++i) counts[static_cast<size_t>(chunks - 1 - i)] += 1;
+  return counts;
+}
+
+namespace {
+
+// Number of "layers" a model can be split into along a pipeline.
+int64_t pipeline_units(const ModelSpec& model) {
+  switch (model.kind()) {
+    case ModelKind::kTransformer:
+      return model.transformer().layers;
+    case ModelKind::kMlp:
+      return static_cast<int64_t>(model.mlp().widths.size()) - 1;
+    case ModelKind::kCnn: {
+      // A bottleneck entry stands for `blocks` residual blocks, each a pipeline unit.
+      int64_t units = 0;
+      for (const CnnLayer& l : model.cnn().layers)
+        units += l.kind == CnnLayerKind::kBottleneck ? l.blocks : 1;
+      return units;
+    }
+  }
+  return 1;
+}
+
+}  // namespace
+
+void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks, const std::string& source) {
+  Diagnostics diag(source);
+  auto add = [&](std::string field, std::string value, std::string expected) {
+    diag.add("/" + field, std::move(value), std::move(expected));
+  };
+  if (p.world_size() != ranks) {
+    add("dp", fmt::format("{} (dp*tp*pp = {}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp, p.world_size()),
+        fmt::format("dp*tp*pp must equal the number of ranks ({})", ranks));
+  }
+  int64_t units = pipeline_units(model);
+  if (p.chunks() > units) {
+    add("pp", std::to_string(p.pp),
+        fmt::format("pp*virtual_stages ({}) must not exceed the model's {} layers", p.chunks(),
+                    units));
+  }
+  if (!p.stage_layers.empty()) {
+    int64_t sum = std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), int64_t{0});
+    if (sum != units)
+      add("stage_layers", std::to_string(sum),
+          fmt::format("must add up to the model's {} layers", units));
+  }
+  if (model.is_transformer()) {
+    const TransformerSpec& t = model.transformer();
+    int64_t seq = p.seq_len.value_or(t.seq_len);
+    if (t.heads % p.tp != 0)
+      add("tp", std::to_string(p.tp), fmt::format("must divide the {} attention heads", t.heads));
+    else if (t.kv_heads % p.tp != 0)
+      add("tp", std::to_string(p.tp),
+          fmt::format("must divide the {} key/value heads", t.kv_heads));
+    if (t.ffn_hidden % p.tp != 0)
+      add("tp", std::to_string(p.tp), fmt::format("must divide ffn_hidden ({})", t.ffn_hidden));
+    if (p.sequence_parallel && seq % p.tp != 0)
+      add("sequence_parallel", "true",
+          fmt::format("needs tp ({}) to divide the sequence length ({})", p.tp, seq));
+    if (p.seq_len && t.position_embedding == PositionEmbedding::kLearned &&
+        *p.seq_len > t.max_positions)
+      add("seq_len", std::to_string(*p.seq_len),
+          fmt::format("must be <= the model's max_positions ({})", t.max_positions));
+    if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.micro_batches() % p.pp != 0)
+      add("global_batch", std::to_string(p.global_batch),
+          fmt::format("the interleaved schedule needs micro-batches per replica ({}) divisible "
+                      "by pp ({})",
+                      p.micro_batches(), p.pp));
+  } else {
+    if (p.tp > 1)
+      add("tp", std::to_string(p.tp),
+          "tensor parallelism applies to transformers only: use tp = 1 for MLPs and CNNs");
+    if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), "applies to transformers only");
+  }
+  diag.throw_if_any();
+}
+
+}  // namespace sextant::spec

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Feeds the `sextant` commands that read files truncated, mistyped and absurd inputs: each must
+# exit with status 2 and one clear line naming the file, never crash (status >= 128) or succeed.
+set -u
+sextant="$1"
+source_dir="$2"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+
+expect_error() {  # expect_error <substring> <command...>
+  local want="$1"
+  shift
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 2 ]; then
+    echo "FAIL (exit $rc, want 2): $*"
+    echo "$out" | head -5
+    failures=$((failures + 1))
+  elif ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL (message lacks '$want'): $*"
+    echo "$out" | head -5
+    failures=$((failures + 1))
+  fi
+}
+
+"$sextant" clusters show local-cpu --json >"$dir/cluster.json"
+
+# A valid model file from the zoo, then broken in several ways.
+cp "$source_dir/models/zoo/gpt-tiny.json" "$dir/valid-model.json"
+"$sextant" models show "$dir/valid-model.json" >/dev/null || { echo "FAIL: valid model rejected"; failures=$((failures + 1)); }
+
+head -c 200 "$dir/valid-model.json" >"$dir/truncated.json"
+expect_error "$dir/truncated.json: invalid JSON" "$sextant" models show "$dir/truncated.json"
+sed 's/"layers": 4/"layers": "four"/' "$dir/valid-model.json" >"$dir/mistyped.json"
+expect_error "/transformer/layers = \"four\": expected an integer" "$sextant" models show "$dir/mistyped.json"
+sed 's/"hidden": 128/"hidden": -128/' "$dir/valid-model.json" >"$dir/absurd.json"
+expect_error "/transformer/hidden = -128: must be >= 1" "$sextant" models show "$dir/absurd.json"
+sed 's/"vocab"/"vocab_size"/' "$dir/valid-model.json" >"$dir/typo.json"
+expect_error "/transformer/vocab_size: unknown field" "$sextant" models show "$dir/typo.json"
+: >"$dir/empty.json"
+expect_error "empty.json: invalid JSON" "$sextant" models show "$dir/empty.json"
+expect_error "cannot open" "$sextant" models show "$dir/missing.json"
+expect_error "unknown model" "$sextant" models show no-such-model
+
+head -c 300 "$dir/cluster.json" >"$dir/cluster-truncated.json"
+expect_error "cluster-truncated.json: invalid JSON" "$sextant" clusters show "$dir/cluster-truncated.json"
+sed 's/"bandwidth_GBps": 4.0/"bandwidth_GBps": -4.0/' "$dir/cluster.json" >"$dir/cluster-absurd.json"
+expect_error "/network/levels/0/bandwidth_GBps = -4.0: must be > 0" "$sextant" clusters show "$dir/cluster-absurd.json"
+sed 's/"devices_per_node": 2/"devices_per_node": true/' "$dir/cluster.json" >"$dir/cluster-mistyped.json"
+expect_error "/devices_per_node = true: expected an integer" "$sextant" clusters show "$dir/cluster-mistyped.json"
+expect_error "unknown cluster" "$sextant" clusters show dgx-z9000
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all bad inputs rejected cleanly"

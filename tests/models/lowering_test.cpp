@@ -1,0 +1,104 @@
+// Structure of the lowering: tensor-parallel collectives, backward costs, pipeline split, and the
+// zoo files' robustness.
+#include "sextant/models/lowering.hpp"
+
+#include <gtest/gtest.h>
+
+#include "json_mutations.hpp"
+#include "sextant/models/counts.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::models {
+namespace {
+
+int count_class(const std::vector<Op>& ops, spec::OpClass c) {
+  int n = 0;
+  for (const Op& op : ops) n += op.op_class == c ? 1 : 0;
+  return n;
+}
+
+TEST(Lowering, MegatronTensorParallelHasTwoAllReducesPerPass) {
+  spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  LoweredModel l = lower(m, {1, 0, spec::Dtype::kBf16, 4, false});
+  const Layer& block = l.layers[1];
+  EXPECT_EQ(count_class(block.forward, spec::OpClass::kAllReduce), 2);
+  EXPECT_EQ(count_class(block.backward, spec::OpClass::kAllReduce), 2);
+  // Message size: the full activation b*s*h in bf16.
+  for (const Op& op : block.forward) {
+    if (op.op_class == spec::OpClass::kAllReduce) {
+      EXPECT_EQ(op.bytes, 2048 * 2048 * 2);
+    }
+  }
+}
+
+TEST(Lowering, SequenceParallelReplacesAllReduceByReduceScatterAndAllGather) {
+  spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  LoweredModel l = lower(m, {1, 0, spec::Dtype::kBf16, 4, true});
+  for (const std::vector<Op>* ops : {&l.layers[1].forward, &l.layers[1].backward}) {
+    EXPECT_EQ(count_class(*ops, spec::OpClass::kAllReduce), 0);
+    EXPECT_EQ(count_class(*ops, spec::OpClass::kReduceScatter), 2);
+    EXPECT_EQ(count_class(*ops, spec::OpClass::kAllGather), 2);
+  }
+}
+
+TEST(Lowering, NoCollectivesWithoutTensorParallelism) {
+  LoweredModel l = lower(zoo_model("gpt2-124m"), {1, 0, spec::Dtype::kBf16, 1, false});
+  for (const Layer& layer : l.layers)
+    for (const Op& op : layer.forward) EXPECT_FALSE(op.is_comm()) << op.name;
+}
+
+TEST(Lowering, BackwardMatmulsCostTwiceTheForward) {
+  LoweredModel l = lower(zoo_model("gpt2-350m"), {2, 0, spec::Dtype::kBf16, 1, false});
+  for (const Layer& layer : l.layers)
+    EXPECT_NEAR(layer.backward_flops(), 2 * layer.forward_flops(), 1e-6 * layer.forward_flops())
+        << layer.name;
+}
+
+TEST(Lowering, PipelineSplitCoversTheBlocks) {
+  LoweredModel l = lower(zoo_model("gpt-tiny"), {1, 0, spec::Dtype::kFp32, 1, false});
+  EXPECT_EQ(l.layers.size(), 6u);  // embedding, 4 blocks, head
+  EXPECT_EQ(pipeline_layer_count(l), 4);
+  EXPECT_EQ(l.layers.front().kind, LayerKind::kEmbedding);
+  EXPECT_EQ(l.layers.back().kind, LayerKind::kHead);
+  LoweredModel r = lower(zoo_model("resnet50"), {1, 0, spec::Dtype::kBf16, 1, false});
+  EXPECT_EQ(pipeline_layer_count(r), 2 + 16 + 2);  // stem conv, pool, 16 blocks, pool, fc
+}
+
+TEST(Lowering, TensorParallelOnACnnIsRefused) {
+  EXPECT_THROW(lower(zoo_model("resnet50"), {1, 0, spec::Dtype::kBf16, 2, false}), InputError);
+}
+
+TEST(Zoo, EveryModelLoadsAndRoundTrips) {
+  std::vector<std::string> names = zoo_names();
+  EXPECT_GE(names.size(), 21u);
+  for (const std::string& name : names) {
+    spec::ModelSpec m = zoo_model(name);
+    EXPECT_EQ(m.name, name);
+    EXPECT_FALSE(m.source.empty()) << name;
+    EXPECT_EQ(spec::to_json(spec::model_from_json(spec::to_json(m), "again")), spec::to_json(m));
+    EXPECT_GT(parameter_count(m), 0);
+  }
+}
+
+TEST(Zoo, EveryMutationOfAZooFileIsRejectedNamingTheField) {
+  for (const char* name : {"gpt2-124m", "llama3-8b", "bert-large", "mlp-small", "alexnet"}) {
+    spec::Json valid = spec::to_json(zoo_model(name));
+    for (const test::Mutation& mu : test::leaf_mutations(valid)) {
+      // Free text fields accept any string but not a number; numbers must be > 0 or >= 0.
+      try {
+        spec::model_from_json(mu.document, "doc.json");
+        ADD_FAILURE() << name << mu.pointer << ": " << mu.description << " was accepted";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find(mu.pointer), std::string::npos) << e.what();
+      }
+    }
+    std::string text = valid.dump(2);
+    for (const std::string& cut : test::truncations(text))
+      EXPECT_THROW(spec::model_from_json(spec::parse_json_text(cut, "doc.json"), "doc.json"),
+                   InputError);
+  }
+}
+
+}  // namespace
+}  // namespace sextant::models

@@ -1,0 +1,56 @@
+// File helpers: located parse errors and atomic writes.
+#include "sextant/spec/json_io.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sextant::spec {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(JsonIo, ParseErrorNamesSourceLineAndColumn) {
+  try {
+    parse_json_text("{\n  \"a\": 1,\n  \"b\": ]\n}", "bad.json");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("line 3"), std::string::npos) << msg;
+  }
+}
+
+TEST(JsonIo, MissingFileIsAnInputError) {
+  EXPECT_THROW(read_json_file("/nonexistent/sextant.json"), InputError);
+}
+
+TEST(JsonIo, AtomicWriteReplacesContentAndLeavesNoTemporary) {
+  fs::path dir = fs::temp_directory_path() / "sextant_json_io_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::path file = dir / "out.json";
+  write_json_file(file, Json{{"a", 1}});
+  write_json_file(file, Json{{"a", 2}});
+  EXPECT_EQ(read_json_file(file).at("a"), 2);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1) << "a temporary file was left behind";
+  fs::remove_all(dir);
+}
+
+TEST(JsonIo, AtomicWriteIntoMissingDirectoryFailsClearly) {
+  try {
+    write_file_atomically("/nonexistent-dir/x.json", "{}");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/x.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace sextant::spec

@@ -1,0 +1,105 @@
+// Plan decoding, rules inside a plan, and rules against a model.
+#include "sextant/spec/plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include "expect_input_error.hpp"
+
+namespace sextant::spec {
+namespace {
+
+Json base_plan() {
+  return Json::parse(R"({"schema": "sextant.plan/1", "dp": 2, "tp": 2, "pp": 2, "zero": 1,
+                         "micro_batch": 2, "global_batch": 16})");
+}
+
+ModelSpec gpt(int64_t layers, int64_t heads) {
+  ModelSpec m;
+  m.name = "g";
+  TransformerSpec t;
+  t.layers = layers;
+  t.hidden = 64 * heads;
+  t.heads = t.kv_heads = heads;
+  t.ffn_hidden = 4 * t.hidden;
+  t.vocab = 1000;
+  t.seq_len = 128;
+  t.max_positions = 128;
+  m.body = t;
+  return m;
+}
+
+TEST(Plan, DecodesWithDefaultsAndNames) {
+  Plan p = plan_from_json(base_plan(), "p.json");
+  EXPECT_EQ(p.world_size(), 8);
+  EXPECT_EQ(p.micro_batches(), 4);  // 16 / (2 * 2)
+  EXPECT_EQ(p.schedule, Schedule::k1F1B);
+  EXPECT_EQ(p.dp_bucket_bytes, 25LL << 20);
+  EXPECT_EQ(p.name(), "dp2.tp2.pp2.z1.mb2.1f1b");
+}
+
+TEST(Plan, RoundTrips) {
+  Json j = base_plan();
+  j["collective_algorithms"] = Json::parse(R"({"all_reduce": "ring"})");
+  j["schedule"] = "interleaved";
+  j["virtual_stages"] = 2;
+  Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(to_json(plan_from_json(to_json(p), "again")), to_json(p));
+  EXPECT_EQ(p.collective_algorithms.at(CollectiveKind::kAllReduce), CollectiveAlgorithm::kRing);
+}
+
+TEST(Plan, GlobalBatchMustDivideIntoMicroBatches) {
+  Json j = base_plan();
+  j["global_batch"] = 10;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/global_batch = 10: must be a multiple of dp*micro_batch (2*2 = 4)");
+}
+
+TEST(Plan, VirtualStagesNeedTheInterleavedSchedule) {
+  Json j = base_plan();
+  j["virtual_stages"] = 2;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "must be 1 unless schedule is \"interleaved\"");
+}
+
+TEST(Plan, ZeroTwoWithPipelineIsRejected) {
+  Json j = base_plan();
+  j["zero"] = 2;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "use zero <= 1 with pp > 1");
+}
+
+TEST(Plan, ZeroStageOutOfRange) {
+  Json j = base_plan();
+  j["zero"] = 4;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "/zero = 4: must be in [0, 3]");
+}
+
+TEST(Plan, ValidateAgainstModelAndRanks) {
+  Plan p = plan_from_json(base_plan(), "p.json");
+  EXPECT_NO_THROW(validate_plan(p, gpt(4, 4), 8, "p.json"));
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 16, "p.json"),
+                     "dp*tp*pp must equal the number of ranks (16)");
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 3), 8, "p.json"), "must divide the 3 attention heads");
+  p.pp = 8;
+  p.dp = 1;
+  p.tp = 1;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"),
+                     "pp*virtual_stages (8) must not exceed the model's 4 layers");
+}
+
+TEST(Plan, StageLayersMustCoverTheModel) {
+  Json j = base_plan();
+  j["stage_layers"] = {3, 3};
+  Plan p = plan_from_json(j, "p.json");
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"), "must add up to the model's 4 layers");
+}
+
+TEST(Plan, EvenSplitGivesTheRemainderToLaterStages) {
+  Plan p;
+  p.pp = 3;
+  EXPECT_EQ(stage_layer_counts(p, 10), (std::vector<int64_t>{3, 3, 4}));
+  p.pp = 2;
+  p.virtual_stages = 2;
+  EXPECT_EQ(stage_layer_counts(p, 8), (std::vector<int64_t>{2, 2, 2, 2}));
+}
+
+}  // namespace
+}  // namespace sextant::spec

@@ -1,0 +1,94 @@
+// Every reader of spec/ rejects truncated, mistyped and absurd files with an InputError that names
+// the source and the field, and never crashes.
+#include <gtest/gtest.h>
+
+#include "json_mutations.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/report.hpp"
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::spec {
+namespace {
+
+template <typename Read>
+void expect_rejects_every_mutation(const Json& valid, Read read) {
+  ASSERT_NO_THROW(read(valid));
+  int checked = 0;
+  for (const test::Mutation& m : test::leaf_mutations(valid)) {
+    try {
+      read(m.document);
+      ADD_FAILURE() << m.pointer << ": " << m.description << " was accepted";
+    } catch (const InputError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("doc.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(m.pointer), std::string::npos)
+          << m.description << ": the error should name " << m.pointer << ", got: " << msg;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  std::string text = valid.dump(2);
+  for (const std::string& cut : test::truncations(text)) {
+    EXPECT_THROW(read(parse_json_text(cut, "doc.json")), InputError) << cut.size();
+  }
+}
+
+TEST(ReaderRobustness, Clusters) {
+  for (const std::string& name : builtin_cluster_names()) {
+    SCOPED_TRACE(name);
+    expect_rejects_every_mutation(to_json(builtin_cluster(name)),
+                                  [](const Json& j) { return cluster_from_json(j, "doc.json"); });
+  }
+}
+
+TEST(ReaderRobustness, Plans) {
+  Plan p;
+  p.dp = 2;
+  p.global_batch = 8;
+  p.micro_batch = 2;
+  p.dtype = Dtype::kBf16;
+  p.seq_len = 128;
+  expect_rejects_every_mutation(to_json(p), [](const Json& j) { return plan_from_json(j, "doc.json"); });
+}
+
+TEST(ReaderRobustness, Reports) {
+  Report r;
+  r.model = "m";
+  r.cluster = "c";
+  r.plan = "dp1.tp1.pp1.z0.mb1";
+  r.gpus = 1;
+  r.network = "analytic";
+  r.step_time_s = 1;
+  expect_rejects_every_mutation(to_json(r),
+                                [](const Json& j) { return report_from_json(j, "doc.json"); });
+}
+
+TEST(ReaderRobustness, Traces) {
+  Trace t;
+  t.kind = "measured";
+  TraceEvent e;
+  e.name = "attn.qkv";
+  e.rank = 1;
+  e.start_ps = 1000000;
+  e.duration_ps = 2000000;
+  e.phase = Phase::kFwd;
+  e.layer = 3;
+  e.micro_batch = 0;
+  e.flops = 1e9;
+  e.bytes = 4096;
+  e.shape = {128, 384, 128};
+  e.dtype = Dtype::kFp32;
+  t.events.push_back(e);
+  Json valid = Json::parse(trace_to_chrome_json(t));
+  // Metadata events and otherData are free-form; mutate only the timed event.
+  Json only_event = valid;
+  only_event["traceEvents"] = Json::array({valid["traceEvents"].back()});
+  only_event.erase("otherData");
+  expect_rejects_every_mutation(only_event,
+                                [](const Json& j) { return trace_from_json(j, "doc.json"); });
+}
+
+}  // namespace
+}  // namespace sextant::spec
