@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   sextant::cli::add_models_command(app);
   sextant::cli::add_clusters_command(app);
+  sextant::cli::add_simulate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "sextant/spec/error.hpp"
 
 namespace sextant::models {
@@ -274,6 +276,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   layer.saved_bytes = rep_per_rank + split / x.t + core / x.t;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;
   layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
+  layer.output_bytes = x.norm_tokens() * x.h * e;
   return layer;
 }
 
@@ -315,6 +318,7 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   layer.params = (x.V + x.t - 1) / x.t * x.h + shared;
   layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
       m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
+  layer.output_bytes = x.norm_tokens() * x.h * e;
   return layer;
 }
 
@@ -359,6 +363,7 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   layer.saved_bytes = (decoder ? x.norm_tokens() * x.h * e : 0) + T * x.h * e + T * vocab_shard * 4;
   layer.saved_bytes_selective = layer.saved_bytes;
   layer.saved_bytes_full = layer.saved_bytes;
+  layer.output_bytes = T * 4;  // the loss per token (fp32)
   return layer;
 }
 
@@ -429,6 +434,7 @@ LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
     layer.saved_bytes = (B * in + B * outw) * e;
     layer.saved_bytes_selective = layer.saved_bytes;
     layer.saved_bytes_full = B * in * e;
+    layer.output_bytes = B * outw * e;
     out.layers.push_back(std::move(layer));
   }
   out.split_begin = 0;
@@ -495,6 +501,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       Layer layer;
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
+      const int64_t input_bytes = B * f.c * f.h * f.w * e;
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
@@ -566,7 +573,8 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       add_cnn_backward(layer);
       layer.params_total = layer.params;
       layer.saved_bytes_selective = layer.saved_bytes;
-      layer.saved_bytes_full = layer.forward.empty() ? 0 : layer.saved_bytes;  // per-layer input
+      layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
+      layer.output_bytes = B * f.c * f.h * f.w * e;
       out.layers.push_back(std::move(layer));
     }
   }

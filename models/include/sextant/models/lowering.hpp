@@ -54,6 +54,9 @@ struct Layer {
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // core attention recomputed
   int64_t saved_bytes_full = 0;       // only the layer input kept (full recompute)
+  // Bytes of the activation this layer hands to the next one, per micro-batch and rank (what a
+  // pipeline stage boundary after this layer sends; sequence-split under sequence parallelism).
+  int64_t output_bytes = 0;
   int64_t saved_bytes_for(spec::Recompute r) const;
   double forward_flops() const;
   double backward_flops() const;

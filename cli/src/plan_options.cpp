@@ -1,0 +1,65 @@
+// Plan flags to a Plan, through the same decoder as plan files.
+#include "plan_options.hpp"
+
+#include <fmt/format.h>
+
+namespace sextant::cli {
+
+void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
+  cmd.add_option("--plan", f.plan_file, "Plan JSON (sextant.plan/1), e.g. written by `sextant plan`");
+  cmd.add_option("--dp", f.dp, "Data-parallel degree")->check(CLI::PositiveNumber);
+  cmd.add_option("--tp", f.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
+  cmd.add_option("--pp", f.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber);
+  cmd.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP)")->check(CLI::Range(0, 3));
+  cmd.add_flag("--sp", f.sp, "Sequence parallelism (with tp > 1)");
+  cmd.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--global-batch", f.global_batch, "Sequences per optimizer step")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b or interleaved");
+  cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");
+  cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
+  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
+      ->check(CLI::PositiveNumber);
+  cmd.add_flag("--no-overlap", f.no_overlap, "Reduce gradients after backward, not during it");
+  cmd.add_option("--bucket-mb", f.bucket_mb, "Gradient bucket size in MiB (default 25)")
+      ->check(CLI::PositiveNumber);
+}
+
+spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus) {
+  spec::Plan plan;
+  if (!f.plan_file.empty()) {
+    plan = spec::read_plan_file(f.plan_file);
+  } else {
+    if (f.global_batch == 0) {
+      throw InputError("command line", "--global-batch", "",
+                       "missing: give --plan FILE or --global-batch with the plan flags");
+    }
+    spec::Json j = {{"schema", spec::kPlanSchema},
+                    {"dp", f.dp},
+                    {"tp", f.tp},
+                    {"pp", f.pp},
+                    {"zero", f.zero},
+                    {"sequence_parallel", f.sp},
+                    {"micro_batch", f.micro_batch},
+                    {"global_batch", f.global_batch},
+                    {"schedule", f.schedule},
+                    {"virtual_stages", f.vpp},
+                    {"recompute", f.recompute},
+                    {"overlap_dp_comm", !f.no_overlap}};
+    if (!f.dtype.empty()) j["dtype"] = f.dtype;
+    if (f.seq_len > 0) j["seq_len"] = f.seq_len;
+    if (f.bucket_mb > 0) j["dp_bucket_bytes"] = f.bucket_mb << 20;
+    plan = spec::plan_from_json(j, "command line");
+  }
+  if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  if (gpus && *gpus != plan.world_size()) {
+    throw InputError("command line", "--gpus", std::to_string(*gpus),
+                     fmt::format("must equal dp*tp*pp of the plan ({})", plan.name()));
+  }
+  return plan;
+}
+
+}  // namespace sextant::cli

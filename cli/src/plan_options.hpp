@@ -1,0 +1,38 @@
+// Command-line plan flags shared by `simulate`, `run` and `plan`: either --plan FILE or the
+// degrees and options of a plan on the command line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::cli {
+
+struct PlanFlags {
+  std::string plan_file;
+  int64_t dp = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int zero = 0;
+  bool sp = false;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 0;
+  std::string schedule = "1f1b";
+  int64_t vpp = 1;
+  std::string recompute = "none";
+  std::string dtype;
+  int64_t seq_len = 0;
+  bool no_overlap = false;
+  int64_t bucket_mb = 0;
+};
+
+// Registers --plan and the plan flags on `cmd`.
+void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
+// The plan from --plan, else from the flags (decoded and validated like a plan file, so errors
+// name the flag). `gpus` when given must equal dp*tp*pp. Throws InputError.
+spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus);
+
+}  // namespace sextant::cli

@@ -1,0 +1,73 @@
+// `sextant simulate`: predict one training step of a plan.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "plan_options.hpp"
+#include "report_print.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+struct SimulateOptions {
+  std::string model;
+  std::string cluster;
+  int64_t gpus = 0;
+  PlanFlags plan;
+  std::string network = "analytic";
+  bool json = false;
+  std::string trace;
+  std::string report;
+};
+
+void run(const SimulateOptions& o) {
+  spec::ModelSpec model = models::resolve_model(o.model);
+  spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
+  spec::Plan plan = plan_from_flags(o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt);
+  sim::SimulationOptions options;
+  auto fidelity = spec::enum_from_name(sim::fidelity_names(), o.network);
+  if (!fidelity) {
+    throw InputError("command line", "--network", o.network, "must be analytic or flow");
+  }
+  options.fidelity = *fidelity;
+  options.trace = !o.trace.empty();
+  options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
+  sim::SimulationResult result = sim::simulate(model, cluster, plan, options);
+  if (result.trace) {
+    spec::write_trace_file(o.trace, *result.trace);
+    if (!o.json) fmt::print("trace: {} ({} events)\n", o.trace, result.trace->events.size());
+  }
+  if (!o.report.empty()) spec::write_json_file(o.report, spec::to_json(result.report));
+  if (o.json) {
+    std::cout << spec::to_json(result.report).dump(2) << "\n";
+  } else {
+    print_report(result.report);
+  }
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Predict one training step of a plan");
+  cmd->add_option("--model", o->model, "Zoo name, model file or Hugging Face config.json")
+      ->required();
+  cmd->add_option("--cluster", o->cluster, "Cluster name or file")->required();
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs (must equal dp*tp*pp)")
+      ->check(CLI::PositiveNumber);
+  add_plan_flags(*cmd, o->plan);
+  cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
+  cmd->add_flag("--json", o->json, "Print the report as JSON");
+  cmd->add_option("--trace", o->trace, "Write the predicted trace (Chrome/Perfetto JSON)");
+  cmd->add_option("--report", o->report, "Write the report JSON to a file");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace sextant::cli

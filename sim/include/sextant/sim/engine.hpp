@@ -1,0 +1,59 @@
+// The discrete-event engine: integer picosecond time, a priority queue of events ordered by
+// (time, sequence number) so that equal times resolve deterministically, each rank's streams as
+// in-order resources, tasks that start once their dependencies have completed, collectives that
+// start when every member has reached them, and point-to-point transfers that start when both the
+// send and the matching receive are posted.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "sextant/sim/network.hpp"
+#include "sextant/sim/program.hpp"
+
+namespace sextant::sim {
+
+struct RankSetup {
+  int32_t program = 0;              // index into the engine's programs
+  std::array<int32_t, 2> groups{};  // by GroupSlot: tp, dp (group ids)
+  std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
+  std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
+  double speed = 1.0;               // compute time is divided by this
+};
+
+// Where one rank's time went (compute-stream view); the parts add up to `finish`.
+struct RankTimes {
+  Picoseconds finish = 0;
+  Picoseconds compute = 0;
+  Picoseconds optimizer = 0;
+  Picoseconds tp = 0;
+  Picoseconds dp = 0;
+  Picoseconds fsdp = 0;
+  Picoseconds pp = 0;
+  Picoseconds bubble = 0;
+};
+
+struct TaskRecord {
+  int32_t rank = 0;
+  int32_t task = 0;
+  Picoseconds start = 0;
+  Picoseconds end = 0;
+  std::string_view algorithm;
+};
+
+struct EngineResult {
+  std::vector<RankTimes> ranks;
+  int64_t events = 0;
+  std::vector<TaskRecord> records;  // when recording was asked for
+};
+
+// Runs one training step of every rank. Throws InternalError on a deadlock (a program bug),
+// naming the stuck ranks and tasks.
+EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
+                        const std::vector<GroupSetup>& groups,
+                        const std::vector<ChannelSetup>& channels, Network& network,
+                        bool record_tasks);
+
+}  // namespace sextant::sim

@@ -1,0 +1,69 @@
+// A rank's program for one training step: tasks on its streams with dependencies. Ranks of the
+// same pipeline stage run the same program; group and peer references are symbolic (my tensor-
+// parallel group, my next stage), resolved per rank by the engine.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/collective.hpp"
+#include "sextant/spec/trace.hpp"
+#include "sextant/spec/units.hpp"
+
+namespace sextant::sim {
+
+enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv };
+
+// What time spent waiting for a task counts as in the report's breakdown.
+enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp };
+
+enum class GroupSlot : uint8_t { kTp, kDp };
+enum class PeerSlot : uint8_t { kPrev, kNext };
+
+// Satisfied once `stream` has completed at least `count` tasks.
+struct Dep {
+  uint8_t stream = 0;
+  int32_t count = 0;
+};
+
+// An op as the trace shows it; shared by every task that runs it.
+struct OpInfo {
+  std::string name;
+  spec::OpClass op_class = spec::OpClass::kGemm;
+  double flops = 0;
+  int64_t bytes = 0;
+  std::vector<int64_t> shape;
+  int32_t layer = -1;  // -1: not a layer op (optimizer)
+  Picoseconds duration = 0;  // compute ops, at full speed
+};
+
+struct Task {
+  TaskKind kind = TaskKind::kCompute;
+  spec::Stream stream = spec::Stream::kCompute;
+  CommClass comm_class = CommClass::kNone;
+  spec::Phase phase = spec::Phase::kNone;
+  uint8_t slot = 0;  // GroupSlot (collective) or PeerSlot (send, recv)
+  spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
+  int32_t micro_batch = -1;
+  int32_t dep_begin = 0;
+  int32_t dep_end = 0;
+  int32_t op_begin = 0;  // compute: range of Program::task_ops; comm: op_begin = OpInfo index
+  int32_t op_end = 0;
+  Picoseconds duration = 0;  // compute, at full speed
+  int64_t bytes = 0;         // communication
+  bool optimizer = false;
+};
+
+struct Program {
+  std::vector<Task> tasks;
+  std::array<std::vector<int32_t>, spec::kStreamCount> streams;  // task indices in stream order
+  std::vector<Dep> deps;
+  std::vector<int32_t> task_ops;  // OpInfo indices of compute tasks, concatenated
+  std::vector<OpInfo> ops;
+
+  int64_t task_count() const { return static_cast<int64_t>(tasks.size()); }
+};
+
+}  // namespace sextant::sim

@@ -1,0 +1,30 @@
+// Lowering of Plan x Model x Cluster into per-stage programs: pipeline schedule units, forward and
+// backward passes with tensor-parallel collectives, activation recompute, gradient accumulation,
+// DDP gradient buckets overlapped with backward, ZeRO-1/2 reduce-scatter + all-gather, ZeRO-3
+// parameter all-gathers prefetched one layer ahead, point-to-point activations between stages, and
+// the optimizer step.
+#pragma once
+
+#include <vector>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/program.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::sim {
+
+struct StageLayers {
+  std::vector<size_t> chunk_begin;  // per local chunk: range of lowered layer indices
+  std::vector<size_t> chunk_end;
+};
+
+// Layers held by each local chunk of `stage` (the first stage also holds the embedding, the last
+// chunk of the last stage the head).
+StageLayers stage_layers(const spec::Plan& plan, const models::LoweredModel& lowered, int64_t stage);
+
+// The program of every rank of pipeline stage `stage`.
+Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,
+                            const ComputeModel& compute, int64_t stage);
+
+}  // namespace sextant::sim

@@ -1,0 +1,41 @@
+// `simulate`: one training step of a model on a cluster under a plan, every rank and event
+// simulated, as a Report and optionally a trace in the shared schema.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/sim/engine.hpp"
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/report.hpp"
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::sim {
+
+enum class Fidelity { kAnalytic, kFlow };
+spec::EnumNames<Fidelity> fidelity_names();
+
+struct SimulationOptions {
+  Fidelity fidelity = Fidelity::kAnalytic;
+  bool trace = false;
+  std::string plan_source = "plan";  // names the plan in error messages
+};
+
+struct SimulationResult {
+  spec::Report report;
+  std::optional<spec::Trace> trace;
+  std::vector<RankTimes> ranks;
+  int64_t critical_rank = 0;
+};
+
+// The compute dtype of a plan on a cluster: the plan's, else bf16 on GPUs and fp32 on CPUs.
+spec::Dtype plan_dtype(const spec::Plan& plan, const spec::ClusterSpec& cluster);
+
+// Throws InputError when the plan does not fit the model, the cluster or its rules.
+SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                          const spec::Plan& plan, const SimulationOptions& options);
+
+}  // namespace sextant::sim

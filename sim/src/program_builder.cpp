@@ -1,0 +1,414 @@
+// Builds a stage's program from the pipeline schedule and the lowered layers.
+#include "sextant/sim/program_builder.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <numeric>
+
+#include "sextant/spec/pipeline_schedule.hpp"
+
+namespace sextant::sim {
+
+using spec::Phase;
+using spec::Stream;
+
+StageLayers stage_layers(const spec::Plan& plan, const models::LoweredModel& lowered,
+                         int64_t stage) {
+  const int64_t units = models::pipeline_layer_count(lowered);
+  std::vector<int64_t> counts = spec::stage_layer_counts(plan, units);
+  // Global chunk c = v * pp + stage holds counts[c] pipeline units after those of chunks < c.
+  std::vector<size_t> begin_of(counts.size() + 1);
+  begin_of[0] = lowered.split_begin;
+  for (size_t c = 0; c < counts.size(); ++c)
+    begin_of[c + 1] = begin_of[c] + static_cast<size_t>(counts[c]);
+  StageLayers out;
+  const int64_t chunks = plan.chunks();
+  for (int64_t v = 0; v < plan.virtual_stages; ++v) {
+    int64_t c = v * plan.pp + stage;
+    size_t b = begin_of[static_cast<size_t>(c)];
+    size_t e = begin_of[static_cast<size_t>(c + 1)];
+    if (c == 0) b = 0;                                  // embedding
+    if (c == chunks - 1) e = lowered.layers.size();     // head
+    out.chunk_begin.push_back(b);
+    out.chunk_end.push_back(e);
+  }
+  return out;
+}
+
+namespace {
+
+class StageBuilder {
+ public:
+  StageBuilder(const spec::Plan& plan, const models::LoweredModel& lowered,
+               const ComputeModel& compute, int64_t stage)
+      : plan_(plan),
+        lowered_(lowered),
+        compute_(compute),
+        stage_(stage),
+        layers_(stage_layers(plan, lowered, stage)),
+        elem_bytes_(spec::dtype_bytes(lowered.dtype)),
+        micro_batches_(plan.micro_batches()) {}
+
+  Program build() {
+    std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
+        plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
+    for (const spec::ScheduleUnit& u : units) {
+      if (u.forward) {
+        forward_unit(u);
+      } else {
+        backward_unit(u);
+      }
+    }
+    int32_t last = flush();
+    if (plan_.dp > 1 && plan_.zero < 3 && !plan_.overlap_dp_comm) {
+      // All gradients reduced after the whole backward, in buckets.
+      for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
+        for (size_t l = layers_.chunk_end[v]; l-- > layers_.chunk_begin[v];)
+          add_to_bucket(l, last);
+      }
+      flush_bucket(last);
+    }
+    optimizer_step();
+    return std::move(program_);
+  }
+
+ private:
+  int64_t global_chunk(int64_t local) const { return local * plan_.pp + stage_; }
+  bool first_chunk(int64_t local) const { return global_chunk(local) == 0; }
+  bool last_chunk(int64_t local) const { return global_chunk(local) == plan_.chunks() - 1; }
+  bool is_block(size_t layer) const {
+    return layer >= lowered_.split_begin && layer < lowered_.split_end &&
+           lowered_.layers[layer].kind == models::LayerKind::kBlock;
+  }
+
+  int32_t op_id(size_t layer, const models::Op& op, Phase phase) {
+    auto key = std::make_tuple(layer, &op, phase);
+    auto it = op_ids_.find(key);
+    if (it != op_ids_.end()) return it->second;
+    OpInfo info;
+    info.name = op.name;
+    info.op_class = op.op_class;
+    info.flops = op.flops;
+    info.bytes = op.bytes;
+    info.shape = op.shape;
+    info.layer = static_cast<int32_t>(layer);
+    if (!op.is_comm()) info.duration = compute_.op_time(op);
+    program_.ops.push_back(std::move(info));
+    int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
+    op_ids_.emplace(key, id);
+    return id;
+  }
+
+  Dep done(int32_t task) const {
+    const Task& t = program_.tasks[static_cast<size_t>(task)];
+    return {static_cast<uint8_t>(t.stream), positions_[static_cast<size_t>(task)] + 1};
+  }
+
+  int32_t emit(Task t, const std::vector<Dep>& deps) {
+    t.dep_begin = static_cast<int32_t>(program_.deps.size());
+    program_.deps.insert(program_.deps.end(), deps.begin(), deps.end());
+    t.dep_end = static_cast<int32_t>(program_.deps.size());
+    auto& stream = program_.streams[static_cast<size_t>(t.stream)];
+    positions_.push_back(static_cast<int32_t>(stream.size()));
+    int32_t id = static_cast<int32_t>(program_.tasks.size());
+    stream.push_back(id);
+    program_.tasks.push_back(t);
+    return id;
+  }
+
+  // Ends the compute segment being gathered; returns the last compute task (or -1).
+  int32_t flush() {
+    if (pending_ops_.empty()) return last_compute_;
+    Task t;
+    t.kind = TaskKind::kCompute;
+    t.stream = Stream::kCompute;
+    t.phase = pending_phase_;
+    t.micro_batch = pending_micro_batch_;
+    t.op_begin = static_cast<int32_t>(program_.task_ops.size());
+    Picoseconds duration = 0;
+    for (int32_t id : pending_ops_) {
+      program_.task_ops.push_back(id);
+      duration += program_.ops[static_cast<size_t>(id)].duration;
+    }
+    t.op_end = static_cast<int32_t>(program_.task_ops.size());
+    t.duration = duration;
+    last_compute_ = emit(t, pending_deps_);
+    pending_ops_.clear();
+    pending_deps_.clear();
+    return last_compute_;
+  }
+
+  // The next compute op waits for `task`.
+  void require(int32_t task) {
+    flush();
+    pending_deps_.push_back(done(task));
+  }
+
+  void compute_op(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
+    if (!pending_ops_.empty() && (phase != pending_phase_ || mb != pending_micro_batch_)) flush();
+    pending_phase_ = phase;
+    pending_micro_batch_ = static_cast<int32_t>(mb);
+    pending_ops_.push_back(op_id(layer, op, phase));
+  }
+
+  int32_t comm(Stream stream, CommClass cls, uint8_t slot, TaskKind kind,
+               spec::CollectiveKind collective, int64_t bytes, int32_t op, Phase phase, int64_t mb,
+               int32_t after) {
+    Task t;
+    t.kind = kind;
+    t.stream = stream;
+    t.comm_class = cls;
+    t.slot = slot;
+    t.collective = collective;
+    t.bytes = bytes;
+    t.op_begin = op;
+    t.phase = phase;
+    t.micro_batch = static_cast<int32_t>(mb);
+    std::vector<Dep> deps;
+    if (after >= 0) deps.push_back(done(after));
+    return emit(t, deps);
+  }
+
+  // A tensor-parallel collective between compute segments: waits for the compute before it, and
+  // the compute after it waits for it.
+  void tp_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
+    int32_t before = flush();
+    int32_t task = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+                        TaskKind::kCollective, op.collective, op.bytes, op_id(layer, op, phase),
+                        phase, mb, before);
+    require(task);
+  }
+
+  int32_t named_op(const std::string& name, spec::OpClass cls, int64_t bytes, int32_t layer) {
+    OpInfo info;
+    info.name = name;
+    info.op_class = cls;
+    info.bytes = bytes;
+    info.layer = layer;
+    program_.ops.push_back(std::move(info));
+    return static_cast<int32_t>(program_.ops.size() - 1);
+  }
+
+  // Activation (or gradient) crossing the boundary in front of local chunk `v`, per rank.
+  int64_t boundary_bytes(size_t first_layer) const {
+    int64_t bytes = lowered_.layers[first_layer - 1].output_bytes;
+    // Megatron's scatter/gather optimisation: each tp rank sends 1/tp of the activation and the
+    // receivers all-gather it over the fast intra-node links (SC'21 §4.1). With sequence
+    // parallelism the activation is already split.
+    if (plan_.tp > 1 && !plan_.sequence_parallel) bytes /= plan_.tp;
+    return bytes;
+  }
+
+  void receive(PeerSlot from, int64_t bytes, Phase phase, int64_t mb, int32_t layer) {
+    spec::OpClass cls = spec::OpClass::kRecv;
+    int32_t op = named_op(phase == Phase::kFwd ? "pp.recv_activation" : "pp.recv_gradient", cls,
+                          bytes, layer);
+    int32_t task = comm(Stream::kPpRecv, CommClass::kPp, static_cast<uint8_t>(from),
+                        TaskKind::kRecv, spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, -1);
+    require(task);
+    if (plan_.tp > 1 && !plan_.sequence_parallel) {
+      int64_t full = bytes * plan_.tp;
+      int32_t ag = named_op("pp.all_gather", spec::OpClass::kAllGather, full, layer);
+      // Part of the stage-to-stage exchange: waiting for it counts as pipeline time.
+      int32_t g = comm(Stream::kTpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kTp),
+                       TaskKind::kCollective, spec::CollectiveKind::kAllGather, full, ag, phase, mb,
+                       task);
+      require(g);
+    }
+  }
+
+  void send(PeerSlot to, int64_t bytes, Phase phase, int64_t mb, int32_t layer) {
+    int32_t op = named_op(phase == Phase::kFwd ? "pp.send_activation" : "pp.send_gradient",
+                          spec::OpClass::kSend, bytes, layer);
+    int32_t before = flush();
+    comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
+         spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, before);
+  }
+
+  int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * elem_bytes_; }
+
+  // ZeRO-3: all-gather a layer's parameters from the data-parallel group.
+  int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
+    int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
+    int32_t op = named_op("fsdp.all_gather", spec::OpClass::kAllGather, bytes,
+                          static_cast<int32_t>(layer));
+    return comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
+                TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
+                after);
+  }
+
+  // Runs `layers` (in pass order) with ZeRO-3 parameter gathers when the plan shards parameters.
+  template <typename Body>
+  void pass(const std::vector<size_t>& order, Phase phase, int64_t mb, Body body) {
+    const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
+    std::vector<int32_t> gathers(order.size(), -1);
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (fsdp) {
+        int32_t before = flush();
+        if (plan_.fsdp_prefetch) {
+          // The gather of the layer after this one runs while this layer computes.
+          if (gathers[i] < 0) gathers[i] = gather_params(order[i], phase, mb, before);
+          if (i + 1 < order.size()) gathers[i + 1] = gather_params(order[i + 1], phase, mb, before);
+        } else {
+          gathers[i] = gather_params(order[i], phase, mb, before);
+        }
+        require(gathers[i]);
+      }
+      body(order[i]);
+      if (fsdp) flush();  // layer boundary: gathers and reduce-scatters hook on it
+    }
+  }
+
+  void forward_unit(const spec::ScheduleUnit& u) {
+    size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
+    size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
+    if (!first_chunk(u.chunk))
+      receive(PeerSlot::kPrev, boundary_bytes(b), Phase::kFwd, u.micro_batch,
+              static_cast<int32_t>(b));
+    std::vector<size_t> order;
+    for (size_t l = b; l < e; ++l) order.push_back(l);
+    pass(order, Phase::kFwd, u.micro_batch, [&](size_t l) {
+      for (const models::Op& op : lowered_.layers[l].forward) {
+        if (op.is_comm()) {
+          tp_collective(l, op, Phase::kFwd, u.micro_batch);
+        } else {
+          compute_op(l, op, Phase::kFwd, u.micro_batch);
+        }
+      }
+    });
+    if (!last_chunk(u.chunk))
+      send(PeerSlot::kNext, boundary_bytes(e), Phase::kFwd, u.micro_batch,
+           static_cast<int32_t>(e - 1));
+  }
+
+  void backward_unit(const spec::ScheduleUnit& u) {
+    size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
+    size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
+    const bool last_mb = u.micro_batch == micro_batches_ - 1;
+    const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
+    const bool bucketed = plan_.dp > 1 && !fsdp && plan_.overlap_dp_comm && last_mb;
+    if (!last_chunk(u.chunk))
+      receive(PeerSlot::kNext, boundary_bytes(e), Phase::kBwd, u.micro_batch,
+              static_cast<int32_t>(e - 1));
+    std::vector<size_t> order;
+    for (size_t l = e; l-- > b;) order.push_back(l);
+    pass(order, Phase::kBwd, u.micro_batch, [&](size_t l) {
+      const models::Layer& layer = lowered_.layers[l];
+      if (is_block(l) && plan_.recompute == spec::Recompute::kFull) {
+        for (const models::Op& op : layer.forward) {
+          if (op.is_comm()) {
+            tp_collective(l, op, Phase::kRecompute, u.micro_batch);
+          } else {
+            compute_op(l, op, Phase::kRecompute, u.micro_batch);
+          }
+        }
+      } else if (is_block(l) && plan_.recompute == spec::Recompute::kSelective) {
+        for (const models::Op& op : layer.forward)
+          if (op.core_attention) compute_op(l, op, Phase::kRecompute, u.micro_batch);
+      }
+      for (const models::Op& op : layer.backward) {
+        if (op.is_comm()) {
+          tp_collective(l, op, Phase::kBwd, u.micro_batch);
+        } else {
+          compute_op(l, op, Phase::kBwd, u.micro_batch);
+        }
+      }
+      if (fsdp) {
+        int32_t before = flush();
+        int64_t bytes = grad_bytes(l);
+        int32_t op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, bytes,
+                              static_cast<int32_t>(l));
+        comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
+             TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op, Phase::kBwd,
+             u.micro_batch, before);
+      } else if (bucketed) {
+        add_to_bucket(l, -2);
+      }
+    });
+    if (bucketed) flush_bucket(flush());
+    if (!first_chunk(u.chunk))
+      send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch,
+           static_cast<int32_t>(b));
+  }
+
+  // Adds a layer's gradients to the open bucket; a full bucket is reduced at once, after `after`
+  // (-2: after the compute that just produced them).
+  void add_to_bucket(size_t layer, int32_t after) {
+    bucket_bytes_ += grad_bytes(layer);
+    if (bucket_bytes_ >= plan_.dp_bucket_bytes) flush_bucket(after == -2 ? flush() : after);
+  }
+
+  void flush_bucket(int32_t after) {
+    if (bucket_bytes_ == 0) return;
+    // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
+    spec::CollectiveKind kind = plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter
+                                                : spec::CollectiveKind::kAllReduce;
+    int32_t op = named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
+                          plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
+                          bucket_bytes_, -1);
+    comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+         TaskKind::kCollective, kind, bucket_bytes_, op, Phase::kBwd, micro_batches_ - 1, after);
+    bucket_bytes_ = 0;
+  }
+
+  void optimizer_step() {
+    int64_t params = 0;
+    for (size_t v = 0; v < layers_.chunk_begin.size(); ++v)
+      for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l)
+        params += lowered_.layers[l].params;
+    // ZeRO shards the optimizer state (and the update) over the data-parallel group.
+    int64_t updated = plan_.zero >= 1 ? (params + plan_.dp - 1) / plan_.dp : params;
+    OpInfo info;
+    info.name = "optimizer.adamw";
+    info.op_class = spec::OpClass::kOptimizer;
+    info.bytes = updated * kOptimizerBytesPerParam;
+    info.duration = compute_.optimizer_time(updated);
+    program_.ops.push_back(info);
+    int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
+    flush();
+    // Waits for every gradient collective.
+    pending_deps_.push_back(
+        {static_cast<uint8_t>(Stream::kDpComm),
+         static_cast<int32_t>(program_.streams[static_cast<size_t>(Stream::kDpComm)].size())});
+    pending_phase_ = Phase::kOpt;
+    pending_micro_batch_ = -1;
+    pending_ops_.push_back(id);
+    int32_t opt = flush();
+    program_.tasks[static_cast<size_t>(opt)].optimizer = true;
+    if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2)) {
+      int64_t bytes = params * elem_bytes_;
+      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
+      comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+           TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, Phase::kOpt, -1,
+           opt);
+    }
+  }
+
+  const spec::Plan& plan_;
+  const models::LoweredModel& lowered_;
+  const ComputeModel& compute_;
+  int64_t stage_;
+  StageLayers layers_;
+  int64_t elem_bytes_;
+  int64_t micro_batches_;
+
+  Program program_;
+  std::vector<int32_t> positions_;  // position of each task in its stream
+  std::map<std::tuple<size_t, const models::Op*, Phase>, int32_t> op_ids_;
+  std::vector<int32_t> pending_ops_;
+  std::vector<Dep> pending_deps_;
+  Phase pending_phase_ = Phase::kFwd;
+  int32_t pending_micro_batch_ = -1;
+  int32_t last_compute_ = -1;
+  int64_t bucket_bytes_ = 0;
+};
+
+}  // namespace
+
+Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,
+                            const ComputeModel& compute, int64_t stage) {
+  return StageBuilder(plan, lowered, compute, stage).build();
+}
+
+}  // namespace sextant::sim

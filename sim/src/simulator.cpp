@@ -1,0 +1,245 @@
+// Wires lowering, programs, network and engine together and turns the result into a Report.
+#include "sextant/sim/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <map>
+
+#include "sextant/models/counts.hpp"
+#include "sextant/sim/flow_network.hpp"
+#include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/program_builder.hpp"
+#include "sextant/spec/build_info.hpp"
+#include "sextant/spec/rank_layout.hpp"
+
+namespace sextant::sim {
+
+namespace {
+constexpr std::array<std::pair<std::string_view, Fidelity>, 2> kFidelities{
+    {{"analytic", Fidelity::kAnalytic}, {"flow", Fidelity::kFlow}}};
+}  // namespace
+
+spec::EnumNames<Fidelity> fidelity_names() { return kFidelities; }
+
+spec::Dtype plan_dtype(const spec::Plan& plan, const spec::ClusterSpec& cluster) {
+  if (plan.dtype) return *plan.dtype;
+  return cluster.device.kind == spec::DeviceKind::kGpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
+}
+
+namespace {
+
+struct Topology {
+  std::vector<RankSetup> ranks;
+  std::vector<GroupSetup> groups;
+  std::vector<ChannelSetup> channels;
+};
+
+Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster) {
+  spec::RankLayout layout(plan);
+  const int64_t world = layout.world_size();
+  Topology topo;
+  topo.ranks.resize(static_cast<size_t>(world));
+  std::map<std::vector<int64_t>, int32_t> group_ids;
+  auto group_id = [&](std::vector<int64_t> members) {
+    auto it = group_ids.find(members);
+    if (it != group_ids.end()) return it->second;
+    int32_t id = static_cast<int32_t>(topo.groups.size());
+    GroupSetup g;
+    g.shape = group_shape(members, cluster.devices_per_node);
+    g.members = members;
+    topo.groups.push_back(std::move(g));
+    group_ids.emplace(std::move(members), id);
+    return id;
+  };
+  std::map<std::tuple<int64_t, int64_t, int>, int32_t> channel_ids;
+  auto channel = [&](int64_t src, int64_t dst, PeerSlot slot) {
+    auto key = std::make_tuple(src, dst, static_cast<int>(slot));
+    auto it = channel_ids.find(key);
+    if (it != channel_ids.end()) return it->second;
+    int32_t id = static_cast<int32_t>(topo.channels.size());
+    topo.channels.push_back({src, dst});
+    channel_ids.emplace(key, id);
+    return id;
+  };
+  for (int64_t r = 0; r < world; ++r) {
+    RankSetup& s = topo.ranks[static_cast<size_t>(r)];
+    s.program = static_cast<int32_t>(layout.coord(r).pp);
+    s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.tp_group(r));
+    s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.dp_group(r));
+    s.speed = cluster.speed_factor(r);
+    if (plan.pp > 1) {
+      int64_t next = layout.pp_next(r);
+      int64_t prev = layout.pp_prev(r);
+      s.send_channel[static_cast<size_t>(PeerSlot::kNext)] = channel(r, next, PeerSlot::kNext);
+      s.send_channel[static_cast<size_t>(PeerSlot::kPrev)] = channel(r, prev, PeerSlot::kPrev);
+      // What the previous stage sends "next" arrives here as "from prev", and vice versa.
+      s.recv_channel[static_cast<size_t>(PeerSlot::kPrev)] = channel(prev, r, PeerSlot::kNext);
+      s.recv_channel[static_cast<size_t>(PeerSlot::kNext)] = channel(next, r, PeerSlot::kPrev);
+    }
+  }
+  return topo;
+}
+
+spec::Trace build_trace(const EngineResult& result, const std::vector<Program>& programs,
+                        const std::vector<RankSetup>& ranks, const std::vector<GroupSetup>& groups,
+                        spec::Dtype dtype) {
+  spec::Trace trace;
+  trace.kind = "predicted";
+  std::vector<TaskRecord> records = result.records;
+  std::sort(records.begin(), records.end(), [](const TaskRecord& a, const TaskRecord& b) {
+    return std::tie(a.rank, a.start, a.task) < std::tie(b.rank, b.start, b.task);
+  });
+  for (const TaskRecord& rec : records) {
+    const RankSetup& setup = ranks[static_cast<size_t>(rec.rank)];
+    const Program& p = programs[static_cast<size_t>(setup.program)];
+    const Task& task = p.tasks[static_cast<size_t>(rec.task)];
+    auto base = [&](const OpInfo& op) {
+      spec::TraceEvent e;
+      e.name = op.name;
+      e.op_class = op.op_class;
+      e.rank = rec.rank;
+      e.stream = task.stream;
+      e.phase = task.phase;
+      if (op.layer >= 0) e.layer = op.layer;
+      if (task.micro_batch >= 0) e.micro_batch = task.micro_batch;
+      e.flops = op.flops;
+      e.bytes = op.bytes;
+      e.shape = op.shape;
+      e.dtype = dtype;
+      return e;
+    };
+    if (task.kind == TaskKind::kCompute) {
+      // Spread the task's measured span over its ops in proportion to their modelled times.
+      Picoseconds t = rec.start;
+      Picoseconds span = rec.end - rec.start;
+      for (int32_t i = task.op_begin; i < task.op_end; ++i) {
+        const OpInfo& op = p.ops[static_cast<size_t>(p.task_ops[static_cast<size_t>(i)])];
+        spec::TraceEvent e = base(op);
+        Picoseconds d = task.duration > 0
+                            ? static_cast<Picoseconds>(static_cast<double>(op.duration) *
+                                                       static_cast<double>(span) /
+                                                       static_cast<double>(task.duration))
+                            : 0;
+        if (i + 1 == task.op_end) d = rec.end - t;
+        e.start_ps = t;
+        e.duration_ps = d;
+        t += d;
+        trace.events.push_back(std::move(e));
+      }
+    } else {
+      const OpInfo& op = p.ops[static_cast<size_t>(task.op_begin)];
+      spec::TraceEvent e = base(op);
+      e.start_ps = rec.start;
+      e.duration_ps = rec.end - rec.start;
+      e.algorithm = std::string(rec.algorithm);
+      if (task.kind == TaskKind::kCollective) {
+        e.group_size = static_cast<int64_t>(
+            groups[static_cast<size_t>(setup.groups[task.slot])].members.size());
+      } else {
+        e.group_size = 2;
+      }
+      trace.events.push_back(std::move(e));
+    }
+  }
+  return trace;
+}
+
+}  // namespace
+
+SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                          const spec::Plan& plan, const SimulationOptions& options) {
+  auto wall_start = std::chrono::steady_clock::now();
+  const int64_t world = plan.world_size();
+  spec::validate_plan(plan, model, world, options.plan_source);
+  if (world > cluster.total_devices()) {
+    throw InputError(options.plan_source, "/dp", plan.name(),
+                     fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world,
+                                 cluster.name, cluster.total_devices(), cluster.nodes,
+                                 cluster.devices_per_node));
+  }
+  const spec::Dtype dtype = plan_dtype(plan, cluster);
+  int64_t seq = 1;
+  if (model.is_transformer()) seq = plan.seq_len.value_or(model.transformer().seq_len);
+  models::LoweredModel lowered = models::lower(
+      model, models::LoweringOptions{plan.micro_batch, model.is_transformer() ? seq : 0, dtype,
+                                     plan.tp, plan.sequence_parallel});
+  ComputeModel compute(cluster.device, dtype);
+  CollectiveModel collectives(cluster, plan.collective_algorithms);
+
+  std::vector<Program> programs;
+  for (int64_t s = 0; s < plan.pp; ++s)
+    programs.push_back(build_stage_program(plan, lowered, compute, s));
+  Topology topo = build_topology(plan, cluster);
+
+  EngineResult result;
+  if (options.fidelity == Fidelity::kFlow) {
+    FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
+    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace);
+  } else {
+    AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
+    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace);
+  }
+
+  SimulationResult out;
+  size_t critical = 0;
+  for (size_t r = 0; r < result.ranks.size(); ++r)
+    if (result.ranks[r].finish > result.ranks[critical].finish) critical = r;
+  out.critical_rank = static_cast<int64_t>(critical);
+  const RankTimes& ct = result.ranks[critical];
+
+  spec::Report& rep = out.report;
+  rep.model = model.name;
+  rep.cluster = cluster.name;
+  rep.plan = plan.name();
+  rep.gpus = world;
+  rep.network = std::string(spec::enum_name(fidelity_names(), options.fidelity));
+  rep.step_time_s = ps_to_seconds(ct.finish);
+  const double step = rep.step_time_s;
+  const double samples = static_cast<double>(plan.global_batch);
+  rep.samples_per_s = samples / step;
+  rep.tokens_per_s = samples * static_cast<double>(model.is_transformer() ? seq : 1) / step;
+  models::StepFlops flops = models::step_flops(model, plan.global_batch,
+                                               model.is_transformer() ? seq : 0, plan.recompute);
+  const double gpus = static_cast<double>(world);
+  rep.model_tflops_per_gpu = flops.model / (step * gpus) / kFlopsPerTflop;
+  rep.hardware_tflops_per_gpu = flops.hardware / (step * gpus) / kFlopsPerTflop;
+  rep.mfu = flops.model / (step * gpus * compute.peak_flops());
+  rep.hfu = flops.hardware / (step * gpus * compute.peak_flops());
+  rep.breakdown_s.compute = ps_to_seconds(ct.compute);
+  rep.breakdown_s.optimizer = ps_to_seconds(ct.optimizer);
+  rep.breakdown_s.tp_comm_exposed = ps_to_seconds(ct.tp);
+  rep.breakdown_s.dp_comm_exposed = ps_to_seconds(ct.dp);
+  rep.breakdown_s.fsdp_comm_exposed = ps_to_seconds(ct.fsdp);
+  rep.breakdown_s.pp_comm_exposed = ps_to_seconds(ct.pp);
+  rep.breakdown_s.bubble = ps_to_seconds(ct.bubble);
+
+  // Memory: the most loaded stage.
+  spec::MemoryBreakdown worst;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    spec::MemoryBreakdown m = stage_memory(plan, lowered, model, s);
+    if (m.peak_bytes > worst.peak_bytes) worst = m;
+  }
+  worst.capacity_bytes = cluster.device.memory_capacity_bytes;
+  worst.fits = worst.peak_bytes <= worst.capacity_bytes;
+  rep.memory = worst;
+  rep.events = result.events;
+
+  if (options.trace) {
+    out.trace = build_trace(result, programs, topo.ranks, topo.groups, dtype);
+    out.trace->metadata = {{"model", model.name},
+                           {"cluster", cluster.name},
+                           {"plan", plan.name()},
+                           {"plan_json", spec::to_json(plan)},
+                           {"network", rep.network},
+                           {"step_time_s", rep.step_time_s},
+                           {"commit", spec::kGitCommit}};
+  }
+  out.ranks = std::move(result.ranks);
+  rep.sim_wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return out;
+}
+
+}  // namespace sextant::sim

@@ -1,0 +1,27 @@
+// The order in which one pipeline stage runs the forward and backward passes of its micro-batches
+// under GPipe, 1F1B (PipeDream-Flush, Narayanan et al. 2021) and interleaved 1F1B (Megatron-LM,
+// SC'21 §2.2.2). Shared by the simulator and the executor so both run the same order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::spec {
+
+struct ScheduleUnit {
+  bool forward = true;
+  int64_t micro_batch = 0;
+  int64_t chunk = 0;  // model chunk on this stage, 0..virtual_stages-1 (global chunk = chunk*pp + stage)
+};
+
+// Units of `stage` for `micro_batches` micro-batches. Interleaving needs micro_batches % pp == 0.
+std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64_t virtual_stages,
+                                            int64_t micro_batches, int64_t stage);
+
+// Most micro-batch-chunks whose activations a stage holds at once under the schedule (forwards
+// started and not yet finished by their backward), i.e. the activation multiplier of the stage.
+int64_t peak_in_flight(const std::vector<ScheduleUnit>& units);
+
+}  // namespace sextant::spec

@@ -1,0 +1,32 @@
+// Rank groups of a plan.
+#include "sextant/spec/rank_layout.hpp"
+
+namespace sextant::spec {
+
+std::vector<int64_t> RankLayout::tp_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t t = 0; t < tp_; ++t) g.push_back(rank({c.dp, t, c.pp}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::dp_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t d = 0; d < dp_; ++d) g.push_back(rank({d, c.tp, c.pp}));
+  return g;
+}
+
+int64_t RankLayout::pp_next(int64_t r) const {
+  RankCoord c = coord(r);
+  c.pp = (c.pp + 1) % pp_;
+  return rank(c);
+}
+
+int64_t RankLayout::pp_prev(int64_t r) const {
+  RankCoord c = coord(r);
+  c.pp = (c.pp + pp_ - 1) % pp_;
+  return rank(c);
+}
+
+}  // namespace sextant::spec
