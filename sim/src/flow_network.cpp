@@ -30,20 +30,20 @@ FlowNetwork::FlowNetwork(const spec::ClusterSpec& cluster, const CollectiveModel
   };
   // Device links: out and in for every rank.
   for (int64_t r = 0; r < world_; ++r) {
-    double cap = node.bandwidth_GBps * kBytesPerPsPerGBps *
-                 factor(node.name, r / cluster.devices_per_node, std::nullopt);
-    links_.push_back({cap, 0});
-    links_.push_back({cap, 0});
+    double nominal = node.bandwidth_GBps * kBytesPerPsPerGBps;
+    double cap = nominal * factor(node.name, r / cluster.devices_per_node, std::nullopt);
+    links_.push_back({cap, nominal, 0});
+    links_.push_back({cap, nominal, 0});
   }
   // NICs: out and in for every NIC of every node in use.
   if (const spec::NetworkLevel* net = cluster.network.cluster_level()) {
     int64_t nodes = (world_ + cluster.devices_per_node - 1) / cluster.devices_per_node;
     for (int64_t n = 0; n < nodes; ++n) {
       for (int64_t k = 0; k < net->nics_per_node; ++k) {
-        double cap = net->bandwidth_GBps * kBytesPerPsPerGBps / net->oversubscription *
-                     factor(net->name, n, k);
-        links_.push_back({cap, 0});
-        links_.push_back({cap, 0});
+        double nominal = net->bandwidth_GBps * kBytesPerPsPerGBps / net->oversubscription;
+        double cap = nominal * factor(net->name, n, k);
+        links_.push_back({cap, nominal, 0});
+        links_.push_back({cap, nominal, 0});
       }
     }
   }
@@ -163,8 +163,9 @@ void FlowNetwork::start_flows(int32_t id) {
     op.pending = 0;
     return;
   }
-  // Size the flows so that, alone on the network, the round lasts bandwidth_s: the slowest flow
-  // (weight / its idle rate with only this round's flows sharing the links) sets the scale.
+  // Size the flows so that, alone on a network without overrides, the round lasts bandwidth_s:
+  // the slowest flow (weight / its idle rate with only this round's flows sharing the links)
+  // sets the scale. Degraded links then slow the flows that cross them.
   std::vector<std::array<int32_t, 2>> paths;
   std::map<int32_t, int32_t> load;
   for (const FlowSpec& f : round.flows) {
@@ -175,7 +176,7 @@ void FlowNetwork::start_flows(int32_t id) {
   for (size_t i = 0; i < round.flows.size(); ++i) {
     double rate = std::numeric_limits<double>::infinity();
     for (int32_t l : paths[i])
-      rate = std::min(rate, links_[static_cast<size_t>(l)].capacity / load[l]);
+      rate = std::min(rate, links_[static_cast<size_t>(l)].nominal / load[l]);
     slowest = std::max(slowest, round.flows[i].weight / rate);
   }
   const double scale = static_cast<double>(seconds_to_ps(round.bandwidth_s)) / slowest;

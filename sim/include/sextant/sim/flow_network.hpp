@@ -55,7 +55,8 @@ class FlowNetwork : public Network {
     int32_t op = 0;
   };
   struct Link {
-    double capacity = 0;  // bytes per ps
+    double capacity = 0;  // bytes per ps, with the cluster's link overrides
+    double nominal = 0;   // without overrides: what the closed-form cost assumes
     int32_t active = 0;
   };
 

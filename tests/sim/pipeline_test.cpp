@@ -1,0 +1,121 @@
+// Pipeline schedules: bubble fractions and in-flight activations against the closed forms of
+// GPipe (Huang et al. 2019), 1F1B (Narayanan et al. 2021) and interleaved 1F1B (Narayanan et al.
+// SC'21 §2.2.2), on uniform stages with free communication.
+#include <gtest/gtest.h>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
+#include "test_clusters.hpp"
+#include "test_models.hpp"
+
+namespace sextant::sim {
+namespace {
+
+constexpr double kRelTol = 1e-6;
+
+struct Case {
+  spec::Schedule schedule;
+  int64_t pp;
+  int64_t vpp;
+  int64_t m;
+};
+
+// Forward time of one micro-batch through the whole model: layers x 2*b*w*w FLOPs at 100 TFLOP/s.
+double model_forward_s(int64_t layers, int64_t width, int64_t b) {
+  return static_cast<double>(layers) * 2.0 * static_cast<double>(b) *
+         static_cast<double>(width * width) / 100e12;
+}
+
+TEST(Pipeline, BubbleFractionOfGpipeAnd1F1B) {
+  const int64_t layers = 8, width = 1024, b = 32;
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  for (spec::Schedule s : {spec::Schedule::kGpipe, spec::Schedule::k1F1B}) {
+    for (int64_t p : {2, 4, 8}) {
+      for (int64_t m : {1, 4, 16}) {
+        spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
+        plan.schedule = s;
+        SimulationResult r = simulate(model, cluster, plan, {});
+        // One stage's forward f and backward 2f per micro-batch; step = (m + p - 1)(f + b).
+        double f = model_forward_s(layers, width, b) / static_cast<double>(p);
+        double P = static_cast<double>(p), M = static_cast<double>(m);
+        EXPECT_NEAR(r.report.step_time_s, (M + P - 1) * 3 * f, kRelTol * r.report.step_time_s)
+            << plan.name();
+        EXPECT_NEAR(r.report.breakdown_s.bubble / r.report.step_time_s, (P - 1) / (M + P - 1), 1e-6)
+            << plan.name();
+      }
+    }
+  }
+}
+
+TEST(Pipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
+  const int64_t layers = 16, width = 1024, b = 32;
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  for (int64_t p : {2, 4}) {
+    for (int64_t v : {2, 4}) {
+      const int64_t m = 2 * p;
+      spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
+      plan.schedule = spec::Schedule::kInterleaved;
+      plan.virtual_stages = v;
+      SimulationResult r = simulate(model, cluster, plan, {});
+      double t = 3 * model_forward_s(layers, width, b) / static_cast<double>(p);  // f + b per stage
+      double P = static_cast<double>(p), V = static_cast<double>(v), M = static_cast<double>(m);
+      // Megatron-LM SC'21 eq. for the interleaved schedule: bubble = (p - 1) (t_f + t_b) / v.
+      EXPECT_NEAR(r.report.step_time_s, M * t + (P - 1) * t / V, kRelTol * r.report.step_time_s)
+          << plan.name();
+    }
+  }
+}
+
+TEST(Pipeline, InFlightMicroBatchesOnTheFirstStage) {
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {1, 3, 8, 32}) {
+      // 1F1B keeps at most p micro-batches alive on the first stage, GPipe all m of them.
+      EXPECT_EQ(spec::peak_in_flight(spec::pipeline_schedule(spec::Schedule::k1F1B, p, 1, m, 0)),
+                std::min(p, m));
+      EXPECT_EQ(spec::peak_in_flight(spec::pipeline_schedule(spec::Schedule::kGpipe, p, 1, m, 0)),
+                m);
+      // The last stage of 1F1B holds one.
+      EXPECT_EQ(
+          spec::peak_in_flight(spec::pipeline_schedule(spec::Schedule::k1F1B, p, 1, m, p - 1)), 1);
+    }
+  }
+}
+
+TEST(Pipeline, ActivationMemoryFollowsTheSchedule) {
+  const int64_t layers = 8, width = 512, b = 16, p = 4, m = 16;
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  models::LoweredModel lowered = models::lower(model, {b, 0, spec::Dtype::kFp32, 1, false});
+  int64_t per_mb = 0;
+  for (int64_t l = 0; l < layers / p; ++l) per_mb += lowered.layers[static_cast<size_t>(l)].saved_bytes;
+  spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
+  plan.schedule = spec::Schedule::k1F1B;
+  EXPECT_EQ(stage_memory(plan, lowered, model, 0).activations, p * per_mb);
+  plan.schedule = spec::Schedule::kGpipe;
+  EXPECT_EQ(stage_memory(plan, lowered, model, 0).activations, m * per_mb);
+}
+
+TEST(Pipeline, ScheduleUnitsCoverEveryMicroBatchAndChunkOnce) {
+  for (auto [s, p, v, m] : {Case{spec::Schedule::kGpipe, 4, 1, 7}, Case{spec::Schedule::k1F1B, 4, 1, 7},
+                            Case{spec::Schedule::kInterleaved, 4, 2, 8},
+                            Case{spec::Schedule::kInterleaved, 2, 3, 6}}) {
+    for (int64_t stage = 0; stage < p; ++stage) {
+      std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(s, p, v, m, stage);
+      ASSERT_EQ(static_cast<int64_t>(units.size()), 2 * m * v);
+      std::set<std::tuple<bool, int64_t, int64_t>> seen;
+      for (const spec::ScheduleUnit& u : units) {
+        EXPECT_TRUE(seen.insert({u.forward, u.micro_batch, u.chunk}).second);
+        // A backward never comes before its own forward.
+        if (!u.forward) {
+          EXPECT_TRUE(seen.count({true, u.micro_batch, u.chunk}));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sextant::sim
