@@ -4,34 +4,88 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <queue>
 
 namespace sextant::sim {
 
 namespace {
 
-enum class EventType : uint8_t { kTaskDone, kGroupDone, kChannelDone };
+// kNetworkWake: a network that finishes work later (the flow model) has something to do.
+enum class EventType : uint8_t { kTaskDone, kGroupDone, kChannelDone, kNetworkWake };
 
+// A pending event. Times only grow in a discrete-event simulation, which lets a radix heap
+// (Ahuja, Mehlhorn, Orlin & Tarjan 1990) replace a comparison heap: events sit in buckets by the
+// highest bit in which their time differs from the last time popped, so a push is O(1) and each
+// event moves down at most 64 buckets in its life, with none of the unpredictable branches of a
+// binary heap (they were most of the engine's time). Equal times pop in a fixed order, so the
+// simulation is deterministic.
 struct Event {
   Picoseconds time;
-  uint64_t seq;
-  EventType type;
-  int32_t a;  // rank, group or channel
-  int32_t b;  // stream (kTaskDone)
-  bool operator>(const Event& o) const {
-    return time != o.time ? time > o.time : seq > o.seq;
+  uint32_t packed;  // type (2 bits) | stream (3 bits) | rank, group or channel (27 bits)
+  EventType type() const { return static_cast<EventType>(packed >> 30); }
+  int b() const { return static_cast<int>((packed >> 27) & 7u); }
+  int32_t a() const { return static_cast<int32_t>(packed & ((1u << 27) - 1)); }
+};
+
+class EventQueue {
+ public:
+  bool empty() const { return size_ == 0; }
+  Picoseconds top_time() {
+    settle();
+    return buckets_[0][head_].time;
   }
+  void push(const Event& e) {
+    SEXTANT_CHECK(e.time >= last_, "event at {} ps before the current time {} ps", e.time, last_);
+    buckets_[bucket_of(e.time)].push_back(e);
+    ++size_;
+  }
+  Event pop() {
+    settle();
+    --size_;
+    return buckets_[0][head_++];
+  }
+
+ private:
+  size_t bucket_of(Picoseconds t) const {
+    return static_cast<size_t>(
+        std::bit_width(static_cast<uint64_t>(t) ^ static_cast<uint64_t>(last_)));
+  }
+  // Makes bucket 0 hold the events of the smallest pending time.
+  void settle() {
+    if (head_ < buckets_[0].size()) return;
+    buckets_[0].clear();
+    head_ = 0;
+    size_t i = 1;
+    while (buckets_[i].empty()) ++i;
+    Picoseconds least = buckets_[i][0].time;
+    for (const Event& e : buckets_[i]) least = std::min(least, e.time);
+    last_ = least;
+    std::vector<Event> moving;
+    moving.swap(buckets_[i]);
+    for (const Event& e : moving) buckets_[bucket_of(e.time)].push_back(e);
+    moving.clear();
+    buckets_[i].swap(moving);  // keep the capacity
+  }
+
+  std::array<std::vector<Event>, 65> buckets_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+  Picoseconds last_ = 0;
 };
 
 struct StreamState {
   int32_t next = 0;       // index into the program's stream list
   int32_t completed = 0;  // tasks completed on this stream
   bool busy = false;
+  int8_t blocked_on = -1;  // the stream the head task waits for
   Picoseconds started = 0;
 };
 
+struct HotProgram;
+
 struct RankState {
+  const HotProgram* hot = nullptr;
   std::array<StreamState, spec::kStreamCount> streams;
   Picoseconds compute_free_since = 0;
   Picoseconds last_end = 0;
@@ -62,6 +116,54 @@ struct Trigger {
   Picoseconds transfer = 0;  // pp: duration of the transfer that completed
 };
 
+// The engine's view of a task: 32 bytes, stored per stream in execution order, so that each rank
+// walks its streams through contiguous memory (the engine is bound by memory latency: a thousand
+// ranks at a thousand places of their programs).
+struct HotTask {
+  static constexpr uint32_t kNoDep = ~0u;
+  int64_t value = 0;                          // compute: duration; communication: bytes
+  std::array<uint32_t, 3> deps{kNoDep, kNoDep, kNoDep};  // stream << 29 | count
+  int32_t id = 0;                             // index into Program::tasks
+  TaskKind kind = TaskKind::kCompute;
+  CommClass comm_class = CommClass::kNone;
+  uint8_t slot = 0;
+  uint8_t flags = 0;  // bit 0: optimizer; bits 1-3: collective kind
+  bool optimizer() const { return (flags & 1u) != 0; }
+  spec::CollectiveKind collective() const { return static_cast<spec::CollectiveKind>(flags >> 1); }
+};
+static_assert(sizeof(HotTask) == 32);
+
+struct HotProgram {
+  std::array<std::vector<HotTask>, spec::kStreamCount> streams;
+};
+
+HotProgram compact(const Program& p) {
+  HotProgram h;
+  for (int s = 0; s < spec::kStreamCount; ++s) {
+    for (int32_t id : p.streams[static_cast<size_t>(s)]) {
+      const Task& t = p.tasks[static_cast<size_t>(id)];
+      HotTask ht;
+      ht.value = t.kind == TaskKind::kCompute ? t.duration : t.bytes;
+      SEXTANT_CHECK(t.dep_end - t.dep_begin <= 3, "task {} has {} dependencies (at most 3)", id,
+                    t.dep_end - t.dep_begin);
+      for (int32_t d = t.dep_begin; d < t.dep_end; ++d) {
+        const Dep& dep = p.deps[static_cast<size_t>(d)];
+        SEXTANT_CHECK(dep.count < (1 << 29), "too many tasks on one stream");
+        ht.deps[static_cast<size_t>(d - t.dep_begin)] =
+            static_cast<uint32_t>(dep.stream) << 29 | static_cast<uint32_t>(dep.count);
+      }
+      ht.id = id;
+      ht.kind = t.kind;
+      ht.comm_class = t.comm_class;
+      ht.slot = t.slot;
+      ht.flags = static_cast<uint8_t>((t.optimizer ? 1u : 0u) |
+                                      static_cast<uint32_t>(t.collective) << 1);
+      h.streams[static_cast<size_t>(s)].push_back(ht);
+    }
+  }
+  return h;
+}
+
 class Engine {
  public:
   Engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
@@ -76,6 +178,9 @@ class Engine {
         ranks_(ranks.size()),
         groups_(groups.size()),
         channels_(channels.size()) {
+    for (const Program& p : programs) hot_.push_back(compact(p));
+    for (size_t r = 0; r < ranks.size(); ++r)
+      ranks_[r].hot = &hot_[static_cast<size_t>(ranks[r].program)];
     if (record_) {
       starts_.resize(ranks.size());
       for (size_t r = 0; r < ranks.size(); ++r)
@@ -85,37 +190,25 @@ class Engine {
 
   EngineResult run() {
     for (size_t r = 0; r < ranks_.size(); ++r) try_start(static_cast<int32_t>(r), 0, Trigger{});
-    std::vector<Completion> finished;
-    for (;;) {
-      std::optional<Picoseconds> net = network_.next_event();
-      if (queue_.empty() && !net) break;
-      if (net && (queue_.empty() || *net < queue_.top().time)) {
-        finished.clear();
-        network_.advance(*net, finished);
-        ++events_;
-        for (const Completion& c : finished) {
-          if (c.transfer) {
-            channel_done(c.id, *net);
-          } else {
-            group_done(c.id, *net);
-          }
-        }
-        continue;
-      }
-      Event e = queue_.top();
-      queue_.pop();
+    schedule_network_wake();
+    while (!queue_.empty()) {
+      Event e = queue_.pop();
       ++events_;
-      switch (e.type) {
+      switch (e.type()) {
         case EventType::kTaskDone:
-          task_done(e.a, static_cast<spec::Stream>(e.b), e.time);
+          task_done(e.a(), static_cast<spec::Stream>(e.b()), e.time);
           break;
         case EventType::kGroupDone:
-          group_done(e.a, e.time);
+          group_done(e.a(), e.time);
           break;
         case EventType::kChannelDone:
-          channel_done(e.a, e.time);
+          channel_done(e.a(), e.time);
+          break;
+        case EventType::kNetworkWake:
+          network_wake(e.time);
           break;
       }
+      schedule_network_wake();
     }
     check_finished();
     EngineResult result;
@@ -138,8 +231,36 @@ class Engine {
     return programs_[static_cast<size_t>(setups_[static_cast<size_t>(rank)].program)];
   }
 
+  // Keeps one wake-up in the queue at the network's next event (earlier wakes that turn out
+  // early, because flows slowed down, find nothing to do and reschedule).
+  void schedule_network_wake() {
+    std::optional<Picoseconds> next = network_.next_event();
+    if (next && (!wake_ || *next < *wake_)) {
+      wake_ = next;
+      push(*next, EventType::kNetworkWake, 0);
+    }
+  }
+
+  void network_wake(Picoseconds now) {
+    if (wake_ && *wake_ == now) wake_.reset();
+    std::optional<Picoseconds> next = network_.next_event();
+    if (!next || *next > now) return;
+    finished_.clear();
+    network_.advance(now, finished_);
+    for (const Completion& c : finished_) {
+      if (c.transfer) {
+        channel_done(c.id, now);
+      } else {
+        group_done(c.id, now);
+      }
+    }
+  }
+
   void push(Picoseconds time, EventType type, int32_t a, int32_t b = 0) {
-    queue_.push(Event{time, seq_++, type, a, b});
+    SEXTANT_CHECK(a < (1 << 27), "more than 2^27 ranks, groups or channels");
+    uint32_t packed = static_cast<uint32_t>(type) << 30 | static_cast<uint32_t>(b) << 27 |
+                      static_cast<uint32_t>(a);
+    queue_.push(Event{time, packed});
   }
 
   static void account(RankTimes& t, Trigger trigger, Picoseconds idle) {
@@ -168,62 +289,74 @@ class Engine {
     }
   }
 
-  bool deps_met(int32_t rank, const Task& task) const {
-    const Program& p = program(rank);
-    const RankState& rs = ranks_[static_cast<size_t>(rank)];
-    for (int32_t d = task.dep_begin; d < task.dep_end; ++d) {
-      const Dep& dep = p.deps[static_cast<size_t>(d)];
-      if (rs.streams[dep.stream].completed < dep.count) return false;
+  // The stream whose progress `task` still waits for, if any.
+  static std::optional<int> unmet_dep(const RankState& rs, const HotTask& task) {
+    for (uint32_t dep : task.deps) {
+      if (dep == HotTask::kNoDep) break;
+      int stream = static_cast<int>(dep >> 29);
+      if (rs.streams[static_cast<size_t>(stream)].completed < static_cast<int32_t>(dep & ((1u << 29) - 1)))
+        return stream;
     }
-    return true;
+    return std::nullopt;
   }
 
-  void try_start(int32_t rank, Picoseconds now, Trigger trigger) {
-    const Program& p = program(rank);
+  // Starts the head task of stream `s` if it can start.
+  void try_stream(int32_t rank, RankState& rs, int s, Picoseconds now, Trigger trigger) {
+    StreamState& ss = rs.streams[static_cast<size_t>(s)];
+    const std::vector<HotTask>& list = rs.hot->streams[static_cast<size_t>(s)];
+    if (ss.busy || ss.next >= static_cast<int32_t>(list.size())) return;
+    const HotTask& task = list[static_cast<size_t>(ss.next)];
+    if (std::optional<int> waits = unmet_dep(rs, task)) {
+      ss.blocked_on = static_cast<int8_t>(*waits);
+      return;
+    }
+    ss.blocked_on = -1;
+    ss.busy = true;
+    ss.started = now;
+    if (record_) starts_[static_cast<size_t>(rank)][static_cast<size_t>(task.id)] = now;
+    start(rank, task, static_cast<spec::Stream>(s), now, trigger);
+  }
+
+  // After a task of `completed` finished (or at the start, every stream): starts what can start.
+  // Only the stream that progressed and the streams blocked on it can have become ready.
+  void try_start(int32_t rank, Picoseconds now, Trigger trigger, int completed = -1) {
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     for (int s = 0; s < spec::kStreamCount; ++s) {
-      StreamState& ss = rs.streams[static_cast<size_t>(s)];
-      const std::vector<int32_t>& list = p.streams[static_cast<size_t>(s)];
-      if (ss.busy || ss.next >= static_cast<int32_t>(list.size())) continue;
-      int32_t id = list[static_cast<size_t>(ss.next)];
-      const Task& task = p.tasks[static_cast<size_t>(id)];
-      if (!deps_met(rank, task)) continue;
-      ss.busy = true;
-      ss.started = now;
-      if (record_) starts_[static_cast<size_t>(rank)][static_cast<size_t>(id)] = now;
-      start(rank, task, now, trigger);
+      if (completed < 0 || s == completed || rs.streams[static_cast<size_t>(s)].blocked_on == completed)
+        try_stream(rank, rs, s, now, trigger);
     }
   }
 
-  void start(int32_t rank, const Task& task, Picoseconds now, Trigger trigger) {
+  void start(int32_t rank, const HotTask& task, spec::Stream stream, Picoseconds now,
+             Trigger trigger) {
     const RankSetup& setup = setups_[static_cast<size_t>(rank)];
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     switch (task.kind) {
       case TaskKind::kCompute: {
         account(rs.times, trigger, now - rs.compute_free_since);
-        Picoseconds d = task.duration;
+        Picoseconds d = task.value;
         if (setup.speed != 1.0) {
           d = static_cast<Picoseconds>(std::llround(static_cast<double>(d) / setup.speed));
         }
-        if (task.optimizer) {
+        if (task.optimizer()) {
           rs.times.optimizer += d;
         } else {
           rs.times.compute += d;
         }
-        push(now + d, EventType::kTaskDone, rank, static_cast<int32_t>(task.stream));
+        push(now + d, EventType::kTaskDone, rank, static_cast<int32_t>(stream));
         break;
       }
       case TaskKind::kCollective: {
         int32_t g = setup.groups[task.slot];
         GroupState& gs = groups_[static_cast<size_t>(g)];
         if (gs.arrived == 0) {
-          gs.bytes = task.bytes;
-          gs.kind = task.collective;
-          gs.stream = task.stream;
+          gs.bytes = task.value;
+          gs.kind = task.collective();
+          gs.stream = stream;
         } else {
-          SEXTANT_CHECK(gs.bytes == task.bytes && gs.kind == task.collective,
+          SEXTANT_CHECK(gs.bytes == task.value && gs.kind == task.collective(),
                         "rank {} joined a collective of group {} with {} bytes, others with {}",
-                        rank, g, task.bytes, gs.bytes);
+                        rank, g, task.value, gs.bytes);
         }
         if (++gs.arrived == static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
           gs.start = now;
@@ -242,7 +375,7 @@ class Engine {
         ChannelState& cs = channels_[static_cast<size_t>(c)];
         if (send) {
           cs.send_posted = true;
-          cs.bytes = task.bytes;
+          cs.bytes = task.value;
         } else {
           cs.recv_posted = true;
         }
@@ -258,13 +391,12 @@ class Engine {
   }
 
   // Completes the head task of `stream` on `rank`.
-  const Task& complete_head(int32_t rank, spec::Stream stream, Picoseconds now,
-                            std::string_view algorithm) {
-    const Program& p = program(rank);
+  const HotTask& complete_head(int32_t rank, spec::Stream stream, Picoseconds now,
+                               std::string_view algorithm) {
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     StreamState& ss = rs.streams[static_cast<size_t>(stream)];
-    int32_t id = p.streams[static_cast<size_t>(stream)][static_cast<size_t>(ss.next)];
-    const Task& task = p.tasks[static_cast<size_t>(id)];
+    const HotTask& task = rs.hot->streams[static_cast<size_t>(stream)][static_cast<size_t>(ss.next)];
+    const int32_t id = task.id;
     ss.busy = false;
     ss.next += 1;
     ss.completed += 1;
@@ -282,7 +414,7 @@ class Engine {
 
   void task_done(int32_t rank, spec::Stream stream, Picoseconds now) {
     complete_head(rank, stream, now, {});
-    try_start(rank, now, Trigger{});
+    try_start(rank, now, Trigger{}, static_cast<int>(stream));
   }
 
   void group_done(int32_t g, Picoseconds now) {
@@ -290,8 +422,8 @@ class Engine {
     gs.arrived = 0;
     for (int64_t member : group_setups_[static_cast<size_t>(g)].members) {
       int32_t r = static_cast<int32_t>(member);
-      const Task& task = complete_head(r, gs.stream, now, gs.algorithm);
-      try_start(r, now, Trigger{task.comm_class, now - gs.start});
+      const HotTask& task = complete_head(r, gs.stream, now, gs.algorithm);
+      try_start(r, now, Trigger{task.comm_class, now - gs.start}, static_cast<int>(gs.stream));
     }
   }
 
@@ -303,8 +435,8 @@ class Engine {
     int32_t dst = static_cast<int32_t>(setup.dst);
     complete_head(src, spec::Stream::kPpSend, now, cs.algorithm);
     complete_head(dst, spec::Stream::kPpRecv, now, cs.algorithm);
-    try_start(src, now, Trigger{});
-    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start});
+    try_start(src, now, Trigger{}, static_cast<int>(spec::Stream::kPpSend));
+    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start}, static_cast<int>(spec::Stream::kPpRecv));
   }
 
   void check_finished() const {
@@ -332,11 +464,13 @@ class Engine {
   const std::vector<ChannelSetup>& channel_setups_;
   Network& network_;
   bool record_;
+  std::vector<HotProgram> hot_;
   std::vector<RankState> ranks_;
   std::vector<GroupState> groups_;
   std::vector<ChannelState> channels_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
-  uint64_t seq_ = 0;
+  EventQueue queue_;
+  std::optional<Picoseconds> wake_;
+  std::vector<Completion> finished_;
   int64_t events_ = 0;
   std::vector<std::vector<Picoseconds>> starts_;
   std::vector<TaskRecord> records_;
