@@ -221,6 +221,12 @@ CollectiveCost CollectiveModel::nccl(CollectiveKind kind, int64_t bytes,
   return best;
 }
 
+double CollectiveModel::message_efficiency(int64_t bytes, const GroupShape& shape) const {
+  const spec::NetworkLevel* level =
+      shape.nodes > 1 ? cluster_->network.cluster_level() : &cluster_->network.node_level();
+  return level == nullptr ? 1.0 : level->efficiency_at(static_cast<double>(bytes));
+}
+
 CollectiveCost CollectiveModel::cost(CollectiveKind kind, int64_t bytes,
                                      const GroupShape& shape) const {
   if (const spec::CollectiveFit* fit = fit_for(kind, shape)) {
@@ -229,10 +235,16 @@ CollectiveCost CollectiveModel::cost(CollectiveKind kind, int64_t bytes,
     c.protocol = "fitted";
     return c;
   }
-  if (auto it = overrides_.find(kind); it != overrides_.end())
-    return cost_of(kind, it->second, bytes, shape);
-  if (cluster_->network.library == spec::CollectiveLibrary::kNccl) return nccl(kind, bytes, shape);
-  return cheapest(kind, bytes, shape);
+  CollectiveCost c;
+  if (auto it = overrides_.find(kind); it != overrides_.end()) {
+    c = cost_of(kind, it->second, bytes, shape);
+  } else if (cluster_->network.library == spec::CollectiveLibrary::kNccl) {
+    c = nccl(kind, bytes, shape);
+  } else {
+    c = cheapest(kind, bytes, shape);
+  }
+  c.terms.bandwidth /= message_efficiency(bytes, shape);
+  return c;
 }
 
 }  // namespace sextant::sim

@@ -132,6 +132,7 @@ NetworkStart FlowNetwork::start_transfer(int32_t channel, int64_t bytes, Picosec
 }
 
 int32_t FlowNetwork::add_op(Completion who, std::vector<Round> rounds, Picoseconds now) {
+  dirty_ = true;
   int32_t id;
   if (!free_ops_.empty()) {
     id = free_ops_.back();
@@ -211,6 +212,8 @@ void FlowNetwork::progress(Picoseconds now) {
 }
 
 std::optional<Picoseconds> FlowNetwork::next_event() const {
+  if (!dirty_) return next_;
+  dirty_ = false;
   std::optional<Picoseconds> next;
   for (const Op& op : ops_) {
     if (op.active && op.waiting && (!next || op.wake < *next)) next = op.wake;
@@ -219,10 +222,12 @@ std::optional<Picoseconds> FlowNetwork::next_event() const {
     Picoseconds t = now_ + static_cast<Picoseconds>(std::ceil(std::max(0.0, f.remaining) / f.rate));
     if (!next || t < *next) next = t;
   }
+  next_ = next;
   return next;
 }
 
 void FlowNetwork::advance(Picoseconds now, std::vector<Completion>& finished) {
+  dirty_ = true;
   progress(now);
   bool changed = false;
   // Finish flows that have (up to rounding) no bytes left.

@@ -222,8 +222,9 @@ class StageBuilder {
     int32_t op = named_op(phase == Phase::kFwd ? "pp.send_activation" : "pp.send_gradient",
                           spec::OpClass::kSend, bytes, layer);
     int32_t before = flush();
-    comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
-         spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, before);
+    int32_t task = comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
+                        spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, before);
+    if (!plan_.overlap_pp_comm) require(task);
   }
 
   int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * elem_bytes_; }

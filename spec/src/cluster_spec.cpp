@@ -57,6 +57,21 @@ double DeviceSpec::peak_flops(Dtype dtype) const {
   return it->second * kFlopsPerTflop;
 }
 
+double NetworkLevel::efficiency_at(double bytes) const {
+  if (message_efficiency.empty()) return 1.0;
+  if (bytes <= message_efficiency.front().bytes) return message_efficiency.front().efficiency;
+  if (bytes >= message_efficiency.back().bytes) return message_efficiency.back().efficiency;
+  for (size_t i = 1; i < message_efficiency.size(); ++i) {
+    const MessageEfficiencyPoint& hi = message_efficiency[i];
+    if (bytes <= hi.bytes) {
+      const MessageEfficiencyPoint& lo = message_efficiency[i - 1];
+      double t = (std::log(bytes) - std::log(lo.bytes)) / (std::log(hi.bytes) - std::log(lo.bytes));
+      return lo.efficiency + t * (hi.efficiency - lo.efficiency);
+    }
+  }
+  return message_efficiency.back().efficiency;
+}
+
 double ClusterSpec::speed_factor(int64_t rank) const {
   double f = 1.0;
   int64_t node = rank / devices_per_node;
@@ -121,6 +136,19 @@ NetworkLevel decode_level(ObjectReader& r) {
     l.nics_per_node = r.integer("nics_per_node", kPositiveInt).value_or(1);
     l.oversubscription =
         r.number("oversubscription", Range::at_least(1), Presence::kOptional).value_or(1);
+  }
+  if (const Json* curve = r.array("message_efficiency", Presence::kOptional)) {
+    std::string base = pointer_join(r.pointer(), "message_efficiency");
+    for (size_t i = 0; i < curve->size(); ++i) {
+      ObjectReader p = element_reader(*curve, base, i, r.diagnostics());
+      MessageEfficiencyPoint e;
+      e.bytes = p.number("bytes", Range::positive()).value_or(1);
+      e.efficiency = p.number("efficiency", Range::fraction()).value_or(1);
+      p.finish();
+      if (!l.message_efficiency.empty() && e.bytes <= l.message_efficiency.back().bytes)
+        p.problem("bytes", fmt::format("{}", e.bytes), "points must be in increasing bytes order");
+      l.message_efficiency.push_back(e);
+    }
   }
   l.source = r.string("source").value_or("");
   r.finish();
@@ -253,6 +281,12 @@ Json to_json(const ClusterSpec& c) {
     if (l.scope == LevelScope::kCluster) {
       lj["nics_per_node"] = l.nics_per_node;
       lj["oversubscription"] = l.oversubscription;
+    }
+    if (!l.message_efficiency.empty()) {
+      Json points = Json::array();
+      for (const MessageEfficiencyPoint& p : l.message_efficiency)
+        points.push_back({{"bytes", p.bytes}, {"efficiency", p.efficiency}});
+      lj["message_efficiency"] = points;
     }
     lj["source"] = l.source;
     levels.push_back(lj);

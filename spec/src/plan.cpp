@@ -65,6 +65,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
       r.integer("dp_bucket_bytes", kPositiveInt, Presence::kOptional).value_or(kDefaultBucketBytes);
   p.overlap_dp_comm = r.boolean("overlap_dp_comm", Presence::kOptional).value_or(true);
   p.fsdp_prefetch = r.boolean("fsdp_prefetch", Presence::kOptional).value_or(true);
+  p.overlap_pp_comm = r.boolean("overlap_pp_comm", Presence::kOptional).value_or(true);
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -125,7 +126,8 @@ Json to_json(const Plan& p) {
             {"recompute", enum_name(recompute_names(), p.recompute)},
             {"dp_bucket_bytes", p.dp_bucket_bytes},
             {"overlap_dp_comm", p.overlap_dp_comm},
-            {"fsdp_prefetch", p.fsdp_prefetch}};
+            {"fsdp_prefetch", p.fsdp_prefetch},
+            {"overlap_pp_comm", p.overlap_pp_comm}};
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;

@@ -41,8 +41,9 @@ class CollectiveModel {
   CollectiveModel(const spec::ClusterSpec& cluster,
                   std::map<spec::CollectiveKind, spec::CollectiveAlgorithm> overrides);
 
-  // Cost with the plan's override, else the library's choice. Throws InputError when an override
-  // does not implement `kind`.
+  // Cost with the plan's override, else the library's choice, with the level's measured
+  // message-size efficiency applied. Throws InputError when an override does not implement
+  // `kind`.
   CollectiveCost cost(spec::CollectiveKind kind, int64_t bytes, const GroupShape& shape) const;
   // Cost of one named algorithm with the α-β-γ formulas.
   CollectiveCost cost_of(spec::CollectiveKind kind, spec::CollectiveAlgorithm algorithm,
@@ -61,6 +62,8 @@ class CollectiveModel {
   // the data and each node-internal link (C-1)/C of it, so the bandwidth is
   // min(C * nic, C/(C-1) * link) -- what the flow model finds on an idle network.
   double inter_node_bandwidth(int64_t per_node) const;
+  // Measured fraction of the bandwidth a message of `bytes` gets on the group's level.
+  double message_efficiency(int64_t bytes, const GroupShape& shape) const;
   // Rings (channels) a group with `per_node` ranks per node runs across nodes: one per NIC its
   // local ranks sit next to.
   int64_t channels(int64_t per_node) const;

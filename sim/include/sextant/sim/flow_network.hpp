@@ -78,6 +78,9 @@ class FlowNetwork : public Network {
   std::vector<Op> ops_;
   std::vector<int32_t> free_ops_;
   Picoseconds now_ = 0;
+  // next_event() is asked after every engine event; it is recomputed only after a change.
+  mutable bool dirty_ = true;
+  mutable std::optional<Picoseconds> next_;
 };
 
 }  // namespace sextant::sim

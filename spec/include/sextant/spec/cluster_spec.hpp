@@ -48,6 +48,13 @@ EnumNames<Topology> topology_names();
 enum class CollectiveLibrary { kNccl, kMpi };
 EnumNames<CollectiveLibrary> collective_library_names();
 
+// Achieved fraction of a level's bandwidth for a collective of `bytes` (measured NCCL libraries
+// use fewer channels for mid-size messages); interpolated in log(bytes), clamped at the ends.
+struct MessageEfficiencyPoint {
+  double bytes = 0;
+  double efficiency = 0;
+};
+
 struct NetworkLevel {
   std::string name;
   LevelScope scope = LevelScope::kNode;
@@ -56,7 +63,10 @@ struct NetworkLevel {
   int64_t nics_per_node = 0;  // cluster level: NICs per node (each device uses nic = local % nics)
   Topology topology = Topology::kSwitch;
   double oversubscription = 1.0;  // cluster level: >= 1, divides cross-node bandwidth
+  std::vector<MessageEfficiencyPoint> message_efficiency;  // empty: 1 for every size
   std::string source;
+
+  double efficiency_at(double bytes) const;
 };
 
 struct NetworkSpec {

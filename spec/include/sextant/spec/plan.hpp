@@ -39,6 +39,9 @@ struct Plan {
   int64_t dp_bucket_bytes = kDefaultBucketBytes;
   bool overlap_dp_comm = true;   // all-reduce gradient buckets during backward
   bool fsdp_prefetch = true;     // ZeRO-3: all-gather the next layer's parameters ahead
+  // Stage-to-stage sends run beside compute. False: compute waits for each send to finish, as
+  // Megatron-LM's 2021 schedules did (batched isend/irecv, then wait and synchronize).
+  bool overlap_pp_comm = true;
   std::optional<Dtype> dtype;    // compute dtype; default: bf16 on GPUs, fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
   std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
