@@ -10,5 +10,6 @@ void add_models_command(CLI::App& app);
 void add_clusters_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace sextant::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   sextant::cli::add_models_command(app);
   sextant::cli::add_clusters_command(app);
   sextant::cli::add_simulate_command(app);
+  sextant::cli::add_plan_command(app);
   sextant::cli::add_validate_command(app);
   try {
     app.parse(argc, argv);

@@ -37,6 +37,7 @@ std::string Plan::name() const {
         break;
     }
   }
+  if (!stage_layers.empty()) s += ".split";  // a layer split of its own, not the even one
   if (recompute == Recompute::kSelective) s += ".rc-sel";
   if (recompute == Recompute::kFull) s += ".rc-full";
   return s;

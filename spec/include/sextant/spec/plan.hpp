@@ -51,7 +51,8 @@ struct Plan {
   int64_t world_size() const { return dp * tp * pp; }
   int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
-  // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule and recompute when they apply).
+  // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
+  // and recompute, when they apply).
   std::string name() const;
 };
 

@@ -1,0 +1,325 @@
+// `sextant plan`: search every layout and write the best as a plan file; `sextant scale`: the best
+// plan at each GPU count and what it costs to train a token budget.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "commands.hpp"
+#include "format.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/planner/planner.hpp"
+#include "sextant/planner/scaling.hpp"
+#include "sextant/spec/build_info.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+struct SearchFlags {
+  std::string model;
+  std::string cluster;
+  int64_t global_batch = 0;
+  int64_t seq_len = 0;
+  std::vector<std::string> constraints;
+  std::string network = "analytic";
+  std::string objective = "time";
+  std::string dtype;
+  int64_t leaders = 24;
+  bool allow_tp_across_nodes = false;
+  bool json = false;
+};
+
+void add_search_flags(CLI::App& cmd, SearchFlags& f) {
+  cmd.add_option("--model", f.model, "Zoo name, model file or Hugging Face config.json")->required();
+  cmd.add_option("--cluster", f.cluster, "Cluster name or file")->required();
+  cmd.add_option("--global-batch", f.global_batch, "Sequences (samples) per optimizer step")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--constraint", f.constraints, "Bound a dimension, e.g. tp<=8, pp=1, zero>=1");
+  cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
+  cmd.add_option("--objective", f.objective, "Rank by time or cost");
+  cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
+  cmd.add_option("--leaders", f.leaders,
+                 "Plans simulated event by event after the closed-form ranking (0: all that fit)");
+  cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
+               "Allow tensor parallelism larger than a node");
+  cmd.add_flag("--json", f.json, "Print JSON");
+}
+
+planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
+  planner::SearchRequest r;
+  r.model = models::resolve_model(f.model);
+  r.cluster = spec::resolve_cluster(f.cluster);
+  r.gpus = gpus;
+  r.global_batch = f.global_batch;
+  if (f.seq_len > 0) {
+    if (!r.model.is_transformer())
+      throw InputError("command line", "--seq-len", std::to_string(f.seq_len),
+                       "applies to transformers only");
+    r.seq_len = f.seq_len;
+  }
+  for (const std::string& c : f.constraints) r.constraints.push_back(planner::parse_constraint(c));
+  r.allow_tp_across_nodes = f.allow_tp_across_nodes;
+  if (!f.dtype.empty()) {
+    r.dtype = spec::enum_from_name(spec::dtype_names(), f.dtype);
+    if (!r.dtype)
+      throw InputError("command line", "--dtype", f.dtype,
+                       "must be one of " + spec::enum_choices(spec::dtype_names()));
+  }
+  return r;
+}
+
+planner::SearchOptions options_from(const SearchFlags& f) {
+  planner::SearchOptions o;
+  auto fidelity = spec::enum_from_name(sim::fidelity_names(), f.network);
+  if (!fidelity) throw InputError("command line", "--network", f.network, "must be analytic or flow");
+  o.fidelity = *fidelity;
+  if (f.objective != "time" && f.objective != "cost")
+    throw InputError("command line", "--objective", f.objective, "must be time or cost");
+  o.objective = f.objective == "cost" ? planner::Objective::kCost : planner::Objective::kTime;
+  o.leaders = f.leaders;
+  // Progress on a terminal only, and never with --json.
+  if (!f.json && isatty(STDERR_FILENO)) {
+    o.progress = [](int64_t done, int64_t total) {
+      fmt::print(stderr, "\r  simulating the leaders: {}/{}", done, total);
+      if (done == total) fmt::print(stderr, "\r{:40}\r", "");
+    };
+  }
+  return o;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+spec::Json plan_file_json(const planner::RankedPlan& best, const planner::SearchRequest& r) {
+  spec::Json j = spec::to_json(best.plan);
+  j["predicted"] = {{"step_time_s", best.report.step_time_s},
+                    {"tokens_per_s", best.report.tokens_per_s},
+                    {"mfu", best.report.mfu},
+                    {"peak_memory_bytes", best.report.memory.peak_bytes},
+                    {"network", best.report.network}};
+  j["provenance"] = {{"tool", fmt::format("sextant plan {}", spec::kVersion)},
+                     {"commit", spec::kGitCommit},
+                     {"gpus", r.gpus},
+                     {"date", utc_now()}};
+  return j;
+}
+
+struct PlanFlagsAll {
+  SearchFlags search;
+  int64_t gpus = 0;
+  int64_t top = 5;
+  std::string out;
+};
+
+std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
+  std::string s;
+  for (const auto& [reason, count] : rejected) {
+    if (!s.empty()) s += "; ";
+    s += fmt::format("{} {}", count, reason);
+  }
+  return s.empty() ? "none" : s;
+}
+
+int run_plan(const PlanFlagsAll& f) {
+  planner::SearchRequest request = request_from(f.search, f.gpus);
+  planner::SearchOptions options = options_from(f.search);
+  options.top_k = f.top;
+  planner::SearchResult result = planner::search(request, options);
+  const int64_t seq = request.model.is_transformer()
+                          ? request.seq_len.value_or(request.model.transformer().seq_len)
+                          : 1;
+  if (f.search.json) {
+    spec::Json ranked = spec::Json::array();
+    for (const planner::RankedPlan& p : result.ranked)
+      ranked.push_back({{"plan", spec::to_json(p.plan)},
+                        {"name", p.plan.name()},
+                        {"estimate_s", p.estimate_s},
+                        {"report", spec::to_json(p.report)}});
+    spec::Json j = {{"model", request.model.name},
+                    {"cluster", request.cluster.name},
+                    {"gpus", request.gpus},
+                    {"global_batch", request.global_batch},
+                    {"enumerated", result.enumerated},
+                    {"fitting", result.fitting},
+                    {"simulated", result.simulated},
+                    {"rejected", result.rejected},
+                    {"wall_s", result.wall_s},
+                    {"ranked", ranked}};
+    if (result.ranked.empty()) {
+      j["least_memory_bytes"] = result.least_memory_bytes;
+      if (result.gpus_that_fit) j["gpus_that_fit"] = *result.gpus_that_fit;
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    fmt::print("{} on {} x {}, global batch {}{}\n", request.model.name, request.gpus,
+               request.cluster.name, request.global_batch,
+               request.model.is_transformer() ? fmt::format(", sequence {}", seq) : "");
+    fmt::print("  {} legal plans, {} fit in memory; simulated the {} best estimates ({}) in {}\n",
+               result.enumerated, result.fitting, result.simulated, f.search.network,
+               human_seconds(result.wall_s));
+    fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
+    if (!result.ranked.empty()) {
+      fmt::print("\n{:>2} {:<34} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
+                 "MFU", "memory", "compute / exposed tp, dp, pp, fsdp / bubble / optimizer");
+      int i = 1;
+      for (const planner::RankedPlan& p : result.ranked) {
+        const spec::Report& r = p.report;
+        const spec::TimeBreakdown& b = r.breakdown_s;
+        auto pc = [&](double x) { return 100 * x / r.step_time_s; };
+        fmt::print("{:>2} {:<34} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
+                   "{:.0f}% / {:.0f}% / {:.0f}%\n",
+                   i++, p.plan.name(), human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
+                   human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
+                   pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
+                   pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));
+      }
+    }
+  }
+  if (result.ranked.empty()) {
+    std::string what = result.gpus_that_fit
+                           ? fmt::format("with {} GPUs some layout fits", *result.gpus_that_fit)
+                           : "no GPU count of this cluster fits this batch";
+    fmt::print(stderr,
+               "no plan fits: the least memory any layout needs is {} per device (capacity {}); "
+               "{}. Try more GPUs, a smaller --global-batch, or full recompute and ZeRO.\n",
+               human_bytes(static_cast<double>(result.least_memory_bytes)),
+               human_bytes(static_cast<double>(request.cluster.device.memory_capacity_bytes)), what);
+    return 1;
+  }
+  if (!f.out.empty()) {
+    spec::write_json_file(f.out, plan_file_json(result.ranked.front(), request));
+    if (!f.search.json) fmt::print("\nbest plan written to {}\n", f.out);
+  }
+  return 0;
+}
+
+struct ScaleFlags {
+  SearchFlags search;
+  std::vector<int64_t> gpus;
+  bool weak = false;
+  double tokens = 0;
+  double price = 0;
+  std::string csv;
+};
+
+int run_scale(const ScaleFlags& f) {
+  planner::ScaleRequest request;
+  request.base = request_from(f.search, f.gpus.front());
+  request.gpu_counts = f.gpus;
+  std::sort(request.gpu_counts.begin(), request.gpu_counts.end());
+  request.weak = f.weak;
+  if (f.tokens > 0) request.tokens = f.tokens;
+  if (f.price > 0) request.price_per_gpu_hour = f.price;
+  planner::SearchOptions options = options_from(f.search);
+  options.top_k = 1;
+  options.leaders = std::min<int64_t>(options.leaders, 8);
+  std::vector<planner::ScalePoint> points = planner::scale(request, options);
+  std::ostringstream csv;
+  csv << "gpus,global_batch,plan,step_time_s,tokens_per_s,mfu,speedup,efficiency,train_time_s,"
+         "gpu_hours,cost\n";
+  spec::Json rows = spec::Json::array();
+  for (const planner::ScalePoint& p : points) {
+    spec::Json row = {{"gpus", p.gpus}, {"global_batch", p.global_batch}};
+    if (p.best) {
+      row["plan"] = p.best->plan.name();
+      row["plan_json"] = spec::to_json(p.best->plan);
+      row["step_time_s"] = p.best->report.step_time_s;
+      row["tokens_per_s"] = p.tokens_per_s;
+      row["mfu"] = p.best->report.mfu;
+      row["speedup"] = p.speedup;
+      row["efficiency"] = p.efficiency;
+      if (p.train_time_s) row["train_time_s"] = *p.train_time_s;
+      if (p.gpu_hours) row["gpu_hours"] = *p.gpu_hours;
+      if (p.cost) row["cost"] = *p.cost;
+      csv << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", p.gpus, p.global_batch,
+                         p.best->plan.name(), p.best->report.step_time_s, p.tokens_per_s,
+                         p.best->report.mfu, p.speedup, p.efficiency,
+                         p.train_time_s ? fmt::format("{}", *p.train_time_s) : "",
+                         p.gpu_hours ? fmt::format("{}", *p.gpu_hours) : "",
+                         p.cost ? fmt::format("{}", *p.cost) : "");
+    } else {
+      row["why_none"] = p.why_none;
+      csv << fmt::format("{},{},,,,,,,,,\n", p.gpus, p.global_batch);
+    }
+    rows.push_back(row);
+  }
+  if (!f.csv.empty()) spec::write_file_atomically(f.csv, csv.str());
+  if (f.search.json) {
+    std::cout << spec::Json{{"model", request.base.model.name},
+                            {"cluster", request.base.cluster.name},
+                            {"weak_scaling", f.weak},
+                            {"points", rows}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  fmt::print("{} on {}, global batch {}{}\n", request.base.model.name, request.base.cluster.name,
+             request.base.global_batch, f.weak ? " per smallest count (weak scaling)" : "");
+  fmt::print("{:>6} {:<32} {:>10} {:>12} {:>6} {:>8} {:>6}", "gpus", "best plan", "step",
+             "tokens/s", "MFU", "speedup", "eff");
+  if (request.tokens) fmt::print(" {:>12} {:>12}", "train time", "GPU-hours");
+  if (request.price_per_gpu_hour) fmt::print(" {:>12}", "cost");
+  fmt::print("\n");
+  for (const planner::ScalePoint& p : points) {
+    if (!p.best) {
+      fmt::print("{:>6} {}\n", p.gpus, p.why_none);
+      continue;
+    }
+    fmt::print("{:>6} {:<32} {:>10} {:>12.0f} {:>5.1f}% {:>7.2f}x {:>5.0f}%", p.gpus,
+               p.best->plan.name(), human_seconds(p.best->report.step_time_s), p.tokens_per_s,
+               100 * p.best->report.mfu, p.speedup, 100 * p.efficiency);
+    if (p.train_time_s) fmt::print(" {:>12} {:>12.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
+    if (p.cost) fmt::print(" {:>11.0f}$", *p.cost);
+    fmt::print("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto f = std::make_shared<PlanFlagsAll>();
+  CLI::App* cmd = app.add_subcommand("plan", "Search every parallel layout and rank them");
+  add_search_flags(*cmd, f->search);
+  cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--top", f->top, "How many plans to show")->check(CLI::PositiveNumber);
+  cmd->add_option("--out", f->out, "Write the best plan (sextant.plan/1) to this file");
+  cmd->callback([f] {
+    int rc = run_plan(*f);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  auto s = std::make_shared<ScaleFlags>();
+  CLI::App* sc = app.add_subcommand("scale", "Best plan per GPU count: speedup, efficiency, cost");
+  add_search_flags(*sc, s->search);
+  sc->add_option("--gpus", s->gpus, "GPU counts, e.g. 8,16,32,64")
+      ->required()
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  sc->add_flag("--weak", s->weak, "Weak scaling: the global batch grows with the GPU count");
+  sc->add_option("--tokens", s->tokens, "Token (or sample) budget to train")
+      ->check(CLI::PositiveNumber);
+  sc->add_option("--price", s->price, "Price in USD per GPU-hour")->check(CLI::PositiveNumber);
+  sc->add_option("--csv", s->csv, "Also write the table as CSV");
+  sc->callback([s] {
+    int rc = run_scale(*s);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sextant::cli

@@ -1,0 +1,51 @@
+// A cheap closed-form estimate of a plan's step time and memory, used to rank the candidates of a
+// search before the leaders are simulated event by event. It composes the same compute and
+// collective models as the simulator: per-stage forward and backward time per micro-batch with
+// the tensor-parallel collectives, the pipeline fill and drain ((p - 1)/v stage times), exposed
+// gradient reduction, and the optimizer.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/collective_model.hpp"
+#include "sextant/sim/compute_model.hpp"
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/report.hpp"
+
+namespace sextant::planner {
+
+struct Estimate {
+  double step_time_s = 0;
+  int64_t peak_memory_bytes = 0;
+  bool fits = false;
+};
+
+class Estimator {
+ public:
+  Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
+  // Not thread-safe (it caches lowerings); use one per thread.
+  Estimate estimate(const spec::Plan& plan);
+
+ private:
+  struct LayerCost {
+    double forward = 0;   // compute + tensor-parallel collectives, s
+    double backward = 0;
+    double recompute = 0;
+  };
+  struct Lowering {
+    models::LoweredModel lowered;
+    std::map<spec::Recompute, std::vector<LayerCost>> costs;
+  };
+  Lowering& lowering(const spec::Plan& plan);
+  const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, Lowering& l);
+
+  const spec::ModelSpec* model_;
+  const spec::ClusterSpec* cluster_;
+  std::map<std::tuple<int64_t, int64_t, bool, int>, std::unique_ptr<Lowering>> lowerings_;
+};
+
+}  // namespace sextant::planner

@@ -1,0 +1,53 @@
+// `plan`: enumerate the legal plans, drop those that do not fit in memory, rank the rest with the
+// closed-form estimate, simulate the leaders event by event in parallel on all cores, and rank
+// them by simulated step time (or cost).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/planner/search_space.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/report.hpp"
+
+namespace sextant::planner {
+
+enum class Objective { kTime, kCost };
+
+struct SearchOptions {
+  sim::Fidelity fidelity = sim::Fidelity::kAnalytic;
+  int64_t top_k = 5;
+  // Leaders simulated in full, in order of their estimate; 0 simulates every plan that fits.
+  int64_t leaders = 24;
+  int threads = 0;  // 0: all cores
+  Objective objective = Objective::kTime;
+  // Called with (done, total) while leaders are simulated.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+struct RankedPlan {
+  spec::Plan plan;
+  spec::Report report;
+  double estimate_s = 0;
+};
+
+struct SearchResult {
+  std::vector<RankedPlan> ranked;           // best first, at most top_k
+  std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
+  int64_t enumerated = 0;   // legal plans before the memory check
+  int64_t fitting = 0;      // of those, predicted to fit
+  int64_t simulated = 0;
+  double wall_s = 0;
+  // When nothing fits: the least memory any plan needs, and the smallest GPU count (within the
+  // cluster, same batch) at which some plan fits.
+  int64_t least_memory_bytes = 0;
+  std::optional<int64_t> gpus_that_fit;
+};
+
+// Throws InputError for a request that cannot be planned (bad counts, unknown names).
+SearchResult search(const SearchRequest& request, const SearchOptions& options);
+
+}  // namespace sextant::planner

@@ -1,0 +1,145 @@
+// Closed-form plan estimates.
+#include "sextant/planner/estimator.hpp"
+
+#include <algorithm>
+
+#include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/program_builder.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
+#include "sextant/spec/rank_layout.hpp"
+
+namespace sextant::planner {
+
+Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster)
+    : model_(&model), cluster_(&cluster) {}
+
+Estimator::Lowering& Estimator::lowering(const spec::Plan& plan) {
+  spec::Dtype dtype = sim::plan_dtype(plan, *cluster_);
+  auto key = std::make_tuple(plan.micro_batch, plan.tp, plan.sequence_parallel,
+                             static_cast<int>(dtype));
+  auto it = lowerings_.find(key);
+  if (it != lowerings_.end()) return *it->second;
+  auto l = std::make_unique<Lowering>();
+  int64_t seq = model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
+  l->lowered = models::lower(*model_, {plan.micro_batch, seq, dtype, plan.tp, plan.sequence_parallel});
+  return *lowerings_.emplace(key, std::move(l)).first->second;
+}
+
+const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
+                                                                 Lowering& l) {
+  auto it = l.costs.find(plan.recompute);
+  if (it != l.costs.end()) return it->second;
+  sim::ComputeModel compute(cluster_->device, l.lowered.dtype);
+  sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
+  spec::RankLayout layout(plan);
+  sim::GroupShape tp_shape = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
+  auto pass = [&](const std::vector<models::Op>& ops, bool core_only) {
+    double t = 0;
+    for (const models::Op& op : ops) {
+      if (core_only && !op.core_attention) continue;
+      if (op.is_comm()) {
+        t += collectives.cost(op.collective, op.bytes, tp_shape).seconds();
+      } else {
+        t += ps_to_seconds(compute.op_time(op));
+      }
+    }
+    return t;
+  };
+  std::vector<LayerCost> costs;
+  for (size_t i = 0; i < l.lowered.layers.size(); ++i) {
+    const models::Layer& layer = l.lowered.layers[i];
+    LayerCost c;
+    c.forward = pass(layer.forward, false);
+    c.backward = pass(layer.backward, false);
+    bool block = layer.kind == models::LayerKind::kBlock;
+    if (block && plan.recompute == spec::Recompute::kFull) c.recompute = c.forward;
+    if (block && plan.recompute == spec::Recompute::kSelective) c.recompute = pass(layer.forward, true);
+    costs.push_back(c);
+  }
+  return l.costs.emplace(plan.recompute, std::move(costs)).first->second;
+}
+
+Estimate Estimator::estimate(const spec::Plan& plan) {
+  Lowering& l = lowering(plan);
+  const std::vector<LayerCost>& costs = layer_costs(plan, l);
+  const models::LoweredModel& lowered = l.lowered;
+  sim::ComputeModel compute(cluster_->device, lowered.dtype);
+  sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
+  spec::RankLayout layout(plan);
+  const int64_t m = plan.micro_batches();
+  const double v = static_cast<double>(plan.virtual_stages);
+  const int64_t e = spec::dtype_bytes(lowered.dtype);
+
+  Estimate out;
+  double slowest_stage = 0;     // forward + backward of one micro-batch through a stage, s
+  double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
+  int64_t max_params = 0;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    sim::StageLayers layers = sim::stage_layers(plan, lowered, s);
+    double t = 0;
+    double b = 0;
+    int64_t params = 0;
+    for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
+      for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
+        t += costs[i].forward + costs[i].backward + costs[i].recompute;
+        b += costs[i].backward + costs[i].recompute;
+        params += lowered.layers[i].params;
+      }
+    }
+    slowest_stage = std::max(slowest_stage, t);
+    slowest_backward = std::max(slowest_backward, b);
+    max_params = std::max(max_params, params);
+    spec::MemoryBreakdown mem = sim::stage_memory(plan, lowered, *model_, s);
+    out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
+  }
+  out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
+
+  // Pipeline: m micro-batches plus the fill and drain of (p - 1) stages, divided by the chunks.
+  double step = static_cast<double>(m) * slowest_stage +
+                static_cast<double>(plan.pp - 1) * slowest_stage / v;
+  if (plan.pp > 1) {
+    // Stage-to-stage transfers on the critical path of the fill and drain.
+    int64_t boundary = 0;
+    for (const models::Layer& layer : lowered.layers) boundary = std::max(boundary, layer.output_bytes);
+    if (plan.tp > 1 && !plan.sequence_parallel) boundary /= plan.tp;
+    int64_t pair[2] = {0, layout.pp_next(0)};
+    double p2p = collectives.cost(spec::CollectiveKind::kSendRecv, boundary,
+                                  sim::group_shape(pair, cluster_->devices_per_node))
+                     .seconds();
+    step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
+    if (!plan.overlap_pp_comm) step += 2 * static_cast<double>(m) * v * p2p;
+  }
+  // Data parallelism.
+  if (plan.dp > 1) {
+    sim::GroupShape dp_shape = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
+    const int64_t grads = max_params * e;
+    if (plan.zero == 3) {
+      // Per micro-batch: gather parameters for forward and backward, scatter gradients.
+      double per_mb = 2 * collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds() +
+                      collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
+      double compute_per_mb = slowest_stage;
+      double exposed = plan.fsdp_prefetch ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
+      step += static_cast<double>(m) * exposed;
+    } else {
+      const int64_t buckets = std::max<int64_t>(1, (grads + plan.dp_bucket_bytes - 1) / plan.dp_bucket_bytes);
+      const int64_t bucket = grads / buckets;
+      spec::CollectiveKind kind = plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter
+                                                 : spec::CollectiveKind::kAllReduce;
+      double reduce = static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
+      double last = collectives.cost(kind, bucket, dp_shape).seconds();
+      step += plan.overlap_dp_comm ? std::max(last, reduce - slowest_backward) : reduce;
+      if (plan.zero >= 1)
+        step += collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds();
+    }
+  }
+  int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
+  step += ps_to_seconds(compute.optimizer_time(updated));
+  // A straggler slows every group it is in: scale by the slowest rank used.
+  double slowest = 1.0;
+  for (int64_t r = 0; r < plan.world_size(); ++r) slowest = std::min(slowest, cluster_->speed_factor(r));
+  out.step_time_s = step / slowest;
+  return out;
+}
+
+}  // namespace sextant::planner

@@ -1,0 +1,146 @@
+// The plan search.
+#include "sextant/planner/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "sextant/planner/estimator.hpp"
+
+namespace sextant::planner {
+
+namespace {
+
+struct Scored {
+  size_t index;
+  Estimate estimate;
+};
+
+int thread_count(int requested) {
+  if (requested > 0) return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Estimates every plan, in parallel; each thread keeps its own estimator (and its caches).
+std::vector<Estimate> estimate_all(const SearchRequest& request, const std::vector<spec::Plan>& plans,
+                                   int threads) {
+  std::vector<Estimate> out(plans.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    Estimator estimator(request.model, request.cluster);
+    for (size_t i = next++; i < plans.size(); i = next++) out[i] = estimator.estimate(plans[i]);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
+}
+
+double objective_value(const spec::Report& r, Objective o) {
+  // Cost of a step: GPU-seconds; at a fixed GPU count it orders plans as time does.
+  return o == Objective::kCost ? r.step_time_s * static_cast<double>(r.gpus) : r.step_time_s;
+}
+
+}  // namespace
+
+SearchResult search(const SearchRequest& request, const SearchOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  SearchResult result;
+  Enumeration all = enumerate_plans(request);
+  if (all.plans.empty()) {
+    std::string reasons;
+    for (const auto& [reason, count] : all.rejected)
+      reasons += fmt::format("{}{} {}", reasons.empty() ? "" : "; ", count, reason);
+    throw InputError("request", "--global-batch", std::to_string(request.global_batch),
+                     fmt::format("no legal layout of {} on {} GPUs ({})", request.model.name,
+                                 request.gpus, reasons));
+  }
+  result.rejected = all.rejected;
+  result.enumerated = static_cast<int64_t>(all.plans.size());
+  const int threads = thread_count(options.threads);
+  std::vector<Estimate> estimates = estimate_all(request, all.plans, threads);
+
+  std::vector<Scored> fitting;
+  result.least_memory_bytes = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < all.plans.size(); ++i) {
+    result.least_memory_bytes = std::min(result.least_memory_bytes, estimates[i].peak_memory_bytes);
+    if (estimates[i].fits) {
+      fitting.push_back({i, estimates[i]});
+    } else {
+      result.rejected["does not fit in device memory"] += 1;
+    }
+  }
+  result.fitting = static_cast<int64_t>(fitting.size());
+  if (fitting.empty()) {
+    // Say what would fit: the smallest larger GPU count (doubling) at which some plan fits.
+    for (int64_t g = request.gpus * 2; g <= request.cluster.total_devices(); g *= 2) {
+      SearchRequest bigger = request;
+      bigger.gpus = g;
+      Enumeration e = enumerate_plans(bigger);
+      Estimator estimator(request.model, request.cluster);
+      bool any = false;
+      for (const spec::Plan& p : e.plans) {
+        if (estimator.estimate(p).fits) {
+          any = true;
+          break;
+        }
+      }
+      if (any) {
+        result.gpus_that_fit = g;
+        break;
+      }
+    }
+    result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), [](const Scored& a, const Scored& b) {
+    return a.estimate.step_time_s < b.estimate.step_time_s;
+  });
+  size_t leaders = options.leaders > 0 ? std::min<size_t>(fitting.size(), static_cast<size_t>(options.leaders))
+                                       : fitting.size();
+  leaders = std::max(leaders, std::min<size_t>(fitting.size(), static_cast<size_t>(options.top_k)));
+
+  // Simulate the leaders in parallel.
+  std::vector<RankedPlan> simulated(leaders);
+  std::vector<bool> fits(leaders, false);
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex progress_mutex;
+  auto work = [&] {
+    for (size_t i = next++; i < leaders; i = next++) {
+      const spec::Plan& plan = all.plans[fitting[i].index];
+      sim::SimulationOptions so;
+      so.fidelity = options.fidelity;
+      sim::SimulationResult r = sim::simulate(request.model, request.cluster, plan, so);
+      simulated[i] = {plan, r.report, fitting[i].estimate.step_time_s};
+      fits[i] = r.report.memory.fits;
+      int64_t d = ++done;
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        options.progress(d, static_cast<int64_t>(leaders));
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(leaders)); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  result.simulated = static_cast<int64_t>(leaders);
+
+  for (size_t i = 0; i < leaders; ++i)
+    if (fits[i]) result.ranked.push_back(std::move(simulated[i]));
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const RankedPlan& a, const RankedPlan& b) {
+    return objective_value(a.report, options.objective) < objective_value(b.report, options.objective);
+  });
+  if (static_cast<int64_t>(result.ranked.size()) > options.top_k)
+    result.ranked.resize(static_cast<size_t>(options.top_k));
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace sextant::planner
