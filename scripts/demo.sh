@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: sets up and builds, then shows what Sextant knows
-# about a model and a cluster.
+# The main job, end to end on this machine: sets up and builds, plans a large model on a GPU
+# cluster and simulates the chosen plan, shows what more GPUs would buy, and writes a trace that
+# opens in Perfetto. Outputs go to out/demo (or $SEXTANT_DEMO_OUT).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/env.sh
 scripts/build.sh
-sextant=build/release/cli/sextant
+sextant="$root/build/release/cli/sextant"
 out="${SEXTANT_DEMO_OUT:-$root/out/demo}"
 mkdir -p "$out"
 
-echo "== The model: GPT-3 175B"
-$sextant models show gpt3-175b
+echo "== 1. Plan: GPT-3 175B on 1024 A100s (DGX A100 nodes), global batch 1536"
+"$sextant" plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536 --top 5 \
+  --out "$out/gpt3-175b-plan.json"
+
 echo
-echo "== The cluster: DGX A100"
-$sextant clusters show dgx-a100
+echo "== 2. Simulate the chosen plan (the plan file is accepted unchanged)"
+"$sextant" simulate --model gpt3-175b --cluster dgx-a100 --plan "$out/gpt3-175b-plan.json"
+
+echo
+echo "== 3. What do more GPUs buy? GPT-3 13B, global batch 512, 300B tokens at 2.50 USD/GPU-hour"
+"$sextant" scale --model gpt3-13b --cluster dgx-a100 --gpus 16,64,256,1024 --global-batch 512 \
+  --tokens 3e11 --price 2.5 --leaders 8
+
+echo
+echo "== 4. A trace to look at: GPT-3 1.3B on 16 A100s, dp2.tp4.pp2, interleaved, in Perfetto"
+"$sextant" simulate --model gpt3-1.3b --cluster dgx-a100 --dp 2 --tp 4 --pp 2 --global-batch 32 \
+  --micro-batch 2 --schedule interleaved --vpp 2 --recompute selective --sp \
+  --trace "$out/gpt3-1.3b-predicted-trace.json"
+echo
+echo "Open $out/gpt3-1.3b-predicted-trace.json at https://ui.perfetto.dev (one process per rank,"
+echo "one thread per stream: compute, tp-comm, dp-comm, pp-send, pp-recv)."
