@@ -19,9 +19,12 @@ int main(int argc, char** argv) {
   sextant::cli::add_clusters_command(app);
   sextant::cli::add_simulate_command(app);
   sextant::cli::add_plan_command(app);
+  sextant::cli::add_run_command(app, std::vector<std::string>(argv, argv + argc));
   sextant::cli::add_validate_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // the command reported its failure already
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const sextant::InputError& e) {

@@ -65,6 +65,27 @@ int64_t pipeline_layer_count(const LoweredModel& lowered) {
   return static_cast<int64_t>(lowered.split_end - lowered.split_begin);
 }
 
+StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage) {
+  const int64_t units = pipeline_layer_count(lowered);
+  std::vector<int64_t> counts = spec::stage_layer_counts(plan, units);
+  std::vector<size_t> begin_of(counts.size() + 1);
+  begin_of[0] = lowered.split_begin;
+  for (size_t c = 0; c < counts.size(); ++c)
+    begin_of[c + 1] = begin_of[c] + static_cast<size_t>(counts[c]);
+  StageLayers out;
+  const int64_t chunks = plan.chunks();
+  for (int64_t v = 0; v < plan.virtual_stages; ++v) {
+    int64_t c = v * plan.pp + stage;
+    size_t b = begin_of[static_cast<size_t>(c)];
+    size_t e = begin_of[static_cast<size_t>(c + 1)];
+    if (c == 0) b = 0;
+    if (c == chunks - 1) e = lowered.layers.size();
+    out.chunk_begin.push_back(b);
+    out.chunk_end.push_back(e);
+  }
+  return out;
+}
+
 namespace {
 
 // Builders for the three kinds of op. Sizes are element counts; `e` is bytes per element.

@@ -13,29 +13,6 @@ namespace sextant::sim {
 using spec::Phase;
 using spec::Stream;
 
-StageLayers stage_layers(const spec::Plan& plan, const models::LoweredModel& lowered,
-                         int64_t stage) {
-  const int64_t units = models::pipeline_layer_count(lowered);
-  std::vector<int64_t> counts = spec::stage_layer_counts(plan, units);
-  // Global chunk c = v * pp + stage holds counts[c] pipeline units after those of chunks < c.
-  std::vector<size_t> begin_of(counts.size() + 1);
-  begin_of[0] = lowered.split_begin;
-  for (size_t c = 0; c < counts.size(); ++c)
-    begin_of[c + 1] = begin_of[c] + static_cast<size_t>(counts[c]);
-  StageLayers out;
-  const int64_t chunks = plan.chunks();
-  for (int64_t v = 0; v < plan.virtual_stages; ++v) {
-    int64_t c = v * plan.pp + stage;
-    size_t b = begin_of[static_cast<size_t>(c)];
-    size_t e = begin_of[static_cast<size_t>(c + 1)];
-    if (c == 0) b = 0;                                  // embedding
-    if (c == chunks - 1) e = lowered.layers.size();     // head
-    out.chunk_begin.push_back(b);
-    out.chunk_end.push_back(e);
-  }
-  return out;
-}
-
 namespace {
 
 class StageBuilder {

@@ -88,4 +88,13 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
 // Layers in [split_begin, split_end): the count a pipeline splits.
 int64_t pipeline_layer_count(const LoweredModel& lowered);
 
+// The lowered layers each local chunk of pipeline stage `stage` holds: chunk v of the stage is
+// global chunk v*pp + stage; the first chunk also holds the layers before split_begin (embedding),
+// the last one those from split_end on (head). Shared by the simulator and the executor.
+struct StageLayers {
+  std::vector<size_t> chunk_begin;  // per local chunk: range of lowered layer indices
+  std::vector<size_t> chunk_end;
+};
+StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
+
 }  // namespace sextant::models

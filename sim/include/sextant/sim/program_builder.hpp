@@ -14,14 +14,8 @@
 
 namespace sextant::sim {
 
-struct StageLayers {
-  std::vector<size_t> chunk_begin;  // per local chunk: range of lowered layer indices
-  std::vector<size_t> chunk_end;
-};
-
-// Layers held by each local chunk of `stage` (the first stage also holds the embedding, the last
-// chunk of the last stage the head).
-StageLayers stage_layers(const spec::Plan& plan, const models::LoweredModel& lowered, int64_t stage);
+using models::StageLayers;
+using models::stage_layers;
 
 // The program of every rank of pipeline stage `stage`.
 Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,

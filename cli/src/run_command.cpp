@@ -1,0 +1,114 @@
+// `sextant run`: train a plan for real on MPI ranks (CPU backend). Under mpirun/srun every rank
+// runs this command; with --np N and no MPI launcher around it, it starts `mpirun -np N` itself.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "commands.hpp"
+#include "plan_options.hpp"
+#include "sextant/exec/runner.hpp"
+#include "sextant/models/zoo.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+struct RunFlags {
+  std::string model;
+  PlanFlags plan;
+  std::string backend = "cpu";
+  int64_t steps = 10;
+  std::string data = "synthetic";
+  uint64_t seed = 1234;
+  double lr = 1e-3;
+  std::string trace;
+  std::string log_json;
+  std::string checkpoint;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  int np = 0;
+  bool quiet = false;
+};
+
+bool under_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+// Replaces this process with `mpirun -np N <this binary> <the same arguments without --np>`.
+[[noreturn]] void relaunch(int np, const std::vector<std::string>& args) {
+  std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(np), "--oversubscribe"};
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  char self[4096] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  cmd.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : args.front());
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--np") {
+      ++i;  // and its value
+      continue;
+    }
+    if (args[i].rfind("--np=", 0) == 0) continue;
+    cmd.push_back(args[i]);
+  }
+  std::vector<char*> argv;
+  for (std::string& s : cmd) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execvp("mpirun", argv.data());
+  throw std::runtime_error(fmt::format("cannot start mpirun: {} (is Open MPI installed?)",
+                                       std::strerror(errno)));
+}
+
+int run(const RunFlags& f, const std::vector<std::string>& args) {
+  if (f.np > 0 && !under_mpi_launcher()) relaunch(f.np, args);
+  if (f.backend != "cpu") {
+    throw InputError("command line", "--backend", f.backend,
+                     "this build runs the cpu backend (the cuda backend needs a CUDA build)");
+  }
+  exec::Job job;
+  job.model = models::resolve_model(f.model);
+  job.plan = plan_from_flags(f.plan, std::nullopt);
+  job.train.steps = f.steps;
+  job.train.data = f.data;
+  job.train.seed = f.seed;
+  job.train.lr = static_cast<float>(f.lr);
+  job.train.checkpoint_dir = f.checkpoint;
+  job.train.checkpoint_every = f.checkpoint_every;
+  job.train.resume = f.resume;
+  job.trace_file = f.trace;
+  job.log_json = f.log_json;
+  job.quiet = f.quiet;
+  return exec::run_main(job);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Train a plan for real on MPI ranks (start with mpirun -np N, or give --np N)");
+  cmd->add_option("--model", f->model, "Zoo name, model file or Hugging Face config.json")->required();
+  add_plan_flags(*cmd, f->plan);
+  cmd->add_option("--backend", f->backend, "cpu (Eigen + MPI)");
+  cmd->add_option("--steps", f->steps, "Training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--data", f->data, "synthetic, or a text file (byte-level tokens)");
+  cmd->add_option("--seed", f->seed, "Seed of the initial weights and the synthetic data");
+  cmd->add_option("--lr", f->lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  cmd->add_option("--trace", f->trace, "Write the merged measured trace of every rank");
+  cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
+  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
+  cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--resume", f->resume, "Continue from the newest checkpoint in --checkpoint");
+  cmd->add_option("--np", f->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
+  cmd->add_flag("--quiet", f->quiet, "No per-step lines");
+  cmd->callback([f, args] {
+    int rc = run(*f, args);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sextant::cli

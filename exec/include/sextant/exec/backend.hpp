@@ -1,0 +1,103 @@
+// A compute backend: memory and the kernels the GPT and MLP models need, forward and backward.
+// The CPU backend implements them with Eigen on fp32; the CUDA backend with cuBLAS and its own
+// kernels. Layout, batching and communication live above this interface and are shared.
+//
+// Conventions: row-major matrices; x is [rows, in], a linear weight is [in, out]. Backward
+// kernels accumulate (+=) into weight and bias gradients, and overwrite input gradients.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sextant/exec/tensor.hpp"
+
+namespace sextant::exec {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Memory.
+  Tensor empty(std::vector<int64_t> shape);
+  Tensor zeros(std::vector<int64_t> shape);
+  virtual float* allocate(int64_t elements) = 0;
+  virtual void release(float* data) = 0;
+  virtual void fill(Tensor& t, float value) = 0;
+  virtual void copy(const Tensor& from, Tensor& to) = 0;
+  virtual void to_host(const Tensor& t, std::vector<float>& out) = 0;
+  virtual void from_host(const std::vector<float>& in, Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  // y[rows, out] = x[rows, in] @ w[in, out] (+ b); accumulate: y += instead of =.
+  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+                      bool accumulate = false) = 0;
+  // dx = dy @ w^T (accumulate optional); dw += x^T @ dy; db += sum_rows dy.
+  virtual void matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                               Tensor& dw, Tensor* db, bool accumulate_dx = false) = 0;
+  // y[rows, n] = x[rows, k] @ w[n, k]^T: a weight stored transposed (the tied output layer uses
+  // the embedding table [vocab, hidden] this way).
+  virtual void matmul_nt(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // dx = dy @ w; dw += dy^T @ x.
+  virtual void matmul_nt_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                                  Tensor& dw) = 0;
+  // Per-row layer norm over the last dimension; saves mean and rstd per row.
+  virtual void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                         Tensor& mean, Tensor& rstd) = 0;
+  virtual void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                                  Tensor& dbeta) = 0;
+  // GELU, tanh approximation (GPT-2).
+  virtual void gelu(const Tensor& x, Tensor& y) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  virtual void relu(const Tensor& x, Tensor& y) = 0;
+  virtual void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // SwiGLU on x = [gate | up] (each [rows, f]): y = silu(gate) * up.
+  virtual void swiglu(const Tensor& x, Tensor& y) = 0;
+  virtual void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+  // y[rows, n] += b[n] (broadcast over rows); db[n] += column sums of dy[rows, n].
+  virtual void bias_add(Tensor& y, const Tensor& b) = 0;
+  virtual void bias_backward(const Tensor& dy, Tensor& db) = 0;
+  // y = a + b (elementwise); y may alias a.
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  virtual void scale(Tensor& x, float factor) = 0;
+  // Causal self-attention on qkv = [batch*seq, 3*heads*head_dim] (q | k | v, head-major within
+  // each), out = [batch*seq, heads*head_dim]. Saves the softmax probabilities att =
+  // [batch, heads, seq, seq].
+  virtual void attention(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
+                         Tensor& out, Tensor& att) = 0;
+  virtual void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout,
+                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dqkv) = 0;
+  // Rows of `table` ([vocab_shard, hidden]) for token ids in [vocab_begin, vocab_begin + shard);
+  // other tokens give zero rows (vocabulary-parallel embedding).
+  virtual void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
+                         Tensor& y) = 0;
+  virtual void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy,
+                                  int64_t vocab_begin, Tensor& dtable) = 0;
+  // Position embedding on rows [row_begin, row_begin + rows) of a [batch*seq, hidden] activation:
+  // y[i] += pos[(row_begin + i) % seq].
+  virtual void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) = 0;
+  virtual void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq,
+                                      Tensor& dpos) = 0;
+  // Per-row max and sum of exp(x - max) of logits [rows, v] (the local part of a softmax).
+  virtual void row_max(const Tensor& logits, std::vector<float>& max) = 0;
+  virtual void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
+                           std::vector<float>& sum) = 0;
+  // Logit of each row's target if it falls in [vocab_begin, vocab_begin + v), else 0.
+  virtual void target_logits(const Tensor& logits, const std::vector<int32_t>& targets,
+                             int64_t vocab_begin, std::vector<float>& out) = 0;
+  // dlogits = (softmax(logits) - onehot(target)) * scale, with the global max and sum.
+  virtual void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
+                                      int64_t vocab_begin, const std::vector<float>& max,
+                                      const std::vector<float>& sum, float scale,
+                                      Tensor& dlogits) = 0;
+  // Sum of squares of x.
+  virtual double sum_squares(const Tensor& x) = 0;
+  // AdamW on a parameter and its gradient (fp32), bias-corrected, decoupled weight decay.
+  virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale) = 0;
+};
+
+}  // namespace sextant::exec

@@ -1,0 +1,44 @@
+// Collectives and point-to-point transfers within a group of ranks. The MPI implementation backs
+// the CPU executor; an NCCL one backs the CUDA executor. Every call is timed by the recorder that
+// the caller passes through CommTrace.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sextant::exec {
+
+// A pending non-blocking operation.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // tp, dp, pp, world, embedding
+
+  // In place, elementwise sum (or max) over the group.
+  virtual void all_reduce(float* data, int64_t n) = 0;
+  virtual void all_reduce_max(float* data, int64_t n) = 0;
+  virtual void all_reduce(double* data, int64_t n) = 0;
+  virtual std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) = 0;
+  // in: size() * n elements; out: this rank's n-element block of the sum.
+  virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;
+  // in: n elements; out: size() * n, blocks in rank order.
+  virtual void all_gather(const float* in, float* out, int64_t n) = 0;
+  virtual void broadcast(float* data, int64_t n, int root) = 0;
+  virtual std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) = 0;
+  virtual void recv(float* data, int64_t n, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+  // Bytes gathered at root: each rank's blob, concatenated (root only).
+  virtual std::vector<std::string> gather_strings(const std::string& mine, int root) = 0;
+};
+
+}  // namespace sextant::exec

@@ -1,0 +1,46 @@
+// What the executor's layers need at hand: the backend, this rank's communicators and place in the
+// layout, the recorder, and the lowering (for the FLOPs and bytes each traced op reports).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sextant/exec/backend.hpp"
+#include "sextant/exec/communicator.hpp"
+#include "sextant/exec/recorder.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::exec {
+
+struct Groups {
+  Communicator* world = nullptr;
+  Communicator* tp = nullptr;
+  Communicator* dp = nullptr;
+  Communicator* embedding = nullptr;  // first and last pipeline stage (tied embeddings), or null
+  int64_t tp_rank = 0, tp_size = 1;
+  int64_t dp_rank = 0, dp_size = 1;
+  int64_t pp_rank = 0, pp_size = 1;
+  int prev = -1;  // world rank of the previous / next pipeline stage
+  int next = -1;
+};
+
+struct Context {
+  Backend* backend = nullptr;
+  Groups* groups = nullptr;
+  Recorder* recorder = nullptr;
+  const spec::Plan* plan = nullptr;
+  const models::LoweredModel* lowered = nullptr;  // for the op figures in the trace
+  bool sequence_parallel = false;
+
+  // A recorder event for op `name` of lowered layer `layer`, with its FLOPs, bytes and shape.
+  Recorder::Event op(const std::string& name, int32_t layer, spec::Phase phase,
+                     int64_t micro_batch) const;
+  // A recorder event for a collective or transfer.
+  Recorder::Event comm(const std::string& name, spec::OpClass cls, spec::Stream stream,
+                       int64_t bytes, int64_t group_size, spec::Phase phase,
+                       std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
+};
+
+}  // namespace sextant::exec

@@ -1,0 +1,31 @@
+// Training data, addressed by the global index of a sequence (or sample) so that every layout
+// sees the same global batch: a synthetic token stream with learnable structure, a byte-level text
+// file, and synthetic classification samples for MLPs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sextant::exec {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // Writes seq_len + 1 tokens of sequence `index` (inputs are [0, seq_len), targets [1, seq_len]).
+  virtual void sequence(int64_t index, int64_t seq_len, std::vector<int32_t>& out) const = 0;
+};
+
+// Arithmetic progressions modulo the vocabulary: a random start and a random step in 1..7 per
+// sequence. Predictable from context, so the loss of a working model falls well below log(V).
+std::unique_ptr<TokenSource> make_synthetic_tokens(int64_t vocab, uint64_t seed);
+// The bytes of a text file (vocabulary 256); sequences start at pseudo-random offsets. Throws
+// InputError when the file cannot be read or is shorter than a sequence.
+std::unique_ptr<TokenSource> make_text_tokens(const std::string& path, int64_t seq_len);
+
+// MLP samples: Gaussian features, labelled by a fixed random linear teacher (argmax of W^T x).
+void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
+                           std::vector<float>& features, int32_t& label);
+
+}  // namespace sextant::exec

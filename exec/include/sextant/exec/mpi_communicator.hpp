@@ -1,0 +1,53 @@
+// Communicators over MPI: the world, and sub-groups split from it.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sextant/exec/communicator.hpp"
+
+namespace sextant::exec {
+
+// Calls MPI and turns a failure into an exception naming the call, the MPI message and the rank.
+#define MPI_CHECK(call) ::sextant::exec::mpi_check((call), #call, __FILE__, __LINE__)
+void mpi_check(int code, const char* call, const char* file, int line);
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of `comm` unless it is MPI_COMM_WORLD or MPI_COMM_SELF.
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  // The group of world ranks with the same `color`, ordered by `key`.
+  static std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key, std::string name);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  MPI_Comm comm() const { return comm_; }
+
+  void all_reduce(float* data, int64_t n) override;
+  void all_reduce_max(float* data, int64_t n) override;
+  void all_reduce(double* data, int64_t n) override;
+  std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override;
+  void reduce_scatter(const float* in, float* out, int64_t n) override;
+  void all_gather(const float* in, float* out, int64_t n) override;
+  void broadcast(float* data, int64_t n, int root) override;
+  std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;
+  void recv(float* data, int64_t n, int peer, int tag) override;
+  void barrier() override;
+  std::vector<std::string> gather_strings(const std::string& mine, int root) override;
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace sextant::exec

@@ -1,0 +1,61 @@
+// The parameters a rank holds: views into one flat value buffer and one flat gradient buffer, so
+// that gradient buckets, ZeRO shards and checkpoints are slices of contiguous memory. Values are
+// initialised from the seed and each element's index in the *global* (unsharded) tensor, so every
+// layout starts from the same model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sextant/exec/backend.hpp"
+
+namespace sextant::exec {
+
+// A standard normal value for (seed, tensor name, element index), independent of any sharding.
+float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index);
+
+struct Param {
+  std::string name;       // e.g. "block3.mlp.fc1.weight": identical in every layout
+  int32_t layer = 0;      // lowered layer index
+  Tensor value;
+  Tensor grad;
+  int64_t offset = 0;     // in the flat buffers
+  bool decay = true;      // AdamW weight decay (weights yes, biases and norms no)
+  bool tp_replicated = false;  // every tp rank holds the same values
+  bool tied_copy = false;      // the last stage's copy of a tied embedding
+};
+
+struct ParamSpec {
+  std::string name;
+  int32_t layer = 0;
+  std::vector<int64_t> shape;  // local
+  // Value of local element i (flat, row-major).
+  std::function<float(int64_t)> init;
+  bool decay = true;
+  bool tp_replicated = false;
+  bool tied_copy = false;
+};
+
+class ParamStore {
+ public:
+  // Allocates the flat buffers, in the order given (callers list layers in forward order).
+  ParamStore(Backend& backend, const std::vector<ParamSpec>& specs);
+
+  std::vector<Param>& params() { return params_; }
+  Param& get(const std::string& name);
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  int64_t total() const { return values_.numel(); }
+  // Range [begin, end) of the flat buffers holding `layer`'s parameters (empty if none).
+  std::pair<int64_t, int64_t> layer_range(int32_t layer) const;
+  std::vector<int32_t> layers() const;
+
+ private:
+  std::vector<Param> params_;
+  Tensor values_;
+  Tensor grads_;
+};
+
+}  // namespace sextant::exec

@@ -1,0 +1,65 @@
+// The part of a model one pipeline stage runs, on one tensor-parallel rank: forward and backward
+// of a micro-batch, with its parameters. GPT and MLP implement it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sextant/exec/context.hpp"
+#include "sextant/exec/parameters.hpp"
+#include "sextant/spec/model_spec.hpp"
+
+namespace sextant::exec {
+
+// One micro-batch of this data-parallel replica.
+struct MicroBatch {
+  int64_t index = 0;             // within the step
+  std::vector<int32_t> tokens;   // transformer: batch*seq input tokens
+  std::vector<int32_t> targets;  // next tokens (transformer) or classes (MLP)
+  std::vector<float> features;   // MLP: batch*inputs
+  int64_t rows = 0;              // tokens (transformer) or samples (MLP)
+};
+
+// Called around each layer: ZeRO-3 gathers parameters before, reduce-scatters gradients after;
+// data parallelism launches gradient buckets after the last micro-batch's backward.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(int32_t layer, int64_t micro_batch) = 0;
+  virtual void before_backward(int32_t layer, int64_t micro_batch) = 0;
+  virtual void after_backward(int32_t layer, int64_t micro_batch) = 0;
+};
+
+class StageModel {
+ public:
+  virtual ~StageModel() = default;
+  // Forward of micro-batch `mb`. The first stage reads the batch; the others get `input`. Returns
+  // the activation for the next stage (empty on the last stage, which accumulates the loss).
+  virtual Tensor forward(const MicroBatch& mb, const Tensor* input) = 0;
+  // Backward of micro-batch `mb` (the last stage starts from its loss). Returns the gradient for
+  // the previous stage (empty on the first stage).
+  virtual Tensor backward(const MicroBatch& mb, const Tensor* grad_output) = 0;
+  virtual ParamStore& params() = 0;
+  // Shape of the activation crossing into this stage (and of its gradient).
+  virtual std::vector<int64_t> input_shape() const = 0;
+  // Sum of the per-token (per-sample) losses since the last call (last stage; 0 elsewhere).
+  virtual double take_loss_sum() = 0;
+  virtual void set_hooks(LayerHooks* hooks) = 0;
+  // Sum of squared gradients this rank owns for the global norm (replicated tensors counted on
+  // tensor-parallel rank 0 only, tied copies not at all); [begin, end) of the flat buffer only.
+  virtual double grad_square_sum(int64_t begin, int64_t end) = 0;
+};
+
+struct StageOptions {
+  uint64_t seed = 1234;
+  int64_t micro_batch = 1;  // sequences or samples
+  int64_t seq_len = 0;      // transformers
+};
+
+// Builds the stage of this rank (ctx.groups gives tp/pp position). Throws InputError for models
+// the executor cannot run (naming what is unsupported).
+std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Context& ctx,
+                                             const StageOptions& options);
+
+}  // namespace sextant::exec

@@ -1,0 +1,55 @@
+// Runs training steps of a plan on this rank: the pipeline schedule over micro-batches with
+// activations and gradients sent between stages, gradient synchronisation (DDP or ZeRO), global
+// gradient-norm clipping, AdamW, per-step logging, traces and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/exec/context.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::exec {
+
+struct TrainOptions {
+  int64_t steps = 10;
+  uint64_t seed = 1234;
+  std::string data = "synthetic";  // or a path to a text file (byte-level)
+  float lr = 1e-3f;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float clip = 1.0f;  // global gradient-norm clipping; 0 disables
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+};
+
+struct StepLog {
+  int64_t step = 0;
+  double loss = 0;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double grad_norm = 0;
+};
+
+struct TrainResult {
+  std::vector<StepLog> steps;              // identical on every rank
+  std::vector<spec::TraceEvent> events;    // this rank's, when recording
+};
+
+// Trains on this rank; every rank of the job calls it. `on_step` runs after each step (rank 0
+// logs). Throws InputError for a plan or model it cannot run (every rank throws the same), and
+// std::runtime_error when the loss becomes NaN (naming the step) or a checkpoint is unusable.
+TrainResult train(const spec::ModelSpec& model, Context& ctx, const TrainOptions& options,
+                  const std::function<void(const StepLog&)>& on_step);
+
+// The checks `train` makes before any communication, for callers that want them early.
+void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan, int64_t world);
+
+}  // namespace sextant::exec

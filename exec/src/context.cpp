@@ -1,0 +1,45 @@
+// Trace events with the lowering's figures.
+#include "sextant/exec/context.hpp"
+
+namespace sextant::exec {
+
+Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase phase,
+                            int64_t micro_batch) const {
+  Recorder::Event e;
+  e.name = name;
+  e.phase = phase;
+  e.layer = layer;
+  e.micro_batch = micro_batch;
+  if (lowered != nullptr && layer >= 0 && static_cast<size_t>(layer) < lowered->layers.size()) {
+    const models::Layer& l = lowered->layers[static_cast<size_t>(layer)];
+    const std::vector<models::Op>& ops = phase == spec::Phase::kBwd ? l.backward : l.forward;
+    for (const models::Op& o : ops) {
+      if (o.name == name && !o.is_comm()) {
+        e.op_class = o.op_class;
+        e.flops = o.flops;
+        e.bytes = o.bytes;
+        e.shape = o.shape;
+        break;
+      }
+    }
+  }
+  return e;
+}
+
+Recorder::Event Context::comm(const std::string& name, spec::OpClass cls, spec::Stream stream,
+                              int64_t bytes, int64_t group_size, spec::Phase phase,
+                              std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const {
+  Recorder::Event e;
+  e.name = name;
+  e.op_class = cls;
+  e.stream = stream;
+  e.bytes = bytes;
+  e.group_size = group_size;
+  e.phase = phase;
+  e.layer = layer;
+  e.micro_batch = micro_batch;
+  e.algorithm = "mpi";
+  return e;
+}
+
+}  // namespace sextant::exec

@@ -1,0 +1,382 @@
+// CPU kernels. GEMMs go through Eigen's row-major maps; the attention core loops over
+// (batch, head) blocks with Eigen products. All math in fp32 with fp64 row statistics where a
+// reduction's order would otherwise drift between layouts.
+#include "sextant/exec/cpu_backend.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "sextant/spec/error.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMat>;
+using ConstMap = Eigen::Map<const RowMat>;
+using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+
+int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
+int64_t cols_of(const Tensor& t) { return t.shape().back(); }
+ConstMap cmat(const Tensor& t) { return ConstMap(t.data(), rows_of(t), cols_of(t)); }
+Map mat(Tensor& t) { return Map(t.data(), rows_of(t), cols_of(t)); }
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  float* allocate(int64_t elements) override {
+    return static_cast<float*>(Eigen::internal::aligned_malloc(static_cast<size_t>(elements) * sizeof(float)));
+  }
+  void release(float* data) override { Eigen::internal::aligned_free(data); }
+  void fill(Tensor& t, float value) override { std::fill(t.data(), t.data() + t.numel(), value); }
+  void copy(const Tensor& from, Tensor& to) override {
+    SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(), to.numel());
+    std::memcpy(to.data(), from.data(), static_cast<size_t>(from.numel()) * sizeof(float));
+  }
+  void to_host(const Tensor& t, std::vector<float>& out) override {
+    out.assign(t.data(), t.data() + t.numel());
+  }
+  void from_host(const std::vector<float>& in, Tensor& t) override {
+    SEXTANT_CHECK(static_cast<int64_t>(in.size()) == t.numel(), "from_host size mismatch");
+    std::copy(in.begin(), in.end(), t.data());
+  }
+  void synchronize() override {}
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+              bool accumulate) override {
+    auto X = cmat(x);
+    auto W = cmat(w);
+    auto Y = mat(y);
+    SEXTANT_CHECK(X.cols() == W.rows() && Y.rows() == X.rows() && Y.cols() == W.cols(),
+                  "matmul shapes [{}x{}] @ [{}x{}] -> [{}x{}]", X.rows(), X.cols(), W.rows(),
+                  W.cols(), Y.rows(), Y.cols());
+    if (accumulate) {
+      Y.noalias() += X * W;
+    } else {
+      Y.noalias() = X * W;
+    }
+    if (bias != nullptr) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias->data(), W.cols());
+  }
+
+  void matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                       Tensor* db, bool accumulate_dx) override {
+    auto X = cmat(x);
+    auto W = cmat(w);
+    auto DY = cmat(dy);
+    if (dx != nullptr) {
+      auto DX = mat(*dx);
+      if (accumulate_dx) {
+        DX.noalias() += DY * W.transpose();
+      } else {
+        DX.noalias() = DY * W.transpose();
+      }
+    }
+    mat(dw).noalias() += X.transpose() * DY;
+    if (db != nullptr) Eigen::Map<Eigen::RowVectorXf>(db->data(), DY.cols()) += DY.colwise().sum();
+  }
+
+  void matmul_nt(const Tensor& x, const Tensor& w, Tensor& y) override {
+    mat(y).noalias() = cmat(x) * cmat(w).transpose();
+  }
+  void matmul_nt_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                          Tensor& dw) override {
+    mat(dx).noalias() = cmat(dy) * cmat(w);
+    mat(dw).noalias() += cmat(dy).transpose() * cmat(x);
+  }
+
+  void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
+                 Tensor& rstd) override {
+    const int64_t n = rows_of(x), c = cols_of(x);
+    const float* g = gamma.data();
+    const float* b = beta.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x.data() + i * c;
+      double s = 0, ss = 0;
+      for (int64_t j = 0; j < c; ++j) s += xi[j];
+      const double mu = s / static_cast<double>(c);
+      for (int64_t j = 0; j < c; ++j) ss += (xi[j] - mu) * (xi[j] - mu);
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + kLayerNormEps));
+      float* yi = y.data() + i * c;
+      for (int64_t j = 0; j < c; ++j)
+        yi[j] = (xi[j] - static_cast<float>(mu)) * r * g[j] + b[j];
+      mean.data()[i] = static_cast<float>(mu);
+      rstd.data()[i] = r;
+    }
+  }
+
+  void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) override {
+    const int64_t n = rows_of(x), c = cols_of(x);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x.data() + i * c;
+      const float* dyi = dy.data() + i * c;
+      const float mu = mean.data()[i], r = rstd.data()[i];
+      double sum_dxhat = 0, sum_dxhat_xhat = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const float xhat = (xi[j] - mu) * r;
+        const float dxhat = dyi[j] * gamma.data()[j];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+        dgamma.data()[j] += dyi[j] * xhat;
+        dbeta.data()[j] += dyi[j];
+      }
+      const float m1 = static_cast<float>(sum_dxhat / static_cast<double>(c));
+      const float m2 = static_cast<float>(sum_dxhat_xhat / static_cast<double>(c));
+      float* dxi = dx.data() + i * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const float xhat = (xi[j] - mu) * r;
+        dxi[j] = r * (dyi[j] * gamma.data()[j] - m1 - xhat * m2);
+      }
+    }
+  }
+
+  void gelu(const Tensor& x, Tensor& y) override {
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x.data()[i];
+      y.data()[i] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
+    }
+  }
+  void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x.data()[i];
+      const float u = kGeluC * (v + 0.044715f * v * v * v);
+      const float t = std::tanh(u);
+      const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+      dx.data()[i] = dy.data()[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+  }
+  void relu(const Tensor& x, Tensor& y) override {
+    for (int64_t i = 0; i < x.numel(); ++i) y.data()[i] = std::max(0.0f, x.data()[i]);
+  }
+  void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    for (int64_t i = 0; i < x.numel(); ++i) dx.data()[i] = x.data()[i] > 0 ? dy.data()[i] : 0.0f;
+  }
+  void swiglu(const Tensor& x, Tensor& y) override {
+    const int64_t n = rows_of(x), f = cols_of(x) / 2;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* gate = x.data() + i * 2 * f;
+      const float* up = gate + f;
+      for (int64_t j = 0; j < f; ++j) {
+        const float s = gate[j] / (1.0f + std::exp(-gate[j]));
+        y.data()[i * f + j] = s * up[j];
+      }
+    }
+  }
+  void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+    const int64_t n = rows_of(x), f = cols_of(x) / 2;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* gate = x.data() + i * 2 * f;
+      const float* up = gate + f;
+      float* dgate = dx.data() + i * 2 * f;
+      float* dup = dgate + f;
+      for (int64_t j = 0; j < f; ++j) {
+        const float sig = 1.0f / (1.0f + std::exp(-gate[j]));
+        const float s = gate[j] * sig;
+        const float d = dy.data()[i * f + j];
+        dup[j] = d * s;
+        dgate[j] = d * up[j] * (sig * (1.0f + gate[j] * (1.0f - sig)));
+      }
+    }
+  }
+  void bias_add(Tensor& y, const Tensor& b) override {
+    mat(y).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data(), b.numel());
+  }
+  void bias_backward(const Tensor& dy, Tensor& db) override {
+    Eigen::Map<Eigen::RowVectorXf>(db.data(), db.numel()) += cmat(dy).colwise().sum();
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
+    for (int64_t i = 0; i < a.numel(); ++i) y.data()[i] = a.data()[i] + b.data()[i];
+  }
+  void scale(Tensor& x, float factor) override {
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= factor;
+  }
+
+  void attention(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads, Tensor& out,
+                 Tensor& att) override {
+    const int64_t hd = cols_of(qkv) / 3;
+    const int64_t d = hd / heads;
+    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* base = qkv.data() + b * seq * 3 * hd;
+        ConstStridedMap q(base + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        ConstStridedMap k(base + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        ConstStridedMap v(base + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        Map a(att.data() + (b * heads + h) * seq * seq, seq, seq);
+        a.noalias() = (q * k.transpose()) * scale_factor;
+        for (int64_t i = 0; i < seq; ++i) {
+          float m = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) m = std::max(m, a(i, j));
+          double s = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            a(i, j) = std::exp(a(i, j) - m);
+            s += a(i, j);
+          }
+          const float inv = static_cast<float>(1.0 / s);
+          for (int64_t j = 0; j <= i; ++j) a(i, j) *= inv;
+          for (int64_t j = i + 1; j < seq; ++j) a(i, j) = 0.0f;
+        }
+        StridedMap o(out.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
+        o.noalias() = a * v;
+      }
+    }
+  }
+
+  void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t batch,
+                          int64_t seq, int64_t heads, Tensor& dqkv) override {
+    const int64_t hd = cols_of(qkv) / 3;
+    const int64_t d = hd / heads;
+    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
+    RowMat datt(seq, seq);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* base = qkv.data() + b * seq * 3 * hd;
+        float* dbase = dqkv.data() + b * seq * 3 * hd;
+        ConstStridedMap q(base + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        ConstStridedMap k(base + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        ConstStridedMap v(base + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        StridedMap dq(dbase + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        StridedMap dk(dbase + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        StridedMap dv(dbase + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
+        ConstMap a(att.data() + (b * heads + h) * seq * seq, seq, seq);
+        ConstStridedMap dout_bh(dout.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
+        dv.noalias() = a.transpose() * dout_bh;
+        datt.noalias() = dout_bh * v.transpose();
+        // Softmax backward: ds = a * (datt - sum_j(datt * a)).
+        for (int64_t i = 0; i < seq; ++i) {
+          double dot = 0;
+          for (int64_t j = 0; j <= i; ++j) dot += datt(i, j) * a(i, j);
+          for (int64_t j = 0; j < seq; ++j)
+            datt(i, j) = j <= i ? a(i, j) * (datt(i, j) - static_cast<float>(dot)) * scale_factor : 0.0f;
+        }
+        dq.noalias() = datt * k;
+        dk.noalias() = datt.transpose() * q;
+      }
+    }
+  }
+
+  void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
+                 Tensor& y) override {
+    const int64_t shard = table.dim(0), h = table.dim(1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      int64_t row = tokens[i] - vocab_begin;
+      float* yi = y.data() + static_cast<int64_t>(i) * h;
+      if (row >= 0 && row < shard) {
+        std::memcpy(yi, table.data() + row * h, static_cast<size_t>(h) * sizeof(float));
+      } else {
+        std::fill(yi, yi + h, 0.0f);
+      }
+    }
+  }
+  void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy, int64_t vocab_begin,
+                          Tensor& dtable) override {
+    const int64_t shard = dtable.dim(0), h = dtable.dim(1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      int64_t row = tokens[i] - vocab_begin;
+      if (row < 0 || row >= shard) continue;
+      const float* dyi = dy.data() + static_cast<int64_t>(i) * h;
+      float* dt = dtable.data() + row * h;
+      for (int64_t j = 0; j < h; ++j) dt[j] += dyi[j];
+    }
+  }
+  void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) override {
+    const int64_t h = cols_of(y), n = rows_of(y);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* p = pos.data() + ((row_begin + i) % seq) * h;
+      float* yi = y.data() + i * h;
+      for (int64_t j = 0; j < h; ++j) yi[j] += p[j];
+    }
+  }
+  void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq,
+                              Tensor& dpos) override {
+    const int64_t h = cols_of(dy), n = rows_of(dy);
+    for (int64_t i = 0; i < n; ++i) {
+      float* p = dpos.data() + ((row_begin + i) % seq) * h;
+      const float* d = dy.data() + i * h;
+      for (int64_t j = 0; j < h; ++j) p[j] += d[j];
+    }
+  }
+
+  void row_max(const Tensor& logits, std::vector<float>& out) override {
+    const int64_t n = rows_of(logits), v = cols_of(logits);
+    out.assign(static_cast<size_t>(n), -INFINITY);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < v; ++j) out[static_cast<size_t>(i)] = std::max(out[static_cast<size_t>(i)], logits.data()[i * v + j]);
+  }
+  void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
+                   std::vector<float>& out) override {
+    const int64_t n = rows_of(logits), v = cols_of(logits);
+    out.assign(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < v; ++j) s += std::exp(logits.data()[i * v + j] - max[static_cast<size_t>(i)]);
+      out[static_cast<size_t>(i)] = static_cast<float>(s);
+    }
+  }
+  void target_logits(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
+                     std::vector<float>& out) override {
+    const int64_t n = rows_of(logits), v = cols_of(logits);
+    out.assign(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t col = targets[static_cast<size_t>(i)] - vocab_begin;
+      if (col >= 0 && col < v) out[static_cast<size_t>(i)] = logits.data()[i * v + col];
+    }
+  }
+  void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
+                              int64_t vocab_begin, const std::vector<float>& max,
+                              const std::vector<float>& sum, float scale_factor,
+                              Tensor& dlogits) override {
+    const int64_t n = rows_of(logits), v = cols_of(logits);
+    for (int64_t i = 0; i < n; ++i) {
+      const float m = max[static_cast<size_t>(i)];
+      const float inv = 1.0f / sum[static_cast<size_t>(i)];
+      const int64_t col = targets[static_cast<size_t>(i)] - vocab_begin;
+      for (int64_t j = 0; j < v; ++j) {
+        float p = std::exp(logits.data()[i * v + j] - m) * inv;
+        dlogits.data()[i * v + j] = (p - (j == col ? 1.0f : 0.0f)) * scale_factor;
+      }
+    }
+  }
+
+  double sum_squares(const Tensor& x) override {
+    double s = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(x.data()[i]) * x.data()[i];
+    return s;
+  }
+
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_scale) override {
+    // torch.optim.AdamW: decoupled decay, then the bias-corrected Adam step.
+    const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
+    const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
+    const float step_size = lr / bc1;
+    const float bc2_sqrt = std::sqrt(bc2);
+    for (int64_t i = 0; i < param.numel(); ++i) {
+      const float g = grad.data()[i] * grad_scale;
+      float& p = param.data()[i];
+      p *= 1.0f - lr * weight_decay;
+      float& mi = m.data()[i];
+      float& vi = v.data()[i];
+      mi = beta1 * mi + (1.0f - beta1) * g;
+      vi = beta2 * vi + (1.0f - beta2) * g * g;
+      p -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace sextant::exec

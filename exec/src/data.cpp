@@ -1,0 +1,86 @@
+// Data sources.
+#include "sextant/exec/data.hpp"
+
+#include <fmt/format.h>
+
+#include "sextant/exec/parameters.hpp"
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class SyntheticTokens : public TokenSource {
+ public:
+  SyntheticTokens(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(seed) {}
+  void sequence(int64_t index, int64_t seq_len, std::vector<int32_t>& out) const override {
+    uint64_t h = mix(seed_ ^ mix(static_cast<uint64_t>(index)));
+    const int64_t start = static_cast<int64_t>(h % static_cast<uint64_t>(vocab_));
+    const int64_t step = 1 + static_cast<int64_t>((h >> 32) % 7);
+    out.resize(static_cast<size_t>(seq_len + 1));
+    for (int64_t i = 0; i <= seq_len; ++i)
+      out[static_cast<size_t>(i)] = static_cast<int32_t>((start + i * step) % vocab_);
+  }
+
+ private:
+  int64_t vocab_;
+  uint64_t seed_;
+};
+
+class TextTokens : public TokenSource {
+ public:
+  explicit TextTokens(std::string bytes) : bytes_(std::move(bytes)) {}
+  void sequence(int64_t index, int64_t seq_len, std::vector<int32_t>& out) const override {
+    const uint64_t span = bytes_.size() - static_cast<uint64_t>(seq_len);
+    const uint64_t start = mix(static_cast<uint64_t>(index)) % span;
+    out.resize(static_cast<size_t>(seq_len + 1));
+    for (int64_t i = 0; i <= seq_len; ++i)
+      out[static_cast<size_t>(i)] = static_cast<unsigned char>(bytes_[start + static_cast<uint64_t>(i)]);
+  }
+
+ private:
+  std::string bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> make_synthetic_tokens(int64_t vocab, uint64_t seed) {
+  return std::make_unique<SyntheticTokens>(vocab, seed);
+}
+
+std::unique_ptr<TokenSource> make_text_tokens(const std::string& path, int64_t seq_len) {
+  std::string bytes = spec::read_text_file(path);
+  if (static_cast<int64_t>(bytes.size()) < seq_len + 2) {
+    throw InputError(path, "", fmt::format("{} bytes", bytes.size()),
+                     fmt::format("a text file needs at least seq_len + 2 = {} bytes", seq_len + 2));
+  }
+  return std::make_unique<TextTokens>(std::move(bytes));
+}
+
+void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
+                           std::vector<float>& features, int32_t& label) {
+  features.resize(static_cast<size_t>(inputs));
+  const std::string key = fmt::format("sample{}", index);
+  for (int64_t j = 0; j < inputs; ++j) features[static_cast<size_t>(j)] = init_normal(seed, key, j);
+  float best = -1e30f;
+  label = 0;
+  for (int64_t c = 0; c < classes; ++c) {
+    float score = 0;
+    for (int64_t j = 0; j < inputs; ++j)
+      score += features[static_cast<size_t>(j)] * init_normal(seed, "teacher", j * classes + c);
+    if (score > best) {
+      best = score;
+      label = static_cast<int32_t>(c);
+    }
+  }
+}
+
+}  // namespace sextant::exec

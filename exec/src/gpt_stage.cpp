@@ -1,0 +1,639 @@
+// A GPT decoder stage under Megatron-LM tensor parallelism (Shoeybi et al. 2019): column-parallel
+// QKV and FC1, head-parallel attention, row-parallel projection and FC2 followed by an all-reduce,
+// vocabulary-parallel embedding and cross-entropy, and optionally sequence parallelism
+// (Korthikanti et al. 2022), where norms and residuals run on a 1/tp slice of the rows and the
+// all-reduces become all-gathers and reduce-scatters. Activations are [rows, hidden] with rows =
+// micro_batch * seq_len (sequence-major within a sequence).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "sextant/exec/stage_model.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+using spec::OpClass;
+using spec::Phase;
+using spec::Stream;
+
+constexpr float kInitStd = 0.02f;  // GPT-2
+
+struct BlockParams {
+  Param* ln1_g = nullptr;
+  Param* ln1_b = nullptr;
+  Param* qkv_w = nullptr;
+  Param* qkv_b = nullptr;
+  Param* proj_w = nullptr;
+  Param* proj_b = nullptr;
+  Param* ln2_g = nullptr;
+  Param* ln2_b = nullptr;
+  Param* fc1_w = nullptr;
+  Param* fc1_b = nullptr;
+  Param* fc2_w = nullptr;
+  Param* fc2_b = nullptr;
+};
+
+struct BlockCache {
+  Tensor x;  // input (kept under every recompute mode)
+  Tensor ln1, ln1_mean, ln1_rstd, a_in, qkv, att, o, x1, ln2, ln2_mean, ln2_rstd, m_in, f1, g;
+};
+
+struct HeadCache {
+  Tensor x, ln, mean, rstd, xg, logits;
+  std::vector<float> max, sum;
+};
+
+struct MicroBatchCache {
+  std::vector<BlockCache> blocks;
+  HeadCache head;
+};
+
+class GptStage : public StageModel {
+ public:
+  GptStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
+      : ctx_(ctx), m_(model.transformer()), o_(o) {
+    const spec::Plan& plan = *ctx.plan;
+    t_ = ctx.groups->tp_size;
+    r_ = ctx.groups->tp_rank;
+    sp_ = plan.sequence_parallel && t_ > 1;
+    seq_ = o.seq_len;
+    rows_ = o.micro_batch * seq_;
+    local_rows_ = sp_ ? rows_ / t_ : rows_;
+    h_ = m_.hidden;
+    heads_local_ = m_.heads / t_;
+    f_local_ = m_.ffn_hidden / t_;
+    gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
+    vocab_local_ = m_.vocab / t_;
+    models::StageLayers sl = models::stage_layers(plan, *ctx.lowered, ctx.groups->pp_rank);
+    begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
+    end_ = static_cast<int32_t>(sl.chunk_end.at(0));
+    has_embedding_ = begin_ == 0;
+    has_head_ = end_ == static_cast<int32_t>(ctx.lowered->layers.size());
+    build_params();
+  }
+
+  ParamStore& params() override { return *store_; }
+  std::vector<int64_t> input_shape() const override { return {local_rows_, h_}; }
+  void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
+  double take_loss_sum() override {
+    double l = loss_sum_;
+    loss_sum_ = 0;
+    return l;
+  }
+
+  double grad_square_sum(int64_t begin, int64_t end) override {
+    double s = 0;
+    for (Param& p : store_->params()) {
+      if (p.tied_copy) continue;
+      if (p.tp_replicated && r_ != 0) continue;
+      int64_t b = std::max(begin, p.offset);
+      int64_t e = std::min(end, p.offset + p.value.numel());
+      if (b >= e) continue;
+      Tensor slice = store_->grads().view({store_->total()}).rows(b, e - b);
+      s += ctx_.backend->sum_squares(slice);
+    }
+    return s;
+  }
+
+  Tensor forward(const MicroBatch& mb, const Tensor* input) override {
+    MicroBatchCache& cache = caches_[mb.index];
+    cache.blocks.clear();
+    Tensor x;
+    for (int32_t layer = begin_; layer < end_; ++layer) {
+      if (hooks_ != nullptr) hooks_->before_forward(layer, mb.index);
+      if (layer == 0) {
+        x = embed_forward(mb);
+      } else if (has_head_ && layer == end_ - 1) {
+        head_forward(mb, x, cache.head);
+        return Tensor();
+      } else {
+        if (layer == begin_) x = *input;
+        BlockCache bc;
+        x = block_forward(layer, x, mb.index, bc, Phase::kFwd);
+        if (ctx_.plan->recompute == spec::Recompute::kFull) {
+          Tensor keep = bc.x;
+          bc = BlockCache();
+          bc.x = keep;
+        } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
+          bc.att = Tensor();  // the attention core is recomputed in backward
+        }
+        cache.blocks.push_back(std::move(bc));
+      }
+    }
+    return x;
+  }
+
+  Tensor backward(const MicroBatch& mb, const Tensor* grad_output) override {
+    MicroBatchCache& cache = caches_.at(mb.index);
+    Tensor dy;
+    if (!has_head_) dy = *grad_output;
+    for (int32_t layer = end_ - 1; layer >= begin_; --layer) {
+      if (hooks_ != nullptr) hooks_->before_backward(layer, mb.index);
+      if (has_head_ && layer == end_ - 1) {
+        dy = head_backward(mb, cache.head);
+      } else if (layer == 0) {
+        embed_backward(mb, dy);
+        dy = Tensor();
+      } else {
+        BlockCache& bc = cache.blocks.at(static_cast<size_t>(layer - std::max(begin_, 1)));
+        if (ctx_.plan->recompute == spec::Recompute::kFull) {
+          Tensor keep = bc.x;
+          block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
+        } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
+          auto s = rec(ctx_.op("attn.scores", layer, Phase::kRecompute, mb.index));
+          bc.att = backend().empty({o_.micro_batch, heads_local_, seq_, seq_});
+          Tensor o = backend().empty({rows_, h_ / t_});
+          backend().attention(bc.qkv, o_.micro_batch, seq_, heads_local_, o, bc.att);
+        }
+        dy = block_backward(layer, dy, mb.index, bc);
+      }
+      if (hooks_ != nullptr) hooks_->after_backward(layer, mb.index);
+    }
+    caches_.erase(mb.index);
+    return dy;
+  }
+
+ private:
+  Backend& backend() { return *ctx_.backend; }
+  Recorder::Scope rec(Recorder::Event e) { return ctx_.recorder->scope(std::move(e)); }
+
+  // --- Tensor-parallel communication (Megatron's f and g operators) ---------------------------
+
+  Recorder::Scope comm_scope(const std::string& name, OpClass cls, int64_t bytes, Phase phase,
+                             int32_t layer, int64_t mb) {
+    return rec(ctx_.comm(name, cls, Stream::kTpComm, bytes, t_, phase, layer, mb));
+  }
+
+  // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
+  Tensor gather(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer, int64_t mb) {
+    if (!sp_) return x;
+    Tensor out = backend().empty({rows_, h_});
+    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, phase, layer, mb);
+    ctx_.groups->tp->all_gather(x.data(), out.data(), x.numel());
+    return out;
+  }
+  // Backward of gather: partial [rows, h] -> summed [local_rows, h].
+  Tensor gather_backward(Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
+    if (t_ == 1) return d;
+    if (sp_) {
+      Tensor out = backend().empty({local_rows_, h_});
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * 4,
+                          Phase::kBwd, layer, mb);
+      ctx_.groups->tp->reduce_scatter(d.data(), out.data(), out.numel());
+      return out;
+    }
+    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, Phase::kBwd,
+                        layer, mb);
+    ctx_.groups->tp->all_reduce(d.data(), d.numel());
+    return d;
+  }
+  // After a row-parallel GEMM: partial [rows, h] -> summed [local_rows, h].
+  Tensor reduce_out(Tensor& y, const std::string& prefix, Phase phase, int32_t layer, int64_t mb) {
+    if (t_ == 1) return y;
+    if (sp_) {
+      Tensor out = backend().empty({local_rows_, h_});
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * 4,
+                          phase, layer, mb);
+      ctx_.groups->tp->reduce_scatter(y.data(), out.data(), out.numel());
+      return out;
+    }
+    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, phase, layer, mb);
+    ctx_.groups->tp->all_reduce(y.data(), y.numel());
+    return y;
+  }
+  // Backward of reduce_out: [local_rows, h] -> [rows, h].
+  Tensor reduce_out_backward(const Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
+    if (!sp_) return d;
+    Tensor out = backend().empty({rows_, h_});
+    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, Phase::kBwd,
+                        layer, mb);
+    ctx_.groups->tp->all_gather(d.data(), out.data(), d.numel());
+    return out;
+  }
+
+  // --- Parameters --------------------------------------------------------------------------
+
+  // Column c of a local shard of a column-parallel weight whose global columns are `parts`
+  // consecutive groups of `width` (q | k | v, or gate | up) -> global column.
+  static int64_t column_of(int64_t c, int64_t parts, int64_t width, int64_t t, int64_t r) {
+    const int64_t local = width / t;
+    const int64_t part = c / local;
+    (void)parts;
+    return part * width + r * local + c % local;
+  }
+
+  void build_params() {
+    std::vector<ParamSpec> specs;
+    const uint64_t seed = o_.seed;
+    const int64_t h = h_, t = t_, r = r_;
+    auto normal = [seed](std::string name, float std_dev, auto global_index) {
+      return [=](int64_t i) { return std_dev * init_normal(seed, name, global_index(i)); };
+    };
+    auto constant = [](float v) { return [v](int64_t) { return v; }; };
+    auto add = [&](std::string name, int32_t layer, std::vector<int64_t> shape,
+                   std::function<float(int64_t)> init, bool decay, bool replicated,
+                   bool tied_copy = false) {
+      specs.push_back({std::move(name), layer, std::move(shape), std::move(init), decay, replicated,
+                       tied_copy});
+    };
+    const int64_t vl = vocab_local_;
+    // GPT-2 scales the init of the residual projections by 1/sqrt(2 * layers).
+    const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(m_.layers));
+    auto embedding_table = [&](std::string name, int32_t layer, bool tied_copy) {
+      // Vocabulary-parallel rows [r*V/t, (r+1)*V/t); the values of the global table "wte".
+      add(std::move(name), layer, {vl, h},
+          normal("wte", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }), true,
+          false, tied_copy);
+    };
+    for (int32_t layer = begin_; layer < end_; ++layer) {
+      if (layer == 0) {
+        embedding_table("embed.table", 0, false);
+        if (m_.position_embedding == spec::PositionEmbedding::kLearned)
+          add("embed.position", 0, {m_.max_positions, h},
+              normal("wpe", kInitStd, [](int64_t i) { return i; }), true, true);
+      } else if (has_head_ && layer == end_ - 1) {
+        add("head.norm.gamma", layer, {h}, constant(1), false, true);
+        add("head.norm.beta", layer, {h}, constant(0), false, true);
+        if (!m_.tied_embeddings) {
+          add("head.weight", layer, {vl, h},
+              normal("lm_head", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }),
+              true, false);
+        } else if (!has_embedding_) {
+          embedding_table("head.tied_table", layer, true);
+        }
+      } else {
+        const std::string b = fmt::format("block{}", layer - 1);
+        const int64_t hd = h;  // heads * head_dim
+        const int64_t f = m_.ffn_hidden;
+        add(b + ".ln1.gamma", layer, {h}, constant(1), false, true);
+        add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
+        add(b + ".attn.qkv.weight", layer, {h, 3 * hd / t},
+            normal(b + ".attn.qkv.weight", kInitStd, [=](int64_t i) {
+              int64_t row = i / (3 * hd / t), col = i % (3 * hd / t);
+              return row * 3 * hd + column_of(col, 3, hd, t, r);
+            }),
+            true, false);
+        if (m_.bias) add(b + ".attn.qkv.bias", layer, {3 * hd / t}, constant(0), false, false);
+        add(b + ".attn.proj.weight", layer, {hd / t, h},
+            normal(b + ".attn.proj.weight", proj_std,
+                   [=](int64_t i) { return (r * hd / t + i / h) * h + i % h; }),
+            true, false);
+        if (m_.bias) add(b + ".attn.proj.bias", layer, {h}, constant(0), false, true);
+        add(b + ".ln2.gamma", layer, {h}, constant(1), false, true);
+        add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
+        const int64_t g = gate_;
+        add(b + ".mlp.fc1.weight", layer, {h, g * f / t},
+            normal(b + ".mlp.fc1.weight", kInitStd, [=](int64_t i) {
+              int64_t row = i / (g * f / t), col = i % (g * f / t);
+              return row * g * f + column_of(col, g, f, t, r);
+            }),
+            true, false);
+        if (m_.bias) add(b + ".mlp.fc1.bias", layer, {g * f / t}, constant(0), false, false);
+        add(b + ".mlp.fc2.weight", layer, {f / t, h},
+            normal(b + ".mlp.fc2.weight", proj_std,
+                   [=](int64_t i) { return (r * f / t + i / h) * h + i % h; }),
+            true, false);
+        if (m_.bias) add(b + ".mlp.fc2.bias", layer, {h}, constant(0), false, true);
+      }
+    }
+    store_ = std::make_unique<ParamStore>(backend(), specs);
+    for (int32_t layer = std::max(begin_, 1); layer < end_ - (has_head_ ? 1 : 0); ++layer) {
+      const std::string b = fmt::format("block{}", layer - 1);
+      BlockParams p;
+      p.ln1_g = &store_->get(b + ".ln1.gamma");
+      p.ln1_b = &store_->get(b + ".ln1.beta");
+      p.qkv_w = &store_->get(b + ".attn.qkv.weight");
+      p.proj_w = &store_->get(b + ".attn.proj.weight");
+      p.ln2_g = &store_->get(b + ".ln2.gamma");
+      p.ln2_b = &store_->get(b + ".ln2.beta");
+      p.fc1_w = &store_->get(b + ".mlp.fc1.weight");
+      p.fc2_w = &store_->get(b + ".mlp.fc2.weight");
+      if (m_.bias) {
+        p.qkv_b = &store_->get(b + ".attn.qkv.bias");
+        p.proj_b = &store_->get(b + ".attn.proj.bias");
+        p.fc1_b = &store_->get(b + ".mlp.fc1.bias");
+        p.fc2_b = &store_->get(b + ".mlp.fc2.bias");
+      }
+      blocks_.push_back(p);
+    }
+    if (has_embedding_) {
+      table_ = &store_->get("embed.table");
+      if (m_.position_embedding == spec::PositionEmbedding::kLearned)
+        positions_ = &store_->get("embed.position");
+    }
+    if (has_head_) {
+      head_g_ = &store_->get("head.norm.gamma");
+      head_b_ = &store_->get("head.norm.beta");
+      head_w_ = !m_.tied_embeddings ? &store_->get("head.weight")
+                : has_embedding_    ? table_
+                                    : &store_->get("head.tied_table");
+    }
+  }
+
+  BlockParams& block(int32_t layer) { return blocks_.at(static_cast<size_t>(layer - std::max(begin_, 1))); }
+
+  // --- Embedding -------------------------------------------------------------------------------
+
+  Tensor embed_forward(const MicroBatch& mb) {
+    Tensor e = backend().empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("embed.lookup", 0, Phase::kFwd, mb.index));
+      backend().embedding(mb.tokens, table_->value, r_ * vocab_local_, e);
+    }
+    Tensor x = reduce_out(e, "embed", Phase::kFwd, 0, mb.index);
+    if (positions_ != nullptr) {
+      auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
+      backend().add_positions(positions_->value, sp_ ? r_ * local_rows_ : 0, seq_, x);
+    }
+    return x;
+  }
+
+  void embed_backward(const MicroBatch& mb, const Tensor& dy) {
+    if (positions_ != nullptr) {
+      auto s = rec(ctx_.op("embed.position", 0, Phase::kBwd, mb.index));
+      backend().add_positions_backward(dy, sp_ ? r_ * local_rows_ : 0, seq_, positions_->grad);
+    }
+    Tensor full = reduce_out_backward(dy, "embed", 0, mb.index);
+    auto s = rec(ctx_.op("embed.lookup", 0, Phase::kBwd, mb.index));
+    backend().embedding_backward(mb.tokens, full, r_ * vocab_local_, table_->grad);
+  }
+
+  // --- Transformer block -----------------------------------------------------------------------
+
+  Tensor block_forward(int32_t layer, const Tensor& x, int64_t mb, BlockCache& c, Phase phase) {
+    BlockParams& p = block(layer);
+    Backend& be = backend();
+    const int64_t hd_local = h_ / t_;
+    c.x = x;
+    c.ln1 = be.empty({local_rows_, h_});
+    c.ln1_mean = be.empty({local_rows_});
+    c.ln1_rstd = be.empty({local_rows_});
+    {
+      auto s = rec(ctx_.op("attn.norm", layer, phase, mb));
+      be.layernorm(x, p.ln1_g->value, p.ln1_b->value, c.ln1, c.ln1_mean, c.ln1_rstd);
+    }
+    c.a_in = gather(c.ln1, "attn", phase, layer, mb);
+    c.qkv = be.empty({rows_, 3 * hd_local});
+    {
+      auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
+      be.matmul(c.a_in, p.qkv_w->value, p.qkv_b ? &p.qkv_b->value : nullptr, c.qkv);
+    }
+    c.att = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
+    c.o = be.empty({rows_, hd_local});
+    {
+      auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
+      be.attention(c.qkv, o_.micro_batch, seq_, heads_local_, c.o, c.att);
+    }
+    Tensor proj = be.empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("attn.proj", layer, phase, mb));
+      be.matmul(c.o, p.proj_w->value, nullptr, proj);
+    }
+    Tensor a = reduce_out(proj, "attn", phase, layer, mb);
+    c.x1 = be.empty({local_rows_, h_});
+    {
+      auto s = rec(ctx_.op("attn.residual", layer, phase, mb));
+      if (p.proj_b != nullptr) add_bias(a, p.proj_b->value);
+      be.add(x, a, c.x1);
+    }
+    c.ln2 = be.empty({local_rows_, h_});
+    c.ln2_mean = be.empty({local_rows_});
+    c.ln2_rstd = be.empty({local_rows_});
+    {
+      auto s = rec(ctx_.op("mlp.norm", layer, phase, mb));
+      be.layernorm(c.x1, p.ln2_g->value, p.ln2_b->value, c.ln2, c.ln2_mean, c.ln2_rstd);
+    }
+    c.m_in = gather(c.ln2, "mlp", phase, layer, mb);
+    c.f1 = be.empty({rows_, gate_ * f_local_});
+    {
+      auto s = rec(ctx_.op("mlp.fc1", layer, phase, mb));
+      be.matmul(c.m_in, p.fc1_w->value, p.fc1_b ? &p.fc1_b->value : nullptr, c.f1);
+    }
+    c.g = be.empty({rows_, f_local_});
+    {
+      auto s = rec(ctx_.op("mlp.act", layer, phase, mb));
+      activation(c.f1, c.g);
+    }
+    Tensor f2 = be.empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("mlp.fc2", layer, phase, mb));
+      be.matmul(c.g, p.fc2_w->value, nullptr, f2);
+    }
+    Tensor m = reduce_out(f2, "mlp", phase, layer, mb);
+    Tensor y = be.empty({local_rows_, h_});
+    {
+      auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
+      if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->value);
+      be.add(c.x1, m, y);
+    }
+    return y;
+  }
+
+  Tensor block_backward(int32_t layer, const Tensor& dy, int64_t mb, BlockCache& c) {
+    BlockParams& p = block(layer);
+    Backend& be = backend();
+    const int64_t hd_local = h_ / t_;
+    const Phase B = Phase::kBwd;
+    // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
+    Tensor dx1 = be.empty({local_rows_, h_});
+    be.copy(dy, dx1);
+    if (p.fc2_b != nullptr) {
+      auto s = rec(ctx_.op("mlp.residual", layer, B, mb));
+      bias_grad(dy, p.fc2_b->grad);
+    }
+    Tensor dm = reduce_out_backward(dy, "mlp", layer, mb);
+    Tensor dg = be.empty({rows_, f_local_});
+    {
+      auto s = rec(ctx_.op("mlp.fc2", layer, B, mb));
+      be.matmul_backward(c.g, p.fc2_w->value, dm, &dg, p.fc2_w->grad, nullptr);
+    }
+    Tensor df1 = be.empty({rows_, gate_ * f_local_});
+    {
+      auto s = rec(ctx_.op("mlp.act", layer, B, mb));
+      activation_backward(c.f1, dg, df1);
+    }
+    Tensor dm_in = be.empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("mlp.fc1", layer, B, mb));
+      be.matmul_backward(c.m_in, p.fc1_w->value, df1, &dm_in, p.fc1_w->grad,
+                         p.fc1_b ? &p.fc1_b->grad : nullptr);
+    }
+    Tensor dln2 = gather_backward(dm_in, "mlp", layer, mb);
+    Tensor tmp = be.empty({local_rows_, h_});
+    {
+      auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
+      be.layernorm_backward(c.x1, p.ln2_g->value, c.ln2_mean, c.ln2_rstd, dln2, tmp, p.ln2_g->grad,
+                            p.ln2_b->grad);
+      be.add(dx1, tmp, dx1);
+    }
+    // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
+    if (p.proj_b != nullptr) {
+      auto s = rec(ctx_.op("attn.residual", layer, B, mb));
+      bias_grad(dx1, p.proj_b->grad);
+    }
+    Tensor dproj = reduce_out_backward(dx1, "attn", layer, mb);
+    Tensor do_ = be.empty({rows_, hd_local});
+    {
+      auto s = rec(ctx_.op("attn.proj", layer, B, mb));
+      be.matmul_backward(c.o, p.proj_w->value, dproj, &do_, p.proj_w->grad, nullptr);
+    }
+    Tensor dqkv = be.empty({rows_, 3 * hd_local});
+    {
+      auto s = rec(ctx_.op("attn.scores", layer, B, mb));
+      be.attention_backward(c.qkv, c.att, do_, o_.micro_batch, seq_, heads_local_, dqkv);
+    }
+    Tensor da_in = be.empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("attn.qkv", layer, B, mb));
+      be.matmul_backward(c.a_in, p.qkv_w->value, dqkv, &da_in, p.qkv_w->grad,
+                         p.qkv_b ? &p.qkv_b->grad : nullptr);
+    }
+    Tensor dln1 = gather_backward(da_in, "attn", layer, mb);
+    Tensor dx = be.empty({local_rows_, h_});
+    {
+      auto s = rec(ctx_.op("attn.norm", layer, B, mb));
+      be.layernorm_backward(c.x, p.ln1_g->value, c.ln1_mean, c.ln1_rstd, dln1, dx, p.ln1_g->grad,
+                            p.ln1_b->grad);
+      be.add(dx, dx1, dx);
+    }
+    return dx;
+  }
+
+  void activation(const Tensor& x, Tensor& y) {
+    switch (m_.activation) {
+      case spec::Activation::kGelu:
+        backend().gelu(x, y);
+        break;
+      case spec::Activation::kRelu:
+        backend().relu(x, y);
+        break;
+      case spec::Activation::kSwiglu:
+        backend().swiglu(x, y);
+        break;
+    }
+  }
+  void activation_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+    switch (m_.activation) {
+      case spec::Activation::kGelu:
+        backend().gelu_backward(x, dy, dx);
+        break;
+      case spec::Activation::kRelu:
+        backend().relu_backward(x, dy, dx);
+        break;
+      case spec::Activation::kSwiglu:
+        backend().swiglu_backward(x, dy, dx);
+        break;
+    }
+  }
+
+  void add_bias(Tensor& y, const Tensor& b) { backend().bias_add(y, b); }
+  void bias_grad(const Tensor& dy, Tensor& db) { backend().bias_backward(dy, db); }
+
+  // --- Head: final norm, vocabulary-parallel logits and cross-entropy ---------------------------
+
+  void head_forward(const MicroBatch& mb, const Tensor& x, HeadCache& c) {
+    Backend& be = backend();
+    const int32_t layer = end_ - 1;
+    c.x = x;
+    c.ln = be.empty({local_rows_, h_});
+    c.mean = be.empty({local_rows_});
+    c.rstd = be.empty({local_rows_});
+    {
+      auto s = rec(ctx_.op("head.norm", layer, Phase::kFwd, mb.index));
+      be.layernorm(x, head_g_->value, head_b_->value, c.ln, c.mean, c.rstd);
+    }
+    c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
+    c.logits = be.empty({rows_, vocab_local_});
+    {
+      auto s = rec(ctx_.op("head.logits", layer, Phase::kFwd, mb.index));
+      be.matmul_nt(c.xg, head_w_->value, c.logits);
+    }
+    std::vector<float> target;
+    {
+      auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
+      be.row_max(c.logits, c.max);
+    }
+    if (t_ > 1) {
+      auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
+                          layer, mb.index);
+      ctx_.groups->tp->all_reduce_max(c.max.data(), rows_);
+    }
+    {
+      auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
+      be.row_sum_exp(c.logits, c.max, c.sum);
+      be.target_logits(c.logits, mb.targets, r_ * vocab_local_, target);
+    }
+    if (t_ > 1) {
+      std::vector<float> both(c.sum);
+      both.insert(both.end(), target.begin(), target.end());
+      auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, 2 * rows_ * 4, Phase::kFwd,
+                          layer, mb.index);
+      ctx_.groups->tp->all_reduce(both.data(), 2 * rows_);
+      std::copy(both.begin(), both.begin() + rows_, c.sum.begin());
+      std::copy(both.begin() + rows_, both.end(), target.begin());
+    }
+    double loss = 0;
+    for (int64_t i = 0; i < rows_; ++i)
+      loss += std::log(static_cast<double>(c.sum[static_cast<size_t>(i)])) +
+              c.max[static_cast<size_t>(i)] - target[static_cast<size_t>(i)];
+    loss_sum_ += loss;
+  }
+
+  Tensor head_backward(const MicroBatch& mb, HeadCache& c) {
+    Backend& be = backend();
+    const int32_t layer = end_ - 1;
+    // The loss of a step is the mean over every token of the global batch.
+    const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
+    Tensor dlogits = be.empty({rows_, vocab_local_});
+    {
+      auto s = rec(ctx_.op("head.loss", layer, Phase::kBwd, mb.index));
+      be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, scale,
+                                dlogits);
+    }
+    Tensor dxg = be.empty({rows_, h_});
+    {
+      auto s = rec(ctx_.op("head.logits", layer, Phase::kBwd, mb.index));
+      be.matmul_nt_backward(c.xg, head_w_->value, dlogits, dxg, head_w_->grad);
+    }
+    Tensor dln = gather_backward(dxg, "head", layer, mb.index);
+    Tensor dx = be.empty({local_rows_, h_});
+    {
+      auto s = rec(ctx_.op("head.norm", layer, Phase::kBwd, mb.index));
+      be.layernorm_backward(c.x, head_g_->value, c.mean, c.rstd, dln, dx, head_g_->grad,
+                            head_b_->grad);
+    }
+    return dx;
+  }
+
+  Context& ctx_;
+  const spec::TransformerSpec& m_;
+  StageOptions o_;
+  int64_t t_ = 1, r_ = 0;
+  bool sp_ = false;
+  int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
+  int64_t gate_ = 1, vocab_local_ = 0;
+  int32_t begin_ = 0, end_ = 0;
+  bool has_embedding_ = false, has_head_ = false;
+  std::unique_ptr<ParamStore> store_;
+  std::vector<BlockParams> blocks_;
+  Param* table_ = nullptr;
+  Param* positions_ = nullptr;
+  Param* head_g_ = nullptr;
+  Param* head_b_ = nullptr;
+  Param* head_w_ = nullptr;
+  std::map<int64_t, MicroBatchCache> caches_;
+  LayerHooks* hooks_ = nullptr;
+  double loss_sum_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StageModel> make_gpt_stage(const spec::ModelSpec& model, Context& ctx,
+                                           const StageOptions& options) {
+  return std::make_unique<GptStage>(model, ctx, options);
+}
+
+}  // namespace sextant::exec

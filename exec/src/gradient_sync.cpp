@@ -1,0 +1,220 @@
+// Data-parallel gradient reduction and ZeRO.
+#include "sextant/exec/gradient_sync.hpp"
+
+#include <algorithm>
+
+namespace sextant::exec {
+
+using spec::OpClass;
+using spec::Phase;
+using spec::Stream;
+
+GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batches)
+    : ctx_(ctx),
+      stage_(stage),
+      micro_batches_(micro_batches),
+      dp_(ctx.groups->dp_size),
+      zero_(ctx.plan->zero) {
+  ParamStore& store = stage_.params();
+  int64_t largest = 0;
+  for (int32_t layer : store.layers()) {
+    auto [b, e] = store.layer_range(layer);
+    LayerSlice s{layer, b, e, (e - b + dp_ - 1) / dp_};
+    largest = std::max(largest, s.shard * dp_);
+    slices_.push_back(s);
+  }
+  padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
+  const int64_t r = ctx_.groups->dp_rank;
+  if (zero_ == 0 || dp_ == 1) {
+    owned_.push_back({0, store.total()});
+  } else {
+    for (const LayerSlice& s : slices_) {
+      int64_t b = std::min(s.end, s.begin + r * s.shard);
+      int64_t e = std::min(s.end, b + s.shard);
+      if (b < e) owned_.push_back({b, e});
+    }
+  }
+  if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
+  // DDP buckets: consecutive layers in backward order up to the bucket size (bytes of fp32).
+  if (zero_ == 0 && dp_ > 1) {
+    Bucket current;
+    for (auto it = slices_.rbegin(); it != slices_.rend(); ++it) {
+      if (deferred(it->layer)) continue;
+      if (current.layers.empty()) current.end = it->end;
+      current.begin = it->begin;
+      current.layers.push_back(it->layer);
+      if ((current.end - current.begin) * 4 >= ctx_.plan->dp_bucket_bytes) {
+        buckets_.push_back(std::move(current));
+        current = Bucket();
+      }
+    }
+    if (!current.layers.empty()) buckets_.push_back(std::move(current));
+  }
+}
+
+const GradientSync::LayerSlice* GradientSync::slice(int32_t layer) const {
+  for (const LayerSlice& s : slices_)
+    if (s.layer == layer) return &s;
+  return nullptr;
+}
+
+// Tied embeddings across stages are summed between the first and last stage before any data-
+// parallel reduction, so their buckets wait for the end of the backward.
+bool GradientSync::deferred(int32_t layer) const {
+  if (ctx_.groups->embedding == nullptr) return false;
+  for (Param& p : stage_.params().params())
+    if (p.layer == layer && (p.tied_copy || p.name == "embed.table")) return true;
+  return false;
+}
+
+void GradientSync::begin_step() {
+  ctx_.backend->fill(stage_.params().grads(), 0.0f);
+  if (!shard_grads_.empty()) ctx_.backend->fill(shard_grads_, 0.0f);
+  for (Bucket& b : buckets_) b.pending = static_cast<int32_t>(b.layers.size());
+}
+
+void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
+  auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                          (end - begin) * 4, dp_, phase, std::nullopt, std::nullopt));
+  ctx_.groups->dp->all_reduce(stage_.params().grads().data() + begin, end - begin);
+}
+
+void GradientSync::gather_layer(const LayerSlice& s) {
+  // Each rank contributes its block (from the authoritative values) and receives all of them.
+  Tensor& values = stage_.params().values();
+  std::vector<float> mine(static_cast<size_t>(s.shard), 0.0f);
+  const int64_t r = ctx_.groups->dp_rank;
+  for (int64_t i = 0; i < s.shard; ++i) {
+    int64_t at = s.begin + r * s.shard + i;
+    if (at < s.end) mine[static_cast<size_t>(i)] = values.data()[at];
+  }
+  {
+    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather",
+                                             OpClass::kAllGather, Stream::kDpComm,
+                                             s.shard * dp_ * 4, dp_, Phase::kNone, s.layer,
+                                             std::nullopt));
+    ctx_.groups->dp->all_gather(mine.data(), padded_.data(), s.shard);
+  }
+  std::copy(padded_.data(), padded_.data() + (s.end - s.begin), values.data() + s.begin);
+}
+
+void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
+  Tensor& grads = stage_.params().grads();
+  std::fill(padded_.data(), padded_.data() + s.shard * dp_, 0.0f);
+  std::copy(grads.data() + s.begin, grads.data() + s.end, padded_.data());
+  std::vector<float> mine(static_cast<size_t>(s.shard));
+  {
+    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter",
+                                             OpClass::kReduceScatter, Stream::kDpComm,
+                                             s.shard * dp_ * 4, dp_, Phase::kBwd, s.layer,
+                                             std::nullopt));
+    ctx_.groups->dp->reduce_scatter(padded_.data(), mine.data(), s.shard);
+  }
+  const int64_t r = ctx_.groups->dp_rank;
+  for (int64_t i = 0; i < s.shard; ++i) {
+    int64_t at = s.begin + r * s.shard + i;
+    if (at < s.end) into.data()[at] += mine[static_cast<size_t>(i)];
+  }
+}
+
+void GradientSync::before_forward(int32_t layer, int64_t) {
+  if (zero_ == 3 && dp_ > 1)
+    if (const LayerSlice* s = slice(layer)) gather_layer(*s);
+}
+
+void GradientSync::before_backward(int32_t layer, int64_t micro_batch) {
+  before_forward(layer, micro_batch);
+}
+
+void GradientSync::reduce_replicated(int32_t layer) {
+  // Under sequence parallelism each tp rank saw only its rows: the gradients of the tensors all
+  // tp ranks share (norms, row-parallel biases, positions) are partial sums.
+  if (!ctx_.sequence_parallel || ctx_.groups->tp_size == 1) return;
+  for (Param& p : stage_.params().params()) {
+    if (p.layer != layer || !p.tp_replicated) continue;
+    auto s = ctx_.recorder->scope(ctx_.comm("sp.all_reduce", OpClass::kAllReduce, Stream::kTpComm,
+                                            p.grad.numel() * 4, ctx_.groups->tp_size, Phase::kBwd,
+                                            layer, std::nullopt));
+    ctx_.groups->tp->all_reduce(p.grad.data(), p.grad.numel());
+  }
+}
+
+void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
+  const bool last = micro_batch == micro_batches_ - 1;
+  if (zero_ == 3 && dp_ > 1) {
+    const LayerSlice* s = slice(layer);
+    if (s == nullptr) return;
+    if (deferred(layer)) {  // tied: summed across stages first, at the end of the backward
+      if (last) reduce_replicated(layer);
+      return;
+    }
+    // Hand this micro-batch's gradient of the layer to the owners of its shards, then start the
+    // next micro-batch from zero.
+    reduce_replicated(layer);
+    reduce_scatter_layer(*s, shard_grads_);
+    Tensor& grads = stage_.params().grads();
+    std::fill(grads.data() + s->begin, grads.data() + s->end, 0.0f);
+    return;
+  }
+  if (!last) return;
+  reduce_replicated(layer);
+  if (zero_ != 0 || dp_ == 1 || !ctx_.plan->overlap_dp_comm) return;
+  for (Bucket& b : buckets_) {
+    if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
+    if (--b.pending == 0) {
+      b.launched = std::chrono::steady_clock::now();
+      b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.begin,
+                                                    b.end - b.begin);
+    }
+  }
+}
+
+void GradientSync::reduce_tied() {
+  if (ctx_.groups->embedding == nullptr) return;
+  for (Param& p : stage_.params().params()) {
+    if (!p.tied_copy && p.name != "embed.table") continue;
+    auto s = ctx_.recorder->scope(ctx_.comm("embed.tied_all_reduce", OpClass::kAllReduce,
+                                            Stream::kPpSend, p.grad.numel() * 4, 2, Phase::kBwd,
+                                            p.layer, std::nullopt));
+    ctx_.groups->embedding->all_reduce(p.grad.data(), p.grad.numel());
+  }
+}
+
+void GradientSync::finish_backward() {
+  reduce_tied();
+  if (dp_ == 1) return;
+  if (zero_ == 3) {
+    // Deferred (tied) layers were kept whole; reduce them now, then hand the shards over.
+    for (const LayerSlice& s : slices_)
+      if (deferred(s.layer)) reduce_scatter_layer(s, shard_grads_);
+    ctx_.backend->copy(shard_grads_, stage_.params().grads());
+    return;
+  }
+  if (zero_ >= 1) {
+    Tensor reduced = ctx_.backend->zeros({stage_.params().total()});
+    for (const LayerSlice& s : slices_) reduce_scatter_layer(s, reduced);
+    ctx_.backend->copy(reduced, stage_.params().grads());
+    return;
+  }
+  for (Bucket& b : buckets_) {
+    if (b.request) {
+      b.request->wait();
+      ctx_.recorder->add_span(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                        (b.end - b.begin) * 4, dp_, Phase::kBwd, std::nullopt,
+                                        std::nullopt),
+                              b.launched, std::chrono::steady_clock::now());
+      b.request.reset();
+    } else {
+      all_reduce_range(b.begin, b.end, Phase::kBwd);
+    }
+  }
+  for (const LayerSlice& s : slices_)
+    if (deferred(s.layer)) all_reduce_range(s.begin, s.end, Phase::kBwd);
+}
+
+void GradientSync::after_update() {
+  if (dp_ == 1 || zero_ == 0 || zero_ == 3) return;  // ZeRO-3 gathers on use
+  for (const LayerSlice& s : slices_) gather_layer(s);
+}
+
+}  // namespace sextant::exec

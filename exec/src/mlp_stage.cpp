@@ -1,0 +1,191 @@
+// An MLP classifier stage: linear layers with ReLU between them, softmax cross-entropy on the
+// last. Pipeline stages hold consecutive layers; tensor parallelism does not apply.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "sextant/exec/stage_model.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+using spec::Phase;
+
+class MlpStage : public StageModel {
+ public:
+  MlpStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
+      : ctx_(ctx), m_(model.mlp()), o_(o) {
+    models::StageLayers sl = models::stage_layers(*ctx.plan, *ctx.lowered, ctx.groups->pp_rank);
+    begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
+    end_ = static_cast<int32_t>(sl.chunk_end.at(0));
+    last_ = end_ == static_cast<int32_t>(m_.widths.size()) - 1;
+    std::vector<ParamSpec> specs;
+    for (int32_t l = begin_; l < end_; ++l) {
+      const int64_t in = m_.widths[static_cast<size_t>(l)], out = m_.widths[static_cast<size_t>(l) + 1];
+      const std::string name = fmt::format("fc{}.weight", l);
+      const uint64_t seed = o.seed;
+      // He initialisation for ReLU layers: std = sqrt(2 / fan_in).
+      const float std_dev = std::sqrt(2.0f / static_cast<float>(in));
+      specs.push_back({name, l, {in, out},
+                       [=](int64_t i) { return std_dev * init_normal(seed, name, i); }, true, false,
+                       false});
+      if (m_.bias)
+        specs.push_back({fmt::format("fc{}.bias", l), l, {out}, [](int64_t) { return 0.0f; }, false,
+                         false, false});
+    }
+    store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
+  }
+
+  ParamStore& params() override { return *store_; }
+  std::vector<int64_t> input_shape() const override {
+    return {o_.micro_batch, m_.widths[static_cast<size_t>(begin_)]};
+  }
+  void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
+  double take_loss_sum() override {
+    double l = loss_;
+    loss_ = 0;
+    return l;
+  }
+  double grad_square_sum(int64_t begin, int64_t end) override {
+    double s = 0;
+    for (Param& p : store_->params()) {
+      int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.value.numel());
+      if (b < e) s += ctx_.backend->sum_squares(store_->grads().view({store_->total()}).rows(b, e - b));
+    }
+    return s;
+  }
+
+  Tensor forward(const MicroBatch& mb, const Tensor* input) override {
+    Backend& be = *ctx_.backend;
+    auto& cache = caches_[mb.index];
+    cache.clear();
+    Tensor x;
+    if (begin_ == 0) {
+      x = be.empty({o_.micro_batch, m_.widths[0]});
+      be.from_host(mb.features, x);
+    } else {
+      x = *input;
+    }
+    for (int32_t l = begin_; l < end_; ++l) {
+      if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
+      const int64_t out = m_.widths[static_cast<size_t>(l) + 1];
+      Tensor y = be.empty({o_.micro_batch, out});
+      {
+        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kFwd, mb.index));
+        be.matmul(x, weight(l).value, bias(l) ? &bias(l)->value : nullptr, y);
+      }
+      cache.push_back({x, y});
+      if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
+        auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kFwd, mb.index));
+        be.row_max(y, max_[mb.index]);
+        be.row_sum_exp(y, max_[mb.index], sum_[mb.index]);
+        std::vector<float> target;
+        be.target_logits(y, mb.targets, 0, target);
+        for (int64_t i = 0; i < o_.micro_batch; ++i) {
+          size_t k = static_cast<size_t>(i);
+          loss_ += std::log(static_cast<double>(sum_[mb.index][k])) + max_[mb.index][k] - target[k];
+        }
+        return Tensor();
+      }
+      Tensor a = be.empty({o_.micro_batch, out});
+      {
+        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kFwd, mb.index));
+        be.relu(y, a);
+      }
+      x = a;
+    }
+    return x;
+  }
+
+  Tensor backward(const MicroBatch& mb, const Tensor* grad_output) override {
+    Backend& be = *ctx_.backend;
+    auto& cache = caches_.at(mb.index);
+    Tensor dy;
+    for (int32_t l = end_ - 1; l >= begin_; --l) {
+      if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
+      auto& [x, y] = cache[static_cast<size_t>(l - begin_)];
+      Tensor dpre = be.empty(y.shape());
+      if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
+        auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kBwd, mb.index));
+        be.cross_entropy_backward(y, mb.targets, 0, max_[mb.index], sum_[mb.index],
+                                  1.0f / static_cast<float>(ctx_.plan->global_batch), dpre);
+      } else {
+        const Tensor& upstream = l == end_ - 1 ? *grad_output : dy;
+        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kBwd, mb.index));
+        be.relu_backward(y, upstream, dpre);
+      }
+      Tensor dx = be.empty(x.shape());
+      {
+        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kBwd, mb.index));
+        be.matmul_backward(x, weight(l).value, dpre, l == 0 ? nullptr : &dx, weight(l).grad,
+                           bias(l) ? &bias(l)->grad : nullptr);
+      }
+      dy = dx;
+      if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
+    }
+    caches_.erase(mb.index);
+    max_.erase(mb.index);
+    sum_.erase(mb.index);
+    return begin_ == 0 ? Tensor() : dy;
+  }
+
+ private:
+  Param& weight(int32_t l) { return store_->get(fmt::format("fc{}.weight", l)); }
+  Param* bias(int32_t l) { return m_.bias ? &store_->get(fmt::format("fc{}.bias", l)) : nullptr; }
+
+  Context& ctx_;
+  const spec::MlpSpec& m_;
+  StageOptions o_;
+  int32_t begin_ = 0, end_ = 0;
+  bool last_ = false;
+  std::unique_ptr<ParamStore> store_;
+  std::map<int64_t, std::vector<std::pair<Tensor, Tensor>>> caches_;  // (input, pre-activation)
+  std::map<int64_t, std::vector<float>> max_, sum_;
+  LayerHooks* hooks_ = nullptr;
+  double loss_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StageModel> make_gpt_stage(const spec::ModelSpec& model, Context& ctx,
+                                           const StageOptions& options);
+
+std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Context& ctx,
+                                             const StageOptions& options) {
+  const std::string source = "model " + model.name;
+  switch (model.kind()) {
+    case spec::ModelKind::kMlp:
+      return std::make_unique<MlpStage>(model, ctx, options);
+    case spec::ModelKind::kCnn:
+      throw InputError(source, "/kind", "\"cnn\"",
+                       "the executor runs GPT-style decoders and MLPs; CNNs are simulated only");
+    case spec::ModelKind::kTransformer: {
+      const spec::TransformerSpec& t = model.transformer();
+      Diagnostics diag(source);
+      if (t.architecture != spec::Architecture::kDecoder)
+        diag.add("/transformer/architecture", "\"encoder\"", "the executor runs decoders");
+      if (t.norm != spec::Norm::kLayerNorm)
+        diag.add("/transformer/norm", "\"rmsnorm\"", "the executor implements layernorm");
+      if (t.kv_heads != t.heads)
+        diag.add("/transformer/kv_heads", std::to_string(t.kv_heads),
+                 "the executor implements multi-head attention (kv_heads = heads)");
+      if (t.position_embedding == spec::PositionEmbedding::kRope)
+        diag.add("/transformer/position_embedding", "\"rope\"",
+                 "the executor implements learned or no position embeddings");
+      if (t.moe) diag.add("/transformer/moe", "", "mixture of experts is not executed");
+      if (t.vocab % ctx.groups->tp_size != 0)
+        diag.add("/transformer/vocab", std::to_string(t.vocab),
+                 fmt::format("must be divisible by tp ({}) for the vocabulary-parallel embedding",
+                             ctx.groups->tp_size));
+      if (ctx.plan->sequence_parallel && (options.micro_batch * options.seq_len) % ctx.groups->tp_size != 0)
+        diag.add("/sequence_parallel", "true", "micro_batch * seq_len must be divisible by tp");
+      diag.throw_if_any();
+      return make_gpt_stage(model, ctx, options);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace sextant::exec

@@ -1,0 +1,143 @@
+// MPI collectives. Counts above 2^31 are refused (MPI's int counts); the executor's messages are
+// far below that.
+#include "sextant/exec/mpi_communicator.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "sextant/spec/error.hpp"
+
+namespace sextant::exec {
+
+void mpi_check(int code, const char* call, const char* file, int line) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  throw std::runtime_error(fmt::format("{} failed at {}:{} on rank {} ({}): {}", call, file, line,
+                                       rank, host, std::string(message, static_cast<size_t>(length))));
+}
+
+namespace {
+
+int count(int64_t n) {
+  SEXTANT_CHECK(n >= 0 && n <= INT_MAX, "message of {} elements is too large for MPI", n);
+  return static_cast<int>(n);
+}
+
+class MpiRequest : public CommRequest {
+ public:
+  explicit MpiRequest(MPI_Request r) : request_(r) {}
+  ~MpiRequest() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE)); }
+
+ private:
+  MPI_Request request_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)) {
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split(MPI_Comm parent, int color, int key,
+                                                        std::string name) {
+  MPI_Comm comm;
+  MPI_CHECK(MPI_Comm_split(parent, color, key, &comm));
+  return std::make_unique<MpiCommunicator>(comm, std::move(name));
+}
+
+void MpiCommunicator::all_reduce(float* data, int64_t n) {
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_));
+}
+
+void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_MAX, comm_));
+}
+
+void MpiCommunicator::all_reduce(double* data, int64_t n) {
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_async(float* data, int64_t n) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (size_ > 1) MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+void MpiCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_));
+}
+
+void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
+}
+
+void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_));
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
+  MPI_CHECK(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+}
+
+void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+
+std::vector<std::string> MpiCommunicator::gather_strings(const std::string& mine, int root) {
+  int len = count(static_cast<int64_t>(mine.size()));
+  std::vector<int> lengths(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_));
+  std::vector<int> offsets(static_cast<size_t>(size_), 0);
+  int64_t total = 0;
+  for (int i = 0; i < size_; ++i) {
+    offsets[static_cast<size_t>(i)] = static_cast<int>(total);
+    total += lengths[static_cast<size_t>(i)];
+  }
+  std::string all(rank_ == root ? static_cast<size_t>(total) : 0, '\0');
+  MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+                        MPI_CHAR, root, comm_));
+  std::vector<std::string> out;
+  if (rank_ == root) {
+    for (int i = 0; i < size_; ++i)
+      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(i)]),
+                               static_cast<size_t>(lengths[static_cast<size_t>(i)])));
+  }
+  return out;
+}
+
+}  // namespace sextant::exec

@@ -1,0 +1,96 @@
+// Flat parameter storage and layout-independent initialisation.
+#include "sextant/exec/parameters.hpp"
+
+#include <cmath>
+#include <map>
+
+#include "sextant/spec/error.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index) {
+  // Box-Muller on two uniforms from a counter-based hash: the value depends only on its inputs.
+  uint64_t base = splitmix64(seed ^ hash_name(tensor)) ^ static_cast<uint64_t>(global_index) * 2;
+  uint64_t a = splitmix64(base);
+  uint64_t b = splitmix64(base + 1);
+  double u1 = (static_cast<double>(a >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+  double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;          // [0, 1)
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) {
+  int64_t total = 0;
+  for (const ParamSpec& s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    total += n;
+  }
+  values_ = backend.empty({total});
+  grads_ = backend.zeros({total});
+  std::vector<float> host(static_cast<size_t>(total));
+  int64_t offset = 0;
+  for (const ParamSpec& s : specs) {
+    Param p;
+    p.name = s.name;
+    p.layer = s.layer;
+    p.offset = offset;
+    p.decay = s.decay;
+    p.tp_replicated = s.tp_replicated;
+    p.tied_copy = s.tied_copy;
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(offset + i)] = s.init(i);
+    p.value = values_.view({total}).rows(offset, n).view(s.shape);
+    p.grad = grads_.view({total}).rows(offset, n).view(s.shape);
+    offset += n;
+    params_.push_back(std::move(p));
+  }
+  backend.from_host(host, values_);
+}
+
+Param& ParamStore::get(const std::string& name) {
+  for (Param& p : params_)
+    if (p.name == name) return p;
+  SEXTANT_CHECK(false, "no parameter named {}", name);
+  return params_.front();
+}
+
+std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer) const {
+  int64_t begin = -1, end = -1;
+  for (const Param& p : params_) {
+    if (p.layer != layer) continue;
+    if (begin < 0) begin = p.offset;
+    end = p.offset + p.value.numel();
+  }
+  if (begin < 0) return {0, 0};
+  return {begin, end};
+}
+
+std::vector<int32_t> ParamStore::layers() const {
+  std::vector<int32_t> out;
+  for (const Param& p : params_)
+    if (out.empty() || out.back() != p.layer) out.push_back(p.layer);
+  return out;
+}
+
+}  // namespace sextant::exec

@@ -1,0 +1,185 @@
+// Layout communicators, trace merging, logs and the failure policy.
+#include "sextant/exec/runner.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "sextant/exec/cpu_backend.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/spec/build_info.hpp"
+#include "sextant/spec/json_io.hpp"
+#include "sextant/spec/rank_layout.hpp"
+
+namespace sextant::exec {
+
+Layout::Layout(MPI_Comm world, const spec::Plan& plan) {
+  world_ = std::make_unique<MpiCommunicator>(world, "world");
+  const int rank = world_->rank();
+  spec::RankLayout layout(plan);
+  spec::RankCoord c = layout.coord(rank);
+  const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
+  tp_ = MpiCommunicator::split(world, static_cast<int>(c.dp + plan.dp * c.pp), static_cast<int>(c.tp), "tp");
+  dp_ = MpiCommunicator::split(world, static_cast<int>(c.tp + plan.tp * c.pp), static_cast<int>(c.dp), "dp");
+  groups_.world = world_.get();
+  groups_.tp = tp_.get();
+  groups_.dp = dp_.get();
+  groups_.tp_rank = c.tp;
+  groups_.tp_size = tp;
+  groups_.dp_rank = c.dp;
+  groups_.dp_size = dp;
+  groups_.pp_rank = c.pp;
+  groups_.pp_size = plan.pp;
+  if (plan.pp > 1) {
+    if (c.pp + 1 < plan.pp) groups_.next = static_cast<int>(layout.pp_next(rank));
+    if (c.pp > 0) groups_.prev = static_cast<int>(layout.pp_prev(rank));
+  }
+  // Tied embeddings on the first and the last stage: a group of the two.
+  const bool ends = plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1);
+  MPI_Comm emb = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(world, ends ? static_cast<int>(c.dp * plan.tp + c.tp) : MPI_UNDEFINED,
+                           static_cast<int>(c.pp), &emb));
+  if (emb != MPI_COMM_NULL) {
+    embedding_ = std::make_unique<MpiCommunicator>(emb, "embedding");
+    groups_.embedding = embedding_.get();
+  }
+}
+
+namespace {
+
+bool ties_embeddings(const spec::ModelSpec& m) {
+  return m.is_transformer() && m.transformer().tied_embeddings;
+}
+
+spec::Json events_json(const std::vector<spec::TraceEvent>& events) {
+  spec::Trace t;
+  t.events = events;
+  spec::Json j = spec::Json::parse(spec::trace_to_chrome_json(t));
+  spec::Json out = spec::Json::array();
+  for (const spec::Json& e : j.at("traceEvents"))
+    if (e.at("ph") == "X") out.push_back(e);
+  return out;
+}
+
+}  // namespace
+
+TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  MPI_CHECK(MPI_Comm_size(world, &size));
+  // Every rank checks the plan before its first collective, so a bad plan is refused everywhere.
+  validate_for_executor(job.model, job.plan, size);
+  Layout layout(world, job.plan);
+  if (!ties_embeddings(job.model)) layout.groups().embedding = nullptr;
+  const int64_t seq =
+      job.model.is_transformer() ? job.plan.seq_len.value_or(job.model.transformer().seq_len) : 0;
+  models::LoweredModel lowered =
+      models::lower(job.model, {job.plan.micro_batch, seq, spec::Dtype::kFp32, job.plan.tp,
+                                job.plan.sequence_parallel});
+  Recorder recorder(rank, !job.trace_file.empty(), &backend);
+  Context ctx;
+  ctx.backend = &backend;
+  ctx.groups = &layout.groups();
+  ctx.recorder = &recorder;
+  ctx.plan = &job.plan;
+  ctx.lowered = &lowered;
+  ctx.sequence_parallel = job.plan.sequence_parallel && job.plan.tp > 1;
+  layout.groups().world->barrier();
+  recorder.start_epoch();
+
+  std::unique_ptr<std::ofstream> log;
+  if (rank == 0 && !job.log_json.empty()) {
+    log = std::make_unique<std::ofstream>(job.log_json);
+    if (!*log) throw InputError("--log-json", "", job.log_json, "cannot open for writing");
+  }
+  auto on_step = [&](const StepLog& s) {
+    if (rank != 0) return;
+    if (!job.quiet)
+      fmt::print("step {:>4}  loss {:.6f}  step {:.3f} s  {:.0f} tokens/s  grad norm {:.3f}\n", s.step,
+                 s.loss, s.step_time_s, s.tokens_per_s, s.grad_norm);
+    if (log) {
+      *log << spec::Json{{"step", s.step},
+                         {"loss", s.loss},
+                         {"step_time_s", s.step_time_s},
+                         {"tokens_per_s", s.tokens_per_s},
+                         {"grad_norm", s.grad_norm}}
+                  .dump()
+           << "\n";
+      log->flush();
+    }
+    std::fflush(stdout);
+  };
+  TrainResult result;
+  try {
+    result = train(job.model, ctx, job.train, on_step);
+  } catch (const std::runtime_error& e) {
+    if (std::string(e.what()).find("the loss is") != std::string::npos)
+      throw TrainingDiverged(e.what());
+    throw;
+  }
+
+  if (!job.trace_file.empty()) {
+    std::vector<std::string> parts =
+        layout.groups().world->gather_strings(events_json(result.events).dump(), 0);
+    if (rank == 0) {
+      spec::Json merged = spec::Json::array();
+      for (const std::string& p : parts)
+        for (spec::Json& e : spec::Json::parse(p)) merged.push_back(std::move(e));
+      spec::Json doc = {{"schema", spec::kTraceSchema},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData", {{"kind", "measured"}}},
+                        {"traceEvents", merged}};
+      spec::Trace trace = spec::trace_from_json(doc, "merged trace");
+      double mean = 0;
+      int counted = 0;
+      for (const StepLog& s : result.steps) {
+        if (s.step == 0 && result.steps.size() > 1) continue;  // the first step warms up
+        mean += s.step_time_s;
+        ++counted;
+      }
+      trace.metadata = {{"model", job.model.name},
+                        {"plan", job.plan.name()},
+                        {"plan_json", spec::to_json(job.plan)},
+                        {"ranks", size},
+                        {"backend", backend.name()},
+                        {"steps", result.steps.size()},
+                        {"step_time_s", counted > 0 ? mean / counted : 0.0},
+                        {"commit", spec::kGitCommit}};
+      trace.kind = "measured";
+      spec::write_trace_file(job.trace_file, trace);
+      if (!job.quiet) fmt::print("trace: {} ({} events from {} ranks)\n", job.trace_file, trace.events.size(), size);
+    }
+  }
+  return result;
+}
+
+int run_main(const Job& job) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Errors are returned as exceptions, not the default abort-on-error.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int status = 0;
+  try {
+    std::unique_ptr<Backend> backend = make_cpu_backend();
+    run_job(job, MPI_COMM_WORLD, *backend);
+  } catch (const InputError& e) {
+    // Every rank validates the same plan and model: one message, from rank 0.
+    if (rank == 0) fmt::print(stderr, "error: {}\n", e.what());
+    status = 2;
+  } catch (const TrainingDiverged& e) {
+    if (rank == 0) fmt::print(stderr, "error: {}\n", e.what());
+    status = 1;
+  } catch (const std::exception& e) {
+    // A failure of this rank alone: end the whole job so that no other rank waits forever.
+    fmt::print(stderr, "[rank {}] error: {}\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}
+
+}  // namespace sextant::exec

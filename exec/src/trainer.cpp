@@ -1,0 +1,268 @@
+// The training loop of one rank.
+#include "sextant/exec/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "sextant/exec/checkpoint.hpp"
+#include "sextant/exec/data.hpp"
+#include "sextant/exec/gradient_sync.hpp"
+#include "sextant/exec/stage_model.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
+
+namespace sextant::exec {
+
+using spec::OpClass;
+using spec::Phase;
+using spec::Stream;
+
+void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan, int64_t world) {
+  spec::validate_plan(plan, model, world, "plan " + plan.name());
+  Diagnostics diag("plan " + plan.name());
+  if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1)
+    diag.add("/schedule", "\"interleaved\"",
+             "the executor runs gpipe and 1f1b; the interleaved schedule is simulated only");
+  if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
+    diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
+             "the CPU executor trains in fp32");
+  diag.throw_if_any();
+}
+
+namespace {
+
+class Trainer {
+ public:
+  Trainer(const spec::ModelSpec& model, Context& ctx, const TrainOptions& o)
+      : model_(model), ctx_(ctx), o_(o), plan_(*ctx.plan) {
+    seq_ = model.is_transformer() ? plan_.seq_len.value_or(model.transformer().seq_len) : 0;
+    micro_batches_ = plan_.micro_batches();
+    stage_ = make_stage_model(model, ctx, StageOptions{o.seed, plan_.micro_batch, seq_});
+    sync_ = std::make_unique<GradientSync>(ctx, *stage_, micro_batches_);
+    stage_->set_hooks(sync_.get());
+    if (model.is_transformer()) {
+      tokens_ = o.data == "synthetic" ? make_synthetic_tokens(model.transformer().vocab, o.seed)
+                                      : make_text_tokens(o.data, seq_);
+      if (o.data != "synthetic" && model.transformer().vocab < 256) {
+        throw InputError("--data", "", o.data,
+                         fmt::format("byte-level text needs a vocabulary of at least 256 (the "
+                                     "model has {})",
+                                     model.transformer().vocab));
+      }
+    } else if (o.data != "synthetic") {
+      throw InputError("--data", "", o.data, "MLPs train on synthetic samples only");
+    }
+    const int64_t n = stage_->params().total();
+    m_ = ctx.backend->zeros({n});
+    v_ = ctx.backend->zeros({n});
+  }
+
+  TrainResult run(const std::function<void(const StepLog&)>& on_step) {
+    TrainResult result;
+    int64_t first = 0;
+    if (o_.resume && !o_.checkpoint_dir.empty()) first = restore();
+    for (int64_t step = first; step < o_.steps; ++step) {
+      ctx_.recorder->set_step(step);
+      auto t0 = std::chrono::steady_clock::now();
+      StepLog log = one_step(step);
+      log.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double items = static_cast<double>(plan_.global_batch) *
+                           static_cast<double>(model_.is_transformer() ? seq_ : 1);
+      log.tokens_per_s = items / log.step_time_s;
+      result.steps.push_back(log);
+      if (on_step) on_step(log);
+      if (!std::isfinite(log.loss)) {
+        throw std::runtime_error(fmt::format("the loss is {} at step {}: stopping", log.loss, step));
+      }
+      if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0)
+        checkpoint(step + 1);
+    }
+    result.events = ctx_.recorder->events();
+    return result;
+  }
+
+ private:
+  MicroBatch micro_batch(int64_t step, int64_t index) const {
+    MicroBatch mb;
+    mb.index = index;
+    const int64_t per_replica = plan_.global_batch / plan_.dp;
+    const int64_t first = step * plan_.global_batch + ctx_.groups->dp_rank * per_replica +
+                          index * plan_.micro_batch;
+    if (model_.is_transformer()) {
+      std::vector<int32_t> seq;
+      for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+        tokens_->sequence(first + i, seq_, seq);
+        mb.tokens.insert(mb.tokens.end(), seq.begin(), seq.end() - 1);
+        mb.targets.insert(mb.targets.end(), seq.begin() + 1, seq.end());
+      }
+      mb.rows = plan_.micro_batch * seq_;
+    } else {
+      const spec::MlpSpec& m = model_.mlp();
+      std::vector<float> x;
+      for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+        int32_t label = 0;
+        classification_sample(o_.seed, first + i, m.widths.front(), m.widths.back(), x, label);
+        mb.features.insert(mb.features.end(), x.begin(), x.end());
+        mb.targets.push_back(label);
+      }
+      mb.rows = plan_.micro_batch;
+    }
+    return mb;
+  }
+
+  Recorder::Event p2p(const char* name, OpClass cls, Stream stream, int64_t elements, Phase phase,
+                      int64_t mb) const {
+    return ctx_.comm(name, cls, stream, elements * 4, 2, phase, std::nullopt, mb);
+  }
+
+  StepLog one_step(int64_t step) {
+    Groups& g = *ctx_.groups;
+    Backend& be = *ctx_.backend;
+    sync_->begin_step();
+    std::vector<spec::ScheduleUnit> units =
+        spec::pipeline_schedule(plan_.schedule, plan_.pp, 1, micro_batches_, g.pp_rank);
+    std::map<int64_t, MicroBatch> batches;
+    std::vector<std::pair<std::unique_ptr<CommRequest>, Tensor>> sends;
+    const std::vector<int64_t> shape = stage_->input_shape();
+    for (const spec::ScheduleUnit& u : units) {
+      if (u.forward) {
+        MicroBatch& mb = batches[u.micro_batch] = micro_batch(step, u.micro_batch);
+        Tensor input;
+        if (g.pp_rank > 0) {
+          input = be.empty(shape);
+          auto s = ctx_.recorder->scope(p2p("pp.recv_activation", OpClass::kRecv, Stream::kPpRecv,
+                                            input.numel(), Phase::kFwd, u.micro_batch));
+          g.world->recv(input.data(), input.numel(), g.prev, static_cast<int>(2 * u.micro_batch));
+        }
+        Tensor out = stage_->forward(mb, g.pp_rank > 0 ? &input : nullptr);
+        if (g.pp_rank < g.pp_size - 1) {
+          auto s = ctx_.recorder->scope(p2p("pp.send_activation", OpClass::kSend, Stream::kPpSend,
+                                            out.numel(), Phase::kFwd, u.micro_batch));
+          sends.emplace_back(g.world->send(out.data(), out.numel(), g.next,
+                                           static_cast<int>(2 * u.micro_batch)),
+                             out);
+        }
+      } else {
+        Tensor grad;
+        if (g.pp_rank < g.pp_size - 1) {
+          grad = be.empty(output_shape());
+          auto s = ctx_.recorder->scope(p2p("pp.recv_gradient", OpClass::kRecv, Stream::kPpRecv,
+                                            grad.numel(), Phase::kBwd, u.micro_batch));
+          g.world->recv(grad.data(), grad.numel(), g.next, static_cast<int>(2 * u.micro_batch + 1));
+        }
+        Tensor dx = stage_->backward(batches.at(u.micro_batch),
+                                     g.pp_rank < g.pp_size - 1 ? &grad : nullptr);
+        batches.erase(u.micro_batch);
+        if (g.pp_rank > 0) {
+          auto s = ctx_.recorder->scope(p2p("pp.send_gradient", OpClass::kSend, Stream::kPpSend,
+                                            dx.numel(), Phase::kBwd, u.micro_batch));
+          sends.emplace_back(g.world->send(dx.data(), dx.numel(), g.prev,
+                                           static_cast<int>(2 * u.micro_batch + 1)),
+                             dx);
+        }
+      }
+    }
+    for (auto& [request, tensor] : sends) request->wait();
+    sync_->finish_backward();
+
+    StepLog log;
+    log.step = step;
+    // Global gradient norm over every parameter once (see StageModel::grad_square_sum).
+    double squares = 0;
+    if (plan_.zero >= 1 || g.dp_rank == 0) {
+      for (auto [b, e] : sync_->owned()) squares += stage_->grad_square_sum(b, e);
+    }
+    g.world->all_reduce(&squares, 1);
+    log.grad_norm = std::sqrt(squares);
+    const float scale = o_.clip > 0 && log.grad_norm > o_.clip
+                            ? static_cast<float>(o_.clip / (log.grad_norm + 1e-6))
+                            : 1.0f;
+    {
+      auto s = ctx_.recorder->scope(Recorder::Event{"optimizer.adamw", OpClass::kOptimizer,
+                                                    Stream::kCompute, Phase::kOpt, std::nullopt,
+                                                    std::nullopt, 0, 0, {}, 0, ""});
+      update(step + 1, scale);
+    }
+    sync_->after_update();
+    // The loss: the last stage's sum over its tokens, once per replica (tp rank 0), summed.
+    double loss = 0;
+    const double mine = stage_->take_loss_sum();
+    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0) loss = mine;
+    g.world->all_reduce(&loss, 1);
+    const double items = static_cast<double>(plan_.global_batch) *
+                         static_cast<double>(model_.is_transformer() ? seq_ : 1);
+    log.loss = loss / items;
+    return log;
+  }
+
+  std::vector<int64_t> output_shape() const {
+    // What this stage sends forward equals what the next stage takes in: same rows and width.
+    std::vector<int64_t> s = stage_->input_shape();
+    if (!model_.is_transformer()) {
+      models::StageLayers sl = models::stage_layers(plan_, *ctx_.lowered, ctx_.groups->pp_rank);
+      s[1] = model_.mlp().widths[sl.chunk_end.at(0)];
+    }
+    return s;
+  }
+
+  void update(int64_t step, float grad_scale) {
+    Backend& be = *ctx_.backend;
+    ParamStore& store = stage_->params();
+    const int64_t n = store.total();
+    for (const Param& p : store.params()) {
+      for (auto [b, e] : sync_->owned()) {
+        int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.value.numel());
+        if (lo >= hi) continue;
+        Tensor value = store.values().view({n}).rows(lo, hi - lo);
+        Tensor grad = store.grads().view({n}).rows(lo, hi - lo);
+        Tensor m = m_.rows(lo, hi - lo);
+        Tensor v = v_.rows(lo, hi - lo);
+        be.adamw(value, grad, m, v, step, o_.lr, o_.beta1, o_.beta2, o_.eps,
+                 p.decay ? o_.weight_decay : 0.0f, grad_scale);
+      }
+    }
+  }
+
+  void checkpoint(int64_t steps_done) {
+    Shard s;
+    s.step = steps_done;
+    ctx_.backend->to_host(stage_->params().values(), s.values);
+    ctx_.backend->to_host(m_, s.m);
+    ctx_.backend->to_host(v_, s.v);
+    save_checkpoint(o_.checkpoint_dir, plan_.name(), s, *ctx_.groups->world);
+  }
+
+  int64_t restore() {
+    std::optional<Shard> s = load_checkpoint(o_.checkpoint_dir, plan_.name(),
+                                             stage_->params().total(), *ctx_.groups->world);
+    if (!s) return 0;
+    ctx_.backend->from_host(s->values, stage_->params().values());
+    ctx_.backend->from_host(s->m, m_);
+    ctx_.backend->from_host(s->v, v_);
+    return s->step;
+  }
+
+  const spec::ModelSpec& model_;
+  Context& ctx_;
+  TrainOptions o_;
+  const spec::Plan& plan_;
+  int64_t seq_ = 0;
+  int64_t micro_batches_ = 1;
+  std::unique_ptr<StageModel> stage_;
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<TokenSource> tokens_;
+  Tensor m_, v_;
+};
+
+}  // namespace
+
+TrainResult train(const spec::ModelSpec& model, Context& ctx, const TrainOptions& options,
+                  const std::function<void(const StepLog&)>& on_step) {
+  validate_for_executor(model, *ctx.plan, ctx.groups->world->size());
+  Trainer trainer(model, ctx, options);
+  return trainer.run(on_step);
+}
+
+}  // namespace sextant::exec
