@@ -68,20 +68,24 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     throw InputError("command line", "--backend", f.backend,
                      "this build runs the cpu backend (the cuda backend needs a CUDA build)");
   }
-  exec::Job job;
-  job.model = models::resolve_model(f.model);
-  job.plan = plan_from_flags(f.plan, std::nullopt);
-  job.train.steps = f.steps;
-  job.train.data = f.data;
-  job.train.seed = f.seed;
-  job.train.lr = static_cast<float>(f.lr);
-  job.train.checkpoint_dir = f.checkpoint;
-  job.train.checkpoint_every = f.checkpoint_every;
-  job.train.resume = f.resume;
-  job.trace_file = f.trace;
-  job.log_json = f.log_json;
-  job.quiet = f.quiet;
-  return exec::run_main(job);
+  return exec::run_main([&f] {
+    exec::Job job;
+    job.model = models::resolve_model(f.model);
+    job.plan = plan_from_flags(f.plan, std::nullopt);
+    job.train.steps = f.steps;
+    job.train.data = f.data;
+    job.train.seed = f.seed;
+    job.train.lr = static_cast<float>(f.lr);
+    job.train.checkpoint_dir = f.checkpoint;
+    job.train.checkpoint_every = f.checkpoint_every;
+    job.train.resume = f.resume;
+    if (f.resume && f.checkpoint.empty())
+      throw InputError("command line", "--resume", "", "needs --checkpoint DIR");
+    job.trace_file = f.trace;
+    job.log_json = f.log_json;
+    job.quiet = f.quiet;
+    return job;
+  });
 }
 
 }  // namespace

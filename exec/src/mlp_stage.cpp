@@ -26,8 +26,10 @@ class MlpStage : public StageModel {
       const int64_t in = m_.widths[static_cast<size_t>(l)], out = m_.widths[static_cast<size_t>(l) + 1];
       const std::string name = fmt::format("fc{}.weight", l);
       const uint64_t seed = o.seed;
-      // He initialisation for ReLU layers: std = sqrt(2 / fan_in).
-      const float std_dev = std::sqrt(2.0f / static_cast<float>(in));
+      // He initialisation for ReLU layers, std = sqrt(2 / fan_in); the classifier starts small
+      // so that the first loss is near log(classes).
+      const bool classifier = l + 1 == static_cast<int32_t>(m_.widths.size()) - 1;
+      const float std_dev = classifier ? 0.01f : std::sqrt(2.0f / static_cast<float>(in));
       specs.push_back({name, l, {in, out},
                        [=](int64_t i) { return std_dev * init_normal(seed, name, i); }, true, false,
                        false});

@@ -154,7 +154,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   return result;
 }
 
-int run_main(const Job& job) {
+int run_main(const std::function<Job()>& make_job) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
@@ -163,6 +163,7 @@ int run_main(const Job& job) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int status = 0;
   try {
+    Job job = make_job();
     std::unique_ptr<Backend> backend = make_cpu_backend();
     run_job(job, MPI_COMM_WORLD, *backend);
   } catch (const InputError& e) {

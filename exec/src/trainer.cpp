@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 
@@ -117,7 +118,18 @@ class Trainer {
     return ctx_.comm(name, cls, stream, elements * 4, 2, phase, std::nullopt, mb);
   }
 
+  // A test aid: SEXTANT_FAULT_RANK=r SEXTANT_FAULT_STEP=s makes world rank r fail at step s, to
+  // check that a failing rank ends the job instead of leaving the others waiting.
+  void maybe_inject_fault(int64_t step) const {
+    const char* rank = std::getenv("SEXTANT_FAULT_RANK");
+    const char* at = std::getenv("SEXTANT_FAULT_STEP");
+    if (rank == nullptr || at == nullptr) return;
+    if (std::atoi(rank) == ctx_.groups->world->rank() && std::atoll(at) == step)
+      throw std::runtime_error(fmt::format("fault injected at step {} (SEXTANT_FAULT_RANK)", step));
+  }
+
   StepLog one_step(int64_t step) {
+    maybe_inject_fault(step);
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
     sync_->begin_step();

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -44,8 +45,9 @@ class TrainingDiverged : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Initialises MPI, runs the job on MPI_COMM_WORLD with the CPU backend, finalises. Returns the
-// process exit status (0 ok, 2 bad input, 1 other failures).
-int run_main(const Job& job);
+// Initialises MPI, builds the job with `make_job` (reading files and flags, so that a bad input is
+// reported once, by rank 0), runs it on MPI_COMM_WORLD with the CPU backend, finalises. Returns
+// the process exit status (0 ok, 2 bad input, 1 other failures).
+int run_main(const std::function<Job()>& make_job);
 
 }  // namespace sextant::exec

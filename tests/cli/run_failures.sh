@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `sextant run` on real MPI ranks: a bad plan is refused on every rank with one message (exit 2);
+# a rank that fails ends the whole job (no hang); a diverging loss stops with the step named;
+# --np starts mpirun itself.
+set -u
+sextant="$1"
+mpirun_cmd=(mpirun --oversubscribe)
+[ "$(id -u)" -eq 0 ] && mpirun_cmd+=(--allow-run-as-root)
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+tiny=(--model gpt-tiny --micro-batch 2 --quiet)
+
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 6 --dp 3 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "bad plan: exit $rc, want 2: $out"
+[ "$(grep -c 'error:' <<<"$out")" -eq 1 ] || fail "bad plan: want exactly one error line: $out"
+grep -q 'dp\*tp\*pp must equal the number of ranks (2)' <<<"$out" || fail "bad plan message: $out"
+
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 3 --pp 2 --schedule interleaved --vpp 2 --global-batch 4 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "interleaved: exit $rc, want 2: $out"
+grep -q 'simulated only' <<<"$out" || fail "interleaved message: $out"
+
+start=$(date +%s)
+out=$(SEXTANT_FAULT_RANK=1 SEXTANT_FAULT_STEP=1 timeout 120 "${mpirun_cmd[@]}" -x SEXTANT_FAULT_RANK -x SEXTANT_FAULT_STEP -np 2 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --dp 2 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "failing rank: exit $rc (124 = hung): $out"
+grep -q '\[rank 1\] error: fault injected at step 1' <<<"$out" || fail "failing rank message: $out"
+[ $(( $(date +%s) - start )) -lt 60 ] || fail "failing rank: the job took too long to end"
+
+out=$(timeout 120 "$sextant" run "${tiny[@]}" --global-batch 4 --lr 1e12 --steps 20 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || fail "NaN: exit $rc, want 1: $out"
+grep -qE 'the loss is -?(nan|inf) at step [0-9]+' <<<"$out" || fail "NaN message: $out"
+
+out=$(timeout 120 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --np 2 --dp 2 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "--np 2: exit $rc: $out"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "run failures handled"

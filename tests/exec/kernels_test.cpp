@@ -1,0 +1,229 @@
+// Every CPU kernel's backward against central finite differences of a scalar objective
+// L = sum(c * y) with random c, accumulated in double. The kernels are fp32, so the step is
+// 1e-2 and the tolerance |numeric - analytic| <= 2e-4 + 2e-3 |numeric|: truncation O(h^2) plus
+// fp32 round-off of L (|L| ~ 10, eps 1.2e-7) divided by h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "sextant/exec/cpu_backend.hpp"
+
+namespace sextant::exec {
+namespace {
+
+constexpr float kStep = 1e-2f;
+constexpr double kAbsTol = 2e-4;
+constexpr double kRelTol = 2e-3;
+
+class Kernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::mt19937 rng{20261122};
+
+  Tensor random(std::vector<int64_t> shape, float scale = 1.0f) {
+    Tensor t = be->empty(std::move(shape));
+    std::normal_distribution<float> d(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = d(rng);
+    return t;
+  }
+  static double dot(const Tensor& a, const Tensor& b) {
+    double s = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a.data()[i]) * b.data()[i];
+    return s;
+  }
+  // Checks analytic[i] against dL/dinput[i] with L() recomputed after perturbing input[i].
+  void expect_gradient(Tensor& input, const Tensor& analytic, const std::function<double()>& loss,
+                       const char* what) {
+    double worst = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < input.numel(); ++i) {
+      const float keep = input.data()[i];
+      input.data()[i] = keep + kStep;
+      const double up = loss();
+      input.data()[i] = keep - kStep;
+      const double down = loss();
+      input.data()[i] = keep;
+      const double numeric = (up - down) / (2.0 * kStep);
+      const double err = std::fabs(numeric - analytic.data()[i]) / (kAbsTol + kRelTol * std::fabs(numeric));
+      if (err > worst) {
+        worst = err;
+        at = i;
+      }
+    }
+    EXPECT_LT(worst, 1.0) << what << ": error beyond tolerance at element " << at << " (analytic "
+                          << analytic.data()[at] << ")";
+  }
+};
+
+TEST_F(Kernels, MatmulWithBias) {
+  Tensor x = random({5, 4}), w = random({4, 3}), b = random({3}), c = random({5, 3});
+  Tensor y = be->empty({5, 3});
+  auto loss = [&] {
+    be->matmul(x, w, &b, y);
+    return dot(y, c);
+  };
+  Tensor dx = be->empty({5, 4}), dw = be->zeros({4, 3}), db = be->zeros({3});
+  be->matmul_backward(x, w, c, &dx, dw, &db);
+  expect_gradient(x, dx, loss, "dx");
+  expect_gradient(w, dw, loss, "dw");
+  expect_gradient(b, db, loss, "db");
+}
+
+TEST_F(Kernels, MatmulWithTransposedWeight) {
+  Tensor x = random({4, 6}), w = random({5, 6}), c = random({4, 5});
+  Tensor y = be->empty({4, 5});
+  auto loss = [&] {
+    be->matmul_nt(x, w, y);
+    return dot(y, c);
+  };
+  Tensor dx = be->empty({4, 6}), dw = be->zeros({5, 6});
+  be->matmul_nt_backward(x, w, c, dx, dw);
+  expect_gradient(x, dx, loss, "dx");
+  expect_gradient(w, dw, loss, "dw");
+}
+
+TEST_F(Kernels, LayerNorm) {
+  Tensor x = random({3, 8}), g = random({8}), b = random({8}), c = random({3, 8});
+  Tensor y = be->empty({3, 8}), mean = be->empty({3}), rstd = be->empty({3});
+  auto loss = [&] {
+    be->layernorm(x, g, b, y, mean, rstd);
+    return dot(y, c);
+  };
+  loss();
+  Tensor dx = be->empty({3, 8}), dg = be->zeros({8}), db = be->zeros({8});
+  be->layernorm_backward(x, g, mean, rstd, c, dx, dg, db);
+  expect_gradient(x, dx, loss, "dx");
+  expect_gradient(g, dg, loss, "dgamma");
+  expect_gradient(b, db, loss, "dbeta");
+}
+
+TEST_F(Kernels, Activations) {
+  Tensor x = random({4, 6}), c = random({4, 6}), y = be->empty({4, 6}), dx = be->empty({4, 6});
+  auto gelu = [&] {
+    be->gelu(x, y);
+    return dot(y, c);
+  };
+  be->gelu_backward(x, c, dx);
+  expect_gradient(x, dx, gelu, "gelu");
+  // ReLU away from its kink.
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (std::fabs(x.data()[i]) < 0.1f) x.data()[i] = 0.5f;
+  auto relu = [&] {
+    be->relu(x, y);
+    return dot(y, c);
+  };
+  be->relu_backward(x, c, dx);
+  expect_gradient(x, dx, relu, "relu");
+  Tensor xs = random({3, 8}), cs = random({3, 4}), ys = be->empty({3, 4}), dxs = be->empty({3, 8});
+  auto swiglu = [&] {
+    be->swiglu(xs, ys);
+    return dot(ys, cs);
+  };
+  be->swiglu_backward(xs, cs, dxs);
+  expect_gradient(xs, dxs, swiglu, "swiglu");
+}
+
+TEST_F(Kernels, CausalAttention) {
+  const int64_t batch = 2, seq = 5, heads = 2, d = 3;
+  Tensor qkv = random({batch * seq, 3 * heads * d}), c = random({batch * seq, heads * d});
+  Tensor out = be->empty({batch * seq, heads * d}), att = be->empty({batch, heads, seq, seq});
+  auto loss = [&] {
+    be->attention(qkv, batch, seq, heads, out, att);
+    return dot(out, c);
+  };
+  loss();
+  // Causality: a row's probabilities beyond its position are zero and each row sums to one.
+  for (int64_t i = 0; i < seq; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < seq; ++j) {
+      float p = att.data()[i * seq + j];
+      if (j > i) {
+        EXPECT_EQ(p, 0.0f);
+      }
+      s += p;
+    }
+    EXPECT_NEAR(s, 1.0, 1e-6);
+  }
+  Tensor dqkv = be->empty({batch * seq, 3 * heads * d});
+  be->attention_backward(qkv, att, c, batch, seq, heads, dqkv);
+  expect_gradient(qkv, dqkv, loss, "dqkv");
+}
+
+TEST_F(Kernels, EmbeddingAndPositions) {
+  Tensor table = random({6, 4}), c = random({5, 4}), y = be->empty({5, 4});
+  std::vector<int32_t> tokens = {3, 1, 8, 3, 5};  // 8 is outside rows [2, 8) -> zero row
+  auto loss = [&] {
+    be->embedding(tokens, table, 2, y);
+    return dot(y, c);
+  };
+  loss();
+  for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(y.data()[2 * 4 + j], 0.0f);
+  Tensor dtable = be->zeros({6, 4});
+  be->embedding_backward(tokens, c, 2, dtable);
+  expect_gradient(table, dtable, loss, "dtable");
+  Tensor pos = random({3, 4}), z = be->empty({5, 4});
+  auto ploss = [&] {
+    be->fill(z, 0.0f);
+    be->add_positions(pos, 4, 3, z);  // rows 4..8 -> positions 1, 2, 0, 1, 2
+    return dot(z, c);
+  };
+  Tensor dpos = be->zeros({3, 4});
+  be->add_positions_backward(c, 4, 3, dpos);
+  expect_gradient(pos, dpos, ploss, "dpos");
+}
+
+TEST_F(Kernels, CrossEntropy) {
+  // Vocabulary split in two shards, combined as the vocabulary-parallel loss does.
+  Tensor logits = random({4, 6});
+  std::vector<int32_t> targets = {0, 5, 2, 3};
+  auto loss = [&] {
+    std::vector<float> max, sum, t;
+    be->row_max(logits, max);
+    be->row_sum_exp(logits, max, sum);
+    be->target_logits(logits, targets, 0, t);
+    double l = 0;
+    for (size_t i = 0; i < 4; ++i) l += std::log(static_cast<double>(sum[i])) + max[i] - t[i];
+    return l;
+  };
+  std::vector<float> max, sum;
+  be->row_max(logits, max);
+  be->row_sum_exp(logits, max, sum);
+  Tensor d = be->empty({4, 6});
+  be->cross_entropy_backward(logits, targets, 0, max, sum, 1.0f, d);
+  expect_gradient(logits, d, loss, "dlogits");
+}
+
+TEST_F(Kernels, BiasAndAdd) {
+  Tensor y0 = random({3, 4}), b = random({4}), c = random({3, 4}), y = be->empty({3, 4});
+  auto loss = [&] {
+    be->copy(y0, y);
+    be->bias_add(y, b);
+    return dot(y, c);
+  };
+  Tensor db = be->zeros({4});
+  be->bias_backward(c, db);
+  expect_gradient(b, db, loss, "dbias");
+}
+
+TEST_F(Kernels, AdamWMatchesTorchFormula) {
+  // torch.optim.AdamW, one step from zero moments, written out by hand.
+  Tensor p = be->empty({2}), g = be->empty({2}), m = be->zeros({2}), v = be->zeros({2});
+  p.data()[0] = 1.0f;
+  p.data()[1] = -2.0f;
+  g.data()[0] = 0.5f;
+  g.data()[1] = -0.25f;
+  const float lr = 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  be->adamw(p, g, m, v, 1, lr, b1, b2, eps, wd, 1.0f);
+  for (int i = 0; i < 2; ++i) {
+    const double p0 = i == 0 ? 1.0 : -2.0, gi = i == 0 ? 0.5 : -0.25;
+    const double mi = (1 - b1) * gi, vi = (1 - b2) * gi * gi;
+    const double denom = std::sqrt(vi) / std::sqrt(1 - b2) + eps;
+    const double expected = p0 * (1 - lr * wd) - lr / (1 - b1) * mi / denom;
+    EXPECT_NEAR(p.data()[i], expected, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace sextant::exec
