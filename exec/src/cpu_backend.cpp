@@ -202,66 +202,105 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= factor;
   }
 
-  void attention(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads, Tensor& out,
-                 Tensor& att) override {
-    const int64_t hd = cols_of(qkv) / 3;
-    const int64_t d = hd / heads;
+  // Strided views of one (batch, head) block of q, k or v (part 0, 1, 2) in qkv.
+  static ConstStridedMap qkv_block(const Tensor& qkv, int64_t b, int64_t h, int part, int64_t seq,
+                                   int64_t heads) {
+    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+    return ConstStridedMap(qkv.data() + b * seq * 3 * hd + part * hd + h * d, seq, d,
+                           Eigen::OuterStride<>(3 * hd));
+  }
+  static StridedMap qkv_block(Tensor& qkv, int64_t b, int64_t h, int part, int64_t seq,
+                              int64_t heads) {
+    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+    return StridedMap(qkv.data() + b * seq * 3 * hd + part * hd + h * d, seq, d,
+                      Eigen::OuterStride<>(3 * hd));
+  }
+
+  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
+                        Tensor& scores) override {
+    const int64_t d = cols_of(qkv) / 3 / heads;
     const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
-        const float* base = qkv.data() + b * seq * 3 * hd;
-        ConstStridedMap q(base + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        ConstStridedMap k(base + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        ConstStridedMap v(base + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        Map a(att.data() + (b * heads + h) * seq * seq, seq, seq);
-        a.noalias() = (q * k.transpose()) * scale_factor;
-        for (int64_t i = 0; i < seq; ++i) {
-          float m = -INFINITY;
-          for (int64_t j = 0; j <= i; ++j) m = std::max(m, a(i, j));
-          double s = 0;
-          for (int64_t j = 0; j <= i; ++j) {
-            a(i, j) = std::exp(a(i, j) - m);
-            s += a(i, j);
-          }
-          const float inv = static_cast<float>(1.0 / s);
-          for (int64_t j = 0; j <= i; ++j) a(i, j) *= inv;
-          for (int64_t j = i + 1; j < seq; ++j) a(i, j) = 0.0f;
-        }
-        StridedMap o(out.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
-        o.noalias() = a * v;
+        Map a(scores.data() + (b * heads + h) * seq * seq, seq, seq);
+        a.noalias() = (qkv_block(qkv, b, h, 0, seq, heads) *
+                       qkv_block(qkv, b, h, 1, seq, heads).transpose()) *
+                      scale_factor;
       }
     }
   }
 
-  void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout, int64_t batch,
-                          int64_t seq, int64_t heads, Tensor& dqkv) override {
-    const int64_t hd = cols_of(qkv) / 3;
-    const int64_t d = hd / heads;
-    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
-    RowMat datt(seq, seq);
+  void causal_softmax(Tensor& x, int64_t seq) override {
+    const int64_t blocks = x.numel() / (seq * seq);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      Map a(x.data() + blk * seq * seq, seq, seq);
+      for (int64_t i = 0; i < seq; ++i) {
+        float m = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) m = std::max(m, a(i, j));
+        double s = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          a(i, j) = std::exp(a(i, j) - m);
+          s += a(i, j);
+        }
+        const float inv = static_cast<float>(1.0 / s);
+        for (int64_t j = 0; j <= i; ++j) a(i, j) *= inv;
+        for (int64_t j = i + 1; j < seq; ++j) a(i, j) = 0.0f;
+      }
+    }
+  }
+
+  void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
+                         int64_t heads, Tensor& out) override {
+    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
-        const float* base = qkv.data() + b * seq * 3 * hd;
-        float* dbase = dqkv.data() + b * seq * 3 * hd;
-        ConstStridedMap q(base + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        ConstStridedMap k(base + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        ConstStridedMap v(base + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        StridedMap dq(dbase + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        StridedMap dk(dbase + hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        StridedMap dv(dbase + 2 * hd + h * d, seq, d, Eigen::OuterStride<>(3 * hd));
-        ConstMap a(att.data() + (b * heads + h) * seq * seq, seq, seq);
+        ConstMap a(probs.data() + (b * heads + h) * seq * seq, seq, seq);
+        StridedMap o(out.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
+        o.noalias() = a * qkv_block(qkv, b, h, 2, seq, heads);
+      }
+    }
+  }
+
+  void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
+                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dprobs,
+                                  Tensor& dqkv) override {
+    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        ConstMap a(probs.data() + (b * heads + h) * seq * seq, seq, seq);
+        Map da(dprobs.data() + (b * heads + h) * seq * seq, seq, seq);
         ConstStridedMap dout_bh(dout.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
-        dv.noalias() = a.transpose() * dout_bh;
-        datt.noalias() = dout_bh * v.transpose();
-        // Softmax backward: ds = a * (datt - sum_j(datt * a)).
-        for (int64_t i = 0; i < seq; ++i) {
-          double dot = 0;
-          for (int64_t j = 0; j <= i; ++j) dot += datt(i, j) * a(i, j);
-          for (int64_t j = 0; j < seq; ++j)
-            datt(i, j) = j <= i ? a(i, j) * (datt(i, j) - static_cast<float>(dot)) * scale_factor : 0.0f;
-        }
-        dq.noalias() = datt * k;
-        dk.noalias() = datt.transpose() * q;
+        qkv_block(dqkv, b, h, 2, seq, heads).noalias() = a.transpose() * dout_bh;
+        da.noalias() = dout_bh * qkv_block(qkv, b, h, 2, seq, heads).transpose();
+      }
+    }
+  }
+
+  void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override {
+    const int64_t blocks = probs.numel() / (seq * seq);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      ConstMap a(probs.data() + blk * seq * seq, seq, seq);
+      Map g(grad.data() + blk * seq * seq, seq, seq);
+      for (int64_t i = 0; i < seq; ++i) {
+        double dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += g(i, j) * a(i, j);
+        for (int64_t j = 0; j < seq; ++j)
+          g(i, j) = j <= i ? a(i, j) * (g(i, j) - static_cast<float>(dot)) : 0.0f;
+      }
+    }
+  }
+
+  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
+                                 int64_t seq, int64_t heads, Tensor& dqkv) override {
+    const int64_t d = cols_of(qkv) / 3 / heads;
+    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        ConstMap ds(dscores.data() + (b * heads + h) * seq * seq, seq, seq);
+        qkv_block(dqkv, b, h, 0, seq, heads).noalias() =
+            (ds * qkv_block(qkv, b, h, 1, seq, heads)) * scale_factor;
+        qkv_block(dqkv, b, h, 1, seq, heads).noalias() =
+            (ds.transpose() * qkv_block(qkv, b, h, 0, seq, heads)) * scale_factor;
       }
     }
   }

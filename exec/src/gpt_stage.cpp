@@ -143,10 +143,8 @@ class GptStage : public StageModel {
           Tensor keep = bc.x;
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
         } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
-          auto s = rec(ctx_.op("attn.scores", layer, Phase::kRecompute, mb.index));
-          bc.att = backend().empty({o_.micro_batch, heads_local_, seq_, seq_});
           Tensor o = backend().empty({rows_, h_ / t_});
-          backend().attention(bc.qkv, o_.micro_batch, seq_, heads_local_, o, bc.att);
+          bc.att = attention_core(bc.qkv, o, layer, Phase::kRecompute, mb.index);
         }
         dy = block_backward(layer, dy, mb.index, bc);
       }
@@ -381,12 +379,8 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
       be.matmul(c.a_in, p.qkv_w->value, p.qkv_b ? &p.qkv_b->value : nullptr, c.qkv);
     }
-    c.att = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
     c.o = be.empty({rows_, hd_local});
-    {
-      auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
-      be.attention(c.qkv, o_.micro_batch, seq_, heads_local_, c.o, c.att);
-    }
+    c.att = attention_core(c.qkv, c.o, layer, phase, mb);
     Tensor proj = be.empty({rows_, h_});
     {
       auto s = rec(ctx_.op("attn.proj", layer, phase, mb));
@@ -481,9 +475,19 @@ class GptStage : public StageModel {
       be.matmul_backward(c.o, p.proj_w->value, dproj, &do_, p.proj_w->grad, nullptr);
     }
     Tensor dqkv = be.empty({rows_, 3 * hd_local});
+    Tensor dprobs = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
+    {
+      auto s = rec(ctx_.op("attn.context", layer, B, mb));
+      be.attention_context_backward(c.att, c.qkv, do_, o_.micro_batch, seq_, heads_local_, dprobs,
+                                    dqkv);
+    }
+    {
+      auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
+      be.causal_softmax_backward(c.att, dprobs, seq_);
+    }
     {
       auto s = rec(ctx_.op("attn.scores", layer, B, mb));
-      be.attention_backward(c.qkv, c.att, do_, o_.micro_batch, seq_, heads_local_, dqkv);
+      be.attention_scores_backward(dprobs, c.qkv, o_.micro_batch, seq_, heads_local_, dqkv);
     }
     Tensor da_in = be.empty({rows_, h_});
     {
@@ -500,6 +504,25 @@ class GptStage : public StageModel {
       be.add(dx, dx1, dx);
     }
     return dx;
+  }
+
+  // The attention core, as the simulator names its steps; returns the probabilities.
+  Tensor attention_core(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase, int64_t mb) {
+    Backend& be = backend();
+    Tensor probs = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
+    {
+      auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
+      be.attention_scores(qkv, o_.micro_batch, seq_, heads_local_, probs);
+    }
+    {
+      auto s = rec(ctx_.op("attn.softmax", layer, phase, mb));
+      be.causal_softmax(probs, seq_);
+    }
+    {
+      auto s = rec(ctx_.op("attn.context", layer, phase, mb));
+      be.attention_context(probs, qkv, o_.micro_batch, seq_, heads_local_, out);
+    }
+    return probs;
   }
 
   void activation(const Tensor& x, Tensor& y) {

@@ -130,7 +130,9 @@ TEST_F(Kernels, CausalAttention) {
   Tensor qkv = random({batch * seq, 3 * heads * d}), c = random({batch * seq, heads * d});
   Tensor out = be->empty({batch * seq, heads * d}), att = be->empty({batch, heads, seq, seq});
   auto loss = [&] {
-    be->attention(qkv, batch, seq, heads, out, att);
+    be->attention_scores(qkv, batch, seq, heads, att);
+    be->causal_softmax(att, seq);
+    be->attention_context(att, qkv, batch, seq, heads, out);
     return dot(out, c);
   };
   loss();
@@ -147,7 +149,10 @@ TEST_F(Kernels, CausalAttention) {
     EXPECT_NEAR(s, 1.0, 1e-6);
   }
   Tensor dqkv = be->empty({batch * seq, 3 * heads * d});
-  be->attention_backward(qkv, att, c, batch, seq, heads, dqkv);
+  Tensor dprobs = be->empty({batch, heads, seq, seq});
+  be->attention_context_backward(att, qkv, c, batch, seq, heads, dprobs, dqkv);
+  be->causal_softmax_backward(att, dprobs, seq);
+  be->attention_scores_backward(dprobs, qkv, batch, seq, heads, dqkv);
   expect_gradient(qkv, dqkv, loss, "dqkv");
 }
 

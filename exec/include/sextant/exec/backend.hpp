@@ -62,13 +62,24 @@ class Backend {
   // y = a + b (elementwise); y may alias a.
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
   virtual void scale(Tensor& x, float factor) = 0;
-  // Causal self-attention on qkv = [batch*seq, 3*heads*head_dim] (q | k | v, head-major within
-  // each), out = [batch*seq, heads*head_dim]. Saves the softmax probabilities att =
-  // [batch, heads, seq, seq].
-  virtual void attention(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
-                         Tensor& out, Tensor& att) = 0;
-  virtual void attention_backward(const Tensor& qkv, const Tensor& att, const Tensor& dout,
-                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dqkv) = 0;
+  // Causal self-attention, in the three steps the trace names (attn.scores, attn.softmax,
+  // attn.context). qkv = [batch*seq, 3*heads*head_dim] (q | k | v, head-major within each);
+  // scores and probabilities = [batch, heads, seq, seq]; out = [batch*seq, heads*head_dim].
+  virtual void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
+                                Tensor& scores) = 0;  // q k^T / sqrt(head_dim)
+  virtual void causal_softmax(Tensor& scores_to_probs, int64_t seq) = 0;  // in place, masked
+  virtual void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch,
+                                 int64_t seq, int64_t heads, Tensor& out) = 0;  // probs v
+  // dprobs = dout v^T; the v block of dqkv = probs^T dout (q and k blocks untouched).
+  virtual void attention_context_backward(const Tensor& probs, const Tensor& qkv,
+                                          const Tensor& dout, int64_t batch, int64_t seq,
+                                          int64_t heads, Tensor& dprobs, Tensor& dqkv) = 0;
+  // In place: dprobs -> dscores = probs * (dprobs - rowsum(dprobs * probs)), zero above diagonal.
+  virtual void causal_softmax_backward(const Tensor& probs, Tensor& dprobs_to_dscores,
+                                       int64_t seq) = 0;
+  // The q and k blocks of dqkv from dscores (the v block untouched).
+  virtual void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
+                                         int64_t seq, int64_t heads, Tensor& dqkv) = 0;
   // Rows of `table` ([vocab_shard, hidden]) for token ids in [vocab_begin, vocab_begin + shard);
   // other tokens give zero rows (vocabulary-parallel embedding).
   virtual void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
