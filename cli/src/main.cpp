@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   sextant::cli::add_clusters_command(app);
   sextant::cli::add_simulate_command(app);
   sextant::cli::add_plan_command(app);
-  sextant::cli::add_run_command(app, std::vector<std::string>(argv, argv + argc));
+  const std::vector<std::string> args(argv, argv + argc);
+  sextant::cli::add_run_command(app, args);
+  sextant::cli::add_bench_command(app, args);
   sextant::cli::add_validate_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,124 @@
+// `sextant bench comm|compute`: measurements in nccl-tests conventions that calibration reads.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "sextant/exec/bench_main.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+// "1K", "64M", "1G" or plain bytes.
+int64_t parse_size(const std::string& s) {
+  if (s.empty()) throw InputError("command line", "--sizes", s, "expected a size like 4K or 1048576");
+  char unit = s.back();
+  int64_t mult = 1;
+  std::string digits = s;
+  if (unit == 'K' || unit == 'k') mult = 1 << 10;
+  if (unit == 'M' || unit == 'm') mult = 1 << 20;
+  if (unit == 'G' || unit == 'g') mult = 1 << 30;
+  if (mult != 1) digits.pop_back();
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(digits, &used);
+    if (used != digits.size() || v <= 0) throw std::invalid_argument("size");
+    return v * mult;
+  } catch (const std::exception&) {
+    throw InputError("command line", "--sizes", s, "expected a size like 4K, 64M or 1048576");
+  }
+}
+
+bool under_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure collectives and compute (calibration input)");
+  bench->require_subcommand(1);
+
+  struct CommFlags {
+    std::vector<std::string> sizes = {"4K", "64K", "1M", "8M"};
+    int iterations = 20;
+    int warmup = 5;
+    bool json = false;
+    std::string trace;
+    std::string out;
+    std::string backend = "cpu";
+    int np = 0;
+  };
+  auto c = std::make_shared<CommFlags>();
+  CLI::App* comm = bench->add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
+  comm->add_option("--sizes", c->sizes, "Message sizes, e.g. 4K,1M,64M")->delimiter(',');
+  comm->add_option("--iterations", c->iterations, "Timed iterations per size")->check(CLI::PositiveNumber);
+  comm->add_option("--warmup", c->warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+  comm->add_flag("--json", c->json, "Print JSON");
+  comm->add_option("--trace", c->trace, "Write the timed collectives as a trace (calibration input)");
+  comm->add_option("--out", c->out, "Write the rows as JSON");
+  comm->add_option("--backend", c->backend, "cpu (MPI)");
+  comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
+  comm->callback([c, args] {
+    if (c->backend != "cpu" && c->backend != "mpi")
+      throw InputError("command line", "--backend", c->backend,
+                       "this build measures MPI collectives (cpu); nccl needs a CUDA build");
+    if (c->np > 0 && !under_mpi()) {
+      std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(c->np), "--oversubscribe"};
+      if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+      char self[4096] = {};
+      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+      cmd.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : args.front());
+      for (size_t i = 1; i < args.size(); ++i) {
+        if (args[i] == "--np") {
+          ++i;
+          continue;
+        }
+        cmd.push_back(args[i]);
+      }
+      std::vector<char*> argv;
+      for (std::string& s : cmd) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execvp("mpirun", argv.data());
+      throw std::runtime_error("cannot start mpirun");
+    }
+    exec::CommBenchJob job;
+    for (const std::string& s : c->sizes) job.options.sizes.push_back(parse_size(s));
+    job.options.iterations = c->iterations;
+    job.options.warmup = c->warmup;
+    job.json = c->json;
+    job.trace_file = c->trace;
+    job.json_file = c->out;
+    int rc = exec::run_comm_bench(job);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  struct ComputeFlags {
+    bool json = false;
+    std::string trace;
+    std::string backend = "cpu";
+    int iterations = 10;
+  };
+  auto p = std::make_shared<ComputeFlags>();
+  CLI::App* compute = bench->add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
+  compute->add_flag("--json", p->json, "Print JSON");
+  compute->add_option("--trace", p->trace, "Write the timed ops as a trace (calibration input)");
+  compute->add_option("--backend", p->backend, "cpu");
+  compute->add_option("--iterations", p->iterations, "Timed calls per op")->check(CLI::PositiveNumber);
+  compute->callback([p] {
+    if (p->backend != "cpu")
+      throw InputError("command line", "--backend", p->backend, "this build measures the cpu backend");
+    exec::ComputeBenchJob job;
+    job.json = p->json;
+    job.trace_file = p->trace;
+    job.options.iterations = p->iterations;
+    exec::run_compute_bench(job);
+  });
+}
+
+}  // namespace sextant::cli

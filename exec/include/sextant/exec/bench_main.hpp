@@ -1,0 +1,30 @@
+// `sextant bench comm|compute` on MPI ranks / one process: tables, JSON and calibration traces.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sextant/exec/benchmarks.hpp"
+
+namespace sextant::exec {
+
+struct CommBenchJob {
+  CommBenchOptions options;
+  bool json = false;
+  std::string trace_file;
+  std::string json_file;
+};
+
+// Initialises MPI; benchmarks the world and groups of 2, 4, ... contiguous ranks; rank 0 prints
+// and writes. Returns the exit status.
+int run_comm_bench(const CommBenchJob& job);
+
+struct ComputeBenchJob {
+  ComputeBenchOptions options = default_compute_bench();
+  bool json = false;
+  std::string trace_file;
+};
+
+int run_compute_bench(const ComputeBenchJob& job);
+
+}  // namespace sextant::exec

@@ -1,0 +1,111 @@
+// Drivers of the micro-benchmarks.
+#include "sextant/exec/bench_main.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <iostream>
+
+#include "sextant/exec/cpu_backend.hpp"
+#include "sextant/exec/mpi_communicator.hpp"
+#include "sextant/spec/build_info.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+spec::Json comm_rows_json(const std::vector<CommRow>& rows) {
+  spec::Json j = spec::Json::array();
+  for (const CommRow& r : rows)
+    j.push_back({{"collective", spec::enum_name(spec::collective_kind_names(), r.collective)},
+                 {"ranks", r.ranks},
+                 {"bytes", r.bytes},
+                 {"time_s", r.time_s},
+                 {"algbw_GBps", r.algbw_GBps},
+                 {"busbw_GBps", r.busbw_GBps}});
+  return j;
+}
+
+void write_trace(const std::string& path, std::vector<spec::TraceEvent> events, const std::string& bench) {
+  spec::Trace t;
+  t.kind = "measured";
+  t.events = std::move(events);
+  t.metadata = {{"bench", bench}, {"backend", "cpu"}, {"commit", spec::kGitCommit}};
+  spec::write_trace_file(path, t);
+}
+
+}  // namespace
+
+int run_comm_bench(const CommBenchJob& job) {
+  MPI_Init(nullptr, nullptr);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int status = 0;
+  try {
+    std::vector<CommRow> rows;
+    std::vector<spec::TraceEvent> events;
+    for (int group = 2; group <= size; group *= 2) {
+      // Contiguous blocks of `group` ranks; the first block reports.
+      auto comm = MpiCommunicator::split(MPI_COMM_WORLD, rank / group, rank, "bench");
+      if (rank / group * group + group <= size) {
+        std::vector<CommRow> r = bench_comm(*comm, job.options, 0, rank == 0 ? &events : nullptr);
+        if (rank == 0) rows.insert(rows.end(), r.begin(), r.end());
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (rank == 0) {
+      if (job.json) {
+        std::cout << spec::Json{{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}}.dump(2)
+                  << "\n";
+      } else {
+        fmt::print("{:<15} {:>6} {:>12} {:>12} {:>12} {:>12}\n", "collective", "ranks", "bytes",
+                   "time_us", "algbw_GBps", "busbw_GBps");
+        for (const CommRow& r : rows)
+          fmt::print("{:<15} {:>6} {:>12} {:>12.2f} {:>12.3f} {:>12.3f}\n",
+                     spec::enum_name(spec::collective_kind_names(), r.collective), r.ranks, r.bytes,
+                     r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps);
+      }
+      if (!job.json_file.empty())
+        spec::write_json_file(job.json_file, {{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}});
+      if (!job.trace_file.empty()) write_trace(job.trace_file, events, "comm");
+    }
+    if (size < 2 && rank == 0) fmt::print(stderr, "bench comm needs at least 2 ranks (mpirun -np 2, or --np 2)\n");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "[rank {}] error: {}\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}
+
+int run_compute_bench(const ComputeBenchJob& job) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::vector<spec::TraceEvent> events;
+  std::vector<ComputeRow> rows = bench_compute(*be, job.options, &events);
+  if (job.json) {
+    spec::Json j = spec::Json::array();
+    for (const ComputeRow& r : rows)
+      j.push_back({{"op", r.op},
+                   {"shape", r.shape},
+                   {"flops", r.flops},
+                   {"bytes", r.bytes},
+                   {"time_s", r.time_s},
+                   {"tflops", r.tflops},
+                   {"GBps", r.GBps}});
+    std::cout << spec::Json{{"schema", "sextant.bench_compute/1"}, {"rows", j}}.dump(2) << "\n";
+  } else {
+    fmt::print("{:<10} {:<18} {:>12} {:>10} {:>9} {:>9}\n", "op", "shape", "flops", "time_us",
+               "GFLOP/s", "GB/s");
+    for (const ComputeRow& r : rows)
+      fmt::print("{:<10} {:<18} {:>12.3g} {:>10.2f} {:>9.2f} {:>9.2f}\n", r.op,
+                 fmt::format("{}", fmt::join(r.shape, "x")), r.flops, r.time_s * 1e6,
+                 r.tflops * 1e3, r.GBps);
+  }
+  if (!job.trace_file.empty()) write_trace(job.trace_file, events, "compute");
+  return 0;
+}
+
+}  // namespace sextant::exec
