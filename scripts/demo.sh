@@ -29,6 +29,14 @@ echo "== 4. A trace to look at: GPT-3 1.3B on 16 A100s, dp2.tp4.pp2, interleaved
 "$sextant" simulate --model gpt3-1.3b --cluster dgx-a100 --dp 2 --tp 4 --pp 2 --global-batch 32 \
   --micro-batch 2 --schedule interleaved --vpp 2 --recompute selective --sp \
   --trace "$out/gpt3-1.3b-predicted-trace.json"
+
 echo
-echo "Open $out/gpt3-1.3b-predicted-trace.json at https://ui.perfetto.dev (one process per rank,"
-echo "one thread per stream: compute, tp-comm, dp-comm, pp-send, pp-recv)."
+echo "== 5. Run it for real: plan gpt-tiny on this machine's 2 CPU cores, train the chosen plan"
+"$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --constraint vpp=1 \
+  --top 3 --out "$out/gpt-tiny-plan.json"
+"$sextant" run --model gpt-tiny --plan "$out/gpt-tiny-plan.json" --np 2 --steps 30 \
+  --trace "$out/gpt-tiny-measured-trace.json" --log-json "$out/gpt-tiny-steps.jsonl"
+echo
+echo "Traces (open at https://ui.perfetto.dev: one process per rank, one thread per stream):"
+echo "  predicted: $out/gpt3-1.3b-predicted-trace.json"
+echo "  measured:  $out/gpt-tiny-measured-trace.json"
