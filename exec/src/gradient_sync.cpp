@@ -162,7 +162,9 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   for (Bucket& b : buckets_) {
     if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
     if (--b.pending == 0) {
-      b.launched = std::chrono::steady_clock::now();
+      auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                              (b.end - b.begin) * 4, dp_, Phase::kBwd,
+                                              std::nullopt, std::nullopt));
       b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.begin,
                                                     b.end - b.begin);
     }
@@ -198,11 +200,7 @@ void GradientSync::finish_backward() {
   }
   for (Bucket& b : buckets_) {
     if (b.request) {
-      b.request->wait();
-      ctx_.recorder->add_span(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                        (b.end - b.begin) * 4, dp_, Phase::kBwd, std::nullopt,
-                                        std::nullopt),
-                              b.launched, std::chrono::steady_clock::now());
+      b.request->wait();  // launched (and for MPI completed) when the bucket was ready
       b.request.reset();
     } else {
       all_reduce_range(b.begin, b.end, Phase::kBwd);

@@ -192,9 +192,12 @@ class Trainer {
                             ? static_cast<float>(o_.clip / (log.grad_norm + 1e-6))
                             : 1.0f;
     {
+      int64_t updated = 0;
+      for (auto [b, e] : sync_->owned()) updated += e - b;
+      // Bytes as the simulator counts an AdamW step (compute_model.hpp).
       auto s = ctx_.recorder->scope(Recorder::Event{"optimizer.adamw", OpClass::kOptimizer,
                                                     Stream::kCompute, Phase::kOpt, std::nullopt,
-                                                    std::nullopt, 0, 0, {}, 0, ""});
+                                                    std::nullopt, 0, updated * 28, {}, 0, ""});
       update(step + 1, scale);
     }
     sync_->after_update();

@@ -34,14 +34,14 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
   spec::RankLayout layout(plan);
   sim::GroupShape tp_shape = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
-  auto pass = [&](const std::vector<models::Op>& ops, bool core_only) {
+  auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase) {
     double t = 0;
     for (const models::Op& op : ops) {
       if (core_only && !op.core_attention) continue;
       if (op.is_comm()) {
         t += collectives.cost(op.collective, op.bytes, tp_shape).seconds();
       } else {
-        t += ps_to_seconds(compute.op_time(op));
+        t += ps_to_seconds(compute.op_time(op, phase));
       }
     }
     return t;
@@ -50,11 +50,12 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   for (size_t i = 0; i < l.lowered.layers.size(); ++i) {
     const models::Layer& layer = l.lowered.layers[i];
     LayerCost c;
-    c.forward = pass(layer.forward, false);
-    c.backward = pass(layer.backward, false);
+    c.forward = pass(layer.forward, false, spec::Phase::kFwd);
+    c.backward = pass(layer.backward, false, spec::Phase::kBwd);
     bool block = layer.kind == models::LayerKind::kBlock;
     if (block && plan.recompute == spec::Recompute::kFull) c.recompute = c.forward;
-    if (block && plan.recompute == spec::Recompute::kSelective) c.recompute = pass(layer.forward, true);
+    if (block && plan.recompute == spec::Recompute::kSelective)
+      c.recompute = pass(layer.forward, true, spec::Phase::kRecompute);
     costs.push_back(c);
   }
   return l.costs.emplace(plan.recompute, std::move(costs)).first->second;

@@ -143,6 +143,12 @@ CostTerms flat_cost(CollectiveKind kind, CollectiveAlgorithm algorithm, int64_t 
   return {};
 }
 
+CollectiveAlgorithm fitted_algorithm(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllToAll || kind == CollectiveKind::kSendRecv
+             ? CollectiveAlgorithm::kPairwise
+             : CollectiveAlgorithm::kRing;
+}
+
 CostTerms hierarchical_all_reduce_cost(int64_t per_node, int64_t nodes, double n,
                                        const AlphaBetaGamma& intra, const AlphaBetaGamma& inter) {
   using A = CollectiveAlgorithm;

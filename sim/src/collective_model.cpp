@@ -230,8 +230,12 @@ double CollectiveModel::message_efficiency(int64_t bytes, const GroupShape& shap
 CollectiveCost CollectiveModel::cost(CollectiveKind kind, int64_t bytes,
                                      const GroupShape& shape) const {
   if (const spec::CollectiveFit* fit = fit_for(kind, shape)) {
+    // The fitted α and β of the level, through the formula of the algorithm they were fitted
+    // with, so that a fit from small groups predicts larger ones.
     CollectiveCost c;
-    c.terms = {fit->alpha_us * 1e-6, fit->beta_us_per_byte * static_cast<double>(bytes) * 1e-6};
+    c.algorithm = fitted_algorithm(kind);
+    c.terms = flat_cost(kind, c.algorithm, shape.size, static_cast<double>(bytes),
+                        AlphaBetaGamma{fit->alpha_us * 1e-6, fit->beta_us_per_byte * 1e-6, 0});
     c.protocol = "fitted";
     return c;
   }

@@ -70,7 +70,7 @@ class StageBuilder {
     info.bytes = op.bytes;
     info.shape = op.shape;
     info.layer = static_cast<int32_t>(layer);
-    if (!op.is_comm()) info.duration = compute_.op_time(op);
+    if (!op.is_comm()) info.duration = compute_.op_time(op, phase);
     program_.ops.push_back(std::move(info));
     int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
     op_ids_.emplace(key, id);

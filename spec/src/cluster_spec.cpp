@@ -57,6 +57,12 @@ double DeviceSpec::peak_flops(Dtype dtype) const {
   return it->second * kFlopsPerTflop;
 }
 
+std::string efficiency_key(std::string_view op_name, Phase phase) {
+  std::string key(op_name);
+  if (phase == Phase::kBwd) key += ":bwd";
+  return key;
+}
+
 double NetworkLevel::efficiency_at(double bytes) const {
   if (message_efficiency.empty()) return 1.0;
   if (bytes <= message_efficiency.front().bytes) return message_efficiency.front().efficiency;
@@ -105,6 +111,20 @@ DeviceSpec decode_device(ObjectReader& r) {
   d.memory_capacity_bytes = r.integer("memory_capacity_bytes", kPositiveInt).value_or(1);
   d.launch_overhead_us = r.number("launch_overhead_us", Range::non_negative()).value_or(0);
   d.memory_efficiency = r.number("memory_efficiency", Range::fraction()).value_or(1);
+  if (auto by = r.object("memory_efficiency_by_class", Presence::kOptional)) {
+    for (const auto& [name, cls] : op_class_names()) {
+      if (is_communication(cls)) continue;
+      if (auto v = by->number(name, Range::fraction(), Presence::kOptional)) d.memory_efficiency_by_class[cls] = *v;
+    }
+    by->finish();
+  }
+  if (auto by = r.object("efficiency_by_op", Presence::kOptional)) {
+    const Json* raw = r.value("efficiency_by_op", Presence::kOptional);
+    for (const auto& [name, v] : raw->items()) {
+      if (auto e = by->number(name, Range::fraction())) d.efficiency_by_op[name] = *e;
+    }
+    by->finish();
+  }
   if (const Json* curve = r.array("gemm_efficiency")) {
     std::string base = pointer_join(r.pointer(), "gemm_efficiency");
     for (size_t i = 0; i < curve->size(); ++i) {
@@ -304,6 +324,13 @@ Json to_json(const ClusterSpec& c) {
                  {"gemm_efficiency", curve},
                  {"memory_efficiency", c.device.memory_efficiency},
                  {"source", c.device.source}};
+  if (!c.device.memory_efficiency_by_class.empty()) {
+    Json by = Json::object();
+    for (const auto& [cls, v] : c.device.memory_efficiency_by_class)
+      by[std::string(enum_name(op_class_names(), cls))] = v;
+    j["device"]["memory_efficiency_by_class"] = by;
+  }
+  if (!c.device.efficiency_by_op.empty()) j["device"]["efficiency_by_op"] = c.device.efficiency_by_op;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};

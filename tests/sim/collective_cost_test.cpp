@@ -148,7 +148,9 @@ TEST(CollectiveModel, CalibratedFitOverridesTheFormula) {
   spec::ClusterSpec c = test::ideal_cluster();
   c.collective_fits.push_back({"all_reduce", "nvlink", 10.0, 0.001, 0.99, 12});
   CollectiveModel model(c, {});
-  EXPECT_NEAR(model.cost(K::kAllReduce, 1000000, {8, 1, 8}).seconds(), (10 + 1000) * 1e-6, 1e-12);
+  // Through the ring formula with p = 8: 2(p-1) α + 2(p-1)/p n β.
+  const double expected = (14 * 10.0 + 2 * 7.0 / 8.0 * 1e6 * 0.001) * 1e-6;
+  EXPECT_NEAR(model.cost(K::kAllReduce, 1000000, {8, 1, 8}).seconds(), expected, 1e-12);
 }
 
 }  // namespace

@@ -48,7 +48,6 @@ class GradientSync : public LayerHooks {
     std::vector<int32_t> layers;
     int32_t pending = 0;
     std::unique_ptr<CommRequest> request;
-    std::chrono::steady_clock::time_point launched;
   };
   const LayerSlice* slice(int32_t layer) const;
   void reduce_replicated(int32_t layer);

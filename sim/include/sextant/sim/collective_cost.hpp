@@ -36,6 +36,11 @@ bool supports(spec::CollectiveKind kind, spec::CollectiveAlgorithm algorithm);
 CostTerms flat_cost(spec::CollectiveKind kind, spec::CollectiveAlgorithm algorithm, int64_t p,
                     double n, const AlphaBetaGamma& link);
 
+// The algorithm whose α and β a calibration fit stands for: ring (pipelined chain for broadcast
+// and reduce) for collectives, pairwise for all-to-all and send/recv. A fitted (α, β) then
+// predicts every group size through that algorithm's formula.
+spec::CollectiveAlgorithm fitted_algorithm(spec::CollectiveKind kind);
+
 // Hierarchical all-reduce on `nodes` nodes of `per_node` ranks: ring reduce-scatter inside each
 // node, ring all-reduce of the n/per_node shard across nodes (one per local rank, in parallel),
 // ring all-gather inside each node.

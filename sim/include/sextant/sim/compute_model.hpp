@@ -14,10 +14,14 @@ class ComputeModel {
   // Throws InputError when the device has no peak for `dtype`.
   ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype);
 
-  // Time of one op on a device running at full speed.
-  Picoseconds op_time(const models::Op& op) const;
-  // Time of an op with explicit FLOPs and bytes; `matrix` selects the GEMM efficiency curve.
-  double seconds(double flops, double bytes, bool matrix) const;
+  // Time of one op (in `phase`, which selects its calibrated efficiency) at full speed.
+  Picoseconds op_time(const models::Op& op, spec::Phase phase = spec::Phase::kFwd) const;
+  // Time of an op of class `op_class` with explicit FLOPs and bytes: matrix classes use the GEMM
+  // efficiency curve, all use the class's memory efficiency.
+  // A calibrated efficiency under `op_key` (efficiency_key; when the cluster has one) replaces
+  // both curves.
+  double seconds(double flops, double bytes, spec::OpClass op_class,
+                 std::string_view op_key = {}) const;
   // AdamW step over `params` parameters held by this rank: memory-bound, kOptimizerBytesPerParam.
   Picoseconds optimizer_time(int64_t params) const;
 

@@ -11,6 +11,7 @@
 
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/trace.hpp"
 
 namespace sextant::spec {
 
@@ -33,7 +34,19 @@ struct DeviceSpec {
   double launch_overhead_us = 0;        // fixed cost of every kernel/op
   std::vector<EfficiencyPoint> gemm_efficiency;
   double memory_efficiency = 0;         // achieved fraction of memory bandwidth, memory-bound ops
+  // Per op class, where calibration found them to differ (norms and losses do more arithmetic per
+  // byte than a residual add); classes not listed use memory_efficiency.
+  std::map<OpClass, double> memory_efficiency_by_class;
+  // Per op (efficiency_key: the names simulator and executor share, e.g. "attn.softmax" or
+  // "attn.softmax:bwd"), measured by calibration: for a matrix op the fraction of peak FLOP/s, for
+  // a memory-bound op the fraction of memory bandwidth. Ops not listed use the curves above.
+  std::map<std::string, double> efficiency_by_op;
   std::string source;
+
+  double memory_efficiency_for(OpClass c) const {
+    auto it = memory_efficiency_by_class.find(c);
+    return it == memory_efficiency_by_class.end() ? memory_efficiency : it->second;
+  }
 
   // Interpolated GEMM efficiency for a GEMM of `flops` FLOPs.
   double gemm_efficiency_at(double flops) const;
@@ -95,7 +108,13 @@ struct LinkOverride {
   double factor = 1.0;
 };
 
-// α and β fitted by calibration for one collective at one level (µs and µs per byte).
+// The key of an op in DeviceSpec::efficiency_by_op: its name, with ":bwd" for its backward pass
+// (the same name does different work there).
+std::string efficiency_key(std::string_view op_name, Phase phase);
+
+// α and β fitted by calibration for one collective at one level (µs per message and µs per
+// byte): the parameters of the collective's ring formula (pairwise for all-to-all and send/recv),
+// so that they predict every group size.
 struct CollectiveFit {
   std::string collective;  // all_reduce, reduce_scatter, all_gather, send, ...
   std::string level;       // network level name

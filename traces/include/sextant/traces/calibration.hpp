@@ -1,0 +1,39 @@
+// Calibration: fits a cluster description to measurements by least squares (Eigen). Memory-bound
+// ops give the launch overhead and the memory efficiency (time = launch + bytes / (bw * eff));
+// matrix ops give the GEMM efficiency curve (achieved / peak, median per half decade of FLOPs);
+// collectives give α and β per collective and network level through the collective's ring formula.
+// The calibrated ClusterSpec records what it came from and how well the fit holds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/traces/samples.hpp"
+
+namespace sextant::traces {
+
+struct CalibrationReport {
+  int64_t compute_samples = 0;
+  int64_t comm_samples = 0;
+  // RMS of (predicted - measured) / measured over the compute samples, with the cluster's
+  // parameters before and after the fit.
+  double compute_error_before = 0;
+  double compute_error_after = 0;
+  double launch_overhead_us = 0;
+  double memory_efficiency = 0;
+  std::vector<spec::EfficiencyPoint> gemm_efficiency;
+  std::vector<spec::CollectiveFit> collective_fits;  // with r2 and sample counts
+  std::vector<std::string> notes;  // what could not be fitted and kept its old value
+};
+
+struct Calibration {
+  spec::ClusterSpec cluster;
+  CalibrationReport report;
+};
+
+// `dtype`: the precision the measured ops ran in (its peak is the efficiency's denominator).
+// Throws InputError when there is nothing to fit.
+Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spec::Dtype dtype);
+
+}  // namespace sextant::traces

@@ -1,0 +1,37 @@
+// Predicted against measured: the step time, and the time per op class, per collective and per op
+// name (per rank and step), side by side; which ops the model gets most wrong. Also the ranking
+// figures of a set of plans: Kendall's tau and the regret of picking the predicted best.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::traces {
+
+struct Row {
+  std::string key;
+  double measured_s = 0;   // per rank and step
+  double predicted_s = 0;
+  double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0; }
+};
+
+struct Comparison {
+  double measured_step_s = 0;
+  double predicted_step_s = 0;
+  double step_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
+  std::vector<Row> by_class;       // op classes
+  std::vector<Row> by_collective;  // collective op names (tp all-reduce, dp reduce-scatter, ...)
+  std::vector<Row> worst_ops;      // op names, largest |predicted - measured| first
+};
+
+// Throws InputError when a trace has no step time and no events.
+Comparison compare(const spec::Trace& measured, const spec::Trace& predicted);
+
+// Kendall's tau-b between two rankings of the same items (1: same order, -1: reversed).
+double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
+// measured[argmin(predicted)] / min(measured) - 1: what trusting the prediction costs.
+double regret(const std::vector<double>& predicted, const std::vector<double>& measured);
+
+}  // namespace sextant::traces

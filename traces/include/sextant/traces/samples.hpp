@@ -1,0 +1,48 @@
+// Measurements that calibration fits: compute ops (FLOPs, bytes, time) and collectives (kind,
+// group size, bytes, time), from Sextant traces, PyTorch profiler (Kineto) traces and nccl-tests
+// output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/collective.hpp"
+#include "sextant/spec/trace.hpp"
+#include "sextant/spec/units.hpp"
+
+namespace sextant::traces {
+
+struct ComputeSample {
+  spec::OpClass op_class = spec::OpClass::kGemm;
+  std::string name;  // as the calibrated efficiency table keys it (efficiency_key)
+  double flops = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+struct CommSample {
+  spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
+  int64_t ranks = 0;
+  int64_t bytes = 0;  // nccl-tests size convention
+  double seconds = 0;
+};
+
+struct Samples {
+  std::vector<ComputeSample> compute;
+  std::vector<CommSample> comm;
+  std::vector<std::string> sources;  // files read
+  void append(const Samples& other);
+};
+
+// The collective an op class stands for (send and recv count as send_recv); nullopt otherwise.
+std::optional<spec::CollectiveKind> collective_of(spec::OpClass c);
+
+// From a Sextant trace: the compute ops of the critical rank (the one with the most compute time:
+// it sets the step time) with their FLOPs or bytes, leaving out the first of several steps (it
+// warms up); collectives from benchmark traces (metadata "bench": "comm") only: in a training
+// trace a collective's time also holds the wait for the slowest member.
+Samples samples_from_trace(const spec::Trace& trace, const std::string& source);
+
+}  // namespace sextant::traces

@@ -1,0 +1,254 @@
+// Least-squares fits of the compute and network models.
+#include "sextant/traces/calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+
+#include "sextant/sim/collective_cost.hpp"
+#include "sextant/sim/compute_model.hpp"
+
+namespace sextant::traces {
+
+namespace {
+
+// Least squares y ~ a * x1 + b * x2 with a, b >= 0, minimising the *relative* residuals
+// ((fit - y) / y: rows weighted by 1/y), so that microsecond ops weigh as much as long ones.
+// The two-variable non-negative case: drop a variable whose unconstrained estimate is negative.
+std::pair<double, double> nonnegative_fit(const std::vector<double>& x1, const std::vector<double>& x2,
+                                          const std::vector<double>& y) {
+  const Eigen::Index n = static_cast<Eigen::Index>(y.size());
+  Eigen::MatrixXd a(n, 2);
+  Eigen::VectorXd b(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double w = 1.0 / y[static_cast<size_t>(i)];
+    a(i, 0) = x1[static_cast<size_t>(i)] * w;
+    a(i, 1) = x2[static_cast<size_t>(i)] * w;
+    b(i) = 1.0;
+  }
+  Eigen::Vector2d s = a.colPivHouseholderQr().solve(b);
+  auto only = [&](int col) {
+    double num = a.col(col).dot(b), den = a.col(col).squaredNorm();
+    return den > 0 ? std::max(0.0, num / den) : 0.0;
+  };
+  if (s(0) < 0) return {0.0, only(1)};
+  if (s(1) < 0) return {only(0), 0.0};
+  return {s(0), s(1)};
+}
+
+double r_squared(const std::vector<double>& y, const std::vector<double>& fit) {
+  double mean = 0;
+  for (double v : y) mean += v;
+  mean /= static_cast<double>(y.size());
+  double ss_res = 0, ss_tot = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    ss_res += (y[i] - fit[i]) * (y[i] - fit[i]);
+    ss_tot += (y[i] - mean) * (y[i] - mean);
+  }
+  return ss_tot > 0 ? 1 - ss_res / ss_tot : 1.0;
+}
+
+bool matrix(spec::OpClass c) { return sim::is_matrix_op(c); }
+
+double compute_rms_error(const spec::DeviceSpec& device, spec::Dtype dtype,
+                         const std::vector<ComputeSample>& samples) {
+  sim::ComputeModel model(device, dtype);
+  double sum = 0;
+  for (const ComputeSample& s : samples) {
+    double t = model.seconds(s.flops, static_cast<double>(s.bytes), s.op_class, s.name);
+    double e = (t - s.seconds) / s.seconds;
+    sum += e * e;
+  }
+  return samples.empty() ? 0 : std::sqrt(sum / static_cast<double>(samples.size()));
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spec::Dtype dtype) {
+  if (samples.compute.empty() && samples.comm.empty()) {
+    throw InputError("calibration", "", "", "the traces hold no compute ops or collectives to fit");
+  }
+  Calibration out{base, {}};
+  CalibrationReport& rep = out.report;
+  spec::DeviceSpec& device = out.cluster.device;
+  rep.compute_samples = static_cast<int64_t>(samples.compute.size());
+  rep.comm_samples = static_cast<int64_t>(samples.comm.size());
+  rep.compute_error_before = compute_rms_error(base.device, dtype, samples.compute);
+
+  // 1. Memory-bound ops: time = launch + bytes * b, b = 1 / (bandwidth * efficiency).
+  std::vector<double> ones, bytes, times;
+  for (const ComputeSample& s : samples.compute) {
+    if (matrix(s.op_class) || s.bytes <= 0) continue;
+    ones.push_back(1.0);
+    bytes.push_back(static_cast<double>(s.bytes));
+    times.push_back(s.seconds);
+  }
+  if (times.size() >= 2) {
+    auto [launch, per_byte] = nonnegative_fit(ones, bytes, times);
+    device.launch_overhead_us = launch * 1e6;
+    if (per_byte > 0) {
+      device.memory_efficiency =
+          std::clamp(1.0 / (per_byte * device.memory_bandwidth_GBps * kBytesPerGB), 0.001, 1.0);
+    }
+  } else {
+    rep.notes.push_back("fewer than 2 memory-bound ops: launch overhead and memory efficiency kept");
+  }
+  // Per op class, with the launch overhead fixed: eff_c = bytes / (bw * (t - launch)), the
+  // least-squares slope in relative terms.
+  std::map<spec::OpClass, std::pair<std::vector<double>, std::vector<double>>> by_class;
+  for (const ComputeSample& s : samples.compute) {
+    if (matrix(s.op_class) || s.bytes <= 0) continue;
+    by_class[s.op_class].first.push_back(static_cast<double>(s.bytes));
+    by_class[s.op_class].second.push_back(s.seconds - device.launch_overhead_us * 1e-6);
+  }
+  device.memory_efficiency_by_class.clear();
+  std::map<spec::OpClass, double> raw;  // achieved bandwidth / the file's bandwidth, unclamped
+  for (const auto& [cls, xy] : by_class) {
+    const auto& [x, y] = xy;
+    double num = 0, den = 0;  // minimise sum((b x - y)^2 / y^2) over b
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (y[i] <= 0) continue;
+      num += x[i] / y[i];
+      den += x[i] * x[i] / (y[i] * y[i]);
+    }
+    if (den <= 0 || num <= 0) continue;
+    const double per_byte = num / den;
+    raw[cls] = 1.0 / (per_byte * device.memory_bandwidth_GBps * kBytesPerGB);
+  }
+  // An op class faster than the file's bandwidth means the bandwidth was underestimated (or the
+  // data sat in cache): raise the bandwidth to the fastest class and express the others relative
+  // to it.
+  double fastest = 1.0;
+  for (const auto& [cls, e] : raw) fastest = std::max(fastest, e);
+  if (fastest > 1.0) {
+    device.memory_bandwidth_GBps *= fastest;
+    device.memory_efficiency = std::min(1.0, device.memory_efficiency / fastest);
+    rep.notes.push_back(fmt::format("memory-bound ops ran faster than {} GB/s: bandwidth raised to {:.1f} GB/s",
+                                    device.memory_bandwidth_GBps / fastest, device.memory_bandwidth_GBps));
+  }
+  for (const auto& [cls, e] : raw)
+    device.memory_efficiency_by_class[cls] = std::clamp(e / fastest, 0.001, 1.0);
+  rep.launch_overhead_us = device.launch_overhead_us;
+  rep.memory_efficiency = device.memory_efficiency;
+
+  // 2. Matrix ops: achieved fraction of peak after the launch overhead, median per half decade.
+  const double peak = device.peak_flops(dtype);
+  std::map<int64_t, std::vector<std::pair<double, double>>> bins;  // bin -> (flops, efficiency)
+  for (const ComputeSample& s : samples.compute) {
+    if (!matrix(s.op_class) || s.flops <= 0) continue;
+    double busy = s.seconds - device.launch_overhead_us * 1e-6;
+    if (busy <= 0) continue;
+    double eff = std::min(1.0, s.flops / (peak * busy));
+    bins[static_cast<int64_t>(std::floor(std::log10(s.flops) * 2))].push_back({s.flops, eff});
+  }
+  if (!bins.empty()) {
+    device.gemm_efficiency.clear();
+    for (auto& [bin, points] : bins) {
+      std::vector<double> effs;
+      double log_sum = 0;
+      for (auto [f, e] : points) {
+        effs.push_back(e);
+        log_sum += std::log(f);
+      }
+      std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
+      device.gemm_efficiency.push_back(
+          {std::exp(log_sum / static_cast<double>(points.size())), std::max(1e-4, effs[effs.size() / 2])});
+    }
+  } else {
+    rep.notes.push_back("no matrix ops: the GEMM efficiency curve kept");
+  }
+  rep.gemm_efficiency = device.gemm_efficiency;
+
+  // 2b. Per op name: the median achieved efficiency of every op seen at least kMinSamples times.
+  // The curves above stay for ops a trace did not show; these capture what they cannot (batched
+  // small attention GEMMs, transcendental-heavy softmax and activations, the optimizer).
+  constexpr size_t kMinSamples = 3;
+  std::map<std::string, std::vector<double>> by_name;
+  for (const ComputeSample& s : samples.compute) {
+    const double busy = s.seconds - device.launch_overhead_us * 1e-6;
+    if (busy <= 0 || s.name.empty()) continue;
+    if (matrix(s.op_class) && s.flops > 0) {
+      by_name[s.name].push_back(s.flops / (peak * busy));
+    } else if (s.bytes > 0) {
+      by_name[s.name].push_back(static_cast<double>(s.bytes) /
+                                (device.memory_bandwidth_GBps * kBytesPerGB * busy));
+    }
+  }
+  device.efficiency_by_op.clear();
+  for (auto& [name, effs] : by_name) {
+    if (effs.size() < kMinSamples) continue;
+    std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
+    device.efficiency_by_op[name] = std::clamp(effs[effs.size() / 2], 1e-4, 1.0);
+  }
+  rep.compute_error_after = compute_rms_error(device, dtype, samples.compute);
+
+  // 3. Collectives: t = alpha * f(p) + beta * g(p, n) through the ring (pairwise) formula, per
+  // collective and level (a group no larger than a node is taken to be inside one).
+  std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> groups;
+  for (const CommSample& c : samples.comm) {
+    const spec::NetworkLevel* level = c.ranks <= base.devices_per_node || base.network.cluster_level() == nullptr
+                                          ? &base.network.node_level()
+                                          : base.network.cluster_level();
+    groups[{c.collective, level->name}].push_back(&c);
+  }
+  out.cluster.collective_fits.clear();
+  for (const auto& [key, list] : groups) {
+    std::vector<double> f, g, y;
+    for (const CommSample* c : list) {
+      spec::CollectiveAlgorithm a = sim::fitted_algorithm(c->collective);
+      const double n = static_cast<double>(c->bytes);
+      f.push_back(sim::flat_cost(c->collective, a, c->ranks, n, {1, 0, 0}).total());
+      g.push_back(sim::flat_cost(c->collective, a, c->ranks, n, {0, 1, 0}).total());
+      y.push_back(c->seconds);
+    }
+    if (y.size() < 2) {
+      rep.notes.push_back(fmt::format("{} on {}: one sample, not fitted",
+                                      spec::enum_name(spec::collective_kind_names(), key.first), key.second));
+      continue;
+    }
+    auto [alpha, beta] = nonnegative_fit(f, g, y);
+    std::vector<double> fitted;
+    for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
+    spec::CollectiveFit fit;
+    fit.collective = std::string(spec::enum_name(spec::collective_kind_names(), key.first));
+    fit.level = key.second;
+    fit.alpha_us = alpha * 1e6;
+    fit.beta_us_per_byte = std::max(beta * 1e6, 1e-15);
+    fit.r2 = r_squared(y, fitted);
+    fit.samples = static_cast<int64_t>(y.size());
+    out.cluster.collective_fits.push_back(fit);
+  }
+  rep.collective_fits = out.cluster.collective_fits;
+
+  spec::Json fits = spec::Json::array();
+  for (const spec::CollectiveFit& c : rep.collective_fits)
+    fits.push_back({{"collective", c.collective}, {"level", c.level}, {"r2", c.r2}, {"samples", c.samples}});
+  out.cluster.calibrated_from = {
+      {"date", utc_now()},
+      {"files", samples.sources},
+      {"base", base.name},
+      {"dtype", spec::enum_name(spec::dtype_names(), dtype)},
+      {"compute_samples", rep.compute_samples},
+      {"comm_samples", rep.comm_samples},
+      {"compute_rms_relative_error", {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
+      {"collectives", fits},
+      {"notes", rep.notes}};
+  out.cluster.name = base.name + "-calibrated";
+  out.cluster.description = base.description + " (calibrated)";
+  device.source += fmt::format("; efficiencies and launch overhead calibrated on {}", utc_now());
+  return out;
+}
+
+}  // namespace sextant::traces

@@ -1,0 +1,171 @@
+// PyTorch profiler (Kineto) Chrome traces.
+#include <fmt/format.h>
+
+#include <map>
+
+#include "sextant/spec/json_io.hpp"
+#include "sextant/traces/readers.hpp"
+
+namespace sextant::traces {
+
+namespace {
+
+using spec::Json;
+
+int64_t elem_size(const Json& args, size_t input) {
+  auto it = args.find("Input type");
+  if (it == args.end() || !it->is_array() || input >= it->size() || !(*it)[input].is_string()) return 4;
+  const std::string t = (*it)[input];
+  if (t.find("Half") != std::string::npos || t.find("BFloat16") != std::string::npos) return 2;
+  if (t == "double" || t == "long int") return 8;
+  return 4;
+}
+
+std::vector<std::vector<int64_t>> dims(const Json& args) {
+  std::vector<std::vector<int64_t>> out;
+  auto it = args.find("Input Dims");
+  if (it == args.end() || !it->is_array()) return out;
+  for (const Json& d : *it) {
+    std::vector<int64_t> v;
+    if (d.is_array())
+      for (const Json& x : d)
+        if (x.is_number_integer()) v.push_back(x.get<int64_t>());
+    out.push_back(v);
+  }
+  return out;
+}
+
+int64_t numel(const std::vector<int64_t>& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return d.empty() ? 0 : n;
+}
+
+// FLOPs of the GEMM ops, from their input shapes; nullopt when the shapes do not fit.
+std::optional<double> gemm_flops(const std::string& name, const std::vector<std::vector<int64_t>>& d) {
+  auto mnk = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) -> std::optional<double> {
+    if (a.size() != 2 || b.size() != 2 || a[1] != b[0]) return std::nullopt;
+    return 2.0 * static_cast<double>(a[0]) * static_cast<double>(b[1]) * static_cast<double>(a[1]);
+  };
+  auto bmnk = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) -> std::optional<double> {
+    if (a.size() != 3 || b.size() != 3 || a[0] != b[0] || a[2] != b[1]) return std::nullopt;
+    return 2.0 * static_cast<double>(a[0]) * static_cast<double>(a[1]) * static_cast<double>(b[2]) *
+           static_cast<double>(a[2]);
+  };
+  if (name == "aten::mm" && d.size() >= 2) return mnk(d[0], d[1]);
+  if (name == "aten::addmm" && d.size() >= 3) return mnk(d[1], d[2]);
+  if (name == "aten::bmm" && d.size() >= 2) return bmnk(d[0], d[1]);
+  if (name == "aten::baddbmm" && d.size() >= 3) return bmnk(d[1], d[2]);
+  return std::nullopt;
+}
+
+const std::map<std::string, spec::OpClass>& memory_ops() {
+  static const std::map<std::string, spec::OpClass> ops = {
+      {"aten::gelu", spec::OpClass::kElementwise},         {"aten::relu", spec::OpClass::kElementwise},
+      {"aten::add", spec::OpClass::kElementwise},          {"aten::mul", spec::OpClass::kElementwise},
+      {"aten::native_layer_norm", spec::OpClass::kNorm},   {"aten::_softmax", spec::OpClass::kElementwise},
+      {"aten::native_dropout", spec::OpClass::kElementwise}};
+  return ops;
+}
+
+std::optional<spec::CollectiveKind> collective_named(const std::string& name) {
+  static const std::map<std::string, spec::CollectiveKind> names = {
+      {"all_reduce", spec::CollectiveKind::kAllReduce},
+      {"allreduce", spec::CollectiveKind::kAllReduce},
+      {"reduce_scatter", spec::CollectiveKind::kReduceScatter},
+      {"_reduce_scatter_base", spec::CollectiveKind::kReduceScatter},
+      {"all_gather", spec::CollectiveKind::kAllGather},
+      {"_allgather_base", spec::CollectiveKind::kAllGather},
+      {"allgather", spec::CollectiveKind::kAllGather},
+      {"broadcast", spec::CollectiveKind::kBroadcast},
+      {"reduce", spec::CollectiveKind::kReduce},
+      {"all_to_all", spec::CollectiveKind::kAllToAll},
+      {"alltoall_base", spec::CollectiveKind::kAllToAll}};
+  auto it = names.find(name);
+  if (it == names.end()) return std::nullopt;
+  return it->second;
+}
+
+int64_t dtype_size(const std::string& t) {
+  if (t == "Half" || t == "BFloat16" || t == "c10::Half" || t == "c10::BFloat16") return 2;
+  if (t == "Double" || t == "Long") return 8;
+  return 4;
+}
+
+}  // namespace
+
+Samples parse_kineto(const Json& json, const std::string& source) {
+  if (!json.is_object() || !json.contains("traceEvents") || !json.at("traceEvents").is_array()) {
+    throw InputError(source, "/traceEvents", "", "missing: not a Chrome/Kineto trace");
+  }
+  Samples s;
+  s.sources.push_back(source);
+  const Json& events = json.at("traceEvents");
+  // Device time of the kernels each op launched, by External id.
+  std::map<int64_t, double> kernel_us;
+  for (const Json& e : events) {
+    if (!e.is_object() || e.value("cat", "") != "kernel") continue;
+    const Json& args = e.value("args", Json::object());
+    if (args.contains("External id") && args.at("External id").is_number_integer() && e.contains("dur"))
+      kernel_us[args.at("External id").get<int64_t>()] += e.at("dur").get<double>();
+  }
+  size_t index = 0;
+  for (const Json& e : events) {
+    ++index;
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const std::string cat = e.value("cat", "");
+    if (cat != "cpu_op" && cat != "user_annotation") continue;
+    const std::string name = e.value("name", "");
+    if (!e.contains("dur") || !e.at("dur").is_number()) {
+      throw InputError(source, fmt::format("/traceEvents/{}", index - 1), "",
+                       "an op without a numeric \"dur\"");
+    }
+    const Json& args = e.value("args", Json::object());
+    double us = e.at("dur").get<double>();
+    if (args.contains("External id") && args.at("External id").is_number_integer()) {
+      auto k = kernel_us.find(args.at("External id").get<int64_t>());
+      if (k != kernel_us.end()) us = k->second;
+    }
+    const double seconds = us * 1e-6;
+    if (seconds <= 0) continue;
+    std::vector<std::vector<int64_t>> d = dims(args);
+    if (auto flops = gemm_flops(name, d)) {
+      s.compute.push_back({name == "aten::bmm" || name == "aten::baddbmm" ? spec::OpClass::kAttention
+                                                                          : spec::OpClass::kGemm,
+                           name, *flops, 0, seconds});
+      continue;
+    }
+    if (auto it = memory_ops().find(name); it != memory_ops().end() && !d.empty() && numel(d[0]) > 0) {
+      // Reads the input and writes an output of the same size (binary ops read two).
+      int64_t inputs = name == "aten::add" || name == "aten::mul" ? 2 : 1;
+      s.compute.push_back({it->second, name, 0, (inputs + 1) * numel(d[0]) * elem_size(args, 0), seconds});
+      continue;
+    }
+    // Collectives: "nccl:all_reduce" (torch >= 2.0) or record_param_comms with a name.
+    std::string coll;
+    if (name.rfind("nccl:", 0) == 0 || name.rfind("gloo:", 0) == 0) coll = name.substr(5);
+    if (args.contains("Collective name") && args.at("Collective name").is_string())
+      coll = args.at("Collective name").get<std::string>();
+    if (coll.empty()) continue;
+    std::optional<spec::CollectiveKind> kind = collective_named(coll);
+    if (!kind) continue;
+    const int64_t in_n = args.value("In msg nelems", int64_t{0});
+    const int64_t out_n = args.value("Out msg nelems", int64_t{0});
+    const int64_t ranks = args.value("Group size", int64_t{0});
+    const int64_t size = dtype_size(args.value("dtype", std::string("Float")));
+    // nccl-tests sizes: all-gather counts the gathered output, the others their input.
+    int64_t bytes = (*kind == spec::CollectiveKind::kAllGather ? out_n : in_n) * size;
+    if (bytes <= 0 || ranks <= 0) continue;
+    s.comm.push_back({*kind, ranks, bytes, seconds});
+  }
+  if (s.compute.empty() && s.comm.empty()) {
+    throw InputError(source, "", "",
+                     "no GEMMs, memory-bound ops or collectives with shapes: record the profile "
+                     "with torch.profiler.profile(record_shapes=True)");
+  }
+  return s;
+}
+
+Samples read_kineto(const std::string& path) { return parse_kineto(spec::read_json_file(path), path); }
+
+}  // namespace sextant::traces

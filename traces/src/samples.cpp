@@ -1,0 +1,76 @@
+// Samples from Sextant's own traces.
+#include "sextant/traces/samples.hpp"
+
+#include <map>
+#include <set>
+
+#include "sextant/spec/cluster_spec.hpp"
+
+namespace sextant::traces {
+
+void Samples::append(const Samples& o) {
+  compute.insert(compute.end(), o.compute.begin(), o.compute.end());
+  comm.insert(comm.end(), o.comm.begin(), o.comm.end());
+  sources.insert(sources.end(), o.sources.begin(), o.sources.end());
+}
+
+std::optional<spec::CollectiveKind> collective_of(spec::OpClass c) {
+  switch (c) {
+    case spec::OpClass::kAllReduce:
+      return spec::CollectiveKind::kAllReduce;
+    case spec::OpClass::kReduceScatter:
+      return spec::CollectiveKind::kReduceScatter;
+    case spec::OpClass::kAllGather:
+      return spec::CollectiveKind::kAllGather;
+    case spec::OpClass::kBroadcast:
+      return spec::CollectiveKind::kBroadcast;
+    case spec::OpClass::kReduce:
+      return spec::CollectiveKind::kReduce;
+    case spec::OpClass::kAllToAll:
+      return spec::CollectiveKind::kAllToAll;
+    case spec::OpClass::kSend:
+      return spec::CollectiveKind::kSendRecv;
+    default:
+      return std::nullopt;
+  }
+}
+
+Samples samples_from_trace(const spec::Trace& trace, const std::string& source) {
+  Samples s;
+  s.sources.push_back(source);
+  const bool comm_bench = trace.metadata.is_object() && trace.metadata.value("bench", "") == "comm";
+  std::set<int64_t> steps;
+  for (const spec::TraceEvent& e : trace.events) steps.insert(e.step);
+  const bool skip_first = steps.size() > 1;
+  const int64_t first = steps.empty() ? 0 : *steps.begin();
+  std::map<int64_t, Picoseconds> compute_by_rank;
+  for (const spec::TraceEvent& e : trace.events)
+    if (!spec::is_communication(e.op_class) && !(skip_first && e.step == first))
+      compute_by_rank[e.rank] += e.duration_ps;
+  int64_t critical = 0;
+  Picoseconds most = -1;
+  for (const auto& [rank, total] : compute_by_rank) {
+    if (total > most) {
+      most = total;
+      critical = rank;
+    }
+  }
+  for (const spec::TraceEvent& e : trace.events) {
+    const double seconds = ps_to_seconds(e.duration_ps);
+    if (seconds <= 0 || (skip_first && e.step == first)) continue;
+    if (!spec::is_communication(e.op_class)) {
+      if ((e.flops <= 0 && e.bytes <= 0) || e.rank != critical) continue;
+      s.compute.push_back({e.op_class, efficiency_key(e.name, e.phase), e.flops, e.bytes, seconds});
+      continue;
+    }
+    std::optional<spec::CollectiveKind> kind = collective_of(e.op_class);
+    if (!kind || e.bytes <= 0 || e.group_size < 1) continue;
+    // Only benchmark traces: in a training trace a collective's time also holds the wait for the
+    // slowest member (ranks drift apart by their compute), which is not the network's cost.
+    if (!comm_bench) continue;
+    s.comm.push_back({*kind, e.group_size, e.bytes, seconds});
+  }
+  return s;
+}
+
+}  // namespace sextant::traces
