@@ -51,6 +51,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     bool json = false;
     std::string trace;
     std::string out;
+    std::string nccl_tests;
     std::string backend = "cpu";
     int np = 0;
   };
@@ -62,6 +63,8 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   comm->add_flag("--json", c->json, "Print JSON");
   comm->add_option("--trace", c->trace, "Write the timed collectives as a trace (calibration input)");
   comm->add_option("--out", c->out, "Write the rows as JSON");
+  comm->add_option("--nccl-tests", c->nccl_tests,
+                   "Also write each collective's rows in nccl-tests' layout to PREFIX<kind>_perf.txt");
   comm->add_option("--backend", c->backend, "cpu (MPI)");
   comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
   comm->callback([c, args] {
@@ -94,6 +97,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     job.json = c->json;
     job.trace_file = c->trace;
     job.json_file = c->out;
+    job.nccl_tests_prefix = c->nccl_tests;
     int rc = exec::run_comm_bench(job);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <iostream>
+#include <map>
 
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/mpi_communicator.hpp"
@@ -25,6 +26,33 @@ spec::Json comm_rows_json(const std::vector<CommRow>& rows) {
                  {"algbw_GBps", r.algbw_GBps},
                  {"busbw_GBps", r.busbw_GBps}});
   return j;
+}
+
+// nccl-tests' layout (doc/PERFORMANCE.md): rank lines, the column header, one row per size with
+// out-of-place and in-place figures (the same measurement here: MPI collectives run in place).
+void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& rows) {
+  std::map<std::pair<spec::CollectiveKind, int64_t>, std::vector<CommRow>> blocks;
+  for (const CommRow& r : rows) blocks[{r.collective, r.ranks}].push_back(r);
+  std::map<spec::CollectiveKind, std::string> text;
+  for (const auto& [key, list] : blocks) {
+    const std::string name(spec::enum_name(spec::collective_kind_names(), key.first));
+    std::string& t = text[key.first];
+    if (!t.empty()) continue;  // one group size per file: the first (smallest) measured
+    t += fmt::format("# {}_perf (sextant bench comm, MPI collectives on CPU ranks, nccl-tests layout)\n", name);
+    t += "#\n# Using devices\n";
+    for (int64_t r = 0; r < key.second; ++r)
+      t += fmt::format("#  Rank {:2} Group  0 Pid {:6} on localhost device  0 [cpu] CPU\n", r, r);
+    t += "#\n#                                                              out-of-place                       in-place\n";
+    t += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+    t += "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
+    for (const CommRow& r : list) {
+      t += fmt::format("{:>12} {:>13}     float     sum      -1 {:8.2f} {:7.2f} {:7.2f}      0 {:8.2f} {:7.2f} {:7.2f}      0\n",
+                       r.bytes, r.bytes / 4, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
+                       r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps);
+    }
+  }
+  for (const auto& [kind, t] : text)
+    spec::write_file_atomically(prefix + std::string(spec::enum_name(spec::collective_kind_names(), kind)) + "_perf.txt", t);
 }
 
 void write_trace(const std::string& path, std::vector<spec::TraceEvent> events, const std::string& bench) {
@@ -71,6 +99,7 @@ int run_comm_bench(const CommBenchJob& job) {
       if (!job.json_file.empty())
         spec::write_json_file(job.json_file, {{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}});
       if (!job.trace_file.empty()) write_trace(job.trace_file, events, "comm");
+      if (!job.nccl_tests_prefix.empty()) write_nccl_tests(job.nccl_tests_prefix, rows);
     }
     if (size < 2 && rank == 0) fmt::print(stderr, "bench comm needs at least 2 ranks (mpirun -np 2, or --np 2)\n");
   } catch (const std::exception& e) {

@@ -105,24 +105,20 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   } else {
     rep.notes.push_back("fewer than 2 memory-bound ops: launch overhead and memory efficiency kept");
   }
-  // Per op class, with the launch overhead fixed: eff_c = bytes / (bw * (t - launch)), the
-  // least-squares slope in relative terms.
-  std::map<spec::OpClass, std::pair<std::vector<double>, std::vector<double>>> by_class;
+  // Per op class, with the launch overhead L fixed: the slope b of t = L + b * bytes minimising
+  // the relative residuals, b = sum(x (t - L) / t^2) / sum(x^2 / t^2).
+  const double launch_s = device.launch_overhead_us * 1e-6;
+  std::map<spec::OpClass, std::pair<double, double>> sums;  // class -> (numerator, denominator)
   for (const ComputeSample& s : samples.compute) {
     if (matrix(s.op_class) || s.bytes <= 0) continue;
-    by_class[s.op_class].first.push_back(static_cast<double>(s.bytes));
-    by_class[s.op_class].second.push_back(s.seconds - device.launch_overhead_us * 1e-6);
+    const double x = static_cast<double>(s.bytes), t = s.seconds;
+    sums[s.op_class].first += x * (t - launch_s) / (t * t);
+    sums[s.op_class].second += x * x / (t * t);
   }
   device.memory_efficiency_by_class.clear();
   std::map<spec::OpClass, double> raw;  // achieved bandwidth / the file's bandwidth, unclamped
-  for (const auto& [cls, xy] : by_class) {
-    const auto& [x, y] = xy;
-    double num = 0, den = 0;  // minimise sum((b x - y)^2 / y^2) over b
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (y[i] <= 0) continue;
-      num += x[i] / y[i];
-      den += x[i] * x[i] / (y[i] * y[i]);
-    }
+  for (const auto& [cls, nd] : sums) {
+    const auto& [num, den] = nd;
     if (den <= 0 || num <= 0) continue;
     const double per_byte = num / den;
     raw[cls] = 1.0 / (per_byte * device.memory_bandwidth_GBps * kBytesPerGB);

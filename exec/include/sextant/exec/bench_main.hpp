@@ -13,6 +13,8 @@ struct CommBenchJob {
   bool json = false;
   std::string trace_file;
   std::string json_file;
+  // Also write the rows of each collective in nccl-tests' text layout, to PREFIX<kind>_perf.txt.
+  std::string nccl_tests_prefix;
 };
 
 // Initialises MPI; benchmarks the world and groups of 2, 4, ... contiguous ranks; rank 0 prints

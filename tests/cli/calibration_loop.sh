@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs scripts/calibrate-local.sh --json and checks its report: at least 6 held-out plans, every
+# figure present, and a loose bound on the held-out error (the benchmark records the real one).
+set -euo pipefail
+root="$1"
+out="$2"
+json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --out "$out" 2>/dev/null)
+python3 - "$json" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+held = [p for p in r["plans"] if p["heldout"]]
+assert len(held) >= 6, f"only {len(held)} held-out plans"
+for p in r["plans"]:
+    assert p["predicted_s"] > 0 and p["measured_s"] > 0, p
+for key in ("heldout_mean_abs_error", "heldout_max_abs_error", "kendall_tau", "regret"):
+    assert key in r, key
+assert r["heldout_mean_abs_error"] < 0.35, f"held-out mean error {r['heldout_mean_abs_error']:.2f}"
+assert r["heldout_mean_abs_error"] <= r["uncalibrated_heldout_mean_abs_error"] + 0.05, "calibration made it worse"
+print(f"held-out mean |error| {r['heldout_mean_abs_error']:.3f}, max {r['heldout_max_abs_error']:.3f}, "
+      f"tau {r['kendall_tau']:.2f}")
+PY

@@ -1,0 +1,93 @@
+// Readers on the sample files of traces/samples (real runs) and on broken inputs.
+#include "sextant/traces/readers.hpp"
+
+#include <gtest/gtest.h>
+
+#include "expect_input_error.hpp"
+#include "sextant/spec/json_io.hpp"
+#include "sextant/traces/compare.hpp"
+#include "test_paths.hpp"
+
+namespace sextant::traces {
+namespace {
+
+std::string sample(const std::string& name) { return test::source_path("traces/samples/" + name); }
+
+TEST(NcclTestsReader, ReadsTheSample) {
+  Samples s = read_nccl_tests(sample("mpi-2ranks-all_reduce_perf.txt"));
+  ASSERT_EQ(s.comm.size(), 4u);  // 4K, 64K, 512K, 4M
+  for (const CommSample& c : s.comm) {
+    EXPECT_EQ(c.collective, spec::CollectiveKind::kAllReduce);
+    EXPECT_EQ(c.ranks, 2);
+    EXPECT_GT(c.seconds, 0);
+  }
+  EXPECT_EQ(s.comm.front().bytes, 4096);
+  EXPECT_EQ(read_nccl_tests(sample("mpi-2ranks-all_gather_perf.txt")).comm.front().collective,
+            spec::CollectiveKind::kAllGather);
+}
+
+TEST(NcclTestsReader, RejectsBrokenOutput) {
+  const std::string header =
+      "#  Rank  0 Group  0 Pid 1 on h device 0\n#       size         count      type   redop    root     time   algbw\n";
+  EXPECT_INPUT_ERROR(parse_nccl_tests("    1024 256 float sum -1 5.0 0.2\n", "x.txt", spec::CollectiveKind::kAllReduce),
+                     "x.txt: line 1: a data row before the");
+  EXPECT_INPUT_ERROR(parse_nccl_tests(header + "    1024 256 float sum -1 abc 0.2\n", "x.txt",
+                                      spec::CollectiveKind::kAllReduce),
+                     "expected numbers in the size and time columns");
+  EXPECT_INPUT_ERROR(parse_nccl_tests("#       size  count type redop root time\n 1024 256 float sum -1 5.0\n",
+                                      "x.txt", spec::CollectiveKind::kAllReduce),
+                     "no '#  Rank' lines");
+  EXPECT_INPUT_ERROR(parse_nccl_tests(header, "log.txt", std::nullopt), "cannot tell which collective");
+  EXPECT_INPUT_ERROR(read_nccl_tests("/nonexistent/all_reduce.txt"), "cannot open");
+}
+
+TEST(KinetoReader, ReadsTheSample) {
+  Samples s = read_kineto(sample("pytorch-cpu-kineto.json"));
+  ASSERT_FALSE(s.compute.empty());
+  // The first Linear of the profiled MLP: addmm with [256, 128] @ [128, 512].
+  bool found = false;
+  for (const ComputeSample& c : s.compute) {
+    if (c.name == "aten::addmm" && c.flops == 2.0 * 256 * 512 * 128) found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(KinetoReader, RejectsWhatIsNotAProfile) {
+  EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"events": []})"), "p.json"),
+                     "p.json: /traceEvents: missing");
+  EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 3}]})"),
+                                  "p.json"),
+                     "record_shapes=True");
+  EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "x"}]})"),
+                                  "p.json"),
+                     "/traceEvents/0: an op without a numeric \"dur\"");
+}
+
+TEST(SextantTraces, TrainingAndBenchmarkSamples) {
+  Samples run = samples_from_trace(spec::read_trace_file(sample("run-gpt-tiny-dp2.json")), "run");
+  EXPECT_GT(run.compute.size(), 100u);
+  EXPECT_TRUE(run.comm.empty());  // training collectives include waits: not used
+  for (const ComputeSample& c : run.compute) EXPECT_TRUE(c.flops > 0 || c.bytes > 0) << c.name;
+  Samples bench = samples_from_trace(spec::read_trace_file(sample("bench-comm-2ranks.json")), "bench");
+  EXPECT_EQ(bench.comm.size(), 5u * 4u * 10u);  // 5 collectives, 4 sizes, 10 iterations
+}
+
+TEST(Compare, ATraceAgainstItselfIsExact) {
+  spec::Trace t = spec::read_trace_file(sample("run-gpt-tiny-dp2.json"));
+  Comparison c = compare(t, t);
+  EXPECT_DOUBLE_EQ(c.step_error(), 0.0);
+  for (const Row& r : c.by_class) EXPECT_DOUBLE_EQ(r.error(), 0.0) << r.key;
+  EXPECT_FALSE(c.by_class.empty());
+}
+
+TEST(Compare, KendallTauAndRegret) {
+  EXPECT_DOUBLE_EQ(kendall_tau({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(kendall_tau({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
+  // One swapped pair out of six: (5 - 1) / 6.
+  EXPECT_NEAR(kendall_tau({1, 2, 3, 4}, {1, 3, 2, 4}), 4.0 / 6.0, 1e-12);
+  // Predicted best is plan 1, measured 1.2; the measured best is 1.0: 20% regret.
+  EXPECT_NEAR(regret({0.5, 0.9, 1.0}, {1.2, 1.0, 1.5}), 0.2, 1e-12);
+}
+
+}  // namespace
+}  // namespace sextant::traces
