@@ -18,6 +18,9 @@
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/traces/calibration.hpp"
+#include "sextant/traces/compare.hpp"
+#include "verify.hpp"
 
 namespace sextant::cli {
 
@@ -124,6 +127,11 @@ struct PlanFlagsAll {
   int64_t gpus = 0;
   int64_t top = 5;
   std::string out;
+  int64_t verify = 0;
+  int64_t verify_steps = 6;
+  double verify_timeout = 300;
+  std::string verify_dir = "sextant-verify";
+  std::string calibrated_out;
 };
 
 std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
@@ -133,6 +141,64 @@ std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
     s += fmt::format("{} {}", count, reason);
   }
   return s.empty() ? "none" : s;
+}
+
+// Runs the top plans for real; returns the measured best (the predicted best when none ran).
+const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::SearchRequest& request,
+                                      const std::vector<planner::RankedPlan>& ranked) {
+  if (request.cluster.device.kind != spec::DeviceKind::kCpu) {
+    throw InputError("command line", "--verify", std::to_string(f.verify),
+                     fmt::format("trials run on this machine's CPU ranks; cluster {} describes GPUs "
+                                 "(verify on the GPU machine with a CUDA build)",
+                                 request.cluster.name));
+  }
+  VerifyOptions vo;
+  vo.model = f.search.model;
+  vo.steps = f.verify_steps;
+  vo.timeout_s = f.verify_timeout;
+  vo.work_dir = f.verify_dir;
+  if (!f.search.json) fmt::print("\nverifying the top {} plans on this machine ({} steps each)...\n", f.verify, f.verify_steps);
+  std::vector<Trial> trials = verify(ranked, f.verify, vo);
+  std::vector<double> predicted, measured;
+  const planner::RankedPlan* best = &ranked.front();
+  double best_measured = 0;
+  std::vector<std::string> traces_for_fit;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const Trial& t = trials[i];
+    if (!t.measured_s) continue;
+    predicted.push_back(t.predicted_s);
+    measured.push_back(*t.measured_s);
+    traces_for_fit.push_back(t.trace_file);
+    if (best_measured == 0 || *t.measured_s < best_measured) {
+      best_measured = *t.measured_s;
+      best = &ranked[i];
+    }
+  }
+  if (!f.search.json) {
+    fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", "#", "plan", "predicted", "measured", "error", "status");
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const Trial& t = trials[i];
+      fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", i + 1, t.plan.name(), human_seconds(t.predicted_s),
+                 t.measured_s ? human_seconds(*t.measured_s) : "-",
+                 t.measured_s ? fmt::format("{:+.1f}%", 100 * (t.predicted_s - *t.measured_s) / *t.measured_s) : "-",
+                 t.status);
+    }
+    if (measured.size() > 1)
+      fmt::print("ranking: Kendall tau {:.2f}; the predicted best is {:.1f}% slower than the measured best ({})\n",
+                 traces::kendall_tau(predicted, measured), 100 * traces::regret(predicted, measured),
+                 best->plan.name());
+  }
+  if (!f.calibrated_out.empty() && !traces_for_fit.empty()) {
+    traces::Samples samples;
+    for (const std::string& t : traces_for_fit) samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
+    traces::Calibration c = traces::calibrate(request.cluster, samples, spec::Dtype::kFp32);
+    spec::write_json_file(f.calibrated_out, spec::to_json(c.cluster));
+    if (!f.search.json)
+      fmt::print("calibrated {} from the trials' traces -> {} (compute error {:.0f}% -> {:.0f}%)\n",
+                 request.cluster.name, f.calibrated_out, 100 * c.report.compute_error_before,
+                 100 * c.report.compute_error_after);
+  }
+  return best;
 }
 
 int run_plan(const PlanFlagsAll& f) {
@@ -201,8 +267,10 @@ int run_plan(const PlanFlagsAll& f) {
                human_bytes(static_cast<double>(request.cluster.device.memory_capacity_bytes)), what);
     return 1;
   }
+  const planner::RankedPlan* best = &result.ranked.front();
+  if (f.verify > 0) best = run_verify(f, request, result.ranked);
   if (!f.out.empty()) {
-    spec::write_json_file(f.out, plan_file_json(result.ranked.front(), request));
+    spec::write_json_file(f.out, plan_file_json(*best, request));
     if (!f.search.json) fmt::print("\nbest plan written to {}\n", f.out);
   }
   return 0;
@@ -299,6 +367,15 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--top", f->top, "How many plans to show")->check(CLI::PositiveNumber);
   cmd->add_option("--out", f->out, "Write the best plan (sextant.plan/1) to this file");
+  cmd->add_option("--verify", f->verify,
+                  "Run the top K plans for real on this machine's CPU ranks, keep the measured best")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--verify-steps", f->verify_steps, "Steps per trial")->check(CLI::PositiveNumber);
+  cmd->add_option("--verify-timeout", f->verify_timeout, "Seconds a trial may take")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--verify-dir", f->verify_dir, "Where the trials' plans, logs and traces go");
+  cmd->add_option("--calibrated-out", f->calibrated_out,
+                  "Calibrate the cluster from the trials' traces and write it here");
   cmd->callback([f] {
     int rc = run_plan(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);
