@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The CPU executor against an independent PyTorch implementation of the same GPT (same initial
+# weights and data, regenerated in Python from Sextant's definitions; torch.optim.AdamW): the loss
+# and gradient norm of every step agree (fp32, different summation orders: 1e-4 relative).
+set -euo pipefail
+sextant="$1"
+source_dir="$2"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "python3-torch is missing: scripts/setup.sh installs it"
+  exit 1
+fi
+args=(--global-batch 8 --micro-batch 2 --steps 5)
+"$sextant" run --model "$source_dir/models/zoo/gpt-tiny.json" "${args[@]}" --quiet --log-json "$out/sextant.jsonl"
+/usr/bin/python3 "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/gpt-tiny.json" \
+  "${args[@]}" >"$out/pytorch.jsonl"
+/usr/bin/python3 - "$out/sextant.jsonl" "$out/pytorch.jsonl" <<'PY'
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+assert len(ours) == len(ref) == 5, (len(ours), len(ref))
+for a, b in zip(ours, ref):
+    assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(b["loss"]), (a, b)
+    assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * abs(b["grad_norm"]), (a, b)
+    print(f"step {a['step']}: loss {a['loss']:.6f} (PyTorch {b['loss']:.6f}), grad norm {a['grad_norm']:.4f} ({b['grad_norm']:.4f})")
+PY

@@ -1,0 +1,134 @@
+"""An independent reference for Sextant's executor: the same GPT written in PyTorch, with the same
+initial weights and data regenerated here from Sextant's definitions (counter-based normal init
+keyed by tensor name and global element index; arithmetic-progression token sequences), trained
+with torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"step", "loss",
+"grad_norm"}.
+
+Usage: /usr/bin/python3 gpt_reference.py --model-json MODEL.json --global-batch 8 --micro-batch 2
+                                          --steps 5 [--seed 1234] [--lr 1e-3]
+"""
+import argparse
+import json
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """Vectorised over uint64 arrays; wraps modulo 2^64 like the C++."""
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(MASK)
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(MASK)
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(MASK)
+    return x ^ (x >> np.uint64(31))
+
+
+def fnv1a(s):
+    h = 1469598103934665603
+    for c in s.encode():
+        h ^= c
+        h = (h * 1099511628211) & MASK
+    return h
+
+
+def init_normal(seed, name, n):
+    """exec/src/parameters.cpp init_normal for global indices 0..n-1."""
+    with np.errstate(over="ignore"):
+        key = splitmix64(np.array([seed ^ fnv1a(name)], dtype=np.uint64))[0]
+        idx = np.arange(n, dtype=np.uint64)
+        base = key ^ (idx * np.uint64(2))
+        a = splitmix64(base)
+        b = splitmix64(base + np.uint64(1))
+    u1 = ((a >> np.uint64(11)).astype(np.float64) + 1.0) / 9007199254740993.0
+    u2 = (b >> np.uint64(11)).astype(np.float64) / 9007199254740992.0
+    return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).astype(np.float32)
+
+
+def sequence(seed, index, vocab, seq):
+    """exec/src/data.cpp SyntheticTokens."""
+    with np.errstate(over="ignore"):
+        h = int(splitmix64(np.array([seed], dtype=np.uint64) ^ splitmix64(np.array([index], dtype=np.uint64)))[0])
+    start = h % vocab
+    step = 1 + (h >> 32) % 7
+    return [(start + i * step) % vocab for i in range(seq + 1)]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-json", required=True)
+    p.add_argument("--global-batch", type=int, required=True)
+    p.add_argument("--micro-batch", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--lr", type=float, default=1e-3)
+    args = p.parse_args()
+    t = json.load(open(args.model_json))["transformer"]
+    L, h, a, f, V, S = t["layers"], t["hidden"], t["heads"], t["ffn_hidden"], t["vocab"], t["seq_len"]
+    assert t["tied_embeddings"] and t["position_embedding"] == "learned" and t["activation"] == "gelu"
+    seed = args.seed
+    torch.set_num_threads(1)
+
+    def param(name, shape, std):
+        return torch.tensor(std * init_normal(seed, name, int(np.prod(shape))).reshape(shape), requires_grad=True)
+
+    proj_std = 0.02 / math.sqrt(2.0 * L)
+    wte = param("wte", (V, h), 0.02)
+    wpe = param("wpe", (t["max_positions"], h), 0.02)
+    decay, no_decay = [wte, wpe], []
+    blocks = []
+    for i in range(L):
+        b = f"block{i}"
+        p_ = {
+            "ln1_g": torch.ones(h, requires_grad=True), "ln1_b": torch.zeros(h, requires_grad=True),
+            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": torch.zeros(3 * h, requires_grad=True),
+            "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": torch.zeros(h, requires_grad=True),
+            "ln2_g": torch.ones(h, requires_grad=True), "ln2_b": torch.zeros(h, requires_grad=True),
+            "fc1_w": param(b + ".mlp.fc1.weight", (h, f), 0.02), "fc1_b": torch.zeros(f, requires_grad=True),
+            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": torch.zeros(h, requires_grad=True),
+        }
+        blocks.append(p_)
+        decay += [p_["qkv_w"], p_["proj_w"], p_["fc1_w"], p_["fc2_w"]]
+        no_decay += [v for k, v in p_.items() if not k.endswith("_w")]
+    lnf_g, lnf_b = torch.ones(h, requires_grad=True), torch.zeros(h, requires_grad=True)
+    no_decay += [lnf_g, lnf_b]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    mask = torch.ones(S, S).tril() == 0
+
+    def forward(tokens):  # tokens [B, S+1] -> summed loss over B*S tokens
+        x = wte[tokens[:, :-1]] + wpe[:S]
+        B = x.shape[0]
+        for p_ in blocks:
+            y = F.layer_norm(x, (h,), p_["ln1_g"], p_["ln1_b"], 1e-5)
+            q, k, v = (y @ p_["qkv_w"] + p_["qkv_b"]).split(h, dim=2)
+            q, k, v = (z.view(B, S, a, h // a).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(h // a)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            o = (att @ v).transpose(1, 2).reshape(B, S, h)
+            x = x + (o @ p_["proj_w"] + p_["proj_b"])
+            y = F.layer_norm(x, (h,), p_["ln2_g"], p_["ln2_b"], 1e-5)
+            x = x + (F.gelu(y @ p_["fc1_w"] + p_["fc1_b"], approximate="tanh") @ p_["fc2_w"] + p_["fc2_b"])
+        logits = F.layer_norm(x, (h,), lnf_g, lnf_b, 1e-5) @ wte.t()
+        return F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="sum")
+
+    params = decay + no_decay
+    for step in range(args.steps):
+        opt.zero_grad()
+        total = 0.0
+        tokens_in_step = args.global_batch * S
+        for m in range(args.global_batch // args.micro_batch):
+            rows = [sequence(seed, step * args.global_batch + m * args.micro_batch + i, V, S)
+                    for i in range(args.micro_batch)]
+            loss = forward(torch.tensor(rows)) / tokens_in_step
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        print(json.dumps({"step": step, "loss": total, "grad_norm": float(norm)}))
+
+
+if __name__ == "__main__":
+    main()
