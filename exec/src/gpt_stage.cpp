@@ -582,7 +582,7 @@ class GptStage : public StageModel {
     if (t_ > 1) {
       auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
                           layer, mb.index);
-      ctx_.groups->tp->all_reduce_max(c.max.data(), rows_);
+      ctx_.groups->tp->all_reduce_max_host(c.max.data(), rows_);
     }
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
@@ -594,7 +594,7 @@ class GptStage : public StageModel {
       both.insert(both.end(), target.begin(), target.end());
       auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, 2 * rows_ * 4, Phase::kFwd,
                           layer, mb.index);
-      ctx_.groups->tp->all_reduce(both.data(), 2 * rows_);
+      ctx_.groups->tp->all_reduce_host(both.data(), 2 * rows_);
       std::copy(both.begin(), both.begin() + rows_, c.sum.begin());
       std::copy(both.begin() + rows_, both.end(), target.begin());
     }

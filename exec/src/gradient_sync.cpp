@@ -24,6 +24,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     slices_.push_back(s);
   }
   padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
+  shard_ = ctx_.backend->zeros({std::max<int64_t>(largest / std::max<int64_t>(dp_, 1) + 1, 1)});
   const int64_t r = ctx_.groups->dp_rank;
   if (zero_ == 0 || dp_ == 1) {
     owned_.push_back({0, store.total()});
@@ -79,41 +80,59 @@ void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
   ctx_.groups->dp->all_reduce(stage_.params().grads().data() + begin, end - begin);
 }
 
+namespace {
+
+Tensor slice_of(const Tensor& flat, int64_t begin, int64_t n) {
+  return flat.view({flat.numel()}).rows(begin, n);
+}
+
+}  // namespace
+
 void GradientSync::gather_layer(const LayerSlice& s) {
   // Each rank contributes its block (from the authoritative values) and receives all of them.
+  Backend& be = *ctx_.backend;
   Tensor& values = stage_.params().values();
-  std::vector<float> mine(static_cast<size_t>(s.shard), 0.0f);
   const int64_t r = ctx_.groups->dp_rank;
-  for (int64_t i = 0; i < s.shard; ++i) {
-    int64_t at = s.begin + r * s.shard + i;
-    if (at < s.end) mine[static_cast<size_t>(i)] = values.data()[at];
+  const int64_t mine_begin = std::min(s.end, s.begin + r * s.shard);
+  const int64_t mine_n = std::min(s.end, mine_begin + s.shard) - mine_begin;
+  Tensor block = slice_of(shard_, 0, s.shard);
+  be.fill(block, 0.0f);
+  if (mine_n > 0) {
+    Tensor dst = slice_of(shard_, 0, mine_n);
+    be.copy(slice_of(values, mine_begin, mine_n), dst);
   }
   {
     auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather",
                                              OpClass::kAllGather, Stream::kDpComm,
                                              s.shard * dp_ * 4, dp_, Phase::kNone, s.layer,
                                              std::nullopt));
-    ctx_.groups->dp->all_gather(mine.data(), padded_.data(), s.shard);
+    ctx_.groups->dp->all_gather(block.data(), padded_.data(), s.shard);
   }
-  std::copy(padded_.data(), padded_.data() + (s.end - s.begin), values.data() + s.begin);
+  Tensor dst = slice_of(values, s.begin, s.end - s.begin);
+  be.copy(slice_of(padded_, 0, s.end - s.begin), dst);
 }
 
 void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
+  Backend& be = *ctx_.backend;
   Tensor& grads = stage_.params().grads();
-  std::fill(padded_.data(), padded_.data() + s.shard * dp_, 0.0f);
-  std::copy(grads.data() + s.begin, grads.data() + s.end, padded_.data());
-  std::vector<float> mine(static_cast<size_t>(s.shard));
+  Tensor padded = slice_of(padded_, 0, s.shard * dp_);
+  be.fill(padded, 0.0f);
+  Tensor head = slice_of(padded_, 0, s.end - s.begin);
+  be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
+  Tensor block = slice_of(shard_, 0, s.shard);
   {
     auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter",
                                              OpClass::kReduceScatter, Stream::kDpComm,
                                              s.shard * dp_ * 4, dp_, Phase::kBwd, s.layer,
                                              std::nullopt));
-    ctx_.groups->dp->reduce_scatter(padded_.data(), mine.data(), s.shard);
+    ctx_.groups->dp->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const int64_t r = ctx_.groups->dp_rank;
-  for (int64_t i = 0; i < s.shard; ++i) {
-    int64_t at = s.begin + r * s.shard + i;
-    if (at < s.end) into.data()[at] += mine[static_cast<size_t>(i)];
+  const int64_t mine_begin = std::min(s.end, s.begin + r * s.shard);
+  const int64_t mine_n = std::min(s.end, mine_begin + s.shard) - mine_begin;
+  if (mine_n > 0) {
+    Tensor target = slice_of(into, mine_begin, mine_n);
+    be.add(target, slice_of(shard_, 0, mine_n), target);
   }
 }
 
@@ -152,8 +171,8 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
     // next micro-batch from zero.
     reduce_replicated(layer);
     reduce_scatter_layer(*s, shard_grads_);
-    Tensor& grads = stage_.params().grads();
-    std::fill(grads.data() + s->begin, grads.data() + s->end, 0.0f);
+    Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
+    ctx_.backend->fill(zero, 0.0f);
     return;
   }
   if (!last) return;

@@ -1,6 +1,7 @@
 // Collectives and point-to-point transfers within a group of ranks. The MPI implementation backs
-// the CPU executor; an NCCL one backs the CUDA executor. Every call is timed by the recorder that
-// the caller passes through CommTrace.
+// the CPU executor; NCCL (and MPI through host staging) back the CUDA executor. The float buffers
+// of collectives and transfers are the backend's memory (device memory on CUDA); the *_host
+// calls, the double all-reduce, the barrier and gather_strings work on host memory.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,9 @@ class Communicator {
   // In place, elementwise sum (or max) over the group.
   virtual void all_reduce(float* data, int64_t n) = 0;
   virtual void all_reduce_max(float* data, int64_t n) = 0;
-  virtual void all_reduce(double* data, int64_t n) = 0;
+  virtual void all_reduce(double* data, int64_t n) = 0;  // host memory
+  virtual void all_reduce_host(float* data, int64_t n) = 0;
+  virtual void all_reduce_max_host(float* data, int64_t n) = 0;
   virtual std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) = 0;
   // in: size() * n elements; out: this rank's n-element block of the sum.
   virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;

@@ -66,7 +66,8 @@ class GradientSync : public LayerHooks {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> owned_;
   Tensor shard_grads_;  // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
-  Tensor padded_;       // scratch for padded layer slices
+  Tensor padded_;       // scratch for padded layer slices (backend memory)
+  Tensor shard_;        // scratch for this rank's block of a layer
 };
 
 }  // namespace sextant::exec
