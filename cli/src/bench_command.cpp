@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "executor_flags.hpp"
 #include "sextant/exec/bench_main.hpp"
 
 namespace sextant::cli {
@@ -52,7 +53,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     std::string trace;
     std::string out;
     std::string nccl_tests;
-    std::string backend = "cpu";
+    ExecutorFlags executor;
     int np = 0;
   };
   auto c = std::make_shared<CommFlags>();
@@ -65,12 +66,13 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   comm->add_option("--out", c->out, "Write the rows as JSON");
   comm->add_option("--nccl-tests", c->nccl_tests,
                    "Also write each collective's rows in nccl-tests' layout to PREFIX<kind>_perf.txt");
-  comm->add_option("--backend", c->backend, "cpu (MPI)");
+  add_executor_flags(*comm, c->executor, false);
   comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
   comm->callback([c, args] {
-    if (c->backend != "cpu" && c->backend != "mpi")
-      throw InputError("command line", "--backend", c->backend,
-                       "this build measures MPI collectives (cpu); nccl needs a CUDA build");
+    if (c->executor.backend == "nccl") {  // shorthand for --backend cuda --comm nccl
+      c->executor.backend = "cuda";
+      c->executor.comm = "nccl";
+    }
     if (c->np > 0 && !under_mpi()) {
       std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(c->np), "--oversubscribe"};
       if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
@@ -98,6 +100,8 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     job.trace_file = c->trace;
     job.json_file = c->out;
     job.nccl_tests_prefix = c->nccl_tests;
+    job.backend = backend_kind(c->executor);
+    job.comm_choice = comm_choice(c->executor);
     int rc = exec::run_comm_bench(job);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
@@ -105,19 +109,20 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   struct ComputeFlags {
     bool json = false;
     std::string trace;
-    std::string backend = "cpu";
+    ExecutorFlags executor;
     int iterations = 10;
   };
   auto p = std::make_shared<ComputeFlags>();
   CLI::App* compute = bench->add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
   compute->add_flag("--json", p->json, "Print JSON");
   compute->add_option("--trace", p->trace, "Write the timed ops as a trace (calibration input)");
-  compute->add_option("--backend", p->backend, "cpu");
+  compute->add_option("--backend", p->executor.backend, "cpu or cuda (GPU 0)");
+  compute->add_option("--precision", p->executor.precision, "cuda GEMMs: bf16, tf32 or fp32");
   compute->add_option("--iterations", p->iterations, "Timed calls per op")->check(CLI::PositiveNumber);
   compute->callback([p] {
-    if (p->backend != "cpu")
-      throw InputError("command line", "--backend", p->backend, "this build measures the cpu backend");
     exec::ComputeBenchJob job;
+    job.backend = backend_kind(p->executor);
+    job.precision = gemm_precision(p->executor);
     job.json = p->json;
     job.trace_file = p->trace;
     job.options.iterations = p->iterations;

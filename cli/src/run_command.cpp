@@ -1,4 +1,4 @@
-// `sextant run`: train a plan for real on MPI ranks (CPU backend). Under mpirun/srun every rank
+// `sextant run`: train a plan for real on MPI ranks (CPU or CUDA backend). Under mpirun/srun every rank
 // runs this command; with --np N and no MPI launcher around it, it starts `mpirun -np N` itself.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "executor_flags.hpp"
 #include "plan_options.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/zoo.hpp"
@@ -19,7 +20,7 @@ namespace {
 struct RunFlags {
   std::string model;
   PlanFlags plan;
-  std::string backend = "cpu";
+  ExecutorFlags executor;
   int64_t steps = 10;
   std::string data = "synthetic";
   uint64_t seed = 1234;
@@ -64,12 +65,11 @@ bool under_mpi_launcher() {
 
 int run(const RunFlags& f, const std::vector<std::string>& args) {
   if (f.np > 0 && !under_mpi_launcher()) relaunch(f.np, args);
-  if (f.backend != "cpu") {
-    throw InputError("command line", "--backend", f.backend,
-                     "this build runs the cpu backend (the cuda backend needs a CUDA build)");
-  }
   return exec::run_main([&f] {
     exec::Job job;
+    job.backend = backend_kind(f.executor);
+    job.comm_choice = comm_choice(f.executor);
+    job.precision = gemm_precision(f.executor);
     job.model = models::resolve_model(f.model);
     job.plan = plan_from_flags(f.plan, std::nullopt);
     job.train.steps = f.steps;
@@ -96,7 +96,7 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
       "run", "Train a plan for real on MPI ranks (start with mpirun -np N, or give --np N)");
   cmd->add_option("--model", f->model, "Zoo name, model file or Hugging Face config.json")->required();
   add_plan_flags(*cmd, f->plan);
-  cmd->add_option("--backend", f->backend, "cpu (Eigen + MPI)");
+  add_executor_flags(*cmd, f->executor, true);
   cmd->add_option("--steps", f->steps, "Training steps")->check(CLI::PositiveNumber);
   cmd->add_option("--data", f->data, "synthetic, or a text file (byte-level tokens)");
   cmd->add_option("--seed", f->seed, "Seed of the initial weights and the synthetic data");

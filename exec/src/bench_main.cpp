@@ -8,6 +8,7 @@
 #include <map>
 
 #include "sextant/exec/cpu_backend.hpp"
+#include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/mpi_communicator.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -30,7 +31,8 @@ spec::Json comm_rows_json(const std::vector<CommRow>& rows) {
 
 // nccl-tests' layout (doc/PERFORMANCE.md): rank lines, the column header, one row per size with
 // out-of-place and in-place figures (the same measurement here: MPI collectives run in place).
-void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& rows) {
+void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& rows, CommKind transport) {
+  const bool cpu = transport == CommKind::kMpi;
   std::map<std::pair<spec::CollectiveKind, int64_t>, std::vector<CommRow>> blocks;
   for (const CommRow& r : rows) blocks[{r.collective, r.ranks}].push_back(r);
   std::map<spec::CollectiveKind, std::string> text;
@@ -38,10 +40,12 @@ void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& row
     const std::string name(spec::enum_name(spec::collective_kind_names(), key.first));
     std::string& t = text[key.first];
     if (!t.empty()) continue;  // one group size per file: the first (smallest) measured
-    t += fmt::format("# {}_perf (sextant bench comm, MPI collectives on CPU ranks, nccl-tests layout)\n", name);
+    t += fmt::format("# {}_perf (sextant bench comm, {} collectives, nccl-tests layout)\n", name,
+                     comm_kind_name(transport));
     t += "#\n# Using devices\n";
     for (int64_t r = 0; r < key.second; ++r)
-      t += fmt::format("#  Rank {:2} Group  0 Pid {:6} on localhost device  0 [cpu] CPU\n", r, r);
+      t += fmt::format("#  Rank {:2} Group  0 Pid {:6} on localhost device {:2} [{}] {}\n", r, r,
+                       cpu ? 0 : r, cpu ? "cpu" : "gpu", cpu ? "CPU" : "GPU");
     t += "#\n#                                                              out-of-place                       in-place\n";
     t += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
     t += "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
@@ -55,11 +59,12 @@ void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& row
     spec::write_file_atomically(prefix + std::string(spec::enum_name(spec::collective_kind_names(), kind)) + "_perf.txt", t);
 }
 
-void write_trace(const std::string& path, std::vector<spec::TraceEvent> events, const std::string& bench) {
+void write_trace(const std::string& path, std::vector<spec::TraceEvent> events, const std::string& bench,
+                 const std::string& backend) {
   spec::Trace t;
   t.kind = "measured";
   t.events = std::move(events);
-  t.metadata = {{"bench", bench}, {"backend", "cpu"}, {"commit", spec::kGitCommit}};
+  t.metadata = {{"bench", bench}, {"backend", backend}, {"commit", spec::kGitCommit}};
   spec::write_trace_file(path, t);
 }
 
@@ -73,13 +78,20 @@ int run_comm_bench(const CommBenchJob& job) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int status = 0;
   try {
+    CommKind kind = CommKind::kMpi;
+    std::unique_ptr<Backend> backend =
+        make_backend(job.backend, job.comm_choice, GemmPrecision::kFp32, job.json, MPI_COMM_WORLD, kind);
+    CommBenchOptions options = job.options;
+    options.transport = std::string(comm_kind_name(kind));
     std::vector<CommRow> rows;
     std::vector<spec::TraceEvent> events;
     for (int group = 2; group <= size; group *= 2) {
       // Contiguous blocks of `group` ranks; the first block reports.
-      auto comm = MpiCommunicator::split(MPI_COMM_WORLD, rank / group, rank, "bench");
+      MPI_Comm split = MPI_COMM_NULL;
+      MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank / group, rank, &split));
+      std::unique_ptr<Communicator> comm = make_communicator(kind, split, "bench");
       if (rank / group * group + group <= size) {
-        std::vector<CommRow> r = bench_comm(*comm, job.options, 0, rank == 0 ? &events : nullptr);
+        std::vector<CommRow> r = bench_comm(*comm, *backend, options, 0, rank == 0 ? &events : nullptr);
         if (rank == 0) rows.insert(rows.end(), r.begin(), r.end());
       }
       MPI_Barrier(MPI_COMM_WORLD);
@@ -98,10 +110,13 @@ int run_comm_bench(const CommBenchJob& job) {
       }
       if (!job.json_file.empty())
         spec::write_json_file(job.json_file, {{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}});
-      if (!job.trace_file.empty()) write_trace(job.trace_file, events, "comm");
-      if (!job.nccl_tests_prefix.empty()) write_nccl_tests(job.nccl_tests_prefix, rows);
+      if (!job.trace_file.empty()) write_trace(job.trace_file, events, "comm", std::string(comm_kind_name(kind)));
+      if (!job.nccl_tests_prefix.empty()) write_nccl_tests(job.nccl_tests_prefix, rows, kind);
     }
     if (size < 2 && rank == 0) fmt::print(stderr, "bench comm needs at least 2 ranks (mpirun -np 2, or --np 2)\n");
+  } catch (const InputError& e) {
+    if (rank == 0) fmt::print(stderr, "error: {}\n", e.what());
+    status = 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "[rank {}] error: {}\n", rank, e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -111,7 +126,14 @@ int run_comm_bench(const CommBenchJob& job) {
 }
 
 int run_compute_bench(const ComputeBenchJob& job) {
-  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Backend> be;
+  if (job.backend == BackendKind::kCuda) {
+    if (cuda_device_count() == 0)
+      throw InputError("command line", "--backend", "cuda", "a usable GPU, but " + cuda_unavailable_reason());
+    be = make_cuda_backend(0, job.precision);
+  } else {
+    be = make_cpu_backend();
+  }
   std::vector<spec::TraceEvent> events;
   std::vector<ComputeRow> rows = bench_compute(*be, job.options, &events);
   if (job.json) {
@@ -133,7 +155,7 @@ int run_compute_bench(const ComputeBenchJob& job) {
                  fmt::format("{}", fmt::join(r.shape, "x")), r.flops, r.time_s * 1e6,
                  r.tflops * 1e3, r.GBps);
   }
-  if (!job.trace_file.empty()) write_trace(job.trace_file, events, "compute");
+  if (!job.trace_file.empty()) write_trace(job.trace_file, events, "compute", be->name());
   return 0;
 }
 

@@ -51,8 +51,8 @@ spec::OpClass op_class_of(spec::CollectiveKind k) {
 
 }  // namespace
 
-std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& o, int64_t trace_rank,
-                                std::vector<spec::TraceEvent>* events) {
+std::vector<CommRow> bench_comm(Communicator& comm, Backend& be, const CommBenchOptions& o,
+                                int64_t trace_rank, std::vector<spec::TraceEvent>* events) {
   std::vector<CommRow> rows;
   const int64_t n = comm.size();
   for (spec::CollectiveKind kind : o.collectives) {
@@ -64,7 +64,7 @@ std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& o, i
       int64_t count = std::max<int64_t>(1, bytes / 4);
       if (whole_array) count = std::max<int64_t>(n, count - count % n);
       const int64_t block = whole_array ? count / n : count;
-      std::vector<float> a(static_cast<size_t>(count), 1.0f), b(static_cast<size_t>(count), 0.0f);
+      Tensor a = be.zeros({count}), b = be.zeros({count});  // zeros: repeated sums never overflow
       auto once = [&] {
         switch (kind) {
           case spec::CollectiveKind::kAllReduce:
@@ -91,12 +91,14 @@ std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& o, i
         }
       };
       for (int i = 0; i < o.warmup; ++i) once();
+      be.synchronize();
       comm.barrier();
       std::vector<double> times;
       auto t_all = Clock::now();
       for (int i = 0; i < o.iterations; ++i) {
         auto t0 = Clock::now();
         once();
+        be.synchronize();  // NCCL returns once the collective is queued
         auto t1 = Clock::now();
         times.push_back(std::chrono::duration<double>(t1 - t0).count());
         if (events != nullptr && comm.rank() == trace_rank) {
@@ -109,7 +111,7 @@ std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& o, i
           e.duration_ps = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() * 1000;
           e.bytes = count * 4;
           e.group_size = n;
-          e.algorithm = "mpi";
+          e.algorithm = o.transport;
           e.dtype = spec::Dtype::kFp32;
           events->push_back(e);
         }
@@ -117,7 +119,7 @@ std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& o, i
       double mean = std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
       // The slowest rank's mean, as every rank reports it.
       std::vector<float> m = {static_cast<float>(mean)};
-      comm.all_reduce_max(m.data(), 1);
+      comm.all_reduce_max_host(m.data(), 1);
       CommRow row;
       row.collective = kind;
       row.ranks = n;

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "sextant/exec/cpu_backend.hpp"
+#include "sextant/exec/mpi_communicator.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -14,14 +15,30 @@
 
 namespace sextant::exec {
 
-Layout::Layout(MPI_Comm world, const spec::Plan& plan) {
-  world_ = std::make_unique<MpiCommunicator>(world, "world");
-  const int rank = world_->rank();
+namespace {
+
+MPI_Comm split(MPI_Comm parent, int color, int key) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(parent, color, key, &comm));
+  return comm;
+}
+
+}  // namespace
+
+Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
+  MPI_Comm own = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(world, &own));
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
   spec::RankLayout layout(plan);
   spec::RankCoord c = layout.coord(rank);
   const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
-  tp_ = MpiCommunicator::split(world, static_cast<int>(c.dp + plan.dp * c.pp), static_cast<int>(c.tp), "tp");
-  dp_ = MpiCommunicator::split(world, static_cast<int>(c.tp + plan.tp * c.pp), static_cast<int>(c.dp), "dp");
+  // Every split first, then the communicators (NCCL's are created collectively, group by group).
+  MPI_Comm tp_comm = split(world, static_cast<int>(c.dp + plan.dp * c.pp), static_cast<int>(c.tp));
+  MPI_Comm dp_comm = split(world, static_cast<int>(c.tp + plan.tp * c.pp), static_cast<int>(c.dp));
+  world_ = make_communicator(kind, own, "world");
+  tp_ = make_communicator(kind, tp_comm, "tp");
+  dp_ = make_communicator(kind, dp_comm, "dp");
   groups_.world = world_.get();
   groups_.tp = tp_.get();
   groups_.dp = dp_.get();
@@ -41,7 +58,7 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan) {
   MPI_CHECK(MPI_Comm_split(world, ends ? static_cast<int>(c.dp * plan.tp + c.tp) : MPI_UNDEFINED,
                            static_cast<int>(c.pp), &emb));
   if (emb != MPI_COMM_NULL) {
-    embedding_ = std::make_unique<MpiCommunicator>(emb, "embedding");
+    embedding_ = make_communicator(kind, emb, "embedding");
     groups_.embedding = embedding_.get();
   }
 }
@@ -70,7 +87,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   MPI_CHECK(MPI_Comm_size(world, &size));
   // Every rank checks the plan before its first collective, so a bad plan is refused everywhere.
   validate_for_executor(job.model, job.plan, size);
-  Layout layout(world, job.plan);
+  Layout layout(world, job.plan, job.comm);
   if (!ties_embeddings(job.model)) layout.groups().embedding = nullptr;
   const int64_t seq =
       job.model.is_transformer() ? job.plan.seq_len.value_or(job.model.transformer().seq_len) : 0;
@@ -143,6 +160,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"plan_json", spec::to_json(job.plan)},
                         {"ranks", size},
                         {"backend", backend.name()},
+                        {"collectives", comm_kind_name(job.comm)},
                         {"steps", result.steps.size()},
                         {"step_time_s", counted > 0 ? mean / counted : 0.0},
                         {"commit", spec::kGitCommit}};
@@ -152,6 +170,44 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
     }
   }
   return result;
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> choice,
+                                      GemmPrecision precision, bool quiet, MPI_Comm world,
+                                      CommKind& comm) {
+  if (kind == BackendKind::kCpu) {
+    if (choice && *choice != CommKind::kMpi)
+      throw InputError("command line", "--comm", std::string(comm_kind_name(*choice)),
+                       "mpi with the cpu backend (nccl needs --backend cuda)");
+    comm = CommKind::kMpi;
+    return make_cpu_backend();
+  }
+  const int devices = cuda_device_count();
+  if (devices == 0)
+    throw InputError("command line", "--backend", "cuda", "a usable GPU, but " + cuda_unavailable_reason());
+  const auto [local_rank, local_size] = node_local_rank(world);
+  const bool gpu_per_rank = local_size <= devices;
+  if (choice == CommKind::kNccl && !gpu_per_rank)
+    throw InputError("command line", "--comm", "nccl",
+                     fmt::format("one GPU per rank, but {} ranks share {} GPU(s) on a node and NCCL "
+                                 "refuses two ranks on one GPU (use --comm mpi)",
+                                 local_size, devices));
+  if (choice == CommKind::kMpi || choice == CommKind::kMpiStaged) {
+    comm = CommKind::kMpiStaged;
+  } else {
+    comm = gpu_per_rank ? CommKind::kNccl : CommKind::kMpiStaged;
+  }
+  std::unique_ptr<Backend> backend = make_cuda_backend(local_rank % devices, precision);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  if (rank == 0 && !quiet)
+    fmt::print("backend {} ({} GPU(s) per node, {} rank(s) per node), collectives {}\n", backend->name(),
+               devices, local_size, comm_kind_name(comm));
+  return backend;
+}
+
+std::unique_ptr<Backend> make_backend(Job& job, MPI_Comm world) {
+  return make_backend(job.backend, job.comm_choice, job.precision, job.quiet, world, job.comm);
 }
 
 int run_main(const std::function<Job()>& make_job) {
@@ -164,7 +220,7 @@ int run_main(const std::function<Job()>& make_job) {
   int status = 0;
   try {
     Job job = make_job();
-    std::unique_ptr<Backend> backend = make_cpu_backend();
+    std::unique_ptr<Backend> backend = make_backend(job, MPI_COMM_WORLD);
     run_job(job, MPI_COMM_WORLD, *backend);
   } catch (const InputError& e) {
     // Every rank validates the same plan and model: one message, from rank 0.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sextant/exec/benchmarks.hpp"
+#include "sextant/exec/runner.hpp"
 
 namespace sextant::exec {
 
@@ -15,6 +16,9 @@ struct CommBenchJob {
   std::string json_file;
   // Also write the rows of each collective in nccl-tests' text layout, to PREFIX<kind>_perf.txt.
   std::string nccl_tests_prefix;
+  // cpu: MPI on host buffers; cuda: device buffers over NCCL (or MPI staged through the host).
+  BackendKind backend = BackendKind::kCpu;
+  std::optional<CommKind> comm_choice;
 };
 
 // Initialises MPI; benchmarks the world and groups of 2, 4, ... contiguous ranks; rank 0 prints
@@ -25,8 +29,11 @@ struct ComputeBenchJob {
   ComputeBenchOptions options = default_compute_bench();
   bool json = false;
   std::string trace_file;
+  BackendKind backend = BackendKind::kCpu;
+  GemmPrecision precision = GemmPrecision::kBf16;
 };
 
+// Throws InputError when the backend cannot run here (no GPU).
 int run_compute_bench(const ComputeBenchJob& job);
 
 }  // namespace sextant::exec

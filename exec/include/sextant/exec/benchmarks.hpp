@@ -37,11 +37,13 @@ struct CommBenchOptions {
       spec::CollectiveKind::kAllReduce, spec::CollectiveKind::kReduceScatter,
       spec::CollectiveKind::kAllGather, spec::CollectiveKind::kBroadcast,
       spec::CollectiveKind::kSendRecv};
+  std::string transport = "mpi";  // recorded as each event's algorithm: mpi, mpi-staged, nccl
 };
 
-// Collective over `comm`: every rank runs the same sizes; rows are identical on every rank.
-// Events: one per timed collective (rank 0's), with bytes, group size and collective class.
-std::vector<CommRow> bench_comm(Communicator& comm, const CommBenchOptions& options,
+// Collective over `comm` on buffers of `backend` (host memory for MPI, device memory for NCCL):
+// every rank runs the same sizes; rows are identical on every rank. Events: one per timed
+// collective (rank `trace_rank`'s), with bytes, group size and collective class.
+std::vector<CommRow> bench_comm(Communicator& comm, Backend& backend, const CommBenchOptions& options,
                                 int64_t trace_rank, std::vector<spec::TraceEvent>* events);
 
 struct ComputeRow {

@@ -7,25 +7,30 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sextant/exec/backend.hpp"
+#include "sextant/exec/communicators.hpp"
 #include "sextant/exec/context.hpp"
-#include "sextant/exec/mpi_communicator.hpp"
+#include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/trainer.hpp"
 
 namespace sextant::exec {
 
-// This rank's communicators for a plan (Megatron rank order, spec::RankLayout).
+// This rank's communicators for a plan (Megatron rank order, spec::RankLayout), of one kind.
+// Collective over `world`, which it duplicates (the caller's communicator is left alone).
 class Layout {
  public:
-  Layout(MPI_Comm world, const spec::Plan& plan);
+  Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind);
   Groups& groups() { return groups_; }
 
  private:
-  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, embedding_;
+  std::unique_ptr<Communicator> world_, tp_, dp_, embedding_;
   Groups groups_;
 };
+
+enum class BackendKind { kCpu, kCuda };
 
 struct Job {
   spec::ModelSpec model;
@@ -34,9 +39,16 @@ struct Job {
   std::string trace_file;  // merged trace of every rank (written by rank 0)
   std::string log_json;    // one JSON object per step (rank 0)
   bool quiet = false;      // no per-step lines on stdout
+  BackendKind backend = BackendKind::kCpu;
+  // Collectives: kMpi for the CPU backend. For cuda, run_main picks nccl when every rank on a node
+  // has a GPU of its own and host-staged MPI otherwise, unless `comm_choice` names one.
+  CommKind comm = CommKind::kMpi;
+  std::optional<CommKind> comm_choice;
+  GemmPrecision precision = GemmPrecision::kBf16;
 };
 
-// Trains `job` on the ranks of `world` (collective). Returns the step logs (on every rank).
+// Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators.
+// Returns the step logs (on every rank).
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend);
 
 // The training loss diverged (NaN or infinite): every rank sees it at the same step.
@@ -45,9 +57,18 @@ class TrainingDiverged : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The backend a job asks for, on this rank's device; settles job.comm. Throws InputError when
+// the choice cannot run here (no GPU, nccl with ranks sharing a GPU).
+std::unique_ptr<Backend> make_backend(Job& job, MPI_Comm world);
+// The same for any driver (the benches): `comm` receives the settled communicator kind.
+std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> choice,
+                                      GemmPrecision precision, bool quiet, MPI_Comm world,
+                                      CommKind& comm);
+
 // Initialises MPI, builds the job with `make_job` (reading files and flags, so that a bad input is
-// reported once, by rank 0), runs it on MPI_COMM_WORLD with the CPU backend, finalises. Returns
-// the process exit status (0 ok, 2 bad input, 1 other failures).
+// reported once, by rank 0), runs it on MPI_COMM_WORLD with the job's backend (cuda: device =
+// local rank modulo the GPUs of the node), finalises. Returns the process exit status (0 ok,
+// 2 bad input or no usable GPU, 1 other failures).
 int run_main(const std::function<Job()>& make_job);
 
 }  // namespace sextant::exec

@@ -1,0 +1,105 @@
+// Host-staged MPI collectives over device buffers. cudaMemcpy on the legacy default stream waits
+// for the kernels that produced the data, so no extra synchronisation is needed.
+#include "staged_communicator.hpp"
+
+#include <cuda_runtime.h>
+
+#include "sextant/exec/cuda_check.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+void to_host(const float* device, float* host, int64_t n) {
+  CUDA_CHECK(cudaMemcpy(host, device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
+}
+void to_device(const float* host, float* device, int64_t n) {
+  CUDA_CHECK(cudaMemcpy(device, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+class DoneRequest : public CommRequest {
+ public:
+  void wait() override {}
+};
+
+// Owns the host copy until MPI has sent it.
+class StagedSend : public CommRequest {
+ public:
+  explicit StagedSend(std::vector<float> host) : host_(std::move(host)) {}
+  void start(MpiCommunicator& mpi, int64_t n, int peer, int tag) {
+    inner_ = mpi.send(host_.data(), n, peer, tag);
+  }
+  void wait() override { inner_->wait(); }
+
+ private:
+  std::vector<float> host_;  // declared first: destroyed after inner_ has waited
+  std::unique_ptr<CommRequest> inner_;
+};
+
+}  // namespace
+
+float* StagedCommunicator::stage_in(const float* device, int64_t n) {
+  host_in_.resize(static_cast<size_t>(n));
+  to_host(device, host_in_.data(), n);
+  return host_in_.data();
+}
+
+void StagedCommunicator::stage_out(const std::vector<float>& host, float* device, int64_t n) {
+  to_device(host.data(), device, n);
+}
+
+void StagedCommunicator::all_reduce(float* data, int64_t n) {
+  if (size() == 1) return;
+  mpi_.all_reduce(stage_in(data, n), n);
+  stage_out(host_in_, data, n);
+}
+
+void StagedCommunicator::all_reduce_max(float* data, int64_t n) {
+  if (size() == 1) return;
+  mpi_.all_reduce_max(stage_in(data, n), n);
+  stage_out(host_in_, data, n);
+}
+
+std::unique_ptr<CommRequest> StagedCommunicator::all_reduce_async(float* data, int64_t n) {
+  all_reduce(data, n);
+  return std::make_unique<DoneRequest>();
+}
+
+void StagedCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
+  host_out_.resize(static_cast<size_t>(n));
+  mpi_.reduce_scatter(stage_in(in, size() * n), host_out_.data(), n);
+  stage_out(host_out_, out, n);
+}
+
+void StagedCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  host_out_.resize(static_cast<size_t>(size() * n));
+  mpi_.all_gather(stage_in(in, n), host_out_.data(), n);
+  stage_out(host_out_, out, size() * n);
+}
+
+void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
+  if (size() == 1) return;
+  mpi_.broadcast(stage_in(data, n), n, root);
+  stage_out(host_in_, data, n);
+}
+
+std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+  std::vector<float> host(static_cast<size_t>(n));
+  to_host(data, host.data(), n);
+  auto request = std::make_unique<StagedSend>(std::move(host));
+  request->start(mpi_, n, peer, tag);
+  return request;
+}
+
+void StagedCommunicator::recv(float* data, int64_t n, int peer, int tag) {
+  host_out_.resize(static_cast<size_t>(n));
+  mpi_.recv(host_out_.data(), n, peer, tag);
+  stage_out(host_out_, data, n);
+}
+
+void StagedCommunicator::barrier() {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  mpi_.barrier();
+}
+
+}  // namespace sextant::exec
