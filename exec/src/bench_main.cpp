@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
@@ -125,12 +126,17 @@ int run_comm_bench(const CommBenchJob& job) {
   return status;
 }
 
-int run_compute_bench(const ComputeBenchJob& job) {
+int run_compute_bench(ComputeBenchJob job) {
   std::unique_ptr<Backend> be;
   if (job.backend == BackendKind::kCuda) {
     if (cuda_device_count() == 0)
       throw InputError("command line", "--backend", "cuda", "a usable GPU, but " + cuda_unavailable_reason());
     be = make_cuda_backend(0, job.precision);
+    if (job.gpu_shapes) {
+      const int iterations = job.options.iterations;
+      job.options = gpu_compute_bench();
+      job.options.iterations = std::max(iterations, job.options.iterations);
+    }
   } else {
     be = make_cpu_backend();
   }

@@ -146,6 +146,22 @@ ComputeBenchOptions default_compute_bench() {
   return o;
 }
 
+ComputeBenchOptions gpu_compute_bench() {
+  ComputeBenchOptions o;
+  for (int64_t s : {512, 1024, 2048, 4096, 8192}) o.gemms.push_back({s, s, s});
+  // GPT-2 124M with 8 x 1024 tokens: qkv, proj, fc1, fc2 and the tied output layer.
+  const int64_t tokens = 8192, h = 768;
+  o.gemms.push_back({tokens, 3 * h, h});
+  o.gemms.push_back({tokens, h, h});
+  o.gemms.push_back({tokens, 4 * h, h});
+  o.gemms.push_back({tokens, h, 4 * h});
+  o.gemms.push_back({tokens, 50304, h});
+  o.elementwise_sizes = {1 << 16, 1 << 20, 1 << 24, 1 << 26};
+  o.warmup = 5;
+  o.iterations = 20;
+  return o;
+}
+
 std::vector<ComputeRow> bench_compute(Backend& be, const ComputeBenchOptions& o,
                                       std::vector<spec::TraceEvent>* events) {
   std::vector<ComputeRow> rows;

@@ -2,20 +2,27 @@
 # The CPU executor against an independent PyTorch implementation of the same GPT (same initial
 # weights and data, regenerated in Python from Sextant's definitions; torch.optim.AdamW): the loss
 # and gradient norm of every step agree (fp32, different summation orders: 1e-4 relative).
+# Usage: pytorch_reference.sh SEXTANT SOURCE_DIR [cpu|cuda]; cuda compares `sextant run --backend
+# cuda --precision fp32` with the reference on the GPU (TF32 off), on the same tolerances.
 set -euo pipefail
 sextant="$1"
 source_dir="$2"
+device="${3:-cpu}"
+python="${SEXTANT_PYTHON:-/usr/bin/python3}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if ! "$python" -c "import torch" 2>/dev/null; then
   echo "python3-torch is missing: scripts/setup.sh installs it"
   exit 1
 fi
 args=(--global-batch 8 --micro-batch 2 --steps 5)
-"$sextant" run --model "$source_dir/models/zoo/gpt-tiny.json" "${args[@]}" --quiet --log-json "$out/sextant.jsonl"
-/usr/bin/python3 "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/gpt-tiny.json" \
-  "${args[@]}" >"$out/pytorch.jsonl"
-/usr/bin/python3 - "$out/sextant.jsonl" "$out/pytorch.jsonl" <<'PY'
+backend=(--backend cpu)
+if [[ "$device" == cuda ]]; then backend=(--backend cuda --precision fp32); fi
+"$sextant" run --model "$source_dir/models/zoo/gpt-tiny.json" "${args[@]}" "${backend[@]}" --quiet \
+  --log-json "$out/sextant.jsonl"
+"$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/gpt-tiny.json" \
+  "${args[@]}" --device "$device" >"$out/pytorch.jsonl"
+"$python" - "$out/sextant.jsonl" "$out/pytorch.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1])]
 ref = [json.loads(l) for l in open(sys.argv[2])]

@@ -5,7 +5,9 @@ with torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"ste
 "grad_norm"}.
 
 Usage: /usr/bin/python3 gpt_reference.py --model-json MODEL.json --global-batch 8 --micro-batch 2
-                                          --steps 5 [--seed 1234] [--lr 1e-3]
+                                          --steps 5 [--seed 1234] [--lr 1e-3] [--device cuda]
+--device cuda runs the reference on the GPU in fp32 (TF32 off), the peer of `sextant run --backend
+cuda --precision fp32`.
 """
 import argparse
 import json
@@ -64,7 +66,12 @@ def main():
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--device", default="cpu")
     args = p.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     t = json.load(open(args.model_json))["transformer"]
     L, h, a, f, V, S = t["layers"], t["hidden"], t["heads"], t["ffn_hidden"], t["vocab"], t["seq_len"]
     assert t["tied_embeddings"] and t["position_embedding"] == "learned" and t["activation"] == "gelu"
@@ -72,7 +79,14 @@ def main():
     torch.set_num_threads(1)
 
     def param(name, shape, std):
-        return torch.tensor(std * init_normal(seed, name, int(np.prod(shape))).reshape(shape), requires_grad=True)
+        return torch.tensor(std * init_normal(seed, name, int(np.prod(shape))).reshape(shape), device=dev,
+                            requires_grad=True)
+
+    def ones(n):
+        return torch.ones(n, device=dev, requires_grad=True)
+
+    def zeros(n):
+        return torch.zeros(n, device=dev, requires_grad=True)
 
     proj_std = 0.02 / math.sqrt(2.0 * L)
     wte = param("wte", (V, h), 0.02)
@@ -82,21 +96,21 @@ def main():
     for i in range(L):
         b = f"block{i}"
         p_ = {
-            "ln1_g": torch.ones(h, requires_grad=True), "ln1_b": torch.zeros(h, requires_grad=True),
-            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": torch.zeros(3 * h, requires_grad=True),
-            "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": torch.zeros(h, requires_grad=True),
-            "ln2_g": torch.ones(h, requires_grad=True), "ln2_b": torch.zeros(h, requires_grad=True),
-            "fc1_w": param(b + ".mlp.fc1.weight", (h, f), 0.02), "fc1_b": torch.zeros(f, requires_grad=True),
-            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": torch.zeros(h, requires_grad=True),
+            "ln1_g": ones(h), "ln1_b": zeros(h),
+            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": zeros(3 * h),
+            "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": zeros(h),
+            "ln2_g": ones(h), "ln2_b": zeros(h),
+            "fc1_w": param(b + ".mlp.fc1.weight", (h, f), 0.02), "fc1_b": zeros(f),
+            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": zeros(h),
         }
         blocks.append(p_)
         decay += [p_["qkv_w"], p_["proj_w"], p_["fc1_w"], p_["fc2_w"]]
         no_decay += [v for k, v in p_.items() if not k.endswith("_w")]
-    lnf_g, lnf_b = torch.ones(h, requires_grad=True), torch.zeros(h, requires_grad=True)
+    lnf_g, lnf_b = ones(h), zeros(h)
     no_decay += [lnf_g, lnf_b]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-    mask = torch.ones(S, S).tril() == 0
+    mask = torch.ones(S, S, device=dev).tril() == 0
 
     def forward(tokens):  # tokens [B, S+1] -> summed loss over B*S tokens
         x = wte[tokens[:, :-1]] + wpe[:S]
@@ -122,7 +136,7 @@ def main():
         for m in range(args.global_batch // args.micro_batch):
             rows = [sequence(seed, step * args.global_batch + m * args.micro_batch + i, V, S)
                     for i in range(args.micro_batch)]
-            loss = forward(torch.tensor(rows)) / tokens_in_step
+            loss = forward(torch.tensor(rows, device=dev)) / tokens_in_step
             loss.backward()
             total += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)

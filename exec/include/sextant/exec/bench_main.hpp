@@ -31,9 +31,10 @@ struct ComputeBenchJob {
   std::string trace_file;
   BackendKind backend = BackendKind::kCpu;
   GemmPrecision precision = GemmPrecision::kBf16;
+  bool gpu_shapes = true;  // on cuda, replace the CPU-sized shapes with gpu_compute_bench()
 };
 
 // Throws InputError when the backend cannot run here (no GPU).
-int run_compute_bench(const ComputeBenchJob& job);
+int run_compute_bench(ComputeBenchJob job);
 
 }  // namespace sextant::exec

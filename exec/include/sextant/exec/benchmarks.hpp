@@ -63,7 +63,8 @@ struct ComputeBenchOptions {
   int warmup = 2;
   int iterations = 10;
 };
-ComputeBenchOptions default_compute_bench();
+ComputeBenchOptions default_compute_bench();  // CPU-sized shapes
+ComputeBenchOptions gpu_compute_bench();      // H100-sized shapes (up to 8192^3, GPT-2 layers)
 
 std::vector<ComputeRow> bench_compute(Backend& backend, const ComputeBenchOptions& options,
                                       std::vector<spec::TraceEvent>* events);
