@@ -3,10 +3,12 @@
 # the CUDA backend for sm_90, then
 #   1. every CUDA kernel against the CPU backend (exec_test CudaVsCpu.*),
 #   2. the layout-equivalence suite on the CUDA backend with 2 and 4 ranks sharing the GPU,
-#   3. `sextant run --backend cuda --precision fp32` against the PyTorch reference on the GPU,
+#   3. `sextant run --backend cuda --precision fp32` against the PyTorch reference on the GPU
+#      (gpt-tiny, and three steps of gpt2-124m),
 #   4. bench compute on the GPU (bf16 and fp32 GEMMs, memory-bound ops) with traces,
-#   5. GPT-2 124M tokens/s and model TFLOP/s: Sextant (bf16 GEMMs) next to PyTorch (bf16 autocast;
-#      explicit attention, fused SDPA, and torch.compile),
+#   5. bench comm over NCCL at world size 1 (the plumbing), and GPT-2 124M (micro-batch 32 x 1024)
+#      tokens/s: Sextant (bf16 GEMMs) next to PyTorch (bf16 autocast; explicit attention, fused
+#      SDPA, and torch.compile),
 #   6. calibration of the h100-1gpu cluster from the measured traces, and the prediction error.
 # Logs and result files go to $OUT (the device tool's output folder) or ./out/gpu.
 # Usage (build machine): scripts/device-deps.sh, then run `scripts/gpu-check.sh` through the
@@ -20,6 +22,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe)
 status=0
 step() { echo; echo "== $*" | tee -a "$out/summary.txt"; }
+# On the GPU machine a skipped GPU test is a failure: it means the GPU was not seen.
+no_skips() { if grep -q "SKIPPED \]" "$1"; then echo "   tests skipped: no GPU seen" | tee -a "$out/summary.txt"; return 1; fi; }
 record() { if [[ $1 -ne 0 ]]; then status=1; echo "   FAILED ($1)" | tee -a "$out/summary.txt"; else echo "   ok" | tee -a "$out/summary.txt"; fi; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; date -u; } \
@@ -37,18 +41,23 @@ if [[ $rc -ne 0 ]]; then tail -40 "$out/configure.log" "$out/build.log"; exit 1;
 sextant=build/cuda/cli/sextant
 
 step "CUDA kernels vs CPU backend"
-build/cuda/tests/exec_test --gtest_filter='CudaVsCpu.*:CudaAvailability.*' >"$out/kernels.txt" 2>&1
+build/cuda/tests/exec_test --gtest_filter='CudaVsCpu.*:CudaAvailability.*' >"$out/kernels.txt" 2>&1 &&
+  no_skips "$out/kernels.txt"
 record $?; tail -5 "$out/kernels.txt"
 
 for np in 2 4; do
   step "layout equivalence on the CUDA backend, $np ranks"
-  SEXTANT_TEST_BACKEND=cuda "${mpirun[@]}" -np $np build/cuda/tests/exec_mpi_test >"$out/layouts_np$np.txt" 2>&1
+  SEXTANT_TEST_BACKEND=cuda "${mpirun[@]}" -np $np build/cuda/tests/exec_mpi_test \
+    --gtest_filter='LayoutTest.*' >"$out/layouts_np$np.txt" 2>&1 && no_skips "$out/layouts_np$np.txt"
   record $?; tail -3 "$out/layouts_np$np.txt"
 done
 
-step "sextant run --backend cuda --precision fp32 vs the PyTorch reference on the GPU"
-SEXTANT_PYTHON=python3 tests/cli/pytorch_reference.sh "$sextant" "$root" cuda >"$out/pytorch_reference.txt" 2>&1
-record $?; cat "$out/pytorch_reference.txt"
+for m in gpt-tiny gpt2-124m; do
+  step "sextant run --backend cuda --precision fp32 vs the PyTorch reference on the GPU: $m"
+  SEXTANT_PYTHON=python3 tests/cli/pytorch_reference.sh "$sextant" "$root" cuda $m \
+    >"$out/pytorch_reference_$m.txt" 2>&1
+  record $?; cat "$out/pytorch_reference_$m.txt"
+done
 
 for p in bf16 fp32; do
   step "bench compute --backend cuda --precision $p"
@@ -57,9 +66,14 @@ for p in bf16 fp32; do
   record $?; cat "$out/compute_$p.txt"
 done
 
-step "GPT-2 124M throughput, micro-batch 8 x 1024 tokens"
+step "bench comm --backend nccl at world size 1 (plumbing)"
+"$sextant" bench comm --backend cuda --comm nccl --sizes 4K,1M,64M --nccl-tests "$out/nccl_ws1_" \
+  >"$out/comm_nccl_ws1.txt" 2>&1
+record $?; cat "$out/comm_nccl_ws1.txt"
+
+step "GPT-2 124M throughput, micro-batch 32 x 1024 tokens, bf16"
 model=models/zoo/gpt2-124m.json
-"$sextant" run --model gpt2-124m --global-batch 8 --micro-batch 8 --steps 13 --backend cuda \
+"$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 13 --backend cuda \
   --precision bf16 --quiet --log-json "$out/sextant_gpt2.jsonl" --trace "$out/sextant_gpt2.trace.json" \
   >"$out/sextant_gpt2.txt" 2>&1
 record $?
@@ -72,7 +86,7 @@ print(json.dumps({"impl": "sextant cuda bf16 (explicit attention)",
 PY
 for variant in "--attention explicit" "--attention sdpa" "--attention sdpa --compile"; do
   # shellcheck disable=SC2086
-  python3 bench/pytorch_gpt_cuda.py --model-json $model --micro-batch 8 --steps 10 --precision bf16 $variant \
+  python3 bench/pytorch_gpt_cuda.py --model-json $model --micro-batch 32 --steps 10 --precision bf16 $variant \
     2>>"$out/pytorch_gpt2.err" | tee -a "$out/throughput.txt"
 done
 
@@ -84,7 +98,7 @@ step "calibrate h100-1gpu from the measured traces; predicted vs measured"
 record $?; tail -20 "$out/calibrate.txt"
 for c in h100-1gpu "$out/h100-1gpu.calibrated.json"; do
   tag=$([[ "$c" == h100-1gpu ]] && echo default || echo calibrated)
-  "$sextant" simulate --model gpt2-124m --cluster "$c" --gpus 1 --global-batch 8 --micro-batch 8 \
+  "$sextant" simulate --model gpt2-124m --cluster "$c" --gpus 1 --global-batch 32 --micro-batch 32 \
     --dtype bf16 --trace "$out/gpt2.$tag.predicted.json" --json >"$out/gpt2.$tag.report.json" 2>&1 &&
     "$sextant" compare --measured "$out/sextant_gpt2.trace.json" --predicted "$out/gpt2.$tag.predicted.json" \
       >"$out/compare.$tag.txt" 2>&1

@@ -1,9 +1,9 @@
 // `sextant bench comm|compute`: measurements in nccl-tests conventions that calibration reads.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "executor_flags.hpp"
@@ -15,7 +15,8 @@ namespace {
 
 // "1K", "64M", "1G" or plain bytes.
 int64_t parse_size(const std::string& s) {
-  if (s.empty()) throw InputError("command line", "--sizes", s, "expected a size like 4K or 1048576");
+  if (s.empty())
+    throw InputError("command line", "--sizes", s, "expected a size like 4K or 1048576");
   char unit = s.back();
   int64_t mult = 1;
   std::string digits = s;
@@ -42,7 +43,8 @@ bool under_mpi() {
 }  // namespace
 
 void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
-  CLI::App* bench = app.add_subcommand("bench", "Measure collectives and compute (calibration input)");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Measure collectives and compute (calibration input)");
   bench->require_subcommand(1);
 
   struct CommFlags {
@@ -57,15 +59,20 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     int np = 0;
   };
   auto c = std::make_shared<CommFlags>();
-  CLI::App* comm = bench->add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
+  CLI::App* comm =
+      bench->add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
   comm->add_option("--sizes", c->sizes, "Message sizes, e.g. 4K,1M,64M")->delimiter(',');
-  comm->add_option("--iterations", c->iterations, "Timed iterations per size")->check(CLI::PositiveNumber);
-  comm->add_option("--warmup", c->warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+  comm->add_option("--iterations", c->iterations, "Timed iterations per size")
+      ->check(CLI::PositiveNumber);
+  comm->add_option("--warmup", c->warmup, "Untimed iterations first")
+      ->check(CLI::NonNegativeNumber);
   comm->add_flag("--json", c->json, "Print JSON");
-  comm->add_option("--trace", c->trace, "Write the timed collectives as a trace (calibration input)");
+  comm->add_option("--trace", c->trace,
+                   "Write the timed collectives as a trace (calibration input)");
   comm->add_option("--out", c->out, "Write the rows as JSON");
-  comm->add_option("--nccl-tests", c->nccl_tests,
-                   "Also write each collective's rows in nccl-tests' layout to PREFIX<kind>_perf.txt");
+  comm->add_option(
+      "--nccl-tests", c->nccl_tests,
+      "Also write each collective's rows in nccl-tests' layout to PREFIX<kind>_perf.txt");
   add_executor_flags(*comm, c->executor, false);
   comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
   comm->callback([c, args] {
@@ -113,12 +120,14 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     int iterations = 10;
   };
   auto p = std::make_shared<ComputeFlags>();
-  CLI::App* compute = bench->add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
+  CLI::App* compute =
+      bench->add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
   compute->add_flag("--json", p->json, "Print JSON");
   compute->add_option("--trace", p->trace, "Write the timed ops as a trace (calibration input)");
   compute->add_option("--backend", p->executor.backend, "cpu or cuda (GPU 0)");
   compute->add_option("--precision", p->executor.precision, "cuda GEMMs: bf16, tf32 or fp32");
-  compute->add_option("--iterations", p->iterations, "Timed calls per op")->check(CLI::PositiveNumber);
+  compute->add_option("--iterations", p->iterations, "Timed calls per op")
+      ->check(CLI::PositiveNumber);
   compute->callback([p] {
     exec::ComputeBenchJob job;
     job.backend = backend_kind(p->executor);

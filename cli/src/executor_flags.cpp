@@ -6,13 +6,16 @@
 namespace sextant::cli {
 
 void add_executor_flags(CLI::App& cmd, ExecutorFlags& flags, bool with_precision) {
-  cmd.add_option("--backend", flags.backend, "cpu (Eigen + MPI) or cuda (cuBLAS, own kernels, NCCL)");
-  cmd.add_option("--comm", flags.comm,
-                 "Collectives: auto (cpu: mpi; cuda: nccl when every rank has a GPU of its own, else "
-                 "mpi through host memory), mpi or nccl");
+  cmd.add_option("--backend", flags.backend,
+                 "cpu (Eigen + MPI) or cuda (cuBLAS, own kernels, NCCL)");
+  cmd.add_option(
+      "--comm", flags.comm,
+      "Collectives: auto (cpu: mpi; cuda: nccl when every rank has a GPU of its own, else "
+      "mpi through host memory), mpi or nccl");
   if (with_precision)
-    cmd.add_option("--precision", flags.precision,
-                   "cuda GEMMs: bf16 (tensor cores, fp32 accumulate), tf32 or fp32; tensors stay fp32");
+    cmd.add_option(
+        "--precision", flags.precision,
+        "cuda GEMMs: bf16 (tensor cores, fp32 accumulate), tf32 or fp32; tensors stay fp32");
 }
 
 exec::BackendKind backend_kind(const ExecutorFlags& flags) {

@@ -1,5 +1,6 @@
-// `sextant run`: train a plan for real on MPI ranks (CPU or CUDA backend). Under mpirun/srun every rank
-// runs this command; with --np N and no MPI launcher around it, it starts `mpirun -np N` itself.
+// `sextant run`: train a plan for real on MPI ranks (CPU or CUDA backend). Under mpirun/srun every
+// rank runs this command; with --np N and no MPI launcher around it, it starts `mpirun -np N`
+// itself.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -59,8 +60,8 @@ bool under_mpi_launcher() {
   for (std::string& s : cmd) argv.push_back(s.data());
   argv.push_back(nullptr);
   execvp("mpirun", argv.data());
-  throw std::runtime_error(fmt::format("cannot start mpirun: {} (is Open MPI installed?)",
-                                       std::strerror(errno)));
+  throw std::runtime_error(
+      fmt::format("cannot start mpirun: {} (is Open MPI installed?)", std::strerror(errno)));
 }
 
 int run(const RunFlags& f, const std::vector<std::string>& args) {
@@ -94,7 +95,8 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   auto f = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Train a plan for real on MPI ranks (start with mpirun -np N, or give --np N)");
-  cmd->add_option("--model", f->model, "Zoo name, model file or Hugging Face config.json")->required();
+  cmd->add_option("--model", f->model, "Zoo name, model file or Hugging Face config.json")
+      ->required();
   add_plan_flags(*cmd, f->plan);
   add_executor_flags(*cmd, f->executor, true);
   cmd->add_option("--steps", f->steps, "Training steps")->check(CLI::PositiveNumber);

@@ -32,7 +32,8 @@ spec::Json comm_rows_json(const std::vector<CommRow>& rows) {
 
 // nccl-tests' layout (doc/PERFORMANCE.md): rank lines, the column header, one row per size with
 // out-of-place and in-place figures (the same measurement here: MPI collectives run in place).
-void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& rows, CommKind transport) {
+void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& rows,
+                      CommKind transport) {
   const bool cpu = transport == CommKind::kMpi;
   std::map<std::pair<spec::CollectiveKind, int64_t>, std::vector<CommRow>> blocks;
   for (const CommRow& r : rows) blocks[{r.collective, r.ranks}].push_back(r);
@@ -47,21 +48,28 @@ void write_nccl_tests(const std::string& prefix, const std::vector<CommRow>& row
     for (int64_t r = 0; r < key.second; ++r)
       t += fmt::format("#  Rank {:2} Group  0 Pid {:6} on localhost device {:2} [{}] {}\n", r, r,
                        cpu ? 0 : r, cpu ? "cpu" : "gpu", cpu ? "CPU" : "GPU");
-    t += "#\n#                                                              out-of-place                       in-place\n";
-    t += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
-    t += "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n";
+    t += "#\n#                                                              out-of-place           "
+         "            in-place\n";
+    t += "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+         "time   algbw   busbw #wrong\n";
+    t += "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            "
+         "(us)  (GB/s)  (GB/s)\n";
     for (const CommRow& r : list) {
-      t += fmt::format("{:>12} {:>13}     float     sum      -1 {:8.2f} {:7.2f} {:7.2f}      0 {:8.2f} {:7.2f} {:7.2f}      0\n",
-                       r.bytes, r.bytes / 4, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
-                       r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps);
+      t += fmt::format(
+          "{:>12} {:>13}     float     sum      -1 {:8.2f} {:7.2f} {:7.2f}      0 {:8.2f} {:7.2f} "
+          "{:7.2f}      0\n",
+          r.bytes, r.bytes / 4, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps, r.time_s * 1e6,
+          r.algbw_GBps, r.busbw_GBps);
     }
   }
   for (const auto& [kind, t] : text)
-    spec::write_file_atomically(prefix + std::string(spec::enum_name(spec::collective_kind_names(), kind)) + "_perf.txt", t);
+    spec::write_file_atomically(
+        prefix + std::string(spec::enum_name(spec::collective_kind_names(), kind)) + "_perf.txt",
+        t);
 }
 
-void write_trace(const std::string& path, std::vector<spec::TraceEvent> events, const std::string& bench,
-                 const std::string& backend) {
+void write_trace(const std::string& path, std::vector<spec::TraceEvent> events,
+                 const std::string& bench, const std::string& backend) {
   spec::Trace t;
   t.kind = "measured";
   t.events = std::move(events);
@@ -80,26 +88,30 @@ int run_comm_bench(const CommBenchJob& job) {
   int status = 0;
   try {
     CommKind kind = CommKind::kMpi;
-    std::unique_ptr<Backend> backend =
-        make_backend(job.backend, job.comm_choice, GemmPrecision::kFp32, job.json, MPI_COMM_WORLD, kind);
+    std::unique_ptr<Backend> backend = make_backend(
+        job.backend, job.comm_choice, GemmPrecision::kFp32, job.json, MPI_COMM_WORLD, kind);
     CommBenchOptions options = job.options;
     options.transport = std::string(comm_kind_name(kind));
     std::vector<CommRow> rows;
     std::vector<spec::TraceEvent> events;
-    for (int group = 2; group <= size; group *= 2) {
+    // Groups of 2, 4, ... ranks; a single rank measures its group of one (the plumbing: NCCL on
+    // one GPU copies, MPI returns).
+    for (int group = size == 1 ? 1 : 2; group <= size; group *= 2) {
       // Contiguous blocks of `group` ranks; the first block reports.
       MPI_Comm split = MPI_COMM_NULL;
       MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank / group, rank, &split));
       std::unique_ptr<Communicator> comm = make_communicator(kind, split, "bench");
       if (rank / group * group + group <= size) {
-        std::vector<CommRow> r = bench_comm(*comm, *backend, options, 0, rank == 0 ? &events : nullptr);
+        std::vector<CommRow> r =
+            bench_comm(*comm, *backend, options, 0, rank == 0 ? &events : nullptr);
         if (rank == 0) rows.insert(rows.end(), r.begin(), r.end());
       }
       MPI_Barrier(MPI_COMM_WORLD);
     }
     if (rank == 0) {
       if (job.json) {
-        std::cout << spec::Json{{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}}.dump(2)
+        std::cout << spec::Json{{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}}
+                         .dump(2)
                   << "\n";
       } else {
         fmt::print("{:<15} {:>6} {:>12} {:>12} {:>12} {:>12}\n", "collective", "ranks", "bytes",
@@ -110,11 +122,15 @@ int run_comm_bench(const CommBenchJob& job) {
                      r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps);
       }
       if (!job.json_file.empty())
-        spec::write_json_file(job.json_file, {{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}});
-      if (!job.trace_file.empty()) write_trace(job.trace_file, events, "comm", std::string(comm_kind_name(kind)));
+        spec::write_json_file(job.json_file,
+                              {{"schema", "sextant.bench_comm/1"}, {"rows", comm_rows_json(rows)}});
+      if (!job.trace_file.empty())
+        write_trace(job.trace_file, events, "comm", std::string(comm_kind_name(kind)));
       if (!job.nccl_tests_prefix.empty()) write_nccl_tests(job.nccl_tests_prefix, rows, kind);
     }
-    if (size < 2 && rank == 0) fmt::print(stderr, "bench comm needs at least 2 ranks (mpirun -np 2, or --np 2)\n");
+    if (size < 2 && rank == 0)
+      fmt::print(stderr,
+                 "one rank: a group of one measures the plumbing only (mpirun -np 2, or --np 2)\n");
   } catch (const InputError& e) {
     if (rank == 0) fmt::print(stderr, "error: {}\n", e.what());
     status = 2;
@@ -130,7 +146,8 @@ int run_compute_bench(ComputeBenchJob job) {
   std::unique_ptr<Backend> be;
   if (job.backend == BackendKind::kCuda) {
     if (cuda_device_count() == 0)
-      throw InputError("command line", "--backend", "cuda", "a usable GPU, but " + cuda_unavailable_reason());
+      throw InputError("command line", "--backend", "cuda",
+                       "a usable GPU, but " + cuda_unavailable_reason());
     be = make_cuda_backend(0, job.precision);
     if (job.gpu_shapes) {
       const int iterations = job.options.iterations;

@@ -59,8 +59,8 @@ std::vector<CommRow> bench_comm(Communicator& comm, Backend& be, const CommBench
     if (kind == spec::CollectiveKind::kSendRecv && n != 2) continue;  // a pair of ranks
     for (int64_t bytes : o.sizes) {
       // Element counts per rank as nccl-tests sizes them.
-      const bool whole_array = kind == spec::CollectiveKind::kReduceScatter ||
-                               kind == spec::CollectiveKind::kAllGather;
+      const bool whole_array =
+          kind == spec::CollectiveKind::kReduceScatter || kind == spec::CollectiveKind::kAllGather;
       int64_t count = std::max<int64_t>(1, bytes / 4);
       if (whole_array) count = std::max<int64_t>(n, count - count % n);
       const int64_t block = whole_array ? count / n : count;
@@ -107,8 +107,10 @@ std::vector<CommRow> bench_comm(Communicator& comm, Backend& be, const CommBench
           e.op_class = op_class_of(kind);
           e.rank = trace_rank;
           e.stream = spec::Stream::kDpComm;
-          e.start_ps = std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - t_all).count() * 1000;
-          e.duration_ps = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() * 1000;
+          e.start_ps =
+              std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - t_all).count() * 1000;
+          e.duration_ps =
+              std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() * 1000;
           e.bytes = count * 4;
           e.group_size = n;
           e.algorithm = o.transport;
@@ -116,7 +118,8 @@ std::vector<CommRow> bench_comm(Communicator& comm, Backend& be, const CommBench
           events->push_back(e);
         }
       }
-      double mean = std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
+      double mean =
+          std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
       // The slowest rank's mean, as every rank reports it.
       std::vector<float> m = {static_cast<float>(mean)};
       comm.all_reduce_max_host(m.data(), 1);
@@ -125,6 +128,7 @@ std::vector<CommRow> bench_comm(Communicator& comm, Backend& be, const CommBench
       row.ranks = n;
       row.bytes = count * 4;
       row.time_s = m[0];
+      row.time_s = std::max(row.time_s, 1e-9);  // a group of one can return within a tick
       row.algbw_GBps = static_cast<double>(row.bytes) / row.time_s / 1e9;
       row.busbw_GBps = row.algbw_GBps * bus_bandwidth_factor(kind, n);
       rows.push_back(row);
@@ -180,8 +184,10 @@ std::vector<ComputeRow> bench_compute(Backend& be, const ComputeBenchOptions& o,
         spec::TraceEvent e;
         e.name = row.op;
         e.op_class = row.op_class;
-        e.start_ps = std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - start).count() * 1000;
-        e.duration_ps = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() * 1000;
+        e.start_ps =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - start).count() * 1000;
+        e.duration_ps =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count() * 1000;
         e.flops = row.flops;
         e.bytes = row.bytes;
         e.shape = row.shape;

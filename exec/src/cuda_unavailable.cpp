@@ -12,11 +12,19 @@ constexpr const char* kReason =
     "rebuild with the cuda preset or -DSEXTANT_ENABLE_CUDA=REQUIRE)";
 }
 
-bool built_with_cuda() { return false; }
-int cuda_device_count() { return 0; }
-std::string cuda_unavailable_reason() { return kReason; }
+bool built_with_cuda() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+std::string cuda_unavailable_reason() {
+  return kReason;
+}
 
-std::unique_ptr<Backend> make_cuda_backend(int, GemmPrecision) { throw std::runtime_error(kReason); }
+std::unique_ptr<Backend> make_cuda_backend(int, GemmPrecision) {
+  throw std::runtime_error(kReason);
+}
 
 std::unique_ptr<Communicator> make_device_communicator(CommKind, MPI_Comm, std::string) {
   throw std::runtime_error(kReason);

@@ -91,9 +91,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   if (!ties_embeddings(job.model)) layout.groups().embedding = nullptr;
   const int64_t seq =
       job.model.is_transformer() ? job.plan.seq_len.value_or(job.model.transformer().seq_len) : 0;
-  models::LoweredModel lowered =
-      models::lower(job.model, {job.plan.micro_batch, seq, spec::Dtype::kFp32, job.plan.tp,
-                                job.plan.sequence_parallel});
+  models::LoweredModel lowered = models::lower(
+      job.model,
+      {job.plan.micro_batch, seq, spec::Dtype::kFp32, job.plan.tp, job.plan.sequence_parallel});
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
   Context ctx;
   ctx.backend = &backend;
@@ -113,8 +113,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   auto on_step = [&](const StepLog& s) {
     if (rank != 0) return;
     if (!job.quiet)
-      fmt::print("step {:>4}  loss {:.6f}  step {:.3f} s  {:.0f} tokens/s  grad norm {:.3f}\n", s.step,
-                 s.loss, s.step_time_s, s.tokens_per_s, s.grad_norm);
+      fmt::print("step {:>4}  loss {:.6f}  step {:.3f} s  {:.0f} tokens/s  grad norm {:.3f}\n",
+                 s.step, s.loss, s.step_time_s, s.tokens_per_s, s.grad_norm);
     if (log) {
       *log << spec::Json{{"step", s.step},
                          {"loss", s.loss},
@@ -166,7 +166,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"commit", spec::kGitCommit}};
       trace.kind = "measured";
       spec::write_trace_file(job.trace_file, trace);
-      if (!job.quiet) fmt::print("trace: {} ({} events from {} ranks)\n", job.trace_file, trace.events.size(), size);
+      if (!job.quiet)
+        fmt::print("trace: {} ({} events from {} ranks)\n", job.trace_file, trace.events.size(),
+                   size);
     }
   }
   return result;
@@ -184,14 +186,16 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> 
   }
   const int devices = cuda_device_count();
   if (devices == 0)
-    throw InputError("command line", "--backend", "cuda", "a usable GPU, but " + cuda_unavailable_reason());
+    throw InputError("command line", "--backend", "cuda",
+                     "a usable GPU, but " + cuda_unavailable_reason());
   const auto [local_rank, local_size] = node_local_rank(world);
   const bool gpu_per_rank = local_size <= devices;
   if (choice == CommKind::kNccl && !gpu_per_rank)
-    throw InputError("command line", "--comm", "nccl",
-                     fmt::format("one GPU per rank, but {} ranks share {} GPU(s) on a node and NCCL "
-                                 "refuses two ranks on one GPU (use --comm mpi)",
-                                 local_size, devices));
+    throw InputError(
+        "command line", "--comm", "nccl",
+        fmt::format("one GPU per rank, but {} ranks share {} GPU(s) on a node and NCCL "
+                    "refuses two ranks on one GPU (use --comm mpi)",
+                    local_size, devices));
   if (choice == CommKind::kMpi || choice == CommKind::kMpiStaged) {
     comm = CommKind::kMpiStaged;
   } else {
@@ -201,8 +205,8 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> 
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
   if (rank == 0 && !quiet)
-    fmt::print("backend {} ({} GPU(s) per node, {} rank(s) per node), collectives {}\n", backend->name(),
-               devices, local_size, comm_kind_name(comm));
+    fmt::print("backend {} ({} GPU(s) per node, {} rank(s) per node), collectives {}\n",
+               backend->name(), devices, local_size, comm_kind_name(comm));
   return backend;
 }
 

@@ -214,9 +214,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   fw.push_back(softmax);
   Op attn_drop;
   if (m.dropout) {
-    attn_drop = memory_op("attn.dropout", OpClass::kElementwise,
-                          x.b * heads * x.s * x.s * (2 * e + 1), TpSplit::kHead,
-                          {x.b * heads, x.s, x.s});
+    attn_drop =
+        memory_op("attn.dropout", OpClass::kElementwise, x.b * heads * x.s * x.s * (2 * e + 1),
+                  TpSplit::kHead, {x.b * heads, x.s, x.s});
     attn_drop.core_attention = true;
     fw.push_back(attn_drop);
   }
@@ -289,8 +289,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t replicated = 4 * sbh * e + 2 * mask * sbh;
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
-  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + gate * T * x.f * e +
-                        T * x.f * e;
+  const int64_t split =
+      sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + gate * T * x.f * e + T * x.f * e;
   // The attention core: softmax output, and with dropout its mask and output (5as²b bytes).
   const int64_t core = x.b * x.a * x.s * x.s * (e + mask * (1 + e));
   const int64_t rep_per_rank = x.sp ? replicated / x.t : replicated;
@@ -308,8 +308,8 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   const int64_t T = x.tokens();
   const int64_t e = x.e;
   // Vocabulary-parallel lookup: each rank gathers the rows it owns, zeros elsewhere.
-  Op lookup = memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * e, TpSplit::kVocab,
-                        {T, x.h});
+  Op lookup =
+      memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * e, TpSplit::kVocab, {T, x.h});
   layer.forward.push_back(lookup);
   add_tp_reduce(layer.forward, x, "embed");
   bool has_positions = m.position_embedding == spec::PositionEmbedding::kLearned;
@@ -423,6 +423,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   out.layers.push_back(transformer_head(m, x));
   out.split_begin = 1;
   out.split_end = out.layers.size() - 1;
+  if (m.tied_embeddings) out.tied_table_params = (x.V + x.t - 1) / x.t * x.h;
   return out;
 }
 
@@ -588,8 +589,8 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         }
       }
       if (li + 1 == m.layers.size()) {
-        layer.forward.push_back(memory_op("loss", OpClass::kLoss, B * f.c * (e + 4),
-                                          TpSplit::kReplicated, {B, f.c}));
+        layer.forward.push_back(
+            memory_op("loss", OpClass::kLoss, B * f.c * (e + 4), TpSplit::kReplicated, {B, f.c}));
       }
       add_cnn_backward(layer);
       layer.params_total = layer.params;

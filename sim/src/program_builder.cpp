@@ -41,11 +41,11 @@ class StageBuilder {
     if (plan_.dp > 1 && plan_.zero < 3 && !plan_.overlap_dp_comm) {
       // All gradients reduced after the whole backward, in buckets.
       for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
-        for (size_t l = layers_.chunk_end[v]; l-- > layers_.chunk_begin[v];)
-          add_to_bucket(l, last);
+        for (size_t l = layers_.chunk_end[v]; l-- > layers_.chunk_begin[v];) add_to_bucket(l, last);
       }
       flush_bucket(last);
     }
+    reduce_tied_embeddings(last);
     optimizer_step();
     return std::move(program_);
   }
@@ -188,9 +188,9 @@ class StageBuilder {
       int64_t full = bytes * plan_.tp;
       int32_t ag = named_op("pp.all_gather", spec::OpClass::kAllGather, full, layer);
       // Part of the stage-to-stage exchange: waiting for it counts as pipeline time.
-      int32_t g = comm(Stream::kTpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kTp),
-                       TaskKind::kCollective, spec::CollectiveKind::kAllGather, full, ag, phase, mb,
-                       task);
+      int32_t g =
+          comm(Stream::kTpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kTp),
+               TaskKind::kCollective, spec::CollectiveKind::kAllGather, full, ag, phase, mb, task);
       require(g);
     }
   }
@@ -209,8 +209,8 @@ class StageBuilder {
   // ZeRO-3: all-gather a layer's parameters from the data-parallel group.
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
     int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
-    int32_t op = named_op("fsdp.all_gather", spec::OpClass::kAllGather, bytes,
-                          static_cast<int32_t>(layer));
+    int32_t op =
+        named_op("fsdp.all_gather", spec::OpClass::kAllGather, bytes, static_cast<int32_t>(layer));
     return comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
                 TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
                 after);
@@ -306,8 +306,7 @@ class StageBuilder {
     });
     if (bucketed) flush_bucket(flush());
     if (!first_chunk(u.chunk))
-      send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch,
-           static_cast<int32_t>(b));
+      send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch, static_cast<int32_t>(b));
   }
 
   // Adds a layer's gradients to the open bucket; a full bucket is reduced at once, after `after`
@@ -320,14 +319,27 @@ class StageBuilder {
   void flush_bucket(int32_t after) {
     if (bucket_bytes_ == 0) return;
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
-    spec::CollectiveKind kind = plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter
-                                                : spec::CollectiveKind::kAllReduce;
-    int32_t op = named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
-                          plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
-                          bucket_bytes_, -1);
+    spec::CollectiveKind kind =
+        plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
+    int32_t op =
+        named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
+                 plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
+                 bucket_bytes_, -1);
     comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
          TaskKind::kCollective, kind, bucket_bytes_, op, Phase::kBwd, micro_batches_ - 1, after);
     bucket_bytes_ = 0;
+  }
+
+  // The first and the last stage sum the gradients of the tied embedding table (Megatron's
+  // embedding-group all-reduce) after their backward pass, before the optimizer.
+  void reduce_tied_embeddings(int32_t after) {
+    if (lowered_.tied_table_params == 0 || plan_.pp == 1) return;
+    if (stage_ != 0 && stage_ != plan_.pp - 1) return;
+    const int64_t bytes = lowered_.tied_table_params * elem_bytes_;
+    int32_t op = named_op("embed.tied_all_reduce", spec::OpClass::kAllReduce, bytes, -1);
+    comm(Stream::kDpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kEmbedding),
+         TaskKind::kCollective, spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd,
+         micro_batches_ - 1, after);
   }
 
   void optimizer_step() {

@@ -21,7 +21,9 @@ constexpr std::array<std::pair<std::string_view, Fidelity>, 2> kFidelities{
     {{"analytic", Fidelity::kAnalytic}, {"flow", Fidelity::kFlow}}};
 }  // namespace
 
-spec::EnumNames<Fidelity> fidelity_names() { return kFidelities; }
+spec::EnumNames<Fidelity> fidelity_names() {
+  return kFidelities;
+}
 
 spec::Dtype plan_dtype(const spec::Plan& plan, const spec::ClusterSpec& cluster) {
   if (plan.dtype) return *plan.dtype;
@@ -36,7 +38,7 @@ struct Topology {
   std::vector<ChannelSetup> channels;
 };
 
-Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster) {
+Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster, bool tied) {
   spec::RankLayout layout(plan);
   const int64_t world = layout.world_size();
   Topology topo;
@@ -68,6 +70,14 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
     s.program = static_cast<int32_t>(layout.coord(r).pp);
     s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.tp_group(r));
     s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.dp_group(r));
+    const spec::RankCoord c = layout.coord(r);
+    if (tied && plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1)) {
+      spec::RankCoord first = c, last = c;
+      first.pp = 0;
+      last.pp = plan.pp - 1;
+      s.groups[static_cast<size_t>(GroupSlot::kEmbedding)] =
+          group_id({layout.rank(first), layout.rank(last)});
+    }
     s.speed = cluster.speed_factor(r);
     if (plan.pp > 1) {
       int64_t next = layout.pp_next(r);
@@ -154,10 +164,10 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   const int64_t world = plan.world_size();
   spec::validate_plan(plan, model, world, options.plan_source);
   if (world > cluster.total_devices()) {
-    throw InputError(options.plan_source, "/dp", plan.name(),
-                     fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world,
-                                 cluster.name, cluster.total_devices(), cluster.nodes,
-                                 cluster.devices_per_node));
+    throw InputError(
+        options.plan_source, "/dp", plan.name(),
+        fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world, cluster.name,
+                    cluster.total_devices(), cluster.nodes, cluster.devices_per_node));
   }
   const spec::Dtype dtype = plan_dtype(plan, cluster);
   int64_t seq = 1;
@@ -171,7 +181,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   std::vector<Program> programs;
   for (int64_t s = 0; s < plan.pp; ++s)
     programs.push_back(build_stage_program(plan, lowered, compute, s));
-  Topology topo = build_topology(plan, cluster);
+  Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
   EngineResult result;
   if (options.fidelity == Fidelity::kFlow) {
@@ -228,12 +238,9 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
 
   if (options.trace) {
     out.trace = build_trace(result, programs, topo.ranks, topo.groups, dtype);
-    out.trace->metadata = {{"model", model.name},
-                           {"cluster", cluster.name},
-                           {"plan", plan.name()},
-                           {"plan_json", spec::to_json(plan)},
-                           {"network", rep.network},
-                           {"step_time_s", rep.step_time_s},
+    out.trace->metadata = {{"model", model.name},       {"cluster", cluster.name},
+                           {"plan", plan.name()},       {"plan_json", spec::to_json(plan)},
+                           {"network", rep.network},    {"step_time_s", rep.step_time_s},
                            {"commit", spec::kGitCommit}};
   }
   out.ranks = std::move(result.ranks);

@@ -2,12 +2,15 @@
 # The CPU executor against an independent PyTorch implementation of the same GPT (same initial
 # weights and data, regenerated in Python from Sextant's definitions; torch.optim.AdamW): the loss
 # and gradient norm of every step agree (fp32, different summation orders: 1e-4 relative).
-# Usage: pytorch_reference.sh SEXTANT SOURCE_DIR [cpu|cuda]; cuda compares `sextant run --backend
-# cuda --precision fp32` with the reference on the GPU (TF32 off), on the same tolerances.
+# Usage: pytorch_reference.sh SEXTANT SOURCE_DIR [cpu|cuda] [MODEL]; cuda compares `sextant run
+# --backend cuda --precision fp32` with the reference on the GPU (TF32 off), on the same
+# tolerances. MODEL is a zoo name (default gpt-tiny: 5 steps of 8 sequences; gpt2-124m and other
+# large models: 3 steps of 4 sequences of 1024 tokens).
 set -euo pipefail
 sextant="$1"
 source_dir="$2"
 device="${3:-cpu}"
+model="${4:-gpt-tiny}"
 python="${SEXTANT_PYTHON:-/usr/bin/python3}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -15,18 +18,23 @@ if ! "$python" -c "import torch" 2>/dev/null; then
   echo "python3-torch is missing: scripts/setup.sh installs it"
   exit 1
 fi
-args=(--global-batch 8 --micro-batch 2 --steps 5)
+steps=5
+args=(--global-batch 8 --micro-batch 2 --steps $steps)
+if [[ "$model" != gpt-tiny ]]; then
+  steps=3
+  args=(--global-batch 4 --micro-batch 2 --steps $steps)
+fi
 backend=(--backend cpu)
 if [[ "$device" == cuda ]]; then backend=(--backend cuda --precision fp32); fi
-"$sextant" run --model "$source_dir/models/zoo/gpt-tiny.json" "${args[@]}" "${backend[@]}" --quiet \
+"$sextant" run --model "$source_dir/models/zoo/$model.json" "${args[@]}" "${backend[@]}" --quiet \
   --log-json "$out/sextant.jsonl"
-"$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/gpt-tiny.json" \
+"$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
   "${args[@]}" --device "$device" >"$out/pytorch.jsonl"
-"$python" - "$out/sextant.jsonl" "$out/pytorch.jsonl" <<'PY'
+"$python" - "$out/sextant.jsonl" "$out/pytorch.jsonl" "$steps" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1])]
 ref = [json.loads(l) for l in open(sys.argv[2])]
-assert len(ours) == len(ref) == 5, (len(ours), len(ref))
+assert len(ours) == len(ref) == int(sys.argv[3]), (len(ours), len(ref))
 for a, b in zip(ours, ref):
     assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(b["loss"]), (a, b)
     assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-3 * abs(b["grad_norm"]), (a, b)

@@ -1,14 +1,15 @@
 // Every CUDA kernel against the CPU backend (itself checked against finite differences in
 // kernels_test.cpp) on the same random inputs, forward and backward. With fp32 GEMMs the results
 // agree to 1e-4 relative (summation order and expf differ); bf16 tensor-core GEMMs round inputs to
-// 8 bits of mantissa, so they are held to 2e-2 of the output's scale. Skipped without a GPU.
+// 8 bits of mantissa, so they are held to 2e-2 of the output's scale. Outputs start as NaN on both
+// backends (poisoned), so an element a kernel fails to write cannot pass. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <map>
-#include <string>
 #include <random>
+#include <string>
 
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/cuda_backend.hpp"
@@ -40,21 +41,28 @@ class CudaVsCpu : public ::testing::Test {
     be.from_host(values, t);
     return t;
   }
+  // An output tensor filled with NaN, so that an element a kernel forgets to write fails the check.
+  static Tensor poisoned(Backend& be, std::vector<int64_t> shape) {
+    Tensor t = be.empty(std::move(shape));
+    be.fill(t, std::nanf(""));
+    return t;
+  }
   static std::vector<float> get(Backend& be, const Tensor& t) {
     std::vector<float> v;
     be.to_host(t, v);
     return v;
   }
   // |gpu - cpu| <= rel * max(|cpu|) elementwise, with the worst element named.
-  static void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel,
-                           const char* what) {
+  static void expect_close(const std::vector<float>& want, const std::vector<float>& got,
+                           double rel, const char* what) {
     ASSERT_EQ(want.size(), got.size()) << what;
     double scale = 1e-6;
     for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::fabs(static_cast<double>(want[i]) - got[i]);
+      double e = std::fabs(static_cast<double>(want[i]) - got[i]);
+      if (std::isnan(e)) e = INFINITY;  // a NaN (an unwritten, poisoned element) always fails
       if (e > worst) {
         worst = e;
         at = i;
@@ -66,6 +74,7 @@ class CudaVsCpu : public ::testing::Test {
 };
 
 constexpr double kTol = 1e-4;
+const float kPoison = std::nanf("");
 
 TEST_F(CudaVsCpu, Matmuls) {
   const int64_t rows = 37, in = 48, out = 29;
@@ -76,34 +85,37 @@ TEST_F(CudaVsCpu, Matmuls) {
   for (int k = 0; k < 2; ++k) {
     Backend& be = *bes[k];
     Tensor tx = put(be, {rows, in}, x), tw = put(be, {in, out}, w), tb = put(be, {out}, b);
-    Tensor tdy = put(be, {rows, out}, dy), y = be.empty({rows, out});
+    Tensor tdy = put(be, {rows, out}, dy), y = poisoned(be, {rows, out});
     be.matmul(tx, tw, &tb, y);
     results[k]["y"] = get(be, y);
     be.matmul(tx, tw, nullptr, y, true);  // accumulate
     results[k]["y_acc"] = get(be, y);
-    Tensor dx = be.empty({rows, in}), dw = be.zeros({in, out}), db = be.zeros({out});
+    Tensor dx = poisoned(be, {rows, in}), dw = be.zeros({in, out}), db = be.zeros({out});
     be.matmul_backward(tx, tw, tdy, &dx, dw, &db);
     results[k]["dx"] = get(be, dx);
     results[k]["dw"] = get(be, dw);
     results[k]["db"] = get(be, db);
-    Tensor twt = put(be, {out, in}, w_nt), ynt = be.empty({rows, out});
+    Tensor twt = put(be, {out, in}, w_nt), ynt = poisoned(be, {rows, out});
     be.matmul_nt(tx, twt, ynt);
     results[k]["y_nt"] = get(be, ynt);
-    Tensor dxn = be.empty({rows, in}), dwn = be.zeros({out, in});
+    Tensor dxn = poisoned(be, {rows, in}), dwn = be.zeros({out, in});
     be.matmul_nt_backward(tx, twt, tdy, dxn, dwn);
     results[k]["dx_nt"] = get(be, dxn);
     results[k]["dw_nt"] = get(be, dwn);
   }
-  for (const auto& [name, want] : results[0]) expect_close(want, results[1][name], kTol, name.c_str());
+  for (const auto& [name, want] : results[0])
+    expect_close(want, results[1][name], kTol, name.c_str());
 }
 
 TEST_F(CudaVsCpu, Bf16GemmIsWithinBf16RoundingOfFp32) {
   std::unique_ptr<Backend> bf16 = make_cuda_backend(0, GemmPrecision::kBf16);
   const int64_t rows = 64, in = 256, out = 96;
   auto x = random(rows * in), w = random(in * out, 0.0625f);
-  Tensor cx = put(*cpu, {rows, in}, x), cw = put(*cpu, {in, out}, w), cy = cpu->empty({rows, out});
+  Tensor cx = put(*cpu, {rows, in}, x), cw = put(*cpu, {in, out}, w),
+         cy = poisoned(*cpu, {rows, out});
   cpu->matmul(cx, cw, nullptr, cy);
-  Tensor gx = put(*bf16, {rows, in}, x), gw = put(*bf16, {in, out}, w), gy = bf16->empty({rows, out});
+  Tensor gx = put(*bf16, {rows, in}, x), gw = put(*bf16, {in, out}, w),
+         gy = poisoned(*bf16, {rows, out});
   bf16->matmul(gx, gw, nullptr, gy);
   // Two inputs rounded to 2^-9 relative each, summed over 256 terms of random sign.
   expect_close(get(*cpu, cy), get(*bf16, gy), 2e-2, "bf16 gemm");
@@ -118,36 +130,44 @@ TEST_F(CudaVsCpu, NormsActivationsAndElementwise) {
   for (int k = 0; k < 2; ++k) {
     Backend& be = *bes[k];
     Tensor tx = put(be, {rows, h}, x), tg = put(be, {h}, g), tb = put(be, {h}, b);
-    Tensor tdy = put(be, {rows, h}, dy), y = be.empty({rows, h}), mean = be.empty({rows}),
-           rstd = be.empty({rows});
+    Tensor tdy = put(be, {rows, h}, dy), y = poisoned(be, {rows, h}), mean = poisoned(be, {rows}),
+           rstd = poisoned(be, {rows});
     be.layernorm(tx, tg, tb, y, mean, rstd);
     r[k]["ln"] = get(be, y);
     r[k]["ln_mean"] = get(be, mean);
     r[k]["ln_rstd"] = get(be, rstd);
-    Tensor dx = be.empty({rows, h}), dg = be.zeros({h}), db = be.zeros({h});
+    Tensor dx = poisoned(be, {rows, h}), dg = be.zeros({h}), db = be.zeros({h});
     be.layernorm_backward(tx, tg, mean, rstd, tdy, dx, dg, db);
     r[k]["ln_dx"] = get(be, dx);
     r[k]["ln_dg"] = get(be, dg);
     r[k]["ln_db"] = get(be, db);
+    be.fill(y, kPoison);
     be.gelu(tx, y);
     r[k]["gelu"] = get(be, y);
+    be.fill(dx, kPoison);
     be.gelu_backward(tx, tdy, dx);
     r[k]["gelu_dx"] = get(be, dx);
+    be.fill(y, kPoison);
     be.relu(tx, y);
     r[k]["relu"] = get(be, y);
+    be.fill(dx, kPoison);
     be.relu_backward(tx, tdy, dx);
     r[k]["relu_dx"] = get(be, dx);
-    Tensor tx2 = put(be, {rows, 2 * h}, x2), tdy2 = put(be, {rows, h}, dy2), dx2 = be.empty({rows, 2 * h});
+    Tensor tx2 = put(be, {rows, 2 * h}, x2), tdy2 = put(be, {rows, h}, dy2),
+           dx2 = poisoned(be, {rows, 2 * h});
+    be.fill(y, kPoison);
     be.swiglu(tx2, y);
     r[k]["swiglu"] = get(be, y);
     be.swiglu_backward(tx2, tdy2, dx2);
     r[k]["swiglu_dx"] = get(be, dx2);
+    be.fill(y, kPoison);
     be.copy(tx, y);
     be.bias_add(y, tb);
     r[k]["bias_add"] = get(be, y);
     Tensor dbias = be.zeros({h});
     be.bias_backward(tdy, dbias);
     r[k]["bias_dx"] = get(be, dbias);
+    be.fill(y, kPoison);
     be.add(tx, tdy, y);
     be.scale(y, 0.5f);
     r[k]["add_scale"] = get(be, y);
@@ -166,14 +186,15 @@ TEST_F(CudaVsCpu, CausalAttentionForwardAndBackward) {
   for (int k = 0; k < 2; ++k) {
     Backend& be = *bes[k];
     Tensor tq = put(be, {batch * seq, 3 * hd}, qkv), tdo = put(be, {batch * seq, hd}, dout);
-    Tensor att = be.empty({batch, heads, seq, seq}), out = be.empty({batch * seq, hd});
+    Tensor att = poisoned(be, {batch, heads, seq, seq}), out = poisoned(be, {batch * seq, hd});
     be.attention_scores(tq, batch, seq, heads, att);
     r[k]["scores"] = get(be, att);
     be.causal_softmax(att, seq);
     r[k]["probs"] = get(be, att);
     be.attention_context(att, tq, batch, seq, heads, out);
     r[k]["context"] = get(be, out);
-    Tensor dqkv = be.zeros({batch * seq, 3 * hd}), dprobs = be.empty({batch, heads, seq, seq});
+    Tensor dqkv = poisoned(be, {batch * seq, 3 * hd}),
+           dprobs = poisoned(be, {batch, heads, seq, seq});
     be.attention_context_backward(att, tq, tdo, batch, seq, heads, dprobs, dqkv);
     r[k]["dprobs"] = get(be, dprobs);
     be.causal_softmax_backward(att, dprobs, seq);
@@ -187,14 +208,15 @@ TEST_F(CudaVsCpu, CausalAttentionForwardAndBackward) {
 TEST_F(CudaVsCpu, EmbeddingLossAndOptimizer) {
   const int64_t n = 9, h = 6, shard_begin = 3, shard = 5;  // vocabulary 11, this shard 3..7
   const std::vector<int32_t> tokens = {0, 3, 4, 7, 7, 10, 5, 3, 1};
-  auto table = random(shard * h), dy = random(n * h), pos = random(4 * h), logits = random(n * shard, 3.0f);
+  auto table = random(shard * h), dy = random(n * h), pos = random(4 * h),
+       logits = random(n * shard, 3.0f);
   auto p = random(50), gr = random(50), m = random(50, 0.1f), v = random(50, 0.1f);
   for (float& x : v) x = std::fabs(x);
   std::map<std::string, std::vector<float>> r[2];
   Backend* bes[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     Backend& be = *bes[k];
-    Tensor tt = put(be, {shard, h}, table), tdy = put(be, {n, h}, dy), y = be.empty({n, h});
+    Tensor tt = put(be, {shard, h}, table), tdy = put(be, {n, h}, dy), y = poisoned(be, {n, h});
     be.embedding(tokens, tt, shard_begin, y);
     r[k]["embedding"] = get(be, y);
     Tensor dt = be.zeros({shard, h});
@@ -214,10 +236,11 @@ TEST_F(CudaVsCpu, EmbeddingLossAndOptimizer) {
     r[k]["row_max"] = mx;
     r[k]["row_sum_exp"] = sum;
     r[k]["target_logits"] = tgt;
-    Tensor dl = be.empty({n, shard});
+    Tensor dl = poisoned(be, {n, shard});
     be.cross_entropy_backward(tl, tokens, shard_begin, mx, sum, 0.25f, dl);
     r[k]["dlogits"] = get(be, dl);
-    Tensor tpp = put(be, {50}, p), tg = put(be, {50}, gr), tm = put(be, {50}, m), tv = put(be, {50}, v);
+    Tensor tpp = put(be, {50}, p), tg = put(be, {50}, gr), tm = put(be, {50}, m),
+           tv = put(be, {50}, v);
     be.adamw(tpp, tg, tm, tv, 3, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f);
     r[k]["adamw_p"] = get(be, tpp);
     r[k]["adamw_m"] = get(be, tm);

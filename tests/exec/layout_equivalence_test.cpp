@@ -28,7 +28,9 @@ bool on_cuda() {
   const char* b = std::getenv("SEXTANT_TEST_BACKEND");
   return b != nullptr && std::string(b) == "cuda";
 }
-double rel_tol() { return on_cuda() ? 1e-4 : 1e-5; }
+double rel_tol() {
+  return on_cuda() ? 1e-4 : 1e-5;
+}
 
 std::unique_ptr<Backend> test_backend() {
   if (!on_cuda()) return make_cpu_backend();
@@ -39,7 +41,8 @@ std::unique_ptr<Backend> test_backend() {
 class LayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (on_cuda() && cuda_device_count() == 0) GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
+    if (on_cuda() && cuda_device_count() == 0)
+      GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
   }
 };
 

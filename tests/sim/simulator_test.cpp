@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "expect_input_error.hpp"
@@ -28,8 +29,10 @@ TEST(Simulator, SameInputGivesTheSameTraceByteForByte) {
   spec::ModelSpec model = models::zoo_model("gpt-tiny");
   spec::Plan plan = test::make_plan(2, 2, 2, 2, 16);
   for (Fidelity f : {Fidelity::kAnalytic, Fidelity::kFlow}) {
-    std::string a = spec::trace_to_chrome_json(*simulate(model, cluster, plan, with_trace(f)).trace);
-    std::string b = spec::trace_to_chrome_json(*simulate(model, cluster, plan, with_trace(f)).trace);
+    std::string a =
+        spec::trace_to_chrome_json(*simulate(model, cluster, plan, with_trace(f)).trace);
+    std::string b =
+        spec::trace_to_chrome_json(*simulate(model, cluster, plan, with_trace(f)).trace);
     EXPECT_EQ(a, b);
   }
 }
@@ -71,6 +74,33 @@ TEST(Simulator, TraceIsValidAndConservesFlopsAndBytes) {
                  b.pp_comm_exposed + b.fsdp_comm_exposed + b.bubble;
     EXPECT_NEAR(sum, r.report.step_time_s, 1e-9);
   }
+}
+
+// Tied embeddings split over pipeline stages: the first and the last stage of every (tp, dp)
+// position sum the table's gradient, one all-reduce of vocab/tp x hidden elements in a group of
+// two; middle stages, untied models and pp = 1 have none. gpt-tiny: vocabulary 256, hidden 128.
+TEST(Simulator, TiedEmbeddingGradientsAreSummedByTheFirstAndLastStage) {
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  auto tied_events = [&](const spec::ModelSpec& m, const spec::Plan& plan) {
+    std::map<int64_t, int64_t> bytes_by_rank;
+    SimulationResult r = simulate(m, cluster, plan, with_trace());
+    for (const spec::TraceEvent& e : r.trace->events) {
+      if (e.name != "embed.tied_all_reduce") continue;
+      EXPECT_EQ(e.group_size, 2);
+      bytes_by_rank[e.rank] += e.bytes;
+    }
+    return bytes_by_rank;
+  };
+  spec::Plan plan = test::make_plan(1, 2, 4, 1, 8);  // ranks: tp fastest, then pp
+  std::map<int64_t, int64_t> got = tied_events(model, plan);
+  const int64_t bytes = 256 / 2 * 128 * 2;  // bf16
+  std::map<int64_t, int64_t> want = {{0, bytes}, {1, bytes}, {6, bytes}, {7, bytes}};
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(tied_events(model, test::make_plan(2, 2, 1, 1, 8)).empty());
+  spec::ModelSpec untied = model;
+  std::get<spec::TransformerSpec>(untied.body).tied_embeddings = false;
+  EXPECT_TRUE(tied_events(untied, plan).empty());
 }
 
 TEST(Simulator, AFasterLinkNeverMakesAStepSlower) {
@@ -127,9 +157,9 @@ TEST(Simulator, RejectsImpossiblePlansWithTheRule) {
                      "must divide the 16 attention heads");
   EXPECT_INPUT_ERROR(simulate(model, cluster, test::make_plan(1, 1, 32, 1, 1), {}),
                      "must not exceed the model's 24 layers");
-  EXPECT_INPUT_ERROR(simulate(model, spec::builtin_cluster("h100-1gpu"),
-                              test::make_plan(2, 1, 1, 1, 2), {}),
-                     "needs 2 devices; cluster h100-1gpu has 1");
+  EXPECT_INPUT_ERROR(
+      simulate(model, spec::builtin_cluster("h100-1gpu"), test::make_plan(2, 1, 1, 1, 2), {}),
+      "needs 2 devices; cluster h100-1gpu has 1");
 }
 
 TEST(Simulator, AnswersForEveryZooTransformerOnEveryCluster) {

@@ -19,9 +19,15 @@ constexpr int kThreads = 256;
 constexpr float kGeluC = 0.7978845608028654f;
 constexpr float kLayerNormEps = 1e-5f;
 
-int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
-int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
-int64_t cols_of(const Tensor& t) { return t.shape().back(); }
+int blocks_for(int64_t n) {
+  return static_cast<int>((n + kThreads - 1) / kThreads);
+}
+int64_t rows_of(const Tensor& t) {
+  return t.numel() / t.shape().back();
+}
+int64_t cols_of(const Tensor& t) {
+  return t.shape().back();
+}
 
 __global__ void fill_kernel(float* x, int64_t n, float v) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -76,7 +82,8 @@ __global__ void swiglu_kernel(const float* x, float* y, int64_t rows, int64_t f)
   float g = x[r * 2 * f + j], u = x[r * 2 * f + f + j];
   y[i] = g / (1.0f + expf(-g)) * u;
 }
-__global__ void swiglu_backward_kernel(const float* x, const float* dy, float* dx, int64_t rows, int64_t f) {
+__global__ void swiglu_backward_kernel(const float* x, const float* dy, float* dx, int64_t rows,
+                                       int64_t f) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * f) return;
   int64_t r = i / f, j = i % f;
@@ -183,7 +190,8 @@ __global__ void causal_softmax_backward_kernel(const float* p, float* g, int64_t
   float dot = 0;
   for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += gr[j] * pr[j];
   dot = block_sum(dot);
-  for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) gr[j] = j <= i ? pr[j] * (gr[j] - dot) : 0.0f;
+  for (int64_t j = threadIdx.x; j < seq; j += blockDim.x)
+    gr[j] = j <= i ? pr[j] * (gr[j] - dot) : 0.0f;
 }
 __global__ void embedding_kernel(const int32_t* tokens, const float* table, float* y, int64_t n,
                                  int64_t h, int64_t vocab_begin, int64_t shard) {
@@ -194,7 +202,8 @@ __global__ void embedding_kernel(const int32_t* tokens, const float* table, floa
   y[i] = row >= 0 && row < shard ? table[row * h + j] : 0.0f;
 }
 __global__ void embedding_backward_kernel(const int32_t* tokens, const float* dy, float* dtable,
-                                          int64_t n, int64_t h, int64_t vocab_begin, int64_t shard) {
+                                          int64_t n, int64_t h, int64_t vocab_begin,
+                                          int64_t shard) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * h) return;
   int64_t t = i / h, j = i % h;
@@ -227,16 +236,17 @@ __global__ void row_sum_exp_kernel(const float* x, const float* max, float* out,
   s = block_sum(s);
   if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
-__global__ void target_logits_kernel(const float* x, const int32_t* targets, float* out, int64_t rows,
-                                     int64_t cols, int64_t vocab_begin) {
+__global__ void target_logits_kernel(const float* x, const int32_t* targets, float* out,
+                                     int64_t rows, int64_t cols, int64_t vocab_begin) {
   int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
   int64_t c = targets[r] - vocab_begin;
   out[r] = c >= 0 && c < cols ? x[r * cols + c] : 0.0f;
 }
-__global__ void cross_entropy_backward_kernel(const float* x, const int32_t* targets, const float* max,
-                                              const float* sum, float scale, float* dx, int64_t rows,
-                                              int64_t cols, int64_t vocab_begin) {
+__global__ void cross_entropy_backward_kernel(const float* x, const int32_t* targets,
+                                              const float* max, const float* sum, float scale,
+                                              float* dx, int64_t rows, int64_t cols,
+                                              int64_t vocab_begin) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   int64_t r = i / cols, c = i % cols;
@@ -277,7 +287,9 @@ class CudaBackend : public Backend {
     cudaFree(scalar_);
     cublasDestroy(blas_);
   }
-  std::string name() const override { return std::string("cuda-") + gemm_precision_name(precision_); }
+  std::string name() const override {
+    return std::string("cuda-") + gemm_precision_name(precision_);
+  }
 
   float* allocate(int64_t elements) override {
     void* p = nullptr;
@@ -296,7 +308,8 @@ class CudaBackend : public Backend {
   }
   void to_host(const Tensor& t, std::vector<float>& out) override {
     out.resize(static_cast<size_t>(t.numel()));
-    CUDA_CHECK(cudaMemcpy(out.data(), t.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(
+        cudaMemcpy(out.data(), t.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
   void from_host(const std::vector<float>& in, Tensor& t) override {
     CUDA_CHECK(cudaMemcpy(t.data(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -304,29 +317,35 @@ class CudaBackend : public Backend {
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
 
   // C (col-major m x n, ldc) = alpha op(A) op(B) + beta C.
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha,
-            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16   ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                  : precision_ == GemmPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                       : CUBLAS_COMPUTE_32F;
-    CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                              &alpha, a, CUDA_R_32F, static_cast<int>(lda), b, CUDA_R_32F,
-                              static_cast<int>(ldb), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                              compute, CUBLAS_GEMM_DEFAULT));
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+            float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+            float* c, int64_t ldc) {
+    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                  : precision_ == GemmPrecision::kTf32
+                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+                              static_cast<int>(k), &alpha, a, CUDA_R_32F, static_cast<int>(lda), b,
+                              CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+                              static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
   }
   void gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                    float alpha, const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb,
-                    int64_t sb, float beta, float* c, int64_t ldc, int64_t sc, int64_t count) {
-    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16   ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                  : precision_ == GemmPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                       : CUBLAS_COMPUTE_32F;
+                    float alpha, const float* a, int64_t lda, int64_t sa, const float* b,
+                    int64_t ldb, int64_t sb, float beta, float* c, int64_t ldc, int64_t sc,
+                    int64_t count) {
+    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                  : precision_ == GemmPrecision::kTf32
+                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, a,
         CUDA_R_32F, static_cast<int>(lda), sa, b, CUDA_R_32F, static_cast<int>(ldb), sb, &beta, c,
-        CUDA_R_32F, static_cast<int>(ldc), sc, static_cast<int>(count), compute, CUBLAS_GEMM_DEFAULT));
+        CUDA_R_32F, static_cast<int>(ldc), sc, static_cast<int>(count), compute,
+        CUBLAS_GEMM_DEFAULT));
   }
 
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, bool accumulate) override {
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+              bool accumulate) override {
     const int64_t rows = rows_of(x), in = cols_of(x), out = cols_of(w);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, 1.0f, w.data(), out, x.data(), in,
          accumulate ? 1.0f : 0.0f, y.data(), out);
@@ -338,26 +357,29 @@ class CudaBackend : public Backend {
     if (dx != nullptr)
       gemm(CUBLAS_OP_T, CUBLAS_OP_N, in, rows, out, 1.0f, w.data(), out, dy.data(), out,
            accumulate_dx ? 1.0f : 0.0f, dx->data(), in);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(), out);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
+         dw.data(), out);
     if (db != nullptr) bias_backward(dy, *db);
   }
   void matmul_nt(const Tensor& x, const Tensor& w, Tensor& y) override {
     const int64_t rows = rows_of(x), k = cols_of(x), n = w.dim(0);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, 1.0f, w.data(), k, x.data(), k, 0.0f, y.data(), n);
   }
-  void matmul_nt_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw) override {
+  void matmul_nt_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
+                          Tensor& dw) override {
     const int64_t rows = rows_of(x), k = cols_of(x), n = w.dim(0);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, 1.0f, w.data(), k, dy.data(), n, 0.0f, dx.data(), k);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, 1.0f, x.data(), k, dy.data(), n, 1.0f, dw.data(), k);
   }
   void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                  Tensor& rstd) override {
-    layernorm_kernel<<<static_cast<int>(rows_of(x)), kThreads>>>(x.data(), gamma.data(), beta.data(),
-                                                                 y.data(), mean.data(), rstd.data(), cols_of(x));
+    layernorm_kernel<<<static_cast<int>(rows_of(x)), kThreads>>>(
+        x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), cols_of(x));
     CUDA_CHECK(cudaGetLastError());
   }
-  void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta) override {
+  void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                          Tensor& dbeta) override {
     layernorm_backward_kernel<<<static_cast<int>(rows_of(x)), kThreads>>>(
         x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dgamma.data(),
         dbeta.data(), cols_of(x));
@@ -367,13 +389,15 @@ class CudaBackend : public Backend {
     gelu_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), y.data(), x.numel());
   }
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    gelu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(), x.numel());
+    gelu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(),
+                                                              x.numel());
   }
   void relu(const Tensor& x, Tensor& y) override {
     relu_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), y.data(), x.numel());
   }
   void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    relu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(), x.numel());
+    relu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(),
+                                                              x.numel());
   }
   void swiglu(const Tensor& x, Tensor& y) override {
     const int64_t rows = rows_of(x), f = cols_of(x) / 2;
@@ -381,13 +405,16 @@ class CudaBackend : public Backend {
   }
   void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     const int64_t rows = rows_of(x), f = cols_of(x) / 2;
-    swiglu_backward_kernel<<<blocks_for(rows * f), kThreads>>>(x.data(), dy.data(), dx.data(), rows, f);
+    swiglu_backward_kernel<<<blocks_for(rows * f), kThreads>>>(x.data(), dy.data(), dx.data(), rows,
+                                                               f);
   }
   void bias_add(Tensor& y, const Tensor& b) override {
-    bias_add_kernel<<<blocks_for(y.numel()), kThreads>>>(y.data(), b.data(), rows_of(y), cols_of(y));
+    bias_add_kernel<<<blocks_for(y.numel()), kThreads>>>(y.data(), b.data(), rows_of(y),
+                                                         cols_of(y));
   }
   void bias_backward(const Tensor& dy, Tensor& db) override {
-    bias_backward_kernel<<<blocks_for(cols_of(dy)), kThreads>>>(dy.data(), db.data(), rows_of(dy), cols_of(dy));
+    bias_backward_kernel<<<blocks_for(cols_of(dy)), kThreads>>>(dy.data(), db.data(), rows_of(dy),
+                                                                cols_of(dy));
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
     add_kernel<<<blocks_for(a.numel()), kThreads>>>(a.data(), b.data(), y.data(), a.numel());
@@ -397,13 +424,14 @@ class CudaBackend : public Backend {
   }
 
   // Per batch: heads are strided blocks of qkv (row stride 3hd, head offset d).
-  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads, Tensor& scores) override {
+  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
+                        Tensor& scores) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     for (int64_t b = 0; b < batch; ++b) {
       const float* base = qkv.data() + b * seq * 3 * hd;
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, alpha, base + hd, 3 * hd, d, base, 3 * hd, d,
-                   0.0f, scores.data() + b * heads * seq * seq, seq, seq * seq, heads);
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, alpha, base + hd, 3 * hd, d, base, 3 * hd,
+                   d, 0.0f, scores.data() + b * heads * seq * seq, seq, seq * seq, heads);
     }
   }
   void causal_softmax(Tensor& x, int64_t seq) override {
@@ -430,19 +458,20 @@ class CudaBackend : public Backend {
       const float* p = probs.data() + b * heads * seq * seq;
       const float* dob = dout.data() + b * seq * hd;
       // dprobs = dout v^T
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, 1.0f, base + 2 * hd, 3 * hd, d, dob, hd, d,
-                   0.0f, dprobs.data() + b * heads * seq * seq, seq, seq * seq, heads);
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, 1.0f, base + 2 * hd, 3 * hd, d, dob, hd,
+                   d, 0.0f, dprobs.data() + b * heads * seq * seq, seq, seq * seq, heads);
       // dv = probs^T dout
       gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, 1.0f, dob, hd, d, p, seq, seq * seq, 0.0f,
                    dbase + 2 * hd, 3 * hd, d, heads);
     }
   }
   void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override {
-    causal_softmax_backward_kernel<<<static_cast<int>(probs.numel() / seq), kThreads>>>(probs.data(), grad.data(), seq);
+    causal_softmax_backward_kernel<<<static_cast<int>(probs.numel() / seq), kThreads>>>(
+        probs.data(), grad.data(), seq);
     CUDA_CHECK(cudaGetLastError());
   }
-  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch, int64_t seq,
-                                 int64_t heads, Tensor& dqkv) override {
+  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
+                                 int64_t seq, int64_t heads, Tensor& dqkv) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     for (int64_t b = 0; b < batch; ++b) {
@@ -452,15 +481,17 @@ class CudaBackend : public Backend {
       // dq = dS k * alpha; dk = dS^T q * alpha
       gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, alpha, base + hd, 3 * hd, d, ds, seq,
                    seq * seq, 0.0f, dbase, 3 * hd, d, heads);
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, alpha, base, 3 * hd, d, ds, seq, seq * seq,
-                   0.0f, dbase + hd, 3 * hd, d, heads);
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, alpha, base, 3 * hd, d, ds, seq,
+                   seq * seq, 0.0f, dbase + hd, 3 * hd, d, heads);
     }
   }
 
-  void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin, Tensor& y) override {
+  void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
+                 Tensor& y) override {
     const int32_t* ids = upload(tokens);
     const int64_t n = static_cast<int64_t>(tokens.size()), h = table.dim(1);
-    embedding_kernel<<<blocks_for(n * h), kThreads>>>(ids, table.data(), y.data(), n, h, vocab_begin, table.dim(0));
+    embedding_kernel<<<blocks_for(n * h), kThreads>>>(ids, table.data(), y.data(), n, h,
+                                                      vocab_begin, table.dim(0));
   }
   void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy, int64_t vocab_begin,
                           Tensor& dtable) override {
@@ -470,11 +501,13 @@ class CudaBackend : public Backend {
                                                                vocab_begin, dtable.dim(0));
   }
   void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) override {
-    positions_kernel<<<blocks_for(y.numel()), kThreads>>>(pos.data(), y.data(), rows_of(y), cols_of(y), row_begin, seq);
+    positions_kernel<<<blocks_for(y.numel()), kThreads>>>(pos.data(), y.data(), rows_of(y),
+                                                          cols_of(y), row_begin, seq);
   }
-  void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq, Tensor& dpos) override {
-    positions_backward_kernel<<<blocks_for(dy.numel()), kThreads>>>(dy.data(), dpos.data(), rows_of(dy),
-                                                                    cols_of(dy), row_begin, seq);
+  void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq,
+                              Tensor& dpos) override {
+    positions_backward_kernel<<<blocks_for(dy.numel()), kThreads>>>(
+        dy.data(), dpos.data(), rows_of(dy), cols_of(dy), row_begin, seq);
   }
   void row_max(const Tensor& logits, std::vector<float>& out) override {
     const int64_t rows = rows_of(logits);
@@ -482,12 +515,14 @@ class CudaBackend : public Backend {
     row_max_kernel<<<static_cast<int>(rows), kThreads>>>(logits.data(), d, cols_of(logits));
     download(d, rows, out);
   }
-  void row_sum_exp(const Tensor& logits, const std::vector<float>& max, std::vector<float>& out) override {
+  void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
+                   std::vector<float>& out) override {
     const int64_t rows = rows_of(logits);
     float* dmax = rows_scratch(rows, 0);
     CUDA_CHECK(cudaMemcpy(dmax, max.data(), max.size() * sizeof(float), cudaMemcpyHostToDevice));
     float* d = rows_scratch(rows, 1);
-    row_sum_exp_kernel<<<static_cast<int>(rows), kThreads>>>(logits.data(), dmax, d, cols_of(logits));
+    row_sum_exp_kernel<<<static_cast<int>(rows), kThreads>>>(logits.data(), dmax, d,
+                                                             cols_of(logits));
     download(d, rows, out);
   }
   void target_logits(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
@@ -495,11 +530,13 @@ class CudaBackend : public Backend {
     const int64_t rows = rows_of(logits);
     const int32_t* t = upload(targets);
     float* d = rows_scratch(rows, 0);
-    target_logits_kernel<<<blocks_for(rows), kThreads>>>(logits.data(), t, d, rows, cols_of(logits), vocab_begin);
+    target_logits_kernel<<<blocks_for(rows), kThreads>>>(logits.data(), t, d, rows, cols_of(logits),
+                                                         vocab_begin);
     download(d, rows, out);
   }
-  void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                              const std::vector<float>& max, const std::vector<float>& sum, float scale_factor,
+  void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
+                              int64_t vocab_begin, const std::vector<float>& max,
+                              const std::vector<float>& sum, float scale_factor,
                               Tensor& dlogits) override {
     const int64_t rows = rows_of(logits);
     const int32_t* t = upload(targets);
@@ -508,7 +545,8 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpy(dmax, max.data(), max.size() * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dsum, sum.data(), sum.size() * sizeof(float), cudaMemcpyHostToDevice));
     cross_entropy_backward_kernel<<<blocks_for(logits.numel()), kThreads>>>(
-        logits.data(), t, dmax, dsum, scale_factor, dlogits.data(), rows, cols_of(logits), vocab_begin);
+        logits.data(), t, dmax, dsum, scale_factor, dlogits.data(), rows, cols_of(logits),
+        vocab_begin);
   }
   double sum_squares(const Tensor& x) override {
     CUDA_CHECK(cudaMemset(scalar_, 0, sizeof(double)));
@@ -518,13 +556,13 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpy(&s, scalar_, sizeof(double), cudaMemcpyDeviceToHost));
     return s;
   }
-  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float grad_scale) override {
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
+             float beta1, float beta2, float eps, float weight_decay, float grad_scale) override {
     const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
-    adamw_kernel<<<blocks_for(param.numel()), kThreads>>>(param.data(), grad.data(), m.data(), v.data(),
-                                                          param.numel(), lr, beta1, beta2, eps, weight_decay,
-                                                          grad_scale, lr / bc1, std::sqrt(bc2));
+    adamw_kernel<<<blocks_for(param.numel()), kThreads>>>(
+        param.data(), grad.data(), m.data(), v.data(), param.numel(), lr, beta1, beta2, eps,
+        weight_decay, grad_scale, lr / bc1, std::sqrt(bc2));
     CUDA_CHECK(cudaGetLastError());
   }
 

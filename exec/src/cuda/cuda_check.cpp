@@ -16,8 +16,8 @@ void throw_library_error(const char* library, const char* call, const std::strin
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  throw std::runtime_error(fmt::format("{} call {} failed at {}:{} on rank {} ({}): {}", library, call,
-                                       file, line, rank, host, message));
+  throw std::runtime_error(fmt::format("{} call {} failed at {}:{} on rank {} ({}): {}", library,
+                                       call, file, line, rank, host, message));
 }
 
 }  // namespace sextant::exec

@@ -6,7 +6,9 @@
 
 namespace sextant::exec {
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;

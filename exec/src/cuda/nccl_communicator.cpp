@@ -62,11 +62,13 @@ class NcclCommunicator : public StagedCommunicator {
 
   void all_reduce(float* data, int64_t n) override {
     if (size() == 1) return;
-    NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
+    NCCL_CHECK(
+        ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
   }
   void all_reduce_max(float* data, int64_t n) override {
     if (size() == 1) return;
-    NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclMax, comm_, nullptr));
+    NCCL_CHECK(
+        ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclMax, comm_, nullptr));
   }
   std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override {
     cudaEvent_t ready = nullptr, done = nullptr;
@@ -75,13 +77,15 @@ class NcclCommunicator : public StagedCommunicator {
     CUDA_CHECK(cudaEventRecord(ready, nullptr));
     CUDA_CHECK(cudaStreamWaitEvent(side_, ready, 0));
     if (size() > 1)
-      NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, side_));
+      NCCL_CHECK(
+          ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, side_));
     CUDA_CHECK(cudaEventRecord(done, side_));
     CUDA_CHECK(cudaEventDestroy(ready));
     return std::make_unique<NcclRequest>(done);
   }
   void reduce_scatter(const float* in, float* out, int64_t n) override {
-    NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
+    NCCL_CHECK(
+        ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
   }
   void all_gather(const float* in, float* out, int64_t n) override {
     NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, nullptr));
@@ -98,7 +102,8 @@ class NcclCommunicator : public StagedCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm, std::string name) {
+std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm,
+                                                       std::string name) {
   if (kind == CommKind::kNccl) return std::make_unique<NcclCommunicator>(comm, std::move(name));
   return std::make_unique<StagedCommunicator>(comm, std::move(name));
 }

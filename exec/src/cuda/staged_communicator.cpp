@@ -11,10 +11,12 @@ namespace sextant::exec {
 namespace {
 
 void to_host(const float* device, float* host, int64_t n) {
-  CUDA_CHECK(cudaMemcpy(host, device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(
+      cudaMemcpy(host, device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
 }
 void to_device(const float* host, float* device, int64_t n) {
-  CUDA_CHECK(cudaMemcpy(device, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(
+      cudaMemcpy(device, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 class DoneRequest : public CommRequest {
@@ -83,7 +85,8 @@ void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
   stage_out(host_in_, data, n);
 }
 
-std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t n, int peer,
+                                                      int tag) {
   std::vector<float> host(static_cast<size_t>(n));
   to_host(data, host.data(), n);
   auto request = std::make_unique<StagedSend>(std::move(host));

@@ -21,8 +21,8 @@ struct CommBenchJob {
   std::optional<CommKind> comm_choice;
 };
 
-// Initialises MPI; benchmarks the world and groups of 2, 4, ... contiguous ranks; rank 0 prints
-// and writes. Returns the exit status.
+// Initialises MPI; benchmarks groups of 2, 4, ... contiguous ranks (a group of one on one rank);
+// rank 0 prints and writes. Returns the exit status.
 int run_comm_bench(const CommBenchJob& job);
 
 struct ComputeBenchJob {

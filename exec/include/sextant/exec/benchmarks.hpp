@@ -43,8 +43,9 @@ struct CommBenchOptions {
 // Collective over `comm` on buffers of `backend` (host memory for MPI, device memory for NCCL):
 // every rank runs the same sizes; rows are identical on every rank. Events: one per timed
 // collective (rank `trace_rank`'s), with bytes, group size and collective class.
-std::vector<CommRow> bench_comm(Communicator& comm, Backend& backend, const CommBenchOptions& options,
-                                int64_t trace_rank, std::vector<spec::TraceEvent>* events);
+std::vector<CommRow> bench_comm(Communicator& comm, Backend& backend,
+                                const CommBenchOptions& options, int64_t trace_rank,
+                                std::vector<spec::TraceEvent>* events);
 
 struct ComputeRow {
   std::string op;  // "gemm" or the memory-bound op name

@@ -28,6 +28,7 @@ std::pair<int, int> node_local_rank(MPI_Comm world);
 std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name);
 
 // The device kinds, implemented beside the CUDA backend (or refusing, without it).
-std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm, std::string name);
+std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm,
+                                                       std::string name);
 
 }  // namespace sextant::exec

@@ -31,8 +31,8 @@ std::string_view tp_split_name(TpSplit split);
 struct Op {
   std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
   spec::OpClass op_class = spec::OpClass::kGemm;
-  double flops = 0;         // FLOPs of this op on one rank for one micro-batch
-  int64_t bytes = 0;        // memory traffic (compute ops) or message size per rank (comm ops)
+  double flops = 0;            // FLOPs of this op on one rank for one micro-batch
+  int64_t bytes = 0;           // memory traffic (compute ops) or message size per rank (comm ops)
   std::vector<int64_t> shape;  // GEMM: {m, n, k}; batched GEMM: {batch, m, n, k}
   TpSplit split = TpSplit::kReplicated;
   bool core_attention = false;  // recomputed by selective recompute (Korthikanti et al. 2022)
@@ -47,9 +47,9 @@ struct Layer {
   std::string name;  // "embedding", "block3", "head", "fc0", "conv1"
   LayerKind kind = LayerKind::kBlock;
   std::vector<Op> forward;
-  std::vector<Op> backward;   // in execution order
-  int64_t params = 0;         // parameters held by one tp rank
-  int64_t params_total = 0;   // parameters of the layer (all tp ranks, counted once)
+  std::vector<Op> backward;  // in execution order
+  int64_t params = 0;        // parameters held by one tp rank
+  int64_t params_total = 0;  // parameters of the layer (all tp ranks, counted once)
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // core attention recomputed
@@ -79,6 +79,9 @@ struct LoweredModel {
   int64_t tokens_per_micro_batch = 0;  // sequences*seq_len (transformers) or samples
   int64_t samples_per_micro_batch = 0;
   spec::Dtype dtype = spec::Dtype::kBf16;
+  // Parameters of one rank's shard of an embedding table tied to the output layer (0 if untied):
+  // with pipeline stages the first and the last stage each hold it and sum its gradients.
+  int64_t tied_table_params = 0;
 };
 
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if

@@ -16,11 +16,11 @@
 namespace sextant::sim {
 
 struct RankSetup {
-  int32_t program = 0;              // index into the engine's programs
-  std::array<int32_t, 2> groups{};  // by GroupSlot: tp, dp (group ids)
+  int32_t program = 0;                            // index into the engine's programs
+  std::array<int32_t, 3> groups{{-1, -1, -1}};    // by GroupSlot: tp, dp, embedding (group ids)
   std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
   std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
-  double speed = 1.0;               // compute time is divided by this
+  double speed = 1.0;                             // compute time is divided by this
 };
 
 // Where one rank's time went (compute-stream view); the parts add up to `finish`.

@@ -19,7 +19,9 @@ enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv };
 // What time spent waiting for a task counts as in the report's breakdown.
 enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp };
 
-enum class GroupSlot : uint8_t { kTp, kDp };
+// The embedding group: the first and the last pipeline stage of a (tp, dp) position, which hold
+// the tied embedding table.
+enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding };
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.
@@ -35,7 +37,7 @@ struct OpInfo {
   double flops = 0;
   int64_t bytes = 0;
   std::vector<int64_t> shape;
-  int32_t layer = -1;  // -1: not a layer op (optimizer)
+  int32_t layer = -1;        // -1: not a layer op (optimizer)
   Picoseconds duration = 0;  // compute ops, at full speed
 };
 
