@@ -3,13 +3,18 @@
 # local-cpu cluster to the measurements, then predict plans with the calibrated cluster and run
 # them for real -- including plans not used for the fit -- and report predicted against measured.
 #
-# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--out DIR]
+# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--out DIR] [--gpu]
 #   --json   end with one JSON object: plans (name, predicted_s, measured_s, heldout, ...),
 #            heldout_mean_abs_error, heldout_max_abs_error (fractions), kendall_tau, regret
+#   --gpu    the same loop on one GPU for the h100-1gpu cluster: GPT-2 models and micro-batch
+#            sizes with the cuda backend (bf16 GEMMs), fitted from `bench compute --backend cuda`
+#            and two runs. (Several ranks sharing the GPU are not a cluster the simulator can
+#            describe, so the GPU loop is single-rank.)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 json=0
+gpu=0
 steps=8
 out="$root/out/calibrate-local"
 while [ $# -gt 0 ]; do
@@ -17,36 +22,61 @@ while [ $# -gt 0 ]; do
     --json) json=1 ;;
     --steps) steps="$2"; shift ;;
     --out) out="$2"; shift ;;
-    *) echo "usage: $0 [--json] [--steps N] [--out DIR]" >&2; exit 2 ;;
+    --gpu) gpu=1 ;;
+    *) echo "usage: $0 [--json] [--steps N] [--out DIR] [--gpu]" >&2; exit 2 ;;
   esac
   shift
 done
 source scripts/env.sh
-scripts/build.sh >/dev/null
-sextant="$root/build/release/cli/sextant"
+if [ "$gpu" -eq 1 ]; then
+  sextant="${SEXTANT:-$root/build/cuda/cli/sextant}"  # scripts/gpu-check.sh builds it
+else
+  scripts/build.sh >/dev/null
+  sextant="$root/build/release/cli/sextant"
+fi
 mkdir -p "$out"
 say() { [ "$json" -eq 1 ] && echo "$@" >&2 || echo "$@"; }
 
-model=gpt-tiny
-batch=16
-# name | ranks | plan flags | used for the fit?
-plans=(
-  "dp1.mb4|1|--dp 1 --micro-batch 4|fit"
-  "dp2.mb4|2|--dp 2 --micro-batch 4|fit"
-  "tp2.mb4|2|--tp 2 --micro-batch 4|fit"
-  "dp1.mb8|1|--dp 1 --micro-batch 8|heldout"
-  "dp1.mb2|1|--dp 1 --micro-batch 2|heldout"
-  "dp2.mb2|2|--dp 2 --micro-batch 2|heldout"
-  "pp2.1f1b.mb2|2|--pp 2 --micro-batch 2|heldout"
-  "pp2.gpipe.mb4|2|--pp 2 --schedule gpipe --micro-batch 4|heldout"
-  "tp2.sp.mb4|2|--tp 2 --sp --micro-batch 4|heldout"
-  "dp2.z1.mb8|2|--dp 2 --zero 1 --micro-batch 8|heldout"
-)
+# name | ranks | model | plan flags (with the global batch) | used for the fit?
+if [ "$gpu" -eq 1 ]; then
+  cluster=h100-1gpu
+  run_flags=(--backend cuda --precision bf16)
+  sim_flags=(--dtype bf16)
+  calibrate_flags=(--dtype bf16)
+  plans=(
+    "gpt2-124m.mb8|1|gpt2-124m|--global-batch 16 --micro-batch 8|fit"
+    "gpt2-350m.mb4|1|gpt2-350m|--global-batch 8 --micro-batch 4|fit"
+    "gpt2-124m.mb4|1|gpt2-124m|--global-batch 8 --micro-batch 4|heldout"
+    "gpt2-124m.mb16|1|gpt2-124m|--global-batch 16 --micro-batch 16|heldout"
+    "gpt2-124m.mb8.rc-full|1|gpt2-124m|--global-batch 16 --micro-batch 8 --recompute full|heldout"
+    "gpt2-350m.mb8|1|gpt2-350m|--global-batch 8 --micro-batch 8|heldout"
+    "gpt2-774m.mb4|1|gpt2-774m|--global-batch 8 --micro-batch 4|heldout"
+  )
+  compare_plan=gpt2-350m.mb8
+else
+  cluster=local-cpu
+  run_flags=()
+  sim_flags=()
+  calibrate_flags=()
+  plans=(
+    "dp1.mb4|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 4|fit"
+    "dp2.mb4|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 4|fit"
+    "tp2.mb4|2|gpt-tiny|--global-batch 16 --tp 2 --micro-batch 4|fit"
+    "dp1.mb8|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 8|heldout"
+    "dp1.mb2|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 2|heldout"
+    "dp2.mb2|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 2|heldout"
+    "pp2.1f1b.mb2|2|gpt-tiny|--global-batch 16 --pp 2 --micro-batch 2|heldout"
+    "pp2.gpipe.mb4|2|gpt-tiny|--global-batch 16 --pp 2 --schedule gpipe --micro-batch 4|heldout"
+    "tp2.sp.mb4|2|gpt-tiny|--global-batch 16 --tp 2 --sp --micro-batch 4|heldout"
+    "dp2.z1.mb8|2|gpt-tiny|--global-batch 16 --dp 2 --zero 1 --micro-batch 8|heldout"
+  )
+  compare_plan=pp2.1f1b.mb2
+fi
 
-measure() {  # measure <name> <ranks> <flags...>: mean step time after two warm-up steps
-  local name="$1" ranks="$2"
-  shift 2
-  "$sextant" run --model "$model" --np "$ranks" --global-batch "$batch" "$@" --steps "$steps" \
+measure() {  # measure <name> <ranks> <model> <flags...>: mean step time after two warm-up steps
+  local name="$1" ranks="$2" model="$3"
+  shift 3
+  "$sextant" run --model "$model" --np "$ranks" "$@" "${run_flags[@]}" --steps "$steps" \
     --quiet --log-json "$out/$name.steps.jsonl" --trace "$out/$name.measured.json" >/dev/null
   python3 -c "
 import json, sys
@@ -54,52 +84,63 @@ rows = [json.loads(l)['step_time_s'] for l in open('$out/$name.steps.jsonl')][2:
 print(sum(rows) / len(rows))"
 }
 
-say "== measuring collectives (sextant bench comm, 2 ranks)"
-"$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/comm.json" >/dev/null
+if [ "$gpu" -eq 1 ]; then
+  say "== measuring GEMMs and memory-bound ops (sextant bench compute --backend cuda)"
+  "$sextant" bench compute --backend cuda --precision bf16 --trace "$out/bench.json" >/dev/null
+else
+  say "== measuring collectives (sextant bench comm, 2 ranks)"
+  "$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/bench.json" >/dev/null
+fi
 
 declare -A measured
 fit_traces=()
 for p in "${plans[@]}"; do
-  IFS='|' read -r name ranks flags role <<<"$p"
+  IFS='|' read -r name ranks model flags role <<<"$p"
   if [ "$role" = fit ]; then
     say "== measuring $name (for the fit)"
-    measured[$name]=$(measure "$name" "$ranks" $flags)
+    measured[$name]=$(measure "$name" "$ranks" "$model" $flags)
     fit_traces+=(--trace "$out/$name.measured.json")
   fi
 done
 
-say "== calibrating local-cpu"
-"$sextant" calibrate --cluster local-cpu --trace "$out/comm.json" "${fit_traces[@]}" \
-  --out "$out/local-cpu-calibrated.json" | sed 's/^/   /' >&2
+say "== calibrating $cluster"
+calibrated="$out/$cluster-calibrated.json"
+"$sextant" calibrate --cluster "$cluster" --trace "$out/bench.json" "${fit_traces[@]}" \
+  "${calibrate_flags[@]}" --out "$calibrated" | sed 's/^/   /' >&2
 
 rows="$out/rows.jsonl"
 : >"$rows"
 for p in "${plans[@]}"; do
-  IFS='|' read -r name ranks flags role <<<"$p"
+  IFS='|' read -r name ranks model flags role <<<"$p"
   predict() {
-    "$sextant" simulate --model "$model" --cluster "$1" --global-batch "$batch" $flags --json |
+    "$sextant" simulate --model "$model" --cluster "$1" $flags "${sim_flags[@]}" --json |
       python3 -c "import json,sys; print(json.load(sys.stdin)['step_time_s'])"
   }
-  before=$(predict local-cpu)
-  after=$(predict "$out/local-cpu-calibrated.json")
+  before=$(predict "$cluster")
+  after=$(predict "$calibrated")
   if [ "$role" = heldout ]; then
     say "== measuring $name (held out)"
-    measured[$name]=$(measure "$name" "$ranks" $flags)
+    measured[$name]=$(measure "$name" "$ranks" "$model" $flags)
   fi
-  echo "{\"name\": \"$name\", \"ranks\": $ranks, \"heldout\": $([ "$role" = heldout ] && echo true || echo false), \"predicted_s\": $after, \"predicted_uncalibrated_s\": $before, \"measured_s\": ${measured[$name]}}" >>"$rows"
+  echo "{\"name\": \"$name\", \"model\": \"$model\", \"ranks\": $ranks, \"heldout\": $([ "$role" = heldout ] && echo true || echo false), \"predicted_s\": $after, \"predicted_uncalibrated_s\": $before, \"measured_s\": ${measured[$name]}}" >>"$rows"
 done
 
 # One held-out plan op by op.
-"$sextant" simulate --model "$model" --cluster "$out/local-cpu-calibrated.json" --global-batch "$batch" \
-  --pp 2 --micro-batch 2 --trace "$out/pp2.1f1b.mb2.predicted.json" >/dev/null
-"$sextant" compare --measured "$out/pp2.1f1b.mb2.measured.json" \
-  --predicted "$out/pp2.1f1b.mb2.predicted.json" --json >"$out/pp2.1f1b.mb2.compare.json"
+for p in "${plans[@]}"; do
+  IFS='|' read -r name ranks model flags role <<<"$p"
+  [ "$name" = "$compare_plan" ] || continue
+  "$sextant" simulate --model "$model" --cluster "$calibrated" $flags "${sim_flags[@]}" \
+    --trace "$out/$name.predicted.json" >/dev/null
+  "$sextant" compare --measured "$out/$name.measured.json" --predicted "$out/$name.predicted.json" \
+    --json >"$out/$name.compare.json"
+done
 
-python3 - "$rows" "$out/pp2.1f1b.mb2.compare.json" "$json" <<'PY'
+python3 - "$rows" "$out/$compare_plan.compare.json" "$json" "$cluster" "$compare_plan" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 compare = json.load(open(sys.argv[2]))
 as_json = sys.argv[3] == "1"
+cluster, compare_plan = sys.argv[4], sys.argv[5]
 for r in rows:
     r["error"] = (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
     r["uncalibrated_error"] = (r["predicted_uncalibrated_s"] - r["measured_s"]) / r["measured_s"]
@@ -123,12 +164,12 @@ pred = [r["predicted_s"] for r in rows]
 meas = [r["measured_s"] for r in rows]
 pick = min(range(len(rows)), key=lambda i: pred[i])
 summary = {
-    "model": "gpt-tiny", "cluster": "local-cpu", "global_batch": 16, "plans": rows,
+    "models": sorted({r["model"] for r in rows}), "cluster": cluster, "plans": rows,
     "heldout_mean_abs_error": sum(errs) / len(errs), "heldout_max_abs_error": max(errs),
     "uncalibrated_heldout_mean_abs_error": sum(abs(r["uncalibrated_error"]) for r in held) / len(held),
     "kendall_tau": kendall(pred, meas), "regret": meas[pick] / min(meas) - 1,
     "predicted_best": rows[pick]["name"], "measured_best": rows[meas.index(min(meas))]["name"],
-    "op_class_errors": {"plan": "pp2.1f1b.mb2", "by_class": compare["by_class"]},
+    "op_class_errors": {"plan": compare_plan, "by_class": compare["by_class"]},
 }
 if as_json:
     print(json.dumps(summary, indent=2))

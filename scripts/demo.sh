@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine: sets up and builds, plans a large model on a GPU
-# cluster and simulates the chosen plan, shows what more GPUs would buy, and writes a trace that
-# opens in Perfetto. Outputs go to out/demo (or $SEXTANT_DEMO_OUT).
+# cluster and simulates the chosen plan, shows what more GPUs would buy, writes a trace that opens
+# in Perfetto, plans and trains a small GPT on local CPU ranks, and runs the calibration loop
+# (measure, fit, predict, compare). Outputs go to out/demo (or $SEXTANT_DEMO_OUT).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -36,6 +37,10 @@ echo "== 5. Run it for real: plan gpt-tiny on this machine's 2 CPU cores, train 
   --top 3 --out "$out/gpt-tiny-plan.json"
 "$sextant" run --model gpt-tiny --plan "$out/gpt-tiny-plan.json" --np 2 --steps 30 \
   --trace "$out/gpt-tiny-measured-trace.json" --log-json "$out/gpt-tiny-steps.jsonl"
+echo
+echo "== 6. Learn from what was measured: bench this machine, fit local-cpu to it, then predict ten"
+echo "      plans of gpt-tiny (seven of them not used for the fit) and run them for real"
+scripts/calibrate-local.sh --out "$out/calibrate-local"
 echo
 echo "Traces (open at https://ui.perfetto.dev: one process per rank, one thread per stream):"
 echo "  predicted: $out/gpt3-1.3b-predicted-trace.json"

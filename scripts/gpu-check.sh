@@ -9,7 +9,8 @@
 #   5. bench comm over NCCL at world size 1 (the plumbing), and GPT-2 124M (micro-batch 32 x 1024)
 #      tokens/s: Sextant (bf16 GEMMs) next to PyTorch (bf16 autocast; explicit attention, fused
 #      SDPA, and torch.compile),
-#   6. calibration of the h100-1gpu cluster from the measured traces, and the prediction error.
+#   6. calibration of the h100-1gpu cluster from the measured traces, and the prediction error,
+#   7. the calibration loop on the GPU (scripts/calibrate-local.sh --gpu: fit, held-out plans).
 # Logs and result files go to $OUT (the device tool's output folder) or ./out/gpu.
 # Usage (build machine): scripts/device-deps.sh, then run `scripts/gpu-check.sh` through the
 # device tool with carry [".device"].
@@ -104,6 +105,11 @@ for c in h100-1gpu "$out/h100-1gpu.calibrated.json"; do
       >"$out/compare.$tag.txt" 2>&1
   record $?; echo "-- $tag cluster"; tail -25 "$out/compare.$tag.txt"
 done
+
+step "the calibration loop on the GPU: scripts/calibrate-local.sh --gpu"
+SEXTANT="$root/$sextant" scripts/calibrate-local.sh --gpu --out "$out/calibrate-gpu" \
+  >"$out/calibrate_loop.txt" 2>&1
+record $?; tail -15 "$out/calibrate_loop.txt"
 
 echo; cat "$out/summary.txt"
 exit $status
