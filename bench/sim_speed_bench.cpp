@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
       o.fidelity = f;
       auto t0 = std::chrono::steady_clock::now();
       result = sim::simulate(model, cluster, plan, o);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     fmt::print("{:<9} {:>10.3f} {:>12} {:>14.3g} {:>12.3f}\n",
                spec::enum_name(sim::fidelity_names(), f), best, result.report.events,

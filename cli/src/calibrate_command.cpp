@@ -33,17 +33,21 @@ void run_calibrate(const CalibrateFlags& f) {
     samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
   for (const std::string& t : f.nccl_tests) samples.append(traces::read_nccl_tests(t));
   for (const std::string& t : f.kineto) samples.append(traces::read_kineto(t));
-  spec::Dtype dtype = base.device.kind == spec::DeviceKind::kGpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
+  spec::Dtype dtype =
+      base.device.kind == spec::DeviceKind::kGpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   if (!f.dtype.empty()) {
     auto d = spec::enum_from_name(spec::dtype_names(), f.dtype);
-    if (!d) throw InputError("command line", "--dtype", f.dtype, "must be one of " + spec::enum_choices(spec::dtype_names()));
+    if (!d)
+      throw InputError("command line", "--dtype", f.dtype,
+                       "must be one of " + spec::enum_choices(spec::dtype_names()));
     dtype = *d;
   }
   traces::Calibration c = traces::calibrate(base, samples, dtype);
   spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
   if (f.json) {
-    std::cout << spec::Json{{"out", f.out}, {"calibrated_from", *c.cluster.calibrated_from}}.dump(2) << "\n";
+    std::cout << spec::Json{{"out", f.out}, {"calibrated_from", *c.cluster.calibrated_from}}.dump(2)
+              << "\n";
     return;
   }
   fmt::print("calibrated {} from {} compute ops and {} collectives -> {}\n", base.name,
@@ -51,13 +55,16 @@ void run_calibrate(const CalibrateFlags& f) {
   fmt::print("  launch overhead {:.2f} us, memory efficiency {:.3f}\n", r.launch_overhead_us,
              r.memory_efficiency);
   fmt::print("  GEMM efficiency:");
-  for (const spec::EfficiencyPoint& p : r.gemm_efficiency) fmt::print(" {:.1e}->{:.2f}", p.flops, p.efficiency);
+  for (const spec::EfficiencyPoint& p : r.gemm_efficiency)
+    fmt::print(" {:.1e}->{:.2f}", p.flops, p.efficiency);
   fmt::print("\n  compute op times: RMS relative error {:.1f}% before, {:.1f}% after\n",
              100 * r.compute_error_before, 100 * r.compute_error_after);
   for (const spec::CollectiveFit& fit : r.collective_fits)
-    fmt::print("  {:<15} on {:<14} alpha {:8.2f} us  beta {:.3e} us/B ({:.2f} GB/s)  R^2 {:.3f}  ({} samples)\n",
-               fit.collective, fit.level, fit.alpha_us, fit.beta_us_per_byte,
-               1e-3 / fit.beta_us_per_byte, fit.r2, fit.samples);
+    fmt::print(
+        "  {:<15} on {:<14} alpha {:8.2f} us  beta {:.3e} us/B ({:.2f} GB/s)  R^2 {:.3f}  ({} "
+        "samples)\n",
+        fit.collective, fit.level, fit.alpha_us, fit.beta_us_per_byte, 1e-3 / fit.beta_us_per_byte,
+        fit.r2, fit.samples);
   for (const std::string& n : r.notes) fmt::print("  note: {}\n", n);
 }
 
@@ -69,7 +76,10 @@ struct CompareFlags {
 spec::Json rows_json(const std::vector<traces::Row>& rows) {
   spec::Json j = spec::Json::array();
   for (const traces::Row& r : rows)
-    j.push_back({{"key", r.key}, {"measured_s", r.measured_s}, {"predicted_s", r.predicted_s}, {"error", r.error()}});
+    j.push_back({{"key", r.key},
+                 {"measured_s", r.measured_s},
+                 {"predicted_s", r.predicted_s},
+                 {"error", r.error()}});
   return j;
 }
 
@@ -114,14 +124,17 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--nccl-tests", f->nccl_tests, "nccl-tests output ([kind:]file)");
   cmd->add_option("--kineto", f->kineto, "PyTorch profiler traces (record_shapes=True)");
   cmd->add_option("--out", f->out, "Calibrated cluster file to write")->required();
-  cmd->add_option("--dtype", f->dtype, "Precision the measured ops ran in (default: bf16 GPU, fp32 CPU)");
+  cmd->add_option("--dtype", f->dtype,
+                  "Precision the measured ops ran in (default: bf16 GPU, fp32 CPU)");
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f] { run_calibrate(*f); });
 
   auto c = std::make_shared<CompareFlags>();
-  CLI::App* cmp = app.add_subcommand("compare", "Predicted against measured, per op class and collective");
+  CLI::App* cmp =
+      app.add_subcommand("compare", "Predicted against measured, per op class and collective");
   cmp->add_option("--measured", c->measured, "Measured trace (sextant run --trace)")->required();
-  cmp->add_option("--predicted", c->predicted, "Predicted trace (sextant simulate --trace)")->required();
+  cmp->add_option("--predicted", c->predicted, "Predicted trace (sextant simulate --trace)")
+      ->required();
   cmp->add_flag("--json", c->json, "Print JSON");
   cmp->callback([c] { run_compare(*c); });
 }

@@ -1,8 +1,8 @@
 // The `sextant` command: wires the libraries together. Bad input prints one line per problem and
 // exits 2; internal errors exit 3.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "commands.hpp"
@@ -11,9 +11,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Sextant: predict, plan, run and calibrate parallel training of neural networks"};
-  app.set_version_flag("--version",
-                       fmt::format("sextant {} ({})", sextant::spec::kVersion,
-                                   sextant::spec::kGitCommit));
+  app.set_version_flag("--version", fmt::format("sextant {} ({})", sextant::spec::kVersion,
+                                                sextant::spec::kGitCommit));
   app.require_subcommand(1);
   sextant::cli::add_models_command(app);
   sextant::cli::add_clusters_command(app);

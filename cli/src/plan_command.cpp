@@ -41,7 +41,8 @@ struct SearchFlags {
 };
 
 void add_search_flags(CLI::App& cmd, SearchFlags& f) {
-  cmd.add_option("--model", f.model, "Zoo name, model file or Hugging Face config.json")->required();
+  cmd.add_option("--model", f.model, "Zoo name, model file or Hugging Face config.json")
+      ->required();
   cmd.add_option("--cluster", f.cluster, "Cluster name or file")->required();
   cmd.add_option("--global-batch", f.global_batch, "Sequences (samples) per optimizer step")
       ->required()
@@ -85,7 +86,8 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
 planner::SearchOptions options_from(const SearchFlags& f) {
   planner::SearchOptions o;
   auto fidelity = spec::enum_from_name(sim::fidelity_names(), f.network);
-  if (!fidelity) throw InputError("command line", "--network", f.network, "must be analytic or flow");
+  if (!fidelity)
+    throw InputError("command line", "--network", f.network, "must be analytic or flow");
   o.fidelity = *fidelity;
   if (f.objective != "time" && f.objective != "cost")
     throw InputError("command line", "--objective", f.objective, "must be time or cost");
@@ -147,17 +149,20 @@ std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
 const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::SearchRequest& request,
                                       const std::vector<planner::RankedPlan>& ranked) {
   if (request.cluster.device.kind != spec::DeviceKind::kCpu) {
-    throw InputError("command line", "--verify", std::to_string(f.verify),
-                     fmt::format("trials run on this machine's CPU ranks; cluster {} describes GPUs "
-                                 "(verify on the GPU machine with a CUDA build)",
-                                 request.cluster.name));
+    throw InputError(
+        "command line", "--verify", std::to_string(f.verify),
+        fmt::format("trials run on this machine's CPU ranks; cluster {} describes GPUs "
+                    "(verify on the GPU machine with a CUDA build)",
+                    request.cluster.name));
   }
   VerifyOptions vo;
   vo.model = f.search.model;
   vo.steps = f.verify_steps;
   vo.timeout_s = f.verify_timeout;
   vo.work_dir = f.verify_dir;
-  if (!f.search.json) fmt::print("\nverifying the top {} plans on this machine ({} steps each)...\n", f.verify, f.verify_steps);
+  if (!f.search.json)
+    fmt::print("\nverifying the top {} plans on this machine ({} steps each)...\n", f.verify,
+               f.verify_steps);
   std::vector<Trial> trials = verify(ranked, f.verify, vo);
   std::vector<double> predicted, measured;
   const planner::RankedPlan* best = &ranked.front();
@@ -175,22 +180,28 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
     }
   }
   if (!f.search.json) {
-    fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", "#", "plan", "predicted", "measured", "error", "status");
+    fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", "#", "plan", "predicted", "measured",
+               "error", "status");
     for (size_t i = 0; i < trials.size(); ++i) {
       const Trial& t = trials[i];
-      fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", i + 1, t.plan.name(), human_seconds(t.predicted_s),
-                 t.measured_s ? human_seconds(*t.measured_s) : "-",
-                 t.measured_s ? fmt::format("{:+.1f}%", 100 * (t.predicted_s - *t.measured_s) / *t.measured_s) : "-",
+      fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", i + 1, t.plan.name(),
+                 human_seconds(t.predicted_s), t.measured_s ? human_seconds(*t.measured_s) : "-",
+                 t.measured_s ? fmt::format("{:+.1f}%",
+                                            100 * (t.predicted_s - *t.measured_s) / *t.measured_s)
+                              : "-",
                  t.status);
     }
     if (measured.size() > 1)
-      fmt::print("ranking: Kendall tau {:.2f}; the predicted best is {:.1f}% slower than the measured best ({})\n",
-                 traces::kendall_tau(predicted, measured), 100 * traces::regret(predicted, measured),
-                 best->plan.name());
+      fmt::print(
+          "ranking: Kendall tau {:.2f}; the predicted best is {:.1f}% slower than the measured "
+          "best ({})\n",
+          traces::kendall_tau(predicted, measured), 100 * traces::regret(predicted, measured),
+          best->plan.name());
   }
   if (!f.calibrated_out.empty() && !traces_for_fit.empty()) {
     traces::Samples samples;
-    for (const std::string& t : traces_for_fit) samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
+    for (const std::string& t : traces_for_fit)
+      samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
     traces::Calibration c = traces::calibrate(request.cluster, samples, spec::Dtype::kFp32);
     spec::write_json_file(f.calibrated_out, spec::to_json(c.cluster));
     if (!f.search.json)
@@ -247,12 +258,13 @@ int run_plan(const PlanFlagsAll& f) {
         const spec::Report& r = p.report;
         const spec::TimeBreakdown& b = r.breakdown_s;
         auto pc = [&](double x) { return 100 * x / r.step_time_s; };
-        fmt::print("{:>2} {:<34} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
-                   "{:.0f}% / {:.0f}% / {:.0f}%\n",
-                   i++, p.plan.name(), human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
-                   human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
-                   pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
-                   pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));
+        fmt::print(
+            "{:>2} {:<34} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
+            "{:.0f}% / {:.0f}% / {:.0f}%\n",
+            i++, p.plan.name(), human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
+            human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
+            pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
+            pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));
       }
     }
   }
@@ -264,7 +276,8 @@ int run_plan(const PlanFlagsAll& f) {
                "no plan fits: the least memory any layout needs is {} per device (capacity {}); "
                "{}. Try more GPUs, a smaller --global-batch, or full recompute and ZeRO.\n",
                human_bytes(static_cast<double>(result.least_memory_bytes)),
-               human_bytes(static_cast<double>(request.cluster.device.memory_capacity_bytes)), what);
+               human_bytes(static_cast<double>(request.cluster.device.memory_capacity_bytes)),
+               what);
     return 1;
   }
   const planner::RankedPlan* best = &result.ranked.front();
@@ -351,7 +364,8 @@ int run_scale(const ScaleFlags& f) {
     fmt::print("{:>6} {:<32} {:>10} {:>12.0f} {:>5.1f}% {:>7.2f}x {:>5.0f}%", p.gpus,
                p.best->plan.name(), human_seconds(p.best->report.step_time_s), p.tokens_per_s,
                100 * p.best->report.mfu, p.speedup, 100 * p.efficiency);
-    if (p.train_time_s) fmt::print(" {:>12} {:>12.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
+    if (p.train_time_s)
+      fmt::print(" {:>12} {:>12.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
     if (p.cost) fmt::print(" {:>11.0f}$", *p.cost);
     fmt::print("\n");
   }
@@ -367,8 +381,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--top", f->top, "How many plans to show")->check(CLI::PositiveNumber);
   cmd->add_option("--out", f->out, "Write the best plan (sextant.plan/1) to this file");
-  cmd->add_option("--verify", f->verify,
-                  "Run the top K plans for real on this machine's CPU ranks, keep the measured best")
+  cmd->add_option(
+         "--verify", f->verify,
+         "Run the top K plans for real on this machine's CPU ranks, keep the measured best")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--verify-steps", f->verify_steps, "Steps per trial")->check(CLI::PositiveNumber);
   cmd->add_option("--verify-timeout", f->verify_timeout, "Seconds a trial may take")

@@ -6,7 +6,8 @@
 namespace sextant::cli {
 
 void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
-  cmd.add_option("--plan", f.plan_file, "Plan JSON (sextant.plan/1), e.g. written by `sextant plan`");
+  cmd.add_option("--plan", f.plan_file,
+                 "Plan JSON (sextant.plan/1), e.g. written by `sextant plan`");
   cmd.add_option("--dp", f.dp, "Data-parallel degree")->check(CLI::PositiveNumber);
   cmd.add_option("--tp", f.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
   cmd.add_option("--pp", f.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber);

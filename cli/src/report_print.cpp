@@ -12,30 +12,32 @@ void print_report(const spec::Report& r) {
   fmt::print("  step time        {}\n", human_seconds(r.step_time_s));
   fmt::print("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
              r.samples_per_s);
-  fmt::print("  per GPU          {:.1f} model TFLOP/s (MFU {:.1f}%), {:.1f} hardware TFLOP/s (HFU "
-             "{:.1f}%)\n",
-             r.model_tflops_per_gpu, 100 * r.mfu, r.hardware_tflops_per_gpu, 100 * r.hfu);
+  fmt::print(
+      "  per GPU          {:.1f} model TFLOP/s (MFU {:.1f}%), {:.1f} hardware TFLOP/s (HFU "
+      "{:.1f}%)\n",
+      r.model_tflops_per_gpu, 100 * r.mfu, r.hardware_tflops_per_gpu, 100 * r.hfu);
   const spec::TimeBreakdown& b = r.breakdown_s;
   auto pct = [&](double x) { return 100 * x / r.step_time_s; };
   fmt::print("  breakdown        compute {} ({:.1f}%), optimizer {} ({:.1f}%)\n",
-             human_seconds(b.compute), pct(b.compute), human_seconds(b.optimizer), pct(b.optimizer));
-  fmt::print("                   exposed tp {} ({:.1f}%), dp {} ({:.1f}%), pp {} ({:.1f}%), fsdp {} "
-             "({:.1f}%)\n",
-             human_seconds(b.tp_comm_exposed), pct(b.tp_comm_exposed),
-             human_seconds(b.dp_comm_exposed), pct(b.dp_comm_exposed),
-             human_seconds(b.pp_comm_exposed), pct(b.pp_comm_exposed),
-             human_seconds(b.fsdp_comm_exposed), pct(b.fsdp_comm_exposed));
+             human_seconds(b.compute), pct(b.compute), human_seconds(b.optimizer),
+             pct(b.optimizer));
+  fmt::print(
+      "                   exposed tp {} ({:.1f}%), dp {} ({:.1f}%), pp {} ({:.1f}%), fsdp {} "
+      "({:.1f}%)\n",
+      human_seconds(b.tp_comm_exposed), pct(b.tp_comm_exposed), human_seconds(b.dp_comm_exposed),
+      pct(b.dp_comm_exposed), human_seconds(b.pp_comm_exposed), pct(b.pp_comm_exposed),
+      human_seconds(b.fsdp_comm_exposed), pct(b.fsdp_comm_exposed));
   fmt::print("                   pipeline bubble {} ({:.1f}%)\n", human_seconds(b.bubble),
              pct(b.bubble));
   const spec::MemoryBreakdown& m = r.memory;
-  fmt::print("  memory per GPU   {} of {} ({}): weights {}, gradients {}, optimizer {}, "
-             "activations {}, buffers {}\n",
-             human_bytes(static_cast<double>(m.peak_bytes)),
-             human_bytes(static_cast<double>(m.capacity_bytes)), m.fits ? "fits" : "DOES NOT FIT",
-             human_bytes(static_cast<double>(m.weights)), human_bytes(static_cast<double>(m.gradients)),
-             human_bytes(static_cast<double>(m.optimizer)),
-             human_bytes(static_cast<double>(m.activations)),
-             human_bytes(static_cast<double>(m.buffers)));
+  fmt::print(
+      "  memory per GPU   {} of {} ({}): weights {}, gradients {}, optimizer {}, "
+      "activations {}, buffers {}\n",
+      human_bytes(static_cast<double>(m.peak_bytes)),
+      human_bytes(static_cast<double>(m.capacity_bytes)), m.fits ? "fits" : "DOES NOT FIT",
+      human_bytes(static_cast<double>(m.weights)), human_bytes(static_cast<double>(m.gradients)),
+      human_bytes(static_cast<double>(m.optimizer)),
+      human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)));
   fmt::print("  simulated        {} events in {}\n", r.events, human_seconds(r.sim_wall_s));
 }
 

@@ -24,11 +24,11 @@ struct PublishedRun {
   double tflops_per_gpu;
 };
 constexpr PublishedRun kTable1[] = {
-    {"megatron-1.7b", 1, 1, 32, 512, 137},    {"megatron-3.6b", 2, 1, 32, 512, 138},
-    {"megatron-7.5b", 4, 1, 32, 512, 142},    {"megatron-18b", 8, 1, 32, 1024, 135},
-    {"megatron-39b", 8, 2, 32, 1536, 138},    {"megatron-76b", 8, 4, 32, 1792, 140},
-    {"megatron-145b", 8, 8, 24, 2304, 148},   {"megatron-310b", 8, 16, 15, 2160, 155},
-    {"megatron-530b", 8, 35, 9, 2520, 163},   {"megatron-1t", 8, 64, 6, 3072, 163},
+    {"megatron-1.7b", 1, 1, 32, 512, 137},  {"megatron-3.6b", 2, 1, 32, 512, 138},
+    {"megatron-7.5b", 4, 1, 32, 512, 142},  {"megatron-18b", 8, 1, 32, 1024, 135},
+    {"megatron-39b", 8, 2, 32, 1536, 138},  {"megatron-76b", 8, 4, 32, 1792, 140},
+    {"megatron-145b", 8, 8, 24, 2304, 148}, {"megatron-310b", 8, 16, 15, 2160, 155},
+    {"megatron-530b", 8, 35, 9, 2520, 163}, {"megatron-1t", 8, 64, 6, 3072, 163},
 };
 
 struct Row {
@@ -98,7 +98,8 @@ struct ValidateOptions {
 int run(const ValidateOptions& o) {
   spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
   auto fidelity = spec::enum_from_name(sim::fidelity_names(), o.network);
-  if (!fidelity) throw InputError("command line", "--network", o.network, "must be analytic or flow");
+  if (!fidelity)
+    throw InputError("command line", "--network", o.network, "must be analytic or flow");
   std::vector<Row> rows;
   for (const PublishedRun& run : kTable1) rows.push_back(predict(run, cluster, *fidelity));
   double sum = 0;

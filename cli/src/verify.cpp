@@ -50,7 +50,8 @@ std::optional<int> run_with_timeout(const std::vector<std::string>& args, const 
     int status = 0;
     pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        timeout_s) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       return std::nullopt;
@@ -79,12 +80,14 @@ std::vector<Trial> verify(const std::vector<planner::RankedPlan>& ranked, int64_
     t.predicted_s = ranked[i].report.step_time_s;
     const std::string base = fmt::format("{}/trial{}", o.work_dir, i + 1);
     spec::write_json_file(base + ".plan.json", spec::to_json(t.plan));
-    std::vector<std::string> args = {"mpirun", "-np", std::to_string(t.plan.world_size()), "--oversubscribe"};
+    std::vector<std::string> args = {"mpirun", "-np", std::to_string(t.plan.world_size()),
+                                     "--oversubscribe"};
     if (geteuid() == 0) args.push_back("--allow-run-as-root");
-    for (const std::string& a : {self_path(), std::string("run"), std::string("--model"), o.model,
-                                 std::string("--plan"), base + ".plan.json", std::string("--steps"),
-                                 std::to_string(o.steps), std::string("--quiet"), std::string("--log-json"),
-                                 base + ".steps.jsonl", std::string("--trace"), base + ".trace.json"})
+    for (const std::string& a :
+         {self_path(), std::string("run"), std::string("--model"), o.model, std::string("--plan"),
+          base + ".plan.json", std::string("--steps"), std::to_string(o.steps),
+          std::string("--quiet"), std::string("--log-json"), base + ".steps.jsonl",
+          std::string("--trace"), base + ".trace.json"})
       args.push_back(a);
     std::optional<int> rc = run_with_timeout(args, base + ".log", o.timeout_s);
     if (!rc) {

@@ -31,7 +31,9 @@ std::string step_dir(const std::string& dir, int64_t step) {
   return (fs::path(dir) / fmt::format("step-{:08d}", step)).string();
 }
 
-std::string shard_name(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
+std::string shard_name(int rank) {
+  return fmt::format("rank-{:05d}.bin", rank);
+}
 
 void append_floats(std::string& out, const std::vector<float>& v) {
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -45,12 +47,9 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
   if (world.rank() == 0) fs::create_directories(sdir);
   world.barrier();
   std::string body;
-  spec::Json header = {{"schema", kSchema},
-                       {"step", shard.step},
-                       {"rank", world.rank()},
-                       {"world", world.size()},
-                       {"plan", plan},
-                       {"elements", shard.values.size()}};
+  spec::Json header = {{"schema", kSchema},    {"step", shard.step},
+                       {"rank", world.rank()}, {"world", world.size()},
+                       {"plan", plan},         {"elements", shard.values.size()}};
   body = header.dump() + "\n";
   append_floats(body, shard.values);
   append_floats(body, shard.m);
@@ -96,11 +95,11 @@ std::optional<Shard> load_checkpoint(const std::string& dir, const std::string& 
   const std::string file = (*newest / shard_name(world.rank())).string();
   try {
     spec::Json manifest = spec::read_json_file((*newest / "manifest.json").string());
-    if (manifest.at("world").get<int>() != world.size() || manifest.at("plan").get<std::string>() != plan) {
-      throw InputError((*newest / "manifest.json").string(), "/plan",
-                       manifest.at("plan").dump(),
-                       fmt::format("was written by another layout: this run is {} on {} ranks", plan,
-                                   world.size()));
+    if (manifest.at("world").get<int>() != world.size() ||
+        manifest.at("plan").get<std::string>() != plan) {
+      throw InputError((*newest / "manifest.json").string(), "/plan", manifest.at("plan").dump(),
+                       fmt::format("was written by another layout: this run is {} on {} ranks",
+                                   plan, world.size()));
     }
     const spec::Json& entry = manifest.at("shards").at(static_cast<size_t>(world.rank()));
     std::string body = spec::read_text_file(file);

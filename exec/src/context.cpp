@@ -28,7 +28,8 @@ Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase 
 
 Recorder::Event Context::comm(const std::string& name, spec::OpClass cls, spec::Stream stream,
                               int64_t bytes, int64_t group_size, spec::Phase phase,
-                              std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const {
+                              std::optional<int64_t> layer,
+                              std::optional<int64_t> micro_batch) const {
   Recorder::Event e;
   e.name = name;
   e.op_class = cls;

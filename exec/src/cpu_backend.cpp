@@ -20,10 +20,18 @@ using ConstMap = Eigen::Map<const RowMat>;
 using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 
-int64_t rows_of(const Tensor& t) { return t.numel() / t.shape().back(); }
-int64_t cols_of(const Tensor& t) { return t.shape().back(); }
-ConstMap cmat(const Tensor& t) { return ConstMap(t.data(), rows_of(t), cols_of(t)); }
-Map mat(Tensor& t) { return Map(t.data(), rows_of(t), cols_of(t)); }
+int64_t rows_of(const Tensor& t) {
+  return t.numel() / t.shape().back();
+}
+int64_t cols_of(const Tensor& t) {
+  return t.shape().back();
+}
+ConstMap cmat(const Tensor& t) {
+  return ConstMap(t.data(), rows_of(t), cols_of(t));
+}
+Map mat(Tensor& t) {
+  return Map(t.data(), rows_of(t), cols_of(t));
+}
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -33,12 +41,14 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
 
   float* allocate(int64_t elements) override {
-    return static_cast<float*>(Eigen::internal::aligned_malloc(static_cast<size_t>(elements) * sizeof(float)));
+    return static_cast<float*>(
+        Eigen::internal::aligned_malloc(static_cast<size_t>(elements) * sizeof(float)));
   }
   void release(float* data) override { Eigen::internal::aligned_free(data); }
   void fill(Tensor& t, float value) override { std::fill(t.data(), t.data() + t.numel(), value); }
   void copy(const Tensor& from, Tensor& to) override {
-    SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(), to.numel());
+    SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(),
+                  to.numel());
     std::memcpy(to.data(), from.data(), static_cast<size_t>(from.numel()) * sizeof(float));
   }
   void to_host(const Tensor& t, std::vector<float>& out) override {
@@ -63,7 +73,8 @@ class CpuBackend : public Backend {
     } else {
       Y.noalias() = X * W;
     }
-    if (bias != nullptr) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias->data(), W.cols());
+    if (bias != nullptr)
+      Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias->data(), W.cols());
   }
 
   void matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
@@ -103,10 +114,10 @@ class CpuBackend : public Backend {
       for (int64_t j = 0; j < c; ++j) s += xi[j];
       const double mu = s / static_cast<double>(c);
       for (int64_t j = 0; j < c; ++j) ss += (xi[j] - mu) * (xi[j] - mu);
-      const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + kLayerNormEps));
+      const float r =
+          static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + kLayerNormEps));
       float* yi = y.data() + i * c;
-      for (int64_t j = 0; j < c; ++j)
-        yi[j] = (xi[j] - static_cast<float>(mu)) * r * g[j] + b[j];
+      for (int64_t j = 0; j < c; ++j) yi[j] = (xi[j] - static_cast<float>(mu)) * r * g[j] + b[j];
       mean.data()[i] = static_cast<float>(mu);
       rstd.data()[i] = r;
     }
@@ -266,7 +277,8 @@ class CpuBackend : public Backend {
       for (int64_t h = 0; h < heads; ++h) {
         ConstMap a(probs.data() + (b * heads + h) * seq * seq, seq, seq);
         Map da(dprobs.data() + (b * heads + h) * seq * seq, seq, seq);
-        ConstStridedMap dout_bh(dout.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
+        ConstStridedMap dout_bh(dout.data() + b * seq * hd + h * d, seq, d,
+                                Eigen::OuterStride<>(hd));
         qkv_block(dqkv, b, h, 2, seq, heads).noalias() = a.transpose() * dout_bh;
         da.noalias() = dout_bh * qkv_block(qkv, b, h, 2, seq, heads).transpose();
       }
@@ -348,7 +360,9 @@ class CpuBackend : public Backend {
     const int64_t n = rows_of(logits), v = cols_of(logits);
     out.assign(static_cast<size_t>(n), -INFINITY);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < v; ++j) out[static_cast<size_t>(i)] = std::max(out[static_cast<size_t>(i)], logits.data()[i * v + j]);
+      for (int64_t j = 0; j < v; ++j)
+        out[static_cast<size_t>(i)] =
+            std::max(out[static_cast<size_t>(i)], logits.data()[i * v + j]);
   }
   void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
                    std::vector<float>& out) override {
@@ -356,7 +370,8 @@ class CpuBackend : public Backend {
     out.assign(static_cast<size_t>(n), 0.0f);
     for (int64_t i = 0; i < n; ++i) {
       double s = 0;
-      for (int64_t j = 0; j < v; ++j) s += std::exp(logits.data()[i * v + j] - max[static_cast<size_t>(i)]);
+      for (int64_t j = 0; j < v; ++j)
+        s += std::exp(logits.data()[i * v + j] - max[static_cast<size_t>(i)]);
       out[static_cast<size_t>(i)] = static_cast<float>(s);
     }
   }
@@ -413,6 +428,8 @@ class CpuBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace sextant::exec

@@ -43,7 +43,8 @@ class TextTokens : public TokenSource {
     const uint64_t start = mix(static_cast<uint64_t>(index)) % span;
     out.resize(static_cast<size_t>(seq_len + 1));
     for (int64_t i = 0; i <= seq_len; ++i)
-      out[static_cast<size_t>(i)] = static_cast<unsigned char>(bytes_[start + static_cast<uint64_t>(i)]);
+      out[static_cast<size_t>(i)] =
+          static_cast<unsigned char>(bytes_[start + static_cast<uint64_t>(i)]);
   }
 
  private:

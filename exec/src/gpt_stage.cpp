@@ -166,10 +166,12 @@ class GptStage : public StageModel {
   }
 
   // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
-  Tensor gather(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer, int64_t mb) {
+  Tensor gather(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer,
+                int64_t mb) {
     if (!sp_) return x;
     Tensor out = backend().empty({rows_, h_});
-    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, phase, layer, mb);
+    auto s =
+        comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, phase, layer, mb);
     ctx_.groups->tp->all_gather(x.data(), out.data(), x.numel());
     return out;
   }
@@ -198,12 +200,14 @@ class GptStage : public StageModel {
       ctx_.groups->tp->reduce_scatter(y.data(), out.data(), out.numel());
       return out;
     }
-    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, phase, layer, mb);
+    auto s =
+        comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, phase, layer, mb);
     ctx_.groups->tp->all_reduce(y.data(), y.numel());
     return y;
   }
   // Backward of reduce_out: [local_rows, h] -> [rows, h].
-  Tensor reduce_out_backward(const Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
+  Tensor reduce_out_backward(const Tensor& d, const std::string& prefix, int32_t layer,
+                             int64_t mb) {
     if (!sp_) return d;
     Tensor out = backend().empty({rows_, h_});
     auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, Phase::kBwd,
@@ -269,10 +273,11 @@ class GptStage : public StageModel {
         add(b + ".ln1.gamma", layer, {h}, constant(1), false, true);
         add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
         add(b + ".attn.qkv.weight", layer, {h, 3 * hd / t},
-            normal(b + ".attn.qkv.weight", kInitStd, [=](int64_t i) {
-              int64_t row = i / (3 * hd / t), col = i % (3 * hd / t);
-              return row * 3 * hd + column_of(col, 3, hd, t, r);
-            }),
+            normal(b + ".attn.qkv.weight", kInitStd,
+                   [=](int64_t i) {
+                     int64_t row = i / (3 * hd / t), col = i % (3 * hd / t);
+                     return row * 3 * hd + column_of(col, 3, hd, t, r);
+                   }),
             true, false);
         if (m_.bias) add(b + ".attn.qkv.bias", layer, {3 * hd / t}, constant(0), false, false);
         add(b + ".attn.proj.weight", layer, {hd / t, h},
@@ -284,10 +289,11 @@ class GptStage : public StageModel {
         add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
         const int64_t g = gate_;
         add(b + ".mlp.fc1.weight", layer, {h, g * f / t},
-            normal(b + ".mlp.fc1.weight", kInitStd, [=](int64_t i) {
-              int64_t row = i / (g * f / t), col = i % (g * f / t);
-              return row * g * f + column_of(col, g, f, t, r);
-            }),
+            normal(b + ".mlp.fc1.weight", kInitStd,
+                   [=](int64_t i) {
+                     int64_t row = i / (g * f / t), col = i % (g * f / t);
+                     return row * g * f + column_of(col, g, f, t, r);
+                   }),
             true, false);
         if (m_.bias) add(b + ".mlp.fc1.bias", layer, {g * f / t}, constant(0), false, false);
         add(b + ".mlp.fc2.weight", layer, {f / t, h},
@@ -331,7 +337,9 @@ class GptStage : public StageModel {
     }
   }
 
-  BlockParams& block(int32_t layer) { return blocks_.at(static_cast<size_t>(layer - std::max(begin_, 1))); }
+  BlockParams& block(int32_t layer) {
+    return blocks_.at(static_cast<size_t>(layer - std::max(begin_, 1)));
+  }
 
   // --- Embedding -------------------------------------------------------------------------------
 

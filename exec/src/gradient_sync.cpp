@@ -75,8 +75,9 @@ void GradientSync::begin_step() {
 }
 
 void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
-  auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                          (end - begin) * 4, dp_, phase, std::nullopt, std::nullopt));
+  auto s =
+      ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                     (end - begin) * 4, dp_, phase, std::nullopt, std::nullopt));
   ctx_.groups->dp->all_reduce(stage_.params().grads().data() + begin, end - begin);
 }
 
@@ -102,10 +103,9 @@ void GradientSync::gather_layer(const LayerSlice& s) {
     be.copy(slice_of(values, mine_begin, mine_n), dst);
   }
   {
-    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather",
-                                             OpClass::kAllGather, Stream::kDpComm,
-                                             s.shard * dp_ * 4, dp_, Phase::kNone, s.layer,
-                                             std::nullopt));
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather,
+                  Stream::kDpComm, s.shard * dp_ * 4, dp_, Phase::kNone, s.layer, std::nullopt));
     ctx_.groups->dp->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
@@ -121,10 +121,9 @@ void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
   be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
   {
-    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter",
-                                             OpClass::kReduceScatter, Stream::kDpComm,
-                                             s.shard * dp_ * 4, dp_, Phase::kBwd, s.layer,
-                                             std::nullopt));
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
+                  Stream::kDpComm, s.shard * dp_ * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
     ctx_.groups->dp->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const int64_t r = ctx_.groups->dp_rank;
@@ -182,8 +181,8 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
     if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
     if (--b.pending == 0) {
       auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                              (b.end - b.begin) * 4, dp_, Phase::kBwd,
-                                              std::nullopt, std::nullopt));
+                                              (b.end - b.begin) * 4, dp_, Phase::kBwd, std::nullopt,
+                                              std::nullopt));
       b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.begin,
                                                     b.end - b.begin);
     }

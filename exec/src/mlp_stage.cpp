@@ -23,19 +23,29 @@ class MlpStage : public StageModel {
     last_ = end_ == static_cast<int32_t>(m_.widths.size()) - 1;
     std::vector<ParamSpec> specs;
     for (int32_t l = begin_; l < end_; ++l) {
-      const int64_t in = m_.widths[static_cast<size_t>(l)], out = m_.widths[static_cast<size_t>(l) + 1];
+      const int64_t in = m_.widths[static_cast<size_t>(l)],
+                    out = m_.widths[static_cast<size_t>(l) + 1];
       const std::string name = fmt::format("fc{}.weight", l);
       const uint64_t seed = o.seed;
       // He initialisation for ReLU layers, std = sqrt(2 / fan_in); the classifier starts small
       // so that the first loss is near log(classes).
       const bool classifier = l + 1 == static_cast<int32_t>(m_.widths.size()) - 1;
       const float std_dev = classifier ? 0.01f : std::sqrt(2.0f / static_cast<float>(in));
-      specs.push_back({name, l, {in, out},
-                       [=](int64_t i) { return std_dev * init_normal(seed, name, i); }, true, false,
+      specs.push_back({name,
+                       l,
+                       {in, out},
+                       [=](int64_t i) { return std_dev * init_normal(seed, name, i); },
+                       true,
+                       false,
                        false});
       if (m_.bias)
-        specs.push_back({fmt::format("fc{}.bias", l), l, {out}, [](int64_t) { return 0.0f; }, false,
-                         false, false});
+        specs.push_back({fmt::format("fc{}.bias", l),
+                         l,
+                         {out},
+                         [](int64_t) { return 0.0f; },
+                         false,
+                         false,
+                         false});
     }
     store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
   }
@@ -54,7 +64,8 @@ class MlpStage : public StageModel {
     double s = 0;
     for (Param& p : store_->params()) {
       int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.value.numel());
-      if (b < e) s += ctx_.backend->sum_squares(store_->grads().view({store_->total()}).rows(b, e - b));
+      if (b < e)
+        s += ctx_.backend->sum_squares(store_->grads().view({store_->total()}).rows(b, e - b));
     }
     return s;
   }
@@ -93,7 +104,8 @@ class MlpStage : public StageModel {
       }
       Tensor a = be.empty({o_.micro_batch, out});
       {
-        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kFwd, mb.index));
+        auto s =
+            ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kFwd, mb.index));
         be.relu(y, a);
       }
       x = a;
@@ -115,7 +127,8 @@ class MlpStage : public StageModel {
                                   1.0f / static_cast<float>(ctx_.plan->global_batch), dpre);
       } else {
         const Tensor& upstream = l == end_ - 1 ? *grad_output : dy;
-        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kBwd, mb.index));
+        auto s =
+            ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kBwd, mb.index));
         be.relu_backward(y, upstream, dpre);
       }
       Tensor dx = be.empty(x.shape());
@@ -181,7 +194,8 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
         diag.add("/transformer/vocab", std::to_string(t.vocab),
                  fmt::format("must be divisible by tp ({}) for the vocabulary-parallel embedding",
                              ctx.groups->tp_size));
-      if (ctx.plan->sequence_parallel && (options.micro_batch * options.seq_len) % ctx.groups->tp_size != 0)
+      if (ctx.plan->sequence_parallel &&
+          (options.micro_batch * options.seq_len) % ctx.groups->tp_size != 0)
         diag.add("/sequence_parallel", "true", "micro_batch * seq_len must be divisible by tp");
       diag.throw_if_any();
       return make_gpt_stage(model, ctx, options);

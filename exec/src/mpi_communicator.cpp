@@ -21,7 +21,8 @@ void mpi_check(int code, const char* call, const char* file, int line) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   throw std::runtime_error(fmt::format("{} failed at {}:{} on rank {} ({}): {}", call, file, line,
-                                       rank, host, std::string(message, static_cast<size_t>(length))));
+                                       rank, host,
+                                       std::string(message, static_cast<size_t>(length))));
 }
 
 namespace {
@@ -109,7 +110,8 @@ void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
   MPI_CHECK(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_));
 }
 
-std::unique_ptr<CommRequest> MpiCommunicator::send(const float* data, int64_t n, int peer, int tag) {
+std::unique_ptr<CommRequest> MpiCommunicator::send(const float* data, int64_t n, int peer,
+                                                   int tag) {
   MPI_Request r = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r));
   return std::make_unique<MpiRequest>(r);
@@ -119,7 +121,9 @@ void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
   MPI_CHECK(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
 }
 
-void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiCommunicator::barrier() {
+  MPI_CHECK(MPI_Barrier(comm_));
+}
 
 std::vector<std::string> MpiCommunicator::gather_strings(const std::string& mine, int root) {
   int len = count(static_cast<int64_t>(mine.size()));

@@ -8,7 +8,9 @@ namespace sextant::exec {
 Recorder::Recorder(int64_t rank, bool enabled, Backend* backend)
     : rank_(rank), enabled_(enabled), backend_(backend), epoch_(std::chrono::steady_clock::now()) {}
 
-void Recorder::start_epoch() { epoch_ = std::chrono::steady_clock::now(); }
+void Recorder::start_epoch() {
+  epoch_ = std::chrono::steady_clock::now();
+}
 
 Recorder::Scope::Scope(Recorder* recorder, Event event) : recorder_(recorder) {
   if (recorder_ == nullptr) return;

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "sextant/exec/checkpoint.hpp"
@@ -68,16 +68,19 @@ class Trainer {
       ctx_.recorder->set_step(step);
       auto t0 = std::chrono::steady_clock::now();
       StepLog log = one_step(step);
-      log.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log.step_time_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double items = static_cast<double>(plan_.global_batch) *
                            static_cast<double>(model_.is_transformer() ? seq_ : 1);
       log.tokens_per_s = items / log.step_time_s;
       result.steps.push_back(log);
       if (on_step) on_step(log);
       if (!std::isfinite(log.loss)) {
-        throw std::runtime_error(fmt::format("the loss is {} at step {}: stopping", log.loss, step));
+        throw std::runtime_error(
+            fmt::format("the loss is {} at step {}: stopping", log.loss, step));
       }
-      if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0)
+      if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 &&
+          (step + 1) % o_.checkpoint_every == 0)
         checkpoint(step + 1);
     }
     result.events = ctx_.recorder->events();
@@ -89,8 +92,8 @@ class Trainer {
     MicroBatch mb;
     mb.index = index;
     const int64_t per_replica = plan_.global_batch / plan_.dp;
-    const int64_t first = step * plan_.global_batch + ctx_.groups->dp_rank * per_replica +
-                          index * plan_.micro_batch;
+    const int64_t first =
+        step * plan_.global_batch + ctx_.groups->dp_rank * per_replica + index * plan_.micro_batch;
     if (model_.is_transformer()) {
       std::vector<int32_t> seq;
       for (int64_t i = 0; i < plan_.micro_batch; ++i) {
@@ -152,9 +155,9 @@ class Trainer {
         if (g.pp_rank < g.pp_size - 1) {
           auto s = ctx_.recorder->scope(p2p("pp.send_activation", OpClass::kSend, Stream::kPpSend,
                                             out.numel(), Phase::kFwd, u.micro_batch));
-          sends.emplace_back(g.world->send(out.data(), out.numel(), g.next,
-                                           static_cast<int>(2 * u.micro_batch)),
-                             out);
+          sends.emplace_back(
+              g.world->send(out.data(), out.numel(), g.next, static_cast<int>(2 * u.micro_batch)),
+              out);
         }
       } else {
         Tensor grad;
@@ -170,9 +173,9 @@ class Trainer {
         if (g.pp_rank > 0) {
           auto s = ctx_.recorder->scope(p2p("pp.send_gradient", OpClass::kSend, Stream::kPpSend,
                                             dx.numel(), Phase::kBwd, u.micro_batch));
-          sends.emplace_back(g.world->send(dx.data(), dx.numel(), g.prev,
-                                           static_cast<int>(2 * u.micro_batch + 1)),
-                             dx);
+          sends.emplace_back(
+              g.world->send(dx.data(), dx.numel(), g.prev, static_cast<int>(2 * u.micro_batch + 1)),
+              dx);
         }
       }
     }
@@ -195,9 +198,17 @@ class Trainer {
       int64_t updated = 0;
       for (auto [b, e] : sync_->owned()) updated += e - b;
       // Bytes as the simulator counts an AdamW step (compute_model.hpp).
-      auto s = ctx_.recorder->scope(Recorder::Event{"optimizer.adamw", OpClass::kOptimizer,
-                                                    Stream::kCompute, Phase::kOpt, std::nullopt,
-                                                    std::nullopt, 0, updated * 28, {}, 0, ""});
+      auto s = ctx_.recorder->scope(Recorder::Event{"optimizer.adamw",
+                                                    OpClass::kOptimizer,
+                                                    Stream::kCompute,
+                                                    Phase::kOpt,
+                                                    std::nullopt,
+                                                    std::nullopt,
+                                                    0,
+                                                    updated * 28,
+                                                    {},
+                                                    0,
+                                                    ""});
       update(step + 1, scale);
     }
     sync_->after_update();

@@ -16,18 +16,19 @@ Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& clus
 
 Estimator::Lowering& Estimator::lowering(const spec::Plan& plan) {
   spec::Dtype dtype = sim::plan_dtype(plan, *cluster_);
-  auto key = std::make_tuple(plan.micro_batch, plan.tp, plan.sequence_parallel,
-                             static_cast<int>(dtype));
+  auto key =
+      std::make_tuple(plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(dtype));
   auto it = lowerings_.find(key);
   if (it != lowerings_.end()) return *it->second;
   auto l = std::make_unique<Lowering>();
   int64_t seq = model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
-  l->lowered = models::lower(*model_, {plan.micro_batch, seq, dtype, plan.tp, plan.sequence_parallel});
+  l->lowered =
+      models::lower(*model_, {plan.micro_batch, seq, dtype, plan.tp, plan.sequence_parallel});
   return *lowerings_.emplace(key, std::move(l)).first->second;
 }
 
 const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
-                                                                 Lowering& l) {
+                                                                Lowering& l) {
   auto it = l.costs.find(plan.recompute);
   if (it != l.costs.end()) return it->second;
   sim::ComputeModel compute(cluster_->device, l.lowered.dtype);
@@ -97,16 +98,18 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
 
   // Pipeline: m micro-batches plus the fill and drain of (p - 1) stages, divided by the chunks.
-  double step = static_cast<double>(m) * slowest_stage +
-                static_cast<double>(plan.pp - 1) * slowest_stage / v;
+  double step =
+      static_cast<double>(m) * slowest_stage + static_cast<double>(plan.pp - 1) * slowest_stage / v;
   if (plan.pp > 1) {
     // Stage-to-stage transfers on the critical path of the fill and drain.
     int64_t boundary = 0;
-    for (const models::Layer& layer : lowered.layers) boundary = std::max(boundary, layer.output_bytes);
+    for (const models::Layer& layer : lowered.layers)
+      boundary = std::max(boundary, layer.output_bytes);
     if (plan.tp > 1 && !plan.sequence_parallel) boundary /= plan.tp;
     int64_t pair[2] = {0, layout.pp_next(0)};
-    double p2p = collectives.cost(spec::CollectiveKind::kSendRecv, boundary,
-                                  sim::group_shape(pair, cluster_->devices_per_node))
+    double p2p = collectives
+                     .cost(spec::CollectiveKind::kSendRecv, boundary,
+                           sim::group_shape(pair, cluster_->devices_per_node))
                      .seconds();
     step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
     if (!plan.overlap_pp_comm) step += 2 * static_cast<double>(m) * v * p2p;
@@ -117,17 +120,20 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     const int64_t grads = max_params * e;
     if (plan.zero == 3) {
       // Per micro-batch: gather parameters for forward and backward, scatter gradients.
-      double per_mb = 2 * collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds() +
-                      collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
+      double per_mb =
+          2 * collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds() +
+          collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
       double compute_per_mb = slowest_stage;
       double exposed = plan.fsdp_prefetch ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
       step += static_cast<double>(m) * exposed;
     } else {
-      const int64_t buckets = std::max<int64_t>(1, (grads + plan.dp_bucket_bytes - 1) / plan.dp_bucket_bytes);
+      const int64_t buckets =
+          std::max<int64_t>(1, (grads + plan.dp_bucket_bytes - 1) / plan.dp_bucket_bytes);
       const int64_t bucket = grads / buckets;
-      spec::CollectiveKind kind = plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter
-                                                 : spec::CollectiveKind::kAllReduce;
-      double reduce = static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
+      spec::CollectiveKind kind =
+          plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
+      double reduce =
+          static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
       double last = collectives.cost(kind, bucket, dp_shape).seconds();
       step += plan.overlap_dp_comm ? std::max(last, reduce - slowest_backward) : reduce;
       if (plan.zero >= 1)
@@ -138,7 +144,8 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
   step += ps_to_seconds(compute.optimizer_time(updated));
   // A straggler slows every group it is in: scale by the slowest rank used.
   double slowest = 1.0;
-  for (int64_t r = 0; r < plan.world_size(); ++r) slowest = std::min(slowest, cluster_->speed_factor(r));
+  for (int64_t r = 0; r < plan.world_size(); ++r)
+    slowest = std::min(slowest, cluster_->speed_factor(r));
   out.step_time_s = step / slowest;
   return out;
 }

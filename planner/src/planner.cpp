@@ -26,8 +26,8 @@ int thread_count(int requested) {
 }
 
 // Estimates every plan, in parallel; each thread keeps its own estimator (and its caches).
-std::vector<Estimate> estimate_all(const SearchRequest& request, const std::vector<spec::Plan>& plans,
-                                   int threads) {
+std::vector<Estimate> estimate_all(const SearchRequest& request,
+                                   const std::vector<spec::Plan>& plans, int threads) {
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -101,8 +101,9 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   std::stable_sort(fitting.begin(), fitting.end(), [](const Scored& a, const Scored& b) {
     return a.estimate.step_time_s < b.estimate.step_time_s;
   });
-  size_t leaders = options.leaders > 0 ? std::min<size_t>(fitting.size(), static_cast<size_t>(options.leaders))
-                                       : fitting.size();
+  size_t leaders = options.leaders > 0
+                       ? std::min<size_t>(fitting.size(), static_cast<size_t>(options.leaders))
+                       : fitting.size();
   leaders = std::max(leaders, std::min<size_t>(fitting.size(), static_cast<size_t>(options.top_k)));
 
   // Simulate the leaders in parallel.
@@ -127,16 +128,19 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads, static_cast<int>(leaders)); ++t) pool.emplace_back(work);
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(leaders)); ++t)
+    pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
   result.simulated = static_cast<int64_t>(leaders);
 
   for (size_t i = 0; i < leaders; ++i)
     if (fits[i]) result.ranked.push_back(std::move(simulated[i]));
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const RankedPlan& a, const RankedPlan& b) {
-    return objective_value(a.report, options.objective) < objective_value(b.report, options.objective);
-  });
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [&](const RankedPlan& a, const RankedPlan& b) {
+                     return objective_value(a.report, options.objective) <
+                            objective_value(b.report, options.objective);
+                   });
   if (static_cast<int64_t>(result.ranked.size()) > options.top_k)
     result.ranked.resize(static_cast<size_t>(options.top_k));
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,8 +14,8 @@ std::vector<ScalePoint> scale(const ScaleRequest& request, const SearchOptions& 
     p.gpus = gpus;
     SearchRequest r = request.base;
     r.gpus = gpus;
-    r.global_batch = request.weak ? request.base.global_batch * gpus / first_gpus
-                                  : request.base.global_batch;
+    r.global_batch =
+        request.weak ? request.base.global_batch * gpus / first_gpus : request.base.global_batch;
     p.global_batch = r.global_batch;
     if (gpus > r.cluster.total_devices()) {
       p.why_none = fmt::format("the cluster has {} devices", r.cluster.total_devices());

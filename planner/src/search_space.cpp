@@ -103,7 +103,8 @@ Constraint parse_constraint(const std::string& text) {
 void check_request(const SearchRequest& r) {
   Diagnostics diag("request");
   if (r.gpus < 1) diag.add("--gpus", std::to_string(r.gpus), "must be >= 1");
-  if (r.global_batch < 1) diag.add("--global-batch", std::to_string(r.global_batch), "must be >= 1");
+  if (r.global_batch < 1)
+    diag.add("--global-batch", std::to_string(r.global_batch), "must be >= 1");
   if (r.gpus > r.cluster.total_devices()) {
     diag.add("--gpus", std::to_string(r.gpus),
              fmt::format("cluster {} has {} devices ({} nodes x {})", r.cluster.name,

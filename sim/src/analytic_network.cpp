@@ -1,9 +1,9 @@
 // The analytic network: closed-form collective times, cached, scaled by link overrides.
-#include "sextant/sim/network.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <set>
+
+#include "sextant/sim/network.hpp"
 
 namespace sextant::sim {
 
@@ -55,8 +55,8 @@ NetworkStart AnalyticNetwork::start_collective(int32_t group, spec::CollectiveKi
 }
 
 NetworkStart AnalyticNetwork::start_transfer(int32_t channel, int64_t bytes, Picoseconds now) {
-  Cached c = cost(channel_shapes_[static_cast<size_t>(channel)], spec::CollectiveKind::kSendRecv,
-                  bytes);
+  Cached c =
+      cost(channel_shapes_[static_cast<size_t>(channel)], spec::CollectiveKind::kSendRecv, bytes);
   return {now + duration(c, channel_link_factor_[static_cast<size_t>(channel)]), c.algorithm};
 }
 

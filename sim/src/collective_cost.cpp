@@ -14,7 +14,7 @@ std::vector<CollectiveAlgorithm> flat_algorithms(CollectiveKind kind) {
   using A = CollectiveAlgorithm;
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      return {A::kRing, A::kBinomialTree, A::kDoubleBinaryTree, A::kRecursiveDoubling,
+      return {A::kRing,         A::kBinomialTree,   A::kDoubleBinaryTree, A::kRecursiveDoubling,
               A::kRabenseifner, A::kParameterServer};
     case CollectiveKind::kReduceScatter:
       return {A::kRing, A::kPairwise, A::kRecursiveDoubling};

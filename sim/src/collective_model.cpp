@@ -91,8 +91,9 @@ const spec::CollectiveFit* CollectiveModel::fit_for(CollectiveKind kind,
 CollectiveCost CollectiveModel::cost_of(CollectiveKind kind, CollectiveAlgorithm algorithm,
                                         int64_t bytes, const GroupShape& shape) const {
   if (!supports(kind, algorithm)) {
-    throw InputError("plan", "/collective_algorithms/" +
-                                 std::string(spec::enum_name(spec::collective_kind_names(), kind)),
+    throw InputError("plan",
+                     "/collective_algorithms/" +
+                         std::string(spec::enum_name(spec::collective_kind_names(), kind)),
                      std::string(spec::enum_name(spec::collective_algorithm_names(), algorithm)),
                      "this algorithm does not implement that collective");
   }
@@ -179,7 +180,8 @@ CollectiveCost CollectiveModel::nccl(CollectiveKind kind, int64_t bytes,
                  2 * (p - 1) / p * n);
         // NCCL's tree spans nodes (a chain inside each node, two binary trees across them).
         if (shape.nodes > 1) {
-          double depth = static_cast<double>(std::bit_width(static_cast<uint64_t>(shape.nodes - 1)));
+          double depth =
+              static_cast<double>(std::bit_width(static_cast<uint64_t>(shape.nodes - 1)));
           consider(CollectiveAlgorithm::kDoubleBinaryTree, proto,
                    kBaseLatTree[proto] +
                        2 * ((static_cast<double>(shape.per_node) - 1) * kHwLatNvlTree[proto] +

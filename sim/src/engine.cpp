@@ -121,9 +121,9 @@ struct Trigger {
 // ranks at a thousand places of their programs).
 struct HotTask {
   static constexpr uint32_t kNoDep = ~0u;
-  int64_t value = 0;                          // compute: duration; communication: bytes
+  int64_t value = 0;                                     // compute: duration; communication: bytes
   std::array<uint32_t, 3> deps{kNoDep, kNoDep, kNoDep};  // stream << 29 | count
-  int32_t id = 0;                             // index into Program::tasks
+  int32_t id = 0;                                        // index into Program::tasks
   TaskKind kind = TaskKind::kCompute;
   CommClass comm_class = CommClass::kNone;
   uint8_t slot = 0;
@@ -156,8 +156,8 @@ HotProgram compact(const Program& p) {
       ht.kind = t.kind;
       ht.comm_class = t.comm_class;
       ht.slot = t.slot;
-      ht.flags = static_cast<uint8_t>((t.optimizer ? 1u : 0u) |
-                                      static_cast<uint32_t>(t.collective) << 1);
+      ht.flags =
+          static_cast<uint8_t>((t.optimizer ? 1u : 0u) | static_cast<uint32_t>(t.collective) << 1);
       h.streams[static_cast<size_t>(s)].push_back(ht);
     }
   }
@@ -294,7 +294,8 @@ class Engine {
     for (uint32_t dep : task.deps) {
       if (dep == HotTask::kNoDep) break;
       int stream = static_cast<int>(dep >> 29);
-      if (rs.streams[static_cast<size_t>(stream)].completed < static_cast<int32_t>(dep & ((1u << 29) - 1)))
+      if (rs.streams[static_cast<size_t>(stream)].completed <
+          static_cast<int32_t>(dep & ((1u << 29) - 1)))
         return stream;
     }
     return std::nullopt;
@@ -322,7 +323,8 @@ class Engine {
   void try_start(int32_t rank, Picoseconds now, Trigger trigger, int completed = -1) {
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     for (int s = 0; s < spec::kStreamCount; ++s) {
-      if (completed < 0 || s == completed || rs.streams[static_cast<size_t>(s)].blocked_on == completed)
+      if (completed < 0 || s == completed ||
+          rs.streams[static_cast<size_t>(s)].blocked_on == completed)
         try_stream(rank, rs, s, now, trigger);
     }
   }
@@ -358,7 +360,8 @@ class Engine {
                         "rank {} joined a collective of group {} with {} bytes, others with {}",
                         rank, g, task.value, gs.bytes);
         }
-        if (++gs.arrived == static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
+        if (++gs.arrived ==
+            static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
           gs.start = now;
           NetworkStart ns = network_.start_collective(g, gs.kind, gs.bytes, now);
           gs.algorithm = ns.algorithm;
@@ -395,7 +398,8 @@ class Engine {
                                std::string_view algorithm) {
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     StreamState& ss = rs.streams[static_cast<size_t>(stream)];
-    const HotTask& task = rs.hot->streams[static_cast<size_t>(stream)][static_cast<size_t>(ss.next)];
+    const HotTask& task =
+        rs.hot->streams[static_cast<size_t>(stream)][static_cast<size_t>(ss.next)];
     const int32_t id = task.id;
     ss.busy = false;
     ss.next += 1;
@@ -406,8 +410,8 @@ class Engine {
     }
     if (stream == spec::Stream::kCompute) rs.compute_free_since = now;
     if (record_) {
-      records_.push_back(TaskRecord{rank, id, starts_[static_cast<size_t>(rank)][static_cast<size_t>(id)],
-                                    now, algorithm});
+      records_.push_back(TaskRecord{
+          rank, id, starts_[static_cast<size_t>(rank)][static_cast<size_t>(id)], now, algorithm});
     }
     return task;
   }
@@ -436,7 +440,8 @@ class Engine {
     complete_head(src, spec::Stream::kPpSend, now, cs.algorithm);
     complete_head(dst, spec::Stream::kPpRecv, now, cs.algorithm);
     try_start(src, now, Trigger{}, static_cast<int>(spec::Stream::kPpSend));
-    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start}, static_cast<int>(spec::Stream::kPpRecv));
+    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start},
+              static_cast<int>(spec::Stream::kPpRecv));
   }
 
   void check_finished() const {

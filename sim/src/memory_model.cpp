@@ -70,7 +70,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const models::Lowered
   // the gathered parameters of the current (and prefetched) layer and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
   int64_t boundary = 0;
-  for (const models::Layer& layer : lowered.layers) boundary = std::max(boundary, layer.output_bytes);
+  for (const models::Layer& layer : lowered.layers)
+    boundary = std::max(boundary, layer.output_bytes);
   int64_t buffers = plan.pp > 1 ? 2 * boundary : 0;
   if (plan.dp > 1 && plan.zero < 3) buffers += std::min(plan.dp_bucket_bytes, params * e);
   if (plan.dp > 1 && plan.zero == 3)

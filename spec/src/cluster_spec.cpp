@@ -25,10 +25,18 @@ constexpr std::array<std::pair<std::string_view, CollectiveLibrary>, 2> kLibrari
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
 
-EnumNames<DeviceKind> device_kind_names() { return kDeviceKinds; }
-EnumNames<LevelScope> level_scope_names() { return kScopes; }
-EnumNames<Topology> topology_names() { return kTopologies; }
-EnumNames<CollectiveLibrary> collective_library_names() { return kLibraries; }
+EnumNames<DeviceKind> device_kind_names() {
+  return kDeviceKinds;
+}
+EnumNames<LevelScope> level_scope_names() {
+  return kScopes;
+}
+EnumNames<Topology> topology_names() {
+  return kTopologies;
+}
+EnumNames<CollectiveLibrary> collective_library_names() {
+  return kLibraries;
+}
 
 double DeviceSpec::gemm_efficiency_at(double flops) const {
   SEXTANT_CHECK(!gemm_efficiency.empty(), "device {} has no GEMM efficiency curve", name);
@@ -94,12 +102,12 @@ DeviceSpec decode_device(ObjectReader& r) {
   d.name = r.string("name").value_or("");
   d.kind = r.enumeration("kind", device_kind_names()).value_or(d.kind);
   if (auto peaks = r.object("peak_tflops")) {
-    for (const auto& [dtype, name] : std::array<std::pair<Dtype, std::string_view>, 5>{
-             {{Dtype::kFp32, "fp32"},
-              {Dtype::kTf32, "tf32"},
-              {Dtype::kBf16, "bf16"},
-              {Dtype::kFp16, "fp16"},
-              {Dtype::kFp8, "fp8"}}}) {
+    for (const auto& [dtype, name] :
+         std::array<std::pair<Dtype, std::string_view>, 5>{{{Dtype::kFp32, "fp32"},
+                                                            {Dtype::kTf32, "tf32"},
+                                                            {Dtype::kBf16, "bf16"},
+                                                            {Dtype::kFp16, "fp16"},
+                                                            {Dtype::kFp8, "fp8"}}}) {
       if (auto v = peaks->number(name, Range::positive(), Presence::kOptional))
         d.peak_tflops[dtype] = *v;
     }
@@ -114,7 +122,8 @@ DeviceSpec decode_device(ObjectReader& r) {
   if (auto by = r.object("memory_efficiency_by_class", Presence::kOptional)) {
     for (const auto& [name, cls] : op_class_names()) {
       if (is_communication(cls)) continue;
-      if (auto v = by->number(name, Range::fraction(), Presence::kOptional)) d.memory_efficiency_by_class[cls] = *v;
+      if (auto v = by->number(name, Range::fraction(), Presence::kOptional))
+        d.memory_efficiency_by_class[cls] = *v;
     }
     by->finish();
   }
@@ -279,7 +288,8 @@ ClusterSpec cluster_from_json(const Json& json, const std::string& source) {
   if (const Json* cal = r.value("calibrated_from", Presence::kOptional)) c.calibrated_from = *cal;
   r.finish();
   if (diag.ok() && c.nodes > 1 && c.network.cluster_level() == nullptr) {
-    diag.add("/network/levels", "", "a cluster with nodes > 1 needs a level with scope \"cluster\"");
+    diag.add("/network/levels", "",
+             "a cluster with nodes > 1 needs a level with scope \"cluster\"");
   }
   diag.throw_if_any();
   return c;
@@ -330,7 +340,8 @@ Json to_json(const ClusterSpec& c) {
       by[std::string(enum_name(op_class_names(), cls))] = v;
     j["device"]["memory_efficiency_by_class"] = by;
   }
-  if (!c.device.efficiency_by_op.empty()) j["device"]["efficiency_by_op"] = c.device.efficiency_by_op;
+  if (!c.device.efficiency_by_op.empty())
+    j["device"]["efficiency_by_op"] = c.device.efficiency_by_op;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};

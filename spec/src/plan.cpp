@@ -12,14 +12,20 @@ namespace sextant::spec {
 
 namespace {
 constexpr std::array<std::pair<std::string_view, Schedule>, 3> kSchedules{
-    {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1F1B}, {"interleaved", Schedule::kInterleaved}}};
+    {{"gpipe", Schedule::kGpipe},
+     {"1f1b", Schedule::k1F1B},
+     {"interleaved", Schedule::kInterleaved}}};
 constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
 
-EnumNames<Schedule> schedule_names() { return kSchedules; }
-EnumNames<Recompute> recompute_names() { return kRecomputes; }
+EnumNames<Schedule> schedule_names() {
+  return kSchedules;
+}
+EnumNames<Recompute> recompute_names() {
+  return kRecomputes;
+}
 
 std::string Plan::name() const {
   std::string s = fmt::format("dp{}.tp{}.pp{}.z{}.mb{}", dp, tp, pp, zero, micro_batch);
@@ -56,7 +62,8 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   p.sequence_parallel = r.boolean("sequence_parallel", Presence::kOptional).value_or(false);
   p.micro_batch = r.integer("micro_batch", kPositiveInt).value_or(1);
   p.global_batch = r.integer("global_batch", kPositiveInt).value_or(1);
-  p.schedule = r.enumeration("schedule", schedule_names(), Presence::kOptional).value_or(p.schedule);
+  p.schedule =
+      r.enumeration("schedule", schedule_names(), Presence::kOptional).value_or(p.schedule);
   p.virtual_stages = r.integer("virtual_stages", kPositiveInt, Presence::kOptional).value_or(1);
   p.stage_layers = r.integer_array("stage_layers", kPositiveInt, Presence::kOptional)
                        .value_or(std::vector<int64_t>{});
@@ -144,7 +151,9 @@ Json to_json(const Plan& p) {
   return j;
 }
 
-Plan read_plan_file(const std::string& path) { return plan_from_json(read_json_file(path), path); }
+Plan read_plan_file(const std::string& path) {
+  return plan_from_json(read_json_file(path), path);
+}
 
 std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers) {
   if (!plan.stage_layers.empty()) return plan.stage_layers;
@@ -177,7 +186,8 @@ int64_t pipeline_units(const ModelSpec& model) {
 
 }  // namespace
 
-void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks, const std::string& source) {
+void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
+                   const std::string& source) {
   Diagnostics diag(source);
   auto add = [&](std::string field, std::string value, std::string expected) {
     diag.add("/" + field, std::move(value), std::move(expected));

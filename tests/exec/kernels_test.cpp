@@ -46,7 +46,8 @@ class Kernels : public ::testing::Test {
       const double down = loss();
       input.data()[i] = keep;
       const double numeric = (up - down) / (2.0 * kStep);
-      const double err = std::fabs(numeric - analytic.data()[i]) / (kAbsTol + kRelTol * std::fabs(numeric));
+      const double err =
+          std::fabs(numeric - analytic.data()[i]) / (kAbsTol + kRelTol * std::fabs(numeric));
       if (err > worst) {
         worst = err;
         at = i;

@@ -91,7 +91,8 @@ TEST(Planner, WrittenPlanRoundTripsToTheSameStepTime) {
 
 TEST(Planner, BadRequestsAreRefused) {
   EXPECT_INPUT_ERROR(search(request("gpt2-124m", 0, 8), {}), "--gpus = 0: must be >= 1");
-  EXPECT_INPUT_ERROR(search(request("gpt2-124m", 8192, 8), {}), "cluster dgx-a100 has 4096 devices");
+  EXPECT_INPUT_ERROR(search(request("gpt2-124m", 8192, 8), {}),
+                     "cluster dgx-a100 has 4096 devices");
   // 1024 GPUs cannot hold fewer than 1024/(8*12) > 7 replicas: a batch of 7 divides over none.
   EXPECT_INPUT_ERROR(search(request("gpt2-124m", 1024, 7), {}), "no legal layout");
   EXPECT_INPUT_ERROR(models::zoo_model("gpt-9"), "unknown model");

@@ -18,7 +18,9 @@ using K = spec::CollectiveKind;
 constexpr double kTol = 1e-12;
 const AlphaBetaGamma kLink{2e-6, 1.0 / 25e9, 1.0 / 200e9};
 
-double cost(K k, A a, int64_t p, double n) { return flat_cost(k, a, p, n, kLink).total(); }
+double cost(K k, A a, int64_t p, double n) {
+  return flat_cost(k, a, p, n, kLink).total();
+}
 
 TEST(CollectiveCost, AllReduceFormulasPowerOfTwo) {
   const double a = kLink.alpha, b = kLink.beta, g = kLink.gamma;
@@ -27,15 +29,15 @@ TEST(CollectiveCost, AllReduceFormulasPowerOfTwo) {
       const double P = static_cast<double>(p), lg = std::log2(P);
       EXPECT_NEAR(cost(K::kAllReduce, A::kRing, p, n),
                   2 * (P - 1) * a + 2 * (P - 1) / P * n * b + (P - 1) / P * n * g, kTol * n);
-      EXPECT_NEAR(cost(K::kAllReduce, A::kRecursiveDoubling, p, n), lg * a + n * lg * b + n * lg * g,
-                  kTol * n);
+      EXPECT_NEAR(cost(K::kAllReduce, A::kRecursiveDoubling, p, n),
+                  lg * a + n * lg * b + n * lg * g, kTol * n);
       EXPECT_NEAR(cost(K::kAllReduce, A::kRabenseifner, p, n),
                   2 * lg * a + 2 * (P - 1) / P * n * b + (P - 1) / P * n * g, kTol * n);
       EXPECT_NEAR(cost(K::kAllReduce, A::kBinomialTree, p, n),
                   2 * lg * a + 2 * lg * n * b + lg * n * g, kTol * n);
       // The seeds' slides: parameter server 2pα + 2pnβ + pnγ.
-      EXPECT_NEAR(cost(K::kAllReduce, A::kParameterServer, p, n), 2 * P * a + 2 * P * n * b + P * n * g,
-                  kTol * n);
+      EXPECT_NEAR(cost(K::kAllReduce, A::kParameterServer, p, n),
+                  2 * P * a + 2 * P * n * b + P * n * g, kTol * n);
     }
   }
 }
@@ -45,7 +47,8 @@ TEST(CollectiveCost, NonPowerOfTwoRows) {
   const int64_t p = 6;
   const double P = 6, n = 1e6, fl = 2;  // floor(lg 6)
   EXPECT_NEAR(cost(K::kAllReduce, A::kRabenseifner, p, n),
-              (2 * fl + 2) * a + (2 * (P - 1) / P + 2) * n * b + n * (1 + (P - 1) / P) * g, kTol * n);
+              (2 * fl + 2) * a + (2 * (P - 1) / P + 2) * n * b + n * (1 + (P - 1) / P) * g,
+              kTol * n);
   EXPECT_NEAR(cost(K::kAllReduce, A::kRecursiveDoubling, p, n),
               (fl + 2) * a + (fl + 2) * n * b + (fl + 1) * n * g, kTol * n);
   // Ring needs no power of two.
@@ -56,7 +59,8 @@ TEST(CollectiveCost, OtherCollectives) {
   const double a = kLink.alpha, b = kLink.beta, g = kLink.gamma;
   const int64_t p = 8;
   const double P = 8, lg = 3, n = 4e6;
-  EXPECT_NEAR(cost(K::kReduceScatter, A::kRing, p, n), (P - 1) * a + (P - 1) / P * n * (b + g), kTol * n);
+  EXPECT_NEAR(cost(K::kReduceScatter, A::kRing, p, n), (P - 1) * a + (P - 1) / P * n * (b + g),
+              kTol * n);
   EXPECT_NEAR(cost(K::kReduceScatter, A::kRecursiveDoubling, p, n),
               lg * a + (P - 1) / P * n * (b + g), kTol * n);
   EXPECT_NEAR(cost(K::kAllGather, A::kRecursiveDoubling, p, n), lg * a + (P - 1) / P * n * b,
@@ -99,11 +103,12 @@ TEST(CollectiveModel, HierarchicalAllReduceOnTwoLevels) {
   // n/4 shard across the 2 nodes (one NIC per local rank), ring all-gather in the node.
   const AlphaBetaGamma intra{3e-6, 1 / 200e9, 1 / 1e21};
   const AlphaBetaGamma inter{3e-6, 1 / 25e9, 1 / 1e21};
-  double expected = (3 * intra.alpha + 0.75 * n * (intra.beta + intra.gamma)) +
-                    (2 * inter.alpha + 2 * 0.5 * (n / 4) * inter.beta + 0.5 * (n / 4) * inter.gamma) +
-                    (3 * intra.alpha + 0.75 * n * intra.beta);
-  double got = model.cost_of(K::kAllReduce, A::kHierarchical, static_cast<int64_t>(n), {8, 2, 4})
-                   .seconds();
+  double expected =
+      (3 * intra.alpha + 0.75 * n * (intra.beta + intra.gamma)) +
+      (2 * inter.alpha + 2 * 0.5 * (n / 4) * inter.beta + 0.5 * (n / 4) * inter.gamma) +
+      (3 * intra.alpha + 0.75 * n * intra.beta);
+  double got =
+      model.cost_of(K::kAllReduce, A::kHierarchical, static_cast<int64_t>(n), {8, 2, 4}).seconds();
   EXPECT_NEAR(got, expected, 1e-9 * expected);
 }
 

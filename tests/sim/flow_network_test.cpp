@@ -77,8 +77,8 @@ TEST(FlowNetwork, AgreesWithAnalyticOnAnIdleNetwork) {
   spec::Plan a = test::make_plan(16, 1, 1, 1, 32);
   a.overlap_dp_comm = false;
   plans.push_back(a);
-  plans.push_back(test::make_plan(1, 8, 2, 1, 8));   // TP in a node, PP across two
-  spec::Plan b = test::make_plan(2, 8, 1, 1, 4);     // DP across nodes after TP
+  plans.push_back(test::make_plan(1, 8, 2, 1, 8));  // TP in a node, PP across two
+  spec::Plan b = test::make_plan(2, 8, 1, 1, 4);    // DP across nodes after TP
   b.overlap_dp_comm = false;
   plans.push_back(b);
   for (const spec::Plan& plan : plans) {

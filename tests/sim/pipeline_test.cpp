@@ -90,7 +90,8 @@ TEST(Pipeline, ActivationMemoryFollowsTheSchedule) {
   spec::ModelSpec model = test::uniform_mlp(layers, width);
   models::LoweredModel lowered = models::lower(model, {b, 0, spec::Dtype::kFp32, 1, false});
   int64_t per_mb = 0;
-  for (int64_t l = 0; l < layers / p; ++l) per_mb += lowered.layers[static_cast<size_t>(l)].saved_bytes;
+  for (int64_t l = 0; l < layers / p; ++l)
+    per_mb += lowered.layers[static_cast<size_t>(l)].saved_bytes;
   spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
   plan.schedule = spec::Schedule::k1F1B;
   EXPECT_EQ(stage_memory(plan, lowered, model, 0).activations, p * per_mb);
@@ -99,9 +100,9 @@ TEST(Pipeline, ActivationMemoryFollowsTheSchedule) {
 }
 
 TEST(Pipeline, ScheduleUnitsCoverEveryMicroBatchAndChunkOnce) {
-  for (auto [s, p, v, m] : {Case{spec::Schedule::kGpipe, 4, 1, 7}, Case{spec::Schedule::k1F1B, 4, 1, 7},
-                            Case{spec::Schedule::kInterleaved, 4, 2, 8},
-                            Case{spec::Schedule::kInterleaved, 2, 3, 6}}) {
+  for (auto [s, p, v, m] :
+       {Case{spec::Schedule::kGpipe, 4, 1, 7}, Case{spec::Schedule::k1F1B, 4, 1, 7},
+        Case{spec::Schedule::kInterleaved, 4, 2, 8}, Case{spec::Schedule::kInterleaved, 2, 3, 6}}) {
     for (int64_t stage = 0; stage < p; ++stage) {
       std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(s, p, v, m, stage);
       ASSERT_EQ(static_cast<int64_t>(units.size()), 2 * m * v);

@@ -32,7 +32,8 @@ TEST(Calibration, RecoversLaunchOverheadMemoryAndGemmEfficiency) {
   for (int i = 0; i < 20; ++i) {
     const double flops = i % 2 == 0 ? 1e9 : 1e12;
     const double eff = i % 2 == 0 ? 0.3 : 0.8;
-    s.compute.push_back({spec::OpClass::kGemm, "", flops, 0, (4e-6 + flops / (100e12 * eff)) * noise(rng)});
+    s.compute.push_back(
+        {spec::OpClass::kGemm, "", flops, 0, (4e-6 + flops / (100e12 * eff)) * noise(rng)});
   }
   Calibration c = calibrate(base, s, spec::Dtype::kBf16);
   EXPECT_NEAR(c.cluster.device.launch_overhead_us, 4.0, 0.2);
@@ -54,7 +55,8 @@ TEST(Calibration, RecoversAlphaAndBetaOfEachCollectiveAcrossGroupSizes) {
   spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1, 4, 8, 8);
   const double alpha = 7e-6, beta = 1 / 50e9;  // 7 us, 50 GB/s
   Samples s;
-  for (spec::CollectiveKind kind : {spec::CollectiveKind::kAllReduce, spec::CollectiveKind::kAllGather}) {
+  for (spec::CollectiveKind kind :
+       {spec::CollectiveKind::kAllReduce, spec::CollectiveKind::kAllGather}) {
     for (int64_t p : {2, 4, 8}) {
       for (int64_t bytes : {int64_t{1} << 12, int64_t{1} << 18, int64_t{1} << 24}) {
         // The ring formula, written out: all-reduce 2(p-1) a + 2(p-1)/p n b; all-gather (p-1) a

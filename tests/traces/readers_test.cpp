@@ -11,7 +11,9 @@
 namespace sextant::traces {
 namespace {
 
-std::string sample(const std::string& name) { return test::source_path("traces/samples/" + name); }
+std::string sample(const std::string& name) {
+  return test::source_path("traces/samples/" + name);
+}
 
 TEST(NcclTestsReader, ReadsTheSample) {
   Samples s = read_nccl_tests(sample("mpi-2ranks-all_reduce_perf.txt"));
@@ -28,16 +30,20 @@ TEST(NcclTestsReader, ReadsTheSample) {
 
 TEST(NcclTestsReader, RejectsBrokenOutput) {
   const std::string header =
-      "#  Rank  0 Group  0 Pid 1 on h device 0\n#       size         count      type   redop    root     time   algbw\n";
-  EXPECT_INPUT_ERROR(parse_nccl_tests("    1024 256 float sum -1 5.0 0.2\n", "x.txt", spec::CollectiveKind::kAllReduce),
+      "#  Rank  0 Group  0 Pid 1 on h device 0\n#       size         count      type   redop    "
+      "root     time   algbw\n";
+  EXPECT_INPUT_ERROR(parse_nccl_tests("    1024 256 float sum -1 5.0 0.2\n", "x.txt",
+                                      spec::CollectiveKind::kAllReduce),
                      "x.txt: line 1: a data row before the");
   EXPECT_INPUT_ERROR(parse_nccl_tests(header + "    1024 256 float sum -1 abc 0.2\n", "x.txt",
                                       spec::CollectiveKind::kAllReduce),
                      "expected numbers in the size and time columns");
-  EXPECT_INPUT_ERROR(parse_nccl_tests("#       size  count type redop root time\n 1024 256 float sum -1 5.0\n",
-                                      "x.txt", spec::CollectiveKind::kAllReduce),
-                     "no '#  Rank' lines");
-  EXPECT_INPUT_ERROR(parse_nccl_tests(header, "log.txt", std::nullopt), "cannot tell which collective");
+  EXPECT_INPUT_ERROR(
+      parse_nccl_tests("#       size  count type redop root time\n 1024 256 float sum -1 5.0\n",
+                       "x.txt", spec::CollectiveKind::kAllReduce),
+      "no '#  Rank' lines");
+  EXPECT_INPUT_ERROR(parse_nccl_tests(header, "log.txt", std::nullopt),
+                     "cannot tell which collective");
   EXPECT_INPUT_ERROR(read_nccl_tests("/nonexistent/all_reduce.txt"), "cannot open");
 }
 
@@ -55,12 +61,18 @@ TEST(KinetoReader, ReadsTheSample) {
 TEST(KinetoReader, RejectsWhatIsNotAProfile) {
   EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"events": []})"), "p.json"),
                      "p.json: /traceEvents: missing");
-  EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 3}]})"),
-                                  "p.json"),
-                     "record_shapes=True");
-  EXPECT_INPUT_ERROR(parse_kineto(spec::Json::parse(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "x"}]})"),
-                                  "p.json"),
-                     "/traceEvents/0: an op without a numeric \"dur\"");
+  EXPECT_INPUT_ERROR(
+      parse_kineto(
+          spec::Json::parse(
+              R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 3}]})"),
+          "p.json"),
+      "record_shapes=True");
+  EXPECT_INPUT_ERROR(
+      parse_kineto(
+          spec::Json::parse(
+              R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "x"}]})"),
+          "p.json"),
+      "/traceEvents/0: an op without a numeric \"dur\"");
 }
 
 TEST(SextantTraces, TrainingAndBenchmarkSamples) {
@@ -68,7 +80,8 @@ TEST(SextantTraces, TrainingAndBenchmarkSamples) {
   EXPECT_GT(run.compute.size(), 100u);
   EXPECT_TRUE(run.comm.empty());  // training collectives include waits: not used
   for (const ComputeSample& c : run.compute) EXPECT_TRUE(c.flops > 0 || c.bytes > 0) << c.name;
-  Samples bench = samples_from_trace(spec::read_trace_file(sample("bench-comm-2ranks.json")), "bench");
+  Samples bench =
+      samples_from_trace(spec::read_trace_file(sample("bench-comm-2ranks.json")), "bench");
   EXPECT_EQ(bench.comm.size(), 5u * 4u * 10u);  // 5 collectives, 4 sizes, 10 iterations
 }
 

@@ -20,7 +20,8 @@ namespace {
 // Least squares y ~ a * x1 + b * x2 with a, b >= 0, minimising the *relative* residuals
 // ((fit - y) / y: rows weighted by 1/y), so that microsecond ops weigh as much as long ones.
 // The two-variable non-negative case: drop a variable whose unconstrained estimate is negative.
-std::pair<double, double> nonnegative_fit(const std::vector<double>& x1, const std::vector<double>& x2,
+std::pair<double, double> nonnegative_fit(const std::vector<double>& x1,
+                                          const std::vector<double>& x2,
                                           const std::vector<double>& y) {
   const Eigen::Index n = static_cast<Eigen::Index>(y.size());
   Eigen::MatrixXd a(n, 2);
@@ -53,7 +54,9 @@ double r_squared(const std::vector<double>& y, const std::vector<double>& fit) {
   return ss_tot > 0 ? 1 - ss_res / ss_tot : 1.0;
 }
 
-bool matrix(spec::OpClass c) { return sim::is_matrix_op(c); }
+bool matrix(spec::OpClass c) {
+  return sim::is_matrix_op(c);
+}
 
 double compute_rms_error(const spec::DeviceSpec& device, spec::Dtype dtype,
                          const std::vector<ComputeSample>& samples) {
@@ -103,7 +106,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
           std::clamp(1.0 / (per_byte * device.memory_bandwidth_GBps * kBytesPerGB), 0.001, 1.0);
     }
   } else {
-    rep.notes.push_back("fewer than 2 memory-bound ops: launch overhead and memory efficiency kept");
+    rep.notes.push_back(
+        "fewer than 2 memory-bound ops: launch overhead and memory efficiency kept");
   }
   // Per op class, with the launch overhead L fixed: the slope b of t = L + b * bytes minimising
   // the relative residuals, b = sum(x (t - L) / t^2) / sum(x^2 / t^2).
@@ -131,8 +135,9 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   if (fastest > 1.0) {
     device.memory_bandwidth_GBps *= fastest;
     device.memory_efficiency = std::min(1.0, device.memory_efficiency / fastest);
-    rep.notes.push_back(fmt::format("memory-bound ops ran faster than {} GB/s: bandwidth raised to {:.1f} GB/s",
-                                    device.memory_bandwidth_GBps / fastest, device.memory_bandwidth_GBps));
+    rep.notes.push_back(
+        fmt::format("memory-bound ops ran faster than {} GB/s: bandwidth raised to {:.1f} GB/s",
+                    device.memory_bandwidth_GBps / fastest, device.memory_bandwidth_GBps));
   }
   for (const auto& [cls, e] : raw)
     device.memory_efficiency_by_class[cls] = std::clamp(e / fastest, 0.001, 1.0);
@@ -159,8 +164,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
         log_sum += std::log(f);
       }
       std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
-      device.gemm_efficiency.push_back(
-          {std::exp(log_sum / static_cast<double>(points.size())), std::max(1e-4, effs[effs.size() / 2])});
+      device.gemm_efficiency.push_back({std::exp(log_sum / static_cast<double>(points.size())),
+                                        std::max(1e-4, effs[effs.size() / 2])});
     }
   } else {
     rep.notes.push_back("no matrix ops: the GEMM efficiency curve kept");
@@ -194,9 +199,10 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   // collective and level (a group no larger than a node is taken to be inside one).
   std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> groups;
   for (const CommSample& c : samples.comm) {
-    const spec::NetworkLevel* level = c.ranks <= base.devices_per_node || base.network.cluster_level() == nullptr
-                                          ? &base.network.node_level()
-                                          : base.network.cluster_level();
+    const spec::NetworkLevel* level =
+        c.ranks <= base.devices_per_node || base.network.cluster_level() == nullptr
+            ? &base.network.node_level()
+            : base.network.cluster_level();
     groups[{c.collective, level->name}].push_back(&c);
   }
   out.cluster.collective_fits.clear();
@@ -211,7 +217,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     }
     if (y.size() < 2) {
       rep.notes.push_back(fmt::format("{} on {}: one sample, not fitted",
-                                      spec::enum_name(spec::collective_kind_names(), key.first), key.second));
+                                      spec::enum_name(spec::collective_kind_names(), key.first),
+                                      key.second));
       continue;
     }
     auto [alpha, beta] = nonnegative_fit(f, g, y);
@@ -230,7 +237,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
 
   spec::Json fits = spec::Json::array();
   for (const spec::CollectiveFit& c : rep.collective_fits)
-    fits.push_back({{"collective", c.collective}, {"level", c.level}, {"r2", c.r2}, {"samples", c.samples}});
+    fits.push_back(
+        {{"collective", c.collective}, {"level", c.level}, {"r2", c.r2}, {"samples", c.samples}});
   out.cluster.calibrated_from = {
       {"date", utc_now()},
       {"files", samples.sources},
@@ -238,7 +246,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       {"dtype", spec::enum_name(spec::dtype_names(), dtype)},
       {"compute_samples", rep.compute_samples},
       {"comm_samples", rep.comm_samples},
-      {"compute_rms_relative_error", {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
+      {"compute_rms_relative_error",
+       {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
       {"collectives", fits},
       {"notes", rep.notes}};
   out.cluster.name = base.name + "-calibrated";

@@ -44,7 +44,8 @@ Totals totals(const spec::Trace& t, const std::string& what) {
       t.metadata.at("step_time_s").is_number()) {
     out.step_s = t.metadata.at("step_time_s").get<double>();
   } else if (hi > lo) {
-    out.step_s = ps_to_seconds(hi - lo) / static_cast<double>(std::max<size_t>(1, steps.size() - (skip_first ? 1 : 0)));
+    out.step_s = ps_to_seconds(hi - lo) /
+                 static_cast<double>(std::max<size_t>(1, steps.size() - (skip_first ? 1 : 0)));
   }
   if (out.step_s <= 0) {
     throw InputError(what + " trace", "/otherData/step_time_s", "",
@@ -53,7 +54,8 @@ Totals totals(const spec::Trace& t, const std::string& what) {
   return out;
 }
 
-std::vector<Row> rows(const std::map<std::string, double>& m, const std::map<std::string, double>& p) {
+std::vector<Row> rows(const std::map<std::string, double>& m,
+                      const std::map<std::string, double>& p) {
   std::set<std::string> keys;
   for (const auto& [k, v] : m) keys.insert(k);
   for (const auto& [k, v] : p) keys.insert(k);
@@ -63,7 +65,8 @@ std::vector<Row> rows(const std::map<std::string, double>& m, const std::map<std
     auto b = p.find(k);
     out.push_back({k, a == m.end() ? 0 : a->second, b == p.end() ? 0 : b->second});
   }
-  std::sort(out.begin(), out.end(), [](const Row& x, const Row& y) { return x.measured_s > y.measured_s; });
+  std::sort(out.begin(), out.end(),
+            [](const Row& x, const Row& y) { return x.measured_s > y.measured_s; });
   return out;
 }
 
@@ -103,13 +106,15 @@ double kendall_tau(const std::vector<double>& a, const std::vector<double>& b) {
       }
     }
   }
-  const double denom = std::sqrt((concordant + discordant + ties_a) * (concordant + discordant + ties_b));
+  const double denom =
+      std::sqrt((concordant + discordant + ties_a) * (concordant + discordant + ties_b));
   return denom > 0 ? (concordant - discordant) / denom : 1.0;
 }
 
 double regret(const std::vector<double>& predicted, const std::vector<double>& measured) {
   SEXTANT_CHECK(!predicted.empty() && predicted.size() == measured.size(), "bad regret input");
-  size_t pick = static_cast<size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
+  size_t pick =
+      static_cast<size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
   double best = *std::min_element(measured.begin(), measured.end());
   return measured[pick] / best - 1;
 }

@@ -14,7 +14,8 @@ using spec::Json;
 
 int64_t elem_size(const Json& args, size_t input) {
   auto it = args.find("Input type");
-  if (it == args.end() || !it->is_array() || input >= it->size() || !(*it)[input].is_string()) return 4;
+  if (it == args.end() || !it->is_array() || input >= it->size() || !(*it)[input].is_string())
+    return 4;
   const std::string t = (*it)[input];
   if (t.find("Half") != std::string::npos || t.find("BFloat16") != std::string::npos) return 2;
   if (t == "double" || t == "long int") return 8;
@@ -42,12 +43,15 @@ int64_t numel(const std::vector<int64_t>& d) {
 }
 
 // FLOPs of the GEMM ops, from their input shapes; nullopt when the shapes do not fit.
-std::optional<double> gemm_flops(const std::string& name, const std::vector<std::vector<int64_t>>& d) {
-  auto mnk = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) -> std::optional<double> {
+std::optional<double> gemm_flops(const std::string& name,
+                                 const std::vector<std::vector<int64_t>>& d) {
+  auto mnk = [](const std::vector<int64_t>& a,
+                const std::vector<int64_t>& b) -> std::optional<double> {
     if (a.size() != 2 || b.size() != 2 || a[1] != b[0]) return std::nullopt;
     return 2.0 * static_cast<double>(a[0]) * static_cast<double>(b[1]) * static_cast<double>(a[1]);
   };
-  auto bmnk = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b) -> std::optional<double> {
+  auto bmnk = [](const std::vector<int64_t>& a,
+                 const std::vector<int64_t>& b) -> std::optional<double> {
     if (a.size() != 3 || b.size() != 3 || a[0] != b[0] || a[2] != b[1]) return std::nullopt;
     return 2.0 * static_cast<double>(a[0]) * static_cast<double>(a[1]) * static_cast<double>(b[2]) *
            static_cast<double>(a[2]);
@@ -61,9 +65,12 @@ std::optional<double> gemm_flops(const std::string& name, const std::vector<std:
 
 const std::map<std::string, spec::OpClass>& memory_ops() {
   static const std::map<std::string, spec::OpClass> ops = {
-      {"aten::gelu", spec::OpClass::kElementwise},         {"aten::relu", spec::OpClass::kElementwise},
-      {"aten::add", spec::OpClass::kElementwise},          {"aten::mul", spec::OpClass::kElementwise},
-      {"aten::native_layer_norm", spec::OpClass::kNorm},   {"aten::_softmax", spec::OpClass::kElementwise},
+      {"aten::gelu", spec::OpClass::kElementwise},
+      {"aten::relu", spec::OpClass::kElementwise},
+      {"aten::add", spec::OpClass::kElementwise},
+      {"aten::mul", spec::OpClass::kElementwise},
+      {"aten::native_layer_norm", spec::OpClass::kNorm},
+      {"aten::_softmax", spec::OpClass::kElementwise},
       {"aten::native_dropout", spec::OpClass::kElementwise}};
   return ops;
 }
@@ -106,7 +113,8 @@ Samples parse_kineto(const Json& json, const std::string& source) {
   for (const Json& e : events) {
     if (!e.is_object() || e.value("cat", "") != "kernel") continue;
     const Json& args = e.value("args", Json::object());
-    if (args.contains("External id") && args.at("External id").is_number_integer() && e.contains("dur"))
+    if (args.contains("External id") && args.at("External id").is_number_integer() &&
+        e.contains("dur"))
       kernel_us[args.at("External id").get<int64_t>()] += e.at("dur").get<double>();
   }
   size_t index = 0;
@@ -130,15 +138,18 @@ Samples parse_kineto(const Json& json, const std::string& source) {
     if (seconds <= 0) continue;
     std::vector<std::vector<int64_t>> d = dims(args);
     if (auto flops = gemm_flops(name, d)) {
-      s.compute.push_back({name == "aten::bmm" || name == "aten::baddbmm" ? spec::OpClass::kAttention
-                                                                          : spec::OpClass::kGemm,
+      s.compute.push_back({name == "aten::bmm" || name == "aten::baddbmm"
+                               ? spec::OpClass::kAttention
+                               : spec::OpClass::kGemm,
                            name, *flops, 0, seconds});
       continue;
     }
-    if (auto it = memory_ops().find(name); it != memory_ops().end() && !d.empty() && numel(d[0]) > 0) {
+    if (auto it = memory_ops().find(name);
+        it != memory_ops().end() && !d.empty() && numel(d[0]) > 0) {
       // Reads the input and writes an output of the same size (binary ops read two).
       int64_t inputs = name == "aten::add" || name == "aten::mul" ? 2 : 1;
-      s.compute.push_back({it->second, name, 0, (inputs + 1) * numel(d[0]) * elem_size(args, 0), seconds});
+      s.compute.push_back(
+          {it->second, name, 0, (inputs + 1) * numel(d[0]) * elem_size(args, 0), seconds});
       continue;
     }
     // Collectives: "nccl:all_reduce" (torch >= 2.0) or record_param_comms with a name.
@@ -166,6 +177,8 @@ Samples parse_kineto(const Json& json, const std::string& source) {
   return s;
 }
 
-Samples read_kineto(const std::string& path) { return parse_kineto(spec::read_json_file(path), path); }
+Samples read_kineto(const std::string& path) {
+  return parse_kineto(spec::read_json_file(path), path);
+}
 
 }  // namespace sextant::traces

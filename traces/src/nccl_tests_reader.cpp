@@ -46,7 +46,8 @@ Samples parse_nccl_tests(const std::string& text, const std::string& source,
   if (!kind) {
     throw InputError(source, "", "",
                      "cannot tell which collective this nccl-tests output measures: name it, "
-                     "e.g. --nccl-tests all_reduce:" + source);
+                     "e.g. --nccl-tests all_reduce:" +
+                         source);
   }
   Samples s;
   s.sources.push_back(source);

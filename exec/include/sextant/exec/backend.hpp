@@ -66,10 +66,10 @@ class Backend {
   // attn.context). qkv = [batch*seq, 3*heads*head_dim] (q | k | v, head-major within each);
   // scores and probabilities = [batch, heads, seq, seq]; out = [batch*seq, heads*head_dim].
   virtual void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
-                                Tensor& scores) = 0;  // q k^T / sqrt(head_dim)
+                                Tensor& scores) = 0;                      // q k^T / sqrt(head_dim)
   virtual void causal_softmax(Tensor& scores_to_probs, int64_t seq) = 0;  // in place, masked
-  virtual void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch,
-                                 int64_t seq, int64_t heads, Tensor& out) = 0;  // probs v
+  virtual void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
+                                 int64_t heads, Tensor& out) = 0;  // probs v
   // dprobs = dout v^T; the v block of dqkv = probs^T dout (q and k blocks untouched).
   virtual void attention_context_backward(const Tensor& probs, const Tensor& qkv,
                                           const Tensor& dout, int64_t batch, int64_t seq,
@@ -82,8 +82,8 @@ class Backend {
                                          int64_t seq, int64_t heads, Tensor& dqkv) = 0;
   // Rows of `table` ([vocab_shard, hidden]) for token ids in [vocab_begin, vocab_begin + shard);
   // other tokens give zero rows (vocabulary-parallel embedding).
-  virtual void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
-                         Tensor& y) = 0;
+  virtual void embedding(const std::vector<int32_t>& tokens, const Tensor& table,
+                         int64_t vocab_begin, Tensor& y) = 0;
   virtual void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy,
                                   int64_t vocab_begin, Tensor& dtable) = 0;
   // Position embedding on rows [row_begin, row_begin + rows) of a [batch*seq, hidden] activation:

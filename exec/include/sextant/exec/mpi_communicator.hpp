@@ -24,7 +24,8 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   // The group of world ranks with the same `color`, ordered by `key`.
-  static std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key, std::string name);
+  static std::unique_ptr<MpiCommunicator> split(MPI_Comm parent, int color, int key,
+                                                std::string name);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -17,12 +17,12 @@ namespace sextant::exec {
 float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index);
 
 struct Param {
-  std::string name;       // e.g. "block3.mlp.fc1.weight": identical in every layout
-  int32_t layer = 0;      // lowered layer index
+  std::string name;   // e.g. "block3.mlp.fc1.weight": identical in every layout
+  int32_t layer = 0;  // lowered layer index
   Tensor value;
   Tensor grad;
-  int64_t offset = 0;     // in the flat buffers
-  bool decay = true;      // AdamW weight decay (weights yes, biases and norms no)
+  int64_t offset = 0;          // in the flat buffers
+  bool decay = true;           // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
   bool tied_copy = false;      // the last stage's copy of a tied embedding
 };

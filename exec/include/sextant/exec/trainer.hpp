@@ -39,8 +39,8 @@ struct StepLog {
 };
 
 struct TrainResult {
-  std::vector<StepLog> steps;              // identical on every rank
-  std::vector<spec::TraceEvent> events;    // this rank's, when recording
+  std::vector<StepLog> steps;            // identical on every rank
+  std::vector<spec::TraceEvent> events;  // this rank's, when recording
 };
 
 // Trains on this rank; every rank of the job calls it. `on_step` runs after each step (rank 0

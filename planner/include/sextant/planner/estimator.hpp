@@ -32,7 +32,7 @@ class Estimator {
 
  private:
   struct LayerCost {
-    double forward = 0;   // compute + tensor-parallel collectives, s
+    double forward = 0;  // compute + tensor-parallel collectives, s
     double backward = 0;
     double recompute = 0;
   };

@@ -37,8 +37,8 @@ struct RankedPlan {
 struct SearchResult {
   std::vector<RankedPlan> ranked;           // best first, at most top_k
   std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
-  int64_t enumerated = 0;   // legal plans before the memory check
-  int64_t fitting = 0;      // of those, predicted to fit
+  int64_t enumerated = 0;                   // legal plans before the memory check
+  int64_t fitting = 0;                      // of those, predicted to fit
   int64_t simulated = 0;
   double wall_s = 0;
   // When nothing fits: the least memory any plan needs, and the smallest GPU count (within the

@@ -7,8 +7,8 @@
 #include <map>
 #include <optional>
 #include <span>
-#include <tuple>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "sextant/sim/collective_model.hpp"
@@ -84,7 +84,7 @@ class AnalyticNetwork : public Network {
     std::string_view algorithm;
   };
   std::map<Key, Cached> cache_;
-  std::vector<double> group_link_factor_;    // slowest link override among a group's members
+  std::vector<double> group_link_factor_;  // slowest link override among a group's members
   std::vector<double> channel_link_factor_;
   Cached cost(const GroupShape& shape, spec::CollectiveKind kind, int64_t bytes);
   static Picoseconds duration(const Cached& c, double link_factor);

@@ -14,8 +14,8 @@
 
 namespace sextant::sim {
 
-using models::StageLayers;
 using models::stage_layers;
+using models::StageLayers;
 
 // The program of every rank of pipeline stage `stage`.
 Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,

@@ -31,9 +31,9 @@ struct DeviceSpec {
   std::map<Dtype, double> peak_tflops;  // dense peak per dtype, 1e12 FLOP/s
   double memory_bandwidth_GBps = 0;     // 1e9 bytes/s, read + write
   int64_t memory_capacity_bytes = 0;
-  double launch_overhead_us = 0;        // fixed cost of every kernel/op
+  double launch_overhead_us = 0;  // fixed cost of every kernel/op
   std::vector<EfficiencyPoint> gemm_efficiency;
-  double memory_efficiency = 0;         // achieved fraction of memory bandwidth, memory-bound ops
+  double memory_efficiency = 0;  // achieved fraction of memory bandwidth, memory-bound ops
   // Per op class, where calibration found them to differ (norms and losses do more arithmetic per
   // byte than a residual add); classes not listed use memory_efficiency.
   std::map<OpClass, double> memory_efficiency_by_class;

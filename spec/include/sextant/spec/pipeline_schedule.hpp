@@ -13,7 +13,8 @@ namespace sextant::spec {
 struct ScheduleUnit {
   bool forward = true;
   int64_t micro_batch = 0;
-  int64_t chunk = 0;  // model chunk on this stage, 0..virtual_stages-1 (global chunk = chunk*pp + stage)
+  int64_t chunk =
+      0;  // model chunk on this stage, 0..virtual_stages-1 (global chunk = chunk*pp + stage)
 };
 
 // Units of `stage` for `micro_batches` micro-batches. Interleaving needs micro_batches % pp == 0.

@@ -33,23 +33,25 @@ struct Plan {
   int64_t micro_batch = 1;   // sequences (or samples) per micro-batch per replica
   int64_t global_batch = 1;  // sequences (or samples) per optimizer step, all replicas together
   Schedule schedule = Schedule::k1F1B;
-  int64_t virtual_stages = 1;        // model chunks per pipeline rank (interleaved schedule)
-  std::vector<int64_t> stage_layers; // layers per (virtual) stage; empty = as even as possible
+  int64_t virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedule)
+  std::vector<int64_t> stage_layers;  // layers per (virtual) stage; empty = as even as possible
   Recompute recompute = Recompute::kNone;
   int64_t dp_bucket_bytes = kDefaultBucketBytes;
-  bool overlap_dp_comm = true;   // all-reduce gradient buckets during backward
-  bool fsdp_prefetch = true;     // ZeRO-3: all-gather the next layer's parameters ahead
+  bool overlap_dp_comm = true;  // all-reduce gradient buckets during backward
+  bool fsdp_prefetch = true;    // ZeRO-3: all-gather the next layer's parameters ahead
   // Stage-to-stage sends run beside compute. False: compute waits for each send to finish, as
   // Megatron-LM's 2021 schedules did (batched isend/irecv, then wait and synchronize).
   bool overlap_pp_comm = true;
-  std::optional<Dtype> dtype;    // compute dtype; default: bf16 on GPUs, fp32 on CPUs
+  std::optional<Dtype> dtype;      // compute dtype; default: bf16 on GPUs, fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
   std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
   std::string model;    // informational: what the plan was made for
   std::string cluster;  // informational
 
   int64_t world_size() const { return dp * tp * pp; }
-  int64_t micro_batches() const { return global_batch / (dp * micro_batch); }  // per replica, per step
+  int64_t micro_batches() const {
+    return global_batch / (dp * micro_batch);
+  }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
   // and recompute, when they apply).

@@ -12,7 +12,7 @@ namespace sextant::traces {
 
 struct Row {
   std::string key;
-  double measured_s = 0;   // per rank and step
+  double measured_s = 0;  // per rank and step
   double predicted_s = 0;
   double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0; }
 };
