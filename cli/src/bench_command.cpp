@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "executor_flags.hpp"
+#include "mpi_launch.hpp"
 #include "sextant/exec/bench_main.hpp"
 
 namespace sextant::cli {
@@ -32,12 +33,6 @@ int64_t parse_size(const std::string& s) {
   } catch (const std::exception&) {
     throw InputError("command line", "--sizes", s, "expected a size like 4K, 64M or 1048576");
   }
-}
-
-bool under_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
 }
 
 }  // namespace
@@ -80,25 +75,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
       c->executor.backend = "cuda";
       c->executor.comm = "nccl";
     }
-    if (c->np > 0 && !under_mpi()) {
-      std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(c->np), "--oversubscribe"};
-      if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
-      char self[4096] = {};
-      ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-      cmd.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : args.front());
-      for (size_t i = 1; i < args.size(); ++i) {
-        if (args[i] == "--np") {
-          ++i;
-          continue;
-        }
-        cmd.push_back(args[i]);
-      }
-      std::vector<char*> argv;
-      for (std::string& s : cmd) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execvp("mpirun", argv.data());
-      throw std::runtime_error("cannot start mpirun");
-    }
+    if (c->np > 0 && !under_mpi_launcher()) relaunch_under_mpirun(c->np, args);
     exec::CommBenchJob job;
     for (const std::string& s : c->sizes) job.options.sizes.push_back(parse_size(s));
     job.options.iterations = c->iterations;

@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "executor_flags.hpp"
+#include "mpi_launch.hpp"
 #include "plan_options.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/zoo.hpp"
@@ -35,37 +36,8 @@ struct RunFlags {
   bool quiet = false;
 };
 
-bool under_mpi_launcher() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
-    if (std::getenv(v) != nullptr) return true;
-  return false;
-}
-
-// Replaces this process with `mpirun -np N <this binary> <the same arguments without --np>`.
-[[noreturn]] void relaunch(int np, const std::vector<std::string>& args) {
-  std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(np), "--oversubscribe"};
-  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
-  char self[4096] = {};
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  cmd.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : args.front());
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--np") {
-      ++i;  // and its value
-      continue;
-    }
-    if (args[i].rfind("--np=", 0) == 0) continue;
-    cmd.push_back(args[i]);
-  }
-  std::vector<char*> argv;
-  for (std::string& s : cmd) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  execvp("mpirun", argv.data());
-  throw std::runtime_error(
-      fmt::format("cannot start mpirun: {} (is Open MPI installed?)", std::strerror(errno)));
-}
-
 int run(const RunFlags& f, const std::vector<std::string>& args) {
-  if (f.np > 0 && !under_mpi_launcher()) relaunch(f.np, args);
+  if (f.np > 0 && !under_mpi_launcher()) relaunch_under_mpirun(f.np, args);
   return exec::run_main([&f] {
     exec::Job job;
     job.backend = backend_kind(f.executor);

@@ -149,11 +149,9 @@ int run_compute_bench(ComputeBenchJob job) {
       throw InputError("command line", "--backend", "cuda",
                        "a usable GPU, but " + cuda_unavailable_reason());
     be = make_cuda_backend(0, job.precision);
-    if (job.gpu_shapes) {
-      const int iterations = job.options.iterations;
-      job.options = gpu_compute_bench();
-      job.options.iterations = std::max(iterations, job.options.iterations);
-    }
+    const int iterations = job.options.iterations;  // --iterations raises the GPU default
+    job.options = gpu_compute_bench();
+    job.options.iterations = std::max(iterations, job.options.iterations);
   } else {
     be = make_cpu_backend();
   }

@@ -191,23 +191,19 @@ CollectiveCost CollectiveModel::nccl(CollectiveKind kind, int64_t bytes,
         break;
       }
       case CollectiveKind::kReduceScatter:
-      case CollectiveKind::kAllGather: {
-        double inter_steps = nodes - 1;
-        double intra_steps = (p - 1) - inter_steps;
-        consider(CollectiveAlgorithm::kRing, proto,
-                 kBaseLatRing[proto] + intra_steps * kHwLatNvlRing[proto] +
-                     inter_steps * kHwLatNetRing[proto],
-                 (p - 1) / p * n);
-        break;
-      }
+      case CollectiveKind::kAllGather:
       case CollectiveKind::kBroadcast:
       case CollectiveKind::kReduce: {
+        // One pass around the ring; reduce-scatter and all-gather move (p-1)/p of the buffer
+        // per rank, broadcast and reduce the whole buffer (pipelined).
+        const bool sharded =
+            kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
         double inter_steps = nodes - 1;
         double intra_steps = (p - 1) - inter_steps;
         consider(CollectiveAlgorithm::kRing, proto,
                  kBaseLatRing[proto] + intra_steps * kHwLatNvlRing[proto] +
                      inter_steps * kHwLatNetRing[proto],
-                 n);
+                 sharded ? (p - 1) / p * n : n);
         break;
       }
       case CollectiveKind::kAllToAll:

@@ -58,8 +58,6 @@ class NcclCommunicator : public StagedCommunicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  std::string name() const override { return StagedCommunicator::name(); }
-
   void all_reduce(float* data, int64_t n) override {
     if (size() == 1) return;
     NCCL_CHECK(

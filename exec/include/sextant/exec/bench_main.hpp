@@ -26,12 +26,11 @@ struct CommBenchJob {
 int run_comm_bench(const CommBenchJob& job);
 
 struct ComputeBenchJob {
-  ComputeBenchOptions options = default_compute_bench();
+  ComputeBenchOptions options = default_compute_bench();  // cuda: gpu_compute_bench() instead
   bool json = false;
   std::string trace_file;
   BackendKind backend = BackendKind::kCpu;
   GemmPrecision precision = GemmPrecision::kBf16;
-  bool gpu_shapes = true;  // on cuda, replace the CPU-sized shapes with gpu_compute_bench()
 };
 
 // Throws InputError when the backend cannot run here (no GPU).
