@@ -102,13 +102,14 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   compute->add_flag("--json", p->json, "Print JSON");
   compute->add_option("--trace", p->trace, "Write the timed ops as a trace (calibration input)");
   compute->add_option("--backend", p->executor.backend, "cpu or cuda (GPU 0)");
-  compute->add_option("--precision", p->executor.precision, "cuda GEMMs: bf16, tf32 or fp32");
+  compute->add_option("--precision", p->executor.precision,
+                      "bf16 (bf16 tensors; cuda default), bf16-gemm, tf32 or fp32");
   compute->add_option("--iterations", p->iterations, "Timed calls per op")
       ->check(CLI::PositiveNumber);
   compute->callback([p] {
     exec::ComputeBenchJob job;
     job.backend = backend_kind(p->executor);
-    job.precision = gemm_precision(p->executor);
+    job.precision = precision_choice(p->executor);
     job.json = p->json;
     job.trace_file = p->trace;
     job.options.iterations = p->iterations;

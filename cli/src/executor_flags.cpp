@@ -15,7 +15,9 @@ void add_executor_flags(CLI::App& cmd, ExecutorFlags& flags, bool with_precision
   if (with_precision)
     cmd.add_option(
         "--precision", flags.precision,
-        "cuda GEMMs: bf16 (tensor cores, fp32 accumulate), tf32 or fp32; tensors stay fp32");
+        "bf16: mixed precision (bf16 activations and weight copies, fp32 master weights, "
+        "gradients and optimizer; cuda default; emulated on cpu), fp32 (cpu default), and on "
+        "cuda tf32 or bf16-gemm (fp32 tensors, tensor-core GEMMs)");
 }
 
 exec::BackendKind backend_kind(const ExecutorFlags& flags) {
@@ -31,11 +33,13 @@ std::optional<exec::CommKind> comm_choice(const ExecutorFlags& flags) {
   throw InputError("command line", "--comm", flags.comm, "auto, mpi or nccl");
 }
 
-exec::GemmPrecision gemm_precision(const ExecutorFlags& flags) {
-  if (flags.precision == "bf16") return exec::GemmPrecision::kBf16;
-  if (flags.precision == "tf32") return exec::GemmPrecision::kTf32;
-  if (flags.precision == "fp32") return exec::GemmPrecision::kFp32;
-  throw InputError("command line", "--precision", flags.precision, "bf16, tf32 or fp32");
+std::optional<exec::Precision> precision_choice(const ExecutorFlags& flags) {
+  for (exec::Precision p : {exec::Precision::kFp32, exec::Precision::kTf32,
+                            exec::Precision::kBf16Gemm, exec::Precision::kBf16})
+    if (flags.precision == exec::precision_name(p)) return p;
+  if (flags.precision.empty()) return std::nullopt;
+  throw InputError("command line", "--precision", flags.precision,
+                   "bf16, bf16-gemm, tf32 or fp32");
 }
 
 }  // namespace sextant::cli

@@ -42,7 +42,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     exec::Job job;
     job.backend = backend_kind(f.executor);
     job.comm_choice = comm_choice(f.executor);
-    job.precision = gemm_precision(f.executor);
+    job.precision = precision_choice(f.executor);
     job.model = models::resolve_model(f.model);
     job.plan = plan_from_flags(f.plan, std::nullopt);
     job.train.steps = f.steps;

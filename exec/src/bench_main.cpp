@@ -89,7 +89,7 @@ int run_comm_bench(const CommBenchJob& job) {
   try {
     CommKind kind = CommKind::kMpi;
     std::unique_ptr<Backend> backend = make_backend(
-        job.backend, job.comm_choice, GemmPrecision::kFp32, job.json, MPI_COMM_WORLD, kind);
+        job.backend, job.comm_choice, Precision::kFp32, job.json, MPI_COMM_WORLD, kind);
     CommBenchOptions options = job.options;
     options.transport = std::string(comm_kind_name(kind));
     std::vector<CommRow> rows;
@@ -148,12 +148,12 @@ int run_compute_bench(ComputeBenchJob job) {
     if (cuda_device_count() == 0)
       throw InputError("command line", "--backend", "cuda",
                        "a usable GPU, but " + cuda_unavailable_reason());
-    be = make_cuda_backend(0, job.precision);
+    be = make_cuda_backend(0, job.precision.value_or(Precision::kBf16));
     const int iterations = job.options.iterations;  // --iterations raises the GPU default
     job.options = gpu_compute_bench();
     job.options.iterations = std::max(iterations, job.options.iterations);
   } else {
-    be = make_cpu_backend();
+    be = make_cpu_backend(job.precision.value_or(Precision::kFp32));
   }
   std::vector<spec::TraceEvent> events;
   std::vector<ComputeRow> rows = bench_compute(*be, job.options, &events);

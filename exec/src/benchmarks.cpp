@@ -169,6 +169,10 @@ ComputeBenchOptions gpu_compute_bench() {
 std::vector<ComputeRow> bench_compute(Backend& be, const ComputeBenchOptions& o,
                                       std::vector<spec::TraceEvent>* events) {
   std::vector<ComputeRow> rows;
+  // Activations and weights in the backend's activation type (bf16 in mixed precision), as the
+  // trainer runs them; statistics stay fp32.
+  const DType act = be.activation_dtype();
+  const int64_t esize = element_size(act);
   auto start = Clock::now();
   auto time_it = [&](ComputeRow row, const std::function<void()>& fn) {
     for (int i = 0; i < o.warmup; ++i) fn();
@@ -191,7 +195,7 @@ std::vector<ComputeRow> bench_compute(Backend& be, const ComputeBenchOptions& o,
         e.flops = row.flops;
         e.bytes = row.bytes;
         e.shape = row.shape;
-        e.dtype = spec::Dtype::kFp32;
+        e.dtype = act == DType::kBF16 ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
         events->push_back(e);
       }
     }
@@ -202,31 +206,32 @@ std::vector<ComputeRow> bench_compute(Backend& be, const ComputeBenchOptions& o,
   };
   for (const std::vector<int64_t>& g : o.gemms) {
     const int64_t m = g[0], n = g[1], k = g[2];
-    Tensor x = be.zeros({m, k}), w = be.zeros({k, n}), y = be.zeros({m, n});
+    Tensor x = be.zeros({m, k}, act), w = be.zeros({k, n}, act), y = be.zeros({m, n}, act);
     be.fill(x, 0.5f);
     be.fill(w, 0.25f);
     ComputeRow row;
     row.op = "gemm";
     row.shape = {m, n, k};
     row.flops = 2.0 * static_cast<double>(m * n * k);
-    row.bytes = (m * k + k * n + m * n) * 4;
+    row.bytes = (m * k + k * n + m * n) * esize;
     time_it(row, [&] { be.matmul(x, w, nullptr, y); });
   }
   for (int64_t size : o.elementwise_sizes) {
     const int64_t cols = 256, r = size / cols;
-    Tensor x = be.zeros({r, cols}), y = be.zeros({r, cols});
+    Tensor x = be.zeros({r, cols}, act), y = be.zeros({r, cols}, act);
     be.fill(x, 0.5f);
     ComputeRow gelu;
     gelu.op = "gelu";
     gelu.op_class = spec::OpClass::kElementwise;
     gelu.shape = {r, cols};
-    gelu.bytes = 2 * size * 4;
+    gelu.bytes = 2 * size * esize;
     time_it(gelu, [&] { be.gelu(x, y); });
     ComputeRow add = gelu;
     add.op = "add";
-    add.bytes = 3 * size * 4;
+    add.bytes = 3 * size * esize;
     time_it(add, [&] { be.add(x, x, y); });
-    Tensor g = be.zeros({cols}), b = be.zeros({cols}), mean = be.zeros({r}), rstd = be.zeros({r});
+    Tensor g = be.zeros({cols}, act), b = be.zeros({cols}, act), mean = be.zeros({r}),
+           rstd = be.zeros({r});
     be.fill(g, 1.0f);
     ComputeRow ln = gelu;
     ln.op = "layernorm";

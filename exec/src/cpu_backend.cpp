@@ -40,23 +40,48 @@ class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  float* allocate(int64_t elements) override {
-    return static_cast<float*>(
-        Eigen::internal::aligned_malloc(static_cast<size_t>(elements) * sizeof(float)));
+  void* allocate(int64_t bytes) override {
+    return Eigen::internal::aligned_malloc(static_cast<size_t>(bytes));
   }
-  void release(float* data) override { Eigen::internal::aligned_free(data); }
-  void fill(Tensor& t, float value) override { std::fill(t.data(), t.data() + t.numel(), value); }
+  void release(void* data) override { Eigen::internal::aligned_free(data); }
+  void fill(Tensor& t, float value) override {
+    if (t.dtype() == DType::kF32) {
+      std::fill(t.data(), t.data() + t.numel(), value);
+    } else {
+      auto* b = static_cast<uint16_t*>(t.raw());
+      std::fill(b, b + t.numel(), to_bf16(value));
+    }
+  }
   void copy(const Tensor& from, Tensor& to) override {
     SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(),
                   to.numel());
-    std::memcpy(to.data(), from.data(), static_cast<size_t>(from.numel()) * sizeof(float));
+    if (from.dtype() == to.dtype()) {
+      std::memcpy(to.raw(), from.raw(), static_cast<size_t>(from.bytes()));
+    } else if (from.dtype() == DType::kF32) {
+      auto* b = static_cast<uint16_t*>(to.raw());
+      for (int64_t i = 0; i < from.numel(); ++i) b[i] = to_bf16(from.data()[i]);
+    } else {
+      const auto* b = static_cast<const uint16_t*>(from.raw());
+      for (int64_t i = 0; i < from.numel(); ++i) to.data()[i] = from_bf16(b[i]);
+    }
   }
   void to_host(const Tensor& t, std::vector<float>& out) override {
-    out.assign(t.data(), t.data() + t.numel());
+    if (t.dtype() == DType::kF32) {
+      out.assign(t.data(), t.data() + t.numel());
+    } else {
+      const auto* b = static_cast<const uint16_t*>(t.raw());
+      out.resize(static_cast<size_t>(t.numel()));
+      for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = from_bf16(b[i]);
+    }
   }
   void from_host(const std::vector<float>& in, Tensor& t) override {
     SEXTANT_CHECK(static_cast<int64_t>(in.size()) == t.numel(), "from_host size mismatch");
-    std::copy(in.begin(), in.end(), t.data());
+    if (t.dtype() == DType::kF32) {
+      std::copy(in.begin(), in.end(), t.data());
+    } else {
+      auto* b = static_cast<uint16_t*>(t.raw());
+      for (size_t i = 0; i < in.size(); ++i) b[i] = to_bf16(in[i]);
+    }
   }
   void synchronize() override {}
 

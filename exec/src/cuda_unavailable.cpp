@@ -22,7 +22,7 @@ std::string cuda_unavailable_reason() {
   return kReason;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int, GemmPrecision) {
+std::unique_ptr<Backend> make_cuda_backend(int, Precision) {
   throw std::runtime_error(kReason);
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 
+#include "sextant/exec/activation_comm.hpp"
 #include "sextant/exec/stage_model.hpp"
 
 namespace sextant::exec {
@@ -143,7 +144,7 @@ class GptStage : public StageModel {
           Tensor keep = bc.x;
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
         } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
-          Tensor o = backend().empty({rows_, h_ / t_});
+          Tensor o = act({rows_, h_ / t_});
           bc.att = attention_core(bc.qkv, o, layer, Phase::kRecompute, mb.index);
         }
         dy = block_backward(layer, dy, mb.index, bc);
@@ -156,6 +157,10 @@ class GptStage : public StageModel {
 
  private:
   Backend& backend() { return *ctx_.backend; }
+  // Activations and their gradients: fp32, or bf16 in mixed precision.
+  Tensor act(std::vector<int64_t> shape) {
+    return backend().empty(std::move(shape), backend().activation_dtype());
+  }
   Recorder::Scope rec(Recorder::Event e) { return ctx_.recorder->scope(std::move(e)); }
 
   // --- Tensor-parallel communication (Megatron's f and g operators) ---------------------------
@@ -169,50 +174,50 @@ class GptStage : public StageModel {
   Tensor gather(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer,
                 int64_t mb) {
     if (!sp_) return x;
-    Tensor out = backend().empty({rows_, h_});
+    Tensor out = act({rows_, h_});
     auto s =
-        comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, phase, layer, mb);
-    ctx_.groups->tp->all_gather(x.data(), out.data(), x.numel());
+        comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    all_gather(*ctx_.groups->tp, backend(), x, out);
     return out;
   }
   // Backward of gather: partial [rows, h] -> summed [local_rows, h].
   Tensor gather_backward(Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
     if (t_ == 1) return d;
     if (sp_) {
-      Tensor out = backend().empty({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * 4,
+      Tensor out = act({local_rows_, h_});
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * kActivationWireBytes,
                           Phase::kBwd, layer, mb);
-      ctx_.groups->tp->reduce_scatter(d.data(), out.data(), out.numel());
+      reduce_scatter(*ctx_.groups->tp, backend(), d, out);
       return out;
     }
-    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, Phase::kBwd,
+    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes, Phase::kBwd,
                         layer, mb);
-    ctx_.groups->tp->all_reduce(d.data(), d.numel());
+    all_reduce(*ctx_.groups->tp, backend(), d);
     return d;
   }
   // After a row-parallel GEMM: partial [rows, h] -> summed [local_rows, h].
   Tensor reduce_out(Tensor& y, const std::string& prefix, Phase phase, int32_t layer, int64_t mb) {
     if (t_ == 1) return y;
     if (sp_) {
-      Tensor out = backend().empty({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * 4,
+      Tensor out = act({local_rows_, h_});
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * kActivationWireBytes,
                           phase, layer, mb);
-      ctx_.groups->tp->reduce_scatter(y.data(), out.data(), out.numel());
+      reduce_scatter(*ctx_.groups->tp, backend(), y, out);
       return out;
     }
     auto s =
-        comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * 4, phase, layer, mb);
-    ctx_.groups->tp->all_reduce(y.data(), y.numel());
+        comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    all_reduce(*ctx_.groups->tp, backend(), y);
     return y;
   }
   // Backward of reduce_out: [local_rows, h] -> [rows, h].
   Tensor reduce_out_backward(const Tensor& d, const std::string& prefix, int32_t layer,
                              int64_t mb) {
     if (!sp_) return d;
-    Tensor out = backend().empty({rows_, h_});
-    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * 4, Phase::kBwd,
+    Tensor out = act({rows_, h_});
+    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * kActivationWireBytes, Phase::kBwd,
                         layer, mb);
-    ctx_.groups->tp->all_gather(d.data(), out.data(), d.numel());
+    all_gather(*ctx_.groups->tp, backend(), d, out);
     return out;
   }
 
@@ -344,15 +349,15 @@ class GptStage : public StageModel {
   // --- Embedding -------------------------------------------------------------------------------
 
   Tensor embed_forward(const MicroBatch& mb) {
-    Tensor e = backend().empty({rows_, h_});
+    Tensor e = act({rows_, h_});
     {
       auto s = rec(ctx_.op("embed.lookup", 0, Phase::kFwd, mb.index));
-      backend().embedding(mb.tokens, table_->value, r_ * vocab_local_, e);
+      backend().embedding(mb.tokens, table_->compute, r_ * vocab_local_, e);
     }
     Tensor x = reduce_out(e, "embed", Phase::kFwd, 0, mb.index);
     if (positions_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
-      backend().add_positions(positions_->value, sp_ ? r_ * local_rows_ : 0, seq_, x);
+      backend().add_positions(positions_->compute, sp_ ? r_ * local_rows_ : 0, seq_, x);
     }
     return x;
   }
@@ -374,61 +379,61 @@ class GptStage : public StageModel {
     Backend& be = backend();
     const int64_t hd_local = h_ / t_;
     c.x = x;
-    c.ln1 = be.empty({local_rows_, h_});
+    c.ln1 = act({local_rows_, h_});
     c.ln1_mean = be.empty({local_rows_});
     c.ln1_rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("attn.norm", layer, phase, mb));
-      be.layernorm(x, p.ln1_g->value, p.ln1_b->value, c.ln1, c.ln1_mean, c.ln1_rstd);
+      be.layernorm(x, p.ln1_g->compute, p.ln1_b->compute, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
     c.a_in = gather(c.ln1, "attn", phase, layer, mb);
-    c.qkv = be.empty({rows_, 3 * hd_local});
+    c.qkv = act({rows_, 3 * hd_local});
     {
       auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
-      be.matmul(c.a_in, p.qkv_w->value, p.qkv_b ? &p.qkv_b->value : nullptr, c.qkv);
+      be.matmul(c.a_in, p.qkv_w->compute, p.qkv_b ? &p.qkv_b->compute : nullptr, c.qkv);
     }
-    c.o = be.empty({rows_, hd_local});
+    c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, layer, phase, mb);
-    Tensor proj = be.empty({rows_, h_});
+    Tensor proj = act({rows_, h_});
     {
       auto s = rec(ctx_.op("attn.proj", layer, phase, mb));
-      be.matmul(c.o, p.proj_w->value, nullptr, proj);
+      be.matmul(c.o, p.proj_w->compute, nullptr, proj);
     }
     Tensor a = reduce_out(proj, "attn", phase, layer, mb);
-    c.x1 = be.empty({local_rows_, h_});
+    c.x1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("attn.residual", layer, phase, mb));
-      if (p.proj_b != nullptr) add_bias(a, p.proj_b->value);
+      if (p.proj_b != nullptr) add_bias(a, p.proj_b->compute);
       be.add(x, a, c.x1);
     }
-    c.ln2 = be.empty({local_rows_, h_});
+    c.ln2 = act({local_rows_, h_});
     c.ln2_mean = be.empty({local_rows_});
     c.ln2_rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, phase, mb));
-      be.layernorm(c.x1, p.ln2_g->value, p.ln2_b->value, c.ln2, c.ln2_mean, c.ln2_rstd);
+      be.layernorm(c.x1, p.ln2_g->compute, p.ln2_b->compute, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
     c.m_in = gather(c.ln2, "mlp", phase, layer, mb);
-    c.f1 = be.empty({rows_, gate_ * f_local_});
+    c.f1 = act({rows_, gate_ * f_local_});
     {
       auto s = rec(ctx_.op("mlp.fc1", layer, phase, mb));
-      be.matmul(c.m_in, p.fc1_w->value, p.fc1_b ? &p.fc1_b->value : nullptr, c.f1);
+      be.matmul(c.m_in, p.fc1_w->compute, p.fc1_b ? &p.fc1_b->compute : nullptr, c.f1);
     }
-    c.g = be.empty({rows_, f_local_});
+    c.g = act({rows_, f_local_});
     {
       auto s = rec(ctx_.op("mlp.act", layer, phase, mb));
       activation(c.f1, c.g);
     }
-    Tensor f2 = be.empty({rows_, h_});
+    Tensor f2 = act({rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.fc2", layer, phase, mb));
-      be.matmul(c.g, p.fc2_w->value, nullptr, f2);
+      be.matmul(c.g, p.fc2_w->compute, nullptr, f2);
     }
     Tensor m = reduce_out(f2, "mlp", phase, layer, mb);
-    Tensor y = be.empty({local_rows_, h_});
+    Tensor y = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
-      if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->value);
+      if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->compute);
       be.add(c.x1, m, y);
     }
     return y;
@@ -440,34 +445,34 @@ class GptStage : public StageModel {
     const int64_t hd_local = h_ / t_;
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-    Tensor dx1 = be.empty({local_rows_, h_});
+    Tensor dx1 = act({local_rows_, h_});
     be.copy(dy, dx1);
     if (p.fc2_b != nullptr) {
       auto s = rec(ctx_.op("mlp.residual", layer, B, mb));
       bias_grad(dy, p.fc2_b->grad);
     }
     Tensor dm = reduce_out_backward(dy, "mlp", layer, mb);
-    Tensor dg = be.empty({rows_, f_local_});
+    Tensor dg = act({rows_, f_local_});
     {
       auto s = rec(ctx_.op("mlp.fc2", layer, B, mb));
-      be.matmul_backward(c.g, p.fc2_w->value, dm, &dg, p.fc2_w->grad, nullptr);
+      be.matmul_backward(c.g, p.fc2_w->compute, dm, &dg, p.fc2_w->grad, nullptr);
     }
-    Tensor df1 = be.empty({rows_, gate_ * f_local_});
+    Tensor df1 = act({rows_, gate_ * f_local_});
     {
       auto s = rec(ctx_.op("mlp.act", layer, B, mb));
       activation_backward(c.f1, dg, df1);
     }
-    Tensor dm_in = be.empty({rows_, h_});
+    Tensor dm_in = act({rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.fc1", layer, B, mb));
-      be.matmul_backward(c.m_in, p.fc1_w->value, df1, &dm_in, p.fc1_w->grad,
+      be.matmul_backward(c.m_in, p.fc1_w->compute, df1, &dm_in, p.fc1_w->grad,
                          p.fc1_b ? &p.fc1_b->grad : nullptr);
     }
     Tensor dln2 = gather_backward(dm_in, "mlp", layer, mb);
-    Tensor tmp = be.empty({local_rows_, h_});
+    Tensor tmp = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
-      be.layernorm_backward(c.x1, p.ln2_g->value, c.ln2_mean, c.ln2_rstd, dln2, tmp, p.ln2_g->grad,
+      be.layernorm_backward(c.x1, p.ln2_g->compute, c.ln2_mean, c.ln2_rstd, dln2, tmp, p.ln2_g->grad,
                             p.ln2_b->grad);
       be.add(dx1, tmp, dx1);
     }
@@ -477,13 +482,13 @@ class GptStage : public StageModel {
       bias_grad(dx1, p.proj_b->grad);
     }
     Tensor dproj = reduce_out_backward(dx1, "attn", layer, mb);
-    Tensor do_ = be.empty({rows_, hd_local});
+    Tensor do_ = act({rows_, hd_local});
     {
       auto s = rec(ctx_.op("attn.proj", layer, B, mb));
-      be.matmul_backward(c.o, p.proj_w->value, dproj, &do_, p.proj_w->grad, nullptr);
+      be.matmul_backward(c.o, p.proj_w->compute, dproj, &do_, p.proj_w->grad, nullptr);
     }
-    Tensor dqkv = be.empty({rows_, 3 * hd_local});
-    Tensor dprobs = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
+    Tensor dqkv = act({rows_, 3 * hd_local});
+    Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.context", layer, B, mb));
       be.attention_context_backward(c.att, c.qkv, do_, o_.micro_batch, seq_, heads_local_, dprobs,
@@ -497,17 +502,17 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.scores", layer, B, mb));
       be.attention_scores_backward(dprobs, c.qkv, o_.micro_batch, seq_, heads_local_, dqkv);
     }
-    Tensor da_in = be.empty({rows_, h_});
+    Tensor da_in = act({rows_, h_});
     {
       auto s = rec(ctx_.op("attn.qkv", layer, B, mb));
-      be.matmul_backward(c.a_in, p.qkv_w->value, dqkv, &da_in, p.qkv_w->grad,
+      be.matmul_backward(c.a_in, p.qkv_w->compute, dqkv, &da_in, p.qkv_w->grad,
                          p.qkv_b ? &p.qkv_b->grad : nullptr);
     }
     Tensor dln1 = gather_backward(da_in, "attn", layer, mb);
-    Tensor dx = be.empty({local_rows_, h_});
+    Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("attn.norm", layer, B, mb));
-      be.layernorm_backward(c.x, p.ln1_g->value, c.ln1_mean, c.ln1_rstd, dln1, dx, p.ln1_g->grad,
+      be.layernorm_backward(c.x, p.ln1_g->compute, c.ln1_mean, c.ln1_rstd, dln1, dx, p.ln1_g->grad,
                             p.ln1_b->grad);
       be.add(dx, dx1, dx);
     }
@@ -517,7 +522,7 @@ class GptStage : public StageModel {
   // The attention core, as the simulator names its steps; returns the probabilities.
   Tensor attention_core(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase, int64_t mb) {
     Backend& be = backend();
-    Tensor probs = be.empty({o_.micro_batch, heads_local_, seq_, seq_});
+    Tensor probs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
       be.attention_scores(qkv, o_.micro_batch, seq_, heads_local_, probs);
@@ -569,18 +574,18 @@ class GptStage : public StageModel {
     Backend& be = backend();
     const int32_t layer = end_ - 1;
     c.x = x;
-    c.ln = be.empty({local_rows_, h_});
+    c.ln = act({local_rows_, h_});
     c.mean = be.empty({local_rows_});
     c.rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("head.norm", layer, Phase::kFwd, mb.index));
-      be.layernorm(x, head_g_->value, head_b_->value, c.ln, c.mean, c.rstd);
+      be.layernorm(x, head_g_->compute, head_b_->compute, c.ln, c.mean, c.rstd);
     }
     c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
-    c.logits = be.empty({rows_, vocab_local_});
+    c.logits = act({rows_, vocab_local_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kFwd, mb.index));
-      be.matmul_nt(c.xg, head_w_->value, c.logits);
+      be.matmul_nt(c.xg, head_w_->compute, c.logits);
     }
     std::vector<float> target;
     {
@@ -618,22 +623,22 @@ class GptStage : public StageModel {
     const int32_t layer = end_ - 1;
     // The loss of a step is the mean over every token of the global batch.
     const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
-    Tensor dlogits = be.empty({rows_, vocab_local_});
+    Tensor dlogits = act({rows_, vocab_local_});
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kBwd, mb.index));
       be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, scale,
                                 dlogits);
     }
-    Tensor dxg = be.empty({rows_, h_});
+    Tensor dxg = act({rows_, h_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kBwd, mb.index));
-      be.matmul_nt_backward(c.xg, head_w_->value, dlogits, dxg, head_w_->grad);
+      be.matmul_nt_backward(c.xg, head_w_->compute, dlogits, dxg, head_w_->grad);
     }
     Tensor dln = gather_backward(dxg, "head", layer, mb.index);
-    Tensor dx = be.empty({local_rows_, h_});
+    Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("head.norm", layer, Phase::kBwd, mb.index));
-      be.layernorm_backward(c.x, head_g_->value, c.mean, c.rstd, dln, dx, head_g_->grad,
+      be.layernorm_backward(c.x, head_g_->compute, c.mean, c.rstd, dln, dx, head_g_->grad,
                             head_b_->grad);
     }
     return dx;

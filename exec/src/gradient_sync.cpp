@@ -110,6 +110,7 @@ void GradientSync::gather_layer(const LayerSlice& s) {
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
   be.copy(slice_of(padded_, 0, s.end - s.begin), dst);
+  stage_.params().refresh_compute(s.begin, s.end);  // ZeRO-3 gathers on use, after the update
 }
 
 void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {

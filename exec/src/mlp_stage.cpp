@@ -76,7 +76,7 @@ class MlpStage : public StageModel {
     cache.clear();
     Tensor x;
     if (begin_ == 0) {
-      x = be.empty({o_.micro_batch, m_.widths[0]});
+      x = be.empty({o_.micro_batch, m_.widths[0]}, be.activation_dtype());
       be.from_host(mb.features, x);
     } else {
       x = *input;
@@ -84,10 +84,10 @@ class MlpStage : public StageModel {
     for (int32_t l = begin_; l < end_; ++l) {
       if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
       const int64_t out = m_.widths[static_cast<size_t>(l) + 1];
-      Tensor y = be.empty({o_.micro_batch, out});
+      Tensor y = be.empty({o_.micro_batch, out}, be.activation_dtype());
       {
         auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kFwd, mb.index));
-        be.matmul(x, weight(l).value, bias(l) ? &bias(l)->value : nullptr, y);
+        be.matmul(x, weight(l).compute, bias(l) ? &bias(l)->compute : nullptr, y);
       }
       cache.push_back({x, y});
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
@@ -102,7 +102,7 @@ class MlpStage : public StageModel {
         }
         return Tensor();
       }
-      Tensor a = be.empty({o_.micro_batch, out});
+      Tensor a = be.empty({o_.micro_batch, out}, be.activation_dtype());
       {
         auto s =
             ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kFwd, mb.index));
@@ -120,7 +120,7 @@ class MlpStage : public StageModel {
     for (int32_t l = end_ - 1; l >= begin_; --l) {
       if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
       auto& [x, y] = cache[static_cast<size_t>(l - begin_)];
-      Tensor dpre = be.empty(y.shape());
+      Tensor dpre = be.empty(y.shape(), be.activation_dtype());
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
         auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kBwd, mb.index));
         be.cross_entropy_backward(y, mb.targets, 0, max_[mb.index], sum_[mb.index],
@@ -131,10 +131,10 @@ class MlpStage : public StageModel {
             ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kBwd, mb.index));
         be.relu_backward(y, upstream, dpre);
       }
-      Tensor dx = be.empty(x.shape());
+      Tensor dx = be.empty(x.shape(), be.activation_dtype());
       {
         auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kBwd, mb.index));
-        be.matmul_backward(x, weight(l).value, dpre, l == 0 ? nullptr : &dx, weight(l).grad,
+        be.matmul_backward(x, weight(l).compute, dpre, l == 0 ? nullptr : &dx, weight(l).grad,
                            bias(l) ? &bias(l)->grad : nullptr);
       }
       dy = dx;

@@ -38,7 +38,7 @@ float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) {
+ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) : backend_(backend) {
   int64_t total = 0;
   for (const ParamSpec& s : specs) {
     int64_t n = 1;
@@ -47,6 +47,9 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) {
   }
   values_ = backend.empty({total});
   grads_ = backend.zeros({total});
+  compute_ = backend.activation_dtype() == DType::kF32
+                 ? values_
+                 : backend.empty({total}, backend.activation_dtype());
   std::vector<float> host(static_cast<size_t>(total));
   int64_t offset = 0;
   for (const ParamSpec& s : specs) {
@@ -61,11 +64,19 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) {
     for (int64_t d : s.shape) n *= d;
     for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(offset + i)] = s.init(i);
     p.value = values_.view({total}).rows(offset, n).view(s.shape);
+    p.compute = compute_.rows(offset, n).view(s.shape);
     p.grad = grads_.view({total}).rows(offset, n).view(s.shape);
     offset += n;
     params_.push_back(std::move(p));
   }
   backend.from_host(host, values_);
+  refresh_compute();
+}
+
+void ParamStore::refresh_compute(int64_t begin, int64_t end) {
+  if (compute_.dtype() == values_.dtype() || end <= begin) return;
+  Tensor to = compute_.rows(begin, end - begin);
+  backend_.copy(values_.rows(begin, end - begin), to);
 }
 
 Param& ParamStore::get(const std::string& name) {

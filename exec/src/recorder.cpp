@@ -41,7 +41,8 @@ void Recorder::add(const Event& e, std::chrono::steady_clock::time_point start,
   t.flops = e.flops;
   t.bytes = e.bytes;
   t.shape = e.shape;
-  t.dtype = spec::Dtype::kFp32;
+  t.dtype = backend_ != nullptr && backend_->activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16
+                                                                                : spec::Dtype::kFp32;
   t.group_size = e.group_size;
   t.algorithm = e.algorithm;
   events_.push_back(std::move(t));

@@ -91,9 +91,11 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   if (!ties_embeddings(job.model)) layout.groups().embedding = nullptr;
   const int64_t seq =
       job.model.is_transformer() ? job.plan.seq_len.value_or(job.model.transformer().seq_len) : 0;
+  // The bytes each traced op reports are those of the activation type the backend stores.
+  const spec::Dtype dtype =
+      backend.activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   models::LoweredModel lowered = models::lower(
-      job.model,
-      {job.plan.micro_batch, seq, spec::Dtype::kFp32, job.plan.tp, job.plan.sequence_parallel});
+      job.model, {job.plan.micro_batch, seq, dtype, job.plan.tp, job.plan.sequence_parallel});
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
   Context ctx;
   ctx.backend = &backend;
@@ -175,14 +177,14 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
 }
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> choice,
-                                      GemmPrecision precision, bool quiet, MPI_Comm world,
-                                      CommKind& comm) {
+                                      std::optional<Precision> precision, bool quiet,
+                                      MPI_Comm world, CommKind& comm) {
   if (kind == BackendKind::kCpu) {
     if (choice && *choice != CommKind::kMpi)
       throw InputError("command line", "--comm", std::string(comm_kind_name(*choice)),
                        "mpi with the cpu backend (nccl needs --backend cuda)");
     comm = CommKind::kMpi;
-    return make_cpu_backend();
+    return make_cpu_backend(precision.value_or(Precision::kFp32));
   }
   const int devices = cuda_device_count();
   if (devices == 0)
@@ -201,7 +203,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> 
   } else {
     comm = gpu_per_rank ? CommKind::kNccl : CommKind::kMpiStaged;
   }
-  std::unique_ptr<Backend> backend = make_cuda_backend(local_rank % devices, precision);
+  std::unique_ptr<Backend> backend = make_cuda_backend(local_rank % devices, precision.value_or(Precision::kBf16));
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
   if (rank == 0 && !quiet)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "sextant/exec/activation_comm.hpp"
 #include "sextant/exec/checkpoint.hpp"
 #include "sextant/exec/data.hpp"
 #include "sextant/exec/gradient_sync.hpp"
@@ -118,7 +119,8 @@ class Trainer {
 
   Recorder::Event p2p(const char* name, OpClass cls, Stream stream, int64_t elements, Phase phase,
                       int64_t mb) const {
-    return ctx_.comm(name, cls, stream, elements * 4, 2, phase, std::nullopt, mb);
+    return ctx_.comm(name, cls, stream, elements * kActivationWireBytes, 2, phase, std::nullopt,
+                     mb);
   }
 
   // A test aid: SEXTANT_FAULT_RANK=r SEXTANT_FAULT_STEP=s makes world rank r fail at step s, to
@@ -146,26 +148,24 @@ class Trainer {
         MicroBatch& mb = batches[u.micro_batch] = micro_batch(step, u.micro_batch);
         Tensor input;
         if (g.pp_rank > 0) {
-          input = be.empty(shape);
+          input = be.empty(shape, be.activation_dtype());
           auto s = ctx_.recorder->scope(p2p("pp.recv_activation", OpClass::kRecv, Stream::kPpRecv,
                                             input.numel(), Phase::kFwd, u.micro_batch));
-          g.world->recv(input.data(), input.numel(), g.prev, static_cast<int>(2 * u.micro_batch));
+          recv(*g.world, be, input, g.prev, static_cast<int>(2 * u.micro_batch));
         }
         Tensor out = stage_->forward(mb, g.pp_rank > 0 ? &input : nullptr);
         if (g.pp_rank < g.pp_size - 1) {
           auto s = ctx_.recorder->scope(p2p("pp.send_activation", OpClass::kSend, Stream::kPpSend,
                                             out.numel(), Phase::kFwd, u.micro_batch));
-          sends.emplace_back(
-              g.world->send(out.data(), out.numel(), g.next, static_cast<int>(2 * u.micro_batch)),
-              out);
+          sends.push_back(send(*g.world, be, out, g.next, static_cast<int>(2 * u.micro_batch)));
         }
       } else {
         Tensor grad;
         if (g.pp_rank < g.pp_size - 1) {
-          grad = be.empty(output_shape());
+          grad = be.empty(output_shape(), be.activation_dtype());
           auto s = ctx_.recorder->scope(p2p("pp.recv_gradient", OpClass::kRecv, Stream::kPpRecv,
                                             grad.numel(), Phase::kBwd, u.micro_batch));
-          g.world->recv(grad.data(), grad.numel(), g.next, static_cast<int>(2 * u.micro_batch + 1));
+          recv(*g.world, be, grad, g.next, static_cast<int>(2 * u.micro_batch + 1));
         }
         Tensor dx = stage_->backward(batches.at(u.micro_batch),
                                      g.pp_rank < g.pp_size - 1 ? &grad : nullptr);
@@ -173,9 +173,7 @@ class Trainer {
         if (g.pp_rank > 0) {
           auto s = ctx_.recorder->scope(p2p("pp.send_gradient", OpClass::kSend, Stream::kPpSend,
                                             dx.numel(), Phase::kBwd, u.micro_batch));
-          sends.emplace_back(
-              g.world->send(dx.data(), dx.numel(), g.prev, static_cast<int>(2 * u.micro_batch + 1)),
-              dx);
+          sends.push_back(send(*g.world, be, dx, g.prev, static_cast<int>(2 * u.micro_batch + 1)));
         }
       }
     }
@@ -212,6 +210,7 @@ class Trainer {
       update(step + 1, scale);
     }
     sync_->after_update();
+    stage_->params().refresh_compute();
     // The loss: the last stage's sum over its tokens, once per replica (tp rank 0), summed.
     double loss = 0;
     const double mine = stage_->take_loss_sum();
@@ -265,6 +264,7 @@ class Trainer {
                                              stage_->params().total(), *ctx_.groups->world);
     if (!s) return 0;
     ctx_.backend->from_host(s->values, stage_->params().values());
+    stage_->params().refresh_compute();
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
     return s->step;

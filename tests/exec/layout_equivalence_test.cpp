@@ -4,7 +4,9 @@
 // SEXTANT_TEST_BACKEND=cuda the same layouts run on the CUDA backend (fp32 GEMMs, every rank on
 // GPU local-rank % count, collectives staged through host MPI since NCCL refuses ranks sharing a
 // GPU) against the single-rank CUDA run, to 1e-4 (atomics and cuBLAS change summation order);
-// skipped without a GPU.
+// skipped without a GPU. With SEXTANT_TEST_PRECISION=bf16 every run is mixed precision (bf16
+// activations and weight copies, fp32 master weights; emulated on the CPU backend, native on
+// CUDA) and the bound is 1e-2: layouts round partial sums at different places.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "sextant/exec/communicators.hpp"
 #include "sextant/exec/cpu_backend.hpp"
@@ -28,14 +31,19 @@ bool on_cuda() {
   const char* b = std::getenv("SEXTANT_TEST_BACKEND");
   return b != nullptr && std::string(b) == "cuda";
 }
+bool in_bf16() {
+  const char* p = std::getenv("SEXTANT_TEST_PRECISION");
+  return p != nullptr && std::string(p) == "bf16";
+}
 double rel_tol() {
-  return on_cuda() ? 1e-4 : 1e-5;
+  return in_bf16() ? 1e-2 : on_cuda() ? 1e-4 : 1e-5;
 }
 
-std::unique_ptr<Backend> test_backend() {
-  if (!on_cuda()) return make_cpu_backend();
+std::unique_ptr<Backend> test_backend(std::optional<Precision> choice = std::nullopt) {
+  const Precision precision = choice.value_or(in_bf16() ? Precision::kBf16 : Precision::kFp32);
+  if (!on_cuda()) return make_cpu_backend(precision);
   const int local = node_local_rank(MPI_COMM_WORLD).first;
-  return make_cuda_backend(local % cuda_device_count(), GemmPrecision::kFp32);
+  return make_cuda_backend(local % cuda_device_count(), precision);
 }
 
 class LayoutTest : public ::testing::Test {
@@ -99,7 +107,8 @@ spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = f
   return p;
 }
 
-std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan, MPI_Comm comm) {
+std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan, MPI_Comm comm,
+                           std::optional<Precision> precision = std::nullopt) {
   Job job;
   job.model = model;
   job.plan = plan;
@@ -107,7 +116,7 @@ std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan,
   job.train.lr = 3e-3f;
   job.quiet = true;
   job.comm = on_cuda() ? CommKind::kMpiStaged : CommKind::kMpi;
-  std::unique_ptr<Backend> backend = test_backend();
+  std::unique_ptr<Backend> backend = test_backend(precision);
   TrainResult r = run_job(job, comm, *backend);
   std::vector<double> out;
   for (const StepLog& s : r.steps) out.push_back(s.loss);
@@ -184,8 +193,26 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
   EXPECT_GT(ran, 0);
 }
 
+// Mixed precision follows the fp32 loss curve of the same run to 1e-2, and does round: some step
+// differs by more than fp32 noise (a bf16 path that silently ran in fp32 would fail here).
+TEST_F(LayoutTest, MixedPrecisionTracksTheFp32LossCurve) {
+  if (world_rank() != 0) GTEST_SKIP() << "rank 0 runs it";
+  for (const spec::ModelSpec& model : {tiny_gpt(), tiny_mlp()}) {
+    SCOPED_TRACE(model.name);
+    std::vector<double> fp32 = losses(model, plan_of(1, 1, 1), MPI_COMM_SELF, Precision::kFp32);
+    std::vector<double> bf16 = losses(model, plan_of(1, 1, 1), MPI_COMM_SELF, Precision::kBf16);
+    double largest = 0;
+    for (size_t i = 0; i < fp32.size(); ++i) {
+      const double rel = std::fabs(bf16[i] - fp32[i]) / std::fabs(fp32[i]);
+      EXPECT_LT(rel, 1e-2) << "step " << i << ": fp32 " << fp32[i] << ", bf16 " << bf16[i];
+      largest = std::max(largest, rel);
+    }
+    EXPECT_GT(largest, 1e-5) << "bf16 losses equal fp32's: nothing was rounded";
+  }
+}
+
 TEST(Checkpoint, ResumeContinuesTheSameLossCurve) {
-  if (world_size() != 2 || on_cuda()) GTEST_SKIP() << "runs on 2 CPU ranks";
+  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
   const std::string dir = "/tmp/sextant-ckpt-test";
   if (world_rank() == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);

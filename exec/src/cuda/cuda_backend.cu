@@ -1,19 +1,31 @@
 // CUDA kernels and cuBLAS calls behind the Backend interface. Row-major tensors are passed to
 // column-major cuBLAS as their transposes: y = x w (row-major) is y^T = w^T x^T (column-major).
 // Reductions that feed the loss (row max, sum of exponentials) run one block per row.
+//
+// Every kernel is a template over T, the type of the activations and of the parameters' compute
+// copy (float, or __nv_bfloat16 in mixed precision); parameter gradients and layer-norm statistics
+// are float. Loads widen to float, arithmetic is float, each output is rounded once when stored.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
+#include "sextant/exec/block_pool.hpp"
 #include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/cuda_check.hpp"
+#include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
 
 namespace {
+
+using bf16 = __nv_bfloat16;
 
 constexpr int kThreads = 256;
 constexpr float kGeluC = 0.7978845608028654f;
@@ -29,68 +41,126 @@ int64_t cols_of(const Tensor& t) {
   return t.shape().back();
 }
 
-__global__ void fill_kernel(float* x, int64_t n, float v) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] = v;
+__device__ __forceinline__ float ld(float v) {
+  return v;
 }
-__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = a[i] + b[i];
+__device__ __forceinline__ float ld(bf16 v) {
+  return __bfloat162float(v);
 }
-__global__ void scale_kernel(float* x, int64_t n, float f) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] *= f;
+template <typename T>
+__device__ __forceinline__ T st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) {
+  return v;
 }
-__global__ void bias_add_kernel(float* y, const float* b, int64_t rows, int64_t cols) {
+template <>
+__device__ __forceinline__ bf16 st<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::kF32 : DType::kBF16;
+}
+// The elements of t as T; a logic error when t holds the other type (a caller mixing fp32 and
+// bf16 activations, which no kernel here expects).
+template <typename T>
+T* ptr(const Tensor& t) {
+  SEXTANT_CHECK(t.dtype() == dtype_of<T>(), "a {} tensor where the kernel expects {}",
+                dtype_name(t.dtype()), dtype_name(dtype_of<T>()));
+  return static_cast<T*>(t.raw());
+}
+// Calls f(T{}) with T the element type of `t`.
+template <typename F>
+void dispatch(const Tensor& t, F&& f) {
+  if (t.dtype() == DType::kBF16) {
+    f(bf16{});
+  } else {
+    f(float{});
+  }
+}
+cudaDataType_t cuda_type(DType d) {
+  return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+template <typename T>
+__global__ void fill_kernel(T* x, int64_t n, float v) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < rows * cols) y[i] += b[i % cols];
+  if (i < n) x[i] = st<T>(v);
+}
+template <typename From, typename To>
+__global__ void convert_kernel(const From* x, To* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = st<To>(ld(x[i]));
+}
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = st<T>(ld(a[i]) + ld(b[i]));
+}
+template <typename T>
+__global__ void scale_kernel(T* x, int64_t n, float f) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = st<T>(ld(x[i]) * f);
+}
+template <typename T>
+__global__ void bias_add_kernel(T* y, const T* b, int64_t rows, int64_t cols) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < rows * cols) y[i] = st<T>(ld(y[i]) + ld(b[i % cols]));
 }
 // One thread per column: deterministic column sums (no atomics).
-__global__ void bias_backward_kernel(const float* dy, float* db, int64_t rows, int64_t cols) {
+template <typename T>
+__global__ void bias_backward_kernel(const T* dy, float* db, int64_t rows, int64_t cols) {
   int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= cols) return;
   float s = 0;
-  for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
+  for (int64_t r = 0; r < rows; ++r) s += ld(dy[r * cols + c]);
   db[c] += s;
 }
-__global__ void gelu_kernel(const float* x, float* y, int64_t n) {
+template <typename T>
+__global__ void gelu_kernel(const T* x, T* y, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  float v = x[i];
-  y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+  float v = ld(x[i]);
+  y[i] = st<T>(0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v))));
 }
-__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n) {
+template <typename T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  float v = x[i];
+  float v = ld(x[i]);
   float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
   float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-  dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  dx[i] = st<T>(ld(dy[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
 }
-__global__ void relu_kernel(const float* x, float* y, int64_t n) {
+template <typename T>
+__global__ void relu_kernel(const T* x, T* y, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = fmaxf(0.0f, x[i]);
+  if (i < n) y[i] = st<T>(fmaxf(0.0f, ld(x[i])));
 }
-__global__ void relu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n) {
+template <typename T>
+__global__ void relu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+  if (i < n) dx[i] = st<T>(ld(x[i]) > 0 ? ld(dy[i]) : 0.0f);
 }
-__global__ void swiglu_kernel(const float* x, float* y, int64_t rows, int64_t f) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * f) return;
-  int64_t r = i / f, j = i % f;
-  float g = x[r * 2 * f + j], u = x[r * 2 * f + f + j];
-  y[i] = g / (1.0f + expf(-g)) * u;
-}
-__global__ void swiglu_backward_kernel(const float* x, const float* dy, float* dx, int64_t rows,
-                                       int64_t f) {
+template <typename T>
+__global__ void swiglu_kernel(const T* x, T* y, int64_t rows, int64_t f) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * f) return;
   int64_t r = i / f, j = i % f;
-  float g = x[r * 2 * f + j], u = x[r * 2 * f + f + j];
+  float g = ld(x[r * 2 * f + j]), u = ld(x[r * 2 * f + f + j]);
+  y[i] = st<T>(g / (1.0f + expf(-g)) * u);
+}
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t f) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * f) return;
+  int64_t r = i / f, j = i % f;
+  float g = ld(x[r * 2 * f + j]), u = ld(x[r * 2 * f + f + j]);
   float sig = 1.0f / (1.0f + expf(-g));
-  dx[r * 2 * f + f + j] = dy[i] * g * sig;
-  dx[r * 2 * f + j] = dy[i] * u * (sig * (1.0f + g * (1.0f - sig)));
+  float d = ld(dy[i]);
+  dx[r * 2 * f + f + j] = st<T>(d * g * sig);
+  dx[r * 2 * f + j] = st<T>(d * u * (sig * (1.0f + g * (1.0f - sig))));
 }
 
 // Block-wide sum of `v` (blockDim.x a multiple of 32, at most 1024).
@@ -126,132 +196,146 @@ __device__ float block_max(float v) {
 }
 
 // One block per row.
-__global__ void layernorm_kernel(const float* x, const float* g, const float* b, float* y,
-                                 float* mean, float* rstd, int64_t cols) {
-  const float* xr = x + blockIdx.x * cols;
+template <typename T>
+__global__ void layernorm_kernel(const T* x, const T* g, const T* b, T* y, float* mean,
+                                 float* rstd, int64_t cols) {
+  const T* xr = x + blockIdx.x * cols;
   float s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += ld(xr[j]);
   const float mu = block_sum(s) / static_cast<float>(cols);
   float ss = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ss += (xr[j] - mu) * (xr[j] - mu);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float d = ld(xr[j]) - mu;
+    ss += d * d;
+  }
   const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + kLayerNormEps);
-  float* yr = y + blockIdx.x * cols;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = (xr[j] - mu) * r * g[j] + b[j];
+  T* yr = y + blockIdx.x * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    yr[j] = st<T>((ld(xr[j]) - mu) * r * ld(g[j]) + ld(b[j]));
   if (threadIdx.x == 0) {
     mean[blockIdx.x] = mu;
     rstd[blockIdx.x] = r;
   }
 }
-__global__ void layernorm_backward_kernel(const float* x, const float* g, const float* mean,
-                                          const float* rstd, const float* dy, float* dx,
-                                          float* dgamma, float* dbeta, int64_t cols) {
+template <typename T>
+__global__ void layernorm_backward_kernel(const T* x, const T* g, const float* mean,
+                                          const float* rstd, const T* dy, T* dx, float* dgamma,
+                                          float* dbeta, int64_t cols) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * cols;
-  const float* dyr = dy + row * cols;
+  const T* xr = x + row * cols;
+  const T* dyr = dy + row * cols;
   const float mu = mean[row], r = rstd[row];
   float s1 = 0, s2 = 0;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float xhat = (xr[j] - mu) * r;
-    const float dxhat = dyr[j] * g[j];
+    const float xhat = (ld(xr[j]) - mu) * r;
+    const float d = ld(dyr[j]);
+    const float dxhat = d * ld(g[j]);
     s1 += dxhat;
     s2 += dxhat * xhat;
-    atomicAdd(&dgamma[j], dyr[j] * xhat);
-    atomicAdd(&dbeta[j], dyr[j]);
+    atomicAdd(&dgamma[j], d * xhat);
+    atomicAdd(&dbeta[j], d);
   }
   const float m1 = block_sum(s1) / static_cast<float>(cols);
   const float m2 = block_sum(s2) / static_cast<float>(cols);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float xhat = (xr[j] - mu) * r;
-    dx[row * cols + j] = r * (dyr[j] * g[j] - m1 - xhat * m2);
+    const float xhat = (ld(xr[j]) - mu) * r;
+    dx[row * cols + j] = st<T>(r * (ld(dyr[j]) * ld(g[j]) - m1 - xhat * m2));
   }
 }
-// Causal softmax in place over rows of seq; one block per row of every (batch, head) block.
-__global__ void causal_softmax_kernel(float* x, int64_t seq) {
+// Causal softmax in place over rows of seq; one block per row of every (batch, head) block. The
+// exponentials are recomputed in the last pass rather than stored, so each output is rounded once.
+template <typename T>
+__global__ void causal_softmax_kernel(T* x, int64_t seq) {
   const int64_t row = blockIdx.x;
   const int64_t i = row % seq;
-  float* xr = x + row * seq;
+  T* xr = x + row * seq;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, xr[j]);
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, ld(xr[j]));
   m = block_max(m);
   float s = 0;
-  for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) {
-    float e = j <= i ? expf(xr[j] - m) : 0.0f;
-    xr[j] = e;
-    s += e;
-  }
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) s += expf(ld(xr[j]) - m);
   const float inv = 1.0f / block_sum(s);
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) xr[j] *= inv;
+  for (int64_t j = threadIdx.x; j < seq; j += blockDim.x)
+    xr[j] = st<T>(j <= i ? expf(ld(xr[j]) - m) * inv : 0.0f);
 }
-__global__ void causal_softmax_backward_kernel(const float* p, float* g, int64_t seq) {
+template <typename T>
+__global__ void causal_softmax_backward_kernel(const T* p, T* g, int64_t seq) {
   const int64_t row = blockIdx.x;
   const int64_t i = row % seq;
-  const float* pr = p + row * seq;
-  float* gr = g + row * seq;
+  const T* pr = p + row * seq;
+  T* gr = g + row * seq;
   float dot = 0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += gr[j] * pr[j];
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += ld(gr[j]) * ld(pr[j]);
   dot = block_sum(dot);
   for (int64_t j = threadIdx.x; j < seq; j += blockDim.x)
-    gr[j] = j <= i ? pr[j] * (gr[j] - dot) : 0.0f;
+    gr[j] = st<T>(j <= i ? ld(pr[j]) * (ld(gr[j]) - dot) : 0.0f);
 }
-__global__ void embedding_kernel(const int32_t* tokens, const float* table, float* y, int64_t n,
-                                 int64_t h, int64_t vocab_begin, int64_t shard) {
+template <typename T>
+__global__ void embedding_kernel(const int32_t* tokens, const T* table, T* y, int64_t n, int64_t h,
+                                 int64_t vocab_begin, int64_t shard) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * h) return;
   int64_t t = i / h, j = i % h;
   int64_t row = tokens[t] - vocab_begin;
-  y[i] = row >= 0 && row < shard ? table[row * h + j] : 0.0f;
+  y[i] = row >= 0 && row < shard ? table[row * h + j] : st<T>(0.0f);
 }
-__global__ void embedding_backward_kernel(const int32_t* tokens, const float* dy, float* dtable,
+template <typename T>
+__global__ void embedding_backward_kernel(const int32_t* tokens, const T* dy, float* dtable,
                                           int64_t n, int64_t h, int64_t vocab_begin,
                                           int64_t shard) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n * h) return;
   int64_t t = i / h, j = i % h;
   int64_t row = tokens[t] - vocab_begin;
-  if (row >= 0 && row < shard) atomicAdd(&dtable[row * h + j], dy[i]);
+  if (row >= 0 && row < shard) atomicAdd(&dtable[row * h + j], ld(dy[i]));
 }
-__global__ void positions_kernel(const float* pos, float* y, int64_t rows, int64_t h,
-                                 int64_t row_begin, int64_t seq) {
+template <typename T>
+__global__ void positions_kernel(const T* pos, T* y, int64_t rows, int64_t h, int64_t row_begin,
+                                 int64_t seq) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
-  y[i] += pos[((row_begin + i / h) % seq) * h + i % h];
+  y[i] = st<T>(ld(y[i]) + ld(pos[((row_begin + i / h) % seq) * h + i % h]));
 }
-__global__ void positions_backward_kernel(const float* dy, float* dpos, int64_t rows, int64_t h,
+template <typename T>
+__global__ void positions_backward_kernel(const T* dy, float* dpos, int64_t rows, int64_t h,
                                           int64_t row_begin, int64_t seq) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
-  atomicAdd(&dpos[((row_begin + i / h) % seq) * h + i % h], dy[i]);
+  atomicAdd(&dpos[((row_begin + i / h) % seq) * h + i % h], ld(dy[i]));
 }
-__global__ void row_max_kernel(const float* x, float* out, int64_t cols) {
-  const float* xr = x + blockIdx.x * cols;
+template <typename T>
+__global__ void row_max_kernel(const T* x, float* out, int64_t cols) {
+  const T* xr = x + blockIdx.x * cols;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, xr[j]);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, ld(xr[j]));
   m = block_max(m);
   if (threadIdx.x == 0) out[blockIdx.x] = m;
 }
-__global__ void row_sum_exp_kernel(const float* x, const float* max, float* out, int64_t cols) {
-  const float* xr = x + blockIdx.x * cols;
+template <typename T>
+__global__ void row_sum_exp_kernel(const T* x, const float* max, float* out, int64_t cols) {
+  const T* xr = x + blockIdx.x * cols;
   float s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - max[blockIdx.x]);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(ld(xr[j]) - max[blockIdx.x]);
   s = block_sum(s);
   if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
-__global__ void target_logits_kernel(const float* x, const int32_t* targets, float* out,
-                                     int64_t rows, int64_t cols, int64_t vocab_begin) {
+template <typename T>
+__global__ void target_logits_kernel(const T* x, const int32_t* targets, float* out, int64_t rows,
+                                     int64_t cols, int64_t vocab_begin) {
   int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
   int64_t c = targets[r] - vocab_begin;
-  out[r] = c >= 0 && c < cols ? x[r * cols + c] : 0.0f;
+  out[r] = c >= 0 && c < cols ? ld(x[r * cols + c]) : 0.0f;
 }
-__global__ void cross_entropy_backward_kernel(const float* x, const int32_t* targets,
-                                              const float* max, const float* sum, float scale,
-                                              float* dx, int64_t rows, int64_t cols,
-                                              int64_t vocab_begin) {
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* x, const int32_t* targets, const float* max,
+                                              const float* sum, float scale, T* dx, int64_t rows,
+                                              int64_t cols, int64_t vocab_begin) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   int64_t r = i / cols, c = i % cols;
-  float p = expf(x[i] - max[r]) / sum[r];
-  dx[i] = (p - (c == targets[r] - vocab_begin ? 1.0f : 0.0f)) * scale;
+  float p = expf(ld(x[i]) - max[r]) / sum[r];
+  dx[i] = st<T>((p - (c == targets[r] - vocab_begin ? 1.0f : 0.0f)) * scale);
 }
 __global__ void sum_squares_kernel(const float* x, int64_t n, double* out) {
   float s = 0;
@@ -276,151 +360,262 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
 }
 
+
 class CudaBackend : public Backend {
  public:
-  CudaBackend(int device, GemmPrecision precision) : device_(device), precision_(precision) {
+  CudaBackend(int device, Precision precision)
+      : device_(device),
+        precision_(precision),
+        pool_(
+            [](int64_t bytes) -> void* {
+              void* p = nullptr;
+              if (cudaMalloc(&p, static_cast<size_t>(bytes)) != cudaSuccess) {
+                cudaGetLastError();  // out of memory: the pool trims its cache and retries
+                return nullptr;
+              }
+              return p;
+            },
+            [](void* p) { cudaFree(p); }) {
     CUDA_CHECK(cudaSetDevice(device));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUDA_CHECK(cudaMalloc(&scalar_, sizeof(double)));
   }
   ~CudaBackend() override {
+    cudaDeviceSynchronize();
+    pool_.trim();
     cudaFree(scalar_);
+    cudaFree(ids_);
+    for (float* b : scratch_) cudaFree(b);
     cublasDestroy(blas_);
   }
-  std::string name() const override {
-    return std::string("cuda-") + gemm_precision_name(precision_);
+  std::string name() const override { return std::string("cuda-") + precision_name(precision_); }
+  DType activation_dtype() const override {
+    return precision_ == Precision::kBf16 ? DType::kBF16 : DType::kF32;
   }
 
-  float* allocate(int64_t elements) override {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(elements) * sizeof(float)));
-    return static_cast<float*>(p);
+  void* allocate(int64_t bytes) override {
+    void* p = pool_.allocate(bytes);
+    if (p == nullptr)
+      throw std::runtime_error(
+          fmt::format("out of GPU memory: {:.2f} GiB asked with {:.2f} GiB in use",
+                      static_cast<double>(bytes) / (1 << 30),
+                      static_cast<double>(pool_.live_bytes()) / (1 << 30)));
+    return p;
   }
-  void release(float* data) override { cudaFree(data); }
+  void release(void* data) override { pool_.release(data); }
   void fill(Tensor& t, float value) override {
     if (t.numel() == 0) return;
-    fill_kernel<<<blocks_for(t.numel()), kThreads>>>(t.data(), t.numel(), value);
+    dispatch(t, [&](auto tag) {
+      using T = decltype(tag);
+      fill_kernel<T><<<blocks_for(t.numel()), kThreads>>>(ptr<T>(t), t.numel(), value);
+    });
     CUDA_CHECK(cudaGetLastError());
   }
   void copy(const Tensor& from, Tensor& to) override {
-    CUDA_CHECK(cudaMemcpy(to.data(), from.data(), static_cast<size_t>(from.numel()) * sizeof(float),
-                          cudaMemcpyDeviceToDevice));
+    SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(),
+                  to.numel());
+    if (from.numel() == 0) return;
+    if (from.dtype() == to.dtype()) {
+      CUDA_CHECK(cudaMemcpyAsync(to.raw(), from.raw(), static_cast<size_t>(from.bytes()),
+                                 cudaMemcpyDeviceToDevice, nullptr));
+    } else if (from.dtype() == DType::kF32) {
+      convert_kernel<float, bf16>
+          <<<blocks_for(from.numel()), kThreads>>>(from.data(), ptr<bf16>(to), from.numel());
+    } else {
+      convert_kernel<bf16, float>
+          <<<blocks_for(from.numel()), kThreads>>>(ptr<bf16>(from), to.data(), from.numel());
+    }
+    CUDA_CHECK(cudaGetLastError());
   }
   void to_host(const Tensor& t, std::vector<float>& out) override {
+    Tensor f = t;
+    if (t.dtype() != DType::kF32) {
+      f = empty(t.shape());
+      copy(t, f);
+    }
     out.resize(static_cast<size_t>(t.numel()));
     CUDA_CHECK(
-        cudaMemcpy(out.data(), t.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaMemcpy(out.data(), f.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
   void from_host(const std::vector<float>& in, Tensor& t) override {
-    CUDA_CHECK(cudaMemcpy(t.data(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+    SEXTANT_CHECK(static_cast<int64_t>(in.size()) == t.numel(), "from_host size mismatch");
+    Tensor f = t.dtype() == DType::kF32 ? t : empty(t.shape());
+    CUDA_CHECK(cudaMemcpy(f.data(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+    if (t.dtype() != DType::kF32) copy(f, t);
   }
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
 
-  // C (col-major m x n, ldc) = alpha op(A) op(B) + beta C.
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-            float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-            float* c, int64_t ldc) {
-    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                  : precision_ == GemmPrecision::kTf32
-                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : CUBLAS_COMPUTE_32F;
-    CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
-                              static_cast<int>(k), &alpha, a, CUDA_R_32F, static_cast<int>(lda), b,
-                              CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
-                              static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  // The cuBLAS compute type: bf16 tensors use the tensor cores as they are (fp32 accumulation);
+  // fp32 tensors follow the precision (exact, tf32 or bf16 tensor cores).
+  cublasComputeType_t compute_type(DType inputs) const {
+    if (inputs == DType::kBF16) return CUBLAS_COMPUTE_32F;
+    switch (precision_) {
+      case Precision::kBf16Gemm:
+        return CUBLAS_COMPUTE_32F_FAST_16BF;
+      case Precision::kTf32:
+        return CUBLAS_COMPUTE_32F_FAST_TF32;
+      default:
+        return CUBLAS_COMPUTE_32F;
+    }
   }
+  // C (col-major m x n, ldc) = alpha op(A) op(B) + beta C; A and B of type `in`, C of its own.
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+            float alpha, const void* a, int64_t lda, const void* b, int64_t ldb, DType in,
+            float beta, void* c, int64_t ldc, DType out) {
+    CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n),
+                              static_cast<int>(k), &alpha, a, cuda_type(in), static_cast<int>(lda),
+                              b, cuda_type(in), static_cast<int>(ldb), &beta, c, cuda_type(out),
+                              static_cast<int>(ldc), compute_type(in), CUBLAS_GEMM_DEFAULT));
+  }
+  // The same over `count` matrices at strides sa, sb, sc (elements); all of type `t`.
   void gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                    float alpha, const float* a, int64_t lda, int64_t sa, const float* b,
-                    int64_t ldb, int64_t sb, float beta, float* c, int64_t ldc, int64_t sc,
-                    int64_t count) {
-    cublasComputeType_t compute = precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                  : precision_ == GemmPrecision::kTf32
-                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : CUBLAS_COMPUTE_32F;
+                    float alpha, const void* a, int64_t lda, int64_t sa, const void* b,
+                    int64_t ldb, int64_t sb, float beta, void* c, int64_t ldc, int64_t sc,
+                    int64_t count, DType t) {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, a,
-        CUDA_R_32F, static_cast<int>(lda), sa, b, CUDA_R_32F, static_cast<int>(ldb), sb, &beta, c,
-        CUDA_R_32F, static_cast<int>(ldc), sc, static_cast<int>(count), compute,
+        cuda_type(t), static_cast<int>(lda), sa, b, cuda_type(t), static_cast<int>(ldb), sb, &beta,
+        c, cuda_type(t), static_cast<int>(ldc), sc, static_cast<int>(count), compute_type(t),
         CUBLAS_GEMM_DEFAULT));
+  }
+  // The same type for every activation-like argument of one call.
+  static DType common(const Tensor& a, const Tensor& b) {
+    SEXTANT_CHECK(a.dtype() == b.dtype(), "mixed {} and {} operands", dtype_name(a.dtype()),
+                  dtype_name(b.dtype()));
+    return a.dtype();
+  }
+  // Element offset i of t, as an untyped device pointer.
+  static const void* at(const Tensor& t, int64_t i) {
+    return static_cast<const char*>(t.raw()) + i * element_size(t.dtype());
+  }
+  static void* at(Tensor& t, int64_t i) {
+    return static_cast<char*>(t.raw()) + i * element_size(t.dtype());
   }
 
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
               bool accumulate) override {
     const int64_t rows = rows_of(x), in = cols_of(x), out = cols_of(w);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, 1.0f, w.data(), out, x.data(), in,
-         accumulate ? 1.0f : 0.0f, y.data(), out);
+    const DType t = common(x, w);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, 1.0f, w.raw(), out, x.raw(), in, t,
+         accumulate ? 1.0f : 0.0f, y.raw(), out, common(x, y));
     if (bias != nullptr) bias_add(y, *bias);
   }
   void matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                        Tensor* db, bool accumulate_dx) override {
     const int64_t rows = rows_of(x), in = cols_of(x), out = cols_of(w);
+    const DType t = common(x, w);
+    common(x, dy);
     if (dx != nullptr)
-      gemm(CUBLAS_OP_T, CUBLAS_OP_N, in, rows, out, 1.0f, w.data(), out, dy.data(), out,
-           accumulate_dx ? 1.0f : 0.0f, dx->data(), in);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f,
-         dw.data(), out);
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, in, rows, out, 1.0f, w.raw(), out, dy.raw(), out, t,
+           accumulate_dx ? 1.0f : 0.0f, dx->raw(), in, common(x, *dx));
+    // dw (fp32) += x^T dy: bf16 inputs, fp32 accumulation into the fp32 gradient.
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, out, in, rows, 1.0f, dy.raw(), out, x.raw(), in, t, 1.0f,
+         dw.data(), out, DType::kF32);
     if (db != nullptr) bias_backward(dy, *db);
   }
   void matmul_nt(const Tensor& x, const Tensor& w, Tensor& y) override {
     const int64_t rows = rows_of(x), k = cols_of(x), n = w.dim(0);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, 1.0f, w.data(), k, x.data(), k, 0.0f, y.data(), n);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, 1.0f, w.raw(), k, x.raw(), k, common(x, w), 0.0f,
+         y.raw(), n, common(x, y));
   }
   void matmul_nt_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx,
                           Tensor& dw) override {
     const int64_t rows = rows_of(x), k = cols_of(x), n = w.dim(0);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, 1.0f, w.data(), k, dy.data(), n, 0.0f, dx.data(), k);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, 1.0f, x.data(), k, dy.data(), n, 1.0f, dw.data(), k);
+    const DType t = common(x, w);
+    common(x, dy);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, 1.0f, w.raw(), k, dy.raw(), n, t, 0.0f, dx.raw(), k,
+         common(x, dx));
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, 1.0f, x.raw(), k, dy.raw(), n, t, 1.0f, dw.data(), k,
+         DType::kF32);
   }
   void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                  Tensor& rstd) override {
-    layernorm_kernel<<<static_cast<int>(rows_of(x)), kThreads>>>(
-        x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), cols_of(x));
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      layernorm_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
+          ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y), mean.data(), rstd.data(),
+          cols_of(x));
+    });
     CUDA_CHECK(cudaGetLastError());
   }
   void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                           Tensor& dbeta) override {
-    layernorm_backward_kernel<<<static_cast<int>(rows_of(x)), kThreads>>>(
-        x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dgamma.data(),
-        dbeta.data(), cols_of(x));
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      layernorm_backward_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
+          ptr<T>(x), ptr<T>(gamma), mean.data(), rstd.data(), ptr<T>(dy), ptr<T>(dx),
+          dgamma.data(), dbeta.data(), cols_of(x));
+    });
     CUDA_CHECK(cudaGetLastError());
   }
   void gelu(const Tensor& x, Tensor& y) override {
-    gelu_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), y.data(), x.numel());
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(y), x.numel());
+    });
   }
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    gelu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(),
-                                                              x.numel());
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      gelu_backward_kernel<T>
+          <<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+    });
   }
   void relu(const Tensor& x, Tensor& y) override {
-    relu_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), y.data(), x.numel());
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      relu_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(y), x.numel());
+    });
   }
   void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    relu_backward_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), dy.data(), dx.data(),
-                                                              x.numel());
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      relu_backward_kernel<T>
+          <<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+    });
   }
   void swiglu(const Tensor& x, Tensor& y) override {
     const int64_t rows = rows_of(x), f = cols_of(x) / 2;
-    swiglu_kernel<<<blocks_for(rows * f), kThreads>>>(x.data(), y.data(), rows, f);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      swiglu_kernel<T><<<blocks_for(rows * f), kThreads>>>(ptr<T>(x), ptr<T>(y), rows, f);
+    });
   }
   void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     const int64_t rows = rows_of(x), f = cols_of(x) / 2;
-    swiglu_backward_kernel<<<blocks_for(rows * f), kThreads>>>(x.data(), dy.data(), dx.data(), rows,
-                                                               f);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      swiglu_backward_kernel<T>
+          <<<blocks_for(rows * f), kThreads>>>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), rows, f);
+    });
   }
   void bias_add(Tensor& y, const Tensor& b) override {
-    bias_add_kernel<<<blocks_for(y.numel()), kThreads>>>(y.data(), b.data(), rows_of(y),
-                                                         cols_of(y));
+    dispatch(y, [&](auto tag) {
+      using T = decltype(tag);
+      bias_add_kernel<T>
+          <<<blocks_for(y.numel()), kThreads>>>(ptr<T>(y), ptr<T>(b), rows_of(y), cols_of(y));
+    });
   }
   void bias_backward(const Tensor& dy, Tensor& db) override {
-    bias_backward_kernel<<<blocks_for(cols_of(dy)), kThreads>>>(dy.data(), db.data(), rows_of(dy),
-                                                                cols_of(dy));
+    dispatch(dy, [&](auto tag) {
+      using T = decltype(tag);
+      bias_backward_kernel<T><<<blocks_for(cols_of(dy)), kThreads>>>(ptr<T>(dy), db.data(),
+                                                                     rows_of(dy), cols_of(dy));
+    });
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
-    add_kernel<<<blocks_for(a.numel()), kThreads>>>(a.data(), b.data(), y.data(), a.numel());
+    dispatch(a, [&](auto tag) {
+      using T = decltype(tag);
+      add_kernel<T>
+          <<<blocks_for(a.numel()), kThreads>>>(ptr<T>(a), ptr<T>(b), ptr<T>(y), a.numel());
+    });
   }
   void scale(Tensor& x, float factor) override {
-    scale_kernel<<<blocks_for(x.numel()), kThreads>>>(x.data(), x.numel(), factor);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      scale_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), x.numel(), factor);
+    });
   }
 
   // Per batch: heads are strided blocks of qkv (row stride 3hd, head offset d).
@@ -428,61 +623,73 @@ class CudaBackend : public Backend {
                         Tensor& scores) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
+    const DType t = common(qkv, scores);
     for (int64_t b = 0; b < batch; ++b) {
-      const float* base = qkv.data() + b * seq * 3 * hd;
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, alpha, base + hd, 3 * hd, d, base, 3 * hd,
-                   d, 0.0f, scores.data() + b * heads * seq * seq, seq, seq * seq, heads);
+      const int64_t base = b * seq * 3 * hd;
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, alpha, at(qkv, base + hd), 3 * hd, d,
+                   at(qkv, base), 3 * hd, d, 0.0f, at(scores, b * heads * seq * seq), seq,
+                   seq * seq, heads, t);
     }
   }
   void causal_softmax(Tensor& x, int64_t seq) override {
-    causal_softmax_kernel<<<static_cast<int>(x.numel() / seq), kThreads>>>(x.data(), seq);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      causal_softmax_kernel<T><<<static_cast<int>(x.numel() / seq), kThreads>>>(ptr<T>(x), seq);
+    });
     CUDA_CHECK(cudaGetLastError());
   }
   void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
                          int64_t heads, Tensor& out) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+    const DType t = common(qkv, probs);
+    common(qkv, out);
     for (int64_t b = 0; b < batch; ++b) {
-      const float* base = qkv.data() + b * seq * 3 * hd;
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, 1.0f, base + 2 * hd, 3 * hd, d,
-                   probs.data() + b * heads * seq * seq, seq, seq * seq, 0.0f,
-                   out.data() + b * seq * hd, hd, d, heads);
+      const int64_t base = b * seq * 3 * hd;
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, 1.0f, at(qkv, base + 2 * hd), 3 * hd, d,
+                   at(probs, b * heads * seq * seq), seq, seq * seq, 0.0f, at(out, b * seq * hd),
+                   hd, d, heads, t);
     }
   }
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
                                   int64_t batch, int64_t seq, int64_t heads, Tensor& dprobs,
                                   Tensor& dqkv) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+    const DType t = common(qkv, probs);
+    common(qkv, dout);
+    common(qkv, dprobs);
+    common(qkv, dqkv);
     for (int64_t b = 0; b < batch; ++b) {
-      const float* base = qkv.data() + b * seq * 3 * hd;
-      float* dbase = dqkv.data() + b * seq * 3 * hd;
-      const float* p = probs.data() + b * heads * seq * seq;
-      const float* dob = dout.data() + b * seq * hd;
+      const int64_t base = b * seq * 3 * hd, pb = b * heads * seq * seq, ob = b * seq * hd;
       // dprobs = dout v^T
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, 1.0f, base + 2 * hd, 3 * hd, d, dob, hd,
-                   d, 0.0f, dprobs.data() + b * heads * seq * seq, seq, seq * seq, heads);
+      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, 1.0f, at(qkv, base + 2 * hd), 3 * hd, d,
+                   at(dout, ob), hd, d, 0.0f, at(dprobs, pb), seq, seq * seq, heads, t);
       // dv = probs^T dout
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, 1.0f, dob, hd, d, p, seq, seq * seq, 0.0f,
-                   dbase + 2 * hd, 3 * hd, d, heads);
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, 1.0f, at(dout, ob), hd, d, at(probs, pb),
+                   seq, seq * seq, 0.0f, at(dqkv, base + 2 * hd), 3 * hd, d, heads, t);
     }
   }
   void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override {
-    causal_softmax_backward_kernel<<<static_cast<int>(probs.numel() / seq), kThreads>>>(
-        probs.data(), grad.data(), seq);
+    dispatch(probs, [&](auto tag) {
+      using T = decltype(tag);
+      causal_softmax_backward_kernel<T>
+          <<<static_cast<int>(probs.numel() / seq), kThreads>>>(ptr<T>(probs), ptr<T>(grad), seq);
+    });
     CUDA_CHECK(cudaGetLastError());
   }
   void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
                                  int64_t seq, int64_t heads, Tensor& dqkv) override {
     const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
+    const DType t = common(qkv, dscores);
+    common(qkv, dqkv);
     for (int64_t b = 0; b < batch; ++b) {
-      const float* base = qkv.data() + b * seq * 3 * hd;
-      float* dbase = dqkv.data() + b * seq * 3 * hd;
-      const float* ds = dscores.data() + b * heads * seq * seq;
+      const int64_t base = b * seq * 3 * hd, sb = b * heads * seq * seq;
       // dq = dS k * alpha; dk = dS^T q * alpha
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, alpha, base + hd, 3 * hd, d, ds, seq,
-                   seq * seq, 0.0f, dbase, 3 * hd, d, heads);
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, alpha, base, 3 * hd, d, ds, seq,
-                   seq * seq, 0.0f, dbase + hd, 3 * hd, d, heads);
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, alpha, at(qkv, base + hd), 3 * hd, d,
+                   at(dscores, sb), seq, seq * seq, 0.0f, at(dqkv, base), 3 * hd, d, heads, t);
+      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, alpha, at(qkv, base), 3 * hd, d,
+                   at(dscores, sb), seq, seq * seq, 0.0f, at(dqkv, base + hd), 3 * hd, d, heads,
+                   t);
     }
   }
 
@@ -490,29 +697,45 @@ class CudaBackend : public Backend {
                  Tensor& y) override {
     const int32_t* ids = upload(tokens);
     const int64_t n = static_cast<int64_t>(tokens.size()), h = table.dim(1);
-    embedding_kernel<<<blocks_for(n * h), kThreads>>>(ids, table.data(), y.data(), n, h,
-                                                      vocab_begin, table.dim(0));
+    dispatch(table, [&](auto tag) {
+      using T = decltype(tag);
+      embedding_kernel<T><<<blocks_for(n * h), kThreads>>>(ids, ptr<T>(table), ptr<T>(y), n, h,
+                                                           vocab_begin, table.dim(0));
+    });
   }
   void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy, int64_t vocab_begin,
                           Tensor& dtable) override {
     const int32_t* ids = upload(tokens);
     const int64_t n = static_cast<int64_t>(tokens.size()), h = dtable.dim(1);
-    embedding_backward_kernel<<<blocks_for(n * h), kThreads>>>(ids, dy.data(), dtable.data(), n, h,
-                                                               vocab_begin, dtable.dim(0));
+    dispatch(dy, [&](auto tag) {
+      using T = decltype(tag);
+      embedding_backward_kernel<T><<<blocks_for(n * h), kThreads>>>(
+          ids, ptr<T>(dy), dtable.data(), n, h, vocab_begin, dtable.dim(0));
+    });
   }
   void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) override {
-    positions_kernel<<<blocks_for(y.numel()), kThreads>>>(pos.data(), y.data(), rows_of(y),
-                                                          cols_of(y), row_begin, seq);
+    dispatch(y, [&](auto tag) {
+      using T = decltype(tag);
+      positions_kernel<T><<<blocks_for(y.numel()), kThreads>>>(ptr<T>(pos), ptr<T>(y), rows_of(y),
+                                                               cols_of(y), row_begin, seq);
+    });
   }
   void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq,
                               Tensor& dpos) override {
-    positions_backward_kernel<<<blocks_for(dy.numel()), kThreads>>>(
-        dy.data(), dpos.data(), rows_of(dy), cols_of(dy), row_begin, seq);
+    dispatch(dy, [&](auto tag) {
+      using T = decltype(tag);
+      positions_backward_kernel<T><<<blocks_for(dy.numel()), kThreads>>>(
+          ptr<T>(dy), dpos.data(), rows_of(dy), cols_of(dy), row_begin, seq);
+    });
   }
   void row_max(const Tensor& logits, std::vector<float>& out) override {
     const int64_t rows = rows_of(logits);
     float* d = rows_scratch(rows, 0);
-    row_max_kernel<<<static_cast<int>(rows), kThreads>>>(logits.data(), d, cols_of(logits));
+    dispatch(logits, [&](auto tag) {
+      using T = decltype(tag);
+      row_max_kernel<T>
+          <<<static_cast<int>(rows), kThreads>>>(ptr<T>(logits), d, cols_of(logits));
+    });
     download(d, rows, out);
   }
   void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
@@ -521,8 +744,11 @@ class CudaBackend : public Backend {
     float* dmax = rows_scratch(rows, 0);
     CUDA_CHECK(cudaMemcpy(dmax, max.data(), max.size() * sizeof(float), cudaMemcpyHostToDevice));
     float* d = rows_scratch(rows, 1);
-    row_sum_exp_kernel<<<static_cast<int>(rows), kThreads>>>(logits.data(), dmax, d,
-                                                             cols_of(logits));
+    dispatch(logits, [&](auto tag) {
+      using T = decltype(tag);
+      row_sum_exp_kernel<T>
+          <<<static_cast<int>(rows), kThreads>>>(ptr<T>(logits), dmax, d, cols_of(logits));
+    });
     download(d, rows, out);
   }
   void target_logits(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
@@ -530,8 +756,11 @@ class CudaBackend : public Backend {
     const int64_t rows = rows_of(logits);
     const int32_t* t = upload(targets);
     float* d = rows_scratch(rows, 0);
-    target_logits_kernel<<<blocks_for(rows), kThreads>>>(logits.data(), t, d, rows, cols_of(logits),
-                                                         vocab_begin);
+    dispatch(logits, [&](auto tag) {
+      using T = decltype(tag);
+      target_logits_kernel<T><<<blocks_for(rows), kThreads>>>(ptr<T>(logits), t, d, rows,
+                                                              cols_of(logits), vocab_begin);
+    });
     download(d, rows, out);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
@@ -544,9 +773,12 @@ class CudaBackend : public Backend {
     float* dsum = rows_scratch(rows, 1);
     CUDA_CHECK(cudaMemcpy(dmax, max.data(), max.size() * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dsum, sum.data(), sum.size() * sizeof(float), cudaMemcpyHostToDevice));
-    cross_entropy_backward_kernel<<<blocks_for(logits.numel()), kThreads>>>(
-        logits.data(), t, dmax, dsum, scale_factor, dlogits.data(), rows, cols_of(logits),
-        vocab_begin);
+    dispatch(logits, [&](auto tag) {
+      using T = decltype(tag);
+      cross_entropy_backward_kernel<T><<<blocks_for(logits.numel()), kThreads>>>(
+          ptr<T>(logits), t, dmax, dsum, scale_factor, ptr<T>(dlogits), rows, cols_of(logits),
+          vocab_begin);
+    });
   }
   double sum_squares(const Tensor& x) override {
     CUDA_CHECK(cudaMemset(scalar_, 0, sizeof(double)));
@@ -594,7 +826,8 @@ class CudaBackend : public Backend {
   }
 
   int device_;
-  GemmPrecision precision_;
+  Precision precision_;
+  BlockPool pool_;
   cublasHandle_t blas_ = nullptr;
   double* scalar_ = nullptr;
   int32_t* ids_ = nullptr;
@@ -605,7 +838,7 @@ class CudaBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, GemmPrecision precision) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
   if (cuda_device_count() == 0)
     throw std::runtime_error("the cuda backend needs a GPU: " + cuda_unavailable_reason());
   return std::make_unique<CudaBackend>(device, precision);

@@ -4,6 +4,12 @@
 //
 // Conventions: row-major matrices; x is [rows, in], a linear weight is [in, out]. Backward
 // kernels accumulate (+=) into weight and bias gradients, and overwrite input gradients.
+//
+// Types (mixed precision as in Megatron-LM): activations, their gradients and the parameters'
+// compute copy (weights, biases, norms, tables as the kernels read them) share one type, fp32 or
+// bf16 (activation_dtype()); parameter gradients (dw, db, dgamma, dbeta, dtable, dpos), layer
+// norm statistics, sum_squares and everything AdamW touches are fp32. Arithmetic is fp32 inside
+// every kernel; bf16 is a storage format.
 #pragma once
 
 #include <cstdint>
@@ -20,12 +26,15 @@ class Backend {
   virtual std::string name() const = 0;
 
   // Memory.
-  Tensor empty(std::vector<int64_t> shape);
-  Tensor zeros(std::vector<int64_t> shape);
-  virtual float* allocate(int64_t elements) = 0;
-  virtual void release(float* data) = 0;
+  Tensor empty(std::vector<int64_t> shape, DType dtype = DType::kF32);
+  Tensor zeros(std::vector<int64_t> shape, DType dtype = DType::kF32);
+  virtual DType activation_dtype() const { return DType::kF32; }
+  virtual void* allocate(int64_t bytes) = 0;
+  virtual void release(void* data) = 0;
   virtual void fill(Tensor& t, float value) = 0;
+  // Element by element, converting when the types differ (fp32 -> bf16 rounds to nearest even).
   virtual void copy(const Tensor& from, Tensor& to) = 0;
+  // Host vectors are fp32 whatever the tensor's type.
   virtual void to_host(const Tensor& t, std::vector<float>& out) = 0;
   virtual void from_host(const std::vector<float>& in, Tensor& t) = 0;
   virtual void synchronize() = 0;

@@ -30,7 +30,7 @@ struct ComputeBenchJob {
   bool json = false;
   std::string trace_file;
   BackendKind backend = BackendKind::kCpu;
-  GemmPrecision precision = GemmPrecision::kBf16;
+  std::optional<Precision> precision;  // unset: the backend's default
 };
 
 // Throws InputError when the backend cannot run here (no GPU).

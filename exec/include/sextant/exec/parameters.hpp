@@ -19,8 +19,9 @@ float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index
 struct Param {
   std::string name;   // e.g. "block3.mlp.fc1.weight": identical in every layout
   int32_t layer = 0;  // lowered layer index
-  Tensor value;
-  Tensor grad;
+  Tensor value;    // fp32 master value
+  Tensor compute;  // what the kernels read: value itself, or its bf16 copy in mixed precision
+  Tensor grad;     // fp32
   int64_t offset = 0;          // in the flat buffers
   bool decay = true;           // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
@@ -40,8 +41,16 @@ struct ParamSpec {
 
 class ParamStore {
  public:
-  // Allocates the flat buffers, in the order given (callers list layers in forward order).
+  // Allocates the flat buffers, in the order given (callers list layers in forward order). The
+  // compute copy has the backend's activation type.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs);
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  // Rounds the master values of [begin, end) into the compute copy (nothing to do in fp32): after
+  // each update, gather or load.
+  void refresh_compute(int64_t begin, int64_t end);
+  void refresh_compute() { refresh_compute(0, total()); }
 
   std::vector<Param>& params() { return params_; }
   Param& get(const std::string& name);
@@ -53,8 +62,10 @@ class ParamStore {
   std::vector<int32_t> layers() const;
 
  private:
+  Backend& backend_;
   std::vector<Param> params_;
   Tensor values_;
+  Tensor compute_;  // values_ itself in fp32
   Tensor grads_;
 };
 

@@ -44,7 +44,8 @@ struct Job {
   // has a GPU of its own and host-staged MPI otherwise, unless `comm_choice` names one.
   CommKind comm = CommKind::kMpi;
   std::optional<CommKind> comm_choice;
-  GemmPrecision precision = GemmPrecision::kBf16;
+  // Unset: the backend's default (cpu: fp32; cuda: bf16 mixed precision).
+  std::optional<Precision> precision;
 };
 
 // Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators.
@@ -62,7 +63,8 @@ class TrainingDiverged : public std::runtime_error {
 std::unique_ptr<Backend> make_backend(Job& job, MPI_Comm world);
 // The same for any driver (the benches): `comm` receives the settled communicator kind.
 std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> choice,
-                                      GemmPrecision precision, bool quiet, MPI_Comm world,
+                                      std::optional<Precision> precision, bool quiet,
+                                      MPI_Comm world,
                                       CommKind& comm);
 
 // Initialises MPI, builds the job with `make_job` (reading files and flags, so that a bad input is

@@ -1,8 +1,11 @@
-// Tensors of the executor: a shape over a buffer owned by a backend (host memory for the CPU
-// backend, device memory for CUDA). Elements are fp32 on the CPU backend.
+// Tensors of the executor: a shape and an element type over a buffer owned by a backend (host
+// memory for the CPU backend, device memory for CUDA). Parameters' master values, gradients and
+// optimizer state are fp32; activations and the compute copy of the parameters are fp32 or, in
+// mixed precision, bf16 (see Backend::activation_dtype).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -11,30 +14,63 @@ namespace sextant::exec {
 
 class Backend;
 
+enum class DType { kF32, kBF16 };
+
+inline int64_t element_size(DType d) {
+  return d == DType::kF32 ? 4 : 2;
+}
+inline const char* dtype_name(DType d) {
+  return d == DType::kF32 ? "fp32" : "bf16";
+}
+
+// bf16 as its bit pattern: the upper half of an fp32, rounded to nearest even (NaN stays NaN).
+inline uint16_t to_bf16(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float from_bf16(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f = 0;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // Memory from a backend, freed by it.
 class Buffer {
  public:
-  Buffer(Backend* backend, float* data, int64_t elements)
-      : backend_(backend), data_(data), elements_(elements) {}
+  Buffer(Backend* backend, void* data, int64_t bytes)
+      : backend_(backend), data_(data), bytes_(bytes) {}
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();
-  float* data() const { return data_; }
-  int64_t elements() const { return elements_; }
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
 
  private:
   Backend* backend_;
-  float* data_;
-  int64_t elements_;
+  void* data_;
+  int64_t bytes_;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(std::shared_ptr<Buffer> buffer, std::vector<int64_t> shape, int64_t offset = 0)
-      : buffer_(std::move(buffer)), shape_(std::move(shape)), offset_(offset) {}
+  Tensor(std::shared_ptr<Buffer> buffer, std::vector<int64_t> shape, DType dtype = DType::kF32,
+         int64_t offset = 0)
+      : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype), offset_(offset) {}
 
-  float* data() const { return buffer_->data() + offset_; }
+  // The elements of an fp32 tensor; a logic error on bf16 (a mixed-precision path that forgot to
+  // convert is caught here, on the CPU tests, instead of reading garbage).
+  float* data() const;
+  // The first element, of either type.
+  void* raw() const {
+    return static_cast<char*>(buffer_->data()) + offset_ * element_size(dtype_);
+  }
+  DType dtype() const { return dtype_; }
+  int64_t bytes() const { return numel() * element_size(dtype_); }
   const std::vector<int64_t>& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_.at(i); }
   int64_t numel() const {
@@ -49,7 +85,8 @@ class Tensor {
  private:
   std::shared_ptr<Buffer> buffer_;
   std::vector<int64_t> shape_;
-  int64_t offset_ = 0;
+  DType dtype_ = DType::kF32;
+  int64_t offset_ = 0;  // in elements
 };
 
 }  // namespace sextant::exec
