@@ -29,17 +29,4 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   return Tensor(buffer_, s, dtype_, offset_ + begin * row);
 }
 
-Tensor Backend::empty(std::vector<int64_t> shape, DType dtype) {
-  int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-  const int64_t bytes = std::max<int64_t>(n, 1) * element_size(dtype);
-  auto buffer = std::make_shared<Buffer>(this, allocate(bytes), bytes);
-  return Tensor(std::move(buffer), std::move(shape), dtype);
-}
-
-Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
-  Tensor t = empty(std::move(shape), dtype);
-  fill(t, 0.0f);
-  return t;
-}
-
 }  // namespace sextant::exec

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,16 @@ class Backend {
   virtual void to_host(const Tensor& t, std::vector<float>& out) = 0;
   virtual void from_host(const std::vector<float>& in, Tensor& t) = 0;
   virtual void synchronize() = 0;
+
+  // Timing that does not stall the device: a mark records "now" in the order of the backend's
+  // work (a CUDA event on the compute stream; on the CPU, the host clock), and seconds_between
+  // waits for the later mark to be reached.
+  class TimeMark {
+   public:
+    virtual ~TimeMark() = default;
+  };
+  virtual std::unique_ptr<TimeMark> mark();
+  virtual double seconds_between(const TimeMark& from, const TimeMark& to);
 
   // y[rows, out] = x[rows, in] @ w[in, out] (+ b); accumulate: y += instead of =.
   virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,

@@ -1,18 +1,18 @@
-// Times every op and collective of a rank (steady clock, after the backend synchronizes) and
-// keeps them as trace events in the shared schema. Disabled, it costs a branch per op.
+// Times every op and collective of a rank with the backend's marks (CUDA events on a GPU, so the
+// device is never stalled to time it; the host clock on the CPU) and keeps them as trace events
+// in the shared schema. Marks are turned into times when a step ends. Disabled, it costs a
+// branch per op.
 #pragma once
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "sextant/exec/backend.hpp"
 #include "sextant/spec/trace.hpp"
 
 namespace sextant::exec {
-
-class Backend;
 
 class Recorder {
  public:
@@ -21,7 +21,10 @@ class Recorder {
   bool enabled() const { return enabled_; }
   // Sets time zero (call right after a barrier so that ranks share it).
   void start_epoch();
-  void set_step(int64_t step) { step_ = step; }
+  void set_step(int64_t step) {
+    resolve();
+    step_ = step;
+  }
   int64_t step() const { return step_; }
 
   struct Event {
@@ -38,10 +41,12 @@ class Recorder {
     std::string algorithm;
   };
 
-  // Records `event` from construction to destruction.
+  // Records `event` from construction to destruction. `drain`: the end waits for all the
+  // backend's work, on every stream (an asynchronous collective launched inside the scope is
+  // timed to its completion; it no longer overlaps while tracing).
   class Scope {
    public:
-    Scope(Recorder* recorder, Event event);
+    Scope(Recorder* recorder, Event event, bool drain);
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
     ~Scope();
@@ -49,30 +54,38 @@ class Recorder {
    private:
     Recorder* recorder_;
     Event event_;
-    std::chrono::steady_clock::time_point start_;
+    bool drain_;
+    std::unique_ptr<Backend::TimeMark> start_;
   };
-  Scope scope(Event event) { return Scope(enabled_ ? this : nullptr, std::move(event)); }
-
-  // Records an event whose span the caller measured (asynchronous collectives: from launch to
-  // the end of the wait).
-  void add_span(const Event& e, std::chrono::steady_clock::time_point start,
-                std::chrono::steady_clock::time_point end) {
-    if (enabled_) add(e, start, end);
+  Scope scope(Event event, bool drain = false) {
+    return Scope(enabled_ ? this : nullptr, std::move(event), drain);
   }
 
-  const std::vector<spec::TraceEvent>& events() const { return events_; }
-  void clear() { events_.clear(); }
+  // Every event recorded so far (resolves the pending marks first).
+  const std::vector<spec::TraceEvent>& events() {
+    resolve();
+    return events_;
+  }
+  void clear() {
+    resolve();
+    events_.clear();
+  }
 
  private:
   friend class Scope;
-  void add(const Event& e, std::chrono::steady_clock::time_point start,
-           std::chrono::steady_clock::time_point end);
+  struct Pending {
+    Event event;
+    std::unique_ptr<Backend::TimeMark> start, end;
+  };
+  // Turns the pending marks into trace events (waits for the last of them).
+  void resolve();
 
   int64_t rank_;
   bool enabled_;
   Backend* backend_;
   int64_t step_ = 0;
-  std::chrono::steady_clock::time_point epoch_;
+  std::unique_ptr<Backend::TimeMark> epoch_;
+  std::vector<Pending> pending_;
   std::vector<spec::TraceEvent> events_;
 };
 

@@ -1,0 +1,41 @@
+// What every backend shares: typed allocation and the host-clock timing marks.
+#include "sextant/exec/backend.hpp"
+
+#include <chrono>
+
+namespace sextant::exec {
+
+Tensor Backend::empty(std::vector<int64_t> shape, DType dtype) {
+  int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t bytes = std::max<int64_t>(n, 1) * element_size(dtype);
+  auto buffer = std::make_shared<Buffer>(this, allocate(bytes), bytes);
+  return Tensor(std::move(buffer), std::move(shape), dtype);
+}
+
+Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  fill(t, 0.0f);
+  return t;
+}
+
+namespace {
+
+struct HostMark : Backend::TimeMark {
+  std::chrono::steady_clock::time_point at;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend::TimeMark> Backend::mark() {
+  auto m = std::make_unique<HostMark>();
+  m->at = std::chrono::steady_clock::now();
+  return m;
+}
+
+double Backend::seconds_between(const TimeMark& from, const TimeMark& to) {
+  return std::chrono::duration<double>(static_cast<const HostMark&>(to).at -
+                                       static_cast<const HostMark&>(from).at)
+      .count();
+}
+
+}  // namespace sextant::exec
