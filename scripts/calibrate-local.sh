@@ -7,7 +7,7 @@
 #   --json   end with one JSON object: plans (name, predicted_s, measured_s, heldout, ...),
 #            heldout_mean_abs_error, heldout_max_abs_error (fractions), kendall_tau, regret
 #   --gpu    the same loop on one GPU for the h100-1gpu cluster: GPT-2 models and micro-batch
-#            sizes with the cuda backend (bf16 GEMMs), fitted from `bench compute --backend cuda`
+#            sizes with the cuda backend (bf16 mixed precision), fitted from `bench compute --backend cuda`
 #            and two runs. (Several ranks sharing the GPU are not a cluster the simulator can
 #            describe, so the GPU loop is single-rank.)
 set -euo pipefail

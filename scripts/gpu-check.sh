@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one command, for the GPU machine (../shared/DEVICE.md): builds
-# the CUDA backend for sm_90, then
-#   1. every CUDA kernel against the CPU backend (exec_test CudaVsCpu.*),
-#   2. the layout-equivalence suite on the CUDA backend with 2 and 4 ranks sharing the GPU,
-#   3. `sextant run --backend cuda --precision fp32` against the PyTorch reference on the GPU
-#      (gpt-tiny, and three steps of gpt2-124m),
-#   4. bench compute on the GPU (bf16 and fp32 GEMMs, memory-bound ops) with traces,
-#   5. bench comm over NCCL at world size 1 (the plumbing), and GPT-2 124M (micro-batch 32 x 1024)
-#      tokens/s: Sextant (bf16 GEMMs) next to PyTorch (bf16 autocast; explicit attention, fused
-#      SDPA, and torch.compile),
-#   6. calibration of the h100-1gpu cluster from the measured traces, and the prediction error,
-#   7. the calibration loop on the GPU (scripts/calibrate-local.sh --gpu: fit, held-out plans).
-# Logs and result files go to $OUT (the device tool's output folder) or ./out/gpu.
-# Usage (build machine): scripts/device-deps.sh, then run `scripts/gpu-check.sh` through the
-# device tool with carry [".device"].
+# Everything that needs a GPU, for the GPU machine (../shared/DEVICE.md), in parts:
+#   build       the CUDA backend for sm_90 (build/cuda; kept between calls on a warm machine)
+#   kernels     every CUDA kernel against the CPU backend, fp32 and bf16 storage
+#               (exec_test Storage/CudaVsCpu.*)
+#   layouts     the layout-equivalence suite on the CUDA backend, 2 and 4 ranks sharing the GPU,
+#               fp32 (1e-4) and mixed precision (1e-2), and mixed precision against fp32
+#   reference   `sextant run --backend cuda` (fp32, and bf16 mixed precision on looser bounds)
+#               against the PyTorch reference on the GPU (gpt-tiny, and three steps of gpt2-124m)
+#   compute     bench compute on the GPU (bf16, bf16-gemm and fp32) with traces; bench comm over
+#               NCCL at world size 1 (the plumbing)
+#   throughput  GPT-2 124M, micro-batch 32 x 1024 tokens: Sextant bf16 (mixed precision) and
+#               bf16-gemm (fp32 tensors) next to PyTorch (bf16 autocast; explicit attention, fused
+#               SDPA, and torch.compile); then a short traced run
+#   calibrate   calibration of h100-1gpu from the traces, predicted vs measured
+#   loop        the calibration loop on the GPU (scripts/calibrate-local.sh --gpu)
+# Usage: scripts/gpu-check.sh [PART...] (default: all, in order). The device tool allows 10 minutes
+# a command: run `build kernels layouts reference` in one call and the rest in a second (the
+# build stays on a warm machine; a later part rebuilds if it is missing). Logs and result files go
+# to $OUT (the device tool's output folder) or ./out/gpu. On the build machine first:
+# scripts/device-deps.sh, and carry [".device"].
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-$root/out/gpu}"
@@ -22,6 +27,9 @@ cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe)
 status=0
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(build kernels layouts reference compute throughput calibrate loop)
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 step() { echo; echo "== $*" | tee -a "$out/summary.txt"; }
 # On the GPU machine a skipped GPU test is a failure: it means the GPU was not seen.
 no_skips() { if grep -q "SKIPPED \]" "$1"; then echo "   tests skipped: no GPU seen" | tee -a "$out/summary.txt"; return 1; fi; }
@@ -30,6 +38,7 @@ record() { if [[ $1 -ne 0 ]]; then status=1; echo "   FAILED ($1)" | tee -a "$ou
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; date -u; } \
   >"$out/machine.txt" 2>&1
 
+if want build || [[ ! -x build/cuda/cli/sextant ]]; then
 step "build (CUDA, sm_90)"
 prefix=()
 [[ -d .device/cli11/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$root/.device/cli11/usr")
@@ -39,28 +48,45 @@ cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSEXTANT_ENABLE_CU
   cmake --build build/cuda -j "$(nproc)" --target sextant exec_test exec_mpi_test >"$out/build.log" 2>&1
 rc=$?; record $rc
 if [[ $rc -ne 0 ]]; then tail -40 "$out/configure.log" "$out/build.log"; exit 1; fi
+fi
 sextant=build/cuda/cli/sextant
 
-step "CUDA kernels vs CPU backend"
-build/cuda/tests/exec_test --gtest_filter='CudaVsCpu.*:CudaAvailability.*' >"$out/kernels.txt" 2>&1 &&
+if want kernels; then
+step "CUDA kernels vs CPU backend (fp32 and bf16 storage)"
+build/cuda/tests/exec_test --gtest_filter='*CudaVsCpu.*:CudaAvailability.*' >"$out/kernels.txt" 2>&1 &&
   no_skips "$out/kernels.txt"
 record $?; tail -5 "$out/kernels.txt"
+fi
 
-for np in 2 4; do
-  step "layout equivalence on the CUDA backend, $np ranks"
-  SEXTANT_TEST_BACKEND=cuda "${mpirun[@]}" -np $np build/cuda/tests/exec_mpi_test \
-    --gtest_filter='LayoutTest.*' >"$out/layouts_np$np.txt" 2>&1 && no_skips "$out/layouts_np$np.txt"
-  record $?; tail -3 "$out/layouts_np$np.txt"
+if want layouts; then
+for precision in fp32 bf16; do
+  for np in 2 4; do
+    step "layout equivalence on the CUDA backend, $np ranks, $precision"
+    SEXTANT_TEST_BACKEND=cuda SEXTANT_TEST_PRECISION=$precision "${mpirun[@]}" -np $np \
+      build/cuda/tests/exec_mpi_test --gtest_filter='LayoutTest.*' \
+      >"$out/layouts_${precision}_np$np.txt" 2>&1
+    rc=$?
+    # Rank 0 alone runs the mixed-precision-vs-fp32 test: skips on the other ranks are expected.
+    grep -v "MixedPrecision" "$out/layouts_${precision}_np$np.txt" >"$out/layouts.tmp"
+    [[ $rc -eq 0 ]] && { grep -q "SKIPPED \].*EveryLayout" "$out/layouts.tmp" && rc=1; }
+    record $rc; tail -3 "$out/layouts_${precision}_np$np.txt"
+  done
 done
+fi
 
-for m in gpt-tiny gpt2-124m; do
-  step "sextant run --backend cuda --precision fp32 vs the PyTorch reference on the GPU: $m"
-  SEXTANT_PYTHON=python3 tests/cli/pytorch_reference.sh "$sextant" "$root" cuda $m \
-    >"$out/pytorch_reference_$m.txt" 2>&1
-  record $?; cat "$out/pytorch_reference_$m.txt"
+if want reference; then
+for precision in fp32 bf16; do
+  for m in gpt-tiny gpt2-124m; do
+    step "sextant run --backend cuda --precision $precision vs the PyTorch reference on the GPU: $m"
+    SEXTANT_PYTHON=python3 tests/cli/pytorch_reference.sh "$sextant" "$root" cuda $m $precision \
+      >"$out/pytorch_reference_${precision}_$m.txt" 2>&1
+    record $?; cat "$out/pytorch_reference_${precision}_$m.txt"
+  done
 done
+fi
 
-for p in bf16 fp32; do
+if want compute; then
+for p in bf16 bf16-gemm fp32; do
   step "bench compute --backend cuda --precision $p"
   "$sextant" bench compute --backend cuda --precision $p --trace "$out/compute_$p.trace.json" \
     >"$out/compute_$p.txt" 2>&1
@@ -72,27 +98,39 @@ step "bench comm --backend nccl at world size 1 (plumbing)"
   >"$out/comm_nccl_ws1.txt" 2>&1
 record $?; cat "$out/comm_nccl_ws1.txt"
 
-step "GPT-2 124M throughput, micro-batch 32 x 1024 tokens, bf16"
+fi
+
 model=models/zoo/gpt2-124m.json
-"$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 13 --backend cuda \
-  --precision bf16 --quiet --log-json "$out/sextant_gpt2.jsonl" --trace "$out/sextant_gpt2.trace.json" \
-  >"$out/sextant_gpt2.txt" 2>&1
-record $?
-python3 - "$out/sextant_gpt2.jsonl" <<'PY' | tee -a "$out/throughput.txt"
+if want throughput; then
+# Untraced runs for tokens/s (13 steps, the first 3 dropped as warm-up), then a traced one.
+for p in bf16 bf16-gemm; do
+  step "GPT-2 124M throughput, micro-batch 32 x 1024 tokens, sextant $p"
+  "$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 13 --backend cuda \
+    --precision $p --quiet --log-json "$out/sextant_gpt2_$p.jsonl" >"$out/sextant_gpt2_$p.txt" 2>&1
+  record $?
+  python3 - "$out/sextant_gpt2_$p.jsonl" "$p" <<'PY' | tee -a "$out/throughput.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][3:]
-print(json.dumps({"impl": "sextant cuda bf16 (explicit attention)",
+print(json.dumps({"impl": f"sextant cuda {sys.argv[2]} (explicit attention)",
                   "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
                   "step_time_s": sum(r["step_time_s"] for r in rows) / len(rows)}))
 PY
+done
+step "PyTorch on the same model and batch (bf16 autocast)"
 for variant in "--attention explicit" "--attention sdpa" "--attention sdpa --compile"; do
   # shellcheck disable=SC2086
   python3 bench/pytorch_gpt_cuda.py --model-json $model --micro-batch 32 --steps 10 --precision bf16 $variant \
     2>>"$out/pytorch_gpt2.err" | tee -a "$out/throughput.txt"
 done
+step "GPT-2 124M traced run (per-op CUDA-event timing, for calibration)"
+"$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 4 --backend cuda \
+  --precision bf16 --quiet --trace "$out/sextant_gpt2.trace.json" >"$out/sextant_gpt2_traced.txt" 2>&1
+record $?
+fi
 
+if want calibrate; then
 step "calibrate h100-1gpu from the measured traces; predicted vs measured"
-# The executor's bf16 mode runs bf16 GEMMs on fp32 tensors: GEMM rates fit as bf16.
+# Mixed precision: bf16 tensors and GEMMs, so rates fit against the bf16 peak.
 "$sextant" calibrate --cluster h100-1gpu --trace "$out/sextant_gpt2.trace.json" \
   --trace "$out/compute_bf16.trace.json" --dtype bf16 --out "$out/h100-1gpu.calibrated.json" \
   >"$out/calibrate.txt" 2>&1
@@ -105,11 +143,14 @@ for c in h100-1gpu "$out/h100-1gpu.calibrated.json"; do
       >"$out/compare.$tag.txt" 2>&1
   record $?; echo "-- $tag cluster"; tail -25 "$out/compare.$tag.txt"
 done
+fi
 
+if want loop; then
 step "the calibration loop on the GPU: scripts/calibrate-local.sh --gpu"
 SEXTANT="$root/$sextant" scripts/calibrate-local.sh --gpu --out "$out/calibrate-gpu" \
   >"$out/calibrate_loop.txt" 2>&1
 record $?; tail -15 "$out/calibrate_loop.txt"
+fi
 
 echo; cat "$out/summary.txt"
 exit $status
