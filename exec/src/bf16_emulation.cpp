@@ -63,6 +63,22 @@ class Bf16Emulation : public Backend {
     inner_->layernorm_backward(wide(x), wide(gamma), mean, rstd, wide(dy), dx32, dgamma, dbeta);
     store(dx32, dx);
   }
+  void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) override {
+    Tensor y32 = out(y);
+    inner_->rmsnorm(wide(x), wide(gamma), y32, rstd);
+    store(y32, y);
+  }
+  void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dgamma) override {
+    Tensor dx32 = out(dx);
+    inner_->rmsnorm_backward(wide(x), wide(gamma), rstd, wide(dy), dx32, dgamma);
+    store(dx32, dx);
+  }
+  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
+    Tensor q32 = out(qkv, true);
+    inner_->rope(q32, heads, seq, base, inverse);
+    store(q32, qkv);
+  }
   void gelu(const Tensor& x, Tensor& y) override { unary(&Backend::gelu, x, y); }
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     binary(&Backend::gelu_backward, x, dy, dx);

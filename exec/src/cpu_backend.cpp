@@ -34,6 +34,7 @@ Map mat(Tensor& t) {
 }
 
 constexpr float kLayerNormEps = 1e-5f;
+constexpr float kRmsNormEps = 1e-5f;  // Llama 2's rms_norm_eps
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
 class CpuBackend : public Backend {
@@ -176,6 +177,60 @@ class CpuBackend : public Backend {
   }
 
   // Eigen's array tanh is vectorised; std::tanh in a loop is not.
+  void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) override {
+    const int64_t n = rows_of(x), c = cols_of(x);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x.data() + i * c;
+      double ss = 0;
+      for (int64_t j = 0; j < c; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+      const float r =
+          static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + kRmsNormEps));
+      float* yi = y.data() + i * c;
+      for (int64_t j = 0; j < c; ++j) yi[j] = xi[j] * r * gamma.data()[j];
+      rstd.data()[i] = r;
+    }
+  }
+
+  void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dgamma) override {
+    // xhat = x r; dx = r (dxhat - xhat mean(dxhat xhat)) with dxhat = dy gamma.
+    const int64_t n = rows_of(x), c = cols_of(x);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x.data() + i * c;
+      const float* dyi = dy.data() + i * c;
+      const float r = rstd.data()[i];
+      double sum_dxhat_xhat = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const float xhat = xi[j] * r;
+        sum_dxhat_xhat += dyi[j] * gamma.data()[j] * xhat;
+        dgamma.data()[j] += dyi[j] * xhat;
+      }
+      const float m2 = static_cast<float>(sum_dxhat_xhat / static_cast<double>(c));
+      float* dxi = dx.data() + i * c;
+      for (int64_t j = 0; j < c; ++j)
+        dxi[j] = r * (dyi[j] * gamma.data()[j] - xi[j] * r * m2);
+    }
+  }
+
+  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
+    const int64_t rows = rows_of(qkv), hd = cols_of(qkv) / 3, d = hd / heads, half = d / 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double pos = static_cast<double>(r % seq);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle =
+            pos * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / d);
+        const float c = static_cast<float>(std::cos(angle));
+        const float sn = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
+        for (int64_t block = 0; block < 2 * heads; ++block) {  // the q heads, then the k heads
+          float* v = qkv.data() + r * 3 * hd + block * d;
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c - b * sn;
+          v[i + half] = b * c + a * sn;
+        }
+      }
+    }
+  }
+
   void gelu(const Tensor& x, Tensor& y) override {
     auto v = Eigen::Map<const Eigen::ArrayXf>(x.data(), x.numel());
     Eigen::Map<Eigen::ArrayXf>(y.data(), y.numel()) =

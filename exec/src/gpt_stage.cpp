@@ -20,7 +20,8 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
-constexpr float kInitStd = 0.02f;  // GPT-2
+constexpr float kInitStd = 0.02f;   // GPT-2
+constexpr float kRopeBase = 1e4f;   // RoFormer, Llama 1 and 2
 
 struct BlockParams {
   Param* ln1_g = nullptr;
@@ -263,7 +264,7 @@ class GptStage : public StageModel {
               normal("wpe", kInitStd, [](int64_t i) { return i; }), true, true);
       } else if (has_head_ && layer == end_ - 1) {
         add("head.norm.gamma", layer, {h}, constant(1), false, true);
-        add("head.norm.beta", layer, {h}, constant(0), false, true);
+        if (layernorm()) add("head.norm.beta", layer, {h}, constant(0), false, true);
         if (!m_.tied_embeddings) {
           add("head.weight", layer, {vl, h},
               normal("lm_head", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }),
@@ -276,7 +277,7 @@ class GptStage : public StageModel {
         const int64_t hd = h;  // heads * head_dim
         const int64_t f = m_.ffn_hidden;
         add(b + ".ln1.gamma", layer, {h}, constant(1), false, true);
-        add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
+        if (layernorm()) add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
         add(b + ".attn.qkv.weight", layer, {h, 3 * hd / t},
             normal(b + ".attn.qkv.weight", kInitStd,
                    [=](int64_t i) {
@@ -291,7 +292,7 @@ class GptStage : public StageModel {
             true, false);
         if (m_.bias) add(b + ".attn.proj.bias", layer, {h}, constant(0), false, true);
         add(b + ".ln2.gamma", layer, {h}, constant(1), false, true);
-        add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
+        if (layernorm()) add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
         const int64_t g = gate_;
         add(b + ".mlp.fc1.weight", layer, {h, g * f / t},
             normal(b + ".mlp.fc1.weight", kInitStd,
@@ -313,11 +314,11 @@ class GptStage : public StageModel {
       const std::string b = fmt::format("block{}", layer - 1);
       BlockParams p;
       p.ln1_g = &store_->get(b + ".ln1.gamma");
-      p.ln1_b = &store_->get(b + ".ln1.beta");
+      if (layernorm()) p.ln1_b = &store_->get(b + ".ln1.beta");
       p.qkv_w = &store_->get(b + ".attn.qkv.weight");
       p.proj_w = &store_->get(b + ".attn.proj.weight");
       p.ln2_g = &store_->get(b + ".ln2.gamma");
-      p.ln2_b = &store_->get(b + ".ln2.beta");
+      if (layernorm()) p.ln2_b = &store_->get(b + ".ln2.beta");
       p.fc1_w = &store_->get(b + ".mlp.fc1.weight");
       p.fc2_w = &store_->get(b + ".mlp.fc2.weight");
       if (m_.bias) {
@@ -335,7 +336,7 @@ class GptStage : public StageModel {
     }
     if (has_head_) {
       head_g_ = &store_->get("head.norm.gamma");
-      head_b_ = &store_->get("head.norm.beta");
+      if (layernorm()) head_b_ = &store_->get("head.norm.beta");
       head_w_ = !m_.tied_embeddings ? &store_->get("head.weight")
                 : has_embedding_    ? table_
                                     : &store_->get("head.tied_table");
@@ -384,13 +385,17 @@ class GptStage : public StageModel {
     c.ln1_rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("attn.norm", layer, phase, mb));
-      be.layernorm(x, p.ln1_g->compute, p.ln1_b->compute, c.ln1, c.ln1_mean, c.ln1_rstd);
+      norm(x, *p.ln1_g, p.ln1_b, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
     c.a_in = gather(c.ln1, "attn", phase, layer, mb);
     c.qkv = act({rows_, 3 * hd_local});
     {
       auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
       be.matmul(c.a_in, p.qkv_w->compute, p.qkv_b ? &p.qkv_b->compute : nullptr, c.qkv);
+    }
+    if (rope()) {
+      auto s = rec(ctx_.op("attn.rope", layer, phase, mb));
+      be.rope(c.qkv, heads_local_, seq_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, layer, phase, mb);
@@ -411,7 +416,7 @@ class GptStage : public StageModel {
     c.ln2_rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, phase, mb));
-      be.layernorm(c.x1, p.ln2_g->compute, p.ln2_b->compute, c.ln2, c.ln2_mean, c.ln2_rstd);
+      norm(c.x1, *p.ln2_g, p.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
     c.m_in = gather(c.ln2, "mlp", phase, layer, mb);
     c.f1 = act({rows_, gate_ * f_local_});
@@ -472,8 +477,7 @@ class GptStage : public StageModel {
     Tensor tmp = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
-      be.layernorm_backward(c.x1, p.ln2_g->compute, c.ln2_mean, c.ln2_rstd, dln2, tmp, p.ln2_g->grad,
-                            p.ln2_b->grad);
+      norm_backward(c.x1, *p.ln2_g, p.ln2_b, c.ln2_mean, c.ln2_rstd, dln2, tmp);
       be.add(dx1, tmp, dx1);
     }
     // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
@@ -502,6 +506,10 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.scores", layer, B, mb));
       be.attention_scores_backward(dprobs, c.qkv, o_.micro_batch, seq_, heads_local_, dqkv);
     }
+    if (rope()) {  // dq and dk are gradients of the rotated q and k: rotate them back
+      auto s = rec(ctx_.op("attn.rope", layer, B, mb));
+      be.rope(dqkv, heads_local_, seq_, kRopeBase, true);
+    }
     Tensor da_in = act({rows_, h_});
     {
       auto s = rec(ctx_.op("attn.qkv", layer, B, mb));
@@ -512,8 +520,7 @@ class GptStage : public StageModel {
     Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("attn.norm", layer, B, mb));
-      be.layernorm_backward(c.x, p.ln1_g->compute, c.ln1_mean, c.ln1_rstd, dln1, dx, p.ln1_g->grad,
-                            p.ln1_b->grad);
+      norm_backward(c.x, *p.ln1_g, p.ln1_b, c.ln1_mean, c.ln1_rstd, dln1, dx);
       be.add(dx, dx1, dx);
     }
     return dx;
@@ -565,6 +572,26 @@ class GptStage : public StageModel {
     }
   }
 
+  bool layernorm() const { return m_.norm == spec::Norm::kLayerNorm; }
+  bool rope() const { return m_.position_embedding == spec::PositionEmbedding::kRope; }
+  // LayerNorm (gamma, beta; saves mean and rstd) or RMSNorm (gamma; saves rstd).
+  void norm(const Tensor& x, const Param& gamma, const Param* beta, Tensor& y, Tensor& mean,
+            Tensor& rstd) {
+    if (layernorm()) {
+      backend().layernorm(x, gamma.compute, beta->compute, y, mean, rstd);
+    } else {
+      backend().rmsnorm(x, gamma.compute, y, rstd);
+    }
+  }
+  void norm_backward(const Tensor& x, Param& gamma, Param* beta, const Tensor& mean,
+                     const Tensor& rstd, const Tensor& dy, Tensor& dx) {
+    if (layernorm()) {
+      backend().layernorm_backward(x, gamma.compute, mean, rstd, dy, dx, gamma.grad, beta->grad);
+    } else {
+      backend().rmsnorm_backward(x, gamma.compute, rstd, dy, dx, gamma.grad);
+    }
+  }
+
   void add_bias(Tensor& y, const Tensor& b) { backend().bias_add(y, b); }
   void bias_grad(const Tensor& dy, Tensor& db) { backend().bias_backward(dy, db); }
 
@@ -579,7 +606,7 @@ class GptStage : public StageModel {
     c.rstd = be.empty({local_rows_});
     {
       auto s = rec(ctx_.op("head.norm", layer, Phase::kFwd, mb.index));
-      be.layernorm(x, head_g_->compute, head_b_->compute, c.ln, c.mean, c.rstd);
+      norm(x, *head_g_, head_b_, c.ln, c.mean, c.rstd);
     }
     c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
     c.logits = act({rows_, vocab_local_});
@@ -638,8 +665,7 @@ class GptStage : public StageModel {
     Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("head.norm", layer, Phase::kBwd, mb.index));
-      be.layernorm_backward(c.x, head_g_->compute, c.mean, c.rstd, dln, dx, head_g_->grad,
-                            head_b_->grad);
+      norm_backward(c.x, *head_g_, head_b_, c.mean, c.rstd, dln, dx);
     }
     return dx;
   }

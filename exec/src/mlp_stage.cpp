@@ -181,14 +181,12 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
       Diagnostics diag(source);
       if (t.architecture != spec::Architecture::kDecoder)
         diag.add("/transformer/architecture", "\"encoder\"", "the executor runs decoders");
-      if (t.norm != spec::Norm::kLayerNorm)
-        diag.add("/transformer/norm", "\"rmsnorm\"", "the executor implements layernorm");
       if (t.kv_heads != t.heads)
         diag.add("/transformer/kv_heads", std::to_string(t.kv_heads),
                  "the executor implements multi-head attention (kv_heads = heads)");
-      if (t.position_embedding == spec::PositionEmbedding::kRope)
-        diag.add("/transformer/position_embedding", "\"rope\"",
-                 "the executor implements learned or no position embeddings");
+      if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
+        diag.add("/transformer/heads", std::to_string(t.heads),
+                 "rotary embeddings need an even head dimension (hidden / heads)");
       if (t.moe) diag.add("/transformer/moe", "", "mixture of experts is not executed");
       if (t.vocab % ctx.groups->tp_size != 0)
         diag.add("/transformer/vocab", std::to_string(t.vocab),

@@ -206,6 +206,11 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   add_sp_gather(fw, x, "attn");
   Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
   fw.push_back(qkv);
+  // Rotary embeddings rotate q and k in place: read and write both once.
+  const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
+  Op rope = memory_op("attn.rope", OpClass::kElementwise, 2 * T * (x.h + x.kv * x.d) / x.t * e,
+                      TpSplit::kColumn, {T, (x.h + x.kv * x.d) / x.t});
+  if (rotary) fw.push_back(rope);
   Op scores = batched_gemm("attn.scores", x.b * heads, x.s, x.s, x.d, e);
   fw.push_back(scores);
   Op softmax = memory_op("attn.softmax", OpClass::kElementwise, 2 * x.b * heads * x.s * x.s * e,
@@ -263,6 +268,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (m.dropout) bw.push_back(memory_backward(attn_drop, 1.0));
   bw.push_back(memory_backward(softmax, 1.5));
   bw.push_back(gemm_backward(scores));
+  if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   add_tp_reduce(bw, x, "attn");
   bw.push_back(memory_backward(attn_norm, 1.5));

@@ -9,7 +9,8 @@
 # gradient norm to 5e-2. MODEL is a zoo name (default gpt-tiny: 5 steps of 8 sequences; gpt2-124m and other
 # large models: 3 steps of 4 sequences of 1024 tokens, against a float64 reference, since PyTorch's
 # fp32 gradients over a 50257-entry vocabulary drift by more than the tolerance while Sextant's
-# agree with float64 to 1e-8: see gpt_reference.py).
+# agree with float64 to 1e-8: see gpt_reference.py). llama-tiny is the Llama-style decoder
+# (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny.
 set -euo pipefail
 sextant="$1"
 source_dir="$2"
@@ -26,7 +27,7 @@ fi
 steps=5
 args=(--global-batch 8 --micro-batch 2 --steps $steps)
 reference_dtype=float32
-if [[ "$model" != gpt-tiny ]]; then
+if [[ "$model" != *-tiny ]]; then
   steps=3
   args=(--global-batch 4 --micro-batch 2 --steps $steps)
   reference_dtype=float64

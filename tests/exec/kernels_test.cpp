@@ -100,6 +100,56 @@ TEST_F(Kernels, LayerNorm) {
   expect_gradient(b, db, loss, "dbeta");
 }
 
+TEST_F(Kernels, RmsNorm) {
+  Tensor x = random({3, 8}), g = random({8}), c = random({3, 8});
+  Tensor y = be->empty({3, 8}), rstd = be->empty({3});
+  auto loss = [&] {
+    be->rmsnorm(x, g, y, rstd);
+    return dot(y, c);
+  };
+  loss();
+  // By hand for row 0: rstd = 1 / sqrt(mean(x^2) + 1e-5), y = x * rstd * g.
+  double ss = 0;
+  for (int64_t j = 0; j < 8; ++j) ss += static_cast<double>(x.data()[j]) * x.data()[j];
+  const double r = 1.0 / std::sqrt(ss / 8 + 1e-5);
+  EXPECT_NEAR(rstd.data()[0], r, 1e-5 * r);
+  EXPECT_NEAR(y.data()[3], x.data()[3] * r * g.data()[3], 1e-5);
+  Tensor dx = be->empty({3, 8}), dg = be->zeros({8});
+  be->rmsnorm_backward(x, g, rstd, c, dx, dg);
+  expect_gradient(x, dx, loss, "dx");
+  expect_gradient(g, dg, loss, "dgamma");
+}
+
+TEST_F(Kernels, RotaryEmbedding) {
+  const int64_t batch = 2, seq = 5, heads = 2, d = 4, hd = heads * d;
+  Tensor qkv = random({batch * seq, 3 * hd}), c = random({batch * seq, 3 * hd});
+  const std::vector<float> before(qkv.data(), qkv.data() + qkv.numel());
+  Tensor y = be->empty({batch * seq, 3 * hd});
+  auto loss = [&] {
+    be->copy(qkv, y);
+    be->rope(y, heads, seq, 10000.0f, false);
+    return dot(y, c);
+  };
+  loss();
+  // Row 7 is position 2 of the second sequence; pair i = 1 of the first k head turns by
+  // 2 * 10000^(-2/4) = 0.02 rad (by hand: base^(-2i/d) = 10000^-0.5 = 0.01).
+  const int64_t row = 7, at = row * 3 * hd + hd + 1;  // k block, head 0, i = 1 (pair at + 2)
+  const double a = before[at], b = before[at + 2], angle = 2 * 0.01;
+  EXPECT_NEAR(y.data()[at], a * std::cos(angle) - b * std::sin(angle), 1e-6);
+  EXPECT_NEAR(y.data()[at + 2], b * std::cos(angle) + a * std::sin(angle), 1e-6);
+  // Position 0 is the identity; v is never touched.
+  EXPECT_EQ(y.data()[5], before[5]);
+  EXPECT_EQ(y.data()[row * 3 * hd + 2 * hd + 3], before[row * 3 * hd + 2 * hd + 3]);
+  // The backward is the inverse rotation, which undoes the forward.
+  Tensor dqkv = be->empty({batch * seq, 3 * hd});
+  be->copy(c, dqkv);
+  be->rope(dqkv, heads, seq, 10000.0f, true);
+  expect_gradient(qkv, dqkv, loss, "rope");
+  loss();  // y from the unperturbed input again
+  be->rope(y, heads, seq, 10000.0f, true);
+  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.data()[i], before[i], 1e-5) << i;
+}
+
 TEST_F(Kernels, Activations) {
   Tensor x = random({4, 6}), c = random({4, 6}), y = be->empty({4, 6}), dx = be->empty({4, 6});
   auto gelu = [&] {

@@ -83,6 +83,20 @@ spec::ModelSpec tiny_gpt() {
   return m;
 }
 
+// Llama-style: RMSNorm, rotary embeddings, SwiGLU, no biases, untied output layer.
+spec::ModelSpec tiny_llama() {
+  spec::ModelSpec m = tiny_gpt();
+  m.name = "llama-test";
+  spec::TransformerSpec& t = std::get<spec::TransformerSpec>(m.body);
+  t.norm = spec::Norm::kRmsNorm;
+  t.position_embedding = spec::PositionEmbedding::kRope;
+  t.max_positions = 0;
+  t.activation = spec::Activation::kSwiglu;
+  t.bias = false;
+  t.tied_embeddings = false;
+  return m;
+}
+
 spec::ModelSpec tiny_mlp() {
   spec::ModelSpec m;
   m.name = "mlp-test";
@@ -150,11 +164,17 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
+enum class Net { kGpt, kMlp, kLlama };
+
 struct Layout {
   const char* name;
   spec::Plan plan;
-  bool mlp = false;
+  Net net = Net::kGpt;
 };
+
+spec::ModelSpec model_of(Net n) {
+  return n == Net::kMlp ? tiny_mlp() : n == Net::kLlama ? tiny_llama() : tiny_gpt();
+}
 
 std::vector<Layout> layouts() {
   using S = spec::Schedule;
@@ -167,8 +187,12 @@ std::vector<Layout> layouts() {
       {"dp2_zero2", plan_of(2, 1, 1, 2)},
       {"dp2_zero3", plan_of(2, 1, 1, 3)},
       {"tp2_sp", plan_of(1, 2, 1, 0, true)},
-      {"mlp_dp2", plan_of(2, 1, 1), true},
-      {"mlp_pp2", plan_of(1, 1, 2), true},
+      {"mlp_dp2", plan_of(2, 1, 1), Net::kMlp},
+      {"mlp_pp2", plan_of(1, 1, 2), Net::kMlp},
+      {"llama_tp2", plan_of(1, 2, 1), Net::kLlama},
+      {"llama_pp2", plan_of(1, 1, 2), Net::kLlama},
+      {"llama_dp2_zero3", plan_of(2, 1, 1, 3), Net::kLlama},
+      {"llama_tp2_sp", plan_of(1, 2, 1, 0, true), Net::kLlama},
       {"dp4", plan_of(4, 1, 1)},
       {"tp4", plan_of(1, 4, 1)},
       {"pp4", plan_of(1, 1, 4)},
@@ -176,7 +200,9 @@ std::vector<Layout> layouts() {
       {"dp2_pp2", plan_of(2, 1, 2)},
       {"tp2_pp2", plan_of(1, 2, 2)},
       {"tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true)},
-      {"mlp_dp2_pp2", plan_of(2, 1, 2), true},
+      {"mlp_dp2_pp2", plan_of(2, 1, 2), Net::kMlp},
+      {"llama_dp2_tp2", plan_of(2, 2, 1), Net::kLlama},
+      {"llama_tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true), Net::kLlama},
       {"dp2_tp2_pp2", plan_of(2, 2, 2)},
       {"dp2_tp2_pp2_sp_zero1_gpipe", plan_of(2, 2, 2, 1, true, S::kGpipe)},
   };
@@ -187,7 +213,7 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
   for (const Layout& l : layouts()) {
     if (l.plan.world_size() != world_size()) continue;
     SCOPED_TRACE(l.name);
-    expect_same_losses(l.mlp ? tiny_mlp() : tiny_gpt(), l.plan);
+    expect_same_losses(model_of(l.net), l.plan);
     ++ran;
   }
   EXPECT_GT(ran, 0);
@@ -197,7 +223,7 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
 // differs by more than fp32 noise (a bf16 path that silently ran in fp32 would fail here).
 TEST_F(LayoutTest, MixedPrecisionTracksTheFp32LossCurve) {
   if (world_rank() != 0) GTEST_SKIP() << "rank 0 runs it";
-  for (const spec::ModelSpec& model : {tiny_gpt(), tiny_mlp()}) {
+  for (const spec::ModelSpec& model : {tiny_gpt(), tiny_mlp(), tiny_llama()}) {
     SCOPED_TRACE(model.name);
     std::vector<double> fp32 = losses(model, plan_of(1, 1, 1), MPI_COMM_SELF, Precision::kFp32);
     std::vector<double> bf16 = losses(model, plan_of(1, 1, 1), MPI_COMM_SELF, Precision::kBf16);

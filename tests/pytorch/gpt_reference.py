@@ -79,7 +79,15 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
     t = json.load(open(args.model_json))["transformer"]
     L, h, a, f, V, S = t["layers"], t["hidden"], t["heads"], t["ffn_hidden"], t["vocab"], t["seq_len"]
-    assert t["tied_embeddings"] and t["position_embedding"] == "learned" and t["activation"] == "gelu"
+    # GPT-2 (layernorm, learned positions, GELU, biases, tied) or Llama-style (rmsnorm, rotary,
+    # SwiGLU, no biases, untied) and mixes of them, as Sextant's GPT stage builds them.
+    assert t["activation"] in ("gelu", "swiglu") and t.get("kv_heads", a) == a
+    rmsnorm = t.get("norm", "layernorm") == "rmsnorm"
+    rope = t.get("position_embedding", "learned") == "rope"
+    swiglu = t["activation"] == "swiglu"
+    bias = t.get("bias", True)
+    tied = t.get("tied_embeddings", False)
+    g = 2 if swiglu else 1
     seed = args.seed
     torch.set_num_threads(1)
 
@@ -93,44 +101,82 @@ def main():
     def zeros(n):
         return torch.zeros(n, device=dev, dtype=dtype, requires_grad=True)
 
+    def linear_bias(n):  # linear layers carry biases only with "bias": true
+        return zeros(n) if bias else None
+
+    def norm_beta():  # layernorm always has its shift (Sextant and the lowering count it); rmsnorm none
+        return None if rmsnorm else zeros(h)
+
+    def normalize(x, gamma, beta):
+        if rmsnorm:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * gamma
+        return F.layer_norm(x, (h,), gamma, beta, 1e-5)
+
+    def linear(x, w, b):
+        return x @ w + b if b is not None else x @ w
+
     proj_std = 0.02 / math.sqrt(2.0 * L)
     wte = param("wte", (V, h), 0.02)
-    wpe = param("wpe", (t["max_positions"], h), 0.02)
-    decay, no_decay = [wte, wpe], []
+    decay, no_decay = [wte], []
+    wpe = None
+    if not rope:
+        wpe = param("wpe", (t["max_positions"], h), 0.02)
+        decay.append(wpe)
+    lm_head = wte if tied else param("lm_head", (V, h), 0.02)
+    if not tied:
+        decay.append(lm_head)
     blocks = []
     for i in range(L):
         b = f"block{i}"
         p_ = {
-            "ln1_g": ones(h), "ln1_b": zeros(h),
-            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": zeros(3 * h),
-            "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": zeros(h),
-            "ln2_g": ones(h), "ln2_b": zeros(h),
-            "fc1_w": param(b + ".mlp.fc1.weight", (h, f), 0.02), "fc1_b": zeros(f),
-            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": zeros(h),
+            "ln1_g": ones(h), "ln1_b": norm_beta(),
+            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": linear_bias(3 * h),
+            "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": linear_bias(h),
+            "ln2_g": ones(h), "ln2_b": norm_beta(),
+            "fc1_w": param(b + ".mlp.fc1.weight", (h, g * f), 0.02), "fc1_b": linear_bias(g * f),
+            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": linear_bias(h),
         }
         blocks.append(p_)
         decay += [p_["qkv_w"], p_["proj_w"], p_["fc1_w"], p_["fc2_w"]]
-        no_decay += [v for k, v in p_.items() if not k.endswith("_w")]
-    lnf_g, lnf_b = ones(h), zeros(h)
-    no_decay += [lnf_g, lnf_b]
+        no_decay += [v for k, v in p_.items() if not k.endswith("_w") and v is not None]
+    lnf_g, lnf_b = ones(h), norm_beta()
+    no_decay += [v for v in (lnf_g, lnf_b) if v is not None]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     mask = torch.ones(S, S, device=dev).tril() == 0
+    d = h // a
+    half = d // 2
+    angle = torch.arange(S, dtype=torch.float64)[:, None] * \
+        10000.0 ** (-2.0 * torch.arange(half, dtype=torch.float64) / d)[None, :]
+    cos, sin = (z.to(device=dev, dtype=dtype) for z in (angle.cos(), angle.sin()))
+
+    def rotate(z):  # [B, a, S, d]: rotate-half rotary embedding (GPT-NeoX, Llama)
+        z1, z2 = z[..., :half], z[..., half:]
+        return torch.cat((z1 * cos - z2 * sin, z2 * cos + z1 * sin), dim=-1)
 
     def forward(tokens):  # tokens [B, S+1] -> summed loss over B*S tokens
-        x = wte[tokens[:, :-1]] + wpe[:S]
+        x = wte[tokens[:, :-1]]
+        if wpe is not None:
+            x = x + wpe[:S]
         B = x.shape[0]
         for p_ in blocks:
-            y = F.layer_norm(x, (h,), p_["ln1_g"], p_["ln1_b"], 1e-5)
-            q, k, v = (y @ p_["qkv_w"] + p_["qkv_b"]).split(h, dim=2)
-            q, k, v = (z.view(B, S, a, h // a).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(h // a)
+            y = normalize(x, p_["ln1_g"], p_["ln1_b"])
+            q, k, v = linear(y, p_["qkv_w"], p_["qkv_b"]).split(h, dim=2)
+            q, k, v = (z.view(B, S, a, d).transpose(1, 2) for z in (q, k, v))
+            if rope:
+                q, k = rotate(q), rotate(k)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
             att = att.masked_fill(mask, float("-inf")).softmax(-1)
             o = (att @ v).transpose(1, 2).reshape(B, S, h)
-            x = x + (o @ p_["proj_w"] + p_["proj_b"])
-            y = F.layer_norm(x, (h,), p_["ln2_g"], p_["ln2_b"], 1e-5)
-            x = x + (F.gelu(y @ p_["fc1_w"] + p_["fc1_b"], approximate="tanh") @ p_["fc2_w"] + p_["fc2_b"])
-        logits = F.layer_norm(x, (h,), lnf_g, lnf_b, 1e-5) @ wte.t()
+            x = x + linear(o, p_["proj_w"], p_["proj_b"])
+            y = linear(normalize(x, p_["ln2_g"], p_["ln2_b"]), p_["fc1_w"], p_["fc1_b"])
+            if swiglu:
+                gate, up = y.split(f, dim=-1)
+                y = F.silu(gate) * up
+            else:
+                y = F.gelu(y, approximate="tanh")
+            x = x + linear(y, p_["fc2_w"], p_["fc2_b"])
+        logits = normalize(x, lnf_g, lnf_b) @ lm_head.t()
         return F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="sum")
 
     params = decay + no_decay

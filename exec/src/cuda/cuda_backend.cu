@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -34,6 +36,7 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxReductionBlocks = 1024;
 constexpr float kGeluC = 0.7978845608028654f;
 constexpr float kLayerNormEps = 1e-5f;
+constexpr float kRmsNormEps = 1e-5f;
 
 int blocks_for(int64_t n) {
   return static_cast<int>((n + kThreads - 1) / kThreads);
@@ -272,6 +275,57 @@ __global__ void layernorm_backward_kernel(const T* x, const T* g, const float* m
     atomicAdd(&dbeta[j], sb[j]);
   }
 }
+template <typename T>
+__global__ void rmsnorm_kernel(const T* x, const T* g, T* y, float* rstd, int64_t cols) {
+  const T* xr = x + blockIdx.x * cols;
+  float ss = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ss += ld(xr[j]) * ld(xr[j]);
+  const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + kRmsNormEps);
+  T* yr = y + blockIdx.x * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = st<T>(ld(xr[j]) * r * ld(g[j]));
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+// As layernorm_backward_kernel: rows in a grid-stride loop, dgamma summed per block in shared
+// memory (cols floats) and added once per block.
+template <typename T>
+__global__ void rmsnorm_backward_kernel(const T* x, const T* g, const float* rstd, const T* dy,
+                                        T* dx, float* dgamma, int64_t rows, int64_t cols) {
+  extern __shared__ float sg[];
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sg[j] = 0.0f;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    const T* dyr = dy + row * cols;
+    const float r = rstd[row];
+    float s2 = 0;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      const float xhat = ld(xr[j]) * r;
+      const float d = ld(dyr[j]);
+      s2 += d * ld(g[j]) * xhat;
+      sg[j] += d * xhat;
+    }
+    const float m2 = block_sum(s2) / static_cast<float>(cols);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dx[row * cols + j] = st<T>(r * (ld(dyr[j]) * ld(g[j]) - ld(xr[j]) * r * m2));
+  }
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) atomicAdd(&dgamma[j], sg[j]);
+}
+// One thread per (row, q-or-k head, pair i): rotates (v[i], v[i + half]) by the angle of
+// (row % seq, i), from a [seq, half] table of cosines and sines.
+template <typename T>
+__global__ void rope_kernel(T* qkv, const float2* table, int64_t rows, int64_t heads, int64_t d,
+                            int64_t seq, float sign) {
+  const int64_t half = d / 2;
+  const int64_t n = rows * 2 * heads * half;
+  int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const int64_t i = k % half, block = (k / half) % (2 * heads), r = k / (half * 2 * heads);
+  const float2 cs = table[(r % seq) * half + i];
+  const float c = cs.x, sn = sign * cs.y;
+  T* v = qkv + r * 3 * heads * d + block * d;
+  const float a = ld(v[i]), b = ld(v[i + half]);
+  v[i] = st<T>(a * c - b * sn);
+  v[i + half] = st<T>(b * c + a * sn);
+}
 // Causal softmax in place over rows of seq; one block per row of every (batch, head) block. The
 // exponentials are recomputed in the last pass rather than stored, so each output is rounded once.
 template <typename T>
@@ -428,6 +482,7 @@ class CudaBackend : public Backend {
     cudaFree(scalar_);
     cudaFree(ids_);
     for (float* b : scratch_) cudaFree(b);
+    for (auto& [key, table] : rope_tables_) cudaFree(table);
     cublasDestroy(blas_);
   }
   std::string name() const override { return std::string("cuda-") + precision_name(precision_); }
@@ -604,6 +659,43 @@ class CudaBackend : public Backend {
       layernorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
           ptr<T>(x), ptr<T>(gamma), mean.data(), rstd.data(), ptr<T>(dy), ptr<T>(dx),
           dgamma.data(), dbeta.data(), rows, cols);
+    });
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) override {
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      rmsnorm_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
+          ptr<T>(x), ptr<T>(gamma), ptr<T>(y), rstd.data(), cols_of(x));
+    });
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy,
+                        Tensor& dx, Tensor& dgamma) override {
+    const int64_t rows = rows_of(x), cols = cols_of(x);
+    const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxReductionBlocks));
+    const size_t shared = static_cast<size_t>(cols) * sizeof(float);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      if (shared > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<T>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared)));
+      rmsnorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
+          ptr<T>(x), ptr<T>(gamma), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(), rows,
+          cols);
+    });
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
+    const int64_t rows = rows_of(qkv), d = cols_of(qkv) / 3 / heads;
+    const float2* table = rope_table(seq, d, base);
+    const int64_t n = rows * 2 * heads * (d / 2);
+    if (n == 0) return;
+    dispatch(qkv, [&](auto tag) {
+      using T = decltype(tag);
+      rope_kernel<T><<<blocks_for(n), kThreads>>>(ptr<T>(qkv), table, rows, heads, d, seq,
+                                                  inverse ? -1.0f : 1.0f);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -864,6 +956,28 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // cos and sin of every (position, pair) angle, computed in double on the host (as the CPU
+  // backend does) and kept on the device per (seq, head_dim, base).
+  const float2* rope_table(int64_t seq, int64_t d, float base) {
+    const auto key = std::make_tuple(seq, d, base);
+    auto it = rope_tables_.find(key);
+    if (it != rope_tables_.end()) return it->second;
+    const int64_t half = d / 2;
+    std::vector<float2> host(static_cast<size_t>(seq * half));
+    for (int64_t p = 0; p < seq; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(p) *
+                             std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / d);
+        host[static_cast<size_t>(p * half + i)] =
+            make_float2(static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle)));
+      }
+    float2* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(float2)));
+    CUDA_CHECK(
+        cudaMemcpy(dev, host.data(), host.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    rope_tables_[key] = dev;
+    return dev;
+  }
   const int32_t* upload(const std::vector<int32_t>& v) {
     if (ids_capacity_ < v.size()) {
       cudaFree(ids_);
@@ -899,6 +1013,7 @@ class CudaBackend : public Backend {
   size_t ids_capacity_ = 0;
   std::vector<float*> scratch_;
   int64_t scratch_rows_ = 0;
+  std::map<std::tuple<int64_t, int64_t, float>, float2*> rope_tables_;
 };
 
 }  // namespace

@@ -68,6 +68,15 @@ class Backend {
   virtual void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                                   Tensor& dbeta) = 0;
+  // Per-row RMS norm (Llama): y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps); saves rstd.
+  virtual void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) = 0;
+  virtual void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                                const Tensor& dy, Tensor& dx, Tensor& dgamma) = 0;
+  // Rotary position embedding (RoFormer, in the rotate-half layout of GPT-NeoX and Llama) in place
+  // on the q and k blocks of qkv = [batch*seq, 3*heads*head_dim]: within each head, dimension i of
+  // the first half and i of the second rotate by (row % seq) * base^(-2i/head_dim). inverse rotates
+  // back (the backward pass, applied to dq and dk).
+  virtual void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) = 0;
   // GELU, tanh approximation (GPT-2).
   virtual void gelu(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
