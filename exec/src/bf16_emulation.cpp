@@ -162,16 +162,10 @@ class Bf16Emulation : public Backend {
                               Tensor& dpos) override {
     inner_->add_positions_backward(wide(dy), row_begin, seq, dpos);
   }
-  void row_max(const Tensor& logits, std::vector<float>& max) override {
-    inner_->row_max(wide(logits), max);
-  }
-  void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
-                   std::vector<float>& sum) override {
-    inner_->row_sum_exp(wide(logits), max, sum);
-  }
-  void target_logits(const Tensor& logits, const std::vector<int32_t>& targets,
-                     int64_t vocab_begin, std::vector<float>& out_) override {
-    inner_->target_logits(wide(logits), targets, vocab_begin, out_);
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
+                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+                     std::vector<float>& target) override {
+    inner_->softmax_stats(wide(logits), targets, vocab_begin, max, sum, target);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
                               int64_t vocab_begin, const std::vector<float>& max,

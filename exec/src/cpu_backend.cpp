@@ -436,32 +436,22 @@ class CpuBackend : public Backend {
     }
   }
 
-  void row_max(const Tensor& logits, std::vector<float>& out) override {
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
+                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+                     std::vector<float>& target) override {
     const int64_t n = rows_of(logits), v = cols_of(logits);
-    out.assign(static_cast<size_t>(n), -INFINITY);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < v; ++j)
-        out[static_cast<size_t>(i)] =
-            std::max(out[static_cast<size_t>(i)], logits.data()[i * v + j]);
-  }
-  void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
-                   std::vector<float>& out) override {
-    const int64_t n = rows_of(logits), v = cols_of(logits);
-    out.assign(static_cast<size_t>(n), 0.0f);
+    max.assign(static_cast<size_t>(n), -INFINITY);
+    sum.assign(static_cast<size_t>(n), 0.0f);
+    target.assign(static_cast<size_t>(n), 0.0f);
     for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * v;
+      const size_t k = static_cast<size_t>(i);
+      for (int64_t j = 0; j < v; ++j) max[k] = std::max(max[k], row[j]);
       double s = 0;
-      for (int64_t j = 0; j < v; ++j)
-        s += std::exp(logits.data()[i * v + j] - max[static_cast<size_t>(i)]);
-      out[static_cast<size_t>(i)] = static_cast<float>(s);
-    }
-  }
-  void target_logits(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                     std::vector<float>& out) override {
-    const int64_t n = rows_of(logits), v = cols_of(logits);
-    out.assign(static_cast<size_t>(n), 0.0f);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t col = targets[static_cast<size_t>(i)] - vocab_begin;
-      if (col >= 0 && col < v) out[static_cast<size_t>(i)] = logits.data()[i * v + col];
+      for (int64_t j = 0; j < v; ++j) s += std::exp(row[j] - max[k]);
+      sum[k] = static_cast<float>(s);
+      const int64_t col = targets[k] - vocab_begin;
+      if (col >= 0 && col < v) target[k] = row[col];
     }
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,

@@ -617,17 +617,17 @@ class GptStage : public StageModel {
     std::vector<float> target;
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
-      be.row_max(c.logits, c.max);
+      be.softmax_stats(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, target);
     }
     if (t_ > 1) {
-      auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
-                          layer, mb.index);
-      ctx_.groups->tp->all_reduce_max_host(c.max.data(), rows_);
-    }
-    {
-      auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
-      be.row_sum_exp(c.logits, c.max, c.sum);
-      be.target_logits(c.logits, mb.targets, r_ * vocab_local_, target);
+      // Each shard's sum is relative to its own max: rescale to the global max, then add.
+      const std::vector<float> local_max = c.max;
+      {
+        auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
+                            layer, mb.index);
+        ctx_.groups->tp->all_reduce_max_host(c.max.data(), rows_);
+      }
+      for (size_t i = 0; i < c.sum.size(); ++i) c.sum[i] *= std::exp(local_max[i] - c.max[i]);
     }
     if (t_ > 1) {
       std::vector<float> both(c.sum);

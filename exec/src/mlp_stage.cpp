@@ -92,10 +92,8 @@ class MlpStage : public StageModel {
       cache.push_back({x, y});
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
         auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kFwd, mb.index));
-        be.row_max(y, max_[mb.index]);
-        be.row_sum_exp(y, max_[mb.index], sum_[mb.index]);
         std::vector<float> target;
-        be.target_logits(y, mb.targets, 0, target);
+        be.softmax_stats(y, mb.targets, 0, max_[mb.index], sum_[mb.index], target);
         for (int64_t i = 0; i < o_.micro_batch; ++i) {
           size_t k = static_cast<size_t>(i);
           loss_ += std::log(static_cast<double>(sum_[mb.index][k])) + max_[mb.index][k] - target[k];

@@ -266,9 +266,7 @@ TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {
     r[k]["positions_dp"] = get(be, dp);
     Tensor tl = put(be, {n, shard}, logits);
     std::vector<float> mx, sum, tgt;
-    be.row_max(tl, mx);
-    be.row_sum_exp(tl, mx, sum);
-    be.target_logits(tl, tokens, shard_begin, tgt);
+    be.softmax_stats(tl, tokens, shard_begin, mx, sum, tgt);
     r[k]["row_max"] = mx;
     r[k]["row_sum_exp"] = sum;
     r[k]["target_logits"] = tgt;

@@ -231,21 +231,33 @@ TEST_F(Kernels, EmbeddingAndPositions) {
 }
 
 TEST_F(Kernels, CrossEntropy) {
-  // Vocabulary split in two shards, combined as the vocabulary-parallel loss does.
   Tensor logits = random({4, 6});
   std::vector<int32_t> targets = {0, 5, 2, 3};
   auto loss = [&] {
     std::vector<float> max, sum, t;
-    be->row_max(logits, max);
-    be->row_sum_exp(logits, max, sum);
-    be->target_logits(logits, targets, 0, t);
+    be->softmax_stats(logits, targets, 0, max, sum, t);
     double l = 0;
     for (size_t i = 0; i < 4; ++i) l += std::log(static_cast<double>(sum[i])) + max[i] - t[i];
     return l;
   };
-  std::vector<float> max, sum;
-  be->row_max(logits, max);
-  be->row_sum_exp(logits, max, sum);
+  std::vector<float> max, sum, t;
+  be->softmax_stats(logits, targets, 0, max, sum, t);
+  // Row 1 by hand: its max, sum of exp(x - max), and the logit of its target (column 5).
+  float m = -INFINITY;
+  for (int64_t j = 0; j < 6; ++j) m = std::max(m, logits.data()[6 + j]);
+  double s = 0;
+  for (int64_t j = 0; j < 6; ++j) s += std::exp(static_cast<double>(logits.data()[6 + j]) - m);
+  EXPECT_EQ(max[1], m);
+  EXPECT_NEAR(sum[1], s, 1e-6 * s);
+  EXPECT_EQ(t[1], logits.data()[6 + 5]);
+  // A shard [3, 6) of the vocabulary: targets outside it give 0.
+  Tensor shard = be->empty({4, 3});
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 3; ++j) shard.data()[i * 3 + j] = logits.data()[i * 6 + 3 + j];
+  std::vector<float> smax, ssum, st;
+  be->softmax_stats(shard, targets, 3, smax, ssum, st);
+  EXPECT_EQ(st[0], 0.0f);                        // target 0: another shard's
+  EXPECT_EQ(st[1], logits.data()[6 + 5]);        // target 5: column 2 of this shard
   Tensor d = be->empty({4, 6});
   be->cross_entropy_backward(logits, targets, 0, max, sum, 1.0f, d);
   expect_gradient(logits, d, loss, "dlogits");

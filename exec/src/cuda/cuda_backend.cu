@@ -387,29 +387,31 @@ __global__ void positions_backward_kernel(const T* dy, float* dpos, int64_t rows
   if (i >= rows * h) return;
   atomicAdd(&dpos[((row_begin + i / h) % seq) * h + i % h], ld(dy[i]));
 }
+// One block per row, one read of the logits: each thread keeps an online (max, sum of exp)
+// pair over its columns, rescaled to the block's max before the sums are added.
 template <typename T>
-__global__ void row_max_kernel(const T* x, float* out, int64_t cols) {
-  const T* xr = x + blockIdx.x * cols;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, ld(xr[j]));
-  m = block_max(m);
-  if (threadIdx.x == 0) out[blockIdx.x] = m;
-}
-template <typename T>
-__global__ void row_sum_exp_kernel(const T* x, const float* max, float* out, int64_t cols) {
-  const T* xr = x + blockIdx.x * cols;
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(ld(xr[j]) - max[blockIdx.x]);
-  s = block_sum(s);
-  if (threadIdx.x == 0) out[blockIdx.x] = s;
-}
-template <typename T>
-__global__ void target_logits_kernel(const T* x, const int32_t* targets, float* out, int64_t rows,
-                                     int64_t cols, int64_t vocab_begin) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= rows) return;
-  int64_t c = targets[r] - vocab_begin;
-  out[r] = c >= 0 && c < cols ? ld(x[r * cols + c]) : 0.0f;
+__global__ void softmax_stats_kernel(const T* x, const int32_t* targets, float* max, float* sum,
+                                     float* target, int64_t cols, int64_t vocab_begin) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  float m = -INFINITY, s = 0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float v = ld(xr[j]);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+  }
+  const float mx = block_max(m);
+  s = block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+  if (threadIdx.x == 0) {
+    max[row] = mx;
+    sum[row] = s;
+    const int64_t c = targets[row] - vocab_begin;
+    target[row] = c >= 0 && c < cols ? ld(xr[c]) : 0.0f;
+  }
 }
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* x, const int32_t* targets, const float* max,
@@ -885,40 +887,23 @@ class CudaBackend : public Backend {
           ptr<T>(dy), dpos.data(), rows_of(dy), cols_of(dy), row_begin, seq);
     });
   }
-  void row_max(const Tensor& logits, std::vector<float>& out) override {
-    const int64_t rows = rows_of(logits);
-    float* d = rows_scratch(rows, 0);
-    dispatch(logits, [&](auto tag) {
-      using T = decltype(tag);
-      row_max_kernel<T>
-          <<<static_cast<int>(rows), kThreads>>>(ptr<T>(logits), d, cols_of(logits));
-    });
-    download(d, rows, out);
-  }
-  void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
-                   std::vector<float>& out) override {
-    const int64_t rows = rows_of(logits);
-    float* dmax = rows_scratch(rows, 0);
-    CUDA_CHECK(cudaMemcpy(dmax, max.data(), max.size() * sizeof(float), cudaMemcpyHostToDevice));
-    float* d = rows_scratch(rows, 1);
-    dispatch(logits, [&](auto tag) {
-      using T = decltype(tag);
-      row_sum_exp_kernel<T>
-          <<<static_cast<int>(rows), kThreads>>>(ptr<T>(logits), dmax, d, cols_of(logits));
-    });
-    download(d, rows, out);
-  }
-  void target_logits(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                     std::vector<float>& out) override {
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
+                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+                     std::vector<float>& target) override {
     const int64_t rows = rows_of(logits);
     const int32_t* t = upload(targets);
-    float* d = rows_scratch(rows, 0);
+    float* dmax = rows_scratch(rows, 0);
+    float* dsum = rows_scratch(rows, 1);
+    float* dtarget = rows_scratch(rows, 2);
     dispatch(logits, [&](auto tag) {
       using T = decltype(tag);
-      target_logits_kernel<T><<<blocks_for(rows), kThreads>>>(ptr<T>(logits), t, d, rows,
-                                                              cols_of(logits), vocab_begin);
+      softmax_stats_kernel<T><<<static_cast<int>(rows), kThreads>>>(
+          ptr<T>(logits), t, dmax, dsum, dtarget, cols_of(logits), vocab_begin);
     });
-    download(d, rows, out);
+    CUDA_CHECK(cudaGetLastError());
+    download(dmax, rows, max);
+    download(dsum, rows, sum);
+    download(dtarget, rows, target);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
                               int64_t vocab_begin, const std::vector<float>& max,
@@ -989,7 +974,7 @@ class CudaBackend : public Backend {
   }
   float* rows_scratch(int64_t rows, int which) {
     std::vector<float*>& bufs = scratch_;
-    if (bufs.size() < 2) bufs.assign(2, nullptr);
+    if (bufs.size() < 3) bufs.assign(3, nullptr);
     if (scratch_rows_ < rows) {
       for (float*& b : bufs) {
         cudaFree(b);

@@ -120,13 +120,12 @@ class Backend {
   virtual void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) = 0;
   virtual void add_positions_backward(const Tensor& dy, int64_t row_begin, int64_t seq,
                                       Tensor& dpos) = 0;
-  // Per-row max and sum of exp(x - max) of logits [rows, v] (the local part of a softmax).
-  virtual void row_max(const Tensor& logits, std::vector<float>& max) = 0;
-  virtual void row_sum_exp(const Tensor& logits, const std::vector<float>& max,
-                           std::vector<float>& sum) = 0;
-  // Logit of each row's target if it falls in [vocab_begin, vocab_begin + v), else 0.
-  virtual void target_logits(const Tensor& logits, const std::vector<int32_t>& targets,
-                             int64_t vocab_begin, std::vector<float>& out) = 0;
+  // The local part of a (vocabulary-parallel) softmax cross-entropy, in one pass over logits
+  // [rows, v]: per row the max, the sum of exp(x - max) and the logit of the row's target if it
+  // falls in [vocab_begin, vocab_begin + v) (else 0).
+  virtual void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
+                             int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+                             std::vector<float>& target) = 0;
   // dlogits = (softmax(logits) - onehot(target)) * scale, with the global max and sum.
   virtual void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
                                       int64_t vocab_begin, const std::vector<float>& max,
