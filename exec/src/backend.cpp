@@ -18,6 +18,16 @@ Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
   return t;
 }
 
+void Backend::adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                          const std::vector<AdamwSpan>& spans, int64_t step, float lr, float beta1,
+                          float beta2, float eps, float grad_scale) {
+  for (const AdamwSpan& s : spans) {
+    Tensor p = params.rows(s.offset, s.count), g = grads.rows(s.offset, s.count);
+    Tensor ms = m.rows(s.offset, s.count), vs = v.rows(s.offset, s.count);
+    adamw(p, g, ms, vs, step, lr, beta1, beta2, eps, s.weight_decay, grad_scale);
+  }
+}
+
 namespace {
 
 struct HostMark : Backend::TimeMark {

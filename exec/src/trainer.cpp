@@ -233,21 +233,17 @@ class Trainer {
   }
 
   void update(int64_t step, float grad_scale) {
-    Backend& be = *ctx_.backend;
+    // This rank's part of every parameter (all of it, or its ZeRO shard), in one multi-tensor call.
     ParamStore& store = stage_->params();
-    const int64_t n = store.total();
+    std::vector<Backend::AdamwSpan> spans;
     for (const Param& p : store.params()) {
       for (auto [b, e] : sync_->owned()) {
         int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.value.numel());
-        if (lo >= hi) continue;
-        Tensor value = store.values().view({n}).rows(lo, hi - lo);
-        Tensor grad = store.grads().view({n}).rows(lo, hi - lo);
-        Tensor m = m_.rows(lo, hi - lo);
-        Tensor v = v_.rows(lo, hi - lo);
-        be.adamw(value, grad, m, v, step, o_.lr, o_.beta1, o_.beta2, o_.eps,
-                 p.decay ? o_.weight_decay : 0.0f, grad_scale);
+        if (lo < hi) spans.push_back({lo, hi - lo, p.decay ? o_.weight_decay : 0.0f});
       }
     }
+    ctx_.backend->adamw_spans(store.values(), store.grads(), m_, v_, spans, step, o_.lr, o_.beta1,
+                              o_.beta2, o_.eps, grad_scale);
   }
 
   void checkpoint(int64_t steps_done) {

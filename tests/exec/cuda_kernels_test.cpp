@@ -279,6 +279,11 @@ TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {
     r[k]["adamw_p"] = get(be, tpp);
     r[k]["adamw_m"] = get(be, tm);
     r[k]["adamw_v"] = get(be, tv);
+    // Multi-tensor: two spans with their own decay, and a gap that must stay untouched.
+    be.adamw_spans(tpp, tg, tm, tv, {{0, 20, 0.1f}, {30, 20, 0.0f}}, 4, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                   0.5f);
+    r[k]["adamw_spans_p"] = get(be, tpp);
+    r[k]["adamw_spans_m"] = get(be, tm);
   }
   for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
 }

@@ -447,6 +447,28 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
 }
 
 
+// Multi-tensor AdamW: block b updates tile b, a run of at most kAdamwTile elements of one span.
+constexpr int64_t kAdamwTile = 64 * 1024;
+struct AdamwTile {
+  int64_t offset, count;
+  float weight_decay;
+};
+__global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v,
+                                   const AdamwTile* tiles, float lr, float beta1, float beta2,
+                                   float eps, float grad_scale, float step_size, float bc2_sqrt) {
+  const AdamwTile tile = tiles[blockIdx.x];
+  for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x) {
+    const int64_t i = tile.offset + k;
+    const float gi = g[i] * grad_scale;
+    const float pi = p[i] * (1.0f - lr * tile.weight_decay);
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
 // A CUDA event recorded on the compute stream.
 struct EventMark : Backend::TimeMark {
   EventMark() {
@@ -929,6 +951,25 @@ class CudaBackend : public Backend {
     double s = 0;
     CUDA_CHECK(cudaMemcpy(&s, scalar_, sizeof(double), cudaMemcpyDeviceToHost));
     return s;
+  }
+  void adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                   const std::vector<AdamwSpan>& spans, int64_t step, float lr, float beta1,
+                   float beta2, float eps, float grad_scale) override {
+    std::vector<AdamwTile> tiles;
+    for (const AdamwSpan& s : spans)
+      for (int64_t o = 0; o < s.count; o += kAdamwTile)
+        tiles.push_back({s.offset + o, std::min(kAdamwTile, s.count - o), s.weight_decay});
+    if (tiles.empty()) return;
+    Tensor table = empty({static_cast<int64_t>(tiles.size() * sizeof(AdamwTile) / 4)});
+    CUDA_CHECK(cudaMemcpy(table.raw(), tiles.data(), tiles.size() * sizeof(AdamwTile),
+                          cudaMemcpyHostToDevice));
+    const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
+    const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
+    adamw_tiles_kernel<<<static_cast<unsigned>(tiles.size()), kThreads>>>(
+        params.data(), grads.data(), m.data(), v.data(),
+        static_cast<const AdamwTile*>(table.raw()), lr, beta1, beta2, eps, grad_scale, lr / bc1,
+        std::sqrt(bc2));
+    CUDA_CHECK(cudaGetLastError());
   }
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale) override {

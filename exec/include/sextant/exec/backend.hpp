@@ -137,6 +137,15 @@ class Backend {
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step,
                      float lr, float beta1, float beta2, float eps, float weight_decay,
                      float grad_scale) = 0;
+  // AdamW over many spans of flat fp32 buffers at once (multi-tensor: the CUDA backend updates
+  // every span in one launch). Each span is [offset, offset + count) with its own weight decay.
+  struct AdamwSpan {
+    int64_t offset = 0, count = 0;
+    float weight_decay = 0;
+  };
+  virtual void adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                           const std::vector<AdamwSpan>& spans, int64_t step, float lr,
+                           float beta1, float beta2, float eps, float grad_scale);
 };
 
 }  // namespace sextant::exec
