@@ -60,10 +60,12 @@ class CpuBackend : public Backend {
       std::memcpy(to.raw(), from.raw(), static_cast<size_t>(from.bytes()));
     } else if (from.dtype() == DType::kF32) {
       auto* b = static_cast<uint16_t*>(to.raw());
-      for (int64_t i = 0; i < from.numel(); ++i) b[i] = to_bf16(from.data()[i]);
+      const float* f = from.data();
+      for (int64_t i = 0; i < from.numel(); ++i) b[i] = to_bf16(f[i]);
     } else {
       const auto* b = static_cast<const uint16_t*>(from.raw());
-      for (int64_t i = 0; i < from.numel(); ++i) to.data()[i] = from_bf16(b[i]);
+      float* f = to.data();
+      for (int64_t i = 0; i < from.numel(); ++i) f[i] = from_bf16(b[i]);
     }
   }
   void to_host(const Tensor& t, std::vector<float>& out) override {
@@ -153,6 +155,8 @@ class CpuBackend : public Backend {
                           const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                           Tensor& dbeta) override {
     const int64_t n = rows_of(x), c = cols_of(x);
+    const float* g = gamma.data();
+    float *dg = dgamma.data(), *db = dbeta.data();
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x.data() + i * c;
       const float* dyi = dy.data() + i * c;
@@ -160,25 +164,25 @@ class CpuBackend : public Backend {
       double sum_dxhat = 0, sum_dxhat_xhat = 0;
       for (int64_t j = 0; j < c; ++j) {
         const float xhat = (xi[j] - mu) * r;
-        const float dxhat = dyi[j] * gamma.data()[j];
+        const float dxhat = dyi[j] * g[j];
         sum_dxhat += dxhat;
         sum_dxhat_xhat += dxhat * xhat;
-        dgamma.data()[j] += dyi[j] * xhat;
-        dbeta.data()[j] += dyi[j];
+        dg[j] += dyi[j] * xhat;
+        db[j] += dyi[j];
       }
       const float m1 = static_cast<float>(sum_dxhat / static_cast<double>(c));
       const float m2 = static_cast<float>(sum_dxhat_xhat / static_cast<double>(c));
       float* dxi = dx.data() + i * c;
       for (int64_t j = 0; j < c; ++j) {
         const float xhat = (xi[j] - mu) * r;
-        dxi[j] = r * (dyi[j] * gamma.data()[j] - m1 - xhat * m2);
+        dxi[j] = r * (dyi[j] * g[j] - m1 - xhat * m2);
       }
     }
   }
 
-  // Eigen's array tanh is vectorised; std::tanh in a loop is not.
   void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) override {
     const int64_t n = rows_of(x), c = cols_of(x);
+    const float* g = gamma.data();
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x.data() + i * c;
       double ss = 0;
@@ -186,7 +190,7 @@ class CpuBackend : public Backend {
       const float r =
           static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(c) + kRmsNormEps));
       float* yi = y.data() + i * c;
-      for (int64_t j = 0; j < c; ++j) yi[j] = xi[j] * r * gamma.data()[j];
+      for (int64_t j = 0; j < c; ++j) yi[j] = xi[j] * r * g[j];
       rstd.data()[i] = r;
     }
   }
@@ -195,6 +199,8 @@ class CpuBackend : public Backend {
                         Tensor& dx, Tensor& dgamma) override {
     // xhat = x r; dx = r (dxhat - xhat mean(dxhat xhat)) with dxhat = dy gamma.
     const int64_t n = rows_of(x), c = cols_of(x);
+    const float* g = gamma.data();
+    float* dg = dgamma.data();
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x.data() + i * c;
       const float* dyi = dy.data() + i * c;
@@ -202,13 +208,13 @@ class CpuBackend : public Backend {
       double sum_dxhat_xhat = 0;
       for (int64_t j = 0; j < c; ++j) {
         const float xhat = xi[j] * r;
-        sum_dxhat_xhat += dyi[j] * gamma.data()[j] * xhat;
-        dgamma.data()[j] += dyi[j] * xhat;
+        sum_dxhat_xhat += dyi[j] * g[j] * xhat;
+        dg[j] += dyi[j] * xhat;
       }
       const float m2 = static_cast<float>(sum_dxhat_xhat / static_cast<double>(c));
       float* dxi = dx.data() + i * c;
       for (int64_t j = 0; j < c; ++j)
-        dxi[j] = r * (dyi[j] * gamma.data()[j] - xi[j] * r * m2);
+        dxi[j] = r * (dyi[j] * g[j] - xi[j] * r * m2);
     }
   }
 
@@ -231,6 +237,7 @@ class CpuBackend : public Backend {
     }
   }
 
+  // Eigen's array tanh is vectorised; std::tanh in a loop is not.
   void gelu(const Tensor& x, Tensor& y) override {
     auto v = Eigen::Map<const Eigen::ArrayXf>(x.data(), x.numel());
     Eigen::Map<Eigen::ArrayXf>(y.data(), y.numel()) =
@@ -245,19 +252,24 @@ class CpuBackend : public Backend {
              0.5f * v * (1.0f - t.square()) * kGeluC * (1.0f + 3.0f * 0.044715f * v.square()));
   }
   void relu(const Tensor& x, Tensor& y) override {
-    for (int64_t i = 0; i < x.numel(); ++i) y.data()[i] = std::max(0.0f, x.data()[i]);
+    const float* xv = x.data();
+    float* yv = y.data();
+    for (int64_t i = 0; i < x.numel(); ++i) yv[i] = std::max(0.0f, xv[i]);
   }
   void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
-    for (int64_t i = 0; i < x.numel(); ++i) dx.data()[i] = x.data()[i] > 0 ? dy.data()[i] : 0.0f;
+    const float *xv = x.data(), *dyv = dy.data();
+    float* dxv = dx.data();
+    for (int64_t i = 0; i < x.numel(); ++i) dxv[i] = xv[i] > 0 ? dyv[i] : 0.0f;
   }
   void swiglu(const Tensor& x, Tensor& y) override {
     const int64_t n = rows_of(x), f = cols_of(x) / 2;
     for (int64_t i = 0; i < n; ++i) {
       const float* gate = x.data() + i * 2 * f;
       const float* up = gate + f;
+      float* yi = y.data() + i * f;
       for (int64_t j = 0; j < f; ++j) {
         const float s = gate[j] / (1.0f + std::exp(-gate[j]));
-        y.data()[i * f + j] = s * up[j];
+        yi[j] = s * up[j];
       }
     }
   }
@@ -268,10 +280,11 @@ class CpuBackend : public Backend {
       const float* up = gate + f;
       float* dgate = dx.data() + i * 2 * f;
       float* dup = dgate + f;
+      const float* dyi = dy.data() + i * f;
       for (int64_t j = 0; j < f; ++j) {
         const float sig = 1.0f / (1.0f + std::exp(-gate[j]));
         const float s = gate[j] * sig;
-        const float d = dy.data()[i * f + j];
+        const float d = dyi[j];
         dup[j] = d * s;
         dgate[j] = d * up[j] * (sig * (1.0f + gate[j] * (1.0f - sig)));
       }
@@ -284,10 +297,13 @@ class CpuBackend : public Backend {
     Eigen::Map<Eigen::RowVectorXf>(db.data(), db.numel()) += cmat(dy).colwise().sum();
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
-    for (int64_t i = 0; i < a.numel(); ++i) y.data()[i] = a.data()[i] + b.data()[i];
+    const float *av = a.data(), *bv = b.data();
+    float* yv = y.data();
+    for (int64_t i = 0; i < a.numel(); ++i) yv[i] = av[i] + bv[i];
   }
   void scale(Tensor& x, float factor) override {
-    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] *= factor;
+    float* xv = x.data();
+    for (int64_t i = 0; i < x.numel(); ++i) xv[i] *= factor;
   }
 
   // Strided views of one (batch, head) block of q, k or v (part 0, 1, 2) in qkv.
@@ -459,20 +475,23 @@ class CpuBackend : public Backend {
                               const std::vector<float>& sum, float scale_factor,
                               Tensor& dlogits) override {
     const int64_t n = rows_of(logits), v = cols_of(logits);
+    const float* x = logits.data();
+    float* dx = dlogits.data();
     for (int64_t i = 0; i < n; ++i) {
       const float m = max[static_cast<size_t>(i)];
       const float inv = 1.0f / sum[static_cast<size_t>(i)];
       const int64_t col = targets[static_cast<size_t>(i)] - vocab_begin;
       for (int64_t j = 0; j < v; ++j) {
-        float p = std::exp(logits.data()[i * v + j] - m) * inv;
-        dlogits.data()[i * v + j] = (p - (j == col ? 1.0f : 0.0f)) * scale_factor;
+        float p = std::exp(x[i * v + j] - m) * inv;
+        dx[i * v + j] = (p - (j == col ? 1.0f : 0.0f)) * scale_factor;
       }
     }
   }
 
   double sum_squares(const Tensor& x) override {
     double s = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(x.data()[i]) * x.data()[i];
+    const float* xv = x.data();
+    for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(xv[i]) * xv[i];
     return s;
   }
 
@@ -483,12 +502,14 @@ class CpuBackend : public Backend {
     const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
     const float step_size = lr / bc1;
     const float bc2_sqrt = std::sqrt(bc2);
+    const float* gv = grad.data();
+    float *pv = param.data(), *mv = m.data(), *vv = v.data();
     for (int64_t i = 0; i < param.numel(); ++i) {
-      const float g = grad.data()[i] * grad_scale;
-      float& p = param.data()[i];
+      const float g = gv[i] * grad_scale;
+      float& p = pv[i];
       p *= 1.0f - lr * weight_decay;
-      float& mi = m.data()[i];
-      float& vi = v.data()[i];
+      float& mi = mv[i];
+      float& vi = vv[i];
       mi = beta1 * mi + (1.0f - beta1) * g;
       vi = beta2 * vi + (1.0f - beta2) * g * g;
       p -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);

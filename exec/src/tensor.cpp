@@ -2,6 +2,8 @@
 #include "sextant/exec/tensor.hpp"
 
 #include "sextant/exec/backend.hpp"
+#include <cstdlib>
+
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -10,9 +12,9 @@ Buffer::~Buffer() {
   if (backend_ != nullptr && data_ != nullptr) backend_->release(data_);
 }
 
-float* Tensor::data() const {
-  SEXTANT_CHECK(dtype_ == DType::kF32, "fp32 access to a {} tensor", dtype_name(dtype_));
-  return static_cast<float*>(raw());
+void Tensor::throw_not_fp32() const {
+  SEXTANT_CHECK(false, "fp32 access to a {} tensor", dtype_name(dtype_));
+  std::abort();  // not reached: the check throws
 }
 
 Tensor Tensor::view(std::vector<int64_t> shape) const {

@@ -431,22 +431,25 @@ __global__ void sum_squares_kernel(const float* x, int64_t n, double* out) {
   s = block_sum(s);
   if (threadIdx.x == 0) atomicAdd(out, static_cast<double>(s));
 }
-// torch.optim.AdamW, fused: decoupled decay, moments, bias-corrected step.
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, float grad_scale,
-                             float step_size, float bc2_sqrt) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
+// torch.optim.AdamW on element i: decoupled decay, moments, bias-corrected step.
+__device__ __forceinline__ void adamw_element(float* p, const float* g, float* m, float* v,
+                                              int64_t i, float lr, float beta1, float beta2,
+                                              float eps, float wd, float grad_scale,
+                                              float step_size, float bc2_sqrt) {
   const float gi = g[i] * grad_scale;
-  float pi = p[i] * (1.0f - lr * wd);
+  const float pi = p[i] * (1.0f - lr * wd);
   const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
   const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
   m[i] = mi;
   v[i] = vi;
   p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
 }
-
-
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, float grad_scale,
+                             float step_size, float bc2_sqrt) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) adamw_element(p, g, m, v, i, lr, beta1, beta2, eps, wd, grad_scale, step_size, bc2_sqrt);
+}
 // Multi-tensor AdamW: block b updates tile b, a run of at most kAdamwTile elements of one span.
 constexpr int64_t kAdamwTile = 64 * 1024;
 struct AdamwTile {
@@ -457,16 +460,9 @@ __global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v,
                                    const AdamwTile* tiles, float lr, float beta1, float beta2,
                                    float eps, float grad_scale, float step_size, float bc2_sqrt) {
   const AdamwTile tile = tiles[blockIdx.x];
-  for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x) {
-    const int64_t i = tile.offset + k;
-    const float gi = g[i] * grad_scale;
-    const float pi = p[i] * (1.0f - lr * tile.weight_decay);
-    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  }
+  for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x)
+    adamw_element(p, g, m, v, tile.offset + k, lr, beta1, beta2, eps, tile.weight_decay,
+                  grad_scale, step_size, bc2_sqrt);
 }
 
 // A CUDA event recorded on the compute stream.

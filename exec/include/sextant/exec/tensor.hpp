@@ -63,8 +63,13 @@ class Tensor {
       : buffer_(std::move(buffer)), shape_(std::move(shape)), dtype_(dtype), offset_(offset) {}
 
   // The elements of an fp32 tensor; a logic error on bf16 (a mixed-precision path that forgot to
-  // convert is caught here, on the CPU tests, instead of reading garbage).
-  float* data() const;
+  // convert is caught here, on the CPU tests, instead of reading garbage). Inline: kernels call it
+  // in loops.
+  float* data() const {
+    if (dtype_ != DType::kF32) [[unlikely]]
+      throw_not_fp32();
+    return static_cast<float*>(raw());
+  }
   // The first element, of either type.
   void* raw() const {
     return static_cast<char*>(buffer_->data()) + offset_ * element_size(dtype_);
@@ -83,6 +88,8 @@ class Tensor {
   Tensor rows(int64_t begin, int64_t count) const;
 
  private:
+  [[noreturn]] void throw_not_fp32() const;
+
   std::shared_ptr<Buffer> buffer_;
   std::vector<int64_t> shape_;
   DType dtype_ = DType::kF32;
