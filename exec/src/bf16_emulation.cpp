@@ -74,9 +74,9 @@ class Bf16Emulation : public Backend {
     inner_->rmsnorm_backward(wide(x), wide(gamma), rstd, wide(dy), dx32, dgamma);
     store(dx32, dx);
   }
-  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
+  void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
     Tensor q32 = out(qkv, true);
-    inner_->rope(q32, heads, seq, base, inverse);
+    inner_->rope(q32, l, base, inverse);
     store(q32, qkv);
   }
   void gelu(const Tensor& x, Tensor& y) override { unary(&Backend::gelu, x, y); }
@@ -105,10 +105,9 @@ class Bf16Emulation : public Backend {
     inner_->scale(x32, factor);
     store(x32, x);
   }
-  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
-                        Tensor& scores) override {
+  void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
     Tensor s32 = out(scores);
-    inner_->attention_scores(wide(qkv), batch, seq, heads, s32);
+    inner_->attention_scores(wide(qkv), l, s32);
     store(s32, scores);
   }
   void causal_softmax(Tensor& scores_to_probs, int64_t seq) override {
@@ -116,18 +115,16 @@ class Bf16Emulation : public Backend {
     inner_->causal_softmax(p32, seq);
     store(p32, scores_to_probs);
   }
-  void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
-                         int64_t heads, Tensor& out_) override {
+  void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
+                         Tensor& out_) override {
     Tensor o32 = out(out_);
-    inner_->attention_context(wide(probs), wide(qkv), batch, seq, heads, o32);
+    inner_->attention_context(wide(probs), wide(qkv), l, o32);
     store(o32, out_);
   }
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
-                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dprobs,
-                                  Tensor& dqkv) override {
+                                  const QkvLayout& l, Tensor& dprobs, Tensor& dqkv) override {
     Tensor dp32 = out(dprobs), dqkv32 = out(dqkv, true);  // q and k blocks untouched
-    inner_->attention_context_backward(wide(probs), wide(qkv), wide(dout), batch, seq, heads, dp32,
-                                       dqkv32);
+    inner_->attention_context_backward(wide(probs), wide(qkv), wide(dout), l, dp32, dqkv32);
     store(dp32, dprobs);
     store(dqkv32, dqkv);
   }
@@ -137,10 +134,10 @@ class Bf16Emulation : public Backend {
     inner_->causal_softmax_backward(wide(probs), d32, seq);
     store(d32, dprobs_to_dscores);
   }
-  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
-                                 int64_t seq, int64_t heads, Tensor& dqkv) override {
+  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
+                                 Tensor& dqkv) override {
     Tensor dqkv32 = out(dqkv, true);  // the v block untouched
-    inner_->attention_scores_backward(wide(dscores), wide(qkv), batch, seq, heads, dqkv32);
+    inner_->attention_scores_backward(wide(dscores), wide(qkv), l, dqkv32);
     store(dqkv32, dqkv);
   }
   void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,

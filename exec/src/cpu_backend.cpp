@@ -218,17 +218,20 @@ class CpuBackend : public Backend {
     }
   }
 
-  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
-    const int64_t rows = rows_of(qkv), hd = cols_of(qkv) / 3, d = hd / heads, half = d / 2;
+  void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
+    check_layout(qkv, l);
+    const int64_t rows = rows_of(qkv), d = l.head_dim, half = d / 2;
+    float* data = qkv.data();
     for (int64_t r = 0; r < rows; ++r) {
-      const double pos = static_cast<double>(r % seq);
+      const double pos = static_cast<double>(r % l.seq);
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
             pos * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / d);
         const float c = static_cast<float>(std::cos(angle));
         const float sn = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
-        for (int64_t block = 0; block < 2 * heads; ++block) {  // the q heads, then the k heads
-          float* v = qkv.data() + r * 3 * hd + block * d;
+        // The q heads and then the k heads are adjacent: heads + kv_heads blocks of d columns.
+        for (int64_t block = 0; block < l.heads + l.kv_heads; ++block) {
+          float* v = data + r * l.width() + block * d;
           const float a = v[i], b = v[i + half];
           v[i] = a * c - b * sn;
           v[i + half] = b * c + a * sn;
@@ -306,30 +309,32 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < x.numel(); ++i) xv[i] *= factor;
   }
 
-  // Strided views of one (batch, head) block of q, k or v (part 0, 1, 2) in qkv.
-  static ConstStridedMap qkv_block(const Tensor& qkv, int64_t b, int64_t h, int part, int64_t seq,
-                                   int64_t heads) {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
-    return ConstStridedMap(qkv.data() + b * seq * 3 * hd + part * hd + h * d, seq, d,
-                           Eigen::OuterStride<>(3 * hd));
+  // Strided view of the head whose first column is `column`, for batch element b, in qkv.
+  static ConstStridedMap head(const Tensor& qkv, const QkvLayout& l, int64_t b, int64_t column) {
+    return ConstStridedMap(qkv.data() + b * l.seq * l.width() + column, l.seq, l.head_dim,
+                           Eigen::OuterStride<>(l.width()));
   }
-  static StridedMap qkv_block(Tensor& qkv, int64_t b, int64_t h, int part, int64_t seq,
-                              int64_t heads) {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
-    return StridedMap(qkv.data() + b * seq * 3 * hd + part * hd + h * d, seq, d,
-                      Eigen::OuterStride<>(3 * hd));
+  static StridedMap head(Tensor& qkv, const QkvLayout& l, int64_t b, int64_t column) {
+    return StridedMap(qkv.data() + b * l.seq * l.width() + column, l.seq, l.head_dim,
+                      Eigen::OuterStride<>(l.width()));
+  }
+  static void check_layout(const Tensor& qkv, const QkvLayout& l) {
+    SEXTANT_CHECK(cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq &&
+                      l.heads % l.kv_heads == 0,
+                  "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}",
+                  rows_of(qkv), cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
   }
 
-  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
-                        Tensor& scores) override {
-    const int64_t d = cols_of(qkv) / 3 / heads;
-    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        Map a(scores.data() + (b * heads + h) * seq * seq, seq, seq);
-        a.noalias() = (qkv_block(qkv, b, h, 0, seq, heads) *
-                       qkv_block(qkv, b, h, 1, seq, heads).transpose()) *
-                      scale_factor;
+  void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
+    check_layout(qkv, l);
+    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(l.head_dim));
+    const int64_t ss = l.seq * l.seq;
+    for (int64_t b = 0; b < l.batch; ++b) {
+      for (int64_t h = 0; h < l.heads; ++h) {
+        Map a(scores.data() + (b * l.heads + h) * ss, l.seq, l.seq);
+        a.noalias() =
+            (head(qkv, l, b, l.q_column(h)) * head(qkv, l, b, l.k_column(h)).transpose()) *
+            scale_factor;
       }
     }
   }
@@ -353,30 +358,37 @@ class CpuBackend : public Backend {
     }
   }
 
-  void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
-                         int64_t heads, Tensor& out) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        ConstMap a(probs.data() + (b * heads + h) * seq * seq, seq, seq);
-        StridedMap o(out.data() + b * seq * hd + h * d, seq, d, Eigen::OuterStride<>(hd));
-        o.noalias() = a * qkv_block(qkv, b, h, 2, seq, heads);
+  void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
+                         Tensor& out) override {
+    check_layout(qkv, l);
+    const int64_t hd = l.heads * l.head_dim, ss = l.seq * l.seq;
+    for (int64_t b = 0; b < l.batch; ++b) {
+      for (int64_t h = 0; h < l.heads; ++h) {
+        ConstMap a(probs.data() + (b * l.heads + h) * ss, l.seq, l.seq);
+        StridedMap o(out.data() + b * l.seq * hd + h * l.head_dim, l.seq, l.head_dim,
+                     Eigen::OuterStride<>(hd));
+        o.noalias() = a * head(qkv, l, b, l.v_column(h));
       }
     }
   }
 
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
-                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dprobs,
-                                  Tensor& dqkv) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        ConstMap a(probs.data() + (b * heads + h) * seq * seq, seq, seq);
-        Map da(dprobs.data() + (b * heads + h) * seq * seq, seq, seq);
-        ConstStridedMap dout_bh(dout.data() + b * seq * hd + h * d, seq, d,
+                                  const QkvLayout& l, Tensor& dprobs, Tensor& dqkv) override {
+    check_layout(qkv, l);
+    const int64_t hd = l.heads * l.head_dim, ss = l.seq * l.seq;
+    for (int64_t b = 0; b < l.batch; ++b) {
+      for (int64_t h = 0; h < l.heads; ++h) {
+        ConstMap a(probs.data() + (b * l.heads + h) * ss, l.seq, l.seq);
+        Map da(dprobs.data() + (b * l.heads + h) * ss, l.seq, l.seq);
+        ConstStridedMap dout_bh(dout.data() + b * l.seq * hd + h * l.head_dim, l.seq, l.head_dim,
                                 Eigen::OuterStride<>(hd));
-        qkv_block(dqkv, b, h, 2, seq, heads).noalias() = a.transpose() * dout_bh;
-        da.noalias() = dout_bh * qkv_block(qkv, b, h, 2, seq, heads).transpose();
+        // The first q head of a group writes its kv head's gradient, the others add to it.
+        if (h % l.group() == 0) {
+          head(dqkv, l, b, l.v_column(h)).noalias() = a.transpose() * dout_bh;
+        } else {
+          head(dqkv, l, b, l.v_column(h)).noalias() += a.transpose() * dout_bh;
+        }
+        da.noalias() = dout_bh * head(qkv, l, b, l.v_column(h)).transpose();
       }
     }
   }
@@ -395,17 +407,23 @@ class CpuBackend : public Backend {
     }
   }
 
-  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
-                                 int64_t seq, int64_t heads, Tensor& dqkv) override {
-    const int64_t d = cols_of(qkv) / 3 / heads;
-    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(d));
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        ConstMap ds(dscores.data() + (b * heads + h) * seq * seq, seq, seq);
-        qkv_block(dqkv, b, h, 0, seq, heads).noalias() =
-            (ds * qkv_block(qkv, b, h, 1, seq, heads)) * scale_factor;
-        qkv_block(dqkv, b, h, 1, seq, heads).noalias() =
-            (ds.transpose() * qkv_block(qkv, b, h, 0, seq, heads)) * scale_factor;
+  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
+                                 Tensor& dqkv) override {
+    check_layout(qkv, l);
+    const float scale_factor = 1.0f / std::sqrt(static_cast<float>(l.head_dim));
+    const int64_t ss = l.seq * l.seq;
+    for (int64_t b = 0; b < l.batch; ++b) {
+      for (int64_t h = 0; h < l.heads; ++h) {
+        ConstMap ds(dscores.data() + (b * l.heads + h) * ss, l.seq, l.seq);
+        head(dqkv, l, b, l.q_column(h)).noalias() =
+            (ds * head(qkv, l, b, l.k_column(h))) * scale_factor;
+        if (h % l.group() == 0) {
+          head(dqkv, l, b, l.k_column(h)).noalias() =
+              (ds.transpose() * head(qkv, l, b, l.q_column(h))) * scale_factor;
+        } else {
+          head(dqkv, l, b, l.k_column(h)).noalias() +=
+              (ds.transpose() * head(qkv, l, b, l.q_column(h))) * scale_factor;
+        }
       }
     }
   }

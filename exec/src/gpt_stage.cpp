@@ -66,6 +66,7 @@ class GptStage : public StageModel {
     local_rows_ = sp_ ? rows_ / t_ : rows_;
     h_ = m_.hidden;
     heads_local_ = m_.heads / t_;
+    qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     vocab_local_ = m_.vocab / t_;
@@ -224,13 +225,11 @@ class GptStage : public StageModel {
 
   // --- Parameters --------------------------------------------------------------------------
 
-  // Column c of a local shard of a column-parallel weight whose global columns are `parts`
-  // consecutive groups of `width` (q | k | v, or gate | up) -> global column.
-  static int64_t column_of(int64_t c, int64_t parts, int64_t width, int64_t t, int64_t r) {
+  // Column c of a local shard of a column-parallel weight whose global columns are consecutive
+  // groups of `width` (gate | up), each split over the t ranks -> global column.
+  static int64_t column_of(int64_t c, int64_t width, int64_t t, int64_t r) {
     const int64_t local = width / t;
-    const int64_t part = c / local;
-    (void)parts;
-    return part * width + r * local + c % local;
+    return c / local * width + r * local + c % local;
   }
 
   void build_params() {
@@ -278,14 +277,19 @@ class GptStage : public StageModel {
         const int64_t f = m_.ffn_hidden;
         add(b + ".ln1.gamma", layer, {h}, constant(1), false, true);
         if (layernorm()) add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
-        add(b + ".attn.qkv.weight", layer, {h, 3 * hd / t},
+        // Global columns: q (hd), k and v (kv_hidden each); this rank holds its share of each.
+        const int64_t kvd = m_.kv_hidden(), full = hd + 2 * kvd, local = full / t;
+        auto qkv_column = [=](int64_t c) {
+          const int64_t q = hd / t, kv = kvd / t;
+          if (c < q) return r * q + c;
+          if (c < q + kv) return hd + r * kv + (c - q);
+          return hd + kvd + r * kv + (c - q - kv);
+        };
+        add(b + ".attn.qkv.weight", layer, {h, local},
             normal(b + ".attn.qkv.weight", kInitStd,
-                   [=](int64_t i) {
-                     int64_t row = i / (3 * hd / t), col = i % (3 * hd / t);
-                     return row * 3 * hd + column_of(col, 3, hd, t, r);
-                   }),
+                   [=](int64_t i) { return i / local * full + qkv_column(i % local); }),
             true, false);
-        if (m_.bias) add(b + ".attn.qkv.bias", layer, {3 * hd / t}, constant(0), false, false);
+        if (m_.bias) add(b + ".attn.qkv.bias", layer, {local}, constant(0), false, false);
         add(b + ".attn.proj.weight", layer, {hd / t, h},
             normal(b + ".attn.proj.weight", proj_std,
                    [=](int64_t i) { return (r * hd / t + i / h) * h + i % h; }),
@@ -298,7 +302,7 @@ class GptStage : public StageModel {
             normal(b + ".mlp.fc1.weight", kInitStd,
                    [=](int64_t i) {
                      int64_t row = i / (g * f / t), col = i % (g * f / t);
-                     return row * g * f + column_of(col, g, f, t, r);
+                     return row * g * f + column_of(col, f, t, r);
                    }),
             true, false);
         if (m_.bias) add(b + ".mlp.fc1.bias", layer, {g * f / t}, constant(0), false, false);
@@ -388,14 +392,14 @@ class GptStage : public StageModel {
       norm(x, *p.ln1_g, p.ln1_b, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
     c.a_in = gather(c.ln1, "attn", phase, layer, mb);
-    c.qkv = act({rows_, 3 * hd_local});
+    c.qkv = act({rows_, qkv_.width()});
     {
       auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
       be.matmul(c.a_in, p.qkv_w->compute, p.qkv_b ? &p.qkv_b->compute : nullptr, c.qkv);
     }
     if (rope()) {
       auto s = rec(ctx_.op("attn.rope", layer, phase, mb));
-      be.rope(c.qkv, heads_local_, seq_, kRopeBase, false);
+      be.rope(c.qkv, qkv_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, layer, phase, mb);
@@ -491,12 +495,11 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.proj", layer, B, mb));
       be.matmul_backward(c.o, p.proj_w->compute, dproj, &do_, p.proj_w->grad, nullptr);
     }
-    Tensor dqkv = act({rows_, 3 * hd_local});
+    Tensor dqkv = act({rows_, qkv_.width()});
     Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.context", layer, B, mb));
-      be.attention_context_backward(c.att, c.qkv, do_, o_.micro_batch, seq_, heads_local_, dprobs,
-                                    dqkv);
+      be.attention_context_backward(c.att, c.qkv, do_, qkv_, dprobs, dqkv);
     }
     {
       auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
@@ -504,11 +507,11 @@ class GptStage : public StageModel {
     }
     {
       auto s = rec(ctx_.op("attn.scores", layer, B, mb));
-      be.attention_scores_backward(dprobs, c.qkv, o_.micro_batch, seq_, heads_local_, dqkv);
+      be.attention_scores_backward(dprobs, c.qkv, qkv_, dqkv);
     }
     if (rope()) {  // dq and dk are gradients of the rotated q and k: rotate them back
       auto s = rec(ctx_.op("attn.rope", layer, B, mb));
-      be.rope(dqkv, heads_local_, seq_, kRopeBase, true);
+      be.rope(dqkv, qkv_, kRopeBase, true);
     }
     Tensor da_in = act({rows_, h_});
     {
@@ -532,7 +535,7 @@ class GptStage : public StageModel {
     Tensor probs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
-      be.attention_scores(qkv, o_.micro_batch, seq_, heads_local_, probs);
+      be.attention_scores(qkv, qkv_, probs);
     }
     {
       auto s = rec(ctx_.op("attn.softmax", layer, phase, mb));
@@ -540,7 +543,7 @@ class GptStage : public StageModel {
     }
     {
       auto s = rec(ctx_.op("attn.context", layer, phase, mb));
-      be.attention_context(probs, qkv, o_.micro_batch, seq_, heads_local_, out);
+      be.attention_context(probs, qkv, qkv_, out);
     }
     return probs;
   }
@@ -676,6 +679,7 @@ class GptStage : public StageModel {
   int64_t t_ = 1, r_ = 0;
   bool sp_ = false;
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
+  QkvLayout qkv_;  // this rank's heads
   int64_t gate_ = 1, vocab_local_ = 0;
   int32_t begin_ = 0, end_ = 0;
   bool has_embedding_ = false, has_head_ = false;

@@ -179,9 +179,10 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
       Diagnostics diag(source);
       if (t.architecture != spec::Architecture::kDecoder)
         diag.add("/transformer/architecture", "\"encoder\"", "the executor runs decoders");
-      if (t.kv_heads != t.heads)
+      if (t.kv_heads % ctx.groups->tp_size != 0)
         diag.add("/transformer/kv_heads", std::to_string(t.kv_heads),
-                 "the executor implements multi-head attention (kv_heads = heads)");
+                 fmt::format("must be divisible by tp ({}): each rank holds whole kv heads",
+                             ctx.groups->tp_size));
       if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
         diag.add("/transformer/heads", std::to_string(t.heads),
                  "rotary embeddings need an even head dimension (hidden / heads)");

@@ -208,37 +208,42 @@ TEST_P(CudaVsCpu, NormsActivationsAndElementwise) {
   for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
 }
 
+// Multi-head (3 kv heads for 3 q heads) and grouped-query attention (2 kv heads for 6 q heads:
+// the strided-batched calls per position in the group, and the summed kv-head gradients).
 TEST_P(CudaVsCpu, CausalAttentionForwardAndBackward) {
-  const int64_t batch = 2, seq = 7, heads = 3, d = 8, hd = heads * d;
-  auto qkv = random(batch * seq * 3 * hd), dout = random(batch * seq * hd);
-  std::map<std::string, std::vector<float>> r[2];
-  Backend* bes[2] = {cpu.get(), gpu.get()};
-  for (int k = 0; k < 2; ++k) {
-    Backend& be = *bes[k];
-    Tensor tq = put(be, {batch * seq, 3 * hd}, qkv), tdo = put(be, {batch * seq, hd}, dout);
-    Tensor att = poisoned(be, {batch, heads, seq, seq}), out = poisoned(be, {batch * seq, hd});
-    Tensor rotated = poisoned(be, {batch * seq, 3 * hd});
-    be.copy(tq, rotated);
-    be.rope(rotated, heads, seq, 10000.0f, false);
-    r[k]["rope"] = get(be, rotated);
-    be.rope(rotated, heads, seq, 10000.0f, true);
-    r[k]["rope_inverse"] = get(be, rotated);
-    be.attention_scores(tq, batch, seq, heads, att);
-    r[k]["scores"] = get(be, att);
-    be.causal_softmax(att, seq);
-    r[k]["probs"] = get(be, att);
-    be.attention_context(att, tq, batch, seq, heads, out);
-    r[k]["context"] = get(be, out);
-    Tensor dqkv = poisoned(be, {batch * seq, 3 * hd}),
-           dprobs = poisoned(be, {batch, heads, seq, seq});
-    be.attention_context_backward(att, tq, tdo, batch, seq, heads, dprobs, dqkv);
-    r[k]["dprobs"] = get(be, dprobs);
-    be.causal_softmax_backward(att, dprobs, seq);
-    r[k]["dscores"] = get(be, dprobs);
-    be.attention_scores_backward(dprobs, tq, batch, seq, heads, dqkv);
-    r[k]["dqkv"] = get(be, dqkv);
+  for (const QkvLayout l : {QkvLayout{2, 7, 3, 3, 8}, QkvLayout{2, 7, 6, 2, 8}}) {
+    SCOPED_TRACE(l.kv_heads);
+    const int64_t batch = l.batch, seq = l.seq, heads = l.heads, hd = heads * l.head_dim;
+    auto qkv = random(batch * seq * l.width()), dout = random(batch * seq * hd);
+    std::map<std::string, std::vector<float>> r[2];
+    Backend* bes[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = *bes[k];
+      Tensor tq = put(be, {batch * seq, l.width()}, qkv), tdo = put(be, {batch * seq, hd}, dout);
+      Tensor rotated = poisoned(be, {batch * seq, l.width()});
+      be.copy(tq, rotated);
+      be.rope(rotated, l, 10000.0f, false);
+      r[k]["rope"] = get(be, rotated);
+      be.rope(rotated, l, 10000.0f, true);
+      r[k]["rope_inverse"] = get(be, rotated);
+      Tensor att = poisoned(be, {batch, heads, seq, seq}), out = poisoned(be, {batch * seq, hd});
+      be.attention_scores(tq, l, att);
+      r[k]["scores"] = get(be, att);
+      be.causal_softmax(att, seq);
+      r[k]["probs"] = get(be, att);
+      be.attention_context(att, tq, l, out);
+      r[k]["context"] = get(be, out);
+      Tensor dqkv = poisoned(be, {batch * seq, l.width()}),
+             dprobs = poisoned(be, {batch, heads, seq, seq});
+      be.attention_context_backward(att, tq, tdo, l, dprobs, dqkv);
+      r[k]["dprobs"] = get(be, dprobs);
+      be.causal_softmax_backward(att, dprobs, seq);
+      r[k]["dscores"] = get(be, dprobs);
+      be.attention_scores_backward(dprobs, tq, l, dqkv);
+      r[k]["dqkv"] = get(be, dqkv);
+    }
+    for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
   }
-  for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
 }
 
 TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {

@@ -122,12 +122,13 @@ TEST_F(Kernels, RmsNorm) {
 
 TEST_F(Kernels, RotaryEmbedding) {
   const int64_t batch = 2, seq = 5, heads = 2, d = 4, hd = heads * d;
+  const QkvLayout l{batch, seq, heads, heads, d};
   Tensor qkv = random({batch * seq, 3 * hd}), c = random({batch * seq, 3 * hd});
   const std::vector<float> before(qkv.data(), qkv.data() + qkv.numel());
   Tensor y = be->empty({batch * seq, 3 * hd});
   auto loss = [&] {
     be->copy(qkv, y);
-    be->rope(y, heads, seq, 10000.0f, false);
+    be->rope(y, l, 10000.0f, false);
     return dot(y, c);
   };
   loss();
@@ -143,10 +144,10 @@ TEST_F(Kernels, RotaryEmbedding) {
   // The backward is the inverse rotation, which undoes the forward.
   Tensor dqkv = be->empty({batch * seq, 3 * hd});
   be->copy(c, dqkv);
-  be->rope(dqkv, heads, seq, 10000.0f, true);
+  be->rope(dqkv, l, 10000.0f, true);
   expect_gradient(qkv, dqkv, loss, "rope");
   loss();  // y from the unperturbed input again
-  be->rope(y, heads, seq, 10000.0f, true);
+  be->rope(y, l, 10000.0f, true);
   for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.data()[i], before[i], 1e-5) << i;
 }
 
@@ -176,35 +177,50 @@ TEST_F(Kernels, Activations) {
   expect_gradient(xs, dxs, swiglu, "swiglu");
 }
 
+// Multi-head (4 kv heads for 4 q heads) and grouped-query attention (2 kv heads, each shared by
+// two q heads: their k and v gradients sum over the pair).
 TEST_F(Kernels, CausalAttention) {
-  const int64_t batch = 2, seq = 5, heads = 2, d = 3;
-  Tensor qkv = random({batch * seq, 3 * heads * d}), c = random({batch * seq, heads * d});
-  Tensor out = be->empty({batch * seq, heads * d}), att = be->empty({batch, heads, seq, seq});
-  auto loss = [&] {
-    be->attention_scores(qkv, batch, seq, heads, att);
-    be->causal_softmax(att, seq);
-    be->attention_context(att, qkv, batch, seq, heads, out);
-    return dot(out, c);
-  };
-  loss();
-  // Causality: a row's probabilities beyond its position are zero and each row sums to one.
-  for (int64_t i = 0; i < seq; ++i) {
-    double s = 0;
-    for (int64_t j = 0; j < seq; ++j) {
-      float p = att.data()[i * seq + j];
-      if (j > i) {
-        EXPECT_EQ(p, 0.0f);
+  for (int64_t kv_heads : {4, 2}) {
+    SCOPED_TRACE(kv_heads);
+    const QkvLayout l{2, 5, 4, kv_heads, 3};
+    const int64_t rows = l.batch * l.seq, hd = l.heads * l.head_dim;
+    Tensor qkv = random({rows, l.width()}), c = random({rows, hd});
+    Tensor out = be->empty({rows, hd}), att = be->empty({l.batch, l.heads, l.seq, l.seq});
+    auto loss = [&] {
+      be->attention_scores(qkv, l, att);
+      be->causal_softmax(att, l.seq);
+      be->attention_context(att, qkv, l, out);
+      return dot(out, c);
+    };
+    loss();
+    // Causality: a row's probabilities beyond its position are zero and each row sums to one.
+    for (int64_t i = 0; i < l.seq; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < l.seq; ++j) {
+        float p = att.data()[i * l.seq + j];
+        if (j > i) {
+          EXPECT_EQ(p, 0.0f);
+        }
+        s += p;
       }
-      s += p;
+      EXPECT_NEAR(s, 1.0, 1e-6);
     }
-    EXPECT_NEAR(s, 1.0, 1e-6);
+    // Head 3 of batch 1 attends with kv head 3 / group: its first score by hand.
+    const int64_t g = l.heads / kv_heads, row = l.seq;  // batch 1, position 0
+    double s00 = 0;
+    for (int64_t k = 0; k < l.head_dim; ++k)
+      s00 += static_cast<double>(qkv.data()[row * l.width() + 3 * l.head_dim + k]) *
+             qkv.data()[row * l.width() + (l.heads + 3 / g) * l.head_dim + k];
+    be->attention_scores(qkv, l, att);
+    EXPECT_NEAR(att.data()[(1 * l.heads + 3) * l.seq * l.seq], s00 / std::sqrt(3.0), 1e-5);
+    loss();
+    Tensor dqkv = be->empty({rows, l.width()});
+    Tensor dprobs = be->empty({l.batch, l.heads, l.seq, l.seq});
+    be->attention_context_backward(att, qkv, c, l, dprobs, dqkv);
+    be->causal_softmax_backward(att, dprobs, l.seq);
+    be->attention_scores_backward(dprobs, qkv, l, dqkv);
+    expect_gradient(qkv, dqkv, loss, "dqkv");
   }
-  Tensor dqkv = be->empty({batch * seq, 3 * heads * d});
-  Tensor dprobs = be->empty({batch, heads, seq, seq});
-  be->attention_context_backward(att, qkv, c, batch, seq, heads, dprobs, dqkv);
-  be->causal_softmax_backward(att, dprobs, seq);
-  be->attention_scores_backward(dprobs, qkv, batch, seq, heads, dqkv);
-  expect_gradient(qkv, dqkv, loss, "dqkv");
 }
 
 TEST_F(Kernels, EmbeddingAndPositions) {

@@ -83,11 +83,13 @@ spec::ModelSpec tiny_gpt() {
   return m;
 }
 
-// Llama-style: RMSNorm, rotary embeddings, SwiGLU, no biases, untied output layer.
+// Llama-style: RMSNorm, rotary embeddings, SwiGLU, no biases, untied output layer, and
+// grouped-query attention (4 q heads share 2 kv heads; tp2 gives each rank one kv head).
 spec::ModelSpec tiny_llama() {
   spec::ModelSpec m = tiny_gpt();
   m.name = "llama-test";
   spec::TransformerSpec& t = std::get<spec::TransformerSpec>(m.body);
+  t.kv_heads = 2;
   t.norm = spec::Norm::kRmsNorm;
   t.position_embedding = spec::PositionEmbedding::kRope;
   t.max_positions = 0;

@@ -81,7 +81,8 @@ def main():
     L, h, a, f, V, S = t["layers"], t["hidden"], t["heads"], t["ffn_hidden"], t["vocab"], t["seq_len"]
     # GPT-2 (layernorm, learned positions, GELU, biases, tied) or Llama-style (rmsnorm, rotary,
     # SwiGLU, no biases, untied) and mixes of them, as Sextant's GPT stage builds them.
-    assert t["activation"] in ("gelu", "swiglu") and t.get("kv_heads", a) == a
+    assert t["activation"] in ("gelu", "swiglu")
+    kv = t.get("kv_heads", a)  # grouped-query attention when fewer than the heads
     rmsnorm = t.get("norm", "layernorm") == "rmsnorm"
     rope = t.get("position_embedding", "learned") == "rope"
     swiglu = t["activation"] == "swiglu"
@@ -130,7 +131,8 @@ def main():
         b = f"block{i}"
         p_ = {
             "ln1_g": ones(h), "ln1_b": norm_beta(),
-            "qkv_w": param(b + ".attn.qkv.weight", (h, 3 * h), 0.02), "qkv_b": linear_bias(3 * h),
+            "qkv_w": param(b + ".attn.qkv.weight", (h, h + 2 * kv * (h // a)), 0.02),
+            "qkv_b": linear_bias(h + 2 * kv * (h // a)),
             "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": linear_bias(h),
             "ln2_g": ones(h), "ln2_b": norm_beta(),
             "fc1_w": param(b + ".mlp.fc1.weight", (h, g * f), 0.02), "fc1_b": linear_bias(g * f),
@@ -161,8 +163,10 @@ def main():
         B = x.shape[0]
         for p_ in blocks:
             y = normalize(x, p_["ln1_g"], p_["ln1_b"])
-            q, k, v = linear(y, p_["qkv_w"], p_["qkv_b"]).split(h, dim=2)
-            q, k, v = (z.view(B, S, a, d).transpose(1, 2) for z in (q, k, v))
+            q, k, v = linear(y, p_["qkv_w"], p_["qkv_b"]).split([h, kv * d, kv * d], dim=2)
+            q = q.view(B, S, a, d).transpose(1, 2)
+            # q head i attends with kv head i // (a // kv)
+            k, v = (z.view(B, S, kv, d).transpose(1, 2).repeat_interleave(a // kv, dim=1) for z in (k, v))
             if rope:
                 q, k = rotate(q), rotate(k)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(d)

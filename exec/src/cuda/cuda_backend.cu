@@ -310,18 +310,19 @@ __global__ void rmsnorm_backward_kernel(const T* x, const T* g, const float* rst
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) atomicAdd(&dgamma[j], sg[j]);
 }
 // One thread per (row, q-or-k head, pair i): rotates (v[i], v[i + half]) by the angle of
-// (row % seq, i), from a [seq, half] table of cosines and sines.
+// (row % seq, i), from a [seq, half] table of cosines and sines. The q heads and then the k heads
+// are `blocks` adjacent runs of d columns in a row of `width`.
 template <typename T>
-__global__ void rope_kernel(T* qkv, const float2* table, int64_t rows, int64_t heads, int64_t d,
-                            int64_t seq, float sign) {
+__global__ void rope_kernel(T* qkv, const float2* table, int64_t rows, int64_t blocks, int64_t d,
+                            int64_t width, int64_t seq, float sign) {
   const int64_t half = d / 2;
-  const int64_t n = rows * 2 * heads * half;
+  const int64_t n = rows * blocks * half;
   int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= n) return;
-  const int64_t i = k % half, block = (k / half) % (2 * heads), r = k / (half * 2 * heads);
+  const int64_t i = k % half, block = (k / half) % blocks, r = k / (half * blocks);
   const float2 cs = table[(r % seq) * half + i];
   const float c = cs.x, sn = sign * cs.y;
-  T* v = qkv + r * 3 * heads * d + block * d;
+  T* v = qkv + r * width + block * d;
   const float a = ld(v[i]), b = ld(v[i + half]);
   v[i] = st<T>(a * c - b * sn);
   v[i + half] = st<T>(b * c + a * sn);
@@ -707,15 +708,16 @@ class CudaBackend : public Backend {
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) override {
-    const int64_t rows = rows_of(qkv), d = cols_of(qkv) / 3 / heads;
-    const float2* table = rope_table(seq, d, base);
-    const int64_t n = rows * 2 * heads * (d / 2);
+  void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
+    check_layout(qkv, l);
+    const int64_t rows = rows_of(qkv), blocks = l.heads + l.kv_heads;
+    const float2* table = rope_table(l.seq, l.head_dim, base);
+    const int64_t n = rows * blocks * (l.head_dim / 2);
     if (n == 0) return;
     dispatch(qkv, [&](auto tag) {
       using T = decltype(tag);
-      rope_kernel<T><<<blocks_for(n), kThreads>>>(ptr<T>(qkv), table, rows, heads, d, seq,
-                                                  inverse ? -1.0f : 1.0f);
+      rope_kernel<T><<<blocks_for(n), kThreads>>>(ptr<T>(qkv), table, rows, blocks, l.head_dim,
+                                                  l.width(), l.seq, inverse ? -1.0f : 1.0f);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -795,17 +797,29 @@ class CudaBackend : public Backend {
     });
   }
 
-  // Per batch: heads are strided blocks of qkv (row stride 3hd, head offset d).
-  void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
-                        Tensor& scores) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+  // The attention GEMMs run batched over heads. q head h = g * group + j uses kv head g: for each
+  // j, one strided-batched call covers the kv heads g (q, scores and out heads at stride group,
+  // kv heads at stride 1); multi-head attention (group 1) is one call per batch element. Gradients
+  // of a kv head sum over its group (beta = 1 after the first j).
+  static void check_layout(const Tensor& qkv, const QkvLayout& l) {
+    SEXTANT_CHECK(cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq &&
+                      l.heads % l.kv_heads == 0,
+                  "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}",
+                  rows_of(qkv), cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
+  }
+  void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
+    check_layout(qkv, l);
+    const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     const DType t = common(qkv, scores);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t base = b * seq * 3 * hd;
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, alpha, at(qkv, base + hd), 3 * hd, d,
-                   at(qkv, base), 3 * hd, d, 0.0f, at(scores, b * heads * seq * seq), seq,
-                   seq * seq, heads, t);
+    for (int64_t b = 0; b < l.batch; ++b) {
+      const int64_t base = b * l.seq * w;
+      for (int64_t j = 0; j < g; ++j)
+        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, l.seq, l.seq, d, alpha,
+                     at(qkv, base + l.heads * d), w, d,                    // k of kv head
+                     at(qkv, base + j * d), w, g * d, 0.0f,                // q of head g*group+j
+                     at(scores, (b * l.heads + j) * ss), l.seq, g * ss,  // its scores
+                     l.kv_heads, t);
     }
   }
   void causal_softmax(Tensor& x, int64_t seq) override {
@@ -815,34 +829,43 @@ class CudaBackend : public Backend {
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
-                         int64_t heads, Tensor& out) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+  void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
+                         Tensor& out) override {
+    check_layout(qkv, l);
+    const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
+    const int64_t hd = l.heads * d;
     const DType t = common(qkv, probs);
     common(qkv, out);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t base = b * seq * 3 * hd;
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, 1.0f, at(qkv, base + 2 * hd), 3 * hd, d,
-                   at(probs, b * heads * seq * seq), seq, seq * seq, 0.0f, at(out, b * seq * hd),
-                   hd, d, heads, t);
+    for (int64_t b = 0; b < l.batch; ++b) {
+      const int64_t base = b * l.seq * w;
+      for (int64_t j = 0; j < g; ++j)
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, l.seq, l.seq, 1.0f,
+                     at(qkv, base + (l.heads + l.kv_heads) * d), w, d,  // v of kv head
+                     at(probs, (b * l.heads + j) * ss), l.seq, g * ss, 0.0f,
+                     at(out, b * l.seq * hd + j * d), hd, g * d, l.kv_heads, t);
     }
   }
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
-                                  int64_t batch, int64_t seq, int64_t heads, Tensor& dprobs,
-                                  Tensor& dqkv) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+                                  const QkvLayout& l, Tensor& dprobs, Tensor& dqkv) override {
+    check_layout(qkv, l);
+    const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
+    const int64_t hd = l.heads * d;
     const DType t = common(qkv, probs);
     common(qkv, dout);
     common(qkv, dprobs);
     common(qkv, dqkv);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t base = b * seq * 3 * hd, pb = b * heads * seq * seq, ob = b * seq * hd;
-      // dprobs = dout v^T
-      gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, d, 1.0f, at(qkv, base + 2 * hd), 3 * hd, d,
-                   at(dout, ob), hd, d, 0.0f, at(dprobs, pb), seq, seq * seq, heads, t);
-      // dv = probs^T dout
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, 1.0f, at(dout, ob), hd, d, at(probs, pb),
-                   seq, seq * seq, 0.0f, at(dqkv, base + 2 * hd), 3 * hd, d, heads, t);
+    for (int64_t b = 0; b < l.batch; ++b) {
+      const int64_t base = b * l.seq * w, v = base + (l.heads + l.kv_heads) * d;
+      for (int64_t j = 0; j < g; ++j) {
+        const int64_t pb = (b * l.heads + j) * ss, ob = b * l.seq * hd + j * d;
+        // dprobs = dout v^T
+        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, l.seq, l.seq, d, 1.0f, at(qkv, v), w, d,
+                     at(dout, ob), hd, g * d, 0.0f, at(dprobs, pb), l.seq, g * ss, l.kv_heads, t);
+        // dv (+)= probs^T dout
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, l.seq, l.seq, 1.0f, at(dout, ob), hd, g * d,
+                     at(probs, pb), l.seq, g * ss, j == 0 ? 0.0f : 1.0f, at(dqkv, v), w, d,
+                     l.kv_heads, t);
+      }
     }
   }
   void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override {
@@ -853,20 +876,24 @@ class CudaBackend : public Backend {
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
-                                 int64_t seq, int64_t heads, Tensor& dqkv) override {
-    const int64_t hd = cols_of(qkv) / 3, d = hd / heads;
+  void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
+                                 Tensor& dqkv) override {
+    check_layout(qkv, l);
+    const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     const DType t = common(qkv, dscores);
     common(qkv, dqkv);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t base = b * seq * 3 * hd, sb = b * heads * seq * seq;
-      // dq = dS k * alpha; dk = dS^T q * alpha
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, seq, seq, alpha, at(qkv, base + hd), 3 * hd, d,
-                   at(dscores, sb), seq, seq * seq, 0.0f, at(dqkv, base), 3 * hd, d, heads, t);
-      gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, seq, seq, alpha, at(qkv, base), 3 * hd, d,
-                   at(dscores, sb), seq, seq * seq, 0.0f, at(dqkv, base + hd), 3 * hd, d, heads,
-                   t);
+    for (int64_t b = 0; b < l.batch; ++b) {
+      const int64_t base = b * l.seq * w, k = base + l.heads * d;
+      for (int64_t j = 0; j < g; ++j) {
+        const int64_t sb = (b * l.heads + j) * ss, q = base + j * d;
+        // dq = dS k * alpha; dk (+)= dS^T q * alpha
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, d, l.seq, l.seq, alpha, at(qkv, k), w, d,
+                     at(dscores, sb), l.seq, g * ss, 0.0f, at(dqkv, q), w, g * d, l.kv_heads, t);
+        gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, d, l.seq, l.seq, alpha, at(qkv, q), w, g * d,
+                     at(dscores, sb), l.seq, g * ss, j == 0 ? 0.0f : 1.0f, at(dqkv, k), w, d,
+                     l.kv_heads, t);
+      }
     }
   }
 

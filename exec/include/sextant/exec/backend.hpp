@@ -21,6 +21,18 @@
 
 namespace sextant::exec {
 
+// The fused qkv activation [batch*seq, width()]: the q heads, then the k heads, then the v heads
+// (head-major, head_dim columns each). q head h attends with kv head h / group(): grouped-query
+// attention (Ainslie et al. 2023); kv_heads == heads is multi-head attention.
+struct QkvLayout {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t group() const { return heads / kv_heads; }
+  int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }
+  int64_t q_column(int64_t h) const { return h * head_dim; }
+  int64_t k_column(int64_t h) const { return (heads + h / group()) * head_dim; }  // of q head h
+  int64_t v_column(int64_t h) const { return (heads + kv_heads + h / group()) * head_dim; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -73,10 +85,10 @@ class Backend {
   virtual void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd,
                                 const Tensor& dy, Tensor& dx, Tensor& dgamma) = 0;
   // Rotary position embedding (RoFormer, in the rotate-half layout of GPT-NeoX and Llama) in place
-  // on the q and k blocks of qkv = [batch*seq, 3*heads*head_dim]: within each head, dimension i of
-  // the first half and i of the second rotate by (row % seq) * base^(-2i/head_dim). inverse rotates
-  // back (the backward pass, applied to dq and dk).
-  virtual void rope(Tensor& qkv, int64_t heads, int64_t seq, float base, bool inverse) = 0;
+  // on the q and k heads of qkv: within each head, dimension i of the first half and i of the
+  // second rotate by (row % seq) * base^(-2i/head_dim). inverse rotates back (the backward pass,
+  // applied to dq and dk).
+  virtual void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) = 0;
   // GELU, tanh approximation (GPT-2).
   virtual void gelu(const Tensor& x, Tensor& y) = 0;
   virtual void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
@@ -92,23 +104,25 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
   virtual void scale(Tensor& x, float factor) = 0;
   // Causal self-attention, in the three steps the trace names (attn.scores, attn.softmax,
-  // attn.context). qkv = [batch*seq, 3*heads*head_dim] (q | k | v, head-major within each);
-  // scores and probabilities = [batch, heads, seq, seq]; out = [batch*seq, heads*head_dim].
-  virtual void attention_scores(const Tensor& qkv, int64_t batch, int64_t seq, int64_t heads,
+  // attn.context), over qkv laid out as QkvLayout says; scores and probabilities =
+  // [batch, heads, seq, seq]; out = [batch*seq, heads*head_dim].
+  virtual void attention_scores(const Tensor& qkv, const QkvLayout& l,
                                 Tensor& scores) = 0;                      // q k^T / sqrt(head_dim)
   virtual void causal_softmax(Tensor& scores_to_probs, int64_t seq) = 0;  // in place, masked
-  virtual void attention_context(const Tensor& probs, const Tensor& qkv, int64_t batch, int64_t seq,
-                                 int64_t heads, Tensor& out) = 0;  // probs v
-  // dprobs = dout v^T; the v block of dqkv = probs^T dout (q and k blocks untouched).
+  virtual void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
+                                 Tensor& out) = 0;  // probs v
+  // dprobs = dout v^T; the v heads of dqkv = sum over their q heads of probs^T dout (q and k
+  // heads untouched).
   virtual void attention_context_backward(const Tensor& probs, const Tensor& qkv,
-                                          const Tensor& dout, int64_t batch, int64_t seq,
-                                          int64_t heads, Tensor& dprobs, Tensor& dqkv) = 0;
+                                          const Tensor& dout, const QkvLayout& l, Tensor& dprobs,
+                                          Tensor& dqkv) = 0;
   // In place: dprobs -> dscores = probs * (dprobs - rowsum(dprobs * probs)), zero above diagonal.
   virtual void causal_softmax_backward(const Tensor& probs, Tensor& dprobs_to_dscores,
                                        int64_t seq) = 0;
-  // The q and k blocks of dqkv from dscores (the v block untouched).
-  virtual void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, int64_t batch,
-                                         int64_t seq, int64_t heads, Tensor& dqkv) = 0;
+  // The q and k heads of dqkv from dscores (the v heads untouched; each k head sums over its
+  // q heads).
+  virtual void attention_scores_backward(const Tensor& dscores, const Tensor& qkv,
+                                         const QkvLayout& l, Tensor& dqkv) = 0;
   // Rows of `table` ([vocab_shard, hidden]) for token ids in [vocab_begin, vocab_begin + shard);
   // other tokens give zero rows (vocabulary-parallel embedding).
   virtual void embedding(const std::vector<int32_t>& tokens, const Tensor& table,
