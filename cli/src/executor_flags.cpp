@@ -38,8 +38,7 @@ std::optional<exec::Precision> precision_choice(const ExecutorFlags& flags) {
                             exec::Precision::kBf16Gemm, exec::Precision::kBf16})
     if (flags.precision == exec::precision_name(p)) return p;
   if (flags.precision.empty()) return std::nullopt;
-  throw InputError("command line", "--precision", flags.precision,
-                   "bf16, bf16-gemm, tf32 or fp32");
+  throw InputError("command line", "--precision", flags.precision, "bf16, bf16-gemm, tf32 or fp32");
 }
 
 }  // namespace sextant::cli

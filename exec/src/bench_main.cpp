@@ -88,8 +88,8 @@ int run_comm_bench(const CommBenchJob& job) {
   int status = 0;
   try {
     CommKind kind = CommKind::kMpi;
-    std::unique_ptr<Backend> backend = make_backend(
-        job.backend, job.comm_choice, Precision::kFp32, job.json, MPI_COMM_WORLD, kind);
+    std::unique_ptr<Backend> backend = make_backend(job.backend, job.comm_choice, Precision::kFp32,
+                                                    job.json, MPI_COMM_WORLD, kind);
     CommBenchOptions options = job.options;
     options.transport = std::string(comm_kind_name(kind));
     std::vector<CommRow> rows;

@@ -97,9 +97,7 @@ class Bf16Emulation : public Backend {
     store(y32, y);
   }
   void bias_backward(const Tensor& dy, Tensor& db) override { inner_->bias_backward(wide(dy), db); }
-  void add(const Tensor& a, const Tensor& b, Tensor& y) override {
-    binary(&Backend::add, a, b, y);
-  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override { binary(&Backend::add, a, b, y); }
   void scale(Tensor& x, float factor) override {
     Tensor x32 = out(x, true);
     inner_->scale(x32, factor);
@@ -146,8 +144,8 @@ class Bf16Emulation : public Backend {
     inner_->embedding(tokens, wide(table), vocab_begin, y32);
     store(y32, y);
   }
-  void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy,
-                          int64_t vocab_begin, Tensor& dtable) override {
+  void embedding_backward(const std::vector<int32_t>& tokens, const Tensor& dy, int64_t vocab_begin,
+                          Tensor& dtable) override {
     inner_->embedding_backward(tokens, wide(dy), vocab_begin, dtable);
   }
   void add_positions(const Tensor& pos, int64_t row_begin, int64_t seq, Tensor& y) override {
@@ -159,14 +157,15 @@ class Bf16Emulation : public Backend {
                               Tensor& dpos) override {
     inner_->add_positions_backward(wide(dy), row_begin, seq, dpos);
   }
-  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
-                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
+                     std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
     inner_->softmax_stats(wide(logits), targets, vocab_begin, max, sum, target);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
                               int64_t vocab_begin, const std::vector<float>& max,
-                              const std::vector<float>& sum, float scale, Tensor& dlogits) override {
+                              const std::vector<float>& sum, float scale,
+                              Tensor& dlogits) override {
     Tensor d32 = out(dlogits);
     inner_->cross_entropy_backward(wide(logits), targets, vocab_begin, max, sum, scale, d32);
     store(d32, dlogits);

@@ -34,7 +34,7 @@ Map mat(Tensor& t) {
 }
 
 constexpr float kLayerNormEps = 1e-5f;
-constexpr float kRmsNormEps = 1e-5f;  // Llama 2's rms_norm_eps
+constexpr float kRmsNormEps = 1e-5f;           // Llama 2's rms_norm_eps
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 
 class CpuBackend : public Backend {
@@ -213,8 +213,7 @@ class CpuBackend : public Backend {
       }
       const float m2 = static_cast<float>(sum_dxhat_xhat / static_cast<double>(c));
       float* dxi = dx.data() + i * c;
-      for (int64_t j = 0; j < c; ++j)
-        dxi[j] = r * (dyi[j] * g[j] - xi[j] * r * m2);
+      for (int64_t j = 0; j < c; ++j) dxi[j] = r * (dyi[j] * g[j] - xi[j] * r * m2);
     }
   }
 
@@ -319,10 +318,10 @@ class CpuBackend : public Backend {
                       Eigen::OuterStride<>(l.width()));
   }
   static void check_layout(const Tensor& qkv, const QkvLayout& l) {
-    SEXTANT_CHECK(cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq &&
-                      l.heads % l.kv_heads == 0,
-                  "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}",
-                  rows_of(qkv), cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
+    SEXTANT_CHECK(
+        cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq && l.heads % l.kv_heads == 0,
+        "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}", rows_of(qkv),
+        cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
   }
 
   void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
@@ -470,8 +469,8 @@ class CpuBackend : public Backend {
     }
   }
 
-  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
-                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
+                     std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
     const int64_t n = rows_of(logits), v = cols_of(logits);
     max.assign(static_cast<size_t>(n), -INFINITY);

@@ -20,8 +20,8 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
-constexpr float kInitStd = 0.02f;   // GPT-2
-constexpr float kRopeBase = 1e4f;   // RoFormer, Llama 1 and 2
+constexpr float kInitStd = 0.02f;  // GPT-2
+constexpr float kRopeBase = 1e4f;  // RoFormer, Llama 1 and 2
 
 struct BlockParams {
   Param* ln1_g = nullptr;
@@ -177,8 +177,8 @@ class GptStage : public StageModel {
                 int64_t mb) {
     if (!sp_) return x;
     Tensor out = act({rows_, h_});
-    auto s =
-        comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather,
+                        rows_ * h_ * kActivationWireBytes, phase, layer, mb);
     all_gather(*ctx_.groups->tp, backend(), x, out);
     return out;
   }
@@ -187,13 +187,13 @@ class GptStage : public StageModel {
     if (t_ == 1) return d;
     if (sp_) {
       Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * kActivationWireBytes,
-                          Phase::kBwd, layer, mb);
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter,
+                          rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
       reduce_scatter(*ctx_.groups->tp, backend(), d, out);
       return out;
     }
-    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes, Phase::kBwd,
-                        layer, mb);
+    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce,
+                        rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
     all_reduce(*ctx_.groups->tp, backend(), d);
     return d;
   }
@@ -202,13 +202,13 @@ class GptStage : public StageModel {
     if (t_ == 1) return y;
     if (sp_) {
       Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter, rows_ * h_ * kActivationWireBytes,
-                          phase, layer, mb);
+      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter,
+                          rows_ * h_ * kActivationWireBytes, phase, layer, mb);
       reduce_scatter(*ctx_.groups->tp, backend(), y, out);
       return out;
     }
-    auto s =
-        comm_scope(prefix + ".all_reduce", OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce,
+                        rows_ * h_ * kActivationWireBytes, phase, layer, mb);
     all_reduce(*ctx_.groups->tp, backend(), y);
     return y;
   }
@@ -217,8 +217,8 @@ class GptStage : public StageModel {
                              int64_t mb) {
     if (!sp_) return d;
     Tensor out = act({rows_, h_});
-    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather, rows_ * h_ * kActivationWireBytes, Phase::kBwd,
-                        layer, mb);
+    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather,
+                        rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
     all_gather(*ctx_.groups->tp, backend(), d, out);
     return out;
   }

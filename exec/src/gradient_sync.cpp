@@ -182,10 +182,10 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
     if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
     if (--b.pending == 0) {
       // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
-      auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                              (b.end - b.begin) * 4, dp_, Phase::kBwd, std::nullopt,
-                                              std::nullopt),
-                                    true);
+      auto s = ctx_.recorder->scope(
+          ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm, (b.end - b.begin) * 4,
+                    dp_, Phase::kBwd, std::nullopt, std::nullopt),
+          true);
       b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.begin,
                                                     b.end - b.begin);
     }

@@ -203,7 +203,8 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> 
   } else {
     comm = gpu_per_rank ? CommKind::kNccl : CommKind::kMpiStaged;
   }
-  std::unique_ptr<Backend> backend = make_cuda_backend(local_rank % devices, precision.value_or(Precision::kBf16));
+  std::unique_ptr<Backend> backend =
+      make_cuda_backend(local_rank % devices, precision.value_or(Precision::kBf16));
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
   if (rank == 0 && !quiet)

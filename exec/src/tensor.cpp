@@ -1,9 +1,9 @@
 // Tensor views and buffer release.
 #include "sextant/exec/tensor.hpp"
 
-#include "sextant/exec/backend.hpp"
 #include <cstdlib>
 
+#include "sextant/exec/backend.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {

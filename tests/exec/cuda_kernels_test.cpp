@@ -293,8 +293,7 @@ TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {
   for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Storage, CudaVsCpu,
-                         ::testing::Values(Precision::kFp32, Precision::kBf16),
+INSTANTIATE_TEST_SUITE_P(Storage, CudaVsCpu, ::testing::Values(Precision::kFp32, Precision::kBf16),
                          [](const auto& param) {
                            return std::string(param.param == Precision::kBf16 ? "bf16" : "fp32");
                          });

@@ -272,8 +272,8 @@ TEST_F(Kernels, CrossEntropy) {
     for (int64_t j = 0; j < 3; ++j) shard.data()[i * 3 + j] = logits.data()[i * 6 + 3 + j];
   std::vector<float> smax, ssum, st;
   be->softmax_stats(shard, targets, 3, smax, ssum, st);
-  EXPECT_EQ(st[0], 0.0f);                        // target 0: another shard's
-  EXPECT_EQ(st[1], logits.data()[6 + 5]);        // target 5: column 2 of this shard
+  EXPECT_EQ(st[0], 0.0f);                  // target 0: another shard's
+  EXPECT_EQ(st[1], logits.data()[6 + 5]);  // target 5: column 2 of this shard
   Tensor d = be->empty({4, 6});
   be->cross_entropy_backward(logits, targets, 0, max, sum, 1.0f, d);
   expect_gradient(logits, d, loss, "dlogits");

@@ -8,14 +8,13 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -218,8 +217,8 @@ __device__ float block_max(float v) {
 
 // One block per row.
 template <typename T>
-__global__ void layernorm_kernel(const T* x, const T* g, const T* b, T* y, float* mean,
-                                 float* rstd, int64_t cols) {
+__global__ void layernorm_kernel(const T* x, const T* g, const T* b, T* y, float* mean, float* rstd,
+                                 int64_t cols) {
   const T* xr = x + blockIdx.x * cols;
   float s = 0;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += ld(xr[j]);
@@ -449,7 +448,8 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
                              float beta1, float beta2, float eps, float wd, float grad_scale,
                              float step_size, float bc2_sqrt) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) adamw_element(p, g, m, v, i, lr, beta1, beta2, eps, wd, grad_scale, step_size, bc2_sqrt);
+  if (i < n)
+    adamw_element(p, g, m, v, i, lr, beta1, beta2, eps, wd, grad_scale, step_size, bc2_sqrt);
 }
 // Multi-tensor AdamW: block b updates tile b, a run of at most kAdamwTile elements of one span.
 constexpr int64_t kAdamwTile = 64 * 1024;
@@ -462,8 +462,8 @@ __global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v,
                                    float eps, float grad_scale, float step_size, float bc2_sqrt) {
   const AdamwTile tile = tiles[blockIdx.x];
   for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x)
-    adamw_element(p, g, m, v, tile.offset + k, lr, beta1, beta2, eps, tile.weight_decay,
-                  grad_scale, step_size, bc2_sqrt);
+    adamw_element(p, g, m, v, tile.offset + k, lr, beta1, beta2, eps, tile.weight_decay, grad_scale,
+                  step_size, bc2_sqrt);
 }
 
 // A CUDA event recorded on the compute stream.
@@ -596,9 +596,9 @@ class CudaBackend : public Backend {
   }
   // The same over `count` matrices at strides sa, sb, sc (elements); all of type `t`.
   void gemm_batched(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-                    float alpha, const void* a, int64_t lda, int64_t sa, const void* b,
-                    int64_t ldb, int64_t sb, float beta, void* c, int64_t ldc, int64_t sc,
-                    int64_t count, DType t) {
+                    float alpha, const void* a, int64_t lda, int64_t sa, const void* b, int64_t ldb,
+                    int64_t sb, float beta, void* c, int64_t ldc, int64_t sc, int64_t count,
+                    DType t) {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, a,
         cuda_type(t), static_cast<int>(lda), sa, b, cuda_type(t), static_cast<int>(ldb), sb, &beta,
@@ -660,8 +660,7 @@ class CudaBackend : public Backend {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       layernorm_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
-          ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y), mean.data(), rstd.data(),
-          cols_of(x));
+          ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y), mean.data(), rstd.data(), cols_of(x));
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -678,8 +677,8 @@ class CudaBackend : public Backend {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared)));
       layernorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
-          ptr<T>(x), ptr<T>(gamma), mean.data(), rstd.data(), ptr<T>(dy), ptr<T>(dx),
-          dgamma.data(), dbeta.data(), rows, cols);
+          ptr<T>(x), ptr<T>(gamma), mean.data(), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(),
+          dbeta.data(), rows, cols);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -703,8 +702,7 @@ class CudaBackend : public Backend {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(shared)));
       rmsnorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
-          ptr<T>(x), ptr<T>(gamma), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(), rows,
-          cols);
+          ptr<T>(x), ptr<T>(gamma), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(), rows, cols);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -774,7 +772,8 @@ class CudaBackend : public Backend {
     if (rows == 0 || cols == 0) return;
     // Enough row chunks to fill the GPU (with the column tiles), at least 64 rows each.
     const int64_t col_tiles = (cols + kColTile - 1) / kColTile;
-    const int64_t chunks = std::clamp<int64_t>(kMaxReductionBlocks / col_tiles, 1, (rows + 63) / 64);
+    const int64_t chunks =
+        std::clamp<int64_t>(kMaxReductionBlocks / col_tiles, 1, (rows + 63) / 64);
     const int64_t rows_per_block = (rows + chunks - 1) / chunks;
     dispatch(dy, [&](auto tag) {
       using T = decltype(tag);
@@ -802,10 +801,10 @@ class CudaBackend : public Backend {
   // kv heads at stride 1); multi-head attention (group 1) is one call per batch element. Gradients
   // of a kv head sum over its group (beta = 1 after the first j).
   static void check_layout(const Tensor& qkv, const QkvLayout& l) {
-    SEXTANT_CHECK(cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq &&
-                      l.heads % l.kv_heads == 0,
-                  "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}",
-                  rows_of(qkv), cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
+    SEXTANT_CHECK(
+        cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq && l.heads % l.kv_heads == 0,
+        "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}", rows_of(qkv),
+        cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
   }
   void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
     check_layout(qkv, l);
@@ -815,9 +814,9 @@ class CudaBackend : public Backend {
     for (int64_t b = 0; b < l.batch; ++b) {
       const int64_t base = b * l.seq * w;
       for (int64_t j = 0; j < g; ++j)
-        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, l.seq, l.seq, d, alpha,
-                     at(qkv, base + l.heads * d), w, d,                    // k of kv head
-                     at(qkv, base + j * d), w, g * d, 0.0f,                // q of head g*group+j
+        gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, l.seq, l.seq, d, alpha, at(qkv, base + l.heads * d),
+                     w, d,                                               // k of kv head
+                     at(qkv, base + j * d), w, g * d, 0.0f,              // q of head g*group+j
                      at(scores, (b * l.heads + j) * ss), l.seq, g * ss,  // its scores
                      l.kv_heads, t);
     }
@@ -932,8 +931,8 @@ class CudaBackend : public Backend {
           ptr<T>(dy), dpos.data(), rows_of(dy), cols_of(dy), row_begin, seq);
     });
   }
-  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
-                     int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
+  void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
+                     std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
     const int64_t rows = rows_of(logits);
     const int32_t* t = upload(targets);
@@ -989,9 +988,8 @@ class CudaBackend : public Backend {
     const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
     adamw_tiles_kernel<<<static_cast<unsigned>(tiles.size()), kThreads>>>(
-        params.data(), grads.data(), m.data(), v.data(),
-        static_cast<const AdamwTile*>(table.raw()), lr, beta1, beta2, eps, grad_scale, lr / bc1,
-        std::sqrt(bc2));
+        params.data(), grads.data(), m.data(), v.data(), static_cast<const AdamwTile*>(table.raw()),
+        lr, beta1, beta2, eps, grad_scale, lr / bc1, std::sqrt(bc2));
     CUDA_CHECK(cudaGetLastError());
   }
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
@@ -1022,8 +1020,7 @@ class CudaBackend : public Backend {
       }
     float2* dev = nullptr;
     CUDA_CHECK(cudaMalloc(&dev, host.size() * sizeof(float2)));
-    CUDA_CHECK(
-        cudaMemcpy(dev, host.data(), host.size() * sizeof(float2), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(float2), cudaMemcpyHostToDevice));
     rope_tables_[key] = dev;
     return dev;
   }

@@ -158,8 +158,8 @@ class Backend {
     float weight_decay = 0;
   };
   virtual void adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
-                           const std::vector<AdamwSpan>& spans, int64_t step, float lr,
-                           float beta1, float beta2, float eps, float grad_scale);
+                           const std::vector<AdamwSpan>& spans, int64_t step, float lr, float beta1,
+                           float beta2, float eps, float grad_scale);
 };
 
 }  // namespace sextant::exec

@@ -1,6 +1,7 @@
 // The CUDA backend: tensors in device memory, GEMMs through cuBLAS (bf16 or fp32 tensors;
 // tensor-core compute in bf16 or tf32, or exact fp32; fp32 accumulation always), and kernels of its
-// own for everything else, on one stream. Built when nvcc is found (SEXTANT_WITH_CUDA); elsewhere these functions say so.
+// own for everything else, on one stream. Built when nvcc is found (SEXTANT_WITH_CUDA); elsewhere
+// these functions say so.
 #pragma once
 
 #include <memory>
@@ -10,7 +11,6 @@
 #include "sextant/exec/precision.hpp"
 
 namespace sextant::exec {
-
 
 // Devices visible to this process; 0 when CUDA is absent, the driver too old or no GPU.
 int cuda_device_count();

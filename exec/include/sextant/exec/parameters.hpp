@@ -17,13 +17,13 @@ namespace sextant::exec {
 float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index);
 
 struct Param {
-  std::string name;   // e.g. "block3.mlp.fc1.weight": identical in every layout
-  int32_t layer = 0;  // lowered layer index
-  Tensor value;    // fp32 master value
-  Tensor compute;  // what the kernels read: value itself, or its bf16 copy in mixed precision
-  Tensor grad;     // fp32
-  int64_t offset = 0;          // in the flat buffers
-  bool decay = true;           // AdamW weight decay (weights yes, biases and norms no)
+  std::string name;    // e.g. "block3.mlp.fc1.weight": identical in every layout
+  int32_t layer = 0;   // lowered layer index
+  Tensor value;        // fp32 master value
+  Tensor compute;      // what the kernels read: value itself, or its bf16 copy in mixed precision
+  Tensor grad;         // fp32
+  int64_t offset = 0;  // in the flat buffers
+  bool decay = true;   // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
   bool tied_copy = false;      // the last stage's copy of a tied embedding
 };

@@ -64,8 +64,7 @@ std::unique_ptr<Backend> make_backend(Job& job, MPI_Comm world);
 // The same for any driver (the benches): `comm` receives the settled communicator kind.
 std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> choice,
                                       std::optional<Precision> precision, bool quiet,
-                                      MPI_Comm world,
-                                      CommKind& comm);
+                                      MPI_Comm world, CommKind& comm);
 
 // Initialises MPI, builds the job with `make_job` (reading files and flags, so that a bad input is
 // reported once, by rank 0), runs it on MPI_COMM_WORLD with the job's backend (cuda: device =

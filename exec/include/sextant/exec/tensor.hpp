@@ -71,9 +71,7 @@ class Tensor {
     return static_cast<float*>(raw());
   }
   // The first element, of either type.
-  void* raw() const {
-    return static_cast<char*>(buffer_->data()) + offset_ * element_size(dtype_);
-  }
+  void* raw() const { return static_cast<char*>(buffer_->data()) + offset_ * element_size(dtype_); }
   DType dtype() const { return dtype_; }
   int64_t bytes() const { return numel() * element_size(dtype_); }
   const std::vector<int64_t>& shape() const { return shape_; }
