@@ -3,7 +3,16 @@
 
 #include <chrono>
 
+#include "sextant/spec/error.hpp"
+
 namespace sextant::exec {
+
+void QkvLayout::check(const Tensor& qkv) const {
+  const int64_t cols = qkv.shape().back(), rows = qkv.numel() / cols;
+  SEXTANT_CHECK(cols == width() && rows == batch * seq && kv_heads > 0 && heads % kv_heads == 0,
+                "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}", rows,
+                cols, batch, seq, heads, kv_heads, head_dim);
+}
 
 Tensor Backend::empty(std::vector<int64_t> shape, DType dtype) {
   int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -16,6 +25,13 @@ Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
   fill(t, 0.0f);
   return t;
+}
+
+double Backend::sum_squares_spans(const Tensor& flat,
+                                  const std::vector<std::pair<int64_t, int64_t>>& spans) {
+  double s = 0;
+  for (auto [offset, count] : spans) s += sum_squares(flat.rows(offset, count));
+  return s;
 }
 
 void Backend::adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,

@@ -218,7 +218,7 @@ class CpuBackend : public Backend {
   }
 
   void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t rows = rows_of(qkv), d = l.head_dim, half = d / 2;
     float* data = qkv.data();
     for (int64_t r = 0; r < rows; ++r) {
@@ -317,15 +317,9 @@ class CpuBackend : public Backend {
     return StridedMap(qkv.data() + b * l.seq * l.width() + column, l.seq, l.head_dim,
                       Eigen::OuterStride<>(l.width()));
   }
-  static void check_layout(const Tensor& qkv, const QkvLayout& l) {
-    SEXTANT_CHECK(
-        cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq && l.heads % l.kv_heads == 0,
-        "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}", rows_of(qkv),
-        cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
-  }
 
   void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const float scale_factor = 1.0f / std::sqrt(static_cast<float>(l.head_dim));
     const int64_t ss = l.seq * l.seq;
     for (int64_t b = 0; b < l.batch; ++b) {
@@ -359,7 +353,7 @@ class CpuBackend : public Backend {
 
   void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
                          Tensor& out) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t hd = l.heads * l.head_dim, ss = l.seq * l.seq;
     for (int64_t b = 0; b < l.batch; ++b) {
       for (int64_t h = 0; h < l.heads; ++h) {
@@ -373,7 +367,7 @@ class CpuBackend : public Backend {
 
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
                                   const QkvLayout& l, Tensor& dprobs, Tensor& dqkv) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t hd = l.heads * l.head_dim, ss = l.seq * l.seq;
     for (int64_t b = 0; b < l.batch; ++b) {
       for (int64_t h = 0; h < l.heads; ++h) {
@@ -408,7 +402,7 @@ class CpuBackend : public Backend {
 
   void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
                                  Tensor& dqkv) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const float scale_factor = 1.0f / std::sqrt(static_cast<float>(l.head_dim));
     const int64_t ss = l.seq * l.seq;
     for (int64_t b = 0; b < l.batch; ++b) {

@@ -88,17 +88,15 @@ class GptStage : public StageModel {
   }
 
   double grad_square_sum(int64_t begin, int64_t end) override {
-    double s = 0;
+    std::vector<std::pair<int64_t, int64_t>> spans;
     for (Param& p : store_->params()) {
       if (p.tied_copy) continue;
       if (p.tp_replicated && r_ != 0) continue;
       int64_t b = std::max(begin, p.offset);
       int64_t e = std::min(end, p.offset + p.value.numel());
-      if (b >= e) continue;
-      Tensor slice = store_->grads().view({store_->total()}).rows(b, e - b);
-      s += ctx_.backend->sum_squares(slice);
+      if (b < e) spans.emplace_back(b, e - b);
     }
-    return s;
+    return ctx_.backend->sum_squares_spans(store_->grads(), spans);
   }
 
   Tensor forward(const MicroBatch& mb, const Tensor* input) override {

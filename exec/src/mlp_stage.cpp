@@ -61,13 +61,8 @@ class MlpStage : public StageModel {
     return l;
   }
   double grad_square_sum(int64_t begin, int64_t end) override {
-    double s = 0;
-    for (Param& p : store_->params()) {
-      int64_t b = std::max(begin, p.offset), e = std::min(end, p.offset + p.value.numel());
-      if (b < e)
-        s += ctx_.backend->sum_squares(store_->grads().view({store_->total()}).rows(b, e - b));
-    }
-    return s;
+    // Every parameter counts once on every rank: the whole range.
+    return end > begin ? ctx_.backend->sum_squares(store_->grads().rows(begin, end - begin)) : 0.0;
   }
 
   Tensor forward(const MicroBatch& mb, const Tensor* input) override {

@@ -204,6 +204,8 @@ TEST_P(CudaVsCpu, NormsActivationsAndElementwise) {
     be.fill(y, 3.0f);
     r[k]["fill"] = get(be, y);
     r[k]["sum_squares"] = {static_cast<float>(be.sum_squares(put32(be, {rows, h}, x)))};
+    r[k]["sum_squares_spans"] = {static_cast<float>(
+        be.sum_squares_spans(put32(be, {rows * h}, x), {{0, 100}, {300, rows * h - 300}}))};
   }
   for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
 }

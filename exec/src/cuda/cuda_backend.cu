@@ -451,19 +451,33 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   if (i < n)
     adamw_element(p, g, m, v, i, lr, beta1, beta2, eps, wd, grad_scale, step_size, bc2_sqrt);
 }
-// Multi-tensor AdamW: block b updates tile b, a run of at most kAdamwTile elements of one span.
-constexpr int64_t kAdamwTile = 64 * 1024;
-struct AdamwTile {
+// Multi-tensor kernels (AdamW, sums of squares) run one block per tile: a run of at most kTile
+// elements of one span of a flat buffer.
+constexpr int64_t kTile = 64 * 1024;
+struct Tile {
   int64_t offset, count;
   float weight_decay;
 };
+// Multi-tensor AdamW: block b updates tile b.
 __global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v,
-                                   const AdamwTile* tiles, float lr, float beta1, float beta2,
+                                   const Tile* tiles, float lr, float beta1, float beta2,
                                    float eps, float grad_scale, float step_size, float bc2_sqrt) {
-  const AdamwTile tile = tiles[blockIdx.x];
+  const Tile tile = tiles[blockIdx.x];
   for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x)
     adamw_element(p, g, m, v, tile.offset + k, lr, beta1, beta2, eps, tile.weight_decay, grad_scale,
                   step_size, bc2_sqrt);
+}
+
+// Sum of squares over tiles: block b adds tile b's sum into *out.
+__global__ void sum_squares_tiles_kernel(const float* x, const Tile* tiles, double* out) {
+  const Tile tile = tiles[blockIdx.x];
+  float s = 0;
+  for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x) {
+    const float v = x[tile.offset + k];
+    s += v * v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(out, static_cast<double>(s));
 }
 
 // A CUDA event recorded on the compute stream.
@@ -707,7 +721,7 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaGetLastError());
   }
   void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t rows = rows_of(qkv), blocks = l.heads + l.kv_heads;
     const float2* table = rope_table(l.seq, l.head_dim, base);
     const int64_t n = rows * blocks * (l.head_dim / 2);
@@ -800,14 +814,8 @@ class CudaBackend : public Backend {
   // j, one strided-batched call covers the kv heads g (q, scores and out heads at stride group,
   // kv heads at stride 1); multi-head attention (group 1) is one call per batch element. Gradients
   // of a kv head sum over its group (beta = 1 after the first j).
-  static void check_layout(const Tensor& qkv, const QkvLayout& l) {
-    SEXTANT_CHECK(
-        cols_of(qkv) == l.width() && rows_of(qkv) == l.batch * l.seq && l.heads % l.kv_heads == 0,
-        "qkv [{} x {}] does not match {} x {} rows of ({} + 2 x {}) heads of {}", rows_of(qkv),
-        cols_of(qkv), l.batch, l.seq, l.heads, l.kv_heads, l.head_dim);
-  }
   void attention_scores(const Tensor& qkv, const QkvLayout& l, Tensor& scores) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     const DType t = common(qkv, scores);
@@ -830,7 +838,7 @@ class CudaBackend : public Backend {
   }
   void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
                          Tensor& out) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const int64_t hd = l.heads * d;
     const DType t = common(qkv, probs);
@@ -846,7 +854,7 @@ class CudaBackend : public Backend {
   }
   void attention_context_backward(const Tensor& probs, const Tensor& qkv, const Tensor& dout,
                                   const QkvLayout& l, Tensor& dprobs, Tensor& dqkv) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const int64_t hd = l.heads * d;
     const DType t = common(qkv, probs);
@@ -877,7 +885,7 @@ class CudaBackend : public Backend {
   }
   void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
                                  Tensor& dqkv) override {
-    check_layout(qkv, l);
+    l.check(qkv);
     const int64_t d = l.head_dim, w = l.width(), g = l.group(), ss = l.seq * l.seq;
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d));
     const DType t = common(qkv, dscores);
@@ -974,21 +982,31 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpy(&s, scalar_, sizeof(double), cudaMemcpyDeviceToHost));
     return s;
   }
+  double sum_squares_spans(const Tensor& flat,
+                           const std::vector<std::pair<int64_t, int64_t>>& spans) override {
+    std::vector<AdamwSpan> as;
+    for (auto [offset, count] : spans) as.push_back({offset, count, 0.0f});
+    const std::vector<Tile> tiles = tiles_of(as);
+    if (tiles.empty()) return 0.0;
+    Tensor table = upload_tiles(tiles);
+    CUDA_CHECK(cudaMemset(scalar_, 0, sizeof(double)));
+    sum_squares_tiles_kernel<<<static_cast<unsigned>(tiles.size()), kThreads>>>(
+        flat.data(), static_cast<const Tile*>(table.raw()), scalar_);
+    CUDA_CHECK(cudaGetLastError());
+    double s = 0;
+    CUDA_CHECK(cudaMemcpy(&s, scalar_, sizeof(double), cudaMemcpyDeviceToHost));
+    return s;
+  }
   void adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
                    const std::vector<AdamwSpan>& spans, int64_t step, float lr, float beta1,
                    float beta2, float eps, float grad_scale) override {
-    std::vector<AdamwTile> tiles;
-    for (const AdamwSpan& s : spans)
-      for (int64_t o = 0; o < s.count; o += kAdamwTile)
-        tiles.push_back({s.offset + o, std::min(kAdamwTile, s.count - o), s.weight_decay});
+    const std::vector<Tile> tiles = tiles_of(spans);
     if (tiles.empty()) return;
-    Tensor table = empty({static_cast<int64_t>(tiles.size() * sizeof(AdamwTile) / 4)});
-    CUDA_CHECK(cudaMemcpy(table.raw(), tiles.data(), tiles.size() * sizeof(AdamwTile),
-                          cudaMemcpyHostToDevice));
+    Tensor table = upload_tiles(tiles);
     const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
     adamw_tiles_kernel<<<static_cast<unsigned>(tiles.size()), kThreads>>>(
-        params.data(), grads.data(), m.data(), v.data(), static_cast<const AdamwTile*>(table.raw()),
+        params.data(), grads.data(), m.data(), v.data(), static_cast<const Tile*>(table.raw()),
         lr, beta1, beta2, eps, grad_scale, lr / bc1, std::sqrt(bc2));
     CUDA_CHECK(cudaGetLastError());
   }
@@ -1003,6 +1021,21 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // Spans cut into tiles of at most kTile elements (one block each), and their device copy.
+  static std::vector<Tile> tiles_of(const std::vector<AdamwSpan>& spans) {
+    std::vector<Tile> tiles;
+    for (const AdamwSpan& s : spans)
+      for (int64_t o = 0; o < s.count; o += kTile)
+        tiles.push_back({s.offset + o, std::min(kTile, s.count - o), s.weight_decay});
+    return tiles;
+  }
+  Tensor upload_tiles(const std::vector<Tile>& tiles) {
+    static_assert(sizeof(Tile) % 4 == 0);
+    Tensor table = empty({static_cast<int64_t>(tiles.size() * sizeof(Tile) / 4)});
+    CUDA_CHECK(cudaMemcpy(table.raw(), tiles.data(), tiles.size() * sizeof(Tile),
+                          cudaMemcpyHostToDevice));
+    return table;
+  }
   // cos and sin of every (position, pair) angle, computed in double on the host (as the CPU
   // backend does) and kept on the device per (seq, head_dim, base).
   const float2* rope_table(int64_t seq, int64_t d, float base) {

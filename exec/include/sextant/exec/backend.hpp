@@ -31,6 +31,8 @@ struct QkvLayout {
   int64_t q_column(int64_t h) const { return h * head_dim; }
   int64_t k_column(int64_t h) const { return (heads + h / group()) * head_dim; }  // of q head h
   int64_t v_column(int64_t h) const { return (heads + kv_heads + h / group()) * head_dim; }
+  // A logic error unless qkv is [batch*seq, width()] and the heads divide into groups.
+  void check(const Tensor& qkv) const;
 };
 
 class Backend {
@@ -145,8 +147,12 @@ class Backend {
                                       int64_t vocab_begin, const std::vector<float>& max,
                                       const std::vector<float>& sum, float scale,
                                       Tensor& dlogits) = 0;
-  // Sum of squares of x.
+  // Sum of squares of x (fp32).
   virtual double sum_squares(const Tensor& x) = 0;
+  // The same over spans [offset, offset + count) of a flat fp32 tensor, added up (one launch and
+  // one transfer on CUDA, rather than one per span).
+  virtual double sum_squares_spans(const Tensor& flat,
+                                   const std::vector<std::pair<int64_t, int64_t>>& spans);
   // AdamW on a parameter and its gradient (fp32), bias-corrected, decoupled weight decay.
   virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step,
                      float lr, float beta1, float beta2, float eps, float weight_decay,
