@@ -33,7 +33,7 @@ echo "== 4. A trace to look at: GPT-3 1.3B on 16 A100s, dp2.tp4.pp2, interleaved
 
 echo
 echo "== 5. Run it for real: plan gpt-tiny on this machine's 2 CPU cores, train the chosen plan"
-"$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --constraint vpp=1 \
+"$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 \
   --top 3 --out "$out/gpt-tiny-plan.json"
 "$sextant" run --model gpt-tiny --plan "$out/gpt-tiny-plan.json" --np 2 --steps 30 \
   --trace "$out/gpt-tiny-measured-trace.json" --log-json "$out/gpt-tiny-steps.jsonl"

@@ -49,7 +49,7 @@ struct HeadCache {
 };
 
 struct MicroBatchCache {
-  std::vector<BlockCache> blocks;
+  std::map<int32_t, BlockCache> blocks;  // by layer
   HeadCache head;
 };
 
@@ -71,10 +71,14 @@ class GptStage : public StageModel {
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     vocab_local_ = m_.vocab / t_;
     models::StageLayers sl = models::stage_layers(plan, *ctx.lowered, ctx.groups->pp_rank);
-    begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
-    end_ = static_cast<int32_t>(sl.chunk_end.at(0));
-    has_embedding_ = begin_ == 0;
-    has_head_ = end_ == static_cast<int32_t>(ctx.lowered->layers.size());
+    // One chunk of layers, or several under the interleaved schedule (chunk c is the model's
+    // chunk c * pp + stage).
+    for (size_t c = 0; c < sl.chunk_begin.size(); ++c)
+      chunks_.push_back({static_cast<int32_t>(sl.chunk_begin[c]),
+                         static_cast<int32_t>(sl.chunk_end[c])});
+    head_layer_ = static_cast<int32_t>(ctx.lowered->layers.size()) - 1;
+    has_embedding_ = chunks_.front().first == 0;
+    has_head_ = chunks_.back().second == head_layer_ + 1;
     build_params();
   }
 
@@ -99,19 +103,22 @@ class GptStage : public StageModel {
     return ctx_.backend->sum_squares_spans(store_->grads(), spans);
   }
 
-  Tensor forward(const MicroBatch& mb, const Tensor* input) override {
-    MicroBatchCache& cache = caches_[mb.index];
+  int64_t chunks() const override { return static_cast<int64_t>(chunks_.size()); }
+
+  Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t chunk) override {
+    MicroBatchCache& cache = caches_[{mb.index, chunk}];
     cache.blocks.clear();
+    const auto [begin, end] = chunks_.at(static_cast<size_t>(chunk));
     Tensor x;
-    for (int32_t layer = begin_; layer < end_; ++layer) {
+    for (int32_t layer = begin; layer < end; ++layer) {
       if (hooks_ != nullptr) hooks_->before_forward(layer, mb.index);
       if (layer == 0) {
         x = embed_forward(mb);
-      } else if (has_head_ && layer == end_ - 1) {
+      } else if (layer == head_layer_) {
         head_forward(mb, x, cache.head);
         return Tensor();
       } else {
-        if (layer == begin_) x = *input;
+        if (layer == begin) x = *input;
         BlockCache bc;
         x = block_forward(layer, x, mb.index, bc, Phase::kFwd);
         if (ctx_.plan->recompute == spec::Recompute::kFull) {
@@ -121,25 +128,26 @@ class GptStage : public StageModel {
         } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
           bc.att = Tensor();  // the attention core is recomputed in backward
         }
-        cache.blocks.push_back(std::move(bc));
+        cache.blocks[layer] = std::move(bc);
       }
     }
     return x;
   }
 
-  Tensor backward(const MicroBatch& mb, const Tensor* grad_output) override {
-    MicroBatchCache& cache = caches_.at(mb.index);
+  Tensor backward(const MicroBatch& mb, const Tensor* grad_output, int64_t chunk) override {
+    MicroBatchCache& cache = caches_.at({mb.index, chunk});
+    const auto [begin, end] = chunks_.at(static_cast<size_t>(chunk));
     Tensor dy;
-    if (!has_head_) dy = *grad_output;
-    for (int32_t layer = end_ - 1; layer >= begin_; --layer) {
+    if (end - 1 != head_layer_) dy = *grad_output;
+    for (int32_t layer = end - 1; layer >= begin; --layer) {
       if (hooks_ != nullptr) hooks_->before_backward(layer, mb.index);
-      if (has_head_ && layer == end_ - 1) {
+      if (layer == head_layer_) {
         dy = head_backward(mb, cache.head);
       } else if (layer == 0) {
         embed_backward(mb, dy);
         dy = Tensor();
       } else {
-        BlockCache& bc = cache.blocks.at(static_cast<size_t>(layer - std::max(begin_, 1)));
+        BlockCache& bc = cache.blocks.at(layer);
         if (ctx_.plan->recompute == spec::Recompute::kFull) {
           Tensor keep = bc.x;
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
@@ -151,7 +159,7 @@ class GptStage : public StageModel {
       }
       if (hooks_ != nullptr) hooks_->after_backward(layer, mb.index);
     }
-    caches_.erase(mb.index);
+    caches_.erase({mb.index, chunk});
     return dy;
   }
 
@@ -253,13 +261,16 @@ class GptStage : public StageModel {
           normal("wte", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }), true,
           false, tied_copy);
     };
-    for (int32_t layer = begin_; layer < end_; ++layer) {
+    std::vector<int32_t> layers;  // this rank's, in forward order
+    for (auto [begin, end] : chunks_)
+      for (int32_t layer = begin; layer < end; ++layer) layers.push_back(layer);
+    for (int32_t layer : layers) {
       if (layer == 0) {
         embedding_table("embed.table", 0, false);
         if (m_.position_embedding == spec::PositionEmbedding::kLearned)
           add("embed.position", 0, {m_.max_positions, h},
               normal("wpe", kInitStd, [](int64_t i) { return i; }), true, true);
-      } else if (has_head_ && layer == end_ - 1) {
+      } else if (layer == head_layer_) {
         add("head.norm.gamma", layer, {h}, constant(1), false, true);
         if (layernorm()) add("head.norm.beta", layer, {h}, constant(0), false, true);
         if (!m_.tied_embeddings) {
@@ -312,7 +323,8 @@ class GptStage : public StageModel {
       }
     }
     store_ = std::make_unique<ParamStore>(backend(), specs);
-    for (int32_t layer = std::max(begin_, 1); layer < end_ - (has_head_ ? 1 : 0); ++layer) {
+    for (int32_t layer : layers) {
+      if (layer == 0 || layer == head_layer_) continue;
       const std::string b = fmt::format("block{}", layer - 1);
       BlockParams p;
       p.ln1_g = &store_->get(b + ".ln1.gamma");
@@ -329,7 +341,7 @@ class GptStage : public StageModel {
         p.fc1_b = &store_->get(b + ".mlp.fc1.bias");
         p.fc2_b = &store_->get(b + ".mlp.fc2.bias");
       }
-      blocks_.push_back(p);
+      blocks_[layer] = p;
     }
     if (has_embedding_) {
       table_ = &store_->get("embed.table");
@@ -346,7 +358,7 @@ class GptStage : public StageModel {
   }
 
   BlockParams& block(int32_t layer) {
-    return blocks_.at(static_cast<size_t>(layer - std::max(begin_, 1)));
+    return blocks_.at(layer);
   }
 
   // --- Embedding -------------------------------------------------------------------------------
@@ -600,7 +612,7 @@ class GptStage : public StageModel {
 
   void head_forward(const MicroBatch& mb, const Tensor& x, HeadCache& c) {
     Backend& be = backend();
-    const int32_t layer = end_ - 1;
+    const int32_t layer = head_layer_;
     c.x = x;
     c.ln = act({local_rows_, h_});
     c.mean = be.empty({local_rows_});
@@ -648,7 +660,7 @@ class GptStage : public StageModel {
 
   Tensor head_backward(const MicroBatch& mb, HeadCache& c) {
     Backend& be = backend();
-    const int32_t layer = end_ - 1;
+    const int32_t layer = head_layer_;
     // The loss of a step is the mean over every token of the global batch.
     const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
     Tensor dlogits = act({rows_, vocab_local_});
@@ -679,16 +691,17 @@ class GptStage : public StageModel {
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
   QkvLayout qkv_;  // this rank's heads
   int64_t gate_ = 1, vocab_local_ = 0;
-  int32_t begin_ = 0, end_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> chunks_;  // [begin, end) lowered layers of each chunk
+  int32_t head_layer_ = 0;                            // the model's last lowered layer
   bool has_embedding_ = false, has_head_ = false;
   std::unique_ptr<ParamStore> store_;
-  std::vector<BlockParams> blocks_;
+  std::map<int32_t, BlockParams> blocks_;  // by layer
   Param* table_ = nullptr;
   Param* positions_ = nullptr;
   Param* head_g_ = nullptr;
   Param* head_b_ = nullptr;
   Param* head_w_ = nullptr;
-  std::map<int64_t, MicroBatchCache> caches_;
+  std::map<std::pair<int64_t, int64_t>, MicroBatchCache> caches_;  // by (micro-batch, chunk)
   LayerHooks* hooks_ = nullptr;
   double loss_sum_ = 0;
 };

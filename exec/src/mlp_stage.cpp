@@ -65,7 +65,7 @@ class MlpStage : public StageModel {
     return end > begin ? ctx_.backend->sum_squares(store_->grads().rows(begin, end - begin)) : 0.0;
   }
 
-  Tensor forward(const MicroBatch& mb, const Tensor* input) override {
+  Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t /*chunk: always 0*/) override {
     Backend& be = *ctx_.backend;
     auto& cache = caches_[mb.index];
     cache.clear();
@@ -106,7 +106,8 @@ class MlpStage : public StageModel {
     return x;
   }
 
-  Tensor backward(const MicroBatch& mb, const Tensor* grad_output) override {
+  Tensor backward(const MicroBatch& mb, const Tensor* grad_output,
+                  int64_t /*chunk: always 0*/) override {
     Backend& be = *ctx_.backend;
     auto& cache = caches_.at(mb.index);
     Tensor dy;

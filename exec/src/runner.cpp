@@ -48,9 +48,9 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   groups_.dp_size = dp;
   groups_.pp_rank = c.pp;
   groups_.pp_size = plan.pp;
-  if (plan.pp > 1) {
-    if (c.pp + 1 < plan.pp) groups_.next = static_cast<int>(layout.pp_next(rank));
-    if (c.pp > 0) groups_.prev = static_cast<int>(layout.pp_prev(rank));
+  if (plan.pp > 1) {  // a ring: the interleaved schedule passes from the last stage to the first
+    groups_.next = static_cast<int>(layout.pp_next(rank));
+    groups_.prev = static_cast<int>(layout.pp_prev(rank));
   }
   // Tied embeddings on the first and the last stage: a group of the two.
   const bool ends = plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1);

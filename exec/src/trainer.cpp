@@ -24,9 +24,9 @@ using spec::Stream;
 void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan, int64_t world) {
   spec::validate_plan(plan, model, world, "plan " + plan.name());
   Diagnostics diag("plan " + plan.name());
-  if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1)
+  if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
     diag.add("/schedule", "\"interleaved\"",
-             "the executor runs gpipe and 1f1b; the interleaved schedule is simulated only");
+             "the executor interleaves transformer stages only (MLPs: gpipe or 1f1b)");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");
@@ -138,42 +138,51 @@ class Trainer {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
     sync_->begin_step();
-    std::vector<spec::ScheduleUnit> units =
-        spec::pipeline_schedule(plan_.schedule, plan_.pp, 1, micro_batches_, g.pp_rank);
+    const int64_t local_chunks = stage_->chunks();
+    const int64_t model_chunks = g.pp_size * local_chunks;
+    std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
+        plan_.schedule, plan_.pp, local_chunks, micro_batches_, g.pp_rank);
+    // Transfer tags: the activation entering model chunk c for micro-batch m, and its gradient.
+    auto tag = [&](int64_t m, int64_t c, bool gradient) {
+      return static_cast<int>(2 * (m * model_chunks + c) + (gradient ? 1 : 0));
+    };
     std::map<int64_t, MicroBatch> batches;
     std::vector<std::pair<std::unique_ptr<CommRequest>, Tensor>> sends;
     const std::vector<int64_t> shape = stage_->input_shape();
     for (const spec::ScheduleUnit& u : units) {
+      const int64_t c = u.chunk * g.pp_size + g.pp_rank;  // the model's chunk
+      const bool first = c == 0, last = c == model_chunks - 1;
       if (u.forward) {
-        MicroBatch& mb = batches[u.micro_batch] = micro_batch(step, u.micro_batch);
+        auto it = batches.find(u.micro_batch);
+        if (it == batches.end())
+          it = batches.emplace(u.micro_batch, micro_batch(step, u.micro_batch)).first;
         Tensor input;
-        if (g.pp_rank > 0) {
+        if (!first) {
           input = be.empty(shape, be.activation_dtype());
           auto s = ctx_.recorder->scope(p2p("pp.recv_activation", OpClass::kRecv, Stream::kPpRecv,
                                             input.numel(), Phase::kFwd, u.micro_batch));
-          recv(*g.world, be, input, g.prev, static_cast<int>(2 * u.micro_batch));
+          recv(*g.world, be, input, g.prev, tag(u.micro_batch, c, false));
         }
-        Tensor out = stage_->forward(mb, g.pp_rank > 0 ? &input : nullptr);
-        if (g.pp_rank < g.pp_size - 1) {
+        Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
+        if (!last) {
           auto s = ctx_.recorder->scope(p2p("pp.send_activation", OpClass::kSend, Stream::kPpSend,
                                             out.numel(), Phase::kFwd, u.micro_batch));
-          sends.push_back(send(*g.world, be, out, g.next, static_cast<int>(2 * u.micro_batch)));
+          sends.push_back(send(*g.world, be, out, g.next, tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
-        if (g.pp_rank < g.pp_size - 1) {
+        if (!last) {
           grad = be.empty(output_shape(), be.activation_dtype());
           auto s = ctx_.recorder->scope(p2p("pp.recv_gradient", OpClass::kRecv, Stream::kPpRecv,
                                             grad.numel(), Phase::kBwd, u.micro_batch));
-          recv(*g.world, be, grad, g.next, static_cast<int>(2 * u.micro_batch + 1));
+          recv(*g.world, be, grad, g.next, tag(u.micro_batch, c + 1, true));
         }
-        Tensor dx = stage_->backward(batches.at(u.micro_batch),
-                                     g.pp_rank < g.pp_size - 1 ? &grad : nullptr);
-        batches.erase(u.micro_batch);
-        if (g.pp_rank > 0) {
+        Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
+        if (u.chunk == 0) batches.erase(u.micro_batch);  // this rank's last use of it
+        if (!first) {
           auto s = ctx_.recorder->scope(p2p("pp.send_gradient", OpClass::kSend, Stream::kPpSend,
                                             dx.numel(), Phase::kBwd, u.micro_batch));
-          sends.push_back(send(*g.world, be, dx, g.prev, static_cast<int>(2 * u.micro_batch + 1)));
+          sends.push_back(send(*g.world, be, dx, g.prev, tag(u.micro_batch, c, true)));
         }
       }
     }

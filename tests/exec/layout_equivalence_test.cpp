@@ -111,6 +111,7 @@ spec::ModelSpec tiny_mlp() {
 spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = false,
                    spec::Schedule schedule = spec::Schedule::k1F1B) {
   spec::Plan p;
+  if (schedule == spec::Schedule::kInterleaved) p.virtual_stages = 2;
   p.dp = dp;
   p.tp = tp;
   p.pp = pp;
@@ -195,6 +196,8 @@ std::vector<Layout> layouts() {
       {"llama_pp2", plan_of(1, 1, 2), Net::kLlama},
       {"llama_dp2_zero3", plan_of(2, 1, 1, 3), Net::kLlama},
       {"llama_tp2_sp", plan_of(1, 2, 1, 0, true), Net::kLlama},
+      {"pp2_interleaved", plan_of(1, 1, 2, 0, false, S::kInterleaved)},
+      {"llama_pp2_interleaved", plan_of(1, 1, 2, 0, false, S::kInterleaved), Net::kLlama},
       {"dp4", plan_of(4, 1, 1)},
       {"tp4", plan_of(1, 4, 1)},
       {"pp4", plan_of(1, 1, 4)},
@@ -204,6 +207,8 @@ std::vector<Layout> layouts() {
       {"tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true)},
       {"mlp_dp2_pp2", plan_of(2, 1, 2), Net::kMlp},
       {"llama_dp2_tp2", plan_of(2, 2, 1), Net::kLlama},
+      {"dp2_pp2_interleaved_zero1", plan_of(2, 1, 2, 1, false, S::kInterleaved)},
+      {"tp2_pp2_interleaved_sp", plan_of(1, 2, 2, 0, true, S::kInterleaved)},
       {"llama_tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true), Net::kLlama},
       {"dp2_tp2_pp2", plan_of(2, 2, 2)},
       {"dp2_tp2_pp2_sp_zero1_gpipe", plan_of(2, 2, 2, 1, true, S::kGpipe)},

@@ -22,7 +22,7 @@ struct Groups {
   int64_t tp_rank = 0, tp_size = 1;
   int64_t dp_rank = 0, dp_size = 1;
   int64_t pp_rank = 0, pp_size = 1;
-  int prev = -1;  // world rank of the previous / next pipeline stage
+  int prev = -1;  // world rank of the previous / next pipeline stage, around a ring (pp > 1)
   int next = -1;
 };
 

@@ -34,12 +34,16 @@ class LayerHooks {
 class StageModel {
  public:
   virtual ~StageModel() = default;
-  // Forward of micro-batch `mb`. The first stage reads the batch; the others get `input`. Returns
-  // the activation for the next stage (empty on the last stage, which accumulates the loss).
-  virtual Tensor forward(const MicroBatch& mb, const Tensor* input) = 0;
-  // Backward of micro-batch `mb` (the last stage starts from its loss). Returns the gradient for
-  // the previous stage (empty on the first stage).
-  virtual Tensor backward(const MicroBatch& mb, const Tensor* grad_output) = 0;
+  // Model chunks this stage holds: 1, or the virtual stages of the interleaved schedule (local
+  // chunk c is the model's chunk c * pp + stage).
+  virtual int64_t chunks() const { return 1; }
+  // Forward of micro-batch `mb` through local chunk `chunk`. The model's first chunk reads the
+  // batch; the others get `input`. Returns the activation for the next chunk (empty for the last,
+  // which accumulates the loss).
+  virtual Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t chunk) = 0;
+  // Backward of micro-batch `mb` through `chunk` (the last chunk starts from its loss). Returns the
+  // gradient for the previous chunk (empty for the first).
+  virtual Tensor backward(const MicroBatch& mb, const Tensor* grad_output, int64_t chunk) = 0;
   virtual ParamStore& params() = 0;
   // Shape of the activation crossing into this stage (and of its gradient).
   virtual std::vector<int64_t> input_shape() const = 0;
