@@ -74,8 +74,8 @@ class GptStage : public StageModel {
     // One chunk of layers, or several under the interleaved schedule (chunk c is the model's
     // chunk c * pp + stage).
     for (size_t c = 0; c < sl.chunk_begin.size(); ++c)
-      chunks_.push_back({static_cast<int32_t>(sl.chunk_begin[c]),
-                         static_cast<int32_t>(sl.chunk_end[c])});
+      chunks_.push_back(
+          {static_cast<int32_t>(sl.chunk_begin[c]), static_cast<int32_t>(sl.chunk_end[c])});
     head_layer_ = static_cast<int32_t>(ctx.lowered->layers.size()) - 1;
     has_embedding_ = chunks_.front().first == 0;
     has_head_ = chunks_.back().second == head_layer_ + 1;
@@ -357,9 +357,7 @@ class GptStage : public StageModel {
     }
   }
 
-  BlockParams& block(int32_t layer) {
-    return blocks_.at(layer);
-  }
+  BlockParams& block(int32_t layer) { return blocks_.at(layer); }
 
   // --- Embedding -------------------------------------------------------------------------------
 
@@ -692,7 +690,7 @@ class GptStage : public StageModel {
   QkvLayout qkv_;  // this rank's heads
   int64_t gate_ = 1, vocab_local_ = 0;
   std::vector<std::pair<int32_t, int32_t>> chunks_;  // [begin, end) lowered layers of each chunk
-  int32_t head_layer_ = 0;                            // the model's last lowered layer
+  int32_t head_layer_ = 0;                           // the model's last lowered layer
   bool has_embedding_ = false, has_head_ = false;
   std::unique_ptr<ParamStore> store_;
   std::map<int32_t, BlockParams> blocks_;  // by layer

@@ -184,7 +184,15 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, std::optional<CommKind> 
       throw InputError("command line", "--comm", std::string(comm_kind_name(*choice)),
                        "mpi with the cpu backend (nccl needs --backend cuda)");
     comm = CommKind::kMpi;
-    return make_cpu_backend(precision.value_or(Precision::kFp32));
+    std::unique_ptr<Backend> backend = make_cpu_backend(precision.value_or(Precision::kFp32));
+    int rank = 0;
+    MPI_CHECK(MPI_Comm_rank(world, &rank));
+    if (rank == 0 && !quiet && backend->activation_dtype() == DType::kBF16)
+      fmt::print(
+          "backend {}: mixed precision emulated on the CPU (bf16 rounding checked, not "
+          "bf16 speed: slower than fp32)\n",
+          backend->name());
+    return backend;
   }
   const int devices = cuda_device_count();
   if (devices == 0)

@@ -140,8 +140,8 @@ class Trainer {
     sync_->begin_step();
     const int64_t local_chunks = stage_->chunks();
     const int64_t model_chunks = g.pp_size * local_chunks;
-    std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
-        plan_.schedule, plan_.pp, local_chunks, micro_batches_, g.pp_rank);
+    std::vector<spec::ScheduleUnit> units =
+        spec::pipeline_schedule(plan_.schedule, plan_.pp, local_chunks, micro_batches_, g.pp_rank);
     // Transfer tags: the activation entering model chunk c for micro-batch m, and its gradient.
     auto tag = [&](int64_t m, int64_t c, bool gradient) {
       return static_cast<int>(2 * (m * model_chunks + c) + (gradient ? 1 : 0));

@@ -459,9 +459,9 @@ struct Tile {
   float weight_decay;
 };
 // Multi-tensor AdamW: block b updates tile b.
-__global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v,
-                                   const Tile* tiles, float lr, float beta1, float beta2,
-                                   float eps, float grad_scale, float step_size, float bc2_sqrt) {
+__global__ void adamw_tiles_kernel(float* p, const float* g, float* m, float* v, const Tile* tiles,
+                                   float lr, float beta1, float beta2, float eps, float grad_scale,
+                                   float step_size, float bc2_sqrt) {
   const Tile tile = tiles[blockIdx.x];
   for (int64_t k = threadIdx.x; k < tile.count; k += blockDim.x)
     adamw_element(p, g, m, v, tile.offset + k, lr, beta1, beta2, eps, tile.weight_decay, grad_scale,
@@ -1006,8 +1006,8 @@ class CudaBackend : public Backend {
     const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
     const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
     adamw_tiles_kernel<<<static_cast<unsigned>(tiles.size()), kThreads>>>(
-        params.data(), grads.data(), m.data(), v.data(), static_cast<const Tile*>(table.raw()),
-        lr, beta1, beta2, eps, grad_scale, lr / bc1, std::sqrt(bc2));
+        params.data(), grads.data(), m.data(), v.data(), static_cast<const Tile*>(table.raw()), lr,
+        beta1, beta2, eps, grad_scale, lr / bc1, std::sqrt(bc2));
     CUDA_CHECK(cudaGetLastError());
   }
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
@@ -1032,8 +1032,8 @@ class CudaBackend : public Backend {
   Tensor upload_tiles(const std::vector<Tile>& tiles) {
     static_assert(sizeof(Tile) % 4 == 0);
     Tensor table = empty({static_cast<int64_t>(tiles.size() * sizeof(Tile) / 4)});
-    CUDA_CHECK(cudaMemcpy(table.raw(), tiles.data(), tiles.size() * sizeof(Tile),
-                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(table.raw(), tiles.data(), tiles.size() * sizeof(Tile), cudaMemcpyHostToDevice));
     return table;
   }
   // cos and sin of every (position, pair) angle, computed in double on the host (as the CPU
