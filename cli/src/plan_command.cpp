@@ -20,6 +20,7 @@
 #include "sextant/spec/json_io.hpp"
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/compare.hpp"
+#include "stack_options.hpp"
 #include "verify.hpp"
 
 namespace sextant::cli {
@@ -38,6 +39,7 @@ struct SearchFlags {
   int64_t leaders = 24;
   bool allow_tp_across_nodes = false;
   bool json = false;
+  StackFlags stack;
 };
 
 void add_search_flags(CLI::App& cmd, SearchFlags& f) {
@@ -58,6 +60,7 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
                "Allow tensor parallelism larger than a node");
   cmd.add_flag("--json", f.json, "Print JSON");
+  add_stack_flags(cmd, f.stack);
 }
 
 planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
@@ -74,6 +77,8 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
   }
   for (const std::string& c : f.constraints) r.constraints.push_back(planner::parse_constraint(c));
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
+  r.stack =
+      stack_from_flags(f.stack, std::nullopt, r.cluster.device.kind == spec::DeviceKind::kGpu);
   if (!f.dtype.empty()) {
     r.dtype = spec::enum_from_name(spec::dtype_names(), f.dtype);
     if (!r.dtype)

@@ -24,12 +24,10 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
       ->check(CLI::PositiveNumber);
-  cmd.add_flag("--no-overlap", f.no_overlap, "Reduce gradients after backward, not during it");
-  cmd.add_option("--bucket-mb", f.bucket_mb, "Gradient bucket size in MiB (default 25)")
-      ->check(CLI::PositiveNumber);
+  add_stack_flags(cmd, f.stack);
 }
 
-spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus) {
+spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool gpu_cluster) {
   spec::Plan plan;
   if (!f.plan_file.empty()) {
     plan = spec::read_plan_file(f.plan_file);
@@ -48,14 +46,13 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus) {
                     {"global_batch", f.global_batch},
                     {"schedule", f.schedule},
                     {"virtual_stages", f.vpp},
-                    {"recompute", f.recompute},
-                    {"overlap_dp_comm", !f.no_overlap}};
+                    {"recompute", f.recompute}};
     if (!f.dtype.empty()) j["dtype"] = f.dtype;
     if (f.seq_len > 0) j["seq_len"] = f.seq_len;
-    if (f.bucket_mb > 0) j["dp_bucket_bytes"] = f.bucket_mb << 20;
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  apply_stack_flags(f.stack, plan, gpu_cluster);
   if (gpus && *gpus != plan.world_size()) {
     throw InputError("command line", "--gpus", std::to_string(*gpus),
                      fmt::format("must equal dp*tp*pp of the plan ({})", plan.name()));

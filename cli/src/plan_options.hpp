@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sextant/spec/plan.hpp"
+#include "stack_options.hpp"
 
 namespace sextant::cli {
 
@@ -24,14 +25,14 @@ struct PlanFlags {
   std::string recompute = "none";
   std::string dtype;
   int64_t seq_len = 0;
-  bool no_overlap = false;
-  int64_t bucket_mb = 0;
+  StackFlags stack;
 };
 
-// Registers --plan and the plan flags on `cmd`.
+// Registers --plan, the plan flags and the stack flags on `cmd`.
 void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // The plan from --plan, else from the flags (decoded and validated like a plan file, so errors
-// name the flag). `gpus` when given must equal dp*tp*pp. Throws InputError.
-spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus);
+// name the flag), with the stack flags applied. `gpus` when given must equal dp*tp*pp. Throws
+// InputError.
+spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster);
 
 }  // namespace sextant::cli

@@ -3,12 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "format.hpp"
 
 namespace sextant::cli {
 
 void print_report(const spec::Report& r) {
-  fmt::print("{} on {} x {} ({}), plan {}\n", r.model, r.gpus, r.cluster, r.network, r.plan);
+  fmt::print("{} on {} x {} ({}), plan {}, stack {}\n", r.model, r.gpus, r.cluster, r.network,
+             r.plan, r.stack);
   fmt::print("  step time        {}\n", human_seconds(r.step_time_s));
   fmt::print("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
              r.samples_per_s);
@@ -31,13 +34,15 @@ void print_report(const spec::Report& r) {
              pct(b.bubble));
   const spec::MemoryBreakdown& m = r.memory;
   fmt::print(
-      "  memory per GPU   {} of {} ({}): weights {}, gradients {}, optimizer {}, "
-      "activations {}, buffers {}\n",
+      "  memory per GPU   {} of {} ({}, {} {}): weights {}, gradients {}, optimizer {}, "
+      "activations {}, buffers {}, reserved {}\n",
       human_bytes(static_cast<double>(m.peak_bytes)),
       human_bytes(static_cast<double>(m.capacity_bytes)), m.fits ? "fits" : "DOES NOT FIT",
-      human_bytes(static_cast<double>(m.weights)), human_bytes(static_cast<double>(m.gradients)),
-      human_bytes(static_cast<double>(m.optimizer)),
-      human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)));
+      human_bytes(static_cast<double>(std::abs(m.headroom_bytes))),
+      m.headroom_bytes >= 0 ? "free" : "over", human_bytes(static_cast<double>(m.weights)),
+      human_bytes(static_cast<double>(m.gradients)), human_bytes(static_cast<double>(m.optimizer)),
+      human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)),
+      human_bytes(static_cast<double>(m.reserved)));
   fmt::print("  simulated        {} events in {}\n", r.events, human_seconds(r.sim_wall_s));
 }
 

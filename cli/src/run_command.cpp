@@ -44,7 +44,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.comm_choice = comm_choice(f.executor);
     job.precision = precision_choice(f.executor);
     job.model = models::resolve_model(f.model);
-    job.plan = plan_from_flags(f.plan, std::nullopt);
+    job.plan = plan_from_flags(f.plan, std::nullopt, job.backend == exec::BackendKind::kCuda);
     job.train.steps = f.steps;
     job.train.data = f.data;
     job.train.seed = f.seed;

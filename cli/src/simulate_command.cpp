@@ -31,7 +31,8 @@ void run(const SimulateOptions& o) {
   spec::ModelSpec model = models::resolve_model(o.model);
   spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
   spec::Plan plan =
-      plan_from_flags(o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt);
+      plan_from_flags(o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt,
+                      cluster.device.kind == spec::DeviceKind::kGpu);
   sim::SimulationOptions options;
   auto fidelity = spec::enum_from_name(sim::fidelity_names(), o.network);
   if (!fidelity) {

@@ -66,9 +66,13 @@ Row predict(const PublishedRun& run, const spec::ClusterSpec& cluster, sim::Fide
       plan.micro_batch = mb;
       plan.global_batch = run.global_batch;
       plan.recompute = spec::Recompute::kFull;
-      plan.dtype = spec::Dtype::kFp16;
-      plan.overlap_dp_comm = false;
-      plan.overlap_pp_comm = false;
+      plan.stack = spec::builtin_stack("megatron-lm");
+      // examples/sc21/run_table_1.sh (Megatron-LM v2.5): the rows without pipeline parallelism
+      // ran PyTorch DDP (--DDP-impl torch: 25 MB buckets reduced during backward).
+      if (run.pp == 1) {
+        plan.stack->dp_overlap = true;
+        plan.stack->dp_bucket_bytes = 25 * (int64_t{1} << 20);
+      }
       plan.schedule = v > 1 ? spec::Schedule::kInterleaved : spec::Schedule::k1F1B;
       plan.virtual_stages = v;
       if (v > 1 && plan.micro_batches() % plan.pp != 0) continue;

@@ -13,6 +13,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     : ctx_(ctx),
       stage_(stage),
       micro_batches_(micro_batches),
+      stack_(ctx.plan->stack.value_or(spec::builtin_stack("sextant"))),
       dp_(ctx.groups->dp_size),
       zero_(ctx.plan->zero) {
   ParamStore& store = stage_.params();
@@ -44,7 +45,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       if (current.layers.empty()) current.end = it->end;
       current.begin = it->begin;
       current.layers.push_back(it->layer);
-      if ((current.end - current.begin) * 4 >= ctx_.plan->dp_bucket_bytes) {
+      if ((current.end - current.begin) * 4 >= stack_.dp_bucket_bytes) {
         buckets_.push_back(std::move(current));
         current = Bucket();
       }
@@ -177,7 +178,7 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   }
   if (!last) return;
   reduce_replicated(layer);
-  if (zero_ != 0 || dp_ == 1 || !ctx_.plan->overlap_dp_comm) return;
+  if (zero_ != 0 || dp_ == 1 || !stack_.dp_overlap) return;
   for (Bucket& b : buckets_) {
     if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
     if (--b.pending == 0) {

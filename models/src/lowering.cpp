@@ -96,6 +96,7 @@ Op gemm(std::string name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit sp
   op.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   op.bytes = (m * k + k * n + m * n) * e;
   op.shape = {m, n, k};
+  op.matmuls = {{1, m, n, k}};
   op.split = split;
   return op;
 }
@@ -109,6 +110,7 @@ Op batched_gemm(std::string name, int64_t batch, int64_t m, int64_t n, int64_t k
              static_cast<double>(k);
   op.bytes = batch * (m * k + k * n + m * n) * e;
   op.shape = {batch, m, n, k};
+  op.matmuls = {{batch, m, n, k}};
   op.split = TpSplit::kHead;
   op.core_attention = true;
   return op;
@@ -146,11 +148,18 @@ Op comm_op(std::string name, CollectiveKind kind, int64_t bytes) {
   return op;
 }
 
-// Backward of a GEMM: data gradient and weight gradient, each as costly as the forward.
+// Backward of a GEMM: data gradient and weight gradient, each as costly as the forward. For
+// Y[m,n] = X[m,k] W[k,n]: dX = dY W^T is an (m, k, n) product, dW = X^T dY a (k, n, m) one.
 Op gemm_backward(const Op& fwd) {
   Op op = fwd;
   op.flops = 2 * fwd.flops;
   op.bytes = 2 * fwd.bytes;
+  op.matmuls.clear();
+  for (const MatmulShape& f : fwd.matmuls) {
+    op.matmuls.push_back({f.batch, f.m, f.k, f.n});
+    op.matmuls.push_back({f.batch, f.k, f.n, f.m});
+  }
+  op.kernels = 2 * fwd.kernels;
   return op;
 }
 
@@ -160,9 +169,21 @@ Op memory_backward(const Op& fwd, double factor) {
   return op;
 }
 
+// Scales a memory-bound op to the kernels a less fused stack runs for it: `passes` times the
+// bytes of the fused kernel, in `kernels` launches.
+Op unfused(Op op, double passes, int kernels) {
+  op.bytes = static_cast<int64_t>(static_cast<double>(op.bytes) * passes);
+  op.kernels = kernels;
+  return op;
+}
+
 struct TransformerDims {
   int64_t b, s, h, a, kv, d, f, V, t, e;
   bool sp;
+  spec::AttentionKernel attention;
+  spec::Fusion fusion;
+  bool eager() const { return fusion == spec::Fusion::kEager; }
+  bool compiled() const { return fusion == spec::Fusion::kCompiled; }
   int64_t tokens() const { return b * s; }
   // Tokens handled by a replicated-or-sequence-split op on one rank.
   int64_t norm_tokens() const { return sp ? tokens() / t : tokens(); }
@@ -187,34 +208,105 @@ void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::st
       comm_op(prefix + ".all_gather", CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
 }
 
-Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index) {
-  Layer layer;
-  layer.name = fmt::format("block{}", index);
-  layer.kind = LayerKind::kBlock;
-  const int64_t T = x.tokens();
-  const int64_t Tn = x.norm_tokens();
+// How a stack's fusion level runs the memory-bound ops of a block, as multiples of the bytes of
+// the one fused kernel (Megatron/Transformer Engine/apex) and launches, from the kernels each
+// implementation calls:
+// - eager RMSNorm (Llama reference and TorchTitan's `_norm(x.float()).type_as(x) * weight`):
+//   cast to fp32, pow, mean, add+rsqrt, multiply, cast back, multiply by the weight = 36 bytes per
+//   element against the fused kernel's 4 (bf16 read + write): 9x, 7 kernels.
+// - eager LayerNorm: PyTorch's native kernel, as fused (its backward is two kernels).
+// - eager SwiGLU: silu(gate) then gate * up: 5 element passes against the fused kernel's 3.
+// - eager rotary embedding: complex or rotate-half arithmetic on fp32 copies: ~4x, 4 kernels.
+// - eager unfused softmax: scale, mask fill and softmax as three kernels.
+// - eager residual with dropout: dropout kernel, then add (5 passes against 3).
+// - compiled (Inductor; llm.c's fused_residual_forward): each norm is fused into the residual
+//   add before it, so it writes its output without reading the residual stream again.
+struct FusionPasses {
+  double norm = 1, act = 1, rope = 1, softmax = 1, residual = 1;
+  int norm_kernels = 1, act_kernels = 1, rope_kernels = 1, softmax_kernels = 1,
+      residual_kernels = 1;
+};
+
+FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x) {
+  FusionPasses p;
+  if (x.eager()) {
+    if (m.norm == spec::Norm::kRmsNorm) {
+      p.norm = 9;
+      p.norm_kernels = 7;
+    }
+    if (m.activation == spec::Activation::kSwiglu) {
+      p.act = 5.0 / 3.0;
+      p.act_kernels = 2;
+    }
+    p.rope = 4;
+    p.rope_kernels = 4;
+    p.softmax = 3;
+    p.softmax_kernels = 3;
+    if (m.dropout) {
+      p.residual = 5.0 / 3.0;
+      p.residual_kernels = 2;
+    }
+  } else if (x.compiled()) {
+    p.norm = 0.5;
+    p.norm_kernels = 0;
+  }
+  return p;
+}
+
+// The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
+// context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward
+// ops to `fw`, returns the backward ops in execution order and the bytes kept for backward.
+struct AttentionCore {
+  std::vector<Op> backward;
+  int64_t saved_bytes = 0;  // kept for backward per rank (recomputed by selective recompute)
+};
+
+AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDims& x,
+                             const FusionPasses& passes, std::vector<Op>& fw) {
   const int64_t e = x.e;
   const int64_t heads = x.a / x.t;
-  const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
-  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
-  const int64_t ffn = x.f / x.t;
-  const OpClass norm = OpClass::kNorm;
-
-  std::vector<Op>& fw = layer.forward;
-  Op attn_norm = memory_op("attn.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h});
-  fw.push_back(attn_norm);
-  add_sp_gather(fw, x, "attn");
-  Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
-  fw.push_back(qkv);
-  // Rotary embeddings rotate q and k in place: read and write both once.
-  const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
-  Op rope = memory_op("attn.rope", OpClass::kElementwise, 2 * T * (x.h + x.kv * x.d) / x.t * e,
-                      TpSplit::kColumn, {T, (x.h + x.kv * x.d) / x.t});
-  if (rotary) fw.push_back(rope);
+  const int64_t mask = m.dropout ? 1 : 0;
+  AttentionCore core;
+  if (spec::is_fused_attention(x.attention)) {
+    // FlashAttention (Dao et al. 2022, §3.1; FA2 §3.1.1): no s x s tensor is written; the kernel
+    // keeps the output and the fp32 log-sum-exp per row, and the backward recomputes the scores.
+    // FLOPs as the FlashAttention benchmarks count them (FA2 §4.1): forward 4*b*s^2*heads*d,
+    // halved under a causal mask, backward 2.5x the forward (5 matmuls against 2).
+    Op op;
+    op.name = "attn.core";
+    op.op_class = OpClass::kAttention;
+    op.flops = 4.0 * static_cast<double>(x.b * heads) * static_cast<double>(x.s) *
+               static_cast<double>(x.s) * static_cast<double>(x.d);
+    op.causal = m.architecture == spec::Architecture::kDecoder;
+    op.kernel_flops = op.causal ? op.flops / 2 : op.flops;
+    // Reads q, k, v and writes the output and the log-sum-exp.
+    op.bytes = 4 * x.tokens() * heads * x.d * e + x.b * heads * x.s * 4;
+    op.shape = {x.b * heads, x.s, x.s, x.d};
+    op.split = TpSplit::kHead;
+    op.core_attention = true;
+    op.fused_attention = true;
+    fw.push_back(op);
+    Op bwd = op;
+    bwd.flops = 2 * op.flops;
+    bwd.kernel_flops = 2.5 * op.kernel_flops;
+    bwd.bytes = 2 * op.bytes;
+    // Before the main backward kernel, D = rowsum(dO * O); after it, the fp32 dQ accumulator is
+    // converted to 16 bits (flash-attention's dot_do_o and convert_dq kernels, cuDNN's
+    // compute_dot_do_o and convert_dq_to_16bits).
+    Op prep = memory_op("attn.core_prep", OpClass::kElementwise,
+                        x.tokens() * heads * x.d * (2 * e + 4 + e) + x.b * heads * x.s * 4,
+                        TpSplit::kHead, {x.tokens(), heads * x.d});
+    prep.kernels = 2;
+    core.backward = {prep, bwd};
+    core.saved_bytes = x.b * heads * x.s * 4;  // the log-sum-exp
+    return core;
+  }
   Op scores = batched_gemm("attn.scores", x.b * heads, x.s, x.s, x.d, e);
   fw.push_back(scores);
-  Op softmax = memory_op("attn.softmax", OpClass::kElementwise, 2 * x.b * heads * x.s * x.s * e,
-                         TpSplit::kHead, {x.b * heads, x.s, x.s});
+  Op softmax =
+      unfused(memory_op("attn.softmax", OpClass::kElementwise, 2 * x.b * heads * x.s * x.s * e,
+                        TpSplit::kHead, {x.b * heads, x.s, x.s}),
+              passes.softmax, passes.softmax_kernels);
   softmax.core_attention = true;
   fw.push_back(softmax);
   Op attn_drop;
@@ -227,26 +319,75 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   }
   Op context = batched_gemm("attn.context", x.b * heads, x.s, x.d, x.s, e);
   fw.push_back(context);
+  core.backward.push_back(gemm_backward(context));
+  if (m.dropout) core.backward.push_back(memory_backward(attn_drop, 1.0));
+  core.backward.push_back(memory_backward(softmax, 1.5));
+  core.backward.push_back(gemm_backward(scores));
+  // The softmax output, and with dropout its mask and output (Korthikanti et al.: 5as^2b bytes).
+  core.saved_bytes = x.b * x.a * x.s * x.s * (e + mask * (1 + e)) / x.t;
+  return core;
+}
+
+Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index) {
+  Layer layer;
+  layer.name = fmt::format("block{}", index);
+  layer.kind = LayerKind::kBlock;
+  const int64_t T = x.tokens();
+  const int64_t Tn = x.norm_tokens();
+  const int64_t e = x.e;
+  const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
+  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  const int64_t ffn = x.f / x.t;
+  const OpClass norm = OpClass::kNorm;
+  const FusionPasses passes = fusion_passes(m, x);
+  // A norm's backward is its forward's passes over 1.5x the bytes; eager LayerNorm's backward is
+  // PyTorch's two kernels (input gradient, weight and bias gradients).
+  const int norm_bwd_kernels = passes.norm_kernels == 0 ? 0
+                               : x.eager() && m.norm == spec::Norm::kLayerNorm
+                                   ? 2
+                                   : passes.norm_kernels;
+
+  std::vector<Op>& fw = layer.forward;
+  Op attn_norm = unfused(memory_op("attn.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h}),
+                         passes.norm, passes.norm_kernels);
+  fw.push_back(attn_norm);
+  add_sp_gather(fw, x, "attn");
+  Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
+  fw.push_back(qkv);
+  // Rotary embeddings rotate q and k in place: read and write both once.
+  const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
+  Op rope =
+      unfused(memory_op("attn.rope", OpClass::kElementwise, 2 * T * (x.h + x.kv * x.d) / x.t * e,
+                        TpSplit::kColumn, {T, (x.h + x.kv * x.d) / x.t}),
+              passes.rope, passes.rope_kernels);
+  if (rotary) fw.push_back(rope);
+  AttentionCore core = attention_core(m, x, passes, fw);
   Op proj = gemm("attn.proj", T, x.h, x.h / x.t, e, TpSplit::kRow);
   fw.push_back(proj);
   add_tp_reduce(fw, x, "attn");
   // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
-  Op attn_res = memory_op("attn.residual", OpClass::kElementwise,
-                          Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h});
+  Op attn_res =
+      unfused(memory_op("attn.residual", OpClass::kElementwise,
+                        Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+              passes.residual, passes.residual_kernels);
   fw.push_back(attn_res);
-  Op mlp_norm = memory_op("mlp.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h});
+  Op mlp_norm = unfused(memory_op("mlp.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h}),
+                        passes.norm, passes.norm_kernels);
   fw.push_back(mlp_norm);
   add_sp_gather(fw, x, "mlp");
   Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
   fw.push_back(fc1);
-  Op act = memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e, TpSplit::kColumn,
-                     {T, gate * ffn});
+  Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
+                             TpSplit::kColumn, {T, gate * ffn}),
+                   passes.act, passes.act_kernels);
   fw.push_back(act);
   Op fc2 = gemm("mlp.fc2", T, x.h, ffn, e, TpSplit::kRow);
   fw.push_back(fc2);
   add_tp_reduce(fw, x, "mlp");
-  Op mlp_res = memory_op("mlp.residual", OpClass::kElementwise,
-                         Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h});
+  Op mlp_res =
+      unfused(memory_op("mlp.residual", OpClass::kElementwise,
+                        Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+              passes.residual, passes.residual_kernels);
   fw.push_back(mlp_res);
 
   // Backward, in execution order. Under tensor parallelism the gradient entering a
@@ -254,24 +395,26 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
   // parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
   std::vector<Op>& bw = layer.backward;
+  auto norm_backward = [&](const Op& fwd) {
+    Op op = memory_backward(fwd, 1.5);
+    op.kernels = norm_bwd_kernels;
+    return op;
+  };
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, "mlp");
   bw.push_back(gemm_backward(fc2));
   bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
   bw.push_back(gemm_backward(fc1));
   add_tp_reduce(bw, x, "mlp");
-  bw.push_back(memory_backward(mlp_norm, 1.5));
+  bw.push_back(norm_backward(mlp_norm));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
   add_sp_gather(bw, x, "attn");
   bw.push_back(gemm_backward(proj));
-  bw.push_back(gemm_backward(context));
-  if (m.dropout) bw.push_back(memory_backward(attn_drop, 1.0));
-  bw.push_back(memory_backward(softmax, 1.5));
-  bw.push_back(gemm_backward(scores));
+  bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   add_tp_reduce(bw, x, "attn");
-  bw.push_back(memory_backward(attn_norm, 1.5));
+  bw.push_back(norm_backward(attn_norm));
 
   // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
   // replicated on every tp rank.
@@ -286,8 +429,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
                  2 * norm_params;
 
   // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
-  // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA and
-  // ffn = 4h these add up to the paper's sbh(34 + 5as/h).
+  // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA,
+  // ffn = 4h and unfused attention these add up to the paper's sbh(34 + 5as/h); a flash kernel
+  // keeps the log-sum-exp instead of the 5as^2b bytes of the attention core.
   const int64_t sbh = T * x.h;
   const int64_t mask = m.dropout ? 1 : 0;
   // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
@@ -297,10 +441,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // attention), the attention projection input, the activation input and the FC2 input.
   const int64_t split =
       sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + gate * T * x.f * e + T * x.f * e;
-  // The attention core: softmax output, and with dropout its mask and output (5as²b bytes).
-  const int64_t core = x.b * x.a * x.s * x.s * (e + mask * (1 + e));
   const int64_t rep_per_rank = x.sp ? replicated / x.t : replicated;
-  layer.saved_bytes = rep_per_rank + split / x.t + core / x.t;
+  layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;
   layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
   layer.output_bytes = x.norm_tokens() * x.h * e;
@@ -358,10 +500,12 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   const int64_t vocab_shard = (x.V + x.t - 1) / x.t;
   const bool decoder = m.architecture == spec::Architecture::kDecoder;
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  const FusionPasses passes = fusion_passes(m, x);
   Op fnorm;
   if (decoder) {
-    fnorm = memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e, x.norm_split(),
-                      {x.norm_tokens(), x.h});
+    fnorm = unfused(memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e,
+                              x.norm_split(), {x.norm_tokens(), x.h}),
+                    passes.norm, passes.norm_kernels);
     layer.forward.push_back(fnorm);
   }
   add_sp_gather(layer.forward, x, "head");
@@ -371,6 +515,13 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   // all-reduces (max, target logit, sum of exponentials) of one fp32 value per token.
   Op loss = memory_op("head.loss", OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
                       {T, vocab_shard});
+  if (x.eager()) {
+    // logits.float() (2 + 4 bytes), log_softmax in fp32 (4 + 4), nll: 14 bytes per logit.
+    loss = unfused(loss, 14.0 / static_cast<double>(e + 4), 3);
+  } else if (x.compiled()) {
+    // One fused pass over the 16-bit logits (llm.c fused_classifier, Inductor).
+    loss = unfused(loss, static_cast<double>(e) / static_cast<double>(e + 4), 1);
+  }
   layer.forward.push_back(loss);
   if (x.t > 1) {
     layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 3 * T * 4));
@@ -408,6 +559,8 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.t = o.tp;
   x.e = spec::dtype_bytes(o.dtype);
   x.sp = o.sequence_parallel && o.tp > 1;
+  x.attention = o.attention;
+  x.fusion = o.fusion;
   std::string source = fmt::format("model {}", model.name);
   if (m.heads % o.tp != 0 || m.kv_heads % o.tp != 0 || m.ffn_hidden % o.tp != 0 ||
       m.hidden % o.tp != 0) {

@@ -6,6 +6,7 @@
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/rank_layout.hpp"
 
@@ -15,32 +16,44 @@ Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& clus
     : model_(&model), cluster_(&cluster) {}
 
 Estimator::Lowering& Estimator::lowering(const spec::Plan& plan) {
-  spec::Dtype dtype = sim::plan_dtype(plan, *cluster_);
-  auto key =
-      std::make_tuple(plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(dtype));
+  sim::StepSetup setup = sim::step_setup(*model_, *cluster_, plan);
+  auto key = std::make_tuple(
+      plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(setup.gemm_dtype),
+      setup.seq_len, static_cast<int>(setup.stack.attention), static_cast<int>(setup.stack.fusion));
   auto it = lowerings_.find(key);
   if (it != lowerings_.end()) return *it->second;
   auto l = std::make_unique<Lowering>();
-  int64_t seq = model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
-  l->lowered =
-      models::lower(*model_, {plan.micro_batch, seq, dtype, plan.tp, plan.sequence_parallel});
+  l->lowered = models::lower(*model_, setup.lowering);
+  l->setup = std::move(setup);
   return *lowerings_.emplace(key, std::move(l)).first->second;
 }
 
 const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
                                                                 Lowering& l) {
-  auto it = l.costs.find(plan.recompute);
+  const spec::Stack& stack = l.setup.stack;
+  auto key = std::make_tuple(plan.recompute, static_cast<int>(stack.tp_overlap));
+  auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
-  sim::ComputeModel compute(cluster_->device, l.lowered.dtype);
+  sim::ComputeModel compute = sim::make_compute_model(*cluster_, l.setup);
   sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
   spec::RankLayout layout(plan);
   sim::GroupShape tp_shape = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
-  auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase) {
+  auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase,
+                  bool block) {
+    // Overlapped tensor-parallel collectives (the simulator's run_ops) leave one chunk exposed.
+    const bool overlapped =
+        block && plan.tp > 1 && plan.sequence_parallel &&
+        (stack.tp_overlap == spec::TpOverlap::kPipelined ||
+         (stack.tp_overlap == spec::TpOverlap::kBulk && phase == spec::Phase::kBwd));
     double t = 0;
     for (const models::Op& op : ops) {
       if (core_only && !op.core_attention) continue;
       if (op.is_comm()) {
-        t += collectives.cost(op.collective, op.bytes, tp_shape).seconds();
+        double c = collectives.cost(op.collective, op.bytes, tp_shape).seconds();
+        if (overlapped && op.collective == spec::CollectiveKind::kAllGather)
+          c /= static_cast<double>(plan.tp);
+        if (overlapped && op.collective == spec::CollectiveKind::kReduceScatter) c /= 4;
+        t += c;
       } else {
         t += ps_to_seconds(compute.op_time(op, phase));
       }
@@ -51,22 +64,23 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   for (size_t i = 0; i < l.lowered.layers.size(); ++i) {
     const models::Layer& layer = l.lowered.layers[i];
     LayerCost c;
-    c.forward = pass(layer.forward, false, spec::Phase::kFwd);
-    c.backward = pass(layer.backward, false, spec::Phase::kBwd);
     bool block = layer.kind == models::LayerKind::kBlock;
+    c.forward = pass(layer.forward, false, spec::Phase::kFwd, block);
+    c.backward = pass(layer.backward, false, spec::Phase::kBwd, block);
     if (block && plan.recompute == spec::Recompute::kFull) c.recompute = c.forward;
     if (block && plan.recompute == spec::Recompute::kSelective)
-      c.recompute = pass(layer.forward, true, spec::Phase::kRecompute);
+      c.recompute = pass(layer.forward, true, spec::Phase::kRecompute, block);
     costs.push_back(c);
   }
-  return l.costs.emplace(plan.recompute, std::move(costs)).first->second;
+  return l.costs.emplace(key, std::move(costs)).first->second;
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan) {
   Lowering& l = lowering(plan);
   const std::vector<LayerCost>& costs = layer_costs(plan, l);
   const models::LoweredModel& lowered = l.lowered;
-  sim::ComputeModel compute(cluster_->device, lowered.dtype);
+  const spec::Stack& stack = l.setup.stack;
+  sim::ComputeModel compute = sim::make_compute_model(*cluster_, l.setup);
   sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
   spec::RankLayout layout(plan);
   const int64_t m = plan.micro_batches();
@@ -92,10 +106,11 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     slowest_stage = std::max(slowest_stage, t);
     slowest_backward = std::max(slowest_backward, b);
     max_params = std::max(max_params, params);
-    spec::MemoryBreakdown mem = sim::stage_memory(plan, lowered, *model_, s);
+    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, *model_, s, cluster_);
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
   }
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
+  const int64_t g = spec::dtype_bytes(stack.grad_dtype.value_or(lowered.dtype));
 
   // Pipeline: m micro-batches plus the fill and drain of (p - 1) stages, divided by the chunks.
   double step =
@@ -112,32 +127,33 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
                            sim::group_shape(pair, cluster_->devices_per_node))
                      .seconds();
     step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
-    if (!plan.overlap_pp_comm) step += 2 * static_cast<double>(m) * v * p2p;
+    if (!stack.pp_overlap) step += 2 * static_cast<double>(m) * v * p2p;
   }
   // Data parallelism.
   if (plan.dp > 1) {
     sim::GroupShape dp_shape = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
-    const int64_t grads = max_params * e;
+    const int64_t weights = max_params * e;
+    const int64_t grads = max_params * g;
     if (plan.zero == 3) {
       // Per micro-batch: gather parameters for forward and backward, scatter gradients.
       double per_mb =
-          2 * collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds() +
+          2 * collectives.cost(spec::CollectiveKind::kAllGather, weights, dp_shape).seconds() +
           collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
       double compute_per_mb = slowest_stage;
-      double exposed = plan.fsdp_prefetch ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
+      double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
       step += static_cast<double>(m) * exposed;
     } else {
       const int64_t buckets =
-          std::max<int64_t>(1, (grads + plan.dp_bucket_bytes - 1) / plan.dp_bucket_bytes);
+          std::max<int64_t>(1, (grads + stack.dp_bucket_bytes - 1) / stack.dp_bucket_bytes);
       const int64_t bucket = grads / buckets;
       spec::CollectiveKind kind =
           plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
       double reduce =
           static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
       double last = collectives.cost(kind, bucket, dp_shape).seconds();
-      step += plan.overlap_dp_comm ? std::max(last, reduce - slowest_backward) : reduce;
-      if (plan.zero >= 1)
-        step += collectives.cost(spec::CollectiveKind::kAllGather, grads, dp_shape).seconds();
+      step += stack.dp_overlap ? std::max(last, reduce - slowest_backward) : reduce;
+      if (plan.zero >= 1 && !stack.param_gather_overlap)
+        step += collectives.cost(spec::CollectiveKind::kAllGather, weights, dp_shape).seconds();
     }
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;

@@ -1,7 +1,9 @@
-// Roofline op costs.
+// Op costs: roofline, GEMM tiles and waves, published fused-attention throughput.
 #include "sextant/sim/compute_model.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace sextant::sim {
 
@@ -9,8 +11,18 @@ bool is_matrix_op(spec::OpClass c) {
   return c == spec::OpClass::kGemm || c == spec::OpClass::kAttention || c == spec::OpClass::kConv;
 }
 
-ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype)
-    : device_(&device), dtype_(dtype), peak_flops_(device.peak_flops(dtype)) {}
+ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
+                           spec::AttentionKernel attention, std::optional<spec::Dtype> gemm_dtype)
+    : device_(&device),
+      dtype_(dtype),
+      attention_(attention),
+      peak_flops_(device.peak_flops(dtype)),
+      gemm_peak_flops_(device.peak_flops(gemm_dtype.value_or(dtype))) {}
+
+double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const {
+  return bytes /
+         (device_->memory_bandwidth_GBps * kBytesPerGB * device_->memory_efficiency_for(op_class));
+}
 
 double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
                              std::string_view op_key) const {
@@ -32,9 +44,69 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
   return std::max(compute, memory) + device_->launch_overhead_us * 1e-6;
 }
 
+// NVIDIA, "Matrix Multiplication Background User's Guide" §3 (tile and wave quantization): the
+// output is cut into tm x tn tiles, one thread block each; the SMs run them in waves, a partial
+// wave costing a whole one. A tile streams its K dimension through the tensor cores, plus a
+// pipeline fill and epilogue worth `tile_overhead_k` elements of K. cuBLAS chooses among its
+// tiles and may split K over several blocks (their fp32 partial outputs are then summed), which
+// fills the GPU when M x N has few tiles; the model takes the fastest choice.
+double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
+  const spec::GemmModel& g = *device_->gemm_model;
+  const double sm_flops = gemm_peak_flops_ / static_cast<double>(g.sms) *
+                          (g.clock_MHz / g.peak_clock_MHz) * g.mainloop_efficiency;
+  const double bandwidth =
+      device_->memory_bandwidth_GBps * kBytesPerGB * device_->memory_efficiency;
+  const double k = static_cast<double>(s.k);
+  double best = std::numeric_limits<double>::infinity();
+  for (const spec::GemmTile& t : g.tiles) {
+    const int64_t tiles = s.batch * ((s.m + t.m - 1) / t.m) * ((s.n + t.n - 1) / t.n);
+    for (int64_t split = 1; split <= g.max_split_k; ++split) {
+      if (split > 1 && k / static_cast<double>(split) < 128) break;
+      const int64_t blocks = tiles * split;
+      const double waves = static_cast<double>((blocks + g.sms - 1) / g.sms);
+      double time = waves * 2.0 * static_cast<double>(t.m * t.n) *
+                    (k / static_cast<double>(split) + g.tile_overhead_k) / sm_flops;
+      if (split > 1) {
+        // Partial outputs written and read in fp32, the sum written in the output type.
+        const double out = static_cast<double>(s.batch * s.m * s.n);
+        time += out * (8.0 * static_cast<double>(split) + spec::dtype_bytes(dtype_)) / bandwidth;
+      }
+      best = std::min(best, time);
+    }
+  }
+  return best + g.kernel_overhead_us * 1e-6;
+}
+
+double ComputeModel::attention_seconds(const models::Op& op, bool backward) const {
+  SEXTANT_CHECK(op.shape.size() == 4, "fused attention op {} needs shape {{b*h, s, s, d}}",
+                op.name);
+  double tflops = spec::attention_tflops(device_->attention_kernels, device_->name, attention_,
+                                         op.shape[3], op.shape[1], op.causal, backward);
+  return op.executed_flops() / (tflops * kFlopsPerTflop);
+}
+
 Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const {
-  return seconds_to_ps(seconds(op.flops, static_cast<double>(op.bytes), op.op_class,
-                               spec::efficiency_key(op.name, phase)));
+  const std::string key = spec::efficiency_key(op.name, phase);
+  const double launches = device_->launch_overhead_us * 1e-6 * op.kernels;
+  if (device_->efficiency_by_op.count(key) > 0) {
+    // Calibrated for this op: one efficiency replaces the models below.
+    return seconds_to_ps(
+        seconds(op.executed_flops(), static_cast<double>(op.bytes), op.op_class, key) -
+        device_->launch_overhead_us * 1e-6 + launches);
+  }
+  const double memory = memory_seconds(static_cast<double>(op.bytes), op.op_class);
+  double compute = 0;
+  if (op.fused_attention) {
+    compute = attention_seconds(op, phase == spec::Phase::kBwd);
+  } else if (is_matrix_op(op.op_class) && op.flops > 0) {
+    if (device_->gemm_model && !op.matmuls.empty()) {
+      for (const models::MatmulShape& m : op.matmuls) compute += matmul_seconds(m);
+    } else {
+      const double flops = op.executed_flops();
+      compute = flops / (gemm_peak_flops_ * device_->gemm_efficiency_at(flops));
+    }
+  }
+  return seconds_to_ps(std::max(compute, memory) + launches);
 }
 
 Picoseconds ComputeModel::optimizer_time(int64_t params) const {

@@ -80,6 +80,7 @@ struct StreamState {
   bool busy = false;
   int8_t blocked_on = -1;  // the stream the head task waits for
   Picoseconds started = 0;
+  Picoseconds busy_mark = 0;  // communication streams: the rank's compute time at the task start
 };
 
 struct HotProgram;
@@ -88,6 +89,8 @@ struct RankState {
   const HotProgram* hot = nullptr;
   std::array<StreamState, spec::kStreamCount> streams;
   Picoseconds compute_free_since = 0;
+  Picoseconds compute_busy = 0;   // time the compute stream spent on completed tasks
+  Picoseconds slowdown_debt = 0;  // compute time lost to communication running beside it
   Picoseconds last_end = 0;
   CommClass last_class = CommClass::kNone;
   RankTimes times;
@@ -168,8 +171,9 @@ class Engine {
  public:
   Engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
          const std::vector<GroupSetup>& groups, const std::vector<ChannelSetup>& channels,
-         Network& network, bool record)
-      : programs_(programs),
+         Network& network, bool record, double overlap_slowdown)
+      : overlap_slowdown_(overlap_slowdown),
+        programs_(programs),
         setups_(ranks),
         group_setups_(groups),
         channel_setups_(channels),
@@ -289,6 +293,19 @@ class Engine {
     }
   }
 
+  // Compute time of the rank up to `now`, the running task included.
+  static Picoseconds compute_busy_at(const RankState& rs, Picoseconds now) {
+    const StreamState& c = rs.streams[static_cast<size_t>(spec::Stream::kCompute)];
+    return rs.compute_busy + (c.busy ? now - c.started : 0);
+  }
+
+  // A communication task of `rank` on `stream` starts moving data: the compute it overlaps from
+  // now on is slowed (a task waiting for its peers takes nothing from compute).
+  void mark_transfer_start(int32_t rank, spec::Stream stream, Picoseconds now) {
+    RankState& rs = ranks_[static_cast<size_t>(rank)];
+    rs.streams[static_cast<size_t>(stream)].busy_mark = compute_busy_at(rs, now);
+  }
+
   // The stream whose progress `task` still waits for, if any.
   static std::optional<int> unmet_dep(const RankState& rs, const HotTask& task) {
     for (uint32_t dep : task.deps) {
@@ -340,6 +357,10 @@ class Engine {
         if (setup.speed != 1.0) {
           d = static_cast<Picoseconds>(std::llround(static_cast<double>(d) / setup.speed));
         }
+        // Communication that ran beside earlier compute took SMs and memory bandwidth from it;
+        // the compute stream pays that time now.
+        d += rs.slowdown_debt;
+        rs.slowdown_debt = 0;
         if (task.optimizer()) {
           rs.times.optimizer += d;
         } else {
@@ -363,6 +384,8 @@ class Engine {
         if (++gs.arrived ==
             static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
           gs.start = now;
+          for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
+            mark_transfer_start(static_cast<int32_t>(member), stream, now);
           NetworkStart ns = network_.start_collective(g, gs.kind, gs.bytes, now);
           gs.algorithm = ns.algorithm;
           if (ns.end) push(*ns.end, EventType::kGroupDone, g);
@@ -384,6 +407,9 @@ class Engine {
         }
         if (cs.send_posted && cs.recv_posted) {
           cs.start = now;
+          const ChannelSetup& ch = channel_setups_[static_cast<size_t>(c)];
+          mark_transfer_start(static_cast<int32_t>(ch.src), spec::Stream::kPpSend, now);
+          mark_transfer_start(static_cast<int32_t>(ch.dst), spec::Stream::kPpRecv, now);
           NetworkStart ns = network_.start_transfer(c, cs.bytes, now);
           cs.algorithm = ns.algorithm;
           if (ns.end) push(*ns.end, EventType::kChannelDone, c);
@@ -404,6 +430,16 @@ class Engine {
     ss.busy = false;
     ss.next += 1;
     ss.completed += 1;
+    if (stream == spec::Stream::kCompute) {
+      rs.compute_busy += now - ss.started;
+    } else if (overlap_slowdown_ > 0) {
+      // Overlap model (arXiv:2507.03114 measures compute slowed by 18.9% on average while
+      // collectives run beside it): the compute that ran during this communication task is
+      // stretched by the device's overlap_slowdown.
+      Picoseconds overlapped = compute_busy_at(rs, now) - ss.busy_mark;
+      rs.slowdown_debt += static_cast<Picoseconds>(
+          std::llround(overlap_slowdown_ * static_cast<double>(overlapped)));
+    }
     if (now >= rs.last_end) {
       rs.last_end = now;
       rs.last_class = task.comm_class;
@@ -463,6 +499,7 @@ class Engine {
     SEXTANT_CHECK(stuck.empty(), "simulation deadlocked:{}", stuck);
   }
 
+  double overlap_slowdown_;
   const std::vector<Program>& programs_;
   const std::vector<RankSetup>& setups_;
   const std::vector<GroupSetup>& group_setups_;
@@ -486,8 +523,8 @@ class Engine {
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks) {
-  return Engine(programs, ranks, groups, channels, network, record_tasks).run();
+                        bool record_tasks, double overlap_slowdown) {
+  return Engine(programs, ranks, groups, channels, network, record_tasks, overlap_slowdown).run();
 }
 
 }  // namespace sextant::sim

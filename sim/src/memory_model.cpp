@@ -1,20 +1,35 @@
-// Per-stage memory from the lowering and the pipeline schedule.
+// Per-stage memory from the lowering, the pipeline schedule and the software stack.
 #include "sextant/sim/memory_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
 namespace sextant::sim {
 
-StateBytesPerParam state_bytes_per_param(spec::Dtype dtype) {
-  if (spec::dtype_bytes(dtype) >= 4) return {4, 4, 8};
-  return {2, 2, 12};
+StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, std::optional<spec::Dtype> grad) {
+  const int64_t g = spec::dtype_bytes(grad.value_or(dtype));
+  if (spec::dtype_bytes(dtype) >= 4) return {4, g, 8};
+  return {spec::dtype_bytes(dtype), g, 12};
 }
 
-spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const models::LoweredModel& lowered,
-                                   const spec::ModelSpec& model, int64_t stage) {
+int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
+                               int64_t stage) {
+  int64_t n = 0;
+  if (plan.tp > 1) ++n;
+  if (plan.dp > 1) ++n;
+  if (plan.pp > 1) ++n;  // the stage-to-stage send/receive channels
+  const bool end_stage = stage == 0 || stage == plan.pp - 1;
+  if (plan.pp > 1 && lowered.tied_table_params > 0 && end_stage) ++n;  // the embedding group
+  return n;
+}
+
+spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
+                                   const models::LoweredModel& lowered,
+                                   const spec::ModelSpec& model, int64_t stage,
+                                   const spec::ClusterSpec* cluster) {
   StageLayers layers = stage_layers(plan, lowered, stage);
   const size_t chunks = layers.chunk_begin.size();
   int64_t params = 0;
@@ -38,7 +53,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const models::Lowered
     params += (t.vocab + plan.tp - 1) / plan.tp * t.hidden;
   }
 
-  StateBytesPerParam per = state_bytes_per_param(lowered.dtype);
+  StateBytesPerParam per = state_bytes_per_param(lowered.dtype, stack.grad_dtype);
   const int64_t n = plan.dp;
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;
@@ -67,17 +82,33 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const models::Lowered
   m.activations = peak;
 
   // Buffers: stage-to-stage send and receive buffers, the DDP gradient bucket, and under ZeRO-3
-  // the gathered parameters of the current (and prefetched) layer and its unsharded gradient.
+  // the gathered parameters of the current and prefetched layers and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
   int64_t boundary = 0;
   for (const models::Layer& layer : lowered.layers)
     boundary = std::max(boundary, layer.output_bytes);
   int64_t buffers = plan.pp > 1 ? 2 * boundary : 0;
-  if (plan.dp > 1 && plan.zero < 3) buffers += std::min(plan.dp_bucket_bytes, params * e);
+  if (plan.dp > 1 && plan.zero < 3)
+    buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
   if (plan.dp > 1 && plan.zero == 3)
-    buffers += (plan.fsdp_prefetch ? 2 : 1) * largest_layer * e + largest_layer * e;
+    buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   m.buffers = buffers;
-  m.peak_bytes = m.weights + m.gradients + m.optimizer + m.activations + m.buffers;
+
+  // Beyond tensors: the caching allocator's reserve over what it hands out for activations and
+  // transient buffers, and, given the cluster, the runtime and one buffer set per communicator.
+  m.reserved = static_cast<int64_t>(
+      std::llround(stack.allocator_reserve * static_cast<double>(m.activations + m.buffers)));
+  if (cluster != nullptr) {
+    m.reserved +=
+        cluster->device.runtime_reserved_bytes +
+        communicators_of_stage(plan, lowered, stage) * cluster->network.communicator_buffer_bytes;
+  }
+  m.peak_bytes = m.weights + m.gradients + m.optimizer + m.activations + m.buffers + m.reserved;
+  if (cluster != nullptr) {
+    m.capacity_bytes = cluster->device.memory_capacity_bytes;
+    m.headroom_bytes = m.capacity_bytes - m.peak_bytes;
+    m.fits = m.headroom_bytes >= 0;
+  }
   return m;
 }
 

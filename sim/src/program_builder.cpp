@@ -17,17 +17,20 @@ namespace {
 
 class StageBuilder {
  public:
-  StageBuilder(const spec::Plan& plan, const models::LoweredModel& lowered,
-               const ComputeModel& compute, int64_t stage)
+  StageBuilder(const spec::Plan& plan, const spec::Stack& stack,
+               const models::LoweredModel& lowered, const ComputeModel& compute, int64_t stage)
       : plan_(plan),
+        stack_(stack),
         lowered_(lowered),
         compute_(compute),
         stage_(stage),
         layers_(stage_layers(plan, lowered, stage)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
+        grad_bytes_(spec::dtype_bytes(stack.grad_dtype.value_or(lowered.dtype))),
         micro_batches_(plan.micro_batches()) {}
 
   Program build() {
+    gather_parameters_ahead();
     std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
         plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
     for (const spec::ScheduleUnit& u : units) {
@@ -38,7 +41,7 @@ class StageBuilder {
       }
     }
     int32_t last = flush();
-    if (plan_.dp > 1 && plan_.zero < 3 && !plan_.overlap_dp_comm) {
+    if (plan_.dp > 1 && plan_.zero < 3 && !stack_.dp_overlap) {
       // All gradients reduced after the whole backward, in buckets.
       for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
         for (size_t l = layers_.chunk_end[v]; l-- > layers_.chunk_begin[v];) add_to_bucket(l, last);
@@ -201,40 +204,161 @@ class StageBuilder {
     int32_t before = flush();
     int32_t task = comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
                         spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, before);
-    if (!plan_.overlap_pp_comm) require(task);
+    if (!stack_.pp_overlap) require(task);
   }
 
-  int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * elem_bytes_; }
+  // Gradient bytes of a layer in the dtype gradients are accumulated and reduced in.
+  int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * grad_bytes_; }
 
-  // ZeRO-3: all-gather a layer's parameters from the data-parallel group.
+  // Modules whose parameters DeepSpeed's ZeRO-3 fetches one at a time: the layer's GEMMs with
+  // weights (norm weights and biases stay below stage3_param_persistence_threshold, unsharded).
+  int64_t parameter_modules(size_t layer) const {
+    int64_t n = 0;
+    for (const models::Op& op : lowered_.layers[layer].forward)
+      if (op.op_class == spec::OpClass::kGemm || op.op_class == spec::OpClass::kConv) ++n;
+    return std::max<int64_t>(1, n);
+  }
+
+  // ZeRO-3: all-gather a layer's parameters from the data-parallel group: one flat parameter
+  // (FSDP), or one coalesced gather per module (DeepSpeed). Returns the last gather.
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
-    int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
-    int32_t op =
-        named_op("fsdp.all_gather", spec::OpClass::kAllGather, bytes, static_cast<int32_t>(layer));
-    return comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
-                TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
-                after);
+    const int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
+    const int64_t parts =
+        stack_.zero3 == spec::Zero3Impl::kDeepspeed ? parameter_modules(layer) : 1;
+    int32_t last = -1;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t part = bytes / parts + (p < bytes % parts ? 1 : 0);
+      int32_t op =
+          named_op("fsdp.all_gather", spec::OpClass::kAllGather, part, static_cast<int32_t>(layer));
+      last =
+          comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
+               TaskKind::kCollective, spec::CollectiveKind::kAllGather, part, op, phase, mb, after);
+    }
+    return last;
   }
 
-  // Runs `layers` (in pass order) with ZeRO-3 parameter gathers when the plan shards parameters.
+  // Runs `layers` (in pass order) with ZeRO-3 parameter gathers when the plan shards parameters;
+  // the gathers of the next `zero3_prefetch` layers run while a layer computes.
   template <typename Body>
   void pass(const std::vector<size_t>& order, Phase phase, int64_t mb, Body body) {
     const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
+    const size_t ahead = static_cast<size_t>(stack_.zero3_prefetch);
     std::vector<int32_t> gathers(order.size(), -1);
     for (size_t i = 0; i < order.size(); ++i) {
       if (fsdp) {
         int32_t before = flush();
-        if (plan_.fsdp_prefetch) {
-          // The gather of the layer after this one runs while this layer computes.
-          if (gathers[i] < 0) gathers[i] = gather_params(order[i], phase, mb, before);
-          if (i + 1 < order.size()) gathers[i + 1] = gather_params(order[i + 1], phase, mb, before);
-        } else {
-          gathers[i] = gather_params(order[i], phase, mb, before);
-        }
+        for (size_t j = i; j <= i + ahead && j < order.size(); ++j)
+          if (gathers[j] < 0) gathers[j] = gather_params(order[j], phase, mb, before);
         require(gathers[i]);
       }
       body(order[i]);
       if (fsdp) flush();  // layer boundary: gathers and reduce-scatters hook on it
+    }
+  }
+
+  // ZeRO-1/2 with the parameter all-gather overlapped (Megatron's --overlap-param-gather): the
+  // parameters updated by the previous step are gathered in buckets while the first micro-batch
+  // runs forward, each layer waiting for its bucket. A step in steady state looks the same.
+  void gather_parameters_ahead() {
+    if (plan_.dp == 1 || (plan_.zero != 1 && plan_.zero != 2) || !stack_.param_gather_overlap)
+      return;
+    int64_t open = 0;
+    std::vector<size_t> members;
+    auto close = [&] {
+      if (open == 0) return;
+      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, open, -1);
+      int32_t task = comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+                          TaskKind::kCollective, spec::CollectiveKind::kAllGather, open, op,
+                          Phase::kFwd, 0, -1);
+      for (size_t l : members) param_gather_[l] = task;
+      members.clear();
+      open = 0;
+    };
+    for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
+      for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l) {
+        open += lowered_.layers[l].params * elem_bytes_;
+        members.push_back(l);
+        if (open >= stack_.dp_bucket_bytes) close();
+      }
+    }
+    close();
+  }
+
+  // Tensor-parallel communication overlapped with the GEMM beside it (Transformer Engine's
+  // userbuffers, Megatron --tp-comm-overlap; needs sequence parallelism): forward only with
+  // "pipelined", backward with "bulk" too; only inside transformer blocks (TE linear layers).
+  bool tp_overlapped(size_t layer, Phase phase) const {
+    if (plan_.tp == 1 || !plan_.sequence_parallel || !is_block(layer)) return false;
+    if (stack_.tp_overlap == spec::TpOverlap::kPipelined) return true;
+    return stack_.tp_overlap == spec::TpOverlap::kBulk && phase == Phase::kBwd;
+  }
+
+  // An all-gather feeding the GEMM after it, split in chunks (TE's ring exchange: tp chunks): the
+  // GEMM starts on the first chunk while the others arrive; what follows waits for all of them.
+  void gathered_gemm(size_t layer, const models::Op& gather, const models::Op& gemm, Phase phase,
+                     int64_t mb) {
+    const int64_t chunks = plan_.tp;
+    const int64_t first = gather.bytes / chunks;
+    int32_t before = flush();
+    int32_t id = op_id(layer, gather, phase);
+    int32_t head = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+                        TaskKind::kCollective, gather.collective, first, id, phase, mb, before);
+    int32_t rest =
+        comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+             TaskKind::kCollective, gather.collective, gather.bytes - first, id, phase, mb, head);
+    require(head);
+    compute_op(layer, gemm, phase, mb);
+    require(rest);
+  }
+
+  // A GEMM whose output is reduce-scattered in chunks as it is produced (TE's pipelined overlap,
+  // 4 splits): all but the last chunk's reduction run beside the GEMM.
+  void scattered_gemm(size_t layer, const models::Op& gemm, const models::Op& scatter, Phase phase,
+                      int64_t mb) {
+    constexpr int64_t kSplits = 4;
+    const int64_t last_bytes = scatter.bytes / kSplits;
+    int32_t before = flush();
+    int32_t id = op_id(layer, scatter, phase);
+    int32_t early = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+                         TaskKind::kCollective, scatter.collective, scatter.bytes - last_bytes, id,
+                         phase, mb, before);
+    compute_op(layer, gemm, phase, mb);
+    int32_t gemm_task = flush();
+    int32_t last =
+        comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+             TaskKind::kCollective, scatter.collective, last_bytes, id, phase, mb, gemm_task);
+    (void)early;  // the tp stream orders `last` after it
+    require(last);
+  }
+
+  // A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel
+  // collectives split it (or overlap the GEMM next to them).
+  void run_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb,
+               bool core_only = false) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const models::Op& op = ops[i];
+      if (core_only) {
+        if (op.core_attention) compute_op(layer, op, phase, mb);
+        continue;
+      }
+      const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
+      const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
+                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
+      if (op.is_comm()) {
+        if (op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
+            tp_overlapped(layer, phase)) {
+          gathered_gemm(layer, op, ops[i + 1], phase, mb);
+          ++i;
+        } else {
+          tp_collective(layer, op, phase, mb);
+        }
+      } else if (op.op_class == spec::OpClass::kGemm && next_scatter &&
+                 tp_overlapped(layer, phase)) {
+        scattered_gemm(layer, op, ops[i + 1], phase, mb);
+        ++i;
+      } else {
+        compute_op(layer, op, phase, mb);
+      }
     }
   }
 
@@ -247,13 +371,12 @@ class StageBuilder {
     std::vector<size_t> order;
     for (size_t l = b; l < e; ++l) order.push_back(l);
     pass(order, Phase::kFwd, u.micro_batch, [&](size_t l) {
-      for (const models::Op& op : lowered_.layers[l].forward) {
-        if (op.is_comm()) {
-          tp_collective(l, op, Phase::kFwd, u.micro_batch);
-        } else {
-          compute_op(l, op, Phase::kFwd, u.micro_batch);
-        }
+      auto gather = param_gather_.find(l);
+      if (gather != param_gather_.end()) {
+        require(gather->second);  // the first forward of this step waits for its parameters
+        param_gather_.erase(gather);
       }
+      run_ops(l, lowered_.layers[l].forward, Phase::kFwd, u.micro_batch);
     });
     if (!last_chunk(u.chunk))
       send(PeerSlot::kNext, boundary_bytes(e), Phase::kFwd, u.micro_batch,
@@ -265,7 +388,7 @@ class StageBuilder {
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
     const bool last_mb = u.micro_batch == micro_batches_ - 1;
     const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
-    const bool bucketed = plan_.dp > 1 && !fsdp && plan_.overlap_dp_comm && last_mb;
+    const bool bucketed = plan_.dp > 1 && !fsdp && stack_.dp_overlap && last_mb;
     if (!last_chunk(u.chunk))
       receive(PeerSlot::kNext, boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
@@ -274,24 +397,11 @@ class StageBuilder {
     pass(order, Phase::kBwd, u.micro_batch, [&](size_t l) {
       const models::Layer& layer = lowered_.layers[l];
       if (is_block(l) && plan_.recompute == spec::Recompute::kFull) {
-        for (const models::Op& op : layer.forward) {
-          if (op.is_comm()) {
-            tp_collective(l, op, Phase::kRecompute, u.micro_batch);
-          } else {
-            compute_op(l, op, Phase::kRecompute, u.micro_batch);
-          }
-        }
+        run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch);
       } else if (is_block(l) && plan_.recompute == spec::Recompute::kSelective) {
-        for (const models::Op& op : layer.forward)
-          if (op.core_attention) compute_op(l, op, Phase::kRecompute, u.micro_batch);
+        run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch, /*core_only=*/true);
       }
-      for (const models::Op& op : layer.backward) {
-        if (op.is_comm()) {
-          tp_collective(l, op, Phase::kBwd, u.micro_batch);
-        } else {
-          compute_op(l, op, Phase::kBwd, u.micro_batch);
-        }
-      }
+      run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
       if (fsdp) {
         int32_t before = flush();
         int64_t bytes = grad_bytes(l);
@@ -313,7 +423,7 @@ class StageBuilder {
   // (-2: after the compute that just produced them).
   void add_to_bucket(size_t layer, int32_t after) {
     bucket_bytes_ += grad_bytes(layer);
-    if (bucket_bytes_ >= plan_.dp_bucket_bytes) flush_bucket(after == -2 ? flush() : after);
+    if (bucket_bytes_ >= stack_.dp_bucket_bytes) flush_bucket(after == -2 ? flush() : after);
   }
 
   void flush_bucket(int32_t after) {
@@ -335,9 +445,11 @@ class StageBuilder {
   void reduce_tied_embeddings(int32_t after) {
     if (lowered_.tied_table_params == 0 || plan_.pp == 1) return;
     if (stage_ != 0 && stage_ != plan_.pp - 1) return;
-    const int64_t bytes = lowered_.tied_table_params * elem_bytes_;
+    const int64_t bytes = lowered_.tied_table_params * grad_bytes_;
     int32_t op = named_op("embed.tied_all_reduce", spec::OpClass::kAllReduce, bytes, -1);
-    comm(Stream::kDpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kEmbedding),
+    // A gradient reduction like the data-parallel one it follows on the same stream: waiting for
+    // it counts as exposed gradient communication.
+    comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kEmbedding),
          TaskKind::kCollective, spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd,
          micro_batches_ - 1, after);
   }
@@ -366,7 +478,7 @@ class StageBuilder {
     pending_ops_.push_back(id);
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
-    if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2)) {
+    if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
       int64_t bytes = params * elem_bytes_;
       int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
       comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
@@ -376,12 +488,15 @@ class StageBuilder {
   }
 
   const spec::Plan& plan_;
+  const spec::Stack& stack_;
   const models::LoweredModel& lowered_;
   const ComputeModel& compute_;
   int64_t stage_;
   StageLayers layers_;
   int64_t elem_bytes_;
+  int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;
+  std::map<size_t, int32_t> param_gather_;  // layer -> its overlapped ZeRO-1/2 gather
 
   Program program_;
   std::vector<int32_t> positions_;  // position of each task in its stream
@@ -396,9 +511,10 @@ class StageBuilder {
 
 }  // namespace
 
-Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,
-                            const ComputeModel& compute, int64_t stage) {
-  return StageBuilder(plan, lowered, compute, stage).build();
+Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
+                            const models::LoweredModel& lowered, const ComputeModel& compute,
+                            int64_t stage) {
+  return StageBuilder(plan, stack, lowered, compute, stage).build();
 }
 
 }  // namespace sextant::sim

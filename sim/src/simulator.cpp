@@ -11,6 +11,7 @@
 #include "sextant/sim/flow_network.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/rank_layout.hpp"
 
@@ -23,11 +24,6 @@ constexpr std::array<std::pair<std::string_view, Fidelity>, 2> kFidelities{
 
 spec::EnumNames<Fidelity> fidelity_names() {
   return kFidelities;
-}
-
-spec::Dtype plan_dtype(const spec::Plan& plan, const spec::ClusterSpec& cluster) {
-  if (plan.dtype) return *plan.dtype;
-  return cluster.device.kind == spec::DeviceKind::kGpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
 }
 
 namespace {
@@ -169,27 +165,27 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
         fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world, cluster.name,
                     cluster.total_devices(), cluster.nodes, cluster.devices_per_node));
   }
-  const spec::Dtype dtype = plan_dtype(plan, cluster);
-  int64_t seq = 1;
-  if (model.is_transformer()) seq = plan.seq_len.value_or(model.transformer().seq_len);
-  models::LoweredModel lowered = models::lower(
-      model, models::LoweringOptions{plan.micro_batch, model.is_transformer() ? seq : 0, dtype,
-                                     plan.tp, plan.sequence_parallel});
-  ComputeModel compute(cluster.device, dtype);
+  const StepSetup setup = step_setup(model, cluster, plan);
+  const spec::Dtype dtype = setup.dtype;
+  const int64_t seq = model.is_transformer() ? setup.seq_len : 1;
+  models::LoweredModel lowered = models::lower(model, setup.lowering);
+  ComputeModel compute = make_compute_model(cluster, setup);
   CollectiveModel collectives(cluster, plan.collective_algorithms);
 
   std::vector<Program> programs;
   for (int64_t s = 0; s < plan.pp; ++s)
-    programs.push_back(build_stage_program(plan, lowered, compute, s));
+    programs.push_back(build_stage_program(plan, setup.stack, lowered, compute, s));
   Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
   EngineResult result;
   if (options.fidelity == Fidelity::kFlow) {
     FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
-    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace);
+    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
+                        cluster.device.overlap_slowdown);
   } else {
     AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
-    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace);
+    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
+                        cluster.device.overlap_slowdown);
   }
 
   SimulationResult out;
@@ -205,6 +201,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.plan = plan.name();
   rep.gpus = world;
   rep.network = std::string(spec::enum_name(fidelity_names(), options.fidelity));
+  rep.stack = setup.stack.preset.empty() ? "custom" : setup.stack.preset;
   rep.step_time_s = ps_to_seconds(ct.finish);
   const double step = rep.step_time_s;
   const double samples = static_cast<double>(plan.global_batch);
@@ -228,19 +225,21 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   // Memory: the most loaded stage.
   spec::MemoryBreakdown worst;
   for (int64_t s = 0; s < plan.pp; ++s) {
-    spec::MemoryBreakdown m = stage_memory(plan, lowered, model, s);
-    if (m.peak_bytes > worst.peak_bytes) worst = m;
+    spec::MemoryBreakdown m = stage_memory(plan, setup.stack, lowered, model, s, &cluster);
+    if (s == 0 || m.peak_bytes > worst.peak_bytes) worst = m;
   }
-  worst.capacity_bytes = cluster.device.memory_capacity_bytes;
-  worst.fits = worst.peak_bytes <= worst.capacity_bytes;
   rep.memory = worst;
   rep.events = result.events;
 
   if (options.trace) {
     out.trace = build_trace(result, programs, topo.ranks, topo.groups, dtype);
-    out.trace->metadata = {{"model", model.name},       {"cluster", cluster.name},
-                           {"plan", plan.name()},       {"plan_json", spec::to_json(plan)},
-                           {"network", rep.network},    {"step_time_s", rep.step_time_s},
+    out.trace->metadata = {{"model", model.name},
+                           {"cluster", cluster.name},
+                           {"plan", plan.name()},
+                           {"plan_json", spec::to_json(plan)},
+                           {"stack", spec::to_json(setup.stack)},
+                           {"network", rep.network},
+                           {"step_time_s", rep.step_time_s},
                            {"commit", spec::kGitCommit}};
   }
   out.ranks = std::move(result.ranks);

@@ -149,6 +149,13 @@ DeviceSpec decode_device(ObjectReader& r) {
     }
     if (curve->empty()) r.problem("gemm_efficiency", "[]", "needs at least one point");
   }
+  if (auto g = r.object("gemm_model", Presence::kOptional)) d.gemm_model = decode_gemm_model(*g);
+  if (auto a = r.object("attention_kernels", Presence::kOptional))
+    d.attention_kernels = decode_attention_kernels(*a);
+  d.runtime_reserved_bytes =
+      r.integer("runtime_reserved_bytes", Range::non_negative(), Presence::kOptional).value_or(0);
+  d.overlap_slowdown =
+      r.number("overlap_slowdown", Range::between(0, 1), Presence::kOptional).value_or(0);
   d.source = r.string("source").value_or("");
   r.finish();
   return d;
@@ -188,6 +195,9 @@ NetworkSpec decode_network(ObjectReader& r) {
   NetworkSpec n;
   n.library = r.enumeration("library", collective_library_names()).value_or(n.library);
   n.reduction_GBps = r.number("reduction_GBps", Range::positive()).value_or(1);
+  n.communicator_buffer_bytes =
+      r.integer("communicator_buffer_bytes", Range::non_negative(), Presence::kOptional)
+          .value_or(0);
   n.source = r.string("source", Presence::kOptional).value_or("");
   if (const Json* levels = r.array("levels")) {
     std::string base = pointer_join(r.pointer(), "levels");
@@ -342,9 +352,17 @@ Json to_json(const ClusterSpec& c) {
   }
   if (!c.device.efficiency_by_op.empty())
     j["device"]["efficiency_by_op"] = c.device.efficiency_by_op;
+  if (c.device.gemm_model) j["device"]["gemm_model"] = to_json(*c.device.gemm_model);
+  if (!c.device.attention_kernels.empty())
+    j["device"]["attention_kernels"] = to_json(c.device.attention_kernels);
+  if (c.device.runtime_reserved_bytes > 0)
+    j["device"]["runtime_reserved_bytes"] = c.device.runtime_reserved_bytes;
+  if (c.device.overlap_slowdown > 0) j["device"]["overlap_slowdown"] = c.device.overlap_slowdown;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};
+  if (c.network.communicator_buffer_bytes > 0)
+    network["communicator_buffer_bytes"] = c.network.communicator_buffer_bytes;
   if (!c.network.source.empty()) network["source"] = c.network.source;
   j["network"] = network;
   if (!c.speed_overrides.empty() || !c.link_overrides.empty()) {

@@ -69,11 +69,23 @@ Plan plan_from_json(const Json& json, const std::string& source) {
                        .value_or(std::vector<int64_t>{});
   p.recompute =
       r.enumeration("recompute", recompute_names(), Presence::kOptional).value_or(p.recompute);
-  p.dp_bucket_bytes =
-      r.integer("dp_bucket_bytes", kPositiveInt, Presence::kOptional).value_or(kDefaultBucketBytes);
-  p.overlap_dp_comm = r.boolean("overlap_dp_comm", Presence::kOptional).value_or(true);
-  p.fsdp_prefetch = r.boolean("fsdp_prefetch", Presence::kOptional).value_or(true);
-  p.overlap_pp_comm = r.boolean("overlap_pp_comm", Presence::kOptional).value_or(true);
+  // Knobs of the software stack that older plans kept at the top level.
+  for (const auto& [old_key, knob] : std::array<std::pair<std::string_view, std::string_view>, 4>{
+           {{"dp_bucket_bytes", "dp_bucket_bytes"},
+            {"overlap_dp_comm", "dp_overlap"},
+            {"fsdp_prefetch", "zero3_prefetch"},
+            {"overlap_pp_comm", "pp_overlap"}}}) {
+    if (const Json* v = r.value(old_key, Presence::kOptional))
+      r.problem(old_key, short_dump(*v), fmt::format("moved to /stack/{}", knob));
+  }
+  if (const Json* stack = r.value("stack", Presence::kOptional)) {
+    try {
+      p.stack = stack_from_plan_json(*stack, source, "/stack");
+    } catch (const InputError& e) {
+      for (const Problem& problem : e.problems())
+        diag.add(problem.pointer, problem.value, problem.expected);
+    }
+  }
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -131,11 +143,8 @@ Json to_json(const Plan& p) {
             {"global_batch", p.global_batch},
             {"schedule", enum_name(schedule_names(), p.schedule)},
             {"virtual_stages", p.virtual_stages},
-            {"recompute", enum_name(recompute_names(), p.recompute)},
-            {"dp_bucket_bytes", p.dp_bucket_bytes},
-            {"overlap_dp_comm", p.overlap_dp_comm},
-            {"fsdp_prefetch", p.fsdp_prefetch},
-            {"overlap_pp_comm", p.overlap_pp_comm}};
+            {"recompute", enum_name(recompute_names(), p.recompute)}};
+  if (p.stack) j["stack"] = to_json(*p.stack);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -149,6 +158,11 @@ Json to_json(const Plan& p) {
   if (!p.model.empty()) j["model"] = p.model;
   if (!p.cluster.empty()) j["cluster"] = p.cluster;
   return j;
+}
+
+Stack plan_stack(const Plan& plan, bool gpu_cluster) {
+  if (plan.stack) return *plan.stack;
+  return builtin_stack(default_stack_name(gpu_cluster));
 }
 
 Plan read_plan_file(const std::string& path) {

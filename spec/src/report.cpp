@@ -1,6 +1,8 @@
 // Report JSON encoding and decoding.
 #include "sextant/spec/report.hpp"
 
+#include <fmt/format.h>
+
 namespace sextant::spec {
 
 Json to_json(const Report& r) {
@@ -12,6 +14,7 @@ Json to_json(const Report& r) {
               {"plan", r.plan},
               {"gpus", r.gpus},
               {"network", r.network},
+              {"stack", r.stack},
               {"step_time_s", r.step_time_s},
               {"tokens_per_s", r.tokens_per_s},
               {"samples_per_s", r.samples_per_s},
@@ -35,7 +38,9 @@ Json to_json(const Report& r) {
                 {"gradients", m.gradients},
                 {"optimizer", m.optimizer},
                 {"activations", m.activations},
-                {"buffers", m.buffers}}},
+                {"buffers", m.buffers},
+                {"reserved", m.reserved},
+                {"headroom_bytes", m.headroom_bytes}}},
               {"events", r.events},
               {"sim_wall_s", r.sim_wall_s}};
 }
@@ -51,6 +56,7 @@ Report report_from_json(const Json& json, const std::string& source) {
   out.plan = r.string("plan").value_or("");
   out.gpus = r.integer("gpus", Range::at_least(1)).value_or(1);
   out.network = r.string("network").value_or("");
+  out.stack = r.string("stack", Presence::kOptional).value_or("");
   const Range nn = Range::non_negative();
   out.step_time_s = r.number("step_time_s", nn).value_or(0);
   out.tokens_per_s = r.number("tokens_per_s", nn).value_or(0);
@@ -80,6 +86,14 @@ Report report_from_json(const Json& json, const std::string& source) {
     mb.optimizer = m->integer("optimizer", nn).value_or(0);
     mb.activations = m->integer("activations", nn).value_or(0);
     mb.buffers = m->integer("buffers", nn).value_or(0);
+    mb.reserved = m->integer("reserved", nn, Presence::kOptional).value_or(0);
+    // Derived, so it must agree with what it is derived from (it is negative when it does not fit).
+    mb.headroom_bytes = m->integer("headroom_bytes", Range::any(), Presence::kOptional)
+                            .value_or(mb.capacity_bytes - mb.peak_bytes);
+    if (mb.headroom_bytes != mb.capacity_bytes - mb.peak_bytes)
+      m->problem("headroom_bytes", std::to_string(mb.headroom_bytes),
+                 fmt::format("must equal capacity_bytes - peak_bytes ({})",
+                             mb.capacity_bytes - mb.peak_bytes));
     m->finish();
   }
   out.events = r.integer("events", nn).value_or(0);

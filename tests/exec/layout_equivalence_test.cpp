@@ -120,7 +120,8 @@ spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = f
   p.schedule = schedule;
   p.micro_batch = 1;
   p.global_batch = 8;
-  p.dp_bucket_bytes = 2048;  // several buckets even for the tiny model
+  p.stack = spec::builtin_stack("sextant");
+  p.stack->dp_bucket_bytes = 2048;  // several buckets even for the tiny model
   return p;
 }
 

@@ -22,7 +22,7 @@ TEST(DataParallel, OverlapExposesOnlyTheLastBucket) {
   spec::ModelSpec model = test::uniform_mlp(layers, width);
   spec::Plan plan = test::make_plan(2, 1, 1, b, 2 * b);
   plan.dtype = spec::Dtype::kFp32;
-  plan.dp_bucket_bytes = 1;  // one bucket per layer
+  plan.stack->dp_bucket_bytes = 1;  // one bucket per layer
   plan.collective_algorithms[spec::CollectiveKind::kAllReduce] = spec::CollectiveAlgorithm::kRing;
   const double n = static_cast<double>(width * width * 4);  // one layer's fp32 gradient
   const double one = ring_all_reduce_2(n, 1e-6, 1 / 1000e9, 1 / 1e21);
@@ -31,7 +31,7 @@ TEST(DataParallel, OverlapExposesOnlyTheLastBucket) {
   SimulationResult with = simulate(model, cluster, plan, {});
   EXPECT_NEAR(with.report.breakdown_s.dp_comm_exposed, one, 1e-9);
   // Without overlap every bucket is reduced after the backward, one after the other.
-  plan.overlap_dp_comm = false;
+  plan.stack->dp_overlap = false;
   SimulationResult without = simulate(model, cluster, plan, {});
   EXPECT_NEAR(without.report.breakdown_s.dp_comm_exposed, layers * one, 1e-9);
   EXPECT_NEAR(without.report.step_time_s - with.report.step_time_s, (layers - 1) * one, 1e-9);
@@ -47,7 +47,7 @@ TEST(DataParallel, ZeroMemoryPerRank) {
   auto total = [&](int zero) {
     spec::Plan plan = test::make_plan(8, 1, 1, 8, 64);
     plan.zero = zero;
-    spec::MemoryBreakdown m = stage_memory(plan, lowered, model, 0);
+    spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0);
     return static_cast<double>(m.weights + m.gradients + m.optimizer);
   };
   EXPECT_DOUBLE_EQ(total(0), (2 + 2 + K) * psi);
@@ -62,7 +62,7 @@ TEST(DataParallel, FsdpPrefetchHidesParameterGathers) {
   spec::Plan plan = test::make_plan(4, 1, 1, 256, 1024);
   plan.zero = 3;
   SimulationResult prefetch = simulate(model, cluster, plan, {});
-  plan.fsdp_prefetch = false;
+  plan.stack->zero3_prefetch = 0;
   SimulationResult serial = simulate(model, cluster, plan, {});
   EXPECT_LT(prefetch.report.step_time_s, serial.report.step_time_s);
   EXPECT_LT(prefetch.report.breakdown_s.fsdp_comm_exposed,
@@ -76,7 +76,7 @@ TEST(DataParallel, GradientAccumulationReducesOnce) {
   spec::ModelSpec model = test::uniform_mlp(4, 1024);
   spec::Plan one = test::make_plan(2, 1, 1, 256, 512);
   spec::Plan four = test::make_plan(2, 1, 1, 256, 2048);
-  one.overlap_dp_comm = four.overlap_dp_comm = false;
+  one.stack->dp_overlap = four.stack->dp_overlap = false;
   SimulationResult a = simulate(model, cluster, one, {});
   SimulationResult b = simulate(model, cluster, four, {});
   EXPECT_NEAR(b.report.breakdown_s.compute, 4 * a.report.breakdown_s.compute, 1e-12);

@@ -75,11 +75,11 @@ TEST(FlowNetwork, AgreesWithAnalyticOnAnIdleNetwork) {
   spec::ModelSpec model = models::zoo_model("gpt3-1.3b");
   std::vector<spec::Plan> plans;
   spec::Plan a = test::make_plan(16, 1, 1, 1, 32);
-  a.overlap_dp_comm = false;
+  a.stack->dp_overlap = false;
   plans.push_back(a);
   plans.push_back(test::make_plan(1, 8, 2, 1, 8));  // TP in a node, PP across two
   spec::Plan b = test::make_plan(2, 8, 1, 1, 4);    // DP across nodes after TP
-  b.overlap_dp_comm = false;
+  b.stack->dp_overlap = false;
   plans.push_back(b);
   for (const spec::Plan& plan : plans) {
     SimulationOptions analytic;
@@ -97,7 +97,7 @@ TEST(FlowNetwork, ContentionOnlySlowsDown) {
   spec::ClusterSpec cluster = test::ideal_cluster(50, 200, 5, 2, 16, 1, 1);
   spec::ModelSpec model = models::zoo_model("gpt2-350m");
   spec::Plan plan = test::make_plan(4, 1, 4, 2, 64);
-  plan.dp_bucket_bytes = 1 << 20;
+  plan.stack->dp_bucket_bytes = 1 << 20;
   SimulationOptions flow;
   flow.fidelity = Fidelity::kFlow;
   double ta = simulate(model, cluster, plan, {}).report.step_time_s;

@@ -140,7 +140,7 @@ TEST(Simulator, ADegradedNicSlowsCrossNodeTraffic) {
   spec::ModelSpec model = models::zoo_model("gpt2-350m");
   spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
   spec::Plan plan = test::make_plan(2, 8, 1, 2, 64);
-  plan.overlap_dp_comm = false;
+  plan.stack->dp_overlap = false;
   double t0 = simulate(model, cluster, plan, {}).report.step_time_s;
   cluster.link_overrides.push_back({"infiniband", 1, std::nullopt, 0.1});
   for (Fidelity f : {Fidelity::kAnalytic, Fidelity::kFlow}) {

@@ -18,6 +18,8 @@ TEST(Report, RoundTrips) {
   r.mfu = 0.45;
   r.breakdown_s.bubble = 1.5;
   r.memory.peak_bytes = 70LL << 30;
+  r.memory.capacity_bytes = 80LL << 30;
+  r.memory.headroom_bytes = 10LL << 30;
   r.memory.fits = true;
   EXPECT_EQ(to_json(report_from_json(to_json(r), "r.json")), to_json(r));
 }

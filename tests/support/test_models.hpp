@@ -18,9 +18,19 @@ inline spec::ModelSpec uniform_mlp(int64_t layers, int64_t width) {
   return m;
 }
 
+// The stack simulator tests state unless they test a stack: Sextant's own (unfused attention,
+// one kernel per op, DDP buckets overlapped with backward), with gradients reduced in the compute
+// dtype so that the textbook byte counts (ZeRO's 2 + 2 + 12) hold.
+inline spec::Stack plain_stack() {
+  spec::Stack s = spec::builtin_stack("sextant");
+  s.grad_dtype.reset();
+  return s;
+}
+
 inline spec::Plan make_plan(int64_t dp, int64_t tp, int64_t pp, int64_t micro_batch,
                             int64_t global_batch) {
   spec::Plan p;
+  p.stack = plain_stack();
   p.dp = dp;
   p.tp = tp;
   p.pp = pp;

@@ -16,6 +16,7 @@
 
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/stage_model.hpp"
+#include "sextant/spec/stack.hpp"
 
 namespace sextant::exec {
 
@@ -60,6 +61,9 @@ class GradientSync : public LayerHooks {
   Context& ctx_;
   StageModel& stage_;
   int64_t micro_batches_;
+  // The plan's stack knobs the executor honours (its kernels are always its own): DDP bucket size
+  // and whether buckets are reduced during backward.
+  spec::Stack stack_;
   int64_t dp_;
   int zero_;
   std::vector<LayerSlice> slices_;

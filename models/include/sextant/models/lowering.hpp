@@ -13,6 +13,7 @@
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
+#include "sextant/spec/stack.hpp"
 #include "sextant/spec/trace.hpp"
 
 namespace sextant::models {
@@ -28,14 +29,32 @@ enum class TpSplit {
 };
 std::string_view tp_split_name(TpSplit split);
 
+// One matrix product (batch x (m x k) @ (k x n)) that a matrix op executes.
+struct MatmulShape {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+};
+
 struct Op {
   std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
   spec::OpClass op_class = spec::OpClass::kGemm;
-  double flops = 0;            // FLOPs of this op on one rank for one micro-batch
+  // FLOPs of this op on one rank for one micro-batch, counted as MFU and Narayanan et al. count
+  // them (matrix products only, no causal halving, backward = 2x forward).
+  double flops = 0;
+  // FLOPs the kernel really executes when they differ (a causal flash kernel skips the masked
+  // half; its backward recomputes the scores: 2.5x the forward); 0: `flops`.
+  double kernel_flops = 0;
   int64_t bytes = 0;           // memory traffic (compute ops) or message size per rank (comm ops)
-  std::vector<int64_t> shape;  // GEMM: {m, n, k}; batched GEMM: {batch, m, n, k}
+  std::vector<int64_t> shape;  // GEMM: {m, n, k}; batched GEMM and attention: {batch, m, n, k}
+  std::vector<MatmulShape> matmuls;  // the products a GEMM-class op runs (backward: dgrad, wgrad)
+  int kernels = 1;                   // kernel launches the op takes (0: fused into its neighbour)
   TpSplit split = TpSplit::kReplicated;
-  bool core_attention = false;  // recomputed by selective recompute (Korthikanti et al. 2022)
+  bool core_attention = false;   // recomputed by selective recompute (Korthikanti et al. 2022)
+  bool fused_attention = false;  // one fused (flash) attention kernel: shape {b*heads, s, s, d}
+  bool causal = false;           // fused attention under a causal mask
+  double executed_flops() const { return kernel_flops > 0 ? kernel_flops : flops; }
   // Communication ops only: collective within the tensor-parallel group.
   spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
   bool is_comm() const { return spec::is_communication(op_class); }
@@ -68,6 +87,9 @@ struct LoweringOptions {
   spec::Dtype dtype = spec::Dtype::kBf16;
   int64_t tp = 1;
   bool sequence_parallel = false;
+  // The software stack's kernels (Plan::stack): how attention runs and how much is fused.
+  spec::AttentionKernel attention = spec::AttentionKernel::kUnfused;
+  spec::Fusion fusion = spec::Fusion::kFused;
 };
 
 struct LoweredModel {

@@ -12,6 +12,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/report.hpp"
@@ -37,15 +38,17 @@ class Estimator {
     double recompute = 0;
   };
   struct Lowering {
+    sim::StepSetup setup;
     models::LoweredModel lowered;
-    std::map<spec::Recompute, std::vector<LayerCost>> costs;
+    std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
   };
   Lowering& lowering(const spec::Plan& plan);
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, Lowering& l);
 
   const spec::ModelSpec* model_;
   const spec::ClusterSpec* cluster_;
-  std::map<std::tuple<int64_t, int64_t, bool, int>, std::unique_ptr<Lowering>> lowerings_;
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int, int>, std::unique_ptr<Lowering>>
+      lowerings_;
 };
 
 }  // namespace sextant::planner

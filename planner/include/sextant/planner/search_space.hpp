@@ -38,6 +38,7 @@ struct SearchRequest {
   std::vector<Constraint> constraints;
   bool allow_tp_across_nodes = false;
   std::optional<spec::Dtype> dtype;
+  std::optional<spec::Stack> stack;  // empty: the cluster kind's default stack
 };
 
 struct Enumeration {

@@ -1,36 +1,53 @@
-// Roofline compute model: an op takes max(FLOPs / (peak * eff_gemm(FLOPs)), bytes / (bandwidth *
-// eff_mem)) plus the device's launch overhead. Matrix ops (GEMM, attention, conv) use the GEMM
-// efficiency curve of the cluster file; every other op is memory-bound.
+// Compute model: an op takes max(compute time, bytes / (bandwidth * eff_mem)) plus the device's
+// launch overhead per kernel. Compute time comes from, in order: a calibrated per-op efficiency
+// (efficiency_by_op); the published throughput of the stack's fused attention kernel; the
+// shape-aware GEMM model (tiles and waves over the SMs at the sustained clock) for the matrix
+// products of GEMM-class ops; else the GEMM efficiency curve of the cluster file.
 #pragma once
+
+#include <optional>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/stack.hpp"
 #include "sextant/spec/units.hpp"
 
 namespace sextant::sim {
 
 class ComputeModel {
  public:
-  // Throws InputError when the device has no peak for `dtype`.
-  ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype);
+  // `dtype` is what tensors are stored in; `gemm_dtype` the tensor-core format of the GEMMs
+  // (fp8 under an fp8 recipe; default `dtype`); `attention` the stack's attention kernel. Throws
+  // InputError when the device has no peak for them.
+  ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
+               spec::AttentionKernel attention = spec::AttentionKernel::kUnfused,
+               std::optional<spec::Dtype> gemm_dtype = std::nullopt);
 
   // Time of one op (in `phase`, which selects its calibrated efficiency) at full speed.
   Picoseconds op_time(const models::Op& op, spec::Phase phase = spec::Phase::kFwd) const;
   // Time of an op of class `op_class` with explicit FLOPs and bytes: matrix classes use the GEMM
-  // efficiency curve, all use the class's memory efficiency.
+  // efficiency curve, all use the class's memory efficiency; one launch.
   // A calibrated efficiency under `op_key` (efficiency_key; when the cluster has one) replaces
   // both curves.
   double seconds(double flops, double bytes, spec::OpClass op_class,
                  std::string_view op_key = {}) const;
+  // One matrix product on the device's GEMM model (the device must have one), launch excluded.
+  double matmul_seconds(const models::MatmulShape& shape) const;
+  // The fused attention kernel of `op` (forward or backward), launch and memory time excluded.
+  double attention_seconds(const models::Op& op, bool backward) const;
   // AdamW step over `params` parameters held by this rank: memory-bound, kOptimizerBytesPerParam.
   Picoseconds optimizer_time(int64_t params) const;
 
   double peak_flops() const { return peak_flops_; }
 
  private:
+  double memory_seconds(double bytes, spec::OpClass op_class) const;
+
   const spec::DeviceSpec* device_;
   spec::Dtype dtype_;
+  spec::AttentionKernel attention_;
   double peak_flops_;
+  double gemm_peak_flops_;
 };
 
 bool is_matrix_op(spec::OpClass op_class);

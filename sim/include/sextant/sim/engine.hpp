@@ -49,11 +49,13 @@ struct EngineResult {
   std::vector<TaskRecord> records;  // when recording was asked for
 };
 
-// Runs one training step of every rank. Throws InternalError on a deadlock (a program bug),
-// naming the stuck ranks and tasks.
+// Runs one training step of every rank. Compute that runs while a communication task of the same
+// rank is in flight takes `overlap_slowdown` longer (the lost time is added to the rank's next
+// compute task). Throws InternalError on a deadlock (a program bug), naming the stuck ranks and
+// tasks.
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks);
+                        bool record_tasks, double overlap_slowdown = 0);
 
 }  // namespace sextant::sim

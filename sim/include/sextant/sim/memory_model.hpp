@@ -1,10 +1,15 @@
 // Peak memory of a rank: weights, gradients and optimizer state (mixed-precision Adam: 2 + 2 + 12
-// bytes per parameter, Rajbhandari et al., ZeRO, §3.1; divided over the data-parallel group by
-// the ZeRO stage), activations of the micro-batches the pipeline schedule keeps in flight, and
-// communication buffers.
+// bytes per parameter, Rajbhandari et al., ZeRO, §3.1, with 4-byte gradients where the stack
+// accumulates them in fp32 as Megatron-Core does: 18, its docs/api-guide/dist_optimizer.md;
+// divided over the data-parallel group by the ZeRO stage), activations of the micro-batches the
+// pipeline schedule keeps in flight, communication buffers, and what the process holds beyond
+// tensors (runtime, communicators, allocator reserve).
 #pragma once
 
+#include <optional>
+
 #include "sextant/models/lowering.hpp"
+#include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/report.hpp"
 
@@ -15,11 +20,20 @@ struct StateBytesPerParam {
   int64_t gradients;
   int64_t optimizer;  // K in the ZeRO paper
 };
-// 16-bit training: 2, 2, 12 (fp32 master weights, momentum, variance); fp32 training: 4, 4, 8.
-StateBytesPerParam state_bytes_per_param(spec::Dtype dtype);
+// 16-bit training: 2, 2 (or 4 with fp32 gradients), 12 (fp32 master weights, momentum,
+// variance); fp32 training: 4, 4, 8.
+StateBytesPerParam state_bytes_per_param(spec::Dtype dtype,
+                                         std::optional<spec::Dtype> grad = std::nullopt);
 
-// Memory of a rank of pipeline stage `stage` (the breakdown of spec::Report, capacity unset).
-spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const models::LoweredModel& lowered,
-                                   const spec::ModelSpec& model, int64_t stage);
+// Process groups a rank of `stage` communicates in (each holds its own buffers).
+int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
+                               int64_t stage);
+
+// Memory of a rank of pipeline stage `stage`. With `cluster`, also the runtime and communicator
+// reserves, the capacity, the headroom and whether it fits.
+spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
+                                   const models::LoweredModel& lowered,
+                                   const spec::ModelSpec& model, int64_t stage,
+                                   const spec::ClusterSpec* cluster = nullptr);
 
 }  // namespace sextant::sim

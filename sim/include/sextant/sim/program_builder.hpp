@@ -17,8 +17,9 @@ namespace sextant::sim {
 using models::stage_layers;
 using models::StageLayers;
 
-// The program of every rank of pipeline stage `stage`.
-Program build_stage_program(const spec::Plan& plan, const models::LoweredModel& lowered,
-                            const ComputeModel& compute, int64_t stage);
+// The program of every rank of pipeline stage `stage` under the software stack `stack`.
+Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
+                            const models::LoweredModel& lowered, const ComputeModel& compute,
+                            int64_t stage);
 
 }  // namespace sextant::sim

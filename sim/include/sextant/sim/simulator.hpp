@@ -31,9 +31,6 @@ struct SimulationResult {
   int64_t critical_rank = 0;
 };
 
-// The compute dtype of a plan on a cluster: the plan's, else bf16 on GPUs and fp32 on CPUs.
-spec::Dtype plan_dtype(const spec::Plan& plan, const spec::ClusterSpec& cluster);
-
 // Throws InputError when the plan does not fit the model, the cluster or its rules.
 SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                           const spec::Plan& plan, const SimulationOptions& options);

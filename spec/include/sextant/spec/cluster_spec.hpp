@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/spec/device_models.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/trace.hpp"
@@ -41,6 +42,15 @@ struct DeviceSpec {
   // "attn.softmax:bwd"), measured by calibration: for a matrix op the fraction of peak FLOP/s, for
   // a memory-bound op the fraction of memory bandwidth. Ops not listed use the curves above.
   std::map<std::string, double> efficiency_by_op;
+  // Shape-aware GEMM model; absent: matrix ops use the gemm_efficiency curve.
+  std::optional<GemmModel> gemm_model;
+  // Published throughput of fused attention kernels on this device.
+  std::map<AttentionKernel, AttentionKernelData> attention_kernels;
+  // Memory a training process holds before any tensor: CUDA context, library workspaces.
+  int64_t runtime_reserved_bytes = 0;
+  // Fraction by which compute slows down while a collective runs beside it on the same device
+  // (SMs and memory bandwidth taken by the communication kernels).
+  double overlap_slowdown = 0;
   std::string source;
 
   double memory_efficiency_for(OpClass c) const {
@@ -85,6 +95,8 @@ struct NetworkLevel {
 struct NetworkSpec {
   CollectiveLibrary library = CollectiveLibrary::kNccl;
   double reduction_GBps = 0;  // γ = 1 / reduction_GBps: bytes reduced per second by one rank
+  // Device memory one communicator (one process group) holds for its buffers.
+  int64_t communicator_buffer_bytes = 0;
   std::vector<NetworkLevel> levels;  // [0] inside a node, [1] across nodes (if any)
   std::string source;
 

@@ -13,6 +13,7 @@
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/stack.hpp"
 
 namespace sextant::spec {
 
@@ -20,9 +21,6 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved };
 EnumNames<Schedule> schedule_names();
 enum class Recompute { kNone, kSelective, kFull };
 EnumNames<Recompute> recompute_names();
-
-// PyTorch DDP's default gradient bucket (bucket_cap_mb = 25, MiB).
-inline constexpr int64_t kDefaultBucketBytes = 25 * (int64_t{1} << 20);
 
 struct Plan {
   int64_t dp = 1;
@@ -36,13 +34,11 @@ struct Plan {
   int64_t virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedule)
   std::vector<int64_t> stage_layers;  // layers per (virtual) stage; empty = as even as possible
   Recompute recompute = Recompute::kNone;
-  int64_t dp_bucket_bytes = kDefaultBucketBytes;
-  bool overlap_dp_comm = true;  // all-reduce gradient buckets during backward
-  bool fsdp_prefetch = true;    // ZeRO-3: all-gather the next layer's parameters ahead
-  // Stage-to-stage sends run beside compute. False: compute waits for each send to finish, as
-  // Megatron-LM's 2021 schedules did (batched isend/irecv, then wait and synchronize).
-  bool overlap_pp_comm = true;
-  std::optional<Dtype> dtype;      // compute dtype; default: bf16 on GPUs, fp32 on CPUs
+  // The software stack (attention kernel, fusion, overlap, ZeRO-3 implementation, ...); empty:
+  // the default stack of the cluster kind (plan_stack).
+  std::optional<Stack> stack;
+  std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
+                                   // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
   std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
   std::string model;    // informational: what the plan was made for
@@ -64,6 +60,9 @@ inline constexpr std::string_view kPlanSchema = "sextant.plan/1";
 Plan plan_from_json(const Json& json, const std::string& source);
 Json to_json(const Plan& plan);
 Plan read_plan_file(const std::string& path);
+
+// The stack `plan` runs under: its own, or the default one of the cluster kind.
+Stack plan_stack(const Plan& plan, bool gpu_cluster);
 
 // Checks the plan against a model and a rank count; throws InputError naming `source` with every
 // broken rule (dp*tp*pp != ranks, heads not divisible by tp, more stages than layers, ...).

@@ -30,6 +30,10 @@ struct MemoryBreakdown {
   int64_t optimizer = 0;
   int64_t activations = 0;
   int64_t buffers = 0;
+  // What the process holds beyond tensors: CUDA context and library workspaces, communicator
+  // buffers, and the caching allocator's reserve.
+  int64_t reserved = 0;
+  int64_t headroom_bytes = 0;  // capacity - peak (negative when it does not fit)
 };
 
 struct Report {
@@ -38,6 +42,7 @@ struct Report {
   std::string plan;  // compact plan name
   int64_t gpus = 0;
   std::string network;  // fidelity: analytic | flow
+  std::string stack;    // the software stack's preset name ("custom" for one without a preset)
   double step_time_s = 0;
   double tokens_per_s = 0;
   double samples_per_s = 0;

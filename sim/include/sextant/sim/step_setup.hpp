@@ -1,0 +1,29 @@
+// What a plan means on a cluster before any op is priced: the software stack it runs under, the
+// dtypes of tensors and GEMMs, and the options of the model's lowering. One home for these rules;
+// the simulator and the planner's estimator both ask it.
+#pragma once
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/compute_model.hpp"
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::sim {
+
+struct StepSetup {
+  spec::Stack stack;
+  spec::Dtype dtype = spec::Dtype::kBf16;       // what tensors are stored in
+  spec::Dtype gemm_dtype = spec::Dtype::kBf16;  // the tensor-core format of the GEMMs
+  int64_t seq_len = 0;                          // transformers; 0 otherwise
+  models::LoweringOptions lowering;
+};
+
+// The plan's stack (or the cluster kind's default), its precision: the plan's dtype, else the
+// stack's (fp8: GEMMs in fp8, tensors in bf16), else bf16 on GPUs and fp32 on CPUs.
+StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::Plan& plan);
+
+ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup);
+
+}  // namespace sextant::sim

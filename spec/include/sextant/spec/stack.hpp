@@ -1,0 +1,110 @@
+// The software stack a plan runs under: attention kernel, kernel fusion, communication overlap,
+// ZeRO-3 implementation, gradient precision and allocator behaviour. The same layout trains at
+// different speeds and memory under Megatron-LM, Megatron-Core, DeepSpeed, PyTorch FSDP,
+// TorchTitan or llm.c, so the stack is part of the plan. Named presets are data files
+// (stacks/*.json, schema sextant.stack/1) whose every knob cites the stack's own documentation
+// or source (docs/FORMATS.md); a plan names a preset and may override single knobs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/json_reader.hpp"
+
+namespace sextant::spec {
+
+// How the attention core (softmax(QK^T)V) is computed.
+enum class AttentionKernel {
+  kUnfused,  // scores GEMM, (fused) softmax, dropout, context GEMM: s^2 tensors in memory
+  kFlash2,   // FlashAttention-2 (Dao 2023)
+  kFlash3,   // FlashAttention-3 (Shah et al. 2024), Hopper only
+  kCudnn,    // cuDNN fused flash attention (Transformer Engine's backend on Hopper)
+  kSdpa,     // PyTorch scaled_dot_product_attention: the cluster file says which kernel it picks
+};
+EnumNames<AttentionKernel> attention_kernel_names();
+bool is_fused_attention(AttentionKernel kernel);
+
+// How much the memory-bound ops around the GEMMs are fused.
+enum class Fusion {
+  kEager,     // one kernel per PyTorch primitive (composed RMSNorm, SiLU then multiply, ...)
+  kFused,     // hand-written fused kernels per op (Megatron/Transformer Engine/apex)
+  kCompiled,  // torch.compile / hand-fused programs: also norm fused with the residual add
+};
+EnumNames<Fusion> fusion_names();
+
+// Tensor-parallel communication overlapped with the GEMMs next to it.
+enum class TpOverlap {
+  kNone,       // every TP collective waits for its producer and blocks its consumer
+  kBulk,       // backward collectives run beside the independent weight-gradient GEMM
+  kPipelined,  // also forward all-gather/reduce-scatter split into chunks pipelined with the GEMM
+};
+EnumNames<TpOverlap> tp_overlap_names();
+
+// What ZeRO-3 (fully sharded parameters) does.
+enum class Zero3Impl {
+  kFsdp,       // flat parameters per layer: one all-gather / reduce-scatter per layer, prefetched
+  kDeepspeed,  // parameters gathered per tensor by module hooks, coalesced within a bucket
+};
+EnumNames<Zero3Impl> zero3_impl_names();
+
+struct Stack {
+  std::string preset;       // the preset the knobs came from ("" when none)
+  std::string description;  // informational
+  AttentionKernel attention = AttentionKernel::kUnfused;
+  Fusion fusion = Fusion::kFused;
+  TpOverlap tp_overlap = TpOverlap::kNone;
+  // Gradient buckets are reduced while backward still runs (DDP, Megatron --overlap-grad-reduce).
+  bool dp_overlap = true;
+  // ZeRO-1/2 (distributed optimizer): the updated parameters are all-gathered during the next
+  // forward pass instead of after the optimizer step (Megatron --overlap-param-gather).
+  bool param_gather_overlap = false;
+  // Stage-to-stage sends run beside compute; false: compute waits for each send to finish.
+  bool pp_overlap = true;
+  int64_t dp_bucket_bytes = 25 * (int64_t{1} << 20);  // gradient bucket, in bytes of grad_dtype
+  Zero3Impl zero3 = Zero3Impl::kFsdp;
+  int64_t zero3_prefetch = 1;  // layers whose parameters are gathered ahead of use
+  // Compute precision when the plan gives none (fp8: GEMMs at the fp8 rate, tensors in bf16).
+  std::optional<Dtype> precision;
+  // Dtype gradients are accumulated and reduced in; empty: the compute dtype.
+  std::optional<Dtype> grad_dtype;
+  // Memory the allocator holds beyond live tensors, as a fraction of the activations and
+  // transient buffers (caching-allocator fragmentation).
+  double allocator_reserve = 0;
+  // Per knob, where its value comes from (presets cite the stack's documentation or source).
+  std::map<std::string, std::string> sources;
+
+  bool operator==(const Stack&) const = default;
+};
+
+inline constexpr std::string_view kStackSchema = "sextant.stack/1";
+
+// The knob names of a stack (the keys of its JSON object besides schema, name, description,
+// preset and sources); every shipped preset cites a source for each.
+std::vector<std::string_view> stack_knob_names();
+
+// A preset file (every knob required).
+Stack stack_from_json(const Json& json, const std::string& source);
+// A plan's "stack" value: a preset name, or an object with an optional "preset" and knobs that
+// override it (without a preset, every knob is required). `pointer` locates it in the plan.
+Stack stack_from_plan_json(const Json& json, const std::string& source, const std::string& pointer);
+// `base` with the knobs present in the object `knobs` replaced (a flag or plan override).
+Stack stack_with_overrides(const Stack& base, const Json& knobs, const std::string& source,
+                           const std::string& pointer);
+Json to_json(const Stack& stack);
+
+// Shipped presets (stacks/*.json, compiled into the binary).
+std::vector<std::string> builtin_stack_names();
+// A shipped preset by name; throws InputError naming `source` and listing the valid names.
+Stack builtin_stack(std::string_view name, const std::string& source = "--stack");
+// The preset name, or a path to a sextant.stack/1 file.
+Stack resolve_stack_preset(const std::string& name_or_path);
+
+// The stack a plan without one runs under: Sextant's own executor on CPU clusters, the
+// Megatron-Core performance configuration on GPU clusters (the most common large-model stack).
+std::string_view default_stack_name(bool gpu_cluster);
+
+}  // namespace sextant::spec

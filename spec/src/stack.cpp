@@ -1,0 +1,226 @@
+// Stack JSON (preset files and a plan's "stack" value) and the shipped presets.
+#include "sextant/spec/stack.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <filesystem>
+#include <span>
+
+#include "sextant/spec/embedded_file.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::spec {
+
+std::span<const EmbeddedFile> embedded_stacks();  // generated from stacks/*.json
+
+namespace {
+constexpr std::array<std::pair<std::string_view, AttentionKernel>, 5> kAttention{
+    {{"unfused", AttentionKernel::kUnfused},
+     {"flash2", AttentionKernel::kFlash2},
+     {"flash3", AttentionKernel::kFlash3},
+     {"cudnn", AttentionKernel::kCudnn},
+     {"sdpa", AttentionKernel::kSdpa}}};
+constexpr std::array<std::pair<std::string_view, Fusion>, 3> kFusion{
+    {{"eager", Fusion::kEager}, {"fused", Fusion::kFused}, {"compiled", Fusion::kCompiled}}};
+constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
+    {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
+constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
+    {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
+constexpr std::array<std::string_view, 12> kKnobs{
+    "attention",  "fusion",           "tp_overlap", "dp_overlap",     "param_gather_overlap",
+    "pp_overlap", "dp_bucket_bytes",  "zero3",      "zero3_prefetch", "precision",
+    "grad_dtype", "allocator_reserve"};
+
+// "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
+std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
+                                         std::string_view none_word, Presence presence,
+                                         bool* present) {
+  *present = false;
+  std::optional<std::string> text = r.string(key, presence);
+  if (!text) return std::nullopt;
+  *present = true;
+  if (*text == none_word) return std::nullopt;
+  if (auto d = enum_from_name(dtype_names(), *text)) return d;
+  r.problem(key, short_dump(Json(*text)),
+            fmt::format("must be \"{}\" or one of {}", none_word, enum_choices(dtype_names())));
+  return std::nullopt;
+}
+
+// Reads the knobs present in `r` into `s` (all of them required when `presence` says so).
+void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
+  if (auto v = r.enumeration("attention", attention_kernel_names(), presence)) s.attention = *v;
+  if (auto v = r.enumeration("fusion", fusion_names(), presence)) s.fusion = *v;
+  if (auto v = r.enumeration("tp_overlap", tp_overlap_names(), presence)) s.tp_overlap = *v;
+  if (auto v = r.boolean("dp_overlap", presence)) s.dp_overlap = *v;
+  if (auto v = r.boolean("param_gather_overlap", presence)) s.param_gather_overlap = *v;
+  if (auto v = r.boolean("pp_overlap", presence)) s.pp_overlap = *v;
+  if (auto v = r.integer("dp_bucket_bytes", Range::at_least(1), presence)) s.dp_bucket_bytes = *v;
+  if (auto v = r.enumeration("zero3", zero3_impl_names(), presence)) s.zero3 = *v;
+  if (auto v = r.integer("zero3_prefetch", Range::between(0, 64), presence)) s.zero3_prefetch = *v;
+  bool present = false;
+  std::optional<Dtype> precision = read_optional_dtype(r, "precision", "auto", presence, &present);
+  if (present) s.precision = precision;
+  std::optional<Dtype> grad = read_optional_dtype(r, "grad_dtype", "compute", presence, &present);
+  if (present) s.grad_dtype = grad;
+  if (auto v = r.number("allocator_reserve", Range::between(0, 1), presence))
+    s.allocator_reserve = *v;
+}
+
+void read_sources(ObjectReader& r, Stack& s) {
+  if (auto src = r.object("sources", Presence::kOptional)) {
+    const Json* raw = r.value("sources", Presence::kOptional);
+    for (const auto& [key, value] : raw->items()) {
+      bool known = false;
+      for (std::string_view k : kKnobs) known = known || k == key;
+      if (!known) {
+        src->problem(key, short_dump(value),
+                     "is not a stack knob (knobs: " + join_names(kKnobs) + ")");
+        continue;
+      }
+      if (auto text = src->string(key)) s.sources[key] = *text;
+    }
+    src->finish();
+  }
+}
+
+Stack preset_from_text(const EmbeddedFile& f) {
+  std::string source = "stacks/" + std::string(f.name) + ".json";
+  return stack_from_json(parse_json_text(f.text, source), source);
+}
+
+}  // namespace
+
+EnumNames<AttentionKernel> attention_kernel_names() {
+  return kAttention;
+}
+EnumNames<Fusion> fusion_names() {
+  return kFusion;
+}
+EnumNames<TpOverlap> tp_overlap_names() {
+  return kTpOverlap;
+}
+EnumNames<Zero3Impl> zero3_impl_names() {
+  return kZero3;
+}
+
+bool is_fused_attention(AttentionKernel kernel) {
+  return kernel != AttentionKernel::kUnfused;
+}
+
+std::vector<std::string_view> stack_knob_names() {
+  return {kKnobs.begin(), kKnobs.end()};
+}
+
+Stack stack_from_json(const Json& json, const std::string& source) {
+  Diagnostics diag(source);
+  ObjectReader r(json, "", diag);
+  if (!r.is_object()) diag.throw_if_any();
+  Stack s;
+  r.expect_schema(kStackSchema);
+  s.preset = r.string("name").value_or("");
+  s.description = r.string("description", Presence::kOptional).value_or("");
+  read_knobs(r, s, Presence::kRequired);
+  read_sources(r, s);
+  r.finish();
+  diag.throw_if_any();
+  return s;
+}
+
+Stack stack_from_plan_json(const Json& json, const std::string& source,
+                           const std::string& pointer) {
+  if (json.is_string()) {
+    std::string name = json.get<std::string>();
+    std::vector<std::string> names = builtin_stack_names();
+    for (const std::string& n : names)
+      if (n == name) return builtin_stack(name, source);
+    std::vector<std::string_view> views(names.begin(), names.end());
+    throw InputError(
+        source, pointer, short_dump(json),
+        "unknown stack preset: must be one of " + join_names(views) + " (or an object with knobs)");
+  }
+  Diagnostics diag(source);
+  ObjectReader r(json, pointer, diag);
+  if (!r.is_object()) {
+    diag.add(pointer, short_dump(json), "must be a preset name or an object");
+    diag.throw_if_any();
+  }
+  Stack s;
+  Presence presence = Presence::kRequired;
+  if (auto name = r.string("preset", Presence::kOptional)) {
+    std::vector<std::string> names = builtin_stack_names();
+    bool known = false;
+    for (const std::string& n : names) known = known || n == *name;
+    if (known) {
+      s = builtin_stack(*name, source);
+      presence = Presence::kOptional;
+    } else {
+      std::vector<std::string_view> views(names.begin(), names.end());
+      r.problem("preset", short_dump(Json(*name)), "must be one of " + join_names(views));
+    }
+  }
+  r.string("description", Presence::kOptional);
+  r.value("sources", Presence::kOptional);  // carried by written plans, informational here
+  read_knobs(r, s, presence);
+  r.finish();
+  diag.throw_if_any();
+  return s;
+}
+
+Stack stack_with_overrides(const Stack& base, const Json& knobs, const std::string& source,
+                           const std::string& pointer) {
+  Diagnostics diag(source);
+  ObjectReader r(knobs, pointer, diag);
+  Stack s = base;
+  read_knobs(r, s, Presence::kOptional);
+  r.finish();
+  diag.throw_if_any();
+  return s;
+}
+
+Json to_json(const Stack& s) {
+  Json j = Json::object();
+  if (!s.preset.empty()) j["preset"] = s.preset;
+  j["attention"] = enum_name(attention_kernel_names(), s.attention);
+  j["fusion"] = enum_name(fusion_names(), s.fusion);
+  j["tp_overlap"] = enum_name(tp_overlap_names(), s.tp_overlap);
+  j["dp_overlap"] = s.dp_overlap;
+  j["param_gather_overlap"] = s.param_gather_overlap;
+  j["pp_overlap"] = s.pp_overlap;
+  j["dp_bucket_bytes"] = s.dp_bucket_bytes;
+  j["zero3"] = enum_name(zero3_impl_names(), s.zero3);
+  j["zero3_prefetch"] = s.zero3_prefetch;
+  j["precision"] = s.precision ? enum_name(dtype_names(), *s.precision) : "auto";
+  j["grad_dtype"] = s.grad_dtype ? enum_name(dtype_names(), *s.grad_dtype) : "compute";
+  j["allocator_reserve"] = s.allocator_reserve;
+  return j;
+}
+
+std::vector<std::string> builtin_stack_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedFile& f : embedded_stacks()) names.emplace_back(f.name);
+  return names;
+}
+
+Stack builtin_stack(std::string_view name, const std::string& source) {
+  for (const EmbeddedFile& f : embedded_stacks())
+    if (f.name == name) return preset_from_text(f);
+  std::vector<std::string_view> names;
+  for (const EmbeddedFile& f : embedded_stacks()) names.push_back(f.name);
+  throw InputError(source, "", std::string(name),
+                   "unknown stack preset: give a stack file or one of " + join_names(names));
+}
+
+Stack resolve_stack_preset(const std::string& name_or_path) {
+  std::filesystem::path path(name_or_path);
+  if (path.extension() == ".json" || name_or_path.find('/') != std::string::npos) {
+    return stack_from_json(read_json_file(name_or_path), name_or_path);
+  }
+  return builtin_stack(name_or_path);
+}
+
+std::string_view default_stack_name(bool gpu_cluster) {
+  return gpu_cluster ? "megatron-core" : "sextant";
+}
+
+}  // namespace sextant::spec

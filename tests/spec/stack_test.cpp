@@ -1,0 +1,94 @@
+// Software stacks: the shipped presets, a plan's "stack" value, and the errors for bad ones.
+#include "sextant/spec/stack.hpp"
+
+#include <gtest/gtest.h>
+
+#include "expect_input_error.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::spec {
+namespace {
+
+Json plan_with(Json stack) {
+  Json j = Json::parse(R"({"schema": "sextant.plan/1", "dp": 2, "tp": 1, "pp": 1, "zero": 0,
+                           "micro_batch": 1, "global_batch": 2})");
+  j["stack"] = std::move(stack);
+  return j;
+}
+
+TEST(Stack, EveryPresetCitesASourceForEveryKnob) {
+  std::vector<std::string> names = builtin_stack_names();
+  for (const char* expected :
+       {"megatron-lm", "megatron-core", "deepspeed", "pytorch-fsdp", "torchtitan",
+        "torchtitan-compiled", "llm.c", "mosaic-mpt", "sextant"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  }
+  for (const std::string& name : names) {
+    Stack s = builtin_stack(name);
+    EXPECT_EQ(s.preset, name);
+    for (std::string_view knob : stack_knob_names()) {
+      auto it = s.sources.find(std::string(knob));
+      ASSERT_NE(it, s.sources.end()) << name << " has no source for " << knob;
+      EXPECT_GT(it->second.size(), 20u) << name << "/" << knob;
+    }
+  }
+}
+
+TEST(Stack, PresetsSayWhatTheirStacksDo) {
+  // Spot checks against the stacks' documented behaviour (docs/FORMATS.md cites each).
+  Stack lm = builtin_stack("megatron-lm");
+  EXPECT_EQ(lm.attention, AttentionKernel::kUnfused);
+  EXPECT_FALSE(lm.dp_overlap);
+  EXPECT_EQ(lm.precision, Dtype::kFp16);
+  Stack core = builtin_stack("megatron-core");
+  EXPECT_TRUE(is_fused_attention(core.attention));
+  EXPECT_EQ(core.tp_overlap, TpOverlap::kPipelined);
+  EXPECT_TRUE(core.param_gather_overlap);
+  EXPECT_EQ(core.grad_dtype, Dtype::kFp32);
+  EXPECT_EQ(builtin_stack("deepspeed").zero3, Zero3Impl::kDeepspeed);
+  EXPECT_EQ(builtin_stack("torchtitan").fusion, Fusion::kEager);
+  EXPECT_EQ(builtin_stack("torchtitan-compiled").fusion, Fusion::kCompiled);
+}
+
+TEST(Stack, PlanNamesAPresetAndOverridesKnobs) {
+  Plan p = plan_from_json(plan_with("torchtitan"), "p.json");
+  ASSERT_TRUE(p.stack);
+  EXPECT_EQ(*p.stack, builtin_stack("torchtitan"));
+  Plan q = plan_from_json(
+      plan_with(Json{{"preset", "megatron-core"}, {"tp_overlap", "none"}, {"dp_overlap", false}}),
+      "p.json");
+  EXPECT_EQ(q.stack->preset, "megatron-core");
+  EXPECT_EQ(q.stack->tp_overlap, TpOverlap::kNone);
+  EXPECT_FALSE(q.stack->dp_overlap);
+  EXPECT_EQ(q.stack->attention, builtin_stack("megatron-core").attention);
+  // Written plans carry the whole stack and read back the same.
+  EXPECT_EQ(plan_from_json(to_json(q), "again").stack, q.stack);
+}
+
+TEST(Stack, DefaultDependsOnTheClusterKind) {
+  Plan p = plan_from_json(plan_with("sextant"), "p.json");
+  p.stack.reset();
+  EXPECT_EQ(plan_stack(p, true).preset, "megatron-core");
+  EXPECT_EQ(plan_stack(p, false).preset, "sextant");
+}
+
+TEST(Stack, BadStacksAreRefusedNamingTheField) {
+  EXPECT_INPUT_ERROR(plan_from_json(plan_with("megatron"), "p.json"),
+                     "p.json: /stack = \"megatron\": unknown stack preset: must be one of");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"attention", "flash9"}}), "p.json"),
+      "/stack/attention = \"flash9\": must be one of unfused, flash2, flash3, cudnn or sdpa");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"overlap", true}}), "p.json"),
+      "/stack/overlap");
+  // Without a preset every knob is needed.
+  EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"attention", "flash2"}}), "p.json"),
+                     "/stack/fusion");
+  Json old = plan_with("sextant");
+  old["overlap_dp_comm"] = false;
+  EXPECT_INPUT_ERROR(plan_from_json(old, "p.json"),
+                     "/overlap_dp_comm = false: moved to /stack/dp_overlap");
+}
+
+}  // namespace
+}  // namespace sextant::spec
