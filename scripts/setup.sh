@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libeigen3-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libopenmpi-dev openmpi-bin
+  zlib1g-dev  # gzip-compressed PyTorch-profiler traces
   python3-matplotlib python3-pandas python3-nbconvert python3-nbclient python3-ipykernel jupyter-nbconvert
   python3-torch  # the independent reference the executor's losses are checked against
 )

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -38,39 +39,10 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
   spec::RankLayout layout(plan);
   sim::GroupShape tp_shape = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
-  auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase,
-                  bool block) {
-    // Overlapped tensor-parallel collectives (the simulator's run_ops) leave one chunk exposed.
-    const bool overlapped =
-        block && plan.tp > 1 && plan.sequence_parallel &&
-        (stack.tp_overlap == spec::TpOverlap::kPipelined ||
-         (stack.tp_overlap == spec::TpOverlap::kBulk && phase == spec::Phase::kBwd));
-    double t = 0;
-    for (const models::Op& op : ops) {
-      if (core_only && !op.core_attention) continue;
-      if (op.is_comm()) {
-        double c = collectives.cost(op.collective, op.bytes, tp_shape).seconds();
-        if (overlapped && op.collective == spec::CollectiveKind::kAllGather)
-          c /= static_cast<double>(plan.tp);
-        if (overlapped && op.collective == spec::CollectiveKind::kReduceScatter) c /= 4;
-        t += c;
-      } else {
-        t += ps_to_seconds(compute.op_time(op, phase));
-      }
-    }
-    return t;
-  };
   std::vector<LayerCost> costs;
-  for (size_t i = 0; i < l.lowered.layers.size(); ++i) {
-    const models::Layer& layer = l.lowered.layers[i];
-    LayerCost c;
-    bool block = layer.kind == models::LayerKind::kBlock;
-    c.forward = pass(layer.forward, false, spec::Phase::kFwd, block);
-    c.backward = pass(layer.backward, false, spec::Phase::kBwd, block);
-    if (block && plan.recompute == spec::Recompute::kFull) c.recompute = c.forward;
-    if (block && plan.recompute == spec::Recompute::kSelective)
-      c.recompute = pass(layer.forward, true, spec::Phase::kRecompute, block);
-    costs.push_back(c);
+  for (const models::Layer& layer : l.lowered.layers) {
+    sim::LayerTimes t = sim::layer_times(layer, plan, stack, compute, collectives, tp_shape);
+    costs.push_back({t.forward, t.backward, t.recompute});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
 }

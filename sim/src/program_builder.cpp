@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 
+#include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
 namespace sextant::sim {
@@ -284,21 +285,15 @@ class StageBuilder {
     close();
   }
 
-  // Tensor-parallel communication overlapped with the GEMM beside it (Transformer Engine's
-  // userbuffers, Megatron --tp-comm-overlap; needs sequence parallelism): forward only with
-  // "pipelined", backward with "bulk" too; only inside transformer blocks (TE linear layers).
   bool tp_overlapped(size_t layer, Phase phase) const {
-    if (plan_.tp == 1 || !plan_.sequence_parallel || !is_block(layer)) return false;
-    if (stack_.tp_overlap == spec::TpOverlap::kPipelined) return true;
-    return stack_.tp_overlap == spec::TpOverlap::kBulk && phase == Phase::kBwd;
+    return tp_overlap_applies(plan_, stack_, is_block(layer), phase);
   }
 
-  // An all-gather feeding the GEMM after it, split in chunks (TE's ring exchange: tp chunks): the
+  // An all-gather feeding the GEMM after it, split in chunks (tp_overlap_chunks): the
   // GEMM starts on the first chunk while the others arrive; what follows waits for all of them.
   void gathered_gemm(size_t layer, const models::Op& gather, const models::Op& gemm, Phase phase,
                      int64_t mb) {
-    const int64_t chunks = plan_.tp;
-    const int64_t first = gather.bytes / chunks;
+    const int64_t first = gather.bytes / tp_overlap_chunks(gather.collective, plan_.tp);
     int32_t before = flush();
     int32_t id = op_id(layer, gather, phase);
     int32_t head = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "sextant/spec/json_io.hpp"
+#include "sextant/traces/kernel_classes.hpp"
 #include "sextant/traces/readers.hpp"
 
 namespace sextant::traces {
@@ -178,7 +179,7 @@ Samples parse_kineto(const Json& json, const std::string& source) {
 }
 
 Samples read_kineto(const std::string& path) {
-  return parse_kineto(spec::read_json_file(path), path);
+  return parse_kineto(read_json_maybe_gzip(path), path);
 }
 
 }  // namespace sextant::traces

@@ -1,0 +1,34 @@
+// Closed-form time of one layer's passes on one rank for one micro-batch: its compute ops and its
+// tensor-parallel collectives in sequence, with the chunk of an overlapped collective that stays
+// exposed. Shared by the planner's estimator and `sextant validate` (layer times of Korthikanti
+// et al., Table 4); the event simulation schedules the same ops (program_builder).
+#pragma once
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/collective_model.hpp"
+#include "sextant/sim/compute_model.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::sim {
+
+struct LayerTimes {
+  double forward = 0;    // s
+  double backward = 0;   // s, without recompute
+  double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
+};
+
+// Whether the stack overlaps a block's tensor-parallel collectives in `phase` (Transformer
+// Engine's userbuffers need sequence parallelism; forward only with "pipelined").
+bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool block,
+                        spec::Phase phase);
+
+// The chunks an overlapped tensor-parallel collective is cut into (one of them stays exposed):
+// Transformer Engine's ring exchange uses tp chunks for all-gathers, its pipelined reduce-scatter
+// 4 splits (transformer_engine/pytorch/module/base.py, get_default_config).
+int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
+
+LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
+                       const ComputeModel& compute, const CollectiveModel& collectives,
+                       const GroupShape& tp_group);
+
+}  // namespace sextant::sim

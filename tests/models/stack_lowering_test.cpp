@@ -1,0 +1,108 @@
+// What the software stack changes in the lowering: a fused flash-attention core (FLOPs as
+// FlashAttention counts them, the log-sum-exp instead of the s^2 tensors of Korthikanti et al.),
+// and the memory passes of eager, fused and compiled kernels. Expected values worked by hand.
+#include <gtest/gtest.h>
+
+#include "sextant/models/counts.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/models/zoo.hpp"
+
+namespace sextant::models {
+namespace {
+
+const Op& find(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops)
+    if (op.name == name) return op;
+  ADD_FAILURE() << "no op " << name;
+  static Op none;
+  return none;
+}
+
+bool has(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops)
+    if (op.name == name) return true;
+  return false;
+}
+
+LoweringOptions options(spec::AttentionKernel attention, spec::Fusion fusion, int64_t tp = 1,
+                        bool sp = false, int64_t b = 4) {
+  LoweringOptions o;
+  o.micro_batch = b;
+  o.dtype = spec::Dtype::kBf16;
+  o.tp = tp;
+  o.sequence_parallel = sp;
+  o.attention = attention;
+  o.fusion = fusion;
+  return o;
+}
+
+TEST(StackLowering, FlashAttentionCountsAndKeeps) {
+  // The 22B model of Korthikanti et al.: s 2048, h 6144, a 64 (d 96), TP 8, b 4.
+  spec::ModelSpec m = zoo_model("megatron-22b");
+  const double s = 2048, b = 4, h = 6144, a = 64, d = 96, t = 8;
+  LoweredModel flash = lower(m, options(spec::AttentionKernel::kCudnn, spec::Fusion::kFused, 8));
+  const Layer& block = flash.layers[flash.split_begin];
+  EXPECT_FALSE(has(block.forward, "attn.scores"));
+  EXPECT_FALSE(has(block.forward, "attn.softmax"));
+  const Op& core = find(block.forward, "attn.core");
+  // Forward FLOPs as Narayanan et al. count them (4*b*s^2*h over the tp ranks); the causal kernel
+  // executes half (FA2 §4.1); the backward 2.5x the executed forward (5 matmuls against 2).
+  EXPECT_DOUBLE_EQ(core.flops, 4 * b * s * s * h / t);
+  EXPECT_DOUBLE_EQ(core.executed_flops(), 2 * b * s * s * h / t);
+  EXPECT_TRUE(core.causal);
+  EXPECT_EQ(core.shape, (std::vector<int64_t>{4 * 8, 2048, 2048, 96}));
+  const Op& core_bwd = find(block.backward, "attn.core");
+  EXPECT_DOUBLE_EQ(core_bwd.flops, 8 * b * s * s * h / t);
+  EXPECT_DOUBLE_EQ(core_bwd.executed_flops(), 2.5 * 2 * b * s * s * h / t);
+  EXPECT_TRUE(has(block.backward, "attn.core_prep"));
+  // Kept for backward: Korthikanti's TP baseline without the 5as^2b/t core, plus the fp32
+  // log-sum-exp of the rank's heads (4 bytes per row).
+  EXPECT_DOUBLE_EQ(static_cast<double>(block.saved_bytes),
+                   s * b * h * (10 + 24 / t) + 4 * b * (a / t) * s);
+  EXPECT_DOUBLE_EQ(static_cast<double>(block.saved_bytes_selective), s * b * h * (10 + 24 / t));
+  (void)d;
+  // Model FLOPs (MFU) do not depend on the kernel.
+  LoweredModel unfused =
+      lower(m, options(spec::AttentionKernel::kUnfused, spec::Fusion::kFused, 8));
+  const Layer& ub = unfused.layers[unfused.split_begin];
+  EXPECT_DOUBLE_EQ(block.forward_flops(), ub.forward_flops());
+  EXPECT_DOUBLE_EQ(block.backward_flops(), ub.backward_flops());
+}
+
+TEST(StackLowering, EncodersAreNotCausal) {
+  LoweredModel l =
+      lower(zoo_model("bert-large"), options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused));
+  const Op& core = find(l.layers[l.split_begin].forward, "attn.core");
+  EXPECT_FALSE(core.causal);
+  EXPECT_DOUBLE_EQ(core.executed_flops(), core.flops);
+}
+
+TEST(StackLowering, FusionLevelsChangeTheMemoryPasses) {
+  // llama-tiny: RMSNorm, SwiGLU, rotary embeddings, b 4, s 32, h 64, ffn 128.
+  spec::ModelSpec m = zoo_model("llama-tiny");
+  auto block = [&](spec::Fusion f) {
+    return lower(m, options(spec::AttentionKernel::kUnfused, f)).layers[1];
+  };
+  Layer fused = block(spec::Fusion::kFused);
+  Layer eager = block(spec::Fusion::kEager);
+  Layer compiled = block(spec::Fusion::kCompiled);
+  const int64_t T = 4 * 32, h = 64, f = 128, e = 2;
+  // Fused RMSNorm reads and writes T x h once.
+  EXPECT_EQ(find(fused.forward, "attn.norm").bytes, 2 * T * h * e);
+  // Eager RMSNorm (cast, pow, mean, rsqrt, multiply, cast, weight): 36 bytes per element, 7
+  // kernels.
+  EXPECT_EQ(find(eager.forward, "attn.norm").bytes, 18 * T * h * e);
+  EXPECT_EQ(find(eager.forward, "attn.norm").kernels, 7);
+  // Compiled: the norm is fused into the residual add before it and only writes its output.
+  EXPECT_EQ(find(compiled.forward, "mlp.norm").bytes, T * h * e);
+  EXPECT_EQ(find(compiled.forward, "mlp.norm").kernels, 0);
+  // SwiGLU: the fused kernel reads gate and up and writes the product (3 T x f passes); eager
+  // SiLU then multiply takes 5.
+  EXPECT_EQ(find(fused.forward, "mlp.act").bytes, 3 * T * f * e);
+  EXPECT_EQ(find(eager.forward, "mlp.act").bytes, 5 * T * f * e);
+  // GEMMs do not change with the fusion level.
+  EXPECT_EQ(find(eager.forward, "mlp.fc1").bytes, find(fused.forward, "mlp.fc1").bytes);
+}
+
+}  // namespace
+}  // namespace sextant::models

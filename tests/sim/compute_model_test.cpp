@@ -1,0 +1,161 @@
+// The compute model's kernels: GEMM tiles and waves over the SMs (NVIDIA, "Matrix Multiplication
+// Background User's Guide" §3), split-K, the sustained clock, an fp8 recipe, and fused attention
+// from published throughput curves. Expected times are worked out by hand in each test.
+#include "sextant/sim/compute_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "expect_input_error.hpp"
+#include "test_clusters.hpp"
+
+namespace sextant::sim {
+namespace {
+
+// Two SMs, one 64x64 tile, half of a 2 TFLOP/s peak in the main loop: each SM computes
+// 1e12 * 0.5 = 5e11 FLOP/s; no fill, no kernel or launch overhead, free memory traffic.
+spec::DeviceSpec tiny_gpu(double clock_ratio = 1.0, int64_t max_split_k = 1) {
+  spec::DeviceSpec d = test::ideal_cluster().device;
+  d.peak_tflops[spec::Dtype::kBf16] = 2;
+  d.peak_tflops[spec::Dtype::kFp8] = 4;
+  d.memory_bandwidth_GBps = 1e12;
+  spec::GemmModel g;
+  g.sms = 2;
+  g.peak_clock_MHz = 1000;
+  g.clock_MHz = 1000 * clock_ratio;
+  g.mainloop_efficiency = 0.5;
+  g.tile_overhead_k = 0;
+  g.kernel_overhead_us = 0;
+  g.tiles = {{64, 64}};
+  g.max_split_k = max_split_k;
+  d.gemm_model = g;
+  return d;
+}
+
+models::Op gemm_op(int64_t m, int64_t n, int64_t k) {
+  models::Op op;
+  op.name = "g";
+  op.op_class = spec::OpClass::kGemm;
+  op.flops = 2.0 * static_cast<double>(m * n * k);
+  op.matmuls = {{1, m, n, k}};
+  return op;
+}
+
+TEST(GemmModel, WavesOfTilesOverTheSms) {
+  spec::DeviceSpec d = tiny_gpu();
+  ComputeModel c(d, spec::Dtype::kBf16);
+  // 128 x 128 = 4 tiles on 2 SMs: 2 waves of one 64x64x1000 tile, 2*64*64*1000 / 5e11 s each.
+  const double tile = 2.0 * 64 * 64 * 1000 / 5e11;
+  EXPECT_NEAR(c.matmul_seconds({1, 128, 128, 1000}), 2 * tile, 1e-15);
+  // Tile quantization: 130 rows need a third row of tiles, 6 tiles, 3 waves.
+  EXPECT_NEAR(c.matmul_seconds({1, 130, 128, 1000}), 3 * tile, 1e-15);
+  // Wave quantization: 5 tiles take 3 waves like 6.
+  EXPECT_NEAR(c.matmul_seconds({1, 64, 320, 1000}), 3 * tile, 1e-15);
+  // A batch of 4 single-tile products: 2 waves.
+  EXPECT_NEAR(c.matmul_seconds({4, 64, 64, 1000}), 2 * tile, 1e-15);
+  // The op's time is its products' time (memory and launches are free here).
+  EXPECT_NEAR(ps_to_seconds(c.op_time(gemm_op(128, 128, 1000))), 2 * tile, 1e-12);
+}
+
+TEST(GemmModel, SustainedClockAndTileOverhead) {
+  // At half the datasheet clock every tile takes twice as long.
+  spec::DeviceSpec slow = tiny_gpu(0.5);
+  ComputeModel c(slow, spec::Dtype::kBf16);
+  const double tile = 2.0 * 64 * 64 * 1000 / 5e11;
+  EXPECT_NEAR(c.matmul_seconds({1, 64, 64, 1000}), 2 * tile, 1e-15);
+  // A fill of 24 K elements and a 3 us kernel overhead: 64x64x(1000 + 24) per tile, plus 3 us.
+  spec::DeviceSpec d = tiny_gpu();
+  d.gemm_model->tile_overhead_k = 24;
+  d.gemm_model->kernel_overhead_us = 3;
+  ComputeModel o(d, spec::Dtype::kBf16);
+  EXPECT_NEAR(o.matmul_seconds({1, 64, 64, 1000}), 2.0 * 64 * 64 * 1024 / 5e11 + 3e-6, 1e-15);
+}
+
+TEST(GemmModel, SplitKFillsIdleSms) {
+  // One 64x64 tile with K = 1024 leaves an SM idle; split in two, each SM streams K = 512 and the
+  // fp32 partial outputs (64*64 values, written and read twice: 8 bytes each per split) and the
+  // 2-byte result cross memory at the device's bandwidth (1e12 GB/s here: ~free).
+  spec::DeviceSpec d = tiny_gpu(1.0, 4);
+  ComputeModel c(d, spec::Dtype::kBf16);
+  const double half = 2.0 * 64 * 64 * 512 / 5e11;
+  const double reduce = 64.0 * 64 * (8 * 2 + 2) / (1e12 * 1e9);
+  EXPECT_NEAR(c.matmul_seconds({1, 64, 64, 1024}), half + reduce, 1e-15);
+  // Splits leave at least 128 of K per block: K = 200 is not split.
+  EXPECT_NEAR(c.matmul_seconds({1, 64, 64, 200}), 2.0 * 64 * 64 * 200 / 5e11, 1e-15);
+}
+
+TEST(GemmModel, BackwardRunsDataAndWeightGradients) {
+  // Y[m,n] = X[m,k] W[k,n]; backward: dX (m, k, n) and dW (k, n, m).
+  spec::DeviceSpec d = tiny_gpu();
+  ComputeModel c(d, spec::Dtype::kBf16);
+  models::Op fwd = gemm_op(128, 64, 192);
+  models::Op bwd = fwd;
+  bwd.flops *= 2;
+  bwd.matmuls = {{1, 128, 192, 64}, {1, 192, 64, 128}};
+  // dX: 2 x 3 = 6 tiles, 3 waves of K = 64; dW: 3 x 1 = 3 tiles, 2 waves of K = 128.
+  const double expected = 3 * 2.0 * 64 * 64 * 64 / 5e11 + 2 * 2.0 * 64 * 64 * 128 / 5e11;
+  EXPECT_NEAR(ps_to_seconds(c.op_time(bwd, spec::Phase::kBwd)), expected, 1e-12);
+}
+
+TEST(GemmModel, Fp8RecipeRunsGemmsAtTheFp8Peak) {
+  spec::DeviceSpec d = tiny_gpu();
+  ComputeModel bf16(d, spec::Dtype::kBf16);
+  ComputeModel fp8(d, spec::Dtype::kBf16, spec::AttentionKernel::kUnfused, spec::Dtype::kFp8);
+  EXPECT_NEAR(fp8.matmul_seconds({1, 128, 128, 1000}), bf16.matmul_seconds({1, 128, 128, 1000}) / 2,
+              1e-15);
+}
+
+// A kernel with d64 and d128 curves: non-causal forward and backward, causal backward only.
+spec::DeviceSpec attention_gpu() {
+  spec::DeviceSpec d = tiny_gpu();
+  spec::AttentionKernelData flash;
+  flash.curves = {
+      {64, false, "fwd", {1000, 4000}, {100, 200}},  {128, false, "fwd", {1000, 4000}, {200, 400}},
+      {64, false, "bwd", {1000, 4000}, {80, 160}},   {64, true, "bwd", {1000, 4000}, {40, 80}},
+      {128, false, "bwd", {1000, 4000}, {160, 320}}, {128, true, "bwd", {1000, 4000}, {80, 160}}};
+  flash.source = "test";
+  d.attention_kernels[spec::AttentionKernel::kFlash2] = flash;
+  spec::AttentionKernelData sdpa;
+  sdpa.same_as = spec::AttentionKernel::kFlash2;
+  d.attention_kernels[spec::AttentionKernel::kSdpa] = sdpa;
+  return d;
+}
+
+TEST(AttentionKernels, PublishedCurvesInterpolated) {
+  spec::DeviceSpec d = attention_gpu();
+  auto at = [&](spec::AttentionKernel k, int64_t hd, int64_t s, bool causal, bool bwd) {
+    return spec::attention_tflops(d.attention_kernels, d.name, k, hd, s, causal, bwd);
+  };
+  const auto flash = spec::AttentionKernel::kFlash2;
+  // Linear in log(seq): 2000 is halfway between 1000 and 4000.
+  EXPECT_NEAR(at(flash, 64, 2000, false, false), 150, 1e-9);
+  // Linear in head_dim: 96 is halfway between 64 (150) and 128 (300).
+  EXPECT_NEAR(at(flash, 96, 2000, false, false), 225, 1e-9);
+  // Clamped outside the published range.
+  EXPECT_NEAR(at(flash, 256, 16000, false, false), 400, 1e-9);
+  // No causal forward curve: the backward's causal/non-causal ratio (1/2) applies.
+  EXPECT_NEAR(at(flash, 64, 2000, true, false), 75, 1e-9);
+  // sdpa runs the flash kernel on this device.
+  EXPECT_NEAR(at(spec::AttentionKernel::kSdpa, 64, 1000, false, true), 80, 1e-9);
+  EXPECT_INPUT_ERROR(at(spec::AttentionKernel::kFlash3, 64, 1000, false, false),
+                     "no throughput data for this attention kernel");
+}
+
+TEST(AttentionKernels, FusedOpTimeIsItsExecutedFlopsOverThePublishedRate) {
+  spec::DeviceSpec d = attention_gpu();
+  ComputeModel c(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2);
+  models::Op op;
+  op.name = "attn.core";
+  op.op_class = spec::OpClass::kAttention;
+  op.fused_attention = true;
+  op.causal = true;
+  op.shape = {8, 1000, 1000, 64};
+  op.flops = 4.0 * 8 * 1000 * 1000 * 64;  // the MFU convention
+  op.kernel_flops = op.flops / 2;         // the causal kernel skips the masked half
+  // Causal forward at s = 1000, d = 64: 100 * (40 / 80) = 50 TFLOP/s.
+  EXPECT_NEAR(ps_to_seconds(c.op_time(op, spec::Phase::kFwd)), op.kernel_flops / 50e12, 1e-12);
+}
+
+}  // namespace
+}  // namespace sextant::sim

@@ -1,0 +1,173 @@
+// What a software stack changes in a simulated step: compute slowed by communication beside it,
+// the distributed optimizer's overlapped parameter gather, tensor-parallel overlap, DeepSpeed's
+// per-module ZeRO-3 gathers, fp32 gradient reduction, and the memory a process holds beyond
+// tensors. Expected values are worked out in each test from the model's own costs.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "test_clusters.hpp"
+#include "test_models.hpp"
+
+namespace sextant::sim {
+namespace {
+
+SimulationOptions traced() {
+  SimulationOptions o;
+  o.trace = true;
+  return o;
+}
+
+std::map<std::string, int64_t> count_events(const spec::Trace& t, int64_t rank) {
+  std::map<std::string, int64_t> n;
+  for (const spec::TraceEvent& e : t.events)
+    if (e.rank == rank) ++n[e.name];
+  return n;
+}
+
+TEST(StackEffects, CommunicationBesideComputeSlowsIt) {
+  // As DataParallel.OverlapExposesOnlyTheLastBucket: 8 layers, one bucket each; every bucket's
+  // all-reduce but the last runs entirely beside the next layer's backward. With an overlap
+  // slowdown f the compute stream pays f times that overlapped time on top (the last overlapped
+  // bucket's share lands on the optimizer step, the next compute task).
+  const int64_t layers = 8, width = 1024, b = 1024;
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 1000, 1000, 1.0);
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  spec::Plan plan = test::make_plan(2, 1, 1, b, 2 * b);
+  plan.dtype = spec::Dtype::kFp32;
+  plan.stack->dp_bucket_bytes = 1;
+  plan.collective_algorithms[spec::CollectiveKind::kAllReduce] = spec::CollectiveAlgorithm::kRing;
+  const double n = static_cast<double>(width * width * 4);
+  const double one = 2 * 1e-6 + n / 1000e9 + 0.5 * n / 1e21;  // ring all-reduce, 2 ranks
+  SimulationResult plain = simulate(model, cluster, plan, {});
+  cluster.device.overlap_slowdown = 0.25;
+  SimulationResult slowed = simulate(model, cluster, plan, {});
+  auto busy = [](const SimulationResult& r) {
+    return r.report.breakdown_s.compute + r.report.breakdown_s.optimizer;
+  };
+  EXPECT_NEAR(busy(slowed) - busy(plain), 0.25 * (layers - 1) * one, 1e-9);
+  EXPECT_NEAR(slowed.report.step_time_s - plain.report.step_time_s, 0.25 * (layers - 1) * one,
+              1e-9);
+}
+
+TEST(StackEffects, DistributedOptimizerGathersBesideTheNextForward) {
+  // ZeRO-1 on 2 ranks: after the step the updated halves are all-gathered. With Megatron's
+  // --overlap-param-gather the gathers (a bucket per layer) run while the first micro-batch goes
+  // forward, each layer waiting only for its own bucket; a layer's gather (~4 us) is shorter than
+  // its forward (2*512*1024^2 FLOPs at 100 TFLOP/s = 10.7 us), so only the first one shows.
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 200, 200, 1.0);
+  spec::ModelSpec model = test::uniform_mlp(8, 1024);
+  spec::Plan plan = test::make_plan(2, 1, 1, 512, 2048);
+  plan.zero = 1;
+  plan.stack->dp_bucket_bytes = 1;
+  SimulationResult after = simulate(model, cluster, plan, traced());
+  plan.stack->param_gather_overlap = true;
+  SimulationResult ahead = simulate(model, cluster, plan, traced());
+  // The same gathers, all of them moved.
+  EXPECT_EQ(count_events(*after.trace, 0)["zero.all_gather"], 1);
+  EXPECT_EQ(count_events(*ahead.trace, 0)["zero.all_gather"], 8);
+  double gather = 0;
+  for (const spec::TraceEvent& e : after.trace->events)
+    if (e.rank == 0 && e.name == "zero.all_gather") gather = ps_to_seconds(e.duration_ps);
+  // Hidden behind the forward except the first layer's bucket (1/8 of the bytes, and its α).
+  EXPECT_GT(after.report.step_time_s - ahead.report.step_time_s, 0.8 * gather);
+  EXPECT_LT(ahead.report.breakdown_s.dp_comm_exposed, after.report.breakdown_s.dp_comm_exposed);
+}
+
+TEST(StackEffects, TensorParallelOverlapHidesChunksBehindGemms) {
+  // gpt2-350m at micro-batch 4 on tp 2: an 8 MB all-gather or reduce-scatter (80 us at 100 GB/s)
+  // beside GEMMs of 13-50 GFLOP (130-500 us at 100 TFLOP/s).
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 1.0);
+  spec::ModelSpec model = models::zoo_model("gpt2-350m");
+  spec::Plan plan = test::make_plan(1, 2, 1, 4, 4);
+  plan.sequence_parallel = true;
+  double exposed[3];
+  int i = 0;
+  for (spec::TpOverlap o :
+       {spec::TpOverlap::kNone, spec::TpOverlap::kBulk, spec::TpOverlap::kPipelined}) {
+    plan.stack->tp_overlap = o;
+    exposed[i++] = simulate(model, cluster, plan, {}).report.breakdown_s.tp_comm_exposed;
+  }
+  EXPECT_GT(exposed[0], 0);
+  EXPECT_LT(exposed[1], exposed[0]);  // backward collectives hidden
+  EXPECT_LT(exposed[2], exposed[1]);  // and the forward ones
+  // Without sequence parallelism (all-reduces) Transformer Engine does not overlap.
+  plan.sequence_parallel = false;
+  double ar_none = 0, ar_pipelined = 0;
+  plan.stack->tp_overlap = spec::TpOverlap::kNone;
+  ar_none = simulate(model, cluster, plan, {}).report.step_time_s;
+  plan.stack->tp_overlap = spec::TpOverlap::kPipelined;
+  ar_pipelined = simulate(model, cluster, plan, {}).report.step_time_s;
+  EXPECT_DOUBLE_EQ(ar_none, ar_pipelined);
+}
+
+TEST(StackEffects, DeepspeedGathersEachModuleOnItsOwn) {
+  // gpt-tiny blocks have four GEMMs with weights (qkv, proj, fc1, fc2): DeepSpeed fetches each
+  // module's parameters with its own all-gather, FSDP a layer's flat parameter with one. The
+  // same bytes in four times the messages: slower when messages have a latency.
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 20.0);
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  spec::Plan plan = test::make_plan(4, 1, 1, 2, 8);
+  plan.zero = 3;
+  SimulationResult fsdp = simulate(model, cluster, plan, traced());
+  plan.stack->zero3 = spec::Zero3Impl::kDeepspeed;
+  SimulationResult ds = simulate(model, cluster, plan, traced());
+  const int64_t blocks = 4;
+  // Forward and backward gather every block (4 modules each), the embedding and the head (the
+  // tied head has no weight of its own but its logits GEMM counts as a module).
+  auto gathers = [&](const SimulationResult& r) {
+    return count_events(*r.trace, 0)["fsdp.all_gather"];
+  };
+  EXPECT_EQ(gathers(fsdp), 2 * (blocks + 2));
+  EXPECT_EQ(gathers(ds), 2 * (4 * blocks + 1 + 1));
+  EXPECT_GT(ds.report.step_time_s, fsdp.report.step_time_s);
+}
+
+TEST(StackEffects, GradientsReducedInFp32MoveTwiceTheBytes) {
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(2, 256);
+  spec::Plan plan = test::make_plan(2, 1, 1, 4, 8);  // bf16 on a GPU cluster
+  auto reduced = [&](const spec::Plan& p) {
+    int64_t bytes = 0;
+    for (const spec::TraceEvent& e : simulate(model, cluster, p, traced()).trace->events)
+      if (e.rank == 0 && e.name == "dp.all_reduce") bytes += e.bytes;
+    return bytes;
+  };
+  EXPECT_EQ(reduced(plan), 2 * 256 * 256 * 2);
+  plan.stack->grad_dtype = spec::Dtype::kFp32;
+  EXPECT_EQ(reduced(plan), 2 * 256 * 256 * 4);
+}
+
+TEST(StackEffects, MemoryBeyondTensors) {
+  // A rank of stage 0 of dp2.tp2.pp2 on gpt-tiny (tied embeddings) is in four process groups:
+  // tensor, data, pipeline and the first/last-stage embedding group.
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  cluster.device.runtime_reserved_bytes = 1'000'000'000;
+  cluster.network.communicator_buffer_bytes = 100'000'000;
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  spec::Plan plan = test::make_plan(2, 2, 2, 2, 16);
+  plan.stack->allocator_reserve = 0.1;
+  models::LoweringOptions o;
+  o.micro_batch = 2;
+  o.tp = 2;
+  models::LoweredModel lowered = models::lower(model, o);
+  spec::MemoryBreakdown bare = stage_memory(plan, *plan.stack, lowered, model, 0);
+  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0, &cluster);
+  const int64_t allocator =
+      std::llround(0.1 * static_cast<double>(bare.activations + bare.buffers));
+  EXPECT_EQ(bare.reserved, allocator);
+  EXPECT_EQ(m.reserved, allocator + 1'000'000'000 + 4 * 100'000'000);
+  EXPECT_EQ(m.peak_bytes,
+            m.weights + m.gradients + m.optimizer + m.activations + m.buffers + m.reserved);
+  EXPECT_EQ(m.headroom_bytes, cluster.device.memory_capacity_bytes - m.peak_bytes);
+  EXPECT_TRUE(m.fits);
+  cluster.device.memory_capacity_bytes = m.peak_bytes - 1;
+  EXPECT_FALSE(stage_memory(plan, *plan.stack, lowered, model, 0, &cluster).fits);
+}
+
+}  // namespace
+}  // namespace sextant::sim

@@ -1,0 +1,84 @@
+// GPU kernels of a Kineto trace by op class; gzip-compressed JSON files.
+#include "sextant/traces/kernel_classes.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::traces {
+
+namespace {
+
+bool has(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+spec::OpClass kernel_class(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (has(n, "nccl")) return spec::OpClass::kAllReduce;
+  if (has(n, "sdpa") || has(n, "flash") || has(n, "fmha") || has(n, "attention") ||
+      has(n, "cudnn::fusion") || has(n, "dot_do_o") || has(n, "convert_dq"))
+    return spec::OpClass::kAttention;
+  if (has(n, "nvjet") || has(n, "gemm") || has(n, "cutlass") || has(n, "xmma"))
+    return spec::OpClass::kGemm;
+  if (has(n, "layer_norm") || has(n, "gammabeta") || has(n, "rms_norm") || has(n, "layernorm"))
+    return spec::OpClass::kNorm;
+  if (has(n, "softmax") || has(n, "nll_loss") || has(n, "cross_entropy"))
+    return spec::OpClass::kLoss;
+  if (has(n, "multi_tensor_apply") || has(n, "adam")) return spec::OpClass::kOptimizer;
+  if (has(n, "embedding") || has(n, "indexing_backward") || has(n, "compute_grad_weight") ||
+      has(n, "sum_and_scatter") || has(n, "radix_sort") || has(n, "gather_kernel"))
+    return spec::OpClass::kEmbedding;
+  return spec::OpClass::kElementwise;
+}
+
+KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
+  if (!json.is_object() || !json.contains("traceEvents") || !json.at("traceEvents").is_array())
+    throw InputError(source, "/traceEvents", "", "missing: not a Chrome/Kineto trace");
+  KernelTimes out;
+  for (const spec::Json& e : json.at("traceEvents")) {
+    if (!e.is_object() || !e.contains("dur") || !e.at("dur").is_number()) continue;
+    const std::string cat = e.value("cat", "");
+    const std::string name = e.value("name", "");
+    if (cat == "kernel") {
+      out.seconds[kernel_class(name)] += e.at("dur").get<double>() * 1e-6;
+      ++out.kernels;
+    } else if (cat == "gpu_memset" || cat == "gpu_memcpy") {
+      out.seconds[spec::OpClass::kElementwise] += e.at("dur").get<double>() * 1e-6;
+      ++out.kernels;
+    } else if (cat == "user_annotation" && name.rfind("Optimizer.step", 0) == 0) {
+      ++out.steps;
+    }
+  }
+  if (out.kernels == 0)
+    throw InputError(source, "/traceEvents", "",
+                     "no GPU kernels: profile with ProfilerActivity.CUDA on a GPU");
+  // Kineto records an annotation both on the CPU and on the GPU timeline.
+  return out;
+}
+
+spec::Json read_json_maybe_gzip(const std::string& path) {
+  if (path.size() < 3 || path.compare(path.size() - 3, 3, ".gz") != 0)
+    return spec::read_json_file(path);
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) throw InputError(path, "", "", "cannot open the file");
+  std::string text;
+  std::array<char, 1 << 16> buffer{};
+  int n = 0;
+  while ((n = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0)
+    text.append(buffer.data(), static_cast<size_t>(n));
+  int err = 0;
+  const char* message = gzerror(f, &err);
+  std::string why = err < 0 ? message : "";
+  gzclose(f);
+  if (err < 0) throw InputError(path, "", "", "not a readable gzip file: " + why);
+  return spec::parse_json_text(text, path);
+}
+
+}  // namespace sextant::traces
