@@ -10,6 +10,7 @@ namespace sextant::cli {
 
 void add_models_command(CLI::App& app);
 void add_clusters_command(CLI::App& app);
+void add_stacks_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_validate_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   sextant::cli::add_models_command(app);
   sextant::cli::add_clusters_command(app);
+  sextant::cli::add_stacks_command(app);
   sextant::cli::add_simulate_command(app);
   sextant::cli::add_plan_command(app);
   const std::vector<std::string> args(argv, argv + argc);

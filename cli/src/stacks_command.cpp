@@ -1,0 +1,60 @@
+// `sextant stacks list|show`: the software-stack presets and where each knob comes from.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "sextant/spec/stack.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+void run_list() {
+  fmt::print("{:<20} {:<8} {:<9} {:<10} {}\n", "name", "attn", "fusion", "tp overlap",
+             "description");
+  for (const std::string& name : spec::builtin_stack_names()) {
+    spec::Stack s = spec::builtin_stack(name);
+    fmt::print("{:<20} {:<8} {:<9} {:<10} {}\n", name,
+               spec::enum_name(spec::attention_kernel_names(), s.attention),
+               spec::enum_name(spec::fusion_names(), s.fusion),
+               spec::enum_name(spec::tp_overlap_names(), s.tp_overlap), s.description);
+  }
+}
+
+void run_show(const std::string& name, bool json) {
+  spec::Stack s = spec::resolve_stack_preset(name);
+  spec::Json knobs = spec::to_json(s);
+  if (json) {
+    knobs["description"] = s.description;
+    knobs["sources"] = s.sources;
+    std::cout << knobs.dump(2) << "\n";
+    return;
+  }
+  fmt::print("{}: {}\n", s.preset, s.description);
+  for (std::string_view knob : spec::stack_knob_names()) {
+    auto src = s.sources.find(std::string(knob));
+    fmt::print("  {:<21} {:<10} {}\n", knob, knobs.at(std::string(knob)).dump(),
+               src == s.sources.end() ? "" : src->second);
+  }
+}
+
+}  // namespace
+
+void add_stacks_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("stacks", "List or show the software-stack presets");
+  cmd->require_subcommand(1);
+  cmd->add_subcommand("list", "List the shipped presets")->callback([] { run_list(); });
+  struct Options {
+    std::string name;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* show = cmd->add_subcommand("show", "Show one preset with the source of every knob");
+  show->add_option("stack", o->name, "Preset name or sextant.stack/1 file")->required();
+  show->add_flag("--json", o->json, "Print JSON");
+  show->callback([o] { run_show(o->name, o->json); });
+}
+
+}  // namespace sextant::cli
