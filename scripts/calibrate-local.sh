@@ -41,7 +41,8 @@ say() { [ "$json" -eq 1 ] && echo "$@" >&2 || echo "$@"; }
 if [ "$gpu" -eq 1 ]; then
   cluster=h100-1gpu
   run_flags=(--backend cuda --precision bf16)
-  sim_flags=(--dtype bf16)
+  # The executor runs its own kernels: predict them (a GPU cluster's default is megatron-core).
+  sim_flags=(--dtype bf16 --stack sextant)
   calibrate_flags=(--dtype bf16)
   plans=(
     "gpt2-124m.mb8|1|gpt2-124m|--global-batch 16 --micro-batch 8|fit"
@@ -56,7 +57,7 @@ if [ "$gpu" -eq 1 ]; then
 else
   cluster=local-cpu
   run_flags=()
-  sim_flags=()
+  sim_flags=(--stack sextant)
   calibrate_flags=()
   plans=(
     "dp1.mb4|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 4|fit"

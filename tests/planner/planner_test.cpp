@@ -39,6 +39,27 @@ TEST(Planner, PruningNeverDropsTheTrueBest) {
   }
 }
 
+TEST(Planner, TheStackChangesWhatFitsAndWhatWins) {
+  // Llama-2 7B at 8k tokens on 8 A100s: unfused attention keeps 5as^2b bytes per layer (2.5 GiB
+  // per sequence and layer at 32 heads), so without recompute almost nothing fits; a flash
+  // kernel keeps only the log-sum-exp. Every plan of a search names the stack it was made for.
+  SearchRequest r = request("llama2-7b", 8, 64);
+  r.seq_len = 8192;
+  SearchOptions o;
+  o.top_k = 1;
+  r.stack = spec::builtin_stack("megatron-lm");
+  SearchResult unfused = search(r, o);
+  r.stack = spec::builtin_stack("megatron-core");
+  SearchResult flash = search(r, o);
+  EXPECT_GT(flash.fitting, unfused.fitting);
+  ASSERT_FALSE(flash.ranked.empty());
+  EXPECT_EQ(flash.ranked.front().plan.stack->preset, "megatron-core");
+  EXPECT_EQ(flash.ranked.front().report.stack, "megatron-core");
+  if (!unfused.ranked.empty()) {
+    EXPECT_LT(flash.ranked.front().report.step_time_s, unfused.ranked.front().report.step_time_s);
+  }
+}
+
 TEST(Planner, RankingAgreesWithSimulate) {
   SearchRequest r = request("gpt2-350m", 16, 128);
   SearchOptions o;
