@@ -21,7 +21,9 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");
-  cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
+  cmd.add_option(
+      "--dtype", f.dtype,
+      "Compute dtype (default: the stack's precision, else bf16 on GPUs and fp32 on CPUs)");
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
       ->check(CLI::PositiveNumber);
   add_stack_flags(cmd, f.stack);

@@ -21,12 +21,31 @@ void add_stack_flags(CLI::App& cmd, StackFlags& f) {
                  "Override the dtype gradients are reduced in: compute, fp32, bf16, fp16");
   cmd.add_flag("--no-overlap", f.no_overlap, "Reduce gradients after backward, not during it");
   cmd.add_option("--bucket-mb", f.bucket_mb, "Gradient bucket size in MiB")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
 }
+
+namespace {
+
+// A flag's value checked against the knob's names, so that the error names the flag.
+template <typename E>
+void check_choice(const std::string& flag, const std::string& value, spec::EnumNames<E> names,
+                  std::string_view extra = {}) {
+  if (value.empty() || spec::enum_from_name(names, value) || value == extra) return;
+  std::string choices = spec::enum_choices(names);
+  if (!extra.empty()) choices = std::string(extra) + ", " + choices;
+  throw InputError("command line", flag, value, "must be one of " + choices);
+}
+
+}  // namespace
 
 std::optional<spec::Stack> stack_from_flags(const StackFlags& f,
                                             const std::optional<spec::Stack>& base,
                                             bool gpu_cluster) {
+  check_choice("--attention", f.attention, spec::attention_kernel_names());
+  check_choice("--fusion", f.fusion, spec::fusion_names());
+  check_choice("--tp-overlap", f.tp_overlap, spec::tp_overlap_names());
+  check_choice("--zero3-impl", f.zero3, spec::zero3_impl_names());
+  check_choice("--grad-dtype", f.grad_dtype, spec::dtype_names(), "compute");
   spec::Json knobs = spec::Json::object();
   if (!f.attention.empty()) knobs["attention"] = f.attention;
   if (!f.fusion.empty()) knobs["fusion"] = f.fusion;

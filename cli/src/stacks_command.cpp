@@ -27,9 +27,7 @@ void run_show(const std::string& name, bool json) {
   spec::Stack s = spec::resolve_stack_preset(name);
   spec::Json knobs = spec::to_json(s);
   if (json) {
-    knobs["description"] = s.description;
-    knobs["sources"] = s.sources;
-    std::cout << knobs.dump(2) << "\n";
+    std::cout << spec::stack_file_json(s).dump(2) << "\n";
     return;
   }
   fmt::print("{}: {}\n", s.preset, s.description);

@@ -13,7 +13,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     : ctx_(ctx),
       stage_(stage),
       micro_batches_(micro_batches),
-      stack_(ctx.plan->stack.value_or(spec::builtin_stack("sextant"))),
+      stack_(ctx.plan->stack.value_or(spec::builtin_stack(spec::kExecutorStack))),
       dp_(ctx.groups->dp_size),
       zero_(ctx.plan->zero) {
   ParamStore& store = stage_.params();

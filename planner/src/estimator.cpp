@@ -101,6 +101,10 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
     if (!stack.pp_overlap) step += 2 * static_cast<double>(m) * v * p2p;
   }
+  // Compute beside `overlapped` seconds of communication runs 1 + f times slower (the engine's
+  // overlap model): it costs overlapped * f / (1 + f) more.
+  const double f = cluster_->device.overlap_slowdown;
+  auto slowed = [f](double overlapped) { return std::max(0.0, overlapped) * f / (1 + f); };
   // Data parallelism.
   if (plan.dp > 1) {
     sim::GroupShape dp_shape = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
@@ -113,7 +117,7 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
           collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
       double compute_per_mb = slowest_stage;
       double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
-      step += static_cast<double>(m) * exposed;
+      step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
     } else {
       const int64_t buckets =
           std::max<int64_t>(1, (grads + stack.dp_bucket_bytes - 1) / stack.dp_bucket_bytes);
@@ -124,6 +128,7 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
           static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
       double last = collectives.cost(kind, bucket, dp_shape).seconds();
       step += stack.dp_overlap ? std::max(last, reduce - slowest_backward) : reduce;
+      if (stack.dp_overlap) step += slowed(std::min(reduce - last, slowest_backward));
       if (plan.zero >= 1 && !stack.param_gather_overlap)
         step += collectives.cost(spec::CollectiveKind::kAllGather, weights, dp_shape).seconds();
     }

@@ -39,7 +39,7 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
       }
     }
   }
-  double compute = matrix ? flops / (peak_flops_ * gemm_eff) : 0.0;
+  double compute = matrix ? flops / (gemm_peak_flops_ * gemm_eff) : 0.0;
   double memory = bytes / (device_->memory_bandwidth_GBps * kBytesPerGB * mem_eff);
   return std::max(compute, memory) + device_->launch_overhead_us * 1e-6;
 }
@@ -54,8 +54,8 @@ double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
   const spec::GemmModel& g = *device_->gemm_model;
   const double sm_flops = gemm_peak_flops_ / static_cast<double>(g.sms) *
                           (g.clock_MHz / g.peak_clock_MHz) * g.mainloop_efficiency;
-  const double bandwidth =
-      device_->memory_bandwidth_GBps * kBytesPerGB * device_->memory_efficiency;
+  const double bandwidth = device_->memory_bandwidth_GBps * kBytesPerGB *
+                           device_->memory_efficiency_for(spec::OpClass::kGemm);
   const double k = static_cast<double>(s.k);
   double best = std::numeric_limits<double>::infinity();
   for (const spec::GemmTile& t : g.tiles) {

@@ -80,7 +80,6 @@ struct StreamState {
   bool busy = false;
   int8_t blocked_on = -1;  // the stream the head task waits for
   Picoseconds started = 0;
-  Picoseconds busy_mark = 0;  // communication streams: the rank's compute time at the task start
 };
 
 struct HotProgram;
@@ -89,8 +88,13 @@ struct RankState {
   const HotProgram* hot = nullptr;
   std::array<StreamState, spec::kStreamCount> streams;
   Picoseconds compute_free_since = 0;
-  Picoseconds compute_busy = 0;   // time the compute stream spent on completed tasks
-  Picoseconds slowdown_debt = 0;  // compute time lost to communication running beside it
+  // Overlap slowdown: transfers of this rank moving data now; the running compute task's work
+  // left (in ps at full speed) as of `rate_since`, and when it will end at the current rate
+  // (-1: none; a completion event at another time is stale).
+  int32_t active_transfers = 0;
+  double work_left = 0;
+  Picoseconds rate_since = 0;
+  Picoseconds compute_end = -1;
   Picoseconds last_end = 0;
   CommClass last_class = CommClass::kNone;
   RankTimes times;
@@ -124,9 +128,10 @@ struct Trigger {
 // ranks at a thousand places of their programs).
 struct HotTask {
   static constexpr uint32_t kNoDep = ~0u;
-  int64_t value = 0;                                     // compute: duration; communication: bytes
-  std::array<uint32_t, 3> deps{kNoDep, kNoDep, kNoDep};  // stream << 29 | count
-  int32_t id = 0;                                        // index into Program::tasks
+  int64_t value = 0;  // compute: duration; communication: bytes
+  // stream << 29 | count; at most one per other stream (the builder merges them)
+  std::array<uint32_t, 4> deps{kNoDep, kNoDep, kNoDep, kNoDep};
+  int32_t id = 0;  // index into Program::tasks
   TaskKind kind = TaskKind::kCompute;
   CommClass comm_class = CommClass::kNone;
   uint8_t slot = 0;
@@ -147,7 +152,7 @@ HotProgram compact(const Program& p) {
       const Task& t = p.tasks[static_cast<size_t>(id)];
       HotTask ht;
       ht.value = t.kind == TaskKind::kCompute ? t.duration : t.bytes;
-      SEXTANT_CHECK(t.dep_end - t.dep_begin <= 3, "task {} has {} dependencies (at most 3)", id,
+      SEXTANT_CHECK(t.dep_end - t.dep_begin <= 4, "task {} has {} dependencies (at most 4)", id,
                     t.dep_end - t.dep_begin);
       for (int32_t d = t.dep_begin; d < t.dep_end; ++d) {
         const Dep& dep = p.deps[static_cast<size_t>(d)];
@@ -293,17 +298,34 @@ class Engine {
     }
   }
 
-  // Compute time of the rank up to `now`, the running task included.
-  static Picoseconds compute_busy_at(const RankState& rs, Picoseconds now) {
-    const StreamState& c = rs.streams[static_cast<size_t>(spec::Stream::kCompute)];
-    return rs.compute_busy + (c.busy ? now - c.started : 0);
+  // Overlap model (Lee et al., arXiv:2507.03114: compute runs 18.9% slower on average while
+  // collectives run beside it): while at least one transfer of a rank moves data, its compute
+  // progresses at 1 / (1 + overlap_slowdown) of full speed. A change of rate reschedules the
+  // running compute task's completion.
+  double compute_stretch(const RankState& rs) const {
+    return rs.active_transfers > 0 ? 1.0 + overlap_slowdown_ : 1.0;
   }
 
-  // A communication task of `rank` on `stream` starts moving data: the compute it overlaps from
-  // now on is slowed (a task waiting for its peers takes nothing from compute).
-  void mark_transfer_start(int32_t rank, spec::Stream stream, Picoseconds now) {
+  void change_transfers(int32_t rank, int32_t delta, Picoseconds now) {
+    if (overlap_slowdown_ <= 0) return;
     RankState& rs = ranks_[static_cast<size_t>(rank)];
-    rs.streams[static_cast<size_t>(stream)].busy_mark = compute_busy_at(rs, now);
+    const double before = compute_stretch(rs);
+    rs.active_transfers += delta;
+    const double after = compute_stretch(rs);
+    if (rs.compute_end < 0 || before == after) return;  // no compute running, or the same rate
+    rs.work_left -= static_cast<double>(now - rs.rate_since) / before;
+    rs.rate_since = now;
+    const Picoseconds end =
+        now + static_cast<Picoseconds>(std::llround(std::max(0.0, rs.work_left) * after));
+    rs.times.compute += end - rs.compute_end;  // the stretch is compute time
+    rs.compute_end = end;
+    push(end, EventType::kTaskDone, rank, static_cast<int32_t>(spec::Stream::kCompute));
+  }
+
+  // A communication task of `rank` starts moving data (a task waiting for its peers takes nothing
+  // from compute).
+  void mark_transfer_start(int32_t rank, spec::Stream, Picoseconds now) {
+    change_transfers(rank, +1, now);
   }
 
   // The stream whose progress `task` still waits for, if any.
@@ -357,16 +379,20 @@ class Engine {
         if (setup.speed != 1.0) {
           d = static_cast<Picoseconds>(std::llround(static_cast<double>(d) / setup.speed));
         }
-        // Communication that ran beside earlier compute took SMs and memory bandwidth from it;
-        // the compute stream pays that time now.
-        d += rs.slowdown_debt;
-        rs.slowdown_debt = 0;
         if (task.optimizer()) {
           rs.times.optimizer += d;
         } else {
           rs.times.compute += d;
         }
-        push(now + d, EventType::kTaskDone, rank, static_cast<int32_t>(stream));
+        rs.work_left = static_cast<double>(d);
+        rs.rate_since = now;
+        // Stretched while communication of this rank runs beside it (the stretch is compute time).
+        const Picoseconds end =
+            now +
+            static_cast<Picoseconds>(std::llround(static_cast<double>(d) * compute_stretch(rs)));
+        rs.times.compute += end - now - d;
+        rs.compute_end = end;
+        push(end, EventType::kTaskDone, rank, static_cast<int32_t>(stream));
         break;
       }
       case TaskKind::kCollective: {
@@ -430,16 +456,7 @@ class Engine {
     ss.busy = false;
     ss.next += 1;
     ss.completed += 1;
-    if (stream == spec::Stream::kCompute) {
-      rs.compute_busy += now - ss.started;
-    } else if (overlap_slowdown_ > 0) {
-      // Overlap model (arXiv:2507.03114 measures compute slowed by 18.9% on average while
-      // collectives run beside it): the compute that ran during this communication task is
-      // stretched by the device's overlap_slowdown.
-      Picoseconds overlapped = compute_busy_at(rs, now) - ss.busy_mark;
-      rs.slowdown_debt += static_cast<Picoseconds>(
-          std::llround(overlap_slowdown_ * static_cast<double>(overlapped)));
-    }
+    if (stream != spec::Stream::kCompute) change_transfers(rank, -1, now);
     if (now >= rs.last_end) {
       rs.last_end = now;
       rs.last_class = task.comm_class;
@@ -453,6 +470,11 @@ class Engine {
   }
 
   void task_done(int32_t rank, spec::Stream stream, Picoseconds now) {
+    if (stream == spec::Stream::kCompute) {
+      RankState& rs = ranks_[static_cast<size_t>(rank)];
+      if (now != rs.compute_end) return;  // rescheduled: another event completes it
+      rs.compute_end = -1;
+    }
     complete_head(rank, stream, now, {});
     try_start(rank, now, Trigger{}, static_cast<int>(stream));
   }

@@ -120,10 +120,18 @@ class StageBuilder {
     return last_compute_;
   }
 
-  // The next compute op waits for `task`.
+  // The next compute op waits for `task`. Waits on one stream merge into the latest (a stream
+  // completes in order), so a task has at most one dependency per other stream.
   void require(int32_t task) {
     flush();
-    pending_deps_.push_back(done(task));
+    Dep d = done(task);
+    for (Dep& p : pending_deps_) {
+      if (p.stream == d.stream) {
+        p.count = std::max(p.count, d.count);
+        return;
+      }
+    }
+    pending_deps_.push_back(d);
   }
 
   void compute_op(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
@@ -263,13 +271,16 @@ class StageBuilder {
   void gather_parameters_ahead() {
     if (plan_.dp == 1 || (plan_.zero != 1 && plan_.zero != 2) || !stack_.param_gather_overlap)
       return;
-    int64_t open = 0;
+    // Megatron gathers the same buckets it reduces: as many parameters as a gradient bucket.
+    const int64_t bucket_params = std::max<int64_t>(1, stack_.dp_bucket_bytes / grad_bytes_);
+    int64_t open = 0;  // parameters in the open bucket
     std::vector<size_t> members;
     auto close = [&] {
       if (open == 0) return;
-      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, open, -1);
+      const int64_t bytes = open * elem_bytes_;
+      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
       int32_t task = comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-                          TaskKind::kCollective, spec::CollectiveKind::kAllGather, open, op,
+                          TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op,
                           Phase::kFwd, 0, -1);
       for (size_t l : members) param_gather_[l] = task;
       members.clear();
@@ -277,9 +288,9 @@ class StageBuilder {
     };
     for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
       for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l) {
-        open += lowered_.layers[l].params * elem_bytes_;
+        open += lowered_.layers[l].params;
         members.push_back(l);
-        if (open >= stack_.dp_bucket_bytes) close();
+        if (open >= bucket_params) close();
       }
     }
     close();
@@ -295,34 +306,36 @@ class StageBuilder {
                      int64_t mb) {
     const int64_t first = gather.bytes / tp_overlap_chunks(gather.collective, plan_.tp);
     int32_t before = flush();
-    int32_t id = op_id(layer, gather, phase);
+    const int32_t l = static_cast<int32_t>(layer);
     int32_t head = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-                        TaskKind::kCollective, gather.collective, first, id, phase, mb, before);
+                        TaskKind::kCollective, gather.collective, first,
+                        named_op(gather.name, gather.op_class, first, l), phase, mb, before);
     int32_t rest =
         comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-             TaskKind::kCollective, gather.collective, gather.bytes - first, id, phase, mb, head);
+             TaskKind::kCollective, gather.collective, gather.bytes - first,
+             named_op(gather.name, gather.op_class, gather.bytes - first, l), phase, mb, head);
     require(head);
     compute_op(layer, gemm, phase, mb);
     require(rest);
   }
 
-  // A GEMM whose output is reduce-scattered in chunks as it is produced (TE's pipelined overlap,
-  // 4 splits): all but the last chunk's reduction run beside the GEMM.
+  // A GEMM whose output is reduce-scattered in chunks as it is produced (tp_overlap_chunks): all
+  // but the last chunk's reduction run beside the GEMM; the tp stream orders the last after them.
   void scattered_gemm(size_t layer, const models::Op& gemm, const models::Op& scatter, Phase phase,
                       int64_t mb) {
-    constexpr int64_t kSplits = 4;
-    const int64_t last_bytes = scatter.bytes / kSplits;
+    const int64_t last_bytes = scatter.bytes / tp_overlap_chunks(scatter.collective, plan_.tp);
+    const int64_t early_bytes = scatter.bytes - last_bytes;
+    const int32_t l = static_cast<int32_t>(layer);
     int32_t before = flush();
-    int32_t id = op_id(layer, scatter, phase);
-    int32_t early = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-                         TaskKind::kCollective, scatter.collective, scatter.bytes - last_bytes, id,
-                         phase, mb, before);
+    comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+         TaskKind::kCollective, scatter.collective, early_bytes,
+         named_op(scatter.name, scatter.op_class, early_bytes, l), phase, mb, before);
     compute_op(layer, gemm, phase, mb);
     int32_t gemm_task = flush();
     int32_t last =
         comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-             TaskKind::kCollective, scatter.collective, last_bytes, id, phase, mb, gemm_task);
-    (void)early;  // the tp stream orders `last` after it
+             TaskKind::kCollective, scatter.collective, last_bytes,
+             named_op(scatter.name, scatter.op_class, last_bytes, l), phase, mb, gemm_task);
     require(last);
   }
 

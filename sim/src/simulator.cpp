@@ -201,7 +201,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.plan = plan.name();
   rep.gpus = world;
   rep.network = std::string(spec::enum_name(fidelity_names(), options.fidelity));
-  rep.stack = setup.stack.preset.empty() ? "custom" : setup.stack.preset;
+  rep.stack = spec::stack_label(setup.stack);
   rep.step_time_s = ps_to_seconds(ct.finish);
   const double step = rep.step_time_s;
   const double samples = static_cast<double>(plan.global_batch);

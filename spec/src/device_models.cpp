@@ -102,7 +102,14 @@ double attention_tflops(const std::map<AttentionKernel, AttentionKernelData>& ke
   auto base = pass_tflops(d, pass, !causal, head_dim, seq_len);
   auto num = pass_tflops(d, other, causal, head_dim, seq_len);
   auto den = pass_tflops(d, other, !causal, head_dim, seq_len);
-  SEXTANT_CHECK(base && num && den, "attention data of {} lacks a {} curve", device, pass);
+  if (!base || !num || !den) {
+    throw InputError(
+        "device " + device,
+        "/device/attention_kernels/" + std::string(enum_name(attention_kernel_names(), it->first)),
+        "",
+        fmt::format("no {} {} curve for head dim {} (give one, or a fwd+bwd curve)",
+                    causal ? "causal" : "non-causal", pass, head_dim));
+  }
   return *base * *num / *den;
 }
 
@@ -179,10 +186,19 @@ std::map<AttentionKernel, AttentionKernelData> decode_attention_kernels(ObjectRe
   }
   r.finish();
   for (const auto& [kernel, d] : out) {
-    if (d.same_as && out.count(*d.same_as) == 0)
-      r.problem(enum_name(attention_kernel_names(), kernel),
+    if (!d.same_as) continue;
+    // Follow the chain: it must end at a kernel with curves, without a cycle.
+    std::optional<AttentionKernel> at = d.same_as;
+    for (size_t hops = 0; at && hops <= out.size(); ++hops) {
+      auto next = out.find(*at);
+      if (next == out.end() || !next->second.same_as) break;
+      at = next->second.same_as;
+    }
+    auto end = at ? out.find(*at) : out.end();
+    if (end == out.end() || end->second.curves.empty())
+      r.problem(std::string(enum_name(attention_kernel_names(), kernel)) + "/same_as",
                 std::string(enum_name(attention_kernel_names(), *d.same_as)),
-                "same_as must name a kernel this file describes");
+                "must lead to a kernel this file gives curves for (no cycle)");
   }
   return out;
 }

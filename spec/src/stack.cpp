@@ -69,18 +69,9 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
 
 void read_sources(ObjectReader& r, Stack& s) {
   if (auto src = r.object("sources", Presence::kOptional)) {
-    const Json* raw = r.value("sources", Presence::kOptional);
-    for (const auto& [key, value] : raw->items()) {
-      bool known = false;
-      for (std::string_view k : kKnobs) known = known || k == key;
-      if (!known) {
-        src->problem(key, short_dump(value),
-                     "is not a stack knob (knobs: " + join_names(kKnobs) + ")");
-        continue;
-      }
-      if (auto text = src->string(key)) s.sources[key] = *text;
-    }
-    src->finish();
+    for (std::string_view knob : kKnobs)
+      if (auto text = src->string(knob, Presence::kOptional)) s.sources[std::string(knob)] = *text;
+    src->finish();  // anything else is not a knob
   }
 }
 
@@ -155,8 +146,15 @@ Stack stack_from_plan_json(const Json& json, const std::string& source,
       s = builtin_stack(*name, source);
       presence = Presence::kOptional;
     } else {
-      std::vector<std::string_view> views(names.begin(), names.end());
-      r.problem("preset", short_dump(Json(*name)), "must be one of " + join_names(views));
+      // A stack of the user's own (written from a stack file) carries every knob; a name alone
+      // is a misspelt preset.
+      bool has_knob = false;
+      for (std::string_view k : kKnobs) has_knob = has_knob || r.has(k);
+      if (!has_knob) {
+        std::vector<std::string_view> views(names.begin(), names.end());
+        r.problem("preset", short_dump(Json(*name)), "must be one of " + join_names(views));
+      }
+      s.preset = *name;
     }
   }
   r.string("description", Presence::kOptional);
@@ -176,6 +174,29 @@ Stack stack_with_overrides(const Stack& base, const Json& knobs, const std::stri
   r.finish();
   diag.throw_if_any();
   return s;
+}
+
+Json stack_file_json(const Stack& s) {
+  Json j = {{"schema", kStackSchema}, {"name", s.preset}};
+  if (!s.description.empty()) j["description"] = s.description;
+  Json knobs = to_json(s);
+  knobs.erase("preset");
+  j.update(knobs);
+  if (!s.sources.empty()) j["sources"] = s.sources;
+  return j;
+}
+
+std::string stack_label(const Stack& s) {
+  if (s.preset.empty()) return "custom";
+  for (const std::string& n : builtin_stack_names()) {
+    if (n == s.preset) {
+      Stack preset = builtin_stack(n);
+      preset.sources = s.sources;
+      preset.description = s.description;
+      return preset == s ? s.preset : s.preset + " (modified)";
+    }
+  }
+  return s.preset;
 }
 
 Json to_json(const Stack& s) {
@@ -220,7 +241,7 @@ Stack resolve_stack_preset(const std::string& name_or_path) {
 }
 
 std::string_view default_stack_name(bool gpu_cluster) {
-  return gpu_cluster ? "megatron-core" : "sextant";
+  return gpu_cluster ? "megatron-core" : kExecutorStack;
 }
 
 }  // namespace sextant::spec

@@ -65,6 +65,31 @@ TEST(Stack, PlanNamesAPresetAndOverridesKnobs) {
   EXPECT_EQ(plan_from_json(to_json(q), "again").stack, q.stack);
 }
 
+TEST(Stack, StacksOfTheUsersOwnRoundTrip) {
+  // A stack file of one's own: its name is kept as the preset, and a plan that carries it (as
+  // `sextant plan --stack mine.json --out` writes it) reads back unchanged.
+  Json file = stack_file_json(builtin_stack("torchtitan"));
+  file["name"] = "mine";
+  file["fusion"] = "compiled";
+  Stack mine = stack_from_json(file, "mine.json");
+  EXPECT_EQ(mine.preset, "mine");
+  EXPECT_EQ(stack_label(mine), "mine");
+  Plan p = plan_from_json(plan_with(to_json(mine)), "p.json");
+  EXPECT_EQ(to_json(*p.stack), to_json(mine));  // knobs and name (sources stay in the file)
+  EXPECT_EQ(p.stack->fusion, Fusion::kCompiled);
+  EXPECT_EQ(plan_from_json(to_json(p), "again").stack->preset, "mine");
+  // The shipped presets print as files that read back as themselves.
+  for (const std::string& name : builtin_stack_names()) {
+    Stack s = builtin_stack(name);
+    EXPECT_EQ(stack_from_json(stack_file_json(s), "shown.json"), s) << name;
+  }
+  // Overridden knobs show in the report's label.
+  Stack changed = builtin_stack("megatron-core");
+  changed.tp_overlap = TpOverlap::kNone;
+  EXPECT_EQ(stack_label(changed), "megatron-core (modified)");
+  EXPECT_EQ(stack_label(builtin_stack("megatron-core")), "megatron-core");
+}
+
 TEST(Stack, DefaultDependsOnTheClusterKind) {
   Plan p = plan_from_json(plan_with("sextant"), "p.json");
   p.stack.reset();
@@ -81,6 +106,13 @@ TEST(Stack, BadStacksAreRefusedNamingTheField) {
   EXPECT_INPUT_ERROR(
       plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"overlap", true}}), "p.json"),
       "/stack/overlap");
+  // A misspelt preset with no knobs is not a stack of one's own.
+  EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"preset", "torchtitn"}}), "p.json"),
+                     "/stack/preset = \"torchtitn\": must be one of");
+  // A preset file citing a source for something that is not a knob.
+  Json bad = stack_file_json(builtin_stack("llm.c"));
+  bad["sources"]["speed"] = "fast";
+  EXPECT_INPUT_ERROR(stack_from_json(bad, "s.json"), "s.json: /sources/speed");
   // Without a preset every knob is needed.
   EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"attention", "flash2"}}), "p.json"),
                      "/stack/fusion");

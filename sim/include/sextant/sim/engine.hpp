@@ -49,10 +49,10 @@ struct EngineResult {
   std::vector<TaskRecord> records;  // when recording was asked for
 };
 
-// Runs one training step of every rank. Compute that runs while a communication task of the same
-// rank is in flight takes `overlap_slowdown` longer (the lost time is added to the rank's next
-// compute task). Throws InternalError on a deadlock (a program bug), naming the stuck ranks and
-// tasks.
+// Runs one training step of every rank. While a communication task of a rank moves data, the
+// rank's compute progresses at 1 / (1 + overlap_slowdown) of full speed (the running task is
+// rescheduled when that starts and stops). Throws InternalError on a deadlock (a program bug),
+// naming the stuck ranks and tasks.
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,

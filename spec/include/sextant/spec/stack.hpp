@@ -95,6 +95,13 @@ Stack stack_from_plan_json(const Json& json, const std::string& source, const st
 Stack stack_with_overrides(const Stack& base, const Json& knobs, const std::string& source,
                            const std::string& pointer);
 Json to_json(const Stack& stack);
+// The stack as a sextant.stack/1 file (what `sextant stacks show --json` prints and --stack reads).
+Json stack_file_json(const Stack& stack);
+// The preset name, "NAME (modified)" when knobs were overridden, "custom" without a name.
+std::string stack_label(const Stack& stack);
+
+// The stack Sextant's own executor runs (its kernels are always its own).
+inline constexpr std::string_view kExecutorStack = "sextant";
 
 // Shipped presets (stacks/*.json, compiled into the binary).
 std::vector<std::string> builtin_stack_names();
