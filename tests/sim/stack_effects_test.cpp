@@ -119,6 +119,40 @@ TEST(StackEffects, TensorParallelOverlapHidesChunksBehindGemms) {
   EXPECT_DOUBLE_EQ(ar_none, ar_pipelined);
 }
 
+TEST(StackEffects, EveryKnobCombinesWithEveryLayout) {
+  // A forward can wait on a previous send, a receive, its tensor-parallel gather and an
+  // overlapped parameter bucket at once: every combination must schedule (no deadlock, no
+  // dependency overflow) and trace each collective with the bytes it moves.
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 1.0);
+  cluster.device.overlap_slowdown = 0.2;
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  for (bool sp : {false, true}) {
+    for (bool pp_overlap : {false, true}) {
+      for (spec::TpOverlap o : {spec::TpOverlap::kNone, spec::TpOverlap::kPipelined}) {
+        spec::Plan plan = test::make_plan(2, 2, 2, 1, 16);
+        plan.zero = 1;
+        plan.sequence_parallel = sp;
+        plan.schedule = spec::Schedule::kInterleaved;
+        plan.virtual_stages = 2;
+        plan.stack->pp_overlap = pp_overlap;
+        plan.stack->param_gather_overlap = true;
+        plan.stack->tp_overlap = o;
+        SimulationResult r = simulate(model, cluster, plan, traced());
+        EXPECT_GT(r.report.step_time_s, 0) << plan.name();
+        // The chunks of an overlapped all-gather add up to the whole collective.
+        int64_t gathered = 0;
+        for (const spec::TraceEvent& e : r.trace->events)
+          if (e.rank == 0 && e.name == "mlp.all_gather" && e.layer == 1 && e.micro_batch == 0 &&
+              e.phase == spec::Phase::kFwd)
+            gathered += e.bytes;
+        if (sp) {
+          EXPECT_EQ(gathered, 1 * 128 * 128 * 2) << plan.name();  // b * s * h * 2 bytes
+        }
+      }
+    }
+  }
+}
+
 TEST(StackEffects, DeepspeedGathersEachModuleOnItsOwn) {
   // gpt-tiny blocks have four GEMMs with weights (qkv, proj, fc1, fc2): DeepSpeed fetches each
   // module's parameters with its own all-gather, FSDP a layer's flat parameter with one. The
