@@ -138,7 +138,7 @@ record $?; tail -20 "$out/calibrate.txt"
 for c in h100-1gpu "$out/h100-1gpu.calibrated.json"; do
   tag=$([[ "$c" == h100-1gpu ]] && echo default || echo calibrated)
   "$sextant" simulate --model gpt2-124m --cluster "$c" --gpus 1 --global-batch 32 --micro-batch 32 \
-    --dtype bf16 --trace "$out/gpt2.$tag.predicted.json" --json >"$out/gpt2.$tag.report.json" 2>&1 &&
+    --dtype bf16 --stack sextant --trace "$out/gpt2.$tag.predicted.json" --json >"$out/gpt2.$tag.report.json" 2>&1 &&
     "$sextant" compare --measured "$out/sextant_gpt2.trace.json" --predicted "$out/gpt2.$tag.predicted.json" \
       >"$out/compare.$tag.txt" 2>&1
   record $?; echo "-- $tag cluster"; tail -25 "$out/compare.$tag.txt"
