@@ -182,6 +182,11 @@ struct TransformerDims {
   bool sp;
   spec::AttentionKernel attention;
   spec::Fusion fusion;
+  // torch.autocast over fp32 parameters (PyTorch's autocast op lists: matmuls run in 16 bits,
+  // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
+  // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
+  bool autocast;
+  int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }
   bool compiled() const { return fusion == spec::Fusion::kCompiled; }
   int64_t tokens() const { return b * s; }
@@ -221,6 +226,13 @@ void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::st
 // - eager residual with dropout: dropout kernel, then add (5 passes against 3).
 // - compiled (Inductor; llm.c's fused_residual_forward): each norm is fused into the residual
 //   add before it, so it writes its output without reading the residual stream again.
+// Autocast's extra kernels: the cast of an fp32 activation to 16 bits in front of a GEMM (read 4,
+// write e bytes per element), and the cast of a layer's fp32 weights in every forward.
+Op autocast_cast(const std::string& name, int64_t elements, int64_t e, TpSplit split) {
+  Op op = memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
+  return op;
+}
+
 struct FusionPasses {
   double norm = 1, act = 1, rope = 1, softmax = 1, residual = 1;
   int norm_kernels = 1, act_kernels = 1, rope_kernels = 1, softmax_kernels = 1,
@@ -347,10 +359,20 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
                                    ? 2
                                    : passes.norm_kernels;
 
+  const int64_t r = x.residual_bytes();
   std::vector<Op>& fw = layer.forward;
-  Op attn_norm = unfused(memory_op("attn.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h}),
+  // Autocast casts each fp32 weight of the layer's GEMMs to 16 bits in every forward (6 bytes a
+  // parameter at fp32 -> bf16) and each 16-bit weight gradient back to fp32 in backward.
+  const int64_t weight_elements =
+      (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h + x.h * gate * x.f + x.f * x.h) / x.t;
+  Op weight_cast = autocast_cast("autocast.weights", weight_elements, e, TpSplit::kColumn);
+  weight_cast.kernels = 4;
+  if (x.autocast) fw.push_back(weight_cast);
+  Op attn_norm = unfused(memory_op("attn.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
                          passes.norm, passes.norm_kernels);
   fw.push_back(attn_norm);
+  Op attn_cast = autocast_cast("attn.cast", Tn * x.h, e, x.norm_split());
+  if (x.autocast) fw.push_back(attn_cast);
   add_sp_gather(fw, x, "attn");
   Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
   fw.push_back(qkv);
@@ -366,14 +388,17 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   fw.push_back(proj);
   add_tp_reduce(fw, x, "attn");
   // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
+  // Reads the residual and the 16-bit branch output, writes the residual.
   Op attn_res =
       unfused(memory_op("attn.residual", OpClass::kElementwise,
-                        Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
               passes.residual, passes.residual_kernels);
   fw.push_back(attn_res);
-  Op mlp_norm = unfused(memory_op("mlp.norm", norm, 2 * Tn * x.h * e, x.norm_split(), {Tn, x.h}),
+  Op mlp_norm = unfused(memory_op("mlp.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
                         passes.norm, passes.norm_kernels);
   fw.push_back(mlp_norm);
+  Op mlp_cast = autocast_cast("mlp.cast", Tn * x.h, e, x.norm_split());
+  if (x.autocast) fw.push_back(mlp_cast);
   add_sp_gather(fw, x, "mlp");
   Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
   fw.push_back(fc1);
@@ -386,7 +411,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   add_tp_reduce(fw, x, "mlp");
   Op mlp_res =
       unfused(memory_op("mlp.residual", OpClass::kElementwise,
-                        Tn * x.h * (3 * e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
               passes.residual, passes.residual_kernels);
   fw.push_back(mlp_res);
 
@@ -406,6 +431,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
   bw.push_back(gemm_backward(fc1));
   add_tp_reduce(bw, x, "mlp");
+  if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
   bw.push_back(norm_backward(mlp_norm));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
   add_sp_gather(bw, x, "attn");
@@ -414,7 +440,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   add_tp_reduce(bw, x, "attn");
+  if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
   bw.push_back(norm_backward(attn_norm));
+  if (x.autocast) bw.push_back(memory_backward(weight_cast, 1.0));
 
   // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
   // replicated on every tp rank.
@@ -436,7 +464,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t mask = m.dropout ? 1 : 0;
   // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
   // norms, of the QKV GEMM and of FC1 (4sbh elements), and the two output dropout masks.
-  const int64_t replicated = 4 * sbh * e + 2 * mask * sbh;
+  // (Under autocast the two norm inputs are fp32; the GEMM inputs are the 16-bit casts.)
+  const int64_t replicated = 2 * sbh * r + 2 * sbh * e + 2 * mask * sbh;
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
   const int64_t split =
@@ -456,14 +485,15 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   const int64_t T = x.tokens();
   const int64_t e = x.e;
   // Vocabulary-parallel lookup: each rank gathers the rows it owns, zeros elsewhere.
+  const int64_t r = x.residual_bytes();  // fp32 tables under autocast
   Op lookup =
-      memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * e, TpSplit::kVocab, {T, x.h});
+      memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * r, TpSplit::kVocab, {T, x.h});
   layer.forward.push_back(lookup);
   add_tp_reduce(layer.forward, x, "embed");
   bool has_positions = m.position_embedding == spec::PositionEmbedding::kLearned;
   Op pos;
   if (has_positions || m.type_vocab > 0) {
-    pos = memory_op("embed.position", OpClass::kElementwise, 3 * x.norm_tokens() * x.h * e,
+    pos = memory_op("embed.position", OpClass::kElementwise, 3 * x.norm_tokens() * x.h * r,
                     x.norm_split(), {x.norm_tokens(), x.h});
     layer.forward.push_back(pos);
   }
@@ -501,13 +531,20 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   const bool decoder = m.architecture == spec::Architecture::kDecoder;
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   const FusionPasses passes = fusion_passes(m, x);
+  const int64_t r = x.residual_bytes();
+  // Autocast casts the output weights (the embedding table when tied) in every forward and the
+  // norm's fp32 output in front of the logits GEMM.
+  Op weight_cast = autocast_cast("autocast.weights", vocab_shard * x.h, e, TpSplit::kVocab);
+  Op head_cast = autocast_cast("head.cast", x.norm_tokens() * x.h, e, x.norm_split());
+  if (x.autocast) layer.forward.push_back(weight_cast);
   Op fnorm;
   if (decoder) {
-    fnorm = unfused(memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e,
+    fnorm = unfused(memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * r,
                               x.norm_split(), {x.norm_tokens(), x.h}),
                     passes.norm, passes.norm_kernels);
     layer.forward.push_back(fnorm);
   }
+  if (x.autocast) layer.forward.push_back(head_cast);
   add_sp_gather(layer.forward, x, "head");
   Op logits = gemm("head.logits", T, vocab_shard, x.h, e, TpSplit::kVocab);
   layer.forward.push_back(logits);
@@ -529,7 +566,9 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   layer.backward.push_back(memory_backward(loss, 1.0));
   layer.backward.push_back(gemm_backward(logits));
   add_tp_reduce(layer.backward, x, "head");
+  if (x.autocast) layer.backward.push_back(memory_backward(head_cast, 1.0));
   if (decoder) layer.backward.push_back(memory_backward(fnorm, 1.5));
+  if (x.autocast) layer.backward.push_back(memory_backward(weight_cast, 1.0));
 
   int64_t pooler = m.pooler ? x.h * x.h + x.h : 0;
   int64_t out_proj = m.tied_embeddings ? 0 : x.V * x.h;
@@ -561,6 +600,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.sp = o.sequence_parallel && o.tp > 1;
   x.attention = o.attention;
   x.fusion = o.fusion;
+  x.autocast = o.autocast && x.e < 4;
   std::string source = fmt::format("model {}", model.name);
   if (m.heads % o.tp != 0 || m.kv_heads % o.tp != 0 || m.ffn_hidden % o.tp != 0 ||
       m.hidden % o.tp != 0) {

@@ -82,7 +82,7 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
   }
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
-  const int64_t g = spec::dtype_bytes(stack.grad_dtype.value_or(lowered.dtype));
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
 
   // Pipeline: m micro-batches plus the fill and drain of (p - 1) stages, divided by the chunks.
   double step =

@@ -53,7 +53,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     params += (t.vocab + plan.tp - 1) / plan.tp * t.hidden;
   }
 
-  StateBytesPerParam per = state_bytes_per_param(lowered.dtype, stack.grad_dtype);
+  StateBytesPerParam per = state_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype),
+                                                 spec::gradient_dtype(stack, lowered.dtype));
   const int64_t n = plan.dp;
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;
@@ -92,6 +93,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
   if (plan.dp > 1 && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
+  // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
+  if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;
   m.buffers = buffers;
 
   // Beyond tensors: the caching allocator's reserve over what it hands out for activations and

@@ -27,7 +27,7 @@ class StageBuilder {
         stage_(stage),
         layers_(stage_layers(plan, lowered, stage)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
-        grad_bytes_(spec::dtype_bytes(stack.grad_dtype.value_or(lowered.dtype))),
+        grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
         micro_batches_(plan.micro_batches()) {}
 
   Program build() {

@@ -27,10 +27,19 @@ constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
     {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
 constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
     {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
-constexpr std::array<std::string_view, 12> kKnobs{
-    "attention",  "fusion",           "tp_overlap", "dp_overlap",     "param_gather_overlap",
-    "pp_overlap", "dp_bucket_bytes",  "zero3",      "zero3_prefetch", "precision",
-    "grad_dtype", "allocator_reserve"};
+constexpr std::array<std::string_view, 13> kKnobs{"attention",
+                                                  "fusion",
+                                                  "tp_overlap",
+                                                  "dp_overlap",
+                                                  "param_gather_overlap",
+                                                  "pp_overlap",
+                                                  "dp_bucket_bytes",
+                                                  "zero3",
+                                                  "zero3_prefetch",
+                                                  "precision",
+                                                  "grad_dtype",
+                                                  "autocast",
+                                                  "allocator_reserve"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -63,6 +72,7 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (present) s.precision = precision;
   std::optional<Dtype> grad = read_optional_dtype(r, "grad_dtype", "compute", presence, &present);
   if (present) s.grad_dtype = grad;
+  if (auto v = r.boolean("autocast", presence)) s.autocast = *v;
   if (auto v = r.number("allocator_reserve", Range::between(0, 1), presence))
     s.allocator_reserve = *v;
 }
@@ -213,6 +223,7 @@ Json to_json(const Stack& s) {
   j["zero3_prefetch"] = s.zero3_prefetch;
   j["precision"] = s.precision ? enum_name(dtype_names(), *s.precision) : "auto";
   j["grad_dtype"] = s.grad_dtype ? enum_name(dtype_names(), *s.grad_dtype) : "compute";
+  j["autocast"] = s.autocast;
   j["allocator_reserve"] = s.allocator_reserve;
   return j;
 }
@@ -238,6 +249,15 @@ Stack resolve_stack_preset(const std::string& name_or_path) {
     return stack_from_json(read_json_file(name_or_path), name_or_path);
   }
   return builtin_stack(name_or_path);
+}
+
+Dtype gradient_dtype(const Stack& stack, Dtype compute) {
+  if (stack.grad_dtype) return *stack.grad_dtype;
+  return stack.autocast ? Dtype::kFp32 : compute;
+}
+
+Dtype parameter_dtype(const Stack& stack, Dtype compute) {
+  return stack.autocast ? Dtype::kFp32 : compute;
 }
 
 std::string_view default_stack_name(bool gpu_cluster) {

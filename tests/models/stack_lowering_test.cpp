@@ -104,5 +104,31 @@ TEST(StackLowering, FusionLevelsChangeTheMemoryPasses) {
   EXPECT_EQ(find(eager.forward, "mlp.fc1").bytes, find(fused.forward, "mlp.fc1").bytes);
 }
 
+TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
+  // gpt-tiny (h 128, ffn 4h, no dropout) at b 4, s 128 under torch.autocast over fp32 weights.
+  spec::ModelSpec m = zoo_model("gpt-tiny");
+  LoweringOptions o = options(spec::AttentionKernel::kSdpa, spec::Fusion::kEager);
+  o.autocast = true;
+  const Layer block = lower(m, o).layers[1];
+  const int64_t T = 4 * 128, h = 128, e = 2;
+  // LayerNorm reads and writes fp32; its output is cast to bf16 for the GEMM (4 + 2 bytes).
+  EXPECT_EQ(find(block.forward, "attn.norm").bytes, 2 * T * h * 4);
+  EXPECT_EQ(find(block.forward, "attn.cast").bytes, T * h * (4 + e));
+  EXPECT_EQ(find(block.backward, "attn.cast").bytes, T * h * (4 + e));
+  // The residual add reads the fp32 stream and the bf16 branch, writes fp32.
+  EXPECT_EQ(find(block.forward, "mlp.residual").bytes, T * h * (4 + e + 4));
+  // Every forward casts the 12h^2 GEMM weights (qkv 3h^2, proj h^2, fc1 and fc2 4h^2 each).
+  EXPECT_EQ(find(block.forward, "autocast.weights").bytes, 12 * h * h * (4 + e));
+  // The fp32 norm inputs are kept for backward: 2 x T x h x (4 - 2) more than without autocast.
+  o.autocast = false;
+  const Layer plain = lower(m, o).layers[1];
+  EXPECT_EQ(block.saved_bytes - plain.saved_bytes, 2 * T * h * (4 - e));
+  EXPECT_FALSE(has(plain.forward, "attn.cast"));
+  // fp32 training has nothing to cast.
+  o.autocast = true;
+  o.dtype = spec::Dtype::kFp32;
+  EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
+}
+
 }  // namespace
 }  // namespace sextant::models

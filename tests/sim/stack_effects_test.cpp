@@ -181,13 +181,39 @@ TEST(StackEffects, GradientsReducedInFp32MoveTwiceTheBytes) {
   spec::Plan plan = test::make_plan(2, 1, 1, 4, 8);  // bf16 on a GPU cluster
   auto reduced = [&](const spec::Plan& p) {
     int64_t bytes = 0;
-    for (const spec::TraceEvent& e : simulate(model, cluster, p, traced()).trace->events)
+    SimulationResult r = simulate(model, cluster, p, traced());
+    for (const spec::TraceEvent& e : r.trace->events)
       if (e.rank == 0 && e.name == "dp.all_reduce") bytes += e.bytes;
     return bytes;
   };
   EXPECT_EQ(reduced(plan), 2 * 256 * 256 * 2);
   plan.stack->grad_dtype = spec::Dtype::kFp32;
   EXPECT_EQ(reduced(plan), 2 * 256 * 256 * 4);
+}
+
+TEST(StackEffects, AutocastHoldsFp32ParametersAndGradients) {
+  // torch.autocast over fp32 parameters: 4 + 4 bytes of weights and gradients and 8 of Adam
+  // moments per parameter (no separate master copy), fp32 gradients reduced, and the bf16 copies
+  // autocast cast in the forward held until the backward (2 bytes per parameter).
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(2, 256);
+  spec::Plan plan = test::make_plan(2, 1, 1, 4, 8);
+  plan.stack->autocast = true;
+  models::LoweringOptions o;
+  o.micro_batch = 4;
+  models::LoweredModel lowered = models::lower(model, o);  // bf16
+  const int64_t params = 2 * 256 * 256;
+  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0);
+  EXPECT_EQ(m.weights, 4 * params);
+  EXPECT_EQ(m.gradients, 4 * params);
+  EXPECT_EQ(m.optimizer, 8 * params);
+  const int64_t bucket = std::min(plan.stack->dp_bucket_bytes, 4 * params);
+  EXPECT_EQ(m.buffers, bucket + 2 * params);
+  int64_t reduced = 0;
+  SimulationResult r = simulate(model, cluster, plan, traced());
+  for (const spec::TraceEvent& e : r.trace->events)
+    if (e.rank == 0 && e.name == "dp.all_reduce") reduced += e.bytes;
+  EXPECT_EQ(reduced, 4 * params);
 }
 
 TEST(StackEffects, MemoryBeyondTensors) {

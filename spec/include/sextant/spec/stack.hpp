@@ -71,6 +71,9 @@ struct Stack {
   std::optional<Dtype> precision;
   // Dtype gradients are accumulated and reduced in; empty: the compute dtype.
   std::optional<Dtype> grad_dtype;
+  // 16-bit compute through torch.autocast over fp32 parameters: every forward casts the weights,
+  // norms and the residual stream stay fp32, GEMM inputs are cast from them.
+  bool autocast = false;
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;
@@ -99,6 +102,13 @@ Json to_json(const Stack& stack);
 Json stack_file_json(const Stack& stack);
 // The preset name, "NAME (modified)" when knobs were overridden, "custom" without a name.
 std::string stack_label(const Stack& stack);
+
+// The dtype gradients are held and reduced in: the stack's grad_dtype, else fp32 under autocast
+// (fp32 parameters get fp32 gradients), else the compute dtype.
+Dtype gradient_dtype(const Stack& stack, Dtype compute);
+// The dtype parameters are held in: fp32 under autocast, else the compute dtype (mixed precision
+// keeps fp32 master weights in the optimizer state).
+Dtype parameter_dtype(const Stack& stack, Dtype compute);
 
 // The stack Sextant's own executor runs (its kernels are always its own).
 inline constexpr std::string_view kExecutorStack = "sextant";
