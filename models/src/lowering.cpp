@@ -229,8 +229,7 @@ void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::st
 // Autocast's extra kernels: the cast of an fp32 activation to 16 bits in front of a GEMM (read 4,
 // write e bytes per element), and the cast of a layer's fp32 weights in every forward.
 Op autocast_cast(const std::string& name, int64_t elements, int64_t e, TpSplit split) {
-  Op op = memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
-  return op;
+  return memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
 }
 
 struct FusionPasses {

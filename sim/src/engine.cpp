@@ -322,12 +322,6 @@ class Engine {
     push(end, EventType::kTaskDone, rank, static_cast<int32_t>(spec::Stream::kCompute));
   }
 
-  // A communication task of `rank` starts moving data (a task waiting for its peers takes nothing
-  // from compute).
-  void mark_transfer_start(int32_t rank, spec::Stream, Picoseconds now) {
-    change_transfers(rank, +1, now);
-  }
-
   // The stream whose progress `task` still waits for, if any.
   static std::optional<int> unmet_dep(const RankState& rs, const HotTask& task) {
     for (uint32_t dep : task.deps) {
@@ -410,8 +404,9 @@ class Engine {
         if (++gs.arrived ==
             static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
           gs.start = now;
+          // Data moves from now on (a member waiting for its peers takes nothing from compute).
           for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
-            mark_transfer_start(static_cast<int32_t>(member), stream, now);
+            change_transfers(static_cast<int32_t>(member), +1, now);
           NetworkStart ns = network_.start_collective(g, gs.kind, gs.bytes, now);
           gs.algorithm = ns.algorithm;
           if (ns.end) push(*ns.end, EventType::kGroupDone, g);
@@ -434,8 +429,8 @@ class Engine {
         if (cs.send_posted && cs.recv_posted) {
           cs.start = now;
           const ChannelSetup& ch = channel_setups_[static_cast<size_t>(c)];
-          mark_transfer_start(static_cast<int32_t>(ch.src), spec::Stream::kPpSend, now);
-          mark_transfer_start(static_cast<int32_t>(ch.dst), spec::Stream::kPpRecv, now);
+          change_transfers(static_cast<int32_t>(ch.src), +1, now);
+          change_transfers(static_cast<int32_t>(ch.dst), +1, now);
           NetworkStart ns = network_.start_transfer(c, cs.bytes, now);
           cs.algorithm = ns.algorithm;
           if (ns.end) push(*ns.end, EventType::kChannelDone, c);

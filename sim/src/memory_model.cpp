@@ -9,8 +9,8 @@
 
 namespace sextant::sim {
 
-StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, std::optional<spec::Dtype> grad) {
-  const int64_t g = spec::dtype_bytes(grad.value_or(dtype));
+StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, spec::Dtype grad) {
+  const int64_t g = spec::dtype_bytes(grad);
   if (spec::dtype_bytes(dtype) >= 4) return {4, g, 8};
   return {spec::dtype_bytes(dtype), g, 12};
 }

@@ -20,10 +20,9 @@ struct StateBytesPerParam {
   int64_t gradients;
   int64_t optimizer;  // K in the ZeRO paper
 };
-// 16-bit training: 2, 2 (or 4 with fp32 gradients), 12 (fp32 master weights, momentum,
-// variance); fp32 training: 4, 4, 8.
-StateBytesPerParam state_bytes_per_param(spec::Dtype dtype,
-                                         std::optional<spec::Dtype> grad = std::nullopt);
+// Parameters held in `dtype`, gradients in `grad`. 16-bit parameters: 2, 2 (or 4 with fp32
+// gradients), 12 (fp32 master weights, momentum, variance); fp32 parameters: 4, 4, 8.
+StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, spec::Dtype grad);
 
 // Process groups a rank of `stage` communicates in (each holds its own buffers).
 int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
