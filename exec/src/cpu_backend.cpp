@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
+#include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -41,10 +43,16 @@ class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
+  // Blocks come from a caching pool, as on the GPU: glibc serves large requests with fresh mmap
+  // pages and returns them on free, so every op's output would page-fault (zero-fill) again each
+  // micro-batch. On the 2-core build machine that kernel time was a third of a gpt-tiny step at
+  // micro-batch 4 and grew with the micro-batch (docs/CALIBRATION.md).
   void* allocate(int64_t bytes) override {
-    return Eigen::internal::aligned_malloc(static_cast<size_t>(bytes));
+    void* block = pool_.allocate(bytes);
+    if (block == nullptr) throw std::bad_alloc();
+    return block;
   }
-  void release(void* data) override { Eigen::internal::aligned_free(data); }
+  void release(void* data) override { pool_.release(data); }
   void fill(Tensor& t, float value) override {
     if (t.dtype() == DType::kF32) {
       std::fill(t.data(), t.data() + t.numel(), value);
@@ -526,6 +534,11 @@ class CpuBackend : public Backend {
       p -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
     }
   }
+
+ private:
+  BlockPool pool_{
+      [](int64_t bytes) { return Eigen::internal::aligned_malloc(static_cast<size_t>(bytes)); },
+      [](void* block) { Eigen::internal::aligned_free(block); }};
 };
 
 }  // namespace

@@ -188,5 +188,16 @@ TEST(BlockPool, ReleasesTheCacheWhenTheDeviceIsFull) {
   pool.release(big);
 }
 
+// The CPU backend caches blocks too: a freed activation's memory comes back for the next one of
+// its size instead of fresh (page-faulting) pages from the system allocator.
+TEST(BlockPool, TheCpuBackendReusesFreedBlocks) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  void* a = be->allocate(3 << 20);
+  be->release(a);
+  void* b = be->allocate((3 << 20) - 100);  // same 4 MiB class
+  EXPECT_EQ(b, a);
+  be->release(b);
+}
+
 }  // namespace
 }  // namespace sextant::exec
