@@ -3,9 +3,21 @@
 # local-cpu cluster to the measurements, then predict plans with the calibrated cluster and run
 # them for real -- including plans not used for the fit -- and report predicted against measured.
 #
-# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--out DIR] [--gpu]
-#   --json   end with one JSON object: plans (name, predicted_s, measured_s, heldout, ...),
-#            heldout_mean_abs_error, heldout_max_abs_error (fractions), kendall_tau, regret
+# Every plan is measured in --repeats rounds, interleaved (round 1 runs every plan once, then round
+# 2, ...), so that a slow spell of the machine touches all plans alike. A run's time is its mean
+# step (two warm-up steps left out); a plan's time is its fastest run, because what disturbs a run
+# on a shared machine (another tenant on a core, a clock drop) only ever adds time, and the model
+# predicts the undisturbed machine. The report gives the median and the half-range of the runs
+# beside it, as the plan's noise. The fit takes the fastest run of each fit plan. `sextant calibrate` checks
+# the fit on the fitted runs' own steps and refuses a fit that predicts them worse (the loop then
+# stops: nothing it predicted after would mean anything).
+#
+# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu]
+#   --force  go on with a fit that predicts its own plans worse (sextant calibrate --force); the
+#            report then says "fit_worse": true. For checks of the loop's plumbing (ctest).
+#   --json   end with one JSON object: plans (name, predicted_s, measured_s, noise, heldout, ...),
+#            heldout_mean_abs_error, heldout_max_abs_error (fractions), kendall_tau, regret,
+#            fitted_step_errors
 #   --gpu    the same loop on one GPU for the h100-1gpu cluster: GPT-2 models and micro-batch
 #            sizes with the cuda backend (bf16 mixed precision), fitted from `bench compute --backend cuda`
 #            and two runs. (Several ranks sharing the GPU are not a cluster the simulator can
@@ -16,14 +28,18 @@ cd "$root"
 json=0
 gpu=0
 steps=8
+repeats=3
+force=()
 out="$root/out/calibrate-local"
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=1 ;;
     --steps) steps="$2"; shift ;;
+    --repeats) repeats="$2"; shift ;;
+    --force) force=(--force) ;;
     --out) out="$2"; shift ;;
     --gpu) gpu=1 ;;
-    *) echo "usage: $0 [--json] [--steps N] [--out DIR] [--gpu]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -59,30 +75,30 @@ else
   run_flags=()
   sim_flags=(--stack sextant)
   calibrate_flags=()
+  # The fit plans span what is predicted: one and two ranks, each layout family (dp, tp, pp) and
+  # micro-batches 2, 4 and 8.
   plans=(
     "dp1.mb4|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 4|fit"
-    "dp2.mb4|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 4|fit"
-    "tp2.mb4|2|gpt-tiny|--global-batch 16 --tp 2 --micro-batch 4|fit"
+    "dp2.mb8|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 8|fit"
+    "tp2.mb2|2|gpt-tiny|--global-batch 16 --tp 2 --micro-batch 2|fit"
+    "pp2.1f1b.mb2|2|gpt-tiny|--global-batch 16 --pp 2 --micro-batch 2|fit"
     "dp1.mb8|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 8|heldout"
     "dp1.mb2|1|gpt-tiny|--global-batch 16 --dp 1 --micro-batch 2|heldout"
     "dp2.mb2|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 2|heldout"
-    "pp2.1f1b.mb2|2|gpt-tiny|--global-batch 16 --pp 2 --micro-batch 2|heldout"
-    "pp2.gpipe.mb4|2|gpt-tiny|--global-batch 16 --pp 2 --schedule gpipe --micro-batch 4|heldout"
+    "dp2.mb4|2|gpt-tiny|--global-batch 16 --dp 2 --micro-batch 4|heldout"
+    "tp2.mb4|2|gpt-tiny|--global-batch 16 --tp 2 --micro-batch 4|heldout"
     "tp2.sp.mb4|2|gpt-tiny|--global-batch 16 --tp 2 --sp --micro-batch 4|heldout"
+    "pp2.gpipe.mb4|2|gpt-tiny|--global-batch 16 --pp 2 --schedule gpipe --micro-batch 4|heldout"
     "dp2.z1.mb8|2|gpt-tiny|--global-batch 16 --dp 2 --zero 1 --micro-batch 8|heldout"
   )
-  compare_plan=pp2.1f1b.mb2
+  compare_plan=pp2.gpipe.mb4
 fi
 
-measure() {  # measure <name> <ranks> <model> <flags...>: mean step time after two warm-up steps
-  local name="$1" ranks="$2" model="$3"
-  shift 3
+measure() {  # measure <name> <round> <ranks> <model> <flags...>: one run, its trace and steps
+  local name="$1" round="$2" ranks="$3" model="$4"
+  shift 4
   "$sextant" run --model "$model" --np "$ranks" "$@" "${run_flags[@]}" --steps "$steps" \
-    --quiet --log-json "$out/$name.steps.jsonl" --trace "$out/$name.measured.json" >/dev/null
-  python3 -c "
-import json, sys
-rows = [json.loads(l)['step_time_s'] for l in open('$out/$name.steps.jsonl')][2:]
-print(sum(rows) / len(rows))"
+    --quiet --log-json "$out/$name.r$round.steps.jsonl" --trace "$out/$name.r$round.measured.json" >/dev/null
 }
 
 if [ "$gpu" -eq 1 ]; then
@@ -93,21 +109,38 @@ else
   "$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/bench.json" >/dev/null
 fi
 
-declare -A measured
+# The machine's first runs after a build or an idle spell are slower (caches, clocks): one
+# discarded run before the first round.
+say "== warming up (one run, discarded)"
+IFS='|' read -r name ranks model flags role <<<"${plans[0]}"
+measure warmup 0 "$ranks" "$model" $flags
+for round in $(seq 1 "$repeats"); do
+  say "== round $round of $repeats: measuring ${#plans[@]} plans"
+  for p in "${plans[@]}"; do
+    IFS='|' read -r name ranks model flags role <<<"$p"
+    measure "$name" "$round" "$ranks" "$model" $flags
+  done
+done
+fastest_run() {  # fastest_run <name>: the round whose run had the smallest mean step
+  python3 - "$out" "$1" "$repeats" <<'PY'
+import json, sys
+out, name, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def mean(r):
+    rows = [json.loads(l)['step_time_s'] for l in open(f"{out}/{name}.r{r}.steps.jsonl")][2:]
+    return sum(rows) / len(rows)
+print(min(range(1, repeats + 1), key=mean))
+PY
+}
 fit_traces=()
 for p in "${plans[@]}"; do
   IFS='|' read -r name ranks model flags role <<<"$p"
-  if [ "$role" = fit ]; then
-    say "== measuring $name (for the fit)"
-    measured[$name]=$(measure "$name" "$ranks" "$model" $flags)
-    fit_traces+=(--trace "$out/$name.measured.json")
-  fi
+  [ "$role" = fit ] && fit_traces+=(--trace "$out/$name.r$(fastest_run "$name").measured.json")
 done
 
 say "== calibrating $cluster"
 calibrated="$out/$cluster-calibrated.json"
 "$sextant" calibrate --cluster "$cluster" --trace "$out/bench.json" "${fit_traces[@]}" \
-  "${calibrate_flags[@]}" --out "$calibrated" | sed 's/^/   /' >&2
+  "${calibrate_flags[@]}" "${force[@]}" --out "$calibrated" | sed 's/^/   /' >&2
 
 rows="$out/rows.jsonl"
 : >"$rows"
@@ -119,11 +152,22 @@ for p in "${plans[@]}"; do
   }
   before=$(predict "$cluster")
   after=$(predict "$calibrated")
-  if [ "$role" = heldout ]; then
-    say "== measuring $name (held out)"
-    measured[$name]=$(measure "$name" "$ranks" "$model" $flags)
-  fi
-  echo "{\"name\": \"$name\", \"model\": \"$model\", \"ranks\": $ranks, \"heldout\": $([ "$role" = heldout ] && echo true || echo false), \"predicted_s\": $after, \"predicted_uncalibrated_s\": $before, \"measured_s\": ${measured[$name]}}" >>"$rows"
+  # The fastest run's mean step (two warm-up steps left out), the median of the runs and their
+  # half-range as the plan's noise.
+  read -r fastest median noise < <(python3 - "$out" "$name" "$repeats" <<'PY'
+import json, sys
+out, name, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+runs = []
+for r in range(1, repeats + 1):
+    rows = [json.loads(l)['step_time_s'] for l in open(f"{out}/{name}.r{r}.steps.jsonl")][2:]
+    runs.append(sum(rows) / len(rows))
+runs.sort()
+n = len(runs)
+median = runs[n // 2] if n % 2 else (runs[n // 2 - 1] + runs[n // 2]) / 2
+print(runs[0], median, (runs[-1] - runs[0]) / 2)
+PY
+)
+  echo "{\"name\": \"$name\", \"model\": \"$model\", \"ranks\": $ranks, \"heldout\": $([ "$role" = heldout ] && echo true || echo false), \"predicted_s\": $after, \"predicted_uncalibrated_s\": $before, \"measured_s\": $fastest, \"median_s\": $median, \"noise_s\": $noise}" >>"$rows"
 done
 
 # One held-out plan op by op.
@@ -132,19 +176,25 @@ for p in "${plans[@]}"; do
   [ "$name" = "$compare_plan" ] || continue
   "$sextant" simulate --model "$model" --cluster "$calibrated" $flags "${sim_flags[@]}" \
     --trace "$out/$name.predicted.json" >/dev/null
-  "$sextant" compare --measured "$out/$name.measured.json" --predicted "$out/$name.predicted.json" \
+  "$sextant" compare --measured "$out/$name.r$(fastest_run "$name").measured.json" --predicted "$out/$name.predicted.json" \
     --json >"$out/$name.compare.json"
 done
 
-python3 - "$rows" "$out/$compare_plan.compare.json" "$json" "$cluster" "$compare_plan" <<'PY'
+python3 - "$rows" "$out/$compare_plan.compare.json" "$json" "$cluster" "$compare_plan" "$calibrated" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 compare = json.load(open(sys.argv[2]))
 as_json = sys.argv[3] == "1"
 cluster, compare_plan = sys.argv[4], sys.argv[5]
+fitted = json.load(open(sys.argv[6]))["calibrated_from"].get("fitted_steps", {})
+# A prediction's uncertainty: the fit's RMS error on the plans it was fitted on (their medians).
+fit_plans = [r for r in rows if not r["heldout"]]
+fit_rms = (sum(((r["predicted_s"] - r["measured_s"]) / r["measured_s"]) ** 2 for r in fit_plans)
+           / len(fit_plans)) ** 0.5 if fit_plans else 0.0
 for r in rows:
     r["error"] = (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
     r["uncalibrated_error"] = (r["predicted_uncalibrated_s"] - r["measured_s"]) / r["measured_s"]
+    r["uncertainty_s"] = fit_rms * r["predicted_s"]
 held = [r for r in rows if r["heldout"]]
 errs = [abs(r["error"]) for r in held]
 
@@ -171,15 +221,27 @@ summary = {
     "kendall_tau": kendall(pred, meas), "regret": meas[pick] / min(meas) - 1,
     "predicted_best": rows[pick]["name"], "measured_best": rows[meas.index(min(meas))]["name"],
     "op_class_errors": {"plan": compare_plan, "by_class": compare["by_class"]},
+    "fit_plans_max_abs_error": max((abs(r["error"]) for r in rows if not r["heldout"]), default=0),
+    "fit_plans_rms_error": fit_rms,
+    "fit_worse": bool(fitted) and fitted["mean_abs_error_after"] > fitted["mean_abs_error_before"],
+    "fitted_runs": {"mean_abs_error": fitted.get("mean_abs_error_after"),
+                    "max_abs_error": fitted.get("max_abs_error_after")},
+    "max_noise": max(r["noise_s"] / r["measured_s"] for r in rows),
 }
 if as_json:
     print(json.dumps(summary, indent=2))
 else:
-    print(f"{'plan':<16} {'ranks':>5} {'role':<8} {'predicted':>10} {'measured':>10} {'error':>8}  {'uncalibrated':>12}")
+    print(f"{'plan':<16} {'ranks':>5} {'role':<8} {'predicted':>17} {'measured':>9} {'median±noise':>17} {'error':>8}  {'uncalibrated':>12}")
     for r in rows:
         print(f"{r['name']:<16} {r['ranks']:>5} {'held out' if r['heldout'] else 'fit':<8} "
-              f"{r['predicted_s']*1e3:>8.1f}ms {r['measured_s']*1e3:>8.1f}ms {100*r['error']:>7.1f}%  "
+              f"{r['predicted_s']*1e3:>8.1f}±{r['uncertainty_s']*1e3:4.1f}ms "
+              f"{r['measured_s']*1e3:>7.1f}ms {r['median_s']*1e3:>10.1f}±{r['noise_s']*1e3:4.1f}ms "
+              f"{100*r['error']:>7.1f}%  "
               f"{100*r['uncalibrated_error']:>11.1f}%")
+    print(f"fit plans: worst |error| {100*summary['fit_plans_max_abs_error']:.1f}% "
+          f"(RMS {100*fit_rms:.1f}%: the ± of the predictions; each fitted run re-simulated: "
+          f"mean {100*(fitted.get('mean_abs_error_after') or 0):.1f}%); "
+          f"measurement noise up to ±{100*summary['max_noise']:.1f}% (half-range of the rounds)")
     print(f"held-out plans: mean |error| {100*summary['heldout_mean_abs_error']:.1f}%, "
           f"worst {100*summary['heldout_max_abs_error']:.1f}% "
           f"(uncalibrated mean {100*summary['uncalibrated_heldout_mean_abs_error']:.1f}%)")

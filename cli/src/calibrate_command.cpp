@@ -7,6 +7,9 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "sextant/loop/class_fit.hpp"
+#include "sextant/loop/step_check.hpp"
+#include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -23,14 +26,95 @@ struct CalibrateFlags {
   std::vector<std::string> traces, nccl_tests, kineto;
   std::string out;
   std::string dtype;
+  std::string model, plan;  // what the --kineto trace ran: enables the whole-step class fit
+  bool force = false;
   bool json = false;
 };
+
+spec::Json step_check_json(const loop::StepCheck& check) {
+  spec::Json rows = spec::Json::array();
+  for (const loop::StepCheckRow& r : check.rows)
+    rows.push_back({{"source", r.source},
+                    {"plan", r.plan},
+                    {"runs", r.runs},
+                    {"measured_s", r.measured_s},
+                    {"predicted_before_s", r.before_s},
+                    {"predicted_after_s", r.after_s}});
+  return {{"rows", rows},
+          {"mean_abs_error_before", check.mean_abs_error_before()},
+          {"mean_abs_error_after", check.mean_abs_error_after()},
+          {"max_abs_error_after", check.max_abs_error_after()},
+          {"skipped", check.skipped}};
+}
+
+spec::Json class_fit_json(const loop::ClassFit& fit) {
+  spec::Json rows = spec::Json::array();
+  for (const loop::ClassFitRow& r : fit.rows)
+    rows.push_back({{"class", spec::enum_name(spec::op_class_names(), r.op_class)},
+                    {"measured_s", r.measured_s},
+                    {"predicted_before_s", r.before_s},
+                    {"predicted_after_s", r.after_s},
+                    {"measured_kernels_per_step", r.measured_kernels},
+                    {"modelled_ops_per_step", r.predicted_ops},
+                    {"parameter", r.parameter},
+                    {"value_before", r.value_before},
+                    {"value_after", r.value_after},
+                    {"capped", r.capped}});
+  return {{"measured_step_s", fit.measured_step_s},
+          {"predicted_before_s", fit.before_step_s},
+          {"predicted_after_s", fit.after_step_s},
+          {"classes", rows},
+          {"notes", fit.notes}};
+}
+
+void print_step_check(const loop::StepCheck& check) {
+  if (check.rows.empty()) return;
+  fmt::print("  fitted plans, step time (the fit must hold on what it was fitted on):\n");
+  fmt::print("    {:<30} {:>4} {:>10} {:>17} {:>17}\n", "plan", "runs", "measured", "before",
+             "after");
+  for (const loop::StepCheckRow& r : check.rows)
+    fmt::print("    {:<30} {:>4} {:>10} {:>9} {:+6.1f}% {:>9} {:+6.1f}%\n", r.plan, r.runs,
+               human_seconds(r.measured_s), human_seconds(r.before_s), 100 * r.error_before(),
+               human_seconds(r.after_s), 100 * r.error_after());
+  fmt::print("    mean |error| {:.1f}% before, {:.1f}% after (worst {:.1f}%)\n",
+             100 * check.mean_abs_error_before(), 100 * check.mean_abs_error_after(),
+             100 * check.max_abs_error_after());
+  for (const std::string& s : check.skipped) fmt::print("    not checked: {}\n", s);
+}
+
+void print_class_fit(const loop::ClassFit& fit) {
+  fmt::print("  profiled step, per op class (kernel time per step):\n");
+  fmt::print("    {:<12} {:>10} {:>10} {:>10} {:>8} {:>6}  {}\n", "class", "measured", "before",
+             "after", "kernels", "ops", "parameter");
+  for (const loop::ClassFitRow& r : fit.rows)
+    fmt::print("    {:<12} {:>10} {:>10} {:>10} {:>8.0f} {:>6}  {} {:.4g} -> {:.4g}{}\n",
+               spec::enum_name(spec::op_class_names(), r.op_class), human_seconds(r.measured_s),
+               human_seconds(r.before_s), human_seconds(r.after_s), r.measured_kernels,
+               r.predicted_ops, r.parameter.empty() ? "-" : r.parameter, r.value_before,
+               r.value_after, r.capped ? " (capped)" : "");
+  const double before = (fit.before_step_s - fit.measured_step_s) / fit.measured_step_s;
+  const double after = (fit.after_step_s - fit.measured_step_s) / fit.measured_step_s;
+  fmt::print(
+      "    step: measured {} (GPU busy), predicted {} ({:+.1f}%) before, {} ({:+.1f}%) after\n",
+      human_seconds(fit.measured_step_s), human_seconds(fit.before_step_s), 100 * before,
+      human_seconds(fit.after_step_s), 100 * after);
+  for (const std::string& n : fit.notes) fmt::print("    note: {}\n", n);
+}
 
 void run_calibrate(const CalibrateFlags& f) {
   spec::ClusterSpec base = spec::resolve_cluster(f.cluster);
   traces::Samples samples;
-  for (const std::string& t : f.traces)
-    samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
+  std::vector<std::pair<std::string, spec::Trace>> runs;
+  for (const std::string& t : f.traces) {
+    runs.emplace_back(t, spec::read_trace_file(t));
+    samples.append(traces::samples_from_trace(runs.back().second, t));
+  }
+  if (!f.model.empty() != !f.plan.empty())
+    throw InputError("command line", f.model.empty() ? "--model" : "--plan", "",
+                     "--model and --plan go together: what the --kineto trace ran");
+  if (!f.model.empty() && f.kineto.size() != 1)
+    throw InputError("command line", "--kineto", fmt::format("{} files", f.kineto.size()),
+                     "exactly one profiler trace with --model and --plan");
   for (const std::string& t : f.nccl_tests) samples.append(traces::read_nccl_tests(t));
   for (const std::string& t : f.kineto) samples.append(traces::read_kineto(t));
   spec::Dtype dtype =
@@ -43,17 +127,40 @@ void run_calibrate(const CalibrateFlags& f) {
     dtype = *d;
   }
   traces::Calibration c = traces::calibrate(base, samples, dtype);
-  spec::write_json_file(f.out, spec::to_json(c.cluster));
+  std::optional<loop::ClassFit> class_fit;
+  if (!f.model.empty()) {
+    const spec::ModelSpec model = models::resolve_model(f.model);
+    const spec::Plan plan = spec::read_plan_file(f.plan);
+    class_fit = loop::fit_classes(
+        traces::kernel_times(traces::read_json_maybe_gzip(f.kineto[0]), f.kineto[0]), f.kineto[0],
+        model, plan, c.cluster);
+    c.cluster = class_fit->cluster;
+    (*c.cluster.calibrated_from)["profiled_step"] = class_fit_json(*class_fit);
+  }
+  const loop::StepCheck check = loop::check_steps(runs, base, c.cluster);
+  if (!check.rows.empty()) (*c.cluster.calibrated_from)["fitted_steps"] = step_check_json(check);
+  // A calibration that predicts its own measurements worse than the file it started from is
+  // refused: writing it would silently make every later prediction worse.
+  std::string refused = loop::refusal(check);
+  if (class_fit && std::abs(class_fit->after_step_s - class_fit->measured_step_s) >
+                       std::abs(class_fit->before_step_s - class_fit->measured_step_s))
+    refused = "the profiled step is predicted worse after the fit than before";
+  if (refused.empty() || f.force) spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
   if (f.json) {
-    std::cout << spec::Json{{"out", f.out}, {"calibrated_from", *c.cluster.calibrated_from}}.dump(2)
+    std::cout << spec::Json{{"out", refused.empty() || f.force ? f.out : ""},
+                            {"refused", refused},
+                            {"calibrated_from", *c.cluster.calibrated_from}}
+                     .dump(2)
               << "\n";
+    if (!refused.empty() && !f.force) throw CLI::RuntimeError(1);
     return;
   }
   fmt::print("calibrated {} from {} compute ops and {} collectives -> {}\n", base.name,
              r.compute_samples, r.comm_samples, f.out);
-  fmt::print("  launch overhead {:.2f} us, memory efficiency {:.3f}\n", r.launch_overhead_us,
-             r.memory_efficiency);
+  fmt::print(
+      "  launch overhead {:.2f} us, memory efficiency {:.3f}, host time per step {:.2f} ms\n",
+      r.launch_overhead_us, r.memory_efficiency, r.step_overhead_us * 1e-3);
   fmt::print("  GEMM efficiency:");
   for (const spec::EfficiencyPoint& p : r.gemm_efficiency)
     fmt::print(" {:.1e}->{:.2f}", p.flops, p.efficiency);
@@ -66,6 +173,17 @@ void run_calibrate(const CalibrateFlags& f) {
         fit.collective, fit.level, fit.alpha_us, fit.beta_us_per_byte, 1e-3 / fit.beta_us_per_byte,
         fit.r2, fit.samples);
   for (const std::string& n : r.notes) fmt::print("  note: {}\n", n);
+  if (class_fit) print_class_fit(*class_fit);
+  print_step_check(check);
+  if (!refused.empty()) {
+    if (f.force) {
+      fmt::print("  warning: {}; written anyway (--force)\n", refused);
+    } else {
+      fmt::print(stderr, "sextant calibrate: {}: {} not written (--force writes it anyway)\n",
+                 refused, f.out);
+      throw CLI::RuntimeError(1);
+    }
+  }
 }
 
 struct CompareFlags {
@@ -126,6 +244,13 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "Calibrated cluster file to write")->required();
   cmd->add_option("--dtype", f->dtype,
                   "Precision the measured ops ran in (default: bf16 GPU, fp32 CPU)");
+  cmd->add_option("--model", f->model,
+                  "Model the --kineto trace trained (name or file): fits each op class's time "
+                  "per step against the trace's kernels (needs --plan)");
+  cmd->add_option("--plan", f->plan,
+                  "Plan file of the --kineto run (batch, stack with its knobs, dtype)");
+  cmd->add_flag("--force", f->force,
+                "Write the calibrated file even when it predicts the fitted runs worse");
   cmd->add_flag("--json", f->json, "Print JSON");
   cmd->callback([f] { run_calibrate(*f); });
 

@@ -12,6 +12,7 @@
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/rank_layout.hpp"
+#include "sextant/spec/stack.hpp"
 
 namespace sextant::exec {
 
@@ -152,7 +153,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
       spec::Trace trace = spec::trace_from_json(doc, "merged trace");
       double mean = 0;
       int counted = 0;
+      spec::Json step_times = spec::Json::array();
       for (const StepLog& s : result.steps) {
+        step_times.push_back(s.step_time_s);
         if (s.step == 0 && result.steps.size() > 1) continue;  // the first step warms up
         mean += s.step_time_s;
         ++counted;
@@ -165,6 +168,15 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"collectives", comm_kind_name(job.comm)},
                         {"steps", result.steps.size()},
                         {"step_time_s", counted > 0 ? mean / counted : 0.0},
+                        {"step_times_s", step_times},
+                        // What a simulator needs to predict this run again (calibration checks
+                        // its fit on it): the model, the precision and the software stack.
+                        {"model_json", spec::to_json(job.model)},
+                        {"precision", precision_name(job.precision.value_or(
+                                          job.backend == BackendKind::kCuda ? Precision::kBf16
+                                                                            : Precision::kFp32))},
+                        {"dtype", backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32"},
+                        {"stack", spec::kExecutorStack},
                         {"commit", spec::kGitCommit}};
       trace.kind = "measured";
       spec::write_trace_file(job.trace_file, trace);

@@ -303,8 +303,9 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     bwd.bytes = 2 * op.bytes;
     // Before the main backward kernel, D = rowsum(dO * O); after it, the fp32 dQ accumulator is
     // converted to 16 bits (flash-attention's dot_do_o and convert_dq kernels, cuDNN's
-    // compute_dot_do_o and convert_dq_to_16bits).
-    Op prep = memory_op("attn.core_prep", OpClass::kElementwise,
+    // compute_dot_do_o and convert_dq_to_16bits). Attention's own kernels, so attention's class
+    // (as profilers group them; traces::kernel_class), memory-bound.
+    Op prep = memory_op("attn.core_prep", OpClass::kAttention,
                         x.tokens() * heads * x.d * (2 * e + 4 + e) + x.b * heads * x.s * 4,
                         TpSplit::kHead, {x.tokens(), heads * x.d});
     prep.kernels = 2;

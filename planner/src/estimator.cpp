@@ -134,7 +134,7 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     }
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
-  step += ps_to_seconds(compute.optimizer_time(updated));
+  step += ps_to_seconds(compute.optimizer_time(updated) + compute.step_overhead());
   // A straggler slows every group it is in: scale by the slowest rank used.
   double slowest = 1.0;
   for (int64_t r = 0; r < plan.world_size(); ++r)

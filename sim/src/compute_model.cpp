@@ -30,12 +30,11 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
   double gemm_eff = matrix ? device_->gemm_efficiency_at(flops) : 1.0;
   double mem_eff = device_->memory_efficiency_for(op_class);
   if (!op_key.empty()) {
-    auto it = device_->efficiency_by_op.find(std::string(op_key));
-    if (it != device_->efficiency_by_op.end()) {
+    if (auto e = device_->op_efficiency(std::string(op_key), matrix ? flops : bytes)) {
       if (matrix) {
-        gemm_eff = it->second;
+        gemm_eff = *e;
       } else {
-        mem_eff = it->second;
+        mem_eff = *e;
       }
     }
   }

@@ -484,6 +484,15 @@ class StageBuilder {
     pending_phase_ = Phase::kOpt;
     pending_micro_batch_ = -1;
     pending_ops_.push_back(id);
+    if (const Picoseconds host = compute_.step_overhead(); host > 0) {
+      // The host's own work of the step (ClusterSpec step_overhead_us), once per step.
+      OpInfo step;
+      step.name = "step.host";
+      step.op_class = spec::OpClass::kHost;
+      step.duration = host;
+      program_.ops.push_back(step);
+      pending_ops_.push_back(static_cast<int32_t>(program_.ops.size() - 1));
+    }
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
     if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {

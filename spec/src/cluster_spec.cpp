@@ -53,6 +53,21 @@ double DeviceSpec::gemm_efficiency_at(double flops) const {
   return gemm_efficiency.back().efficiency;
 }
 
+std::optional<double> DeviceSpec::op_efficiency(const std::string& key, double work) const {
+  auto it = efficiency_by_op.find(key);
+  if (it == efficiency_by_op.end() || it->second.empty()) return std::nullopt;
+  const std::vector<WorkEfficiency>& c = it->second;
+  if (work <= c.front().work) return c.front().efficiency;
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (work <= c[i].work) {
+      const double t = (std::log(work) - std::log(c[i - 1].work)) /
+                       (std::log(c[i].work) - std::log(c[i - 1].work));
+      return c[i - 1].efficiency + t * (c[i].efficiency - c[i - 1].efficiency);
+    }
+  }
+  return c.back().efficiency;
+}
+
 double DeviceSpec::peak_flops(Dtype dtype) const {
   auto it = peak_tflops.find(dtype);
   if (it == peak_tflops.end()) {
@@ -118,6 +133,8 @@ DeviceSpec decode_device(ObjectReader& r) {
   d.memory_bandwidth_GBps = r.number("memory_bandwidth_GBps", Range::positive()).value_or(1);
   d.memory_capacity_bytes = r.integer("memory_capacity_bytes", kPositiveInt).value_or(1);
   d.launch_overhead_us = r.number("launch_overhead_us", Range::non_negative()).value_or(0);
+  d.step_overhead_us =
+      r.number("step_overhead_us", Range::non_negative(), Presence::kOptional).value_or(0);
   d.memory_efficiency = r.number("memory_efficiency", Range::fraction()).value_or(1);
   if (auto by = r.object("memory_efficiency_by_class", Presence::kOptional)) {
     for (const auto& [name, cls] : op_class_names()) {
@@ -130,7 +147,24 @@ DeviceSpec decode_device(ObjectReader& r) {
   if (auto by = r.object("efficiency_by_op", Presence::kOptional)) {
     const Json* raw = r.value("efficiency_by_op", Presence::kOptional);
     for (const auto& [name, v] : raw->items()) {
-      if (auto e = by->number(name, Range::fraction())) d.efficiency_by_op[name] = *e;
+      if (!v.is_array()) {
+        if (auto e = by->number(name, Range::fraction())) d.efficiency_by_op[name] = {{1, *e}};
+        continue;
+      }
+      const Json* curve = by->array(name);
+      const std::string base = pointer_join(by->pointer(), name);
+      std::vector<WorkEfficiency>& points = d.efficiency_by_op[name];
+      for (size_t i = 0; i < curve->size(); ++i) {
+        ObjectReader p = element_reader(*curve, base, i, r.diagnostics());
+        WorkEfficiency e;
+        e.work = p.number("work", Range::positive()).value_or(1);
+        e.efficiency = p.number("efficiency", Range::fraction()).value_or(1);
+        p.finish();
+        if (!points.empty() && e.work <= points.back().work)
+          p.problem("work", fmt::format("{}", e.work), "points must be in increasing work order");
+        points.push_back(e);
+      }
+      if (curve->empty()) by->problem(name, "[]", "needs at least one point");
     }
     by->finish();
   }
@@ -350,11 +384,24 @@ Json to_json(const ClusterSpec& c) {
       by[std::string(enum_name(op_class_names(), cls))] = v;
     j["device"]["memory_efficiency_by_class"] = by;
   }
-  if (!c.device.efficiency_by_op.empty())
-    j["device"]["efficiency_by_op"] = c.device.efficiency_by_op;
+  if (!c.device.efficiency_by_op.empty()) {
+    Json by = Json::object();
+    for (const auto& [key, points] : c.device.efficiency_by_op) {
+      if (points.size() == 1) {
+        by[key] = points[0].efficiency;
+        continue;
+      }
+      Json op_curve = Json::array();
+      for (const WorkEfficiency& p : points)
+        op_curve.push_back({{"work", p.work}, {"efficiency", p.efficiency}});
+      by[key] = op_curve;
+    }
+    j["device"]["efficiency_by_op"] = by;
+  }
   if (c.device.gemm_model) j["device"]["gemm_model"] = to_json(*c.device.gemm_model);
   if (!c.device.attention_kernels.empty())
     j["device"]["attention_kernels"] = to_json(c.device.attention_kernels);
+  if (c.device.step_overhead_us > 0) j["device"]["step_overhead_us"] = c.device.step_overhead_us;
   if (c.device.runtime_reserved_bytes > 0)
     j["device"]["runtime_reserved_bytes"] = c.device.runtime_reserved_bytes;
   if (c.device.overlap_slowdown > 0) j["device"]["overlap_slowdown"] = c.device.overlap_slowdown;

@@ -18,7 +18,7 @@ constexpr std::array<std::pair<std::string_view, Stream>, kStreamCount> kStreams
      {"dp-comm", Stream::kDpComm},
      {"pp-send", Stream::kPpSend},
      {"pp-recv", Stream::kPpRecv}}};
-constexpr std::array<std::pair<std::string_view, OpClass>, 18> kOpClasses{
+constexpr std::array<std::pair<std::string_view, OpClass>, 19> kOpClasses{
     {{"gemm", OpClass::kGemm},
      {"attention", OpClass::kAttention},
      {"elementwise", OpClass::kElementwise},
@@ -36,17 +36,25 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 18> kOpClasses{
      {"all_to_all", OpClass::kAllToAll},
      {"send", OpClass::kSend},
      {"recv", OpClass::kRecv},
-     {"barrier", OpClass::kBarrier}}};
-constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{{{"fwd", Phase::kFwd},
-                                                                     {"bwd", Phase::kBwd},
-                                                                     {"recompute", Phase::kRecompute},
-                                                                     {"opt", Phase::kOpt},
-                                                                     {"none", Phase::kNone}}};
+     {"barrier", OpClass::kBarrier},
+     {"host", OpClass::kHost}}};
+constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{
+    {{"fwd", Phase::kFwd},
+     {"bwd", Phase::kBwd},
+     {"recompute", Phase::kRecompute},
+     {"opt", Phase::kOpt},
+     {"none", Phase::kNone}}};
 }  // namespace
 
-EnumNames<Stream> stream_names() { return kStreams; }
-EnumNames<OpClass> op_class_names() { return kOpClasses; }
-EnumNames<Phase> phase_names() { return kPhases; }
+EnumNames<Stream> stream_names() {
+  return kStreams;
+}
+EnumNames<OpClass> op_class_names() {
+  return kOpClasses;
+}
+EnumNames<Phase> phase_names() {
+  return kPhases;
+}
 
 bool is_communication(OpClass c) {
   switch (c) {
@@ -128,11 +136,12 @@ std::string trace_to_chrome_json(const Trace& trace) {
   };
   for (int64_t rank : ranks) {
     sep();
-    fmt::format_to(std::back_inserter(out),
-                   "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":"
-                   "\"rank {}\"}}}},\n{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{},"
-                   "\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
-                   rank, rank, rank, rank);
+    fmt::format_to(
+        std::back_inserter(out),
+        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":"
+        "\"rank {}\"}}}},\n{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{},"
+        "\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
+        rank, rank, rank, rank);
   }
   for (const auto& [rank, stream] : threads) {
     sep();
@@ -159,16 +168,19 @@ std::string trace_to_chrome_json(const Trace& trace) {
     out += '"';
     fmt::format_to(std::back_inserter(out), ",\"step\":{}", e.step);
     if (e.layer) fmt::format_to(std::back_inserter(out), ",\"layer\":{}", *e.layer);
-    if (e.micro_batch) fmt::format_to(std::back_inserter(out), ",\"micro_batch\":{}", *e.micro_batch);
+    if (e.micro_batch)
+      fmt::format_to(std::back_inserter(out), ",\"micro_batch\":{}", *e.micro_batch);
     if (e.flops > 0) fmt::format_to(std::back_inserter(out), ",\"flops\":{}", e.flops);
     if (e.bytes > 0) fmt::format_to(std::back_inserter(out), ",\"bytes\":{}", e.bytes);
-    if (!e.shape.empty()) fmt::format_to(std::back_inserter(out), ",\"shape\":[{}]", fmt::join(e.shape, ","));
+    if (!e.shape.empty())
+      fmt::format_to(std::back_inserter(out), ",\"shape\":[{}]", fmt::join(e.shape, ","));
     if (e.dtype) {
       out += ",\"dtype\":\"";
       out += enum_name(dtype_names(), *e.dtype);
       out += '"';
     }
-    if (e.group_size > 0) fmt::format_to(std::back_inserter(out), ",\"group_size\":{}", e.group_size);
+    if (e.group_size > 0)
+      fmt::format_to(std::back_inserter(out), ",\"group_size\":{}", e.group_size);
     if (!e.algorithm.empty()) {
       out += ",\"algorithm\":";
       append_escaped(out, e.algorithm);
@@ -238,7 +250,8 @@ Trace trace_from_json(const Json& json, const std::string& source) {
       e.shape = args->integer_array("shape", Range::non_negative(), Presence::kOptional)
                     .value_or(std::vector<int64_t>{});
       e.dtype = args->enumeration("dtype", dtype_names(), Presence::kOptional);
-      e.group_size = args->integer("group_size", Range::at_least(1), Presence::kOptional).value_or(0);
+      e.group_size =
+          args->integer("group_size", Range::at_least(1), Presence::kOptional).value_or(0);
       e.algorithm = args->string("algorithm", Presence::kOptional).value_or("");
       args->finish();
     }
@@ -249,6 +262,8 @@ Trace trace_from_json(const Json& json, const std::string& source) {
   return t;
 }
 
-Trace read_trace_file(const std::string& path) { return trace_from_json(read_json_file(path), path); }
+Trace read_trace_file(const std::string& path) {
+  return trace_from_json(read_json_file(path), path);
+}
 
 }  // namespace sextant::spec

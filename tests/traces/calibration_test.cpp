@@ -80,6 +80,86 @@ TEST(Calibration, RecoversAlphaAndBetaOfEachCollectiveAcrossGroupSizes) {
   }
 }
 
+// The file's bandwidth is the device's peak: ops that seem faster (cache-resident data) cap their
+// class's efficiency at 1 and leave the bandwidth alone (a fit once tripled H100's HBM bandwidth).
+TEST(Calibration, NeverRaisesTheBandwidthAboveThePeak) {
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1);
+  base.device.memory_bandwidth_GBps = 1000;
+  base.device.memory_efficiency = 0.5;
+  Samples s;
+  // Elementwise ops moving their bytes at 3000 GB/s (3x the peak), norms at 400 GB/s.
+  for (int i = 0; i < 8; ++i) {
+    const int64_t bytes = int64_t{1} << (16 + i);
+    s.compute.push_back({spec::OpClass::kElementwise, "", 0, bytes, bytes / 3000e9});
+    s.compute.push_back({spec::OpClass::kNorm, "", 0, bytes, bytes / 400e9});
+  }
+  Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  EXPECT_EQ(c.cluster.device.memory_bandwidth_GBps, 1000);
+  EXPECT_EQ(c.cluster.device.memory_efficiency_for(spec::OpClass::kElementwise), 1.0);
+  EXPECT_NEAR(c.cluster.device.memory_efficiency_for(spec::OpClass::kNorm), 0.4, 0.01);
+  bool noted = false;
+  for (const std::string& n : c.report.notes) noted = noted || n.find("elementwise") == 0;
+  EXPECT_TRUE(noted);
+}
+
+// A measured training step: ops on two streams of rank 0 overlap ([0, 10) and [5, 12) ms of each
+// step), so the ops explain 12 ms of a 20 ms step; rank 1 is busier ([0, 15) ms). The host time
+// per step is what the least idle rank leaves unexplained: 20 - 15 = 5 ms.
+TEST(Calibration, HostTimePerStepIsWhatNoOpExplains) {
+  spec::Trace t;
+  t.kind = "measured";
+  t.metadata = {{"step_time_s", 0.020}};
+  auto ms = [](double v) { return static_cast<Picoseconds>(v * 1e9); };
+  auto event = [&](int64_t rank, spec::Stream stream, spec::OpClass cls, double start_ms,
+                   double duration_ms, int64_t step) {
+    spec::TraceEvent e;
+    e.name = cls == spec::OpClass::kGemm ? "mlp.fc1" : "all_reduce";
+    e.op_class = cls;
+    e.rank = rank;
+    e.stream = stream;
+    e.start_ps = ms(start_ms);
+    e.duration_ps = ms(duration_ms);
+    e.step = step;
+    e.flops = cls == spec::OpClass::kGemm ? 1e9 : 0;
+    return e;
+  };
+  for (int64_t step = 0; step < 3; ++step) {
+    const double at = 20.0 * static_cast<double>(step);
+    t.events.push_back(event(0, spec::Stream::kCompute, spec::OpClass::kGemm, at, 10, step));
+    t.events.push_back(event(0, spec::Stream::kDpComm, spec::OpClass::kAllReduce, at + 5, 7, step));
+    t.events.push_back(event(1, spec::Stream::kCompute, spec::OpClass::kGemm, at, 15, step));
+  }
+  Samples s = samples_from_trace(t, "run.json");
+  ASSERT_EQ(s.steps.size(), 1u);
+  EXPECT_NEAR(s.steps[0].busy_s, 0.015, 1e-12);
+  Calibration cal = calibrate(test::ideal_cluster(), s, spec::Dtype::kBf16);
+  EXPECT_NEAR(cal.cluster.device.step_overhead_us, 5000, 1e-6);
+}
+
+// One op name at two sizes (a CPU's activation that fits L2 at 1 MB and not at 4 MB): each size
+// keeps its own efficiency, and sizes between are interpolated in log(bytes): at 2 MB, halfway.
+TEST(Calibration, PerOpEfficienciesFollowTheOpsSize) {
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1);
+  base.device.memory_bandwidth_GBps = 100;
+  base.device.launch_overhead_us = 0;
+  Samples s;
+  for (int i = 0; i < 4; ++i) {
+    s.compute.push_back({spec::OpClass::kElementwise, "mlp.act", 0, 1 << 20, (1 << 20) / 50e9});
+    s.compute.push_back({spec::OpClass::kElementwise, "mlp.act", 0, 4 << 20, (4 << 20) / 25e9});
+  }
+  Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  const spec::DeviceSpec& d = c.cluster.device;
+  ASSERT_EQ(d.efficiency_by_op.at("mlp.act").size(), 2u);
+  EXPECT_NEAR(*d.op_efficiency("mlp.act", 1 << 20), 0.5, 1e-9);
+  EXPECT_NEAR(*d.op_efficiency("mlp.act", 4 << 20), 0.25, 1e-9);
+  EXPECT_NEAR(*d.op_efficiency("mlp.act", 2 << 20), 0.375, 1e-9);
+  EXPECT_NEAR(*d.op_efficiency("mlp.act", 64 << 20), 0.25, 1e-9);  // clamped past the last size
+  EXPECT_FALSE(d.op_efficiency("mlp.fc1", 1e9).has_value());
+  // The curve survives the file: written as {work, efficiency} points and read back.
+  spec::ClusterSpec again = spec::cluster_from_json(spec::to_json(c.cluster), "calibrated.json");
+  EXPECT_NEAR(*again.device.op_efficiency("mlp.act", 2 << 20), 0.375, 1e-9);
+}
+
 TEST(Calibration, NothingToFitIsAnError) {
   EXPECT_THROW(calibrate(test::ideal_cluster(), Samples{}, spec::Dtype::kBf16), InputError);
 }

@@ -127,33 +127,43 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     const double per_byte = num / den;
     raw[cls] = 1.0 / (per_byte * device.memory_bandwidth_GBps * kBytesPerGB);
   }
-  // An op class faster than the file's bandwidth means the bandwidth was underestimated (or the
-  // data sat in cache): raise the bandwidth to the fastest class and express the others relative
-  // to it.
-  double fastest = 1.0;
-  for (const auto& [cls, e] : raw) fastest = std::max(fastest, e);
-  if (fastest > 1.0) {
-    device.memory_bandwidth_GBps *= fastest;
-    device.memory_efficiency = std::min(1.0, device.memory_efficiency / fastest);
-    rep.notes.push_back(
-        fmt::format("memory-bound ops ran faster than {} GB/s: bandwidth raised to {:.1f} GB/s",
-                    device.memory_bandwidth_GBps / fastest, device.memory_bandwidth_GBps));
+  // The file's bandwidth is the device's peak (a datasheet figure, or a CPU core's cache
+  // bandwidth): it is never raised. A class that seems faster ran from a cache or had its bytes
+  // over-counted; its efficiency stops at 1 and the note says so.
+  for (const auto& [cls, e] : raw) {
+    device.memory_efficiency_by_class[cls] = std::clamp(e, 0.001, 1.0);
+    if (e > 1.0)
+      rep.notes.push_back(fmt::format(
+          "{} ops moved their bytes at {:.0f} GB/s, above the peak {:.0f} GB/s (cache-resident "
+          "data or bytes counted that were not moved): efficiency capped at 1",
+          spec::enum_name(spec::op_class_names(), cls), e * device.memory_bandwidth_GBps,
+          device.memory_bandwidth_GBps));
   }
-  for (const auto& [cls, e] : raw)
-    device.memory_efficiency_by_class[cls] = std::clamp(e / fastest, 0.001, 1.0);
   rep.launch_overhead_us = device.launch_overhead_us;
   rep.memory_efficiency = device.memory_efficiency;
 
   // 2. Matrix ops: achieved fraction of peak after the launch overhead, median per half decade.
   const double peak = device.peak_flops(dtype);
   std::map<int64_t, std::vector<std::pair<double, double>>> bins;  // bin -> (flops, efficiency)
+  int64_t above_peak = 0;
+  double fastest = 0;
   for (const ComputeSample& s : samples.compute) {
     if (!matrix(s.op_class) || s.flops <= 0) continue;
     double busy = s.seconds - device.launch_overhead_us * 1e-6;
     if (busy <= 0) continue;
-    double eff = std::min(1.0, s.flops / (peak * busy));
+    const double achieved = s.flops / busy;
+    if (achieved > peak) {
+      ++above_peak;
+      fastest = std::max(fastest, achieved);
+    }
+    double eff = std::min(1.0, achieved / peak);
     bins[static_cast<int64_t>(std::floor(std::log10(s.flops) * 2))].push_back({s.flops, eff});
   }
+  if (above_peak > 0)
+    rep.notes.push_back(fmt::format(
+        "{} matrix ops ran above the file's peak of {:.1f} TFLOP/s (up to {:.1f}): the peak is "
+        "wrong (clock or FLOPs per cycle); their efficiency is capped at 1",
+        above_peak, peak / kFlopsPerTflop, fastest / kFlopsPerTflop));
   if (!bins.empty()) {
     device.gemm_efficiency.clear();
     for (auto& [bin, points] : bins) {
@@ -172,28 +182,44 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   }
   rep.gemm_efficiency = device.gemm_efficiency;
 
-  // 2b. Per op name: the median achieved efficiency of every op seen at least kMinSamples times.
-  // The curves above stay for ops a trace did not show; these capture what they cannot (batched
-  // small attention GEMMs, transcendental-heavy softmax and activations, the optimizer).
+  // 2b. Per op name and size: the median achieved efficiency of an op at each size (FLOPs of a
+  // matrix op, bytes otherwise) seen at least kMinSamples times, as a curve over the size. The
+  // curves above stay for ops a trace did not show; these capture what they cannot (batched
+  // small attention GEMMs, transcendental-heavy softmax and activations, the optimizer, an
+  // activation that stops fitting a CPU's L2 at the next micro-batch).
   constexpr size_t kMinSamples = 3;
-  std::map<std::string, std::vector<double>> by_name;
+  std::map<std::string, std::map<double, std::vector<double>>> by_name;  // name -> work -> effs
   for (const ComputeSample& s : samples.compute) {
     const double busy = s.seconds - device.launch_overhead_us * 1e-6;
     if (busy <= 0 || s.name.empty()) continue;
     if (matrix(s.op_class) && s.flops > 0) {
-      by_name[s.name].push_back(s.flops / (peak * busy));
+      by_name[s.name][s.flops].push_back(s.flops / (peak * busy));
     } else if (s.bytes > 0) {
-      by_name[s.name].push_back(static_cast<double>(s.bytes) /
-                                (device.memory_bandwidth_GBps * kBytesPerGB * busy));
+      const double moved = static_cast<double>(s.bytes);
+      by_name[s.name][moved].push_back(moved / (device.memory_bandwidth_GBps * kBytesPerGB * busy));
     }
   }
   device.efficiency_by_op.clear();
-  for (auto& [name, effs] : by_name) {
-    if (effs.size() < kMinSamples) continue;
-    std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
-    device.efficiency_by_op[name] = std::clamp(effs[effs.size() / 2], 1e-4, 1.0);
+  for (auto& [name, sizes] : by_name) {
+    std::vector<spec::WorkEfficiency> curve;
+    for (auto& [work, effs] : sizes) {
+      if (effs.size() < kMinSamples) continue;
+      std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
+      curve.push_back({work, std::clamp(effs[effs.size() / 2], 1e-4, 1.0)});
+    }
+    if (!curve.empty()) device.efficiency_by_op[name] = curve;
   }
   rep.compute_error_after = compute_rms_error(device, dtype, samples.compute);
+
+  // 2c. Host time per step: what the ops and transfers of a measured step leave unexplained,
+  // median over the training runs (robust to one run that waited on a slow neighbour).
+  if (!samples.steps.empty()) {
+    std::vector<double> host;
+    for (const StepSample& s : samples.steps) host.push_back(std::max(0.0, s.host_s()));
+    std::nth_element(host.begin(), host.begin() + static_cast<long>(host.size() / 2), host.end());
+    device.step_overhead_us = host[host.size() / 2] * 1e6;
+  }
+  rep.step_overhead_us = device.step_overhead_us;
 
   // 3. Collectives: t = alpha * f(p) + beta * g(p, n) through the ring (pairwise) formula, per
   // collective and level (a group no larger than a node is taken to be inside one).
@@ -246,6 +272,7 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       {"dtype", spec::enum_name(spec::dtype_names(), dtype)},
       {"compute_samples", rep.compute_samples},
       {"comm_samples", rep.comm_samples},
+      {"step_samples", static_cast<int64_t>(samples.steps.size())},
       {"compute_rms_relative_error",
        {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
       {"collectives", fits},

@@ -47,10 +47,13 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
     const std::string cat = e.value("cat", "");
     const std::string name = e.value("name", "");
     if (cat == "kernel") {
-      out.seconds[kernel_class(name)] += e.at("dur").get<double>() * 1e-6;
+      const spec::OpClass c = kernel_class(name);
+      out.seconds[c] += e.at("dur").get<double>() * 1e-6;
+      ++out.counts[c];
       ++out.kernels;
     } else if (cat == "gpu_memset" || cat == "gpu_memcpy") {
       out.seconds[spec::OpClass::kElementwise] += e.at("dur").get<double>() * 1e-6;
+      ++out.counts[spec::OpClass::kElementwise];
       ++out.kernels;
     } else if (cat == "user_annotation" && name.rfind("Optimizer.step", 0) == 0) {
       ++out.steps;

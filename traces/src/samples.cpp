@@ -1,6 +1,7 @@
 // Samples from Sextant's own traces.
 #include "sextant/traces/samples.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -10,6 +11,7 @@ namespace sextant::traces {
 
 void Samples::append(const Samples& o) {
   compute.insert(compute.end(), o.compute.begin(), o.compute.end());
+  steps.insert(steps.end(), o.steps.begin(), o.steps.end());
   comm.insert(comm.end(), o.comm.begin(), o.comm.end());
   sources.insert(sources.end(), o.sources.begin(), o.sources.end());
 }
@@ -35,6 +37,34 @@ std::optional<spec::CollectiveKind> collective_of(spec::OpClass c) {
   }
 }
 
+namespace {
+
+// Per rank, the mean over `counted` steps of the time covered by the union of its events' spans.
+std::map<int64_t, double> busy_per_rank(const spec::Trace& trace, bool skip_first, int64_t first,
+                                        double counted) {
+  std::map<int64_t, std::vector<std::pair<Picoseconds, Picoseconds>>> spans;
+  for (const spec::TraceEvent& e : trace.events)
+    if (!(skip_first && e.step == first) && e.duration_ps > 0)
+      spans[e.rank].push_back({e.start_ps, e.start_ps + e.duration_ps});
+  std::map<int64_t, double> busy;
+  for (auto& [rank, list] : spans) {
+    std::sort(list.begin(), list.end());
+    Picoseconds total = 0, begin = list.front().first, end = list.front().second;
+    for (const auto& [b, e] : list) {
+      if (b > end) {
+        total += end - begin;
+        begin = b;
+      }
+      end = std::max(end, e);
+    }
+    total += end - begin;
+    busy[rank] = ps_to_seconds(total) / counted;
+  }
+  return busy;
+}
+
+}  // namespace
+
 Samples samples_from_trace(const spec::Trace& trace, const std::string& source) {
   Samples s;
   s.sources.push_back(source);
@@ -43,6 +73,16 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
   for (const spec::TraceEvent& e : trace.events) steps.insert(e.step);
   const bool skip_first = steps.size() > 1;
   const int64_t first = steps.empty() ? 0 : *steps.begin();
+  const double step_s = trace.kind == "measured" && trace.metadata.is_object()
+                            ? trace.metadata.value("step_time_s", 0.0)
+                            : 0.0;
+  if (step_s > 0 && !comm_bench && !trace.events.empty()) {
+    const double counted = static_cast<double>(skip_first ? steps.size() - 1 : steps.size());
+    double busiest = 0;
+    for (const auto& [rank, busy] : busy_per_rank(trace, skip_first, first, counted))
+      busiest = std::max(busiest, busy);
+    s.steps.push_back({source, step_s, std::min(busiest, step_s)});
+  }
   std::map<int64_t, Picoseconds> compute_by_rank;
   for (const spec::TraceEvent& e : trace.events)
     if (!spec::is_communication(e.op_class) && !(skip_first && e.step == first))

@@ -38,6 +38,9 @@ class ComputeModel {
   // AdamW step over `params` parameters held by this rank: memory-bound, kOptimizerBytesPerParam.
   Picoseconds optimizer_time(int64_t params) const;
 
+  // Host time per training step outside any op (DeviceSpec::step_overhead_us).
+  Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
+
   double peak_flops() const { return peak_flops_; }
 
  private:

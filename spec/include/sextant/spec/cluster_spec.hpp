@@ -19,6 +19,15 @@ namespace sextant::spec {
 enum class DeviceKind { kGpu, kCpu };
 EnumNames<DeviceKind> device_kind_names();
 
+// A calibrated op's efficiency at one size: `work` is its FLOPs for a matrix op, its bytes
+// otherwise. Between points interpolated linearly in log(work); outside, clamped. The same op
+// name runs at different speeds at different sizes (a GEMM split by tensor parallelism, an
+// activation that fits a CPU's L2 at one micro-batch and not at the next).
+struct WorkEfficiency {
+  double work = 0;
+  double efficiency = 0;
+};
+
 // One point of the GEMM efficiency curve: achieved fraction of peak for a GEMM of `flops` FLOPs.
 // Between points the efficiency is interpolated linearly in log(flops); outside, clamped.
 struct EfficiencyPoint {
@@ -33,6 +42,10 @@ struct DeviceSpec {
   double memory_bandwidth_GBps = 0;     // 1e9 bytes/s, read + write
   int64_t memory_capacity_bytes = 0;
   double launch_overhead_us = 0;  // fixed cost of every kernel/op
+  // Host time per training step outside any op (batch set-up, zeroing gradients, the loss and
+  // norm reductions, framework dispatch between ops): measured by calibration as the step time
+  // no op or transfer of the step explains.
+  double step_overhead_us = 0;
   std::vector<EfficiencyPoint> gemm_efficiency;
   double memory_efficiency = 0;  // achieved fraction of memory bandwidth, memory-bound ops
   // Per op class, where calibration found them to differ (norms and losses do more arithmetic per
@@ -41,7 +54,10 @@ struct DeviceSpec {
   // Per op (efficiency_key: the names simulator and executor share, e.g. "attn.softmax" or
   // "attn.softmax:bwd"), measured by calibration: for a matrix op the fraction of peak FLOP/s, for
   // a memory-bound op the fraction of memory bandwidth. Ops not listed use the curves above.
-  std::map<std::string, double> efficiency_by_op;
+  // Per op key, a curve over the op's size (one point: the same at every size).
+  std::map<std::string, std::vector<WorkEfficiency>> efficiency_by_op;
+  // The calibrated efficiency of op `key` doing `work` (FLOPs or bytes); nullopt when none.
+  std::optional<double> op_efficiency(const std::string& key, double work) const;
   // Shape-aware GEMM model; absent: matrix ops use the gemm_efficiency curve.
   std::optional<GemmModel> gemm_model;
   // Published throughput of fused attention kernels on this device.

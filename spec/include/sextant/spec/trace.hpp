@@ -37,6 +37,7 @@ enum class OpClass {
   kSend,
   kRecv,
   kBarrier,
+  kHost,  // host work outside any op: per-step set-up, data, dispatch
 };
 EnumNames<OpClass> op_class_names();
 bool is_communication(OpClass op_class);
@@ -55,16 +56,16 @@ struct TraceEvent {
   std::optional<int64_t> layer;
   std::optional<int64_t> micro_batch;
   int64_t step = 0;
-  double flops = 0;      // FLOPs of the op on this rank
-  int64_t bytes = 0;     // bytes moved (memory traffic for compute, message size for comm)
+  double flops = 0;            // FLOPs of the op on this rank
+  int64_t bytes = 0;           // bytes moved (memory traffic for compute, message size for comm)
   std::vector<int64_t> shape;  // GEMM: m, n, k; others: tensor shape
   std::optional<Dtype> dtype;
-  int64_t group_size = 0;   // collectives
-  std::string algorithm;    // collectives
+  int64_t group_size = 0;  // collectives
+  std::string algorithm;   // collectives
 };
 
 struct Trace {
-  std::string kind;  // "predicted" or "measured"
+  std::string kind;                // "predicted" or "measured"
   Json metadata = Json::object();  // model, cluster, plan, commit, ...
   std::vector<TraceEvent> events;
 };

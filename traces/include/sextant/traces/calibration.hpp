@@ -1,7 +1,9 @@
 // Calibration: fits a cluster description to measurements by least squares (Eigen). Memory-bound
 // ops give the launch overhead and the memory efficiency (time = launch + bytes / (bw * eff));
 // matrix ops give the GEMM efficiency curve (achieved / peak, median per half decade of FLOPs);
-// collectives give α and β per collective and network level through the collective's ring formula.
+// collectives give α and β per collective and network level through the collective's ring formula;
+// measured training steps give the host time per step that no op explains. Physical bounds hold:
+// efficiencies stay in (0, 1] of the file's peaks, which calibration never raises.
 // The calibrated ClusterSpec records what it came from and how well the fit holds.
 #pragma once
 
@@ -22,6 +24,7 @@ struct CalibrationReport {
   double compute_error_after = 0;
   double launch_overhead_us = 0;
   double memory_efficiency = 0;
+  double step_overhead_us = 0;  // host time per step (median over the measured training runs)
   std::vector<spec::EfficiencyPoint> gemm_efficiency;
   std::vector<spec::CollectiveFit> collective_fits;  // with r2 and sample counts
   std::vector<std::string> notes;  // what could not be fitted and kept its old value

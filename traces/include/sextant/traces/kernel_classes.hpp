@@ -19,6 +19,7 @@ spec::OpClass kernel_class(const std::string& kernel_name);
 
 struct KernelTimes {
   std::map<spec::OpClass, double> seconds;  // summed kernel time per class over the whole trace
+  std::map<spec::OpClass, int64_t> counts;  // kernels per class over the whole trace
   int64_t steps = 0;                        // optimizer steps in the trace (Optimizer.step spans)
   int64_t kernels = 0;
 };

@@ -29,9 +29,20 @@ struct CommSample {
   double seconds = 0;
 };
 
+// One measured training run's step, split into what its ops and transfers explain and the rest.
+struct StepSample {
+  std::string source;
+  double step_s = 0;  // mean measured step time (the first step left out)
+  // Of the rank with the least unexplained time: the mean time per step covered by at least one
+  // op or transfer on any of its streams (their union, so overlap counts once).
+  double busy_s = 0;
+  double host_s() const { return step_s - busy_s; }
+};
+
 struct Samples {
   std::vector<ComputeSample> compute;
   std::vector<CommSample> comm;
+  std::vector<StepSample> steps;
   std::vector<std::string> sources;  // files read
   void append(const Samples& other);
 };
@@ -39,7 +50,8 @@ struct Samples {
 // The collective an op class stands for (send and recv count as send_recv); nullopt otherwise.
 std::optional<spec::CollectiveKind> collective_of(spec::OpClass c);
 
-// From a Sextant trace: the compute ops of the critical rank (the one with the most compute time:
+// From a Sextant trace: the step sample of a measured training run (metadata step_time_s); the
+// compute ops of the critical rank (the one with the most compute time:
 // it sets the step time) with their FLOPs or bytes, leaving out the first of several steps (it
 // warms up); collectives from benchmark traces (metadata "bench": "comm") only: in a training
 // trace a collective's time also holds the wait for the slowest member.
