@@ -159,8 +159,9 @@ void run_calibrate(const CalibrateFlags& f) {
   fmt::print("calibrated {} from {} compute ops and {} collectives -> {}\n", base.name,
              r.compute_samples, r.comm_samples, f.out);
   fmt::print(
-      "  launch overhead {:.2f} us, memory efficiency {:.3f}, host time per step {:.2f} ms\n",
-      r.launch_overhead_us, r.memory_efficiency, r.step_overhead_us * 1e-3);
+      "  launch overhead {:.2f} us, memory efficiency {:.3f}, host time per step {:.2f} ms, "
+      "compute jitter {:.3f}\n",
+      r.launch_overhead_us, r.memory_efficiency, r.step_overhead_us * 1e-3, r.compute_jitter);
   fmt::print("  GEMM efficiency:");
   for (const spec::EfficiencyPoint& p : r.gemm_efficiency)
     fmt::print(" {:.1e}->{:.2f}", p.flops, p.efficiency);

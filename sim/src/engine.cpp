@@ -4,8 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
+
+#include "sextant/sim/sync_wait.hpp"
 
 namespace sextant::sim {
 
@@ -96,6 +99,7 @@ struct RankState {
   Picoseconds rate_since = 0;
   Picoseconds compute_end = -1;
   Picoseconds last_end = 0;
+  Picoseconds last_sync = 0;  // when the rank's last collective ended
   CommClass last_class = CommClass::kNone;
   RankTimes times;
 };
@@ -107,6 +111,8 @@ struct GroupState {
   spec::Stream stream = spec::Stream::kTpComm;
   Picoseconds start = 0;
   std::string_view algorithm;
+  Picoseconds segments = 0;  // sum over arrived members of their time since their last collective
+  Picoseconds wait = 0;      // expected wait for the last member, added after the transfer
 };
 
 struct ChannelState {
@@ -176,8 +182,9 @@ class Engine {
  public:
   Engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
          const std::vector<GroupSetup>& groups, const std::vector<ChannelSetup>& channels,
-         Network& network, bool record, double overlap_slowdown)
+         Network& network, bool record, double overlap_slowdown, double compute_jitter)
       : overlap_slowdown_(overlap_slowdown),
+        compute_jitter_(compute_jitter),
         programs_(programs),
         setups_(ranks),
         group_setups_(groups),
@@ -401,9 +408,16 @@ class Engine {
                         "rank {} joined a collective of group {} with {} bytes, others with {}",
                         rank, g, task.value, gs.bytes);
         }
-        if (++gs.arrived ==
-            static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size())) {
+        gs.segments += now - rs.last_sync;
+        const auto members =
+            static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size());
+        if (++gs.arrived == members) {
           gs.start = now;
+          if (compute_jitter_ > 0 && members > 1) {
+            const double segment = static_cast<double>(gs.segments) / members;
+            gs.wait = static_cast<Picoseconds>(
+                std::llround(compute_jitter_ * expected_max_of_normals(members) * segment));
+          }
           // Data moves from now on (a member waiting for its peers takes nothing from compute).
           for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
             change_transfers(static_cast<int32_t>(member), +1, now);
@@ -476,9 +490,24 @@ class Engine {
 
   void group_done(int32_t g, Picoseconds now) {
     GroupState& gs = groups_[static_cast<size_t>(g)];
+    if (gs.wait > 0) {
+      // The members also waited for the last of them to arrive (compute_jitter): the collective
+      // holds them that much longer. Its transfer is over, so no compute is slowed meanwhile.
+      for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
+        change_transfers(static_cast<int32_t>(member), -1, now);
+      const Picoseconds wait = gs.wait;
+      gs.wait = -1;
+      push(now + wait, EventType::kGroupDone, g);
+      return;
+    }
+    const bool waited = gs.wait < 0;
     gs.arrived = 0;
+    gs.segments = 0;
+    gs.wait = 0;
     for (int64_t member : group_setups_[static_cast<size_t>(g)].members) {
       int32_t r = static_cast<int32_t>(member);
+      ranks_[static_cast<size_t>(r)].last_sync = now;
+      if (waited) change_transfers(r, +1, now);  // complete_head takes it off again
       const HotTask& task = complete_head(r, gs.stream, now, gs.algorithm);
       try_start(r, now, Trigger{task.comm_class, now - gs.start}, static_cast<int>(gs.stream));
     }
@@ -517,6 +546,7 @@ class Engine {
   }
 
   double overlap_slowdown_;
+  double compute_jitter_;
   const std::vector<Program>& programs_;
   const std::vector<RankSetup>& setups_;
   const std::vector<GroupSetup>& group_setups_;
@@ -540,8 +570,10 @@ class Engine {
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks, double overlap_slowdown) {
-  return Engine(programs, ranks, groups, channels, network, record_tasks, overlap_slowdown).run();
+                        bool record_tasks, double overlap_slowdown, double compute_jitter) {
+  return Engine(programs, ranks, groups, channels, network, record_tasks, overlap_slowdown,
+                compute_jitter)
+      .run();
 }
 
 }  // namespace sextant::sim

@@ -181,11 +181,11 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   if (options.fidelity == Fidelity::kFlow) {
     FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown);
+                        cluster.device.overlap_slowdown, cluster.device.compute_jitter);
   } else {
     AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown);
+                        cluster.device.overlap_slowdown, cluster.device.compute_jitter);
   }
 
   SimulationResult out;

@@ -190,6 +190,8 @@ DeviceSpec decode_device(ObjectReader& r) {
       r.integer("runtime_reserved_bytes", Range::non_negative(), Presence::kOptional).value_or(0);
   d.overlap_slowdown =
       r.number("overlap_slowdown", Range::between(0, 1), Presence::kOptional).value_or(0);
+  d.compute_jitter =
+      r.number("compute_jitter", Range::between(0, 1), Presence::kOptional).value_or(0);
   d.source = r.string("source").value_or("");
   r.finish();
   return d;
@@ -405,6 +407,7 @@ Json to_json(const ClusterSpec& c) {
   if (c.device.runtime_reserved_bytes > 0)
     j["device"]["runtime_reserved_bytes"] = c.device.runtime_reserved_bytes;
   if (c.device.overlap_slowdown > 0) j["device"]["overlap_slowdown"] = c.device.overlap_slowdown;
+  if (c.device.compute_jitter > 0) j["device"]["compute_jitter"] = c.device.compute_jitter;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "sextant/sim/collective_model.hpp"
+#include "sextant/sim/sync_wait.hpp"
 #include "test_clusters.hpp"
 
 namespace sextant::sim {
@@ -156,6 +157,22 @@ TEST(CollectiveModel, CalibratedFitOverridesTheFormula) {
   // Through the ring formula with p = 8: 2(p-1) α + 2(p-1)/p n β.
   const double expected = (14 * 10.0 + 2 * 7.0 / 8.0 * 1e6 * 0.001) * 1e-6;
   EXPECT_NEAR(model.cost(K::kAllReduce, 1000000, {8, 1, 8}).seconds(), expected, 1e-12);
+}
+
+}  // namespace
+}  // namespace sextant::sim
+
+namespace sextant::sim {
+namespace {
+
+// E[max of p standard normals]: closed forms for 2 and 3 (1/sqrt(pi), 3/(2 sqrt(pi))); for 16
+// and 100 Harter's (1961) tabulated 1.7660 and 2.5076 against Blom's approximation (within 1%).
+TEST(SyncWait, ExpectedMaximumOfNormals) {
+  EXPECT_NEAR(expected_max_of_normals(1), 0.0, 0);
+  EXPECT_NEAR(expected_max_of_normals(2), 1 / std::sqrt(M_PI), 1e-4);
+  EXPECT_NEAR(expected_max_of_normals(3), 3 / (2 * std::sqrt(M_PI)), 1e-4);
+  EXPECT_NEAR(expected_max_of_normals(16), 1.7660, 0.01 * 1.7660);
+  EXPECT_NEAR(expected_max_of_normals(100), 2.5076, 0.01 * 2.5076);
 }
 
 }  // namespace

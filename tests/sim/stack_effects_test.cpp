@@ -4,6 +4,7 @@
 // tensors. Expected values are worked out in each test from the model's own costs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "sextant/models/lowering.hpp"
@@ -50,6 +51,25 @@ TEST(StackEffects, CommunicationBesideComputeSlowsIt) {
   EXPECT_NEAR(slowed.report.breakdown_s.compute - plain.report.breakdown_s.compute, extra, 1e-9);
   EXPECT_DOUBLE_EQ(slowed.report.breakdown_s.optimizer, plain.report.breakdown_s.optimizer);
   EXPECT_NEAR(slowed.report.step_time_s - plain.report.step_time_s, extra, 1e-9);
+}
+
+// Ranks whose compute varies arrive apart at a collective and the first wait for the last. Data
+// parallelism on 2 ranks without overlap: one all-reduce after the whole backward pass, reached
+// after C = the forward and backward compute of the step. With jitter j the last rank arrives, on
+// average, j * C * E[max of 2 standard normals] = j * C / sqrt(pi) after the mean: the step is
+// that much longer, and nothing else changes.
+TEST(StackEffects, JitteryRanksWaitForTheLastAtACollective) {
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 1000, 1000, 1.0);
+  spec::ModelSpec model = test::uniform_mlp(8, 1024);
+  spec::Plan plan = test::make_plan(2, 1, 1, 1024, 2048);
+  plan.stack->dp_overlap = false;
+  SimulationResult plain = simulate(model, cluster, plan, {});
+  cluster.device.compute_jitter = 0.1;
+  SimulationResult jittery = simulate(model, cluster, plan, {});
+  const double c = plain.report.breakdown_s.compute;
+  const double wait = 0.1 * c / std::sqrt(M_PI);
+  EXPECT_NEAR(jittery.report.step_time_s - plain.report.step_time_s, wait, 1e-4 * wait);
+  EXPECT_DOUBLE_EQ(jittery.report.breakdown_s.compute, c);
 }
 
 TEST(StackEffects, ConcurrentTransfersSlowComputeOnce) {

@@ -160,6 +160,39 @@ TEST(Calibration, PerOpEfficienciesFollowTheOpsSize) {
   EXPECT_NEAR(*again.device.op_efficiency("mlp.act", 2 << 20), 0.375, 1e-9);
 }
 
+// Arrival spreads at collectives: two ranks meet at an all-reduce ending at 1 ms, then compute
+// 10 and 12 ms and meet again (arrivals at 11 and 13 ms): the last came 1 ms after the mean of
+// 12, after a mean segment of 11 ms. The fit reads jitter j = spread / (E[max of 2] * S) =
+// 1 / (11 / sqrt(pi)) from each such collective (the median of ten identical ones).
+TEST(Calibration, ComputeJitterFromArrivalSpreads) {
+  spec::Trace t;
+  t.kind = "measured";
+  t.metadata = {{"step_time_s", 0.020}};
+  auto ms = [](double v) { return static_cast<Picoseconds>(v * 1e9); };
+  auto collective = [&](int64_t rank, double start, double duration, int64_t layer) {
+    spec::TraceEvent e;
+    e.name = "attn.all_reduce";
+    e.op_class = spec::OpClass::kAllReduce;
+    e.rank = rank;
+    e.stream = spec::Stream::kTpComm;
+    e.start_ps = ms(start);
+    e.duration_ps = ms(duration);
+    e.layer = layer;
+    e.bytes = 1024;
+    e.group_size = 2;
+    return e;
+  };
+  t.events = {collective(0, 0, 1, 0), collective(1, 0, 1, 0), collective(0, 11, 3, 1),
+              collective(1, 13, 1, 1)};
+  Samples s = samples_from_trace(t, "run.json");
+  ASSERT_EQ(s.sync.size(), 1u);  // the first collective has no segment before it
+  EXPECT_NEAR(s.sync[0].spread_s, 1e-3, 1e-12);
+  EXPECT_NEAR(s.sync[0].segment_s, 11e-3, 1e-12);
+  for (int i = 0; i < 9; ++i) s.sync.push_back(s.sync[0]);
+  Calibration c = calibrate(test::ideal_cluster(), s, spec::Dtype::kBf16);
+  EXPECT_NEAR(c.cluster.device.compute_jitter, 1.0 / (11.0 / std::sqrt(M_PI)), 1e-3);
+}
+
 TEST(Calibration, NothingToFitIsAnError) {
   EXPECT_THROW(calibrate(test::ideal_cluster(), Samples{}, spec::Dtype::kBf16), InputError);
 }

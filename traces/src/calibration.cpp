@@ -12,6 +12,7 @@
 
 #include "sextant/sim/collective_cost.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/sync_wait.hpp"
 
 namespace sextant::traces {
 
@@ -80,8 +81,10 @@ std::string utc_now() {
 }  // namespace
 
 Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spec::Dtype dtype) {
-  if (samples.compute.empty() && samples.comm.empty()) {
-    throw InputError("calibration", "", "", "the traces hold no compute ops or collectives to fit");
+  if (samples.compute.empty() && samples.comm.empty() && samples.steps.empty() &&
+      samples.sync.empty()) {
+    throw InputError("calibration", "", "",
+                     "the traces hold no compute ops, collectives or training steps to fit");
   }
   Calibration out{base, {}};
   CalibrationReport& rep = out.report;
@@ -221,6 +224,23 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   }
   rep.step_overhead_us = device.step_overhead_us;
 
+  // 2d. Compute jitter: a collective's last member arrives j * e(p) * S after the members' mean
+  // (S their time since the previous collective; sim/sync_wait.hpp), so each collective gives
+  // j = spread / (e(p) S); the median over them is robust to the rare long stall.
+  constexpr size_t kMinSyncSamples = 10;
+  if (samples.sync.size() >= kMinSyncSamples) {
+    std::vector<double> j;
+    for (const SyncSample& s : samples.sync)
+      j.push_back(s.spread_s / (sim::expected_max_of_normals(s.ranks) * s.segment_s));
+    std::nth_element(j.begin(), j.begin() + static_cast<long>(j.size() / 2), j.end());
+    device.compute_jitter = std::clamp(j[j.size() / 2], 0.0, 1.0);
+  } else if (!samples.sync.empty()) {
+    rep.notes.push_back(fmt::format(
+        "{} collectives with every member in the traces, fewer than {}: compute jitter kept",
+        samples.sync.size(), kMinSyncSamples));
+  }
+  rep.compute_jitter = device.compute_jitter;
+
   // 3. Collectives: t = alpha * f(p) + beta * g(p, n) through the ring (pairwise) formula, per
   // collective and level (a group no larger than a node is taken to be inside one).
   std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> groups;
@@ -273,6 +293,7 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       {"compute_samples", rep.compute_samples},
       {"comm_samples", rep.comm_samples},
       {"step_samples", static_cast<int64_t>(samples.steps.size())},
+      {"sync_samples", static_cast<int64_t>(samples.sync.size())},
       {"compute_rms_relative_error",
        {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
       {"collectives", fits},

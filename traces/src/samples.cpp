@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "sextant/spec/cluster_spec.hpp"
 
@@ -12,6 +13,7 @@ namespace sextant::traces {
 void Samples::append(const Samples& o) {
   compute.insert(compute.end(), o.compute.begin(), o.compute.end());
   steps.insert(steps.end(), o.steps.begin(), o.steps.end());
+  sync.insert(sync.end(), o.sync.begin(), o.sync.end());
   comm.insert(comm.end(), o.comm.begin(), o.comm.end());
   sources.insert(sources.end(), o.sources.begin(), o.sources.end());
 }
@@ -63,6 +65,56 @@ std::map<int64_t, double> busy_per_rank(const spec::Trace& trace, bool skip_firs
   return busy;
 }
 
+// The collectives of a training run, matched across ranks by name, step, micro-batch, layer,
+// phase and occurrence (the k-th such event on each rank is the same collective).
+std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, int64_t first) {
+  std::vector<const spec::TraceEvent*> comm;
+  for (const spec::TraceEvent& e : trace.events)
+    if (collective_of(e.op_class) && e.op_class != spec::OpClass::kSend && e.group_size > 1 &&
+        !(skip_first && e.step == first))
+      comm.push_back(&e);
+  std::sort(comm.begin(), comm.end(), [](const spec::TraceEvent* a, const spec::TraceEvent* b) {
+    return a->start_ps < b->start_ps;
+  });
+  using Key = std::tuple<std::string, int64_t, int64_t, int64_t, int, int64_t>;
+  std::map<std::tuple<int64_t, std::string, int64_t, int64_t, int64_t, int>, int64_t> seen;
+  std::map<int64_t, Picoseconds> last_end;  // rank -> end of its previous collective
+  struct Arrivals {
+    int64_t ranks = 0;
+    std::vector<std::pair<Picoseconds, Picoseconds>> arrival_and_segment;
+  };
+  std::map<Key, Arrivals> by_key;
+  for (const spec::TraceEvent* e : comm) {
+    const int64_t layer = e->layer.value_or(-1), mb = e->micro_batch.value_or(-1);
+    const int phase = static_cast<int>(e->phase);
+    const int64_t k = seen[{e->rank, e->name, e->step, mb, layer, phase}]++;
+    Arrivals& a = by_key[{e->name, e->step, mb, layer, phase, k}];
+    a.ranks = e->group_size;
+    auto prev = last_end.find(e->rank);
+    // A rank's first collective has no previous one in the trace: no segment to measure.
+    a.arrival_and_segment.push_back(
+        {e->start_ps, prev == last_end.end() ? -1 : e->start_ps - prev->second});
+    last_end[e->rank] = e->start_ps + e->duration_ps;
+  }
+  std::vector<SyncSample> out;
+  for (const auto& [key, a] : by_key) {
+    if (static_cast<int64_t>(a.arrival_and_segment.size()) != a.ranks) continue;
+    double mean = 0, segment = 0, last = 0;
+    bool whole = true;
+    for (const auto& [arrival, seg] : a.arrival_and_segment) {
+      mean += ps_to_seconds(arrival);
+      last = std::max(last, ps_to_seconds(arrival));
+      segment += ps_to_seconds(seg);
+      whole = whole && seg >= 0;
+    }
+    if (!whole) continue;
+    const double n = static_cast<double>(a.ranks);
+    if (segment / n <= 0) continue;
+    out.push_back({a.ranks, last - mean / n, segment / n});
+  }
+  return out;
+}
+
 }  // namespace
 
 Samples samples_from_trace(const spec::Trace& trace, const std::string& source) {
@@ -82,6 +134,7 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     for (const auto& [rank, busy] : busy_per_rank(trace, skip_first, first, counted))
       busiest = std::max(busiest, busy);
     s.steps.push_back({source, step_s, std::min(busiest, step_s)});
+    s.sync = sync_samples(trace, skip_first, first);
   }
   std::map<int64_t, Picoseconds> compute_by_rank;
   for (const spec::TraceEvent& e : trace.events)

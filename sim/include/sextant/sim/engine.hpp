@@ -51,11 +51,13 @@ struct EngineResult {
 
 // Runs one training step of every rank. While a communication task of a rank moves data, the
 // rank's compute progresses at 1 / (1 + overlap_slowdown) of full speed (the running task is
-// rescheduled when that starts and stops). Throws InternalError on a deadlock (a program bug),
-// naming the stuck ranks and tasks.
+// rescheduled when that starts and stops). With `compute_jitter` j > 0 (DeviceSpec), a collective
+// over p ranks ends later by the expected wait for its last member: j * e(p) * S, S the members'
+// mean time since their previous collective (sync_wait.hpp). Throws InternalError on a
+// deadlock (a program bug), naming the stuck ranks and tasks.
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks, double overlap_slowdown = 0);
+                        bool record_tasks, double overlap_slowdown = 0, double compute_jitter = 0);
 
 }  // namespace sextant::sim

@@ -67,6 +67,10 @@ struct DeviceSpec {
   // Fraction by which compute slows down while a collective runs beside it on the same device
   // (SMs and memory bandwidth taken by the communication kernels).
   double overlap_slowdown = 0;
+  // Relative standard deviation of a rank's compute between two collectives (OS noise, a core
+  // shared with another tenant, clock changes): ranks reach a collective at different times and
+  // the first wait for the last. Fitted by calibration from measured arrival spreads.
+  double compute_jitter = 0;
   std::string source;
 
   double memory_efficiency_for(OpClass c) const {

@@ -25,6 +25,7 @@ struct CalibrationReport {
   double launch_overhead_us = 0;
   double memory_efficiency = 0;
   double step_overhead_us = 0;  // host time per step (median over the measured training runs)
+  double compute_jitter = 0;    // from the arrival spreads at collectives
   std::vector<spec::EfficiencyPoint> gemm_efficiency;
   std::vector<spec::CollectiveFit> collective_fits;  // with r2 and sample counts
   std::vector<std::string> notes;  // what could not be fitted and kept its old value

@@ -39,8 +39,18 @@ struct StepSample {
   double host_s() const { return step_s - busy_s; }
 };
 
+// One collective of a measured training run as its members reached it: how far the last arrival
+// came after the members' mean arrival, and the members' mean time since their previous
+// collective (the compute whose variation made them arrive apart).
+struct SyncSample {
+  int64_t ranks = 0;
+  double spread_s = 0;   // last arrival - mean arrival
+  double segment_s = 0;  // mean time since each member's previous collective ended
+};
+
 struct Samples {
   std::vector<ComputeSample> compute;
+  std::vector<SyncSample> sync;
   std::vector<CommSample> comm;
   std::vector<StepSample> steps;
   std::vector<std::string> sources;  // files read
@@ -50,11 +60,12 @@ struct Samples {
 // The collective an op class stands for (send and recv count as send_recv); nullopt otherwise.
 std::optional<spec::CollectiveKind> collective_of(spec::OpClass c);
 
-// From a Sextant trace: the step sample of a measured training run (metadata step_time_s); the
-// compute ops of the critical rank (the one with the most compute time:
-// it sets the step time) with their FLOPs or bytes, leaving out the first of several steps (it
-// warms up); collectives from benchmark traces (metadata "bench": "comm") only: in a training
-// trace a collective's time also holds the wait for the slowest member.
+// From a Sextant trace: the arrival spreads of the collectives of a measured training run whose
+// members all appear in it (sync); the step sample of a measured training run (metadata
+// step_time_s); the compute ops of the critical rank (the one with the most compute time: it sets
+// the step time) with their FLOPs or bytes, leaving out the first of several steps (it warms up);
+// collectives from benchmark traces (metadata "bench": "comm") only: in a training trace a
+// collective's time also holds the wait for the slowest member.
 Samples samples_from_trace(const spec::Trace& trace, const std::string& source);
 
 }  // namespace sextant::traces
