@@ -188,6 +188,15 @@ TEST(Calibration, ComputeJitterFromArrivalSpreads) {
   ASSERT_EQ(s.sync.size(), 1u);  // the first collective has no segment before it
   EXPECT_NEAR(s.sync[0].spread_s, 1e-3, 1e-12);
   EXPECT_NEAR(s.sync[0].segment_s, 11e-3, 1e-12);
+  // The collective as its last member saw it (it waited for nobody): rank 1's 1 ms, not rank 0's
+  // 3 ms of which 2 were waiting.
+  ASSERT_EQ(s.comm.size(), 2u);  // both collectives; the first one's members arrived together
+  for (const CommSample& c : s.comm) {
+    EXPECT_TRUE(c.in_training);
+    EXPECT_NEAR(c.seconds, 1e-3, 1e-12);
+    EXPECT_EQ(c.ranks, 2);
+    EXPECT_EQ(c.bytes, 1024);
+  }
   for (int i = 0; i < 9; ++i) s.sync.push_back(s.sync[0]);
   Calibration c = calibrate(test::ideal_cluster(), s, spec::Dtype::kBf16);
   EXPECT_NEAR(c.cluster.device.compute_jitter, 1.0 / (11.0 / std::sqrt(M_PI)), 1e-3);

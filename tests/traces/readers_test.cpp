@@ -76,9 +76,16 @@ TEST(KinetoReader, RejectsWhatIsNotAProfile) {
 }
 
 TEST(SextantTraces, TrainingAndBenchmarkSamples) {
-  Samples run = samples_from_trace(spec::read_trace_file(sample("run-gpt-tiny-dp2.json")), "run");
+  const spec::Trace trace = spec::read_trace_file(sample("run-gpt-tiny-dp2.json"));
+  Samples run = samples_from_trace(trace, "run");
   EXPECT_GT(run.compute.size(), 100u);
-  EXPECT_TRUE(run.comm.empty());  // training collectives include waits: not used
+  // A training collective counts once, as its last member saw it (the others' times include
+  // their wait): half of the 2-rank collective events after the first (warm-up) step.
+  size_t events = 0;
+  for (const spec::TraceEvent& e : trace.events)
+    if (e.op_class == spec::OpClass::kAllReduce && e.step > 0) ++events;
+  EXPECT_EQ(run.comm.size(), events / 2);
+  for (const CommSample& c : run.comm) EXPECT_TRUE(c.in_training);
   for (const ComputeSample& c : run.compute) EXPECT_TRUE(c.flops > 0 || c.bytes > 0) << c.name;
   Samples bench =
       samples_from_trace(spec::read_trace_file(sample("bench-comm-2ranks.json")), "bench");

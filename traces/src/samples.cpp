@@ -67,7 +67,8 @@ std::map<int64_t, double> busy_per_rank(const spec::Trace& trace, bool skip_firs
 
 // The collectives of a training run, matched across ranks by name, step, micro-batch, layer,
 // phase and occurrence (the k-th such event on each rank is the same collective).
-std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, int64_t first) {
+std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, int64_t first,
+                                     std::vector<CommSample>& in_training) {
   std::vector<const spec::TraceEvent*> comm;
   for (const spec::TraceEvent& e : trace.events)
     if (collective_of(e.op_class) && e.op_class != spec::OpClass::kSend && e.group_size > 1 &&
@@ -82,6 +83,7 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, 
   struct Arrivals {
     int64_t ranks = 0;
     std::vector<std::pair<Picoseconds, Picoseconds>> arrival_and_segment;
+    const spec::TraceEvent* last = nullptr;  // the member that arrived last
   };
   std::map<Key, Arrivals> by_key;
   for (const spec::TraceEvent* e : comm) {
@@ -90,6 +92,7 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, 
     const int64_t k = seen[{e->rank, e->name, e->step, mb, layer, phase}]++;
     Arrivals& a = by_key[{e->name, e->step, mb, layer, phase, k}];
     a.ranks = e->group_size;
+    if (a.last == nullptr || e->start_ps >= a.last->start_ps) a.last = e;
     auto prev = last_end.find(e->rank);
     // A rank's first collective has no previous one in the trace: no segment to measure.
     a.arrival_and_segment.push_back(
@@ -99,6 +102,9 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, 
   std::vector<SyncSample> out;
   for (const auto& [key, a] : by_key) {
     if (static_cast<int64_t>(a.arrival_and_segment.size()) != a.ranks) continue;
+    if (a.last->bytes > 0 && a.last->duration_ps > 0)
+      in_training.push_back({*collective_of(a.last->op_class), a.ranks, a.last->bytes,
+                             ps_to_seconds(a.last->duration_ps), true});
     double mean = 0, segment = 0, last = 0;
     bool whole = true;
     for (const auto& [arrival, seg] : a.arrival_and_segment) {
@@ -134,7 +140,7 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     for (const auto& [rank, busy] : busy_per_rank(trace, skip_first, first, counted))
       busiest = std::max(busiest, busy);
     s.steps.push_back({source, step_s, std::min(busiest, step_s)});
-    s.sync = sync_samples(trace, skip_first, first);
+    s.sync = sync_samples(trace, skip_first, first, s.comm);
   }
   std::map<int64_t, Picoseconds> compute_by_rank;
   for (const spec::TraceEvent& e : trace.events)
@@ -158,8 +164,8 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     }
     std::optional<spec::CollectiveKind> kind = collective_of(e.op_class);
     if (!kind || e.bytes <= 0 || e.group_size < 1) continue;
-    // Only benchmark traces: in a training trace a collective's time also holds the wait for the
-    // slowest member (ranks drift apart by their compute), which is not the network's cost.
+    // Benchmark traces here: in a training trace a member's time also holds its wait for the
+    // others (sync_samples takes the last member's instead).
     if (!comm_bench) continue;
     s.comm.push_back({*kind, e.group_size, e.bytes, seconds});
   }

@@ -27,6 +27,9 @@ struct CommSample {
   int64_t ranks = 0;
   int64_t bytes = 0;  // nccl-tests size convention
   double seconds = 0;
+  // Seen inside a training run: the time of the member that arrived last (it waited for nobody),
+  // what training pays (caches cold from the compute before it), not what a benchmark loop sees.
+  bool in_training = false;
 };
 
 // One measured training run's step, split into what its ops and transfers explain and the rest.
@@ -60,7 +63,8 @@ struct Samples {
 // The collective an op class stands for (send and recv count as send_recv); nullopt otherwise.
 std::optional<spec::CollectiveKind> collective_of(spec::OpClass c);
 
-// From a Sextant trace: the arrival spreads of the collectives of a measured training run whose
+// From a Sextant trace: the collectives of a measured training run as their last member saw them
+// (comm, in_training) and their arrival spreads of the collectives of a measured training run whose
 // members all appear in it (sync); the step sample of a measured training run (metadata
 // step_time_s); the compute ops of the critical rank (the one with the most compute time: it sets
 // the step time) with their FLOPs or bytes, leaving out the first of several steps (it warms up);
