@@ -83,7 +83,9 @@ void print_step_check(const loop::StepCheck& check) {
 }
 
 void print_class_fit(const loop::ClassFit& fit) {
-  fmt::print("  profiled step, per op class (kernel time per step):\n");
+  fmt::print(
+      "  profiled step, per op class (kernel time per step; before: with the op-level fit "
+      "alone):\n");
   fmt::print("    {:<12} {:>10} {:>10} {:>10} {:>8} {:>6}  {}\n", "class", "measured", "before",
              "after", "kernels", "ops", "parameter");
   for (const loop::ClassFitRow& r : fit.rows)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "sextant/loop/class_fit.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/collective_model.hpp"
@@ -257,21 +258,11 @@ ValidationTable table_k1(const std::string& path) {
   plan.global_batch = 8;
   plan.stack = spec::builtin_stack("pytorch-fsdp");
   plan.stack->autocast = true;  // the trace ran torch.autocast over fp32 weights (K1)
-  sim::SimulationOptions options;
-  options.trace = true;
-  sim::SimulationResult r = sim::simulate(model, cluster, plan, options);
-  std::map<spec::OpClass, double> predicted;
-  for (const spec::TraceEvent& e : r.trace->events) {
-    if (e.rank != 0 || e.stream != spec::Stream::kCompute) continue;
-    spec::OpClass c = e.name.rfind("attn.core", 0) == 0 ? spec::OpClass::kAttention : e.op_class;
-    predicted[c] += ps_to_seconds(e.duration_ps);
-  }
+  const loop::ClassTimes predicted = loop::predicted_class_times(model, cluster, plan);
   double measured_total = 0, predicted_total = 0;
-  for (spec::OpClass c : {spec::OpClass::kGemm, spec::OpClass::kAttention,
-                          spec::OpClass::kElementwise, spec::OpClass::kNorm, spec::OpClass::kLoss,
-                          spec::OpClass::kEmbedding, spec::OpClass::kOptimizer}) {
+  for (spec::OpClass c : loop::profiled_classes()) {
     const double m = measured.seconds.count(c) ? measured.seconds.at(c) / steps : 0;
-    const double p = predicted.count(c) ? predicted.at(c) : 0;
+    const double p = predicted.seconds.count(c) ? predicted.seconds.at(c) : 0;
     measured_total += m;
     predicted_total += p;
     t.rows.push_back(
@@ -279,7 +270,7 @@ ValidationTable table_k1(const std::string& path) {
   }
   t.rows.push_back(
       {"all kernels (GPU busy)", 1e3 * measured_total, 1e3 * predicted_total, "per step"});
-  t.rows.push_back({"step time", 1e3 * measured_total, 1e3 * r.report.step_time_s,
+  t.rows.push_back({"step time", 1e3 * measured_total, 1e3 * predicted.step_s,
                     "predicted step against the measured GPU-busy time"});
   t.note = fmt::format("{} kernels over {} steps in {}", measured.kernels, measured.steps, path);
   return t;
