@@ -202,6 +202,21 @@ TEST(Calibration, ComputeJitterFromArrivalSpreads) {
   EXPECT_NEAR(c.cluster.device.compute_jitter, 1.0 / (11.0 / std::sqrt(M_PI)), 1e-3);
 }
 
+// A step pays its ops' mean time. Four runs of an op at 1 ms and one stalled at 5 ms: the median
+// would say 1 ms per op, the step pays (4 + 5) / 5 = 1.8 ms per op; the fitted efficiency must
+// give the latter: 1 GFLOP / (100 TFLOP/s * 1.8 ms) = 1/180.
+TEST(Calibration, PerOpEfficiencyGivesTheMeanTimeAStepPays) {
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1);
+  base.device.launch_overhead_us = 0;
+  Samples s;
+  for (double ms : {1.0, 1.0, 5.0, 1.0, 1.0})
+    s.compute.push_back({spec::OpClass::kGemm, "mlp.fc1", 1e9, 0, ms * 1e-3});
+  Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  EXPECT_NEAR(*c.cluster.device.op_efficiency("mlp.fc1", 1e9), 1.0 / 180, 1e-9);
+  ASSERT_EQ(c.cluster.device.gemm_efficiency.size(), 1u);
+  EXPECT_NEAR(c.cluster.device.gemm_efficiency[0].efficiency, 1.0 / 180, 1e-9);
+}
+
 TEST(Calibration, NothingToFitIsAnError) {
   EXPECT_THROW(calibrate(test::ideal_cluster(), Samples{}, spec::Dtype::kBf16), InputError);
 }

@@ -146,7 +146,9 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   rep.launch_overhead_us = device.launch_overhead_us;
   rep.memory_efficiency = device.memory_efficiency;
 
-  // 2. Matrix ops: achieved fraction of peak after the launch overhead, median per half decade.
+  // 2. Matrix ops: achieved fraction of peak after the launch overhead per half decade of FLOPs,
+  // as total FLOPs over total time: a step pays its ops' mean time, and op times are skewed (a
+  // few stalled ops), so a median efficiency would predict steps several percent fast.
   const double peak = device.peak_flops(dtype);
   std::map<int64_t, std::vector<std::pair<double, double>>> bins;  // bin -> (flops, efficiency)
   int64_t above_peak = 0;
@@ -171,45 +173,50 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   if (!bins.empty()) {
     device.gemm_efficiency.clear();
     for (auto& [bin, points] : bins) {
-      std::vector<double> effs;
-      double log_sum = 0;
+      double log_sum = 0, flops = 0, time = 0;  // time in units of 1 / peak: flops / efficiency
       for (auto [f, e] : points) {
-        effs.push_back(e);
         log_sum += std::log(f);
+        flops += f;
+        time += f / e;
       }
-      std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
-      device.gemm_efficiency.push_back({std::exp(log_sum / static_cast<double>(points.size())),
-                                        std::max(1e-4, effs[effs.size() / 2])});
+      device.gemm_efficiency.push_back(
+          {std::exp(log_sum / static_cast<double>(points.size())), std::max(1e-4, flops / time)});
     }
   } else {
     rep.notes.push_back("no matrix ops: the GEMM efficiency curve kept");
   }
   rep.gemm_efficiency = device.gemm_efficiency;
 
-  // 2b. Per op name and size: the median achieved efficiency of an op at each size (FLOPs of a
-  // matrix op, bytes otherwise) seen at least kMinSamples times, as a curve over the size. The
+  // 2b. Per op name and size: the achieved efficiency of an op at each size (FLOPs of a matrix
+  // op, bytes otherwise) seen at least kMinSamples times, as total work over total time (the
+  // mean time per op, which is what a step pays; see 2), as a curve over the size. The
   // curves above stay for ops a trace did not show; these capture what they cannot (batched
   // small attention GEMMs, transcendental-heavy softmax and activations, the optimizer, an
   // activation that stops fitting a CPU's L2 at the next micro-batch).
   constexpr size_t kMinSamples = 3;
-  std::map<std::string, std::map<double, std::vector<double>>> by_name;  // name -> work -> effs
+  struct Totals {
+    size_t count = 0;
+    double work = 0, busy = 0, rate = 0;  // rate: the peak the work is measured against
+  };
+  std::map<std::string, std::map<double, Totals>> by_name;  // name -> work per op -> totals
   for (const ComputeSample& s : samples.compute) {
     const double busy = s.seconds - device.launch_overhead_us * 1e-6;
     if (busy <= 0 || s.name.empty()) continue;
-    if (matrix(s.op_class) && s.flops > 0) {
-      by_name[s.name][s.flops].push_back(s.flops / (peak * busy));
-    } else if (s.bytes > 0) {
-      const double moved = static_cast<double>(s.bytes);
-      by_name[s.name][moved].push_back(moved / (device.memory_bandwidth_GBps * kBytesPerGB * busy));
-    }
+    const bool gemm = matrix(s.op_class) && s.flops > 0;
+    if (!gemm && s.bytes <= 0) continue;
+    const double work = gemm ? s.flops : static_cast<double>(s.bytes);
+    Totals& t = by_name[s.name][work];
+    t.count += 1;
+    t.work += work;
+    t.busy += busy;
+    t.rate = gemm ? peak : device.memory_bandwidth_GBps * kBytesPerGB;
   }
   device.efficiency_by_op.clear();
-  for (auto& [name, sizes] : by_name) {
+  for (const auto& [name, sizes] : by_name) {
     std::vector<spec::WorkEfficiency> curve;
-    for (auto& [work, effs] : sizes) {
-      if (effs.size() < kMinSamples) continue;
-      std::nth_element(effs.begin(), effs.begin() + static_cast<long>(effs.size() / 2), effs.end());
-      curve.push_back({work, std::clamp(effs[effs.size() / 2], 1e-4, 1.0)});
+    for (const auto& [work, t] : sizes) {
+      if (t.count < kMinSamples) continue;
+      curve.push_back({work, std::clamp(t.work / (t.rate * t.busy), 1e-4, 1.0)});
     }
     if (!curve.empty()) device.efficiency_by_op[name] = curve;
   }
