@@ -144,9 +144,7 @@ void run_calibrate(const CalibrateFlags& f) {
   // A calibration that predicts its own measurements worse than the file it started from is
   // refused: writing it would silently make every later prediction worse.
   std::string refused = loop::refusal(check);
-  if (class_fit && std::abs(class_fit->after_step_s - class_fit->measured_step_s) >
-                       std::abs(class_fit->before_step_s - class_fit->measured_step_s))
-    refused = "the profiled step is predicted worse after the fit than before";
+  if (refused.empty() && class_fit) refused = loop::refusal(*class_fit);
   if (refused.empty() || f.force) spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
   if (f.json) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sextant/sim/compute_model.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/error.hpp"
@@ -18,33 +19,17 @@ namespace {
 // the ratio update converges in a few rounds (the launch share shrinks the step each time).
 constexpr int kRounds = 6;
 
-bool memory_bound(spec::OpClass c) {
-  return c == spec::OpClass::kElementwise || c == spec::OpClass::kNorm ||
-         c == spec::OpClass::kLoss || c == spec::OpClass::kEmbedding ||
-         c == spec::OpClass::kOptimizer;
-}
-
-// The attention kernel whose data a kernel's throughput comes from (following same_as).
-spec::AttentionKernel data_kernel(const spec::DeviceSpec& d, spec::AttentionKernel k) {
-  for (int hops = 0; hops < 8; ++hops) {
-    auto it = d.attention_kernels.find(k);
-    if (it == d.attention_kernels.end() || !it->second.same_as) return k;
-    k = *it->second.same_as;
-  }
-  return k;
-}
-
-// The parameter of `c` on `device`: its name and a pointer to scale (nullptr: none to fit), and
-// its physical bound.
+// The parameter of class `c` on a device: its name, the values to scale together (a curve's
+// points; none: nothing prices the class) and the bound none of them may pass.
 struct Parameter {
   std::string name;
-  std::vector<double*> values;  // scaled together (a curve's points)
-  double bound = 1.0;           // for values[0]
+  std::vector<double*> values;
+  double bound = 1.0;
 };
 
 Parameter parameter_of(spec::DeviceSpec& d, spec::OpClass c, const sim::StepSetup& setup) {
   Parameter p;
-  if (memory_bound(c)) {
+  if (!sim::is_matrix_op(c)) {  // the memory-bound classes of profiled_classes()
     if (!d.memory_efficiency_by_class.count(c))
       d.memory_efficiency_by_class[c] = d.memory_efficiency_for(c);
     p.name =
@@ -60,7 +45,8 @@ Parameter parameter_of(spec::DeviceSpec& d, spec::OpClass c, const sim::StepSetu
     }
   } else if (c == spec::OpClass::kAttention &&
              setup.stack.attention != spec::AttentionKernel::kUnfused) {
-    const spec::AttentionKernel k = data_kernel(d, setup.stack.attention);
+    const spec::AttentionKernel k =
+        spec::attention_data_kernel(d.attention_kernels, setup.stack.attention);
     auto it = d.attention_kernels.find(k);
     if (it == d.attention_kernels.end()) return p;
     p.name =
@@ -195,6 +181,16 @@ ClassFit fit_classes(const traces::KernelTimes& measured, const std::string& sou
                                       1e3 * seconds / steps));
   }
   return fit;
+}
+
+std::string refusal(const ClassFit& fit) {
+  if (std::abs(fit.after_step_s - fit.measured_step_s) <=
+      std::abs(fit.before_step_s - fit.measured_step_s))
+    return "";
+  return fmt::format(
+      "the profiled step is predicted worse after the fit ({:.2f} ms) than before "
+      "({:.2f} ms; measured {:.2f} ms)",
+      1e3 * fit.after_step_s, 1e3 * fit.before_step_s, 1e3 * fit.measured_step_s);
 }
 
 }  // namespace sextant::loop

@@ -113,6 +113,7 @@ struct GroupState {
   std::string_view algorithm;
   Picoseconds segments = 0;  // sum over arrived members of their time since their last collective
   Picoseconds wait = 0;      // expected wait for the last member, added after the transfer
+  bool waiting = false;      // the transfer is over; the members wait out `wait`
 };
 
 struct ChannelState {
@@ -490,20 +491,20 @@ class Engine {
 
   void group_done(int32_t g, Picoseconds now) {
     GroupState& gs = groups_[static_cast<size_t>(g)];
-    if (gs.wait > 0) {
+    if (gs.wait > 0 && !gs.waiting) {
       // The members also waited for the last of them to arrive (compute_jitter): the collective
       // holds them that much longer. Its transfer is over, so no compute is slowed meanwhile.
       for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
         change_transfers(static_cast<int32_t>(member), -1, now);
-      const Picoseconds wait = gs.wait;
-      gs.wait = -1;
-      push(now + wait, EventType::kGroupDone, g);
+      gs.waiting = true;
+      push(now + gs.wait, EventType::kGroupDone, g);
       return;
     }
-    const bool waited = gs.wait < 0;
+    const bool waited = gs.waiting;
     gs.arrived = 0;
     gs.segments = 0;
     gs.wait = 0;
+    gs.waiting = false;
     for (int64_t member : group_setups_[static_cast<size_t>(g)].members) {
       int32_t r = static_cast<int32_t>(member);
       ranks_[static_cast<size_t>(r)].last_sync = now;

@@ -78,12 +78,20 @@ std::vector<double> positive_numbers(ObjectReader& r, std::string_view key, bool
 
 }  // namespace
 
+AttentionKernel attention_data_kernel(const std::map<AttentionKernel, AttentionKernelData>& kernels,
+                                      AttentionKernel kernel) {
+  auto it = kernels.find(kernel);
+  for (int hops = 0; it != kernels.end() && it->second.same_as && hops < 4; ++hops) {
+    kernel = *it->second.same_as;
+    it = kernels.find(kernel);
+  }
+  return kernel;
+}
+
 double attention_tflops(const std::map<AttentionKernel, AttentionKernelData>& kernels,
                         const std::string& device, AttentionKernel kernel, int64_t head_dim,
                         int64_t seq_len, bool causal, bool backward) {
-  auto it = kernels.find(kernel);
-  for (int hops = 0; it != kernels.end() && it->second.same_as && hops < 4; ++hops)
-    it = kernels.find(*it->second.same_as);
+  auto it = kernels.find(attention_data_kernel(kernels, kernel));
   if (it == kernels.end() || it->second.curves.empty()) {
     std::vector<std::string_view> have;
     for (const auto& [k, d] : kernels) have.push_back(enum_name(attention_kernel_names(), k));

@@ -86,6 +86,19 @@ TEST(StepCheck, AFitThatPredictsItsPlansWorseIsRefused) {
             std::string::npos);
 }
 
+// The same rule for a profiled step: 50 ms measured, 40 before the fit; 48 after may be written,
+// 61 (11 ms off against 10) may not.
+TEST(ClassFit, AFitThatPredictsTheProfiledStepWorseIsRefused) {
+  ClassFit fit;
+  fit.measured_step_s = 0.050;
+  fit.before_step_s = 0.040;
+  fit.after_step_s = 0.048;
+  EXPECT_EQ(refusal(fit), "");
+  fit.after_step_s = 0.061;
+  EXPECT_NE(refusal(fit).find("worse after the fit (61.00 ms) than before (40.00 ms"),
+            std::string::npos);
+}
+
 TEST(StepCheck, ATraceThatDoesNotSayItsPlanIsSkippedWithTheReason) {
   spec::Trace t;
   t.kind = "measured";

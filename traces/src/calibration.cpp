@@ -72,6 +72,12 @@ double compute_rms_error(const spec::DeviceSpec& device, spec::Dtype dtype,
   return samples.empty() ? 0 : std::sqrt(sum / static_cast<double>(samples.size()));
 }
 
+// The middle value (the upper one of an even count) of a non-empty list.
+double upper_median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -227,8 +233,7 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   if (!samples.steps.empty()) {
     std::vector<double> host;
     for (const StepSample& s : samples.steps) host.push_back(std::max(0.0, s.host_s()));
-    std::nth_element(host.begin(), host.begin() + static_cast<long>(host.size() / 2), host.end());
-    device.step_overhead_us = host[host.size() / 2] * 1e6;
+    device.step_overhead_us = upper_median(host) * 1e6;
   }
   rep.step_overhead_us = device.step_overhead_us;
 
@@ -240,8 +245,7 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     std::vector<double> j;
     for (const SyncSample& s : samples.sync)
       j.push_back(s.spread_s / (sim::expected_max_of_normals(s.ranks) * s.segment_s));
-    std::nth_element(j.begin(), j.begin() + static_cast<long>(j.size() / 2), j.end());
-    device.compute_jitter = std::clamp(j[j.size() / 2], 0.0, 1.0);
+    device.compute_jitter = std::clamp(upper_median(j), 0.0, 1.0);
   } else if (!samples.sync.empty()) {
     rep.notes.push_back(fmt::format(
         "{} collectives with every member in the traces, fewer than {}: compute jitter kept",

@@ -58,4 +58,8 @@ ClassFit fit_classes(const traces::KernelTimes& measured, const std::string& sou
                      const spec::ModelSpec& model, const spec::Plan& plan,
                      const spec::ClusterSpec& base);
 
+// Why a class fit must not be written: it predicts the profiled step worse than before; "" when
+// it may be.
+std::string refusal(const ClassFit& fit);
+
 }  // namespace sextant::loop

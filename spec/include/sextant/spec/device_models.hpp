@@ -54,6 +54,11 @@ struct AttentionKernelData {
   std::string source;
 };
 
+// The kernel whose published data `kernel` uses (following same_as: a kernel that runs another's
+// code on this device).
+AttentionKernel attention_data_kernel(const std::map<AttentionKernel, AttentionKernelData>& kernels,
+                                      AttentionKernel kernel);
+
 // Achieved TFLOP/s of `kernel` for one pass ("fwd" or "bwd"), interpolated in log(seq_len) and
 // linearly in head_dim between published curves, clamped outside them. A pass without causal data
 // scales the non-causal curve by the causal/non-causal ratio of the other pass at the same length.
