@@ -12,12 +12,14 @@
 # the fit on the fitted runs' own steps and refuses a fit that predicts them worse (the loop then
 # stops: nothing it predicted after would mean anything).
 #
-# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu]
+# Usage: scripts/calibrate-local.sh [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu] [--refit]
 #   --force  go on with a fit that predicts its own plans worse (sextant calibrate --force); the
 #            report then says "fit_worse": true. For checks of the loop's plumbing (ctest).
 #   --json   end with one JSON object: plans (name, predicted_s, measured_s, noise, heldout, ...),
 #            heldout_mean_abs_error, heldout_max_abs_error (fractions), kendall_tau, regret,
 #            fitted_step_errors
+#   --refit  measure nothing: fit and predict again from the runs already in --out (the same
+#            --repeats), e.g. after a change to the calibration
 #   --gpu    the same loop on one GPU for the h100-1gpu cluster: GPT-2 models and micro-batch
 #            sizes with the cuda backend (bf16 mixed precision), fitted from `bench compute --backend cuda`
 #            and two runs. (Several ranks sharing the GPU are not a cluster the simulator can
@@ -30,6 +32,7 @@ gpu=0
 steps=8
 repeats=3
 force=()
+refit=0
 out="$root/out/calibrate-local"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,7 +42,8 @@ while [ $# -gt 0 ]; do
     --force) force=(--force) ;;
     --out) out="$2"; shift ;;
     --gpu) gpu=1 ;;
-    *) echo "usage: $0 [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu]" >&2; exit 2 ;;
+    --refit) refit=1 ;;
+    *) echo "usage: $0 [--json] [--steps N] [--repeats R] [--force] [--out DIR] [--gpu] [--refit]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -101,26 +105,37 @@ measure() {  # measure <name> <round> <ranks> <model> <flags...>: one run, its t
     --quiet --log-json "$out/$name.r$round.steps.jsonl" --trace "$out/$name.r$round.measured.json" >/dev/null
 }
 
-if [ "$gpu" -eq 1 ]; then
-  say "== measuring GEMMs and memory-bound ops (sextant bench compute --backend cuda)"
-  "$sextant" bench compute --backend cuda --precision bf16 --trace "$out/bench.json" >/dev/null
-else
-  say "== measuring collectives (sextant bench comm, 2 ranks)"
-  "$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/bench.json" >/dev/null
-fi
-
-# The machine's first runs after a build or an idle spell are slower (caches, clocks): one
-# discarded run before the first round.
-say "== warming up (one run, discarded)"
-IFS='|' read -r name ranks model flags role <<<"${plans[0]}"
-measure warmup 0 "$ranks" "$model" $flags
-for round in $(seq 1 "$repeats"); do
-  say "== round $round of $repeats: measuring ${#plans[@]} plans"
+if [ "$refit" -eq 1 ]; then
   for p in "${plans[@]}"; do
     IFS='|' read -r name ranks model flags role <<<"$p"
-    measure "$name" "$round" "$ranks" "$model" $flags
+    for round in $(seq 1 "$repeats"); do
+      [ -f "$out/$name.r$round.measured.json" ] ||
+        { echo "--refit: $out/$name.r$round.measured.json is missing (measure first, same --repeats)" >&2; exit 2; }
+    done
   done
-done
+  say "== refitting the runs in $out"
+else
+  if [ "$gpu" -eq 1 ]; then
+    say "== measuring GEMMs and memory-bound ops (sextant bench compute --backend cuda)"
+    "$sextant" bench compute --backend cuda --precision bf16 --trace "$out/bench.json" >/dev/null
+  else
+    say "== measuring collectives (sextant bench comm, 2 ranks)"
+    "$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/bench.json" >/dev/null
+  fi
+
+  # The machine's first runs after a build or an idle spell are slower (caches, clocks): one
+  # discarded run before the first round.
+  say "== warming up (one run, discarded)"
+  IFS='|' read -r name ranks model flags role <<<"${plans[0]}"
+  measure warmup 0 "$ranks" "$model" $flags
+  for round in $(seq 1 "$repeats"); do
+    say "== round $round of $repeats: measuring ${#plans[@]} plans"
+    for p in "${plans[@]}"; do
+      IFS='|' read -r name ranks model flags role <<<"$p"
+      measure "$name" "$round" "$ranks" "$model" $flags
+    done
+  done
+fi
 fastest_run() {  # fastest_run <name>: the round whose run had the smallest mean step
   python3 - "$out" "$1" "$repeats" <<'PY'
 import json, sys

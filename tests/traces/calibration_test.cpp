@@ -202,6 +202,24 @@ TEST(Calibration, ComputeJitterFromArrivalSpreads) {
   EXPECT_NEAR(c.cluster.device.compute_jitter, 1.0 / (11.0 / std::sqrt(M_PI)), 1e-3);
 }
 
+// Four runs of 2-rank collectives with segments of 10 ms: two on a quiet machine (spreads of
+// 0.2 and 0.3 ms), two beside a busy neighbour (2 ms at every collective). Per run j = spread /
+// (e(2) S) with e(2) = 1/sqrt(pi): 0.0354, 0.0532, 0.354, 0.354. Pooled, the upper median of the
+// 40 collectives would be the busy runs' 0.354; the lower median of the runs is 0.0532.
+TEST(Calibration, ComputeJitterIgnoresRunsBesideABusyNeighbour) {
+  Samples s;
+  auto run = [&](const std::string& source, double spread_ms) {
+    for (int i = 0; i < 10; ++i) s.sync.push_back({source, 2, spread_ms * 1e-3, 10e-3});
+  };
+  run("quiet-a.json", 0.2);
+  run("quiet-b.json", 0.3);
+  run("busy-a.json", 2.0);
+  run("busy-b.json", 2.0);
+  s.compute.push_back({spec::OpClass::kGemm, "mlp.fc1", 1e9, 0, 1e-3});
+  Calibration c = calibrate(test::ideal_cluster(), s, spec::Dtype::kBf16);
+  EXPECT_NEAR(c.cluster.device.compute_jitter, 0.3e-3 / (10e-3 / std::sqrt(M_PI)), 1e-5);
+}
+
 // A step pays its ops' mean time. Four runs of an op at 1 ms and one stalled at 5 ms: the median
 // would say 1 ms per op, the step pays (4 + 5) / 5 = 1.8 ms per op; the fitted efficiency must
 // give the latter: 1 GFLOP / (100 TFLOP/s * 1.8 ms) = 1/180.

@@ -67,7 +67,8 @@ std::map<int64_t, double> busy_per_rank(const spec::Trace& trace, bool skip_firs
 
 // The collectives of a training run, matched across ranks by name, step, micro-batch, layer,
 // phase and occurrence (the k-th such event on each rank is the same collective).
-std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, int64_t first,
+std::vector<SyncSample> sync_samples(const spec::Trace& trace, const std::string& source,
+                                     bool skip_first, int64_t first,
                                      std::vector<CommSample>& in_training) {
   std::vector<const spec::TraceEvent*> comm;
   for (const spec::TraceEvent& e : trace.events)
@@ -116,7 +117,7 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, bool skip_first, 
     if (!whole) continue;
     const double n = static_cast<double>(a.ranks);
     if (segment / n <= 0) continue;
-    out.push_back({a.ranks, last - mean / n, segment / n});
+    out.push_back({source, a.ranks, last - mean / n, segment / n});
   }
   return out;
 }
@@ -140,7 +141,7 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     for (const auto& [rank, busy] : busy_per_rank(trace, skip_first, first, counted))
       busiest = std::max(busiest, busy);
     s.steps.push_back({source, step_s, std::min(busiest, step_s)});
-    s.sync = sync_samples(trace, skip_first, first, s.comm);
+    s.sync = sync_samples(trace, source, skip_first, first, s.comm);
   }
   std::map<int64_t, Picoseconds> compute_by_rank;
   for (const spec::TraceEvent& e : trace.events)

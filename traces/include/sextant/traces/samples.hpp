@@ -46,6 +46,7 @@ struct StepSample {
 // came after the members' mean arrival, and the members' mean time since their previous
 // collective (the compute whose variation made them arrive apart).
 struct SyncSample {
+  std::string source;  // the trace (one training run) it came from
   int64_t ranks = 0;
   double spread_s = 0;   // last arrival - mean arrival
   double segment_s = 0;  // mean time since each member's previous collective ended
