@@ -76,16 +76,25 @@ AlphaBetaGamma CollectiveModel::across_nodes(const GroupShape& shape) const {
   return l;
 }
 
-const spec::CollectiveFit* CollectiveModel::fit_for(CollectiveKind kind,
-                                                    const GroupShape& shape) const {
+const spec::CollectiveFit* CollectiveModel::fit_for(CollectiveKind kind, const GroupShape& shape,
+                                                    int64_t bytes) const {
   if (cluster_->collective_fits.empty()) return nullptr;
   const spec::NetworkLevel* level =
       shape.nodes > 1 ? cluster_->network.cluster_level() : &cluster_->network.node_level();
   if (level == nullptr) return nullptr;
   std::string_view name = spec::enum_name(spec::collective_kind_names(), kind);
-  for (const spec::CollectiveFit& f : cluster_->collective_fits)
-    if (f.collective == name && f.level == level->name) return &f;
-  return nullptr;
+  constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+  auto bound = [&](const spec::CollectiveFit& f) {
+    return f.max_bytes > 0 ? f.max_bytes : kUnbounded;
+  };
+  const spec::CollectiveFit* holding = nullptr;  // smallest bound >= bytes
+  const spec::CollectiveFit* largest = nullptr;
+  for (const spec::CollectiveFit& f : cluster_->collective_fits) {
+    if (f.collective != name || f.level != level->name) continue;
+    if (bound(f) >= bytes && (holding == nullptr || bound(f) < bound(*holding))) holding = &f;
+    if (largest == nullptr || bound(f) > bound(*largest)) largest = &f;
+  }
+  return holding != nullptr ? holding : largest;
 }
 
 CollectiveCost CollectiveModel::cost_of(CollectiveKind kind, CollectiveAlgorithm algorithm,
@@ -227,7 +236,7 @@ double CollectiveModel::message_efficiency(int64_t bytes, const GroupShape& shap
 
 CollectiveCost CollectiveModel::cost(CollectiveKind kind, int64_t bytes,
                                      const GroupShape& shape) const {
-  if (const spec::CollectiveFit* fit = fit_for(kind, shape)) {
+  if (const spec::CollectiveFit* fit = fit_for(kind, shape, bytes)) {
     // The fitted α and β of the level, through the formula of the algorithm they were fitted
     // with, so that a fit from small groups predicts larger ones.
     CollectiveCost c;

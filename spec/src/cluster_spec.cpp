@@ -323,6 +323,7 @@ ClusterSpec cluster_from_json(const Json& json, const std::string& source) {
       CollectiveFit cf;
       cf.collective = f.string("collective").value_or("");
       cf.level = f.string("level").value_or("");
+      cf.max_bytes = f.integer("max_bytes", Range::non_negative(), Presence::kOptional).value_or(0);
       cf.alpha_us = f.number("alpha_us", Range::non_negative()).value_or(0);
       cf.beta_us_per_byte = f.number("beta_us_per_byte", Range::positive()).value_or(1);
       cf.r2 = f.number("r2", Range::any(), Presence::kOptional).value_or(0);
@@ -434,12 +435,14 @@ Json to_json(const ClusterSpec& c) {
   if (!c.collective_fits.empty()) {
     Json fits = Json::array();
     for (const CollectiveFit& f : c.collective_fits) {
-      fits.push_back({{"collective", f.collective},
-                      {"level", f.level},
-                      {"alpha_us", f.alpha_us},
-                      {"beta_us_per_byte", f.beta_us_per_byte},
-                      {"r2", f.r2},
-                      {"samples", f.samples}});
+      Json fj = {{"collective", f.collective},
+                 {"level", f.level},
+                 {"alpha_us", f.alpha_us},
+                 {"beta_us_per_byte", f.beta_us_per_byte},
+                 {"r2", f.r2},
+                 {"samples", f.samples}};
+      if (f.max_bytes > 0) fj["max_bytes"] = f.max_bytes;
+      fits.push_back(fj);
     }
     j["collective_fits"] = fits;
   }

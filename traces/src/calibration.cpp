@@ -10,6 +10,7 @@
 #include <ctime>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "sextant/sim/collective_cost.hpp"
 #include "sextant/sim/compute_model.hpp"
@@ -293,18 +294,21 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       rep.notes.push_back(fmt::format("{}: fitted on the training runs' own collectives ({} sizes)",
                                       spec::enum_name(spec::collective_kind_names(), kind),
                                       sizes.size()));
-  std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> groups;
+  // Samples by (collective, level, from training runs?).
+  using GroupKey = std::tuple<spec::CollectiveKind, std::string, bool>;
+  std::map<GroupKey, std::vector<const CommSample*>> groups;
   for (const CommSample& c : samples.comm) {
-    const bool training_decides = training_sizes[c.collective].size() >= 2;
-    if (training_decides != c.in_training) continue;
     const spec::NetworkLevel* level =
         c.ranks <= base.devices_per_node || base.network.cluster_level() == nullptr
             ? &base.network.node_level()
             : base.network.cluster_level();
-    groups[{c.collective, level->name}].push_back(&c);
+    groups[{c.collective, level->name, c.in_training}].push_back(&c);
   }
-  out.cluster.collective_fits.clear();
-  for (const auto& [key, list] : groups) {
+  struct AlphaBeta {
+    double alpha = 0, beta = 0, r2 = 0;
+    int64_t samples = 0;
+  };
+  auto fit_group = [](const std::vector<const CommSample*>& list) {
     std::vector<double> f, g, y;
     for (const CommSample* c : list) {
       spec::CollectiveAlgorithm a = sim::fitted_algorithm(c->collective);
@@ -313,30 +317,105 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       g.push_back(sim::flat_cost(c->collective, a, c->ranks, n, {0, 1, 0}).total());
       y.push_back(c->seconds);
     }
-    if (y.size() < 2) {
-      rep.notes.push_back(fmt::format("{} on {}: one sample, not fitted",
-                                      spec::enum_name(spec::collective_kind_names(), key.first),
-                                      key.second));
-      continue;
-    }
     auto [alpha, beta] = nonnegative_fit(f, g, y);
     std::vector<double> fitted;
     for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
-    spec::CollectiveFit fit;
-    fit.collective = std::string(spec::enum_name(spec::collective_kind_names(), key.first));
-    fit.level = key.second;
-    fit.alpha_us = alpha * 1e6;
-    fit.beta_us_per_byte = std::max(beta * 1e6, 1e-15);
-    fit.r2 = r_squared(y, fitted);
-    fit.samples = static_cast<int64_t>(y.size());
-    out.cluster.collective_fits.push_back(fit);
+    return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(y.size())};
+  };
+  // Open MPI's tuned collectives switch algorithms with the size (a 4 MB reduce-scatter between the
+  // CI machine's two cores took 14 ms against 87 us at 512 KB). Where one line misses the median
+  // time at some size by more than kSwitchMiss and the samples span three sizes or more, each pair
+  // of neighbouring sizes gets its own fit, bounded by the larger size; otherwise one line (noise
+  // alone leaves it within a few percent, and it extrapolates better).
+  constexpr double kSwitchMiss = 0.25;
+  auto fit_segments = [&](const std::vector<const CommSample*>& list) {
+    std::map<std::pair<int64_t, int64_t>, std::vector<double>> by_shape;  // (ranks, bytes)
+    std::set<int64_t> sizes;
+    for (const CommSample* c : list) {
+      by_shape[{c->ranks, c->bytes}].push_back(c->seconds);
+      sizes.insert(c->bytes);
+    }
+    const AlphaBeta line = fit_group(list);
+    const spec::CollectiveKind kind = list.front()->collective;
+    const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
+    double miss = 0;
+    for (const auto& [shape, seconds] : by_shape) {
+      const double t = sim::flat_cost(kind, algorithm, shape.first,
+                                      static_cast<double>(shape.second), {line.alpha, line.beta, 0})
+                           .total();
+      const double measured = upper_median(seconds);
+      miss = std::max(miss, std::fabs(t - measured) / measured);
+    }
+    std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
+    if (sizes.size() < 3 || miss <= kSwitchMiss) {
+      segments.push_back({0, line});
+      return segments;
+    }
+    const std::vector<int64_t> sorted(sizes.begin(), sizes.end());
+    for (size_t i = 0; i + 1 < sorted.size(); ++i) {
+      std::vector<const CommSample*> pair;
+      for (const CommSample* c : list)
+        if (c->bytes == sorted[i] || c->bytes == sorted[i + 1]) pair.push_back(c);
+      segments.push_back({i + 2 == sorted.size() ? 0 : sorted[i + 1], fit_group(pair)});
+    }
+    return segments;
+  };
+  std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> chosen;
+  // Per level, how much more a byte costs inside training than in the benchmark loop, for the
+  // collectives seen both ways: the same cold caches slow the collectives that training runs
+  // showed only once or not at all (a tp plan's all-reduces calibrate a sequence-parallel plan's
+  // reduce-scatters and all-gathers).
+  std::map<std::string, std::vector<double>> training_ratio;
+  for (const auto& [key, list] : groups) {
+    const auto& [kind, level, in_training] = key;
+    const bool training_decides = training_sizes[kind].size() >= 2;
+    if (training_decides != in_training) continue;
+    if (list.size() < 2) {
+      rep.notes.push_back(fmt::format("{} on {}: one sample, not fitted",
+                                      spec::enum_name(spec::collective_kind_names(), kind), level));
+      continue;
+    }
+    chosen[{kind, level}] = list;
+    auto bench = groups.find({kind, level, false});
+    if (in_training && bench != groups.end() && bench->second.size() >= 2) {
+      const AlphaBeta b = fit_group(bench->second);
+      if (b.beta > 0) training_ratio[level].push_back(fit_group(list).beta / b.beta);
+    }
+  }
+  out.cluster.collective_fits.clear();
+  for (const auto& [key, list] : chosen) {
+    const auto& [kind, level] = key;
+    const std::string name(spec::enum_name(spec::collective_kind_names(), kind));
+    double scale = 1;
+    auto ratio = training_ratio.find(level);
+    if (training_sizes[kind].size() < 2 && ratio != training_ratio.end()) {
+      scale = std::max(1.0, upper_median(ratio->second));
+      rep.notes.push_back(fmt::format(
+          "{} on {}: benchmark fit with its per-byte cost times {:.2f}, what training runs "
+          "cost over the benchmark for the collectives they showed",
+          name, level, scale));
+    }
+    for (const auto& [max_bytes, ab] : fit_segments(list)) {
+      spec::CollectiveFit fit;
+      fit.collective = name;
+      fit.level = level;
+      fit.max_bytes = max_bytes;
+      fit.alpha_us = ab.alpha * 1e6;
+      fit.beta_us_per_byte = std::max(ab.beta * scale * 1e6, 1e-15);
+      fit.r2 = ab.r2;
+      fit.samples = ab.samples;
+      out.cluster.collective_fits.push_back(fit);
+    }
   }
   rep.collective_fits = out.cluster.collective_fits;
 
   spec::Json fits = spec::Json::array();
   for (const spec::CollectiveFit& c : rep.collective_fits)
-    fits.push_back(
-        {{"collective", c.collective}, {"level", c.level}, {"r2", c.r2}, {"samples", c.samples}});
+    fits.push_back({{"collective", c.collective},
+                    {"level", c.level},
+                    {"max_bytes", c.max_bytes},
+                    {"r2", c.r2},
+                    {"samples", c.samples}});
   out.cluster.calibrated_from = {
       {"date", utc_now()},
       {"files", samples.sources},

@@ -69,7 +69,10 @@ class CollectiveModel {
   int64_t channels(int64_t per_node) const;
 
  private:
-  const spec::CollectiveFit* fit_for(spec::CollectiveKind kind, const GroupShape& shape) const;
+  // The calibrated fit for a message of `bytes`: the one with the smallest bound that holds it,
+  // else (larger than every bound) the one with the largest bound.
+  const spec::CollectiveFit* fit_for(spec::CollectiveKind kind, const GroupShape& shape,
+                                     int64_t bytes) const;
 
   const spec::ClusterSpec* cluster_;
   std::map<spec::CollectiveKind, spec::CollectiveAlgorithm> overrides_;

@@ -146,7 +146,9 @@ std::string efficiency_key(std::string_view op_name, Phase phase);
 
 // α and β fitted by calibration for one collective at one level (µs per message and µs per
 // byte): the parameters of the collective's ring formula (pairwise for all-to-all and send/recv),
-// so that they predict every group size.
+// so that they predict every group size. A library that switches algorithms with the message
+// size (Open MPI's tuned collectives, NCCL's protocols) is not one line: fits of one collective
+// and level then cover size ranges, each up to its `max_bytes`.
 struct CollectiveFit {
   std::string collective;  // all_reduce, reduce_scatter, all_gather, send, ...
   std::string level;       // network level name
@@ -154,6 +156,7 @@ struct CollectiveFit {
   double beta_us_per_byte = 0;
   double r2 = 0;
   int64_t samples = 0;
+  int64_t max_bytes = 0;  // the largest message this fit is for; 0: no bound
 };
 
 struct ClusterSpec {
