@@ -159,6 +159,30 @@ TEST(CollectiveModel, CalibratedFitOverridesTheFormula) {
   EXPECT_NEAR(model.cost(K::kAllReduce, 1000000, {8, 1, 8}).seconds(), expected, 1e-12);
 }
 
+// Fits by size range: a message takes the fit with the smallest bound that holds it; one above
+// every bound takes the largest. Ring all-reduce at p = 8: 14 α + 1.75 n β.
+TEST(CollectiveModel, CalibratedFitsBySizeRange) {
+  spec::ClusterSpec c = test::ideal_cluster();
+  c.collective_fits.push_back({"all_reduce", "nvlink", 100.0, 0.0001, 0.99, 4, 0});
+  c.collective_fits.push_back({"all_reduce", "nvlink", 10.0, 0.001, 0.99, 4, 1 << 20});
+  c.collective_fits.push_back({"all_reduce", "nvlink", 1.0, 0.01, 0.99, 4, 1 << 16});
+  CollectiveModel model(c, {});
+  auto ring = [](double alpha_us, double beta_us, double n) {
+    return (14 * alpha_us + 1.75 * n * beta_us) * 1e-6;
+  };
+  EXPECT_NEAR(model.cost(K::kAllReduce, 1 << 16, {8, 1, 8}).seconds(), ring(1.0, 0.01, 1 << 16),
+              1e-12);
+  EXPECT_NEAR(model.cost(K::kAllReduce, 1 << 19, {8, 1, 8}).seconds(), ring(10.0, 0.001, 1 << 19),
+              1e-12);
+  EXPECT_NEAR(model.cost(K::kAllReduce, 1 << 22, {8, 1, 8}).seconds(), ring(100.0, 0.0001, 1 << 22),
+              1e-12);
+  spec::ClusterSpec bounded = test::ideal_cluster();
+  bounded.collective_fits = {c.collective_fits[1], c.collective_fits[2]};
+  CollectiveModel capped(bounded, {});
+  EXPECT_NEAR(capped.cost(K::kAllReduce, 1 << 22, {8, 1, 8}).seconds(), ring(10.0, 0.001, 1 << 22),
+              1e-12);
+}
+
 }  // namespace
 }  // namespace sextant::sim
 

@@ -80,6 +80,57 @@ TEST(Calibration, RecoversAlphaAndBetaOfEachCollectiveAcrossGroupSizes) {
   }
 }
 
+// Open MPI switching algorithms: reduce-scatter between 2 ranks follows t = α + n/2 β (ring, p = 2)
+// with α = 2 us and 1/β = 4 GB/s up to 512 KB, then 14 ms at 4 MB. One line misses 4 MB by far more
+// than 25%, so each pair of neighbouring sizes gets its own fit: three, bounded by 64 KB, 512 KB
+// and none; the middle one is the line itself.
+TEST(Calibration, CollectivesThatSwitchAlgorithmsAreFittedBySizeRange) {
+  const double alpha = 2e-6, beta = 1 / 4e9;
+  Samples s;
+  for (int64_t bytes : {int64_t{4096}, int64_t{65536}, int64_t{524288}, int64_t{4194304}}) {
+    const double t = bytes == 4194304 ? 14e-3 : alpha + static_cast<double>(bytes) / 2 * beta;
+    for (int i = 0; i < 3; ++i)
+      s.comm.push_back({spec::CollectiveKind::kReduceScatter, 2, bytes, t});
+  }
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1, 4, 8, 8);
+  Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  ASSERT_EQ(c.cluster.collective_fits.size(), 3u);
+  std::vector<int64_t> bounds;
+  for (const spec::CollectiveFit& f : c.cluster.collective_fits) bounds.push_back(f.max_bytes);
+  std::sort(bounds.begin(), bounds.end());
+  EXPECT_EQ(bounds, (std::vector<int64_t>{0, 65536, 524288}));
+  for (const spec::CollectiveFit& f : c.cluster.collective_fits) {
+    if (f.max_bytes != 524288) continue;
+    EXPECT_NEAR(f.alpha_us, 2.0, 1e-6);
+    EXPECT_NEAR(1e-3 / f.beta_us_per_byte, 4.0, 1e-6);  // GB/s
+  }
+}
+
+// A collective seen only in the benchmark loop takes the per-byte ratio of training over benchmark
+// of the collectives training showed: all-reduce at 1/β = 8 GB/s in the benchmark and 4 GB/s in
+// training (two sizes) makes the benchmark's all-gather at 8 GB/s cost 4 GB/s.
+TEST(Calibration, TrainingCostCarriesOverToCollectivesTrainingDidNotShow) {
+  Samples s;
+  auto ring = [](spec::CollectiveKind k, double n, double per_byte) {
+    return k == spec::CollectiveKind::kAllReduce ? n * per_byte : n / 2 * per_byte;
+  };
+  for (int64_t bytes : {int64_t{1} << 16, int64_t{1} << 20}) {
+    const double n = static_cast<double>(bytes);
+    for (spec::CollectiveKind k :
+         {spec::CollectiveKind::kAllReduce, spec::CollectiveKind::kAllGather})
+      s.comm.push_back({k, 2, bytes, ring(k, n, 1 / 8e9)});
+    CommSample t{spec::CollectiveKind::kAllReduce, 2, bytes,
+                 ring(spec::CollectiveKind::kAllReduce, n, 1 / 4e9)};
+    t.in_training = true;
+    s.comm.push_back(t);
+  }
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1, 4, 8, 8);
+  Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  ASSERT_EQ(c.cluster.collective_fits.size(), 2u);
+  for (const spec::CollectiveFit& f : c.cluster.collective_fits)
+    EXPECT_NEAR(1e-3 / f.beta_us_per_byte, 4.0, 1e-6) << f.collective;
+}
+
 // The file's bandwidth is the device's peak: ops that seem faster (cache-resident data) cap their
 // class's efficiency at 1 and leave the bandwidth alone (a fit once tripled H100's HBM bandwidth).
 TEST(Calibration, NeverRaisesTheBandwidthAboveThePeak) {
