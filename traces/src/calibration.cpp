@@ -308,22 +308,32 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     double alpha = 0, beta = 0, r2 = 0;
     int64_t samples = 0;
   };
+  // A fit through the mean time at each (ranks, bytes), each such point weighted alike: a step
+  // pays a collective's mean time, and collective times are skewed (a relative least-squares fit
+  // through the raw samples lands below their mean, and the size with the most samples decides).
   auto fit_group = [](const std::vector<const CommSample*>& list) {
-    std::vector<double> f, g, y;
+    std::map<std::pair<int64_t, int64_t>, std::pair<double, int64_t>> mean;  // sum, count
     for (const CommSample* c : list) {
-      spec::CollectiveAlgorithm a = sim::fitted_algorithm(c->collective);
-      const double n = static_cast<double>(c->bytes);
-      f.push_back(sim::flat_cost(c->collective, a, c->ranks, n, {1, 0, 0}).total());
-      g.push_back(sim::flat_cost(c->collective, a, c->ranks, n, {0, 1, 0}).total());
-      y.push_back(c->seconds);
+      auto& [sum, count] = mean[{c->ranks, c->bytes}];
+      sum += c->seconds;
+      ++count;
+    }
+    const spec::CollectiveKind kind = list.front()->collective;
+    const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
+    std::vector<double> f, g, y;
+    for (const auto& [shape, sum_count] : mean) {
+      const double n = static_cast<double>(shape.second);
+      f.push_back(sim::flat_cost(kind, a, shape.first, n, {1, 0, 0}).total());
+      g.push_back(sim::flat_cost(kind, a, shape.first, n, {0, 1, 0}).total());
+      y.push_back(sum_count.first / static_cast<double>(sum_count.second));
     }
     auto [alpha, beta] = nonnegative_fit(f, g, y);
     std::vector<double> fitted;
     for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
-    return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(y.size())};
+    return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
   };
   // Open MPI's tuned collectives switch algorithms with the size (a 4 MB reduce-scatter between the
-  // CI machine's two cores took 14 ms against 87 us at 512 KB). Where one line misses the median
+  // CI machine's two cores took 14 ms against 87 us at 512 KB). Where one line misses the mean
   // time at some size by more than kSwitchMiss and the samples span three sizes or more, each pair
   // of neighbouring sizes gets its own fit, bounded by the larger size; otherwise one line (noise
   // alone leaves it within a few percent, and it extrapolates better).
@@ -343,7 +353,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       const double t = sim::flat_cost(kind, algorithm, shape.first,
                                       static_cast<double>(shape.second), {line.alpha, line.beta, 0})
                            .total();
-      const double measured = upper_median(seconds);
+      double measured = 0;
+      for (double v : seconds) measured += v / static_cast<double>(seconds.size());
       miss = std::max(miss, std::fabs(t - measured) / measured);
     }
     std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
