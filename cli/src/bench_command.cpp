@@ -9,6 +9,7 @@
 #include "executor_flags.hpp"
 #include "mpi_launch.hpp"
 #include "sextant/exec/bench_main.hpp"
+#include "validators.hpp"
 
 namespace sextant::cli {
 
@@ -57,10 +58,8 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   CLI::App* comm =
       bench->add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
   comm->add_option("--sizes", c->sizes, "Message sizes, e.g. 4K,1M,64M")->delimiter(',');
-  comm->add_option("--iterations", c->iterations, "Timed iterations per size")
-      ->check(CLI::PositiveNumber);
-  comm->add_option("--warmup", c->warmup, "Untimed iterations first")
-      ->check(CLI::NonNegativeNumber);
+  comm->add_option("--iterations", c->iterations, "Timed iterations per size")->check(positive());
+  comm->add_option("--warmup", c->warmup, "Untimed iterations first")->check(non_negative());
   comm->add_flag("--json", c->json, "Print JSON");
   comm->add_option("--trace", c->trace,
                    "Write the timed collectives as a trace (calibration input)");
@@ -69,7 +68,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
       "--nccl-tests", c->nccl_tests,
       "Also write each collective's rows in nccl-tests' layout to PREFIX<kind>_perf.txt");
   add_executor_flags(*comm, c->executor, false);
-  comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
+  comm->add_option("--np", c->np, "Start this many ranks with mpirun")->check(positive());
   comm->callback([c, args] {
     if (c->executor.backend == "nccl") {  // shorthand for --backend cuda --comm nccl
       c->executor.backend = "cuda";
@@ -104,8 +103,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   compute->add_option("--backend", p->executor.backend, "cpu or cuda (GPU 0)");
   compute->add_option("--precision", p->executor.precision,
                       "bf16 (bf16 tensors; cuda default), bf16-gemm, tf32 or fp32");
-  compute->add_option("--iterations", p->iterations, "Timed calls per op")
-      ->check(CLI::PositiveNumber);
+  compute->add_option("--iterations", p->iterations, "Timed calls per op")->check(positive());
   compute->callback([p] {
     exec::ComputeBenchJob job;
     job.backend = backend_kind(p->executor);

@@ -31,7 +31,8 @@ void run_show(const std::string& name, bool json) {
   fmt::print("  {} nodes x {} {} = {} devices\n", c.nodes, c.devices_per_node, c.device.name,
              c.total_devices());
   for (const auto& [dtype, tflops] : c.device.peak_tflops)
-    fmt::print("  peak {:<5} {:>9.1f} TFLOP/s\n", spec::enum_name(spec::dtype_names(), dtype), tflops);
+    fmt::print("  peak {:<5} {:>9.1f} TFLOP/s\n", spec::enum_name(spec::dtype_names(), dtype),
+               tflops);
   fmt::print("  memory      {} at {:.0f} GB/s (efficiency {:.2f})\n",
              human_bytes(static_cast<double>(c.device.memory_capacity_bytes)),
              c.device.memory_bandwidth_GBps, c.device.memory_efficiency);

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // the command reported its failure already
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every bad flag or value is bad input: 2, as documented.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const sextant::InputError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;

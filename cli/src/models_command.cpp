@@ -9,6 +9,7 @@
 #include "sextant/models/counts.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/zoo.hpp"
+#include "validators.hpp"
 
 namespace sextant::cli {
 
@@ -25,10 +26,11 @@ std::string kind_summary(const spec::ModelSpec& m) {
   switch (m.kind()) {
     case spec::ModelKind::kTransformer: {
       const spec::TransformerSpec& t = m.transformer();
-      return fmt::format("{} transformer, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, "
-                         "seq {}",
-                         spec::enum_name(spec::architecture_names(), t.architecture), t.layers,
-                         t.hidden, t.heads, t.kv_heads, t.ffn_hidden, t.vocab, t.seq_len);
+      return fmt::format(
+          "{} transformer, {} layers, hidden {}, {} heads ({} kv), ffn {}, vocab {}, "
+          "seq {}",
+          spec::enum_name(spec::architecture_names(), t.architecture), t.layers, t.hidden, t.heads,
+          t.kv_heads, t.ffn_hidden, t.vocab, t.seq_len);
     }
     case spec::ModelKind::kMlp:
       return fmt::format("MLP, widths [{}]", fmt::join(m.mlp().widths, ", "));
@@ -55,8 +57,8 @@ void run_show(const ShowOptions& o) {
   double fwd_per_token = models::forward_flops_per_token(m, seq);
   models::StepFlops per_sample = models::step_flops(m, 1, seq, spec::Recompute::kNone);
   models::StepFlops per_sample_rc = models::step_flops(m, 1, seq, spec::Recompute::kFull);
-  models::LoweredModel lowered = models::lower(
-      m, models::LoweringOptions{o.micro_batch, seq, spec::Dtype::kBf16, 1, false});
+  models::LoweredModel lowered =
+      models::lower(m, models::LoweringOptions{o.micro_batch, seq, spec::Dtype::kBf16, 1, false});
   const models::Layer& layer = lowered.layers.at(lowered.split_begin);
   // Mixed-precision Adam: bf16 weights and gradients, fp32 master weights, momentum and variance
   // (2 + 2 + 12 = 16 bytes per parameter; Rajbhandari et al., ZeRO, §3.1).
@@ -84,14 +86,15 @@ void run_show(const ShowOptions& o) {
   fmt::print("{}: {}\n", m.name, m.description);
   fmt::print("  {}\n", kind_summary(m));
   if (!m.source.empty()) fmt::print("  source: {}\n", m.source);
-  fmt::print("  parameters:             {} ({})\n", human_count(static_cast<double>(params)), params);
+  fmt::print("  parameters:             {} ({})\n", human_count(static_cast<double>(params)),
+             params);
   fmt::print("  forward FLOPs per {}:   {}\n", unit, human_flops(fwd_per_token));
-  fmt::print("  training FLOPs per {}:  {} (with full recompute: {})\n", unit,
-             human_flops(per_sample.model / static_cast<double>(lowered.tokens_per_micro_batch) *
-                         static_cast<double>(o.micro_batch)),
-             human_flops(per_sample_rc.hardware /
-                         static_cast<double>(lowered.tokens_per_micro_batch) *
-                         static_cast<double>(o.micro_batch)));
+  fmt::print(
+      "  training FLOPs per {}:  {} (with full recompute: {})\n", unit,
+      human_flops(per_sample.model / static_cast<double>(lowered.tokens_per_micro_batch) *
+                  static_cast<double>(o.micro_batch)),
+      human_flops(per_sample_rc.hardware / static_cast<double>(lowered.tokens_per_micro_batch) *
+                  static_cast<double>(o.micro_batch)));
   fmt::print("  weights+grads+Adam:     {} (16 bytes per parameter, mixed precision)\n",
              human_bytes(state_bytes));
   fmt::print("  activations per layer ({} {}, bf16, no tensor parallelism):\n", o.micro_batch,
@@ -114,11 +117,12 @@ void add_models_command(CLI::App& app) {
   show->add_option("model", show_opts->model, "Zoo name, model file or Hugging Face config.json")
       ->required();
   show->add_flag("--json", show_opts->json, "Print JSON");
-  show->add_option("--micro-batch", show_opts->micro_batch, "Sequences per micro-batch for the "
-                                                            "activation figures")
-      ->check(CLI::PositiveNumber);
+  show->add_option("--micro-batch", show_opts->micro_batch,
+                   "Sequences per micro-batch for the "
+                   "activation figures")
+      ->check(positive());
   show->add_option("--seq-len", show_opts->seq_len, "Override the sequence length")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   show->callback([show_opts] { run_show(*show_opts); });
 }
 

@@ -21,6 +21,7 @@
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/compare.hpp"
 #include "stack_options.hpp"
+#include "validators.hpp"
 #include "verify.hpp"
 
 namespace sextant::cli {
@@ -48,9 +49,8 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option("--cluster", f.cluster, "Cluster name or file")->required();
   cmd.add_option("--global-batch", f.global_batch, "Sequences (samples) per optimizer step")
       ->required()
-      ->check(CLI::PositiveNumber);
-  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
   cmd.add_option("--constraint", f.constraints, "Bound a dimension, e.g. tp<=8, pp=1, zero>=1");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective, "Rank by time or cost");
@@ -70,9 +70,8 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
   r.gpus = gpus;
   r.global_batch = f.global_batch;
   if (f.seq_len > 0) {
-    if (!r.model.is_transformer())
-      throw InputError("command line", "--seq-len", std::to_string(f.seq_len),
-                       "applies to transformers only");
+    if (std::string problem = spec::seq_len_problem(r.model, f.seq_len); !problem.empty())
+      throw InputError("command line", "--seq-len", std::to_string(f.seq_len), problem);
     r.seq_len = f.seq_len;
   }
   for (const std::string& c : f.constraints) r.constraints.push_back(planner::parse_constraint(c));
@@ -383,16 +382,16 @@ void add_plan_command(CLI::App& app) {
   auto f = std::make_shared<PlanFlagsAll>();
   CLI::App* cmd = app.add_subcommand("plan", "Search every parallel layout and rank them");
   add_search_flags(*cmd, f->search);
-  cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--top", f->top, "How many plans to show")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(positive());
+  cmd->add_option("--top", f->top, "How many plans to show")->check(positive());
   cmd->add_option("--out", f->out, "Write the best plan (sextant.plan/1) to this file");
   cmd->add_option(
          "--verify", f->verify,
          "Run the top K plans for real on this machine's CPU ranks, keep the measured best")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--verify-steps", f->verify_steps, "Steps per trial")->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--verify-steps", f->verify_steps, "Steps per trial")->check(positive());
   cmd->add_option("--verify-timeout", f->verify_timeout, "Seconds a trial may take")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--verify-dir", f->verify_dir, "Where the trials' plans, logs and traces go");
   cmd->add_option("--calibrated-out", f->calibrated_out,
                   "Calibrate the cluster from the trials' traces and write it here");
@@ -407,11 +406,10 @@ void add_plan_command(CLI::App& app) {
   sc->add_option("--gpus", s->gpus, "GPU counts, e.g. 8,16,32,64")
       ->required()
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   sc->add_flag("--weak", s->weak, "Weak scaling: the global batch grows with the GPU count");
-  sc->add_option("--tokens", s->tokens, "Token (or sample) budget to train")
-      ->check(CLI::PositiveNumber);
-  sc->add_option("--price", s->price, "Price in USD per GPU-hour")->check(CLI::PositiveNumber);
+  sc->add_option("--tokens", s->tokens, "Token (or sample) budget to train")->check(positive());
+  sc->add_option("--price", s->price, "Price in USD per GPU-hour")->check(positive());
   sc->add_option("--csv", s->csv, "Also write the table as CSV");
   sc->callback([s] {
     int rc = run_scale(*s);

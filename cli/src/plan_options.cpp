@@ -3,29 +3,29 @@
 
 #include <fmt/format.h>
 
+#include "validators.hpp"
+
 namespace sextant::cli {
 
 void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--plan", f.plan_file,
                  "Plan JSON (sextant.plan/1), e.g. written by `sextant plan`");
-  cmd.add_option("--dp", f.dp, "Data-parallel degree")->check(CLI::PositiveNumber);
-  cmd.add_option("--tp", f.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
-  cmd.add_option("--pp", f.pp, "Pipeline-parallel degree")->check(CLI::PositiveNumber);
+  cmd.add_option("--dp", f.dp, "Data-parallel degree")->check(positive());
+  cmd.add_option("--tp", f.tp, "Tensor-parallel degree")->check(positive());
+  cmd.add_option("--pp", f.pp, "Pipeline-parallel degree")->check(positive());
   cmd.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP)")->check(CLI::Range(0, 3));
   cmd.add_flag("--sp", f.sp, "Sequence parallelism (with tp > 1)");
-  cmd.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch")
-      ->check(CLI::PositiveNumber);
+  cmd.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch")->check(positive());
   cmd.add_option("--global-batch", f.global_batch, "Sequences per optimizer step")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd.add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b or interleaved");
   cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");
   cmd.add_option(
       "--dtype", f.dtype,
       "Compute dtype (default: the stack's precision, else bf16 on GPUs and fp32 on CPUs)");
-  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")
-      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
   add_stack_flags(cmd, f.stack);
 }
 

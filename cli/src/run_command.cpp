@@ -14,6 +14,7 @@
 #include "plan_options.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/zoo.hpp"
+#include "validators.hpp"
 
 namespace sextant::cli {
 
@@ -71,17 +72,17 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
       ->required();
   add_plan_flags(*cmd, f->plan);
   add_executor_flags(*cmd, f->executor, true);
-  cmd->add_option("--steps", f->steps, "Training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", f->steps, "Training steps")->check(positive());
   cmd->add_option("--data", f->data, "synthetic, or a text file (byte-level tokens)");
   cmd->add_option("--seed", f->seed, "Seed of the initial weights and the synthetic data");
-  cmd->add_option("--lr", f->lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", f->lr, "AdamW learning rate")->check(positive());
   cmd->add_option("--trace", f->trace, "Write the merged measured trace of every rank");
   cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
   cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("--resume", f->resume, "Continue from the newest checkpoint in --checkpoint");
-  cmd->add_option("--np", f->np, "Start this many ranks with mpirun")->check(CLI::PositiveNumber);
+  cmd->add_option("--np", f->np, "Start this many ranks with mpirun")->check(positive());
   cmd->add_flag("--quiet", f->quiet, "No per-step lines");
   cmd->callback([f, args] {
     int rc = run(*f, args);

@@ -11,6 +11,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "validators.hpp"
 
 namespace sextant::cli {
 
@@ -62,8 +63,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Zoo name, model file or Hugging Face config.json")
       ->required();
   cmd->add_option("--cluster", o->cluster, "Cluster name or file")->required();
-  cmd->add_option("--gpus", o->gpus, "Number of GPUs (must equal dp*tp*pp)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs (must equal dp*tp*pp)")->check(positive());
   add_plan_flags(*cmd, o->plan);
   cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
   cmd->add_flag("--json", o->json, "Print the report as JSON");

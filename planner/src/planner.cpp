@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "sextant/planner/estimator.hpp"
+#include "sextant/planner/worker_pool.hpp"
 
 namespace sextant::planner {
 
@@ -34,10 +35,7 @@ std::vector<Estimate> estimate_all(const SearchRequest& request,
     Estimator estimator(request.model, request.cluster);
     for (size_t i = next++; i < plans.size(); i = next++) out[i] = estimator.estimate(plans[i]);
   };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  run_workers(threads, next, plans.size(), work);
   return out;
 }
 
@@ -127,11 +125,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(threads, static_cast<int>(leaders)); ++t)
-    pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  run_workers(std::min<int>(threads, static_cast<int>(leaders)), next, leaders, work);
   result.simulated = static_cast<int64_t>(leaders);
 
   for (size_t i = 0; i < leaders; ++i)

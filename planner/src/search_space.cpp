@@ -105,6 +105,9 @@ void check_request(const SearchRequest& r) {
   if (r.gpus < 1) diag.add("--gpus", std::to_string(r.gpus), "must be >= 1");
   if (r.global_batch < 1)
     diag.add("--global-batch", std::to_string(r.global_batch), "must be >= 1");
+  if (r.seq_len)
+    if (std::string problem = spec::seq_len_problem(r.model, *r.seq_len); !problem.empty())
+      diag.add("--seq-len", std::to_string(*r.seq_len), problem);
   if (r.gpus > r.cluster.total_devices()) {
     diag.add("--gpus", std::to_string(r.gpus),
              fmt::format("cluster {} has {} devices ({} nodes x {})", r.cluster.name,

@@ -2,8 +2,8 @@
 #include "sextant/spec/json_io.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,21 +25,64 @@ std::string read_text_file(const std::filesystem::path& path) {
   return buffer.str();
 }
 
+namespace {
+
+struct LineColumn {
+  size_t line = 1, column = 1;
+};
+
+// The line and column of byte `offset` (0-based) of `text`.
+LineColumn line_column(std::string_view text, size_t offset) {
+  LineColumn lc;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++lc.line;
+      lc.column = 1;
+    } else {
+      ++lc.column;
+    }
+  }
+  return lc;
+}
+
+// Refuses nesting deeper than kMaxJsonDepth before the parser builds (and later recursively
+// destroys) a tree that deep. Brackets inside strings do not count.
+void check_depth(std::string_view text, const std::string& source) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        const LineColumn lc = line_column(text, i);
+        throw InputError(source, "", "",
+                         fmt::format("JSON nested deeper than {} levels at line {}, column {}",
+                                     kMaxJsonDepth, lc.line, lc.column));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 Json parse_json_text(std::string_view text, const std::string& source) {
+  check_depth(text, source);
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    // nlohmann reports the byte offset; turn it into line:column for people.
-    size_t line = 1;
-    size_t column = 1;
-    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
+    // nlohmann reports the byte offset (1-based); turn it into line:column for people.
+    const LineColumn lc = line_column(text, e.byte > 0 ? e.byte - 1 : 0);
+    const size_t line = lc.line, column = lc.column;
     std::string what = e.what();
     // Keep only the description after "parse error at line ..., column ...: ".
     if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
@@ -69,7 +112,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
       int err = errno;
       ::close(fd);
       ::unlink(tmpl.c_str());
-      throw std::runtime_error(fmt::format("{}: write failed: {}", path.string(), std::strerror(err)));
+      throw std::runtime_error(
+          fmt::format("{}: write failed: {}", path.string(), std::strerror(err)));
     }
     written += static_cast<size_t>(n);
   }
@@ -77,7 +121,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int err = errno;
     ::unlink(tmpl.c_str());
-    throw std::runtime_error(fmt::format("{}: flush failed: {}", path.string(), std::strerror(err)));
+    throw std::runtime_error(
+        fmt::format("{}: flush failed: {}", path.string(), std::strerror(err)));
   }
   std::error_code ec;
   std::filesystem::rename(tmpl, path, ec);

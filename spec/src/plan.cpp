@@ -235,10 +235,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.sequence_parallel && seq % p.tp != 0)
       add("sequence_parallel", "true",
           fmt::format("needs tp ({}) to divide the sequence length ({})", p.tp, seq));
-    if (p.seq_len && t.position_embedding == PositionEmbedding::kLearned &&
-        *p.seq_len > t.max_positions)
-      add("seq_len", std::to_string(*p.seq_len),
-          fmt::format("must be <= the model's max_positions ({})", t.max_positions));
+    if (p.seq_len)
+      if (std::string problem = seq_len_problem(model, *p.seq_len); !problem.empty())
+        add("seq_len", std::to_string(*p.seq_len), problem);
     if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.micro_batches() % p.pp != 0)
       add("global_batch", std::to_string(p.global_batch),
           fmt::format("the interleaved schedule needs micro-batches per replica ({}) divisible "
@@ -248,9 +247,18 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.tp > 1)
       add("tp", std::to_string(p.tp),
           "tensor parallelism applies to transformers only: use tp = 1 for MLPs and CNNs");
-    if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), "applies to transformers only");
+    if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
   }
   diag.throw_if_any();
+}
+
+std::string seq_len_problem(const ModelSpec& model, int64_t seq_len) {
+  if (!model.is_transformer()) return "applies to transformers only";
+  const TransformerSpec& t = model.transformer();
+  if (t.position_embedding == PositionEmbedding::kLearned && seq_len > t.max_positions)
+    return fmt::format("must be <= the model's max_positions ({})", t.max_positions);
+  if (seq_len > kMaxSeqLen) return fmt::format("must be <= {} (2^24)", kMaxSeqLen);
+  return "";
 }
 
 }  // namespace sextant::spec

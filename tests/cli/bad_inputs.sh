@@ -52,6 +52,18 @@ sed 's/"devices_per_node": 2/"devices_per_node": true/' "$dir/cluster.json" >"$d
 expect_error "/devices_per_node = true: expected an integer" "$sextant" clusters show "$dir/cluster-mistyped.json"
 expect_error "unknown cluster" "$sextant" clusters show dgx-z9000
 
+# Limits before work (issue 17): nesting that overflowed the stack, a sequence length that aborted
+# the plan search, a GPU count that printed a 310-digit range and exited 105.
+python3 -c "print('[' * 100000 + ']' * 100000)" >"$dir/nested.json"
+expect_error "nested.json: JSON nested deeper than 256 levels" "$sextant" models show "$dir/nested.json"
+expect_error "--seq-len = 2000000000: must be <= the model's max_positions" \
+  "$sextant" plan --model gpt2-124m --cluster dgx-a100 --gpus 8 --global-batch 8 --seq-len 2000000000
+expect_error "--seq-len = 2000000000: must be <= 16777216" \
+  "$sextant" plan --model llama2-7b --cluster dgx-a100 --gpus 8 --global-batch 8 --seq-len 2000000000
+expect_error "--gpus: must be a positive number, got 0" \
+  "$sextant" plan --model gpt2-124m --cluster dgx-a100 --gpus 0 --global-batch 8
+expect_error "--bogus" "$sextant" plan --model gpt2-124m --cluster dgx-a100 --gpus 8 --global-batch 8 --bogus
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

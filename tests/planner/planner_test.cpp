@@ -7,6 +7,7 @@
 #include "expect_input_error.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/scaling.hpp"
+#include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 
 namespace sextant::planner {
@@ -151,6 +152,34 @@ TEST(Scaling, SpeedupEfficiencyAndBudgetAreConsistent) {
   // More GPUs never make the best plan slower at a fixed batch (the search is free to keep using
   // fewer of them efficiently only through data parallelism, so throughput grows).
   EXPECT_GT(points[2].tokens_per_s, points[0].tokens_per_s);
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// A worker's exception reaches the caller after every thread has ended (an exception escaping a
+// std::thread ended the process with std::terminate); the index that threw is never counted.
+TEST(WorkerPool, AWorkersExceptionReachesTheCaller) {
+  std::atomic<size_t> next{0};
+  std::atomic<int> done{0};
+  const size_t count = 1000;
+  auto worker = [&] {
+    for (size_t i = next++; i < count; i = next++) {
+      if (i == 10) throw InputError("test", "/index", "10", "refused");
+      ++done;
+    }
+  };
+  EXPECT_THROW(run_workers(4, next, count, worker), InputError);
+  EXPECT_LE(done.load(), static_cast<int>(count) - 1);
+  std::atomic<size_t> again{0};
+  std::atomic<int> all{0};
+  run_workers(3, again, count, [&] {
+    for (size_t i = again++; i < count; i = again++) ++all;
+  });
+  EXPECT_EQ(all.load(), static_cast<int>(count));
 }
 
 }  // namespace

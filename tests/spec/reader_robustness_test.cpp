@@ -35,6 +35,25 @@ void expect_rejects_every_mutation(const Json& valid, Read read) {
   }
 }
 
+// Nesting is refused before parsing past kMaxJsonDepth levels, at the bracket that passes it;
+// brackets inside strings do not count, and kMaxJsonDepth levels still parse.
+TEST(ReaderRobustness, NestingDepthIsLimitedBeforeParsing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  try {
+    parse_json_text(deep, "deep.json");
+    FAIL() << "accepted 100000 levels";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("deep.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 256 levels at line 1, column 257"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string limit = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_NO_THROW(parse_json_text(limit, "limit.json"));
+  const std::string in_string = "{\"a\": \"" + std::string(1000, '[') + "\\\"\"}";
+  EXPECT_EQ(parse_json_text(in_string, "s.json").at("a").get<std::string>().size(), 1001u);
+}
+
 TEST(ReaderRobustness, Clusters) {
   for (const std::string& name : builtin_cluster_names()) {
     SCOPED_TRACE(name);
@@ -50,7 +69,8 @@ TEST(ReaderRobustness, Plans) {
   p.micro_batch = 2;
   p.dtype = Dtype::kBf16;
   p.seq_len = 128;
-  expect_rejects_every_mutation(to_json(p), [](const Json& j) { return plan_from_json(j, "doc.json"); });
+  expect_rejects_every_mutation(to_json(p),
+                                [](const Json& j) { return plan_from_json(j, "doc.json"); });
 }
 
 TEST(ReaderRobustness, Reports) {

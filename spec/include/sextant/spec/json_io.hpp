@@ -12,7 +12,12 @@ namespace sextant::spec {
 // Reads and parses a JSON file. Throws InputError naming the file when it cannot be opened or
 // parsed (with the line and column of a syntax error).
 Json read_json_file(const std::filesystem::path& path);
-// Parses JSON text that came from `source` (a file name or a description); throws InputError.
+// The deepest nesting of arrays and objects a JSON input may have. No Sextant file needs more than
+// ~8; nlohmann's value tree is destroyed recursively, so 10^5 nested '[' overflowed the stack.
+inline constexpr int kMaxJsonDepth = 256;
+
+// Parses JSON text that came from `source` (a file name or a description); throws InputError,
+// also for nesting deeper than kMaxJsonDepth (checked before parsing).
 Json parse_json_text(std::string_view text, const std::string& source);
 // Reads a whole text file; throws InputError naming the file when it cannot be read.
 std::string read_text_file(const std::filesystem::path& path);
