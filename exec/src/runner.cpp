@@ -80,6 +80,16 @@ spec::Json events_json(const std::vector<spec::TraceEvent>& events) {
   return out;
 }
 
+// Rank 0's string on every rank of `world`.
+std::string broadcast_from_root(const std::string& mine, MPI_Comm world) {
+  int64_t n = static_cast<int64_t>(mine.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, world));
+  std::string out = mine;
+  out.resize(static_cast<size_t>(n));
+  if (n > 0) MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, world));
+  return out;
+}
+
 }  // namespace
 
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
@@ -108,10 +118,26 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   layout.groups().world->barrier();
   recorder.start_epoch();
 
+  // Rank 0 writes the step log and the trace: it checks both paths before the first step, and
+  // every rank learns the verdict, so that a path rank 0 cannot write ends every rank with the same
+  // error instead of leaving the others waiting at their first collective.
   std::unique_ptr<std::ofstream> log;
-  if (rank == 0 && !job.log_json.empty()) {
-    log = std::make_unique<std::ofstream>(job.log_json);
-    if (!*log) throw InputError("--log-json", "", job.log_json, "cannot open for writing");
+  std::string output_problem;  // "flag\npath\nwhat": rank 0's first unwritable output
+  if (rank == 0) {
+    if (!job.log_json.empty()) {
+      log = std::make_unique<std::ofstream>(job.log_json);
+      if (!*log)
+        output_problem = fmt::format("--log-json\n{}\ncannot open for writing", job.log_json);
+    }
+    if (output_problem.empty() && !job.trace_file.empty())
+      if (std::string why = spec::unwritable_reason(job.trace_file); !why.empty())
+        output_problem = fmt::format("--trace\n{}\n{}", job.trace_file, why);
+  }
+  output_problem = broadcast_from_root(output_problem, world);
+  if (!output_problem.empty()) {
+    const size_t a = output_problem.find('\n'), b = output_problem.find('\n', a + 1);
+    throw InputError(output_problem.substr(0, a), "", output_problem.substr(a + 1, b - a - 1),
+                     output_problem.substr(b + 1));
   }
   auto on_step = [&](const StepLog& s) {
     if (rank != 0) return;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "sextant/spec/limits.hpp"
+
 namespace sextant::models {
 
 using spec::Json;
@@ -77,7 +79,8 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     diag.throw_if_any();
   }
   HfReader r(json, diag);
-  std::string type = json.at("model_type").is_string() ? json.at("model_type").get<std::string>() : "";
+  std::string type =
+      json.at("model_type").is_string() ? json.at("model_type").get<std::string>() : "";
   spec::ModelSpec model;
   model.name = name;
   model.source = "Hugging Face config.json (" + source + ")";
@@ -140,6 +143,9 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
   }
   diag.throw_if_any();
   t.seq_len = std::min(t.max_positions, kMaxImportedSeqLen);
+  for (const auto& [field, value, expected] : spec::transformer_limit_problems(t))
+    diag.add("/" + field, std::to_string(value), expected);
+  diag.throw_if_any();
   if (t.hidden % t.heads != 0) {
     diag.add("/num_attention_heads", std::to_string(t.heads),
              fmt::format("must divide the hidden size ({})", t.hidden));

@@ -27,7 +27,11 @@ constexpr std::array<std::pair<std::string_view, CollectiveAlgorithm>, 8> kAlgor
 }};
 }  // namespace
 
-EnumNames<CollectiveKind> collective_kind_names() { return kKinds; }
-EnumNames<CollectiveAlgorithm> collective_algorithm_names() { return kAlgorithms; }
+EnumNames<CollectiveKind> collective_kind_names() {
+  return kKinds;
+}
+EnumNames<CollectiveAlgorithm> collective_algorithm_names() {
+  return kAlgorithms;
+}
 
 }  // namespace sextant::spec

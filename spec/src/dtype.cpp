@@ -13,7 +13,9 @@ constexpr std::array<std::pair<std::string_view, Dtype>, 5> kDtypes{{{"fp32", Dt
                                                                      {"fp8", Dtype::kFp8}}};
 }  // namespace
 
-EnumNames<Dtype> dtype_names() { return kDtypes; }
+EnumNames<Dtype> dtype_names() {
+  return kDtypes;
+}
 
 int64_t dtype_bytes(Dtype dtype) {
   switch (dtype) {

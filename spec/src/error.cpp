@@ -4,9 +4,18 @@
 namespace sextant {
 namespace {
 
+// At most this many problems are printed, then a count of the rest: a cluster file with 10^6 bad
+// GEMM points printed 999,999 lines.
+constexpr size_t kMaxPrintedProblems = 20;
+
 std::string format_problems(const std::string& source, const std::vector<Problem>& problems) {
   std::string out;
-  for (const Problem& p : problems) {
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    if (i == kMaxPrintedProblems) {
+      out += fmt::format("\n{}: ... and {} more problem(s)", source, problems.size() - i);
+      break;
+    }
     if (!out.empty()) out += '\n';
     out += source;
     if (!p.pointer.empty()) out += ": " + p.pointer;

@@ -95,6 +95,19 @@ Json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(read_text_file(path), path.string());
 }
 
+std::string unwritable_reason(const std::filesystem::path& path) {
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec))
+    return fmt::format("directory {} does not exist", dir.string());
+  if (!std::filesystem::is_directory(dir, ec))
+    return fmt::format("{} is not a directory", dir.string());
+  if (::access(dir.c_str(), W_OK) != 0)
+    return fmt::format("directory {} is not writable: {}", dir.string(), std::strerror(errno));
+  return "";
+}
+
 void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";

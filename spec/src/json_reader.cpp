@@ -122,8 +122,7 @@ void ObjectReader::problem(std::string_view key, const std::string& value,
                     std::move(expected));
 }
 
-std::optional<int64_t> ObjectReader::integer(std::string_view key, Range range,
-                                             Presence presence) {
+std::optional<int64_t> ObjectReader::integer(std::string_view key, Range range, Presence presence) {
   const Json* v = find(key, presence);
   if (v == nullptr) return std::nullopt;
   std::optional<int64_t> i = as_integer(*v);
@@ -180,8 +179,7 @@ std::optional<ObjectReader> ObjectReader::object(std::string_view key, Presence 
     problem(key, short_dump(*v), "expected an object, found " + type_name(*v));
     return std::nullopt;
   }
-  return std::optional<ObjectReader>(std::in_place, *v, pointer_join(pointer_, key),
-                                     *diagnostics_);
+  return std::optional<ObjectReader>(std::in_place, *v, pointer_join(pointer_, key), *diagnostics_);
 }
 
 const Json* ObjectReader::array(std::string_view key, Presence presence) {

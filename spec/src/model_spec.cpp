@@ -6,6 +6,7 @@
 #include <array>
 
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 
@@ -31,12 +32,24 @@ constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 6> kCnnLayers{
      {"bottleneck", CnnLayerKind::kBottleneck}}};
 }  // namespace
 
-EnumNames<Architecture> architecture_names() { return kArchitectures; }
-EnumNames<Activation> activation_names() { return kActivations; }
-EnumNames<Norm> norm_names() { return kNorms; }
-EnumNames<PositionEmbedding> position_embedding_names() { return kPositions; }
-EnumNames<ModelKind> model_kind_names() { return kKinds; }
-EnumNames<CnnLayerKind> cnn_layer_kind_names() { return kCnnLayers; }
+EnumNames<Architecture> architecture_names() {
+  return kArchitectures;
+}
+EnumNames<Activation> activation_names() {
+  return kActivations;
+}
+EnumNames<Norm> norm_names() {
+  return kNorms;
+}
+EnumNames<PositionEmbedding> position_embedding_names() {
+  return kPositions;
+}
+EnumNames<ModelKind> model_kind_names() {
+  return kKinds;
+}
+EnumNames<CnnLayerKind> cnn_layer_kind_names() {
+  return kCnnLayers;
+}
 
 namespace {
 
@@ -55,8 +68,8 @@ TransformerSpec decode_transformer(ObjectReader& r) {
   t.activation = r.enumeration("activation", activation_names()).value_or(t.activation);
   t.norm = r.enumeration("norm", norm_names()).value_or(t.norm);
   t.tied_embeddings = r.boolean("tied_embeddings").value_or(false);
-  t.position_embedding =
-      r.enumeration("position_embedding", position_embedding_names()).value_or(t.position_embedding);
+  t.position_embedding = r.enumeration("position_embedding", position_embedding_names())
+                             .value_or(t.position_embedding);
   t.max_positions = r.integer("max_positions", kPositive, Presence::kOptional).value_or(t.seq_len);
   t.bias = r.boolean("bias").value_or(true);
   t.dropout = r.boolean("dropout", Presence::kOptional).value_or(false);
@@ -75,10 +88,12 @@ TransformerSpec decode_transformer(ObjectReader& r) {
   }
   r.finish();
   if (!r.diagnostics().ok()) return t;
+  for (const auto& [field, value, expected] : transformer_limit_problems(t))
+    r.problem(field, std::to_string(value), expected);
+  if (!r.diagnostics().ok()) return t;
   // Rules between fields.
   if (t.hidden % t.heads != 0) {
-    r.problem("heads", std::to_string(t.heads),
-              fmt::format("must divide hidden ({})", t.hidden));
+    r.problem("heads", std::to_string(t.heads), fmt::format("must divide hidden ({})", t.hidden));
   } else if (t.heads % t.kv_heads != 0) {
     r.problem("kv_heads", std::to_string(t.kv_heads),
               fmt::format("must divide heads ({})", t.heads));

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 

@@ -14,6 +14,8 @@ Picoseconds seconds_to_ps(double seconds) {
   return static_cast<Picoseconds>(ps);
 }
 
-Picoseconds us_to_ps(double us) { return seconds_to_ps(us * 1e-6); }
+Picoseconds us_to_ps(double us) {
+  return seconds_to_ps(us * 1e-6);
+}
 
 }  // namespace sextant

@@ -64,6 +64,26 @@ expect_error "--gpus: must be a positive number, got 0" \
   "$sextant" plan --model gpt2-124m --cluster dgx-a100 --gpus 0 --global-batch 8
 expect_error "--bogus" "$sextant" plan --model gpt2-124m --cluster dgx-a100 --gpus 8 --global-batch 8 --bogus
 
+sed 's/"layers": 4/"layers": 1000000000000/' "$dir/valid-model.json" >"$dir/deep-model.json"
+expect_error "/transformer/layers = 1000000000000: must be <= 16384" \
+  timeout 20 "$sextant" simulate --model "$dir/deep-model.json" --cluster dgx-a100 --dp 8 --global-batch 8
+# A PyTorch-profiler trace where a Sextant trace is expected: one line that says what it is.
+zcat "$source_dir/traces/samples/kineto-gpt2-124m-h100-b8.json.gz" >"$dir/kineto.json"
+out=$("$sextant" compare --measured "$dir/kineto.json" --predicted "$dir/kineto.json" 2>&1)
+[ "$(wc -l <<<"$out")" -eq 1 ] || { echo "FAIL: Kineto trace to compare: $(wc -l <<<"$out") lines"; failures=$((failures + 1)); }
+expect_error "this is a PyTorch-profiler (Kineto) trace" \
+  "$sextant" compare --measured "$dir/kineto.json" --predicted "$dir/kineto.json"
+# A thousand bad GEMM points: twenty problems printed, then a count.
+python3 - "$dir/cluster.json" "$dir/cluster-many.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["device"]["gemm_efficiency"] = [{"flops": -1, "efficiency": 0.5}] * 1000
+json.dump(c, open(sys.argv[2], "w"))
+PY
+out=$("$sextant" clusters show "$dir/cluster-many.json" 2>&1)
+[ "$(wc -l <<<"$out")" -le 21 ] || { echo "FAIL: 1000 bad points printed $(wc -l <<<"$out") lines"; failures=$((failures + 1)); }
+expect_error "more problem(s)" "$sextant" clusters show "$dir/cluster-many.json"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -25,6 +25,16 @@ rc=$?
 [ "$rc" -eq 2 ] || fail "interleaved MLP: exit $rc, want 2: $out"
 grep -q '/schedule = "interleaved": the executor interleaves transformer stages only' <<<"$out" || fail "interleaved message: $out"
 
+# An output path only rank 0 writes, unwritable: every rank ends with rank 0's one message (rank 1
+# once waited forever at its first collective).
+for flag in --log-json --trace; do
+  out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 2 --global-batch 4 --dp 2 "$flag" /proc/nope/x.json 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "unwritable $flag: exit $rc (124 = hung), want 2: $out"
+  [ "$(grep -c 'error:' <<<"$out")" -eq 1 ] || fail "unwritable $flag: want exactly one error line: $out"
+  grep -q -- "$flag = /proc/nope/x.json" <<<"$out" || fail "unwritable $flag message: $out"
+done
+
 start=$(date +%s)
 out=$(SEXTANT_FAULT_RANK=1 SEXTANT_FAULT_STEP=1 timeout 120 "${mpirun_cmd[@]}" -x SEXTANT_FAULT_RANK -x SEXTANT_FAULT_STEP -np 2 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --dp 2 2>&1)
 rc=$?

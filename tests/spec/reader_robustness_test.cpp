@@ -2,6 +2,8 @@
 // the source and the field, and never crashes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "json_mutations.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -52,6 +54,23 @@ TEST(ReaderRobustness, NestingDepthIsLimitedBeforeParsing) {
   EXPECT_NO_THROW(parse_json_text(limit, "limit.json"));
   const std::string in_string = "{\"a\": \"" + std::string(1000, '[') + "\\\"\"}";
   EXPECT_EQ(parse_json_text(in_string, "s.json").at("a").get<std::string>().size(), 1001u);
+}
+
+// Twenty problems printed, then a count of the rest; every problem is still carried.
+TEST(ReaderRobustness, ErrorMessagesStopAfterTwentyProblems) {
+  Diagnostics diag("many.json");
+  for (int i = 0; i < 25; ++i) diag.add("/points/" + std::to_string(i), "-1", "must be > 0");
+  try {
+    diag.throw_if_any();
+    FAIL();
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(std::count(what.begin(), what.end(), '\n'), 20);
+    EXPECT_NE(what.find("/points/19 = -1"), std::string::npos);
+    EXPECT_EQ(what.find("/points/20 = -1"), std::string::npos);
+    EXPECT_NE(what.find("many.json: ... and 5 more problem(s)"), std::string::npos);
+    EXPECT_EQ(e.problems().size(), 25u);
+  }
 }
 
 TEST(ReaderRobustness, Clusters) {

@@ -6,21 +6,22 @@
 #include <string_view>
 
 #include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 
 // Reads and parses a JSON file. Throws InputError naming the file when it cannot be opened or
 // parsed (with the line and column of a syntax error).
 Json read_json_file(const std::filesystem::path& path);
-// The deepest nesting of arrays and objects a JSON input may have. No Sextant file needs more than
-// ~8; nlohmann's value tree is destroyed recursively, so 10^5 nested '[' overflowed the stack.
-inline constexpr int kMaxJsonDepth = 256;
-
 // Parses JSON text that came from `source` (a file name or a description); throws InputError,
-// also for nesting deeper than kMaxJsonDepth (checked before parsing).
+// also for nesting deeper than kMaxJsonDepth (limits.hpp; checked before parsing).
 Json parse_json_text(std::string_view text, const std::string& source);
 // Reads a whole text file; throws InputError naming the file when it cannot be read.
 std::string read_text_file(const std::filesystem::path& path);
+
+// Why write_file_atomically(path, ...) would fail before writing anything (the directory is
+// missing, not a directory, or not writable), or "" when it should not. For checks before work.
+std::string unwritable_reason(const std::filesystem::path& path);
 
 // Writes `content` to `path` atomically: a temporary file in the same directory, flushed, then
 // renamed over `path`, so that a reader never sees a half-written file. Throws std::runtime_error

@@ -64,13 +64,9 @@ Plan read_plan_file(const std::string& path);
 // The stack `plan` runs under: its own, or the default one of the cluster kind.
 Stack plan_stack(const Plan& plan, bool gpu_cluster);
 
-// The longest sequence a plan may ask for: 2^24 tokens, past any trained context (and the
-// activations of one such sequence already overflow what the simulator counts in picoseconds).
-inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
-
 // What is wrong with overriding `model`'s sequence length with `seq_len` (not a transformer, a
-// learned position table shorter than it, longer than kMaxSeqLen), or "" when nothing is. The one
-// rule for plans and for plan searches.
+// learned position table shorter than it, longer than kMaxSeqLen of limits.hpp), or "" when nothing
+// is. The one rule for plans and for plan searches.
 std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 
 // Checks the plan against a model and a rank count; throws InputError naming `source` with every

@@ -1,0 +1,32 @@
+// Sizes past which Sextant refuses an input before doing any work: far past anything trained, small
+// enough that counting, allocating and simulating them stays finite (a model of 10^12 layers never
+// returned; a sequence of 2*10^9 tokens overflowed the simulator's picoseconds). The one place for
+// the policy; readers and commands ask it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace sextant::spec {
+
+struct TransformerSpec;
+
+// Nesting of JSON arrays and objects (no Sextant file needs more than ~8; nlohmann's tree is
+// destroyed recursively, so 10^5 nested '[' overflowed the stack).
+inline constexpr int kMaxJsonDepth = 256;
+// Tokens per sequence: 2^24, past any trained context.
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
+// Transformer layers: 2^14 (the deepest trained dense models have ~10^2).
+inline constexpr int64_t kMaxLayers = int64_t{1} << 14;
+// Hidden size, FFN width, heads: 2^20.
+inline constexpr int64_t kMaxWidth = int64_t{1} << 20;
+// Vocabulary rows: 2^24.
+inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
+// The fields of `t` past these limits, as (field, value, what is expected); empty when none.
+std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(
+    const TransformerSpec& t);
+
+}  // namespace sextant::spec

@@ -1,0 +1,26 @@
+#include "sextant/spec/limits.hpp"
+
+#include <fmt/format.h>
+
+#include "sextant/spec/model_spec.hpp"
+
+namespace sextant::spec {
+
+std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(
+    const TransformerSpec& t) {
+  std::vector<std::tuple<std::string, int64_t, std::string>> out;
+  auto at_most = [&](const char* field, int64_t value, int64_t limit, const char* power) {
+    if (value > limit)
+      out.emplace_back(field, value, fmt::format("must be <= {} ({})", limit, power));
+  };
+  at_most("layers", t.layers, kMaxLayers, "2^14");
+  at_most("hidden", t.hidden, kMaxWidth, "2^20");
+  at_most("heads", t.heads, kMaxWidth, "2^20");
+  at_most("ffn_hidden", t.ffn_hidden, kMaxWidth, "2^20");
+  at_most("vocab", t.vocab, kMaxVocab, "2^24");
+  at_most("seq_len", t.seq_len, kMaxSeqLen, "2^24");
+  at_most("max_positions", t.max_positions, kMaxSeqLen, "2^24");
+  return out;
+}
+
+}  // namespace sextant::spec
