@@ -33,6 +33,7 @@ struct RunFlags {
   std::string checkpoint;
   int64_t checkpoint_every = 0;
   bool resume = false;
+  bool resume_if_exists = false;
   int np = 0;
   bool quiet = false;
 };
@@ -52,9 +53,11 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.train.lr = static_cast<float>(f.lr);
     job.train.checkpoint_dir = f.checkpoint;
     job.train.checkpoint_every = f.checkpoint_every;
-    job.train.resume = f.resume;
-    if (f.resume && f.checkpoint.empty())
-      throw InputError("command line", "--resume", "", "needs --checkpoint DIR");
+    job.train.resume = f.resume || f.resume_if_exists;
+    job.train.resume_if_exists = f.resume_if_exists;
+    if (job.train.resume && f.checkpoint.empty())
+      throw InputError("command line", f.resume ? "--resume" : "--resume-if-exists", "",
+                       "needs --checkpoint DIR");
     job.trace_file = f.trace;
     job.log_json = f.log_json;
     job.quiet = f.quiet;
@@ -81,7 +84,10 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
   cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")
       ->check(positive());
-  cmd->add_flag("--resume", f->resume, "Continue from the newest checkpoint in --checkpoint");
+  cmd->add_flag("--resume", f->resume,
+                "Continue from the newest intact checkpoint in --checkpoint (none: an error)");
+  cmd->add_flag("--resume-if-exists", f->resume_if_exists,
+                "As --resume, but start from step 0 when --checkpoint holds no checkpoint");
   cmd->add_option("--np", f->np, "Start this many ranks with mpirun")->check(positive());
   cmd->add_flag("--quiet", f->quiet, "No per-step lines");
   cmd->callback([f, args] {

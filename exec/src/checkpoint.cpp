@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -73,74 +75,114 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
   world.barrier();
 }
 
+namespace {
+
+// A checkpoint this run cannot use at all (another layout or model): an error, not damage.
+struct Incompatible : InputError {
+  using InputError::InputError;
+};
+
+// This rank's shard of the checkpoint in `sdir`; throws Incompatible, or InputError for damage.
+Shard load_shard(const fs::path& sdir, const std::string& plan, int64_t elements,
+                 Communicator& world) {
+  Shard shard;
+  const std::string file = (sdir / shard_name(world.rank())).string();
+  spec::Json manifest = spec::read_json_file((sdir / "manifest.json").string());
+  if (manifest.at("world").get<int>() != world.size() ||
+      manifest.at("plan").get<std::string>() != plan) {
+    throw Incompatible((sdir / "manifest.json").string(), "/plan", manifest.at("plan").dump(),
+                       fmt::format("was written by another layout: this run is {} on {} ranks",
+                                   plan, world.size()));
+  }
+  const spec::Json& entry = manifest.at("shards").at(static_cast<size_t>(world.rank()));
+  std::string body = spec::read_text_file(file);
+  if (body.size() != entry.at("bytes").get<size_t>()) {
+    throw InputError(file, "", fmt::format("{} bytes", body.size()),
+                     fmt::format("truncated or damaged: the manifest records {} bytes",
+                                 entry.at("bytes").get<size_t>()));
+  }
+  if (fmt::format("{:016x}", checksum(body)) != entry.at("checksum").get<std::string>()) {
+    throw InputError(file, "", "", "checksum does not match the manifest: the file is damaged");
+  }
+  size_t nl = body.find('\n');
+  spec::Json header = spec::parse_json_text(std::string_view(body).substr(0, nl), file);
+  if (header.at("elements").get<int64_t>() != elements) {
+    throw Incompatible(file, "/elements", header.at("elements").dump(),
+                       fmt::format("this model holds {} parameters on this rank", elements));
+  }
+  shard.step = header.at("step").get<int64_t>();
+  const size_t n = static_cast<size_t>(elements);
+  if (body.size() != nl + 1 + 3 * n * sizeof(float)) {
+    throw InputError(file, "", "", "the shard's length does not match its header");
+  }
+  const char* p = body.data() + nl + 1;
+  for (std::vector<float>* v : {&shard.values, &shard.m, &shard.v}) {
+    v->resize(n);
+    std::memcpy(v->data(), p, n * sizeof(float));
+    p += n * sizeof(float);
+  }
+  return shard;
+}
+
+// The first non-empty string of every rank's, on rank 0 ("" elsewhere).
+std::string first_reason(const std::string& mine, Communicator& world) {
+  for (const std::string& r : world.gather_strings(mine, 0))
+    if (!r.empty()) return r;
+  return "";
+}
+
+}  // namespace
+
 std::optional<Shard> load_checkpoint(const std::string& dir, const std::string& plan,
-                                     int64_t elements, Communicator& world) {
-  // The newest step directory with a manifest.
-  std::optional<fs::path> newest;
-  int64_t newest_step = -1;
+                                     int64_t elements, Communicator& world,
+                                     std::vector<std::string>* skipped) {
+  // Step directories with a manifest, newest first (a checkpoint without one never counts).
+  std::vector<std::pair<int64_t, fs::path>> steps;
   if (fs::is_directory(dir)) {
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
-      int64_t step = std::stoll(name.substr(5));
-      if (step > newest_step) {
-        newest_step = step;
-        newest = entry.path();
-      }
+      char* end = nullptr;
+      const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+      if (end == name.c_str() + 5 || *end != '\0') continue;  // not one of ours
+      steps.emplace_back(step, entry.path());
     }
   }
-  if (!newest) return std::nullopt;
-  std::string error;
-  Shard shard;
-  const std::string file = (*newest / shard_name(world.rank())).string();
-  try {
-    spec::Json manifest = spec::read_json_file((*newest / "manifest.json").string());
-    if (manifest.at("world").get<int>() != world.size() ||
-        manifest.at("plan").get<std::string>() != plan) {
-      throw InputError((*newest / "manifest.json").string(), "/plan", manifest.at("plan").dump(),
-                       fmt::format("was written by another layout: this run is {} on {} ranks",
-                                   plan, world.size()));
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  std::string newest_problem;
+  for (const auto& [step, sdir] : steps) {
+    std::string error;
+    bool incompatible = false;
+    Shard shard;
+    try {
+      shard = load_shard(sdir, plan, elements, world);
+    } catch (const Incompatible& e) {
+      error = e.what();
+      incompatible = true;
+    } catch (const InputError& e) {
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = fmt::format("{}: cannot read the checkpoint: {}",
+                          (sdir / shard_name(world.rank())).string(), e.what());
     }
-    const spec::Json& entry = manifest.at("shards").at(static_cast<size_t>(world.rank()));
-    std::string body = spec::read_text_file(file);
-    if (body.size() != entry.at("bytes").get<size_t>()) {
-      throw InputError(file, "", fmt::format("{} bytes", body.size()),
-                       fmt::format("truncated or damaged: the manifest records {} bytes",
-                                   entry.at("bytes").get<size_t>()));
+    // Every rank agrees before anyone goes on: on damage anywhere, all try the next older one.
+    double verdict[2] = {error.empty() ? 0.0 : 1.0, incompatible ? 1.0 : 0.0};
+    world.all_reduce(verdict, 2);
+    if (verdict[0] == 0) return shard;
+    const std::string reason = first_reason(error, world);
+    if (verdict[1] > 0) {
+      throw InputError("--resume", "", "",
+                       world.rank() == 0 ? reason : "the checkpoint was written by another run");
     }
-    if (fmt::format("{:016x}", checksum(body)) != entry.at("checksum").get<std::string>()) {
-      throw InputError(file, "", "", "checksum does not match the manifest: the file is damaged");
-    }
-    size_t nl = body.find('\n');
-    spec::Json header = spec::parse_json_text(std::string_view(body).substr(0, nl), file);
-    if (header.at("elements").get<int64_t>() != elements) {
-      throw InputError(file, "/elements", header.at("elements").dump(),
-                       fmt::format("this model holds {} parameters on this rank", elements));
-    }
-    shard.step = header.at("step").get<int64_t>();
-    const size_t n = static_cast<size_t>(elements);
-    if (body.size() != nl + 1 + 3 * n * sizeof(float)) {
-      throw InputError(file, "", "", "the shard's length does not match its header");
-    }
-    const char* p = body.data() + nl + 1;
-    for (std::vector<float>* v : {&shard.values, &shard.m, &shard.v}) {
-      v->resize(n);
-      std::memcpy(v->data(), p, n * sizeof(float));
-      p += n * sizeof(float);
-    }
-  } catch (const InputError& e) {
-    error = e.what();
-  } catch (const std::exception& e) {
-    error = fmt::format("{}: cannot read the checkpoint: {}", file, e.what());
+    if (newest_problem.empty()) newest_problem = reason;
+    if (skipped != nullptr && world.rank() == 0)
+      skipped->push_back(fmt::format("{} skipped: {}", sdir.string(), reason));
   }
-  // Every rank agrees before anyone goes on.
-  double failed = error.empty() ? 0 : 1;
-  world.all_reduce(&failed, 1);
-  if (failed > 0) {
-    if (!error.empty()) throw InputError("--resume", "", "", error);
-    throw InputError("--resume", "", "", "another rank could not load its checkpoint shard");
-  }
-  return shard;
+  if (steps.empty()) return std::nullopt;
+  throw InputError("--resume", "", dir,
+                   world.rank() == 0
+                       ? fmt::format("no intact checkpoint (the newest: {})", newest_problem)
+                       : "no intact checkpoint (another rank could not load its shard)");
 }
 
 }  // namespace sextant::exec

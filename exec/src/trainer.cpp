@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "sextant/exec/activation_comm.hpp"
@@ -13,6 +14,7 @@
 #include "sextant/exec/data.hpp"
 #include "sextant/exec/gradient_sync.hpp"
 #include "sextant/exec/stage_model.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
 namespace sextant::exec {
@@ -64,6 +66,7 @@ class Trainer {
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
     TrainResult result;
     int64_t first = 0;
+    if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0) check_checkpoint_dir();
     if (o_.resume && !o_.checkpoint_dir.empty()) first = restore();
     for (int64_t step = first; step < o_.steps; ++step) {
       ctx_.recorder->set_step(step);
@@ -264,9 +267,35 @@ class Trainer {
     save_checkpoint(o_.checkpoint_dir, plan_.name(), s, *ctx_.groups->world);
   }
 
+  // Before the first step, not after K of them: every rank can write the checkpoint directory.
+  void check_checkpoint_dir() {
+    Communicator& world = *ctx_.groups->world;
+    std::string problem;
+    try {
+      if (world.rank() == 0) std::filesystem::create_directories(o_.checkpoint_dir);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    world.barrier();
+    if (problem.empty())
+      problem = spec::unwritable_reason(std::filesystem::path(o_.checkpoint_dir) / "probe");
+    double failed = problem.empty() ? 0 : 1;
+    world.all_reduce(&failed, 1);
+    if (failed > 0)
+      throw InputError("--checkpoint", "", o_.checkpoint_dir,
+                       problem.empty() ? "another rank cannot write this directory" : problem);
+  }
+
   int64_t restore() {
-    std::optional<Shard> s = load_checkpoint(o_.checkpoint_dir, plan_.name(),
-                                             stage_->params().total(), *ctx_.groups->world);
+    std::vector<std::string> skipped;
+    std::optional<Shard> s = load_checkpoint(
+        o_.checkpoint_dir, plan_.name(), stage_->params().total(), *ctx_.groups->world, &skipped);
+    for (const std::string& line : skipped)
+      fmt::print(stderr, "warning: checkpoint {}; resuming from step {}\n", line, s ? s->step : 0);
+    if (!s && !o_.resume_if_exists)
+      throw InputError("--resume", "", o_.checkpoint_dir,
+                       "no checkpoint in this directory (a mistyped path?); "
+                       "--resume-if-exists starts from step 0 when there is none");
     if (!s) return 0;
     ctx_.backend->from_host(s->values, stage_->params().values());
     stage_->params().refresh_compute();

@@ -35,6 +35,21 @@ for flag in --log-json --trace; do
   grep -q -- "$flag = /proc/nope/x.json" <<<"$out" || fail "unwritable $flag message: $out"
 done
 
+# A checkpoint directory no rank can create is refused before the first step, not after K steps;
+# --resume on a directory without checkpoints (a mistyped path) is an error, not a silent step 0.
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 2 --global-batch 4 --dp 2 --checkpoint /proc/nope/ckpt --checkpoint-every 1 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "unwritable checkpoint dir: exit $rc, want 2: $out"
+grep -q -- "--checkpoint = /proc/nope/ckpt" <<<"$out" || fail "unwritable checkpoint message: $out"
+missing=$(mktemp -d)/no-such-checkpoints
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 2 --global-batch 4 --dp 2 --checkpoint "$missing" --resume 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "resume from nothing: exit $rc, want 2: $out"
+grep -q "no checkpoint in this directory" <<<"$out" || fail "resume from nothing message: $out"
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 2 --global-batch 4 --dp 2 --checkpoint "$missing" --resume-if-exists 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "resume-if-exists from nothing: exit $rc, want 0: $out"
+
 start=$(date +%s)
 out=$(SEXTANT_FAULT_RANK=1 SEXTANT_FAULT_STEP=1 timeout 120 "${mpirun_cmd[@]}" -x SEXTANT_FAULT_RANK -x SEXTANT_FAULT_STEP -np 2 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --dp 2 2>&1)
 rc=$?

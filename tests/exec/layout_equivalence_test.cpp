@@ -271,24 +271,42 @@ TEST(Checkpoint, ResumeContinuesTheSameLossCurve) {
     EXPECT_EQ(resumed.steps[i].step, static_cast<int64_t>(i + 3));
     EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
   }
-  // A truncated shard is refused on every rank, with the reason (the resumed job checkpointed
-  // again at step 6: that is the newest).
+  // A truncated shard of the newest checkpoint (step 6, written by the resumed job): every rank
+  // falls back to the intact step 3 and continues the same curve.
   if (world_rank() == 1) {
     std::string shard = dir + "/step-00000006/rank-00001.bin";
     std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  job.train.checkpoint_every = 0;
+  TrainResult fallen_back = run_job(job, MPI_COMM_WORLD, *backend);
+  ASSERT_EQ(fallen_back.steps.size(), 3u);
+  EXPECT_EQ(fallen_back.steps[0].step, 3);
+  EXPECT_DOUBLE_EQ(fallen_back.steps[0].loss, whole.steps[3].loss);
+  // Step 3 damaged too: no intact checkpoint; rank 0 (the one that prints) names the file and why.
+  if (world_rank() == 0) {
+    std::string shard = dir + "/step-00000003/rank-00000.bin";
+    std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
   try {
     run_job(job, MPI_COMM_WORLD, *backend);
-    ADD_FAILURE() << "a truncated checkpoint was accepted";
+    ADD_FAILURE() << "damaged checkpoints were accepted";
   } catch (const InputError& e) {
     std::string msg = e.what();
-    if (world_rank() == 1) {
+    if (world_rank() == 0) {
+      EXPECT_NE(msg.find("no intact checkpoint"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank-00001.bin"), std::string::npos) << msg;  // the newest's problem
       EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
-    } else {
-      EXPECT_NE(msg.find("another rank"), std::string::npos) << msg;
     }
   }
+  // A directory without checkpoints is an error with --resume, step 0 with --resume-if-exists.
+  job.train.checkpoint_dir = dir + "-missing";
+  EXPECT_THROW(run_job(job, MPI_COMM_WORLD, *backend), InputError);
+  job.train.resume_if_exists = true;
+  TrainResult fresh = run_job(job, MPI_COMM_WORLD, *backend);
+  ASSERT_EQ(fresh.steps.size(), 6u);
+  EXPECT_DOUBLE_EQ(fresh.steps[0].loss, whole.steps[0].loss);
 }
 
 }  // namespace

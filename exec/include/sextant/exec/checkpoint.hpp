@@ -21,10 +21,13 @@ struct Shard {
 // Collective over `world`: every rank saves its shard of step `step` under dir/step-NNNNNNNN/.
 void save_checkpoint(const std::string& dir, const std::string& plan, const Shard& shard,
                      Communicator& world);
-// Collective: the newest complete checkpoint's shard of this rank, std::nullopt when there is
-// none. Throws InputError (on every rank) when a checkpoint is unusable: missing or truncated
-// file, checksum mismatch, another plan or world size, or another parameter count.
+// Collective: this rank's shard of the newest intact checkpoint, std::nullopt when `dir` holds
+// none. A damaged one (missing or truncated shard, checksum mismatch) on any rank is skipped by
+// every rank for the next older one, and `skipped` (rank 0's) says which and why; none intact
+// throws InputError naming the newest's problem. Another plan, world size or parameter count
+// throws at once: that directory belongs to another run.
 std::optional<Shard> load_checkpoint(const std::string& dir, const std::string& plan,
-                                     int64_t elements, Communicator& world);
+                                     int64_t elements, Communicator& world,
+                                     std::vector<std::string>* skipped = nullptr);
 
 }  // namespace sextant::exec

@@ -28,6 +28,9 @@ struct TrainOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
+  // With resume: a directory without a checkpoint starts from step 0 instead of being an error
+  // (a mistyped --checkpoint once started over silently).
+  bool resume_if_exists = false;
 };
 
 struct StepLog {
