@@ -80,6 +80,46 @@ spec::Json events_json(const std::vector<spec::TraceEvent>& events) {
   return out;
 }
 
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+int64_t available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// Before allocating anything: the fp32 parameters, gradients and Adam moments a CPU rank holds at
+// the least (its pipeline stage's share of its tensor-parallel shard; the moments sharded over dp
+// under ZeRO) against the host memory available; every rank of a node shares it. A model too big
+// for the host died with a bare std::bad_alloc.
+void check_host_memory(const Job& job, const models::LoweredModel& lowered, const Backend& backend,
+                       MPI_Comm world) {
+  if (backend.name() != "cpu") return;
+  int64_t per_tp_rank = 0;
+  for (const models::Layer& l : lowered.layers) per_tp_rank += l.params;
+  const double params = static_cast<double>(per_tp_rank) / static_cast<double>(job.plan.pp);
+  const double moments = job.plan.zero >= 1 ? 8.0 / static_cast<double>(job.plan.dp) : 8.0;
+  const double per_rank = params * (4 + 4 + moments);
+  const int64_t available = available_host_bytes();
+  int ranks_here = 1;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) ranks_here = std::atoi(local);
+  const double needed = per_rank * std::max(1, ranks_here);
+  // Every rank learns whether any node is short, so that all end together.
+  int short_here = available > 0 && needed > static_cast<double>(available) ? 1 : 0, short_any = 0;
+  MPI_CHECK(MPI_Allreduce(&short_here, &short_any, 1, MPI_INT, MPI_MAX, world));
+  if (short_any != 0) {
+    throw InputError(
+        "plan", "", job.plan.name(),
+        fmt::format("needs at least {:.1f} GiB of host memory for parameters, gradients and "
+                    "optimizer state ({} rank(s) on this node), {:.1f} GiB are available",
+                    needed / (1 << 30), std::max(1, ranks_here),
+                    static_cast<double>(available) / (1 << 30)));
+  }
+}
+
 // Rank 0's string on every rank of `world`.
 std::string broadcast_from_root(const std::string& mine, MPI_Comm world) {
   int64_t n = static_cast<int64_t>(mine.size());
@@ -107,6 +147,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
       backend.activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   models::LoweredModel lowered = models::lower(
       job.model, {job.plan.micro_batch, seq, dtype, job.plan.tp, job.plan.sequence_parallel});
+  check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
   Context ctx;
   ctx.backend = &backend;
@@ -282,6 +323,10 @@ int run_main(const std::function<Job()>& make_job) {
   } catch (const TrainingDiverged& e) {
     if (rank == 0) fmt::print(stderr, "error: {}\n", e.what());
     status = 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "[rank {}] error: out of memory (host or device) while training\n", rank);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
   } catch (const std::exception& e) {
     // A failure of this rank alone: end the whole job so that no other rank waits forever.
     fmt::print(stderr, "[rank {}] error: {}\n", rank, e.what());

@@ -50,6 +50,13 @@ out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 2
 rc=$?
 [ "$rc" -eq 0 ] || fail "resume-if-exists from nothing: exit $rc, want 0: $out"
 
+# A model far too big for host memory (405B parameters: ~6 TiB of fp32 state) is refused before
+# anything is allocated, on every rank, with what it needs (it died with a bare std::bad_alloc).
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run --model llama3-405b --quiet --steps 1 --global-batch 2 --dp 2 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "model too big for the host: exit $rc, want 2: $out"
+grep -q "GiB of host memory" <<<"$out" || fail "model too big message: $out"
+
 start=$(date +%s)
 out=$(SEXTANT_FAULT_RANK=1 SEXTANT_FAULT_STEP=1 timeout 120 "${mpirun_cmd[@]}" -x SEXTANT_FAULT_RANK -x SEXTANT_FAULT_STEP -np 2 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --dp 2 2>&1)
 rc=$?
