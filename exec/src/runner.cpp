@@ -104,9 +104,13 @@ void check_host_memory(const Job& job, const models::LoweredModel& lowered, cons
   const double moments = job.plan.zero >= 1 ? 8.0 / static_cast<double>(job.plan.dp) : 8.0;
   const double per_rank = params * (4 + 4 + moments);
   const int64_t available = available_host_bytes();
+  // The ranks sharing this node's memory (MPI's own notion, under mpirun or srun alike).
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int ranks_here = 1;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) ranks_here = std::atoi(local);
-  const double needed = per_rank * std::max(1, ranks_here);
+  MPI_CHECK(MPI_Comm_size(node, &ranks_here));
+  MPI_CHECK(MPI_Comm_free(&node));
+  const double needed = per_rank * ranks_here;
   // Every rank learns whether any node is short, so that all end together.
   int short_here = available > 0 && needed > static_cast<double>(available) ? 1 : 0, short_any = 0;
   MPI_CHECK(MPI_Allreduce(&short_here, &short_any, 1, MPI_INT, MPI_MAX, world));
@@ -115,8 +119,7 @@ void check_host_memory(const Job& job, const models::LoweredModel& lowered, cons
         "plan", "", job.plan.name(),
         fmt::format("needs at least {:.1f} GiB of host memory for parameters, gradients and "
                     "optimizer state ({} rank(s) on this node), {:.1f} GiB are available",
-                    needed / (1 << 30), std::max(1, ranks_here),
-                    static_cast<double>(available) / (1 << 30)));
+                    needed / (1 << 30), ranks_here, static_cast<double>(available) / (1 << 30)));
   }
 }
 

@@ -311,21 +311,28 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   // A fit through the mean time at each (ranks, bytes), each such point weighted alike: a step
   // pays a collective's mean time, and collective times are skewed (a relative least-squares fit
   // through the raw samples lands below their mean, and the size with the most samples decides).
-  auto fit_group = [](const std::vector<const CommSample*>& list) {
-    std::map<std::pair<int64_t, int64_t>, std::pair<double, int64_t>> mean;  // sum, count
+  using Shape = std::pair<int64_t, int64_t>;  // (ranks, bytes)
+  auto mean_by_shape = [](const std::vector<const CommSample*>& list) {
+    std::map<Shape, std::pair<double, int64_t>> sum_count;
     for (const CommSample* c : list) {
-      auto& [sum, count] = mean[{c->ranks, c->bytes}];
+      auto& [sum, count] = sum_count[{c->ranks, c->bytes}];
       sum += c->seconds;
       ++count;
     }
+    std::map<Shape, double> mean;
+    for (const auto& [shape, sc] : sum_count)
+      mean[shape] = sc.first / static_cast<double>(sc.second);
+    return mean;
+  };
+  auto fit_group = [&](const std::vector<const CommSample*>& list) {
     const spec::CollectiveKind kind = list.front()->collective;
     const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
     std::vector<double> f, g, y;
-    for (const auto& [shape, sum_count] : mean) {
+    for (const auto& [shape, seconds] : mean_by_shape(list)) {
       const double n = static_cast<double>(shape.second);
       f.push_back(sim::flat_cost(kind, a, shape.first, n, {1, 0, 0}).total());
       g.push_back(sim::flat_cost(kind, a, shape.first, n, {0, 1, 0}).total());
-      y.push_back(sum_count.first / static_cast<double>(sum_count.second));
+      y.push_back(seconds);
     }
     auto [alpha, beta] = nonnegative_fit(f, g, y);
     std::vector<double> fitted;
@@ -339,22 +346,16 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
   // alone leaves it within a few percent, and it extrapolates better).
   constexpr double kSwitchMiss = 0.25;
   auto fit_segments = [&](const std::vector<const CommSample*>& list) {
-    std::map<std::pair<int64_t, int64_t>, std::vector<double>> by_shape;  // (ranks, bytes)
     std::set<int64_t> sizes;
-    for (const CommSample* c : list) {
-      by_shape[{c->ranks, c->bytes}].push_back(c->seconds);
-      sizes.insert(c->bytes);
-    }
+    for (const CommSample* c : list) sizes.insert(c->bytes);
     const AlphaBeta line = fit_group(list);
     const spec::CollectiveKind kind = list.front()->collective;
     const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
     double miss = 0;
-    for (const auto& [shape, seconds] : by_shape) {
+    for (const auto& [shape, measured] : mean_by_shape(list)) {
       const double t = sim::flat_cost(kind, algorithm, shape.first,
                                       static_cast<double>(shape.second), {line.alpha, line.beta, 0})
                            .total();
-      double measured = 0;
-      for (double v : seconds) measured += v / static_cast<double>(seconds.size());
       miss = std::max(miss, std::fabs(t - measured) / measured);
     }
     std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
