@@ -16,8 +16,15 @@ function(sextant_target_defaults target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
   if(SEXTANT_SANITIZE)
+    # Undefined behaviour stops the program (a test or a fuzz run fails) instead of printing.
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer>)
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-sanitize-recover=undefined
+      -fno-omit-frame-pointer>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(SEXTANT_FUZZ)
+    # Coverage feedback for libFuzzer from every library, not only from the fuzz target's file.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
   endif()
 endfunction()

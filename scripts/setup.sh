@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libeigen3-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libopenmpi-dev openmpi-bin
-  zlib1g-dev  # gzip-compressed PyTorch-profiler traces
+  zlib1g-dev  # gzip-compressed traces (ours and PyTorch's)
+  clang  # the sanitizer build and the libFuzzer targets (scripts/fuzz.sh; libFuzzer comes with it)
   python3-matplotlib python3-pandas python3-nbconvert python3-nbclient python3-ipykernel jupyter-nbconvert
   python3-torch  # the independent reference the executor's losses are checked against
 )

@@ -11,6 +11,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/trace_selection.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -25,6 +26,8 @@ struct SimulateOptions {
   std::string network = "analytic";
   bool json = false;
   std::string trace;
+  std::string trace_ranks;
+  std::string trace_steps;
   std::string report;
 };
 
@@ -42,8 +45,18 @@ void run(const SimulateOptions& o) {
   options.fidelity = *fidelity;
   options.trace = !o.trace.empty();
   options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
+  const spec::TraceSelection selection =
+      spec::parse_trace_selection(o.trace_ranks, o.trace_steps, plan);
+  // Outputs are checked before the simulation, which can take a minute on large plans.
+  for (const auto& [flag, path] :
+       {std::pair{"--trace", o.trace}, std::pair{"--report", o.report}}) {
+    if (path.empty()) continue;
+    if (std::string why = spec::unwritable_reason(path); !why.empty())
+      throw InputError(flag, "", path, why);
+  }
   sim::SimulationResult result = sim::simulate(model, cluster, plan, options);
   if (result.trace) {
+    spec::apply(selection, *result.trace);
     spec::write_trace_file(o.trace, *result.trace);
     if (!o.json) fmt::print("trace: {} ({} events)\n", o.trace, result.trace->events.size());
   }
@@ -67,7 +80,14 @@ void add_simulate_command(CLI::App& app) {
   add_plan_flags(*cmd, o->plan);
   cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
   cmd->add_flag("--json", o->json, "Print the report as JSON");
-  cmd->add_option("--trace", o->trace, "Write the predicted trace (Chrome/Perfetto JSON)");
+  cmd->add_option("--trace", o->trace,
+                  "Write the predicted trace (Chrome/Perfetto JSON; gzip-compressed when the name "
+                  "ends in .gz)");
+  cmd->add_option("--trace-ranks", o->trace_ranks,
+                  "Ranks the trace keeps: comma-separated ranks, ranges A-B, last, stages (one per "
+                  "pipeline stage), replicas (one per data-parallel replica); default all");
+  cmd->add_option("--trace-steps", o->trace_steps,
+                  "Steps the trace keeps: comma-separated steps or ranges A-B; default all");
   cmd->add_option("--report", o->report, "Write the report JSON to a file");
   cmd->callback([o] { run(*o); });
 }

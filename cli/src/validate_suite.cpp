@@ -12,6 +12,7 @@
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "sextant/traces/kernel_classes.hpp"
 
 namespace sextant::cli {
@@ -248,7 +249,7 @@ ValidationTable table_k1(const std::string& path) {
     t.note = "skipped: give --kineto PATH (traces/samples/kineto-gpt2-124m-h100-b8.json.gz)";
     return t;
   }
-  traces::KernelTimes measured = traces::kernel_times(traces::read_json_maybe_gzip(path), path);
+  traces::KernelTimes measured = traces::kernel_times(spec::read_json_file(path), path);
   const double steps = static_cast<double>(std::max<int64_t>(1, measured.steps));
   spec::ModelSpec model = models::zoo_model("gpt2-124m");
   model.transformer().vocab = 50304;

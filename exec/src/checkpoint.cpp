@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sextant/exec/checkpoint_manifest.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/json_io.hpp"
 
@@ -17,8 +18,6 @@ namespace sextant::exec {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr std::string_view kSchema = "sextant.checkpoint/1";
 
 uint64_t checksum(std::string_view bytes) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a
@@ -48,11 +47,12 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
   const std::string sdir = step_dir(dir, shard.step);
   if (world.rank() == 0) fs::create_directories(sdir);
   world.barrier();
-  std::string body;
-  spec::Json header = {{"schema", kSchema},    {"step", shard.step},
-                       {"rank", world.rank()}, {"world", world.size()},
-                       {"plan", plan},         {"elements", shard.values.size()}};
-  body = header.dump() + "\n";
+  const ShardHeader header{.step = shard.step,
+                           .rank = world.rank(),
+                           .world = world.size(),
+                           .plan = plan,
+                           .elements = std::ssize(shard.values)};
+  std::string body = to_json(header).dump() + "\n";
   append_floats(body, shard.values);
   append_floats(body, shard.m);
   append_floats(body, shard.v);
@@ -63,14 +63,15 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
                       {"checksum", fmt::format("{:016x}", checksum(body))}};
   std::vector<std::string> entries = world.gather_strings(entry.dump(), 0);
   if (world.rank() == 0) {
-    spec::Json manifest = {{"schema", "sextant.checkpoint_manifest/1"},
-                           {"step", shard.step},
-                           {"world", world.size()},
-                           {"plan", plan},
-                           {"shards", spec::Json::array()}};
-    for (const std::string& e : entries) manifest["shards"].push_back(spec::Json::parse(e));
+    Manifest manifest{.step = shard.step, .world = world.size(), .plan = plan, .shards = {}};
+    for (const std::string& e : entries) {
+      const spec::Json j = spec::Json::parse(e);
+      manifest.shards.push_back({.file = j.at("file").get<std::string>(),
+                                 .bytes = j.at("bytes").get<int64_t>(),
+                                 .checksum = j.at("checksum").get<std::string>()});
+    }
     // The manifest is written last: a checkpoint without one never counts.
-    spec::write_json_file((fs::path(sdir) / "manifest.json").string(), manifest);
+    spec::write_json_file((fs::path(sdir) / "manifest.json").string(), to_json(manifest));
   }
   world.barrier();
 }
@@ -87,30 +88,32 @@ Shard load_shard(const fs::path& sdir, const std::string& plan, int64_t elements
                  Communicator& world) {
   Shard shard;
   const std::string file = (sdir / shard_name(world.rank())).string();
-  spec::Json manifest = spec::read_json_file((sdir / "manifest.json").string());
-  if (manifest.at("world").get<int>() != world.size() ||
-      manifest.at("plan").get<std::string>() != plan) {
-    throw Incompatible((sdir / "manifest.json").string(), "/plan", manifest.at("plan").dump(),
+  const std::string manifest_file = (sdir / "manifest.json").string();
+  const Manifest manifest = manifest_from_json(spec::read_json_file(manifest_file), manifest_file);
+  if (manifest.world != world.size() || manifest.plan != plan) {
+    throw Incompatible(manifest_file, "/plan", manifest.plan,
                        fmt::format("was written by another layout: this run is {} on {} ranks",
                                    plan, world.size()));
   }
-  const spec::Json& entry = manifest.at("shards").at(static_cast<size_t>(world.rank()));
+  const ManifestEntry& entry = manifest.shards.at(static_cast<size_t>(world.rank()));
   std::string body = spec::read_text_file(file);
-  if (body.size() != entry.at("bytes").get<size_t>()) {
-    throw InputError(file, "", fmt::format("{} bytes", body.size()),
-                     fmt::format("truncated or damaged: the manifest records {} bytes",
-                                 entry.at("bytes").get<size_t>()));
+  if (std::ssize(body) != entry.bytes) {
+    throw InputError(
+        file, "", fmt::format("{} bytes", body.size()),
+        fmt::format("truncated or damaged: the manifest records {} bytes", entry.bytes));
   }
-  if (fmt::format("{:016x}", checksum(body)) != entry.at("checksum").get<std::string>()) {
+  if (fmt::format("{:016x}", checksum(body)) != entry.checksum) {
     throw InputError(file, "", "", "checksum does not match the manifest: the file is damaged");
   }
-  size_t nl = body.find('\n');
-  spec::Json header = spec::parse_json_text(std::string_view(body).substr(0, nl), file);
-  if (header.at("elements").get<int64_t>() != elements) {
-    throw Incompatible(file, "/elements", header.at("elements").dump(),
+  const size_t nl = body.find('\n');
+  if (nl == std::string::npos) throw InputError(file, "", "", "no header line");
+  const ShardHeader header = shard_header_from_json(
+      spec::parse_json_text(std::string_view(body).substr(0, nl), file), file);
+  if (header.elements != elements) {
+    throw Incompatible(file, "/elements", std::to_string(header.elements),
                        fmt::format("this model holds {} parameters on this rank", elements));
   }
-  shard.step = header.at("step").get<int64_t>();
+  shard.step = header.step;
   const size_t n = static_cast<size_t>(elements);
   if (body.size() != nl + 1 + 3 * n * sizeof(float)) {
     throw InputError(file, "", "", "the shard's length does not match its header");

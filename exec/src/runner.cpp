@@ -210,6 +210,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   }
 
   if (!job.trace_file.empty()) {
+    // Each rank drops what the trace does not keep before sending: a rank left out sends nothing.
+    std::erase_if(result.events,
+                  [&](const spec::TraceEvent& e) { return !job.trace_selection.keeps(e); });
     std::vector<std::string> parts =
         layout.groups().world->gather_strings(events_json(result.events).dump(), 0);
     if (rank == 0) {
@@ -248,6 +251,10 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"dtype", backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32"},
                         {"stack", spec::kExecutorStack},
                         {"commit", spec::kGitCommit}};
+      if (!job.trace_selection.keeps_everything()) {
+        trace.metadata["trace_ranks"] = job.trace_selection.ranks;  // [] = every rank
+        trace.metadata["trace_steps"] = job.trace_selection.steps;
+      }
       trace.kind = "measured";
       spec::write_trace_file(job.trace_file, trace);
       if (!job.quiet)

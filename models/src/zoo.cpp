@@ -35,15 +35,17 @@ spec::ModelSpec resolve_model(const std::string& name_or_path) {
   std::filesystem::path path(name_or_path);
   bool looks_like_file = path.extension() == ".json" || name_or_path.find('/') != std::string::npos;
   if (looks_like_file || std::filesystem::exists(path)) {
-    spec::Json json = spec::read_json_file(path);
-    if (is_hf_config(json)) {
-      std::string name = path.parent_path().filename().string();
-      if (path.stem() != "config" || name.empty()) name = path.stem().string();
-      return import_hf_config(json, name_or_path, name);
-    }
-    return spec::model_from_json(json, name_or_path);
+    std::string name = path.parent_path().filename().string();
+    if (path.stem() != "config" || name.empty()) name = path.stem().string();
+    return model_from_document(spec::read_json_file(path), name_or_path, name);
   }
   return zoo_model(name_or_path);
+}
+
+spec::ModelSpec model_from_document(const spec::Json& json, const std::string& source,
+                                    const std::string& name) {
+  if (is_hf_config(json)) return import_hf_config(json, source, name);
+  return spec::model_from_json(json, source);
 }
 
 }  // namespace sextant::models

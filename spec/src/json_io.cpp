@@ -12,6 +12,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "sextant/spec/gzip.hpp"
+
 namespace sextant::spec {
 
 std::string read_text_file(const std::filesystem::path& path) {
@@ -88,10 +90,16 @@ Json parse_json_text(std::string_view text, const std::string& source) {
     if (auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
     throw InputError(source, "", "",
                      fmt::format("invalid JSON at line {}, column {}: {}", line, column, what));
+  } catch (const Json::out_of_range& e) {
+    // A number past a double's range ("1e400"); nlohmann gives no position for it.
+    std::string what = e.what();
+    if (auto pos = what.find("number overflow"); pos != std::string::npos) what = what.substr(pos);
+    throw InputError(source, "", "", fmt::format("invalid JSON: {}", what));
   }
 }
 
 Json read_json_file(const std::filesystem::path& path) {
+  if (is_gzip_name(path)) return parse_json_text(read_gzip_file(path), path.string());
   return parse_json_text(read_text_file(path), path.string());
 }
 

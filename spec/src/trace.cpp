@@ -7,7 +7,9 @@
 #include <cmath>
 #include <set>
 
+#include "sextant/spec/gzip.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 
@@ -192,13 +194,18 @@ std::string trace_to_chrome_json(const Trace& trace) {
 }
 
 void write_trace_file(const std::string& path, const Trace& trace) {
+  if (is_gzip_name(path)) {
+    write_file_atomically(path, gzip_compress(trace_to_chrome_json(trace)));
+    return;
+  }
   write_file_atomically(path, trace_to_chrome_json(trace));
 }
 
 namespace {
 
 Picoseconds read_us(ObjectReader& r, std::string_view key) {
-  std::optional<double> us = r.number(key, Range::non_negative());
+  // Checked here, with the field named, so that the conversion's own check never fires on input.
+  std::optional<double> us = r.number(key, Range{0.0, kMaxSeconds * 1e6, true, false});
   return us ? us_to_ps(*us) : 0;
 }
 

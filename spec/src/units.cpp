@@ -4,13 +4,14 @@
 #include <cmath>
 
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant {
 
 Picoseconds seconds_to_ps(double seconds) {
   double ps = std::round(seconds * kPicosecondsPerSecond);
-  SEXTANT_CHECK(std::isfinite(ps) && std::fabs(ps) < 9.2e18, "time {} s does not fit in int64 ps",
-                seconds);
+  SEXTANT_CHECK(std::isfinite(ps) && std::fabs(seconds) < spec::kMaxSeconds,
+                "time {} s does not fit in int64 ps", seconds);
   return static_cast<Picoseconds>(ps);
 }
 

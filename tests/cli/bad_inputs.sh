@@ -84,6 +84,19 @@ out=$("$sextant" clusters show "$dir/cluster-many.json" 2>&1)
 [ "$(wc -l <<<"$out")" -le 21 ] || { echo "FAIL: 1000 bad points printed $(wc -l <<<"$out") lines"; failures=$((failures + 1)); }
 expect_error "more problem(s)" "$sextant" clusters show "$dir/cluster-many.json"
 
+# Trace selections: a rank outside the plan and an unknown word name the flag; an unwritable
+# --trace is refused before the simulation (it can take a minute).
+sim=("$sextant" simulate --model gpt-tiny --cluster dgx-h100 --dp 2 --tp 2 --pp 2 --global-batch 8)
+expect_error "--trace-ranks = 8: ranks of this plan are 0-7" "${sim[@]}" --trace "$dir/t.json" --trace-ranks 0,8
+expect_error "--trace-ranks = first: a rank" "${sim[@]}" --trace "$dir/t.json" --trace-ranks first
+expect_error "--trace-steps = x" "${sim[@]}" --trace "$dir/t.json" --trace-steps x
+expect_error "--trace = /proc/nope/t.json: directory /proc/nope does not exist" "${sim[@]}" --trace /proc/nope/t.json
+# What a selection keeps: one rank per pipeline stage (ranks 0 and 4 of dp 2 x tp 2 x pp 2), gzip.
+"${sim[@]}" --trace "$dir/stages.json.gz" --trace-ranks stages >/dev/null ||
+  { echo "FAIL: simulate --trace-ranks stages"; failures=$((failures + 1)); }
+ranks=$(python3 -c 'import gzip, json, sys; print(sorted({e["pid"] for e in json.load(gzip.open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"}))' "$dir/stages.json.gz")
+[ "$ranks" = "[0, 4]" ] || { echo "FAIL: --trace-ranks stages kept ranks $ranks"; failures=$((failures + 1)); }
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -73,6 +73,17 @@ out=$(timeout 120 "$sextant" run "${tiny[@]}" --steps 3 --global-batch 4 --np 2 
 rc=$?
 [ "$rc" -eq 0 ] || fail "--np 2: exit $rc: $out"
 
+# A trace of some ranks and steps, gzip-compressed: only rank 1's events of steps 1-2 come back.
+work=$(mktemp -d)
+out=$(timeout 120 "${mpirun_cmd[@]}" -np 2 "$sextant" run "${tiny[@]}" --steps 4 --global-batch 4 --dp 2 --trace "$work/t.json.gz" --trace-ranks 1 --trace-steps 1-2 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "--trace-ranks: exit $rc: $out"
+kept=$(python3 -c 'import gzip, json, sys
+ev = [e for e in json.load(gzip.open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+print(len(ev) > 0, sorted({e["pid"] for e in ev}), sorted({e["args"].get("step", 0) for e in ev}))' "$work/t.json.gz" 2>&1)
+[ "$kept" = "True [1] [1, 2]" ] || fail "--trace-ranks 1 --trace-steps 1-2 kept: $kept"
+rm -rf "$work"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -9,6 +9,7 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/stack.hpp"
 #include "sextant/traces/calibration.hpp"
@@ -123,7 +124,7 @@ TEST(ClassFit, ClosesTheReferenceH100TraceWithinItsPhysicalBounds) {
   const spec::Plan plan =
       spec::read_plan_file(test::source_path("traces/samples/kineto-gpt2-124m-h100-b8.plan.json"));
   const spec::ClusterSpec base = spec::builtin_cluster("h100-1gpu");
-  const spec::Json json = traces::read_json_maybe_gzip(trace);
+  const spec::Json json = spec::read_json_file(trace);
   double kernel_us = 0;
   for (const spec::Json& e : json.at("traceEvents"))
     if (e.value("cat", "") == "kernel" || e.value("cat", "") == "gpu_memset" ||

@@ -56,6 +56,48 @@ TEST(ReaderRobustness, NestingDepthIsLimitedBeforeParsing) {
   EXPECT_EQ(parse_json_text(in_string, "s.json").at("a").get<std::string>().size(), 1001u);
 }
 
+// Found by fuzz/ (libFuzzer): a number past a double's range escaped the JSON reader as the JSON
+// library's own exception, without the file's name.
+TEST(ReaderRobustness, NumbersPastADoubleAreRefusedNamingTheFile) {
+  try {
+    parse_json_text("{\"dp\": 1e3082}", "plan.json");
+    FAIL() << "accepted 1e3082";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("number overflow parsing '1e3082'"), std::string::npos)
+        << e.what();
+  }
+  // The largest double still reads.
+  EXPECT_EQ(parse_json_text("[1.7976931348623157e308]", "x.json").at(0).get<double>(),
+            1.7976931348623157e308);
+}
+
+// Found by fuzz/: a trace event at 7e53 s stopped the reader with an internal check of the
+// picosecond conversion; int64 picoseconds hold 9.2e18 ps = 9.2e12 us, so the field is refused.
+TEST(ReaderRobustness, TraceTimesPastInt64PicosecondsAreRefusedByField) {
+  const auto trace_with = [](double ts) {
+    return Json{{"schema", "sextant.trace/1"},
+                {"traceEvents",
+                 {{{"name", "mlp.fc1"},
+                   {"ph", "X"},
+                   {"pid", 0},
+                   {"tid", 0},
+                   {"ts", ts},
+                   {"dur", 1.0},
+                   {"args", {{"op_class", "gemm"}, {"phase", "fwd"}}}}}}};
+  };
+  try {
+    trace_from_json(trace_with(7.1e59), "t.json");
+    FAIL() << "accepted ts = 7.1e59 us";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/traceEvents/0/ts"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(trace_from_json(trace_with(9.2e12), "t.json"), InputError);
+  // A day into a run (8.64e10 us) is an ordinary time: 8.64e16 ps.
+  EXPECT_EQ(trace_from_json(trace_with(8.64e10), "t.json").events.at(0).start_ps,
+            int64_t{86'400} * 1'000'000'000'000);
+}
+
 // Twenty problems printed, then a count of the rest; every problem is still carried.
 TEST(ReaderRobustness, ErrorMessagesStopAfterTwentyProblems) {
   Diagnostics diag("many.json");

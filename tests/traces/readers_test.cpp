@@ -6,6 +6,7 @@
 #include "expect_input_error.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/traces/compare.hpp"
+#include "sextant/traces/kernel_classes.hpp"
 #include "test_paths.hpp"
 
 namespace sextant::traces {
@@ -73,6 +74,29 @@ TEST(KinetoReader, RejectsWhatIsNotAProfile) {
               R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "x"}]})"),
           "p.json"),
       "/traceEvents/0: an op without a numeric \"dur\"");
+}
+
+// Found by fuzz/: a numeric "name" or a non-object "args" in one event stopped the read with the
+// JSON library's own exception. Fields of another type count as absent; the other events are read.
+TEST(KinetoReader, FieldsOfAnotherTypeCountAsAbsent) {
+  const spec::Json trace = spec::Json::parse(R"({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": 7, "dur": 3},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 2, "args": [1, 2]},
+    {"ph": "X", "cat": 5, "name": "aten::mm", "dur": 2},
+    {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "dur": 4, "args": {"External id": "x"}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 10,
+     "args": {"Input Dims": [[4, 8], [8, 2]], "External id": 1}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "dur": 10,
+     "args": {"Input Dims": [[4611686018427387904, 4]]}}
+  ]})");
+  const Samples s = parse_kineto(trace, "p.json");
+  // Only the well-formed mm: 2 * 4 * 2 * 8 FLOPs in its own 10 us (no kernel carries id 1). The
+  // add's 2^62 x 4 elements are past any tensor and skipped instead of overflowing the bytes.
+  ASSERT_EQ(s.compute.size(), 1u);
+  EXPECT_EQ(s.compute[0].flops, 2.0 * 4 * 2 * 8);
+  EXPECT_DOUBLE_EQ(s.compute[0].seconds, 10e-6);
+  const KernelTimes k = kernel_times(trace, "p.json");
+  EXPECT_EQ(k.kernels, 1);
 }
 
 TEST(SextantTraces, TrainingAndBenchmarkSamples) {

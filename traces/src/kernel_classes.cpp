@@ -1,11 +1,11 @@
 // GPU kernels of a Kineto trace by op class; gzip-compressed JSON files.
 #include "sextant/traces/kernel_classes.hpp"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
+#include <cmath>
 
+#include "kineto_fields.hpp"
 #include "sextant/spec/json_io.hpp"
 
 namespace sextant::traces {
@@ -43,16 +43,18 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
     throw InputError(source, "/traceEvents", "", "missing: not a Chrome/Kineto trace");
   KernelTimes out;
   for (const spec::Json& e : json.at("traceEvents")) {
-    if (!e.is_object() || !e.contains("dur") || !e.at("dur").is_number()) continue;
-    const std::string cat = e.value("cat", "");
-    const std::string name = e.value("name", "");
+    if (!e.is_object()) continue;
+    const std::optional<double> dur = kineto::number(e, "dur");
+    if (!dur || !std::isfinite(*dur) || *dur < 0) continue;
+    const std::string cat = kineto::text(e, "cat");
+    const std::string name = kineto::text(e, "name");
     if (cat == "kernel") {
       const spec::OpClass c = kernel_class(name);
-      out.seconds[c] += e.at("dur").get<double>() * 1e-6;
+      out.seconds[c] += *dur * 1e-6;
       ++out.counts[c];
       ++out.kernels;
     } else if (cat == "gpu_memset" || cat == "gpu_memcpy") {
-      out.seconds[spec::OpClass::kElementwise] += e.at("dur").get<double>() * 1e-6;
+      out.seconds[spec::OpClass::kElementwise] += *dur * 1e-6;
       ++out.counts[spec::OpClass::kElementwise];
       ++out.kernels;
     } else if (cat == "user_annotation" && name.rfind("Optimizer.step", 0) == 0) {
@@ -64,24 +66,6 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
                      "no GPU kernels: profile with ProfilerActivity.CUDA on a GPU");
   // Kineto records an annotation both on the CPU and on the GPU timeline.
   return out;
-}
-
-spec::Json read_json_maybe_gzip(const std::string& path) {
-  if (path.size() < 3 || path.compare(path.size() - 3, 3, ".gz") != 0)
-    return spec::read_json_file(path);
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw InputError(path, "", "", "cannot open the file");
-  std::string text;
-  std::array<char, 1 << 16> buffer{};
-  int n = 0;
-  while ((n = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0)
-    text.append(buffer.data(), static_cast<size_t>(n));
-  int err = 0;
-  const char* message = gzerror(f, &err);
-  std::string why = err < 0 ? message : "";
-  gzclose(f);
-  if (err < 0) throw InputError(path, "", "", "not a readable gzip file: " + why);
-  return spec::parse_json_text(text, path);
 }
 
 }  // namespace sextant::traces

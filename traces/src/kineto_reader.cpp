@@ -1,9 +1,12 @@
 // PyTorch profiler (Kineto) Chrome traces.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 
+#include "kineto_fields.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
 #include "sextant/traces/kernel_classes.hpp"
 #include "sextant/traces/readers.hpp"
 
@@ -37,10 +40,16 @@ std::vector<std::vector<int64_t>> dims(const Json& args) {
   return out;
 }
 
+// Elements of a tensor of shape `d`; 0 for an empty, negative or absurd shape (past 2^48 elements,
+// so that bytes = elements x inputs x element size stays far inside int64).
 int64_t numel(const std::vector<int64_t>& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return d.empty() ? 0 : n;
+  if (d.empty()) return 0;
+  double n = 1;
+  for (int64_t x : d) {
+    if (x < 0) return 0;
+    n *= static_cast<double>(x);
+  }
+  return n <= 0x1p48 ? static_cast<int64_t>(n) : 0;
 }
 
 // FLOPs of the GEMM ops, from their input shapes; nullopt when the shapes do not fit.
@@ -112,31 +121,31 @@ Samples parse_kineto(const Json& json, const std::string& source) {
   // Device time of the kernels each op launched, by External id.
   std::map<int64_t, double> kernel_us;
   for (const Json& e : events) {
-    if (!e.is_object() || e.value("cat", "") != "kernel") continue;
-    const Json& args = e.value("args", Json::object());
-    if (args.contains("External id") && args.at("External id").is_number_integer() &&
-        e.contains("dur"))
-      kernel_us[args.at("External id").get<int64_t>()] += e.at("dur").get<double>();
+    if (!e.is_object() || kineto::text(e, "cat") != "kernel") continue;
+    const std::optional<int64_t> id = kineto::integer(kineto::args(e), "External id");
+    const std::optional<double> dur = kineto::number(e, "dur");
+    if (id && dur) kernel_us[*id] += *dur;
   }
   size_t index = 0;
   for (const Json& e : events) {
     ++index;
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
-    const std::string cat = e.value("cat", "");
+    if (!e.is_object() || kineto::text(e, "ph") != "X") continue;
+    const std::string cat = kineto::text(e, "cat");
     if (cat != "cpu_op" && cat != "user_annotation") continue;
-    const std::string name = e.value("name", "");
-    if (!e.contains("dur") || !e.at("dur").is_number()) {
+    const std::string name = kineto::text(e, "name");
+    const std::optional<double> dur = kineto::number(e, "dur");
+    if (!dur) {
       throw InputError(source, fmt::format("/traceEvents/{}", index - 1), "",
                        "an op without a numeric \"dur\"");
     }
-    const Json& args = e.value("args", Json::object());
-    double us = e.at("dur").get<double>();
-    if (args.contains("External id") && args.at("External id").is_number_integer()) {
-      auto k = kernel_us.find(args.at("External id").get<int64_t>());
+    const Json& args = kineto::args(e);
+    double us = *dur;
+    if (auto id = kineto::integer(args, "External id")) {
+      auto k = kernel_us.find(*id);
       if (k != kernel_us.end()) us = k->second;
     }
     const double seconds = us * 1e-6;
-    if (seconds <= 0) continue;
+    if (!(seconds > 0) || seconds > spec::kMaxSeconds) continue;  // also NaN and infinity
     std::vector<std::vector<int64_t>> d = dims(args);
     if (auto flops = gemm_flops(name, d)) {
       s.compute.push_back({name == "aten::bmm" || name == "aten::baddbmm"
@@ -156,18 +165,18 @@ Samples parse_kineto(const Json& json, const std::string& source) {
     // Collectives: "nccl:all_reduce" (torch >= 2.0) or record_param_comms with a name.
     std::string coll;
     if (name.rfind("nccl:", 0) == 0 || name.rfind("gloo:", 0) == 0) coll = name.substr(5);
-    if (args.contains("Collective name") && args.at("Collective name").is_string())
-      coll = args.at("Collective name").get<std::string>();
+    if (std::string named = kineto::text(args, "Collective name"); !named.empty()) coll = named;
     if (coll.empty()) continue;
     std::optional<spec::CollectiveKind> kind = collective_named(coll);
     if (!kind) continue;
-    const int64_t in_n = args.value("In msg nelems", int64_t{0});
-    const int64_t out_n = args.value("Out msg nelems", int64_t{0});
-    const int64_t ranks = args.value("Group size", int64_t{0});
-    const int64_t size = dtype_size(args.value("dtype", std::string("Float")));
+    const int64_t in_n = numel({kineto::integer(args, "In msg nelems").value_or(0)});
+    const int64_t out_n = numel({kineto::integer(args, "Out msg nelems").value_or(0)});
+    const int64_t ranks = kineto::integer(args, "Group size").value_or(0);
+    std::string dtype = kineto::text(args, "dtype");
+    const int64_t size = dtype_size(dtype.empty() ? "Float" : dtype);
     // nccl-tests sizes: all-gather counts the gathered output, the others their input.
     int64_t bytes = (*kind == spec::CollectiveKind::kAllGather ? out_n : in_n) * size;
-    if (bytes <= 0 || ranks <= 0) continue;
+    if (bytes <= 0 || ranks <= 0 || ranks > (int64_t{1} << 24)) continue;
     s.comm.push_back({*kind, ranks, bytes, seconds});
   }
   if (s.compute.empty() && s.comm.empty()) {
@@ -179,7 +188,7 @@ Samples parse_kineto(const Json& json, const std::string& source) {
 }
 
 Samples read_kineto(const std::string& path) {
-  return parse_kineto(read_json_maybe_gzip(path), path);
+  return parse_kineto(spec::read_json_file(path), path);
 }
 
 }  // namespace sextant::traces

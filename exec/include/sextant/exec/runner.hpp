@@ -15,6 +15,7 @@
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/trainer.hpp"
+#include "sextant/spec/trace_selection.hpp"
 
 namespace sextant::exec {
 
@@ -36,9 +37,10 @@ struct Job {
   spec::ModelSpec model;
   spec::Plan plan;
   TrainOptions train;
-  std::string trace_file;  // merged trace of every rank (written by rank 0)
-  std::string log_json;    // one JSON object per step (rank 0)
-  bool quiet = false;      // no per-step lines on stdout
+  std::string trace_file;                // merged trace of every rank (written by rank 0)
+  spec::TraceSelection trace_selection;  // the ranks and steps the trace keeps
+  std::string log_json;                  // one JSON object per step (rank 0)
+  bool quiet = false;                    // no per-step lines on stdout
   BackendKind backend = BackendKind::kCpu;
   // Collectives: kMpi for the CPU backend. For cuda, run_main picks nccl when every rank on a node
   // has a GPU of its own and host-staged MPI otherwise, unless `comm_choice` names one.

@@ -14,5 +14,9 @@ std::vector<std::string> zoo_names();
 spec::ModelSpec zoo_model(std::string_view name);
 // A zoo name, or a path to a model file (sextant.model/1) or a Hugging Face config.json.
 spec::ModelSpec resolve_model(const std::string& name_or_path);
+// A parsed model document from `source`: a Hugging Face config (the model named `name`) or a
+// Sextant model file.
+spec::ModelSpec model_from_document(const spec::Json& json, const std::string& source,
+                                    const std::string& name);
 
 }  // namespace sextant::models

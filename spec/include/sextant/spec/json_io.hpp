@@ -10,8 +10,9 @@
 
 namespace sextant::spec {
 
-// Reads and parses a JSON file. Throws InputError naming the file when it cannot be opened or
-// parsed (with the line and column of a syntax error).
+// Reads and parses a JSON file, gzip-compressed when its name ends in .gz. Throws InputError naming
+// the file when it cannot be opened, decompressed or parsed (with the line and column of a syntax
+// error).
 Json read_json_file(const std::filesystem::path& path);
 // Parses JSON text that came from `source` (a file name or a description); throws InputError,
 // also for nesting deeper than kMaxJsonDepth (limits.hpp; checked before parsing).

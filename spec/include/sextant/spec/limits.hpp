@@ -24,6 +24,11 @@ inline constexpr int64_t kMaxLayers = int64_t{1} << 14;
 inline constexpr int64_t kMaxWidth = int64_t{1} << 20;
 // Vocabulary rows: 2^24.
 inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+// A gzip-compressed input once decompressed: 4 GiB (the largest trace Sextant writes for a
+// Llama-70B step on 64 GPUs was 1.7 GB before --trace-ranks existed).
+inline constexpr int64_t kMaxDecompressedBytes = int64_t{4} << 30;
+// Times and durations read from traces: what int64 picoseconds hold (9.2e18 ps, about 106 days).
+inline constexpr double kMaxSeconds = 9.2e6;
 
 // The fields of `t` past these limits, as (field, value, what is expected); empty when none.
 std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(

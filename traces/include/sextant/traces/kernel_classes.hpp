@@ -27,7 +27,4 @@ struct KernelTimes {
 // Throws InputError naming `source` when the trace has no GPU kernels.
 KernelTimes kernel_times(const spec::Json& json, const std::string& source);
 
-// A JSON file, gzip-compressed when its name ends in .gz (PyTorch writes .json.gz traces).
-spec::Json read_json_maybe_gzip(const std::string& path);
-
 }  // namespace sextant::traces

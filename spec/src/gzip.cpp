@@ -1,0 +1,88 @@
+// gzip compression and decompression with zlib's stream API (windowBits 15 + 16 selects the gzip
+// wrapper: zlib manual, deflateInit2 / inflateInit2).
+#include "sextant/spec/gzip.hpp"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
+
+namespace sextant::spec {
+
+namespace {
+
+constexpr int kGzipWindowBits = 15 + 16;
+
+}  // namespace
+
+bool is_gzip_name(const std::filesystem::path& path) {
+  return path.extension() == ".gz";
+}
+
+std::string read_gzip_file(const std::filesystem::path& path) {
+  const std::string packed = read_text_file(path);
+  if (std::ssize(packed) > kMaxDecompressedBytes)
+    throw InputError(path.string(), "", "", "larger than the limit on decompressed input");
+  z_stream z{};
+  if (inflateInit2(&z, kGzipWindowBits) != Z_OK)
+    throw std::runtime_error("zlib: inflateInit2 failed");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  z.avail_in = static_cast<uInt>(packed.size());
+  std::string text;
+  std::array<char, 1 << 16> buffer{};
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+    z.avail_out = static_cast<uInt>(buffer.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      const std::string why =
+          z.msg != nullptr ? z.msg : (rc == Z_BUF_ERROR ? "truncated" : "error");
+      inflateEnd(&z);
+      throw InputError(path.string(), "", "", "not a readable gzip file: " + why);
+    }
+    text.append(buffer.data(), buffer.size() - z.avail_out);
+    if (std::ssize(text) > kMaxDecompressedBytes) {
+      inflateEnd(&z);
+      throw InputError(path.string(), "", "",
+                       fmt::format("decompresses past {} GiB", kMaxDecompressedBytes >> 30));
+    }
+  }
+  inflateEnd(&z);
+  return text;
+}
+
+std::string gzip_compress(std::string_view text) {
+  z_stream z{};
+  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, kGzipWindowBits, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK)
+    throw std::runtime_error("zlib: deflateInit2 failed");
+  std::string packed;
+  std::array<char, 1 << 16> buffer{};
+  size_t pos = 0;
+  int flush = Z_NO_FLUSH;
+  while (flush != Z_FINISH) {
+    // zlib counts input in 32-bit units: feed at most 1 GiB at a time.
+    const size_t chunk = std::min<size_t>(text.size() - pos, size_t{1} << 30);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data() + pos));
+    z.avail_in = static_cast<uInt>(chunk);
+    pos += chunk;
+    flush = pos == text.size() ? Z_FINISH : Z_NO_FLUSH;
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+      z.avail_out = static_cast<uInt>(buffer.size());
+      deflate(&z, flush);  // cannot fail with valid state and an output buffer (zlib manual)
+      packed.append(buffer.data(), buffer.size() - z.avail_out);
+    } while (z.avail_out == 0);
+  }
+  deflateEnd(&z);
+  return packed;
+}
+
+}  // namespace sextant::spec
