@@ -8,5 +8,6 @@ scripts/setup.sh
 if [ ! -f build/release/CMakeCache.txt ]; then
   cmake --preset release >/dev/null
 fi
-cmake --build --preset release -j "$(nproc)" "$@" | grep -v -E '^\[[0-9]+/[0-9]+\] ' || true
+# Progress lines filtered; the build's own status decides (pipefail), not the filter's.
+cmake --build --preset release -j "$(nproc)" "$@" | { grep -v -E '^\[[0-9]+/[0-9]+\] ' || true; }
 test -x build/release/cli/sextant

@@ -42,7 +42,8 @@ if [ ! -f build/fuzz/CMakeCache.txt ]; then
 fi
 fuzz_bins=()
 for t in "${targets[@]}"; do fuzz_bins+=("fuzz_$t"); done
-cmake --build --preset fuzz -j "$(nproc)" --target "${fuzz_bins[@]}" | grep -v -E '^\[[0-9]+/[0-9]+\] ' || true
+cmake --build --preset fuzz -j "$(nproc)" --target "${fuzz_bins[@]}" |
+  { grep -v -E '^\[[0-9]+/[0-9]+\] ' || true; }
 
 # Seeds: the committed ones (fuzz/seeds/TARGET) and the repository's own files of that kind.
 seed_dirs() {

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test (ctest), then prints the summary. Works on a fresh machine.
-# Usage: scripts/test.sh [ctest args, e.g. -L unit]
+# The whole run (no arguments, what CI does) then repeats the unit tests under ASan + UBSan and runs
+# every reader's fuzz target on a fixed set of inputs (scripts/sanitize.sh, ~11 minutes on 2 cores
+# the first time); SEXTANT_SKIP_SANITIZERS=1 leaves that out.
+# Usage: scripts/test.sh [ctest args, e.g. -L unit: the release tests only]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source scripts/env.sh
 scripts/build.sh
 ctest --test-dir build/release --output-on-failure -j "$(nproc)" --timeout 900 "$@"
+if [ $# -eq 0 ] && [ "${SEXTANT_SKIP_SANITIZERS:-0}" != 1 ]; then
+  scripts/sanitize.sh
+fi
