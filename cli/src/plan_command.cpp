@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "progress_line.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/planner.hpp"
 #include "sextant/planner/scaling.hpp"
@@ -40,6 +41,7 @@ struct SearchFlags {
   int64_t leaders = 24;
   bool allow_tp_across_nodes = false;
   bool json = false;
+  bool quiet = false;
   StackFlags stack;
 };
 
@@ -60,6 +62,7 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
                "Allow tensor parallelism larger than a node");
   cmd.add_flag("--json", f.json, "Print JSON");
+  cmd.add_flag("--quiet", f.quiet, "No progress line on stderr (none either when not a terminal)");
   add_stack_flags(cmd, f.stack);
 }
 
@@ -97,13 +100,10 @@ planner::SearchOptions options_from(const SearchFlags& f) {
     throw InputError("command line", "--objective", f.objective, "must be time or cost");
   o.objective = f.objective == "cost" ? planner::Objective::kCost : planner::Objective::kTime;
   o.leaders = f.leaders;
-  // Progress on a terminal only, and never with --json.
-  if (!f.json && isatty(STDERR_FILENO)) {
-    o.progress = [](int64_t done, int64_t total) {
-      fmt::print(stderr, "\r  simulating the leaders: {}/{}", done, total);
-      if (done == total) fmt::print(stderr, "\r{:40}\r", "");
-    };
-  }
+  // Progress on a terminal only, and never with --json or --quiet.
+  auto line =
+      std::make_shared<ProgressLine>("simulating the leaders", "plans", !f.json && !f.quiet);
+  o.progress = [line](int64_t done, int64_t total) { line->update(done, total); };
   return o;
 }
 

@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "plan_options.hpp"
+#include "progress_line.hpp"
 #include "report_print.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -29,6 +30,7 @@ struct SimulateOptions {
   std::string trace_ranks;
   std::string trace_steps;
   std::string report;
+  bool quiet = false;
 };
 
 void run(const SimulateOptions& o) {
@@ -54,7 +56,10 @@ void run(const SimulateOptions& o) {
     if (std::string why = spec::unwritable_reason(path); !why.empty())
       throw InputError(flag, "", path, why);
   }
+  ProgressLine progress("simulating", "tasks", !o.json && !o.quiet);
+  options.progress = [&progress](int64_t done, int64_t total) { progress.update(done, total); };
   sim::SimulationResult result = sim::simulate(model, cluster, plan, options);
+  progress.finish();
   if (result.trace) {
     spec::apply(selection, *result.trace);
     spec::write_trace_file(o.trace, *result.trace);
@@ -89,6 +94,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--trace-steps", o->trace_steps,
                   "Steps the trace keeps: comma-separated steps or ranges A-B; default all");
   cmd->add_option("--report", o->report, "Write the report JSON to a file");
+  cmd->add_flag("--quiet", o->quiet,
+                "No progress line on stderr (none either when not a terminal)");
   cmd->callback([o] { run(*o); });
 }
 

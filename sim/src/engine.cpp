@@ -183,8 +183,10 @@ class Engine {
  public:
   Engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
          const std::vector<GroupSetup>& groups, const std::vector<ChannelSetup>& channels,
-         Network& network, bool record, double overlap_slowdown, double compute_jitter)
-      : overlap_slowdown_(overlap_slowdown),
+         Network& network, bool record, double overlap_slowdown, double compute_jitter,
+         const EngineProgress& progress)
+      : progress_(progress),
+        overlap_slowdown_(overlap_slowdown),
         compute_jitter_(compute_jitter),
         programs_(programs),
         setups_(ranks),
@@ -198,6 +200,10 @@ class Engine {
     for (const Program& p : programs) hot_.push_back(compact(p));
     for (size_t r = 0; r < ranks.size(); ++r)
       ranks_[r].hot = &hot_[static_cast<size_t>(ranks[r].program)];
+    if (progress_) {
+      for (size_t r = 0; r < ranks.size(); ++r)
+        tasks_total_ += std::ssize(program(static_cast<int32_t>(r)).tasks);
+    }
     if (record_) {
       starts_.resize(ranks.size());
       for (size_t r = 0; r < ranks.size(); ++r)
@@ -466,6 +472,9 @@ class Engine {
     ss.busy = false;
     ss.next += 1;
     ss.completed += 1;
+    // Every 4096 tasks (a task is one pass of a stage over a micro-batch, a collective or a
+    // transfer): a report costs nothing next to the events between two.
+    if (progress_ && (++tasks_done_ & 0xFFF) == 0) progress_(tasks_done_, tasks_total_);
     if (stream != spec::Stream::kCompute) change_transfers(rank, -1, now);
     if (now >= rs.last_end) {
       rs.last_end = now;
@@ -546,6 +555,9 @@ class Engine {
     SEXTANT_CHECK(stuck.empty(), "simulation deadlocked:{}", stuck);
   }
 
+  const EngineProgress& progress_;
+  int64_t tasks_done_ = 0;
+  int64_t tasks_total_ = 0;
   double overlap_slowdown_;
   double compute_jitter_;
   const std::vector<Program>& programs_;
@@ -571,9 +583,10 @@ class Engine {
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks, double overlap_slowdown, double compute_jitter) {
+                        bool record_tasks, double overlap_slowdown, double compute_jitter,
+                        const EngineProgress& progress) {
   return Engine(programs, ranks, groups, channels, network, record_tasks, overlap_slowdown,
-                compute_jitter)
+                compute_jitter, progress)
       .run();
 }
 

@@ -181,11 +181,13 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   if (options.fidelity == Fidelity::kFlow) {
     FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown, cluster.device.compute_jitter);
+                        cluster.device.overlap_slowdown, cluster.device.compute_jitter,
+                        options.progress);
   } else {
     AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown, cluster.device.compute_jitter);
+                        cluster.device.overlap_slowdown, cluster.device.compute_jitter,
+                        options.progress);
   }
 
   SimulationResult out;

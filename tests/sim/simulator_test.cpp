@@ -37,6 +37,28 @@ TEST(Simulator, SameInputGivesTheSameTraceByteForByte) {
   }
 }
 
+// The progress the engine reports (a progress line for long simulations): every 4096 completed
+// tasks, counting up, out of every task of every rank's program.
+TEST(Simulator, ReportsProgressEvery4096Tasks) {
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  spec::Plan plan = test::make_plan(8, 1, 1, 1, 8 * 256);  // 256 micro-batches on each of 8 ranks
+  SimulationOptions options = with_trace();
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  options.progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  const SimulationResult r = simulate(model, cluster, plan, options);
+  ASSERT_FALSE(calls.empty());
+  const int64_t total = calls.front().second;
+  // Each rank runs at least a forward and a backward task per micro-batch.
+  EXPECT_GE(total, 8 * 2 * 256);
+  EXPECT_LT(total, std::ssize(r.trace->events));  // a task is a stage pass, not one op
+  ASSERT_EQ(std::ssize(calls), total / 4096);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].first, 4096 * static_cast<int64_t>(i + 1));
+    EXPECT_EQ(calls[i].second, total);
+  }
+}
+
 TEST(Simulator, TraceIsValidAndConservesFlopsAndBytes) {
   spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
   spec::ModelSpec model = models::zoo_model("gpt-tiny");  // vocabulary 256: splits exactly

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct EngineResult {
   std::vector<TaskRecord> records;  // when recording was asked for
 };
 
+// Told (tasks completed, tasks in all programs) every 4096 completed tasks.
+using EngineProgress = std::function<void(int64_t done, int64_t total)>;
+
 // Runs one training step of every rank. While a communication task of a rank moves data, the
 // rank's compute progresses at 1 / (1 + overlap_slowdown) of full speed (the running task is
 // rescheduled when that starts and stops). With `compute_jitter` j > 0 (DeviceSpec), a collective
@@ -58,6 +62,7 @@ struct EngineResult {
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
-                        bool record_tasks, double overlap_slowdown = 0, double compute_jitter = 0);
+                        bool record_tasks, double overlap_slowdown = 0, double compute_jitter = 0,
+                        const EngineProgress& progress = {});
 
 }  // namespace sextant::sim

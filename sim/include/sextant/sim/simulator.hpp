@@ -22,6 +22,7 @@ struct SimulationOptions {
   Fidelity fidelity = Fidelity::kAnalytic;
   bool trace = false;
   std::string plan_source = "plan";  // names the plan in error messages
+  EngineProgress progress;           // the engine's tasks done / total, for a progress line
 };
 
 struct SimulationResult {
