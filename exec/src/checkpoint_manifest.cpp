@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::exec {
 
@@ -11,9 +12,9 @@ namespace {
 
 constexpr std::string_view kManifestSchema = "sextant.checkpoint_manifest/1";
 constexpr std::string_view kShardSchema = "sextant.checkpoint/1";
-// Far above any job, low enough that step and rank arithmetic cannot overflow.
-constexpr int64_t kMaxRanks = int64_t{1} << 24;
+// Far above any job, low enough that step arithmetic cannot overflow.
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr double kMaxRanks = static_cast<double>(spec::kMaxRanks);
 
 }  // namespace
 

@@ -5,6 +5,8 @@
 
 #include <regex>
 
+#include "sextant/spec/limits.hpp"
+
 namespace sextant::planner {
 
 namespace {
@@ -103,8 +105,9 @@ Constraint parse_constraint(const std::string& text) {
 void check_request(const SearchRequest& r) {
   Diagnostics diag("request");
   if (r.gpus < 1) diag.add("--gpus", std::to_string(r.gpus), "must be >= 1");
-  if (r.global_batch < 1)
-    diag.add("--global-batch", std::to_string(r.global_batch), "must be >= 1");
+  if (r.global_batch < 1 || r.global_batch > spec::kMaxGlobalBatch)
+    diag.add("--global-batch", std::to_string(r.global_batch),
+             fmt::format("must be in [1, {}]", spec::kMaxGlobalBatch));
   if (r.seq_len)
     if (std::string problem = spec::seq_len_problem(r.model, *r.seq_len); !problem.empty())
       diag.add("--seq-len", std::to_string(*r.seq_len), problem);
@@ -168,6 +171,10 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       const int64_t per_replica = r.global_batch / dp;
       for (int64_t mb : divisors(per_replica)) {
         const int64_t micro_batches = per_replica / mb;
+        if (!spec::micro_batch_count_problem(micro_batches).empty()) {
+          reject("more micro-batches per step than the limit (spec/limits.hpp)");
+          continue;
+        }
         // Schedules and chunk counts.
         std::vector<std::pair<spec::Schedule, int64_t>> schedules;
         if (pp == 1) {

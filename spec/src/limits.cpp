@@ -23,4 +23,12 @@ std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_pro
   return out;
 }
 
+std::string micro_batch_count_problem(int64_t micro_batches) {
+  if (micro_batches <= kMaxMicroBatches) return "";
+  return fmt::format(
+      "gives {} micro-batches per replica per step; at most {} (a larger "
+      "micro_batch or more data parallelism)",
+      micro_batches, kMaxMicroBatches);
+}
+
 }  // namespace sextant::spec

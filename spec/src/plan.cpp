@@ -56,18 +56,21 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   if (!r.is_object()) diag.throw_if_any();
   Plan p;
   r.expect_schema(kPlanSchema);
-  p.dp = r.integer("dp", kPositiveInt).value_or(1);
-  p.tp = r.integer("tp", kPositiveInt).value_or(1);
-  p.pp = r.integer("pp", kPositiveInt).value_or(1);
+  const Range degree = Range::between(1, static_cast<double>(kMaxRanks));
+  p.dp = r.integer("dp", degree).value_or(1);
+  p.tp = r.integer("tp", degree).value_or(1);
+  p.pp = r.integer("pp", degree).value_or(1);
   p.zero = static_cast<int>(r.integer("zero", Range::between(0, 3)).value_or(0));
   p.sequence_parallel = r.boolean("sequence_parallel", Presence::kOptional).value_or(false);
-  p.micro_batch = r.integer("micro_batch", kPositiveInt).value_or(1);
-  p.global_batch = r.integer("global_batch", kPositiveInt).value_or(1);
+  const Range batch = Range::between(1, static_cast<double>(kMaxGlobalBatch));
+  p.micro_batch = r.integer("micro_batch", batch).value_or(1);
+  p.global_batch = r.integer("global_batch", batch).value_or(1);
   p.schedule =
       r.enumeration("schedule", schedule_names(), Presence::kOptional).value_or(p.schedule);
-  p.virtual_stages = r.integer("virtual_stages", kPositiveInt, Presence::kOptional).value_or(1);
-  p.stage_layers = r.integer_array("stage_layers", kPositiveInt, Presence::kOptional)
-                       .value_or(std::vector<int64_t>{});
+  const Range layers = Range::between(1, static_cast<double>(kMaxLayers));
+  p.virtual_stages = r.integer("virtual_stages", layers, Presence::kOptional).value_or(1);
+  p.stage_layers =
+      r.integer_array("stage_layers", layers, Presence::kOptional).value_or(std::vector<int64_t>{});
   p.recompute =
       r.enumeration("recompute", recompute_names(), Presence::kOptional).value_or(p.recompute);
   // Knobs of the software stack that older plans kept at the top level.
@@ -101,11 +104,21 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   r.value("predicted", Presence::kOptional);  // written by `sextant plan`, informational
   r.value("provenance", Presence::kOptional);
   r.finish();
+  // In double: three degrees of up to 2^24 each multiply past int64.
+  if (diag.ok() &&
+      static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) >
+          static_cast<double>(kMaxRanks)) {
+    r.problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
+              fmt::format("dp*tp*pp must be at most {} ranks", kMaxRanks));
+  }
   if (diag.ok()) {
     if (p.global_batch % (p.dp * p.micro_batch) != 0) {
       r.problem("global_batch", std::to_string(p.global_batch),
                 fmt::format("must be a multiple of dp*micro_batch ({}*{} = {})", p.dp,
                             p.micro_batch, p.dp * p.micro_batch));
+    } else if (std::string problem = micro_batch_count_problem(p.micro_batches());
+               !problem.empty()) {
+      r.problem("global_batch", std::to_string(p.global_batch), problem);
     }
     if (p.virtual_stages > 1 && p.schedule != Schedule::kInterleaved) {
       r.problem("virtual_stages", std::to_string(p.virtual_stages),

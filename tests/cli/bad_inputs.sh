@@ -84,6 +84,10 @@ out=$("$sextant" clusters show "$dir/cluster-many.json" 2>&1)
 [ "$(wc -l <<<"$out")" -le 21 ] || { echo "FAIL: 1000 bad points printed $(wc -l <<<"$out") lines"; failures=$((failures + 1)); }
 expect_error "more problem(s)" "$sextant" clusters show "$dir/cluster-many.json"
 
+# A global batch that would take forever to schedule is refused at once (it ran until killed).
+expect_error "/global_batch = 1000000000: must be in [1, 16777216]" timeout 20 "$sextant" simulate --model gpt-tiny --cluster dgx-a100 --dp 1 --global-batch 1000000000
+expect_error "--global-batch = 1000000000: must be in [1, 16777216]" timeout 20 "$sextant" plan --model gpt-tiny --cluster dgx-a100 --gpus 8 --global-batch 1000000000
+
 # Trace selections: a rank outside the plan and an unknown word name the flag; an unwritable
 # --trace is refused before the simulation (it can take a minute).
 sim=("$sextant" simulate --model gpt-tiny --cluster dgx-h100 --dp 2 --tp 2 --pp 2 --global-batch 8)

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "expect_input_error.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 namespace {
@@ -52,6 +53,28 @@ TEST(Plan, GlobalBatchMustDivideIntoMicroBatches) {
   j["global_batch"] = 10;
   EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
                      "/global_batch = 10: must be a multiple of dp*micro_batch (2*2 = 4)");
+}
+
+// Sizes past spec/limits.hpp are refused before any work: a global batch of 10^9 sequences in
+// micro-batches of 1 made `simulate` and `plan` run until killed (10^9 micro-batches to schedule),
+// and degrees of 2^24 each overflowed dp*tp*pp.
+TEST(Plan, SizesPastTheLimitsAreRefused) {
+  Json j = base_plan();
+  j["global_batch"] = 1'000'000'000;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/global_batch = 1000000000: must be in [1, 16777216]");
+  // 2^18 sequences over dp 2 in micro-batches of 2: 2^16 micro-batches per replica, the limit.
+  j["global_batch"] = 1 << 18;
+  EXPECT_EQ(plan_from_json(j, "p.json").micro_batches(), kMaxMicroBatches);
+  j["global_batch"] = 1 << 19;  // 2^17 micro-batches
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/global_batch = 524288: gives 131072 micro-batches per replica per step; "
+                     "at most 65536");
+  j = base_plan();
+  j["dp"] = int64_t{1} << 25;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "/dp = 33554432: must be in [1, 16777216]");
+  j["dp"] = j["tp"] = j["pp"] = 1 << 10;  // 2^30 ranks
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "dp*tp*pp must be at most 16777216 ranks");
 }
 
 TEST(Plan, VirtualStagesNeedTheInterleavedSchedule) {

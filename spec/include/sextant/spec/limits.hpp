@@ -24,11 +24,23 @@ inline constexpr int64_t kMaxLayers = int64_t{1} << 14;
 inline constexpr int64_t kMaxWidth = int64_t{1} << 20;
 // Vocabulary rows: 2^24.
 inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+// Ranks of a plan (and each of dp, tp, pp): 2^24, past any cluster built; products of degrees
+// then stay far inside int64.
+inline constexpr int64_t kMaxRanks = int64_t{1} << 24;
+// Sequences (samples) per optimizer step, and per micro-batch: 2^24 (published batches are ~10^4).
+inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
+// Micro-batches per data-parallel replica per step: 2^16. The simulator schedules each one and the
+// executor runs each one, so 10^9 sequences in micro-batches of 1 never returned.
+inline constexpr int64_t kMaxMicroBatches = int64_t{1} << 16;
 // A gzip-compressed input once decompressed: 4 GiB (the largest trace Sextant writes for a
 // Llama-70B step on 64 GPUs was 1.7 GB before --trace-ranks existed).
 inline constexpr int64_t kMaxDecompressedBytes = int64_t{4} << 30;
 // Times and durations read from traces: what int64 picoseconds hold (9.2e18 ps, about 106 days).
 inline constexpr double kMaxSeconds = 9.2e6;
+
+// What is wrong with `micro_batches` micro-batches per replica per step (past kMaxMicroBatches),
+// or "" when nothing is. Plans and plan searches ask it.
+std::string micro_batch_count_problem(int64_t micro_batches);
 
 // The fields of `t` past these limits, as (field, value, what is expected); empty when none.
 std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(
