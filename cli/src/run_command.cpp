@@ -14,7 +14,7 @@
 #include "plan_options.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/zoo.hpp"
-#include "sextant/spec/trace_selection.hpp"
+#include "trace_options.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -29,9 +29,7 @@ struct RunFlags {
   std::string data = "synthetic";
   uint64_t seed = 1234;
   double lr = 1e-3;
-  std::string trace;
-  std::string trace_ranks;
-  std::string trace_steps;
+  TraceFlags trace;
   std::string log_json;
   std::string checkpoint;
   int64_t checkpoint_every = 0;
@@ -61,8 +59,8 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     if (job.train.resume && f.checkpoint.empty())
       throw InputError("command line", f.resume ? "--resume" : "--resume-if-exists", "",
                        "needs --checkpoint DIR");
-    job.trace_file = f.trace;
-    job.trace_selection = spec::parse_trace_selection(f.trace_ranks, f.trace_steps, job.plan);
+    job.trace_file = f.trace.file;
+    job.trace_selection = trace_selection_from(f.trace, job.plan);
     job.log_json = f.log_json;
     job.quiet = f.quiet;
     return job;
@@ -83,14 +81,7 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   cmd->add_option("--data", f->data, "synthetic, or a text file (byte-level tokens)");
   cmd->add_option("--seed", f->seed, "Seed of the initial weights and the synthetic data");
   cmd->add_option("--lr", f->lr, "AdamW learning rate")->check(positive());
-  cmd->add_option("--trace", f->trace,
-                  "Write the merged measured trace of every rank (gzip-compressed when the name "
-                  "ends in .gz)");
-  cmd->add_option("--trace-ranks", f->trace_ranks,
-                  "Ranks the trace keeps: comma-separated ranks, ranges A-B, last, stages (one per "
-                  "pipeline stage), replicas (one per data-parallel replica); default all");
-  cmd->add_option("--trace-steps", f->trace_steps,
-                  "Steps the trace keeps: comma-separated steps or ranges A-B from 0; default all");
+  add_trace_flags(*cmd, f->trace, "the merged measured trace of every rank");
   cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
   cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")

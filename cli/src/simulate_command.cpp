@@ -12,7 +12,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
-#include "sextant/spec/trace_selection.hpp"
+#include "trace_options.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -26,9 +26,7 @@ struct SimulateOptions {
   PlanFlags plan;
   std::string network = "analytic";
   bool json = false;
-  std::string trace;
-  std::string trace_ranks;
-  std::string trace_steps;
+  TraceFlags trace;
   std::string report;
   bool quiet = false;
 };
@@ -45,13 +43,12 @@ void run(const SimulateOptions& o) {
     throw InputError("command line", "--network", o.network, "must be analytic or flow");
   }
   options.fidelity = *fidelity;
-  options.trace = !o.trace.empty();
+  options.trace = !o.trace.file.empty();
   options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
-  const spec::TraceSelection selection =
-      spec::parse_trace_selection(o.trace_ranks, o.trace_steps, plan);
+  const spec::TraceSelection selection = trace_selection_from(o.trace, plan);
   // Outputs are checked before the simulation, which can take a minute on large plans.
   for (const auto& [flag, path] :
-       {std::pair{"--trace", o.trace}, std::pair{"--report", o.report}}) {
+       {std::pair{"--trace", o.trace.file}, std::pair{"--report", o.report}}) {
     if (path.empty()) continue;
     if (std::string why = spec::unwritable_reason(path); !why.empty())
       throw InputError(flag, "", path, why);
@@ -62,8 +59,8 @@ void run(const SimulateOptions& o) {
   progress.finish();
   if (result.trace) {
     spec::apply(selection, *result.trace);
-    spec::write_trace_file(o.trace, *result.trace);
-    if (!o.json) fmt::print("trace: {} ({} events)\n", o.trace, result.trace->events.size());
+    spec::write_trace_file(o.trace.file, *result.trace);
+    if (!o.json) fmt::print("trace: {} ({} events)\n", o.trace.file, result.trace->events.size());
   }
   if (!o.report.empty()) spec::write_json_file(o.report, spec::to_json(result.report));
   if (o.json) {
@@ -85,14 +82,7 @@ void add_simulate_command(CLI::App& app) {
   add_plan_flags(*cmd, o->plan);
   cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
   cmd->add_flag("--json", o->json, "Print the report as JSON");
-  cmd->add_option("--trace", o->trace,
-                  "Write the predicted trace (Chrome/Perfetto JSON; gzip-compressed when the name "
-                  "ends in .gz)");
-  cmd->add_option("--trace-ranks", o->trace_ranks,
-                  "Ranks the trace keeps: comma-separated ranks, ranges A-B, last, stages (one per "
-                  "pipeline stage), replicas (one per data-parallel replica); default all");
-  cmd->add_option("--trace-steps", o->trace_steps,
-                  "Steps the trace keeps: comma-separated steps or ranges A-B; default all");
+  add_trace_flags(*cmd, o->trace, "the predicted trace");
   cmd->add_option("--report", o->report, "Write the report JSON to a file");
   cmd->add_flag("--quiet", o->quiet,
                 "No progress line on stderr (none either when not a terminal)");
