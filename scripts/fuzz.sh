@@ -36,6 +36,9 @@ while [ $# -gt 0 ]; do
 done
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 
+# The commit the targets are built from (recorded with --record; HEAD may move during a long run).
+built_from="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench/results' || echo '+changes')"
+
 scripts/setup.sh
 if [ ! -f build/fuzz/CMakeCache.txt ]; then
   cmake --preset fuzz >/dev/null
@@ -99,11 +102,12 @@ done
 
 if [ "$record" = 1 ]; then
   out=bench/results/fuzz.md
+  # The header before the block: its redirection creates the file.
+  [ -f "$out" ] || printf '# Fuzzing: executions per reader with 0 crashes (scripts/fuzz.sh --record)\n' >"$out"
   {
-    [ -f "$out" ] || printf '# Fuzzing: executions per reader with 0 crashes (scripts/fuzz.sh --record)\n'
-    printf '\n## %s, %s, commit %s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
+    printf '\n## %s, %s, built from commit %s\n\n' "$(date -u +%Y-%m-%dT%H:%MZ)" \
       "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-      "$(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')"
+      "$built_from"
     if [ -n "$runs" ]; then printf 'Mode: --runs %s (seeds only).\n\n' "$runs"
     else printf 'Mode: --seconds %s per target (corpus grown under out/fuzz/corpus).\n\n' "$seconds"; fi
     printf '```\n'
