@@ -133,9 +133,9 @@ void run_calibrate(const CalibrateFlags& f) {
   if (!f.model.empty()) {
     const spec::ModelSpec model = models::resolve_model(f.model);
     const spec::Plan plan = spec::read_plan_file(f.plan);
-    class_fit = loop::fit_classes(
-        traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]), f.kineto[0],
-        model, plan, c.cluster);
+    class_fit =
+        loop::fit_classes(traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]),
+                          f.kineto[0], model, plan, c.cluster);
     c.cluster = class_fit->cluster;
     (*c.cluster.calibrated_from)["profiled_step"] = class_fit_json(*class_fit);
   }

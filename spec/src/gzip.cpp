@@ -27,7 +27,7 @@ bool is_gzip_name(const std::filesystem::path& path) {
 
 std::string read_gzip_file(const std::filesystem::path& path) {
   const std::string packed = read_text_file(path);
-  if (std::ssize(packed) > kMaxDecompressedBytes)
+  if (std::ssize(packed) >= kMaxDecompressedBytes)  // zlib counts input in 32 bits
     throw InputError(path.string(), "", "", "larger than the limit on decompressed input");
   z_stream z{};
   if (inflateInit2(&z, kGzipWindowBits) != Z_OK)

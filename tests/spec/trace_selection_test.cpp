@@ -104,6 +104,16 @@ TEST(TraceFiles, GzipRoundTripIsExact) {
   EXPECT_EQ(read_gzip_file(dir / "t.json.gz"), trace_to_chrome_json(t));
   EXPECT_EQ(trace_to_chrome_json(read_trace_file((dir / "t.json.gz").string())),
             trace_to_chrome_json(read_trace_file((dir / "t.json").string())));
+  // A truncated one (a copy cut short) is refused naming it, not read as a shorter trace.
+  write_file_atomically(dir / "cut.json.gz", packed.substr(0, packed.size() / 2));
+  try {
+    read_trace_file((dir / "cut.json.gz").string());
+    FAIL() << "read a truncated gzip file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.json.gz: not a readable gzip file"),
+              std::string::npos)
+        << e.what();
+  }
   // A plain file given a .gz name is refused naming it.
   std::filesystem::copy_file(dir / "t.json", dir / "plain.json.gz",
                              std::filesystem::copy_options::overwrite_existing);
