@@ -1,7 +1,6 @@
 // `sextant plan`: search every layout and write the best as a plan file; `sextant scale`: the best
 // plan at each GPU count and what it costs to train a token budget.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <ctime>

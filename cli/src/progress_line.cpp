@@ -49,12 +49,10 @@ std::string progress_text(std::string_view what, std::string_view unit, int64_t 
   return text;
 }
 
-bool stderr_is_terminal() {
-  return isatty(STDERR_FILENO) != 0;
-}
-
 ProgressLine::ProgressLine(std::string what, std::string unit, bool enabled)
-    : what_(std::move(what)), unit_(std::move(unit)), enabled_(enabled && stderr_is_terminal()) {}
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      enabled_(enabled && isatty(STDERR_FILENO) != 0) {}
 
 void ProgressLine::finish() {
   if (drawn_) fmt::print(stderr, "\r{:{}}\r", "", width_);

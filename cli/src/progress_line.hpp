@@ -39,7 +39,4 @@ class ProgressLine {
   size_t width_ = 0;
 };
 
-// May a progress line be drawn (stderr is a terminal)?
-bool stderr_is_terminal();
-
 }  // namespace sextant::cli
