@@ -190,6 +190,7 @@ void run_calibrate(const CalibrateFlags& f) {
 struct CompareFlags {
   std::string measured, predicted;
   bool json = false;
+  bool strict = false;
 };
 
 spec::Json rows_json(const std::vector<traces::Row>& rows) {
@@ -210,17 +211,56 @@ void print_rows(const char* title, const std::vector<traces::Row>& rows) {
                human_seconds(r.predicted_s), 100 * r.error());
 }
 
+spec::Json mismatches_json(const std::vector<traces::OpMismatch>& ops) {
+  spec::Json j = spec::Json::array();
+  for (const traces::OpMismatch& o : ops)
+    j.push_back({{"name", o.name},
+                 {"measured_count", o.measured_count},
+                 {"predicted_count", o.predicted_count},
+                 {"measured_bytes", o.measured_bytes},
+                 {"predicted_bytes", o.predicted_bytes},
+                 {"one_sided", o.one_sided()}});
+  return j;
+}
+
+// Ops the two traces do not share (or share with other counts or sizes): the prediction and the
+// run describe different programs there, and the time rows above hide it.
+void print_mismatches(const std::vector<traces::OpMismatch>& ops) {
+  if (ops.empty()) {
+    fmt::print("ops: the same in both traces (count and bytes per rank, first step)\n");
+    return;
+  }
+  size_t one_sided = 0;
+  for (const traces::OpMismatch& o : ops) one_sided += o.one_sided() ? 1 : 0;
+  fmt::print("ops that differ ({} on one side only, {} with other counts or sizes; first step):\n",
+             one_sided, ops.size() - one_sided);
+  fmt::print("  {:<24} {:>16} {:>16}\n", "op", "measured", "predicted");
+  for (const traces::OpMismatch& o : ops)
+    fmt::print("  {:<24} {:>16} {:>16}\n", o.name,
+               fmt::format("{} x, {}", o.measured_count, human_bytes(o.measured_bytes)),
+               fmt::format("{} x, {}", o.predicted_count, human_bytes(o.predicted_bytes)));
+}
+
 void run_compare(const CompareFlags& f) {
   spec::Trace m = spec::read_trace_file(f.measured);
   spec::Trace p = spec::read_trace_file(f.predicted);
   traces::Comparison c = traces::compare(m, p);
+  if (f.strict && !c.mismatched_ops.empty()) {
+    std::string names;
+    for (const traces::OpMismatch& o : c.mismatched_ops)
+      names += (names.empty() ? "" : ", ") + o.name;
+    throw InputError(f.predicted, "", "",
+                     fmt::format("--strict: {} op(s) differ from the measured trace {}: {}",
+                                 c.mismatched_ops.size(), f.measured, names));
+  }
   if (f.json) {
     std::cout << spec::Json{{"measured_step_s", c.measured_step_s},
                             {"predicted_step_s", c.predicted_step_s},
                             {"step_error", c.step_error()},
                             {"by_class", rows_json(c.by_class)},
                             {"by_collective", rows_json(c.by_collective)},
-                            {"worst_ops", rows_json(c.worst_ops)}}
+                            {"worst_ops", rows_json(c.worst_ops)},
+                            {"mismatched_ops", mismatches_json(c.mismatched_ops)}}
                      .dump(2)
               << "\n";
     return;
@@ -231,6 +271,7 @@ void run_compare(const CompareFlags& f) {
   print_rows("op class", c.by_class);
   print_rows("collective", c.by_collective);
   print_rows("ops most off", c.worst_ops);
+  print_mismatches(c.mismatched_ops);
 }
 
 }  // namespace
@@ -261,6 +302,8 @@ void add_calibrate_command(CLI::App& app) {
   cmp->add_option("--measured", c->measured, "Measured trace (sextant run --trace)")->required();
   cmp->add_option("--predicted", c->predicted, "Predicted trace (sextant simulate --trace)")
       ->required();
+  cmp->add_flag("--strict", c->strict,
+                "Fail (exit 2) when an op is on one side only or differs in count or bytes");
   cmp->add_flag("--json", c->json, "Print JSON");
   cmp->callback([c] { run_compare(*c); });
 }

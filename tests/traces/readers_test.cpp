@@ -122,6 +122,54 @@ TEST(Compare, ATraceAgainstItselfIsExact) {
   EXPECT_DOUBLE_EQ(c.step_error(), 0.0);
   for (const Row& r : c.by_class) EXPECT_DOUBLE_EQ(r.error(), 0.0) << r.key;
   EXPECT_FALSE(c.by_class.empty());
+  EXPECT_TRUE(c.mismatched_ops.empty());
+}
+
+// Ops are matched per rank by (name, phase, bytes) in the first step of each trace: a dropped op,
+// an op of another size and an extra op each show; ranks only one side holds do not.
+TEST(Compare, OpsOnOneSideOrOfOtherSizesAreReported) {
+  auto event = [](int64_t rank, const char* name, int64_t bytes, int64_t step = 0) {
+    spec::TraceEvent e;
+    e.rank = rank;
+    e.name = name;
+    e.op_class = spec::OpClass::kAllReduce;
+    e.phase = spec::Phase::kBwd;
+    e.bytes = bytes;
+    e.step = step;
+    e.duration_ps = 1000;
+    return e;
+  };
+  spec::Trace measured, predicted;
+  measured.events = {event(0, "dp.all_reduce", 64),   event(0, "dp.all_reduce", 64),
+                     event(0, "sp.all_reduce", 8),    event(1, "dp.all_reduce", 64),
+                     event(0, "sp.all_reduce", 8, 1), event(0, "late.op", 4, 1)};
+  predicted.events = {event(0, "dp.all_reduce", 64), event(0, "dp.all_reduce", 128),
+                      event(0, "pp.all_gather", 32), event(1, "dp.all_reduce", 64),
+                      event(2, "rank.two", 1)};
+  std::vector<OpDisagreement> d = op_disagreements(measured, predicted);
+  // Rank 0: dp.all_reduce 64 B twice measured, once predicted; 128 B never measured; pp.all_gather
+  // only predicted; sp.all_reduce (step 0) only measured. Rank 1 agrees; rank 2 and step 1 are
+  // out of the comparison.
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].name, "dp.all_reduce");
+  EXPECT_EQ(d[0].bytes, 64);
+  EXPECT_EQ(d[0].measured, 2);
+  EXPECT_EQ(d[0].predicted, 1);
+  EXPECT_EQ(d[1].bytes, 128);
+  EXPECT_EQ(d[2].name, "pp.all_gather");
+  EXPECT_EQ(d[3].name, "sp.all_reduce");
+  std::vector<OpMismatch> m = op_mismatches(measured, predicted);
+  ASSERT_EQ(m.size(), 3u);
+  // dp.all_reduce summed over ranks 0 and 1: 3 measured (192 B), 3 predicted (256 B).
+  EXPECT_EQ(m[0].name, "dp.all_reduce");
+  EXPECT_EQ(m[0].measured_count, 3);
+  EXPECT_EQ(m[0].predicted_count, 3);
+  EXPECT_EQ(m[0].measured_bytes, 192);
+  EXPECT_EQ(m[0].predicted_bytes, 256);
+  EXPECT_FALSE(m[0].one_sided());
+  EXPECT_TRUE(m[1].one_sided());  // pp.all_gather
+  EXPECT_TRUE(m[2].one_sided());  // sp.all_reduce
+  EXPECT_EQ(compare(measured, predicted).mismatched_ops.size(), 3u);
 }
 
 TEST(Compare, KendallTauAndRegret) {

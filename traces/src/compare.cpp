@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "sextant/spec/error.hpp"
 
@@ -70,7 +72,72 @@ std::vector<Row> rows(const std::map<std::string, double>& m,
   return out;
 }
 
+// Occurrences of each (rank, name, phase, bytes) in the trace's first step, on `ranks` only.
+using OpKey = std::tuple<int64_t, std::string, spec::Phase, int64_t>;
+std::map<OpKey, int64_t> first_step_ops(const spec::Trace& t, const std::set<int64_t>& ranks) {
+  std::map<OpKey, int64_t> out;
+  if (t.events.empty()) return out;
+  int64_t first = INT64_MAX;
+  for (const spec::TraceEvent& e : t.events) first = std::min(first, e.step);
+  for (const spec::TraceEvent& e : t.events)
+    if (e.step == first && ranks.count(e.rank) != 0) ++out[{e.rank, e.name, e.phase, e.bytes}];
+  return out;
+}
+
+std::set<int64_t> ranks_of(const spec::Trace& t) {
+  std::set<int64_t> r;
+  for (const spec::TraceEvent& e : t.events) r.insert(e.rank);
+  return r;
+}
+
 }  // namespace
+
+namespace {
+
+// Each (rank, name, phase, bytes) of the first step with its count in measured and predicted, on
+// the ranks both traces hold.
+std::map<OpKey, std::pair<int64_t, int64_t>> paired_ops(const spec::Trace& measured,
+                                                        const spec::Trace& predicted) {
+  std::set<int64_t> ranks;
+  const std::set<int64_t> m_ranks = ranks_of(measured), p_ranks = ranks_of(predicted);
+  std::set_intersection(m_ranks.begin(), m_ranks.end(), p_ranks.begin(), p_ranks.end(),
+                        std::inserter(ranks, ranks.end()));
+  std::map<OpKey, std::pair<int64_t, int64_t>> both;
+  for (const auto& [k, n] : first_step_ops(measured, ranks)) both[k].first = n;
+  for (const auto& [k, n] : first_step_ops(predicted, ranks)) both[k].second = n;
+  return both;
+}
+
+}  // namespace
+
+std::vector<OpDisagreement> op_disagreements(const spec::Trace& measured,
+                                             const spec::Trace& predicted) {
+  std::vector<OpDisagreement> out;
+  for (const auto& [k, n] : paired_ops(measured, predicted)) {
+    if (n.first == n.second) continue;
+    const auto& [rank, name, phase, bytes] = k;
+    out.push_back({rank, name, phase, bytes, n.first, n.second});
+  }
+  return out;
+}
+
+std::vector<OpMismatch> op_mismatches(const spec::Trace& measured, const spec::Trace& predicted) {
+  std::map<std::string, OpMismatch> by_name;
+  std::set<std::string> differing;
+  for (const auto& [k, n] : paired_ops(measured, predicted)) {
+    const auto& [rank, name, phase, bytes] = k;
+    OpMismatch& m = by_name[name];
+    m.name = name;
+    m.measured_count += n.first;
+    m.predicted_count += n.second;
+    m.measured_bytes += n.first * bytes;
+    m.predicted_bytes += n.second * bytes;
+    if (n.first != n.second) differing.insert(name);
+  }
+  std::vector<OpMismatch> out;
+  for (const std::string& name : differing) out.push_back(by_name[name]);
+  return out;
+}
 
 Comparison compare(const spec::Trace& measured, const spec::Trace& predicted) {
   Totals m = totals(measured, "measured");
@@ -85,6 +152,7 @@ Comparison compare(const spec::Trace& measured, const spec::Trace& predicted) {
     return std::fabs(x.predicted_s - x.measured_s) > std::fabs(y.predicted_s - y.measured_s);
   });
   if (c.worst_ops.size() > 10) c.worst_ops.resize(10);
+  c.mismatched_ops = op_mismatches(measured, predicted);
   return c;
 }
 

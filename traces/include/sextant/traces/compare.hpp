@@ -17,6 +17,30 @@ struct Row {
   double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0; }
 };
 
+// One op name's occurrences in one step, summed over the ranks both traces hold.
+struct OpMismatch {
+  std::string name;
+  int64_t measured_count = 0, predicted_count = 0;
+  int64_t measured_bytes = 0, predicted_bytes = 0;
+  bool one_sided() const { return measured_count == 0 || predicted_count == 0; }
+};
+
+// One (rank, op, phase, bytes) whose number of occurrences in one step differs.
+struct OpDisagreement {
+  int64_t rank = 0;
+  std::string name;
+  spec::Phase phase = spec::Phase::kNone;
+  int64_t bytes = 0;
+  int64_t measured = 0, predicted = 0;
+};
+
+// The first step of each trace, op by op on every rank both hold: each (name, phase, bytes) must
+// occur as often on both sides. Returns the differences, sorted by rank, name, phase, bytes.
+std::vector<OpDisagreement> op_disagreements(const spec::Trace& measured,
+                                             const spec::Trace& predicted);
+// The same, summed per op name over ranks (what `compare` reports).
+std::vector<OpMismatch> op_mismatches(const spec::Trace& measured, const spec::Trace& predicted);
+
 struct Comparison {
   double measured_step_s = 0;
   double predicted_step_s = 0;
@@ -24,6 +48,10 @@ struct Comparison {
   std::vector<Row> by_class;       // op classes
   std::vector<Row> by_collective;  // collective op names (tp all-reduce, dp reduce-scatter, ...)
   std::vector<Row> worst_ops;      // op names, largest |predicted - measured| first
+  // Ops whose count or bytes per step differ between the two traces (on the ranks both hold);
+  // an op on one side only has a count of 0 on the other. Empty when the prediction and the run
+  // describe the same program.
+  std::vector<OpMismatch> mismatched_ops;
 };
 
 // Throws InputError when a trace has no step time and no events.
