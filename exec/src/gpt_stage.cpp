@@ -462,12 +462,6 @@ class GptStage : public StageModel {
     const int64_t hd_local = h_ / t_;
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-    Tensor dx1 = act({local_rows_, h_});
-    be.copy(dy, dx1);
-    if (p.fc2_b != nullptr) {
-      auto s = rec(ctx_.op("mlp.residual", layer, B, mb));
-      bias_grad(dy, p.fc2_b->grad);
-    }
     Tensor dm = reduce_out_backward(dy, "mlp", layer, mb);
     Tensor dg = act({rows_, f_local_});
     {
@@ -486,17 +480,13 @@ class GptStage : public StageModel {
                          p.fc1_b ? &p.fc1_b->grad : nullptr);
     }
     Tensor dln2 = gather_backward(dm_in, "mlp", layer, mb);
-    Tensor tmp = act({local_rows_, h_});
+    Tensor dx1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
-      norm_backward(c.x1, *p.ln2_g, p.ln2_b, c.ln2_mean, c.ln2_rstd, dln2, tmp);
-      be.add(dx1, tmp, dx1);
+      norm_backward(c.x1, *p.ln2_g, p.ln2_b, c.ln2_mean, c.ln2_rstd, dln2, dx1);
     }
+    residual_backward("mlp", layer, mb, dy, p.fc2_b, dx1);
     // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
-    if (p.proj_b != nullptr) {
-      auto s = rec(ctx_.op("attn.residual", layer, B, mb));
-      bias_grad(dx1, p.proj_b->grad);
-    }
     Tensor dproj = reduce_out_backward(dx1, "attn", layer, mb);
     Tensor do_ = act({rows_, hd_local});
     {
@@ -532,9 +522,19 @@ class GptStage : public StageModel {
     {
       auto s = rec(ctx_.op("attn.norm", layer, B, mb));
       norm_backward(c.x, *p.ln1_g, p.ln1_b, c.ln1_mean, c.ln1_rstd, dln1, dx);
-      be.add(dx, dx1, dx);
     }
+    residual_backward("attn", layer, mb, dx1, p.proj_b, dx);
     return dx;
+  }
+
+  // The backward of `out = in + branch (+ bias)`: the gradient of `in` is the incoming gradient
+  // `dout` plus what the branch's norm gave back (`dnorm`, accumulated in place), and the bias
+  // gradient is the sum of `dout` over rows. One op, as the lowering counts it.
+  void residual_backward(const char* branch, int32_t layer, int64_t mb, const Tensor& dout,
+                         Param* bias, Tensor& dnorm) {
+    auto s = rec(ctx_.op(std::string(branch) + ".residual", layer, Phase::kBwd, mb));
+    if (bias != nullptr) bias_grad(dout, bias->grad);
+    backend().add(dnorm, dout, dnorm);
   }
 
   // The attention core, as the simulator names its steps; returns the probabilities.

@@ -90,7 +90,7 @@ Tensor slice_of(const Tensor& flat, int64_t begin, int64_t n) {
 
 }  // namespace
 
-void GradientSync::gather_layer(const LayerSlice& s) {
+void GradientSync::gather_layer(const LayerSlice& s, Phase phase) {
   // Each rank contributes its block (from the authoritative values) and receives all of them.
   Backend& be = *ctx_.backend;
   Tensor& values = stage_.params().values();
@@ -104,9 +104,9 @@ void GradientSync::gather_layer(const LayerSlice& s) {
     be.copy(slice_of(values, mine_begin, mine_n), dst);
   }
   {
-    auto sc = ctx_.recorder->scope(
-        ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather,
-                  Stream::kDpComm, s.shard * dp_ * 4, dp_, Phase::kNone, s.layer, std::nullopt));
+    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather",
+                                             OpClass::kAllGather, Stream::kDpComm,
+                                             s.shard * dp_ * 4, dp_, phase, s.layer, std::nullopt));
     ctx_.groups->dp->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
@@ -139,23 +139,47 @@ void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
 
 void GradientSync::before_forward(int32_t layer, int64_t) {
   if (zero_ == 3 && dp_ > 1)
-    if (const LayerSlice* s = slice(layer)) gather_layer(*s);
+    if (const LayerSlice* s = slice(layer)) gather_layer(*s, Phase::kFwd);
 }
 
-void GradientSync::before_backward(int32_t layer, int64_t micro_batch) {
-  before_forward(layer, micro_batch);
+void GradientSync::before_backward(int32_t layer, int64_t) {
+  if (zero_ == 3 && dp_ > 1)
+    if (const LayerSlice* s = slice(layer)) gather_layer(*s, Phase::kBwd);
 }
 
-void GradientSync::reduce_replicated(int32_t layer) {
+void GradientSync::reduce_sequence_parallel(Tensor& grads) {
   // Under sequence parallelism each tp rank saw only its rows: the gradients of the tensors all
-  // tp ranks share (norms, row-parallel biases, positions) are partial sums.
+  // tp ranks share (norms, row-parallel biases, positions) are partial sums, summed over the tp
+  // group in one coalesced all-reduce, as Megatron-LM's finalize_model_grads does (and as the
+  // simulator prices it: models::Layer::sp_partial_params).
   if (!ctx_.sequence_parallel || ctx_.groups->tp_size == 1) return;
-  for (Param& p : stage_.params().params()) {
-    if (p.layer != layer || !p.tp_replicated) continue;
+  std::vector<const Param*> partial;
+  int64_t n = 0;
+  for (const Param& p : stage_.params().params()) {
+    if (!p.tp_replicated) continue;
+    partial.push_back(&p);
+    n += p.grad.numel();
+  }
+  if (n == 0) return;
+  Backend& be = *ctx_.backend;
+  Tensor packed = be.empty({n});
+  int64_t at = 0;
+  for (const Param* p : partial) {
+    Tensor dst = slice_of(packed, at, p->grad.numel());
+    be.copy(slice_of(grads, p->offset, p->grad.numel()), dst);
+    at += p->grad.numel();
+  }
+  {
     auto s = ctx_.recorder->scope(ctx_.comm("sp.all_reduce", OpClass::kAllReduce, Stream::kTpComm,
-                                            p.grad.numel() * 4, ctx_.groups->tp_size, Phase::kBwd,
-                                            layer, std::nullopt));
-    ctx_.groups->tp->all_reduce(p.grad.data(), p.grad.numel());
+                                            n * 4, ctx_.groups->tp_size, Phase::kBwd, std::nullopt,
+                                            std::nullopt));
+    ctx_.groups->tp->all_reduce(packed.data(), n);
+  }
+  at = 0;
+  for (const Param* p : partial) {
+    Tensor dst = slice_of(grads, p->offset, p->grad.numel());
+    be.copy(slice_of(packed, at, p->grad.numel()), dst);
+    at += p->grad.numel();
   }
 }
 
@@ -164,20 +188,16 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   if (zero_ == 3 && dp_ > 1) {
     const LayerSlice* s = slice(layer);
     if (s == nullptr) return;
-    if (deferred(layer)) {  // tied: summed across stages first, at the end of the backward
-      if (last) reduce_replicated(layer);
-      return;
-    }
+    if (deferred(layer)) return;  // tied: summed across stages first, at the end of the backward
     // Hand this micro-batch's gradient of the layer to the owners of its shards, then start the
-    // next micro-batch from zero.
-    reduce_replicated(layer);
+    // next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over tp on
+    // the shards at the end.)
     reduce_scatter_layer(*s, shard_grads_);
     Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
     ctx_.backend->fill(zero, 0.0f);
     return;
   }
   if (!last) return;
-  reduce_replicated(layer);
   if (zero_ != 0 || dp_ == 1 || !stack_.dp_overlap) return;
   for (Bucket& b : buckets_) {
     if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
@@ -206,35 +226,37 @@ void GradientSync::reduce_tied() {
 
 void GradientSync::finish_backward() {
   reduce_tied();
-  if (dp_ == 1) return;
-  if (zero_ == 3) {
+  if (dp_ > 1 && zero_ == 3) {
     // Deferred (tied) layers were kept whole; reduce them now, then hand the shards over.
     for (const LayerSlice& s : slices_)
       if (deferred(s.layer)) reduce_scatter_layer(s, shard_grads_);
+    reduce_sequence_parallel(shard_grads_);
     ctx_.backend->copy(shard_grads_, stage_.params().grads());
     return;
   }
-  if (zero_ >= 1) {
+  if (dp_ > 1 && zero_ >= 1) {
     Tensor reduced = ctx_.backend->zeros({stage_.params().total()});
     for (const LayerSlice& s : slices_) reduce_scatter_layer(s, reduced);
     ctx_.backend->copy(reduced, stage_.params().grads());
-    return;
-  }
-  for (Bucket& b : buckets_) {
-    if (b.request) {
-      b.request->wait();  // launched (and for MPI completed) when the bucket was ready
-      b.request.reset();
-    } else {
-      all_reduce_range(b.begin, b.end, Phase::kBwd);
+  } else if (dp_ > 1) {
+    for (Bucket& b : buckets_) {
+      if (b.request) {
+        b.request->wait();  // launched (and for MPI completed) when the bucket was ready
+        b.request.reset();
+      } else {
+        all_reduce_range(b.begin, b.end, Phase::kBwd);
+      }
     }
+    for (const LayerSlice& s : slices_)
+      if (deferred(s.layer)) all_reduce_range(s.begin, s.end, Phase::kBwd);
   }
-  for (const LayerSlice& s : slices_)
-    if (deferred(s.layer)) all_reduce_range(s.begin, s.end, Phase::kBwd);
+  // After every data-parallel reduction: none may still be writing the gradients.
+  reduce_sequence_parallel(stage_.params().grads());
 }
 
 void GradientSync::after_update() {
   if (dp_ == 1 || zero_ == 0 || zero_ == 3) return;  // ZeRO-3 gathers on use
-  for (const LayerSlice& s : slices_) gather_layer(s);
+  for (const LayerSlice& s : slices_) gather_layer(s, Phase::kOpt);
 }
 
 }  // namespace sextant::exec

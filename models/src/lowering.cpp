@@ -86,6 +86,16 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
   return out;
 }
 
+int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage) {
+  const StageLayers layers = stage_layers(plan, lowered, stage);
+  int64_t params = 0;
+  for (size_t v = 0; v < layers.chunk_begin.size(); ++v)
+    for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l)
+      params += lowered.layers[l].params;
+  if (plan.pp > 1 && stage == plan.pp - 1) params += lowered.tied_table_params;
+  return params;
+}
+
 namespace {
 
 // Builders for the three kinds of op. Sizes are element counts; `e` is bytes per element.
@@ -425,7 +435,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     op.kernels = norm_bwd_kernels;
     return op;
   };
-  bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
+  // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
+  // once the branch's norm has given its gradient back, as the executor runs it.
   add_sp_gather(bw, x, "mlp");
   bw.push_back(gemm_backward(fc2));
   bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
@@ -433,7 +444,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   add_tp_reduce(bw, x, "mlp");
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
   bw.push_back(norm_backward(mlp_norm));
-  bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
+  bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, "attn");
   bw.push_back(gemm_backward(proj));
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
@@ -442,6 +453,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   add_tp_reduce(bw, x, "attn");
   if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
   bw.push_back(norm_backward(attn_norm));
+  bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
   if (x.autocast) bw.push_back(memory_backward(weight_cast, 1.0));
 
   // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
@@ -455,6 +467,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   layer.params = (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h +
                  (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h +
                  2 * norm_params;
+  if (x.sp) layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h;
 
   // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
   // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA,
@@ -515,6 +528,7 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
                    (m.architecture == spec::Architecture::kEncoder ? norm_params : 0);
   layer.params_total = x.V * x.h + shared;
   layer.params = (x.V + x.t - 1) / x.t * x.h + shared;
+  if (x.sp) layer.sp_partial_params = shared;
   layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
       m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
   layer.output_bytes = x.norm_tokens() * x.h * e;
@@ -561,7 +575,11 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   }
   layer.forward.push_back(loss);
   if (x.t > 1) {
-    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 3 * T * 4));
+    // Vocabulary-parallel cross-entropy (Megatron-LM tensor_parallel/cross_entropy.py): the max
+    // logit of each token first (each shard's sum of exponentials is relative to it), then the
+    // sums of exponentials and the target logits together: fp32 values per token.
+    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, T * 4));
+    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 2 * T * 4));
   }
   layer.backward.push_back(memory_backward(loss, 1.0));
   layer.backward.push_back(gemm_backward(logits));
@@ -574,8 +592,9 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   int64_t out_proj = m.tied_embeddings ? 0 : x.V * x.h;
   layer.params_total = (decoder ? norm_params : 0) + out_proj + pooler;
   // With tied embeddings and pipeline stages the last stage keeps its own copy of the table
-  // (Megatron-LM); that copy is memory, not a new parameter, and is added by the memory model.
+  // (Megatron-LM); that copy is memory, not a new parameter: stage_params adds it.
   layer.params = (decoder ? norm_params : 0) + (m.tied_embeddings ? 0 : vocab_shard * x.h) + pooler;
+  if (x.sp && decoder) layer.sp_partial_params = norm_params;
   // Kept: norm input, logits input, fp32 softmax of the logits shard.
   layer.saved_bytes = (decoder ? x.norm_tokens() * x.h * e : 0) + T * x.h * e + T * vocab_shard * 4;
   layer.saved_bytes_selective = layer.saved_bytes;

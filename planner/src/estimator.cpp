@@ -67,18 +67,17 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     sim::StageLayers layers = sim::stage_layers(plan, lowered, s);
     double t = 0;
     double b = 0;
-    int64_t params = 0;
     for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
         t += costs[i].forward + costs[i].backward + costs[i].recompute;
         b += costs[i].backward + costs[i].recompute;
-        params += lowered.layers[i].params;
       }
     }
+    const int64_t params = models::stage_params(plan, lowered, s);
     slowest_stage = std::max(slowest_stage, t);
     slowest_backward = std::max(slowest_backward, b);
     max_params = std::max(max_params, params);
-    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, *model_, s, cluster_);
+    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, s, cluster_);
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
   }
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;

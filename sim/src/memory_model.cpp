@@ -27,30 +27,21 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 }
 
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
-                                   const models::LoweredModel& lowered,
-                                   const spec::ModelSpec& model, int64_t stage,
+                                   const models::LoweredModel& lowered, int64_t stage,
                                    const spec::ClusterSpec* cluster) {
   StageLayers layers = stage_layers(plan, lowered, stage);
   const size_t chunks = layers.chunk_begin.size();
-  int64_t params = 0;
+  const int64_t params = models::stage_params(plan, lowered, stage);
   int64_t largest_layer = 0;
   int64_t largest_working = 0;  // activations of one layer while its backward runs
   std::vector<int64_t> chunk_activation(chunks, 0);
   for (size_t v = 0; v < chunks; ++v) {
     for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
       const models::Layer& layer = lowered.layers[l];
-      params += layer.params;
       largest_layer = std::max(largest_layer, layer.params);
       chunk_activation[v] += layer.saved_bytes_for(plan.recompute);
       largest_working = std::max(largest_working, layer.saved_bytes);
     }
-  }
-  // Tied embeddings split over pipeline stages: the last stage keeps its own copy of the table
-  // for the output projection (Megatron-LM), with its gradient and optimizer state.
-  const bool last_stage = stage == plan.pp - 1;
-  if (model.is_transformer() && model.transformer().tied_embeddings && plan.pp > 1 && last_stage) {
-    const spec::TransformerSpec& t = model.transformer();
-    params += (t.vocab + plan.tp - 1) / plan.tp * t.hidden;
   }
 
   StateBytesPerParam per = state_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype),

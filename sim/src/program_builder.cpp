@@ -50,6 +50,7 @@ class StageBuilder {
       flush_bucket(last);
     }
     reduce_tied_embeddings(last);
+    reduce_sequence_parallel_grads(last);
     optimizer_step();
     return std::move(program_);
   }
@@ -462,11 +463,24 @@ class StageBuilder {
          micro_batches_ - 1, after);
   }
 
-  void optimizer_step() {
+  // Under sequence parallelism the gradients of the parameters every tp rank holds whole are
+  // partial sums: one coalesced all-reduce over the tp group after the backward (Megatron-LM
+  // finalize_model_grads); the optimizer waits for it.
+  void reduce_sequence_parallel_grads(int32_t after) {
     int64_t params = 0;
     for (size_t v = 0; v < layers_.chunk_begin.size(); ++v)
       for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l)
-        params += lowered_.layers[l].params;
+        params += lowered_.layers[l].sp_partial_params;
+    if (params == 0) return;
+    const int64_t bytes = params * grad_bytes_;
+    int32_t op = named_op("sp.all_reduce", spec::OpClass::kAllReduce, bytes, -1);
+    require(comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
+                 TaskKind::kCollective, spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd,
+                 micro_batches_ - 1, after));
+  }
+
+  void optimizer_step() {
+    const int64_t params = models::stage_params(plan_, lowered_, stage_);
     // ZeRO shards the optimizer state (and the update) over the data-parallel group.
     int64_t updated = plan_.zero >= 1 ? (params + plan_.dp - 1) / plan_.dp : params;
     OpInfo info;

@@ -227,7 +227,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   // Memory: the most loaded stage.
   spec::MemoryBreakdown worst;
   for (int64_t s = 0; s < plan.pp; ++s) {
-    spec::MemoryBreakdown m = stage_memory(plan, setup.stack, lowered, model, s, &cluster);
+    spec::MemoryBreakdown m = stage_memory(plan, setup.stack, lowered, s, &cluster);
     if (s == 0 || m.peak_bytes > worst.peak_bytes) worst = m;
   }
   rep.memory = worst;

@@ -47,7 +47,7 @@ TEST(DataParallel, ZeroMemoryPerRank) {
   auto total = [&](int zero) {
     spec::Plan plan = test::make_plan(8, 1, 1, 8, 64);
     plan.zero = zero;
-    spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0);
+    spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, 0);
     return static_cast<double>(m.weights + m.gradients + m.optimizer);
   };
   EXPECT_DOUBLE_EQ(total(0), (2 + 2 + K) * psi);

@@ -94,9 +94,9 @@ TEST(Pipeline, ActivationMemoryFollowsTheSchedule) {
     per_mb += lowered.layers[static_cast<size_t>(l)].saved_bytes;
   spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
   plan.schedule = spec::Schedule::k1F1B;
-  EXPECT_EQ(stage_memory(plan, *plan.stack, lowered, model, 0).activations, p * per_mb);
+  EXPECT_EQ(stage_memory(plan, *plan.stack, lowered, 0).activations, p * per_mb);
   plan.schedule = spec::Schedule::kGpipe;
-  EXPECT_EQ(stage_memory(plan, *plan.stack, lowered, model, 0).activations, m * per_mb);
+  EXPECT_EQ(stage_memory(plan, *plan.stack, lowered, 0).activations, m * per_mb);
 }
 
 TEST(Pipeline, ScheduleUnitsCoverEveryMicroBatchAndChunkOnce) {

@@ -223,7 +223,7 @@ TEST(StackEffects, AutocastHoldsFp32ParametersAndGradients) {
   o.micro_batch = 4;
   models::LoweredModel lowered = models::lower(model, o);  // bf16
   const int64_t params = 2 * 256 * 256;
-  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0);
+  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, 0);
   EXPECT_EQ(m.weights, 4 * params);
   EXPECT_EQ(m.gradients, 4 * params);
   EXPECT_EQ(m.optimizer, 8 * params);
@@ -249,8 +249,8 @@ TEST(StackEffects, MemoryBeyondTensors) {
   o.micro_batch = 2;
   o.tp = 2;
   models::LoweredModel lowered = models::lower(model, o);
-  spec::MemoryBreakdown bare = stage_memory(plan, *plan.stack, lowered, model, 0);
-  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, model, 0, &cluster);
+  spec::MemoryBreakdown bare = stage_memory(plan, *plan.stack, lowered, 0);
+  spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, 0, &cluster);
   const int64_t allocator =
       std::llround(0.1 * static_cast<double>(bare.activations + bare.buffers));
   EXPECT_EQ(bare.reserved, allocator);
@@ -260,7 +260,7 @@ TEST(StackEffects, MemoryBeyondTensors) {
   EXPECT_EQ(m.headroom_bytes, cluster.device.memory_capacity_bytes - m.peak_bytes);
   EXPECT_TRUE(m.fits);
   cluster.device.memory_capacity_bytes = m.peak_bytes - 1;
-  EXPECT_FALSE(stage_memory(plan, *plan.stack, lowered, model, 0, &cluster).fits);
+  EXPECT_FALSE(stage_memory(plan, *plan.stack, lowered, 0, &cluster).fits);
 }
 
 }  // namespace

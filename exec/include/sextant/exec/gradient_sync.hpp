@@ -51,10 +51,10 @@ class GradientSync : public LayerHooks {
     std::unique_ptr<CommRequest> request;
   };
   const LayerSlice* slice(int32_t layer) const;
-  void reduce_replicated(int32_t layer);
+  void reduce_sequence_parallel(Tensor& grads);
   void reduce_tied();
   void reduce_scatter_layer(const LayerSlice& s, Tensor& into);
-  void gather_layer(const LayerSlice& s);
+  void gather_layer(const LayerSlice& s, spec::Phase phase);
   void all_reduce_range(int64_t begin, int64_t end, spec::Phase phase);
   bool deferred(int32_t layer) const;
 

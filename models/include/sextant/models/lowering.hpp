@@ -69,6 +69,10 @@ struct Layer {
   std::vector<Op> backward;  // in execution order
   int64_t params = 0;        // parameters held by one tp rank
   int64_t params_total = 0;  // parameters of the layer (all tp ranks, counted once)
+  // Parameters every tp rank holds whole that see only its rows under sequence parallelism
+  // (norms, row-parallel biases, learned positions): their gradients are partial sums, all-reduced
+  // over the tp group once per step (Megatron-LM finalize_model_grads, _allreduce_layernorm_grads).
+  int64_t sp_partial_params = 0;
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // core attention recomputed
@@ -122,5 +126,10 @@ struct StageLayers {
   std::vector<size_t> chunk_end;
 };
 StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
+
+// Parameters one rank of pipeline stage `stage` holds, updates and keeps state for: its layers',
+// plus, with several stages, the last stage's own copy of a tied embedding table for the output
+// projection (Megatron-LM; the executor's ParamStore holds the same copy).
+int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
 
 }  // namespace sextant::models

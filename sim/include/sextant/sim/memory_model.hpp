@@ -31,8 +31,7 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 // Memory of a rank of pipeline stage `stage`. With `cluster`, also the runtime and communicator
 // reserves, the capacity, the headroom and whether it fits.
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
-                                   const models::LoweredModel& lowered,
-                                   const spec::ModelSpec& model, int64_t stage,
+                                   const models::LoweredModel& lowered, int64_t stage,
                                    const spec::ClusterSpec* cluster = nullptr);
 
 }  // namespace sextant::sim
