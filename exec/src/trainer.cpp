@@ -14,6 +14,7 @@
 #include "sextant/exec/data.hpp"
 #include "sextant/exec/gradient_sync.hpp"
 #include "sextant/exec/stage_model.hpp"
+#include "sextant/models/lowering.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
@@ -126,6 +127,43 @@ class Trainer {
                      mb);
   }
 
+  // Stage-to-stage transfers. Where every tp rank holds the whole tensor, each sends only its
+  // 1/tp part and the receivers all-gather the parts (models::pipeline_transfer_parts, the rule
+  // the simulator prices).
+  std::pair<std::unique_ptr<CommRequest>, Tensor> transmit(const Tensor& t, const char* name,
+                                                           Phase phase, int64_t mb, int peer,
+                                                           int tag) {
+    Groups& g = *ctx_.groups;
+    const int64_t parts = models::pipeline_transfer_parts(plan_, t.numel());
+    const int64_t n = t.numel() / parts;
+    Tensor piece = t.view({t.numel()}).rows(parts > 1 ? g.tp_rank * n : 0, n);
+    auto s = ctx_.recorder->scope(p2p(name, OpClass::kSend, Stream::kPpSend, n, phase, mb));
+    return send(*g.world, *ctx_.backend, piece, peer, tag);
+  }
+
+  void receive(Tensor& t, const char* name, Phase phase, int64_t mb, int peer, int tag) {
+    Groups& g = *ctx_.groups;
+    Backend& be = *ctx_.backend;
+    const int64_t parts = models::pipeline_transfer_parts(plan_, t.numel());
+    if (parts == 1) {
+      auto s =
+          ctx_.recorder->scope(p2p(name, OpClass::kRecv, Stream::kPpRecv, t.numel(), phase, mb));
+      recv(*g.world, be, t, peer, tag);
+      return;
+    }
+    Tensor piece = be.empty({t.numel() / parts}, be.activation_dtype());
+    {
+      auto s = ctx_.recorder->scope(
+          p2p(name, OpClass::kRecv, Stream::kPpRecv, piece.numel(), phase, mb));
+      recv(*g.world, be, piece, peer, tag);
+    }
+    Tensor whole = t.view({t.numel()});
+    auto s = ctx_.recorder->scope(ctx_.comm("pp.all_gather", OpClass::kAllGather, Stream::kTpComm,
+                                            t.numel() * kActivationWireBytes, g.tp_size, phase,
+                                            std::nullopt, mb));
+    all_gather(*g.tp, be, piece, whole);
+  }
+
   // A test aid: SEXTANT_FAULT_RANK=r SEXTANT_FAULT_STEP=s makes world rank r fail at step s, to
   // check that a failing rank ends the job instead of leaving the others waiting.
   void maybe_inject_fault(int64_t step) const {
@@ -162,30 +200,26 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          auto s = ctx_.recorder->scope(p2p("pp.recv_activation", OpClass::kRecv, Stream::kPpRecv,
-                                            input.numel(), Phase::kFwd, u.micro_batch));
-          recv(*g.world, be, input, g.prev, tag(u.micro_batch, c, false));
+          receive(input, "pp.recv_activation", Phase::kFwd, u.micro_batch, g.prev,
+                  tag(u.micro_batch, c, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
         if (!last) {
-          auto s = ctx_.recorder->scope(p2p("pp.send_activation", OpClass::kSend, Stream::kPpSend,
-                                            out.numel(), Phase::kFwd, u.micro_batch));
-          sends.push_back(send(*g.world, be, out, g.next, tag(u.micro_batch, c + 1, false)));
+          sends.push_back(transmit(out, "pp.send_activation", Phase::kFwd, u.micro_batch, g.next,
+                                   tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
         if (!last) {
           grad = be.empty(output_shape(), be.activation_dtype());
-          auto s = ctx_.recorder->scope(p2p("pp.recv_gradient", OpClass::kRecv, Stream::kPpRecv,
-                                            grad.numel(), Phase::kBwd, u.micro_batch));
-          recv(*g.world, be, grad, g.next, tag(u.micro_batch, c + 1, true));
+          receive(grad, "pp.recv_gradient", Phase::kBwd, u.micro_batch, g.next,
+                  tag(u.micro_batch, c + 1, true));
         }
         Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
         if (u.chunk == 0) batches.erase(u.micro_batch);  // this rank's last use of it
         if (!first) {
-          auto s = ctx_.recorder->scope(p2p("pp.send_gradient", OpClass::kSend, Stream::kPpSend,
-                                            dx.numel(), Phase::kBwd, u.micro_batch));
-          sends.push_back(send(*g.world, be, dx, g.prev, tag(u.micro_batch, c, true)));
+          sends.push_back(transmit(dx, "pp.send_gradient", Phase::kBwd, u.micro_batch, g.prev,
+                                   tag(u.micro_batch, c, true)));
         }
       }
     }

@@ -86,6 +86,10 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
   return out;
 }
 
+int64_t pipeline_transfer_parts(const spec::Plan& plan, int64_t elements) {
+  return plan.tp > 1 && !plan.sequence_parallel && elements % plan.tp == 0 ? plan.tp : 1;
+}
+
 int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage) {
   const StageLayers layers = stage_layers(plan, lowered, stage);
   int64_t params = 0;

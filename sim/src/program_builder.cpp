@@ -180,25 +180,25 @@ class StageBuilder {
     return static_cast<int32_t>(program_.ops.size() - 1);
   }
 
-  // Activation (or gradient) crossing the boundary in front of local chunk `v`, per rank.
+  // Activation (or gradient) crossing the boundary in front of `first_layer`, per rank, whole.
   int64_t boundary_bytes(size_t first_layer) const {
-    int64_t bytes = lowered_.layers[first_layer - 1].output_bytes;
-    // Megatron's scatter/gather optimisation: each tp rank sends 1/tp of the activation and the
-    // receivers all-gather it over the fast intra-node links (SC'21 §4.1). With sequence
-    // parallelism the activation is already split.
-    if (plan_.tp > 1 && !plan_.sequence_parallel) bytes /= plan_.tp;
-    return bytes;
+    return lowered_.layers[first_layer - 1].output_bytes;
+  }
+  // The parts it travels in (models::pipeline_transfer_parts: Megatron's scatter/gather).
+  int64_t transfer_parts(int64_t bytes) const {
+    return models::pipeline_transfer_parts(plan_, bytes / elem_bytes_);
   }
 
-  void receive(PeerSlot from, int64_t bytes, Phase phase, int64_t mb, int32_t layer) {
+  void receive(PeerSlot from, int64_t full, Phase phase, int64_t mb, int32_t layer) {
+    const int64_t parts = transfer_parts(full);
+    const int64_t bytes = full / parts;
     spec::OpClass cls = spec::OpClass::kRecv;
     int32_t op = named_op(phase == Phase::kFwd ? "pp.recv_activation" : "pp.recv_gradient", cls,
                           bytes, layer);
     int32_t task = comm(Stream::kPpRecv, CommClass::kPp, static_cast<uint8_t>(from),
                         TaskKind::kRecv, spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, -1);
     require(task);
-    if (plan_.tp > 1 && !plan_.sequence_parallel) {
-      int64_t full = bytes * plan_.tp;
+    if (parts > 1) {
       int32_t ag = named_op("pp.all_gather", spec::OpClass::kAllGather, full, layer);
       // Part of the stage-to-stage exchange: waiting for it counts as pipeline time.
       int32_t g =
@@ -208,7 +208,8 @@ class StageBuilder {
     }
   }
 
-  void send(PeerSlot to, int64_t bytes, Phase phase, int64_t mb, int32_t layer) {
+  void send(PeerSlot to, int64_t full, Phase phase, int64_t mb, int32_t layer) {
+    const int64_t bytes = full / transfer_parts(full);
     int32_t op = named_op(phase == Phase::kFwd ? "pp.send_activation" : "pp.send_gradient",
                           spec::OpClass::kSend, bytes, layer);
     int32_t before = flush();

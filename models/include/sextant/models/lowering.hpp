@@ -127,6 +127,13 @@ struct StageLayers {
 };
 StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
 
+// Megatron's scatter/gather of pipeline transfers (Narayanan et al., SC'21 §4.1): with tensor
+// parallelism and no sequence parallelism every tp rank holds the whole activation, so each sends
+// 1/tp of it and the receivers all-gather it over their tp group. The parts an activation (or
+// its gradient) of `elements` per rank travels in: tp, or 1 when it is sent whole (sequence
+// parallelism already splits it; Megatron too sends whole what tp does not divide).
+int64_t pipeline_transfer_parts(const spec::Plan& plan, int64_t elements);
+
 // Parameters one rank of pipeline stage `stage` holds, updates and keeps state for: its layers',
 // plus, with several stages, the last stage's own copy of a tied embedding table for the output
 // projection (Megatron-LM; the executor's ParamStore holds the same copy).
