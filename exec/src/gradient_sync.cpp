@@ -17,45 +17,65 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       dp_(ctx.groups->dp_size),
       zero_(ctx.plan->zero) {
   ParamStore& store = stage_.params();
+  auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e) {
+    return Span{layer, b, e, (e - b + dp_ - 1) / dp_};
+  };
   int64_t largest = 0;
   for (int32_t layer : store.layers()) {
     auto [b, e] = store.layer_range(layer);
-    LayerSlice s{layer, b, e, (e - b + dp_ - 1) / dp_};
-    largest = std::max(largest, s.shard * dp_);
-    slices_.push_back(s);
+    layers_.push_back(span_of(layer, b, e));
+    largest = std::max(largest, layers_.back().shard * dp_);
+  }
+  // The buckets the simulator prices, mapped onto this stage's flat buffers (4-byte gradients).
+  const std::vector<models::GradientBucket> buckets = models::gradient_buckets(
+      *ctx.plan, *ctx.lowered, ctx.groups->pp_rank, stack_.dp_bucket_bytes, 4);
+  for (const models::GradientBucket& gb : buckets) {
+    Bucket b;
+    b.after_tied_sum = gb.after_tied_sum;
+    int64_t lo = INT64_MAX, hi = 0, n = 0;
+    for (size_t l : gb.layers) {
+      auto [lb, le] = store.layer_range(static_cast<int32_t>(l));
+      if (gb.after_tied_sum) tied_layers_.push_back(static_cast<int32_t>(l));
+      if (lb == le) continue;
+      b.layers.push_back(static_cast<int32_t>(l));
+      lo = std::min(lo, lb);
+      hi = std::max(hi, le);
+      n += le - lb;
+    }
+    if (b.layers.empty()) continue;
+    // Agreement by construction, checked: the stage holds the parameters the lowering counts, and
+    // a bucket's layers are neighbours in the flat buffers.
+    SEXTANT_CHECK(n == gb.params && hi - lo == n,
+                  "gradient bucket of {} layers: {} parameters in [{}, {}), the lowering counts {}",
+                  b.layers.size(), n, lo, hi, gb.params);
+    b.span = span_of(std::nullopt, lo, hi);
+    largest = std::max(largest, b.span.shard * dp_);
+    if (dp_ > 1 && zero_ < 3) buckets_.push_back(std::move(b));
   }
   padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
   shard_ = ctx_.backend->zeros({std::max<int64_t>(largest / std::max<int64_t>(dp_, 1) + 1, 1)});
-  const int64_t r = ctx_.groups->dp_rank;
   if (zero_ == 0 || dp_ == 1) {
     owned_.push_back({0, store.total()});
   } else {
-    for (const LayerSlice& s : slices_) {
-      int64_t b = std::min(s.end, s.begin + r * s.shard);
-      int64_t e = std::min(s.end, b + s.shard);
+    for (const Span& s : zero_ == 3 ? layers_ : std::vector<Span>{}) {
+      auto [b, e] = mine(s);
+      if (b < e) owned_.push_back({b, e});
+    }
+    for (const Bucket& bucket : buckets_) {
+      auto [b, e] = mine(bucket.span);
       if (b < e) owned_.push_back({b, e});
     }
   }
   if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
-  // DDP buckets: consecutive layers in backward order up to the bucket size (bytes of fp32).
-  if (zero_ == 0 && dp_ > 1) {
-    Bucket current;
-    for (auto it = slices_.rbegin(); it != slices_.rend(); ++it) {
-      if (deferred(it->layer)) continue;
-      if (current.layers.empty()) current.end = it->end;
-      current.begin = it->begin;
-      current.layers.push_back(it->layer);
-      if ((current.end - current.begin) * 4 >= stack_.dp_bucket_bytes) {
-        buckets_.push_back(std::move(current));
-        current = Bucket();
-      }
-    }
-    if (!current.layers.empty()) buckets_.push_back(std::move(current));
-  }
 }
 
-const GradientSync::LayerSlice* GradientSync::slice(int32_t layer) const {
-  for (const LayerSlice& s : slices_)
+std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
+  const int64_t b = std::min(s.end, s.begin + ctx_.groups->dp_rank * s.shard);
+  return {b, std::min(s.end, b + s.shard)};
+}
+
+const GradientSync::Span* GradientSync::layer_span(int32_t layer) const {
+  for (const Span& s : layers_)
     if (s.layer == layer) return &s;
   return nullptr;
 }
@@ -63,16 +83,16 @@ const GradientSync::LayerSlice* GradientSync::slice(int32_t layer) const {
 // Tied embeddings across stages are summed between the first and last stage before any data-
 // parallel reduction, so their buckets wait for the end of the backward.
 bool GradientSync::deferred(int32_t layer) const {
-  if (ctx_.groups->embedding == nullptr) return false;
-  for (Param& p : stage_.params().params())
-    if (p.layer == layer && (p.tied_copy || p.name == "embed.table")) return true;
-  return false;
+  return std::find(tied_layers_.begin(), tied_layers_.end(), layer) != tied_layers_.end();
 }
 
 void GradientSync::begin_step() {
   ctx_.backend->fill(stage_.params().grads(), 0.0f);
   if (!shard_grads_.empty()) ctx_.backend->fill(shard_grads_, 0.0f);
-  for (Bucket& b : buckets_) b.pending = static_cast<int32_t>(b.layers.size());
+  for (Bucket& b : buckets_) {
+    b.pending = static_cast<int32_t>(b.layers.size());
+    b.reduced = false;
+  }
 }
 
 void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
@@ -90,23 +110,22 @@ Tensor slice_of(const Tensor& flat, int64_t begin, int64_t n) {
 
 }  // namespace
 
-void GradientSync::gather_layer(const LayerSlice& s, Phase phase) {
+void GradientSync::gather_span(const Span& s, Phase phase) {
   // Each rank contributes its block (from the authoritative values) and receives all of them.
   Backend& be = *ctx_.backend;
   Tensor& values = stage_.params().values();
-  const int64_t r = ctx_.groups->dp_rank;
-  const int64_t mine_begin = std::min(s.end, s.begin + r * s.shard);
-  const int64_t mine_n = std::min(s.end, mine_begin + s.shard) - mine_begin;
+  const auto [mine_begin, mine_end] = mine(s);
   Tensor block = slice_of(shard_, 0, s.shard);
   be.fill(block, 0.0f);
-  if (mine_n > 0) {
-    Tensor dst = slice_of(shard_, 0, mine_n);
-    be.copy(slice_of(values, mine_begin, mine_n), dst);
+  if (mine_end > mine_begin) {
+    Tensor dst = slice_of(shard_, 0, mine_end - mine_begin);
+    be.copy(slice_of(values, mine_begin, mine_end - mine_begin), dst);
   }
   {
-    auto sc = ctx_.recorder->scope(ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather",
-                                             OpClass::kAllGather, Stream::kDpComm,
-                                             s.shard * dp_ * 4, dp_, phase, s.layer, std::nullopt));
+    // Bytes of the parameters gathered (the padding of the last block is not counted).
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather,
+                  Stream::kDpComm, (s.end - s.begin) * 4, dp_, phase, s.layer, std::nullopt));
     ctx_.groups->dp->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
@@ -114,7 +133,7 @@ void GradientSync::gather_layer(const LayerSlice& s, Phase phase) {
   stage_.params().refresh_compute(s.begin, s.end);  // ZeRO-3 gathers on use, after the update
 }
 
-void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
+void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumulate) {
   Backend& be = *ctx_.backend;
   Tensor& grads = stage_.params().grads();
   Tensor padded = slice_of(padded_, 0, s.shard * dp_);
@@ -123,28 +142,31 @@ void GradientSync::reduce_scatter_layer(const LayerSlice& s, Tensor& into) {
   be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
   {
-    auto sc = ctx_.recorder->scope(
-        ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
-                  Stream::kDpComm, s.shard * dp_ * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
+    auto sc = ctx_.recorder->scope(ctx_.comm(
+        zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
+        Stream::kDpComm, (s.end - s.begin) * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
     ctx_.groups->dp->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
-  const int64_t r = ctx_.groups->dp_rank;
-  const int64_t mine_begin = std::min(s.end, s.begin + r * s.shard);
-  const int64_t mine_n = std::min(s.end, mine_begin + s.shard) - mine_begin;
-  if (mine_n > 0) {
-    Tensor target = slice_of(into, mine_begin, mine_n);
-    be.add(target, slice_of(shard_, 0, mine_n), target);
+  const auto [mine_begin, mine_end] = mine(s);
+  if (mine_end > mine_begin) {
+    Tensor target = slice_of(into, mine_begin, mine_end - mine_begin);
+    Tensor sum = slice_of(shard_, 0, mine_end - mine_begin);
+    if (accumulate) {
+      be.add(target, sum, target);
+    } else {
+      be.copy(sum, target);
+    }
   }
 }
 
 void GradientSync::before_forward(int32_t layer, int64_t) {
   if (zero_ == 3 && dp_ > 1)
-    if (const LayerSlice* s = slice(layer)) gather_layer(*s, Phase::kFwd);
+    if (const Span* s = layer_span(layer)) gather_span(*s, Phase::kFwd);
 }
 
 void GradientSync::before_backward(int32_t layer, int64_t) {
   if (zero_ == 3 && dp_ > 1)
-    if (const LayerSlice* s = slice(layer)) gather_layer(*s, Phase::kBwd);
+    if (const Span* s = layer_span(layer)) gather_span(*s, Phase::kBwd);
 }
 
 void GradientSync::reduce_sequence_parallel(Tensor& grads) {
@@ -186,30 +208,40 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
 void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   const bool last = micro_batch == micro_batches_ - 1;
   if (zero_ == 3 && dp_ > 1) {
-    const LayerSlice* s = slice(layer);
+    const Span* s = layer_span(layer);
     if (s == nullptr) return;
     if (deferred(layer)) return;  // tied: summed across stages first, at the end of the backward
     // Hand this micro-batch's gradient of the layer to the owners of its shards, then start the
     // next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over tp on
     // the shards at the end.)
-    reduce_scatter_layer(*s, shard_grads_);
+    reduce_scatter_span(*s, shard_grads_, true);
     Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
     ctx_.backend->fill(zero, 0.0f);
     return;
   }
-  if (!last) return;
-  if (zero_ != 0 || dp_ == 1 || !stack_.dp_overlap) return;
+  if (!last || !stack_.dp_overlap) return;
   for (Bucket& b : buckets_) {
-    if (std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end()) continue;
-    if (--b.pending == 0) {
-      // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
-      auto s = ctx_.recorder->scope(
-          ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm, (b.end - b.begin) * 4,
-                    dp_, Phase::kBwd, std::nullopt, std::nullopt),
-          true);
-      b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.begin,
-                                                    b.end - b.begin);
-    }
+    if (b.after_tied_sum || std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
+      continue;
+    if (--b.pending == 0) reduce_bucket(b, true);
+  }
+}
+
+void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
+  b.reduced = true;
+  if (zero_ >= 1) {
+    // ZeRO-1/2: this rank's block of the sum replaces its gradients; the rest is not read again.
+    reduce_scatter_span(b.span, stage_.params().grads(), false);
+  } else if (during_backward) {
+    // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
+    auto s = ctx_.recorder->scope(
+        ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                  (b.span.end - b.span.begin) * 4, dp_, Phase::kBwd, std::nullopt, std::nullopt),
+        true);
+    b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.span.begin,
+                                                  b.span.end - b.span.begin);
+  } else {
+    all_reduce_range(b.span.begin, b.span.end, Phase::kBwd);
   }
 }
 
@@ -228,27 +260,20 @@ void GradientSync::finish_backward() {
   reduce_tied();
   if (dp_ > 1 && zero_ == 3) {
     // Deferred (tied) layers were kept whole; reduce them now, then hand the shards over.
-    for (const LayerSlice& s : slices_)
-      if (deferred(s.layer)) reduce_scatter_layer(s, shard_grads_);
+    for (const Span& s : layers_)
+      if (deferred(static_cast<int32_t>(*s.layer))) reduce_scatter_span(s, shard_grads_, true);
     reduce_sequence_parallel(shard_grads_);
     ctx_.backend->copy(shard_grads_, stage_.params().grads());
     return;
   }
-  if (dp_ > 1 && zero_ >= 1) {
-    Tensor reduced = ctx_.backend->zeros({stage_.params().total()});
-    for (const LayerSlice& s : slices_) reduce_scatter_layer(s, reduced);
-    ctx_.backend->copy(reduced, stage_.params().grads());
-  } else if (dp_ > 1) {
-    for (Bucket& b : buckets_) {
-      if (b.request) {
-        b.request->wait();  // launched (and for MPI completed) when the bucket was ready
-        b.request.reset();
-      } else {
-        all_reduce_range(b.begin, b.end, Phase::kBwd);
-      }
+  // Buckets not reduced during the backward (no overlap, or a tied table's), in order.
+  for (Bucket& b : buckets_) {
+    if (b.request) {
+      b.request->wait();  // launched (and for MPI completed) when the bucket was ready
+      b.request.reset();
+    } else if (!b.reduced) {
+      reduce_bucket(b, false);
     }
-    for (const LayerSlice& s : slices_)
-      if (deferred(s.layer)) all_reduce_range(s.begin, s.end, Phase::kBwd);
   }
   // After every data-parallel reduction: none may still be writing the gradients.
   reduce_sequence_parallel(stage_.params().grads());
@@ -256,7 +281,7 @@ void GradientSync::finish_backward() {
 
 void GradientSync::after_update() {
   if (dp_ == 1 || zero_ == 0 || zero_ == 3) return;  // ZeRO-3 gathers on use
-  for (const LayerSlice& s : slices_) gather_layer(s, Phase::kOpt);
+  for (const Bucket& b : buckets_) gather_span(b.span, Phase::kOpt);
 }
 
 }  // namespace sextant::exec

@@ -86,6 +86,38 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
   return out;
 }
 
+std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const LoweredModel& lowered,
+                                             int64_t stage, int64_t bucket_bytes,
+                                             int64_t grad_bytes) {
+  const StageLayers layers = stage_layers(plan, lowered, stage);
+  const bool tied_across_stages = plan.pp > 1 && lowered.tied_table_params > 0;
+  auto holds_tied_table = [&](size_t l) {
+    return tied_across_stages && ((stage == 0 && l == 0) ||
+                                  (stage == plan.pp - 1 && l + 1 == lowered.layers.size()));
+  };
+  std::vector<GradientBucket> out;
+  GradientBucket open, tied;
+  tied.after_tied_sum = true;
+  for (size_t v = layers.chunk_begin.size(); v-- > 0;) {
+    for (size_t l = layers.chunk_end[v]; l-- > layers.chunk_begin[v];) {
+      if (holds_tied_table(l)) {
+        tied.layers.push_back(l);
+        tied.params += lowered.layers[l].params + (stage == 0 ? 0 : lowered.tied_table_params);
+        continue;
+      }
+      open.layers.push_back(l);
+      open.params += lowered.layers[l].params;
+      if (open.params * grad_bytes >= bucket_bytes) {
+        out.push_back(std::move(open));
+        open = GradientBucket();
+      }
+    }
+  }
+  if (!open.layers.empty()) out.push_back(std::move(open));
+  if (!tied.layers.empty()) out.push_back(std::move(tied));
+  return out;
+}
+
 int64_t pipeline_transfer_parts(const spec::Plan& plan, int64_t elements) {
   return plan.tp > 1 && !plan.sequence_parallel && elements % plan.tp == 0 ? plan.tp : 1;
 }

@@ -31,6 +31,14 @@ class StageBuilder {
         micro_batches_(plan.micro_batches()) {}
 
   Program build() {
+    if (plan_.dp > 1 && plan_.zero < 3) {
+      buckets_ = models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes,
+                                          grad_bytes_);
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        pending_.push_back(static_cast<int64_t>(buckets_[b].layers.size()));
+        for (size_t l : buckets_[b].layers) bucket_of_[l] = b;
+      }
+    }
     gather_parameters_ahead();
     std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
         plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
@@ -42,14 +50,15 @@ class StageBuilder {
       }
     }
     int32_t last = flush();
-    if (plan_.dp > 1 && plan_.zero < 3 && !stack_.dp_overlap) {
+    if (!stack_.dp_overlap) {
       // All gradients reduced after the whole backward, in buckets.
-      for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
-        for (size_t l = layers_.chunk_end[v]; l-- > layers_.chunk_begin[v];) add_to_bucket(l, last);
-      }
-      flush_bucket(last);
+      for (const models::GradientBucket& b : buckets_)
+        if (!b.after_tied_sum) reduce_bucket(b, last);
     }
     reduce_tied_embeddings(last);
+    // On the same stream, after the end stages summed the tied table.
+    for (const models::GradientBucket& b : buckets_)
+      if (b.after_tied_sum) reduce_bucket(b, last);
     reduce_sequence_parallel_grads(last);
     optimizer_step();
     return std::move(program_);
@@ -273,29 +282,20 @@ class StageBuilder {
   void gather_parameters_ahead() {
     if (plan_.dp == 1 || (plan_.zero != 1 && plan_.zero != 2) || !stack_.param_gather_overlap)
       return;
-    // Megatron gathers the same buckets it reduces: as many parameters as a gradient bucket.
-    const int64_t bucket_params = std::max<int64_t>(1, stack_.dp_bucket_bytes / grad_bytes_);
-    int64_t open = 0;  // parameters in the open bucket
-    std::vector<size_t> members;
-    auto close = [&] {
-      if (open == 0) return;
-      const int64_t bytes = open * elem_bytes_;
-      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
-      int32_t task = comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-                          TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op,
-                          Phase::kFwd, 0, -1);
-      for (size_t l : members) param_gather_[l] = task;
-      members.clear();
-      open = 0;
-    };
-    for (size_t v = 0; v < layers_.chunk_begin.size(); ++v) {
-      for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l) {
-        open += lowered_.layers[l].params;
-        members.push_back(l);
-        if (open >= bucket_params) close();
-      }
+    // Megatron gathers the same buckets it reduces, the first forward's first layers first.
+    for (size_t b = buckets_.size(); b-- > 0;) {
+      int32_t task = gather_bucket(buckets_[b], Phase::kFwd, 0, -1);
+      for (size_t l : buckets_[b].layers) param_gather_[l] = task;
     }
-    close();
+  }
+
+  // ZeRO-1/2: all-gather a bucket's updated parameters from the data-parallel group.
+  int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
+    const int64_t bytes = b.params * elem_bytes_;
+    int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
+    return comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+                TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
+                after);
   }
 
   bool tp_overlapped(size_t layer, Phase phase) const {
@@ -421,33 +421,33 @@ class StageBuilder {
              TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op, Phase::kBwd,
              u.micro_batch, before);
       } else if (bucketed) {
-        add_to_bucket(l, -2);
+        layer_reduced(l);
       }
     });
-    if (bucketed) flush_bucket(flush());
     if (!first_chunk(u.chunk))
       send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch, static_cast<int32_t>(b));
   }
 
-  // Adds a layer's gradients to the open bucket; a full bucket is reduced at once, after `after`
-  // (-2: after the compute that just produced them).
-  void add_to_bucket(size_t layer, int32_t after) {
-    bucket_bytes_ += grad_bytes(layer);
-    if (bucket_bytes_ >= stack_.dp_bucket_bytes) flush_bucket(after == -2 ? flush() : after);
+  // The last micro-batch's backward of `layer` is done: a bucket it completes is reduced now,
+  // after the compute that produced the gradients (DDP's and Megatron's overlapped reduction).
+  void layer_reduced(size_t layer) {
+    auto it = bucket_of_.find(layer);
+    if (it == bucket_of_.end()) return;
+    const models::GradientBucket& b = buckets_[it->second];
+    if (--pending_[it->second] == 0 && !b.after_tied_sum) reduce_bucket(b, flush());
   }
 
-  void flush_bucket(int32_t after) {
-    if (bucket_bytes_ == 0) return;
+  void reduce_bucket(const models::GradientBucket& b, int32_t after) {
+    const int64_t bytes = b.params * grad_bytes_;
+    if (bytes == 0) return;
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
     spec::CollectiveKind kind =
         plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-    int32_t op =
-        named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
-                 plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
-                 bucket_bytes_, -1);
+    int32_t op = named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
+                          plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
+                          bytes, -1);
     comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-         TaskKind::kCollective, kind, bucket_bytes_, op, Phase::kBwd, micro_batches_ - 1, after);
-    bucket_bytes_ = 0;
+         TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
   }
 
   // The first and the last stage sum the gradients of the tied embedding table (Megatron's
@@ -511,11 +511,7 @@ class StageBuilder {
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
     if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
-      int64_t bytes = params * elem_bytes_;
-      int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
-      comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-           TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, Phase::kOpt, -1,
-           opt);
+      for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, opt);
     }
   }
 
@@ -538,7 +534,9 @@ class StageBuilder {
   Phase pending_phase_ = Phase::kFwd;
   int32_t pending_micro_batch_ = -1;
   int32_t last_compute_ = -1;
-  int64_t bucket_bytes_ = 0;
+  std::vector<models::GradientBucket> buckets_;  // data-parallel gradient buckets (not ZeRO-3)
+  std::map<size_t, size_t> bucket_of_;            // layer -> its bucket
+  std::vector<int64_t> pending_;                  // per bucket: layers still in backward
 };
 
 }  // namespace

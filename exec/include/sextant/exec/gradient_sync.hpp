@@ -1,17 +1,20 @@
 // Gradient synchronisation across data-parallel replicas and the parameters that follow from it:
 // DDP (gradient buckets all-reduced as soon as the last micro-batch's backward has produced them),
-// ZeRO-1/2 (reduce-scatter of gradients, each rank updates its shard of the parameters and
-// optimizer state, all-gather of the parameters), ZeRO-3/FSDP (parameters gathered before each
-// layer's forward and backward, gradients reduce-scattered after each layer's backward). Also the
-// sums that tensor and pipeline parallelism need first: sequence-parallel replicated gradients
-// over the tensor-parallel group, and tied embeddings between the first and last stage.
+// ZeRO-1/2 (the same buckets reduce-scattered, each rank updates its shard of the parameters and
+// optimizer state, the buckets' parameters all-gathered after the update), ZeRO-3/FSDP
+// (parameters gathered before each layer's forward and backward, gradients reduce-scattered after
+// each layer's backward). Also the sums that tensor and pipeline parallelism need: tied embeddings
+// between the first and last stage, and sequence-parallel partial gradients over the tp group.
+// The buckets are models::gradient_buckets, the ones the simulator prices.
 //
-// Sharding is per layer: each layer's slice of the flat parameter buffer is padded to a multiple
-// of dp and split into dp equal blocks; block i belongs to data-parallel rank i.
+// Sharding: a bucket's (ZeRO-1/2) or a layer's (ZeRO-3) slice of the flat parameter buffer is
+// padded to a multiple of dp and split into dp equal blocks; block i belongs to data-parallel
+// rank i.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "sextant/exec/context.hpp"
@@ -39,24 +42,32 @@ class GradientSync : public LayerHooks {
   void after_update();
 
  private:
-  struct LayerSlice {
-    int32_t layer = 0;
-    int64_t begin = 0, end = 0;  // flat range
-    int64_t shard = 0;           // padded block size
+  // A slice of the flat buffers sharded over the data-parallel group: one layer (ZeRO-3) or one
+  // bucket (ZeRO-1/2).
+  struct Span {
+    std::optional<int64_t> layer;  // the layer, for the trace (buckets have none)
+    int64_t begin = 0, end = 0;    // flat range
+    int64_t shard = 0;             // padded block size
   };
   struct Bucket {
-    int64_t begin = 0, end = 0;
+    Span span;
     std::vector<int32_t> layers;
+    bool after_tied_sum = false;  // reduced once the end stages have summed the tied table
     int32_t pending = 0;
+    bool reduced = false;
     std::unique_ptr<CommRequest> request;
   };
-  const LayerSlice* slice(int32_t layer) const;
+  const Span* layer_span(int32_t layer) const;
+  void reduce_bucket(Bucket& b, bool during_backward);
   void reduce_sequence_parallel(Tensor& grads);
   void reduce_tied();
-  void reduce_scatter_layer(const LayerSlice& s, Tensor& into);
-  void gather_layer(const LayerSlice& s, spec::Phase phase);
+  // Reduce-scatters the gradients of `s`; this rank's block of the sum is added to `into`
+  // (accumulate) or written there.
+  void reduce_scatter_span(const Span& s, Tensor& into, bool accumulate);
+  void gather_span(const Span& s, spec::Phase phase);
   void all_reduce_range(int64_t begin, int64_t end, spec::Phase phase);
   bool deferred(int32_t layer) const;
+  std::pair<int64_t, int64_t> mine(const Span& s) const;
 
   Context& ctx_;
   StageModel& stage_;
@@ -66,7 +77,8 @@ class GradientSync : public LayerHooks {
   spec::Stack stack_;
   int64_t dp_;
   int zero_;
-  std::vector<LayerSlice> slices_;
+  std::vector<Span> layers_;          // per layer with parameters, in store order
+  std::vector<int32_t> tied_layers_;  // layers holding a tied table (summed across stages first)
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> owned_;
   Tensor shard_grads_;  // ZeRO-3: gradients reduced per micro-batch, accumulated per shard

@@ -134,6 +134,23 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
 // parallelism already splits it; Megatron too sends whole what tp does not divide).
 int64_t pipeline_transfer_parts(const spec::Plan& plan, int64_t elements);
 
+// A gradient bucket of one pipeline stage: gradients reduced together over the data-parallel
+// group (all-reduced, or reduce-scattered and later all-gathered under ZeRO-1/2).
+struct GradientBucket {
+  std::vector<size_t> layers;   // lowered layer indices, in backward order
+  int64_t params = 0;           // gradients it reduces, per rank (a tied table's copy included)
+  bool after_tied_sum = false;  // holds a tied table: reduced once the end stages summed it
+};
+// The buckets of stage `stage` (PyTorch DDP, Megatron-LM's grad buffer): its layers in backward
+// order (last local chunk first), consecutive layers in one bucket until it holds at least
+// `bucket_bytes` of gradients of `grad_bytes` each. With pipeline stages a layer holding a tied
+// embedding table is left to a last bucket of its own, reduced after the first and the last stage
+// have summed the table's gradients. Buckets close when a layer's backward of the last
+// micro-batch completes them. The one rule the simulator prices and the executor runs.
+std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const LoweredModel& lowered,
+                                             int64_t stage, int64_t bucket_bytes,
+                                             int64_t grad_bytes);
+
 // Parameters one rank of pipeline stage `stage` holds, updates and keeps state for: its layers',
 // plus, with several stages, the last stage's own copy of a tied embedding table for the output
 // projection (Megatron-LM; the executor's ParamStore holds the same copy).
