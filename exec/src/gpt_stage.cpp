@@ -69,7 +69,11 @@ class GptStage : public StageModel {
     qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
-    vocab_local_ = m_.vocab / t_;
+    // The vocabulary padded to a multiple of tp (Megatron-LM pads it too): every rank holds
+    // ceil(V / tp) rows; the padded rows at the end of the last ranks are zeros that no token
+    // looks up and no logit is computed from, so the model is the same under any tp.
+    vocab_local_ = (m_.vocab + t_ - 1) / t_;
+    vocab_valid_ = std::clamp<int64_t>(m_.vocab - r_ * vocab_local_, 0, vocab_local_);
     models::StageLayers sl = models::stage_layers(plan, *ctx.lowered, ctx.groups->pp_rank);
     // One chunk of layers, or several under the interleaved schedule (chunk c is the model's
     // chunk c * pp + stage).
@@ -255,11 +259,16 @@ class GptStage : public StageModel {
     const int64_t vl = vocab_local_;
     // GPT-2 scales the init of the residual projections by 1/sqrt(2 * layers).
     const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(m_.layers));
+    // Vocabulary-parallel rows [r*vl, (r+1)*vl) of the global table `global`; padded rows are 0.
+    const int64_t vocab = m_.vocab;
+    auto vocab_rows = [=](std::string global) {
+      return [=](int64_t i) {
+        const int64_t row = r * vl + i / h;
+        return row < vocab ? kInitStd * init_normal(seed, global, row * h + i % h) : 0.0f;
+      };
+    };
     auto embedding_table = [&](std::string name, int32_t layer, bool tied_copy) {
-      // Vocabulary-parallel rows [r*V/t, (r+1)*V/t); the values of the global table "wte".
-      add(std::move(name), layer, {vl, h},
-          normal("wte", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }), true,
-          false, tied_copy);
+      add(std::move(name), layer, {vl, h}, vocab_rows("wte"), true, false, tied_copy);
     };
     std::vector<int32_t> layers;  // this rank's, in forward order
     for (auto [begin, end] : chunks_)
@@ -274,9 +283,7 @@ class GptStage : public StageModel {
         add("head.norm.gamma", layer, {h}, constant(1), false, true);
         if (layernorm()) add("head.norm.beta", layer, {h}, constant(0), false, true);
         if (!m_.tied_embeddings) {
-          add("head.weight", layer, {vl, h},
-              normal("lm_head", kInitStd, [=](int64_t i) { return (r * vl + i / h) * h + i % h; }),
-              true, false);
+          add("head.weight", layer, {vl, h}, vocab_rows("lm_head"), true, false);
         } else if (!has_embedding_) {
           embedding_table("head.tied_table", layer, true);
         }
@@ -620,10 +627,12 @@ class GptStage : public StageModel {
       norm(x, *head_g_, head_b_, c.ln, c.mean, c.rstd);
     }
     c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
-    c.logits = act({rows_, vocab_local_});
+    // Logits of this rank's real vocabulary rows only (the padded rows are left out).
+    const Tensor w = head_w_->compute.rows(0, vocab_valid_);
+    c.logits = act({rows_, vocab_valid_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kFwd, mb.index));
-      be.matmul_nt(c.xg, head_w_->compute, c.logits);
+      be.matmul_nt(c.xg, w, c.logits);
     }
     std::vector<float> target;
     {
@@ -661,7 +670,7 @@ class GptStage : public StageModel {
     const int32_t layer = head_layer_;
     // The loss of a step is the mean over every token of the global batch.
     const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
-    Tensor dlogits = act({rows_, vocab_local_});
+    Tensor dlogits = act({rows_, vocab_valid_});
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kBwd, mb.index));
       be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, scale,
@@ -670,7 +679,8 @@ class GptStage : public StageModel {
     Tensor dxg = act({rows_, h_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kBwd, mb.index));
-      be.matmul_nt_backward(c.xg, head_w_->compute, dlogits, dxg, head_w_->grad);
+      Tensor dw = head_w_->grad.rows(0, vocab_valid_);
+      be.matmul_nt_backward(c.xg, head_w_->compute.rows(0, vocab_valid_), dlogits, dxg, dw);
     }
     Tensor dln = gather_backward(dxg, "head", layer, mb.index);
     Tensor dx = act({local_rows_, h_});
@@ -689,6 +699,7 @@ class GptStage : public StageModel {
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
   QkvLayout qkv_;  // this rank's heads
   int64_t gate_ = 1, vocab_local_ = 0;
+  int64_t vocab_valid_ = 0;  // rows of this rank's vocabulary shard that are real tokens
   std::vector<std::pair<int32_t, int32_t>> chunks_;  // [begin, end) lowered layers of each chunk
   int32_t head_layer_ = 0;                           // the model's last lowered layer
   bool has_embedding_ = false, has_head_ = false;

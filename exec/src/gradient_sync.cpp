@@ -142,9 +142,9 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
   be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
   {
-    auto sc = ctx_.recorder->scope(ctx_.comm(
-        zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
-        Stream::kDpComm, (s.end - s.begin) * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
+                  Stream::kDpComm, (s.end - s.begin) * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
     ctx_.groups->dp->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const auto [mine_begin, mine_end] = mine(s);

@@ -183,10 +183,13 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
         diag.add("/transformer/heads", std::to_string(t.heads),
                  "rotary embeddings need an even head dimension (hidden / heads)");
       if (t.moe) diag.add("/transformer/moe", "", "mixture of experts is not executed");
-      if (t.vocab % ctx.groups->tp_size != 0)
+      // Padded to a multiple of tp; every rank must still hold a real token.
+      const int64_t tp = ctx.groups->tp_size;
+      if (t.vocab <= (tp - 1) * ((t.vocab + tp - 1) / tp))
         diag.add("/transformer/vocab", std::to_string(t.vocab),
-                 fmt::format("must be divisible by tp ({}) for the vocabulary-parallel embedding",
-                             ctx.groups->tp_size));
+                 fmt::format("too small for tp {}: the last rank's shard of the padded vocabulary "
+                             "would hold no token",
+                             tp));
       if (ctx.plan->sequence_parallel &&
           (options.micro_batch * options.seq_len) % ctx.groups->tp_size != 0)
         diag.add("/sequence_parallel", "true", "micro_batch * seq_len must be divisible by tp");

@@ -133,6 +133,21 @@ std::string broadcast_from_root(const std::string& mine, MPI_Comm world) {
   return out;
 }
 
+// The model as the executor trains it: without dropout, which it does not implement (a dropout
+// mask would have to be the same for a token under every layout). The trace records this model,
+// so `compare` against a prediction of the model with dropout shows the dropout ops as one-sided.
+spec::ModelSpec as_executed(const spec::ModelSpec& model, bool say) {
+  if (!model.is_transformer() || !model.transformer().dropout) return model;
+  if (say)
+    fmt::print(stderr,
+               "note: {} has dropout; the executor trains it without dropout (the trace records "
+               "the model as run)\n",
+               model.name);
+  spec::ModelSpec out = model;
+  std::get<spec::TransformerSpec>(out.body).dropout = false;
+  return out;
+}
+
 }  // namespace
 
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
@@ -141,15 +156,16 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   MPI_CHECK(MPI_Comm_size(world, &size));
   // Every rank checks the plan before its first collective, so a bad plan is refused everywhere.
   validate_for_executor(job.model, job.plan, size);
+  const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
   Layout layout(world, job.plan, job.comm);
-  if (!ties_embeddings(job.model)) layout.groups().embedding = nullptr;
+  if (!ties_embeddings(model)) layout.groups().embedding = nullptr;
   const int64_t seq =
-      job.model.is_transformer() ? job.plan.seq_len.value_or(job.model.transformer().seq_len) : 0;
+      model.is_transformer() ? job.plan.seq_len.value_or(model.transformer().seq_len) : 0;
   // The bytes each traced op reports are those of the activation type the backend stores.
   const spec::Dtype dtype =
       backend.activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   models::LoweredModel lowered = models::lower(
-      job.model, {job.plan.micro_batch, seq, dtype, job.plan.tp, job.plan.sequence_parallel});
+      model, {job.plan.micro_batch, seq, dtype, job.plan.tp, job.plan.sequence_parallel});
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
   Context ctx;
@@ -202,7 +218,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   };
   TrainResult result;
   try {
-    result = train(job.model, ctx, job.train, on_step);
+    result = train(model, ctx, job.train, on_step);
   } catch (const std::runtime_error& e) {
     if (std::string(e.what()).find("the loss is") != std::string::npos)
       throw TrainingDiverged(e.what());
@@ -233,7 +249,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
         mean += s.step_time_s;
         ++counted;
       }
-      trace.metadata = {{"model", job.model.name},
+      trace.metadata = {{"model", model.name},
                         {"plan", job.plan.name()},
                         {"plan_json", spec::to_json(job.plan)},
                         {"ranks", size},
@@ -244,7 +260,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"step_times_s", step_times},
                         // What a simulator needs to predict this run again (calibration checks
                         // its fit on it): the model, the precision and the software stack.
-                        {"model_json", spec::to_json(job.model)},
+                        {"model_json", spec::to_json(model)},
                         {"precision", precision_name(job.precision.value_or(
                                           job.backend == BackendKind::kCuda ? Precision::kBf16
                                                                             : Precision::kFp32))},

@@ -92,8 +92,8 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
   const StageLayers layers = stage_layers(plan, lowered, stage);
   const bool tied_across_stages = plan.pp > 1 && lowered.tied_table_params > 0;
   auto holds_tied_table = [&](size_t l) {
-    return tied_across_stages && ((stage == 0 && l == 0) ||
-                                  (stage == plan.pp - 1 && l + 1 == lowered.layers.size()));
+    return tied_across_stages &&
+           ((stage == 0 && l == 0) || (stage == plan.pp - 1 && l + 1 == lowered.layers.size()));
   };
   std::vector<GradientBucket> out;
   GradientBucket open, tied;

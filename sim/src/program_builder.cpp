@@ -32,8 +32,8 @@ class StageBuilder {
 
   Program build() {
     if (plan_.dp > 1 && plan_.zero < 3) {
-      buckets_ = models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes,
-                                          grad_bytes_);
+      buckets_ =
+          models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
         pending_.push_back(static_cast<int64_t>(buckets_[b].layers.size()));
         for (size_t l : buckets_[b].layers) bucket_of_[l] = b;
@@ -443,9 +443,9 @@ class StageBuilder {
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
     spec::CollectiveKind kind =
         plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-    int32_t op = named_op(plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
-                          plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce,
-                          bytes, -1);
+    int32_t op = named_op(
+        plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
+        plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
     comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
          TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
   }
@@ -535,8 +535,8 @@ class StageBuilder {
   int32_t pending_micro_batch_ = -1;
   int32_t last_compute_ = -1;
   std::vector<models::GradientBucket> buckets_;  // data-parallel gradient buckets (not ZeRO-3)
-  std::map<size_t, size_t> bucket_of_;            // layer -> its bucket
-  std::vector<int64_t> pending_;                  // per bucket: layers still in backward
+  std::map<size_t, size_t> bucket_of_;           // layer -> its bucket
+  std::vector<int64_t> pending_;                 // per bucket: layers still in backward
 };
 
 }  // namespace
