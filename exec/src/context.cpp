@@ -13,15 +13,21 @@ Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase 
   if (lowered != nullptr && layer >= 0 && static_cast<size_t>(layer) < lowered->layers.size()) {
     const models::Layer& l = lowered->layers[static_cast<size_t>(layer)];
     const std::vector<models::Op>& ops = phase == spec::Phase::kBwd ? l.backward : l.forward;
+    bool found = false;
     for (const models::Op& o : ops) {
       if (o.name == name && !o.is_comm()) {
         e.op_class = o.op_class;
         e.flops = o.flops;
         e.bytes = o.bytes;
         e.shape = o.shape;
+        found = true;
         break;
       }
     }
+    // An op the lowering does not have would be traced without FLOPs or bytes, and the simulator
+    // would never price it: the two readings of the plan would differ.
+    SEXTANT_CHECK(found, "the executor's op {} ({} of layer {} \"{}\") is not in the lowering", name,
+                  spec::enum_name(spec::phase_names(), phase), layer, l.name);
   }
   return e;
 }

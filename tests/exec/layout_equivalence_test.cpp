@@ -202,8 +202,14 @@ spec::ModelSpec model_of(Net n) {
   return tiny_gpt();
 }
 
+spec::Plan with_recompute(spec::Plan p, spec::Recompute r) {
+  p.recompute = r;
+  return p;
+}
+
 std::vector<Layout> layouts() {
   using S = spec::Schedule;
+  using R = spec::Recompute;
   return {
       {"dp2", plan_of(2, 1, 1)},
       {"tp2", plan_of(1, 2, 1)},
@@ -221,6 +227,9 @@ std::vector<Layout> layouts() {
       {"llama_tp2_sp", plan_of(1, 2, 1, 0, true), Net::kLlama},
       {"pp2_interleaved", plan_of(1, 1, 2, 0, false, S::kInterleaved)},
       {"vocab63_tp2", plan_of(1, 2, 1), Net::kGptOddVocab},
+      {"tp2_sp_full_recompute", with_recompute(plan_of(1, 2, 1, 0, true), R::kFull)},
+      {"llama_pp2_selective_recompute", with_recompute(plan_of(1, 1, 2), R::kSelective),
+       Net::kLlama},
       {"llama_pp2_interleaved", plan_of(1, 1, 2, 0, false, S::kInterleaved), Net::kLlama},
       {"dp4", plan_of(4, 1, 1)},
       {"tp4", plan_of(1, 4, 1)},
