@@ -133,6 +133,8 @@ void run_calibrate(const CalibrateFlags& f) {
   if (!f.model.empty()) {
     const spec::ModelSpec model = models::resolve_model(f.model);
     const spec::Plan plan = spec::read_plan_file(f.plan);
+    // Refused as `simulate` and `run` refuse it, naming the file.
+    spec::validate_plan(plan, model, plan.world_size(), f.plan);
     class_fit =
         loop::fit_classes(traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]),
                           f.kineto[0], model, plan, c.cluster);

@@ -175,10 +175,6 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
       Diagnostics diag(source);
       if (t.architecture != spec::Architecture::kDecoder)
         diag.add("/transformer/architecture", "\"encoder\"", "the executor runs decoders");
-      if (t.kv_heads % ctx.groups->tp_size != 0)
-        diag.add("/transformer/kv_heads", std::to_string(t.kv_heads),
-                 fmt::format("must be divisible by tp ({}): each rank holds whole kv heads",
-                             ctx.groups->tp_size));
       if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
         diag.add("/transformer/heads", std::to_string(t.heads),
                  "rotary embeddings need an even head dimension (hidden / heads)");
@@ -190,9 +186,6 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
                  fmt::format("too small for tp {}: the last rank's shard of the padded vocabulary "
                              "would hold no token",
                              tp));
-      if (ctx.plan->sequence_parallel &&
-          (options.micro_batch * options.seq_len) % ctx.groups->tp_size != 0)
-        diag.add("/sequence_parallel", "true", "micro_batch * seq_len must be divisible by tp");
       diag.throw_if_any();
       return make_gpt_stage(model, ctx, options);
     }

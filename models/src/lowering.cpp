@@ -657,17 +657,11 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.fusion = o.fusion;
   x.autocast = o.autocast && x.e < 4;
   std::string source = fmt::format("model {}", model.name);
-  if (m.heads % o.tp != 0 || m.kv_heads % o.tp != 0 || m.ffn_hidden % o.tp != 0 ||
-      m.hidden % o.tp != 0) {
-    throw InputError(source, "/tp", std::to_string(o.tp),
-                     fmt::format("must divide heads ({}), kv_heads ({}), hidden ({}) and "
-                                 "ffn_hidden ({})",
-                                 m.heads, m.kv_heads, m.hidden, m.ffn_hidden));
-  }
-  if (x.sp && x.s % o.tp != 0) {
-    throw InputError(source, "/sequence_parallel", "true",
-                     fmt::format("needs tp ({}) to divide seq_len ({})", o.tp, x.s));
-  }
+  if (std::string problem = spec::tensor_parallel_problem(model, o.tp); !problem.empty())
+    throw InputError(source, "/tp", std::to_string(o.tp), problem);
+  if (x.sp)
+    if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
+      throw InputError(source, "/sequence_parallel", "true", problem);
   LoweredModel out;
   out.dtype = o.dtype;
   out.tokens_per_micro_batch = x.b * x.s;

@@ -151,8 +151,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         reject("tensor parallelism needs a transformer");
         continue;
       }
-      if (transformer && (m.transformer().heads % tp != 0 || m.transformer().kv_heads % tp != 0 ||
-                          m.transformer().ffn_hidden % tp != 0)) {
+      if (transformer && !spec::tensor_parallel_problem(m, tp).empty()) {
         reject("tp does not divide the heads or the MLP");
         continue;
       }
@@ -200,7 +199,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
             if (zero >= 1 && dp == 1) continue;  // nothing to shard: the same plan as zero 0
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
-              if (sp && transformer && r.seq_len.value_or(m.transformer().seq_len) % tp != 0) {
+              if (sp && transformer &&
+                  !spec::sequence_parallel_problem(r.seq_len.value_or(m.transformer().seq_len), tp)
+                       .empty()) {
                 reject("sequence parallelism needs tp to divide the sequence");
                 continue;
               }

@@ -239,16 +239,11 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   if (model.is_transformer()) {
     const TransformerSpec& t = model.transformer();
     int64_t seq = p.seq_len.value_or(t.seq_len);
-    if (t.heads % p.tp != 0)
-      add("tp", std::to_string(p.tp), fmt::format("must divide the {} attention heads", t.heads));
-    else if (t.kv_heads % p.tp != 0)
-      add("tp", std::to_string(p.tp),
-          fmt::format("must divide the {} key/value heads", t.kv_heads));
-    if (t.ffn_hidden % p.tp != 0)
-      add("tp", std::to_string(p.tp), fmt::format("must divide ffn_hidden ({})", t.ffn_hidden));
-    if (p.sequence_parallel && seq % p.tp != 0)
-      add("sequence_parallel", "true",
-          fmt::format("needs tp ({}) to divide the sequence length ({})", p.tp, seq));
+    if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
+      add("tp", std::to_string(p.tp), problem);
+    if (p.sequence_parallel)
+      if (std::string problem = sequence_parallel_problem(seq, p.tp); !problem.empty())
+        add("sequence_parallel", "true", problem);
     if (p.seq_len)
       if (std::string problem = seq_len_problem(model, *p.seq_len); !problem.empty())
         add("seq_len", std::to_string(*p.seq_len), problem);
@@ -258,12 +253,32 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
                       "by pp ({})",
                       p.micro_batches(), p.pp));
   } else {
-    if (p.tp > 1)
-      add("tp", std::to_string(p.tp),
-          "tensor parallelism applies to transformers only: use tp = 1 for MLPs and CNNs");
+    if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
+      add("tp", std::to_string(p.tp), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
   }
   diag.throw_if_any();
+}
+
+std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp) {
+  if (tp == 1) return "";
+  if (!model.is_transformer())
+    return "tensor parallelism applies to transformers only: use tp = 1 for MLPs and CNNs";
+  const TransformerSpec& t = model.transformer();
+  std::vector<std::string> parts;
+  if (t.heads % tp != 0) parts.push_back(fmt::format("the {} attention heads", t.heads));
+  if (t.kv_heads % tp != 0) parts.push_back(fmt::format("the {} key/value heads", t.kv_heads));
+  if (t.ffn_hidden % tp != 0) parts.push_back(fmt::format("ffn_hidden ({})", t.ffn_hidden));
+  if (parts.empty()) return "";
+  std::string list = parts.front();
+  for (size_t i = 1; i < parts.size(); ++i)
+    list += (i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return "must divide " + list;
+}
+
+std::string sequence_parallel_problem(int64_t seq_len, int64_t tp) {
+  if (tp <= 1 || seq_len % tp == 0) return "";
+  return fmt::format("needs tp ({}) to divide the sequence length ({})", tp, seq_len);
 }
 
 std::string seq_len_problem(const ModelSpec& model, int64_t seq_len) {

@@ -27,6 +27,22 @@ expect_error() {  # expect_error <substring> <command...>
 
 "$sextant" clusters show local-cpu --json >"$dir/cluster.json"
 
+# One bad plan, one message: simulate, run and calibrate refuse tp 3 on gpt-tiny (4 heads, ffn 512)
+# with the same words, from the one rule (spec::tensor_parallel_problem).
+cat >"$dir/tp3.plan.json" <<'EOF'
+{"schema": "sextant.plan/1", "dp": 1, "tp": 3, "pp": 1, "zero": 0, "micro_batch": 1,
+ "global_batch": 3}
+EOF
+tp3="/tp = 3: must divide the 4 attention heads, the 4 key/value heads and ffn_hidden (512)"
+expect_error "tp3.plan.json: $tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu \
+  --gpus 3 --plan "$dir/tp3.plan.json"
+expect_error "tp3.plan.json: $tp3" "$sextant" calibrate --cluster local-cpu --model gpt-tiny \
+  --plan "$dir/tp3.plan.json" --out "$dir/never.json" \
+  --kineto "$source_dir/traces/samples/kineto-gpt2-124m-h100-b8.json.gz"
+expect_error "$tp3" "$sextant" run --model gpt-tiny --np 3 --plan "$dir/tp3.plan.json" --steps 1
+expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 3 --tp 3 \
+  --global-batch 3
+
 # A valid model file from the zoo, then broken in several ways.
 cp "$source_dir/models/zoo/gpt-tiny.json" "$dir/valid-model.json"
 "$sextant" models show "$dir/valid-model.json" >/dev/null || { echo "FAIL: valid model rejected"; failures=$((failures + 1)); }

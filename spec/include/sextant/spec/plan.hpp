@@ -69,6 +69,14 @@ Stack plan_stack(const Plan& plan, bool gpu_cluster);
 // is. The one rule for plans and for plan searches.
 std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 
+// What is wrong with splitting `model` over `tp` tensor-parallel ranks (Megatron-LM: whole heads
+// and key/value heads per rank, an even share of the MLP; transformers only), or "" when nothing
+// is. The one rule for plans, plan searches, the lowering and the executor.
+std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp);
+// What is wrong with sequence parallelism over `tp` ranks for sequences of `seq_len` tokens (each
+// rank takes an equal share of the rows: tp must divide the sequence), or "".
+std::string sequence_parallel_problem(int64_t seq_len, int64_t tp);
+
 // Checks the plan against a model and a rank count; throws InputError naming `source` with every
 // broken rule (dp*tp*pp != ranks, heads not divisible by tp, more stages than layers, ...).
 void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
