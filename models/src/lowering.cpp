@@ -857,10 +857,10 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
 
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
-  if (!model.is_transformer() && options.tp > 1) {
-    throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),
-                     "tensor parallelism applies to transformers only");
-  }
+  if (!model.is_transformer())
+    if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
+      throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),
+                       problem);
   switch (model.kind()) {
     case spec::ModelKind::kTransformer:
       return lower_transformer(model, options);

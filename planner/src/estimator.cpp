@@ -91,7 +91,8 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     int64_t boundary = 0;
     for (const models::Layer& layer : lowered.layers)
       boundary = std::max(boundary, layer.output_bytes);
-    if (plan.tp > 1 && !plan.sequence_parallel) boundary /= plan.tp;
+    // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
+    boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     int64_t pair[2] = {0, layout.pp_next(0)};
     double p2p = collectives
                      .cost(spec::CollectiveKind::kSendRecv, boundary,
