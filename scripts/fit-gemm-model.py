@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fits the GEMM model of a cluster file (device.gemm_model: mainloop_efficiency, tile_overhead_k,
 kernel_overhead_us) to the GEMM kernels of a PyTorch-profiler trace by least squares on the
-relative error, the way sim/src/compute_model.cpp (ComputeModel::matmul_seconds) prices them:
+relative error, the way sim/cost/src/compute_model.cpp (ComputeModel::matmul_seconds) prices them:
 waves of tiles over the SMs, split-K, at the SM clock the trace ran at.
 
 Usage: scripts/fit-gemm-model.py TRACE.json[.gz] --sms 132 --clock-mhz 1970 --peak-tflops 989.4 \
