@@ -298,7 +298,7 @@ class Trainer {
     ctx_.backend->to_host(stage_->params().values(), s.values);
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
-    save_checkpoint(o_.checkpoint_dir, plan_.name(), s, *ctx_.groups->world);
+    save_checkpoint(o_.checkpoint_dir, checkpoint_layout(), s, *ctx_.groups->world);
   }
 
   // Before the first step, not after K of them: every rank can write the checkpoint directory.
@@ -320,10 +320,20 @@ class Trainer {
                        problem.empty() ? "another rank cannot write this directory" : problem);
   }
 
+  // What a checkpoint's shards mean: the plan, and for ZeRO-1/2 that each rank's optimizer state
+  // covers its blocks of the gradient buckets (per layer before; such a checkpoint is refused as
+  // another layout rather than resumed with moments at the wrong places).
+  std::string checkpoint_layout() const {
+    if ((plan_.zero == 1 || plan_.zero == 2) && plan_.dp > 1)
+      return plan_.name() + " (ZeRO shards by gradient bucket)";
+    return plan_.name();
+  }
+
   int64_t restore() {
     std::vector<std::string> skipped;
-    std::optional<Shard> s = load_checkpoint(
-        o_.checkpoint_dir, plan_.name(), stage_->params().total(), *ctx_.groups->world, &skipped);
+    std::optional<Shard> s =
+        load_checkpoint(o_.checkpoint_dir, checkpoint_layout(), stage_->params().total(),
+                        *ctx_.groups->world, &skipped);
     for (const std::string& line : skipped)
       fmt::print(stderr, "warning: checkpoint {}; resuming from step {}\n", line, s ? s->step : 0);
     if (!s && !o_.resume_if_exists)
