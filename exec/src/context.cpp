@@ -26,8 +26,8 @@ Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase 
     }
     // An op the lowering does not have would be traced without FLOPs or bytes, and the simulator
     // would never price it: the two readings of the plan would differ.
-    SEXTANT_CHECK(found, "the executor's op {} ({} of layer {} \"{}\") is not in the lowering", name,
-                  spec::enum_name(spec::phase_names(), phase), layer, l.name);
+    SEXTANT_CHECK(found, "the executor's op {} ({} of layer {} \"{}\") is not in the lowering",
+                  name, spec::enum_name(spec::phase_names(), phase), layer, l.name);
   }
   return e;
 }
