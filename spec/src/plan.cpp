@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <functional>
 #include <numeric>
 
 #include "sextant/spec/json_io.hpp"
@@ -49,6 +50,62 @@ std::string Plan::name() const {
   if (recompute == Recompute::kFull) s += ".rc-full";
   return s;
 }
+
+namespace {
+
+using ProblemSink = std::function<void(const std::string& field, const std::string& value,
+                                       const std::string& expected)>;
+
+// The rules a plan obeys on its own, without a model or a cluster: one home for plan files and
+// flags (plan_from_json) and for plans built in code (validate_plan).
+void check_plan_rules(const Plan& p, const ProblemSink& problem) {
+  // (A plan file's reader has refused these already; a plan built in code may hold anything.)
+  if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.micro_batch < 1 || p.global_batch < 1 ||
+      p.virtual_stages < 1) {
+    problem("dp",
+            fmt::format("dp {}, tp {}, pp {}, micro_batch {}, global_batch {}, virtual_stages {}",
+                        p.dp, p.tp, p.pp, p.micro_batch, p.global_batch, p.virtual_stages),
+            "every degree and batch size must be >= 1");
+    return;
+  }
+  // In double: three degrees of up to 2^24 each multiply past int64.
+  if (static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) >
+      static_cast<double>(kMaxRanks)) {
+    problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
+            fmt::format("dp*tp*pp must be at most {} ranks", kMaxRanks));
+    return;
+  }
+  if (p.global_batch % (p.dp * p.micro_batch) != 0) {
+    problem("global_batch", std::to_string(p.global_batch),
+            fmt::format("must be a multiple of dp*micro_batch ({}*{} = {})", p.dp, p.micro_batch,
+                        p.dp * p.micro_batch));
+  } else if (std::string count = micro_batch_count_problem(p.micro_batches()); !count.empty()) {
+    problem("global_batch", std::to_string(p.global_batch), count);
+  }
+  if (p.virtual_stages > 1 && p.schedule != Schedule::kInterleaved) {
+    problem("virtual_stages", std::to_string(p.virtual_stages),
+            "must be 1 unless schedule is \"interleaved\"");
+  }
+  if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.virtual_stages < 2) {
+    problem("virtual_stages", std::to_string(p.virtual_stages),
+            "must be >= 2 with the interleaved schedule");
+  }
+  if (!p.stage_layers.empty() &&
+      static_cast<int64_t>(p.stage_layers.size()) != p.pp * p.virtual_stages) {
+    problem("stage_layers", fmt::format("{} entries", p.stage_layers.size()),
+            fmt::format("must have pp*virtual_stages = {} entries", p.pp * p.virtual_stages));
+  }
+  if (p.sequence_parallel && p.tp < 2) {
+    problem("sequence_parallel", "true", "needs tp > 1");
+  }
+  if (p.zero >= 2 && p.pp > 1) {
+    problem("zero", std::to_string(p.zero),
+            "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
+            "micro-batches: use zero <= 1 with pp > 1");
+  }
+}
+
+}  // namespace
 
 Plan plan_from_json(const Json& json, const std::string& source) {
   Diagnostics diag(source);
@@ -104,44 +161,9 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   r.value("predicted", Presence::kOptional);  // written by `sextant plan`, informational
   r.value("provenance", Presence::kOptional);
   r.finish();
-  // In double: three degrees of up to 2^24 each multiply past int64.
-  if (diag.ok() &&
-      static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) >
-          static_cast<double>(kMaxRanks)) {
-    r.problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
-              fmt::format("dp*tp*pp must be at most {} ranks", kMaxRanks));
-  }
-  if (diag.ok()) {
-    if (p.global_batch % (p.dp * p.micro_batch) != 0) {
-      r.problem("global_batch", std::to_string(p.global_batch),
-                fmt::format("must be a multiple of dp*micro_batch ({}*{} = {})", p.dp,
-                            p.micro_batch, p.dp * p.micro_batch));
-    } else if (std::string problem = micro_batch_count_problem(p.micro_batches());
-               !problem.empty()) {
-      r.problem("global_batch", std::to_string(p.global_batch), problem);
-    }
-    if (p.virtual_stages > 1 && p.schedule != Schedule::kInterleaved) {
-      r.problem("virtual_stages", std::to_string(p.virtual_stages),
-                "must be 1 unless schedule is \"interleaved\"");
-    }
-    if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.virtual_stages < 2) {
-      r.problem("virtual_stages", std::to_string(p.virtual_stages),
-                "must be >= 2 with the interleaved schedule");
-    }
-    if (!p.stage_layers.empty() &&
-        static_cast<int64_t>(p.stage_layers.size()) != p.pp * p.virtual_stages) {
-      r.problem("stage_layers", fmt::format("{} entries", p.stage_layers.size()),
-                fmt::format("must have pp*virtual_stages = {} entries", p.pp * p.virtual_stages));
-    }
-    if (p.sequence_parallel && p.tp < 2) {
-      r.problem("sequence_parallel", "true", "needs tp > 1");
-    }
-    if (p.zero >= 2 && p.pp > 1) {
-      r.problem("zero", std::to_string(p.zero),
-                "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
-                "micro-batches: use zero <= 1 with pp > 1");
-    }
-  }
+  if (diag.ok())
+    check_plan_rules(p, [&](const std::string& field, const std::string& value,
+                            const std::string& expected) { r.problem(field, value, expected); });
   diag.throw_if_any();
   return p;
 }
@@ -220,6 +242,10 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   auto add = [&](std::string field, std::string value, std::string expected) {
     diag.add("/" + field, std::move(value), std::move(expected));
   };
+  // A plan built in code has not been through plan_from_json: its own rules first (the checks
+  // below divide by its degrees).
+  check_plan_rules(p, add);
+  diag.throw_if_any();
   if (p.world_size() != ranks) {
     add("dp", fmt::format("{} (dp*tp*pp = {}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp, p.world_size()),
         fmt::format("dp*tp*pp must equal the number of ranks ({})", ranks));

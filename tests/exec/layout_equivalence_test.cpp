@@ -234,7 +234,7 @@ std::vector<Layout> layouts() {
       {"dp4", plan_of(4, 1, 1)},
       {"tp4", plan_of(1, 4, 1)},
       {"vocab63_tp4", plan_of(1, 4, 1), Net::kGptOddVocab},
-      {"vocab63_tp2_pp2_zero1_dp1", plan_of(1, 2, 2, 1), Net::kGptOddVocab},
+      {"vocab63_tp2_pp2", plan_of(1, 2, 2), Net::kGptOddVocab},
       {"pp4", plan_of(1, 1, 4)},
       {"dp2_tp2", plan_of(2, 2, 1)},
       {"dp2_pp2", plan_of(2, 1, 2)},
@@ -246,7 +246,7 @@ std::vector<Layout> layouts() {
       {"tp2_pp2_interleaved_sp", plan_of(1, 2, 2, 0, true, S::kInterleaved)},
       {"llama_tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true), Net::kLlama},
       {"dp2_tp2_pp2", plan_of(2, 2, 2)},
-      {"vocab63_dp2_tp2_pp2_sp_zero2", plan_of(2, 2, 2, 2, true), Net::kGptOddVocab},
+      {"vocab63_dp2_tp2_pp2_zero1", plan_of(2, 2, 2, 1), Net::kGptOddVocab},
       {"dp2_tp2_pp2_sp_zero1_gpipe", plan_of(2, 2, 2, 1, true, S::kGpipe)},
   };
 }

@@ -89,6 +89,29 @@ TEST(Plan, ZeroTwoWithPipelineIsRejected) {
   EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "use zero <= 1 with pp > 1");
 }
 
+// A plan built in code meets the same rules, in the same words, as a plan file (one home:
+// validate_plan asks the rules plan_from_json asks).
+TEST(Plan, PlansBuiltInCodeMeetThePlanFileRules) {
+  Plan p = plan_from_json(base_plan(), "p.json");
+  p.zero = 2;
+  p.pp = 2;
+  p.dp = 2;
+  p.tp = 2;
+  Json j = to_json(p);
+  const std::string rule = "/zero = 2: ZeRO-2/3 shard gradients that pipeline parallelism";
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), rule);
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"), rule);
+  p.zero = 0;
+  p.sequence_parallel = true;
+  p.tp = 1;
+  p.dp = 4;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"),
+                     "/sequence_parallel = true: needs tp > 1");
+  p.sequence_parallel = false;
+  p.micro_batch = 0;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"), "must be >= 1");
+}
+
 TEST(Plan, ZeroStageOutOfRange) {
   Json j = base_plan();
   j["zero"] = 4;
