@@ -1,5 +1,5 @@
 // Activation collectives through an fp32 form.
-#include "sextant/exec/activation_comm.hpp"
+#include "activation_comm.hpp"
 
 namespace sextant::exec {
 

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <map>
 
+#include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/cuda_backend.hpp"
-#include "sextant/exec/mpi_communicator.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
 

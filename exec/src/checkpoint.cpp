@@ -1,5 +1,5 @@
 // Checkpoint files and their manifest.
-#include "sextant/exec/checkpoint.hpp"
+#include "checkpoint.hpp"
 
 #include <fmt/format.h>
 

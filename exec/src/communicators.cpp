@@ -1,7 +1,7 @@
 // The communicator factory.
 #include "sextant/exec/communicators.hpp"
 
-#include "sextant/exec/mpi_communicator.hpp"
+#include "mpi_communicator.hpp"
 
 namespace sextant::exec {
 

@@ -1,5 +1,5 @@
 // Data sources.
-#include "sextant/exec/data.hpp"
+#include "data.hpp"
 
 #include <fmt/format.h>
 

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <map>
 
-#include "sextant/exec/activation_comm.hpp"
-#include "sextant/exec/stage_model.hpp"
+#include "activation_comm.hpp"
+#include "stage_model.hpp"
 
 namespace sextant::exec {
 

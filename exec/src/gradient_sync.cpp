@@ -1,5 +1,5 @@
 // Data-parallel gradient reduction and ZeRO.
-#include "sextant/exec/gradient_sync.hpp"
+#include "gradient_sync.hpp"
 
 #include <algorithm>
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "sextant/exec/stage_model.hpp"
+#include "stage_model.hpp"
 
 namespace sextant::exec {
 

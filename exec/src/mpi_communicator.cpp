@@ -1,6 +1,6 @@
 // MPI collectives. Counts above 2^31 are refused (MPI's int counts); the executor's messages are
 // far below that.
-#include "sextant/exec/mpi_communicator.hpp"
+#include "mpi_communicator.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

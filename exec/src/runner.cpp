@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
-#include "sextant/exec/mpi_communicator.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"

@@ -9,14 +9,14 @@
 #include <filesystem>
 #include <map>
 
-#include "sextant/exec/activation_comm.hpp"
-#include "sextant/exec/checkpoint.hpp"
-#include "sextant/exec/data.hpp"
-#include "sextant/exec/gradient_sync.hpp"
-#include "sextant/exec/stage_model.hpp"
+#include "activation_comm.hpp"
+#include "checkpoint.hpp"
+#include "data.hpp"
+#include "gradient_sync.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
+#include "stage_model.hpp"
 
 namespace sextant::exec {
 

@@ -20,7 +20,7 @@
 
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/exec/cuda_backend.hpp"
-#include "sextant/exec/cuda_check.hpp"
+#include "cuda_check.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {

@@ -1,5 +1,5 @@
 // The failure path of CUDA_CHECK and friends.
-#include "sextant/exec/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 #include <fmt/format.h>
 #include <mpi.h>

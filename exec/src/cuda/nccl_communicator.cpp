@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "cuda_check.hpp"
 #include "sextant/exec/communicators.hpp"
-#include "sextant/exec/cuda_check.hpp"
 #include "staged_communicator.hpp"
 
 namespace sextant::exec {

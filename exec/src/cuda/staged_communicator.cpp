@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "sextant/exec/cuda_check.hpp"
+#include "cuda_check.hpp"
 
 namespace sextant::exec {
 

@@ -6,8 +6,8 @@
 
 #include <vector>
 
+#include "mpi_communicator.hpp"
 #include "sextant/exec/communicator.hpp"
-#include "sextant/exec/mpi_communicator.hpp"
 
 namespace sextant::exec {
 

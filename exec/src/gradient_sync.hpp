@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "sextant/exec/context.hpp"
-#include "sextant/exec/stage_model.hpp"
 #include "sextant/spec/stack.hpp"
+#include "stage_model.hpp"
 
 namespace sextant::exec {
 
