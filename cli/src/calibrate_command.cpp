@@ -31,6 +31,18 @@ struct CalibrateFlags {
   bool json = false;
 };
 
+spec::Json mismatches_json(const std::vector<traces::OpMismatch>& ops) {
+  spec::Json j = spec::Json::array();
+  for (const traces::OpMismatch& o : ops)
+    j.push_back({{"name", o.name},
+                 {"measured_count", o.measured_count},
+                 {"predicted_count", o.predicted_count},
+                 {"measured_bytes", o.measured_bytes},
+                 {"predicted_bytes", o.predicted_bytes},
+                 {"one_sided", o.one_sided()}});
+  return j;
+}
+
 spec::Json step_check_json(const loop::StepCheck& check) {
   spec::Json rows = spec::Json::array();
   for (const loop::StepCheckRow& r : check.rows)
@@ -39,7 +51,8 @@ spec::Json step_check_json(const loop::StepCheck& check) {
                     {"runs", r.runs},
                     {"measured_s", r.measured_s},
                     {"predicted_before_s", r.before_s},
-                    {"predicted_after_s", r.after_s}});
+                    {"predicted_after_s", r.after_s},
+                    {"mismatched_ops", mismatches_json(r.mismatched_ops)}});
   return {{"rows", rows},
           {"mean_abs_error_before", check.mean_abs_error_before()},
           {"mean_abs_error_after", check.mean_abs_error_after()},
@@ -80,6 +93,7 @@ void print_step_check(const loop::StepCheck& check) {
              100 * check.mean_abs_error_before(), 100 * check.mean_abs_error_after(),
              100 * check.max_abs_error_after());
   for (const std::string& s : check.skipped) fmt::print("    not checked: {}\n", s);
+  for (const std::string& w : loop::op_warnings(check)) fmt::print("    warning: {}\n", w);
 }
 
 void print_class_fit(const loop::ClassFit& fit) {
@@ -211,18 +225,6 @@ void print_rows(const char* title, const std::vector<traces::Row>& rows) {
   for (const traces::Row& r : rows)
     fmt::print("  {:<24} {:>12} {:>12} {:>7.1f}%\n", r.key, human_seconds(r.measured_s),
                human_seconds(r.predicted_s), 100 * r.error());
-}
-
-spec::Json mismatches_json(const std::vector<traces::OpMismatch>& ops) {
-  spec::Json j = spec::Json::array();
-  for (const traces::OpMismatch& o : ops)
-    j.push_back({{"name", o.name},
-                 {"measured_count", o.measured_count},
-                 {"predicted_count", o.predicted_count},
-                 {"measured_bytes", o.measured_bytes},
-                 {"predicted_bytes", o.predicted_bytes},
-                 {"one_sided", o.one_sided()}});
-  return j;
 }
 
 // Ops the two traces do not share (or share with other counts or sizes): the prediction and the

@@ -99,13 +99,30 @@ StepCheck check_steps(const std::vector<std::pair<std::string, spec::Trace>>& tr
       const size_t n = g.steps.size();
       row.measured_s = n % 2 == 1 ? g.steps[n / 2] : (g.steps[n / 2 - 1] + g.steps[n / 2]) / 2;
       row.before_s = sim::simulate(model, before, plan, options).report.step_time_s;
-      row.after_s = sim::simulate(model, after, plan, options).report.step_time_s;
+      options.trace = true;
+      const sim::SimulationResult predicted = sim::simulate(model, after, plan, options);
+      row.after_s = predicted.report.step_time_s;
+      row.mismatched_ops = traces::op_mismatches(*g.trace, *predicted.trace);
       check.rows.push_back(row);
     } catch (const InputError& e) {
       check.skipped.push_back(fmt::format("{}: {}", g.source, e.what()));
     }
   }
   return check;
+}
+
+std::vector<std::string> op_warnings(const StepCheck& check) {
+  std::vector<std::string> out;
+  for (const StepCheckRow& r : check.rows) {
+    if (r.mismatched_ops.empty()) continue;
+    std::string ops;
+    for (const traces::OpMismatch& m : r.mismatched_ops)
+      ops += fmt::format("{}{} ({}x measured, {}x predicted)", ops.empty() ? "" : ", ", m.name,
+                         m.measured_count, m.predicted_count);
+    out.push_back(fmt::format("{} ({}): the simulated step differs from the run in {}", r.plan,
+                              r.source, ops));
+  }
+  return out;
 }
 
 std::string refusal(const StepCheck& check) {

@@ -76,13 +76,64 @@ TEST(StepCheck, RepeatedRunsOfAPlanAreOneRowAtTheirMedian) {
   EXPECT_NEAR(check.rows[0].measured_s, simulated + 0.005, 1e-12);
 }
 
+// A fit stands on the ops the run did: the check re-simulates each run and says which ops the
+// simulated step holds differently. The simulator's own trace agrees with itself; a recorded run
+// of the executor (gpt-tiny, dp 2) agrees with today's simulator; a run missing its data-parallel
+// all-reduces and holding an op the lowering has never heard of is reported op by op.
+TEST(StepCheck, RunsWhoseOpsTheSimulatorDoesNotHoldAreNamed) {
+  const spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
+  spec::Plan plan = test::make_plan(2, 1, 1, 4, 16);
+  plan.stack = spec::builtin_stack(spec::kExecutorStack);
+  spec::Trace run = synthetic_run(model, cluster, plan, 0.0);
+  StepCheck same = check_steps({{"run.json", run}}, cluster, cluster);
+  ASSERT_EQ(same.rows.size(), 1u);
+  EXPECT_TRUE(same.rows[0].mismatched_ops.empty());
+  EXPECT_TRUE(op_warnings(same).empty());
+
+  const spec::Trace recorded =
+      spec::read_trace_file(test::source_path("traces/samples/run-gpt-tiny-dp2.json"));
+  StepCheck executor = check_steps({{"run-gpt-tiny-dp2.json", recorded}}, cluster, cluster);
+  ASSERT_EQ(executor.rows.size(), 1u);
+  EXPECT_TRUE(executor.rows[0].mismatched_ops.empty()) << executor.rows[0].mismatched_ops[0].name;
+
+  int64_t all_reduces = 0;  // on ranks 0 and 1, in the first step
+  std::vector<spec::TraceEvent> kept;
+  for (const spec::TraceEvent& e : run.events) {
+    if (e.name == "dp.all_reduce") {
+      all_reduces += e.step == 0 ? 1 : 0;
+      continue;
+    }
+    kept.push_back(e);
+  }
+  spec::TraceEvent extra = kept.front();
+  extra.name = "attn.mystery";
+  kept.push_back(extra);
+  run.events = kept;
+  StepCheck check = check_steps({{"run.json", run}}, cluster, cluster);
+  ASSERT_EQ(check.rows.size(), 1u);
+  const std::vector<traces::OpMismatch>& m = check.rows[0].mismatched_ops;
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].name, "attn.mystery");
+  EXPECT_EQ(m[0].measured_count, 1);
+  EXPECT_EQ(m[0].predicted_count, 0);
+  EXPECT_EQ(m[1].name, "dp.all_reduce");
+  EXPECT_EQ(m[1].measured_count, 0);
+  EXPECT_EQ(m[1].predicted_count, all_reduces);
+  EXPECT_GT(all_reduces, 0);
+  ASSERT_EQ(op_warnings(check).size(), 1u);
+  EXPECT_NE(op_warnings(check)[0].find("attn.mystery (1x measured, 0x predicted)"),
+            std::string::npos)
+      << op_warnings(check)[0];
+}
+
 // The rule that keeps a bad fit from being written: worse mean |error| on the fitted plans.
 TEST(StepCheck, AFitThatPredictsItsPlansWorseIsRefused) {
   StepCheck check;
-  check.rows.push_back({"a.json", "a", 3, 0.100, 0.110, 0.104});  // +10% -> +4%
-  check.rows.push_back({"b.json", "b", 3, 0.200, 0.190, 0.212});  // -5% -> +6%
-  EXPECT_EQ(refusal(check), "");                                  // mean 7.5% -> 5%
-  check.rows.push_back({"c.json", "c", 3, 0.100, 0.100, 0.120});  // 0% -> +20%
+  check.rows.push_back({"a.json", "a", 3, 0.100, 0.110, 0.104, {}});  // +10% -> +4%
+  check.rows.push_back({"b.json", "b", 3, 0.200, 0.190, 0.212, {}});  // -5% -> +6%
+  EXPECT_EQ(refusal(check), "");                                      // mean 7.5% -> 5%
+  check.rows.push_back({"c.json", "c", 3, 0.100, 0.100, 0.120, {}});  // 0% -> +20%
   EXPECT_NE(refusal(check).find("worse after the fit (10.0% mean |error|) than before (5.0%)"),
             std::string::npos);
 }

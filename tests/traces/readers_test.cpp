@@ -146,10 +146,13 @@ TEST(Compare, OpsOnOneSideOrOfOtherSizesAreReported) {
   predicted.events = {event(0, "dp.all_reduce", 64), event(0, "dp.all_reduce", 128),
                       event(0, "pp.all_gather", 32), event(1, "dp.all_reduce", 64),
                       event(2, "rank.two", 1)};
+  spec::TraceEvent host = event(0, "step.host", 0);  // a calibrated overhead, not an op
+  host.op_class = spec::OpClass::kHost;
+  predicted.events.push_back(host);
   std::vector<OpDisagreement> d = op_disagreements(measured, predicted);
   // Rank 0: dp.all_reduce 64 B twice measured, once predicted; 128 B never measured; pp.all_gather
-  // only predicted; sp.all_reduce (step 0) only measured. Rank 1 agrees; rank 2 and step 1 are
-  // out of the comparison.
+  // only predicted; sp.all_reduce (step 0) only measured. Rank 1 agrees; rank 2, step 1 and the
+  // host time are out of the comparison.
   ASSERT_EQ(d.size(), 4u);
   EXPECT_EQ(d[0].name, "dp.all_reduce");
   EXPECT_EQ(d[0].bytes, 64);

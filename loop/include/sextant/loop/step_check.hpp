@@ -9,6 +9,7 @@
 
 #include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/trace.hpp"
+#include "sextant/traces/compare.hpp"
 
 namespace sextant::loop {
 
@@ -21,6 +22,9 @@ struct StepCheckRow {
   double measured_s = 0;  // median over the runs
   double before_s = 0;    // predicted with the cluster before the fit
   double after_s = 0;     // and after it
+  // Ops of the first run that the simulated step holds a different number of times (or not at
+  // all): a fit of this run prices a program the simulator does not run. Empty when they agree.
+  std::vector<traces::OpMismatch> mismatched_ops;
   double error_before() const { return (before_s - measured_s) / measured_s; }
   double error_after() const { return (after_s - measured_s) / measured_s; }
 };
@@ -38,6 +42,10 @@ struct StepCheck {
 // measured step (benchmarks, predicted traces) are not rows.
 StepCheck check_steps(const std::vector<std::pair<std::string, spec::Trace>>& traces,
                       const spec::ClusterSpec& before, const spec::ClusterSpec& after);
+
+// The plans whose simulated step does not hold the measured run's ops, one line each ("" if none):
+// the fit stands on times of ops the prediction prices differently, or not at all.
+std::vector<std::string> op_warnings(const StepCheck& check);
 
 // Why a fit must not be written: its fitted plans' steps are predicted worse after it than before
 // (mean |error| over the plans); "" when it may be.

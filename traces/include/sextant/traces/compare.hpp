@@ -35,7 +35,8 @@ struct OpDisagreement {
 };
 
 // The first step of each trace, op by op on every rank both hold: each (name, phase, bytes) must
-// occur as often on both sides. Returns the differences, sorted by rank, name, phase, bytes.
+// occur as often on both sides (host time outside any op, OpClass::kHost, is not an op). Returns
+// the differences, sorted by rank, name, phase, bytes.
 std::vector<OpDisagreement> op_disagreements(const spec::Trace& measured,
                                              const spec::Trace& predicted);
 // The same, summed per op name over ranks (what `compare` reports).
