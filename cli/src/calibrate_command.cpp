@@ -7,8 +7,7 @@
 
 #include "commands.hpp"
 #include "format.hpp"
-#include "sextant/loop/class_fit.hpp"
-#include "sextant/loop/step_check.hpp"
+#include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
@@ -119,20 +118,17 @@ void print_class_fit(const loop::ClassFit& fit) {
 
 void run_calibrate(const CalibrateFlags& f) {
   spec::ClusterSpec base = spec::resolve_cluster(f.cluster);
-  traces::Samples samples;
+  loop::RunFitOptions options;
   std::vector<std::pair<std::string, spec::Trace>> runs;
-  for (const std::string& t : f.traces) {
-    runs.emplace_back(t, spec::read_trace_file(t));
-    samples.append(traces::samples_from_trace(runs.back().second, t));
-  }
+  for (const std::string& t : f.traces) runs.emplace_back(t, spec::read_trace_file(t));
   if (!f.model.empty() != !f.plan.empty())
     throw InputError("command line", f.model.empty() ? "--model" : "--plan", "",
                      "--model and --plan go together: what the --kineto trace ran");
   if (!f.model.empty() && f.kineto.size() != 1)
     throw InputError("command line", "--kineto", fmt::format("{} files", f.kineto.size()),
                      "exactly one profiler trace with --model and --plan");
-  for (const std::string& t : f.nccl_tests) samples.append(traces::read_nccl_tests(t));
-  for (const std::string& t : f.kineto) samples.append(traces::read_kineto(t));
+  for (const std::string& t : f.nccl_tests) options.extra.append(traces::read_nccl_tests(t));
+  for (const std::string& t : f.kineto) options.extra.append(traces::read_kineto(t));
   spec::Dtype dtype =
       base.device.kind == spec::DeviceKind::kGpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   if (!f.dtype.empty()) {
@@ -142,25 +138,23 @@ void run_calibrate(const CalibrateFlags& f) {
                        "must be one of " + spec::enum_choices(spec::dtype_names()));
     dtype = *d;
   }
-  traces::Calibration c = traces::calibrate(base, samples, dtype);
-  std::optional<loop::ClassFit> class_fit;
+  options.dtype = dtype;
   if (!f.model.empty()) {
     const spec::ModelSpec model = models::resolve_model(f.model);
     const spec::Plan plan = spec::read_plan_file(f.plan);
     // Refused as `simulate` and `run` refuse it, naming the file.
     spec::validate_plan(plan, model, plan.world_size(), f.plan);
-    class_fit =
-        loop::fit_classes(traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]),
-                          f.kineto[0], model, plan, c.cluster);
-    c.cluster = class_fit->cluster;
-    (*c.cluster.calibrated_from)["profiled_step"] = class_fit_json(*class_fit);
+    options.profiled =
+        loop::ProfiledStep{traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]),
+                           f.kineto[0], model, plan};
   }
-  const loop::StepCheck check = loop::check_steps(runs, base, c.cluster);
+  loop::RunFit result = loop::fit_runs(base, runs, options);
+  traces::Calibration& c = result.calibration;
+  const std::optional<loop::ClassFit>& class_fit = result.class_fit;
+  const loop::StepCheck& check = result.check;
+  const std::string& refused = result.refused;
+  if (class_fit) (*c.cluster.calibrated_from)["profiled_step"] = class_fit_json(*class_fit);
   if (!check.rows.empty()) (*c.cluster.calibrated_from)["fitted_steps"] = step_check_json(check);
-  // A calibration that predicts its own measurements worse than the file it started from is
-  // refused: writing it would silently make every later prediction worse.
-  std::string refused = loop::refusal(check);
-  if (refused.empty() && class_fit) refused = loop::refusal(*class_fit);
   if (refused.empty() || f.force) spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
   if (f.json) {

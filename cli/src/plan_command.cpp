@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "format.hpp"
 #include "progress_line.hpp"
+#include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/planner.hpp"
 #include "sextant/planner/scaling.hpp"
@@ -202,15 +203,25 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
           best->plan.name());
   }
   if (!f.calibrated_out.empty() && !traces_for_fit.empty()) {
-    traces::Samples samples;
-    for (const std::string& t : traces_for_fit)
-      samples.append(traces::samples_from_trace(spec::read_trace_file(t), t));
-    traces::Calibration c = traces::calibrate(request.cluster, samples, spec::Dtype::kFp32);
-    spec::write_json_file(f.calibrated_out, spec::to_json(c.cluster));
-    if (!f.search.json)
-      fmt::print("calibrated {} from the trials' traces -> {} (compute error {:.0f}% -> {:.0f}%)\n",
-                 request.cluster.name, f.calibrated_out, 100 * c.report.compute_error_before,
-                 100 * c.report.compute_error_after);
+    std::vector<std::pair<std::string, spec::Trace>> runs;
+    for (const std::string& t : traces_for_fit) runs.emplace_back(t, spec::read_trace_file(t));
+    // The same fit, check and refusal as `sextant calibrate` (loop::fit_runs).
+    const loop::RunFit fit = loop::fit_runs(request.cluster, runs, {});
+    const traces::Calibration& c = fit.calibration;
+    if (fit.refused.empty()) spec::write_json_file(f.calibrated_out, spec::to_json(c.cluster));
+    if (!f.search.json) {
+      if (fit.refused.empty()) {
+        fmt::print(
+            "calibrated {} from the trials' traces -> {} (compute error {:.0f}% -> {:.0f}%; "
+            "trial steps {:.1f}% -> {:.1f}% mean |error|)\n",
+            request.cluster.name, f.calibrated_out, 100 * c.report.compute_error_before,
+            100 * c.report.compute_error_after, 100 * fit.check.mean_abs_error_before(),
+            100 * fit.check.mean_abs_error_after());
+      } else {
+        fmt::print("not writing {}: {}\n", f.calibrated_out, fit.refused);
+      }
+      for (const std::string& w : loop::op_warnings(fit.check)) fmt::print("warning: {}\n", w);
+    }
   }
   return best;
 }

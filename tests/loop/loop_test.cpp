@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "sextant/loop/class_fit.hpp"
+#include "sextant/loop/run_fit.hpp"
 #include "sextant/loop/step_check.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -57,6 +58,28 @@ TEST(StepCheck, ACalibrationThatLearnsTheHostTimePredictsItsOwnRunsAgain) {
   EXPECT_NEAR(check.rows[0].error_before(), -kHost / (simulated + kHost), 1e-3);
   EXPECT_LT(check.mean_abs_error_after(), 0.01);
   EXPECT_TRUE(check.skipped.empty());
+}
+
+// The loop's one fit: samples of the runs, the op-level calibration and the check on the runs.
+// A run whose step holds 5 ms no op shows is fitted (the host time is learned, the run predicted
+// within 1%) and may be written; the same runs with a fit forced worse would be refused.
+TEST(RunFit, FitsTheRunsAndChecksTheFitOnThem) {
+  const spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
+  spec::Plan plan = test::make_plan(1, 1, 1, 4, 16);
+  plan.stack = spec::builtin_stack(spec::kExecutorStack);
+  constexpr double kHost = 0.005;
+  const std::vector<std::pair<std::string, spec::Trace>> runs = {
+      {"run.json", synthetic_run(model, cluster, plan, kHost)}};
+  const RunFit fit = fit_runs(cluster, runs, {});
+  EXPECT_NEAR(fit.calibration.cluster.device.step_overhead_us, kHost * 1e6, 1.0);
+  ASSERT_EQ(fit.check.rows.size(), 1u);
+  EXPECT_LT(std::fabs(fit.check.rows[0].error_after()), 0.01);
+  EXPECT_GT(std::fabs(fit.check.rows[0].error_before()), 0.01);
+  EXPECT_EQ(fit.refused, "");
+  EXPECT_FALSE(fit.class_fit.has_value());
+  // The same check, with the fitted file as the base and the original as the "fit": worse.
+  EXPECT_NE(refusal(check_steps(runs, fit.calibration.cluster, cluster)), "");
 }
 
 // Three runs of one plan are one row whose time is their median: host times of 1, 5 and 30 ms

@@ -1,0 +1,26 @@
+// Measured runs to a checked calibration.
+#include "sextant/loop/run_fit.hpp"
+
+namespace sextant::loop {
+
+RunFit fit_runs(const spec::ClusterSpec& base,
+                const std::vector<std::pair<std::string, spec::Trace>>& runs,
+                const RunFitOptions& options) {
+  traces::Samples samples = options.extra;
+  for (const auto& [source, trace] : runs)
+    samples.append(traces::samples_from_trace(trace, source));
+  RunFit fit{traces::calibrate(base, samples, options.dtype), std::nullopt, {}, ""};
+  if (options.profiled) {
+    const ProfiledStep& p = *options.profiled;
+    fit.class_fit = fit_classes(p.kernels, p.source, p.model, p.plan, fit.calibration.cluster);
+    fit.calibration.cluster = fit.class_fit->cluster;
+  }
+  fit.check = check_steps(runs, base, fit.calibration.cluster);
+  // A calibration that predicts its own measurements worse than the file it started from would
+  // silently make every later prediction worse.
+  fit.refused = refusal(fit.check);
+  if (fit.refused.empty() && fit.class_fit) fit.refused = refusal(*fit.class_fit);
+  return fit;
+}
+
+}  // namespace sextant::loop
