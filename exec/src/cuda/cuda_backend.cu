@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda_check.hpp"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/exec/cuda_backend.hpp"
-#include "cuda_check.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
