@@ -14,6 +14,8 @@ void add_stack_flags(CLI::App& cmd, StackFlags& f) {
   cmd.add_option("--attention", f.attention,
                  "Override the stack's attention kernel: unfused, flash2, flash3, cudnn, sdpa");
   cmd.add_option("--fusion", f.fusion, "Override the stack's fusion: eager, fused, compiled");
+  cmd.add_option("--cross-entropy", f.cross_entropy,
+                 "Override the stack's loss kernel: eager, megatron, fused, compiled");
   cmd.add_option("--tp-overlap", f.tp_overlap,
                  "Override the stack's TP communication overlap: none, bulk, pipelined");
   cmd.add_option("--zero3-impl", f.zero3, "Override the stack's ZeRO-3: fsdp or deepspeed");
@@ -43,12 +45,14 @@ std::optional<spec::Stack> stack_from_flags(const StackFlags& f,
                                             bool gpu_cluster) {
   check_choice("--attention", f.attention, spec::attention_kernel_names());
   check_choice("--fusion", f.fusion, spec::fusion_names());
+  check_choice("--cross-entropy", f.cross_entropy, spec::cross_entropy_names());
   check_choice("--tp-overlap", f.tp_overlap, spec::tp_overlap_names());
   check_choice("--zero3-impl", f.zero3, spec::zero3_impl_names());
   check_choice("--grad-dtype", f.grad_dtype, spec::dtype_names(), "compute");
   spec::Json knobs = spec::Json::object();
   if (!f.attention.empty()) knobs["attention"] = f.attention;
   if (!f.fusion.empty()) knobs["fusion"] = f.fusion;
+  if (!f.cross_entropy.empty()) knobs["cross_entropy"] = f.cross_entropy;
   if (!f.tp_overlap.empty()) knobs["tp_overlap"] = f.tp_overlap;
   if (!f.zero3.empty()) knobs["zero3"] = f.zero3;
   if (!f.grad_dtype.empty()) knobs["grad_dtype"] = f.grad_dtype;

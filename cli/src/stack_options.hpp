@@ -15,6 +15,7 @@ struct StackFlags {
   std::string stack;
   std::string attention;
   std::string fusion;
+  std::string cross_entropy;
   std::string tp_overlap;
   std::string zero3;
   std::string grad_dtype;

@@ -14,6 +14,7 @@
 #include "data.hpp"
 #include "gradient_sync.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/optimizer_step.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "stage_model.hpp"
@@ -241,22 +242,32 @@ class Trainer {
     {
       int64_t updated = 0;
       for (auto [b, e] : sync_->owned()) updated += e - b;
-      // Bytes as the simulator counts an AdamW step (compute_model.hpp).
-      auto s = ctx_.recorder->scope(Recorder::Event{"optimizer.adamw",
-                                                    OpClass::kOptimizer,
-                                                    Stream::kCompute,
-                                                    Phase::kOpt,
-                                                    std::nullopt,
-                                                    std::nullopt,
-                                                    0,
-                                                    updated * 28,
-                                                    {},
-                                                    0,
-                                                    ""});
+      // Bytes as models::optimizer_bytes_per_param counts the step (what the simulator prices):
+      // fp32 gradients, no loss scale, and the 16-bit compute copy refreshed from the masters.
+      models::OptimizerPrecision precision;
+      precision.model_params = ctx_.backend->activation_dtype() == DType::kBF16
+                                   ? spec::Dtype::kBf16
+                                   : spec::Dtype::kFp32;
+      precision.params_sharded = plan_.zero == 3;
+      auto s = ctx_.recorder->scope(
+          Recorder::Event{"optimizer.adamw",
+                          OpClass::kOptimizer,
+                          Stream::kCompute,
+                          Phase::kOpt,
+                          std::nullopt,
+                          std::nullopt,
+                          0,
+                          updated * models::optimizer_bytes_per_param(precision),
+                          {},
+                          0,
+                          ""});
       update(step + 1, scale);
+      // Without ZeRO nothing is gathered first, so the copy is timed with the step; ZeRO-1/2
+      // refresh after gathering the updated shards (ZeRO-3's copy is made by each gather).
+      if (plan_.zero == 0) stage_->params().refresh_compute();
     }
     sync_->after_update();
-    stage_->params().refresh_compute();
+    if (plan_.zero != 0) stage_->params().refresh_compute();
     // The loss: the last stage's sum over its tokens, once per replica (tp rank 0), summed.
     double loss = 0;
     const double mine = stage_->take_loss_sum();

@@ -228,6 +228,7 @@ struct TransformerDims {
   bool sp;
   spec::AttentionKernel attention;
   spec::Fusion fusion;
+  spec::CrossEntropy cross_entropy;
   // torch.autocast over fp32 parameters (PyTorch's autocast op lists: matmuls run in 16 bits,
   // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
   // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
@@ -598,16 +599,33 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   add_sp_gather(layer.forward, x, "head");
   Op logits = gemm("head.logits", T, vocab_shard, x.h, e, TpSplit::kVocab);
   layer.forward.push_back(logits);
-  // Vocabulary-parallel cross-entropy: fp32 softmax over the rank's logits, and three small
-  // all-reduces (max, target logit, sum of exponentials) of one fp32 value per token.
+  // Cross-entropy over the rank's vocabulary shard, priced by the stack's implementation. The
+  // base op is one fused pass: read the 16-bit logits, write the fp32 softmax the backward uses.
   Op loss = memory_op("head.loss", OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
                       {T, vocab_shard});
-  if (x.eager()) {
-    // logits.float() (2 + 4 bytes), log_softmax in fp32 (4 + 4), nll: 14 bytes per logit.
-    loss = unfused(loss, 14.0 / static_cast<double>(e + 4), 3);
-  } else if (x.compiled()) {
-    // One fused pass over the 16-bit logits (llm.c fused_classifier, Inductor).
-    loss = unfused(loss, static_cast<double>(e) / static_cast<double>(e + 4), 1);
+  const double fused_bytes = static_cast<double>(e + 4);
+  double backward_factor = 1.0;
+  switch (x.cross_entropy) {
+    case spec::CrossEntropy::kEager:
+      // logits.float() (2 + 4 bytes), log_softmax in fp32 (4 + 4), nll: 14 bytes per logit.
+      loss = unfused(loss, 14.0 / fused_bytes, 3);
+      break;
+    case spec::CrossEntropy::kMegatron:
+      // Megatron-LM gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels), whose
+      // forward (mpu/cross_entropy.py, tensor_parallel/cross_entropy.py) makes six passes over
+      // the fp32 logits: the cast (e + 4 bytes), max (4), sub_ (4 + 4), exp (4 + 4), sum (4) and
+      // div_ into the saved softmax (4 + 4): e + 36 bytes per logit. Its backward multiplies the
+      // softmax in place by the loss gradient (4 + 4) and the cast's backward writes the 16-bit
+      // gradient (4 + e): e + 12 bytes, in two kernels.
+      loss = unfused(loss, static_cast<double>(e + 36) / fused_bytes, 6);
+      backward_factor = static_cast<double>(e + 12) / static_cast<double>(e + 36);
+      break;
+    case spec::CrossEntropy::kFused:
+      break;
+    case spec::CrossEntropy::kCompiled:
+      // One fused pass over the 16-bit logits (llm.c fused_classifier, Inductor).
+      loss = unfused(loss, static_cast<double>(e) / fused_bytes, 1);
+      break;
   }
   layer.forward.push_back(loss);
   if (x.t > 1) {
@@ -617,7 +635,9 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
     layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, T * 4));
     layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 2 * T * 4));
   }
-  layer.backward.push_back(memory_backward(loss, 1.0));
+  Op loss_backward = memory_backward(loss, backward_factor);
+  if (x.cross_entropy == spec::CrossEntropy::kMegatron) loss_backward.kernels = 2;
+  layer.backward.push_back(loss_backward);
   layer.backward.push_back(gemm_backward(logits));
   add_tp_reduce(layer.backward, x, "head");
   if (x.autocast) layer.backward.push_back(memory_backward(head_cast, 1.0));
@@ -655,6 +675,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.sp = o.sequence_parallel && o.tp > 1;
   x.attention = o.attention;
   x.fusion = o.fusion;
+  x.cross_entropy = o.cross_entropy;
   x.autocast = o.autocast && x.e < 4;
   std::string source = fmt::format("model {}", model.name);
   if (std::string problem = spec::tensor_parallel_problem(model, o.tp); !problem.empty())

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
@@ -16,22 +17,25 @@ namespace sextant::planner {
 Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster)
     : model_(&model), cluster_(&cluster) {}
 
-Estimator::Lowering& Estimator::lowering(const spec::Plan& plan) {
-  sim::StepSetup setup = sim::step_setup(*model_, *cluster_, plan);
-  auto key = std::make_tuple(
-      plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(setup.gemm_dtype),
-      setup.seq_len, static_cast<int>(setup.stack.attention), static_cast<int>(setup.stack.fusion));
+Estimator::Lowering& Estimator::lowering(const sim::StepSetup& setup) {
+  // Everything the lowering and the compute model depend on; the other stack knobs are read from
+  // each plan's own setup.
+  const models::LoweringOptions& o = setup.lowering;
+  auto key =
+      std::make_tuple(o.micro_batch, o.tp, o.sequence_parallel, static_cast<int>(setup.gemm_dtype),
+                      static_cast<int>(o.dtype), o.seq_len, static_cast<int>(o.attention),
+                      static_cast<int>(o.fusion), static_cast<int>(o.cross_entropy), o.autocast);
   auto it = lowerings_.find(key);
   if (it != lowerings_.end()) return *it->second;
   auto l = std::make_unique<Lowering>();
   l->lowered = models::lower(*model_, setup.lowering);
-  l->setup = std::move(setup);
+  l->setup = setup;
   return *lowerings_.emplace(key, std::move(l)).first->second;
 }
 
 const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
+                                                                const spec::Stack& stack,
                                                                 Lowering& l) {
-  const spec::Stack& stack = l.setup.stack;
   auto key = std::make_tuple(plan.recompute, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
@@ -48,10 +52,11 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan) {
-  Lowering& l = lowering(plan);
-  const std::vector<LayerCost>& costs = layer_costs(plan, l);
+  const sim::StepSetup setup = sim::step_setup(*model_, *cluster_, plan);
+  Lowering& l = lowering(setup);
+  const spec::Stack& stack = setup.stack;
+  const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
   const models::LoweredModel& lowered = l.lowered;
-  const spec::Stack& stack = l.setup.stack;
   sim::ComputeModel compute = sim::make_compute_model(*cluster_, l.setup);
   sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
   spec::RankLayout layout(plan);
@@ -134,7 +139,9 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     }
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
-  step += ps_to_seconds(compute.optimizer_time(updated) + compute.step_overhead());
+  const int64_t per_param = models::optimizer_bytes_per_param(
+      models::optimizer_precision(stack, lowered.dtype, plan.zero));
+  step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
   // A straggler slows every group it is in: scale by the slowest rank used.
   double slowest = 1.0;
   for (int64_t r = 0; r < plan.world_size(); ++r)

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 
+#include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
@@ -487,8 +488,10 @@ class StageBuilder {
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
-    info.bytes = updated * kOptimizerBytesPerParam;
-    info.duration = compute_.optimizer_time(updated);
+    const int64_t per_param = models::optimizer_bytes_per_param(
+        models::optimizer_precision(stack_, lowered_.dtype, plan_.zero));
+    info.bytes = updated * per_param;
+    info.duration = compute_.optimizer_time(updated, per_param);
     program_.ops.push_back(info);
     int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
     flush();

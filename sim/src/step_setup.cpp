@@ -25,6 +25,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.sequence_parallel = plan.sequence_parallel;
   s.lowering.attention = s.stack.attention;
   s.lowering.fusion = s.stack.fusion;
+  s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
   return s;
 }

@@ -23,23 +23,21 @@ constexpr std::array<std::pair<std::string_view, AttentionKernel>, 5> kAttention
      {"sdpa", AttentionKernel::kSdpa}}};
 constexpr std::array<std::pair<std::string_view, Fusion>, 3> kFusion{
     {{"eager", Fusion::kEager}, {"fused", Fusion::kFused}, {"compiled", Fusion::kCompiled}}};
+constexpr std::array<std::pair<std::string_view, CrossEntropy>, 4> kCrossEntropy{
+    {{"eager", CrossEntropy::kEager},
+     {"megatron", CrossEntropy::kMegatron},
+     {"fused", CrossEntropy::kFused},
+     {"compiled", CrossEntropy::kCompiled}}};
 constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
     {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
 constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
     {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
-constexpr std::array<std::string_view, 13> kKnobs{"attention",
-                                                  "fusion",
-                                                  "tp_overlap",
-                                                  "dp_overlap",
-                                                  "param_gather_overlap",
-                                                  "pp_overlap",
-                                                  "dp_bucket_bytes",
-                                                  "zero3",
-                                                  "zero3_prefetch",
-                                                  "precision",
-                                                  "grad_dtype",
-                                                  "autocast",
-                                                  "allocator_reserve"};
+constexpr std::array<std::string_view, 14> kKnobs{
+    "attention",      "fusion",           "cross_entropy",
+    "tp_overlap",     "dp_overlap",       "param_gather_overlap",
+    "pp_overlap",     "dp_bucket_bytes",  "zero3",
+    "zero3_prefetch", "precision",        "grad_dtype",
+    "autocast",       "allocator_reserve"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -60,6 +58,13 @@ std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
 void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.enumeration("attention", attention_kernel_names(), presence)) s.attention = *v;
   if (auto v = r.enumeration("fusion", fusion_names(), presence)) s.fusion = *v;
+  // Stack files written before the knob existed name no cross-entropy: theirs is the one the
+  // fusion level implies (what the lowering assumed then).
+  if (auto v = r.enumeration("cross_entropy", cross_entropy_names(), Presence::kOptional)) {
+    s.cross_entropy = *v;
+  } else if (presence == Presence::kRequired) {
+    s.cross_entropy = default_cross_entropy(s.fusion);
+  }
   if (auto v = r.enumeration("tp_overlap", tp_overlap_names(), presence)) s.tp_overlap = *v;
   if (auto v = r.boolean("dp_overlap", presence)) s.dp_overlap = *v;
   if (auto v = r.boolean("param_gather_overlap", presence)) s.param_gather_overlap = *v;
@@ -97,6 +102,20 @@ EnumNames<AttentionKernel> attention_kernel_names() {
 }
 EnumNames<Fusion> fusion_names() {
   return kFusion;
+}
+EnumNames<CrossEntropy> cross_entropy_names() {
+  return kCrossEntropy;
+}
+CrossEntropy default_cross_entropy(Fusion fusion) {
+  switch (fusion) {
+    case Fusion::kEager:
+      return CrossEntropy::kEager;
+    case Fusion::kCompiled:
+      return CrossEntropy::kCompiled;
+    case Fusion::kFused:
+      break;
+  }
+  return CrossEntropy::kFused;
 }
 EnumNames<TpOverlap> tp_overlap_names() {
   return kTpOverlap;
@@ -214,6 +233,7 @@ Json to_json(const Stack& s) {
   if (!s.preset.empty()) j["preset"] = s.preset;
   j["attention"] = enum_name(attention_kernel_names(), s.attention);
   j["fusion"] = enum_name(fusion_names(), s.fusion);
+  j["cross_entropy"] = enum_name(cross_entropy_names(), s.cross_entropy);
   j["tp_overlap"] = enum_name(tp_overlap_names(), s.tp_overlap);
   j["dp_overlap"] = s.dp_overlap;
   j["param_gather_overlap"] = s.param_gather_overlap;

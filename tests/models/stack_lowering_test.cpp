@@ -5,6 +5,7 @@
 
 #include "sextant/models/counts.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/optimizer_step.hpp"
 #include "sextant/models/zoo.hpp"
 
 namespace sextant::models {
@@ -33,6 +34,7 @@ LoweringOptions options(spec::AttentionKernel attention, spec::Fusion fusion, in
   o.sequence_parallel = sp;
   o.attention = attention;
   o.fusion = fusion;
+  o.cross_entropy = spec::default_cross_entropy(fusion);
   return o;
 }
 
@@ -128,6 +130,56 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   o.autocast = true;
   o.dtype = spec::Dtype::kFp32;
   EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
+}
+
+TEST(StackLowering, CrossEntropyImplementationsMoveTheirBytes) {
+  // GPT-2 124M (V 50257), b 4, s 1024, fp16 (e = 2), tp 2: the vocabulary is padded to 50258 and
+  // each rank holds 25129 rows, so T * V_shard = 4096 * 25129 = 102,928,384 logits.
+  const int64_t logits = 4096LL * 25129;
+  auto head = [&](spec::CrossEntropy ce) {
+    LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused, 2);
+    o.dtype = spec::Dtype::kFp16;
+    o.cross_entropy = ce;
+    return lower(zoo_model("gpt2-124m"), o).layers.back();
+  };
+  // Fused: read the 16-bit logits, write the fp32 softmax: 2 + 4 bytes each way.
+  Layer fused = head(spec::CrossEntropy::kFused);
+  EXPECT_EQ(find(fused.forward, "head.loss").bytes, logits * 6);
+  EXPECT_EQ(find(fused.backward, "head.loss").bytes, logits * 6);
+  // Megatron's vocab-parallel cross-entropy on logits.float(): cast 2 + 4, max 4, sub_ 8, exp 8,
+  // sum 4, div_ 8 = 38 bytes in 6 kernels; backward mul_ 8 and the cast's backward 4 + 2 = 14 in 2.
+  Layer megatron = head(spec::CrossEntropy::kMegatron);
+  const Op& forward = find(megatron.forward, "head.loss");
+  const Op& backward = find(megatron.backward, "head.loss");
+  EXPECT_EQ(forward.bytes, logits * 38);
+  EXPECT_EQ(forward.kernels, 6);
+  EXPECT_EQ(backward.bytes, logits * 14);
+  EXPECT_EQ(backward.kernels, 2);
+  // Eager PyTorch: cast 2 + 4, log_softmax 4 + 4 = 14; compiled: one read of the 16-bit logits.
+  EXPECT_EQ(find(head(spec::CrossEntropy::kEager).forward, "head.loss").bytes, logits * 14);
+  EXPECT_EQ(find(head(spec::CrossEntropy::kCompiled).forward, "head.loss").bytes, logits * 2);
+}
+
+TEST(OptimizerStep, BytesPerParameterFollowThePrecision) {
+  // fp32 training: AdamW reads param, grad, m, v and writes param, m, v: 7 x 4 = 28.
+  EXPECT_EQ(optimizer_bytes_per_param({}), 28);
+  // Megatron-LM v2.5 --fp16: fp16 grads copied to fp32 main grads (2 + 4), unscaled with the inf
+  // check (4 + 4), AdamW (28), masters copied to the fp16 model (4 + 2): 48.
+  spec::Stack megatron_lm = spec::builtin_stack("megatron-lm");
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(megatron_lm, spec::Dtype::kFp16, 0)), 48);
+  // Megatron-Core bf16 with fp32 main-grad accumulation: no copy, no loss scale: 28 + 6 = 34.
+  spec::Stack core = spec::builtin_stack("megatron-core");
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(core, spec::Dtype::kBf16, 1)), 34);
+  // bf16 gradients (DeepSpeed): + 2 + 4 for the fp32 copy: 40; under ZeRO-3 the 16-bit copy is
+  // made by the gathers, not the step: 34.
+  spec::Stack deepspeed = spec::builtin_stack("deepspeed");
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 1)), 40);
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 3)), 34);
+  // Autocast keeps fp32 parameters and gradients: the AdamW pass alone.
+  spec::Stack autocast = spec::builtin_stack("pytorch-fsdp");
+  autocast.autocast = true;
+  autocast.grad_dtype.reset();
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(autocast, spec::Dtype::kBf16, 0)), 28);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "expect_input_error.hpp"
 #include "sextant/models/zoo.hpp"
+#include "sextant/planner/estimator.hpp"
 #include "sextant/planner/scaling.hpp"
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
@@ -180,6 +181,36 @@ TEST(WorkerPool, AWorkersExceptionReachesTheCaller) {
     for (size_t i = again++; i < count; i = again++) ++all;
   });
   EXPECT_EQ(all.load(), static_cast<int>(count));
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// The estimator caches lowerings per shape; a plan that differs only in a stack knob must be
+// estimated with its own stack, exactly as a fresh estimator does.
+TEST(Estimator, StackKnobsAreNotTakenFromACachedPlan) {
+  spec::ModelSpec model = models::zoo_model("megatron-1.7b");
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan overlapped;
+  overlapped.dp = 16;
+  overlapped.micro_batch = 4;
+  overlapped.global_batch = 64;
+  overlapped.stack = spec::builtin_stack("megatron-core");
+  spec::Plan after_backward = overlapped;
+  after_backward.stack->dp_overlap = false;
+  spec::Plan megatron_loss = overlapped;
+  megatron_loss.stack->cross_entropy = spec::CrossEntropy::kMegatron;
+
+  Estimator shared(model, cluster);
+  shared.estimate(overlapped);
+  for (const spec::Plan& plan : {after_backward, megatron_loss}) {
+    Estimator fresh(model, cluster);
+    EXPECT_DOUBLE_EQ(shared.estimate(plan).step_time_s, fresh.estimate(plan).step_time_s);
+    EXPECT_GT(fresh.estimate(plan).step_time_s, fresh.estimate(overlapped).step_time_s);
+  }
 }
 
 }  // namespace

@@ -122,5 +122,28 @@ TEST(Stack, BadStacksAreRefusedNamingTheField) {
                      "/overlap_dp_comm = false: moved to /stack/dp_overlap");
 }
 
+TEST(Stack, CrossEntropyIsAKnobThatOlderFilesTakeFromTheFusionLevel) {
+  EXPECT_EQ(builtin_stack("megatron-lm").cross_entropy, CrossEntropy::kMegatron);
+  EXPECT_EQ(builtin_stack("llm.c").cross_entropy, CrossEntropy::kCompiled);
+  // Every preset file names it (a preset must not fall back on the fusion level).
+  for (const std::string& name : builtin_stack_names()) {
+    Json file = stack_file_json(builtin_stack(name));
+    EXPECT_TRUE(file.contains("cross_entropy")) << name;
+  }
+  // A stack file written before the knob existed: the cross-entropy its fusion level implied.
+  Json old = stack_file_json(builtin_stack("torchtitan"));
+  old.erase("cross_entropy");
+  old["fusion"] = "compiled";
+  EXPECT_EQ(stack_from_json(old, "old.json").cross_entropy, CrossEntropy::kCompiled);
+  // Overriding the fusion of a preset keeps the preset's cross-entropy.
+  Plan p =
+      plan_from_json(plan_with(Json{{"preset", "megatron-lm"}, {"fusion", "eager"}}), "p.json");
+  EXPECT_EQ(p.stack->cross_entropy, CrossEntropy::kMegatron);
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"cross_entropy", "apex"}}),
+                     "p.json"),
+      "/stack/cross_entropy = \"apex\": must be one of eager, megatron, fused or compiled");
+}
+
 }  // namespace
 }  // namespace sextant::spec

@@ -94,6 +94,7 @@ struct LoweringOptions {
   // The software stack's kernels (Plan::stack): how attention runs and how much is fused.
   spec::AttentionKernel attention = spec::AttentionKernel::kUnfused;
   spec::Fusion fusion = spec::Fusion::kFused;
+  spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
   bool autocast = false;  // 16-bit compute by torch.autocast over fp32 parameters
 };
 

@@ -42,12 +42,14 @@ class Estimator {
     models::LoweredModel lowered;
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
   };
-  Lowering& lowering(const spec::Plan& plan);
-  const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, Lowering& l);
+  Lowering& lowering(const sim::StepSetup& setup);
+  const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
+                                            Lowering& l);
 
   const spec::ModelSpec* model_;
   const spec::ClusterSpec* cluster_;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int, int>, std::unique_ptr<Lowering>>
+  std::map<std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool>,
+           std::unique_ptr<Lowering>>
       lowerings_;
 };
 

@@ -36,6 +36,18 @@ enum class Fusion {
 };
 EnumNames<Fusion> fusion_names();
 
+// How the language-model loss (softmax cross-entropy over the vocabulary) runs.
+enum class CrossEntropy {
+  kEager,     // logits.float() then F.cross_entropy: log_softmax and nll in fp32, 3 kernels
+  kMegatron,  // Megatron's vocab-parallel cross-entropy in PyTorch ops on fp32 logits: 6 passes
+  kFused,     // one kernel reads the 16-bit logits and writes the fp32 softmax (apex xentropy,
+              // Megatron-Core --cross-entropy-loss-fusion)
+  kCompiled,  // one pass over the 16-bit logits, gradient written in place (llm.c, Inductor)
+};
+EnumNames<CrossEntropy> cross_entropy_names();
+// The cross-entropy a stack that names none runs: the one its fusion level implies.
+CrossEntropy default_cross_entropy(Fusion fusion);
+
 // Tensor-parallel communication overlapped with the GEMMs next to it.
 enum class TpOverlap {
   kNone,       // every TP collective waits for its producer and blocks its consumer
@@ -56,6 +68,7 @@ struct Stack {
   std::string description;  // informational
   AttentionKernel attention = AttentionKernel::kUnfused;
   Fusion fusion = Fusion::kFused;
+  CrossEntropy cross_entropy = CrossEntropy::kFused;
   TpOverlap tp_overlap = TpOverlap::kNone;
   // Gradient buckets are reduced while backward still runs (DDP, Megatron --overlap-grad-reduce).
   bool dp_overlap = true;

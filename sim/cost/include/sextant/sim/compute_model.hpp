@@ -35,8 +35,9 @@ class ComputeModel {
   double matmul_seconds(const models::MatmulShape& shape) const;
   // The fused attention kernel of `op` (forward or backward), launch and memory time excluded.
   double attention_seconds(const models::Op& op, bool backward) const;
-  // AdamW step over `params` parameters held by this rank: memory-bound, kOptimizerBytesPerParam.
-  Picoseconds optimizer_time(int64_t params) const;
+  // Optimizer step over `params` parameters held by this rank: memory-bound, `bytes_per_param`
+  // (models::optimizer_bytes_per_param).
+  Picoseconds optimizer_time(int64_t params, int64_t bytes_per_param) const;
 
   // Host time per training step outside any op (DeviceSpec::step_overhead_us).
   Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
@@ -54,10 +55,5 @@ class ComputeModel {
 };
 
 bool is_matrix_op(spec::OpClass op_class);
-
-// Bytes an AdamW step moves per parameter. Mixed precision: read the 16-bit gradient (2), read and
-// write fp32 master weight, momentum and variance (3 x 8), write the 16-bit weight copy (2) = 28.
-// fp32 training moves the same: gradient 4 + weight 8 + moments 16.
-inline constexpr int64_t kOptimizerBytesPerParam = 28;
 
 }  // namespace sextant::sim

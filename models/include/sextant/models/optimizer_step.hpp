@@ -1,0 +1,36 @@
+// What an optimizer step moves through memory, per parameter it updates: one home for the
+// simulator (which prices it) and the executor (which labels its traced step with it).
+#pragma once
+
+#include <cstdint>
+
+#include "sextant/spec/dtype.hpp"
+#include "sextant/spec/stack.hpp"
+
+namespace sextant::models {
+
+// How the step's tensors are held: AdamW always updates fp32 master weights and moments.
+struct OptimizerPrecision {
+  spec::Dtype model_params = spec::Dtype::kFp32;  // the copy forward and backward read
+  spec::Dtype grads = spec::Dtype::kFp32;         // the dtype gradients are reduced in
+  bool loss_scaling = false;                      // fp16 training: gradients carry a loss scale
+  bool params_sharded = false;  // ZeRO-3 / FSDP: the 16-bit copy is made by each gather instead
+};
+
+// Bytes read and written per updated parameter by a mixed-precision AdamW step, pass by pass as
+// Megatron-LM's Float16OptimizerWithFloat16Params.step() (megatron/optimizer/optimizer.py) runs
+// them; a pass a precision does not need is skipped:
+//   gradients to fp32 main gradients (16-bit gradients only)      2 + 4
+//   unscale and inf/nan check (loss scaling)                      4 + 4
+//   AdamW: read param, grad, m, v; write param, m, v (fp32)       16 + 12
+//   fp32 master weights to the 16-bit model copy                  4 + 2
+// fp32 training is the AdamW pass alone (28 bytes).
+int64_t optimizer_bytes_per_param(const OptimizerPrecision& precision);
+
+// The precision a plan's optimizer step runs in: parameters and gradients as the stack holds them
+// at `compute` dtype (activations; an fp8 recipe keeps bf16 weights), loss scaling with fp16
+// (Megatron --fp16, torch.amp.GradScaler), sharded parameters under ZeRO-3.
+OptimizerPrecision optimizer_precision(const spec::Stack& stack, spec::Dtype compute,
+                                       int64_t zero_stage);
+
+}  // namespace sextant::models
