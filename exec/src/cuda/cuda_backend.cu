@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "cuda_check.hpp"
+#include "cuda_module.hpp"
 #include "sextant/exec/block_pool.hpp"
-#include "sextant/exec/cuda_backend.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -1097,9 +1097,9 @@ class CudaBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
-  if (cuda_device_count() == 0)
-    throw std::runtime_error("the cuda backend needs a GPU: " + cuda_unavailable_reason());
+std::unique_ptr<Backend> cuda_module::make_backend(int device, Precision precision) {
+  if (cuda_module::device_count() == 0)
+    throw std::runtime_error("the cuda backend needs a GPU: " + cuda_module::unavailable_reason());
   return std::make_unique<CudaBackend>(device, precision);
 }
 

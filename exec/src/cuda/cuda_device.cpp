@@ -2,15 +2,11 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "sextant/exec/cuda_backend.hpp"
+#include "cuda_module.hpp"
 
-namespace sextant::exec {
+namespace sextant::exec::cuda_module {
 
-bool built_with_cuda() {
-  return true;
-}
-
-int cuda_device_count() {
+int device_count() {
   int n = 0;
   // "CUDA driver version is insufficient" (no driver, no GPU) is "no device", not an error.
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -20,7 +16,7 @@ int cuda_device_count() {
   return n;
 }
 
-std::string cuda_unavailable_reason() {
+std::string unavailable_reason() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -31,4 +27,4 @@ std::string cuda_unavailable_reason() {
   return "";
 }
 
-}  // namespace sextant::exec
+}  // namespace sextant::exec::cuda_module

@@ -14,7 +14,7 @@
 #include <nccl.h>
 
 #include "cuda_check.hpp"
-#include "sextant/exec/communicators.hpp"
+#include "cuda_module.hpp"
 #include "staged_communicator.hpp"
 
 namespace sextant::exec {
@@ -100,8 +100,8 @@ class NcclCommunicator : public StagedCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm,
-                                                       std::string name) {
+std::unique_ptr<Communicator> cuda_module::make_communicator(CommKind kind, MPI_Comm comm,
+                                                             std::string name) {
   if (kind == CommKind::kNccl) return std::make_unique<NcclCommunicator>(comm, std::move(name));
   return std::make_unique<StagedCommunicator>(comm, std::move(name));
 }
