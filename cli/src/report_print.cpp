@@ -43,7 +43,13 @@ void print_report(const spec::Report& r) {
       human_bytes(static_cast<double>(m.gradients)), human_bytes(static_cast<double>(m.optimizer)),
       human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)),
       human_bytes(static_cast<double>(m.reserved)));
-  fmt::print("  simulated        {} events in {}\n", r.events, human_seconds(r.sim_wall_s));
+  if (r.simulated_ranks > 0 && r.simulated_ranks < r.gpus) {
+    fmt::print(
+        "  simulated        {} events in {} ({} of {} ranks; the others are symmetric copies)\n",
+        r.events, human_seconds(r.sim_wall_s), r.simulated_ranks, r.gpus);
+  } else {
+    fmt::print("  simulated        {} events in {}\n", r.events, human_seconds(r.sim_wall_s));
+  }
 }
 
 }  // namespace sextant::cli

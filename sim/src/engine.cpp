@@ -415,18 +415,18 @@ class Engine {
                         "rank {} joined a collective of group {} with {} bytes, others with {}",
                         rank, g, task.value, gs.bytes);
         }
-        gs.segments += now - rs.last_sync;
-        const auto members =
-            static_cast<int32_t>(group_setups_[static_cast<size_t>(g)].members.size());
-        if (++gs.arrived == members) {
+        const GroupSetup& group = group_setups_[static_cast<size_t>(g)];
+        gs.segments += (now - rs.last_sync) * setup.group_weight[task.slot];
+        if (++gs.arrived == static_cast<int32_t>(group.members.size())) {
           gs.start = now;
-          if (compute_jitter_ > 0 && members > 1) {
-            const double segment = static_cast<double>(gs.segments) / members;
+          const int64_t ranks = group.size();  // a folded member stands for several ranks
+          if (compute_jitter_ > 0 && ranks > 1) {
+            const double segment = static_cast<double>(gs.segments) / static_cast<double>(ranks);
             gs.wait = static_cast<Picoseconds>(
-                std::llround(compute_jitter_ * expected_max_of_normals(members) * segment));
+                std::llround(compute_jitter_ * expected_max_of_normals(ranks) * segment));
           }
           // Data moves from now on (a member waiting for its peers takes nothing from compute).
-          for (int64_t member : group_setups_[static_cast<size_t>(g)].members)
+          for (int64_t member : group.members)
             change_transfers(static_cast<int32_t>(member), +1, now);
           NetworkStart ns = network_.start_collective(g, gs.kind, gs.bytes, now);
           gs.algorithm = ns.algorithm;

@@ -11,6 +11,7 @@
 #include "sextant/sim/flow_network.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
+#include "sextant/sim/rank_symmetry.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/rank_layout.hpp"
@@ -27,12 +28,6 @@ spec::EnumNames<Fidelity> fidelity_names() {
 }
 
 namespace {
-
-struct Topology {
-  std::vector<RankSetup> ranks;
-  std::vector<GroupSetup> groups;
-  std::vector<ChannelSetup> channels;
-};
 
 Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster, bool tied) {
   spec::RankLayout layout(plan);
@@ -178,16 +173,40 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
   EngineResult result;
+  int64_t simulated_ranks = world;
   if (options.fidelity == Fidelity::kFlow) {
     FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
                         cluster.device.overlap_slowdown, cluster.device.compute_jitter,
                         options.progress);
-  } else {
+  } else if (!options.fold_symmetric_ranks) {
     AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
     result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
                         cluster.device.overlap_slowdown, cluster.device.compute_jitter,
                         options.progress);
+  } else {
+    // Each class of symmetric ranks simulated once (rank_symmetry.hpp), then copied back.
+    const FoldedTopology folded = fold_symmetric_ranks(topo, cluster);
+    AnalyticNetwork network(cluster, collectives, folded.network_groups, folded.network_channels);
+    EngineResult classes =
+        run_engine(programs, folded.engine.ranks, folded.engine.groups, folded.engine.channels,
+                   network, options.trace, cluster.device.overlap_slowdown,
+                   cluster.device.compute_jitter, options.progress);
+    result.events = classes.events;
+    result.ranks.reserve(static_cast<size_t>(world));
+    for (int64_t r = 0; r < world; ++r)
+      result.ranks.push_back(
+          classes.ranks[static_cast<size_t>(folded.class_of[static_cast<size_t>(r)])]);
+    result.records.reserve(classes.records.size() * static_cast<size_t>(world) /
+                           folded.class_ranks.size());
+    for (const TaskRecord& rec : classes.records) {
+      for (int64_t r : folded.class_ranks[static_cast<size_t>(rec.rank)]) {
+        TaskRecord copy = rec;
+        copy.rank = static_cast<int32_t>(r);
+        result.records.push_back(copy);
+      }
+    }
+    simulated_ranks = static_cast<int64_t>(folded.class_ranks.size());
   }
 
   SimulationResult out;
@@ -232,6 +251,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   }
   rep.memory = worst;
   rep.events = result.events;
+  rep.simulated_ranks = simulated_ranks;
 
   if (options.trace) {
     out.trace = build_trace(result, programs, topo.ranks, topo.groups, dtype);

@@ -42,6 +42,7 @@ Json to_json(const Report& r) {
                 {"reserved", m.reserved},
                 {"headroom_bytes", m.headroom_bytes}}},
               {"events", r.events},
+              {"simulated_ranks", r.simulated_ranks},
               {"sim_wall_s", r.sim_wall_s}};
 }
 
@@ -97,6 +98,8 @@ Report report_from_json(const Json& json, const std::string& source) {
     m->finish();
   }
   out.events = r.integer("events", nn).value_or(0);
+  out.simulated_ranks =
+      r.integer("simulated_ranks", Range::non_negative(), Presence::kOptional).value_or(out.gpus);
   out.sim_wall_s = r.number("sim_wall_s", nn).value_or(0);
   r.finish();
   diag.throw_if_any();

@@ -22,6 +22,8 @@ struct RankSetup {
   std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
   std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
   double speed = 1.0;                             // compute time is divided by this
+  // Ranks this one stands for in each of its groups (a folded topology, rank_symmetry.hpp).
+  std::array<int32_t, 3> group_weight{{1, 1, 1}};
 };
 
 // Where one rank's time went (compute-stream view); the parts add up to `finish`.

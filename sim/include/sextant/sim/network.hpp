@@ -19,6 +19,10 @@ namespace sextant::sim {
 struct GroupSetup {
   std::vector<int64_t> members;
   GroupShape shape;
+  int64_t represented = 0;  // real ranks, when members are folded classes (0: the members)
+  int64_t size() const {
+    return represented > 0 ? represented : static_cast<int64_t>(members.size());
+  }
 };
 
 struct ChannelSetup {

@@ -23,6 +23,9 @@ struct SimulationOptions {
   bool trace = false;
   std::string plan_source = "plan";  // names the plan in error messages
   EngineProgress progress;           // the engine's tasks done / total, for a progress line
+  // Analytic fidelity: simulate each class of symmetric ranks once (rank_symmetry.hpp); the
+  // result is the same, off only for checking that.
+  bool fold_symmetric_ranks = true;
 };
 
 struct SimulationResult {

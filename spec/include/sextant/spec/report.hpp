@@ -53,6 +53,7 @@ struct Report {
   TimeBreakdown breakdown_s;
   MemoryBreakdown memory;
   int64_t events = 0;
+  int64_t simulated_ranks = 0;  // ranks the engine ran (symmetric copies are not re-run)
   double sim_wall_s = 0;
 };
 
