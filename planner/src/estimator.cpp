@@ -30,7 +30,63 @@ Estimator::Lowering& Estimator::lowering(const sim::StepSetup& setup) {
   auto l = std::make_unique<Lowering>();
   l->lowered = models::lower(*model_, setup.lowering);
   l->setup = setup;
+  l->compute = sim::make_compute_model(*cluster_, setup);
+  for (const models::Layer& layer : l->lowered.layers)
+    l->boundary_bytes = std::max(l->boundary_bytes, layer.output_bytes);
   return *lowerings_.emplace(key, std::move(l)).first->second;
+}
+
+const sim::CollectiveModel& Estimator::collectives(const spec::Plan& plan) {
+  if (!collectives_ || collectives_overrides_ != plan.collective_algorithms) {
+    collectives_.emplace(*cluster_, plan.collective_algorithms);
+    collectives_overrides_ = plan.collective_algorithms;
+    collective_seconds_.clear();
+  }
+  return *collectives_;
+}
+
+double Estimator::collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
+                               const sim::GroupShape& shape) {
+  const sim::CollectiveModel& model = collectives(plan);
+  auto key =
+      std::make_tuple(static_cast<int>(kind), bytes, shape.size, shape.nodes, shape.per_node);
+  auto it = collective_seconds_.find(key);
+  if (it != collective_seconds_.end()) return it->second;
+  const double s = model.cost(kind, bytes, shape).seconds();
+  collective_seconds_.emplace(key, s);
+  return s;
+}
+
+const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
+  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp);
+  auto it = shapes_.find(key);
+  if (it != shapes_.end()) return it->second;
+  spec::RankLayout layout(plan);
+  Shapes s;
+  s.tp = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
+  s.dp = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
+  int64_t pair[2] = {0, layout.pp_next(0)};
+  s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
+  return shapes_.emplace(key, s).first->second;
+}
+
+const spec::LiveProfile& Estimator::live_profile(const spec::Plan& plan, int64_t stage) {
+  auto key = std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages,
+                             plan.micro_batches(), stage);
+  auto it = profiles_.find(key);
+  if (it != profiles_.end()) return it->second;
+  return profiles_
+      .emplace(key, spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages,
+                                       plan.micro_batches(), stage))
+      .first->second;
+}
+
+double Estimator::slowest_speed(int64_t world) {
+  auto it = slowest_speed_.find(world);
+  if (it != slowest_speed_.end()) return it->second;
+  double slowest = 1.0;
+  for (int64_t r = 0; r < world; ++r) slowest = std::min(slowest, cluster_->speed_factor(r));
+  return slowest_speed_.emplace(world, slowest).first->second;
 }
 
 const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
@@ -39,13 +95,11 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto key = std::make_tuple(plan.recompute, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
-  sim::ComputeModel compute = sim::make_compute_model(*cluster_, l.setup);
-  sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
-  spec::RankLayout layout(plan);
-  sim::GroupShape tp_shape = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
+  const sim::GroupShape tp_shape = shapes(plan).tp;
   std::vector<LayerCost> costs;
   for (const models::Layer& layer : l.lowered.layers) {
-    sim::LayerTimes t = sim::layer_times(layer, plan, stack, compute, collectives, tp_shape);
+    sim::LayerTimes t =
+        sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape);
     costs.push_back({t.forward, t.backward, t.recompute});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
@@ -57,9 +111,8 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
   const spec::Stack& stack = setup.stack;
   const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
   const models::LoweredModel& lowered = l.lowered;
-  sim::ComputeModel compute = sim::make_compute_model(*cluster_, l.setup);
-  sim::CollectiveModel collectives(*cluster_, plan.collective_algorithms);
-  spec::RankLayout layout(plan);
+  const sim::ComputeModel& compute = *l.compute;
+  const Shapes& shape = shapes(plan);
   const int64_t m = plan.micro_batches();
   const double v = static_cast<double>(plan.virtual_stages);
   const int64_t e = spec::dtype_bytes(lowered.dtype);
@@ -82,7 +135,8 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
     slowest_stage = std::max(slowest_stage, t);
     slowest_backward = std::max(slowest_backward, b);
     max_params = std::max(max_params, params);
-    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, s, cluster_);
+    spec::MemoryBreakdown mem =
+        sim::stage_memory(plan, stack, lowered, s, cluster_, &live_profile(plan, s));
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
   }
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
@@ -93,16 +147,10 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
       static_cast<double>(m) * slowest_stage + static_cast<double>(plan.pp - 1) * slowest_stage / v;
   if (plan.pp > 1) {
     // Stage-to-stage transfers on the critical path of the fill and drain.
-    int64_t boundary = 0;
-    for (const models::Layer& layer : lowered.layers)
-      boundary = std::max(boundary, layer.output_bytes);
+    int64_t boundary = l.boundary_bytes;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
-    int64_t pair[2] = {0, layout.pp_next(0)};
-    double p2p = collectives
-                     .cost(spec::CollectiveKind::kSendRecv, boundary,
-                           sim::group_shape(pair, cluster_->devices_per_node))
-                     .seconds();
+    double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
     step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
     if (!stack.pp_overlap) step += 2 * static_cast<double>(m) * v * p2p;
   }
@@ -112,14 +160,13 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
   auto slowed = [f](double overlapped) { return std::max(0.0, overlapped) * f / (1 + f); };
   // Data parallelism.
   if (plan.dp > 1) {
-    sim::GroupShape dp_shape = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
+    const sim::GroupShape& dp_shape = shape.dp;
     const int64_t weights = max_params * e;
     const int64_t grads = max_params * g;
     if (plan.zero == 3) {
       // Per micro-batch: gather parameters for forward and backward, scatter gradients.
-      double per_mb =
-          2 * collectives.cost(spec::CollectiveKind::kAllGather, weights, dp_shape).seconds() +
-          collectives.cost(spec::CollectiveKind::kReduceScatter, grads, dp_shape).seconds();
+      double per_mb = 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, dp_shape) +
+                      collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, dp_shape);
       double compute_per_mb = slowest_stage;
       double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
       step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
@@ -129,13 +176,12 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
       const int64_t bucket = grads / buckets;
       spec::CollectiveKind kind =
           plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-      double reduce =
-          static_cast<double>(buckets) * collectives.cost(kind, bucket, dp_shape).seconds();
-      double last = collectives.cost(kind, bucket, dp_shape).seconds();
+      double last = collective_s(plan, kind, bucket, dp_shape);
+      double reduce = static_cast<double>(buckets) * last;
       step += stack.dp_overlap ? std::max(last, reduce - slowest_backward) : reduce;
       if (stack.dp_overlap) step += slowed(std::min(reduce - last, slowest_backward));
       if (plan.zero >= 1 && !stack.param_gather_overlap)
-        step += collectives.cost(spec::CollectiveKind::kAllGather, weights, dp_shape).seconds();
+        step += collective_s(plan, spec::CollectiveKind::kAllGather, weights, dp_shape);
     }
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
@@ -143,10 +189,7 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
       models::optimizer_precision(stack, lowered.dtype, plan.zero));
   step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
   // A straggler slows every group it is in: scale by the slowest rank used.
-  double slowest = 1.0;
-  for (int64_t r = 0; r < plan.world_size(); ++r)
-    slowest = std::min(slowest, cluster_->speed_factor(r));
-  out.step_time_s = step / slowest;
+  out.step_time_s = step / slowest_speed(plan.world_size());
   return out;
 }
 

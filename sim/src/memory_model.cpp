@@ -28,7 +28,8 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
-                                   const spec::ClusterSpec* cluster) {
+                                   const spec::ClusterSpec* cluster,
+                                   const spec::LiveProfile* profile) {
   StageLayers layers = stage_layers(plan, lowered, stage);
   const size_t chunks = layers.chunk_begin.size();
   const int64_t params = models::stage_params(plan, lowered, stage);
@@ -55,21 +56,24 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   if (plan.zero >= 2) m.gradients = (m.gradients + n - 1) / n;
   if (plan.zero >= 3) m.weights = (m.weights + n - 1) / n;
 
-  // Activations: replay the schedule and keep the peak of what is live.
-  std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
-      plan.schedule, plan.pp, plan.virtual_stages, plan.micro_batches(), stage);
-  int64_t live = 0;
+  // Activations: the most the schedule keeps live (under recompute, plus the working set of the
+  // layer whose backward runs).
+  const spec::LiveProfile own =
+      profile != nullptr ? spec::LiveProfile{}
+                         : spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages,
+                                              plan.micro_batches(), stage);
+  const spec::LiveProfile& moments = profile != nullptr ? *profile : own;
+  auto bytes_at = [&](const std::vector<int64_t>& counts) {
+    int64_t b = 0;
+    for (size_t v = 0; v < chunks; ++v) b += counts[v] * chunk_activation[v];
+    return b;
+  };
   int64_t peak = 0;
-  for (const spec::ScheduleUnit& u : units) {
-    int64_t bytes = chunk_activation[static_cast<size_t>(u.chunk)];
-    if (u.forward) {
-      live += bytes;
-      peak = std::max(peak, live);
-    } else {
-      // While a backward runs, its layer's full activations exist again under recompute.
-      if (plan.recompute != spec::Recompute::kNone) peak = std::max(peak, live + largest_working);
-      live -= bytes;
-    }
+  for (const std::vector<int64_t>& counts : moments.after_forward)
+    peak = std::max(peak, bytes_at(counts));
+  if (plan.recompute != spec::Recompute::kNone) {
+    for (const std::vector<int64_t>& counts : moments.during_backward)
+      peak = std::max(peak, bytes_at(counts) + largest_working);
   }
   m.activations = peak;
 

@@ -65,4 +65,54 @@ int64_t peak_in_flight(const std::vector<ScheduleUnit>& units) {
   return peak;
 }
 
+namespace {
+
+// The moments (flat, `chunks` counts each) that no other moment covers in every chunk: their dot
+// product with non-negative bytes can never be the largest. Scanned by decreasing total, a moment
+// can only be covered by one already kept, so the work is moments x kept.
+std::vector<std::vector<int64_t>> undominated(const std::vector<int64_t>& flat, size_t chunks) {
+  const size_t n = flat.size() / chunks;
+  std::vector<int64_t> total(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t c = 0; c < chunks; ++c) total[i] += flat[i * chunks + c];
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return total[a] > total[b]; });
+  std::vector<std::vector<int64_t>> kept;
+  for (size_t i : order) {
+    const int64_t* a = &flat[i * chunks];
+    bool covered = false;
+    for (const std::vector<int64_t>& k : kept) {
+      bool ge = true;
+      for (size_t c = 0; c < chunks && ge; ++c) ge = k[c] >= a[c];
+      if (ge) {
+        covered = true;
+        break;
+      }
+    }
+    if (!covered) kept.emplace_back(a, a + chunks);
+  }
+  return kept;
+}
+
+}  // namespace
+
+LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, int64_t stage) {
+  const auto chunks = static_cast<size_t>(vpp);
+  std::vector<int64_t> live(chunks, 0);
+  std::vector<int64_t> forward, backward;  // moments, flat
+  for (const ScheduleUnit& u : pipeline_schedule(schedule, pp, vpp, m, stage)) {
+    int64_t& chunk = live[static_cast<size_t>(u.chunk)];
+    if (u.forward) {
+      ++chunk;
+      forward.insert(forward.end(), live.begin(), live.end());
+    } else {
+      backward.insert(backward.end(), live.begin(), live.end());
+      --chunk;
+    }
+  }
+  return {undominated(forward, chunks), undominated(backward, chunks)};
+}
+
 }  // namespace sextant::spec

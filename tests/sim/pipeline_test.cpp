@@ -3,6 +3,8 @@
 // SC'21 §2.2.2), on uniform stages with free communication.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -81,6 +83,55 @@ TEST(Pipeline, InFlightMicroBatchesOnTheFirstStage) {
       // The last stage of 1F1B holds one.
       EXPECT_EQ(
           spec::peak_in_flight(spec::pipeline_schedule(spec::Schedule::k1F1B, p, 1, m, p - 1)), 1);
+    }
+  }
+}
+
+// live_profile keeps only the moments that can be the peak: for any chunk sizes, its largest dot
+// product must equal the peak of replaying the schedule unit by unit (what stage_memory did).
+TEST(Pipeline, LiveProfileGivesTheReplaysPeakForAnyChunkSizes) {
+  std::mt19937 rng(20261123);
+  for (spec::Schedule sched :
+       {spec::Schedule::kGpipe, spec::Schedule::k1F1B, spec::Schedule::kInterleaved}) {
+    for (int64_t p : {1, 2, 4, 8}) {
+      for (int64_t v : {1, 2, 3}) {
+        if (sched != spec::Schedule::kInterleaved && v > 1) continue;
+        for (int64_t m : {1, 2, 8, 16, 24}) {
+          if (v > 1 && m % p != 0) continue;
+          for (int64_t stage = 0; stage < p; ++stage) {
+            const spec::LiveProfile profile = spec::live_profile(sched, p, v, m, stage);
+            const std::vector<spec::ScheduleUnit> units =
+                spec::pipeline_schedule(sched, p, v, m, stage);
+            for (int trial = 0; trial < 4; ++trial) {
+              std::vector<int64_t> bytes(static_cast<size_t>(v));
+              for (int64_t& b : bytes) b = 1 + static_cast<int64_t>(rng() % 1000);
+              const int64_t working = static_cast<int64_t>(rng() % 1000);
+              int64_t live = 0, replay = 0, replay_recompute = 0;
+              for (const spec::ScheduleUnit& u : units) {
+                const int64_t b = bytes[static_cast<size_t>(u.chunk)];
+                if (u.forward) {
+                  live += b;
+                  replay = std::max(replay, live);
+                } else {
+                  replay_recompute = std::max(replay_recompute, live + working);
+                  live -= b;
+                }
+              }
+              auto best = [&](const std::vector<std::vector<int64_t>>& moments) {
+                int64_t out = 0;
+                for (const std::vector<int64_t>& counts : moments) {
+                  int64_t sum = 0;
+                  for (size_t c = 0; c < counts.size(); ++c) sum += counts[c] * bytes[c];
+                  out = std::max(out, sum);
+                }
+                return out;
+              };
+              EXPECT_EQ(best(profile.after_forward), replay);
+              EXPECT_EQ(best(profile.during_backward) + working, replay_recompute);
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "sextant/models/lowering.hpp"
@@ -14,6 +15,7 @@
 #include "sextant/sim/compute_model.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/report.hpp"
 
@@ -28,7 +30,7 @@ struct Estimate {
 class Estimator {
  public:
   Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
-  // Not thread-safe (it caches lowerings); use one per thread.
+  // Not thread-safe (it caches lowerings, schedules and prices); use one per thread.
   Estimate estimate(const spec::Plan& plan);
 
  private:
@@ -40,17 +42,35 @@ class Estimator {
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
+    std::optional<sim::ComputeModel> compute;
+    int64_t boundary_bytes = 0;  // the largest activation a stage hands to the next
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
+  };
+  // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
+  struct Shapes {
+    sim::GroupShape tp, dp, pp_pair;
   };
   Lowering& lowering(const sim::StepSetup& setup);
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
                                             Lowering& l);
+  const sim::CollectiveModel& collectives(const spec::Plan& plan);
+  double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
+                      const sim::GroupShape& shape);
+  const Shapes& shapes(const spec::Plan& plan);
+  const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
+  double slowest_speed(int64_t world);
 
   const spec::ModelSpec* model_;
   const spec::ClusterSpec* cluster_;
   std::map<std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool>,
            std::unique_ptr<Lowering>>
       lowerings_;
+  std::optional<sim::CollectiveModel> collectives_;
+  std::map<spec::CollectiveKind, spec::CollectiveAlgorithm> collectives_overrides_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, double> collective_seconds_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Shapes> shapes_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
+  std::map<int64_t, double> slowest_speed_;
 };
 
 }  // namespace sextant::planner

@@ -10,6 +10,7 @@
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/report.hpp"
 
@@ -29,9 +30,11 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
                                int64_t stage);
 
 // Memory of a rank of pipeline stage `stage`. With `cluster`, also the runtime and communicator
-// reserves, the capacity, the headroom and whether it fits.
+// reserves, the capacity, the headroom and whether it fits. `profile`: the stage's
+// spec::live_profile when the caller keeps it (a planner), else it is computed here.
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
-                                   const spec::ClusterSpec* cluster = nullptr);
+                                   const spec::ClusterSpec* cluster = nullptr,
+                                   const spec::LiveProfile* profile = nullptr);
 
 }  // namespace sextant::sim

@@ -25,4 +25,17 @@ std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64
 // started and not yet finished by their backward), i.e. the activation multiplier of the stage.
 int64_t peak_in_flight(const std::vector<ScheduleUnit>& units);
 
+// The moments of a stage's schedule that can hold its activation peak, as per-chunk counts of the
+// micro-batches whose activations are live: after each forward, and while each backward runs
+// (before it frees its chunk's activations; recompute rebuilds one layer's working set there).
+// Only the moments that no other moment covers in every chunk are kept, so a stage's peak is the
+// largest dot product of these counts with its chunks' activation bytes -- the replay of
+// pipeline_schedule, without the replay: a planner computes one profile for many plans.
+struct LiveProfile {
+  std::vector<std::vector<int64_t>> after_forward;
+  std::vector<std::vector<int64_t>> during_backward;
+};
+LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t virtual_stages,
+                         int64_t micro_batches, int64_t stage);
+
 }  // namespace sextant::spec
