@@ -250,6 +250,11 @@ int run_plan(const PlanFlagsAll& f) {
                     {"simulated", result.simulated},
                     {"rejected", result.rejected},
                     {"wall_s", result.wall_s},
+                    {"phases_s",
+                     {{"enumerate", result.enumerate_s},
+                      {"estimate", result.estimate_s},
+                      {"simulate", result.simulate_s}}},
+                    {"threads", result.threads},
                     {"ranked", ranked}};
     if (result.ranked.empty()) {
       j["least_memory_bytes"] = result.least_memory_bytes;

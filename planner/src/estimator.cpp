@@ -17,20 +17,22 @@ namespace sextant::planner {
 Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster)
     : model_(&model), cluster_(&cluster) {}
 
-Estimator::Lowering& Estimator::lowering(const sim::StepSetup& setup) {
-  // Everything the lowering and the compute model depend on; the other stack knobs are read from
-  // each plan's own setup.
-  const models::LoweringOptions& o = setup.lowering;
-  auto key =
-      std::make_tuple(o.micro_batch, o.tp, o.sequence_parallel, static_cast<int>(setup.gemm_dtype),
-                      static_cast<int>(o.dtype), o.seq_len, static_cast<int>(o.attention),
-                      static_cast<int>(o.fusion), static_cast<int>(o.cross_entropy), o.autocast);
+Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Stack& stack) {
+  // Everything the lowering and the compute model depend on (step_setup's inputs), found without
+  // building a setup; the other stack knobs are read from each plan's stack.
+  const sim::StepPrecision precision = sim::step_precision(*cluster_, plan, stack);
+  const int64_t seq_len =
+      model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
+  auto key = std::make_tuple(
+      plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(precision.gemm_dtype),
+      static_cast<int>(precision.dtype), seq_len, static_cast<int>(stack.attention),
+      static_cast<int>(stack.fusion), static_cast<int>(stack.cross_entropy), stack.autocast);
   auto it = lowerings_.find(key);
   if (it != lowerings_.end()) return *it->second;
   auto l = std::make_unique<Lowering>();
-  l->lowered = models::lower(*model_, setup.lowering);
-  l->setup = setup;
-  l->compute = sim::make_compute_model(*cluster_, setup);
+  l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
+  l->lowered = models::lower(*model_, l->setup.lowering);
+  l->compute = sim::make_compute_model(*cluster_, l->setup);
   for (const models::Layer& layer : l->lowered.layers)
     l->boundary_bytes = std::max(l->boundary_bytes, layer.output_bytes);
   return *lowerings_.emplace(key, std::move(l)).first->second;
@@ -106,9 +108,11 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan) {
-  const sim::StepSetup setup = sim::step_setup(*model_, *cluster_, plan);
-  Lowering& l = lowering(setup);
-  const spec::Stack& stack = setup.stack;
+  return estimate(plan, spec::plan_stack(plan, cluster_->device.kind == spec::DeviceKind::kGpu));
+}
+
+Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
+  Lowering& l = lowering(plan, stack);
   const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
   const models::LoweredModel& lowered = l.lowered;
   const sim::ComputeModel& compute = *l.compute;

@@ -27,13 +27,15 @@ int thread_count(int requested) {
 }
 
 // Estimates every plan, in parallel; each thread keeps its own estimator (and its caches).
-std::vector<Estimate> estimate_all(const SearchRequest& request,
-                                   const std::vector<spec::Plan>& plans, int threads) {
+std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumeration& all,
+                                   int threads) {
+  const std::vector<spec::Plan>& plans = all.plans;
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     Estimator estimator(request.model, request.cluster);
-    for (size_t i = next++; i < plans.size(); i = next++) out[i] = estimator.estimate(plans[i]);
+    for (size_t i = next++; i < plans.size(); i = next++)
+      out[i] = estimator.estimate(plans[i], all.stack);
   };
   run_workers(threads, next, plans.size(), work);
   return out;
@@ -49,7 +51,11 @@ double objective_value(const spec::Report& r, Objective o) {
 SearchResult search(const SearchRequest& request, const SearchOptions& options) {
   auto start = std::chrono::steady_clock::now();
   SearchResult result;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   Enumeration all = enumerate_plans(request);
+  result.enumerate_s = since(start);
   if (all.plans.empty()) {
     std::string reasons;
     for (const auto& [reason, count] : all.rejected)
@@ -61,7 +67,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   result.rejected = all.rejected;
   result.enumerated = static_cast<int64_t>(all.plans.size());
   const int threads = thread_count(options.threads);
-  std::vector<Estimate> estimates = estimate_all(request, all.plans, threads);
+  result.threads = threads;
+  const auto estimating = std::chrono::steady_clock::now();
+  std::vector<Estimate> estimates = estimate_all(request, all, threads);
+  result.estimate_s = since(estimating);
 
   std::vector<Scored> fitting;
   result.least_memory_bytes = std::numeric_limits<int64_t>::max();
@@ -83,7 +92,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
       Estimator estimator(request.model, request.cluster);
       bool any = false;
       for (const spec::Plan& p : e.plans) {
-        if (estimator.estimate(p).fits) {
+        if (estimator.estimate(p, e.stack).fits) {
           any = true;
           break;
         }
@@ -105,6 +114,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   leaders = std::max(leaders, std::min<size_t>(fitting.size(), static_cast<size_t>(options.top_k)));
 
   // Simulate the leaders in parallel.
+  const auto simulating = std::chrono::steady_clock::now();
   std::vector<RankedPlan> simulated(leaders);
   std::vector<bool> fits(leaders, false);
   std::atomic<size_t> next{0};
@@ -112,7 +122,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   std::mutex progress_mutex;
   auto work = [&] {
     for (size_t i = next++; i < leaders; i = next++) {
-      const spec::Plan& plan = all.plans[fitting[i].index];
+      const spec::Plan plan = all.with_stack(fitting[i].index);
       sim::SimulationOptions so;
       so.fidelity = options.fidelity;
       sim::SimulationResult r = sim::simulate(request.model, request.cluster, plan, so);
@@ -127,6 +137,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   };
   run_workers(std::min<int>(threads, static_cast<int>(leaders)), next, leaders, work);
   result.simulated = static_cast<int64_t>(leaders);
+  result.simulate_s = since(simulating);
 
   for (size_t i = 0; i < leaders; ++i)
     if (fits[i]) result.ranked.push_back(std::move(simulated[i]));

@@ -139,9 +139,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   const bool transformer = m.is_transformer();
   const int64_t layers = model_layers(m);
   // Every plan names its stack, so that a written plan predicts and runs the same way anywhere.
-  const spec::Stack stack = r.stack ? *r.stack
-                                    : spec::builtin_stack(spec::default_stack_name(
-                                          r.cluster.device.kind == spec::DeviceKind::kGpu));
+  out.stack = r.stack ? *r.stack
+                      : spec::builtin_stack(spec::default_stack_name(r.cluster.device.kind ==
+                                                                     spec::DeviceKind::kGpu));
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
   for (int64_t tp : divisors(r.gpus)) {
     for (int64_t pp : divisors(r.gpus / tp)) {
@@ -225,7 +225,6 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                   p.stage_layers = split;
                   p.recompute = rc;
                   p.dtype = r.dtype;
-                  p.stack = stack;
                   p.seq_len = r.seq_len;
                   p.model = m.name;
                   p.cluster = r.cluster.name;

@@ -3,20 +3,32 @@
 
 namespace sextant::sim {
 
-StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                     const spec::Plan& plan) {
-  StepSetup s;
+StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan& plan,
+                             const spec::Stack& stack) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
-  s.stack = spec::plan_stack(plan, gpu);
   spec::Dtype precision = gpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
   if (plan.dtype) {
     precision = *plan.dtype;
-  } else if (s.stack.precision) {
-    precision = *s.stack.precision;
+  } else if (stack.precision) {
+    precision = *stack.precision;
   }
-  s.gemm_dtype = precision;
   // An fp8 recipe (Transformer Engine) runs the GEMMs in fp8 and keeps activations in bf16.
-  s.dtype = precision == spec::Dtype::kFp8 ? spec::Dtype::kBf16 : precision;
+  return {precision == spec::Dtype::kFp8 ? spec::Dtype::kBf16 : precision, precision};
+}
+
+StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::Plan& plan) {
+  return step_setup(model, cluster, plan,
+                    spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu));
+}
+
+StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::Plan& plan, const spec::Stack& stack) {
+  StepSetup s;
+  s.stack = stack;
+  const StepPrecision precision = step_precision(cluster, plan, stack);
+  s.gemm_dtype = precision.gemm_dtype;
+  s.dtype = precision.dtype;
   if (model.is_transformer()) s.seq_len = plan.seq_len.value_or(model.transformer().seq_len);
   s.lowering.micro_batch = plan.micro_batch;
   s.lowering.seq_len = s.seq_len;

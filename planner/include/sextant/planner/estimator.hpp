@@ -32,6 +32,9 @@ class Estimator {
   Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
   // Not thread-safe (it caches lowerings, schedules and prices); use one per thread.
   Estimate estimate(const spec::Plan& plan);
+  // With the stack given: `plan.stack` is ignored (the planner's candidates share one stack and
+  // do not carry a copy each).
+  Estimate estimate(const spec::Plan& plan, const spec::Stack& stack);
 
  private:
   struct LayerCost {
@@ -50,7 +53,7 @@ class Estimator {
   struct Shapes {
     sim::GroupShape tp, dp, pp_pair;
   };
-  Lowering& lowering(const sim::StepSetup& setup);
+  Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
                                             Lowering& l);
   const sim::CollectiveModel& collectives(const spec::Plan& plan);

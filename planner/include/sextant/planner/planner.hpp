@@ -41,6 +41,11 @@ struct SearchResult {
   int64_t fitting = 0;                      // of those, predicted to fit
   int64_t simulated = 0;
   double wall_s = 0;
+  // Where the wall time went, and on how many threads the estimates and simulations ran.
+  double enumerate_s = 0;
+  double estimate_s = 0;
+  double simulate_s = 0;
+  int threads = 1;
   // When nothing fits: the least memory any plan needs, and the smallest GPU count (within the
   // cluster, same batch) at which some plan fits.
   int64_t least_memory_bytes = 0;

@@ -42,7 +42,15 @@ struct SearchRequest {
 };
 
 struct Enumeration {
+  // The candidates, without their stack (a copy each was most of the enumeration's time): every
+  // one runs `stack`; with_stack() makes one a complete plan.
   std::vector<spec::Plan> plans;
+  spec::Stack stack;
+  spec::Plan with_stack(size_t i) const {
+    spec::Plan p = plans[i];
+    p.stack = stack;
+    return p;
+  }
   std::map<std::string, int64_t> rejected;  // reason -> count
   int64_t considered = 0;
 };

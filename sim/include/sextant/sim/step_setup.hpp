@@ -23,6 +23,17 @@ struct StepSetup {
 // stack's (fp8: GEMMs in fp8, tensors in bf16), else bf16 on GPUs and fp32 on CPUs.
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                      const spec::Plan& plan);
+// The same with the stack given (a planner keeps one stack for many plans that do not carry it).
+StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                     const spec::Plan& plan, const spec::Stack& stack);
+
+// What the tensors are stored in and what the GEMMs run in (the rule of step_setup above).
+struct StepPrecision {
+  spec::Dtype dtype = spec::Dtype::kBf16;
+  spec::Dtype gemm_dtype = spec::Dtype::kBf16;
+};
+StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan& plan,
+                             const spec::Stack& stack);
 
 ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup);
 

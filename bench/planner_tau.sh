@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# How well the planner's closed-form estimate ranks plans: the top N estimated plans (default
+# 1000) of a search are simulated event by event, and Kendall's tau (tau-a) between estimated and
+# simulated step times is printed with the estimate's mean and worst relative error. Issue 15's
+# bar: tau >= 0.95 on the top 1000. A number, never a pass/fail.
+set -euo pipefail
+sextant="${1:-build/release/cli/sextant}"
+n="${2:-1000}"
+printf '%-34s %6s %8s %12s %11s %9s\n' case plans tau mean_error worst_error wall_s
+run() {
+  local name="$1"
+  shift
+  "$sextant" plan "$@" --leaders "$n" --top "$n" --json --quiet | /usr/bin/python3 -c "
+import json, sys
+r = json.load(sys.stdin)
+est = [p['estimate_s'] for p in r['ranked']]
+sim = [p['report']['step_time_s'] for p in r['ranked']]
+n = len(est)
+concordant = discordant = 0
+for i in range(n):
+    for j in range(i + 1, n):
+        s = (est[i] - est[j]) * (sim[i] - sim[j])
+        concordant += s > 0
+        discordant += s < 0
+tau = (concordant - discordant) / (n * (n - 1) / 2) if n > 1 else 1.0
+err = [abs(e - s) / s for e, s in zip(est, sim)]
+print('%-34s %6d %8.3f %11.1f%% %10.1f%% %9.1f' % ('$name', n, tau, 100 * sum(err) / n,
+      100 * max(err), r['wall_s']))"
+}
+run "gpt3-175b 1024 x dgx-a100" --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch 1536
+run "llama3-70b 512 x dgx-h100" --model llama3-70b --cluster dgx-h100 --gpus 512 --global-batch 1024
