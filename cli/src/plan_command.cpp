@@ -55,7 +55,8 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
   cmd.add_option("--constraint", f.constraints, "Bound a dimension, e.g. tp<=8, pp=1, zero>=1");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
-  cmd.add_option("--objective", f.objective, "Rank by time or cost");
+  cmd.add_option("--objective", f.objective,
+                 "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
   cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
   cmd.add_option("--leaders", f.leaders,
                  "Plans simulated event by event after the closed-form ranking (0: all that fit)");
@@ -96,9 +97,11 @@ planner::SearchOptions options_from(const SearchFlags& f) {
   if (!fidelity)
     throw InputError("command line", "--network", f.network, "must be analytic or flow");
   o.fidelity = *fidelity;
-  if (f.objective != "time" && f.objective != "cost")
-    throw InputError("command line", "--objective", f.objective, "must be time or cost");
-  o.objective = f.objective == "cost" ? planner::Objective::kCost : planner::Objective::kTime;
+  if (f.objective != "time" && f.objective != "cost" && f.objective != "memory")
+    throw InputError("command line", "--objective", f.objective, "must be time, cost or memory");
+  o.objective = f.objective == "cost"     ? planner::Objective::kCost
+                : f.objective == "memory" ? planner::Objective::kMemory
+                                          : planner::Objective::kTime;
   o.leaders = f.leaders;
   // Progress on a terminal only, and never with --json or --quiet.
   auto line =
@@ -138,7 +141,54 @@ struct PlanFlagsAll {
   double verify_timeout = 300;
   std::string verify_dir = "sextant-verify";
   std::string calibrated_out;
+  bool explain = false;
 };
+
+// The time-memory front: each plan with its step, cost and memory headroom.
+spec::Json pareto_json(const std::vector<planner::RankedPlan>& front) {
+  spec::Json out = spec::Json::array();
+  for (const planner::RankedPlan& p : front)
+    out.push_back(
+        {{"name", p.plan.name()},
+         {"plan", spec::to_json(p.plan)},
+         {"step_time_s", p.report.step_time_s},
+         {"gpu_seconds_per_step", p.report.step_time_s * static_cast<double>(p.report.gpus)},
+         {"peak_memory_bytes", p.report.memory.peak_bytes},
+         {"headroom_bytes", p.report.memory.headroom_bytes}});
+  return out;
+}
+
+// How the search narrowed the space, rule by rule (plan --explain).
+void print_funnel(const planner::SearchResult& r) {
+  int64_t by_rules = 0;
+  for (const auto& [reason, count] : r.rejected)
+    if (reason != "does not fit in device memory") by_rules += count;
+  fmt::print("\nsearch funnel:\n");
+  fmt::print("  {:>10}  (dp, tp, pp) factorisations considered\n", r.considered);
+  // A factorisation refused before its micro-batches and schedules are enumerated counts once.
+  fmt::print("  {:>10}  pruned by the layout rules and --constraint:\n", by_rules);
+  for (const auto& [reason, count] : r.rejected)
+    if (reason != "does not fit in device memory") fmt::print("  {:>10}    {}\n", count, reason);
+  fmt::print("  {:>10}  legal plans, each estimated in closed form ({} on {} thread(s))\n",
+             r.enumerated, human_seconds(r.estimate_s), r.threads);
+  fmt::print("  {:>10}    do not fit in device memory\n", r.enumerated - r.fitting);
+  fmt::print("  {:>10}  fit; the best estimates simulated event by event:\n", r.fitting);
+  fmt::print("  {:>10}    simulated ({})\n", r.simulated, human_seconds(r.simulate_s));
+}
+
+void print_pareto(const planner::SearchResult& r) {
+  if (r.pareto.size() < 2) {
+    fmt::print("\n  the fastest simulated plan also needs the least memory of them\n");
+    return;
+  }
+  fmt::print("\ntime vs memory (the simulated plans no other beats on both):\n");
+  fmt::print("   {:<34} {:>10} {:>10} {:>10}\n", "plan", "step", "memory", "headroom");
+  for (const planner::RankedPlan& p : r.pareto)
+    fmt::print("   {:<34} {:>10} {:>10} {:>10}\n", p.plan.name(),
+               human_seconds(p.report.step_time_s),
+               human_bytes(static_cast<double>(p.report.memory.peak_bytes)),
+               human_bytes(static_cast<double>(p.report.memory.headroom_bytes)));
+}
 
 std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
   std::string s;
@@ -245,6 +295,7 @@ int run_plan(const PlanFlagsAll& f) {
                     {"cluster", request.cluster.name},
                     {"gpus", request.gpus},
                     {"global_batch", request.global_batch},
+                    {"considered", result.considered},
                     {"enumerated", result.enumerated},
                     {"fitting", result.fitting},
                     {"simulated", result.simulated},
@@ -255,7 +306,8 @@ int run_plan(const PlanFlagsAll& f) {
                       {"estimate", result.estimate_s},
                       {"simulate", result.simulate_s}}},
                     {"threads", result.threads},
-                    {"ranked", ranked}};
+                    {"ranked", ranked},
+                    {"pareto", pareto_json(result.pareto)}};
     if (result.ranked.empty()) {
       j["least_memory_bytes"] = result.least_memory_bytes;
       if (result.gpus_that_fit) j["gpus_that_fit"] = *result.gpus_that_fit;
@@ -268,7 +320,11 @@ int run_plan(const PlanFlagsAll& f) {
     fmt::print("  {} legal plans, {} fit in memory; simulated the {} best estimates ({}) in {}\n",
                result.enumerated, result.fitting, result.simulated, f.search.network,
                human_seconds(result.wall_s));
-    fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
+    if (f.explain) {
+      print_funnel(result);
+    } else {
+      fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
+    }
     if (!result.ranked.empty()) {
       fmt::print("\n{:>2} {:<34} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
                  "MFU", "memory", "compute / exposed tp, dp, pp, fsdp / bubble / optimizer");
@@ -285,6 +341,7 @@ int run_plan(const PlanFlagsAll& f) {
             pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
             pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));
       }
+      print_pareto(result);
     }
   }
   if (result.ranked.empty()) {
@@ -399,6 +456,9 @@ void add_plan_command(CLI::App& app) {
   add_search_flags(*cmd, f->search);
   cmd->add_option("--gpus", f->gpus, "Number of GPUs")->required()->check(positive());
   cmd->add_option("--top", f->top, "How many plans to show")->check(positive());
+  cmd->add_flag(
+      "--explain", f->explain,
+      "Say how many configurations each rule pruned, and what was estimated and simulated");
   cmd->add_option("--out", f->out, "Write the best plan (sextant.plan/1) to this file");
   cmd->add_option(
          "--verify", f->verify,

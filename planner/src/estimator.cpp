@@ -102,7 +102,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   for (const models::Layer& layer : l.lowered.layers) {
     sim::LayerTimes t =
         sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape);
-    costs.push_back({t.forward, t.backward, t.recompute});
+    costs.push_back({t.forward, t.backward, t.recompute, t.hidden_comm});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
 }
@@ -121,6 +121,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   const double v = static_cast<double>(plan.virtual_stages);
   const int64_t e = spec::dtype_bytes(lowered.dtype);
 
+  // Compute beside `overlapped` seconds of communication runs 1 + f times slower (the engine's
+  // overlap model): it costs overlapped * f / (1 + f) more.
+  const double f = cluster_->device.overlap_slowdown;
+  auto slowed = [f](double overlapped) { return std::max(0.0, overlapped) * f / (1 + f); };
+
   Estimate out;
   double slowest_stage = 0;     // forward + backward of one micro-batch through a stage, s
   double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
@@ -131,7 +136,9 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     double b = 0;
     for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
-        t += costs[i].forward + costs[i].backward + costs[i].recompute;
+        // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
+        t += costs[i].forward + costs[i].backward + costs[i].recompute +
+             slowed(costs[i].hidden_comm);
         b += costs[i].backward + costs[i].recompute;
       }
     }
@@ -156,12 +163,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
     step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
-    if (!stack.pp_overlap) step += 2 * static_cast<double>(m) * v * p2p;
+    // Each micro-batch's activation and gradient transfer of each chunk: on the critical path
+    // without overlap, beside compute (slowing it) with.
+    const double steady = 2 * static_cast<double>(m) * v * p2p;
+    step += stack.pp_overlap ? slowed(steady) : steady;
   }
-  // Compute beside `overlapped` seconds of communication runs 1 + f times slower (the engine's
-  // overlap model): it costs overlapped * f / (1 + f) more.
-  const double f = cluster_->device.overlap_slowdown;
-  auto slowed = [f](double overlapped) { return std::max(0.0, overlapped) * f / (1 + f); };
   // Data parallelism.
   if (plan.dp > 1) {
     const sim::GroupShape& dp_shape = shape.dp;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "sextant/planner/estimator.hpp"
+#include "sextant/planner/pareto.hpp"
 #include "sextant/planner/worker_pool.hpp"
 
 namespace sextant::planner {
@@ -41,9 +42,21 @@ std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumerati
   return out;
 }
 
-double objective_value(const spec::Report& r, Objective o) {
-  // Cost of a step: GPU-seconds; at a fixed GPU count it orders plans as time does.
-  return o == Objective::kCost ? r.step_time_s * static_cast<double>(r.gpus) : r.step_time_s;
+// Whether `a` ranks before `b` under the objective.
+bool ranks_before(const spec::Report& a, const spec::Report& b, Objective o) {
+  switch (o) {
+    case Objective::kCost:
+      // Cost of a step: GPU-seconds; at a fixed GPU count it orders plans as time does.
+      return a.step_time_s * static_cast<double>(a.gpus) <
+             b.step_time_s * static_cast<double>(b.gpus);
+    case Objective::kMemory:
+      if (a.memory.peak_bytes != b.memory.peak_bytes)
+        return a.memory.peak_bytes < b.memory.peak_bytes;
+      return a.step_time_s < b.step_time_s;
+    case Objective::kTime:
+      break;
+  }
+  return a.step_time_s < b.step_time_s;
 }
 
 }  // namespace
@@ -65,6 +78,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
                                  request.gpus, reasons));
   }
   result.rejected = all.rejected;
+  result.considered = all.considered;
   result.enumerated = static_cast<int64_t>(all.plans.size());
   const int threads = thread_count(options.threads);
   result.threads = threads;
@@ -105,7 +119,11 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
     result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  std::stable_sort(fitting.begin(), fitting.end(), [](const Scored& a, const Scored& b) {
+  // Leaders by the objective's estimate: time (and cost, the same order), or memory.
+  std::stable_sort(fitting.begin(), fitting.end(), [&](const Scored& a, const Scored& b) {
+    if (options.objective == Objective::kMemory &&
+        a.estimate.peak_memory_bytes != b.estimate.peak_memory_bytes)
+      return a.estimate.peak_memory_bytes < b.estimate.peak_memory_bytes;
     return a.estimate.step_time_s < b.estimate.step_time_s;
   });
   size_t leaders = options.leaders > 0
@@ -141,10 +159,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
 
   for (size_t i = 0; i < leaders; ++i)
     if (fits[i]) result.ranked.push_back(std::move(simulated[i]));
+  result.pareto = pareto_front(result.ranked);
   std::stable_sort(result.ranked.begin(), result.ranked.end(),
                    [&](const RankedPlan& a, const RankedPlan& b) {
-                     return objective_value(a.report, options.objective) <
-                            objective_value(b.report, options.objective);
+                     return ranks_before(a.report, b.report, options.objective);
                    });
   if (static_cast<int64_t>(result.ranked.size()) > options.top_k)
     result.ranked.resize(static_cast<size_t>(options.top_k));

@@ -18,6 +18,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
                        const ComputeModel& compute, const CollectiveModel& collectives,
                        const GroupShape& tp_group) {
   const bool block = layer.kind == models::LayerKind::kBlock;
+  LayerTimes out;
   auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase) {
     const bool overlapped = tp_overlap_applies(plan, stack, block, phase);
     double t = 0;
@@ -26,8 +27,11 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
       if (op.is_comm()) {
         double c = collectives.cost(op.collective, op.bytes, tp_group).seconds();
         if (overlapped && (op.collective == spec::CollectiveKind::kAllGather ||
-                           op.collective == spec::CollectiveKind::kReduceScatter))
-          c /= static_cast<double>(tp_overlap_chunks(op.collective, plan.tp));
+                           op.collective == spec::CollectiveKind::kReduceScatter)) {
+          const double exposed = c / static_cast<double>(tp_overlap_chunks(op.collective, plan.tp));
+          out.hidden_comm += c - exposed;
+          c = exposed;
+        }
         t += c;
       } else {
         t += ps_to_seconds(compute.op_time(op, phase));
@@ -35,7 +39,6 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     }
     return t;
   };
-  LayerTimes out;
   out.forward = pass(layer.forward, false, spec::Phase::kFwd);
   out.backward = pass(layer.backward, false, spec::Phase::kBwd);
   if (block && plan.recompute == spec::Recompute::kFull)

@@ -7,6 +7,7 @@
 #include "expect_input_error.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
+#include "sextant/planner/pareto.hpp"
 #include "sextant/planner/scaling.hpp"
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
@@ -211,6 +212,63 @@ TEST(Estimator, StackKnobsAreNotTakenFromACachedPlan) {
     EXPECT_DOUBLE_EQ(shared.estimate(plan).step_time_s, fresh.estimate(plan).step_time_s);
     EXPECT_GT(fresh.estimate(plan).step_time_s, fresh.estimate(overlapped).step_time_s);
   }
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+RankedPlan measured(const std::string& tag, double step_s, int64_t peak_bytes) {
+  RankedPlan p;
+  p.plan.model = tag;  // only to tell them apart
+  p.report.step_time_s = step_s;
+  p.report.memory.peak_bytes = peak_bytes;
+  return p;
+}
+
+// By hand: B beats C (as fast, less memory) and D (faster, as little memory); A2 is a copy of A
+// that came later; E is slowest but leanest. The front is A, B, E, fastest first.
+TEST(Pareto, KeepsThePlansNoneBeatsOnBothTimeAndMemory) {
+  std::vector<RankedPlan> plans = {measured("C", 2.0, 8), measured("A", 1.0, 10),
+                                   measured("D", 3.0, 5), measured("B", 2.0, 5),
+                                   measured("E", 4.0, 1), measured("A2", 1.0, 10)};
+  std::vector<RankedPlan> front = pareto_front(plans);
+  ASSERT_EQ(front.size(), 3u);
+  EXPECT_EQ(front[0].plan.model, "A");
+  EXPECT_EQ(front[1].plan.model, "B");
+  EXPECT_EQ(front[2].plan.model, "E");
+  EXPECT_TRUE(pareto_front({}).empty());
+}
+
+TEST(Planner, TheMemoryObjectiveRanksByHeadroomAndTheFrontSpansBoth) {
+  SearchRequest r = request("gpt2-350m", 16, 64);
+  SearchOptions by_time;
+  by_time.top_k = 50;
+  by_time.leaders = 0;  // every plan that fits: the front is over all of them
+  SearchOptions by_memory = by_time;
+  by_memory.objective = Objective::kMemory;
+  SearchResult t = search(r, by_time);
+  SearchResult m = search(r, by_memory);
+  ASSERT_GT(m.ranked.size(), 2u);
+  for (size_t i = 1; i < m.ranked.size(); ++i)
+    EXPECT_LE(m.ranked[i - 1].report.memory.peak_bytes, m.ranked[i].report.memory.peak_bytes);
+  // The front runs from the fastest plan to the leanest one, each step trading time for memory.
+  ASSERT_FALSE(t.pareto.empty());
+  // (Of plans equally fast, the front keeps the leanest: ZeRO-2 beside ZeRO-1, say.)
+  EXPECT_EQ(t.pareto.front().report.step_time_s, t.ranked.front().report.step_time_s);
+  EXPECT_LE(t.pareto.front().report.memory.peak_bytes, t.ranked.front().report.memory.peak_bytes);
+  EXPECT_EQ(t.pareto.back().report.memory.peak_bytes, m.ranked.front().report.memory.peak_bytes);
+  for (size_t i = 1; i < t.pareto.size(); ++i) {
+    EXPECT_GT(t.pareto[i].report.step_time_s, t.pareto[i - 1].report.step_time_s);
+    EXPECT_LT(t.pareto[i].report.memory.peak_bytes, t.pareto[i - 1].report.memory.peak_bytes);
+  }
+  // No simulated plan beats a plan of the front on both counts.
+  for (const RankedPlan& f : t.pareto)
+    for (const RankedPlan& p : t.ranked)
+      EXPECT_FALSE(p.report.step_time_s < f.report.step_time_s &&
+                   p.report.memory.peak_bytes < f.report.memory.peak_bytes);
 }
 
 }  // namespace

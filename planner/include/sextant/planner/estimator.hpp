@@ -41,6 +41,7 @@ class Estimator {
     double forward = 0;  // compute + tensor-parallel collectives, s
     double backward = 0;
     double recompute = 0;
+    double hidden_comm = 0;  // tensor-parallel communication beside GEMMs (slows them)
   };
   struct Lowering {
     sim::StepSetup setup;

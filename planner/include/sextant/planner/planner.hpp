@@ -15,7 +15,9 @@
 
 namespace sextant::planner {
 
-enum class Objective { kTime, kCost };
+// time: the fastest step; cost: GPU-seconds per step (the same order at one GPU count; `scale`
+// compares counts); memory: the most headroom (least peak memory), then time.
+enum class Objective { kTime, kCost, kMemory };
 
 struct SearchOptions {
   sim::Fidelity fidelity = sim::Fidelity::kAnalytic;
@@ -36,6 +38,8 @@ struct RankedPlan {
 
 struct SearchResult {
   std::vector<RankedPlan> ranked;           // best first, at most top_k
+  std::vector<RankedPlan> pareto;           // of the simulated plans that fit: time vs memory
+  int64_t considered = 0;                   // (dp, tp, pp) factorisations looked at
   std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
   int64_t enumerated = 0;                   // legal plans before the memory check
   int64_t fitting = 0;                      // of those, predicted to fit

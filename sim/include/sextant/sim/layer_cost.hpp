@@ -15,6 +15,10 @@ struct LayerTimes {
   double forward = 0;    // s
   double backward = 0;   // s, without recompute
   double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
+  // s, over the three passes: the part of the overlapped tensor-parallel collectives that runs
+  // beside a GEMM (not in the times above). Compute beside it is slowed (the engine's
+  // overlap_slowdown), which a closed form adds as hidden * f / (1 + f).
+  double hidden_comm = 0;
 };
 
 // Whether the stack overlaps a block's tensor-parallel collectives in `phase` (Transformer
