@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/pareto.hpp"
@@ -33,12 +34,23 @@ std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumerati
   const std::vector<spec::Plan>& plans = all.plans;
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
+  // Threads take runs of plans that share a lowering (tp, micro-batch, sequence parallelism), so
+  // that each thread's caches miss on the lowerings of its own runs only.
+  std::vector<size_t> order(plans.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(plans[a].tp, plans[a].micro_batch, plans[a].sequence_parallel) <
+           std::tie(plans[b].tp, plans[b].micro_batch, plans[b].sequence_parallel);
+  });
+  constexpr size_t kRun = 256;
+  const size_t runs = (plans.size() + kRun - 1) / kRun;
   auto work = [&] {
     Estimator estimator(request.model, request.cluster);
-    for (size_t i = next++; i < plans.size(); i = next++)
-      out[i] = estimator.estimate(plans[i], all.stack);
+    for (size_t r = next++; r < runs; r = next++)
+      for (size_t k = r * kRun; k < std::min(plans.size(), (r + 1) * kRun); ++k)
+        out[order[k]] = estimator.estimate(plans[order[k]], all.stack);
   };
-  run_workers(threads, next, plans.size(), work);
+  run_workers(threads, next, runs, work);
   return out;
 }
 
