@@ -107,6 +107,9 @@ planner::SearchOptions options_from(const SearchFlags& f) {
   auto line =
       std::make_shared<ProgressLine>("simulating the leaders", "plans", !f.json && !f.quiet);
   o.progress = [line](int64_t done, int64_t total) { line->update(done, total); };
+  auto scoring = std::make_shared<ProgressLine>("estimating configurations", "configurations",
+                                                !f.json && !f.quiet);
+  o.estimate_progress = [scoring](int64_t done, int64_t total) { scoring->update(done, total); };
   return o;
 }
 

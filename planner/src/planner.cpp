@@ -30,7 +30,8 @@ int thread_count(int requested) {
 
 // Estimates every plan, in parallel; each thread keeps its own estimator (and its caches).
 std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumeration& all,
-                                   int threads) {
+                                   int threads,
+                                   const std::function<void(int64_t, int64_t)>& progress) {
   const std::vector<spec::Plan>& plans = all.plans;
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
@@ -44,11 +45,21 @@ std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumerati
   });
   constexpr size_t kRun = 256;
   const size_t runs = (plans.size() + kRun - 1) / kRun;
+  int64_t done = 0;
+  std::mutex progress_mutex;
   auto work = [&] {
     Estimator estimator(request.model, request.cluster);
-    for (size_t r = next++; r < runs; r = next++)
-      for (size_t k = r * kRun; k < std::min(plans.size(), (r + 1) * kRun); ++k)
+    for (size_t r = next++; r < runs; r = next++) {
+      const size_t end = std::min(plans.size(), (r + 1) * kRun);
+      for (size_t k = r * kRun; k < end; ++k)
         out[order[k]] = estimator.estimate(plans[order[k]], all.stack);
+      if (progress) {
+        // Counted under the lock, so that the counts reported only grow.
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        done += static_cast<int64_t>(end - r * kRun);
+        progress(done, static_cast<int64_t>(plans.size()));
+      }
+    }
   };
   run_workers(threads, next, runs, work);
   return out;
@@ -95,7 +106,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   const int threads = thread_count(options.threads);
   result.threads = threads;
   const auto estimating = std::chrono::steady_clock::now();
-  std::vector<Estimate> estimates = estimate_all(request, all, threads);
+  std::vector<Estimate> estimates = estimate_all(request, all, threads, options.estimate_progress);
   result.estimate_s = since(estimating);
 
   std::vector<Scored> fitting;
@@ -146,9 +157,11 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   // Simulate the leaders in parallel.
   const auto simulating = std::chrono::steady_clock::now();
   std::vector<RankedPlan> simulated(leaders);
-  std::vector<bool> fits(leaders, false);
+  // One byte per leader: threads write their own (a std::vector<bool> packs neighbours' bits
+  // into one byte, and two threads writing them race).
+  std::vector<char> fits(leaders, 0);
   std::atomic<size_t> next{0};
-  std::atomic<int64_t> done{0};
+  int64_t done = 0;
   std::mutex progress_mutex;
   auto work = [&] {
     for (size_t i = next++; i < leaders; i = next++) {
@@ -157,11 +170,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
       so.fidelity = options.fidelity;
       sim::SimulationResult r = sim::simulate(request.model, request.cluster, plan, so);
       simulated[i] = {plan, r.report, fitting[i].estimate.step_time_s};
-      fits[i] = r.report.memory.fits;
-      int64_t d = ++done;
+      fits[i] = r.report.memory.fits ? 1 : 0;
       if (options.progress) {
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        options.progress(d, static_cast<int64_t>(leaders));
+        std::lock_guard<std::mutex> lock(progress_mutex);  // counted here: the counts only grow
+        options.progress(++done, static_cast<int64_t>(leaders));
       }
     }
   };

@@ -273,3 +273,28 @@ TEST(Planner, TheMemoryObjectiveRanksByHeadroomAndTheFrontSpansBoth) {
 
 }  // namespace
 }  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// The progress of the estimate phase: counts that only grow, over every legal configuration, from
+// both threads, the last one complete.
+TEST(Planner, ReportsTheEstimatePhasesProgress) {
+  SearchRequest r = request("gpt2-350m", 16, 64);
+  SearchOptions o;
+  o.threads = 2;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  o.estimate_progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  SearchResult result = search(r, o);
+  ASSERT_FALSE(calls.empty());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, result.enumerated);
+    if (i > 0) {
+      EXPECT_GT(calls[i].first, calls[i - 1].first);
+    }
+  }
+  EXPECT_EQ(calls.back().first, result.enumerated);
+}
+
+}  // namespace
+}  // namespace sextant::planner

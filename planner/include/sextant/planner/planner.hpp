@@ -28,6 +28,8 @@ struct SearchOptions {
   Objective objective = Objective::kTime;
   // Called with (done, total) while leaders are simulated.
   std::function<void(int64_t, int64_t)> progress;
+  // Called with (done, total) while the configurations are estimated (from one thread at a time).
+  std::function<void(int64_t, int64_t)> estimate_progress;
 };
 
 struct RankedPlan {
