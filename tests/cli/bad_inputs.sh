@@ -27,6 +27,10 @@ expect_error() {  # expect_error <substring> <command...>
 
 "$sextant" clusters show local-cpu --json >"$dir/cluster.json"
 
+# An objective the planner does not have is named with the ones it has.
+expect_error "--objective = fastest: must be time, cost or memory" "$sextant" plan --model gpt-tiny \
+  --cluster local-cpu --gpus 2 --global-batch 8 --objective fastest
+
 # One bad plan, one message: simulate, run and calibrate refuse tp 3 on gpt-tiny (4 heads, ffn 512)
 # with the same words, from the one rule (spec::tensor_parallel_problem).
 cat >"$dir/tp3.plan.json" <<'EOF'
