@@ -243,7 +243,8 @@ TEST(Pareto, KeepsThePlansNoneBeatsOnBothTimeAndMemory) {
 }
 
 TEST(Planner, TheMemoryObjectiveRanksByHeadroomAndTheFrontSpansBoth) {
-  SearchRequest r = request("gpt2-350m", 16, 64);
+  // Small enough to simulate every plan that fits, twice (under the sanitizers too).
+  SearchRequest r = request("gpt-tiny", 8, 32);
   SearchOptions by_time;
   by_time.top_k = 50;
   by_time.leaders = 0;  // every plan that fits: the front is over all of them
@@ -255,7 +256,7 @@ TEST(Planner, TheMemoryObjectiveRanksByHeadroomAndTheFrontSpansBoth) {
   for (size_t i = 1; i < m.ranked.size(); ++i)
     EXPECT_LE(m.ranked[i - 1].report.memory.peak_bytes, m.ranked[i].report.memory.peak_bytes);
   // The front runs from the fastest plan to the leanest one, each step trading time for memory.
-  ASSERT_FALSE(t.pareto.empty());
+  ASSERT_GE(t.pareto.size(), 2u);
   // (Of plans equally fast, the front keeps the leanest: ZeRO-2 beside ZeRO-1, say.)
   EXPECT_EQ(t.pareto.front().report.step_time_s, t.ranked.front().report.step_time_s);
   EXPECT_LE(t.pareto.front().report.memory.peak_bytes, t.ranked.front().report.memory.peak_bytes);
