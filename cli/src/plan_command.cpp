@@ -165,13 +165,13 @@ spec::Json pareto_json(const std::vector<planner::RankedPlan>& front) {
 void print_funnel(const planner::SearchResult& r) {
   int64_t by_rules = 0;
   for (const auto& [reason, count] : r.rejected)
-    if (reason != "does not fit in device memory") by_rules += count;
+    if (reason != planner::kDoesNotFit) by_rules += count;
   fmt::print("\nsearch funnel:\n");
   fmt::print("  {:>10}  (dp, tp, pp) factorisations considered\n", r.considered);
   // A factorisation refused before its micro-batches and schedules are enumerated counts once.
   fmt::print("  {:>10}  pruned by the layout rules and --constraint:\n", by_rules);
   for (const auto& [reason, count] : r.rejected)
-    if (reason != "does not fit in device memory") fmt::print("  {:>10}    {}\n", count, reason);
+    if (reason != planner::kDoesNotFit) fmt::print("  {:>10}    {}\n", count, reason);
   fmt::print("  {:>10}  legal plans, each estimated in closed form ({} on {} thread(s))\n",
              r.enumerated, human_seconds(r.estimate_s), r.threads);
   fmt::print("  {:>10}    do not fit in device memory\n", r.enumerated - r.fitting);

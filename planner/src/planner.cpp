@@ -116,7 +116,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
     if (estimates[i].fits) {
       fitting.push_back({i, estimates[i]});
     } else {
-      result.rejected["does not fit in device memory"] += 1;
+      result.rejected[kDoesNotFit] += 1;
     }
   }
   result.fitting = static_cast<int64_t>(fitting.size());

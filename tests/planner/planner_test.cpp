@@ -85,7 +85,7 @@ TEST(Planner, OnlyPlansThatFitAreReturned) {
   o.top_k = 10;
   o.leaders = 12;
   SearchResult s = search(r, o);
-  EXPECT_GT(s.rejected["does not fit in device memory"], 0);
+  EXPECT_GT(s.rejected[kDoesNotFit], 0);
   ASSERT_FALSE(s.ranked.empty());
   for (const RankedPlan& p : s.ranked) {
     EXPECT_TRUE(p.report.memory.fits) << p.plan.name();

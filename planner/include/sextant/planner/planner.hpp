@@ -38,6 +38,10 @@ struct RankedPlan {
   double estimate_s = 0;
 };
 
+// The reason SearchResult::rejected counts plans under when they do not fit in device memory
+// (the other reasons are the layout rules of search_space.hpp).
+inline constexpr const char* kDoesNotFit = "does not fit in device memory";
+
 struct SearchResult {
   std::vector<RankedPlan> ranked;           // best first, at most top_k
   std::vector<RankedPlan> pareto;           // of the simulated plans that fit: time vs memory
