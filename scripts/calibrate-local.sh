@@ -120,7 +120,7 @@ else
     "$sextant" bench compute --backend cuda --precision bf16 --trace "$out/bench.json" >/dev/null
   else
     say "== measuring collectives (sextant bench comm, 2 ranks)"
-    "$sextant" bench comm --np 2 --sizes 4K,64K,512K,4M --iterations 10 --trace "$out/bench.json" >/dev/null
+    "$sextant" bench comm --np 2 --sizes 4K,64K,512K,1M,2M,4M --iterations 10 --trace "$out/bench.json" >/dev/null
   fi
 
   # The machine's first runs after a build or an idle spell are slower (caches, clocks): one

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 
+#include "host_allocator.hpp"
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/cuda_backend.hpp"
@@ -80,6 +81,7 @@ void write_trace(const std::string& path, std::vector<spec::TraceEvent> events,
 }  // namespace
 
 int run_comm_bench(const CommBenchJob& job) {
+  keep_freed_host_memory();
   MPI_Init(nullptr, nullptr);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0, size = 1;

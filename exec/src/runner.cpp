@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "host_allocator.hpp"
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/models/lowering.hpp"
@@ -331,6 +332,7 @@ std::unique_ptr<Backend> make_backend(Job& job, MPI_Comm world) {
 }
 
 int run_main(const std::function<Job()>& make_job) {
+  keep_freed_host_memory();
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;

@@ -339,27 +339,59 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
     return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
   };
-  // Open MPI's tuned collectives switch algorithms with the size (a 4 MB reduce-scatter between the
-  // CI machine's two cores took 14 ms against 87 us at 512 KB). Where one line misses the mean
+  // The largest miss of a fit over the mean times at the shapes of `list` of size `only_bytes`
+  // (every size when 0), relative to the measured time.
+  auto worst_miss = [&](const std::vector<const CommSample*>& list, const AlphaBeta& fit,
+                        int64_t only_bytes) {
+    const spec::CollectiveKind kind = list.front()->collective;
+    const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
+    double miss = 0;
+    for (const auto& [shape, measured] : mean_by_shape(list)) {
+      if (only_bytes != 0 && shape.second != only_bytes) continue;
+      const double t = sim::flat_cost(kind, algorithm, shape.first,
+                                      static_cast<double>(shape.second), {fit.alpha, fit.beta, 0})
+                           .total();
+      miss = std::max(miss, std::fabs(t - measured) / measured);
+    }
+    return miss;
+  };
+  // Per-byte cost alone (alpha = 0) through the mean times at the shapes of size `at_bytes`: the
+  // relative least-squares beta = sum(g / t) / sum(g^2 / t^2).
+  auto per_byte_fit = [&](const std::vector<const CommSample*>& list, int64_t at_bytes) {
+    const spec::CollectiveKind kind = list.front()->collective;
+    const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
+    double num = 0, den = 0;
+    std::vector<double> g, y;
+    for (const auto& [shape, seconds] : mean_by_shape(list)) {
+      g.push_back(sim::flat_cost(kind, a, shape.first, static_cast<double>(shape.second), {0, 1, 0})
+                      .total());
+      y.push_back(seconds);
+      if (shape.second != at_bytes) continue;
+      num += g.back() / seconds;
+      den += g.back() * g.back() / (seconds * seconds);
+    }
+    const double beta = den > 0 ? num / den : 0;
+    std::vector<double> fitted;
+    for (double gi : g) fitted.push_back(beta * gi);
+    return AlphaBeta{0, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
+  };
+  // Open MPI's tuned collectives switch algorithms with the size. Where one line misses the mean
   // time at some size by more than kSwitchMiss and the samples span three sizes or more, each pair
   // of neighbouring sizes gets its own fit, bounded by the larger size; otherwise one line (noise
-  // alone leaves it within a few percent, and it extrapolates better).
+  // alone leaves it within a few percent, and it extrapolates better). A switch to an algorithm
+  // that costs more per byte has no line with alpha >= 0 through both sizes (the line through them
+  // crosses zero above the smaller): that range is priced by the larger size's per-byte cost, as if
+  // the switch came right above the smaller size (the switch point is not measured; the price is
+  // exact at the larger size and at most its per-byte cost in between). A fit through both sizes
+  // with alpha clamped to 0 instead kept the smaller size and priced a 4 MB reduce-scatter measured
+  // at 17.5 ms at 1.6 ms.
   constexpr double kSwitchMiss = 0.25;
   auto fit_segments = [&](const std::vector<const CommSample*>& list) {
     std::set<int64_t> sizes;
     for (const CommSample* c : list) sizes.insert(c->bytes);
     const AlphaBeta line = fit_group(list);
-    const spec::CollectiveKind kind = list.front()->collective;
-    const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
-    double miss = 0;
-    for (const auto& [shape, measured] : mean_by_shape(list)) {
-      const double t = sim::flat_cost(kind, algorithm, shape.first,
-                                      static_cast<double>(shape.second), {line.alpha, line.beta, 0})
-                           .total();
-      miss = std::max(miss, std::fabs(t - measured) / measured);
-    }
     std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
-    if (sizes.size() < 3 || miss <= kSwitchMiss) {
+    if (sizes.size() < 3 || worst_miss(list, line, 0) <= kSwitchMiss) {
       segments.push_back({0, line});
       return segments;
     }
@@ -368,7 +400,10 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       std::vector<const CommSample*> pair;
       for (const CommSample* c : list)
         if (c->bytes == sorted[i] || c->bytes == sorted[i + 1]) pair.push_back(c);
-      segments.push_back({i + 2 == sorted.size() ? 0 : sorted[i + 1], fit_group(pair)});
+      AlphaBeta fit = fit_group(pair);
+      if (worst_miss(pair, fit, sorted[i + 1]) > kSwitchMiss)
+        fit = per_byte_fit(pair, sorted[i + 1]);
+      segments.push_back({i + 2 == sorted.size() ? 0 : sorted[i + 1], fit});
     }
     return segments;
   };
