@@ -1,14 +1,18 @@
-// `sextant bench comm|compute`: measurements in nccl-tests conventions that calibration reads.
+// `sextant bench comm|compute|cores`: measurements in nccl-tests conventions that calibration
+// reads, and the per-core speed check that the calibration loop measures beside.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "commands.hpp"
 #include "executor_flags.hpp"
 #include "mpi_launch.hpp"
 #include "sextant/exec/bench_main.hpp"
+#include "sextant/exec/core_probe.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -112,6 +116,72 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     job.trace_file = p->trace;
     job.options.iterations = p->iterations;
     exec::run_compute_bench(job);
+  });
+
+  struct CoresFlags {
+    bool json = false;
+    int repeats = 3;
+    std::string reference;
+    double tolerance = 0.08;
+  };
+  auto k = std::make_shared<CoresFlags>();
+  CLI::App* cores = bench->add_subcommand(
+      "cores", "Each core's speed alone on two fixed kernels (is the machine undisturbed?)");
+  cores->add_flag("--json", k->json, "Print JSON");
+  cores->add_option("--repeats", k->repeats, "Timings per kernel and core; the best is kept")
+      ->check(positive());
+  cores->add_option("--reference", k->reference,
+                    "JSON file of the fastest times seen so far (created, then updated): exit 1 "
+                    "when a core runs more than --tolerance above them");
+  cores
+      ->add_option("--tolerance", k->tolerance,
+                   "Slowdown over the reference that counts as disturbed (default 0.08)")
+      ->check(CLI::Range(0.0, 10.0));
+  cores->callback([k] {
+    const std::vector<exec::CoreSpeed> speeds = exec::probe_cores(k->repeats);
+    if (!k->reference.empty()) {
+      exec::CoreSpeed best{-1, 0, 0};
+      if (std::filesystem::exists(k->reference)) {
+        const spec::Json j = spec::read_json_file(k->reference);
+        auto time = [&](const char* key) {
+          if (!j.is_object() || !j.contains(key) || !j[key].is_number() ||
+              j[key].get<double>() <= 0)
+            throw InputError(k->reference, std::string("/") + key,
+                             j.is_object() && j.contains(key) ? j[key].dump() : "",
+                             "expected a positive time in seconds (a file bench cores wrote)");
+          return j[key].get<double>();
+        };
+        best.multiply_add_s = time("multiply_add_s");
+        best.pointer_chase_s = time("pointer_chase_s");
+      }
+      const exec::CoreVerdict v = exec::judge_cores(speeds, best, k->tolerance);
+      spec::write_json_file(k->reference, {{"multiply_add_s", best.multiply_add_s},
+                                           {"pointer_chase_s", best.pointer_chase_s}});
+      if (!k->json) {
+        fmt::print("{}: {}\n", v.quiet ? "quiet" : "disturbed", v.description);
+      } else {
+        fmt::print("{}\n", spec::Json{{"quiet", v.quiet},
+                                      {"slowest_cpu", v.slowest_cpu},
+                                      {"slowdown", v.slowdown},
+                                      {"description", v.description}}
+                               .dump());
+      }
+      if (!v.quiet) throw CLI::RuntimeError(1);
+      return;
+    }
+    if (k->json) {
+      spec::Json rows = spec::Json::array();
+      for (const exec::CoreSpeed& s : speeds)
+        rows.push_back({{"cpu", s.cpu},
+                        {"multiply_add_s", s.multiply_add_s},
+                        {"pointer_chase_s", s.pointer_chase_s}});
+      fmt::print("{}\n", spec::Json{{"cores", rows}}.dump());
+      return;
+    }
+    fmt::print("{:>5} {:>16} {:>17}\n", "cpu", "multiply-add ms", "pointer chase ms");
+    for (const exec::CoreSpeed& s : speeds)
+      fmt::print("{:>5} {:>16.3f} {:>17.3f}\n", s.cpu, s.multiply_add_s * 1e3,
+                 s.pointer_chase_s * 1e3);
   });
 }
 

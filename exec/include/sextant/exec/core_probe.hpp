@@ -1,0 +1,36 @@
+// How fast each host core runs right now, alone: a check that the machine is undisturbed before
+// and after a measurement (scripts/calibrate-local.sh). On the shared 2-core CI VM one core
+// sometimes runs 20-90% slower for tens of seconds (a busy neighbour on the host), and a
+// two-rank run measured then is as slow as its slow core: the calibration loop fitted and judged
+// such runs as if they were the machine (docs/CALIBRATION.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sextant::exec {
+
+struct CoreSpeed {
+  int cpu = 0;
+  double multiply_add_s = 0;   // independent fp32 multiply-adds over an L1-resident array
+  double pointer_chase_s = 0;  // dependent loads with branches over an L2-resident array
+};
+
+// Each CPU the process may run on, the calling thread pinned to it in turn (its affinity restored
+// after), the best of `repeats` timings of two fixed kernels (~3 and ~4 ms on a 3.45 GHz Zen 5
+// core). Two kinds, because a neighbour on the core's SMT sibling slows the dependent,
+// branchy kernel most (24% against 3%, measured), and a descheduled virtual CPU both alike.
+std::vector<CoreSpeed> probe_cores(int repeats = 3);
+
+// Whether every core ran within `tolerance` of the fastest times seen so far, per kernel (the
+// cores are alike: the fastest any of them ever ran is what an undisturbed one runs). `best`
+// holds those times (0: none yet) and takes the faster ones of `speeds` first.
+struct CoreVerdict {
+  bool quiet = true;
+  int slowest_cpu = -1;     // the core furthest above the best time, -1 when there is none
+  double slowdown = 0;      // its time over the best, minus 1
+  std::string description;  // "cpu 0: pointer chase 5.35 ms, 25% above the best 4.28 ms"
+};
+CoreVerdict judge_cores(const std::vector<CoreSpeed>& speeds, CoreSpeed& best, double tolerance);
+
+}  // namespace sextant::exec
