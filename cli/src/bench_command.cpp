@@ -160,7 +160,8 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
       if (!k->json) {
         fmt::print("{}: {}\n", v.quiet ? "quiet" : "disturbed", v.description);
       } else {
-        fmt::print("{}\n", spec::Json{{"quiet", v.quiet},
+        fmt::print("{}\n", spec::Json{{"schema", "sextant.bench_cores_verdict/1"},
+                                      {"quiet", v.quiet},
                                       {"slowest_cpu", v.slowest_cpu},
                                       {"slowdown", v.slowdown},
                                       {"description", v.description}}
@@ -175,7 +176,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
         rows.push_back({{"cpu", s.cpu},
                         {"multiply_add_s", s.multiply_add_s},
                         {"pointer_chase_s", s.pointer_chase_s}});
-      fmt::print("{}\n", spec::Json{{"cores", rows}}.dump());
+      fmt::print("{}\n", spec::Json{{"schema", "sextant.bench_cores/1"}, {"cores", rows}}.dump());
       return;
     }
     fmt::print("{:>5} {:>16} {:>17}\n", "cpu", "multiply-add ms", "pointer chase ms");

@@ -31,6 +31,14 @@ expect_error() {  # expect_error <substring> <command...>
 expect_error "--objective = fastest: must be time, cost or memory" "$sextant" plan --model gpt-tiny \
   --cluster local-cpu --gpus 2 --global-batch 8 --objective fastest
 
+# A reference of core times that bench cores did not write is named, field and all.
+echo '{"multiply_add_s": "fast", "pointer_chase_s": 0.004}' >"$dir/cores.json"
+expect_error "$dir/cores.json: /multiply_add_s = \"fast\": expected a positive time in seconds" \
+  "$sextant" bench cores --repeats 1 --reference "$dir/cores.json"
+echo '[1, 2]' >"$dir/cores-array.json"
+expect_error "$dir/cores-array.json: /multiply_add_s" "$sextant" bench cores --repeats 1 \
+  --reference "$dir/cores-array.json"
+
 # One bad plan, one message: simulate, run and calibrate refuse tp 3 on gpt-tiny (4 heads, ffn 512)
 # with the same words, from the one rule (spec::tensor_parallel_problem).
 cat >"$dir/tp3.plan.json" <<'EOF'

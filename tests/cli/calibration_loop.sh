@@ -3,11 +3,13 @@
 # figure present and finite. The loop's errors come from live timings on this machine, so they
 # are not asserted here (no timing in ctest: a busy machine measured 2-3x slower micro-batches),
 # nor whether the fit improved on them (--force: a noisy run may not); one round of runs keeps it
-# short. bench/results/calibration_local.md records the loop's real figures.
+# short, and --quiet-wait 0 measures without waiting for quiet cores (ctest runs tests side by
+# side; runs are still checked and marked). bench/results/calibration_local.md records the loop's
+# real figures.
 set -euo pipefail
 root="$1"
 out="$2"
-json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --repeats 1 --force --out "$out" 2>/dev/null)
+json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --repeats 1 --force --quiet-wait 0 --out "$out" 2>/dev/null)
 python3 - "$json" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
@@ -16,12 +18,13 @@ assert len(held) >= 6, f"only {len(held)} held-out plans"
 for p in r["plans"]:
     assert p["predicted_s"] > 0 and p["measured_s"] > 0 and p["noise_s"] == 0, p  # one round
 for key in ("heldout_mean_abs_error", "heldout_max_abs_error", "kendall_tau", "regret",
-            "fit_worse", "fit_plans_rms_error", "max_noise"):
+            "fit_worse", "fit_plans_rms_error", "max_noise", "disturbed_runs", "quiet_wait_s"):
     assert key in r, key
 import math
 for key in ("heldout_mean_abs_error", "heldout_max_abs_error", "uncalibrated_heldout_mean_abs_error"):
     assert math.isfinite(r[key]) and r[key] >= 0, (key, r[key])
 assert -1 <= r["kendall_tau"] <= 1, r["kendall_tau"]
+assert r["quiet_wait_s"] == 0 and 0 <= r["disturbed_runs"] <= len(r["plans"]), r["disturbed_runs"]
 assert r["heldout_max_abs_error"] >= r["heldout_mean_abs_error"]
 print(f"held-out mean |error| {r['heldout_mean_abs_error']:.3f}, max {r['heldout_max_abs_error']:.3f}, "
       f"tau {r['kendall_tau']:.2f}")
