@@ -6,10 +6,14 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "sextant/exec/host_allocator.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/error.hpp"
 
 int main(int argc, char** argv) {
+  // Every command reuses the memory it frees (host_allocator.hpp): on the CI VM a page fault is
+  // expensive, and `plan` refaulted its simulations' memory after each leader.
+  sextant::exec::keep_freed_host_memory();
   CLI::App app{"Sextant: predict, plan, run and calibrate parallel training of neural networks"};
   app.set_version_flag("--version", fmt::format("sextant {} ({})", sextant::spec::kVersion,
                                                 sextant::spec::kGitCommit));

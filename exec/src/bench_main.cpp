@@ -8,10 +8,10 @@
 #include <iostream>
 #include <map>
 
-#include "host_allocator.hpp"
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/cuda_backend.hpp"
+#include "sextant/exec/host_allocator.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
 

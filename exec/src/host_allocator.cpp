@@ -1,5 +1,5 @@
 // glibc malloc settings for rank processes (host_allocator.hpp says why).
-#include "host_allocator.hpp"
+#include "sextant/exec/host_allocator.hpp"
 
 #include <cstdlib>  // defines __GLIBC__ on glibc systems
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "host_allocator.hpp"
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
+#include "sextant/exec/host_allocator.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"

@@ -687,8 +687,16 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   out.dtype = o.dtype;
   out.tokens_per_micro_batch = x.b * x.s;
   out.samples_per_micro_batch = x.b;
+  out.layers.reserve(static_cast<size_t>(m.layers) + 2);
   out.layers.push_back(transformer_embedding(m, x));
-  for (int64_t i = 0; i < m.layers; ++i) out.layers.push_back(transformer_block(m, x, i));
+  // The blocks are alike but for their names: one is lowered, the others are its copies (the
+  // planner lowers a model per (tp, micro-batch, sequence parallelism, stack), 96 blocks for
+  // GPT-3 175B, and building each op again was a third of its estimate phase).
+  const Layer first = transformer_block(m, x, 0);
+  for (int64_t i = 0; i < m.layers; ++i) {
+    out.layers.push_back(first);
+    out.layers.back().name = fmt::format("block{}", i);
+  }
   out.layers.push_back(transformer_head(m, x));
   out.split_begin = 1;
   out.split_end = out.layers.size() - 1;

@@ -23,19 +23,31 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
   const sim::StepPrecision precision = sim::step_precision(*cluster_, plan, stack);
   const int64_t seq_len =
       model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
-  auto key = std::make_tuple(
-      plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(precision.gemm_dtype),
-      static_cast<int>(precision.dtype), seq_len, static_cast<int>(stack.attention),
-      static_cast<int>(stack.fusion), static_cast<int>(stack.cross_entropy), stack.autocast);
-  auto it = lowerings_.find(key);
-  if (it != lowerings_.end()) return *it->second;
+  const LoweringKey key{plan.micro_batch,
+                        plan.tp,
+                        plan.sequence_parallel,
+                        static_cast<int>(precision.gemm_dtype),
+                        static_cast<int>(precision.dtype),
+                        seq_len,
+                        static_cast<int>(stack.attention),
+                        static_cast<int>(stack.fusion),
+                        static_cast<int>(stack.cross_entropy),
+                        stack.autocast};
+  for (size_t i = 0; i < lowerings_.size(); ++i) {
+    if (lowerings_[i].first != key) continue;
+    std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
+                lowerings_.begin() + static_cast<std::ptrdiff_t>(i) + 1);  // most recent first
+    return *lowerings_.front().second;
+  }
+  if (lowerings_.size() == kKeptLowerings) lowerings_.pop_back();  // the least recently used
   auto l = std::make_unique<Lowering>();
   l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
   l->lowered = models::lower(*model_, l->setup.lowering);
   l->compute = sim::make_compute_model(*cluster_, l->setup);
   for (const models::Layer& layer : l->lowered.layers)
     l->boundary_bytes = std::max(l->boundary_bytes, layer.output_bytes);
-  return *lowerings_.emplace(key, std::move(l)).first->second;
+  lowerings_.emplace(lowerings_.begin(), key, std::move(l));
+  return *lowerings_.front().second;
 }
 
 const sim::CollectiveModel& Estimator::collectives(const spec::Plan& plan) {

@@ -30,7 +30,8 @@ struct Estimate {
 class Estimator {
  public:
   Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster);
-  // Not thread-safe (it caches lowerings, schedules and prices); use one per thread.
+  // Not thread-safe (it caches lowerings, schedules and prices); use one per thread. A reference
+  // into the lowering cache lives for one estimate() call.
   Estimate estimate(const spec::Plan& plan);
   // With the stack given: `plan.stack` is ignored (the planner's candidates share one stack and
   // do not carry a copy each).
@@ -66,9 +67,12 @@ class Estimator {
 
   const spec::ModelSpec* model_;
   const spec::ClusterSpec* cluster_;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool>,
-           std::unique_ptr<Lowering>>
-      lowerings_;
+  // The lowerings used last, most recent first: a few, because the planner hands each thread runs
+  // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
+  // made the estimate phase fault in fresh pages for each.
+  using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool>;
+  static constexpr size_t kKeptLowerings = 4;
+  std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;
   std::map<spec::CollectiveKind, spec::CollectiveAlgorithm> collectives_overrides_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, double> collective_seconds_;
