@@ -37,6 +37,14 @@ std::string_view tp_split_name(TpSplit split) {
   return "?";
 }
 
+bool Layer::same_work_as(const Layer& o) const {
+  return kind == o.kind && params == o.params && params_total == o.params_total &&
+         sp_partial_params == o.sp_partial_params && saved_bytes == o.saved_bytes &&
+         saved_bytes_selective == o.saved_bytes_selective &&
+         saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
+         forward == o.forward && backward == o.backward;
+}
+
 int64_t Layer::saved_bytes_for(spec::Recompute r) const {
   switch (r) {
     case spec::Recompute::kNone:

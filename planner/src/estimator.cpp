@@ -111,7 +111,14 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   if (it != l.costs.end()) return it->second;
   const sim::GroupShape tp_shape = shapes(plan).tp;
   std::vector<LayerCost> costs;
-  for (const models::Layer& layer : l.lowered.layers) {
+  const std::vector<models::Layer>& layers = l.lowered.layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const models::Layer& layer = layers[i];
+    // A run of alike blocks is priced once (the GEMM model was a fifth of the estimate phase).
+    if (i > 0 && layer.same_work_as(layers[i - 1])) {
+      costs.push_back(costs.back());
+      continue;
+    }
     sim::LayerTimes t =
         sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape);
     costs.push_back({t.forward, t.backward, t.recompute, t.hidden_comm});

@@ -65,6 +65,28 @@ TEST(Lowering, PipelineSplitCoversTheBlocks) {
   EXPECT_EQ(pipeline_layer_count(r), 2 + 16 + 2);  // stem conv, pool, 16 blocks, pool, fc
 }
 
+// gpt3-1.3b's 24 blocks are lowered alike (only their names differ: block0 ... block23); the
+// embedding and head are not blocks; one op of one block made cheaper, or a block's saved bytes
+// changed, makes it other work.
+TEST(Lowering, BlocksDoTheSameWorkAndOnlyThey) {
+  spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  LoweredModel l = lower(m, {2, 0, spec::Dtype::kBf16, 2, true});
+  ASSERT_EQ(l.layers.size(), 26u);
+  for (size_t i = 2; i + 1 < l.layers.size(); ++i) {
+    EXPECT_TRUE(l.layers[i].same_work_as(l.layers[1])) << l.layers[i].name;
+    EXPECT_NE(l.layers[i].name, l.layers[1].name);
+  }
+  EXPECT_EQ(l.layers[24].name, "block23");
+  EXPECT_FALSE(l.layers[0].same_work_as(l.layers[1]));
+  EXPECT_FALSE(l.layers[25].same_work_as(l.layers[24]));
+  Layer changed = l.layers[2];
+  changed.backward[3].flops *= 0.5;
+  EXPECT_FALSE(changed.same_work_as(l.layers[1]));
+  changed = l.layers[2];
+  changed.saved_bytes_full += 1;
+  EXPECT_FALSE(changed.same_work_as(l.layers[1]));
+}
+
 TEST(Lowering, TensorParallelOnACnnIsRefused) {
   EXPECT_THROW(lower(zoo_model("resnet50"), {1, 0, spec::Dtype::kBf16, 2, false}), InputError);
 }

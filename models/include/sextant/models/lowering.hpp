@@ -35,6 +35,7 @@ struct MatmulShape {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;
+  bool operator==(const MatmulShape&) const = default;
 };
 
 struct Op {
@@ -58,6 +59,7 @@ struct Op {
   // Communication ops only: collective within the tensor-parallel group.
   spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
   bool is_comm() const { return spec::is_communication(op_class); }
+  bool operator==(const Op&) const = default;
 };
 
 enum class LayerKind { kEmbedding, kBlock, kHead, kMlpLinear, kCnn };
@@ -81,6 +83,9 @@ struct Layer {
   // pipeline stage boundary after this layer sends; sequence-split under sequence parallelism).
   int64_t output_bytes = 0;
   int64_t saved_bytes_for(spec::Recompute r) const;
+  // Whether `other` does the same work: everything but the name equal (a transformer's blocks;
+  // what is priced per layer can be priced once for a run of them).
+  bool same_work_as(const Layer& other) const;
   double forward_flops() const;
   double backward_flops() const;
 };
