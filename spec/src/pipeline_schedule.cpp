@@ -100,6 +100,22 @@ std::vector<std::vector<int64_t>> undominated(const std::vector<int64_t>& flat, 
 
 LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, int64_t stage) {
   const auto chunks = static_cast<size_t>(vpp);
+  if (chunks == 1) {
+    // One chunk: every moment is covered by the one with the most live micro-batches, so the
+    // profile is the two maxima (what undominated() keeps, without the lists a planner paid for
+    // once per stage of every schedule it scored).
+    int64_t live = 0, after_forward = 0, during_backward = -1;
+    for (const ScheduleUnit& u : pipeline_schedule(schedule, pp, vpp, m, stage)) {
+      if (u.forward) {
+        after_forward = std::max(after_forward, ++live);
+      } else {
+        during_backward = std::max(during_backward, live--);
+      }
+    }
+    LiveProfile out{{{after_forward}}, {}};
+    if (during_backward >= 0) out.during_backward.push_back({during_backward});
+    return out;
+  }
   std::vector<int64_t> live(chunks, 0);
   std::vector<int64_t> forward, backward;  // moments, flat
   for (const ScheduleUnit& u : pipeline_schedule(schedule, pp, vpp, m, stage)) {
