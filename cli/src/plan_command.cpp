@@ -39,6 +39,7 @@ struct SearchFlags {
   std::string objective = "time";
   std::string dtype;
   int64_t leaders = 24;
+  int threads = 0;
   bool allow_tp_across_nodes = false;
   bool json = false;
   bool quiet = false;
@@ -60,6 +61,10 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
   cmd.add_option("--leaders", f.leaders,
                  "Plans simulated event by event after the closed-form ranking (0: all that fit)");
+  cmd.add_option("--threads", f.threads,
+                 "Threads for the estimates and the leaders' simulations (default: the CPUs this "
+                 "process may run on)")
+      ->check(positive());
   cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
                "Allow tensor parallelism larger than a node");
   cmd.add_flag("--json", f.json, "Print JSON");
@@ -103,6 +108,7 @@ planner::SearchOptions options_from(const SearchFlags& f) {
                 : f.objective == "memory" ? planner::Objective::kMemory
                                           : planner::Objective::kTime;
   o.leaders = f.leaders;
+  o.threads = f.threads;
   // Progress on a terminal only, and never with --json or --quiet.
   auto line =
       std::make_shared<ProgressLine>("simulating the leaders", "plans", !f.json && !f.quiet);

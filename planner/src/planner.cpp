@@ -2,6 +2,7 @@
 #include "sextant/planner/planner.hpp"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,8 +24,13 @@ struct Scored {
   Estimate estimate;
 };
 
+// The CPUs this process may run on (taskset, a Slurm or container CPU set), not the machine's:
+// more threads than those only time-share them.
 int thread_count(int requested) {
   if (requested > 0) return requested;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) return std::max(1, CPU_COUNT(&allowed));
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
