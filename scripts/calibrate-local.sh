@@ -108,7 +108,7 @@ fi
 # more than 8% slow on either side is marked disturbed (NAME.rN.disturbed says how) and run again,
 # after waiting for the machine to be quiet, at most twice. Waiting stops once --quiet-wait
 # seconds have been spent in all; runs are then taken as they come, still marked. (On the shared
-# CI VM one core at a time runs 40-100% slow for tens of seconds; a two-rank run then is as slow as
+# CI VM one core at a time runs 10-100% slow for tens of seconds; a two-rank run then is as slow as
 # that core and the loop fitted and judged it as the machine.)
 waited=0
 probe_cores() { "$sextant" bench cores --repeats 2 --reference "$out/cores.json" >>"$out/cores.log" 2>&1; }

@@ -1,6 +1,6 @@
 // How fast each host core runs right now, alone: a check that the machine is undisturbed before
 // and after a measurement (scripts/calibrate-local.sh). On the shared 2-core CI VM one core
-// sometimes runs 20-90% slower for tens of seconds (a busy neighbour on the host), and a
+// sometimes runs 10-100% slower for tens of seconds (a busy neighbour on the host), and a
 // two-rank run measured then is as slow as its slow core: the calibration loop fitted and judged
 // such runs as if they were the machine (docs/CALIBRATION.md).
 #pragma once
@@ -18,8 +18,8 @@ struct CoreSpeed {
 
 // Each CPU the process may run on, the calling thread pinned to it in turn (its affinity restored
 // after), the best of `repeats` timings of two fixed kernels (~3 and ~4 ms on a 3.45 GHz Zen 5
-// core). Two kinds, because a neighbour on the core's SMT sibling slows the dependent,
-// branchy kernel most (24% against 3%, measured), and a descheduled virtual CPU both alike.
+// core). Two kinds, because disturbances differ: one slowed the dependent, branchy kernel 24% and
+// the multiply-adds 3%; others slowed the multiply-adds 40-100%.
 std::vector<CoreSpeed> probe_cores(int repeats = 3);
 
 // Whether every core ran within `tolerance` of the fastest times seen so far, per kernel (the

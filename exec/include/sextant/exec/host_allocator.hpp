@@ -1,4 +1,4 @@
-// How a rank's process asks glibc for host memory.
+// How a sextant process (the command, and the rank processes it starts) asks glibc for memory.
 #pragma once
 
 namespace sextant::exec {
@@ -12,8 +12,9 @@ namespace sextant::exec {
 // serves large requests with fresh mmap pages that it unmaps on free (mallopt(3): requests at or
 // above M_MMAP_THRESHOLD, which adapts upwards only to the largest size freed so far). Every
 // call then faults its buffer in again: on the 2-core CI machine a 4 MB MPI_Reduce_scatter_block
-// between two ranks took 18.7 ms (8 MB: 38 ms) and 3.6 ms (7.8 ms) with this setting -- the
-// ZeRO-1 gradient bucket of gpt-tiny made dp2.z1.mb8 30% slower than plain data parallelism.
+// between two ranks took 17.5 ms in `sextant bench comm` (0.73 ms with this setting; an
+// all-reduce of 4 MB 0.74 ms), and the ZeRO-1 gradient bucket of gpt-tiny made dp2.z1.mb8 30%
+// slower than plain data parallelism.
 // The executor's own tensors come from a caching pool (cpu_backend.cpp) for the same reason.
 // In `sextant plan`, whose leaders' simulations each build and free ~10 MB of programs and
 // events, glibc trimmed the heap after each and the next faulted it in again: the simulation
