@@ -126,13 +126,45 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   return l.costs.emplace(key, std::move(costs)).first->second;
 }
 
+double Estimator::overlap_cost(double overlapped) const {
+  // Compute beside `overlapped` seconds of communication runs 1 + f times slower (the engine's
+  // overlap model): it costs overlapped * f / (1 + f) more.
+  const double f = cluster_->device.overlap_slowdown;
+  return std::max(0.0, overlapped) * f / (1 + f);
+}
+
+const std::vector<Estimator::StageEntry>& Estimator::stage_entries(const spec::Plan& plan,
+                                                                   const spec::Stack& stack,
+                                                                   Lowering& l) {
+  auto key = std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
+                             static_cast<int>(stack.tp_overlap));
+  auto it = l.stages.find(key);
+  if (it != l.stages.end()) return it->second;
+  const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
+  std::vector<StageEntry> stages;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    StageEntry entry;
+    const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
+    for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
+      for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
+        // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
+        entry.time += costs[i].forward + costs[i].backward + costs[i].recompute +
+                      overlap_cost(costs[i].hidden_comm);
+        entry.backward += costs[i].backward + costs[i].recompute;
+      }
+    }
+    entry.footprint = sim::stage_footprint(plan, l.lowered, s);
+    stages.push_back(std::move(entry));
+  }
+  return l.stages.emplace(key, std::move(stages)).first->second;
+}
+
 Estimate Estimator::estimate(const spec::Plan& plan) {
   return estimate(plan, spec::plan_stack(plan, cluster_->device.kind == spec::DeviceKind::kGpu));
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   Lowering& l = lowering(plan, stack);
-  const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
   const models::LoweredModel& lowered = l.lowered;
   const sim::ComputeModel& compute = *l.compute;
   const Shapes& shape = shapes(plan);
@@ -140,35 +172,22 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   const double v = static_cast<double>(plan.virtual_stages);
   const int64_t e = spec::dtype_bytes(lowered.dtype);
 
-  // Compute beside `overlapped` seconds of communication runs 1 + f times slower (the engine's
-  // overlap model): it costs overlapped * f / (1 + f) more.
-  const double f = cluster_->device.overlap_slowdown;
-  auto slowed = [f](double overlapped) { return std::max(0.0, overlapped) * f / (1 + f); };
+  auto slowed = [this](double overlapped) { return overlap_cost(overlapped); };
 
   Estimate out;
   double slowest_stage = 0;     // forward + backward of one micro-batch through a stage, s
   double all_stages = 0;        // the same summed over the stages
   double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
   int64_t max_params = 0;
+  const std::vector<StageEntry>& stages = stage_entries(plan, stack, l);
   for (int64_t s = 0; s < plan.pp; ++s) {
-    sim::StageLayers layers = sim::stage_layers(plan, lowered, s);
-    double t = 0;
-    double b = 0;
-    for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
-      for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
-        // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
-        t += costs[i].forward + costs[i].backward + costs[i].recompute +
-             slowed(costs[i].hidden_comm);
-        b += costs[i].backward + costs[i].recompute;
-      }
-    }
-    const int64_t params = models::stage_params(plan, lowered, s);
-    slowest_stage = std::max(slowest_stage, t);
-    all_stages += t;
-    slowest_backward = std::max(slowest_backward, b);
-    max_params = std::max(max_params, params);
-    spec::MemoryBreakdown mem =
-        sim::stage_memory(plan, stack, lowered, s, cluster_, &live_profile(plan, s));
+    const StageEntry& stage = stages[static_cast<size_t>(s)];
+    slowest_stage = std::max(slowest_stage, stage.time);
+    all_stages += stage.time;
+    slowest_backward = std::max(slowest_backward, stage.backward);
+    max_params = std::max(max_params, stage.footprint.params);
+    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, s, stage.footprint,
+                                                  cluster_, &live_profile(plan, s));
     out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
   }
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;

@@ -26,24 +26,44 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
   return n;
 }
 
+StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredModel& lowered,
+                               int64_t stage) {
+  StageLayers layers = stage_layers(plan, lowered, stage);
+  const size_t chunks = layers.chunk_begin.size();
+  StageFootprint f;
+  f.params = models::stage_params(plan, lowered, stage);
+  f.chunk_activation.assign(chunks, 0);
+  for (size_t v = 0; v < chunks; ++v) {
+    for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
+      const models::Layer& layer = lowered.layers[l];
+      f.largest_layer = std::max(f.largest_layer, layer.params);
+      f.chunk_activation[v] += layer.saved_bytes_for(plan.recompute);
+      f.largest_working = std::max(f.largest_working, layer.saved_bytes);
+    }
+  }
+  for (const models::Layer& layer : lowered.layers)
+    f.boundary = std::max(f.boundary, layer.output_bytes);
+  return f;
+}
+
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
                                    const spec::ClusterSpec* cluster,
                                    const spec::LiveProfile* profile) {
-  StageLayers layers = stage_layers(plan, lowered, stage);
-  const size_t chunks = layers.chunk_begin.size();
-  const int64_t params = models::stage_params(plan, lowered, stage);
-  int64_t largest_layer = 0;
-  int64_t largest_working = 0;  // activations of one layer while its backward runs
-  std::vector<int64_t> chunk_activation(chunks, 0);
-  for (size_t v = 0; v < chunks; ++v) {
-    for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
-      const models::Layer& layer = lowered.layers[l];
-      largest_layer = std::max(largest_layer, layer.params);
-      chunk_activation[v] += layer.saved_bytes_for(plan.recompute);
-      largest_working = std::max(largest_working, layer.saved_bytes);
-    }
-  }
+  return stage_memory(plan, stack, lowered, stage, stage_footprint(plan, lowered, stage), cluster,
+                      profile);
+}
+
+spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
+                                   const models::LoweredModel& lowered, int64_t stage,
+                                   const StageFootprint& footprint,
+                                   const spec::ClusterSpec* cluster,
+                                   const spec::LiveProfile* profile) {
+  const size_t chunks = footprint.chunk_activation.size();
+  const int64_t params = footprint.params;
+  const int64_t largest_layer = footprint.largest_layer;
+  const int64_t largest_working = footprint.largest_working;
+  const std::vector<int64_t>& chunk_activation = footprint.chunk_activation;
 
   StateBytesPerParam per = state_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype),
                                                  spec::gradient_dtype(stack, lowered.dtype));
@@ -80,10 +100,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // Buffers: stage-to-stage send and receive buffers, the DDP gradient bucket, and under ZeRO-3
   // the gathered parameters of the current and prefetched layers and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
-  int64_t boundary = 0;
-  for (const models::Layer& layer : lowered.layers)
-    boundary = std::max(boundary, layer.output_bytes);
-  int64_t buffers = plan.pp > 1 ? 2 * boundary : 0;
+  int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
   if (plan.dp > 1 && plan.zero < 3)
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
   if (plan.dp > 1 && plan.zero == 3)

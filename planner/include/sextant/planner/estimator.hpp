@@ -13,6 +13,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -44,12 +45,22 @@ class Estimator {
     double recompute = 0;
     double hidden_comm = 0;  // tensor-parallel communication beside GEMMs (slows them)
   };
+  // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
+  struct StageEntry {
+    double time = 0;      // forward + backward (+ recompute, + overlap slowdown), s
+    double backward = 0;  // backward + recompute, s
+    sim::StageFootprint footprint;
+  };
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
     std::optional<sim::ComputeModel> compute;
     int64_t boundary_bytes = 0;  // the largest activation a stage hands to the next
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
+    // By (pp, virtual stages, stage_layers, recompute, tp_overlap), one entry per stage.
+    std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int>,
+             std::vector<StageEntry>>
+        stages;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
   struct Shapes {
@@ -58,6 +69,10 @@ class Estimator {
   Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
                                             Lowering& l);
+  const std::vector<StageEntry>& stage_entries(const spec::Plan& plan, const spec::Stack& stack,
+                                               Lowering& l);
+  // What `overlapped` seconds of communication beside compute add by slowing it.
+  double overlap_cost(double overlapped) const;
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
   double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
                       const sim::GroupShape& shape);

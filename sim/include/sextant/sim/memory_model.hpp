@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/cluster_spec.hpp"
@@ -29,11 +30,30 @@ StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, spec::Dtype grad);
 int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
                                int64_t stage);
 
+// What a stage's memory takes from its layers: it depends on the lowering, the split into stages
+// (pp, virtual stages, stage_layers) and the recompute mode only, so a planner computes it once
+// for the plans that differ in data parallelism, ZeRO, schedule or stack.
+struct StageFootprint {
+  int64_t params = 0;                     // models::stage_params
+  int64_t largest_layer = 0;              // parameters of the stage's largest layer
+  int64_t largest_working = 0;            // activations of one layer while its backward runs
+  std::vector<int64_t> chunk_activation;  // bytes kept for backward per micro-batch, per chunk
+  int64_t boundary = 0;                   // the largest activation a layer hands on
+};
+StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredModel& lowered,
+                               int64_t stage);
+
 // Memory of a rank of pipeline stage `stage`. With `cluster`, also the runtime and communicator
 // reserves, the capacity, the headroom and whether it fits. `profile`: the stage's
 // spec::live_profile when the caller keeps it (a planner), else it is computed here.
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
+                                   const spec::ClusterSpec* cluster = nullptr,
+                                   const spec::LiveProfile* profile = nullptr);
+// The same from the stage's footprint (stage_footprint of the same plan, lowering and stage).
+spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
+                                   const models::LoweredModel& lowered, int64_t stage,
+                                   const StageFootprint& footprint,
                                    const spec::ClusterSpec* cluster = nullptr,
                                    const spec::LiveProfile* profile = nullptr);
 
