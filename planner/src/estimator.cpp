@@ -44,8 +44,6 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
   l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
   l->lowered = models::lower(*model_, l->setup.lowering);
   l->compute = sim::make_compute_model(*cluster_, l->setup);
-  for (const models::Layer& layer : l->lowered.layers)
-    l->boundary_bytes = std::max(l->boundary_bytes, layer.output_bytes);
   lowerings_.emplace(lowerings_.begin(), key, std::move(l));
   return *lowerings_.front().second;
 }
@@ -201,7 +199,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   double step = static_cast<double>(m) * slowest_stage + (all_stages - slowest_stage) / v;
   if (plan.pp > 1) {
     // Stage-to-stage transfers on the critical path of the fill and drain.
-    int64_t boundary = l.boundary_bytes;
+    int64_t boundary = stages.front().footprint.boundary;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);

@@ -83,8 +83,9 @@ struct Layer {
   // pipeline stage boundary after this layer sends; sequence-split under sequence parallelism).
   int64_t output_bytes = 0;
   int64_t saved_bytes_for(spec::Recompute r) const;
-  // Whether `other` does the same work: everything but the name equal (a transformer's blocks;
-  // what is priced per layer can be priced once for a run of them).
+  // Whether `other` does the same work: every field but the name equal (a transformer's blocks;
+  // what is priced per layer can be priced once for a run of them). A field added to Layer
+  // joins the comparison in lowering.cpp.
   bool same_work_as(const Layer& other) const;
   double forward_flops() const;
   double backward_flops() const;

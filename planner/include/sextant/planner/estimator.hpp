@@ -55,7 +55,6 @@ class Estimator {
     sim::StepSetup setup;
     models::LoweredModel lowered;
     std::optional<sim::ComputeModel> compute;
-    int64_t boundary_bytes = 0;  // the largest activation a stage hands to the next
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
     // By (pp, virtual stages, stage_layers, recompute, tp_overlap), one entry per stage.
     std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int>,
