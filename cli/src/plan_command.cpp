@@ -41,6 +41,7 @@ struct SearchFlags {
   int64_t leaders = 24;
   int threads = 0;
   bool allow_tp_across_nodes = false;
+  bool fixed_stack = false;
   bool json = false;
   bool quiet = false;
   StackFlags stack;
@@ -67,6 +68,9 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
       ->check(positive());
   cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
                "Allow tensor parallelism larger than a node");
+  cmd.add_flag("--fixed-stack", f.fixed_stack,
+               "Run the stack's overlap knobs as given (by default the search also tries each "
+               "turned off, TP overlap down to bulk and none; a knob given as a flag stays)");
   cmd.add_flag("--json", f.json, "Print JSON");
   cmd.add_flag("--quiet", f.quiet, "No progress line on stderr (none either when not a terminal)");
   add_stack_flags(cmd, f.stack);
@@ -87,6 +91,11 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
   r.stack =
       stack_from_flags(f.stack, std::nullopt, r.cluster.device.kind == spec::DeviceKind::kGpu);
+  // A knob the user set is kept as set; --fixed-stack keeps them all.
+  r.tuning.tp_overlap = !f.fixed_stack && f.stack.tp_overlap.empty();
+  r.tuning.dp_overlap = !f.fixed_stack && !f.stack.no_overlap;
+  r.tuning.param_gather_overlap = !f.fixed_stack;
+  r.tuning.pp_overlap = !f.fixed_stack;
   if (!f.dtype.empty()) {
     r.dtype = spec::enum_from_name(spec::dtype_names(), f.dtype);
     if (!r.dtype)
@@ -298,6 +307,7 @@ int run_plan(const PlanFlagsAll& f) {
     for (const planner::RankedPlan& p : result.ranked)
       ranked.push_back({{"plan", spec::to_json(p.plan)},
                         {"name", p.plan.name()},
+                        {"tuned_knobs", planner::tuned_knobs(result.stack, *p.plan.stack)},
                         {"estimate_s", p.estimate_s},
                         {"report", spec::to_json(p.report)}});
     spec::Json j = {{"model", request.model.name},
@@ -340,12 +350,14 @@ int run_plan(const PlanFlagsAll& f) {
       int i = 1;
       for (const planner::RankedPlan& p : result.ranked) {
         const spec::Report& r = p.report;
+        const std::string knobs = planner::tuned_knobs(result.stack, *p.plan.stack);
         const spec::TimeBreakdown& b = r.breakdown_s;
         auto pc = [&](double x) { return 100 * x / r.step_time_s; };
         fmt::print(
             "{:>2} {:<34} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
             "{:.0f}% / {:.0f}% / {:.0f}%\n",
-            i++, p.plan.name(), human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
+            i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
+            human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
             human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
             pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
             pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));

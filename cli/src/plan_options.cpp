@@ -22,6 +22,10 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
       ->check(positive());
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");
+  cmd.add_option("--recompute-layers", f.recompute_layers,
+                 "With --recompute full: recompute only the first N layers of each stage chunk "
+                 "(Megatron-LM --recompute-method block --recompute-num-layers N)")
+      ->check(positive());
   cmd.add_option(
       "--dtype", f.dtype,
       "Compute dtype (default: the stack's precision, else bf16 on GPUs and fp32 on CPUs)");
@@ -49,6 +53,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
                     {"schedule", f.schedule},
                     {"virtual_stages", f.vpp},
                     {"recompute", f.recompute}};
+    if (f.recompute_layers > 0) j["recompute_layers"] = f.recompute_layers;
     if (!f.dtype.empty()) j["dtype"] = f.dtype;
     if (f.seq_len > 0) j["seq_len"] = f.seq_len;
     plan = spec::plan_from_json(j, "command line");

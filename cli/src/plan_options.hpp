@@ -23,6 +23,7 @@ struct PlanFlags {
   std::string schedule = "1f1b";
   int64_t vpp = 1;
   std::string recompute = "none";
+  int64_t recompute_layers = 0;  // 0: every layer
   std::string dtype;
   int64_t seq_len = 0;
   StackFlags stack;

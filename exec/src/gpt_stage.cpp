@@ -81,6 +81,7 @@ class GptStage : public StageModel {
       chunks_.push_back(
           {static_cast<int32_t>(sl.chunk_begin[c]), static_cast<int32_t>(sl.chunk_end[c])});
     head_layer_ = static_cast<int32_t>(ctx.lowered->layers.size()) - 1;
+    recompute_ = models::layer_recompute(plan, *ctx.lowered);
     has_embedding_ = chunks_.front().first == 0;
     has_head_ = chunks_.back().second == head_layer_ + 1;
     build_params();
@@ -125,11 +126,11 @@ class GptStage : public StageModel {
         if (layer == begin) x = *input;
         BlockCache bc;
         x = block_forward(layer, x, mb.index, bc, Phase::kFwd);
-        if (ctx_.plan->recompute == spec::Recompute::kFull) {
+        if (recompute_[layer] == spec::Recompute::kFull) {
           Tensor keep = bc.x;
           bc = BlockCache();
           bc.x = keep;
-        } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
+        } else if (recompute_[layer] == spec::Recompute::kSelective) {
           bc.att = Tensor();  // the attention core is recomputed in backward
         }
         cache.blocks[layer] = std::move(bc);
@@ -152,10 +153,10 @@ class GptStage : public StageModel {
         dy = Tensor();
       } else {
         BlockCache& bc = cache.blocks.at(layer);
-        if (ctx_.plan->recompute == spec::Recompute::kFull) {
+        if (recompute_[layer] == spec::Recompute::kFull) {
           Tensor keep = bc.x;
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
-        } else if (ctx_.plan->recompute == spec::Recompute::kSelective) {
+        } else if (recompute_[layer] == spec::Recompute::kSelective) {
           Tensor o = act({rows_, h_ / t_});
           bc.att = attention_core(bc.qkv, o, layer, Phase::kRecompute, mb.index);
         }
@@ -702,6 +703,7 @@ class GptStage : public StageModel {
   int64_t vocab_valid_ = 0;  // rows of this rank's vocabulary shard that are real tokens
   std::vector<std::pair<int32_t, int32_t>> chunks_;  // [begin, end) lowered layers of each chunk
   int32_t head_layer_ = 0;                           // the model's last lowered layer
+  std::vector<spec::Recompute> recompute_;           // by lowered layer (models::layer_recompute)
   bool has_embedding_ = false, has_head_ = false;
   std::unique_ptr<ParamStore> store_;
   std::map<int32_t, BlockParams> blocks_;  // by layer

@@ -14,8 +14,16 @@ int64_t parameter_count(const spec::ModelSpec& model) {
 
 StepFlops step_flops(const spec::ModelSpec& model, int64_t global_batch, int64_t seq_len,
                      spec::Recompute recompute) {
+  spec::Plan plan;
+  plan.global_batch = global_batch;
+  plan.recompute = recompute;
+  return step_flops(model, plan, seq_len);
+}
+
+StepFlops step_flops(const spec::ModelSpec& model, const spec::Plan& plan, int64_t seq_len) {
   // FLOPs are linear in the batch: lower one sequence (or sample) and scale.
   LoweredModel lowered = lower(model, LoweringOptions{1, seq_len, spec::Dtype::kBf16, 1, false});
+  const std::vector<spec::Recompute> modes = layer_recompute(plan, lowered);
   double per_sample = 0;
   double recomputed = 0;
   for (size_t i = 0; i < lowered.layers.size(); ++i) {
@@ -23,14 +31,14 @@ StepFlops step_flops(const spec::ModelSpec& model, int64_t global_batch, int64_t
     per_sample += l.forward_flops() + l.backward_flops();
     bool in_split = i >= lowered.split_begin && i < lowered.split_end;
     if (!in_split) continue;
-    if (recompute == spec::Recompute::kFull) {
+    if (modes[i] == spec::Recompute::kFull) {
       recomputed += l.forward_flops();
-    } else if (recompute == spec::Recompute::kSelective) {
+    } else if (modes[i] == spec::Recompute::kSelective) {
       for (const Op& op : l.forward)
         if (op.core_attention) recomputed += op.flops;
     }
   }
-  double b = static_cast<double>(global_batch);
+  double b = static_cast<double>(plan.global_batch);
   return StepFlops{b * per_sample, b * (per_sample + recomputed)};
 }
 

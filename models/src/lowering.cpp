@@ -94,6 +94,15 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
   return out;
 }
 
+std::vector<spec::Recompute> layer_recompute(const spec::Plan& plan, const LoweredModel& lowered) {
+  std::vector<spec::Recompute> modes(lowered.layers.size(), plan.recompute);
+  const std::vector<spec::Recompute> units =
+      spec::unit_recompute(plan, pipeline_layer_count(lowered));
+  std::copy(units.begin(), units.end(),
+            modes.begin() + static_cast<std::ptrdiff_t>(lowered.split_begin));
+  return modes;
+}
+
 std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const LoweredModel& lowered,
                                              int64_t stage, int64_t bucket_bytes,
                                              int64_t grad_bytes) {

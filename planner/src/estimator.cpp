@@ -40,6 +40,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
     return *lowerings_.front().second;
   }
   if (lowerings_.size() == kKeptLowerings) lowerings_.pop_back();  // the least recently used
+  last_memory_key_ = MemoryKey{};
   auto l = std::make_unique<Lowering>();
   l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
   l->lowered = models::lower(*model_, l->setup.lowering);
@@ -103,8 +104,8 @@ double Estimator::slowest_speed(int64_t world) {
 
 const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan& plan,
                                                                 const spec::Stack& stack,
-                                                                Lowering& l) {
-  auto key = std::make_tuple(plan.recompute, static_cast<int>(stack.tp_overlap));
+                                                                spec::Recompute mode, Lowering& l) {
+  auto key = std::make_tuple(mode, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
   const sim::GroupShape tp_shape = shapes(plan).tp;
@@ -118,7 +119,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
       continue;
     }
     sim::LayerTimes t =
-        sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape);
+        sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape, mode);
     costs.push_back({t.forward, t.backward, t.recompute, t.hidden_comm});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
@@ -131,20 +132,25 @@ double Estimator::overlap_cost(double overlapped) const {
   return std::max(0.0, overlapped) * f / (1 + f);
 }
 
-const std::vector<Estimator::StageEntry>& Estimator::stage_entries(const spec::Plan& plan,
-                                                                   const spec::Stack& stack,
-                                                                   Lowering& l) {
+const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const spec::Stack& stack,
+                                                  Lowering& l) {
   auto key = std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
-                             static_cast<int>(stack.tp_overlap));
+                             plan.recompute_layers, static_cast<int>(stack.tp_overlap));
   auto it = l.stages.find(key);
   if (it != l.stages.end()) return it->second;
-  const std::vector<LayerCost>& costs = layer_costs(plan, stack, l);
+  // Each layer priced in its own recompute mode (all in the plan's, unless only some layers of
+  // each chunk are recomputed).
+  const std::vector<spec::Recompute> modes = models::layer_recompute(plan, l.lowered);
+  const std::vector<LayerCost>& planned = layer_costs(plan, stack, plan.recompute, l);
+  const std::vector<LayerCost>& kept =
+      plan.recompute_layers > 0 ? layer_costs(plan, stack, spec::Recompute::kNone, l) : planned;
   std::vector<StageEntry> stages;
   for (int64_t s = 0; s < plan.pp; ++s) {
     StageEntry entry;
     const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
     for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
+        const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
         // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
         entry.time += costs[i].forward + costs[i].backward + costs[i].recompute +
                       overlap_cost(costs[i].hidden_comm);
@@ -154,7 +160,41 @@ const std::vector<Estimator::StageEntry>& Estimator::stage_entries(const spec::P
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     stages.push_back(std::move(entry));
   }
-  return l.stages.emplace(key, std::move(stages)).first->second;
+  Stages out;
+  for (const StageEntry& stage : stages) {
+    out.summary.slowest = std::max(out.summary.slowest, stage.time);
+    out.summary.all += stage.time;
+    out.summary.slowest_backward = std::max(out.summary.slowest_backward, stage.backward);
+    out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
+  }
+  out.entries = std::move(stages);
+  return l.stages.emplace(key, std::move(out)).first->second;
+}
+
+int64_t Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
+                               const Stages& stages) {
+  const MemoryKey key{&stages,
+                      plan.dp,
+                      plan.micro_batches(),
+                      plan.zero,
+                      static_cast<int>(plan.schedule),
+                      static_cast<int>(spec::gradient_dtype(stack, l.lowered.dtype)),
+                      static_cast<int>(spec::parameter_dtype(stack, l.lowered.dtype)),
+                      stack.dp_bucket_bytes,
+                      stack.zero3_prefetch,
+                      stack.autocast,
+                      stack.allocator_reserve};
+  if (key == last_memory_key_) return last_memory_;
+  int64_t peak = 0;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, l.lowered, s,
+                                                  stages.entries[static_cast<size_t>(s)].footprint,
+                                                  cluster_, &live_profile(plan, s));
+    peak = std::max(peak, mem.peak_bytes);
+  }
+  last_memory_key_ = key;
+  last_memory_ = peak;
+  return peak;
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan) {
@@ -173,21 +213,12 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   auto slowed = [this](double overlapped) { return overlap_cost(overlapped); };
 
   Estimate out;
-  double slowest_stage = 0;     // forward + backward of one micro-batch through a stage, s
-  double all_stages = 0;        // the same summed over the stages
-  double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
-  int64_t max_params = 0;
-  const std::vector<StageEntry>& stages = stage_entries(plan, stack, l);
-  for (int64_t s = 0; s < plan.pp; ++s) {
-    const StageEntry& stage = stages[static_cast<size_t>(s)];
-    slowest_stage = std::max(slowest_stage, stage.time);
-    all_stages += stage.time;
-    slowest_backward = std::max(slowest_backward, stage.backward);
-    max_params = std::max(max_params, stage.footprint.params);
-    spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, lowered, s, stage.footprint,
-                                                  cluster_, &live_profile(plan, s));
-    out.peak_memory_bytes = std::max(out.peak_memory_bytes, mem.peak_bytes);
-  }
+  const Stages& stages = stage_entries(plan, stack, l);
+  const double slowest_stage = stages.summary.slowest;
+  const double all_stages = stages.summary.all;
+  const double slowest_backward = stages.summary.slowest_backward;
+  const int64_t max_params = stages.summary.max_params;
+  out.peak_memory_bytes = peak_memory(plan, stack, l, stages);
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
 
@@ -199,7 +230,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   double step = static_cast<double>(m) * slowest_stage + (all_stages - slowest_stage) / v;
   if (plan.pp > 1) {
     // Stage-to-stage transfers on the critical path of the fill and drain.
-    int64_t boundary = stages.front().footprint.boundary;
+    int64_t boundary = stages.entries.front().footprint.boundary;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);

@@ -38,27 +38,31 @@ int thread_count(int requested) {
 std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumeration& all,
                                    int threads,
                                    const std::function<void(int64_t, int64_t)>& progress) {
-  const std::vector<spec::Plan>& plans = all.plans;
+  const std::vector<Candidate>& plans = all.candidates;
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
   // Threads take runs of plans that share a lowering (tp, micro-batch, sequence parallelism), so
-  // that each thread's caches miss on the lowerings of its own runs only.
-  std::vector<size_t> order(plans.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  // that each thread's caches miss on the lowerings of its own runs only; the stack variants of a
+  // layout stay next to each other (they share its memory estimate).
+  std::vector<uint32_t> order(plans.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return std::tie(plans[a].tp, plans[a].micro_batch, plans[a].sequence_parallel) <
            std::tie(plans[b].tp, plans[b].micro_batch, plans[b].sequence_parallel);
   });
-  constexpr size_t kRun = 256;
+  constexpr size_t kRun = 1024;
   const size_t runs = (plans.size() + kRun - 1) / kRun;
   int64_t done = 0;
   std::mutex progress_mutex;
   auto work = [&] {
     Estimator estimator(request.model, request.cluster);
+    spec::Plan plan;  // each candidate filled in here: no allocation per plan
     for (size_t r = next++; r < runs; r = next++) {
       const size_t end = std::min(plans.size(), (r + 1) * kRun);
-      for (size_t k = r * kRun; k < end; ++k)
-        out[order[k]] = estimator.estimate(plans[order[k]], all.stack);
+      for (size_t k = r * kRun; k < end; ++k) {
+        all.fill(order[k], plan);
+        out[order[k]] = estimator.estimate(plan, all.stack_of(order[k]));
+      }
       if (progress) {
         // Counted under the lock, so that the counts reported only grow.
         std::lock_guard<std::mutex> lock(progress_mutex);
@@ -98,7 +102,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   };
   Enumeration all = enumerate_plans(request);
   result.enumerate_s = since(start);
-  if (all.plans.empty()) {
+  if (all.candidates.empty()) {
     std::string reasons;
     for (const auto& [reason, count] : all.rejected)
       reasons += fmt::format("{}{} {}", reasons.empty() ? "" : "; ", count, reason);
@@ -107,8 +111,9 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
                                  request.gpus, reasons));
   }
   result.rejected = all.rejected;
+  result.stack = all.stacks.front();
   result.considered = all.considered;
-  result.enumerated = static_cast<int64_t>(all.plans.size());
+  result.enumerated = static_cast<int64_t>(all.size());
   const int threads = thread_count(options.threads);
   result.threads = threads;
   const auto estimating = std::chrono::steady_clock::now();
@@ -117,7 +122,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
 
   std::vector<Scored> fitting;
   result.least_memory_bytes = std::numeric_limits<int64_t>::max();
-  for (size_t i = 0; i < all.plans.size(); ++i) {
+  for (size_t i = 0; i < all.size(); ++i) {
     result.least_memory_bytes = std::min(result.least_memory_bytes, estimates[i].peak_memory_bytes);
     if (estimates[i].fits) {
       fitting.push_back({i, estimates[i]});
@@ -134,8 +139,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
       Enumeration e = enumerate_plans(bigger);
       Estimator estimator(request.model, request.cluster);
       bool any = false;
-      for (const spec::Plan& p : e.plans) {
-        if (estimator.estimate(p, e.stack).fits) {
+      spec::Plan p;
+      for (size_t i = 0; i < e.size(); ++i) {
+        e.fill(i, p);
+        if (estimator.estimate(p, e.stack_of(i)).fits) {
           any = true;
           break;
         }
@@ -171,7 +178,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   std::mutex progress_mutex;
   auto work = [&] {
     for (size_t i = next++; i < leaders; i = next++) {
-      const spec::Plan plan = all.with_stack(fitting[i].index);
+      const spec::Plan plan = all.plan(fitting[i].index);
       sim::SimulationOptions so;
       so.fidelity = options.fidelity;
       sim::SimulationResult r = sim::simulate(request.model, request.cluster, plan, so);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "sextant/spec/limits.hpp"
@@ -39,7 +40,9 @@ int64_t model_layers(const spec::ModelSpec& m) {
   return 1;
 }
 
-int64_t value_of(const spec::Plan& p, Constraint::Dim d) {
+// A plan's or a candidate's value of a dimension (both name them alike).
+template <typename PlanLike>
+int64_t value_of(const PlanLike& p, Constraint::Dim d) {
   switch (d) {
     case Constraint::Dim::kDp:
       return p.dp;
@@ -53,6 +56,8 @@ int64_t value_of(const spec::Plan& p, Constraint::Dim d) {
       return p.micro_batch;
     case Constraint::Dim::kVpp:
       return p.virtual_stages;
+    case Constraint::Dim::kRecomputeLayers:
+      return p.recompute_layers;
   }
   return 0;
 }
@@ -60,7 +65,14 @@ int64_t value_of(const spec::Plan& p, Constraint::Dim d) {
 }  // namespace
 
 bool Constraint::allows(const spec::Plan& plan) const {
-  int64_t v = value_of(plan, dim);
+  return allows_value(value_of(plan, dim));
+}
+
+bool Constraint::allows(const Candidate& candidate) const {
+  return allows_value(value_of(candidate, dim));
+}
+
+bool Constraint::allows_value(int64_t v) const {
   switch (op) {
     case Op::kLess:
       return v < value;
@@ -77,11 +89,13 @@ bool Constraint::allows(const spec::Plan& plan) const {
 }
 
 Constraint parse_constraint(const std::string& text) {
-  static const std::regex pattern(R"(^\s*(dp|tp|pp|zero|mb|vpp)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+  static const std::regex pattern(
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
-                     "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp and "
+                     "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
+                     "recompute_layers and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -91,7 +105,8 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "pp"   ? Constraint::Dim::kPp
           : dim == "zero" ? Constraint::Dim::kZero
           : dim == "mb"   ? Constraint::Dim::kMicroBatch
-                          : Constraint::Dim::kVpp;
+          : dim == "vpp"  ? Constraint::Dim::kVpp
+                          : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
          : op == "<=" ? Constraint::Op::kLessEqual
@@ -132,16 +147,115 @@ std::vector<int64_t> balanced_split(int64_t layers, int64_t chunks) {
   return counts;
 }
 
+namespace {
+
+// The request's stack and the variants with some overlap knobs turned down (a feature the
+// software has can be switched off; TP overlap goes down to bulk, then none), as a product:
+// variant ((t * nd + d) * ng + g) * np + p takes option t of the TP overlap, d of the DP overlap,
+// g of the parameter-gather overlap and p of the pipeline-transfer overlap; option 0 is always
+// the request's own value.
+struct StackVariants {
+  std::vector<spec::Stack> stacks;
+  size_t nt = 1, nd = 1, ng = 1, np = 1;
+};
+
+StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning) {
+  std::vector<spec::TpOverlap> tp = {stack.tp_overlap};
+  if (tuning.tp_overlap)
+    for (int o = static_cast<int>(stack.tp_overlap) - 1; o >= 0; --o)
+      tp.push_back(static_cast<spec::TpOverlap>(o));
+  auto off_too = [](bool on, bool tunable) {
+    return on && tunable ? std::vector<bool>{true, false} : std::vector<bool>{on};
+  };
+  const std::vector<bool> dp = off_too(stack.dp_overlap, tuning.dp_overlap);
+  const std::vector<bool> gather = off_too(stack.param_gather_overlap, tuning.param_gather_overlap);
+  const std::vector<bool> pp = off_too(stack.pp_overlap, tuning.pp_overlap);
+  StackVariants v;
+  v.nt = tp.size();
+  v.nd = dp.size();
+  v.ng = gather.size();
+  v.np = pp.size();
+  for (spec::TpOverlap t : tp)
+    for (bool d : dp)
+      for (bool g : gather)
+        for (bool p : pp) {
+          spec::Stack s = stack;
+          s.tp_overlap = t;
+          s.dp_overlap = d;
+          s.param_gather_overlap = g;
+          s.pp_overlap = p;
+          v.stacks.push_back(std::move(s));
+        }
+  return v;
+}
+
+}  // namespace
+
+std::string tuned_knobs(const spec::Stack& requested, const spec::Stack& used) {
+  std::string out;
+  auto add = [&](std::string_view knob, std::string_view value) {
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", knob, value);
+  };
+  if (used.tp_overlap != requested.tp_overlap)
+    add("tp_overlap", spec::enum_name(spec::tp_overlap_names(), used.tp_overlap));
+  if (used.dp_overlap != requested.dp_overlap) add("dp_overlap", used.dp_overlap ? "on" : "off");
+  if (used.param_gather_overlap != requested.param_gather_overlap)
+    add("param_gather_overlap", used.param_gather_overlap ? "on" : "off");
+  if (used.pp_overlap != requested.pp_overlap) add("pp_overlap", used.pp_overlap ? "on" : "off");
+  return out;
+}
+
+void Enumeration::fill(size_t i, spec::Plan& out) const {
+  const Candidate& c = candidates[i];
+  out.dp = c.dp;
+  out.tp = c.tp;
+  out.pp = c.pp;
+  out.zero = c.zero;
+  out.sequence_parallel = c.sequence_parallel;
+  out.micro_batch = c.micro_batch;
+  out.global_batch = base.global_batch;
+  out.schedule = static_cast<spec::Schedule>(c.schedule);
+  out.virtual_stages = c.virtual_stages;
+  if (c.balanced) {
+    const std::vector<int64_t>& split =
+        balanced_splits.at(static_cast<int64_t>(c.pp) * c.virtual_stages);
+    out.stage_layers.assign(split.begin(), split.end());
+  } else {
+    out.stage_layers.clear();
+  }
+  out.recompute = static_cast<spec::Recompute>(c.recompute);
+  out.recompute_layers = c.recompute_layers;
+  out.dtype = base.dtype;
+  out.seq_len = base.seq_len;
+  if (out.model != base.model) out.model = base.model;
+  if (out.cluster != base.cluster) out.cluster = base.cluster;
+}
+
+spec::Plan Enumeration::plan(size_t i) const {
+  spec::Plan p;
+  fill(i, p);
+  p.stack = stack_of(i);
+  return p;
+}
+
 Enumeration enumerate_plans(const SearchRequest& r) {
   check_request(r);
   Enumeration out;
   const spec::ModelSpec& m = r.model;
   const bool transformer = m.is_transformer();
   const int64_t layers = model_layers(m);
+  out.layers = layers;
+  out.base.global_batch = r.global_batch;
+  out.base.dtype = r.dtype;
+  out.base.seq_len = r.seq_len;
+  out.base.model = m.name;
+  out.base.cluster = r.cluster.name;
   // Every plan names its stack, so that a written plan predicts and runs the same way anywhere.
-  out.stack = r.stack ? *r.stack
-                      : spec::builtin_stack(spec::default_stack_name(r.cluster.device.kind ==
-                                                                     spec::DeviceKind::kGpu));
+  const spec::Stack stack = r.stack ? *r.stack
+                                    : spec::builtin_stack(spec::default_stack_name(
+                                          r.cluster.device.kind == spec::DeviceKind::kGpu));
+  StackVariants variants = stack_variants(stack, r.tuning);
+  out.stacks = std::move(variants.stacks);
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
   for (int64_t tp : divisors(r.gpus)) {
     for (int64_t pp : divisors(r.gpus / tp)) {
@@ -191,6 +305,13 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           }
         }
         for (auto [schedule, v] : schedules) {
+          // The splits into chunks: even, and balanced where that differs.
+          std::vector<bool> splits = {false};
+          if (!out.balanced_splits.contains(pp * v)) {
+            std::vector<int64_t> balanced = balanced_split(layers, pp * v);
+            if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
+          }
+          if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
           for (int zero = 0; zero <= 3; ++zero) {
             if (zero >= 2 && pp > 1) {
               reject("ZeRO-2/3 with pipeline parallelism");
@@ -205,36 +326,59 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 reject("sequence parallelism needs tp to divide the sequence");
                 continue;
               }
+              // The overlap knobs that change this layout's step (the others stay the
+              // request's: varying them would repeat a plan): TP overlap runs under sequence
+              // parallelism only (sim::tp_overlap_applies), gradient-reduction overlap with
+              // data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
+              // transfers with pipeline stages.
+              const size_t nt = tp > 1 && sp ? variants.nt : 1;
+              const size_t nd = dp > 1 && zero < 3 ? variants.nd : 1;
+              const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
+              const size_t np = pp > 1 ? variants.np : 1;
               for (spec::Recompute rc :
                    {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull}) {
                 if (rc == spec::Recompute::kSelective && !transformer) continue;
-                std::vector<std::vector<int64_t>> splits = {{}};
-                std::vector<int64_t> balanced = balanced_split(layers, pp * v);
-                if (!balanced.empty()) splits.push_back(balanced);
-                for (const std::vector<int64_t>& split : splits) {
-                  spec::Plan p;
-                  p.dp = dp;
-                  p.tp = tp;
-                  p.pp = pp;
-                  p.zero = zero;
-                  p.sequence_parallel = sp;
-                  p.micro_batch = mb;
-                  p.global_batch = r.global_batch;
-                  p.schedule = schedule;
-                  p.virtual_stages = v;
-                  p.stage_layers = split;
-                  p.recompute = rc;
-                  p.dtype = r.dtype;
-                  p.seq_len = r.seq_len;
-                  p.model = m.name;
-                  p.cluster = r.cluster.name;
-                  bool allowed = true;
-                  for (const Constraint& c : r.constraints) allowed = allowed && c.allows(p);
-                  if (!allowed) {
-                    reject("excluded by --constraint");
-                    continue;
+                for (bool balanced : splits) {
+                  // Full recompute of the first N layers of each chunk (Megatron-LM's block
+                  // method) for N below the largest chunk; 0: every layer.
+                  int64_t largest_chunk = 0;
+                  if (rc == spec::Recompute::kFull && transformer) {
+                    if (balanced) {
+                      const std::vector<int64_t>& split = out.balanced_splits.at(pp * v);
+                      largest_chunk = *std::max_element(split.begin(), split.end());
+                    } else {
+                      largest_chunk = (layers + pp * v - 1) / (pp * v);
+                    }
                   }
-                  out.plans.push_back(std::move(p));
+                  for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
+                       ++rc_layers) {
+                    Candidate c;
+                    c.dp = static_cast<int32_t>(dp);
+                    c.tp = static_cast<int32_t>(tp);
+                    c.pp = static_cast<int32_t>(pp);
+                    c.micro_batch = static_cast<int32_t>(mb);
+                    c.virtual_stages = static_cast<int16_t>(v);
+                    c.recompute_layers = static_cast<int16_t>(rc_layers);
+                    c.zero = static_cast<uint8_t>(zero);
+                    c.schedule = static_cast<uint8_t>(schedule);
+                    c.recompute = static_cast<uint8_t>(rc);
+                    c.sequence_parallel = sp;
+                    c.balanced = balanced;
+                    bool allowed = true;
+                    for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
+                    if (!allowed) {
+                      reject("excluded by --constraint");
+                      continue;
+                    }
+                    for (size_t t = 0; t < nt; ++t)
+                      for (size_t d = 0; d < nd; ++d)
+                        for (size_t g = 0; g < ng; ++g)
+                          for (size_t q = 0; q < np; ++q) {
+                            c.stack = static_cast<uint8_t>(
+                                ((t * variants.nd + d) * variants.ng + g) * variants.np + q);
+                            out.candidates.push_back(c);
+                          }
+                  }
                 }
               }
             }

@@ -16,7 +16,7 @@ int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp) {
 
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,
-                       const GroupShape& tp_group) {
+                       const GroupShape& tp_group, spec::Recompute recompute) {
   const bool block = layer.kind == models::LayerKind::kBlock;
   LayerTimes out;
   auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase) {
@@ -41,9 +41,9 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   };
   out.forward = pass(layer.forward, false, spec::Phase::kFwd);
   out.backward = pass(layer.backward, false, spec::Phase::kBwd);
-  if (block && plan.recompute == spec::Recompute::kFull)
+  if (block && recompute == spec::Recompute::kFull)
     out.recompute = pass(layer.forward, false, spec::Phase::kRecompute);
-  if (block && plan.recompute == spec::Recompute::kSelective)
+  if (block && recompute == spec::Recompute::kSelective)
     out.recompute = pass(layer.forward, true, spec::Phase::kRecompute);
   return out;
 }

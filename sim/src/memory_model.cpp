@@ -33,11 +33,12 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
   StageFootprint f;
   f.params = models::stage_params(plan, lowered, stage);
   f.chunk_activation.assign(chunks, 0);
+  const std::vector<spec::Recompute> recompute = models::layer_recompute(plan, lowered);
   for (size_t v = 0; v < chunks; ++v) {
     for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
       const models::Layer& layer = lowered.layers[l];
       f.largest_layer = std::max(f.largest_layer, layer.params);
-      f.chunk_activation[v] += layer.saved_bytes_for(plan.recompute);
+      f.chunk_activation[v] += layer.saved_bytes_for(recompute[l]);
       f.largest_working = std::max(f.largest_working, layer.saved_bytes);
     }
   }

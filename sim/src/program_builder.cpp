@@ -27,6 +27,7 @@ class StageBuilder {
         compute_(compute),
         stage_(stage),
         layers_(stage_layers(plan, lowered, stage)),
+        recompute_(models::layer_recompute(plan, lowered)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
         grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
         micro_batches_(plan.micro_batches()) {}
@@ -407,9 +408,9 @@ class StageBuilder {
     for (size_t l = e; l-- > b;) order.push_back(l);
     pass(order, Phase::kBwd, u.micro_batch, [&](size_t l) {
       const models::Layer& layer = lowered_.layers[l];
-      if (is_block(l) && plan_.recompute == spec::Recompute::kFull) {
+      if (is_block(l) && recompute_[l] == spec::Recompute::kFull) {
         run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch);
-      } else if (is_block(l) && plan_.recompute == spec::Recompute::kSelective) {
+      } else if (is_block(l) && recompute_[l] == spec::Recompute::kSelective) {
         run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch, /*core_only=*/true);
       }
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
@@ -524,6 +525,7 @@ class StageBuilder {
   const ComputeModel& compute_;
   int64_t stage_;
   StageLayers layers_;
+  std::vector<spec::Recompute> recompute_;  // per lowered layer (models::layer_recompute)
   int64_t elem_bytes_;
   int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;

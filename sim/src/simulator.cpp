@@ -228,8 +228,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   const double samples = static_cast<double>(plan.global_batch);
   rep.samples_per_s = samples / step;
   rep.tokens_per_s = samples * static_cast<double>(model.is_transformer() ? seq : 1) / step;
-  models::StepFlops flops = models::step_flops(model, plan.global_batch,
-                                               model.is_transformer() ? seq : 0, plan.recompute);
+  models::StepFlops flops = models::step_flops(model, plan, model.is_transformer() ? seq : 0);
   const double gpus = static_cast<double>(world);
   rep.model_tflops_per_gpu = flops.model / (step * gpus) / kFlopsPerTflop;
   rep.hardware_tflops_per_gpu = flops.hardware / (step * gpus) / kFlopsPerTflop;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <numeric>
@@ -48,6 +49,7 @@ std::string Plan::name() const {
   if (!stage_layers.empty()) s += ".split";  // a layer split of its own, not the even one
   if (recompute == Recompute::kSelective) s += ".rc-sel";
   if (recompute == Recompute::kFull) s += ".rc-full";
+  if (recompute == Recompute::kFull && recompute_layers > 0) s += std::to_string(recompute_layers);
   return s;
 }
 
@@ -98,6 +100,13 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   if (p.sequence_parallel && p.tp < 2) {
     problem("sequence_parallel", "true", "needs tp > 1");
   }
+  if (p.recompute_layers < 0) {
+    problem("recompute_layers", std::to_string(p.recompute_layers),
+            "must be >= 1 (the first layers of each chunk recomputed), or 0 for all");
+  } else if (p.recompute_layers > 0 && p.recompute != Recompute::kFull) {
+    problem("recompute_layers", std::to_string(p.recompute_layers),
+            "applies to recompute \"full\" only (Megatron-LM --recompute-method block)");
+  }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -130,6 +139,10 @@ Plan plan_from_json(const Json& json, const std::string& source) {
       r.integer_array("stage_layers", layers, Presence::kOptional).value_or(std::vector<int64_t>{});
   p.recompute =
       r.enumeration("recompute", recompute_names(), Presence::kOptional).value_or(p.recompute);
+  p.recompute_layers =
+      r.integer("recompute_layers", Range::between(0, static_cast<double>(kMaxLayers)),
+                Presence::kOptional)
+          .value_or(0);
   // Knobs of the software stack that older plans kept at the top level.
   for (const auto& [old_key, knob] : std::array<std::pair<std::string_view, std::string_view>, 4>{
            {{"dp_bucket_bytes", "dp_bucket_bytes"},
@@ -180,6 +193,7 @@ Json to_json(const Plan& p) {
             {"schedule", enum_name(schedule_names(), p.schedule)},
             {"virtual_stages", p.virtual_stages},
             {"recompute", enum_name(recompute_names(), p.recompute)}};
+  if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   if (p.stack) j["stack"] = to_json(*p.stack);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
@@ -203,6 +217,17 @@ Stack plan_stack(const Plan& plan, bool gpu_cluster) {
 
 Plan read_plan_file(const std::string& path) {
   return plan_from_json(read_json_file(path), path);
+}
+
+std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units) {
+  std::vector<Recompute> modes(static_cast<size_t>(std::max<int64_t>(units, 0)), plan.recompute);
+  if (plan.recompute != Recompute::kFull || plan.recompute_layers <= 0) return modes;
+  size_t unit = 0;
+  for (int64_t count : stage_layer_counts(plan, units)) {
+    for (int64_t i = 0; i < count && unit < modes.size(); ++i, ++unit)
+      if (i >= plan.recompute_layers) modes[unit] = Recompute::kNone;
+  }
+  return modes;
 }
 
 std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers) {
@@ -261,6 +286,14 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (sum != units)
       add("stage_layers", std::to_string(sum),
           fmt::format("must add up to the model's {} layers", units));
+  }
+  if (p.recompute_layers > 0 && p.chunks() <= units) {
+    // Up to the largest chunk: a chunk with fewer layers recomputes them all.
+    std::vector<int64_t> counts = stage_layer_counts(p, units);
+    const int64_t largest = *std::max_element(counts.begin(), counts.end());
+    if (p.recompute_layers > largest)
+      add("recompute_layers", std::to_string(p.recompute_layers),
+          fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
   if (model.is_transformer()) {
     const TransformerSpec& t = model.transformer();

@@ -203,8 +203,9 @@ spec::ModelSpec model_of(Net n) {
   return tiny_gpt();
 }
 
-spec::Plan with_recompute(spec::Plan p, spec::Recompute r) {
+spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
   p.recompute = r;
+  p.recompute_layers = layers;
   return p;
 }
 
@@ -232,6 +233,8 @@ std::vector<Layout> layouts() {
       {"llama_pp2_selective_recompute", with_recompute(plan_of(1, 1, 2), R::kSelective),
        Net::kLlama},
       {"llama_pp2_interleaved", plan_of(1, 1, 2, 0, false, S::kInterleaved), Net::kLlama},
+      // Full recompute of the first block of each stage's two (Megatron's block method).
+      {"pp2_full_recompute_1_layer", with_recompute(plan_of(1, 1, 2), R::kFull, 1)},
       {"dp4", plan_of(4, 1, 1)},
       {"tp4", plan_of(1, 4, 1)},
       {"vocab63_tp4", plan_of(1, 4, 1), Net::kGptOddVocab},
@@ -246,6 +249,7 @@ std::vector<Layout> layouts() {
       {"dp2_pp2_interleaved_zero1", plan_of(2, 1, 2, 1, false, S::kInterleaved)},
       {"tp2_pp2_interleaved_sp", plan_of(1, 2, 2, 0, true, S::kInterleaved)},
       {"llama_tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true), Net::kLlama},
+      {"dp4_full_recompute_3_layers", with_recompute(plan_of(4, 1, 1), R::kFull, 3)},
       {"dp2_tp2_pp2", plan_of(2, 2, 2)},
       {"vocab63_dp2_tp2_pp2_zero1", plan_of(2, 2, 2, 1), Net::kGptOddVocab},
       {"dp2_tp2_pp2_sp_zero1_gpipe", plan_of(2, 2, 2, 1, true, S::kGpipe)},

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "expect_input_error.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
@@ -28,6 +31,10 @@ SearchRequest request(const char* model, int64_t gpus, int64_t batch,
 TEST(Planner, PruningNeverDropsTheTrueBest) {
   for (int64_t gpus : {8, 16}) {
     SearchRequest r = request("gpt2-350m", gpus, 64);
+    // Every plan that fits is simulated below: the layouts, without the stack and partial
+    // recompute variants (which multiply them by ~20 and are ranked by the same estimate).
+    r.tuning = {false, false, false, false};
+    r.constraints = {parse_constraint("recompute_layers=0")};
     SearchOptions pruned;
     pruned.top_k = 1;
     SearchOptions exhaustive = pruned;
@@ -212,6 +219,93 @@ TEST(Estimator, StackKnobsAreNotTakenFromACachedPlan) {
     EXPECT_DOUBLE_EQ(shared.estimate(plan).step_time_s, fresh.estimate(plan).step_time_s);
     EXPECT_GT(fresh.estimate(plan).step_time_s, fresh.estimate(overlapped).step_time_s);
   }
+}
+
+// Full recompute of some layers of each chunk lies between none and all of them, in time and in
+// memory; a fresh estimator and one whose memory result is shared between stack variants agree.
+TEST(Estimator, PartialRecomputeLiesBetweenNoneAndFull) {
+  spec::ModelSpec model = models::zoo_model("gpt3-1.3b");  // 24 layers: 12 per stage
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan plan;
+  plan.dp = 2;
+  plan.pp = 2;
+  plan.zero = 1;
+  plan.micro_batch = 4;
+  plan.global_batch = 64;
+  plan.stack = spec::builtin_stack("megatron-core");
+  auto with = [&](spec::Recompute r, int64_t layers) {
+    spec::Plan p = plan;
+    p.recompute = r;
+    p.recompute_layers = layers;
+    return Estimator(model, cluster).estimate(p);
+  };
+  const Estimate none = with(spec::Recompute::kNone, 0);
+  const Estimate some = with(spec::Recompute::kFull, 4);
+  const Estimate full = with(spec::Recompute::kFull, 0);
+  EXPECT_LT(none.step_time_s, some.step_time_s);
+  EXPECT_LT(some.step_time_s, full.step_time_s);
+  EXPECT_GT(none.peak_memory_bytes, some.peak_memory_bytes);
+  EXPECT_GT(some.peak_memory_bytes, full.peak_memory_bytes);
+
+  Estimator shared(model, cluster);
+  spec::Plan gathered_after = plan;
+  gathered_after.stack->param_gather_overlap = false;
+  const Estimate a = shared.estimate(plan);
+  const Estimate b = shared.estimate(gathered_after);  // the memory result of `plan`, reused
+  const Estimate fresh = Estimator(model, cluster).estimate(gathered_after);
+  EXPECT_EQ(b.peak_memory_bytes, fresh.peak_memory_bytes);
+  EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
+  EXPECT_DOUBLE_EQ(b.step_time_s, fresh.step_time_s);
+}
+
+// The space: each configuration once; full recompute of the first N < (largest chunk) layers of
+// each chunk; an overlap knob varied only where it changes the layout's step, only downwards from
+// the stack's value, and not at all when pinned.
+TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
+  SearchRequest r = request("gpt2-350m", 16, 64);  // 24 layers
+  r.stack = spec::builtin_stack("megatron-core");  // every overlap on, TP overlap pipelined
+  const Enumeration all = enumerate_plans(r);
+  std::set<std::string> seen;
+  int64_t partial = 0, tuned = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const spec::Plan p = all.plan(i);
+    const std::string knobs = tuned_knobs(*r.stack, *p.stack);
+    EXPECT_TRUE(seen.insert(p.name() + " " + knobs).second) << p.name() << " " << knobs;
+    if (p.recompute_layers > 0) {
+      ++partial;
+      EXPECT_EQ(p.recompute, spec::Recompute::kFull);
+      const std::vector<int64_t> chunks = spec::stage_layer_counts(p, 24);
+      EXPECT_LT(p.recompute_layers, *std::max_element(chunks.begin(), chunks.end()));
+    }
+    if (!knobs.empty()) ++tuned;
+    if (p.tp == 1 || !p.sequence_parallel) {
+      EXPECT_EQ(p.stack->tp_overlap, spec::TpOverlap::kPipelined) << p.name();
+    }
+    if (p.dp == 1 || p.zero == 3) {
+      EXPECT_TRUE(p.stack->dp_overlap) << p.name();
+    }
+    if (p.dp == 1 || p.zero == 0 || p.zero == 3) {
+      EXPECT_TRUE(p.stack->param_gather_overlap) << p.name();
+    }
+    if (p.pp == 1) {
+      EXPECT_TRUE(p.stack->pp_overlap) << p.name();
+    }
+  }
+  EXPECT_GT(partial, 0);
+  EXPECT_GT(tuned, 0);
+  // By hand: dp16 (tp1, pp1) with micro-batch 4 has one chunk of 24 layers and 1 micro-batch
+  // per replica... its configurations: zero 0-3; recompute none, selective, full of all layers and
+  // of the first 1..23 (26 modes); DP overlap on/off below ZeRO-3 and the gather on/off under
+  // ZeRO-1/2: 26 x (2 + 4 + 4 + 1) = 286.
+  int64_t dp16_mb4 = 0;
+  for (const Candidate& c : all.candidates) dp16_mb4 += c.dp == 16 && c.micro_batch == 4 ? 1 : 0;
+  EXPECT_EQ(dp16_mb4, 286);
+
+  SearchRequest pinned = r;
+  pinned.tuning = {false, false, false, false};
+  const Enumeration fixed = enumerate_plans(pinned);
+  EXPECT_EQ(fixed.stacks.size(), 1u);
+  EXPECT_EQ(static_cast<int64_t>(fixed.size()), static_cast<int64_t>(all.size()) - tuned);
 }
 
 }  // namespace

@@ -148,5 +148,48 @@ TEST(Plan, EvenSplitGivesTheRemainderToLaterStages) {
   EXPECT_EQ(stage_layer_counts(p, 8), (std::vector<int64_t>{2, 2, 2, 2}));
 }
 
+// Megatron's block method: the first N layers of each chunk are recomputed, the rest are not.
+// Chunks of 3 and 4 layers (pp 2, stage_layers {3, 4}) with N = 2: units 0-1 and 3-4 recomputed,
+// 2 and 5-6 not; with two chunks of 2 per stage interleaved (pp 2, v 2, 8 layers) and N = 1: the
+// first layer of each chunk, units 0, 2, 4, 6.
+TEST(Plan, RecomputeLayersRecomputeTheFirstLayersOfEachChunk) {
+  using R = Recompute;
+  Plan p;
+  p.pp = 2;
+  p.stage_layers = {3, 4};
+  p.recompute = R::kFull;
+  EXPECT_EQ(unit_recompute(p, 7), std::vector<R>(7, R::kFull));  // 0: every layer
+  p.recompute_layers = 2;
+  EXPECT_EQ(unit_recompute(p, 7),
+            (std::vector<R>{R::kFull, R::kFull, R::kNone, R::kFull, R::kFull, R::kNone, R::kNone}));
+  EXPECT_EQ(p.name(), "dp1.tp1.pp2.z0.mb1.1f1b.split.rc-full2");
+  p.stage_layers.clear();
+  p.schedule = Schedule::kInterleaved;
+  p.virtual_stages = 2;
+  p.recompute_layers = 1;
+  EXPECT_EQ(unit_recompute(p, 8), (std::vector<R>{R::kFull, R::kNone, R::kFull, R::kNone, R::kFull,
+                                                  R::kNone, R::kFull, R::kNone}));
+  p.recompute = R::kSelective;  // (refused by the rules; the modes stay the plan's)
+  EXPECT_EQ(unit_recompute(p, 8), std::vector<R>(8, R::kSelective));
+}
+
+TEST(Plan, RecomputeLayersNeedFullRecomputeAndAChunkThatLong) {
+  Json j = base_plan();
+  j["recompute_layers"] = 2;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/recompute_layers = 2: applies to recompute \"full\" only");
+  j["recompute"] = "full";
+  Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(p.recompute_layers, 2);
+  EXPECT_EQ(plan_from_json(to_json(p), "again").recompute_layers, 2);
+  EXPECT_NO_THROW(validate_plan(p, gpt(4, 4), 8, "p.json"));  // chunks of 2
+  p.recompute_layers = 3;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 8, "p.json"),
+                     "/recompute_layers = 3: must not exceed the layers of the largest stage "
+                     "chunk (2)");
+  j["recompute_layers"] = -1;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "/recompute_layers = -1");
+}
+
 }  // namespace
 }  // namespace sextant::spec

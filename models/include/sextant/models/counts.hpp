@@ -19,6 +19,9 @@ struct StepFlops {
 // Training FLOPs of one optimizer step over `global_batch` sequences/samples.
 StepFlops step_flops(const spec::ModelSpec& model, int64_t global_batch, int64_t seq_len,
                      spec::Recompute recompute);
+// The same for a plan's global batch and recompute (a full recompute of some layers of each
+// chunk recomputes only those: layer_recompute).
+StepFlops step_flops(const spec::ModelSpec& model, const spec::Plan& plan, int64_t seq_len);
 // Forward FLOPs per token (transformers) or per sample.
 double forward_flops_per_token(const spec::ModelSpec& model, int64_t seq_len);
 

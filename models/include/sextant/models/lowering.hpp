@@ -134,6 +134,11 @@ struct StageLayers {
 };
 StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
 
+// The recompute mode of each lowered layer under `plan` (spec::unit_recompute for the layers a
+// pipeline splits, plan.recompute for the embedding and head around them). Full and selective
+// recompute re-run blocks only (the simulator's and the executor's passes).
+std::vector<spec::Recompute> layer_recompute(const spec::Plan& plan, const LoweredModel& lowered);
+
 // Megatron's scatter/gather of pipeline transfers (Narayanan et al., SC'21 §4.1): with tensor
 // parallelism and no sequence parallelism every tp rank holds the whole activation, so each sends
 // 1/tp of it and the receivers all-gather it over their tp group. The parts an activation (or

@@ -51,14 +51,37 @@ class Estimator {
     double backward = 0;  // backward + recompute, s
     sim::StageFootprint footprint;
   };
+  // What a plan's time formula takes from its stages (one pass over them, cached with them).
+  struct StageSummary {
+    double slowest = 0;           // forward + backward of one micro-batch through a stage, s
+    double all = 0;               // the same summed over the stages
+    double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
+    int64_t max_params = 0;
+  };
+  struct Stages {
+    std::vector<StageEntry> entries;
+    StageSummary summary;
+  };
+  // The inputs of a plan's peak memory besides its stages (the stack's overlap knobs are not
+  // among them): plans that differ only in those share the last memory result.
+  struct MemoryKey {
+    const void* stages = nullptr;
+    int64_t dp = 0, micro_batches = 0, zero = 0;
+    int schedule = 0, grad_dtype = 0, param_dtype = 0;
+    int64_t bucket_bytes = 0, prefetch = 0;
+    bool autocast = false;
+    double reserve = 0;
+    bool operator==(const MemoryKey&) const = default;
+  };
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
     std::optional<sim::ComputeModel> compute;
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
-    // By (pp, virtual stages, stage_layers, recompute, tp_overlap), one entry per stage.
-    std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int>,
-             std::vector<StageEntry>>
+    // By (pp, virtual stages, stage_layers, recompute, recompute_layers, tp_overlap), one entry
+    // per stage.
+    std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int>,
+             Stages>
         stages;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
@@ -66,10 +89,12 @@ class Estimator {
     sim::GroupShape tp, dp, pp_pair;
   };
   Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
+  // Every layer's cost in recompute mode `mode`.
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
-                                            Lowering& l);
-  const std::vector<StageEntry>& stage_entries(const spec::Plan& plan, const spec::Stack& stack,
-                                               Lowering& l);
+                                            spec::Recompute mode, Lowering& l);
+  const Stages& stage_entries(const spec::Plan& plan, const spec::Stack& stack, Lowering& l);
+  int64_t peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
+                      const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
@@ -93,6 +118,8 @@ class Estimator {
   std::map<std::tuple<int64_t, int64_t, int64_t>, Shapes> shapes_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
   std::map<int64_t, double> slowest_speed_;
+  MemoryKey last_memory_key_;  // cleared when a lowering is made (its stages' addresses reused)
+  int64_t last_memory_ = 0;
 };
 
 }  // namespace sextant::planner

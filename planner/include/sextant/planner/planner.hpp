@@ -48,7 +48,8 @@ struct SearchResult {
   int64_t considered = 0;                   // (dp, tp, pp) factorisations looked at
   std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
   int64_t enumerated = 0;                   // legal plans before the memory check
-  int64_t fitting = 0;                      // of those, predicted to fit
+  spec::Stack stack;    // the request's stack (the plans may turn overlap knobs down: tuned_knobs)
+  int64_t fitting = 0;  // of those, predicted to fit
   int64_t simulated = 0;
   double wall_s = 0;
   // Where the wall time went, and on how many threads the estimates and simulations ran.

@@ -1,8 +1,10 @@
 // The legal plans for a model on a number of GPUs of a cluster: every factorisation dp*tp*pp with
 // tensor parallelism inside a node (unless allowed across), ZeRO stages, sequence parallelism,
 // micro-batch sizes that divide the per-replica batch, pipeline schedules with the chunk counts
-// that divide the layers, recompute modes, and even or balanced layer splits. What cannot run is
-// counted by reason.
+// that divide the layers, recompute modes (full recompute of every layer or of the first N of
+// each chunk), even or balanced layer splits, and the overlap flags of the software stack that
+// apply to the layout (each can be turned off, TP overlap down to bulk or none). What cannot run
+// is counted by reason.
 #pragma once
 
 #include <cstdint>
@@ -17,17 +19,32 @@
 
 namespace sextant::planner {
 
-// A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4".
+struct Candidate;
+
+// A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
+// "recompute_layers=0" (full recompute of every layer only).
 struct Constraint {
-  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp };
+  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
   Op op;
   int64_t value;
   bool allows(const spec::Plan& plan) const;
+  bool allows(const Candidate& candidate) const;
+  bool allows_value(int64_t value) const;
 };
 // Parses "tp<=8"; throws InputError naming the flag and listing the dimensions.
 Constraint parse_constraint(const std::string& text);
+
+// The stack knobs a search may turn down from the request's stack (a flag the software has, e.g.
+// Megatron-LM's --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather,
+// --no-overlap-p2p-communication): what a knob given on the command line pins is left out.
+struct StackTuning {
+  bool tp_overlap = true;
+  bool dp_overlap = true;
+  bool param_gather_overlap = true;
+  bool pp_overlap = true;
+};
 
 struct SearchRequest {
   spec::ModelSpec model;
@@ -39,21 +56,48 @@ struct SearchRequest {
   bool allow_tp_across_nodes = false;
   std::optional<spec::Dtype> dtype;
   std::optional<spec::Stack> stack;  // empty: the cluster kind's default stack
+  StackTuning tuning;
+};
+
+// One configuration of a search in 28 bytes: what varies between the plans of a search (model,
+// cluster, batch, dtype and sequence length are the request's). Enumeration::fill makes it a plan.
+struct Candidate {
+  int32_t dp = 1, tp = 1, pp = 1;
+  int32_t micro_batch = 1;
+  int16_t virtual_stages = 1;
+  int16_t recompute_layers = 0;
+  uint8_t zero = 0;
+  uint8_t schedule = 0;   // spec::Schedule
+  uint8_t recompute = 0;  // spec::Recompute
+  bool sequence_parallel = false;
+  bool balanced = false;  // layers split by balanced_split, else evenly
+  uint8_t stack = 0;      // index into Enumeration::stacks
 };
 
 struct Enumeration {
-  // The candidates, without their stack (a copy each was most of the enumeration's time): every
-  // one runs `stack`; with_stack() makes one a complete plan.
-  std::vector<spec::Plan> plans;
-  spec::Stack stack;
-  spec::Plan with_stack(size_t i) const {
-    spec::Plan p = plans[i];
-    p.stack = stack;
-    return p;
-  }
+  // The candidates; the stack variants they run (stacks[0] is the request's stack, the others
+  // turn some of its overlap knobs down). 28 bytes each: a copy of a plan with its stack each
+  // was most of the enumeration's time, and a search holds millions.
+  std::vector<Candidate> candidates;
+  std::vector<spec::Stack> stacks;
   std::map<std::string, int64_t> rejected;  // reason -> count
   int64_t considered = 0;
+  // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
+  // phase's hot path), or complete with its stack.
+  void fill(size_t i, spec::Plan& out) const;
+  spec::Plan plan(size_t i) const;
+  const spec::Stack& stack_of(size_t i) const { return stacks[candidates[i].stack]; }
+  size_t size() const { return candidates.size(); }
+
+  // The request's part of every plan, and the balanced splits by chunk count.
+  spec::Plan base;
+  int64_t layers = 0;
+  std::map<int64_t, std::vector<int64_t>> balanced_splits;
 };
+
+// The overlap knobs `used` turns down from `requested`, for display ("" when none), e.g.
+// "tp_overlap=bulk dp_overlap=off".
+std::string tuned_knobs(const spec::Stack& requested, const spec::Stack& used);
 
 // Checks the request (GPU count, batch, cluster size) and throws InputError with what is wrong.
 void check_request(const SearchRequest& request);

@@ -31,8 +31,10 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 // 4 splits (transformer_engine/pytorch/module/base.py, get_default_config).
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
+// One layer's passes; `recompute` is the layer's own mode (models::layer_recompute), which a
+// block recomputes before its backward.
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,
-                       const GroupShape& tp_group);
+                       const GroupShape& tp_group, spec::Recompute recompute);
 
 }  // namespace sextant::sim

@@ -34,6 +34,10 @@ struct Plan {
   int64_t virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedule)
   std::vector<int64_t> stage_layers;  // layers per (virtual) stage; empty = as even as possible
   Recompute recompute = Recompute::kNone;
+  // With full recompute: only the first N layers of each (virtual) stage chunk are recomputed, the
+  // others keep their activations (Megatron-LM --recompute-method block --recompute-num-layers N);
+  // 0: every layer. unit_recompute() is the rule.
+  int64_t recompute_layers = 0;
   // The software stack (attention kernel, fusion, overlap, ZeRO-3 implementation, ...); empty:
   // the default stack of the cluster kind (plan_stack).
   std::optional<Stack> stack;
@@ -81,6 +85,13 @@ std::string sequence_parallel_problem(int64_t seq_len, int64_t tp);
 // broken rule (dp*tp*pp != ranks, heads not divisible by tp, more stages than layers, ...).
 void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
                    const std::string& source);
+
+// The recompute mode of each of a model's `units` pipeline units (transformer blocks) under
+// `plan`: plan.recompute, except that with full recompute of the first `recompute_layers` units of
+// each chunk (Megatron-LM's block method: TransformerBlock._checkpointed_forward checkpoints layers
+// 0..N-1 of the block each model chunk builds) the chunk's later units are not recomputed. The
+// one rule the simulator, the planner and the executor ask.
+std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units);
 
 // Layers of each (virtual) stage in pipeline order: plan.stage_layers or an even split whose
 // remainder goes to the later stages (the first stage also holds the embedding).
