@@ -39,6 +39,7 @@ struct SearchFlags {
   std::string objective = "time";
   std::string dtype;
   int64_t leaders = 24;
+  int64_t variants_per_layout = 4;
   int threads = 0;
   bool allow_tp_across_nodes = false;
   bool fixed_stack = false;
@@ -62,6 +63,10 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
   cmd.add_option("--leaders", f.leaders,
                  "Plans simulated event by event after the closed-form ranking (0: all that fit)");
+  cmd.add_option("--variants-per-layout", f.variants_per_layout,
+                 "Of the leaders, at most N variants of one layout (stack knobs, recomputed "
+                 "layers); 0: the best estimates whatever they are")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--threads", f.threads,
                  "Threads for the estimates and the leaders' simulations (default: the CPUs this "
                  "process may run on)")
@@ -69,8 +74,9 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_flag("--allow-tp-across-nodes", f.allow_tp_across_nodes,
                "Allow tensor parallelism larger than a node");
   cmd.add_flag("--fixed-stack", f.fixed_stack,
-               "Run the stack's overlap knobs as given (by default the search also tries each "
-               "turned off, TP overlap down to bulk and none; a knob given as a flag stays)");
+               "Run the stack's overlap knobs and gradient bucket as given (by default the search "
+               "also tries each overlap turned off, TP overlap down to bulk and none, and the "
+               "bucket at 1/4 and 4x; a knob given as a flag stays)");
   cmd.add_flag("--json", f.json, "Print JSON");
   cmd.add_flag("--quiet", f.quiet, "No progress line on stderr (none either when not a terminal)");
   add_stack_flags(cmd, f.stack);
@@ -96,6 +102,7 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
   r.tuning.dp_overlap = !f.fixed_stack && !f.stack.no_overlap;
   r.tuning.param_gather_overlap = !f.fixed_stack;
   r.tuning.pp_overlap = !f.fixed_stack;
+  r.tuning.dp_bucket_bytes = !f.fixed_stack && f.stack.bucket_mb == 0;
   if (!f.dtype.empty()) {
     r.dtype = spec::enum_from_name(spec::dtype_names(), f.dtype);
     if (!r.dtype)
@@ -117,6 +124,7 @@ planner::SearchOptions options_from(const SearchFlags& f) {
                 : f.objective == "memory" ? planner::Objective::kMemory
                                           : planner::Objective::kTime;
   o.leaders = f.leaders;
+  o.variants_per_layout = f.variants_per_layout;
   o.threads = f.threads;
   // Progress on a terminal only, and never with --json or --quiet.
   auto line =

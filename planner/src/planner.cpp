@@ -75,6 +75,34 @@ std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumerati
   return out;
 }
 
+// The candidates in their order, except that the first `leaders` hold at most `per_layout`
+// variants of one layout (candidate but for its stack and recomputed layers) while others remain;
+// the variants passed over follow, in order, should the layouts run out.
+std::vector<Scored> spread_over_layouts(const Enumeration& all, std::vector<Scored> ranked,
+                                        size_t leaders, int64_t per_layout) {
+  auto layout = [&](size_t i) {
+    const Candidate& c = all.candidates[i];
+    return std::make_tuple(c.dp, c.tp, c.pp, c.micro_batch, c.virtual_stages, c.zero, c.schedule,
+                           c.recompute, c.sequence_parallel, c.balanced);
+  };
+  std::map<decltype(layout(0)), int64_t> taken;
+  std::vector<Scored> out, passed_over;
+  out.reserve(ranked.size());
+  for (const Scored& s : ranked) {
+    if (out.size() < leaders && ++taken[layout(s.index)] > per_layout) {
+      passed_over.push_back(s);
+    } else {
+      out.push_back(s);
+    }
+  }
+  // Leaders first, then what was passed over, then the rest in their order.
+  const auto head = out.begin() + static_cast<std::ptrdiff_t>(std::min(leaders, out.size()));
+  std::vector<Scored> result(out.begin(), head);
+  result.insert(result.end(), passed_over.begin(), passed_over.end());
+  result.insert(result.end(), head, out.end());
+  return result;
+}
+
 // Whether `a` ranks before `b` under the objective.
 bool ranks_before(const spec::Report& a, const spec::Report& b, Objective o) {
   switch (o) {
@@ -166,6 +194,8 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
                        ? std::min<size_t>(fitting.size(), static_cast<size_t>(options.leaders))
                        : fitting.size();
   leaders = std::max(leaders, std::min<size_t>(fitting.size(), static_cast<size_t>(options.top_k)));
+  if (options.variants_per_layout > 0 && leaders < fitting.size())
+    fitting = spread_over_layouts(all, std::move(fitting), leaders, options.variants_per_layout);
 
   // Simulate the leaders in parallel.
   const auto simulating = std::chrono::steady_clock::now();

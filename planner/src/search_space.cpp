@@ -149,14 +149,18 @@ std::vector<int64_t> balanced_split(int64_t layers, int64_t chunks) {
 
 namespace {
 
-// The request's stack and the variants with some overlap knobs turned down (a feature the
-// software has can be switched off; TP overlap goes down to bulk, then none), as a product:
-// variant ((t * nd + d) * ng + g) * np + p takes option t of the TP overlap, d of the DP overlap,
-// g of the parameter-gather overlap and p of the pipeline-transfer overlap; option 0 is always
-// the request's own value.
+// The request's stack and its variants (a feature the software has can be switched off; TP
+// overlap goes down to bulk, then none; the gradient bucket is also tried at a quarter and at four
+// times its size: fewer, larger buckets pay less latency, smaller ones leave less exposed after
+// the backward), as a product: variant (((t * nd + d) * ng + g) * np + p) * nb + b takes option t
+// of the TP overlap, d of the DP overlap, g of the parameter-gather overlap, p of the
+// pipeline-transfer overlap and b of the bucket size; option 0 is always the request's own value.
 struct StackVariants {
   std::vector<spec::Stack> stacks;
-  size_t nt = 1, nd = 1, ng = 1, np = 1;
+  size_t nt = 1, nd = 1, ng = 1, np = 1, nb = 1;
+  size_t index(size_t t, size_t d, size_t g, size_t p, size_t b) const {
+    return (((t * nd + d) * ng + g) * np + p) * nb + b;
+  }
 };
 
 StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning) {
@@ -170,22 +174,28 @@ StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning
   const std::vector<bool> dp = off_too(stack.dp_overlap, tuning.dp_overlap);
   const std::vector<bool> gather = off_too(stack.param_gather_overlap, tuning.param_gather_overlap);
   const std::vector<bool> pp = off_too(stack.pp_overlap, tuning.pp_overlap);
+  std::vector<int64_t> buckets = {stack.dp_bucket_bytes};
+  if (tuning.dp_bucket_bytes && stack.dp_bucket_bytes >= 4)
+    buckets.insert(buckets.end(), {stack.dp_bucket_bytes / 4, stack.dp_bucket_bytes * 4});
   StackVariants v;
   v.nt = tp.size();
   v.nd = dp.size();
   v.ng = gather.size();
   v.np = pp.size();
+  v.nb = buckets.size();
   for (spec::TpOverlap t : tp)
     for (bool d : dp)
       for (bool g : gather)
-        for (bool p : pp) {
-          spec::Stack s = stack;
-          s.tp_overlap = t;
-          s.dp_overlap = d;
-          s.param_gather_overlap = g;
-          s.pp_overlap = p;
-          v.stacks.push_back(std::move(s));
-        }
+        for (bool p : pp)
+          for (int64_t b : buckets) {
+            spec::Stack s = stack;
+            s.tp_overlap = t;
+            s.dp_overlap = d;
+            s.param_gather_overlap = g;
+            s.pp_overlap = p;
+            s.dp_bucket_bytes = b;
+            v.stacks.push_back(std::move(s));
+          }
   return v;
 }
 
@@ -202,6 +212,8 @@ std::string tuned_knobs(const spec::Stack& requested, const spec::Stack& used) {
   if (used.param_gather_overlap != requested.param_gather_overlap)
     add("param_gather_overlap", used.param_gather_overlap ? "on" : "off");
   if (used.pp_overlap != requested.pp_overlap) add("pp_overlap", used.pp_overlap ? "on" : "off");
+  if (used.dp_bucket_bytes != requested.dp_bucket_bytes)
+    add("dp_bucket", fmt::format("{}MB", static_cast<double>(used.dp_bucket_bytes) / 1e6));
   return out;
 }
 
@@ -326,13 +338,14 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 reject("sequence parallelism needs tp to divide the sequence");
                 continue;
               }
-              // The overlap knobs that change this layout's step (the others stay the
+              // The stack knobs that change this layout's step (the others stay the
               // request's: varying them would repeat a plan): TP overlap runs under sequence
-              // parallelism only (sim::tp_overlap_applies), gradient-reduction overlap with
-              // data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
+              // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
+              // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
               // transfers with pipeline stages.
               const size_t nt = tp > 1 && sp ? variants.nt : 1;
               const size_t nd = dp > 1 && zero < 3 ? variants.nd : 1;
+              const size_t nb = dp > 1 && zero < 3 ? variants.nb : 1;
               const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
               const size_t np = pp > 1 ? variants.np : 1;
               for (spec::Recompute rc :
@@ -373,11 +386,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                     for (size_t t = 0; t < nt; ++t)
                       for (size_t d = 0; d < nd; ++d)
                         for (size_t g = 0; g < ng; ++g)
-                          for (size_t q = 0; q < np; ++q) {
-                            c.stack = static_cast<uint8_t>(
-                                ((t * variants.nd + d) * variants.ng + g) * variants.np + q);
-                            out.candidates.push_back(c);
-                          }
+                          for (size_t q = 0; q < np; ++q)
+                            for (size_t b = 0; b < nb; ++b) {
+                              c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                              out.candidates.push_back(c);
+                            }
                   }
                 }
               }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "expect_input_error.hpp"
@@ -33,7 +34,7 @@ TEST(Planner, PruningNeverDropsTheTrueBest) {
     SearchRequest r = request("gpt2-350m", gpus, 64);
     // Every plan that fits is simulated below: the layouts, without the stack and partial
     // recompute variants (which multiply them by ~20 and are ranked by the same estimate).
-    r.tuning = {false, false, false, false};
+    r.tuning = {false, false, false, false, false};
     r.constraints = {parse_constraint("recompute_layers=0")};
     SearchOptions pruned;
     pruned.top_k = 1;
@@ -64,7 +65,10 @@ TEST(Planner, TheStackChangesWhatFitsAndWhatWins) {
   EXPECT_GT(flash.fitting, unfused.fitting);
   ASSERT_FALSE(flash.ranked.empty());
   EXPECT_EQ(flash.ranked.front().plan.stack->preset, "megatron-core");
-  EXPECT_EQ(flash.ranked.front().report.stack, "megatron-core");
+  // (Modified where the search turned a knob down: tuned_knobs says which.)
+  const bool tuned = !tuned_knobs(*r.stack, *flash.ranked.front().plan.stack).empty();
+  EXPECT_EQ(flash.ranked.front().report.stack,
+            tuned ? "megatron-core (modified)" : "megatron-core");
   if (!unfused.ranked.empty()) {
     EXPECT_LT(flash.ranked.front().report.step_time_s, unfused.ranked.front().report.step_time_s);
   }
@@ -283,6 +287,7 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
     }
     if (p.dp == 1 || p.zero == 3) {
       EXPECT_TRUE(p.stack->dp_overlap) << p.name();
+      EXPECT_EQ(p.stack->dp_bucket_bytes, r.stack->dp_bucket_bytes) << p.name();
     }
     if (p.dp == 1 || p.zero == 0 || p.zero == 3) {
       EXPECT_TRUE(p.stack->param_gather_overlap) << p.name();
@@ -294,18 +299,45 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
   EXPECT_GT(partial, 0);
   EXPECT_GT(tuned, 0);
   // By hand: dp16 (tp1, pp1) with micro-batch 4 has one chunk of 24 layers and 1 micro-batch
-  // per replica... its configurations: zero 0-3; recompute none, selective, full of all layers and
-  // of the first 1..23 (26 modes); DP overlap on/off below ZeRO-3 and the gather on/off under
-  // ZeRO-1/2: 26 x (2 + 4 + 4 + 1) = 286.
+  // per replica; its configurations: zero 0-3; recompute none, selective, full of all layers and
+  // of the first 1..23 (26 modes); below ZeRO-3 DP overlap on/off and three bucket sizes, under
+  // ZeRO-1/2 also the gather on/off: 26 x (6 + 12 + 12 + 1) = 806.
   int64_t dp16_mb4 = 0;
   for (const Candidate& c : all.candidates) dp16_mb4 += c.dp == 16 && c.micro_batch == 4 ? 1 : 0;
-  EXPECT_EQ(dp16_mb4, 286);
+  EXPECT_EQ(dp16_mb4, 806);
+  EXPECT_EQ(all.stacks.size(), 3u * 2 * 2 * 2 * 3);
 
   SearchRequest pinned = r;
-  pinned.tuning = {false, false, false, false};
+  pinned.tuning = {false, false, false, false, false};
   const Enumeration fixed = enumerate_plans(pinned);
   EXPECT_EQ(fixed.stacks.size(), 1u);
   EXPECT_EQ(static_cast<int64_t>(fixed.size()), static_cast<int64_t>(all.size()) - tuned);
+}
+
+// The leaders span layouts: at most N variants (stack knobs, recomputed layers) of each, where
+// without the cap the best estimates are mostly variants of a few layouts.
+TEST(Planner, LeadersHoldAtMostNVariantsOfALayout) {
+  SearchRequest r = request("gpt2-350m", 16, 64);
+  SearchOptions o;
+  o.leaders = 12;
+  o.top_k = 12;
+  auto most_variants = [](const SearchResult& s) {
+    std::map<std::string, int> per_layout;
+    int most = 0;
+    for (const RankedPlan& p : s.ranked) {
+      spec::Plan layout = p.plan;
+      layout.recompute_layers = 0;
+      most = std::max(most, ++per_layout[layout.name()]);
+    }
+    return most;
+  };
+  o.variants_per_layout = 0;
+  const SearchResult uncapped = search(r, o);
+  o.variants_per_layout = 2;
+  const SearchResult capped = search(r, o);
+  EXPECT_GT(most_variants(uncapped), 2);
+  EXPECT_LE(most_variants(capped), 2);
+  EXPECT_EQ(capped.simulated, 12);
 }
 
 }  // namespace
@@ -337,8 +369,10 @@ TEST(Pareto, KeepsThePlansNoneBeatsOnBothTimeAndMemory) {
 }
 
 TEST(Planner, TheMemoryObjectiveRanksByHeadroomAndTheFrontSpansBoth) {
-  // Small enough to simulate every plan that fits, twice (under the sanitizers too).
+  // Small enough to simulate every plan that fits, twice (under the sanitizers too): the stack's
+  // overlap knobs as given.
   SearchRequest r = request("gpt-tiny", 8, 32);
+  r.tuning = {false, false, false, false, false};
   SearchOptions by_time;
   by_time.top_k = 50;
   by_time.leaders = 0;  // every plan that fits: the front is over all of them

@@ -24,6 +24,10 @@ struct SearchOptions {
   int64_t top_k = 5;
   // Leaders simulated in full, in order of their estimate; 0 simulates every plan that fits.
   int64_t leaders = 24;
+  // Of the leaders, at most this many variants of one layout (the same plan but for its stack
+  // knobs and recomputed layers, whose estimates sit within the estimator's error of each
+  // other): the leaders span more layouts. 0: no limit (the leaders are the best estimates).
+  int64_t variants_per_layout = 4;
   int threads = 0;  // 0: all cores
   Objective objective = Objective::kTime;
   // Called with (done, total) while leaders are simulated.

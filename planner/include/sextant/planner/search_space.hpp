@@ -36,14 +36,16 @@ struct Constraint {
 // Parses "tp<=8"; throws InputError naming the flag and listing the dimensions.
 Constraint parse_constraint(const std::string& text);
 
-// The stack knobs a search may turn down from the request's stack (a flag the software has, e.g.
+// The stack knobs a search may vary from the request's stack (a flag the software has, e.g.
 // Megatron-LM's --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather,
-// --no-overlap-p2p-communication): what a knob given on the command line pins is left out.
+// --no-overlap-p2p-communication, --ddp-bucket-size): overlaps turned down, the gradient bucket
+// a quarter and four times the stack's. What a knob given on the command line pins is left out.
 struct StackTuning {
   bool tp_overlap = true;
   bool dp_overlap = true;
   bool param_gather_overlap = true;
   bool pp_overlap = true;
+  bool dp_bucket_bytes = true;
 };
 
 struct SearchRequest {
@@ -71,7 +73,7 @@ struct Candidate {
   uint8_t recompute = 0;  // spec::Recompute
   bool sequence_parallel = false;
   bool balanced = false;  // layers split by balanced_split, else evenly
-  uint8_t stack = 0;      // index into Enumeration::stacks
+  uint8_t stack = 0;      // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
 };
 
 struct Enumeration {
@@ -95,8 +97,8 @@ struct Enumeration {
   std::map<int64_t, std::vector<int64_t>> balanced_splits;
 };
 
-// The overlap knobs `used` turns down from `requested`, for display ("" when none), e.g.
-// "tp_overlap=bulk dp_overlap=off".
+// The knobs `used` sets otherwise than `requested`, for display ("" when none), e.g.
+// "tp_overlap=bulk dp_overlap=off dp_bucket=40MB".
 std::string tuned_knobs(const spec::Stack& requested, const spec::Stack& used);
 
 // Checks the request (GPU count, batch, cluster size) and throws InputError with what is wrong.
