@@ -36,6 +36,12 @@ void run_show(const std::string& name, bool json) {
     fmt::print("  {:<21} {:<10} {}\n", knob, knobs.at(std::string(knob)).dump(),
                src == s.sources.end() ? "" : src->second);
   }
+  // What `sextant plan` may vary (the software's flags).
+  std::string tunable;
+  for (const std::string& knob : s.tunable) tunable += (tunable.empty() ? "" : ", ") + knob;
+  auto src = s.sources.find("tunable");
+  fmt::print("  {:<21} {:<10} {}\n", "tunable", tunable.empty() ? "none" : tunable,
+             src == s.sources.end() ? "" : src->second);
 }
 
 }  // namespace

@@ -108,16 +108,21 @@ bool ranks_before(const spec::Report& a, const spec::Report& b, Objective o) {
   switch (o) {
     case Objective::kCost:
       // Cost of a step: GPU-seconds; at a fixed GPU count it orders plans as time does.
-      return a.step_time_s * static_cast<double>(a.gpus) <
-             b.step_time_s * static_cast<double>(b.gpus);
+      if (a.step_time_s * static_cast<double>(a.gpus) !=
+          b.step_time_s * static_cast<double>(b.gpus))
+        return a.step_time_s * static_cast<double>(a.gpus) <
+               b.step_time_s * static_cast<double>(b.gpus);
+      break;
     case Objective::kMemory:
       if (a.memory.peak_bytes != b.memory.peak_bytes)
         return a.memory.peak_bytes < b.memory.peak_bytes;
       return a.step_time_s < b.step_time_s;
     case Objective::kTime:
+      if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
       break;
   }
-  return a.step_time_s < b.step_time_s;
+  // As fast (variants whose knob changes nothing on this layout): the leaner first.
+  return a.memory.peak_bytes < b.memory.peak_bytes;
 }
 
 }  // namespace

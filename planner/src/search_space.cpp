@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <regex>
 
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/limits.hpp"
 
 namespace sextant::planner {
@@ -149,11 +151,11 @@ std::vector<int64_t> balanced_split(int64_t layers, int64_t chunks) {
 
 namespace {
 
-// The request's stack and its variants (a feature the software has can be switched off; TP
-// overlap goes down to bulk, then none; the gradient bucket is also tried at a quarter and at four
-// times its size: fewer, larger buckets pay less latency, smaller ones leave less exposed after
-// the backward), as a product: variant (((t * nd + d) * ng + g) * np + p) * nb + b takes option t
-// of the TP overlap, d of the DP overlap, g of the parameter-gather overlap, p of the
+// The request's stack and its variants (a feature the software has a flag for can be switched
+// off, TP overlap down to bulk, then none; the gradient bucket is also tried at a quarter and at
+// four times its size: fewer, larger buckets pay less latency, smaller ones leave less exposed
+// after the backward), as a product: variant (((t * nd + d) * ng + g) * np + p) * nb + b takes
+// option t of the TP overlap, d of the DP overlap, g of the parameter-gather overlap, p of the
 // pipeline-transfer overlap and b of the bucket size; option 0 is always the request's own value.
 struct StackVariants {
   std::vector<spec::Stack> stacks;
@@ -164,18 +166,24 @@ struct StackVariants {
 };
 
 StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning) {
+  // A knob varies where the software has it as a flag (the preset's "tunable") and the request
+  // did not pin it.
+  auto varies = [&](std::string_view knob, bool unpinned) {
+    return unpinned && spec::is_tunable(stack, knob);
+  };
   std::vector<spec::TpOverlap> tp = {stack.tp_overlap};
-  if (tuning.tp_overlap)
+  if (varies("tp_overlap", tuning.tp_overlap))
     for (int o = static_cast<int>(stack.tp_overlap) - 1; o >= 0; --o)
       tp.push_back(static_cast<spec::TpOverlap>(o));
   auto off_too = [](bool on, bool tunable) {
     return on && tunable ? std::vector<bool>{true, false} : std::vector<bool>{on};
   };
-  const std::vector<bool> dp = off_too(stack.dp_overlap, tuning.dp_overlap);
-  const std::vector<bool> gather = off_too(stack.param_gather_overlap, tuning.param_gather_overlap);
-  const std::vector<bool> pp = off_too(stack.pp_overlap, tuning.pp_overlap);
+  const std::vector<bool> dp = off_too(stack.dp_overlap, varies("dp_overlap", tuning.dp_overlap));
+  const std::vector<bool> gather = off_too(
+      stack.param_gather_overlap, varies("param_gather_overlap", tuning.param_gather_overlap));
+  const std::vector<bool> pp = off_too(stack.pp_overlap, varies("pp_overlap", tuning.pp_overlap));
   std::vector<int64_t> buckets = {stack.dp_bucket_bytes};
-  if (tuning.dp_bucket_bytes && stack.dp_bucket_bytes >= 4)
+  if (varies("dp_bucket_bytes", tuning.dp_bucket_bytes) && stack.dp_bucket_bytes >= 4)
     buckets.insert(buckets.end(), {stack.dp_bucket_bytes / 4, stack.dp_bucket_bytes * 4});
   StackVariants v;
   v.nt = tp.size();
@@ -212,8 +220,12 @@ std::string tuned_knobs(const spec::Stack& requested, const spec::Stack& used) {
   if (used.param_gather_overlap != requested.param_gather_overlap)
     add("param_gather_overlap", used.param_gather_overlap ? "on" : "off");
   if (used.pp_overlap != requested.pp_overlap) add("pp_overlap", used.pp_overlap ? "on" : "off");
-  if (used.dp_bucket_bytes != requested.dp_bucket_bytes)
-    add("dp_bucket", fmt::format("{}MB", static_cast<double>(used.dp_bucket_bytes) / 1e6));
+  if (used.dp_bucket_bytes != requested.dp_bucket_bytes) {
+    const int64_t b = used.dp_bucket_bytes;
+    add("dp_bucket", b % (int64_t{1} << 18) == 0
+                         ? fmt::format("{:g}MiB", static_cast<double>(b) / (1 << 20))
+                         : fmt::format("{:g}MB", static_cast<double>(b) / 1e6));
+  }
   return out;
 }
 
@@ -268,6 +280,29 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                           r.cluster.device.kind == spec::DeviceKind::kGpu));
   StackVariants variants = stack_variants(stack, r.tuning);
   out.stacks = std::move(variants.stacks);
+  // A rank whose gradients fit in the smallest bucket reduces one bucket at every size: the
+  // bucket variants would repeat its plan. A rank holds at most every layer's shard plus a tied
+  // table's copy (models::stage_params), in the stack's gradient dtype.
+  spec::Plan probe;
+  probe.dtype = r.dtype;
+  const spec::Dtype compute = sim::step_precision(r.cluster, probe, stack).dtype;
+  const int64_t grad_bytes = spec::dtype_bytes(spec::gradient_dtype(stack, compute));
+  std::map<int64_t, double> gradient_bytes_by_tp;
+  auto most_gradient_bytes = [&](int64_t tp) {
+    if (auto it = gradient_bytes_by_tp.find(tp); it != gradient_bytes_by_tp.end())
+      return it->second;
+    models::LoweringOptions o;
+    o.dtype = compute;
+    o.tp = tp;
+    const models::LoweredModel lowered = models::lower(m, o);
+    int64_t params = lowered.tied_table_params;
+    for (const models::Layer& l : lowered.layers) params += l.params;
+    return gradient_bytes_by_tp[tp] = static_cast<double>(params * grad_bytes);
+  };
+  const double smallest_bucket = static_cast<double>(
+      std::min_element(out.stacks.begin(), out.stacks.end(), [](const auto& a, const auto& b) {
+        return a.dp_bucket_bytes < b.dp_bucket_bytes;
+      })->dp_bucket_bytes);
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
   for (int64_t tp : divisors(r.gpus)) {
     for (int64_t pp : divisors(r.gpus / tp)) {
@@ -294,6 +329,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         continue;
       }
       const int64_t per_replica = r.global_batch / dp;
+      const bool one_bucket =
+          dp > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
       for (int64_t mb : divisors(per_replica)) {
         const int64_t micro_batches = per_replica / mb;
         if (!spec::micro_batch_count_problem(micro_batches).empty()) {
@@ -344,8 +381,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
               // transfers with pipeline stages.
               const size_t nt = tp > 1 && sp ? variants.nt : 1;
-              const size_t nd = dp > 1 && zero < 3 ? variants.nd : 1;
-              const size_t nb = dp > 1 && zero < 3 ? variants.nb : 1;
+              // (One bucket is reduced when the backward ends, overlapped or not.)
+              const size_t nd = dp > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
+              const size_t nb = dp > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
               const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
               const size_t np = pp > 1 ? variants.np : 1;
               for (spec::Recompute rc :

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <span>
@@ -82,10 +83,29 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
     s.allocator_reserve = *v;
 }
 
+constexpr std::array<std::string_view, 5> kTunable{
+    "tp_overlap", "dp_overlap", "param_gather_overlap", "pp_overlap", "dp_bucket_bytes"};
+
+// A preset's "tunable" list: knob names from kTunable, each once.
+void read_tunable(ObjectReader& r, Stack& s) {
+  const Json* list = r.array("tunable", Presence::kOptional);
+  if (list == nullptr) return;
+  for (const Json& item : *list) {
+    const std::string name = item.is_string() ? item.get<std::string>() : "";
+    const bool known = std::find(kTunable.begin(), kTunable.end(), name) != kTunable.end();
+    if (!known || std::find(s.tunable.begin(), s.tunable.end(), name) != s.tunable.end()) {
+      r.problem("tunable", short_dump(item), "each entry once, one of " + join_names(kTunable));
+      continue;
+    }
+    s.tunable.push_back(name);
+  }
+}
+
 void read_sources(ObjectReader& r, Stack& s) {
   if (auto src = r.object("sources", Presence::kOptional)) {
     for (std::string_view knob : kKnobs)
       if (auto text = src->string(knob, Presence::kOptional)) s.sources[std::string(knob)] = *text;
+    if (auto text = src->string("tunable", Presence::kOptional)) s.sources["tunable"] = *text;
     src->finish();  // anything else is not a knob
   }
 }
@@ -128,6 +148,14 @@ bool is_fused_attention(AttentionKernel kernel) {
   return kernel != AttentionKernel::kUnfused;
 }
 
+std::vector<std::string_view> tunable_knob_names() {
+  return {kTunable.begin(), kTunable.end()};
+}
+
+bool is_tunable(const Stack& stack, std::string_view knob) {
+  return std::find(stack.tunable.begin(), stack.tunable.end(), knob) != stack.tunable.end();
+}
+
 std::vector<std::string_view> stack_knob_names() {
   return {kKnobs.begin(), kKnobs.end()};
 }
@@ -141,6 +169,7 @@ Stack stack_from_json(const Json& json, const std::string& source) {
   s.preset = r.string("name").value_or("");
   s.description = r.string("description", Presence::kOptional).value_or("");
   read_knobs(r, s, Presence::kRequired);
+  read_tunable(r, s);
   read_sources(r, s);
   r.finish();
   diag.throw_if_any();
@@ -211,6 +240,7 @@ Json stack_file_json(const Stack& s) {
   Json knobs = to_json(s);
   knobs.erase("preset");
   j.update(knobs);
+  j["tunable"] = s.tunable;
   if (!s.sources.empty()) j["sources"] = s.sources;
   return j;
 }

@@ -307,6 +307,26 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
   EXPECT_EQ(dp16_mb4, 806);
   EXPECT_EQ(all.stacks.size(), 3u * 2 * 2 * 2 * 3);
 
+  // The stack's own list bounds it: Sextant's executor varies the gradient bucket and its overlap
+  // only (it runs stage transfers and TP collectives one way).
+  SearchRequest own = r;
+  own.stack = spec::builtin_stack("sextant");
+  const Enumeration mine = enumerate_plans(own);
+  EXPECT_EQ(mine.stacks.size(), 2u * 3);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const spec::Stack& s = mine.stack_of(i);
+    EXPECT_EQ(s.pp_overlap, own.stack->pp_overlap);
+    EXPECT_EQ(s.tp_overlap, own.stack->tp_overlap);
+  }
+
+  // GPT-tiny's gradients (~0.84 M fp32 on one rank) fit in the smallest bucket (25 MiB / 4): its
+  // bucket sizes would repeat each plan, so none is varied.
+  SearchRequest tiny = request("gpt-tiny", 2, 16, "local-cpu");
+  tiny.stack = spec::builtin_stack("sextant");
+  const Enumeration small = enumerate_plans(tiny);
+  for (size_t i = 0; i < small.size(); ++i)
+    EXPECT_EQ(small.stack_of(i).dp_bucket_bytes, tiny.stack->dp_bucket_bytes);
+
   SearchRequest pinned = r;
   pinned.tuning = {false, false, false, false, false};
   const Enumeration fixed = enumerate_plans(pinned);

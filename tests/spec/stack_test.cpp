@@ -31,7 +31,23 @@ TEST(Stack, EveryPresetCitesASourceForEveryKnob) {
       ASSERT_NE(it, s.sources.end()) << name << " has no source for " << knob;
       EXPECT_GT(it->second.size(), 20u) << name << "/" << knob;
     }
+    // Which knobs a search may vary is the software's, and cited too.
+    EXPECT_GT(s.sources["tunable"].size(), 20u) << name;
   }
+  // Sextant's own executor honours the gradient bucket and its overlap, nothing else.
+  EXPECT_EQ(builtin_stack("sextant").tunable,
+            (std::vector<std::string>{"dp_overlap", "dp_bucket_bytes"}));
+  EXPECT_EQ(builtin_stack("megatron-core").tunable.size(), tunable_knob_names().size());
+}
+
+TEST(Stack, TunableNamesKnownKnobsOnce) {
+  Json j = stack_file_json(builtin_stack("sextant"));
+  EXPECT_EQ(stack_from_json(j, "s.json").tunable, builtin_stack("sextant").tunable);
+  j["tunable"] = {"dp_overlap", "attention"};
+  EXPECT_INPUT_ERROR(stack_from_json(j, "s.json"),
+                     "s.json: /tunable = \"attention\": each entry once, one of tp_overlap");
+  j["tunable"] = {"dp_overlap", "dp_overlap"};
+  EXPECT_INPUT_ERROR(stack_from_json(j, "s.json"), "/tunable = \"dp_overlap\": each entry once");
 }
 
 TEST(Stack, PresetsSayWhatTheirStacksDo) {

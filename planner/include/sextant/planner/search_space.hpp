@@ -36,7 +36,8 @@ struct Constraint {
 // Parses "tp<=8"; throws InputError naming the flag and listing the dimensions.
 Constraint parse_constraint(const std::string& text);
 
-// The stack knobs a search may vary from the request's stack (a flag the software has, e.g.
+// The stack knobs a search may vary from the request's stack, of those its preset lists as
+// "tunable" (a flag the software has, e.g.
 // Megatron-LM's --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather,
 // --no-overlap-p2p-communication, --ddp-bucket-size): overlaps turned down, the gradient bucket
 // a quarter and four times the stack's. What a knob given on the command line pins is left out.

@@ -90,6 +90,9 @@ struct Stack {
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;
+  // The knobs the software exposes as flags that a plan search may vary (tunable_knob_names();
+  // presets only, never part of a plan's stack: the plan runs the values it names).
+  std::vector<std::string> tunable;
   // Per knob, where its value comes from (presets cite the stack's documentation or source).
   std::map<std::string, std::string> sources;
 
@@ -99,8 +102,11 @@ struct Stack {
 inline constexpr std::string_view kStackSchema = "sextant.stack/1";
 
 // The knob names of a stack (the keys of its JSON object besides schema, name, description,
-// preset and sources); every shipped preset cites a source for each.
+// preset, tunable and sources); every shipped preset cites a source for each.
 std::vector<std::string_view> stack_knob_names();
+// The knobs a preset's "tunable" list may name (the overlap flags and the gradient bucket).
+std::vector<std::string_view> tunable_knob_names();
+bool is_tunable(const Stack& stack, std::string_view knob);
 
 // A preset file (every knob required).
 Stack stack_from_json(const Json& json, const std::string& source);
