@@ -155,6 +155,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         entry.time += costs[i].forward + costs[i].backward + costs[i].recompute +
                       overlap_cost(costs[i].hidden_comm);
         entry.backward += costs[i].backward + costs[i].recompute;
+        entry.forward += costs[i].forward;
       }
     }
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
@@ -167,6 +168,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     out.summary.slowest_backward = std::max(out.summary.slowest_backward, stage.backward);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
   }
+  out.summary.first_forward = stages.front().forward;
   out.entries = std::move(stages);
   return l.stages.emplace(key, std::move(out)).first->second;
 }
@@ -262,10 +264,26 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       double reduce = static_cast<double>(buckets) * last;
       step += stack.dp_overlap ? std::max(last, reduce - slowest_backward) : reduce;
       if (stack.dp_overlap) step += slowed(std::min(reduce - last, slowest_backward));
-      // (Megatron's --overlap-param-gather hides the gather beside the first forward; charging
-      // what the simulator leaves exposed there lowered the rank correlation: not modelled yet.)
-      if (plan.zero >= 1 && !stack.param_gather_overlap)
-        step += collective_s(plan, spec::CollectiveKind::kAllGather, weights, dp_shape);
+      if (plan.zero >= 1) {
+        // The updated parameters, gathered in the same buckets: after the step, or (Megatron's
+        // --overlap-param-gather) all dispatched at the start of the next, each layer's first
+        // forward waiting for its bucket. The first stage starts at once, so what its first
+        // micro-batch's forward does not cover is exposed, the first bucket at least.
+        const double bucket_gather =
+            collective_s(plan, spec::CollectiveKind::kAllGather, weights / buckets, dp_shape);
+        const double gather = static_cast<double>(buckets) * bucket_gather;
+        // Interleaved, chunk c of the first stage starts after c * pp forwards of a chunk (the
+        // schedule runs pp micro-batches per chunk in turn), so its share of the gather waits
+        // less: exposed max over c of (c + 1) G / v - (c pp + 1) F / v.
+        double exposed = bucket_gather;
+        for (int64_t c = 0; c < plan.virtual_stages; ++c) {
+          const double cd = static_cast<double>(c);
+          exposed = std::max(exposed, ((cd + 1) * gather - (cd * static_cast<double>(plan.pp) + 1) *
+                                                               stages.summary.first_forward) /
+                                          v);
+        }
+        step += stack.param_gather_overlap ? exposed : gather;
+      }
     }
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;

@@ -262,6 +262,31 @@ TEST(Estimator, PartialRecomputeLiesBetweenNoneAndFull) {
   EXPECT_DOUBLE_EQ(b.step_time_s, fresh.step_time_s);
 }
 
+// Megatron's overlapped parameter gather (ZeRO-1/2, --overlap-param-gather) is dispatched at the
+// start of the step and the first forward waits for it: GPT-3 175B at dp 128 gathers 175B/8
+// bf16 parameters per rank (~44 GB) across nodes in ~1.7 s against ~0.4 s of its first
+// micro-batch's forward, so most of it is exposed. The simulator runs it; the estimate, which
+// once took it as hidden (6.4% under), follows it within 3%.
+TEST(Estimator, ChargesTheParameterGatherTheFirstForwardDoesNotHide) {
+  spec::ModelSpec model = models::zoo_model("gpt3-175b");
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan plan;
+  plan.dp = 128;
+  plan.tp = 8;
+  plan.zero = 2;
+  plan.sequence_parallel = true;
+  plan.micro_batch = 1;
+  plan.global_batch = 1536;
+  plan.stack = spec::builtin_stack("megatron-core");
+  const double simulated = sim::simulate(model, cluster, plan, {}).report.step_time_s;
+  const double estimated = Estimator(model, cluster).estimate(plan).step_time_s;
+  EXPECT_NEAR(estimated, simulated, 0.03 * simulated);
+  spec::Plan after_step = plan;
+  after_step.stack->param_gather_overlap = false;
+  const double gathered_after = Estimator(model, cluster).estimate(after_step).step_time_s;
+  EXPECT_GT(gathered_after, estimated);  // the forward still hides some of it
+}
+
 // The space: each configuration once; full recompute of the first N < (largest chunk) layers of
 // each chunk; an overlap knob varied only where it changes the layout's step, only downwards from
 // the stack's value, and not at all when pinned.

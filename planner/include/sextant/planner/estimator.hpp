@@ -49,6 +49,7 @@ class Estimator {
   struct StageEntry {
     double time = 0;      // forward + backward (+ recompute, + overlap slowdown), s
     double backward = 0;  // backward + recompute, s
+    double forward = 0;   // forward of the stage's layers (every chunk), s
     sim::StageFootprint footprint;
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
@@ -56,6 +57,7 @@ class Estimator {
     double slowest = 0;           // forward + backward of one micro-batch through a stage, s
     double all = 0;               // the same summed over the stages
     double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
+    double first_forward = 0;     // the first stage's forward of one micro-batch
     int64_t max_params = 0;
   };
   struct Stages {
