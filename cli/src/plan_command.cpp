@@ -1,6 +1,7 @@
 // `sextant plan`: search every layout and write the best as a plan file; `sextant scale`: the best
 // plan at each GPU count and what it costs to train a token budget.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <ctime>
@@ -197,6 +198,11 @@ void print_funnel(const planner::SearchResult& r) {
     if (reason != planner::kDoesNotFit) fmt::print("  {:>10}    {}\n", count, reason);
   fmt::print("  {:>10}  legal plans, each estimated in closed form ({} on {} thread(s))\n",
              r.enumerated, human_seconds(r.estimate_s), r.threads);
+  fmt::print(
+      "  {:>10}    of them vary the stack's knobs (tunable: {})\n", r.stack_variants,
+      r.stack.tunable.empty() ? "none" : fmt::format("{}", fmt::join(r.stack.tunable, ", ")));
+  fmt::print("  {:>10}    of them recompute only the first layers of each chunk\n",
+             r.partial_recompute);
   fmt::print("  {:>10}    do not fit in device memory\n", r.enumerated - r.fitting);
   fmt::print("  {:>10}  fit; the best estimates simulated event by event:\n", r.fitting);
   fmt::print("  {:>10}    simulated ({})\n", r.simulated, human_seconds(r.simulate_s));
@@ -324,6 +330,8 @@ int run_plan(const PlanFlagsAll& f) {
                     {"global_batch", request.global_batch},
                     {"considered", result.considered},
                     {"enumerated", result.enumerated},
+                    {"stack_variants", result.stack_variants},
+                    {"partial_recompute", result.partial_recompute},
                     {"fitting", result.fitting},
                     {"simulated", result.simulated},
                     {"rejected", result.rejected},

@@ -1,5 +1,6 @@
 // `sextant stacks list|show`: the software-stack presets and where each knob comes from.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 #include <memory>
@@ -37,10 +38,9 @@ void run_show(const std::string& name, bool json) {
                src == s.sources.end() ? "" : src->second);
   }
   // What `sextant plan` may vary (the software's flags).
-  std::string tunable;
-  for (const std::string& knob : s.tunable) tunable += (tunable.empty() ? "" : ", ") + knob;
   auto src = s.sources.find("tunable");
-  fmt::print("  {:<21} {:<10} {}\n", "tunable", tunable.empty() ? "none" : tunable,
+  fmt::print("  {:<21} {:<10} {}\n", "tunable",
+             s.tunable.empty() ? "none" : fmt::format("{}", fmt::join(s.tunable, ", ")),
              src == s.sources.end() ? "" : src->second);
 }
 

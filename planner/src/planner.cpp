@@ -147,6 +147,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   result.stack = all.stacks.front();
   result.considered = all.considered;
   result.enumerated = static_cast<int64_t>(all.size());
+  for (const Candidate& c : all.candidates) {
+    result.stack_variants += c.stack != 0 ? 1 : 0;
+    result.partial_recompute += c.recompute_layers > 0 ? 1 : 0;
+  }
   const int threads = thread_count(options.threads);
   result.threads = threads;
   const auto estimating = std::chrono::steady_clock::now();
