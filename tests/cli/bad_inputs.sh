@@ -55,6 +55,18 @@ expect_error "$tp3" "$sextant" run --model gpt-tiny --np 3 --plan "$dir/tp3.plan
 expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 3 --tp 3 \
   --global-batch 3
 
+# Partial recompute: beyond a chunk's layers (gpt-tiny: 4 layers, pp 2 -> chunks of 2), and
+# without full recompute; simulate and run say the same words (spec/plan.cpp, one rule each).
+rcl="/recompute_layers = 3: must not exceed the layers of the largest stage chunk (2)"
+expect_error "$rcl" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 2 --pp 2 \
+  --global-batch 4 --recompute full --recompute-layers 3
+expect_error "$rcl" "$sextant" run --model gpt-tiny --np 2 --pp 2 --global-batch 4 \
+  --recompute full --recompute-layers 3 --steps 1
+expect_error "/recompute_layers = 1: applies to recompute \"full\" only" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --gpus 1 --global-batch 4 --recompute-layers 1
+expect_error "--constraint = recompute_layer=0: expected <dim><op><integer>" "$sextant" plan \
+  --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 8 --constraint recompute_layer=0
+
 # A valid model file from the zoo, then broken in several ways.
 cp "$source_dir/models/zoo/gpt-tiny.json" "$dir/valid-model.json"
 "$sextant" models show "$dir/valid-model.json" >/dev/null || { echo "FAIL: valid model rejected"; failures=$((failures + 1)); }
