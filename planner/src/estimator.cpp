@@ -152,10 +152,17 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
         const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
         // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
-        entry.time += costs[i].forward + costs[i].backward + costs[i].recompute +
-                      overlap_cost(costs[i].hidden_comm);
+        const double all = costs[i].forward + costs[i].backward + costs[i].recompute +
+                           overlap_cost(costs[i].hidden_comm);
+        entry.time += all;
         entry.backward += costs[i].backward + costs[i].recompute;
         entry.forward += costs[i].forward;
+        if (entry.chunk_forward.size() <= c) {
+          entry.chunk_forward.resize(c + 1, 0);
+          entry.chunk_backward.resize(c + 1, 0);
+        }
+        entry.chunk_forward[c] += costs[i].forward;
+        entry.chunk_backward[c] += all - costs[i].forward;
       }
     }
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
@@ -217,30 +224,37 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   Estimate out;
   const Stages& stages = stage_entries(plan, stack, l);
   const double slowest_stage = stages.summary.slowest;
-  const double all_stages = stages.summary.all;
   const double slowest_backward = stages.summary.slowest_backward;
   const int64_t max_params = stages.summary.max_params;
   out.peak_memory_bytes = peak_memory(plan, stack, l, stages);
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
 
-  // Pipeline: m micro-batches through the slowest stage, plus the fill and drain through the
-  // others, divided by the chunks: with stage times t_s, (m - 1) max t + sum t for 1F1B and GPipe
-  // (a flow shop's makespan with every job alike), m t + (p - 1) t / v for p equal stages
-  // interleaved v ways (Narayanan et al. SC'21 §2.2.2). Stages that a balanced split evened out
-  // make a shorter fill and drain than p - 1 copies of the slowest.
-  double step = static_cast<double>(m) * slowest_stage + (all_stages - slowest_stage) / v;
+  // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
+  // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
+  // stages, micro-batches, schedule and transfer time: the stack variants of a layout share it).
+  double step = static_cast<double>(m) * slowest_stage;
   if (plan.pp > 1) {
-    // Stage-to-stage transfers on the critical path of the fill and drain.
     int64_t boundary = stages.entries.front().footprint.boundary;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
-    step += 2 * static_cast<double>(plan.pp - 1) * p2p * v;
-    // Each micro-batch's activation and gradient transfer of each chunk: on the critical path
-    // without overlap, beside compute (slowing it) with.
-    const double steady = 2 * static_cast<double>(m) * v * p2p;
-    step += stack.pp_overlap ? slowed(steady) : steady;
+    const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
+    auto it = l.makespans.find(key);
+    if (it == l.makespans.end()) {
+      std::vector<std::vector<double>> forward, backward;
+      for (const StageEntry& entry : stages.entries) {
+        forward.push_back(entry.chunk_forward);
+        backward.push_back(entry.chunk_backward);
+      }
+      it = l.makespans
+               .emplace(key, spec::pipeline_makespan(plan.schedule, plan.pp, plan.virtual_stages, m,
+                                                     forward, backward, p2p, !stack.pp_overlap))
+               .first;
+    }
+    step = it->second;
+    // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
+    if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
   }
   // Data parallelism.
   if (plan.dp > 1) {

@@ -131,4 +131,59 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, 
   return {undominated(forward, chunks), undominated(backward, chunks)};
 }
 
+// Units are taken stage by stage as their inputs become known: O(units) passes at most.
+double pipeline_makespan(Schedule schedule, int64_t pp, int64_t v, int64_t m,
+                         const std::vector<std::vector<double>>& forward,
+                         const std::vector<std::vector<double>>& backward, double p2p,
+                         bool blocking) {
+  const int64_t chunks = pp * v;
+  std::vector<std::vector<ScheduleUnit>> units(static_cast<size_t>(pp));
+  for (int64_t s = 0; s < pp; ++s)
+    units[static_cast<size_t>(s)] = pipeline_schedule(schedule, pp, v, m, s);
+  constexpr double kUnknown = -1;
+  std::vector<double> fdone(static_cast<size_t>(chunks * m), kUnknown);
+  std::vector<double> bdone(static_cast<size_t>(chunks * m), kUnknown);
+  std::vector<size_t> next(static_cast<size_t>(pp), 0);
+  std::vector<double> free(static_cast<size_t>(pp), 0);
+  size_t left = 0;
+  for (const auto& u : units) left += u.size();
+  while (left > 0) {
+    bool progressed = false;
+    for (int64_t s = 0; s < pp; ++s) {
+      auto& i = next[static_cast<size_t>(s)];
+      const auto& mine = units[static_cast<size_t>(s)];
+      while (i < mine.size()) {
+        const ScheduleUnit& u = mine[i];
+        const int64_t g = u.chunk * pp + s;
+        const auto at = [&](int64_t chunk) {
+          return static_cast<size_t>(chunk * m + u.micro_batch);
+        };
+        double ready = 0;
+        if (u.forward && g > 0) {
+          if (fdone[at(g - 1)] == kUnknown) break;
+          ready = fdone[at(g - 1)] + p2p;
+        } else if (!u.forward && g + 1 < chunks) {
+          if (bdone[at(g + 1)] == kUnknown) break;
+          ready = bdone[at(g + 1)] + p2p;
+        } else if (!u.forward) {
+          ready = fdone[at(g)];
+        }
+        const double start = std::max(free[static_cast<size_t>(s)], ready);
+        const double work = u.forward
+                                ? forward[static_cast<size_t>(s)][static_cast<size_t>(u.chunk)]
+                                : backward[static_cast<size_t>(s)][static_cast<size_t>(u.chunk)];
+        const double end = start + work;
+        (u.forward ? fdone : bdone)[at(g)] = end;
+        const bool sends = u.forward ? g + 1 < chunks : g > 0;
+        free[static_cast<size_t>(s)] = end + (blocking && sends ? p2p : 0);
+        ++i;
+        --left;
+        progressed = true;
+      }
+    }
+    if (!progressed) break;  // (a schedule whose stages wait on each other: not ours)
+  }
+  return *std::max_element(free.begin(), free.end());
+}
+
 }  // namespace sextant::spec

@@ -136,6 +136,55 @@ TEST(Pipeline, LiveProfileGivesTheReplaysPeakForAnyChunkSizes) {
   }
 }
 
+// The planner's makespan of the schedule against the closed forms, on p uniform stages with
+// forward f and backward b per micro-batch: GPipe and 1F1B take (m + p - 1)(f + b) (the first
+// micro-batch's forward fills p - 1 stages, the last one's backward drains them); interleaved
+// over v chunks of f/v and b/v, (m + (p - 1)/v)(f + b) (Narayanan et al. SC'21 §2.2.2).
+TEST(Pipeline, MakespanMatchesTheClosedForms) {
+  const double f = 1.0, b = 2.0;
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {8, 16}) {
+      auto uniform = [&](int64_t v, double each) {
+        return std::vector<std::vector<double>>(static_cast<size_t>(p),
+                                                std::vector<double>(static_cast<size_t>(v), each));
+      };
+      const double pm = static_cast<double>(p), mm = static_cast<double>(m);
+      for (spec::Schedule s : {spec::Schedule::kGpipe, spec::Schedule::k1F1B}) {
+        EXPECT_NEAR(spec::pipeline_makespan(s, p, 1, m, uniform(1, f), uniform(1, b), 0, false),
+                    (mm + pm - 1) * (f + b), 1e-9)
+            << p << " stages, " << m << " micro-batches";
+      }
+      // A transfer of d on each boundary never shortens it, and costs at least the fill and
+      // drain's 2(p - 1)d.
+      const double d = 0.25;
+      EXPECT_GE(spec::pipeline_makespan(spec::Schedule::k1F1B, p, 1, m, uniform(1, f),
+                                        uniform(1, b), d, false),
+                (mm + pm - 1) * (f + b) + 2 * (pm - 1) * d - 1e-9);
+      for (int64_t v : {2, 4}) {
+        const double vv = static_cast<double>(v);
+        EXPECT_NEAR(spec::pipeline_makespan(spec::Schedule::kInterleaved, p, v, m,
+                                            uniform(v, f / vv), uniform(v, b / vv), 0, false),
+                    (mm + (pm - 1) / vv) * (f + b), 1e-9)
+            << p << " stages, " << v << " chunks, " << m << " micro-batches";
+      }
+    }
+  }
+  // With a transfer of d = 0.25 per boundary, by hand for 2 stages and 2 micro-batches (f 1, b 2):
+  // stage 0 runs F0 [0, 1], F1 [1, 2]; stage 1 F0 [1.25, 2.25], B0 [2.25, 4.25], F1 [4.25, 5.25],
+  // B1 [5.25, 7.25]; stage 0 B0 [4.5, 6.5], B1 [7.5, 9.5]: 9.5. Blocking sends: stage 0's F0 holds
+  // it until 1.25, so F1 runs [1.25, 2.25] (2.5 with its send), stage 1 F0 [1.25, 2.25], B0
+  // [2.25, 4.25] (4.5 sent), F1 [4.5, 5.5], B1 [5.5, 7.5]; stage 0 B0 [4.5, 6.5], B1 [7.75, 9.75].
+  EXPECT_NEAR(
+      spec::pipeline_makespan(spec::Schedule::k1F1B, 2, 1, 2, {{f}, {f}}, {{b}, {b}}, 0.25, false),
+      9.5, 1e-9);
+  EXPECT_NEAR(
+      spec::pipeline_makespan(spec::Schedule::k1F1B, 2, 1, 2, {{f}, {f}}, {{b}, {b}}, 0.25, true),
+      9.75, 1e-9);
+  // One stage: m forwards and backwards back to back, transfers or not.
+  EXPECT_NEAR(spec::pipeline_makespan(spec::Schedule::k1F1B, 1, 1, 4, {{f}}, {{b}}, 0.5, true),
+              4 * (f + b), 1e-9);
+}
+
 TEST(Pipeline, ActivationMemoryFollowsTheSchedule) {
   const int64_t layers = 8, width = 512, b = 16, p = 4, m = 16;
   spec::ModelSpec model = test::uniform_mlp(layers, width);

@@ -50,6 +50,8 @@ class Estimator {
     double time = 0;      // forward + backward (+ recompute, + overlap slowdown), s
     double backward = 0;  // backward + recompute, s
     double forward = 0;   // forward of the stage's layers (every chunk), s
+    // Per local chunk: forward, and backward with recompute and the overlap slowdown, s.
+    std::vector<double> chunk_forward, chunk_backward;
     sim::StageFootprint footprint;
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
@@ -75,6 +77,14 @@ class Estimator {
     double reserve = 0;
     bool operator==(const MemoryKey&) const = default;
   };
+  struct MakespanKey {
+    const void* stages = nullptr;
+    int64_t micro_batches = 0;
+    int schedule = 0;
+    double p2p = 0;
+    bool blocking = false;
+    auto operator<=>(const MakespanKey&) const = default;
+  };
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
@@ -85,6 +95,8 @@ class Estimator {
     std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int>,
              Stages>
         stages;
+    // The pipeline's makespan per stages, micro-batch count, schedule and transfer time.
+    std::map<MakespanKey, double> makespans;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
   struct Shapes {

@@ -38,4 +38,16 @@ struct LiveProfile {
 LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t virtual_stages,
                          int64_t micro_batches, int64_t stage);
 
+// The makespan of a pipeline's compute under the schedule: every stage runs its units in order
+// (pipeline_schedule); a forward of global chunk g waits for the forward of chunk g - 1 on the
+// previous stage plus a transfer of `p2p` seconds, a backward for the backward of chunk g + 1 plus
+// a transfer, or, on the model's last chunk, for its own forward. forward[s][c] and
+// backward[s][c]: seconds of local chunk c of stage s for one micro-batch. `blocking`: a stage
+// also waits for each of its sends (no overlap of stage transfers). The planner's estimate of the
+// fill, steady state and drain that the simulator runs event by event.
+double pipeline_makespan(Schedule schedule, int64_t pp, int64_t virtual_stages,
+                         int64_t micro_batches, const std::vector<std::vector<double>>& forward,
+                         const std::vector<std::vector<double>>& backward, double p2p,
+                         bool blocking);
+
 }  // namespace sextant::spec
