@@ -171,7 +171,6 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   Stages out;
   for (const StageEntry& stage : stages) {
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
-    out.summary.all += stage.time;
     out.summary.slowest_backward = std::max(out.summary.slowest_backward, stage.backward);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
   }

@@ -57,7 +57,6 @@ class Estimator {
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
     double slowest = 0;           // forward + backward of one micro-batch through a stage, s
-    double all = 0;               // the same summed over the stages
     double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
     double first_forward = 0;     // the first stage's forward of one micro-batch
     int64_t max_params = 0;
