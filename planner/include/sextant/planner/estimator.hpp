@@ -1,8 +1,8 @@
 // A cheap closed-form estimate of a plan's step time and memory, used to rank the candidates of a
 // search before the leaders are simulated event by event. It composes the same compute and
 // collective models as the simulator: per-stage forward and backward time per micro-batch with
-// the tensor-parallel collectives, the pipeline fill and drain ((p - 1)/v stage times), exposed
-// gradient reduction, and the optimizer.
+// the tensor-parallel collectives, the pipeline's makespan over those times under its schedule
+// (spec::pipeline_makespan), exposed gradient reduction and parameter gather, and the optimizer.
 #pragma once
 
 #include <map>
