@@ -2,6 +2,7 @@
 #include "sextant/planner/estimator.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/layer_cost.hpp"
@@ -156,7 +157,6 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
                            overlap_cost(costs[i].hidden_comm);
         entry.time += all;
         entry.backward += costs[i].backward + costs[i].recompute;
-        entry.forward += costs[i].forward;
         if (entry.chunk_forward.size() <= c) {
           entry.chunk_forward.resize(c + 1, 0);
           entry.chunk_backward.resize(c + 1, 0);
@@ -174,7 +174,8 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     out.summary.slowest_backward = std::max(out.summary.slowest_backward, stage.backward);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
   }
-  out.summary.first_forward = stages.front().forward;
+  const std::vector<double>& first = stages.front().chunk_forward;
+  out.summary.first_forward = std::accumulate(first.begin(), first.end(), 0.0);
   out.entries = std::move(stages);
   return l.stages.emplace(key, std::move(out)).first->second;
 }

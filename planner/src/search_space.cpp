@@ -42,9 +42,7 @@ int64_t model_layers(const spec::ModelSpec& m) {
   return 1;
 }
 
-// A plan's or a candidate's value of a dimension (both name them alike).
-template <typename PlanLike>
-int64_t value_of(const PlanLike& p, Constraint::Dim d) {
+int64_t value_of(const Candidate& p, Constraint::Dim d) {
   switch (d) {
     case Constraint::Dim::kDp:
       return p.dp;
@@ -66,15 +64,8 @@ int64_t value_of(const PlanLike& p, Constraint::Dim d) {
 
 }  // namespace
 
-bool Constraint::allows(const spec::Plan& plan) const {
-  return allows_value(value_of(plan, dim));
-}
-
 bool Constraint::allows(const Candidate& candidate) const {
-  return allows_value(value_of(candidate, dim));
-}
-
-bool Constraint::allows_value(int64_t v) const {
+  const int64_t v = value_of(candidate, dim);
   switch (op) {
     case Op::kLess:
       return v < value;
@@ -268,7 +259,6 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   const spec::ModelSpec& m = r.model;
   const bool transformer = m.is_transformer();
   const int64_t layers = model_layers(m);
-  out.layers = layers;
   out.base.global_batch = r.global_batch;
   out.base.dtype = r.dtype;
   out.base.seq_len = r.seq_len;
@@ -394,12 +384,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                   // method) for N below the largest chunk; 0: every layer.
                   int64_t largest_chunk = 0;
                   if (rc == spec::Recompute::kFull && transformer) {
-                    if (balanced) {
-                      const std::vector<int64_t>& split = out.balanced_splits.at(pp * v);
-                      largest_chunk = *std::max_element(split.begin(), split.end());
-                    } else {
-                      largest_chunk = (layers + pp * v - 1) / (pp * v);
-                    }
+                    spec::Plan shape;
+                    shape.pp = pp;
+                    shape.virtual_stages = v;
+                    if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
+                    largest_chunk = spec::largest_stage_chunk(shape, layers);
                   }
                   for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
                        ++rc_layers) {

@@ -230,6 +230,11 @@ std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units) {
   return modes;
 }
 
+int64_t largest_stage_chunk(const Plan& plan, int64_t layers) {
+  const std::vector<int64_t> counts = stage_layer_counts(plan, layers);
+  return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+}
+
 std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers) {
   if (!plan.stage_layers.empty()) return plan.stage_layers;
   int64_t chunks = plan.chunks();
@@ -289,8 +294,7 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   }
   if (p.recompute_layers > 0 && p.chunks() <= units) {
     // Up to the largest chunk: a chunk with fewer layers recomputes them all.
-    std::vector<int64_t> counts = stage_layer_counts(p, units);
-    const int64_t largest = *std::max_element(counts.begin(), counts.end());
+    const int64_t largest = largest_stage_chunk(p, units);
     if (p.recompute_layers > largest)
       add("recompute_layers", std::to_string(p.recompute_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));

@@ -49,7 +49,6 @@ class Estimator {
   struct StageEntry {
     double time = 0;      // forward + backward (+ recompute, + overlap slowdown), s
     double backward = 0;  // backward + recompute, s
-    double forward = 0;   // forward of the stage's layers (every chunk), s
     // Per local chunk: forward, and backward with recompute and the overlap slowdown, s.
     std::vector<double> chunk_forward, chunk_backward;
     sim::StageFootprint footprint;

@@ -29,9 +29,7 @@ struct Constraint {
   Dim dim;
   Op op;
   int64_t value;
-  bool allows(const spec::Plan& plan) const;
   bool allows(const Candidate& candidate) const;
-  bool allows_value(int64_t value) const;
 };
 // Parses "tp<=8"; throws InputError naming the flag and listing the dimensions.
 Constraint parse_constraint(const std::string& text);
@@ -94,7 +92,6 @@ struct Enumeration {
 
   // The request's part of every plan, and the balanced splits by chunk count.
   spec::Plan base;
-  int64_t layers = 0;
   std::map<int64_t, std::vector<int64_t>> balanced_splits;
 };
 

@@ -96,5 +96,7 @@ std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units);
 // Layers of each (virtual) stage in pipeline order: plan.stage_layers or an even split whose
 // remainder goes to the later stages (the first stage also holds the embedding).
 std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers);
+// The layers of the plan's largest (virtual) stage chunk: the most recompute_layers can name.
+int64_t largest_stage_chunk(const Plan& plan, int64_t layers);
 
 }  // namespace sextant::spec
