@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/planner/gradient_drain.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
@@ -81,6 +82,8 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   s.dp = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
+  int64_t ends[2] = {0, layout.pp_prev(0)};
+  s.embedding = sim::group_shape(ends, cluster_->devices_per_node);
   return shapes_.emplace(key, s).first->second;
 }
 
@@ -93,6 +96,24 @@ const spec::LiveProfile& Estimator::live_profile(const spec::Plan& plan, int64_t
       .emplace(key, spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages,
                                        plan.micro_batches(), stage))
       .first->second;
+}
+
+const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec::Plan& plan,
+                                                                     int64_t stage) {
+  const int64_t m = plan.micro_batches();
+  auto key =
+      std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages, m, stage);
+  auto it = drain_passes_.find(key);
+  if (it != drain_passes_.end()) return it->second;
+  std::vector<std::pair<int64_t, bool>> passes;
+  bool draining = false;
+  for (const spec::ScheduleUnit& u :
+       spec::pipeline_schedule(plan.schedule, plan.pp, plan.virtual_stages, m, stage)) {
+    if (u.forward) continue;
+    draining = draining || u.micro_batch == m - 1;
+    if (draining) passes.emplace_back(u.chunk, u.micro_batch == m - 1);
+  }
+  return drain_passes_.emplace(key, std::move(passes)).first->second;
 }
 
 double Estimator::slowest_speed(int64_t world) {
@@ -121,7 +142,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
     }
     sim::LayerTimes t =
         sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape, mode);
-    costs.push_back({t.forward, t.backward, t.recompute, t.hidden_comm});
+    costs.push_back({t.forward, t.backward, t.recompute});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
 }
@@ -146,17 +167,18 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   const std::vector<LayerCost>& kept =
       plan.recompute_layers > 0 ? layer_costs(plan, stack, spec::Recompute::kNone, l) : planned;
   std::vector<StageEntry> stages;
+  std::vector<double> layer_backward(l.lowered.layers.size(), 0.0);
   for (int64_t s = 0; s < plan.pp; ++s) {
     StageEntry entry;
     const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
     for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
         const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
-        // The GEMMs that overlapped tensor-parallel collectives run beside are slowed.
-        const double all = costs[i].forward + costs[i].backward + costs[i].recompute +
-                           overlap_cost(costs[i].hidden_comm);
+        // (Wall times: the GEMMs beside overlapped tensor-parallel collectives already slowed.)
+        const double all = costs[i].forward + costs[i].backward + costs[i].recompute;
         entry.time += all;
         entry.backward += costs[i].backward + costs[i].recompute;
+        layer_backward[i] = costs[i].backward + costs[i].recompute;
         if (entry.chunk_forward.size() <= c) {
           entry.chunk_forward.resize(c + 1, 0);
           entry.chunk_backward.resize(c + 1, 0);
@@ -171,13 +193,89 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   Stages out;
   for (const StageEntry& stage : stages) {
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
-    out.summary.slowest_backward = std::max(out.summary.slowest_backward, stage.backward);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
   }
   const std::vector<double>& first = stages.front().chunk_forward;
   out.summary.first_forward = std::accumulate(first.begin(), first.end(), 0.0);
   out.entries = std::move(stages);
+  out.layer_backward = std::move(layer_backward);
   return l.stages.emplace(key, std::move(out)).first->second;
+}
+
+const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec::Stack& stack,
+                                              Lowering& l, const Stages& stages) {
+  const models::LoweredModel& lowered = l.lowered;
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  const int64_t e = spec::dtype_bytes(lowered.dtype);
+  const DpKey key{&stages, plan.dp, stack.dp_bucket_bytes, g, e, plan.zero, stack.dp_overlap};
+  auto it = l.dp_times.find(key);
+  if (it != l.dp_times.end()) return it->second;
+  const Shapes& shape = shapes(plan);
+  const spec::CollectiveKind kind =
+      plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
+  const double f = cluster_->device.overlap_slowdown;
+  DpTimes out;
+  DrainInput previous;  // the stage before's, whose drain a stage with the same input reuses
+  Drain previous_drain;
+  int64_t priced_params = -1;  // buckets alike in size (most are) priced once
+  double priced_seconds = 0;
+  for (int64_t st = 0; st < plan.pp; ++st) {
+    const std::vector<models::GradientBucket> buckets =
+        models::gradient_buckets(plan, lowered, st, stack.dp_bucket_bytes, g);
+    DrainInput in;
+    in.overlap = stack.dp_overlap;
+    in.slowdown = f;
+    // The stage's backward passes from the first that ends a chunk's last micro-batch (when its
+    // buckets can start reducing) to the end of the step: the last one alone under GPipe and
+    // 1F1B; with interleaving, every chunk's last micro-batch with the other micro-batches'
+    // backwards between them. A layer's buckets are complete after its last micro-batch.
+    const sim::StageLayers layers = sim::stage_layers(plan, lowered, st);
+    std::vector<int64_t> position(lowered.layers.size(), -1);
+    for (const auto& [chunk, last] : drain_passes(plan, st)) {
+      const auto c = static_cast<size_t>(chunk);
+      for (size_t i = layers.chunk_end[c]; i-- > layers.chunk_begin[c];) {
+        if (last) position[i] = static_cast<int64_t>(in.layer_backward.size());
+        in.layer_backward.push_back(stages.layer_backward[i]);
+      }
+    }
+    double tied = 0;
+    for (const models::GradientBucket& b : buckets) {
+      if (b.params != priced_params) {
+        priced_params = b.params;
+        priced_seconds = b.params > 0 ? collective_s(plan, kind, b.params * g, shape.dp) : 0;
+      }
+      const double seconds = priced_seconds;
+      if (b.after_tied_sum) {
+        // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
+        tied += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
+                             shape.embedding) +
+                seconds;
+        continue;
+      }
+      in.bucket_ready_after.push_back(position[b.layers.back()]);
+      in.bucket_seconds.push_back(seconds);
+    }
+    const bool same = st > 0 && in.layer_backward == previous.layer_backward &&
+                      in.bucket_ready_after == previous.bucket_ready_after &&
+                      in.bucket_seconds == previous.bucket_seconds;
+    const Drain d = same ? previous_drain : gradient_drain(in);
+    double work = 0;
+    for (double w : in.layer_backward) work += w;
+    out.drain.backward_factor.push_back(work > 0 ? d.backward / work : 1.0);
+    out.drain.tail.push_back(d.end - d.backward + tied);
+    previous = std::move(in);
+    previous_drain = d;
+    if (st == 0 && plan.zero >= 1) {
+      // Megatron gathers the buckets the first forward needs first (the last ones reduced).
+      for (size_t b = buckets.size(); b-- > 0;) {
+        const double gather =
+            collective_s(plan, spec::CollectiveKind::kAllGather, buckets[b].params * e, shape.dp);
+        if (b + 1 == buckets.size()) out.gather_first = gather;
+        out.gather_total += gather;
+      }
+    }
+  }
+  return l.dp_times.emplace(key, out).first->second;
 }
 
 int64_t Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
@@ -224,81 +322,77 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   Estimate out;
   const Stages& stages = stage_entries(plan, stack, l);
   const double slowest_stage = stages.summary.slowest;
-  const double slowest_backward = stages.summary.slowest_backward;
   const int64_t max_params = stages.summary.max_params;
   out.peak_memory_bytes = peak_memory(plan, stack, l, stages);
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
 
+  // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
+  // backward passes slowed beside it, and its tail (from the stages' real buckets).
+  const bool bucketed = plan.dp > 1 && plan.zero != 3;
+  const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
   // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
   // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
-  // stages, micro-batches, schedule and transfer time: the stack variants of a layout share it).
+  // stages, micro-batches, schedule, transfer time and drain: stack variants of a layout that
+  // reduce gradients alike share it).
   double step = static_cast<double>(m) * slowest_stage;
+  if (plan.pp == 1 && dp) {
+    const double backward = stages.entries.front().backward;
+    step += (dp->drain.backward_factor.front() - 1) * backward + dp->drain.tail.front();
+  }
   if (plan.pp > 1) {
     int64_t boundary = stages.entries.front().footprint.boundary;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
     boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
+    const spec::PipelineDrain* drain = dp ? &dp->drain : nullptr;
     const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
-    auto it = l.makespans.find(key);
-    if (it == l.makespans.end()) {
+    auto sweep = l.sweeps.find(key);
+    if (sweep == l.sweeps.end()) {
       std::vector<std::vector<double>> forward, backward;
       for (const StageEntry& entry : stages.entries) {
         forward.push_back(entry.chunk_forward);
         backward.push_back(entry.chunk_backward);
       }
-      it = l.makespans
-               .emplace(key, spec::pipeline_makespan(plan.schedule, plan.pp, plan.virtual_stages, m,
-                                                     forward, backward, p2p, !stack.pp_overlap))
-               .first;
+      sweep = l.sweeps
+                  .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                           std::forward_as_tuple(plan.schedule, plan.pp, plan.virtual_stages, m,
+                                                 std::move(forward), std::move(backward), p2p,
+                                                 !stack.pp_overlap))
+                  .first;
     }
+    const std::pair<const void*, const void*> at{&sweep->second, drain};
+    auto it = l.makespans.find(at);
+    if (it == l.makespans.end()) it = l.makespans.emplace(at, sweep->second.makespan(drain)).first;
     step = it->second;
     // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
     if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
   }
-  // Data parallelism.
-  if (plan.dp > 1) {
-    const sim::GroupShape& dp_shape = shape.dp;
+  if (plan.dp > 1 && plan.zero == 3) {
+    // Per micro-batch: gather parameters for forward and backward, scatter gradients.
     const int64_t weights = max_params * e;
     const int64_t grads = max_params * g;
-    if (plan.zero == 3) {
-      // Per micro-batch: gather parameters for forward and backward, scatter gradients.
-      double per_mb = 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, dp_shape) +
-                      collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, dp_shape);
-      double compute_per_mb = slowest_stage;
-      double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - compute_per_mb) : per_mb;
-      step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
-    } else {
-      const int64_t buckets =
-          std::max<int64_t>(1, (grads + stack.dp_bucket_bytes - 1) / stack.dp_bucket_bytes);
-      const int64_t bucket = grads / buckets;
-      spec::CollectiveKind kind =
-          plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-      double last = collective_s(plan, kind, bucket, dp_shape);
-      double reduce = static_cast<double>(buckets) * last;
-      step += stack.dp_overlap ? std::max(last, reduce - slowest_backward) : reduce;
-      if (stack.dp_overlap) step += slowed(std::min(reduce - last, slowest_backward));
-      if (plan.zero >= 1) {
-        // The updated parameters, gathered in the same buckets: after the step, or (Megatron's
-        // --overlap-param-gather) all dispatched at the start of the next, each layer's first
-        // forward waiting for its bucket. The first stage starts at once, so what its first
-        // micro-batch's forward does not cover is exposed, the first bucket at least.
-        const double bucket_gather =
-            collective_s(plan, spec::CollectiveKind::kAllGather, weights / buckets, dp_shape);
-        const double gather = static_cast<double>(buckets) * bucket_gather;
-        // Interleaved, chunk c of the first stage starts after c * pp forwards of a chunk (the
-        // schedule runs pp micro-batches per chunk in turn), so its share of the gather waits
-        // less: exposed max over c of (c + 1) G / v - (c pp + 1) F / v.
-        double exposed = bucket_gather;
-        for (int64_t c = 0; c < plan.virtual_stages; ++c) {
-          const double cd = static_cast<double>(c);
-          exposed = std::max(exposed, ((cd + 1) * gather - (cd * static_cast<double>(plan.pp) + 1) *
-                                                               stages.summary.first_forward) /
-                                          v);
-        }
-        step += stack.param_gather_overlap ? exposed : gather;
-      }
+    double per_mb = 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
+                    collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
+    double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - slowest_stage) : per_mb;
+    step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
+  }
+  if (dp && plan.zero >= 1) {
+    // ZeRO-1/2: the updated parameters, gathered in the same buckets: after the step, or
+    // (Megatron's --overlap-param-gather) all dispatched at the start of the next, each layer's
+    // first forward waiting for its bucket. The first stage starts at once, so what its first
+    // micro-batch's forward does not cover is exposed, the first bucket at least. Interleaved,
+    // chunk c of the first stage starts after c * pp forwards of a chunk (the schedule runs pp
+    // micro-batches per chunk in turn), so its share of the gather waits less: exposed max over c
+    // of (c + 1) G / v - (c pp + 1) F / v.
+    double exposed = dp->gather_first;
+    for (int64_t c = 0; c < plan.virtual_stages; ++c) {
+      const double cd = static_cast<double>(c);
+      const double waits = (cd + 1) * dp->gather_total -
+                           (cd * static_cast<double>(plan.pp) + 1) * stages.summary.first_forward;
+      exposed = std::max(exposed, waits / v);
     }
+    step += stack.param_gather_overlap ? exposed : dp->gather_total;
   }
   int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
   const int64_t per_param = models::optimizer_bytes_per_param(

@@ -1,6 +1,8 @@
 // One layer's passes in closed form.
 #include "sextant/sim/layer_cost.hpp"
 
+#include <algorithm>
+
 namespace sextant::sim {
 
 bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool block,
@@ -18,21 +20,50 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
                        const ComputeModel& compute, const CollectiveModel& collectives,
                        const GroupShape& tp_group, spec::Recompute recompute) {
   const bool block = layer.kind == models::LayerKind::kBlock;
+  // Compute beside a transfer runs at 1 / (1 + f) of full speed (the engine's overlap model).
+  const double f = compute.overlap_slowdown();
   LayerTimes out;
+  auto comm = [&](spec::CollectiveKind kind, int64_t bytes) {
+    return collectives.cost(kind, bytes, tp_group).seconds();
+  };
+  // A GEMM of `gemm` seconds beside `beside` seconds of collectives that started with it: the
+  // GEMM is slowed while they run, and what follows waits for both.
+  auto overlapped_wall = [&](double gemm, double beside) {
+    out.hidden_comm += std::min(beside, gemm * (1 + f));
+    return std::max(beside, gemm + beside * f / (1 + f));
+  };
+  // The engine's program for one pass (program_builder run_ops): an overlapped all-gather feeding
+  // a GEMM sends its first chunk exposed and the rest beside the GEMM; a GEMM feeding an
+  // overlapped reduce-scatter runs beside all but the last chunk, which follows it.
   auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase) {
     const bool overlapped = tp_overlap_applies(plan, stack, block, phase);
     double t = 0;
-    for (const models::Op& op : ops) {
-      if (core_only && !op.core_attention) continue;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const models::Op& op = ops[i];
+      if (core_only) {
+        if (op.core_attention) t += ps_to_seconds(compute.op_time(op, phase));
+        continue;
+      }
+      const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
+      const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
+                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
       if (op.is_comm()) {
-        double c = collectives.cost(op.collective, op.bytes, tp_group).seconds();
-        if (overlapped && (op.collective == spec::CollectiveKind::kAllGather ||
-                           op.collective == spec::CollectiveKind::kReduceScatter)) {
-          const double exposed = c / static_cast<double>(tp_overlap_chunks(op.collective, plan.tp));
-          out.hidden_comm += c - exposed;
-          c = exposed;
+        if (overlapped && op.collective == spec::CollectiveKind::kAllGather && next_gemm) {
+          const int64_t first = op.bytes / tp_overlap_chunks(op.collective, plan.tp);
+          const double gemm = ps_to_seconds(compute.op_time(ops[i + 1], phase));
+          t += comm(op.collective, first) +
+               overlapped_wall(gemm, comm(op.collective, op.bytes - first));
+          ++i;
+        } else {
+          t += comm(op.collective, op.bytes);
         }
-        t += c;
+      } else if (overlapped && op.op_class == spec::OpClass::kGemm && next_scatter) {
+        const models::Op& scatter = ops[i + 1];
+        const int64_t last = scatter.bytes / tp_overlap_chunks(scatter.collective, plan.tp);
+        const double gemm = ps_to_seconds(compute.op_time(op, phase));
+        t += overlapped_wall(gemm, comm(scatter.collective, scatter.bytes - last)) +
+             comm(scatter.collective, last);
+        ++i;
       } else {
         t += ps_to_seconds(compute.op_time(op, phase));
       }

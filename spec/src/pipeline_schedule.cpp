@@ -2,6 +2,7 @@
 #include "sextant/spec/pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "sextant/spec/error.hpp"
 
@@ -131,59 +132,92 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, 
   return {undominated(forward, chunks), undominated(backward, chunks)};
 }
 
+PipelineSweep::PipelineSweep(Schedule schedule, int64_t pp, int64_t v, int64_t m,
+                             std::vector<std::vector<double>> forward,
+                             std::vector<std::vector<double>> backward, double p2p, bool blocking)
+    : pp_(pp),
+      chunks_(pp * v),
+      m_(m),
+      p2p_(p2p),
+      blocking_(blocking),
+      forward_(std::move(forward)),
+      backward_(std::move(backward)),
+      units_(static_cast<size_t>(pp)),
+      drain_start_(static_cast<size_t>(pp)) {
+  for (int64_t s = 0; s < pp; ++s) {
+    auto& mine = units_[static_cast<size_t>(s)];
+    mine = pipeline_schedule(schedule, pp, v, m, s);
+    size_t& start = drain_start_[static_cast<size_t>(s)];
+    start = mine.size();
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (!mine[i].forward && mine[i].micro_batch == m - 1) {
+        start = i;
+        break;
+      }
+    }
+  }
+  prefix_.fdone.assign(static_cast<size_t>(chunks_ * m), kUnknown);
+  prefix_.bdone.assign(static_cast<size_t>(chunks_ * m), kUnknown);
+  prefix_.next.assign(static_cast<size_t>(pp), 0);
+  prefix_.free.assign(static_cast<size_t>(pp), 0);
+  sweep(prefix_, nullptr, /*prefix_only=*/true);
+}
+
 // Units are taken stage by stage as their inputs become known: O(units) passes at most.
-double pipeline_makespan(Schedule schedule, int64_t pp, int64_t v, int64_t m,
-                         const std::vector<std::vector<double>>& forward,
-                         const std::vector<std::vector<double>>& backward, double p2p,
-                         bool blocking) {
-  const int64_t chunks = pp * v;
-  std::vector<std::vector<ScheduleUnit>> units(static_cast<size_t>(pp));
-  for (int64_t s = 0; s < pp; ++s)
-    units[static_cast<size_t>(s)] = pipeline_schedule(schedule, pp, v, m, s);
-  constexpr double kUnknown = -1;
-  std::vector<double> fdone(static_cast<size_t>(chunks * m), kUnknown);
-  std::vector<double> bdone(static_cast<size_t>(chunks * m), kUnknown);
-  std::vector<size_t> next(static_cast<size_t>(pp), 0);
-  std::vector<double> free(static_cast<size_t>(pp), 0);
-  size_t left = 0;
-  for (const auto& u : units) left += u.size();
-  while (left > 0) {
-    bool progressed = false;
-    for (int64_t s = 0; s < pp; ++s) {
-      auto& i = next[static_cast<size_t>(s)];
-      const auto& mine = units[static_cast<size_t>(s)];
-      while (i < mine.size()) {
+void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_only) const {
+  for (bool progressed = true; progressed;) {
+    progressed = false;
+    for (int64_t s = 0; s < pp_; ++s) {
+      const auto si = static_cast<size_t>(s);
+      auto& i = st.next[si];
+      const auto& mine = units_[si];
+      const size_t stop = prefix_only ? drain_start_[si] : mine.size();
+      while (i < stop) {
         const ScheduleUnit& u = mine[i];
-        const int64_t g = u.chunk * pp + s;
+        const int64_t g = u.chunk * pp_ + s;
         const auto at = [&](int64_t chunk) {
-          return static_cast<size_t>(chunk * m + u.micro_batch);
+          return static_cast<size_t>(chunk * m_ + u.micro_batch);
         };
         double ready = 0;
         if (u.forward && g > 0) {
-          if (fdone[at(g - 1)] == kUnknown) break;
-          ready = fdone[at(g - 1)] + p2p;
-        } else if (!u.forward && g + 1 < chunks) {
-          if (bdone[at(g + 1)] == kUnknown) break;
-          ready = bdone[at(g + 1)] + p2p;
+          if (st.fdone[at(g - 1)] == kUnknown) break;
+          ready = st.fdone[at(g - 1)] + p2p_;
+        } else if (!u.forward && g + 1 < chunks_) {
+          if (st.bdone[at(g + 1)] == kUnknown) break;
+          ready = st.bdone[at(g + 1)] + p2p_;
         } else if (!u.forward) {
-          ready = fdone[at(g)];
+          ready = st.fdone[at(g)];
         }
-        const double start = std::max(free[static_cast<size_t>(s)], ready);
-        const double work = u.forward
-                                ? forward[static_cast<size_t>(s)][static_cast<size_t>(u.chunk)]
-                                : backward[static_cast<size_t>(s)][static_cast<size_t>(u.chunk)];
+        const double start = std::max(st.free[si], ready);
+        double work = u.forward ? forward_[si][static_cast<size_t>(u.chunk)]
+                                : backward_[si][static_cast<size_t>(u.chunk)];
+        if (drain && !u.forward && i >= drain_start_[si]) work *= drain->backward_factor[si];
         const double end = start + work;
-        (u.forward ? fdone : bdone)[at(g)] = end;
-        const bool sends = u.forward ? g + 1 < chunks : g > 0;
-        free[static_cast<size_t>(s)] = end + (blocking && sends ? p2p : 0);
+        (u.forward ? st.fdone : st.bdone)[at(g)] = end;
+        const bool sends = u.forward ? g + 1 < chunks_ : g > 0;
+        st.free[si] = end + (blocking_ && sends ? p2p_ : 0);
         ++i;
-        --left;
         progressed = true;
       }
     }
-    if (!progressed) break;  // (a schedule whose stages wait on each other: not ours)
   }
-  return *std::max_element(free.begin(), free.end());
+}
+
+double PipelineSweep::makespan(const PipelineDrain* drain) const {
+  State st = prefix_;
+  sweep(st, drain, /*prefix_only=*/false);
+  double makespan = 0;
+  for (int64_t s = 0; s < pp_; ++s)
+    makespan = std::max(makespan, st.free[static_cast<size_t>(s)] +
+                                      (drain ? drain->tail[static_cast<size_t>(s)] : 0.0));
+  return makespan;
+}
+
+double pipeline_makespan(Schedule schedule, int64_t pp, int64_t v, int64_t m,
+                         const std::vector<std::vector<double>>& forward,
+                         const std::vector<std::vector<double>>& backward, double p2p,
+                         bool blocking, const PipelineDrain* drain) {
+  return PipelineSweep(schedule, pp, v, m, forward, backward, p2p, blocking).makespan(drain);
 }
 
 }  // namespace sextant::spec

@@ -287,6 +287,39 @@ TEST(Estimator, ChargesTheParameterGatherTheFirstForwardDoesNotHide) {
   EXPECT_GT(gathered_after, estimated);  // the forward still hides some of it
 }
 
+// The estimator plays out what the simulator runs at the end of a step -- each stage's last
+// backward slowed beside its bucketed gradient reduction (one after another in the pipeline's
+// drain; under interleaving from the first chunk's last micro-batch on), the reduction's tail and
+// the tied table's embedding-group all-reduce -- and the GEMMs slowed beside pipelined
+// tensor-parallel collectives. Within 1% of the simulation on layouts whose end of step differs
+// (1F1B with 24 micro-batches, all-reduce (ZeRO-0) and ZeRO-2 with one stage), 2% interleaved:
+// the closed form takes a stage's passes after its first chunk's last micro-batch back to back,
+// while the engine's have gaps between them in which reductions run without slowing anything.
+TEST(Estimator, AgreesWithTheSimulatorAtTheEndOfTheStep) {
+  spec::ModelSpec model = models::zoo_model("gpt3-175b");
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  struct Layout {
+    int64_t dp, pp, zero, micro_batch, vpp;
+  };
+  for (const Layout& x : {Layout{16, 8, 1, 4, 1}, Layout{16, 8, 0, 4, 12}, Layout{128, 1, 2, 3, 1},
+                          Layout{32, 4, 1, 1, 12}}) {
+    spec::Plan plan;
+    plan.dp = x.dp;
+    plan.tp = 8;
+    plan.pp = x.pp;
+    plan.zero = x.zero;
+    plan.sequence_parallel = true;
+    plan.micro_batch = x.micro_batch;
+    plan.global_batch = 1536;
+    plan.schedule = x.vpp > 1 ? spec::Schedule::kInterleaved : spec::Schedule::k1F1B;
+    plan.virtual_stages = x.vpp;
+    plan.stack = spec::builtin_stack("megatron-core");
+    const double simulated = sim::simulate(model, cluster, plan, {}).report.step_time_s;
+    const double estimated = Estimator(model, cluster).estimate(plan).step_time_s;
+    EXPECT_NEAR(estimated, simulated, (x.vpp > 1 ? 0.02 : 0.01) * simulated) << plan.name();
+  }
+}
+
 // The space: each configuration once; full recompute of the first N < (largest chunk) layers of
 // each chunk; an overlap knob varied only where it changes the layout's step, only downwards from
 // the stack's value, and not at all when pinned.
@@ -378,10 +411,10 @@ TEST(Planner, LeadersHoldAtMostNVariantsOfALayout) {
   };
   o.variants_per_layout = 0;
   const SearchResult uncapped = search(r, o);
-  o.variants_per_layout = 2;
+  o.variants_per_layout = 1;
   const SearchResult capped = search(r, o);
-  EXPECT_GT(most_variants(uncapped), 2);
-  EXPECT_LE(most_variants(capped), 2);
+  EXPECT_GT(most_variants(uncapped), 1);
+  EXPECT_EQ(most_variants(capped), 1);
   EXPECT_EQ(capped.simulated, 12);
 }
 

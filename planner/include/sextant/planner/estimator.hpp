@@ -43,7 +43,6 @@ class Estimator {
     double forward = 0;  // compute + tensor-parallel collectives, s
     double backward = 0;
     double recompute = 0;
-    double hidden_comm = 0;  // tensor-parallel communication beside GEMMs (slows them)
   };
   // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
   struct StageEntry {
@@ -55,14 +54,15 @@ class Estimator {
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
-    double slowest = 0;           // forward + backward of one micro-batch through a stage, s
-    double slowest_backward = 0;  // backward of the last micro-batch (what overlaps DP)
-    double first_forward = 0;     // the first stage's forward of one micro-batch
+    double slowest = 0;        // forward + backward of one micro-batch through a stage, s
+    double first_forward = 0;  // the first stage's forward of one micro-batch
     int64_t max_params = 0;
   };
   struct Stages {
     std::vector<StageEntry> entries;
     StageSummary summary;
+    // Per lowered layer: its backward with recompute, a wall time as layer_costs gives it, s.
+    std::vector<double> layer_backward;
   };
   // The inputs of a plan's peak memory besides its stages (the stack's overlap knobs are not
   // among them): plans that differ only in those share the last memory result.
@@ -83,6 +83,20 @@ class Estimator {
     bool blocking = false;
     auto operator<=>(const MakespanKey&) const = default;
   };
+  // What the data-parallel gradient exchange (not ZeRO-3) adds to a step, and the parameter
+  // gather of ZeRO-1/2, from the stages' real gradient buckets.
+  struct DpKey {
+    const void* stages = nullptr;
+    int64_t dp = 0, bucket_bytes = 0, grad_bytes = 0, param_bytes = 0, zero = 0;
+    bool overlap = false;
+    auto operator<=>(const DpKey&) const = default;
+  };
+  struct DpTimes {
+    // Per stage: its backward passes from the last micro-batch's first on slowed beside the
+    // reduction, and the reduction's tail after them (spec::pipeline_makespan's drain).
+    spec::PipelineDrain drain;
+    double gather_first = 0, gather_total = 0;  // the first stage's buckets, all-gathered, s
+  };
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
@@ -93,18 +107,23 @@ class Estimator {
     std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int>,
              Stages>
         stages;
-    // The pipeline's makespan per stages, micro-batch count, schedule and transfer time.
-    std::map<MakespanKey, double> makespans;
+    // The pipeline's sweep per stages, micro-batch count, schedule and transfer time, and its
+    // makespan per sweep and drain (a DpTimes' or none).
+    std::map<MakespanKey, spec::PipelineSweep> sweeps;
+    std::map<std::pair<const void*, const void*>, double> makespans;
+    std::map<DpKey, DpTimes> dp_times;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
   struct Shapes {
-    sim::GroupShape tp, dp, pp_pair;
+    sim::GroupShape tp, dp, pp_pair, embedding;  // embedding: the first and the last stage
   };
   Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
   // Every layer's cost in recompute mode `mode`.
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
                                             spec::Recompute mode, Lowering& l);
   const Stages& stage_entries(const spec::Plan& plan, const spec::Stack& stack, Lowering& l);
+  const DpTimes& dp_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                          const Stages& stages);
   int64_t peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
                       const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
@@ -114,6 +133,7 @@ class Estimator {
                       const sim::GroupShape& shape);
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
+  const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);
   double slowest_speed(int64_t world);
 
   const spec::ModelSpec* model_;
@@ -130,6 +150,11 @@ class Estimator {
   std::map<std::tuple<int64_t, int64_t, int64_t>, Shapes> shapes_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
   std::map<int64_t, double> slowest_speed_;
+  // Per (schedule, pp, vpp, micro-batches, stage): the backward passes from the stage's first of
+  // the last micro-batch on, as (local chunk, whether of the last micro-batch).
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>,
+           std::vector<std::pair<int64_t, bool>>>
+      drain_passes_;
   MemoryKey last_memory_key_;  // cleared when a lowering is made (its stages' addresses reused)
   int64_t last_memory_ = 0;
 };

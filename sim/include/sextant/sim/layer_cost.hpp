@@ -12,12 +12,13 @@
 namespace sextant::sim {
 
 struct LayerTimes {
+  // Wall times of one micro-batch's passes, with the exposed tensor-parallel collectives and the
+  // GEMMs slowed beside the overlapped ones (the engine's overlap_slowdown).
   double forward = 0;    // s
   double backward = 0;   // s, without recompute
   double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
   // s, over the three passes: the part of the overlapped tensor-parallel collectives that runs
-  // beside a GEMM (not in the times above). Compute beside it is slowed (the engine's
-  // overlap_slowdown), which a closed form adds as hidden * f / (1 + f).
+  // beside a GEMM (already in the times above).
   double hidden_comm = 0;
 };
 
@@ -31,7 +32,8 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 // 4 splits (transformer_engine/pytorch/module/base.py, get_default_config).
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
-// One layer's passes; `recompute` is the layer's own mode (models::layer_recompute), which a
+// One layer's passes as the engine runs them (program_builder's run_ops, one op after another on
+// an otherwise idle rank); `recompute` is the layer's own mode (models::layer_recompute), which a
 // block recomputes before its backward.
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,

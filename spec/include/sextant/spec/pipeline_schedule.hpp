@@ -45,9 +45,45 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t virtual_stages,
 // backward[s][c]: seconds of local chunk c of stage s for one micro-batch. `blocking`: a stage
 // also waits for each of its sends (no overlap of stage transfers). The planner's estimate of the
 // fill, steady state and drain that the simulator runs event by event.
+// What the data-parallel gradient reduction does to each stage at the end of a step (the
+// planner's closed form of it): from the stage's first backward of the last micro-batch on, its
+// backward passes take `backward_factor[s]` times as long (compute beside the reduction is
+// slowed), and the stage finishes `tail[s]` after its last pass (the reduction still running).
+struct PipelineDrain {
+  std::vector<double> backward_factor;
+  std::vector<double> tail;
+};
 double pipeline_makespan(Schedule schedule, int64_t pp, int64_t virtual_stages,
                          int64_t micro_batches, const std::vector<std::vector<double>>& forward,
                          const std::vector<std::vector<double>>& backward, double p2p,
-                         bool blocking);
+                         bool blocking, const PipelineDrain* drain = nullptr);
+
+// pipeline_makespan for many drains of one pipeline: every stage's passes before its first
+// backward of the last micro-batch (which no drain changes) are timed once, at construction; each
+// makespan() times the rest.
+class PipelineSweep {
+ public:
+  PipelineSweep(Schedule schedule, int64_t pp, int64_t virtual_stages, int64_t micro_batches,
+                std::vector<std::vector<double>> forward, std::vector<std::vector<double>> backward,
+                double p2p, bool blocking);
+  double makespan(const PipelineDrain* drain) const;
+
+ private:
+  static constexpr double kUnknown = -1;
+  struct State {
+    std::vector<double> fdone, bdone;  // per (global chunk, micro-batch): when its pass ended
+    std::vector<size_t> next;          // per stage: its next unit
+    std::vector<double> free;          // per stage: when it can start the next
+  };
+  void sweep(State& state, const PipelineDrain* drain, bool prefix_only) const;
+
+  int64_t pp_, chunks_, m_;
+  double p2p_;
+  bool blocking_;
+  std::vector<std::vector<double>> forward_, backward_;
+  std::vector<std::vector<ScheduleUnit>> units_;
+  std::vector<size_t> drain_start_;  // per stage: its first backward of the last micro-batch
+  State prefix_;
+};
 
 }  // namespace sextant::spec

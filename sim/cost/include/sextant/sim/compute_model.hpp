@@ -43,6 +43,9 @@ class ComputeModel {
   Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
 
   double peak_flops() const { return peak_flops_; }
+  // How much slower compute runs while a transfer is in flight on the same device (f: speed
+  // 1 / (1 + f); DeviceSpec::overlap_slowdown).
+  double overlap_slowdown() const { return device_->overlap_slowdown; }
 
  private:
   double memory_seconds(double bytes, spec::OpClass op_class) const;
