@@ -46,6 +46,7 @@ void run(const SimulateOptions& o) {
   options.trace = !o.trace.file.empty();
   options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
   const spec::TraceSelection selection = trace_selection_from(o.trace, plan);
+  options.trace_ranks = selection.ranks;  // only those recorded
   // Outputs are checked before the simulation, which can take a minute on large plans.
   for (const auto& [flag, path] :
        {std::pair{"--trace", o.trace.file}, std::pair{"--report", o.report}}) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -172,6 +173,10 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     programs.push_back(build_stage_program(plan, setup.stack, lowered, compute, s));
   Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
+  auto traced = [&](int64_t rank) {
+    return options.trace_ranks.empty() ||
+           std::binary_search(options.trace_ranks.begin(), options.trace_ranks.end(), rank);
+  };
   EngineResult result;
   int64_t simulated_ranks = world;
   if (options.fidelity == Fidelity::kFlow) {
@@ -197,10 +202,9 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     for (int64_t r = 0; r < world; ++r)
       result.ranks.push_back(
           classes.ranks[static_cast<size_t>(folded.class_of[static_cast<size_t>(r)])]);
-    result.records.reserve(classes.records.size() * static_cast<size_t>(world) /
-                           folded.class_ranks.size());
     for (const TaskRecord& rec : classes.records) {
       for (int64_t r : folded.class_ranks[static_cast<size_t>(rec.rank)]) {
+        if (!traced(r)) continue;
         TaskRecord copy = rec;
         copy.rank = static_cast<int32_t>(r);
         result.records.push_back(copy);
@@ -208,6 +212,8 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     }
     simulated_ranks = static_cast<int64_t>(folded.class_ranks.size());
   }
+  if (!options.trace_ranks.empty())
+    std::erase_if(result.records, [&](const TaskRecord& rec) { return !traced(rec.rank); });
 
   SimulationResult out;
   size_t critical = 0;

@@ -12,6 +12,7 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/trace_selection.hpp"
 #include "test_models.hpp"
 
 namespace sextant::sim {
@@ -94,6 +95,21 @@ void expect_same(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   }
   // Every task of every rank at the same times, with the same algorithm names.
   EXPECT_EQ(spec::trace_to_chrome_json(*folded.trace), spec::trace_to_chrome_json(*full.trace));
+  // Recording only some ranks (folded or not) gives the whole trace's events of those ranks.
+  spec::TraceSelection pick;
+  pick.ranks = {0};
+  if (plan.world_size() > 1) pick.ranks.push_back(plan.world_size() - 1);
+  spec::Trace expected = *full.trace;
+  spec::apply(pick, expected);
+  ASSERT_FALSE(expected.events.empty());
+  for (bool fold : {true, false}) {
+    SimulationOptions some = folded_options;
+    some.fold_symmetric_ranks = fold;
+    some.trace_ranks = pick.ranks;
+    const SimulationResult picked = simulate(model, cluster, plan, some);
+    EXPECT_EQ(spec::trace_to_chrome_json(*picked.trace), spec::trace_to_chrome_json(expected))
+        << (fold ? "folded" : "unfolded");
+  }
 }
 
 TEST(RankSymmetry, FoldingChangesNoTimeOfAnyRank) {
