@@ -107,13 +107,24 @@ const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec:
   if (it != drain_passes_.end()) return it->second;
   std::vector<std::pair<int64_t, bool>> passes;
   bool draining = false;
-  for (const spec::ScheduleUnit& u :
-       spec::pipeline_schedule(plan.schedule, plan.pp, plan.virtual_stages, m, stage)) {
+  for (const spec::ScheduleUnit& u : (*stage_units(plan))[static_cast<size_t>(stage)]) {
     if (u.forward) continue;
     draining = draining || u.micro_batch == m - 1;
     if (draining) passes.emplace_back(u.chunk, u.micro_batch == m - 1);
   }
   return drain_passes_.emplace(key, std::move(passes)).first->second;
+}
+
+const std::shared_ptr<const spec::PipelineSweep::StageUnits>& Estimator::stage_units(
+    const spec::Plan& plan) {
+  auto key = std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages,
+                             plan.micro_batches());
+  auto it = stage_units_.find(key);
+  if (it != stage_units_.end()) return it->second;
+  return stage_units_
+      .emplace(key, spec::PipelineSweep::units(plan.schedule, plan.pp, plan.virtual_stages,
+                                               plan.micro_batches()))
+      .first->second;
 }
 
 double Estimator::slowest_speed(int64_t world) {
@@ -356,7 +367,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       }
       sweep = l.sweeps
                   .emplace(std::piecewise_construct, std::forward_as_tuple(key),
-                           std::forward_as_tuple(plan.schedule, plan.pp, plan.virtual_stages, m,
+                           std::forward_as_tuple(stage_units(plan), plan.pp, plan.virtual_stages, m,
                                                  std::move(forward), std::move(backward), p2p,
                                                  !stack.pp_overlap))
                   .first;

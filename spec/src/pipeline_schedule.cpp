@@ -132,8 +132,22 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, 
   return {undominated(forward, chunks), undominated(backward, chunks)};
 }
 
+std::shared_ptr<const PipelineSweep::StageUnits> PipelineSweep::units(Schedule schedule, int64_t pp,
+                                                                      int64_t v, int64_t m) {
+  auto out = std::make_shared<StageUnits>(static_cast<size_t>(pp));
+  for (int64_t s = 0; s < pp; ++s)
+    (*out)[static_cast<size_t>(s)] = pipeline_schedule(schedule, pp, v, m, s);
+  return out;
+}
+
 PipelineSweep::PipelineSweep(Schedule schedule, int64_t pp, int64_t v, int64_t m,
                              std::vector<std::vector<double>> forward,
+                             std::vector<std::vector<double>> backward, double p2p, bool blocking)
+    : PipelineSweep(units(schedule, pp, v, m), pp, v, m, std::move(forward), std::move(backward),
+                    p2p, blocking) {}
+
+PipelineSweep::PipelineSweep(std::shared_ptr<const StageUnits> units, int64_t pp, int64_t v,
+                             int64_t m, std::vector<std::vector<double>> forward,
                              std::vector<std::vector<double>> backward, double p2p, bool blocking)
     : pp_(pp),
       chunks_(pp * v),
@@ -142,11 +156,10 @@ PipelineSweep::PipelineSweep(Schedule schedule, int64_t pp, int64_t v, int64_t m
       blocking_(blocking),
       forward_(std::move(forward)),
       backward_(std::move(backward)),
-      units_(static_cast<size_t>(pp)),
+      units_(std::move(units)),
       drain_start_(static_cast<size_t>(pp)) {
   for (int64_t s = 0; s < pp; ++s) {
-    auto& mine = units_[static_cast<size_t>(s)];
-    mine = pipeline_schedule(schedule, pp, v, m, s);
+    const auto& mine = (*units_)[static_cast<size_t>(s)];
     size_t& start = drain_start_[static_cast<size_t>(s)];
     start = mine.size();
     for (size_t i = 0; i < mine.size(); ++i) {
@@ -170,7 +183,7 @@ void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_onl
     for (int64_t s = 0; s < pp_; ++s) {
       const auto si = static_cast<size_t>(s);
       auto& i = st.next[si];
-      const auto& mine = units_[si];
+      const auto& mine = (*units_)[si];
       const size_t stop = prefix_only ? drain_start_[si] : mine.size();
       while (i < stop) {
         const ScheduleUnit& u = mine[i];

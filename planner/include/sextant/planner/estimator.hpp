@@ -134,6 +134,7 @@ class Estimator {
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);
+  const std::shared_ptr<const spec::PipelineSweep::StageUnits>& stage_units(const spec::Plan& plan);
   double slowest_speed(int64_t world);
 
   const spec::ModelSpec* model_;
@@ -150,6 +151,10 @@ class Estimator {
   std::map<std::tuple<int64_t, int64_t, int64_t>, Shapes> shapes_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
   std::map<int64_t, double> slowest_speed_;
+  // Per (schedule, pp, vpp, micro-batches): every stage's units, shared by its sweeps.
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>,
+           std::shared_ptr<const spec::PipelineSweep::StageUnits>>
+      stage_units_;
   // Per (schedule, pp, vpp, micro-batches, stage): the backward passes from the stage's first of
   // the last micro-batch on, as (local chunk, whether of the last micro-batch).
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "sextant/spec/plan.hpp"
@@ -63,9 +64,17 @@ double pipeline_makespan(Schedule schedule, int64_t pp, int64_t virtual_stages,
 // makespan() times the rest.
 class PipelineSweep {
  public:
+  // Every stage's units (pipeline_schedule), which many sweeps of one schedule can share.
+  using StageUnits = std::vector<std::vector<ScheduleUnit>>;
+  static std::shared_ptr<const StageUnits> units(Schedule schedule, int64_t pp,
+                                                 int64_t virtual_stages, int64_t micro_batches);
+
   PipelineSweep(Schedule schedule, int64_t pp, int64_t virtual_stages, int64_t micro_batches,
                 std::vector<std::vector<double>> forward, std::vector<std::vector<double>> backward,
                 double p2p, bool blocking);
+  PipelineSweep(std::shared_ptr<const StageUnits> units, int64_t pp, int64_t virtual_stages,
+                int64_t micro_batches, std::vector<std::vector<double>> forward,
+                std::vector<std::vector<double>> backward, double p2p, bool blocking);
   double makespan(const PipelineDrain* drain) const;
 
  private:
@@ -81,7 +90,7 @@ class PipelineSweep {
   double p2p_;
   bool blocking_;
   std::vector<std::vector<double>> forward_, backward_;
-  std::vector<std::vector<ScheduleUnit>> units_;
+  std::shared_ptr<const StageUnits> units_;
   std::vector<size_t> drain_start_;  // per stage: its first backward of the last micro-batch
   State prefix_;
 };
