@@ -289,30 +289,10 @@ Enumeration enumerate_plans(const SearchRequest& r) {
     for (const models::Layer& l : lowered.layers) params += l.params;
     return gradient_bytes_by_tp[tp] = static_cast<double>(params * grad_bytes);
   };
-  const auto [smallest_stack, largest_stack] = std::minmax_element(
-      out.stacks.begin(), out.stacks.end(),
-      [](const auto& a, const auto& b) { return a.dp_bucket_bytes < b.dp_bucket_bytes; });
-  const double smallest_bucket = static_cast<double>(smallest_stack->dp_bucket_bytes);
-  const double largest_bucket = static_cast<double>(largest_stack->dp_bucket_bytes);
-  // Layers whose gradients fill the largest bucket each close a bucket at every size
-  // (models::gradient_buckets closes one when it holds at least the bucket size); when the other
-  // layers together do not fill even the smallest, they never close one, so every size cuts every
-  // stage into the same buckets and the bucket variants would repeat the plan (GPT-3 175B: a
-  // block's 906 MB of fp32 gradients at tp 8 against 10-160 MB buckets).
-  std::map<int64_t, bool> layer_buckets_by_tp;
-  auto bucket_per_layer = [&](int64_t tp) {
-    if (auto it = layer_buckets_by_tp.find(tp); it != layer_buckets_by_tp.end()) return it->second;
-    models::LoweringOptions o;
-    o.dtype = compute;
-    o.tp = tp;
-    const models::LoweredModel lowered = models::lower(m, o);
-    double small = 0;
-    for (const models::Layer& l : lowered.layers) {
-      const double bytes = static_cast<double>(l.params * grad_bytes);
-      if (bytes < largest_bucket) small += bytes;
-    }
-    return layer_buckets_by_tp[tp] = small < smallest_bucket;
-  };
+  const double smallest_bucket = static_cast<double>(
+      std::min_element(out.stacks.begin(), out.stacks.end(), [](const auto& a, const auto& b) {
+        return a.dp_bucket_bytes < b.dp_bucket_bytes;
+      })->dp_bucket_bytes);
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
   for (int64_t tp : divisors(r.gpus)) {
     for (int64_t pp : divisors(r.gpus / tp)) {
@@ -341,7 +321,6 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       const int64_t per_replica = r.global_batch / dp;
       const bool one_bucket =
           dp > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
-      const bool same_buckets = one_bucket || (dp > 1 && variants.nb > 1 && bucket_per_layer(tp));
       for (int64_t mb : divisors(per_replica)) {
         const int64_t micro_batches = per_replica / mb;
         if (!spec::micro_batch_count_problem(micro_batches).empty()) {
@@ -394,7 +373,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               const size_t nt = tp > 1 && sp ? variants.nt : 1;
               // (One bucket is reduced when the backward ends, overlapped or not.)
               const size_t nd = dp > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
-              const size_t nb = dp > 1 && zero < 3 && !same_buckets ? variants.nb : 1;
+              const size_t nb = dp > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
               const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
               const size_t np = pp > 1 ? variants.np : 1;
               for (spec::Recompute rc :

@@ -320,61 +320,6 @@ TEST(Estimator, AgreesWithTheSimulatorAtTheEndOfTheStep) {
   }
 }
 
-// A bucket size is varied only where it can change the buckets: where it is not, every stage
-// of every split is cut into the same buckets at each size (models::gradient_buckets). GPT-3 175B
-// at tp 8 (megatron-core: 160 MB, tried at 40 and 640 MB): a block's fp32 gradients,
-// 12 h^2 / 8 = 226.5 M parameters x 4 B = 906 MB, fill the largest bucket, so each closes its own;
-// the layers below it (the embedding's 409 MB, a norm) are last in their stage's backward and
-// close nothing new. GPT-2 350M's blocks (12.6 M parameters, 50 MB) sit between the sizes: its
-// buckets change, and the sizes are tried. The overlap is varied either way.
-TEST(SearchSpace, VariesTheBucketOnlyWhereItCanChangeTheBuckets) {
-  for (const char* name : {"gpt3-175b", "gpt2-350m"}) {
-    SCOPED_TRACE(name);
-    SearchRequest r = request(name, 64, 64);
-    r.stack = spec::builtin_stack("megatron-core");
-    const int64_t size = r.stack->dp_bucket_bytes;
-    const Enumeration all = enumerate_plans(r);
-    std::map<int64_t, bool> varied;  // per tp, over the layouts the bucket applies to
-    bool overlap_varied = false;
-    for (size_t i = 0; i < all.size(); ++i) {
-      const spec::Plan p = all.plan(i);
-      if (p.dp == 1 || p.zero == 3) continue;
-      varied[p.tp] = varied[p.tp] || p.stack->dp_bucket_bytes != size;
-      overlap_varied = overlap_varied || !p.stack->dp_overlap;
-    }
-    EXPECT_TRUE(overlap_varied);
-    int64_t pruned = 0, tried = 0;
-    for (const auto& [tp, was_varied] : varied) {
-      (was_varied ? tried : pruned) += 1;
-      if (was_varied) continue;
-      models::LoweringOptions o;
-      o.tp = tp;
-      const models::LoweredModel lowered = models::lower(r.model, o);
-      for (int64_t pp : {1, 2, 4}) {
-        spec::Plan split;
-        split.tp = tp;
-        split.pp = pp;
-        for (int64_t stage = 0; stage < pp; ++stage) {
-          auto cuts = [&](int64_t bucket) {
-            std::vector<std::vector<size_t>> out;
-            for (const models::GradientBucket& b :
-                 models::gradient_buckets(split, lowered, stage, bucket, 4))
-              out.push_back(b.layers);
-            return out;
-          };
-          EXPECT_EQ(cuts(size), cuts(size / 4)) << "tp " << tp << " pp " << pp;
-          EXPECT_EQ(cuts(size), cuts(size * 4)) << "tp " << tp << " pp " << pp;
-        }
-      }
-    }
-    if (std::string(name) == "gpt3-175b") {
-      EXPECT_GT(pruned, 0);
-    } else {
-      EXPECT_GT(tried, 0);
-    }
-  }
-}
-
 // The space: each configuration once; full recompute of the first N < (largest chunk) layers of
 // each chunk; an overlap knob varied only where it changes the layout's step, only downwards from
 // the stack's value, and not at all when pinned.
