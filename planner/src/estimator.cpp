@@ -242,12 +242,14 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     // backwards between them. A layer's buckets are complete after its last micro-batch.
     const sim::StageLayers layers = sim::stage_layers(plan, lowered, st);
     std::vector<int64_t> position(lowered.layers.size(), -1);
+    std::vector<size_t> pass_end;  // per pass: one past its last layer in layer_backward
     for (const auto& [chunk, last] : drain_passes(plan, st)) {
       const auto c = static_cast<size_t>(chunk);
       for (size_t i = layers.chunk_end[c]; i-- > layers.chunk_begin[c];) {
         if (last) position[i] = static_cast<int64_t>(in.layer_backward.size());
         in.layer_backward.push_back(stages.layer_backward[i]);
       }
+      pass_end.push_back(in.layer_backward.size());
     }
     double tied = 0;
     for (const models::GradientBucket& b : buckets) {
@@ -270,9 +272,20 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
                       in.bucket_ready_after == previous.bucket_ready_after &&
                       in.bucket_seconds == previous.bucket_seconds;
     const Drain d = same ? previous_drain : gradient_drain(in);
-    double work = 0;
-    for (double w : in.layer_backward) work += w;
-    out.drain.backward_factor.push_back(work > 0 ? d.backward / work : 1.0);
+    // Each pass's wall time as the drain slowed it (passes whose chunk holds no layer take 0).
+    std::vector<double> passes;
+    double before = 0;
+    for (size_t end : pass_end) {
+      const double at = end > 0 ? d.layer_end[end - 1] : 0;
+      passes.push_back(at - before);
+      before = at;
+    }
+    if (st == 0) {
+      double work = 0;
+      for (double w : in.layer_backward) work += w;
+      out.first_stage_slowed = d.backward - work;
+    }
+    out.drain.backward.push_back(std::move(passes));
     out.drain.tail.push_back(d.end - d.backward + tied);
     previous = std::move(in);
     previous_drain = d;
@@ -348,8 +361,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   // reduce gradients alike share it).
   double step = static_cast<double>(m) * slowest_stage;
   if (plan.pp == 1 && dp) {
-    const double backward = stages.entries.front().backward;
-    step += (dp->drain.backward_factor.front() - 1) * backward + dp->drain.tail.front();
+    step += dp->first_stage_slowed + dp->drain.tail.front();
   }
   if (plan.pp > 1) {
     int64_t boundary = stages.entries.front().footprint.boundary;

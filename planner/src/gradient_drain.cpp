@@ -17,6 +17,8 @@ Drain gradient_drain(const DrainInput& in) {
     queued.pop_front();
   };
   size_t next_bucket = 0;
+  Drain out;
+  out.layer_end.reserve(in.layer_backward.size());
   for (size_t k = 0; k < in.layer_backward.size(); ++k) {
     double work = in.layer_backward[k];
     while (work > 0) {
@@ -36,6 +38,7 @@ Drain gradient_drain(const DrainInput& in) {
         work = 0;
       }
     }
+    out.layer_end.push_back(now);
     if (stream_free <= now) start_next(stream_free);  // one that ended just as the layer did
     while (next_bucket < in.bucket_ready_after.size() &&
            in.bucket_ready_after[next_bucket] == static_cast<int64_t>(k)) {
@@ -46,7 +49,6 @@ Drain gradient_drain(const DrainInput& in) {
       ++next_bucket;
     }
   }
-  Drain out;
   out.backward = now;
   double end = std::max(stream_free, now);
   for (double q : queued) end += q;

@@ -173,6 +173,7 @@ PipelineSweep::PipelineSweep(std::shared_ptr<const StageUnits> units, int64_t pp
   prefix_.bdone.assign(static_cast<size_t>(chunks_ * m), kUnknown);
   prefix_.next.assign(static_cast<size_t>(pp), 0);
   prefix_.free.assign(static_cast<size_t>(pp), 0);
+  prefix_.drained.assign(static_cast<size_t>(pp), 0);
   sweep(prefix_, nullptr, /*prefix_only=*/true);
 }
 
@@ -204,7 +205,8 @@ void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_onl
         const double start = std::max(st.free[si], ready);
         double work = u.forward ? forward_[si][static_cast<size_t>(u.chunk)]
                                 : backward_[si][static_cast<size_t>(u.chunk)];
-        if (drain && !u.forward && i >= drain_start_[si]) work *= drain->backward_factor[si];
+        if (drain && !u.forward && i >= drain_start_[si])
+          work = drain->backward[si][st.drained[si]++];
         const double end = start + work;
         (u.forward ? st.fdone : st.bdone)[at(g)] = end;
         const bool sends = u.forward ? g + 1 < chunks_ : g > 0;

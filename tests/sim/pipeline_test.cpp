@@ -188,24 +188,33 @@ TEST(Pipeline, MakespanMatchesTheClosedForms) {
 // The gradient drain (spec::PipelineDrain) by hand, 2 stages, 2 micro-batches, f 1, b 2, no
 // transfer time: stage 0 F0 [0, 1], F1 [1, 2]; stage 1 F0 [1, 2], B0 [2, 4], F1 [4, 5], B1
 // [5, 7]; stage 0 B0 [4, 6], B1 [7, 9]: 9 = (m + p - 1)(f + b). The last micro-batch's backward
-// taking 1.5 times as long: stage 1 B1 [5, 8], stage 0 B1 [8, 11]; tails of 0.5 and 3 after the
+// taking 3 instead of 2: stage 1 B1 [5, 8], stage 0 B1 [8, 11]; tails of 0.5 and 3 after the
 // stages' last passes: max(11 + 0.5, 8 + 3) = 11.5. One sweep serves both (its shared prefix).
 TEST(Pipeline, MakespanTakesTheGradientDrain) {
   const std::vector<std::vector<double>> f{{1.0}, {1.0}}, b{{2.0}, {2.0}};
   spec::PipelineSweep sweep(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false);
   EXPECT_NEAR(sweep.makespan(nullptr), 9, 1e-12);
-  const spec::PipelineDrain drain{{1.5, 1.5}, {0.5, 3.0}};
+  const spec::PipelineDrain drain{{{3.0}, {3.0}}, {0.5, 3.0}};
   EXPECT_NEAR(sweep.makespan(&drain), 11.5, 1e-12);
   EXPECT_NEAR(sweep.makespan(nullptr), 9, 1e-12);  // the prefix is not changed by a drain
   EXPECT_NEAR(spec::pipeline_makespan(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false, &drain), 11.5,
               1e-12);
-  // A neutral drain changes nothing, on every schedule (interleaved: 2 chunks per stage).
+  // A drain of the passes' own times changes nothing, on every schedule (interleaved: 2 chunks
+  // per stage: from chunk 1's backward of the last micro-batch on, the 4 of chunk 0's last group
+  // of pp micro-batches follow it).
   for (spec::Schedule s :
        {spec::Schedule::kGpipe, spec::Schedule::k1F1B, spec::Schedule::kInterleaved}) {
     const int64_t v = s == spec::Schedule::kInterleaved ? 2 : 1;
     const std::vector<std::vector<double>> fv(4, std::vector<double>(v, 0.5)),
         bv(4, std::vector<double>(v, 1.25));
-    const spec::PipelineDrain neutral{{1, 1, 1, 1}, {0, 0, 0, 0}};
+    spec::PipelineDrain neutral{{}, {0, 0, 0, 0}};
+    for (int64_t stage = 0; stage < 4; ++stage) {
+      std::vector<double> passes;
+      for (const spec::ScheduleUnit& u : spec::pipeline_schedule(s, 4, v, 8, stage))
+        if (!u.forward && (!passes.empty() || u.micro_batch == 7)) passes.push_back(1.25);
+      EXPECT_EQ(passes.size(), s == spec::Schedule::kInterleaved ? 5u : 1u);
+      neutral.backward.push_back(passes);
+    }
     spec::PipelineSweep many(s, 4, v, 8, fv, bv, 0.1, true);
     EXPECT_NEAR(many.makespan(&neutral), many.makespan(nullptr), 1e-12);
     EXPECT_NEAR(many.makespan(nullptr), spec::pipeline_makespan(s, 4, v, 8, fv, bv, 0.1, true),

@@ -95,6 +95,7 @@ class Estimator {
     // Per stage: its backward passes from the last micro-batch's first on slowed beside the
     // reduction, and the reduction's tail after them (spec::pipeline_makespan's drain).
     spec::PipelineDrain drain;
+    double first_stage_slowed = 0;  // what the slowing adds to the first stage's passes, s
     double gather_first = 0, gather_total = 0;  // the first stage's buckets, all-gathered, s
   };
   struct Lowering {

@@ -23,8 +23,9 @@ struct DrainInput {
 };
 
 struct Drain {
-  double backward = 0;  // when the last layer's backward ends, slowed, s
-  double end = 0;       // when the last bucket's reduction ends (at least `backward`), s
+  double backward = 0;            // when the last layer's backward ends, slowed, s
+  double end = 0;                 // when the last bucket's reduction ends (at least `backward`), s
+  std::vector<double> layer_end;  // when each layer's backward ends, slowed, s
 };
 
 Drain gradient_drain(const DrainInput& in);

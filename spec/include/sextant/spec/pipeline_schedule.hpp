@@ -48,10 +48,10 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t virtual_stages,
 // fill, steady state and drain that the simulator runs event by event.
 // What the data-parallel gradient reduction does to each stage at the end of a step (the
 // planner's closed form of it): from the stage's first backward of the last micro-batch on, its
-// backward passes take `backward_factor[s]` times as long (compute beside the reduction is
+// backward passes take `backward[s][k]` (the k-th of them; compute beside the reduction is
 // slowed), and the stage finishes `tail[s]` after its last pass (the reduction still running).
 struct PipelineDrain {
-  std::vector<double> backward_factor;
+  std::vector<std::vector<double>> backward;
   std::vector<double> tail;
 };
 double pipeline_makespan(Schedule schedule, int64_t pp, int64_t virtual_stages,
@@ -83,6 +83,7 @@ class PipelineSweep {
     std::vector<double> fdone, bdone;  // per (global chunk, micro-batch): when its pass ended
     std::vector<size_t> next;          // per stage: its next unit
     std::vector<double> free;          // per stage: when it can start the next
+    std::vector<size_t> drained;       // per stage: its backward passes from the drain's start
   };
   void sweep(State& state, const PipelineDrain* drain, bool prefix_only) const;
 
