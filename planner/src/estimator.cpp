@@ -188,7 +188,6 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         // (Wall times: the GEMMs beside overlapped tensor-parallel collectives already slowed.)
         const double all = costs[i].forward + costs[i].backward + costs[i].recompute;
         entry.time += all;
-        entry.backward += costs[i].backward + costs[i].recompute;
         layer_backward[i] = costs[i].backward + costs[i].recompute;
         if (entry.chunk_forward.size() <= c) {
           entry.chunk_forward.resize(c + 1, 0);

@@ -46,8 +46,7 @@ class Estimator {
   };
   // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
   struct StageEntry {
-    double time = 0;      // forward + backward (+ recompute, + overlap slowdown), s
-    double backward = 0;  // backward + recompute, s
+    double time = 0;  // forward + backward (+ recompute, + overlap slowdown), s
     // Per local chunk: forward, and backward with recompute and the overlap slowdown, s.
     std::vector<double> chunk_forward, chunk_backward;
     sim::StageFootprint footprint;
