@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "sextant/models/optimizer_step.hpp"
-#include "sextant/planner/gradient_drain.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
@@ -225,14 +224,12 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
   const double f = cluster_->device.overlap_slowdown;
   DpTimes out;
-  DrainInput previous;  // the stage before's, whose drain a stage with the same input reuses
-  Drain previous_drain;
   int64_t priced_params = -1;  // buckets alike in size (most are) priced once
   double priced_seconds = 0;
   for (int64_t st = 0; st < plan.pp; ++st) {
     const std::vector<models::GradientBucket> buckets =
         models::gradient_buckets(plan, lowered, st, stack.dp_bucket_bytes, g);
-    DrainInput in;
+    spec::StageDrain in;
     in.overlap = stack.dp_overlap;
     in.slowdown = f;
     // The stage's backward passes from the first that ends a chunk's last micro-batch (when its
@@ -241,53 +238,36 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     // backwards between them. A layer's buckets are complete after its last micro-batch.
     const sim::StageLayers layers = sim::stage_layers(plan, lowered, st);
     std::vector<int64_t> position(lowered.layers.size(), -1);
-    std::vector<size_t> pass_end;  // per pass: one past its last layer in layer_backward
     for (const auto& [chunk, last] : drain_passes(plan, st)) {
       const auto c = static_cast<size_t>(chunk);
       for (size_t i = layers.chunk_end[c]; i-- > layers.chunk_begin[c];) {
         if (last) position[i] = static_cast<int64_t>(in.layer_backward.size());
         in.layer_backward.push_back(stages.layer_backward[i]);
       }
-      pass_end.push_back(in.layer_backward.size());
+      in.pass_end.push_back(in.layer_backward.size());
     }
-    double tied = 0;
     for (const models::GradientBucket& b : buckets) {
       if (b.params != priced_params) {
         priced_params = b.params;
         priced_seconds = b.params > 0 ? collective_s(plan, kind, b.params * g, shape.dp) : 0;
       }
-      const double seconds = priced_seconds;
       if (b.after_tied_sum) {
         // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
-        tied += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
-                             shape.embedding) +
-                seconds;
+        in.after += collective_s(plan, spec::CollectiveKind::kAllReduce,
+                                 lowered.tied_table_params * g, shape.embedding) +
+                    priced_seconds;
         continue;
       }
       in.bucket_ready_after.push_back(position[b.layers.back()]);
-      in.bucket_seconds.push_back(seconds);
+      in.bucket_seconds.push_back(priced_seconds);
     }
-    const bool same = st > 0 && in.layer_backward == previous.layer_backward &&
-                      in.bucket_ready_after == previous.bucket_ready_after &&
-                      in.bucket_seconds == previous.bucket_seconds;
-    const Drain d = same ? previous_drain : gradient_drain(in);
-    // Each pass's wall time as the drain slowed it (passes whose chunk holds no layer take 0).
-    std::vector<double> passes;
-    double before = 0;
-    for (size_t end : pass_end) {
-      const double at = end > 0 ? d.layer_end[end - 1] : 0;
-      passes.push_back(at - before);
-      before = at;
-    }
-    if (st == 0) {
+    if (plan.pp == 1) {
+      // No schedule to wait on: the last backward runs at once, slowed, then the tail.
       double work = 0;
       for (double w : in.layer_backward) work += w;
-      out.first_stage_slowed = d.backward - work;
+      out.single_stage_extra = spec::drain_back_to_back(in).end - work;
     }
-    out.drain.backward.push_back(std::move(passes));
-    out.drain.tail.push_back(d.end - d.backward + tied);
-    previous = std::move(in);
-    previous_drain = d;
+    out.drain.stages.push_back(std::move(in));
     if (st == 0 && plan.zero >= 1) {
       // Megatron gathers the buckets the first forward needs first (the last ones reduced).
       for (size_t b = buckets.size(); b-- > 0;) {
@@ -360,7 +340,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   // reduce gradients alike share it).
   double step = static_cast<double>(m) * slowest_stage;
   if (plan.pp == 1 && dp) {
-    step += dp->first_stage_slowed + dp->drain.tail.front();
+    step += dp->single_stage_extra;
   }
   if (plan.pp > 1) {
     int64_t boundary = stages.entries.front().footprint.boundary;

@@ -173,12 +173,12 @@ PipelineSweep::PipelineSweep(std::shared_ptr<const StageUnits> units, int64_t pp
   prefix_.bdone.assign(static_cast<size_t>(chunks_ * m), kUnknown);
   prefix_.next.assign(static_cast<size_t>(pp), 0);
   prefix_.free.assign(static_cast<size_t>(pp), 0);
-  prefix_.drained.assign(static_cast<size_t>(pp), 0);
+  prefix_.compute_end.assign(static_cast<size_t>(pp), 0);
   sweep(prefix_, nullptr, /*prefix_only=*/true);
 }
 
 // Units are taken stage by stage as their inputs become known: O(units) passes at most.
-void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_only) const {
+void PipelineSweep::sweep(State& st, std::vector<DrainStream>* drains, bool prefix_only) const {
   for (bool progressed = true; progressed;) {
     progressed = false;
     for (int64_t s = 0; s < pp_; ++s) {
@@ -203,12 +203,12 @@ void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_onl
           ready = st.fdone[at(g)];
         }
         const double start = std::max(st.free[si], ready);
-        double work = u.forward ? forward_[si][static_cast<size_t>(u.chunk)]
-                                : backward_[si][static_cast<size_t>(u.chunk)];
-        if (drain && !u.forward && i >= drain_start_[si])
-          work = drain->backward[si][st.drained[si]++];
-        const double end = start + work;
+        const double end = drains && !u.forward && i >= drain_start_[si]
+                               ? (*drains)[si].pass(start)
+                               : start + (u.forward ? forward_[si][static_cast<size_t>(u.chunk)]
+                                                    : backward_[si][static_cast<size_t>(u.chunk)]);
         (u.forward ? st.fdone : st.bdone)[at(g)] = end;
+        st.compute_end[si] = end;
         const bool sends = u.forward ? g + 1 < chunks_ : g > 0;
         st.free[si] = end + (blocking_ && sends ? p2p_ : 0);
         ++i;
@@ -220,11 +220,17 @@ void PipelineSweep::sweep(State& st, const PipelineDrain* drain, bool prefix_onl
 
 double PipelineSweep::makespan(const PipelineDrain* drain) const {
   State st = prefix_;
-  sweep(st, drain, /*prefix_only=*/false);
+  std::vector<DrainStream> drains;
+  if (drain)
+    for (const StageDrain& d : drain->stages) drains.emplace_back(d);
+  sweep(st, drain ? &drains : nullptr, /*prefix_only=*/false);
   double makespan = 0;
-  for (int64_t s = 0; s < pp_; ++s)
-    makespan = std::max(makespan, st.free[static_cast<size_t>(s)] +
-                                      (drain ? drain->tail[static_cast<size_t>(s)] : 0.0));
+  for (int64_t s = 0; s < pp_; ++s) {
+    const auto si = static_cast<size_t>(s);
+    // The reduction runs on from where the stage's last pass (its last unit) ended.
+    makespan =
+        std::max({makespan, st.free[si], drain ? drains[si].finish(st.compute_end[si]) : 0.0});
+  }
   return makespan;
 }
 

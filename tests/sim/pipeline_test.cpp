@@ -187,33 +187,53 @@ TEST(Pipeline, MakespanMatchesTheClosedForms) {
 
 // The gradient drain (spec::PipelineDrain) by hand, 2 stages, 2 micro-batches, f 1, b 2, no
 // transfer time: stage 0 F0 [0, 1], F1 [1, 2]; stage 1 F0 [1, 2], B0 [2, 4], F1 [4, 5], B1
-// [5, 7]; stage 0 B0 [4, 6], B1 [7, 9]: 9 = (m + p - 1)(f + b). The last micro-batch's backward
-// taking 3 instead of 2: stage 1 B1 [5, 8], stage 0 B1 [8, 11]; tails of 0.5 and 3 after the
-// stages' last passes: max(11 + 0.5, 8 + 3) = 11.5. One sweep serves both (its shared prefix).
+// [5, 7]; stage 0 B0 [4, 6], B1 [7, 9]: 9 = (m + p - 1)(f + b). Each stage's last backward (one
+// layer of 2 s) completes a bucket whose reduction takes 3 s (stage 1) and 0.5 s (stage 0), with a
+// tied table's 0.25 s after it on stage 0: stage 1 ends at 7 + 3 = 10, stage 0 at
+// 9 + 0.5 + 0.25 = 9.75. A bucket completed halfway (two layers of 1 s, the first's bucket of
+// 1 s, f = 1) slows the second: stage 1 B1 [5, 6] then [6, 7] beside the reduction does 0.5, the
+// last 0.5 at [7, 7.5]; stage 0 B1 from 7.5: [7.5, 8.5], then [8.5, 9.5] slowed does 0.5, the rest
+// [9.5, 10]: 10. One sweep serves all (its shared prefix).
 TEST(Pipeline, MakespanTakesTheGradientDrain) {
   const std::vector<std::vector<double>> f{{1.0}, {1.0}}, b{{2.0}, {2.0}};
   spec::PipelineSweep sweep(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false);
   EXPECT_NEAR(sweep.makespan(nullptr), 9, 1e-12);
-  const spec::PipelineDrain drain{{{3.0}, {3.0}}, {0.5, 3.0}};
-  EXPECT_NEAR(sweep.makespan(&drain), 11.5, 1e-12);
+  auto stage = [](std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost,
+                  double after, double slowdown) {
+    spec::StageDrain d;
+    d.pass_end = {layers.size()};
+    d.layer_backward = std::move(layers);
+    d.bucket_ready_after = std::move(ready);
+    d.bucket_seconds = std::move(cost);
+    d.after = after;
+    d.slowdown = slowdown;
+    return d;
+  };
+  const spec::PipelineDrain tails{{stage({2}, {0}, {0.5}, 0.25, 0), stage({2}, {0}, {3}, 0, 0)}};
+  EXPECT_NEAR(sweep.makespan(&tails), 10, 1e-12);
+  const spec::PipelineDrain halfway{{stage({1, 1}, {0}, {1}, 0, 1), stage({1, 1}, {0}, {1}, 0, 1)}};
+  EXPECT_NEAR(sweep.makespan(&halfway), 10, 1e-12);
   EXPECT_NEAR(sweep.makespan(nullptr), 9, 1e-12);  // the prefix is not changed by a drain
-  EXPECT_NEAR(spec::pipeline_makespan(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false, &drain), 11.5,
+  EXPECT_NEAR(spec::pipeline_makespan(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false, &tails), 10,
               1e-12);
-  // A drain of the passes' own times changes nothing, on every schedule (interleaved: 2 chunks
-  // per stage: from chunk 1's backward of the last micro-batch on, the 4 of chunk 0's last group
-  // of pp micro-batches follow it).
+  // A drain of the passes' own times with nothing to reduce changes nothing, on every schedule
+  // (interleaved, 2 chunks per stage: from chunk 1's backward of the last micro-batch on, the 4
+  // of chunk 0's last group of pp micro-batches follow it).
   for (spec::Schedule s :
        {spec::Schedule::kGpipe, spec::Schedule::k1F1B, spec::Schedule::kInterleaved}) {
     const int64_t v = s == spec::Schedule::kInterleaved ? 2 : 1;
     const std::vector<std::vector<double>> fv(4, std::vector<double>(v, 0.5)),
         bv(4, std::vector<double>(v, 1.25));
-    spec::PipelineDrain neutral{{}, {0, 0, 0, 0}};
-    for (int64_t stage = 0; stage < 4; ++stage) {
-      std::vector<double> passes;
-      for (const spec::ScheduleUnit& u : spec::pipeline_schedule(s, 4, v, 8, stage))
-        if (!u.forward && (!passes.empty() || u.micro_batch == 7)) passes.push_back(1.25);
-      EXPECT_EQ(passes.size(), s == spec::Schedule::kInterleaved ? 5u : 1u);
-      neutral.backward.push_back(passes);
+    spec::PipelineDrain neutral;
+    for (int64_t st = 0; st < 4; ++st) {
+      spec::StageDrain d;
+      for (const spec::ScheduleUnit& u : spec::pipeline_schedule(s, 4, v, 8, st)) {
+        if (u.forward || (d.pass_end.empty() && u.micro_batch != 7)) continue;
+        d.layer_backward.push_back(1.25);
+        d.pass_end.push_back(d.layer_backward.size());
+      }
+      EXPECT_EQ(d.pass_end.size(), s == spec::Schedule::kInterleaved ? 5u : 1u);
+      neutral.stages.push_back(d);
     }
     spec::PipelineSweep many(s, 4, v, 8, fv, bv, 0.1, true);
     EXPECT_NEAR(many.makespan(&neutral), many.makespan(nullptr), 1e-12);

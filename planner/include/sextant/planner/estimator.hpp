@@ -91,10 +91,10 @@ class Estimator {
     auto operator<=>(const DpKey&) const = default;
   };
   struct DpTimes {
-    // Per stage: its backward passes from the last micro-batch's first on slowed beside the
-    // reduction, and the reduction's tail after them (spec::pipeline_makespan's drain).
+    // Per stage: its passes from the last micro-batch's first on and its buckets
+    // (spec::pipeline_makespan's drain).
     spec::PipelineDrain drain;
-    double first_stage_slowed = 0;  // what the slowing adds to the first stage's passes, s
+    double single_stage_extra = 0;              // pp 1: what the drain adds to the step, s
     double gather_first = 0, gather_total = 0;  // the first stage's buckets, all-gathered, s
   };
   struct Lowering {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "sextant/spec/gradient_drain.hpp"
 #include "sextant/spec/plan.hpp"
 
 namespace sextant::spec {
@@ -47,12 +48,11 @@ LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t virtual_stages,
 // also waits for each of its sends (no overlap of stage transfers). The planner's estimate of the
 // fill, steady state and drain that the simulator runs event by event.
 // What the data-parallel gradient reduction does to each stage at the end of a step (the
-// planner's closed form of it): from the stage's first backward of the last micro-batch on, its
-// backward passes take `backward[s][k]` (the k-th of them; compute beside the reduction is
-// slowed), and the stage finishes `tail[s]` after its last pass (the reduction still running).
+// planner's closed form of it, gradient_drain.hpp): from the stage's first backward of the last
+// micro-batch on, its passes run beside the reduction, each started when the schedule lets it, and
+// the stage finishes when its last reduction does.
 struct PipelineDrain {
-  std::vector<std::vector<double>> backward;
-  std::vector<double> tail;
+  std::vector<StageDrain> stages;
 };
 double pipeline_makespan(Schedule schedule, int64_t pp, int64_t virtual_stages,
                          int64_t micro_batches, const std::vector<std::vector<double>>& forward,
@@ -83,9 +83,10 @@ class PipelineSweep {
     std::vector<double> fdone, bdone;  // per (global chunk, micro-batch): when its pass ended
     std::vector<size_t> next;          // per stage: its next unit
     std::vector<double> free;          // per stage: when it can start the next
-    std::vector<size_t> drained;       // per stage: its backward passes from the drain's start
+    std::vector<double> compute_end;   // per stage: when its latest unit ended
   };
-  void sweep(State& state, const PipelineDrain* drain, bool prefix_only) const;
+  // `drains`: per stage, its drain's stream (none before the drain or without one).
+  void sweep(State& state, std::vector<DrainStream>* drains, bool prefix_only) const;
 
   int64_t pp_, chunks_, m_;
   double p2p_;
