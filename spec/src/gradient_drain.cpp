@@ -19,6 +19,25 @@ double DrainStream::pass(double start) {
   double now = start;
   advance_stream(now);
   const size_t end = d.pass_end[next_pass_++];
+  const bool completes_bucket = next_bucket_ < d.bucket_ready_after.size() &&
+                                d.bucket_ready_after[next_bucket_] < static_cast<int64_t>(end);
+  if (!completes_bucket) {
+    // No bucket joins the stream during the pass: it is busy until the reductions in flight and
+    // queued are done, and the pass runs slowed for that long (in closed form; most passes of an
+    // interleaved drain are of this kind).
+    double work = 0;
+    for (; next_layer_ < end; ++next_layer_) work += d.layer_backward[next_layer_];
+    double busy_until = now;
+    if (stream_free_ > now) {
+      busy_until = stream_free_;
+      for (size_t b = next_bucket_ - queued_; b < next_bucket_; ++b)
+        busy_until += d.bucket_seconds[b];
+    }
+    const double beside = (busy_until - now) / slowed;  // work done while the stream is busy
+    now = work <= beside ? now + work * slowed : busy_until + (work - beside);
+    advance_stream(now);
+    return now;
+  }
   for (; next_layer_ < end; ++next_layer_) {
     double work = d.layer_backward[next_layer_];
     while (work > 0) {
