@@ -29,7 +29,6 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   // A GEMM of `gemm` seconds beside `beside` seconds of collectives that started with it: the
   // GEMM is slowed while they run, and what follows waits for both.
   auto overlapped_wall = [&](double gemm, double beside) {
-    out.hidden_comm += std::min(beside, gemm * (1 + f));
     return std::max(beside, gemm + beside * f / (1 + f));
   };
   // The engine's program for one pass (program_builder run_ops): an overlapped all-gather feeding

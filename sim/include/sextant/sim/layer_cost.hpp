@@ -17,9 +17,6 @@ struct LayerTimes {
   double forward = 0;    // s
   double backward = 0;   // s, without recompute
   double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
-  // s, over the three passes: the part of the overlapped tensor-parallel collectives that runs
-  // beside a GEMM (already in the times above).
-  double hidden_comm = 0;
 };
 
 // Whether the stack overlaps a block's tensor-parallel collectives in `phase` (Transformer
