@@ -6,7 +6,9 @@ closest PyTorch peer is bf16 autocast. Attention: "explicit" (softmax(QK^T)V mat
 Sextant's executor does) or "sdpa" (PyTorch's fused flash attention). --compile uses torch.compile.
 
 Usage: python3 bench/pytorch_gpt_cuda.py --model-json models/zoo/gpt2-124m.json --micro-batch 8
-           --steps 20 [--precision bf16] [--attention explicit] [--compile]
+           --steps 20 [--precision bf16] [--attention explicit] [--compile] [--profile TRACE.json]
+--profile records two more steps after the timed ones with torch.profiler (CPU and CUDA activities,
+shapes) and writes them as a Kineto Chrome trace, for `sextant calibrate --kineto`.
 Prints one JSON line: tokens_per_s, step_time_s, model_tflops (6 N T + attention), loss.
 """
 import argparse
@@ -67,6 +69,7 @@ def main():
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="bf16")
     p.add_argument("--attention", choices=["explicit", "sdpa"], default="explicit")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--profile", default="", help="write a Kineto trace of two further steps here")
     args = p.parse_args()
     t = json.load(open(args.model_json))["transformer"]
     seq = args.seq or t["seq_len"]
@@ -77,19 +80,28 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     times, loss_value = [], 0.0
-    for step in range(args.steps + 3):
+    def train_step():
         idx = torch.randint(0, t["vocab"], (args.micro_batch, seq + 1), device="cuda")
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = step_fn(idx[:, :-1], idx[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_value = loss.item()  # synchronises
+        return loss.item()  # synchronises
+
+    for step in range(args.steps + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss_value = train_step()
         if step >= 3:  # warm-up (and compilation)
             times.append(time.perf_counter() - t0)
+    if args.profile:
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(2):
+                train_step()
+        prof.export_chrome_trace(args.profile)
     step_time = sum(times) / len(times)
     tokens = args.micro_batch * seq
     # Model FLOPs per step: 6 N per token for the weights, 12 L h s per token for attention scores

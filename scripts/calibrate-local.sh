@@ -23,7 +23,7 @@
 #   --quiet-wait S  seconds the loop may wait in all for undisturbed cores (default 120; below)
 #   --refit  measure nothing: fit and predict again from the runs already in --out (the same
 #            --repeats), e.g. after a change to the calibration
-#   --gpu    the same loop on one GPU for the h100-1gpu cluster: GPT-2 models and micro-batch
+#   --gpu    the same loop on one GPU for the h100-1gpu cluster ($SEXTANT_GPU_CLUSTER names another): GPT-2 models and micro-batch
 #            sizes with the cuda backend (bf16 mixed precision), fitted from `bench compute --backend cuda`
 #            and two runs. (Several ranks sharing the GPU are not a cluster the simulator can
 #            describe, so the GPU loop is single-rank.)
@@ -64,7 +64,7 @@ say() { [ "$json" -eq 1 ] && echo "$@" >&2 || echo "$@"; }
 
 # name | ranks | model | plan flags (with the global batch) | used for the fit?
 if [ "$gpu" -eq 1 ]; then
-  cluster=h100-1gpu
+  cluster="${SEXTANT_GPU_CLUSTER:-h100-1gpu}"
   run_flags=(--backend cuda --precision bf16)
   # The executor runs its own kernels: predict them (a GPU cluster's default is megatron-core).
   sim_flags=(--dtype bf16 --stack sextant)

@@ -12,23 +12,34 @@
 #   throughput  GPT-2 124M, micro-batch 32 x 1024 tokens: Sextant bf16 (mixed precision) and
 #               bf16-gemm (fp32 tensors) next to PyTorch (bf16 autocast; explicit attention, fused
 #               SDPA, and torch.compile); then a short traced run
-#   calibrate   calibration of h100-1gpu from the traces, predicted vs measured
+#   kineto      a PyTorch-profiler trace of the same GPT-2 124M in PyTorch (bf16 autocast, SDPA,
+#               micro-batch 8) and `sextant calibrate --kineto` on it, next to the calibration from
+#               Sextant's own traces (run after calibrate)
+#   calibrate   calibration of the GPU's cluster (h100-1gpu or h200-1gpu, by nvidia-smi's name) from the
+#               traces, predicted vs measured
 #   loop        the calibration loop on the GPU (scripts/calibrate-local.sh --gpu)
 # Usage: scripts/gpu-check.sh [PART...] (default: all, in order). The device tool allows 10 minutes
 # a command: run `build kernels layouts reference` in one call and the rest in a second (the
 # build stays on a warm machine; a later part rebuilds if it is missing). Logs and result files go
-# to $OUT (the device tool's output folder) or ./out/gpu. On the build machine first:
-# scripts/device-deps.sh, and carry [".device"].
+# to ./out/gpu; when $OUT is set (the device tool's output folder, which brings back at most 8 files)
+# they are packed into $OUT/gpu-check.tgz beside a copy of summary.txt. On the build machine first:
+# scripts/device-deps.sh, and carry [".device"]. Binaries built on the build machine can travel
+# instead of building there: see scripts/device-pack.sh.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${OUT:-$root/out/gpu}"
+out="$root/out/gpu"
 mkdir -p "$out"
+pack() {  # the device tool brings back 8 files at most: one archive and the summary
+  [[ -n "${OUT:-}" ]] || return 0
+  tar -czf "$OUT/gpu-check.tgz" -C "$out" . && cp "$out/summary.txt" "$OUT/" 2>/dev/null
+}
+trap pack EXIT
 cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe)
 status=0
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(build kernels layouts reference compute throughput calibrate loop)
+[[ ${#parts[@]} -eq 0 ]] && parts=(build kernels layouts reference compute throughput calibrate kineto loop)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 step() { echo; echo "== $*" | tee -a "$out/summary.txt"; }
 # On the GPU machine a skipped GPU test is a failure: it means the GPU was not seen.
@@ -37,6 +48,30 @@ record() { if [[ $1 -ne 0 ]]; then status=1; echo "   FAILED ($1)" | tee -a "$ou
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; git rev-parse HEAD 2>/dev/null; date -u; } \
   >"$out/machine.txt" 2>&1
+# The shipped single-GPU cluster that describes this GPU.
+cluster=h100-1gpu
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && cluster=h200-1gpu
+export SEXTANT_GPU_CLUSTER=$cluster
+
+# Binaries packed on the build machine (scripts/device-pack.sh) stand in for a build here, when they
+# load: the tests find their data through the build machine's checkout path, linked to this one.
+if ! want build && [[ ! -x build/cuda/cli/sextant && -f .device/bin/sextant ]]; then
+  step "install the binaries built on the build machine ($(cat .device/bin/commit))"
+  built_root="$(cat .device/bin/source_dir)"
+  if [[ "$built_root" != "$root" && ! -e "$built_root" ]]; then
+    mkdir -p "$(dirname "$built_root")" && ln -s "$root" "$built_root"
+  fi
+  mkdir -p build/cuda/cli build/cuda/tests build/cuda/lib
+  cp .device/bin/sextant build/cuda/cli/ && cp .device/bin/exec_test .device/bin/exec_mpi_test build/cuda/tests/ &&
+    cp .device/bin/libsextant_cuda.so build/cuda/lib/
+  export SEXTANT_CUDA_MODULE="$root/build/cuda/lib/libsextant_cuda.so"
+  if ldd build/cuda/cli/sextant build/cuda/tests/exec_test "$SEXTANT_CUDA_MODULE" | grep "not found"; then
+    echo "   they do not load here: building" | tee -a "$out/summary.txt"
+    rm -rf build/cuda; unset SEXTANT_CUDA_MODULE
+  else
+    record 0
+  fi
+fi
 
 if want build || [[ ! -x build/cuda/cli/sextant ]]; then
 step "build (CUDA, sm_90)"
@@ -62,7 +97,8 @@ if want layouts; then
 for precision in fp32 bf16; do
   for np in 2 4; do
     step "layout equivalence on the CUDA backend, $np ranks, $precision"
-    SEXTANT_TEST_BACKEND=cuda SEXTANT_TEST_PRECISION=$precision "${mpirun[@]}" -np $np \
+    # A hang (a collective one rank never joins) must not eat the device call: 4 minutes each.
+    SEXTANT_TEST_BACKEND=cuda SEXTANT_TEST_PRECISION=$precision timeout 240 "${mpirun[@]}" -np $np \
       build/cuda/tests/exec_mpi_test --gtest_filter='LayoutTest.*' \
       >"$out/layouts_${precision}_np$np.txt" 2>&1
     rc=$?
@@ -129,20 +165,49 @@ record $?
 fi
 
 if want calibrate; then
-step "calibrate h100-1gpu from the measured traces; predicted vs measured"
+step "calibrate $cluster from the measured traces; predicted vs measured"
 # Mixed precision: bf16 tensors and GEMMs, so rates fit against the bf16 peak.
-"$sextant" calibrate --cluster h100-1gpu --trace "$out/sextant_gpt2.trace.json" \
-  --trace "$out/compute_bf16.trace.json" --dtype bf16 --out "$out/h100-1gpu.calibrated.json" \
+"$sextant" calibrate --cluster $cluster --trace "$out/sextant_gpt2.trace.json" \
+  --trace "$out/compute_bf16.trace.json" --dtype bf16 --out "$out/$cluster.calibrated.json" \
   >"$out/calibrate.txt" 2>&1
 record $?; tail -20 "$out/calibrate.txt"
-for c in h100-1gpu "$out/h100-1gpu.calibrated.json"; do
-  tag=$([[ "$c" == h100-1gpu ]] && echo default || echo calibrated)
+for c in $cluster "$out/$cluster.calibrated.json"; do
+  tag=$([[ "$c" == "$cluster" ]] && echo default || echo calibrated)
   "$sextant" simulate --model gpt2-124m --cluster "$c" --gpus 1 --global-batch 32 --micro-batch 32 \
     --dtype bf16 --stack sextant --trace "$out/gpt2.$tag.predicted.json" --json >"$out/gpt2.$tag.report.json" 2>&1 &&
     "$sextant" compare --measured "$out/sextant_gpt2.trace.json" --predicted "$out/gpt2.$tag.predicted.json" \
       >"$out/compare.$tag.txt" 2>&1
   record $?; echo "-- $tag cluster"; tail -25 "$out/compare.$tag.txt"
 done
+fi
+
+if want kineto; then
+step "PyTorch-profiler trace of GPT-2 124M (bf16 autocast, SDPA, micro-batch 8) and calibrate --kineto"
+python3 bench/pytorch_gpt_cuda.py --model-json $model --micro-batch 8 --steps 10 --precision bf16 \
+  --attention sdpa --profile "$out/kineto-gpt2-124m-b8.json" >"$out/kineto_run.txt" 2>&1 &&
+  gzip -f "$out/kineto-gpt2-124m-b8.json"
+record $?; cat "$out/kineto_run.txt"
+cat >"$out/kineto.plan.json" <<'JSON'
+{"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 8, "global_batch": 8,
+ "stack": {"preset": "pytorch-fsdp", "autocast": true}}
+JSON
+"$sextant" calibrate --cluster $cluster --kineto "$out/kineto-gpt2-124m-b8.json.gz" --model $model \
+  --plan "$out/kineto.plan.json" --out "$out/$cluster.kineto-calibrated.json" >"$out/calibrate_kineto.txt" 2>&1
+record $?; tail -30 "$out/calibrate_kineto.txt"
+# The two sources side by side: the fitted device parameters of each.
+python3 - "$out/$cluster.calibrated.json" "$out/$cluster.kineto-calibrated.json" <<'PY' | tee "$out/calibrations_side_by_side.txt"
+import json, sys
+def flat(d, pre=""):
+    for k, v in d.items():
+        if isinstance(v, dict): yield from flat(v, pre + k + ".")
+        elif isinstance(v, (int, float)): yield pre + k, v
+try:
+    a, b = (dict(flat(json.load(open(f))["device"])) for f in sys.argv[1:3])
+except Exception as e:
+    sys.exit(f"side by side: {e}")
+for k in sorted(set(a) | set(b)):
+    if a.get(k) != b.get(k): print(f"{k:50s} sextant-traces {a.get(k)!s:>14}  kineto {b.get(k)!s:>14}")
+PY
 fi
 
 if want loop; then

@@ -19,7 +19,7 @@ Json cluster_with(const std::function<void(Json&)>& edit) {
 }
 
 TEST(DeviceModels, ShippedGpuClustersDescribeTheirKernels) {
-  for (const char* name : {"dgx-a100", "dgx-h100", "h100-1gpu"}) {
+  for (const char* name : {"dgx-a100", "dgx-h100", "h100-1gpu", "h200-1gpu"}) {
     ClusterSpec c = builtin_cluster(name);
     ASSERT_TRUE(c.device.gemm_model) << name;
     EXPECT_FALSE(c.device.attention_kernels.empty()) << name;
