@@ -158,16 +158,16 @@ class Bf16Emulation : public Backend {
     inner_->add_positions_backward(wide(dy), row_begin, seq, dpos);
   }
   void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                     std::vector<float>& max, std::vector<float>& sum,
+                     int64_t valid, std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
-    inner_->softmax_stats(wide(logits), targets, vocab_begin, max, sum, target);
+    inner_->softmax_stats(wide(logits), targets, vocab_begin, valid, max, sum, target);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
-                              int64_t vocab_begin, const std::vector<float>& max,
+                              int64_t vocab_begin, int64_t valid, const std::vector<float>& max,
                               const std::vector<float>& sum, float scale,
                               Tensor& dlogits) override {
     Tensor d32 = out(dlogits);
-    inner_->cross_entropy_backward(wide(logits), targets, vocab_begin, max, sum, scale, d32);
+    inner_->cross_entropy_backward(wide(logits), targets, vocab_begin, valid, max, sum, scale, d32);
     store(d32, dlogits);
   }
   double sum_squares(const Tensor& x) override { return inner_->sum_squares(wide(x)); }

@@ -472,14 +472,15 @@ class CpuBackend : public Backend {
   }
 
   void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                     std::vector<float>& max, std::vector<float>& sum,
+                     int64_t valid, std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
-    const int64_t n = rows_of(logits), v = cols_of(logits);
+    const int64_t n = rows_of(logits), stride = cols_of(logits), v = valid;
+    SEXTANT_CHECK(v >= 0 && v <= stride, "softmax_stats: {} valid of {} columns", v, stride);
     max.assign(static_cast<size_t>(n), -INFINITY);
     sum.assign(static_cast<size_t>(n), 0.0f);
     target.assign(static_cast<size_t>(n), 0.0f);
     for (int64_t i = 0; i < n; ++i) {
-      const float* row = logits.data() + i * v;
+      const float* row = logits.data() + i * stride;
       const size_t k = static_cast<size_t>(i);
       for (int64_t j = 0; j < v; ++j) max[k] = std::max(max[k], row[j]);
       double s = 0;
@@ -490,20 +491,23 @@ class CpuBackend : public Backend {
     }
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
-                              int64_t vocab_begin, const std::vector<float>& max,
+                              int64_t vocab_begin, int64_t valid, const std::vector<float>& max,
                               const std::vector<float>& sum, float scale_factor,
                               Tensor& dlogits) override {
     const int64_t n = rows_of(logits), v = cols_of(logits);
+    SEXTANT_CHECK(valid >= 0 && valid <= v, "cross_entropy_backward: {} valid of {} columns", valid,
+                  v);
     const float* x = logits.data();
     float* dx = dlogits.data();
     for (int64_t i = 0; i < n; ++i) {
       const float m = max[static_cast<size_t>(i)];
       const float inv = 1.0f / sum[static_cast<size_t>(i)];
       const int64_t col = targets[static_cast<size_t>(i)] - vocab_begin;
-      for (int64_t j = 0; j < v; ++j) {
+      for (int64_t j = 0; j < valid; ++j) {
         float p = std::exp(x[i * v + j] - m) * inv;
         dx[i * v + j] = (p - (j == col ? 1.0f : 0.0f)) * scale_factor;
       }
+      for (int64_t j = valid; j < v; ++j) dx[i * v + j] = 0.0f;
     }
   }
 

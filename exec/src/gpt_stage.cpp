@@ -10,6 +10,7 @@
 #include <map>
 
 #include "activation_comm.hpp"
+#include "sextant/models/vocabulary.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -69,11 +70,13 @@ class GptStage : public StageModel {
     qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
-    // The vocabulary padded to a multiple of tp (Megatron-LM pads it too): every rank holds
-    // ceil(V / tp) rows; the padded rows at the end of the last ranks are zeros that no token
-    // looks up and no logit is computed from, so the model is the same under any tp.
-    vocab_local_ = (m_.vocab + t_ - 1) / t_;
-    vocab_valid_ = std::clamp<int64_t>(m_.vocab - r_ * vocab_local_, 0, vocab_local_);
+    // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of
+    // 128 x tp rows, runner.cpp): every rank holds the same number of rows; the padded rows at
+    // the end of the last ranks are zeros that no token looks up, and their logits, computed so
+    // that the logits GEMMs run on aligned shapes, are left out of the loss (zero gradient), so
+    // the model is the same under any tp.
+    vocab_local_ = ctx.lowered->vocab_shard;
+    vocab_valid_ = models::vocab_rows_used(m_.vocab, vocab_local_, r_);
     models::StageLayers sl = models::stage_layers(plan, *ctx.lowered, ctx.groups->pp_rank);
     // One chunk of layers, or several under the interleaved schedule (chunk c is the model's
     // chunk c * pp + stage).
@@ -628,9 +631,10 @@ class GptStage : public StageModel {
       norm(x, *head_g_, head_b_, c.ln, c.mean, c.rstd);
     }
     c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
-    // Logits of this rank's real vocabulary rows only (the padded rows are left out).
-    const Tensor w = head_w_->compute.rows(0, vocab_valid_);
-    c.logits = act({rows_, vocab_valid_});
+    // Logits over the whole padded shard (aligned: an odd width such as GPT-2's 50257 ran the
+    // GEMMs 5-8x slower on the H200); the loss leaves the padding columns out.
+    const Tensor& w = head_w_->compute;
+    c.logits = act({rows_, vocab_local_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kFwd, mb.index));
       be.matmul_nt(c.xg, w, c.logits);
@@ -638,7 +642,7 @@ class GptStage : public StageModel {
     std::vector<float> target;
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
-      be.softmax_stats(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, target);
+      be.softmax_stats(c.logits, mb.targets, r_ * vocab_local_, vocab_valid_, c.max, c.sum, target);
     }
     if (t_ > 1) {
       // Each shard's sum is relative to its own max: rescale to the global max, then add.
@@ -671,17 +675,17 @@ class GptStage : public StageModel {
     const int32_t layer = head_layer_;
     // The loss of a step is the mean over every token of the global batch.
     const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
-    Tensor dlogits = act({rows_, vocab_valid_});
+    Tensor dlogits = act({rows_, vocab_local_});
     {
       auto s = rec(ctx_.op("head.loss", layer, Phase::kBwd, mb.index));
-      be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, c.max, c.sum, scale,
-                                dlogits);
+      be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, vocab_valid_, c.max, c.sum,
+                                scale, dlogits);
     }
     Tensor dxg = act({rows_, h_});
     {
       auto s = rec(ctx_.op("head.logits", layer, Phase::kBwd, mb.index));
-      Tensor dw = head_w_->grad.rows(0, vocab_valid_);
-      be.matmul_nt_backward(c.xg, head_w_->compute.rows(0, vocab_valid_), dlogits, dxg, dw);
+      // The padding columns' zero gradient leaves the padding rows' gradient zero.
+      be.matmul_nt_backward(c.xg, head_w_->compute, dlogits, dxg, head_w_->grad);
     }
     Tensor dln = gather_backward(dxg, "head", layer, mb.index);
     Tensor dx = act({local_rows_, h_});

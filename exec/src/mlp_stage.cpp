@@ -88,7 +88,8 @@ class MlpStage : public StageModel {
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
         auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kFwd, mb.index));
         std::vector<float> target;
-        be.softmax_stats(y, mb.targets, 0, max_[mb.index], sum_[mb.index], target);
+        be.softmax_stats(y, mb.targets, 0, y.shape().back(), max_[mb.index], sum_[mb.index],
+                         target);
         for (int64_t i = 0; i < o_.micro_batch; ++i) {
           size_t k = static_cast<size_t>(i);
           loss_ += std::log(static_cast<double>(sum_[mb.index][k])) + max_[mb.index][k] - target[k];
@@ -117,7 +118,8 @@ class MlpStage : public StageModel {
       Tensor dpre = be.empty(y.shape(), be.activation_dtype());
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
         auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kBwd, mb.index));
-        be.cross_entropy_backward(y, mb.targets, 0, max_[mb.index], sum_[mb.index],
+        be.cross_entropy_backward(y, mb.targets, 0, y.shape().back(), max_[mb.index],
+                                  sum_[mb.index],
                                   1.0f / static_cast<float>(ctx_.plan->global_batch), dpre);
       } else {
         const Tensor& upstream = l == end_ - 1 ? *grad_output : dy;

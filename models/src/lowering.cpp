@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::models {
@@ -242,6 +243,7 @@ Op unfused(Op op, double passes, int kernels) {
 
 struct TransformerDims {
   int64_t b, s, h, a, kv, d, f, V, t, e;
+  int64_t vocab_shard;  // rows of the vocabulary a tp rank holds, padding included
   bool sp;
   spec::AttentionKernel attention;
   spec::Fusion fusion;
@@ -581,7 +583,7 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   int64_t shared = (has_positions ? m.max_positions * x.h : 0) + m.type_vocab * x.h +
                    (m.architecture == spec::Architecture::kEncoder ? norm_params : 0);
   layer.params_total = x.V * x.h + shared;
-  layer.params = (x.V + x.t - 1) / x.t * x.h + shared;
+  layer.params = x.vocab_shard * x.h + shared;
   if (x.sp) layer.sp_partial_params = shared;
   layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
       m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
@@ -595,7 +597,7 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   layer.kind = LayerKind::kHead;
   const int64_t T = x.tokens();
   const int64_t e = x.e;
-  const int64_t vocab_shard = (x.V + x.t - 1) / x.t;
+  const int64_t vocab_shard = x.vocab_shard;
   const bool decoder = m.architecture == spec::Architecture::kDecoder;
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   const FusionPasses passes = fusion_passes(m, x);
@@ -677,7 +679,8 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
 }
 
 LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptions& o) {
-  const spec::TransformerSpec& m = model.transformer();
+  spec::TransformerSpec m = model.transformer();
+  m.dropout = m.dropout && o.dropout;  // a stack that runs no dropout trains the model without
   TransformerDims x{};
   x.b = o.micro_batch;
   x.s = o.seq_len > 0 ? o.seq_len : m.seq_len;
@@ -688,6 +691,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.f = m.ffn_hidden;
   x.V = m.vocab;
   x.t = o.tp;
+  x.vocab_shard = vocab_shard(m.vocab, o.tp, o.vocab_multiple);
   x.e = spec::dtype_bytes(o.dtype);
   x.sp = o.sequence_parallel && o.tp > 1;
   x.attention = o.attention;
@@ -717,7 +721,8 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   out.layers.push_back(transformer_head(m, x));
   out.split_begin = 1;
   out.split_end = out.layers.size() - 1;
-  if (m.tied_embeddings) out.tied_table_params = (x.V + x.t - 1) / x.t * x.h;
+  if (m.tied_embeddings) out.tied_table_params = x.vocab_shard * x.h;
+  out.vocab_shard = x.vocab_shard;
   return out;
 }
 

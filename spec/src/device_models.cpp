@@ -130,6 +130,8 @@ GemmModel decode_gemm_model(ObjectReader& r) {
   g.tile_overhead_k = r.number("tile_overhead_k", Range::non_negative()).value_or(0);
   g.kernel_overhead_us = r.number("kernel_overhead_us", Range::non_negative()).value_or(0);
   g.max_split_k = r.integer("max_split_k", Range::between(1, 64)).value_or(1);
+  g.misaligned_efficiency =
+      r.number("misaligned_efficiency", Range::between(1e-3, 1), Presence::kOptional).value_or(1);
   if (const Json* tiles = r.array("tiles")) {
     std::string base = pointer_join(r.pointer(), "tiles");
     for (size_t i = 0; i < tiles->size(); ++i) {
@@ -222,6 +224,7 @@ Json to_json(const GemmModel& g) {
           {"kernel_overhead_us", g.kernel_overhead_us},
           {"tiles", tiles},
           {"max_split_k", g.max_split_k},
+          {"misaligned_efficiency", g.misaligned_efficiency},
           {"source", g.source}};
 }
 

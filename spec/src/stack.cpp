@@ -33,12 +33,14 @@ constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
     {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
 constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
     {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
-constexpr std::array<std::string_view, 14> kKnobs{
-    "attention",      "fusion",           "cross_entropy",
-    "tp_overlap",     "dp_overlap",       "param_gather_overlap",
-    "pp_overlap",     "dp_bucket_bytes",  "zero3",
-    "zero3_prefetch", "precision",        "grad_dtype",
-    "autocast",       "allocator_reserve"};
+constexpr std::array<std::string_view, 16> kKnobs{"attention",      "fusion",
+                                                  "cross_entropy",  "tp_overlap",
+                                                  "dp_overlap",     "param_gather_overlap",
+                                                  "pp_overlap",     "dp_bucket_bytes",
+                                                  "zero3",          "zero3_prefetch",
+                                                  "precision",      "grad_dtype",
+                                                  "autocast",       "allocator_reserve",
+                                                  "vocab_multiple", "dropout"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -81,6 +83,10 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.boolean("autocast", presence)) s.autocast = *v;
   if (auto v = r.number("allocator_reserve", Range::between(0, 1), presence))
     s.allocator_reserve = *v;
+  // Optional even in presets: stacks written before the knob existed padded nothing.
+  if (auto v = r.integer("vocab_multiple", Range::between(1, 1 << 20), Presence::kOptional))
+    s.vocab_multiple = *v;
+  if (auto v = r.boolean("dropout", Presence::kOptional)) s.dropout = *v;
 }
 
 constexpr std::array<std::string_view, 5> kTunable{
@@ -275,6 +281,8 @@ Json to_json(const Stack& s) {
   j["grad_dtype"] = s.grad_dtype ? enum_name(dtype_names(), *s.grad_dtype) : "compute";
   j["autocast"] = s.autocast;
   j["allocator_reserve"] = s.allocator_reserve;
+  j["vocab_multiple"] = s.vocab_multiple;
+  j["dropout"] = s.dropout;
   return j;
 }
 

@@ -251,13 +251,13 @@ TEST_F(Kernels, CrossEntropy) {
   std::vector<int32_t> targets = {0, 5, 2, 3};
   auto loss = [&] {
     std::vector<float> max, sum, t;
-    be->softmax_stats(logits, targets, 0, max, sum, t);
+    be->softmax_stats(logits, targets, 0, 6, max, sum, t);
     double l = 0;
     for (size_t i = 0; i < 4; ++i) l += std::log(static_cast<double>(sum[i])) + max[i] - t[i];
     return l;
   };
   std::vector<float> max, sum, t;
-  be->softmax_stats(logits, targets, 0, max, sum, t);
+  be->softmax_stats(logits, targets, 0, 6, max, sum, t);
   // Row 1 by hand: its max, sum of exp(x - max), and the logit of its target (column 5).
   float m = -INFINITY;
   for (int64_t j = 0; j < 6; ++j) m = std::max(m, logits.data()[6 + j]);
@@ -271,12 +271,40 @@ TEST_F(Kernels, CrossEntropy) {
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 3; ++j) shard.data()[i * 3 + j] = logits.data()[i * 6 + 3 + j];
   std::vector<float> smax, ssum, st;
-  be->softmax_stats(shard, targets, 3, smax, ssum, st);
+  be->softmax_stats(shard, targets, 3, 3, smax, ssum, st);
   EXPECT_EQ(st[0], 0.0f);                  // target 0: another shard's
   EXPECT_EQ(st[1], logits.data()[6 + 5]);  // target 5: column 2 of this shard
   Tensor d = be->empty({4, 6});
-  be->cross_entropy_backward(logits, targets, 0, max, sum, 1.0f, d);
+  be->cross_entropy_backward(logits, targets, 0, 6, max, sum, 1.0f, d);
   expect_gradient(logits, d, loss, "dlogits");
+}
+
+// The vocabulary padded for aligned GEMMs: logits [4, 8] whose last 2 columns are padding give the
+// statistics of the 6 real columns alone, whatever the padding holds, and a zero gradient there.
+TEST_F(Kernels, CrossEntropyLeavesPaddingColumnsOut) {
+  Tensor logits = random({4, 6});
+  Tensor padded = be->empty({4, 8});
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 6; ++j) padded.data()[i * 8 + j] = logits.data()[i * 6 + j];
+    padded.data()[i * 8 + 6] = 50.0f;  // would dominate the max and the sum if counted
+    padded.data()[i * 8 + 7] = -3.0f;
+  }
+  const std::vector<int32_t> targets = {0, 5, 2, 3};
+  std::vector<float> max, sum, t, pmax, psum, pt;
+  be->softmax_stats(logits, targets, 0, 6, max, sum, t);
+  be->softmax_stats(padded, targets, 0, 6, pmax, psum, pt);
+  EXPECT_EQ(pmax, max);
+  EXPECT_EQ(psum, sum);
+  EXPECT_EQ(pt, t);
+  Tensor d = be->empty({4, 6}), pd = be->empty({4, 8});
+  be->cross_entropy_backward(logits, targets, 0, 6, max, sum, 0.5f, d);
+  pd.data()[6] = pd.data()[7] = 1.0f;  // poison: must be overwritten with 0
+  be->cross_entropy_backward(padded, targets, 0, 6, max, sum, 0.5f, pd);
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 6; ++j) EXPECT_EQ(pd.data()[i * 8 + j], d.data()[i * 6 + j]);
+    EXPECT_EQ(pd.data()[i * 8 + 6], 0.0f);
+    EXPECT_EQ(pd.data()[i * 8 + 7], 0.0f);
+  }
 }
 
 TEST_F(Kernels, BiasAndAdd) {

@@ -6,6 +6,7 @@
 
 #include "json_mutations.hpp"
 #include "sextant/models/counts.hpp"
+#include "sextant/models/vocabulary.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/spec/json_io.hpp"
 
@@ -85,6 +86,41 @@ TEST(Lowering, BlocksDoTheSameWorkAndOnlyThey) {
   changed = l.layers[2];
   changed.saved_bytes_full += 1;
   EXPECT_FALSE(changed.same_work_as(l.layers[1]));
+}
+
+// Megatron-LM's _vocab_size_with_padding: the vocabulary rounded up to a multiple of
+// make_vocab_size_divisible_by x tp, split evenly. GPT-2's 50257 by hand: 50304 = 393 x 128 at tp
+// 1; 50432 = 197 x 256 at tp 2, 25216 rows a rank; without padding ceil(50257 / 8) = 6283 at tp 8.
+TEST(Lowering, VocabularyPaddedToTheStacksMultipleTimesTp) {
+  EXPECT_EQ(vocab_shard(50257, 1, 128), 50304);
+  EXPECT_EQ(vocab_shard(50257, 2, 128), 25216);
+  EXPECT_EQ(vocab_shard(50257, 8, 1), 6283);
+  EXPECT_EQ(vocab_shard(51200, 8, 128), 6400);  // already a multiple: unchanged
+  // The real rows of each shard: rank 1 of 2 holds 50257 - 25216 = 25041, the rest padding; a
+  // small vocabulary (64 at tp 2, 128 a rank) leaves rank 1 nothing but padding.
+  EXPECT_EQ(vocab_rows_used(50257, 25216, 0), 25216);
+  EXPECT_EQ(vocab_rows_used(50257, 25216, 1), 25041);
+  EXPECT_EQ(vocab_rows_used(64, 128, 1), 0);
+  // The lowering prices and counts the padded shard: the logits GEMM's N, the head's and the
+  // tied table's parameters; the model's own parameter count stays unpadded.
+  spec::ModelSpec m = zoo_model("gpt2-124m");
+  LoweringOptions o{1, 0, spec::Dtype::kBf16, 2, false};
+  o.vocab_multiple = 128;
+  LoweredModel padded = lower(m, o);
+  EXPECT_EQ(padded.vocab_shard, 25216);
+  EXPECT_EQ(padded.tied_table_params, 25216 * 768);
+  EXPECT_EQ(padded.layers.front().params, 25216 * 768 + 1024 * 768);  // table + positions
+  EXPECT_EQ(padded.layers.front().params_total, 50257 * 768 + 1024 * 768);
+  bool found = false;
+  for (const Op& op : padded.layers.back().forward) {
+    if (op.name != "head.logits") continue;
+    found = true;
+    ASSERT_EQ(op.matmuls.size(), 1u);
+    EXPECT_EQ(op.matmuls[0].n, 25216);
+  }
+  EXPECT_TRUE(found);
+  o.vocab_multiple = 1;
+  EXPECT_EQ(lower(m, o).vocab_shard, 25129);  // ceil(50257 / 2)
 }
 
 TEST(Lowering, TensorParallelOnACnnIsRefused) {

@@ -391,9 +391,10 @@ __global__ void positions_backward_kernel(const T* dy, float* dpos, int64_t rows
 // pair over its columns, rescaled to the block's max before the sums are added.
 template <typename T>
 __global__ void softmax_stats_kernel(const T* x, const int32_t* targets, float* max, float* sum,
-                                     float* target, int64_t cols, int64_t vocab_begin) {
+                                     float* target, int64_t stride, int64_t cols,
+                                     int64_t vocab_begin) {
   const int64_t row = blockIdx.x;
-  const T* xr = x + row * cols;
+  const T* xr = x + row * stride;  // columns [cols, stride) are padding
   float m = -INFINITY, s = 0;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     const float v = ld(xr[j]);
@@ -416,10 +417,14 @@ __global__ void softmax_stats_kernel(const T* x, const int32_t* targets, float* 
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* x, const int32_t* targets, const float* max,
                                               const float* sum, float scale, T* dx, int64_t rows,
-                                              int64_t cols, int64_t vocab_begin) {
+                                              int64_t cols, int64_t valid, int64_t vocab_begin) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   int64_t r = i / cols, c = i % cols;
+  if (c >= valid) {  // padding columns
+    dx[i] = st<T>(0.0f);
+    return;
+  }
   float p = expf(ld(x[i]) - max[r]) / sum[r];
   dx[i] = st<T>((p - (c == targets[r] - vocab_begin ? 1.0f : 0.0f)) * scale);
 }
@@ -940,9 +945,11 @@ class CudaBackend : public Backend {
     });
   }
   void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets, int64_t vocab_begin,
-                     std::vector<float>& max, std::vector<float>& sum,
+                     int64_t valid, std::vector<float>& max, std::vector<float>& sum,
                      std::vector<float>& target) override {
     const int64_t rows = rows_of(logits);
+    SEXTANT_CHECK(valid >= 0 && valid <= cols_of(logits), "softmax_stats: {} valid of {} columns",
+                  valid, cols_of(logits));
     const int32_t* t = upload(targets);
     float* dmax = rows_scratch(rows, 0);
     float* dsum = rows_scratch(rows, 1);
@@ -950,7 +957,7 @@ class CudaBackend : public Backend {
     dispatch(logits, [&](auto tag) {
       using T = decltype(tag);
       softmax_stats_kernel<T><<<static_cast<int>(rows), kThreads>>>(
-          ptr<T>(logits), t, dmax, dsum, dtarget, cols_of(logits), vocab_begin);
+          ptr<T>(logits), t, dmax, dsum, dtarget, cols_of(logits), valid, vocab_begin);
     });
     CUDA_CHECK(cudaGetLastError());
     download(dmax, rows, max);
@@ -958,10 +965,12 @@ class CudaBackend : public Backend {
     download(dtarget, rows, target);
   }
   void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
-                              int64_t vocab_begin, const std::vector<float>& max,
+                              int64_t vocab_begin, int64_t valid, const std::vector<float>& max,
                               const std::vector<float>& sum, float scale_factor,
                               Tensor& dlogits) override {
     const int64_t rows = rows_of(logits);
+    SEXTANT_CHECK(valid >= 0 && valid <= cols_of(logits),
+                  "cross_entropy_backward: {} valid of {} columns", valid, cols_of(logits));
     const int32_t* t = upload(targets);
     float* dmax = rows_scratch(rows, 0);
     float* dsum = rows_scratch(rows, 1);
@@ -971,7 +980,7 @@ class CudaBackend : public Backend {
       using T = decltype(tag);
       cross_entropy_backward_kernel<T><<<blocks_for(logits.numel()), kThreads>>>(
           ptr<T>(logits), t, dmax, dsum, scale_factor, ptr<T>(dlogits), rows, cols_of(logits),
-          vocab_begin);
+          valid, vocab_begin);
     });
   }
   double sum_squares(const Tensor& x) override {

@@ -73,6 +73,11 @@ double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
       best = std::min(best, time);
     }
   }
+  // Every dimension is a leading dimension of some operand in one of the three GEMMs of a layer
+  // (forward, dgrad, wgrad), so any one off the 16-byte grid (GPT-2's 50257-row vocabulary
+  // unpadded) takes the slow kernels.
+  const int64_t grid = std::max<int64_t>(1, 16 / spec::dtype_bytes(dtype_));
+  if (s.m % grid != 0 || s.n % grid != 0 || s.k % grid != 0) best /= g.misaligned_efficiency;
   return best + g.kernel_overhead_us * 1e-6;
 }
 

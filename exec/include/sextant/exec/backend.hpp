@@ -138,15 +138,17 @@ class Backend {
                                       Tensor& dpos) = 0;
   // The local part of a (vocabulary-parallel) softmax cross-entropy, in one pass over logits
   // [rows, v]: per row the max, the sum of exp(x - max) and the logit of the row's target if it
-  // falls in [vocab_begin, vocab_begin + v) (else 0).
+  // falls in [vocab_begin, vocab_begin + valid) (else 0). Columns from `valid` on are padding
+  // (the vocabulary padded so that the logits GEMM runs on aligned shapes): left out.
   virtual void softmax_stats(const Tensor& logits, const std::vector<int32_t>& targets,
-                             int64_t vocab_begin, std::vector<float>& max, std::vector<float>& sum,
-                             std::vector<float>& target) = 0;
-  // dlogits = (softmax(logits) - onehot(target)) * scale, with the global max and sum.
+                             int64_t vocab_begin, int64_t valid, std::vector<float>& max,
+                             std::vector<float>& sum, std::vector<float>& target) = 0;
+  // dlogits = (softmax(logits) - onehot(target)) * scale, with the global max and sum; 0 in the
+  // padding columns from `valid` on.
   virtual void cross_entropy_backward(const Tensor& logits, const std::vector<int32_t>& targets,
-                                      int64_t vocab_begin, const std::vector<float>& max,
-                                      const std::vector<float>& sum, float scale,
-                                      Tensor& dlogits) = 0;
+                                      int64_t vocab_begin, int64_t valid,
+                                      const std::vector<float>& max, const std::vector<float>& sum,
+                                      float scale, Tensor& dlogits) = 0;
   // Sum of squares of x (fp32).
   virtual double sum_squares(const Tensor& x) = 0;
   // The same over spans [offset, offset + count) of a flat fp32 tensor, added up (one launch and

@@ -101,7 +101,9 @@ struct LoweringOptions {
   spec::AttentionKernel attention = spec::AttentionKernel::kUnfused;
   spec::Fusion fusion = spec::Fusion::kFused;
   spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
-  bool autocast = false;  // 16-bit compute by torch.autocast over fp32 parameters
+  bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
+  int64_t vocab_multiple = 1;  // the vocabulary padded to a multiple of this x tp (vocabulary.hpp)
+  bool dropout = true;         // false: the model's dropout is not run (Stack::dropout)
 };
 
 struct LoweredModel {
@@ -116,6 +118,9 @@ struct LoweredModel {
   // Parameters of one rank's shard of an embedding table tied to the output layer (0 if untied):
   // with pipeline stages the first and the last stage each hold it and sum its gradients.
   int64_t tied_table_params = 0;
+  // Rows of the embedding table / output layer each tensor-parallel rank holds, padding included
+  // (models::vocab_shard); 0 for models without a vocabulary.
+  int64_t vocab_shard = 0;
 };
 
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if

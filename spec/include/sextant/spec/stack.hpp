@@ -90,6 +90,13 @@ struct Stack {
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;
+  // The vocabulary is padded to a multiple of vocab_multiple x tp rows (Megatron's
+  // --make-vocab-size-divisible-by), so that every rank's logits GEMM has aligned shapes; the
+  // padding rows are never a target. 1: the model's vocabulary as it is, split ceil(V / tp).
+  int64_t vocab_multiple = 1;
+  // Whether the software runs the model's dropout; false: it trains the model without dropout
+  // (Sextant's executor and llm.c implement none), and the simulator prices what runs.
+  bool dropout = true;
   // The knobs the software exposes as flags that a plan search may vary (tunable_knob_names();
   // presets only, never part of a plan's stack: the plan runs the values it names).
   std::vector<std::string> tunable;
