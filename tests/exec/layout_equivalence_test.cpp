@@ -43,16 +43,24 @@ double rel_tol() {
   return in_bf16() ? 1e-2 : on_cuda() ? 1e-4 : 1e-5;
 }
 
+// This rank's index on its node, found once by every rank together: node_local_rank is a
+// collective on MPI_COMM_WORLD, and asked first inside rank 0's single-rank reference run (while
+// rank 1 waited in the broadcast of its result) it hung the CUDA suite on the H200 (2026-11-24).
+int local_rank() {
+  static const int local = node_local_rank(MPI_COMM_WORLD).first;
+  return local;
+}
+
 std::unique_ptr<Backend> test_backend(std::optional<Precision> choice = std::nullopt) {
   const Precision precision = choice.value_or(in_bf16() ? Precision::kBf16 : Precision::kFp32);
   if (!on_cuda()) return make_cpu_backend(precision);
-  const int local = node_local_rank(MPI_COMM_WORLD).first;
-  return make_cuda_backend(local % cuda_device_count(), precision);
+  return make_cuda_backend(local_rank() % cuda_device_count(), precision);
 }
 
 class LayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    local_rank();  // every rank, before any of them runs rank-specific work
     if (on_cuda() && cuda_device_count() == 0)
       GTEST_SKIP() << "no GPU: " << cuda_unavailable_reason();
   }
