@@ -70,11 +70,11 @@ class GptStage : public StageModel {
     qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
-    // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of
-    // 128 x tp rows, runner.cpp): every rank holds the same number of rows; the padded rows at
-    // the end of the last ranks are zeros that no token looks up, and their logits, computed so
-    // that the logits GEMMs run on aligned shapes, are left out of the loss (zero gradient), so
-    // the model is the same under any tp.
+    // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the
+    // executor stack's vocab_multiple x tp rows, runner.cpp): every rank holds the same number of
+    // rows; the padded rows at the end of the last ranks are zeros that no token looks up, and
+    // their logits, computed so that the logits GEMMs run on aligned shapes, are left out of the
+    // loss (zero gradient), so the model is the same under any tp.
     vocab_local_ = ctx.lowered->vocab_shard;
     vocab_valid_ = models::vocab_rows_used(m_.vocab, vocab_local_, r_);
     models::StageLayers sl = models::stage_layers(plan, *ctx.lowered, ctx.groups->pp_rank);

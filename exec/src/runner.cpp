@@ -165,11 +165,11 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   // The bytes each traced op reports are those of the activation type the backend stores.
   const spec::Dtype dtype =
       backend.activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
-  // The vocabulary padded to a multiple of 128 x tp rows, Megatron-LM's default
-  // (--make-vocab-size-divisible-by 128; stacks/sextant.json's vocab_multiple says so).
+  // The vocabulary padded as the executor's own stack says (stacks/sextant.json: 128 x tp rows,
+  // Megatron-LM's default), whatever the plan's stack: the executor runs its own kernels.
   models::LoweringOptions lowering{job.plan.micro_batch, seq, dtype, job.plan.tp,
                                    job.plan.sequence_parallel};
-  lowering.vocab_multiple = 128;
+  lowering.vocab_multiple = spec::builtin_stack(spec::kExecutorStack).vocab_multiple;
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
