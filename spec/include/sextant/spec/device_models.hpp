@@ -34,10 +34,10 @@ struct GemmModel {
   double kernel_overhead_us = 0;  // per kernel on the device (ramp-up and tail)
   std::vector<GemmTile> tiles;
   int64_t max_split_k = 1;
-  // A GEMM with a dimension that is not a multiple of 16 bytes runs at this fraction of the
-  // aligned model's rate: cuBLAS cannot use its vectorised / TMA kernels for such operands
-  // (NVIDIA, Matrix Multiplication Background User's Guide, "Tensor Core requirements"). 1: not
-  // modelled.
+  // A GEMM whose N or K (the operands' leading dimensions) is not a multiple of 16 bytes runs at
+  // this fraction of the aligned model's rate: cuBLAS cannot use its vectorised / TMA kernels for
+  // such operands (NVIDIA, Matrix Multiplication Background User's Guide, "Tensor Core
+  // requirements"). 1: not modelled.
   double misaligned_efficiency = 1;
   std::string source;
 };
