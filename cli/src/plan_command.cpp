@@ -362,7 +362,8 @@ int run_plan(const PlanFlagsAll& f) {
     }
     if (!result.ranked.empty()) {
       fmt::print("\n{:>2} {:<34} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
-                 "MFU", "memory", "compute / exposed tp, dp, pp, fsdp / bubble / optimizer");
+                 "MFU", "memory",
+                 "compute / exposed tp, dp, pp, fsdp / bubble / optimizer (+offload)");
       int i = 1;
       for (const planner::RankedPlan& p : result.ranked) {
         const spec::Report& r = p.report;
@@ -376,7 +377,7 @@ int run_plan(const PlanFlagsAll& f) {
             human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
             human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
             pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
-            pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer));
+            pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer + b.offload_exposed));
       }
       print_pareto(result);
     }

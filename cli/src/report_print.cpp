@@ -32,6 +32,9 @@ void print_report(const spec::Report& r) {
       human_seconds(b.fsdp_comm_exposed), pct(b.fsdp_comm_exposed));
   fmt::print("                   pipeline bubble {} ({:.1f}%)\n", human_seconds(b.bubble),
              pct(b.bubble));
+  if (b.offload_exposed > 0)
+    fmt::print("                   offload (host copies, host optimizer) {} ({:.1f}%)\n",
+               human_seconds(b.offload_exposed), pct(b.offload_exposed));
   const spec::MemoryBreakdown& m = r.memory;
   fmt::print(
       "  memory per GPU   {} of {} ({}, {} {}): weights {}, gradients {}, optimizer {}, "
@@ -43,6 +46,10 @@ void print_report(const spec::Report& r) {
       human_bytes(static_cast<double>(m.gradients)), human_bytes(static_cast<double>(m.optimizer)),
       human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)),
       human_bytes(static_cast<double>(m.reserved)));
+  if (m.host_bytes > 0)
+    fmt::print("  host memory      {} of this rank's share {} of its node's memory\n",
+               human_bytes(static_cast<double>(m.host_bytes)),
+               human_bytes(static_cast<double>(m.host_capacity_bytes)));
   if (r.simulated_ranks > 0 && r.simulated_ranks < r.gpus) {
     fmt::print(
         "  simulated        {} events in {} ({} of {} ranks; the others are symmetric copies)\n",

@@ -16,7 +16,7 @@
 namespace sextant::planner {
 
 Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster)
-    : model_(&model), cluster_(&cluster) {}
+    : model_(&model), cluster_(&cluster), offload_(cluster) {}
 
 Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Stack& stack) {
   // Everything the lowering and the compute model depend on (step_setup's inputs), found without
@@ -293,7 +293,8 @@ int64_t Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,
                       stack.dp_bucket_bytes,
                       stack.zero3_prefetch,
                       stack.autocast,
-                      stack.allocator_reserve};
+                      stack.allocator_reserve,
+                      plan.offload};
   if (key == last_memory_key_) return last_memory_;
   int64_t peak = 0;
   for (int64_t s = 0; s < plan.pp; ++s) {
@@ -329,6 +330,15 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   out.peak_memory_bytes = peak_memory(plan, stack, l, stages);
   out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  const spec::Dtype param_dtype = spec::parameter_dtype(stack, lowered.dtype);
+  const int64_t shard = (max_params + plan.dp - 1) / plan.dp;
+  if (plan.offload.any()) {
+    // The offloaded shard in the rank's share of its node's host memory (sim::stage_memory's rule).
+    const int64_t host =
+        shard * sim::host_bytes_per_param(plan.offload, spec::dtype_bytes(param_dtype));
+    out.host_fits = cluster_->host && host <= offload_.host_capacity_per_rank();
+    out.fits = out.fits && out.host_fits;
+  }
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
@@ -370,12 +380,18 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
     if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
   }
-  if (plan.dp > 1 && plan.zero == 3) {
-    // Per micro-batch: gather parameters for forward and backward, scatter gradients.
+  const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
+  if (plan.zero == 3 && (plan.dp > 1 || params_offloaded)) {
+    // Per micro-batch: gather parameters for forward and backward (each shard first fetched
+    // from the host when offloaded), scatter gradients.
     const int64_t weights = max_params * e;
     const int64_t grads = max_params * g;
-    double per_mb = 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
-                    collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
+    double per_mb = 0;
+    if (plan.dp > 1)
+      per_mb += 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
+                collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
+    if (params_offloaded)
+      per_mb += 2 * ps_to_seconds(offload_.params_fetch(shard * e, plan.offload.params));
     double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - slowest_stage) : per_mb;
     step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
   }
@@ -396,10 +412,21 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     }
     step += stack.param_gather_overlap ? exposed : dp->gather_total;
   }
-  int64_t updated = plan.zero >= 1 ? (max_params + plan.dp - 1) / plan.dp : max_params;
-  const int64_t per_param = models::optimizer_bytes_per_param(
-      models::optimizer_precision(stack, lowered.dtype, plan.zero));
-  step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
+  int64_t updated = plan.zero >= 1 ? shard : max_params;
+  if (plan.offload.optimizer != spec::OffloadTarget::kNone) {
+    // ZeRO-Offload (sim's program builder): the last gradients' copy to the host (a bucket's
+    // shard at most), the host step, and the updated shard's way back.
+    const int64_t last = std::min(stack.dp_bucket_bytes, shard * g);
+    step += ps_to_seconds(
+        offload_.device_host_copy(last) +
+        offload_.host_step(updated, param_dtype, plan.offload.optimizer) +
+        offload_.params_return(updated * spec::dtype_bytes(param_dtype), plan.offload.params) +
+        compute.step_overhead());
+  } else {
+    const int64_t per_param = models::optimizer_bytes_per_param(
+        models::optimizer_precision(stack, lowered.dtype, plan.zero));
+    step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
+  }
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());
   return out;

@@ -160,7 +160,10 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   std::vector<Scored> fitting;
   result.least_memory_bytes = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < all.size(); ++i) {
-    result.least_memory_bytes = std::min(result.least_memory_bytes, estimates[i].peak_memory_bytes);
+    // The device memory a plan needs, of the plans whose offloaded state fits the host's.
+    if (estimates[i].host_fits)
+      result.least_memory_bytes =
+          std::min(result.least_memory_bytes, estimates[i].peak_memory_bytes);
     if (estimates[i].fits) {
       fitting.push_back({i, estimates[i]});
     } else {

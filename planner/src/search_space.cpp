@@ -58,6 +58,8 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       return p.virtual_stages;
     case Constraint::Dim::kRecomputeLayers:
       return p.recompute_layers;
+    case Constraint::Dim::kOffload:
+      return p.offload;
   }
   return 0;
 }
@@ -83,23 +85,24 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers and "
+                     "recompute_layers, offload and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
   const std::string dim = m[1];
-  c.dim = dim == "dp"     ? Constraint::Dim::kDp
-          : dim == "tp"   ? Constraint::Dim::kTp
-          : dim == "pp"   ? Constraint::Dim::kPp
-          : dim == "zero" ? Constraint::Dim::kZero
-          : dim == "mb"   ? Constraint::Dim::kMicroBatch
-          : dim == "vpp"  ? Constraint::Dim::kVpp
-                          : Constraint::Dim::kRecomputeLayers;
+  c.dim = dim == "dp"        ? Constraint::Dim::kDp
+          : dim == "tp"      ? Constraint::Dim::kTp
+          : dim == "pp"      ? Constraint::Dim::kPp
+          : dim == "zero"    ? Constraint::Dim::kZero
+          : dim == "mb"      ? Constraint::Dim::kMicroBatch
+          : dim == "vpp"     ? Constraint::Dim::kVpp
+          : dim == "offload" ? Constraint::Dim::kOffload
+                             : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
          : op == "<=" ? Constraint::Op::kLessEqual
@@ -240,6 +243,8 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   }
   out.recompute = static_cast<spec::Recompute>(c.recompute);
   out.recompute_layers = c.recompute_layers;
+  out.offload.optimizer = c.offload >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+  out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -356,7 +361,15 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               reject("ZeRO-2/3 with pipeline parallelism");
               continue;
             }
-            if (zero >= 1 && dp == 1) continue;  // nothing to shard: the same plan as zero 0
+            // What may live in host memory (Candidate::offload) under this stage. With one replica
+            // ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves the
+            // optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with the
+            // parameters too.
+            std::vector<uint8_t> offloads;
+            if (zero == 0 || dp > 1) offloads.push_back(0);
+            if (r.cluster.host && zero >= 1 && (dp > 1 || zero == 2)) offloads.push_back(1);
+            if (r.cluster.host && zero == 3) offloads.push_back(2);
+            if (offloads.empty()) continue;
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               if (sp && transformer &&
@@ -404,20 +417,23 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                     c.recompute = static_cast<uint8_t>(rc);
                     c.sequence_parallel = sp;
                     c.balanced = balanced;
-                    bool allowed = true;
-                    for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
-                    if (!allowed) {
-                      reject("excluded by --constraint");
-                      continue;
+                    for (uint8_t off : offloads) {
+                      c.offload = off;
+                      bool allowed = true;
+                      for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
+                      if (!allowed) {
+                        reject("excluded by --constraint");
+                        continue;
+                      }
+                      for (size_t t = 0; t < nt; ++t)
+                        for (size_t d = 0; d < nd; ++d)
+                          for (size_t g = 0; g < ng; ++g)
+                            for (size_t q = 0; q < np; ++q)
+                              for (size_t b = 0; b < nb; ++b) {
+                                c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                out.candidates.push_back(c);
+                              }
                     }
-                    for (size_t t = 0; t < nt; ++t)
-                      for (size_t d = 0; d < nd; ++d)
-                        for (size_t g = 0; g < ng; ++g)
-                          for (size_t q = 0; q < np; ++q)
-                            for (size_t b = 0; b < nb; ++b) {
-                              c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                              out.candidates.push_back(c);
-                            }
                   }
                 }
               }

@@ -158,7 +158,7 @@ HotProgram compact(const Program& p) {
     for (int32_t id : p.streams[static_cast<size_t>(s)]) {
       const Task& t = p.tasks[static_cast<size_t>(id)];
       HotTask ht;
-      ht.value = t.kind == TaskKind::kCompute ? t.duration : t.bytes;
+      ht.value = t.kind == TaskKind::kCompute || t.kind == TaskKind::kLocal ? t.duration : t.bytes;
       SEXTANT_CHECK(t.dep_end - t.dep_begin <= 4, "task {} has {} dependencies (at most 4)", id,
                     t.dep_end - t.dep_begin);
       for (int32_t d = t.dep_begin; d < t.dep_end; ++d) {
@@ -306,6 +306,9 @@ class Engine {
         t.bubble += idle - comm;
         break;
       }
+      case CommClass::kOffload:
+        t.offload += idle;
+        break;
       case CommClass::kNone:
         t.bubble += idle;
         break;
@@ -434,6 +437,10 @@ class Engine {
         }
         break;
       }
+      case TaskKind::kLocal:
+        // A fixed duration on its own stream; the device's compute is not slowed by it.
+        push(now + task.value, EventType::kTaskDone, rank, static_cast<int32_t>(stream));
+        break;
       case TaskKind::kSend:
       case TaskKind::kRecv: {
         bool send = task.kind == TaskKind::kSend;
@@ -475,7 +482,8 @@ class Engine {
     // Every 4096 tasks (a task is one pass of a stage over a micro-batch, a collective or a
     // transfer): a report costs nothing next to the events between two.
     if (progress_ && (++tasks_done_ & 0xFFF) == 0) progress_(tasks_done_, tasks_total_);
-    if (stream != spec::Stream::kCompute) change_transfers(rank, -1, now);
+    if (stream != spec::Stream::kCompute && task.kind != TaskKind::kLocal)
+      change_transfers(rank, -1, now);
     if (now >= rs.last_end) {
       rs.last_end = now;
       rs.last_class = task.comm_class;
@@ -494,8 +502,11 @@ class Engine {
       if (now != rs.compute_end) return;  // rescheduled: another event completes it
       rs.compute_end = -1;
     }
-    complete_head(rank, stream, now, {});
-    try_start(rank, now, Trigger{}, static_cast<int>(stream));
+    const HotTask& task = complete_head(rank, stream, now, {});
+    // What waited for a local task (an offload copy, the host optimizer) waited for offload.
+    try_start(rank, now,
+              Trigger{task.kind == TaskKind::kLocal ? task.comm_class : CommClass::kNone},
+              static_cast<int>(stream));
   }
 
   void group_done(int32_t g, Picoseconds now) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
@@ -76,6 +77,12 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   if (plan.zero >= 1) m.optimizer = (m.optimizer + n - 1) / n;
   if (plan.zero >= 2) m.gradients = (m.gradients + n - 1) / n;
   if (plan.zero >= 3) m.weights = (m.weights + n - 1) / n;
+  // Offloaded state leaves the device (ZeRO-Offload: the optimizer shard and, from ZeRO-2 on,
+  // each gradient shard as soon as its bucket is reduced; ZeRO-Infinity: the parameter shard).
+  const bool offload_optimizer = plan.offload.optimizer != spec::OffloadTarget::kNone;
+  if (offload_optimizer) m.optimizer = 0;
+  if (offload_optimizer && plan.zero >= 2) m.gradients = 0;
+  if (plan.offload.params != spec::OffloadTarget::kNone) m.weights = 0;
 
   // Activations: the most the schedule keeps live (under recompute, plus the working set of the
   // layer whose backward runs).
@@ -102,9 +109,9 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // the gathered parameters of the current and prefetched layers and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
   int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
-  if (plan.dp > 1 && plan.zero < 3)
+  if ((plan.dp > 1 || offload_optimizer) && plan.zero < 3)
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
-  if (plan.dp > 1 && plan.zero == 3)
+  if ((plan.dp > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
   if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;
@@ -120,10 +127,17 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
         communicators_of_stage(plan, lowered, stage) * cluster->network.communicator_buffer_bytes;
   }
   m.peak_bytes = m.weights + m.gradients + m.optimizer + m.activations + m.buffers + m.reserved;
+  // Host memory of the offloaded shard (offload_cost.hpp), against the rank's share of its node's.
+  const int64_t shard = (params + n - 1) / n;
+  m.host_bytes = shard * host_bytes_per_param(plan.offload, per.weights);
   if (cluster != nullptr) {
     m.capacity_bytes = cluster->device.memory_capacity_bytes;
     m.headroom_bytes = m.capacity_bytes - m.peak_bytes;
     m.fits = m.headroom_bytes >= 0;
+    if (m.host_bytes > 0 && cluster->host) {
+      m.host_capacity_bytes = cluster->host->memory_bytes / cluster->devices_per_node;
+      m.fits = m.fits && m.host_bytes <= m.host_capacity_bytes;
+    }
   }
   return m;
 }

@@ -20,20 +20,27 @@ namespace {
 class StageBuilder {
  public:
   StageBuilder(const spec::Plan& plan, const spec::Stack& stack,
-               const models::LoweredModel& lowered, const ComputeModel& compute, int64_t stage)
+               const models::LoweredModel& lowered, const ComputeModel& compute, int64_t stage,
+               const OffloadCost* offload)
       : plan_(plan),
         stack_(stack),
         lowered_(lowered),
         compute_(compute),
+        offload_(offload),
         stage_(stage),
         layers_(stage_layers(plan, lowered, stage)),
         recompute_(models::layer_recompute(plan, lowered)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
         grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
-        micro_batches_(plan.micro_batches()) {}
+        micro_batches_(plan.micro_batches()) {
+    SEXTANT_CHECK(offload_ != nullptr || !plan.offload.any(),
+                  "plan {} offloads: the program needs the offload prices", plan.name());
+  }
 
   Program build() {
-    if (plan_.dp > 1 && plan_.zero < 3) {
+    // Gradients leave in buckets when the data-parallel group reduces them and when the optimizer
+    // runs on the host (ZeRO-Offload copies each bucket's shard as it is ready, also on one GPU).
+    if ((plan_.dp > 1 || offload_optimizer()) && plan_.zero < 3) {
       buckets_ =
           models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -67,6 +74,46 @@ class StageBuilder {
   }
 
  private:
+  bool offload_optimizer() const { return plan_.offload.optimizer != spec::OffloadTarget::kNone; }
+  bool offload_params() const { return plan_.offload.params != spec::OffloadTarget::kNone; }
+  // ZeRO-3 fetches each layer's parameters before it runs: all-gathered from the data-parallel
+  // group, and first copied to the device from the host when offloaded.
+  bool fetches_params() const { return plan_.zero == 3 && (plan_.dp > 1 || offload_params()); }
+  int64_t shard(int64_t params) const { return (params + plan_.dp - 1) / plan_.dp; }
+
+  // A local task on the offload stream (a device-host copy, the host optimizer step) after
+  // `deps`.
+  int32_t offload_task(const std::string& name, spec::OpClass cls, int64_t bytes,
+                       Picoseconds duration, Phase phase, int64_t mb, int32_t layer,
+                       const std::vector<Dep>& deps) {
+    OpInfo info;
+    info.name = name;
+    info.op_class = cls;
+    info.bytes = bytes;
+    info.layer = layer;
+    info.duration = duration;
+    program_.ops.push_back(std::move(info));
+    Task t;
+    t.kind = TaskKind::kLocal;
+    t.stream = Stream::kOffload;
+    t.comm_class = CommClass::kOffload;
+    t.phase = phase;
+    t.micro_batch = static_cast<int32_t>(mb);
+    t.op_begin = static_cast<int32_t>(program_.ops.size() - 1);
+    t.duration = duration;
+    return emit(t, deps);
+  }
+
+  // The rank's gradient shard of `params` parameters, copied to the host once reduced
+  // (`after`: the reduction, or the compute that produced it).
+  void gradients_to_host(int64_t params, int64_t mb, int32_t layer, int32_t after) {
+    const int64_t bytes = shard(params) * grad_bytes_;
+    std::vector<Dep> deps;
+    if (after >= 0) deps.push_back(done(after));
+    offload_task("offload.grad_to_host", spec::OpClass::kMemcpy, bytes,
+                 offload_->device_host_copy(bytes), Phase::kBwd, mb, layer, deps);
+  }
+
   int64_t global_chunk(int64_t local) const { return local * plan_.pp + stage_; }
   bool first_chunk(int64_t local) const { return global_chunk(local) == 0; }
   bool last_chunk(int64_t local) const { return global_chunk(local) == plan_.chunks() - 1; }
@@ -245,6 +292,16 @@ class StageBuilder {
   // (FSDP), or one coalesced gather per module (DeepSpeed). Returns the last gather.
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
     const int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
+    if (offload_params()) {
+      // ZeRO-Infinity: the rank's shard comes from host memory (or NVMe through it) first.
+      const int64_t part = shard(lowered_.layers[layer].params) * elem_bytes_;
+      const Picoseconds d = offload_->params_fetch(part, plan_.offload.params);
+      std::vector<Dep> deps;
+      if (after >= 0) deps.push_back(done(after));
+      after = offload_task("offload.params_to_device", spec::OpClass::kMemcpy, part, d, phase, mb,
+                           static_cast<int32_t>(layer), deps);
+      if (plan_.dp == 1) return after;
+    }
     const int64_t parts =
         stack_.zero3 == spec::Zero3Impl::kDeepspeed ? parameter_modules(layer) : 1;
     int32_t last = -1;
@@ -263,7 +320,7 @@ class StageBuilder {
   // the gathers of the next `zero3_prefetch` layers run while a layer computes.
   template <typename Body>
   void pass(const std::vector<size_t>& order, Phase phase, int64_t mb, Body body) {
-    const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
+    const bool fsdp = fetches_params();
     const size_t ahead = static_cast<size_t>(stack_.zero3_prefetch);
     std::vector<int32_t> gathers(order.size(), -1);
     for (size_t i = 0; i < order.size(); ++i) {
@@ -400,7 +457,8 @@ class StageBuilder {
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
     const bool last_mb = u.micro_batch == micro_batches_ - 1;
     const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
-    const bool bucketed = plan_.dp > 1 && !fsdp && stack_.dp_overlap && last_mb;
+    const bool bucketed =
+        (plan_.dp > 1 || offload_optimizer()) && plan_.zero < 3 && stack_.dp_overlap && last_mb;
     if (!last_chunk(u.chunk))
       receive(PeerSlot::kNext, boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
@@ -419,9 +477,15 @@ class StageBuilder {
         int64_t bytes = grad_bytes(l);
         int32_t op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, bytes,
                               static_cast<int32_t>(l));
-        comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
-             TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op, Phase::kBwd,
-             u.micro_batch, before);
+        int32_t reduced =
+            comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
+                 TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op,
+                 Phase::kBwd, u.micro_batch, before);
+        if (offload_optimizer())
+          gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
+      } else if (plan_.zero == 3 && offload_optimizer() && last_mb) {
+        // One rank holds every gradient: its layer's gradients go to the host once complete.
+        gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), flush());
       } else if (bucketed) {
         layer_reduced(l);
       }
@@ -442,14 +506,20 @@ class StageBuilder {
   void reduce_bucket(const models::GradientBucket& b, int32_t after) {
     const int64_t bytes = b.params * grad_bytes_;
     if (bytes == 0) return;
+    if (plan_.dp == 1) {  // nothing to reduce: the bucket only leaves for the host
+      if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, after);
+      return;
+    }
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
     spec::CollectiveKind kind =
         plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
     int32_t op = named_op(
         plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
         plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
-    comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-         TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
+    int32_t reduced =
+        comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+             TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
+    if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
   }
 
   // The first and the last stage sum the gradients of the tied embedding table (Megatron's
@@ -482,8 +552,42 @@ class StageBuilder {
                  micro_batches_ - 1, after));
   }
 
+  // ZeRO-Offload's step (DeepSpeed stage_1_and_2.py / stage3.py with offload_optimizer): once
+  // every gradient shard is on the host, CPU-Adam updates the fp32 master weights (after reading
+  // the states from NVMe and before writing them back, when they live there), and the updated
+  // 16-bit shard returns to the device, or stays on the host when the parameters are offloaded.
+  // Returns the task the parameters are ready after.
+  int32_t host_optimizer_step(int64_t updated) {
+    std::vector<Dep> deps;
+    for (Stream s : {Stream::kDpComm, Stream::kTpComm}) {
+      const auto n = static_cast<int32_t>(program_.streams[static_cast<size_t>(s)].size());
+      if (n > 0) deps.push_back({static_cast<uint8_t>(s), n});
+    }
+    if (int32_t last = flush(); last >= 0) deps.push_back(done(last));
+    spec::Dtype param_dtype = spec::parameter_dtype(stack_, lowered_.dtype);
+    const int64_t per_param = OffloadCost::host_step_bytes_per_param(param_dtype);
+    int32_t step = offload_task("offload.adamw", spec::OpClass::kOptimizer, updated * per_param,
+                                offload_->host_step(updated, param_dtype, plan_.offload.optimizer),
+                                Phase::kOpt, -1, -1, deps);
+    if (plan_.offload.params == spec::OffloadTarget::kHost) return step;
+    const int64_t bytes = updated * spec::dtype_bytes(param_dtype);
+    return offload_task(
+        plan_.offload.params == spec::OffloadTarget::kNvme ? "offload.params_to_nvme"
+                                                           : "offload.params_to_device",
+        spec::OpClass::kMemcpy, bytes, offload_->params_return(bytes, plan_.offload.params),
+        Phase::kOpt, -1, -1, {done(step)});
+  }
+
   void optimizer_step() {
     const int64_t params = models::stage_params(plan_, lowered_, stage_);
+    if (offload_optimizer()) {
+      const int32_t ready = host_optimizer_step(shard(params));
+      host_step_overhead();
+      if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
+        for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, ready);
+      }
+      return;
+    }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group.
     int64_t updated = plan_.zero >= 1 ? (params + plan_.dp - 1) / plan_.dp : params;
     OpInfo info;
@@ -503,15 +607,7 @@ class StageBuilder {
     pending_phase_ = Phase::kOpt;
     pending_micro_batch_ = -1;
     pending_ops_.push_back(id);
-    if (const Picoseconds host = compute_.step_overhead(); host > 0) {
-      // The host's own work of the step (ClusterSpec step_overhead_us), once per step.
-      OpInfo step;
-      step.name = "step.host";
-      step.op_class = spec::OpClass::kHost;
-      step.duration = host;
-      program_.ops.push_back(step);
-      pending_ops_.push_back(static_cast<int32_t>(program_.ops.size() - 1));
-    }
+    host_step_overhead();
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
     if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
@@ -519,10 +615,29 @@ class StageBuilder {
     }
   }
 
+  // The host's own work of the step (ClusterSpec step_overhead_us), once per step, on the compute
+  // stream's current segment.
+  void host_step_overhead() {
+    const Picoseconds host = compute_.step_overhead();
+    if (host <= 0) return;
+    OpInfo step;
+    step.name = "step.host";
+    step.op_class = spec::OpClass::kHost;
+    step.duration = host;
+    program_.ops.push_back(step);
+    if (pending_ops_.empty()) {
+      pending_phase_ = Phase::kOpt;
+      pending_micro_batch_ = -1;
+    }
+    pending_ops_.push_back(static_cast<int32_t>(program_.ops.size() - 1));
+    flush();
+  }
+
   const spec::Plan& plan_;
   const spec::Stack& stack_;
   const models::LoweredModel& lowered_;
   const ComputeModel& compute_;
+  const OffloadCost* offload_;
   int64_t stage_;
   StageLayers layers_;
   std::vector<spec::Recompute> recompute_;  // per lowered layer (models::layer_recompute)
@@ -548,8 +663,8 @@ class StageBuilder {
 
 Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
                             const models::LoweredModel& lowered, const ComputeModel& compute,
-                            int64_t stage) {
-  return StageBuilder(plan, stack, lowered, compute, stage).build();
+                            int64_t stage, const OffloadCost* offload) {
+  return StageBuilder(plan, stack, lowered, compute, stage, offload).build();
 }
 
 }  // namespace sextant::sim

@@ -139,7 +139,7 @@ spec::Trace build_trace(const EngineResult& result, const std::vector<Program>& 
       if (task.kind == TaskKind::kCollective) {
         e.group_size = static_cast<int64_t>(
             groups[static_cast<size_t>(setup.groups[task.slot])].members.size());
-      } else {
+      } else if (task.kind != TaskKind::kLocal) {
         e.group_size = 2;
       }
       trace.events.push_back(std::move(e));
@@ -168,9 +168,10 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   ComputeModel compute = make_compute_model(cluster, setup);
   CollectiveModel collectives(cluster, plan.collective_algorithms);
 
+  const OffloadCost offload(cluster, plan, options.plan_source);
   std::vector<Program> programs;
   for (int64_t s = 0; s < plan.pp; ++s)
-    programs.push_back(build_stage_program(plan, setup.stack, lowered, compute, s));
+    programs.push_back(build_stage_program(plan, setup.stack, lowered, compute, s, &offload));
   Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
   auto traced = [&](int64_t rank) {
@@ -247,6 +248,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.breakdown_s.fsdp_comm_exposed = ps_to_seconds(ct.fsdp);
   rep.breakdown_s.pp_comm_exposed = ps_to_seconds(ct.pp);
   rep.breakdown_s.bubble = ps_to_seconds(ct.bubble);
+  rep.breakdown_s.offload_exposed = ps_to_seconds(ct.offload);
 
   // Memory: the most loaded stage.
   spec::MemoryBreakdown worst;

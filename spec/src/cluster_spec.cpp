@@ -258,6 +258,20 @@ NetworkSpec decode_network(ObjectReader& r) {
   return n;
 }
 
+HostSpec decode_host(ObjectReader& r) {
+  HostSpec h;
+  h.memory_bytes = r.integer("memory_bytes", kPositiveInt).value_or(1);
+  h.memory_bandwidth_GBps = r.number("memory_bandwidth_GBps", Range::positive()).value_or(1);
+  h.memory_efficiency =
+      r.number("memory_efficiency", Range::fraction(), Presence::kOptional).value_or(1);
+  h.pcie_bandwidth_GBps = r.number("pcie_bandwidth_GBps", Range::positive()).value_or(1);
+  h.nvme_bandwidth_GBps =
+      r.number("nvme_bandwidth_GBps", Range::non_negative(), Presence::kOptional).value_or(0);
+  h.source = r.string("source").value_or("");
+  r.finish();
+  return h;
+}
+
 }  // namespace
 
 ClusterSpec cluster_from_json(const Json& json, const std::string& source) {
@@ -272,6 +286,7 @@ ClusterSpec cluster_from_json(const Json& json, const std::string& source) {
   c.devices_per_node = r.integer("devices_per_node", kPositiveInt).value_or(1);
   if (auto d = r.object("device")) c.device = decode_device(*d);
   if (auto n = r.object("network")) c.network = decode_network(*n);
+  if (auto h = r.object("host", Presence::kOptional)) c.host = decode_host(*h);
   if (auto o = r.object("overrides", Presence::kOptional)) {
     if (const Json* speed = o->array("speed", Presence::kOptional)) {
       std::string base = pointer_join(o->pointer(), "speed");
@@ -416,6 +431,15 @@ Json to_json(const ClusterSpec& c) {
     network["communicator_buffer_bytes"] = c.network.communicator_buffer_bytes;
   if (!c.network.source.empty()) network["source"] = c.network.source;
   j["network"] = network;
+  if (c.host) {
+    j["host"] = {{"memory_bytes", c.host->memory_bytes},
+                 {"memory_bandwidth_GBps", c.host->memory_bandwidth_GBps},
+                 {"memory_efficiency", c.host->memory_efficiency},
+                 {"pcie_bandwidth_GBps", c.host->pcie_bandwidth_GBps},
+                 {"source", c.host->source}};
+    if (c.host->nvme_bandwidth_GBps > 0)
+      j["host"]["nvme_bandwidth_GBps"] = c.host->nvme_bandwidth_GBps;
+  }
   if (!c.speed_overrides.empty() || !c.link_overrides.empty()) {
     Json speed = Json::array();
     for (const SpeedOverride& s : c.speed_overrides) {

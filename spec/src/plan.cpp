@@ -20,8 +20,16 @@ constexpr std::array<std::pair<std::string_view, Schedule>, 3> kSchedules{
      {"interleaved", Schedule::kInterleaved}}};
 constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
+constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTargets{
+    {{"none", OffloadTarget::kNone},
+     {"host", OffloadTarget::kHost},
+     {"nvme", OffloadTarget::kNvme}}};
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
+
+EnumNames<OffloadTarget> offload_target_names() {
+  return kOffloadTargets;
+}
 
 EnumNames<Schedule> schedule_names() {
   return kSchedules;
@@ -50,6 +58,10 @@ std::string Plan::name() const {
   if (recompute == Recompute::kSelective) s += ".rc-sel";
   if (recompute == Recompute::kFull) s += ".rc-full";
   if (recompute == Recompute::kFull && recompute_layers > 0) s += std::to_string(recompute_layers);
+  if (offload.optimizer != OffloadTarget::kNone)
+    s += offload.optimizer == OffloadTarget::kNvme ? ".off-opt-nvme" : ".off-opt";
+  if (offload.params != OffloadTarget::kNone)
+    s += offload.params == OffloadTarget::kNvme ? ".off-par-nvme" : ".off-par";
   return s;
 }
 
@@ -107,6 +119,17 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("recompute_layers", std::to_string(p.recompute_layers),
             "applies to recompute \"full\" only (Megatron-LM --recompute-method block)");
   }
+  // DeepSpeed's rules (docs/config-json: offload_optimizer "valid only with stage 1, 2 and 3",
+  // offload_param "valid only with stage 3"): the offloaded state is the rank's ZeRO shard.
+  if (p.offload.optimizer != OffloadTarget::kNone && p.zero < 1) {
+    problem("offload/optimizer",
+            std::string(enum_name(offload_target_names(), p.offload.optimizer)),
+            "needs zero >= 1 (ZeRO-Offload moves the rank's optimizer shard)");
+  }
+  if (p.offload.params != OffloadTarget::kNone && p.zero != 3) {
+    problem("offload/params", std::string(enum_name(offload_target_names(), p.offload.params)),
+            "needs zero 3 (parameters are offloaded as ZeRO-3 shards)");
+  }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -160,6 +183,13 @@ Plan plan_from_json(const Json& json, const std::string& source) {
         diag.add(problem.pointer, problem.value, problem.expected);
     }
   }
+  if (auto o = r.object("offload", Presence::kOptional)) {
+    p.offload.optimizer = o->enumeration("optimizer", offload_target_names(), Presence::kOptional)
+                              .value_or(OffloadTarget::kNone);
+    p.offload.params = o->enumeration("params", offload_target_names(), Presence::kOptional)
+                           .value_or(OffloadTarget::kNone);
+    o->finish();
+  }
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -175,8 +205,10 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   r.value("provenance", Presence::kOptional);
   r.finish();
   if (diag.ok())
-    check_plan_rules(p, [&](const std::string& field, const std::string& value,
-                            const std::string& expected) { r.problem(field, value, expected); });
+    check_plan_rules(
+        p, [&](const std::string& field, const std::string& value, const std::string& expected) {
+          diag.add("/" + field, value, expected);
+        });
   diag.throw_if_any();
   return p;
 }
@@ -195,6 +227,9 @@ Json to_json(const Plan& p) {
             {"recompute", enum_name(recompute_names(), p.recompute)}};
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   if (p.stack) j["stack"] = to_json(*p.stack);
+  if (p.offload.any())
+    j["offload"] = {{"optimizer", enum_name(offload_target_names(), p.offload.optimizer)},
+                    {"params", enum_name(offload_target_names(), p.offload.params)}};
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;

@@ -29,7 +29,8 @@ Json to_json(const Report& r) {
                 {"pp_comm_exposed", b.pp_comm_exposed},
                 {"fsdp_comm_exposed", b.fsdp_comm_exposed},
                 {"bubble", b.bubble},
-                {"optimizer", b.optimizer}}},
+                {"optimizer", b.optimizer},
+                {"offload_exposed", b.offload_exposed}}},
               {"memory",
                {{"peak_bytes", m.peak_bytes},
                 {"capacity_bytes", m.capacity_bytes},
@@ -40,7 +41,9 @@ Json to_json(const Report& r) {
                 {"activations", m.activations},
                 {"buffers", m.buffers},
                 {"reserved", m.reserved},
-                {"headroom_bytes", m.headroom_bytes}}},
+                {"headroom_bytes", m.headroom_bytes},
+                {"host_bytes", m.host_bytes},
+                {"host_capacity_bytes", m.host_capacity_bytes}}},
               {"events", r.events},
               {"simulated_ranks", r.simulated_ranks},
               {"sim_wall_s", r.sim_wall_s}};
@@ -75,6 +78,7 @@ Report report_from_json(const Json& json, const std::string& source) {
     t.fsdp_comm_exposed = b->number("fsdp_comm_exposed", nn).value_or(0);
     t.bubble = b->number("bubble", nn).value_or(0);
     t.optimizer = b->number("optimizer", nn).value_or(0);
+    t.offload_exposed = b->number("offload_exposed", nn, Presence::kOptional).value_or(0);
     b->finish();
   }
   if (auto m = r.object("memory")) {
@@ -95,6 +99,8 @@ Report report_from_json(const Json& json, const std::string& source) {
       m->problem("headroom_bytes", std::to_string(mb.headroom_bytes),
                  fmt::format("must equal capacity_bytes - peak_bytes ({})",
                              mb.capacity_bytes - mb.peak_bytes));
+    mb.host_bytes = m->integer("host_bytes", nn, Presence::kOptional).value_or(0);
+    mb.host_capacity_bytes = m->integer("host_capacity_bytes", nn, Presence::kOptional).value_or(0);
     m->finish();
   }
   out.events = r.integer("events", nn).value_or(0);

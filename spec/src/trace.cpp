@@ -19,8 +19,9 @@ constexpr std::array<std::pair<std::string_view, Stream>, kStreamCount> kStreams
      {"tp-comm", Stream::kTpComm},
      {"dp-comm", Stream::kDpComm},
      {"pp-send", Stream::kPpSend},
-     {"pp-recv", Stream::kPpRecv}}};
-constexpr std::array<std::pair<std::string_view, OpClass>, 19> kOpClasses{
+     {"pp-recv", Stream::kPpRecv},
+     {"offload", Stream::kOffload}}};
+constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
     {{"gemm", OpClass::kGemm},
      {"attention", OpClass::kAttention},
      {"elementwise", OpClass::kElementwise},
@@ -39,7 +40,8 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 19> kOpClasses{
      {"send", OpClass::kSend},
      {"recv", OpClass::kRecv},
      {"barrier", OpClass::kBarrier},
-     {"host", OpClass::kHost}}};
+     {"host", OpClass::kHost},
+     {"memcpy", OpClass::kMemcpy}}};
 constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{
     {{"fwd", Phase::kFwd},
      {"bwd", Phase::kBwd},

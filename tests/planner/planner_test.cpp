@@ -359,10 +359,18 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
   // By hand: dp16 (tp1, pp1) with micro-batch 4 has one chunk of 24 layers and 1 micro-batch
   // per replica; its configurations: zero 0-3; recompute none, selective, full of all layers and
   // of the first 1..23 (26 modes); below ZeRO-3 DP overlap on/off and three bucket sizes, under
-  // ZeRO-1/2 also the gather on/off: 26 x (6 + 12 + 12 + 1) = 806.
-  int64_t dp16_mb4 = 0;
-  for (const Candidate& c : all.candidates) dp16_mb4 += c.dp == 16 && c.micro_batch == 4 ? 1 : 0;
-  EXPECT_EQ(dp16_mb4, 806);
+  // ZeRO-1/2 also the gather on/off: 26 x (6 + 12 + 12 + 1) = 806 without offloading. The
+  // cluster has host memory, so ZeRO-1 and -2 also run with the optimizer offloaded (x 2) and
+  // ZeRO-3 with the optimizer, or the optimizer and the parameters, offloaded (x 3):
+  // 26 x (6 + 2 x 12 + 2 x 12 + 3 x 1) = 1482.
+  int64_t dp16_mb4 = 0, not_offloaded = 0;
+  for (const Candidate& c : all.candidates) {
+    if (c.dp != 16 || c.micro_batch != 4) continue;
+    ++dp16_mb4;
+    not_offloaded += c.offload == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(dp16_mb4, 1482);
+  EXPECT_EQ(not_offloaded, 806);
   EXPECT_EQ(all.stacks.size(), 3u * 2 * 2 * 2 * 3);
 
   // The stack's own list bounds it: Sextant's executor varies the gradient bucket and its overlap
@@ -501,6 +509,30 @@ TEST(Planner, ReportsTheEstimatePhasesProgress) {
     }
   }
   EXPECT_EQ(calls.back().first, result.enumerated);
+}
+
+TEST(Planner, ProposesOffloadForAModelNoDeviceHolds) {
+  // Llama-2 13B on one A100-80GB: its 16 bytes of state per parameter (208 GB) fit no single
+  // device, so every plan that fits offloads its optimizer to the node's 2 TB of host memory.
+  SearchRequest r;
+  r.model = models::zoo_model("llama2-13b");
+  r.cluster = spec::builtin_cluster("dgx-a100");
+  r.gpus = 1;
+  r.global_batch = 8;
+  SearchOptions o;
+  o.top_k = 3;
+  o.leaders = 3;
+  const SearchResult s = search(r, o);
+  ASSERT_FALSE(s.ranked.empty());
+  for (const RankedPlan& p : s.ranked) {
+    EXPECT_EQ(p.plan.offload.optimizer, spec::OffloadTarget::kHost) << p.plan.name();
+    EXPECT_TRUE(p.report.memory.fits) << p.plan.name();
+    EXPECT_GT(p.report.breakdown_s.offload_exposed, 0) << p.plan.name();
+    EXPECT_GT(p.report.memory.host_bytes, 0) << p.plan.name();
+  }
+  // Without offloading nothing fits.
+  r.constraints.push_back(parse_constraint("offload=0"));
+  EXPECT_TRUE(search(r, o).ranked.empty());
 }
 
 }  // namespace

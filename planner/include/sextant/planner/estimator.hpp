@@ -14,6 +14,7 @@
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
 #include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -24,8 +25,9 @@ namespace sextant::planner {
 
 struct Estimate {
   double step_time_s = 0;
-  int64_t peak_memory_bytes = 0;
-  bool fits = false;
+  int64_t peak_memory_bytes = 0;  // on the device
+  bool host_fits = true;          // the offloaded state fits the rank's share of host memory
+  bool fits = false;              // both fit
 };
 
 class Estimator {
@@ -72,6 +74,7 @@ class Estimator {
     int64_t bucket_bytes = 0, prefetch = 0;
     bool autocast = false;
     double reserve = 0;
+    spec::Offload offload;
     bool operator==(const MemoryKey&) const = default;
   };
   struct MakespanKey {
@@ -139,6 +142,7 @@ class Estimator {
 
   const spec::ModelSpec* model_;
   const spec::ClusterSpec* cluster_;
+  sim::OffloadCost offload_;  // the cluster's host prices (none without a host section)
   // The lowerings used last, most recent first: a few, because the planner hands each thread runs
   // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
   // made the estimate phase fault in fresh pages for each.

@@ -63,7 +63,8 @@ struct SearchResult {
   double estimate_s = 0;
   double simulate_s = 0;
   int threads = 1;
-  // When nothing fits: the least memory any plan needs, and the smallest GPU count (within the
+  // When nothing fits: the least device memory any plan needs (of those whose offloaded state
+  // fits in host memory), and the smallest GPU count (within the
   // cluster, same batch) at which some plan fits.
   int64_t least_memory_bytes = 0;
   std::optional<int64_t> gpus_that_fit;

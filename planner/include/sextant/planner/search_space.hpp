@@ -22,9 +22,10 @@ namespace sextant::planner {
 struct Candidate;
 
 // A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
-// "recompute_layers=0" (full recompute of every layer only).
+// "recompute_layers=0" (full recompute of every layer only), "offload=0" (nothing offloaded; 1:
+// the optimizer, 2: the optimizer and the parameters, to host memory).
 struct Constraint {
-  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers };
+  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers, kOffload };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
   Op op;
@@ -72,7 +73,10 @@ struct Candidate {
   uint8_t recompute = 0;  // spec::Recompute
   bool sequence_parallel = false;
   bool balanced = false;  // layers split by balanced_split, else evenly
-  uint8_t stack = 0;      // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
+  // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
+  // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
+  uint8_t offload = 0;
+  uint8_t stack = 0;  // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
 };
 
 struct Enumeration {

@@ -36,6 +36,7 @@ struct RankTimes {
   Picoseconds fsdp = 0;
   Picoseconds pp = 0;
   Picoseconds bubble = 0;
+  Picoseconds offload = 0;  // waiting for offload copies and the host optimizer step
 };
 
 struct TaskRecord {

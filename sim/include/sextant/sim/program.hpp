@@ -14,10 +14,13 @@
 
 namespace sextant::sim {
 
-enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv };
+// kLocal: work of a fixed duration off the device's compute stream that moves nothing over the
+// network and takes nothing from the device's compute (an offload copy over PCIe by a copy
+// engine, the optimizer step on the host CPU).
+enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv, kLocal };
 
 // What time spent waiting for a task counts as in the report's breakdown.
-enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp };
+enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload };
 
 // The embedding group: the first and the last pipeline stage of a (tp, dp) position, which hold
 // the tied embedding table.
@@ -51,9 +54,9 @@ struct Task {
   int32_t micro_batch = -1;
   int32_t dep_begin = 0;
   int32_t dep_end = 0;
-  int32_t op_begin = 0;  // compute: range of Program::task_ops; comm: op_begin = OpInfo index
+  int32_t op_begin = 0;  // compute: range of Program::task_ops; others: op_begin = OpInfo index
   int32_t op_end = 0;
-  Picoseconds duration = 0;  // compute, at full speed
+  Picoseconds duration = 0;  // compute, at full speed; local
   int64_t bytes = 0;         // communication
   bool optimizer = false;
 };

@@ -2,13 +2,14 @@
 // backward passes with tensor-parallel collectives, activation recompute, gradient accumulation,
 // DDP gradient buckets overlapped with backward, ZeRO-1/2 reduce-scatter + all-gather, ZeRO-3
 // parameter all-gathers prefetched one layer ahead, point-to-point activations between stages, and
-// the optimizer step.
+// the optimizer step, on the device or, offloaded, on the host with its PCIe/NVMe copies.
 #pragma once
 
 #include <vector>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program.hpp"
 #include "sextant/spec/plan.hpp"
 
@@ -17,9 +18,10 @@ namespace sextant::sim {
 using models::stage_layers;
 using models::StageLayers;
 
-// The program of every rank of pipeline stage `stage` under the software stack `stack`.
+// The program of every rank of pipeline stage `stage` under the software stack `stack`; a plan
+// that offloads needs `offload`'s prices.
 Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
                             const models::LoweredModel& lowered, const ComputeModel& compute,
-                            int64_t stage);
+                            int64_t stage, const OffloadCost* offload = nullptr);
 
 }  // namespace sextant::sim

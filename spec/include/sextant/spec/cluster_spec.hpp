@@ -124,6 +124,18 @@ struct NetworkSpec {
   const NetworkLevel* cluster_level() const { return levels.size() > 1 ? &levels[1] : nullptr; }
 };
 
+// The host side of a node, for plans that offload training state to it (ZeRO-Offload,
+// ZeRO-Infinity): where offloaded state lives and what moving and updating it costs.
+struct HostSpec {
+  int64_t memory_bytes = 0;          // host memory of a node
+  double memory_bandwidth_GBps = 0;  // a node's DRAM bandwidth, all sockets (the CPU optimizer
+                                     // streams its state through it)
+  double memory_efficiency = 1;      // achieved fraction of it
+  double pcie_bandwidth_GBps = 0;    // per device and direction, device <-> pinned host memory
+  double nvme_bandwidth_GBps = 0;    // a node's NVMe bandwidth, each direction; 0: none
+  std::string source;
+};
+
 // Slows a whole node or one rank down: compute time is divided by `factor` (0.5 = half speed).
 struct SpeedOverride {
   std::optional<int64_t> node;
@@ -166,6 +178,7 @@ struct ClusterSpec {
   int64_t devices_per_node = 0;
   DeviceSpec device;
   NetworkSpec network;
+  std::optional<HostSpec> host;  // absent: plans cannot offload on this cluster
   std::vector<SpeedOverride> speed_overrides;
   std::vector<LinkOverride> link_overrides;
   std::vector<CollectiveFit> collective_fits;

@@ -22,6 +22,25 @@ EnumNames<Schedule> schedule_names();
 enum class Recompute { kNone, kSelective, kFull };
 EnumNames<Recompute> recompute_names();
 
+// Where a training state lives when it is offloaded from the device: host memory (pinned, over
+// PCIe) or NVMe (staged through host memory), as DeepSpeed's offload_optimizer / offload_param
+// "device": "cpu" | "nvme".
+enum class OffloadTarget { kNone, kHost, kNvme };
+EnumNames<OffloadTarget> offload_target_names();
+
+// What a plan keeps off the device (ZeRO-Offload, Ren et al., USENIX ATC'21; ZeRO-Infinity,
+// Rajbhandari et al., SC'21).
+struct Offload {
+  // fp32 master weights, Adam moments and the gradients of the rank's shard; the optimizer step
+  // runs on the host CPU and the updated 16-bit parameters are copied back. Needs ZeRO >= 1.
+  OffloadTarget optimizer = OffloadTarget::kNone;
+  // The rank's 16-bit parameter shard; copied to the device before each ZeRO-3 all-gather.
+  // Needs ZeRO 3.
+  OffloadTarget params = OffloadTarget::kNone;
+  bool any() const { return optimizer != OffloadTarget::kNone || params != OffloadTarget::kNone; }
+  bool operator==(const Offload&) const = default;
+};
+
 struct Plan {
   int64_t dp = 1;
   int64_t tp = 1;
@@ -41,6 +60,7 @@ struct Plan {
   // The software stack (attention kernel, fusion, overlap, ZeRO-3 implementation, ...); empty:
   // the default stack of the cluster kind (plan_stack).
   std::optional<Stack> stack;
+  Offload offload;
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
@@ -54,7 +74,7 @@ struct Plan {
   }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
-  // and recompute, when they apply).
+  // recompute and offload, when they apply).
   std::string name() const;
 };
 

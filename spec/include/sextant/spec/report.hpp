@@ -18,6 +18,8 @@ struct TimeBreakdown {
   double fsdp_comm_exposed = 0;
   double bubble = 0;
   double optimizer = 0;
+  // Waiting for offloaded work: device-host copies and the optimizer step on the host CPU.
+  double offload_exposed = 0;
 };
 
 // Peak memory of the most loaded rank, bytes, with what it is made of.
@@ -34,6 +36,10 @@ struct MemoryBreakdown {
   // buffers, and the caching allocator's reserve.
   int64_t reserved = 0;
   int64_t headroom_bytes = 0;  // capacity - peak (negative when it does not fit)
+  // Host memory the rank's offloaded state takes, and the rank's share of its node's host
+  // memory (0 when nothing is offloaded); `fits` also needs the first to fit in the second.
+  int64_t host_bytes = 0;
+  int64_t host_capacity_bytes = 0;
 };
 
 struct Report {

@@ -14,9 +14,11 @@
 
 namespace sextant::spec {
 
-enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv };
+// kOffload: copies between the device and host memory or NVMe, and the optimizer step on the
+// host CPU, of a plan that offloads (in order on one stream, as DeepSpeed's offload runs them).
+enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv, kOffload };
 EnumNames<Stream> stream_names();
-inline constexpr int kStreamCount = 5;
+inline constexpr int kStreamCount = 6;
 
 enum class OpClass {
   kGemm,
@@ -37,7 +39,8 @@ enum class OpClass {
   kSend,
   kRecv,
   kBarrier,
-  kHost,  // host work outside any op: per-step set-up, data, dispatch
+  kHost,    // host work outside any op: per-step set-up, data, dispatch
+  kMemcpy,  // a copy between device and host memory (offload)
 };
 EnumNames<OpClass> op_class_names();
 bool is_communication(OpClass op_class);
