@@ -214,9 +214,9 @@ void print_pareto(const planner::SearchResult& r) {
     return;
   }
   fmt::print("\ntime vs memory (the simulated plans no other beats on both):\n");
-  fmt::print("   {:<34} {:>10} {:>10} {:>10}\n", "plan", "step", "memory", "headroom");
+  fmt::print("   {:<44} {:>10} {:>10} {:>10}\n", "plan", "step", "memory", "headroom");
   for (const planner::RankedPlan& p : r.pareto)
-    fmt::print("   {:<34} {:>10} {:>10} {:>10}\n", p.plan.name(),
+    fmt::print("   {:<44} {:>10} {:>10} {:>10}\n", p.plan.name(),
                human_seconds(p.report.step_time_s),
                human_bytes(static_cast<double>(p.report.memory.peak_bytes)),
                human_bytes(static_cast<double>(p.report.memory.headroom_bytes)));
@@ -266,11 +266,11 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
     }
   }
   if (!f.search.json) {
-    fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", "#", "plan", "predicted", "measured",
+    fmt::print("{:>2} {:<44} {:>11} {:>11} {:>8}  {}\n", "#", "plan", "predicted", "measured",
                "error", "status");
     for (size_t i = 0; i < trials.size(); ++i) {
       const Trial& t = trials[i];
-      fmt::print("{:>2} {:<34} {:>11} {:>11} {:>8}  {}\n", i + 1, t.plan.name(),
+      fmt::print("{:>2} {:<44} {:>11} {:>11} {:>8}  {}\n", i + 1, t.plan.name(),
                  human_seconds(t.predicted_s), t.measured_s ? human_seconds(*t.measured_s) : "-",
                  t.measured_s ? fmt::format("{:+.1f}%",
                                             100 * (t.predicted_s - *t.measured_s) / *t.measured_s)
@@ -361,7 +361,7 @@ int run_plan(const PlanFlagsAll& f) {
       fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
     }
     if (!result.ranked.empty()) {
-      fmt::print("\n{:>2} {:<34} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
+      fmt::print("\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
                  "MFU", "memory",
                  "compute / exposed tp, dp, pp, fsdp / bubble / optimizer (+offload)");
       int i = 1;
@@ -371,7 +371,7 @@ int run_plan(const PlanFlagsAll& f) {
         const spec::TimeBreakdown& b = r.breakdown_s;
         auto pc = [&](double x) { return 100 * x / r.step_time_s; };
         fmt::print(
-            "{:>2} {:<34} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
+            "{:>2} {:<44} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
             "{:.0f}% / {:.0f}% / {:.0f}%\n",
             i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
             human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,

@@ -31,6 +31,10 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
   if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
     diag.add("/schedule", "\"interleaved\"",
              "the executor interleaves transformer stages only (MLPs: gpipe or 1f1b)");
+  if (plan.offload.any())
+    diag.add("/offload", plan.name(),
+             "the executor keeps every state on its device: offloading is simulated and planned "
+             "only (issue 14); run the plan without \"offload\"");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");
