@@ -55,6 +55,20 @@ expect_error "$tp3" "$sextant" run --model gpt-tiny --np 3 --plan "$dir/tp3.plan
 expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 3 --tp 3 \
   --global-batch 3
 
+# Offloading: refused where the cluster has no host section (naming it), and by the executor,
+# which keeps every state on its device (spec/plan.cpp, sim/cost/offload_cost.cpp, exec/trainer).
+cat >"$dir/offload.plan.json" <<'EOF'
+{"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 2, "micro_batch": 1,
+ "global_batch": 1, "offload": {"optimizer": "host"}}
+EOF
+expect_error "cluster h100-1gpu has no \"host\" section" "$sextant" simulate --model gpt-tiny \
+  --cluster h100-1gpu --gpus 1 --plan "$dir/offload.plan.json"
+expect_error "offloading is simulated and planned only" "$sextant" run --model gpt-tiny --np 1 \
+  --plan "$dir/offload.plan.json" --steps 1
+sed 's/"zero": 2/"zero": 0/' "$dir/offload.plan.json" >"$dir/offload-z0.plan.json"
+expect_error "/offload/optimizer = host: needs zero >= 1" "$sextant" simulate --model gpt-tiny \
+  --cluster local-cpu --gpus 1 --plan "$dir/offload-z0.plan.json"
+
 # Partial recompute: beyond a chunk's layers (gpt-tiny: 4 layers, pp 2 -> chunks of 2), and
 # without full recompute; simulate and run say the same words (spec/plan.cpp, one rule each).
 rcl="/recompute_layers = 3: must not exceed the layers of the largest stage chunk (2)"
