@@ -86,20 +86,14 @@ class StageBuilder {
   int32_t offload_task(const std::string& name, spec::OpClass cls, int64_t bytes,
                        Picoseconds duration, Phase phase, int64_t mb, int32_t layer,
                        const std::vector<Dep>& deps) {
-    OpInfo info;
-    info.name = name;
-    info.op_class = cls;
-    info.bytes = bytes;
-    info.layer = layer;
-    info.duration = duration;
-    program_.ops.push_back(std::move(info));
     Task t;
     t.kind = TaskKind::kLocal;
     t.stream = Stream::kOffload;
     t.comm_class = CommClass::kOffload;
     t.phase = phase;
     t.micro_batch = static_cast<int32_t>(mb);
-    t.op_begin = static_cast<int32_t>(program_.ops.size() - 1);
+    t.op_begin = named_op(name, cls, bytes, layer);
+    program_.ops[static_cast<size_t>(t.op_begin)].duration = duration;
     t.duration = duration;
     return emit(t, deps);
   }
