@@ -281,8 +281,8 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   return l.dp_times.emplace(key, out).first->second;
 }
 
-int64_t Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
-                               const Stages& stages) {
+Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,
+                                             const Lowering& l, const Stages& stages) {
   const MemoryKey key{&stages,
                       plan.dp,
                       plan.micro_batches(),
@@ -296,12 +296,13 @@ int64_t Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,
                       stack.allocator_reserve,
                       plan.offload};
   if (key == last_memory_key_) return last_memory_;
-  int64_t peak = 0;
+  PeakMemory peak;
   for (int64_t s = 0; s < plan.pp; ++s) {
     spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, l.lowered, s,
                                                   stages.entries[static_cast<size_t>(s)].footprint,
                                                   cluster_, &live_profile(plan, s));
-    peak = std::max(peak, mem.peak_bytes);
+    peak.device = std::max(peak.device, mem.peak_bytes);
+    peak.host_fits = peak.host_fits && mem.host_bytes <= mem.host_capacity_bytes;
   }
   last_memory_key_ = key;
   last_memory_ = peak;
@@ -327,18 +328,13 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   const Stages& stages = stage_entries(plan, stack, l);
   const double slowest_stage = stages.summary.slowest;
   const int64_t max_params = stages.summary.max_params;
-  out.peak_memory_bytes = peak_memory(plan, stack, l, stages);
-  out.fits = out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
+  const PeakMemory memory = peak_memory(plan, stack, l, stages);
+  out.peak_memory_bytes = memory.device;
+  out.host_fits = memory.host_fits;
+  out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const spec::Dtype param_dtype = spec::parameter_dtype(stack, lowered.dtype);
   const int64_t shard = (max_params + plan.dp - 1) / plan.dp;
-  if (plan.offload.any()) {
-    // The offloaded shard in the rank's share of its node's host memory (sim::stage_memory's rule).
-    const int64_t host =
-        shard * sim::host_bytes_per_param(plan.offload, spec::dtype_bytes(param_dtype));
-    out.host_fits = cluster_->host && host <= offload_.host_capacity_per_rank();
-    out.fits = out.fits && out.host_fits;
-  }
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).

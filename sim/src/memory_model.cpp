@@ -134,8 +134,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     m.capacity_bytes = cluster->device.memory_capacity_bytes;
     m.headroom_bytes = m.capacity_bytes - m.peak_bytes;
     m.fits = m.headroom_bytes >= 0;
-    if (m.host_bytes > 0 && cluster->host) {
-      m.host_capacity_bytes = cluster->host->memory_bytes / cluster->devices_per_node;
+    if (m.host_bytes > 0) {  // (a cluster without a host section holds none of it)
+      m.host_capacity_bytes = host_capacity_per_rank(*cluster);
       m.fits = m.fits && m.host_bytes <= m.host_capacity_bytes;
     }
   }

@@ -122,6 +122,12 @@ TEST(Offload, StateLeavesTheDeviceForTheHost) {
   spec::ClusterSpec small = cluster;
   small.host->memory_bytes = 8 * static_cast<int64_t>(16 * kParams) - 8;
   EXPECT_FALSE(stage_memory(opt, *opt.stack, lowered, 0, &small).fits);
+  // No host section: the offloaded state has nowhere to go.
+  spec::ClusterSpec none = cluster;
+  none.host.reset();
+  const spec::MemoryBreakdown n = stage_memory(opt, *opt.stack, lowered, 0, &none);
+  EXPECT_EQ(n.host_capacity_bytes, 0);
+  EXPECT_FALSE(n.fits);
 }
 
 TEST(Offload, OptimizerStepRunsOnTheHostAfterTheLastGradientCopy) {

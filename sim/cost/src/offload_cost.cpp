@@ -16,6 +16,10 @@ int64_t host_bytes_per_param(const spec::Offload& offload, int64_t param_bytes) 
   return bytes;
 }
 
+int64_t host_capacity_per_rank(const spec::ClusterSpec& cluster) {
+  return cluster.host ? cluster.host->memory_bytes / cluster.devices_per_node : 0;
+}
+
 OffloadCost::OffloadCost(const spec::ClusterSpec& cluster) {
   if (!cluster.host) return;
   const spec::HostSpec& h = *cluster.host;
@@ -23,7 +27,6 @@ OffloadCost::OffloadCost(const spec::ClusterSpec& cluster) {
   pcie_Bps_ = h.pcie_bandwidth_GBps * 1e9;
   nvme_Bps_ = h.nvme_bandwidth_GBps * 1e9 / ranks;
   dram_Bps_ = h.memory_bandwidth_GBps * 1e9 * h.memory_efficiency / ranks;
-  host_capacity_per_rank_ = h.memory_bytes / cluster.devices_per_node;
 }
 
 OffloadCost::OffloadCost(const spec::ClusterSpec& cluster, const spec::Plan& plan,

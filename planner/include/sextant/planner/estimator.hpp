@@ -127,8 +127,14 @@ class Estimator {
   const Stages& stage_entries(const spec::Plan& plan, const spec::Stack& stack, Lowering& l);
   const DpTimes& dp_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                           const Stages& stages);
-  int64_t peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
-                      const Stages& stages);
+  // The device's peak over the stages, and whether every stage's offloaded state fits the host
+  // (sim::stage_memory's rules).
+  struct PeakMemory {
+    int64_t device = 0;
+    bool host_fits = true;
+  };
+  PeakMemory peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
+                         const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
@@ -165,7 +171,7 @@ class Estimator {
            std::vector<std::pair<int64_t, bool>>>
       drain_passes_;
   MemoryKey last_memory_key_;  // cleared when a lowering is made (its stages' addresses reused)
-  int64_t last_memory_ = 0;
+  PeakMemory last_memory_;
 };
 
 }  // namespace sextant::planner

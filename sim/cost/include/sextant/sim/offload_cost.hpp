@@ -21,6 +21,8 @@ namespace sextant::sim {
 //   optimizer on NVMe: the states (12) live on NVMe, the fp32 gradient (4) in host memory;
 //   parameters on the host: their 16-bit (parameter-dtype) copy; on NVMe: none.
 int64_t host_bytes_per_param(const spec::Offload& offload, int64_t param_bytes);
+// The host memory one rank may fill: its share of its node's (0 without a host section).
+int64_t host_capacity_per_rank(const spec::ClusterSpec& cluster);
 // Optimizer state bytes per parameter that an NVMe-offloaded step reads before and writes after
 // the update: fp32 master weight and two moments.
 inline constexpr int64_t kNvmeOptimizerStateBytes = 12;
@@ -34,8 +36,6 @@ class OffloadCost {
   // The prices of `cluster`'s host section (none: every price is 0), for a search that offers
   // offloading only where the cluster has one.
   explicit OffloadCost(const spec::ClusterSpec& cluster);
-  // The rank's share of its node's host memory (0 without a host section).
-  int64_t host_capacity_per_rank() const { return host_capacity_per_rank_; }
 
   // A copy of `bytes` in one direction between the device and pinned host memory: the PCIe link
   // is the device's own (a copy engine moves it; the device's compute is not slowed).
@@ -69,7 +69,6 @@ class OffloadCost {
   // Bytes per second: a device's PCIe link one way; a rank's share of its node's NVMe and of its
   // DRAM bandwidth as achieved (0: the cluster has no host section).
   double pcie_Bps_ = 0, nvme_Bps_ = 0, dram_Bps_ = 0;
-  int64_t host_capacity_per_rank_ = 0;
 };
 
 }  // namespace sextant::sim
