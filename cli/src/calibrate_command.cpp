@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "sextant/loop/report_json.hpp"
 #include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -20,6 +21,11 @@ namespace sextant::cli {
 
 namespace {
 
+using loop::class_fit_json;
+using loop::mismatches_json;
+using loop::rows_json;
+using loop::step_check_json;
+
 struct CalibrateFlags {
   std::string cluster;
   std::vector<std::string> traces, nccl_tests, kineto;
@@ -29,55 +35,6 @@ struct CalibrateFlags {
   bool force = false;
   bool json = false;
 };
-
-spec::Json mismatches_json(const std::vector<traces::OpMismatch>& ops) {
-  spec::Json j = spec::Json::array();
-  for (const traces::OpMismatch& o : ops)
-    j.push_back({{"name", o.name},
-                 {"measured_count", o.measured_count},
-                 {"predicted_count", o.predicted_count},
-                 {"measured_bytes", o.measured_bytes},
-                 {"predicted_bytes", o.predicted_bytes},
-                 {"one_sided", o.one_sided()}});
-  return j;
-}
-
-spec::Json step_check_json(const loop::StepCheck& check) {
-  spec::Json rows = spec::Json::array();
-  for (const loop::StepCheckRow& r : check.rows)
-    rows.push_back({{"source", r.source},
-                    {"plan", r.plan},
-                    {"runs", r.runs},
-                    {"measured_s", r.measured_s},
-                    {"predicted_before_s", r.before_s},
-                    {"predicted_after_s", r.after_s},
-                    {"mismatched_ops", mismatches_json(r.mismatched_ops)}});
-  return {{"rows", rows},
-          {"mean_abs_error_before", check.mean_abs_error_before()},
-          {"mean_abs_error_after", check.mean_abs_error_after()},
-          {"max_abs_error_after", check.max_abs_error_after()},
-          {"skipped", check.skipped}};
-}
-
-spec::Json class_fit_json(const loop::ClassFit& fit) {
-  spec::Json rows = spec::Json::array();
-  for (const loop::ClassFitRow& r : fit.rows)
-    rows.push_back({{"class", spec::enum_name(spec::op_class_names(), r.op_class)},
-                    {"measured_s", r.measured_s},
-                    {"predicted_before_s", r.before_s},
-                    {"predicted_after_s", r.after_s},
-                    {"measured_kernels_per_step", r.measured_kernels},
-                    {"modelled_ops_per_step", r.predicted_ops},
-                    {"parameter", r.parameter},
-                    {"value_before", r.value_before},
-                    {"value_after", r.value_after},
-                    {"capped", r.capped}});
-  return {{"measured_step_s", fit.measured_step_s},
-          {"predicted_before_s", fit.before_step_s},
-          {"predicted_after_s", fit.after_step_s},
-          {"classes", rows},
-          {"notes", fit.notes}};
-}
 
 void print_step_check(const loop::StepCheck& check) {
   if (check.rows.empty()) return;
@@ -153,8 +110,7 @@ void run_calibrate(const CalibrateFlags& f) {
   const std::optional<loop::ClassFit>& class_fit = result.class_fit;
   const loop::StepCheck& check = result.check;
   const std::string& refused = result.refused;
-  if (class_fit) (*c.cluster.calibrated_from)["profiled_step"] = class_fit_json(*class_fit);
-  if (!check.rows.empty()) (*c.cluster.calibrated_from)["fitted_steps"] = step_check_json(check);
+  c.cluster = loop::fitted_cluster(result);
   if (refused.empty() || f.force) spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
   if (f.json) {
@@ -202,16 +158,6 @@ struct CompareFlags {
   bool json = false;
   bool strict = false;
 };
-
-spec::Json rows_json(const std::vector<traces::Row>& rows) {
-  spec::Json j = spec::Json::array();
-  for (const traces::Row& r : rows)
-    j.push_back({{"key", r.key},
-                 {"measured_s", r.measured_s},
-                 {"predicted_s", r.predicted_s},
-                 {"error", r.error()}});
-  return j;
-}
 
 void print_rows(const char* title, const std::vector<traces::Row>& rows) {
   if (rows.empty()) return;

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   sextant::cli::add_bench_command(app, args);
   sextant::cli::add_validate_command(app);
   sextant::cli::add_calibrate_command(app);
+  sextant::cli::add_loop_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -69,6 +69,15 @@ sed 's/"zero": 2/"zero": 0/' "$dir/offload.plan.json" >"$dir/offload-z0.plan.jso
 expect_error "/offload/optimizer = host: needs zero >= 1" "$sextant" simulate --model gpt-tiny \
   --cluster local-cpu --gpus 1 --plan "$dir/offload-z0.plan.json"
 
+# The loop: a cluster of the other kind, and --refit of runs that are not there or are damaged.
+expect_error "--cluster = dgx-a100: a CPU cluster" "$sextant" loop --cluster dgx-a100 --out "$dir/loop"
+expect_error "$dir/loop-empty/dp1.mb4.r1.steps.jsonl: missing" "$sextant" loop --refit \
+  --repeats 1 --out "$dir/loop-empty"
+mkdir -p "$dir/loop-bad"
+echo '{"step_time_s": "slow"}' >"$dir/loop-bad/dp1.mb4.r1.steps.jsonl"
+expect_error "$dir/loop-bad/dp1.mb4.r1.steps.jsonl: line 1 /step_time_s" "$sextant" loop --refit \
+  --repeats 1 --out "$dir/loop-bad"
+
 # Partial recompute: beyond a chunk's layers (gpt-tiny: 4 layers, pp 2 -> chunks of 2), and
 # without full recompute; simulate and run say the same words (spec/plan.cpp, one rule each).
 rcl="/recompute_layers = 3: must not exceed the layers of the largest stage chunk (2)"

@@ -1,0 +1,87 @@
+// The loop as one call: measure a set of plans on a machine (rounds.hpp), fit the cluster file to
+// the fit plans' runs (fit_runs: the same fit, check and refusal as `sextant calibrate`), predict
+// every plan with the cluster before and after the fit, and report how far the predictions of the
+// held-out plans are from what they measured, how well the predictions rank the plans (Kendall's
+// tau) and what picking the predicted best costs (regret). `sextant loop` (and through it
+// scripts/calibrate-local.sh and the notebook) calls it; tests run it on a simulated machine.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sextant/loop/rounds.hpp"
+#include "sextant/loop/run_fit.hpp"
+#include "sextant/loop/trial.hpp"
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/json_io.hpp"
+#include "sextant/traces/compare.hpp"
+
+namespace sextant::loop {
+
+struct LoopSetup {
+  spec::ClusterSpec cluster;  // the cluster file the loop calibrates
+  std::vector<TrialPlan> plans;
+  std::string compare_plan;  // a plan compared with its prediction op class by op class ("": none)
+  spec::Dtype fit_dtype = spec::Dtype::kFp32;  // the precision the runs' ops ran in
+  RoundOptions rounds;
+  std::string out;     // runs, benchmark, calibrated cluster file, predicted traces
+  bool refit = false;  // measure nothing: fit and predict from the runs already in `out`
+  bool force = false;  // go on with a fit that predicts its own runs worse (then fit_worse)
+};
+
+struct LoopRow {
+  std::string name, model;
+  int64_t ranks = 0;
+  bool heldout = false;
+  PlanTime time;
+  double predicted_s = 0;               // with the calibrated cluster
+  double predicted_uncalibrated_s = 0;  // with the cluster the loop started from
+  double error() const { return (predicted_s - time.measured_s) / time.measured_s; }
+  double uncalibrated_error() const {
+    return (predicted_uncalibrated_s - time.measured_s) / time.measured_s;
+  }
+};
+
+// The loop's figures over the rows that measured (a row whose runs all failed counts in none).
+struct LoopFigures {
+  int64_t heldout_plans = 0;
+  double heldout_mean_abs_error = 0, heldout_max_abs_error = 0;
+  double uncalibrated_heldout_mean_abs_error = 0;
+  double fit_plans_max_abs_error = 0;
+  // RMS of the fit plans' errors: the uncertainty of a prediction, as a fraction of it.
+  double fit_plans_rms_error = 0;
+  double kendall_tau = 1;  // tau-b of predicted against measured over every plan
+  double regret = 0;       // the measured time of the predicted best over the measured best, - 1
+  std::string predicted_best, measured_best;
+  double max_noise = 0;  // the largest noise_s / measured_s
+  int64_t disturbed_runs = 0;
+};
+LoopFigures loop_figures(const std::vector<LoopRow>& rows);
+
+struct LoopReport {
+  std::string cluster;          // its name
+  std::string calibrated_file;  // written in `out`
+  std::vector<LoopRow> rows;
+  LoopFigures figures;
+  StepCheck fitted;  // the fitted runs re-simulated before and after the fit
+  bool fit_worse = false;
+  std::string refused;  // why the fit predicts its own runs worse ("" when it does not)
+  std::string compare_plan;
+  std::vector<traces::Row> compare_by_class;
+  double waited_s = 0;  // spent waiting for quiet cores
+};
+
+// A fit that predicts its own runs worse, without `force`: nothing predicted after it would mean
+// anything, so the loop stops.
+class FitRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+LoopReport close_loop(const LoopSetup& setup, Machine& machine);
+
+// scripts/calibrate-local.sh --json's object (docs/FORMATS.md).
+spec::Json to_json(const LoopReport& report);
+
+}  // namespace sextant::loop

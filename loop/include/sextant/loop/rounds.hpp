@@ -1,0 +1,57 @@
+// Measuring a set of plans on a machine that is not always quiet. Every plan runs once per
+// round, rounds interleaved (round 1 runs every plan, then round 2, ...), so that a slow spell of
+// the machine touches all plans alike; each run sits between two core checks and is run again
+// (at most `tries` times) when either found a core slow, after waiting for quiet cores while the
+// loop's waiting budget lasts. On the shared 2-core CI VM one core at a time runs 10-100% slow
+// for tens of seconds; a two-rank run then is as slow as that core (docs/CALIBRATION.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sextant/loop/trial.hpp"
+
+namespace sextant::loop {
+
+struct RoundOptions {
+  int64_t repeats = 3;        // rounds
+  int64_t steps = 8;          // training steps per run
+  double quiet_wait_s = 120;  // seconds the loop may wait for quiet cores, in all
+  int tries = 3;              // runs of a plan in one round while they come out disturbed
+  bool warm_up = true;        // one discarded run of the first plan before round 1
+  std::function<void(const std::string&)> say;  // progress lines (may be empty)
+};
+
+struct Measurements {
+  std::vector<std::vector<RunResult>> runs;  // [plan][round]: the run each round kept
+  double waited_s = 0;                       // spent waiting for quiet cores
+};
+
+// Where run `round` (from 1) of plan `name` keeps its files: out/name.rROUND (.steps.jsonl,
+// .measured.json, .disturbed).
+std::string run_base(const std::string& out, const std::string& name, int64_t round);
+
+Measurements measure_rounds(const std::vector<TrialPlan>& plans, Machine& machine,
+                            const std::string& out, const RoundOptions& options);
+// The runs an earlier measure_rounds left in `out` (the same plans and repeats); throws
+// InputError naming the missing file.
+Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string& out,
+                         int64_t repeats);
+
+// A plan's time from its rounds: the median of its undisturbed runs' mean steps, the lower middle
+// when even (all runs when none was undisturbed; the fastest run instead would pick lucky
+// outliers: dp1.mb8 measured 135.9 ms in one of three runs against 144-152 in the others), and
+// the half-range of those runs as its noise. Failed runs count for nothing.
+struct PlanTime {
+  bool measured = false;  // false: no run of the plan succeeded
+  double measured_s = 0;
+  double noise_s = 0;
+  int64_t median_round = 0;  // the round (from 1) of the median run
+  int64_t disturbed_runs = 0;
+  std::string status;  // "ok", else the last failure
+};
+PlanTime plan_time(const std::vector<RunResult>& rounds);
+
+}  // namespace sextant::loop

@@ -1,0 +1,200 @@
+// Measure, fit, predict, report.
+#include "sextant/loop/closed_loop.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "sextant/loop/report_json.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/error.hpp"
+
+namespace sextant::loop {
+
+namespace {
+
+double step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                 const TrialPlan& trial) {
+  sim::SimulationOptions options;
+  options.plan_source = trial.name;
+  return sim::simulate(model, cluster, trial.plan, options).report.step_time_s;
+}
+
+}  // namespace
+
+LoopFigures loop_figures(const std::vector<LoopRow>& rows) {
+  LoopFigures f;
+  std::vector<const LoopRow*> measured;
+  for (const LoopRow& r : rows)
+    if (r.time.measured) measured.push_back(&r);
+  double held_sum = 0, uncal_sum = 0, fit_sq = 0;
+  int64_t fit_plans = 0;
+  std::vector<double> predicted, times;
+  for (const LoopRow* r : measured) {
+    const double e = std::abs(r->error());
+    if (r->heldout) {
+      ++f.heldout_plans;
+      held_sum += e;
+      uncal_sum += std::abs(r->uncalibrated_error());
+      f.heldout_max_abs_error = std::max(f.heldout_max_abs_error, e);
+    } else {
+      ++fit_plans;
+      fit_sq += e * e;
+      f.fit_plans_max_abs_error = std::max(f.fit_plans_max_abs_error, e);
+    }
+    predicted.push_back(r->predicted_s);
+    times.push_back(r->time.measured_s);
+    f.max_noise = std::max(f.max_noise, r->time.noise_s / r->time.measured_s);
+    f.disturbed_runs += r->time.disturbed_runs;
+  }
+  if (f.heldout_plans > 0) {
+    f.heldout_mean_abs_error = held_sum / static_cast<double>(f.heldout_plans);
+    f.uncalibrated_heldout_mean_abs_error = uncal_sum / static_cast<double>(f.heldout_plans);
+  }
+  if (fit_plans > 0) f.fit_plans_rms_error = std::sqrt(fit_sq / static_cast<double>(fit_plans));
+  if (!measured.empty()) {
+    f.kendall_tau = traces::kendall_tau(predicted, times);
+    f.regret = traces::regret(predicted, times);
+    const auto pick = std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
+    const auto best = std::min_element(times.begin(), times.end()) - times.begin();
+    f.predicted_best = measured[static_cast<size_t>(pick)]->name;
+    f.measured_best = measured[static_cast<size_t>(best)]->name;
+  }
+  return f;
+}
+
+LoopReport close_loop(const LoopSetup& s, Machine& machine) {
+  auto say = [&s](const std::string& line) {
+    if (s.rounds.say) s.rounds.say(line);
+  };
+  std::filesystem::create_directories(s.out);
+  LoopReport report;
+  report.cluster = s.cluster.name;
+  const std::string bench_file = s.out + "/bench.json";
+  Measurements m;
+  if (s.refit) {
+    say(fmt::format("== refitting the runs in {}", s.out));
+    m = read_rounds(s.plans, s.out, s.rounds.repeats);
+  } else {
+    std::filesystem::remove(bench_file);
+    say("== measuring what the fit needs beside the runs (sextant bench)");
+    machine.benchmark(bench_file);
+    m = measure_rounds(s.plans, machine, s.out, s.rounds);
+  }
+  report.waited_s = m.waited_s;
+
+  // The fit: the benchmark and the median run of every fit plan.
+  std::vector<PlanTime> times;
+  std::vector<std::pair<std::string, spec::Trace>> runs;
+  if (std::filesystem::exists(bench_file))
+    runs.emplace_back(bench_file, spec::read_trace_file(bench_file));
+  for (size_t p = 0; p < s.plans.size(); ++p) {
+    times.push_back(plan_time(m.runs[p]));
+    const PlanTime& t = times.back();
+    if (!t.measured) {
+      say(fmt::format("   {}: no run succeeded ({})", s.plans[p].name, t.status));
+      continue;
+    }
+    const RunResult& median = m.runs[p][static_cast<size_t>(t.median_round - 1)];
+    if (!s.plans[p].heldout && !median.trace_file.empty())
+      runs.emplace_back(median.trace_file, spec::read_trace_file(median.trace_file));
+  }
+  say(fmt::format("== calibrating {}", s.cluster.name));
+  RunFitOptions fit_options;
+  fit_options.dtype = s.fit_dtype;
+  const RunFit fit = fit_runs(s.cluster, runs, fit_options);
+  report.fitted = fit.check;
+  report.refused = fit.refused;
+  report.fit_worse = !fit.refused.empty();
+  report.calibrated_file = fmt::format("{}/{}-calibrated.json", s.out, s.cluster.name);
+  if (!fit.refused.empty() && !s.force)
+    throw FitRefused(fmt::format("{}: {} not written (--force goes on with it)", fit.refused,
+                                 report.calibrated_file));
+  const spec::ClusterSpec calibrated = fitted_cluster(fit);
+  spec::write_json_file(report.calibrated_file, spec::to_json(calibrated));
+
+  for (size_t p = 0; p < s.plans.size(); ++p) {
+    const TrialPlan& trial = s.plans[p];
+    const spec::ModelSpec model = models::resolve_model(trial.model);
+    LoopRow row;
+    row.name = trial.name;
+    row.model = trial.model;
+    row.ranks = trial.plan.world_size();
+    row.heldout = trial.heldout;
+    row.time = times[p];
+    row.predicted_uncalibrated_s = step_time(model, s.cluster, trial);
+    row.predicted_s = step_time(model, calibrated, trial);
+    report.rows.push_back(row);
+    if (trial.name != s.compare_plan || !row.time.measured) continue;
+    // One plan op class by op class: where the calibrated model still errs.
+    const RunResult& median = m.runs[p][static_cast<size_t>(row.time.median_round - 1)];
+    if (median.trace_file.empty()) continue;
+    sim::SimulationOptions options;
+    options.plan_source = trial.name;
+    options.trace = true;
+    const sim::SimulationResult predicted = sim::simulate(model, calibrated, trial.plan, options);
+    spec::write_trace_file(fmt::format("{}/{}.predicted.json", s.out, trial.name),
+                           *predicted.trace);
+    report.compare_plan = trial.name;
+    report.compare_by_class =
+        traces::compare(spec::read_trace_file(median.trace_file), *predicted.trace).by_class;
+  }
+  report.figures = loop_figures(report.rows);
+  return report;
+}
+
+spec::Json to_json(const LoopReport& r) {
+  const LoopFigures& f = r.figures;
+  spec::Json plans = spec::Json::array();
+  std::set<std::string> models;
+  for (const LoopRow& row : r.rows) {
+    models.insert(row.model);
+    spec::Json j = {{"name", row.name},
+                    {"model", row.model},
+                    {"ranks", row.ranks},
+                    {"heldout", row.heldout},
+                    {"status", row.time.status},
+                    {"predicted_s", row.predicted_s},
+                    {"predicted_uncalibrated_s", row.predicted_uncalibrated_s},
+                    {"uncertainty_s", f.fit_plans_rms_error * row.predicted_s},
+                    {"disturbed_runs", row.time.disturbed_runs}};
+    if (row.time.measured) {
+      j["measured_s"] = row.time.measured_s;
+      j["noise_s"] = row.time.noise_s;
+      j["error"] = row.error();
+      j["uncalibrated_error"] = row.uncalibrated_error();
+    }
+    plans.push_back(j);
+  }
+  return {
+      {"models", models},
+      {"cluster", r.cluster},
+      {"calibrated_file", r.calibrated_file},
+      {"plans", plans},
+      {"heldout_plans", f.heldout_plans},
+      {"heldout_mean_abs_error", f.heldout_mean_abs_error},
+      {"heldout_max_abs_error", f.heldout_max_abs_error},
+      {"uncalibrated_heldout_mean_abs_error", f.uncalibrated_heldout_mean_abs_error},
+      {"kendall_tau", f.kendall_tau},
+      {"regret", f.regret},
+      {"predicted_best", f.predicted_best},
+      {"measured_best", f.measured_best},
+      {"op_class_errors", {{"plan", r.compare_plan}, {"by_class", rows_json(r.compare_by_class)}}},
+      {"fit_plans_max_abs_error", f.fit_plans_max_abs_error},
+      {"fit_plans_rms_error", f.fit_plans_rms_error},
+      {"fit_worse", r.fit_worse},
+      {"refused", r.refused},
+      {"fitted_runs",
+       {{"mean_abs_error", r.fitted.mean_abs_error_after()},
+        {"max_abs_error", r.fitted.max_abs_error_after()},
+        {"mean_abs_error_before", r.fitted.mean_abs_error_before()}}},
+      {"max_noise", f.max_noise},
+      {"disturbed_runs", f.disturbed_runs},
+      {"quiet_wait_s", r.waited_s}};
+}
+
+}  // namespace sextant::loop

@@ -1,0 +1,130 @@
+// Interleaved rounds of runs between core checks.
+#include "sextant/loop/rounds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace sextant::loop {
+
+namespace {
+
+class RoundRunner {
+ public:
+  RoundRunner(Machine& machine, const RoundOptions& options) : m_(machine), o_(options) {}
+
+  // One run of `plan` kept for the round: run again while a core check around it finds the
+  // machine disturbed, at most o_.tries times and while the waiting budget lasts; a run that
+  // stays disturbed is kept and marked (base.disturbed says how).
+  RunResult measure(const TrialPlan& plan, const std::string& base, int64_t round) {
+    RunResult r;
+    for (int attempt = 1; attempt <= o_.tries; ++attempt) {
+      const bool quiet_before = wait_for_quiet();
+      r = m_.run(plan, o_.steps, base);
+      std::string after = m_.disturbance();
+      if (quiet_before && after.empty()) {
+        std::filesystem::remove(base + ".disturbed");
+        r.disturbed.clear();
+        return r;
+      }
+      r.disturbed = after.empty() ? last_disturbance_ : after;
+      std::ofstream(base + ".disturbed") << r.disturbed << "\n";
+      if (o_.say)
+        o_.say(fmt::format("   {} round {} (try {}): {}", plan.name, round, attempt, r.disturbed));
+      if (waited_s_ >= o_.quiet_wait_s) break;
+    }
+    return r;
+  }
+
+  double waited_s() const { return waited_s_; }
+
+ private:
+  // True once the cores are quiet, false when the waiting budget ran out first.
+  bool wait_for_quiet() {
+    for (;;) {
+      last_disturbance_ = m_.disturbance();
+      if (last_disturbance_.empty()) return true;
+      if (waited_s_ >= o_.quiet_wait_s) return false;
+      m_.pause(1);
+      waited_s_ += 1;
+    }
+  }
+
+  Machine& m_;
+  const RoundOptions& o_;
+  double waited_s_ = 0;
+  std::string last_disturbance_;
+};
+
+}  // namespace
+
+std::string run_base(const std::string& out, const std::string& name, int64_t round) {
+  return fmt::format("{}/{}.r{}", out, name, round);
+}
+
+Measurements measure_rounds(const std::vector<TrialPlan>& plans, Machine& machine,
+                            const std::string& out, const RoundOptions& options) {
+  std::filesystem::create_directories(out);
+  RoundRunner runner(machine, options);
+  Measurements m;
+  m.runs.resize(plans.size());
+  // The machine's first runs after a build or an idle spell are slower (caches, clocks).
+  if (options.warm_up && !plans.empty()) {
+    if (options.say) options.say("== warming up (one run, discarded)");
+    runner.measure(plans.front(), run_base(out, "warmup", 0), 0);
+  }
+  for (int64_t round = 1; round <= options.repeats; ++round) {
+    if (options.say)
+      options.say(fmt::format("== round {} of {}: measuring {} plans", round, options.repeats,
+                              plans.size()));
+    for (size_t p = 0; p < plans.size(); ++p)
+      m.runs[p].push_back(runner.measure(plans[p], run_base(out, plans[p].name, round), round));
+  }
+  m.waited_s = runner.waited_s();
+  return m;
+}
+
+Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string& out,
+                         int64_t repeats) {
+  Measurements m;
+  for (const TrialPlan& p : plans) {
+    m.runs.emplace_back();
+    for (int64_t round = 1; round <= repeats; ++round)
+      m.runs.back().push_back(read_run(run_base(out, p.name, round)));
+  }
+  return m;
+}
+
+PlanTime plan_time(const std::vector<RunResult>& rounds) {
+  PlanTime t;
+  t.status = "no runs";
+  std::vector<std::pair<double, int64_t>> quiet, all;  // (mean step, round)
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const RunResult& r = rounds[i];
+    if (!r.ok() || !r.mean_step_s()) {
+      t.status = r.status;
+      continue;
+    }
+    const auto run = std::pair{*r.mean_step_s(), static_cast<int64_t>(i) + 1};
+    all.push_back(run);
+    if (r.disturbed.empty()) {
+      quiet.push_back(run);
+    } else {
+      ++t.disturbed_runs;
+    }
+  }
+  std::vector<std::pair<double, int64_t>>& kept = quiet.empty() ? all : quiet;
+  if (kept.empty()) return t;
+  std::sort(kept.begin(), kept.end());
+  const auto& median = kept[(kept.size() - 1) / 2];
+  t.measured = true;
+  t.status = "ok";
+  t.measured_s = median.first;
+  t.median_round = median.second;
+  t.noise_s = (kept.back().first - kept.front().first) / 2;
+  return t;
+}
+
+}  // namespace sextant::loop
