@@ -570,6 +570,7 @@ class GptStage : public StageModel {
   void activation(const Tensor& x, Tensor& y) {
     switch (m_.activation) {
       case spec::Activation::kGelu:
+      case spec::Activation::kGeluNew:  // the same function in one kernel (model_spec.hpp)
         backend().gelu(x, y);
         break;
       case spec::Activation::kRelu:
@@ -583,6 +584,7 @@ class GptStage : public StageModel {
   void activation_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     switch (m_.activation) {
       case spec::Activation::kGelu:
+      case spec::Activation::kGeluNew:
         backend().gelu_backward(x, dy, dx);
         break;
       case spec::Activation::kRelu:

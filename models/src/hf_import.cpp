@@ -65,6 +65,20 @@ class HfReader {
   Diagnostics& diag_;
 };
 
+// The activation a GPT-2 or BERT config names (transformers/activations.py ACT2CLS): "gelu_new"
+// is NewGELUActivation, the tanh formula written as tensor arithmetic; "gelu" (F.gelu) and
+// "gelu_pytorch_tanh" (F.gelu(approximate="tanh")) are one PyTorch kernel each.
+spec::Activation hf_activation(HfReader& r, Diagnostics& diag, const char* field,
+                               const char* fallback) {
+  const std::string act = r.text(field, fallback);
+  if (act == "gelu_new") return spec::Activation::kGeluNew;
+  if (act == "gelu" || act == "gelu_pytorch_tanh") return spec::Activation::kGelu;
+  if (act == "relu") return spec::Activation::kRelu;
+  diag.add(std::string("/") + field, spec::short_dump(Json(act)),
+           "must be gelu_new, gelu, gelu_pytorch_tanh or relu");
+  return spec::Activation::kGelu;
+}
+
 // Training sequence length of an imported model: its context length, capped, because long-context
 // variants (Llama-3.1: 131072) are trained mostly at shorter lengths. --seq-len overrides it.
 constexpr int64_t kMaxImportedSeqLen = 8192;
@@ -94,7 +108,8 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     t.max_positions = r.positive("n_positions");
     t.vocab = r.positive("vocab_size");
     t.ffn_hidden = r.optional_positive("n_inner").value_or(4 * t.hidden);
-    t.activation = spec::Activation::kGelu;
+    // GPT2Config's default activation_function is "gelu_new".
+    t.activation = hf_activation(r, diag, "activation_function", "gelu_new");
     t.norm = spec::Norm::kLayerNorm;
     t.position_embedding = spec::PositionEmbedding::kLearned;
     t.tied_embeddings = r.flag("tie_word_embeddings", true);
@@ -129,8 +144,7 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     t.vocab = r.positive("vocab_size");
     t.max_positions = r.positive("max_position_embeddings");
     t.type_vocab = r.optional_positive("type_vocab_size").value_or(2);
-    std::string act = r.text("hidden_act", "gelu");
-    t.activation = act == "relu" ? spec::Activation::kRelu : spec::Activation::kGelu;
+    t.activation = hf_activation(r, diag, "hidden_act", "gelu");
     t.norm = spec::Norm::kLayerNorm;
     t.position_embedding = spec::PositionEmbedding::kLearned;
     t.tied_embeddings = true;

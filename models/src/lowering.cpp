@@ -302,7 +302,44 @@ struct FusionPasses {
   double norm = 1, act = 1, rope = 1, softmax = 1, residual = 1;
   int norm_kernels = 1, act_kernels = 1, rope_kernels = 1, softmax_kernels = 1,
       residual_kernels = 1;
+  // The activation's backward as a multiple of its (unfused) forward's bytes, and its kernels;
+  // 0: the fused kernel's (read x and dy, write dx).
+  double act_backward = 0;
+  int act_backward_kernels = 0;
+  // Bytes per element of the activation's input that its implementation keeps for backward
+  // (0: the fused kernel's, its 16-bit input).
+  int64_t act_saved = 0;
 };
+
+// Hugging Face's NewGELUActivation in eager PyTorch, per element of its input (transformers
+// activations.py: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 *
+// torch.pow(x, 3.0))))). Each operator is a kernel. `e` is the input's bytes (the GEMM output);
+// `c` the chain's: under torch.autocast `pow` is on the fp32 list (PyTorch autocast op reference,
+// "CUDA ops that can autocast to float32"), so x is cast to fp32 for it and type promotion keeps
+// everything after it fp32 (c = 4), and FC2's addmm casts the fp32 result back to 16 bits;
+// without autocast c = e. Forward, in evaluation order (read + write bytes):
+//   [cast x -> fp32: e + c]  t1 = 0.5 * x: 2e   t2 = pow(x, 3): 2c   t3 = 0.044715 * t2: 2c
+//   t4 = x + t3: e + 2c   t5 = k * t4: 2c   t6 = tanh(t5): 2c   t7 = 1 + t6: 2c
+//   t8 = t1 * t7: e + 2c   [FC2's cast of t8 to 16 bits: c + e]
+//   = 14c + 4e (+ 2(c + e)), 8 kernels (+ 2).
+// Backward (autograd's formulas; a gradient is cast to its input's dtype where they differ):
+//   [cast dy -> fp32: e + c]  d t1 = g * t7: 3c [+ cast c + e]  d t7 = g * t1: 2c + e
+//   tanh_backward(g, t6): 3c   d t4 = k * g: 2c   d x from t4 [cast: c + e]   d t2 = 0.044715 * g:
+//   2c   pow_backward = g * (3 * x32.pow(2)): 2c + 2c + 3c   [d x from the cast: c + e]
+//   d x from t1 = 0.5 * g: 2e   the three gradients of x summed: 2 x 3e
+//   = 19c + 9e (+ 4(c + e)), 11 kernels (+ 4).
+// Kept for backward: x32 (pow's input; x itself without autocast), t6 (tanh's output) and t1, t7
+// (the product's operands): 3c + e against the fused kernel's e.
+struct ComposedActivation {
+  int64_t forward = 0, backward = 0, saved = 0;  // bytes per element
+  int forward_kernels = 0, backward_kernels = 0;
+};
+ComposedActivation gelu_new_eager(int64_t e, bool autocast) {
+  const int64_t c = autocast ? 4 : e;
+  const int64_t casts = autocast ? 1 : 0;
+  return {14 * c + 4 * e + casts * 2 * (c + e), 19 * c + 9 * e + casts * 4 * (c + e), 3 * c + e,
+          8 + 2 * static_cast<int>(casts), 11 + 4 * static_cast<int>(casts)};
+}
 
 FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x) {
   FusionPasses p;
@@ -314,6 +351,14 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
     if (m.activation == spec::Activation::kSwiglu) {
       p.act = 5.0 / 3.0;
       p.act_kernels = 2;
+    }
+    if (m.activation == spec::Activation::kGeluNew) {
+      const ComposedActivation g = gelu_new_eager(x.e, x.autocast);
+      p.act = static_cast<double>(g.forward) / static_cast<double>(2 * x.e);  // fused: read+write e
+      p.act_kernels = g.forward_kernels;
+      p.act_backward = static_cast<double>(g.backward) / static_cast<double>(g.forward);
+      p.act_backward_kernels = g.backward_kernels;
+      p.act_saved = g.saved;
     }
     p.rope = 4;
     p.rope_kernels = 4;
@@ -495,7 +540,13 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // once the branch's norm has given its gradient back, as the executor runs it.
   add_sp_gather(bw, x, "mlp");
   bw.push_back(gemm_backward(fc2));
-  bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
+  if (passes.act_backward > 0) {
+    Op act_bwd = memory_backward(act, passes.act_backward);
+    act_bwd.kernels = passes.act_backward_kernels;
+    bw.push_back(act_bwd);
+  } else {
+    bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
+  }
   bw.push_back(gemm_backward(fc1));
   add_tp_reduce(bw, x, "mlp");
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
@@ -537,8 +588,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t replicated = 2 * sbh * r + 2 * sbh * e + 2 * mask * sbh;
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
-  const int64_t split =
-      sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + gate * T * x.f * e + T * x.f * e;
+  // An eager composed activation keeps its intermediates instead of its input (act_saved).
+  const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
+  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + act_input + T * x.f * e;
   const int64_t rep_per_rank = x.sp ? replicated / x.t : replicated;
   layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;

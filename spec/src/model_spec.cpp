@@ -13,8 +13,11 @@ namespace sextant::spec {
 namespace {
 constexpr std::array<std::pair<std::string_view, Architecture>, 2> kArchitectures{
     {{"decoder", Architecture::kDecoder}, {"encoder", Architecture::kEncoder}}};
-constexpr std::array<std::pair<std::string_view, Activation>, 3> kActivations{
-    {{"gelu", Activation::kGelu}, {"swiglu", Activation::kSwiglu}, {"relu", Activation::kRelu}}};
+constexpr std::array<std::pair<std::string_view, Activation>, 4> kActivations{
+    {{"gelu", Activation::kGelu},
+     {"swiglu", Activation::kSwiglu},
+     {"relu", Activation::kRelu},
+     {"gelu_new", Activation::kGeluNew}}};
 constexpr std::array<std::pair<std::string_view, Norm>, 2> kNorms{
     {{"layernorm", Norm::kLayerNorm}, {"rmsnorm", Norm::kRmsNorm}}};
 constexpr std::array<std::pair<std::string_view, PositionEmbedding>, 3> kPositions{
@@ -115,8 +118,10 @@ MlpSpec decode_mlp(ObjectReader& r) {
     r.problem("widths", fmt::format("[{}]", fmt::join(m.widths, ",")),
               "needs at least an input and an output width");
   }
-  if (r.diagnostics().ok() && m.activation == Activation::kSwiglu) {
-    r.problem("activation", "\"swiglu\"", "must be relu or gelu for an MLP");
+  if (r.diagnostics().ok() && m.activation != Activation::kRelu &&
+      m.activation != Activation::kGelu) {
+    r.problem("activation", fmt::format("\"{}\"", enum_name(activation_names(), m.activation)),
+              "must be relu or gelu for an MLP");
   }
   return m;
 }

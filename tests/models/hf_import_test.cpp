@@ -18,6 +18,22 @@ TEST(HfImport, Gpt2MatchesTheCheckpoint) {
   EXPECT_EQ(parameter_count(m), 124'439'808);  // Hugging Face gpt2
   EXPECT_TRUE(m.transformer().tied_embeddings);
   EXPECT_EQ(m.transformer().ffn_hidden, 3072);  // n_inner null -> 4 * n_embd
+  // "activation_function": "gelu_new": Hugging Face's NewGELUActivation, as the zoo's GPT-2.
+  EXPECT_EQ(m.transformer().activation, spec::Activation::kGeluNew);
+  EXPECT_EQ(zoo_model("gpt2-124m").transformer().activation, spec::Activation::kGeluNew);
+}
+
+TEST(HfImport, ActivationsAreHuggingFacesOrAClearError) {
+  spec::Json j = spec::read_json_file(test::data_path("hf/gpt2-config.json"));
+  j["activation_function"] = "gelu_pytorch_tanh";  // F.gelu(approximate="tanh"): one kernel
+  EXPECT_EQ(import_hf_config(j, "cfg.json", "x").transformer().activation, spec::Activation::kGelu);
+  j.erase("activation_function");  // GPT2Config's default
+  EXPECT_EQ(import_hf_config(j, "cfg.json", "x").transformer().activation,
+            spec::Activation::kGeluNew);
+  j["activation_function"] = "quick_gelu";
+  EXPECT_INPUT_ERROR(import_hf_config(j, "cfg.json", "x"),
+                     "cfg.json: /activation_function = \"quick_gelu\": must be gelu_new, gelu, "
+                     "gelu_pytorch_tanh or relu");
 }
 
 TEST(HfImport, LlamaWithGroupedQueryAttention) {

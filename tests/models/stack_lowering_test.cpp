@@ -132,6 +132,61 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
 }
 
+TEST(StackLowering, HuggingFacesGeluNewRunsAsItsOperatorsInEagerPyTorch) {
+  // GPT-2 124M (h 768, ffn 3072, s 1024) at b 8: the MLP activation's input has
+  // T * ffn = 8192 * 3072 elements. The fused kernel reads and writes it once in bf16 (4 bytes an
+  // element) and its backward reads x and dy and writes dx (6).
+  spec::ModelSpec m = zoo_model("gpt2-124m");
+  ASSERT_EQ(m.transformer().activation, spec::Activation::kGeluNew);
+  const int64_t n = 8 * 1024 * 3072;
+  auto act = [&](spec::Fusion fusion, bool autocast, bool forward) {
+    LoweringOptions o = options(spec::AttentionKernel::kCudnn, fusion, 1, false, 8);
+    o.autocast = autocast;
+    LoweredModel l = lower(m, o);
+    const Layer& block = l.layers[l.split_begin];
+    return find(forward ? block.forward : block.backward, "mlp.act");
+  };
+  const Op fused = act(spec::Fusion::kFused, false, true);
+  EXPECT_EQ(fused.bytes, 4 * n);
+  EXPECT_EQ(fused.kernels, 1);
+  EXPECT_EQ(act(spec::Fusion::kFused, false, false).bytes, 6 * n);
+  // Eager bf16, every operator a bf16 kernel (e = c = 2): forward 0.5*x (4), pow (4),
+  // *0.044715 (4), x + t3 (6: two reads), *sqrt(2/pi) (4), tanh (4), 1 + (4) and the product t1*t7
+  // (6) = 36 bytes, 8 kernels. Backward: the
+  // product's two gradients (6 + 6), tanh_backward (6), two scalar products (4 + 4), pow_backward
+  // (4 + 4 + 6), 0.5 * g (4) and the three gradients of x summed (6 + 6) = 56 bytes, 11 kernels.
+  const Op eager = act(spec::Fusion::kEager, false, true);
+  EXPECT_EQ(eager.bytes, 36 * n);
+  EXPECT_EQ(eager.kernels, 8);
+  const Op eager_bwd = act(spec::Fusion::kEager, false, false);
+  EXPECT_EQ(eager_bwd.bytes, 56 * n);
+  EXPECT_EQ(eager_bwd.kernels, 11);
+  // Under autocast pow runs in fp32: x is cast (2 + 4), the chain after it is fp32 (pow 8,
+  // *0.044715 8, x+ 2+4+4, *k 8, tanh 8, 1+ 8, t1*t7 2+4+4; 0.5*x stays bf16: 4) and FC2 casts
+  // the fp32 result to bf16 (4 + 2): 76 bytes, 10 kernels. Backward: the dy cast (6), g*t7 (12)
+  // and its cast to bf16 (6), g*t1 (10), tanh_backward (12), *k (8), x's gradient from x + t3 cast
+  // (6), *0.044715 (8), pow_backward (8 + 8 + 12), the cast's backward (6), 0.5*g (4), two sums
+  // (6 + 6) = 118 bytes, 15 kernels.
+  const Op amp = act(spec::Fusion::kEager, true, true);
+  EXPECT_EQ(amp.bytes, 76 * n);
+  EXPECT_EQ(amp.kernels, 10);
+  const Op amp_bwd = act(spec::Fusion::kEager, true, false);
+  EXPECT_EQ(amp_bwd.bytes, 118 * n);
+  EXPECT_EQ(amp_bwd.kernels, 15);
+  // Kept for backward: x32, tanh's output and the product's fp32 operand (4 bytes each) and its
+  // bf16 operand (2) instead of the fused kernel's bf16 input: 12 more bytes per element, per
+  // block. The same model with the one-kernel "gelu" keeps the input only.
+  auto saved = [&](spec::Activation a) {
+    spec::ModelSpec model = m;
+    model.transformer().activation = a;
+    LoweringOptions o = options(spec::AttentionKernel::kCudnn, spec::Fusion::kEager, 1, false, 8);
+    o.autocast = true;
+    LoweredModel l = lower(model, o);
+    return l.layers[l.split_begin].saved_bytes;
+  };
+  EXPECT_EQ(saved(spec::Activation::kGeluNew) - saved(spec::Activation::kGelu), 12 * n);
+}
+
 TEST(StackLowering, CrossEntropyImplementationsMoveTheirBytes) {
   // GPT-2 124M (V 50257), b 4, s 1024, fp16 (e = 2), tp 2: the vocabulary is padded to 50258 and
   // each rank holds 25129 rows, so T * V_shard = 4096 * 25129 = 102,928,384 logits.

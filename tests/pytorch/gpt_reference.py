@@ -81,7 +81,8 @@ def main():
     L, h, a, f, V, S = t["layers"], t["hidden"], t["heads"], t["ffn_hidden"], t["vocab"], t["seq_len"]
     # GPT-2 (layernorm, learned positions, GELU, biases, tied) or Llama-style (rmsnorm, rotary,
     # SwiGLU, no biases, untied) and mixes of them, as Sextant's GPT stage builds them.
-    assert t["activation"] in ("gelu", "swiglu")
+    # "gelu_new" (GPT-2's, Hugging Face's NewGELUActivation) is the same tanh-form GELU.
+    assert t["activation"] in ("gelu", "gelu_new", "swiglu")
     kv = t.get("kv_heads", a)  # grouped-query attention when fewer than the heads
     rmsnorm = t.get("norm", "layernorm") == "rmsnorm"
     rope = t.get("position_embedding", "learned") == "rope"
