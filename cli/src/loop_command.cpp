@@ -88,9 +88,8 @@ loop::TrialPlan trial_plan(const SetPlan& p, bool gpu) {
   flags.zero = p.zero;
   flags.recompute = p.recompute;
   // The executor runs its own kernels: predict them (a GPU cluster's default stack is
-  // megatron-core), in the precision it runs (bf16 mixed precision on the GPU).
+  // megatron-core). The precision is the backend's (LoopSetup::predict_dtype).
   flags.stack.stack = "sextant";
-  if (gpu) flags.dtype = "bf16";
   return {p.name, p.model, plan_from_flags(flags, std::nullopt, gpu), p.heldout};
 }
 
@@ -143,6 +142,7 @@ void run_loop(const LoopFlags& f) {
   for (const SetPlan& p : plan_set(f.gpu)) setup.plans.push_back(trial_plan(p, f.gpu));
   setup.compare_plan = f.gpu ? "gpt2-350m.mb8" : "pp2.gpipe.mb4";
   setup.fit_dtype = f.gpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
+  if (f.gpu) setup.predict_dtype = spec::Dtype::kBf16;  // the runs: --precision bf16
   setup.out = f.out;
   setup.refit = f.refit;
   setup.force = f.force;

@@ -17,11 +17,18 @@ namespace sextant::loop {
 
 namespace {
 
+// The plan as predicted: the trial's, in the precision the runs compute in.
+spec::Plan predicted_plan(const LoopSetup& s, const TrialPlan& trial) {
+  spec::Plan plan = trial.plan;
+  if (s.predict_dtype) plan.dtype = s.predict_dtype;
+  return plan;
+}
+
 double step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                 const TrialPlan& trial) {
+                 const spec::Plan& plan, const std::string& name) {
   sim::SimulationOptions options;
-  options.plan_source = trial.name;
-  return sim::simulate(model, cluster, trial.plan, options).report.step_time_s;
+  options.plan_source = name;
+  return sim::simulate(model, cluster, plan, options).report.step_time_s;
 }
 
 }  // namespace
@@ -126,8 +133,9 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
     row.ranks = trial.plan.world_size();
     row.heldout = trial.heldout;
     row.time = times[p];
-    row.predicted_uncalibrated_s = step_time(model, s.cluster, trial);
-    row.predicted_s = step_time(model, calibrated, trial);
+    const spec::Plan plan = predicted_plan(s, trial);
+    row.predicted_uncalibrated_s = step_time(model, s.cluster, plan, trial.name);
+    row.predicted_s = step_time(model, calibrated, plan, trial.name);
     report.rows.push_back(row);
     if (trial.name != s.compare_plan || !row.time.measured) continue;
     // One plan op class by op class: where the calibrated model still errs.
@@ -136,7 +144,7 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
     sim::SimulationOptions options;
     options.plan_source = trial.name;
     options.trace = true;
-    const sim::SimulationResult predicted = sim::simulate(model, calibrated, trial.plan, options);
+    const sim::SimulationResult predicted = sim::simulate(model, calibrated, plan, options);
     spec::write_trace_file(fmt::format("{}/{}.predicted.json", s.out, trial.name),
                            *predicted.trace);
     report.compare_plan = trial.name;

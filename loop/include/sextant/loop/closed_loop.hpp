@@ -6,6 +6,7 @@
 // scripts/calibrate-local.sh and the notebook) calls it; tests run it on a simulated machine.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct LoopSetup {
   std::vector<TrialPlan> plans;
   std::string compare_plan;  // a plan compared with its prediction op class by op class ("": none)
   spec::Dtype fit_dtype = spec::Dtype::kFp32;  // the precision the runs' ops ran in
+  // The precision the runs compute in, for their predictions. The plans the machine runs carry
+  // none: the executor's backend and its --precision decide (it refuses a plan dtype).
+  std::optional<spec::Dtype> predict_dtype;
   RoundOptions rounds;
   std::string out;     // runs, benchmark, calibrated cluster file, predicted traces
   bool refit = false;  // measure nothing: fit and predict from the runs already in `out`
