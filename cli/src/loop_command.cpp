@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "format.hpp"
 #include "plan_options.hpp"
 #include "sextant/loop/closed_loop.hpp"
 #include "sextant/loop/process_machine.hpp"
