@@ -56,6 +56,7 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
   append_floats(body, shard.values);
   append_floats(body, shard.m);
   append_floats(body, shard.v);
+  append_floats(body, shard.residual);
   const std::string file = (fs::path(sdir) / shard_name(world.rank())).string();
   spec::write_file_atomically(file, body);
   spec::Json entry = {{"file", shard_name(world.rank())},
@@ -115,11 +116,15 @@ Shard load_shard(const fs::path& sdir, const std::string& plan, int64_t elements
   }
   shard.step = header.step;
   const size_t n = static_cast<size_t>(elements);
-  if (body.size() != nl + 1 + 3 * n * sizeof(float)) {
+  // Values, two moments and, with error feedback, the residual.
+  const size_t arrays = n == 0 ? 3 : (body.size() - nl - 1) / (n * sizeof(float));
+  if ((arrays != 3 && arrays != 4) || body.size() != nl + 1 + arrays * n * sizeof(float)) {
     throw InputError(file, "", "", "the shard's length does not match its header");
   }
   const char* p = body.data() + nl + 1;
-  for (std::vector<float>* v : {&shard.values, &shard.m, &shard.v}) {
+  std::vector<std::vector<float>*> parts{&shard.values, &shard.m, &shard.v};
+  if (arrays == 4) parts.push_back(&shard.residual);
+  for (std::vector<float>* v : parts) {
     v->resize(n);
     std::memcpy(v->data(), p, n * sizeof(float));
     p += n * sizeof(float);

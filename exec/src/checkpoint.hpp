@@ -16,6 +16,9 @@ namespace sextant::exec {
 struct Shard {
   int64_t step = 0;  // steps completed
   std::vector<float> values, m, v;
+  // Error feedback of a compressed gradient exchange (one per parameter), or empty. Its presence
+  // follows from the plan, which the manifest names.
+  std::vector<float> residual;
 };
 
 // Collective over `world`: every rank saves its shard of step `step` under dir/step-NNNNNNNN/.

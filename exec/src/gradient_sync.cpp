@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "sextant/exec/gradient_codec.hpp"
+#include "sextant/models/gradient_compression.hpp"
+
 namespace sextant::exec {
 
 using spec::OpClass;
@@ -15,7 +18,8 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       micro_batches_(micro_batches),
       stack_(ctx.plan->stack.value_or(spec::builtin_stack(spec::kExecutorStack))),
       dp_(ctx.groups->dp_size),
-      zero_(ctx.plan->zero) {
+      zero_(ctx.plan->zero),
+      compression_(ctx.plan->compression) {
   ParamStore& store = stage_.params();
   auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e) {
     return Span{layer, b, e, (e - b + dp_ - 1) / dp_};
@@ -49,6 +53,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
                   "gradient bucket of {} layers: {} parameters in [{}, {}), the lowering counts {}",
                   b.layers.size(), n, lo, hi, gb.params);
     b.span = span_of(std::nullopt, lo, hi);
+    b.index = static_cast<int32_t>(buckets_.size());
     largest = std::max(largest, b.span.shard * dp_);
     if (dp_ > 1 && zero_ < 3) buckets_.push_back(std::move(b));
   }
@@ -67,6 +72,17 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     }
   }
   if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
+  if (compression_.any() && dp_ > 1) {
+    // The codecs read and write host memory: the plan's executor check keeps them off devices.
+    SEXTANT_CHECK(ctx_.backend->name() == "cpu", "gradient compression on the {} backend",
+                  ctx_.backend->name());
+    int64_t words = 0;
+    for (const Bucket& b : buckets_)
+      words = std::max(words, models::encoded_words(compression_, b.span.end - b.span.begin));
+    encoded_.resize(static_cast<size_t>(words));
+    gathered_.resize(static_cast<size_t>(words * dp_));
+    if (compression_.error_feedback) residual_ = ctx_.backend->zeros({store.total()});
+  }
 }
 
 std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
@@ -86,7 +102,8 @@ bool GradientSync::deferred(int32_t layer) const {
   return std::find(tied_layers_.begin(), tied_layers_.end(), layer) != tied_layers_.end();
 }
 
-void GradientSync::begin_step() {
+void GradientSync::begin_step(int64_t step) {
+  step_ = static_cast<uint64_t>(step);
   ctx_.backend->fill(stage_.params().grads(), 0.0f);
   if (!shard_grads_.empty()) ctx_.backend->fill(shard_grads_, 0.0f);
   for (Bucket& b : buckets_) {
@@ -229,7 +246,9 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
 
 void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
   b.reduced = true;
-  if (zero_ >= 1) {
+  if (compression_.any()) {
+    compressed_reduce(b);
+  } else if (zero_ >= 1) {
     // ZeRO-1/2: this rank's block of the sum replaces its gradients; the rest is not read again.
     reduce_scatter_span(b.span, stage_.params().grads(), false);
   } else if (during_backward) {
@@ -243,6 +262,47 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
   } else {
     all_reduce_range(b.span.begin, b.span.end, Phase::kBwd);
   }
+}
+
+void GradientSync::compressed_reduce(const Bucket& b) {
+  const int64_t n = b.span.end - b.span.begin;
+  const int64_t words = models::encoded_words(compression_, n);
+  float* grads = stage_.params().grads().data() + b.span.begin;
+  {
+    auto s =
+        ctx_.recorder->scope(ctx_.comm(models::kCompressOp, OpClass::kElementwise, Stream::kDpComm,
+                                       models::compression_encode_op(compression_, n, 4).bytes, dp_,
+                                       Phase::kBwd, std::nullopt, std::nullopt));
+    const float* values = grads;
+    if (compression_.error_feedback) {
+      float* residual = residual_.data() + b.span.begin;
+      for (int64_t i = 0; i < n; ++i) residual[i] += grads[i];
+      values = residual;
+    }
+    // Each rank rounds with its own draws (the ranks' rounding errors are independent).
+    const uint64_t seed = (step_ << 40) ^ (static_cast<uint64_t>(b.index) << 20) ^
+                          static_cast<uint64_t>(ctx_.groups->world->rank());
+    encode_gradients(compression_, values, n, encoded_.data(), seed);
+    // What was sent leaves the residual; what the encoding dropped stays for the next step.
+    if (compression_.error_feedback)
+      add_decoded(compression_, encoded_.data(), n, residual_.data() + b.span.begin, -1.0f);
+  }
+  {
+    // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
+    auto s = ctx_.recorder->scope(ctx_.comm(models::kCompressedGatherOp, OpClass::kAllGather,
+                                            Stream::kDpComm,
+                                            models::compressed_gather_bytes(compression_, n, dp_),
+                                            dp_, Phase::kBwd, std::nullopt, std::nullopt));
+    ctx_.groups->dp->all_gather(reinterpret_cast<const float*>(encoded_.data()),
+                                reinterpret_cast<float*>(gathered_.data()), words);
+  }
+  auto s =
+      ctx_.recorder->scope(ctx_.comm(models::kDecompressOp, OpClass::kElementwise, Stream::kDpComm,
+                                     models::compression_decode_op(compression_, n, dp_, 4).bytes,
+                                     dp_, Phase::kBwd, std::nullopt, std::nullopt));
+  std::fill(grads, grads + n, 0.0f);
+  for (int64_t r = 0; r < dp_; ++r)
+    add_decoded(compression_, gathered_.data() + r * words, n, grads);
 }
 
 void GradientSync::reduce_tied() {

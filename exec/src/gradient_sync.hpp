@@ -5,7 +5,9 @@
 // (parameters gathered before each layer's forward and backward, gradients reduce-scattered after
 // each layer's backward). Also the sums that tensor and pipeline parallelism need: tied embeddings
 // between the first and last stage, and sequence-parallel partial gradients over the tp group.
-// The buckets are models::gradient_buckets, the ones the simulator prices.
+// The buckets are models::gradient_buckets, the ones the simulator prices. With the plan's
+// gradient compression (DDP only) a bucket is encoded, all-gathered and decoded instead of
+// all-reduced (models/gradient_compression.hpp; the codecs are gradient_codec.hpp's).
 //
 // Sharding: a bucket's (ZeRO-1/2) or a layer's (ZeRO-3) slice of the flat parameter buffer is
 // padded to a multiple of dp and split into dp equal blocks; block i belongs to data-parallel
@@ -31,8 +33,8 @@ class GradientSync : public LayerHooks {
   void before_backward(int32_t layer, int64_t micro_batch) override;
   void after_backward(int32_t layer, int64_t micro_batch) override;
 
-  // Before the step: clears gradients.
-  void begin_step();
+  // Before training step `step` (from 0; a resumed run continues the count): clears gradients.
+  void begin_step(int64_t step);
   // After the backward of every micro-batch: completes the reductions. Afterwards each rank's
   // owned ranges hold the summed gradients.
   void finish_backward();
@@ -40,6 +42,9 @@ class GradientSync : public LayerHooks {
   const std::vector<std::pair<int64_t, int64_t>>& owned() const { return owned_; }
   // After the optimizer updated the owned ranges: ZeRO-1/2 gather the parameters.
   void after_update();
+  // The error-feedback residual of a compressed exchange (training state a checkpoint keeps), or
+  // an empty tensor.
+  Tensor& residual() { return residual_; }
 
  private:
   // A slice of the flat buffers sharded over the data-parallel group: one layer (ZeRO-3) or one
@@ -52,6 +57,7 @@ class GradientSync : public LayerHooks {
   struct Bucket {
     Span span;
     std::vector<int32_t> layers;
+    int32_t index = 0;            // in the stage's bucket order (seeds QSGD's rounding)
     bool after_tied_sum = false;  // reduced once the end stages have summed the tied table
     int32_t pending = 0;
     bool reduced = false;
@@ -66,6 +72,10 @@ class GradientSync : public LayerHooks {
   void reduce_scatter_span(const Span& s, Tensor& into, bool accumulate);
   void gather_span(const Span& s, spec::Phase phase);
   void all_reduce_range(int64_t begin, int64_t end, spec::Phase phase);
+  // The compressed exchange of a bucket: encode (with error feedback, of the gradients plus the
+  // residual, which keeps what the encoding dropped), all-gather, and the sum of every rank's
+  // decoded bucket in rank order.
+  void compressed_reduce(const Bucket& b);
   bool deferred(int32_t layer) const;
   std::pair<int64_t, int64_t> mine(const Span& s) const;
 
@@ -84,6 +94,11 @@ class GradientSync : public LayerHooks {
   Tensor shard_grads_;  // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
   Tensor padded_;       // scratch for padded layer slices (backend memory)
   Tensor shard_;        // scratch for this rank's block of a layer
+  spec::GradientCompression compression_;
+  Tensor residual_;                 // error feedback: fp32, one per gradient
+  std::vector<uint32_t> encoded_;   // this rank's encoded bucket
+  std::vector<uint32_t> gathered_;  // every rank's, in rank order
+  uint64_t step_ = 0;               // the training step, for QSGD's rounding
 };
 
 }  // namespace sextant::exec

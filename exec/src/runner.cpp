@@ -157,6 +157,13 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   MPI_CHECK(MPI_Comm_size(world, &size));
   // Every rank checks the plan before its first collective, so a bad plan is refused everywhere.
   validate_for_executor(job.model, job.plan, size);
+  if (job.plan.compression.any() && backend.name() != "cpu")
+    throw InputError(
+        "plan " + job.plan.name(), "/compression/kind",
+        std::string(spec::enum_name(spec::compression_kind_names(), job.plan.compression.kind)),
+        fmt::format("the {} executor exchanges gradients uncompressed: compressed "
+                    "exchanges run on CPU ranks (the codecs work on host memory)",
+                    backend.name()));
   const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
   Layout layout(world, job.plan, job.comm);
   if (!ties_embeddings(model)) layout.groups().embedding = nullptr;

@@ -183,7 +183,7 @@ class Trainer {
     maybe_inject_fault(step);
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
-    sync_->begin_step();
+    sync_->begin_step(step);
     const int64_t local_chunks = stage_->chunks();
     const int64_t model_chunks = g.pp_size * local_chunks;
     std::vector<spec::ScheduleUnit> units =
@@ -313,6 +313,7 @@ class Trainer {
     ctx_.backend->to_host(stage_->params().values(), s.values);
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
+    if (!sync_->residual().empty()) ctx_.backend->to_host(sync_->residual(), s.residual);
     save_checkpoint(o_.checkpoint_dir, checkpoint_layout(), s, *ctx_.groups->world);
   }
 
@@ -360,6 +361,11 @@ class Trainer {
     stage_->params().refresh_compute();
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
+    if (sync_->residual().empty() != s->residual.empty())
+      throw InputError(o_.checkpoint_dir, "", plan_.name(),
+                       "the checkpoint's error-feedback residual does not match the plan's "
+                       "gradient compression");
+    if (!s->residual.empty()) ctx_.backend->from_host(s->residual, sync_->residual());
     return s->step;
   }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
@@ -69,6 +70,20 @@ double Estimator::collective_s(const spec::Plan& plan, spec::CollectiveKind kind
   const double s = model.cost(kind, bytes, shape).seconds();
   collective_seconds_.emplace(key, s);
   return s;
+}
+
+double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
+                                 spec::CollectiveKind kind, int64_t params, int64_t grad_bytes,
+                                 const sim::GroupShape& shape) {
+  const spec::GradientCompression& c = plan.compression;
+  if (!c.any()) return collective_s(plan, kind, params * grad_bytes, shape);
+  const sim::ComputeModel& compute = *l.compute;
+  const models::Op encode = models::compression_encode_op(c, params, grad_bytes);
+  const models::Op decode = models::compression_decode_op(c, params, plan.dp, grad_bytes);
+  return ps_to_seconds(compute.op_time(encode, spec::Phase::kBwd)) +
+         collective_s(plan, spec::CollectiveKind::kAllGather,
+                      models::compressed_gather_bytes(c, params, plan.dp), shape) +
+         ps_to_seconds(compute.op_time(decode, spec::Phase::kBwd));
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
@@ -216,7 +231,19 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const models::LoweredModel& lowered = l.lowered;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const int64_t e = spec::dtype_bytes(lowered.dtype);
-  const DpKey key{&stages, plan.dp, stack.dp_bucket_bytes, g, e, plan.zero, stack.dp_overlap};
+  const spec::GradientCompression& comp = plan.compression;
+  const DpKey key{&stages,
+                  plan.dp,
+                  stack.dp_bucket_bytes,
+                  g,
+                  e,
+                  plan.zero,
+                  stack.dp_overlap,
+                  static_cast<int>(comp.kind),
+                  comp.bits,
+                  comp.bucket,
+                  comp.ratio,
+                  comp.error_feedback};
   auto it = l.dp_times.find(key);
   if (it != l.dp_times.end()) return it->second;
   const Shapes& shape = shapes(plan);
@@ -249,7 +276,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     for (const models::GradientBucket& b : buckets) {
       if (b.params != priced_params) {
         priced_params = b.params;
-        priced_seconds = b.params > 0 ? collective_s(plan, kind, b.params * g, shape.dp) : 0;
+        priced_seconds = b.params > 0 ? bucket_seconds(plan, l, kind, b.params, g, shape.dp) : 0;
       }
       if (b.after_tied_sum) {
         // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
@@ -294,7 +321,8 @@ Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec:
                       stack.zero3_prefetch,
                       stack.autocast,
                       stack.allocator_reserve,
-                      plan.offload};
+                      plan.offload,
+                      plan.compression};
   if (key == last_memory_key_) return last_memory_;
   PeakMemory peak;
   for (int64_t s = 0; s < plan.pp; ++s) {

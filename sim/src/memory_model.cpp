@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sextant/models/gradient_compression.hpp"
 #include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -111,6 +112,11 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
   if ((plan.dp > 1 || offload_optimizer) && plan.zero < 3)
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
+  // Compressed exchange: the error-feedback residual and the encoded and gathered buckets.
+  if (plan.compression.any() && plan.dp > 1)
+    buffers += models::compression_memory_bytes(
+        plan.compression, params,
+        std::min(params, (stack.dp_bucket_bytes + per.gradients - 1) / per.gradients), plan.dp);
   if ((plan.dp > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 
+#include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -504,6 +505,10 @@ class StageBuilder {
       if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, after);
       return;
     }
+    if (plan_.compression.any()) {
+      compressed_reduce(b, after);
+      return;
+    }
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
     spec::CollectiveKind kind =
         plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
@@ -514,6 +519,39 @@ class StageBuilder {
         comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
              TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
     if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
+  }
+
+  // A compressed bucket (models/gradient_compression.hpp): encoded, the encoded buckets
+  // all-gathered, decoded and summed, one after another on the data-parallel stream as a
+  // communication hook's work is chained to its bucket (PyTorch DDP register_comm_hook). The codec
+  // kernels run beside the backward; like a collective they do not hold the compute stream.
+  void compressed_reduce(const models::GradientBucket& b, int32_t after) {
+    const spec::GradientCompression& c = plan_.compression;
+    std::vector<Dep> deps;
+    if (after >= 0) deps.push_back(done(after));
+    const int32_t encoded =
+        codec_task(models::compression_encode_op(c, b.params, grad_bytes_), deps);
+    const int64_t bytes = models::compressed_gather_bytes(c, b.params, plan_.dp);
+    const int32_t op = named_op(models::kCompressedGatherOp, spec::OpClass::kAllGather, bytes, -1);
+    const int32_t gathered =
+        comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+             TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, Phase::kBwd,
+             micro_batches_ - 1, encoded);
+    codec_task(models::compression_decode_op(c, b.params, plan_.dp, grad_bytes_), {done(gathered)});
+  }
+
+  // A codec kernel of a compressed bucket on the data-parallel stream, priced by the compute model.
+  int32_t codec_task(const models::Op& codec, const std::vector<Dep>& deps) {
+    Task t;
+    t.kind = TaskKind::kLocal;
+    t.stream = Stream::kDpComm;
+    t.comm_class = CommClass::kDp;
+    t.phase = Phase::kBwd;
+    t.micro_batch = static_cast<int32_t>(micro_batches_ - 1);
+    t.op_begin = named_op(codec.name, codec.op_class, codec.bytes, -1);
+    t.duration = compute_.op_time(codec, Phase::kBwd);
+    program_.ops[static_cast<size_t>(t.op_begin)].duration = t.duration;
+    return emit(t, deps);
   }
 
   // The first and the last stage sum the gradients of the tied embedding table (Megatron's

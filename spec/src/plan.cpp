@@ -24,8 +24,17 @@ constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTarg
     {{"none", OffloadTarget::kNone},
      {"host", OffloadTarget::kHost},
      {"nvme", OffloadTarget::kNvme}}};
+constexpr std::array<std::pair<std::string_view, CompressionKind>, 4> kCompressionKinds{
+    {{"none", CompressionKind::kNone},
+     {"qsgd", CompressionKind::kQsgd},
+     {"topk", CompressionKind::kTopk},
+     {"onebit", CompressionKind::kOnebit}}};
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
+
+EnumNames<CompressionKind> compression_kind_names() {
+  return kCompressionKinds;
+}
 
 EnumNames<OffloadTarget> offload_target_names() {
   return kOffloadTargets;
@@ -62,6 +71,20 @@ std::string Plan::name() const {
     s += offload.optimizer == OffloadTarget::kNvme ? ".off-opt-nvme" : ".off-opt";
   if (offload.params != OffloadTarget::kNone)
     s += offload.params == OffloadTarget::kNvme ? ".off-par-nvme" : ".off-par";
+  switch (compression.kind) {
+    case CompressionKind::kNone:
+      break;
+    case CompressionKind::kQsgd:
+      s += fmt::format(".qsgd{}b{}", compression.bits, compression.bucket);
+      break;
+    case CompressionKind::kTopk:
+      s += fmt::format(".topk{:g}", compression.ratio);
+      break;
+    case CompressionKind::kOnebit:
+      s += fmt::format(".onebit{}", compression.bucket);
+      break;
+  }
+  if (compression.any() && !compression.error_feedback) s += "-noef";
   return s;
 }
 
@@ -130,6 +153,26 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("offload/params", std::string(enum_name(offload_target_names(), p.offload.params)),
             "needs zero 3 (parameters are offloaded as ZeRO-3 shards)");
   }
+  const GradientCompression& c = p.compression;
+  if (c.any()) {
+    const std::string kind(enum_name(compression_kind_names(), c.kind));
+    // PyTorch DDP's communication hooks (PowerSGD, fp16) and DeepSpeed's 1-bit Adam compress the
+    // all-reduce of whole gradients; a ZeRO shard is reduce-scattered and is not compressed.
+    if (p.zero != 0)
+      problem("compression/kind", kind,
+              "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed");
+    if (p.dp < 2) problem("compression/kind", kind, "needs dp > 1: there is no gradient exchange");
+    if (c.kind == CompressionKind::kQsgd && c.bits != 2 && c.bits != 4 && c.bits != 8)
+      problem("compression/bits", std::to_string(c.bits),
+              "must be 2, 4 or 8 (a sign bit and 2^(bits-1) - 1 levels, whole codes per 32-bit "
+              "word)");
+    if (c.bucket < 1 || c.bucket > kMaxRanks)
+      problem("compression/bucket", std::to_string(c.bucket),
+              fmt::format("must be between 1 and {} elements per scale", kMaxRanks));
+    if (!(c.ratio > 0 && c.ratio < 1))
+      problem("compression/ratio", fmt::format("{:g}", c.ratio),
+              "must be in (0, 1): the fraction of gradient elements sent");
+  }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -190,6 +233,30 @@ Plan plan_from_json(const Json& json, const std::string& source) {
                            .value_or(OffloadTarget::kNone);
     o->finish();
   }
+  if (auto c = r.object("compression", Presence::kOptional)) {
+    GradientCompression& g = p.compression;
+    g.kind = c->enumeration("kind", compression_kind_names()).value_or(CompressionKind::kNone);
+    // Each knob only where its kind reads it: a "bits" on top-k is a mistake, not a default.
+    auto applies = [&](std::string_view key, bool reads, std::string_view kinds) {
+      if (!reads)
+        if (const Json* v = c->value(key, Presence::kOptional))
+          c->problem(key, short_dump(*v), fmt::format("applies to kind {} only", kinds));
+      return reads;
+    };
+    const bool qsgd = g.kind == CompressionKind::kQsgd;
+    const bool scaled = qsgd || g.kind == CompressionKind::kOnebit;
+    if (applies("bits", qsgd, "\"qsgd\""))
+      g.bits = c->integer("bits", Range::between(2, 8), Presence::kOptional).value_or(g.bits);
+    if (applies("bucket", scaled, "\"qsgd\" and \"onebit\""))
+      g.bucket = c->integer("bucket", Range::between(1, static_cast<double>(kMaxRanks)),
+                            Presence::kOptional)
+                     .value_or(g.bucket);
+    if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
+      g.ratio = c->number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
+    if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\" and \"onebit\""))
+      g.error_feedback = c->boolean("error_feedback", Presence::kOptional).value_or(true);
+    c->finish();
+  }
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -230,6 +297,16 @@ Json to_json(const Plan& p) {
   if (p.offload.any())
     j["offload"] = {{"optimizer", enum_name(offload_target_names(), p.offload.optimizer)},
                     {"params", enum_name(offload_target_names(), p.offload.params)}};
+  if (p.compression.any()) {
+    const GradientCompression& c = p.compression;
+    Json cj = {{"kind", enum_name(compression_kind_names(), c.kind)},
+               {"error_feedback", c.error_feedback}};
+    if (c.kind == CompressionKind::kQsgd) cj["bits"] = c.bits;
+    if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
+      cj["bucket"] = c.bucket;
+    if (c.kind == CompressionKind::kTopk) cj["ratio"] = c.ratio;
+    j["compression"] = cj;
+  }
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;

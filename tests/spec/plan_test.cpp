@@ -193,3 +193,70 @@ TEST(Plan, RecomputeLayersNeedFullRecomputeAndAChunkThatLong) {
 
 }  // namespace
 }  // namespace sextant::spec
+
+namespace sextant::spec {
+namespace {
+
+Json ddp_plan(const std::string& compression) {
+  Json j = Json::parse(R"({"schema": "sextant.plan/1", "dp": 4, "tp": 1, "pp": 1, "zero": 0,
+                           "micro_batch": 1,
+                           "global_batch": 8})");
+  j["compression"] = Json::parse(compression);
+  return j;
+}
+
+TEST(PlanCompression, DecodesNamesAndRoundTrips) {
+  Plan q = plan_from_json(ddp_plan(R"({"kind": "qsgd", "bits": 2, "bucket": 128})"), "p.json");
+  EXPECT_EQ(q.compression.kind, CompressionKind::kQsgd);
+  EXPECT_EQ(q.compression.bits, 2);
+  EXPECT_EQ(q.compression.bucket, 128);
+  EXPECT_TRUE(q.compression.error_feedback);  // the default: compression without it diverges
+  EXPECT_EQ(q.name(), "dp4.tp1.pp1.z0.mb1.qsgd2b128");
+  Plan t = plan_from_json(ddp_plan(R"({"kind": "topk", "ratio": 0.001,
+                                        "error_feedback": false})"),
+                          "p.json");
+  EXPECT_EQ(t.name(), "dp4.tp1.pp1.z0.mb1.topk0.001-noef");
+  Plan o = plan_from_json(ddp_plan(R"({"kind": "onebit"})"), "p.json");
+  EXPECT_EQ(o.compression.bucket, 512);
+  EXPECT_EQ(o.name(), "dp4.tp1.pp1.z0.mb1.onebit512");
+  for (const Plan& p : {q, t, o}) {
+    EXPECT_EQ(plan_from_json(to_json(p), "again.json").compression, p.compression) << p.name();
+  }
+  // No compression writes nothing.
+  EXPECT_FALSE(to_json(Plan{}).contains("compression"));
+}
+
+TEST(PlanCompression, KnobsOfAnotherKindAndBadValuesAreRefused) {
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "topk", "bits": 4})"), "p.json"),
+                     "/compression/bits");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "qsgd", "ratio": 0.1})"), "p.json"),
+                     "applies to kind \"topk\" only");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "qsgd", "bits": 3})"), "p.json"),
+                     "must be 2, 4 or 8");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "topk", "ratio": 1})"), "p.json"),
+                     "must be in (0, 1)");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "gzip"})"), "p.json"),
+                     "/compression/kind");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(ddp_plan(R"({"kind": "none", "error_feedback": true})"), "p.json"),
+      "/compression/error_feedback");
+}
+
+TEST(PlanCompression, OnlyDdpWithSeveralReplicasCompresses) {
+  Json zero = ddp_plan(R"({"kind": "onebit"})");
+  zero["zero"] = 1;
+  EXPECT_INPUT_ERROR(plan_from_json(zero, "p.json"), "ZeRO's reduce-scatter is not compressed");
+  Json alone = ddp_plan(R"({"kind": "onebit"})");
+  alone["dp"] = 1;
+  EXPECT_INPUT_ERROR(plan_from_json(alone, "p.json"), "needs dp > 1");
+  // The same rules for a plan built in code.
+  Plan p;
+  p.compression.kind = CompressionKind::kQsgd;
+  p.compression.bits = 5;
+  p.dp = 2;
+  p.global_batch = 2;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(2, 2), 2, "code"), "/compression/bits");
+}
+
+}  // namespace
+}  // namespace sextant::spec

@@ -75,6 +75,7 @@ class Estimator {
     bool autocast = false;
     double reserve = 0;
     spec::Offload offload;
+    spec::GradientCompression compression;
     bool operator==(const MemoryKey&) const = default;
   };
   struct MakespanKey {
@@ -91,6 +92,11 @@ class Estimator {
     const void* stages = nullptr;
     int64_t dp = 0, bucket_bytes = 0, grad_bytes = 0, param_bytes = 0, zero = 0;
     bool overlap = false;
+    // The compression's kind and knobs (spec::GradientCompression holds a double: no <=>).
+    int compression = 0;
+    int64_t bits = 0, scale_bucket = 0;
+    double ratio = 0;
+    bool error_feedback = false;
     auto operator<=>(const DpKey&) const = default;
   };
   struct DpTimes {
@@ -140,6 +146,10 @@ class Estimator {
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
   double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
                       const sim::GroupShape& shape);
+  // One data-parallel bucket's reduction of `params` gradients of `grad_bytes`: the collective,
+  // or a compressed bucket's encode, all-gather and decode (the simulator's chain on its stream).
+  double bucket_seconds(const spec::Plan& plan, const Lowering& l, spec::CollectiveKind kind,
+                        int64_t params, int64_t grad_bytes, const sim::GroupShape& shape);
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);

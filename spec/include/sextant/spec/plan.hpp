@@ -41,6 +41,35 @@ struct Offload {
   bool operator==(const Offload&) const = default;
 };
 
+// How the data-parallel gradient exchange is compressed: each rank encodes its gradient bucket,
+// the encoded buckets are all-gathered and every rank decodes and sums them (GRACE, Xu et al.,
+// ICDCS'21, "allgather" communicator; the exchange of the QSGD paper). Error feedback (Seide et
+// al. 2014; Karimireddy et al., ICML'19) keeps what the encoding dropped and adds it to the next
+// step's gradient. models/gradient_compression.hpp owns the wire format and the codec's work.
+enum class CompressionKind {
+  kNone,
+  // QSGD (Alistarh et al., NeurIPS'17): stochastic rounding of |g| / ||g||_2 to 2^(bits-1) - 1
+  // levels, a sign bit, and one fp32 norm per `bucket` elements.
+  kQsgd,
+  // Top-k sparsification (Aji & Heafield 2017; SparCML, Renggli et al., SC'19): the `ratio` * n
+  // largest magnitudes as (int32 index, fp32 value) pairs.
+  kTopk,
+  // 1-bit (Seide et al., Interspeech'14; EF-SignSGD, Karimireddy et al.): a sign bit per element
+  // and one fp32 scale, the mean magnitude, per `bucket` elements.
+  kOnebit,
+};
+EnumNames<CompressionKind> compression_kind_names();
+
+struct GradientCompression {
+  CompressionKind kind = CompressionKind::kNone;
+  int64_t bits = 4;      // qsgd: bits per element, sign included: 2, 4 or 8
+  int64_t bucket = 512;  // qsgd, onebit: elements sharing one fp32 scale
+  double ratio = 0.01;   // topk: the fraction of elements sent, in (0, 1)
+  bool error_feedback = true;
+  bool any() const { return kind != CompressionKind::kNone; }
+  bool operator==(const GradientCompression&) const = default;
+};
+
 struct Plan {
   int64_t dp = 1;
   int64_t tp = 1;
@@ -61,9 +90,10 @@ struct Plan {
   // the default stack of the cluster kind (plan_stack).
   std::optional<Stack> stack;
   Offload offload;
-  std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
-                                   // GPUs and fp32 on CPUs
-  std::optional<int64_t> seq_len;  // overrides the model's sequence length
+  GradientCompression compression;  // of the data-parallel gradient exchange (DDP, zero 0)
+  std::optional<Dtype> dtype;       // compute dtype; default: the stack's precision, else bf16 on
+                                    // GPUs and fp32 on CPUs
+  std::optional<int64_t> seq_len;   // overrides the model's sequence length
   std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
   std::string model;    // informational: what the plan was made for
   std::string cluster;  // informational
@@ -74,7 +104,7 @@ struct Plan {
   }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
-  // recompute and offload, when they apply).
+  // recompute, offload and gradient compression, when they apply).
   std::string name() const;
 };
 
