@@ -36,6 +36,7 @@ struct SearchFlags {
   int64_t global_batch = 0;
   int64_t seq_len = 0;
   std::vector<std::string> constraints;
+  std::vector<std::string> compressions;
   std::string network = "analytic";
   std::string objective = "time";
   std::string dtype;
@@ -58,6 +59,11 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
       ->check(positive());
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
   cmd.add_option("--constraint", f.constraints, "Bound a dimension, e.g. tp<=8, pp=1, zero>=1");
+  cmd.add_option(
+      "--compression", f.compressions,
+      "Let DDP layouts exchange gradients compressed (repeatable), kind[:knob=value,...]: "
+      "qsgd[:bits=4], topk[:ratio=0.01], onebit; ranked on time only: what it costs in "
+      "accuracy is the user's to check");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
@@ -95,6 +101,8 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
     r.seq_len = f.seq_len;
   }
   for (const std::string& c : f.constraints) r.constraints.push_back(planner::parse_constraint(c));
+  for (const std::string& c : f.compressions)
+    r.compressions.push_back(spec::compression_from_text(c, "--compression"));
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
   r.stack =
       stack_from_flags(f.stack, std::nullopt, r.cluster.device.kind == spec::DeviceKind::kGpu);
@@ -396,6 +404,13 @@ int run_plan(const PlanFlagsAll& f) {
   }
   const planner::RankedPlan* best = &result.ranked.front();
   if (f.verify > 0) best = run_verify(f, request, result.ranked);
+  if (best->plan.compression.any())
+    fmt::print(stderr,
+               "note: the best plan compresses its gradients ({}): its step time is predicted, "
+               "what the compression costs in accuracy is not. With error feedback QSGD and "
+               "1-bit usually train close to the uncompressed loss; check it on your model "
+               "before a long run.\n",
+               best->plan.name());
   if (!f.out.empty()) {
     spec::write_json_file(f.out, plan_file_json(*best, request));
     if (!f.search.json) fmt::print("\nbest plan written to {}\n", f.out);

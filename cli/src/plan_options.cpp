@@ -30,6 +30,11 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
       "--dtype", f.dtype,
       "Compute dtype (default: the stack's precision, else bf16 on GPUs and fp32 on CPUs)");
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
+  cmd.add_option(
+      "--compression", f.compression,
+      "Compressed DDP gradient exchange, kind[:knob=value,...]: qsgd[:bits=4,bucket=512], "
+      "topk[:ratio=0.01], onebit[:bucket=512]; error_feedback=false turns error "
+      "feedback off");
   add_stack_flags(cmd, f.stack);
 }
 
@@ -59,6 +64,11 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  if (!f.compression.empty()) {
+    plan.compression = spec::compression_from_text(f.compression, "--compression");
+    // The plan's own rules again, now with its compression (DDP only, dp > 1).
+    plan = spec::plan_from_json(spec::to_json(plan), "command line");
+  }
   apply_stack_flags(f.stack, plan, gpu_cluster);
   if (gpus && *gpus != plan.world_size()) {
     throw InputError("command line", "--gpus", std::to_string(*gpus),

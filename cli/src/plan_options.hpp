@@ -26,6 +26,7 @@ struct PlanFlags {
   int64_t recompute_layers = 0;  // 0: every layer
   std::string dtype;
   int64_t seq_len = 0;
+  std::string compression;  // kind[:knob=value,...] (spec::compression_from_text)
   StackFlags stack;
 };
 

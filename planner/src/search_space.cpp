@@ -245,6 +245,8 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.recompute_layers = c.recompute_layers;
   out.offload.optimizer = c.offload >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+  out.compression =
+      compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -269,6 +271,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   out.base.seq_len = r.seq_len;
   out.base.model = m.name;
   out.base.cluster = r.cluster.name;
+  out.compressions.push_back({});
+  for (const spec::GradientCompression& c : r.compressions)
+    if (c.any() &&
+        std::find(out.compressions.begin(), out.compressions.end(), c) == out.compressions.end())
+      out.compressions.push_back(c);
   // Every plan names its stack, so that a written plan predicts and runs the same way anywhere.
   const spec::Stack stack = r.stack ? *r.stack
                                     : spec::builtin_stack(spec::default_stack_name(
@@ -425,14 +432,19 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                         reject("excluded by --constraint");
                         continue;
                       }
-                      for (size_t t = 0; t < nt; ++t)
-                        for (size_t d = 0; d < nd; ++d)
-                          for (size_t g = 0; g < ng; ++g)
-                            for (size_t q = 0; q < np; ++q)
-                              for (size_t b = 0; b < nb; ++b) {
-                                c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                out.candidates.push_back(c);
-                              }
+                      // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1).
+                      const size_t nc = dp > 1 && zero == 0 ? out.compressions.size() : 1;
+                      for (size_t k = 0; k < nc; ++k) {
+                        c.compression = static_cast<uint8_t>(k);
+                        for (size_t t = 0; t < nt; ++t)
+                          for (size_t d = 0; d < nd; ++d)
+                            for (size_t g = 0; g < ng; ++g)
+                              for (size_t q = 0; q < np; ++q)
+                                for (size_t b = 0; b < nb; ++b) {
+                                  c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                  out.candidates.push_back(c);
+                                }
+                      }
                     }
                   }
                 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <numeric>
 
@@ -93,6 +94,49 @@ namespace {
 using ProblemSink = std::function<void(const std::string& field, const std::string& value,
                                        const std::string& expected)>;
 
+// The "compression" object of a plan (or of --compression): each knob only where its kind reads
+// it.
+GradientCompression read_compression(ObjectReader& c) {
+  GradientCompression g;
+  g.kind = c.enumeration("kind", compression_kind_names()).value_or(CompressionKind::kNone);
+  // Each knob only where its kind reads it: a "bits" on top-k is a mistake, not a default.
+  auto applies = [&](std::string_view key, bool reads, std::string_view kinds) {
+    if (!reads)
+      if (const Json* v = c.value(key, Presence::kOptional))
+        c.problem(key, short_dump(*v), fmt::format("applies to kind {} only", kinds));
+    return reads;
+  };
+  const bool qsgd = g.kind == CompressionKind::kQsgd;
+  const bool scaled = qsgd || g.kind == CompressionKind::kOnebit;
+  if (applies("bits", qsgd, "\"qsgd\""))
+    g.bits = c.integer("bits", Range::between(2, 8), Presence::kOptional).value_or(g.bits);
+  if (applies("bucket", scaled, "\"qsgd\" and \"onebit\""))
+    g.bucket =
+        c.integer("bucket", Range::between(1, static_cast<double>(kMaxRanks)), Presence::kOptional)
+            .value_or(g.bucket);
+  if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
+    g.ratio = c.number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
+  if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\" and \"onebit\""))
+    g.error_feedback = c.boolean("error_feedback", Presence::kOptional).value_or(true);
+  c.finish();
+  return g;
+}
+
+// The values of a compression's knobs, whatever the plan.
+void check_compression_knobs(const GradientCompression& c, const ProblemSink& problem) {
+  if (!c.any()) return;
+  if (c.kind == CompressionKind::kQsgd && c.bits != 2 && c.bits != 4 && c.bits != 8)
+    problem("compression/bits", std::to_string(c.bits),
+            "must be 2, 4 or 8 (a sign bit and 2^(bits-1) - 1 levels, whole codes per 32-bit "
+            "word)");
+  if (c.bucket < 1 || c.bucket > kMaxRanks)
+    problem("compression/bucket", std::to_string(c.bucket),
+            fmt::format("must be between 1 and {} elements per scale", kMaxRanks));
+  if (!(c.ratio > 0 && c.ratio < 1))
+    problem("compression/ratio", fmt::format("{:g}", c.ratio),
+            "must be in (0, 1): the fraction of gradient elements sent");
+}
+
 // The rules a plan obeys on its own, without a model or a cluster: one home for plan files and
 // flags (plan_from_json) and for plans built in code (validate_plan).
 void check_plan_rules(const Plan& p, const ProblemSink& problem) {
@@ -162,16 +206,7 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
       problem("compression/kind", kind,
               "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed");
     if (p.dp < 2) problem("compression/kind", kind, "needs dp > 1: there is no gradient exchange");
-    if (c.kind == CompressionKind::kQsgd && c.bits != 2 && c.bits != 4 && c.bits != 8)
-      problem("compression/bits", std::to_string(c.bits),
-              "must be 2, 4 or 8 (a sign bit and 2^(bits-1) - 1 levels, whole codes per 32-bit "
-              "word)");
-    if (c.bucket < 1 || c.bucket > kMaxRanks)
-      problem("compression/bucket", std::to_string(c.bucket),
-              fmt::format("must be between 1 and {} elements per scale", kMaxRanks));
-    if (!(c.ratio > 0 && c.ratio < 1))
-      problem("compression/ratio", fmt::format("{:g}", c.ratio),
-              "must be in (0, 1): the fraction of gradient elements sent");
+    check_compression_knobs(c, problem);
   }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
@@ -233,30 +268,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
                            .value_or(OffloadTarget::kNone);
     o->finish();
   }
-  if (auto c = r.object("compression", Presence::kOptional)) {
-    GradientCompression& g = p.compression;
-    g.kind = c->enumeration("kind", compression_kind_names()).value_or(CompressionKind::kNone);
-    // Each knob only where its kind reads it: a "bits" on top-k is a mistake, not a default.
-    auto applies = [&](std::string_view key, bool reads, std::string_view kinds) {
-      if (!reads)
-        if (const Json* v = c->value(key, Presence::kOptional))
-          c->problem(key, short_dump(*v), fmt::format("applies to kind {} only", kinds));
-      return reads;
-    };
-    const bool qsgd = g.kind == CompressionKind::kQsgd;
-    const bool scaled = qsgd || g.kind == CompressionKind::kOnebit;
-    if (applies("bits", qsgd, "\"qsgd\""))
-      g.bits = c->integer("bits", Range::between(2, 8), Presence::kOptional).value_or(g.bits);
-    if (applies("bucket", scaled, "\"qsgd\" and \"onebit\""))
-      g.bucket = c->integer("bucket", Range::between(1, static_cast<double>(kMaxRanks)),
-                            Presence::kOptional)
-                     .value_or(g.bucket);
-    if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
-      g.ratio = c->number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
-    if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\" and \"onebit\""))
-      g.error_feedback = c->boolean("error_feedback", Presence::kOptional).value_or(true);
-    c->finish();
-  }
+  if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -278,6 +290,54 @@ Plan plan_from_json(const Json& json, const std::string& source) {
         });
   diag.throw_if_any();
   return p;
+}
+
+GradientCompression compression_from_text(const std::string& text, const std::string& source) {
+  // kind[:knob=value,...] as the JSON object it stands for, read by the plan file's reader.
+  Json j = Json::object();
+  const size_t colon = text.find(':');
+  j["kind"] = text.substr(0, colon);
+  if (colon != std::string::npos) {
+    std::string rest = text.substr(colon + 1);
+    size_t at = 0;
+    while (at <= rest.size()) {
+      const size_t comma = std::min(rest.find(',', at), rest.size());
+      const std::string item = rest.substr(at, comma - at);
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw InputError(source, "", text,
+                         "expected kind[:knob=value,...], e.g. qsgd:bits=4,bucket=512 or "
+                         "topk:ratio=0.001,error_feedback=false");
+      const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      if (value == "true" || value == "false") {
+        j[key] = value == "true";
+      } else {
+        try {
+          size_t used = 0;
+          const double number = std::stod(value, &used);
+          if (used != value.size()) throw std::invalid_argument(value);
+          if (std::floor(number) == number && value.find_first_of(".eE") == std::string::npos) {
+            j[key] = static_cast<int64_t>(number);
+          } else {
+            j[key] = number;
+          }
+        } catch (const std::exception&) {
+          throw InputError(source, "/" + key, value, "expected a number, true or false");
+        }
+      }
+      at = comma + 1;
+    }
+  }
+  Diagnostics diag(source);
+  ObjectReader r(j, "", diag);
+  GradientCompression c = read_compression(r);
+  if (diag.ok())
+    check_compression_knobs(
+        c, [&](const std::string& field, const std::string& value, const std::string& expected) {
+          diag.add("/" + field.substr(field.find('/') + 1), value, expected);
+        });
+  diag.throw_if_any();
+  return c;
 }
 
 Json to_json(const Plan& p) {

@@ -65,6 +65,18 @@ expect_error "cluster h100-1gpu has no \"host\" section" "$sextant" simulate --m
   --cluster h100-1gpu --gpus 1 --plan "$dir/offload.plan.json"
 expect_error "offloading is simulated and planned only" "$sextant" run --model gpt-tiny --np 1 \
   --plan "$dir/offload.plan.json" --steps 1
+# Gradient compression: knobs checked where they are given (flag or plan file), DDP only, and
+# the CUDA executor refuses it (spec/plan.cpp, exec/runner.cpp).
+expect_error "--compression: /bits = 3: must be 2, 4 or 8" "$sextant" simulate --model gpt-tiny \
+  --cluster local-cpu --dp 2 --global-batch 2 --compression qsgd:bits=3
+expect_error "/compression/kind = onebit: applies to the all-reduce of DDP (zero 0)" "$sextant" \
+  simulate --model gpt-tiny --cluster local-cpu --dp 2 --zero 1 --global-batch 2 \
+  --compression onebit
+expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk or onebit" \
+  "$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 4 \
+  --compression gzip
+expect_error "--compression = topk:ratio: expected kind[:knob=value,...]" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression topk:ratio
 sed 's/"zero": 2/"zero": 0/' "$dir/offload.plan.json" >"$dir/offload-z0.plan.json"
 expect_error "/offload/optimizer = host: needs zero >= 1" "$sextant" simulate --model gpt-tiny \
   --cluster local-cpu --gpus 1 --plan "$dir/offload-z0.plan.json"

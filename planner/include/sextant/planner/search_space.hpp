@@ -59,6 +59,10 @@ struct SearchRequest {
   std::optional<spec::Dtype> dtype;
   std::optional<spec::Stack> stack;  // empty: the cluster kind's default stack
   StackTuning tuning;
+  // Compressed gradient exchanges the search may choose for DDP layouts (zero 0, dp > 1), beside
+  // the uncompressed one. They change what the model learns (models/gradient_compression.hpp):
+  // the user opts in, the planner ranks them on time alone.
+  std::vector<spec::GradientCompression> compressions;
 };
 
 // One configuration of a search in 28 bytes: what varies between the plans of a search (model,
@@ -76,7 +80,8 @@ struct Candidate {
   // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
   // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
   uint8_t offload = 0;
-  uint8_t stack = 0;  // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
+  uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
+  uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
 };
 
 struct Enumeration {
@@ -85,7 +90,8 @@ struct Enumeration {
   // was most of the enumeration's time, and a search holds millions.
   std::vector<Candidate> candidates;
   std::vector<spec::Stack> stacks;
-  std::map<std::string, int64_t> rejected;  // reason -> count
+  std::vector<spec::GradientCompression> compressions;  // [0]: none, then the request's
+  std::map<std::string, int64_t> rejected;              // reason -> count
   int64_t considered = 0;
   // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
   // phase's hot path), or complete with its stack.

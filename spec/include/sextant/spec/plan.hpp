@@ -114,6 +114,10 @@ inline constexpr std::string_view kPlanSchema = "sextant.plan/1";
 Plan plan_from_json(const Json& json, const std::string& source);
 Json to_json(const Plan& plan);
 Plan read_plan_file(const std::string& path);
+// A compression from the command line: kind[:knob=value,...], e.g. "qsgd:bits=4,bucket=256",
+// "topk:ratio=0.001,error_feedback=false", "onebit", decoded and checked as a plan's
+// "compression" object is. Throws InputError naming `source` (the flag).
+GradientCompression compression_from_text(const std::string& text, const std::string& source);
 
 // The stack `plan` runs under: its own, or the default one of the cluster kind.
 Stack plan_stack(const Plan& plan, bool gpu_cluster);
