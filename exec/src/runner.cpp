@@ -14,6 +14,7 @@
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/rank_layout.hpp"
 #include "sextant/spec/stack.hpp"
+#include "sextant/spec/step_times.hpp"
 
 namespace sextant::exec {
 
@@ -252,15 +253,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"otherData", {{"kind", "measured"}}},
                         {"traceEvents", merged}};
       spec::Trace trace = spec::trace_from_json(doc, "merged trace");
-      double mean = 0;
-      int counted = 0;
-      spec::Json step_times = spec::Json::array();
-      for (const StepLog& s : result.steps) {
-        step_times.push_back(s.step_time_s);
-        if (s.step == 0 && result.steps.size() > 1) continue;  // the first step warms up
-        mean += s.step_time_s;
-        ++counted;
-      }
+      std::vector<double> times;
+      for (const StepLog& s : result.steps) times.push_back(s.step_time_s);
+      const spec::Json step_times = times;
       trace.metadata = {{"model", model.name},
                         {"plan", job.plan.name()},
                         {"plan_json", spec::to_json(job.plan)},
@@ -268,7 +263,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"backend", backend.name()},
                         {"collectives", comm_kind_name(job.comm)},
                         {"steps", result.steps.size()},
-                        {"step_time_s", counted > 0 ? mean / counted : 0.0},
+                        {"step_time_s", spec::mean_step_after_warmup(times).value_or(0.0)},
                         {"step_times_s", step_times},
                         // What a simulator needs to predict this run again (calibration checks
                         // its fit on it): the model, the precision and the software stack.

@@ -1,4 +1,4 @@
-// Trial results: the warm-up rule and a run read back from its files.
+// Trial results: a run read back from its files.
 #include "sextant/loop/trial.hpp"
 
 #include <filesystem>
@@ -8,14 +8,6 @@
 #include "sextant/spec/json_io.hpp"
 
 namespace sextant::loop {
-
-std::optional<double> mean_step_after_warmup(const std::vector<double>& steps) {
-  if (steps.empty()) return std::nullopt;
-  const size_t skip = steps.size() > 3 ? 2 : (steps.size() > 1 ? 1 : 0);
-  double sum = 0;
-  for (size_t k = skip; k < steps.size(); ++k) sum += steps[k];
-  return sum / static_cast<double>(steps.size() - skip);
-}
 
 RunResult read_run(const std::string& base) {
   RunResult r;

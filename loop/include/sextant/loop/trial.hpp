@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sextant/spec/plan.hpp"
+#include "sextant/spec/step_times.hpp"
 
 namespace sextant::loop {
 
@@ -19,10 +20,8 @@ struct TrialPlan {
   bool heldout = false;  // predicted by the fit, not fitted on
 };
 
-// The mean step after the warm-up: the first two steps left out when more than three ran, the
-// first when two or three ran (caches, allocator and clocks settle in the first steps). nullopt
-// when no step ran.
-std::optional<double> mean_step_after_warmup(const std::vector<double>& step_times_s);
+// The warm-up rule is spec's (the executor's trace metadata follows it too).
+using spec::mean_step_after_warmup;
 
 struct RunResult {
   std::string status;  // "ok", "timed out after N s", "failed (exit N): last line of its log"
