@@ -67,13 +67,15 @@ TEST(Flops, ForwardFlopsPerTokenIsAboutTwiceTheParameters) {
 }
 
 TEST(Flops, CnnForwardMatchesPublishedMacs) {
-  // ResNet-50 at 224x224: 4.09 GMACs (torchvision / fvcore); AlexNet: 0.71 GMACs; VGG-19: 19.6.
+  // ResNet-50 at 224x224: 4.09 GMACs (torchvision / fvcore); AlexNet: 0.71 GMACs; VGG-19: 19.6;
+  // WRN-50-2: 11.398 (torchvision's Wide_ResNet50_2_Weights "_ops").
   struct Row {
     const char* name;
     double gmacs;
     double tol;
   };
-  for (Row r : {Row{"resnet50", 4.09, 0.02}, Row{"alexnet", 0.714, 0.02}, Row{"vgg19", 19.63, 0.01}}) {
+  for (Row r : {Row{"resnet50", 4.09, 0.02}, Row{"alexnet", 0.714, 0.02}, Row{"vgg19", 19.63, 0.01},
+                Row{"wrn50-2", 11.398, 0.01}}) {
     spec::ModelSpec m = zoo_model(r.name);
     double macs = forward_flops_per_token(m, 1) / 2;
     EXPECT_NEAR(macs / 1e9 / r.gmacs, 1.0, r.tol) << r.name << ": " << macs / 1e9 << " GMACs";

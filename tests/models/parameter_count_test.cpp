@@ -31,6 +31,7 @@ TEST(ParameterCount, ExactCountsOfReleasedCheckpoints) {
   EXPECT_EQ(count("bert-large"), 335'141'888);     // bert-large-uncased BertModel (with pooler)
   // torchvision.models, sum(p.numel() for p in model.parameters()).
   EXPECT_EQ(count("resnet50"), 25'557'032);
+  EXPECT_EQ(count("wrn50-2"), 68'883'240);  // Wide_ResNet50_2_Weights meta num_params
   EXPECT_EQ(count("vgg19"), 143'667'240);
   EXPECT_EQ(count("alexnet"), 61'100'840);
 }

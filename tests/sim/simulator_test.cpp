@@ -213,7 +213,7 @@ TEST(Simulator, AnswersForEveryZooTransformerOnEveryCluster) {
 
 TEST(Simulator, CnnAndMlpSimulateWithDataAndPipelineParallelism) {
   spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
-  for (const char* name : {"resnet50", "vgg19", "alexnet", "mlp-small"}) {
+  for (const char* name : {"resnet50", "wrn50-2", "vgg19", "alexnet", "mlp-small"}) {
     spec::ModelSpec model = models::zoo_model(name);
     SimulationResult dp = simulate(model, cluster, test::make_plan(8, 1, 1, 32, 256), {});
     SimulationResult pp = simulate(model, cluster, test::make_plan(2, 1, 4, 8, 256), {});
