@@ -438,6 +438,31 @@ TEST_F(LayoutTest, CompressedGradientsShrinkTheBytesAndStillTrainWithErrorFeedba
   EXPECT_GT(starved, top);
 }
 
+// Six steps of tiny_gpt under `plan` straight through, and three with a checkpoint after the
+// third followed by a new job resumed to step 6 (checkpointing every 3 steps into `dir`): both
+// runs' results, and the resuming job for the cases that follow.
+struct Resumed {
+  TrainResult whole, resumed;
+  Job job;
+};
+Resumed run_and_resume(const spec::Plan& plan, const std::string& dir, Backend& backend) {
+  Resumed out;
+  Job& job = out.job;
+  job.model = tiny_gpt();
+  job.plan = plan;
+  job.quiet = true;
+  job.train.steps = 6;
+  out.whole = run_job(job, MPI_COMM_WORLD, backend);
+  job.train.steps = 3;
+  job.train.checkpoint_dir = dir;
+  job.train.checkpoint_every = 3;
+  run_job(job, MPI_COMM_WORLD, backend);
+  job.train.steps = 6;
+  job.train.resume = true;
+  out.resumed = run_job(job, MPI_COMM_WORLD, backend);
+  return out;
+}
+
 // Error feedback is training state: a run resumed from a checkpoint continues the compressed
 // run's loss curve exactly only if the residual was saved with the moments (and QSGD's rounding
 // draws follow the step, not the process).
@@ -447,20 +472,8 @@ TEST(Checkpoint, ResumeKeepsTheErrorFeedbackResidual) {
   if (world_rank() == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  Job job;
-  job.model = tiny_gpt();
-  job.plan = compressed(plan_of(2, 1, 1), spec::CompressionKind::kQsgd);
-  job.quiet = true;
-  job.train.steps = 6;
-  TrainResult whole = run_job(job, MPI_COMM_WORLD, *backend);
-  job.train.steps = 3;
-  job.train.checkpoint_dir = dir;
-  job.train.checkpoint_every = 3;
-  run_job(job, MPI_COMM_WORLD, *backend);
-  job.train.steps = 6;
-  job.train.resume = true;
-  job.train.checkpoint_every = 0;
-  TrainResult resumed = run_job(job, MPI_COMM_WORLD, *backend);
+  auto [whole, resumed, job] =
+      run_and_resume(compressed(plan_of(2, 1, 1), spec::CompressionKind::kQsgd), dir, *backend);
   ASSERT_EQ(resumed.steps.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
@@ -493,22 +506,8 @@ TEST(Checkpoint, ResumeContinuesTheSameLossCurve) {
   const std::string dir = "/tmp/sextant-ckpt-test";
   if (world_rank() == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  spec::Plan plan = plan_of(2, 1, 1, 1);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  Job job;
-  job.model = tiny_gpt();
-  job.plan = plan;
-  job.quiet = true;
-  job.train.steps = 6;
-  TrainResult whole = run_job(job, MPI_COMM_WORLD, *backend);
-  // Three steps with a checkpoint after the third, then a new job resumes to step 6.
-  job.train.steps = 3;
-  job.train.checkpoint_dir = dir;
-  job.train.checkpoint_every = 3;
-  run_job(job, MPI_COMM_WORLD, *backend);
-  job.train.steps = 6;
-  job.train.resume = true;
-  TrainResult resumed = run_job(job, MPI_COMM_WORLD, *backend);
+  auto [whole, resumed, job] = run_and_resume(plan_of(2, 1, 1, 1), dir, *backend);
   ASSERT_EQ(resumed.steps.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(resumed.steps[i].step, static_cast<int64_t>(i + 3));
