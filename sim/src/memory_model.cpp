@@ -112,11 +112,15 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
   if ((plan.dp > 1 || offload_optimizer) && plan.zero < 3)
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
-  // Compressed exchange: the error-feedback residual and the encoded and gathered buckets.
-  if (plan.compression.any() && plan.dp > 1)
-    buffers += models::compression_memory_bytes(
-        plan.compression, params,
-        std::min(params, (stack.dp_bucket_bytes + per.gradients - 1) / per.gradients), plan.dp);
+  // Compressed exchange: the error-feedback residual and the encodings of the stage's largest
+  // bucket (a layer larger than the bucket size is a bucket of its own), as the executor holds.
+  if (plan.compression.any() && plan.dp > 1) {
+    int64_t largest = 0;
+    for (const models::GradientBucket& b :
+         models::gradient_buckets(plan, lowered, stage, stack.dp_bucket_bytes, per.gradients))
+      largest = std::max(largest, b.params);
+    buffers += models::compression_memory_bytes(plan.compression, params, largest, plan.dp);
+  }
   if ((plan.dp > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.

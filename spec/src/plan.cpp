@@ -111,9 +111,9 @@ GradientCompression read_compression(ObjectReader& c) {
   if (applies("bits", qsgd, "\"qsgd\""))
     g.bits = c.integer("bits", Range::between(2, 8), Presence::kOptional).value_or(g.bits);
   if (applies("bucket", scaled, "\"qsgd\" and \"onebit\""))
-    g.bucket =
-        c.integer("bucket", Range::between(1, static_cast<double>(kMaxRanks)), Presence::kOptional)
-            .value_or(g.bucket);
+    g.bucket = c.integer("bucket", Range::between(1, static_cast<double>(kMaxCompressionBucket)),
+                         Presence::kOptional)
+                   .value_or(g.bucket);
   if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
     g.ratio = c.number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
   if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\" and \"onebit\""))
@@ -129,9 +129,9 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
     problem("compression/bits", std::to_string(c.bits),
             "must be 2, 4 or 8 (a sign bit and 2^(bits-1) - 1 levels, whole codes per 32-bit "
             "word)");
-  if (c.bucket < 1 || c.bucket > kMaxRanks)
+  if (c.bucket < 1 || c.bucket > kMaxCompressionBucket)
     problem("compression/bucket", std::to_string(c.bucket),
-            fmt::format("must be between 1 and {} elements per scale", kMaxRanks));
+            fmt::format("must be between 1 and {} elements per scale", kMaxCompressionBucket));
   if (!(c.ratio > 0 && c.ratio < 1))
     problem("compression/ratio", fmt::format("{:g}", c.ratio),
             "must be in (0, 1): the fraction of gradient elements sent");

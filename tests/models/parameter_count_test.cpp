@@ -14,21 +14,23 @@
 namespace sextant::models {
 namespace {
 
-int64_t count(const char* name) { return parameter_count(zoo_model(name)); }
+int64_t count(const char* name) {
+  return parameter_count(zoo_model(name));
+}
 
 TEST(ParameterCount, ExactCountsOfReleasedCheckpoints) {
   // Hugging Face transformers, model.num_parameters() of the released checkpoints.
-  EXPECT_EQ(count("gpt2-124m"), 124'439'808);      // gpt2
-  EXPECT_EQ(count("gpt2-350m"), 354'823'168);      // gpt2-medium
-  EXPECT_EQ(count("gpt2-774m"), 774'030'080);      // gpt2-large
-  EXPECT_EQ(count("gpt2-1.5b"), 1'557'611'200);    // gpt2-xl
-  EXPECT_EQ(count("llama2-7b"), 6'738'415'616);    // meta-llama/Llama-2-7b-hf
-  EXPECT_EQ(count("llama2-13b"), 13'015'864'320);  // meta-llama/Llama-2-13b-hf
-  EXPECT_EQ(count("llama2-70b"), 68'976'648'192);  // meta-llama/Llama-2-70b-hf
-  EXPECT_EQ(count("llama3-8b"), 8'030'261'248);    // meta-llama/Meta-Llama-3-8B
-  EXPECT_EQ(count("llama3-70b"), 70'553'706'496);  // meta-llama/Meta-Llama-3-70B
+  EXPECT_EQ(count("gpt2-124m"), 124'439'808);        // gpt2
+  EXPECT_EQ(count("gpt2-350m"), 354'823'168);        // gpt2-medium
+  EXPECT_EQ(count("gpt2-774m"), 774'030'080);        // gpt2-large
+  EXPECT_EQ(count("gpt2-1.5b"), 1'557'611'200);      // gpt2-xl
+  EXPECT_EQ(count("llama2-7b"), 6'738'415'616);      // meta-llama/Llama-2-7b-hf
+  EXPECT_EQ(count("llama2-13b"), 13'015'864'320);    // meta-llama/Llama-2-13b-hf
+  EXPECT_EQ(count("llama2-70b"), 68'976'648'192);    // meta-llama/Llama-2-70b-hf
+  EXPECT_EQ(count("llama3-8b"), 8'030'261'248);      // meta-llama/Meta-Llama-3-8B
+  EXPECT_EQ(count("llama3-70b"), 70'553'706'496);    // meta-llama/Meta-Llama-3-70B
   EXPECT_EQ(count("llama3-405b"), 405'853'388'800);  // meta-llama/Llama-3.1-405B
-  EXPECT_EQ(count("bert-large"), 335'141'888);     // bert-large-uncased BertModel (with pooler)
+  EXPECT_EQ(count("bert-large"), 335'141'888);       // bert-large-uncased BertModel (with pooler)
   // torchvision.models, sum(p.numel() for p in model.parameters()).
   EXPECT_EQ(count("resnet50"), 25'557'032);
   EXPECT_EQ(count("wrn50-2"), 68'883'240);  // Wide_ResNet50_2_Weights meta num_params

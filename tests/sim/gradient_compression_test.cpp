@@ -98,17 +98,17 @@ TEST(GradientCompression, MemoryHoldsTheResidualAndTheEncodings) {
   const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
   const models::LoweredModel lowered = models::lower(model, {256, 0, spec::Dtype::kFp32, 1, false});
   spec::Plan none = ddp_plan(4, spec::CompressionKind::kNone);
-  none.stack->dp_bucket_bytes = 4 * 1000;  // 1000 fp32 gradients: buckets of whole layers
+  // 1000 fp32 gradients per bucket: each 2^20-parameter layer is a bucket of its own (a bucket
+  // closes once it holds at least the bucket size), so the largest holds 2^20.
+  none.stack->dp_bucket_bytes = 4 * 1000;
   spec::Plan qsgd = none;
   qsgd.compression.kind = spec::CompressionKind::kQsgd;
   const int64_t params = kLayers * kWidth * kWidth;
   const spec::MemoryBreakdown a = stage_memory(none, *none.stack, lowered, 0);
   const spec::MemoryBreakdown b = stage_memory(qsgd, *qsgd.stack, lowered, 0);
-  // The residual of every parameter, and 1 + 4 encodings of a 1000-gradient bucket.
-  EXPECT_EQ(b.buffers - a.buffers,
-            models::compression_memory_bytes(qsgd.compression, params, 1000, 4));
-  EXPECT_EQ(b.buffers - a.buffers,
-            params * 4 + 5 * models::encoded_words(qsgd.compression, 1000) * 4);
+  // The residual of every parameter, and 1 + 4 encodings of a 2^20-gradient bucket: 4-bit codes
+  // in 2^17 words and 2^11 norms.
+  EXPECT_EQ(b.buffers - a.buffers, params * 4 + 5 * ((int64_t{1} << 17) + 2048) * 4);
 }
 
 }  // namespace

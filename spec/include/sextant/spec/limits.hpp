@@ -27,6 +27,9 @@ inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
 // Ranks of a plan (and each of dp, tp, pp): 2^24, past any cluster built; products of degrees
 // then stay far inside int64.
 inline constexpr int64_t kMaxRanks = int64_t{1} << 24;
+// Gradient elements sharing one scale of a compressed exchange (plan "compression" bucket): 2^24,
+// more than any gradient bucket holds (25 MB DDP buckets are ~6.5 M fp32 elements).
+inline constexpr int64_t kMaxCompressionBucket = int64_t{1} << 24;
 // Sequences (samples) per optimizer step, and per micro-batch: 2^24 (published batches are ~10^4).
 inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
 // Micro-batches per data-parallel replica per step: 2^16. The simulator schedules each one and the
