@@ -67,7 +67,8 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
-  cmd.add_option("--dtype", f.dtype, "Compute dtype (default: bf16 on GPUs, fp32 on CPUs)");
+  cmd.add_option("--dtype", f.dtype,
+                 "Compute dtype (default: bf16 on GPUs, fp16 on GPUs without bf16, fp32 on CPUs)");
   cmd.add_option("--leaders", f.leaders,
                  "Plans simulated event by event after the closed-form ranking (0: all that fit)");
   cmd.add_option("--variants-per-layout", f.variants_per_layout,
@@ -371,7 +372,7 @@ int run_plan(const PlanFlagsAll& f) {
     if (!result.ranked.empty()) {
       fmt::print("\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
                  "MFU", "memory",
-                 "compute / exposed tp, dp, pp, fsdp / bubble / optimizer (+offload)");
+                 "compute / exposed tp (+spatial), dp, pp, fsdp / bubble / optimizer (+offload)");
       int i = 1;
       for (const planner::RankedPlan& p : result.ranked) {
         const spec::Report& r = p.report;
@@ -384,8 +385,9 @@ int run_plan(const PlanFlagsAll& f) {
             i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
             human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
             human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
-            pc(b.tp_comm_exposed), pc(b.dp_comm_exposed), pc(b.pp_comm_exposed),
-            pc(b.fsdp_comm_exposed), pc(b.bubble), pc(b.optimizer + b.offload_exposed));
+            pc(b.tp_comm_exposed + b.spatial_comm_exposed), pc(b.dp_comm_exposed),
+            pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
+            pc(b.optimizer + b.offload_exposed));
       }
       print_pareto(result);
     }

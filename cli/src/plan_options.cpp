@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -26,17 +28,37 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
                  "With --recompute full: recompute only the first N layers of each stage chunk "
                  "(Megatron-LM --recompute-method block --recompute-num-layers N)")
       ->check(positive());
-  cmd.add_option(
-      "--dtype", f.dtype,
-      "Compute dtype (default: the stack's precision, else bf16 on GPUs and fp32 on CPUs)");
+  cmd.add_option("--dtype", f.dtype,
+                 "Compute dtype (default: the stack's precision, else bf16 on GPUs (fp16 without "
+                 "bf16) and fp32 on CPUs)");
   cmd.add_option("--seq-len", f.seq_len, "Override the model's sequence length")->check(positive());
   cmd.add_option(
       "--compression", f.compression,
       "Compressed DDP gradient exchange, kind[:knob=value,...]: qsgd[:bits=4,bucket=512], "
       "topk[:ratio=0.01], onebit[:bucket=512]; error_feedback=false turns error "
       "feedback off");
+  cmd.add_option("--spatial", f.spatial,
+                 "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "
+                 "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows");
   add_stack_flags(cmd, f.stack);
 }
+
+namespace {
+
+// "HxW" or "H" as a spatial split; throws InputError naming --spatial.
+spec::SpatialSplit spatial_from_text(const std::string& text) {
+  static const std::regex pattern(R"(^\s*(\d{1,8})\s*(?:[xX]\s*(\d{1,8}))?\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, pattern))
+    throw InputError("command line", "--spatial", text,
+                     "expected HxW (e.g. 2x2), or H to split the rows only");
+  spec::SpatialSplit s;
+  s.h = std::stoll(m[1]);
+  s.w = m[2].matched ? std::stoll(m[2]) : 1;
+  return s;
+}
+
+}  // namespace
 
 spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool gpu_cluster) {
   spec::Plan plan;
@@ -64,6 +86,11 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  if (!f.spatial.empty()) {
+    plan.spatial = spatial_from_text(f.spatial);
+    // The plan's own rules again, now with its split (degrees >= 1, DDP only).
+    plan = spec::plan_from_json(spec::to_json(plan), "command line");
+  }
   if (!f.compression.empty()) {
     plan.compression = spec::compression_from_text(f.compression, "--compression");
     // The plan's own rules again, now with its compression (DDP only, dp > 1).
@@ -71,8 +98,9 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
   }
   apply_stack_flags(f.stack, plan, gpu_cluster);
   if (gpus && *gpus != plan.world_size()) {
-    throw InputError("command line", "--gpus", std::to_string(*gpus),
-                     fmt::format("must equal dp*tp*pp of the plan ({})", plan.name()));
+    throw InputError(
+        "command line", "--gpus", std::to_string(*gpus),
+        fmt::format("must equal the ranks of the plan ({}: {})", plan.name(), plan.world_size()));
   }
   return plan;
 }

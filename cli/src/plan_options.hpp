@@ -27,14 +27,15 @@ struct PlanFlags {
   std::string dtype;
   int64_t seq_len = 0;
   std::string compression;  // kind[:knob=value,...] (spec::compression_from_text)
+  std::string spatial;      // HxW, or H (rows only): a CNN's samples over a grid of ranks
   StackFlags stack;
 };
 
 // Registers --plan, the plan flags and the stack flags on `cmd`.
 void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // The plan from --plan, else from the flags (decoded and validated like a plan file, so errors
-// name the flag), with the stack flags applied. `gpus` when given must equal dp*tp*pp. Throws
-// InputError.
+// name the flag), with the stack flags applied. `gpus` when given must equal the plan's ranks
+// (dp*tp*pp*spatial). Throws InputError.
 spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster);
 
 }  // namespace sextant::cli

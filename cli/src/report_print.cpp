@@ -32,6 +32,9 @@ void print_report(const spec::Report& r) {
       human_seconds(b.fsdp_comm_exposed), pct(b.fsdp_comm_exposed));
   fmt::print("                   pipeline bubble {} ({:.1f}%)\n", human_seconds(b.bubble),
              pct(b.bubble));
+  if (b.spatial_comm_exposed > 0)
+    fmt::print("                   spatial (halos, batch-norm and pool all-reduces) {} ({:.1f}%)\n",
+               human_seconds(b.spatial_comm_exposed), pct(b.spatial_comm_exposed));
   if (b.offload_exposed > 0)
     fmt::print("                   offload (host copies, host optimizer) {} ({:.1f}%)\n",
                human_seconds(b.offload_exposed), pct(b.offload_exposed));

@@ -79,7 +79,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Zoo name, model file or Hugging Face config.json")
       ->required();
   cmd->add_option("--cluster", o->cluster, "Cluster name or file")->required();
-  cmd->add_option("--gpus", o->gpus, "Number of GPUs (must equal dp*tp*pp)")->check(positive());
+  cmd->add_option("--gpus", o->gpus,
+                  "Number of GPUs (must equal dp*tp*pp, times the spatial split)")
+      ->check(positive());
   add_plan_flags(*cmd, o->plan);
   cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
   cmd->add_flag("--json", o->json, "Print the report as JSON");

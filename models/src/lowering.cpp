@@ -14,6 +14,7 @@
 
 #include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::models {
 
@@ -204,8 +205,11 @@ Op comm_op(std::string name, CollectiveKind kind, int64_t bytes) {
     case CollectiveKind::kAllGather:
       op.op_class = OpClass::kAllGather;
       break;
+    case CollectiveKind::kSendRecv:  // a halo exchange with the spatial grid's neighbours
+      op.op_class = OpClass::kSend;
+      break;
     default:
-      SEXTANT_CHECK(false, "unexpected tensor-parallel collective");
+      SEXTANT_CHECK(false, "unexpected collective in a layer");
   }
   op.collective = kind;
   op.bytes = bytes;
@@ -815,23 +819,62 @@ LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
   return out;
 }
 
-// Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output spatial size.
+// A feature map: channels and the whole map's rows and columns (a rank of a spatial split holds
+// a block of it).
 struct Feature {
   int64_t c, h, w;
 };
 
+// How a CNN layer's maps are split: the plan's grid for the layers before the adaptive pool that
+// ends the split (spec::spatial_layer_end), none after it.
+struct MapSplit {
+  spec::SpatialSplit grid;
+  // Pixels per sample of the most loaded rank's block of an h x w map.
+  int64_t block(int64_t h, int64_t w) const {
+    return spec::shard_extent(h, grid.h) * spec::shard_extent(w, grid.w);
+  }
+};
+
+// A spatially split layer's exchange with its grid neighbours before a window slides over `in`:
+// the halo rows and columns (spec::halo_elements) of every channel of every sample, whole in the
+// compute dtype. Backward sends the halo's share of the input gradient back to its owner, the
+// same bytes the other way (the op is copied into the backward pass).
+void add_halo(Layer& layer, const std::string& name, Feature in, const MapSplit& split,
+              spec::Halo halo, int64_t B, int64_t e) {
+  if (!split.grid.any()) return;
+  const int64_t elements = spec::halo_elements(in.h, in.w, split.grid, halo);
+  if (elements == 0) return;
+  layer.forward.push_back(
+      comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
+}
+
+// Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
 Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
-                 int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e) {
-  Feature o{out_c, (in.h + 2 * pad - k) / stride + 1, (in.w + 2 * pad - k) / stride + 1};
-  // An implicit GEMM: M = B*Ho*Wo output pixels, N = Cout, K = Cin*k*k.
-  Op conv = gemm(name, B * o.h * o.w, out_c, in.c * k * k, e, TpSplit::kReplicated);
+                 int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e,
+                 const MapSplit& split) {
+  Feature o{out_c, spec::window_output(in.h, k, stride, pad),
+            spec::window_output(in.w, k, stride, pad)};
+  const spec::Halo halo = spec::window_halo(k, stride, pad);
+  add_halo(layer, name, in, split, halo, B, e);
+  const int64_t in_pixels =
+      split.block(in.h, in.w) +
+      (split.grid.any() ? spec::halo_elements(in.h, in.w, split.grid, halo) : 0);
+  const int64_t out_pixels = split.block(o.h, o.w);
+  // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k.
+  Op conv = gemm(name, B * out_pixels, out_c, in.c * k * k, e, TpSplit::kReplicated);
   conv.op_class = OpClass::kConv;
-  conv.bytes = (B * in.c * in.h * in.w + out_c * in.c * k * k + B * o.c * o.h * o.w) * e;
+  conv.bytes = (B * in.c * in_pixels + out_c * in.c * k * k + B * o.c * out_pixels) * e;
   layer.forward.push_back(conv);
   layer.params += out_c * in.c * k * k + (bias ? out_c : 0);
-  int64_t out_bytes = B * o.c * o.h * o.w * e;
-  layer.saved_bytes += B * in.c * in.h * in.w * e;
+  int64_t out_bytes = B * o.c * out_pixels * e;
+  layer.saved_bytes += B * in.c * in_pixels * e;
   if (bn) {
+    // Split ranks all-reduce each channel's partial sum and sum of squares (forward) and the sums
+    // of the output gradient and of its product with the normalized input (backward), in fp32,
+    // so the statistics are those of the whole maps (Dryden et al. §III-B).
+    if (split.grid.any())
+      layer.forward.push_back(
+          comm_op(name + ".bn_allreduce", CollectiveKind::kAllReduce, 2 * out_c * 4));
     layer.forward.push_back(memory_op(name + ".bn", OpClass::kNorm, 2 * out_bytes,
                                       TpSplit::kReplicated, {B, o.c, o.h, o.w}));
     layer.params += 2 * out_c;
@@ -845,10 +888,14 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   return o;
 }
 
-// Backward of a CNN layer: each forward op reversed, GEMM-like ops twice the forward cost.
+// Backward of a CNN layer: each forward op reversed, GEMM-like ops twice the forward cost, a
+// communication op as it was (the halo's gradient goes back, the statistics' gradients are
+// all-reduced with as many bytes).
 void add_cnn_backward(Layer& layer) {
   for (auto it = layer.forward.rbegin(); it != layer.forward.rend(); ++it) {
-    if (it->op_class == OpClass::kConv || it->op_class == OpClass::kGemm) {
+    if (it->is_comm()) {
+      layer.backward.push_back(*it);
+    } else if (it->op_class == OpClass::kConv || it->op_class == OpClass::kGemm) {
       layer.backward.push_back(gemm_backward(*it));
     } else {
       layer.backward.push_back(memory_backward(*it, 1.5));
@@ -860,6 +907,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   const spec::CnnSpec& m = model.cnn();
   const int64_t B = o.micro_batch;
   const int64_t e = spec::dtype_bytes(o.dtype);
+  const size_t split_end = spec::spatial_layer_end(m);
   LoweredModel out;
   out.dtype = o.dtype;
   out.tokens_per_micro_batch = B;
@@ -869,33 +917,47 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   int index = 0;
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const spec::CnnLayer& l = m.layers[li];
+    // The layers before the one ending the split run on blocks; that one reads blocks and
+    // hands every rank the whole (pooled) map.
+    const MapSplit split{li <= split_end ? o.spatial : spec::SpatialSplit{}};
+    const MapSplit out_split{li < split_end ? o.spatial : spec::SpatialSplit{}};
     int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ? l.blocks : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Layer layer;
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
-      const int64_t input_bytes = B * f.c * f.h * f.w * e;
+      const int64_t input_bytes = B * f.c * split.block(f.h, f.w) * e;
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
-                       l.padding, l.bias, l.batch_norm, l.relu, B, e);
+                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split);
           break;
         case spec::CnnLayerKind::kMaxPool:
         case spec::CnnLayerKind::kAvgPool: {
-          Feature o2{f.c, (f.h + 2 * l.padding - l.kernel) / l.stride + 1,
-                     (f.w + 2 * l.padding - l.kernel) / l.stride + 1};
-          layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
-                                            B * f.c * (f.h * f.w + o2.h * o2.w) * e,
-                                            TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
-          layer.saved_bytes += B * f.c * f.h * f.w * e;
+          Feature o2{f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
+                     spec::window_output(f.w, l.kernel, l.stride, l.padding)};
+          add_halo(layer, layer.name + ".pool", f, split,
+                   spec::window_halo(l.kernel, l.stride, l.padding), B, e);
+          layer.forward.push_back(
+              memory_op(layer.name + ".pool", OpClass::kPool,
+                        B * f.c * (split.block(f.h, f.w) + split.block(o2.h, o2.w)) * e,
+                        TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
+          layer.saved_bytes += B * f.c * split.block(f.h, f.w) * e;
           f = o2;
           break;
         }
         case spec::CnnLayerKind::kAdaptiveAvgPool: {
           Feature o2{f.c, l.output, l.output};
           layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
-                                            B * f.c * (f.h * f.w + o2.h * o2.w) * e,
+                                            B * f.c * (split.block(f.h, f.w) + o2.h * o2.w) * e,
                                             TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
+          // Each rank sums its block's share of every window; the all-reduce of those partial
+          // sums is the whole map's pooled output on every rank. Backward needs nothing: the
+          // pooled gradient is whole on every rank and each takes its block's share.
+          if (split.grid.any())
+            layer.forward.push_back(comm_op(layer.name + ".pool_allreduce",
+                                            CollectiveKind::kAllReduce,
+                                            B * o2.c * o2.h * o2.w * e));
           f = o2;
           break;
         }
@@ -921,16 +983,16 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           int64_t stride = r == 0 ? l.stride : 1;
           Feature in = f;
           Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
-                               true, true, B, e);
+                               true, true, B, e, split);
           Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
-                                false, true, true, B, e);
+                                false, true, true, B, e, split);
           Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
-                               true, false, B, e);
+                               true, false, B, e, split);
           if (stride != 1 || in.c != l.out_channels) {
             add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
-                     true, false, B, e);
+                     true, false, B, e, split);
           }
-          int64_t out_bytes = B * c.c * c.h * c.w * e;
+          int64_t out_bytes = B * c.c * split.block(c.h, c.w) * e;
           layer.forward.push_back(memory_op(layer.name + ".residual", OpClass::kElementwise,
                                             3 * out_bytes, TpSplit::kReplicated,
                                             {B, c.c, c.h, c.w}));
@@ -947,7 +1009,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       layer.params_total = layer.params;
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
-      layer.output_bytes = B * f.c * f.h * f.w * e;
+      layer.output_bytes = B * f.c * out_split.block(f.h, f.w) * e;
       out.layers.push_back(std::move(layer));
     }
   }
@@ -960,6 +1022,9 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
 
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
+  if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
+    throw InputError(fmt::format("model {}", model.name), "/spatial",
+                     fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
   if (!model.is_transformer())
     if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
       throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),

@@ -34,7 +34,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         static_cast<int>(stack.attention),
                         static_cast<int>(stack.fusion),
                         static_cast<int>(stack.cross_entropy),
-                        stack.autocast};
+                        stack.autocast,
+                        plan.spatial.h,
+                        plan.spatial.w};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -79,21 +81,21 @@ double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
   if (!c.any()) return collective_s(plan, kind, params * grad_bytes, shape);
   const sim::ComputeModel& compute = *l.compute;
   const models::Op encode = models::compression_encode_op(c, params, grad_bytes);
-  const models::Op decode = models::compression_decode_op(c, params, plan.dp, grad_bytes);
+  const models::Op decode = models::compression_decode_op(c, params, plan.replicas(), grad_bytes);
   return ps_to_seconds(compute.op_time(encode, spec::Phase::kBwd)) +
          collective_s(plan, spec::CollectiveKind::kAllGather,
-                      models::compressed_gather_bytes(c, params, plan.dp), shape) +
+                      models::compressed_gather_bytes(c, params, plan.replicas()), shape) +
          ps_to_seconds(compute.op_time(decode, spec::Phase::kBwd));
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
-  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp);
+  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks());
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   spec::RankLayout layout(plan);
   Shapes s;
-  s.tp = sim::group_shape(layout.tp_group(0), cluster_->devices_per_node);
-  s.dp = sim::group_shape(layout.dp_group(0), cluster_->devices_per_node);
+  s.tp = sim::group_shape(layout.layer_group(0), cluster_->devices_per_node);
+  s.dp = sim::group_shape(layout.replica_group(0), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
   int64_t ends[2] = {0, layout.pp_prev(0)};
@@ -232,18 +234,10 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const int64_t e = spec::dtype_bytes(lowered.dtype);
   const spec::GradientCompression& comp = plan.compression;
-  const DpKey key{&stages,
-                  plan.dp,
-                  stack.dp_bucket_bytes,
-                  g,
-                  e,
-                  plan.zero,
-                  stack.dp_overlap,
-                  static_cast<int>(comp.kind),
-                  comp.bits,
-                  comp.bucket,
-                  comp.ratio,
-                  comp.error_feedback};
+  const DpKey key{
+      &stages,    plan.replicas(),    stack.dp_bucket_bytes,       g,         e,
+      plan.zero,  stack.dp_overlap,   static_cast<int>(comp.kind), comp.bits, comp.bucket,
+      comp.ratio, comp.error_feedback};
   auto it = l.dp_times.find(key);
   if (it != l.dp_times.end()) return it->second;
   const Shapes& shape = shapes(plan);
@@ -311,7 +305,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
 Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,
                                              const Lowering& l, const Stages& stages) {
   const MemoryKey key{&stages,
-                      plan.dp,
+                      plan.replicas(),
                       plan.micro_batches(),
                       plan.zero,
                       static_cast<int>(plan.schedule),
@@ -362,11 +356,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const spec::Dtype param_dtype = spec::parameter_dtype(stack, lowered.dtype);
-  const int64_t shard = (max_params + plan.dp - 1) / plan.dp;
+  const int64_t shard = (max_params + plan.replicas() - 1) / plan.replicas();
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
-  const bool bucketed = plan.dp > 1 && plan.zero != 3;
+  const bool bucketed = plan.replicas() > 1 && plan.zero != 3;
   const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
   // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
   // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
@@ -405,13 +399,13 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
   }
   const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
-  if (plan.zero == 3 && (plan.dp > 1 || params_offloaded)) {
+  if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
     // Per micro-batch: gather parameters for forward and backward (each shard first fetched
     // from the host when offloaded), scatter gradients.
     const int64_t weights = max_params * e;
     const int64_t grads = max_params * g;
     double per_mb = 0;
-    if (plan.dp > 1)
+    if (plan.replicas() > 1)
       per_mb += 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
                 collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
     if (params_offloaded)

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <regex>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::planner {
 
@@ -60,6 +62,10 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       return p.recompute_layers;
     case Constraint::Dim::kOffload:
       return p.offload;
+    case Constraint::Dim::kSpatial:
+      // Candidates carry an index into their enumeration's grids; those are powers of two from
+      // 1, each the squarest grid of its rank count (spatial_grids).
+      return int64_t{1} << p.spatial;
   }
   return 0;
 }
@@ -85,12 +91,12 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload and "
+                     "recompute_layers, offload, spatial and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -102,6 +108,7 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "mb"      ? Constraint::Dim::kMicroBatch
           : dim == "vpp"     ? Constraint::Dim::kVpp
           : dim == "offload" ? Constraint::Dim::kOffload
+          : dim == "spatial" ? Constraint::Dim::kSpatial
                              : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
@@ -247,6 +254,7 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
+  out.spatial = spatial_splits.empty() ? spec::SpatialSplit{} : spatial_splits[c.spatial];
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -306,144 +314,172 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         return a.dp_bucket_bytes < b.dp_bucket_bytes;
       })->dp_bucket_bytes);
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
-  for (int64_t tp : divisors(r.gpus)) {
-    for (int64_t pp : divisors(r.gpus / tp)) {
-      const int64_t dp = r.gpus / (tp * pp);
-      ++out.considered;
-      if (!transformer && tp > 1) {
-        reject("tensor parallelism needs a transformer");
-        continue;
-      }
-      if (transformer && !spec::tensor_parallel_problem(m, tp).empty()) {
-        reject("tp does not divide the heads or the MLP");
-        continue;
-      }
-      if (tp > r.cluster.devices_per_node && !r.allow_tp_across_nodes) {
-        reject("tp larger than a node");
-        continue;
-      }
-      if (pp > layers) {
-        reject("more pipeline stages than layers");
-        continue;
-      }
-      if (r.global_batch % dp != 0) {
-        reject("global batch not divisible by dp");
-        continue;
-      }
-      const int64_t per_replica = r.global_batch / dp;
-      const bool one_bucket =
-          dp > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
-      for (int64_t mb : divisors(per_replica)) {
-        const int64_t micro_batches = per_replica / mb;
-        if (!spec::micro_batch_count_problem(micro_batches).empty()) {
-          reject("more micro-batches per step than the limit (spec/limits.hpp)");
+  // Spatial splits (CNNs): a grid per power of two, up to a node (the split ranks exchange halos
+  // at every layer) and as long as the model's maps split (a larger grid only shrinks blocks).
+  out.spatial_splits.push_back({});
+  if (m.kind() == spec::ModelKind::kCnn) {
+    const int64_t limit =
+        r.allow_tp_across_nodes ? r.gpus : std::min(r.gpus, r.cluster.devices_per_node);
+    for (int64_t s = 2; s <= limit; s *= 2) {
+      spec::SpatialSplit grid;
+      grid.w = int64_t{1} << (std::bit_width(static_cast<uint64_t>(s)) - 1) / 2;
+      grid.h = s / grid.w;
+      if (!spec::spatial_split_problem(m, grid).empty()) break;
+      out.spatial_splits.push_back(grid);
+    }
+  }
+  for (size_t si = 0; si < out.spatial_splits.size(); ++si) {
+    const int64_t split_ranks = out.spatial_splits[si].ranks();
+    if (r.gpus % split_ranks != 0) continue;
+    const int64_t sample_groups = r.gpus / split_ranks;
+    for (int64_t tp : divisors(sample_groups)) {
+      for (int64_t pp : divisors(sample_groups / tp)) {
+        const int64_t dp = sample_groups / (tp * pp);
+        ++out.considered;
+        if (!transformer && tp > 1) {
+          reject("tensor parallelism needs a transformer");
           continue;
         }
-        // Schedules and chunk counts.
-        std::vector<std::pair<spec::Schedule, int64_t>> schedules;
-        if (pp == 1) {
-          schedules.push_back({spec::Schedule::k1F1B, 1});
-        } else {
-          schedules.push_back({spec::Schedule::kGpipe, 1});
-          schedules.push_back({spec::Schedule::k1F1B, 1});
-          for (int64_t v : divisors(layers / pp)) {
-            if (v < 2 || layers % (pp * v) != 0) continue;
-            if (micro_batches % pp != 0) {
-              reject("interleaving needs micro-batches divisible by pp");
-              continue;
-            }
-            schedules.push_back({spec::Schedule::kInterleaved, v});
-          }
+        if (transformer && !spec::tensor_parallel_problem(m, tp).empty()) {
+          reject("tp does not divide the heads or the MLP");
+          continue;
         }
-        for (auto [schedule, v] : schedules) {
-          // The splits into chunks: even, and balanced where that differs.
-          std::vector<bool> splits = {false};
-          if (!out.balanced_splits.contains(pp * v)) {
-            std::vector<int64_t> balanced = balanced_split(layers, pp * v);
-            if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
+        if (tp > r.cluster.devices_per_node && !r.allow_tp_across_nodes) {
+          reject("tp larger than a node");
+          continue;
+        }
+        if (pp > layers) {
+          reject("more pipeline stages than layers");
+          continue;
+        }
+        if (r.global_batch % dp != 0) {
+          reject("global batch not divisible by dp");
+          continue;
+        }
+        const int64_t per_replica = r.global_batch / dp;
+        const int64_t replicas = dp * split_ranks;  // ranks summing each gradient (Plan::replicas)
+        const bool one_bucket =
+            replicas > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
+        for (int64_t mb : divisors(per_replica)) {
+          const int64_t micro_batches = per_replica / mb;
+          if (!spec::micro_batch_count_problem(micro_batches).empty()) {
+            reject("more micro-batches per step than the limit (spec/limits.hpp)");
+            continue;
           }
-          if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
-          for (int zero = 0; zero <= 3; ++zero) {
-            if (zero >= 2 && pp > 1) {
-              reject("ZeRO-2/3 with pipeline parallelism");
-              continue;
-            }
-            // What may live in host memory (Candidate::offload) under this stage. With one replica
-            // ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves the
-            // optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with the
-            // parameters too.
-            std::vector<uint8_t> offloads;
-            if (zero == 0 || dp > 1) offloads.push_back(0);
-            if (r.cluster.host && zero >= 1 && (dp > 1 || zero == 2)) offloads.push_back(1);
-            if (r.cluster.host && zero == 3) offloads.push_back(2);
-            if (offloads.empty()) continue;
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              if (sp && transformer &&
-                  !spec::sequence_parallel_problem(r.seq_len.value_or(m.transformer().seq_len), tp)
-                       .empty()) {
-                reject("sequence parallelism needs tp to divide the sequence");
+          // Schedules and chunk counts.
+          std::vector<std::pair<spec::Schedule, int64_t>> schedules;
+          if (pp == 1) {
+            schedules.push_back({spec::Schedule::k1F1B, 1});
+          } else {
+            schedules.push_back({spec::Schedule::kGpipe, 1});
+            schedules.push_back({spec::Schedule::k1F1B, 1});
+            for (int64_t v : divisors(layers / pp)) {
+              if (v < 2 || layers % (pp * v) != 0) continue;
+              if (micro_batches % pp != 0) {
+                reject("interleaving needs micro-batches divisible by pp");
                 continue;
               }
-              // The stack knobs that change this layout's step (the others stay the
-              // request's: varying them would repeat a plan): TP overlap runs under sequence
-              // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
-              // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
-              // transfers with pipeline stages.
-              const size_t nt = tp > 1 && sp ? variants.nt : 1;
-              // (One bucket is reduced when the backward ends, overlapped or not.)
-              const size_t nd = dp > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
-              const size_t nb = dp > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
-              const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
-              const size_t np = pp > 1 ? variants.np : 1;
-              for (spec::Recompute rc :
-                   {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull}) {
-                if (rc == spec::Recompute::kSelective && !transformer) continue;
-                for (bool balanced : splits) {
-                  // Full recompute of the first N layers of each chunk (Megatron-LM's block
-                  // method) for N below the largest chunk; 0: every layer.
-                  int64_t largest_chunk = 0;
-                  if (rc == spec::Recompute::kFull && transformer) {
-                    spec::Plan shape;
-                    shape.pp = pp;
-                    shape.virtual_stages = v;
-                    if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
-                    largest_chunk = spec::largest_stage_chunk(shape, layers);
-                  }
-                  for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
-                       ++rc_layers) {
-                    Candidate c;
-                    c.dp = static_cast<int32_t>(dp);
-                    c.tp = static_cast<int32_t>(tp);
-                    c.pp = static_cast<int32_t>(pp);
-                    c.micro_batch = static_cast<int32_t>(mb);
-                    c.virtual_stages = static_cast<int16_t>(v);
-                    c.recompute_layers = static_cast<int16_t>(rc_layers);
-                    c.zero = static_cast<uint8_t>(zero);
-                    c.schedule = static_cast<uint8_t>(schedule);
-                    c.recompute = static_cast<uint8_t>(rc);
-                    c.sequence_parallel = sp;
-                    c.balanced = balanced;
-                    for (uint8_t off : offloads) {
-                      c.offload = off;
-                      bool allowed = true;
-                      for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
-                      if (!allowed) {
-                        reject("excluded by --constraint");
-                        continue;
-                      }
-                      // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1).
-                      const size_t nc = dp > 1 && zero == 0 ? out.compressions.size() : 1;
-                      for (size_t k = 0; k < nc; ++k) {
-                        c.compression = static_cast<uint8_t>(k);
-                        for (size_t t = 0; t < nt; ++t)
-                          for (size_t d = 0; d < nd; ++d)
-                            for (size_t g = 0; g < ng; ++g)
-                              for (size_t q = 0; q < np; ++q)
-                                for (size_t b = 0; b < nb; ++b) {
-                                  c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                  out.candidates.push_back(c);
-                                }
+              schedules.push_back({spec::Schedule::kInterleaved, v});
+            }
+          }
+          for (auto [schedule, v] : schedules) {
+            // The splits into chunks: even, and balanced where that differs.
+            std::vector<bool> splits = {false};
+            if (!out.balanced_splits.contains(pp * v)) {
+              std::vector<int64_t> balanced = balanced_split(layers, pp * v);
+              if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
+            }
+            if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
+            for (int zero = 0; zero <= 3; ++zero) {
+              if (zero >= 2 && pp > 1) {
+                reject("ZeRO-2/3 with pipeline parallelism");
+                continue;
+              }
+              // What may live in host memory (Candidate::offload) under this stage. With one
+              // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves
+              // the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with
+              // the parameters too.
+              if (zero > 0 && split_ranks > 1) {
+                reject("ZeRO with a spatial split");
+                continue;
+              }
+              std::vector<uint8_t> offloads;
+              if (zero == 0 || dp > 1) offloads.push_back(0);
+              if (r.cluster.host && zero >= 1 && (dp > 1 || zero == 2)) offloads.push_back(1);
+              if (r.cluster.host && zero == 3) offloads.push_back(2);
+              if (offloads.empty()) continue;
+              for (bool sp : {false, true}) {
+                if (sp && tp == 1) continue;
+                if (sp && transformer &&
+                    !spec::sequence_parallel_problem(r.seq_len.value_or(m.transformer().seq_len),
+                                                     tp)
+                         .empty()) {
+                  reject("sequence parallelism needs tp to divide the sequence");
+                  continue;
+                }
+                // The stack knobs that change this layout's step (the others stay the
+                // request's: varying them would repeat a plan): TP overlap runs under sequence
+                // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
+                // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
+                // transfers with pipeline stages.
+                const size_t nt = tp > 1 && sp ? variants.nt : 1;
+                // (One bucket is reduced when the backward ends, overlapped or not.)
+                const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
+                const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
+                const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
+                const size_t np = pp > 1 ? variants.np : 1;
+                for (spec::Recompute rc : {spec::Recompute::kNone, spec::Recompute::kSelective,
+                                           spec::Recompute::kFull}) {
+                  // Recompute re-runs transformer blocks only (spec::validate_plan).
+                  if (rc != spec::Recompute::kNone && !transformer) continue;
+                  for (bool balanced : splits) {
+                    // Full recompute of the first N layers of each chunk (Megatron-LM's block
+                    // method) for N below the largest chunk; 0: every layer.
+                    int64_t largest_chunk = 0;
+                    if (rc == spec::Recompute::kFull && transformer) {
+                      spec::Plan shape;
+                      shape.pp = pp;
+                      shape.virtual_stages = v;
+                      if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
+                      largest_chunk = spec::largest_stage_chunk(shape, layers);
+                    }
+                    for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
+                         ++rc_layers) {
+                      Candidate c;
+                      c.dp = static_cast<int32_t>(dp);
+                      c.tp = static_cast<int32_t>(tp);
+                      c.pp = static_cast<int32_t>(pp);
+                      c.micro_batch = static_cast<int32_t>(mb);
+                      c.virtual_stages = static_cast<int16_t>(v);
+                      c.recompute_layers = static_cast<int16_t>(rc_layers);
+                      c.zero = static_cast<uint8_t>(zero);
+                      c.schedule = static_cast<uint8_t>(schedule);
+                      c.recompute = static_cast<uint8_t>(rc);
+                      c.sequence_parallel = sp;
+                      c.balanced = balanced;
+                      c.spatial = static_cast<uint8_t>(si);
+                      for (uint8_t off : offloads) {
+                        c.offload = off;
+                        bool allowed = true;
+                        for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
+                        if (!allowed) {
+                          reject("excluded by --constraint");
+                          continue;
+                        }
+                        // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1).
+                        const size_t nc =
+                            dp > 1 && zero == 0 && split_ranks == 1 ? out.compressions.size() : 1;
+                        for (size_t k = 0; k < nc; ++k) {
+                          c.compression = static_cast<uint8_t>(k);
+                          for (size_t t = 0; t < nt; ++t)
+                            for (size_t d = 0; d < nd; ++d)
+                              for (size_t g = 0; g < ng; ++g)
+                                for (size_t q = 0; q < np; ++q)
+                                  for (size_t b = 0; b < nb; ++b) {
+                                    c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                    out.candidates.push_back(c);
+                                  }
+                        }
                       }
                     }
                   }

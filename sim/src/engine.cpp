@@ -306,6 +306,9 @@ class Engine {
         t.bubble += idle - comm;
         break;
       }
+      case CommClass::kSpatial:
+        t.spatial += idle;
+        break;
       case CommClass::kOffload:
         t.offload += idle;
         break;

@@ -20,8 +20,8 @@ StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, spec::Dtype grad) {
 int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
                                int64_t stage) {
   int64_t n = 0;
-  if (plan.tp > 1) ++n;
-  if (plan.dp > 1) ++n;
+  if (plan.tp > 1 || plan.spatial.any()) ++n;  // the layer group
+  if (plan.replicas() > 1) ++n;
   if (plan.pp > 1) ++n;  // the stage-to-stage send/receive channels
   const bool end_stage = stage == 0 || stage == plan.pp - 1;
   if (plan.pp > 1 && lowered.tied_table_params > 0 && end_stage) ++n;  // the embedding group
@@ -70,7 +70,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
 
   StateBytesPerParam per = state_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype),
                                                  spec::gradient_dtype(stack, lowered.dtype));
-  const int64_t n = plan.dp;
+  const int64_t n = plan.replicas();
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;
   m.gradients = params * per.gradients;
@@ -110,18 +110,18 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // the gathered parameters of the current and prefetched layers and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
   int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
-  if ((plan.dp > 1 || offload_optimizer) && plan.zero < 3)
+  if ((plan.replicas() > 1 || offload_optimizer) && plan.zero < 3)
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
   // Compressed exchange: the error-feedback residual and the encodings of the stage's largest
   // bucket (a layer larger than the bucket size is a bucket of its own), as the executor holds.
-  if (plan.compression.any() && plan.dp > 1) {
+  if (plan.compression.any() && plan.replicas() > 1) {
     int64_t largest = 0;
     for (const models::GradientBucket& b :
          models::gradient_buckets(plan, lowered, stage, stack.dp_bucket_bytes, per.gradients))
       largest = std::max(largest, b.params);
-    buffers += models::compression_memory_bytes(plan.compression, params, largest, plan.dp);
+    buffers += models::compression_memory_bytes(plan.compression, params, largest, plan.replicas());
   }
-  if ((plan.dp > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
+  if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
   if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;

@@ -41,7 +41,7 @@ class StageBuilder {
   Program build() {
     // Gradients leave in buckets when the data-parallel group reduces them and when the optimizer
     // runs on the host (ZeRO-Offload copies each bucket's shard as it is ready, also on one GPU).
-    if ((plan_.dp > 1 || offload_optimizer()) && plan_.zero < 3) {
+    if ((plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3) {
       buckets_ =
           models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -79,8 +79,10 @@ class StageBuilder {
   bool offload_params() const { return plan_.offload.params != spec::OffloadTarget::kNone; }
   // ZeRO-3 fetches each layer's parameters before it runs: all-gathered from the data-parallel
   // group, and first copied to the device from the host when offloaded.
-  bool fetches_params() const { return plan_.zero == 3 && (plan_.dp > 1 || offload_params()); }
-  int64_t shard(int64_t params) const { return (params + plan_.dp - 1) / plan_.dp; }
+  bool fetches_params() const {
+    return plan_.zero == 3 && (plan_.replicas() > 1 || offload_params());
+  }
+  int64_t shard(int64_t params) const { return (params + plan_.replicas() - 1) / plan_.replicas(); }
 
   // A local task on the offload stream (a device-host copy, the host optimizer step) after
   // `deps`.
@@ -213,13 +215,15 @@ class StageBuilder {
     return emit(t, deps);
   }
 
-  // A tensor-parallel collective between compute segments: waits for the compute before it, and
-  // the compute after it waits for it.
+  // A collective of the layer group (tensor-parallel, or a spatial split's halo exchange and
+  // statistic all-reduces) between compute segments: waits for the compute before it, and the
+  // compute after it waits for it.
   void tp_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
     int32_t before = flush();
-    int32_t task = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-                        TaskKind::kCollective, op.collective, op.bytes, op_id(layer, op, phase),
-                        phase, mb, before);
+    const CommClass cls = plan_.spatial.any() ? CommClass::kSpatial : CommClass::kTp;
+    int32_t task =
+        comm(Stream::kTpComm, cls, static_cast<uint8_t>(GroupSlot::kTp), TaskKind::kCollective,
+             op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
     require(task);
   }
 
@@ -295,7 +299,7 @@ class StageBuilder {
       if (after >= 0) deps.push_back(done(after));
       after = offload_task("offload.params_to_device", spec::OpClass::kMemcpy, part, d, phase, mb,
                            static_cast<int32_t>(layer), deps);
-      if (plan_.dp == 1) return after;
+      if (plan_.replicas() == 1) return after;
     }
     const int64_t parts =
         stack_.zero3 == spec::Zero3Impl::kDeepspeed ? parameter_modules(layer) : 1;
@@ -334,7 +338,8 @@ class StageBuilder {
   // parameters updated by the previous step are gathered in buckets while the first micro-batch
   // runs forward, each layer waiting for its bucket. A step in steady state looks the same.
   void gather_parameters_ahead() {
-    if (plan_.dp == 1 || (plan_.zero != 1 && plan_.zero != 2) || !stack_.param_gather_overlap)
+    if (plan_.replicas() == 1 || (plan_.zero != 1 && plan_.zero != 2) ||
+        !stack_.param_gather_overlap)
       return;
     // Megatron gathers the same buckets it reduces, the first forward's first layers first.
     for (size_t b = buckets_.size(); b-- > 0;) {
@@ -451,9 +456,9 @@ class StageBuilder {
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
     const bool last_mb = u.micro_batch == micro_batches_ - 1;
-    const bool fsdp = plan_.zero == 3 && plan_.dp > 1;
-    const bool bucketed =
-        (plan_.dp > 1 || offload_optimizer()) && plan_.zero < 3 && stack_.dp_overlap && last_mb;
+    const bool fsdp = plan_.zero == 3 && plan_.replicas() > 1;
+    const bool bucketed = (plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 &&
+                          stack_.dp_overlap && last_mb;
     if (!last_chunk(u.chunk))
       receive(PeerSlot::kNext, boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
@@ -501,7 +506,7 @@ class StageBuilder {
   void reduce_bucket(const models::GradientBucket& b, int32_t after) {
     const int64_t bytes = b.params * grad_bytes_;
     if (bytes == 0) return;
-    if (plan_.dp == 1) {  // nothing to reduce: the bucket only leaves for the host
+    if (plan_.replicas() == 1) {  // nothing to reduce: the bucket only leaves for the host
       if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, after);
       return;
     }
@@ -531,13 +536,14 @@ class StageBuilder {
     if (after >= 0) deps.push_back(done(after));
     const int32_t encoded =
         codec_task(models::compression_encode_op(c, b.params, grad_bytes_), deps);
-    const int64_t bytes = models::compressed_gather_bytes(c, b.params, plan_.dp);
+    const int64_t bytes = models::compressed_gather_bytes(c, b.params, plan_.replicas());
     const int32_t op = named_op(models::kCompressedGatherOp, spec::OpClass::kAllGather, bytes, -1);
     const int32_t gathered =
         comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
              TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, Phase::kBwd,
              micro_batches_ - 1, encoded);
-    codec_task(models::compression_decode_op(c, b.params, plan_.dp, grad_bytes_), {done(gathered)});
+    codec_task(models::compression_decode_op(c, b.params, plan_.replicas(), grad_bytes_),
+               {done(gathered)});
   }
 
   // A codec kernel of a compressed bucket on the data-parallel stream, priced by the compute model.
@@ -615,13 +621,14 @@ class StageBuilder {
     if (offload_optimizer()) {
       const int32_t ready = host_optimizer_step(shard(params));
       host_step_overhead();
-      if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
+      if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
+          !stack_.param_gather_overlap) {
         for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, ready);
       }
       return;
     }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group.
-    int64_t updated = plan_.zero >= 1 ? (params + plan_.dp - 1) / plan_.dp : params;
+    int64_t updated = plan_.zero >= 1 ? (params + plan_.replicas() - 1) / plan_.replicas() : params;
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
@@ -642,7 +649,8 @@ class StageBuilder {
     host_step_overhead();
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
-    if (plan_.dp > 1 && (plan_.zero == 1 || plan_.zero == 2) && !stack_.param_gather_overlap) {
+    if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
+        !stack_.param_gather_overlap) {
       for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, opt);
     }
   }

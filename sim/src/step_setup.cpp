@@ -7,6 +7,10 @@ StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan&
                              const spec::Stack& stack) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
   spec::Dtype precision = gpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
+  // A GPU without bf16 (Volta: V100) trains in fp16 mixed precision (torch.cuda.amp's default).
+  if (gpu && !cluster.device.peak_tflops.contains(spec::Dtype::kBf16) &&
+      cluster.device.peak_tflops.contains(spec::Dtype::kFp16))
+    precision = spec::Dtype::kFp16;
   if (plan.dtype) {
     precision = *plan.dtype;
   } else if (stack.precision) {
@@ -41,6 +45,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.autocast = s.stack.autocast;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;
   s.lowering.dropout = s.stack.dropout;
+  s.lowering.spatial = plan.spatial;
   return s;
 }
 

@@ -198,16 +198,16 @@ CnnSpec decode_cnn(ObjectReader& r) {
       case CnnLayerKind::kConv:
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool:
-        height = (height + 2 * l.padding - l.kernel) / l.stride + 1;
-        width = (width + 2 * l.padding - l.kernel) / l.stride + 1;
+        height = window_output(height, l.kernel, l.stride, l.padding);
+        width = window_output(width, l.kernel, l.stride, l.padding);
         if (l.kind == CnnLayerKind::kConv) channels = l.out_channels;
         break;
       case CnnLayerKind::kAdaptiveAvgPool:
         height = width = l.output;
         break;
       case CnnLayerKind::kBottleneck:
-        height = (height - 1) / l.stride + 1;
-        width = (width - 1) / l.stride + 1;
+        height = bottleneck_output(height, l.stride);
+        width = bottleneck_output(width, l.stride);
         channels = l.out_channels;
         break;
       case CnnLayerKind::kFc:

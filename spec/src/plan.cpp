@@ -11,6 +11,7 @@
 
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::spec {
 
@@ -86,6 +87,7 @@ std::string Plan::name() const {
       break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
+  if (spatial.any()) s += fmt::format(".hw{}x{}", spatial.h, spatial.w);
   return s;
 }
 
@@ -142,18 +144,28 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
 void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   // (A plan file's reader has refused these already; a plan built in code may hold anything.)
   if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.micro_batch < 1 || p.global_batch < 1 ||
-      p.virtual_stages < 1) {
+      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1) {
     problem("dp",
-            fmt::format("dp {}, tp {}, pp {}, micro_batch {}, global_batch {}, virtual_stages {}",
-                        p.dp, p.tp, p.pp, p.micro_batch, p.global_batch, p.virtual_stages),
+            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, micro_batch {}, global_batch {}, "
+                        "virtual_stages {}",
+                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.micro_batch, p.global_batch,
+                        p.virtual_stages),
             "every degree and batch size must be >= 1");
     return;
   }
-  // In double: three degrees of up to 2^24 each multiply past int64.
-  if (static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) >
+  // In double: five degrees of up to 2^24 each multiply past int64.
+  if (static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) *
+          static_cast<double>(p.spatial.h) * static_cast<double>(p.spatial.w) >
       static_cast<double>(kMaxRanks)) {
-    problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
-            fmt::format("dp*tp*pp must be at most {} ranks", kMaxRanks));
+    if (p.spatial.any()) {
+      problem("dp",
+              fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{})", p.dp, p.dp, p.tp, p.pp,
+                          p.spatial.h, p.spatial.w),
+              fmt::format("dp*tp*pp*spatial must be at most {} ranks", kMaxRanks));
+    } else {
+      problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
+              fmt::format("dp*tp*pp must be at most {} ranks", kMaxRanks));
+    }
     return;
   }
   if (p.global_batch % (p.dp * p.micro_batch) != 0) {
@@ -207,6 +219,15 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
               "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed");
     if (p.dp < 2) problem("compression/kind", kind, "needs dp > 1: there is no gradient exchange");
     check_compression_knobs(c, problem);
+  }
+  if (p.spatial.any()) {
+    // What the spatial split does not (yet) combine with: the ranks splitting a sample hold whole
+    // layers and sum their weight gradients with the replicas, a DDP all-reduce.
+    const std::string split = fmt::format("{}x{}", p.spatial.h, p.spatial.w);
+    if (p.zero != 0)
+      problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
+    if (c.any()) problem("spatial", split, "runs without gradient compression");
+    if (p.offload.any()) problem("spatial", split, "runs without offload");
   }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
@@ -269,6 +290,11 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
+  if (auto sp = r.object("spatial", Presence::kOptional)) {
+    p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
+    p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
+    sp->finish();
+  }
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
   p.seq_len = r.integer("seq_len", kPositiveInt, Presence::kOptional);
   if (auto algos = r.object("collective_algorithms", Presence::kOptional)) {
@@ -367,6 +393,7 @@ Json to_json(const Plan& p) {
     if (c.kind == CompressionKind::kTopk) cj["ratio"] = c.ratio;
     j["compression"] = cj;
   }
+  if (p.spatial.any()) j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -449,9 +476,19 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   check_plan_rules(p, add);
   diag.throw_if_any();
   if (p.world_size() != ranks) {
-    add("dp", fmt::format("{} (dp*tp*pp = {}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp, p.world_size()),
-        fmt::format("dp*tp*pp must equal the number of ranks ({})", ranks));
+    if (p.spatial.any()) {
+      add("dp",
+          fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{} = {})", p.dp, p.dp, p.tp, p.pp,
+                      p.spatial.h, p.spatial.w, p.world_size()),
+          fmt::format("dp*tp*pp*spatial must equal the number of ranks ({})", ranks));
+    } else {
+      add("dp",
+          fmt::format("{} (dp*tp*pp = {}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp, p.world_size()),
+          fmt::format("dp*tp*pp must equal the number of ranks ({})", ranks));
+    }
   }
+  if (std::string problem = spatial_split_problem(model, p.spatial); !problem.empty())
+    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),
@@ -491,6 +528,11 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
       add("tp", std::to_string(p.tp), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
+    // The simulator and the executor re-run transformer blocks only (models::layer_recompute);
+    // an MLP's or a CNN's layers keep their activations.
+    if (p.recompute != Recompute::kNone)
+      add("recompute", std::string(enum_name(recompute_names(), p.recompute)),
+          "applies to transformer blocks only: use \"none\" for MLPs and CNNs");
   }
   diag.throw_if_any();
 }

@@ -6,14 +6,33 @@ namespace sextant::spec {
 std::vector<int64_t> RankLayout::tp_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
-  for (int64_t t = 0; t < tp_; ++t) g.push_back(rank({c.dp, t, c.pp}));
+  for (int64_t t = 0; t < tp_; ++t) g.push_back(rank({c.dp, t, c.pp, c.spatial}));
   return g;
 }
 
 std::vector<int64_t> RankLayout::dp_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
-  for (int64_t d = 0; d < dp_; ++d) g.push_back(rank({d, c.tp, c.pp}));
+  for (int64_t d = 0; d < dp_; ++d) g.push_back(rank({d, c.tp, c.pp, c.spatial}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::spatial_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({c.dp, c.tp, c.pp, s}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::layer_group(int64_t r) const {
+  return sp_ > 1 ? spatial_group(r) : tp_group(r);
+}
+
+std::vector<int64_t> RankLayout::replica_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t d = 0; d < dp_; ++d)
+    for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({d, c.tp, c.pp, s}));
   return g;
 }
 

@@ -56,7 +56,9 @@ struct Op {
   bool fused_attention = false;  // one fused (flash) attention kernel: shape {b*heads, s, s, d}
   bool causal = false;           // fused attention under a causal mask
   double executed_flops() const { return kernel_flops > 0 ? kernel_flops : flops; }
-  // Communication ops only: collective within the tensor-parallel group.
+  // Communication ops only: collective within the layer's group (spec::RankLayout::layer_group:
+  // the tensor-parallel group, or the ranks splitting a CNN's samples spatially; a halo exchange
+  // with the grid neighbours is a kSendRecv there).
   spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
   bool is_comm() const { return spec::is_communication(op_class); }
   bool operator==(const Op&) const = default;
@@ -104,6 +106,9 @@ struct LoweringOptions {
   bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
   int64_t vocab_multiple = 1;  // the vocabulary padded to a multiple of this x tp (vocabulary.hpp)
   bool dropout = true;         // false: the model's dropout is not run (Stack::dropout)
+  // CNNs: each sample's feature maps split over a grid of ranks (Plan::spatial); the ops are
+  // those of the most loaded rank, with its halo exchanges and statistic all-reduces.
+  spec::SpatialSplit spatial{};
 };
 
 struct LoweredModel {

@@ -23,9 +23,10 @@ struct Candidate;
 
 // A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
 // "recompute_layers=0" (full recompute of every layer only), "offload=0" (nothing offloaded; 1:
-// the optimizer, 2: the optimizer and the parameters, to host memory).
+// the optimizer, 2: the optimizer and the parameters, to host memory), "spatial<=4" (ranks
+// splitting each sample of a CNN).
 struct Constraint {
-  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers, kOffload };
+  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers, kOffload, kSpatial };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
   Op op;
@@ -75,14 +76,16 @@ struct Candidate {
   uint8_t zero = 0;
   uint8_t schedule = 0;   // spec::Schedule
   uint8_t recompute = 0;  // spec::Recompute
-  bool sequence_parallel = false;
-  bool balanced = false;  // layers split by balanced_split, else evenly
+  bool sequence_parallel : 1 = false;
+  bool balanced : 1 = false;  // layers split by balanced_split, else evenly
   // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
   // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
   uint8_t offload = 0;
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
+  uint8_t spatial = 0;      // index into Enumeration::spatial_splits ([0]: unsplit)
 };
+static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
 struct Enumeration {
   // The candidates; the stack variants they run (stacks[0] is the request's stack, the others
@@ -91,7 +94,10 @@ struct Enumeration {
   std::vector<Candidate> candidates;
   std::vector<spec::Stack> stacks;
   std::vector<spec::GradientCompression> compressions;  // [0]: none, then the request's
-  std::map<std::string, int64_t> rejected;              // reason -> count
+  // Grids a CNN's samples may be split over ([0]: none): for each power of two up to a node, the
+  // squarest grid (h >= w) the model splits over (spec::spatial_split_problem).
+  std::vector<spec::SpatialSplit> spatial_splits;
+  std::map<std::string, int64_t> rejected;  // reason -> count
   int64_t considered = 0;
   // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
   // phase's hot path), or complete with its stack.

@@ -37,6 +37,7 @@ struct RankTimes {
   Picoseconds pp = 0;
   Picoseconds bubble = 0;
   Picoseconds offload = 0;  // waiting for offload copies and the host optimizer step
+  Picoseconds spatial = 0;  // halo exchanges and statistic all-reduces (CommClass::kSpatial)
 };
 
 struct TaskRecord {

@@ -86,6 +86,16 @@ struct CnnSpec {
   std::vector<CnnLayer> layers;
 };
 
+// Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input
+// rows (PyTorch's Conv2d / MaxPool2d output size, floor mode). The one home of that formula.
+inline int64_t window_output(int64_t extent, int64_t kernel, int64_t stride, int64_t padding) {
+  return (extent + 2 * padding - kernel) / stride + 1;
+}
+// A bottleneck block's output rows: its strided 3x3 convolution (padding 1).
+inline int64_t bottleneck_output(int64_t extent, int64_t stride) {
+  return window_output(extent, 3, stride, 1);
+}
+
 enum class ModelKind { kTransformer, kMlp, kCnn };
 EnumNames<ModelKind> model_kind_names();
 

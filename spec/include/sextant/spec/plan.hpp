@@ -70,6 +70,20 @@ struct GradientCompression {
   bool operator==(const GradientCompression&) const = default;
 };
 
+// How each sample's feature maps are split over ranks (spatial parallelism, Dryden et al.,
+// IPDPS'19, "Improving strong-scaling of CNN training by exploiting finer-grained parallelism"):
+// an h x w grid of ranks, each holding a block of rows and columns of every convolutional layer's
+// input and output, exchanging halos with its grid neighbours before each convolution and pooling
+// window and all-reducing batch-norm statistics. CNNs only; spec/spatial_split.hpp owns the
+// shard and halo sizes and the rule of which models split.
+struct SpatialSplit {
+  int64_t h = 1;  // ranks along the rows
+  int64_t w = 1;  // ranks along the columns
+  int64_t ranks() const { return h * w; }
+  bool any() const { return ranks() > 1; }
+  bool operator==(const SpatialSplit&) const = default;
+};
+
 struct Plan {
   int64_t dp = 1;
   int64_t tp = 1;
@@ -91,6 +105,7 @@ struct Plan {
   std::optional<Stack> stack;
   Offload offload;
   GradientCompression compression;  // of the data-parallel gradient exchange (DDP, zero 0)
+  SpatialSplit spatial{};           // each sample's feature maps over a grid of ranks (CNNs)
   std::optional<Dtype> dtype;       // compute dtype; default: the stack's precision, else bf16 on
                                     // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;   // overrides the model's sequence length
@@ -98,13 +113,17 @@ struct Plan {
   std::string model;    // informational: what the plan was made for
   std::string cluster;  // informational
 
-  int64_t world_size() const { return dp * tp * pp; }
+  int64_t world_size() const { return dp * tp * pp * spatial.ranks(); }
+  // Ranks holding the same parameters, whose weight gradients are summed every step: the
+  // data-parallel replicas, times the ranks splitting each sample (each computes a partial
+  // weight gradient from its part of the feature maps). dp when nothing is split spatially.
+  int64_t replicas() const { return dp * spatial.ranks(); }
   int64_t micro_batches() const {
     return global_batch / (dp * micro_batch);
   }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
-  // recompute, offload and gradient compression, when they apply).
+  // recompute, offload, gradient compression and the spatial split, when they apply).
   std::string name() const;
 };
 
@@ -136,7 +155,7 @@ std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp);
 std::string sequence_parallel_problem(int64_t seq_len, int64_t tp);
 
 // Checks the plan against a model and a rank count; throws InputError naming `source` with every
-// broken rule (dp*tp*pp != ranks, heads not divisible by tp, more stages than layers, ...).
+// broken rule (dp*tp*pp*spatial != ranks, heads not divisible by tp, more stages than layers, ...).
 void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
                    const std::string& source);
 

@@ -16,6 +16,8 @@ struct TimeBreakdown {
   double dp_comm_exposed = 0;
   double pp_comm_exposed = 0;
   double fsdp_comm_exposed = 0;
+  // Halo exchanges and statistic all-reduces of a spatially split CNN (Plan::spatial).
+  double spatial_comm_exposed = 0;
   double bubble = 0;
   double optimizer = 0;
   // Waiting for offloaded work: device-host copies and the optimizer step on the host CPU.

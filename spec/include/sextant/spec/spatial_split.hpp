@@ -1,0 +1,52 @@
+// The geometry of a spatial split of a CNN (Dryden et al., IPDPS'19, "Improving strong-scaling of
+// CNN training by exploiting finer-grained parallelism", §III-A; LBANN's Distconv): each rank of
+// an h x w grid holds a block of rows and columns of every feature map, and before a convolution
+// or pooling window slides over its block it receives the rows and columns the window reads beyond
+// it (the halo) from its grid neighbours. The one home of the shard, halo and split rules that the
+// plan check, the lowering and the planner ask.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::spec {
+
+// Rows of the largest shard when `extent` rows are split over `parts` ranks (the rank the step
+// waits for).
+int64_t shard_extent(int64_t extent, int64_t parts);
+
+// Rows a window reads beyond a rank's shard of its input, along one axis, with shards aligned to
+// the stride (rank i holds input rows [iL, (i+1)L) and computes output rows [iL/s, (i+1)L/s)):
+// its first output row starts `padding` rows before the shard, its last one reads
+// kernel - padding - stride rows past it (none for a 1x1 or a non-overlapping window).
+struct Halo {
+  int64_t before = 0;
+  int64_t after = 0;
+  bool operator==(const Halo&) const = default;
+};
+Halo window_halo(int64_t kernel, int64_t stride, int64_t padding);
+
+// Rows the most loaded rank receives along an axis split over `parts` ranks: none when unsplit;
+// with two ranks each has one neighbour (the larger side counts); with more, an inner rank
+// receives both sides.
+int64_t halo_rows(int64_t parts, Halo halo);
+
+// Elements per sample and channel the most loaded rank receives before a window with `halo` on
+// both axes slides over an h x w map split by `split`: its block grown by the halo rows and
+// columns, less its own block (the corner blocks of diagonal neighbours included).
+int64_t halo_elements(int64_t h, int64_t w, const SpatialSplit& split, Halo halo);
+
+// Index of the layer that ends the split: the model's first adaptive_avg_pool, whose window sums
+// the ranks compute over their blocks and all-reduce; the classifier after it runs whole on every
+// rank. The index of the first fc when none comes before it (a split the model cannot end).
+size_t spatial_layer_end(const CnnSpec& cnn);
+
+// What is wrong with splitting `model`'s feature maps over `split`, or "" when nothing is: CNNs
+// only; an adaptive_avg_pool must end the convolutional part; every window must leave each rank at
+// least one output row and column and read its halo from the adjacent rank only.
+std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& split);
+
+}  // namespace sextant::spec

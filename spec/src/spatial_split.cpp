@@ -1,0 +1,94 @@
+// Shards, halos and the rule of which CNNs a spatial split applies to.
+#include "sextant/spec/spatial_split.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace sextant::spec {
+
+int64_t shard_extent(int64_t extent, int64_t parts) {
+  return (extent + parts - 1) / parts;
+}
+
+Halo window_halo(int64_t kernel, int64_t stride, int64_t padding) {
+  return {padding, std::max<int64_t>(0, kernel - padding - stride)};
+}
+
+int64_t halo_rows(int64_t parts, Halo halo) {
+  if (parts <= 1) return 0;
+  if (parts == 2) return std::max(halo.before, halo.after);
+  return halo.before + halo.after;
+}
+
+int64_t halo_elements(int64_t h, int64_t w, const SpatialSplit& split, Halo halo) {
+  const int64_t lh = shard_extent(h, split.h);
+  const int64_t lw = shard_extent(w, split.w);
+  return (lh + halo_rows(split.h, halo)) * (lw + halo_rows(split.w, halo)) - lh * lw;
+}
+
+size_t spatial_layer_end(const CnnSpec& cnn) {
+  for (size_t i = 0; i < cnn.layers.size(); ++i) {
+    const CnnLayerKind kind = cnn.layers[i].kind;
+    if (kind == CnnLayerKind::kAdaptiveAvgPool || kind == CnnLayerKind::kFc) return i;
+  }
+  return cnn.layers.size();
+}
+
+namespace {
+
+// Whether a window over `in` rows making `out` rows splits over `parts` ranks: each keeps at
+// least one output row and reads its halo from the adjacent rank's own rows.
+bool window_splits(int64_t in, int64_t out, int64_t parts, Halo halo) {
+  return out >= parts && std::max(halo.before, halo.after) <= in / parts;
+}
+
+}  // namespace
+
+std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& split) {
+  if (split.h < 1 || split.w < 1) return "h and w must be >= 1";
+  if (!split.any()) return "";
+  if (model.kind() != ModelKind::kCnn)
+    return "applies to CNNs only (a transformer splits its sequence with sequence_parallel)";
+  const CnnSpec& cnn = model.cnn();
+  const size_t end = spatial_layer_end(cnn);
+  if (end == cnn.layers.size() || cnn.layers[end].kind != CnnLayerKind::kAdaptiveAvgPool)
+    return "needs an adaptive_avg_pool before the model's first fc layer: its window sums are "
+           "what the split ranks all-reduce before the classifier";
+  int64_t h = cnn.height;
+  int64_t w = cnn.width;
+  for (size_t i = 0; i < end; ++i) {
+    const CnnLayer& l = cnn.layers[i];
+    // The windows the entry slides: (input rows and columns, output ones, halo).
+    struct Window {
+      int64_t in_h, in_w, out_h, out_w;
+      Halo halo;
+    };
+    std::vector<Window> windows;
+    if (l.kind == CnnLayerKind::kBottleneck) {
+      // Block 0's strided 3x3 convolution, then the later blocks' unstrided ones.
+      const int64_t oh = bottleneck_output(h, l.stride), ow = bottleneck_output(w, l.stride);
+      windows.push_back({h, w, oh, ow, window_halo(3, l.stride, 1)});
+      if (l.blocks > 1) windows.push_back({oh, ow, oh, ow, window_halo(3, 1, 1)});
+    } else {
+      windows.push_back({h, w, window_output(h, l.kernel, l.stride, l.padding),
+                         window_output(w, l.kernel, l.stride, l.padding),
+                         window_halo(l.kernel, l.stride, l.padding)});
+    }
+    for (const Window& win : windows) {
+      if (!window_splits(win.in_h, win.out_h, split.h, win.halo) ||
+          !window_splits(win.in_w, win.out_w, split.w, win.halo))
+        return fmt::format(
+            "layer {} ({}) makes a {}x{} feature map from {}x{}: a {}x{} grid must leave every "
+            "rank at least one output row and column and a halo ({} before, {} after) that the "
+            "adjacent rank holds",
+            i, enum_name(cnn_layer_kind_names(), l.kind), win.out_h, win.out_w, win.in_h, win.in_w,
+            split.h, split.w, win.halo.before, win.halo.after);
+    }
+    h = windows.back().out_h;
+    w = windows.back().out_w;
+  }
+  return "";
+}
+
+}  // namespace sextant::spec
