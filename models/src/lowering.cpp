@@ -1006,6 +1006,13 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
             memory_op("loss", OpClass::kLoss, B * f.c * (e + 4), TpSplit::kReplicated, {B, f.c}));
       }
       add_cnn_backward(layer);
+      // Forward only: the pool's all-reduce (its gradient is whole on every rank) and the first
+      // layer's halo (the image needs no gradient).
+      if (l.kind == spec::CnnLayerKind::kAdaptiveAvgPool || out.layers.empty())
+        std::erase_if(layer.backward, [](const Op& op) {
+          const bool halo = op.is_comm() && op.collective == CollectiveKind::kSendRecv;
+          return halo || op.name.ends_with(".pool_allreduce");
+        });
       layer.params_total = layer.params;
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input

@@ -573,5 +573,44 @@ TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
   for (const RankedPlan& p : search(r, o).ranked) EXPECT_FALSE(p.plan.compression.any());
 }
 
+TEST(Planner, SpatialSplitsAreSearchedForCnns) {
+  // ResNet-50 with 8 images per step on 32 GPUs: data parallelism reaches 8 of them; spatial
+  // grids (up to a node of 8) and pipeline stages take the rest.
+  SearchRequest r = request("resnet50", 32, 8);
+  const Enumeration all = enumerate_plans(r);
+  ASSERT_EQ(all.spatial_splits.size(), 4u);  // unsplit, 2x1, 2x2, 4x2
+  EXPECT_EQ(all.spatial_splits[3], (spec::SpatialSplit{4, 2}));
+  int64_t split = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(p.world_size(), 32) << p.name();
+    EXPECT_EQ(p.recompute, spec::Recompute::kNone) << p.name();  // CNNs keep activations
+    if (!p.spatial.any()) continue;
+    ++split;
+    EXPECT_EQ(p.zero, 0) << p.name();
+    EXPECT_NO_THROW(spec::validate_plan(p, r.model, 32, "candidate")) << p.name();
+  }
+  EXPECT_GT(split, 0);
+  // The estimator prices a split as the simulator does.
+  SearchRequest pinned = r;
+  pinned.constraints = {parse_constraint("pp=1")};
+  SearchOptions o;
+  o.top_k = 3;
+  const SearchResult s = search(pinned, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_GE(best.spatial.ranks(), 4) << best.name();  // dp <= 8 of the 32 GPUs
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.05 * simulated);
+  // A constraint bounds the grid; a transformer is never split.
+  pinned.constraints.push_back(parse_constraint("spatial<=2"));
+  const Enumeration bounded = enumerate_plans(pinned);
+  for (size_t i = 0; i < bounded.size(); ++i)
+    EXPECT_LE(bounded.plan(i).spatial.ranks(), 2) << bounded.plan(i).name();
+  const Enumeration gpt = enumerate_plans(request("gpt2-124m", 8, 64));
+  EXPECT_EQ(gpt.spatial_splits.size(), 1u);
+}
+
 }  // namespace
 }  // namespace sextant::planner

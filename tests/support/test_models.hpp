@@ -18,6 +18,32 @@ inline spec::ModelSpec uniform_mlp(int64_t layers, int64_t width) {
   return m;
 }
 
+// A small CNN: a 3x3 convolution (padding 1) of `channels` with batch norm and ReLU over a
+// 3 x size x size input, the global average pool, and a 10-way classifier.
+inline spec::ModelSpec small_cnn(int64_t size = 32, int64_t channels = 64) {
+  spec::ModelSpec m;
+  m.name = "small-cnn";
+  spec::CnnSpec c;
+  c.in_channels = 3;
+  c.height = c.width = size;
+  spec::CnnLayer conv;
+  conv.kind = spec::CnnLayerKind::kConv;
+  conv.out_channels = channels;
+  conv.kernel = 3;
+  conv.padding = 1;
+  conv.batch_norm = conv.relu = true;
+  spec::CnnLayer pool;
+  pool.kind = spec::CnnLayerKind::kAdaptiveAvgPool;
+  pool.output = 1;
+  spec::CnnLayer fc;
+  fc.kind = spec::CnnLayerKind::kFc;
+  fc.out_features = 10;
+  fc.bias = true;
+  c.layers = {conv, pool, fc};
+  m.body = c;
+  return m;
+}
+
 // The stack simulator tests state unless they test a stack: Sextant's own (unfused attention,
 // one kernel per op, DDP buckets overlapped with backward), with gradients reduced in the compute
 // dtype so that the textbook byte counts (ZeRO's 2 + 2 + 12) hold.

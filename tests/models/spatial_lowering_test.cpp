@@ -1,0 +1,113 @@
+// A spatially split CNN layer as the lowering gives it: the most loaded rank's block, its halo
+// exchange and its statistic all-reduces, counted by hand.
+#include <gtest/gtest.h>
+
+#include "sextant/models/lowering.hpp"
+#include "test_models.hpp"
+
+namespace sextant::models {
+namespace {
+
+const Op* find(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+LoweredModel lower_small(spec::SpatialSplit split) {
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = split;
+  return lower(test::small_cnn(32, 64), o);
+}
+
+TEST(SpatialLowering, AConvolutionOnABlockWithItsHalo) {
+  // B = 2 samples of 3 x 32 x 32 in fp32 over a 2x2 grid: each rank holds a 16x16 block.
+  const LoweredModel whole = lower_small({1, 1});
+  const LoweredModel split = lower_small({2, 2});
+  ASSERT_EQ(split.layers.size(), 3u);  // convolution, global pool, classifier
+  const Layer& conv = split.layers[0];
+  // The 3x3 window (padding 1) reads one row and one column from each neighbour; with two ranks
+  // per axis one side only: (16 + 1)^2 - 16^2 = 33 elements per channel and sample.
+  const Op* halo = find(conv.forward, "layer0.conv.halo");
+  ASSERT_NE(halo, nullptr);
+  EXPECT_EQ(halo->collective, spec::CollectiveKind::kSendRecv);
+  EXPECT_EQ(halo->bytes, 2 * 3 * 33 * 4);
+  EXPECT_EQ(find(whole.layers[0].forward, "layer0.conv.halo"), nullptr);
+  // The implicit GEMM over the block's 16 x 16 output pixels: 2 M N K = 2 (2 x 256) 64 (3 x 9),
+  // a quarter of the unsplit layer's.
+  const Op* gemm = find(conv.forward, "layer0.conv");
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_DOUBLE_EQ(gemm->flops, 2.0 * (2 * 256) * 64 * 27);
+  EXPECT_DOUBLE_EQ(find(whole.layers[0].forward, "layer0.conv")->flops, 4 * gemm->flops);
+  // Batch norm: each channel's sum and sum of squares, fp32, all-reduced over the grid.
+  const Op* stats = find(conv.forward, "layer0.conv.bn_allreduce");
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->collective, spec::CollectiveKind::kAllReduce);
+  EXPECT_EQ(stats->bytes, 2 * 64 * 4);
+  // Backward all-reduces batch norm's two gradient sums (as many bytes); the image needs no
+  // gradient, so the first layer sends no halo back.
+  EXPECT_EQ(*find(conv.backward, "layer0.conv.bn_allreduce"), *stats);
+  EXPECT_EQ(find(conv.backward, "layer0.conv.halo"), nullptr);
+  // The block is what the layer hands on and keeps: its input with the halo, 2 x 3 x (256 + 33)
+  // elements, and its 2 x 64 x 256 outputs before and after batch norm.
+  EXPECT_EQ(conv.output_bytes, 2 * 64 * 256 * 4);
+  EXPECT_EQ(conv.saved_bytes, (2 * 3 * (256 + 33) + 2 * (2 * 64 * 256)) * 4);
+  // The global pool sums its block and all-reduces the 2 x 64 partial sums; the classifier then
+  // runs whole on every rank.
+  const Layer& pool = split.layers[1];
+  const Op* sums = find(pool.forward, "layer1.pool_allreduce");
+  ASSERT_NE(sums, nullptr);
+  EXPECT_EQ(sums->bytes, 2 * 64 * 4);
+  EXPECT_EQ(find(pool.backward, "layer1.pool_allreduce"), nullptr);  // the gradient is whole
+  EXPECT_EQ(pool.output_bytes, 2 * 64 * 4);
+  EXPECT_EQ(split.layers[2].forward, whole.layers[2].forward);
+  EXPECT_EQ(split.layers[2].params, whole.layers[2].params);
+}
+
+TEST(SpatialLowering, ALaterLayerSendsItsHalosGradientBack) {
+  // A second convolution: its input is the first one's output, whose gradient the halo's owner
+  // needs: backward exchanges the same bytes, 2 x 64 x 33 x 4, the other way.
+  spec::ModelSpec m = test::small_cnn(32, 64);
+  spec::CnnSpec c = m.cnn();
+  c.layers.insert(c.layers.begin(), c.layers.front());
+  m.body = c;
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = {2, 2};
+  const Layer second = lower(m, o).layers[1];
+  const Op* halo = find(second.forward, "layer1.conv.halo");
+  ASSERT_NE(halo, nullptr);
+  EXPECT_EQ(halo->bytes, 2 * 64 * 33 * 4);
+  ASSERT_NE(find(second.backward, "layer1.conv.halo"), nullptr);
+  EXPECT_EQ(*find(second.backward, "layer1.conv.halo"), *halo);
+}
+
+TEST(SpatialLowering, ASplitRankHoldsEveryParameterAndAQuarterOfTheWork) {
+  // Every rank holds the whole model and, where the rows divide evenly, a quarter of each
+  // convolution's work.
+  const spec::ModelSpec m = test::small_cnn(56, 32);
+  LoweringOptions o;
+  o.micro_batch = 4;
+  const LoweredModel whole = lower(m, o);
+  o.spatial = {4, 1};
+  const LoweredModel split = lower(m, o);
+  int64_t params_whole = 0, params_split = 0;
+  for (const Layer& l : whole.layers) params_whole += l.params;
+  for (const Layer& l : split.layers) params_split += l.params;
+  EXPECT_EQ(params_split, params_whole);
+  EXPECT_DOUBLE_EQ(split.layers[0].forward_flops(), whole.layers[0].forward_flops() / 4);
+  // 4 ranks along 56 rows: an inner rank's 14 x 56 block gets a row from each side.
+  EXPECT_EQ(split.layers[0].forward[0].bytes, 4 * 3 * (2 * 56) * 2);
+}
+
+TEST(SpatialLowering, AModelThatDoesNotSplitIsRefused) {
+  LoweringOptions o;
+  o.spatial = {64, 1};
+  EXPECT_THROW(lower(test::small_cnn(32), o), InputError);
+}
+
+}  // namespace
+}  // namespace sextant::models

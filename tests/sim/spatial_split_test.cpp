@@ -1,0 +1,96 @@
+// A spatially split CNN in the simulator: its halo exchanges and statistic all-reduces priced on
+// the grid's ranks (by hand), gradients summed over every rank holding the model, and what the
+// split buys.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
+#include "test_clusters.hpp"
+#include "test_models.hpp"
+
+namespace sextant::sim {
+namespace {
+
+TEST(SpatialSplit, HalosAndStatisticsArePricedOnTheGrid) {
+  // Four ranks of one node at 100 GB/s, no latency, compute and memory traffic free. The small
+  // CNN (B = 2, fp32, 32x32) over a 2x2 grid exchanges, per step:
+  //   the convolution's halo, 2 x 3 x 33 x 4 = 792 B, forward only (the image needs no
+  //   gradient): 792 / 100 GB/s;
+  //   batch norm's 2 x 64 fp32 sums (512 B), forward and backward, as a ring all-reduce over 4
+  //   ranks: 2 x (2 x 3/4 x 512) / 100 GB/s;
+  //   the pool's 2 x 64 partial sums (512 B), forward only: 2 x 3/4 x 512 / 100 GB/s.
+  // Compute being free, all of it is exposed.
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 100, 0);
+  spec::Plan plan = test::make_plan(1, 1, 1, 2, 2);
+  plan.dtype = spec::Dtype::kFp32;
+  plan.spatial = {2, 2};
+  plan.collective_algorithms[spec::CollectiveKind::kAllReduce] = spec::CollectiveAlgorithm::kRing;
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(test::small_cnn(32, 64), cluster, plan, options);
+  const double expected = (792 + 2 * 768 + 768) / 100e9;
+  EXPECT_NEAR(r.report.breakdown_s.spatial_comm_exposed, expected, 1e-12);
+  EXPECT_EQ(r.report.breakdown_s.tp_comm_exposed, 0);
+  // The trace shows the exchanges on every rank, with the lowering's bytes.
+  std::map<std::string, int> count;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    if (e.name == "layer0.conv.halo") {
+      EXPECT_EQ(e.bytes, 792);
+    }
+    ++count[e.name + "@" + std::to_string(e.rank)];
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(count["layer0.conv.halo@" + std::to_string(rank)], 1) << rank;
+    EXPECT_EQ(count["layer0.conv.bn_allreduce@" + std::to_string(rank)], 2) << rank;
+    EXPECT_EQ(count["layer1.pool_allreduce@" + std::to_string(rank)], 1) << rank;
+  }
+}
+
+TEST(SpatialSplit, GradientsAreSummedOverEveryRankHoldingTheModel) {
+  // dp 2 x a 2x1 grid: the four ranks each hold the whole model and a partial gradient, so the
+  // gradient all-reduce spans all four, as it does for dp 4 without a split.
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 100, 0);
+  spec::Plan split = test::make_plan(2, 1, 1, 2, 4);
+  split.dtype = spec::Dtype::kFp32;
+  split.spatial = {2, 1};
+  split.stack->dp_overlap = false;
+  split.collective_algorithms[spec::CollectiveKind::kAllReduce] = spec::CollectiveAlgorithm::kRing;
+  spec::Plan dp4 = split;
+  dp4.dp = 4;
+  dp4.global_batch = 8;
+  dp4.spatial = {};
+  const spec::ModelSpec m = test::small_cnn(32, 64);
+  const double exposed_split = simulate(m, cluster, split, {}).report.breakdown_s.dp_comm_exposed;
+  const double exposed_dp4 = simulate(m, cluster, dp4, {}).report.breakdown_s.dp_comm_exposed;
+  // 3x3x3x64 + 2x64 (conv, bn) + 64x10 + 10 (fc) parameters in fp32, ring over 4: 2 x 3/4 x n.
+  const double n = (27 * 64 + 128 + 650) * 4.0;
+  EXPECT_NEAR(exposed_dp4, 1.5 * n / 100e9, 1e-12);
+  EXPECT_NEAR(exposed_split, exposed_dp4, 1e-12);
+}
+
+TEST(SpatialSplit, SplittingASampleCutsItsComputeAndActivations) {
+  // ResNet-50, 8 images per replica on 4 GPUs of a DGX A100: a 2x2 grid leaves each GPU a
+  // quarter of every map down to 14x14 (4 of 7 rows and columns on the last stage's 7x7 maps),
+  // so at least a quarter and at most (4/7)^2 = 0.33 of the activations, and less compute.
+  const spec::ModelSpec m = models::zoo_model("resnet50");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan whole = test::make_plan(1, 1, 1, 8, 8);
+  spec::Plan split = whole;
+  split.spatial = {2, 2};
+  const spec::Report a = simulate(m, cluster, whole, {}).report;
+  const spec::Report b = simulate(m, cluster, split, {}).report;
+  const double ratio =
+      static_cast<double>(b.memory.activations) / static_cast<double>(a.memory.activations);
+  EXPECT_GT(ratio, 0.25);
+  EXPECT_LT(ratio, 0.33);
+  EXPECT_LT(b.breakdown_s.compute, a.breakdown_s.compute);
+  EXPECT_GT(b.breakdown_s.spatial_comm_exposed, 0);
+  EXPECT_EQ(b.memory.weights, a.memory.weights);
+  EXPECT_EQ(b.gpus, 4);
+}
+
+}  // namespace
+}  // namespace sextant::sim

@@ -1,0 +1,155 @@
+// The geometry of a spatial split (spec/spatial_split.hpp), its plan format and rank layout, each
+// checked against a hand count.
+#include "sextant/spec/spatial_split.hpp"
+
+#include <gtest/gtest.h>
+
+#include "expect_input_error.hpp"
+#include "sextant/spec/rank_layout.hpp"
+#include "test_models.hpp"
+
+namespace sextant::spec {
+namespace {
+
+TEST(SpatialSplit, ShardsAndHalosByHand) {
+  EXPECT_EQ(shard_extent(224, 4), 56);
+  EXPECT_EQ(shard_extent(7, 2), 4);  // rows 0-3 and 4-6: the step waits for the larger
+  // A window reads `padding` rows before the shard and kernel - padding - stride after it.
+  EXPECT_EQ(window_halo(3, 1, 1), (Halo{1, 1}));   // a same-size 3x3 convolution
+  EXPECT_EQ(window_halo(7, 2, 3), (Halo{3, 2}));   // ResNet's stem
+  EXPECT_EQ(window_halo(3, 2, 1), (Halo{1, 0}));   // strided 3x3 convolution, max pool 3/2/1
+  EXPECT_EQ(window_halo(1, 2, 0), (Halo{0, 0}));   // ResNet's strided 1x1 projection
+  EXPECT_EQ(window_halo(2, 2, 0), (Halo{0, 0}));   // VGG's 2x2 max pool
+  EXPECT_EQ(window_halo(11, 4, 2), (Halo{2, 5}));  // AlexNet's first convolution
+  // Unsplit: nothing; two ranks: one neighbour each, the larger side; more: an inner rank gets
+  // both sides.
+  EXPECT_EQ(halo_rows(1, {3, 2}), 0);
+  EXPECT_EQ(halo_rows(2, {3, 2}), 3);
+  EXPECT_EQ(halo_rows(4, {3, 2}), 5);
+  // ResNet's stem over 2x2: a 112x112 block grown by 3 rows and 3 columns: 115^2 - 112^2 = 681
+  // (two edges of 336 and the 9-element corner block).
+  EXPECT_EQ(halo_elements(224, 224, {2, 2}, {3, 2}), 681);
+  // 4 ranks along the rows of a 56x56 map: an inner rank's 14x56 block gets a row on each side.
+  EXPECT_EQ(halo_elements(56, 56, {4, 1}, {1, 1}), 2 * 56);
+}
+
+ModelSpec transformer() {
+  ModelSpec m;
+  m.name = "t";
+  TransformerSpec t;
+  t.layers = 2;
+  t.hidden = 64;
+  t.heads = t.kv_heads = 1;
+  t.ffn_hidden = 256;
+  t.vocab = 100;
+  t.seq_len = t.max_positions = 16;
+  m.body = t;
+  return m;
+}
+
+TEST(SpatialSplit, WhichModelsSplit) {
+  const ModelSpec cnn = test::small_cnn(8);  // 3x3 convolution on 8x8, pool, classifier
+  EXPECT_EQ(spatial_split_problem(cnn, {1, 1}), "");
+  EXPECT_EQ(spatial_split_problem(cnn, {2, 2}), "");
+  // Eight ranks along 8 rows: one row each, and the 1-row halo is the neighbour's own row.
+  EXPECT_EQ(spatial_split_problem(cnn, {8, 1}), "");
+  EXPECT_NE(spatial_split_problem(cnn, {16, 1}).find("layer 0 (conv) makes a 8x8 feature map"),
+            std::string::npos);
+  // A 2x2 max pool first: its 4 output rows cannot go to 8 ranks.
+  ModelSpec pooled = cnn;
+  CnnLayer pool;
+  pool.kind = CnnLayerKind::kMaxPool;
+  pool.kernel = pool.stride = 2;
+  pooled.body = [&] {
+    CnnSpec c = cnn.cnn();
+    c.layers.insert(c.layers.begin(), pool);
+    return c;
+  }();
+  EXPECT_EQ(spatial_split_problem(pooled, {4, 4}), "");
+  EXPECT_NE(spatial_split_problem(pooled, {8, 1}).find("layer 0 (max_pool) makes a 4x4"),
+            std::string::npos);
+  // The classifier must follow a global pool, whose partial sums the ranks all-reduce.
+  ModelSpec flat = cnn;
+  flat.body = [&] {
+    CnnSpec c = cnn.cnn();
+    c.layers.erase(c.layers.begin() + 1);
+    return c;
+  }();
+  EXPECT_EQ(spatial_split_problem(flat, {1, 1}), "");
+  EXPECT_NE(spatial_split_problem(flat, {2, 1}).find("needs an adaptive_avg_pool"),
+            std::string::npos);
+  EXPECT_NE(spatial_split_problem(transformer(), {2, 1}).find("applies to CNNs only"),
+            std::string::npos);
+}
+
+Json split_plan() {
+  return Json::parse(R"({"schema": "sextant.plan/1", "dp": 2, "tp": 1, "pp": 1, "zero": 0,
+                         "micro_batch": 4, "global_batch": 8, "spatial": {"h": 2, "w": 2}})");
+}
+
+TEST(SpatialSplit, PlanFormatAndRules) {
+  const Plan p = plan_from_json(split_plan(), "p.json");
+  EXPECT_EQ(p.spatial, (SpatialSplit{2, 2}));
+  EXPECT_EQ(p.world_size(), 8);     // dp 2 x a 2x2 grid
+  EXPECT_EQ(p.replicas(), 8);       // every rank holds the whole model
+  EXPECT_EQ(p.micro_batches(), 1);  // the grid splits samples, not the batch: 8 / (2 x 4)
+  EXPECT_EQ(p.name(), "dp2.tp1.pp1.z0.mb4.hw2x2");
+  EXPECT_EQ(to_json(plan_from_json(to_json(p), "round trip")), to_json(p));
+  Json unsplit = split_plan();
+  unsplit.erase("spatial");
+  EXPECT_FALSE(to_json(plan_from_json(unsplit, "p")).contains("spatial"));
+  Json bad = split_plan();
+  bad["spatial"]["h"] = 0;
+  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial/h");
+  bad = split_plan();
+  bad["spatial"]["d"] = 2;
+  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial/d");
+  bad = split_plan();
+  bad["zero"] = 1;
+  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial = 2x2: runs with zero 0");
+  bad = split_plan();
+  bad["compression"] = {{"kind", "onebit"}};
+  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "runs without gradient compression");
+  // Against a model and a rank count.
+  validate_plan(p, test::small_cnn(), 8, "p.json");
+  EXPECT_INPUT_ERROR(validate_plan(p, test::small_cnn(), 2, "p.json"),
+                     "dp*tp*pp*spatial must equal the number of ranks (2)");
+  EXPECT_INPUT_ERROR(validate_plan(p, test::small_cnn(1), 8, "p.json"),
+                     "/spatial = 2x2: layer 0 (conv)");
+  EXPECT_INPUT_ERROR(validate_plan(p, transformer(), 8, "p.json"), "applies to CNNs only");
+  Plan recomputed = p;
+  recomputed.recompute = Recompute::kFull;
+  EXPECT_INPUT_ERROR(validate_plan(recomputed, test::small_cnn(), 8, "p.json"),
+                     "applies to transformer blocks only");
+}
+
+TEST(SpatialSplit, SplitRanksAreInnermost) {
+  Plan p;
+  p.dp = 2;
+  p.pp = 2;
+  p.spatial = {2, 1};
+  const RankLayout layout(p);
+  ASSERT_EQ(layout.world_size(), 8);
+  // rank = s + 2 (tp + 1 (dp + 2 pp)): dp 1, stage 1, grid rank 1 is 1 + 2 (1 + 2) = 7.
+  EXPECT_EQ(layout.rank({1, 0, 1, 1}), 7);
+  const RankCoord c = layout.coord(7);
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_EQ(c.spatial, 1);
+  EXPECT_EQ(layout.spatial_group(7), (std::vector<int64_t>{6, 7}));
+  EXPECT_EQ(layout.layer_group(7), layout.spatial_group(7));
+  EXPECT_EQ(layout.dp_group(7), (std::vector<int64_t>{5, 7}));
+  // The ranks summing stage 1's gradients: both replicas, each with its two grid ranks.
+  EXPECT_EQ(layout.replica_group(7), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(layout.pp_next(7), 3);
+  // Unsplit, the layer group is the tensor-parallel one and the replicas the dp group.
+  Plan q;
+  q.dp = 2;
+  q.tp = 2;
+  const RankLayout plain(q);
+  EXPECT_EQ(plain.layer_group(3), plain.tp_group(3));
+  EXPECT_EQ(plain.replica_group(3), plain.dp_group(3));
+}
+
+}  // namespace
+}  // namespace sextant::spec
