@@ -7,14 +7,16 @@ StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan&
                              const spec::Stack& stack) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
   spec::Dtype precision = gpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
-  // A GPU without bf16 (Volta: V100) trains in fp16 mixed precision (torch.cuda.amp's default).
-  if (gpu && !cluster.device.peak_tflops.contains(spec::Dtype::kBf16) &&
-      cluster.device.peak_tflops.contains(spec::Dtype::kFp16))
-    precision = spec::Dtype::kFp16;
   if (plan.dtype) {
     precision = *plan.dtype;
-  } else if (stack.precision) {
-    precision = *stack.precision;
+  } else {
+    if (stack.precision) precision = *stack.precision;
+    // A GPU without bf16 (Volta: V100) runs a bf16 stack in fp16 mixed precision (Megatron-LM's
+    // --fp16, torch.cuda.amp's default dtype); a plan that asks for bf16 is refused.
+    if (gpu && precision == spec::Dtype::kBf16 &&
+        !cluster.device.peak_tflops.contains(spec::Dtype::kBf16) &&
+        cluster.device.peak_tflops.contains(spec::Dtype::kFp16))
+      precision = spec::Dtype::kFp16;
   }
   // An fp8 recipe (Transformer Engine) runs the GEMMs in fp8 and keeps activations in bf16.
   return {precision == spec::Dtype::kFp8 ? spec::Dtype::kBf16 : precision, precision};

@@ -77,6 +77,16 @@ expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk o
   --compression gzip
 expect_error "--compression = topk:ratio: expected kind[:knob=value,...]" "$sextant" simulate \
   --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression topk:ratio
+# Spatial splits: CNNs only, a grid the model's maps can take, the rank count (spec/spatial_split.cpp).
+expect_error "/spatial = 2x1: applies to CNNs only" "$sextant" simulate --model gpt-tiny \
+  --cluster local-cpu --dp 1 --global-batch 2 --spatial 2
+expect_error "--spatial = 2y2: expected HxW" "$sextant" simulate --model resnet50 \
+  --cluster dgx-a100 --dp 1 --global-batch 2 --spatial 2y2
+expect_error "/spatial = 16x16: layer 4 (bottleneck) makes a 14x14 feature map" "$sextant" \
+  simulate --model resnet50 --cluster dgx-a100 --dp 1 --global-batch 1 --spatial 16x16
+expect_error "--gpus = 2: must equal the ranks of the plan (dp2.tp1.pp1.z0.mb1.hw2x1: 4)" \
+  "$sextant" simulate --model resnet50 --cluster dgx-a100 --dp 2 --global-batch 2 --spatial 2 \
+  --gpus 2
 sed 's/"zero": 2/"zero": 0/' "$dir/offload.plan.json" >"$dir/offload-z0.plan.json"
 expect_error "/offload/optimizer = host: needs zero >= 1" "$sextant" simulate --model gpt-tiny \
   --cluster local-cpu --gpus 1 --plan "$dir/offload-z0.plan.json"
