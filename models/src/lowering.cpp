@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/error.hpp"
@@ -838,14 +839,15 @@ struct MapSplit {
 // A spatially split layer's exchange with its grid neighbours before a window slides over `in`:
 // the halo rows and columns (spec::halo_elements) of every channel of every sample, whole in the
 // compute dtype. Backward sends the halo's share of the input gradient back to its owner, the
-// same bytes the other way (the op is copied into the backward pass).
-void add_halo(Layer& layer, const std::string& name, Feature in, const MapSplit& split,
-              spec::Halo halo, int64_t B, int64_t e) {
-  if (!split.grid.any()) return;
+// same bytes the other way (add_cnn_backward). Returns the halo's elements per sample and
+// channel (none unsplit).
+int64_t add_halo(Layer& layer, const std::string& name, Feature in, const MapSplit& split,
+                 spec::Halo halo, int64_t B, int64_t e) {
   const int64_t elements = spec::halo_elements(in.h, in.w, split.grid, halo);
-  if (elements == 0) return;
-  layer.forward.push_back(
-      comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
+  if (elements > 0)
+    layer.forward.push_back(
+        comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
+  return elements;
 }
 
 // Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
@@ -854,11 +856,9 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
                  const MapSplit& split) {
   Feature o{out_c, spec::window_output(in.h, k, stride, pad),
             spec::window_output(in.w, k, stride, pad)};
-  const spec::Halo halo = spec::window_halo(k, stride, pad);
-  add_halo(layer, name, in, split, halo, B, e);
   const int64_t in_pixels =
       split.block(in.h, in.w) +
-      (split.grid.any() ? spec::halo_elements(in.h, in.w, split.grid, halo) : 0);
+      add_halo(layer, name, in, split, spec::window_halo(k, stride, pad), B, e);
   const int64_t out_pixels = split.block(o.h, o.w);
   // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k.
   Op conv = gemm(name, B * out_pixels, out_c, in.c * k * k, e, TpSplit::kReplicated);
@@ -890,10 +890,12 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
 
 // Backward of a CNN layer: each forward op reversed, GEMM-like ops twice the forward cost, a
 // communication op as it was (the halo's gradient goes back, the statistics' gradients are
-// all-reduced with as many bytes).
-void add_cnn_backward(Layer& layer) {
+// all-reduced with as many bytes). Without `input_gradient` (the first layer: the image needs
+// none) no halo gradient goes back.
+void add_cnn_backward(Layer& layer, bool input_gradient) {
   for (auto it = layer.forward.rbegin(); it != layer.forward.rend(); ++it) {
     if (it->is_comm()) {
+      if (it->collective == CollectiveKind::kSendRecv && !input_gradient) continue;
       layer.backward.push_back(*it);
     } else if (it->op_class == OpClass::kConv || it->op_class == OpClass::kGemm) {
       layer.backward.push_back(gemm_backward(*it));
@@ -924,6 +926,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
     int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ? l.blocks : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Layer layer;
+      std::optional<Op> forward_only;  // appended once the backward is built
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
       const int64_t input_bytes = B * f.c * split.block(f.h, f.w) * e;
@@ -952,12 +955,11 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
                                             B * f.c * (split.block(f.h, f.w) + o2.h * o2.w) * e,
                                             TpSplit::kReplicated, {B, f.c, o2.h, o2.w}));
           // Each rank sums its block's share of every window; the all-reduce of those partial
-          // sums is the whole map's pooled output on every rank. Backward needs nothing: the
-          // pooled gradient is whole on every rank and each takes its block's share.
+          // sums is the whole map's pooled output on every rank. Forward only: the pooled
+          // gradient is whole on every rank and each takes its block's share.
           if (split.grid.any())
-            layer.forward.push_back(comm_op(layer.name + ".pool_allreduce",
-                                            CollectiveKind::kAllReduce,
-                                            B * o2.c * o2.h * o2.w * e));
+            forward_only = comm_op(layer.name + ".pool_allreduce", CollectiveKind::kAllReduce,
+                                   B * o2.c * o2.h * o2.w * e);
           f = o2;
           break;
         }
@@ -1005,14 +1007,8 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         layer.forward.push_back(
             memory_op("loss", OpClass::kLoss, B * f.c * (e + 4), TpSplit::kReplicated, {B, f.c}));
       }
-      add_cnn_backward(layer);
-      // Forward only: the pool's all-reduce (its gradient is whole on every rank) and the first
-      // layer's halo (the image needs no gradient).
-      if (l.kind == spec::CnnLayerKind::kAdaptiveAvgPool || out.layers.empty())
-        std::erase_if(layer.backward, [](const Op& op) {
-          const bool halo = op.is_comm() && op.collective == CollectiveKind::kSendRecv;
-          return halo || op.name.ends_with(".pool_allreduce");
-        });
+      add_cnn_backward(layer, !out.layers.empty());
+      if (forward_only) layer.forward.push_back(*forward_only);
       layer.params_total = layer.params;
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input

@@ -63,8 +63,8 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
     case Constraint::Dim::kOffload:
       return p.offload;
     case Constraint::Dim::kSpatial:
-      // Candidates carry an index into their enumeration's grids; those are powers of two from
-      // 1, each the squarest grid of its rank count (spatial_grids).
+      // Candidates carry an index into their enumeration's grids; those are the powers of two
+      // from 1 in order, each the squarest grid of its rank count (Enumeration::spatial_splits).
       return int64_t{1} << p.spatial;
   }
   return 0;

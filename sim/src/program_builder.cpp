@@ -628,7 +628,7 @@ class StageBuilder {
       return;
     }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group.
-    int64_t updated = plan_.zero >= 1 ? (params + plan_.replicas() - 1) / plan_.replicas() : params;
+    int64_t updated = plan_.zero >= 1 ? shard(params) : params;
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
