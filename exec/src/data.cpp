@@ -66,6 +66,13 @@ std::unique_ptr<TokenSource> make_text_tokens(const std::string& path, int64_t s
   return std::make_unique<TextTokens>(std::move(bytes));
 }
 
+std::pair<int64_t, int64_t> classifier_shape(const spec::ModelSpec& model) {
+  if (model.kind() == spec::ModelKind::kMlp)
+    return {model.mlp().widths.front(), model.mlp().widths.back()};
+  const spec::CnnSpec& c = model.cnn();
+  return {c.in_channels * c.height * c.width, c.layers.back().out_features};
+}
+
 void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
                            std::vector<float>& features, int32_t& label) {
   features.resize(static_cast<size_t>(inputs));

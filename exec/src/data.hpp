@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "sextant/spec/model_spec.hpp"
 
 namespace sextant::exec {
 
@@ -24,7 +27,12 @@ std::unique_ptr<TokenSource> make_synthetic_tokens(int64_t vocab, uint64_t seed)
 // InputError when the file cannot be read or is shorter than a sequence.
 std::unique_ptr<TokenSource> make_text_tokens(const std::string& path, int64_t seq_len);
 
-// MLP samples: Gaussian features, labelled by a fixed random linear teacher (argmax of W^T x).
+// The features and classes of a classifier's samples: an MLP's first and last widths, a CNN's
+// image (channels x height x width, NCHW order) and its last fc's outputs.
+std::pair<int64_t, int64_t> classifier_shape(const spec::ModelSpec& model);
+
+// MLP and CNN samples: Gaussian features, labelled by a fixed random linear teacher (argmax of W^T
+// x).
 void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
                            std::vector<float>& features, int32_t& label);
 

@@ -17,7 +17,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       stage_(stage),
       micro_batches_(micro_batches),
       stack_(ctx.plan->stack.value_or(spec::builtin_stack(spec::kExecutorStack))),
-      dp_(ctx.groups->dp_size),
+      dp_(ctx.groups->replica_size),
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
   ParamStore& store = stage_.params();
@@ -86,7 +86,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
 }
 
 std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
-  const int64_t b = std::min(s.end, s.begin + ctx_.groups->dp_rank * s.shard);
+  const int64_t b = std::min(s.end, s.begin + ctx_.groups->replica_rank * s.shard);
   return {b, std::min(s.end, b + s.shard)};
 }
 
@@ -116,7 +116,7 @@ void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
   auto s =
       ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
                                      (end - begin) * 4, dp_, phase, std::nullopt, std::nullopt));
-  ctx_.groups->dp->all_reduce(stage_.params().grads().data() + begin, end - begin);
+  ctx_.groups->replicas->all_reduce(stage_.params().grads().data() + begin, end - begin);
 }
 
 namespace {
@@ -143,7 +143,7 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
     auto sc = ctx_.recorder->scope(
         ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather,
                   Stream::kDpComm, (s.end - s.begin) * 4, dp_, phase, s.layer, std::nullopt));
-    ctx_.groups->dp->all_gather(block.data(), padded_.data(), s.shard);
+    ctx_.groups->replicas->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
   be.copy(slice_of(padded_, 0, s.end - s.begin), dst);
@@ -162,7 +162,7 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
     auto sc = ctx_.recorder->scope(
         ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
                   Stream::kDpComm, (s.end - s.begin) * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
-    ctx_.groups->dp->reduce_scatter(padded_.data(), block.data(), s.shard);
+    ctx_.groups->replicas->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const auto [mine_begin, mine_end] = mine(s);
   if (mine_end > mine_begin) {
@@ -257,8 +257,8 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
         ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
                   (b.span.end - b.span.begin) * 4, dp_, Phase::kBwd, std::nullopt, std::nullopt),
         true);
-    b.request = ctx_.groups->dp->all_reduce_async(stage_.params().grads().data() + b.span.begin,
-                                                  b.span.end - b.span.begin);
+    b.request = ctx_.groups->replicas->all_reduce_async(
+        stage_.params().grads().data() + b.span.begin, b.span.end - b.span.begin);
   } else {
     all_reduce_range(b.span.begin, b.span.end, Phase::kBwd);
   }
@@ -293,8 +293,8 @@ void GradientSync::compressed_reduce(const Bucket& b) {
                                             Stream::kDpComm,
                                             models::compressed_gather_bytes(compression_, n, dp_),
                                             dp_, Phase::kBwd, std::nullopt, std::nullopt));
-    ctx_.groups->dp->all_gather(reinterpret_cast<const float*>(encoded_.data()),
-                                reinterpret_cast<float*>(gathered_.data()), words);
+    ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),
+                                      reinterpret_cast<float*>(gathered_.data()), words);
   }
   auto s =
       ctx_.recorder->scope(ctx_.comm(models::kDecompressOp, OpClass::kElementwise, Stream::kDpComm,

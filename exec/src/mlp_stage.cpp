@@ -54,6 +54,9 @@ class MlpStage : public StageModel {
   std::vector<int64_t> input_shape() const override {
     return {o_.micro_batch, m_.widths[static_cast<size_t>(begin_)]};
   }
+  std::vector<int64_t> output_shape() const override {
+    return {o_.micro_batch, m_.widths[static_cast<size_t>(end_)]};
+  }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
   double take_loss_sum() override {
     double l = loss_;
@@ -162,6 +165,8 @@ class MlpStage : public StageModel {
 
 std::unique_ptr<StageModel> make_gpt_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options);
+std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
+                                           const StageOptions& options);
 
 std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Context& ctx,
                                              const StageOptions& options) {
@@ -170,8 +175,14 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
     case spec::ModelKind::kMlp:
       return std::make_unique<MlpStage>(model, ctx, options);
     case spec::ModelKind::kCnn:
-      throw InputError(source, "/kind", "\"cnn\"",
-                       "the executor runs GPT-style decoders and MLPs; CNNs are simulated only");
+      // The CNN kernels (conv_kernels.hpp) and halo exchanges work on host memory in fp32.
+      if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
+        throw InputError(
+            source, "/kind", "\"cnn\"",
+            fmt::format("CNNs run on CPU ranks in fp32 (this run: the {} backend in "
+                        "{}); use --backend cpu --precision fp32",
+                        ctx.backend->name(), dtype_name(ctx.backend->activation_dtype())));
+      return make_cnn_stage(model, ctx, options);
     case spec::ModelKind::kTransformer: {
       const spec::TransformerSpec& t = model.transformer();
       Diagnostics diag(source);

@@ -36,19 +36,35 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   spec::RankLayout layout(plan);
   spec::RankCoord c = layout.coord(rank);
   const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
+  const int64_t spatial = plan.spatial.ranks();
   // Every split first, then the communicators (NCCL's are created collectively, group by group).
-  MPI_Comm tp_comm = split(world, static_cast<int>(c.dp + plan.dp * c.pp), static_cast<int>(c.tp));
-  MPI_Comm dp_comm = split(world, static_cast<int>(c.tp + plan.tp * c.pp), static_cast<int>(c.dp));
+  // Colours name what the members share: a tp group its (spatial, dp, stage), the replicas their
+  // (tp, stage) with the ranks in (dp, spatial) order, a spatial group everything but its grid.
+  MPI_Comm tp_comm = split(world, static_cast<int>(c.spatial + spatial * (c.dp + plan.dp * c.pp)),
+                           static_cast<int>(c.tp));
+  MPI_Comm replica_comm = split(world, static_cast<int>(c.tp + plan.tp * c.pp),
+                                static_cast<int>(c.dp * spatial + c.spatial));
+  MPI_Comm spatial_comm =
+      spatial > 1 ? split(world, static_cast<int>(rank / spatial), static_cast<int>(c.spatial))
+                  : MPI_COMM_NULL;
   world_ = make_communicator(kind, own, "world");
   tp_ = make_communicator(kind, tp_comm, "tp");
-  dp_ = make_communicator(kind, dp_comm, "dp");
+  replicas_ = make_communicator(kind, replica_comm, "dp");
+  if (spatial_comm != MPI_COMM_NULL) {
+    spatial_ = make_communicator(kind, spatial_comm, "spatial");
+    groups_.spatial = spatial_.get();
+  }
   groups_.world = world_.get();
   groups_.tp = tp_.get();
-  groups_.dp = dp_.get();
+  groups_.replicas = replicas_.get();
   groups_.tp_rank = c.tp;
   groups_.tp_size = tp;
   groups_.dp_rank = c.dp;
   groups_.dp_size = dp;
+  groups_.spatial_rank = c.spatial;
+  groups_.spatial_size = spatial;
+  groups_.replica_rank = c.dp * spatial + c.spatial;
+  groups_.replica_size = plan.dp * spatial;
   groups_.pp_rank = c.pp;
   groups_.pp_size = plan.pp;
   if (plan.pp > 1) {  // a ring: the interleaved schedule passes from the last stage to the first
@@ -58,8 +74,9 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   // Tied embeddings on the first and the last stage: a group of the two.
   const bool ends = plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1);
   MPI_Comm emb = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(world, ends ? static_cast<int>(c.dp * plan.tp + c.tp) : MPI_UNDEFINED,
-                           static_cast<int>(c.pp), &emb));
+  MPI_CHECK(MPI_Comm_split(
+      world, ends ? static_cast<int>(c.spatial + spatial * (c.dp * plan.tp + c.tp)) : MPI_UNDEFINED,
+      static_cast<int>(c.pp), &emb));
   if (emb != MPI_COMM_NULL) {
     embedding_ = make_communicator(kind, emb, "embedding");
     groups_.embedding = embedding_.get();
@@ -178,6 +195,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   models::LoweringOptions lowering{job.plan.micro_batch, seq, dtype, job.plan.tp,
                                    job.plan.sequence_parallel};
   lowering.vocab_multiple = spec::builtin_stack(spec::kExecutorStack).vocab_multiple;
+  lowering.spatial = job.plan.spatial;  // a CNN rank's ops work on its block of each map
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);

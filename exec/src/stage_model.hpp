@@ -1,5 +1,5 @@
-// The part of a model one pipeline stage runs, on one tensor-parallel rank: forward and backward
-// of a micro-batch, with its parameters. GPT and MLP implement it.
+// The part of a model one pipeline stage runs, on one tensor-parallel (or spatial) rank: forward
+// and backward of a micro-batch, with its parameters. GPT, MLP and CNN implement it.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ struct MicroBatch {
   int64_t index = 0;             // within the step
   std::vector<int32_t> tokens;   // transformer: batch*seq input tokens
   std::vector<int32_t> targets;  // next tokens (transformer) or classes (MLP)
-  std::vector<float> features;   // MLP: batch*inputs
+  std::vector<float> features;   // MLP: batch*inputs; CNN: batch*channels*height*width
   int64_t rows = 0;              // tokens (transformer) or samples (MLP)
 };
 
@@ -47,6 +47,9 @@ class StageModel {
   virtual ParamStore& params() = 0;
   // Shape of the activation crossing into this stage (and of its gradient).
   virtual std::vector<int64_t> input_shape() const = 0;
+  // Shape of the activation this stage sends on (and of the gradient it receives): the next
+  // stage's input_shape.
+  virtual std::vector<int64_t> output_shape() const { return input_shape(); }
   // Sum of the per-token (per-sample) losses since the last call (last stage; 0 elsewhere).
   virtual double take_loss_sum() = 0;
   virtual void set_hooks(LayerHooks* hooks) = 0;

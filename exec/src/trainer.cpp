@@ -30,7 +30,7 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
   Diagnostics diag("plan " + plan.name());
   if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
     diag.add("/schedule", "\"interleaved\"",
-             "the executor interleaves transformer stages only (MLPs: gpipe or 1f1b)");
+             "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or 1f1b)");
   if (plan.offload.any())
     diag.add("/offload", plan.name(),
              "the executor keeps every state on its device: offloading is simulated and planned "
@@ -113,11 +113,13 @@ class Trainer {
       }
       mb.rows = plan_.micro_batch * seq_;
     } else {
-      const spec::MlpSpec& m = model_.mlp();
+      // Whole samples (an MLP's features, a CNN's images): the spatial ranks of a replica train
+      // the same ones, each on its block.
+      const auto [inputs, classes] = classifier_shape(model_);
       std::vector<float> x;
       for (int64_t i = 0; i < plan_.micro_batch; ++i) {
         int32_t label = 0;
-        classification_sample(o_.seed, first + i, m.widths.front(), m.widths.back(), x, label);
+        classification_sample(o_.seed, first + i, inputs, classes, x, label);
         mb.features.insert(mb.features.end(), x.begin(), x.end());
         mb.targets.push_back(label);
       }
@@ -216,7 +218,7 @@ class Trainer {
       } else {
         Tensor grad;
         if (!last) {
-          grad = be.empty(output_shape(), be.activation_dtype());
+          grad = be.empty(stage_->output_shape(), be.activation_dtype());
           receive(grad, "pp.recv_gradient", Phase::kBwd, u.micro_batch, g.next,
                   tag(u.micro_batch, c + 1, true));
         }
@@ -235,7 +237,7 @@ class Trainer {
     log.step = step;
     // Global gradient norm over every parameter once (see StageModel::grad_square_sum).
     double squares = 0;
-    if (plan_.zero >= 1 || g.dp_rank == 0) {
+    if (plan_.zero >= 1 || g.replica_rank == 0) {
       for (auto [b, e] : sync_->owned()) squares += stage_->grad_square_sum(b, e);
     }
     g.world->all_reduce(&squares, 1);
@@ -272,25 +274,16 @@ class Trainer {
     }
     sync_->after_update();
     if (plan_.zero != 0) stage_->params().refresh_compute();
-    // The loss: the last stage's sum over its tokens, once per replica (tp rank 0), summed.
+    // The loss: the last stage's sum over its tokens, once per data-parallel replica (tp rank 0,
+    // spatial rank 0: the others hold the same sums), summed.
     double loss = 0;
     const double mine = stage_->take_loss_sum();
-    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0) loss = mine;
+    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 && g.spatial_rank == 0) loss = mine;
     g.world->all_reduce(&loss, 1);
     const double items = static_cast<double>(plan_.global_batch) *
                          static_cast<double>(model_.is_transformer() ? seq_ : 1);
     log.loss = loss / items;
     return log;
-  }
-
-  std::vector<int64_t> output_shape() const {
-    // What this stage sends forward equals what the next stage takes in: same rows and width.
-    std::vector<int64_t> s = stage_->input_shape();
-    if (!model_.is_transformer()) {
-      models::StageLayers sl = models::stage_layers(plan_, *ctx_.lowered, ctx_.groups->pp_rank);
-      s[1] = model_.mlp().widths[sl.chunk_end.at(0)];
-    }
-    return s;
   }
 
   void update(int64_t step, float grad_scale) {

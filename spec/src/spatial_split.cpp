@@ -11,6 +11,14 @@ int64_t shard_extent(int64_t extent, int64_t parts) {
   return (extent + parts - 1) / parts;
 }
 
+Rows shard_rows(int64_t extent, int64_t parts, int64_t index) {
+  return {index * extent / parts, (index + 1) * extent / parts};
+}
+
+Rows window_input_rows(Rows out, int64_t kernel, int64_t stride, int64_t padding) {
+  return {out.begin * stride - padding, (out.end - 1) * stride - padding + kernel};
+}
+
 Halo window_halo(int64_t kernel, int64_t stride, int64_t padding) {
   return {padding, std::max<int64_t>(0, kernel - padding - stride)};
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 
+#include "sextant/exec/conv_kernels.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 
 namespace sextant::exec {
@@ -335,6 +336,156 @@ TEST_F(Kernels, AdamWMatchesTorchFormula) {
     const double expected = p0 * (1 - lr * wd) - lr / (1 - b1) * mi / denom;
     EXPECT_NEAR(p.data()[i], expected, 1e-6);
   }
+}
+
+// The CNN kernels (conv_kernels.hpp) the same way, and the forward passes by hand.
+
+TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
+  // A 1-channel 3x3 input, a 2x2 kernel of ones, stride 1: each output sums a 2x2 window.
+  Tensor x = be->empty({1, 1, 3, 3}), ones = be->empty({1, 1, 2, 2}), y = be->empty({1, 1, 2, 2});
+  for (int64_t i = 0; i < 9; ++i) x.data()[i] = static_cast<float>(i);
+  be->fill(ones, 1.0f);
+  conv::conv2d(x, ones, nullptr, 1, y);
+  // Windows {0,1,3,4}, {1,2,4,5}, {3,4,6,7}, {4,5,7,8}.
+  EXPECT_EQ(y.data()[0], 8.0f);
+  EXPECT_EQ(y.data()[1], 12.0f);
+  EXPECT_EQ(y.data()[2], 20.0f);
+  EXPECT_EQ(y.data()[3], 24.0f);
+  // Strided 3x3 with bias over 2 channels, and a 1x1 (the GEMM without im2col), against finite
+  // differences.
+  for (auto [k, stride] : {std::pair<int64_t, int64_t>{3, 2}, {1, 1}, {1, 2}}) {
+    Tensor in = random({2, 2, 7, 7}), w = random({3, 2, k, k}), b = random({3});
+    const int64_t out = conv::valid_output(7, k, stride);
+    Tensor c = random({2, 3, out, out}), o = be->empty({2, 3, out, out});
+    auto loss = [&] {
+      conv::conv2d(in, w, &b, stride, o);
+      return dot(o, c);
+    };
+    Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape()), db = be->zeros({3});
+    conv::conv2d_backward(in, w, c, stride, &dx, dw, &db);
+    expect_gradient(in, dx, loss, "conv dx");
+    expect_gradient(w, dw, loss, "conv dw");
+    expect_gradient(b, db, loss, "conv db");
+  }
+}
+
+TEST_F(Kernels, BatchNormTrainingMode) {
+  Tensor x = random({3, 2, 4, 5}, 2.0f), gamma = random({2}), beta = random({2});
+  Tensor c = random({3, 2, 4, 5}), y = be->empty(x.shape());
+  const int64_t count = 3 * 4 * 5;
+  std::vector<double> sums, mean, rstd;
+  auto forward = [&] {
+    conv::channel_sums(x, sums);
+    conv::batch_statistics(sums, count, mean, rstd);
+    conv::batch_norm(x, gamma, beta, mean, rstd, y);
+  };
+  forward();
+  // Each channel of the output has mean beta and (biased) variance gamma^2 var / (var + eps).
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    double s = 0, q = 0, xs = 0, xq = 0;
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t i = 0; i < 20; ++i) {
+        const double v = y.data()[(b * 2 + ch) * 20 + i], u = x.data()[(b * 2 + ch) * 20 + i];
+        s += v;
+        q += v * v;
+        xs += u;
+        xq += u * u;
+      }
+    const double var_x = xq / count - (xs / count) * (xs / count);
+    const double var_y = q / count - (s / count) * (s / count);
+    EXPECT_NEAR(s / count, beta.data()[ch], 1e-5);
+    EXPECT_NEAR(var_y, gamma.data()[ch] * gamma.data()[ch] * var_x / (var_x + 1e-5), 1e-4);
+  }
+  auto loss = [&] {
+    forward();
+    return dot(y, c);
+  };
+  forward();
+  std::vector<double> back;
+  conv::batch_norm_backward_sums(x, c, mean, rstd, back);
+  Tensor dx = be->empty(x.shape()), dgamma = be->empty({2}), dbeta = be->empty({2});
+  conv::batch_norm_backward(x, c, gamma, mean, rstd, back, count, dx);
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    dbeta.data()[ch] = static_cast<float>(back[static_cast<size_t>(ch)]);
+    dgamma.data()[ch] = static_cast<float>(back[static_cast<size_t>(2 + ch)]);
+  }
+  expect_gradient(x, dx, loss, "batch norm dx");
+  expect_gradient(gamma, dgamma, loss, "dgamma");
+  expect_gradient(beta, dbeta, loss, "dbeta");
+}
+
+TEST_F(Kernels, Pooling) {
+  // 4x4 input 0..15, 2x2 windows of stride 2: max takes each window's bottom-right corner, the
+  // average its mean.
+  Tensor x = be->empty({1, 1, 4, 4}), y = be->empty({1, 1, 2, 2});
+  for (int64_t i = 0; i < 16; ++i) x.data()[i] = static_cast<float>(i);
+  std::vector<int64_t> argmax;
+  conv::max_pool(x, 2, 2, y, argmax);
+  EXPECT_EQ(y.data()[0], 5.0f);
+  EXPECT_EQ(y.data()[3], 15.0f);
+  EXPECT_EQ(argmax[1], 7);
+  conv::avg_pool(x, 2, 2, y);
+  EXPECT_EQ(y.data()[0], (0 + 1 + 4 + 5) / 4.0f);
+  // Overlapping 3/2 windows against finite differences.
+  Tensor in = random({2, 2, 7, 7}), c = random({2, 2, 3, 3}), o = be->empty({2, 2, 3, 3});
+  Tensor dx = be->empty(in.shape());
+  auto max_loss = [&] {
+    conv::max_pool(in, 3, 2, o, argmax);
+    return dot(o, c);
+  };
+  max_loss();
+  conv::max_pool_backward(argmax, c, dx);
+  expect_gradient(in, dx, max_loss, "max pool dx");
+  auto avg_loss = [&] {
+    conv::avg_pool(in, 3, 2, o);
+    return dot(o, c);
+  };
+  conv::avg_pool_backward(c, 3, 2, dx);
+  expect_gradient(in, dx, avg_loss, "avg pool dx");
+}
+
+TEST_F(Kernels, AdaptiveAveragePoolOverBlocks) {
+  // 5 rows to 3 bins, PyTorch's [floor(iH/o), ceil((i+1)H/o)): rows {0,1}, {1,2,3}, {3,4}.
+  Tensor x = be->empty({1, 1, 5, 1}), y = be->empty({1, 1, 3, 1});
+  for (int64_t i = 0; i < 5; ++i) x.data()[i] = static_cast<float>(i);
+  conv::adaptive_avg_pool(x, {0, 5}, {0, 1}, 5, 1, y);
+  EXPECT_FLOAT_EQ(y.data()[0], 0.5f);
+  EXPECT_FLOAT_EQ(y.data()[1], 2.0f);
+  EXPECT_FLOAT_EQ(y.data()[2], 3.5f);
+  // Blocks of a 6x5 map (rows 0-2 and 3-5, columns 0-1 and 2-4): their partial poolings add up
+  // to the whole map's, and their gradients are the whole gradient's blocks.
+  Tensor whole = random({2, 3, 6, 5}), c = random({2, 3, 2, 2}), pooled = be->empty({2, 3, 2, 2});
+  conv::adaptive_avg_pool(whole, {0, 6}, {0, 5}, 6, 5, pooled);
+  Tensor dwhole = be->empty(whole.shape());
+  conv::adaptive_avg_pool_backward(c, {0, 6}, {0, 5}, 6, 5, dwhole);
+  auto loss = [&] {
+    conv::adaptive_avg_pool(whole, {0, 6}, {0, 5}, 6, 5, pooled);
+    return dot(pooled, c);
+  };
+  expect_gradient(whole, dwhole, loss, "adaptive pool dx");
+  std::vector<double> total(static_cast<size_t>(pooled.numel()), 0.0);
+  for (spec::Rows rows : {spec::Rows{0, 3}, spec::Rows{3, 6}})
+    for (spec::Rows cols : {spec::Rows{0, 2}, spec::Rows{2, 5}}) {
+      Tensor block = be->empty({2, 3, rows.size(), cols.size()}), part = be->empty(pooled.shape());
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t h = rows.begin; h < rows.end; ++h)
+          for (int64_t w = cols.begin; w < cols.end; ++w)
+            block.data()[(p * rows.size() + h - rows.begin) * cols.size() + w - cols.begin] =
+                whole.data()[(p * 6 + h) * 5 + w];
+      conv::adaptive_avg_pool(block, rows, cols, 6, 5, part);
+      for (int64_t i = 0; i < part.numel(); ++i) total[static_cast<size_t>(i)] += part.data()[i];
+      Tensor dblock = be->empty(block.shape());
+      conv::adaptive_avg_pool_backward(c, rows, cols, 6, 5, dblock);
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t h = rows.begin; h < rows.end; ++h)
+          for (int64_t w = cols.begin; w < cols.end; ++w)
+            EXPECT_EQ(
+                dblock.data()[(p * rows.size() + h - rows.begin) * cols.size() + w - cols.begin],
+                dwhole.data()[(p * 6 + h) * 5 + w]);
+    }
+  conv::adaptive_avg_pool(whole, {0, 6}, {0, 5}, 6, 5, pooled);
+  for (int64_t i = 0; i < pooled.numel(); ++i)
+    EXPECT_NEAR(total[static_cast<size_t>(i)], pooled.data()[i], 1e-5);
 }
 
 }  // namespace

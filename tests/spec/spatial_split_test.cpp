@@ -33,6 +33,23 @@ TEST(SpatialSplit, ShardsAndHalosByHand) {
   EXPECT_EQ(halo_elements(56, 56, {4, 1}, {1, 1}), 2 * 56);
 }
 
+// The executor's partition and the rows a window reads, by hand.
+TEST(SpatialSplit, ShardRowsAndWindowInputs) {
+  // 7 rows over 2: floor(7/2) = 3, so rows 0-2 and 3-6; 5 over 4: 1, 1, 1, 2 (every rank holds
+  // one, which ceil-sized shards of 2 would not: 2, 2, 1, 0).
+  EXPECT_EQ(shard_rows(7, 2, 0), (Rows{0, 3}));
+  EXPECT_EQ(shard_rows(7, 2, 1), (Rows{3, 7}));
+  for (int64_t i = 0; i < 4; ++i) EXPECT_GE(shard_rows(5, 4, i).size(), 1);
+  EXPECT_EQ(shard_rows(5, 4, 3), (Rows{3, 5}));
+  // The largest range is shard_extent's.
+  EXPECT_EQ(shard_rows(7, 2, 1).size(), shard_extent(7, 2));
+  // ResNet's stem (7/2/3) making output rows 56-111 of 112 reads input rows 56*2-3 = 109 to
+  // 111*2-3+7 = 226: 3 rows before its shard [112, 224) and 2 past the map (the padding).
+  EXPECT_EQ(window_input_rows({56, 112}, 7, 2, 3), (Rows{109, 226}));
+  // A same-size 3x3: one row each side, the halo window_halo(3, 1, 1) names.
+  EXPECT_EQ(window_input_rows({4, 8}, 3, 1, 1), (Rows{3, 9}));
+}
+
 ModelSpec transformer() {
   ModelSpec m;
   m.name = "t";

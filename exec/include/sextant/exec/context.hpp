@@ -17,10 +17,17 @@ namespace sextant::exec {
 struct Groups {
   Communicator* world = nullptr;
   Communicator* tp = nullptr;
-  Communicator* dp = nullptr;
+  // The ranks holding the same parameters, whose gradients are summed (spec::RankLayout::
+  // replica_group): the data-parallel ranks, each with its spatial ranks when a CNN's maps are
+  // split. Without a spatial split, the data-parallel group itself.
+  Communicator* replicas = nullptr;
+  // The ranks splitting this rank's samples spatially (RankLayout::spatial_group), or null.
+  Communicator* spatial = nullptr;
   Communicator* embedding = nullptr;  // first and last pipeline stage (tied embeddings), or null
   int64_t tp_rank = 0, tp_size = 1;
-  int64_t dp_rank = 0, dp_size = 1;
+  int64_t dp_rank = 0, dp_size = 1;  // which samples this rank trains: the plan's dp
+  int64_t replica_rank = 0, replica_size = 1;
+  int64_t spatial_rank = 0, spatial_size = 1;  // row-major over the plan's h x w grid
   int64_t pp_rank = 0, pp_size = 1;
   int prev = -1;  // world rank of the previous / next pipeline stage, around a ring (pp > 1)
   int next = -1;

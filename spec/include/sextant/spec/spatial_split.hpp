@@ -15,11 +15,27 @@
 namespace sextant::spec {
 
 // Rows of the largest shard when `extent` rows are split over `parts` ranks (the rank the step
-// waits for).
+// waits for): ceil(extent / parts), the size of shard_rows' largest range.
 int64_t shard_extent(int64_t extent, int64_t parts);
 
+// A range [begin, end) of rows (or columns) of a feature map, in the whole map's coordinates.
+struct Rows {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Rows&) const = default;
+};
+// The rows rank `index` of `parts` holds: balanced, [floor(i n / p), floor((i + 1) n / p)), so
+// every rank holds at least one row when extent >= parts (the executor's partition).
+Rows shard_rows(int64_t extent, int64_t parts, int64_t index);
+// The input rows a window of `kernel` with `stride` and `padding` reads to make output rows
+// `out`: [out.begin * stride - padding, (out.end - 1) * stride - padding + kernel), which reaches
+// beyond the map (into the padding) at its edges.
+Rows window_input_rows(Rows out, int64_t kernel, int64_t stride, int64_t padding);
+
 // Rows a window reads beyond a rank's shard of its input, along one axis, with shards aligned to
-// the stride (rank i holds input rows [iL, (i+1)L) and computes output rows [iL/s, (i+1)L/s)):
+// the stride (rank i holds input rows [iL, (i+1)L) and computes output rows [iL/s, (i+1)L/s); the
+// balanced shard_rows when they divide evenly, and the most loaded rank's halo otherwise):
 // its first output row starts `padding` rows before the shard, its last one reads
 // kernel - padding - stride rows past it (none for a 1x1 or a non-overlapping window).
 struct Halo {

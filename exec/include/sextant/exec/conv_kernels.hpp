@@ -1,0 +1,69 @@
+// The kernels of convolutional networks on CPU ranks: convolution (im2col + an Eigen GEMM), batch
+// normalisation in training mode, max and average pooling, adaptive average pooling. Host fp32
+// tensors in NCHW order; a convolution weight is [out_channels, in_channels, k, k] (PyTorch's).
+//
+// A window's input arrives whole: the caller has grown the rank's block by its halo and by the
+// padding (SpatialExchange::gather), so convolution and pooling here slide over every position of
+// their input ("valid"): output rows = (rows - k) / stride + 1. Batch normalisation is split in
+// its sums and their use, so that ranks holding blocks of one map can all-reduce the sums between
+// the two (Dryden et al., IPDPS'19, §III-B). Backward kernels accumulate (+=) into weight, bias,
+// gamma and beta gradients and overwrite input gradients, as the Backend's do.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sextant/exec/tensor.hpp"
+#include "sextant/spec/spatial_split.hpp"
+
+namespace sextant::exec::conv {
+
+// Rows (or columns) a window of `kernel` and `stride` makes from `extent` rows already padded.
+int64_t valid_output(int64_t extent, int64_t kernel, int64_t stride);
+
+// y[B, Co, Ho, Wo] = w * x (+ bias) over x[B, C, H, W].
+void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y);
+// dx = the transposed convolution of dy (when dx is given); dw += dy (x) x; db += sums of dy.
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride, Tensor* dx,
+                     Tensor& dw, Tensor* db);
+
+// Batch normalisation, training mode (batch statistics, biased variance, eps 1e-5, as PyTorch's
+// BatchNorm2d normalises in training).
+constexpr double kBatchNormEps = 1e-5;
+// Per channel over [B, C, H, W]: sums[c] = sum of x, sums[C + c] = sum of x^2.
+void channel_sums(const Tensor& x, std::vector<double>& sums);
+// Mean and 1 / sqrt(var + eps) per channel from the sums of `count` elements per channel.
+void batch_statistics(const std::vector<double>& sums, int64_t count, std::vector<double>& mean,
+                      std::vector<double>& rstd);
+// y = (x - mean) * rstd * gamma + beta.
+void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                const std::vector<double>& mean, const std::vector<double>& rstd, Tensor& y);
+// Per channel: sums[c] = sum of dy (dbeta), sums[C + c] = sum of dy * xhat (dgamma).
+void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vector<double>& mean,
+                              const std::vector<double>& rstd, std::vector<double>& sums);
+// dx = gamma * rstd * (dy - (dbeta + xhat * dgamma) / count), from the sums over the whole maps
+// (`count` elements per channel).
+void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                         const std::vector<double>& mean, const std::vector<double>& rstd,
+                         const std::vector<double>& sums, int64_t count, Tensor& dx);
+
+// Max pooling over a padded input (padding filled with -infinity); `argmax` keeps each output's
+// input element (the first maximum, as PyTorch's CPU kernel).
+void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y,
+              std::vector<int64_t>& argmax);
+void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Tensor& dx);
+// Average pooling over a zero-padded input, dividing by kernel^2 (PyTorch's count_include_pad).
+void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y);
+void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx);
+
+// Adaptive average pooling of an height x width map to out x out (PyTorch's bins: output i averages
+// input rows [floor(i H / out), ceil((i + 1) H / out))). x is the block of rows `rows` and columns
+// `cols`; y[B, C, out, out] gets the block's share of every bin (the whole bin when unsplit): the
+// sum of its elements in the bin over the bin's size. Summed over the blocks, the pooled map.
+void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_t height,
+                       int64_t width, Tensor& y);
+// dx (the block) from the whole dy.
+void adaptive_avg_pool_backward(const Tensor& dy, spec::Rows rows, spec::Rows cols, int64_t height,
+                                int64_t width, Tensor& dx);
+
+}  // namespace sextant::exec::conv

@@ -1,0 +1,594 @@
+// A CNN stage on CPU ranks: convolutions with batch norm and ReLU, pooling, torchvision ResNet
+// v1.5 bottleneck blocks, an adaptive average pool and fc classifier layers, over the lowered
+// layers this pipeline stage holds (models::lower_cnn names the layers and their ops; the trace
+// uses the same names). With a spatial split (Plan::spatial) the layers before the adaptive pool
+// run on this rank's block of every map: halos before each window, batch-norm sums all-reduced
+// over the split ranks, the pool's partial sums all-reduced so that the classifier runs whole on
+// every rank (Dryden et al., IPDPS'19).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "sextant/exec/conv_kernels.hpp"
+#include "spatial_exchange.hpp"
+#include "stage_model.hpp"
+
+namespace sextant::exec {
+
+namespace {
+
+using spec::CnnLayerKind;
+using spec::OpClass;
+using spec::Phase;
+using spec::Stream;
+
+struct MapShape {
+  int64_t c = 0, h = 1, w = 1;
+};
+
+// One convolution (+ batch norm + ReLU) as the lowering names it: "layerN.conv", "layerN.conv1"...
+struct ConvUnit {
+  std::string name;
+  MapShape in, out;
+  int64_t k = 1, s = 1, p = 0;
+  bool bias = false, bn = false, relu = false;
+  WindowGeometry window() const { return {in.h, in.w, out.h, out.w, k, s, p}; }
+};
+
+// One lowered layer.
+struct Unit {
+  CnnLayerKind kind = CnnLayerKind::kConv;
+  std::string name;  // "layerN"
+  int32_t layer = 0;
+  MapShape in, out;
+  bool split_in = false, split_out = false;  // maps in blocks (before the adaptive pool)
+  std::vector<ConvUnit> convs;               // conv: one; bottleneck: conv1-3 (+ downsample)
+  bool downsample = false;
+  int64_t k = 1, s = 1, p = 0;  // pools
+  bool bias = false, relu = false;
+  bool last = false;  // the classifier: the loss follows
+};
+
+struct ConvCache {
+  Tensor window, z, y;  // window input, convolution output, normalised output (pre-ReLU)
+  std::vector<double> mean, rstd;
+};
+struct UnitCache {
+  std::vector<ConvCache> convs;
+  Tensor x, pre, window;  // layer input, pre-activation (fc, residual sum), pool window input
+  std::vector<int64_t> argmax;
+};
+
+// The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them.
+std::vector<Unit> units_of(const spec::CnnSpec& m) {
+  std::vector<Unit> out;
+  const size_t split_end = spec::spatial_layer_end(m);
+  MapShape f{m.in_channels, m.height, m.width};
+  auto conv = [](std::string name, MapShape in, int64_t out_c, int64_t k, int64_t s, int64_t p,
+                 bool bias, bool bn, bool relu) {
+    ConvUnit c{std::move(name), in, {}, k, s, p, bias, bn, relu};
+    c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p)};
+    return c;
+  };
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const spec::CnnLayer& l = m.layers[li];
+    const int64_t repeats = l.kind == CnnLayerKind::kBottleneck ? l.blocks : 1;
+    for (int64_t r = 0; r < repeats; ++r) {
+      Unit u;
+      u.kind = l.kind;
+      u.layer = static_cast<int32_t>(out.size());
+      u.name = fmt::format("layer{}", u.layer);
+      u.in = f;
+      u.split_in = li <= split_end;
+      u.split_out = li < split_end;
+      switch (l.kind) {
+        case CnnLayerKind::kConv:
+          u.convs.push_back(conv(u.name + ".conv", f, l.out_channels, l.kernel, l.stride, l.padding,
+                                 l.bias, l.batch_norm, l.relu));
+          f = u.convs.back().out;
+          break;
+        case CnnLayerKind::kMaxPool:
+        case CnnLayerKind::kAvgPool:
+          u.k = l.kernel;
+          u.s = l.stride;
+          u.p = l.padding;
+          f = {f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
+               spec::window_output(f.w, l.kernel, l.stride, l.padding)};
+          break;
+        case CnnLayerKind::kAdaptiveAvgPool:
+          f = {f.c, l.output, l.output};
+          break;
+        case CnnLayerKind::kFc:
+          u.in = {f.c * f.h * f.w, 1, 1};  // flattened in NCHW order, as torch.flatten
+          u.bias = l.bias;
+          u.relu = l.relu;
+          f = {l.out_features, 1, 1};
+          break;
+        case CnnLayerKind::kBottleneck: {
+          const int64_t stride = r == 0 ? l.stride : 1;
+          u.convs.push_back(conv(u.name + ".conv1", f, l.mid_channels, 1, 1, 0, false, true, true));
+          u.convs.push_back(conv(u.name + ".conv2", u.convs[0].out, l.mid_channels, 3, stride, 1,
+                                 false, true, true));
+          u.convs.push_back(
+              conv(u.name + ".conv3", u.convs[1].out, l.out_channels, 1, 1, 0, false, true, false));
+          u.downsample = stride != 1 || f.c != l.out_channels;
+          if (u.downsample)
+            u.convs.push_back(
+                conv(u.name + ".downsample", f, l.out_channels, 1, stride, 0, false, true, false));
+          f = u.convs[2].out;
+          break;
+        }
+      }
+      u.out = f;
+      u.last = li + 1 == m.layers.size();
+      out.push_back(std::move(u));
+    }
+  }
+  return out;
+}
+
+class CnnStage : public StageModel {
+ public:
+  CnnStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
+      : ctx_(ctx),
+        o_(o),
+        units_(units_of(model.cnn())),
+        exchange_(ctx.plan->spatial, ctx.groups->spatial_rank, ctx.groups->spatial) {
+    SEXTANT_CHECK(units_.size() == ctx.lowered->layers.size(),
+                  "the CNN stage has {} layers, the lowering {}", units_.size(),
+                  ctx.lowered->layers.size());
+    models::StageLayers sl = models::stage_layers(*ctx.plan, *ctx.lowered, ctx.groups->pp_rank);
+    begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
+    end_ = static_cast<int32_t>(sl.chunk_end.at(0));
+    std::vector<ParamSpec> specs;
+    const uint64_t seed = o.seed;
+    auto normal = [&](const std::string& name, int32_t layer, std::vector<int64_t> shape,
+                      float std_dev) {
+      specs.push_back({name, layer, std::move(shape),
+                       [=](int64_t i) { return std_dev * init_normal(seed, name, i); }, true, false,
+                       false});
+    };
+    auto constant = [&](const std::string& name, int32_t layer, int64_t n, float value) {
+      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, false, false});
+    };
+    for (int32_t l = begin_; l < end_; ++l) {
+      const Unit& u = units_[static_cast<size_t>(l)];
+      for (const ConvUnit& c : u.convs) {
+        // He initialisation, std = sqrt(2 / fan_in) (He et al. 2015).
+        const int64_t fan_in = c.in.c * c.k * c.k;
+        normal(c.name + ".weight", l, {c.out.c, c.in.c, c.k, c.k},
+               std::sqrt(2.0f / static_cast<float>(fan_in)));
+        if (c.bias) constant(c.name + ".bias", l, c.out.c, 0.0f);
+        if (c.bn) {
+          constant(c.name + ".bn.weight", l, c.out.c, 1.0f);
+          constant(c.name + ".bn.bias", l, c.out.c, 0.0f);
+        }
+      }
+      if (u.kind == CnnLayerKind::kFc) {
+        // The classifier starts small, so that the first loss is near log(classes).
+        normal(u.name + ".fc.weight", l, {u.in.c, u.out.c},
+               u.last ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in.c)));
+        if (u.bias) constant(u.name + ".fc.bias", l, u.out.c, 0.0f);
+      }
+    }
+    store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
+    // Behind the split every spatial rank computes the whole classifier's gradient: one of them
+    // contributes it to the replicas' sum, the others write theirs here.
+    if (exchange_.split() && exchange_.index() != 0) {
+      int64_t largest = 1;
+      for (const Param& p : store_->params()) largest = std::max(largest, p.grad.numel());
+      scratch_ = ctx.backend->zeros({largest});
+    }
+  }
+
+  ParamStore& params() override { return *store_; }
+  std::vector<int64_t> input_shape() const override {
+    return shape_of(units_[static_cast<size_t>(begin_)].in,
+                    units_[static_cast<size_t>(begin_)].split_in);
+  }
+  std::vector<int64_t> output_shape() const override {
+    const Unit& u = units_[static_cast<size_t>(end_ - 1)];
+    return shape_of(u.out, u.split_out);
+  }
+  void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
+  double take_loss_sum() override {
+    const double l = loss_;
+    loss_ = 0;
+    return l;
+  }
+  double grad_square_sum(int64_t begin, int64_t end) override {
+    return end > begin ? ctx_.backend->sum_squares(store_->grads().rows(begin, end - begin)) : 0.0;
+  }
+
+  Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t /*chunk: always 0*/) override {
+    std::vector<UnitCache>& caches = caches_[mb.index];
+    caches.assign(static_cast<size_t>(end_ - begin_), UnitCache{});
+    Tensor x = begin_ == 0 ? image_block(mb) : *input;
+    for (int32_t l = begin_; l < end_; ++l) {
+      if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
+      const Unit& u = units_[static_cast<size_t>(l)];
+      UnitCache& cache = caches[static_cast<size_t>(l - begin_)];
+      cache.x = x;
+      x = forward_unit(u, x, mb, cache);
+    }
+    return end_ == static_cast<int32_t>(units_.size()) ? Tensor() : x;
+  }
+
+  Tensor backward(const MicroBatch& mb, const Tensor* grad_output,
+                  int64_t /*chunk: always 0*/) override {
+    std::vector<UnitCache>& caches = caches_.at(mb.index);
+    Tensor d = grad_output != nullptr ? *grad_output : Tensor();
+    for (int32_t l = end_ - 1; l >= begin_; --l) {
+      if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
+      d = backward_unit(units_[static_cast<size_t>(l)], d, mb,
+                        caches[static_cast<size_t>(l - begin_)]);
+      if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
+    }
+    caches_.erase(mb.index);
+    max_.erase(mb.index);
+    sum_.erase(mb.index);
+    return begin_ == 0 ? Tensor() : d;
+  }
+
+ private:
+  std::vector<int64_t> shape_of(MapShape s, bool split) const {
+    if (!split) return {o_.micro_batch, s.c, s.h, s.w};
+    const Region b = exchange_.block(s.h, s.w);
+    return {o_.micro_batch, s.c, b.rows.size(), b.cols.size()};
+  }
+  Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
+  Tensor empty(MapShape s, bool split) const { return empty(shape_of(s, split)); }
+
+  auto op(const std::string& name, int32_t layer, Phase phase, int64_t mb) const {
+    return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
+  }
+  // A collective or exchange among the split ranks, traced as the lowering's layer-group op.
+  auto split_comm(const std::string& name, OpClass cls, int64_t bytes, int32_t layer, Phase phase,
+                  int64_t mb) const {
+    return ctx_.recorder->scope(
+        ctx_.comm(name, cls, Stream::kTpComm, bytes, ctx_.groups->spatial_size, phase, layer, mb));
+  }
+
+  // This rank's block of the micro-batch's images.
+  Tensor image_block(const MicroBatch& mb) const {
+    const Unit& u = units_.front();
+    Tensor whole = empty({o_.micro_batch, u.in.c, u.in.h, u.in.w});
+    ctx_.backend->from_host(mb.features, whole);
+    if (!u.split_in || !exchange_.split()) return whole;
+    // The whole image as a window of every row and column: the own block is what gather copies.
+    Tensor block = empty(u.in, true);
+    const Region own = exchange_.block(u.in.h, u.in.w);
+    const int64_t planes = o_.micro_batch * u.in.c;
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t h = own.rows.begin; h < own.rows.end; ++h)
+        for (int64_t w = own.cols.begin; w < own.cols.end; ++w)
+          block.data()[(p * own.rows.size() + h - own.rows.begin) * own.cols.size() + w -
+                       own.cols.begin] = whole.data()[(p * u.in.h + h) * u.in.w + w];
+    return block;
+  }
+
+  // The window input of a split (or padded) map, with the halo exchange traced.
+  Tensor window_input(const std::string& name, const WindowGeometry& g, const Tensor& x, float fill,
+                      int32_t layer, Phase phase, int64_t mb) {
+    const int64_t halo = exchange_.largest_halo(g);
+    if (halo == 0) return exchange_.gather(*ctx_.backend, x, g, fill);
+    auto s = split_comm(name + ".halo", OpClass::kSend, halo * x.dim(0) * x.dim(1) * 4, layer,
+                        phase, mb);
+    return exchange_.gather(*ctx_.backend, x, g, fill);
+  }
+  Tensor window_gradient(const std::string& name, const WindowGeometry& g, const Tensor& dwindow,
+                         MapShape in, bool split, int32_t layer, int64_t mb) {
+    Tensor dx = empty(in, split);
+    const int64_t halo = exchange_.largest_halo(g);
+    if (halo == 0) {
+      exchange_.scatter(*ctx_.backend, dwindow, g, dx);
+      return dx;
+    }
+    auto s = split_comm(name + ".halo", OpClass::kSend, halo * dx.dim(0) * dx.dim(1) * 4, layer,
+                        Phase::kBwd, mb);
+    exchange_.scatter(*ctx_.backend, dwindow, g, dx);
+    return dx;
+  }
+  // Sums over every split rank's block (fp32 on the wire, as the lowering prices them).
+  void all_reduce_sums(const std::string& name, std::vector<double>& sums, int32_t layer,
+                       Phase phase, int64_t mb) {
+    if (!exchange_.split()) return;
+    std::vector<float> wire(sums.begin(), sums.end());
+    {
+      auto s = split_comm(name, OpClass::kAllReduce, static_cast<int64_t>(wire.size()) * 4, layer,
+                          phase, mb);
+      ctx_.groups->spatial->all_reduce(wire.data(), static_cast<int64_t>(wire.size()));
+    }
+    std::copy(wire.begin(), wire.end(), sums.begin());
+  }
+  // Elements per channel of a map's batch statistics: the whole maps of the micro-batch.
+  int64_t statistics_count(MapShape s) const { return o_.micro_batch * s.h * s.w; }
+
+  Param& param(const std::string& name) { return store_->get(name); }
+  // Where a parameter's gradient accumulates: its own, or the scratch of a spatial rank other
+  // than the first for the layers behind the split.
+  Tensor grad_of(Param& p, const Unit& u) {
+    if (u.split_in || scratch_.empty()) return p.grad;
+    return scratch_.rows(0, p.grad.numel()).view(p.grad.shape());
+  }
+
+  Tensor forward_conv(const ConvUnit& c, const Tensor& x, bool split, int32_t layer, int64_t mb,
+                      ConvCache& cache) {
+    Backend& be = *ctx_.backend;
+    cache.window = window_input(c.name, c.window(), x, 0.0f, layer, Phase::kFwd, mb);
+    cache.z = empty(c.out, split);
+    {
+      auto s = op(c.name, layer, Phase::kFwd, mb);
+      conv::conv2d(cache.window, param(c.name + ".weight").compute,
+                   c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
+    }
+    cache.y = cache.z;
+    if (c.bn) {
+      std::vector<double> sums;
+      cache.y = empty(c.out, split);
+      auto normalise = [&] {
+        conv::batch_statistics(sums, statistics_count(c.out), cache.mean, cache.rstd);
+        conv::batch_norm(cache.z, param(c.name + ".bn.weight").compute,
+                         param(c.name + ".bn.bias").compute, cache.mean, cache.rstd, cache.y);
+      };
+      if (exchange_.split()) {
+        // The statistics pass is left untimed here: the all-reduce sits between it and its use.
+        conv::channel_sums(cache.z, sums);
+        all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kFwd, mb);
+        auto s = op(c.name + ".bn", layer, Phase::kFwd, mb);
+        normalise();
+      } else {
+        auto s = op(c.name + ".bn", layer, Phase::kFwd, mb);
+        conv::channel_sums(cache.z, sums);
+        normalise();
+      }
+    }
+    if (!c.relu) return cache.y;
+    Tensor a = empty(c.out, split);
+    auto s = op(c.name + ".relu", layer, Phase::kFwd, mb);
+    be.relu(cache.y, a);
+    return a;
+  }
+
+  // Returns the input gradient (empty without `input_gradient`).
+  Tensor backward_conv(const ConvUnit& c, const Tensor& dout, bool split, bool input_gradient,
+                       const Unit& u, int64_t mb, ConvCache& cache) {
+    Backend& be = *ctx_.backend;
+    const int32_t layer = u.layer;
+    Tensor d = dout;
+    if (c.relu) {
+      Tensor dr = empty(c.out, split);
+      auto s = op(c.name + ".relu", layer, Phase::kBwd, mb);
+      be.relu_backward(cache.y, d, dr);
+      d = dr;
+    }
+    if (c.bn) {
+      // gamma and beta take this rank's share of their gradient (the replicas' all-reduce sums
+      // the shares); the input gradient needs the whole maps' sums.
+      std::vector<double> sums;
+      Tensor dz = empty(c.out, split);
+      auto accumulate = [&] {
+        Tensor dgamma = grad_of(param(c.name + ".bn.weight"), u);
+        Tensor dbeta = grad_of(param(c.name + ".bn.bias"), u);
+        const size_t channels = sums.size() / 2;
+        for (size_t i = 0; i < channels; ++i) {
+          dbeta.data()[i] += static_cast<float>(sums[i]);
+          dgamma.data()[i] += static_cast<float>(sums[channels + i]);
+        }
+      };
+      auto apply = [&] {
+        conv::batch_norm_backward(cache.z, d, param(c.name + ".bn.weight").compute, cache.mean,
+                                  cache.rstd, sums, statistics_count(c.out), dz);
+      };
+      if (exchange_.split()) {
+        conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
+        accumulate();
+        all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kBwd, mb);
+        auto s = op(c.name + ".bn", layer, Phase::kBwd, mb);
+        apply();
+      } else {
+        auto s = op(c.name + ".bn", layer, Phase::kBwd, mb);
+        conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
+        accumulate();
+        apply();
+      }
+      d = dz;
+    }
+    Tensor dwindow;
+    if (input_gradient) dwindow = empty(cache.window.shape());
+    {
+      auto s = op(c.name, layer, Phase::kBwd, mb);
+      Tensor dw = grad_of(param(c.name + ".weight"), u);
+      Tensor db = c.bias ? grad_of(param(c.name + ".bias"), u) : Tensor();
+      conv::conv2d_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
+                            input_gradient ? &dwindow : nullptr, dw, c.bias ? &db : nullptr);
+    }
+    cache.window = Tensor();
+    if (!input_gradient) return Tensor();
+    return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
+  }
+
+  Tensor forward_unit(const Unit& u, const Tensor& x, const MicroBatch& mb, UnitCache& cache) {
+    Backend& be = *ctx_.backend;
+    const int64_t m = mb.index;
+    const bool split = u.split_in;
+    switch (u.kind) {
+      case CnnLayerKind::kConv:
+        cache.convs.resize(1);
+        return forward_conv(u.convs[0], x, split, u.layer, m, cache.convs[0]);
+      case CnnLayerKind::kMaxPool:
+      case CnnLayerKind::kAvgPool: {
+        const bool max = u.kind == CnnLayerKind::kMaxPool;
+        const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
+        cache.window = window_input(u.name + ".pool", g, x,
+                                    max ? -std::numeric_limits<float>::infinity() : 0.0f, u.layer,
+                                    Phase::kFwd, m);
+        Tensor y = empty(u.out, split);
+        auto s = op(u.name + ".pool", u.layer, Phase::kFwd, m);
+        if (max) {
+          conv::max_pool(cache.window, u.k, u.s, y, cache.argmax);
+        } else {
+          conv::avg_pool(cache.window, u.k, u.s, y);
+        }
+        return y;
+      }
+      case CnnLayerKind::kAdaptiveAvgPool: {
+        const Region own =
+            split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
+        Tensor y = empty(u.out, false);
+        {
+          auto s = op(u.name + ".pool", u.layer, Phase::kFwd, m);
+          conv::adaptive_avg_pool(x, own.rows, own.cols, u.in.h, u.in.w, y);
+        }
+        if (split && exchange_.split()) {
+          auto s = split_comm(u.name + ".pool_allreduce", OpClass::kAllReduce, y.numel() * 4,
+                              u.layer, Phase::kFwd, m);
+          ctx_.groups->spatial->all_reduce(y.data(), y.numel());
+        }
+        return y;
+      }
+      case CnnLayerKind::kFc: {
+        Tensor flat = x.view({o_.micro_batch, u.in.c});
+        cache.x = flat;
+        Tensor y = empty({o_.micro_batch, u.out.c});
+        {
+          auto s = op(u.name + ".fc", u.layer, Phase::kFwd, m);
+          be.matmul(flat, param(u.name + ".fc.weight").compute,
+                    u.bias ? &param(u.name + ".fc.bias").compute : nullptr, y);
+        }
+        cache.pre = y;
+        if (u.relu) {
+          Tensor a = empty({o_.micro_batch, u.out.c});
+          auto s = op(u.name + ".fc.relu", u.layer, Phase::kFwd, m);
+          be.relu(y, a);
+          y = a;
+        }
+        if (u.last) {
+          auto s = op("loss", u.layer, Phase::kFwd, m);
+          std::vector<float> target;
+          be.softmax_stats(y, mb.targets, 0, u.out.c, max_[m], sum_[m], target);
+          for (int64_t i = 0; i < o_.micro_batch; ++i) {
+            const size_t k = static_cast<size_t>(i);
+            loss_ += std::log(static_cast<double>(sum_[m][k])) + max_[m][k] - target[k];
+          }
+          cache.window = y;  // the logits
+        }
+        return y.view({o_.micro_batch, u.out.c, 1, 1});
+      }
+      case CnnLayerKind::kBottleneck: {
+        cache.convs.resize(u.convs.size());
+        Tensor a = x;
+        for (size_t i = 0; i < 3; ++i)
+          a = forward_conv(u.convs[i], a, split, u.layer, m, cache.convs[i]);
+        const Tensor shortcut =
+            u.downsample ? forward_conv(u.convs[3], x, split, u.layer, m, cache.convs[3]) : x;
+        cache.pre = empty(u.out, split);
+        Tensor y = empty(u.out, split);
+        auto s = op(u.name + ".residual", u.layer, Phase::kFwd, m);
+        be.add(a, shortcut, cache.pre);
+        be.relu(cache.pre, y);
+        return y;
+      }
+    }
+    return Tensor();
+  }
+
+  Tensor backward_unit(const Unit& u, const Tensor& dout, const MicroBatch& mb, UnitCache& cache) {
+    Backend& be = *ctx_.backend;
+    const int64_t m = mb.index;
+    const bool split = u.split_in;
+    const bool input_gradient = u.layer > 0;  // the image needs none
+    switch (u.kind) {
+      case CnnLayerKind::kConv:
+        return backward_conv(u.convs[0], dout, split, input_gradient, u, m, cache.convs[0]);
+      case CnnLayerKind::kMaxPool:
+      case CnnLayerKind::kAvgPool: {
+        const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
+        Tensor dwindow = empty(cache.window.shape());
+        {
+          auto s = op(u.name + ".pool", u.layer, Phase::kBwd, m);
+          if (u.kind == CnnLayerKind::kMaxPool) {
+            conv::max_pool_backward(cache.argmax, dout, dwindow);
+          } else {
+            conv::avg_pool_backward(dout, u.k, u.s, dwindow);
+          }
+        }
+        if (!input_gradient) return Tensor();
+        return window_gradient(u.name + ".pool", g, dwindow, u.in, split, u.layer, m);
+      }
+      case CnnLayerKind::kAdaptiveAvgPool: {
+        const Region own =
+            split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
+        Tensor dx = empty(u.in, split);
+        auto s = op(u.name + ".pool", u.layer, Phase::kBwd, m);
+        conv::adaptive_avg_pool_backward(dout.view({o_.micro_batch, u.out.c, u.out.h, u.out.w}),
+                                         own.rows, own.cols, u.in.h, u.in.w, dx);
+        return dx;
+      }
+      case CnnLayerKind::kFc: {
+        Tensor d;
+        if (u.last) {
+          d = empty({o_.micro_batch, u.out.c});
+          auto s = op("loss", u.layer, Phase::kBwd, m);
+          be.cross_entropy_backward(cache.window, mb.targets, 0, u.out.c, max_[m], sum_[m],
+                                    1.0f / static_cast<float>(ctx_.plan->global_batch), d);
+        } else {
+          d = dout.view({o_.micro_batch, u.out.c});
+        }
+        if (u.relu) {
+          Tensor dr = empty({o_.micro_batch, u.out.c});
+          auto s = op(u.name + ".fc.relu", u.layer, Phase::kBwd, m);
+          be.relu_backward(cache.pre, d, dr);
+          d = dr;
+        }
+        Tensor dx = empty({o_.micro_batch, u.in.c});
+        auto s = op(u.name + ".fc", u.layer, Phase::kBwd, m);
+        Tensor dw = grad_of(param(u.name + ".fc.weight"), u);
+        Tensor db = u.bias ? grad_of(param(u.name + ".fc.bias"), u) : Tensor();
+        be.matmul_backward(cache.x, param(u.name + ".fc.weight").compute, d,
+                           input_gradient ? &dx : nullptr, dw, u.bias ? &db : nullptr);
+        return dx.view(shape_of(u.layer > 0 ? units_[static_cast<size_t>(u.layer - 1)].out : u.in,
+                                u.layer > 0 && units_[static_cast<size_t>(u.layer - 1)].split_out));
+      }
+      case CnnLayerKind::kBottleneck: {
+        Tensor dsum = empty(u.out, split);
+        {
+          auto s = op(u.name + ".residual", u.layer, Phase::kBwd, m);
+          be.relu_backward(cache.pre, dout, dsum);
+        }
+        Tensor d = dsum;
+        for (size_t i = 3; i-- > 0;)
+          d = backward_conv(u.convs[i], d, split, true, u, m, cache.convs[i]);
+        const Tensor dshort =
+            u.downsample ? backward_conv(u.convs[3], dsum, split, true, u, m, cache.convs[3])
+                         : dsum;
+        be.add(d, dshort, d);
+        return d;
+      }
+    }
+    return Tensor();
+  }
+
+  Context& ctx_;
+  StageOptions o_;
+  std::vector<Unit> units_;
+  SpatialExchange exchange_;
+  int32_t begin_ = 0, end_ = 0;
+  std::unique_ptr<ParamStore> store_;
+  Tensor scratch_;
+  std::map<int64_t, std::vector<UnitCache>> caches_;
+  std::map<int64_t, std::vector<float>> max_, sum_;
+  LayerHooks* hooks_ = nullptr;
+  double loss_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
+                                           const StageOptions& options) {
+  return std::make_unique<CnnStage>(model, ctx, options);
+}
+
+}  // namespace sextant::exec

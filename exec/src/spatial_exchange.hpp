@@ -1,0 +1,68 @@
+// A CNN rank's block of every feature map in a spatial split (Dryden et al., IPDPS'19), and the
+// halo exchange before a window slides over it: the rows and columns its windows read beyond its
+// block come from the ranks holding them, with non-blocking sends; backward, their gradients go
+// back and are added by their holders. Unsplit (a grid of one), the same code pads the map.
+//
+// Blocks are spec::shard_rows of each axis (row-major grid); a rank's window input is
+// spec::window_input_rows of its output block. Every rank computes every rank's block and window
+// from the map's geometry, so a sender knows what its peer needs without asking. Host memory
+// (CPU ranks): the CNN stage runs on the CPU backend only.
+#pragma once
+
+#include <cstdint>
+
+#include "sextant/exec/backend.hpp"
+#include "sextant/exec/communicator.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/spatial_split.hpp"
+
+namespace sextant::exec {
+
+// Rows and columns of a map, in the whole map's coordinates.
+struct Region {
+  spec::Rows rows, cols;
+  int64_t elements() const { return empty() ? 0 : rows.size() * cols.size(); }
+  bool empty() const { return rows.size() <= 0 || cols.size() <= 0; }
+};
+
+// A window sliding over an in_h x in_w map to make an out_h x out_w one.
+struct WindowGeometry {
+  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int64_t kernel = 1, stride = 1, padding = 0;
+};
+
+class SpatialExchange {
+ public:
+  // `comm`: the spatial group (null when unsplit); `index`: this rank's place in the grid.
+  SpatialExchange(spec::SpatialSplit grid, int64_t index, Communicator* comm);
+
+  // Rank `rank`'s block of a height x width map (the whole map when unsplit).
+  Region block(int64_t height, int64_t width, int64_t rank) const;
+  Region block(int64_t height, int64_t width) const { return block(height, width, index_); }
+  // The input rows and columns rank `rank`'s window reads (its output block's window, reaching
+  // into the padding at the map's edges).
+  Region window_input(const WindowGeometry& g, int64_t rank) const;
+
+  // This rank's window input [B, C, rows, cols]: its own block of `x` ([B, C, block]), the halo
+  // received from the ranks holding it, `fill` beyond the map (0, or -infinity for max pooling).
+  Tensor gather(Backend& backend, const Tensor& x, const WindowGeometry& g, float fill) const;
+  // The adjoint: `dwindow`'s own part into dx ([B, C, block]), the halo's parts sent to their
+  // holders, the parts others send back added.
+  void scatter(Backend& backend, const Tensor& dwindow, const WindowGeometry& g, Tensor& dx) const;
+  // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
+  // exchange): what the trace reports for the exchange, which waits for its largest transfer.
+  int64_t largest_halo(const WindowGeometry& g) const;
+
+  bool split() const { return ranks_ > 1; }
+  int64_t index() const { return index_; }
+
+ private:
+  int64_t received_by(const WindowGeometry& g, int64_t rank) const;
+
+  spec::SpatialSplit grid_;
+  int64_t index_;
+  int64_t ranks_;
+  Communicator* comm_;
+};
+
+}  // namespace sextant::exec
