@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "sextant/exec/parameters.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -80,9 +82,10 @@ void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t
   for (int64_t j = 0; j < inputs; ++j) features[static_cast<size_t>(j)] = init_normal(seed, key, j);
   float best = -1e30f;
   label = 0;
+  const int64_t read = std::min(inputs, kTeacherInputs);
   for (int64_t c = 0; c < classes; ++c) {
     float score = 0;
-    for (int64_t j = 0; j < inputs; ++j)
+    for (int64_t j = 0; j < read; ++j)
       score += features[static_cast<size_t>(j)] * init_normal(seed, "teacher", j * classes + c);
     if (score > best) {
       best = score;

@@ -233,8 +233,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   auto on_step = [&](const StepLog& s) {
     if (rank != 0) return;
     if (!job.quiet)
-      fmt::print("step {:>4}  loss {:.6f}  step {:.3f} s  {:.0f} tokens/s  grad norm {:.3f}\n",
-                 s.step, s.loss, s.step_time_s, s.tokens_per_s, s.grad_norm);
+      fmt::print("step {:>4}  loss {:.6f}  step {:.3f} s  {:.{}f} {}/s  grad norm {:.3f}\n", s.step,
+                 s.loss, s.step_time_s, s.tokens_per_s, model.is_transformer() ? 0 : 2,
+                 model.is_transformer() ? "tokens" : "samples", s.grad_norm);
     if (log) {
       *log << spec::Json{{"step", s.step},
                          {"loss", s.loss},

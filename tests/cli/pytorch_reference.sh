@@ -10,7 +10,8 @@
 # large models: 3 steps of 4 sequences of 1024 tokens, against a float64 reference, since PyTorch's
 # fp32 gradients over a 50257-entry vocabulary drift by more than the tolerance while Sextant's
 # agree with float64 to 1e-8: see gpt_reference.py). llama-tiny is the Llama-style decoder
-# (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny.
+# (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny. A CNN (resnet-tiny:
+# convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only).
 set -euo pipefail
 sextant="$1"
 source_dir="$2"
@@ -35,8 +36,13 @@ fi
 backend=(--backend "$device" --precision "$precision")
 "$sextant" run --model "$source_dir/models/zoo/$model.json" "${args[@]}" "${backend[@]}" --quiet \
   --log-json "$out/sextant.jsonl"
-"$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
-  "${args[@]}" --device "$device" --dtype "$reference_dtype" >"$out/pytorch.jsonl"
+if grep -q '"kind": "cnn"' "$source_dir/models/zoo/$model.json"; then
+  "$python" "$source_dir/tests/pytorch/cnn_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
+    "${args[@]}" --dtype "$reference_dtype" >"$out/pytorch.jsonl"
+else
+  "$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
+    "${args[@]}" --device "$device" --dtype "$reference_dtype" >"$out/pytorch.jsonl"
+fi
 "$python" - "$out/sextant.jsonl" "$out/pytorch.jsonl" "$steps" "$precision" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1])]

@@ -1,0 +1,167 @@
+"""An independent reference for Sextant's CNN executor: the same network written with PyTorch's own
+conv2d, batch_norm (training mode), max/avg/adaptive pooling and linear layers, with the same
+initial weights and samples regenerated from Sextant's definitions (gpt_reference.init_normal:
+counter-based normal init keyed by tensor name and global element index; Gaussian images labelled
+by a fixed random linear teacher, exec/src/data.cpp classification_sample), trained with
+torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"step", "loss",
+"grad_norm"}.
+
+Usage: /usr/bin/python3 cnn_reference.py --model-json MODEL.json --global-batch 8 --micro-batch 2
+                                          --steps 5 [--seed 1234] [--lr 1e-3] [--dtype float64]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import init_normal  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-json", required=True)
+    p.add_argument("--global-batch", type=int, required=True)
+    p.add_argument("--micro-batch", type=int, required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    args = p.parse_args()
+    dtype = getattr(torch, args.dtype)
+    torch.set_num_threads(1)
+    seed = args.seed
+    cnn = json.load(open(args.model_json))["cnn"]
+    C, H, W = cnn["input"]["channels"], cnn["input"]["height"], cnn["input"]["width"]
+    classes = cnn["layers"][-1]["out_features"]
+
+    decay, no_decay = [], []
+
+    def normal(name, shape, std):
+        t = torch.tensor(std * init_normal(seed, name, int(np.prod(shape))).reshape(shape), dtype=dtype,
+                         requires_grad=True)
+        decay.append(t)
+        return t
+
+    def const(n, value):
+        t = torch.full((n,), value, dtype=dtype, requires_grad=True)
+        no_decay.append(t)
+        return t
+
+    # Sextant's lowered layers: bottleneck stages expand into their blocks, named layer0, layer1...
+    layers = []  # (kind, spec, params, extra)
+
+    def conv_params(name, cin, cout, k, bias, bn):
+        return {"w": normal(name + ".weight", (cout, cin, k, k), math.sqrt(2.0 / (cin * k * k))),
+                "b": const(cout, 0.0) if bias else None,
+                "g": const(cout, 1.0) if bn else None,
+                "beta": const(cout, 0.0) if bn else None}
+
+    channels, flat = C, None
+    index = 0
+    for i, l in enumerate(cnn["layers"]):
+        kind = l["type"]
+        repeats = l.get("blocks", 1) if kind == "bottleneck" else 1
+        for r in range(repeats):
+            name = f"layer{index}"
+            index += 1
+            if kind == "conv":
+                k = l.get("kernel", 1)
+                layers.append(("conv", dict(stride=l.get("stride", 1), padding=l.get("padding", 0),
+                                            relu=l.get("relu", False)),
+                               conv_params(name + ".conv", channels, l["out_channels"], k, l.get("bias", False),
+                                           l.get("batch_norm", False))))
+                channels = l["out_channels"]
+            elif kind in ("max_pool", "avg_pool"):
+                k = l.get("kernel", 1)
+                layers.append((kind, dict(kernel=k, stride=l.get("stride", k), padding=l.get("padding", 0)), None))
+            elif kind == "adaptive_avg_pool":
+                layers.append((kind, dict(output=l.get("output", 1)), None))
+                flat = channels * l.get("output", 1) ** 2
+            elif kind == "fc":
+                fin = flat if flat is not None else channels
+                last = i + 1 == len(cnn["layers"])
+                layers.append(("fc", dict(relu=l.get("relu", False)),
+                               {"w": normal(name + ".fc.weight", (fin, l["out_features"]),
+                                            0.01 if last else math.sqrt(2.0 / fin)),
+                                "b": const(l["out_features"], 0.0) if l.get("bias", True) else None}))
+                flat = l["out_features"]
+            elif kind == "bottleneck":
+                stride = l.get("stride", 1) if r == 0 else 1
+                mid, out = l["mid_channels"], l["out_channels"]
+                params = {"conv1": conv_params(name + ".conv1", channels, mid, 1, False, True),
+                          "conv2": conv_params(name + ".conv2", mid, mid, 3, False, True),
+                          "conv3": conv_params(name + ".conv3", mid, out, 1, False, True)}
+                if stride != 1 or channels != out:
+                    params["downsample"] = conv_params(name + ".downsample", channels, out, 1, False, True)
+                layers.append(("bottleneck", dict(stride=stride), params))
+                channels = out
+            else:
+                raise SystemExit(f"unknown layer type {kind}")
+
+    def conv(x, p_, stride, padding, relu):
+        y = F.conv2d(x, p_["w"], p_["b"], stride=stride, padding=padding)
+        if p_["g"] is not None:
+            y = F.batch_norm(y, None, None, p_["g"], p_["beta"], training=True, eps=1e-5)
+        return F.relu(y) if relu else y
+
+    def forward(x):
+        for kind, s, p_ in layers:
+            if kind == "conv":
+                x = conv(x, p_, s["stride"], s["padding"], s["relu"])
+            elif kind == "max_pool":
+                x = F.max_pool2d(x, s["kernel"], s["stride"], s["padding"])
+            elif kind == "avg_pool":
+                x = F.avg_pool2d(x, s["kernel"], s["stride"], s["padding"])
+            elif kind == "adaptive_avg_pool":
+                x = F.adaptive_avg_pool2d(x, s["output"])
+            elif kind == "fc":
+                x = torch.flatten(x, 1) @ p_["w"]
+                if p_["b"] is not None:
+                    x = x + p_["b"]
+                if s["relu"]:
+                    x = F.relu(x)
+            else:
+                a = conv(x, p_["conv1"], 1, 0, True)
+                a = conv(a, p_["conv2"], s["stride"], 1, True)
+                a = conv(a, p_["conv3"], 1, 0, False)
+                short = conv(x, p_["downsample"], s["stride"], 0, False) if "downsample" in p_ else x
+                x = F.relu(a + short)
+        return x
+
+    read = min(C * H * W, 1024)  # exec/src/data.hpp kTeacherInputs
+    teacher = init_normal(seed, "teacher", read * classes).astype(np.float32).reshape(read, classes)
+
+    def sample(index):
+        x = init_normal(seed, f"sample{index}", C * H * W)
+        # classification_sample: the float32 scores accumulated in order, argmax (first on ties).
+        scores = np.zeros(classes, dtype=np.float32)
+        for j in range(read):
+            scores += x[j] * teacher[j]
+        return x, int(np.argmax(scores))
+
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    params = decay + no_decay
+    for step in range(args.steps):
+        opt.zero_grad()
+        total = 0.0
+        for m in range(args.global_batch // args.micro_batch):
+            xs, ys = zip(*[sample(step * args.global_batch + m * args.micro_batch + i)
+                           for i in range(args.micro_batch)])
+            x = torch.tensor(np.stack(xs).reshape(args.micro_batch, C, H, W), dtype=dtype)
+            loss = F.cross_entropy(forward(x), torch.tensor(ys), reduction="sum") / args.global_batch
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        print(json.dumps({"step": step, "loss": total, "grad_norm": float(norm)}))
+
+
+if __name__ == "__main__":
+    main()
