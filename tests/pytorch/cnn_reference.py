@@ -4,7 +4,8 @@ initial weights and samples regenerated from Sextant's definitions (gpt_referenc
 counter-based normal init keyed by tensor name and global element index; Gaussian images labelled
 by a fixed random linear teacher, exec/src/data.cpp classification_sample), trained with
 torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"step", "loss",
-"grad_norm"}.
+"grad_norm", "step_time_s"} (the time of the step's compute, the samples' generation left out: what
+bench/cnn_executor_bench.sh compares with Sextant's step).
 
 Usage: /usr/bin/python3 cnn_reference.py --model-json MODEL.json --global-batch 8 --micro-batch 2
                                           --steps 5 [--seed 1234] [--lr 1e-3] [--dtype float64]
@@ -14,6 +15,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -149,18 +151,23 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     params = decay + no_decay
     for step in range(args.steps):
-        opt.zero_grad()
-        total = 0.0
+        batches = []
         for m in range(args.global_batch // args.micro_batch):
             xs, ys = zip(*[sample(step * args.global_batch + m * args.micro_batch + i)
                            for i in range(args.micro_batch)])
-            x = torch.tensor(np.stack(xs).reshape(args.micro_batch, C, H, W), dtype=dtype)
-            loss = F.cross_entropy(forward(x), torch.tensor(ys), reduction="sum") / args.global_batch
+            batches.append((torch.tensor(np.stack(xs).reshape(args.micro_batch, C, H, W), dtype=dtype),
+                            torch.tensor(ys)))
+        start = time.perf_counter()
+        opt.zero_grad()
+        total = 0.0
+        for x, y in batches:
+            loss = F.cross_entropy(forward(x), y, reduction="sum") / args.global_batch
             loss.backward()
             total += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        print(json.dumps({"step": step, "loss": total, "grad_norm": float(norm)}))
+        elapsed = time.perf_counter() - start
+        print(json.dumps({"step": step, "loss": total, "grad_norm": float(norm), "step_time_s": elapsed}))
 
 
 if __name__ == "__main__":
