@@ -4,14 +4,18 @@
 // uses the same names). With a spatial split (Plan::spatial) the layers before the adaptive pool
 // run on this rank's block of every map: halos before each window, batch-norm sums all-reduced
 // over the split ranks, the pool's partial sums all-reduced so that the classifier runs whole on
-// every rank (Dryden et al., IPDPS'19).
+// every rank (Dryden et al., IPDPS'19). With a channel split (tp > 1) each tensor-parallel rank
+// holds a block of every map's channels, and each convolution runs stationary-x or stationary-y
+// as spec/channel_split.hpp chooses (Dryden et al., SC'19).
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 
 #include "sextant/exec/conv_kernels.hpp"
+#include "sextant/spec/channel_split.hpp"
 #include "spatial_exchange.hpp"
 #include "stage_model.hpp"
 
@@ -26,6 +30,7 @@ using spec::Stream;
 
 struct MapShape {
   int64_t c = 0, h = 1, w = 1;
+  bool whole = true;  // every channel on every tp rank (else each holds a block of them)
 };
 
 // One convolution (+ batch norm + ReLU) as the lowering names it: "layerN.conv", "layerN.conv1"...
@@ -34,6 +39,7 @@ struct ConvUnit {
   MapShape in, out;
   int64_t k = 1, s = 1, p = 0;
   bool bias = false, bn = false, relu = false;
+  spec::ChannelAlgorithm algorithm = spec::ChannelAlgorithm::kWholeInput;  // tp > 1
   WindowGeometry window() const { return {in.h, in.w, out.h, out.w, k, s, p}; }
 };
 
@@ -44,6 +50,7 @@ struct Unit {
   int32_t layer = 0;
   MapShape in, out;
   bool split_in = false, split_out = false;  // maps in blocks (before the adaptive pool)
+  bool fc_reads_split = false;               // the fc behind a channel split
   std::vector<ConvUnit> convs;               // conv: one; bottleneck: conv1-3 (+ downsample)
   bool downsample = false;
   int64_t k = 1, s = 1, p = 0;  // pools
@@ -61,15 +68,22 @@ struct UnitCache {
   std::vector<int64_t> argmax;
 };
 
-// The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them.
-std::vector<Unit> units_of(const spec::CnnSpec& m) {
+// The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them, for `tp`
+// ranks splitting the channels.
+std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
   std::vector<Unit> out;
   const size_t split_end = spec::spatial_layer_end(m);
   MapShape f{m.in_channels, m.height, m.width};
-  auto conv = [](std::string name, MapShape in, int64_t out_c, int64_t k, int64_t s, int64_t p,
-                 bool bias, bool bn, bool relu) {
+  bool whole = true;  // before the first convolution (and behind the first fc)
+  auto conv = [&](std::string name, MapShape in, int64_t out_c, int64_t k, int64_t s, int64_t p,
+                  bool bias, bool bn, bool relu) {
     ConvUnit c{std::move(name), in, {}, k, s, p, bias, bn, relu};
-    c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p)};
+    c.in.whole = whole;
+    c.algorithm = spec::channel_algorithm(
+        whole, in.c * in.h * in.w,
+        out_c * spec::window_output(in.h, k, s, p) * spec::window_output(in.w, k, s, p));
+    whole = tp == 1;
+    c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p), whole};
     return c;
   };
   for (size_t li = 0; li < m.layers.size(); ++li) {
@@ -80,6 +94,7 @@ std::vector<Unit> units_of(const spec::CnnSpec& m) {
       u.kind = l.kind;
       u.layer = static_cast<int32_t>(out.size());
       u.name = fmt::format("layer{}", u.layer);
+      f.whole = whole;
       u.in = f;
       u.split_in = li <= split_end;
       u.split_out = li < split_end;
@@ -101,7 +116,9 @@ std::vector<Unit> units_of(const spec::CnnSpec& m) {
           f = {f.c, l.output, l.output};
           break;
         case CnnLayerKind::kFc:
-          u.in = {f.c * f.h * f.w, 1, 1};  // flattened in NCHW order, as torch.flatten
+          u.in = {f.c * f.h * f.w, 1, 1, whole};  // flattened in NCHW order, as torch.flatten
+          u.fc_reads_split = !whole;
+          whole = true;
           u.bias = l.bias;
           u.relu = l.relu;
           f = {l.out_features, 1, 1};
@@ -114,13 +131,16 @@ std::vector<Unit> units_of(const spec::CnnSpec& m) {
           u.convs.push_back(
               conv(u.name + ".conv3", u.convs[1].out, l.out_channels, 1, 1, 0, false, true, false));
           u.downsample = stride != 1 || f.c != l.out_channels;
-          if (u.downsample)
+          if (u.downsample) {
+            whole = u.in.whole;  // the shortcut reads the block's input
             u.convs.push_back(
                 conv(u.name + ".downsample", f, l.out_channels, 1, stride, 0, false, true, false));
+          }
           f = u.convs[2].out;
           break;
         }
       }
+      f.whole = whole;
       u.out = f;
       u.last = li + 1 == m.layers.size();
       out.push_back(std::move(u));
@@ -134,7 +154,7 @@ class CnnStage : public StageModel {
   CnnStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
       : ctx_(ctx),
         o_(o),
-        units_(units_of(model.cnn())),
+        units_(units_of(model.cnn(), ctx.groups->tp_size)),
         exchange_(ctx.plan->spatial, ctx.groups->spatial_rank, ctx.groups->spatial) {
     SEXTANT_CHECK(units_.size() == ctx.lowered->layers.size(),
                   "the CNN stage has {} layers, the lowering {}", units_.size(),
@@ -144,33 +164,67 @@ class CnnStage : public StageModel {
     end_ = static_cast<int32_t>(sl.chunk_end.at(0));
     std::vector<ParamSpec> specs;
     const uint64_t seed = o.seed;
+    // Values from each element's index in the whole tensor, so every layout starts alike.
     auto normal = [&](const std::string& name, int32_t layer, std::vector<int64_t> shape,
-                      float std_dev) {
+                      float std_dev, std::function<int64_t(int64_t)> global, bool replicated) {
       specs.push_back({name, layer, std::move(shape),
-                       [=](int64_t i) { return std_dev * init_normal(seed, name, i); }, true, false,
-                       false});
+                       [=](int64_t i) { return std_dev * init_normal(seed, name, global(i)); },
+                       true, replicated, false});
     };
-    auto constant = [&](const std::string& name, int32_t layer, int64_t n, float value) {
-      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, false, false});
+    auto constant = [&](const std::string& name, int32_t layer, int64_t n, float value,
+                        bool replicated) {
+      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, replicated, false});
     };
+    const int64_t tp = ctx.groups->tp_size, rank = ctx.groups->tp_rank;
+    auto same = [](int64_t i) { return i; };
     for (int32_t l = begin_; l < end_; ++l) {
       const Unit& u = units_[static_cast<size_t>(l)];
       for (const ConvUnit& c : u.convs) {
         // He initialisation, std = sqrt(2 / fan_in) (He et al. 2015).
-        const int64_t fan_in = c.in.c * c.k * c.k;
-        normal(c.name + ".weight", l, {c.out.c, c.in.c, c.k, c.k},
-               std::sqrt(2.0f / static_cast<float>(fan_in)));
-        if (c.bias) constant(c.name + ".bias", l, c.out.c, 0.0f);
+        const float std_dev = std::sqrt(2.0f / static_cast<float>(c.in.c * c.k * c.k));
+        const int64_t window = c.k * c.k;
+        const spec::ChannelBlock filters = spec::channel_block(c.out.c, tp, rank);
+        if (tp == 1) {
+          normal(c.name + ".weight", l, {c.out.c, c.in.c, c.k, c.k}, std_dev, same, false);
+        } else if (c.algorithm == spec::ChannelAlgorithm::kStationaryX) {
+          // Every filter's slice over this rank's input channels: [F, C/tp, k, k].
+          const spec::ChannelBlock channels = spec::channel_block(c.in.c, tp, rank);
+          const int64_t in_c = c.in.c;
+          normal(
+              c.name + ".weight", l, {c.out.c, channels.count, c.k, c.k}, std_dev,
+              [=](int64_t i) {
+                const int64_t f = i / (channels.count * window),
+                              rest = i % (channels.count * window);
+                return (f * in_c + channels.begin) * window + rest;
+              },
+              false);
+        } else {
+          // This rank's block of whole filters: [F/tp, C, k, k].
+          const int64_t offset = filters.begin * c.in.c * window;
+          normal(
+              c.name + ".weight", l, {filters.count, c.in.c, c.k, c.k}, std_dev,
+              [=](int64_t i) { return offset + i; }, false);
+        }
+        // Biases and batch norms follow the output's channels: this rank's filter block.
+        if (c.bias) constant(c.name + ".bias", l, filters.count, 0.0f, false);
         if (c.bn) {
-          constant(c.name + ".bn.weight", l, c.out.c, 1.0f);
-          constant(c.name + ".bn.bias", l, c.out.c, 0.0f);
+          constant(c.name + ".bn.weight", l, filters.count, 1.0f, false);
+          constant(c.name + ".bn.bias", l, filters.count, 0.0f, false);
         }
       }
       if (u.kind == CnnLayerKind::kFc) {
-        // The classifier starts small, so that the first loss is near log(classes).
-        normal(u.name + ".fc.weight", l, {u.in.c, u.out.c},
-               u.last ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in.c)));
-        if (u.bias) constant(u.name + ".fc.bias", l, u.out.c, 0.0f);
+        // The classifier starts small, so that the first loss is near log(classes). Behind a
+        // channel split the fc holds the rows of its rank's channels; later fcs are whole.
+        const float std_dev = u.last ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in.c));
+        if (u.fc_reads_split && tp > 1) {
+          const int64_t rows = u.in.c / tp, offset = rank * rows * u.out.c;
+          normal(
+              u.name + ".fc.weight", l, {rows, u.out.c}, std_dev,
+              [=](int64_t i) { return offset + i; }, false);
+        } else {
+          normal(u.name + ".fc.weight", l, {u.in.c, u.out.c}, std_dev, same, true);
+        }
+        if (u.bias) constant(u.name + ".fc.bias", l, u.out.c, 0.0f, true);
       }
     }
     store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
@@ -199,7 +253,16 @@ class CnnStage : public StageModel {
     return l;
   }
   double grad_square_sum(int64_t begin, int64_t end) override {
-    return end > begin ? ctx_.backend->sum_squares(store_->grads().rows(begin, end - begin)) : 0.0;
+    if (end <= begin) return 0.0;
+    if (ctx_.groups->tp_rank == 0)
+      return ctx_.backend->sum_squares(store_->grads().rows(begin, end - begin));
+    // Tensors whole on every tp rank count on the first only.
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const Param& p : store_->params()) {
+      const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.grad.numel());
+      if (!p.tp_replicated && lo < hi) spans.emplace_back(lo, hi - lo);
+    }
+    return ctx_.backend->sum_squares_spans(store_->grads(), spans);
   }
 
   Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t /*chunk: always 0*/) override {
@@ -234,9 +297,10 @@ class CnnStage : public StageModel {
 
  private:
   std::vector<int64_t> shape_of(MapShape s, bool split) const {
-    if (!split) return {o_.micro_batch, s.c, s.h, s.w};
+    const int64_t c = s.whole ? s.c : s.c / ctx_.groups->tp_size;
+    if (!split) return {o_.micro_batch, c, s.h, s.w};
     const Region b = exchange_.block(s.h, s.w);
-    return {o_.micro_batch, s.c, b.rows.size(), b.cols.size()};
+    return {o_.micro_batch, c, b.rows.size(), b.cols.size()};
   }
   Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
   Tensor empty(MapShape s, bool split) const { return empty(shape_of(s, split)); }
@@ -314,12 +378,68 @@ class CnnStage : public StageModel {
     return scratch_.rows(0, p.grad.numel()).view(p.grad.shape());
   }
 
+  bool channel_split() const { return ctx_.groups->tp_size > 1; }
+  bool stationary(const ConvUnit& c, spec::ChannelAlgorithm a) const {
+    return channel_split() && c.algorithm == a;
+  }
+  // A map with every channel, as this rank's blocks pack it for a collective over tp: block r of
+  // every sample, then block r + 1 (Communicator::reduce_scatter and all_gather go by rank).
+  void reduce_scatter_channels(const std::string& name, const Tensor& whole, Tensor& mine,
+                               int32_t layer, Phase phase, int64_t mb) {
+    const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
+    std::vector<float> packed(static_cast<size_t>(whole.numel()));
+    for (int64_t r = 0; r < tp; ++r)
+      for (int64_t b = 0; b < samples; ++b)
+        std::copy_n(whole.data() + (b * tp + r) * per, per,
+                    packed.data() + (r * samples + b) * per);
+    auto s = ctx_.recorder->scope(ctx_.comm(name, OpClass::kReduceScatter, Stream::kTpComm,
+                                            whole.numel() * 4, tp, phase, layer, mb));
+    ctx_.groups->tp->reduce_scatter(packed.data(), mine.data(), mine.numel());
+  }
+  void all_gather_channels(const std::string& name, const Tensor& mine, Tensor& whole,
+                           int32_t layer, Phase phase, int64_t mb) {
+    const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
+    std::vector<float> packed(static_cast<size_t>(whole.numel()));
+    {
+      auto s = ctx_.recorder->scope(ctx_.comm(name, OpClass::kAllGather, Stream::kTpComm,
+                                              whole.numel() * 4, tp, phase, layer, mb));
+      ctx_.groups->tp->all_gather(mine.data(), packed.data(), mine.numel());
+    }
+    for (int64_t r = 0; r < tp; ++r)
+      for (int64_t b = 0; b < samples; ++b)
+        std::copy_n(packed.data() + (r * samples + b) * per, per,
+                    whole.data() + (b * tp + r) * per);
+  }
+  // Inputs of an fc this rank holds: a block of the flattened rows behind a channel split.
+  int64_t fc_rows(const Unit& u) const {
+    return u.fc_reads_split && channel_split() ? u.in.c / ctx_.groups->tp_size : u.in.c;
+  }
+  static MapShape all_channels(MapShape s) {
+    s.whole = true;
+    return s;
+  }
+
   Tensor forward_conv(const ConvUnit& c, const Tensor& x, bool split, int32_t layer, int64_t mb,
                       ConvCache& cache) {
     Backend& be = *ctx_.backend;
-    cache.window = window_input(c.name, c.window(), x, 0.0f, layer, Phase::kFwd, mb);
+    Tensor input = x;
+    if (stationary(c, spec::ChannelAlgorithm::kStationaryY)) {
+      input = empty(all_channels(c.in), split);
+      all_gather_channels(c.name + ".channel_all_gather", x, input, layer, Phase::kFwd, mb);
+    }
+    cache.window = window_input(c.name, c.window(), input, 0.0f, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
-    {
+    if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
+      // Partial sums of every filter over this rank's channels, reduce-scattered by filter.
+      Tensor partial = empty(all_channels(c.out), split);
+      {
+        auto s = op(c.name, layer, Phase::kFwd, mb);
+        conv::conv2d(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
+      }
+      reduce_scatter_channels(c.name + ".filter_reduce_scatter", partial, cache.z, layer,
+                              Phase::kFwd, mb);
+      if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
+    } else {
       auto s = op(c.name, layer, Phase::kFwd, mb);
       conv::conv2d(cache.window, param(c.name + ".weight").compute,
                    c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
@@ -396,18 +516,37 @@ class CnnStage : public StageModel {
       }
       d = dz;
     }
+    // The image is whole on every rank: a convolution reading it needs no input gradient
+    // (spec::channel_split_problem keeps it first).
+    SEXTANT_CHECK(!input_gradient || !stationary(c, spec::ChannelAlgorithm::kWholeInput),
+                  "{}: an input gradient of a whole map under a channel split", c.name);
+    Tensor db = c.bias ? grad_of(param(c.name + ".bias"), u) : Tensor();
+    if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
+      // Every filter's gradient, for this rank's slice of every filter.
+      Tensor whole = empty(all_channels(c.out), split);
+      all_gather_channels(c.name + ".filter_all_gather", d, whole, layer, Phase::kBwd, mb);
+      if (c.bias) conv::channel_bias_backward(d, db);
+      d = whole;
+    }
+    const bool bias_in_conv = c.bias && !stationary(c, spec::ChannelAlgorithm::kStationaryX);
     Tensor dwindow;
     if (input_gradient) dwindow = empty(cache.window.shape());
     {
       auto s = op(c.name, layer, Phase::kBwd, mb);
       Tensor dw = grad_of(param(c.name + ".weight"), u);
-      Tensor db = c.bias ? grad_of(param(c.name + ".bias"), u) : Tensor();
       conv::conv2d_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
-                            input_gradient ? &dwindow : nullptr, dw, c.bias ? &db : nullptr);
+                            input_gradient ? &dwindow : nullptr, dw, bias_in_conv ? &db : nullptr);
     }
     cache.window = Tensor();
     if (!input_gradient) return Tensor();
-    return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
+    if (!stationary(c, spec::ChannelAlgorithm::kStationaryY))
+      return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
+    // This rank's filters' share of every input channel's gradient, reduce-scattered by channel.
+    Tensor whole =
+        window_gradient(c.name, c.window(), dwindow, all_channels(c.in), split, layer, mb);
+    Tensor dx = empty(c.in, split);
+    reduce_scatter_channels(c.name + ".channel_reduce_scatter", whole, dx, layer, Phase::kBwd, mb);
+    return dx;
   }
 
   Tensor forward_unit(const Unit& u, const Tensor& x, const MicroBatch& mb, UnitCache& cache) {
@@ -450,18 +589,28 @@ class CnnStage : public StageModel {
         return y;
       }
       case CnnLayerKind::kFc: {
-        Tensor flat = x.view({o_.micro_batch, u.in.c});
+        Tensor flat = x.view({o_.micro_batch, fc_rows(u)});
         cache.x = flat;
         Tensor y = empty({o_.micro_batch, u.out.c});
+        // Behind a channel split: this rank's rows' partial product, all-reduced; the bias is
+        // added once, by tp rank 0.
+        const bool partial = u.fc_reads_split && channel_split();
+        const bool add_bias = u.bias && (!partial || ctx_.groups->tp_rank == 0);
         {
           auto s = op(u.name + ".fc", u.layer, Phase::kFwd, m);
           be.matmul(flat, param(u.name + ".fc.weight").compute,
-                    u.bias ? &param(u.name + ".fc.bias").compute : nullptr, y);
+                    add_bias ? &param(u.name + ".fc.bias").compute : nullptr, y);
+        }
+        if (partial) {
+          auto s = ctx_.recorder->scope(ctx_.comm(u.name + ".fc.all_reduce", OpClass::kAllReduce,
+                                                  Stream::kTpComm, y.numel() * 4,
+                                                  ctx_.groups->tp_size, Phase::kFwd, u.layer, m));
+          ctx_.groups->tp->all_reduce(y.data(), y.numel());
         }
         cache.pre = y;
         if (u.relu) {
           Tensor a = empty({o_.micro_batch, u.out.c});
-          auto s = op(u.name + ".fc.relu", u.layer, Phase::kFwd, m);
+          auto s = op(u.name + ".relu", u.layer, Phase::kFwd, m);
           be.relu(y, a);
           y = a;
         }
@@ -523,8 +672,8 @@ class CnnStage : public StageModel {
             split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
         Tensor dx = empty(u.in, split);
         auto s = op(u.name + ".pool", u.layer, Phase::kBwd, m);
-        conv::adaptive_avg_pool_backward(dout.view({o_.micro_batch, u.out.c, u.out.h, u.out.w}),
-                                         own.rows, own.cols, u.in.h, u.in.w, dx);
+        conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own.rows, own.cols,
+                                         u.in.h, u.in.w, dx);
         return dx;
       }
       case CnnLayerKind::kFc: {
@@ -539,11 +688,11 @@ class CnnStage : public StageModel {
         }
         if (u.relu) {
           Tensor dr = empty({o_.micro_batch, u.out.c});
-          auto s = op(u.name + ".fc.relu", u.layer, Phase::kBwd, m);
+          auto s = op(u.name + ".relu", u.layer, Phase::kBwd, m);
           be.relu_backward(cache.pre, d, dr);
           d = dr;
         }
-        Tensor dx = empty({o_.micro_batch, u.in.c});
+        Tensor dx = empty({o_.micro_batch, fc_rows(u)});
         auto s = op(u.name + ".fc", u.layer, Phase::kBwd, m);
         Tensor dw = grad_of(param(u.name + ".fc.weight"), u);
         Tensor db = u.bias ? grad_of(param(u.name + ".fc.bias"), u) : Tensor();

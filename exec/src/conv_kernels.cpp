@@ -133,6 +133,29 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t
   }
 }
 
+void add_channel_bias(Tensor& y, const Tensor& bias) {
+  const Dims d = dims(y);
+  const int64_t plane = d.h * d.w;
+  for (int64_t b = 0; b < d.b; ++b)
+    for (int64_t c = 0; c < d.c; ++c) {
+      float* p = y.data() + (b * d.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] += bias.data()[c];
+    }
+}
+
+void channel_bias_backward(const Tensor& dy, Tensor& db) {
+  const Dims d = dims(dy);
+  const int64_t plane = d.h * d.w;
+  for (int64_t c = 0; c < d.c; ++c) {
+    double s = 0;
+    for (int64_t b = 0; b < d.b; ++b) {
+      const float* p = dy.data() + (b * d.c + c) * plane;
+      for (int64_t i = 0; i < plane; ++i) s += p[i];
+    }
+    db.data()[c] += static_cast<float>(s);
+  }
+}
+
 void channel_sums(const Tensor& x, std::vector<double>& sums) {
   const Dims d = dims(x);
   sums.assign(static_cast<size_t>(2 * d.c), 0.0);

@@ -141,7 +141,7 @@ class Trainer {
                                                            Phase phase, int64_t mb, int peer,
                                                            int tag) {
     Groups& g = *ctx_.groups;
-    const int64_t parts = models::pipeline_transfer_parts(plan_, t.numel());
+    const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
     const int64_t n = t.numel() / parts;
     Tensor piece = t.view({t.numel()}).rows(parts > 1 ? g.tp_rank * n : 0, n);
     auto s = ctx_.recorder->scope(p2p(name, OpClass::kSend, Stream::kPpSend, n, phase, mb));
@@ -151,7 +151,7 @@ class Trainer {
   void receive(Tensor& t, const char* name, Phase phase, int64_t mb, int peer, int tag) {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
-    const int64_t parts = models::pipeline_transfer_parts(plan_, t.numel());
+    const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
     if (parts == 1) {
       auto s =
           ctx_.recorder->scope(p2p(name, OpClass::kRecv, Stream::kPpRecv, t.numel(), phase, mb));

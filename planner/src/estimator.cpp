@@ -373,7 +373,8 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   if (plan.pp > 1) {
     int64_t boundary = stages.entries.front().footprint.boundary;
     // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
-    boundary /= models::pipeline_transfer_parts(plan, boundary / spec::dtype_bytes(lowered.dtype));
+    boundary /=
+        models::pipeline_transfer_parts(plan, lowered, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
     const spec::PipelineDrain* drain = dp ? &dp->drain : nullptr;
     const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};

@@ -336,12 +336,15 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       for (int64_t pp : divisors(sample_groups / tp)) {
         const int64_t dp = sample_groups / (tp * pp);
         ++out.considered;
-        if (!transformer && tp > 1) {
-          reject("tensor parallelism needs a transformer");
+        // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp); not
+        // together with a spatial split, and not an MLP.
+        if (tp > 1 && (m.kind() == spec::ModelKind::kMlp || split_ranks > 1)) {
+          reject(split_ranks > 1 ? "tp with a spatial split" : "tensor parallelism of an MLP");
           continue;
         }
-        if (transformer && !spec::tensor_parallel_problem(m, tp).empty()) {
-          reject("tp does not divide the heads or the MLP");
+        if (!spec::tensor_parallel_problem(m, tp).empty()) {
+          reject(transformer ? "tp does not divide the heads or the MLP"
+                             : "tp does not divide the channels");
           continue;
         }
         if (tp > r.cluster.devices_per_node && !r.allow_tp_across_nodes) {
@@ -409,7 +412,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               if (r.cluster.host && zero == 3) offloads.push_back(2);
               if (offloads.empty()) continue;
               for (bool sp : {false, true}) {
-                if (sp && tp == 1) continue;
+                // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
+                if (sp && (tp == 1 || !transformer)) continue;
                 if (sp && transformer &&
                     !spec::sequence_parallel_problem(r.seq_len.value_or(m.transformer().seq_len),
                                                      tp)

@@ -243,7 +243,7 @@ class StageBuilder {
   }
   // The parts it travels in (models::pipeline_transfer_parts: Megatron's scatter/gather).
   int64_t transfer_parts(int64_t bytes) const {
-    return models::pipeline_transfer_parts(plan_, bytes / elem_bytes_);
+    return models::pipeline_transfer_parts(plan_, lowered_, bytes / elem_bytes_);
   }
 
   void receive(PeerSlot from, int64_t full, Phase phase, int64_t mb, int32_t layer) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <numeric>
 
+#include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -489,6 +490,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   }
   if (std::string problem = spatial_split_problem(model, p.spatial); !problem.empty())
     add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
+  if (p.spatial.any() && p.tp > 1)
+    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w),
+        "a spatial split with a channel split (tp > 1) is not modelled: use one of them");
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),
@@ -528,6 +532,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
       add("tp", std::to_string(p.tp), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
+    if (p.sequence_parallel)
+      add("sequence_parallel", "true",
+          "applies to transformers (their sequence): use false for MLPs and CNNs");
     // The simulator and the executor re-run transformer blocks only (models::layer_recompute);
     // an MLP's or a CNN's layers keep their activations.
     if (p.recompute != Recompute::kNone)
@@ -539,8 +546,10 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
 
 std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp) {
   if (tp == 1) return "";
+  if (model.kind() == ModelKind::kCnn) return channel_split_problem(model.cnn(), tp);
   if (!model.is_transformer())
-    return "tensor parallelism applies to transformers only: use tp = 1 for MLPs and CNNs";
+    return "tensor parallelism applies to transformers (heads) and CNNs (channels): use tp = 1 "
+           "for MLPs";
   const TransformerSpec& t = model.transformer();
   std::vector<std::string> parts;
   if (t.heads % tp != 0) parts.push_back(fmt::format("the {} attention heads", t.heads));

@@ -77,6 +77,17 @@ expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk o
   --compression gzip
 expect_error "--compression = topk:ratio: expected kind[:knob=value,...]" "$sextant" simulate \
   --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression topk:ratio
+# Channel splits (tp for CNNs): tp divides every convolution's channels, not with a spatial split,
+# not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
+expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
+  --model resnet50 --cluster dgx-a100 --dp 1 --tp 3 --global-batch 2
+expect_error "/spatial = 2x1: a spatial split with a channel split (tp > 1) is not modelled" \
+  "$sextant" simulate --model resnet-tiny --cluster local-cpu --dp 1 --tp 2 --global-batch 2 \
+  --spatial 2
+expect_error "/tp = 2: tensor parallelism applies to transformers (heads) and CNNs (channels)" \
+  "$sextant" simulate --model mlp-small --cluster local-cpu --dp 1 --tp 2 --global-batch 2
+expect_error "/sequence_parallel = true: applies to transformers" "$sextant" simulate \
+  --model resnet-tiny --cluster local-cpu --dp 1 --tp 2 --sp --global-batch 2
 # Spatial splits: CNNs only, a grid the model's maps can take, the rank count (spec/spatial_split.cpp).
 expect_error "/spatial = 2x1: applies to CNNs only" "$sextant" simulate --model gpt-tiny \
   --cluster local-cpu --dp 1 --global-batch 2 --spatial 2

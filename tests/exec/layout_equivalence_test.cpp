@@ -160,6 +160,37 @@ spec::ModelSpec tiny_cnn() {
   return m;
 }
 
+// A VGG-style net: convolutions with biases and no batch norm, a 2x2 max pool, an adaptive pool to
+// 2x2 and two fc layers (ReLU between). Under tp 2 its 8->8 convolution runs stationary-x (the
+// bias added after the reduce-scatter), its 8->16 one stationary-y, the first fc reads split rows
+// and the second is whole.
+spec::ModelSpec tiny_vgg() {
+  spec::ModelSpec m;
+  m.name = "vgg-test";
+  spec::CnnSpec c;
+  c.in_channels = 3;
+  c.height = c.width = 12;
+  using K = spec::CnnLayerKind;
+  auto conv = [](int64_t out) {
+    spec::CnnLayer l{K::kConv, out};
+    l.kernel = 3;
+    l.padding = 1;
+    l.bias = l.relu = true;
+    return l;
+  };
+  spec::CnnLayer pool{K::kMaxPool};
+  pool.kernel = pool.stride = 2;
+  spec::CnnLayer gap{K::kAdaptiveAvgPool};
+  gap.output = 2;
+  spec::CnnLayer fc1{K::kFc}, fc2{K::kFc};
+  fc1.out_features = 32;
+  fc1.bias = fc1.relu = fc2.bias = true;
+  fc2.out_features = 10;
+  c.layers = {conv(8), conv(8), pool, conv(16), gap, fc1, fc2};
+  m.body = c;
+  return m;
+}
+
 spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = false,
                    spec::Schedule schedule = spec::Schedule::k1F1B) {
   spec::Plan p;
@@ -221,7 +252,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn };
+enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg };
 
 struct Layout {
   const char* name;
@@ -239,6 +270,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_gpt_odd_vocab();
     case Net::kCnn:
       return tiny_cnn();
+    case Net::kVgg:
+      return tiny_vgg();
     case Net::kGpt:
       break;
   }
@@ -252,7 +285,7 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
 
 // CNNs run on CPU ranks in fp32 only.
 bool runs_here(Net n) {
-  return n != Net::kCnn || (!on_cuda() && !in_bf16());
+  return (n != Net::kCnn && n != Net::kVgg) || (!on_cuda() && !in_bf16());
 }
 
 spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
@@ -317,6 +350,15 @@ std::vector<Layout> layouts() {
       {"cnn_dp2_hw2x2", split(plan_of(2, 1, 1), 2, 2), Net::kCnn},
       {"cnn_pp2_hw2x2", split(plan_of(1, 1, 2), 2, 2), Net::kCnn},
       {"cnn_dp2_pp2_hw2x1", split(plan_of(2, 1, 2), 2, 1), Net::kCnn},
+      // Channel and filter parallelism (tp for CNNs: stationary-x and -y chosen per layer).
+      {"cnn_tp2", plan_of(1, 2, 1), Net::kCnn},
+      {"vgg_tp2", plan_of(1, 2, 1), Net::kVgg},
+      {"vgg_hw2x1", split(plan_of(1, 1, 1), 2, 1), Net::kVgg},
+      {"cnn_tp4", plan_of(1, 4, 1), Net::kCnn},
+      {"vgg_tp2_pp2", plan_of(1, 2, 2), Net::kVgg},
+      {"cnn_dp2_tp2", plan_of(2, 2, 1), Net::kCnn},
+      {"cnn_dp2_tp2_pp2", plan_of(2, 2, 2), Net::kCnn},
+      {"vgg_tp4_pp2", plan_of(1, 4, 2), Net::kVgg},
   };
 }
 

@@ -593,7 +593,7 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   EXPECT_GT(split, 0);
   // The estimator prices a split as the simulator does.
   SearchRequest pinned = r;
-  pinned.constraints = {parse_constraint("pp=1")};
+  pinned.constraints = {parse_constraint("pp=1"), parse_constraint("tp=1")};
   SearchOptions o;
   o.top_k = 3;
   const SearchResult s = search(pinned, o);
@@ -610,6 +610,38 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
     EXPECT_LE(bounded.plan(i).spatial.ranks(), 2) << bounded.plan(i).name();
   const Enumeration gpt = enumerate_plans(request("gpt2-124m", 8, 64));
   EXPECT_EQ(gpt.spatial_splits.size(), 1u);
+}
+
+TEST(Planner, ChannelSplitsAreSearchedForCnns) {
+  // ResNet-50's convolutions have 64 to 2048 channels: every tp up to a node of 8 divides them.
+  // tp never joins a spatial split, and the estimator prices a channel split as the simulator.
+  SearchRequest r = request("resnet50", 8, 8);
+  const Enumeration all = enumerate_plans(r);
+  std::set<int64_t> tps;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const spec::Plan p = all.plan(i);
+    tps.insert(p.tp);
+    if (p.tp > 1) {
+      EXPECT_FALSE(p.spatial.any()) << p.name();
+      EXPECT_FALSE(p.sequence_parallel) << p.name();
+      EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+    }
+  }
+  EXPECT_EQ(tps, (std::set<int64_t>{1, 2, 4, 8}));
+  SearchRequest pinned = r;
+  pinned.constraints = {parse_constraint("tp=8")};
+  SearchOptions o;
+  o.top_k = 1;
+  const SearchResult s = search(pinned, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_EQ(best.tp, 8);
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.05 * simulated);
+  // An MLP is never split.
+  for (size_t i = 0; i < enumerate_plans(request("mlp-small", 8, 64)).size(); ++i)
+    EXPECT_EQ(enumerate_plans(request("mlp-small", 8, 64)).plan(i).tp, 1);
 }
 
 }  // namespace

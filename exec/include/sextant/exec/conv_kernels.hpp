@@ -27,6 +27,11 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride, Tensor* dx,
                      Tensor& dw, Tensor* db);
 
+// y[b, c, ...] += bias[c], and its backward db[c] += sums of dy[., c, ...] (a convolution whose
+// bias is added after its partial sums are reduced).
+void add_channel_bias(Tensor& y, const Tensor& bias);
+void channel_bias_backward(const Tensor& dy, Tensor& db);
+
 // Batch normalisation, training mode (batch statistics, biased variance, eps 1e-5, as PyTorch's
 // BatchNorm2d normalises in training).
 constexpr double kBatchNormEps = 1e-5;

@@ -126,6 +126,10 @@ struct LoweredModel {
   // Rows of the embedding table / output layer each tensor-parallel rank holds, padding included
   // (models::vocab_shard); 0 for models without a vocabulary.
   int64_t vocab_shard = 0;
+  // Whether the tp ranks each hold a different part of the activations between layers (a CNN's
+  // channel blocks) rather than the whole of them (a transformer's, unless sequence parallelism
+  // splits them; then Plan::sequence_parallel says so).
+  bool tp_splits_activations = false;
 };
 
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if
@@ -152,9 +156,11 @@ std::vector<spec::Recompute> layer_recompute(const spec::Plan& plan, const Lower
 // Megatron's scatter/gather of pipeline transfers (Narayanan et al., SC'21 §4.1): with tensor
 // parallelism and no sequence parallelism every tp rank holds the whole activation, so each sends
 // 1/tp of it and the receivers all-gather it over their tp group. The parts an activation (or
-// its gradient) of `elements` per rank travels in: tp, or 1 when it is sent whole (sequence
-// parallelism already splits it; Megatron too sends whole what tp does not divide).
-int64_t pipeline_transfer_parts(const spec::Plan& plan, int64_t elements);
+// its gradient) of `elements` per rank travels in: tp, or 1 when each rank sends its own
+// (sequence parallelism or a CNN's channel split already splits it; Megatron too sends whole what
+// tp does not divide).
+int64_t pipeline_transfer_parts(const spec::Plan& plan, const LoweredModel& lowered,
+                                int64_t elements);
 
 // A gradient bucket of one pipeline stage: gradients reduced together over the data-parallel
 // group (all-reduced, or reduce-scattered and later all-gathered under ZeRO-1/2).

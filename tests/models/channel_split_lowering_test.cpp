@@ -1,0 +1,134 @@
+// A CNN whose channels are split over tp ranks (spec/channel_split.hpp), as the lowering gives
+// it: each convolution's algorithm, collectives, FLOPs and parameters counted by hand.
+#include <gtest/gtest.h>
+
+#include "expect_input_error.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/spec/channel_split.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::models {
+namespace {
+
+const Op* find(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+// 3 -> 8 -> 8 -> 16 channels of 3x3 convolutions (padding 1) on 8x8 images, then a global pool
+// and an fc to 10 classes.
+spec::ModelSpec three_convs() {
+  spec::ModelSpec m;
+  m.name = "three-convs";
+  spec::CnnSpec c;
+  c.in_channels = 3;
+  c.height = c.width = 8;
+  auto conv = [](int64_t out) {
+    spec::CnnLayer l{spec::CnnLayerKind::kConv, out};
+    l.kernel = 3;
+    l.padding = 1;
+    l.batch_norm = l.relu = true;
+    return l;
+  };
+  spec::CnnLayer gap{spec::CnnLayerKind::kAdaptiveAvgPool};
+  spec::CnnLayer fc{spec::CnnLayerKind::kFc};
+  fc.out_features = 10;
+  fc.bias = true;
+  c.layers = {conv(8), conv(8), conv(16), gap, fc};
+  m.body = c;
+  return m;
+}
+
+LoweredModel lower_tp(int64_t tp) {
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = tp;
+  return lower(three_convs(), o);
+}
+
+TEST(ChannelSplit, AlgorithmAndBlocks) {
+  using A = spec::ChannelAlgorithm;
+  EXPECT_EQ(spec::channel_algorithm(true, 100, 10), A::kWholeInput);
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 100), A::kStationaryX);  // ties: x
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 200), A::kStationaryY);
+  EXPECT_EQ(spec::channel_block(16, 4, 3).begin, 12);
+  EXPECT_EQ(spec::channel_block(16, 4, 3).count, 4);
+  const spec::ModelSpec model = three_convs();
+  const spec::CnnSpec& c = model.cnn();
+  EXPECT_EQ(spec::channel_split_problem(c, 8), "");
+  EXPECT_NE(spec::channel_split_problem(c, 16).find("must divide the 8 channels of layer 0"),
+            std::string::npos);
+  spec::CnnSpec pooled_first = c;
+  pooled_first.layers.insert(pooled_first.layers.begin(),
+                             spec::CnnLayer{spec::CnnLayerKind::kMaxPool});
+  EXPECT_NE(spec::channel_split_problem(pooled_first, 2).find("starts with a conv"),
+            std::string::npos);
+  // The plan check asks it, and refuses a channel split with a spatial one; MLPs still refuse tp.
+  spec::Plan plan;
+  plan.tp = 32;
+  plan.global_batch = 8;
+  plan.micro_batch = 8;
+  EXPECT_INPUT_ERROR(spec::validate_plan(plan, three_convs(), 32, "p"), "must divide");
+  plan.tp = 2;
+  plan.spatial = {2, 1};
+  EXPECT_INPUT_ERROR(spec::validate_plan(plan, three_convs(), 4, "p"), "channel split");
+}
+
+TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
+  const LoweredModel whole = lower_tp(1), split = lower_tp(2);
+  // Layer 0 reads the image, whole on every rank: each computes 4 of the 8 filters, no
+  // collective, half the FLOPs: 2 M N K = 2 (2 x 64) 4 (3 x 9).
+  const Op* stem = find(split.layers[0].forward, "layer0.conv");
+  ASSERT_NE(stem, nullptr);
+  EXPECT_DOUBLE_EQ(stem->flops, 2.0 * 128 * 4 * 27);
+  EXPECT_EQ(split.layers[0].forward.size(), whole.layers[0].forward.size());
+  // Layer 1, 8 -> 8 channels: the output is no larger than the input, so stationary-x: every
+  // filter over this rank's 4 input channels (K = 4 x 9), then the whole output (2 x 8 x 64 fp32)
+  // reduce-scattered; backward all-gathers its gradient.
+  const Op* conv1 = find(split.layers[1].forward, "layer1.conv");
+  ASSERT_NE(conv1, nullptr);
+  EXPECT_DOUBLE_EQ(conv1->flops, 2.0 * 128 * 8 * 36);
+  const Op* rs = find(split.layers[1].forward, "layer1.conv.filter_reduce_scatter");
+  ASSERT_NE(rs, nullptr);
+  EXPECT_EQ(rs->collective, spec::CollectiveKind::kReduceScatter);
+  EXPECT_EQ(rs->bytes, 2 * 8 * 64 * 4);
+  const Op* ag = find(split.layers[1].backward, "layer1.conv.filter_all_gather");
+  ASSERT_NE(ag, nullptr);
+  EXPECT_EQ(ag->bytes, 2 * 8 * 64 * 4);
+  EXPECT_EQ(find(split.layers[1].backward, "layer1.conv.filter_reduce_scatter"), nullptr);
+  // Layer 2, 8 -> 16 channels: the input is smaller, so stationary-y: the input (2 x 8 x 64)
+  // all-gathered, 8 whole filters per rank (N = 8, K = 8 x 9); backward reduce-scatters the
+  // input gradient.
+  const Op* g = find(split.layers[2].forward, "layer2.conv.channel_all_gather");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->bytes, 2 * 8 * 64 * 4);
+  EXPECT_DOUBLE_EQ(find(split.layers[2].forward, "layer2.conv")->flops, 2.0 * 128 * 8 * 72);
+  ASSERT_NE(find(split.layers[2].backward, "layer2.conv.channel_reduce_scatter"), nullptr);
+  // Batch norm, ReLU and the pool work on the rank's 8 of 16 channels: half the bytes.
+  EXPECT_EQ(find(split.layers[2].forward, "layer2.conv.bn")->bytes,
+            find(whole.layers[2].forward, "layer2.conv.bn")->bytes / 2);
+  // The fc reads 8 of the 16 pooled features per sample and all-reduces its 2 x 10 partial
+  // logits, forward only (the logits' gradient is whole on every rank).
+  const Op* fc = find(split.layers[4].forward, "layer4.fc");
+  EXPECT_DOUBLE_EQ(fc->flops, 2.0 * 2 * 10 * 8);
+  const Op* sums = find(split.layers[4].forward, "layer4.fc.all_reduce");
+  ASSERT_NE(sums, nullptr);
+  EXPECT_EQ(sums->bytes, 2 * 10 * 4);
+  EXPECT_EQ(find(split.layers[4].backward, "layer4.fc.all_reduce"), nullptr);
+  // Parameters per rank: each convolution's weights, biases and batch norm halved; the fc's
+  // weight rows halved, its bias whole. The layers' totals are the unsplit model's.
+  EXPECT_EQ(split.layers[1].params, (8 * 8 * 9 + 2 * 8) / 2);
+  EXPECT_EQ(split.layers[4].params, 8 * 10 + 10);
+  for (size_t l = 0; l < whole.layers.size(); ++l)
+    EXPECT_EQ(split.layers[l].params_total, whole.layers[l].params) << l;
+  // Stage boundaries hold each rank's own channels: sent as they are, never scattered/gathered.
+  EXPECT_TRUE(split.tp_splits_activations);
+  spec::Plan plan;
+  plan.tp = 2;
+  EXPECT_EQ(pipeline_transfer_parts(plan, split, 1024), 1);
+}
+
+}  // namespace
+}  // namespace sextant::models
