@@ -13,9 +13,9 @@ step_ms() {
 import json, sys
 r = json.load(sys.stdin)
 b = r["breakdown_s"]
-print("%9.1f ms  compute %7.1f  dp %5.1f  spatial %5.1f ms  activations %6.2f GiB" % (
+print("%9.1f ms  compute %7.1f  dp %5.1f  spatial %5.1f  tp %5.1f ms  activations %6.2f GiB" % (
     1e3 * r["step_time_s"], 1e3 * b["compute"], 1e3 * b["dp_comm_exposed"],
-    1e3 * b["spatial_comm_exposed"], r["memory"]["activations"] / 2**30))'
+    1e3 * b["spatial_comm_exposed"], 1e3 * b["tp_comm_exposed"], r["memory"]["activations"] / 2**30))'
 }
 
 echo "ResNet-50, mini-batch 8192 on lassen-v100: N GPUs of data parallelism against 4N GPUs of"
@@ -43,6 +43,16 @@ for batch in 8192 512; do
 done
 
 echo
+echo "Channel and filter splits (tp on a CNN, Dryden et al., SC'19): 16 replicas of 32 images,"
+echo "mini-batch 512, fp32, each replica's channels split over tp GPUs (stationary-x/y per layer)"
+for model in resnet50 wrn50-2; do
+  for tp in 1 2 4; do
+    printf '%-9s tp%-2s %4d GPUs %s\n' "$model" "$tp" "$((16 * tp))" \
+      "$(step_ms --model "$model" --cluster lassen-v100 --dtype fp32 --dp 16 --tp "$tp" \
+        --micro-batch 32 --global-batch 512)"
+  done
+done
+
 echo "Images too large for one GPU: ResNet-50 on 4096x4096 images (a 334x larger map than 224x224),"
 echo "one image per replica, fp16, the 4 GPUs of a lassen-v100 node"
 python3 - "$tmp/resnet50-4k.json" "$(dirname "$0")/../models/zoo/resnet50.json" <<'PY'
@@ -52,14 +62,16 @@ m["name"] = "resnet50-4096px"
 m["cnn"]["input"]["height"] = m["cnn"]["input"]["width"] = 4096
 json.dump(m, open(sys.argv[1], "w"))
 PY
-for split in 1x1 2x1 2x2; do
-  dp=$((4 / (${split%x*} * ${split#*x})))
+for layout in "1x1 1" "2x1 1" "2x2 1" "1x1 4"; do
+  split=${layout% *}
+  tp=${layout#* }
+  dp=$((4 / (${split%x*} * ${split#*x} * tp)))
   "$sextant" simulate --json --model "$tmp/resnet50-4k.json" --cluster lassen-v100 --dp "$dp" \
-    --global-batch "$dp" --spatial "$split" | python3 -c '
+    --tp "$tp" --global-batch "$dp" --spatial "$split" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
 m = r["memory"]
-print("%s  %6.2f images/s  step %7.1f ms  peak %5.1f GiB of %4.1f  %s" % (sys.argv[1],
+print("%s tp%s  %6.2f images/s  step %7.1f ms  peak %5.1f GiB of %4.1f  %s" % (sys.argv[1], sys.argv[2],
     r["samples_per_s"], 1e3 * r["step_time_s"], m["peak_bytes"] / 2**30,
-    m["capacity_bytes"] / 2**30, "fits" if m["fits"] else "does not fit"))' "$split"
+    m["capacity_bytes"] / 2**30, "fits" if m["fits"] else "does not fit"))' "$split" "$tp"
 done
