@@ -369,6 +369,22 @@ TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
   }
 }
 
+TEST_F(Kernels, ChannelBias) {
+  // y[b, c, i] = y0[b, c, i] + bias[c]; db[c] = the sum of dy over its samples and pixels.
+  Tensor y0 = random({2, 3, 2, 2}), bias = random({3}), c = random({2, 3, 2, 2});
+  Tensor y = be->empty(y0.shape());
+  auto loss = [&] {
+    be->copy(y0, y);
+    conv::add_channel_bias(y, bias);
+    return dot(y, c);
+  };
+  loss();
+  EXPECT_FLOAT_EQ(y.data()[5], y0.data()[5] + bias.data()[1]);  // sample 0, channel 1
+  Tensor db = be->zeros({3});
+  conv::channel_bias_backward(c, db);
+  expect_gradient(bias, db, loss, "channel bias");
+}
+
 TEST_F(Kernels, BatchNormTrainingMode) {
   Tensor x = random({3, 2, 4, 5}, 2.0f), gamma = random({2}), beta = random({2});
   Tensor c = random({3, 2, 4, 5}), y = be->empty(x.shape());
