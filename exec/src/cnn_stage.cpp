@@ -216,7 +216,7 @@ class CnnStage : public StageModel {
         // The classifier starts small, so that the first loss is near log(classes). Behind a
         // channel split the fc holds the rows of its rank's channels; later fcs are whole.
         const float std_dev = u.last ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in.c));
-        if (u.fc_reads_split && tp > 1) {
+        if (u.fc_reads_split) {
           const int64_t rows = u.in.c / tp, offset = rank * rows * u.out.c;
           normal(
               u.name + ".fc.weight", l, {rows, u.out.c}, std_dev,
@@ -229,11 +229,15 @@ class CnnStage : public StageModel {
     }
     store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
     // Behind the split every spatial rank computes the whole classifier's gradient: one of them
-    // contributes it to the replicas' sum, the others write theirs here.
+    // contributes it to the replicas' sum, the others write theirs here (a place per tensor).
     if (exchange_.split() && exchange_.index() != 0) {
-      int64_t largest = 1;
-      for (const Param& p : store_->params()) largest = std::max(largest, p.grad.numel());
-      scratch_ = ctx.backend->zeros({largest});
+      int64_t total = 0;
+      for (const Param& p : store_->params()) {
+        if (units_[static_cast<size_t>(p.layer)].split_in) continue;
+        scratch_offset_[p.name] = total;
+        total += p.grad.numel();
+      }
+      scratch_ = ctx.backend->zeros({std::max<int64_t>(total, 1)});
     }
   }
 
@@ -273,7 +277,6 @@ class CnnStage : public StageModel {
       if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
       const Unit& u = units_[static_cast<size_t>(l)];
       UnitCache& cache = caches[static_cast<size_t>(l - begin_)];
-      cache.x = x;
       x = forward_unit(u, x, mb, cache);
     }
     return end_ == static_cast<int32_t>(units_.size()) ? Tensor() : x;
@@ -334,31 +337,35 @@ class CnnStage : public StageModel {
   }
 
   // The window input of a split (or padded) map, with the halo exchange traced.
+  // `split`: whether the map is in blocks (the layers before the adaptive pool); behind it maps
+  // are whole on every rank and only padded.
+  const SpatialExchange& exchange_for(bool split) const { return split ? exchange_ : whole_; }
   Tensor window_input(const std::string& name, const WindowGeometry& g, const Tensor& x, float fill,
-                      int32_t layer, Phase phase, int64_t mb) {
-    const int64_t halo = exchange_.largest_halo(g);
-    if (halo == 0) return exchange_.gather(*ctx_.backend, x, g, fill);
+                      bool split, int32_t layer, Phase phase, int64_t mb) {
+    const SpatialExchange& ex = exchange_for(split);
+    const int64_t halo = ex.largest_halo(g);
+    if (halo == 0) return ex.gather(*ctx_.backend, x, g, fill);
     auto s = split_comm(name + ".halo", OpClass::kSend, halo * x.dim(0) * x.dim(1) * 4, layer,
                         phase, mb);
-    return exchange_.gather(*ctx_.backend, x, g, fill);
+    return ex.gather(*ctx_.backend, x, g, fill);
   }
   Tensor window_gradient(const std::string& name, const WindowGeometry& g, const Tensor& dwindow,
                          MapShape in, bool split, int32_t layer, int64_t mb) {
+    const SpatialExchange& ex = exchange_for(split);
     Tensor dx = empty(in, split);
-    const int64_t halo = exchange_.largest_halo(g);
+    const int64_t halo = ex.largest_halo(g);
     if (halo == 0) {
-      exchange_.scatter(*ctx_.backend, dwindow, g, dx);
+      ex.scatter(*ctx_.backend, dwindow, g, dx);
       return dx;
     }
     auto s = split_comm(name + ".halo", OpClass::kSend, halo * dx.dim(0) * dx.dim(1) * 4, layer,
                         Phase::kBwd, mb);
-    exchange_.scatter(*ctx_.backend, dwindow, g, dx);
+    ex.scatter(*ctx_.backend, dwindow, g, dx);
     return dx;
   }
   // Sums over every split rank's block (fp32 on the wire, as the lowering prices them).
   void all_reduce_sums(const std::string& name, std::vector<double>& sums, int32_t layer,
                        Phase phase, int64_t mb) {
-    if (!exchange_.split()) return;
     std::vector<float> wire(sums.begin(), sums.end());
     {
       auto s = split_comm(name, OpClass::kAllReduce, static_cast<int64_t>(wire.size()) * 4, layer,
@@ -375,7 +382,7 @@ class CnnStage : public StageModel {
   // than the first for the layers behind the split.
   Tensor grad_of(Param& p, const Unit& u) {
     if (u.split_in || scratch_.empty()) return p.grad;
-    return scratch_.rows(0, p.grad.numel()).view(p.grad.shape());
+    return scratch_.rows(scratch_offset_.at(p.name), p.grad.numel()).view(p.grad.shape());
   }
 
   bool channel_split() const { return ctx_.groups->tp_size > 1; }
@@ -412,7 +419,7 @@ class CnnStage : public StageModel {
   }
   // Inputs of an fc this rank holds: a block of the flattened rows behind a channel split.
   int64_t fc_rows(const Unit& u) const {
-    return u.fc_reads_split && channel_split() ? u.in.c / ctx_.groups->tp_size : u.in.c;
+    return u.fc_reads_split ? u.in.c / ctx_.groups->tp_size : u.in.c;
   }
   static MapShape all_channels(MapShape s) {
     s.whole = true;
@@ -427,7 +434,7 @@ class CnnStage : public StageModel {
       input = empty(all_channels(c.in), split);
       all_gather_channels(c.name + ".channel_all_gather", x, input, layer, Phase::kFwd, mb);
     }
-    cache.window = window_input(c.name, c.window(), input, 0.0f, layer, Phase::kFwd, mb);
+    cache.window = window_input(c.name, c.window(), input, 0.0f, split, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
     if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
       // Partial sums of every filter over this rank's channels, reduce-scattered by filter.
@@ -453,7 +460,7 @@ class CnnStage : public StageModel {
         conv::batch_norm(cache.z, param(c.name + ".bn.weight").compute,
                          param(c.name + ".bn.bias").compute, cache.mean, cache.rstd, cache.y);
       };
-      if (exchange_.split()) {
+      if (split && exchange_.split()) {
         // The statistics pass is left untimed here: the all-reduce sits between it and its use.
         conv::channel_sums(cache.z, sums);
         all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kFwd, mb);
@@ -502,7 +509,7 @@ class CnnStage : public StageModel {
         conv::batch_norm_backward(cache.z, d, param(c.name + ".bn.weight").compute, cache.mean,
                                   cache.rstd, sums, statistics_count(c.out), dz);
       };
-      if (exchange_.split()) {
+      if (split && exchange_.split()) {
         conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
         accumulate();
         all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kBwd, mb);
@@ -562,8 +569,8 @@ class CnnStage : public StageModel {
         const bool max = u.kind == CnnLayerKind::kMaxPool;
         const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
         cache.window = window_input(u.name + ".pool", g, x,
-                                    max ? -std::numeric_limits<float>::infinity() : 0.0f, u.layer,
-                                    Phase::kFwd, m);
+                                    max ? -std::numeric_limits<float>::infinity() : 0.0f, split,
+                                    u.layer, Phase::kFwd, m);
         Tensor y = empty(u.out, split);
         auto s = op(u.name + ".pool", u.layer, Phase::kFwd, m);
         if (max) {
@@ -594,7 +601,7 @@ class CnnStage : public StageModel {
         Tensor y = empty({o_.micro_batch, u.out.c});
         // Behind a channel split: this rank's rows' partial product, all-reduced; the bias is
         // added once, by tp rank 0.
-        const bool partial = u.fc_reads_split && channel_split();
+        const bool partial = u.fc_reads_split;
         const bool add_bias = u.bias && (!partial || ctx_.groups->tp_rank == 0);
         {
           auto s = op(u.name + ".fc", u.layer, Phase::kFwd, m);
@@ -707,12 +714,14 @@ class CnnStage : public StageModel {
           auto s = op(u.name + ".residual", u.layer, Phase::kBwd, m);
           be.relu_backward(cache.pre, dout, dsum);
         }
+        // conv1 and the shortcut read the block's input (no gradient for the image).
         Tensor d = dsum;
         for (size_t i = 3; i-- > 0;)
-          d = backward_conv(u.convs[i], d, split, true, u, m, cache.convs[i]);
-        const Tensor dshort =
-            u.downsample ? backward_conv(u.convs[3], dsum, split, true, u, m, cache.convs[3])
-                         : dsum;
+          d = backward_conv(u.convs[i], d, split, i > 0 || input_gradient, u, m, cache.convs[i]);
+        const Tensor dshort = u.downsample ? backward_conv(u.convs[3], dsum, split, input_gradient,
+                                                           u, m, cache.convs[3])
+                                           : dsum;
+        if (!input_gradient) return Tensor();
         be.add(d, dshort, d);
         return d;
       }
@@ -726,7 +735,9 @@ class CnnStage : public StageModel {
   SpatialExchange exchange_;
   int32_t begin_ = 0, end_ = 0;
   std::unique_ptr<ParamStore> store_;
+  SpatialExchange whole_{spec::SpatialSplit{}, 0, nullptr};  // maps behind the split
   Tensor scratch_;
+  std::map<std::string, int64_t> scratch_offset_;
   std::map<int64_t, std::vector<UnitCache>> caches_;
   std::map<int64_t, std::vector<float>> max_, sum_;
   LayerHooks* hooks_ = nullptr;

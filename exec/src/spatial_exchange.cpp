@@ -13,12 +13,7 @@ namespace {
 constexpr int kGatherTag = 11;
 constexpr int kScatterTag = 12;
 
-spec::Rows intersect(spec::Rows a, spec::Rows b) {
-  return {std::max(a.begin, b.begin), std::min(a.end, b.end)};
-}
-Region intersect(const Region& a, const Region& b) {
-  return {intersect(a.rows, b.rows), intersect(a.cols, b.cols)};
-}
+using spec::intersect;
 
 // Copies `r` of every one of `planes` (batch x channel) planes from `src`, which holds region
 // `from` of each plane, into `dst`, which holds `to`; adds when `add`.
@@ -63,30 +58,15 @@ SpatialExchange::SpatialExchange(spec::SpatialSplit grid, int64_t index, Communi
 }
 
 Region SpatialExchange::block(int64_t height, int64_t width, int64_t rank) const {
-  return {spec::shard_rows(height, grid_.h, rank / grid_.w),
-          spec::shard_rows(width, grid_.w, rank % grid_.w)};
+  return spec::shard_block(height, width, grid_, rank);
 }
 
 Region SpatialExchange::window_input(const WindowGeometry& g, int64_t rank) const {
-  const Region out = block(g.out_h, g.out_w, rank);
-  return {spec::window_input_rows(out.rows, g.kernel, g.stride, g.padding),
-          spec::window_input_rows(out.cols, g.kernel, g.stride, g.padding)};
-}
-
-int64_t SpatialExchange::received_by(const WindowGeometry& g, int64_t rank) const {
-  const Region need = window_input(g, rank);
-  int64_t n = 0;
-  for (int64_t q = 0; q < ranks_; ++q) {
-    const Region r = intersect(need, block(g.in_h, g.in_w, q));
-    if (q != rank && !r.empty()) n += r.elements();
-  }
-  return n;
+  return spec::window_input_block(g, grid_, rank);
 }
 
 int64_t SpatialExchange::largest_halo(const WindowGeometry& g) const {
-  int64_t most = 0;
-  for (int64_t q = 0; q < ranks_; ++q) most = std::max(most, received_by(g, q));
-  return most;
+  return spec::halo_elements(g, grid_);
 }
 
 Tensor SpatialExchange::gather(Backend& backend, const Tensor& x, const WindowGeometry& g,

@@ -18,18 +18,8 @@
 
 namespace sextant::exec {
 
-// Rows and columns of a map, in the whole map's coordinates.
-struct Region {
-  spec::Rows rows, cols;
-  int64_t elements() const { return empty() ? 0 : rows.size() * cols.size(); }
-  bool empty() const { return rows.size() <= 0 || cols.size() <= 0; }
-};
-
-// A window sliding over an in_h x in_w map to make an out_h x out_w one.
-struct WindowGeometry {
-  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
-  int64_t kernel = 1, stride = 1, padding = 0;
-};
+using Region = spec::MapBlock;
+using WindowGeometry = spec::Window;
 
 class SpatialExchange {
  public:
@@ -50,15 +40,14 @@ class SpatialExchange {
   // holders, the parts others send back added.
   void scatter(Backend& backend, const Tensor& dwindow, const WindowGeometry& g, Tensor& dx) const;
   // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
-  // exchange): what the trace reports for the exchange, which waits for its largest transfer.
+  // exchange; spec::halo_elements, what the lowering prices): what the trace reports for the
+  // exchange, which waits for its largest transfer.
   int64_t largest_halo(const WindowGeometry& g) const;
 
   bool split() const { return ranks_ > 1; }
   int64_t index() const { return index_; }
 
  private:
-  int64_t received_by(const WindowGeometry& g, int64_t rank) const;
-
   spec::SpatialSplit grid_;
   int64_t index_;
   int64_t ranks_;

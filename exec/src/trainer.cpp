@@ -62,7 +62,7 @@ class Trainer {
                                      model.transformer().vocab));
       }
     } else if (o.data != "synthetic") {
-      throw InputError("--data", "", o.data, "MLPs train on synthetic samples only");
+      throw InputError("--data", "", o.data, "MLPs and CNNs train on synthetic samples only");
     }
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/channel_split.hpp"
@@ -841,40 +842,48 @@ struct MapSplit {
   }
 };
 
-// A spatially split layer's exchange with its grid neighbours before a window slides over `in`:
-// the halo rows and columns (spec::halo_elements) of every channel of every sample, whole in the
-// compute dtype. Backward sends the halo's share of the input gradient back to its owner, the
-// same bytes the other way (add_cnn_backward). Returns the halo's elements per sample and
-// channel (none unsplit).
-int64_t add_halo(Layer& layer, const std::string& name, Feature in, const MapSplit& split,
-                 spec::Halo halo, int64_t B, int64_t e) {
-  const int64_t elements = spec::halo_elements(in.h, in.w, split.grid, halo);
-  if (elements > 0)
-    layer.forward.push_back(
-        comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
-  return elements;
-}
-
-// How a CNN's channels are split over the plan's tp ranks (spec/channel_split.hpp): whether the
-// map entering the next layer is still whole on every rank, and the backward collective of each
-// forward one (none: nullopt; a collective absent from the map runs again as it was).
-struct ChannelSplit {
+// What lowering a CNN carries from op to op: how its channels are split over the plan's tp ranks
+// (spec/channel_split.hpp: whether the map entering the next op is still whole on every rank),
+// and how each forward collective runs backward (its twin; nullopt: not at all; absent from the
+// map: again as it was), with the halos that bring in a layer's own input (the first layer's
+// need no gradient back).
+struct CnnState {
   int64_t tp = 1;
   bool whole = true;
   std::map<std::string, std::optional<Op>> backward;
+  std::set<std::string> input_halos;
   // Channels of a `channels`-channel map one rank holds.
   int64_t held(int64_t channels) const { return whole ? channels : channels / tp; }
 };
 
+// A spatially split layer's exchange with its grid neighbours before `window` slides over `in`:
+// the parts of its window input other ranks hold (spec::halo_elements, the most loaded rank's) of
+// every channel of every sample, whole in the compute dtype. Backward sends the halo's share of
+// the input gradient back to its owner, the same bytes the other way (add_cnn_backward).
+// `reads_layer_input`: the window reads the layer's input (its halo gradient is dropped in the
+// first layer). Returns the halo's elements per sample and channel (none unsplit).
+int64_t add_halo(Layer& layer, const std::string& name, Feature in, const spec::Window& window,
+                 const MapSplit& split, bool reads_layer_input, CnnState& st, int64_t B,
+                 int64_t e) {
+  if (!split.grid.any()) return 0;
+  const int64_t elements = spec::halo_elements(window, split.grid);
+  if (elements > 0) {
+    layer.forward.push_back(
+        comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
+    if (reads_layer_input) st.input_halos.insert(name + ".halo");
+  }
+  return elements;
+}
+
 // Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
 Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
                  int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e,
-                 const MapSplit& split, ChannelSplit& cs) {
+                 const MapSplit& split, CnnState& cs, bool reads_layer_input) {
   Feature o{out_c, spec::window_output(in.h, k, stride, pad),
             spec::window_output(in.w, k, stride, pad)};
   const int64_t in_pixels =
-      split.block(in.h, in.w) +
-      add_halo(layer, name, in, split, spec::window_halo(k, stride, pad), B, e);
+      split.block(in.h, in.w) + add_halo(layer, name, in, {in.h, in.w, o.h, o.w, k, stride, pad},
+                                         split, reads_layer_input, cs, B, e);
   const int64_t out_pixels = split.block(o.h, o.w);
   // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k;
   // split over tp, N = Cout/tp (whole input, stationary-y) or K = Cin/tp * k*k (stationary-x).
@@ -941,10 +950,10 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
 // communication op as it was (the halo's gradient goes back, the statistics' gradients are
 // all-reduced with as many bytes; a channel split's collective becomes its twin in `cs`). Without
 // `input_gradient` (the first layer: the image needs none) no halo gradient goes back.
-void add_cnn_backward(Layer& layer, bool input_gradient, const ChannelSplit& cs) {
+void add_cnn_backward(Layer& layer, bool input_gradient, const CnnState& cs) {
   for (auto it = layer.forward.rbegin(); it != layer.forward.rend(); ++it) {
     if (it->is_comm()) {
-      if (it->collective == CollectiveKind::kSendRecv && !input_gradient) continue;
+      if (!input_gradient && cs.input_halos.count(it->name) > 0) continue;
       if (auto twin = cs.backward.find(it->name); twin != cs.backward.end()) {
         if (twin->second) layer.backward.push_back(*twin->second);
         continue;
@@ -969,7 +978,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   out.samples_per_micro_batch = B;
   out.tp_splits_activations = o.tp > 1;
   Feature f{m.in_channels, m.height, m.width};
-  ChannelSplit cs;
+  CnnState cs;
   cs.tp = o.tp;
   int64_t flat = 0;
   int index = 0;
@@ -988,14 +997,14 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
-                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs);
+                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs, true);
           break;
         case spec::CnnLayerKind::kMaxPool:
         case spec::CnnLayerKind::kAvgPool: {
           Feature o2{f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
                      spec::window_output(f.w, l.kernel, l.stride, l.padding)};
-          add_halo(layer, layer.name + ".pool", f, split,
-                   spec::window_halo(l.kernel, l.stride, l.padding), B, e);
+          add_halo(layer, layer.name + ".pool", f,
+                   {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
           const int64_t c = cs.held(f.c);
           layer.forward.push_back(
               memory_op(layer.name + ".pool", OpClass::kPool,
@@ -1055,15 +1064,19 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           // projects the shortcut with a strided 1x1 convolution when the shape changes.
           int64_t stride = r == 0 ? l.stride : 1;
           Feature in = f;
+          const bool in_whole = cs.whole;
           Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
-                               true, true, B, e, split, cs);
+                               true, true, B, e, split, cs, true);
           Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
-                                false, true, true, B, e, split, cs);
+                                false, true, true, B, e, split, cs, false);
           Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
-                               true, false, B, e, split, cs);
+                               true, false, B, e, split, cs, false);
           if (stride != 1 || in.c != l.out_channels) {
+            const bool out_whole = cs.whole;
+            cs.whole = in_whole;  // the shortcut reads the block's input
             add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
-                     true, false, B, e, split, cs);
+                     true, false, B, e, split, cs, true);
+            cs.whole = out_whole;
           }
           int64_t out_bytes = B * cs.held(c.c) * split.block(c.h, c.w) * e;
           layer.forward.push_back(memory_op(layer.name + ".residual", OpClass::kElementwise,
@@ -1095,6 +1108,10 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
+    throw InputError(fmt::format("model {}", model.name), "/spatial",
+                     fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
+  if (std::string problem = spec::channel_with_spatial_problem(options.tp, options.spatial);
+      !problem.empty())
     throw InputError(fmt::format("model {}", model.name), "/spatial",
                      fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
   if (!model.is_transformer())

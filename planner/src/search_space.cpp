@@ -9,6 +9,7 @@
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/step_setup.hpp"
+#include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -338,8 +339,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         ++out.considered;
         // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp); not
         // together with a spatial split, and not an MLP.
-        if (tp > 1 && (m.kind() == spec::ModelKind::kMlp || split_ranks > 1)) {
-          reject(split_ranks > 1 ? "tp with a spatial split" : "tensor parallelism of an MLP");
+        if (!spec::channel_with_spatial_problem(tp, out.spatial_splits[si]).empty()) {
+          reject("tp with a spatial split");
           continue;
         }
         if (!spec::tensor_parallel_problem(m, tp).empty()) {

@@ -20,8 +20,8 @@ ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank) {
 std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
   if (tp <= 1) return "";
   if (cnn.layers.empty() || cnn.layers.front().kind != CnnLayerKind::kConv)
-    return "splits the channels of a CNN that starts with a conv layer (its image is whole on "
-           "every rank)";
+    return "needs a CNN that starts with a conv layer to split its channels (the image is whole "
+           "on every rank)";
   for (size_t i = 0; i < cnn.layers.size(); ++i) {
     const CnnLayer& l = cnn.layers[i];
     if (l.kind == CnnLayerKind::kFc) break;  // the classifier: its first layer reads the split
@@ -33,6 +33,11 @@ std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
     }
   }
   return "";
+}
+
+std::string channel_with_spatial_problem(int64_t tp, const SpatialSplit& spatial) {
+  if (tp <= 1 || !spatial.any()) return "";
+  return "a spatial split with a channel split (tp > 1) is not modelled: use one of them";
 }
 
 }  // namespace sextant::spec

@@ -490,9 +490,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   }
   if (std::string problem = spatial_split_problem(model, p.spatial); !problem.empty())
     add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
-  if (p.spatial.any() && p.tp > 1)
-    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w),
-        "a spatial split with a channel split (tp > 1) is not modelled: use one of them");
+  if (std::string problem = channel_with_spatial_problem(p.tp, p.spatial); !problem.empty())
+    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),

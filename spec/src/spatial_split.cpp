@@ -23,16 +23,34 @@ Halo window_halo(int64_t kernel, int64_t stride, int64_t padding) {
   return {padding, std::max<int64_t>(0, kernel - padding - stride)};
 }
 
-int64_t halo_rows(int64_t parts, Halo halo) {
-  if (parts <= 1) return 0;
-  if (parts == 2) return std::max(halo.before, halo.after);
-  return halo.before + halo.after;
+MapBlock intersect(const MapBlock& a, const MapBlock& b) {
+  return {{std::max(a.rows.begin, b.rows.begin), std::min(a.rows.end, b.rows.end)},
+          {std::max(a.cols.begin, b.cols.begin), std::min(a.cols.end, b.cols.end)}};
 }
 
-int64_t halo_elements(int64_t h, int64_t w, const SpatialSplit& split, Halo halo) {
-  const int64_t lh = shard_extent(h, split.h);
-  const int64_t lw = shard_extent(w, split.w);
-  return (lh + halo_rows(split.h, halo)) * (lw + halo_rows(split.w, halo)) - lh * lw;
+MapBlock shard_block(int64_t height, int64_t width, const SpatialSplit& split, int64_t rank) {
+  return {shard_rows(height, split.h, rank / split.w), shard_rows(width, split.w, rank % split.w)};
+}
+
+MapBlock window_input_block(const Window& window, const SpatialSplit& split, int64_t rank) {
+  const MapBlock out = shard_block(window.out_h, window.out_w, split, rank);
+  return {window_input_rows(out.rows, window.kernel, window.stride, window.padding),
+          window_input_rows(out.cols, window.kernel, window.stride, window.padding)};
+}
+
+int64_t halo_received(const Window& window, const SpatialSplit& split, int64_t rank) {
+  const MapBlock need = window_input_block(window, split, rank);
+  int64_t n = 0;
+  for (int64_t q = 0; q < split.ranks(); ++q)
+    if (q != rank) n += intersect(need, shard_block(window.in_h, window.in_w, split, q)).elements();
+  return n;
+}
+
+int64_t halo_elements(const Window& window, const SpatialSplit& split) {
+  int64_t most = 0;
+  for (int64_t q = 0; q < split.ranks(); ++q)
+    most = std::max(most, halo_received(window, split, q));
+  return most;
 }
 
 size_t spatial_layer_end(const CnnSpec& cnn) {
@@ -68,11 +86,11 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
   for (size_t i = 0; i < end; ++i) {
     const CnnLayer& l = cnn.layers[i];
     // The windows the entry slides: (input rows and columns, output ones, halo).
-    struct Window {
+    struct Slide {
       int64_t in_h, in_w, out_h, out_w;
       Halo halo;
     };
-    std::vector<Window> windows;
+    std::vector<Slide> windows;
     if (l.kind == CnnLayerKind::kBottleneck) {
       // Block 0's strided 3x3 convolution, then the later blocks' unstrided ones.
       const int64_t oh = bottleneck_output(h, l.stride), ow = bottleneck_output(w, l.stride);
@@ -83,7 +101,7 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
                          window_output(w, l.kernel, l.stride, l.padding),
                          window_halo(l.kernel, l.stride, l.padding)});
     }
-    for (const Window& win : windows) {
+    for (const Slide& win : windows) {
       if (!window_splits(win.in_h, win.out_h, split.h, win.halo) ||
           !window_splits(win.in_w, win.out_w, split.w, win.halo))
         return fmt::format(

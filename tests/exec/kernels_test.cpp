@@ -353,7 +353,10 @@ TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
   EXPECT_EQ(y.data()[3], 24.0f);
   // Strided 3x3 with bias over 2 channels, and a 1x1 (the GEMM without im2col), against finite
   // differences.
-  for (auto [k, stride] : {std::pair<int64_t, int64_t>{3, 2}, {1, 1}, {1, 2}}) {
+  for (const std::pair<int64_t, int64_t>& window :
+       {std::pair<int64_t, int64_t>{3, 2}, {1, 1}, {1, 2}}) {
+    // (Named variables, not a structured binding: clang before 16 cannot capture those.)
+    const int64_t k = window.first, stride = window.second;
     Tensor in = random({2, 2, 7, 7}), w = random({3, 2, k, k}), b = random({3});
     const int64_t out = conv::valid_output(7, k, stride);
     Tensor c = random({2, 3, out, out}), o = be->empty({2, 3, out, out});

@@ -103,6 +103,20 @@ TEST(SpatialLowering, ASplitRankHoldsEveryParameterAndAQuarterOfTheWork) {
   EXPECT_EQ(split.layers[0].forward[0].bytes, 4 * 3 * (2 * 56) * 2);
 }
 
+TEST(SpatialLowering, TheFirstLayerSendsBackOnlyHaloGradientsOfItsOwnWork) {
+  // A model that opens with a bottleneck block: its 1x1 convolutions read the image (no halo, no
+  // gradient), its 3x3 reads conv1's output, whose halo gradient must go back even in layer 0.
+  spec::ModelSpec m = test::small_cnn(16, 8);
+  spec::CnnLayer block{spec::CnnLayerKind::kBottleneck, 8, 4, 1};
+  std::get<spec::CnnSpec>(m.body).layers.front() = block;
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.spatial = {2, 1};
+  const LoweredModel split = lower(m, o);
+  ASSERT_NE(find(split.layers[0].forward, "layer0.conv2.halo"), nullptr);
+  EXPECT_NE(find(split.layers[0].backward, "layer0.conv2.halo"), nullptr);
+}
+
 TEST(SpatialLowering, AModelThatDoesNotSplitIsRefused) {
   LoweringOptions o;
   o.spatial = {64, 1};

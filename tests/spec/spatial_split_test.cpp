@@ -21,16 +21,24 @@ TEST(SpatialSplit, ShardsAndHalosByHand) {
   EXPECT_EQ(window_halo(1, 2, 0), (Halo{0, 0}));   // ResNet's strided 1x1 projection
   EXPECT_EQ(window_halo(2, 2, 0), (Halo{0, 0}));   // VGG's 2x2 max pool
   EXPECT_EQ(window_halo(11, 4, 2), (Halo{2, 5}));  // AlexNet's first convolution
-  // Unsplit: nothing; two ranks: one neighbour each, the larger side; more: an inner rank gets
-  // both sides.
-  EXPECT_EQ(halo_rows(1, {3, 2}), 0);
-  EXPECT_EQ(halo_rows(2, {3, 2}), 3);
-  EXPECT_EQ(halo_rows(4, {3, 2}), 5);
-  // ResNet's stem over 2x2: a 112x112 block grown by 3 rows and 3 columns: 115^2 - 112^2 = 681
-  // (two edges of 336 and the 9-element corner block).
-  EXPECT_EQ(halo_elements(224, 224, {2, 2}, {3, 2}), 681);
+  // ResNet's stem (7/2/3, 224 -> 112) over 2x2: the corner rank (1, 1) makes output rows and
+  // columns 56-111 from input 109-225, its block 112-223 grown by 3 rows and 3 columns above and
+  // left (the rest is padding): 115^2 - 112^2 = 681 (two edges of 336 and the 9-element corner
+  // block of its diagonal neighbour).
+  EXPECT_EQ(halo_elements({224, 224, 112, 112, 7, 2, 3}, {2, 2}), 681);
+  // Rank (0, 0) reads 2 rows and columns past its block (and padding before it): 2 x 112 from each
+  // neighbour and the 2x2 corner.
+  EXPECT_EQ(halo_received({224, 224, 112, 112, 7, 2, 3}, {2, 2}, 0), 2 * (2 * 112) + 2 * 2);
   // 4 ranks along the rows of a 56x56 map: an inner rank's 14x56 block gets a row on each side.
-  EXPECT_EQ(halo_elements(56, 56, {4, 1}, {1, 1}), 2 * 56);
+  EXPECT_EQ(halo_elements({56, 56, 56, 56, 3, 1, 1}, {4, 1}), 2 * 56);
+  EXPECT_EQ(halo_elements({56, 56, 56, 56, 3, 1, 1}, {1, 1}), 0);  // unsplit
+  // Maps that do not divide evenly (ResNet-50's 14 -> 7 rows over 2 ranks: shards 0-6 and 7-13,
+  // outputs 0-2 and 3-6): the strided 3x3 of rank 1 reads input rows 5-13, two rows of rank 0
+  // (a halo of window_halo's 1 row only where shards align with the stride); the strided 1x1
+  // projection reads rows 6-12, one of rank 0's, over the 13 columns its windows span (0-12: the
+  // last column is never read).
+  EXPECT_EQ(halo_elements({14, 14, 7, 7, 3, 2, 1}, {2, 1}), 2 * 14);
+  EXPECT_EQ(halo_elements({14, 14, 7, 7, 1, 2, 0}, {2, 1}), 13);
 }
 
 // The executor's partition and the rows a window reads, by hand.

@@ -126,9 +126,10 @@ struct LoweredModel {
   // Rows of the embedding table / output layer each tensor-parallel rank holds, padding included
   // (models::vocab_shard); 0 for models without a vocabulary.
   int64_t vocab_shard = 0;
-  // Whether the tp ranks each hold a different part of the activations between layers (a CNN's
-  // channel blocks) rather than the whole of them (a transformer's, unless sequence parallelism
-  // splits them; then Plan::sequence_parallel says so).
+  // Whether tp ranks each send their own part of an activation crossing a pipeline stage: a CNN's
+  // channel blocks (behind its first fc every rank holds the same whole logits, and sending them
+  // whole is what it does). A transformer's are whole on every rank unless sequence parallelism
+  // splits them (Plan::sequence_parallel says so).
   bool tp_splits_activations = false;
 };
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
 
 namespace sextant::spec {
 
@@ -33,7 +34,8 @@ enum class ChannelAlgorithm {
 ChannelAlgorithm channel_algorithm(bool input_whole, int64_t input_elements,
                                    int64_t output_elements);
 
-// The rows [begin, end) of `channels` that tp rank `rank` of `tp` holds (tp divides channels).
+// The channels {begin, count} of a `channels`-channel map that tp rank `rank` of `tp` holds (tp
+// divides channels).
 struct ChannelBlock {
   int64_t begin = 0;
   int64_t count = 0;
@@ -44,5 +46,8 @@ ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank);
 // must start with a convolution (the image is whole, its gradient unneeded) and tp must divide the
 // channels of every convolution's output (and so of every split input).
 std::string channel_split_problem(const CnnSpec& cnn, int64_t tp);
+// "" unless both a channel split (tp > 1) and a spatial split are asked for: their combination
+// (halos of channel blocks, statistics over both) is not modelled.
+std::string channel_with_spatial_problem(int64_t tp, const SpatialSplit& spatial);
 
 }  // namespace sextant::spec

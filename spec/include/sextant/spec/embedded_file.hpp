@@ -1,4 +1,5 @@
-// A JSON resource compiled into the binary (the model zoo, the cluster files), see cmake/SextantEmbed.
+// A JSON resource compiled into the binary (the model zoo, the cluster files), see
+// cmake/SextantEmbed.
 #pragma once
 
 #include <string_view>

@@ -57,11 +57,12 @@ class InternalError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-[[noreturn]] void fail_check(const char* condition, const char* file, int line, const std::string& message);
+[[noreturn]] void fail_check(const char* condition, const char* file, int line,
+                             const std::string& message);
 
 }  // namespace sextant
 
-#define SEXTANT_CHECK(cond, ...)                                                        \
-  do {                                                                                  \
+#define SEXTANT_CHECK(cond, ...)                                                             \
+  do {                                                                                       \
     if (!(cond)) ::sextant::fail_check(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (false)

@@ -39,7 +39,7 @@ class RankLayout {
   std::vector<int64_t> spatial_group(int64_t rank) const;
   // The group a layer's own collectives run in: the spatial group when the plan splits samples
   // spatially (halos, batch-norm statistics), else the tensor-parallel group (the two never
-  // combine: tensor parallelism applies to transformers, the spatial split to CNNs).
+  // combine: spec::channel_with_spatial_problem refuses a CNN split both ways).
   std::vector<int64_t> layer_group(int64_t rank) const;
   // The ranks holding the same parameters, whose gradients are summed (Plan::replicas): the
   // data-parallel group, each member with its spatial ranks, in (dp, spatial) order.

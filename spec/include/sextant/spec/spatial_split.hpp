@@ -33,11 +33,12 @@ Rows shard_rows(int64_t extent, int64_t parts, int64_t index);
 // beyond the map (into the padding) at its edges.
 Rows window_input_rows(Rows out, int64_t kernel, int64_t stride, int64_t padding);
 
-// Rows a window reads beyond a rank's shard of its input, along one axis, with shards aligned to
-// the stride (rank i holds input rows [iL, (i+1)L) and computes output rows [iL/s, (i+1)L/s); the
-// balanced shard_rows when they divide evenly, and the most loaded rank's halo otherwise):
-// its first output row starts `padding` rows before the shard, its last one reads
-// kernel - padding - stride rows past it (none for a 1x1 or a non-overlapping window).
+// Rows a window reads beyond a shard of its input, along one axis, with shards aligned to the
+// stride (rank i holds input rows [iL, (i+1)L) and computes output rows [iL/s, (i+1)L/s)): its
+// first output row starts `padding` rows before the shard, its last one reads
+// kernel - padding - stride rows past it (none for a 1x1 or a non-overlapping window). The rule
+// of which grids split (a halo within the adjacent rank's rows) asks it; the bytes exchanged come
+// from the blocks themselves (halo_elements).
 struct Halo {
   int64_t before = 0;
   int64_t after = 0;
@@ -45,15 +46,32 @@ struct Halo {
 };
 Halo window_halo(int64_t kernel, int64_t stride, int64_t padding);
 
-// Rows the most loaded rank receives along an axis split over `parts` ranks: none when unsplit;
-// with two ranks each has one neighbour (the larger side counts); with more, an inner rank
-// receives both sides.
-int64_t halo_rows(int64_t parts, Halo halo);
+// Rows and columns of a feature map, in the whole map's coordinates.
+struct MapBlock {
+  Rows rows, cols;
+  bool empty() const { return rows.size() <= 0 || cols.size() <= 0; }
+  int64_t elements() const { return empty() ? 0 : rows.size() * cols.size(); }
+};
+MapBlock intersect(const MapBlock& a, const MapBlock& b);
 
-// Elements per sample and channel the most loaded rank receives before a window with `halo` on
-// both axes slides over an h x w map split by `split`: its block grown by the halo rows and
-// columns, less its own block (the corner blocks of diagonal neighbours included).
-int64_t halo_elements(int64_t h, int64_t w, const SpatialSplit& split, Halo halo);
+// A window of `kernel` with `stride` and `padding` sliding over an in_h x in_w map to make an
+// out_h x out_w one.
+struct Window {
+  int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int64_t kernel = 1, stride = 1, padding = 0;
+};
+
+// The block of an h x w map that rank `rank` of `split` holds (shard_rows on each axis, the grid
+// row-major), and the input block its window reads to make its block of the output
+// (window_input_rows on each axis; it reaches into the padding at the map's edges).
+MapBlock shard_block(int64_t height, int64_t width, const SpatialSplit& split, int64_t rank);
+MapBlock window_input_block(const Window& window, const SpatialSplit& split, int64_t rank);
+
+// Elements per sample and channel that rank `rank` receives before `window` slides over its
+// block: the parts of its window input other ranks hold (corners of diagonal neighbours
+// included). halo_elements: the most loaded rank's, which the exchange waits for (0: none).
+int64_t halo_received(const Window& window, const SpatialSplit& split, int64_t rank);
+int64_t halo_elements(const Window& window, const SpatialSplit& split);
 
 // Index of the layer that ends the split: the model's first adaptive_avg_pool, whose window sums
 // the ranks compute over their blocks and all-reduce; the classifier after it runs whole on every

@@ -15,8 +15,12 @@ inline constexpr int64_t kBytesPerGiB = int64_t{1} << 30;
 
 // Seconds (double) to picoseconds, rounded to nearest; throws InternalError on overflow or NaN.
 Picoseconds seconds_to_ps(double seconds);
-inline double ps_to_seconds(Picoseconds ps) { return static_cast<double>(ps) / kPicosecondsPerSecond; }
-inline double ps_to_us(Picoseconds ps) { return static_cast<double>(ps) / 1e6; }
+inline double ps_to_seconds(Picoseconds ps) {
+  return static_cast<double>(ps) / kPicosecondsPerSecond;
+}
+inline double ps_to_us(Picoseconds ps) {
+  return static_cast<double>(ps) / 1e6;
+}
 // Microseconds (double) to picoseconds, rounded; throws InternalError on overflow or NaN.
 Picoseconds us_to_ps(double us);
 
