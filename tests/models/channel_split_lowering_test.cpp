@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "expect_input_error.hpp"
+#include "lowered_ops.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/plan.hpp"
@@ -10,11 +11,7 @@
 namespace sextant::models {
 namespace {
 
-const Op* find(const std::vector<Op>& ops, const std::string& name) {
-  for (const Op& op : ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
+using test::find_op;
 
 // 3 -> 8 -> 8 -> 16 channels of 3x3 convolutions (padding 1) on 8x8 images, then a global pool
 // and an fc to 10 classes.
@@ -80,43 +77,43 @@ TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
   const LoweredModel whole = lower_tp(1), split = lower_tp(2);
   // Layer 0 reads the image, whole on every rank: each computes 4 of the 8 filters, no
   // collective, half the FLOPs: 2 M N K = 2 (2 x 64) 4 (3 x 9).
-  const Op* stem = find(split.layers[0].forward, "layer0.conv");
+  const Op* stem = find_op(split.layers[0].forward, "layer0.conv");
   ASSERT_NE(stem, nullptr);
   EXPECT_DOUBLE_EQ(stem->flops, 2.0 * 128 * 4 * 27);
   EXPECT_EQ(split.layers[0].forward.size(), whole.layers[0].forward.size());
   // Layer 1, 8 -> 8 channels: the output is no larger than the input, so stationary-x: every
   // filter over this rank's 4 input channels (K = 4 x 9), then the whole output (2 x 8 x 64 fp32)
   // reduce-scattered; backward all-gathers its gradient.
-  const Op* conv1 = find(split.layers[1].forward, "layer1.conv");
+  const Op* conv1 = find_op(split.layers[1].forward, "layer1.conv");
   ASSERT_NE(conv1, nullptr);
   EXPECT_DOUBLE_EQ(conv1->flops, 2.0 * 128 * 8 * 36);
-  const Op* rs = find(split.layers[1].forward, "layer1.conv.filter_reduce_scatter");
+  const Op* rs = find_op(split.layers[1].forward, "layer1.conv.filter_reduce_scatter");
   ASSERT_NE(rs, nullptr);
   EXPECT_EQ(rs->collective, spec::CollectiveKind::kReduceScatter);
   EXPECT_EQ(rs->bytes, 2 * 8 * 64 * 4);
-  const Op* ag = find(split.layers[1].backward, "layer1.conv.filter_all_gather");
+  const Op* ag = find_op(split.layers[1].backward, "layer1.conv.filter_all_gather");
   ASSERT_NE(ag, nullptr);
   EXPECT_EQ(ag->bytes, 2 * 8 * 64 * 4);
-  EXPECT_EQ(find(split.layers[1].backward, "layer1.conv.filter_reduce_scatter"), nullptr);
+  EXPECT_EQ(find_op(split.layers[1].backward, "layer1.conv.filter_reduce_scatter"), nullptr);
   // Layer 2, 8 -> 16 channels: the input is smaller, so stationary-y: the input (2 x 8 x 64)
   // all-gathered, 8 whole filters per rank (N = 8, K = 8 x 9); backward reduce-scatters the
   // input gradient.
-  const Op* g = find(split.layers[2].forward, "layer2.conv.channel_all_gather");
+  const Op* g = find_op(split.layers[2].forward, "layer2.conv.channel_all_gather");
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->bytes, 2 * 8 * 64 * 4);
-  EXPECT_DOUBLE_EQ(find(split.layers[2].forward, "layer2.conv")->flops, 2.0 * 128 * 8 * 72);
-  ASSERT_NE(find(split.layers[2].backward, "layer2.conv.channel_reduce_scatter"), nullptr);
+  EXPECT_DOUBLE_EQ(find_op(split.layers[2].forward, "layer2.conv")->flops, 2.0 * 128 * 8 * 72);
+  ASSERT_NE(find_op(split.layers[2].backward, "layer2.conv.channel_reduce_scatter"), nullptr);
   // Batch norm, ReLU and the pool work on the rank's 8 of 16 channels: half the bytes.
-  EXPECT_EQ(find(split.layers[2].forward, "layer2.conv.bn")->bytes,
-            find(whole.layers[2].forward, "layer2.conv.bn")->bytes / 2);
+  EXPECT_EQ(find_op(split.layers[2].forward, "layer2.conv.bn")->bytes,
+            find_op(whole.layers[2].forward, "layer2.conv.bn")->bytes / 2);
   // The fc reads 8 of the 16 pooled features per sample and all-reduces its 2 x 10 partial
   // logits, forward only (the logits' gradient is whole on every rank).
-  const Op* fc = find(split.layers[4].forward, "layer4.fc");
+  const Op* fc = find_op(split.layers[4].forward, "layer4.fc");
   EXPECT_DOUBLE_EQ(fc->flops, 2.0 * 2 * 10 * 8);
-  const Op* sums = find(split.layers[4].forward, "layer4.fc.all_reduce");
+  const Op* sums = find_op(split.layers[4].forward, "layer4.fc.all_reduce");
   ASSERT_NE(sums, nullptr);
   EXPECT_EQ(sums->bytes, 2 * 10 * 4);
-  EXPECT_EQ(find(split.layers[4].backward, "layer4.fc.all_reduce"), nullptr);
+  EXPECT_EQ(find_op(split.layers[4].backward, "layer4.fc.all_reduce"), nullptr);
   // Parameters per rank: each convolution's weights, biases and batch norm halved; the fc's
   // weight rows halved, its bias whole. The layers' totals are the unsplit model's.
   EXPECT_EQ(split.layers[1].params, (8 * 8 * 9 + 2 * 8) / 2);

@@ -2,17 +2,14 @@
 // exchange and its statistic all-reduces, counted by hand.
 #include <gtest/gtest.h>
 
+#include "lowered_ops.hpp"
 #include "sextant/models/lowering.hpp"
 #include "test_models.hpp"
 
 namespace sextant::models {
 namespace {
 
-const Op* find(const std::vector<Op>& ops, const std::string& name) {
-  for (const Op& op : ops)
-    if (op.name == name) return &op;
-  return nullptr;
-}
+using test::find_op;
 
 LoweredModel lower_small(spec::SpatialSplit split) {
   LoweringOptions o;
@@ -30,26 +27,26 @@ TEST(SpatialLowering, AConvolutionOnABlockWithItsHalo) {
   const Layer& conv = split.layers[0];
   // The 3x3 window (padding 1) reads one row and one column from each neighbour; with two ranks
   // per axis one side only: (16 + 1)^2 - 16^2 = 33 elements per channel and sample.
-  const Op* halo = find(conv.forward, "layer0.conv.halo");
+  const Op* halo = find_op(conv.forward, "layer0.conv.halo");
   ASSERT_NE(halo, nullptr);
   EXPECT_EQ(halo->collective, spec::CollectiveKind::kSendRecv);
   EXPECT_EQ(halo->bytes, 2 * 3 * 33 * 4);
-  EXPECT_EQ(find(whole.layers[0].forward, "layer0.conv.halo"), nullptr);
+  EXPECT_EQ(find_op(whole.layers[0].forward, "layer0.conv.halo"), nullptr);
   // The implicit GEMM over the block's 16 x 16 output pixels: 2 M N K = 2 (2 x 256) 64 (3 x 9),
   // a quarter of the unsplit layer's.
-  const Op* gemm = find(conv.forward, "layer0.conv");
+  const Op* gemm = find_op(conv.forward, "layer0.conv");
   ASSERT_NE(gemm, nullptr);
   EXPECT_DOUBLE_EQ(gemm->flops, 2.0 * (2 * 256) * 64 * 27);
-  EXPECT_DOUBLE_EQ(find(whole.layers[0].forward, "layer0.conv")->flops, 4 * gemm->flops);
+  EXPECT_DOUBLE_EQ(find_op(whole.layers[0].forward, "layer0.conv")->flops, 4 * gemm->flops);
   // Batch norm: each channel's sum and sum of squares, fp32, all-reduced over the grid.
-  const Op* stats = find(conv.forward, "layer0.conv.bn_allreduce");
+  const Op* stats = find_op(conv.forward, "layer0.conv.bn_allreduce");
   ASSERT_NE(stats, nullptr);
   EXPECT_EQ(stats->collective, spec::CollectiveKind::kAllReduce);
   EXPECT_EQ(stats->bytes, 2 * 64 * 4);
   // Backward all-reduces batch norm's two gradient sums (as many bytes); the image needs no
   // gradient, so the first layer sends no halo back.
-  EXPECT_EQ(*find(conv.backward, "layer0.conv.bn_allreduce"), *stats);
-  EXPECT_EQ(find(conv.backward, "layer0.conv.halo"), nullptr);
+  EXPECT_EQ(*find_op(conv.backward, "layer0.conv.bn_allreduce"), *stats);
+  EXPECT_EQ(find_op(conv.backward, "layer0.conv.halo"), nullptr);
   // The block is what the layer hands on and keeps: its input with the halo, 2 x 3 x (256 + 33)
   // elements, and its 2 x 64 x 256 outputs before and after batch norm.
   EXPECT_EQ(conv.output_bytes, 2 * 64 * 256 * 4);
@@ -57,10 +54,10 @@ TEST(SpatialLowering, AConvolutionOnABlockWithItsHalo) {
   // The global pool sums its block and all-reduces the 2 x 64 partial sums; the classifier then
   // runs whole on every rank.
   const Layer& pool = split.layers[1];
-  const Op* sums = find(pool.forward, "layer1.pool_allreduce");
+  const Op* sums = find_op(pool.forward, "layer1.pool_allreduce");
   ASSERT_NE(sums, nullptr);
   EXPECT_EQ(sums->bytes, 2 * 64 * 4);
-  EXPECT_EQ(find(pool.backward, "layer1.pool_allreduce"), nullptr);  // the gradient is whole
+  EXPECT_EQ(find_op(pool.backward, "layer1.pool_allreduce"), nullptr);  // the gradient is whole
   EXPECT_EQ(pool.output_bytes, 2 * 64 * 4);
   EXPECT_EQ(split.layers[2].forward, whole.layers[2].forward);
   EXPECT_EQ(split.layers[2].params, whole.layers[2].params);
@@ -78,11 +75,11 @@ TEST(SpatialLowering, ALaterLayerSendsItsHalosGradientBack) {
   o.dtype = spec::Dtype::kFp32;
   o.spatial = {2, 2};
   const Layer second = lower(m, o).layers[1];
-  const Op* halo = find(second.forward, "layer1.conv.halo");
+  const Op* halo = find_op(second.forward, "layer1.conv.halo");
   ASSERT_NE(halo, nullptr);
   EXPECT_EQ(halo->bytes, 2 * 64 * 33 * 4);
-  ASSERT_NE(find(second.backward, "layer1.conv.halo"), nullptr);
-  EXPECT_EQ(*find(second.backward, "layer1.conv.halo"), *halo);
+  ASSERT_NE(find_op(second.backward, "layer1.conv.halo"), nullptr);
+  EXPECT_EQ(*find_op(second.backward, "layer1.conv.halo"), *halo);
 }
 
 TEST(SpatialLowering, ASplitRankHoldsEveryParameterAndAQuarterOfTheWork) {
@@ -113,8 +110,8 @@ TEST(SpatialLowering, TheFirstLayerSendsBackOnlyHaloGradientsOfItsOwnWork) {
   o.micro_batch = 2;
   o.spatial = {2, 1};
   const LoweredModel split = lower(m, o);
-  ASSERT_NE(find(split.layers[0].forward, "layer0.conv2.halo"), nullptr);
-  EXPECT_NE(find(split.layers[0].backward, "layer0.conv2.halo"), nullptr);
+  ASSERT_NE(find_op(split.layers[0].forward, "layer0.conv2.halo"), nullptr);
+  EXPECT_NE(find_op(split.layers[0].backward, "layer0.conv2.halo"), nullptr);
 }
 
 TEST(SpatialLowering, AModelThatDoesNotSplitIsRefused) {
