@@ -35,6 +35,10 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/offload", plan.name(),
              "the executor keeps every state on its device: offloading is simulated and planned "
              "only (issue 14); run the plan without \"offload\"");
+  if (plan.cp > 1)
+    diag.add("/cp", std::to_string(plan.cp),
+             "the executor runs each sequence on one rank: context parallelism is simulated and "
+             "planned only (issue 14); run the plan with cp 1");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");

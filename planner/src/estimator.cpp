@@ -36,7 +36,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         static_cast<int>(stack.cross_entropy),
                         stack.autocast,
                         plan.spatial.h,
-                        plan.spatial.w};
+                        plan.spatial.w,
+                        plan.cp,
+                        static_cast<int>(plan.cp_algorithm)};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -89,13 +91,14 @@ double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
-  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks());
+  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   spec::RankLayout layout(plan);
   Shapes s;
   s.tp = sim::group_shape(layout.layer_group(0), cluster_->devices_per_node);
   s.dp = sim::group_shape(layout.replica_group(0), cluster_->devices_per_node);
+  s.cp = sim::group_shape(layout.cp_group(0), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
   int64_t ends[2] = {0, layout.pp_prev(0)};
@@ -157,7 +160,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto key = std::make_tuple(mode, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
-  const sim::GroupShape tp_shape = shapes(plan).tp;
+  const sim::LayerGroups groups{shapes(plan).tp, shapes(plan).cp};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -168,7 +171,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
       continue;
     }
     sim::LayerTimes t =
-        sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), tp_shape, mode);
+        sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), groups, mode);
     costs.push_back({t.forward, t.backward, t.recompute});
   }
   return l.costs.emplace(key, std::move(costs)).first->second;

@@ -11,6 +11,7 @@
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::planner {
@@ -64,9 +65,11 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
     case Constraint::Dim::kOffload:
       return p.offload;
     case Constraint::Dim::kSpatial:
-      // Candidates carry an index into their enumeration's grids; those are the powers of two
-      // from 1 in order, each the squarest grid of its rank count (Enumeration::spatial_splits).
-      return int64_t{1} << p.spatial;
+    case Constraint::Dim::kCp:
+      // Candidates carry an index into their enumeration's sample splits; those are the powers
+      // of two from 1 in order (Enumeration::sample_splits), each a grid or a cp degree with its
+      // algorithms: the index's rank count.
+      return int64_t{1} << p.split_log2;
   }
   return 0;
 }
@@ -92,12 +95,12 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload, spatial and "
+                     "recompute_layers, offload, spatial, cp and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -110,6 +113,7 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "vpp"     ? Constraint::Dim::kVpp
           : dim == "offload" ? Constraint::Dim::kOffload
           : dim == "spatial" ? Constraint::Dim::kSpatial
+          : dim == "cp"      ? Constraint::Dim::kCp
                              : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
@@ -255,7 +259,11 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
-  out.spatial = spatial_splits.empty() ? spec::SpatialSplit{} : spatial_splits[c.spatial];
+  const Enumeration::SampleSplit split =
+      sample_splits.empty() ? Enumeration::SampleSplit{} : sample_splits[c.spatial];
+  out.spatial = split.spatial;
+  out.cp = split.cp;
+  out.cp_algorithm = split.cp_algorithm;
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -317,7 +325,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
   // Spatial splits (CNNs): a grid per power of two, up to a node (the split ranks exchange halos
   // at every layer) and as long as the model's maps split (a larger grid only shrinks blocks).
-  out.spatial_splits.push_back({});
+  out.sample_splits.push_back({});
   if (m.kind() == spec::ModelKind::kCnn) {
     const int64_t limit =
         r.allow_tp_across_nodes ? r.gpus : std::min(r.gpus, r.cluster.devices_per_node);
@@ -326,11 +334,23 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       grid.w = int64_t{1} << (std::bit_width(static_cast<uint64_t>(s)) - 1) / 2;
       grid.h = s / grid.w;
       if (!spec::spatial_split_problem(m, grid).empty()) break;
-      out.spatial_splits.push_back(grid);
+      out.sample_splits.push_back({grid, 1, spec::ContextAlgorithm::kRing});
     }
   }
-  for (size_t si = 0; si < out.spatial_splits.size(); ++si) {
-    const int64_t split_ranks = out.spatial_splits[si].ranks();
+  // Context parallelism (transformers): each power of two that leaves every rank
+  // kMinContextTokens of the sequence, with each algorithm (ring only over a fused attention
+  // kernel: spec::context_attention_problem); what a tp degree refuses is left out below.
+  const int64_t seq_len = transformer ? r.seq_len.value_or(m.transformer().seq_len) : 0;
+  for (int64_t cp = 2; transformer && cp <= r.gpus && seq_len / cp >= kMinContextTokens;
+       cp *= 2) {
+    for (const auto& [name, algorithm] : spec::context_algorithm_names()) {
+      if (!spec::context_attention_problem(cp, algorithm, stack.attention).empty()) continue;
+      out.sample_splits.push_back({{}, cp, algorithm});
+    }
+  }
+  for (size_t si = 0; si < out.sample_splits.size(); ++si) {
+    const Enumeration::SampleSplit& sample_split = out.sample_splits[si];
+    const int64_t split_ranks = sample_split.ranks();
     if (r.gpus % split_ranks != 0) continue;
     const int64_t sample_groups = r.gpus / split_ranks;
     for (int64_t tp : divisors(sample_groups)) {
@@ -339,7 +359,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         ++out.considered;
         // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp); not
         // together with a spatial split, and not an MLP.
-        if (!spec::channel_with_spatial_problem(tp, out.spatial_splits[si]).empty()) {
+        if (!spec::channel_with_spatial_problem(tp, sample_split.spatial).empty()) {
           reject("tp with a spatial split");
           continue;
         }
@@ -403,7 +423,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves
               // the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with
               // the parameters too.
-              if (zero > 0 && split_ranks > 1) {
+              if (zero > 0 && sample_split.spatial.any()) {
                 reject("ZeRO with a spatial split");
                 continue;
               }
@@ -416,11 +436,20 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
                 if (sp && (tp == 1 || !transformer)) continue;
                 if (sp && transformer &&
-                    !spec::sequence_parallel_problem(r.seq_len.value_or(m.transformer().seq_len),
-                                                     tp)
-                         .empty()) {
+                    !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
                   reject("sequence parallelism needs tp to divide the sequence");
                   continue;
+                }
+                if (sample_split.cp > 1) {
+                  spec::Plan shape;
+                  shape.tp = tp;
+                  shape.sequence_parallel = sp;
+                  shape.cp = sample_split.cp;
+                  shape.cp_algorithm = sample_split.cp_algorithm;
+                  if (!spec::context_parallel_problem(m, seq_len, shape).empty()) {
+                    reject("cp does not divide the sequence or the heads");
+                    continue;
+                  }
                 }
                 // The stack knobs that change this layout's step (the others stay the
                 // request's: varying them would repeat a plan): TP overlap runs under sequence
@@ -463,6 +492,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                       c.sequence_parallel = sp;
                       c.balanced = balanced;
                       c.spatial = static_cast<uint8_t>(si);
+                      c.split_log2 = static_cast<uint8_t>(
+                          std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
                       for (uint8_t off : offloads) {
                         c.offload = off;
                         bool allowed = true;

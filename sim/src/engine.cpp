@@ -309,6 +309,9 @@ class Engine {
       case CommClass::kSpatial:
         t.spatial += idle;
         break;
+      case CommClass::kCp:
+        t.cp += idle;
+        break;
       case CommClass::kOffload:
         t.offload += idle;
         break;

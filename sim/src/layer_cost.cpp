@@ -18,13 +18,19 @@ int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp) {
 
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,
-                       const GroupShape& tp_group, spec::Recompute recompute) {
+                       const LayerGroups& groups, spec::Recompute recompute) {
   const bool block = layer.kind == models::LayerKind::kBlock;
   // Compute beside a transfer runs at 1 / (1 + f) of full speed (the engine's overlap model).
   const double f = compute.overlap_slowdown();
   LayerTimes out;
   auto comm = [&](spec::CollectiveKind kind, int64_t bytes) {
-    return collectives.cost(kind, bytes, tp_group).seconds();
+    return collectives.cost(kind, bytes, groups.tp).seconds();
+  };
+  auto op_comm = [&](const models::Op& op) {
+    return collectives
+        .cost(op.collective, op.bytes,
+              op.group == models::CommGroup::kContext ? groups.cp : groups.tp)
+        .seconds();
   };
   // A GEMM of `gemm` seconds beside `beside` seconds of collectives that started with it: the
   // GEMM is slowed while they run, and what follows waits for both.
@@ -39,22 +45,23 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     double t = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only) {
-        if (op.core_attention) t += ps_to_seconds(compute.op_time(op, phase));
-        continue;
-      }
+      if (core_only && !op.in_core()) continue;
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
       if (op.is_comm()) {
-        if (overlapped && op.collective == spec::CollectiveKind::kAllGather && next_gemm) {
+        if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
+          // A ring attention step: the transfer beside the attention of the block in hand.
+          t += overlapped_wall(ps_to_seconds(compute.op_time(ops[i + 1], phase)), op_comm(op));
+          ++i;
+        } else if (overlapped && op.collective == spec::CollectiveKind::kAllGather && next_gemm) {
           const int64_t first = op.bytes / tp_overlap_chunks(op.collective, plan.tp);
           const double gemm = ps_to_seconds(compute.op_time(ops[i + 1], phase));
           t += comm(op.collective, first) +
                overlapped_wall(gemm, comm(op.collective, op.bytes - first));
           ++i;
         } else {
-          t += comm(op.collective, op.bytes);
+          t += op_comm(op);
         }
       } else if (overlapped && op.op_class == spec::OpClass::kGemm && next_scatter) {
         const models::Op& scatter = ops[i + 1];

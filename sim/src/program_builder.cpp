@@ -215,15 +215,32 @@ class StageBuilder {
     return emit(t, deps);
   }
 
-  // A collective of the layer group (tensor-parallel, or a spatial split's halo exchange and
-  // statistic all-reduces) between compute segments: waits for the compute before it, and the
-  // compute after it waits for it.
-  void tp_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
+  // A layer's collective: in the layer group (tensor-parallel, or a spatial split's halo
+  // exchange and statistic all-reduces), or in the context-parallel group. Waits for the compute
+  // before it; returns the task.
+  int32_t layer_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
     int32_t before = flush();
-    const CommClass cls = plan_.spatial.any() ? CommClass::kSpatial : CommClass::kTp;
-    int32_t task =
-        comm(Stream::kTpComm, cls, static_cast<uint8_t>(GroupSlot::kTp), TaskKind::kCollective,
-             op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
+    const bool context = op.group == models::CommGroup::kContext;
+    const CommClass cls = context              ? CommClass::kCp
+                          : plan_.spatial.any() ? CommClass::kSpatial
+                                                : CommClass::kTp;
+    const GroupSlot slot = context ? GroupSlot::kCp : GroupSlot::kTp;
+    return comm(Stream::kTpComm, cls, static_cast<uint8_t>(slot), TaskKind::kCollective,
+                op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
+  }
+
+  // A collective between compute segments: the compute after it waits for it.
+  void tp_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
+    require(layer_collective(layer, op, phase, mb));
+  }
+
+  // A ring attention step (models::Op::beside_next): the transfer of the next block starts once
+  // the compute before it is done (its buffer is free again) and runs beside the step's
+  // attention; what follows the attention waits for it.
+  void ring_step(size_t layer, const models::Op& transfer, const models::Op& attention,
+                 Phase phase, int64_t mb) {
+    const int32_t task = layer_collective(layer, transfer, phase, mb);
+    compute_op(layer, attention, phase, mb);
     require(task);
   }
 
@@ -406,16 +423,16 @@ class StageBuilder {
                bool core_only = false) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only) {
-        if (op.core_attention) compute_op(layer, op, phase, mb);
-        continue;
-      }
+      if (core_only && !op.in_core()) continue;
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
       if (op.is_comm()) {
-        if (op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
-            tp_overlapped(layer, phase)) {
+        if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
+          ring_step(layer, op, ops[i + 1], phase, mb);
+          ++i;
+        } else if (op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
+                   tp_overlapped(layer, phase)) {
           gathered_gemm(layer, op, ops[i + 1], phase, mb);
           ++i;
         } else {

@@ -11,7 +11,7 @@ namespace sextant::sim {
 
 namespace {
 
-constexpr int kGroupSlots = 3;
+constexpr int kSlots = static_cast<int>(kGroupSlots);
 constexpr int kPeerSlots = 2;
 
 // Interns values into dense ids in order of first appearance (deterministic).
@@ -79,7 +79,7 @@ FoldedTopology fold_symmetric_ranks(const Topology& full, const spec::ClusterSpe
     for (int64_t r = 0; r < world; ++r) {
       const RankSetup& s = full.ranks[static_cast<size_t>(r)];
       sig.assign(1, colour[static_cast<size_t>(r)]);
-      for (int k = 0; k < kGroupSlots; ++k) {
+      for (int k = 0; k < kSlots; ++k) {
         const int32_t g = s.groups[static_cast<size_t>(k)];
         sig.push_back(g < 0 ? -1 : group_cost[static_cast<size_t>(g)]);
         sig.push_back(g < 0 ? -1 : group_members[static_cast<size_t>(g)]);
@@ -135,7 +135,7 @@ FoldedTopology fold_symmetric_ranks(const Topology& full, const spec::ClusterSpe
     const int64_t rep = out.class_ranks[static_cast<size_t>(k)].front();
     const RankSetup& real = full.ranks[static_cast<size_t>(rep)];
     RankSetup folded = real;
-    for (int slot = 0; slot < kGroupSlots; ++slot) {
+    for (int slot = 0; slot < kSlots; ++slot) {
       const int32_t g = real.groups[static_cast<size_t>(slot)];
       if (g < 0) continue;
       const GroupSetup& group = full.groups[static_cast<size_t>(g)];

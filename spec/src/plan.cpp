@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "sextant/spec/channel_split.hpp"
+#include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -32,8 +33,16 @@ constexpr std::array<std::pair<std::string_view, CompressionKind>, 4> kCompressi
      {"qsgd", CompressionKind::kQsgd},
      {"topk", CompressionKind::kTopk},
      {"onebit", CompressionKind::kOnebit}}};
+constexpr std::array<std::pair<std::string_view, ContextAlgorithm>, 3> kContextAlgorithms{
+    {{"ring", ContextAlgorithm::kRing},
+     {"all-gather", ContextAlgorithm::kAllGather},
+     {"all-to-all", ContextAlgorithm::kAllToAll}}};
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
+
+EnumNames<ContextAlgorithm> context_algorithm_names() {
+  return kContextAlgorithms;
+}
 
 EnumNames<CompressionKind> compression_kind_names() {
   return kCompressionKinds;
@@ -89,6 +98,11 @@ std::string Plan::name() const {
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
   if (spatial.any()) s += fmt::format(".hw{}x{}", spatial.h, spatial.w);
+  if (cp > 1) {
+    s += fmt::format(".cp{}", cp);
+    if (cp_algorithm == ContextAlgorithm::kAllGather) s += "ag";
+    if (cp_algorithm == ContextAlgorithm::kAllToAll) s += "a2a";
+  }
   return s;
 }
 
@@ -145,20 +159,24 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
 void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   // (A plan file's reader has refused these already; a plan built in code may hold anything.)
   if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.micro_batch < 1 || p.global_batch < 1 ||
-      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1) {
+      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1 || p.cp < 1) {
     problem("dp",
-            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, micro_batch {}, global_batch {}, "
-                        "virtual_stages {}",
-                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.micro_batch, p.global_batch,
-                        p.virtual_stages),
+            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, cp {}, micro_batch {}, "
+                        "global_batch {}, virtual_stages {}",
+                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.cp, p.micro_batch,
+                        p.global_batch, p.virtual_stages),
             "every degree and batch size must be >= 1");
     return;
   }
-  // In double: five degrees of up to 2^24 each multiply past int64.
+  // In double: six degrees of up to 2^24 each multiply past int64.
   if (static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) *
-          static_cast<double>(p.spatial.h) * static_cast<double>(p.spatial.w) >
+          static_cast<double>(p.spatial.h) * static_cast<double>(p.spatial.w) *
+          static_cast<double>(p.cp) >
       static_cast<double>(kMaxRanks)) {
-    if (p.spatial.any()) {
+    if (p.cp > 1) {
+      problem("dp", fmt::format("{} (dp*tp*pp*cp = {}*{}*{}*{})", p.dp, p.dp, p.tp, p.pp, p.cp),
+              fmt::format("dp*tp*pp*cp must be at most {} ranks", kMaxRanks));
+    } else if (p.spatial.any()) {
       problem("dp",
               fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{})", p.dp, p.dp, p.tp, p.pp,
                           p.spatial.h, p.spatial.w),
@@ -229,6 +247,9 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
       problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
     if (c.any()) problem("spatial", split, "runs without gradient compression");
     if (p.offload.any()) problem("spatial", split, "runs without offload");
+    if (p.cp > 1)
+      problem("cp", std::to_string(p.cp),
+              "splits a transformer's sequences; a CNN's samples split with spatial");
   }
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
@@ -291,6 +312,15 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
+  p.cp = r.integer("cp", degree, Presence::kOptional).value_or(1);
+  if (const Json* algo = r.value("cp_algorithm", Presence::kOptional)) {
+    if (p.cp > 1) {
+      p.cp_algorithm = r.enumeration("cp_algorithm", context_algorithm_names(), Presence::kOptional)
+                           .value_or(p.cp_algorithm);
+    } else {
+      r.problem("cp_algorithm", short_dump(*algo), "applies with cp > 1 only");
+    }
+  }
   if (auto sp = r.object("spatial", Presence::kOptional)) {
     p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
     p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
@@ -395,6 +425,10 @@ Json to_json(const Plan& p) {
     j["compression"] = cj;
   }
   if (p.spatial.any()) j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
+  if (p.cp > 1) {
+    j["cp"] = p.cp;
+    j["cp_algorithm"] = enum_name(context_algorithm_names(), p.cp_algorithm);
+  }
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -477,7 +511,12 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   check_plan_rules(p, add);
   diag.throw_if_any();
   if (p.world_size() != ranks) {
-    if (p.spatial.any()) {
+    if (p.cp > 1) {
+      add("dp",
+          fmt::format("{} (dp*tp*pp*cp = {}*{}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp, p.cp,
+                      p.world_size()),
+          fmt::format("dp*tp*pp*cp must equal the number of ranks ({})", ranks));
+    } else if (p.spatial.any()) {
       add("dp",
           fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{} = {})", p.dp, p.dp, p.tp, p.pp,
                       p.spatial.h, p.spatial.w, p.world_size()),
@@ -522,6 +561,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.seq_len)
       if (std::string problem = seq_len_problem(model, *p.seq_len); !problem.empty())
         add("seq_len", std::to_string(*p.seq_len), problem);
+    if (std::string problem = context_parallel_problem(model, seq, p); !problem.empty())
+      add("cp", std::to_string(p.cp), problem);
     if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.micro_batches() % p.pp != 0)
       add("global_batch", std::to_string(p.global_batch),
           fmt::format("the interleaved schedule needs micro-batches per replica ({}) divisible "
@@ -531,6 +572,10 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
       add("tp", std::to_string(p.tp), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
+    if (p.cp > 1)
+      add("cp", std::to_string(p.cp),
+          "splits a transformer's sequences: use cp = 1 for MLPs and CNNs (a CNN's samples split "
+          "with spatial)");
     if (p.sequence_parallel)
       add("sequence_parallel", "true",
           "applies to transformers (their sequence): use false for MLPs and CNNs");

@@ -6,21 +6,28 @@ namespace sextant::spec {
 std::vector<int64_t> RankLayout::tp_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
-  for (int64_t t = 0; t < tp_; ++t) g.push_back(rank({c.dp, t, c.pp, c.spatial}));
+  for (int64_t t = 0; t < tp_; ++t) g.push_back(rank({c.dp, t, c.pp, c.spatial, c.cp}));
   return g;
 }
 
 std::vector<int64_t> RankLayout::dp_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
-  for (int64_t d = 0; d < dp_; ++d) g.push_back(rank({d, c.tp, c.pp, c.spatial}));
+  for (int64_t d = 0; d < dp_; ++d) g.push_back(rank({d, c.tp, c.pp, c.spatial, c.cp}));
   return g;
 }
 
 std::vector<int64_t> RankLayout::spatial_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
-  for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({c.dp, c.tp, c.pp, s}));
+  for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({c.dp, c.tp, c.pp, s, c.cp}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::cp_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t k = 0; k < cp_; ++k) g.push_back(rank({c.dp, c.tp, c.pp, c.spatial, k}));
   return g;
 }
 
@@ -32,7 +39,8 @@ std::vector<int64_t> RankLayout::replica_group(int64_t r) const {
   RankCoord c = coord(r);
   std::vector<int64_t> g;
   for (int64_t d = 0; d < dp_; ++d)
-    for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({d, c.tp, c.pp, s}));
+    for (int64_t k = 0; k < cp_; ++k)
+      for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({d, c.tp, c.pp, s, k}));
   return g;
 }
 

@@ -29,6 +29,7 @@ Json to_json(const Report& r) {
                 {"pp_comm_exposed", b.pp_comm_exposed},
                 {"fsdp_comm_exposed", b.fsdp_comm_exposed},
                 {"spatial_comm_exposed", b.spatial_comm_exposed},
+                {"cp_comm_exposed", b.cp_comm_exposed},
                 {"bubble", b.bubble},
                 {"optimizer", b.optimizer},
                 {"offload_exposed", b.offload_exposed}}},
@@ -78,6 +79,7 @@ Report report_from_json(const Json& json, const std::string& source) {
     t.pp_comm_exposed = b->number("pp_comm_exposed", nn).value_or(0);
     t.fsdp_comm_exposed = b->number("fsdp_comm_exposed", nn).value_or(0);
     t.spatial_comm_exposed = b->number("spatial_comm_exposed", nn, Presence::kOptional).value_or(0);
+    t.cp_comm_exposed = b->number("cp_comm_exposed", nn, Presence::kOptional).value_or(0);
     t.bubble = b->number("bubble", nn).value_or(0);
     t.optimizer = b->number("optimizer", nn).value_or(0);
     t.offload_exposed = b->number("offload_exposed", nn, Presence::kOptional).value_or(0);

@@ -578,8 +578,8 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   // grids (up to a node of 8) and pipeline stages take the rest.
   SearchRequest r = request("resnet50", 32, 8);
   const Enumeration all = enumerate_plans(r);
-  ASSERT_EQ(all.spatial_splits.size(), 4u);  // unsplit, 2x1, 2x2, 4x2
-  EXPECT_EQ(all.spatial_splits[3], (spec::SpatialSplit{4, 2}));
+  ASSERT_EQ(all.sample_splits.size(), 4u);  // unsplit, 2x1, 2x2, 4x2
+  EXPECT_EQ(all.sample_splits[3].spatial, (spec::SpatialSplit{4, 2}));
   int64_t split = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const spec::Plan p = all.plan(i);
@@ -609,7 +609,7 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   for (size_t i = 0; i < bounded.size(); ++i)
     EXPECT_LE(bounded.plan(i).spatial.ranks(), 2) << bounded.plan(i).name();
   const Enumeration gpt = enumerate_plans(request("gpt2-124m", 8, 64));
-  EXPECT_EQ(gpt.spatial_splits.size(), 1u);
+  EXPECT_EQ(gpt.sample_splits.size(), 1u);
 }
 
 TEST(Planner, ChannelSplitsAreSearchedForCnns) {

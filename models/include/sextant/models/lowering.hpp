@@ -38,6 +38,10 @@ struct MatmulShape {
   bool operator==(const MatmulShape&) const = default;
 };
 
+// The group a communication op runs in: the layer group (spec::RankLayout::layer_group) or the
+// ranks splitting each sequence (RankLayout::cp_group, context parallelism).
+enum class CommGroup : uint8_t { kLayer, kContext };
+
 struct Op {
   std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
   spec::OpClass op_class = spec::OpClass::kGemm;
@@ -60,7 +64,14 @@ struct Op {
   // the tensor-parallel group, or the ranks splitting a CNN's samples spatially; a halo exchange
   // with the grid neighbours is a kSendRecv there).
   spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
+  CommGroup group = CommGroup::kLayer;
+  // A ring attention step's transfer (context parallelism): it runs beside the compute op after
+  // it, which does not wait for it; the op after that one does.
+  bool beside_next = false;
   bool is_comm() const { return spec::is_communication(op_class); }
+  // What selective recompute re-runs (Korthikanti et al. 2022): the attention core, with the
+  // context-parallel transfers that feed it.
+  bool in_core() const { return core_attention || (is_comm() && group == CommGroup::kContext); }
   bool operator==(const Op&) const = default;
 };
 
@@ -109,6 +120,10 @@ struct LoweringOptions {
   // CNNs: each sample's feature maps split over a grid of ranks (Plan::spatial); the ops are
   // those of the most loaded rank, with its halo exchanges and statistic all-reduces.
   spec::SpatialSplit spatial{};
+  // Transformers: each sequence split over `cp` ranks (Plan::cp, spec/context_parallel.hpp); the
+  // ops are one rank's, on its s/cp tokens, with its attention's transfers.
+  int64_t cp = 1;
+  spec::ContextAlgorithm cp_algorithm = spec::ContextAlgorithm::kRing;
 };
 
 struct LoweredModel {
@@ -117,7 +132,8 @@ struct LoweredModel {
   // also holds layers before `split_begin`, the last one the layers from `split_end` on.
   size_t split_begin = 0;
   size_t split_end = 0;
-  int64_t tokens_per_micro_batch = 0;  // sequences*seq_len (transformers) or samples
+  // sequences*seq_len (transformers; seq_len/cp under context parallelism: one rank's) or samples
+  int64_t tokens_per_micro_batch = 0;
   int64_t samples_per_micro_batch = 0;
   spec::Dtype dtype = spec::Dtype::kBf16;
   // Parameters of one rank's shard of an embedding table tied to the output layer (0 if untied):

@@ -24,9 +24,22 @@ struct Candidate;
 // A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
 // "recompute_layers=0" (full recompute of every layer only), "offload=0" (nothing offloaded; 1:
 // the optimizer, 2: the optimizer and the parameters, to host memory), "spatial<=4" (ranks
-// splitting each sample of a CNN).
+// splitting each sample of a CNN), "cp<=8" (ranks splitting each sequence of a transformer;
+// spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
+// one way only).
 struct Constraint {
-  enum class Dim { kDp, kTp, kPp, kZero, kMicroBatch, kVpp, kRecomputeLayers, kOffload, kSpatial };
+  enum class Dim {
+    kDp,
+    kTp,
+    kPp,
+    kZero,
+    kMicroBatch,
+    kVpp,
+    kRecomputeLayers,
+    kOffload,
+    kSpatial,
+    kCp
+  };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
   Op op;
@@ -78,12 +91,15 @@ struct Candidate {
   uint8_t recompute = 0;  // spec::Recompute
   bool sequence_parallel : 1 = false;
   bool balanced : 1 = false;  // layers split by balanced_split, else evenly
+  // log2 of the ranks splitting each sample (Enumeration::sample_splits[spatial].ranks()): what
+  // the spatial and cp constraints bound.
+  uint8_t split_log2 : 5 = 0;
   // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
   // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
   uint8_t offload = 0;
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
-  uint8_t spatial = 0;      // index into Enumeration::spatial_splits ([0]: unsplit)
+  uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
@@ -94,9 +110,17 @@ struct Enumeration {
   std::vector<Candidate> candidates;
   std::vector<spec::Stack> stacks;
   std::vector<spec::GradientCompression> compressions;  // [0]: none, then the request's
-  // Grids a CNN's samples may be split over ([0]: none): for each power of two up to a node, the
-  // squarest grid (h >= w) the model splits over (spec::spatial_split_problem).
-  std::vector<spec::SpatialSplit> spatial_splits;
+  // How each sample may be split ([0]: not at all). A CNN's grids: for each power of two up to a
+  // node, the squarest grid (h >= w) the model splits over (spec::spatial_split_problem). A
+  // transformer's context-parallel degrees: powers of two leaving each rank at least
+  // kMinContextTokens of every sequence, each with the algorithms the stack runs.
+  struct SampleSplit {
+    spec::SpatialSplit spatial{};
+    int64_t cp = 1;
+    spec::ContextAlgorithm cp_algorithm = spec::ContextAlgorithm::kRing;
+    int64_t ranks() const { return spatial.ranks() * cp; }
+  };
+  std::vector<SampleSplit> sample_splits;
   std::map<std::string, int64_t> rejected;  // reason -> count
   int64_t considered = 0;
   // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
@@ -110,6 +134,12 @@ struct Enumeration {
   spec::Plan base;
   std::map<int64_t, std::vector<int64_t>> balanced_splits;
 };
+
+// The fewest tokens of each sequence a context-parallel rank keeps in a search: ring attention
+// hides a step's key/value transfer (linear in the block) behind the step's attention (quadratic
+// in it) only while blocks are long; Megatron-LM/NeMo recommend context parallelism for sequences
+// of 8K tokens and more. A pruning rule of the search (counted by --explain), not of plans.
+inline constexpr int64_t kMinContextTokens = 4096;
 
 // The knobs `used` sets otherwise than `requested`, for display ("" when none), e.g.
 // "tp_overlap=bulk dp_overlap=off dp_bucket=40MB".

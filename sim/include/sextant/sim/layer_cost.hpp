@@ -29,11 +29,18 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 // 4 splits (transformer_engine/pytorch/module/base.py, get_default_config).
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
+// The groups a layer's collectives run in: the layer group (tensor-parallel, or a CNN's spatial
+// grid) and the context-parallel group (models::CommGroup).
+struct LayerGroups {
+  GroupShape tp;
+  GroupShape cp;
+};
+
 // One layer's passes as the engine runs them (program_builder's run_ops, one op after another on
 // an otherwise idle rank); `recompute` is the layer's own mode (models::layer_recompute), which a
 // block recomputes before its backward.
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,
-                       const GroupShape& tp_group, spec::Recompute recompute);
+                       const LayerGroups& groups, spec::Recompute recompute);
 
 }  // namespace sextant::sim

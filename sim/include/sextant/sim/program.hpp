@@ -20,15 +20,17 @@ namespace sextant::sim {
 enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv, kLocal };
 
 // What time spent waiting for a task counts as in the report's breakdown.
-// kSpatial: halo exchanges and statistic all-reduces of a spatially split CNN.
-enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial };
+// kSpatial: halo exchanges and statistic all-reduces of a spatially split CNN. kCp: context
+// parallelism's attention transfers.
+enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial, kCp };
 
 // kTp: the layer group (spec::RankLayout::layer_group: tensor-parallel ranks, or the ranks
 // splitting a CNN's samples spatially). kDp: the ranks holding the same parameters
 // (RankLayout::replica_group: data-parallel replicas, with their spatial ranks). The embedding
 // group: the first and the last pipeline stage of a (tp, dp) position, which hold the tied
-// embedding table.
-enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding };
+// embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group).
+enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding, kCp };
+inline constexpr size_t kGroupSlots = 4;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

@@ -84,6 +84,22 @@ struct SpatialSplit {
   bool operator==(const SpatialSplit&) const = default;
 };
 
+// How the ranks splitting each sequence (context parallelism) compute attention over the whole
+// sequence; spec/context_parallel.hpp owns the rules and the transfers.
+enum class ContextAlgorithm {
+  // Ring attention (Liu et al. 2023; Megatron-LM --cp-comm-type p2p, Transformer Engine's
+  // AttnFuncWithCPAndKVP2P): key/value blocks travel around the ring, each step overlapped with
+  // the attention of the block in hand.
+  kRing,
+  // All-gather of keys and values before attention (Llama 3, Dubey et al. 2024 §3.3.2;
+  // --cp-comm-type all_gather), reduce-scatter of their gradients.
+  kAllGather,
+  // DeepSpeed-Ulysses (Jacobs et al. 2023; --cp-comm-type a2a): all-to-all from sequence-split
+  // to head-split before attention and back after it.
+  kAllToAll,
+};
+EnumNames<ContextAlgorithm> context_algorithm_names();
+
 struct Plan {
   int64_t dp = 1;
   int64_t tp = 1;
@@ -106,6 +122,10 @@ struct Plan {
   Offload offload;
   GradientCompression compression;  // of the data-parallel gradient exchange (DDP, zero 0)
   SpatialSplit spatial{};           // each sample's feature maps over a grid of ranks (CNNs)
+  // Context parallelism: each sequence split over `cp` ranks (transformers), which attend to the
+  // whole sequence with `cp_algorithm`. spec/context_parallel.hpp owns its rules.
+  int64_t cp = 1;
+  ContextAlgorithm cp_algorithm = ContextAlgorithm::kRing;
   std::optional<Dtype> dtype;       // compute dtype; default: the stack's precision, else bf16 on
                                     // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;   // overrides the model's sequence length
@@ -113,17 +133,22 @@ struct Plan {
   std::string model;    // informational: what the plan was made for
   std::string cluster;  // informational
 
-  int64_t world_size() const { return dp * tp * pp * spatial.ranks(); }
+  // The ranks splitting each sample: a CNN's spatial grid or a transformer's context-parallel
+  // ranks (never both: the one splits feature maps, the other sequences).
+  int64_t sample_split() const { return spatial.ranks() * cp; }
+  int64_t world_size() const { return dp * tp * pp * sample_split(); }
   // Ranks holding the same parameters, whose weight gradients are summed every step: the
   // data-parallel replicas, times the ranks splitting each sample (each computes a partial
-  // weight gradient from its part of the feature maps). dp when nothing is split spatially.
-  int64_t replicas() const { return dp * spatial.ranks(); }
+  // weight gradient from its part of the feature maps or of the sequence; Megatron-LM's
+  // data-and-context-parallel group). dp when no sample is split.
+  int64_t replicas() const { return dp * sample_split(); }
   int64_t micro_batches() const {
     return global_batch / (dp * micro_batch);
   }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
-  // recompute, offload, gradient compression and the spatial split, when they apply).
+  // recompute, offload, gradient compression, the spatial split and context parallelism, when
+  // they apply).
   std::string name() const;
 };
 

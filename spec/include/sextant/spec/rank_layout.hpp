@@ -1,9 +1,11 @@
-// Where each rank sits in a plan: Megatron-LM's order, tensor-parallel ranks adjacent (inside a
-// node), then data-parallel, then pipeline stages outermost; the ranks splitting a sample's
-// feature maps (spatial, CNNs) innermost of all, since they exchange halos at every layer
-// (Dryden et al. place them on one node):
-//   rank = spatial_index + S * (tp_index + tp * (dp_index + dp * pp_stage)),  S = h*w,
-// the spatial index row-major over the h x w grid.
+// Where each rank sits in a plan: Megatron-LM's order (parallel_state's "tp-cp-ep-dp-pp"),
+// tensor-parallel ranks adjacent (inside a node), then context-parallel, then data-parallel, then
+// pipeline stages outermost; the ranks splitting a sample's feature maps (spatial, CNNs)
+// innermost of all, since they exchange halos at every layer (Dryden et al. place them on one
+// node):
+//   rank = spatial_index + S * (tp_index + tp * (cp_index + cp * (dp_index + dp * pp_stage))),
+// S = h*w, the spatial index row-major over the h x w grid. (A plan splits samples spatially or
+// sequences by context, never both: one of S and cp is 1.)
 // The simulator and the executor both use this, so their traces number ranks alike.
 #pragma once
 
@@ -19,30 +21,38 @@ struct RankCoord {
   int64_t tp = 0;
   int64_t pp = 0;
   int64_t spatial = 0;
+  int64_t cp = 0;
 };
 
 class RankLayout {
  public:
   explicit RankLayout(const Plan& plan)
-      : dp_(plan.dp), tp_(plan.tp), pp_(plan.pp), sp_(plan.spatial.ranks()) {}
+      : dp_(plan.dp), tp_(plan.tp), pp_(plan.pp), sp_(plan.spatial.ranks()), cp_(plan.cp) {}
 
-  int64_t world_size() const { return sp_ * dp_ * tp_ * pp_; }
-  int64_t rank(RankCoord c) const { return c.spatial + sp_ * (c.tp + tp_ * (c.dp + dp_ * c.pp)); }
+  int64_t world_size() const { return sp_ * dp_ * tp_ * cp_ * pp_; }
+  int64_t rank(RankCoord c) const {
+    return c.spatial + sp_ * (c.tp + tp_ * (c.cp + cp_ * (c.dp + dp_ * c.pp)));
+  }
   RankCoord coord(int64_t rank) const {
-    const int64_t outer = rank / sp_;
-    return {(outer / tp_) % dp_, outer % tp_, outer / (tp_ * dp_), rank % sp_};
+    const int64_t outer = rank / sp_;  // (tp, cp, dp, pp)
+    const int64_t after_tp = outer / tp_;
+    return {(after_tp / cp_) % dp_, outer % tp_, after_tp / (cp_ * dp_), rank % sp_,
+            after_tp % cp_};
   }
   // Members of the rank's tensor-parallel and data-parallel groups, in group order.
   std::vector<int64_t> tp_group(int64_t rank) const;
   std::vector<int64_t> dp_group(int64_t rank) const;
   // The ranks splitting the rank's samples spatially, in grid order (row-major).
   std::vector<int64_t> spatial_group(int64_t rank) const;
+  // The ranks splitting the rank's sequences (context parallelism), in cp order: the ring.
+  std::vector<int64_t> cp_group(int64_t rank) const;
   // The group a layer's own collectives run in: the spatial group when the plan splits samples
   // spatially (halos, batch-norm statistics), else the tensor-parallel group (the two never
   // combine: spec::channel_with_spatial_problem refuses a CNN split both ways).
   std::vector<int64_t> layer_group(int64_t rank) const;
   // The ranks holding the same parameters, whose gradients are summed (Plan::replicas): the
-  // data-parallel group, each member with its spatial ranks, in (dp, spatial) order.
+  // data-parallel group, each member with its spatial or context-parallel ranks, in (dp, cp,
+  // spatial) order.
   std::vector<int64_t> replica_group(int64_t rank) const;
   // The same (dp, tp) position in the next / previous pipeline stage (wrapping around, which the
   // interleaved schedule uses to go from the last stage back to the first).
@@ -50,7 +60,7 @@ class RankLayout {
   int64_t pp_prev(int64_t rank) const;
 
  private:
-  int64_t dp_, tp_, pp_, sp_;
+  int64_t dp_, tp_, pp_, sp_, cp_;
 };
 
 }  // namespace sextant::spec

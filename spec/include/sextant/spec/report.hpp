@@ -18,6 +18,7 @@ struct TimeBreakdown {
   double fsdp_comm_exposed = 0;
   // Halo exchanges and statistic all-reduces of a spatially split CNN (Plan::spatial).
   double spatial_comm_exposed = 0;
+  double cp_comm_exposed = 0;  // context parallelism's attention transfers
   double bubble = 0;
   double optimizer = 0;
   // Waiting for offloaded work: device-host copies and the optimizer step on the host CPU.
