@@ -40,6 +40,13 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--spatial", f.spatial,
                  "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "
                  "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows");
+  cmd.add_option("--cp", f.cp,
+                 "Context parallelism: split each sequence of a transformer over N ranks")
+      ->check(positive());
+  cmd.add_option("--cp-algorithm", f.cp_algorithm,
+                 "How context-parallel ranks attend to the whole sequence: ring (default; ring "
+                 "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
+                 "(DeepSpeed-Ulysses)");
   add_stack_flags(cmd, f.stack);
 }
 
@@ -83,6 +90,8 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     if (f.recompute_layers > 0) j["recompute_layers"] = f.recompute_layers;
     if (!f.dtype.empty()) j["dtype"] = f.dtype;
     if (f.seq_len > 0) j["seq_len"] = f.seq_len;
+    if (f.cp > 1) j["cp"] = f.cp;
+    if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;

@@ -27,6 +27,8 @@ struct PlanFlags {
   std::string dtype;
   int64_t seq_len = 0;
   std::string compression;  // kind[:knob=value,...] (spec::compression_from_text)
+  int64_t cp = 1;            // ranks splitting each sequence (context parallelism)
+  std::string cp_algorithm;  // ring, all-gather or all-to-all
   std::string spatial;      // HxW, or H (rows only): a CNN's samples over a grid of ranks
   StackFlags stack;
 };
