@@ -370,9 +370,10 @@ int run_plan(const PlanFlagsAll& f) {
       fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
     }
     if (!result.ranked.empty()) {
-      fmt::print("\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s",
-                 "MFU", "memory",
-                 "compute / exposed tp (+spatial, cp), dp, pp, fsdp / bubble / optimizer (+offload)");
+      fmt::print(
+          "\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s", "MFU",
+          "memory",
+          "compute / exposed tp (+spatial, cp), dp, pp, fsdp / bubble / optimizer (+offload)");
       int i = 1;
       for (const planner::RankedPlan& p : result.ranked) {
         const spec::Report& r = p.report;
@@ -385,8 +386,8 @@ int run_plan(const PlanFlagsAll& f) {
             i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
             human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
             human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
-            pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed), pc(b.dp_comm_exposed),
-            pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
+            pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed),
+            pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
             pc(b.optimizer + b.offload_exposed));
       }
       print_pareto(result);

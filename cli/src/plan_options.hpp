@@ -26,10 +26,10 @@ struct PlanFlags {
   int64_t recompute_layers = 0;  // 0: every layer
   std::string dtype;
   int64_t seq_len = 0;
-  std::string compression;  // kind[:knob=value,...] (spec::compression_from_text)
+  std::string compression;   // kind[:knob=value,...] (spec::compression_from_text)
   int64_t cp = 1;            // ranks splitting each sequence (context parallelism)
   std::string cp_algorithm;  // ring, all-gather or all-to-all
-  std::string spatial;      // HxW, or H (rows only): a CNN's samples over a grid of ranks
+  std::string spatial;       // HxW, or H (rows only): a CNN's samples over a grid of ranks
   StackFlags stack;
 };
 

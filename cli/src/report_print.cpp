@@ -36,8 +36,9 @@ void print_report(const spec::Report& r) {
     fmt::print("                   spatial (halos, batch-norm and pool all-reduces) {} ({:.1f}%)\n",
                human_seconds(b.spatial_comm_exposed), pct(b.spatial_comm_exposed));
   if (b.cp_comm_exposed > 0)
-    fmt::print("                   context parallel (attention's key/value transfers) {} ({:.1f}%)\n",
-               human_seconds(b.cp_comm_exposed), pct(b.cp_comm_exposed));
+    fmt::print(
+        "                   context parallel (attention's key/value transfers) {} ({:.1f}%)\n",
+        human_seconds(b.cp_comm_exposed), pct(b.cp_comm_exposed));
   if (b.offload_exposed > 0)
     fmt::print("                   offload (host copies, host optimizer) {} ({:.1f}%)\n",
                human_seconds(b.offload_exposed), pct(b.offload_exposed));

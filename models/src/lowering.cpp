@@ -505,9 +505,9 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
       Op merge = memory_op("attn.cp_merge", OpClass::kElementwise,
                            q_elements * (e + 8) + x.b * heads * sq * 12, TpSplit::kHead,
                            {x.b * sq, heads * x.d});
-      Op merge_bwd = memory_op("attn.cp_merge", OpClass::kElementwise,
-                               (q_elements + kv_elements) * (e + 8), TpSplit::kHead,
-                               {x.b * sq, heads * x.d});
+      Op merge_bwd =
+          memory_op("attn.cp_merge", OpClass::kElementwise, (q_elements + kv_elements) * (e + 8),
+                    TpSplit::kHead, {x.b * sq, heads * x.d});
       merge.core_attention = merge_bwd.core_attention = true;
       for (int64_t i = 0; i < x.cp; ++i) {
         if (i + 1 < x.cp) {
@@ -548,8 +548,9 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   fw.push_back(softmax);
   Op attn_drop;
   if (m.dropout) {
-    attn_drop = memory_op("attn.dropout", OpClass::kElementwise, x.b * heads * sq * sk * (2 * e + 1),
-                          TpSplit::kHead, {x.b * heads, sq, sk});
+    attn_drop =
+        memory_op("attn.dropout", OpClass::kElementwise, x.b * heads * sq * sk * (2 * e + 1),
+                  TpSplit::kHead, {x.b * heads, sq, sk});
     attn_drop.core_attention = true;
     fw.push_back(attn_drop);
   }

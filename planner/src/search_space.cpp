@@ -10,8 +10,8 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/channel_split.hpp"
-#include "sextant/spec/limits.hpp"
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::planner {
@@ -341,8 +341,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   // kMinContextTokens of the sequence, with each algorithm (ring only over a fused attention
   // kernel: spec::context_attention_problem); what a tp degree refuses is left out below.
   const int64_t seq_len = transformer ? r.seq_len.value_or(m.transformer().seq_len) : 0;
-  for (int64_t cp = 2; transformer && cp <= r.gpus && seq_len / cp >= kMinContextTokens;
-       cp *= 2) {
+  for (int64_t cp = 2; transformer && cp <= r.gpus && seq_len / cp >= kMinContextTokens; cp *= 2) {
     for (const auto& [name, algorithm] : spec::context_algorithm_names()) {
       if (!spec::context_attention_problem(cp, algorithm, stack.attention).empty()) continue;
       out.sample_splits.push_back({{}, cp, algorithm});

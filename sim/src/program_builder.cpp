@@ -221,7 +221,7 @@ class StageBuilder {
   int32_t layer_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
     int32_t before = flush();
     const bool context = op.group == models::CommGroup::kContext;
-    const CommClass cls = context              ? CommClass::kCp
+    const CommClass cls = context               ? CommClass::kCp
                           : plan_.spatial.any() ? CommClass::kSpatial
                                                 : CommClass::kTp;
     const GroupSlot slot = context ? GroupSlot::kCp : GroupSlot::kTp;
@@ -237,8 +237,8 @@ class StageBuilder {
   // A ring attention step (models::Op::beside_next): the transfer of the next block starts once
   // the compute before it is done (its buffer is free again) and runs beside the step's
   // attention; what follows the attention waits for it.
-  void ring_step(size_t layer, const models::Op& transfer, const models::Op& attention,
-                 Phase phase, int64_t mb) {
+  void ring_step(size_t layer, const models::Op& transfer, const models::Op& attention, Phase phase,
+                 int64_t mb) {
     const int32_t task = layer_collective(layer, transfer, phase, mb);
     compute_op(layer, attention, phase, mb);
     require(task);

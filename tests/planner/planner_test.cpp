@@ -646,3 +646,52 @@ TEST(Planner, ChannelSplitsAreSearchedForCnns) {
 
 }  // namespace
 }  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+TEST(Planner, ContextParallelismIsProposedWhenASequenceDoesNotFitOneRank) {
+  // Llama 3 8B at 128K tokens a sequence on 16 H100s: one sequence's activations fit a tp group
+  // only with recompute and the optimizer offloaded to the host; splitting the sequence over cp
+  // ranks as well keeps them without either, and is faster. The search offers every power of two
+  // that leaves a rank kMinContextTokens (up to 131072 / 4096 = 32, and the 16 GPUs), each with the
+  // three algorithms (the cluster's default stack runs a fused attention kernel, so ring attention
+  // is among them).
+  SearchRequest r = request("llama3-8b", 16, 8, "dgx-h100");
+  r.seq_len = 131072;
+  r.tuning = {false, false, false, false, false};
+  r.constraints = {parse_constraint("pp=1"), parse_constraint("recompute_layers=0")};
+  const Enumeration all = enumerate_plans(r);
+  ASSERT_EQ(all.sample_splits.size(), 1u + 4 * 3);  // unsplit; cp 2, 4, 8, 16 x 3 algorithms
+  EXPECT_EQ(all.sample_splits[12].cp, 16);
+  for (size_t i = 0; i < all.size(); i += 97) {
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(p.world_size(), 16) << p.name();
+    EXPECT_NO_THROW(spec::validate_plan(p, r.model, 16, "candidate")) << p.name();
+  }
+  SearchOptions o;
+  o.top_k = 4;
+  const SearchResult s = search(r, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_GT(best.cp, 1) << best.name();
+  // The estimator prices the split as the simulator does.
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.05 * simulated);
+  // The best unsplit layout pays for recompute or offload; "cp" bounds the split.
+  SearchRequest unsplit = r;
+  unsplit.constraints.push_back(parse_constraint("cp=1"));
+  const SearchResult without = search(unsplit, o);
+  ASSERT_FALSE(without.ranked.empty());
+  const spec::Plan& fallback = without.ranked.front().plan;
+  EXPECT_EQ(fallback.cp, 1);
+  EXPECT_TRUE(fallback.recompute != spec::Recompute::kNone || fallback.offload.any())
+      << fallback.name();
+  EXPECT_GT(without.ranked.front().report.step_time_s, s.ranked.front().report.step_time_s);
+  // Short sequences are not split (GPT-2's 1024 tokens).
+  EXPECT_EQ(enumerate_plans(request("gpt2-124m", 8, 64)).sample_splits.size(), 1u);
+}
+
+}  // namespace
+}  // namespace sextant::planner

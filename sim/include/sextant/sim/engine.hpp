@@ -17,7 +17,7 @@
 namespace sextant::sim {
 
 struct RankSetup {
-  int32_t program = 0;                            // index into the engine's programs
+  int32_t program = 0;  // index into the engine's programs
   // By GroupSlot: tp, dp, embedding, cp (group ids).
   std::array<int32_t, kGroupSlots> groups{{-1, -1, -1, -1}};
   std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next

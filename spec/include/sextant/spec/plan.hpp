@@ -126,9 +126,9 @@ struct Plan {
   // whole sequence with `cp_algorithm`. spec/context_parallel.hpp owns its rules.
   int64_t cp = 1;
   ContextAlgorithm cp_algorithm = ContextAlgorithm::kRing;
-  std::optional<Dtype> dtype;       // compute dtype; default: the stack's precision, else bf16 on
-                                    // GPUs and fp32 on CPUs
-  std::optional<int64_t> seq_len;   // overrides the model's sequence length
+  std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
+                                   // GPUs and fp32 on CPUs
+  std::optional<int64_t> seq_len;  // overrides the model's sequence length
   std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
   std::string model;    // informational: what the plan was made for
   std::string cluster;  // informational
