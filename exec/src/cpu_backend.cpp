@@ -230,7 +230,7 @@ class CpuBackend : public Backend {
     const int64_t rows = rows_of(qkv), d = l.head_dim, half = d / 2;
     float* data = qkv.data();
     for (int64_t r = 0; r < rows; ++r) {
-      const double pos = static_cast<double>(r % l.seq);
+      const double pos = static_cast<double>(l.position(r));
       for (int64_t i = 0; i < half; ++i) {
         const double angle =
             pos * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / d);

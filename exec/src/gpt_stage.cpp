@@ -3,14 +3,18 @@
 // vocabulary-parallel embedding and cross-entropy, and optionally sequence parallelism
 // (Korthikanti et al. 2022), where norms and residuals run on a 1/tp slice of the rows and the
 // all-reduces become all-gathers and reduce-scatters. Activations are [rows, hidden] with rows =
-// micro_batch * seq_len (sequence-major within a sequence).
+// micro_batch * seq_len (sequence-major within a sequence). Under context parallelism a rank
+// holds two chunks of each sequence (spec::context_positions) and attends to the whole
+// sequence's keys and values, all-gathered over the cp group (Llama 3's algorithm).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <map>
 
 #include "activation_comm.hpp"
+#include "sextant/exec/context_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
+#include "sextant/spec/context_parallel.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -63,11 +67,24 @@ class GptStage : public StageModel {
     r_ = ctx.groups->tp_rank;
     sp_ = plan.sequence_parallel && t_ > 1;
     seq_ = o.seq_len;
-    rows_ = o.micro_batch * seq_;
+    cp_ = ctx.groups->cp_size;
+    seq_local_ = seq_ / cp_;
+    positions_ = spec::context_positions(seq_, cp_, ctx.groups->cp_rank);
+    rows_ = o.micro_batch * seq_local_;
     local_rows_ = sp_ ? rows_ / t_ : rows_;
     h_ = m_.hidden;
     heads_local_ = m_.heads / t_;
-    qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
+    qkv_ = {o_.micro_batch,   seq_local_,    heads_local_,
+            m_.kv_heads / t_, m_.head_dim(), cp_ > 1 ? positions_.data() : nullptr};
+    if (cp_ > 1) {
+      // Where each row of every rank's block of an all-gather lands in the whole sequences.
+      for (int64_t j = 0; j < cp_; ++j) {
+        const std::vector<int32_t> theirs = spec::context_positions(seq_, cp_, j);
+        for (int64_t r = 0; r < rows_; ++r)
+          gathered_row_.push_back(r / seq_local_ * seq_ +
+                                  theirs[static_cast<size_t>(r % seq_local_)]);
+      }
+    }
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the
@@ -357,7 +374,7 @@ class GptStage : public StageModel {
     if (has_embedding_) {
       table_ = &store_->get("embed.table");
       if (m_.position_embedding == spec::PositionEmbedding::kLearned)
-        positions_ = &store_->get("embed.position");
+        position_table_ = &store_->get("embed.position");
     }
     if (has_head_) {
       head_g_ = &store_->get("head.norm.gamma");
@@ -379,17 +396,30 @@ class GptStage : public StageModel {
       backend().embedding(mb.tokens, table_->compute, r_ * vocab_local_, e);
     }
     Tensor x = reduce_out(e, "embed", Phase::kFwd, 0, mb.index);
-    if (positions_ != nullptr) {
+    if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
-      backend().add_positions(positions_->compute, sp_ ? r_ * local_rows_ : 0, seq_, x);
+      if (cp_ == 1) {
+        backend().add_positions(position_table_->compute, sp_ ? r_ * local_rows_ : 0, seq_, x);
+      } else {
+        for (auto [row, first, count] : position_runs()) {
+          Tensor run = x.rows(row, count);
+          backend().add_positions(position_table_->compute, first, seq_, run);
+        }
+      }
     }
     return x;
   }
 
   void embed_backward(const MicroBatch& mb, const Tensor& dy) {
-    if (positions_ != nullptr) {
+    if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kBwd, mb.index));
-      backend().add_positions_backward(dy, sp_ ? r_ * local_rows_ : 0, seq_, positions_->grad);
+      if (cp_ == 1) {
+        backend().add_positions_backward(dy, sp_ ? r_ * local_rows_ : 0, seq_,
+                                         position_table_->grad);
+      } else {
+        for (auto [row, first, count] : position_runs())
+          backend().add_positions_backward(dy.rows(row, count), first, seq_, position_table_->grad);
+      }
     }
     Tensor full = reduce_out_backward(dy, "embed", 0, mb.index);
     auto s = rec(ctx_.op("embed.lookup", 0, Phase::kBwd, mb.index));
@@ -505,18 +535,22 @@ class GptStage : public StageModel {
       be.matmul_backward(c.o, p.proj_w->compute, dproj, &do_, p.proj_w->grad, nullptr);
     }
     Tensor dqkv = act({rows_, qkv_.width()});
-    Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
-    {
-      auto s = rec(ctx_.op("attn.context", layer, B, mb));
-      be.attention_context_backward(c.att, c.qkv, do_, qkv_, dprobs, dqkv);
-    }
-    {
-      auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
-      be.causal_softmax_backward(c.att, dprobs, seq_);
-    }
-    {
-      auto s = rec(ctx_.op("attn.scores", layer, B, mb));
-      be.attention_scores_backward(dprobs, c.qkv, qkv_, dqkv);
+    if (cp_ > 1) {
+      attention_core_backward(c, do_, dqkv, layer, mb);
+    } else {
+      Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
+      {
+        auto s = rec(ctx_.op("attn.context", layer, B, mb));
+        be.attention_context_backward(c.att, c.qkv, do_, qkv_, dprobs, dqkv);
+      }
+      {
+        auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
+        be.causal_softmax_backward(c.att, dprobs, seq_);
+      }
+      {
+        auto s = rec(ctx_.op("attn.scores", layer, B, mb));
+        be.attention_scores_backward(dprobs, c.qkv, qkv_, dqkv);
+      }
     }
     if (rope()) {  // dq and dk are gradients of the rotated q and k: rotate them back
       auto s = rec(ctx_.op("attn.rope", layer, B, mb));
@@ -538,6 +572,31 @@ class GptStage : public StageModel {
     return dx;
   }
 
+  // The attention core's backward under context parallelism: the keys and values gathered again
+  // (only the rank's own are kept: TE's AttnFuncWithCPAndKVAllGather), their gradients over the
+  // whole sequences reduce-scattered back to the ranks holding them.
+  void attention_core_backward(BlockCache& c, const Tensor& dout, Tensor& dqkv, int32_t layer,
+                               int64_t mb) {
+    const Phase B = Phase::kBwd;
+    const context::Geometry g = context_geometry();
+    const Tensor kv = gather_keys_values(c.qkv, layer, B, mb);
+    Tensor dkv = backend().zeros({o_.micro_batch * seq_, g.kv_width()});
+    Tensor dprobs = act({o_.micro_batch, heads_local_, seq_local_, seq_});
+    {
+      auto s = rec(ctx_.op("attn.context", layer, B, mb));
+      context::context_backward(c.att, kv, dout, g, dprobs, dkv);
+    }
+    {
+      auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
+      context::masked_softmax_backward(c.att, dprobs, g);
+    }
+    {
+      auto s = rec(ctx_.op("attn.scores", layer, B, mb));
+      context::scores_backward(dprobs, c.qkv, kv, g, dqkv, dkv);
+    }
+    scatter_key_value_grads(dkv, dqkv, layer, mb);
+  }
+
   // The backward of `out = in + branch (+ bias)`: the gradient of `in` is the incoming gradient
   // `dout` plus what the branch's norm gave back (`dnorm`, accumulated in place), and the bias
   // gradient is the sum of `dout` over rows. One op, as the lowering counts it.
@@ -548,9 +607,80 @@ class GptStage : public StageModel {
     backend().add(dnorm, dout, dnorm);
   }
 
+  // The runs of consecutive positions among the rank's rows under context parallelism: (first
+  // row, first position, rows), two a sequence.
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs() const {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
+    const int64_t chunk = seq_local_ / 2;
+    for (int64_t b = 0; b < o_.micro_batch; ++b)
+      for (int64_t c = 0; c < 2; ++c)
+        runs.emplace_back(b * seq_local_ + c * chunk, positions_[static_cast<size_t>(c * chunk)],
+                          chunk);
+    return runs;
+  }
+
+  context::Geometry context_geometry() const { return {qkv_, seq_}; }
+
+  // The keys and values of the whole sequences [micro_batch * seq, kv width], all-gathered from
+  // the cp ranks' rows of `qkv` (each rank's k and v heads follow its q heads).
+  Tensor gather_keys_values(const Tensor& qkv, int32_t layer, Phase phase, int64_t mb) {
+    const context::Geometry g = context_geometry();
+    const int64_t w = g.kv_width(), q_width = heads_local_ * m_.head_dim();
+    Tensor mine = act({rows_, w});
+    for (int64_t r = 0; r < rows_; ++r)
+      std::copy_n(qkv.data() + r * qkv_.width() + q_width, w, mine.data() + r * w);
+    Tensor blocks = act({cp_ * rows_, w});
+    {
+      auto s = rec(ctx_.comm("cp.kv_all_gather", OpClass::kAllGather, Stream::kTpComm,
+                             cp_ * rows_ * w * kActivationWireBytes, cp_, phase, layer, mb));
+      all_gather(*ctx_.groups->cp, backend(), mine, blocks);
+    }
+    Tensor whole = act({o_.micro_batch * seq_, w});
+    for (size_t q = 0; q < gathered_row_.size(); ++q)
+      std::copy_n(blocks.data() + static_cast<int64_t>(q) * w, w,
+                  whole.data() + gathered_row_[q] * w);
+    return whole;
+  }
+
+  // The backward of gather_keys_values: the whole sequences' key and value gradients summed over
+  // the cp ranks, each rank's rows written into the k and v heads of its dqkv.
+  void scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, int32_t layer, int64_t mb) {
+    const int64_t w = context_geometry().kv_width(), q_width = heads_local_ * m_.head_dim();
+    Tensor blocks = act({cp_ * rows_, w});
+    for (size_t q = 0; q < gathered_row_.size(); ++q)
+      std::copy_n(dwhole.data() + gathered_row_[q] * w, w,
+                  blocks.data() + static_cast<int64_t>(q) * w);
+    Tensor mine = act({rows_, w});
+    {
+      auto s = rec(ctx_.comm("cp.kv_reduce_scatter", OpClass::kReduceScatter, Stream::kTpComm,
+                             cp_ * rows_ * w * kActivationWireBytes, cp_, Phase::kBwd, layer, mb));
+      reduce_scatter(*ctx_.groups->cp, backend(), blocks, mine);
+    }
+    for (int64_t r = 0; r < rows_; ++r)
+      std::copy_n(mine.data() + r * w, w, dqkv.data() + r * qkv_.width() + q_width);
+  }
+
   // The attention core, as the simulator names its steps; returns the probabilities.
   Tensor attention_core(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase, int64_t mb) {
     Backend& be = backend();
+    if (cp_ > 1) {
+      const context::Geometry g = context_geometry();
+      const Tensor kv = gather_keys_values(qkv, layer, phase, mb);
+      Tensor probs = act({o_.micro_batch, heads_local_, seq_local_, seq_});
+      {
+        auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
+        context::scores(qkv, kv, g, probs);
+      }
+      {
+        auto s = rec(ctx_.op("attn.softmax", layer, phase, mb));
+        context::masked_softmax(probs, g);
+      }
+      {
+        auto s = rec(ctx_.op("attn.context", layer, phase, mb));
+        context::context(probs, kv, g, out);
+      }
+      return probs;
+    }
     Tensor probs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
@@ -704,6 +834,11 @@ class GptStage : public StageModel {
   int64_t t_ = 1, r_ = 0;
   bool sp_ = false;
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
+  // Context parallelism: the ranks splitting each sequence, the rank's tokens of a sequence and
+  // their positions in it, and where each row of an all-gather of every rank's rows lands.
+  int64_t cp_ = 1, seq_local_ = 0;
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> gathered_row_;
   QkvLayout qkv_;  // this rank's heads
   int64_t gate_ = 1, vocab_local_ = 0;
   int64_t vocab_valid_ = 0;  // rows of this rank's vocabulary shard that are real tokens
@@ -714,7 +849,7 @@ class GptStage : public StageModel {
   std::unique_ptr<ParamStore> store_;
   std::map<int32_t, BlockParams> blocks_;  // by layer
   Param* table_ = nullptr;
-  Param* positions_ = nullptr;
+  Param* position_table_ = nullptr;
   Param* head_g_ = nullptr;
   Param* head_b_ = nullptr;
   Param* head_w_ = nullptr;

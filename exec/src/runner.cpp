@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -28,25 +29,42 @@ MPI_Comm split(MPI_Comm parent, int color, int key) {
 
 }  // namespace
 
+namespace {
+
+// The MPI group of `members` (world ranks, in group order) that `rank` belongs to: the colour is
+// the group's first member, the key the rank's place in it. Every rank of the world calls it
+// (MPI_Comm_split is collective); a rank outside every such group passes an empty list.
+MPI_Comm split_group(MPI_Comm world, int64_t rank, const std::vector<int64_t>& members) {
+  if (members.empty()) return split(world, MPI_UNDEFINED, 0);
+  const auto at = std::find(members.begin(), members.end(), rank);
+  return split(world, static_cast<int>(members.front()),
+               static_cast<int>(std::distance(members.begin(), at)));
+}
+
+int64_t index_in(const std::vector<int64_t>& members, int64_t rank) {
+  return std::distance(members.begin(), std::find(members.begin(), members.end(), rank));
+}
+
+}  // namespace
+
 Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   MPI_Comm own = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(world, &own));
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
-  spec::RankLayout layout(plan);
-  spec::RankCoord c = layout.coord(rank);
-  const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
-  const int64_t spatial = plan.spatial.ranks();
+  // The groups are the shared rank layout's (spec::RankLayout, the simulator's too).
+  const spec::RankLayout layout(plan);
+  const spec::RankCoord c = layout.coord(rank);
+  const std::vector<int64_t> tp_members = layout.tp_group(rank);
+  const std::vector<int64_t> replica_members = layout.replica_group(rank);
+  const std::vector<int64_t> spatial_members = layout.spatial_group(rank);
+  const std::vector<int64_t> cp_members = layout.cp_group(rank);
   // Every split first, then the communicators (NCCL's are created collectively, group by group).
-  // Colours name what the members share: a tp group its (spatial, dp, stage), the replicas their
-  // (tp, stage) with the ranks in (dp, spatial) order, a spatial group everything but its grid.
-  MPI_Comm tp_comm = split(world, static_cast<int>(c.spatial + spatial * (c.dp + plan.dp * c.pp)),
-                           static_cast<int>(c.tp));
-  MPI_Comm replica_comm = split(world, static_cast<int>(c.tp + plan.tp * c.pp),
-                                static_cast<int>(c.dp * spatial + c.spatial));
+  MPI_Comm tp_comm = split_group(world, rank, tp_members);
+  MPI_Comm replica_comm = split_group(world, rank, replica_members);
   MPI_Comm spatial_comm =
-      spatial > 1 ? split(world, static_cast<int>(rank / spatial), static_cast<int>(c.spatial))
-                  : MPI_COMM_NULL;
+      plan.spatial.any() ? split_group(world, rank, spatial_members) : MPI_COMM_NULL;
+  MPI_Comm cp_comm = plan.cp > 1 ? split_group(world, rank, cp_members) : MPI_COMM_NULL;
   world_ = make_communicator(kind, own, "world");
   tp_ = make_communicator(kind, tp_comm, "tp");
   replicas_ = make_communicator(kind, replica_comm, "dp");
@@ -54,17 +72,23 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
     spatial_ = make_communicator(kind, spatial_comm, "spatial");
     groups_.spatial = spatial_.get();
   }
+  if (cp_comm != MPI_COMM_NULL) {
+    cp_ = make_communicator(kind, cp_comm, "cp");
+    groups_.cp = cp_.get();
+  }
   groups_.world = world_.get();
   groups_.tp = tp_.get();
   groups_.replicas = replicas_.get();
   groups_.tp_rank = c.tp;
-  groups_.tp_size = tp;
+  groups_.tp_size = plan.tp;
   groups_.dp_rank = c.dp;
-  groups_.dp_size = dp;
+  groups_.dp_size = plan.dp;
   groups_.spatial_rank = c.spatial;
-  groups_.spatial_size = spatial;
-  groups_.replica_rank = c.dp * spatial + c.spatial;
-  groups_.replica_size = plan.dp * spatial;
+  groups_.spatial_size = plan.spatial.ranks();
+  groups_.cp_rank = c.cp;
+  groups_.cp_size = plan.cp;
+  groups_.replica_rank = index_in(replica_members, rank);
+  groups_.replica_size = static_cast<int64_t>(replica_members.size());
   groups_.pp_rank = c.pp;
   groups_.pp_size = plan.pp;
   if (plan.pp > 1) {  // a ring: the interleaved schedule passes from the last stage to the first
@@ -72,11 +96,14 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
     groups_.prev = static_cast<int>(layout.pp_prev(rank));
   }
   // Tied embeddings on the first and the last stage: a group of the two.
-  const bool ends = plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1);
-  MPI_Comm emb = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(
-      world, ends ? static_cast<int>(c.spatial + spatial * (c.dp * plan.tp + c.tp)) : MPI_UNDEFINED,
-      static_cast<int>(c.pp), &emb));
+  std::vector<int64_t> ends;
+  if (plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1)) {
+    spec::RankCoord first = c, last = c;
+    first.pp = 0;
+    last.pp = plan.pp - 1;
+    ends = {layout.rank(first), layout.rank(last)};
+  }
+  MPI_Comm emb = split_group(world, rank, ends);
   if (emb != MPI_COMM_NULL) {
     embedding_ = make_communicator(kind, emb, "embedding");
     groups_.embedding = embedding_.get();
@@ -182,6 +209,13 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
         fmt::format("the {} executor exchanges gradients uncompressed: compressed "
                     "exchanges run on CPU ranks (the codecs work on host memory)",
                     backend.name()));
+  if (job.plan.cp > 1 && (backend.name() != "cpu" || backend.activation_dtype() != DType::kF32))
+    throw InputError(
+        "plan " + job.plan.name(), "/cp", std::to_string(job.plan.cp),
+        fmt::format("context parallelism runs on CPU ranks in fp32 (its attention "
+                    "kernels are exec/src/context_attention.cpp), not on the {} "
+                    "backend{}",
+                    backend.name(), backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
   const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
   Layout layout(world, job.plan, job.comm);
   if (!ties_embeddings(model)) layout.groups().embedding = nullptr;
@@ -196,6 +230,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                                    job.plan.sequence_parallel};
   lowering.vocab_multiple = spec::builtin_stack(spec::kExecutorStack).vocab_multiple;
   lowering.spatial = job.plan.spatial;  // a CNN rank's ops work on its block of each map
+  lowering.cp = job.plan.cp;            // a context-parallel rank's, on its chunks of each sequence
+  lowering.cp_algorithm = job.plan.cp_algorithm;
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);

@@ -15,6 +15,7 @@
 #include "gradient_sync.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "stage_model.hpp"
@@ -35,10 +36,16 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/offload", plan.name(),
              "the executor keeps every state on its device: offloading is simulated and planned "
              "only (issue 14); run the plan without \"offload\"");
-  if (plan.cp > 1)
-    diag.add("/cp", std::to_string(plan.cp),
-             "the executor runs each sequence on one rank: context parallelism is simulated and "
-             "planned only (issue 14); run the plan with cp 1");
+  // Context parallelism runs as Llama 3's all-gather of keys and values (gpt_stage.cpp), on CPU
+  // ranks (exec/src/context_attention.hpp), with each rank's tokens whole.
+  if (plan.cp > 1 && plan.cp_algorithm != spec::ContextAlgorithm::kAllGather)
+    diag.add("/cp_algorithm",
+             std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
+             "the executor runs context parallelism as \"all-gather\" (Llama 3); ring attention "
+             "and all-to-all are simulated and planned only");
+  if (plan.cp > 1 && plan.sequence_parallel)
+    diag.add("/sequence_parallel", "true",
+             "the executor runs context parallelism without sequence parallelism");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");
@@ -53,6 +60,8 @@ class Trainer {
       : model_(model), ctx_(ctx), o_(o), plan_(*ctx.plan) {
     seq_ = model.is_transformer() ? plan_.seq_len.value_or(model.transformer().seq_len) : 0;
     micro_batches_ = plan_.micro_batches();
+    if (model.is_transformer())
+      positions_ = spec::context_positions(seq_, plan_.cp, ctx.groups->cp_rank);
     stage_ = make_stage_model(model, ctx, StageOptions{o.seed, plan_.micro_batch, seq_});
     sync_ = std::make_unique<GradientSync>(ctx, *stage_, micro_batches_);
     stage_->set_hooks(sync_.get());
@@ -109,13 +118,16 @@ class Trainer {
     const int64_t first =
         step * plan_.global_batch + ctx_.groups->dp_rank * per_replica + index * plan_.micro_batch;
     if (model_.is_transformer()) {
+      // Under context parallelism, the rank's chunks of each sequence (spec::context_positions).
       std::vector<int32_t> seq;
       for (int64_t i = 0; i < plan_.micro_batch; ++i) {
         tokens_->sequence(first + i, seq_, seq);
-        mb.tokens.insert(mb.tokens.end(), seq.begin(), seq.end() - 1);
-        mb.targets.insert(mb.targets.end(), seq.begin() + 1, seq.end());
+        for (int32_t p : positions_) {
+          mb.tokens.push_back(seq[static_cast<size_t>(p)]);
+          mb.targets.push_back(seq[static_cast<size_t>(p) + 1]);
+        }
       }
-      mb.rows = plan_.micro_batch * seq_;
+      mb.rows = plan_.micro_batch * static_cast<int64_t>(positions_.size());
     } else {
       // Whole samples (an MLP's features, a CNN's images): the spatial ranks of a replica train
       // the same ones, each on its block.
@@ -375,6 +387,7 @@ class Trainer {
   std::unique_ptr<StageModel> stage_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<TokenSource> tokens_;
+  std::vector<int32_t> positions_;  // of the rank's tokens in each sequence (context parallelism)
   Tensor m_, v_;
 };
 

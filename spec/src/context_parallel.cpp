@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace sextant::spec {
 
 std::string context_parallel_problem(const ModelSpec& model, int64_t seq_len, const Plan& plan) {
@@ -39,6 +41,19 @@ std::string context_attention_problem(int64_t cp, ContextAlgorithm algorithm,
   if (cp <= 1 || algorithm != ContextAlgorithm::kRing || is_fused_attention(attention)) return "";
   return "ring attention runs blockwise flash attention (Transformer Engine): use a stack with a "
          "fused attention kernel, or cp_algorithm \"all-gather\"";
+}
+
+std::vector<int32_t> context_positions(int64_t seq_len, int64_t cp, int64_t rank) {
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(seq_len / std::max<int64_t>(cp, 1)));
+  if (cp <= 1) {
+    for (int64_t p = 0; p < seq_len; ++p) out.push_back(static_cast<int32_t>(p));
+    return out;
+  }
+  const int64_t chunk = seq_len / (2 * cp);
+  for (int64_t c : {rank, 2 * cp - 1 - rank})
+    for (int64_t i = 0; i < chunk; ++i) out.push_back(static_cast<int32_t>(c * chunk + i));
+  return out;
 }
 
 }  // namespace sextant::spec

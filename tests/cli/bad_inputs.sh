@@ -66,7 +66,7 @@ expect_error "cluster h100-1gpu has no \"host\" section" "$sextant" simulate --m
 expect_error "offloading is simulated and planned only" "$sextant" run --model gpt-tiny --np 1 \
   --plan "$dir/offload.plan.json" --steps 1
 # Context parallelism: transformers only, 2*cp dividing the sequence, ring attention over a fused
-# kernel, Ulysses over whole heads; the executor refuses it (spec/context_parallel.cpp).
+# kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor runs the all-gather.
 expect_error "/cp = 2: splits a transformer's sequences" "$sextant" simulate --model resnet50 \
   --cluster dgx-a100 --dp 1 --global-batch 1 --cp 2
 expect_error "/cp = 128: needs 2*cp (256) to divide the sequence length (128)" "$sextant" \
@@ -75,8 +75,8 @@ expect_error "ring attention runs blockwise flash attention" "$sextant" simulate
   --cluster dgx-a100 --global-batch 1 --cp 2 --attention unfused
 expect_error "/cp_algorithm = \"spiral\"" "$sextant" simulate --model gpt-tiny --cluster dgx-a100 \
   --global-batch 1 --cp 2 --cp-algorithm spiral
-expect_error "context parallelism is simulated and planned only" "$sextant" run --model gpt-tiny \
-  --np 2 --global-batch 2 --cp 2 --cp-algorithm all-gather --steps 1
+expect_error "/cp_algorithm = ring: the executor runs context parallelism as \"all-gather\"" \
+  "$sextant" run --model gpt-tiny --np 2 --global-batch 2 --cp 2 --steps 1
 # Gradient compression: knobs checked where they are given (flag or plan file), DDP only, and
 # the CUDA executor refuses it (spec/plan.cpp, exec/runner.cpp).
 expect_error "--compression: /bits = 3: must be 2, 4 or 8" "$sextant" simulate --model gpt-tiny \

@@ -8,8 +8,10 @@
 #include <functional>
 #include <random>
 
+#include "sextant/exec/context_attention.hpp"
 #include "sextant/exec/conv_kernels.hpp"
 #include "sextant/exec/cpu_backend.hpp"
+#include "sextant/spec/context_parallel.hpp"
 
 namespace sextant::exec {
 namespace {
@@ -505,6 +507,106 @@ TEST_F(Kernels, AdaptiveAveragePoolOverBlocks) {
   conv::adaptive_avg_pool(whole, {0, 6}, {0, 5}, 6, 5, pooled);
   for (int64_t i = 0; i < pooled.numel(); ++i)
     EXPECT_NEAR(total[static_cast<size_t>(i)], pooled.data()[i], 1e-5);
+}
+
+}  // namespace
+}  // namespace sextant::exec
+
+namespace sextant::exec {
+namespace {
+
+// Context-parallel attention against the single-rank causal attention (the Backend's kernels):
+// each of two ranks holds chunks (0, 3) or (1, 2) of a sequence of 8 in 4 chunks of 2, attends to
+// the whole sequence's keys and values, and must give the whole attention's output rows at its
+// positions; in backward its q gradient rows, and the two ranks' key/value gradients summed, must
+// be the whole attention's. Grouped-query attention: 4 q heads over 2 kv heads.
+TEST_F(Kernels, ContextParallelAttentionIsTheWholeAttentionsRows) {
+  const int64_t seq = 8, cp = 2;
+  const QkvLayout whole{2, seq, 4, 2, 3};
+  const int64_t rows = whole.batch * seq, hd = whole.heads * whole.head_dim;
+  const int64_t q_width = hd, kv_width = 2 * whole.kv_heads * whole.head_dim;
+  Tensor qkv = random({rows, whole.width()}), dout = random({rows, hd});
+  Tensor out = be->empty({rows, hd}), att = be->empty({whole.batch, whole.heads, seq, seq});
+  be->attention_scores(qkv, whole, att);
+  be->causal_softmax(att, seq);
+  be->attention_context(att, qkv, whole, out);
+  Tensor dqkv = be->empty({rows, whole.width()});
+  Tensor dprobs = be->empty({whole.batch, whole.heads, seq, seq});
+  be->attention_context_backward(att, qkv, dout, whole, dprobs, dqkv);
+  be->causal_softmax_backward(att, dprobs, seq);
+  be->attention_scores_backward(dprobs, qkv, whole, dqkv);
+  // The keys and values of the whole sequences, as a rank gathers them.
+  Tensor kv = be->empty({rows, kv_width});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < kv_width; ++k)
+      kv.data()[r * kv_width + k] = qkv.data()[r * whole.width() + q_width + k];
+  Tensor dkv_sum = be->zeros({rows, kv_width});
+  for (int64_t rank = 0; rank < cp; ++rank) {
+    SCOPED_TRACE(rank);
+    const std::vector<int32_t> pos = spec::context_positions(seq, cp, rank);
+    ASSERT_EQ(pos,
+              rank == 0 ? (std::vector<int32_t>{0, 1, 6, 7}) : (std::vector<int32_t>{2, 3, 4, 5}));
+    const int64_t local = static_cast<int64_t>(pos.size());
+    context::Geometry g{whole, seq};
+    g.q.seq = local;
+    g.q.positions = pos.data();
+    auto whole_row = [&](int64_t r) {
+      return r / local * seq + pos[static_cast<size_t>(r % local)];
+    };
+    Tensor q = be->empty({whole.batch * local, whole.width()});
+    Tensor d = be->empty({whole.batch * local, hd});
+    for (int64_t r = 0; r < whole.batch * local; ++r) {
+      std::copy_n(qkv.data() + whole_row(r) * whole.width(), whole.width(),
+                  q.data() + r * whole.width());
+      std::copy_n(dout.data() + whole_row(r) * hd, hd, d.data() + r * hd);
+    }
+    Tensor probs = be->empty({whole.batch, whole.heads, local, seq});
+    Tensor o = be->empty({whole.batch * local, hd});
+    context::scores(q, kv, g, probs);
+    context::masked_softmax(probs, g);
+    context::context(probs, kv, g, o);
+    for (int64_t r = 0; r < whole.batch * local; ++r)
+      for (int64_t k = 0; k < hd; ++k)
+        EXPECT_NEAR(o.data()[r * hd + k], out.data()[whole_row(r) * hd + k], 1e-6) << r;
+    Tensor dq = be->empty({whole.batch * local, whole.width()});
+    Tensor dkv = be->zeros({rows, kv_width});
+    Tensor dp = be->empty({whole.batch, whole.heads, local, seq});
+    context::context_backward(probs, kv, d, g, dp, dkv);
+    context::masked_softmax_backward(probs, dp, g);
+    context::scores_backward(dp, q, kv, g, dq, dkv);
+    for (int64_t r = 0; r < whole.batch * local; ++r)
+      for (int64_t k = 0; k < q_width; ++k)
+        EXPECT_NEAR(dq.data()[r * whole.width() + k], dqkv.data()[whole_row(r) * whole.width() + k],
+                    1e-5)
+            << r;
+    be->add(dkv_sum, dkv, dkv_sum);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < kv_width; ++k)
+      EXPECT_NEAR(dkv_sum.data()[r * kv_width + k], dqkv.data()[r * whole.width() + q_width + k],
+                  1e-5)
+          << r;
+}
+
+// Rotary embeddings at given positions: a row rotated as the row of the whole sequence at its
+// position.
+TEST_F(Kernels, RopeAtPositionsRotatesAsTheWholeSequence) {
+  const QkvLayout whole{1, 8, 2, 1, 4};
+  Tensor all = random({8, whole.width()});
+  Tensor part = be->empty({4, whole.width()});
+  const std::vector<int32_t> pos = spec::context_positions(8, 2, 1);  // 2, 3, 4, 5
+  for (int64_t r = 0; r < 4; ++r)
+    std::copy_n(all.data() + pos[static_cast<size_t>(r)] * whole.width(), whole.width(),
+                part.data() + r * whole.width());
+  QkvLayout l = whole;
+  l.seq = 4;
+  l.positions = pos.data();
+  be->rope(all, whole, 1e4f, false);
+  be->rope(part, l, 1e4f, false);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t k = 0; k < whole.width(); ++k)
+      EXPECT_NEAR(part.data()[r * whole.width() + k],
+                  all.data()[pos[static_cast<size_t>(r)] * whole.width() + k], 1e-6);
 }
 
 }  // namespace

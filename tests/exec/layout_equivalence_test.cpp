@@ -278,14 +278,22 @@ spec::ModelSpec model_of(Net n) {
   return tiny_gpt();
 }
 
+// Each sequence over `cp` ranks, keys and values all-gathered (the algorithm the executor runs).
+spec::Plan with_cp(spec::Plan p, int64_t cp) {
+  p.cp = cp;
+  p.cp_algorithm = spec::ContextAlgorithm::kAllGather;
+  return p;
+}
+
 spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
   p.spatial = {h, w};
   return p;
 }
 
-// CNNs run on CPU ranks in fp32 only.
-bool runs_here(Net n) {
-  return (n != Net::kCnn && n != Net::kVgg) || (!on_cuda() && !in_bf16());
+// CNNs and context parallelism run on CPU ranks in fp32 only.
+bool runs_here(const Layout& l) {
+  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.plan.cp > 1;
+  return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
 
 spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
@@ -359,6 +367,21 @@ std::vector<Layout> layouts() {
       {"cnn_dp2_tp2", plan_of(2, 2, 1), Net::kCnn},
       {"cnn_dp2_tp2_pp2", plan_of(2, 2, 2), Net::kCnn},
       {"vgg_tp4_pp2", plan_of(1, 4, 2), Net::kVgg},
+      // Context parallelism (all-gather of keys and values): learned positions and tied
+      // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
+      // data, tensor and pipeline parallelism, ZeRO.
+      {"cp2", with_cp(plan_of(1, 1, 1), 2)},
+      {"llama_cp2", with_cp(plan_of(1, 1, 1), 2), Net::kLlama},
+      {"llama_cp2_selective_recompute", with_cp(with_recompute(plan_of(1, 1, 1), R::kSelective), 2),
+       Net::kLlama},
+      {"cp4", with_cp(plan_of(1, 1, 1), 4)},
+      {"cp2_full_recompute_pp2", with_cp(with_recompute(plan_of(1, 1, 2), R::kFull), 2)},
+      {"llama_cp2_tp2", with_cp(plan_of(1, 2, 1), 2), Net::kLlama},
+      {"llama_dp2_cp2_zero3", with_cp(plan_of(2, 1, 1, 3), 2), Net::kLlama},
+      {"cp8", with_cp(plan_of(1, 1, 1), 8)},
+      {"llama_cp2_tp2_pp2_interleaved", with_cp(plan_of(1, 2, 2, 0, false, S::kInterleaved), 2),
+       Net::kLlama},
+      {"dp2_cp2_tp2_zero1", with_cp(plan_of(2, 2, 1, 1), 2)},
   };
 }
 
@@ -386,7 +409,7 @@ std::vector<Layout> compressed_layouts() {
 TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
   int ran = 0;
   for (const Layout& l : layouts()) {
-    if (l.plan.world_size() != world_size() || !runs_here(l.net)) continue;
+    if (l.plan.world_size() != world_size() || !runs_here(l)) continue;
     SCOPED_TRACE(l.name);
     expect_same_losses(model_of(l.net), l.plan);
     ++ran;

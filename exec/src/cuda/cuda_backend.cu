@@ -727,6 +727,8 @@ class CudaBackend : public Backend {
   }
   void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
     l.check(qkv);
+    SEXTANT_CHECK(l.positions == nullptr,
+                  "the CUDA rope rotates rows by their index in the sequence only");
     const int64_t rows = rows_of(qkv), blocks = l.heads + l.kv_heads;
     const float2* table = rope_table(l.seq, l.head_dim, base);
     const int64_t n = rows * blocks * (l.head_dim / 2);

@@ -26,6 +26,12 @@ namespace sextant::exec {
 // attention (Ainslie et al. 2023); kv_heads == heads is multi-head attention.
 struct QkvLayout {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // The position of each of a sequence's `seq` rows in the whole sequence (a context-parallel
+  // rank's chunks: spec::context_positions), or null: row r of a sequence is at position r.
+  const int32_t* positions = nullptr;
+  int64_t position(int64_t row) const {
+    return positions != nullptr ? positions[row % seq] : row % seq;
+  }
   int64_t group() const { return heads / kv_heads; }
   int64_t width() const { return (heads + 2 * kv_heads) * head_dim; }
   int64_t q_column(int64_t h) const { return h * head_dim; }
@@ -88,8 +94,8 @@ class Backend {
                                 const Tensor& dy, Tensor& dx, Tensor& dgamma) = 0;
   // Rotary position embedding (RoFormer, in the rotate-half layout of GPT-NeoX and Llama) in place
   // on the q and k heads of qkv: within each head, dimension i of the first half and i of the
-  // second rotate by (row % seq) * base^(-2i/head_dim). inverse rotates back (the backward pass,
-  // applied to dq and dk).
+  // second rotate by l.position(row) * base^(-2i/head_dim) (CUDA: positions null only). inverse
+  // rotates back (the backward pass, applied to dq and dk).
   virtual void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) = 0;
   // GELU, tanh approximation (GPT-2).
   virtual void gelu(const Tensor& x, Tensor& y) = 0;

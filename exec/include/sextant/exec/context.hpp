@@ -23,11 +23,15 @@ struct Groups {
   Communicator* replicas = nullptr;
   // The ranks splitting this rank's samples spatially (RankLayout::spatial_group), or null.
   Communicator* spatial = nullptr;
+  // The ranks splitting this rank's sequences (RankLayout::cp_group, context parallelism), or
+  // null.
+  Communicator* cp = nullptr;
   Communicator* embedding = nullptr;  // first and last pipeline stage (tied embeddings), or null
   int64_t tp_rank = 0, tp_size = 1;
   int64_t dp_rank = 0, dp_size = 1;  // which samples this rank trains: the plan's dp
   int64_t replica_rank = 0, replica_size = 1;
   int64_t spatial_rank = 0, spatial_size = 1;  // row-major over the plan's h x w grid
+  int64_t cp_rank = 0, cp_size = 1;
   int64_t pp_rank = 0, pp_size = 1;
   int prev = -1;  // world rank of the previous / next pipeline stage, around a ring (pp > 1)
   int next = -1;

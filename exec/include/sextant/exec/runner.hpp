@@ -27,7 +27,7 @@ class Layout {
   Groups& groups() { return groups_; }
 
  private:
-  std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, embedding_;
+  std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, cp_, embedding_;
   Groups groups_;
 };
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
@@ -31,5 +32,11 @@ std::string context_parallel_problem(const ModelSpec& model, int64_t seq_len, co
 // log-sum-exp (Transformer Engine's AttnFuncWithCPAndKVP2P), so it needs a fused kernel.
 std::string context_attention_problem(int64_t cp, ContextAlgorithm algorithm,
                                       AttentionKernel attention);
+
+// The positions in its sequence of the tokens context-parallel rank `rank` of `cp` holds, in the
+// order it holds them: chunk `rank`, then chunk 2*cp - 1 - rank, of the 2*cp equal chunks of a
+// sequence of `seq_len` tokens (2*cp divides it: context_parallel_problem). The executor slices
+// its tokens, rotates and masks by them; [0, seq_len) when cp is 1.
+std::vector<int32_t> context_positions(int64_t seq_len, int64_t cp, int64_t rank);
 
 }  // namespace sextant::spec
