@@ -40,6 +40,12 @@ void reduce_scatter(Communicator& comm, Backend& be, const Tensor& in, Tensor& o
   land(be, w, out);
 }
 
+void all_to_all(Communicator& comm, Backend& be, const Tensor& in, Tensor& out) {
+  Tensor w = landing(be, out);
+  comm.all_to_all(wide(be, in).data(), w.data(), in.numel() / comm.size());
+  land(be, w, out);
+}
+
 std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, Backend& be,
                                                      const Tensor& t, int peer, int tag) {
   Tensor w = wide(be, t);

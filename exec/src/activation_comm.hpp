@@ -21,6 +21,9 @@ void all_reduce(Communicator& comm, Backend& be, Tensor& t);
 void all_gather(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
 // in: size() times out; out: this rank's block of the sum.
 void reduce_scatter(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
+// in and out: size() blocks of equal size; block j of in goes to rank j, block j of out came from
+// it.
+void all_to_all(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
 // A non-blocking send, and the tensor it reads: keep it until the request has been waited on.
 std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, Backend& be,
                                                      const Tensor& t, int peer, int tag);

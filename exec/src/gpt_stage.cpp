@@ -5,16 +5,16 @@
 // all-reduces become all-gathers and reduce-scatters. Activations are [rows, hidden] with rows =
 // micro_batch * seq_len (sequence-major within a sequence). Under context parallelism a rank
 // holds two chunks of each sequence (spec::context_positions) and attends to the whole
-// sequence's keys and values, all-gathered over the cp group (Llama 3's algorithm).
+// sequence's keys and values, all-gathered over the cp group (Llama 3's algorithm), or trades its
+// rows of every head for every row of 1/cp of the heads by an all-to-all (DeepSpeed-Ulysses).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <map>
 
 #include "activation_comm.hpp"
-#include "sextant/exec/context_attention.hpp"
+#include "cp_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
-#include "sextant/spec/context_parallel.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -46,6 +46,7 @@ struct BlockParams {
 struct BlockCache {
   Tensor x;  // input (kept under every recompute mode)
   Tensor ln1, ln1_mean, ln1_rstd, a_in, qkv, att, o, x1, ln2, ln2_mean, ln2_rstd, m_in, f1, g;
+  Tensor qkv_heads;  // Ulysses: the whole sequences' q, k, v of this rank's heads
 };
 
 struct HeadCache {
@@ -67,24 +68,17 @@ class GptStage : public StageModel {
     r_ = ctx.groups->tp_rank;
     sp_ = plan.sequence_parallel && t_ > 1;
     seq_ = o.seq_len;
-    cp_ = ctx.groups->cp_size;
-    seq_local_ = seq_ / cp_;
-    positions_ = spec::context_positions(seq_, cp_, ctx.groups->cp_rank);
-    rows_ = o.micro_batch * seq_local_;
-    local_rows_ = sp_ ? rows_ / t_ : rows_;
     h_ = m_.hidden;
     heads_local_ = m_.heads / t_;
-    qkv_ = {o_.micro_batch,   seq_local_,    heads_local_,
-            m_.kv_heads / t_, m_.head_dim(), cp_ > 1 ? positions_.data() : nullptr};
-    if (cp_ > 1) {
-      // Where each row of every rank's block of an all-gather lands in the whole sequences.
-      for (int64_t j = 0; j < cp_; ++j) {
-        const std::vector<int32_t> theirs = spec::context_positions(seq_, cp_, j);
-        for (int64_t r = 0; r < rows_; ++r)
-          gathered_row_.push_back(r / seq_local_ * seq_ +
-                                  theirs[static_cast<size_t>(r % seq_local_)]);
-      }
+    qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
+    if (ctx.groups->cp_size > 1) {
+      // The rank's chunks of each sequence (cp_attention.hpp).
+      cp_attention_ = std::make_unique<CpAttention>(ctx, o_.micro_batch, seq_, qkv_.heads,
+                                                    qkv_.kv_heads, qkv_.head_dim);
+      qkv_ = cp_attention_->layout();
     }
+    rows_ = o.micro_batch * qkv_.seq;
+    local_rows_ = sp_ ? rows_ / t_ : rows_;
     f_local_ = m_.ffn_hidden / t_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the
@@ -178,7 +172,7 @@ class GptStage : public StageModel {
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
         } else if (recompute_[layer] == spec::Recompute::kSelective) {
           Tensor o = act({rows_, h_ / t_});
-          bc.att = attention_core(bc.qkv, o, layer, Phase::kRecompute, mb.index);
+          bc.att = attention_core(bc.qkv, o, bc.qkv_heads, layer, Phase::kRecompute, mb.index);
         }
         dy = block_backward(layer, dy, mb.index, bc);
       }
@@ -398,10 +392,10 @@ class GptStage : public StageModel {
     Tensor x = reduce_out(e, "embed", Phase::kFwd, 0, mb.index);
     if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
-      if (cp_ == 1) {
+      if (!cp_attention_) {
         backend().add_positions(position_table_->compute, sp_ ? r_ * local_rows_ : 0, seq_, x);
       } else {
-        for (auto [row, first, count] : position_runs()) {
+        for (auto [row, first, count] : cp_attention_->position_runs()) {
           Tensor run = x.rows(row, count);
           backend().add_positions(position_table_->compute, first, seq_, run);
         }
@@ -413,11 +407,11 @@ class GptStage : public StageModel {
   void embed_backward(const MicroBatch& mb, const Tensor& dy) {
     if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kBwd, mb.index));
-      if (cp_ == 1) {
+      if (!cp_attention_) {
         backend().add_positions_backward(dy, sp_ ? r_ * local_rows_ : 0, seq_,
                                          position_table_->grad);
       } else {
-        for (auto [row, first, count] : position_runs())
+        for (auto [row, first, count] : cp_attention_->position_runs())
           backend().add_positions_backward(dy.rows(row, count), first, seq_, position_table_->grad);
       }
     }
@@ -451,7 +445,7 @@ class GptStage : public StageModel {
       be.rope(c.qkv, qkv_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
-    c.att = attention_core(c.qkv, c.o, layer, phase, mb);
+    c.att = attention_core(c.qkv, c.o, c.qkv_heads, layer, phase, mb);
     Tensor proj = act({rows_, h_});
     {
       auto s = rec(ctx_.op("attn.proj", layer, phase, mb));
@@ -535,8 +529,8 @@ class GptStage : public StageModel {
       be.matmul_backward(c.o, p.proj_w->compute, dproj, &do_, p.proj_w->grad, nullptr);
     }
     Tensor dqkv = act({rows_, qkv_.width()});
-    if (cp_ > 1) {
-      attention_core_backward(c, do_, dqkv, layer, mb);
+    if (cp_attention_) {
+      cp_attention_->backward(c.qkv, c.att, c.qkv_heads, do_, dqkv, layer, mb);
     } else {
       Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
       {
@@ -572,31 +566,6 @@ class GptStage : public StageModel {
     return dx;
   }
 
-  // The attention core's backward under context parallelism: the keys and values gathered again
-  // (only the rank's own are kept: TE's AttnFuncWithCPAndKVAllGather), their gradients over the
-  // whole sequences reduce-scattered back to the ranks holding them.
-  void attention_core_backward(BlockCache& c, const Tensor& dout, Tensor& dqkv, int32_t layer,
-                               int64_t mb) {
-    const Phase B = Phase::kBwd;
-    const context::Geometry g = context_geometry();
-    const Tensor kv = gather_keys_values(c.qkv, layer, B, mb);
-    Tensor dkv = backend().zeros({o_.micro_batch * seq_, g.kv_width()});
-    Tensor dprobs = act({o_.micro_batch, heads_local_, seq_local_, seq_});
-    {
-      auto s = rec(ctx_.op("attn.context", layer, B, mb));
-      context::context_backward(c.att, kv, dout, g, dprobs, dkv);
-    }
-    {
-      auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
-      context::masked_softmax_backward(c.att, dprobs, g);
-    }
-    {
-      auto s = rec(ctx_.op("attn.scores", layer, B, mb));
-      context::scores_backward(dprobs, c.qkv, kv, g, dqkv, dkv);
-    }
-    scatter_key_value_grads(dkv, dqkv, layer, mb);
-  }
-
   // The backward of `out = in + branch (+ bias)`: the gradient of `in` is the incoming gradient
   // `dout` plus what the branch's norm gave back (`dnorm`, accumulated in place), and the bias
   // gradient is the sum of `dout` over rows. One op, as the lowering counts it.
@@ -607,80 +576,11 @@ class GptStage : public StageModel {
     backend().add(dnorm, dout, dnorm);
   }
 
-  // The runs of consecutive positions among the rank's rows under context parallelism: (first
-  // row, first position, rows), two a sequence.
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs() const {
-    std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
-    const int64_t chunk = seq_local_ / 2;
-    for (int64_t b = 0; b < o_.micro_batch; ++b)
-      for (int64_t c = 0; c < 2; ++c)
-        runs.emplace_back(b * seq_local_ + c * chunk, positions_[static_cast<size_t>(c * chunk)],
-                          chunk);
-    return runs;
-  }
-
-  context::Geometry context_geometry() const { return {qkv_, seq_}; }
-
-  // The keys and values of the whole sequences [micro_batch * seq, kv width], all-gathered from
-  // the cp ranks' rows of `qkv` (each rank's k and v heads follow its q heads).
-  Tensor gather_keys_values(const Tensor& qkv, int32_t layer, Phase phase, int64_t mb) {
-    const context::Geometry g = context_geometry();
-    const int64_t w = g.kv_width(), q_width = heads_local_ * m_.head_dim();
-    Tensor mine = act({rows_, w});
-    for (int64_t r = 0; r < rows_; ++r)
-      std::copy_n(qkv.data() + r * qkv_.width() + q_width, w, mine.data() + r * w);
-    Tensor blocks = act({cp_ * rows_, w});
-    {
-      auto s = rec(ctx_.comm("cp.kv_all_gather", OpClass::kAllGather, Stream::kTpComm,
-                             cp_ * rows_ * w * kActivationWireBytes, cp_, phase, layer, mb));
-      all_gather(*ctx_.groups->cp, backend(), mine, blocks);
-    }
-    Tensor whole = act({o_.micro_batch * seq_, w});
-    for (size_t q = 0; q < gathered_row_.size(); ++q)
-      std::copy_n(blocks.data() + static_cast<int64_t>(q) * w, w,
-                  whole.data() + gathered_row_[q] * w);
-    return whole;
-  }
-
-  // The backward of gather_keys_values: the whole sequences' key and value gradients summed over
-  // the cp ranks, each rank's rows written into the k and v heads of its dqkv.
-  void scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, int32_t layer, int64_t mb) {
-    const int64_t w = context_geometry().kv_width(), q_width = heads_local_ * m_.head_dim();
-    Tensor blocks = act({cp_ * rows_, w});
-    for (size_t q = 0; q < gathered_row_.size(); ++q)
-      std::copy_n(dwhole.data() + gathered_row_[q] * w, w,
-                  blocks.data() + static_cast<int64_t>(q) * w);
-    Tensor mine = act({rows_, w});
-    {
-      auto s = rec(ctx_.comm("cp.kv_reduce_scatter", OpClass::kReduceScatter, Stream::kTpComm,
-                             cp_ * rows_ * w * kActivationWireBytes, cp_, Phase::kBwd, layer, mb));
-      reduce_scatter(*ctx_.groups->cp, backend(), blocks, mine);
-    }
-    for (int64_t r = 0; r < rows_; ++r)
-      std::copy_n(mine.data() + r * w, w, dqkv.data() + r * qkv_.width() + q_width);
-  }
-
   // The attention core, as the simulator names its steps; returns the probabilities.
-  Tensor attention_core(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase, int64_t mb) {
+  Tensor attention_core(const Tensor& qkv, Tensor& out, Tensor& qkv_heads, int32_t layer,
+                        Phase phase, int64_t mb) {
     Backend& be = backend();
-    if (cp_ > 1) {
-      const context::Geometry g = context_geometry();
-      const Tensor kv = gather_keys_values(qkv, layer, phase, mb);
-      Tensor probs = act({o_.micro_batch, heads_local_, seq_local_, seq_});
-      {
-        auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
-        context::scores(qkv, kv, g, probs);
-      }
-      {
-        auto s = rec(ctx_.op("attn.softmax", layer, phase, mb));
-        context::masked_softmax(probs, g);
-      }
-      {
-        auto s = rec(ctx_.op("attn.context", layer, phase, mb));
-        context::context(probs, kv, g, out);
-      }
-      return probs;
-    }
+    if (cp_attention_) return cp_attention_->forward(qkv, out, qkv_heads, layer, phase, mb);
     Tensor probs = act({o_.micro_batch, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
@@ -834,12 +734,8 @@ class GptStage : public StageModel {
   int64_t t_ = 1, r_ = 0;
   bool sp_ = false;
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
-  // Context parallelism: the ranks splitting each sequence, the rank's tokens of a sequence and
-  // their positions in it, and where each row of an all-gather of every rank's rows lands.
-  int64_t cp_ = 1, seq_local_ = 0;
-  std::vector<int32_t> positions_;
-  std::vector<int64_t> gathered_row_;
-  QkvLayout qkv_;  // this rank's heads
+  std::unique_ptr<CpAttention> cp_attention_;  // under context parallelism
+  QkvLayout qkv_;  // this rank's heads (and its rows of each sequence, under cp)
   int64_t gate_ = 1, vocab_local_ = 0;
   int64_t vocab_valid_ = 0;  // rows of this rank's vocabulary shard that are real tokens
   std::vector<std::pair<int32_t, int32_t>> chunks_;  // [begin, end) lowered layers of each chunk

@@ -105,6 +105,14 @@ void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
   MPI_CHECK(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
 }
 
+void MpiCommunicator::all_to_all(const float* in, float* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
+}
+
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size_ == 1) return;
   MPI_CHECK(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_));

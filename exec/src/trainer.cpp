@@ -38,11 +38,11 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              "only (issue 14); run the plan without \"offload\"");
   // Context parallelism runs as Llama 3's all-gather of keys and values (gpt_stage.cpp), on CPU
   // ranks (exec/src/context_attention.hpp), with each rank's tokens whole.
-  if (plan.cp > 1 && plan.cp_algorithm != spec::ContextAlgorithm::kAllGather)
-    diag.add("/cp_algorithm",
-             std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
-             "the executor runs context parallelism as \"all-gather\" (Llama 3); ring attention "
-             "and all-to-all are simulated and planned only");
+  if (plan.cp > 1 && plan.cp_algorithm == spec::ContextAlgorithm::kRing)
+    diag.add("/cp_algorithm", "ring",
+             "the executor runs context parallelism as \"all-gather\" (Llama 3) or \"all-to-all\" "
+             "(DeepSpeed-Ulysses): ring attention merges blockwise flash results, which its "
+             "unfused attention does not compute (simulated and planned only)");
   if (plan.cp > 1 && plan.sequence_parallel)
     diag.add("/sequence_parallel", "true",
              "the executor runs context parallelism without sequence parallelism");

@@ -28,9 +28,9 @@ std::string context_parallel_problem(const ModelSpec& model, int64_t seq_len, co
     if (t.heads % tp == 0 && t.kv_heads % tp == 0 &&
         ((t.heads / tp) % cp != 0 || (t.kv_heads / tp) % cp != 0))
       return fmt::format(
-          "with cp_algorithm \"all-to-all\" must divide the {} attention heads and {} key/value "
-          "heads of each tp rank (DeepSpeed-Ulysses gives each rank whole heads): use \"ring\" "
-          "or \"all-gather\"",
+          "must divide each tp rank's {} attention heads and {} key/value heads under "
+          "cp_algorithm \"all-to-all\" (DeepSpeed-Ulysses gives each rank whole heads): use "
+          "\"ring\" or \"all-gather\"",
           t.heads / tp, t.kv_heads / tp);
   }
   return "";

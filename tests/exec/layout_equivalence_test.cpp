@@ -278,10 +278,12 @@ spec::ModelSpec model_of(Net n) {
   return tiny_gpt();
 }
 
-// Each sequence over `cp` ranks, keys and values all-gathered (the algorithm the executor runs).
-spec::Plan with_cp(spec::Plan p, int64_t cp) {
+// Each sequence over `cp` ranks, keys and values all-gathered (Llama 3), or heads traded for rows
+// by all-to-alls (DeepSpeed-Ulysses): the algorithms the executor runs.
+spec::Plan with_cp(spec::Plan p, int64_t cp,
+                   spec::ContextAlgorithm algorithm = spec::ContextAlgorithm::kAllGather) {
   p.cp = cp;
-  p.cp_algorithm = spec::ContextAlgorithm::kAllGather;
+  p.cp_algorithm = algorithm;
   return p;
 }
 
@@ -305,6 +307,7 @@ spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
 std::vector<Layout> layouts() {
   using S = spec::Schedule;
   using R = spec::Recompute;
+  using A = spec::ContextAlgorithm;
   return {
       {"dp2", plan_of(2, 1, 1)},
       {"tp2", plan_of(1, 2, 1)},
@@ -382,6 +385,14 @@ std::vector<Layout> layouts() {
       {"llama_cp2_tp2_pp2_interleaved", with_cp(plan_of(1, 2, 2, 0, false, S::kInterleaved), 2),
        Net::kLlama},
       {"dp2_cp2_tp2_zero1", with_cp(plan_of(2, 2, 1, 1), 2)},
+      // Ulysses: cp divides each tp rank's heads and key/value heads.
+      {"cp2_a2a", with_cp(plan_of(1, 1, 1), 2, A::kAllToAll)},
+      {"llama_cp2_a2a", with_cp(plan_of(1, 1, 1), 2, A::kAllToAll), Net::kLlama},
+      {"cp4_a2a", with_cp(plan_of(1, 1, 1), 4, A::kAllToAll)},
+      {"tp2_cp2_a2a", with_cp(plan_of(1, 2, 1), 2, A::kAllToAll)},
+      {"llama_cp2_a2a_pp2_selective_recompute",
+       with_cp(with_recompute(plan_of(1, 1, 2), R::kSelective), 2, A::kAllToAll), Net::kLlama},
+      {"dp2_cp2_a2a_pp2_zero1", with_cp(plan_of(2, 1, 2, 1), 2, A::kAllToAll)},
   };
 }
 

@@ -88,6 +88,17 @@ class NcclCommunicator : public StagedCommunicator {
   void all_gather(const float* in, float* out, int64_t n) override {
     NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, nullptr));
   }
+  // NCCL has no all-to-all: a group of sends and receives, one pair per peer (the pattern of
+  // NCCL's documentation, "Point-to-point communication: all-to-all").
+  void all_to_all(const float* in, float* out, int64_t n) override {
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size(); ++peer) {
+      const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(n);
+      NCCL_CHECK(ncclSend(in + at, static_cast<size_t>(n), ncclFloat, peer, comm_, nullptr));
+      NCCL_CHECK(ncclRecv(out + at, static_cast<size_t>(n), ncclFloat, peer, comm_, nullptr));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
   void broadcast(float* data, int64_t n, int root) override {
     if (size() == 1) return;
     NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat, root, comm_, nullptr));

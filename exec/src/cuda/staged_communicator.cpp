@@ -79,6 +79,12 @@ void StagedCommunicator::all_gather(const float* in, float* out, int64_t n) {
   stage_out(host_out_, out, size() * n);
 }
 
+void StagedCommunicator::all_to_all(const float* in, float* out, int64_t n) {
+  host_out_.resize(static_cast<size_t>(size() * n));
+  mpi_.all_to_all(stage_in(in, size() * n), host_out_.data(), n);
+  stage_out(host_out_, out, size() * n);
+}
+
 void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size() == 1) return;
   mpi_.broadcast(stage_in(data, n), n, root);

@@ -29,6 +29,7 @@ class StagedCommunicator : public Communicator {
   std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override;
   void reduce_scatter(const float* in, float* out, int64_t n) override;
   void all_gather(const float* in, float* out, int64_t n) override;
+  void all_to_all(const float* in, float* out, int64_t n) override;
   void broadcast(float* data, int64_t n, int root) override;
   std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;

@@ -36,6 +36,8 @@ class Communicator {
   virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;
   // in: n elements; out: size() * n, blocks in rank order.
   virtual void all_gather(const float* in, float* out, int64_t n) = 0;
+  // in: size() blocks of n elements, block j for rank j; out: size() blocks, block j from rank j.
+  virtual void all_to_all(const float* in, float* out, int64_t n) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   virtual std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) = 0;
   virtual void recv(float* data, int64_t n, int peer, int tag) = 0;

@@ -1,0 +1,292 @@
+// A context-parallel rank's attention core: all-gather and all-to-all (DeepSpeed-Ulysses).
+#include "cp_attention.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "activation_comm.hpp"
+#include "sextant/exec/context_attention.hpp"
+#include "sextant/spec/context_parallel.hpp"
+
+namespace sextant::exec {
+
+using spec::OpClass;
+using spec::Phase;
+using spec::Stream;
+
+CpAttention::CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t heads,
+                         int64_t kv_heads, int64_t head_dim)
+    : ctx_(ctx),
+      algorithm_(ctx.plan->cp_algorithm),
+      cp_(ctx.groups->cp_size),
+      micro_batch_(micro_batch),
+      seq_(seq),
+      seq_local_(seq / cp_),
+      rows_(micro_batch * seq_local_),
+      positions_(spec::context_positions(seq, cp_, ctx.groups->cp_rank)) {
+  qkv_ = {micro_batch, seq_local_, heads, kv_heads, head_dim, positions_.data()};
+  for (int64_t j = 0; j < cp_; ++j) {
+    const std::vector<int32_t> theirs = spec::context_positions(seq_, cp_, j);
+    for (int64_t r = 0; r < rows_; ++r)
+      gathered_row_.push_back(r / seq_local_ * seq_ + theirs[static_cast<size_t>(r % seq_local_)]);
+  }
+}
+
+std::vector<std::tuple<int64_t, int64_t, int64_t>> CpAttention::position_runs() const {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
+  const int64_t chunk = seq_local_ / 2;
+  for (int64_t b = 0; b < micro_batch_; ++b)
+    for (int64_t c = 0; c < 2; ++c)
+      runs.emplace_back(b * seq_local_ + c * chunk, positions_[static_cast<size_t>(c * chunk)],
+                        chunk);
+  return runs;
+}
+
+Tensor CpAttention::forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_t layer,
+                            Phase phase, int64_t mb) {
+  if (algorithm_ == spec::ContextAlgorithm::kAllToAll)
+    return ulysses_forward(qkv, out, keep, layer, phase, mb);
+  return gather_forward(qkv, out, layer, phase, mb);
+}
+
+void CpAttention::backward(const Tensor& qkv, const Tensor& probs, const Tensor& keep,
+                           const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
+  if (algorithm_ == spec::ContextAlgorithm::kAllToAll) {
+    ulysses_backward(probs, keep, dout, dqkv, layer, mb);
+  } else {
+    gather_backward(qkv, probs, dout, dqkv, layer, mb);
+  }
+}
+
+Tensor CpAttention::act(std::vector<int64_t> shape) {
+  return backend().empty(std::move(shape), backend().activation_dtype());
+}
+
+Recorder::Scope CpAttention::comm_scope(const char* name, OpClass cls, int64_t elements,
+                                        Phase phase, int32_t layer, int64_t mb) {
+  return ctx_.recorder->scope(ctx_.comm(name, cls, Stream::kTpComm, elements * kActivationWireBytes,
+                                        cp_, phase, layer, mb));
+}
+
+Recorder::Scope CpAttention::op_scope(const char* name, int32_t layer, Phase phase, int64_t mb) {
+  return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
+}
+
+void CpAttention::blocks_to_sequences(const Tensor& blocks, Tensor& whole, int64_t width) const {
+  for (size_t q = 0; q < gathered_row_.size(); ++q)
+    std::copy_n(blocks.data() + static_cast<int64_t>(q) * width, width,
+                whole.data() + gathered_row_[q] * width);
+}
+
+void CpAttention::sequences_to_blocks(const Tensor& whole, Tensor& blocks, int64_t width) const {
+  for (size_t q = 0; q < gathered_row_.size(); ++q)
+    std::copy_n(whole.data() + gathered_row_[q] * width, width,
+                blocks.data() + static_cast<int64_t>(q) * width);
+}
+
+// --- All-gather --------------------------------------------------------------------------------
+
+// The keys and values of the whole sequences [micro_batch * seq, kv width], all-gathered from the
+// cp ranks' rows of `qkv` (each rank's k and v heads follow its q heads).
+Tensor CpAttention::gather_keys_values(const Tensor& qkv, int32_t layer, Phase phase, int64_t mb) {
+  const int64_t w = 2 * qkv_.kv_heads * qkv_.head_dim, q_width = qkv_.heads * qkv_.head_dim;
+  Tensor mine = act({rows_, w});
+  for (int64_t r = 0; r < rows_; ++r)
+    std::copy_n(qkv.data() + r * qkv_.width() + q_width, w, mine.data() + r * w);
+  Tensor blocks = act({cp_ * rows_, w});
+  {
+    auto s = comm_scope("cp.kv_all_gather", OpClass::kAllGather, cp_ * rows_ * w, phase, layer, mb);
+    all_gather(*ctx_.groups->cp, backend(), mine, blocks);
+  }
+  Tensor whole = act({micro_batch_ * seq_, w});
+  blocks_to_sequences(blocks, whole, w);
+  return whole;
+}
+
+// The backward of gather_keys_values: the whole sequences' key and value gradients summed over the
+// cp ranks, each rank's rows written into the k and v heads of its dqkv.
+void CpAttention::scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, int32_t layer,
+                                          int64_t mb) {
+  const int64_t w = 2 * qkv_.kv_heads * qkv_.head_dim, q_width = qkv_.heads * qkv_.head_dim;
+  Tensor blocks = act({cp_ * rows_, w});
+  sequences_to_blocks(dwhole, blocks, w);
+  Tensor mine = act({rows_, w});
+  {
+    auto s = comm_scope("cp.kv_reduce_scatter", OpClass::kReduceScatter, cp_ * rows_ * w,
+                        Phase::kBwd, layer, mb);
+    reduce_scatter(*ctx_.groups->cp, backend(), blocks, mine);
+  }
+  for (int64_t r = 0; r < rows_; ++r)
+    std::copy_n(mine.data() + r * w, w, dqkv.data() + r * qkv_.width() + q_width);
+}
+
+Tensor CpAttention::gather_forward(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase,
+                                   int64_t mb) {
+  const context::Geometry g{qkv_, seq_};
+  const Tensor kv = gather_keys_values(qkv, layer, phase, mb);
+  Tensor probs = act({micro_batch_, qkv_.heads, seq_local_, seq_});
+  {
+    auto s = op_scope("attn.scores", layer, phase, mb);
+    context::scores(qkv, kv, g, probs);
+  }
+  {
+    auto s = op_scope("attn.softmax", layer, phase, mb);
+    context::masked_softmax(probs, g);
+  }
+  {
+    auto s = op_scope("attn.context", layer, phase, mb);
+    context::context(probs, kv, g, out);
+  }
+  return probs;
+}
+
+// The keys and values gathered again (only the rank's own are kept), their gradients over the
+// whole sequences reduce-scattered back to the ranks holding them.
+void CpAttention::gather_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dout,
+                                  Tensor& dqkv, int32_t layer, int64_t mb) {
+  const Phase B = Phase::kBwd;
+  const context::Geometry g{qkv_, seq_};
+  const Tensor kv = gather_keys_values(qkv, layer, B, mb);
+  Tensor dkv = backend().zeros({micro_batch_ * seq_, g.kv_width()});
+  Tensor dprobs = act({micro_batch_, qkv_.heads, seq_local_, seq_});
+  {
+    auto s = op_scope("attn.context", layer, B, mb);
+    context::context_backward(probs, kv, dout, g, dprobs, dkv);
+  }
+  {
+    auto s = op_scope("attn.softmax", layer, B, mb);
+    context::masked_softmax_backward(probs, dprobs, g);
+  }
+  {
+    auto s = op_scope("attn.scores", layer, B, mb);
+    context::scores_backward(dprobs, qkv, kv, g, dqkv, dkv);
+  }
+  scatter_key_value_grads(dkv, dqkv, layer, mb);
+}
+
+// --- All-to-all (Ulysses) ----------------------------------------------------------------------
+
+QkvLayout CpAttention::head_block_layout() const {
+  return {micro_batch_, seq_, qkv_.heads / cp_, qkv_.kv_heads / cp_, qkv_.head_dim};
+}
+
+namespace {
+
+// Where head block j lies in a row of the rank's qkv and in a row of the block: (column in the
+// whole row, column in the block, width) of its q, k and v parts.
+std::array<std::array<int64_t, 3>, 3> head_block_parts(const QkvLayout& l, const QkvLayout& hb,
+                                                       int64_t j) {
+  const int64_t d = l.head_dim;
+  return {{{j * hb.heads * d, 0, hb.heads * d},
+           {(l.heads + j * hb.kv_heads) * d, hb.heads * d, hb.kv_heads * d},
+           {(l.heads + l.kv_heads + j * hb.kv_heads) * d, (hb.heads + hb.kv_heads) * d,
+            hb.kv_heads * d}}};
+}
+
+}  // namespace
+
+void CpAttention::take_head_block(const Tensor& whole, Tensor& block, int64_t j) const {
+  const QkvLayout hb = head_block_layout();
+  const int64_t w = qkv_.width(), bw = hb.width();
+  for (int64_t r = 0; r < rows_; ++r)
+    for (const auto& [at, in_block, width] : head_block_parts(qkv_, hb, j))
+      std::copy_n(whole.data() + r * w + at, width, block.data() + r * bw + in_block);
+}
+
+void CpAttention::put_head_block(const Tensor& block, Tensor& whole, int64_t j) const {
+  const QkvLayout hb = head_block_layout();
+  const int64_t w = qkv_.width(), bw = hb.width();
+  for (int64_t r = 0; r < rows_; ++r)
+    for (const auto& [at, in_block, width] : head_block_parts(qkv_, hb, j))
+      std::copy_n(block.data() + r * bw + in_block, width, whole.data() + r * w + at);
+}
+
+Tensor CpAttention::ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_heads,
+                                    int32_t layer, Phase phase, int64_t mb) {
+  Backend& be = backend();
+  const QkvLayout hb = head_block_layout();
+  Tensor send = act({cp_ * rows_, hb.width()});
+  for (int64_t j = 0; j < cp_; ++j) {
+    Tensor block = send.rows(j * rows_, rows_);
+    take_head_block(qkv, block, j);
+  }
+  Tensor received = act({cp_ * rows_, hb.width()});
+  {
+    auto s =
+        comm_scope("cp.qkv_all_to_all", OpClass::kAllToAll, rows_ * qkv_.width(), phase, layer, mb);
+    all_to_all(*ctx_.groups->cp, be, send, received);
+  }
+  qkv_heads = act({micro_batch_ * seq_, hb.width()});
+  blocks_to_sequences(received, qkv_heads, hb.width());
+  const int64_t hd = hb.heads * hb.head_dim, width = qkv_.heads * qkv_.head_dim;
+  Tensor probs = act({micro_batch_, hb.heads, seq_, seq_});
+  Tensor o = act({micro_batch_ * seq_, hd});
+  {
+    auto s = op_scope("attn.scores", layer, phase, mb);
+    be.attention_scores(qkv_heads, hb, probs);
+  }
+  {
+    auto s = op_scope("attn.softmax", layer, phase, mb);
+    be.causal_softmax(probs, seq_);
+  }
+  {
+    auto s = op_scope("attn.context", layer, phase, mb);
+    be.attention_context(probs, qkv_heads, hb, o);
+  }
+  Tensor back = act({cp_ * rows_, hd});
+  sequences_to_blocks(o, back, hd);
+  Tensor mine = act({cp_ * rows_, hd});
+  {
+    auto s = comm_scope("cp.out_all_to_all", OpClass::kAllToAll, rows_ * width, phase, layer, mb);
+    all_to_all(*ctx_.groups->cp, be, back, mine);
+  }
+  // Block j holds the rank's rows of head block j: columns [j hd, (j + 1) hd) of the output.
+  for (int64_t j = 0; j < cp_; ++j)
+    for (int64_t r = 0; r < rows_; ++r)
+      std::copy_n(mine.data() + (j * rows_ + r) * hd, hd, out.data() + r * width + j * hd);
+  return probs;
+}
+
+void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads, const Tensor& dout,
+                                   Tensor& dqkv, int32_t layer, int64_t mb) {
+  Backend& be = backend();
+  const Phase B = Phase::kBwd;
+  const QkvLayout hb = head_block_layout();
+  const int64_t hd = hb.heads * hb.head_dim, width = qkv_.heads * qkv_.head_dim;
+  Tensor send = act({cp_ * rows_, hd});
+  for (int64_t j = 0; j < cp_; ++j)
+    for (int64_t r = 0; r < rows_; ++r)
+      std::copy_n(dout.data() + r * width + j * hd, hd, send.data() + (j * rows_ + r) * hd);
+  Tensor received = act({cp_ * rows_, hd});
+  {
+    auto s = comm_scope("cp.out_all_to_all", OpClass::kAllToAll, rows_ * width, B, layer, mb);
+    all_to_all(*ctx_.groups->cp, be, send, received);
+  }
+  Tensor d_o = act({micro_batch_ * seq_, hd});
+  blocks_to_sequences(received, d_o, hd);
+  Tensor dheads = act({micro_batch_ * seq_, hb.width()});
+  Tensor dprobs = act({micro_batch_, hb.heads, seq_, seq_});
+  {
+    auto s = op_scope("attn.context", layer, B, mb);
+    be.attention_context_backward(probs, qkv_heads, d_o, hb, dprobs, dheads);
+  }
+  {
+    auto s = op_scope("attn.softmax", layer, B, mb);
+    be.causal_softmax_backward(probs, dprobs, seq_);
+  }
+  {
+    auto s = op_scope("attn.scores", layer, B, mb);
+    be.attention_scores_backward(dprobs, qkv_heads, hb, dheads);
+  }
+  Tensor back = act({cp_ * rows_, hb.width()});
+  sequences_to_blocks(dheads, back, hb.width());
+  Tensor mine = act({cp_ * rows_, hb.width()});
+  {
+    auto s =
+        comm_scope("cp.qkv_all_to_all", OpClass::kAllToAll, rows_ * qkv_.width(), B, layer, mb);
+    all_to_all(*ctx_.groups->cp, be, back, mine);
+  }
+  for (int64_t j = 0; j < cp_; ++j) put_head_block(mine.rows(j * rows_, rows_), dqkv, j);
+}
+
+}  // namespace sextant::exec

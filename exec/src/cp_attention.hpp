@@ -1,0 +1,81 @@
+// The attention core of a context-parallel rank in the GPT stage (spec/context_parallel.hpp): the
+// rank holds two chunks of each sequence (spec::context_positions) and attends to the whole
+// sequence in one of the two algorithms the executor runs, traced as the lowering names its ops:
+//   all-gather (Llama 3 §3.3.2; TE's AttnFuncWithCPAndKVAllGather): the keys and values of every
+//     rank gathered (cp.kv_all_gather), the rank's queries against them (exec/context_attention),
+//     gathered again in backward and their gradients reduce-scattered (cp.kv_reduce_scatter);
+//   all-to-all (DeepSpeed-Ulysses, Jacobs et al. 2023): q, k, v traded from the rank's rows of
+//     every head for every row of 1/cp of the heads (cp.qkv_all_to_all), the whole-sequence causal
+//     attention of those heads (the Backend's kernels), the output traded back (cp.out_all_to_all).
+// CPU ranks, fp32 (runner.cpp refuses others).
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "sextant/exec/backend.hpp"
+#include "sextant/exec/context.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::exec {
+
+class CpAttention {
+ public:
+  // `heads` and `kv_heads`: this tp rank's; `seq`: the whole sequence's tokens.
+  CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t heads, int64_t kv_heads,
+              int64_t head_dim);
+
+  // The rank's rows of the fused qkv activation: seq / cp a sequence, at their positions.
+  const QkvLayout& layout() const { return qkv_; }
+  // The runs of consecutive positions among the rank's rows: (first row, first position, rows),
+  // two a sequence (learned position embeddings are added run by run).
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs() const;
+
+  // out [rows, heads * head_dim] = the attention of the rank's rows; returns the probabilities.
+  // `keep` receives what backward needs besides qkv and the probabilities (Ulysses: the head
+  // block's q, k and v of the whole sequences).
+  Tensor forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_t layer, spec::Phase phase,
+                 int64_t mb);
+  // dqkv (every column of the rank's rows) from dout, given forward's qkv, probabilities and keep.
+  void backward(const Tensor& qkv, const Tensor& probs, const Tensor& keep, const Tensor& dout,
+                Tensor& dqkv, int32_t layer, int64_t mb);
+
+ private:
+  Backend& backend() { return *ctx_.backend; }
+  Tensor act(std::vector<int64_t> shape);
+  Recorder::Scope comm_scope(const char* name, spec::OpClass cls, int64_t elements,
+                             spec::Phase phase, int32_t layer, int64_t mb);
+  Recorder::Scope op_scope(const char* name, int32_t layer, spec::Phase phase, int64_t mb);
+
+  // Rank-ordered blocks of rows (block i: rank i's rows, in its order) <-> the whole sequences.
+  void blocks_to_sequences(const Tensor& blocks, Tensor& whole, int64_t width) const;
+  void sequences_to_blocks(const Tensor& whole, Tensor& blocks, int64_t width) const;
+
+  // All-gather.
+  Tensor gather_keys_values(const Tensor& qkv, int32_t layer, spec::Phase phase, int64_t mb);
+  void scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, int32_t layer, int64_t mb);
+  Tensor gather_forward(const Tensor& qkv, Tensor& out, int32_t layer, spec::Phase phase,
+                        int64_t mb);
+  void gather_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv,
+                       int32_t layer, int64_t mb);
+
+  // All-to-all: rank j of the cp group computes q heads [j Hc, (j + 1) Hc) and key/value heads
+  // [j Kc, (j + 1) Kc) of every row (Hc, Kc: this tp rank's heads over cp), packed q | k | v.
+  QkvLayout head_block_layout() const;
+  void take_head_block(const Tensor& whole, Tensor& block, int64_t j) const;
+  void put_head_block(const Tensor& block, Tensor& whole, int64_t j) const;
+  Tensor ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_heads, int32_t layer,
+                         spec::Phase phase, int64_t mb);
+  void ulysses_backward(const Tensor& probs, const Tensor& qkv_heads, const Tensor& dout,
+                        Tensor& dqkv, int32_t layer, int64_t mb);
+
+  Context& ctx_;
+  spec::ContextAlgorithm algorithm_;
+  int64_t cp_, micro_batch_, seq_, seq_local_, rows_;
+  std::vector<int32_t> positions_;     // of the rank's rows in each sequence
+  std::vector<int64_t> gathered_row_;  // row q of every rank's blocks -> row of the sequences
+  QkvLayout qkv_;                      // points into positions_
+};
+
+}  // namespace sextant::exec
