@@ -32,13 +32,18 @@ CpAttention::CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t
   }
 }
 
-std::vector<std::tuple<int64_t, int64_t, int64_t>> CpAttention::position_runs() const {
+std::vector<std::tuple<int64_t, int64_t, int64_t>> CpAttention::position_runs(int64_t begin,
+                                                                              int64_t count) const {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
   const int64_t chunk = seq_local_ / 2;
   for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t c = 0; c < 2; ++c)
-      runs.emplace_back(b * seq_local_ + c * chunk, positions_[static_cast<size_t>(c * chunk)],
-                        chunk);
+    for (int64_t c = 0; c < 2; ++c) {
+      const int64_t row = b * seq_local_ + c * chunk;
+      const int64_t lo = std::max(row, begin), hi = std::min(row + chunk, begin + count);
+      if (lo < hi)
+        runs.emplace_back(lo - begin, positions_[static_cast<size_t>(c * chunk)] + (lo - row),
+                          hi - lo);
+    }
   return runs;
 }
 

@@ -28,9 +28,11 @@ class CpAttention {
 
   // The rank's rows of the fused qkv activation: seq / cp a sequence, at their positions.
   const QkvLayout& layout() const { return qkv_; }
-  // The runs of consecutive positions among the rank's rows: (first row, first position, rows),
-  // two a sequence (learned position embeddings are added run by run).
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs() const;
+  // The runs of consecutive positions among the rank's rows [begin, begin + count) (all of them,
+  // or a tp rank's slice under sequence parallelism): (first row from begin, first position,
+  // rows), at most two a sequence. Learned position embeddings are added run by run.
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs(int64_t begin,
+                                                                   int64_t count) const;
 
   // out [rows, heads * head_dim] = the attention of the rank's rows; returns the probabilities.
   // `keep` receives what backward needs besides qkv and the probabilities (Ulysses: the head

@@ -383,6 +383,9 @@ class GptStage : public StageModel {
 
   // --- Embedding -------------------------------------------------------------------------------
 
+  // The first of this rank's rows it holds in sequence-parallel regions (norms, residuals).
+  int64_t slice_begin() const { return sp_ ? r_ * local_rows_ : 0; }
+
   Tensor embed_forward(const MicroBatch& mb) {
     Tensor e = act({rows_, h_});
     {
@@ -393,9 +396,9 @@ class GptStage : public StageModel {
     if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
       if (!cp_attention_) {
-        backend().add_positions(position_table_->compute, sp_ ? r_ * local_rows_ : 0, seq_, x);
+        backend().add_positions(position_table_->compute, slice_begin(), seq_, x);
       } else {
-        for (auto [row, first, count] : cp_attention_->position_runs()) {
+        for (auto [row, first, count] : cp_attention_->position_runs(slice_begin(), local_rows_)) {
           Tensor run = x.rows(row, count);
           backend().add_positions(position_table_->compute, first, seq_, run);
         }
@@ -408,10 +411,9 @@ class GptStage : public StageModel {
     if (position_table_ != nullptr) {
       auto s = rec(ctx_.op("embed.position", 0, Phase::kBwd, mb.index));
       if (!cp_attention_) {
-        backend().add_positions_backward(dy, sp_ ? r_ * local_rows_ : 0, seq_,
-                                         position_table_->grad);
+        backend().add_positions_backward(dy, slice_begin(), seq_, position_table_->grad);
       } else {
-        for (auto [row, first, count] : cp_attention_->position_runs())
+        for (auto [row, first, count] : cp_attention_->position_runs(slice_begin(), local_rows_))
           backend().add_positions_backward(dy.rows(row, count), first, seq_, position_table_->grad);
       }
     }

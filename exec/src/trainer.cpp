@@ -36,16 +36,13 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/offload", plan.name(),
              "the executor keeps every state on its device: offloading is simulated and planned "
              "only (issue 14); run the plan without \"offload\"");
-  // Context parallelism runs as Llama 3's all-gather of keys and values (gpt_stage.cpp), on CPU
-  // ranks (exec/src/context_attention.hpp), with each rank's tokens whole.
+  // Context parallelism runs as Llama 3's all-gather of keys and values or DeepSpeed-Ulysses'
+  // all-to-alls (exec/src/cp_attention.hpp), on CPU ranks (runner.cpp).
   if (plan.cp > 1 && plan.cp_algorithm == spec::ContextAlgorithm::kRing)
     diag.add("/cp_algorithm", "ring",
              "the executor runs context parallelism as \"all-gather\" (Llama 3) or \"all-to-all\" "
              "(DeepSpeed-Ulysses): ring attention merges blockwise flash results, which its "
              "unfused attention does not compute (simulated and planned only)");
-  if (plan.cp > 1 && plan.sequence_parallel)
-    diag.add("/sequence_parallel", "true",
-             "the executor runs context parallelism without sequence parallelism");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");

@@ -393,6 +393,11 @@ std::vector<Layout> layouts() {
       {"llama_cp2_a2a_pp2_selective_recompute",
        with_cp(with_recompute(plan_of(1, 1, 2), R::kSelective), 2, A::kAllToAll), Net::kLlama},
       {"dp2_cp2_a2a_pp2_zero1", with_cp(plan_of(2, 1, 2, 1), 2, A::kAllToAll)},
+      // With sequence parallelism: each tp rank's slice of the cp rank's rows (learned positions
+      // added run by run within it).
+      {"cp2_tp2_sp", with_cp(plan_of(1, 2, 1, 0, true), 2)},
+      {"cp2_tp2_sp_a2a", with_cp(plan_of(1, 2, 1, 0, true), 2, A::kAllToAll)},
+      {"llama_dp2_cp2_tp2_sp_zero1", with_cp(plan_of(2, 2, 1, 1, true), 2), Net::kLlama},
   };
 }
 
