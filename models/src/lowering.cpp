@@ -509,22 +509,31 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
           memory_op("attn.cp_merge", OpClass::kElementwise, (q_elements + kv_elements) * (e + 8),
                     TpSplit::kHead, {x.b * sq, heads * x.d});
       merge.core_attention = merge_bwd.core_attention = true;
+      // Under the causal mask only the first step (the rank's own keys) is masked; every later
+      // one is a dense half of its block (the rank's queries against one chunk of the keys, or
+      // its second chunk of queries against both: TE's step i > 0), the same executed FLOPs at
+      // the kernel's unmasked throughput.
+      Op later = op;
+      later.causal = false;
       for (int64_t i = 0; i < x.cp; ++i) {
         if (i + 1 < x.cp) {
           Op send = context_op("cp.kv_send", CollectiveKind::kSendRecv, x.kv_bytes());
           send.beside_next = true;
           fw.push_back(send);
         }
-        fw.push_back(op);
+        fw.push_back(i == 0 ? op : later);
         if (i > 0) fw.push_back(merge);
       }
+      Op later_bwd = bwd;
+      later_bwd.causal = false;
       core.backward.push_back(prep);
       for (int64_t i = 0; i < x.cp; ++i) {
         const int64_t bytes = i == 0 || i + 1 == x.cp ? x.kv_bytes() : 2 * x.kv_bytes();
         Op send = context_op("cp.kv_send", CollectiveKind::kSendRecv, bytes);
         send.beside_next = true;
         core.backward.push_back(send);
-        core.backward.push_back(bwd);
+        // Backward runs the steps in reverse (TE): the rank's own, masked block last.
+        core.backward.push_back(i + 1 == x.cp ? bwd : later_bwd);
         if (i > 0) core.backward.push_back(merge_bwd);
       }
       core.saved_bytes = x.b * heads * sq * 4;

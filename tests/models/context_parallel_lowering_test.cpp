@@ -67,6 +67,8 @@ TEST(ContextParallelLowering, RingAttentionSendsKeyAndValueBlocksBesideEachStep)
     EXPECT_DOUBLE_EQ(s->flops, 4.0 * 2 * 4 * 8 * 8 * 16);
     EXPECT_DOUBLE_EQ(s->kernel_flops, s->flops / 2);
     EXPECT_EQ(s->shape, (std::vector<int64_t>{8, 8, 8, 16}));
+    // Only the rank's own block is masked; the others are dense halves of theirs.
+    EXPECT_EQ(s->causal, s == steps.front());
   }
   const std::vector<const Op*> sends = all_named(fw, "cp.kv_send");
   ASSERT_EQ(sends.size(), 3u);
