@@ -68,6 +68,7 @@ void run_show(const ShowOptions& o) {
     spec::Json j = {{"name", m.name},
                     {"kind", spec::enum_name(spec::model_kind_names(), m.kind())},
                     {"parameters", params},
+                    {"active_parameters", models::active_parameter_count(m)},
                     {"seq_len", seq},
                     {"forward_flops_per_token", fwd_per_token},
                     {"training_flops_per_sequence", per_sample.model},
@@ -88,6 +89,9 @@ void run_show(const ShowOptions& o) {
   if (!m.source.empty()) fmt::print("  source: {}\n", m.source);
   fmt::print("  parameters:             {} ({})\n", human_count(static_cast<double>(params)),
              params);
+  if (const int64_t active = models::active_parameter_count(m); active != params)
+    fmt::print("  active per token:       {} ({}; mixture of experts)\n",
+               human_count(static_cast<double>(active)), active);
   fmt::print("  forward FLOPs per {}:   {}\n", unit, human_flops(fwd_per_token));
   fmt::print(
       "  training FLOPs per {}:  {} (with full recompute: {})\n", unit,

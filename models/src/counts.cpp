@@ -12,6 +12,19 @@ int64_t parameter_count(const spec::ModelSpec& model) {
   return total;
 }
 
+int64_t active_parameter_count(const spec::ModelSpec& model) {
+  LoweredModel lowered = lower(model, LoweringOptions{1, 1, spec::Dtype::kBf16, 1, false});
+  const spec::MoeSpec* moe =
+      model.is_transformer() && model.transformer().moe ? &*model.transformer().moe : nullptr;
+  int64_t total = 0;
+  for (const Layer& l : lowered.layers) {
+    total += l.params_total;
+    if (moe != nullptr)  // the experts are alike: (experts - top_k) of them unused
+      total -= l.routed_expert_params_total / moe->experts * (moe->experts - moe->top_k);
+  }
+  return total;
+}
+
 StepFlops step_flops(const spec::ModelSpec& model, int64_t global_batch, int64_t seq_len,
                      spec::Recompute recompute) {
   spec::Plan plan;

@@ -115,7 +115,7 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     t.tied_embeddings = r.flag("tie_word_embeddings", true);
     t.bias = true;
     t.dropout = r.number("resid_pdrop", 0.1) > 0;
-  } else if (type == "llama" || type == "mistral") {
+  } else if (type == "llama" || type == "mistral" || type == "mixtral") {
     t.architecture = spec::Architecture::kDecoder;
     t.hidden = r.positive("hidden_size");
     t.layers = r.positive("num_hidden_layers");
@@ -134,6 +134,18 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     t.tied_embeddings = r.flag("tie_word_embeddings", false);
     t.bias = r.flag("attention_bias", false);
     t.dropout = r.number("attention_dropout", 0.0) > 0;
+    if (type == "mixtral") {  // MixtralConfig: every layer's MLP is a mixture of experts
+      spec::MoeSpec moe;
+      moe.experts = r.positive("num_local_experts");
+      moe.top_k = r.positive("num_experts_per_tok");
+      moe.expert_ffn_hidden = t.ffn_hidden;
+      if (moe.experts < 2 || moe.top_k > moe.experts)
+        diag.add("/num_experts_per_tok", std::to_string(moe.top_k),
+                 fmt::format("must be between 1 and num_local_experts ({}), with at least 2 "
+                             "experts",
+                             moe.experts));
+      t.moe = moe;
+    }
   } else if (type == "bert") {
     t.architecture = spec::Architecture::kEncoder;
     t.hidden = r.positive("hidden_size");
@@ -153,7 +165,7 @@ spec::ModelSpec import_hf_config(const Json& json, const std::string& source,
     t.pooler = true;
   } else {
     diag.add("/model_type", spec::short_dump(json.at("model_type")),
-             "unsupported: must be gpt2, llama, mistral or bert");
+             "unsupported: must be gpt2, llama, mistral, mixtral or bert");
   }
   diag.throw_if_any();
   t.seq_len = std::min(t.max_positions, kMaxImportedSeqLen);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -45,6 +46,7 @@ std::string_view tp_split_name(TpSplit split) {
 
 bool Layer::same_work_as(const Layer& o) const {
   return kind == o.kind && params == o.params && params_total == o.params_total &&
+         routed_expert_params_total == o.routed_expert_params_total &&
          sp_partial_params == o.sp_partial_params && saved_bytes == o.saved_bytes &&
          saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
@@ -577,7 +579,123 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   return core;
 }
 
-Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index) {
+// The MLP of a mixture-of-experts block on one rank (Megatron-LM's MoE layer with its all-to-all
+// token dispatcher, experts split over tp as the dense MLP is): the router's GEMM and top-k over
+// every token, each token copied to its top_k experts (permute), the experts' two GEMMs over the
+// tokens each takes (grouped: one product per expert), the copies weighted and summed back
+// (unpermute), and the shared experts beside them as a dense MLP. Appends the forward ops to `fw`;
+// returns the backward ops (in execution order), the parameters and the activation bytes kept.
+struct MoeMlp {
+  std::vector<Op> backward;
+  int64_t params = 0, params_total = 0;  // on one tp rank; of the layer's MLP
+  int64_t routed_total = 0;              // of the routed experts
+  int64_t weight_elements = 0;           // its GEMM weights on one tp rank (autocast casts them)
+  int64_t saved_split = 0;               // kept bytes split over tp (the whole layer's)
+  int64_t saved_replicated = 0;          // kept bytes every tp rank holds whole
+};
+
+// Tokens the experts of one rank compute for `tokens` routed tokens: top_k copies of each, padded
+// (or cut) to the experts' capacity when the model sets a capacity factor (GShard, Switch); the
+// router assumed balanced when dropless.
+double expert_tokens(const spec::MoeSpec& moe, int64_t tokens) {
+  const double copies = static_cast<double>(tokens * moe.top_k);
+  return moe.capacity_factor > 0 ? copies * moe.capacity_factor : copies;
+}
+
+MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const FusionPasses& passes,
+               std::vector<Op>& fw) {
+  const spec::MoeSpec& moe = *m.moe;
+  const int64_t T = x.tokens(), e = x.e, h = x.h, E = moe.experts, k = moe.top_k;
+  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  const int64_t fe = moe.expert_ffn_hidden / x.t;  // each expert's width on this rank
+  const int64_t bias = m.bias ? 1 : 0;
+  // Rows the experts compute (padded to capacity), and the useful ones (each token's k copies).
+  const int64_t M = static_cast<int64_t>(std::ceil(expert_tokens(moe, T)));
+  const int64_t routed = T * k;
+  const int64_t per_expert = std::max<int64_t>(1, M / E);
+  MoeMlp out;
+  Op router = gemm("moe.router", T, E, h, e, TpSplit::kReplicated);
+  // Softmax over the experts and the top-k in fp32 (Megatron's router), the top_k weights and
+  // indices written.
+  Op route = memory_op("moe.route", OpClass::kElementwise, T * E * 8 + routed * 8,
+                       TpSplit::kReplicated, {T, E});
+  route.kernels = 2;
+  Op permute = memory_op("moe.permute", OpClass::kElementwise, T * h * e + M * h * e,
+                         TpSplit::kReplicated, {M, h});
+  // A grouped GEMM over the experts: FLOPs count the routed copies (model FLOPs), the kernel
+  // computes the padded rows too.
+  auto expert_gemm = [&](std::string name, int64_t n, int64_t kdim, TpSplit split) {
+    Op op = gemm(std::move(name), M, n, kdim, e, split);
+    op.flops = 2.0 * static_cast<double>(routed) * static_cast<double>(n) *
+               static_cast<double>(kdim);
+    op.kernel_flops =
+        2.0 * static_cast<double>(M) * static_cast<double>(n) * static_cast<double>(kdim);
+    op.bytes = (M * kdim + E * kdim * n + M * n) * e;  // every expert's weights read
+    op.matmuls = {{E, per_expert, n, kdim}};
+    return op;
+  };
+  Op fc1 = expert_gemm("moe.fc1", gate * fe, h, TpSplit::kColumn);
+  Op act = unfused(memory_op("moe.act", OpClass::kElementwise, (gate + 1) * M * fe * e,
+                             TpSplit::kColumn, {M, gate * fe}),
+                   passes.act, passes.act_kernels);
+  Op fc2 = expert_gemm("moe.fc2", h, fe, TpSplit::kRow);
+  // The copies weighted by the router and summed into their tokens, with the shared experts'
+  // output added.
+  Op unpermute = memory_op("moe.unpermute", OpClass::kElementwise,
+                           M * h * e + routed * 4 + T * h * e * (moe.shared_experts > 0 ? 2 : 1),
+                           TpSplit::kReplicated, {T, h});
+  const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / x.t;  // shared width per rank
+  Op shared_fc1 = gemm("moe.shared_fc1", T, gate * fs, h, e, TpSplit::kColumn);
+  Op shared_act = unfused(memory_op("moe.shared_act", OpClass::kElementwise,
+                                    (gate + 1) * T * fs * e, TpSplit::kColumn, {T, gate * fs}),
+                          passes.act, passes.act_kernels);
+  Op shared_fc2 = gemm("moe.shared_fc2", T, h, fs, e, TpSplit::kRow);
+  const bool shared = moe.shared_experts > 0;
+  fw.insert(fw.end(), {router, route, permute, fc1, act, fc2});
+  if (shared) fw.insert(fw.end(), {shared_fc1, shared_act, shared_fc2});
+  fw.push_back(unpermute);
+
+  auto act_backward = [&](const Op& a) {
+    if (passes.act_backward > 0) {
+      Op op = memory_backward(a, passes.act_backward);
+      op.kernels = passes.act_backward_kernels;
+      return op;
+    }
+    return memory_backward(a, (2.0 * gate + 1) / (gate + 1));
+  };
+  auto expert_backward = [](const Op& f) {
+    Op op = gemm_backward(f);
+    op.kernel_flops = 2 * f.kernel_flops;
+    return op;
+  };
+  std::vector<Op>& bw = out.backward;
+  bw.push_back(memory_backward(unpermute, 1.0));  // and the router weights' gradient
+  if (shared)
+    bw.insert(bw.end(),
+              {gemm_backward(shared_fc2), act_backward(shared_act), gemm_backward(shared_fc1)});
+  bw.insert(bw.end(),
+            {expert_backward(fc2), act_backward(act), expert_backward(fc1),
+             memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
+
+  // Parameters: the router whole on every rank; each expert (routed and shared) split over tp as
+  // the dense MLP is, its second bias whole.
+  const int64_t f = moe.expert_ffn_hidden, n_experts = E + moe.shared_experts;
+  out.params_total = h * E + n_experts * (h * gate * f + bias * gate * f + f * h + bias * h);
+  out.params = h * E + n_experts * ((h * gate * f + bias * gate * f + f * h) / x.t + bias * h);
+  out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
+  out.weight_elements = h * E + n_experts * (h * gate * f + f * h) / x.t;
+  // Kept for backward: the router's probabilities and the permuted tokens (every tp rank routes
+  // every token), the experts' activation and second GEMM inputs (split over tp), and the
+  // experts' outputs the weighted sum's backward reads; the shared experts' as a dense MLP's.
+  const int64_t act_saved = passes.act_saved > 0 ? passes.act_saved : gate * e;
+  out.saved_replicated = T * E * 4 + M * h * e + M * h * e;
+  // (Bytes of the whole layer's tensors: the caller takes a tp rank's share.)
+  out.saved_split = M * f * (act_saved + e) + T * moe.shared_experts * f * (act_saved + e);
+  return out;
+}
+
+Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
+                        bool moe_layer) {
   Layer layer;
   layer.name = fmt::format("block{}", index);
   layer.kind = LayerKind::kBlock;
@@ -600,8 +718,13 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   std::vector<Op>& fw = layer.forward;
   // Autocast casts each fp32 weight of the layer's GEMMs to 16 bits in every forward (6 bytes a
   // parameter at fp32 -> bf16) and each 16-bit weight gradient back to fp32 in backward.
+  // (The MoE MLP's ops are built where they run; their weights are counted here first.)
+  std::vector<Op> moe_forward;
+  const std::optional<MoeMlp> moe =
+      moe_layer ? std::optional<MoeMlp>(moe_mlp(m, x, passes, moe_forward)) : std::nullopt;
   const int64_t weight_elements =
-      (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h + x.h * gate * x.f + x.f * x.h) / x.t;
+      (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h) / x.t +
+      (moe ? moe->weight_elements : (x.h * gate * x.f + x.f * x.h) / x.t);
   Op weight_cast = autocast_cast("autocast.weights", weight_elements, e, TpSplit::kColumn);
   weight_cast.kernels = 4;
   if (x.autocast) fw.push_back(weight_cast);
@@ -638,13 +761,15 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (x.autocast) fw.push_back(mlp_cast);
   add_sp_gather(fw, x, "mlp");
   Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
-  fw.push_back(fc1);
   Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
                              TpSplit::kColumn, {T, gate * ffn}),
                    passes.act, passes.act_kernels);
-  fw.push_back(act);
   Op fc2 = gemm("mlp.fc2", T, x.h, ffn, e, TpSplit::kRow);
-  fw.push_back(fc2);
+  if (moe) {
+    fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
+  } else {
+    fw.insert(fw.end(), {fc1, act, fc2});
+  }
   add_tp_reduce(fw, x, "mlp");
   Op mlp_res =
       unfused(memory_op("mlp.residual", OpClass::kElementwise,
@@ -665,15 +790,19 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
   // once the branch's norm has given its gradient back, as the executor runs it.
   add_sp_gather(bw, x, "mlp");
-  bw.push_back(gemm_backward(fc2));
-  if (passes.act_backward > 0) {
-    Op act_bwd = memory_backward(act, passes.act_backward);
-    act_bwd.kernels = passes.act_backward_kernels;
-    bw.push_back(act_bwd);
+  if (moe) {
+    bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
   } else {
-    bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
+    bw.push_back(gemm_backward(fc2));
+    if (passes.act_backward > 0) {
+      Op act_bwd = memory_backward(act, passes.act_backward);
+      act_bwd.kernels = passes.act_backward_kernels;
+      bw.push_back(act_bwd);
+    } else {
+      bw.push_back(memory_backward(act, (2.0 * gate + 1) / (gate + 1)));
+    }
+    bw.push_back(gemm_backward(fc1));
   }
-  bw.push_back(gemm_backward(fc1));
   add_tp_reduce(bw, x, "mlp");
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
   bw.push_back(norm_backward(mlp_norm));
@@ -694,12 +823,16 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   const int64_t qkv_full = x.h + 2 * x.kv * x.d;
   const int64_t bias = m.bias ? 1 : 0;
-  layer.params_total = x.h * qkv_full + bias * qkv_full + x.h * x.h + bias * x.h +
-                       x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h +
-                       2 * norm_params;
-  layer.params = (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h +
-                 (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h +
-                 2 * norm_params;
+  const int64_t attention_total = x.h * qkv_full + bias * qkv_full + x.h * x.h + bias * x.h;
+  const int64_t attention_rank =
+      (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h;
+  layer.params_total = attention_total + 2 * norm_params +
+                       (moe ? moe->params_total
+                            : x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h);
+  layer.params = attention_rank + 2 * norm_params +
+                 (moe ? moe->params
+                      : (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h);
+  if (moe) layer.routed_expert_params_total = moe->routed_total;
   if (x.sp) layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h;
 
   // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
@@ -715,9 +848,12 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
   // An eager composed activation keeps its intermediates instead of its input (act_saved).
+  // A MoE layer keeps its experts' instead (moe_mlp), some of them on every tp rank whole.
   const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
-  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + act_input + T * x.f * e;
-  const int64_t rep_per_rank = x.sp ? replicated / x.t : replicated;
+  const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * e;
+  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + mlp_split;
+  const int64_t rep_per_rank =
+      (x.sp ? replicated / x.t : replicated) + (moe ? moe->saved_replicated : 0);
   layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;
   layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
@@ -902,12 +1038,16 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   out.samples_per_micro_batch = x.b;
   out.layers.reserve(static_cast<size_t>(m.layers) + 2);
   out.layers.push_back(transformer_embedding(m, x));
-  // The blocks are alike but for their names: one is lowered, the others are its copies (the
-  // planner lowers a model per (tp, micro-batch, sequence parallelism, stack), 96 blocks for
-  // GPT-3 175B, and building each op again was a third of its estimate phase).
-  const Layer first = transformer_block(m, x, 0);
+  // The blocks are alike but for their names (and, in a mixture of experts, the dense first
+  // ones): one of each kind is lowered, the others are its copies (the planner lowers a model per
+  // (tp, micro-batch, sequence parallelism, stack), 96 blocks for GPT-3 175B, and building each
+  // op again was a third of its estimate phase).
+  const int64_t dense_layers = m.moe ? m.moe->dense_layers : m.layers;
+  std::optional<Layer> dense, expert;
   for (int64_t i = 0; i < m.layers; ++i) {
-    out.layers.push_back(first);
+    std::optional<Layer>& kind = i < dense_layers ? dense : expert;
+    if (!kind) kind = transformer_block(m, x, 0, i >= dense_layers);
+    out.layers.push_back(*kind);
     out.layers.back().name = fmt::format("block{}", i);
   }
   out.layers.push_back(transformer_head(m, x));

@@ -20,6 +20,11 @@ std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_pro
   at_most("vocab", t.vocab, kMaxVocab, "2^24");
   at_most("seq_len", t.seq_len, kMaxSeqLen, "2^24");
   at_most("max_positions", t.max_positions, kMaxSeqLen, "2^24");
+  if (t.moe) {
+    at_most("moe/experts", t.moe->experts, int64_t{1} << 16, "2^16");
+    at_most("moe/expert_ffn_hidden", t.moe->expert_ffn_hidden, kMaxWidth, "2^20");
+    at_most("moe/shared_experts", t.moe->shared_experts, int64_t{1} << 16, "2^16");
+  }
   return out;
 }
 

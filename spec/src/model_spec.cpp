@@ -82,10 +82,27 @@ TransformerSpec decode_transformer(ObjectReader& r) {
     MoeSpec m;
     m.experts = moe->integer("experts", kPositive).value_or(1);
     m.top_k = moe->integer("top_k", kPositive).value_or(1);
+    m.expert_ffn_hidden =
+        moe->integer("expert_ffn_hidden", kPositive, Presence::kOptional).value_or(t.ffn_hidden);
+    m.shared_experts =
+        moe->integer("shared_experts", Range::non_negative(), Presence::kOptional).value_or(0);
+    m.capacity_factor =
+        moe->number("capacity_factor", Range::non_negative(), Presence::kOptional).value_or(0);
+    m.dense_layers =
+        moe->integer("dense_layers", Range::non_negative(), Presence::kOptional).value_or(0);
     if (moe->diagnostics().ok() && m.top_k > m.experts) {
       moe->problem("top_k", std::to_string(m.top_k),
                    fmt::format("must be <= experts ({})", m.experts));
     }
+    if (moe->diagnostics().ok() && m.experts < 2)
+      moe->problem("experts", std::to_string(m.experts), "must be >= 2 (one expert is a dense MLP)");
+    if (moe->diagnostics().ok() && m.dense_layers >= t.layers)
+      moe->problem("dense_layers", std::to_string(m.dense_layers),
+                   fmt::format("must be below the model's {} layers", t.layers));
+    if (moe->diagnostics().ok() && m.capacity_factor > 0 &&
+        m.capacity_factor * static_cast<double>(m.top_k) < 1.0 / static_cast<double>(m.experts))
+      moe->problem("capacity_factor", fmt::format("{:g}", m.capacity_factor),
+                   "leaves an expert less than one token slot per token routed");
     moe->finish();
     t.moe = m;
   }
@@ -280,7 +297,14 @@ Json transformer_json(const TransformerSpec& t) {
             {"dropout", t.dropout}};
   if (t.type_vocab > 0) j["type_vocab"] = t.type_vocab;
   if (t.pooler) j["pooler"] = true;
-  if (t.moe) j["moe"] = {{"experts", t.moe->experts}, {"top_k", t.moe->top_k}};
+  if (t.moe) {
+    j["moe"] = {{"experts", t.moe->experts},
+                {"top_k", t.moe->top_k},
+                {"expert_ffn_hidden", t.moe->expert_ffn_hidden},
+                {"shared_experts", t.moe->shared_experts},
+                {"capacity_factor", t.moe->capacity_factor},
+                {"dense_layers", t.moe->dense_layers}};
+  }
   return j;
 }
 

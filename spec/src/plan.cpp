@@ -599,6 +599,9 @@ std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp) {
   if (t.heads % tp != 0) parts.push_back(fmt::format("the {} attention heads", t.heads));
   if (t.kv_heads % tp != 0) parts.push_back(fmt::format("the {} key/value heads", t.kv_heads));
   if (t.ffn_hidden % tp != 0) parts.push_back(fmt::format("ffn_hidden ({})", t.ffn_hidden));
+  // Experts split over tp as the dense MLP is (Megatron-LM's expert tensor parallelism = tp).
+  if (t.moe && t.moe->expert_ffn_hidden % tp != 0)
+    parts.push_back(fmt::format("moe/expert_ffn_hidden ({})", t.moe->expert_ffn_hidden));
   if (parts.empty()) return "";
   std::string list = parts.front();
   for (size_t i = 1; i < parts.size(); ++i)

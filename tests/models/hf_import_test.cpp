@@ -44,6 +44,19 @@ TEST(HfImport, LlamaWithGroupedQueryAttention) {
   EXPECT_EQ(spec::to_json(m)["transformer"], spec::to_json(zoo_model("llama2-70b"))["transformer"]);
 }
 
+// mistralai/Mixtral-8x7B-v0.1's config.json: the zoo's Mixtral, experts and all.
+TEST(HfImport, MixtralIsAMixtureOfExperts) {
+  spec::ModelSpec m = resolve_model(test::data_path("hf/mixtral-8x7b-config.json"));
+  ASSERT_TRUE(m.transformer().moe.has_value());
+  EXPECT_EQ(m.transformer().moe->experts, 8);
+  EXPECT_EQ(m.transformer().moe->top_k, 2);
+  EXPECT_EQ(parameter_count(m), parameter_count(zoo_model("mixtral-8x7b")));
+  EXPECT_EQ(m.transformer().seq_len, 8192);  // imports cap the sequence (kMaxImportedSeqLen)
+  m.transformer().seq_len = 32768;           // the zoo's: Mixtral's 32k training context
+  EXPECT_EQ(spec::to_json(m)["transformer"],
+            spec::to_json(zoo_model("mixtral-8x7b"))["transformer"]);
+}
+
 TEST(HfImport, BertLarge) {
   spec::ModelSpec m = resolve_model(test::data_path("hf/bert-large-uncased-config.json"));
   EXPECT_EQ(parameter_count(m), 335'141'888);
@@ -52,7 +65,8 @@ TEST(HfImport, BertLarge) {
 
 TEST(HfImport, UnsupportedTypeIsAClearError) {
   EXPECT_INPUT_ERROR(resolve_model(test::data_path("hf/t5-config.json")),
-                     "/model_type = \"t5\": unsupported: must be gpt2, llama, mistral or bert");
+                     "/model_type = \"t5\": unsupported: must be gpt2, llama, mistral, mixtral or "
+                     "bert");
 }
 
 TEST(HfImport, MissingFieldsAreListed) {

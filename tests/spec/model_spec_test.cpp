@@ -80,3 +80,40 @@ TEST(ModelSpec, RejectsMlpWithOneWidth) {
 
 }  // namespace
 }  // namespace sextant::spec
+
+namespace sextant::spec {
+namespace {
+
+TEST(ModelSpec, MixtureOfExpertsDefaultsRoundTripsAndRules) {
+  Json j = Json::parse(R"({
+    "schema": "sextant.model/1", "name": "t", "kind": "transformer",
+    "transformer": {"architecture": "decoder", "layers": 2, "hidden": 64, "heads": 4,
+      "ffn_hidden": 256, "vocab": 100, "seq_len": 32, "activation": "gelu", "norm": "layernorm",
+      "tied_embeddings": true, "position_embedding": "learned", "bias": true,
+      "moe": {"experts": 8, "top_k": 2}}})");
+  const ModelSpec m = model_from_json(j, "t.json");
+  ASSERT_TRUE(m.transformer().moe.has_value());
+  const MoeSpec& moe = *m.transformer().moe;
+  EXPECT_EQ(moe.expert_ffn_hidden, 256);  // the dense MLP's width unless given
+  EXPECT_EQ(moe.shared_experts, 0);
+  EXPECT_EQ(moe.capacity_factor, 0);  // dropless
+  EXPECT_EQ(moe.dense_layers, 0);
+  EXPECT_EQ(to_json(model_from_json(to_json(m), "again")), to_json(m));
+  auto with = [&](const char* key, Json value) {
+    Json k = j;
+    k["transformer"]["moe"][key] = std::move(value);
+    return k;
+  };
+  EXPECT_INPUT_ERROR(model_from_json(with("top_k", 9), "t.json"),
+                     "/transformer/moe/top_k = 9: must be <= experts (8)");
+  EXPECT_INPUT_ERROR(model_from_json(with("experts", 1), "t.json"), "/transformer/moe/");
+  EXPECT_INPUT_ERROR(model_from_json(with("dense_layers", 2), "t.json"),
+                     "/transformer/moe/dense_layers = 2: must be below the model's 2 layers");
+  EXPECT_INPUT_ERROR(model_from_json(with("capacity_factor", -1), "t.json"),
+                     "/transformer/moe/capacity_factor");
+  EXPECT_INPUT_ERROR(model_from_json(with("experts_per_token", 2), "t.json"),
+                     "/transformer/moe/experts_per_token: unknown field");
+}
+
+}  // namespace
+}  // namespace sextant::spec

@@ -11,6 +11,9 @@ namespace sextant::models {
 
 // Unique trainable parameters (tied embeddings counted once).
 int64_t parameter_count(const spec::ModelSpec& model);
+// The parameters one token's forward pass uses: all but the routed experts it is not sent to
+// (top_k of experts in each mixture-of-experts block); parameter_count for dense models.
+int64_t active_parameter_count(const spec::ModelSpec& model);
 
 struct StepFlops {
   double model = 0;     // forward + backward, no recompute (what MFU counts)

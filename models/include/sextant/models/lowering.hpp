@@ -84,6 +84,8 @@ struct Layer {
   std::vector<Op> backward;  // in execution order
   int64_t params = 0;        // parameters held by one tp rank
   int64_t params_total = 0;  // parameters of the layer (all tp ranks, counted once)
+  // Of those, the routed experts' of a mixture-of-experts block (a token reaches top_k of them).
+  int64_t routed_expert_params_total = 0;
   // Parameters every tp rank holds whole that see only its rows under sequence parallelism
   // (norms, row-parallel biases, learned positions): their gradients are partial sums, all-reduced
   // over the tp group once per step (Megatron-LM finalize_model_grads, _allreduce_layernorm_grads).

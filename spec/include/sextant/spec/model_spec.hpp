@@ -26,9 +26,22 @@ EnumNames<Activation> activation_names();
 EnumNames<Norm> norm_names();
 EnumNames<PositionEmbedding> position_embedding_names();
 
+// A mixture-of-experts MLP (Shazeer et al. 2017; GShard; Switch; Mixtral, Jiang et al. 2024;
+// DeepSeekMoE, Dai et al. 2024): a router sends each token to its top_k of `experts` MLPs of
+// expert_ffn_hidden, whose outputs are summed by the router's weights; `shared_experts` more run on
+// every token. The first dense_layers blocks keep the dense MLP of ffn_hidden (DeepSeek's
+// first_k_dense_replace).
 struct MoeSpec {
-  int64_t experts = 0;  // experts per MoE layer
-  int64_t top_k = 0;    // experts each token is routed to
+  int64_t experts = 0;            // routed experts per MoE layer
+  int64_t top_k = 0;              // experts each token is routed to
+  int64_t expert_ffn_hidden = 0;  // each expert's MLP width (model files: default ffn_hidden)
+  int64_t shared_experts = 0;     // experts every token goes through (DeepSeek), 0: none
+  // Tokens an expert takes, as a multiple of its even share (tokens x top_k / experts): its
+  // input is padded (or cut) to that capacity (GShard, Switch; Megatron-LM
+  // --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity). 0: dropless, every
+  // routed token computed, the router assumed balanced.
+  double capacity_factor = 0;
+  int64_t dense_layers = 0;  // the first blocks keep the dense MLP
 };
 
 struct TransformerSpec {
