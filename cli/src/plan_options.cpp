@@ -95,6 +95,13 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  if (!f.plan_file.empty() && (f.cp > 1 || !f.cp_algorithm.empty())) {
+    // The flags override the file's split; the plan's own rules again.
+    spec::Json j = spec::to_json(plan);
+    if (f.cp > 1) j["cp"] = f.cp;
+    if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
+    plan = spec::plan_from_json(j, "command line");
+  }
   if (!f.spatial.empty()) {
     plan.spatial = spatial_from_text(f.spatial);
     // The plan's own rules again, now with its split (degrees >= 1, DDP only).

@@ -1,5 +1,5 @@
 // A context-parallel rank's attention core: all-gather and all-to-all (DeepSpeed-Ulysses).
-#include "cp_attention.hpp"
+#include "sextant/exec/cp_attention.hpp"
 
 #include <algorithm>
 #include <array>
@@ -7,6 +7,7 @@
 #include "activation_comm.hpp"
 #include "sextant/exec/context_attention.hpp"
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
 
@@ -24,6 +25,10 @@ CpAttention::CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t
       seq_local_(seq / cp_),
       rows_(micro_batch * seq_local_),
       positions_(spec::context_positions(seq, cp_, ctx.groups->cp_rank)) {
+  SEXTANT_CHECK(cp_ > 1 && seq % (2 * cp_) == 0, "sequences of {} tokens over cp {}", seq, cp_);
+  SEXTANT_CHECK(
+      algorithm_ != spec::ContextAlgorithm::kAllToAll || (heads % cp_ == 0 && kv_heads % cp_ == 0),
+      "all-to-all over cp {} of {} heads and {} key/value heads", cp_, heads, kv_heads);
   qkv_ = {micro_batch, seq_local_, heads, kv_heads, head_dim, positions_.data()};
   for (int64_t j = 0; j < cp_; ++j) {
     const std::vector<int32_t> theirs = spec::context_positions(seq_, cp_, j);
@@ -34,16 +39,18 @@ CpAttention::CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t
 
 std::vector<std::tuple<int64_t, int64_t, int64_t>> CpAttention::position_runs(int64_t begin,
                                                                               int64_t count) const {
+  // Runs of consecutive positions in spec::context_positions, cut by sequence and by the rows
+  // asked for.
   std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
-  const int64_t chunk = seq_local_ / 2;
-  for (int64_t b = 0; b < micro_batch_; ++b)
-    for (int64_t c = 0; c < 2; ++c) {
-      const int64_t row = b * seq_local_ + c * chunk;
-      const int64_t lo = std::max(row, begin), hi = std::min(row + chunk, begin + count);
-      if (lo < hi)
-        runs.emplace_back(lo - begin, positions_[static_cast<size_t>(c * chunk)] + (lo - row),
-                          hi - lo);
-    }
+  for (int64_t row = begin; row < begin + count;) {
+    const int64_t at = row % seq_local_;
+    int64_t n = 1;
+    while (row + n < begin + count && at + n < seq_local_ &&
+           positions_[static_cast<size_t>(at + n)] == positions_[static_cast<size_t>(at)] + n)
+      ++n;
+    runs.emplace_back(row - begin, positions_[static_cast<size_t>(at)], n);
+    row += n;
+  }
   return runs;
 }
 

@@ -13,7 +13,7 @@
 #include <map>
 
 #include "activation_comm.hpp"
-#include "cp_attention.hpp"
+#include "sextant/exec/cp_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
 #include "stage_model.hpp"
 
@@ -146,6 +146,11 @@ class GptStage : public StageModel {
           bc.x = keep;
         } else if (recompute_[layer] == spec::Recompute::kSelective) {
           bc.att = Tensor();  // the attention core is recomputed in backward
+          bc.qkv_heads = Tensor();
+        } else if (cp_attention_ && cp_attention_->keeps_head_block()) {
+          // Ulysses' backward reads the head block's q, k, v, not the rank's rows: one copy
+          // kept, as the lowering counts (and Transformer Engine keeps).
+          bc.qkv = Tensor();
         }
         cache.blocks[layer] = std::move(bc);
       }

@@ -288,7 +288,8 @@ class Trainer {
     sync_->after_update();
     if (plan_.zero != 0) stage_->params().refresh_compute();
     // The loss: the last stage's sum over its tokens, once per data-parallel replica (tp rank 0,
-    // spatial rank 0: the others hold the same sums), summed.
+    // spatial rank 0: the others hold the same sums) and by every cp rank (each its own chunks),
+    // summed.
     double loss = 0;
     const double mine = stage_->take_loss_sum();
     if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 && g.spatial_rank == 0) loss = mine;

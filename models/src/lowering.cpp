@@ -626,8 +626,8 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // computes the padded rows too.
   auto expert_gemm = [&](std::string name, int64_t n, int64_t kdim, TpSplit split) {
     Op op = gemm(std::move(name), M, n, kdim, e, split);
-    op.flops = 2.0 * static_cast<double>(routed) * static_cast<double>(n) *
-               static_cast<double>(kdim);
+    op.flops =
+        2.0 * static_cast<double>(routed) * static_cast<double>(n) * static_cast<double>(kdim);
     op.kernel_flops =
         2.0 * static_cast<double>(M) * static_cast<double>(n) * static_cast<double>(kdim);
     op.bytes = (M * kdim + E * kdim * n + M * n) * e;  // every expert's weights read
@@ -826,12 +826,13 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t attention_total = x.h * qkv_full + bias * qkv_full + x.h * x.h + bias * x.h;
   const int64_t attention_rank =
       (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h;
-  layer.params_total = attention_total + 2 * norm_params +
-                       (moe ? moe->params_total
-                            : x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h);
-  layer.params = attention_rank + 2 * norm_params +
-                 (moe ? moe->params
-                      : (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h);
+  layer.params_total =
+      attention_total + 2 * norm_params +
+      (moe ? moe->params_total : x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h);
+  layer.params =
+      attention_rank + 2 * norm_params +
+      (moe ? moe->params
+           : (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h);
   if (moe) layer.routed_expert_params_total = moe->routed_total;
   if (x.sp) layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h;
 
@@ -1018,20 +1019,23 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   std::string source = fmt::format("model {}", model.name);
   if (std::string problem = spec::tensor_parallel_problem(model, o.tp); !problem.empty())
     throw InputError(source, "/tp", std::to_string(o.tp), problem);
-  if (x.sp)
-    if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
-      throw InputError(source, "/sequence_parallel", "true", problem);
   if (o.cp > 1) {
     spec::Plan split;
     split.tp = o.tp;
     split.sequence_parallel = o.sequence_parallel;
     split.cp = o.cp;
     split.cp_algorithm = o.cp_algorithm;
-    std::string problem = spec::context_parallel_problem(model, seq, split);
-    if (problem.empty())
-      problem = spec::context_attention_problem(o.cp, o.cp_algorithm, o.attention);
-    if (!problem.empty()) throw InputError(source, "/cp", std::to_string(o.cp), problem);
+    if (std::string problem = spec::context_parallel_problem(model, seq, split); !problem.empty())
+      throw InputError(source, "/cp", std::to_string(o.cp), problem);
+    if (std::string problem = spec::context_attention_problem(o.cp, o.cp_algorithm, o.attention);
+        !problem.empty())
+      throw InputError(
+          source, "/cp_algorithm",
+          std::string(spec::enum_name(spec::context_algorithm_names(), o.cp_algorithm)), problem);
   }
+  if (x.sp)
+    if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
+      throw InputError(source, "/sequence_parallel", "true", problem);
   LoweredModel out;
   out.dtype = o.dtype;
   out.tokens_per_micro_batch = x.b * x.s;

@@ -427,8 +427,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 continue;
               }
               std::vector<uint8_t> offloads;
-              if (zero == 0 || dp > 1) offloads.push_back(0);
-              if (r.cluster.host && zero >= 1 && (dp > 1 || zero == 2)) offloads.push_back(1);
+              // (ZeRO shards over every rank holding the parameters: dp x cp, Plan::replicas.)
+              if (zero == 0 || replicas > 1) offloads.push_back(0);
+              if (r.cluster.host && zero >= 1 && (replicas > 1 || zero == 2)) offloads.push_back(1);
               if (r.cluster.host && zero == 3) offloads.push_back(2);
               if (offloads.empty()) continue;
               for (bool sp : {false, true}) {
@@ -459,7 +460,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 // (One bucket is reduced when the backward ends, overlapped or not.)
                 const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
                 const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
-                const size_t ng = dp > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
+                const size_t ng = replicas > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
                 const size_t np = pp > 1 ? variants.np : 1;
                 for (spec::Recompute rc : {spec::Recompute::kNone, spec::Recompute::kSelective,
                                            spec::Recompute::kFull}) {

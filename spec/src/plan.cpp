@@ -237,6 +237,9 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
       problem("compression/kind", kind,
               "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed");
     if (p.dp < 2) problem("compression/kind", kind, "needs dp > 1: there is no gradient exchange");
+    if (p.cp > 1)
+      problem("compression/kind", kind,
+              "runs without context parallelism (cp 1): its exchange over dp x cp is not modelled");
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
@@ -312,9 +315,11 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
-  p.cp = r.integer("cp", degree, Presence::kOptional).value_or(1);
+  const bool cp_given = r.value("cp", Presence::kOptional) != nullptr;
+  const std::optional<int64_t> cp = r.integer("cp", degree, Presence::kOptional);
+  p.cp = cp.value_or(1);
   if (const Json* algo = r.value("cp_algorithm", Presence::kOptional)) {
-    if (p.cp > 1) {
+    if (p.cp > 1 || (cp_given && !cp)) {  // (a cp that is itself wrong is reported alone)
       p.cp_algorithm = r.enumeration("cp_algorithm", context_algorithm_names(), Presence::kOptional)
                            .value_or(p.cp_algorithm);
     } else {
@@ -531,6 +536,10 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
   if (std::string problem = channel_with_spatial_problem(p.tp, p.spatial); !problem.empty())
     add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
+  const int64_t tokens =
+      model.is_transformer() ? p.seq_len.value_or(model.transformer().seq_len) : 0;
+  if (std::string problem = context_parallel_problem(model, tokens, p); !problem.empty())
+    add("cp", std::to_string(p.cp), problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),
@@ -561,8 +570,6 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.seq_len)
       if (std::string problem = seq_len_problem(model, *p.seq_len); !problem.empty())
         add("seq_len", std::to_string(*p.seq_len), problem);
-    if (std::string problem = context_parallel_problem(model, seq, p); !problem.empty())
-      add("cp", std::to_string(p.cp), problem);
     if (p.schedule == Schedule::kInterleaved && p.pp > 1 && p.micro_batches() % p.pp != 0)
       add("global_batch", std::to_string(p.global_batch),
           fmt::format("the interleaved schedule needs micro-batches per replica ({}) divisible "
@@ -572,10 +579,6 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
       add("tp", std::to_string(p.tp), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
-    if (p.cp > 1)
-      add("cp", std::to_string(p.cp),
-          "splits a transformer's sequences: use cp = 1 for MLPs and CNNs (a CNN's samples split "
-          "with spatial)");
     if (p.sequence_parallel)
       add("sequence_parallel", "true",
           "applies to transformers (their sequence): use false for MLPs and CNNs");

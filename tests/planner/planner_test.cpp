@@ -669,6 +669,14 @@ TEST(Planner, ContextParallelismIsProposedWhenASequenceDoesNotFitOneRank) {
     EXPECT_EQ(p.world_size(), 16) << p.name();
     EXPECT_NO_THROW(spec::validate_plan(p, r.model, 16, "candidate")) << p.name();
   }
+  // ZeRO shards over the cp ranks too (Plan::replicas): dp 1 x cp 16 with a sharded optimizer
+  // and nothing offloaded is in the space.
+  bool sharded_over_cp = false;
+  for (size_t i = 0; i < all.size() && !sharded_over_cp; ++i) {
+    const spec::Plan p = all.plan(i);
+    sharded_over_cp = p.dp == 1 && p.cp == 16 && p.zero == 1 && !p.offload.any();
+  }
+  EXPECT_TRUE(sharded_over_cp);
   SearchOptions o;
   o.top_k = 4;
   const SearchResult s = search(r, o);

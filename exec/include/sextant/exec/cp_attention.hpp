@@ -23,8 +23,17 @@ namespace sextant::exec {
 class CpAttention {
  public:
   // `heads` and `kv_heads`: this tp rank's; `seq`: the whole sequence's tokens.
+  // Logic errors unless 2 cp divides seq (and, for all-to-all, cp divides the heads): the plan's
+  // rules (spec::context_parallel_problem) have been checked.
   CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t heads, int64_t kv_heads,
               int64_t head_dim);
+  // layout() points into the object: not copied or moved.
+  CpAttention(const CpAttention&) = delete;
+  CpAttention& operator=(const CpAttention&) = delete;
+
+  // Whether backward reads the head block's q, k, v that forward keeps (all-to-all), rather than
+  // the rank's own rows of qkv (all-gather).
+  bool keeps_head_block() const { return algorithm_ == spec::ContextAlgorithm::kAllToAll; }
 
   // The rank's rows of the fused qkv activation: seq / cp a sequence, at their positions.
   const QkvLayout& layout() const { return qkv_; }
