@@ -687,6 +687,26 @@ TEST(Planner, ContextParallelismIsProposedWhenASequenceDoesNotFitOneRank) {
   const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
   EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
               0.05 * simulated);
+  // The closed form prices each algorithm as the engine runs it: ring steps beside their
+  // transfers, the all-gather and the all-to-alls exposed; ring and all-gather with the cp group
+  // across nodes (tp 8 fills a node: the two cp ranks sit on two), all-to-all inside one (at tp 4
+  // each rank's 2 key/value heads split over cp 2; at tp 8 its one does not).
+  for (spec::ContextAlgorithm algorithm :
+       {spec::ContextAlgorithm::kRing, spec::ContextAlgorithm::kAllGather,
+        spec::ContextAlgorithm::kAllToAll}) {
+    spec::Plan across;
+    across.tp = algorithm == spec::ContextAlgorithm::kAllToAll ? 4 : 8;
+    across.cp = 2;
+    across.cp_algorithm = algorithm;
+    across.sequence_parallel = true;
+    across.global_batch = 2;
+    across.recompute = spec::Recompute::kFull;
+    across.seq_len = 131072;
+    const double engine = sim::simulate(r.model, r.cluster, across, {}).report.step_time_s;
+    EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(across).step_time_s, engine,
+                0.02 * engine)
+        << across.name();
+  }
   // The best unsplit layout pays for recompute or offload; "cp" bounds the split.
   SearchRequest unsplit = r;
   unsplit.constraints.push_back(parse_constraint("cp=1"));
