@@ -95,7 +95,8 @@ TransformerSpec decode_transformer(ObjectReader& r) {
                    fmt::format("must be <= experts ({})", m.experts));
     }
     if (moe->diagnostics().ok() && m.experts < 2)
-      moe->problem("experts", std::to_string(m.experts), "must be >= 2 (one expert is a dense MLP)");
+      moe->problem("experts", std::to_string(m.experts),
+                   "must be >= 2 (one expert is a dense MLP)");
     if (moe->diagnostics().ok() && m.dense_layers >= t.layers)
       moe->problem("dense_layers", std::to_string(m.dense_layers),
                    fmt::format("must be below the model's {} layers", t.layers));

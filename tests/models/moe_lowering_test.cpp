@@ -31,7 +31,8 @@ TEST(MoeParameters, MixtralAndDeepSeekV2LiteAgainstTheirConfigsAndPapers) {
   const double deepseek = static_cast<double>(parameter_count(zoo_model("deepseek-v2-lite")));
   EXPECT_NEAR(deepseek / 15.7e9, 1.0, 0.01);
   // A dense model's active parameters are all of them.
-  EXPECT_EQ(active_parameter_count(zoo_model("llama2-7b")), parameter_count(zoo_model("llama2-7b")));
+  EXPECT_EQ(active_parameter_count(zoo_model("llama2-7b")),
+            parameter_count(zoo_model("llama2-7b")));
 }
 
 // A small MoE: h 64, 4 heads, 8 experts of 32 (SwiGLU), top-2, 1 shared expert, the first of 3
@@ -100,8 +101,7 @@ TEST(MoeLowering, ACapacityFactorPadsTheExpertsInput) {
   const Op* fc1 = find_op(moe.forward, "moe.fc1");
   EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * (2 * 32) * 64);
   EXPECT_DOUBLE_EQ(fc1->executed_flops(), 2.0 * 80 * (2 * 32) * 64);
-  EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->executed_flops(),
-                   2 * fc1->executed_flops());
+  EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->executed_flops(), 2 * fc1->executed_flops());
   // tp must divide the experts' width as it does the dense MLP's.
   EXPECT_THROW(lower_moe(0, 3), InputError);
 }

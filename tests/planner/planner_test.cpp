@@ -703,8 +703,7 @@ TEST(Planner, ContextParallelismIsProposedWhenASequenceDoesNotFitOneRank) {
     across.recompute = spec::Recompute::kFull;
     across.seq_len = 131072;
     const double engine = sim::simulate(r.model, r.cluster, across, {}).report.step_time_s;
-    EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(across).step_time_s, engine,
-                0.02 * engine)
+    EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(across).step_time_s, engine, 0.02 * engine)
         << across.name();
   }
   // The best unsplit layout pays for recompute or offload; "cp" bounds the split.
