@@ -10,6 +10,7 @@
 #include <new>
 
 #include "sextant/exec/block_pool.hpp"
+#include "sextant/exec/context_attention.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -340,24 +341,10 @@ class CpuBackend : public Backend {
     }
   }
 
-  void causal_softmax(Tensor& x, int64_t seq) override {
-    const int64_t blocks = x.numel() / (seq * seq);
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      Map a(x.data() + blk * seq * seq, seq, seq);
-      for (int64_t i = 0; i < seq; ++i) {
-        float m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) m = std::max(m, a(i, j));
-        double s = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          a(i, j) = std::exp(a(i, j) - m);
-          s += a(i, j);
-        }
-        const float inv = static_cast<float>(1.0 / s);
-        for (int64_t j = 0; j <= i; ++j) a(i, j) *= inv;
-        for (int64_t j = i + 1; j < seq; ++j) a(i, j) = 0.0f;
-      }
-    }
-  }
+  // The causal mask is the context-parallel mask with every row at its own position: one home
+  // for the softmax and its backward (context_attention.cpp).
+  static context::Geometry causal(int64_t seq) { return {QkvLayout{1, seq, 1, 1, 1}, seq}; }
+  void causal_softmax(Tensor& x, int64_t seq) override { context::masked_softmax(x, causal(seq)); }
 
   void attention_context(const Tensor& probs, const Tensor& qkv, const QkvLayout& l,
                          Tensor& out) override {
@@ -395,17 +382,7 @@ class CpuBackend : public Backend {
   }
 
   void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override {
-    const int64_t blocks = probs.numel() / (seq * seq);
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      ConstMap a(probs.data() + blk * seq * seq, seq, seq);
-      Map g(grad.data() + blk * seq * seq, seq, seq);
-      for (int64_t i = 0; i < seq; ++i) {
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += g(i, j) * a(i, j);
-        for (int64_t j = 0; j < seq; ++j)
-          g(i, j) = j <= i ? a(i, j) * (g(i, j) - static_cast<float>(dot)) : 0.0f;
-      }
-    }
+    context::masked_softmax_backward(probs, grad, causal(seq));
   }
 
   void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
