@@ -97,7 +97,8 @@ TEST(MoeLowering, TheExpertsComputeEachTokensTopKCopies) {
 TEST(MoeLowering, ACapacityFactorPadsTheExpertsInput) {
   // Capacity 1.25: each expert computes 1.25 x its even share, 80 rows for the 64 routed copies;
   // the model FLOPs stay the routed copies'.
-  const Layer& moe = lower_moe(1.25, 1).layers[2];
+  const LoweredModel lowered = lower_moe(1.25, 1);
+  const Layer& moe = lowered.layers[2];
   const Op* fc1 = find_op(moe.forward, "moe.fc1");
   EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * (2 * 32) * 64);
   EXPECT_DOUBLE_EQ(fc1->executed_flops(), 2.0 * 80 * (2 * 32) * 64);
