@@ -1,20 +1,16 @@
 // Context-parallel causal attention on CPU ranks (Eigen, fp32).
 #include "sextant/exec/context_attention.hpp"
 
-#include <Eigen/Dense>
 #include <cmath>
 
+#include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec::context {
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<RowMat>;
-using ConstMap = Eigen::Map<const RowMat>;
-using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
 void check(const Tensor& qkv, const Tensor& kv, const Geometry& g) {
   g.q.check(qkv);

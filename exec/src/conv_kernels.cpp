@@ -2,20 +2,18 @@
 // so that a layout's summation order barely moves them.
 #include "sextant/exec/conv_kernels.hpp"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec::conv {
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<RowMat>;
-using ConstMap = Eigen::Map<const RowMat>;
+using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
 struct Dims {
   int64_t b, c, h, w;

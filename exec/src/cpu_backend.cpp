@@ -3,12 +3,12 @@
 // reduction's order would otherwise drift between layouts.
 #include "sextant/exec/cpu_backend.hpp"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
 
+#include "eigen_maps.hpp"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/exec/context_attention.hpp"
 #include "sextant/spec/error.hpp"
@@ -17,11 +17,7 @@ namespace sextant::exec {
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<RowMat>;
-using ConstMap = Eigen::Map<const RowMat>;
-using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
 int64_t rows_of(const Tensor& t) {
   return t.numel() / t.shape().back();
