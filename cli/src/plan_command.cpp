@@ -386,7 +386,7 @@ int run_plan(const PlanFlagsAll& f) {
             i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
             human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
             human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
-            pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed),
+            pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
             pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
             pc(b.optimizer + b.offload_exposed));
       }

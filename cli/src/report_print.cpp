@@ -39,6 +39,11 @@ void print_report(const spec::Report& r) {
     fmt::print(
         "                   context parallel (attention's key/value transfers) {} ({:.1f}%)\n",
         human_seconds(b.cp_comm_exposed), pct(b.cp_comm_exposed));
+  if (b.ep_comm_exposed > 0)
+    fmt::print(
+        "                   expert parallel (token dispatch and combine all-to-alls) {} "
+        "({:.1f}%)\n",
+        human_seconds(b.ep_comm_exposed), pct(b.ep_comm_exposed));
   if (b.offload_exposed > 0)
     fmt::print("                   offload (host copies, host optimizer) {} ({:.1f}%)\n",
                human_seconds(b.offload_exposed), pct(b.offload_exposed));

@@ -18,6 +18,7 @@
 #include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -47,6 +48,7 @@ std::string_view tp_split_name(TpSplit split) {
 bool Layer::same_work_as(const Layer& o) const {
   return kind == o.kind && params == o.params && params_total == o.params_total &&
          routed_expert_params_total == o.routed_expert_params_total &&
+         expert_params == o.expert_params &&
          sp_partial_params == o.sp_partial_params && saved_bytes == o.saved_bytes &&
          saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
@@ -116,13 +118,28 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
                                              int64_t grad_bytes) {
   const StageLayers layers = stage_layers(plan, lowered, stage);
   const bool tied_across_stages = plan.pp > 1 && lowered.tied_table_params > 0;
+  const bool own_experts = plan.ep > 1;
   auto holds_tied_table = [&](size_t l) {
     return tied_across_stages &&
            ((stage == 0 && l == 0) || (stage == plan.pp - 1 && l + 1 == lowered.layers.size()));
   };
   std::vector<GradientBucket> out;
-  GradientBucket open, tied;
+  GradientBucket open, experts, tied;
+  experts.experts = true;
   tied.after_tied_sum = true;
+  // (A layer without parameters joins the dense bucket all the same: the bucket is complete after
+  // its backward, as DDP's hooks see it.)
+  auto fill = [&](GradientBucket& bucket, size_t l, int64_t params) {
+    if (params == 0 && bucket.experts) return;
+    bucket.layers.push_back(l);
+    bucket.params += params;
+    if (bucket.params * grad_bytes >= bucket_bytes) {
+      const bool kind = bucket.experts;
+      out.push_back(std::move(bucket));
+      bucket = GradientBucket();
+      bucket.experts = kind;
+    }
+  };
   for (size_t v = layers.chunk_begin.size(); v-- > 0;) {
     for (size_t l = layers.chunk_end[v]; l-- > layers.chunk_begin[v];) {
       if (holds_tied_table(l)) {
@@ -130,15 +147,13 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
         tied.params += lowered.layers[l].params + (stage == 0 ? 0 : lowered.tied_table_params);
         continue;
       }
-      open.layers.push_back(l);
-      open.params += lowered.layers[l].params;
-      if (open.params * grad_bytes >= bucket_bytes) {
-        out.push_back(std::move(open));
-        open = GradientBucket();
-      }
+      const int64_t expert = own_experts ? lowered.layers[l].expert_params : 0;
+      fill(open, l, lowered.layers[l].params - expert);
+      fill(experts, l, expert);
     }
   }
   if (!open.layers.empty()) out.push_back(std::move(open));
+  if (!experts.layers.empty()) out.push_back(std::move(experts));
   if (!tied.layers.empty()) out.push_back(std::move(tied));
   return out;
 }
@@ -158,6 +173,16 @@ int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_
     for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l)
       params += lowered.layers[l].params;
   if (plan.pp > 1 && stage == plan.pp - 1) params += lowered.tied_table_params;
+  return params;
+}
+
+int64_t stage_expert_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage) {
+  if (plan.ep <= 1) return 0;
+  const StageLayers layers = stage_layers(plan, lowered, stage);
+  int64_t params = 0;
+  for (size_t v = 0; v < layers.chunk_begin.size(); ++v)
+    for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l)
+      params += lowered.layers[l].expert_params;
   return params;
 }
 
@@ -263,6 +288,7 @@ struct TransformerDims {
   int64_t b, s, h, a, kv, d, f, V, t, e;
   int64_t cp;  // ranks splitting each sequence (spec/context_parallel.hpp)
   spec::ContextAlgorithm cp_algorithm;
+  int64_t ep;  // ranks splitting the routed experts (spec/expert_parallel.hpp)
   int64_t vocab_shard;  // rows of the vocabulary a tp rank holds, padding included
   bool sp;
   spec::AttentionKernel attention;
@@ -581,14 +607,17 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
 
 // The MLP of a mixture-of-experts block on one rank (Megatron-LM's MoE layer with its all-to-all
 // token dispatcher, experts split over tp as the dense MLP is): the router's GEMM and top-k over
-// every token, each token copied to its top_k experts (permute), the experts' two GEMMs over the
-// tokens each takes (grouped: one product per expert), the copies weighted and summed back
-// (unpermute), and the shared experts beside them as a dense MLP. Appends the forward ops to `fw`;
-// returns the backward ops (in execution order), the parameters and the activation bytes kept.
+// every token, each token copied to its top_k experts (permute), under expert parallelism the
+// copies sent to their experts' ranks (dispatch all-to-all), the experts' two GEMMs over the
+// tokens each takes (grouped: one product per expert), the results sent back (combine), the
+// copies weighted and summed back (unpermute), and the shared experts beside them as a dense MLP.
+// Appends the forward ops to `fw`; returns the backward ops (in execution order), the parameters
+// and the activation bytes kept.
 struct MoeMlp {
   std::vector<Op> backward;
   int64_t params = 0, params_total = 0;  // on one tp rank; of the layer's MLP
   int64_t routed_total = 0;              // of the routed experts
+  int64_t expert = 0;                    // of the routed experts on this rank
   int64_t weight_elements = 0;           // its GEMM weights on one tp rank (autocast casts them)
   int64_t saved_split = 0;               // kept bytes split over tp (the whole layer's)
   int64_t saved_replicated = 0;          // kept bytes every tp rank holds whole
@@ -606,13 +635,16 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
                std::vector<Op>& fw) {
   const spec::MoeSpec& moe = *m.moe;
   const int64_t T = x.tokens(), e = x.e, h = x.h, E = moe.experts, k = moe.top_k;
+  const int64_t local = E / x.ep;  // routed experts on this rank (spec::expert_model_problem)
   const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
   const int64_t fe = moe.expert_ffn_hidden / x.t;  // each expert's width on this rank
   const int64_t bias = m.bias ? 1 : 0;
   // Rows the experts compute (padded to capacity), and the useful ones (each token's k copies).
+  // Under expert parallelism a rank sends its M rows to the ep ranks and receives as many for its
+  // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2).
   const int64_t M = static_cast<int64_t>(std::ceil(expert_tokens(moe, T)));
   const int64_t routed = T * k;
-  const int64_t per_expert = std::max<int64_t>(1, M / E);
+  const int64_t per_expert = std::max<int64_t>(1, M / local);
   MoeMlp out;
   Op router = gemm("moe.router", T, E, h, e, TpSplit::kReplicated);
   // Softmax over the experts and the top-k in fp32 (Megatron's router), the top_k weights and
@@ -630,8 +662,8 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
         2.0 * static_cast<double>(routed) * static_cast<double>(n) * static_cast<double>(kdim);
     op.kernel_flops =
         2.0 * static_cast<double>(M) * static_cast<double>(n) * static_cast<double>(kdim);
-    op.bytes = (M * kdim + E * kdim * n + M * n) * e;  // every expert's weights read
-    op.matmuls = {{E, per_expert, n, kdim}};
+    op.bytes = (M * kdim + local * kdim * n + M * n) * e;  // every local expert's weights read
+    op.matmuls = {{local, per_expert, n, kdim}};
     return op;
   };
   Op fc1 = expert_gemm("moe.fc1", gate * fe, h, TpSplit::kColumn);
@@ -651,7 +683,20 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
                           passes.act, passes.act_kernels);
   Op shared_fc2 = gemm("moe.shared_fc2", T, h, fs, e, TpSplit::kRow);
   const bool shared = moe.shared_experts > 0;
-  fw.insert(fw.end(), {router, route, permute, fc1, act, fc2});
+  // The all-to-alls of expert parallelism (GShard; Megatron's MoEAlltoAllTokenDispatcher): each
+  // rank's M rows of h out and as many back, in the ep group.
+  auto expert_exchange = [&](std::string name) {
+    Op op = comm_op(std::move(name), CollectiveKind::kAllToAll, M * h * e);
+    op.group = CommGroup::kExpert;
+    return op;
+  };
+  const bool exchange = x.ep > 1;
+  const Op dispatch = expert_exchange("moe.dispatch");
+  const Op combine = expert_exchange("moe.combine");
+  fw.insert(fw.end(), {router, route, permute});
+  if (exchange) fw.push_back(dispatch);
+  fw.insert(fw.end(), {fc1, act, fc2});
+  if (exchange) fw.push_back(combine);
   if (shared) fw.insert(fw.end(), {shared_fc1, shared_act, shared_fc2});
   fw.push_back(unpermute);
 
@@ -673,17 +718,23 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   if (shared)
     bw.insert(bw.end(),
               {gemm_backward(shared_fc2), act_backward(shared_act), gemm_backward(shared_fc1)});
+  // The outputs' gradients go back to the experts' ranks, the inputs' to the tokens' ranks.
+  if (exchange) bw.push_back(combine);
+  bw.insert(bw.end(), {expert_backward(fc2), act_backward(act), expert_backward(fc1)});
+  if (exchange) bw.push_back(dispatch);
   bw.insert(bw.end(),
-            {expert_backward(fc2), act_backward(act), expert_backward(fc1),
-             memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
+            {memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
 
   // Parameters: the router whole on every rank; each expert (routed and shared) split over tp as
-  // the dense MLP is, its second bias whole.
+  // the dense MLP is, its second bias whole; the routed ones split over ep.
   const int64_t f = moe.expert_ffn_hidden, n_experts = E + moe.shared_experts;
+  const int64_t held = local + moe.shared_experts;  // experts on this rank
+  const int64_t expert_rank = (h * gate * f + bias * gate * f + f * h) / x.t + bias * h;
   out.params_total = h * E + n_experts * (h * gate * f + bias * gate * f + f * h + bias * h);
-  out.params = h * E + n_experts * ((h * gate * f + bias * gate * f + f * h) / x.t + bias * h);
+  out.params = h * E + held * expert_rank;
+  out.expert = local * expert_rank;
   out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
-  out.weight_elements = h * E + n_experts * (h * gate * f + f * h) / x.t;
+  out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
   // Kept for backward: the router's probabilities and the permuted tokens (every tp rank routes
   // every token), the experts' activation and second GEMM inputs (split over tp), and the
   // experts' outputs the weighted sum's backward reads; the shared experts' as a dense MLP's.
@@ -833,7 +884,10 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
       attention_rank + 2 * norm_params +
       (moe ? moe->params
            : (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h);
-  if (moe) layer.routed_expert_params_total = moe->routed_total;
+  if (moe) {
+    layer.routed_expert_params_total = moe->routed_total;
+    layer.expert_params = moe->expert;
+  }
   if (x.sp) layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h;
 
   // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
@@ -1002,6 +1056,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.cp = o.cp;
   x.cp_algorithm = o.cp_algorithm;
   x.s = seq / std::max<int64_t>(o.cp, 1);
+  x.ep = std::max<int64_t>(o.ep, 1);
   x.h = m.hidden;
   x.a = m.heads;
   x.kv = m.kv_heads;
@@ -1033,6 +1088,8 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
           source, "/cp_algorithm",
           std::string(spec::enum_name(spec::context_algorithm_names(), o.cp_algorithm)), problem);
   }
+  if (std::string problem = spec::expert_model_problem(model, x.ep); !problem.empty())
+    throw InputError(source, "/ep", std::to_string(x.ep), problem);
   if (x.sp)
     if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
       throw InputError(source, "/sequence_parallel", "true", problem);

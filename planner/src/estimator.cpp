@@ -38,7 +38,8 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         plan.spatial.h,
                         plan.spatial.w,
                         plan.cp,
-                        static_cast<int>(plan.cp_algorithm)};
+                        static_cast<int>(plan.cp_algorithm),
+                        plan.ep};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -91,7 +92,7 @@ double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
-  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp);
+  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp, plan.ep);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   spec::RankLayout layout(plan);
@@ -99,6 +100,8 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   s.tp = sim::group_shape(layout.layer_group(0), cluster_->devices_per_node);
   s.dp = sim::group_shape(layout.replica_group(0), cluster_->devices_per_node);
   s.cp = sim::group_shape(layout.cp_group(0), cluster_->devices_per_node);
+  s.ep = sim::group_shape(layout.ep_group(0), cluster_->devices_per_node);
+  s.expert_dp = sim::group_shape(layout.expert_replica_group(0), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
   int64_t ends[2] = {0, layout.pp_prev(0)};
@@ -160,7 +163,7 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto key = std::make_tuple(mode, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
-  const sim::LayerGroups groups{shapes(plan).tp, shapes(plan).cp};
+  const sim::LayerGroups groups{shapes(plan).tp, shapes(plan).cp, shapes(plan).ep};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -248,8 +251,17 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
   const double f = cluster_->device.overlap_slowdown;
   DpTimes out;
-  int64_t priced_params = -1;  // buckets alike in size (most are) priced once
+  // Buckets alike in size and group (most are) priced once; the routed experts' under expert
+  // parallelism are summed over the expert replicas (none to sum with when that is one rank).
+  int64_t priced_params = -1;
+  bool priced_experts = false;
   double priced_seconds = 0;
+  auto bucket_shape = [&](const models::GradientBucket& b) -> const sim::GroupShape& {
+    return b.experts ? shape.expert_dp : shape.dp;
+  };
+  auto reduced = [&](const models::GradientBucket& b) {
+    return !b.experts || plan.expert_replicas() > 1;
+  };
   for (int64_t st = 0; st < plan.pp; ++st) {
     const std::vector<models::GradientBucket> buckets =
         models::gradient_buckets(plan, lowered, st, stack.dp_bucket_bytes, g);
@@ -271,9 +283,12 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       in.pass_end.push_back(in.layer_backward.size());
     }
     for (const models::GradientBucket& b : buckets) {
-      if (b.params != priced_params) {
+      if (b.params != priced_params || b.experts != priced_experts) {
         priced_params = b.params;
-        priced_seconds = b.params > 0 ? bucket_seconds(plan, l, kind, b.params, g, shape.dp) : 0;
+        priced_experts = b.experts;
+        priced_seconds = b.params > 0 && reduced(b)
+                             ? bucket_seconds(plan, l, kind, b.params, g, bucket_shape(b))
+                             : 0;
       }
       if (b.after_tied_sum) {
         // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
@@ -295,9 +310,10 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     if (st == 0 && plan.zero >= 1) {
       // Megatron gathers the buckets the first forward needs first (the last ones reduced).
       for (size_t b = buckets.size(); b-- > 0;) {
-        const double gather =
-            collective_s(plan, spec::CollectiveKind::kAllGather, buckets[b].params * e, shape.dp);
-        if (b + 1 == buckets.size()) out.gather_first = gather;
+        if (!reduced(buckets[b])) continue;
+        const double gather = collective_s(plan, spec::CollectiveKind::kAllGather,
+                                           buckets[b].params * e, bucket_shape(buckets[b]));
+        if (out.gather_total == 0) out.gather_first = gather;
         out.gather_total += gather;
       }
     }
@@ -435,6 +451,17 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     step += stack.param_gather_overlap ? exposed : dp->gather_total;
   }
   int64_t updated = plan.zero >= 1 ? shard : max_params;
+  if (plan.zero >= 1 && plan.ep > 1) {
+    // The routed experts' state is sharded over the expert replicas (sim's program builder):
+    // the most any stage updates.
+    const int64_t n = plan.replicas(), ne = plan.expert_replicas();
+    updated = 0;
+    for (const StageEntry& entry : stages.entries) {
+      const int64_t experts = entry.footprint.expert_params;
+      const int64_t dense = entry.footprint.params - experts;
+      updated = std::max(updated, (dense + n - 1) / n + (experts + ne - 1) / ne);
+    }
+  }
   if (plan.offload.optimizer != spec::OffloadTarget::kNone) {
     // ZeRO-Offload (sim's program builder): the last gradients' copy to the host (a bucket's
     // shard at most), the host step, and the updated shard's way back.

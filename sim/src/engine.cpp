@@ -312,6 +312,9 @@ class Engine {
       case CommClass::kCp:
         t.cp += idle;
         break;
+      case CommClass::kEp:
+        t.ep += idle;
+        break;
       case CommClass::kOffload:
         t.offload += idle;
         break;

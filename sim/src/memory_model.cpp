@@ -23,6 +23,8 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
   if (plan.tp > 1 || plan.spatial.any()) ++n;  // the layer group
   if (plan.replicas() > 1) ++n;
   if (plan.cp > 1) ++n;  // the context-parallel group
+  if (plan.ep > 1) ++n;  // the expert-parallel group
+  if (plan.ep > 1 && plan.expert_replicas() > 1) ++n;  // the expert-data-parallel group
   if (plan.pp > 1) ++n;  // the stage-to-stage send/receive channels
   const bool end_stage = stage == 0 || stage == plan.pp - 1;
   if (plan.pp > 1 && lowered.tied_table_params > 0 && end_stage) ++n;  // the embedding group
@@ -35,6 +37,7 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
   const size_t chunks = layers.chunk_begin.size();
   StageFootprint f;
   f.params = models::stage_params(plan, lowered, stage);
+  f.expert_params = models::stage_expert_params(plan, lowered, stage);
   f.chunk_activation.assign(chunks, 0);
   const std::vector<spec::Recompute> recompute = models::layer_recompute(plan, lowered);
   for (size_t v = 0; v < chunks; ++v) {
@@ -72,13 +75,20 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   StateBytesPerParam per = state_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype),
                                                  spec::gradient_dtype(stack, lowered.dtype));
   const int64_t n = plan.replicas();
+  // ZeRO shards the dense state over the replicas and the routed experts' over the expert
+  // replicas (Megatron-LM's distributed optimizer over the expert-data-parallel group).
+  const int64_t ne = plan.expert_replicas();
+  const int64_t dense = params - footprint.expert_params, experts = footprint.expert_params;
+  auto sharded = [&](int64_t bytes_per_param) {
+    return (dense * bytes_per_param + n - 1) / n + (experts * bytes_per_param + ne - 1) / ne;
+  };
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;
   m.gradients = params * per.gradients;
   m.optimizer = params * per.optimizer;
-  if (plan.zero >= 1) m.optimizer = (m.optimizer + n - 1) / n;
-  if (plan.zero >= 2) m.gradients = (m.gradients + n - 1) / n;
-  if (plan.zero >= 3) m.weights = (m.weights + n - 1) / n;
+  if (plan.zero >= 1) m.optimizer = sharded(per.optimizer);
+  if (plan.zero >= 2) m.gradients = sharded(per.gradients);
+  if (plan.zero >= 3) m.weights = sharded(per.weights);
   // Offloaded state leaves the device (ZeRO-Offload: the optimizer shard and, from ZeRO-2 on,
   // each gradient shard as soon as its bucket is reduced; ZeRO-Infinity: the parameter shard).
   const bool offload_optimizer = plan.offload.optimizer != spec::OffloadTarget::kNone;

@@ -46,7 +46,7 @@ class StageBuilder {
           models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
         pending_.push_back(static_cast<int64_t>(buckets_[b].layers.size()));
-        for (size_t l : buckets_[b].layers) bucket_of_[l] = b;
+        for (size_t l : buckets_[b].layers) buckets_of_[l].push_back(b);
       }
     }
     gather_parameters_ahead();
@@ -83,6 +83,20 @@ class StageBuilder {
     return plan_.zero == 3 && (plan_.replicas() > 1 || offload_params());
   }
   int64_t shard(int64_t params) const { return (params + plan_.replicas() - 1) / plan_.replicas(); }
+  // The ranks a bucket's gradients are summed over: the replicas, or for routed experts under
+  // expert parallelism the expert replicas (spec/expert_parallel.hpp); and its slot.
+  int64_t bucket_ranks(const models::GradientBucket& b) const {
+    return b.experts ? plan_.expert_replicas() : plan_.replicas();
+  }
+  static uint8_t bucket_slot(const models::GradientBucket& b) {
+    return static_cast<uint8_t>(b.experts ? GroupSlot::kExpertDp : GroupSlot::kDp);
+  }
+  // The parameters the rank updates and keeps optimizer state for under ZeRO-1/2: its shard of
+  // the dense ones over the replicas, of the routed experts' over the expert replicas.
+  int64_t zero_shard(int64_t params, int64_t expert) const {
+    const int64_t n = plan_.expert_replicas();
+    return shard(params - expert) + (expert + n - 1) / n;
+  }
 
   // A local task on the offload stream (a device-host copy, the host optimizer step) after
   // `deps`.
@@ -216,15 +230,17 @@ class StageBuilder {
   }
 
   // A layer's collective: in the layer group (tensor-parallel, or a spatial split's halo
-  // exchange and statistic all-reduces), or in the context-parallel group. Waits for the compute
-  // before it; returns the task.
+  // exchange and statistic all-reduces), the context-parallel or the expert-parallel group. Waits
+  // for the compute before it; returns the task.
   int32_t layer_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
     int32_t before = flush();
     const bool context = op.group == models::CommGroup::kContext;
+    const bool expert = op.group == models::CommGroup::kExpert;
     const CommClass cls = context               ? CommClass::kCp
+                          : expert              ? CommClass::kEp
                           : plan_.spatial.any() ? CommClass::kSpatial
                                                 : CommClass::kTp;
-    const GroupSlot slot = context ? GroupSlot::kCp : GroupSlot::kTp;
+    const GroupSlot slot = context ? GroupSlot::kCp : expert ? GroupSlot::kEp : GroupSlot::kTp;
     return comm(Stream::kTpComm, cls, static_cast<uint8_t>(slot), TaskKind::kCollective,
                 op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
   }
@@ -360,8 +376,9 @@ class StageBuilder {
       return;
     // Megatron gathers the same buckets it reduces, the first forward's first layers first.
     for (size_t b = buckets_.size(); b-- > 0;) {
+      if (bucket_ranks(buckets_[b]) == 1) continue;
       int32_t task = gather_bucket(buckets_[b], Phase::kFwd, 0, -1);
-      for (size_t l : buckets_[b].layers) param_gather_[l] = task;
+      for (size_t l : buckets_[b].layers) param_gather_[l].push_back(task);
     }
   }
 
@@ -369,7 +386,7 @@ class StageBuilder {
   int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
     const int64_t bytes = b.params * elem_bytes_;
     int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
-    return comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+    return comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b),
                 TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
                 after);
   }
@@ -460,7 +477,8 @@ class StageBuilder {
     pass(order, Phase::kFwd, u.micro_batch, [&](size_t l) {
       auto gather = param_gather_.find(l);
       if (gather != param_gather_.end()) {
-        require(gather->second);  // the first forward of this step waits for its parameters
+        // The first forward of this step waits for its parameters.
+        for (int32_t task : gather->second) require(task);
         param_gather_.erase(gather);
       }
       run_ops(l, lowered_.layers[l].forward, Phase::kFwd, u.micro_batch);
@@ -515,16 +533,18 @@ class StageBuilder {
   // The last micro-batch's backward of `layer` is done: a bucket it completes is reduced now,
   // after the compute that produced the gradients (DDP's and Megatron's overlapped reduction).
   void layer_reduced(size_t layer) {
-    auto it = bucket_of_.find(layer);
-    if (it == bucket_of_.end()) return;
-    const models::GradientBucket& b = buckets_[it->second];
-    if (--pending_[it->second] == 0 && !b.after_tied_sum) reduce_bucket(b, flush());
+    auto it = buckets_of_.find(layer);
+    if (it == buckets_of_.end()) return;
+    for (size_t i : it->second) {
+      const models::GradientBucket& b = buckets_[i];
+      if (--pending_[i] == 0 && !b.after_tied_sum) reduce_bucket(b, flush());
+    }
   }
 
   void reduce_bucket(const models::GradientBucket& b, int32_t after) {
     const int64_t bytes = b.params * grad_bytes_;
     if (bytes == 0) return;
-    if (plan_.replicas() == 1) {  // nothing to reduce: the bucket only leaves for the host
+    if (bucket_ranks(b) == 1) {  // nothing to reduce: the bucket only leaves for the host
       if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, after);
       return;
     }
@@ -538,9 +558,8 @@ class StageBuilder {
     int32_t op = named_op(
         plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
         plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
-    int32_t reduced =
-        comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-             TaskKind::kCollective, kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
+    int32_t reduced = comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
+                           kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
     if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
   }
 
@@ -645,8 +664,11 @@ class StageBuilder {
       }
       return;
     }
-    // ZeRO shards the optimizer state (and the update) over the data-parallel group.
-    int64_t updated = plan_.zero >= 1 ? shard(params) : params;
+    // ZeRO shards the optimizer state (and the update) over the data-parallel group (the routed
+    // experts' over the expert replicas).
+    int64_t updated =
+        plan_.zero >= 1 ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
+                        : params;
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
@@ -669,7 +691,8 @@ class StageBuilder {
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
     if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
         !stack_.param_gather_overlap) {
-      for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, opt);
+      for (const models::GradientBucket& b : buckets_)
+        if (bucket_ranks(b) > 1) gather_bucket(b, Phase::kOpt, -1, opt);
     }
   }
 
@@ -702,7 +725,8 @@ class StageBuilder {
   int64_t elem_bytes_;
   int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;
-  std::map<size_t, int32_t> param_gather_;  // layer -> its overlapped ZeRO-1/2 gather
+  // layer -> its overlapped ZeRO-1/2 gathers (a dense and an expert bucket's under ep)
+  std::map<size_t, std::vector<int32_t>> param_gather_;
 
   Program program_;
   std::vector<int32_t> positions_;  // position of each task in its stream
@@ -713,7 +737,7 @@ class StageBuilder {
   int32_t pending_micro_batch_ = -1;
   int32_t last_compute_ = -1;
   std::vector<models::GradientBucket> buckets_;  // data-parallel gradient buckets (not ZeRO-3)
-  std::map<size_t, size_t> bucket_of_;           // layer -> its bucket
+  std::map<size_t, std::vector<size_t>> buckets_of_;  // layer -> its buckets
   std::vector<int64_t> pending_;                 // per bucket: layers still in backward
 };
 

@@ -63,6 +63,11 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
     s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.layer_group(r));
     s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.replica_group(r));
     if (plan.cp > 1) s.groups[static_cast<size_t>(GroupSlot::kCp)] = group_id(layout.cp_group(r));
+    if (plan.ep > 1) {
+      s.groups[static_cast<size_t>(GroupSlot::kEp)] = group_id(layout.ep_group(r));
+      s.groups[static_cast<size_t>(GroupSlot::kExpertDp)] =
+          group_id(layout.expert_replica_group(r));
+    }
     const spec::RankCoord c = layout.coord(r);
     if (tied && plan.pp > 1 && (c.pp == 0 || c.pp == plan.pp - 1)) {
       spec::RankCoord first = c, last = c;
@@ -249,6 +254,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.breakdown_s.fsdp_comm_exposed = ps_to_seconds(ct.fsdp);
   rep.breakdown_s.spatial_comm_exposed = ps_to_seconds(ct.spatial);
   rep.breakdown_s.cp_comm_exposed = ps_to_seconds(ct.cp);
+  rep.breakdown_s.ep_comm_exposed = ps_to_seconds(ct.ep);
   rep.breakdown_s.pp_comm_exposed = ps_to_seconds(ct.pp);
   rep.breakdown_s.bubble = ps_to_seconds(ct.bubble);
   rep.breakdown_s.offload_exposed = ps_to_seconds(ct.offload);

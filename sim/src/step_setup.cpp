@@ -50,6 +50,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.spatial = plan.spatial;
   s.lowering.cp = plan.cp;
   s.lowering.cp_algorithm = plan.cp_algorithm;
+  s.lowering.ep = plan.ep;
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -103,6 +104,7 @@ std::string Plan::name() const {
     if (cp_algorithm == ContextAlgorithm::kAllGather) s += "ag";
     if (cp_algorithm == ContextAlgorithm::kAllToAll) s += "a2a";
   }
+  if (ep > 1) s += fmt::format(".ep{}", ep);
   return s;
 }
 
@@ -159,11 +161,11 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
 void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   // (A plan file's reader has refused these already; a plan built in code may hold anything.)
   if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.micro_batch < 1 || p.global_batch < 1 ||
-      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1 || p.cp < 1) {
+      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1 || p.cp < 1 || p.ep < 1) {
     problem("dp",
-            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, cp {}, micro_batch {}, "
+            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, cp {}, ep {}, micro_batch {}, "
                         "global_batch {}, virtual_stages {}",
-                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.cp, p.micro_batch,
+                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.cp, p.ep, p.micro_batch,
                         p.global_batch, p.virtual_stages),
             "every degree and batch size must be >= 1");
     return;
@@ -254,6 +256,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
       problem("cp", std::to_string(p.cp),
               "splits a transformer's sequences; a CNN's samples split with spatial");
   }
+  if (std::string ep = expert_parallel_problem(p); !ep.empty())
+    problem("ep", std::to_string(p.ep), ep);
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -326,6 +330,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
       r.problem("cp_algorithm", short_dump(*algo), "applies with cp > 1 only");
     }
   }
+  p.ep = r.integer("ep", degree, Presence::kOptional).value_or(1);
   if (auto sp = r.object("spatial", Presence::kOptional)) {
     p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
     p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
@@ -434,6 +439,7 @@ Json to_json(const Plan& p) {
     j["cp"] = p.cp;
     j["cp_algorithm"] = enum_name(context_algorithm_names(), p.cp_algorithm);
   }
+  if (p.ep > 1) j["ep"] = p.ep;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -540,6 +546,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
       model.is_transformer() ? p.seq_len.value_or(model.transformer().seq_len) : 0;
   if (std::string problem = context_parallel_problem(model, tokens, p); !problem.empty())
     add("cp", std::to_string(p.cp), problem);
+  if (std::string problem = expert_model_problem(model, p.ep); !problem.empty())
+    add("ep", std::to_string(p.ep), problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),

@@ -44,6 +44,23 @@ std::vector<int64_t> RankLayout::replica_group(int64_t r) const {
   return g;
 }
 
+std::vector<int64_t> RankLayout::ep_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  const int64_t first = c.dp / ep_ * ep_;
+  for (int64_t i = 0; i < ep_; ++i) g.push_back(rank({first + i, c.tp, c.pp, c.spatial, c.cp}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::expert_replica_group(int64_t r) const {
+  RankCoord c = coord(r);
+  std::vector<int64_t> g;
+  for (int64_t d = c.dp % ep_; d < dp_; d += ep_)
+    for (int64_t k = 0; k < cp_; ++k)
+      for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({d, c.tp, c.pp, s, k}));
+  return g;
+}
+
 int64_t RankLayout::pp_next(int64_t r) const {
   RankCoord c = coord(r);
   c.pp = (c.pp + 1) % pp_;

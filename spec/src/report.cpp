@@ -30,6 +30,7 @@ Json to_json(const Report& r) {
                 {"fsdp_comm_exposed", b.fsdp_comm_exposed},
                 {"spatial_comm_exposed", b.spatial_comm_exposed},
                 {"cp_comm_exposed", b.cp_comm_exposed},
+                {"ep_comm_exposed", b.ep_comm_exposed},
                 {"bubble", b.bubble},
                 {"optimizer", b.optimizer},
                 {"offload_exposed", b.offload_exposed}}},
@@ -80,6 +81,7 @@ Report report_from_json(const Json& json, const std::string& source) {
     t.fsdp_comm_exposed = b->number("fsdp_comm_exposed", nn).value_or(0);
     t.spatial_comm_exposed = b->number("spatial_comm_exposed", nn, Presence::kOptional).value_or(0);
     t.cp_comm_exposed = b->number("cp_comm_exposed", nn, Presence::kOptional).value_or(0);
+    t.ep_comm_exposed = b->number("ep_comm_exposed", nn, Presence::kOptional).value_or(0);
     t.bubble = b->number("bubble", nn).value_or(0);
     t.optimizer = b->number("optimizer", nn).value_or(0);
     t.offload_exposed = b->number("offload_exposed", nn, Presence::kOptional).value_or(0);

@@ -38,9 +38,10 @@ struct MatmulShape {
   bool operator==(const MatmulShape&) const = default;
 };
 
-// The group a communication op runs in: the layer group (spec::RankLayout::layer_group) or the
-// ranks splitting each sequence (RankLayout::cp_group, context parallelism).
-enum class CommGroup : uint8_t { kLayer, kContext };
+// The group a communication op runs in: the layer group (spec::RankLayout::layer_group), the
+// ranks splitting each sequence (RankLayout::cp_group, context parallelism) or the ranks
+// splitting the routed experts (RankLayout::ep_group, expert parallelism).
+enum class CommGroup : uint8_t { kLayer, kContext, kExpert };
 
 struct Op {
   std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
@@ -86,6 +87,9 @@ struct Layer {
   int64_t params_total = 0;  // parameters of the layer (all tp ranks, counted once)
   // Of those, the routed experts' of a mixture-of-experts block (a token reaches top_k of them).
   int64_t routed_expert_params_total = 0;
+  // Of `params`, the routed experts' this rank holds (experts/ep of them): under expert
+  // parallelism their gradients are summed over the expert replicas only (gradient_buckets).
+  int64_t expert_params = 0;
   // Parameters every tp rank holds whole that see only its rows under sequence parallelism
   // (norms, row-parallel biases, learned positions): their gradients are partial sums, all-reduced
   // over the tp group once per step (Megatron-LM finalize_model_grads, _allreduce_layernorm_grads).
@@ -126,6 +130,9 @@ struct LoweringOptions {
   // ops are one rank's, on its s/cp tokens, with its attention's transfers.
   int64_t cp = 1;
   spec::ContextAlgorithm cp_algorithm = spec::ContextAlgorithm::kRing;
+  // Mixtures of experts: the routed experts split over `ep` ranks (Plan::ep,
+  // spec/expert_parallel.hpp); the ops are one rank's, with its dispatch and combine all-to-alls.
+  int64_t ep = 1;
 };
 
 struct LoweredModel {
@@ -187,6 +194,9 @@ struct GradientBucket {
   std::vector<size_t> layers;   // lowered layer indices, in backward order
   int64_t params = 0;           // gradients it reduces, per rank (a tied table's copy included)
   bool after_tied_sum = false;  // holds a tied table: reduced once the end stages summed it
+  // Holds routed experts' gradients under expert parallelism: reduced over the expert replicas
+  // (spec::RankLayout::expert_replica_group), not the replicas.
+  bool experts = false;
 };
 // The buckets of stage `stage` (PyTorch DDP, Megatron-LM's grad buffer): its layers in backward
 // order (last local chunk first), consecutive layers in one bucket until it holds at least
@@ -202,5 +212,8 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
 // plus, with several stages, the last stage's own copy of a tied embedding table for the output
 // projection (Megatron-LM; the executor's ParamStore holds the same copy).
 int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
+// Of those, the routed experts' parameters whose state is summed and sharded over the expert
+// replicas (plan.ep > 1); 0 without expert parallelism.
+int64_t stage_expert_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
 
 }  // namespace sextant::models

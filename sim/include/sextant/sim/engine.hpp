@@ -19,12 +19,12 @@ namespace sextant::sim {
 struct RankSetup {
   int32_t program = 0;  // index into the engine's programs
   // By GroupSlot: tp, dp, embedding, cp (group ids).
-  std::array<int32_t, kGroupSlots> groups{{-1, -1, -1, -1}};
+  std::array<int32_t, kGroupSlots> groups{{-1, -1, -1, -1, -1, -1}};
   std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
   std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
   double speed = 1.0;                             // compute time is divided by this
   // Ranks this one stands for in each of its groups (a folded topology, rank_symmetry.hpp).
-  std::array<int32_t, kGroupSlots> group_weight{{1, 1, 1, 1}};
+  std::array<int32_t, kGroupSlots> group_weight{{1, 1, 1, 1, 1, 1}};
 };
 
 // Where one rank's time went (compute-stream view); the parts add up to `finish`.
@@ -40,6 +40,7 @@ struct RankTimes {
   Picoseconds offload = 0;  // waiting for offload copies and the host optimizer step
   Picoseconds spatial = 0;  // halo exchanges and statistic all-reduces (CommClass::kSpatial)
   Picoseconds cp = 0;       // context parallelism's attention transfers (CommClass::kCp)
+  Picoseconds ep = 0;       // expert parallelism's dispatch and combine (CommClass::kEp)
 };
 
 struct TaskRecord {

@@ -30,10 +30,16 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
 // The groups a layer's collectives run in: the layer group (tensor-parallel, or a CNN's spatial
-// grid) and the context-parallel group (models::CommGroup).
+// grid), the context-parallel group and the expert-parallel group (models::CommGroup).
 struct LayerGroups {
   GroupShape tp;
   GroupShape cp;
+  GroupShape ep;
+  const GroupShape& of(models::CommGroup group) const {
+    return group == models::CommGroup::kContext  ? cp
+           : group == models::CommGroup::kExpert ? ep
+                                                 : tp;
+  }
 };
 
 // One layer's passes as the engine runs them (program_builder's run_ops, one op after another on

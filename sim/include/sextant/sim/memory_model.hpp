@@ -35,6 +35,7 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 // for the plans that differ in data parallelism, ZeRO, schedule or stack.
 struct StageFootprint {
   int64_t params = 0;                     // models::stage_params
+  int64_t expert_params = 0;              // of those, models::stage_expert_params
   int64_t largest_layer = 0;              // parameters of the stage's largest layer
   int64_t largest_working = 0;            // activations of one layer while its backward runs
   std::vector<int64_t> chunk_activation;  // bytes kept for backward per micro-batch, per chunk

@@ -21,16 +21,18 @@ enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv, kLocal };
 
 // What time spent waiting for a task counts as in the report's breakdown.
 // kSpatial: halo exchanges and statistic all-reduces of a spatially split CNN. kCp: context
-// parallelism's attention transfers.
-enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial, kCp };
+// parallelism's attention transfers. kEp: expert parallelism's token dispatch and combine.
+enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial, kCp, kEp };
 
 // kTp: the layer group (spec::RankLayout::layer_group: tensor-parallel ranks, or the ranks
 // splitting a CNN's samples spatially). kDp: the ranks holding the same parameters
 // (RankLayout::replica_group: data-parallel replicas, with their spatial ranks). The embedding
 // group: the first and the last pipeline stage of a (tp, dp) position, which hold the tied
-// embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group).
-enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding, kCp };
-inline constexpr size_t kGroupSlots = 4;
+// embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group). kEp: the ranks
+// splitting the routed experts (RankLayout::ep_group); kExpertDp: the ranks holding the same
+// experts, which sum their gradients (RankLayout::expert_replica_group).
+enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding, kCp, kEp, kExpertDp };
+inline constexpr size_t kGroupSlots = 6;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

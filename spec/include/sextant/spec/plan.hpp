@@ -126,6 +126,10 @@ struct Plan {
   // whole sequence with `cp_algorithm`. spec/context_parallel.hpp owns its rules.
   int64_t cp = 1;
   ContextAlgorithm cp_algorithm = ContextAlgorithm::kRing;
+  // Expert parallelism: the routed experts of a mixture-of-experts model split over `ep` of the
+  // data-parallel ranks (Megatron-LM's expert-model-parallel group, carved out of dp), which
+  // exchange their tokens with all-to-alls. spec/expert_parallel.hpp owns its rules.
+  int64_t ep = 1;
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
@@ -142,13 +146,16 @@ struct Plan {
   // weight gradient from its part of the feature maps or of the sequence; Megatron-LM's
   // data-and-context-parallel group). dp when no sample is split.
   int64_t replicas() const { return dp * sample_split(); }
+  // Ranks holding the same routed experts, whose expert gradients are summed (Megatron-LM's
+  // expert-data-parallel group): the replicas, less the ep ranks the experts are split over.
+  int64_t expert_replicas() const { return replicas() / ep; }
   int64_t micro_batches() const {
     return global_batch / (dp * micro_batch);
   }  // per replica, per step
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
-  // recompute, offload, gradient compression, the spatial split and context parallelism, when
-  // they apply).
+  // recompute, offload, gradient compression, the spatial split, context and expert parallelism,
+  // when they apply).
   std::string name() const;
 };
 

@@ -5,7 +5,8 @@
 // node):
 //   rank = spatial_index + S * (tp_index + tp * (cp_index + cp * (dp_index + dp * pp_stage))),
 // S = h*w, the spatial index row-major over the h x w grid. (A plan splits samples spatially or
-// sequences by context, never both: one of S and cp is 1.)
+// sequences by context, never both: one of S and cp is 1.) Expert parallelism splits dp further
+// (Megatron's "ep" inside "dp"): the ep ranks splitting the experts are ep consecutive dp indices.
 // The simulator and the executor both use this, so their traces number ranks alike.
 #pragma once
 
@@ -27,7 +28,12 @@ struct RankCoord {
 class RankLayout {
  public:
   explicit RankLayout(const Plan& plan)
-      : dp_(plan.dp), tp_(plan.tp), pp_(plan.pp), sp_(plan.spatial.ranks()), cp_(plan.cp) {}
+      : dp_(plan.dp),
+        tp_(plan.tp),
+        pp_(plan.pp),
+        sp_(plan.spatial.ranks()),
+        cp_(plan.cp),
+        ep_(plan.ep) {}
 
   int64_t world_size() const { return sp_ * dp_ * tp_ * cp_ * pp_; }
   int64_t rank(RankCoord c) const {
@@ -54,13 +60,20 @@ class RankLayout {
   // data-parallel group, each member with its spatial or context-parallel ranks, in (dp, cp,
   // spatial) order.
   std::vector<int64_t> replica_group(int64_t rank) const;
+  // The ranks splitting the rank's routed experts (expert parallelism): the ep consecutive dp
+  // indices of its block, dp index (d / ep) * ep + i for i < ep, in that order.
+  std::vector<int64_t> ep_group(int64_t rank) const;
+  // The ranks holding the rank's experts, whose expert gradients are summed
+  // (Plan::expert_replicas): the replica group's members at the rank's place in its ep block, in
+  // (dp, cp, spatial) order. The replica group when ep is 1.
+  std::vector<int64_t> expert_replica_group(int64_t rank) const;
   // The same (dp, tp) position in the next / previous pipeline stage (wrapping around, which the
   // interleaved schedule uses to go from the last stage back to the first).
   int64_t pp_next(int64_t rank) const;
   int64_t pp_prev(int64_t rank) const;
 
  private:
-  int64_t dp_, tp_, pp_, sp_, cp_;
+  int64_t dp_, tp_, pp_, sp_, cp_, ep_;
 };
 
 }  // namespace sextant::spec

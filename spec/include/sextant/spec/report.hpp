@@ -19,6 +19,7 @@ struct TimeBreakdown {
   // Halo exchanges and statistic all-reduces of a spatially split CNN (Plan::spatial).
   double spatial_comm_exposed = 0;
   double cp_comm_exposed = 0;  // context parallelism's attention transfers
+  double ep_comm_exposed = 0;  // expert parallelism's token dispatch and combine all-to-alls
   double bubble = 0;
   double optimizer = 0;
   // Waiting for offloaded work: device-host copies and the optimizer step on the host CPU.

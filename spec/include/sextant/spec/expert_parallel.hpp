@@ -1,0 +1,31 @@
+// Expert parallelism (GShard, Lepikhin et al. 2020; Megatron-LM's expert-model-parallel group;
+// DeepSpeed-MoE): the routed experts of a mixture-of-experts layer are split over `ep` ranks,
+// each holding experts/ep of them whole. The ep ranks are data-parallel replicas of everything
+// else (Megatron-LM carves the ep group out of dp: rank order tp-cp-ep-dp-pp), so each routes its
+// own tokens, sends every token copy to the rank of its expert with an all-to-all (dispatch),
+// runs its local experts on what it receives, and sends the results back with a second
+// all-to-all (combine). Dense parameters are summed over the replicas (Plan::replicas); a routed
+// expert's gradients only over the ranks holding the same experts (Plan::expert_replicas), and
+// ZeRO shards each over its own group. The one home of the rules: the plan check, the planner and
+// the lowering ask them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::spec {
+
+// What is wrong with the plan's expert parallelism on its own (without a model), or "" when
+// nothing is: ep must divide dp (the ep ranks are data-parallel ranks); it does not (yet) combine
+// with tensor parallelism (Megatron's tp x ep token dispatcher gathers the routed tokens over
+// tp, which the lowering does not model), ZeRO-3, offload or gradient compression.
+std::string expert_parallel_problem(const Plan& plan);
+
+// What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be
+// a mixture of experts and ep must divide its experts (each rank holds experts/ep whole).
+std::string expert_model_problem(const ModelSpec& model, int64_t ep);
+
+}  // namespace sextant::spec

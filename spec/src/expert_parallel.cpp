@@ -1,0 +1,42 @@
+// The rules of expert parallelism.
+#include "sextant/spec/expert_parallel.hpp"
+
+#include <fmt/format.h>
+
+namespace sextant::spec {
+
+std::string expert_parallel_problem(const Plan& plan) {
+  const int64_t ep = plan.ep;
+  if (ep <= 1) return "";
+  if (plan.dp % ep != 0)
+    return fmt::format(
+        "must divide dp ({}): the ranks splitting the experts are data-parallel ranks "
+        "(Megatron-LM's expert-model-parallel group is carved out of dp)",
+        plan.dp);
+  if (plan.tp > 1)
+    return fmt::format(
+        "runs with tp 1 (tp is {}): the token dispatch of experts split over tp and ep is not "
+        "modelled",
+        plan.tp);
+  if (plan.zero >= 3)
+    return "runs with zero <= 2: ZeRO-3 parameter gathers over the expert-data-parallel group "
+           "are not modelled";
+  if (plan.offload.any()) return "runs without offload";
+  if (plan.compression.any()) return "runs without gradient compression";
+  return "";
+}
+
+std::string expert_model_problem(const ModelSpec& model, int64_t ep) {
+  if (ep <= 1) return "";
+  if (!model.is_transformer() || !model.transformer().moe)
+    return "splits the routed experts of a mixture-of-experts model (a \"moe\" object): use "
+           "ep = 1 for dense models";
+  const int64_t experts = model.transformer().moe->experts;
+  if (experts % ep != 0)
+    return fmt::format("must divide the model's {} routed experts (each rank holds experts/ep "
+                       "of them whole)",
+                       experts);
+  return "";
+}
+
+}  // namespace sextant::spec
