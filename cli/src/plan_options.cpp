@@ -43,6 +43,10 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--cp", f.cp,
                  "Context parallelism: split each sequence of a transformer over N ranks")
       ->check(positive());
+  cmd.add_option("--ep", f.ep,
+                 "Expert parallelism: split a mixture of experts' routed experts over N of the "
+                 "data-parallel ranks (N divides dp and the experts)")
+      ->check(positive());
   cmd.add_option("--cp-algorithm", f.cp_algorithm,
                  "How context-parallel ranks attend to the whole sequence: ring (default; ring "
                  "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
@@ -92,14 +96,16 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     if (f.seq_len > 0) j["seq_len"] = f.seq_len;
     if (f.cp > 1) j["cp"] = f.cp;
     if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
+    if (f.ep > 1) j["ep"] = f.ep;
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
-  if (!f.plan_file.empty() && (f.cp > 1 || !f.cp_algorithm.empty())) {
+  if (!f.plan_file.empty() && (f.cp > 1 || !f.cp_algorithm.empty() || f.ep > 1)) {
     // The flags override the file's split; the plan's own rules again.
     spec::Json j = spec::to_json(plan);
     if (f.cp > 1) j["cp"] = f.cp;
     if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
+    if (f.ep > 1) j["ep"] = f.ep;
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.spatial.empty()) {

@@ -29,6 +29,7 @@ struct PlanFlags {
   std::string compression;   // kind[:knob=value,...] (spec::compression_from_text)
   int64_t cp = 1;            // ranks splitting each sequence (context parallelism)
   std::string cp_algorithm;  // ring, all-gather or all-to-all
+  int64_t ep = 1;            // ranks splitting a mixture of experts' routed experts
   std::string spatial;       // HxW, or H (rows only): a CNN's samples over a grid of ranks
   StackFlags stack;
 };

@@ -11,6 +11,7 @@
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -70,6 +71,8 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       // of two from 1 in order (Enumeration::sample_splits), each a grid or a cp degree with its
       // algorithms: the index's rank count.
       return int64_t{1} << p.split_log2;
+    case Constraint::Dim::kEp:
+      return int64_t{1} << p.ep_log2;
   }
   return 0;
 }
@@ -95,12 +98,12 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp|ep)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload, spatial, cp and "
+                     "recompute_layers, offload, spatial, cp, ep and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -114,6 +117,7 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "offload" ? Constraint::Dim::kOffload
           : dim == "spatial" ? Constraint::Dim::kSpatial
           : dim == "cp"      ? Constraint::Dim::kCp
+          : dim == "ep"      ? Constraint::Dim::kEp
                              : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
@@ -264,6 +268,7 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.spatial = split.spatial;
   out.cp = split.cp;
   out.cp_algorithm = split.cp_algorithm;
+  out.ep = int64_t{1} << c.ep_log2;
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -347,6 +352,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       out.sample_splits.push_back({{}, cp, algorithm});
     }
   }
+  // Expert parallelism (mixtures of experts): each power of two dividing the routed experts, 1
+  // (none) first; what a layout refuses is left out below.
+  std::vector<int64_t> ep_degrees = {1};
+  if (transformer && m.transformer().moe)
+    for (int64_t ep = 2; ep <= std::min<int64_t>(r.gpus, int64_t{1} << 15); ep *= 2)
+      if (spec::expert_model_problem(m, ep).empty()) ep_degrees.push_back(ep);
   for (size_t si = 0; si < out.sample_splits.size(); ++si) {
     const Enumeration::SampleSplit& sample_split = out.sample_splits[si];
     const int64_t split_ranks = sample_split.ranks();
@@ -380,6 +391,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           continue;
         }
         const int64_t per_replica = r.global_batch / dp;
+        std::vector<int64_t> expert_splits;
+        for (int64_t ep : ep_degrees)
+          if (dp % ep == 0) expert_splits.push_back(ep);
         const int64_t replicas = dp * split_ranks;  // ranks summing each gradient (Plan::replicas)
         const bool one_bucket =
             replicas > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
@@ -495,26 +509,48 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                       c.split_log2 = static_cast<uint8_t>(
                           std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
                       for (uint8_t off : offloads) {
-                        c.offload = off;
-                        bool allowed = true;
-                        for (const Constraint& k : r.constraints) allowed = allowed && k.allows(c);
-                        if (!allowed) {
-                          reject("excluded by --constraint");
-                          continue;
-                        }
-                        // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1).
-                        const size_t nc =
-                            dp > 1 && zero == 0 && split_ranks == 1 ? out.compressions.size() : 1;
-                        for (size_t k = 0; k < nc; ++k) {
-                          c.compression = static_cast<uint8_t>(k);
-                          for (size_t t = 0; t < nt; ++t)
-                            for (size_t d = 0; d < nd; ++d)
-                              for (size_t g = 0; g < ng; ++g)
-                                for (size_t q = 0; q < np; ++q)
-                                  for (size_t b = 0; b < nb; ++b) {
-                                    c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                    out.candidates.push_back(c);
-                                  }
+                        c.offload = off & 3;
+                        for (int64_t ep : expert_splits) {
+                          // Expert parallelism: ep of the dp ranks split the routed experts
+                          // (spec::expert_parallel_problem: not with tp, ZeRO-3 or offload).
+                          c.ep_log2 = static_cast<uint8_t>(
+                              (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
+                          if (ep > 1) {
+                            spec::Plan shape;
+                            shape.dp = dp;
+                            shape.tp = tp;
+                            shape.zero = zero;
+                            shape.ep = ep;
+                            shape.offload.optimizer =
+                                off >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+                            if (!spec::expert_parallel_problem(shape).empty()) {
+                              reject("ep with tp, ZeRO-3 or offload");
+                              continue;
+                            }
+                          }
+                          bool allowed = true;
+                          for (const Constraint& k : r.constraints)
+                            allowed = allowed && k.allows(c);
+                          if (!allowed) {
+                            reject("excluded by --constraint");
+                            continue;
+                          }
+                          // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1), not
+                          // beside expert parallelism.
+                          const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
+                                                ? out.compressions.size()
+                                                : 1;
+                          for (size_t k = 0; k < nc; ++k) {
+                            c.compression = static_cast<uint8_t>(k);
+                            for (size_t t = 0; t < nt; ++t)
+                              for (size_t d = 0; d < nd; ++d)
+                                for (size_t g = 0; g < ng; ++g)
+                                  for (size_t q = 0; q < np; ++q)
+                                    for (size_t b = 0; b < nb; ++b) {
+                                      c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                      out.candidates.push_back(c);
+                                    }
+                          }
                         }
                       }
                     }

@@ -7,6 +7,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/spec/error.hpp"
+#include "small_moe.hpp"
 
 namespace sextant::models {
 namespace {
@@ -35,31 +36,13 @@ TEST(MoeParameters, MixtralAndDeepSeekV2LiteAgainstTheirConfigsAndPapers) {
             parameter_count(zoo_model("llama2-7b")));
 }
 
-// A small MoE: h 64, 4 heads, 8 experts of 32 (SwiGLU), top-2, 1 shared expert, the first of 3
-// layers dense (ffn 128), 16 tokens a sequence, 2 sequences, bf16.
-spec::ModelSpec small_moe(double capacity_factor) {
-  spec::ModelSpec m = zoo_model("llama-tiny");
-  spec::TransformerSpec& t = m.transformer();
-  t.layers = 3;
-  t.kv_heads = 4;
-  t.seq_len = 16;
-  spec::MoeSpec moe;
-  moe.experts = 8;
-  moe.top_k = 2;
-  moe.expert_ffn_hidden = 32;
-  moe.shared_experts = 1;
-  moe.capacity_factor = capacity_factor;
-  moe.dense_layers = 1;
-  t.moe = moe;
-  return m;
-}
-
+// test::small_moe over two sequences, bf16.
 LoweredModel lower_moe(double capacity_factor, int64_t tp) {
   LoweringOptions o;
   o.micro_batch = 2;
   o.dtype = spec::Dtype::kBf16;
   o.tp = tp;
-  return lower(small_moe(capacity_factor), o);
+  return lower(test::small_moe(capacity_factor), o);
 }
 
 TEST(MoeLowering, TheExpertsComputeEachTokensTopKCopies) {
@@ -105,6 +88,103 @@ TEST(MoeLowering, ACapacityFactorPadsTheExpertsInput) {
   EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->executed_flops(), 2 * fc1->executed_flops());
   // tp must divide the experts' width as it does the dense MLP's.
   EXPECT_THROW(lower_moe(0, 3), InputError);
+}
+
+LoweredModel lower_moe_ep(int64_t ep) {
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kBf16;
+  o.ep = ep;
+  return lower(test::small_moe(0), o);
+}
+
+// The names of a pass's ops, in order, from `first` on.
+std::vector<std::string> names_from(const std::vector<Op>& ops, const std::string& first) {
+  std::vector<std::string> out;
+  bool on = false;
+  for (const Op& op : ops) {
+    on = on || op.name == first;
+    if (on) out.push_back(op.name);
+  }
+  return out;
+}
+
+TEST(MoeLowering, ExpertParallelRanksHoldTheirExpertsAndExchangeTheTokenCopies) {
+  // ep 4 over 8 experts: each rank holds 2 of them. It routes its own 32 tokens, 64 copies of
+  // 64 features (bf16: 64 x 64 x 2 = 8192 B), sends them to their experts' ranks and receives as
+  // many (balanced routing) for its 2 experts: 32 rows each.
+  const LoweredModel m = lower_moe_ep(4);
+  const Layer& moe = m.layers[2];
+  const Op* fc1 = find_op(moe.forward, "moe.fc1");
+  ASSERT_NE(fc1, nullptr);
+  EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * (2 * 32) * 64);  // the same work as without ep
+  EXPECT_EQ(fc1->matmuls, (std::vector<MatmulShape>{{2, 32, 64, 64}}));
+  // Reads the 64 rows in and the 2 local experts' 64 x 64 weights, writes 64 rows of 64.
+  EXPECT_EQ(fc1->bytes, (64 * 64 + 2 * 64 * 64 + 64 * 64) * 2);
+  for (const char* name : {"moe.dispatch", "moe.combine"}) {
+    const Op* a2a = find_op(moe.forward, name);
+    ASSERT_NE(a2a, nullptr) << name;
+    EXPECT_EQ(a2a->collective, spec::CollectiveKind::kAllToAll);
+    EXPECT_EQ(a2a->group, CommGroup::kExpert);
+    EXPECT_EQ(a2a->bytes, 8192);
+  }
+  // Forward: dispatch after the copies are made, combine after the experts, before the shared
+  // expert and the weighted sum; backward: the outputs' gradients back to the experts first, the
+  // inputs' gradients back to the tokens' ranks after the experts' backward.
+  EXPECT_EQ(names_from(moe.forward, "moe.permute"),
+            (std::vector<std::string>{"moe.permute", "moe.dispatch", "moe.fc1", "moe.act",
+                                      "moe.fc2", "moe.combine", "moe.shared_fc1", "moe.shared_act",
+                                      "moe.shared_fc2", "moe.unpermute", "mlp.residual"}));
+  EXPECT_EQ(names_from(moe.backward, "moe.combine"),
+            (std::vector<std::string>{"moe.combine", "moe.fc2", "moe.act", "moe.fc1",
+                                      "moe.dispatch", "moe.permute", "moe.route", "moe.router",
+                                      "mlp.norm", "mlp.residual", "attn.proj", "attn.context",
+                                      "attn.softmax", "attn.scores", "attn.rope", "attn.qkv",
+                                      "attn.norm", "attn.residual"}));
+  // Parameters: attention 64 (64 + 128) + 64^2 = 16384, norms 128, router 512, the 2 local and
+  // the shared expert of 3 x 64 x 32 = 6144 each; the 2 local ones are the expert parameters.
+  EXPECT_EQ(moe.params, 16384 + 128 + 512 + 3 * 6144);
+  EXPECT_EQ(moe.expert_params, 2 * 6144);
+  EXPECT_EQ(moe.params_total, 16384 + 128 + 512 + 9 * 6144);  // the layer's, all ranks
+  EXPECT_EQ(moe.routed_expert_params_total, 8 * 6144);
+  // The dense layer has none, and without ep nothing is exchanged.
+  EXPECT_EQ(m.layers[1].expert_params, 0);
+  const LoweredModel whole = lower_moe_ep(1);
+  EXPECT_EQ(find_op(whole.layers[2].forward, "moe.dispatch"), nullptr);
+  EXPECT_EQ(whole.layers[2].expert_params, 8 * 6144);
+}
+
+TEST(MoeLowering, ExpertParallelismNeedsAMixtureWhoseExpertsItDivides) {
+  EXPECT_THROW(lower_moe_ep(3), InputError);  // 8 experts over 3 ranks
+  LoweringOptions o;
+  o.ep = 2;
+  EXPECT_THROW(lower(zoo_model("llama-tiny"), o), InputError);  // no experts to split
+}
+
+TEST(MoeBuckets, ExpertGradientsFillBucketsOfTheirOwnUnderExpertParallelism) {
+  // dp 4, ep 4: the two local experts' gradients of the MoE layers go to expert buckets, the
+  // rest (the dense block, attention, router, shared expert, embedding, head) to dense ones.
+  spec::Plan plan;
+  plan.dp = 4;
+  plan.ep = 4;
+  plan.global_batch = 8;
+  plan.micro_batch = 2;
+  const LoweredModel m = lower_moe_ep(4);
+  int64_t dense = 0, experts = 0;
+  for (const GradientBucket& b : gradient_buckets(plan, m, 0, int64_t{1} << 30, 2)) {
+    (b.experts ? experts : dense) += b.params;
+    if (b.experts) {  // the two MoE blocks, last first
+      EXPECT_EQ(b.layers, (std::vector<size_t>{3, 2}));
+    }
+  }
+  EXPECT_EQ(experts, 2 * 2 * 6144);
+  EXPECT_EQ(dense + experts, stage_params(plan, m, 0));
+  EXPECT_EQ(stage_expert_params(plan, m, 0), experts);
+  // Without ep every gradient is summed over the same replicas: one kind of bucket.
+  plan.ep = 1;
+  for (const GradientBucket& b : gradient_buckets(plan, lower_moe_ep(1), 0, int64_t{1} << 30, 2))
+    EXPECT_FALSE(b.experts);
+  EXPECT_EQ(stage_expert_params(plan, lower_moe_ep(1), 0), 0);
 }
 
 }  // namespace

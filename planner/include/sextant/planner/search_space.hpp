@@ -26,7 +26,7 @@ struct Candidate;
 // the optimizer, 2: the optimizer and the parameters, to host memory), "spatial<=4" (ranks
 // splitting each sample of a CNN), "cp<=8" (ranks splitting each sequence of a transformer;
 // spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
-// one way only).
+// one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts).
 struct Constraint {
   enum class Dim {
     kDp,
@@ -38,7 +38,8 @@ struct Constraint {
     kRecomputeLayers,
     kOffload,
     kSpatial,
-    kCp
+    kCp,
+    kEp
   };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
@@ -96,7 +97,8 @@ struct Candidate {
   uint8_t split_log2 : 5 = 0;
   // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
   // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
-  uint8_t offload = 0;
+  uint8_t offload : 2 = 0;
+  uint8_t ep_log2 : 4 = 0;  // log2 of the ranks splitting the routed experts (Plan::ep)
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
   uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
