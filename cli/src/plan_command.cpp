@@ -373,7 +373,7 @@ int run_plan(const PlanFlagsAll& f) {
       fmt::print(
           "\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s", "MFU",
           "memory",
-          "compute / exposed tp (+spatial, cp), dp, pp, fsdp / bubble / optimizer (+offload)");
+          "compute / exposed tp (+spatial, cp, ep), dp, pp, fsdp / bubble / optimizer (+offload)");
       int i = 1;
       for (const planner::RankedPlan& p : result.ranked) {
         const spec::Report& r = p.report;

@@ -18,8 +18,8 @@
 #include "sextant/models/vocabulary.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
-#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::models {
@@ -48,9 +48,8 @@ std::string_view tp_split_name(TpSplit split) {
 bool Layer::same_work_as(const Layer& o) const {
   return kind == o.kind && params == o.params && params_total == o.params_total &&
          routed_expert_params_total == o.routed_expert_params_total &&
-         expert_params == o.expert_params &&
-         sp_partial_params == o.sp_partial_params && saved_bytes == o.saved_bytes &&
-         saved_bytes_selective == o.saved_bytes_selective &&
+         expert_params == o.expert_params && sp_partial_params == o.sp_partial_params &&
+         saved_bytes == o.saved_bytes && saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
          forward == o.forward && backward == o.backward;
 }
@@ -288,7 +287,7 @@ struct TransformerDims {
   int64_t b, s, h, a, kv, d, f, V, t, e;
   int64_t cp;  // ranks splitting each sequence (spec/context_parallel.hpp)
   spec::ContextAlgorithm cp_algorithm;
-  int64_t ep;  // ranks splitting the routed experts (spec/expert_parallel.hpp)
+  int64_t ep;           // ranks splitting the routed experts (spec/expert_parallel.hpp)
   int64_t vocab_shard;  // rows of the vocabulary a tp rank holds, padding included
   bool sp;
   spec::AttentionKernel attention;

@@ -22,10 +22,10 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
   int64_t n = 0;
   if (plan.tp > 1 || plan.spatial.any()) ++n;  // the layer group
   if (plan.replicas() > 1) ++n;
-  if (plan.cp > 1) ++n;  // the context-parallel group
-  if (plan.ep > 1) ++n;  // the expert-parallel group
+  if (plan.cp > 1) ++n;                                // the context-parallel group
+  if (plan.ep > 1) ++n;                                // the expert-parallel group
   if (plan.ep > 1 && plan.expert_replicas() > 1) ++n;  // the expert-data-parallel group
-  if (plan.pp > 1) ++n;  // the stage-to-stage send/receive channels
+  if (plan.pp > 1) ++n;                                // the stage-to-stage send/receive channels
   const bool end_stage = stage == 0 || stage == plan.pp - 1;
   if (plan.pp > 1 && lowered.tied_table_params > 0 && end_stage) ++n;  // the embedding group
   return n;

@@ -386,9 +386,8 @@ class StageBuilder {
   int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
     const int64_t bytes = b.params * elem_bytes_;
     int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
-    return comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b),
-                TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, phase, mb,
-                after);
+    return comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
+                spec::CollectiveKind::kAllGather, bytes, op, phase, mb, after);
   }
 
   bool tp_overlapped(size_t layer, Phase phase) const {
@@ -666,9 +665,9 @@ class StageBuilder {
     }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group (the routed
     // experts' over the expert replicas).
-    int64_t updated =
-        plan_.zero >= 1 ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
-                        : params;
+    int64_t updated = plan_.zero >= 1
+                          ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
+                          : params;
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
@@ -736,9 +735,9 @@ class StageBuilder {
   Phase pending_phase_ = Phase::kFwd;
   int32_t pending_micro_batch_ = -1;
   int32_t last_compute_ = -1;
-  std::vector<models::GradientBucket> buckets_;  // data-parallel gradient buckets (not ZeRO-3)
+  std::vector<models::GradientBucket> buckets_;       // data-parallel gradient buckets (not ZeRO-3)
   std::map<size_t, std::vector<size_t>> buckets_of_;  // layer -> its buckets
-  std::vector<int64_t> pending_;                 // per bucket: layers still in backward
+  std::vector<int64_t> pending_;                      // per bucket: layers still in backward
 };
 
 }  // namespace

@@ -33,9 +33,10 @@ std::string expert_model_problem(const ModelSpec& model, int64_t ep) {
            "ep = 1 for dense models";
   const int64_t experts = model.transformer().moe->experts;
   if (experts % ep != 0)
-    return fmt::format("must divide the model's {} routed experts (each rank holds experts/ep "
-                       "of them whole)",
-                       experts);
+    return fmt::format(
+        "must divide the model's {} routed experts (each rank holds experts/ep "
+        "of them whole)",
+        experts);
   return "";
 }
 

@@ -135,12 +135,12 @@ TEST(MoeLowering, ExpertParallelRanksHoldTheirExpertsAndExchangeTheTokenCopies) 
             (std::vector<std::string>{"moe.permute", "moe.dispatch", "moe.fc1", "moe.act",
                                       "moe.fc2", "moe.combine", "moe.shared_fc1", "moe.shared_act",
                                       "moe.shared_fc2", "moe.unpermute", "mlp.residual"}));
-  EXPECT_EQ(names_from(moe.backward, "moe.combine"),
-            (std::vector<std::string>{"moe.combine", "moe.fc2", "moe.act", "moe.fc1",
-                                      "moe.dispatch", "moe.permute", "moe.route", "moe.router",
-                                      "mlp.norm", "mlp.residual", "attn.proj", "attn.context",
-                                      "attn.softmax", "attn.scores", "attn.rope", "attn.qkv",
-                                      "attn.norm", "attn.residual"}));
+  EXPECT_EQ(
+      names_from(moe.backward, "moe.combine"),
+      (std::vector<std::string>{
+          "moe.combine", "moe.fc2", "moe.act", "moe.fc1", "moe.dispatch", "moe.permute",
+          "moe.route", "moe.router", "mlp.norm", "mlp.residual", "attn.proj", "attn.context",
+          "attn.softmax", "attn.scores", "attn.rope", "attn.qkv", "attn.norm", "attn.residual"}));
   // Parameters: attention 64 (64 + 128) + 64^2 = 16384, norms 128, router 512, the 2 local and
   // the shared expert of 3 x 64 x 32 = 6144 each; the 2 local ones are the expert parameters.
   EXPECT_EQ(moe.params, 16384 + 128 + 512 + 3 * 6144);

@@ -640,8 +640,8 @@ TEST(Planner, ChannelSplitsAreSearchedForCnns) {
   EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
               0.05 * simulated);
   // An MLP is never split.
-  for (size_t i = 0; i < enumerate_plans(request("mlp-small", 8, 64)).size(); ++i)
-    EXPECT_EQ(enumerate_plans(request("mlp-small", 8, 64)).plan(i).tp, 1);
+  const Enumeration mlp = enumerate_plans(request("mlp-small", 8, 64));
+  for (size_t i = 0; i < mlp.size(); ++i) EXPECT_EQ(mlp.candidates[i].tp, 1);
 }
 
 }  // namespace
@@ -718,6 +718,74 @@ TEST(Planner, ContextParallelismIsProposedWhenASequenceDoesNotFitOneRank) {
   EXPECT_GT(without.ranked.front().report.step_time_s, s.ranked.front().report.step_time_s);
   // Short sequences are not split (GPT-2's 1024 tokens).
   EXPECT_EQ(enumerate_plans(request("gpt2-124m", 8, 64)).sample_splits.size(), 1u);
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+TEST(Planner, ExpertParallelismIsProposedForAMixtureOfExperts) {
+  // Mixtral 8x7B (46.7B parameters, 8 experts) on 64 H100s, 4096-token sequences: with every
+  // expert on every rank a tp 1 replica holds 46.7B parameters and needs tp or pp to fit; with
+  // the experts split over ep 8 ranks it holds the dense part and one expert per block, fits
+  // as a plain data-parallel replica and skips tensor parallelism's collectives.
+  SearchRequest r = request("mixtral-8x7b", 64, 512, "dgx-h100");
+  r.seq_len = 4096;
+  r.tuning = {false, false, false, false, false};
+  r.constraints = {parse_constraint("pp<=4"), parse_constraint("recompute_layers=0"),
+                   parse_constraint("mb<=2")};
+  const Enumeration all = enumerate_plans(r);
+  bool ep8 = false;
+  for (size_t i = 0; i < all.size(); i += 7) {
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(p.world_size(), 64) << p.name();
+    EXPECT_NO_THROW(spec::validate_plan(p, r.model, 64, "candidate")) << p.name();
+    ep8 = ep8 || p.ep == 8;
+  }
+  EXPECT_TRUE(ep8);
+  SearchOptions o;
+  o.top_k = 4;
+  const SearchResult s = search(r, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_GT(best.ep, 1) << best.name();
+  EXPECT_TRUE(s.ranked.front().report.memory.fits);
+  // The estimator prices the all-to-alls, the two gradient groups and the sharded expert state
+  // as the simulator does, with the ep group inside a node and across two.
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.02 * simulated);
+  // dp 16, pp 4: the 8 ep ranks are dp 0-7 of a stage, one node. dp 8 x cp 2: ranks cp + 2 dp,
+  // so the ep group spans two nodes (and the expert replicas are the cp pairs).
+  spec::Plan inside;
+  inside.dp = 16;
+  inside.ep = 8;
+  inside.pp = 4;
+  inside.zero = 1;
+  inside.global_batch = 64;
+  inside.seq_len = 4096;
+  inside.recompute = spec::Recompute::kFull;
+  spec::Plan across = inside;
+  across.dp = 8;
+  across.cp = 2;
+  across.cp_algorithm = spec::ContextAlgorithm::kAllGather;
+  for (const spec::Plan& p : {inside, across}) {
+    const double engine = sim::simulate(r.model, r.cluster, p, {}).report.step_time_s;
+    EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(p).step_time_s, engine, 0.02 * engine)
+        << p.name();
+  }
+  // "ep" bounds the split; the best layout with every expert on every rank is slower.
+  SearchRequest whole = r;
+  whole.constraints.push_back(parse_constraint("ep=1"));
+  const SearchResult without = search(whole, o);
+  ASSERT_FALSE(without.ranked.empty());
+  EXPECT_EQ(without.ranked.front().plan.ep, 1);
+  EXPECT_GT(without.ranked.front().report.step_time_s, s.ranked.front().report.step_time_s);
+  // Dense models are never split by experts.
+  const Enumeration dense = enumerate_plans(request("gpt2-124m", 8, 64));
+  for (size_t i = 0; i < dense.size(); ++i) EXPECT_EQ(dense.candidates[i].ep_log2, 0) << i;
 }
 
 }  // namespace
