@@ -27,6 +27,7 @@ echo "(cp 2 puts each ep group of 8 across two nodes: rank = cp + 2 dp)"
 printf '%-34s %s\n' "dp 8, cp 2 all-gather, ep 8" \
   "$(step "${base[@]}" --dp 8 --cp 2 --cp-algorithm all-gather --ep 8)"
 printf '%-34s %s\n' "dp 8, tp 2, sp, ep 1" "$(step "${base[@]}" --dp 8 --tp 2 --sp)"
+printf '%-34s %s\n' "dp 8, tp 2, sp, ep 8" "$(step "${base[@]}" --dp 8 --tp 2 --sp --ep 8)"
 
 echo
 echo "sextant plan, the same question, with and without ep"

@@ -617,6 +617,7 @@ struct MoeMlp {
   int64_t params = 0, params_total = 0;  // on one tp rank; of the layer's MLP
   int64_t routed_total = 0;              // of the routed experts
   int64_t expert = 0;                    // of the routed experts on this rank
+  int64_t sp_partial = 0;                // whose gradients are partial sums over tp
   int64_t weight_elements = 0;           // its GEMM weights on one tp rank (autocast casts them)
   int64_t saved_split = 0;               // kept bytes split over tp (the whole layer's)
   int64_t saved_replicated = 0;          // kept bytes every tp rank holds whole
@@ -630,29 +631,44 @@ double expert_tokens(const spec::MoeSpec& moe, int64_t tokens) {
   return moe.capacity_factor > 0 ? copies * moe.capacity_factor : copies;
 }
 
+// Whether a MoE block's token dispatcher runs over tensor parallelism (expert parallelism with
+// tp > 1, sequence parallel: Megatron-LM's MoEAlltoAllTokenDispatcher): each tp rank routes its
+// own s/tp tokens, exchanges their copies over ep, all-gathers the rows over tp for the experts'
+// column- and row-parallel GEMMs and reduce-scatters their output, in place of the MLP's own
+// sequence-parallel gather and reduce-scatter.
+bool dispatches_over_tp(const TransformerDims& x) {
+  return x.ep > 1 && x.t > 1;
+}
+
 MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const FusionPasses& passes,
                std::vector<Op>& fw) {
   const spec::MoeSpec& moe = *m.moe;
   const int64_t T = x.tokens(), e = x.e, h = x.h, E = moe.experts, k = moe.top_k;
   const int64_t local = E / x.ep;  // routed experts on this rank (spec::expert_model_problem)
+  const bool over_tp = dispatches_over_tp(x);
+  // The tokens this rank routes: all T of its tp group, or its s/tp share when the dispatcher
+  // runs over tp (spec::expert_parallel_problem asks for sequence parallelism there).
+  const int64_t Tr = over_tp ? x.norm_tokens() : T;
   const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
   const int64_t fe = moe.expert_ffn_hidden / x.t;  // each expert's width on this rank
   const int64_t bias = m.bias ? 1 : 0;
-  // Rows the experts compute (padded to capacity), and the useful ones (each token's k copies).
-  // Under expert parallelism a rank sends its M rows to the ep ranks and receives as many for its
-  // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2).
-  const int64_t M = static_cast<int64_t>(std::ceil(expert_tokens(moe, T)));
+  // Rows this rank routes (padded to capacity), and the useful ones (each token's k copies).
+  // Under expert parallelism a rank sends its rows to the ep ranks and receives as many for its
+  // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2); over
+  // tp the experts compute the rows of every tp rank (M = tp x Mr).
+  const int64_t Mr = static_cast<int64_t>(std::ceil(expert_tokens(moe, Tr)));
+  const int64_t M = over_tp ? Mr * x.t : Mr;
   const int64_t routed = T * k;
   const int64_t per_expert = std::max<int64_t>(1, M / local);
   MoeMlp out;
-  Op router = gemm("moe.router", T, E, h, e, TpSplit::kReplicated);
+  Op router = gemm("moe.router", Tr, E, h, e, TpSplit::kReplicated);
   // Softmax over the experts and the top-k in fp32 (Megatron's router), the top_k weights and
   // indices written.
-  Op route = memory_op("moe.route", OpClass::kElementwise, T * E * 8 + routed * 8,
-                       TpSplit::kReplicated, {T, E});
+  Op route = memory_op("moe.route", OpClass::kElementwise, Tr * E * 8 + Tr * k * 8,
+                       TpSplit::kReplicated, {Tr, E});
   route.kernels = 2;
-  Op permute = memory_op("moe.permute", OpClass::kElementwise, T * h * e + M * h * e,
-                         TpSplit::kReplicated, {M, h});
+  Op permute = memory_op("moe.permute", OpClass::kElementwise, Tr * h * e + Mr * h * e,
+                         TpSplit::kReplicated, {Mr, h});
   // A grouped GEMM over the experts: FLOPs count the routed copies (model FLOPs), the kernel
   // computes the padded rows too.
   auto expert_gemm = [&](std::string name, int64_t n, int64_t kdim, TpSplit split) {
@@ -673,8 +689,8 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // The copies weighted by the router and summed into their tokens, with the shared experts'
   // output added.
   Op unpermute = memory_op("moe.unpermute", OpClass::kElementwise,
-                           M * h * e + routed * 4 + T * h * e * (moe.shared_experts > 0 ? 2 : 1),
-                           TpSplit::kReplicated, {T, h});
+                           Mr * h * e + Tr * k * 4 + Tr * h * e * (moe.shared_experts > 0 ? 2 : 1),
+                           TpSplit::kReplicated, {Tr, h});
   const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / x.t;  // shared width per rank
   Op shared_fc1 = gemm("moe.shared_fc1", T, gate * fs, h, e, TpSplit::kColumn);
   Op shared_act = unfused(memory_op("moe.shared_act", OpClass::kElementwise,
@@ -683,20 +699,38 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   Op shared_fc2 = gemm("moe.shared_fc2", T, h, fs, e, TpSplit::kRow);
   const bool shared = moe.shared_experts > 0;
   // The all-to-alls of expert parallelism (GShard; Megatron's MoEAlltoAllTokenDispatcher): each
-  // rank's M rows of h out and as many back, in the ep group.
+  // rank's Mr rows of h out and as many back, in the ep group.
   auto expert_exchange = [&](std::string name) {
-    Op op = comm_op(std::move(name), CollectiveKind::kAllToAll, M * h * e);
+    Op op = comm_op(std::move(name), CollectiveKind::kAllToAll, Mr * h * e);
     op.group = CommGroup::kExpert;
+    return op;
+  };
+  // The dispatcher's tensor-parallel gather and reduce-scatter of `rows` rows (output size, as
+  // the sequence-parallel collectives count).
+  auto tp_exchange = [&](std::string name, CollectiveKind kind, int64_t rows) {
+    Op op = comm_op(std::move(name), kind, rows * h * e);
+    op.no_tp_overlap = true;
     return op;
   };
   const bool exchange = x.ep > 1;
   const Op dispatch = expert_exchange("moe.dispatch");
   const Op combine = expert_exchange("moe.combine");
+  const Op gather = tp_exchange("moe.all_gather", CollectiveKind::kAllGather, M);
+  const Op scatter = tp_exchange("moe.reduce_scatter", CollectiveKind::kReduceScatter, M);
+  const Op shared_gather = tp_exchange("moe.shared_all_gather", CollectiveKind::kAllGather, T);
+  const Op shared_scatter =
+      tp_exchange("moe.shared_reduce_scatter", CollectiveKind::kReduceScatter, T);
   fw.insert(fw.end(), {router, route, permute});
   if (exchange) fw.push_back(dispatch);
+  if (over_tp) fw.push_back(gather);
   fw.insert(fw.end(), {fc1, act, fc2});
+  if (over_tp) fw.push_back(scatter);
   if (exchange) fw.push_back(combine);
-  if (shared) fw.insert(fw.end(), {shared_fc1, shared_act, shared_fc2});
+  if (shared) {
+    if (over_tp) fw.push_back(shared_gather);
+    fw.insert(fw.end(), {shared_fc1, shared_act, shared_fc2});
+    if (over_tp) fw.push_back(shared_scatter);
+  }
   fw.push_back(unpermute);
 
   auto act_backward = [&](const Op& a) {
@@ -712,14 +746,26 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
     op.kernel_flops = 2 * f.kernel_flops;
     return op;
   };
+  // Backward runs each tensor-parallel collective's conjugate (a gather's gradient is
+  // reduce-scattered, a reduce-scatter's gathered), named by what it does.
+  auto conjugate = [](const Op& c, const Op& as) {
+    Op op = as;
+    op.bytes = c.bytes;
+    return op;
+  };
   std::vector<Op>& bw = out.backward;
   bw.push_back(memory_backward(unpermute, 1.0));  // and the router weights' gradient
-  if (shared)
+  if (shared) {
+    if (over_tp) bw.push_back(conjugate(shared_scatter, shared_gather));
     bw.insert(bw.end(),
               {gemm_backward(shared_fc2), act_backward(shared_act), gemm_backward(shared_fc1)});
+    if (over_tp) bw.push_back(conjugate(shared_gather, shared_scatter));
+  }
   // The outputs' gradients go back to the experts' ranks, the inputs' to the tokens' ranks.
   if (exchange) bw.push_back(combine);
+  if (over_tp) bw.push_back(conjugate(scatter, gather));
   bw.insert(bw.end(), {expert_backward(fc2), act_backward(act), expert_backward(fc1)});
+  if (over_tp) bw.push_back(conjugate(gather, scatter));
   if (exchange) bw.push_back(dispatch);
   bw.insert(bw.end(),
             {memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
@@ -734,11 +780,15 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   out.expert = local * expert_rank;
   out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
   out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
-  // Kept for backward: the router's probabilities and the permuted tokens (every tp rank routes
-  // every token), the experts' activation and second GEMM inputs (split over tp), and the
-  // experts' outputs the weighted sum's backward reads; the shared experts' as a dense MLP's.
+  // Routing its own tokens, a tp rank's router gradient is a partial sum (Megatron-LM marks the
+  // router weight sequence-parallel: all-reduced over tp with the norms).
+  out.sp_partial = over_tp ? h * E : 0;
+  // Kept for backward: the router's probabilities and the experts' input rows (every tp rank
+  // routes and holds them whole), the experts' activation and second GEMM inputs (split over
+  // tp), and the experts' outputs the weighted sum's backward reads; the shared experts' as a
+  // dense MLP's.
   const int64_t act_saved = passes.act_saved > 0 ? passes.act_saved : gate * e;
-  out.saved_replicated = T * E * 4 + M * h * e + M * h * e;
+  out.saved_replicated = Tr * E * 4 + M * h * e + Mr * h * e;
   // (Bytes of the whole layer's tensors: the caller takes a tp rank's share.)
   out.saved_split = M * f * (act_saved + e) + T * moe.shared_experts * f * (act_saved + e);
   return out;
@@ -772,6 +822,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   std::vector<Op> moe_forward;
   const std::optional<MoeMlp> moe =
       moe_layer ? std::optional<MoeMlp>(moe_mlp(m, x, passes, moe_forward)) : std::nullopt;
+  // A MoE block whose dispatcher runs over tp gathers and scatters its own rows.
+  const bool own_mlp_collectives = moe && dispatches_over_tp(x);
   const int64_t weight_elements =
       (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h) / x.t +
       (moe ? moe->weight_elements : (x.h * gate * x.f + x.f * x.h) / x.t);
@@ -809,7 +861,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   fw.push_back(mlp_norm);
   Op mlp_cast = autocast_cast("mlp.cast", Tn * x.h, e, x.norm_split());
   if (x.autocast) fw.push_back(mlp_cast);
-  add_sp_gather(fw, x, "mlp");
+  if (!own_mlp_collectives) add_sp_gather(fw, x, "mlp");
   Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
   Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
                              TpSplit::kColumn, {T, gate * ffn}),
@@ -820,7 +872,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   } else {
     fw.insert(fw.end(), {fc1, act, fc2});
   }
-  add_tp_reduce(fw, x, "mlp");
+  if (!own_mlp_collectives) add_tp_reduce(fw, x, "mlp");
   Op mlp_res =
       unfused(memory_op("mlp.residual", OpClass::kElementwise,
                         Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
@@ -839,7 +891,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   };
   // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
   // once the branch's norm has given its gradient back, as the executor runs it.
-  add_sp_gather(bw, x, "mlp");
+  if (!own_mlp_collectives) add_sp_gather(bw, x, "mlp");
   if (moe) {
     bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
   } else {
@@ -853,7 +905,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     }
     bw.push_back(gemm_backward(fc1));
   }
-  add_tp_reduce(bw, x, "mlp");
+  if (!own_mlp_collectives) add_tp_reduce(bw, x, "mlp");
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
   bw.push_back(norm_backward(mlp_norm));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
@@ -887,7 +939,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     layer.routed_expert_params_total = moe->routed_total;
     layer.expert_params = moe->expert;
   }
-  if (x.sp) layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h;
+  if (x.sp)
+    layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h + (moe ? moe->sp_partial : 0);
 
   // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
   // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA,

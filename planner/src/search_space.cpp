@@ -519,12 +519,13 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                             spec::Plan shape;
                             shape.dp = dp;
                             shape.tp = tp;
+                            shape.sequence_parallel = sp;
                             shape.zero = zero;
                             shape.ep = ep;
                             shape.offload.optimizer =
                                 off >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
                             if (!spec::expert_parallel_problem(shape).empty()) {
-                              reject("ep with tp, ZeRO-3 or offload");
+                              reject("ep with tp but no sp, ZeRO-3 or offload");
                               continue;
                             }
                           }

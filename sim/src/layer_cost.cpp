@@ -46,14 +46,15 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].group == models::CommGroup::kLayer &&
-                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
+                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter &&
+                                !ops[i + 1].no_tp_overlap;
       if (op.is_comm()) {
         if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
           // A ring attention step: the transfer beside the attention of the block in hand.
           t += overlapped_wall(ps_to_seconds(compute.op_time(ops[i + 1], phase)), op_comm(op));
           ++i;
         } else if (overlapped && op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
-                   op.group == models::CommGroup::kLayer) {
+                   op.group == models::CommGroup::kLayer && !op.no_tp_overlap) {
           const int64_t first = op.bytes / tp_overlap_chunks(op.collective, plan.tp);
           const double gemm = ps_to_seconds(compute.op_time(ops[i + 1], phase));
           t += comm(op.collective, first) +

@@ -443,13 +443,15 @@ class StageBuilder {
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].group == models::CommGroup::kLayer &&
-                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter;
+                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter &&
+                                !ops[i + 1].no_tp_overlap;
       if (op.is_comm()) {
         if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
           ring_step(layer, op, ops[i + 1], phase, mb);
           ++i;
         } else if (op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
-                   op.group == models::CommGroup::kLayer && tp_overlapped(layer, phase)) {
+                   op.group == models::CommGroup::kLayer && !op.no_tp_overlap &&
+                   tp_overlapped(layer, phase)) {
           gathered_gemm(layer, op, ops[i + 1], phase, mb);
           ++i;
         } else {

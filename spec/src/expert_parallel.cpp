@@ -13,10 +13,10 @@ std::string expert_parallel_problem(const Plan& plan) {
         "must divide dp ({}): the ranks splitting the experts are data-parallel ranks "
         "(Megatron-LM's expert-model-parallel group is carved out of dp)",
         plan.dp);
-  if (plan.tp > 1)
+  if (plan.tp > 1 && !plan.sequence_parallel)
     return fmt::format(
-        "runs with tp 1 (tp is {}): the token dispatch of experts split over tp and ep is not "
-        "modelled",
+        "needs sequence parallelism with tp {} (Megatron-LM: each tp rank routes its own tokens "
+        "and gathers the routed rows over tp)",
         plan.tp);
   if (plan.zero >= 3)
     return "runs with zero <= 2: ZeRO-3 parameter gathers over the expert-data-parallel group "

@@ -154,6 +154,54 @@ TEST(MoeLowering, ExpertParallelRanksHoldTheirExpertsAndExchangeTheTokenCopies) 
   EXPECT_EQ(whole.layers[2].expert_params, 8 * 6144);
 }
 
+TEST(MoeLowering, OverTensorParallelismEachRankRoutesItsOwnTokens) {
+  // tp 2 with sequence parallelism, ep 2 (Megatron-LM's all-to-all dispatcher): each tp rank
+  // routes its 16 of the 32 tokens, exchanges their 32 copies over ep (32 x 64 x 2 = 4096 B),
+  // all-gathers the 64 rows of both tp ranks (8192 B) for its 4 experts' column-parallel halves
+  // (16 rows each, 2 x 16 columns for SwiGLU), reduce-scatters their output back and returns
+  // its rows; the shared expert gathers and scatters the 32 tokens itself (4096 B).
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kBf16;
+  o.tp = 2;
+  o.sequence_parallel = true;
+  o.ep = 2;
+  const LoweredModel m = lower(test::small_moe(0), o);
+  const Layer& moe = m.layers[2];
+  EXPECT_EQ(names_from(moe.forward, "mlp.norm"),
+            (std::vector<std::string>{"mlp.norm", "moe.router", "moe.route", "moe.permute",
+                                      "moe.dispatch", "moe.all_gather", "moe.fc1", "moe.act",
+                                      "moe.fc2", "moe.reduce_scatter", "moe.combine",
+                                      "moe.shared_all_gather", "moe.shared_fc1", "moe.shared_act",
+                                      "moe.shared_fc2", "moe.shared_reduce_scatter",
+                                      "moe.unpermute", "mlp.residual"}));
+  EXPECT_DOUBLE_EQ(find_op(moe.forward, "moe.router")->flops, 2.0 * 16 * 8 * 64);
+  EXPECT_EQ(find_op(moe.forward, "moe.dispatch")->bytes, 4096);
+  const Op* gather = find_op(moe.forward, "moe.all_gather");
+  EXPECT_EQ(gather->bytes, 8192);
+  EXPECT_EQ(gather->collective, spec::CollectiveKind::kAllGather);
+  EXPECT_EQ(gather->group, CommGroup::kLayer);
+  EXPECT_TRUE(gather->no_tp_overlap);  // beside a grouped GEMM, which TE does not overlap
+  EXPECT_EQ(find_op(moe.forward, "moe.reduce_scatter")->bytes, 8192);
+  EXPECT_EQ(find_op(moe.forward, "moe.shared_all_gather")->bytes, 4096);
+  const Op* fc1 = find_op(moe.forward, "moe.fc1");
+  EXPECT_EQ(fc1->matmuls, (std::vector<MatmulShape>{{4, 16, 32, 64}}));
+  EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * 32 * 64);
+  // Backward: each collective's conjugate where its forward was.
+  EXPECT_EQ(names_from(moe.backward, "moe.unpermute"),
+            (std::vector<std::string>{
+                "moe.unpermute", "moe.shared_all_gather", "moe.shared_fc2", "moe.shared_act",
+                "moe.shared_fc1", "moe.shared_reduce_scatter", "moe.combine", "moe.all_gather",
+                "moe.fc2", "moe.act", "moe.fc1", "moe.reduce_scatter", "moe.dispatch",
+                "moe.permute", "moe.route", "moe.router", "mlp.norm", "mlp.residual",
+                "attn.all_gather", "attn.proj", "attn.context", "attn.softmax", "attn.scores",
+                "attn.rope", "attn.qkv", "attn.reduce_scatter", "attn.norm", "attn.residual"}));
+  // The router's gradient from half the tokens is a partial sum over tp, as the two RMSNorm
+  // weights' are: 64 + 64 + 64 x 8.
+  EXPECT_EQ(moe.sp_partial_params, 64 + 64 + 512);
+  EXPECT_EQ(m.layers[1].sp_partial_params, 64 + 64);
+}
+
 TEST(MoeLowering, ExpertParallelismNeedsAMixtureWhoseExpertsItDivides) {
   EXPECT_THROW(lower_moe_ep(3), InputError);  // 8 experts over 3 ranks
   LoweringOptions o;

@@ -771,7 +771,13 @@ TEST(Planner, ExpertParallelismIsProposedForAMixtureOfExperts) {
   across.dp = 8;
   across.cp = 2;
   across.cp_algorithm = spec::ContextAlgorithm::kAllGather;
-  for (const spec::Plan& p : {inside, across}) {
+  // tp 2 with sequence parallelism: the dispatcher over tp, ep 4 of dp 8.
+  spec::Plan over_tp = inside;
+  over_tp.dp = 8;
+  over_tp.tp = 2;
+  over_tp.ep = 4;
+  over_tp.sequence_parallel = true;
+  for (const spec::Plan& p : {inside, across, over_tp}) {
     const double engine = sim::simulate(r.model, r.cluster, p, {}).report.step_time_s;
     EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(p).step_time_s, engine, 0.02 * engine)
         << p.name();

@@ -60,10 +60,13 @@ TEST(ExpertParallel, TheRulesNameTheFieldAndTheReason) {
   // Each rank holds experts/ep of them whole: 8 experts do not split over 16 ranks.
   EXPECT_INPUT_ERROR(validate_plan(ep_plan(16, 16), m, 16, "p"),
                      "must divide the model's 8 routed experts");
-  // Not beside tensor parallelism, ZeRO-3, offload or compression (yet).
+  // With tensor parallelism each tp rank routes its own tokens: sequence parallelism.
   Plan tp = ep_plan(4, 4);
   tp.tp = 2;
-  EXPECT_INPUT_ERROR(validate_plan(tp, m, 8, "p"), "runs with tp 1 (tp is 2)");
+  EXPECT_INPUT_ERROR(validate_plan(tp, m, 8, "p"), "needs sequence parallelism with tp 2");
+  tp.sequence_parallel = true;
+  EXPECT_NO_THROW(validate_plan(tp, m, 8, "p"));
+  // Not beside ZeRO-3, offload or compression (yet).
   Plan z3 = ep_plan(4, 4);
   z3.zero = 3;
   EXPECT_INPUT_ERROR(validate_plan(z3, m, 4, "p"), "runs with zero <= 2");

@@ -69,6 +69,9 @@ struct Op {
   // A ring attention step's transfer (context parallelism): it runs beside the compute op after
   // it, which does not wait for it; the op after that one does.
   bool beside_next = false;
+  // A tensor-parallel collective next to the experts' grouped GEMMs (expert parallelism over tp):
+  // Transformer Engine's GEMM/communication overlap does not cover it.
+  bool no_tp_overlap = false;
   bool is_comm() const { return spec::is_communication(op_class); }
   // What selective recompute re-runs (Korthikanti et al. 2022): the attention core, with the
   // context-parallel transfers that feed it.

@@ -19,9 +19,9 @@
 namespace sextant::spec {
 
 // What is wrong with the plan's expert parallelism on its own (without a model), or "" when
-// nothing is: ep must divide dp (the ep ranks are data-parallel ranks); it does not (yet) combine
-// with tensor parallelism (Megatron's tp x ep token dispatcher gathers the routed tokens over
-// tp, which the lowering does not model), ZeRO-3, offload or gradient compression.
+// nothing is: ep must divide dp (the ep ranks are data-parallel ranks); with tp > 1 it needs
+// sequence parallelism (Megatron-LM's rule: each tp rank routes its own tokens); it does not
+// (yet) combine with ZeRO-3, offload or gradient compression.
 std::string expert_parallel_problem(const Plan& plan);
 
 // What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be
