@@ -169,11 +169,11 @@ class CnnStage : public StageModel {
                       float std_dev, std::function<int64_t(int64_t)> global, bool replicated) {
       specs.push_back({name, layer, std::move(shape),
                        [=](int64_t i) { return std_dev * init_normal(seed, name, global(i)); },
-                       true, replicated, false});
+                       true, replicated, false, false});
     };
     auto constant = [&](const std::string& name, int32_t layer, int64_t n, float value,
                         bool replicated) {
-      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, replicated, false});
+      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, replicated, false, false});
     };
     const int64_t tp = ctx.groups->tp_size, rank = ctx.groups->tp_rank;
     auto same = [](int64_t i) { return i; };

@@ -13,6 +13,8 @@
 #include <map>
 
 #include "activation_comm.hpp"
+#include "activations.hpp"
+#include "moe_layer.hpp"
 #include "sextant/exec/cp_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
 #include "stage_model.hpp"
@@ -47,6 +49,7 @@ struct BlockCache {
   Tensor x;  // input (kept under every recompute mode)
   Tensor ln1, ln1_mean, ln1_rstd, a_in, qkv, att, o, x1, ln2, ln2_mean, ln2_rstd, m_in, f1, g;
   Tensor qkv_heads;  // Ulysses: the whole sequences' q, k, v of this rank's heads
+  MoeCache moe;      // a mixture-of-experts block's MLP
 };
 
 struct HeadCache {
@@ -98,6 +101,7 @@ class GptStage : public StageModel {
     recompute_ = models::layer_recompute(plan, *ctx.lowered);
     has_embedding_ = chunks_.front().first == 0;
     has_head_ = chunks_.back().second == head_layer_ + 1;
+    if (m_.moe) moe_ = std::make_unique<MoeLayer>(ctx, m_);
     build_params();
   }
 
@@ -334,6 +338,10 @@ class GptStage : public StageModel {
         add(b + ".ln2.gamma", layer, {h}, constant(1), false, true);
         if (layernorm()) add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
         const int64_t g = gate_;
+        if (moe_layer(layer)) {
+          moe_params(b, layer, proj_std, specs);
+          continue;
+        }
         add(b + ".mlp.fc1.weight", layer, {h, g * f / t},
             normal(b + ".mlp.fc1.weight", kInitStd,
                    [=](int64_t i) {
@@ -360,8 +368,22 @@ class GptStage : public StageModel {
       p.proj_w = &store_->get(b + ".attn.proj.weight");
       p.ln2_g = &store_->get(b + ".ln2.gamma");
       if (layernorm()) p.ln2_b = &store_->get(b + ".ln2.beta");
-      p.fc1_w = &store_->get(b + ".mlp.fc1.weight");
-      p.fc2_w = &store_->get(b + ".mlp.fc2.weight");
+      if (moe_layer(layer)) {
+        MoeWeights& w = moe_weights_[layer];
+        w.router = &store_->get(b + ".moe.router.weight");
+        for (int64_t e = 0; e < moe_->local_experts(); ++e) {
+          const std::string x = fmt::format("{}.moe.expert{}", b, moe_->first_expert() + e);
+          w.fc1.push_back(&store_->get(x + ".fc1.weight"));
+          w.fc2.push_back(&store_->get(x + ".fc2.weight"));
+        }
+        if (m_.moe->shared_experts > 0) {
+          w.shared_fc1 = &store_->get(b + ".moe.shared.fc1.weight");
+          w.shared_fc2 = &store_->get(b + ".moe.shared.fc2.weight");
+        }
+      } else {
+        p.fc1_w = &store_->get(b + ".mlp.fc1.weight");
+        p.fc2_w = &store_->get(b + ".mlp.fc2.weight");
+      }
       if (m_.bias) {
         p.qkv_b = &store_->get(b + ".attn.qkv.bias");
         p.proj_b = &store_->get(b + ".attn.proj.bias");
@@ -385,6 +407,41 @@ class GptStage : public StageModel {
   }
 
   BlockParams& block(int32_t layer) { return blocks_.at(layer); }
+
+  // Whether lowered layer `layer` is a block with a mixture-of-experts MLP (the first
+  // dense_layers blocks keep the dense one).
+  bool moe_layer(int32_t layer) const {
+    return m_.moe && layer > 0 && layer < head_layer_ && layer - 1 >= m_.moe->dense_layers;
+  }
+
+  // A MoE block's parameters on this rank (tp 1: spec/expert_parallel.hpp and the executor's
+  // check): the router, this rank's routed experts under their global index (every layout draws
+  // expert e alike), the shared experts as one MLP. Routed experts are Param::expert under ep.
+  void moe_params(const std::string& b, int32_t layer, float proj_std,
+                  std::vector<ParamSpec>& specs) {
+    const uint64_t seed = o_.seed;
+    const int64_t h = h_, f = m_.moe->expert_ffn_hidden, g = gate_, E = m_.moe->experts;
+    auto weight = [&](std::string name, std::vector<int64_t> shape, float std_dev, bool expert) {
+      ParamSpec s;
+      s.name = std::move(name);
+      s.layer = layer;
+      s.shape = std::move(shape);
+      s.init = [seed, n = s.name, std_dev](int64_t i) { return std_dev * init_normal(seed, n, i); };
+      s.expert = expert;
+      specs.push_back(std::move(s));
+    };
+    weight(b + ".moe.router.weight", {h, E}, kInitStd, false);
+    const bool split = ctx_.plan->ep > 1;
+    for (int64_t e = 0; e < moe_->local_experts(); ++e) {
+      const std::string x = fmt::format("{}.moe.expert{}", b, moe_->first_expert() + e);
+      weight(x + ".fc1.weight", {h, g * f}, kInitStd, split);
+      weight(x + ".fc2.weight", {f, h}, proj_std, split);
+    }
+    if (const int64_t fs = m_.moe->shared_experts * f; fs > 0) {
+      weight(b + ".moe.shared.fc1.weight", {h, g * fs}, kInitStd, false);
+      weight(b + ".moe.shared.fc2.weight", {fs, h}, proj_std, false);
+    }
+  }
 
   // --- Embedding -------------------------------------------------------------------------------
 
@@ -473,6 +530,10 @@ class GptStage : public StageModel {
       norm(c.x1, *p.ln2_g, p.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
     c.m_in = gather(c.ln2, "mlp", phase, layer, mb);
+    if (moe_layer(layer)) {
+      Tensor out = moe_->forward(moe_weights_.at(layer), c.m_in, layer, phase, mb, c.moe);
+      return mlp_residual(c, p, reduce_out(out, "mlp", phase, layer, mb), layer, phase, mb);
+    }
     c.f1 = act({rows_, gate_ * f_local_});
     {
       auto s = rec(ctx_.op("mlp.fc1", layer, phase, mb));
@@ -488,13 +549,16 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("mlp.fc2", layer, phase, mb));
       be.matmul(c.g, p.fc2_w->compute, nullptr, f2);
     }
-    Tensor m = reduce_out(f2, "mlp", phase, layer, mb);
+    return mlp_residual(c, p, reduce_out(f2, "mlp", phase, layer, mb), layer, phase, mb);
+  }
+
+  // y = x1 + m (+ the MLP's output bias).
+  Tensor mlp_residual(BlockCache& c, BlockParams& p, Tensor m, int32_t layer, Phase phase,
+                      int64_t mb) {
     Tensor y = act({local_rows_, h_});
-    {
-      auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
-      if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->compute);
-      be.add(c.x1, m, y);
-    }
+    auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
+    if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->compute);
+    backend().add(c.x1, m, y);
     return y;
   }
 
@@ -505,18 +569,21 @@ class GptStage : public StageModel {
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
     Tensor dm = reduce_out_backward(dy, "mlp", layer, mb);
-    Tensor dg = act({rows_, f_local_});
-    {
-      auto s = rec(ctx_.op("mlp.fc2", layer, B, mb));
-      be.matmul_backward(c.g, p.fc2_w->compute, dm, &dg, p.fc2_w->grad, nullptr);
-    }
-    Tensor df1 = act({rows_, gate_ * f_local_});
-    {
-      auto s = rec(ctx_.op("mlp.act", layer, B, mb));
-      activation_backward(c.f1, dg, df1);
-    }
-    Tensor dm_in = act({rows_, h_});
-    {
+    Tensor dm_in;
+    if (moe_layer(layer)) {
+      dm_in = moe_->backward(moe_weights_.at(layer), dm, layer, mb, c.moe);
+    } else {
+      Tensor dg = act({rows_, f_local_});
+      {
+        auto s = rec(ctx_.op("mlp.fc2", layer, B, mb));
+        be.matmul_backward(c.g, p.fc2_w->compute, dm, &dg, p.fc2_w->grad, nullptr);
+      }
+      Tensor df1 = act({rows_, gate_ * f_local_});
+      {
+        auto s = rec(ctx_.op("mlp.act", layer, B, mb));
+        activation_backward(c.f1, dg, df1);
+      }
+      dm_in = act({rows_, h_});
       auto s = rec(ctx_.op("mlp.fc1", layer, B, mb));
       be.matmul_backward(c.m_in, p.fc1_w->compute, df1, &dm_in, p.fc1_w->grad,
                          p.fc1_b ? &p.fc1_b->grad : nullptr);
@@ -604,33 +671,9 @@ class GptStage : public StageModel {
     return probs;
   }
 
-  void activation(const Tensor& x, Tensor& y) {
-    switch (m_.activation) {
-      case spec::Activation::kGelu:
-      case spec::Activation::kGeluNew:  // the same function in one kernel (model_spec.hpp)
-        backend().gelu(x, y);
-        break;
-      case spec::Activation::kRelu:
-        backend().relu(x, y);
-        break;
-      case spec::Activation::kSwiglu:
-        backend().swiglu(x, y);
-        break;
-    }
-  }
+  void activation(const Tensor& x, Tensor& y) { exec::activation(backend(), m_.activation, x, y); }
   void activation_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-    switch (m_.activation) {
-      case spec::Activation::kGelu:
-      case spec::Activation::kGeluNew:
-        backend().gelu_backward(x, dy, dx);
-        break;
-      case spec::Activation::kRelu:
-        backend().relu_backward(x, dy, dx);
-        break;
-      case spec::Activation::kSwiglu:
-        backend().swiglu_backward(x, dy, dx);
-        break;
-    }
+    exec::activation_backward(backend(), m_.activation, x, dy, dx);
   }
 
   bool layernorm() const { return m_.norm == spec::Norm::kLayerNorm; }
@@ -750,7 +793,9 @@ class GptStage : public StageModel {
   std::vector<spec::Recompute> recompute_;           // by lowered layer (models::layer_recompute)
   bool has_embedding_ = false, has_head_ = false;
   std::unique_ptr<ParamStore> store_;
-  std::map<int32_t, BlockParams> blocks_;  // by layer
+  std::map<int32_t, BlockParams> blocks_;      // by layer
+  std::unique_ptr<MoeLayer> moe_;              // a mixture of experts' MLP
+  std::map<int32_t, MoeWeights> moe_weights_;  // by MoE layer
   Param* table_ = nullptr;
   Param* position_table_ = nullptr;
   Param* head_g_ = nullptr;

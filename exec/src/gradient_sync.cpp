@@ -21,13 +21,21 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
   ParamStore& store = stage_.params();
-  auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e) {
-    return Span{layer, b, e, (e - b + dp_ - 1) / dp_};
+  replicas_ = {ctx.groups->replicas, ctx.groups->replica_size, ctx.groups->replica_rank};
+  experts_ = ctx.groups->expert_replicas != nullptr
+                 ? Group{ctx.groups->expert_replicas, ctx.groups->expert_replica_size,
+                         ctx.groups->expert_replica_rank}
+                 : replicas_;
+  expert_begin_ = store.total();
+  for (const Param& p : store.params())
+    if (p.expert) expert_begin_ = std::min(expert_begin_, p.offset);
+  auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e, const Group& g) {
+    return Span{layer, b, e, (e - b + g.size - 1) / g.size, &g};
   };
   int64_t largest = 0;
   for (int32_t layer : store.layers()) {
     auto [b, e] = store.layer_range(layer);
-    layers_.push_back(span_of(layer, b, e));
+    layers_.push_back(span_of(layer, b, e, replicas_));
     largest = std::max(largest, layers_.back().shard * dp_);
   }
   // The buckets the simulator prices, mapped onto this stage's flat buffers (4-byte gradients).
@@ -38,7 +46,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     b.after_tied_sum = gb.after_tied_sum;
     int64_t lo = INT64_MAX, hi = 0, n = 0;
     for (size_t l : gb.layers) {
-      auto [lb, le] = store.layer_range(static_cast<int32_t>(l));
+      auto [lb, le] = store.layer_range(static_cast<int32_t>(l), gb.experts);
       if (gb.after_tied_sum) tied_layers_.push_back(static_cast<int32_t>(l));
       if (lb == le) continue;
       b.layers.push_back(static_cast<int32_t>(l));
@@ -52,13 +60,17 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     SEXTANT_CHECK(n == gb.params && hi - lo == n,
                   "gradient bucket of {} layers: {} parameters in [{}, {}), the lowering counts {}",
                   b.layers.size(), n, lo, hi, gb.params);
-    b.span = span_of(std::nullopt, lo, hi);
+    const Group& group = gb.experts ? experts_ : replicas_;
+    b.span = span_of(std::nullopt, lo, hi, group);
     b.index = static_cast<int32_t>(buckets_.size());
-    largest = std::max(largest, b.span.shard * dp_);
+    largest = std::max(largest, b.span.shard * group.size);
     if (dp_ > 1 && zero_ < 3) buckets_.push_back(std::move(b));
   }
   padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
-  shard_ = ctx_.backend->zeros({std::max<int64_t>(largest / std::max<int64_t>(dp_, 1) + 1, 1)});
+  int64_t largest_shard = 1;
+  for (const Span& l : layers_) largest_shard = std::max(largest_shard, l.shard);
+  for (const Bucket& b : buckets_) largest_shard = std::max(largest_shard, b.span.shard);
+  shard_ = ctx_.backend->zeros({largest_shard + 1});
   if (zero_ == 0 || dp_ == 1) {
     owned_.push_back({0, store.total()});
   } else {
@@ -86,8 +98,17 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
 }
 
 std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
-  const int64_t b = std::min(s.end, s.begin + ctx_.groups->replica_rank * s.shard);
+  const int64_t b = std::min(s.end, s.begin + s.group->rank * s.shard);
   return {b, std::min(s.end, b + s.shard)};
+}
+
+std::vector<std::pair<int64_t, int64_t>> GradientSync::norm_ranges() const {
+  if (zero_ >= 1) return owned_;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (replicas_.rank == 0 && expert_begin_ > 0) out.push_back({0, expert_begin_});
+  const int64_t total = stage_.params().total();
+  if (experts_.rank == 0 && expert_begin_ < total) out.push_back({expert_begin_, total});
+  return out;
 }
 
 const GradientSync::Span* GradientSync::layer_span(int32_t layer) const {
@@ -112,11 +133,11 @@ void GradientSync::begin_step(int64_t step) {
   }
 }
 
-void GradientSync::all_reduce_range(int64_t begin, int64_t end, Phase phase) {
-  auto s =
-      ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                     (end - begin) * 4, dp_, phase, std::nullopt, std::nullopt));
-  ctx_.groups->replicas->all_reduce(stage_.params().grads().data() + begin, end - begin);
+void GradientSync::all_reduce_range(const Span& span, Phase phase) {
+  auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                          (span.end - span.begin) * 4, span.group->size, phase,
+                                          std::nullopt, std::nullopt));
+  span.group->comm->all_reduce(stage_.params().grads().data() + span.begin, span.end - span.begin);
 }
 
 namespace {
@@ -140,10 +161,10 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
   }
   {
     // Bytes of the parameters gathered (the padding of the last block is not counted).
-    auto sc = ctx_.recorder->scope(
-        ctx_.comm(zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather,
-                  Stream::kDpComm, (s.end - s.begin) * 4, dp_, phase, s.layer, std::nullopt));
-    ctx_.groups->replicas->all_gather(block.data(), padded_.data(), s.shard);
+    auto sc = ctx_.recorder->scope(ctx_.comm(
+        zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather, Stream::kDpComm,
+        (s.end - s.begin) * 4, s.group->size, phase, s.layer, std::nullopt));
+    s.group->comm->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
   be.copy(slice_of(padded_, 0, s.end - s.begin), dst);
@@ -153,16 +174,16 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
 void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumulate) {
   Backend& be = *ctx_.backend;
   Tensor& grads = stage_.params().grads();
-  Tensor padded = slice_of(padded_, 0, s.shard * dp_);
+  Tensor padded = slice_of(padded_, 0, s.shard * s.group->size);
   be.fill(padded, 0.0f);
   Tensor head = slice_of(padded_, 0, s.end - s.begin);
   be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
   {
-    auto sc = ctx_.recorder->scope(
-        ctx_.comm(zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
-                  Stream::kDpComm, (s.end - s.begin) * 4, dp_, Phase::kBwd, s.layer, std::nullopt));
-    ctx_.groups->replicas->reduce_scatter(padded_.data(), block.data(), s.shard);
+    auto sc = ctx_.recorder->scope(ctx_.comm(
+        zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
+        Stream::kDpComm, (s.end - s.begin) * 4, s.group->size, Phase::kBwd, s.layer, std::nullopt));
+    s.group->comm->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const auto [mine_begin, mine_end] = mine(s);
   if (mine_end > mine_begin) {
@@ -246,6 +267,8 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
 
 void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
   b.reduced = true;
+  // Experts no other rank holds: nothing to sum (the simulator prices none either).
+  if (b.span.group->size == 1) return;
   if (compression_.any()) {
     compressed_reduce(b);
   } else if (zero_ >= 1) {
@@ -253,14 +276,14 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
     reduce_scatter_span(b.span, stage_.params().grads(), false);
   } else if (during_backward) {
     // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
-    auto s = ctx_.recorder->scope(
-        ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                  (b.span.end - b.span.begin) * 4, dp_, Phase::kBwd, std::nullopt, std::nullopt),
-        true);
-    b.request = ctx_.groups->replicas->all_reduce_async(
-        stage_.params().grads().data() + b.span.begin, b.span.end - b.span.begin);
+    auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+                                            (b.span.end - b.span.begin) * 4, b.span.group->size,
+                                            Phase::kBwd, std::nullopt, std::nullopt),
+                                  true);
+    b.request = b.span.group->comm->all_reduce_async(stage_.params().grads().data() + b.span.begin,
+                                                     b.span.end - b.span.begin);
   } else {
-    all_reduce_range(b.span.begin, b.span.end, Phase::kBwd);
+    all_reduce_range(b.span, Phase::kBwd);
   }
 }
 
@@ -341,7 +364,8 @@ void GradientSync::finish_backward() {
 
 void GradientSync::after_update() {
   if (dp_ == 1 || zero_ == 0 || zero_ == 3) return;  // ZeRO-3 gathers on use
-  for (const Bucket& b : buckets_) gather_span(b.span, Phase::kOpt);
+  for (const Bucket& b : buckets_)
+    if (b.span.group->size > 1) gather_span(b.span, Phase::kOpt);
 }
 
 }  // namespace sextant::exec

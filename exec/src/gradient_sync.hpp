@@ -11,7 +11,8 @@
 //
 // Sharding: a bucket's (ZeRO-1/2) or a layer's (ZeRO-3) slice of the flat parameter buffer is
 // padded to a multiple of dp and split into dp equal blocks; block i belongs to data-parallel
-// rank i.
+// rank i. Under expert parallelism the routed experts' buckets are summed and sharded the same
+// way over the ranks holding those experts (the expert replicas) instead.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,10 @@ class GradientSync : public LayerHooks {
   void finish_backward();
   // [begin, end) ranges of the flat buffers whose update this rank performs.
   const std::vector<std::pair<int64_t, int64_t>>& owned() const { return owned_; }
+  // The ranges whose gradients this rank adds to the global gradient norm, so that the world's
+  // sum counts every parameter once: its owned shards under ZeRO; under DDP the first replica's
+  // parameters, and each expert's on the first of the ranks holding it.
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges() const;
   // After the optimizer updated the owned ranges: ZeRO-1/2 gather the parameters.
   void after_update();
   // The error-feedback residual of a compressed exchange (training state a checkpoint keeps), or
@@ -47,12 +52,18 @@ class GradientSync : public LayerHooks {
   Tensor& residual() { return residual_; }
 
  private:
-  // A slice of the flat buffers sharded over the data-parallel group: one layer (ZeRO-3) or one
-  // bucket (ZeRO-1/2).
+  // The ranks a slice's gradients are summed (and sharded) over.
+  struct Group {
+    Communicator* comm = nullptr;
+    int64_t size = 1, rank = 0;
+  };
+  // A slice of the flat buffers sharded over the data-parallel group (or the expert replicas):
+  // one layer (ZeRO-3) or one bucket (ZeRO-1/2).
   struct Span {
     std::optional<int64_t> layer;  // the layer, for the trace (buckets have none)
     int64_t begin = 0, end = 0;    // flat range
     int64_t shard = 0;             // padded block size
+    const Group* group = nullptr;
   };
   struct Bucket {
     Span span;
@@ -71,7 +82,7 @@ class GradientSync : public LayerHooks {
   // (accumulate) or written there.
   void reduce_scatter_span(const Span& s, Tensor& into, bool accumulate);
   void gather_span(const Span& s, spec::Phase phase);
-  void all_reduce_range(int64_t begin, int64_t end, spec::Phase phase);
+  void all_reduce_range(const Span& span, spec::Phase phase);
   // The compressed exchange of a bucket: encode (with error feedback, of the gradients plus the
   // residual, which keeps what the encoding dropped), all-gather, and the sum of every rank's
   // decoded bucket in rank order.
@@ -87,6 +98,8 @@ class GradientSync : public LayerHooks {
   spec::Stack stack_;
   int64_t dp_;
   int zero_;
+  Group replicas_, experts_;          // the replicas; the expert replicas (the replicas without ep)
+  int64_t expert_begin_ = 0;          // where the routed experts' parameters start (Param::expert)
   std::vector<Span> layers_;          // per layer with parameters, in store order
   std::vector<int32_t> tied_layers_;  // layers holding a tied table (summed across stages first)
   std::vector<Bucket> buckets_;

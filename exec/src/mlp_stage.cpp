@@ -37,12 +37,14 @@ class MlpStage : public StageModel {
                        [=](int64_t i) { return std_dev * init_normal(seed, name, i); },
                        true,
                        false,
+                       false,
                        false});
       if (m_.bias)
         specs.push_back({fmt::format("fc{}.bias", l),
                          l,
                          {out},
                          [](int64_t) { return 0.0f; },
+                         false,
                          false,
                          false,
                          false});
@@ -191,7 +193,21 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
       if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
         diag.add("/transformer/heads", std::to_string(t.heads),
                  "rotary embeddings need an even head dimension (hidden / heads)");
-      if (t.moe) diag.add("/transformer/moe", "", "mixture of experts is not executed");
+      // Mixtures of experts run dropless on CPU ranks in fp32 (exec/src/moe_layer.hpp), each
+      // expert whole on its rank.
+      if (t.moe) {
+        if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
+          diag.add("/transformer/moe", "", "mixtures of experts run on CPU ranks in fp32");
+        if (ctx.groups->tp_size > 1)
+          diag.add("/transformer/moe", "",
+                   fmt::format("the executor keeps each expert whole: run tp 1 (not {}), or "
+                               "split the experts with ep",
+                               ctx.groups->tp_size));
+        if (t.bias) diag.add("/transformer/bias", "true", "the executor's experts have no biases");
+        if (t.moe->capacity_factor > 0)
+          diag.add("/transformer/moe/capacity_factor", fmt::format("{:g}", t.moe->capacity_factor),
+                   "the executor routes dropless (capacity_factor 0)");
+      }
       // Padded to a multiple of tp; every rank must still hold a real token.
       const int64_t tp = ctx.groups->tp_size;
       if (t.vocab <= (tp - 1) * ((t.vocab + tp - 1) / tp))

@@ -113,6 +113,34 @@ void MpiCommunicator::all_to_all(const float* in, float* out, int64_t n) {
   MPI_CHECK(MPI_Alltoall(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
 }
 
+void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
+                                   const std::vector<int64_t>& recv) {
+  std::vector<int> send_counts, send_at, recv_counts, recv_at;
+  int64_t s = 0, r = 0;
+  for (int j = 0; j < size_; ++j) {
+    send_counts.push_back(count(send[static_cast<size_t>(j)]));
+    send_at.push_back(count(s));
+    s += send[static_cast<size_t>(j)];
+    recv_counts.push_back(count(recv[static_cast<size_t>(j)]));
+    recv_at.push_back(count(r));
+    r += recv[static_cast<size_t>(j)];
+  }
+  if (size_ == 1) {
+    std::copy(in, in + s, out);
+    return;
+  }
+  MPI_CHECK(MPI_Alltoallv(in, send_counts.data(), send_at.data(), MPI_FLOAT, out,
+                          recv_counts.data(), recv_at.data(), MPI_FLOAT, comm_));
+}
+
+void MpiCommunicator::all_to_all_host(const int64_t* in, int64_t* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_INT64_T, out, count(n), MPI_INT64_T, comm_));
+}
+
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size_ == 1) return;
   MPI_CHECK(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_));

@@ -1,6 +1,7 @@
 // Flat parameter storage and layout-independent initialisation.
 #include "sextant/exec/parameters.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -38,7 +39,9 @@ float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) : backend_(backend) {
+ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& given) : backend_(backend) {
+  std::vector<ParamSpec> specs = given;
+  std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return !s.expert; });
   int64_t total = 0;
   for (const ParamSpec& s : specs) {
     int64_t n = 1;
@@ -60,6 +63,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs) : 
     p.decay = s.decay;
     p.tp_replicated = s.tp_replicated;
     p.tied_copy = s.tied_copy;
+    p.expert = s.expert;
     int64_t n = 1;
     for (int64_t d : s.shape) n *= d;
     for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(offset + i)] = s.init(i);
@@ -86,10 +90,10 @@ Param& ParamStore::get(const std::string& name) {
   return params_.front();
 }
 
-std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer) const {
+std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer, bool experts) const {
   int64_t begin = -1, end = -1;
   for (const Param& p : params_) {
-    if (p.layer != layer) continue;
+    if (p.layer != layer || p.expert != experts) continue;
     if (begin < 0) begin = p.offset;
     end = p.offset + p.value.numel();
   }
@@ -100,7 +104,7 @@ std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer) const {
 std::vector<int32_t> ParamStore::layers() const {
   std::vector<int32_t> out;
   for (const Param& p : params_)
-    if (out.empty() || out.back() != p.layer) out.push_back(p.layer);
+    if (!p.expert && (out.empty() || out.back() != p.layer)) out.push_back(p.layer);
   return out;
 }
 

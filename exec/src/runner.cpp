@@ -65,6 +65,10 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   MPI_Comm spatial_comm =
       plan.spatial.any() ? split_group(world, rank, spatial_members) : MPI_COMM_NULL;
   MPI_Comm cp_comm = plan.cp > 1 ? split_group(world, rank, cp_members) : MPI_COMM_NULL;
+  const std::vector<int64_t> ep_members = layout.ep_group(rank);
+  const std::vector<int64_t> expert_members = layout.expert_replica_group(rank);
+  MPI_Comm ep_comm = plan.ep > 1 ? split_group(world, rank, ep_members) : MPI_COMM_NULL;
+  MPI_Comm expert_comm = plan.ep > 1 ? split_group(world, rank, expert_members) : MPI_COMM_NULL;
   world_ = make_communicator(kind, own, "world");
   tp_ = make_communicator(kind, tp_comm, "tp");
   replicas_ = make_communicator(kind, replica_comm, "dp");
@@ -75,6 +79,16 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   if (cp_comm != MPI_COMM_NULL) {
     cp_ = make_communicator(kind, cp_comm, "cp");
     groups_.cp = cp_.get();
+  }
+  if (ep_comm != MPI_COMM_NULL) {
+    ep_ = make_communicator(kind, ep_comm, "ep");
+    expert_replicas_ = make_communicator(kind, expert_comm, "expert_dp");
+    groups_.ep = ep_.get();
+    groups_.expert_replicas = expert_replicas_.get();
+    groups_.ep_rank = index_in(ep_members, rank);
+    groups_.ep_size = plan.ep;
+    groups_.expert_replica_rank = index_in(expert_members, rank);
+    groups_.expert_replica_size = static_cast<int64_t>(expert_members.size());
   }
   groups_.world = world_.get();
   groups_.tp = tp_.get();
@@ -232,6 +246,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.spatial = job.plan.spatial;  // a CNN rank's ops work on its block of each map
   lowering.cp = job.plan.cp;            // a context-parallel rank's, on its chunks of each sequence
   lowering.cp_algorithm = job.plan.cp_algorithm;
+  lowering.ep = job.plan.ep;  // a rank's experts, and their dispatch and combine
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);

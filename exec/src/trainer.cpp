@@ -250,9 +250,7 @@ class Trainer {
     log.step = step;
     // Global gradient norm over every parameter once (see StageModel::grad_square_sum).
     double squares = 0;
-    if (plan_.zero >= 1 || g.replica_rank == 0) {
-      for (auto [b, e] : sync_->owned()) squares += stage_->grad_square_sum(b, e);
-    }
+    for (auto [b, e] : sync_->norm_ranges()) squares += stage_->grad_square_sum(b, e);
     g.world->all_reduce(&squares, 1);
     log.grad_norm = std::sqrt(squares);
     const float scale = o_.clip > 0 && log.grad_norm > o_.clip

@@ -10,7 +10,8 @@
 # large models: 3 steps of 4 sequences of 1024 tokens, against a float64 reference, since PyTorch's
 # fp32 gradients over a 50257-entry vocabulary drift by more than the tolerance while Sextant's
 # agree with float64 to 1e-8: see gpt_reference.py). llama-tiny is the Llama-style decoder
-# (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny. A CNN (resnet-tiny:
+# (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny; moe-tiny its
+# mixture of experts (top-2 routing, a shared expert), checked the same way. A CNN (resnet-tiny:
 # convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only).
 set -euo pipefail
 sextant="$1"

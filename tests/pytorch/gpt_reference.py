@@ -90,6 +90,9 @@ def main():
     bias = t.get("bias", True)
     tied = t.get("tied_embeddings", False)
     g = 2 if swiglu else 1
+    # A mixture of experts (exec/src/moe_layer.hpp): top-k routing, the chosen logits' softmax as
+    # the weights, each expert a SwiGLU/GELU MLP of its own width, shared experts as one MLP.
+    moe = t.get("moe")
     seed = args.seed
     torch.set_num_threads(1)
 
@@ -136,12 +139,29 @@ def main():
             "qkv_b": linear_bias(h + 2 * kv * (h // a)),
             "proj_w": param(b + ".attn.proj.weight", (h, h), proj_std), "proj_b": linear_bias(h),
             "ln2_g": ones(h), "ln2_b": norm_beta(),
-            "fc1_w": param(b + ".mlp.fc1.weight", (h, g * f), 0.02), "fc1_b": linear_bias(g * f),
-            "fc2_w": param(b + ".mlp.fc2.weight", (f, h), proj_std), "fc2_b": linear_bias(h),
         }
+        if moe and i >= moe.get("dense_layers", 0):
+            fe = moe.get("expert_ffn_hidden", f)
+            fs = moe.get("shared_experts", 0) * fe
+            p_["router_w"] = param(b + ".moe.router.weight", (h, moe["experts"]), 0.02)
+            p_["experts"] = [(param(f"{b}.moe.expert{e}.fc1.weight", (h, g * fe), 0.02),
+                              param(f"{b}.moe.expert{e}.fc2.weight", (fe, h), proj_std))
+                             for e in range(moe["experts"])]
+            decay += [p_["router_w"]] + [w for pair in p_["experts"] for w in pair]
+            if fs > 0:
+                p_["shared"] = (param(b + ".moe.shared.fc1.weight", (h, g * fs), 0.02),
+                                param(b + ".moe.shared.fc2.weight", (fs, h), proj_std))
+                decay += list(p_["shared"])
+        else:
+            p_["fc1_w"] = param(b + ".mlp.fc1.weight", (h, g * f), 0.02)
+            p_["fc1_b"] = linear_bias(g * f)
+            p_["fc2_w"] = param(b + ".mlp.fc2.weight", (f, h), proj_std)
+            p_["fc2_b"] = linear_bias(h)
+            decay += [p_["fc1_w"], p_["fc2_w"]]
         blocks.append(p_)
-        decay += [p_["qkv_w"], p_["proj_w"], p_["fc1_w"], p_["fc2_w"]]
-        no_decay += [v for k, v in p_.items() if not k.endswith("_w") and v is not None]
+        decay += [p_["qkv_w"], p_["proj_w"]]
+        no_decay += [v for k, v in p_.items()
+                     if not k.endswith("_w") and k not in ("experts", "shared") and v is not None]
     lnf_g, lnf_b = ones(h), norm_beta()
     no_decay += [v for v in (lnf_g, lnf_b) if v is not None]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -156,6 +176,24 @@ def main():
     def rotate(z):  # [B, a, S, d]: rotate-half rotary embedding (GPT-NeoX, Llama)
         z1, z2 = z[..., :half], z[..., half:]
         return torch.cat((z1 * cos - z2 * sin, z2 * cos + z1 * sin), dim=-1)
+
+    def activate(y):
+        if swiglu:
+            gate, up = y.split(y.shape[-1] // 2, dim=-1)
+            return F.silu(gate) * up
+        return F.gelu(y, approximate="tanh")
+
+    def mixture(y, p_):  # y [N, h]: each token through its top-k experts, weighted
+        top, chosen = (y @ p_["router_w"]).topk(moe["top_k"], dim=-1)
+        weights = top.softmax(-1)
+        out = torch.zeros_like(y)
+        for e, (w1, w2) in enumerate(p_["experts"]):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if len(token) > 0:
+                out = out.index_add(0, token, weights[token, slot, None] * (activate(y[token] @ w1) @ w2))
+        if "shared" in p_:
+            out = out + activate(y @ p_["shared"][0]) @ p_["shared"][1]
+        return out
 
     def forward(tokens):  # tokens [B, S+1] -> summed loss over B*S tokens
         x = wte[tokens[:, :-1]]
@@ -174,13 +212,11 @@ def main():
             att = att.masked_fill(mask, float("-inf")).softmax(-1)
             o = (att @ v).transpose(1, 2).reshape(B, S, h)
             x = x + linear(o, p_["proj_w"], p_["proj_b"])
-            y = linear(normalize(x, p_["ln2_g"], p_["ln2_b"]), p_["fc1_w"], p_["fc1_b"])
-            if swiglu:
-                gate, up = y.split(f, dim=-1)
-                y = F.silu(gate) * up
-            else:
-                y = F.gelu(y, approximate="tanh")
-            x = x + linear(y, p_["fc2_w"], p_["fc2_b"])
+            y = normalize(x, p_["ln2_g"], p_["ln2_b"])
+            if "experts" in p_:
+                x = x + mixture(y.reshape(-1, h), p_).view(B, S, h)
+                continue
+            x = x + linear(activate(linear(y, p_["fc1_w"], p_["fc1_b"])), p_["fc2_w"], p_["fc2_b"])
         logits = normalize(x, lnf_g, lnf_b) @ lm_head.t()
         return F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="sum")
 

@@ -85,6 +85,16 @@ void StagedCommunicator::all_to_all(const float* in, float* out, int64_t n) {
   stage_out(host_out_, out, size() * n);
 }
 
+void StagedCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
+                                      const std::vector<int64_t>& recv) {
+  int64_t s = 0, r = 0;
+  for (int64_t n : send) s += n;
+  for (int64_t n : recv) r += n;
+  host_out_.resize(static_cast<size_t>(r));
+  mpi_.all_to_all_v(stage_in(in, s), send, host_out_.data(), recv);
+  stage_out(host_out_, out, r);
+}
+
 void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size() == 1) return;
   mpi_.broadcast(stage_in(data, n), n, root);

@@ -30,6 +30,11 @@ class StagedCommunicator : public Communicator {
   void reduce_scatter(const float* in, float* out, int64_t n) override;
   void all_gather(const float* in, float* out, int64_t n) override;
   void all_to_all(const float* in, float* out, int64_t n) override;
+  void all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
+                    const std::vector<int64_t>& recv) override;
+  void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) override {
+    mpi_.all_to_all_host(in, out, n);
+  }
   void broadcast(float* data, int64_t n, int root) override;
   std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;

@@ -38,6 +38,13 @@ class Communicator {
   virtual void all_gather(const float* in, float* out, int64_t n) = 0;
   // in: size() blocks of n elements, block j for rank j; out: size() blocks, block j from rank j.
   virtual void all_to_all(const float* in, float* out, int64_t n) = 0;
+  // The same with blocks of their own sizes: in holds send[j] elements for rank j after one
+  // another, out receives recv[j] elements from rank j after one another (the counts every pair
+  // agreed on, e.g. by all_to_all_host). A mixture of experts' token dispatch.
+  virtual void all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
+                            const std::vector<int64_t>& recv) = 0;
+  // Host memory: in holds n values for each rank, out receives n from each.
+  virtual void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   virtual std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) = 0;
   virtual void recv(float* data, int64_t n, int peer, int tag) = 0;

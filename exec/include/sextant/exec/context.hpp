@@ -26,12 +26,19 @@ struct Groups {
   // The ranks splitting this rank's sequences (RankLayout::cp_group, context parallelism), or
   // null.
   Communicator* cp = nullptr;
+  // The ranks splitting the routed experts (RankLayout::ep_group, expert parallelism), and the
+  // ranks holding this rank's experts, which sum their gradients (expert_replica_group); null
+  // without expert parallelism (the replicas hold every expert then).
+  Communicator* ep = nullptr;
+  Communicator* expert_replicas = nullptr;
   Communicator* embedding = nullptr;  // first and last pipeline stage (tied embeddings), or null
   int64_t tp_rank = 0, tp_size = 1;
   int64_t dp_rank = 0, dp_size = 1;  // which samples this rank trains: the plan's dp
   int64_t replica_rank = 0, replica_size = 1;
   int64_t spatial_rank = 0, spatial_size = 1;  // row-major over the plan's h x w grid
   int64_t cp_rank = 0, cp_size = 1;
+  int64_t ep_rank = 0, ep_size = 1;
+  int64_t expert_replica_rank = 0, expert_replica_size = 1;
   int64_t pp_rank = 0, pp_size = 1;
   int prev = -1;  // world rank of the previous / next pipeline stage, around a ring (pp > 1)
   int next = -1;

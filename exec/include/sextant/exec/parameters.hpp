@@ -26,6 +26,10 @@ struct Param {
   bool decay = true;   // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
   bool tied_copy = false;      // the last stage's copy of a tied embedding
+  // A routed expert's, under expert parallelism: summed over the expert replicas, not the
+  // replicas (models::GradientBucket::experts). Kept after every other parameter in the flat
+  // buffers, so that the buckets of each kind are contiguous.
+  bool expert = false;
 };
 
 struct ParamSpec {
@@ -37,12 +41,13 @@ struct ParamSpec {
   bool decay = true;
   bool tp_replicated = false;
   bool tied_copy = false;
+  bool expert = false;  // Param::expert
 };
 
 class ParamStore {
  public:
-  // Allocates the flat buffers, in the order given (callers list layers in forward order). The
-  // compute copy has the backend's activation type.
+  // Allocates the flat buffers, in the order given (callers list layers in forward order), the
+  // experts' parameters after all others. The compute copy has the backend's activation type.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs);
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -57,8 +62,10 @@ class ParamStore {
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
   int64_t total() const { return values_.numel(); }
-  // Range [begin, end) of the flat buffers holding `layer`'s parameters (empty if none).
-  std::pair<int64_t, int64_t> layer_range(int32_t layer) const;
+  // Range [begin, end) of the flat buffers holding `layer`'s parameters, or its routed experts'
+  // (Param::expert), (empty if none).
+  std::pair<int64_t, int64_t> layer_range(int32_t layer, bool experts = false) const;
+  // The layers holding parameters other than routed experts', in store order.
   std::vector<int32_t> layers() const;
 
  private:

@@ -27,7 +27,8 @@ class Layout {
   Groups& groups() { return groups_; }
 
  private:
-  std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, cp_, embedding_;
+  std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, cp_, ep_, expert_replicas_,
+      embedding_;
   Groups groups_;
 };
 
