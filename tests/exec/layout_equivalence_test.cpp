@@ -112,6 +112,21 @@ spec::ModelSpec tiny_llama() {
   return m;
 }
 
+// A mixture of experts (exec/src/moe_layer.hpp): llama-test with 8 experts of 16 (top-2, one
+// shared expert) in its last three blocks, split over up to 8 expert-parallel ranks.
+spec::ModelSpec tiny_moe() {
+  spec::ModelSpec m = tiny_llama();
+  m.name = "moe-test";
+  spec::MoeSpec moe;
+  moe.experts = 8;
+  moe.top_k = 2;
+  moe.expert_ffn_hidden = 16;
+  moe.shared_experts = 1;
+  moe.dense_layers = 1;
+  std::get<spec::TransformerSpec>(m.body).moe = moe;
+  return m;
+}
+
 // A vocabulary tp does not divide (GPT-2's 50257 is odd): the executor pads it to a multiple of tp,
 // the padded rows compute nothing, and every layout still trains the single-rank model.
 spec::ModelSpec tiny_gpt_odd_vocab() {
@@ -252,7 +267,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg };
+enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kMoe };
 
 struct Layout {
   const char* name;
@@ -272,6 +287,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_cnn();
     case Net::kVgg:
       return tiny_vgg();
+    case Net::kMoe:
+      return tiny_moe();
     case Net::kGpt:
       break;
   }
@@ -292,10 +309,17 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
   return p;
 }
 
-// CNNs and context parallelism run on CPU ranks in fp32 only.
+// CNNs, mixtures of experts and context parallelism run on CPU ranks in fp32 only.
 bool runs_here(const Layout& l) {
-  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.plan.cp > 1;
+  const bool cpu_fp32_only =
+      l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe || l.plan.cp > 1;
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
+}
+
+// The routed experts split over `ep` of the data-parallel ranks.
+spec::Plan with_ep(spec::Plan p, int64_t ep) {
+  p.ep = ep;
+  return p;
 }
 
 spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
@@ -398,6 +422,20 @@ std::vector<Layout> layouts() {
       {"cp2_tp2_sp", with_cp(plan_of(1, 2, 1, 0, true), 2)},
       {"cp2_tp2_sp_a2a", with_cp(plan_of(1, 2, 1, 0, true), 2, A::kAllToAll)},
       {"llama_dp2_cp2_tp2_sp_zero1", with_cp(plan_of(2, 2, 1, 1, true), 2), Net::kLlama},
+      // Mixtures of experts: every expert on every rank, and split over ep of the dp ranks (their
+      // gradients summed, and under ZeRO sharded, over the ranks holding the same experts).
+      {"moe_dp2", plan_of(2, 1, 1), Net::kMoe},
+      {"moe_pp2", plan_of(1, 1, 2), Net::kMoe},
+      {"moe_dp2_ep2", with_ep(plan_of(2, 1, 1), 2), Net::kMoe},
+      {"moe_dp2_ep2_zero1", with_ep(plan_of(2, 1, 1, 1), 2), Net::kMoe},
+      {"moe_dp4_ep4", with_ep(plan_of(4, 1, 1), 4), Net::kMoe},
+      {"moe_dp4_ep2_zero1", with_ep(plan_of(4, 1, 1, 1), 2), Net::kMoe},
+      {"moe_dp2_ep2_pp2_full_recompute", with_ep(with_recompute(plan_of(2, 1, 2), R::kFull), 2),
+       Net::kMoe},
+      {"moe_dp2_ep2_cp2_zero2", with_ep(with_cp(plan_of(2, 1, 1, 2), 2), 2), Net::kMoe},
+      {"moe_dp8_ep8", with_ep(plan_of(8, 1, 1), 8), Net::kMoe},
+      {"moe_dp4_ep4_pp2_zero1", with_ep(plan_of(4, 1, 2, 1), 4), Net::kMoe},
+      {"moe_dp4_ep2_cp2_zero1", with_ep(with_cp(plan_of(4, 1, 1, 1), 2), 2), Net::kMoe},
   };
 }
 
