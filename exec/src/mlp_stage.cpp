@@ -200,8 +200,8 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
           diag.add("/transformer/moe", "", "mixtures of experts run on CPU ranks in fp32");
         if (ctx.groups->tp_size > 1)
           diag.add("/transformer/moe", "",
-                   fmt::format("the executor keeps each expert whole: run tp 1 (not {}), or "
-                               "split the experts with ep",
+                   fmt::format("the executor keeps each expert whole on its rank: run tp 1 "
+                               "(not {})",
                                ctx.groups->tp_size));
         if (t.bias) diag.add("/transformer/bias", "true", "the executor's experts have no biases");
         if (t.moe->capacity_factor > 0)
