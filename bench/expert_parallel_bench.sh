@@ -41,3 +41,21 @@ echo "DeepSeek-V2-Lite (64 routed experts of 1408, 2 shared, top-6), 4096 tokens
 echo "64 x dgx-h100"
 "$sextant" plan --model deepseek-v2-lite --cluster dgx-h100 --gpus 64 --seq-len 4096 \
   --global-batch 512 --top 3 2>&1 | sed -n '1,7p'
+
+echo
+echo "CPU ranks: moe-tiny (8 experts of 32, top-2) at 256 tokens a sequence, 8 sequences a step,"
+echo "2 ranks; measured steps (mean of steps 2-5) and predicted on local-cpu (uncalibrated: its"
+echo "absolute times are this VM's to fit, see bench/results/calibration_local.md; the ratio is the check)"
+for ep in 1 2; do
+  args=(--model moe-tiny --seq-len 256 --global-batch 8 --micro-batch 1 --dp 2)
+  [[ $ep -gt 1 ]] && args+=(--ep "$ep")
+  measured=$("$sextant" run "${args[@]}" --np 2 --steps 6 --quiet --log-json /dev/stdout 2>/dev/null |
+    python3 -c '
+import json, sys
+steps = [json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
+t = [s["step_time_s"] for s in steps[2:]]
+print("%.1f ms" % (1e3 * sum(t) / len(t)) if t else "n/a")')
+  predicted=$("$sextant" simulate "${args[@]}" --cluster local-cpu --gpus 2 --json |
+    python3 -c 'import json, sys; print("%.1f ms" % (1e3 * json.load(sys.stdin)["step_time_s"]))')
+  printf 'dp 2, ep %d: measured %s, predicted %s\n' "$ep" "$measured" "$predicted"
+done
