@@ -38,6 +38,14 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     layers_.push_back(span_of(layer, b, e, replicas_));
     largest = std::max(largest, layers_.back().shard * dp_);
   }
+  // ZeRO-3 under expert parallelism: a layer's routed experts are a span of their own, sharded
+  // over the ranks holding them (TorchTitan's FSDP2 of the experts over dp_shard / ep).
+  for (int32_t layer : store.layers()) {
+    auto [b, e] = store.layer_range(layer, true);
+    if (b == e) continue;
+    layers_.push_back(span_of(layer, b, e, experts_));
+    largest = std::max(largest, layers_.back().shard * experts_.size);
+  }
   // The buckets the simulator prices, mapped onto this stage's flat buffers (4-byte gradients).
   const std::vector<models::GradientBucket> buckets = models::gradient_buckets(
       *ctx.plan, *ctx.lowered, ctx.groups->pp_rank, stack_.dp_bucket_bytes, 4);
@@ -111,10 +119,11 @@ std::vector<std::pair<int64_t, int64_t>> GradientSync::norm_ranges() const {
   return out;
 }
 
-const GradientSync::Span* GradientSync::layer_span(int32_t layer) const {
+std::vector<const GradientSync::Span*> GradientSync::layer_spans(int32_t layer) const {
+  std::vector<const Span*> out;
   for (const Span& s : layers_)
-    if (s.layer == layer) return &s;
-  return nullptr;
+    if (s.layer == layer) out.push_back(&s);
+  return out;
 }
 
 // Tied embeddings across stages are summed between the first and last stage before any data-
@@ -149,6 +158,12 @@ Tensor slice_of(const Tensor& flat, int64_t begin, int64_t n) {
 }  // namespace
 
 void GradientSync::gather_span(const Span& s, Phase phase) {
+  // Experts no other rank holds: this rank's values are all of them (nothing to gather, as the
+  // simulator prices it).
+  if (s.group->size == 1) {
+    stage_.params().refresh_compute(s.begin, s.end);
+    return;
+  }
   // Each rank contributes its block (from the authoritative values) and receives all of them.
   Backend& be = *ctx_.backend;
   Tensor& values = stage_.params().values();
@@ -174,6 +189,15 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
 void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumulate) {
   Backend& be = *ctx_.backend;
   Tensor& grads = stage_.params().grads();
+  if (s.group->size == 1) {  // the rank's own experts: the sum is its gradient
+    Tensor target = slice_of(into, s.begin, s.end - s.begin);
+    if (accumulate) {
+      be.add(target, slice_of(grads, s.begin, s.end - s.begin), target);
+    } else {
+      be.copy(slice_of(grads, s.begin, s.end - s.begin), target);
+    }
+    return;
+  }
   Tensor padded = slice_of(padded_, 0, s.shard * s.group->size);
   be.fill(padded, 0.0f);
   Tensor head = slice_of(padded_, 0, s.end - s.begin);
@@ -199,12 +223,12 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
 
 void GradientSync::before_forward(int32_t layer, int64_t) {
   if (zero_ == 3 && dp_ > 1)
-    if (const Span* s = layer_span(layer)) gather_span(*s, Phase::kFwd);
+    for (const Span* s : layer_spans(layer)) gather_span(*s, Phase::kFwd);
 }
 
 void GradientSync::before_backward(int32_t layer, int64_t) {
   if (zero_ == 3 && dp_ > 1)
-    if (const Span* s = layer_span(layer)) gather_span(*s, Phase::kBwd);
+    for (const Span* s : layer_spans(layer)) gather_span(*s, Phase::kBwd);
 }
 
 void GradientSync::reduce_sequence_parallel(Tensor& grads) {
@@ -246,15 +270,15 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
 void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   const bool last = micro_batch == micro_batches_ - 1;
   if (zero_ == 3 && dp_ > 1) {
-    const Span* s = layer_span(layer);
-    if (s == nullptr) return;
     if (deferred(layer)) return;  // tied: summed across stages first, at the end of the backward
     // Hand this micro-batch's gradient of the layer to the owners of its shards, then start the
     // next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over tp on
     // the shards at the end.)
-    reduce_scatter_span(*s, shard_grads_, true);
-    Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
-    ctx_.backend->fill(zero, 0.0f);
+    for (const Span* s : layer_spans(layer)) {
+      reduce_scatter_span(*s, shard_grads_, true);
+      Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
+      ctx_.backend->fill(zero, 0.0f);
+    }
     return;
   }
   if (!last || !stack_.dp_overlap) return;

@@ -74,7 +74,8 @@ class GradientSync : public LayerHooks {
     bool reduced = false;
     std::unique_ptr<CommRequest> request;
   };
-  const Span* layer_span(int32_t layer) const;
+  // The spans of `layer`: its parameters, and under expert parallelism its routed experts'.
+  std::vector<const Span*> layer_spans(int32_t layer) const;
   void reduce_bucket(Bucket& b, bool during_backward);
   void reduce_sequence_parallel(Tensor& grads);
   void reduce_tied();

@@ -422,12 +422,21 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
     // Per micro-batch: gather parameters for forward and backward (each shard first fetched
     // from the host when offloaded), scatter gradients.
-    const int64_t weights = max_params * e;
-    const int64_t grads = max_params * g;
+    // (Under expert parallelism the largest stage's routed experts over the expert replicas.)
+    int64_t experts = 0;
+    if (plan.ep > 1)
+      for (const StageEntry& entry : stages.entries)
+        if (entry.footprint.params == max_params) experts = entry.footprint.expert_params;
+    const int64_t weights = (max_params - experts) * e;
+    const int64_t grads = (max_params - experts) * g;
     double per_mb = 0;
     if (plan.replicas() > 1)
       per_mb += 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
                 collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
+    if (experts > 0 && plan.expert_replicas() > 1)
+      per_mb +=
+          2 * collective_s(plan, spec::CollectiveKind::kAllGather, experts * e, shape.expert_dp) +
+          collective_s(plan, spec::CollectiveKind::kReduceScatter, experts * g, shape.expert_dp);
     if (params_offloaded)
       per_mb += 2 * ps_to_seconds(offload_.params_fetch(shard * e, plan.offload.params));
     double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - slowest_stage) : per_mb;

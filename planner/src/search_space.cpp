@@ -525,7 +525,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                             shape.offload.optimizer =
                                 off >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
                             if (!spec::expert_parallel_problem(shape).empty()) {
-                              reject("ep with tp but no sp, ZeRO-3 or offload");
+                              reject("ep with tp but no sp, or offload");
                               continue;
                             }
                           }

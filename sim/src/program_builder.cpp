@@ -334,18 +334,34 @@ class StageBuilder {
                            static_cast<int32_t>(layer), deps);
       if (plan_.replicas() == 1) return after;
     }
+    // Under expert parallelism the routed experts' shards are gathered from the ranks holding
+    // the same experts, after the rest (TorchTitan's FSDP2 over dp_shard / ep for the experts).
+    const int64_t experts = expert_params(layer) * elem_bytes_;
+    const int64_t dense = bytes - experts;
     const int64_t parts =
         stack_.zero3 == spec::Zero3Impl::kDeepspeed ? parameter_modules(layer) : 1;
     int32_t last = -1;
     for (int64_t p = 0; p < parts; ++p) {
-      const int64_t part = bytes / parts + (p < bytes % parts ? 1 : 0);
+      const int64_t part = dense / parts + (p < dense % parts ? 1 : 0);
       int32_t op =
           named_op("fsdp.all_gather", spec::OpClass::kAllGather, part, static_cast<int32_t>(layer));
       last =
           comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
                TaskKind::kCollective, spec::CollectiveKind::kAllGather, part, op, phase, mb, after);
     }
+    if (experts > 0 && plan_.expert_replicas() > 1) {
+      int32_t op = named_op("fsdp.all_gather", spec::OpClass::kAllGather, experts,
+                            static_cast<int32_t>(layer));
+      last = comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
+                  TaskKind::kCollective, spec::CollectiveKind::kAllGather, experts, op, phase, mb,
+                  after);
+    }
     return last;
+  }
+
+  // The routed experts' parameters of `layer` whose state the expert replicas shard (ep > 1).
+  int64_t expert_params(size_t layer) const {
+    return plan_.ep > 1 ? lowered_.layers[layer].expert_params : 0;
   }
 
   // Runs `layers` (in pass order) with ZeRO-3 parameter gathers when the plan shards parameters;
@@ -511,13 +527,22 @@ class StageBuilder {
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
       if (fsdp) {
         int32_t before = flush();
-        int64_t bytes = grad_bytes(l);
+        const int64_t experts = expert_params(l) * grad_bytes_;
+        int64_t bytes = grad_bytes(l) - experts;
         int32_t op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, bytes,
                               static_cast<int32_t>(l));
         int32_t reduced =
             comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
                  TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op,
                  Phase::kBwd, u.micro_batch, before);
+        if (experts > 0 && plan_.expert_replicas() > 1) {
+          op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, experts,
+                        static_cast<int32_t>(l));
+          reduced =
+              comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
+                   TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, experts, op,
+                   Phase::kBwd, u.micro_batch, before);
+        }
         if (offload_optimizer())
           gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
       } else if (plan_.zero == 3 && offload_optimizer() && last_mb) {

@@ -18,9 +18,6 @@ std::string expert_parallel_problem(const Plan& plan) {
         "needs sequence parallelism with tp {} (Megatron-LM: each tp rank routes its own tokens "
         "and gathers the routed rows over tp)",
         plan.tp);
-  if (plan.zero >= 3)
-    return "runs with zero <= 2: ZeRO-3 parameter gathers over the expert-data-parallel group "
-           "are not modelled";
   if (plan.offload.any()) return "runs without offload";
   if (plan.compression.any()) return "runs without gradient compression";
   return "";

@@ -436,6 +436,10 @@ std::vector<Layout> layouts() {
       {"moe_dp8_ep8", with_ep(plan_of(8, 1, 1), 8), Net::kMoe},
       {"moe_dp4_ep4_pp2_zero1", with_ep(plan_of(4, 1, 2, 1), 4), Net::kMoe},
       {"moe_dp4_ep2_cp2_zero1", with_ep(with_cp(plan_of(4, 1, 1, 1), 2), 2), Net::kMoe},
+      // ZeRO-3: the experts' shards gathered from the ranks holding them (TorchTitan's FSDP2).
+      {"moe_dp2_ep2_zero3", with_ep(plan_of(2, 1, 1, 3), 2), Net::kMoe},
+      {"moe_dp4_ep2_zero3", with_ep(plan_of(4, 1, 1, 3), 2), Net::kMoe},
+      {"moe_dp8_ep4_zero3", with_ep(plan_of(8, 1, 1, 3), 4), Net::kMoe},
   };
 }
 

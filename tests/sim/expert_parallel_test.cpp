@@ -95,5 +95,30 @@ TEST(ExpertParallel, ZeroShardsTheExpertsStateOverTheirReplicasOnly) {
   EXPECT_GT(whole.report.memory.weights, r.report.memory.weights);
 }
 
+TEST(ExpertParallel, ZeroThreeGathersTheExpertsFromTheirReplicas) {
+  // ZeRO-3 at dp 4, ep 2: before each forward and backward a MoE block gathers its dense
+  // parameters from the 4 replicas and its 4 local experts (4 x 3 x 64 x 32 x 2 B = 49152 B,
+  // bf16) from the 2 ranks holding them, and reduce-scatters their gradients the same way.
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 100, 0);
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(test::small_moe(), cluster, ep_plan(4, 2, 3), options);
+  constexpr int64_t kExperts = 4 * 3 * 64 * 32 * 2;
+  std::map<std::string, int> over_two;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    if (e.rank != 0 || e.name.rfind("fsdp.", 0) != 0) continue;
+    if (e.group_size == 2) {
+      EXPECT_EQ(e.bytes, kExperts) << e.name;
+      ++over_two[e.name];
+    } else {
+      EXPECT_EQ(e.group_size, 4) << e.name;
+    }
+  }
+  // Two MoE blocks: a gather before each forward and each backward, a reduce-scatter after each
+  // backward (one micro-batch).
+  EXPECT_EQ(over_two["fsdp.all_gather"], 2 * 2);
+  EXPECT_EQ(over_two["fsdp.reduce_scatter"], 2);
+}
+
 }  // namespace
 }  // namespace sextant::sim

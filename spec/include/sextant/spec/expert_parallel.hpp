@@ -21,7 +21,8 @@ namespace sextant::spec {
 // What is wrong with the plan's expert parallelism on its own (without a model), or "" when
 // nothing is: ep must divide dp (the ep ranks are data-parallel ranks); with tp > 1 it needs
 // sequence parallelism (Megatron-LM's rule: each tp rank routes its own tokens); it does not
-// (yet) combine with ZeRO-3, offload or gradient compression.
+// (yet) combine with offload or gradient compression. Under ZeRO-3 the experts' shards are
+// gathered from the expert replicas (TorchTitan: FSDP2 of the experts over dp_shard / ep).
 std::string expert_parallel_problem(const Plan& plan);
 
 // What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be
