@@ -72,7 +72,10 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     b.span = span_of(std::nullopt, lo, hi, group);
     b.index = static_cast<int32_t>(buckets_.size());
     largest = std::max(largest, b.span.shard * group.size);
-    if (dp_ > 1 && zero_ < 3) buckets_.push_back(std::move(b));
+    // (Also on one replica when the optimizer runs on the host: ZeRO-Offload copies each bucket
+    // as it is ready, as the simulator prices it.)
+    const bool offloaded = ctx.plan->offload.optimizer != spec::OffloadTarget::kNone;
+    if ((dp_ > 1 || offloaded) && zero_ < 3) buckets_.push_back(std::move(b));
   }
   padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
   int64_t largest_shard = 1;
@@ -289,15 +292,31 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   }
 }
 
+void GradientSync::gradients_to_host(const Span& s) {
+  // The shard's size as the simulator counts it (the padded block; the last rank's may be short).
+  auto sc = ctx_.recorder->scope(ctx_.comm("offload.grad_to_host", OpClass::kMemcpy,
+                                           Stream::kOffload, s.shard * 4, 1, Phase::kBwd,
+                                           std::nullopt, micro_batches_ - 1));
+  const auto [begin, end] = mine(s);
+  if (begin >= end) return;
+  Tensor to = slice_of(*host_grads_, begin, end - begin);
+  ctx_.backend->copy(slice_of(stage_.params().grads(), begin, end - begin), to);
+}
+
 void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
   b.reduced = true;
-  // Experts no other rank holds: nothing to sum (the simulator prices none either).
-  if (b.span.group->size == 1) return;
+  // Experts no other rank holds, or one replica: nothing to sum (the simulator prices none
+  // either); ZeRO-Offload still hands the bucket to the host.
+  if (b.span.group->size == 1) {
+    if (host_grads_ != nullptr) gradients_to_host(b.span);
+    return;
+  }
   if (compression_.any()) {
     compressed_reduce(b);
   } else if (zero_ >= 1) {
     // ZeRO-1/2: this rank's block of the sum replaces its gradients; the rest is not read again.
     reduce_scatter_span(b.span, stage_.params().grads(), false);
+    if (host_grads_ != nullptr) gradients_to_host(b.span);
   } else if (during_backward) {
     // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
     auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
@@ -384,6 +403,19 @@ void GradientSync::finish_backward() {
   }
   // After every data-parallel reduction: none may still be writing the gradients.
   reduce_sequence_parallel(stage_.params().grads());
+  if (host_grads_ != nullptr && ctx_.sequence_parallel && ctx_.groups->tp_size > 1) {
+    // The sequence-parallel sums came after their buckets left for the host: the host pool takes
+    // the summed values of those parameters again (the simulator counts them in the buckets').
+    for (const Param& p : stage_.params().params()) {
+      if (!p.tp_replicated) continue;
+      for (auto [b, e] : owned_) {
+        const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.grad.numel());
+        if (lo >= hi) continue;
+        Tensor to = slice_of(*host_grads_, lo, hi - lo);
+        ctx_.backend->copy(slice_of(stage_.params().grads(), lo, hi - lo), to);
+      }
+    }
+  }
 }
 
 void GradientSync::after_update() {

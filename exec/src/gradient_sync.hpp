@@ -50,6 +50,9 @@ class GradientSync : public LayerHooks {
   // The error-feedback residual of a compressed exchange (training state a checkpoint keeps), or
   // an empty tensor.
   Tensor& residual() { return residual_; }
+  // ZeRO-Offload: each bucket's reduced shard is copied into `host` (the trainer's host pool, at
+  // the same offsets) as soon as it is reduced, where the host optimizer step reads it.
+  void offload_gradients_to(Tensor& host) { host_grads_ = &host; }
 
  private:
   // The ranks a slice's gradients are summed (and sharded) over.
@@ -89,6 +92,9 @@ class GradientSync : public LayerHooks {
   // decoded bucket in rank order.
   void compressed_reduce(const Bucket& b);
   bool deferred(int32_t layer) const;
+  // The rank's shard of a reduced bucket to the host pool (ZeRO-Offload), traced as the
+  // simulator's offload.grad_to_host.
+  void gradients_to_host(const Span& s);
   std::pair<int64_t, int64_t> mine(const Span& s) const;
 
   Context& ctx_;
@@ -110,6 +116,7 @@ class GradientSync : public LayerHooks {
   Tensor shard_;        // scratch for this rank's block of a layer
   spec::GradientCompression compression_;
   Tensor residual_;                 // error feedback: fp32, one per gradient
+  Tensor* host_grads_ = nullptr;    // ZeRO-Offload's host pool of gradients, or null
   std::vector<uint32_t> encoded_;   // this rank's encoded bucket
   std::vector<uint32_t> gathered_;  // every rank's, in rank order
   uint64_t step_ = 0;               // the training step, for QSGD's rounding

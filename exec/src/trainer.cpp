@@ -32,10 +32,20 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
   if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
     diag.add("/schedule", "\"interleaved\"",
              "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or 1f1b)");
-  if (plan.offload.any())
-    diag.add("/offload", plan.name(),
-             "the executor keeps every state on its device: offloading is simulated and planned "
-             "only (issue 14); run the plan without \"offload\"");
+  // ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, the gradients copied to
+  // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update).
+  if (plan.offload.optimizer == spec::OffloadTarget::kNvme)
+    diag.add("/offload/optimizer", "\"nvme\"",
+             "the executor offloads the optimizer to host memory only (\"host\")");
+  if (plan.offload.optimizer != spec::OffloadTarget::kNone && plan.zero == 3)
+    diag.add("/offload/optimizer", "\"host\"",
+             "the executor offloads the optimizer under ZeRO-1/2 (zero 3 copies every "
+             "micro-batch's gradients; simulated and planned only)");
+  if (plan.offload.params != spec::OffloadTarget::kNone)
+    diag.add("/offload/params",
+             std::string(spec::enum_name(spec::offload_target_names(), plan.offload.params)),
+             "the executor keeps the parameters on its device: ZeRO-Infinity's parameter "
+             "offload is simulated and planned only (issue 14)");
   // Context parallelism runs as Llama 3's all-gather of keys and values or DeepSpeed-Ulysses'
   // all-to-alls (exec/src/cp_attention.hpp), on CPU ranks (runner.cpp).
   if (plan.cp > 1 && plan.cp_algorithm == spec::ContextAlgorithm::kRing)
@@ -77,6 +87,18 @@ class Trainer {
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});
     v_ = ctx.backend->zeros({n});
+    if (plan_.offload.optimizer == spec::OffloadTarget::kHost) {
+      // The host pool: fp32 master weights and the gradients handed to them, besides the moments
+      // (m_ and v_ live there too). Copies between it and the parameters are explicit and traced.
+      if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
+        throw InputError("plan " + plan_.name(), "/offload/optimizer", "\"host\"",
+                         "the executor offloads on CPU ranks in fp32 only (its host pool is host "
+                         "memory the CPU backend's copies move to)");
+      host_values_ = ctx.backend->zeros({n});
+      host_grads_ = ctx.backend->zeros({n});
+      ctx.backend->copy(stage_->params().values(), host_values_);
+      sync_->offload_gradients_to(host_grads_);
+    }
   }
 
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
@@ -266,19 +288,23 @@ class Trainer {
                                    ? spec::Dtype::kBf16
                                    : spec::Dtype::kFp32;
       precision.params_sharded = plan_.zero == 3;
-      auto s = ctx_.recorder->scope(
-          Recorder::Event{"optimizer.adamw",
-                          OpClass::kOptimizer,
-                          Stream::kCompute,
-                          Phase::kOpt,
-                          std::nullopt,
-                          std::nullopt,
-                          0,
-                          updated * models::optimizer_bytes_per_param(precision),
-                          {},
-                          0,
-                          ""});
-      update(step + 1, scale);
+      if (!host_values_.empty()) {
+        host_update(step + 1, scale, updated);
+      } else {
+        auto s = ctx_.recorder->scope(
+            Recorder::Event{"optimizer.adamw",
+                            OpClass::kOptimizer,
+                            Stream::kCompute,
+                            Phase::kOpt,
+                            std::nullopt,
+                            std::nullopt,
+                            0,
+                            updated * models::optimizer_bytes_per_param(precision),
+                            {},
+                            0,
+                            ""});
+        update(step + 1, scale);
+      }
       // Without ZeRO nothing is gathered first, so the copy is timed with the step; ZeRO-1/2
       // refresh after gathering the updated shards (ZeRO-3's copy is made by each gather).
       if (plan_.zero == 0) stage_->params().refresh_compute();
@@ -298,18 +324,62 @@ class Trainer {
     return log;
   }
 
-  void update(int64_t step, float grad_scale) {
-    // This rank's part of every parameter (all of it, or its ZeRO shard), in one multi-tensor call.
-    ParamStore& store = stage_->params();
+  // This rank's part of every parameter (all of it, or its ZeRO shard), with its weight decay.
+  std::vector<Backend::AdamwSpan> owned_spans() {
     std::vector<Backend::AdamwSpan> spans;
-    for (const Param& p : store.params()) {
+    for (const Param& p : stage_->params().params()) {
       for (auto [b, e] : sync_->owned()) {
         int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.value.numel());
         if (lo < hi) spans.push_back({lo, hi - lo, p.decay ? o_.weight_decay : 0.0f});
       }
     }
-    ctx_.backend->adamw_spans(store.values(), store.grads(), m_, v_, spans, step, o_.lr, o_.beta1,
-                              o_.beta2, o_.eps, grad_scale);
+    return spans;
+  }
+
+  void update(int64_t step, float grad_scale) {
+    // In one multi-tensor call.
+    ParamStore& store = stage_->params();
+    ctx_.backend->adamw_spans(store.values(), store.grads(), m_, v_, owned_spans(), step, o_.lr,
+                              o_.beta1, o_.beta2, o_.eps, grad_scale);
+  }
+
+  // ZeRO-Offload's step (the simulator's offload.adamw and offload.params_to_device): AdamW over
+  // the host pool's shard of master weights, gradients and moments, then the updated shard copied
+  // to the parameters the kernels read.
+  void host_update(int64_t step, float grad_scale, int64_t updated) {
+    const spec::Dtype param_dtype = spec::Dtype::kFp32;  // the CPU executor's (checked above)
+    const std::vector<Backend::AdamwSpan> spans = owned_spans();
+    {
+      auto s = ctx_.recorder->scope(
+          Recorder::Event{"offload.adamw",
+                          OpClass::kOptimizer,
+                          Stream::kOffload,
+                          Phase::kOpt,
+                          std::nullopt,
+                          std::nullopt,
+                          0,
+                          updated * models::host_optimizer_bytes_per_param(param_dtype),
+                          {},
+                          0,
+                          ""});
+      ctx_.backend->adamw_spans(host_values_, host_grads_, m_, v_, spans, step, o_.lr, o_.beta1,
+                                o_.beta2, o_.eps, grad_scale);
+    }
+    auto s = ctx_.recorder->scope(Recorder::Event{"offload.params_to_device",
+                                                  OpClass::kMemcpy,
+                                                  Stream::kOffload,
+                                                  Phase::kOpt,
+                                                  std::nullopt,
+                                                  std::nullopt,
+                                                  0,
+                                                  updated * spec::dtype_bytes(param_dtype),
+                                                  {},
+                                                  0,
+                                                  ""});
+    for (auto [b, e] : sync_->owned()) {
+      Tensor to = stage_->params().values().rows(b, e - b);
+      ctx_.backend->copy(host_values_.rows(b, e - b), to);
+    }
   }
 
   void checkpoint(int64_t steps_done) {
@@ -364,6 +434,7 @@ class Trainer {
     if (!s) return 0;
     ctx_.backend->from_host(s->values, stage_->params().values());
     stage_->params().refresh_compute();
+    if (!host_values_.empty()) ctx_.backend->copy(stage_->params().values(), host_values_);
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
     if (sync_->residual().empty() != s->residual.empty())
@@ -385,6 +456,7 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::vector<int32_t> positions_;  // of the rank's tokens in each sequence (context parallelism)
   Tensor m_, v_;
+  Tensor host_values_, host_grads_;  // ZeRO-Offload's host pool (with m_ and v_), or empty
 };
 
 }  // namespace

@@ -23,4 +23,11 @@ OptimizerPrecision optimizer_precision(const spec::Stack& stack, spec::Dtype com
   return p;
 }
 
+int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype) {
+  OptimizerPrecision host;
+  host.model_params = param_dtype;
+  host.grads = spec::Dtype::kFp32;
+  return optimizer_bytes_per_param(host);
+}
+
 }  // namespace sextant::models

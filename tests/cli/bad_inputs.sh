@@ -55,16 +55,20 @@ expect_error "$tp3" "$sextant" run --model gpt-tiny --np 3 --plan "$dir/tp3.plan
 expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 3 --tp 3 \
   --global-batch 3
 
-# Offloading: refused where the cluster has no host section (naming it), and by the executor,
-# which keeps every state on its device (spec/plan.cpp, sim/cost/offload_cost.cpp, exec/trainer).
+# Offloading: refused where the cluster has no host section (naming it), and by the executor
+# beyond the optimizer on the host (spec/plan.cpp, sim/cost/offload_cost.cpp, exec/trainer).
 cat >"$dir/offload.plan.json" <<'EOF'
 {"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 2, "micro_batch": 1,
  "global_batch": 1, "offload": {"optimizer": "host"}}
 EOF
 expect_error "cluster h100-1gpu has no \"host\" section" "$sextant" simulate --model gpt-tiny \
   --cluster h100-1gpu --gpus 1 --plan "$dir/offload.plan.json"
-expect_error "offloading is simulated and planned only" "$sextant" run --model gpt-tiny --np 1 \
-  --plan "$dir/offload.plan.json" --steps 1
+cat >"$dir/offload-params.plan.json" <<'EOF'
+{"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 3, "micro_batch": 1,
+ "global_batch": 1, "offload": {"optimizer": "host", "params": "host"}}
+EOF
+expect_error "parameter offload is simulated and planned only" "$sextant" run --model gpt-tiny \
+  --np 1 --plan "$dir/offload-params.plan.json" --steps 1
 # Context parallelism: transformers only, 2*cp dividing the sequence, ring attention over a fused
 # kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor runs the all-gather.
 expect_error "/cp = 2: splits a transformer's sequences" "$sextant" simulate --model resnet50 \

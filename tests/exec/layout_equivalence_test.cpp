@@ -309,11 +309,17 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
   return p;
 }
 
-// CNNs, mixtures of experts and context parallelism run on CPU ranks in fp32 only.
+// CNNs, mixtures of experts, context parallelism and offload run on CPU ranks in fp32 only.
 bool runs_here(const Layout& l) {
-  const bool cpu_fp32_only =
-      l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe || l.plan.cp > 1;
+  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe ||
+                             l.plan.cp > 1 || l.plan.offload.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
+}
+
+// ZeRO-Offload: the optimizer's shard on the host pool (exec/src/trainer.cpp).
+spec::Plan offloaded(spec::Plan p) {
+  p.offload.optimizer = spec::OffloadTarget::kHost;
+  return p;
 }
 
 // The routed experts split over `ep` of the data-parallel ranks.
@@ -440,6 +446,15 @@ std::vector<Layout> layouts() {
       {"moe_dp2_ep2_zero3", with_ep(plan_of(2, 1, 1, 3), 2), Net::kMoe},
       {"moe_dp4_ep2_zero3", with_ep(plan_of(4, 1, 1, 3), 2), Net::kMoe},
       {"moe_dp8_ep4_zero3", with_ep(plan_of(8, 1, 1, 3), 4), Net::kMoe},
+      // The optimizer on the host pool (ZeRO-Offload), its shard by gradient bucket; on one
+      // replica every bucket whole.
+      {"dp2_zero1_offload", offloaded(plan_of(2, 1, 1, 1))},
+      {"llama_tp2_zero1_offload", offloaded(plan_of(1, 2, 1, 1)), Net::kLlama},
+      {"llama_dp2_zero2_offload", offloaded(plan_of(2, 1, 1, 2)), Net::kLlama},
+      {"dp2_pp2_zero1_offload", offloaded(plan_of(2, 1, 2, 1))},
+      {"dp4_zero2_offload", offloaded(plan_of(4, 1, 1, 2))},
+      {"dp8_zero1_offload", offloaded(plan_of(8, 1, 1, 1))},
+      {"llama_dp2_tp2_pp2_sp_zero1_offload", offloaded(plan_of(2, 2, 2, 1, true)), Net::kLlama},
   };
 }
 
@@ -487,6 +502,9 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
                                .string();
   spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
   cluster.devices_per_node = world_size();
+  // The CPU ranks' host pool is the same DRAM (the offload layouts' copies and host step): a host
+  // section for the simulator to price them with; the ops, not their times, are checked here.
+  cluster.host = spec::HostSpec{int64_t{1} << 40, 221, 1.0, 110, 0, "test: the CPU's own DRAM"};
   int ran = 0;
   std::vector<Layout> all = layouts();
   for (const Layout& l : compressed_layouts()) all.push_back(l);

@@ -69,10 +69,7 @@ Picoseconds OffloadCost::host_optimizer(int64_t params, int64_t bytes_per_param)
 }
 
 int64_t OffloadCost::host_step_bytes_per_param(spec::Dtype param_dtype) {
-  models::OptimizerPrecision host;
-  host.model_params = param_dtype;
-  host.grads = spec::Dtype::kFp32;
-  return models::optimizer_bytes_per_param(host);
+  return models::host_optimizer_bytes_per_param(param_dtype);
 }
 
 Picoseconds OffloadCost::host_step(int64_t params, spec::Dtype param_dtype,

@@ -27,6 +27,12 @@ struct OptimizerPrecision {
 // fp32 training is the AdamW pass alone (28 bytes).
 int64_t optimizer_bytes_per_param(const OptimizerPrecision& precision);
 
+// Bytes ZeRO-Offload's host step (CPU-Adam) moves per parameter: optimizer_bytes_per_param with
+// fp32 gradients (the device's 16-bit gradient was widened by its copy to the host) and the copy
+// for the device (`param_dtype`) written from the master weights. The simulator prices it, the
+// executor labels its host step with it.
+int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype);
+
 // The precision a plan's optimizer step runs in: parameters and gradients as the stack holds them
 // at `compute` dtype (activations; an fp8 recipe keeps bf16 weights), loss scaling with fp16
 // (Megatron --fp16, torch.amp.GradScaler), sharded parameters under ZeRO-3.
