@@ -47,6 +47,12 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
                  "Expert parallelism: split a mixture of experts' routed experts over N of the "
                  "data-parallel ranks (N divides dp and the experts)")
       ->check(positive());
+  cmd.add_option("--offload-optimizer", f.offload_optimizer,
+                 "ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, gradients) "
+                 "and its step on the host: host, nvme or none (needs --zero >= 1)");
+  cmd.add_option("--offload-params", f.offload_params,
+                 "ZeRO-Infinity: the parameter shard on the host: host, nvme or none (needs "
+                 "--zero 3)");
   cmd.add_option("--cp-algorithm", f.cp_algorithm,
                  "How context-parallel ranks attend to the whole sequence: ring (default; ring "
                  "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
@@ -112,6 +118,15 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan.spatial = spatial_from_text(f.spatial);
     // The plan's own rules again, now with its split (degrees >= 1, DDP only).
     plan = spec::plan_from_json(spec::to_json(plan), "command line");
+  }
+  if (!f.offload_optimizer.empty() || !f.offload_params.empty()) {
+    // Decoded and checked as a plan file's "offload" object (the flag's value named in errors).
+    spec::Json j = spec::to_json(plan);
+    spec::Json offload = j.contains("offload") ? j["offload"] : spec::Json::object();
+    if (!f.offload_optimizer.empty()) offload["optimizer"] = f.offload_optimizer;
+    if (!f.offload_params.empty()) offload["params"] = f.offload_params;
+    j["offload"] = offload;
+    plan = spec::plan_from_json(j, "command line");
   }
   if (!f.compression.empty()) {
     plan.compression = spec::compression_from_text(f.compression, "--compression");

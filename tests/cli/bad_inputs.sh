@@ -69,6 +69,12 @@ cat >"$dir/offload-params.plan.json" <<'EOF'
 EOF
 expect_error "parameter offload is simulated and planned only" "$sextant" run --model gpt-tiny \
   --np 1 --plan "$dir/offload-params.plan.json" --steps 1
+# The same from the flags, decoded as a plan's "offload" object.
+expect_error "/offload/optimizer = \"disk\": must be one of none, host or nvme" "$sextant" \
+  simulate --model gpt-tiny --cluster dgx-a100 --gpus 1 --zero 1 --offload-optimizer disk \
+  --global-batch 1
+expect_error "/offload/params = host: needs zero 3" "$sextant" simulate --model gpt-tiny \
+  --cluster dgx-a100 --gpus 1 --zero 1 --offload-params host --global-batch 1
 # Context parallelism: transformers only, 2*cp dividing the sequence, ring attention over a fused
 # kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor runs the all-gather.
 expect_error "/cp = 2: splits a transformer's sequences" "$sextant" simulate --model resnet50 \
