@@ -173,7 +173,8 @@ class CnnStage : public StageModel {
     };
     auto constant = [&](const std::string& name, int32_t layer, int64_t n, float value,
                         bool replicated) {
-      specs.push_back({name, layer, {n}, [=](int64_t) { return value; }, false, replicated, false, false});
+      specs.push_back(
+          {name, layer, {n}, [=](int64_t) { return value; }, false, replicated, false, false});
     };
     const int64_t tp = ctx.groups->tp_size, rank = ctx.groups->tp_rank;
     auto same = [](int64_t i) { return i; };

@@ -19,6 +19,13 @@ float* row(const Tensor& t, int64_t r) {
   return t.data() + r * t.dim(1);
 }
 
+// body(j, first row, rows) for each local expert j that received rows.
+template <typename Body>
+void for_each_expert(const MoeCache& c, Body body) {
+  for (size_t j = 0; j < c.expert_rows.size(); ++j)
+    if (c.expert_rows[j] > 0) body(static_cast<int64_t>(j), c.expert_begin[j], c.expert_rows[j]);
+}
+
 }  // namespace
 
 MoeLayer::MoeLayer(Context& ctx, const spec::TransformerSpec& model) : ctx_(ctx), m_(model) {
@@ -151,15 +158,9 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   c.f1 = be.empty({rows, gate_ * ffn_});
   c.g = be.empty({rows, ffn_});
   Tensor f2 = be.empty({rows, h});
-  auto each_expert = [&](auto body) {
-    for (int64_t j = 0; j < local_; ++j) {
-      const int64_t n = c.expert_rows[static_cast<size_t>(j)];
-      if (n > 0) body(j, c.expert_begin[static_cast<size_t>(j)], n);
-    }
-  };
   {
     auto s = op("moe.fc1", layer, phase, mb);
-    each_expert([&](int64_t j, int64_t at, int64_t n) {
+    for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor out = c.f1.rows(at, n);
       be.matmul(c.in.rows(at, n), w.fc1[static_cast<size_t>(j)]->compute, nullptr, out);
     });
@@ -170,7 +171,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   }
   {
     auto s = op("moe.fc2", layer, phase, mb);
-    each_expert([&](int64_t j, int64_t at, int64_t n) {
+    for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor out = f2.rows(at, n);
       be.matmul(c.g.rows(at, n), w.fc2[static_cast<size_t>(j)]->compute, nullptr, out);
     });
@@ -260,15 +261,9 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   Tensor dg = be.empty({rows, ffn_});
   Tensor df1 = be.empty({rows, gate_ * ffn_});
   Tensor din = be.empty({rows, h});
-  auto each_expert = [&](auto body) {
-    for (int64_t j = 0; j < local_; ++j) {
-      const int64_t n = c.expert_rows[static_cast<size_t>(j)];
-      if (n > 0) body(j, c.expert_begin[static_cast<size_t>(j)], n);
-    }
-  };
   {
     auto s = op("moe.fc2", layer, B, mb);
-    each_expert([&](int64_t j, int64_t at, int64_t n) {
+    for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor d = dg.rows(at, n);
       Param& p = *w.fc2[static_cast<size_t>(j)];
       be.matmul_backward(c.g.rows(at, n), p.compute, df2.rows(at, n), &d, p.grad, nullptr);
@@ -280,7 +275,7 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   }
   {
     auto s = op("moe.fc1", layer, B, mb);
-    each_expert([&](int64_t j, int64_t at, int64_t n) {
+    for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor d = din.rows(at, n);
       Param& p = *w.fc1[static_cast<size_t>(j)];
       be.matmul_backward(c.in.rows(at, n), p.compute, df1.rows(at, n), &d, p.grad, nullptr);

@@ -169,12 +169,11 @@ TEST(MoeLowering, OverTensorParallelismEachRankRoutesItsOwnTokens) {
   const LoweredModel m = lower(test::small_moe(0), o);
   const Layer& moe = m.layers[2];
   EXPECT_EQ(names_from(moe.forward, "mlp.norm"),
-            (std::vector<std::string>{"mlp.norm", "moe.router", "moe.route", "moe.permute",
-                                      "moe.dispatch", "moe.all_gather", "moe.fc1", "moe.act",
-                                      "moe.fc2", "moe.reduce_scatter", "moe.combine",
-                                      "moe.shared_all_gather", "moe.shared_fc1", "moe.shared_act",
-                                      "moe.shared_fc2", "moe.shared_reduce_scatter",
-                                      "moe.unpermute", "mlp.residual"}));
+            (std::vector<std::string>{
+                "mlp.norm", "moe.router", "moe.route", "moe.permute", "moe.dispatch",
+                "moe.all_gather", "moe.fc1", "moe.act", "moe.fc2", "moe.reduce_scatter",
+                "moe.combine", "moe.shared_all_gather", "moe.shared_fc1", "moe.shared_act",
+                "moe.shared_fc2", "moe.shared_reduce_scatter", "moe.unpermute", "mlp.residual"}));
   EXPECT_DOUBLE_EQ(find_op(moe.forward, "moe.router")->flops, 2.0 * 16 * 8 * 64);
   EXPECT_EQ(find_op(moe.forward, "moe.dispatch")->bytes, 4096);
   const Op* gather = find_op(moe.forward, "moe.all_gather");
@@ -189,13 +188,20 @@ TEST(MoeLowering, OverTensorParallelismEachRankRoutesItsOwnTokens) {
   EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * 32 * 64);
   // Backward: each collective's conjugate where its forward was.
   EXPECT_EQ(names_from(moe.backward, "moe.unpermute"),
-            (std::vector<std::string>{
-                "moe.unpermute", "moe.shared_all_gather", "moe.shared_fc2", "moe.shared_act",
-                "moe.shared_fc1", "moe.shared_reduce_scatter", "moe.combine", "moe.all_gather",
-                "moe.fc2", "moe.act", "moe.fc1", "moe.reduce_scatter", "moe.dispatch",
-                "moe.permute", "moe.route", "moe.router", "mlp.norm", "mlp.residual",
-                "attn.all_gather", "attn.proj", "attn.context", "attn.softmax", "attn.scores",
-                "attn.rope", "attn.qkv", "attn.reduce_scatter", "attn.norm", "attn.residual"}));
+            (std::vector<std::string>{"moe.unpermute",   "moe.shared_all_gather",
+                                      "moe.shared_fc2",  "moe.shared_act",
+                                      "moe.shared_fc1",  "moe.shared_reduce_scatter",
+                                      "moe.combine",     "moe.all_gather",
+                                      "moe.fc2",         "moe.act",
+                                      "moe.fc1",         "moe.reduce_scatter",
+                                      "moe.dispatch",    "moe.permute",
+                                      "moe.route",       "moe.router",
+                                      "mlp.norm",        "mlp.residual",
+                                      "attn.all_gather", "attn.proj",
+                                      "attn.context",    "attn.softmax",
+                                      "attn.scores",     "attn.rope",
+                                      "attn.qkv",        "attn.reduce_scatter",
+                                      "attn.norm",       "attn.residual"}));
   // The router's gradient from half the tokens is a partial sum over tp, as the two RMSNorm
   // weights' are: 64 + 64 + 64 x 8.
   EXPECT_EQ(moe.sp_partial_params, 64 + 64 + 512);
