@@ -6,22 +6,16 @@
 
 namespace sextant::test {
 
-// A small mixture of experts: llama-tiny's h 64 and 4 heads, 8 experts of 32 (SwiGLU), top-2,
-// 1 shared expert, the first of 3 layers dense (ffn 128), 16 tokens a sequence.
+// The zoo's moe-tiny (llama-tiny's h 64 and 4 heads, 8 experts of 32 with SwiGLU, top-2, 1 shared
+// expert, the first block dense with ffn 128), cut to 3 layers of multi-head attention over 16
+// tokens a sequence, with the given capacity factor (0: dropless).
 inline spec::ModelSpec small_moe(double capacity_factor = 0) {
-  spec::ModelSpec m = models::zoo_model("llama-tiny");
+  spec::ModelSpec m = models::zoo_model("moe-tiny");
   spec::TransformerSpec& t = m.transformer();
   t.layers = 3;
   t.kv_heads = 4;
   t.seq_len = 16;
-  spec::MoeSpec moe;
-  moe.experts = 8;
-  moe.top_k = 2;
-  moe.expert_ffn_hidden = 32;
-  moe.shared_experts = 1;
-  moe.capacity_factor = capacity_factor;
-  moe.dense_layers = 1;
-  t.moe = moe;
+  t.moe->capacity_factor = capacity_factor;
   return m;
 }
 
