@@ -47,6 +47,9 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
                  "Expert parallelism: split a mixture of experts' routed experts over N of the "
                  "data-parallel ranks (N divides dp and the experts)")
       ->check(positive());
+  cmd.add_option("--tp-grid", f.tp_grid,
+                 "3D tensor parallelism (AxoNN): the tp ranks as an XxYxZ grid, e.g. 2x2x2; "
+                 "--tp defaults to X*Y*Z");
   cmd.add_option("--offload-optimizer", f.offload_optimizer,
                  "ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, gradients) "
                  "and its step on the host: host, nvme or none (needs --zero >= 1)");
@@ -73,6 +76,16 @@ spec::SpatialSplit spatial_from_text(const std::string& text) {
   s.h = std::stoll(m[1]);
   s.w = m[2].matched ? std::stoll(m[2]) : 1;
   return s;
+}
+
+// "XxYxZ" as a plan's "tp_grid" array; throws InputError naming --tp-grid.
+spec::Json grid_from_text(const std::string& text) {
+  static const std::regex pattern(R"(^\s*(\d{1,8})\s*[xX]\s*(\d{1,8})\s*[xX]\s*(\d{1,8})\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, pattern))
+    throw InputError("command line", "--tp-grid", text,
+                     "expected XxYxZ (e.g. 2x2x2): the grid's three axes");
+  return spec::Json::array({std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3])});
 }
 
 }  // namespace
@@ -103,9 +116,21 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     if (f.cp > 1) j["cp"] = f.cp;
     if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
     if (f.ep > 1) j["ep"] = f.ep;
+    if (!f.tp_grid.empty()) {
+      j["tp_grid"] = grid_from_text(f.tp_grid);
+      if (f.tp == 1)
+        j["tp"] = j["tp_grid"][0].get<int64_t>() * j["tp_grid"][1].get<int64_t>() *
+                  j["tp_grid"][2].get<int64_t>();
+    }
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.plan_file.empty() && f.seq_len > 0) plan.seq_len = f.seq_len;
+  if (!f.plan_file.empty() && !f.tp_grid.empty()) {
+    // The flag overrides the file's grid; tp stays the file's.
+    spec::Json j = spec::to_json(plan);
+    j["tp_grid"] = grid_from_text(f.tp_grid);
+    plan = spec::plan_from_json(j, "command line");
+  }
   if (!f.plan_file.empty() && (f.cp > 1 || !f.cp_algorithm.empty() || f.ep > 1)) {
     // The flags override the file's split; the plan's own rules again.
     spec::Json j = spec::to_json(plan);

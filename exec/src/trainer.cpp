@@ -18,6 +18,7 @@
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
+#include "sextant/spec/tensor_grid.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -53,6 +54,10 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              "the executor runs context parallelism as \"all-gather\" (Llama 3) or \"all-to-all\" "
              "(DeepSpeed-Ulysses): ring attention merges blockwise flash results, which its "
              "unfused attention does not compute (simulated and planned only)");
+  if (plan.tp_grid.any())
+    diag.add("/tp_grid", spec::tensor_grid_text(plan.tp_grid),
+             "the executor runs Megatron-LM's 1D tensor parallelism: AxoNN's 3D tensor grid is "
+             "simulated and planned only (issue 14)");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");

@@ -39,7 +39,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         plan.spatial.w,
                         plan.cp,
                         static_cast<int>(plan.cp_algorithm),
-                        plan.ep};
+                        plan.ep,
+                        plan.tp_grid.x,
+                        plan.tp_grid.y};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -92,7 +94,8 @@ double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
-  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp, plan.ep);
+  auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp, plan.ep,
+                             plan.tp_grid.x, plan.tp_grid.y);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   spec::RankLayout layout(plan);
@@ -102,6 +105,9 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   s.cp = sim::group_shape(layout.cp_group(0), cluster_->devices_per_node);
   s.ep = sim::group_shape(layout.ep_group(0), cluster_->devices_per_node);
   s.expert_dp = sim::group_shape(layout.expert_replica_group(0), cluster_->devices_per_node);
+  s.grid_x = sim::group_shape(layout.grid_group(0, 0), cluster_->devices_per_node);
+  s.grid_y = sim::group_shape(layout.grid_group(0, 1), cluster_->devices_per_node);
+  s.grid_z = sim::group_shape(layout.grid_group(0, 2), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
   int64_t ends[2] = {0, layout.pp_prev(0)};
@@ -163,7 +169,9 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto key = std::make_tuple(mode, static_cast<int>(stack.tp_overlap));
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
-  const sim::LayerGroups groups{shapes(plan).tp, shapes(plan).cp, shapes(plan).ep};
+  const Shapes& shape = shapes(plan);
+  const sim::LayerGroups groups{shape.tp,     shape.cp,     shape.ep,
+                                shape.grid_x, shape.grid_y, shape.grid_z};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -484,6 +492,21 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     const int64_t per_param = models::optimizer_bytes_per_param(
         models::optimizer_precision(stack, lowered.dtype, plan.zero));
     step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
+  }
+  if (plan.tp_grid.z > 1) {
+    // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,
+    // the vocabulary layers): one all-reduce over z after the backward (sim's program builder),
+    // the largest stage's.
+    int64_t partial = 0;
+    for (int64_t s = 0; s < plan.pp; ++s) {
+      const models::StageLayers layers = models::stage_layers(plan, lowered, s);
+      int64_t stage = 0;
+      for (size_t c = 0; c < layers.chunk_begin.size(); ++c)
+        for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i)
+          stage += lowered.layers[i].sp_partial_params;
+      partial = std::max(partial, stage);
+    }
+    step += collective_s(plan, spec::CollectiveKind::kAllReduce, partial * g, shape.grid_z);
   }
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());

@@ -25,7 +25,9 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
   if (plan.cp > 1) ++n;                                // the context-parallel group
   if (plan.ep > 1) ++n;                                // the expert-parallel group
   if (plan.ep > 1 && plan.expert_replicas() > 1) ++n;  // the expert-data-parallel group
-  if (plan.pp > 1) ++n;                                // the stage-to-stage send/receive channels
+  const spec::TensorGrid& grid = plan.tp_grid;         // the lines of a 3D tensor grid
+  if (grid.any()) n += (grid.x > 1 ? 1 : 0) + (grid.y > 1 ? 1 : 0) + (grid.z > 1 ? 1 : 0);
+  if (plan.pp > 1) ++n;  // the stage-to-stage send/receive channels
   const bool end_stage = stage == 0 || stage == plan.pp - 1;
   if (plan.pp > 1 && lowered.tied_table_params > 0 && end_stage) ++n;  // the embedding group
   return n;
@@ -134,6 +136,17 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   }
   if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
+  // A 3D tensor grid gathers one linear layer's weight block over z at a time and reduce-scatters
+  // its whole gradient (models' grid_block): the stage's largest gather, and its gradient.
+  if (plan.tp_grid.z > 1) {
+    int64_t gathered = 0;
+    const StageLayers held = stage_layers(plan, lowered, stage);
+    for (size_t v = 0; v < held.chunk_begin.size(); ++v)
+      for (size_t l = held.chunk_begin[v]; l < held.chunk_end[v]; ++l)
+        for (const models::Op& op : lowered.layers[l].forward)
+          if (op.group == models::CommGroup::kGridZ) gathered = std::max(gathered, op.bytes);
+    buffers += gathered + gathered / e * per.gradients;
+  }
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
   if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;
   m.buffers = buffers;

@@ -240,7 +240,26 @@ class StageBuilder {
                           : expert              ? CommClass::kEp
                           : plan_.spatial.any() ? CommClass::kSpatial
                                                 : CommClass::kTp;
-    const GroupSlot slot = context ? GroupSlot::kCp : expert ? GroupSlot::kEp : GroupSlot::kTp;
+    GroupSlot slot = GroupSlot::kTp;
+    switch (op.group) {
+      case models::CommGroup::kLayer:
+        break;
+      case models::CommGroup::kContext:
+        slot = GroupSlot::kCp;
+        break;
+      case models::CommGroup::kExpert:
+        slot = GroupSlot::kEp;
+        break;
+      case models::CommGroup::kGridX:
+        slot = GroupSlot::kGridX;
+        break;
+      case models::CommGroup::kGridY:
+        slot = GroupSlot::kGridY;
+        break;
+      case models::CommGroup::kGridZ:
+        slot = GroupSlot::kGridZ;
+        break;
+    }
     return comm(Stream::kTpComm, cls, static_cast<uint8_t>(slot), TaskKind::kCollective,
                 op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
   }
@@ -639,7 +658,8 @@ class StageBuilder {
 
   // Under sequence parallelism the gradients of the parameters every tp rank holds whole are
   // partial sums: one coalesced all-reduce over the tp group after the backward (Megatron-LM
-  // finalize_model_grads); the optimizer waits for it.
+  // finalize_model_grads); the optimizer waits for it. On a tensor grid those the z slices hold
+  // alike are summed over z (AxoNN's depth-parallel gradient sync).
   void reduce_sequence_parallel_grads(int32_t after) {
     int64_t params = 0;
     for (size_t v = 0; v < layers_.chunk_begin.size(); ++v)
@@ -648,9 +668,10 @@ class StageBuilder {
     if (params == 0) return;
     const int64_t bytes = params * grad_bytes_;
     int32_t op = named_op("sp.all_reduce", spec::OpClass::kAllReduce, bytes, -1);
-    require(comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
-                 TaskKind::kCollective, spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd,
-                 micro_batches_ - 1, after));
+    const GroupSlot slot = plan_.tp_grid.any() ? GroupSlot::kGridZ : GroupSlot::kTp;
+    require(comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(slot), TaskKind::kCollective,
+                 spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd, micro_batches_ - 1,
+                 after));
   }
 
   // ZeRO-Offload's step (DeepSpeed stage_1_and_2.py / stage3.py with offload_optimizer): once

@@ -51,6 +51,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.cp = plan.cp;
   s.lowering.cp_algorithm = plan.cp_algorithm;
   s.lowering.ep = plan.ep;
+  s.lowering.tp_grid = plan.tp_grid;
   return s;
 }
 

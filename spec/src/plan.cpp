@@ -15,6 +15,7 @@
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
+#include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::spec {
 
@@ -105,6 +106,7 @@ std::string Plan::name() const {
     if (cp_algorithm == ContextAlgorithm::kAllToAll) s += "a2a";
   }
   if (ep > 1) s += fmt::format(".ep{}", ep);
+  if (tp_grid.any()) s += ".g" + tensor_grid_text(tp_grid);
   return s;
 }
 
@@ -258,6 +260,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   }
   if (std::string ep = expert_parallel_problem(p); !ep.empty())
     problem("ep", std::to_string(p.ep), ep);
+  if (std::string grid = tensor_grid_problem(p); !grid.empty())
+    problem("tp_grid", tensor_grid_text(p.tp_grid), grid);
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -331,6 +335,14 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     }
   }
   p.ep = r.integer("ep", degree, Presence::kOptional).value_or(1);
+  if (auto grid = r.integer_array("tp_grid", degree, Presence::kOptional)) {
+    if (grid->size() == 3) {
+      p.tp_grid = {(*grid)[0], (*grid)[1], (*grid)[2]};
+    } else {
+      r.problem("tp_grid", fmt::format("{} entries", grid->size()),
+                "must be [x, y, z], three grid axes whose product is tp");
+    }
+  }
   if (auto sp = r.object("spatial", Presence::kOptional)) {
     p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
     p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
@@ -440,6 +452,7 @@ Json to_json(const Plan& p) {
     j["cp_algorithm"] = enum_name(context_algorithm_names(), p.cp_algorithm);
   }
   if (p.ep > 1) j["ep"] = p.ep;
+  if (p.tp_grid.any()) j["tp_grid"] = {p.tp_grid.x, p.tp_grid.y, p.tp_grid.z};
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -570,8 +583,13 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   if (model.is_transformer()) {
     const TransformerSpec& t = model.transformer();
     int64_t seq = p.seq_len.value_or(t.seq_len);
-    if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
+    if (p.tp_grid.any()) {
+      if (std::string problem = tensor_grid_model_problem(model, p.tp_grid, p.micro_batch);
+          !problem.empty())
+        add("tp_grid", tensor_grid_text(p.tp_grid), problem);
+    } else if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty()) {
       add("tp", std::to_string(p.tp), problem);
+    }
     if (p.sequence_parallel)
       if (std::string problem = sequence_parallel_problem(seq, p.tp); !problem.empty())
         add("sequence_parallel", "true", problem);
@@ -586,6 +604,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   } else {
     if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
       add("tp", std::to_string(p.tp), problem);
+    if (std::string problem = tensor_grid_model_problem(model, p.tp_grid, p.micro_batch);
+        !problem.empty())
+      add("tp_grid", tensor_grid_text(p.tp_grid), problem);
     if (p.seq_len) add("seq_len", std::to_string(*p.seq_len), seq_len_problem(model, *p.seq_len));
     if (p.sequence_parallel)
       add("sequence_parallel", "true",

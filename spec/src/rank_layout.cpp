@@ -32,7 +32,28 @@ std::vector<int64_t> RankLayout::cp_group(int64_t r) const {
 }
 
 std::vector<int64_t> RankLayout::layer_group(int64_t r) const {
-  return sp_ > 1 ? spatial_group(r) : tp_group(r);
+  if (sp_ > 1) return spatial_group(r);
+  if (!grid_.any()) return tp_group(r);
+  RankCoord c = coord(r);
+  const int64_t slice = grid_.x * grid_.y;
+  const int64_t first = c.tp / slice * slice;
+  std::vector<int64_t> g;
+  for (int64_t t = first; t < first + slice; ++t)
+    g.push_back(rank({c.dp, t, c.pp, c.spatial, c.cp}));
+  return g;
+}
+
+std::vector<int64_t> RankLayout::grid_group(int64_t r, int axis) const {
+  if (!grid_.any()) return tp_group(r);
+  RankCoord c = coord(r);
+  // tp index = gx + x * (gy + y * gz): an axis of extent n and stride `stride`.
+  const int64_t n = axis == 0 ? grid_.x : axis == 1 ? grid_.y : grid_.z;
+  const int64_t stride = axis == 0 ? 1 : axis == 1 ? grid_.x : grid_.x * grid_.y;
+  const int64_t first = c.tp - (c.tp / stride % n) * stride;
+  std::vector<int64_t> g;
+  for (int64_t i = 0; i < n; ++i)
+    g.push_back(rank({c.dp, first + i * stride, c.pp, c.spatial, c.cp}));
+  return g;
 }
 
 std::vector<int64_t> RankLayout::replica_group(int64_t r) const {

@@ -39,9 +39,10 @@ struct MatmulShape {
 };
 
 // The group a communication op runs in: the layer group (spec::RankLayout::layer_group), the
-// ranks splitting each sequence (RankLayout::cp_group, context parallelism) or the ranks
-// splitting the routed experts (RankLayout::ep_group, expert parallelism).
-enum class CommGroup : uint8_t { kLayer, kContext, kExpert };
+// ranks splitting each sequence (RankLayout::cp_group, context parallelism), the ranks splitting
+// the routed experts (RankLayout::ep_group, expert parallelism), or one axis of a 3D tensor grid
+// (RankLayout::grid_group, spec/tensor_grid.hpp).
+enum class CommGroup : uint8_t { kLayer, kContext, kExpert, kGridX, kGridY, kGridZ };
 
 struct Op {
   std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
@@ -136,6 +137,9 @@ struct LoweringOptions {
   // Mixtures of experts: the routed experts split over `ep` ranks (Plan::ep,
   // spec/expert_parallel.hpp); the ops are one rank's, with its dispatch and combine all-to-alls.
   int64_t ep = 1;
+  // Transformers: the tp ranks as a 3D grid (Plan::tp_grid, spec/tensor_grid.hpp; x*y*z = tp);
+  // the ops are one rank's, on its micro_batch/z sequences, with the grid's collectives.
+  spec::TensorGrid tp_grid{};
 };
 
 struct LoweredModel {
@@ -144,7 +148,8 @@ struct LoweredModel {
   // also holds layers before `split_begin`, the last one the layers from `split_end` on.
   size_t split_begin = 0;
   size_t split_end = 0;
-  // sequences*seq_len (transformers; seq_len/cp under context parallelism: one rank's) or samples
+  // sequences*seq_len (transformers; seq_len/cp under context parallelism, micro_batch/z
+  // sequences on a tensor grid: one rank's) or samples
   int64_t tokens_per_micro_batch = 0;
   int64_t samples_per_micro_batch = 0;
   spec::Dtype dtype = spec::Dtype::kBf16;

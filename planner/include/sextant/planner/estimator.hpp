@@ -127,6 +127,7 @@ class Estimator {
     sim::GroupShape tp, dp, pp_pair, embedding;  // embedding: the first and the last stage
     sim::GroupShape cp;                          // the ranks splitting each sequence
     sim::GroupShape ep, expert_dp;  // the ranks splitting the experts, and holding the same ones
+    sim::GroupShape grid_x, grid_y, grid_z;  // the lines of a 3D tensor grid
   };
   Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
   // Every layer's cost in recompute mode `mode`.
@@ -165,13 +166,15 @@ class Estimator {
   // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
   // made the estimate phase fault in fresh pages for each.
   using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
-                                 int64_t, int64_t, int64_t, int, int64_t>;
+                                 int64_t, int64_t, int64_t, int, int64_t, int64_t, int64_t>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;
   std::map<spec::CollectiveKind, spec::CollectiveAlgorithm> collectives_overrides_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, double> collective_seconds_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, Shapes> shapes_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>,
+           Shapes>
+      shapes_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
   std::map<int64_t, double> slowest_speed_;
   // Per (schedule, pp, vpp, micro-batches): every stage's units, shared by its sweeps.

@@ -16,15 +16,21 @@
 
 namespace sextant::sim {
 
+constexpr std::array<int32_t, kGroupSlots> filled_slots(int32_t value) {
+  std::array<int32_t, kGroupSlots> slots{};
+  slots.fill(value);
+  return slots;
+}
+
 struct RankSetup {
   int32_t program = 0;  // index into the engine's programs
-  // By GroupSlot: tp, dp, embedding, cp (group ids).
-  std::array<int32_t, kGroupSlots> groups{{-1, -1, -1, -1, -1, -1}};
+  // By GroupSlot (group ids; -1: the rank has no such group).
+  std::array<int32_t, kGroupSlots> groups = filled_slots(-1);
   std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
   std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
   double speed = 1.0;                             // compute time is divided by this
   // Ranks this one stands for in each of its groups (a folded topology, rank_symmetry.hpp).
-  std::array<int32_t, kGroupSlots> group_weight{{1, 1, 1, 1, 1, 1}};
+  std::array<int32_t, kGroupSlots> group_weight = filled_slots(1);
 };
 
 // Where one rank's time went (compute-stream view); the parts add up to `finish`.

@@ -30,15 +30,29 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
 // The groups a layer's collectives run in: the layer group (tensor-parallel, or a CNN's spatial
-// grid), the context-parallel group and the expert-parallel group (models::CommGroup).
+// grid), the context-parallel group, the expert-parallel group and the lines of a 3D tensor grid
+// (models::CommGroup).
 struct LayerGroups {
   GroupShape tp;
   GroupShape cp;
   GroupShape ep;
+  GroupShape grid_x, grid_y, grid_z;
   const GroupShape& of(models::CommGroup group) const {
-    return group == models::CommGroup::kContext  ? cp
-           : group == models::CommGroup::kExpert ? ep
-                                                 : tp;
+    switch (group) {
+      case models::CommGroup::kLayer:
+        return tp;
+      case models::CommGroup::kContext:
+        return cp;
+      case models::CommGroup::kExpert:
+        return ep;
+      case models::CommGroup::kGridX:
+        return grid_x;
+      case models::CommGroup::kGridY:
+        return grid_y;
+      case models::CommGroup::kGridZ:
+        return grid_z;
+    }
+    return tp;
   }
 };
 

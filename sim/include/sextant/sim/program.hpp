@@ -30,9 +30,20 @@ enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial
 // group: the first and the last pipeline stage of a (tp, dp) position, which hold the tied
 // embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group). kEp: the ranks
 // splitting the routed experts (RankLayout::ep_group); kExpertDp: the ranks holding the same
-// experts, which sum their gradients (RankLayout::expert_replica_group).
-enum class GroupSlot : uint8_t { kTp, kDp, kEmbedding, kCp, kEp, kExpertDp };
-inline constexpr size_t kGroupSlots = 6;
+// experts, which sum their gradients (RankLayout::expert_replica_group). kGridX, kGridY, kGridZ:
+// the lines of a 3D tensor grid (RankLayout::grid_group); its x*y slice is the layer group.
+enum class GroupSlot : uint8_t {
+  kTp,
+  kDp,
+  kEmbedding,
+  kCp,
+  kEp,
+  kExpertDp,
+  kGridX,
+  kGridY,
+  kGridZ
+};
+inline constexpr size_t kGroupSlots = 9;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

@@ -100,6 +100,23 @@ enum class ContextAlgorithm {
 };
 EnumNames<ContextAlgorithm> context_algorithm_names();
 
+// AxoNN's 3D tensor parallelism (Singh et al., "A 4D Hybrid Algorithm to Scale Parallel Training
+// to Thousands of GPUs", 2023; axonn/intra_layer/fully_connected.py): the tp ranks form an
+// x * y * z grid. Each weight matrix is split in two dimensions over x and y (a layer's input
+// features over one, its output features over the other, the roles swapping from one linear layer
+// to the next so no activation is redistributed between them) and its block sharded again over
+// z, like FSDP; each z slice of the grid takes micro_batch/z of the sequences.
+// spec/tensor_grid.hpp owns the rules, the lowering the collectives.
+struct TensorGrid {
+  int64_t x = 1;  // ranks splitting the input features of the first linear layer of each pair
+  int64_t y = 1;  // ranks splitting its output features (the attention heads, the MLP's ffn)
+  int64_t z = 1;  // ranks sharding each weight block and splitting the sequences (depth)
+  int64_t ranks() const { return x * y * z; }
+  // Whether the plan uses the grid (Megatron-LM's 1D tensor parallelism otherwise).
+  bool any() const { return ranks() > 1; }
+  bool operator==(const TensorGrid&) const = default;
+};
+
 struct Plan {
   int64_t dp = 1;
   int64_t tp = 1;
@@ -130,6 +147,9 @@ struct Plan {
   // data-parallel ranks (Megatron-LM's expert-model-parallel group, carved out of dp), which
   // exchange their tokens with all-to-alls. spec/expert_parallel.hpp owns its rules.
   int64_t ep = 1;
+  // 3D tensor parallelism: the tp ranks as an x * y * z grid (x * y * z = tp); unset ({1, 1, 1}):
+  // Megatron-LM's 1D tensor parallelism.
+  TensorGrid tp_grid{};
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
@@ -155,7 +175,7 @@ struct Plan {
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
   // recompute, offload, gradient compression, the spatial split, context and expert parallelism,
-  // when they apply).
+  // the tensor grid, when they apply).
   std::string name() const;
 };
 

@@ -7,6 +7,9 @@
 // S = h*w, the spatial index row-major over the h x w grid. (A plan splits samples spatially or
 // sequences by context, never both: one of S and cp is 1.) Expert parallelism splits dp further
 // (Megatron's "ep" inside "dp"): the ep ranks splitting the experts are ep consecutive dp indices.
+// A 3D tensor grid (Plan::tp_grid, spec/tensor_grid.hpp) numbers the tp index x fastest:
+//   tp_index = gx + x * (gy + y * gz),
+// so the x groups, whose all-reduces carry the most bytes per layer, are the most local.
 // The simulator and the executor both use this, so their traces number ranks alike.
 #pragma once
 
@@ -33,7 +36,8 @@ class RankLayout {
         pp_(plan.pp),
         sp_(plan.spatial.ranks()),
         cp_(plan.cp),
-        ep_(plan.ep) {}
+        ep_(plan.ep),
+        grid_(plan.tp_grid) {}
 
   int64_t world_size() const { return sp_ * dp_ * tp_ * cp_ * pp_; }
   int64_t rank(RankCoord c) const {
@@ -54,7 +58,9 @@ class RankLayout {
   std::vector<int64_t> cp_group(int64_t rank) const;
   // The group a layer's own collectives run in: the spatial group when the plan splits samples
   // spatially (halos, batch-norm statistics), else the tensor-parallel group (the two never
-  // combine: spec::channel_with_spatial_problem refuses a CNN split both ways).
+  // combine: spec::channel_with_spatial_problem refuses a CNN split both ways); on a tensor grid
+  // the x * y ranks of the rank's z slice, which hold the same sequences (the vocabulary-parallel
+  // embedding and output layer run there).
   std::vector<int64_t> layer_group(int64_t rank) const;
   // The ranks holding the same parameters, whose gradients are summed (Plan::replicas): the
   // data-parallel group, each member with its spatial or context-parallel ranks, in (dp, cp,
@@ -67,6 +73,9 @@ class RankLayout {
   // (Plan::expert_replicas): the replica group's members at the rank's place in its ep block, in
   // (dp, cp, spatial) order. The replica group when ep is 1.
   std::vector<int64_t> expert_replica_group(int64_t rank) const;
+  // The ranks of the rank's tensor grid line along one axis (0: x, 1: y, 2: z), in axis order;
+  // the whole tp group when the plan has no grid.
+  std::vector<int64_t> grid_group(int64_t rank, int axis) const;
   // The same (dp, tp) position in the next / previous pipeline stage (wrapping around, which the
   // interleaved schedule uses to go from the last stage back to the first).
   int64_t pp_next(int64_t rank) const;
@@ -74,6 +83,7 @@ class RankLayout {
 
  private:
   int64_t dp_, tp_, pp_, sp_, cp_, ep_;
+  TensorGrid grid_;
 };
 
 }  // namespace sextant::spec
