@@ -41,7 +41,8 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         static_cast<int>(plan.cp_algorithm),
                         plan.ep,
                         plan.tp_grid.x,
-                        plan.tp_grid.y};
+                        plan.tp_grid.y,
+                        plan.tp_grid.z};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -95,7 +96,7 @@ double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   auto key = std::make_tuple(plan.dp, plan.tp, plan.pp, plan.spatial.ranks(), plan.cp, plan.ep,
-                             plan.tp_grid.x, plan.tp_grid.y);
+                             plan.tp_grid.x, plan.tp_grid.y, plan.tp_grid.z);
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   spec::RankLayout layout(plan);

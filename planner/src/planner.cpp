@@ -41,14 +41,14 @@ std::vector<Estimate> estimate_all(const SearchRequest& request, const Enumerati
   const std::vector<Candidate>& plans = all.candidates;
   std::vector<Estimate> out(plans.size());
   std::atomic<size_t> next{0};
-  // Threads take runs of plans that share a lowering (tp, micro-batch, sequence parallelism), so
-  // that each thread's caches miss on the lowerings of its own runs only; the stack variants of a
-  // layout stay next to each other (they share its memory estimate).
+  // Threads take runs of plans that share a lowering (tp, its grid, micro-batch, sequence
+  // parallelism), so that each thread's caches miss on the lowerings of its own runs only; the
+  // stack variants of a layout stay next to each other (they share its memory estimate).
   std::vector<uint32_t> order(plans.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(plans[a].tp, plans[a].micro_batch, plans[a].sequence_parallel) <
-           std::tie(plans[b].tp, plans[b].micro_batch, plans[b].sequence_parallel);
+    return std::tie(plans[a].tp, plans[a].grid, plans[a].micro_batch, plans[a].sequence_parallel) <
+           std::tie(plans[b].tp, plans[b].grid, plans[b].micro_batch, plans[b].sequence_parallel);
   });
   constexpr size_t kRun = 1024;
   const size_t runs = (plans.size() + kRun - 1) / kRun;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <regex>
 
 #include "sextant/models/lowering.hpp"
@@ -14,6 +15,7 @@
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
+#include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::planner {
 
@@ -73,6 +75,8 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       return int64_t{1} << p.split_log2;
     case Constraint::Dim::kEp:
       return int64_t{1} << p.ep_log2;
+    case Constraint::Dim::kGrid:
+      return p.grid > 0 ? 1 : 0;
   }
   return 0;
 }
@@ -98,12 +102,12 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp|ep)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp|ep|grid)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload, spatial, cp, ep and "
+                     "recompute_layers, offload, spatial, cp, ep, grid and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -118,6 +122,7 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "spatial" ? Constraint::Dim::kSpatial
           : dim == "cp"      ? Constraint::Dim::kCp
           : dim == "ep"      ? Constraint::Dim::kEp
+          : dim == "grid"    ? Constraint::Dim::kGrid
                              : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
@@ -269,6 +274,7 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.cp = split.cp;
   out.cp_algorithm = split.cp_algorithm;
   out.ep = int64_t{1} << c.ep_log2;
+  out.tp_grid = grids.empty() ? spec::TensorGrid{} : grids[c.grid];
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -315,6 +321,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   auto most_gradient_bytes = [&](int64_t tp) {
     if (auto it = gradient_bytes_by_tp.find(tp); it != gradient_bytes_by_tp.end())
       return it->second;
+    // (A tp only a 3D grid lays out: never one bucket.)
+    if (!spec::tensor_parallel_problem(m, tp).empty())
+      return gradient_bytes_by_tp[tp] = std::numeric_limits<double>::infinity();
     models::LoweringOptions o;
     o.dtype = compute;
     o.tp = tp;
@@ -358,6 +367,27 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   if (transformer && m.transformer().moe)
     for (int64_t ep = 2; ep <= std::min<int64_t>(r.gpus, int64_t{1} << 15); ep *= 2)
       if (spec::expert_model_problem(m, ep).empty()) ep_degrees.push_back(ep);
+  // AxoNN's 3D tensor grids (transformers): for each tp, the x * y * z = tp the model divides
+  // (spec::tensor_grid_model_problem without the micro-batch, checked per candidate below), but
+  // 1 x tp x 1, which is the 1D layout.
+  out.grids.push_back({});
+  std::map<int64_t, std::vector<uint8_t>> grids_by_tp;
+  auto grids_of = [&](int64_t tp) -> const std::vector<uint8_t>& {
+    auto [it, added] = grids_by_tp.try_emplace(tp);
+    if (!added || !transformer || tp == 1) return it->second;
+    for (int64_t x : divisors(tp))
+      for (int64_t y : divisors(tp / x)) {
+        const spec::TensorGrid g{x, y, tp / (x * y)};
+        if ((g.x == 1 && g.z == 1) || !spec::tensor_grid_model_problem(m, g, g.z).empty()) continue;
+        auto known = std::find(out.grids.begin(), out.grids.end(), g);
+        if (known == out.grids.end()) {
+          if (out.grids.size() > std::numeric_limits<uint8_t>::max()) continue;
+          known = out.grids.insert(known, g);
+        }
+        it->second.push_back(static_cast<uint8_t>(known - out.grids.begin()));
+      }
+    return it->second;
+  };
   for (size_t si = 0; si < out.sample_splits.size(); ++si) {
     const Enumeration::SampleSplit& sample_split = out.sample_splits[si];
     const int64_t split_ranks = sample_split.ranks();
@@ -373,7 +403,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           reject("tp with a spatial split");
           continue;
         }
-        if (!spec::tensor_parallel_problem(m, tp).empty()) {
+        // The tp layouts: Megatron-LM's 1D split where the model divides, and the 3D grids.
+        std::vector<uint8_t> tp_layouts;
+        if (spec::tensor_parallel_problem(m, tp).empty()) tp_layouts.push_back(0);
+        if (split_ranks == 1)
+          for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
+        if (tp_layouts.empty()) {
           reject(transformer ? "tp does not divide the heads or the MLP"
                              : "tp does not divide the channels");
           continue;
@@ -397,160 +432,180 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         const int64_t replicas = dp * split_ranks;  // ranks summing each gradient (Plan::replicas)
         const bool one_bucket =
             replicas > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
-        for (int64_t mb : divisors(per_replica)) {
-          const int64_t micro_batches = per_replica / mb;
-          if (!spec::micro_batch_count_problem(micro_batches).empty()) {
-            reject("more micro-batches per step than the limit (spec/limits.hpp)");
-            continue;
-          }
-          // Schedules and chunk counts.
-          std::vector<std::pair<spec::Schedule, int64_t>> schedules;
-          if (pp == 1) {
-            schedules.push_back({spec::Schedule::k1F1B, 1});
-          } else {
-            schedules.push_back({spec::Schedule::kGpipe, 1});
-            schedules.push_back({spec::Schedule::k1F1B, 1});
-            for (int64_t v : divisors(layers / pp)) {
-              if (v < 2 || layers % (pp * v) != 0) continue;
-              if (micro_batches % pp != 0) {
-                reject("interleaving needs micro-batches divisible by pp");
-                continue;
-              }
-              schedules.push_back({spec::Schedule::kInterleaved, v});
+        // One grid at a time (outside the micro-batch sizes): the plans of a lowering stay
+        // together for the estimator's cache of lowerings.
+        for (uint8_t grid : tp_layouts)
+          for (int64_t mb : divisors(per_replica)) {
+            const int64_t micro_batches = per_replica / mb;
+            if (!spec::micro_batch_count_problem(micro_batches).empty()) {
+              reject("more micro-batches per step than the limit (spec/limits.hpp)");
+              continue;
             }
-          }
-          for (auto [schedule, v] : schedules) {
-            // The splits into chunks: even, and balanced where that differs.
-            std::vector<bool> splits = {false};
-            if (!out.balanced_splits.contains(pp * v)) {
-              std::vector<int64_t> balanced = balanced_split(layers, pp * v);
-              if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
-            }
-            if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
-            for (int zero = 0; zero <= 3; ++zero) {
-              if (zero >= 2 && pp > 1) {
-                reject("ZeRO-2/3 with pipeline parallelism");
-                continue;
-              }
-              // What may live in host memory (Candidate::offload) under this stage. With one
-              // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves
-              // the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with
-              // the parameters too.
-              if (zero > 0 && sample_split.spatial.any()) {
-                reject("ZeRO with a spatial split");
-                continue;
-              }
-              std::vector<uint8_t> offloads;
-              // (ZeRO shards over every rank holding the parameters: dp x cp, Plan::replicas.)
-              if (zero == 0 || replicas > 1) offloads.push_back(0);
-              if (r.cluster.host && zero >= 1 && (replicas > 1 || zero == 2)) offloads.push_back(1);
-              if (r.cluster.host && zero == 3) offloads.push_back(2);
-              if (offloads.empty()) continue;
-              for (bool sp : {false, true}) {
-                // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
-                if (sp && (tp == 1 || !transformer)) continue;
-                if (sp && transformer &&
-                    !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
-                  reject("sequence parallelism needs tp to divide the sequence");
+            // Schedules and chunk counts.
+            std::vector<std::pair<spec::Schedule, int64_t>> schedules;
+            if (pp == 1) {
+              schedules.push_back({spec::Schedule::k1F1B, 1});
+            } else {
+              schedules.push_back({spec::Schedule::kGpipe, 1});
+              schedules.push_back({spec::Schedule::k1F1B, 1});
+              for (int64_t v : divisors(layers / pp)) {
+                if (v < 2 || layers % (pp * v) != 0) continue;
+                if (micro_batches % pp != 0) {
+                  reject("interleaving needs micro-batches divisible by pp");
                   continue;
                 }
-                if (sample_split.cp > 1) {
-                  spec::Plan shape;
-                  shape.tp = tp;
-                  shape.sequence_parallel = sp;
-                  shape.cp = sample_split.cp;
-                  shape.cp_algorithm = sample_split.cp_algorithm;
-                  if (!spec::context_parallel_problem(m, seq_len, shape).empty()) {
-                    reject("cp does not divide the sequence or the heads");
+                schedules.push_back({spec::Schedule::kInterleaved, v});
+              }
+            }
+            for (auto [schedule, v] : schedules) {
+              // The splits into chunks: even, and balanced where that differs.
+              std::vector<bool> splits = {false};
+              if (!out.balanced_splits.contains(pp * v)) {
+                std::vector<int64_t> balanced = balanced_split(layers, pp * v);
+                if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
+              }
+              if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
+              for (int zero = 0; zero <= 3; ++zero) {
+                if (zero >= 2 && pp > 1) {
+                  reject("ZeRO-2/3 with pipeline parallelism");
+                  continue;
+                }
+                // What may live in host memory (Candidate::offload) under this stage. With one
+                // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still
+                // moves the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and
+                // ZeRO-3 with the parameters too.
+                if (zero > 0 && sample_split.spatial.any()) {
+                  reject("ZeRO with a spatial split");
+                  continue;
+                }
+                std::vector<uint8_t> offloads;
+                // (ZeRO shards over every rank holding the parameters: dp x cp, Plan::replicas.)
+                if (zero == 0 || replicas > 1) offloads.push_back(0);
+                if (r.cluster.host && zero >= 1 && (replicas > 1 || zero == 2))
+                  offloads.push_back(1);
+                if (r.cluster.host && zero == 3) offloads.push_back(2);
+                if (offloads.empty()) continue;
+                for (bool sp : {false, true}) {
+                  // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
+                  if (sp && (tp == 1 || !transformer)) continue;
+                  if (sp && transformer &&
+                      !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
+                    reject("sequence parallelism needs tp to divide the sequence");
                     continue;
                   }
-                }
-                // The stack knobs that change this layout's step (the others stay the
-                // request's: varying them would repeat a plan): TP overlap runs under sequence
-                // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
-                // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
-                // transfers with pipeline stages.
-                const size_t nt = tp > 1 && sp ? variants.nt : 1;
-                // (One bucket is reduced when the backward ends, overlapped or not.)
-                const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
-                const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
-                const size_t ng = replicas > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
-                const size_t np = pp > 1 ? variants.np : 1;
-                for (spec::Recompute rc : {spec::Recompute::kNone, spec::Recompute::kSelective,
-                                           spec::Recompute::kFull}) {
-                  // Recompute re-runs transformer blocks only (spec::validate_plan).
-                  if (rc != spec::Recompute::kNone && !transformer) continue;
-                  for (bool balanced : splits) {
-                    // Full recompute of the first N layers of each chunk (Megatron-LM's block
-                    // method) for N below the largest chunk; 0: every layer.
-                    int64_t largest_chunk = 0;
-                    if (rc == spec::Recompute::kFull && transformer) {
-                      spec::Plan shape;
-                      shape.pp = pp;
-                      shape.virtual_stages = v;
-                      if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
-                      largest_chunk = spec::largest_stage_chunk(shape, layers);
+                  if (sample_split.cp > 1) {
+                    spec::Plan shape;
+                    shape.tp = tp;
+                    shape.sequence_parallel = sp;
+                    shape.cp = sample_split.cp;
+                    shape.cp_algorithm = sample_split.cp_algorithm;
+                    if (!spec::context_parallel_problem(m, seq_len, shape).empty()) {
+                      reject("cp does not divide the sequence or the heads");
+                      continue;
                     }
-                    for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
-                         ++rc_layers) {
-                      Candidate c;
-                      c.dp = static_cast<int32_t>(dp);
-                      c.tp = static_cast<int32_t>(tp);
-                      c.pp = static_cast<int32_t>(pp);
-                      c.micro_batch = static_cast<int32_t>(mb);
-                      c.virtual_stages = static_cast<int16_t>(v);
-                      c.recompute_layers = static_cast<int16_t>(rc_layers);
-                      c.zero = static_cast<uint8_t>(zero);
-                      c.schedule = static_cast<uint8_t>(schedule);
-                      c.recompute = static_cast<uint8_t>(rc);
-                      c.sequence_parallel = sp;
-                      c.balanced = balanced;
-                      c.spatial = static_cast<uint8_t>(si);
-                      c.split_log2 = static_cast<uint8_t>(
-                          std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
-                      for (uint8_t off : offloads) {
-                        c.offload = off & 3;
-                        for (int64_t ep : expert_splits) {
-                          // Expert parallelism: ep of the dp ranks split the routed experts
-                          // (spec::expert_parallel_problem: not with tp, ZeRO-3 or offload).
-                          c.ep_log2 = static_cast<uint8_t>(
-                              (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
-                          if (ep > 1) {
-                            spec::Plan shape;
-                            shape.dp = dp;
-                            shape.tp = tp;
-                            shape.sequence_parallel = sp;
-                            shape.zero = zero;
-                            shape.ep = ep;
-                            shape.offload.optimizer =
-                                off >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
-                            if (!spec::expert_parallel_problem(shape).empty()) {
-                              reject("ep with tp but no sp, or offload");
-                              continue;
+                  }
+                  // The stack knobs that change this layout's step (the others stay the
+                  // request's: varying them would repeat a plan): TP overlap runs under sequence
+                  // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
+                  // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
+                  // transfers with pipeline stages.
+                  const size_t nt = tp > 1 && sp ? variants.nt : 1;
+                  // (One bucket is reduced when the backward ends, overlapped or not.)
+                  const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
+                  const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
+                  const size_t ng = replicas > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
+                  const size_t np = pp > 1 ? variants.np : 1;
+                  for (spec::Recompute rc : {spec::Recompute::kNone, spec::Recompute::kSelective,
+                                             spec::Recompute::kFull}) {
+                    // Recompute re-runs transformer blocks only (spec::validate_plan).
+                    if (rc != spec::Recompute::kNone && !transformer) continue;
+                    for (bool balanced : splits) {
+                      // Full recompute of the first N layers of each chunk (Megatron-LM's block
+                      // method) for N below the largest chunk; 0: every layer.
+                      int64_t largest_chunk = 0;
+                      if (rc == spec::Recompute::kFull && transformer) {
+                        spec::Plan shape;
+                        shape.pp = pp;
+                        shape.virtual_stages = v;
+                        if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
+                        largest_chunk = spec::largest_stage_chunk(shape, layers);
+                      }
+                      for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
+                           ++rc_layers) {
+                        Candidate c;
+                        c.dp = static_cast<int32_t>(dp);
+                        c.tp = static_cast<int32_t>(tp);
+                        c.pp = static_cast<int32_t>(pp);
+                        c.micro_batch = static_cast<int32_t>(mb);
+                        c.virtual_stages = static_cast<int16_t>(v);
+                        c.recompute_layers = static_cast<int16_t>(rc_layers);
+                        c.zero = static_cast<uint8_t>(zero);
+                        c.schedule = static_cast<uint8_t>(schedule);
+                        c.recompute = static_cast<uint8_t>(rc);
+                        c.sequence_parallel = sp;
+                        c.balanced = balanced;
+                        c.spatial = static_cast<uint8_t>(si);
+                        c.split_log2 = static_cast<uint8_t>(
+                            std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
+                        for (uint8_t off : offloads) {
+                          c.offload = off & 3;
+                          for (int64_t ep : expert_splits) {
+                            // Expert parallelism: ep of the dp ranks split the routed experts
+                            // (spec::expert_parallel_problem: not with tp, ZeRO-3 or offload).
+                            c.ep_log2 = static_cast<uint8_t>(
+                                (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
+                            if (ep > 1) {
+                              spec::Plan shape;
+                              shape.dp = dp;
+                              shape.tp = tp;
+                              shape.sequence_parallel = sp;
+                              shape.zero = zero;
+                              shape.ep = ep;
+                              shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
+                                                                 : spec::OffloadTarget::kNone;
+                              if (!spec::expert_parallel_problem(shape).empty()) {
+                                reject("ep with tp but no sp, or offload");
+                                continue;
+                              }
                             }
-                          }
-                          bool allowed = true;
-                          for (const Constraint& k : r.constraints)
-                            allowed = allowed && k.allows(c);
-                          if (!allowed) {
-                            reject("excluded by --constraint");
-                            continue;
-                          }
-                          // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1), not
-                          // beside expert parallelism.
-                          const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
-                                                ? out.compressions.size()
-                                                : 1;
-                          for (size_t k = 0; k < nc; ++k) {
-                            c.compression = static_cast<uint8_t>(k);
-                            for (size_t t = 0; t < nt; ++t)
-                              for (size_t d = 0; d < nd; ++d)
-                                for (size_t g = 0; g < ng; ++g)
-                                  for (size_t q = 0; q < np; ++q)
-                                    for (size_t b = 0; b < nb; ++b) {
-                                      c.stack = static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                      out.candidates.push_back(c);
-                                    }
+                            {
+                              c.grid = grid;
+                              const spec::TensorGrid& layout = out.grids[grid];
+                              if (grid > 0 && (sp || ep > 1 || zero == 3 || off > 0)) {
+                                reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
+                                continue;
+                              }
+                              if (grid > 0 && mb % layout.z != 0) {
+                                reject("a 3D tensor grid whose z does not divide the micro-batch");
+                                continue;
+                              }
+                              if (grid == 0 && !spec::tensor_parallel_problem(m, tp).empty())
+                                continue;
+                              bool allowed = true;
+                              for (const Constraint& k : r.constraints)
+                                allowed = allowed && k.allows(c);
+                              if (!allowed) {
+                                reject("excluded by --constraint");
+                                continue;
+                              }
+                              // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1), not
+                              // beside expert parallelism.
+                              const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
+                                                    ? out.compressions.size()
+                                                    : 1;
+                              for (size_t k = 0; k < nc; ++k) {
+                                c.compression = static_cast<uint8_t>(k);
+                                for (size_t t = 0; t < nt; ++t)
+                                  for (size_t d = 0; d < nd; ++d)
+                                    for (size_t g = 0; g < ng; ++g)
+                                      for (size_t q = 0; q < np; ++q)
+                                        for (size_t b = 0; b < nb; ++b) {
+                                          c.stack =
+                                              static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                          out.candidates.push_back(c);
+                                        }
+                              }
+                            }
                           }
                         }
                       }
@@ -560,7 +615,6 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               }
             }
           }
-        }
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "sextant/planner/scaling.hpp"
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::planner {
 namespace {
@@ -802,6 +803,49 @@ TEST(Planner, ExpertParallelismIsProposedForAMixtureOfExperts) {
   // Dense models are never split by experts.
   const Enumeration dense = enumerate_plans(request("gpt2-124m", 8, 64));
   for (size_t i = 0; i < dense.size(); ++i) EXPECT_EQ(dense.candidates[i].ep_log2, 0) << i;
+}
+
+TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
+  // GPT-2 350M (16 heads, hidden 1024) on 8 GPUs: besides Megatron-LM's 1D split, every x*y*z =
+  // tp grid the model divides, but 1 x tp x 1 (the 1D layout again); never with sequence
+  // parallelism, ZeRO-3 or offload; "grid" bounds them.
+  SearchRequest r = request("gpt2-350m", 8, 64);
+  r.constraints = {parse_constraint("pp=1"), parse_constraint("recompute_layers=0")};
+  const Enumeration all = enumerate_plans(r);
+  std::set<std::string> grids;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all.candidates[i].grid == 0) continue;
+    const spec::Plan p = all.plan(i);
+    grids.insert(spec::tensor_grid_text(p.tp_grid));
+    EXPECT_NE(p.tp_grid, (spec::TensorGrid{1, p.tp, 1})) << p.name();
+    EXPECT_FALSE(p.sequence_parallel || p.zero == 3 || p.offload.any()) << p.name();
+    if (i % 13 == 0) {
+      EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+    }
+  }
+  // tp 2: 2x1x1, 1x1x2; tp 4: six; tp 8: nine (of ten ordered factorizations each, less 1xtpx1).
+  EXPECT_EQ(grids.size(), 2u + 5u + 9u);
+  EXPECT_TRUE(grids.count("2x2x2"));
+  SearchRequest flat = r;
+  flat.constraints.push_back(parse_constraint("grid=0"));
+  const Enumeration megatron = enumerate_plans(flat);
+  for (const Candidate& c : megatron.candidates) EXPECT_EQ(c.grid, 0);
+  EXPECT_LT(megatron.size(), all.size());
+  // The closed form against the event simulation for grids inside a node and spanning two.
+  const spec::ModelSpec model = models::zoo_model("gpt3-13b");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  for (spec::TensorGrid g : {spec::TensorGrid{2, 2, 2}, spec::TensorGrid{2, 4, 2}}) {
+    spec::Plan p;
+    p.dp = 4;
+    p.tp = g.ranks();
+    p.tp_grid = g;
+    p.micro_batch = 4;
+    p.global_batch = 64;
+    p.zero = 1;
+    const double engine = sim::simulate(model, cluster, p, {}).report.step_time_s;
+    EXPECT_NEAR(Estimator(model, cluster).estimate(p).step_time_s, engine, 0.02 * engine)
+        << p.name();
+  }
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ struct Candidate;
 // the optimizer, 2: the optimizer and the parameters, to host memory), "spatial<=4" (ranks
 // splitting each sample of a CNN), "cp<=8" (ranks splitting each sequence of a transformer;
 // spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
-// one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts).
+// one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts), "grid=0"
+// (Megatron-LM's 1D tensor parallelism only; "grid=1": AxoNN's 3D tensor grids only).
 struct Constraint {
   enum class Dim {
     kDp,
@@ -39,7 +40,8 @@ struct Constraint {
     kOffload,
     kSpatial,
     kCp,
-    kEp
+    kEp,
+    kGrid
   };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
@@ -87,9 +89,9 @@ struct Candidate {
   int32_t micro_batch = 1;
   int16_t virtual_stages = 1;
   int16_t recompute_layers = 0;
-  uint8_t zero = 0;
-  uint8_t schedule = 0;   // spec::Schedule
-  uint8_t recompute = 0;  // spec::Recompute
+  uint8_t zero : 2 = 0;
+  uint8_t schedule : 2 = 0;   // spec::Schedule
+  uint8_t recompute : 2 = 0;  // spec::Recompute
   bool sequence_parallel : 1 = false;
   bool balanced : 1 = false;  // layers split by balanced_split, else evenly
   // log2 of the ranks splitting each sample (Enumeration::sample_splits[spatial].ranks()): what
@@ -102,6 +104,7 @@ struct Candidate {
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
   uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
+  uint8_t grid = 0;         // index into Enumeration::grids ([0]: 1D tensor parallelism)
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
@@ -123,6 +126,10 @@ struct Enumeration {
     int64_t ranks() const { return spatial.ranks() * cp; }
   };
   std::vector<SampleSplit> sample_splits;
+  // The 3D tensor grids a candidate's tp ranks may form ([0]: none, Megatron-LM's 1D tensor
+  // parallelism): for each tp, every x * y * z = tp the model divides but the 1 x tp x 1 grid
+  // (which is the 1D layout); 255 at most.
+  std::vector<spec::TensorGrid> grids;
   std::map<std::string, int64_t> rejected;  // reason -> count
   int64_t considered = 0;
   // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
