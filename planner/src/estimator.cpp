@@ -209,12 +209,15 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   const std::vector<LayerCost>& kept =
       plan.recompute_layers > 0 ? layer_costs(plan, stack, spec::Recompute::kNone, l) : planned;
   std::vector<StageEntry> stages;
+  int64_t max_partial = 0;
   std::vector<double> layer_backward(l.lowered.layers.size(), 0.0);
   for (int64_t s = 0; s < plan.pp; ++s) {
     StageEntry entry;
+    int64_t partial = 0;
     const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
     for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
       for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
+        partial += l.lowered.layers[i].sp_partial_params;
         const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
         // (Wall times: the GEMMs beside overlapped tensor-parallel collectives already slowed.)
         const double all = costs[i].forward + costs[i].backward + costs[i].recompute;
@@ -230,8 +233,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     }
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     stages.push_back(std::move(entry));
+    max_partial = std::max(max_partial, partial);
   }
   Stages out;
+  out.summary.max_partial_params = max_partial;
   for (const StageEntry& stage : stages) {
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
@@ -498,16 +503,8 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,
     // the vocabulary layers): one all-reduce over z after the backward (sim's program builder),
     // the largest stage's.
-    int64_t partial = 0;
-    for (int64_t s = 0; s < plan.pp; ++s) {
-      const models::StageLayers layers = models::stage_layers(plan, lowered, s);
-      int64_t stage = 0;
-      for (size_t c = 0; c < layers.chunk_begin.size(); ++c)
-        for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i)
-          stage += lowered.layers[i].sp_partial_params;
-      partial = std::max(partial, stage);
-    }
-    step += collective_s(plan, spec::CollectiveKind::kAllReduce, partial * g, shape.grid_z);
+    step += collective_s(plan, spec::CollectiveKind::kAllReduce,
+                         stages.summary.max_partial_params * g, shape.grid_z);
   }
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());
