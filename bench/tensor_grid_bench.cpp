@@ -47,9 +47,10 @@ int main() {
   const spec::ModelSpec model = models::zoo_model("gpt3-175b");
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
   const int64_t micro_batch = 8;  // sequences per micro-batch of a replica (z splits them)
-  fmt::print("GPT-3 175B, micro-batch {} x 2048 tokens, bf16: bytes sent per GPU per block "
-             "(forward + backward)\n\n",
-             micro_batch);
+  fmt::print(
+      "GPT-3 175B, micro-batch {} x 2048 tokens, bf16: bytes sent per GPU per block "
+      "(forward + backward)\n\n",
+      micro_batch);
   fmt::print("{:>4}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}\n", "tp", "1D GiB", "best grid",
              "grid GiB", "grid / 1D", "grids");
   struct Best {
@@ -87,9 +88,10 @@ int main() {
                spec::tensor_grid_text(arg), least / gib,
                flat < 0 ? std::string("-") : fmt::format("{:.2f}", least / flat), grids);
   }
-  fmt::print("\nSimulated on 1024 x dgx-a100 (stack megatron-lm, no sequence parallelism, "
-             "pp 1, zero 1, full recompute, global batch 1536 in one micro-batch per replica): "
-             "step time, exposed tensor-parallel time and memory\n\n");
+  fmt::print(
+      "\nSimulated on 1024 x dgx-a100 (stack megatron-lm, no sequence parallelism, "
+      "pp 1, zero 1, full recompute, global batch 1536 in one micro-batch per replica): "
+      "step time, exposed tensor-parallel time and memory\n\n");
   fmt::print("{:>4}  {:<34}  {:>9}  {:>9}  {:>10}\n", "tp", "plan", "step s", "tp exp s",
              "memory GiB");
   for (const Best& b : best_grids) {
