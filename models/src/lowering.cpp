@@ -1315,15 +1315,17 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.autocast = o.autocast && x.e < 4;
   std::string source = fmt::format("model {}", model.name);
   if (grid.any()) {
-    if (grid.ranks() != o.tp)
-      throw InputError(source, "/tp_grid", spec::tensor_grid_text(grid),
-                       fmt::format("x*y*z must equal tp ({})", o.tp));
-    if (std::string problem = spec::tensor_grid_model_problem(model, grid, o.micro_batch);
-        !problem.empty())
+    // The grid's rules (spec/tensor_grid.hpp) on the options' layout.
+    spec::Plan shape;
+    shape.tp = o.tp;
+    shape.tp_grid = grid;
+    shape.sequence_parallel = o.sequence_parallel;
+    shape.cp = o.cp;
+    shape.ep = o.ep;
+    std::string problem = spec::tensor_grid_problem(shape);
+    if (problem.empty()) problem = spec::tensor_grid_model_problem(model, grid, o.micro_batch);
+    if (!problem.empty())
       throw InputError(source, "/tp_grid", spec::tensor_grid_text(grid), problem);
-    if (o.sequence_parallel || o.cp > 1 || o.ep > 1)
-      throw InputError(source, "/tp_grid", spec::tensor_grid_text(grid),
-                       "runs without sequence, context or expert parallelism");
   } else if (std::string problem = spec::tensor_parallel_problem(model, o.tp); !problem.empty()) {
     throw InputError(source, "/tp", std::to_string(o.tp), problem);
   }

@@ -570,17 +570,27 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                             }
                             {
                               c.grid = grid;
-                              const spec::TensorGrid& layout = out.grids[grid];
-                              if (grid > 0 && (sp || ep > 1 || zero == 3 || off > 0)) {
-                                reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
-                                continue;
+                              if (grid > 0) {
+                                // The grid's rules (spec/tensor_grid.hpp) on this layout.
+                                spec::Plan shape;
+                                shape.tp = tp;
+                                shape.tp_grid = out.grids[grid];
+                                shape.sequence_parallel = sp;
+                                shape.zero = zero;
+                                shape.ep = ep;
+                                shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
+                                                                   : spec::OffloadTarget::kNone;
+                                if (!spec::tensor_grid_problem(shape).empty()) {
+                                  reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
+                                  continue;
+                                }
+                                if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)
+                                         .empty()) {
+                                  reject(
+                                      "a 3D tensor grid whose z does not divide the micro-batch");
+                                  continue;
+                                }
                               }
-                              if (grid > 0 && mb % layout.z != 0) {
-                                reject("a 3D tensor grid whose z does not divide the micro-batch");
-                                continue;
-                              }
-                              if (grid == 0 && !spec::tensor_parallel_problem(m, tp).empty())
-                                continue;
                               bool allowed = true;
                               for (const Constraint& k : r.constraints)
                                 allowed = allowed && k.allows(c);
