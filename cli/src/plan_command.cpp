@@ -44,6 +44,7 @@ struct SearchFlags {
   int64_t variants_per_layout = 4;
   int threads = 0;
   bool allow_tp_across_nodes = false;
+  bool asynchronous_pipelines = false;
   bool fixed_stack = false;
   bool json = false;
   bool quiet = false;
@@ -64,6 +65,9 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
       "Let DDP layouts exchange gradients compressed (repeatable), kind[:knob=value,...]: "
       "qsgd[:bits=4], topk[:ratio=0.01], onebit; ranked on time only: what it costs in "
       "accuracy is the user's to check");
+  cmd.add_flag("--async-pipeline", f.asynchronous_pipelines,
+               "Also try PipeDream-2BW's asynchronous pipeline (no flush; gradients one weight "
+               "version stale, which changes what the model learns: the user's to check)");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
@@ -105,6 +109,7 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
   for (const std::string& c : f.compressions)
     r.compressions.push_back(spec::compression_from_text(c, "--compression"));
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
+  r.asynchronous_pipelines = f.asynchronous_pipelines;
   r.stack =
       stack_from_flags(f.stack, std::nullopt, r.cluster.device.kind == spec::DeviceKind::kGpu);
   // A knob the user set is kept as set; --fixed-stack keeps them all.

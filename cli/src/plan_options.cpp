@@ -20,7 +20,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch")->check(positive());
   cmd.add_option("--global-batch", f.global_batch, "Sequences per optimizer step")
       ->check(positive());
-  cmd.add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b or interleaved");
+  cmd.add_option("--schedule", f.schedule,
+                 "Pipeline schedule: gpipe, 1f1b, interleaved or pipedream-2bw");
   cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
       ->check(positive());
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");

@@ -29,6 +29,7 @@ struct RunFlags {
   std::string data = "synthetic";
   uint64_t seed = 1234;
   double lr = 1e-3;
+  double clip = 1.0;
   TraceFlags trace;
   std::string log_json;
   std::string checkpoint;
@@ -52,6 +53,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.train.data = f.data;
     job.train.seed = f.seed;
     job.train.lr = static_cast<float>(f.lr);
+    job.train.clip = static_cast<float>(f.clip);
     job.train.checkpoint_dir = f.checkpoint;
     job.train.checkpoint_every = f.checkpoint_every;
     job.train.resume = f.resume || f.resume_if_exists;
@@ -81,6 +83,8 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   cmd->add_option("--data", f->data, "synthetic, or a text file (byte-level tokens)");
   cmd->add_option("--seed", f->seed, "Seed of the initial weights and the synthetic data");
   cmd->add_option("--lr", f->lr, "AdamW learning rate")->check(positive());
+  cmd->add_option("--clip", f->clip, "Global gradient-norm clipping (0: none)")
+      ->check(CLI::NonNegativeNumber);
   add_trace_flags(*cmd, f->trace, "the merged measured trace of every rank");
   cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");

@@ -89,6 +89,13 @@ std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_async(float* data, int6
   return std::make_unique<MpiRequest>(MPI_REQUEST_NULL);
 }
 
+std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_host_async(double* data, int64_t n) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (size_ > 1)
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, comm_, &request));
+  return std::make_unique<MpiRequest>(request);
+}
+
 void MpiCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
   if (size_ == 1) {
     std::copy(in, in + n, out);

@@ -38,6 +38,7 @@ class MpiCommunicator : public Communicator {
   void all_reduce_host(float* data, int64_t n) override { all_reduce(data, n); }
   void all_reduce_max_host(float* data, int64_t n) override { all_reduce_max(data, n); }
   std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override;
+  std::unique_ptr<CommRequest> all_reduce_host_async(double* data, int64_t n) override;
   void reduce_scatter(const float* in, float* out, int64_t n) override;
   void all_gather(const float* in, float* out, int64_t n) override;
   void all_to_all(const float* in, float* out, int64_t n) override;

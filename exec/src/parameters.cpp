@@ -83,6 +83,30 @@ void ParamStore::refresh_compute(int64_t begin, int64_t end) {
   backend_.copy(values_.rows(begin, end - begin), to);
 }
 
+void ParamStore::add_version() {
+  SEXTANT_CHECK(other_.empty(), "the parameters already have a second version");
+  const Tensor& viewed = masters_versioned() ? values_ : compute_;
+  other_ = backend_.empty({total()}, viewed.dtype());
+  backend_.copy(viewed, other_);
+}
+
+void ParamStore::swap_versions() {
+  SEXTANT_CHECK(!other_.empty(), "swap_versions without add_version");
+  if (masters_versioned()) {
+    std::swap(values_, other_);
+    compute_ = values_;
+  } else {
+    std::swap(compute_, other_);
+  }
+  const int64_t n = total();
+  for (Param& p : params_) {
+    const std::vector<int64_t> shape = p.value.shape();
+    const int64_t count = p.value.numel();
+    p.value = values_.view({n}).rows(p.offset, count).view(shape);
+    p.compute = compute_.rows(p.offset, count).view(shape);
+  }
+}
+
 Param& ParamStore::get(const std::string& name) {
   for (Param& p : params_)
     if (p.name == name) return p;

@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <list>
 #include <map>
 
 #include "activation_comm.hpp"
@@ -54,6 +56,10 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              "the executor runs context parallelism as \"all-gather\" (Llama 3) or \"all-to-all\" "
              "(DeepSpeed-Ulysses): ring attention merges blockwise flash results, which its "
              "unfused attention does not compute (simulated and planned only)");
+  if (plan.schedule == spec::Schedule::kPipeDream2BW && plan.zero != 0)
+    diag.add("/zero", std::to_string(plan.zero),
+             "the executor runs PipeDream-2BW with zero 0 (ZeRO-1 gathers each update into the "
+             "weights the batch in flight reads; simulated and planned only)");
   if (plan.tp_grid.any())
     diag.add("/tp_grid", spec::tensor_grid_text(plan.tp_grid),
              "the executor runs Megatron-LM's 1D tensor parallelism: AxoNN's 3D tensor grid is "
@@ -89,6 +95,20 @@ class Trainer {
     } else if (o.data != "synthetic") {
       throw InputError("--data", "", o.data, "MLPs and CNNs train on synthetic samples only");
     }
+    if (plan_.schedule == spec::Schedule::kPipeDream2BW) {
+      // PipeDream-2BW updates each stage as soon as its part of a batch is done, before the
+      // stages ahead of it have their gradients: a global norm to clip by does not exist yet.
+      if (o.clip > 0)
+        throw InputError("plan " + plan_.name(), "/schedule", "\"pipedream-2bw\"",
+                         fmt::format("runs without global gradient-norm clipping (each stage "
+                                     "updates when its part of a batch ends): pass --clip 0, "
+                                     "not {}",
+                                     o.clip));
+      if (!o.checkpoint_dir.empty() || o.resume)
+        throw InputError("plan " + plan_.name(), "/schedule", "\"pipedream-2bw\"",
+                         "keeps a batch in flight across steps and two weight versions; the "
+                         "executor does not checkpoint it (--checkpoint)");
+    }
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});
     v_ = ctx.backend->zeros({n});
@@ -107,6 +127,7 @@ class Trainer {
   }
 
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
+    if (plan_.schedule == spec::Schedule::kPipeDream2BW) return run_pipedream_2bw(on_step);
     TrainResult result;
     int64_t first = 0;
     if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0) check_checkpoint_dir();
@@ -288,26 +309,10 @@ class Trainer {
       for (auto [b, e] : sync_->owned()) updated += e - b;
       // Bytes as models::optimizer_bytes_per_param counts the step (what the simulator prices):
       // fp32 gradients, no loss scale, and the 16-bit compute copy refreshed from the masters.
-      models::OptimizerPrecision precision;
-      precision.model_params = ctx_.backend->activation_dtype() == DType::kBF16
-                                   ? spec::Dtype::kBf16
-                                   : spec::Dtype::kFp32;
-      precision.params_sharded = plan_.zero == 3;
       if (!host_values_.empty()) {
         host_update(step + 1, scale, updated);
       } else {
-        auto s = ctx_.recorder->scope(
-            Recorder::Event{"optimizer.adamw",
-                            OpClass::kOptimizer,
-                            Stream::kCompute,
-                            Phase::kOpt,
-                            std::nullopt,
-                            std::nullopt,
-                            0,
-                            updated * models::optimizer_bytes_per_param(precision),
-                            {},
-                            0,
-                            ""});
+        auto s = ctx_.recorder->scope(optimizer_event(updated));
         update(step + 1, scale);
       }
       // Without ZeRO nothing is gathered first, so the copy is timed with the step; ZeRO-1/2
@@ -327,6 +332,179 @@ class Trainer {
                          static_cast<double>(model_.is_transformer() ? seq_ : 1);
     log.loss = loss / items;
     return log;
+  }
+
+  // The traced optimizer step over `updated` parameters, its bytes as
+  // models::optimizer_bytes_per_param counts them (what the simulator prices): fp32 gradients, no
+  // loss scale, and the 16-bit compute copy refreshed from the masters.
+  Recorder::Event optimizer_event(int64_t updated) const {
+    models::OptimizerPrecision precision;
+    precision.model_params = model_params_dtype();
+    precision.params_sharded = plan_.zero == 3;
+    return Recorder::Event{"optimizer.adamw",
+                           OpClass::kOptimizer,
+                           Stream::kCompute,
+                           Phase::kOpt,
+                           std::nullopt,
+                           std::nullopt,
+                           0,
+                           updated * models::optimizer_bytes_per_param(precision),
+                           {},
+                           0,
+                           ""};
+  }
+  spec::Dtype model_params_dtype() const {
+    return ctx_.backend->activation_dtype() == DType::kBF16 ? spec::Dtype::kBf16
+                                                            : spec::Dtype::kFp32;
+  }
+
+  // PipeDream-2BW (spec/pipeline_schedule.hpp): the steps' micro-batches as one 1F1B stream with
+  // no flush between steps. The stage reads batch t's micro-batches with weight version t - 1
+  // (spec::pipedream_2bw_version), switching its parameters between the two buffers as its units
+  // alternate between batches; when its part of batch t is done it reduces the gradients and
+  // writes version t + 1 into the buffer batch t read, while batch t + 1 goes on with version t.
+  // The step's loss and gradient norm are summed over the world without blocking (the stages end
+  // a batch at different times) and logged when the stage ends the next batch, or at the end.
+  TrainResult run_pipedream_2bw(const std::function<void(const StepLog&)>& on_step) {
+    Groups& g = *ctx_.groups;
+    Backend& be = *ctx_.backend;
+    ParamStore& store = stage_->params();
+    const int64_t m = micro_batches_;
+    const bool first = g.pp_rank == 0, last = g.pp_rank == g.pp_size - 1;
+    store.add_version();
+    int64_t viewed = 0, other = 0;  // the version each buffer holds (updates applied)
+    // MPI keeps the order of one sender's messages with one tag, and both ends run the
+    // micro-batches in order: the index modulo two batches names them apart enough.
+    auto tag = [&](int64_t mb, bool gradient) {
+      return static_cast<int>(2 * (mb % (2 * m)) + (gradient ? 1 : 0));
+    };
+    struct Send {
+      int64_t batch;
+      std::pair<std::unique_ptr<CommRequest>, Tensor> request;
+    };
+    struct Sums {  // a step's [loss, squared gradient norm], being summed over the world
+      int64_t step;
+      double seconds;
+      std::array<double, 2> values;
+      std::unique_ptr<CommRequest> request;
+    };
+    std::list<Sums> pending;  // stable addresses: MPI writes into `values`
+    std::vector<Send> sends;
+    std::map<int64_t, MicroBatch> batches;
+    TrainResult result;
+    const double items = static_cast<double>(plan_.global_batch) *
+                         static_cast<double>(model_.is_transformer() ? seq_ : 1);
+    auto log_oldest = [&] {
+      Sums& s = pending.front();
+      s.request->wait();
+      StepLog log;
+      log.step = s.step;
+      log.loss = s.values[0] / items;
+      log.grad_norm = std::sqrt(s.values[1]);
+      log.step_time_s = s.seconds;
+      log.tokens_per_s = items / s.seconds;
+      pending.pop_front();
+      result.steps.push_back(log);
+      if (on_step) on_step(log);
+      if (!std::isfinite(log.loss))
+        throw std::runtime_error(
+            fmt::format("the loss is {} at step {}: stopping", log.loss, log.step));
+    };
+    const std::vector<int64_t> shape = stage_->input_shape();
+    auto batch_start = std::chrono::steady_clock::now();
+    for (const spec::ScheduleUnit& u :
+         spec::pipedream_2bw_units(plan_.pp, m, o_.steps, g.pp_rank)) {
+      const int64_t batch = u.micro_batch / m, index = u.micro_batch % m;
+      ctx_.recorder->set_step(batch);
+      if (const int64_t want = spec::pipedream_2bw_version(batch); viewed != want) {
+        SEXTANT_CHECK(other == want, "batch {} reads version {}, the buffers hold {} and {}", batch,
+                      want, viewed, other);
+        store.swap_versions();
+        std::swap(viewed, other);
+      }
+      if (u.forward) {
+        if (index == 0) maybe_inject_fault(batch);
+        auto it = batches.emplace(u.micro_batch, micro_batch(batch, index)).first;
+        Tensor input;
+        if (!first) {
+          input = be.empty(shape, be.activation_dtype());
+          receive(input, "pp.recv_activation", Phase::kFwd, index, g.prev,
+                  tag(u.micro_batch, false));
+        }
+        Tensor out = stage_->forward(it->second, first ? nullptr : &input, 0);
+        if (!last)
+          sends.push_back({batch, transmit(out, "pp.send_activation", Phase::kFwd, index, g.next,
+                                           tag(u.micro_batch, false))});
+        continue;
+      }
+      // The batch's first backward here: the previous batch's gradients are spent.
+      if (index == 0) sync_->begin_step(batch);
+      Tensor grad;
+      if (!last) {
+        grad = be.empty(stage_->output_shape(), be.activation_dtype());
+        receive(grad, "pp.recv_gradient", Phase::kBwd, index, g.next, tag(u.micro_batch, true));
+      }
+      Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, 0);
+      batches.erase(u.micro_batch);
+      if (!first)
+        sends.push_back({batch, transmit(dx, "pp.send_gradient", Phase::kBwd, index, g.prev,
+                                         tag(u.micro_batch, true))});
+      if (index != m - 1) continue;
+      // The stage's part of the batch is done. Its transfers of this batch complete (every
+      // receiver has reached them); the next batch's activations may still be on their way.
+      for (Send& send : sends)
+        if (send.batch <= batch) send.request.first->wait();
+      std::erase_if(sends, [&](const Send& send) { return send.batch <= batch; });
+      sync_->finish_backward();
+      double squares = 0;
+      for (auto [b, e] : sync_->norm_ranges()) squares += stage_->grad_square_sum(b, e);
+      const double loss = stage_->take_loss_sum();
+      const auto now = std::chrono::steady_clock::now();
+      Sums& sums = pending.emplace_back();
+      sums.step = batch;
+      sums.seconds = std::chrono::duration<double>(now - batch_start).count();
+      sums.values = {last && g.tp_rank == 0 && g.spatial_rank == 0 ? loss : 0.0, squares};
+      sums.request = g.world->all_reduce_host_async(sums.values.data(), 2);
+      batch_start = now;
+      stash_and_update(batch);
+      viewed = batch + 1;
+      // Every stage has posted the previous batch's sums by now (m >= pp: the first stage ended
+      // that batch before it started the micro-batch this one's last backward came from).
+      if (pending.size() > 1) log_oldest();
+    }
+    for (Send& send : sends) send.request.first->wait();
+    while (!pending.empty()) log_oldest();
+    result.events = ctx_.recorder->events();
+    return result;
+  }
+
+  // PipeDream-2BW's update after batch `batch` (run_pipedream_2bw): version batch + 1 written
+  // into the buffer the finished batch read. In fp32 the masters are that buffer, so the newest
+  // version is copied there first (models::weight_stash_copy_bytes_per_param); in mixed precision
+  // the one master is the newest and the update's compute copy lands there.
+  void stash_and_update(int64_t batch) {
+    ParamStore& store = stage_->params();
+    const int64_t n = store.total();
+    if (store.masters_versioned()) {
+      auto s = ctx_.recorder->scope(
+          Recorder::Event{models::kWeightStashOp,
+                          OpClass::kMemcpy,
+                          Stream::kCompute,
+                          Phase::kOpt,
+                          std::nullopt,
+                          std::nullopt,
+                          0,
+                          n * models::weight_stash_copy_bytes_per_param(model_params_dtype()),
+                          {},
+                          0,
+                          ""});
+      ctx_.backend->copy(store.other_version(), store.values());
+    }
+    {
+      auto s = ctx_.recorder->scope(optimizer_event(n));
+      update(batch + 1, 1.0f);
+    }
+    store.refresh_compute();
   }
 
   // This rank's part of every parameter (all of it, or its ZeRO shard), with its weight decay.

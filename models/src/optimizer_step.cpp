@@ -30,4 +30,12 @@ int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype) {
   return optimizer_bytes_per_param(host);
 }
 
+int64_t weight_stash_bytes_per_param(spec::Dtype model_params) {
+  return spec::dtype_bytes(model_params);
+}
+
+int64_t weight_stash_copy_bytes_per_param(spec::Dtype model_params) {
+  return spec::dtype_bytes(model_params) >= 4 ? 2 * spec::dtype_bytes(model_params) : 0;
+}
+
 }  // namespace sextant::models

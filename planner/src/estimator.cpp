@@ -136,7 +136,8 @@ const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec:
   if (it != drain_passes_.end()) return it->second;
   std::vector<std::pair<int64_t, bool>> passes;
   bool draining = false;
-  for (const spec::ScheduleUnit& u : (*stage_units(plan))[static_cast<size_t>(stage)]) {
+  for (const spec::ScheduleUnit& u :
+       (*stage_units(plan, plan.micro_batches()))[static_cast<size_t>(stage)]) {
     if (u.forward) continue;
     draining = draining || u.micro_batch == m - 1;
     if (draining) passes.emplace_back(u.chunk, u.micro_batch == m - 1);
@@ -145,14 +146,14 @@ const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec:
 }
 
 const std::shared_ptr<const spec::PipelineSweep::StageUnits>& Estimator::stage_units(
-    const spec::Plan& plan) {
-  auto key = std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages,
-                             plan.micro_batches());
+    const spec::Plan& plan, int64_t micro_batches) {
+  auto key =
+      std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages, micro_batches);
   auto it = stage_units_.find(key);
   if (it != stage_units_.end()) return it->second;
   return stage_units_
       .emplace(key, spec::PipelineSweep::units(plan.schedule, plan.pp, plan.virtual_stages,
-                                               plan.micro_batches()))
+                                               micro_batches))
       .first->second;
 }
 
@@ -410,25 +411,39 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
         models::pipeline_transfer_parts(plan, lowered, boundary / spec::dtype_bytes(lowered.dtype));
     double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
     const spec::PipelineDrain* drain = dp ? &dp->drain : nullptr;
-    const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
-    auto sweep = l.sweeps.find(key);
-    if (sweep == l.sweeps.end()) {
-      std::vector<std::vector<double>> forward, backward;
-      for (const StageEntry& entry : stages.entries) {
-        forward.push_back(entry.chunk_forward);
-        backward.push_back(entry.chunk_backward);
+    // The makespan of `micro_batches` micro-batches under the schedule, with the drain or none.
+    auto makespan = [&](int64_t micro_batches, const spec::PipelineDrain* with) {
+      const MakespanKey key{&stages, micro_batches, static_cast<int>(plan.schedule), p2p,
+                            !stack.pp_overlap};
+      auto sweep = l.sweeps.find(key);
+      if (sweep == l.sweeps.end()) {
+        std::vector<std::vector<double>> forward, backward;
+        for (const StageEntry& entry : stages.entries) {
+          forward.push_back(entry.chunk_forward);
+          backward.push_back(entry.chunk_backward);
+        }
+        sweep = l.sweeps
+                    .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                             std::forward_as_tuple(stage_units(plan, micro_batches), plan.pp,
+                                                   plan.virtual_stages, micro_batches,
+                                                   std::move(forward), std::move(backward), p2p,
+                                                   !stack.pp_overlap))
+                    .first;
       }
-      sweep = l.sweeps
-                  .emplace(std::piecewise_construct, std::forward_as_tuple(key),
-                           std::forward_as_tuple(stage_units(plan), plan.pp, plan.virtual_stages, m,
-                                                 std::move(forward), std::move(backward), p2p,
-                                                 !stack.pp_overlap))
-                  .first;
+      const std::pair<const void*, const void*> at{&sweep->second, with};
+      auto it = l.makespans.find(at);
+      if (it == l.makespans.end()) it = l.makespans.emplace(at, sweep->second.makespan(with)).first;
+      return it->second;
+    };
+    step = makespan(m, drain);
+    if (plan.schedule == spec::Schedule::kPipeDream2BW) {
+      // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
+      // costs what a second batch run back to back adds, the fill and drain that the two
+      // batches share saved: 2 S(m) - S(2m) of the makespans without the gradient reduction.
+      static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
+      const int64_t window = spec::kPipeDream2BWWindow * m;
+      step -= 2 * makespan(m, nullptr) - makespan(window, nullptr);
     }
-    const std::pair<const void*, const void*> at{&sweep->second, drain};
-    auto it = l.makespans.find(at);
-    if (it == l.makespans.end()) it = l.makespans.emplace(at, sweep->second.makespan(drain)).first;
-    step = it->second;
     // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
     if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
   }
@@ -498,6 +513,13 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     const int64_t per_param = models::optimizer_bytes_per_param(
         models::optimizer_precision(stack, lowered.dtype, plan.zero));
     step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
+    if (plan.schedule == spec::Schedule::kPipeDream2BW) {
+      // PipeDream-2BW in fp32: the newest version copied to the free buffer first (sim's
+      // program builder).
+      const int64_t stash = models::weight_stash_copy_bytes_per_param(
+          models::optimizer_precision(stack, lowered.dtype, plan.zero).model_params);
+      if (stash > 0) step += ps_to_seconds(compute.optimizer_time(max_params, stash));
+    }
   }
   if (plan.tp_grid.z > 1) {
     // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,

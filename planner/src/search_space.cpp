@@ -456,6 +456,15 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 }
                 schedules.push_back({spec::Schedule::kInterleaved, v});
               }
+              // PipeDream-2BW changes what the model learns (one-version-stale gradients): only
+              // where the user opts in, with the m >= pp it needs (spec::pipedream_2bw_problem).
+              if (r.asynchronous_pipelines) {
+                if (micro_batches >= pp) {
+                  schedules.push_back({spec::Schedule::kPipeDream2BW, 1});
+                } else {
+                  reject("PipeDream-2BW needs at least pp micro-batches");
+                }
+              }
             }
             for (auto [schedule, v] : schedules) {
               // The splits into chunks: even, and balanced where that differs.
@@ -484,6 +493,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 if (r.cluster.host && zero >= 1 && (replicas > 1 || zero == 2))
                   offloads.push_back(1);
                 if (r.cluster.host && zero == 3) offloads.push_back(2);
+                if (schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
+                  std::erase_if(offloads, [](uint8_t o) { return o != 0; });
                 if (offloads.empty()) continue;
                 for (bool sp : {false, true}) {
                   // Sequence parallelism splits a transformer's sequence (spec::validate_plan).

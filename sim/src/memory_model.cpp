@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "sextant/models/gradient_compression.hpp"
+#include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -97,6 +98,10 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   if (offload_optimizer) m.optimizer = 0;
   if (offload_optimizer && plan.zero >= 2) m.gradients = 0;
   if (plan.offload.params != spec::OffloadTarget::kNone) m.weights = 0;
+  // PipeDream-2BW stashes a second copy of the stage's weights for the batch in flight.
+  if (plan.schedule == spec::Schedule::kPipeDream2BW)
+    m.weights +=
+        params * models::weight_stash_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype));
 
   // Activations: the most the schedule keeps live (under recompute, plus the working set of the
   // layer whose backward runs).

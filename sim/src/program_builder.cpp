@@ -22,7 +22,7 @@ class StageBuilder {
  public:
   StageBuilder(const spec::Plan& plan, const spec::Stack& stack,
                const models::LoweredModel& lowered, const ComputeModel& compute, int64_t stage,
-               const OffloadCost* offload)
+               const OffloadCost* offload, int64_t batches)
       : plan_(plan),
         stack_(stack),
         lowered_(lowered),
@@ -33,9 +33,12 @@ class StageBuilder {
         recompute_(models::layer_recompute(plan, lowered)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
         grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
-        micro_batches_(plan.micro_batches()) {
+        micro_batches_(plan.micro_batches()),
+        batches_(batches) {
     SEXTANT_CHECK(offload_ != nullptr || !plan.offload.any(),
                   "plan {} offloads: the program needs the offload prices", plan.name());
+    SEXTANT_CHECK(batches == 1 || asynchronous(),
+                  "plan {}: only PipeDream-2BW runs batches back to back", plan.name());
   }
 
   Program build() {
@@ -50,15 +53,37 @@ class StageBuilder {
       }
     }
     gather_parameters_ahead();
-    std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
-        plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
+    std::vector<spec::ScheduleUnit> units =
+        asynchronous() ? spec::pipedream_2bw_units(plan_.pp, micro_batches_, batches_, stage_)
+                       : spec::pipeline_schedule(plan_.schedule, plan_.pp, plan_.virtual_stages,
+                                                 micro_batches_, stage_);
     for (const spec::ScheduleUnit& u : units) {
       if (u.forward) {
         forward_unit(u);
       } else {
         backward_unit(u);
+        // PipeDream-2BW: the stage's part of a batch is done; it reduces its gradients and
+        // updates while the next batch flows on (no flush).
+        if (last_of_batch(u.micro_batch) && u.micro_batch + 1 < micro_batches_ * batches_) {
+          finish_batch();
+          for (size_t b = 0; b < buckets_.size(); ++b)
+            pending_[b] = static_cast<int64_t>(buckets_[b].layers.size());
+          ++batch_;
+        }
       }
     }
+    finish_batch();
+    return std::move(program_);
+  }
+
+ private:
+  bool asynchronous() const { return plan_.schedule == spec::Schedule::kPipeDream2BW; }
+  bool last_of_batch(int64_t micro_batch) const {
+    return micro_batch % micro_batches_ == micro_batches_ - 1;
+  }
+
+  // The end of a batch: the gradient reductions not yet issued, then the optimizer step.
+  void finish_batch() {
     int32_t last = flush();
     if (!stack_.dp_overlap) {
       // All gradients reduced after the whole backward, in buckets.
@@ -71,10 +96,8 @@ class StageBuilder {
       if (b.after_tied_sum) reduce_bucket(b, last);
     reduce_sequence_parallel_grads(last);
     optimizer_step();
-    return std::move(program_);
   }
 
- private:
   bool offload_optimizer() const { return plan_.offload.optimizer != spec::OffloadTarget::kNone; }
   bool offload_params() const { return plan_.offload.params != spec::OffloadTarget::kNone; }
   // ZeRO-3 fetches each layer's parameters before it runs: all-gathered from the data-parallel
@@ -527,7 +550,7 @@ class StageBuilder {
   void backward_unit(const spec::ScheduleUnit& u) {
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
-    const bool last_mb = u.micro_batch == micro_batches_ - 1;
+    const bool last_mb = last_of_batch(u.micro_batch);
     const bool fsdp = plan_.zero == 3 && plan_.replicas() > 1;
     const bool bucketed = (plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 &&
                           stack_.dp_overlap && last_mb;
@@ -716,6 +739,7 @@ class StageBuilder {
     int64_t updated = plan_.zero >= 1
                           ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
                           : params;
+    if (asynchronous()) weight_stash(params);
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
@@ -736,11 +760,33 @@ class StageBuilder {
     host_step_overhead();
     int32_t opt = flush();
     program_.tasks[static_cast<size_t>(opt)].optimizer = true;
-    if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
-        !stack_.param_gather_overlap) {
+    // Mid-window (PipeDream-2BW) the next batch has started: the gather runs beside it, for the
+    // batch after it, and is not left to the start of a next step.
+    const bool gather_now = !stack_.param_gather_overlap || batch_ + 1 < batches_;
+    if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) && gather_now) {
       for (const models::GradientBucket& b : buckets_)
         if (bucket_ranks(b) > 1) gather_bucket(b, Phase::kOpt, -1, opt);
     }
+  }
+
+  // PipeDream-2BW in fp32: the newest version copied to the free buffer before the update writes
+  // the next version there (models::weight_stash_copy_bytes_per_param; nothing in mixed
+  // precision). On the compute stream, before the optimizer step.
+  void weight_stash(int64_t params) {
+    const int64_t per_param = models::weight_stash_copy_bytes_per_param(
+        models::optimizer_precision(stack_, lowered_.dtype, plan_.zero).model_params);
+    if (per_param == 0) return;
+    OpInfo info;
+    info.name = models::kWeightStashOp;
+    info.op_class = spec::OpClass::kMemcpy;
+    info.bytes = params * per_param;
+    info.duration = compute_.optimizer_time(params, per_param);
+    program_.ops.push_back(info);
+    flush();
+    pending_phase_ = Phase::kOpt;
+    pending_micro_batch_ = -1;
+    pending_ops_.push_back(static_cast<int32_t>(program_.ops.size() - 1));
+    flush();
   }
 
   // The host's own work of the step (ClusterSpec step_overhead_us), once per step, on the compute
@@ -772,6 +818,8 @@ class StageBuilder {
   int64_t elem_bytes_;
   int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;
+  int64_t batches_;    // batches run back to back (PipeDream-2BW's window; otherwise 1)
+  int64_t batch_ = 0;  // the batch being built
   // layer -> its overlapped ZeRO-1/2 gathers (a dense and an expert bucket's under ep)
   std::map<size_t, std::vector<int32_t>> param_gather_;
 
@@ -792,8 +840,8 @@ class StageBuilder {
 
 Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
                             const models::LoweredModel& lowered, const ComputeModel& compute,
-                            int64_t stage, const OffloadCost* offload) {
-  return StageBuilder(plan, stack, lowered, compute, stage, offload).build();
+                            int64_t stage, const OffloadCost* offload, int64_t batches) {
+  return StageBuilder(plan, stack, lowered, compute, stage, offload, batches).build();
 }
 
 }  // namespace sextant::sim

@@ -15,6 +15,7 @@
 #include "sextant/sim/rank_symmetry.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/rank_layout.hpp"
 
 namespace sextant::sim {
@@ -159,6 +160,26 @@ spec::Trace build_trace(const EngineResult& result, const std::vector<Program>& 
   return trace;
 }
 
+// What the second of two back-to-back batches added to a rank's finish and to each part of its
+// breakdown (PipeDream-2BW's steady state); a part the second batch hid is 0.
+RankTimes steady_state(const RankTimes& two, const RankTimes& one) {
+  auto added = [](Picoseconds a, Picoseconds b) { return std::max<Picoseconds>(0, a - b); };
+  RankTimes t;
+  t.finish = added(two.finish, one.finish);
+  t.compute = added(two.compute, one.compute);
+  t.optimizer = added(two.optimizer, one.optimizer);
+  t.tp = added(two.tp, one.tp);
+  t.dp = added(two.dp, one.dp);
+  t.fsdp = added(two.fsdp, one.fsdp);
+  t.pp = added(two.pp, one.pp);
+  t.bubble = added(two.bubble, one.bubble);
+  t.offload = added(two.offload, one.offload);
+  t.spatial = added(two.spatial, one.spatial);
+  t.cp = added(two.cp, one.cp);
+  t.ep = added(two.ep, one.ep);
+  return t;
+}
+
 }  // namespace
 
 SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
@@ -180,49 +201,67 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   CollectiveModel collectives(cluster, plan.collective_algorithms);
 
   const OffloadCost offload(cluster, plan, options.plan_source);
-  std::vector<Program> programs;
-  for (int64_t s = 0; s < plan.pp; ++s)
-    programs.push_back(build_stage_program(plan, setup.stack, lowered, compute, s, &offload));
+  auto build = [&](int64_t batches) {
+    std::vector<Program> programs;
+    for (int64_t s = 0; s < plan.pp; ++s)
+      programs.push_back(
+          build_stage_program(plan, setup.stack, lowered, compute, s, &offload, batches));
+    return programs;
+  };
+  const std::vector<Program> programs = build(1);
   Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
 
   auto traced = [&](int64_t rank) {
     return options.trace_ranks.empty() ||
            std::binary_search(options.trace_ranks.begin(), options.trace_ranks.end(), rank);
   };
-  EngineResult result;
   int64_t simulated_ranks = world;
-  if (options.fidelity == Fidelity::kFlow) {
-    FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
-    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown, cluster.device.compute_jitter,
-                        options.progress);
-  } else if (!options.fold_symmetric_ranks) {
-    AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
-    result = run_engine(programs, topo.ranks, topo.groups, topo.channels, network, options.trace,
-                        cluster.device.overlap_slowdown, cluster.device.compute_jitter,
-                        options.progress);
-  } else {
-    // Each class of symmetric ranks simulated once (rank_symmetry.hpp), then copied back.
-    const FoldedTopology folded = fold_symmetric_ranks(topo, cluster);
-    AnalyticNetwork network(cluster, collectives, folded.network_groups, folded.network_channels);
-    EngineResult classes =
-        run_engine(programs, folded.engine.ranks, folded.engine.groups, folded.engine.channels,
-                   network, options.trace, cluster.device.overlap_slowdown,
-                   cluster.device.compute_jitter, options.progress);
-    result.events = classes.events;
-    result.ranks.reserve(static_cast<size_t>(world));
-    for (int64_t r = 0; r < world; ++r)
-      result.ranks.push_back(
-          classes.ranks[static_cast<size_t>(folded.class_of[static_cast<size_t>(r)])]);
-    for (const TaskRecord& rec : classes.records) {
-      for (int64_t r : folded.class_ranks[static_cast<size_t>(rec.rank)]) {
-        if (!traced(r)) continue;
-        TaskRecord copy = rec;
-        copy.rank = static_cast<int32_t>(r);
-        result.records.push_back(copy);
+  auto run = [&](const std::vector<Program>& stage_programs, bool trace) {
+    EngineResult result;
+    if (options.fidelity == Fidelity::kFlow) {
+      FlowNetwork network(cluster, collectives, topo.groups, topo.channels);
+      result = run_engine(stage_programs, topo.ranks, topo.groups, topo.channels, network, trace,
+                          cluster.device.overlap_slowdown, cluster.device.compute_jitter,
+                          options.progress);
+    } else if (!options.fold_symmetric_ranks) {
+      AnalyticNetwork network(cluster, collectives, topo.groups, topo.channels);
+      result = run_engine(stage_programs, topo.ranks, topo.groups, topo.channels, network, trace,
+                          cluster.device.overlap_slowdown, cluster.device.compute_jitter,
+                          options.progress);
+    } else {
+      // Each class of symmetric ranks simulated once (rank_symmetry.hpp), then copied back.
+      const FoldedTopology folded = fold_symmetric_ranks(topo, cluster);
+      AnalyticNetwork network(cluster, collectives, folded.network_groups, folded.network_channels);
+      EngineResult classes =
+          run_engine(stage_programs, folded.engine.ranks, folded.engine.groups,
+                     folded.engine.channels, network, trace, cluster.device.overlap_slowdown,
+                     cluster.device.compute_jitter, options.progress);
+      result.events = classes.events;
+      result.ranks.reserve(static_cast<size_t>(world));
+      for (int64_t r = 0; r < world; ++r)
+        result.ranks.push_back(
+            classes.ranks[static_cast<size_t>(folded.class_of[static_cast<size_t>(r)])]);
+      for (const TaskRecord& rec : classes.records) {
+        for (int64_t r : folded.class_ranks[static_cast<size_t>(rec.rank)]) {
+          if (!traced(r)) continue;
+          TaskRecord copy = rec;
+          copy.rank = static_cast<int32_t>(r);
+          result.records.push_back(copy);
+        }
       }
+      simulated_ranks = static_cast<int64_t>(folded.class_ranks.size());
     }
-    simulated_ranks = static_cast<int64_t>(folded.class_ranks.size());
+    return result;
+  };
+  EngineResult result = run(programs, options.trace);
+  if (plan.schedule == spec::Schedule::kPipeDream2BW) {
+    // PipeDream-2BW has no flush: a batch in steady state costs what a second batch run back to
+    // back adds (spec::kPipeDream2BWWindow), its fill and drain paid once in both runs. The
+    // trace keeps the one batch, the step the executor's one-step trace holds.
+    const EngineResult window = run(build(spec::kPipeDream2BWWindow), false);
+    result.events += window.events;
+    for (size_t r = 0; r < result.ranks.size(); ++r)
+      result.ranks[r] = steady_state(window.ranks[r], result.ranks[r]);
   }
   if (!options.trace_ranks.empty())
     std::erase_if(result.records, [&](const TaskRecord& rec) { return !traced(rec.rank); });

@@ -1,6 +1,8 @@
 // Pipeline schedules as unit sequences.
 #include "sextant/spec/pipeline_schedule.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -26,7 +28,8 @@ std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64
     return units;
   }
   if (vpp == 1) {
-    // 1F1B: warm up with pp - stage - 1 forwards, alternate, then drain the backwards.
+    // 1F1B (and one batch of PipeDream-2BW): warm up with pp - stage - 1 forwards, alternate, then
+    // drain the backwards.
     int64_t warmup = std::min(pp - stage - 1, m);
     for (int64_t i = 0; i < warmup; ++i) units.push_back({true, i, 0});
     for (int64_t i = 0; i < m - warmup; ++i) {
@@ -54,6 +57,30 @@ std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64
   }
   for (int64_t k = total - warmup; k < total; ++k) units.push_back(unit(k, false));
   return units;
+}
+
+std::vector<ScheduleUnit> pipedream_2bw_units(int64_t pp, int64_t m, int64_t batches,
+                                              int64_t stage) {
+  SEXTANT_CHECK(batches >= 1, "bad PipeDream-2BW window of {} batches", batches);
+  // No flush: the batches' micro-batches are one 1F1B stream.
+  return pipeline_schedule(Schedule::k1F1B, pp, 1, m * batches, stage);
+}
+
+int64_t pipedream_2bw_version(int64_t batch) {
+  return batch >= 1 ? batch - 1 : 0;
+}
+
+std::string pipedream_2bw_problem(const Plan& plan) {
+  if (plan.schedule != Schedule::kPipeDream2BW) return "";
+  if (plan.micro_batches() < plan.pp)
+    return fmt::format(
+        "needs at least pp ({}) micro-batches per replica, has {}: with fewer a stage would need "
+        "more than two weight versions (PipeDream-2BW's m >= d)",
+        plan.pp, plan.micro_batches());
+  if (plan.zero == 3)
+    return "stashes a whole second weight version, which ZeRO-3 shards: use zero <= 1";
+  if (plan.offload.any()) return "is not modelled with offload";
+  return "";
 }
 
 int64_t peak_in_flight(const std::vector<ScheduleUnit>& units) {

@@ -14,16 +14,18 @@
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/spatial_split.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::spec {
 
 namespace {
-constexpr std::array<std::pair<std::string_view, Schedule>, 3> kSchedules{
+constexpr std::array<std::pair<std::string_view, Schedule>, 4> kSchedules{
     {{"gpipe", Schedule::kGpipe},
      {"1f1b", Schedule::k1F1B},
-     {"interleaved", Schedule::kInterleaved}}};
+     {"interleaved", Schedule::kInterleaved},
+     {"pipedream-2bw", Schedule::kPipeDream2BW}}};
 constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
 constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTargets{
@@ -75,8 +77,12 @@ std::string Plan::name() const {
       case Schedule::kInterleaved:
         s += fmt::format(".il{}", virtual_stages);
         break;
+      case Schedule::kPipeDream2BW:
+        break;  // named below, also without stages
     }
   }
+  // With one stage still a different training rule (one-version-stale gradients): named too.
+  if (schedule == Schedule::kPipeDream2BW) s += ".2bw";
   if (!stage_layers.empty()) s += ".split";  // a layer split of its own, not the even one
   if (recompute == Recompute::kSelective) s += ".rc-sel";
   if (recompute == Recompute::kFull) s += ".rc-full";
@@ -262,6 +268,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("ep", std::to_string(p.ep), ep);
   if (std::string grid = tensor_grid_problem(p); !grid.empty())
     problem("tp_grid", tensor_grid_text(p.tp_grid), grid);
+  if (std::string async = pipedream_2bw_problem(p); !async.empty())
+    problem("schedule", "\"pipedream-2bw\"", async);
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "

@@ -223,6 +223,12 @@ spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = f
   return p;
 }
 
+// PipeDream-2BW runs without global-norm clipping (exec/src/trainer.cpp); the other schedules
+// with the default clip.
+float clip_of(const spec::Plan& plan) {
+  return plan.schedule == spec::Schedule::kPipeDream2BW ? 0.0f : TrainOptions{}.clip;
+}
+
 std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan, MPI_Comm comm,
                            std::optional<Precision> precision = std::nullopt,
                            int64_t steps = kSteps) {
@@ -231,6 +237,7 @@ std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan,
   job.plan = plan;
   job.train.steps = steps;
   job.train.lr = 3e-3f;
+  job.train.clip = clip_of(plan);
   job.quiet = true;
   job.comm = on_cuda() ? CommKind::kMpiStaged : CommKind::kMpi;
   std::unique_ptr<Backend> backend = test_backend(precision);
@@ -240,20 +247,25 @@ std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan,
   return out;
 }
 
-// The single-rank losses, computed on rank 0 and broadcast.
-std::vector<double> reference(const spec::ModelSpec& model) {
-  static std::map<std::string, std::vector<double>> cache;
-  auto it = cache.find(model.name);
+// The single-rank losses, computed on rank 0 and broadcast: synchronous training, or under
+// PipeDream-2BW its sequential definition (one stage, gradients one version stale).
+std::vector<double> reference(const spec::ModelSpec& model,
+                              spec::Schedule schedule = spec::Schedule::k1F1B) {
+  static std::map<std::pair<std::string, spec::Schedule>, std::vector<double>> cache;
+  const auto key = std::make_pair(model.name, schedule);
+  auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::vector<double> ref(kSteps);
-  if (world_rank() == 0) ref = losses(model, plan_of(1, 1, 1), MPI_COMM_SELF);
+  if (world_rank() == 0) ref = losses(model, plan_of(1, 1, 1, 0, false, schedule), MPI_COMM_SELF);
   MPI_Bcast(ref.data(), kSteps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  return cache[model.name] = ref;
+  return cache[key] = ref;
 }
 
 void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   ASSERT_EQ(plan.world_size(), world_size());
-  std::vector<double> ref = reference(model);
+  std::vector<double> ref =
+      reference(model, plan.schedule == spec::Schedule::kPipeDream2BW ? plan.schedule
+                                                                      : spec::Schedule::k1F1B);
   std::vector<double> got = losses(model, plan, MPI_COMM_WORLD);
   ASSERT_EQ(got.size(), ref.size());
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -455,6 +467,16 @@ std::vector<Layout> layouts() {
       {"dp4_zero2_offload", offloaded(plan_of(4, 1, 1, 2))},
       {"dp8_zero1_offload", offloaded(plan_of(8, 1, 1, 1))},
       {"llama_dp2_tp2_pp2_sp_zero1_offload", offloaded(plan_of(2, 2, 2, 1, true)), Net::kLlama},
+      // PipeDream-2BW: against its own single-rank run (reference()). GPT's tied table makes
+      // the end stages sum its gradient at each batch's end; Llama's is untied.
+      {"pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW)},
+      {"llama_pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW), Net::kLlama},
+      {"mlp_pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW), Net::kMlp},
+      {"pp4_2bw", plan_of(1, 1, 4, 0, false, S::kPipeDream2BW)},
+      {"llama_dp2_pp2_2bw", plan_of(2, 1, 2, 0, false, S::kPipeDream2BW), Net::kLlama},
+      {"tp2_pp2_sp_2bw", plan_of(1, 2, 2, 0, true, S::kPipeDream2BW)},
+      {"llama_tp2_pp4_2bw", plan_of(1, 2, 4, 0, false, S::kPipeDream2BW), Net::kLlama},
+      {"dp2_tp2_pp2_2bw", plan_of(2, 2, 2, 0, false, S::kPipeDream2BW)},
   };
 }
 
@@ -515,6 +537,7 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
     job.model = model_of(l.net);
     job.plan = l.plan;
     job.train.steps = 1;
+    job.train.clip = clip_of(l.plan);
     job.quiet = true;
     job.trace_file = file;
     std::unique_ptr<Backend> backend = test_backend(Precision::kFp32);
@@ -676,6 +699,49 @@ TEST(Checkpoint, ResumeKeepsTheErrorFeedbackResidual) {
   // without its residual.
   job.plan.compression = {};
   EXPECT_THROW(run_job(job, MPI_COMM_WORLD, *backend), InputError);
+}
+
+// PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),
+// checked against synchronous training: batch t runs on the weights after t - 1 updates, so
+//   2BW step 0 = f_0(W0), step 1 = f_1(W0), step 2 = f_2(W1), with W1 = W0 after one AdamW step.
+// f_t(W0) for every t: a synchronous run with learning rate 0. f_2(W1): a synchronous run of one
+// step, checkpointed, resumed with learning rate 0 (AdamW's step and decay both scale with it).
+TEST(PipeDream2BW, BatchTRunsOnTheWeightsAfterTMinusOneUpdates) {
+  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "rank 0 of 2 CPU ranks, fp32";
+  if (world_rank() != 0) return;
+  const std::string dir = "/tmp/sextant-2bw-test";
+  std::filesystem::remove_all(dir);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  auto run = [&](spec::Schedule schedule, int64_t steps, float lr, bool checkpoint, bool resume) {
+    Job job;
+    job.model = tiny_gpt();
+    job.plan = plan_of(1, 1, 1, 0, false, schedule);
+    job.quiet = true;
+    job.train.steps = steps;
+    job.train.lr = lr;
+    job.train.clip = 0;
+    if (checkpoint || resume) job.train.checkpoint_dir = dir;
+    job.train.checkpoint_every = checkpoint ? 1 : 0;
+    job.train.resume = resume;
+    std::vector<double> out;
+    for (const StepLog& s : run_job(job, MPI_COMM_SELF, *backend).steps) out.push_back(s.loss);
+    return out;
+  };
+  const float lr = 3e-3f;
+  const std::vector<double> async = run(spec::Schedule::kPipeDream2BW, 3, lr, false, false);
+  const std::vector<double> frozen = run(spec::Schedule::k1F1B, 3, 0.0f, false, false);
+  run(spec::Schedule::k1F1B, 1, lr, true, false);
+  const std::vector<double> after_one = run(spec::Schedule::k1F1B, 3, 0.0f, false, true);
+  const std::vector<double> sync = run(spec::Schedule::k1F1B, 3, lr, false, false);
+  ASSERT_EQ(async.size(), 3u);
+  ASSERT_EQ(frozen.size(), 3u);
+  ASSERT_EQ(after_one.size(), 2u);  // steps 1 and 2
+  EXPECT_DOUBLE_EQ(async[0], frozen[0]);
+  EXPECT_NEAR(async[1], frozen[1], 1e-6 * frozen[1]) << "batch 1 on the initial weights";
+  EXPECT_NEAR(async[2], after_one[1], 1e-6 * after_one[1]) << "batch 2 on W1";
+  // And it is not synchronous training (whose step 1 already ran on W1).
+  EXPECT_GT(std::fabs(async[1] - sync[1]), 1e-4 * sync[1]);
+  std::filesystem::remove_all(dir);
 }
 
 // Mixed precision follows the fp32 loss curve of the same run to 1e-2, and does round: some step

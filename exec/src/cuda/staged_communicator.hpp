@@ -27,6 +27,9 @@ class StagedCommunicator : public Communicator {
   void all_reduce_max_host(float* data, int64_t n) override { mpi_.all_reduce_max(data, n); }
   // Blocking, like the MPI communicator's (mpi_communicator.cpp says why).
   std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override;
+  std::unique_ptr<CommRequest> all_reduce_host_async(double* data, int64_t n) override {
+    return mpi_.all_reduce_host_async(data, n);
+  }
   void reduce_scatter(const float* in, float* out, int64_t n) override;
   void all_gather(const float* in, float* out, int64_t n) override;
   void all_to_all(const float* in, float* out, int64_t n) override;

@@ -32,6 +32,10 @@ class Communicator {
   virtual void all_reduce_host(float* data, int64_t n) = 0;
   virtual void all_reduce_max_host(float* data, int64_t n) = 0;
   virtual std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) = 0;
+  // A truly non-blocking sum of host doubles (MPI_Iallreduce), for a result nobody needs soon:
+  // under PipeDream-2BW the stages end a batch at different times, and a blocking sum of its loss
+  // would hold every stage until the first one got there. `data` must live until wait().
+  virtual std::unique_ptr<CommRequest> all_reduce_host_async(double* data, int64_t n) = 0;
   // in: size() * n elements; out: this rank's n-element block of the sum.
   virtual void reduce_scatter(const float* in, float* out, int64_t n) = 0;
   // in: n elements; out: size() * n, blocks in rank order.

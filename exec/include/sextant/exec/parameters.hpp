@@ -57,6 +57,17 @@ class ParamStore {
   void refresh_compute(int64_t begin, int64_t end);
   void refresh_compute() { refresh_compute(0, total()); }
 
+  // PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp, exec/src/trainer.cpp): a
+  // second buffer of what the kernels read, holding the current values at first, which
+  // swap_versions() exchanges with the one the parameters view. In fp32 the master values are
+  // that copy, so they are the ones doubled and swapped (masters_versioned()); in mixed
+  // precision the one fp32 master stays, always the newest version.
+  void add_version();
+  void swap_versions();
+  bool masters_versioned() const { return compute_.dtype() == values_.dtype(); }
+  // The buffer not viewed now (its master values when masters_versioned()).
+  Tensor& other_version() { return other_; }
+
   std::vector<Param>& params() { return params_; }
   Param& get(const std::string& name);
   Tensor& values() { return values_; }
@@ -74,6 +85,7 @@ class ParamStore {
   Tensor values_;
   Tensor compute_;  // values_ itself in fp32
   Tensor grads_;
+  Tensor other_;  // add_version()'s second buffer
 };
 
 }  // namespace sextant::exec

@@ -33,6 +33,18 @@ int64_t optimizer_bytes_per_param(const OptimizerPrecision& precision);
 // executor labels its host step with it.
 int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype);
 
+// PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp): the copy forward and
+// backward read, stashed for the batch in flight while the update writes the next one.
+//   held: one more model copy per parameter (`model_params` bytes; Narayanan et al. 2021 §3.1
+//         count 2|W| per stage);
+//   moved per update: in mixed precision nothing more (the fp32 master is the newest version and
+//         the update's 16-bit copy goes to the free buffer); in fp32 the master weights are the
+//         copy the kernels read, so the newest version is first copied to the free buffer and
+//         updated there (read + write).
+int64_t weight_stash_bytes_per_param(spec::Dtype model_params);
+int64_t weight_stash_copy_bytes_per_param(spec::Dtype model_params);
+inline constexpr const char* kWeightStashOp = "pp.weight_stash";
+
 // The precision a plan's optimizer step runs in: parameters and gradients as the stack holds them
 // at `compute` dtype (activations; an fp8 recipe keeps bf16 weights), loss scaling with fp16
 // (Megatron --fp16, torch.amp.GradScaler), sharded parameters under ZeRO-3.

@@ -159,7 +159,10 @@ class Estimator {
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);
-  const std::shared_ptr<const spec::PipelineSweep::StageUnits>& stage_units(const spec::Plan& plan);
+  // Every stage's units for `micro_batches` micro-batches (the plan's, or PipeDream-2BW's
+  // window of back-to-back batches).
+  const std::shared_ptr<const spec::PipelineSweep::StageUnits>& stage_units(const spec::Plan& plan,
+                                                                            int64_t micro_batches);
   double slowest_speed(int64_t world);
 
   const spec::ModelSpec* model_;

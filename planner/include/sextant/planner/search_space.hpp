@@ -80,6 +80,9 @@ struct SearchRequest {
   // the uncompressed one. They change what the model learns (models/gradient_compression.hpp):
   // the user opts in, the planner ranks them on time alone.
   std::vector<spec::GradientCompression> compressions;
+  // PipeDream-2BW's asynchronous pipeline beside the flushing schedules when pp > 1: it also
+  // changes what the model learns (gradients one weight version stale), so the user opts in.
+  bool asynchronous_pipelines = false;
 };
 
 // One configuration of a search in 28 bytes: what varies between the plans of a search (model,

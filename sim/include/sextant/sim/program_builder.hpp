@@ -19,9 +19,11 @@ using models::stage_layers;
 using models::StageLayers;
 
 // The program of every rank of pipeline stage `stage` under the software stack `stack`; a plan
-// that offloads needs `offload`'s prices.
+// that offloads needs `offload`'s prices. Under PipeDream-2BW, `batches` batches back to back
+// (spec::pipedream_2bw_units), each stage updating after its part of each; otherwise 1.
 Program build_stage_program(const spec::Plan& plan, const spec::Stack& stack,
                             const models::LoweredModel& lowered, const ComputeModel& compute,
-                            int64_t stage, const OffloadCost* offload = nullptr);
+                            int64_t stage, const OffloadCost* offload = nullptr,
+                            int64_t batches = 1);
 
 }  // namespace sextant::sim

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sextant/spec/gradient_drain.hpp"
@@ -20,8 +21,29 @@ struct ScheduleUnit {
 };
 
 // Units of `stage` for `micro_batches` micro-batches. Interleaving needs micro_batches % pp == 0.
+// PipeDream-2BW's units for one batch on its own are 1F1B's.
 std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64_t virtual_stages,
                                             int64_t micro_batches, int64_t stage);
+
+// PipeDream-2BW (Narayanan et al., ICML 2021, "Memory-Efficient Pipeline-Parallel DNN Training",
+// §3.1, Figure 3): 1F1B without a flush, so a stage starts the next batch's forwards while the
+// current batch's backwards drain. Each stage updates its weights as soon as its part of a batch
+// is done, and the new version is first used by the batch after the next one: batch t runs
+// forward and backward on version t - 1 (the weights after t - 1 updates; batch 0 on the initial
+// ones), W(t+1) = W(t) - lr * grad f_t(W(t-1)). With m >= pp micro-batches per batch no more than
+// two versions are ever needed on a stage: the one the in-flight batch stashed and the newest.
+
+// The units of `stage` over `batches` consecutive batches of `micro_batches` each, micro-batch i
+// of batch b numbered b * micro_batches + i.
+std::vector<ScheduleUnit> pipedream_2bw_units(int64_t pp, int64_t micro_batches, int64_t batches,
+                                              int64_t stage);
+// The weight version (the number of updates applied) batch `batch` runs with.
+int64_t pipedream_2bw_version(int64_t batch);
+// Why `plan` cannot use the schedule: "" if it can (validate_plan asks).
+std::string pipedream_2bw_problem(const Plan& plan);
+// The batches the simulator and the planner run back to back to price one batch in steady state:
+// the step time is makespan(2 batches) - makespan(1 batch), fill and drain paid once in both.
+inline constexpr int64_t kPipeDream2BWWindow = 2;
 
 // Most micro-batch-chunks whose activations a stage holds at once under the schedule (forwards
 // started and not yet finished by their backward), i.e. the activation multiplier of the stage.

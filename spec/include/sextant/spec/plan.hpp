@@ -17,7 +17,10 @@
 
 namespace sextant::spec {
 
-enum class Schedule { kGpipe, k1F1B, kInterleaved };
+// kPipeDream2BW: PipeDream-2BW's asynchronous pipeline (Narayanan et al., ICML 2021, "Memory-
+// Efficient Pipeline-Parallel DNN Training"): 1F1B without a flush between batches, two weight
+// versions per stage, gradients one version stale (pipeline_schedule.hpp has its rules).
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW };
 EnumNames<Schedule> schedule_names();
 enum class Recompute { kNone, kSelective, kFull };
 EnumNames<Recompute> recompute_names();
