@@ -443,6 +443,13 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
       const int64_t window = spec::kPipeDream2BWWindow * m;
       step -= 2 * makespan(m, nullptr) - makespan(window, nullptr);
+      if (lowered.tied_table_params > 0) {
+        // The end stages sum the tied table's gradient when each has ended its part of a batch:
+        // the last stage, first to end, waits for the last backward to reach the first stage
+        // before it can update (and go on with the next batch).
+        for (int64_t s = 0; s + 1 < plan.pp; ++s)
+          step += stages.entries[static_cast<size_t>(s)].chunk_backward.front() + p2p;
+      }
     }
     // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
     if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);

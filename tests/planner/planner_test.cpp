@@ -848,5 +848,49 @@ TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
   }
 }
 
+TEST(Planner, PipeDream2BWIsSearchedOnRequestAndPricedAsTheSimulatorPricesIt) {
+  // Opt-in: it changes what the model learns. With it, every pp > 1 layout with at least pp
+  // micro-batches also runs it, never with offload.
+  SearchRequest r = request("gpt2-350m", 8, 64);
+  r.constraints = {parse_constraint("recompute_layers=0"), parse_constraint("tp<=2")};
+  const Enumeration sync = enumerate_plans(r);
+  for (const Candidate& c : sync.candidates)
+    EXPECT_NE(c.schedule, static_cast<uint8_t>(spec::Schedule::kPipeDream2BW));
+  r.asynchronous_pipelines = true;
+  const Enumeration all = enumerate_plans(r);
+  int64_t async = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all.candidates[i].schedule != static_cast<uint8_t>(spec::Schedule::kPipeDream2BW)) continue;
+    ++async;
+    const spec::Plan p = all.plan(i);
+    EXPECT_GT(p.pp, 1) << p.name();
+    EXPECT_GE(p.micro_batches(), p.pp) << p.name();
+    EXPECT_FALSE(p.offload.any()) << p.name();
+    if (i % 7 == 0) {
+      EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+    }
+  }
+  EXPECT_GT(async, 0);
+  EXPECT_EQ(all.size(), sync.size() + async);
+  // The closed form (1F1B's less the fill and drain two back-to-back batches share) against the
+  // engine's two-batch window: untied (Llama) and tied (GPT-3, whose end stages sum the table's
+  // gradient at each batch's end) embeddings, 4 and 8 stages.
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  for (const char* name : {"llama2-7b", "gpt3-1.3b"}) {
+    const spec::ModelSpec model = models::zoo_model(name);
+    for (int64_t pp : {4, 8}) {
+      spec::Plan p;
+      p.dp = 8 / pp;
+      p.pp = pp;
+      p.micro_batch = 1;
+      p.global_batch = 16 * p.dp;
+      p.schedule = spec::Schedule::kPipeDream2BW;
+      const double engine = sim::simulate(model, cluster, p, {}).report.step_time_s;
+      EXPECT_NEAR(Estimator(model, cluster).estimate(p).step_time_s, engine, 0.02 * engine)
+          << name << " " << p.name();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sextant::planner

@@ -52,6 +52,36 @@ TEST(Pipeline, BubbleFractionOfGpipeAnd1F1B) {
   }
 }
 
+// PipeDream-2BW (Narayanan et al. 2021 §3) does not flush: the fill and drain of 1F1B are paid once
+// per run, so in steady state a batch costs m (f + b) on uniform stages, the 1F1B step less its
+// (p - 1)(f + b) bubble (free communication and optimizer here). Its memory holds one more copy
+// of the stage's weights (the version the batch in flight stashed) and 1F1B's activations.
+TEST(Pipeline, PipeDream2BWHasNoBubbleInSteadyState) {
+  const int64_t layers = 8, width = 1024, b = 32;
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {p, 2 * p, int64_t{16}}) {
+      spec::Plan plan = test::make_plan(1, 1, p, b, m * b);
+      plan.schedule = spec::Schedule::kPipeDream2BW;
+      SimulationResult r = simulate(model, cluster, plan, {});
+      const double f = model_forward_s(layers, width, b) / static_cast<double>(p);
+      const double M = static_cast<double>(m);
+      EXPECT_NEAR(r.report.step_time_s, M * 3 * f, kRelTol * r.report.step_time_s) << plan.name();
+      EXPECT_NEAR(r.report.breakdown_s.bubble, 0, kRelTol * r.report.step_time_s) << plan.name();
+      spec::Plan flushed = plan;
+      flushed.schedule = spec::Schedule::k1F1B;
+      const spec::MemoryBreakdown sync = simulate(model, cluster, flushed, {}).report.memory;
+      const spec::MemoryBreakdown async = r.report.memory;
+      // Every stage holds layers / p square layers of width^2 parameters (no biases), the copy
+      // the kernels read in bf16 (the GPU's default compute dtype): 2 bytes each.
+      const int64_t stage_params = layers / p * width * width;
+      EXPECT_EQ(async.weights - sync.weights, stage_params * 2) << plan.name();
+      EXPECT_EQ(async.activations, sync.activations) << plan.name();
+    }
+  }
+}
+
 TEST(Pipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
   const int64_t layers = 16, width = 1024, b = 32;
   spec::ClusterSpec cluster = test::ideal_cluster();

@@ -5,6 +5,7 @@
 
 #include "expect_input_error.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 
 namespace sextant::spec {
 namespace {
@@ -81,6 +82,47 @@ TEST(Plan, VirtualStagesNeedTheInterleavedSchedule) {
   Json j = base_plan();
   j["virtual_stages"] = 2;
   EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "must be 1 unless schedule is \"interleaved\"");
+}
+
+// PipeDream-2BW: a schedule of its own (named also with one stage, where it is still a different
+// training rule), at least pp micro-batches per replica (m >= d: two weight versions suffice), a
+// whole stashed version (no ZeRO-3), no offload.
+TEST(Plan, PipeDream2BWNamesItselfAndNeedsAsManyMicroBatchesAsStages) {
+  Json j = base_plan();  // dp2 tp2 pp2, 4 micro-batches
+  j["schedule"] = "pipedream-2bw";
+  Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(p.schedule, Schedule::kPipeDream2BW);
+  EXPECT_EQ(p.name(), "dp2.tp2.pp2.z1.mb2.2bw");
+  EXPECT_EQ(to_json(plan_from_json(to_json(p), "again")), to_json(p));
+  j["pp"] = 1;
+  EXPECT_EQ(plan_from_json(j, "p.json").name(), "dp2.tp2.pp1.z1.mb2.2bw");
+  j["pp"] = 8;  // 4 micro-batches for 8 stages
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/schedule = \"pipedream-2bw\": needs at least pp (8) micro-batches per "
+                     "replica, has 4");
+  j["pp"] = 1;
+  j["zero"] = 3;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "ZeRO-3 shards: use zero <= 1");
+  j["pp"] = 2;
+  j["zero"] = 1;
+  j["virtual_stages"] = 2;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "must be 1 unless schedule is \"interleaved\"");
+  // One batch on its own runs 1F1B's units; back to back, one stream without a flush.
+  EXPECT_EQ(pipeline_schedule(Schedule::kPipeDream2BW, 4, 1, 8, 1).size(),
+            pipeline_schedule(Schedule::k1F1B, 4, 1, 8, 1).size());
+  const std::vector<ScheduleUnit> two = pipedream_2bw_units(4, 8, 2, 0);
+  ASSERT_EQ(two.size(), 32u);
+  // Stage 0 of 4 starts batch 1's first micro-batch (8) before batch 0's last backward (7):
+  // warm-up 3, then forward k + 3 before backward k.
+  size_t forward8 = 0, backward7 = 0;
+  for (size_t i = 0; i < two.size(); ++i) {
+    if (two[i].forward && two[i].micro_batch == 8) forward8 = i;
+    if (!two[i].forward && two[i].micro_batch == 7) backward7 = i;
+  }
+  EXPECT_LT(forward8, backward7);
+  EXPECT_EQ(pipedream_2bw_version(0), 0);
+  EXPECT_EQ(pipedream_2bw_version(1), 0);
+  EXPECT_EQ(pipedream_2bw_version(5), 4);
 }
 
 TEST(Plan, ZeroTwoWithPipelineIsRejected) {
