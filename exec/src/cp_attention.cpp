@@ -5,6 +5,7 @@
 #include <array>
 
 #include "activation_comm.hpp"
+#include "sextant/exec/blockwise_attention.hpp"
 #include "sextant/exec/context_attention.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/error.hpp"
@@ -31,7 +32,8 @@ CpAttention::CpAttention(Context& ctx, int64_t micro_batch, int64_t seq, int64_t
       "all-to-all over cp {} of {} heads and {} key/value heads", cp_, heads, kv_heads);
   qkv_ = {micro_batch, seq_local_, heads, kv_heads, head_dim, positions_.data()};
   for (int64_t j = 0; j < cp_; ++j) {
-    const std::vector<int32_t> theirs = spec::context_positions(seq_, cp_, j);
+    rank_positions_.push_back(spec::context_positions(seq_, cp_, j));
+    const std::vector<int32_t>& theirs = rank_positions_.back();
     for (int64_t r = 0; r < rows_; ++r)
       gathered_row_.push_back(r / seq_local_ * seq_ + theirs[static_cast<size_t>(r % seq_local_)]);
   }
@@ -58,6 +60,10 @@ Tensor CpAttention::forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_
                             Phase phase, int64_t mb) {
   if (algorithm_ == spec::ContextAlgorithm::kAllToAll)
     return ulysses_forward(qkv, out, keep, layer, phase, mb);
+  if (algorithm_ == spec::ContextAlgorithm::kRing) {
+    keep = out;
+    return ring_forward(qkv, out, layer, phase, mb);
+  }
   return gather_forward(qkv, out, layer, phase, mb);
 }
 
@@ -65,6 +71,8 @@ void CpAttention::backward(const Tensor& qkv, const Tensor& probs, const Tensor&
                            const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
   if (algorithm_ == spec::ContextAlgorithm::kAllToAll) {
     ulysses_backward(probs, keep, dout, dqkv, layer, mb);
+  } else if (algorithm_ == spec::ContextAlgorithm::kRing) {
+    ring_backward(qkv, probs, keep, dout, dqkv, layer, mb);
   } else {
     gather_backward(qkv, probs, dout, dqkv, layer, mb);
   }
@@ -96,15 +104,22 @@ void CpAttention::sequences_to_blocks(const Tensor& whole, Tensor& blocks, int64
                 blocks.data() + static_cast<int64_t>(q) * width);
 }
 
+// The k and v heads of the rank's rows of qkv [rows, kv width].
+Tensor CpAttention::own_keys_values(const Tensor& qkv) {
+  const int64_t w = 2 * qkv_.kv_heads * qkv_.head_dim, q_width = qkv_.heads * qkv_.head_dim;
+  Tensor mine = act({rows_, w});
+  for (int64_t r = 0; r < rows_; ++r)
+    std::copy_n(qkv.data() + r * qkv_.width() + q_width, w, mine.data() + r * w);
+  return mine;
+}
+
 // --- All-gather --------------------------------------------------------------------------------
 
 // The keys and values of the whole sequences [micro_batch * seq, kv width], all-gathered from the
 // cp ranks' rows of `qkv` (each rank's k and v heads follow its q heads).
 Tensor CpAttention::gather_keys_values(const Tensor& qkv, int32_t layer, Phase phase, int64_t mb) {
-  const int64_t w = 2 * qkv_.kv_heads * qkv_.head_dim, q_width = qkv_.heads * qkv_.head_dim;
-  Tensor mine = act({rows_, w});
-  for (int64_t r = 0; r < rows_; ++r)
-    std::copy_n(qkv.data() + r * qkv_.width() + q_width, w, mine.data() + r * w);
+  const int64_t w = 2 * qkv_.kv_heads * qkv_.head_dim;
+  const Tensor mine = own_keys_values(qkv);
   Tensor blocks = act({cp_ * rows_, w});
   {
     auto s = comm_scope("cp.kv_all_gather", OpClass::kAllGather, cp_ * rows_ * w, phase, layer, mb);
@@ -299,6 +314,121 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
     all_to_all(*ctx_.groups->cp, be, back, mine);
   }
   for (int64_t j = 0; j < cp_; ++j) put_head_block(mine.rows(j * rows_, rows_), dqkv, j);
+}
+
+// --- Ring -------------------------------------------------------------------------------------
+
+namespace {
+
+// Tag of the ring's transfers on the cp communicator (its only point-to-point traffic).
+constexpr int kRingTag = 17;
+
+}  // namespace
+
+template <typename Overlap>
+void CpAttention::ring_exchange(const Tensor& block, Tensor& into, Phase phase, int32_t layer,
+                                int64_t mb, Overlap&& overlap) {
+  Communicator& ring = *ctx_.groups->cp;
+  const int next = (ring.rank() + 1) % ring.size();
+  const int prev = (ring.rank() + ring.size() - 1) % ring.size();
+  auto [request, sent] = send(ring, backend(), block, next, kRingTag);
+  overlap();
+  // The scope times what the rank still waits for once its compute is done.
+  auto s = comm_scope("cp.kv_send", OpClass::kSend, block.numel(), phase, layer, mb);
+  recv(ring, backend(), into, prev, kRingTag);
+  request->wait();
+}
+
+// Step i attends the rank's queries to the block of rank (r - i) mod cp, its own first (the only
+// one under the diagonal of the causal mask), while that block moves on to rank r + 1.
+Tensor CpAttention::ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase,
+                                 int64_t mb) {
+  const int64_t r = ctx_.groups->cp_rank, w = 2 * qkv_.kv_heads * qkv_.head_dim;
+  const int64_t width = qkv_.heads * qkv_.head_dim;
+  Tensor lse = act({micro_batch_, qkv_.heads, seq_local_});
+  Tensor block = own_keys_values(qkv), step_out = act({rows_, width}), step_lse = act(lse.shape());
+  for (int64_t i = 0; i < cp_; ++i) {
+    const int64_t owner = (r - i + cp_) % cp_;
+    const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
+    auto attend = [&] {
+      {
+        auto s = op_scope("attn.core", layer, phase, mb);
+        blockwise::forward(qkv, block, g, i == 0 ? out : step_out, i == 0 ? lse : step_lse);
+      }
+      if (i > 0) {
+        auto s = op_scope("attn.cp_merge", layer, phase, mb);
+        blockwise::merge(out, lse, step_out, step_lse);
+      }
+    };
+    if (i + 1 == cp_) {
+      attend();
+    } else {
+      Tensor next = act({rows_, w});
+      ring_exchange(block, next, phase, layer, mb, attend);
+      block = next;
+    }
+  }
+  return lse;
+}
+
+// The steps in reverse (Transformer Engine): step i first trades blocks, so the rank attends to
+// the block of rank (r - 1 - i) mod cp, its own last. What travels with a block is the gradient
+// of its keys and values summed so far: step 0 sends the rank's keys and values, the middle steps
+// a block and its gradient, the last step the gradient only, to the block's owner (which has its
+// keys and values), where it arrives complete.
+void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
+                                const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
+  const Phase B = Phase::kBwd;
+  const int64_t r = ctx_.groups->cp_rank, w = 2 * qkv_.kv_heads * qkv_.head_dim;
+  const int64_t width = qkv_.heads * qkv_.head_dim, kv_size = rows_ * w;
+  Tensor delta = act(lse.shape());
+  {
+    auto s = op_scope("attn.core_prep", layer, B, mb);
+    blockwise::backward_prep(out, dout, qkv_, delta);
+  }
+  const Tensor own = own_keys_values(qkv);
+  Tensor block = own, dkv, dq = act({rows_, width});
+  Tensor step_dq = act({rows_, width}), step_dkv = act({rows_, w});
+  Tensor pack = act({2 * rows_, w}), received = act({2 * rows_, w});
+  for (int64_t i = 0; i < cp_; ++i) {
+    if (i == 0) {
+      Tensor next = act({rows_, w});
+      ring_exchange(own, next, B, layer, mb, [] {});
+      block = next;
+    } else if (i + 1 < cp_) {
+      std::copy_n(block.data(), kv_size, pack.data());
+      std::copy_n(dkv.data(), kv_size, pack.data() + kv_size);
+      ring_exchange(pack, received, B, layer, mb, [] {});
+      block = act({rows_, w});
+      std::copy_n(received.data(), kv_size, block.data());
+      std::copy_n(received.data() + kv_size, kv_size, dkv.data());
+    } else {
+      Tensor arrived = act({rows_, w});
+      ring_exchange(dkv, arrived, B, layer, mb, [] {});
+      dkv = arrived;
+      block = own;
+    }
+    const int64_t owner = (r - 1 - i + 2 * cp_) % cp_;
+    const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
+    {
+      auto s = op_scope("attn.core", layer, B, mb);
+      blockwise::backward(qkv, block, dout, lse, delta, g, i == 0 ? dq : step_dq, step_dkv);
+    }
+    if (i == 0) {
+      dkv = step_dkv;
+      step_dkv = act({rows_, w});
+      continue;
+    }
+    auto s = op_scope("attn.cp_merge", layer, B, mb);
+    backend().add(dq, step_dq, dq);
+    backend().add(dkv, step_dkv, dkv);
+  }
+  // dkv is now the gradient of the rank's own keys and values, summed over every rank's queries.
+  const int64_t q_width = qkv_.heads * qkv_.head_dim;
+  for (int64_t row = 0; row < rows_; ++row) {
+    std::copy_n(dq.data() + row * width, width, dqkv.data() + row * qkv_.width());
+    std::copy_n(dkv.data() + row * w, w, dqkv.data() + row * qkv_.width() + q_width);
+  }
 }
 
 }  // namespace sextant::exec

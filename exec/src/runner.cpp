@@ -246,6 +246,10 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.spatial = job.plan.spatial;  // a CNN rank's ops work on its block of each map
   lowering.cp = job.plan.cp;            // a context-parallel rank's, on its chunks of each sequence
   lowering.cp_algorithm = job.plan.cp_algorithm;
+  // Ring attention runs its steps as flash attention does (exec/blockwise_attention.hpp): no
+  // probabilities kept, each block's output merged by its log-sum-exp, traced as attn.core.
+  if (job.plan.cp > 1 && job.plan.cp_algorithm == spec::ContextAlgorithm::kRing)
+    lowering.attention = spec::plan_stack(job.plan, false).attention;
   lowering.ep = job.plan.ep;  // a rank's experts, and their dispatch and combine
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);

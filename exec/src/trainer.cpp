@@ -49,13 +49,16 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              std::string(spec::enum_name(spec::offload_target_names(), plan.offload.params)),
              "the executor keeps the parameters on its device: ZeRO-Infinity's parameter "
              "offload is simulated and planned only (issue 14)");
-  // Context parallelism runs as Llama 3's all-gather of keys and values or DeepSpeed-Ulysses'
-  // all-to-alls (exec/src/cp_attention.hpp), on CPU ranks (runner.cpp).
-  if (plan.cp > 1 && plan.cp_algorithm == spec::ContextAlgorithm::kRing)
-    diag.add("/cp_algorithm", "ring",
-             "the executor runs context parallelism as \"all-gather\" (Llama 3) or \"all-to-all\" "
-             "(DeepSpeed-Ulysses): ring attention merges blockwise flash results, which its "
-             "unfused attention does not compute (simulated and planned only)");
+  // Context parallelism runs as ring attention, Llama 3's all-gather of keys and values or
+  // DeepSpeed-Ulysses' all-to-alls (exec/cp_attention.hpp), on CPU ranks (runner.cpp). Ring
+  // attention's steps are flash attention's (exec/blockwise_attention.hpp): as in the simulator,
+  // the plan's stack has to say so.
+  if (std::string problem = spec::context_attention_problem(
+          plan.cp, plan.cp_algorithm, spec::plan_stack(plan, false).attention);
+      !problem.empty())
+    diag.add("/cp_algorithm",
+             std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
+             problem);
   if (plan.schedule == spec::Schedule::kPipeDream2BW && plan.zero != 0)
     diag.add("/zero", std::to_string(plan.zero),
              "the executor runs PipeDream-2BW with zero 0 (ZeRO-1 gathers each update into the "

@@ -76,7 +76,8 @@ expect_error "/offload/optimizer = \"disk\": must be one of none, host or nvme" 
 expect_error "/offload/params = host: needs zero 3" "$sextant" simulate --model gpt-tiny \
   --cluster dgx-a100 --gpus 1 --zero 1 --offload-params host --global-batch 1
 # Context parallelism: transformers only, 2*cp dividing the sequence, ring attention over a fused
-# kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor runs the all-gather.
+# kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor asks the same rule of
+# ring attention (its steps are flash attention's: exec/blockwise_attention.hpp).
 expect_error "/cp = 2: splits a transformer's sequences" "$sextant" simulate --model resnet50 \
   --cluster dgx-a100 --dp 1 --global-batch 1 --cp 2
 expect_error "/cp = 128: needs 2*cp (256) to divide the sequence length (128)" "$sextant" \
@@ -85,7 +86,7 @@ expect_error "ring attention runs blockwise flash attention" "$sextant" simulate
   --cluster dgx-a100 --global-batch 1 --cp 2 --attention unfused
 expect_error "/cp_algorithm = \"spiral\"" "$sextant" simulate --model gpt-tiny --cluster dgx-a100 \
   --global-batch 1 --cp 2 --cp-algorithm spiral
-expect_error "/cp_algorithm = ring: the executor runs context parallelism as \"all-gather\"" \
+expect_error "/cp_algorithm = ring: ring attention runs blockwise flash attention" \
   "$sextant" run --model gpt-tiny --np 2 --global-batch 2 --cp 2 --steps 1
 # AxoNN's 3D tensor grid: three axes whose product is tp, the axes dividing what they split
 # (spec/tensor_grid.cpp); the executor runs 1D tensor parallelism only.

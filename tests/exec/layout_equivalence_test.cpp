@@ -316,6 +316,14 @@ spec::Plan with_cp(spec::Plan p, int64_t cp,
   return p;
 }
 
+// Ring attention: the key/value blocks passed around the cp ranks, each step's flash output
+// merged by its log-sum-exp (exec/blockwise_attention.hpp), which the plan's stack has to name.
+spec::Plan with_ring(spec::Plan p, int64_t cp) {
+  p = with_cp(std::move(p), cp, spec::ContextAlgorithm::kRing);
+  p.stack->attention = spec::AttentionKernel::kFlash2;
+  return p;
+}
+
 spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
   p.spatial = {h, w};
   return p;
@@ -435,6 +443,16 @@ std::vector<Layout> layouts() {
       {"llama_cp2_a2a_pp2_selective_recompute",
        with_cp(with_recompute(plan_of(1, 1, 2), R::kSelective), 2, A::kAllToAll), Net::kLlama},
       {"dp2_cp2_a2a_pp2_zero1", with_cp(plan_of(2, 1, 2, 1), 2, A::kAllToAll)},
+      // Ring attention: GQA and rotary embeddings, tp (with sequence parallelism), pp with full
+      // recompute, dp with ZeRO, and 8 steps around the ring (chunks of one token).
+      {"cp2_ring", with_ring(plan_of(1, 1, 1), 2)},
+      {"llama_cp2_ring", with_ring(plan_of(1, 1, 1), 2), Net::kLlama},
+      {"cp4_ring", with_ring(plan_of(1, 1, 1), 4)},
+      {"llama_cp2_ring_tp2", with_ring(plan_of(1, 2, 1), 2), Net::kLlama},
+      {"cp2_ring_tp2_sp", with_ring(plan_of(1, 2, 1, 0, true), 2)},
+      {"cp2_ring_full_recompute_pp2", with_ring(with_recompute(plan_of(1, 1, 2), R::kFull), 2)},
+      {"llama_dp2_cp2_ring_pp2_zero1", with_ring(plan_of(2, 1, 2, 1), 2), Net::kLlama},
+      {"cp8_ring", with_ring(plan_of(1, 1, 1), 8)},
       // With sequence parallelism: each tp rank's slice of the cp rank's rows (learned positions
       // added run by run within it).
       {"cp2_tp2_sp", with_cp(plan_of(1, 2, 1, 0, true), 2)},
@@ -527,6 +545,13 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
   // The CPU ranks' host pool is the same DRAM (the offload layouts' copies and host step): a host
   // section for the simulator to price them with; the ops, not their times, are checked here.
   cluster.host = spec::HostSpec{int64_t{1} << 40, 221, 1.0, 110, 0, "test: the CPU's own DRAM"};
+  // Ring attention's plans name a flash kernel (with_ring): a throughput for the simulator to
+  // price its steps with.
+  cluster.device.attention_kernels[spec::AttentionKernel::kFlash2] = {
+      std::nullopt,
+      {{8, false, "fwd+bwd", {16, 1024}, {0.01, 0.01}},
+       {8, true, "fwd+bwd", {16, 1024}, {0.01, 0.01}}},
+      "test: flat curves"};
   int ran = 0;
   std::vector<Layout> all = layouts();
   for (const Layout& l : compressed_layouts()) all.push_back(l);

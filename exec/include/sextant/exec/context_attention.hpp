@@ -21,6 +21,11 @@ namespace sextant::exec::context {
 struct Geometry {
   QkvLayout q;
   int64_t kv_seq = 0;
+  // The positions of a sequence's kv_seq key rows (a ring attention step's block:
+  // exec/blockwise_attention.hpp), or null: key row j is at position j (the whole sequence, as
+  // the all-gather functions below take it).
+  const int32_t* kv_positions = nullptr;
+  int64_t key_position(int64_t j) const { return kv_positions != nullptr ? kv_positions[j] : j; }
   int64_t kv_width() const { return 2 * q.kv_heads * q.head_dim; }
   int64_t k_column(int64_t h) const { return h / q.group() * q.head_dim; }  // of q head h
   int64_t v_column(int64_t h) const { return (q.kv_heads + h / q.group()) * q.head_dim; }

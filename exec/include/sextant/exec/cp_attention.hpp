@@ -6,7 +6,11 @@
 //     gathered again in backward and their gradients reduce-scattered (cp.kv_reduce_scatter);
 //   all-to-all (DeepSpeed-Ulysses, Jacobs et al. 2023): q, k, v traded from the rank's rows of
 //     every head for every row of 1/cp of the heads (cp.qkv_all_to_all), the whole-sequence causal
-//     attention of those heads (the Backend's kernels), the output traded back (cp.out_all_to_all).
+//     attention of those heads (the Backend's kernels), the output traded back (cp.out_all_to_all);
+//   ring (Liu et al. 2023; TE's AttnFuncWithCPAndKVP2P): the key/value blocks travel the ring
+//     (cp.kv_send) while each rank attends its queries to the block in hand, one flash step
+//     (attn.core) per block merged by the log-sum-exp (attn.cp_merge; exec/blockwise_attention);
+//     backward the blocks travel again with their gradients, which end at their owner.
 // CPU ranks, fp32 (runner.cpp refuses others).
 #pragma once
 
@@ -32,7 +36,7 @@ class CpAttention {
   CpAttention& operator=(const CpAttention&) = delete;
 
   // Whether backward reads the head block's q, k, v that forward keeps (all-to-all), rather than
-  // the rank's own rows of qkv (all-gather).
+  // the rank's own rows of qkv (all-gather, ring).
   bool keeps_head_block() const { return algorithm_ == spec::ContextAlgorithm::kAllToAll; }
 
   // The rank's rows of the fused qkv activation: seq / cp a sequence, at their positions.
@@ -43,9 +47,10 @@ class CpAttention {
   std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs(int64_t begin,
                                                                    int64_t count) const;
 
-  // out [rows, heads * head_dim] = the attention of the rank's rows; returns the probabilities.
-  // `keep` receives what backward needs besides qkv and the probabilities (Ulysses: the head
-  // block's q, k and v of the whole sequences).
+  // out [rows, heads * head_dim] = the attention of the rank's rows; returns the probabilities
+  // (ring: the log-sum-exp of each row's scores, [micro_batch, heads, seq / cp]). `keep` receives
+  // what backward needs besides qkv and what forward returns (Ulysses: the head block's q, k and
+  // v of the whole sequences; ring: out itself, the same memory).
   Tensor forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_t layer, spec::Phase phase,
                  int64_t mb);
   // dqkv (every column of the rank's rows) from dout, given forward's qkv, probabilities and keep.
@@ -81,12 +86,24 @@ class CpAttention {
   void ulysses_backward(const Tensor& probs, const Tensor& qkv_heads, const Tensor& dout,
                         Tensor& dqkv, int32_t layer, int64_t mb);
 
+  // Ring: the rank's own keys and values [rows, kv width], taken from its rows of qkv.
+  Tensor own_keys_values(const Tensor& qkv);
+  // Sends `block` to the next rank of the ring and receives the previous rank's into `into`
+  // (traced as cp.kv_send of `block`'s size); `overlap` runs between the two.
+  template <typename Overlap>
+  void ring_exchange(const Tensor& block, Tensor& into, spec::Phase phase, int32_t layer,
+                     int64_t mb, Overlap&& overlap);
+  Tensor ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, spec::Phase phase, int64_t mb);
+  void ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout,
+                     Tensor& dqkv, int32_t layer, int64_t mb);
+
   Context& ctx_;
   spec::ContextAlgorithm algorithm_;
   int64_t cp_, micro_batch_, seq_, seq_local_, rows_;
   std::vector<int32_t> positions_;     // of the rank's rows in each sequence
   std::vector<int64_t> gathered_row_;  // row q of every rank's blocks -> row of the sequences
-  QkvLayout qkv_;                      // points into positions_
+  std::vector<std::vector<int32_t>> rank_positions_;  // of every cp rank's rows (ring)
+  QkvLayout qkv_;                                     // points into positions_
 };
 
 }  // namespace sextant::exec
