@@ -60,7 +60,7 @@ steps = [json.loads(l) for l in sys.stdin if l.strip().startswith("{")]
 t = [s["step_time_s"] for s in steps[2:]]
 print("%.1f ms" % (1e3 * sum(t) / len(t)) if t else "n/a")')
   predicted=$("$sextant" simulate "${args[@]}" --cluster local-cpu --gpus "$cp" --json 2>/dev/null |
-    python3 -c 'import json, sys; print("%.1f ms" % (1e3 * json.load(sys.stdin)["step_time_s"]))' ||
+    python3 -c 'import json, sys; print("%.1f ms" % (1e3 * json.load(sys.stdin)["step_time_s"]))' 2>/dev/null ||
     echo "n/a")
   printf 'cp %d %-10s on %d ranks: measured %s, predicted %s\n' "$cp" "$algo" "$cp" "$measured" \
     "$predicted"
