@@ -59,10 +59,6 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/cp_algorithm",
              std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
              problem);
-  if (plan.schedule == spec::Schedule::kPipeDream2BW && plan.zero != 0)
-    diag.add("/zero", std::to_string(plan.zero),
-             "the executor runs PipeDream-2BW with zero 0 (ZeRO-1 gathers each update into the "
-             "weights the batch in flight reads; simulated and planned only)");
   if (plan.tp_grid.any())
     diag.add("/tp_grid", spec::tensor_grid_text(plan.tp_grid),
              "the executor runs Megatron-LM's 1D tensor parallelism: AxoNN's 3D tensor grid is "
@@ -483,11 +479,15 @@ class Trainer {
 
   // PipeDream-2BW's update after batch `batch` (run_pipedream_2bw): version batch + 1 written
   // into the buffer the finished batch read. In fp32 the masters are that buffer, so the newest
-  // version is copied there first (models::weight_stash_copy_bytes_per_param); in mixed precision
-  // the one master is the newest and the update's compute copy lands there.
+  // version of what this rank updates is copied there first (models::weight_stash_copy_bytes_
+  // per_param; under ZeRO-1/2 only its shard: the gather after the update brings the others'
+  // shards of the new version); in mixed precision the one master is the newest and the
+  // update's compute copy lands there. The ZeRO gather writes into the buffer just updated, which
+  // no batch in flight reads (batch + 1 reads the other one).
   void stash_and_update(int64_t batch) {
     ParamStore& store = stage_->params();
-    const int64_t n = store.total();
+    int64_t n = 0;
+    for (auto [b, e] : sync_->owned()) n += e - b;
     if (store.masters_versioned()) {
       auto s = ctx_.recorder->scope(
           Recorder::Event{models::kWeightStashOp,
@@ -501,13 +501,18 @@ class Trainer {
                           {},
                           0,
                           ""});
-      ctx_.backend->copy(store.other_version(), store.values());
+      for (auto [b, e] : sync_->owned()) {
+        Tensor to = store.values().rows(b, e - b);
+        ctx_.backend->copy(store.other_version().rows(b, e - b), to);
+      }
     }
     {
       auto s = ctx_.recorder->scope(optimizer_event(n));
       update(batch + 1, 1.0f);
+      if (plan_.zero == 0) store.refresh_compute();
     }
-    store.refresh_compute();
+    sync_->after_update();
+    if (plan_.zero != 0) store.refresh_compute();
   }
 
   // This rank's part of every parameter (all of it, or its ZeRO shard), with its weight decay.

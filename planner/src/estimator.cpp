@@ -521,11 +521,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
         models::optimizer_precision(stack, lowered.dtype, plan.zero));
     step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
     if (plan.schedule == spec::Schedule::kPipeDream2BW) {
-      // PipeDream-2BW in fp32: the newest version copied to the free buffer first (sim's
-      // program builder).
+      // PipeDream-2BW in fp32: the newest version of what the rank updates copied to the free
+      // buffer first (sim's program builder).
       const int64_t stash = models::weight_stash_copy_bytes_per_param(
           models::optimizer_precision(stack, lowered.dtype, plan.zero).model_params);
-      if (stash > 0) step += ps_to_seconds(compute.optimizer_time(max_params, stash));
+      if (stash > 0) step += ps_to_seconds(compute.optimizer_time(updated, stash));
     }
   }
   if (plan.tp_grid.z > 1) {

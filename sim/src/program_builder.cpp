@@ -739,7 +739,7 @@ class StageBuilder {
     int64_t updated = plan_.zero >= 1
                           ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
                           : params;
-    if (asynchronous()) weight_stash(params);
+    if (asynchronous()) weight_stash(updated);
     OpInfo info;
     info.name = "optimizer.adamw";
     info.op_class = spec::OpClass::kOptimizer;
@@ -769,9 +769,11 @@ class StageBuilder {
     }
   }
 
-  // PipeDream-2BW in fp32: the newest version copied to the free buffer before the update writes
-  // the next version there (models::weight_stash_copy_bytes_per_param; nothing in mixed
-  // precision). On the compute stream, before the optimizer step.
+  // PipeDream-2BW in fp32: the newest version of the `params` the rank updates copied to the free
+  // buffer before the update writes the next version there (models::weight_stash_copy_bytes_
+  // per_param; nothing in mixed precision). Under ZeRO-1/2 only the rank's shard: the gather
+  // after the update brings the rest of the new version. On the compute stream, before the
+  // optimizer step.
   void weight_stash(int64_t params) {
     const int64_t per_param = models::weight_stash_copy_bytes_per_param(
         models::optimizer_precision(stack_, lowered_.dtype, plan_.zero).model_params);

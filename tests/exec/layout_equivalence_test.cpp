@@ -495,6 +495,12 @@ std::vector<Layout> layouts() {
       {"tp2_pp2_sp_2bw", plan_of(1, 2, 2, 0, true, S::kPipeDream2BW)},
       {"llama_tp2_pp4_2bw", plan_of(1, 2, 4, 0, false, S::kPipeDream2BW), Net::kLlama},
       {"dp2_tp2_pp2_2bw", plan_of(2, 2, 2, 0, false, S::kPipeDream2BW)},
+      // With ZeRO-1: each replica updates its shard of the buffer the finished batch read and
+      // gathers the others' into it, while the next batch reads the other buffer.
+      {"dp2_pp2_2bw_zero1", plan_of(2, 1, 2, 1, false, S::kPipeDream2BW)},
+      {"llama_dp2_pp2_2bw_zero1", plan_of(2, 1, 2, 1, false, S::kPipeDream2BW), Net::kLlama},
+      {"dp4_pp2_2bw_zero1", plan_of(4, 1, 2, 1, false, S::kPipeDream2BW)},
+      {"dp2_tp2_pp2_sp_2bw_zero1", plan_of(2, 2, 2, 1, true, S::kPipeDream2BW)},
   };
 }
 

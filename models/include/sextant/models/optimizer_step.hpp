@@ -40,7 +40,8 @@ int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype);
 //   moved per update: in mixed precision nothing more (the fp32 master is the newest version and
 //         the update's 16-bit copy goes to the free buffer); in fp32 the master weights are the
 //         copy the kernels read, so the newest version is first copied to the free buffer and
-//         updated there (read + write).
+//         updated there (read + write), per parameter the rank updates (under ZeRO-1/2 its
+//         shard: the gather after the update brings the other shards of the new version).
 int64_t weight_stash_bytes_per_param(spec::Dtype model_params);
 int64_t weight_stash_copy_bytes_per_param(spec::Dtype model_params);
 inline constexpr const char* kWeightStashOp = "pp.weight_stash";
