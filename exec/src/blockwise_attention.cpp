@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attention_maps.hpp"
 #include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -15,17 +16,10 @@ namespace {
 
 using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 using context::Geometry;
+using context::kv_head;
+using context::q_head;
 
 constexpr float kNoKey = -std::numeric_limits<float>::infinity();
-
-void check(const Tensor& qkv, const Tensor& kv, const Geometry& g) {
-  g.q.check(qkv);
-  SEXTANT_CHECK(qkv.dtype() == DType::kF32 && kv.dtype() == DType::kF32,
-                "blockwise attention runs in fp32");
-  SEXTANT_CHECK(kv.numel() == g.q.batch * g.kv_seq * g.kv_width(),
-                "a key block of {} elements, expected {} x {} x {}", kv.numel(), g.q.batch,
-                g.kv_seq, g.kv_width());
-}
 
 // Per-row statistics [batch, heads, q.seq] and [batch * q.seq, heads * head_dim] outputs.
 void check_rows(const Tensor& rows, const Tensor& stats, const QkvLayout& q) {
@@ -36,10 +30,6 @@ void check_rows(const Tensor& rows, const Tensor& stats, const QkvLayout& q) {
                 stats.numel(), rows.numel(), q.batch, q.heads, q.seq, q.head_dim);
 }
 
-ConstStridedMap q_head(const Tensor& qkv, const QkvLayout& l, int64_t b, int64_t h) {
-  return ConstStridedMap(qkv.data() + b * l.seq * l.width() + l.q_column(h), l.seq, l.head_dim,
-                         Eigen::OuterStride<>(l.width()));
-}
 // Head h's columns of sequence b in a [batch * seq, heads * head_dim] tensor.
 ConstStridedMap head_rows(const Tensor& t, const QkvLayout& l, int64_t b, int64_t h) {
   const int64_t w = l.heads * l.head_dim;
@@ -51,15 +41,6 @@ StridedMap head_rows(Tensor& t, const QkvLayout& l, int64_t b, int64_t h) {
   return StridedMap(t.data() + b * l.seq * w + h * l.head_dim, l.seq, l.head_dim,
                     Eigen::OuterStride<>(w));
 }
-ConstStridedMap kv_head(const Tensor& kv, const Geometry& g, int64_t b, int64_t column) {
-  return ConstStridedMap(kv.data() + b * g.kv_seq * g.kv_width() + column, g.kv_seq, g.q.head_dim,
-                         Eigen::OuterStride<>(g.kv_width()));
-}
-StridedMap kv_head(Tensor& kv, const Geometry& g, int64_t b, int64_t column) {
-  return StridedMap(kv.data() + b * g.kv_seq * g.kv_width() + column, g.kv_seq, g.q.head_dim,
-                    Eigen::OuterStride<>(g.kv_width()));
-}
-
 float scale_of(const Geometry& g) {
   return 1.0f / std::sqrt(static_cast<float>(g.q.head_dim));
 }
@@ -67,14 +48,15 @@ float scale_of(const Geometry& g) {
 }  // namespace
 
 void forward(const Tensor& qkv, const Tensor& kv, const Geometry& g, Tensor& out, Tensor& lse) {
-  check(qkv, kv, g);
+  context::check_operands(qkv, kv, g);
   check_rows(out, lse, g.q);
   const QkvLayout& l = g.q;
   RowMat p(l.seq, g.kv_seq);
   for (int64_t b = 0; b < l.batch; ++b)
     for (int64_t h = 0; h < l.heads; ++h) {
       p.noalias() =
-          (q_head(qkv, l, b, h) * kv_head(kv, g, b, g.k_column(h)).transpose()) * scale_of(g);
+          (q_head(qkv, g, b, l.q_column(h)) * kv_head(kv, g, b, g.k_column(h)).transpose()) *
+          scale_of(g);
       float* row_lse = lse.data() + (b * l.heads + h) * l.seq;
       for (int64_t i = 0; i < l.seq; ++i) {
         const int64_t at = l.position(i);
@@ -139,7 +121,7 @@ void backward_prep(const Tensor& out, const Tensor& dout, const QkvLayout& q, Te
 
 void backward(const Tensor& qkv, const Tensor& kv, const Tensor& dout, const Tensor& lse,
               const Tensor& delta, const Geometry& g, Tensor& dq, Tensor& dkv) {
-  check(qkv, kv, g);
+  context::check_operands(qkv, kv, g);
   check_rows(dq, lse, g.q);
   check_rows(dout, delta, g.q);
   SEXTANT_CHECK(dkv.numel() == kv.numel(), "dkv of {} elements, the key block {}", dkv.numel(),
@@ -150,7 +132,7 @@ void backward(const Tensor& qkv, const Tensor& kv, const Tensor& dout, const Ten
   RowMat p(l.seq, g.kv_seq), ds(l.seq, g.kv_seq);
   for (int64_t b = 0; b < l.batch; ++b)
     for (int64_t h = 0; h < l.heads; ++h) {
-      const ConstStridedMap q = q_head(qkv, l, b, h);
+      const ConstStridedMap q = q_head(qkv, g, b, l.q_column(h));
       const ConstStridedMap k = kv_head(kv, g, b, g.k_column(h));
       const ConstStridedMap v = kv_head(kv, g, b, g.v_column(h));
       const ConstStridedMap d_o = head_rows(dout, l, b, h);

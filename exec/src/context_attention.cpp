@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention_maps.hpp"
 #include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -12,36 +13,6 @@ namespace {
 
 using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
-void check(const Tensor& qkv, const Tensor& kv, const Geometry& g) {
-  g.q.check(qkv);
-  SEXTANT_CHECK(qkv.dtype() == DType::kF32 && kv.dtype() == DType::kF32,
-                "context-parallel attention runs in fp32");
-  SEXTANT_CHECK(kv.numel() == g.q.batch * g.kv_seq * g.kv_width(),
-                "keys and values of {} elements, expected {} x {} x {}", kv.numel(), g.q.batch,
-                g.kv_seq, g.kv_width());
-}
-
-// Head `column` of the rank's q rows of sequence b.
-ConstStridedMap q_head(const Tensor& qkv, const Geometry& g, int64_t b, int64_t column) {
-  const QkvLayout& l = g.q;
-  return ConstStridedMap(qkv.data() + b * l.seq * l.width() + column, l.seq, l.head_dim,
-                         Eigen::OuterStride<>(l.width()));
-}
-StridedMap q_head(Tensor& qkv, const Geometry& g, int64_t b, int64_t column) {
-  const QkvLayout& l = g.q;
-  return StridedMap(qkv.data() + b * l.seq * l.width() + column, l.seq, l.head_dim,
-                    Eigen::OuterStride<>(l.width()));
-}
-// Head `column` of the whole sequence b's keys or values.
-ConstStridedMap kv_head(const Tensor& kv, const Geometry& g, int64_t b, int64_t column) {
-  return ConstStridedMap(kv.data() + b * g.kv_seq * g.kv_width() + column, g.kv_seq, g.q.head_dim,
-                         Eigen::OuterStride<>(g.kv_width()));
-}
-StridedMap kv_head(Tensor& kv, const Geometry& g, int64_t b, int64_t column) {
-  return StridedMap(kv.data() + b * g.kv_seq * g.kv_width() + column, g.kv_seq, g.q.head_dim,
-                    Eigen::OuterStride<>(g.kv_width()));
-}
-
 int64_t block(const Geometry& g) {
   return g.q.seq * g.kv_seq;
 }
@@ -49,7 +20,7 @@ int64_t block(const Geometry& g) {
 }  // namespace
 
 void scores(const Tensor& qkv, const Tensor& kv, const Geometry& g, Tensor& out) {
-  check(qkv, kv, g);
+  check_operands(qkv, kv, g);
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.q.head_dim));
   for (int64_t b = 0; b < g.q.batch; ++b)
     for (int64_t h = 0; h < g.q.heads; ++h) {
@@ -127,7 +98,7 @@ void masked_softmax_backward(const Tensor& probs, Tensor& grad, const Geometry& 
 
 void scores_backward(const Tensor& dscores, const Tensor& qkv, const Tensor& kv, const Geometry& g,
                      Tensor& dqkv, Tensor& dkv) {
-  check(qkv, kv, g);
+  check_operands(qkv, kv, g);
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.q.head_dim));
   for (int64_t b = 0; b < g.q.batch; ++b)
     for (int64_t h = 0; h < g.q.heads; ++h) {

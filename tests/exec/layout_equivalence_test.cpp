@@ -443,10 +443,12 @@ std::vector<Layout> layouts() {
       {"llama_cp2_a2a_pp2_selective_recompute",
        with_cp(with_recompute(plan_of(1, 1, 2), R::kSelective), 2, A::kAllToAll), Net::kLlama},
       {"dp2_cp2_a2a_pp2_zero1", with_cp(plan_of(2, 1, 2, 1), 2, A::kAllToAll)},
-      // Ring attention: GQA and rotary embeddings, tp (with sequence parallelism), pp with full
-      // recompute, dp with ZeRO, and 8 steps around the ring (chunks of one token).
+      // Ring attention: GQA and rotary embeddings, tp (with sequence parallelism), pp, selective
+      // and full recompute, dp with ZeRO, and 8 steps around the ring (chunks of one token).
       {"cp2_ring", with_ring(plan_of(1, 1, 1), 2)},
       {"llama_cp2_ring", with_ring(plan_of(1, 1, 1), 2), Net::kLlama},
+      {"llama_cp2_ring_selective_recompute",
+       with_ring(with_recompute(plan_of(1, 1, 1), R::kSelective), 2), Net::kLlama},
       {"cp4_ring", with_ring(plan_of(1, 1, 1), 4)},
       {"llama_cp2_ring_tp2", with_ring(plan_of(1, 2, 1), 2), Net::kLlama},
       {"cp2_ring_tp2_sp", with_ring(plan_of(1, 2, 1, 0, true), 2)},
