@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "activation_comm.hpp"
 #include "sextant/exec/blockwise_attention.hpp"
@@ -380,30 +381,28 @@ void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tens
                                 const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
   const Phase B = Phase::kBwd;
   const int64_t r = ctx_.groups->cp_rank, w = 2 * qkv_.kv_heads * qkv_.head_dim;
-  const int64_t width = qkv_.heads * qkv_.head_dim, kv_size = rows_ * w;
+  const int64_t width = qkv_.heads * qkv_.head_dim;
   Tensor delta = act(lse.shape());
   {
     auto s = op_scope("attn.core_prep", layer, B, mb);
     blockwise::backward_prep(out, dout, qkv_, delta);
   }
   const Tensor own = own_keys_values(qkv);
-  Tensor block = own, dkv, dq = act({rows_, width});
-  Tensor step_dq = act({rows_, width}), step_dkv = act({rows_, w});
-  Tensor pack = act({2 * rows_, w}), received = act({2 * rows_, w});
+  // What travels: a block's keys and values (rows [0, rows_)) and their gradient so far (rows
+  // [rows_, 2 rows_)), received into `spare` and swapped, so no step copies them.
+  Tensor travel = act({2 * rows_, w}), spare = act({2 * rows_, w});
+  Tensor block = travel.rows(0, rows_), dkv = travel.rows(rows_, rows_);
+  Tensor dq = act({rows_, width}), step_dq = act({rows_, width}), step_dkv = act({rows_, w});
   for (int64_t i = 0; i < cp_; ++i) {
     if (i == 0) {
-      Tensor next = act({rows_, w});
-      ring_exchange(own, next, B, layer, mb, [] {});
-      block = next;
+      ring_exchange(own, block, B, layer, mb, [] {});
     } else if (i + 1 < cp_) {
-      std::copy_n(block.data(), kv_size, pack.data());
-      std::copy_n(dkv.data(), kv_size, pack.data() + kv_size);
-      ring_exchange(pack, received, B, layer, mb, [] {});
-      block = act({rows_, w});
-      std::copy_n(received.data(), kv_size, block.data());
-      std::copy_n(received.data() + kv_size, kv_size, dkv.data());
+      ring_exchange(travel, spare, B, layer, mb, [] {});
+      std::swap(travel, spare);
+      block = travel.rows(0, rows_);
+      dkv = travel.rows(rows_, rows_);
     } else {
-      Tensor arrived = act({rows_, w});
+      Tensor arrived = spare.rows(rows_, rows_);
       ring_exchange(dkv, arrived, B, layer, mb, [] {});
       dkv = arrived;
       block = own;
@@ -411,23 +410,20 @@ void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tens
     const int64_t owner = (r - 1 - i + 2 * cp_) % cp_;
     const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
     {
+      // The first step writes the running gradients; the later ones add theirs in the merge.
       auto s = op_scope("attn.core", layer, B, mb);
-      blockwise::backward(qkv, block, dout, lse, delta, g, i == 0 ? dq : step_dq, step_dkv);
+      blockwise::backward(qkv, block, dout, lse, delta, g, i == 0 ? dq : step_dq,
+                          i == 0 ? dkv : step_dkv);
     }
-    if (i == 0) {
-      dkv = step_dkv;
-      step_dkv = act({rows_, w});
-      continue;
-    }
+    if (i == 0) continue;
     auto s = op_scope("attn.cp_merge", layer, B, mb);
     backend().add(dq, step_dq, dq);
     backend().add(dkv, step_dkv, dkv);
   }
   // dkv is now the gradient of the rank's own keys and values, summed over every rank's queries.
-  const int64_t q_width = qkv_.heads * qkv_.head_dim;
   for (int64_t row = 0; row < rows_; ++row) {
     std::copy_n(dq.data() + row * width, width, dqkv.data() + row * qkv_.width());
-    std::copy_n(dkv.data() + row * w, w, dqkv.data() + row * qkv_.width() + q_width);
+    std::copy_n(dkv.data() + row * w, w, dqkv.data() + row * qkv_.width() + width);
   }
 }
 
