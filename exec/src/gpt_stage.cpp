@@ -7,13 +7,17 @@
 // holds two chunks of each sequence (spec::context_positions) and attends to the whole
 // sequence's keys and values, all-gathered over the cp group (Llama 3's algorithm), or trades its
 // rows of every head for every row of 1/cp of the heads by an all-to-all (DeepSpeed-Ulysses).
+// On AxoNN's 3D tensor grid the four linear layers run as grid_linear.hpp says, the heads and
+// the ffn split over the grid's y axis, the vocabulary over the x * y ranks of a z slice.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "activation_comm.hpp"
 #include "activations.hpp"
+#include "grid_linear.hpp"
 #include "moe_layer.hpp"
 #include "sextant/exec/cp_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
@@ -72,17 +76,25 @@ class GptStage : public StageModel {
     sp_ = plan.sequence_parallel && t_ > 1;
     seq_ = o.seq_len;
     h_ = m_.hidden;
-    heads_local_ = m_.heads / t_;
-    qkv_ = {o_.micro_batch, seq_, heads_local_, m_.kv_heads / t_, m_.head_dim()};
+    batch_ = o.micro_batch;
+    split_ = t_;
+    if (plan.tp_grid.any()) {
+      // A z slice's sequences; the heads and the ffn split over y (spec/tensor_grid.hpp).
+      grid_ = std::make_unique<GridLinear>(ctx);
+      batch_ = o.micro_batch / grid_->z();
+      split_ = grid_->y();
+    }
+    heads_local_ = m_.heads / split_;
+    qkv_ = {batch_, seq_, heads_local_, m_.kv_heads / split_, m_.head_dim()};
     if (ctx.groups->cp_size > 1) {
       // The rank's chunks of each sequence (cp_attention.hpp).
-      cp_attention_ = std::make_unique<CpAttention>(ctx, o_.micro_batch, seq_, qkv_.heads,
-                                                    qkv_.kv_heads, qkv_.head_dim);
+      cp_attention_ = std::make_unique<CpAttention>(ctx, batch_, seq_, qkv_.heads, qkv_.kv_heads,
+                                                    qkv_.head_dim);
       qkv_ = cp_attention_->layout();
     }
-    rows_ = o.micro_batch * qkv_.seq;
+    rows_ = batch_ * qkv_.seq;
     local_rows_ = sp_ ? rows_ / t_ : rows_;
-    f_local_ = m_.ffn_hidden / t_;
+    f_local_ = m_.ffn_hidden / split_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the
     // executor stack's vocab_multiple x tp rows, runner.cpp): every rank holds the same number of
@@ -119,6 +131,7 @@ class GptStage : public StageModel {
     for (Param& p : store_->params()) {
       if (p.tied_copy) continue;
       if (p.tp_replicated && r_ != 0) continue;
+      if (grid_ && norm_copies_.contains(&p)) continue;
       int64_t b = std::max(begin, p.offset);
       int64_t e = std::min(end, p.offset + p.value.numel());
       if (b < e) spans.emplace_back(b, e - b);
@@ -180,7 +193,7 @@ class GptStage : public StageModel {
           Tensor keep = bc.x;
           block_forward(layer, keep, mb.index, bc, Phase::kRecompute);
         } else if (recompute_[layer] == spec::Recompute::kSelective) {
-          Tensor o = act({rows_, h_ / t_});
+          Tensor o = act({rows_, h_ / split_});
           bc.att = attention_core(bc.qkv, o, bc.qkv_heads, layer, Phase::kRecompute, mb.index);
         }
         dy = block_backward(layer, dy, mb.index, bc);
@@ -311,6 +324,8 @@ class GptStage : public StageModel {
         } else if (!has_embedding_) {
           embedding_table("head.tied_table", layer, true);
         }
+      } else if (grid_) {
+        grid_block_params(fmt::format("block{}", layer - 1), layer, proj_std, specs);
       } else {
         const std::string b = fmt::format("block{}", layer - 1);
         const int64_t hd = h;  // heads * head_dim
@@ -358,6 +373,18 @@ class GptStage : public StageModel {
       }
     }
     store_ = std::make_unique<ParamStore>(backend(), specs);
+    if (grid_) {
+      // What the z slices hold alike counts once, on slice 0; a bias split over y (over x) once
+      // on the x (y) axis's first rank.
+      for (Param& p : store_->params()) {
+        const bool copy = p.grid_sharded             ? false
+                          : grid_->z_rank() > 0      ? true
+                          : over_x_.contains(p.name) ? grid_->x_rank() > 0
+                          : over_y_.contains(p.name) ? grid_->y_rank() > 0
+                                                     : false;
+        if (copy) norm_copies_.insert(&p);
+      }
+    }
     for (int32_t layer : layers) {
       if (layer == 0 || layer == head_layer_) continue;
       const std::string b = fmt::format("block{}", layer - 1);
@@ -407,6 +434,62 @@ class GptStage : public StageModel {
   }
 
   BlockParams& block(int32_t layer) { return blocks_.at(layer); }
+
+  // A block's parameters on a 3D tensor grid (grid_linear.hpp), drawn as the 1D layouts draw
+  // them, element by element of the global tensors: the norms whole; each weight's block, of
+  // which the rank holds the z-th 1/z of the elements (row-major); each bias split as its
+  // layer's outputs. QKV and FC1: block (x rank, y rank), their columns split over y as
+  // Megatron-LM splits them over tp; projection and FC2: block (y rank, x rank).
+  void grid_block_params(const std::string& b, int32_t layer, float proj_std,
+                         std::vector<ParamSpec>& specs) {
+    const uint64_t seed = o_.seed;
+    const int64_t h = h_, f = m_.ffn_hidden, g = gate_, kvd = m_.kv_hidden(), full = h + 2 * kvd;
+    const int64_t X = grid_->x(), Y = grid_->y(), Z = grid_->z();
+    const int64_t gx = grid_->x_rank(), gy = grid_->y_rank(), gz = grid_->z_rank();
+    auto one = [](float v) { return [v](int64_t) { return v; }; };
+    auto whole = [&](std::string name, int64_t n, float v, bool replicated) {
+      specs.push_back({std::move(name), layer, {n}, one(v), false, replicated, false});
+    };
+    // Rows [row0, row0 + kl) of the global [K = any, N] weight, local column c at global column
+    // column(c) of nl; the rank's shard of that block.
+    auto weight = [&](std::string name, int64_t N, int64_t row0, int64_t kl, int64_t nl,
+                      std::function<int64_t(int64_t)> column, float std_dev) {
+      const int64_t shard = kl * nl / Z, first = gz * shard;
+      ParamSpec spec{name, layer, {shard}, nullptr, true, false, false};
+      spec.init = [=](int64_t i) {
+        const int64_t at = first + i, row = at / nl;
+        return std_dev * init_normal(seed, name, (row0 + row) * N + column(at % nl));
+      };
+      spec.grid_sharded = true;
+      specs.push_back(std::move(spec));
+    };
+    auto bias = [&](std::string name, int64_t n, bool split_over_y) {
+      (split_over_y ? over_x_ : over_y_).insert(name);
+      specs.push_back({std::move(name), layer, {n}, one(0), false, false, false});
+    };
+    whole(b + ".ln1.gamma", h, 1, true);
+    if (layernorm()) whole(b + ".ln1.beta", h, 0, true);
+    // q (h), k and v (kvd each): the y-th share of each, as the 1D split's qkv_column.
+    auto qkv_column = [=](int64_t c) {
+      const int64_t q = h / Y, kv = kvd / Y;
+      if (c < q) return gy * q + c;
+      if (c < q + kv) return h + gy * kv + (c - q);
+      return h + kvd + gy * kv + (c - q - kv);
+    };
+    weight(b + ".attn.qkv.weight", full, gx * h / X, h / X, full / Y, qkv_column, kInitStd);
+    if (m_.bias) bias(b + ".attn.qkv.bias", full / Y, true);
+    auto plain = [](int64_t first) { return [first](int64_t c) { return first + c; }; };
+    weight(b + ".attn.proj.weight", h, gy * h / Y, h / Y, h / X, plain(gx * h / X), proj_std);
+    if (m_.bias) bias(b + ".attn.proj.bias", h / X, false);
+    whole(b + ".ln2.gamma", h, 1, true);
+    if (layernorm()) whole(b + ".ln2.beta", h, 0, true);
+    weight(
+        b + ".mlp.fc1.weight", g * f, gx * h / X, h / X, g * f / Y,
+        [=](int64_t c) { return column_of(c, f, Y, gy); }, kInitStd);
+    if (m_.bias) bias(b + ".mlp.fc1.bias", g * f / Y, true);
+    weight(b + ".mlp.fc2.weight", h, gy * f / Y, f / Y, h / X, plain(gx * h / X), proj_std);
+    if (m_.bias) bias(b + ".mlp.fc2.bias", h / X, false);
+  }
 
   // Whether lowered layer `layer` is a block with a mixture-of-experts MLP (the first
   // dense_layers blocks keep the dense one).
@@ -489,7 +572,7 @@ class GptStage : public StageModel {
   Tensor block_forward(int32_t layer, const Tensor& x, int64_t mb, BlockCache& c, Phase phase) {
     BlockParams& p = block(layer);
     Backend& be = backend();
-    const int64_t hd_local = h_ / t_;
+    const int64_t hd_local = h_ / split_;
     c.x = x;
     c.ln1 = act({local_rows_, h_});
     c.ln1_mean = be.empty({local_rows_});
@@ -498,28 +581,20 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.norm", layer, phase, mb));
       norm(x, *p.ln1_g, p.ln1_b, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
-    c.a_in = gather(c.ln1, "attn", phase, layer, mb);
+    c.a_in = pair_input(c.ln1, "attn", phase, layer, mb);
     c.qkv = act({rows_, qkv_.width()});
-    {
-      auto s = rec(ctx_.op("attn.qkv", layer, phase, mb));
-      be.matmul(c.a_in, p.qkv_w->compute, p.qkv_b ? &p.qkv_b->compute : nullptr, c.qkv);
-    }
+    first_linear("attn.qkv", c.a_in, *p.qkv_w, p.qkv_b, c.qkv, phase, layer, mb);
     if (rope()) {
       auto s = rec(ctx_.op("attn.rope", layer, phase, mb));
       be.rope(c.qkv, qkv_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, c.qkv_heads, layer, phase, mb);
-    Tensor proj = act({rows_, h_});
-    {
-      auto s = rec(ctx_.op("attn.proj", layer, phase, mb));
-      be.matmul(c.o, p.proj_w->compute, nullptr, proj);
-    }
-    Tensor a = reduce_out(proj, "attn", phase, layer, mb);
+    Tensor a = second_linear("attn", "attn.proj", c.o, *p.proj_w, p.proj_b, phase, layer, mb);
     c.x1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("attn.residual", layer, phase, mb));
-      if (p.proj_b != nullptr) add_bias(a, p.proj_b->compute);
+      if (p.proj_b != nullptr && !grid_) add_bias(a, p.proj_b->compute);
       be.add(x, a, c.x1);
     }
     c.ln2 = act({local_rows_, h_});
@@ -529,35 +604,85 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("mlp.norm", layer, phase, mb));
       norm(c.x1, *p.ln2_g, p.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
-    c.m_in = gather(c.ln2, "mlp", phase, layer, mb);
+    c.m_in = pair_input(c.ln2, "mlp", phase, layer, mb);
     if (moe_layer(layer)) {
       Tensor out = moe_->forward(moe_weights_.at(layer), c.m_in, layer, phase, mb, c.moe);
       return mlp_residual(c, p, reduce_out(out, "mlp", phase, layer, mb), layer, phase, mb);
     }
     c.f1 = act({rows_, gate_ * f_local_});
-    {
-      auto s = rec(ctx_.op("mlp.fc1", layer, phase, mb));
-      be.matmul(c.m_in, p.fc1_w->compute, p.fc1_b ? &p.fc1_b->compute : nullptr, c.f1);
-    }
+    first_linear("mlp.fc1", c.m_in, *p.fc1_w, p.fc1_b, c.f1, phase, layer, mb);
     c.g = act({rows_, f_local_});
     {
       auto s = rec(ctx_.op("mlp.act", layer, phase, mb));
       activation(c.f1, c.g);
     }
-    Tensor f2 = act({rows_, h_});
-    {
-      auto s = rec(ctx_.op("mlp.fc2", layer, phase, mb));
-      be.matmul(c.g, p.fc2_w->compute, nullptr, f2);
-    }
-    return mlp_residual(c, p, reduce_out(f2, "mlp", phase, layer, mb), layer, phase, mb);
+    return mlp_residual(c, p,
+                        second_linear("mlp", "mlp.fc2", c.g, *p.fc2_w, p.fc2_b, phase, layer, mb),
+                        layer, phase, mb);
   }
+
+  // --- A layer pair's linear layers: Megatron-LM's 1D split or a 3D tensor grid's -------------
+
+  // [local_rows, h] -> what the pair's first layer reads: the rows of every rank (sequence
+  // parallelism's all-gather), or on a grid the rank's x part of the columns.
+  Tensor pair_input(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer,
+                    int64_t mb) {
+    return grid_ ? grid_->slice(x) : gather(x, prefix, phase, layer, mb);
+  }
+  Tensor pair_input_backward(Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
+    return grid_ ? grid_->gather(d, prefix, Phase::kBwd, layer, mb)
+                 : gather_backward(d, prefix, layer, mb);
+  }
+  // QKV or FC1: the rank's columns of y = x W (+ b).
+  void first_linear(const std::string& name, const Tensor& x, const Param& w, const Param* b,
+                    Tensor& y, Phase phase, int32_t layer, int64_t mb) {
+    if (grid_) return grid_->forward(name, GridLinear::Role::kFirst, x, w, b, y, phase, layer, mb);
+    auto s = rec(ctx_.op(name, layer, phase, mb));
+    backend().matmul(x, w.compute, b != nullptr ? &b->compute : nullptr, y);
+  }
+  void first_linear_backward(const std::string& name, const Tensor& x, Param& w, Param* b,
+                             const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
+    if (grid_) return grid_->backward(name, GridLinear::Role::kFirst, x, w, b, dy, dx, layer, mb);
+    auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
+    backend().matmul_backward(x, w.compute, dy, &dx, w.grad, b != nullptr ? &b->grad : nullptr);
+  }
+  // The projection or FC2 and the pair's output [local_rows, h]: the partial products summed
+  // over tp (reduce-scattered under sequence parallelism; the bias is the residual's), or on a
+  // grid the layer's x-split output (its bias added by the layer) all-gathered over x.
+  Tensor second_linear(const std::string& prefix, const std::string& name, const Tensor& x,
+                       const Param& w, const Param* b, Phase phase, int32_t layer, int64_t mb) {
+    if (grid_) {
+      Tensor part = act({rows_, h_ / grid_->x()});
+      grid_->forward(name, GridLinear::Role::kSecond, x, w, b, part, phase, layer, mb);
+      return grid_->gather(part, prefix, phase, layer, mb);
+    }
+    Tensor y = act({rows_, h_});
+    {
+      auto s = rec(ctx_.op(name, layer, phase, mb));
+      backend().matmul(x, w.compute, nullptr, y);
+    }
+    return reduce_out(y, prefix, phase, layer, mb);
+  }
+  // The gradient of a pair's output [local_rows, h] -> that of the second layer's output.
+  Tensor pair_output_backward(const Tensor& d, const std::string& prefix, int32_t layer,
+                              int64_t mb) {
+    return grid_ ? grid_->slice(d) : reduce_out_backward(d, prefix, layer, mb);
+  }
+  void second_linear_backward(const std::string& name, const Tensor& x, Param& w, Param* b,
+                              const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
+    if (grid_) return grid_->backward(name, GridLinear::Role::kSecond, x, w, b, dy, dx, layer, mb);
+    auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
+    backend().matmul_backward(x, w.compute, dy, &dx, w.grad, nullptr);
+  }
+  // The columns of a pair's input as its first layer reads them.
+  int64_t pair_input_width() const { return grid_ ? h_ / grid_->x() : h_; }
 
   // y = x1 + m (+ the MLP's output bias).
   Tensor mlp_residual(BlockCache& c, BlockParams& p, Tensor m, int32_t layer, Phase phase,
                       int64_t mb) {
     Tensor y = act({local_rows_, h_});
     auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
-    if (p.fc2_b != nullptr) add_bias(m, p.fc2_b->compute);
+    if (p.fc2_b != nullptr && !grid_) add_bias(m, p.fc2_b->compute);
     backend().add(c.x1, m, y);
     return y;
   }
@@ -565,48 +690,40 @@ class GptStage : public StageModel {
   Tensor block_backward(int32_t layer, const Tensor& dy, int64_t mb, BlockCache& c) {
     BlockParams& p = block(layer);
     Backend& be = backend();
-    const int64_t hd_local = h_ / t_;
+    const int64_t hd_local = h_ / split_;
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-    Tensor dm = reduce_out_backward(dy, "mlp", layer, mb);
+    Tensor dm = pair_output_backward(dy, "mlp", layer, mb);
     Tensor dm_in;
     if (moe_layer(layer)) {
       dm_in = moe_->backward(moe_weights_.at(layer), dm, layer, mb, c.moe);
     } else {
       Tensor dg = act({rows_, f_local_});
-      {
-        auto s = rec(ctx_.op("mlp.fc2", layer, B, mb));
-        be.matmul_backward(c.g, p.fc2_w->compute, dm, &dg, p.fc2_w->grad, nullptr);
-      }
+      second_linear_backward("mlp.fc2", c.g, *p.fc2_w, p.fc2_b, dm, dg, layer, mb);
       Tensor df1 = act({rows_, gate_ * f_local_});
       {
         auto s = rec(ctx_.op("mlp.act", layer, B, mb));
         activation_backward(c.f1, dg, df1);
       }
-      dm_in = act({rows_, h_});
-      auto s = rec(ctx_.op("mlp.fc1", layer, B, mb));
-      be.matmul_backward(c.m_in, p.fc1_w->compute, df1, &dm_in, p.fc1_w->grad,
-                         p.fc1_b ? &p.fc1_b->grad : nullptr);
+      dm_in = act({rows_, pair_input_width()});
+      first_linear_backward("mlp.fc1", c.m_in, *p.fc1_w, p.fc1_b, df1, dm_in, layer, mb);
     }
-    Tensor dln2 = gather_backward(dm_in, "mlp", layer, mb);
+    Tensor dln2 = pair_input_backward(dm_in, "mlp", layer, mb);
     Tensor dx1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
       norm_backward(c.x1, *p.ln2_g, p.ln2_b, c.ln2_mean, c.ln2_rstd, dln2, dx1);
     }
-    residual_backward("mlp", layer, mb, dy, p.fc2_b, dx1);
+    residual_backward("mlp", layer, mb, dy, grid_ ? nullptr : p.fc2_b, dx1);
     // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
-    Tensor dproj = reduce_out_backward(dx1, "attn", layer, mb);
+    Tensor dproj = pair_output_backward(dx1, "attn", layer, mb);
     Tensor do_ = act({rows_, hd_local});
-    {
-      auto s = rec(ctx_.op("attn.proj", layer, B, mb));
-      be.matmul_backward(c.o, p.proj_w->compute, dproj, &do_, p.proj_w->grad, nullptr);
-    }
+    second_linear_backward("attn.proj", c.o, *p.proj_w, p.proj_b, dproj, do_, layer, mb);
     Tensor dqkv = act({rows_, qkv_.width()});
     if (cp_attention_) {
       cp_attention_->backward(c.qkv, c.att, c.qkv_heads, do_, dqkv, layer, mb);
     } else {
-      Tensor dprobs = act({o_.micro_batch, heads_local_, seq_, seq_});
+      Tensor dprobs = act({batch_, heads_local_, seq_, seq_});
       {
         auto s = rec(ctx_.op("attn.context", layer, B, mb));
         be.attention_context_backward(c.att, c.qkv, do_, qkv_, dprobs, dqkv);
@@ -624,19 +741,15 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op("attn.rope", layer, B, mb));
       be.rope(dqkv, qkv_, kRopeBase, true);
     }
-    Tensor da_in = act({rows_, h_});
-    {
-      auto s = rec(ctx_.op("attn.qkv", layer, B, mb));
-      be.matmul_backward(c.a_in, p.qkv_w->compute, dqkv, &da_in, p.qkv_w->grad,
-                         p.qkv_b ? &p.qkv_b->grad : nullptr);
-    }
-    Tensor dln1 = gather_backward(da_in, "attn", layer, mb);
+    Tensor da_in = act({rows_, pair_input_width()});
+    first_linear_backward("attn.qkv", c.a_in, *p.qkv_w, p.qkv_b, dqkv, da_in, layer, mb);
+    Tensor dln1 = pair_input_backward(da_in, "attn", layer, mb);
     Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op("attn.norm", layer, B, mb));
       norm_backward(c.x, *p.ln1_g, p.ln1_b, c.ln1_mean, c.ln1_rstd, dln1, dx);
     }
-    residual_backward("attn", layer, mb, dx1, p.proj_b, dx);
+    residual_backward("attn", layer, mb, dx1, grid_ ? nullptr : p.proj_b, dx);
     return dx;
   }
 
@@ -655,7 +768,7 @@ class GptStage : public StageModel {
                         Phase phase, int64_t mb) {
     Backend& be = backend();
     if (cp_attention_) return cp_attention_->forward(qkv, out, qkv_heads, layer, phase, mb);
-    Tensor probs = act({o_.micro_batch, heads_local_, seq_, seq_});
+    Tensor probs = act({batch_, heads_local_, seq_, seq_});
     {
       auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
       be.attention_scores(qkv, qkv_, probs);
@@ -781,9 +894,16 @@ class GptStage : public StageModel {
   Context& ctx_;
   const spec::TransformerSpec& m_;
   StageOptions o_;
-  int64_t t_ = 1, r_ = 0;
+  int64_t t_ = 1, r_ = 0;  // the layer group (Groups::tp) and the rank's place in it
   bool sp_ = false;
+  int64_t batch_ = 0;  // sequences per micro-batch (a z slice's on a grid)
+  int64_t split_ = 1;  // ranks splitting the heads and the ffn: tp, or a grid's y
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
+  std::unique_ptr<GridLinear> grid_;  // on a 3D tensor grid
+  // On a grid, the parameters another rank of the grid holds too and counts in the gradient
+  // norm (besides those tp_replicated covers).
+  std::set<const Param*> norm_copies_;
+  std::set<std::string> over_x_, over_y_;      // biases held alike along x (split over y), along y
   std::unique_ptr<CpAttention> cp_attention_;  // under context parallelism
   QkvLayout qkv_;  // this rank's heads (and its rows of each sequence, under cp)
   int64_t gate_ = 1, vocab_local_ = 0;

@@ -238,12 +238,18 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
   // Under sequence parallelism each tp rank saw only its rows: the gradients of the tensors all
   // tp ranks share (norms, row-parallel biases, positions) are partial sums, summed over the tp
   // group in one coalesced all-reduce, as Megatron-LM's finalize_model_grads does (and as the
-  // simulator prices it: models::Layer::sp_partial_params).
-  if (!ctx_.sequence_parallel || ctx_.groups->tp_size == 1) return;
+  // simulator prices it: models::Layer::sp_partial_params). On a 3D tensor grid each z slice saw
+  // only its sequences: the gradients of what the slices hold alike (all but the weight blocks,
+  // whose layers reduce-scatter theirs) are summed over z the same way (AxoNN's depth-parallel
+  // gradient sync).
+  const GridAxis& z = ctx_.groups->grid[2];
+  const bool grid = z.size > 1;
+  if (!grid && (!ctx_.sequence_parallel || ctx_.groups->tp_size == 1)) return;
+  Communicator& group = grid ? *z.comm : *ctx_.groups->tp;
   std::vector<const Param*> partial;
   int64_t n = 0;
   for (const Param& p : stage_.params().params()) {
-    if (!p.tp_replicated) continue;
+    if (grid ? p.grid_sharded : !p.tp_replicated) continue;
     partial.push_back(&p);
     n += p.grad.numel();
   }
@@ -257,10 +263,10 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
     at += p->grad.numel();
   }
   {
-    auto s = ctx_.recorder->scope(ctx_.comm("sp.all_reduce", OpClass::kAllReduce, Stream::kTpComm,
-                                            n * 4, ctx_.groups->tp_size, Phase::kBwd, std::nullopt,
-                                            std::nullopt));
-    ctx_.groups->tp->all_reduce(packed.data(), n);
+    auto s =
+        ctx_.recorder->scope(ctx_.comm("sp.all_reduce", OpClass::kAllReduce, Stream::kTpComm, n * 4,
+                                       group.size(), Phase::kBwd, std::nullopt, std::nullopt));
+    group.all_reduce(packed.data(), n);
   }
   at = 0;
   for (const Param* p : partial) {

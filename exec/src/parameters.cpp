@@ -62,6 +62,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& given) : 
     p.offset = offset;
     p.decay = s.decay;
     p.tp_replicated = s.tp_replicated;
+    p.grid_sharded = s.grid_sharded;
     p.tied_copy = s.tied_copy;
     p.expert = s.expert;
     int64_t n = 1;

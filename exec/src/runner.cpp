@@ -16,6 +16,7 @@
 #include "sextant/spec/rank_layout.hpp"
 #include "sextant/spec/stack.hpp"
 #include "sextant/spec/step_times.hpp"
+#include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::exec {
 
@@ -55,7 +56,9 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   // The groups are the shared rank layout's (spec::RankLayout, the simulator's too).
   const spec::RankLayout layout(plan);
   const spec::RankCoord c = layout.coord(rank);
-  const std::vector<int64_t> tp_members = layout.tp_group(rank);
+  // The layer group: the tp group, or a 3D tensor grid's z slice (Groups::tp).
+  const std::vector<int64_t> tp_members =
+      plan.tp_grid.any() ? layout.layer_group(rank) : layout.tp_group(rank);
   const std::vector<int64_t> replica_members = layout.replica_group(rank);
   const std::vector<int64_t> spatial_members = layout.spatial_group(rank);
   const std::vector<int64_t> cp_members = layout.cp_group(rank);
@@ -69,6 +72,15 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
   const std::vector<int64_t> expert_members = layout.expert_replica_group(rank);
   MPI_Comm ep_comm = plan.ep > 1 ? split_group(world, rank, ep_members) : MPI_COMM_NULL;
   MPI_Comm expert_comm = plan.ep > 1 ? split_group(world, rank, expert_members) : MPI_COMM_NULL;
+  std::array<std::vector<int64_t>, 3> grid_members;
+  std::array<MPI_Comm, 3> grid_comms{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  if (plan.tp_grid.any()) {
+    for (int axis = 0; axis < 3; ++axis) {
+      grid_members[static_cast<size_t>(axis)] = layout.grid_group(rank, axis);
+      grid_comms[static_cast<size_t>(axis)] =
+          split_group(world, rank, grid_members[static_cast<size_t>(axis)]);
+    }
+  }
   world_ = make_communicator(kind, own, "world");
   tp_ = make_communicator(kind, tp_comm, "tp");
   replicas_ = make_communicator(kind, replica_comm, "dp");
@@ -90,11 +102,18 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
     groups_.expert_replica_rank = index_in(expert_members, rank);
     groups_.expert_replica_size = static_cast<int64_t>(expert_members.size());
   }
+  constexpr std::array<const char*, 3> kGridNames{"grid_x", "grid_y", "grid_z"};
+  for (size_t axis = 0; axis < 3; ++axis) {
+    if (grid_comms[axis] == MPI_COMM_NULL) continue;
+    grid_[axis] = make_communicator(kind, grid_comms[axis], kGridNames[axis]);
+    groups_.grid[axis] = {grid_[axis].get(), index_in(grid_members[axis], rank),
+                          static_cast<int64_t>(grid_members[axis].size())};
+  }
   groups_.world = world_.get();
   groups_.tp = tp_.get();
   groups_.replicas = replicas_.get();
-  groups_.tp_rank = c.tp;
-  groups_.tp_size = plan.tp;
+  groups_.tp_rank = index_in(tp_members, rank);
+  groups_.tp_size = static_cast<int64_t>(tp_members.size());
   groups_.dp_rank = c.dp;
   groups_.dp_size = plan.dp;
   groups_.spatial_rank = c.spatial;
@@ -223,6 +242,14 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
         fmt::format("the {} executor exchanges gradients uncompressed: compressed "
                     "exchanges run on CPU ranks (the codecs work on host memory)",
                     backend.name()));
+  if (job.plan.tp_grid.any() &&
+      (backend.name() != "cpu" || backend.activation_dtype() != DType::kF32))
+    throw InputError(
+        "plan " + job.plan.name(), "/tp_grid", spec::tensor_grid_text(job.plan.tp_grid),
+        fmt::format("a 3D tensor grid runs on CPU ranks in fp32 (its column splits "
+                    "are exec/src/grid_linear.cpp's host copies), not on the {} "
+                    "backend{}",
+                    backend.name(), backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
   if (job.plan.cp > 1 && (backend.name() != "cpu" || backend.activation_dtype() != DType::kF32))
     throw InputError(
         "plan " + job.plan.name(), "/cp", std::to_string(job.plan.cp),
@@ -250,7 +277,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   // probabilities kept, each block's output merged by its log-sum-exp, traced as attn.core.
   if (job.plan.cp > 1 && job.plan.cp_algorithm == spec::ContextAlgorithm::kRing)
     lowering.attention = spec::plan_stack(job.plan, false).attention;
-  lowering.ep = job.plan.ep;  // a rank's experts, and their dispatch and combine
+  lowering.ep = job.plan.ep;            // a rank's experts, and their dispatch and combine
+  lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Recorder recorder(rank, !job.trace_file.empty(), &backend);

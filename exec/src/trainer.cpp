@@ -20,7 +20,6 @@
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
-#include "sextant/spec/tensor_grid.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -59,10 +58,6 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/cp_algorithm",
              std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
              problem);
-  if (plan.tp_grid.any())
-    diag.add("/tp_grid", spec::tensor_grid_text(plan.tp_grid),
-             "the executor runs Megatron-LM's 1D tensor parallelism: AxoNN's 3D tensor grid is "
-             "simulated and planned only (issue 14)");
   if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
     diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
              "the CPU executor trains in fp32");
@@ -159,19 +154,24 @@ class Trainer {
     MicroBatch mb;
     mb.index = index;
     const int64_t per_replica = plan_.global_batch / plan_.dp;
-    const int64_t first =
+    int64_t first =
         step * plan_.global_batch + ctx_.groups->dp_rank * per_replica + index * plan_.micro_batch;
     if (model_.is_transformer()) {
-      // Under context parallelism, the rank's chunks of each sequence (spec::context_positions).
+      // On a 3D tensor grid each z slice takes micro_batch / z whole sequences
+      // (spec/tensor_grid.hpp); under context parallelism, the rank's chunks of each sequence
+      // (spec::context_positions).
+      const GridAxis& z = ctx_.groups->grid[2];
+      const int64_t sequences = plan_.micro_batch / z.size;
+      first += z.rank * sequences;
       std::vector<int32_t> seq;
-      for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+      for (int64_t i = 0; i < sequences; ++i) {
         tokens_->sequence(first + i, seq_, seq);
         for (int32_t p : positions_) {
           mb.tokens.push_back(seq[static_cast<size_t>(p)]);
           mb.targets.push_back(seq[static_cast<size_t>(p) + 1]);
         }
       }
-      mb.rows = plan_.micro_batch * static_cast<int64_t>(positions_.size());
+      mb.rows = sequences * static_cast<int64_t>(positions_.size());
     } else {
       // Whole samples (an MLP's features, a CNN's images): the spatial ranks of a replica train
       // the same ones, each on its block.
@@ -321,7 +321,8 @@ class Trainer {
     sync_->after_update();
     if (plan_.zero != 0) stage_->params().refresh_compute();
     // The loss: the last stage's sum over its tokens, once per data-parallel replica (tp rank 0,
-    // spatial rank 0: the others hold the same sums) and by every cp rank (each its own chunks),
+    // spatial rank 0: the others hold the same sums) and by every cp rank and every z slice of a
+    // tensor grid (each its own chunks or sequences; tp_rank is the rank's place in its slice),
     // summed.
     double loss = 0;
     const double mine = stage_->take_loss_sum();

@@ -688,6 +688,9 @@ class StageBuilder {
     for (size_t v = 0; v < layers_.chunk_begin.size(); ++v)
       for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l)
         params += lowered_.layers[l].sp_partial_params;
+    // The last stage's copy of a tied table (models::stage_params) is one of them on a grid.
+    if (plan_.tp_grid.z > 1 && plan_.pp > 1 && stage_ == plan_.pp - 1)
+      params += lowered_.tied_table_params;
     if (params == 0) return;
     const int64_t bytes = params * grad_bytes_;
     int32_t op = named_op("sp.all_reduce", spec::OpClass::kAllReduce, bytes, -1);

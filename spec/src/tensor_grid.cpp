@@ -41,6 +41,21 @@ std::string tensor_grid_model_problem(const ModelSpec& model, const TensorGrid& 
     parts.push_back(fmt::format("y ({}) must divide ffn_hidden ({})", g.y, t.ffn_hidden));
   if (t.hidden % g.x != 0)
     parts.push_back(fmt::format("x ({}) must divide hidden ({})", g.x, t.hidden));
+  if (parts.empty()) {
+    // Each rank holds a 1/z shard of its block of every weight (AxoNN shards the block's
+    // elements over z): z divides the elements of the blocks of QKV, the projection, FC1, FC2.
+    const int64_t gate = t.activation == Activation::kSwiglu ? 2 : 1;
+    const int64_t qkv = t.hidden + 2 * t.kv_hidden();
+    for (int64_t block :
+         {t.hidden / g.x * (qkv / g.y), t.hidden / g.y * (t.hidden / g.x),
+          t.hidden / g.x * (gate * t.ffn_hidden / g.y), t.ffn_hidden / g.y * (t.hidden / g.x)}) {
+      if (block % g.z != 0) {
+        parts.push_back(fmt::format(
+            "z ({}) must divide the elements of each rank's weight block ({} is one)", g.z, block));
+        break;
+      }
+    }
+  }
   if (micro_batch % g.z != 0)
     parts.push_back(
         fmt::format("z ({}) must divide micro_batch ({}): each z slice takes whole sequences", g.z,

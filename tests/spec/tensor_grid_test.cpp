@@ -73,6 +73,17 @@ TEST(TensorGrid, AgainstAModelNamesTheAxisThatDoesNotDivide) {
   EXPECT_INPUT_ERROR(validate_plan(grid_plan(3, 1, 1), m, 6, "p"), "x (3) must divide hidden");
   EXPECT_INPUT_ERROR(validate_plan(grid_plan(1, 1, 8, 4), m, 16, "p"),
                      "z (8) must divide micro_batch (4)");
+  // z shards each rank's block of every weight by its elements: hidden 6 in 3 heads, y 3, gives
+  // a QKV block of 6 x 18 / 3 = 36 elements, which 8 does not divide.
+  ModelSpec small = dense();
+  TransformerSpec& t = std::get<TransformerSpec>(small.body);
+  t.hidden = 6;
+  t.heads = 3;
+  t.kv_heads = 3;
+  t.ffn_hidden = 6;
+  EXPECT_EQ(tensor_grid_model_problem(small, {1, 3, 8}, 8),
+            "z (8) must divide the elements of each rank's weight block (36 is one)");
+  EXPECT_EQ(tensor_grid_model_problem(small, {1, 3, 4}, 8), "");
   // The 1D rule (tp divides the heads) does not apply to a grid: 16 ranks over 8 heads.
   EXPECT_NO_THROW(validate_plan(grid_plan(2, 4, 2), m, 32, "p"));
   ModelSpec cnn;

@@ -2,6 +2,7 @@
 // layout, the recorder, and the lowering (for the FLOPs and bytes each traced op reports).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,9 +15,22 @@
 
 namespace sextant::exec {
 
+// One axis of AxoNN's 3D tensor grid (Plan::tp_grid): the rank's line of ranks along it.
+struct GridAxis {
+  Communicator* comm = nullptr;
+  int64_t rank = 0, size = 1;
+};
+
 struct Groups {
   Communicator* world = nullptr;
+  // The group a layer's own collectives run in (spec::RankLayout::layer_group, the simulator's
+  // tp slot): the tensor-parallel ranks, or on a 3D tensor grid the x * y ranks of the rank's z
+  // slice, which hold the same sequences and split the vocabulary; tp_rank and tp_size are the
+  // rank's place in it and its size.
   Communicator* tp = nullptr;
+  // On a 3D tensor grid, the rank's lines along x, y and z (RankLayout::grid_group); empty
+  // (null communicators) without one.
+  std::array<GridAxis, 3> grid{};
   // The ranks holding the same parameters, whose gradients are summed (spec::RankLayout::
   // replica_group): the data-parallel ranks, each with its spatial ranks when a CNN's maps are
   // split. Without a spatial split, the data-parallel group itself.

@@ -26,6 +26,10 @@ struct Param {
   bool decay = true;   // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
   bool tied_copy = false;      // the last stage's copy of a tied embedding
+  // A weight block of a 3D tensor grid, of which the rank holds a 1/z shard: its layer
+  // reduce-scatters each micro-batch's gradient over z (exec/src/grid_linear.hpp). The grid's
+  // other parameters, held alike by the z slices, have gradients that are partial sums over z.
+  bool grid_sharded = false;
   // A routed expert's, under expert parallelism: summed over the expert replicas, not the
   // replicas (models::GradientBucket::experts). Kept after every other parameter in the flat
   // buffers, so that the buckets of each kind are contiguous.
@@ -41,7 +45,8 @@ struct ParamSpec {
   bool decay = true;
   bool tp_replicated = false;
   bool tied_copy = false;
-  bool expert = false;  // Param::expert
+  bool expert = false;        // Param::expert
+  bool grid_sharded = false;  // Param::grid_sharded
 };
 
 class ParamStore {

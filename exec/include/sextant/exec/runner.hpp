@@ -29,6 +29,7 @@ class Layout {
  private:
   std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, cp_, ep_, expert_replicas_,
       embedding_;
+  std::array<std::unique_ptr<Communicator>, 3> grid_;  // a 3D tensor grid's x, y and z lines
   Groups groups_;
 };
 

@@ -30,8 +30,9 @@ std::string tensor_grid_problem(const Plan& plan);
 
 // What is wrong with splitting `model` over the grid for micro-batches of `micro_batch`
 // sequences, or "": a dense transformer whose heads and key/value heads (and so its hidden size)
-// and ffn_hidden y divides, whose hidden size x divides, and micro_batch that z divides (each z
-// slice takes whole sequences).
+// and ffn_hidden y divides, whose hidden size x divides, whose weight blocks z divides (each
+// rank holds 1/z of its block's elements), and micro_batch that z divides (each z slice takes
+// whole sequences).
 std::string tensor_grid_model_problem(const ModelSpec& model, const TensorGrid& grid,
                                       int64_t micro_batch);
 
