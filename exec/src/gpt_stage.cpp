@@ -17,6 +17,7 @@
 
 #include "activation_comm.hpp"
 #include "activations.hpp"
+#include "gpt_params.hpp"
 #include "grid_linear.hpp"
 #include "moe_layer.hpp"
 #include "sextant/exec/cp_attention.hpp"
@@ -31,7 +32,6 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
-constexpr float kInitStd = 0.02f;  // GPT-2
 constexpr float kRopeBase = 1e4f;  // RoFormer, Llama 1 and 2
 
 struct BlockParams {
@@ -272,116 +272,39 @@ class GptStage : public StageModel {
 
   // --- Parameters --------------------------------------------------------------------------
 
-  // Column c of a local shard of a column-parallel weight whose global columns are consecutive
-  // groups of `width` (gate | up), each split over the t ranks -> global column.
-  static int64_t column_of(int64_t c, int64_t width, int64_t t, int64_t r) {
-    const int64_t local = width / t;
-    return c / local * width + r * local + c % local;
-  }
-
   void build_params() {
-    std::vector<ParamSpec> specs;
-    const uint64_t seed = o_.seed;
-    const int64_t h = h_, t = t_, r = r_;
-    auto normal = [seed](std::string name, float std_dev, auto global_index) {
-      return [=](int64_t i) { return std_dev * init_normal(seed, name, global_index(i)); };
-    };
-    auto constant = [](float v) { return [v](int64_t) { return v; }; };
-    auto add = [&](std::string name, int32_t layer, std::vector<int64_t> shape,
-                   std::function<float(int64_t)> init, bool decay, bool replicated,
-                   bool tied_copy = false) {
-      specs.push_back({std::move(name), layer, std::move(shape), std::move(init), decay, replicated,
-                       tied_copy});
-    };
-    const int64_t vl = vocab_local_;
-    // GPT-2 scales the init of the residual projections by 1/sqrt(2 * layers).
-    const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(m_.layers));
-    // Vocabulary-parallel rows [r*vl, (r+1)*vl) of the global table `global`; padded rows are 0.
-    const int64_t vocab = m_.vocab;
-    auto vocab_rows = [=](std::string global) {
-      return [=](int64_t i) {
-        const int64_t row = r * vl + i / h;
-        return row < vocab ? kInitStd * init_normal(seed, global, row * h + i % h) : 0.0f;
-      };
-    };
-    auto embedding_table = [&](std::string name, int32_t layer, bool tied_copy) {
-      add(std::move(name), layer, {vl, h}, vocab_rows("wte"), true, false, tied_copy);
-    };
+    GptSplit split;
+    split.t = t_;
+    split.r = r_;
+    split.vocab_local = vocab_local_;
+    if (grid_) {
+      split.grid = true;
+      split.x = grid_->x();
+      split.y = grid_->y();
+      split.z = grid_->z();
+      split.gx = grid_->x_rank();
+      split.gy = grid_->y_rank();
+      split.gz = grid_->z_rank();
+    }
+    if (moe_) {
+      split.first_expert = moe_->first_expert();
+      split.local_experts = moe_->local_experts();
+      split.experts_split = ctx_.plan->ep > 1;
+    }
     std::vector<int32_t> layers;  // this rank's, in forward order
     for (auto [begin, end] : chunks_)
       for (int32_t layer = begin; layer < end; ++layer) layers.push_back(layer);
-    for (int32_t layer : layers) {
-      if (layer == 0) {
-        embedding_table("embed.table", 0, false);
-        if (m_.position_embedding == spec::PositionEmbedding::kLearned)
-          add("embed.position", 0, {m_.max_positions, h},
-              normal("wpe", kInitStd, [](int64_t i) { return i; }), true, true);
-      } else if (layer == head_layer_) {
-        add("head.norm.gamma", layer, {h}, constant(1), false, true);
-        if (layernorm()) add("head.norm.beta", layer, {h}, constant(0), false, true);
-        if (!m_.tied_embeddings) {
-          add("head.weight", layer, {vl, h}, vocab_rows("lm_head"), true, false);
-        } else if (!has_embedding_) {
-          embedding_table("head.tied_table", layer, true);
-        }
-      } else if (grid_) {
-        grid_block_params(fmt::format("block{}", layer - 1), layer, proj_std, specs);
-      } else {
-        const std::string b = fmt::format("block{}", layer - 1);
-        const int64_t hd = h;  // heads * head_dim
-        const int64_t f = m_.ffn_hidden;
-        add(b + ".ln1.gamma", layer, {h}, constant(1), false, true);
-        if (layernorm()) add(b + ".ln1.beta", layer, {h}, constant(0), false, true);
-        // Global columns: q (hd), k and v (kv_hidden each); this rank holds its share of each.
-        const int64_t kvd = m_.kv_hidden(), full = hd + 2 * kvd, local = full / t;
-        auto qkv_column = [=](int64_t c) {
-          const int64_t q = hd / t, kv = kvd / t;
-          if (c < q) return r * q + c;
-          if (c < q + kv) return hd + r * kv + (c - q);
-          return hd + kvd + r * kv + (c - q - kv);
-        };
-        add(b + ".attn.qkv.weight", layer, {h, local},
-            normal(b + ".attn.qkv.weight", kInitStd,
-                   [=](int64_t i) { return i / local * full + qkv_column(i % local); }),
-            true, false);
-        if (m_.bias) add(b + ".attn.qkv.bias", layer, {local}, constant(0), false, false);
-        add(b + ".attn.proj.weight", layer, {hd / t, h},
-            normal(b + ".attn.proj.weight", proj_std,
-                   [=](int64_t i) { return (r * hd / t + i / h) * h + i % h; }),
-            true, false);
-        if (m_.bias) add(b + ".attn.proj.bias", layer, {h}, constant(0), false, true);
-        add(b + ".ln2.gamma", layer, {h}, constant(1), false, true);
-        if (layernorm()) add(b + ".ln2.beta", layer, {h}, constant(0), false, true);
-        const int64_t g = gate_;
-        if (moe_layer(layer)) {
-          moe_params(b, layer, proj_std, specs);
-          continue;
-        }
-        add(b + ".mlp.fc1.weight", layer, {h, g * f / t},
-            normal(b + ".mlp.fc1.weight", kInitStd,
-                   [=](int64_t i) {
-                     int64_t row = i / (g * f / t), col = i % (g * f / t);
-                     return row * g * f + column_of(col, f, t, r);
-                   }),
-            true, false);
-        if (m_.bias) add(b + ".mlp.fc1.bias", layer, {g * f / t}, constant(0), false, false);
-        add(b + ".mlp.fc2.weight", layer, {f / t, h},
-            normal(b + ".mlp.fc2.weight", proj_std,
-                   [=](int64_t i) { return (r * f / t + i / h) * h + i % h; }),
-            true, false);
-        if (m_.bias) add(b + ".mlp.fc2.bias", layer, {h}, constant(0), false, true);
-      }
-    }
-    store_ = std::make_unique<ParamStore>(backend(), specs);
+    GptParams made = gpt_params(m_, split, layers, head_layer_, has_embedding_, o_.seed);
+    store_ = std::make_unique<ParamStore>(backend(), made.specs);
     if (grid_) {
       // What the z slices hold alike counts once, on slice 0; a bias split over y (over x) once
       // on the x (y) axis's first rank.
       for (Param& p : store_->params()) {
-        const bool copy = p.grid_sharded             ? false
-                          : grid_->z_rank() > 0      ? true
-                          : over_x_.contains(p.name) ? grid_->x_rank() > 0
-                          : over_y_.contains(p.name) ? grid_->y_rank() > 0
-                                                     : false;
+        const bool copy = p.grid_sharded                       ? false
+                          : grid_->z_rank() > 0                ? true
+                          : made.alike_over_x.contains(p.name) ? grid_->x_rank() > 0
+                          : made.alike_over_y.contains(p.name) ? grid_->y_rank() > 0
+                                                               : false;
         if (copy) norm_copies_.insert(&p);
       }
     }
@@ -435,96 +358,8 @@ class GptStage : public StageModel {
 
   BlockParams& block(int32_t layer) { return blocks_.at(layer); }
 
-  // A block's parameters on a 3D tensor grid (grid_linear.hpp), drawn as the 1D layouts draw
-  // them, element by element of the global tensors: the norms whole; each weight's block, of
-  // which the rank holds the z-th 1/z of the elements (row-major); each bias split as its
-  // layer's outputs. QKV and FC1: block (x rank, y rank), their columns split over y as
-  // Megatron-LM splits them over tp; projection and FC2: block (y rank, x rank).
-  void grid_block_params(const std::string& b, int32_t layer, float proj_std,
-                         std::vector<ParamSpec>& specs) {
-    const uint64_t seed = o_.seed;
-    const int64_t h = h_, f = m_.ffn_hidden, g = gate_, kvd = m_.kv_hidden(), full = h + 2 * kvd;
-    const int64_t X = grid_->x(), Y = grid_->y(), Z = grid_->z();
-    const int64_t gx = grid_->x_rank(), gy = grid_->y_rank(), gz = grid_->z_rank();
-    auto one = [](float v) { return [v](int64_t) { return v; }; };
-    auto whole = [&](std::string name, int64_t n, float v, bool replicated) {
-      specs.push_back({std::move(name), layer, {n}, one(v), false, replicated, false});
-    };
-    // Rows [row0, row0 + kl) of the global [K = any, N] weight, local column c at global column
-    // column(c) of nl; the rank's shard of that block.
-    auto weight = [&](std::string name, int64_t N, int64_t row0, int64_t kl, int64_t nl,
-                      std::function<int64_t(int64_t)> column, float std_dev) {
-      const int64_t shard = kl * nl / Z, first = gz * shard;
-      ParamSpec spec{name, layer, {shard}, nullptr, true, false, false};
-      spec.init = [=](int64_t i) {
-        const int64_t at = first + i, row = at / nl;
-        return std_dev * init_normal(seed, name, (row0 + row) * N + column(at % nl));
-      };
-      spec.grid_sharded = true;
-      specs.push_back(std::move(spec));
-    };
-    auto bias = [&](std::string name, int64_t n, bool split_over_y) {
-      (split_over_y ? over_x_ : over_y_).insert(name);
-      specs.push_back({std::move(name), layer, {n}, one(0), false, false, false});
-    };
-    whole(b + ".ln1.gamma", h, 1, true);
-    if (layernorm()) whole(b + ".ln1.beta", h, 0, true);
-    // q (h), k and v (kvd each): the y-th share of each, as the 1D split's qkv_column.
-    auto qkv_column = [=](int64_t c) {
-      const int64_t q = h / Y, kv = kvd / Y;
-      if (c < q) return gy * q + c;
-      if (c < q + kv) return h + gy * kv + (c - q);
-      return h + kvd + gy * kv + (c - q - kv);
-    };
-    weight(b + ".attn.qkv.weight", full, gx * h / X, h / X, full / Y, qkv_column, kInitStd);
-    if (m_.bias) bias(b + ".attn.qkv.bias", full / Y, true);
-    auto plain = [](int64_t first) { return [first](int64_t c) { return first + c; }; };
-    weight(b + ".attn.proj.weight", h, gy * h / Y, h / Y, h / X, plain(gx * h / X), proj_std);
-    if (m_.bias) bias(b + ".attn.proj.bias", h / X, false);
-    whole(b + ".ln2.gamma", h, 1, true);
-    if (layernorm()) whole(b + ".ln2.beta", h, 0, true);
-    weight(
-        b + ".mlp.fc1.weight", g * f, gx * h / X, h / X, g * f / Y,
-        [=](int64_t c) { return column_of(c, f, Y, gy); }, kInitStd);
-    if (m_.bias) bias(b + ".mlp.fc1.bias", g * f / Y, true);
-    weight(b + ".mlp.fc2.weight", h, gy * f / Y, f / Y, h / X, plain(gx * h / X), proj_std);
-    if (m_.bias) bias(b + ".mlp.fc2.bias", h / X, false);
-  }
-
-  // Whether lowered layer `layer` is a block with a mixture-of-experts MLP (the first
-  // dense_layers blocks keep the dense one).
-  bool moe_layer(int32_t layer) const {
-    return m_.moe && layer > 0 && layer < head_layer_ && layer - 1 >= m_.moe->dense_layers;
-  }
-
-  // A MoE block's parameters on this rank (tp 1: spec/expert_parallel.hpp and the executor's
-  // check): the router, this rank's routed experts under their global index (every layout draws
-  // expert e alike), the shared experts as one MLP. Routed experts are Param::expert under ep.
-  void moe_params(const std::string& b, int32_t layer, float proj_std,
-                  std::vector<ParamSpec>& specs) {
-    const uint64_t seed = o_.seed;
-    const int64_t h = h_, f = m_.moe->expert_ffn_hidden, g = gate_, E = m_.moe->experts;
-    auto weight = [&](std::string name, std::vector<int64_t> shape, float std_dev, bool expert) {
-      ParamSpec s;
-      s.name = std::move(name);
-      s.layer = layer;
-      s.shape = std::move(shape);
-      s.init = [seed, n = s.name, std_dev](int64_t i) { return std_dev * init_normal(seed, n, i); };
-      s.expert = expert;
-      specs.push_back(std::move(s));
-    };
-    weight(b + ".moe.router.weight", {h, E}, kInitStd, false);
-    const bool split = ctx_.plan->ep > 1;
-    for (int64_t e = 0; e < moe_->local_experts(); ++e) {
-      const std::string x = fmt::format("{}.moe.expert{}", b, moe_->first_expert() + e);
-      weight(x + ".fc1.weight", {h, g * f}, kInitStd, split);
-      weight(x + ".fc2.weight", {f, h}, proj_std, split);
-    }
-    if (const int64_t fs = m_.moe->shared_experts * f; fs > 0) {
-      weight(b + ".moe.shared.fc1.weight", {h, g * fs}, kInitStd, false);
-      weight(b + ".moe.shared.fc2.weight", {fs, h}, proj_std, false);
-    }
-  }
+  // Whether lowered layer `layer` is a block with a mixture-of-experts MLP.
+  bool moe_layer(int32_t layer) const { return gpt_moe_layer(m_, layer, head_layer_); }
 
   // --- Embedding -------------------------------------------------------------------------------
 
@@ -903,7 +738,6 @@ class GptStage : public StageModel {
   // On a grid, the parameters another rank of the grid holds too and counts in the gradient
   // norm (besides those tp_replicated covers).
   std::set<const Param*> norm_copies_;
-  std::set<std::string> over_x_, over_y_;      // biases held alike along x (split over y), along y
   std::unique_ptr<CpAttention> cp_attention_;  // under context parallelism
   QkvLayout qkv_;  // this rank's heads (and its rows of each sequence, under cp)
   int64_t gate_ = 1, vocab_local_ = 0;

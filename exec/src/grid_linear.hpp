@@ -1,5 +1,5 @@
 // The linear layers of a GPT block on AxoNN's 3D tensor grid (spec/tensor_grid.hpp has the
-// algorithm and its rules; models/src/lowering.cpp's grid_linear and grid_block price the same
+// algorithm and its rules; models/src/grid_lowering.cpp's grid_linear and grid_block price the same
 // ops, under the same names). A rank at (i, j, l) of the x * y * z grid holds a 1/z shard of the
 // (i, j) block of each weight of a layer pair's first layer (QKV, FC1: inputs split over x,
 // outputs over y) and of the (j, i) block of its second (projection, FC2: x and y swapped), and

@@ -1,5 +1,5 @@
 // The MLP of a mixture-of-experts block on CPU ranks (fp32, host memory), dropless, as the
-// lowering names its ops (models/src/lowering.cpp moe_mlp): the router's GEMM (moe.router); a
+// lowering names its ops (models/src/moe_lowering.cpp moe_mlp): the router's GEMM (moe.router); a
 // softmax over the experts and the top-k, the k weights renormalised to sum to one (Mixtral's
 // router: the softmax over the chosen logits) (moe.route); each token copied once per chosen
 // expert, the copies grouped by expert in token order (moe.permute); under expert parallelism the

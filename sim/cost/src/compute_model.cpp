@@ -75,9 +75,10 @@ double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
   }
   // Row-major Y[M x N] = X[M x K] W^T: the operands' leading dimensions are N and K, never the
   // rows M. The lowering's backward shapes keep that reading (dgrad {M, K, N}, wgrad {K, N, M}:
-  // lowering.cpp), so a width off the 16-byte grid (GPT-2's unpadded 50257-row vocabulary) shows
-  // up as N or K in all three GEMMs and takes the slow kernels. (A token count off the grid would
-  // be K of the wgrad and priced slow too; b x s is a multiple of 8 in practice.)
+  // models/src/lowering_ops.cpp), so a width off the 16-byte grid (GPT-2's unpadded 50257-row
+  // vocabulary) shows up as N or K in all three GEMMs and takes the slow kernels. (A token count
+  // off the grid would be K of the wgrad and priced slow too; b x s is a multiple of 8 in
+  // practice.)
   const int64_t grid = std::max<int64_t>(1, 16 / spec::dtype_bytes(dtype_));
   if (s.n % grid != 0 || s.k % grid != 0) best /= g.misaligned_efficiency;
   return best + g.kernel_overhead_us * 1e-6;

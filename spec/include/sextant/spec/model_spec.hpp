@@ -16,7 +16,7 @@ enum class Architecture { kDecoder, kEncoder };
 // kGelu and kGeluNew compute the same function (GELU's tanh approximation, Hendrycks & Gimpel
 // 2016); kGeluNew is how Hugging Face writes it (transformers/activations.py NewGELUActivation,
 // GPT-2's "activation_function": "gelu_new"): Python arithmetic on tensors, which eager PyTorch
-// runs as one kernel per operator (models/lowering.cpp prices the chain).
+// runs as one kernel per operator (models/src/transformer_fusion.cpp prices the chain).
 enum class Activation { kGelu, kSwiglu, kRelu, kGeluNew };
 enum class Norm { kLayerNorm, kRmsNorm };
 enum class PositionEmbedding { kLearned, kRope, kNone };

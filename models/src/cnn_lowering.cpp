@@ -1,0 +1,298 @@
+// The lowering of a CNN (conv, batch norm, pools, residual adds, fc) under sample, spatial
+// (Dryden et al., SC'19: halo exchanges) and channel/filter splits (spec/channel_split.hpp).
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include "lowering_ops.hpp"
+#include "model_lowerings.hpp"
+#include "sextant/spec/channel_split.hpp"
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/spatial_split.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+// A feature map: channels and the whole map's rows and columns (a rank of a spatial split holds
+// a block of it).
+struct Feature {
+  int64_t c, h, w;
+};
+
+// How a CNN layer's maps are split: the plan's grid for the layers before the adaptive pool that
+// ends the split (spec::spatial_layer_end), none after it.
+struct MapSplit {
+  spec::SpatialSplit grid;
+  // Pixels per sample of the most loaded rank's block of an h x w map.
+  int64_t block(int64_t h, int64_t w) const {
+    return spec::shard_extent(h, grid.h) * spec::shard_extent(w, grid.w);
+  }
+};
+
+// What lowering a CNN carries from op to op: how its channels are split over the plan's tp ranks
+// (spec/channel_split.hpp: whether the map entering the next op is still whole on every rank),
+// and how each forward collective runs backward (its twin; nullopt: not at all; absent from the
+// map: again as it was), with the halos that bring in a layer's own input (the first layer's
+// need no gradient back).
+struct CnnState {
+  int64_t tp = 1;
+  bool whole = true;
+  std::map<std::string, std::optional<Op>> backward;
+  std::set<std::string> input_halos;
+  // Channels of a `channels`-channel map one rank holds.
+  int64_t held(int64_t channels) const { return whole ? channels : channels / tp; }
+};
+
+// A spatially split layer's exchange with its grid neighbours before `window` slides over `in`:
+// the parts of its window input other ranks hold (spec::halo_elements, the most loaded rank's) of
+// every channel of every sample, whole in the compute dtype. Backward sends the halo's share of
+// the input gradient back to its owner, the same bytes the other way (add_cnn_backward).
+// `reads_layer_input`: the window reads the layer's input (its halo gradient is dropped in the
+// first layer). Returns the halo's elements per sample and channel (none unsplit).
+int64_t add_halo(Layer& layer, const std::string& name, Feature in, const spec::Window& window,
+                 const MapSplit& split, bool reads_layer_input, CnnState& st, int64_t B,
+                 int64_t e) {
+  if (!split.grid.any()) return 0;
+  const int64_t elements = spec::halo_elements(window, split.grid);
+  if (elements > 0) {
+    layer.forward.push_back(
+        comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
+    if (reads_layer_input) st.input_halos.insert(name + ".halo");
+  }
+  return elements;
+}
+
+// Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
+Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
+                 int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e,
+                 const MapSplit& split, CnnState& cs, bool reads_layer_input) {
+  Feature o{out_c, spec::window_output(in.h, k, stride, pad),
+            spec::window_output(in.w, k, stride, pad)};
+  const int64_t in_pixels =
+      split.block(in.h, in.w) + add_halo(layer, name, in, {in.h, in.w, o.h, o.w, k, stride, pad},
+                                         split, reads_layer_input, cs, B, e);
+  const int64_t out_pixels = split.block(o.h, o.w);
+  // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k;
+  // split over tp, N = Cout/tp (whole input, stationary-y) or K = Cin/tp * k*k (stationary-x).
+  int64_t n = out_c, cin = in.c, read_c = in.c, write_c = out_c, saved_c = in.c;
+  std::optional<Op> after;  // stationary-x's reduce-scatter of the partial sums
+  if (cs.tp > 1) {
+    const int64_t in_map = B * in.c * in_pixels * e, out_map = B * out_c * out_pixels * e;
+    switch (spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w)) {
+      case spec::ChannelAlgorithm::kWholeInput:
+        n = write_c = out_c / cs.tp;
+        break;
+      case spec::ChannelAlgorithm::kStationaryX: {
+        cin = read_c = saved_c = in.c / cs.tp;
+        const Op reduce =
+            comm_op(name + ".filter_reduce_scatter", CollectiveKind::kReduceScatter, out_map);
+        cs.backward[reduce.name] =
+            comm_op(name + ".filter_all_gather", CollectiveKind::kAllGather, out_map);
+        after = reduce;
+        break;
+      }
+      case spec::ChannelAlgorithm::kStationaryY: {
+        n = write_c = out_c / cs.tp;
+        const Op gather = comm_op(name + ".channel_all_gather", CollectiveKind::kAllGather, in_map);
+        cs.backward[gather.name] =
+            comm_op(name + ".channel_reduce_scatter", CollectiveKind::kReduceScatter, in_map);
+        layer.forward.push_back(gather);
+        break;
+      }
+    }
+  }
+  Op conv = gemm(name, B * out_pixels, n, cin * k * k, e, TpSplit::kReplicated);
+  conv.op_class = OpClass::kConv;
+  conv.bytes = (B * read_c * in_pixels + n * cin * k * k + B * write_c * out_pixels) * e;
+  layer.forward.push_back(conv);
+  if (after) layer.forward.push_back(*after);
+  cs.whole = cs.tp == 1;
+  o.c = out_c;
+  const int64_t held_c = cs.held(out_c);
+  layer.params += n * cin * k * k + (bias ? held_c : 0);
+  layer.params_total += out_c * in.c * k * k + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
+  int64_t out_bytes = B * held_c * out_pixels * e;
+  layer.saved_bytes += B * saved_c * in_pixels * e;
+  if (bn) {
+    // Split ranks all-reduce each channel's partial sum and sum of squares (forward) and the sums
+    // of the output gradient and of its product with the normalized input (backward), in fp32,
+    // so the statistics are those of the whole maps (Dryden et al. §III-B).
+    if (split.grid.any())
+      layer.forward.push_back(
+          comm_op(name + ".bn_allreduce", CollectiveKind::kAllReduce, 2 * out_c * 4));
+    layer.forward.push_back(memory_op(name + ".bn", OpClass::kNorm, 2 * out_bytes,
+                                      TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+    layer.params += 2 * held_c;
+    layer.saved_bytes += out_bytes;
+  }
+  if (relu) {
+    layer.forward.push_back(memory_op(name + ".relu", OpClass::kElementwise, 2 * out_bytes,
+                                      TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+    layer.saved_bytes += out_bytes;
+  }
+  return o;
+}
+
+// Backward of a CNN layer: each forward op reversed, GEMM-like ops twice the forward cost, a
+// communication op as it was (the halo's gradient goes back, the statistics' gradients are
+// all-reduced with as many bytes; a channel split's collective becomes its twin in `cs`). Without
+// `input_gradient` (the first layer: the image needs none) no halo gradient goes back.
+void add_cnn_backward(Layer& layer, bool input_gradient, const CnnState& cs) {
+  for (auto it = layer.forward.rbegin(); it != layer.forward.rend(); ++it) {
+    if (it->is_comm()) {
+      if (!input_gradient && cs.input_halos.count(it->name) > 0) continue;
+      if (auto twin = cs.backward.find(it->name); twin != cs.backward.end()) {
+        if (twin->second) layer.backward.push_back(*twin->second);
+        continue;
+      }
+      layer.backward.push_back(*it);
+    } else if (it->op_class == OpClass::kConv || it->op_class == OpClass::kGemm) {
+      layer.backward.push_back(gemm_backward(*it));
+    } else {
+      layer.backward.push_back(memory_backward(*it, 1.5));
+    }
+  }
+}
+
+}  // namespace
+
+LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
+  const spec::CnnSpec& m = model.cnn();
+  const int64_t B = o.micro_batch;
+  const int64_t e = spec::dtype_bytes(o.dtype);
+  const size_t split_end = spec::spatial_layer_end(m);
+  LoweredModel out;
+  out.dtype = o.dtype;
+  out.tokens_per_micro_batch = B;
+  out.samples_per_micro_batch = B;
+  out.tp_splits_activations = o.tp > 1;
+  Feature f{m.in_channels, m.height, m.width};
+  CnnState cs;
+  cs.tp = o.tp;
+  int64_t flat = 0;
+  int index = 0;
+  for (size_t li = 0; li < m.layers.size(); ++li) {
+    const spec::CnnLayer& l = m.layers[li];
+    // The layers before the one ending the split run on blocks; that one reads blocks and
+    // hands every rank the whole (pooled) map.
+    const MapSplit split{li <= split_end ? o.spatial : spec::SpatialSplit{}};
+    const MapSplit out_split{li < split_end ? o.spatial : spec::SpatialSplit{}};
+    int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ? l.blocks : 1;
+    for (int64_t r = 0; r < repeats; ++r) {
+      Layer layer;
+      layer.kind = LayerKind::kCnn;
+      layer.name = fmt::format("layer{}", index++);
+      const int64_t input_bytes = B * cs.held(f.c) * split.block(f.h, f.w) * e;
+      switch (l.kind) {
+        case spec::CnnLayerKind::kConv:
+          f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
+                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs, true);
+          break;
+        case spec::CnnLayerKind::kMaxPool:
+        case spec::CnnLayerKind::kAvgPool: {
+          Feature o2{f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
+                     spec::window_output(f.w, l.kernel, l.stride, l.padding)};
+          add_halo(layer, layer.name + ".pool", f,
+                   {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
+          const int64_t c = cs.held(f.c);
+          layer.forward.push_back(
+              memory_op(layer.name + ".pool", OpClass::kPool,
+                        B * c * (split.block(f.h, f.w) + split.block(o2.h, o2.w)) * e,
+                        TpSplit::kReplicated, {B, c, o2.h, o2.w}));
+          layer.saved_bytes += B * c * split.block(f.h, f.w) * e;
+          f = o2;
+          break;
+        }
+        case spec::CnnLayerKind::kAdaptiveAvgPool: {
+          Feature o2{f.c, l.output, l.output};
+          const int64_t c = cs.held(f.c);
+          layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
+                                            B * c * (split.block(f.h, f.w) + o2.h * o2.w) * e,
+                                            TpSplit::kReplicated, {B, c, o2.h, o2.w}));
+          // Each rank sums its block's share of every window; the all-reduce of those partial
+          // sums is the whole map's pooled output on every rank. Forward only: the pooled
+          // gradient is whole on every rank and each takes its block's share.
+          if (split.grid.any()) {
+            const Op sums = comm_op(layer.name + ".pool_allreduce", CollectiveKind::kAllReduce,
+                                    B * o2.c * o2.h * o2.w * e);
+            cs.backward[sums.name] = std::nullopt;
+            layer.forward.push_back(sums);
+          }
+          f = o2;
+          break;
+        }
+        case spec::CnnLayerKind::kFc: {
+          // Behind a channel split each rank holds a block of the flattened rows: a partial
+          // product, all-reduced (forward only: the output gradient is whole on every rank).
+          int64_t in = flat > 0 ? flat : cs.held(f.c) * f.h * f.w;
+          Op fc = gemm(layer.name + ".fc", B, l.out_features, in, e, TpSplit::kReplicated);
+          layer.forward.push_back(fc);
+          if (!cs.whole) {
+            const Op sums = comm_op(layer.name + ".fc.all_reduce", CollectiveKind::kAllReduce,
+                                    B * l.out_features * e);
+            cs.backward[sums.name] = std::nullopt;
+            layer.forward.push_back(sums);
+            cs.whole = true;
+          }
+          layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
+          layer.params_total +=
+              (flat > 0 ? flat : f.c * f.h * f.w) * l.out_features + (l.bias ? l.out_features : 0);
+          layer.saved_bytes += B * in * e;
+          if (l.relu) {
+            layer.forward.push_back(memory_op(layer.name + ".relu", OpClass::kElementwise,
+                                              2 * B * l.out_features * e, TpSplit::kReplicated,
+                                              {B, l.out_features}));
+            layer.saved_bytes += B * l.out_features * e;
+          }
+          flat = l.out_features;
+          f = {l.out_features, 1, 1};
+          break;
+        }
+        case spec::CnnLayerKind::kBottleneck: {
+          // torchvision ResNet v1.5: the stride sits on the 3x3 convolution; the first block
+          // projects the shortcut with a strided 1x1 convolution when the shape changes.
+          int64_t stride = r == 0 ? l.stride : 1;
+          Feature in = f;
+          const bool in_whole = cs.whole;
+          Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
+                               true, true, B, e, split, cs, true);
+          Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
+                                false, true, true, B, e, split, cs, false);
+          Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
+                               true, false, B, e, split, cs, false);
+          if (stride != 1 || in.c != l.out_channels) {
+            const bool out_whole = cs.whole;
+            cs.whole = in_whole;  // the shortcut reads the block's input
+            add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
+                     true, false, B, e, split, cs, true);
+            cs.whole = out_whole;
+          }
+          int64_t out_bytes = B * cs.held(c.c) * split.block(c.h, c.w) * e;
+          layer.forward.push_back(memory_op(layer.name + ".residual", OpClass::kElementwise,
+                                            3 * out_bytes, TpSplit::kReplicated,
+                                            {B, cs.held(c.c), c.h, c.w}));
+          layer.saved_bytes += out_bytes;
+          f = c;
+          break;
+        }
+      }
+      if (li + 1 == m.layers.size()) {
+        layer.forward.push_back(
+            memory_op("loss", OpClass::kLoss, B * f.c * (e + 4), TpSplit::kReplicated, {B, f.c}));
+      }
+      add_cnn_backward(layer, !out.layers.empty(), cs);
+      layer.saved_bytes_selective = layer.saved_bytes;
+      layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
+      layer.output_bytes = B * cs.held(f.c) * out_split.block(f.h, f.w) * e;
+      out.layers.push_back(std::move(layer));
+    }
+  }
+  out.split_begin = 0;
+  out.split_end = out.layers.size();
+  return out;
+}
+
+}  // namespace sextant::models

@@ -1,0 +1,175 @@
+// The MLP of a mixture-of-experts block on one rank (transformer_lowering.hpp).
+#include <algorithm>
+#include <cmath>
+
+#include "transformer_lowering.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+// Tokens the experts of one rank compute for `tokens` routed tokens: top_k copies of each, padded
+// (or cut) to the experts' capacity when the model sets a capacity factor (GShard, Switch); the
+// router assumed balanced when dropless.
+double expert_tokens(const spec::MoeSpec& moe, int64_t tokens) {
+  const double copies = static_cast<double>(tokens * moe.top_k);
+  return moe.capacity_factor > 0 ? copies * moe.capacity_factor : copies;
+}
+
+}  // namespace
+
+MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const FusionPasses& passes,
+               std::vector<Op>& fw) {
+  const spec::MoeSpec& moe = *m.moe;
+  const int64_t T = x.tokens(), e = x.e, h = x.h, E = moe.experts, k = moe.top_k;
+  const int64_t local = E / x.ep;  // routed experts on this rank (spec::expert_model_problem)
+  const bool over_tp = dispatches_over_tp(x);
+  // The tokens this rank routes: all T of its tp group, or its s/tp share when the dispatcher
+  // runs over tp (spec::expert_parallel_problem asks for sequence parallelism there).
+  const int64_t Tr = over_tp ? x.norm_tokens() : T;
+  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  const int64_t fe = moe.expert_ffn_hidden / x.t;  // each expert's width on this rank
+  const int64_t bias = m.bias ? 1 : 0;
+  // Rows this rank routes (padded to capacity), and the useful ones (each token's k copies).
+  // Under expert parallelism a rank sends its rows to the ep ranks and receives as many for its
+  // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2); over
+  // tp the experts compute the rows of every tp rank (M = tp x Mr).
+  const int64_t Mr = static_cast<int64_t>(std::ceil(expert_tokens(moe, Tr)));
+  const int64_t M = over_tp ? Mr * x.t : Mr;
+  const int64_t routed = T * k;
+  const int64_t per_expert = std::max<int64_t>(1, M / local);
+  MoeMlp out;
+  Op router = gemm("moe.router", Tr, E, h, e, TpSplit::kReplicated);
+  // Softmax over the experts and the top-k in fp32 (Megatron's router), the top_k weights and
+  // indices written.
+  Op route = memory_op("moe.route", OpClass::kElementwise, Tr * E * 8 + Tr * k * 8,
+                       TpSplit::kReplicated, {Tr, E});
+  route.kernels = 2;
+  Op permute = memory_op("moe.permute", OpClass::kElementwise, Tr * h * e + Mr * h * e,
+                         TpSplit::kReplicated, {Mr, h});
+  // A grouped GEMM over the experts: FLOPs count the routed copies (model FLOPs), the kernel
+  // computes the padded rows too.
+  auto expert_gemm = [&](std::string name, int64_t n, int64_t kdim, TpSplit split) {
+    Op op = gemm(std::move(name), M, n, kdim, e, split);
+    op.flops =
+        2.0 * static_cast<double>(routed) * static_cast<double>(n) * static_cast<double>(kdim);
+    op.kernel_flops =
+        2.0 * static_cast<double>(M) * static_cast<double>(n) * static_cast<double>(kdim);
+    op.bytes = (M * kdim + local * kdim * n + M * n) * e;  // every local expert's weights read
+    op.matmuls = {{local, per_expert, n, kdim}};
+    return op;
+  };
+  Op fc1 = expert_gemm("moe.fc1", gate * fe, h, TpSplit::kColumn);
+  Op act = unfused(memory_op("moe.act", OpClass::kElementwise, (gate + 1) * M * fe * e,
+                             TpSplit::kColumn, {M, gate * fe}),
+                   passes.act, passes.act_kernels);
+  Op fc2 = expert_gemm("moe.fc2", h, fe, TpSplit::kRow);
+  // The copies weighted by the router and summed into their tokens, with the shared experts'
+  // output added.
+  Op unpermute = memory_op("moe.unpermute", OpClass::kElementwise,
+                           Mr * h * e + Tr * k * 4 + Tr * h * e * (moe.shared_experts > 0 ? 2 : 1),
+                           TpSplit::kReplicated, {Tr, h});
+  const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / x.t;  // shared width per rank
+  Op shared_fc1 = gemm("moe.shared_fc1", T, gate * fs, h, e, TpSplit::kColumn);
+  Op shared_act = unfused(memory_op("moe.shared_act", OpClass::kElementwise,
+                                    (gate + 1) * T * fs * e, TpSplit::kColumn, {T, gate * fs}),
+                          passes.act, passes.act_kernels);
+  Op shared_fc2 = gemm("moe.shared_fc2", T, h, fs, e, TpSplit::kRow);
+  const bool shared = moe.shared_experts > 0;
+  // The all-to-alls of expert parallelism (GShard; Megatron's MoEAlltoAllTokenDispatcher): each
+  // rank's Mr rows of h out and as many back, in the ep group.
+  auto expert_exchange = [&](std::string name) {
+    Op op = comm_op(std::move(name), CollectiveKind::kAllToAll, Mr * h * e);
+    op.group = CommGroup::kExpert;
+    return op;
+  };
+  // The dispatcher's tensor-parallel gather and reduce-scatter of `rows` rows (output size, as
+  // the sequence-parallel collectives count).
+  auto tp_exchange = [&](std::string name, CollectiveKind kind, int64_t rows) {
+    Op op = comm_op(std::move(name), kind, rows * h * e);
+    op.no_tp_overlap = true;
+    return op;
+  };
+  const bool exchange = x.ep > 1;
+  const Op dispatch = expert_exchange("moe.dispatch");
+  const Op combine = expert_exchange("moe.combine");
+  const Op gather = tp_exchange("moe.all_gather", CollectiveKind::kAllGather, M);
+  const Op scatter = tp_exchange("moe.reduce_scatter", CollectiveKind::kReduceScatter, M);
+  const Op shared_gather = tp_exchange("moe.shared_all_gather", CollectiveKind::kAllGather, T);
+  const Op shared_scatter =
+      tp_exchange("moe.shared_reduce_scatter", CollectiveKind::kReduceScatter, T);
+  fw.insert(fw.end(), {router, route, permute});
+  if (exchange) fw.push_back(dispatch);
+  if (over_tp) fw.push_back(gather);
+  fw.insert(fw.end(), {fc1, act, fc2});
+  if (over_tp) fw.push_back(scatter);
+  if (exchange) fw.push_back(combine);
+  if (shared) {
+    if (over_tp) fw.push_back(shared_gather);
+    fw.insert(fw.end(), {shared_fc1, shared_act, shared_fc2});
+    if (over_tp) fw.push_back(shared_scatter);
+  }
+  fw.push_back(unpermute);
+
+  auto act_backward = [&](const Op& a) {
+    if (passes.act_backward > 0) {
+      Op op = memory_backward(a, passes.act_backward);
+      op.kernels = passes.act_backward_kernels;
+      return op;
+    }
+    return memory_backward(a, (2.0 * gate + 1) / (gate + 1));
+  };
+  auto expert_backward = [](const Op& f) {
+    Op op = gemm_backward(f);
+    op.kernel_flops = 2 * f.kernel_flops;
+    return op;
+  };
+  // Backward runs each tensor-parallel collective's conjugate (a gather's gradient is
+  // reduce-scattered, a reduce-scatter's gathered), named by what it does.
+  auto conjugate = [](const Op& c, const Op& as) {
+    Op op = as;
+    op.bytes = c.bytes;
+    return op;
+  };
+  std::vector<Op>& bw = out.backward;
+  bw.push_back(memory_backward(unpermute, 1.0));  // and the router weights' gradient
+  if (shared) {
+    if (over_tp) bw.push_back(conjugate(shared_scatter, shared_gather));
+    bw.insert(bw.end(),
+              {gemm_backward(shared_fc2), act_backward(shared_act), gemm_backward(shared_fc1)});
+    if (over_tp) bw.push_back(conjugate(shared_gather, shared_scatter));
+  }
+  // The outputs' gradients go back to the experts' ranks, the inputs' to the tokens' ranks.
+  if (exchange) bw.push_back(combine);
+  if (over_tp) bw.push_back(conjugate(scatter, gather));
+  bw.insert(bw.end(), {expert_backward(fc2), act_backward(act), expert_backward(fc1)});
+  if (over_tp) bw.push_back(conjugate(gather, scatter));
+  if (exchange) bw.push_back(dispatch);
+  bw.insert(bw.end(),
+            {memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
+
+  // Parameters: the router whole on every rank; each expert (routed and shared) split over tp as
+  // the dense MLP is, its second bias whole; the routed ones split over ep.
+  const int64_t f = moe.expert_ffn_hidden, n_experts = E + moe.shared_experts;
+  const int64_t held = local + moe.shared_experts;  // experts on this rank
+  const int64_t expert_rank = (h * gate * f + bias * gate * f + f * h) / x.t + bias * h;
+  out.params_total = h * E + n_experts * (h * gate * f + bias * gate * f + f * h + bias * h);
+  out.params = h * E + held * expert_rank;
+  out.expert = local * expert_rank;
+  out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
+  out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
+  // Routing its own tokens, a tp rank's router gradient is a partial sum (Megatron-LM marks the
+  // router weight sequence-parallel: all-reduced over tp with the norms).
+  out.sp_partial = over_tp ? h * E : 0;
+  // Kept for backward: the router's probabilities and the experts' input rows (every tp rank
+  // routes and holds them whole), the experts' activation and second GEMM inputs (split over
+  // tp), and the experts' outputs the weighted sum's backward reads; the shared experts' as a
+  // dense MLP's.
+  const int64_t act_saved = passes.act_saved > 0 ? passes.act_saved : gate * e;
+  out.saved_replicated = Tr * E * 4 + M * h * e + Mr * h * e;
+  // (Bytes of the whole layer's tensors: the caller takes a tp rank's share.)
+  out.saved_split = M * f * (act_saved + e) + T * moe.shared_experts * f * (act_saved + e);
+  return out;
+}
+
+}  // namespace sextant::models

@@ -1,0 +1,425 @@
+// Lowering of transformers (Megatron-LM layout), MLPs and CNNs into per-rank ops.
+//
+// Transformer block ops and the activations they keep follow Korthikanti et al., "Reducing
+// Activation Recomputation in Large Transformer Models" (2022), §4: with 16-bit activations a
+// block keeps sbh(34 + 5as/h) bytes; 10sbh of them (norm inputs, the inputs of the QKV and FC1
+// GEMMs, the two dropout masks) are replicated across tensor-parallel ranks unless sequence
+// parallelism splits them; the 5as²b bytes of the attention core are what selective recompute
+// drops; full recompute keeps only the 2sbh-byte block input.
+#include "transformer_lowering.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "model_lowerings.hpp"
+#include "sextant/models/vocabulary.hpp"
+#include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/expert_parallel.hpp"
+#include "sextant/spec/tensor_grid.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+// The collective that joins the outputs of a row-parallel (or vocab-parallel) op.
+void add_tp_reduce(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+  if (x.t == 1) return;
+  int64_t bytes = x.tokens() * x.h * x.e;
+  if (x.sp) {
+    ops.push_back(comm_op(prefix + ".reduce_scatter", CollectiveKind::kReduceScatter, bytes));
+  } else {
+    ops.push_back(comm_op(prefix + ".all_reduce", CollectiveKind::kAllReduce, bytes));
+  }
+}
+
+// The all-gather in front of a column-parallel op under sequence parallelism.
+void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+  if (x.t == 1 || !x.sp) return;
+  ops.push_back(
+      comm_op(prefix + ".all_gather", CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
+}
+
+Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
+                        bool moe_layer) {
+  Layer layer;
+  layer.name = fmt::format("block{}", index);
+  layer.kind = LayerKind::kBlock;
+  const int64_t T = x.tokens();
+  const int64_t Tn = x.norm_tokens();
+  const int64_t e = x.e;
+  const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
+  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  const int64_t ffn = x.f / x.t;
+  const OpClass norm = OpClass::kNorm;
+  const FusionPasses passes = fusion_passes(m, x);
+
+  const int64_t r = x.residual_bytes();
+  std::vector<Op>& fw = layer.forward;
+  // Autocast casts each fp32 weight of the layer's GEMMs to 16 bits in every forward (6 bytes a
+  // parameter at fp32 -> bf16) and each 16-bit weight gradient back to fp32 in backward.
+  // (The MoE MLP's ops are built where they run; their weights are counted here first.)
+  std::vector<Op> moe_forward;
+  const std::optional<MoeMlp> moe =
+      moe_layer ? std::optional<MoeMlp>(moe_mlp(m, x, passes, moe_forward)) : std::nullopt;
+  // A MoE block whose dispatcher runs over tp gathers and scatters its own rows.
+  const bool own_mlp_collectives = moe && dispatches_over_tp(x);
+  const int64_t weight_elements =
+      (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h) / x.t +
+      (moe ? moe->weight_elements : (x.h * gate * x.f + x.f * x.h) / x.t);
+  Op weight_cast = autocast_cast("autocast.weights", weight_elements, e, TpSplit::kColumn);
+  weight_cast.kernels = 4;
+  if (x.autocast) fw.push_back(weight_cast);
+  Op attn_norm = unfused(memory_op("attn.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
+                         passes.norm, passes.norm_kernels);
+  fw.push_back(attn_norm);
+  Op attn_cast = autocast_cast("attn.cast", Tn * x.h, e, x.norm_split());
+  if (x.autocast) fw.push_back(attn_cast);
+  add_sp_gather(fw, x, "attn");
+  Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
+  fw.push_back(qkv);
+  const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
+  Op rope = rope_op(x, passes);
+  if (rotary) fw.push_back(rope);
+  AttentionCore core = attention_core(m, x, passes, fw);
+  Op proj = gemm("attn.proj", T, x.h, x.h / x.t, e, TpSplit::kRow);
+  fw.push_back(proj);
+  add_tp_reduce(fw, x, "attn");
+  // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
+  // Reads the residual and the 16-bit branch output, writes the residual.
+  Op attn_res =
+      unfused(memory_op("attn.residual", OpClass::kElementwise,
+                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+              passes.residual, passes.residual_kernels);
+  fw.push_back(attn_res);
+  Op mlp_norm = unfused(memory_op("mlp.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
+                        passes.norm, passes.norm_kernels);
+  fw.push_back(mlp_norm);
+  Op mlp_cast = autocast_cast("mlp.cast", Tn * x.h, e, x.norm_split());
+  if (x.autocast) fw.push_back(mlp_cast);
+  if (!own_mlp_collectives) add_sp_gather(fw, x, "mlp");
+  Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
+  Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
+                             TpSplit::kColumn, {T, gate * ffn}),
+                   passes.act, passes.act_kernels);
+  Op fc2 = gemm("mlp.fc2", T, x.h, ffn, e, TpSplit::kRow);
+  if (moe) {
+    fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
+  } else {
+    fw.insert(fw.end(), {fc1, act, fc2});
+  }
+  if (!own_mlp_collectives) add_tp_reduce(fw, x, "mlp");
+  Op mlp_res =
+      unfused(memory_op("mlp.residual", OpClass::kElementwise,
+                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
+              passes.residual, passes.residual_kernels);
+  fw.push_back(mlp_res);
+
+  // Backward, in execution order. Under tensor parallelism the gradient entering a
+  // column-parallel GEMM's input is a partial sum: all-reduced (or reduce-scattered with sequence
+  // parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
+  // parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
+  std::vector<Op>& bw = layer.backward;
+  // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
+  // once the branch's norm has given its gradient back, as the executor runs it.
+  if (!own_mlp_collectives) add_sp_gather(bw, x, "mlp");
+  if (moe) {
+    bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
+  } else {
+    bw.push_back(gemm_backward(fc2));
+    bw.push_back(activation_backward(act, gate, passes));
+    bw.push_back(gemm_backward(fc1));
+  }
+  if (!own_mlp_collectives) add_tp_reduce(bw, x, "mlp");
+  if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
+  bw.push_back(norm_backward(mlp_norm, m, x, passes));
+  bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
+  add_sp_gather(bw, x, "attn");
+  bw.push_back(gemm_backward(proj));
+  bw.insert(bw.end(), core.backward.begin(), core.backward.end());
+  if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
+  bw.push_back(gemm_backward(qkv));
+  add_tp_reduce(bw, x, "attn");
+  if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
+  bw.push_back(norm_backward(attn_norm, m, x, passes));
+  bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
+  if (x.autocast) bw.push_back(memory_backward(weight_cast, 1.0));
+
+  // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
+  // replicated on every tp rank.
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  const int64_t qkv_full = x.h + 2 * x.kv * x.d;
+  const int64_t bias = m.bias ? 1 : 0;
+  const int64_t attention_total = x.h * qkv_full + bias * qkv_full + x.h * x.h + bias * x.h;
+  const int64_t attention_rank =
+      (x.h * qkv_full + bias * qkv_full) / x.t + x.h * x.h / x.t + bias * x.h;
+  layer.params_total =
+      attention_total + 2 * norm_params +
+      (moe ? moe->params_total : x.h * gate * x.f + bias * gate * x.f + x.f * x.h + bias * x.h);
+  layer.params =
+      attention_rank + 2 * norm_params +
+      (moe ? moe->params
+           : (x.h * gate * x.f + bias * gate * x.f) / x.t + x.f * x.h / x.t + bias * x.h);
+  if (moe) {
+    layer.routed_expert_params_total = moe->routed_total;
+    layer.expert_params = moe->expert;
+  }
+  if (x.sp)
+    layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h + (moe ? moe->sp_partial : 0);
+
+  // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
+  // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA,
+  // ffn = 4h and unfused attention these add up to the paper's sbh(34 + 5as/h); a flash kernel
+  // keeps the log-sum-exp instead of the 5as^2b bytes of the attention core.
+  const int64_t sbh = T * x.h;
+  const int64_t mask = m.dropout ? 1 : 0;
+  // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
+  // norms, of the QKV GEMM and of FC1 (4sbh elements), and the two output dropout masks.
+  // (Under autocast the two norm inputs are fp32; the GEMM inputs are the 16-bit casts.)
+  const int64_t replicated = 2 * sbh * r + 2 * sbh * e + 2 * mask * sbh;
+  // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
+  // attention), the attention projection input, the activation input and the FC2 input.
+  // An eager composed activation keeps its intermediates instead of its input (act_saved).
+  // A MoE layer keeps its experts' instead (moe_mlp), some of them on every tp rank whole.
+  const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
+  const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * e;
+  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + mlp_split;
+  const int64_t rep_per_rank =
+      (x.sp ? replicated / x.t : replicated) + (moe ? moe->saved_replicated : 0);
+  layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
+  layer.saved_bytes_selective = rep_per_rank + split / x.t;
+  layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
+  layer.output_bytes = x.norm_tokens() * x.h * e;
+  return layer;
+}
+
+Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDims& x) {
+  Layer layer;
+  layer.name = "embedding";
+  layer.kind = LayerKind::kEmbedding;
+  const int64_t T = x.tokens();
+  const int64_t e = x.e;
+  // Vocabulary-parallel lookup: each rank gathers the rows it owns, zeros elsewhere.
+  const int64_t r = x.residual_bytes();  // fp32 tables under autocast
+  Op lookup =
+      memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * r, TpSplit::kVocab, {T, x.h});
+  layer.forward.push_back(lookup);
+  add_tp_reduce(layer.forward, x, "embed");
+  bool has_positions = m.position_embedding == spec::PositionEmbedding::kLearned;
+  Op pos;
+  if (has_positions || m.type_vocab > 0) {
+    pos = memory_op("embed.position", OpClass::kElementwise, 3 * x.norm_tokens() * x.h * r,
+                    x.norm_split(), {x.norm_tokens(), x.h});
+    layer.forward.push_back(pos);
+  }
+  Op enorm;
+  if (m.architecture == spec::Architecture::kEncoder) {
+    enorm = memory_op("embed.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e, x.norm_split(),
+                      {x.norm_tokens(), x.h});
+    layer.forward.push_back(enorm);
+  }
+  if (m.architecture == spec::Architecture::kEncoder) {
+    layer.backward.push_back(memory_backward(enorm, 1.5));
+  }
+  if (has_positions || m.type_vocab > 0) layer.backward.push_back(memory_backward(pos, 2.0 / 3.0));
+  add_sp_gather(layer.backward, x, "embed");
+  layer.backward.push_back(memory_backward(lookup, 1.0));  // scatter-add into the table
+
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  int64_t shared = (has_positions ? m.max_positions * x.h : 0) + m.type_vocab * x.h +
+                   (m.architecture == spec::Architecture::kEncoder ? norm_params : 0);
+  layer.params_total = x.V * x.h + shared;
+  layer.params = x.vocab_shard * x.h + shared;
+  if (x.sp) layer.sp_partial_params = shared;
+  layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
+      m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
+  layer.output_bytes = x.norm_tokens() * x.h * e;
+  return layer;
+}
+
+Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x) {
+  Layer layer;
+  layer.name = "head";
+  layer.kind = LayerKind::kHead;
+  const int64_t T = x.tokens();
+  const int64_t e = x.e;
+  const int64_t vocab_shard = x.vocab_shard;
+  const bool decoder = m.architecture == spec::Architecture::kDecoder;
+  const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
+  const FusionPasses passes = fusion_passes(m, x);
+  const int64_t r = x.residual_bytes();
+  // Autocast casts the output weights (the embedding table when tied) in every forward and the
+  // norm's fp32 output in front of the logits GEMM.
+  Op weight_cast = autocast_cast("autocast.weights", vocab_shard * x.h, e, TpSplit::kVocab);
+  Op head_cast = autocast_cast("head.cast", x.norm_tokens() * x.h, e, x.norm_split());
+  if (x.autocast) layer.forward.push_back(weight_cast);
+  Op fnorm;
+  if (decoder) {
+    fnorm = unfused(memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * r,
+                              x.norm_split(), {x.norm_tokens(), x.h}),
+                    passes.norm, passes.norm_kernels);
+    layer.forward.push_back(fnorm);
+  }
+  if (x.autocast) layer.forward.push_back(head_cast);
+  add_sp_gather(layer.forward, x, "head");
+  Op logits = gemm("head.logits", T, vocab_shard, x.h, e, TpSplit::kVocab);
+  layer.forward.push_back(logits);
+  // Cross-entropy over the rank's vocabulary shard, priced by the stack's implementation. The
+  // base op is one fused pass: read the 16-bit logits, write the fp32 softmax the backward uses.
+  Op loss = memory_op("head.loss", OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
+                      {T, vocab_shard});
+  const double fused_bytes = static_cast<double>(e + 4);
+  double backward_factor = 1.0;
+  switch (x.cross_entropy) {
+    case spec::CrossEntropy::kEager:
+      // logits.float() (2 + 4 bytes), log_softmax in fp32 (4 + 4), nll: 14 bytes per logit.
+      loss = unfused(loss, 14.0 / fused_bytes, 3);
+      break;
+    case spec::CrossEntropy::kMegatron:
+      // Megatron-LM gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels), whose
+      // forward (mpu/cross_entropy.py, tensor_parallel/cross_entropy.py) makes six passes over
+      // the fp32 logits: the cast (e + 4 bytes), max (4), sub_ (4 + 4), exp (4 + 4), sum (4) and
+      // div_ into the saved softmax (4 + 4): e + 36 bytes per logit. Its backward multiplies the
+      // softmax in place by the loss gradient (4 + 4) and the cast's backward writes the 16-bit
+      // gradient (4 + e): e + 12 bytes, in two kernels.
+      loss = unfused(loss, static_cast<double>(e + 36) / fused_bytes, 6);
+      backward_factor = static_cast<double>(e + 12) / static_cast<double>(e + 36);
+      break;
+    case spec::CrossEntropy::kFused:
+      break;
+    case spec::CrossEntropy::kCompiled:
+      // One fused pass over the 16-bit logits (llm.c fused_classifier, Inductor).
+      loss = unfused(loss, static_cast<double>(e) / fused_bytes, 1);
+      break;
+  }
+  layer.forward.push_back(loss);
+  if (x.t > 1) {
+    // Vocabulary-parallel cross-entropy (Megatron-LM tensor_parallel/cross_entropy.py): the max
+    // logit of each token first (each shard's sum of exponentials is relative to it), then the
+    // sums of exponentials and the target logits together: fp32 values per token.
+    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, T * 4));
+    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 2 * T * 4));
+  }
+  Op loss_backward = memory_backward(loss, backward_factor);
+  if (x.cross_entropy == spec::CrossEntropy::kMegatron) loss_backward.kernels = 2;
+  layer.backward.push_back(loss_backward);
+  layer.backward.push_back(gemm_backward(logits));
+  add_tp_reduce(layer.backward, x, "head");
+  if (x.autocast) layer.backward.push_back(memory_backward(head_cast, 1.0));
+  if (decoder) layer.backward.push_back(memory_backward(fnorm, 1.5));
+  if (x.autocast) layer.backward.push_back(memory_backward(weight_cast, 1.0));
+
+  int64_t pooler = m.pooler ? x.h * x.h + x.h : 0;
+  int64_t out_proj = m.tied_embeddings ? 0 : x.V * x.h;
+  layer.params_total = (decoder ? norm_params : 0) + out_proj + pooler;
+  // With tied embeddings and pipeline stages the last stage keeps its own copy of the table
+  // (Megatron-LM); that copy is memory, not a new parameter: stage_params adds it.
+  layer.params = (decoder ? norm_params : 0) + (m.tied_embeddings ? 0 : vocab_shard * x.h) + pooler;
+  if (x.sp && decoder) layer.sp_partial_params = norm_params;
+  // Kept: norm input, logits input, fp32 softmax of the logits shard.
+  layer.saved_bytes = (decoder ? x.norm_tokens() * x.h * e : 0) + T * x.h * e + T * vocab_shard * 4;
+  layer.saved_bytes_selective = layer.saved_bytes;
+  layer.saved_bytes_full = layer.saved_bytes;
+  layer.output_bytes = T * 4;  // the loss per token (fp32)
+  return layer;
+}
+
+}  // namespace
+
+LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptions& o) {
+  spec::TransformerSpec m = model.transformer();
+  m.dropout = m.dropout && o.dropout;  // a stack that runs no dropout trains the model without
+  TransformerDims x{};
+  const spec::TensorGrid& grid = o.tp_grid;
+  // On a tensor grid each z slice takes micro_batch/z sequences; its x*y ranks hold the
+  // vocabulary (the embedding and output layer, vocabulary-parallel over them).
+  x.b = grid.any() ? o.micro_batch / grid.z : o.micro_batch;
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : m.seq_len;
+  x.cp = o.cp;
+  x.cp_algorithm = o.cp_algorithm;
+  x.s = seq / std::max<int64_t>(o.cp, 1);
+  x.ep = std::max<int64_t>(o.ep, 1);
+  x.h = m.hidden;
+  x.a = m.heads;
+  x.kv = m.kv_heads;
+  x.d = m.head_dim();
+  x.f = m.ffn_hidden;
+  x.V = m.vocab;
+  x.t = grid.any() ? grid.x * grid.y : o.tp;
+  x.vocab_shard = vocab_shard(m.vocab, x.t, o.vocab_multiple);
+  x.e = spec::dtype_bytes(o.dtype);
+  x.sp = o.sequence_parallel && o.tp > 1;
+  x.attention = o.attention;
+  x.fusion = o.fusion;
+  x.cross_entropy = o.cross_entropy;
+  x.autocast = o.autocast && x.e < 4;
+  std::string source = fmt::format("model {}", model.name);
+  if (grid.any()) {
+    // The grid's rules (spec/tensor_grid.hpp) on the options' layout.
+    spec::Plan shape;
+    shape.tp = o.tp;
+    shape.tp_grid = grid;
+    shape.sequence_parallel = o.sequence_parallel;
+    shape.cp = o.cp;
+    shape.ep = o.ep;
+    std::string problem = spec::tensor_grid_problem(shape);
+    if (problem.empty()) problem = spec::tensor_grid_model_problem(model, grid, o.micro_batch);
+    if (!problem.empty())
+      throw InputError(source, "/tp_grid", spec::tensor_grid_text(grid), problem);
+  } else if (std::string problem = spec::tensor_parallel_problem(model, o.tp); !problem.empty()) {
+    throw InputError(source, "/tp", std::to_string(o.tp), problem);
+  }
+  if (o.cp > 1) {
+    spec::Plan split;
+    split.tp = o.tp;
+    split.sequence_parallel = o.sequence_parallel;
+    split.cp = o.cp;
+    split.cp_algorithm = o.cp_algorithm;
+    if (std::string problem = spec::context_parallel_problem(model, seq, split); !problem.empty())
+      throw InputError(source, "/cp", std::to_string(o.cp), problem);
+    if (std::string problem = spec::context_attention_problem(o.cp, o.cp_algorithm, o.attention);
+        !problem.empty())
+      throw InputError(
+          source, "/cp_algorithm",
+          std::string(spec::enum_name(spec::context_algorithm_names(), o.cp_algorithm)), problem);
+  }
+  if (std::string problem = spec::expert_model_problem(model, x.ep); !problem.empty())
+    throw InputError(source, "/ep", std::to_string(x.ep), problem);
+  if (x.sp)
+    if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
+      throw InputError(source, "/sequence_parallel", "true", problem);
+  LoweredModel out;
+  out.dtype = o.dtype;
+  out.tokens_per_micro_batch = x.b * x.s;
+  out.samples_per_micro_batch = x.b;
+  out.layers.reserve(static_cast<size_t>(m.layers) + 2);
+  out.layers.push_back(transformer_embedding(m, x));
+  // The blocks are alike but for their names (and, in a mixture of experts, the dense first
+  // ones): one of each kind is lowered, the others are its copies (the planner lowers a model per
+  // (tp, micro-batch, sequence parallelism, stack), 96 blocks for GPT-3 175B, and building each
+  // op again was a third of its estimate phase).
+  const int64_t dense_layers = m.moe ? m.moe->dense_layers : m.layers;
+  std::optional<Layer> dense, expert;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    std::optional<Layer>& kind = i < dense_layers ? dense : expert;
+    if (!kind)
+      kind = grid.any() ? grid_block(m, x, grid) : transformer_block(m, x, 0, i >= dense_layers);
+    out.layers.push_back(*kind);
+    out.layers.back().name = fmt::format("block{}", i);
+  }
+  out.layers.push_back(transformer_head(m, x));
+  if (grid.z > 1) {
+    // The z slices hold the embedding and output layer alike and see only their own tokens.
+    out.layers.front().sp_partial_params = out.layers.front().params;
+    out.layers.back().sp_partial_params = out.layers.back().params;
+  }
+  out.split_begin = 1;
+  out.split_end = out.layers.size() - 1;
+  if (m.tied_embeddings) out.tied_table_params = x.vocab_shard * x.h;
+  out.vocab_shard = x.vocab_shard;
+  return out;
+}
+
+}  // namespace sextant::models

@@ -1,0 +1,132 @@
+// The parts of a transformer's lowering (models/src/transformer_lowering.cpp) that live in
+// files of their own: the dimensions one rank works on, the fusion level's passes, the attention
+// core (attention_lowering.cpp), a mixture of experts' MLP (moe_lowering.cpp) and a block on a
+// 3D tensor grid (grid_lowering.cpp). Private to models/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lowering_ops.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/spec/model_spec.hpp"
+
+namespace sextant::models {
+
+struct TransformerDims {
+  // s: the tokens of each sequence on this rank (the sequence over cp under context parallelism).
+  int64_t b, s, h, a, kv, d, f, V, t, e;
+  int64_t cp;  // ranks splitting each sequence (spec/context_parallel.hpp)
+  spec::ContextAlgorithm cp_algorithm;
+  int64_t ep;           // ranks splitting the routed experts (spec/expert_parallel.hpp)
+  int64_t vocab_shard;  // rows of the vocabulary a tp rank holds, padding included
+  bool sp;
+  spec::AttentionKernel attention;
+  spec::Fusion fusion;
+  spec::CrossEntropy cross_entropy;
+  // torch.autocast over fp32 parameters (PyTorch's autocast op lists: matmuls run in 16 bits,
+  // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
+  // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
+  bool autocast;
+  int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
+  bool eager() const { return fusion == spec::Fusion::kEager; }
+  bool compiled() const { return fusion == spec::Fusion::kCompiled; }
+  int64_t tokens() const { return b * s; }
+  // Tokens handled by a replicated-or-sequence-split op on one rank.
+  int64_t norm_tokens() const { return sp ? tokens() / t : tokens(); }
+  TpSplit norm_split() const { return sp ? TpSplit::kSequence : TpSplit::kReplicated; }
+  // The rank's keys and values (its tokens, its tp share of the key/value heads).
+  int64_t kv_bytes() const { return 2 * tokens() * kv / t * d * e; }
+};
+
+// How a stack's fusion level runs the memory-bound ops of a block, as multiples of the bytes of
+// the one fused kernel (Megatron/Transformer Engine/apex) and launches, from the kernels each
+// implementation calls:
+// - eager RMSNorm (Llama reference and TorchTitan's `_norm(x.float()).type_as(x) * weight`):
+//   cast to fp32, pow, mean, add+rsqrt, multiply, cast back, multiply by the weight = 36 bytes per
+//   element against the fused kernel's 4 (bf16 read + write): 9x, 7 kernels.
+// - eager LayerNorm: PyTorch's native kernel, as fused (its backward is two kernels).
+// - eager SwiGLU: silu(gate) then gate * up: 5 element passes against the fused kernel's 3.
+// - eager rotary embedding: complex or rotate-half arithmetic on fp32 copies: ~4x, 4 kernels.
+// - eager unfused softmax: scale, mask fill and softmax as three kernels.
+// - eager residual with dropout: dropout kernel, then add (5 passes against 3).
+// - compiled (Inductor; llm.c's fused_residual_forward): each norm is fused into the residual
+//   add before it, so it writes its output without reading the residual stream again.
+// Autocast's extra kernels: the cast of an fp32 activation to 16 bits in front of a GEMM (read 4,
+// write e bytes per element), and the cast of a layer's fp32 weights in every forward.
+struct FusionPasses {
+  double norm = 1, act = 1, rope = 1, softmax = 1, residual = 1;
+  int norm_kernels = 1, act_kernels = 1, rope_kernels = 1, softmax_kernels = 1,
+      residual_kernels = 1;
+  // The activation's backward as a multiple of its (unfused) forward's bytes, and its kernels;
+  // 0: the fused kernel's (read x and dy, write dx).
+  double act_backward = 0;
+  int act_backward_kernels = 0;
+  // Bytes per element of the activation's input that its implementation keeps for backward
+  // (0: the fused kernel's, its 16-bit input).
+  int64_t act_saved = 0;
+};
+
+FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x);
+
+// A norm's backward: its forward's passes over 1.5x the bytes; eager LayerNorm's backward is
+// PyTorch's two kernels (input gradient, weight and bias gradients).
+Op norm_backward(const Op& fwd, const spec::TransformerSpec& m, const TransformerDims& x,
+                 const FusionPasses& passes);
+
+// Rotary embeddings on a rank's x.t-th share of the heads: q and k rotated in place, read and
+// written once each.
+Op rope_op(const TransformerDims& x, const FusionPasses& passes);
+
+// The activation's backward (`act` its forward, `gate` 2 for SwiGLU's gate and up halves): the
+// stack's composed kernels' bytes, or the fused kernel's (reads x and dy, writes dx).
+Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes);
+
+// The cast of `elements` fp32 values to `e`-byte ones (autocast, above).
+Op autocast_cast(const std::string& name, int64_t elements, int64_t e, TpSplit split);
+
+// The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
+// context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward
+// ops to `fw`, returns the backward ops in execution order and the bytes kept for backward.
+struct AttentionCore {
+  std::vector<Op> backward;
+  int64_t saved_bytes = 0;  // kept for backward per rank (recomputed by selective recompute)
+};
+AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDims& x,
+                             const FusionPasses& passes, std::vector<Op>& fw);
+
+// The MLP of a mixture-of-experts block on one rank (Megatron-LM's MoE layer with its all-to-all
+// token dispatcher, experts split over tp as the dense MLP is): the router's GEMM and top-k over
+// every token, each token copied to its top_k experts (permute), under expert parallelism the
+// copies sent to their experts' ranks (dispatch all-to-all), the experts' two GEMMs over the
+// tokens each takes (grouped: one product per expert), the results sent back (combine), the
+// copies weighted and summed back (unpermute), and the shared experts beside them as a dense MLP.
+// Appends the forward ops to `fw`; returns the backward ops (in execution order), the parameters
+// and the activation bytes kept.
+struct MoeMlp {
+  std::vector<Op> backward;
+  int64_t params = 0, params_total = 0;  // on one tp rank; of the layer's MLP
+  int64_t routed_total = 0;              // of the routed experts
+  int64_t expert = 0;                    // of the routed experts on this rank
+  int64_t sp_partial = 0;                // whose gradients are partial sums over tp
+  int64_t weight_elements = 0;           // its GEMM weights on one tp rank (autocast casts them)
+  int64_t saved_split = 0;               // kept bytes split over tp (the whole layer's)
+  int64_t saved_replicated = 0;          // kept bytes every tp rank holds whole
+};
+MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const FusionPasses& passes,
+               std::vector<Op>& fw);
+
+// Whether a MoE block's token dispatcher runs over tensor parallelism (expert parallelism with
+// tp > 1, sequence parallel: Megatron-LM's MoEAlltoAllTokenDispatcher): each tp rank routes its
+// own s/tp tokens, exchanges their copies over ep, all-gathers the rows over tp for the experts'
+// column- and row-parallel GEMMs and reduce-scatters their output, in place of the MLP's own
+// sequence-parallel gather and reduce-scatter.
+inline bool dispatches_over_tp(const TransformerDims& x) {
+  return x.ep > 1 && x.t > 1;
+}
+
+// A transformer block on a 3D tensor grid (spec/tensor_grid.hpp; grid_lowering.cpp).
+Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
+                 const spec::TensorGrid& g);
+
+}  // namespace sextant::models
