@@ -242,21 +242,21 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
         fmt::format("the {} executor exchanges gradients uncompressed: compressed "
                     "exchanges run on CPU ranks (the codecs work on host memory)",
                     backend.name()));
-  if (job.plan.tp_grid.any() &&
-      (backend.name() != "cpu" || backend.activation_dtype() != DType::kF32))
-    throw InputError(
-        "plan " + job.plan.name(), "/tp_grid", spec::tensor_grid_text(job.plan.tp_grid),
-        fmt::format("a 3D tensor grid runs on CPU ranks in fp32 (its column splits "
-                    "are exec/src/grid_linear.cpp's host copies), not on the {} "
-                    "backend{}",
-                    backend.name(), backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
-  if (job.plan.cp > 1 && (backend.name() != "cpu" || backend.activation_dtype() != DType::kF32))
-    throw InputError(
-        "plan " + job.plan.name(), "/cp", std::to_string(job.plan.cp),
-        fmt::format("context parallelism runs on CPU ranks in fp32 (its attention "
-                    "kernels are exec/src/context_attention.cpp), not on the {} "
-                    "backend{}",
-                    backend.name(), backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
+  // Layouts whose kernels work on host fp32 tensors: refused on any other backend.
+  auto host_fp32_only = [&](const char* field, const std::string& value, const char* what) {
+    if (backend.name() == "cpu" && backend.activation_dtype() == DType::kF32) return;
+    throw InputError("plan " + job.plan.name(), field, value,
+                     fmt::format("{}, not on the {} backend{}", what, backend.name(),
+                                 backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
+  };
+  if (job.plan.tp_grid.any())
+    host_fp32_only("/tp_grid", spec::tensor_grid_text(job.plan.tp_grid),
+                   "a 3D tensor grid runs on CPU ranks in fp32 (its column splits are "
+                   "exec/src/grid_linear.cpp's host copies)");
+  if (job.plan.cp > 1)
+    host_fp32_only("/cp", std::to_string(job.plan.cp),
+                   "context parallelism runs on CPU ranks in fp32 (its attention kernels are "
+                   "exec/src/context_attention.cpp)");
   const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
   Layout layout(world, job.plan, job.comm);
   if (!ties_embeddings(model)) layout.groups().embedding = nullptr;
