@@ -56,7 +56,7 @@ void save_checkpoint(const std::string& dir, const std::string& plan, const Shar
   append_floats(body, shard.values);
   append_floats(body, shard.m);
   append_floats(body, shard.v);
-  append_floats(body, shard.residual);
+  for (const std::vector<float>& state : shard.exchange) append_floats(body, state);
   const std::string file = (fs::path(sdir) / shard_name(world.rank())).string();
   spec::write_file_atomically(file, body);
   spec::Json entry = {{"file", shard_name(world.rank())},
@@ -116,14 +116,15 @@ Shard load_shard(const fs::path& sdir, const std::string& plan, int64_t elements
   }
   shard.step = header.step;
   const size_t n = static_cast<size_t>(elements);
-  // Values, two moments and, with error feedback, the residual.
+  // Values, two moments and the compressed exchange's state arrays (up to two).
   const size_t arrays = n == 0 ? 3 : (body.size() - nl - 1) / (n * sizeof(float));
-  if ((arrays != 3 && arrays != 4) || body.size() != nl + 1 + arrays * n * sizeof(float)) {
+  if (arrays < 3 || arrays > 5 || body.size() != nl + 1 + arrays * n * sizeof(float)) {
     throw InputError(file, "", "", "the shard's length does not match its header");
   }
   const char* p = body.data() + nl + 1;
+  shard.exchange.resize(arrays - 3);
   std::vector<std::vector<float>*> parts{&shard.values, &shard.m, &shard.v};
-  if (arrays == 4) parts.push_back(&shard.residual);
+  for (std::vector<float>& state : shard.exchange) parts.push_back(&state);
   for (std::vector<float>* v : parts) {
     v->resize(n);
     std::memcpy(v->data(), p, n * sizeof(float));

@@ -16,9 +16,10 @@ namespace sextant::exec {
 struct Shard {
   int64_t step = 0;  // steps completed
   std::vector<float> values, m, v;
-  // Error feedback of a compressed gradient exchange (one per parameter), or empty. Its presence
-  // follows from the plan, which the manifest names.
-  std::vector<float> residual;
+  // The training state of a compressed gradient exchange, each array one value per parameter
+  // (GradientSync::save_state: the error-feedback residual, PowerSGD's Q factors), or none. How
+  // many follows from the plan, which the manifest names.
+  std::vector<std::vector<float>> exchange;
 };
 
 // Collective over `world`: every rank saves its shard of step `step` under dir/step-NNNNNNNN/.

@@ -63,6 +63,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       n += le - lb;
     }
     if (b.layers.empty()) continue;
+    b.model = gb;
     // Agreement by construction, checked: the stage holds the parameters the lowering counts, and
     // a bucket's layers are neighbours in the flat buffers.
     SEXTANT_CHECK(n == gb.params && hi - lo == n,
@@ -99,13 +100,76 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     // The codecs read and write host memory: the plan's executor check keeps them off devices.
     SEXTANT_CHECK(ctx_.backend->name() == "cpu", "gradient compression on the {} backend",
                   ctx_.backend->name());
-    int64_t words = 0;
-    for (const Bucket& b : buckets_)
-      words = std::max(words, models::encoded_words(compression_, b.span.end - b.span.begin));
-    encoded_.resize(static_cast<size_t>(words));
-    gathered_.resize(static_cast<size_t>(words * dp_));
+    if (compression_.kind == spec::CompressionKind::kPowersgd) {
+      for (const Bucket& b : buckets_) powersgd_.push_back(powersgd_of(b));
+    } else {
+      int64_t words = 0;
+      for (const Bucket& b : buckets_)
+        words = std::max(words, models::encoded_words(compression_, b.span.end - b.span.begin));
+      encoded_.resize(static_cast<size_t>(words));
+      gathered_.resize(static_cast<size_t>(words * dp_));
+    }
     if (compression_.error_feedback) residual_ = ctx_.backend->zeros({store.total()});
   }
+}
+
+std::unique_ptr<PowerSgdExchange> GradientSync::powersgd_of(const Bucket& b) const {
+  // The bucket's weights of two or more dimensions as PyTorch's hook views them ([rows, ...] as
+  // rows x rest), compressed where the lowering's rule says; everything else goes as it is.
+  const int64_t rank = compression_.rank;
+  std::vector<PowerSgdMatrix> matrices;
+  std::vector<std::pair<int64_t, int64_t>> rest;
+  models::PowerSgdSplit mine;
+  for (const Param& p : stage_.params().params()) {
+    const int64_t n = p.grad.numel();
+    if (p.offset < b.span.begin || p.offset >= b.span.end) continue;
+    const std::vector<int64_t>& shape = p.grad.shape();
+    const models::WeightMatrix m{shape.front(), shape.size() >= 2 ? n / shape.front() : 1};
+    if (shape.size() >= 2 && models::powersgd_compresses(rank, m)) {
+      matrices.push_back({p.name, p.offset, m.rows, m.cols});
+      ++mine.matrices;
+      mine.compressed += n;
+      mine.p_elements += rank * m.rows;
+      mine.q_elements += rank * m.cols;
+    } else if (!rest.empty() && rest.back().second == p.offset) {
+      rest.back().second += n;
+    } else {
+      rest.push_back({p.offset, p.offset + n});
+    }
+  }
+  mine.uncompressed = b.span.end - b.span.begin - mine.compressed;
+  // Agreement by construction, checked: the simulator prices the matrices this rank holds.
+  const models::PowerSgdSplit lowered = models::powersgd_split(rank, b.model);
+  SEXTANT_CHECK(mine == lowered,
+                "PowerSGD bucket {}: this stage compresses {} matrices ({} elements, P {} Q {}), "
+                "the lowering lists {} ({} elements, P {} Q {})",
+                b.index, mine.matrices, mine.compressed, mine.p_elements, mine.q_elements,
+                lowered.matrices, lowered.compressed, lowered.p_elements, lowered.q_elements);
+  return std::make_unique<PowerSgdExchange>(rank, std::move(matrices), std::move(rest),
+                                            kPowerSgdSeed);
+}
+
+size_t GradientSync::state_arrays() const {
+  return (residual_.empty() ? 0 : 1) + (powersgd_.empty() ? 0 : 1);
+}
+
+std::vector<std::vector<float>> GradientSync::save_state() const {
+  std::vector<std::vector<float>> out;
+  if (!residual_.empty()) ctx_.backend->to_host(residual_, out.emplace_back());
+  if (!powersgd_.empty()) {
+    std::vector<float>& q = out.emplace_back(static_cast<size_t>(stage_.params().total()), 0.0f);
+    for (const auto& bucket : powersgd_) bucket->save_q(q);
+  }
+  return out;
+}
+
+void GradientSync::load_state(const std::vector<std::vector<float>>& state) {
+  SEXTANT_CHECK(state.size() == state_arrays(), "{} state arrays for {}", state.size(),
+                state_arrays());
+  size_t next = 0;
+  if (!residual_.empty()) ctx_.backend->from_host(state[next++], residual_);
+  if (!powersgd_.empty())
+    for (const auto& bucket : powersgd_) bucket->load_q(state[next]);
 }
 
 std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
@@ -339,42 +403,58 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
 void GradientSync::compressed_reduce(const Bucket& b) {
   const int64_t n = b.span.end - b.span.begin;
   const int64_t words = models::encoded_words(compression_, n);
-  float* grads = stage_.params().grads().data() + b.span.begin;
-  {
-    auto s =
-        ctx_.recorder->scope(ctx_.comm(models::kCompressOp, OpClass::kElementwise, Stream::kDpComm,
-                                       models::compression_encode_op(compression_, n, 4).bytes, dp_,
-                                       Phase::kBwd, std::nullopt, std::nullopt));
-    const float* values = grads;
-    if (compression_.error_feedback) {
-      float* residual = residual_.data() + b.span.begin;
-      for (int64_t i = 0; i < n; ++i) residual[i] += grads[i];
-      values = residual;
+  float* all_grads = stage_.params().grads().data();
+  float* residual = compression_.error_feedback ? residual_.data() : nullptr;
+  float* grads = all_grads + b.span.begin;
+  PowerSgdExchange* power =
+      powersgd_.empty() ? nullptr : powersgd_[static_cast<size_t>(b.index)].get();
+  const AllReduceFn all_reduce = [&](float* data, int64_t count) {
+    ctx_.groups->replicas->all_reduce(data, count);
+  };
+  // The ops the simulator prices, run in its order under its names.
+  for (const models::Op& op : models::compressed_exchange_ops(compression_, b.model, dp_, 4)) {
+    auto s = ctx_.recorder->scope(ctx_.comm(op.name, op.op_class, Stream::kDpComm, op.bytes, dp_,
+                                            Phase::kBwd, std::nullopt, std::nullopt));
+    const std::string& name = op.name;
+    if (power != nullptr) {
+      if (name == models::kUncompressedAllReduceOp) {
+        power->all_reduce_uncompressed(all_grads, all_reduce);
+      } else if (name == models::kCompressOp) {
+        power->compress(all_grads, residual);
+      } else if (name == models::kPowerSgdPAllReduceOp) {
+        power->all_reduce_p(all_reduce);
+      } else if (name == models::kPowerSgdProjectOp) {
+        power->project(all_grads, residual);
+      } else if (name == models::kPowerSgdQAllReduceOp) {
+        power->all_reduce_q(all_reduce);
+      } else {
+        SEXTANT_CHECK(name == models::kDecompressOp, "PowerSGD has no op {}", name);
+        power->decompress(all_grads, residual);
+      }
+    } else if (name == models::kCompressOp) {
+      const float* values = grads;
+      if (residual != nullptr) {
+        for (int64_t i = 0; i < n; ++i) residual[b.span.begin + i] += grads[i];
+        values = residual + b.span.begin;
+      }
+      // Each rank rounds with its own draws (the ranks' rounding errors are independent).
+      const uint64_t seed = (step_ << 40) ^ (static_cast<uint64_t>(b.index) << 20) ^
+                            static_cast<uint64_t>(ctx_.groups->world->rank());
+      encode_gradients(compression_, values, n, encoded_.data(), seed);
+      // What was sent leaves the residual; what the encoding dropped stays for the next step.
+      if (residual != nullptr)
+        add_decoded(compression_, encoded_.data(), n, residual + b.span.begin, -1.0f);
+    } else if (name == models::kCompressedGatherOp) {
+      // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
+      ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),
+                                        reinterpret_cast<float*>(gathered_.data()), words);
+    } else {
+      SEXTANT_CHECK(name == models::kDecompressOp, "compressed exchange has no op {}", name);
+      std::fill(grads, grads + n, 0.0f);
+      for (int64_t r = 0; r < dp_; ++r)
+        add_decoded(compression_, gathered_.data() + r * words, n, grads);
     }
-    // Each rank rounds with its own draws (the ranks' rounding errors are independent).
-    const uint64_t seed = (step_ << 40) ^ (static_cast<uint64_t>(b.index) << 20) ^
-                          static_cast<uint64_t>(ctx_.groups->world->rank());
-    encode_gradients(compression_, values, n, encoded_.data(), seed);
-    // What was sent leaves the residual; what the encoding dropped stays for the next step.
-    if (compression_.error_feedback)
-      add_decoded(compression_, encoded_.data(), n, residual_.data() + b.span.begin, -1.0f);
   }
-  {
-    // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
-    auto s = ctx_.recorder->scope(ctx_.comm(models::kCompressedGatherOp, OpClass::kAllGather,
-                                            Stream::kDpComm,
-                                            models::compressed_gather_bytes(compression_, n, dp_),
-                                            dp_, Phase::kBwd, std::nullopt, std::nullopt));
-    ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),
-                                      reinterpret_cast<float*>(gathered_.data()), words);
-  }
-  auto s =
-      ctx_.recorder->scope(ctx_.comm(models::kDecompressOp, OpClass::kElementwise, Stream::kDpComm,
-                                     models::compression_decode_op(compression_, n, dp_, 4).bytes,
-                                     dp_, Phase::kBwd, std::nullopt, std::nullopt));
-  std::fill(grads, grads + n, 0.0f);
-  for (int64_t r = 0; r < dp_; ++r)
-    add_decoded(compression_, gathered_.data() + r * words, n, grads);
 }
 
 void GradientSync::reduce_tied() {

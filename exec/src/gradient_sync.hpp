@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "sextant/exec/context.hpp"
+#include "sextant/exec/powersgd.hpp"
+#include "sextant/models/lowering.hpp"
 #include "sextant/spec/stack.hpp"
 #include "stage_model.hpp"
 
@@ -47,9 +49,12 @@ class GradientSync : public LayerHooks {
   std::vector<std::pair<int64_t, int64_t>> norm_ranges() const;
   // After the optimizer updated the owned ranges: ZeRO-1/2 gather the parameters.
   void after_update();
-  // The error-feedback residual of a compressed exchange (training state a checkpoint keeps), or
-  // an empty tensor.
-  Tensor& residual() { return residual_; }
+  // The compressed exchange's training state a checkpoint keeps, each array one value per
+  // parameter of the stage: the error-feedback residual, then PowerSGD's Q factors (each
+  // matrix's at its offset); none without compression.
+  size_t state_arrays() const;
+  std::vector<std::vector<float>> save_state() const;
+  void load_state(const std::vector<std::vector<float>>& state);
   // ZeRO-Offload: each bucket's reduced shard is copied into `host` (the trainer's host pool, at
   // the same offsets) as soon as it is reduced, where the host optimizer step reads it.
   void offload_gradients_to(Tensor& host) { host_grads_ = &host; }
@@ -69,6 +74,7 @@ class GradientSync : public LayerHooks {
     const Group* group = nullptr;
   };
   struct Bucket {
+    models::GradientBucket model;  // as the simulator prices it
     Span span;
     std::vector<int32_t> layers;
     int32_t index = 0;            // in the stage's bucket order (seeds QSGD's rounding)
@@ -91,6 +97,10 @@ class GradientSync : public LayerHooks {
   // residual, which keeps what the encoding dropped), all-gather, and the sum of every rank's
   // decoded bucket in rank order.
   void compressed_reduce(const Bucket& b);
+  // PowerSGD's exchange of `b`: its weight matrices as this stage holds them.
+  std::unique_ptr<PowerSgdExchange> powersgd_of(const Bucket& b) const;
+  // Seeds every replica's first Q alike (PyTorch's PowerSGDState random_seed).
+  static constexpr uint64_t kPowerSgdSeed = 0;
   bool deferred(int32_t layer) const;
   // The rank's shard of a reduced bucket to the host pool (ZeRO-Offload), traced as the
   // simulator's offload.grad_to_host.
@@ -119,7 +129,8 @@ class GradientSync : public LayerHooks {
   Tensor* host_grads_ = nullptr;    // ZeRO-Offload's host pool of gradients, or null
   std::vector<uint32_t> encoded_;   // this rank's encoded bucket
   std::vector<uint32_t> gathered_;  // every rank's, in rank order
-  uint64_t step_ = 0;               // the training step, for QSGD's rounding
+  std::vector<std::unique_ptr<PowerSgdExchange>> powersgd_;  // per bucket, with PowerSGD
+  uint64_t step_ = 0;  // the training step, for QSGD's rounding
 };
 
 }  // namespace sextant::exec

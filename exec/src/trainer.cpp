@@ -580,7 +580,7 @@ class Trainer {
     ctx_.backend->to_host(stage_->params().values(), s.values);
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
-    if (!sync_->residual().empty()) ctx_.backend->to_host(sync_->residual(), s.residual);
+    s.exchange = sync_->save_state();
     save_checkpoint(o_.checkpoint_dir, checkpoint_layout(), s, *ctx_.groups->world);
   }
 
@@ -629,11 +629,12 @@ class Trainer {
     if (!host_values_.empty()) ctx_.backend->copy(stage_->params().values(), host_values_);
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
-    if (sync_->residual().empty() != s->residual.empty())
+    if (s->exchange.size() != sync_->state_arrays())
       throw InputError(o_.checkpoint_dir, "", plan_.name(),
-                       "the checkpoint's error-feedback residual does not match the plan's "
-                       "gradient compression");
-    if (!s->residual.empty()) ctx_.backend->from_host(s->residual, sync_->residual());
+                       fmt::format("the checkpoint holds {} arrays of gradient-compression state, "
+                                   "the plan's compression keeps {}",
+                                   s->exchange.size(), sync_->state_arrays()));
+    sync_->load_state(s->exchange);
     return s->step;
   }
 

@@ -113,6 +113,8 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   o.c = out_c;
   const int64_t held_c = cs.held(out_c);
   layer.params += n * cin * k * k + (bias ? held_c : 0);
+  // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn_stage.cpp).
+  layer.matrices.push_back({n, cin * k * k});
   layer.params_total += out_c * in.c * k * k + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
   int64_t out_bytes = B * held_c * out_pixels * e;
   layer.saved_bytes += B * saved_c * in_pixels * e;
@@ -238,6 +240,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
             cs.whole = true;
           }
           layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
+          layer.matrices.push_back({in, l.out_features});
           layer.params_total +=
               (flat > 0 ? flat : f.c * f.h * f.w) * l.out_features + (l.bias ? l.out_features : 0);
           layer.saved_bytes += B * in * e;

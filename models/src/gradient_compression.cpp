@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lowering_ops.hpp"
+
 namespace sextant::models {
 
 using spec::CompressionKind;
@@ -33,6 +35,7 @@ int64_t encoded_words(const spec::GradientCompression& c, int64_t elements) {
       return ceil_div(elements, 32) + ceil_div(elements, c.bucket);
     case CompressionKind::kTopk:
       return 2 * topk_count(c.ratio, elements);
+    case CompressionKind::kPowersgd:
     case CompressionKind::kNone:
       break;
   }
@@ -71,10 +74,90 @@ Op compression_decode_op(const spec::GradientCompression& c, int64_t elements, i
   return op;
 }
 
+bool powersgd_compresses(int64_t rank, const WeightMatrix& m) {
+  // PyTorch's _should_compress with min_compression_rate 2: (rows + cols) * rank * 2 < rows * cols.
+  return (m.rows + m.cols) * rank * 2 < m.rows * m.cols;
+}
+
+PowerSgdSplit powersgd_split(int64_t rank, const GradientBucket& bucket) {
+  PowerSgdSplit s;
+  for (const WeightMatrix& m : bucket.matrices) {
+    if (!powersgd_compresses(rank, m)) continue;
+    ++s.matrices;
+    s.compressed += m.rows * m.cols;
+    s.p_elements += rank * m.rows;
+    s.q_elements += rank * m.cols;
+  }
+  s.uncompressed = bucket.params - s.compressed;
+  return s;
+}
+
+namespace {
+
+Op codec_op(const char* name, int64_t bytes, int64_t elements, int kernels) {
+  Op op = memory_op(name, OpClass::kElementwise, bytes, TpSplit::kReplicated, {elements});
+  op.kernels = kernels;
+  return op;
+}
+
+std::vector<Op> powersgd_ops(const spec::GradientCompression& c, const GradientBucket& bucket,
+                             int64_t g) {
+  const PowerSgdSplit s = powersgd_split(c.rank, bucket);
+  std::vector<Op> ops;
+  if (s.uncompressed > 0)
+    ops.push_back(
+        comm_op(kUncompressedAllReduceOp, CollectiveKind::kAllReduce, s.uncompressed * g));
+  if (s.matrices == 0) return ops;
+  const int64_t r = c.rank, n = s.compressed, p = s.p_elements, q = s.q_elements;
+  const bool ef = c.error_feedback;
+  // M as the codec reads it: the fp32 residual it was folded into, or the gradients.
+  const int64_t m_bytes = ef ? 4 : g;
+  // Error feedback: residual += gradients (a read of each, a write of the residual).
+  const int64_t fold = ef ? n * g + 2 * n * 4 : 0;
+  ops.push_back(codec_op(kCompressOp, fold + n * m_bytes + q * g + p * g, n, ef ? 2 : 1));
+  ops.push_back(comm_op(kPowerSgdPAllReduceOp, CollectiveKind::kAllReduce, p * g));
+  // Gram-Schmidt on each column: normalised (a read and a write), then taken out of each later
+  // column (a read of it, a read and a write of the later one): 2 r + 3 r (r - 1) / 2 column
+  // passes, (4 + 3 (r - 1)) / 2 passes over P.
+  const int64_t orthonormalise = p * g * (4 + 3 * (r - 1)) / 2;
+  ops.push_back(codec_op(kPowerSgdProjectOp, orthonormalise + n * m_bytes + p * g + q * g, n,
+                         static_cast<int>(r) + 1));
+  ops.push_back(comm_op(kPowerSgdQAllReduceOp, CollectiveKind::kAllReduce, q * g));
+  // P Q^T written over the gradients; error feedback: residual = M - P Q_local^T (M read from the
+  // residual, the product's factors read again, the residual written).
+  const int64_t residual = ef ? 2 * n * 4 + p * g + q * g : 0;
+  ops.push_back(codec_op(kDecompressOp, p * g + q * g + n * g + residual, n, ef ? 2 : 1));
+  return ops;
+}
+
+}  // namespace
+
+std::vector<Op> compressed_exchange_ops(const spec::GradientCompression& c,
+                                        const GradientBucket& bucket, int64_t dp,
+                                        int64_t grad_bytes) {
+  if (c.kind == CompressionKind::kPowersgd) return powersgd_ops(c, bucket, grad_bytes);
+  return {compression_encode_op(c, bucket.params, grad_bytes),
+          comm_op(kCompressedGatherOp, CollectiveKind::kAllGather,
+                  compressed_gather_bytes(c, bucket.params, dp)),
+          compression_decode_op(c, bucket.params, dp, grad_bytes)};
+}
+
 int64_t compression_memory_bytes(const spec::GradientCompression& c, int64_t params,
-                                 int64_t largest_bucket, int64_t dp) {
+                                 const std::vector<GradientBucket>& buckets, int64_t dp,
+                                 int64_t grad_bytes) {
   if (!c.any()) return 0;
   const int64_t residual = c.error_feedback ? params * 4 : 0;
+  if (c.kind == CompressionKind::kPowersgd) {
+    int64_t q_kept = 0, largest = 0;
+    for (const GradientBucket& b : buckets) {
+      const PowerSgdSplit s = powersgd_split(c.rank, b);
+      q_kept += s.q_elements;
+      largest = std::max(largest, s.p_elements + s.q_elements);
+    }
+    return residual + (q_kept + largest) * grad_bytes;
+  }
+  int64_t largest_bucket = 0;
+  for (const GradientBucket& b : buckets) largest_bucket = std::max(largest_bucket, b.params);
   return residual + (dp + 1) * encoded_words(c, largest_bucket) * 4;
 }
 

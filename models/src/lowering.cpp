@@ -39,7 +39,8 @@ bool Layer::same_work_as(const Layer& o) const {
   return kind == o.kind && params == o.params && params_total == o.params_total &&
          routed_expert_params_total == o.routed_expert_params_total &&
          expert_params == o.expert_params && sp_partial_params == o.sp_partial_params &&
-         saved_bytes == o.saved_bytes && saved_bytes_selective == o.saved_bytes_selective &&
+         matrices == o.matrices && saved_bytes == o.saved_bytes &&
+         saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
          forward == o.forward && backward == o.backward;
 }
@@ -122,6 +123,9 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
     if (params == 0 && bucket.experts) return;
     bucket.layers.push_back(l);
     bucket.params += params;
+    if (!bucket.experts)
+      bucket.matrices.insert(bucket.matrices.end(), lowered.layers[l].matrices.begin(),
+                             lowered.layers[l].matrices.end());
     if (bucket.params * grad_bytes >= bucket_bytes) {
       const bool kind = bucket.experts;
       out.push_back(std::move(bucket));
@@ -134,6 +138,12 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
       if (holds_tied_table(l)) {
         tied.layers.push_back(l);
         tied.params += lowered.layers[l].params + (stage == 0 ? 0 : lowered.tied_table_params);
+        tied.matrices.insert(tied.matrices.end(), lowered.layers[l].matrices.begin(),
+                             lowered.layers[l].matrices.end());
+        // The last stage's copy of the table: [vocab shard, h], as the embedding's.
+        if (stage != 0)
+          tied.matrices.push_back(
+              {lowered.vocab_shard, lowered.tied_table_params / lowered.vocab_shard});
         continue;
       }
       const int64_t expert = own_experts ? lowered.layers[l].expert_params : 0;

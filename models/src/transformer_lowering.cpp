@@ -165,7 +165,11 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (moe) {
     layer.routed_expert_params_total = moe->routed_total;
     layer.expert_params = moe->expert;
-  }
+  }  if (!moe)  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp)
+    layer.matrices = {{x.h, qkv_full / x.t},
+                      {x.h / x.t, x.h},
+                      {x.h, gate * x.f / x.t},
+                      {x.f / x.t, x.h}};
   if (x.sp)
     layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h + (moe ? moe->sp_partial : 0);
 
@@ -233,6 +237,9 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   layer.params_total = x.V * x.h + shared;
   layer.params = x.vocab_shard * x.h + shared;
   if (x.sp) layer.sp_partial_params = shared;
+  layer.matrices.push_back({x.vocab_shard, x.h});
+  if (has_positions) layer.matrices.push_back({m.max_positions, x.h});
+  if (m.type_vocab > 0) layer.matrices.push_back({m.type_vocab, x.h});
   layer.saved_bytes = layer.saved_bytes_selective = layer.saved_bytes_full =
       m.architecture == spec::Architecture::kEncoder ? x.norm_tokens() * x.h * e : 0;
   layer.output_bytes = x.norm_tokens() * x.h * e;
@@ -318,6 +325,8 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   // (Megatron-LM); that copy is memory, not a new parameter: stage_params adds it.
   layer.params = (decoder ? norm_params : 0) + (m.tied_embeddings ? 0 : vocab_shard * x.h) + pooler;
   if (x.sp && decoder) layer.sp_partial_params = norm_params;
+  if (!m.tied_embeddings) layer.matrices.push_back({vocab_shard, x.h});
+  if (m.pooler) layer.matrices.push_back({x.h, x.h});
   // Kept: norm input, logits input, fp32 softmax of the logits shard.
   layer.saved_bytes = (decoder ? x.norm_tokens() * x.h * e : 0) + T * x.h * e + T * vocab_shard * 4;
   layer.saved_bytes_selective = layer.saved_bytes;

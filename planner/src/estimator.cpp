@@ -81,17 +81,17 @@ double Estimator::collective_s(const spec::Plan& plan, spec::CollectiveKind kind
 }
 
 double Estimator::bucket_seconds(const spec::Plan& plan, const Lowering& l,
-                                 spec::CollectiveKind kind, int64_t params, int64_t grad_bytes,
-                                 const sim::GroupShape& shape) {
+                                 spec::CollectiveKind kind, const models::GradientBucket& bucket,
+                                 int64_t grad_bytes, const sim::GroupShape& shape) {
   const spec::GradientCompression& c = plan.compression;
-  if (!c.any()) return collective_s(plan, kind, params * grad_bytes, shape);
+  if (!c.any()) return collective_s(plan, kind, bucket.params * grad_bytes, shape);
   const sim::ComputeModel& compute = *l.compute;
-  const models::Op encode = models::compression_encode_op(c, params, grad_bytes);
-  const models::Op decode = models::compression_decode_op(c, params, plan.replicas(), grad_bytes);
-  return ps_to_seconds(compute.op_time(encode, spec::Phase::kBwd)) +
-         collective_s(plan, spec::CollectiveKind::kAllGather,
-                      models::compressed_gather_bytes(c, params, plan.replicas()), shape) +
-         ps_to_seconds(compute.op_time(decode, spec::Phase::kBwd));
+  double seconds = 0;
+  for (const models::Op& op :
+       models::compressed_exchange_ops(c, bucket, plan.replicas(), grad_bytes))
+    seconds += op.is_comm() ? collective_s(plan, op.collective, op.bytes, shape)
+                            : ps_to_seconds(compute.op_time(op, spec::Phase::kBwd));
+  return seconds;
 }
 
 const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
@@ -255,10 +255,9 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const int64_t e = spec::dtype_bytes(lowered.dtype);
   const spec::GradientCompression& comp = plan.compression;
-  const DpKey key{
-      &stages,    plan.replicas(),    stack.dp_bucket_bytes,       g,         e,
-      plan.zero,  stack.dp_overlap,   static_cast<int>(comp.kind), comp.bits, comp.bucket,
-      comp.ratio, comp.error_feedback};
+  const DpKey key{&stages,   plan.replicas(),  stack.dp_bucket_bytes,       g,         e,
+                  plan.zero, stack.dp_overlap, static_cast<int>(comp.kind), comp.bits, comp.bucket,
+                  comp.rank, comp.ratio,       comp.error_feedback};
   auto it = l.dp_times.find(key);
   if (it != l.dp_times.end()) return it->second;
   const Shapes& shape = shapes(plan);
@@ -269,6 +268,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   // Buckets alike in size and group (most are) priced once; the routed experts' under expert
   // parallelism are summed over the expert replicas (none to sum with when that is one rank).
   int64_t priced_params = -1;
+  std::vector<models::WeightMatrix> priced_matrices;  // (PowerSGD prices a bucket by them)
   bool priced_experts = false;
   double priced_seconds = 0;
   auto bucket_shape = [&](const models::GradientBucket& b) -> const sim::GroupShape& {
@@ -298,12 +298,13 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       in.pass_end.push_back(in.layer_backward.size());
     }
     for (const models::GradientBucket& b : buckets) {
-      if (b.params != priced_params || b.experts != priced_experts) {
+      if (b.params != priced_params || b.experts != priced_experts ||
+          b.matrices != priced_matrices) {
         priced_params = b.params;
         priced_experts = b.experts;
-        priced_seconds = b.params > 0 && reduced(b)
-                             ? bucket_seconds(plan, l, kind, b.params, g, bucket_shape(b))
-                             : 0;
+        priced_matrices = b.matrices;
+        priced_seconds =
+            b.params > 0 && reduced(b) ? bucket_seconds(plan, l, kind, b, g, bucket_shape(b)) : 0;
       }
       if (b.after_tied_sum) {
         // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).

@@ -132,13 +132,11 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
   // Compressed exchange: the error-feedback residual and the encodings of the stage's largest
   // bucket (a layer larger than the bucket size is a bucket of its own), as the executor holds.
-  if (plan.compression.any() && plan.replicas() > 1) {
-    int64_t largest = 0;
-    for (const models::GradientBucket& b :
-         models::gradient_buckets(plan, lowered, stage, stack.dp_bucket_bytes, per.gradients))
-      largest = std::max(largest, b.params);
-    buffers += models::compression_memory_bytes(plan.compression, params, largest, plan.replicas());
-  }
+  if (plan.compression.any() && plan.replicas() > 1)
+    buffers += models::compression_memory_bytes(
+        plan.compression, params,
+        models::gradient_buckets(plan, lowered, stage, stack.dp_bucket_bytes, per.gradients),
+        plan.replicas(), per.gradients);
   if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
     buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
   // A 3D tensor grid gathers one linear layer's weight block over z at a time and reduce-scatters

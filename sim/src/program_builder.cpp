@@ -631,24 +631,25 @@ class StageBuilder {
     if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
   }
 
-  // A compressed bucket (models/gradient_compression.hpp): encoded, the encoded buckets
-  // all-gathered, decoded and summed, one after another on the data-parallel stream as a
-  // communication hook's work is chained to its bucket (PyTorch DDP register_comm_hook). The codec
-  // kernels run beside the backward; like a collective they do not hold the compute stream.
+  // A compressed bucket (models/gradient_compression.hpp): its exchange's codec kernels and
+  // collectives one after another on the data-parallel stream, as a communication hook's work is
+  // chained to its bucket (PyTorch DDP register_comm_hook). The codec kernels run beside the
+  // backward; like a collective they do not hold the compute stream.
   void compressed_reduce(const models::GradientBucket& b, int32_t after) {
-    const spec::GradientCompression& c = plan_.compression;
-    std::vector<Dep> deps;
-    if (after >= 0) deps.push_back(done(after));
-    const int32_t encoded =
-        codec_task(models::compression_encode_op(c, b.params, grad_bytes_), deps);
-    const int64_t bytes = models::compressed_gather_bytes(c, b.params, plan_.replicas());
-    const int32_t op = named_op(models::kCompressedGatherOp, spec::OpClass::kAllGather, bytes, -1);
-    const int32_t gathered =
-        comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
-             TaskKind::kCollective, spec::CollectiveKind::kAllGather, bytes, op, Phase::kBwd,
-             micro_batches_ - 1, encoded);
-    codec_task(models::compression_decode_op(c, b.params, plan_.replicas(), grad_bytes_),
-               {done(gathered)});
+    int32_t last = after;
+    for (const models::Op& op :
+         models::compressed_exchange_ops(plan_.compression, b, plan_.replicas(), grad_bytes_)) {
+      if (op.is_comm()) {
+        const int32_t id = named_op(op.name, op.op_class, op.bytes, -1);
+        last = comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
+                    TaskKind::kCollective, op.collective, op.bytes, id, Phase::kBwd,
+                    micro_batches_ - 1, last);
+      } else {
+        std::vector<Dep> deps;
+        if (last >= 0) deps.push_back(done(last));
+        last = codec_task(op, deps);
+      }
+    }
   }
 
   // A codec kernel of a compressed bucket on the data-parallel stream, priced by the compute model.

@@ -32,11 +32,12 @@ constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTarg
     {{"none", OffloadTarget::kNone},
      {"host", OffloadTarget::kHost},
      {"nvme", OffloadTarget::kNvme}}};
-constexpr std::array<std::pair<std::string_view, CompressionKind>, 4> kCompressionKinds{
+constexpr std::array<std::pair<std::string_view, CompressionKind>, 5> kCompressionKinds{
     {{"none", CompressionKind::kNone},
      {"qsgd", CompressionKind::kQsgd},
      {"topk", CompressionKind::kTopk},
-     {"onebit", CompressionKind::kOnebit}}};
+     {"onebit", CompressionKind::kOnebit},
+     {"powersgd", CompressionKind::kPowersgd}}};
 constexpr std::array<std::pair<std::string_view, ContextAlgorithm>, 3> kContextAlgorithms{
     {{"ring", ContextAlgorithm::kRing},
      {"all-gather", ContextAlgorithm::kAllGather},
@@ -103,6 +104,9 @@ std::string Plan::name() const {
     case CompressionKind::kOnebit:
       s += fmt::format(".onebit{}", compression.bucket);
       break;
+    case CompressionKind::kPowersgd:
+      s += fmt::format(".powersgd{}", compression.rank);
+      break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
   if (spatial.any()) s += fmt::format(".hw{}x{}", spatial.h, spatial.w);
@@ -143,7 +147,11 @@ GradientCompression read_compression(ObjectReader& c) {
                    .value_or(g.bucket);
   if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
     g.ratio = c.number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
-  if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\" and \"onebit\""))
+  if (applies("rank", g.kind == CompressionKind::kPowersgd, "\"powersgd\""))
+    g.rank = c.integer("rank", Range::between(1, static_cast<double>(kMaxPowerSgdRank)),
+                       Presence::kOptional)
+                 .value_or(g.rank);
+  if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\", \"onebit\" and \"powersgd\""))
     g.error_feedback = c.boolean("error_feedback", Presence::kOptional).value_or(true);
   c.finish();
   return g;
@@ -162,6 +170,9 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
   if (!(c.ratio > 0 && c.ratio < 1))
     problem("compression/ratio", fmt::format("{:g}", c.ratio),
             "must be in (0, 1): the fraction of gradient elements sent");
+  if (c.rank < 1 || c.rank > kMaxPowerSgdRank)
+    problem("compression/rank", std::to_string(c.rank),
+            fmt::format("must be between 1 and {} columns of P and Q", kMaxPowerSgdRank));
 }
 
 // The rules a plan obeys on its own, without a model or a cluster: one home for plan files and
@@ -250,6 +261,12 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     if (p.cp > 1)
       problem("compression/kind", kind,
               "runs without context parallelism (cp 1): its exchange over dp x cp is not modelled");
+    // PowerSGD compresses each weight as the matrix a rank holds; a grid's z-sharded weight
+    // blocks are not whole matrices on any rank.
+    if (c.kind == CompressionKind::kPowersgd && p.tp_grid.any())
+      problem("compression/kind", kind,
+              "runs without tp_grid: the grid's weight blocks are sharded over z, not matrices a "
+              "rank holds");
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
@@ -393,8 +410,8 @@ GradientCompression compression_from_text(const std::string& text, const std::st
       const size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0)
         throw InputError(source, "", text,
-                         "expected kind[:knob=value,...], e.g. qsgd:bits=4,bucket=512 or "
-                         "topk:ratio=0.001,error_feedback=false");
+                         "expected kind[:knob=value,...], e.g. qsgd:bits=4,bucket=512, "
+                         "topk:ratio=0.001,error_feedback=false or powersgd:rank=2");
       const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
       if (value == "true" || value == "false") {
         j[key] = value == "true";
@@ -452,6 +469,7 @@ Json to_json(const Plan& p) {
     if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
       cj["bucket"] = c.bucket;
     if (c.kind == CompressionKind::kTopk) cj["ratio"] = c.ratio;
+    if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
     j["compression"] = cj;
   }
   if (p.spatial.any()) j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
@@ -569,6 +587,12 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     add("cp", std::to_string(p.cp), problem);
   if (std::string problem = expert_model_problem(model, p.ep); !problem.empty())
     add("ep", std::to_string(p.ep), problem);
+  // The lowering lists the weight matrices of dense layers only (models::Layer::matrices).
+  if (p.compression.kind == CompressionKind::kPowersgd && model.is_transformer() &&
+      model.transformer().moe)
+    add("compression/kind", "powersgd",
+        "runs on dense models: the experts' weights of a mixture of experts are not compressed "
+        "as matrices");
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),

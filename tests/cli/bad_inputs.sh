@@ -104,11 +104,20 @@ expect_error "--compression: /bits = 3: must be 2, 4 or 8" "$sextant" simulate -
 expect_error "/compression/kind = onebit: applies to the all-reduce of DDP (zero 0)" "$sextant" \
   simulate --model gpt-tiny --cluster local-cpu --dp 2 --zero 1 --global-batch 2 \
   --compression onebit
-expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk or onebit" \
+expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk, onebit or powersgd" \
   "$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 4 \
   --compression gzip
 expect_error "--compression = topk:ratio: expected kind[:knob=value,...]" "$sextant" simulate \
   --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression topk:ratio
+expect_error "--compression: /rank = 33: must be in [1, 32]" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression powersgd:rank=33
+expect_error "--compression: /rank = 2: applies to kind \"powersgd\" only" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression topk:rank=2
+expect_error "/compression/kind = powersgd: runs without tp_grid" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --dp 2 --tp-grid 1x2x1 --global-batch 4 \
+  --compression powersgd
+expect_error "/compression/kind = powersgd: runs on dense models" "$sextant" simulate \
+  --model moe-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression powersgd
 # Channel splits (tp for CNNs): tp divides every convolution's channels, not with a spatial split,
 # not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
+#include "sextant/models/zoo.hpp"
+
 namespace sextant::models {
 namespace {
 
@@ -11,6 +15,13 @@ spec::GradientCompression make(spec::CompressionKind kind, bool ef = true) {
   c.kind = kind;
   c.error_feedback = ef;
   return c;
+}
+
+GradientBucket bucket(int64_t params, std::vector<WeightMatrix> matrices = {}) {
+  GradientBucket b;
+  b.params = params;
+  b.matrices = std::move(matrices);
+  return b;
 }
 
 TEST(GradientCompression, EncodedWordsByHand) {
@@ -56,11 +67,100 @@ TEST(GradientCompression, CodecBytesByHand) {
 
 TEST(GradientCompression, MemoryIsTheResidualAndTheBuckets) {
   const spec::GradientCompression q = make(spec::CompressionKind::kQsgd);
-  // 10^6 fp32 residuals, and this rank's plus 4 gathered encodings of a 1000-element bucket.
-  EXPECT_EQ(compression_memory_bytes(q, 1000000, 1000, 4), 4000000 + 5 * 127 * 4);
-  EXPECT_EQ(compression_memory_bytes(make(spec::CompressionKind::kQsgd, false), 1000000, 1000, 4),
-            5 * 127 * 4);
-  EXPECT_EQ(compression_memory_bytes(spec::GradientCompression{}, 1000000, 1000, 4), 0);
+  // 10^6 fp32 residuals, and this rank's plus 4 gathered encodings of the largest bucket's 1000
+  // elements.
+  const std::vector<GradientBucket> buckets{bucket(1000), bucket(600)};
+  EXPECT_EQ(compression_memory_bytes(q, 1000000, buckets, 4, 4), 4000000 + 5 * 127 * 4);
+  EXPECT_EQ(
+      compression_memory_bytes(make(spec::CompressionKind::kQsgd, false), 1000000, buckets, 4, 4),
+      5 * 127 * 4);
+  EXPECT_EQ(compression_memory_bytes(spec::GradientCompression{}, 1000000, buckets, 4, 4), 0);
+}
+
+TEST(PowerSgd, CompressesAMatrixWhenItsFactorsAreLessThanHalfOfIt) {
+  // PyTorch's rule: (rows + cols) * rank * 2 < rows * cols.
+  EXPECT_FALSE(powersgd_compresses(1, {4, 4}));  // 16 < 16: no
+  EXPECT_TRUE(powersgd_compresses(1, {5, 5}));   // 20 < 25
+  EXPECT_FALSE(powersgd_compresses(2, {8, 8}));  // 64 < 64: no
+  EXPECT_TRUE(powersgd_compresses(2, {9, 9}));   // 72 < 81
+  EXPECT_FALSE(powersgd_compresses(1, {1, 1000}));
+}
+
+TEST(PowerSgd, TheBucketsExchangeByHand) {
+  // Rank 2; a 10 x 20 matrix is compressed ((30) * 2 * 2 = 120 < 200), a 3 x 100 one is not
+  // (103 * 4 = 412 > 300); the bucket's other 500 elements are vectors.
+  spec::GradientCompression c = make(spec::CompressionKind::kPowersgd);
+  c.rank = 2;
+  const GradientBucket b = bucket(1000, {{10, 20}, {3, 100}});
+  const PowerSgdSplit split = powersgd_split(2, b);
+  EXPECT_EQ(split.matrices, 1);
+  EXPECT_EQ(split.compressed, 200);
+  EXPECT_EQ(split.uncompressed, 800);
+  EXPECT_EQ(split.p_elements, 20);  // 2 x 10
+  EXPECT_EQ(split.q_elements, 40);  // 2 x 20
+
+  // fp32 gradients (g = 4), error feedback: n = 200 compressed elements, p = 20, q = 40.
+  const std::vector<Op> ops = compressed_exchange_ops(c, b, 8, 4);
+  ASSERT_EQ(ops.size(), 6u);
+  EXPECT_EQ(ops[0].name, kUncompressedAllReduceOp);
+  EXPECT_EQ(ops[0].collective, spec::CollectiveKind::kAllReduce);
+  EXPECT_EQ(ops[0].bytes, 800 * 4);
+  // Fold (gradients read, residual read and written: 800 + 1600), M read from the residual
+  // (800), Q read (160), P written (80).
+  EXPECT_EQ(ops[1].name, kCompressOp);
+  EXPECT_EQ(ops[1].bytes, 2400 + 800 + 160 + 80);
+  EXPECT_EQ(ops[2].name, kPowerSgdPAllReduceOp);
+  EXPECT_EQ(ops[2].bytes, 80);  // independent of dp, unlike the gathers
+  // Gram-Schmidt over 2 columns: col 0 normalised (2 passes over it), taken out of col 1 (3),
+  // col 1 normalised (2): 7 column passes = 3.5 passes over P (280 bytes); M read (800), P read
+  // (80), Q written (160).
+  EXPECT_EQ(ops[3].name, kPowerSgdProjectOp);
+  EXPECT_EQ(ops[3].bytes, 280 + 800 + 80 + 160);
+  EXPECT_EQ(ops[4].name, kPowerSgdQAllReduceOp);
+  EXPECT_EQ(ops[4].bytes, 160);
+  // P Q^T: factors read (240), gradients written (800); residual read and written (1600) after
+  // the local factors are read (240).
+  EXPECT_EQ(ops[5].name, kDecompressOp);
+  EXPECT_EQ(ops[5].bytes, 240 + 800 + 1600 + 240);
+  EXPECT_EQ(compressed_exchange_ops(c, b, 64, 4)[2].bytes, 80);
+
+  // No error feedback: M is the gradients; nothing folded, no residual kept.
+  c.error_feedback = false;
+  const std::vector<Op> plain = compressed_exchange_ops(c, b, 8, 4);
+  EXPECT_EQ(plain[1].bytes, 800 + 160 + 80);
+  EXPECT_EQ(plain[5].bytes, 240 + 800);
+  // A bucket of vectors only is one uncompressed all-reduce.
+  const std::vector<Op> vectors = compressed_exchange_ops(c, bucket(300, {{3, 100}}), 8, 4);
+  ASSERT_EQ(vectors.size(), 1u);
+  EXPECT_EQ(vectors[0].bytes, 1200);
+
+  // Memory: the fp32 residual of 10^6 parameters, every compressed matrix's Q (40 + 40) and the
+  // largest bucket's P and Q (60), in 4-byte elements.
+  c.error_feedback = true;
+  EXPECT_EQ(compression_memory_bytes(c, 1000000, {b, b}, 8, 4), 4000000 + (80 + 60) * 4);
+}
+
+TEST(PowerSgd, TheLoweringListsTheExecutorsWeightMatrices) {
+  // GPT-2 350M at tp 2, by hand (h = 1024, ffn = 4096, biases, learned positions, tied table):
+  // a block holds qkv [h, 3h/2], proj [h/2, h], fc1 [h, 2h], fc2 [2h, h]; the rest of its
+  // parameters are two layer norms (4h) and the biases 3h/2 + h + 2h + h.
+  const spec::ModelSpec model = zoo_model("gpt2-350m");
+  LoweringOptions o;
+  o.tp = 2;
+  const LoweredModel lowered = lower(model, o);
+  const int64_t h = 1024;
+  const Layer& block = lowered.layers[1];
+  ASSERT_EQ(block.kind, LayerKind::kBlock);
+  const std::vector<WeightMatrix> expected{{h, 3 * h / 2}, {h / 2, h}, {h, 2 * h}, {2 * h, h}};
+  EXPECT_EQ(block.matrices, expected);
+  int64_t in_matrices = 0;
+  for (const WeightMatrix& m : block.matrices) in_matrices += m.rows * m.cols;
+  EXPECT_EQ(block.params - in_matrices, 4 * h + 3 * h / 2 + h + 2 * h + h);
+  // The embedding: the vocabulary shard of the table and the 1024 learned positions.
+  const Layer& embedding = lowered.layers.front();
+  const std::vector<WeightMatrix> table{{lowered.vocab_shard, h}, {1024, h}};
+  EXPECT_EQ(embedding.matrices, table);
+  EXPECT_EQ(embedding.params, lowered.vocab_shard * h + 1024 * h);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/plan.hpp"
@@ -27,7 +28,8 @@ int64_t qsgd_levels(int64_t bits);
 // One rank's encoded bucket of `elements` gradients, in 32-bit words:
 //   qsgd:   ceil(elements * bits / 32) code words, then ceil(elements / bucket) fp32 norms;
 //   onebit: ceil(elements / 32) sign words, then ceil(elements / bucket) fp32 scales;
-//   topk:   k int32 indices, then k fp32 values (k = topk_count).
+//   topk:   k int32 indices, then k fp32 values (k = topk_count);
+//   powersgd: not a per-rank encoding (compressed_exchange_ops): `elements`.
 int64_t encoded_words(const spec::GradientCompression& c, int64_t elements);
 
 // The codec's work on one bucket, as ops the compute model prices (memory-bound elementwise
@@ -48,11 +50,54 @@ int64_t compressed_gather_bytes(const spec::GradientCompression& c, int64_t elem
 inline constexpr const char* kCompressOp = "dp.compress";
 inline constexpr const char* kCompressedGatherOp = "dp.compressed_all_gather";
 inline constexpr const char* kDecompressOp = "dp.decompress";
+inline constexpr const char* kUncompressedAllReduceOp = "dp.all_reduce";
+inline constexpr const char* kPowerSgdPAllReduceOp = "dp.powersgd_p_all_reduce";
+inline constexpr const char* kPowerSgdProjectOp = "dp.powersgd_project";
+inline constexpr const char* kPowerSgdQAllReduceOp = "dp.powersgd_q_all_reduce";
 
-// Device memory a rank keeps for compression of `params` gradients in buckets of at most
-// `largest_bucket` elements: the fp32 error-feedback residual of every gradient, and the encoded
-// bucket with the gathered ones of the largest bucket.
+// PowerSGD (Vogels et al., NeurIPS'19, Algorithm 1 with error feedback; PyTorch's
+// powerSGD_hook), of a bucket's weight matrices M (rows x cols, GradientBucket::matrices):
+//   P = M Q (Q: cols x rank, the last step's, warm start), P all-reduced, P orthonormalised
+//   (Gram-Schmidt), Q = M^T P, Q all-reduced, and the bucket's M replaced by P Q^T: the
+//   projection of the summed gradients onto P's columns. Linear, so the factors are all-reduced
+//   and their bytes do not grow with dp. With error feedback each rank keeps M - P (M^T P), what
+//   its own gradients lost. A matrix is compressed only when the factors are less than half its
+//   size (PyTorch's min_compression_rate 2); the rest of the bucket -- vectors and such matrices --
+//   is all-reduced as it is.
+bool powersgd_compresses(int64_t rank, const WeightMatrix& m);
+struct PowerSgdSplit {
+  int64_t matrices = 0;      // compressed
+  int64_t compressed = 0;    // their elements
+  int64_t uncompressed = 0;  // the bucket's other elements
+  int64_t p_elements = 0;    // sum of rank * rows over the compressed matrices
+  int64_t q_elements = 0;    // sum of rank * cols
+  bool operator==(const PowerSgdSplit&) const = default;
+};
+PowerSgdSplit powersgd_split(int64_t rank, const GradientBucket& bucket);
+
+// The exchange of one compressed bucket as ops, in the order they run on the data-parallel
+// stream: for QSGD, top-k and 1-bit the encode op, the all-gather (compressed_gather_bytes) and
+// the decode op; for PowerSGD the uncompressed part's all-reduce (when it has one), then
+//   dp.compress                error feedback folded into M, P = M Q;
+//   dp.powersgd_p_all_reduce   every compressed matrix's P (rank * rows each);
+//   dp.powersgd_project        P orthonormalised (modified Gram-Schmidt: 2 + 3 (rank - 1) / 2
+//                              passes over P), Q = M^T P;
+//   dp.powersgd_q_all_reduce   every Q (rank * cols each);
+//   dp.decompress              M = P Q^T written to the gradients and, with error feedback, the
+//                              residual M - P Q_local^T.
+// The factors have the gradients' element size (PyTorch's hook allocates them so). The codec ops
+// are memory-bound (a rank-r product does 2r FLOPs per element read; spec/limits.hpp
+// kMaxPowerSgdRank) and priced by their bytes. `grad_bytes`: bytes of a gradient element.
+std::vector<Op> compressed_exchange_ops(const spec::GradientCompression& c,
+                                        const GradientBucket& bucket, int64_t dp,
+                                        int64_t grad_bytes);
+
+// Device memory a rank keeps for compression of `params` gradients in `buckets`: the fp32
+// error-feedback residual of every gradient, and the encoded bucket with the gathered ones of the
+// largest bucket (PowerSGD: every compressed matrix's Q, kept for the warm start, and the largest
+// bucket's P and local Q).
 int64_t compression_memory_bytes(const spec::GradientCompression& c, int64_t params,
-                                 int64_t largest_bucket, int64_t dp);
+                                 const std::vector<GradientBucket>& buckets, int64_t dp,
+                                 int64_t grad_bytes);
 
 }  // namespace sextant::models

@@ -82,6 +82,14 @@ struct Op {
 
 enum class LayerKind { kEmbedding, kBlock, kHead, kMlpLinear, kCnn };
 
+// A weight one rank holds, viewed as the matrix PowerSGD compresses: a tensor of shape
+// [rows, ...] as rows x (elements / rows), PyTorch's powerSGD_hook view (tensor.view(rows, -1)).
+struct WeightMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool operator==(const WeightMatrix&) const = default;
+};
+
 struct Layer {
   std::string name;  // "embedding", "block3", "head", "fc0", "conv1"
   LayerKind kind = LayerKind::kBlock;
@@ -98,6 +106,10 @@ struct Layer {
   // (norms, row-parallel biases, learned positions): their gradients are partial sums, all-reduced
   // over the tp group once per step (Megatron-LM finalize_model_grads, _allreduce_layernorm_grads).
   int64_t sp_partial_params = 0;
+  // Of `params`, the weights of two or more dimensions, as the executor's parameters hold them
+  // (exec's ParamSpec shapes), in no particular order; the rest are vectors (norms, biases).
+  // Listed for dense layers (a mixture of experts' and a tensor grid's are not).
+  std::vector<WeightMatrix> matrices;
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // core attention recomputed
@@ -199,9 +211,10 @@ int64_t pipeline_transfer_parts(const spec::Plan& plan, const LoweredModel& lowe
 // A gradient bucket of one pipeline stage: gradients reduced together over the data-parallel
 // group (all-reduced, or reduce-scattered and later all-gathered under ZeRO-1/2).
 struct GradientBucket {
-  std::vector<size_t> layers;   // lowered layer indices, in backward order
-  int64_t params = 0;           // gradients it reduces, per rank (a tied table's copy included)
-  bool after_tied_sum = false;  // holds a tied table: reduced once the end stages summed it
+  std::vector<size_t> layers;  // lowered layer indices, in backward order
+  int64_t params = 0;          // gradients it reduces, per rank (a tied table's copy included)
+  std::vector<WeightMatrix> matrices;  // of those, its layers' weight matrices (Layer::matrices)
+  bool after_tied_sum = false;         // holds a tied table: reduced once the end stages summed it
   // Holds routed experts' gradients under expert parallelism: reduced over the expert replicas
   // (spec::RankLayout::expert_replica_group), not the replicas.
   bool experts = false;

@@ -97,7 +97,7 @@ class Estimator {
     bool overlap = false;
     // The compression's kind and knobs (spec::GradientCompression holds a double: no <=>).
     int compression = 0;
-    int64_t bits = 0, scale_bucket = 0;
+    int64_t bits = 0, scale_bucket = 0, rank = 0;
     double ratio = 0;
     bool error_feedback = false;
     auto operator<=>(const DpKey&) const = default;
@@ -152,10 +152,12 @@ class Estimator {
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
   double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
                       const sim::GroupShape& shape);
-  // One data-parallel bucket's reduction of `params` gradients of `grad_bytes`: the collective,
-  // or a compressed bucket's encode, all-gather and decode (the simulator's chain on its stream).
+  // One data-parallel bucket's reduction of its gradients of `grad_bytes`: the collective, or a
+  // compressed bucket's exchange (models::compressed_exchange_ops, the simulator's chain on its
+  // stream).
   double bucket_seconds(const spec::Plan& plan, const Lowering& l, spec::CollectiveKind kind,
-                        int64_t params, int64_t grad_bytes, const sim::GroupShape& shape);
+                        const models::GradientBucket& bucket, int64_t grad_bytes,
+                        const sim::GroupShape& shape);
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);

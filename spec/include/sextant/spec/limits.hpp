@@ -30,6 +30,11 @@ inline constexpr int64_t kMaxRanks = int64_t{1} << 24;
 // Gradient elements sharing one scale of a compressed exchange (plan "compression" bucket): 2^24,
 // more than any gradient bucket holds (25 MB DDP buckets are ~6.5 M fp32 elements).
 inline constexpr int64_t kMaxCompressionBucket = int64_t{1} << 24;
+// Columns of PowerSGD's low-rank factors (plan "compression" rank): 32. Vogels et al. train with
+// ranks 1 to 4; up to 32 the rank-r products stay memory-bound (2r FLOPs per 4-byte element read,
+// under the fp32 ridge point of the GPUs and CPUs in spec/device_models), which is how the codec
+// ops are priced (models/gradient_compression.hpp).
+inline constexpr int64_t kMaxPowerSgdRank = 32;
 // Sequences (samples) per optimizer step, and per micro-batch: 2^24 (published batches are ~10^4).
 inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
 // Micro-batches per data-parallel replica per step: 2^16. The simulator schedules each one and the

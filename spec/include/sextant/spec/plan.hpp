@@ -60,6 +60,11 @@ enum class CompressionKind {
   // 1-bit (Seide et al., Interspeech'14; EF-SignSGD, Karimireddy et al.): a sign bit per element
   // and one fp32 scale, the mean magnitude, per `bucket` elements.
   kOnebit,
+  // PowerSGD (Vogels et al., NeurIPS'19): each weight matrix M approximated as P Q^T of `rank`
+  // columns, one power-iteration step warm-started from the last step's Q. Unlike the others it
+  // is linear, so P and Q are all-reduced (not all-gathered) and its bytes do not grow with dp;
+  // vectors and matrices it would not shrink go uncompressed (PyTorch's powerSGD_hook).
+  kPowersgd,
 };
 EnumNames<CompressionKind> compression_kind_names();
 
@@ -68,6 +73,7 @@ struct GradientCompression {
   int64_t bits = 4;      // qsgd: bits per element, sign included: 2, 4 or 8
   int64_t bucket = 512;  // qsgd, onebit: elements sharing one fp32 scale
   double ratio = 0.01;   // topk: the fraction of elements sent, in (0, 1)
+  int64_t rank = 1;  // powersgd: columns of P and Q, 1 to kMaxPowerSgdRank (PyTorch's default 1)
   bool error_feedback = true;
   bool any() const { return kind != CompressionKind::kNone; }
   bool operator==(const GradientCompression&) const = default;
@@ -189,8 +195,8 @@ Plan plan_from_json(const Json& json, const std::string& source);
 Json to_json(const Plan& plan);
 Plan read_plan_file(const std::string& path);
 // A compression from the command line: kind[:knob=value,...], e.g. "qsgd:bits=4,bucket=256",
-// "topk:ratio=0.001,error_feedback=false", "onebit", decoded and checked as a plan's
-// "compression" object is. Throws InputError naming `source` (the flag).
+// "topk:ratio=0.001,error_feedback=false", "onebit", "powersgd:rank=2", decoded and checked as a
+// plan's "compression" object is. Throws InputError naming `source` (the flag).
 GradientCompression compression_from_text(const std::string& text, const std::string& source);
 
 // The stack `plan` runs under: its own, or the default one of the cluster kind.
