@@ -574,6 +574,31 @@ TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
   for (const RankedPlan& p : search(r, o).ranked) EXPECT_FALSE(p.plan.compression.any());
 }
 
+// PowerSGD all-reduces its factors, so its bytes do not grow with dp; the gathers of 1-bit do:
+// at dp 64 each rank receives 63 encodings of 1/32 + 1/512 of the fp32 bytes, about the ring
+// all-reduce's 2 x 63/64, while rank-4 factors of GPT-2 124M's weights are under 1% of them
+// (qkv [768, 2304]: 4 x 3072 of 1.77 M; the table [50304, 768]: 4 x 51072 of 38.6 M). On 1 GB/s
+// links the planner picks PowerSGD over 1-bit, and prices it as the simulator does.
+TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
+  SearchRequest r = request("gpt2-124m", 64, 512);
+  for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
+  spec::GradientCompression onebit, power;
+  onebit.kind = spec::CompressionKind::kOnebit;
+  power.kind = spec::CompressionKind::kPowersgd;
+  power.rank = 4;
+  r.compressions = {onebit, power};
+  SearchOptions o;
+  o.top_k = 3;
+  o.leaders = 8;
+  const SearchResult s = search(r, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_EQ(best.compression, power) << best.name();
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.02 * simulated);
+}
+
 TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   // ResNet-50 with 8 images per step on 32 GPUs: data parallelism reaches 8 of them; spatial
   // grids (up to a node of 8) and pipeline stages take the rest.

@@ -261,7 +261,11 @@ TEST(PlanCompression, DecodesNamesAndRoundTrips) {
   Plan o = plan_from_json(ddp_plan(R"({"kind": "onebit"})"), "p.json");
   EXPECT_EQ(o.compression.bucket, 512);
   EXPECT_EQ(o.name(), "dp4.tp1.pp1.z0.mb1.onebit512");
-  for (const Plan& p : {q, t, o}) {
+  Plan w = plan_from_json(ddp_plan(R"({"kind": "powersgd", "rank": 4})"), "p.json");
+  EXPECT_EQ(w.compression.rank, 4);
+  EXPECT_EQ(w.name(), "dp4.tp1.pp1.z0.mb1.powersgd4");
+  EXPECT_EQ(plan_from_json(ddp_plan(R"({"kind": "powersgd"})"), "p.json").compression.rank, 1);
+  for (const Plan& p : {q, t, o, w}) {
     EXPECT_EQ(plan_from_json(to_json(p), "again.json").compression, p.compression) << p.name();
   }
   // No compression writes nothing.
@@ -279,6 +283,10 @@ TEST(PlanCompression, KnobsOfAnotherKindAndBadValuesAreRefused) {
                      "must be in (0, 1)");
   EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "gzip"})"), "p.json"),
                      "/compression/kind");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "powersgd", "rank": 0})"), "p.json"),
+                     "/compression/rank");
+  EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "onebit", "rank": 2})"), "p.json"),
+                     "applies to kind \"powersgd\" only");
   EXPECT_INPUT_ERROR(
       plan_from_json(ddp_plan(R"({"kind": "none", "error_feedback": true})"), "p.json"),
       "/compression/error_feedback");
