@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compressed gradient exchanges (issue 13): what the simulator predicts for GPT-2 350M on 16 A100s
-# with their InfiniBand and with 10 GbE-class links (1.25 GB/s every level), and what 2 CPU ranks
+# with their InfiniBand and with 10 GbE-class links (1.25 GB/s every level), and on 64 of the latter, and what 2 CPU ranks
 # of this machine measure for gpt-tiny (mean step after the first, the exchange's bytes per step
 # on rank 0, the loss of the last step). Numbers, never pass/fail; record them in
 # bench/results/compression.md with the date, the machine and the commit.
@@ -9,7 +9,8 @@ sextant="${1:-build/release/cli/sextant}"
 steps="${2:-12}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-kinds=(none qsgd:bits=8 qsgd:bits=4 qsgd:bits=2 onebit topk:ratio=0.01 topk:ratio=0.001)
+kinds=(none qsgd:bits=8 qsgd:bits=4 qsgd:bits=2 onebit topk:ratio=0.01 topk:ratio=0.001
+  powersgd:rank=1 powersgd:rank=4)
 flag() { [[ "$1" == none ]] || echo "--compression $1"; }
 
 python3 - "$tmp/slow.json" "$(dirname "$0")/../clusters/dgx-a100.json" <<'PY'
@@ -21,17 +22,19 @@ for level in c["network"]["levels"]:
 json.dump(c, open(sys.argv[1], "w"))
 PY
 
-echo "predicted: gpt2-350m, dp16.mb4, global batch 256 (sextant simulate)"
-printf '%-18s %14s %14s\n' compression dgx-a100 10gbe
+echo "predicted: gpt2-350m, mb4, 16 sequences per replica (sextant simulate)"
+printf '%-18s %14s %14s %14s\n' compression a100-dp16 10gbe-dp16 10gbe-dp64
 for k in "${kinds[@]}"; do
   row=()
-  for cluster in dgx-a100 "$tmp/slow.json"; do
+  for case in "dgx-a100 16" "$tmp/slow.json 16" "$tmp/slow.json 64"; do
+    read -r cluster dp <<<"$case"
     # shellcheck disable=SC2046
-    t=$("$sextant" simulate --model gpt2-350m --cluster "$cluster" --dp 16 --global-batch 256 \
-      --micro-batch 4 $(flag "$k") --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])')
+    t=$("$sextant" simulate --model gpt2-350m --cluster "$cluster" --dp "$dp" \
+      --global-batch $((16 * dp)) --micro-batch 4 $(flag "$k") --json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])')
     row+=("$(printf '%.1f ms' "$(echo "$t * 1000" | bc -l)")")
   done
-  printf '%-18s %14s %14s\n' "$k" "${row[0]}" "${row[1]}"
+  printf '%-18s %14s %14s %14s\n' "$k" "${row[0]}" "${row[1]}" "${row[2]}"
 done
 
 echo
@@ -48,7 +51,8 @@ steps = [float(m.group(1)) for m in re.finditer(r"step\s+\d+\s+loss \S+\s+step (
 losses = re.findall(r"loss (\S+)", open(sys.argv[2]).read())
 ex = sum(e["args"].get("bytes", 0) for e in events
          if e.get("pid") == 0 and e.get("args", {}).get("step") == 1
-         and e["name"] in ("dp.all_reduce", "dp.compressed_all_gather"))
+         and e["name"] in ("dp.all_reduce", "dp.compressed_all_gather",
+                           "dp.powersgd_p_all_reduce", "dp.powersgd_q_all_reduce"))
 print(f"{sys.argv[3]:<18} {1000 * sum(steps[1:]) / max(1, len(steps) - 1):12.1f} {ex:16d} {float(losses[-1]):10.4f}")
 PY
 done
