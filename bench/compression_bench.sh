@@ -2,8 +2,8 @@
 # Compressed gradient exchanges (issue 13): what the simulator predicts for GPT-2 350M on 16 A100s
 # with their InfiniBand and with 10 GbE-class links (1.25 GB/s every level), and on 64 of the
 # latter, and what 2 CPU ranks of this machine measure for gpt-tiny (mean step after the first,
-# the exchange's bytes per step on rank 0, the loss of the last step). Numbers, never pass/fail; record them in
-# bench/results/compression.md with the date, the machine and the commit.
+# the exchange's bytes per step on rank 0, the loss of the last step). Numbers, never pass/fail;
+# record them in bench/results/compression.md with the date, the machine and the commit.
 set -euo pipefail
 sextant="${1:-build/release/cli/sextant}"
 steps="${2:-12}"
