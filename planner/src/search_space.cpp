@@ -615,6 +615,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                                     ? out.compressions.size()
                                                     : 1;
                               for (size_t k = 0; k < nc; ++k) {
+                                if (out.compressions[k].kind == spec::CompressionKind::kPowersgd &&
+                                    !spec::powersgd_problem(m, out.grids[grid]).empty()) {
+                                  reject("PowerSGD on a mixture of experts or a 3D tensor grid");
+                                  continue;
+                                }
                                 c.compression = static_cast<uint8_t>(k);
                                 for (size_t t = 0; t < nt; ++t)
                                   for (size_t d = 0; d < nd; ++d)

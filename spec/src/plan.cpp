@@ -261,12 +261,6 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     if (p.cp > 1)
       problem("compression/kind", kind,
               "runs without context parallelism (cp 1): its exchange over dp x cp is not modelled");
-    // PowerSGD compresses each weight as the matrix a rank holds; a grid's z-sharded weight
-    // blocks are not whole matrices on any rank.
-    if (c.kind == CompressionKind::kPowersgd && p.tp_grid.any())
-      problem("compression/kind", kind,
-              "runs without tp_grid: the grid's weight blocks are sharded over z, not matrices a "
-              "rank holds");
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
@@ -587,12 +581,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     add("cp", std::to_string(p.cp), problem);
   if (std::string problem = expert_model_problem(model, p.ep); !problem.empty())
     add("ep", std::to_string(p.ep), problem);
-  // The lowering lists the weight matrices of dense layers only (models::Layer::matrices).
-  if (p.compression.kind == CompressionKind::kPowersgd && model.is_transformer() &&
-      model.transformer().moe)
-    add("compression/kind", "powersgd",
-        "runs on dense models: the experts' weights of a mixture of experts are not compressed "
-        "as matrices");
+  if (p.compression.kind == CompressionKind::kPowersgd)
+    if (std::string problem = powersgd_problem(model, p.tp_grid); !problem.empty())
+      add("compression/kind", "powersgd", problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),
@@ -650,6 +641,16 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
           "applies to transformer blocks only: use \"none\" for MLPs and CNNs");
   }
   diag.throw_if_any();
+}
+
+std::string powersgd_problem(const ModelSpec& model, const TensorGrid& grid) {
+  if (model.is_transformer() && model.transformer().moe)
+    return "runs on dense models: the experts' weights of a mixture of experts are not "
+           "compressed as matrices";
+  if (grid.any())
+    return "runs without tp_grid: the grid's weight blocks are sharded over z, not matrices a "
+           "rank holds";
+  return "";
 }
 
 std::string tensor_parallel_problem(const ModelSpec& model, int64_t tp) {
