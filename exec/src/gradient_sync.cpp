@@ -119,25 +119,23 @@ std::unique_ptr<PowerSgdExchange> GradientSync::powersgd_of(const Bucket& b) con
   const int64_t rank = compression_.rank;
   std::vector<PowerSgdMatrix> matrices;
   std::vector<std::pair<int64_t, int64_t>> rest;
-  models::PowerSgdSplit mine;
+  models::GradientBucket held;  // the bucket as this stage holds it, for the lowering's split
+  held.params = b.span.end - b.span.begin;
   for (const Param& p : stage_.params().params()) {
     const int64_t n = p.grad.numel();
     if (p.offset < b.span.begin || p.offset >= b.span.end) continue;
     const std::vector<int64_t>& shape = p.grad.shape();
-    const models::WeightMatrix m{shape.front(), shape.size() >= 2 ? n / shape.front() : 1};
+    const models::WeightMatrix m{shape.front(), n / shape.front()};
+    if (shape.size() >= 2) held.matrices.push_back(m);
     if (shape.size() >= 2 && models::powersgd_compresses(rank, m)) {
       matrices.push_back({p.name, p.offset, m.rows, m.cols});
-      ++mine.matrices;
-      mine.compressed += n;
-      mine.p_elements += rank * m.rows;
-      mine.q_elements += rank * m.cols;
     } else if (!rest.empty() && rest.back().second == p.offset) {
       rest.back().second += n;
     } else {
       rest.push_back({p.offset, p.offset + n});
     }
   }
-  mine.uncompressed = b.span.end - b.span.begin - mine.compressed;
+  const models::PowerSgdSplit mine = models::powersgd_split(rank, held);
   // Agreement by construction, checked: the simulator prices the matrices this rank holds.
   const models::PowerSgdSplit lowered = models::powersgd_split(rank, b.model);
   SEXTANT_CHECK(mine == lowered,

@@ -97,9 +97,9 @@ TEST(GradientCompression, PowerSgdAllReducesTheFactorsWhateverTheDp) {
         EXPECT_EQ(e.bytes, 4 * kWidth * 4) << e.name;
       }
     }
-    for (const char* op : {models::kCompressOp, models::kPowerSgdPAllReduceOp,
-                           models::kPowerSgdProjectOp, models::kPowerSgdQAllReduceOp,
-                           models::kDecompressOp})
+    for (const char* op :
+         {models::kCompressOp, models::kPowerSgdPAllReduceOp, models::kPowerSgdProjectOp,
+          models::kPowerSgdQAllReduceOp, models::kDecompressOp})
       EXPECT_EQ(count[op], kLayers) << op;
     EXPECT_EQ(count["dp.all_reduce"], 0) << "every weight is a compressed matrix";
   }
