@@ -797,42 +797,39 @@ Resumed run_and_resume(const spec::Plan& plan, const std::string& dir, Backend& 
   return out;
 }
 
-// Error feedback is training state: a run resumed from a checkpoint continues the compressed
-// run's loss curve exactly only if the residual was saved with the moments (and QSGD's rounding
-// draws follow the step, not the process).
-TEST(Checkpoint, ResumeKeepsTheErrorFeedbackResidual) {
-  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
-  const std::string dir = "/tmp/sextant-ckpt-ef-test";
+// A compressed run resumed from a checkpoint at step 3 under `plan`: the resumed steps continue
+// the uninterrupted run's loss curve exactly; the same checkpoint under `other` is refused.
+void expect_compressed_resume(const spec::Plan& plan, spec::Plan other, const std::string& dir) {
   if (world_rank() == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  auto [whole, resumed, job] =
-      run_and_resume(compressed(plan_of(2, 1, 1), spec::CompressionKind::kQsgd), dir, *backend);
+  auto [whole, resumed, job] = run_and_resume(plan, dir, *backend);
   ASSERT_EQ(resumed.steps.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
-  // The same checkpoint under the uncompressed plan is another layout: refused, not resumed
-  // without its residual.
-  job.plan.compression = {};
+  job.plan = std::move(other);
   EXPECT_THROW(run_job(job, MPI_COMM_WORLD, *backend), InputError);
 }
 
+// Error feedback is training state: a run resumed from a checkpoint continues the compressed
+// run's loss curve exactly only if the residual was saved with the moments (and QSGD's rounding
+// draws follow the step, not the process). The same checkpoint under the uncompressed plan is
+// another layout: refused, not resumed without its residual.
+TEST(Checkpoint, ResumeKeepsTheErrorFeedbackResidual) {
+  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
+  const spec::Plan qsgd = compressed(plan_of(2, 1, 1), spec::CompressionKind::kQsgd);
+  expect_compressed_resume(qsgd, plan_of(2, 1, 1), "/tmp/sextant-ckpt-ef-test");
+}
+
 // PowerSGD's warm start is training state too: the resumed run continues the loss curve exactly
-// only if each matrix's Q was saved with the residual.
+// only if each matrix's Q was saved with the residual. Without error feedback the plan keeps one
+// array fewer: another layout, refused.
 TEST(Checkpoint, ResumeKeepsPowerSgdsQFactors) {
   if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
-  const std::string dir = "/tmp/sextant-ckpt-powersgd-test";
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  auto [whole, resumed, job] =
-      run_and_resume(compressed(plan_of(2, 1, 1), spec::CompressionKind::kPowersgd), dir, *backend);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
-  // Without error feedback the plan keeps one array fewer: another layout, refused.
-  job.plan.compression.error_feedback = false;
-  EXPECT_THROW(run_job(job, MPI_COMM_WORLD, *backend), InputError);
+  const spec::Plan power = compressed(plan_of(2, 1, 1), spec::CompressionKind::kPowersgd);
+  expect_compressed_resume(power,
+                           compressed(plan_of(2, 1, 1), spec::CompressionKind::kPowersgd, false),
+                           "/tmp/sextant-ckpt-powersgd-test");
 }
 
 // PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),
