@@ -23,6 +23,8 @@ namespace sextant::exec {
 
 namespace {
 
+using models::OpId;
+using models::OpName;
 using spec::CnnLayerKind;
 using spec::OpClass;
 using spec::Phase;
@@ -309,11 +311,11 @@ class CnnStage : public StageModel {
   Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
   Tensor empty(MapShape s, bool split) const { return empty(shape_of(s, split)); }
 
-  auto op(const std::string& name, int32_t layer, Phase phase, int64_t mb) const {
+  auto op(const OpName& name, int32_t layer, Phase phase, int64_t mb) const {
     return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
   }
   // A collective or exchange among the split ranks, traced as the lowering's layer-group op.
-  auto split_comm(const std::string& name, OpClass cls, int64_t bytes, int32_t layer, Phase phase,
+  auto split_comm(const OpName& name, OpClass cls, int64_t bytes, int32_t layer, Phase phase,
                   int64_t mb) const {
     return ctx_.recorder->scope(
         ctx_.comm(name, cls, Stream::kTpComm, bytes, ctx_.groups->spatial_size, phase, layer, mb));
@@ -346,8 +348,8 @@ class CnnStage : public StageModel {
     const SpatialExchange& ex = exchange_for(split);
     const int64_t halo = ex.largest_halo(g);
     if (halo == 0) return ex.gather(*ctx_.backend, x, g, fill);
-    auto s = split_comm(name + ".halo", OpClass::kSend, halo * x.dim(0) * x.dim(1) * 4, layer,
-                        phase, mb);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend,
+                        halo * x.dim(0) * x.dim(1) * 4, layer, phase, mb);
     return ex.gather(*ctx_.backend, x, g, fill);
   }
   Tensor window_gradient(const std::string& name, const WindowGeometry& g, const Tensor& dwindow,
@@ -359,14 +361,14 @@ class CnnStage : public StageModel {
       ex.scatter(*ctx_.backend, dwindow, g, dx);
       return dx;
     }
-    auto s = split_comm(name + ".halo", OpClass::kSend, halo * dx.dim(0) * dx.dim(1) * 4, layer,
-                        Phase::kBwd, mb);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend,
+                        halo * dx.dim(0) * dx.dim(1) * 4, layer, Phase::kBwd, mb);
     ex.scatter(*ctx_.backend, dwindow, g, dx);
     return dx;
   }
   // Sums over every split rank's block (fp32 on the wire, as the lowering prices them).
-  void all_reduce_sums(const std::string& name, std::vector<double>& sums, int32_t layer,
-                       Phase phase, int64_t mb) {
+  void all_reduce_sums(const OpName& name, std::vector<double>& sums, int32_t layer, Phase phase,
+                       int64_t mb) {
     std::vector<float> wire(sums.begin(), sums.end());
     {
       auto s = split_comm(name, OpClass::kAllReduce, static_cast<int64_t>(wire.size()) * 4, layer,
@@ -392,8 +394,8 @@ class CnnStage : public StageModel {
   }
   // A map with every channel, as this rank's blocks pack it for a collective over tp: block r of
   // every sample, then block r + 1 (Communicator::reduce_scatter and all_gather go by rank).
-  void reduce_scatter_channels(const std::string& name, const Tensor& whole, Tensor& mine,
-                               int32_t layer, Phase phase, int64_t mb) {
+  void reduce_scatter_channels(const OpName& name, const Tensor& whole, Tensor& mine, int32_t layer,
+                               Phase phase, int64_t mb) {
     const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
     std::vector<float> packed(static_cast<size_t>(whole.numel()));
     for (int64_t r = 0; r < tp; ++r)
@@ -404,8 +406,8 @@ class CnnStage : public StageModel {
                                             whole.numel() * 4, tp, phase, layer, mb));
     ctx_.groups->tp->reduce_scatter(packed.data(), mine.data(), mine.numel());
   }
-  void all_gather_channels(const std::string& name, const Tensor& mine, Tensor& whole,
-                           int32_t layer, Phase phase, int64_t mb) {
+  void all_gather_channels(const OpName& name, const Tensor& mine, Tensor& whole, int32_t layer,
+                           Phase phase, int64_t mb) {
     const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
     std::vector<float> packed(static_cast<size_t>(whole.numel()));
     {
@@ -433,7 +435,8 @@ class CnnStage : public StageModel {
     Tensor input = x;
     if (stationary(c, spec::ChannelAlgorithm::kStationaryY)) {
       input = empty(all_channels(c.in), split);
-      all_gather_channels(c.name + ".channel_all_gather", x, input, layer, Phase::kFwd, mb);
+      all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input, layer, Phase::kFwd,
+                          mb);
     }
     cache.window = window_input(c.name, c.window(), input, 0.0f, split, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
@@ -441,14 +444,14 @@ class CnnStage : public StageModel {
       // Partial sums of every filter over this rank's channels, reduce-scattered by filter.
       Tensor partial = empty(all_channels(c.out), split);
       {
-        auto s = op(c.name, layer, Phase::kFwd, mb);
+        auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
         conv::conv2d(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
       }
-      reduce_scatter_channels(c.name + ".filter_reduce_scatter", partial, cache.z, layer,
-                              Phase::kFwd, mb);
+      reduce_scatter_channels(OpName(c.name, OpId::kUnitFilterReduceScatter), partial, cache.z,
+                              layer, Phase::kFwd, mb);
       if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
     } else {
-      auto s = op(c.name, layer, Phase::kFwd, mb);
+      auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
       conv::conv2d(cache.window, param(c.name + ".weight").compute,
                    c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
     }
@@ -464,18 +467,19 @@ class CnnStage : public StageModel {
       if (split && exchange_.split()) {
         // The statistics pass is left untimed here: the all-reduce sits between it and its use.
         conv::channel_sums(cache.z, sums);
-        all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kFwd, mb);
-        auto s = op(c.name + ".bn", layer, Phase::kFwd, mb);
+        all_reduce_sums(OpName(c.name, OpId::kUnitBatchNormAllReduce), sums, layer, Phase::kFwd,
+                        mb);
+        auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kFwd, mb);
         normalise();
       } else {
-        auto s = op(c.name + ".bn", layer, Phase::kFwd, mb);
+        auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kFwd, mb);
         conv::channel_sums(cache.z, sums);
         normalise();
       }
     }
     if (!c.relu) return cache.y;
     Tensor a = empty(c.out, split);
-    auto s = op(c.name + ".relu", layer, Phase::kFwd, mb);
+    auto s = op(OpName(c.name, OpId::kUnitRelu), layer, Phase::kFwd, mb);
     be.relu(cache.y, a);
     return a;
   }
@@ -488,7 +492,7 @@ class CnnStage : public StageModel {
     Tensor d = dout;
     if (c.relu) {
       Tensor dr = empty(c.out, split);
-      auto s = op(c.name + ".relu", layer, Phase::kBwd, mb);
+      auto s = op(OpName(c.name, OpId::kUnitRelu), layer, Phase::kBwd, mb);
       be.relu_backward(cache.y, d, dr);
       d = dr;
     }
@@ -513,11 +517,12 @@ class CnnStage : public StageModel {
       if (split && exchange_.split()) {
         conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
         accumulate();
-        all_reduce_sums(c.name + ".bn_allreduce", sums, layer, Phase::kBwd, mb);
-        auto s = op(c.name + ".bn", layer, Phase::kBwd, mb);
+        all_reduce_sums(OpName(c.name, OpId::kUnitBatchNormAllReduce), sums, layer, Phase::kBwd,
+                        mb);
+        auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kBwd, mb);
         apply();
       } else {
-        auto s = op(c.name + ".bn", layer, Phase::kBwd, mb);
+        auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kBwd, mb);
         conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
         accumulate();
         apply();
@@ -532,7 +537,8 @@ class CnnStage : public StageModel {
     if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
       // Every filter's gradient, for this rank's slice of every filter.
       Tensor whole = empty(all_channels(c.out), split);
-      all_gather_channels(c.name + ".filter_all_gather", d, whole, layer, Phase::kBwd, mb);
+      all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole, layer, Phase::kBwd,
+                          mb);
       if (c.bias) conv::channel_bias_backward(d, db);
       d = whole;
     }
@@ -540,7 +546,7 @@ class CnnStage : public StageModel {
     Tensor dwindow;
     if (input_gradient) dwindow = empty(cache.window.shape());
     {
-      auto s = op(c.name, layer, Phase::kBwd, mb);
+      auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kBwd, mb);
       Tensor dw = grad_of(param(c.name + ".weight"), u);
       conv::conv2d_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
                             input_gradient ? &dwindow : nullptr, dw, bias_in_conv ? &db : nullptr);
@@ -553,7 +559,8 @@ class CnnStage : public StageModel {
     Tensor whole =
         window_gradient(c.name, c.window(), dwindow, all_channels(c.in), split, layer, mb);
     Tensor dx = empty(c.in, split);
-    reduce_scatter_channels(c.name + ".channel_reduce_scatter", whole, dx, layer, Phase::kBwd, mb);
+    reduce_scatter_channels(OpName(c.name, OpId::kUnitChannelReduceScatter), whole, dx, layer,
+                            Phase::kBwd, mb);
     return dx;
   }
 
@@ -573,7 +580,7 @@ class CnnStage : public StageModel {
                                     max ? -std::numeric_limits<float>::infinity() : 0.0f, split,
                                     u.layer, Phase::kFwd, m);
         Tensor y = empty(u.out, split);
-        auto s = op(u.name + ".pool", u.layer, Phase::kFwd, m);
+        auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
         if (max) {
           conv::max_pool(cache.window, u.k, u.s, y, cache.argmax);
         } else {
@@ -586,12 +593,12 @@ class CnnStage : public StageModel {
             split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
         Tensor y = empty(u.out, false);
         {
-          auto s = op(u.name + ".pool", u.layer, Phase::kFwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
           conv::adaptive_avg_pool(x, own.rows, own.cols, u.in.h, u.in.w, y);
         }
         if (split && exchange_.split()) {
-          auto s = split_comm(u.name + ".pool_allreduce", OpClass::kAllReduce, y.numel() * 4,
-                              u.layer, Phase::kFwd, m);
+          auto s = split_comm(OpName(u.name, OpId::kUnitPoolAllReduce), OpClass::kAllReduce,
+                              y.numel() * 4, u.layer, Phase::kFwd, m);
           ctx_.groups->spatial->all_reduce(y.data(), y.numel());
         }
         return y;
@@ -605,25 +612,25 @@ class CnnStage : public StageModel {
         const bool partial = u.fc_reads_split;
         const bool add_bias = u.bias && (!partial || ctx_.groups->tp_rank == 0);
         {
-          auto s = op(u.name + ".fc", u.layer, Phase::kFwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitFc), u.layer, Phase::kFwd, m);
           be.matmul(flat, param(u.name + ".fc.weight").compute,
                     add_bias ? &param(u.name + ".fc.bias").compute : nullptr, y);
         }
         if (partial) {
-          auto s = ctx_.recorder->scope(ctx_.comm(u.name + ".fc.all_reduce", OpClass::kAllReduce,
-                                                  Stream::kTpComm, y.numel() * 4,
-                                                  ctx_.groups->tp_size, Phase::kFwd, u.layer, m));
+          auto s = ctx_.recorder->scope(ctx_.comm(
+              OpName(u.name, OpId::kUnitFcAllReduce), OpClass::kAllReduce, Stream::kTpComm,
+              y.numel() * 4, ctx_.groups->tp_size, Phase::kFwd, u.layer, m));
           ctx_.groups->tp->all_reduce(y.data(), y.numel());
         }
         cache.pre = y;
         if (u.relu) {
           Tensor a = empty({o_.micro_batch, u.out.c});
-          auto s = op(u.name + ".relu", u.layer, Phase::kFwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitRelu), u.layer, Phase::kFwd, m);
           be.relu(y, a);
           y = a;
         }
         if (u.last) {
-          auto s = op("loss", u.layer, Phase::kFwd, m);
+          auto s = op(OpId::kLoss, u.layer, Phase::kFwd, m);
           std::vector<float> target;
           be.softmax_stats(y, mb.targets, 0, u.out.c, max_[m], sum_[m], target);
           for (int64_t i = 0; i < o_.micro_batch; ++i) {
@@ -643,7 +650,7 @@ class CnnStage : public StageModel {
             u.downsample ? forward_conv(u.convs[3], x, split, u.layer, m, cache.convs[3]) : x;
         cache.pre = empty(u.out, split);
         Tensor y = empty(u.out, split);
-        auto s = op(u.name + ".residual", u.layer, Phase::kFwd, m);
+        auto s = op(OpName(u.name, OpId::kUnitResidual), u.layer, Phase::kFwd, m);
         be.add(a, shortcut, cache.pre);
         be.relu(cache.pre, y);
         return y;
@@ -665,7 +672,7 @@ class CnnStage : public StageModel {
         const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
         Tensor dwindow = empty(cache.window.shape());
         {
-          auto s = op(u.name + ".pool", u.layer, Phase::kBwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
           if (u.kind == CnnLayerKind::kMaxPool) {
             conv::max_pool_backward(cache.argmax, dout, dwindow);
           } else {
@@ -679,7 +686,7 @@ class CnnStage : public StageModel {
         const Region own =
             split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
         Tensor dx = empty(u.in, split);
-        auto s = op(u.name + ".pool", u.layer, Phase::kBwd, m);
+        auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
         conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own.rows, own.cols,
                                          u.in.h, u.in.w, dx);
         return dx;
@@ -688,7 +695,7 @@ class CnnStage : public StageModel {
         Tensor d;
         if (u.last) {
           d = empty({o_.micro_batch, u.out.c});
-          auto s = op("loss", u.layer, Phase::kBwd, m);
+          auto s = op(OpId::kLoss, u.layer, Phase::kBwd, m);
           be.cross_entropy_backward(cache.window, mb.targets, 0, u.out.c, max_[m], sum_[m],
                                     1.0f / static_cast<float>(ctx_.plan->global_batch), d);
         } else {
@@ -696,12 +703,12 @@ class CnnStage : public StageModel {
         }
         if (u.relu) {
           Tensor dr = empty({o_.micro_batch, u.out.c});
-          auto s = op(u.name + ".relu", u.layer, Phase::kBwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitRelu), u.layer, Phase::kBwd, m);
           be.relu_backward(cache.pre, d, dr);
           d = dr;
         }
         Tensor dx = empty({o_.micro_batch, fc_rows(u)});
-        auto s = op(u.name + ".fc", u.layer, Phase::kBwd, m);
+        auto s = op(OpName(u.name, OpId::kUnitFc), u.layer, Phase::kBwd, m);
         Tensor dw = grad_of(param(u.name + ".fc.weight"), u);
         Tensor db = u.bias ? grad_of(param(u.name + ".fc.bias"), u) : Tensor();
         be.matmul_backward(cache.x, param(u.name + ".fc.weight").compute, d,
@@ -712,7 +719,7 @@ class CnnStage : public StageModel {
       case CnnLayerKind::kBottleneck: {
         Tensor dsum = empty(u.out, split);
         {
-          auto s = op(u.name + ".residual", u.layer, Phase::kBwd, m);
+          auto s = op(OpName(u.name, OpId::kUnitResidual), u.layer, Phase::kBwd, m);
           be.relu_backward(cache.pre, dout, dsum);
         }
         // conv1 and the shortcut read the block's input (no gradient for the image).

@@ -3,10 +3,10 @@
 
 namespace sextant::exec {
 
-Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase phase,
+Recorder::Event Context::op(const models::OpName& name, int32_t layer, spec::Phase phase,
                             int64_t micro_batch) const {
   Recorder::Event e;
-  e.name = name;
+  e.name = name.str();
   e.phase = phase;
   e.layer = layer;
   e.micro_batch = micro_batch;
@@ -15,7 +15,7 @@ Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase 
     const std::vector<models::Op>& ops = phase == spec::Phase::kBwd ? l.backward : l.forward;
     bool found = false;
     for (const models::Op& o : ops) {
-      if (o.name == name && !o.is_comm()) {
+      if (o.id == name.id() && o.name == name.str() && !o.is_comm()) {
         e.op_class = o.op_class;
         e.flops = o.flops;
         e.bytes = o.bytes;
@@ -27,17 +27,17 @@ Recorder::Event Context::op(const std::string& name, int32_t layer, spec::Phase 
     // An op the lowering does not have would be traced without FLOPs or bytes, and the simulator
     // would never price it: the two readings of the plan would differ.
     SEXTANT_CHECK(found, "the executor's op {} ({} of layer {} \"{}\") is not in the lowering",
-                  name, spec::enum_name(spec::phase_names(), phase), layer, l.name);
+                  name.str(), spec::enum_name(spec::phase_names(), phase), layer, l.name);
   }
   return e;
 }
 
-Recorder::Event Context::comm(const std::string& name, spec::OpClass cls, spec::Stream stream,
+Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                               int64_t bytes, int64_t group_size, spec::Phase phase,
                               std::optional<int64_t> layer,
                               std::optional<int64_t> micro_batch) const {
   Recorder::Event e;
-  e.name = name;
+  e.name = name.str();
   e.op_class = cls;
   e.stream = stream;
   e.bytes = bytes;

@@ -13,6 +13,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
@@ -83,13 +85,13 @@ Tensor CpAttention::act(std::vector<int64_t> shape) {
   return backend().empty(std::move(shape), backend().activation_dtype());
 }
 
-Recorder::Scope CpAttention::comm_scope(const char* name, OpClass cls, int64_t elements,
-                                        Phase phase, int32_t layer, int64_t mb) {
+Recorder::Scope CpAttention::comm_scope(OpId name, OpClass cls, int64_t elements, Phase phase,
+                                        int32_t layer, int64_t mb) {
   return ctx_.recorder->scope(ctx_.comm(name, cls, Stream::kTpComm, elements * kActivationWireBytes,
                                         cp_, phase, layer, mb));
 }
 
-Recorder::Scope CpAttention::op_scope(const char* name, int32_t layer, Phase phase, int64_t mb) {
+Recorder::Scope CpAttention::op_scope(OpId name, int32_t layer, Phase phase, int64_t mb) {
   return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
 }
 
@@ -123,7 +125,8 @@ Tensor CpAttention::gather_keys_values(const Tensor& qkv, int32_t layer, Phase p
   const Tensor mine = own_keys_values(qkv);
   Tensor blocks = act({cp_ * rows_, w});
   {
-    auto s = comm_scope("cp.kv_all_gather", OpClass::kAllGather, cp_ * rows_ * w, phase, layer, mb);
+    auto s =
+        comm_scope(OpId::kCpKvAllGather, OpClass::kAllGather, cp_ * rows_ * w, phase, layer, mb);
     all_gather(*ctx_.groups->cp, backend(), mine, blocks);
   }
   Tensor whole = act({micro_batch_ * seq_, w});
@@ -140,7 +143,7 @@ void CpAttention::scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, in
   sequences_to_blocks(dwhole, blocks, w);
   Tensor mine = act({rows_, w});
   {
-    auto s = comm_scope("cp.kv_reduce_scatter", OpClass::kReduceScatter, cp_ * rows_ * w,
+    auto s = comm_scope(OpId::kCpKvReduceScatter, OpClass::kReduceScatter, cp_ * rows_ * w,
                         Phase::kBwd, layer, mb);
     reduce_scatter(*ctx_.groups->cp, backend(), blocks, mine);
   }
@@ -154,15 +157,15 @@ Tensor CpAttention::gather_forward(const Tensor& qkv, Tensor& out, int32_t layer
   const Tensor kv = gather_keys_values(qkv, layer, phase, mb);
   Tensor probs = act({micro_batch_, qkv_.heads, seq_local_, seq_});
   {
-    auto s = op_scope("attn.scores", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnScores, layer, phase, mb);
     context::scores(qkv, kv, g, probs);
   }
   {
-    auto s = op_scope("attn.softmax", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnSoftmax, layer, phase, mb);
     context::masked_softmax(probs, g);
   }
   {
-    auto s = op_scope("attn.context", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnContext, layer, phase, mb);
     context::context(probs, kv, g, out);
   }
   return probs;
@@ -178,15 +181,15 @@ void CpAttention::gather_backward(const Tensor& qkv, const Tensor& probs, const 
   Tensor dkv = backend().zeros({micro_batch_ * seq_, g.kv_width()});
   Tensor dprobs = act({micro_batch_, qkv_.heads, seq_local_, seq_});
   {
-    auto s = op_scope("attn.context", layer, B, mb);
+    auto s = op_scope(OpId::kAttnContext, layer, B, mb);
     context::context_backward(probs, kv, dout, g, dprobs, dkv);
   }
   {
-    auto s = op_scope("attn.softmax", layer, B, mb);
+    auto s = op_scope(OpId::kAttnSoftmax, layer, B, mb);
     context::masked_softmax_backward(probs, dprobs, g);
   }
   {
-    auto s = op_scope("attn.scores", layer, B, mb);
+    auto s = op_scope(OpId::kAttnScores, layer, B, mb);
     context::scores_backward(dprobs, qkv, kv, g, dqkv, dkv);
   }
   scatter_key_value_grads(dkv, dqkv, layer, mb);
@@ -240,8 +243,8 @@ Tensor CpAttention::ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_
   }
   Tensor received = act({cp_ * rows_, hb.width()});
   {
-    auto s =
-        comm_scope("cp.qkv_all_to_all", OpClass::kAllToAll, rows_ * qkv_.width(), phase, layer, mb);
+    auto s = comm_scope(OpId::kCpQkvAllToAll, OpClass::kAllToAll, rows_ * qkv_.width(), phase,
+                        layer, mb);
     all_to_all(*ctx_.groups->cp, be, send, received);
   }
   qkv_heads = act({micro_batch_ * seq_, hb.width()});
@@ -250,22 +253,22 @@ Tensor CpAttention::ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_
   Tensor probs = act({micro_batch_, hb.heads, seq_, seq_});
   Tensor o = act({micro_batch_ * seq_, hd});
   {
-    auto s = op_scope("attn.scores", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnScores, layer, phase, mb);
     be.attention_scores(qkv_heads, hb, probs);
   }
   {
-    auto s = op_scope("attn.softmax", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnSoftmax, layer, phase, mb);
     be.causal_softmax(probs, seq_);
   }
   {
-    auto s = op_scope("attn.context", layer, phase, mb);
+    auto s = op_scope(OpId::kAttnContext, layer, phase, mb);
     be.attention_context(probs, qkv_heads, hb, o);
   }
   Tensor back = act({cp_ * rows_, hd});
   sequences_to_blocks(o, back, hd);
   Tensor mine = act({cp_ * rows_, hd});
   {
-    auto s = comm_scope("cp.out_all_to_all", OpClass::kAllToAll, rows_ * width, phase, layer, mb);
+    auto s = comm_scope(OpId::kCpOutAllToAll, OpClass::kAllToAll, rows_ * width, phase, layer, mb);
     all_to_all(*ctx_.groups->cp, be, back, mine);
   }
   // Block j holds the rank's rows of head block j: columns [j hd, (j + 1) hd) of the output.
@@ -287,7 +290,7 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
       std::copy_n(dout.data() + r * width + j * hd, hd, send.data() + (j * rows_ + r) * hd);
   Tensor received = act({cp_ * rows_, hd});
   {
-    auto s = comm_scope("cp.out_all_to_all", OpClass::kAllToAll, rows_ * width, B, layer, mb);
+    auto s = comm_scope(OpId::kCpOutAllToAll, OpClass::kAllToAll, rows_ * width, B, layer, mb);
     all_to_all(*ctx_.groups->cp, be, send, received);
   }
   Tensor d_o = act({micro_batch_ * seq_, hd});
@@ -295,15 +298,15 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
   Tensor dheads = act({micro_batch_ * seq_, hb.width()});
   Tensor dprobs = act({micro_batch_, hb.heads, seq_, seq_});
   {
-    auto s = op_scope("attn.context", layer, B, mb);
+    auto s = op_scope(OpId::kAttnContext, layer, B, mb);
     be.attention_context_backward(probs, qkv_heads, d_o, hb, dprobs, dheads);
   }
   {
-    auto s = op_scope("attn.softmax", layer, B, mb);
+    auto s = op_scope(OpId::kAttnSoftmax, layer, B, mb);
     be.causal_softmax_backward(probs, dprobs, seq_);
   }
   {
-    auto s = op_scope("attn.scores", layer, B, mb);
+    auto s = op_scope(OpId::kAttnScores, layer, B, mb);
     be.attention_scores_backward(dprobs, qkv_heads, hb, dheads);
   }
   Tensor back = act({cp_ * rows_, hb.width()});
@@ -311,7 +314,7 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
   Tensor mine = act({cp_ * rows_, hb.width()});
   {
     auto s =
-        comm_scope("cp.qkv_all_to_all", OpClass::kAllToAll, rows_ * qkv_.width(), B, layer, mb);
+        comm_scope(OpId::kCpQkvAllToAll, OpClass::kAllToAll, rows_ * qkv_.width(), B, layer, mb);
     all_to_all(*ctx_.groups->cp, be, back, mine);
   }
   for (int64_t j = 0; j < cp_; ++j) put_head_block(mine.rows(j * rows_, rows_), dqkv, j);
@@ -335,7 +338,7 @@ void CpAttention::ring_exchange(const Tensor& block, Tensor& into, Phase phase, 
   auto [request, sent] = send(ring, backend(), block, next, kRingTag);
   overlap();
   // The scope times what the rank still waits for once its compute is done.
-  auto s = comm_scope("cp.kv_send", OpClass::kSend, block.numel(), phase, layer, mb);
+  auto s = comm_scope(OpId::kCpKvSend, OpClass::kSend, block.numel(), phase, layer, mb);
   recv(ring, backend(), into, prev, kRingTag);
   request->wait();
 }
@@ -353,11 +356,11 @@ Tensor CpAttention::ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, 
     const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
     auto attend = [&] {
       {
-        auto s = op_scope("attn.core", layer, phase, mb);
+        auto s = op_scope(OpId::kAttnCore, layer, phase, mb);
         blockwise::forward(qkv, block, g, i == 0 ? out : step_out, i == 0 ? lse : step_lse);
       }
       if (i > 0) {
-        auto s = op_scope("attn.cp_merge", layer, phase, mb);
+        auto s = op_scope(OpId::kAttnCpMerge, layer, phase, mb);
         blockwise::merge(out, lse, step_out, step_lse);
       }
     };
@@ -384,7 +387,7 @@ void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tens
   const int64_t width = qkv_.heads * qkv_.head_dim;
   Tensor delta = act(lse.shape());
   {
-    auto s = op_scope("attn.core_prep", layer, B, mb);
+    auto s = op_scope(OpId::kAttnCorePrep, layer, B, mb);
     blockwise::backward_prep(out, dout, qkv_, delta);
   }
   const Tensor own = own_keys_values(qkv);
@@ -411,12 +414,12 @@ void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tens
     const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
     {
       // The first step writes the running gradients; the later ones add theirs in the merge.
-      auto s = op_scope("attn.core", layer, B, mb);
+      auto s = op_scope(OpId::kAttnCore, layer, B, mb);
       blockwise::backward(qkv, block, dout, lse, delta, g, i == 0 ? dq : step_dq,
                           i == 0 ? dkv : step_dkv);
     }
     if (i == 0) continue;
-    auto s = op_scope("attn.cp_merge", layer, B, mb);
+    auto s = op_scope(OpId::kAttnCpMerge, layer, B, mb);
     backend().add(dq, step_dq, dq);
     backend().add(dkv, step_dkv, dkv);
   }

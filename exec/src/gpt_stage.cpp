@@ -26,6 +26,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 namespace {
 
 using spec::OpClass;
@@ -214,58 +216,60 @@ class GptStage : public StageModel {
 
   // --- Tensor-parallel communication (Megatron's f and g operators) ---------------------------
 
-  Recorder::Scope comm_scope(const std::string& name, OpClass cls, int64_t bytes, Phase phase,
-                             int32_t layer, int64_t mb) {
+  Recorder::Scope comm_scope(OpId name, OpClass cls, int64_t bytes, Phase phase, int32_t layer,
+                             int64_t mb) {
     return rec(ctx_.comm(name, cls, Stream::kTpComm, bytes, t_, phase, layer, mb));
   }
 
   // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
-  Tensor gather(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer,
+  Tensor gather(const Tensor& x, const models::PartCollectives& part, Phase phase, int32_t layer,
                 int64_t mb) {
     if (!sp_) return x;
     Tensor out = act({rows_, h_});
-    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather,
-                        rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
+                        phase, layer, mb);
     all_gather(*ctx_.groups->tp, backend(), x, out);
     return out;
   }
   // Backward of gather: partial [rows, h] -> summed [local_rows, h].
-  Tensor gather_backward(Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
+  Tensor gather_backward(Tensor& d, const models::PartCollectives& part, int32_t layer,
+                         int64_t mb) {
     if (t_ == 1) return d;
     if (sp_) {
       Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter,
+      auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
                           rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
       reduce_scatter(*ctx_.groups->tp, backend(), d, out);
       return out;
     }
-    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce,
-                        rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
+    auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
+                        Phase::kBwd, layer, mb);
     all_reduce(*ctx_.groups->tp, backend(), d);
     return d;
   }
   // After a row-parallel GEMM: partial [rows, h] -> summed [local_rows, h].
-  Tensor reduce_out(Tensor& y, const std::string& prefix, Phase phase, int32_t layer, int64_t mb) {
+  Tensor reduce_out(Tensor& y, const models::PartCollectives& part, Phase phase, int32_t layer,
+                    int64_t mb) {
     if (t_ == 1) return y;
     if (sp_) {
       Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(prefix + ".reduce_scatter", OpClass::kReduceScatter,
+      auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
                           rows_ * h_ * kActivationWireBytes, phase, layer, mb);
       reduce_scatter(*ctx_.groups->tp, backend(), y, out);
       return out;
     }
-    auto s = comm_scope(prefix + ".all_reduce", OpClass::kAllReduce,
-                        rows_ * h_ * kActivationWireBytes, phase, layer, mb);
+    auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
+                        phase, layer, mb);
     all_reduce(*ctx_.groups->tp, backend(), y);
     return y;
   }
   // Backward of reduce_out: [local_rows, h] -> [rows, h].
-  Tensor reduce_out_backward(const Tensor& d, const std::string& prefix, int32_t layer,
+  Tensor reduce_out_backward(const Tensor& d, const models::PartCollectives& part, int32_t layer,
                              int64_t mb) {
     if (!sp_) return d;
     Tensor out = act({rows_, h_});
-    auto s = comm_scope(prefix + ".all_gather", OpClass::kAllGather,
-                        rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
+    auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
+                        Phase::kBwd, layer, mb);
     all_gather(*ctx_.groups->tp, backend(), d, out);
     return out;
   }
@@ -369,12 +373,12 @@ class GptStage : public StageModel {
   Tensor embed_forward(const MicroBatch& mb) {
     Tensor e = act({rows_, h_});
     {
-      auto s = rec(ctx_.op("embed.lookup", 0, Phase::kFwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kEmbedLookup, 0, Phase::kFwd, mb.index));
       backend().embedding(mb.tokens, table_->compute, r_ * vocab_local_, e);
     }
-    Tensor x = reduce_out(e, "embed", Phase::kFwd, 0, mb.index);
+    Tensor x = reduce_out(e, models::kEmbedCollectives, Phase::kFwd, 0, mb.index);
     if (position_table_ != nullptr) {
-      auto s = rec(ctx_.op("embed.position", 0, Phase::kFwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kEmbedPosition, 0, Phase::kFwd, mb.index));
       if (!cp_attention_) {
         backend().add_positions(position_table_->compute, slice_begin(), seq_, x);
       } else {
@@ -389,7 +393,7 @@ class GptStage : public StageModel {
 
   void embed_backward(const MicroBatch& mb, const Tensor& dy) {
     if (position_table_ != nullptr) {
-      auto s = rec(ctx_.op("embed.position", 0, Phase::kBwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kEmbedPosition, 0, Phase::kBwd, mb.index));
       if (!cp_attention_) {
         backend().add_positions_backward(dy, slice_begin(), seq_, position_table_->grad);
       } else {
@@ -397,8 +401,8 @@ class GptStage : public StageModel {
           backend().add_positions_backward(dy.rows(row, count), first, seq_, position_table_->grad);
       }
     }
-    Tensor full = reduce_out_backward(dy, "embed", 0, mb.index);
-    auto s = rec(ctx_.op("embed.lookup", 0, Phase::kBwd, mb.index));
+    Tensor full = reduce_out_backward(dy, models::kEmbedCollectives, 0, mb.index);
+    auto s = rec(ctx_.op(OpId::kEmbedLookup, 0, Phase::kBwd, mb.index));
     backend().embedding_backward(mb.tokens, full, r_ * vocab_local_, table_->grad);
   }
 
@@ -413,22 +417,23 @@ class GptStage : public StageModel {
     c.ln1_mean = be.empty({local_rows_});
     c.ln1_rstd = be.empty({local_rows_});
     {
-      auto s = rec(ctx_.op("attn.norm", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnNorm, layer, phase, mb));
       norm(x, *p.ln1_g, p.ln1_b, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
-    c.a_in = pair_input(c.ln1, "attn", phase, layer, mb);
+    c.a_in = pair_input(c.ln1, models::kAttnCollectives, phase, layer, mb);
     c.qkv = act({rows_, qkv_.width()});
-    first_linear("attn.qkv", c.a_in, *p.qkv_w, p.qkv_b, c.qkv, phase, layer, mb);
+    first_linear(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, c.qkv, phase, layer, mb);
     if (rope()) {
-      auto s = rec(ctx_.op("attn.rope", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnRope, layer, phase, mb));
       be.rope(c.qkv, qkv_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, c.qkv_heads, layer, phase, mb);
-    Tensor a = second_linear("attn", "attn.proj", c.o, *p.proj_w, p.proj_b, phase, layer, mb);
+    Tensor a = second_linear(models::kAttnCollectives, OpId::kAttnProj, c.o, *p.proj_w, p.proj_b,
+                             phase, layer, mb);
     c.x1 = act({local_rows_, h_});
     {
-      auto s = rec(ctx_.op("attn.residual", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnResidual, layer, phase, mb));
       if (p.proj_b != nullptr && !grid_) add_bias(a, p.proj_b->compute);
       be.add(x, a, c.x1);
     }
@@ -436,23 +441,25 @@ class GptStage : public StageModel {
     c.ln2_mean = be.empty({local_rows_});
     c.ln2_rstd = be.empty({local_rows_});
     {
-      auto s = rec(ctx_.op("mlp.norm", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kMlpNorm, layer, phase, mb));
       norm(c.x1, *p.ln2_g, p.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
-    c.m_in = pair_input(c.ln2, "mlp", phase, layer, mb);
+    c.m_in = pair_input(c.ln2, models::kMlpCollectives, phase, layer, mb);
     if (moe_layer(layer)) {
       Tensor out = moe_->forward(moe_weights_.at(layer), c.m_in, layer, phase, mb, c.moe);
-      return mlp_residual(c, p, reduce_out(out, "mlp", phase, layer, mb), layer, phase, mb);
+      return mlp_residual(c, p, reduce_out(out, models::kMlpCollectives, phase, layer, mb), layer,
+                          phase, mb);
     }
     c.f1 = act({rows_, gate_ * f_local_});
-    first_linear("mlp.fc1", c.m_in, *p.fc1_w, p.fc1_b, c.f1, phase, layer, mb);
+    first_linear(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, c.f1, phase, layer, mb);
     c.g = act({rows_, f_local_});
     {
-      auto s = rec(ctx_.op("mlp.act", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kMlpAct, layer, phase, mb));
       activation(c.f1, c.g);
     }
     return mlp_residual(c, p,
-                        second_linear("mlp", "mlp.fc2", c.g, *p.fc2_w, p.fc2_b, phase, layer, mb),
+                        second_linear(models::kMlpCollectives, OpId::kMlpFc2, c.g, *p.fc2_w,
+                                      p.fc2_b, phase, layer, mb),
                         layer, phase, mb);
   }
 
@@ -460,23 +467,24 @@ class GptStage : public StageModel {
 
   // [local_rows, h] -> what the pair's first layer reads: the rows of every rank (sequence
   // parallelism's all-gather), or on a grid the rank's x part of the columns.
-  Tensor pair_input(const Tensor& x, const std::string& prefix, Phase phase, int32_t layer,
-                    int64_t mb) {
-    return grid_ ? grid_->slice(x) : gather(x, prefix, phase, layer, mb);
+  Tensor pair_input(const Tensor& x, const models::PartCollectives& part, Phase phase,
+                    int32_t layer, int64_t mb) {
+    return grid_ ? grid_->slice(x) : gather(x, part, phase, layer, mb);
   }
-  Tensor pair_input_backward(Tensor& d, const std::string& prefix, int32_t layer, int64_t mb) {
-    return grid_ ? grid_->gather(d, prefix, Phase::kBwd, layer, mb)
-                 : gather_backward(d, prefix, layer, mb);
+  Tensor pair_input_backward(Tensor& d, const models::PartCollectives& part, int32_t layer,
+                             int64_t mb) {
+    return grid_ ? grid_->gather(d, part, Phase::kBwd, layer, mb)
+                 : gather_backward(d, part, layer, mb);
   }
   // QKV or FC1: the rank's columns of y = x W (+ b).
-  void first_linear(const std::string& name, const Tensor& x, const Param& w, const Param* b,
-                    Tensor& y, Phase phase, int32_t layer, int64_t mb) {
+  void first_linear(OpId name, const Tensor& x, const Param& w, const Param* b, Tensor& y,
+                    Phase phase, int32_t layer, int64_t mb) {
     if (grid_) return grid_->forward(name, GridLinear::Role::kFirst, x, w, b, y, phase, layer, mb);
     auto s = rec(ctx_.op(name, layer, phase, mb));
     backend().matmul(x, w.compute, b != nullptr ? &b->compute : nullptr, y);
   }
-  void first_linear_backward(const std::string& name, const Tensor& x, Param& w, Param* b,
-                             const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
+  void first_linear_backward(OpId name, const Tensor& x, Param& w, Param* b, const Tensor& dy,
+                             Tensor& dx, int32_t layer, int64_t mb) {
     if (grid_) return grid_->backward(name, GridLinear::Role::kFirst, x, w, b, dy, dx, layer, mb);
     auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
     backend().matmul_backward(x, w.compute, dy, &dx, w.grad, b != nullptr ? &b->grad : nullptr);
@@ -484,27 +492,27 @@ class GptStage : public StageModel {
   // The projection or FC2 and the pair's output [local_rows, h]: the partial products summed
   // over tp (reduce-scattered under sequence parallelism; the bias is the residual's), or on a
   // grid the layer's x-split output (its bias added by the layer) all-gathered over x.
-  Tensor second_linear(const std::string& prefix, const std::string& name, const Tensor& x,
+  Tensor second_linear(const models::PartCollectives& collectives, OpId name, const Tensor& x,
                        const Param& w, const Param* b, Phase phase, int32_t layer, int64_t mb) {
     if (grid_) {
       Tensor part = act({rows_, h_ / grid_->x()});
       grid_->forward(name, GridLinear::Role::kSecond, x, w, b, part, phase, layer, mb);
-      return grid_->gather(part, prefix, phase, layer, mb);
+      return grid_->gather(part, collectives, phase, layer, mb);
     }
     Tensor y = act({rows_, h_});
     {
       auto s = rec(ctx_.op(name, layer, phase, mb));
       backend().matmul(x, w.compute, nullptr, y);
     }
-    return reduce_out(y, prefix, phase, layer, mb);
+    return reduce_out(y, collectives, phase, layer, mb);
   }
   // The gradient of a pair's output [local_rows, h] -> that of the second layer's output.
-  Tensor pair_output_backward(const Tensor& d, const std::string& prefix, int32_t layer,
+  Tensor pair_output_backward(const Tensor& d, const models::PartCollectives& part, int32_t layer,
                               int64_t mb) {
-    return grid_ ? grid_->slice(d) : reduce_out_backward(d, prefix, layer, mb);
+    return grid_ ? grid_->slice(d) : reduce_out_backward(d, part, layer, mb);
   }
-  void second_linear_backward(const std::string& name, const Tensor& x, Param& w, Param* b,
-                              const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
+  void second_linear_backward(OpId name, const Tensor& x, Param& w, Param* b, const Tensor& dy,
+                              Tensor& dx, int32_t layer, int64_t mb) {
     if (grid_) return grid_->backward(name, GridLinear::Role::kSecond, x, w, b, dy, dx, layer, mb);
     auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
     backend().matmul_backward(x, w.compute, dy, &dx, w.grad, nullptr);
@@ -516,7 +524,7 @@ class GptStage : public StageModel {
   Tensor mlp_residual(BlockCache& c, BlockParams& p, Tensor m, int32_t layer, Phase phase,
                       int64_t mb) {
     Tensor y = act({local_rows_, h_});
-    auto s = rec(ctx_.op("mlp.residual", layer, phase, mb));
+    auto s = rec(ctx_.op(OpId::kMlpResidual, layer, phase, mb));
     if (p.fc2_b != nullptr && !grid_) add_bias(m, p.fc2_b->compute);
     backend().add(c.x1, m, y);
     return y;
@@ -528,72 +536,72 @@ class GptStage : public StageModel {
     const int64_t hd_local = h_ / split_;
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-    Tensor dm = pair_output_backward(dy, "mlp", layer, mb);
+    Tensor dm = pair_output_backward(dy, models::kMlpCollectives, layer, mb);
     Tensor dm_in;
     if (moe_layer(layer)) {
       dm_in = moe_->backward(moe_weights_.at(layer), dm, layer, mb, c.moe);
     } else {
       Tensor dg = act({rows_, f_local_});
-      second_linear_backward("mlp.fc2", c.g, *p.fc2_w, p.fc2_b, dm, dg, layer, mb);
+      second_linear_backward(OpId::kMlpFc2, c.g, *p.fc2_w, p.fc2_b, dm, dg, layer, mb);
       Tensor df1 = act({rows_, gate_ * f_local_});
       {
-        auto s = rec(ctx_.op("mlp.act", layer, B, mb));
+        auto s = rec(ctx_.op(OpId::kMlpAct, layer, B, mb));
         activation_backward(c.f1, dg, df1);
       }
       dm_in = act({rows_, pair_input_width()});
-      first_linear_backward("mlp.fc1", c.m_in, *p.fc1_w, p.fc1_b, df1, dm_in, layer, mb);
+      first_linear_backward(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, df1, dm_in, layer, mb);
     }
-    Tensor dln2 = pair_input_backward(dm_in, "mlp", layer, mb);
+    Tensor dln2 = pair_input_backward(dm_in, models::kMlpCollectives, layer, mb);
     Tensor dx1 = act({local_rows_, h_});
     {
-      auto s = rec(ctx_.op("mlp.norm", layer, B, mb));
+      auto s = rec(ctx_.op(OpId::kMlpNorm, layer, B, mb));
       norm_backward(c.x1, *p.ln2_g, p.ln2_b, c.ln2_mean, c.ln2_rstd, dln2, dx1);
     }
-    residual_backward("mlp", layer, mb, dy, grid_ ? nullptr : p.fc2_b, dx1);
+    residual_backward(OpId::kMlpResidual, layer, mb, dy, grid_ ? nullptr : p.fc2_b, dx1);
     // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
-    Tensor dproj = pair_output_backward(dx1, "attn", layer, mb);
+    Tensor dproj = pair_output_backward(dx1, models::kAttnCollectives, layer, mb);
     Tensor do_ = act({rows_, hd_local});
-    second_linear_backward("attn.proj", c.o, *p.proj_w, p.proj_b, dproj, do_, layer, mb);
+    second_linear_backward(OpId::kAttnProj, c.o, *p.proj_w, p.proj_b, dproj, do_, layer, mb);
     Tensor dqkv = act({rows_, qkv_.width()});
     if (cp_attention_) {
       cp_attention_->backward(c.qkv, c.att, c.qkv_heads, do_, dqkv, layer, mb);
     } else {
       Tensor dprobs = act({batch_, heads_local_, seq_, seq_});
       {
-        auto s = rec(ctx_.op("attn.context", layer, B, mb));
+        auto s = rec(ctx_.op(OpId::kAttnContext, layer, B, mb));
         be.attention_context_backward(c.att, c.qkv, do_, qkv_, dprobs, dqkv);
       }
       {
-        auto s = rec(ctx_.op("attn.softmax", layer, B, mb));
+        auto s = rec(ctx_.op(OpId::kAttnSoftmax, layer, B, mb));
         be.causal_softmax_backward(c.att, dprobs, seq_);
       }
       {
-        auto s = rec(ctx_.op("attn.scores", layer, B, mb));
+        auto s = rec(ctx_.op(OpId::kAttnScores, layer, B, mb));
         be.attention_scores_backward(dprobs, c.qkv, qkv_, dqkv);
       }
     }
     if (rope()) {  // dq and dk are gradients of the rotated q and k: rotate them back
-      auto s = rec(ctx_.op("attn.rope", layer, B, mb));
+      auto s = rec(ctx_.op(OpId::kAttnRope, layer, B, mb));
       be.rope(dqkv, qkv_, kRopeBase, true);
     }
     Tensor da_in = act({rows_, pair_input_width()});
-    first_linear_backward("attn.qkv", c.a_in, *p.qkv_w, p.qkv_b, dqkv, da_in, layer, mb);
-    Tensor dln1 = pair_input_backward(da_in, "attn", layer, mb);
+    first_linear_backward(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, dqkv, da_in, layer, mb);
+    Tensor dln1 = pair_input_backward(da_in, models::kAttnCollectives, layer, mb);
     Tensor dx = act({local_rows_, h_});
     {
-      auto s = rec(ctx_.op("attn.norm", layer, B, mb));
+      auto s = rec(ctx_.op(OpId::kAttnNorm, layer, B, mb));
       norm_backward(c.x, *p.ln1_g, p.ln1_b, c.ln1_mean, c.ln1_rstd, dln1, dx);
     }
-    residual_backward("attn", layer, mb, dx1, grid_ ? nullptr : p.proj_b, dx);
+    residual_backward(OpId::kAttnResidual, layer, mb, dx1, grid_ ? nullptr : p.proj_b, dx);
     return dx;
   }
 
   // The backward of `out = in + branch (+ bias)`: the gradient of `in` is the incoming gradient
   // `dout` plus what the branch's norm gave back (`dnorm`, accumulated in place), and the bias
   // gradient is the sum of `dout` over rows. One op, as the lowering counts it.
-  void residual_backward(const char* branch, int32_t layer, int64_t mb, const Tensor& dout,
-                         Param* bias, Tensor& dnorm) {
-    auto s = rec(ctx_.op(std::string(branch) + ".residual", layer, Phase::kBwd, mb));
+  void residual_backward(OpId residual, int32_t layer, int64_t mb, const Tensor& dout, Param* bias,
+                         Tensor& dnorm) {
+    auto s = rec(ctx_.op(residual, layer, Phase::kBwd, mb));
     if (bias != nullptr) bias_grad(dout, bias->grad);
     backend().add(dnorm, dout, dnorm);
   }
@@ -605,15 +613,15 @@ class GptStage : public StageModel {
     if (cp_attention_) return cp_attention_->forward(qkv, out, qkv_heads, layer, phase, mb);
     Tensor probs = act({batch_, heads_local_, seq_, seq_});
     {
-      auto s = rec(ctx_.op("attn.scores", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnScores, layer, phase, mb));
       be.attention_scores(qkv, qkv_, probs);
     }
     {
-      auto s = rec(ctx_.op("attn.softmax", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnSoftmax, layer, phase, mb));
       be.causal_softmax(probs, seq_);
     }
     {
-      auto s = rec(ctx_.op("attn.context", layer, phase, mb));
+      auto s = rec(ctx_.op(OpId::kAttnContext, layer, phase, mb));
       be.attention_context(probs, qkv, qkv_, out);
     }
     return probs;
@@ -657,28 +665,28 @@ class GptStage : public StageModel {
     c.mean = be.empty({local_rows_});
     c.rstd = be.empty({local_rows_});
     {
-      auto s = rec(ctx_.op("head.norm", layer, Phase::kFwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadNorm, layer, Phase::kFwd, mb.index));
       norm(x, *head_g_, head_b_, c.ln, c.mean, c.rstd);
     }
-    c.xg = gather(c.ln, "head", Phase::kFwd, layer, mb.index);
+    c.xg = gather(c.ln, models::kHeadCollectives, Phase::kFwd, layer, mb.index);
     // Logits over the whole padded shard (aligned: an odd width such as GPT-2's 50257 ran the
     // GEMMs 5-8x slower on the H200); the loss leaves the padding columns out.
     const Tensor& w = head_w_->compute;
     c.logits = act({rows_, vocab_local_});
     {
-      auto s = rec(ctx_.op("head.logits", layer, Phase::kFwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadLogits, layer, Phase::kFwd, mb.index));
       be.matmul_nt(c.xg, w, c.logits);
     }
     std::vector<float> target;
     {
-      auto s = rec(ctx_.op("head.loss", layer, Phase::kFwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadLoss, layer, Phase::kFwd, mb.index));
       be.softmax_stats(c.logits, mb.targets, r_ * vocab_local_, vocab_valid_, c.max, c.sum, target);
     }
     if (t_ > 1) {
       // Each shard's sum is relative to its own max: rescale to the global max, then add.
       const std::vector<float> local_max = c.max;
       {
-        auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
+        auto s = comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
                             layer, mb.index);
         ctx_.groups->tp->all_reduce_max_host(c.max.data(), rows_);
       }
@@ -687,7 +695,7 @@ class GptStage : public StageModel {
     if (t_ > 1) {
       std::vector<float> both(c.sum);
       both.insert(both.end(), target.begin(), target.end());
-      auto s = comm_scope("head.loss_all_reduce", OpClass::kAllReduce, 2 * rows_ * 4, Phase::kFwd,
+      auto s = comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, 2 * rows_ * 4, Phase::kFwd,
                           layer, mb.index);
       ctx_.groups->tp->all_reduce_host(both.data(), 2 * rows_);
       std::copy(both.begin(), both.begin() + rows_, c.sum.begin());
@@ -707,20 +715,20 @@ class GptStage : public StageModel {
     const float scale = 1.0f / static_cast<float>(ctx_.plan->global_batch * seq_);
     Tensor dlogits = act({rows_, vocab_local_});
     {
-      auto s = rec(ctx_.op("head.loss", layer, Phase::kBwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadLoss, layer, Phase::kBwd, mb.index));
       be.cross_entropy_backward(c.logits, mb.targets, r_ * vocab_local_, vocab_valid_, c.max, c.sum,
                                 scale, dlogits);
     }
     Tensor dxg = act({rows_, h_});
     {
-      auto s = rec(ctx_.op("head.logits", layer, Phase::kBwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadLogits, layer, Phase::kBwd, mb.index));
       // The padding columns' zero gradient leaves the padding rows' gradient zero.
       be.matmul_nt_backward(c.xg, head_w_->compute, dlogits, dxg, head_w_->grad);
     }
-    Tensor dln = gather_backward(dxg, "head", layer, mb.index);
+    Tensor dln = gather_backward(dxg, models::kHeadCollectives, layer, mb.index);
     Tensor dx = act({local_rows_, h_});
     {
-      auto s = rec(ctx_.op("head.norm", layer, Phase::kBwd, mb.index));
+      auto s = rec(ctx_.op(OpId::kHeadNorm, layer, Phase::kBwd, mb.index));
       norm_backward(c.x, *head_g_, head_b_, c.mean, c.rstd, dln, dx);
     }
     return dx;

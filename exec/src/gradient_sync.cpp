@@ -8,6 +8,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
@@ -208,7 +210,7 @@ void GradientSync::begin_step(int64_t step) {
 }
 
 void GradientSync::all_reduce_range(const Span& span, Phase phase) {
-  auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
+  auto s = ctx_.recorder->scope(ctx_.comm(OpId::kDpAllReduce, OpClass::kAllReduce, Stream::kDpComm,
                                           (span.end - span.begin) * 4, span.group->size, phase,
                                           std::nullopt, std::nullopt));
   span.group->comm->all_reduce(stage_.params().grads().data() + span.begin, span.end - span.begin);
@@ -242,8 +244,8 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
   {
     // Bytes of the parameters gathered (the padding of the last block is not counted).
     auto sc = ctx_.recorder->scope(ctx_.comm(
-        zero_ == 3 ? "fsdp.all_gather" : "zero.all_gather", OpClass::kAllGather, Stream::kDpComm,
-        (s.end - s.begin) * 4, s.group->size, phase, s.layer, std::nullopt));
+        zero_ == 3 ? OpId::kFsdpAllGather : OpId::kZeroAllGather, OpClass::kAllGather,
+        Stream::kDpComm, (s.end - s.begin) * 4, s.group->size, phase, s.layer, std::nullopt));
     s.group->comm->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
@@ -270,7 +272,7 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
   Tensor block = slice_of(shard_, 0, s.shard);
   {
     auto sc = ctx_.recorder->scope(ctx_.comm(
-        zero_ == 3 ? "fsdp.reduce_scatter" : "dp.reduce_scatter", OpClass::kReduceScatter,
+        zero_ == 3 ? OpId::kFsdpReduceScatter : OpId::kDpReduceScatter, OpClass::kReduceScatter,
         Stream::kDpComm, (s.end - s.begin) * 4, s.group->size, Phase::kBwd, s.layer, std::nullopt));
     s.group->comm->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
@@ -325,9 +327,9 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
     at += p->grad.numel();
   }
   {
-    auto s =
-        ctx_.recorder->scope(ctx_.comm("sp.all_reduce", OpClass::kAllReduce, Stream::kTpComm, n * 4,
-                                       group.size(), Phase::kBwd, std::nullopt, std::nullopt));
+    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kSpAllReduce, OpClass::kAllReduce,
+                                            Stream::kTpComm, n * 4, group.size(), Phase::kBwd,
+                                            std::nullopt, std::nullopt));
     group.all_reduce(packed.data(), n);
   }
   at = 0;
@@ -362,7 +364,7 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
 
 void GradientSync::gradients_to_host(const Span& s) {
   // The shard's size as the simulator counts it (the padded block; the last rank's may be short).
-  auto sc = ctx_.recorder->scope(ctx_.comm("offload.grad_to_host", OpClass::kMemcpy,
+  auto sc = ctx_.recorder->scope(ctx_.comm(OpId::kOffloadGradToHost, OpClass::kMemcpy,
                                            Stream::kOffload, s.shard * 4, 1, Phase::kBwd,
                                            std::nullopt, micro_batches_ - 1));
   const auto [begin, end] = mine(s);
@@ -387,10 +389,11 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
     if (host_grads_ != nullptr) gradients_to_host(b.span);
   } else if (during_backward) {
     // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
-    auto s = ctx_.recorder->scope(ctx_.comm("dp.all_reduce", OpClass::kAllReduce, Stream::kDpComm,
-                                            (b.span.end - b.span.begin) * 4, b.span.group->size,
-                                            Phase::kBwd, std::nullopt, std::nullopt),
-                                  true);
+    auto s =
+        ctx_.recorder->scope(ctx_.comm(OpId::kDpAllReduce, OpClass::kAllReduce, Stream::kDpComm,
+                                       (b.span.end - b.span.begin) * 4, b.span.group->size,
+                                       Phase::kBwd, std::nullopt, std::nullopt),
+                             true);
     b.request = b.span.group->comm->all_reduce_async(stage_.params().grads().data() + b.span.begin,
                                                      b.span.end - b.span.begin);
   } else {
@@ -411,25 +414,25 @@ void GradientSync::compressed_reduce(const Bucket& b) {
   };
   // The ops the simulator prices, run in its order under its names.
   for (const models::Op& op : models::compressed_exchange_ops(compression_, b.model, dp_, 4)) {
-    auto s = ctx_.recorder->scope(ctx_.comm(op.name, op.op_class, Stream::kDpComm, op.bytes, dp_,
+    auto s = ctx_.recorder->scope(ctx_.comm(op.id, op.op_class, Stream::kDpComm, op.bytes, dp_,
                                             Phase::kBwd, std::nullopt, std::nullopt));
-    const std::string& name = op.name;
+    const OpId id = op.id;
     if (power != nullptr) {
-      if (name == models::kUncompressedAllReduceOp) {
+      if (id == OpId::kDpAllReduce) {
         power->all_reduce_uncompressed(all_grads, all_reduce);
-      } else if (name == models::kCompressOp) {
+      } else if (id == OpId::kDpCompress) {
         power->compress(all_grads, residual);
-      } else if (name == models::kPowerSgdPAllReduceOp) {
+      } else if (id == OpId::kDpPowerSgdPAllReduce) {
         power->all_reduce_p(all_reduce);
-      } else if (name == models::kPowerSgdProjectOp) {
+      } else if (id == OpId::kDpPowerSgdProject) {
         power->project(all_grads, residual);
-      } else if (name == models::kPowerSgdQAllReduceOp) {
+      } else if (id == OpId::kDpPowerSgdQAllReduce) {
         power->all_reduce_q(all_reduce);
       } else {
-        SEXTANT_CHECK(name == models::kDecompressOp, "PowerSGD has no op {}", name);
+        SEXTANT_CHECK(id == OpId::kDpDecompress, "PowerSGD has no op {}", op.name);
         power->decompress(all_grads, residual);
       }
-    } else if (name == models::kCompressOp) {
+    } else if (id == OpId::kDpCompress) {
       const float* values = grads;
       if (residual != nullptr) {
         for (int64_t i = 0; i < n; ++i) residual[b.span.begin + i] += grads[i];
@@ -442,12 +445,12 @@ void GradientSync::compressed_reduce(const Bucket& b) {
       // What was sent leaves the residual; what the encoding dropped stays for the next step.
       if (residual != nullptr)
         add_decoded(compression_, encoded_.data(), n, residual + b.span.begin, -1.0f);
-    } else if (name == models::kCompressedGatherOp) {
+    } else if (id == OpId::kDpCompressedAllGather) {
       // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
       ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),
                                         reinterpret_cast<float*>(gathered_.data()), words);
     } else {
-      SEXTANT_CHECK(name == models::kDecompressOp, "compressed exchange has no op {}", name);
+      SEXTANT_CHECK(id == OpId::kDpDecompress, "compressed exchange has no op {}", op.name);
       std::fill(grads, grads + n, 0.0f);
       for (int64_t r = 0; r < dp_; ++r)
         add_decoded(compression_, gathered_.data() + r * words, n, grads);
@@ -459,7 +462,7 @@ void GradientSync::reduce_tied() {
   if (ctx_.groups->embedding == nullptr) return;
   for (Param& p : stage_.params().params()) {
     if (!p.tied_copy && p.name != "embed.table") continue;
-    auto s = ctx_.recorder->scope(ctx_.comm("embed.tied_all_reduce", OpClass::kAllReduce,
+    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kEmbedTiedAllReduce, OpClass::kAllReduce,
                                             Stream::kPpSend, p.grad.numel() * 4, 2, Phase::kBwd,
                                             p.layer, std::nullopt));
     ctx_.groups->embedding->all_reduce(p.grad.data(), p.grad.numel());

@@ -13,8 +13,8 @@ using spec::Stream;
 
 GridLinear::GridLinear(Context& ctx) : ctx_(ctx) {}
 
-Recorder::Scope GridLinear::comm(const std::string& name, OpClass cls, int64_t bytes,
-                                 int64_t group_size, Phase phase, int32_t layer, int64_t mb) {
+Recorder::Scope GridLinear::comm(models::OpId name, OpClass cls, int64_t bytes, int64_t group_size,
+                                 Phase phase, int32_t layer, int64_t mb) {
   return ctx_.recorder->scope(
       ctx_.comm(name, cls, Stream::kTpComm, bytes, group_size, phase, layer, mb));
 }
@@ -28,14 +28,14 @@ Tensor GridLinear::slice(const Tensor& whole) const {
   return out;
 }
 
-Tensor GridLinear::gather(const Tensor& part, const std::string& prefix, Phase phase, int32_t layer,
-                          int64_t mb) {
+Tensor GridLinear::gather(const Tensor& part, const models::PartCollectives& collectives,
+                          Phase phase, int32_t layer, int64_t mb) {
   if (x() == 1) return part;
   const int64_t rows = part.dim(0), width = part.dim(1), h = width * x();
   // The all-gather stacks the parts [x][rows][h / x]; the whole activation interleaves them.
   Tensor stacked = ctx_.backend->empty({x() * rows, width});
   {
-    auto s = comm(prefix + ".all_gather", OpClass::kAllGather, rows * h * kActivationWireBytes, x(),
+    auto s = comm(collectives.all_gather, OpClass::kAllGather, rows * h * kActivationWireBytes, x(),
                   phase, layer, mb);
     all_gather(*axis(0).comm, *ctx_.backend, part, stacked);
   }
@@ -46,22 +46,23 @@ Tensor GridLinear::gather(const Tensor& part, const std::string& prefix, Phase p
   return whole;
 }
 
-Tensor GridLinear::block(const std::string& name, const Param& w, int64_t k_local, Phase phase,
-                         int32_t layer, int64_t mb) {
+Tensor GridLinear::block(const models::GridLinearOps& ops, const Param& w, int64_t k_local,
+                         Phase phase, int32_t layer, int64_t mb) {
   const int64_t elements = w.compute.numel() * z();
   if (z() == 1) return w.compute.view({k_local, elements / k_local});
   Tensor whole = ctx_.backend->empty({elements}, w.compute.dtype());
   {
-    auto s = comm(name + ".weight_gather", OpClass::kAllGather,
+    auto s = comm(ops.weight_gather, OpClass::kAllGather,
                   elements * element_size(w.compute.dtype()), z(), phase, layer, mb);
     all_gather(*axis(2).comm, *ctx_.backend, w.compute.view({w.compute.numel()}), whole);
   }
   return whole.view({k_local, elements / k_local});
 }
 
-void GridLinear::forward(const std::string& name, Role role, const Tensor& x, const Param& w,
+void GridLinear::forward(models::OpId name, Role role, const Tensor& x, const Param& w,
                          const Param* bias, Tensor& y, Phase phase, int32_t layer, int64_t mb) {
-  const Tensor weight = block(name, w, x.dim(1), phase, layer, mb);
+  const models::GridLinearOps& ops = models::grid_linear_ops(name);
+  const Tensor weight = block(ops, w, x.dim(1), phase, layer, mb);
   const GridAxis& sum = inner(role);
   {
     auto s = ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
@@ -70,17 +71,18 @@ void GridLinear::forward(const std::string& name, Role role, const Tensor& x, co
     ctx_.backend->matmul(x, weight, add_bias ? &bias->compute : nullptr, y);
   }
   if (sum.size > 1) {
-    auto s = comm(name + ".all_reduce", OpClass::kAllReduce, y.numel() * kActivationWireBytes,
-                  sum.size, phase, layer, mb);
+    auto s = comm(ops.all_reduce, OpClass::kAllReduce, y.numel() * kActivationWireBytes, sum.size,
+                  phase, layer, mb);
     all_reduce(*sum.comm, *ctx_.backend, y);
   }
 }
 
-void GridLinear::backward(const std::string& name, Role role, const Tensor& x, Param& w,
-                          Param* bias, const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
+void GridLinear::backward(models::OpId name, Role role, const Tensor& x, Param& w, Param* bias,
+                          const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb) {
   const Phase B = Phase::kBwd;
   Backend& be = *ctx_.backend;
-  const Tensor weight = block(name, w, x.dim(1), B, layer, mb);
+  const models::GridLinearOps& ops = models::grid_linear_ops(name);
+  const Tensor weight = block(ops, w, x.dim(1), B, layer, mb);
   // Without a z axis the block is the rank's own: its gradient accumulates in place.
   Tensor dw = z() == 1 ? w.grad.view(weight.shape()) : be.zeros(weight.shape());
   {
@@ -89,15 +91,14 @@ void GridLinear::backward(const std::string& name, Role role, const Tensor& x, P
   }
   const GridAxis& sum = outer(role);
   if (sum.size > 1) {
-    auto s = comm(name + ".all_reduce", OpClass::kAllReduce, dx.numel() * kActivationWireBytes,
-                  sum.size, B, layer, mb);
+    auto s = comm(ops.all_reduce, OpClass::kAllReduce, dx.numel() * kActivationWireBytes, sum.size,
+                  B, layer, mb);
     all_reduce(*sum.comm, be, dx);
   }
   if (z() == 1) return;
   Tensor mine = be.empty({w.grad.numel()});
   {
-    auto s =
-        comm(name + ".grad_scatter", OpClass::kReduceScatter, dw.numel() * 4, z(), B, layer, mb);
+    auto s = comm(ops.grad_scatter, OpClass::kReduceScatter, dw.numel() * 4, z(), B, layer, mb);
     axis(2).comm->reduce_scatter(dw.data(), mine.data(), mine.numel());
   }
   Tensor grad = w.grad.view({w.grad.numel()});

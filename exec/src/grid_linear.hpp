@@ -38,16 +38,16 @@ class GridLinear {
   // [rows, h] -> the rank's x part [rows, h / x]: columns [i h / x, (i + 1) h / x). No transfer.
   Tensor slice(const Tensor& whole) const;
   // The rank's x part [rows, h / x] -> [rows, h], all-gathered over x (traced prefix.all_gather).
-  Tensor gather(const Tensor& part, const std::string& prefix, spec::Phase phase, int32_t layer,
-                int64_t mb);
+  Tensor gather(const Tensor& part, const models::PartCollectives& collectives, spec::Phase phase,
+                int32_t layer, int64_t mb);
 
   // y[rows, n / outer] = x[rows, k / inner] W (+ bias, added by the inner axis's first rank
   // before the sum). `w` is the rank's shard of its block; traced as `name` with
   // name.weight_gather and name.all_reduce.
-  void forward(const std::string& name, Role role, const Tensor& x, const Param& w,
-               const Param* bias, Tensor& y, spec::Phase phase, int32_t layer, int64_t mb);
+  void forward(models::OpId name, Role role, const Tensor& x, const Param& w, const Param* bias,
+               Tensor& y, spec::Phase phase, int32_t layer, int64_t mb);
   // dx = dy W^T (summed over the outer axis); w's shard of dW and the bias's gradient added to.
-  void backward(const std::string& name, Role role, const Tensor& x, Param& w, Param* bias,
+  void backward(models::OpId name, Role role, const Tensor& x, Param& w, Param* bias,
                 const Tensor& dy, Tensor& dx, int32_t layer, int64_t mb);
 
  private:
@@ -55,10 +55,10 @@ class GridLinear {
   const GridAxis& inner(Role r) const { return axis(r == Role::kFirst ? 0 : 1); }
   const GridAxis& outer(Role r) const { return axis(r == Role::kFirst ? 1 : 0); }
   // The whole block [k_local, block / k_local] of `w` for inputs of k_local features.
-  Tensor block(const std::string& name, const Param& w, int64_t k_local, spec::Phase phase,
+  Tensor block(const models::GridLinearOps& ops, const Param& w, int64_t k_local, spec::Phase phase,
                int32_t layer, int64_t mb);
-  Recorder::Scope comm(const std::string& name, spec::OpClass cls, int64_t bytes,
-                       int64_t group_size, spec::Phase phase, int32_t layer, int64_t mb);
+  Recorder::Scope comm(models::OpId name, spec::OpClass cls, int64_t bytes, int64_t group_size,
+                       spec::Phase phase, int32_t layer, int64_t mb);
 
   Context& ctx_;
 };

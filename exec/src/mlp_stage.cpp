@@ -9,6 +9,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 namespace {
 
 using spec::Phase;
@@ -86,12 +88,13 @@ class MlpStage : public StageModel {
       const int64_t out = m_.widths[static_cast<size_t>(l) + 1];
       Tensor y = be.empty({o_.micro_batch, out}, be.activation_dtype());
       {
-        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kFwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(
+            models::OpName(fmt::format("fc{}", l), OpId::kUnitProduct), l, Phase::kFwd, mb.index));
         be.matmul(x, weight(l).compute, bias(l) ? &bias(l)->compute : nullptr, y);
       }
       cache.push_back({x, y});
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
-        auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kFwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kFwd, mb.index));
         std::vector<float> target;
         be.softmax_stats(y, mb.targets, 0, y.shape().back(), max_[mb.index], sum_[mb.index],
                          target);
@@ -103,8 +106,8 @@ class MlpStage : public StageModel {
       }
       Tensor a = be.empty({o_.micro_batch, out}, be.activation_dtype());
       {
-        auto s =
-            ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kFwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(
+            models::OpName(fmt::format("fc{}", l), OpId::kUnitAct), l, Phase::kFwd, mb.index));
         be.relu(y, a);
       }
       x = a;
@@ -122,19 +125,20 @@ class MlpStage : public StageModel {
       auto& [x, y] = cache[static_cast<size_t>(l - begin_)];
       Tensor dpre = be.empty(y.shape(), be.activation_dtype());
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
-        auto s = ctx_.recorder->scope(ctx_.op("loss", l, Phase::kBwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kBwd, mb.index));
         be.cross_entropy_backward(y, mb.targets, 0, y.shape().back(), max_[mb.index],
                                   sum_[mb.index],
                                   1.0f / static_cast<float>(ctx_.plan->global_batch), dpre);
       } else {
         const Tensor& upstream = l == end_ - 1 ? *grad_output : dy;
-        auto s =
-            ctx_.recorder->scope(ctx_.op(fmt::format("fc{}.act", l), l, Phase::kBwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(
+            models::OpName(fmt::format("fc{}", l), OpId::kUnitAct), l, Phase::kBwd, mb.index));
         be.relu_backward(y, upstream, dpre);
       }
       Tensor dx = be.empty(x.shape(), be.activation_dtype());
       {
-        auto s = ctx_.recorder->scope(ctx_.op(fmt::format("fc{}", l), l, Phase::kBwd, mb.index));
+        auto s = ctx_.recorder->scope(ctx_.op(
+            models::OpName(fmt::format("fc{}", l), OpId::kUnitProduct), l, Phase::kBwd, mb.index));
         be.matmul_backward(x, weight(l).compute, dpre, l == 0 ? nullptr : &dx, weight(l).grad,
                            bias(l) ? &bias(l)->grad : nullptr);
       }

@@ -9,6 +9,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
@@ -41,11 +43,11 @@ MoeLayer::MoeLayer(Context& ctx, const spec::TransformerSpec& model) : ctx_(ctx)
   first_ = ctx.groups->ep_rank * local_;
 }
 
-Recorder::Scope MoeLayer::op(const char* name, int32_t layer, Phase phase, int64_t mb) {
+Recorder::Scope MoeLayer::op(OpId name, int32_t layer, Phase phase, int64_t mb) {
   return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
 }
 
-Recorder::Scope MoeLayer::exchange(const char* name, int64_t bytes, int32_t layer, Phase phase,
+Recorder::Scope MoeLayer::exchange(OpId name, int64_t bytes, int32_t layer, Phase phase,
                                    int64_t mb) {
   return ctx_.recorder->scope(
       ctx_.comm(name, OpClass::kAllToAll, Stream::kTpComm, bytes, ep_, phase, layer, mb));
@@ -68,13 +70,13 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   c.x = x;
   Tensor logits = be.empty({T, E});
   {
-    auto s = op("moe.router", layer, phase, mb);
+    auto s = op(OpId::kMoeRouter, layer, phase, mb);
     be.matmul(x, w.router->compute, nullptr, logits);
   }
   {
     // Softmax over the experts, the top k (the lower index first on a tie), their probabilities
     // renormalised: the softmax over the chosen logits.
-    auto s = op("moe.route", layer, phase, mb);
+    auto s = op(OpId::kMoeRoute, layer, phase, mb);
     c.expert.assign(static_cast<size_t>(copies), 0);
     c.weight.assign(static_cast<size_t>(copies), 0.0f);
     std::vector<int32_t> order(static_cast<size_t>(E));
@@ -99,7 +101,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   for (int32_t e : c.expert) ++per_expert[static_cast<size_t>(e)];
   Tensor permuted = be.empty({copies, h});
   {
-    auto s = op("moe.permute", layer, phase, mb);
+    auto s = op(OpId::kMoePermute, layer, phase, mb);
     std::vector<int64_t> next(static_cast<size_t>(E), 0);
     for (int64_t e = 1; e < E; ++e)
       next[static_cast<size_t>(e)] = next[static_cast<size_t>(e - 1)] + per_expert[e - 1];
@@ -150,7 +152,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   Tensor arrived = permuted;
   if (ep_ > 1) {
     arrived = be.empty({rows, h});
-    auto s = exchange("moe.dispatch", copies * h * 4, layer, phase, mb);
+    auto s = exchange(OpId::kMoeDispatch, copies * h * 4, layer, phase, mb);
     ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
   }
   c.in = be.empty({rows, h});
@@ -159,18 +161,18 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   c.g = be.empty({rows, ffn_});
   Tensor f2 = be.empty({rows, h});
   {
-    auto s = op("moe.fc1", layer, phase, mb);
+    auto s = op(OpId::kMoeFc1, layer, phase, mb);
     for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor out = c.f1.rows(at, n);
       be.matmul(c.in.rows(at, n), w.fc1[static_cast<size_t>(j)]->compute, nullptr, out);
     });
   }
   {
-    auto s = op("moe.act", layer, phase, mb);
+    auto s = op(OpId::kMoeAct, layer, phase, mb);
     if (rows > 0) activation(be, m_.activation, c.f1, c.g);
   }
   {
-    auto s = op("moe.fc2", layer, phase, mb);
+    auto s = op(OpId::kMoeFc2, layer, phase, mb);
     for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor out = f2.rows(at, n);
       be.matmul(c.g.rows(at, n), w.fc2[static_cast<size_t>(j)]->compute, nullptr, out);
@@ -181,7 +183,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   c.out = back;
   if (ep_ > 1) {
     c.out = be.empty({copies, h});
-    auto s = exchange("moe.combine", copies * h * 4, layer, phase, mb);
+    auto s = exchange(OpId::kMoeCombine, copies * h * 4, layer, phase, mb);
     ctx_.groups->ep->all_to_all_v(back.data(), c.received, c.out.data(), c.sent);
   }
   Tensor y = be.zeros({T, h});
@@ -189,18 +191,18 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
     c.shared_f1 = be.empty({T, gate_ * shared_ffn_});
     c.shared_g = be.empty({T, shared_ffn_});
     {
-      auto s = op("moe.shared_fc1", layer, phase, mb);
+      auto s = op(OpId::kMoeSharedFc1, layer, phase, mb);
       be.matmul(x, w.shared_fc1->compute, nullptr, c.shared_f1);
     }
     {
-      auto s = op("moe.shared_act", layer, phase, mb);
+      auto s = op(OpId::kMoeSharedAct, layer, phase, mb);
       activation(be, m_.activation, c.shared_f1, c.shared_g);
     }
-    auto s = op("moe.shared_fc2", layer, phase, mb);
+    auto s = op(OpId::kMoeSharedFc2, layer, phase, mb);
     be.matmul(c.shared_g, w.shared_fc2->compute, nullptr, y);
   }
   {
-    auto s = op("moe.unpermute", layer, phase, mb);
+    auto s = op(OpId::kMoeUnpermute, layer, phase, mb);
     for (int64_t i = 0; i < copies; ++i) {
       const float wi = c.weight[static_cast<size_t>(i)];
       const float* from = row(c.out, c.slot[static_cast<size_t>(i)]);
@@ -220,7 +222,7 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   Tensor dout = be.empty({copies, h});
   std::vector<float> dweight(static_cast<size_t>(copies));
   {
-    auto s = op("moe.unpermute", layer, B, mb);
+    auto s = op(OpId::kMoeUnpermute, layer, B, mb);
     for (int64_t i = 0; i < copies; ++i) {
       const float wi = c.weight[static_cast<size_t>(i)];
       const float* g = row(dy, i / k);
@@ -238,22 +240,22 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   if (w.shared_fc1 != nullptr) {
     Tensor dg = be.empty({T, shared_ffn_});
     {
-      auto s = op("moe.shared_fc2", layer, B, mb);
+      auto s = op(OpId::kMoeSharedFc2, layer, B, mb);
       be.matmul_backward(c.shared_g, w.shared_fc2->compute, dy, &dg, w.shared_fc2->grad, nullptr);
     }
     Tensor df1 = be.empty({T, gate_ * shared_ffn_});
     {
-      auto s = op("moe.shared_act", layer, B, mb);
+      auto s = op(OpId::kMoeSharedAct, layer, B, mb);
       activation_backward(be, m_.activation, c.shared_f1, dg, df1);
     }
-    auto s = op("moe.shared_fc1", layer, B, mb);
+    auto s = op(OpId::kMoeSharedFc1, layer, B, mb);
     be.matmul_backward(c.x, w.shared_fc1->compute, df1, &dx, w.shared_fc1->grad, nullptr);
   }
   // The outputs' gradients to the experts' ranks, in the order the outputs came back.
   Tensor arrived = dout;
   if (ep_ > 1) {
     arrived = be.empty({rows, h});
-    auto s = exchange("moe.combine", copies * h * 4, layer, B, mb);
+    auto s = exchange(OpId::kMoeCombine, copies * h * 4, layer, B, mb);
     ctx_.groups->ep->all_to_all_v(dout.data(), c.sent, arrived.data(), c.received);
   }
   Tensor df2 = be.empty({rows, h});
@@ -262,7 +264,7 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   Tensor df1 = be.empty({rows, gate_ * ffn_});
   Tensor din = be.empty({rows, h});
   {
-    auto s = op("moe.fc2", layer, B, mb);
+    auto s = op(OpId::kMoeFc2, layer, B, mb);
     for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor d = dg.rows(at, n);
       Param& p = *w.fc2[static_cast<size_t>(j)];
@@ -270,11 +272,11 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
     });
   }
   {
-    auto s = op("moe.act", layer, B, mb);
+    auto s = op(OpId::kMoeAct, layer, B, mb);
     if (rows > 0) activation_backward(be, m_.activation, c.f1, dg, df1);
   }
   {
-    auto s = op("moe.fc1", layer, B, mb);
+    auto s = op(OpId::kMoeFc1, layer, B, mb);
     for_each_expert(c, [&](int64_t j, int64_t at, int64_t n) {
       Tensor d = din.rows(at, n);
       Param& p = *w.fc1[static_cast<size_t>(j)];
@@ -287,11 +289,11 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   Tensor dpermuted = back;
   if (ep_ > 1) {
     dpermuted = be.empty({copies, h});
-    auto s = exchange("moe.dispatch", copies * h * 4, layer, B, mb);
+    auto s = exchange(OpId::kMoeDispatch, copies * h * 4, layer, B, mb);
     ctx_.groups->ep->all_to_all_v(back.data(), c.received, dpermuted.data(), c.sent);
   }
   {
-    auto s = op("moe.permute", layer, B, mb);
+    auto s = op(OpId::kMoePermute, layer, B, mb);
     for (int64_t i = 0; i < copies; ++i) {
       const float* from = row(dpermuted, c.slot[static_cast<size_t>(i)]);
       float* to = row(dx, i / k);
@@ -300,7 +302,7 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   }
   Tensor dlogits = be.zeros({T, E});
   {
-    auto s = op("moe.route", layer, B, mb);
+    auto s = op(OpId::kMoeRoute, layer, B, mb);
     for (int64_t t = 0; t < T; ++t) {
       double mean = 0;
       for (int64_t j = 0; j < k; ++j)
@@ -313,7 +315,7 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
       }
     }
   }
-  auto s = op("moe.router", layer, B, mb);
+  auto s = op(OpId::kMoeRouter, layer, B, mb);
   be.matmul_backward(c.x, w.router->compute, dlogits, &dx, w.router->grad, nullptr,
                      /*accumulate_dx=*/true);
   return dx;

@@ -63,8 +63,8 @@ class MoeLayer {
   int64_t first_expert() const { return first_; }
 
  private:
-  Recorder::Scope op(const char* name, int32_t layer, spec::Phase phase, int64_t mb);
-  Recorder::Scope exchange(const char* name, int64_t bytes, int32_t layer, spec::Phase phase,
+  Recorder::Scope op(models::OpId name, int32_t layer, spec::Phase phase, int64_t mb);
+  Recorder::Scope exchange(models::OpId name, int64_t bytes, int32_t layer, spec::Phase phase,
                            int64_t mb);
   // Rows in permuted (source) order <-> grouped by local expert, by the cache's blocks.
   void group_rows(const Tensor& arrived, Tensor& grouped, const MoeCache& c) const;

@@ -24,6 +24,8 @@
 
 namespace sextant::exec {
 
+using models::OpId;
+
 using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
@@ -188,7 +190,7 @@ class Trainer {
     return mb;
   }
 
-  Recorder::Event p2p(const char* name, OpClass cls, Stream stream, int64_t elements, Phase phase,
+  Recorder::Event p2p(OpId name, OpClass cls, Stream stream, int64_t elements, Phase phase,
                       int64_t mb) const {
     return ctx_.comm(name, cls, stream, elements * kActivationWireBytes, 2, phase, std::nullopt,
                      mb);
@@ -197,9 +199,8 @@ class Trainer {
   // Stage-to-stage transfers. Where every tp rank holds the whole tensor, each sends only its
   // 1/tp part and the receivers all-gather the parts (models::pipeline_transfer_parts, the rule
   // the simulator prices).
-  std::pair<std::unique_ptr<CommRequest>, Tensor> transmit(const Tensor& t, const char* name,
-                                                           Phase phase, int64_t mb, int peer,
-                                                           int tag) {
+  std::pair<std::unique_ptr<CommRequest>, Tensor> transmit(const Tensor& t, OpId name, Phase phase,
+                                                           int64_t mb, int peer, int tag) {
     Groups& g = *ctx_.groups;
     const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
     const int64_t n = t.numel() / parts;
@@ -208,7 +209,7 @@ class Trainer {
     return send(*g.world, *ctx_.backend, piece, peer, tag);
   }
 
-  void receive(Tensor& t, const char* name, Phase phase, int64_t mb, int peer, int tag) {
+  void receive(Tensor& t, OpId name, Phase phase, int64_t mb, int peer, int tag) {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
     const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
@@ -225,9 +226,9 @@ class Trainer {
       recv(*g.world, be, piece, peer, tag);
     }
     Tensor whole = t.view({t.numel()});
-    auto s = ctx_.recorder->scope(ctx_.comm("pp.all_gather", OpClass::kAllGather, Stream::kTpComm,
-                                            t.numel() * kActivationWireBytes, g.tp_size, phase,
-                                            std::nullopt, mb));
+    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kPpAllGather, OpClass::kAllGather,
+                                            Stream::kTpComm, t.numel() * kActivationWireBytes,
+                                            g.tp_size, phase, std::nullopt, mb));
     all_gather(*g.tp, be, piece, whole);
   }
 
@@ -267,25 +268,25 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, "pp.recv_activation", Phase::kFwd, u.micro_batch, g.prev,
+          receive(input, OpId::kPpRecvActivation, Phase::kFwd, u.micro_batch, g.prev,
                   tag(u.micro_batch, c, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
         if (!last) {
-          sends.push_back(transmit(out, "pp.send_activation", Phase::kFwd, u.micro_batch, g.next,
+          sends.push_back(transmit(out, OpId::kPpSendActivation, Phase::kFwd, u.micro_batch, g.next,
                                    tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
         if (!last) {
           grad = be.empty(stage_->output_shape(), be.activation_dtype());
-          receive(grad, "pp.recv_gradient", Phase::kBwd, u.micro_batch, g.next,
+          receive(grad, OpId::kPpRecvGradient, Phase::kBwd, u.micro_batch, g.next,
                   tag(u.micro_batch, c + 1, true));
         }
         Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
         if (u.chunk == 0) batches.erase(u.micro_batch);  // this rank's last use of it
         if (!first) {
-          sends.push_back(transmit(dx, "pp.send_gradient", Phase::kBwd, u.micro_batch, g.prev,
+          sends.push_back(transmit(dx, OpId::kPpSendGradient, Phase::kBwd, u.micro_batch, g.prev,
                                    tag(u.micro_batch, c, true)));
         }
       }
@@ -341,7 +342,7 @@ class Trainer {
     models::OptimizerPrecision precision;
     precision.model_params = model_params_dtype();
     precision.params_sharded = plan_.zero == 3;
-    return Recorder::Event{"optimizer.adamw",
+    return Recorder::Event{models::op_name(OpId::kOptimizerAdamw),
                            OpClass::kOptimizer,
                            Stream::kCompute,
                            Phase::kOpt,
@@ -428,12 +429,12 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, "pp.recv_activation", Phase::kFwd, index, g.prev,
+          receive(input, OpId::kPpRecvActivation, Phase::kFwd, index, g.prev,
                   tag(u.micro_batch, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, 0);
         if (!last)
-          sends.push_back({batch, transmit(out, "pp.send_activation", Phase::kFwd, index, g.next,
+          sends.push_back({batch, transmit(out, OpId::kPpSendActivation, Phase::kFwd, index, g.next,
                                            tag(u.micro_batch, false))});
         continue;
       }
@@ -442,12 +443,12 @@ class Trainer {
       Tensor grad;
       if (!last) {
         grad = be.empty(stage_->output_shape(), be.activation_dtype());
-        receive(grad, "pp.recv_gradient", Phase::kBwd, index, g.next, tag(u.micro_batch, true));
+        receive(grad, OpId::kPpRecvGradient, Phase::kBwd, index, g.next, tag(u.micro_batch, true));
       }
       Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, 0);
       batches.erase(u.micro_batch);
       if (!first)
-        sends.push_back({batch, transmit(dx, "pp.send_gradient", Phase::kBwd, index, g.prev,
+        sends.push_back({batch, transmit(dx, OpId::kPpSendGradient, Phase::kBwd, index, g.prev,
                                          tag(u.micro_batch, true))});
       if (index != m - 1) continue;
       // The stage's part of the batch is done. Its transfers of this batch complete (every
@@ -491,7 +492,7 @@ class Trainer {
     for (auto [b, e] : sync_->owned()) n += e - b;
     if (store.masters_versioned()) {
       auto s = ctx_.recorder->scope(
-          Recorder::Event{models::kWeightStashOp,
+          Recorder::Event{models::op_name(OpId::kPpWeightStash),
                           OpClass::kMemcpy,
                           Stream::kCompute,
                           Phase::kOpt,
@@ -543,7 +544,7 @@ class Trainer {
     const std::vector<Backend::AdamwSpan> spans = owned_spans();
     {
       auto s = ctx_.recorder->scope(
-          Recorder::Event{"offload.adamw",
+          Recorder::Event{models::op_name(OpId::kOffloadAdamw),
                           OpClass::kOptimizer,
                           Stream::kOffload,
                           Phase::kOpt,
@@ -557,7 +558,7 @@ class Trainer {
       ctx_.backend->adamw_spans(host_values_, host_grads_, m_, v_, spans, step, o_.lr, o_.beta1,
                                 o_.beta2, o_.eps, grad_scale);
     }
-    auto s = ctx_.recorder->scope(Recorder::Event{"offload.params_to_device",
+    auto s = ctx_.recorder->scope(Recorder::Event{models::op_name(OpId::kOffloadParamsToDevice),
                                                   OpClass::kMemcpy,
                                                   Stream::kOffload,
                                                   Phase::kOpt,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sextant/models/op_id.hpp"
 #include "sextant/sim/compute_model.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/sim/step_setup.hpp"
@@ -77,8 +78,9 @@ ClassTimes predicted_class_times(const spec::ModelSpec& model, const spec::Clust
   out.step_s = r.report.step_time_s;
   for (const spec::TraceEvent& e : r.trace->events) {
     if (e.rank != 0 || e.stream != spec::Stream::kCompute) continue;
-    const spec::OpClass c =
-        e.name.rfind("attn.core", 0) == 0 ? spec::OpClass::kAttention : e.op_class;
+    const bool core = e.name == models::op_name(models::OpId::kAttnCore) ||
+                      e.name == models::op_name(models::OpId::kAttnCorePrep);
+    const spec::OpClass c = core ? spec::OpClass::kAttention : e.op_class;
     out.seconds[c] += ps_to_seconds(e.duration_ps);
     ++out.ops[c];
   }

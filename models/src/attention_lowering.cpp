@@ -9,8 +9,8 @@ namespace sextant::models {
 namespace {
 
 // Context parallelism's transfers, on the ranks splitting each sequence.
-Op context_op(std::string name, CollectiveKind kind, int64_t bytes) {
-  Op op = comm_op(std::move(name), kind, bytes);
+Op context_op(OpId name, CollectiveKind kind, int64_t bytes) {
+  Op op = comm_op(name, kind, bytes);
   op.group = CommGroup::kContext;
   return op;
 }
@@ -23,7 +23,8 @@ Op context_op(std::string name, CollectiveKind kind, int64_t bytes) {
 Op flash_core(const spec::TransformerSpec& m, const TransformerDims& x, int64_t heads, int64_t sq,
               int64_t sk) {
   Op op;
-  op.name = "attn.core";
+  op.id = OpId::kAttnCore;
+  op.name = op_name(OpId::kAttnCore);
   op.op_class = OpClass::kAttention;
   op.flops = 4.0 * static_cast<double>(x.b * heads) * static_cast<double>(sq) *
              static_cast<double>(sk) * static_cast<double>(x.d);
@@ -65,17 +66,17 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   const int64_t out_bytes = x.tokens() * x.a / x.t * x.d * e;
   std::vector<Op> before_fw, after_fw, before_bw, after_bw;
   if (cp && algorithm == spec::ContextAlgorithm::kAllGather) {
-    Op gather = context_op("cp.kv_all_gather", CollectiveKind::kAllGather, x.kv_bytes() * x.cp);
+    Op gather = context_op(OpId::kCpKvAllGather, CollectiveKind::kAllGather, x.kv_bytes() * x.cp);
     before_fw.push_back(gather);
     before_bw.push_back(gather);
     after_bw.push_back(
-        context_op("cp.kv_reduce_scatter", CollectiveKind::kReduceScatter, x.kv_bytes() * x.cp));
+        context_op(OpId::kCpKvReduceScatter, CollectiveKind::kReduceScatter, x.kv_bytes() * x.cp));
   }
   if (cp && algorithm == spec::ContextAlgorithm::kAllToAll) {
-    before_fw.push_back(context_op("cp.qkv_all_to_all", CollectiveKind::kAllToAll, qkv_bytes));
-    after_fw.push_back(context_op("cp.out_all_to_all", CollectiveKind::kAllToAll, out_bytes));
-    before_bw.push_back(context_op("cp.out_all_to_all", CollectiveKind::kAllToAll, out_bytes));
-    after_bw.push_back(context_op("cp.qkv_all_to_all", CollectiveKind::kAllToAll, qkv_bytes));
+    before_fw.push_back(context_op(OpId::kCpQkvAllToAll, CollectiveKind::kAllToAll, qkv_bytes));
+    after_fw.push_back(context_op(OpId::kCpOutAllToAll, CollectiveKind::kAllToAll, out_bytes));
+    before_bw.push_back(context_op(OpId::kCpOutAllToAll, CollectiveKind::kAllToAll, out_bytes));
+    after_bw.push_back(context_op(OpId::kCpQkvAllToAll, CollectiveKind::kAllToAll, qkv_bytes));
   }
   AttentionCore core;
   fw.insert(fw.end(), before_fw.begin(), before_fw.end());
@@ -93,7 +94,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     // compute_dot_do_o and convert_dq_to_16bits). Attention's own kernels, so attention's class
     // (as profilers group them; traces::kernel_class), memory-bound.
     const int64_t q_elements = x.b * sq * heads * x.d;
-    Op prep = memory_op("attn.core_prep", OpClass::kAttention,
+    Op prep = memory_op(OpId::kAttnCorePrep, OpClass::kAttention,
                         q_elements * (2 * e + 4 + e) + x.b * heads * sq * 4, TpSplit::kHead,
                         {x.b * sq, heads * x.d});
     prep.kernels = 2;
@@ -109,11 +110,11 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
       // its lse, read and write the fp32 output); backward, each step's dq and dkv are added to
       // the running fp32 gradients.
       const int64_t kv_elements = x.kv_bytes() / e;
-      Op merge = memory_op("attn.cp_merge", OpClass::kElementwise,
+      Op merge = memory_op(OpId::kAttnCpMerge, OpClass::kElementwise,
                            q_elements * (e + 8) + x.b * heads * sq * 12, TpSplit::kHead,
                            {x.b * sq, heads * x.d});
       Op merge_bwd =
-          memory_op("attn.cp_merge", OpClass::kElementwise, (q_elements + kv_elements) * (e + 8),
+          memory_op(OpId::kAttnCpMerge, OpClass::kElementwise, (q_elements + kv_elements) * (e + 8),
                     TpSplit::kHead, {x.b * sq, heads * x.d});
       merge.core_attention = merge_bwd.core_attention = true;
       // Under the causal mask only the first step (the rank's own keys) is masked; every later
@@ -124,7 +125,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
       later.causal = false;
       for (int64_t i = 0; i < x.cp; ++i) {
         if (i + 1 < x.cp) {
-          Op send = context_op("cp.kv_send", CollectiveKind::kSendRecv, x.kv_bytes());
+          Op send = context_op(OpId::kCpKvSend, CollectiveKind::kSendRecv, x.kv_bytes());
           send.beside_next = true;
           fw.push_back(send);
         }
@@ -136,7 +137,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
       core.backward.push_back(prep);
       for (int64_t i = 0; i < x.cp; ++i) {
         const int64_t bytes = i == 0 || i + 1 == x.cp ? x.kv_bytes() : 2 * x.kv_bytes();
-        Op send = context_op("cp.kv_send", CollectiveKind::kSendRecv, bytes);
+        Op send = context_op(OpId::kCpKvSend, CollectiveKind::kSendRecv, bytes);
         send.beside_next = true;
         core.backward.push_back(send);
         // Backward runs the steps in reverse (TE): the rank's own, masked block last.
@@ -154,10 +155,10 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     core.backward.insert(core.backward.end(), after_bw.begin(), after_bw.end());
     return core;
   }
-  Op scores = batched_gemm("attn.scores", x.b * heads, sq, sk, x.d, e);
+  Op scores = batched_gemm(OpId::kAttnScores, x.b * heads, sq, sk, x.d, e);
   fw.push_back(scores);
   Op softmax =
-      unfused(memory_op("attn.softmax", OpClass::kElementwise, 2 * x.b * heads * sq * sk * e,
+      unfused(memory_op(OpId::kAttnSoftmax, OpClass::kElementwise, 2 * x.b * heads * sq * sk * e,
                         TpSplit::kHead, {x.b * heads, sq, sk}),
               passes.softmax, passes.softmax_kernels);
   softmax.core_attention = true;
@@ -165,12 +166,12 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   Op attn_drop;
   if (m.dropout) {
     attn_drop =
-        memory_op("attn.dropout", OpClass::kElementwise, x.b * heads * sq * sk * (2 * e + 1),
+        memory_op(OpId::kAttnDropout, OpClass::kElementwise, x.b * heads * sq * sk * (2 * e + 1),
                   TpSplit::kHead, {x.b * heads, sq, sk});
     attn_drop.core_attention = true;
     fw.push_back(attn_drop);
   }
-  Op context = batched_gemm("attn.context", x.b * heads, sq, x.d, sk, e);
+  Op context = batched_gemm(OpId::kAttnContext, x.b * heads, sq, x.d, sk, e);
   fw.push_back(context);
   fw.insert(fw.end(), after_fw.begin(), after_fw.end());
   core.backward = before_bw;

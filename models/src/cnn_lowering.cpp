@@ -59,8 +59,8 @@ int64_t add_halo(Layer& layer, const std::string& name, Feature in, const spec::
   const int64_t elements = spec::halo_elements(window, split.grid);
   if (elements > 0) {
     layer.forward.push_back(
-        comm_op(name + ".halo", CollectiveKind::kSendRecv, B * in.c * elements * e));
-    if (reads_layer_input) st.input_halos.insert(name + ".halo");
+        comm_op(OpName(name, OpId::kUnitHalo), CollectiveKind::kSendRecv, B * in.c * elements * e));
+    if (reads_layer_input) st.input_halos.insert(OpName(name, OpId::kUnitHalo).str());
   }
   return elements;
 }
@@ -87,24 +87,26 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
         break;
       case spec::ChannelAlgorithm::kStationaryX: {
         cin = read_c = saved_c = in.c / cs.tp;
-        const Op reduce =
-            comm_op(name + ".filter_reduce_scatter", CollectiveKind::kReduceScatter, out_map);
+        const Op reduce = comm_op(OpName(name, OpId::kUnitFilterReduceScatter),
+                                  CollectiveKind::kReduceScatter, out_map);
         cs.backward[reduce.name] =
-            comm_op(name + ".filter_all_gather", CollectiveKind::kAllGather, out_map);
+            comm_op(OpName(name, OpId::kUnitFilterAllGather), CollectiveKind::kAllGather, out_map);
         after = reduce;
         break;
       }
       case spec::ChannelAlgorithm::kStationaryY: {
         n = write_c = out_c / cs.tp;
-        const Op gather = comm_op(name + ".channel_all_gather", CollectiveKind::kAllGather, in_map);
-        cs.backward[gather.name] =
-            comm_op(name + ".channel_reduce_scatter", CollectiveKind::kReduceScatter, in_map);
+        const Op gather =
+            comm_op(OpName(name, OpId::kUnitChannelAllGather), CollectiveKind::kAllGather, in_map);
+        cs.backward[gather.name] = comm_op(OpName(name, OpId::kUnitChannelReduceScatter),
+                                           CollectiveKind::kReduceScatter, in_map);
         layer.forward.push_back(gather);
         break;
       }
     }
   }
-  Op conv = gemm(name, B * out_pixels, n, cin * k * k, e, TpSplit::kReplicated);
+  Op conv = gemm(OpName(name, OpId::kUnitProduct), B * out_pixels, n, cin * k * k, e,
+                 TpSplit::kReplicated);
   conv.op_class = OpClass::kConv;
   conv.bytes = (B * read_c * in_pixels + n * cin * k * k + B * write_c * out_pixels) * e;
   layer.forward.push_back(conv);
@@ -123,16 +125,16 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
     // of the output gradient and of its product with the normalized input (backward), in fp32,
     // so the statistics are those of the whole maps (Dryden et al. §III-B).
     if (split.grid.any())
-      layer.forward.push_back(
-          comm_op(name + ".bn_allreduce", CollectiveKind::kAllReduce, 2 * out_c * 4));
-    layer.forward.push_back(memory_op(name + ".bn", OpClass::kNorm, 2 * out_bytes,
-                                      TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+      layer.forward.push_back(comm_op(OpName(name, OpId::kUnitBatchNormAllReduce),
+                                      CollectiveKind::kAllReduce, 2 * out_c * 4));
+    layer.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
+                                      2 * out_bytes, TpSplit::kReplicated, {B, held_c, o.h, o.w}));
     layer.params += 2 * held_c;
     layer.saved_bytes += out_bytes;
   }
   if (relu) {
-    layer.forward.push_back(memory_op(name + ".relu", OpClass::kElementwise, 2 * out_bytes,
-                                      TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+    layer.forward.push_back(memory_op(OpName(name, OpId::kUnitRelu), OpClass::kElementwise,
+                                      2 * out_bytes, TpSplit::kReplicated, {B, held_c, o.h, o.w}));
     layer.saved_bytes += out_bytes;
   }
   return o;
@@ -201,7 +203,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
                    {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
           const int64_t c = cs.held(f.c);
           layer.forward.push_back(
-              memory_op(layer.name + ".pool", OpClass::kPool,
+              memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
                         B * c * (split.block(f.h, f.w) + split.block(o2.h, o2.w)) * e,
                         TpSplit::kReplicated, {B, c, o2.h, o2.w}));
           layer.saved_bytes += B * c * split.block(f.h, f.w) * e;
@@ -211,15 +213,15 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         case spec::CnnLayerKind::kAdaptiveAvgPool: {
           Feature o2{f.c, l.output, l.output};
           const int64_t c = cs.held(f.c);
-          layer.forward.push_back(memory_op(layer.name + ".pool", OpClass::kPool,
+          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
                                             B * c * (split.block(f.h, f.w) + o2.h * o2.w) * e,
                                             TpSplit::kReplicated, {B, c, o2.h, o2.w}));
           // Each rank sums its block's share of every window; the all-reduce of those partial
           // sums is the whole map's pooled output on every rank. Forward only: the pooled
           // gradient is whole on every rank and each takes its block's share.
           if (split.grid.any()) {
-            const Op sums = comm_op(layer.name + ".pool_allreduce", CollectiveKind::kAllReduce,
-                                    B * o2.c * o2.h * o2.w * e);
+            const Op sums = comm_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
+                                    CollectiveKind::kAllReduce, B * o2.c * o2.h * o2.w * e);
             cs.backward[sums.name] = std::nullopt;
             layer.forward.push_back(sums);
           }
@@ -230,11 +232,12 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           // Behind a channel split each rank holds a block of the flattened rows: a partial
           // product, all-reduced (forward only: the output gradient is whole on every rank).
           int64_t in = flat > 0 ? flat : cs.held(f.c) * f.h * f.w;
-          Op fc = gemm(layer.name + ".fc", B, l.out_features, in, e, TpSplit::kReplicated);
+          Op fc = gemm(OpName(layer.name, OpId::kUnitFc), B, l.out_features, in, e,
+                       TpSplit::kReplicated);
           layer.forward.push_back(fc);
           if (!cs.whole) {
-            const Op sums = comm_op(layer.name + ".fc.all_reduce", CollectiveKind::kAllReduce,
-                                    B * l.out_features * e);
+            const Op sums = comm_op(OpName(layer.name, OpId::kUnitFcAllReduce),
+                                    CollectiveKind::kAllReduce, B * l.out_features * e);
             cs.backward[sums.name] = std::nullopt;
             layer.forward.push_back(sums);
             cs.whole = true;
@@ -245,9 +248,9 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
               (flat > 0 ? flat : f.c * f.h * f.w) * l.out_features + (l.bias ? l.out_features : 0);
           layer.saved_bytes += B * in * e;
           if (l.relu) {
-            layer.forward.push_back(memory_op(layer.name + ".relu", OpClass::kElementwise,
-                                              2 * B * l.out_features * e, TpSplit::kReplicated,
-                                              {B, l.out_features}));
+            layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitRelu),
+                                              OpClass::kElementwise, 2 * B * l.out_features * e,
+                                              TpSplit::kReplicated, {B, l.out_features}));
             layer.saved_bytes += B * l.out_features * e;
           }
           flat = l.out_features;
@@ -274,17 +277,17 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
             cs.whole = out_whole;
           }
           int64_t out_bytes = B * cs.held(c.c) * split.block(c.h, c.w) * e;
-          layer.forward.push_back(memory_op(layer.name + ".residual", OpClass::kElementwise,
-                                            3 * out_bytes, TpSplit::kReplicated,
-                                            {B, cs.held(c.c), c.h, c.w}));
+          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitResidual),
+                                            OpClass::kElementwise, 3 * out_bytes,
+                                            TpSplit::kReplicated, {B, cs.held(c.c), c.h, c.w}));
           layer.saved_bytes += out_bytes;
           f = c;
           break;
         }
       }
       if (li + 1 == m.layers.size()) {
-        layer.forward.push_back(
-            memory_op("loss", OpClass::kLoss, B * f.c * (e + 4), TpSplit::kReplicated, {B, f.c}));
+        layer.forward.push_back(memory_op(OpId::kLoss, OpClass::kLoss, B * f.c * (e + 4),
+                                          TpSplit::kReplicated, {B, f.c}));
       }
       add_cnn_backward(layer, !out.layers.empty(), cs);
       layer.saved_bytes_selective = layer.saved_bytes;

@@ -48,7 +48,8 @@ int64_t compressed_gather_bytes(const spec::GradientCompression& c, int64_t elem
 
 Op compression_encode_op(const spec::GradientCompression& c, int64_t elements, int64_t grad_bytes) {
   Op op;
-  op.name = kCompressOp;
+  op.id = OpId::kDpCompress;
+  op.name = op_name(op.id);
   op.op_class = spec::OpClass::kElementwise;
   op.shape = {elements};
   op.bytes = 2 * elements * grad_bytes + encoded_words(c, elements) * 4;
@@ -62,7 +63,8 @@ Op compression_encode_op(const spec::GradientCompression& c, int64_t elements, i
 Op compression_decode_op(const spec::GradientCompression& c, int64_t elements, int64_t dp,
                          int64_t grad_bytes) {
   Op op;
-  op.name = kDecompressOp;
+  op.id = OpId::kDpDecompress;
+  op.name = op_name(op.id);
   op.op_class = spec::OpClass::kElementwise;
   op.shape = {elements};
   op.bytes = dp * encoded_words(c, elements) * 4 + elements * grad_bytes;
@@ -94,7 +96,7 @@ PowerSgdSplit powersgd_split(int64_t rank, const GradientBucket& bucket) {
 
 namespace {
 
-Op codec_op(const char* name, int64_t bytes, int64_t elements, int kernels) {
+Op codec_op(OpId name, int64_t bytes, int64_t elements, int kernels) {
   Op op = memory_op(name, OpClass::kElementwise, bytes, TpSplit::kReplicated, {elements});
   op.kernels = kernels;
   return op;
@@ -105,8 +107,7 @@ std::vector<Op> powersgd_ops(const spec::GradientCompression& c, const GradientB
   const PowerSgdSplit s = powersgd_split(c.rank, bucket);
   std::vector<Op> ops;
   if (s.uncompressed > 0)
-    ops.push_back(
-        comm_op(kUncompressedAllReduceOp, CollectiveKind::kAllReduce, s.uncompressed * g));
+    ops.push_back(comm_op(OpId::kDpAllReduce, CollectiveKind::kAllReduce, s.uncompressed * g));
   if (s.matrices == 0) return ops;
   const int64_t r = c.rank, n = s.compressed, p = s.p_elements, q = s.q_elements;
   const bool ef = c.error_feedback;
@@ -114,19 +115,19 @@ std::vector<Op> powersgd_ops(const spec::GradientCompression& c, const GradientB
   const int64_t m_bytes = ef ? 4 : g;
   // Error feedback: residual += gradients (a read of each, a write of the residual).
   const int64_t fold = ef ? n * g + 2 * n * 4 : 0;
-  ops.push_back(codec_op(kCompressOp, fold + n * m_bytes + q * g + p * g, n, ef ? 2 : 1));
-  ops.push_back(comm_op(kPowerSgdPAllReduceOp, CollectiveKind::kAllReduce, p * g));
+  ops.push_back(codec_op(OpId::kDpCompress, fold + n * m_bytes + q * g + p * g, n, ef ? 2 : 1));
+  ops.push_back(comm_op(OpId::kDpPowerSgdPAllReduce, CollectiveKind::kAllReduce, p * g));
   // Gram-Schmidt on each column: normalised (a read and a write), then taken out of each later
   // column (a read of it, a read and a write of the later one): 2 r + 3 r (r - 1) / 2 column
   // passes, (4 + 3 (r - 1)) / 2 passes over P.
   const int64_t orthonormalise = p * g * (4 + 3 * (r - 1)) / 2;
-  ops.push_back(codec_op(kPowerSgdProjectOp, orthonormalise + n * m_bytes + p * g + q * g, n,
+  ops.push_back(codec_op(OpId::kDpPowerSgdProject, orthonormalise + n * m_bytes + p * g + q * g, n,
                          static_cast<int>(r) + 1));
-  ops.push_back(comm_op(kPowerSgdQAllReduceOp, CollectiveKind::kAllReduce, q * g));
+  ops.push_back(comm_op(OpId::kDpPowerSgdQAllReduce, CollectiveKind::kAllReduce, q * g));
   // P Q^T written over the gradients; error feedback: residual = M - P Q_local^T (M read from the
   // residual, the product's factors read again, the residual written).
   const int64_t residual = ef ? 2 * n * 4 + p * g + q * g : 0;
-  ops.push_back(codec_op(kDecompressOp, p * g + q * g + n * g + residual, n, ef ? 2 : 1));
+  ops.push_back(codec_op(OpId::kDpDecompress, p * g + q * g + n * g + residual, n, ef ? 2 : 1));
   return ops;
 }
 
@@ -137,7 +138,7 @@ std::vector<Op> compressed_exchange_ops(const spec::GradientCompression& c,
                                         int64_t grad_bytes) {
   if (c.kind == CompressionKind::kPowersgd) return powersgd_ops(c, bucket, grad_bytes);
   return {compression_encode_op(c, bucket.params, grad_bytes),
-          comm_op(kCompressedGatherOp, CollectiveKind::kAllGather,
+          comm_op(OpId::kDpCompressedAllGather, CollectiveKind::kAllGather,
                   compressed_gather_bytes(c, bucket.params, dp)),
           compression_decode_op(c, bucket.params, dp, grad_bytes)};
 }

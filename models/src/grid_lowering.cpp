@@ -16,32 +16,32 @@ struct GridLinear {
   std::vector<Op> forward;
   std::vector<Op> backward;
 };
-GridLinear grid_linear(const std::string& name, int64_t tokens, int64_t k, int64_t n, int64_t inner,
-                       int64_t outer, CommGroup inner_group, CommGroup outer_group,
+GridLinear grid_linear(const GridLinearOps& ops, int64_t tokens, int64_t k, int64_t n,
+                       int64_t inner, int64_t outer, CommGroup inner_group, CommGroup outer_group,
                        const spec::TensorGrid& g, int64_t e, TpSplit split) {
-  auto grid_comm = [](std::string op_name, CollectiveKind kind, int64_t bytes, CommGroup group) {
-    Op op = comm_op(std::move(op_name), kind, bytes);
+  auto grid_comm = [](OpId id, CollectiveKind kind, int64_t bytes, CommGroup group) {
+    Op op = comm_op(id, kind, bytes);
     op.group = group;
     return op;
   };
   const int64_t block = k / inner * (n / outer);
   GridLinear out;
   Op gather =
-      grid_comm(name + ".weight_gather", CollectiveKind::kAllGather, block * e, CommGroup::kGridZ);
-  Op product = gemm(name, tokens, n / outer, k / inner, e, split);
+      grid_comm(ops.weight_gather, CollectiveKind::kAllGather, block * e, CommGroup::kGridZ);
+  Op product = gemm(ops.product, tokens, n / outer, k / inner, e, split);
   if (g.z > 1) out.forward.push_back(gather);
   out.forward.push_back(product);
   if (inner > 1)
-    out.forward.push_back(grid_comm(name + ".all_reduce", CollectiveKind::kAllReduce,
+    out.forward.push_back(grid_comm(ops.all_reduce, CollectiveKind::kAllReduce,
                                     tokens * (n / outer) * e, inner_group));
   if (g.z > 1) out.backward.push_back(gather);
   out.backward.push_back(gemm_backward(product));
   if (outer > 1)
-    out.backward.push_back(grid_comm(name + ".all_reduce", CollectiveKind::kAllReduce,
+    out.backward.push_back(grid_comm(ops.all_reduce, CollectiveKind::kAllReduce,
                                      tokens * (k / inner) * e, outer_group));
   if (g.z > 1)
-    out.backward.push_back(grid_comm(name + ".grad_scatter", CollectiveKind::kReduceScatter,
-                                     block * e, CommGroup::kGridZ));
+    out.backward.push_back(
+        grid_comm(ops.grad_scatter, CollectiveKind::kReduceScatter, block * e, CommGroup::kGridZ));
   return out;
 }
 
@@ -70,15 +70,14 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   const FusionPasses passes = fusion_passes(m, heads);
   const CommGroup X = CommGroup::kGridX;
   const CommGroup Y = CommGroup::kGridY;
-  GridLinear qkv =
-      grid_linear("attn.qkv", T, x.h, qkv_full, g.x, g.y, X, Y, g, e, TpSplit::kColumn);
-  GridLinear proj = grid_linear("attn.proj", T, x.h, x.h, g.y, g.x, Y, X, g, e, TpSplit::kRow);
+  GridLinear qkv = grid_linear(kGridQkv, T, x.h, qkv_full, g.x, g.y, X, Y, g, e, TpSplit::kColumn);
+  GridLinear proj = grid_linear(kGridProj, T, x.h, x.h, g.y, g.x, Y, X, g, e, TpSplit::kRow);
   GridLinear fc1 =
-      grid_linear("mlp.fc1", T, x.h, gate * x.f, g.x, g.y, X, Y, g, e, TpSplit::kColumn);
-  GridLinear fc2 = grid_linear("mlp.fc2", T, x.f, x.h, g.y, g.x, Y, X, g, e, TpSplit::kRow);
-  auto gather_x = [&](const std::string& prefix, std::vector<Op>& ops) {
+      grid_linear(kGridFc1, T, x.h, gate * x.f, g.x, g.y, X, Y, g, e, TpSplit::kColumn);
+  GridLinear fc2 = grid_linear(kGridFc2, T, x.f, x.h, g.y, g.x, Y, X, g, e, TpSplit::kRow);
+  auto gather_x = [&](const PartCollectives& part, std::vector<Op>& ops) {
     if (g.x == 1) return;
-    Op op = comm_op(prefix + ".all_gather", CollectiveKind::kAllGather, T * x.h * e);
+    Op op = comm_op(part.all_gather, CollectiveKind::kAllGather, T * x.h * e);
     op.group = X;
     ops.push_back(op);
   };
@@ -86,14 +85,14 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   std::vector<Op>& fw = layer.forward;
   const int64_t weight_elements =
       (x.h * qkv_full + x.h * x.h + gate * x.h * x.f + x.f * x.h) / (g.x * g.y);
-  Op weight_cast = autocast_cast("autocast.weights", weight_elements, e, TpSplit::kColumn);
+  Op weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
   weight_cast.kernels = 4;
   if (x.autocast) fw.push_back(weight_cast);
   Op attn_norm = unfused(
-      memory_op("attn.norm", OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
+      memory_op(OpId::kAttnNorm, OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
       passes.norm, passes.norm_kernels);
   fw.push_back(attn_norm);
-  Op attn_cast = autocast_cast("attn.cast", T * x.h / g.x, e, TpSplit::kReplicated);
+  Op attn_cast = autocast_cast(OpId::kAttnCast, T * x.h / g.x, e, TpSplit::kReplicated);
   if (x.autocast) fw.push_back(attn_cast);
   fw.insert(fw.end(), qkv.forward.begin(), qkv.forward.end());
   const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
@@ -101,27 +100,27 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   if (rotary) fw.push_back(rope);
   AttentionCore core = attention_core(m, heads, passes, fw);
   fw.insert(fw.end(), proj.forward.begin(), proj.forward.end());
-  gather_x("attn", fw);
+  gather_x(kAttnCollectives, fw);
   const int64_t residual_bytes = T * x.h * (2 * r + e + (m.dropout ? 1 : 0));
-  Op attn_res = unfused(memory_op("attn.residual", OpClass::kElementwise, residual_bytes,
+  Op attn_res = unfused(memory_op(OpId::kAttnResidual, OpClass::kElementwise, residual_bytes,
                                   TpSplit::kReplicated, {T, x.h}),
                         passes.residual, passes.residual_kernels);
   fw.push_back(attn_res);
   Op mlp_norm = unfused(
-      memory_op("mlp.norm", OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
+      memory_op(OpId::kMlpNorm, OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
       passes.norm, passes.norm_kernels);
   fw.push_back(mlp_norm);
-  Op mlp_cast = autocast_cast("mlp.cast", T * x.h / g.x, e, TpSplit::kReplicated);
+  Op mlp_cast = autocast_cast(OpId::kMlpCast, T * x.h / g.x, e, TpSplit::kReplicated);
   if (x.autocast) fw.push_back(mlp_cast);
   fw.insert(fw.end(), fc1.forward.begin(), fc1.forward.end());
   const int64_t ffn = x.f / g.y;
-  Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
+  Op act = unfused(memory_op(OpId::kMlpAct, OpClass::kElementwise, (gate + 1) * T * ffn * e,
                              TpSplit::kColumn, {T, gate * ffn}),
                    passes.act, passes.act_kernels);
   fw.push_back(act);
   fw.insert(fw.end(), fc2.forward.begin(), fc2.forward.end());
-  gather_x("mlp", fw);
-  Op mlp_res = unfused(memory_op("mlp.residual", OpClass::kElementwise, residual_bytes,
+  gather_x(kMlpCollectives, fw);
+  Op mlp_res = unfused(memory_op(OpId::kMlpResidual, OpClass::kElementwise, residual_bytes,
                                  TpSplit::kReplicated, {T, x.h}),
                        passes.residual, passes.residual_kernels);
   fw.push_back(mlp_res);
@@ -131,7 +130,7 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   bw.insert(bw.end(), fc2.backward.begin(), fc2.backward.end());
   bw.push_back(activation_backward(act, gate, passes));
   bw.insert(bw.end(), fc1.backward.begin(), fc1.backward.end());
-  gather_x("mlp", bw);
+  gather_x(kMlpCollectives, bw);
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));
   bw.push_back(norm_backward(mlp_norm, m, x, passes));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
@@ -139,7 +138,7 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));
   bw.insert(bw.end(), qkv.backward.begin(), qkv.backward.end());
-  gather_x("attn", bw);
+  gather_x(kAttnCollectives, bw);
   if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
   bw.push_back(norm_backward(attn_norm, m, x, passes));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));

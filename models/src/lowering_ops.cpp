@@ -6,9 +6,10 @@
 namespace sextant::models {
 
 // Builders for the three kinds of op. Sizes are element counts; `e` is bytes per element.
-Op gemm(std::string name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit split) {
+Op gemm(const OpName& name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit split) {
   Op op;
-  op.name = std::move(name);
+  op.id = name.id();
+  op.name = name.str();
   op.op_class = OpClass::kGemm;
   op.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   op.bytes = (m * k + k * n + m * n) * e;
@@ -19,9 +20,10 @@ Op gemm(std::string name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit sp
 }
 
 // Batched GEMM of the attention core: `batch` independent (m x k) @ (k x n) products.
-Op batched_gemm(std::string name, int64_t batch, int64_t m, int64_t n, int64_t k, int64_t e) {
+Op batched_gemm(const OpName& name, int64_t batch, int64_t m, int64_t n, int64_t k, int64_t e) {
   Op op;
-  op.name = std::move(name);
+  op.id = name.id();
+  op.name = name.str();
   op.op_class = OpClass::kAttention;
   op.flops = 2.0 * static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
              static_cast<double>(k);
@@ -33,10 +35,11 @@ Op batched_gemm(std::string name, int64_t batch, int64_t m, int64_t n, int64_t k
   return op;
 }
 
-Op memory_op(std::string name, OpClass op_class, int64_t bytes, TpSplit split,
+Op memory_op(const OpName& name, OpClass op_class, int64_t bytes, TpSplit split,
              std::vector<int64_t> shape) {
   Op op;
-  op.name = std::move(name);
+  op.id = name.id();
+  op.name = name.str();
   op.op_class = op_class;
   op.bytes = bytes;
   op.split = split;
@@ -44,9 +47,10 @@ Op memory_op(std::string name, OpClass op_class, int64_t bytes, TpSplit split,
   return op;
 }
 
-Op comm_op(std::string name, CollectiveKind kind, int64_t bytes) {
+Op comm_op(const OpName& name, CollectiveKind kind, int64_t bytes) {
   Op op;
-  op.name = std::move(name);
+  op.id = name.id();
+  op.name = name.str();
   switch (kind) {
     case CollectiveKind::kAllToAll:
       op.op_class = OpClass::kAllToAll;

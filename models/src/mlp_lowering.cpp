@@ -21,13 +21,13 @@ LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
     layer.kind = LayerKind::kMlpLinear;
     const int64_t in = m.widths[i];
     const int64_t outw = m.widths[i + 1];
-    Op fc = gemm(layer.name, B, outw, in, e, TpSplit::kReplicated);
+    Op fc = gemm(OpName(layer.name, OpId::kUnitProduct), B, outw, in, e, TpSplit::kReplicated);
     layer.forward.push_back(fc);
     const bool last = i + 1 == n;
-    Op post = last ? memory_op("loss", OpClass::kLoss, B * outw * (e + 4), TpSplit::kReplicated,
-                               {B, outw})
-                   : memory_op(layer.name + ".act", OpClass::kElementwise, 2 * B * outw * e,
-                               TpSplit::kReplicated, {B, outw});
+    Op post = last ? memory_op(OpId::kLoss, OpClass::kLoss, B * outw * (e + 4),
+                               TpSplit::kReplicated, {B, outw})
+                   : memory_op(OpName(layer.name, OpId::kUnitAct), OpClass::kElementwise,
+                               2 * B * outw * e, TpSplit::kReplicated, {B, outw});
     layer.forward.push_back(post);
     layer.backward.push_back(memory_backward(post, last ? 1.0 : 1.5));
     layer.backward.push_back(gemm_backward(fc));

@@ -39,18 +39,18 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   const int64_t routed = T * k;
   const int64_t per_expert = std::max<int64_t>(1, M / local);
   MoeMlp out;
-  Op router = gemm("moe.router", Tr, E, h, e, TpSplit::kReplicated);
+  Op router = gemm(OpId::kMoeRouter, Tr, E, h, e, TpSplit::kReplicated);
   // Softmax over the experts and the top-k in fp32 (Megatron's router), the top_k weights and
   // indices written.
-  Op route = memory_op("moe.route", OpClass::kElementwise, Tr * E * 8 + Tr * k * 8,
+  Op route = memory_op(OpId::kMoeRoute, OpClass::kElementwise, Tr * E * 8 + Tr * k * 8,
                        TpSplit::kReplicated, {Tr, E});
   route.kernels = 2;
-  Op permute = memory_op("moe.permute", OpClass::kElementwise, Tr * h * e + Mr * h * e,
+  Op permute = memory_op(OpId::kMoePermute, OpClass::kElementwise, Tr * h * e + Mr * h * e,
                          TpSplit::kReplicated, {Mr, h});
   // A grouped GEMM over the experts: FLOPs count the routed copies (model FLOPs), the kernel
   // computes the padded rows too.
-  auto expert_gemm = [&](std::string name, int64_t n, int64_t kdim, TpSplit split) {
-    Op op = gemm(std::move(name), M, n, kdim, e, split);
+  auto expert_gemm = [&](OpId name, int64_t n, int64_t kdim, TpSplit split) {
+    Op op = gemm(name, M, n, kdim, e, split);
     op.flops =
         2.0 * static_cast<double>(routed) * static_cast<double>(n) * static_cast<double>(kdim);
     op.kernel_flops =
@@ -59,45 +59,45 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
     op.matmuls = {{local, per_expert, n, kdim}};
     return op;
   };
-  Op fc1 = expert_gemm("moe.fc1", gate * fe, h, TpSplit::kColumn);
-  Op act = unfused(memory_op("moe.act", OpClass::kElementwise, (gate + 1) * M * fe * e,
+  Op fc1 = expert_gemm(OpId::kMoeFc1, gate * fe, h, TpSplit::kColumn);
+  Op act = unfused(memory_op(OpId::kMoeAct, OpClass::kElementwise, (gate + 1) * M * fe * e,
                              TpSplit::kColumn, {M, gate * fe}),
                    passes.act, passes.act_kernels);
-  Op fc2 = expert_gemm("moe.fc2", h, fe, TpSplit::kRow);
+  Op fc2 = expert_gemm(OpId::kMoeFc2, h, fe, TpSplit::kRow);
   // The copies weighted by the router and summed into their tokens, with the shared experts'
   // output added.
-  Op unpermute = memory_op("moe.unpermute", OpClass::kElementwise,
+  Op unpermute = memory_op(OpId::kMoeUnpermute, OpClass::kElementwise,
                            Mr * h * e + Tr * k * 4 + Tr * h * e * (moe.shared_experts > 0 ? 2 : 1),
                            TpSplit::kReplicated, {Tr, h});
   const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / x.t;  // shared width per rank
-  Op shared_fc1 = gemm("moe.shared_fc1", T, gate * fs, h, e, TpSplit::kColumn);
-  Op shared_act = unfused(memory_op("moe.shared_act", OpClass::kElementwise,
+  Op shared_fc1 = gemm(OpId::kMoeSharedFc1, T, gate * fs, h, e, TpSplit::kColumn);
+  Op shared_act = unfused(memory_op(OpId::kMoeSharedAct, OpClass::kElementwise,
                                     (gate + 1) * T * fs * e, TpSplit::kColumn, {T, gate * fs}),
                           passes.act, passes.act_kernels);
-  Op shared_fc2 = gemm("moe.shared_fc2", T, h, fs, e, TpSplit::kRow);
+  Op shared_fc2 = gemm(OpId::kMoeSharedFc2, T, h, fs, e, TpSplit::kRow);
   const bool shared = moe.shared_experts > 0;
   // The all-to-alls of expert parallelism (GShard; Megatron's MoEAlltoAllTokenDispatcher): each
   // rank's Mr rows of h out and as many back, in the ep group.
-  auto expert_exchange = [&](std::string name) {
-    Op op = comm_op(std::move(name), CollectiveKind::kAllToAll, Mr * h * e);
+  auto expert_exchange = [&](OpId name) {
+    Op op = comm_op(name, CollectiveKind::kAllToAll, Mr * h * e);
     op.group = CommGroup::kExpert;
     return op;
   };
   // The dispatcher's tensor-parallel gather and reduce-scatter of `rows` rows (output size, as
   // the sequence-parallel collectives count).
-  auto tp_exchange = [&](std::string name, CollectiveKind kind, int64_t rows) {
-    Op op = comm_op(std::move(name), kind, rows * h * e);
+  auto tp_exchange = [&](OpId name, CollectiveKind kind, int64_t rows) {
+    Op op = comm_op(name, kind, rows * h * e);
     op.no_tp_overlap = true;
     return op;
   };
   const bool exchange = x.ep > 1;
-  const Op dispatch = expert_exchange("moe.dispatch");
-  const Op combine = expert_exchange("moe.combine");
-  const Op gather = tp_exchange("moe.all_gather", CollectiveKind::kAllGather, M);
-  const Op scatter = tp_exchange("moe.reduce_scatter", CollectiveKind::kReduceScatter, M);
-  const Op shared_gather = tp_exchange("moe.shared_all_gather", CollectiveKind::kAllGather, T);
+  const Op dispatch = expert_exchange(OpId::kMoeDispatch);
+  const Op combine = expert_exchange(OpId::kMoeCombine);
+  const Op gather = tp_exchange(OpId::kMoeAllGather, CollectiveKind::kAllGather, M);
+  const Op scatter = tp_exchange(OpId::kMoeReduceScatter, CollectiveKind::kReduceScatter, M);
+  const Op shared_gather = tp_exchange(OpId::kMoeSharedAllGather, CollectiveKind::kAllGather, T);
   const Op shared_scatter =
-      tp_exchange("moe.shared_reduce_scatter", CollectiveKind::kReduceScatter, T);
+      tp_exchange(OpId::kMoeSharedReduceScatter, CollectiveKind::kReduceScatter, T);
   fw.insert(fw.end(), {router, route, permute});
   if (exchange) fw.push_back(dispatch);
   if (over_tp) fw.push_back(gather);

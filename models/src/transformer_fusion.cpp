@@ -6,7 +6,7 @@
 
 namespace sextant::models {
 
-Op autocast_cast(const std::string& name, int64_t elements, int64_t e, TpSplit split) {
+Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split) {
   return memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
 }
 
@@ -80,7 +80,7 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
 
 Op rope_op(const TransformerDims& x, const FusionPasses& passes) {
   const int64_t rotated = (x.h + x.kv * x.d) / x.t;  // q's and k's columns on the rank
-  return unfused(memory_op("attn.rope", OpClass::kElementwise, 2 * x.tokens() * rotated * x.e,
+  return unfused(memory_op(OpId::kAttnRope, OpClass::kElementwise, 2 * x.tokens() * rotated * x.e,
                            TpSplit::kColumn, {x.tokens(), rotated}),
                  passes.rope, passes.rope_kernels);
 }

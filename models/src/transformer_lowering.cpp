@@ -25,21 +25,20 @@ namespace sextant::models {
 namespace {
 
 // The collective that joins the outputs of a row-parallel (or vocab-parallel) op.
-void add_tp_reduce(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+void add_tp_reduce(std::vector<Op>& ops, const TransformerDims& x, const PartCollectives& part) {
   if (x.t == 1) return;
   int64_t bytes = x.tokens() * x.h * x.e;
   if (x.sp) {
-    ops.push_back(comm_op(prefix + ".reduce_scatter", CollectiveKind::kReduceScatter, bytes));
+    ops.push_back(comm_op(part.reduce_scatter, CollectiveKind::kReduceScatter, bytes));
   } else {
-    ops.push_back(comm_op(prefix + ".all_reduce", CollectiveKind::kAllReduce, bytes));
+    ops.push_back(comm_op(part.all_reduce, CollectiveKind::kAllReduce, bytes));
   }
 }
 
 // The all-gather in front of a column-parallel op under sequence parallelism.
-void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const std::string& prefix) {
+void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const PartCollectives& part) {
   if (x.t == 1 || !x.sp) return;
-  ops.push_back(
-      comm_op(prefix + ".all_gather", CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
+  ops.push_back(comm_op(part.all_gather, CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
 }
 
 Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
@@ -69,50 +68,52 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t weight_elements =
       (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h) / x.t +
       (moe ? moe->weight_elements : (x.h * gate * x.f + x.f * x.h) / x.t);
-  Op weight_cast = autocast_cast("autocast.weights", weight_elements, e, TpSplit::kColumn);
+  Op weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
   weight_cast.kernels = 4;
   if (x.autocast) fw.push_back(weight_cast);
-  Op attn_norm = unfused(memory_op("attn.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
-                         passes.norm, passes.norm_kernels);
+  Op attn_norm =
+      unfused(memory_op(OpId::kAttnNorm, norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
+              passes.norm, passes.norm_kernels);
   fw.push_back(attn_norm);
-  Op attn_cast = autocast_cast("attn.cast", Tn * x.h, e, x.norm_split());
+  Op attn_cast = autocast_cast(OpId::kAttnCast, Tn * x.h, e, x.norm_split());
   if (x.autocast) fw.push_back(attn_cast);
-  add_sp_gather(fw, x, "attn");
-  Op qkv = gemm("attn.qkv", T, qkv_out, x.h, e, TpSplit::kColumn);
+  add_sp_gather(fw, x, kAttnCollectives);
+  Op qkv = gemm(OpId::kAttnQkv, T, qkv_out, x.h, e, TpSplit::kColumn);
   fw.push_back(qkv);
   const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
   Op rope = rope_op(x, passes);
   if (rotary) fw.push_back(rope);
   AttentionCore core = attention_core(m, x, passes, fw);
-  Op proj = gemm("attn.proj", T, x.h, x.h / x.t, e, TpSplit::kRow);
+  Op proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
   fw.push_back(proj);
-  add_tp_reduce(fw, x, "attn");
+  add_tp_reduce(fw, x, kAttnCollectives);
   // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
   // Reads the residual and the 16-bit branch output, writes the residual.
   Op attn_res =
-      unfused(memory_op("attn.residual", OpClass::kElementwise,
+      unfused(memory_op(OpId::kAttnResidual, OpClass::kElementwise,
                         Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
               passes.residual, passes.residual_kernels);
   fw.push_back(attn_res);
-  Op mlp_norm = unfused(memory_op("mlp.norm", norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
-                        passes.norm, passes.norm_kernels);
+  Op mlp_norm =
+      unfused(memory_op(OpId::kMlpNorm, norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
+              passes.norm, passes.norm_kernels);
   fw.push_back(mlp_norm);
-  Op mlp_cast = autocast_cast("mlp.cast", Tn * x.h, e, x.norm_split());
+  Op mlp_cast = autocast_cast(OpId::kMlpCast, Tn * x.h, e, x.norm_split());
   if (x.autocast) fw.push_back(mlp_cast);
-  if (!own_mlp_collectives) add_sp_gather(fw, x, "mlp");
-  Op fc1 = gemm("mlp.fc1", T, gate * ffn, x.h, e, TpSplit::kColumn);
-  Op act = unfused(memory_op("mlp.act", OpClass::kElementwise, (gate + 1) * T * ffn * e,
+  if (!own_mlp_collectives) add_sp_gather(fw, x, kMlpCollectives);
+  Op fc1 = gemm(OpId::kMlpFc1, T, gate * ffn, x.h, e, TpSplit::kColumn);
+  Op act = unfused(memory_op(OpId::kMlpAct, OpClass::kElementwise, (gate + 1) * T * ffn * e,
                              TpSplit::kColumn, {T, gate * ffn}),
                    passes.act, passes.act_kernels);
-  Op fc2 = gemm("mlp.fc2", T, x.h, ffn, e, TpSplit::kRow);
+  Op fc2 = gemm(OpId::kMlpFc2, T, x.h, ffn, e, TpSplit::kRow);
   if (moe) {
     fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
   } else {
     fw.insert(fw.end(), {fc1, act, fc2});
   }
-  if (!own_mlp_collectives) add_tp_reduce(fw, x, "mlp");
+  if (!own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
   Op mlp_res =
-      unfused(memory_op("mlp.residual", OpClass::kElementwise,
+      unfused(memory_op(OpId::kMlpResidual, OpClass::kElementwise,
                         Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
               passes.residual, passes.residual_kernels);
   fw.push_back(mlp_res);
@@ -124,7 +125,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   std::vector<Op>& bw = layer.backward;
   // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
   // once the branch's norm has given its gradient back, as the executor runs it.
-  if (!own_mlp_collectives) add_sp_gather(bw, x, "mlp");
+  if (!own_mlp_collectives) add_sp_gather(bw, x, kMlpCollectives);
   if (moe) {
     bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
   } else {
@@ -132,16 +133,16 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     bw.push_back(activation_backward(act, gate, passes));
     bw.push_back(gemm_backward(fc1));
   }
-  if (!own_mlp_collectives) add_tp_reduce(bw, x, "mlp");
+  if (!own_mlp_collectives) add_tp_reduce(bw, x, kMlpCollectives);
   if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
   bw.push_back(norm_backward(mlp_norm, m, x, passes));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
-  add_sp_gather(bw, x, "attn");
+  add_sp_gather(bw, x, kAttnCollectives);
   bw.push_back(gemm_backward(proj));
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
-  add_tp_reduce(bw, x, "attn");
+  add_tp_reduce(bw, x, kAttnCollectives);
   if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
   bw.push_back(norm_backward(attn_norm, m, x, passes));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
@@ -206,28 +207,28 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   const int64_t e = x.e;
   // Vocabulary-parallel lookup: each rank gathers the rows it owns, zeros elsewhere.
   const int64_t r = x.residual_bytes();  // fp32 tables under autocast
-  Op lookup =
-      memory_op("embed.lookup", OpClass::kEmbedding, 2 * T * x.h * r, TpSplit::kVocab, {T, x.h});
+  Op lookup = memory_op(OpId::kEmbedLookup, OpClass::kEmbedding, 2 * T * x.h * r, TpSplit::kVocab,
+                        {T, x.h});
   layer.forward.push_back(lookup);
-  add_tp_reduce(layer.forward, x, "embed");
+  add_tp_reduce(layer.forward, x, kEmbedCollectives);
   bool has_positions = m.position_embedding == spec::PositionEmbedding::kLearned;
   Op pos;
   if (has_positions || m.type_vocab > 0) {
-    pos = memory_op("embed.position", OpClass::kElementwise, 3 * x.norm_tokens() * x.h * r,
+    pos = memory_op(OpId::kEmbedPosition, OpClass::kElementwise, 3 * x.norm_tokens() * x.h * r,
                     x.norm_split(), {x.norm_tokens(), x.h});
     layer.forward.push_back(pos);
   }
   Op enorm;
   if (m.architecture == spec::Architecture::kEncoder) {
-    enorm = memory_op("embed.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * e, x.norm_split(),
-                      {x.norm_tokens(), x.h});
+    enorm = memory_op(OpId::kEmbedNorm, OpClass::kNorm, 2 * x.norm_tokens() * x.h * e,
+                      x.norm_split(), {x.norm_tokens(), x.h});
     layer.forward.push_back(enorm);
   }
   if (m.architecture == spec::Architecture::kEncoder) {
     layer.backward.push_back(memory_backward(enorm, 1.5));
   }
   if (has_positions || m.type_vocab > 0) layer.backward.push_back(memory_backward(pos, 2.0 / 3.0));
-  add_sp_gather(layer.backward, x, "embed");
+  add_sp_gather(layer.backward, x, kEmbedCollectives);
   layer.backward.push_back(memory_backward(lookup, 1.0));  // scatter-add into the table
 
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
@@ -258,23 +259,23 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   const int64_t r = x.residual_bytes();
   // Autocast casts the output weights (the embedding table when tied) in every forward and the
   // norm's fp32 output in front of the logits GEMM.
-  Op weight_cast = autocast_cast("autocast.weights", vocab_shard * x.h, e, TpSplit::kVocab);
-  Op head_cast = autocast_cast("head.cast", x.norm_tokens() * x.h, e, x.norm_split());
+  Op weight_cast = autocast_cast(OpId::kAutocastWeights, vocab_shard * x.h, e, TpSplit::kVocab);
+  Op head_cast = autocast_cast(OpId::kHeadCast, x.norm_tokens() * x.h, e, x.norm_split());
   if (x.autocast) layer.forward.push_back(weight_cast);
   Op fnorm;
   if (decoder) {
-    fnorm = unfused(memory_op("head.norm", OpClass::kNorm, 2 * x.norm_tokens() * x.h * r,
+    fnorm = unfused(memory_op(OpId::kHeadNorm, OpClass::kNorm, 2 * x.norm_tokens() * x.h * r,
                               x.norm_split(), {x.norm_tokens(), x.h}),
                     passes.norm, passes.norm_kernels);
     layer.forward.push_back(fnorm);
   }
   if (x.autocast) layer.forward.push_back(head_cast);
-  add_sp_gather(layer.forward, x, "head");
-  Op logits = gemm("head.logits", T, vocab_shard, x.h, e, TpSplit::kVocab);
+  add_sp_gather(layer.forward, x, kHeadCollectives);
+  Op logits = gemm(OpId::kHeadLogits, T, vocab_shard, x.h, e, TpSplit::kVocab);
   layer.forward.push_back(logits);
   // Cross-entropy over the rank's vocabulary shard, priced by the stack's implementation. The
   // base op is one fused pass: read the 16-bit logits, write the fp32 softmax the backward uses.
-  Op loss = memory_op("head.loss", OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
+  Op loss = memory_op(OpId::kHeadLoss, OpClass::kLoss, T * vocab_shard * (e + 4), TpSplit::kVocab,
                       {T, vocab_shard});
   const double fused_bytes = static_cast<double>(e + 4);
   double backward_factor = 1.0;
@@ -305,14 +306,15 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
     // Vocabulary-parallel cross-entropy (Megatron-LM tensor_parallel/cross_entropy.py): the max
     // logit of each token first (each shard's sum of exponentials is relative to it), then the
     // sums of exponentials and the target logits together: fp32 values per token.
-    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, T * 4));
-    layer.forward.push_back(comm_op("head.loss_all_reduce", CollectiveKind::kAllReduce, 2 * T * 4));
+    layer.forward.push_back(comm_op(OpId::kHeadLossAllReduce, CollectiveKind::kAllReduce, T * 4));
+    layer.forward.push_back(
+        comm_op(OpId::kHeadLossAllReduce, CollectiveKind::kAllReduce, 2 * T * 4));
   }
   Op loss_backward = memory_backward(loss, backward_factor);
   if (x.cross_entropy == spec::CrossEntropy::kMegatron) loss_backward.kernels = 2;
   layer.backward.push_back(loss_backward);
   layer.backward.push_back(gemm_backward(logits));
-  add_tp_reduce(layer.backward, x, "head");
+  add_tp_reduce(layer.backward, x, kHeadCollectives);
   if (x.autocast) layer.backward.push_back(memory_backward(head_cast, 1.0));
   if (decoder) layer.backward.push_back(memory_backward(fnorm, 1.5));
   if (x.autocast) layer.backward.push_back(memory_backward(weight_cast, 1.0));

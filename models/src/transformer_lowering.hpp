@@ -83,7 +83,7 @@ Op rope_op(const TransformerDims& x, const FusionPasses& passes);
 Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes);
 
 // The cast of `elements` fp32 values to `e`-byte ones (autocast, above).
-Op autocast_cast(const std::string& name, int64_t elements, int64_t e, TpSplit split);
+Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split);
 
 // The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
 // context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward

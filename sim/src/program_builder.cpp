@@ -13,6 +13,7 @@
 
 namespace sextant::sim {
 
+using models::OpId;
 using spec::Phase;
 using spec::Stream;
 
@@ -123,9 +124,8 @@ class StageBuilder {
 
   // A local task on the offload stream (a device-host copy, the host optimizer step) after
   // `deps`.
-  int32_t offload_task(const std::string& name, spec::OpClass cls, int64_t bytes,
-                       Picoseconds duration, Phase phase, int64_t mb, int32_t layer,
-                       const std::vector<Dep>& deps) {
+  int32_t offload_task(OpId name, spec::OpClass cls, int64_t bytes, Picoseconds duration,
+                       Phase phase, int64_t mb, int32_t layer, const std::vector<Dep>& deps) {
     Task t;
     t.kind = TaskKind::kLocal;
     t.stream = Stream::kOffload;
@@ -144,7 +144,7 @@ class StageBuilder {
     const int64_t bytes = shard(params) * grad_bytes_;
     std::vector<Dep> deps;
     if (after >= 0) deps.push_back(done(after));
-    offload_task("offload.grad_to_host", spec::OpClass::kMemcpy, bytes,
+    offload_task(OpId::kOffloadGradToHost, spec::OpClass::kMemcpy, bytes,
                  offload_->device_host_copy(bytes), Phase::kBwd, mb, layer, deps);
   }
 
@@ -302,6 +302,9 @@ class StageBuilder {
     require(task);
   }
 
+  int32_t named_op(OpId id, spec::OpClass cls, int64_t bytes, int32_t layer) {
+    return named_op(models::op_name(id), cls, bytes, layer);
+  }
   int32_t named_op(const std::string& name, spec::OpClass cls, int64_t bytes, int32_t layer) {
     OpInfo info;
     info.name = name;
@@ -325,13 +328,13 @@ class StageBuilder {
     const int64_t parts = transfer_parts(full);
     const int64_t bytes = full / parts;
     spec::OpClass cls = spec::OpClass::kRecv;
-    int32_t op = named_op(phase == Phase::kFwd ? "pp.recv_activation" : "pp.recv_gradient", cls,
-                          bytes, layer);
+    int32_t op = named_op(phase == Phase::kFwd ? OpId::kPpRecvActivation : OpId::kPpRecvGradient,
+                          cls, bytes, layer);
     int32_t task = comm(Stream::kPpRecv, CommClass::kPp, static_cast<uint8_t>(from),
                         TaskKind::kRecv, spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, -1);
     require(task);
     if (parts > 1) {
-      int32_t ag = named_op("pp.all_gather", spec::OpClass::kAllGather, full, layer);
+      int32_t ag = named_op(OpId::kPpAllGather, spec::OpClass::kAllGather, full, layer);
       // Part of the stage-to-stage exchange: waiting for it counts as pipeline time.
       int32_t g =
           comm(Stream::kTpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kTp),
@@ -342,7 +345,7 @@ class StageBuilder {
 
   void send(PeerSlot to, int64_t full, Phase phase, int64_t mb, int32_t layer) {
     const int64_t bytes = full / transfer_parts(full);
-    int32_t op = named_op(phase == Phase::kFwd ? "pp.send_activation" : "pp.send_gradient",
+    int32_t op = named_op(phase == Phase::kFwd ? OpId::kPpSendActivation : OpId::kPpSendGradient,
                           spec::OpClass::kSend, bytes, layer);
     int32_t before = flush();
     int32_t task = comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
@@ -372,7 +375,7 @@ class StageBuilder {
       const Picoseconds d = offload_->params_fetch(part, plan_.offload.params);
       std::vector<Dep> deps;
       if (after >= 0) deps.push_back(done(after));
-      after = offload_task("offload.params_to_device", spec::OpClass::kMemcpy, part, d, phase, mb,
+      after = offload_task(OpId::kOffloadParamsToDevice, spec::OpClass::kMemcpy, part, d, phase, mb,
                            static_cast<int32_t>(layer), deps);
       if (plan_.replicas() == 1) return after;
     }
@@ -385,14 +388,14 @@ class StageBuilder {
     int32_t last = -1;
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t part = dense / parts + (p < dense % parts ? 1 : 0);
-      int32_t op =
-          named_op("fsdp.all_gather", spec::OpClass::kAllGather, part, static_cast<int32_t>(layer));
+      int32_t op = named_op(OpId::kFsdpAllGather, spec::OpClass::kAllGather, part,
+                            static_cast<int32_t>(layer));
       last =
           comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
                TaskKind::kCollective, spec::CollectiveKind::kAllGather, part, op, phase, mb, after);
     }
     if (experts > 0 && plan_.expert_replicas() > 1) {
-      int32_t op = named_op("fsdp.all_gather", spec::OpClass::kAllGather, experts,
+      int32_t op = named_op(OpId::kFsdpAllGather, spec::OpClass::kAllGather, experts,
                             static_cast<int32_t>(layer));
       last = comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
                   TaskKind::kCollective, spec::CollectiveKind::kAllGather, experts, op, phase, mb,
@@ -443,7 +446,7 @@ class StageBuilder {
   // ZeRO-1/2: all-gather a bucket's updated parameters from the data-parallel group.
   int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
     const int64_t bytes = b.params * elem_bytes_;
-    int32_t op = named_op("zero.all_gather", spec::OpClass::kAllGather, bytes, -1);
+    int32_t op = named_op(OpId::kZeroAllGather, spec::OpClass::kAllGather, bytes, -1);
     return comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
                 spec::CollectiveKind::kAllGather, bytes, op, phase, mb, after);
   }
@@ -571,14 +574,14 @@ class StageBuilder {
         int32_t before = flush();
         const int64_t experts = expert_params(l) * grad_bytes_;
         int64_t bytes = grad_bytes(l) - experts;
-        int32_t op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, bytes,
+        int32_t op = named_op(OpId::kFsdpReduceScatter, spec::OpClass::kReduceScatter, bytes,
                               static_cast<int32_t>(l));
         int32_t reduced =
             comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
                  TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op,
                  Phase::kBwd, u.micro_batch, before);
         if (experts > 0 && plan_.expert_replicas() > 1) {
-          op = named_op("fsdp.reduce_scatter", spec::OpClass::kReduceScatter, experts,
+          op = named_op(OpId::kFsdpReduceScatter, spec::OpClass::kReduceScatter, experts,
                         static_cast<int32_t>(l));
           reduced =
               comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
@@ -624,7 +627,7 @@ class StageBuilder {
     spec::CollectiveKind kind =
         plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
     int32_t op = named_op(
-        plan_.zero >= 1 ? "dp.reduce_scatter" : "dp.all_reduce",
+        plan_.zero >= 1 ? OpId::kDpReduceScatter : OpId::kDpAllReduce,
         plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
     int32_t reduced = comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
                            kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
@@ -672,7 +675,7 @@ class StageBuilder {
     if (lowered_.tied_table_params == 0 || plan_.pp == 1) return;
     if (stage_ != 0 && stage_ != plan_.pp - 1) return;
     const int64_t bytes = lowered_.tied_table_params * grad_bytes_;
-    int32_t op = named_op("embed.tied_all_reduce", spec::OpClass::kAllReduce, bytes, -1);
+    int32_t op = named_op(OpId::kEmbedTiedAllReduce, spec::OpClass::kAllReduce, bytes, -1);
     // A gradient reduction like the data-parallel one it follows on the same stream: waiting for
     // it counts as exposed gradient communication.
     comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kEmbedding),
@@ -694,7 +697,7 @@ class StageBuilder {
       params += lowered_.tied_table_params;
     if (params == 0) return;
     const int64_t bytes = params * grad_bytes_;
-    int32_t op = named_op("sp.all_reduce", spec::OpClass::kAllReduce, bytes, -1);
+    int32_t op = named_op(OpId::kSpAllReduce, spec::OpClass::kAllReduce, bytes, -1);
     const GroupSlot slot = plan_.tp_grid.any() ? GroupSlot::kGridZ : GroupSlot::kTp;
     require(comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(slot), TaskKind::kCollective,
                  spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd, micro_batches_ - 1,
@@ -715,14 +718,14 @@ class StageBuilder {
     if (int32_t last = flush(); last >= 0) deps.push_back(done(last));
     spec::Dtype param_dtype = spec::parameter_dtype(stack_, lowered_.dtype);
     const int64_t per_param = OffloadCost::host_step_bytes_per_param(param_dtype);
-    int32_t step = offload_task("offload.adamw", spec::OpClass::kOptimizer, updated * per_param,
+    int32_t step = offload_task(OpId::kOffloadAdamw, spec::OpClass::kOptimizer, updated * per_param,
                                 offload_->host_step(updated, param_dtype, plan_.offload.optimizer),
                                 Phase::kOpt, -1, -1, deps);
     if (plan_.offload.params == spec::OffloadTarget::kHost) return step;
     const int64_t bytes = updated * spec::dtype_bytes(param_dtype);
     return offload_task(
-        plan_.offload.params == spec::OffloadTarget::kNvme ? "offload.params_to_nvme"
-                                                           : "offload.params_to_device",
+        plan_.offload.params == spec::OffloadTarget::kNvme ? OpId::kOffloadParamsToNvme
+                                                           : OpId::kOffloadParamsToDevice,
         spec::OpClass::kMemcpy, bytes, offload_->params_return(bytes, plan_.offload.params),
         Phase::kOpt, -1, -1, {done(step)});
   }
@@ -745,7 +748,7 @@ class StageBuilder {
                           : params;
     if (asynchronous()) weight_stash(updated);
     OpInfo info;
-    info.name = "optimizer.adamw";
+    info.name = models::op_name(OpId::kOptimizerAdamw);
     info.op_class = spec::OpClass::kOptimizer;
     const int64_t per_param = models::optimizer_bytes_per_param(
         models::optimizer_precision(stack_, lowered_.dtype, plan_.zero));
@@ -783,7 +786,7 @@ class StageBuilder {
         models::optimizer_precision(stack_, lowered_.dtype, plan_.zero).model_params);
     if (per_param == 0) return;
     OpInfo info;
-    info.name = models::kWeightStashOp;
+    info.name = models::op_name(OpId::kPpWeightStash);
     info.op_class = spec::OpClass::kMemcpy;
     info.bytes = params * per_param;
     info.duration = compute_.optimizer_time(params, per_param);
@@ -801,7 +804,7 @@ class StageBuilder {
     const Picoseconds host = compute_.step_overhead();
     if (host <= 0) return;
     OpInfo step;
-    step.name = "step.host";
+    step.name = models::op_name(OpId::kStepHost);
     step.op_class = spec::OpClass::kHost;
     step.duration = host;
     program_.ops.push_back(step);

@@ -698,7 +698,7 @@ TEST_F(LayoutTest, CompressedGradientsShrinkTheBytesAndStillTrainWithErrorFeedba
   const spec::Plan plain = plan_of(2, 1, 1);
   const spec::Plan onebit = compressed(plain, C::kOnebit);
   const int64_t reduced = bytes_of(plain, "dp.all_reduce");
-  const int64_t gathered = bytes_of(onebit, models::kCompressedGatherOp);
+  const int64_t gathered = bytes_of(onebit, models::op_name(models::OpId::kDpCompressedAllGather));
   // Every bucket of n gradients: 2 ranks x (ceil(n / 32) sign words + ceil(n / 64) scales).
   // Lowered as the executor lowers it (its vocabulary padded to its stack's multiple).
   models::LoweringOptions options{1, 16, spec::Dtype::kFp32, 1, false};
@@ -720,8 +720,8 @@ TEST_F(LayoutTest, CompressedGradientsShrinkTheBytesAndStillTrainWithErrorFeedba
   // (V + 32) + (16 + 32). Everything else goes whole: per block two layer norms (128) and the
   // biases 96 + 32 + 64 + 32, and the head's norm (64): 4 x 352 + 64 = 1472 elements.
   const spec::Plan power = compressed(plain, C::kPowersgd);
-  const int64_t factors = bytes_of(power, models::kPowerSgdPAllReduceOp) +
-                          bytes_of(power, models::kPowerSgdQAllReduceOp);
+  const int64_t factors = bytes_of(power, models::op_name(models::OpId::kDpPowerSgdPAllReduce)) +
+                          bytes_of(power, models::op_name(models::OpId::kDpPowerSgdQAllReduce));
   EXPECT_EQ(factors, (4 * 384 + lowered.vocab_shard + 32 + 48) * 4);
   EXPECT_EQ(bytes_of(power, "dp.all_reduce"), 1472 * 4);
   EXPECT_LT(static_cast<double>(factors + 1472 * 4), 0.1 * static_cast<double>(reduced));

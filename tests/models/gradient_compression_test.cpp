@@ -58,7 +58,7 @@ TEST(GradientCompression, CodecBytesByHand) {
   // Decode over 4 ranks: 4 x 127 words read, 1000 gradients written.
   const Op d = compression_decode_op(q, 1000, 4, 4);
   EXPECT_EQ(d.bytes, 4 * 127 * 4 + 4000);
-  EXPECT_EQ(d.name, kDecompressOp);
+  EXPECT_EQ(d.name, models::op_name(models::OpId::kDpDecompress));
   EXPECT_EQ(d.op_class, spec::OpClass::kElementwise);
   // Top-k: also a read and a write of the gradient at each of the 4 x 10 pairs.
   EXPECT_EQ(compression_decode_op(make(spec::CompressionKind::kTopk), 1000, 4, 4).bytes,
@@ -102,25 +102,25 @@ TEST(PowerSgd, TheBucketsExchangeByHand) {
   // fp32 gradients (g = 4), error feedback: n = 200 compressed elements, p = 20, q = 40.
   const std::vector<Op> ops = compressed_exchange_ops(c, b, 8, 4);
   ASSERT_EQ(ops.size(), 6u);
-  EXPECT_EQ(ops[0].name, kUncompressedAllReduceOp);
+  EXPECT_EQ(ops[0].name, models::op_name(models::OpId::kDpAllReduce));
   EXPECT_EQ(ops[0].collective, spec::CollectiveKind::kAllReduce);
   EXPECT_EQ(ops[0].bytes, 800 * 4);
   // Fold (gradients read, residual read and written: 800 + 1600), M read from the residual
   // (800), Q read (160), P written (80).
-  EXPECT_EQ(ops[1].name, kCompressOp);
+  EXPECT_EQ(ops[1].name, models::op_name(models::OpId::kDpCompress));
   EXPECT_EQ(ops[1].bytes, 2400 + 800 + 160 + 80);
-  EXPECT_EQ(ops[2].name, kPowerSgdPAllReduceOp);
+  EXPECT_EQ(ops[2].name, models::op_name(models::OpId::kDpPowerSgdPAllReduce));
   EXPECT_EQ(ops[2].bytes, 80);  // independent of dp, unlike the gathers
   // Gram-Schmidt over 2 columns: col 0 normalised (2 passes over it), taken out of col 1 (3),
   // col 1 normalised (2): 7 column passes = 3.5 passes over P (280 bytes); M read (800), P read
   // (80), Q written (160).
-  EXPECT_EQ(ops[3].name, kPowerSgdProjectOp);
+  EXPECT_EQ(ops[3].name, models::op_name(models::OpId::kDpPowerSgdProject));
   EXPECT_EQ(ops[3].bytes, 280 + 800 + 80 + 160);
-  EXPECT_EQ(ops[4].name, kPowerSgdQAllReduceOp);
+  EXPECT_EQ(ops[4].name, models::op_name(models::OpId::kDpPowerSgdQAllReduce));
   EXPECT_EQ(ops[4].bytes, 160);
   // P Q^T: factors read (240), gradients written (800); residual read and written (1600) after
   // the local factors are read (240).
-  EXPECT_EQ(ops[5].name, kDecompressOp);
+  EXPECT_EQ(ops[5].name, models::op_name(models::OpId::kDpDecompress));
   EXPECT_EQ(ops[5].bytes, 240 + 800 + 1600 + 240);
   EXPECT_EQ(compressed_exchange_ops(c, b, 64, 4)[2].bytes, 80);
 

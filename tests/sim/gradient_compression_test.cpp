@@ -53,19 +53,19 @@ TEST(GradientCompression, EachBucketIsEncodedGatheredAndDecoded) {
     for (const spec::TraceEvent& e : r.trace->events) {
       if (e.rank != 0) continue;
       ++count[e.name];
-      if (e.name == models::kCompressedGatherOp) {
+      if (e.name == models::op_name(models::OpId::kDpCompressedAllGather)) {
         EXPECT_EQ(e.bytes, models::compressed_gather_bytes(plan.compression, n, 2));
       }
-      if (e.name == models::kCompressOp) {
+      if (e.name == models::op_name(models::OpId::kDpCompress)) {
         EXPECT_EQ(e.bytes, models::compression_encode_op(plan.compression, n, 4).bytes);
       }
-      if (e.name == models::kDecompressOp) {
+      if (e.name == models::op_name(models::OpId::kDpDecompress)) {
         EXPECT_EQ(e.bytes, models::compression_decode_op(plan.compression, n, 2, 4).bytes);
       }
     }
-    EXPECT_EQ(count[models::kCompressOp], kLayers);
-    EXPECT_EQ(count[models::kCompressedGatherOp], kLayers);
-    EXPECT_EQ(count[models::kDecompressOp], kLayers);
+    EXPECT_EQ(count[models::op_name(models::OpId::kDpCompress)], kLayers);
+    EXPECT_EQ(count[models::op_name(models::OpId::kDpCompressedAllGather)], kLayers);
+    EXPECT_EQ(count[models::op_name(models::OpId::kDpDecompress)], kLayers);
     EXPECT_EQ(count["dp.all_reduce"], 0);
   }
 }
@@ -93,14 +93,15 @@ TEST(GradientCompression, PowerSgdAllReducesTheFactorsWhateverTheDp) {
     for (const spec::TraceEvent& e : r.trace->events) {
       if (e.rank != 0) continue;
       ++count[e.name];
-      if (e.name == models::kPowerSgdPAllReduceOp || e.name == models::kPowerSgdQAllReduceOp) {
+      if (e.name == models::op_name(models::OpId::kDpPowerSgdPAllReduce) ||
+          e.name == models::op_name(models::OpId::kDpPowerSgdQAllReduce)) {
         EXPECT_EQ(e.bytes, 4 * kWidth * 4) << e.name;
       }
     }
-    for (const char* op :
-         {models::kCompressOp, models::kPowerSgdPAllReduceOp, models::kPowerSgdProjectOp,
-          models::kPowerSgdQAllReduceOp, models::kDecompressOp})
-      EXPECT_EQ(count[op], kLayers) << op;
+    for (models::OpId id : {models::OpId::kDpCompress, models::OpId::kDpPowerSgdPAllReduce,
+                            models::OpId::kDpPowerSgdProject, models::OpId::kDpPowerSgdQAllReduce,
+                            models::OpId::kDpDecompress})
+      EXPECT_EQ(count[models::op_name(id)], kLayers) << models::op_name(id);
     EXPECT_EQ(count["dp.all_reduce"], 0) << "every weight is a compressed matrix";
   }
 }

@@ -118,7 +118,8 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
 
 Picoseconds ComputeModel::optimizer_time(int64_t params, int64_t bytes_per_param) const {
   double bytes = static_cast<double>(params * bytes_per_param);
-  return seconds_to_ps(seconds(0, bytes, spec::OpClass::kOptimizer, "optimizer.adamw"));
+  return seconds_to_ps(
+      seconds(0, bytes, spec::OpClass::kOptimizer, models::op_name(models::OpId::kOptimizerAdamw)));
 }
 
 }  // namespace sextant::sim

@@ -67,10 +67,10 @@ struct Context {
   bool sequence_parallel = false;
 
   // A recorder event for op `name` of lowered layer `layer`, with its FLOPs, bytes and shape.
-  Recorder::Event op(const std::string& name, int32_t layer, spec::Phase phase,
+  Recorder::Event op(const models::OpName& name, int32_t layer, spec::Phase phase,
                      int64_t micro_batch) const;
   // A recorder event for a collective or transfer.
-  Recorder::Event comm(const std::string& name, spec::OpClass cls, spec::Stream stream,
+  Recorder::Event comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                        int64_t bytes, int64_t group_size, spec::Phase phase,
                        std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
 };

@@ -60,9 +60,9 @@ class CpAttention {
  private:
   Backend& backend() { return *ctx_.backend; }
   Tensor act(std::vector<int64_t> shape);
-  Recorder::Scope comm_scope(const char* name, spec::OpClass cls, int64_t elements,
+  Recorder::Scope comm_scope(models::OpId name, spec::OpClass cls, int64_t elements,
                              spec::Phase phase, int32_t layer, int64_t mb);
-  Recorder::Scope op_scope(const char* name, int32_t layer, spec::Phase phase, int64_t mb);
+  Recorder::Scope op_scope(models::OpId name, int32_t layer, spec::Phase phase, int64_t mb);
 
   // Rank-ordered blocks of rows (block i: rank i's rows, in its order) <-> the whole sequences.
   void blocks_to_sequences(const Tensor& blocks, Tensor& whole, int64_t width) const;

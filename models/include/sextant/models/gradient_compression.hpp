@@ -46,15 +46,6 @@ Op compression_decode_op(const spec::GradientCompression& c, int64_t elements, i
 // The all-gather's bytes as traces count a gather: all dp encoded buckets.
 int64_t compressed_gather_bytes(const spec::GradientCompression& c, int64_t elements, int64_t dp);
 
-// Op names, shared by both traces.
-inline constexpr const char* kCompressOp = "dp.compress";
-inline constexpr const char* kCompressedGatherOp = "dp.compressed_all_gather";
-inline constexpr const char* kDecompressOp = "dp.decompress";
-inline constexpr const char* kUncompressedAllReduceOp = "dp.all_reduce";
-inline constexpr const char* kPowerSgdPAllReduceOp = "dp.powersgd_p_all_reduce";
-inline constexpr const char* kPowerSgdProjectOp = "dp.powersgd_project";
-inline constexpr const char* kPowerSgdQAllReduceOp = "dp.powersgd_q_all_reduce";
-
 // PowerSGD (Vogels et al., NeurIPS'19, Algorithm 1 with error feedback; PyTorch's
 // powerSGD_hook), of a bucket's weight matrices M (rows x cols, GradientBucket::matrices):
 //   P = M Q (Q: cols x rank, the last step's, warm start), P all-reduced, P orthonormalised

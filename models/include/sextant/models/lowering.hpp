@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/models/op_id.hpp"
 #include "sextant/spec/collective.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/model_spec.hpp"
@@ -45,7 +46,8 @@ struct MatmulShape {
 enum class CommGroup : uint8_t { kLayer, kContext, kExpert, kGridX, kGridY, kGridZ };
 
 struct Op {
-  std::string name;  // stable op name shared by simulator and executor traces, e.g. "attn.qkv"
+  OpId id = OpId::kCount;  // the op's identity (op_id.hpp); kCount: none set
+  std::string name;        // its name in both traces, e.g. "attn.qkv" (OpName::str)
   spec::OpClass op_class = spec::OpClass::kGemm;
   // FLOPs of this op on one rank for one micro-batch, counted as MFU and Narayanan et al. count
   // them (matrix products only, no causal halving, backward = 2x forward).

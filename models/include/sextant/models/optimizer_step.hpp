@@ -44,7 +44,6 @@ int64_t host_optimizer_bytes_per_param(spec::Dtype param_dtype);
 //         shard: the gather after the update brings the other shards of the new version).
 int64_t weight_stash_bytes_per_param(spec::Dtype model_params);
 int64_t weight_stash_copy_bytes_per_param(spec::Dtype model_params);
-inline constexpr const char* kWeightStashOp = "pp.weight_stash";
 
 // The precision a plan's optimizer step runs in: parameters and gradients as the stack holds them
 // at `compute` dtype (activations; an fp8 recipe keeps bf16 weights), loss scaling with fp16
