@@ -8,25 +8,25 @@
 #include <memory>
 #include <utility>
 
-#include "sextant/exec/backend.hpp"
 #include "sextant/exec/communicator.hpp"
+#include "sextant/exec/kernels/memory.hpp"
 
 namespace sextant::exec {
 
 // Bytes per element that these calls put on the wire (4: the fp32 form of either type).
 constexpr int64_t kActivationWireBytes = 4;
 
-void all_reduce(Communicator& comm, Backend& be, Tensor& t);
+void all_reduce(Communicator& comm, DeviceMemory& be, Tensor& t);
 // out: size() times in, blocks in rank order.
-void all_gather(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
+void all_gather(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out);
 // in: size() times out; out: this rank's block of the sum.
-void reduce_scatter(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
+void reduce_scatter(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out);
 // in and out: size() blocks of equal size; block j of in goes to rank j, block j of out came from
 // it.
-void all_to_all(Communicator& comm, Backend& be, const Tensor& in, Tensor& out);
+void all_to_all(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out);
 // A non-blocking send, and the tensor it reads: keep it until the request has been waited on.
-std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, Backend& be,
+std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, DeviceMemory& be,
                                                      const Tensor& t, int peer, int tag);
-void recv(Communicator& comm, Backend& be, Tensor& t, int peer, int tag);
+void recv(Communicator& comm, DeviceMemory& be, Tensor& t, int peer, int tag);
 
 }  // namespace sextant::exec

@@ -2,12 +2,12 @@
 // dense MLP and the mixture of experts.
 #pragma once
 
-#include "sextant/exec/backend.hpp"
+#include "sextant/exec/kernels/elementwise.hpp"
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::exec {
 
-inline void activation(Backend& be, spec::Activation kind, const Tensor& x, Tensor& y) {
+inline void activation(ElementwiseKernels& be, spec::Activation kind, const Tensor& x, Tensor& y) {
   switch (kind) {
     case spec::Activation::kGelu:
     case spec::Activation::kGeluNew:  // the same function in one kernel (model_spec.hpp)
@@ -22,7 +22,7 @@ inline void activation(Backend& be, spec::Activation kind, const Tensor& x, Tens
   }
 }
 
-inline void activation_backward(Backend& be, spec::Activation kind, const Tensor& x,
+inline void activation_backward(ElementwiseKernels& be, spec::Activation kind, const Tensor& x,
                                 const Tensor& dy, Tensor& dx) {
   switch (kind) {
     case spec::Activation::kGelu:

@@ -1,4 +1,5 @@
-// What every backend shares: typed allocation and the host-clock timing marks.
+// What every backend shares: typed allocation, the host-clock timing marks and the span-by-span
+// optimizer kernels a backend may run in one launch instead.
 #include "sextant/exec/backend.hpp"
 
 #include <chrono>
@@ -14,29 +15,29 @@ void QkvLayout::check(const Tensor& qkv) const {
                 cols, batch, seq, heads, kv_heads, head_dim);
 }
 
-Tensor Backend::empty(std::vector<int64_t> shape, DType dtype) {
+Tensor DeviceMemory::empty(std::vector<int64_t> shape, DType dtype) {
   int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   const int64_t bytes = std::max<int64_t>(n, 1) * element_size(dtype);
   auto buffer = std::make_shared<Buffer>(this, allocate(bytes), bytes);
   return Tensor(std::move(buffer), std::move(shape), dtype);
 }
 
-Tensor Backend::zeros(std::vector<int64_t> shape, DType dtype) {
+Tensor DeviceMemory::zeros(std::vector<int64_t> shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
   fill(t, 0.0f);
   return t;
 }
 
-double Backend::sum_squares_spans(const Tensor& flat,
-                                  const std::vector<std::pair<int64_t, int64_t>>& spans) {
+double OptimizerKernels::sum_squares_spans(const Tensor& flat,
+                                           const std::vector<std::pair<int64_t, int64_t>>& spans) {
   double s = 0;
   for (auto [offset, count] : spans) s += sum_squares(flat.rows(offset, count));
   return s;
 }
 
-void Backend::adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
-                          const std::vector<AdamwSpan>& spans, int64_t step, float lr, float beta1,
-                          float beta2, float eps, float grad_scale) {
+void OptimizerKernels::adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor& v,
+                                   const std::vector<AdamwSpan>& spans, int64_t step, float lr,
+                                   float beta1, float beta2, float eps, float grad_scale) {
   for (const AdamwSpan& s : spans) {
     Tensor p = params.rows(s.offset, s.count), g = grads.rows(s.offset, s.count);
     Tensor ms = m.rows(s.offset, s.count), vs = v.rows(s.offset, s.count);
@@ -46,19 +47,19 @@ void Backend::adamw_spans(Tensor& params, const Tensor& grads, Tensor& m, Tensor
 
 namespace {
 
-struct HostMark : Backend::TimeMark {
+struct HostMark : DeviceMemory::TimeMark {
   std::chrono::steady_clock::time_point at;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend::TimeMark> Backend::mark() {
+std::unique_ptr<DeviceMemory::TimeMark> DeviceMemory::mark() {
   auto m = std::make_unique<HostMark>();
   m->at = std::chrono::steady_clock::now();
   return m;
 }
 
-double Backend::seconds_between(const TimeMark& from, const TimeMark& to) {
+double DeviceMemory::seconds_between(const TimeMark& from, const TimeMark& to) {
   return std::chrono::duration<double>(static_cast<const HostMark&>(to).at -
                                        static_cast<const HostMark&>(from).at)
       .count();

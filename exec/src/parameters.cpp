@@ -39,7 +39,8 @@ float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
-ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& given) : backend_(backend) {
+ParamStore::ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& given)
+    : backend_(backend) {
   std::vector<ParamSpec> specs = given;
   std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return !s.expert; });
   int64_t total = 0;

@@ -5,7 +5,7 @@
 
 namespace sextant::exec {
 
-Recorder::Recorder(int64_t rank, bool enabled, Backend* backend)
+Recorder::Recorder(int64_t rank, bool enabled, DeviceMemory* backend)
     : rank_(rank), enabled_(enabled), backend_(backend) {}
 
 void Recorder::start_epoch() {

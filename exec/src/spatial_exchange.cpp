@@ -69,7 +69,7 @@ int64_t SpatialExchange::largest_halo(const WindowGeometry& g) const {
   return spec::halo_elements(g, grid_);
 }
 
-Tensor SpatialExchange::gather(Backend& backend, const Tensor& x, const WindowGeometry& g,
+Tensor SpatialExchange::gather(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g,
                                float fill) const {
   const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
   const int64_t planes = planes_of(x);
@@ -103,7 +103,7 @@ Tensor SpatialExchange::gather(Backend& backend, const Tensor& x, const WindowGe
   return out;
 }
 
-void SpatialExchange::scatter(Backend& backend, const Tensor& dwindow, const WindowGeometry& g,
+void SpatialExchange::scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
                               Tensor& dx) const {
   const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
   const int64_t planes = planes_of(dwindow);

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "sextant/exec/backend.hpp"
 #include "sextant/exec/communicator.hpp"
+#include "sextant/exec/kernels/memory.hpp"
 #include "sextant/spec/plan.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -35,10 +35,11 @@ class SpatialExchange {
 
   // This rank's window input [B, C, rows, cols]: its own block of `x` ([B, C, block]), the halo
   // received from the ranks holding it, `fill` beyond the map (0, or -infinity for max pooling).
-  Tensor gather(Backend& backend, const Tensor& x, const WindowGeometry& g, float fill) const;
+  Tensor gather(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g, float fill) const;
   // The adjoint: `dwindow`'s own part into dx ([B, C, block]), the halo's parts sent to their
   // holders, the parts others send back added.
-  void scatter(Backend& backend, const Tensor& dwindow, const WindowGeometry& g, Tensor& dx) const;
+  void scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
+               Tensor& dx) const;
   // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
   // exchange; spec::halo_elements, what the lowering prices): what the trace reports for the
   // exchange, which waits for its largest transfer.

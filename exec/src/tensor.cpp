@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "sextant/exec/backend.hpp"
+#include "sextant/exec/kernels/memory.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sextant/exec/backend.hpp"
+#include "sextant/exec/kernels/memory.hpp"
 
 namespace sextant::exec {
 
@@ -53,7 +53,7 @@ class ParamStore {
  public:
   // Allocates the flat buffers, in the order given (callers list layers in forward order), the
   // experts' parameters after all others. The compute copy has the backend's activation type.
-  ParamStore(Backend& backend, const std::vector<ParamSpec>& specs);
+  ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& specs);
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
@@ -85,7 +85,7 @@ class ParamStore {
   std::vector<int32_t> layers() const;
 
  private:
-  Backend& backend_;
+  DeviceMemory& backend_;
   std::vector<Param> params_;
   Tensor values_;
   Tensor compute_;  // values_ itself in fp32

@@ -9,14 +9,14 @@
 #include <string_view>
 #include <vector>
 
-#include "sextant/exec/backend.hpp"
+#include "sextant/exec/kernels/memory.hpp"
 #include "sextant/spec/trace.hpp"
 
 namespace sextant::exec {
 
 class Recorder {
  public:
-  Recorder(int64_t rank, bool enabled, Backend* backend);
+  Recorder(int64_t rank, bool enabled, DeviceMemory* backend);
 
   bool enabled() const { return enabled_; }
   // Sets time zero (call right after a barrier so that ranks share it).
@@ -55,7 +55,7 @@ class Recorder {
     Recorder* recorder_;
     Event event_;
     bool drain_;
-    std::unique_ptr<Backend::TimeMark> start_;
+    std::unique_ptr<DeviceMemory::TimeMark> start_;
   };
   Scope scope(Event event, bool drain = false) {
     return Scope(enabled_ ? this : nullptr, std::move(event), drain);
@@ -75,16 +75,16 @@ class Recorder {
   friend class Scope;
   struct Pending {
     Event event;
-    std::unique_ptr<Backend::TimeMark> start, end;
+    std::unique_ptr<DeviceMemory::TimeMark> start, end;
   };
   // Turns the pending marks into trace events (waits for the last of them).
   void resolve();
 
   int64_t rank_;
   bool enabled_;
-  Backend* backend_;
+  DeviceMemory* backend_;
   int64_t step_ = 0;
-  std::unique_ptr<Backend::TimeMark> epoch_;
+  std::unique_ptr<DeviceMemory::TimeMark> epoch_;
   std::vector<Pending> pending_;
   std::vector<spec::TraceEvent> events_;
 };

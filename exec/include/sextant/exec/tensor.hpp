@@ -12,7 +12,7 @@
 
 namespace sextant::exec {
 
-class Backend;
+class DeviceMemory;
 
 enum class DType { kF32, kBF16 };
 
@@ -41,7 +41,7 @@ inline float from_bf16(uint16_t b) {
 // Memory from a backend, freed by it.
 class Buffer {
  public:
-  Buffer(Backend* backend, void* data, int64_t bytes)
+  Buffer(DeviceMemory* backend, void* data, int64_t bytes)
       : backend_(backend), data_(data), bytes_(bytes) {}
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -50,7 +50,7 @@ class Buffer {
   int64_t bytes() const { return bytes_; }
 
  private:
-  Backend* backend_;
+  DeviceMemory* backend_;
   void* data_;
   int64_t bytes_;
 };
