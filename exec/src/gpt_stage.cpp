@@ -19,6 +19,7 @@
 #include "activations.hpp"
 #include "gpt_params.hpp"
 #include "grid_linear.hpp"
+#include "linear_pairs.hpp"
 #include "moe_layer.hpp"
 #include "sextant/exec/cp_attention.hpp"
 #include "sextant/models/vocabulary.hpp"
@@ -96,6 +97,7 @@ class GptStage : public StageModel {
     }
     rows_ = batch_ * qkv_.seq;
     local_rows_ = sp_ ? rows_ / t_ : rows_;
+    pairs_ = std::make_unique<LinearPairs>(ctx, grid_.get(), sp_, rows_, h_);
     f_local_ = m_.ffn_hidden / split_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the
@@ -214,66 +216,6 @@ class GptStage : public StageModel {
   }
   Recorder::Scope rec(Recorder::Event e) { return ctx_.recorder->scope(std::move(e)); }
 
-  // --- Tensor-parallel communication (Megatron's f and g operators) ---------------------------
-
-  Recorder::Scope comm_scope(OpId name, OpClass cls, int64_t bytes, Phase phase, int32_t layer,
-                             int64_t mb) {
-    return rec(ctx_.comm(name, cls, Stream::kTpComm, bytes, t_, phase, layer, mb));
-  }
-
-  // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
-  Tensor gather(const Tensor& x, const models::PartCollectives& part, Phase phase, int32_t layer,
-                int64_t mb) {
-    if (!sp_) return x;
-    Tensor out = act({rows_, h_});
-    auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
-                        phase, layer, mb);
-    all_gather(*ctx_.groups->tp, backend(), x, out);
-    return out;
-  }
-  // Backward of gather: partial [rows, h] -> summed [local_rows, h].
-  Tensor gather_backward(Tensor& d, const models::PartCollectives& part, int32_t layer,
-                         int64_t mb) {
-    if (t_ == 1) return d;
-    if (sp_) {
-      Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
-                          rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
-      reduce_scatter(*ctx_.groups->tp, backend(), d, out);
-      return out;
-    }
-    auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
-                        Phase::kBwd, layer, mb);
-    all_reduce(*ctx_.groups->tp, backend(), d);
-    return d;
-  }
-  // After a row-parallel GEMM: partial [rows, h] -> summed [local_rows, h].
-  Tensor reduce_out(Tensor& y, const models::PartCollectives& part, Phase phase, int32_t layer,
-                    int64_t mb) {
-    if (t_ == 1) return y;
-    if (sp_) {
-      Tensor out = act({local_rows_, h_});
-      auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
-                          rows_ * h_ * kActivationWireBytes, phase, layer, mb);
-      reduce_scatter(*ctx_.groups->tp, backend(), y, out);
-      return out;
-    }
-    auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
-                        phase, layer, mb);
-    all_reduce(*ctx_.groups->tp, backend(), y);
-    return y;
-  }
-  // Backward of reduce_out: [local_rows, h] -> [rows, h].
-  Tensor reduce_out_backward(const Tensor& d, const models::PartCollectives& part, int32_t layer,
-                             int64_t mb) {
-    if (!sp_) return d;
-    Tensor out = act({rows_, h_});
-    auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
-                        Phase::kBwd, layer, mb);
-    all_gather(*ctx_.groups->tp, backend(), d, out);
-    return out;
-  }
-
   // --- Parameters --------------------------------------------------------------------------
 
   void build_params() {
@@ -376,7 +318,7 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op(OpId::kEmbedLookup, 0, Phase::kFwd, mb.index));
       backend().embedding(mb.tokens, table_->compute, r_ * vocab_local_, e);
     }
-    Tensor x = reduce_out(e, models::kEmbedCollectives, Phase::kFwd, 0, mb.index);
+    Tensor x = pairs_->reduce_out(e, models::kEmbedCollectives, Phase::kFwd, 0, mb.index);
     if (position_table_ != nullptr) {
       auto s = rec(ctx_.op(OpId::kEmbedPosition, 0, Phase::kFwd, mb.index));
       if (!cp_attention_) {
@@ -401,7 +343,7 @@ class GptStage : public StageModel {
           backend().add_positions_backward(dy.rows(row, count), first, seq_, position_table_->grad);
       }
     }
-    Tensor full = reduce_out_backward(dy, models::kEmbedCollectives, 0, mb.index);
+    Tensor full = pairs_->reduce_out_backward(dy, models::kEmbedCollectives, 0, mb.index);
     auto s = rec(ctx_.op(OpId::kEmbedLookup, 0, Phase::kBwd, mb.index));
     backend().embedding_backward(mb.tokens, full, r_ * vocab_local_, table_->grad);
   }
@@ -420,17 +362,17 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op(OpId::kAttnNorm, layer, phase, mb));
       norm(x, *p.ln1_g, p.ln1_b, c.ln1, c.ln1_mean, c.ln1_rstd);
     }
-    c.a_in = pair_input(c.ln1, models::kAttnCollectives, phase, layer, mb);
+    c.a_in = pairs_->pair_input(c.ln1, models::kAttnCollectives, phase, layer, mb);
     c.qkv = act({rows_, qkv_.width()});
-    first_linear(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, c.qkv, phase, layer, mb);
+    pairs_->first_linear(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, c.qkv, phase, layer, mb);
     if (rope()) {
       auto s = rec(ctx_.op(OpId::kAttnRope, layer, phase, mb));
       be.rope(c.qkv, qkv_, kRopeBase, false);
     }
     c.o = act({rows_, hd_local});
     c.att = attention_core(c.qkv, c.o, c.qkv_heads, layer, phase, mb);
-    Tensor a = second_linear(models::kAttnCollectives, OpId::kAttnProj, c.o, *p.proj_w, p.proj_b,
-                             phase, layer, mb);
+    Tensor a = pairs_->second_linear(models::kAttnCollectives, OpId::kAttnProj, c.o, *p.proj_w,
+                                     p.proj_b, phase, layer, mb);
     c.x1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op(OpId::kAttnResidual, layer, phase, mb));
@@ -444,81 +386,24 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op(OpId::kMlpNorm, layer, phase, mb));
       norm(c.x1, *p.ln2_g, p.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
     }
-    c.m_in = pair_input(c.ln2, models::kMlpCollectives, phase, layer, mb);
+    c.m_in = pairs_->pair_input(c.ln2, models::kMlpCollectives, phase, layer, mb);
     if (moe_layer(layer)) {
       Tensor out = moe_->forward(moe_weights_.at(layer), c.m_in, layer, phase, mb, c.moe);
-      return mlp_residual(c, p, reduce_out(out, models::kMlpCollectives, phase, layer, mb), layer,
-                          phase, mb);
+      return mlp_residual(c, p, pairs_->reduce_out(out, models::kMlpCollectives, phase, layer, mb),
+                          layer, phase, mb);
     }
     c.f1 = act({rows_, gate_ * f_local_});
-    first_linear(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, c.f1, phase, layer, mb);
+    pairs_->first_linear(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, c.f1, phase, layer, mb);
     c.g = act({rows_, f_local_});
     {
       auto s = rec(ctx_.op(OpId::kMlpAct, layer, phase, mb));
       activation(c.f1, c.g);
     }
     return mlp_residual(c, p,
-                        second_linear(models::kMlpCollectives, OpId::kMlpFc2, c.g, *p.fc2_w,
-                                      p.fc2_b, phase, layer, mb),
+                        pairs_->second_linear(models::kMlpCollectives, OpId::kMlpFc2, c.g, *p.fc2_w,
+                                              p.fc2_b, phase, layer, mb),
                         layer, phase, mb);
   }
-
-  // --- A layer pair's linear layers: Megatron-LM's 1D split or a 3D tensor grid's -------------
-
-  // [local_rows, h] -> what the pair's first layer reads: the rows of every rank (sequence
-  // parallelism's all-gather), or on a grid the rank's x part of the columns.
-  Tensor pair_input(const Tensor& x, const models::PartCollectives& part, Phase phase,
-                    int32_t layer, int64_t mb) {
-    return grid_ ? grid_->slice(x) : gather(x, part, phase, layer, mb);
-  }
-  Tensor pair_input_backward(Tensor& d, const models::PartCollectives& part, int32_t layer,
-                             int64_t mb) {
-    return grid_ ? grid_->gather(d, part, Phase::kBwd, layer, mb)
-                 : gather_backward(d, part, layer, mb);
-  }
-  // QKV or FC1: the rank's columns of y = x W (+ b).
-  void first_linear(OpId name, const Tensor& x, const Param& w, const Param* b, Tensor& y,
-                    Phase phase, int32_t layer, int64_t mb) {
-    if (grid_) return grid_->forward(name, GridLinear::Role::kFirst, x, w, b, y, phase, layer, mb);
-    auto s = rec(ctx_.op(name, layer, phase, mb));
-    backend().matmul(x, w.compute, b != nullptr ? &b->compute : nullptr, y);
-  }
-  void first_linear_backward(OpId name, const Tensor& x, Param& w, Param* b, const Tensor& dy,
-                             Tensor& dx, int32_t layer, int64_t mb) {
-    if (grid_) return grid_->backward(name, GridLinear::Role::kFirst, x, w, b, dy, dx, layer, mb);
-    auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
-    backend().matmul_backward(x, w.compute, dy, &dx, w.grad, b != nullptr ? &b->grad : nullptr);
-  }
-  // The projection or FC2 and the pair's output [local_rows, h]: the partial products summed
-  // over tp (reduce-scattered under sequence parallelism; the bias is the residual's), or on a
-  // grid the layer's x-split output (its bias added by the layer) all-gathered over x.
-  Tensor second_linear(const models::PartCollectives& collectives, OpId name, const Tensor& x,
-                       const Param& w, const Param* b, Phase phase, int32_t layer, int64_t mb) {
-    if (grid_) {
-      Tensor part = act({rows_, h_ / grid_->x()});
-      grid_->forward(name, GridLinear::Role::kSecond, x, w, b, part, phase, layer, mb);
-      return grid_->gather(part, collectives, phase, layer, mb);
-    }
-    Tensor y = act({rows_, h_});
-    {
-      auto s = rec(ctx_.op(name, layer, phase, mb));
-      backend().matmul(x, w.compute, nullptr, y);
-    }
-    return reduce_out(y, collectives, phase, layer, mb);
-  }
-  // The gradient of a pair's output [local_rows, h] -> that of the second layer's output.
-  Tensor pair_output_backward(const Tensor& d, const models::PartCollectives& part, int32_t layer,
-                              int64_t mb) {
-    return grid_ ? grid_->slice(d) : reduce_out_backward(d, part, layer, mb);
-  }
-  void second_linear_backward(OpId name, const Tensor& x, Param& w, Param* b, const Tensor& dy,
-                              Tensor& dx, int32_t layer, int64_t mb) {
-    if (grid_) return grid_->backward(name, GridLinear::Role::kSecond, x, w, b, dy, dx, layer, mb);
-    auto s = rec(ctx_.op(name, layer, Phase::kBwd, mb));
-    backend().matmul_backward(x, w.compute, dy, &dx, w.grad, nullptr);
-  }
-  // The columns of a pair's input as its first layer reads them.
-  int64_t pair_input_width() const { return grid_ ? h_ / grid_->x() : h_; }
 
   // y = x1 + m (+ the MLP's output bias).
   Tensor mlp_residual(BlockCache& c, BlockParams& p, Tensor m, int32_t layer, Phase phase,
@@ -536,22 +421,23 @@ class GptStage : public StageModel {
     const int64_t hd_local = h_ / split_;
     const Phase B = Phase::kBwd;
     // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-    Tensor dm = pair_output_backward(dy, models::kMlpCollectives, layer, mb);
+    Tensor dm = pairs_->pair_output_backward(dy, models::kMlpCollectives, layer, mb);
     Tensor dm_in;
     if (moe_layer(layer)) {
       dm_in = moe_->backward(moe_weights_.at(layer), dm, layer, mb, c.moe);
     } else {
       Tensor dg = act({rows_, f_local_});
-      second_linear_backward(OpId::kMlpFc2, c.g, *p.fc2_w, p.fc2_b, dm, dg, layer, mb);
+      pairs_->second_linear_backward(OpId::kMlpFc2, c.g, *p.fc2_w, p.fc2_b, dm, dg, layer, mb);
       Tensor df1 = act({rows_, gate_ * f_local_});
       {
         auto s = rec(ctx_.op(OpId::kMlpAct, layer, B, mb));
         activation_backward(c.f1, dg, df1);
       }
-      dm_in = act({rows_, pair_input_width()});
-      first_linear_backward(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, df1, dm_in, layer, mb);
+      dm_in = act({rows_, pairs_->pair_input_width()});
+      pairs_->first_linear_backward(OpId::kMlpFc1, c.m_in, *p.fc1_w, p.fc1_b, df1, dm_in, layer,
+                                    mb);
     }
-    Tensor dln2 = pair_input_backward(dm_in, models::kMlpCollectives, layer, mb);
+    Tensor dln2 = pairs_->pair_input_backward(dm_in, models::kMlpCollectives, layer, mb);
     Tensor dx1 = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op(OpId::kMlpNorm, layer, B, mb));
@@ -559,9 +445,10 @@ class GptStage : public StageModel {
     }
     residual_backward(OpId::kMlpResidual, layer, mb, dy, grid_ ? nullptr : p.fc2_b, dx1);
     // Attention branch: x1 = x + proj(attn(qkv(ln1(x)))) (+ bias).
-    Tensor dproj = pair_output_backward(dx1, models::kAttnCollectives, layer, mb);
+    Tensor dproj = pairs_->pair_output_backward(dx1, models::kAttnCollectives, layer, mb);
     Tensor do_ = act({rows_, hd_local});
-    second_linear_backward(OpId::kAttnProj, c.o, *p.proj_w, p.proj_b, dproj, do_, layer, mb);
+    pairs_->second_linear_backward(OpId::kAttnProj, c.o, *p.proj_w, p.proj_b, dproj, do_, layer,
+                                   mb);
     Tensor dqkv = act({rows_, qkv_.width()});
     if (cp_attention_) {
       cp_attention_->backward(c.qkv, c.att, c.qkv_heads, do_, dqkv, layer, mb);
@@ -584,9 +471,10 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op(OpId::kAttnRope, layer, B, mb));
       be.rope(dqkv, qkv_, kRopeBase, true);
     }
-    Tensor da_in = act({rows_, pair_input_width()});
-    first_linear_backward(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, dqkv, da_in, layer, mb);
-    Tensor dln1 = pair_input_backward(da_in, models::kAttnCollectives, layer, mb);
+    Tensor da_in = act({rows_, pairs_->pair_input_width()});
+    pairs_->first_linear_backward(OpId::kAttnQkv, c.a_in, *p.qkv_w, p.qkv_b, dqkv, da_in, layer,
+                                  mb);
+    Tensor dln1 = pairs_->pair_input_backward(da_in, models::kAttnCollectives, layer, mb);
     Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op(OpId::kAttnNorm, layer, B, mb));
@@ -668,7 +556,7 @@ class GptStage : public StageModel {
       auto s = rec(ctx_.op(OpId::kHeadNorm, layer, Phase::kFwd, mb.index));
       norm(x, *head_g_, head_b_, c.ln, c.mean, c.rstd);
     }
-    c.xg = gather(c.ln, models::kHeadCollectives, Phase::kFwd, layer, mb.index);
+    c.xg = pairs_->gather(c.ln, models::kHeadCollectives, Phase::kFwd, layer, mb.index);
     // Logits over the whole padded shard (aligned: an odd width such as GPT-2's 50257 ran the
     // GEMMs 5-8x slower on the H200); the loss leaves the padding columns out.
     const Tensor& w = head_w_->compute;
@@ -686,8 +574,8 @@ class GptStage : public StageModel {
       // Each shard's sum is relative to its own max: rescale to the global max, then add.
       const std::vector<float> local_max = c.max;
       {
-        auto s = comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, rows_ * 4, Phase::kFwd,
-                            layer, mb.index);
+        auto s = pairs_->comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, rows_ * 4,
+                                    Phase::kFwd, layer, mb.index);
         ctx_.groups->tp->all_reduce_max_host(c.max.data(), rows_);
       }
       for (size_t i = 0; i < c.sum.size(); ++i) c.sum[i] *= std::exp(local_max[i] - c.max[i]);
@@ -695,8 +583,8 @@ class GptStage : public StageModel {
     if (t_ > 1) {
       std::vector<float> both(c.sum);
       both.insert(both.end(), target.begin(), target.end());
-      auto s = comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, 2 * rows_ * 4, Phase::kFwd,
-                          layer, mb.index);
+      auto s = pairs_->comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, 2 * rows_ * 4,
+                                  Phase::kFwd, layer, mb.index);
       ctx_.groups->tp->all_reduce_host(both.data(), 2 * rows_);
       std::copy(both.begin(), both.begin() + rows_, c.sum.begin());
       std::copy(both.begin() + rows_, both.end(), target.begin());
@@ -725,7 +613,7 @@ class GptStage : public StageModel {
       // The padding columns' zero gradient leaves the padding rows' gradient zero.
       be.matmul_nt_backward(c.xg, head_w_->compute, dlogits, dxg, head_w_->grad);
     }
-    Tensor dln = gather_backward(dxg, models::kHeadCollectives, layer, mb.index);
+    Tensor dln = pairs_->gather_backward(dxg, models::kHeadCollectives, layer, mb.index);
     Tensor dx = act({local_rows_, h_});
     {
       auto s = rec(ctx_.op(OpId::kHeadNorm, layer, Phase::kBwd, mb.index));
@@ -742,7 +630,8 @@ class GptStage : public StageModel {
   int64_t batch_ = 0;  // sequences per micro-batch (a z slice's on a grid)
   int64_t split_ = 1;  // ranks splitting the heads and the ffn: tp, or a grid's y
   int64_t seq_ = 0, rows_ = 0, local_rows_ = 0, h_ = 0, heads_local_ = 0, f_local_ = 0;
-  std::unique_ptr<GridLinear> grid_;  // on a 3D tensor grid
+  std::unique_ptr<GridLinear> grid_;    // on a 3D tensor grid
+  std::unique_ptr<LinearPairs> pairs_;  // the layer pairs and the tp collectives
   // On a grid, the parameters another rank of the grid holds too and counts in the gradient
   // norm (besides those tp_replicated covers).
   std::set<const Param*> norm_copies_;
