@@ -46,9 +46,9 @@ TEST(OpId, ScopedNamesJoinTheUnitsNameAndTheSuffix) {
   EXPECT_EQ(OpName(OpId::kAttnQkv).str(), "attn.qkv");
   EXPECT_EQ(OpName(OpId::kAttnQkv).id(), OpId::kAttnQkv);
   // A fixed op takes no scope; a scoped one needs one.
-  EXPECT_THROW(OpName("block3", OpId::kAttnQkv), InternalError);
-  EXPECT_THROW(OpName(OpId::kUnitBatchNorm), InternalError);
-  EXPECT_THROW(OpName("", OpId::kUnitBatchNorm), InternalError);
+  EXPECT_THROW(static_cast<void>(OpName("block3", OpId::kAttnQkv)), InternalError);
+  EXPECT_THROW(static_cast<void>(OpName(OpId::kUnitBatchNorm)), InternalError);
+  EXPECT_THROW(static_cast<void>(OpName("", OpId::kUnitBatchNorm)), InternalError);
   EXPECT_THROW(op_name(OpId::kUnitHalo), InternalError);
 }
 
