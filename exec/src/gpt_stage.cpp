@@ -76,7 +76,7 @@ class GptStage : public StageModel {
     const spec::Plan& plan = *ctx.plan;
     t_ = ctx.groups->tp_size;
     r_ = ctx.groups->tp_rank;
-    sp_ = plan.sequence_parallel && t_ > 1;
+    sp_ = ctx.sequence_parallel;
     seq_ = o.seq_len;
     h_ = m_.hidden;
     batch_ = o.micro_batch;
@@ -96,8 +96,8 @@ class GptStage : public StageModel {
       qkv_ = cp_attention_->layout();
     }
     rows_ = batch_ * qkv_.seq;
-    local_rows_ = sp_ ? rows_ / t_ : rows_;
-    pairs_ = std::make_unique<LinearPairs>(ctx, grid_.get(), sp_, rows_, h_);
+    pairs_ = std::make_unique<LinearPairs>(ctx, grid_.get(), rows_, h_);
+    local_rows_ = pairs_->local_rows();
     f_local_ = m_.ffn_hidden / split_;
     gate_ = m_.activation == spec::Activation::kSwiglu ? 2 : 1;
     // The vocabulary padded as the lowering lays it out (models::vocab_shard: a multiple of the

@@ -10,12 +10,11 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
-LinearPairs::LinearPairs(Context& ctx, GridLinear* grid, bool sequence_parallel, int64_t rows,
-                         int64_t h)
+LinearPairs::LinearPairs(Context& ctx, GridLinear* grid, int64_t rows, int64_t h)
     : ctx_(ctx),
       grid_(grid),
       t_(ctx.groups->tp_size),
-      sp_(sequence_parallel && t_ > 1),
+      sp_(ctx.sequence_parallel),
       rows_(rows),
       local_rows_(sp_ ? rows / t_ : rows),
       h_(h) {}

@@ -17,9 +17,12 @@ namespace sextant::exec {
 
 class LinearPairs {
  public:
-  // `rows` of the micro-batch's activations [rows, h] on this rank, rows / tp of them between the
-  // pairs under sequence parallelism (tp > 1); `grid` null under Megatron-LM's split.
-  LinearPairs(Context& ctx, GridLinear* grid, bool sequence_parallel, int64_t rows, int64_t h);
+  // `rows` of the micro-batch's activations [rows, h] on this rank; `grid` null under
+  // Megatron-LM's split.
+  LinearPairs(Context& ctx, GridLinear* grid, int64_t rows, int64_t h);
+  // The rows a rank holds between the pairs: rows / tp under sequence parallelism
+  // (Context::sequence_parallel), else all of them.
+  int64_t local_rows() const { return local_rows_; }
 
   // --- Megatron's f and g operators over the tp group ---
   // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
