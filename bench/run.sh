@@ -11,6 +11,12 @@ commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | head -1)
 [ -n "$dirty" ] && commit="$commit-dirty"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+# The name alone ("AMD EPYC") hides which generation ran: CPU family 25 is Zen 3/4, 26 Zen 5, and
+# the same benchmark differed by 1.5x between them. Record family, model and clock too.
+family=$(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+model=$(grep -m1 -P '^model\t' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')
+mhz=$(grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2 | tr -d ' ' | cut -d. -f1)
+cpu="$cpu (CPU family ${family:-?} model ${model:-?}, ${mhz:-?} MHz)"
 log=$(mktemp)
 "$@" | tee "$log"
 {
