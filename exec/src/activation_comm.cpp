@@ -1,62 +1,77 @@
-// Activation collectives through an fp32 form.
 #include "activation_comm.hpp"
+
+#include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
 
 namespace {
 
-// t itself when fp32, else an fp32 copy of it.
-Tensor wide(DeviceMemory& be, const Tensor& t) {
-  if (t.dtype() == DType::kF32) return t;
-  Tensor w = be.empty(t.shape());
-  be.copy(t, w);
-  return w;
+bool bf16(const Tensor& t) {
+  return t.dtype() == DType::kBF16;
 }
-// Where a collective writes t's fp32 form: t itself, or a new fp32 tensor copied into t after.
-Tensor landing(DeviceMemory& be, const Tensor& t) {
-  return t.dtype() == DType::kF32 ? t : be.empty(t.shape());
+uint16_t* bits(Tensor& t) {
+  return static_cast<uint16_t*>(t.raw());
 }
-void land(DeviceMemory& be, const Tensor& result, Tensor& t) {
-  if (t.dtype() != DType::kF32) be.copy(result, t);
+const uint16_t* bits(const Tensor& t) {
+  return static_cast<const uint16_t*>(t.raw());
+}
+
+void check_same_type(const Tensor& in, const Tensor& out, const char* call) {
+  SEXTANT_CHECK(in.dtype() == out.dtype(), "{} of {} into {}", call, dtype_name(in.dtype()),
+                dtype_name(out.dtype()));
 }
 
 }  // namespace
 
-void all_reduce(Communicator& comm, DeviceMemory& be, Tensor& t) {
-  Tensor w = wide(be, t);
-  comm.all_reduce(w.data(), w.numel());
-  land(be, w, t);
+void all_reduce(Communicator& comm, Tensor& t) {
+  if (bf16(t)) {
+    comm.all_reduce_bf16(bits(t), t.numel());
+  } else {
+    comm.all_reduce(t.data(), t.numel());
+  }
 }
 
-void all_gather(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out) {
-  Tensor w = landing(be, out);
-  comm.all_gather(wide(be, in).data(), w.data(), in.numel());
-  land(be, w, out);
+void all_gather(Communicator& comm, const Tensor& in, Tensor& out) {
+  check_same_type(in, out, "all_gather");
+  if (bf16(in)) {
+    comm.all_gather_bf16(bits(in), bits(out), in.numel());
+  } else {
+    comm.all_gather(in.data(), out.data(), in.numel());
+  }
 }
 
-void reduce_scatter(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out) {
-  Tensor w = landing(be, out);
-  comm.reduce_scatter(wide(be, in).data(), w.data(), out.numel());
-  land(be, w, out);
+void reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out) {
+  check_same_type(in, out, "reduce_scatter");
+  if (bf16(in)) {
+    comm.reduce_scatter_bf16(bits(in), bits(out), out.numel());
+  } else {
+    comm.reduce_scatter(in.data(), out.data(), out.numel());
+  }
 }
 
-void all_to_all(Communicator& comm, DeviceMemory& be, const Tensor& in, Tensor& out) {
-  Tensor w = landing(be, out);
-  comm.all_to_all(wide(be, in).data(), w.data(), in.numel() / comm.size());
-  land(be, w, out);
+void all_to_all(Communicator& comm, const Tensor& in, Tensor& out) {
+  check_same_type(in, out, "all_to_all");
+  const int64_t block = in.numel() / comm.size();
+  if (bf16(in)) {
+    comm.all_to_all_bf16(bits(in), bits(out), block);
+  } else {
+    comm.all_to_all(in.data(), out.data(), block);
+  }
 }
 
-std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, DeviceMemory& be,
-                                                     const Tensor& t, int peer, int tag) {
-  Tensor w = wide(be, t);
-  auto request = comm.send(w.data(), w.numel(), peer, tag);
-  return {std::move(request), w};
+std::pair<std::unique_ptr<CommRequest>, Tensor> send(Communicator& comm, const Tensor& t, int peer,
+                                                     int tag) {
+  auto request = bf16(t) ? comm.send_bf16(bits(t), t.numel(), peer, tag)
+                         : comm.send(t.data(), t.numel(), peer, tag);
+  return {std::move(request), t};
 }
 
-void recv(Communicator& comm, DeviceMemory& be, Tensor& t, int peer, int tag) {
-  Tensor w = landing(be, t);
-  comm.recv(w.data(), w.numel(), peer, tag);
-  land(be, w, t);
+void recv(Communicator& comm, Tensor& t, int peer, int tag) {
+  if (bf16(t)) {
+    comm.recv_bf16(bits(t), t.numel(), peer, tag);
+  } else {
+    comm.recv(t.data(), t.numel(), peer, tag);
+  }
 }
 
 }  // namespace sextant::exec

@@ -87,8 +87,9 @@ Tensor CpAttention::act(std::vector<int64_t> shape) {
 
 Recorder::Scope CpAttention::comm_scope(OpId name, OpClass cls, int64_t elements, Phase phase,
                                         int32_t layer, int64_t mb) {
-  return ctx_.recorder->scope(ctx_.comm(name, cls, Stream::kTpComm, elements * kActivationWireBytes,
-                                        cp_, phase, layer, mb));
+  return ctx_.recorder->scope(ctx_.comm(
+      name, cls, Stream::kTpComm, activation_wire_bytes(backend().activation_dtype(), elements),
+      cp_, phase, layer, mb));
 }
 
 Recorder::Scope CpAttention::op_scope(OpId name, int32_t layer, Phase phase, int64_t mb) {
@@ -127,7 +128,7 @@ Tensor CpAttention::gather_keys_values(const Tensor& qkv, int32_t layer, Phase p
   {
     auto s =
         comm_scope(OpId::kCpKvAllGather, OpClass::kAllGather, cp_ * rows_ * w, phase, layer, mb);
-    all_gather(*ctx_.groups->cp, backend(), mine, blocks);
+    all_gather(*ctx_.groups->cp, mine, blocks);
   }
   Tensor whole = act({micro_batch_ * seq_, w});
   blocks_to_sequences(blocks, whole, w);
@@ -145,7 +146,7 @@ void CpAttention::scatter_key_value_grads(const Tensor& dwhole, Tensor& dqkv, in
   {
     auto s = comm_scope(OpId::kCpKvReduceScatter, OpClass::kReduceScatter, cp_ * rows_ * w,
                         Phase::kBwd, layer, mb);
-    reduce_scatter(*ctx_.groups->cp, backend(), blocks, mine);
+    reduce_scatter(*ctx_.groups->cp, blocks, mine);
   }
   for (int64_t r = 0; r < rows_; ++r)
     std::copy_n(mine.data() + r * w, w, dqkv.data() + r * qkv_.width() + q_width);
@@ -245,7 +246,7 @@ Tensor CpAttention::ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_
   {
     auto s = comm_scope(OpId::kCpQkvAllToAll, OpClass::kAllToAll, rows_ * qkv_.width(), phase,
                         layer, mb);
-    all_to_all(*ctx_.groups->cp, be, send, received);
+    all_to_all(*ctx_.groups->cp, send, received);
   }
   qkv_heads = act({micro_batch_ * seq_, hb.width()});
   blocks_to_sequences(received, qkv_heads, hb.width());
@@ -269,7 +270,7 @@ Tensor CpAttention::ulysses_forward(const Tensor& qkv, Tensor& out, Tensor& qkv_
   Tensor mine = act({cp_ * rows_, hd});
   {
     auto s = comm_scope(OpId::kCpOutAllToAll, OpClass::kAllToAll, rows_ * width, phase, layer, mb);
-    all_to_all(*ctx_.groups->cp, be, back, mine);
+    all_to_all(*ctx_.groups->cp, back, mine);
   }
   // Block j holds the rank's rows of head block j: columns [j hd, (j + 1) hd) of the output.
   for (int64_t j = 0; j < cp_; ++j)
@@ -291,7 +292,7 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
   Tensor received = act({cp_ * rows_, hd});
   {
     auto s = comm_scope(OpId::kCpOutAllToAll, OpClass::kAllToAll, rows_ * width, B, layer, mb);
-    all_to_all(*ctx_.groups->cp, be, send, received);
+    all_to_all(*ctx_.groups->cp, send, received);
   }
   Tensor d_o = act({micro_batch_ * seq_, hd});
   blocks_to_sequences(received, d_o, hd);
@@ -315,7 +316,7 @@ void CpAttention::ulysses_backward(const Tensor& probs, const Tensor& qkv_heads,
   {
     auto s =
         comm_scope(OpId::kCpQkvAllToAll, OpClass::kAllToAll, rows_ * qkv_.width(), B, layer, mb);
-    all_to_all(*ctx_.groups->cp, be, back, mine);
+    all_to_all(*ctx_.groups->cp, back, mine);
   }
   for (int64_t j = 0; j < cp_; ++j) put_head_block(mine.rows(j * rows_, rows_), dqkv, j);
 }
@@ -335,11 +336,11 @@ void CpAttention::ring_exchange(const Tensor& block, Tensor& into, Phase phase, 
   Communicator& ring = *ctx_.groups->cp;
   const int next = (ring.rank() + 1) % ring.size();
   const int prev = (ring.rank() + ring.size() - 1) % ring.size();
-  auto [request, sent] = send(ring, backend(), block, next, kRingTag);
+  auto [request, sent] = send(ring, block, next, kRingTag);
   overlap();
   // The scope times what the rank still waits for once its compute is done.
   auto s = comm_scope(OpId::kCpKvSend, OpClass::kSend, block.numel(), phase, layer, mb);
-  recv(ring, backend(), into, prev, kRingTag);
+  recv(ring, into, prev, kRingTag);
   request->wait();
 }
 

@@ -85,6 +85,10 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
   for (const Span& l : layers_) largest_shard = std::max(largest_shard, l.shard);
   for (const Bucket& b : buckets_) largest_shard = std::max(largest_shard, b.span.shard);
   shard_ = ctx_.backend->zeros({largest_shard + 1});
+  if (store.compute().dtype() == DType::kBF16 && zero_ > 0 && dp_ > 1) {
+    padded_low_ = ctx_.backend->empty({padded_.numel()}, DType::kBF16);
+    shard_low_ = ctx_.backend->empty({shard_.numel()}, DType::kBF16);
+  }
   if (zero_ == 0 || dp_ == 1) {
     owned_.push_back({0, store.total()});
   } else {
@@ -235,6 +239,10 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
   Backend& be = *ctx_.backend;
   Tensor& values = stage_.params().values();
   const auto [mine_begin, mine_end] = mine(s);
+  if (!padded_low_.empty()) {
+    gather_span_low(s, phase, mine_begin, mine_end);
+    return;
+  }
   Tensor block = slice_of(shard_, 0, s.shard);
   be.fill(block, 0.0f);
   if (mine_end > mine_begin) {
@@ -251,6 +259,43 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
   be.copy(slice_of(padded_, 0, s.end - s.begin), dst);
   stage_.params().refresh_compute(s.begin, s.end);  // ZeRO-3 gathers on use, after the update
+}
+
+// The same in the compute type (bf16): each rank rounds its block of the master values, the
+// blocks are all-gathered in 2 bytes an element into the compute copy, and the other ranks'
+// blocks are widened into the master values, where nothing reads them as masters (each rank
+// updates only its own) but a checkpoint restores the compute copy from them, bit for bit. The
+// compute copy ends as refresh_compute would leave it after an fp32 gather: to_bf16 of every
+// master value.
+void GradientSync::gather_span_low(const Span& s, Phase phase, int64_t mine_begin,
+                                   int64_t mine_end) {
+  Backend& be = *ctx_.backend;
+  ParamStore& store = stage_.params();
+  const int64_t n = s.end - s.begin;
+  Tensor block = slice_of(shard_low_, 0, s.shard);
+  be.fill(block, 0.0f);
+  if (mine_end > mine_begin) {
+    Tensor dst = slice_of(shard_low_, 0, mine_end - mine_begin);
+    be.copy(slice_of(store.values(), mine_begin, mine_end - mine_begin), dst);
+  }
+  {
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(zero_ == 3 ? OpId::kFsdpAllGather : OpId::kZeroAllGather, OpClass::kAllGather,
+                  Stream::kDpComm, n * element_size(DType::kBF16), s.group->size, phase, s.layer,
+                  std::nullopt));
+    s.group->comm->all_gather_bf16(static_cast<const uint16_t*>(block.raw()),
+                                   static_cast<uint16_t*>(padded_low_.raw()), s.shard);
+  }
+  Tensor compute = slice_of(store.compute(), s.begin, n);
+  be.copy(slice_of(padded_low_, 0, n), compute);
+  // The others' blocks: [s.begin, mine_begin) and [mine_end, s.end).
+  const int64_t own_begin = std::clamp(mine_begin, s.begin, s.end);
+  const int64_t own_end = std::clamp(mine_end, own_begin, s.end);
+  for (auto [b, e] : {std::pair{s.begin, own_begin}, std::pair{own_end, s.end}}) {
+    if (e <= b) continue;
+    Tensor to = slice_of(store.values(), b, e - b);
+    be.copy(slice_of(padded_low_, b - s.begin, e - b), to);
+  }
 }
 
 void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumulate) {

@@ -92,6 +92,7 @@ class GradientSync : public LayerHooks {
   // (accumulate) or written there.
   void reduce_scatter_span(const Span& s, Tensor& into, bool accumulate);
   void gather_span(const Span& s, spec::Phase phase);
+  void gather_span_low(const Span& s, spec::Phase phase, int64_t mine_begin, int64_t mine_end);
   void all_reduce_range(const Span& span, spec::Phase phase);
   // The compressed exchange of a bucket: encode (with error feedback, of the gradients plus the
   // residual, which keeps what the encoding dropped), all-gather, and the sum of every rank's
@@ -124,6 +125,9 @@ class GradientSync : public LayerHooks {
   Tensor shard_grads_;  // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
   Tensor padded_;       // scratch for padded layer slices (backend memory)
   Tensor shard_;        // scratch for this rank's block of a layer
+  // In mixed precision the parameters travel in their compute type, bf16 (Megatron's distributed
+  // optimizer and FSDP's param_dtype gather them so): padded_ and shard_ in bf16.
+  Tensor padded_low_, shard_low_;
   spec::GradientCompression compression_;
   Tensor residual_;                 // error feedback: fp32, one per gradient
   Tensor* host_grads_ = nullptr;    // ZeRO-Offload's host pool of gradients, or null

@@ -35,9 +35,10 @@ Tensor GridLinear::gather(const Tensor& part, const models::PartCollectives& col
   // The all-gather stacks the parts [x][rows][h / x]; the whole activation interleaves them.
   Tensor stacked = ctx_.backend->empty({x() * rows, width});
   {
-    auto s = comm(collectives.all_gather, OpClass::kAllGather, rows * h * kActivationWireBytes, x(),
-                  phase, layer, mb);
-    all_gather(*axis(0).comm, *ctx_.backend, part, stacked);
+    auto s = comm(collectives.all_gather, OpClass::kAllGather,
+                  activation_wire_bytes(ctx_.backend->activation_dtype(), rows * h), x(), phase,
+                  layer, mb);
+    all_gather(*axis(0).comm, part, stacked);
   }
   Tensor whole = ctx_.backend->empty({rows, h});
   for (int64_t i = 0; i < x(); ++i)
@@ -54,7 +55,7 @@ Tensor GridLinear::block(const models::GridLinearOps& ops, const Param& w, int64
   {
     auto s = comm(ops.weight_gather, OpClass::kAllGather,
                   elements * element_size(w.compute.dtype()), z(), phase, layer, mb);
-    all_gather(*axis(2).comm, *ctx_.backend, w.compute.view({w.compute.numel()}), whole);
+    all_gather(*axis(2).comm, w.compute.view({w.compute.numel()}), whole);
   }
   return whole.view({k_local, elements / k_local});
 }
@@ -71,9 +72,9 @@ void GridLinear::forward(models::OpId name, Role role, const Tensor& x, const Pa
     ctx_.backend->matmul(x, weight, add_bias ? &bias->compute : nullptr, y);
   }
   if (sum.size > 1) {
-    auto s = comm(ops.all_reduce, OpClass::kAllReduce, y.numel() * kActivationWireBytes, sum.size,
-                  phase, layer, mb);
-    all_reduce(*sum.comm, *ctx_.backend, y);
+    auto s = comm(ops.all_reduce, OpClass::kAllReduce, activation_wire_bytes(y.dtype(), y.numel()),
+                  sum.size, phase, layer, mb);
+    all_reduce(*sum.comm, y);
   }
 }
 
@@ -91,9 +92,9 @@ void GridLinear::backward(models::OpId name, Role role, const Tensor& x, Param& 
   }
   const GridAxis& sum = outer(role);
   if (sum.size > 1) {
-    auto s = comm(ops.all_reduce, OpClass::kAllReduce, dx.numel() * kActivationWireBytes, sum.size,
-                  B, layer, mb);
-    all_reduce(*sum.comm, be, dx);
+    auto s = comm(ops.all_reduce, OpClass::kAllReduce,
+                  activation_wire_bytes(dx.dtype(), dx.numel()), sum.size, B, layer, mb);
+    all_reduce(*sum.comm, dx);
   }
   if (z() == 1) return;
   Tensor mine = be.empty({w.grad.numel()});

@@ -32,9 +32,10 @@ Tensor LinearPairs::gather(const Tensor& x, const models::PartCollectives& part,
                            int32_t layer, int64_t mb) {
   if (!sp_) return x;
   Tensor out = act({rows_, h_});
-  auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
-                      phase, layer, mb);
-  all_gather(*ctx_.groups->tp, backend(), x, out);
+  auto s =
+      comm_scope(part.all_gather, OpClass::kAllGather,
+                 activation_wire_bytes(backend().activation_dtype(), rows_ * h_), phase, layer, mb);
+  all_gather(*ctx_.groups->tp, x, out);
   return out;
 }
 
@@ -44,13 +45,15 @@ Tensor LinearPairs::gather_backward(Tensor& d, const models::PartCollectives& pa
   if (sp_) {
     Tensor out = act({local_rows_, h_});
     auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
-                        rows_ * h_ * kActivationWireBytes, Phase::kBwd, layer, mb);
-    reduce_scatter(*ctx_.groups->tp, backend(), d, out);
+                        activation_wire_bytes(backend().activation_dtype(), rows_ * h_),
+                        Phase::kBwd, layer, mb);
+    reduce_scatter(*ctx_.groups->tp, d, out);
     return out;
   }
-  auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
-                      Phase::kBwd, layer, mb);
-  all_reduce(*ctx_.groups->tp, backend(), d);
+  auto s = comm_scope(part.all_reduce, OpClass::kAllReduce,
+                      activation_wire_bytes(backend().activation_dtype(), rows_ * h_), Phase::kBwd,
+                      layer, mb);
+  all_reduce(*ctx_.groups->tp, d);
   return d;
 }
 
@@ -60,13 +63,15 @@ Tensor LinearPairs::reduce_out(Tensor& y, const models::PartCollectives& part, P
   if (sp_) {
     Tensor out = act({local_rows_, h_});
     auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
-                        rows_ * h_ * kActivationWireBytes, phase, layer, mb);
-    reduce_scatter(*ctx_.groups->tp, backend(), y, out);
+                        activation_wire_bytes(backend().activation_dtype(), rows_ * h_), phase,
+                        layer, mb);
+    reduce_scatter(*ctx_.groups->tp, y, out);
     return out;
   }
-  auto s = comm_scope(part.all_reduce, OpClass::kAllReduce, rows_ * h_ * kActivationWireBytes,
-                      phase, layer, mb);
-  all_reduce(*ctx_.groups->tp, backend(), y);
+  auto s =
+      comm_scope(part.all_reduce, OpClass::kAllReduce,
+                 activation_wire_bytes(backend().activation_dtype(), rows_ * h_), phase, layer, mb);
+  all_reduce(*ctx_.groups->tp, y);
   return y;
 }
 
@@ -74,9 +79,10 @@ Tensor LinearPairs::reduce_out_backward(const Tensor& d, const models::PartColle
                                         int32_t layer, int64_t mb) {
   if (!sp_) return d;
   Tensor out = act({rows_, h_});
-  auto s = comm_scope(part.all_gather, OpClass::kAllGather, rows_ * h_ * kActivationWireBytes,
-                      Phase::kBwd, layer, mb);
-  all_gather(*ctx_.groups->tp, backend(), d, out);
+  auto s = comm_scope(part.all_gather, OpClass::kAllGather,
+                      activation_wire_bytes(backend().activation_dtype(), rows_ * h_), Phase::kBwd,
+                      layer, mb);
+  all_gather(*ctx_.groups->tp, d, out);
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <climits>
 
+#include "sextant/exec/tensor.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -32,6 +33,14 @@ int count(int64_t n) {
   return static_cast<int>(n);
 }
 
+// MPI_User_function: inout[i] = bf16(in[i] + inout[i]), the addition in fp32 and rounded once,
+// as a bf16 add unit (and NCCL's bf16 sum) computes it.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
 class MpiRequest : public CommRequest {
  public:
   explicit MpiRequest(MPI_Request r) : request_(r) {}
@@ -50,12 +59,15 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
     : comm_(comm), name_(std::move(name)) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &bf16_sum_));
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
+  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(MPI_Comm parent, int color, int key,
@@ -162,6 +174,46 @@ std::unique_ptr<CommRequest> MpiCommunicator::send(const float* data, int64_t n,
 
 void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
   MPI_CHECK(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+}
+
+void MpiCommunicator::all_reduce_bf16(uint16_t* data, int64_t n) {
+  if (size_ == 1) return;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_UINT16_T, bf16_sum_, comm_));
+}
+
+void MpiCommunicator::reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, count(n), MPI_UINT16_T, bf16_sum_, comm_));
+}
+
+void MpiCommunicator::all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Allgather(in, count(n), MPI_UINT16_T, out, count(n), MPI_UINT16_T, comm_));
+}
+
+void MpiCommunicator::all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (size_ == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_UINT16_T, out, count(n), MPI_UINT16_T, comm_));
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::send_bf16(const uint16_t* data, int64_t n, int peer,
+                                                        int tag) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(data, count(n), MPI_UINT16_T, peer, tag, comm_, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+void MpiCommunicator::recv_bf16(uint16_t* data, int64_t n, int peer, int tag) {
+  MPI_CHECK(MPI_Recv(data, count(n), MPI_UINT16_T, peer, tag, comm_, MPI_STATUS_IGNORE));
 }
 
 void MpiCommunicator::barrier() {

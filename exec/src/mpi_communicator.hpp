@@ -48,11 +48,19 @@ class MpiCommunicator : public Communicator {
   void broadcast(float* data, int64_t n, int root) override;
   std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
+  void all_reduce_bf16(uint16_t* data, int64_t n) override;
+  void reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  void all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  void all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  std::unique_ptr<CommRequest> send_bf16(const uint16_t* data, int64_t n, int peer,
+                                         int tag) override;
+  void recv_bf16(uint16_t* data, int64_t n, int peer, int tag) override;
   void barrier() override;
   std::vector<std::string> gather_strings(const std::string& mine, int root) override;
 
  private:
   MPI_Comm comm_;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;  // MPI has no bf16: a sum over MPI_UINT16_T bit patterns
   std::string name_;
   int rank_ = 0;
   int size_ = 1;

@@ -192,8 +192,9 @@ class Trainer {
 
   Recorder::Event p2p(OpId name, OpClass cls, Stream stream, int64_t elements, Phase phase,
                       int64_t mb) const {
-    return ctx_.comm(name, cls, stream, elements * kActivationWireBytes, 2, phase, std::nullopt,
-                     mb);
+    return ctx_.comm(name, cls, stream,
+                     activation_wire_bytes(ctx_.backend->activation_dtype(), elements), 2, phase,
+                     std::nullopt, mb);
   }
 
   // Stage-to-stage transfers. Where every tp rank holds the whole tensor, each sends only its
@@ -206,7 +207,7 @@ class Trainer {
     const int64_t n = t.numel() / parts;
     Tensor piece = t.view({t.numel()}).rows(parts > 1 ? g.tp_rank * n : 0, n);
     auto s = ctx_.recorder->scope(p2p(name, OpClass::kSend, Stream::kPpSend, n, phase, mb));
-    return send(*g.world, *ctx_.backend, piece, peer, tag);
+    return send(*g.world, piece, peer, tag);
   }
 
   void receive(Tensor& t, OpId name, Phase phase, int64_t mb, int peer, int tag) {
@@ -216,20 +217,20 @@ class Trainer {
     if (parts == 1) {
       auto s =
           ctx_.recorder->scope(p2p(name, OpClass::kRecv, Stream::kPpRecv, t.numel(), phase, mb));
-      recv(*g.world, be, t, peer, tag);
+      recv(*g.world, t, peer, tag);
       return;
     }
     Tensor piece = be.empty({t.numel() / parts}, be.activation_dtype());
     {
       auto s = ctx_.recorder->scope(
           p2p(name, OpClass::kRecv, Stream::kPpRecv, piece.numel(), phase, mb));
-      recv(*g.world, be, piece, peer, tag);
+      recv(*g.world, piece, peer, tag);
     }
     Tensor whole = t.view({t.numel()});
-    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kPpAllGather, OpClass::kAllGather,
-                                            Stream::kTpComm, t.numel() * kActivationWireBytes,
-                                            g.tp_size, phase, std::nullopt, mb));
-    all_gather(*g.tp, be, piece, whole);
+    auto s = ctx_.recorder->scope(
+        ctx_.comm(OpId::kPpAllGather, OpClass::kAllGather, Stream::kTpComm,
+                  activation_wire_bytes(t.dtype(), t.numel()), g.tp_size, phase, std::nullopt, mb));
+    all_gather(*g.tp, piece, whole);
   }
 
   // A test aid: SEXTANT_FAULT_RANK=r SEXTANT_FAULT_STEP=s makes world rank r fail at step s, to

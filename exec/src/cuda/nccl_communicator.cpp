@@ -99,6 +99,27 @@ class NcclCommunicator : public StagedCommunicator {
     }
     NCCL_CHECK(ncclGroupEnd());
   }
+  void all_reduce_bf16(uint16_t* data, int64_t n) override {
+    if (size() == 1) return;
+    NCCL_CHECK(
+        ncclAllReduce(data, data, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, nullptr));
+  }
+  void reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
+    NCCL_CHECK(
+        ncclReduceScatter(in, out, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, nullptr));
+  }
+  void all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
+    NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclBfloat16, comm_, nullptr));
+  }
+  void all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size(); ++peer) {
+      const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(n);
+      NCCL_CHECK(ncclSend(in + at, static_cast<size_t>(n), ncclBfloat16, peer, comm_, nullptr));
+      NCCL_CHECK(ncclRecv(out + at, static_cast<size_t>(n), ncclBfloat16, peer, comm_, nullptr));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
   void broadcast(float* data, int64_t n, int root) override {
     if (size() == 1) return;
     NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(n), ncclFloat, root, comm_, nullptr));

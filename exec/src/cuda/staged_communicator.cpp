@@ -4,19 +4,27 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "cuda_check.hpp"
 
 namespace sextant::exec {
 
 namespace {
 
-void to_host(const float* device, float* host, int64_t n) {
-  CUDA_CHECK(
-      cudaMemcpy(host, device, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
+template <typename T>
+void to_host(const T* device, T* host, int64_t n) {
+  CUDA_CHECK(cudaMemcpy(host, device, static_cast<size_t>(n) * sizeof(T), cudaMemcpyDeviceToHost));
 }
-void to_device(const float* host, float* device, int64_t n) {
-  CUDA_CHECK(
-      cudaMemcpy(device, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+template <typename T>
+void to_device(const T* host, T* device, int64_t n) {
+  CUDA_CHECK(cudaMemcpy(device, host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <typename T>
+T* staged(std::vector<T>& host, const T* device, int64_t n) {
+  host.resize(static_cast<size_t>(n));
+  to_host(device, host.data(), n);
+  return host.data();
 }
 
 class DoneRequest : public CommRequest {
@@ -25,18 +33,33 @@ class DoneRequest : public CommRequest {
 };
 
 // Owns the host copy until MPI has sent it.
+template <typename T>
 class StagedSend : public CommRequest {
  public:
-  explicit StagedSend(std::vector<float> host) : host_(std::move(host)) {}
+  explicit StagedSend(std::vector<T> host) : host_(std::move(host)) {}
   void start(MpiCommunicator& mpi, int64_t n, int peer, int tag) {
-    inner_ = mpi.send(host_.data(), n, peer, tag);
+    if constexpr (std::is_same_v<T, float>) {
+      inner_ = mpi.send(host_.data(), n, peer, tag);
+    } else {
+      inner_ = mpi.send_bf16(host_.data(), n, peer, tag);
+    }
   }
   void wait() override { inner_->wait(); }
 
  private:
-  std::vector<float> host_;  // declared first: destroyed after inner_ has waited
+  std::vector<T> host_;  // declared first: destroyed after inner_ has waited
   std::unique_ptr<CommRequest> inner_;
 };
+
+template <typename T>
+std::unique_ptr<CommRequest> staged_send(MpiCommunicator& mpi, const T* data, int64_t n, int peer,
+                                         int tag) {
+  std::vector<T> host(static_cast<size_t>(n));
+  to_host(data, host.data(), n);
+  auto request = std::make_unique<StagedSend<T>>(std::move(host));
+  request->start(mpi, n, peer, tag);
+  return request;
+}
 
 }  // namespace
 
@@ -103,17 +126,48 @@ void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
 
 std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t n, int peer,
                                                       int tag) {
-  std::vector<float> host(static_cast<size_t>(n));
-  to_host(data, host.data(), n);
-  auto request = std::make_unique<StagedSend>(std::move(host));
-  request->start(mpi_, n, peer, tag);
-  return request;
+  return staged_send(mpi_, data, n, peer, tag);
 }
 
 void StagedCommunicator::recv(float* data, int64_t n, int peer, int tag) {
   host_out_.resize(static_cast<size_t>(n));
   mpi_.recv(host_out_.data(), n, peer, tag);
   stage_out(host_out_, data, n);
+}
+
+void StagedCommunicator::all_reduce_bf16(uint16_t* data, int64_t n) {
+  if (size() == 1) return;
+  mpi_.all_reduce_bf16(staged(host_in_bf16_, data, n), n);
+  to_device(host_in_bf16_.data(), data, n);
+}
+
+void StagedCommunicator::reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  host_out_bf16_.resize(static_cast<size_t>(n));
+  mpi_.reduce_scatter_bf16(staged(host_in_bf16_, in, size() * n), host_out_bf16_.data(), n);
+  to_device(host_out_bf16_.data(), out, n);
+}
+
+void StagedCommunicator::all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  host_out_bf16_.resize(static_cast<size_t>(size() * n));
+  mpi_.all_gather_bf16(staged(host_in_bf16_, in, n), host_out_bf16_.data(), n);
+  to_device(host_out_bf16_.data(), out, size() * n);
+}
+
+void StagedCommunicator::all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  host_out_bf16_.resize(static_cast<size_t>(size() * n));
+  mpi_.all_to_all_bf16(staged(host_in_bf16_, in, size() * n), host_out_bf16_.data(), n);
+  to_device(host_out_bf16_.data(), out, size() * n);
+}
+
+std::unique_ptr<CommRequest> StagedCommunicator::send_bf16(const uint16_t* data, int64_t n,
+                                                           int peer, int tag) {
+  return staged_send(mpi_, data, n, peer, tag);
+}
+
+void StagedCommunicator::recv_bf16(uint16_t* data, int64_t n, int peer, int tag) {
+  host_out_bf16_.resize(static_cast<size_t>(n));
+  mpi_.recv_bf16(host_out_bf16_.data(), n, peer, tag);
+  to_device(host_out_bf16_.data(), data, n);
 }
 
 void StagedCommunicator::barrier() {

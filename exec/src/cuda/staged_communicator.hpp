@@ -4,6 +4,7 @@
 // nccl_communicator.cpp).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "mpi_communicator.hpp"
@@ -41,6 +42,13 @@ class StagedCommunicator : public Communicator {
   void broadcast(float* data, int64_t n, int root) override;
   std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;
   void recv(float* data, int64_t n, int peer, int tag) override;
+  void all_reduce_bf16(uint16_t* data, int64_t n) override;
+  void reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  void all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  void all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) override;
+  std::unique_ptr<CommRequest> send_bf16(const uint16_t* data, int64_t n, int peer,
+                                         int tag) override;
+  void recv_bf16(uint16_t* data, int64_t n, int peer, int tag) override;
   // Waits for this rank's device work, then for every rank: a common time zero.
   void barrier() override;
   std::vector<std::string> gather_strings(const std::string& mine, int root) override {
@@ -53,6 +61,7 @@ class StagedCommunicator : public Communicator {
 
   MpiCommunicator mpi_;
   std::vector<float> host_in_, host_out_;
+  std::vector<uint16_t> host_in_bf16_, host_out_bf16_;
 };
 
 }  // namespace sextant::exec

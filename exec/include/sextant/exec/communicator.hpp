@@ -1,7 +1,7 @@
 // Collectives and point-to-point transfers within a group of ranks. The MPI implementation backs
-// the CPU executor; NCCL (and MPI through host staging) back the CUDA executor. The float buffers
-// of collectives and transfers are the backend's memory (device memory on CUDA); the *_host
-// calls, the double all-reduce, the barrier and gather_strings work on host memory.
+// the CPU executor; NCCL (and MPI through host staging) back the CUDA executor. The float and bf16
+// buffers of collectives and transfers are the backend's memory (device memory on CUDA); the
+// *_host calls, the double all-reduce, the barrier and gather_strings work on host memory.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,17 @@ class Communicator {
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   virtual std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) = 0;
   virtual void recv(float* data, int64_t n, int peer, int tag) = 0;
+  // Activations in mixed precision: bf16 values as their bit patterns (tensor.hpp's to_bf16), 2
+  // bytes an element on the wire, as Megatron-LM's tensor-parallel collectives and pipeline sends
+  // move them. Sums are bf16 sums (each addition rounded to bf16: NCCL's ncclBfloat16; over MPI a
+  // user-defined sum). The same shapes as the float calls above.
+  virtual void all_reduce_bf16(uint16_t* data, int64_t n) = 0;
+  virtual void reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) = 0;
+  virtual void all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) = 0;
+  virtual void all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) = 0;
+  virtual std::unique_ptr<CommRequest> send_bf16(const uint16_t* data, int64_t n, int peer,
+                                                 int tag) = 0;
+  virtual void recv_bf16(uint16_t* data, int64_t n, int peer, int tag) = 0;
   virtual void barrier() = 0;
   // Bytes gathered at root: each rank's blob, concatenated (root only).
   virtual std::vector<std::string> gather_strings(const std::string& mine, int root) = 0;

@@ -76,6 +76,8 @@ class ParamStore {
   std::vector<Param>& params() { return params_; }
   Param& get(const std::string& name);
   Tensor& values() { return values_; }
+  // What the kernels read: values() itself in fp32, its bf16 copy in mixed precision.
+  Tensor& compute() { return compute_; }
   Tensor& grads() { return grads_; }
   int64_t total() const { return values_.numel(); }
   // Range [begin, end) of the flat buffers holding `layer`'s parameters, or its routed experts'
