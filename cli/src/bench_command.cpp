@@ -118,6 +118,31 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     exec::run_compute_bench(job);
   });
 
+  struct AttentionFlags {
+    bool json = false;
+    std::vector<int64_t> seq_lens;
+    std::vector<int64_t> head_dims;
+    int iterations = 5;
+  };
+  auto a = std::make_shared<AttentionFlags>();
+  CLI::App* attention = bench->add_subcommand(
+      "attention", "The CPU executor's blockwise flash attention over sequence lengths");
+  attention->add_flag("--json", a->json,
+                      "Print JSON, with an attention_kernels entry for a cluster file");
+  attention->add_option("--seq-len", a->seq_lens, "Sequence lengths (default 128 256 512 1024)")
+      ->check(positive());
+  attention->add_option("--head-dim", a->head_dims, "Head dimensions (default 64)")
+      ->check(positive());
+  attention->add_option("--iterations", a->iterations, "Timed calls per point")->check(positive());
+  attention->callback([a] {
+    exec::AttentionBenchJob job;
+    job.json = a->json;
+    if (!a->seq_lens.empty()) job.options.seq_lens = a->seq_lens;
+    if (!a->head_dims.empty()) job.options.head_dims = a->head_dims;
+    job.options.iterations = a->iterations;
+    exec::run_attention_bench(job);
+  });
+
   struct CoresFlags {
     bool json = false;
     int repeats = 3;

@@ -182,4 +182,39 @@ int run_compute_bench(ComputeBenchJob job) {
   return 0;
 }
 
+int run_attention_bench(const AttentionBenchJob& job) {
+  const std::vector<AttentionRow> rows = bench_attention(job.options);
+  if (job.json) {
+    spec::Json j = spec::Json::array();
+    for (const AttentionRow& r : rows)
+      j.push_back({{"head_dim", r.head_dim},
+                   {"seq_len", r.seq_len},
+                   {"causal", r.causal},
+                   {"pass", r.backward ? "bwd" : "fwd"},
+                   {"flops", r.flops},
+                   {"time_s", r.time_s},
+                   {"tflops", r.tflops}});
+    spec::AttentionKernelData data;
+    data.curves = attention_curves(rows);
+    data.source = "sextant bench attention: the CPU executor's blockwise flash kernels, " +
+                  std::to_string(job.options.heads) + " heads, " +
+                  std::to_string(job.options.tokens) + " tokens per call, fp32";
+    const std::map<spec::AttentionKernel, spec::AttentionKernelData> kernels{
+        {spec::AttentionKernel::kFlash2, data}};
+    std::cout << spec::Json{{"schema", "sextant.bench_attention/1"},
+                            {"rows", j},
+                            {"attention_kernels", spec::to_json(kernels)}}
+                     .dump(2)
+              << "\n";
+  } else {
+    fmt::print("{:>8} {:>8} {:>7} {:>4} {:>12} {:>10} {:>9}\n", "head_dim", "seq_len", "mask",
+               "pass", "flops", "time_us", "GFLOP/s");
+    for (const AttentionRow& r : rows)
+      fmt::print("{:>8} {:>8} {:>7} {:>4} {:>12.3g} {:>10.1f} {:>9.2f}\n", r.head_dim, r.seq_len,
+                 r.causal ? "causal" : "dense", r.backward ? "bwd" : "fwd", r.flops, r.time_s * 1e6,
+                 r.tflops * 1e3);
+  }
+  return 0;
+}
+
 }  // namespace sextant::exec

@@ -2,6 +2,7 @@
 // parallelism's algorithms around it (ring, all-gather, all-to-all).
 #include <algorithm>
 
+#include "sextant/models/flash_flops.hpp"
 #include "transformer_lowering.hpp"
 
 namespace sextant::models {
@@ -26,10 +27,9 @@ Op flash_core(const spec::TransformerSpec& m, const TransformerDims& x, int64_t 
   op.id = OpId::kAttnCore;
   op.name = op_name(OpId::kAttnCore);
   op.op_class = OpClass::kAttention;
-  op.flops = 4.0 * static_cast<double>(x.b * heads) * static_cast<double>(sq) *
-             static_cast<double>(sk) * static_cast<double>(x.d);
   op.causal = m.architecture == spec::Architecture::kDecoder;
-  op.kernel_flops = op.causal ? op.flops / 2 : op.flops;
+  op.flops = flash_attention_executed_flops(x.b * heads, sq, sk, x.d, false, false);
+  op.kernel_flops = flash_attention_executed_flops(x.b * heads, sq, sk, x.d, op.causal, false);
   op.bytes = 2 * x.b * (sq + sk) * heads * x.d * x.e + x.b * heads * sq * 4;
   op.shape = {x.b * heads, sq, sk, x.d};
   op.split = TpSplit::kHead;
@@ -87,7 +87,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     Op op = flash_core(m, x, heads, sq, sk);
     Op bwd = op;
     bwd.flops = 2 * op.flops;
-    bwd.kernel_flops = 2.5 * op.kernel_flops;
+    bwd.kernel_flops = flash_attention_executed_flops(op.shape[0], sq, sk, x.d, op.causal, true);
     bwd.bytes = 2 * op.bytes;
     // Before the main backward kernel, D = rowsum(dO * O); after it, the fp32 dQ accumulator is
     // converted to 16 bits (flash-attention's dot_do_o and convert_dq kernels, cuDNN's

@@ -36,4 +36,14 @@ struct ComputeBenchJob {
 // Throws InputError when the backend cannot run here (no GPU).
 int run_compute_bench(ComputeBenchJob job);
 
+struct AttentionBenchJob {
+  AttentionBenchOptions options;
+  bool json = false;  // rows and the cluster file's attention_kernels entry
+};
+
+// The CPU executor's blockwise flash kernels (bench_attention); prints a table, or JSON with an
+// "attention_kernels" object ready for a cluster file (flash2: the kernel the executor's ring
+// attention stands for).
+int run_attention_bench(const AttentionBenchJob& job);
+
 }  // namespace sextant::exec

@@ -12,6 +12,7 @@
 #include "sextant/exec/backend.hpp"
 #include "sextant/exec/communicator.hpp"
 #include "sextant/spec/collective.hpp"
+#include "sextant/spec/device_models.hpp"
 #include "sextant/spec/trace.hpp"
 
 namespace sextant::exec {
@@ -69,5 +70,34 @@ ComputeBenchOptions gpu_compute_bench();      // H100-sized shapes (up to 8192^3
 
 std::vector<ComputeRow> bench_compute(Backend& backend, const ComputeBenchOptions& options,
                                       std::vector<spec::TraceEvent>* events);
+
+// The CPU executor's blockwise flash attention (blockwise_attention.hpp: ring attention's
+// steps) over sequence lengths: forward and backward, causal (one sequence's own block) and dense
+// (a block of earlier keys, ring attention's later steps), timed per call and counted as
+// models::flash_attention_executed_flops counts. What a cluster file's attention curves hold,
+// so that `simulate` can price the executor's ring attention (AttentionRow -> attention_curves).
+struct AttentionRow {
+  int64_t head_dim = 0;
+  int64_t seq_len = 0;  // query rows and key rows of the block
+  bool causal = false;
+  bool backward = false;
+  double flops = 0;   // executed, per call
+  double time_s = 0;  // mean per call
+  double tflops = 0;
+};
+
+struct AttentionBenchOptions {
+  std::vector<int64_t> seq_lens = {128, 256, 512, 1024};
+  std::vector<int64_t> head_dims = {64};
+  int64_t heads = 4;
+  int64_t tokens = 2048;  // batch * seq_len per call (at least one sequence)
+  int warmup = 1;
+  int iterations = 5;
+};
+
+std::vector<AttentionRow> bench_attention(const AttentionBenchOptions& options);
+
+// The rows as a cluster file's curves: one per (head_dim, mask, pass), over sequence length.
+std::vector<spec::AttentionCurve> attention_curves(const std::vector<AttentionRow>& rows);
 
 }  // namespace sextant::exec
