@@ -617,13 +617,6 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
   // The CPU ranks' host pool is the same DRAM (the offload layouts' copies and host step): a host
   // section for the simulator to price them with; the ops, not their times, are checked here.
   cluster.host = spec::HostSpec{int64_t{1} << 40, 221, 1.0, 110, 0, "test: the CPU's own DRAM"};
-  // Ring attention's plans name a flash kernel (with_ring): a throughput for the simulator to
-  // price its steps with.
-  cluster.device.attention_kernels[spec::AttentionKernel::kFlash2] = {
-      std::nullopt,
-      {{8, false, "fwd+bwd", {16, 1024}, {0.01, 0.01}},
-       {8, true, "fwd+bwd", {16, 1024}, {0.01, 0.01}}},
-      "test: flat curves"};
   // The emulated bf16 runs are priced in bf16 (activations 2 bytes an element): a bf16 peak for
   // the simulator to accept the dtype (the CPU's fp32 one; the times are not checked).
   cluster.device.peak_tflops[spec::Dtype::kBf16] =

@@ -2,10 +2,14 @@
 // hand), ring attention's hidden behind the blocks it feeds, the all-gather's not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/device_models.hpp"
+#include "sextant/spec/units.hpp"
 #include "test_clusters.hpp"
 #include "test_models.hpp"
 
@@ -101,6 +105,46 @@ TEST(ContextParallel, RingTransfersHideBehindTheAttentionTheAllGatherDoesNot) {
       simulate(model, cluster,
                cp_plan(spec::ContextAlgorithm::kAllGather, spec::AttentionKernel::kFlash2), {});
   EXPECT_NEAR(gather.report.breakdown_s.cp_comm_exposed, 4 * 3 * kKv / 100e9, 1e-12);
+}
+
+// local-cpu carries the executor's own flash curves (`sextant bench attention`), so a ring plan
+// simulates there, each step priced at the rate the file gives for its block. gpt-tiny (4 heads
+// of 32, s 128) over cp 2 at micro-batch 2: a step attends a rank's 64 query rows to 64 keys,
+// counted 4 * (2 * 4) * 64 * 64 * 32 = 4,194,304 FLOPs (the trace's figure), of which the masked
+// first step executes half, 2,097,152, and so does the dense half-block after it; each takes its
+// executed work over the file's rate for head_dim 32, 64 rows and its mask, plus one launch (its
+// 264 KB of traffic would take a tenth of that time).
+TEST(ContextParallel, LocalCpuPricesRingStepsFromTheExecutorsFlashCurves) {
+  const spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
+  spec::Plan plan = test::make_plan(1, 1, 1, 2, 2);
+  plan.cp = 2;
+  plan.cp_algorithm = spec::ContextAlgorithm::kRing;
+  plan.stack->attention = spec::AttentionKernel::kFlash2;
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(models::zoo_model("gpt-tiny"), cluster, plan, options);
+  ASSERT_TRUE(r.trace.has_value());
+  std::vector<const spec::TraceEvent*> steps;  // rank 0, the first block, micro-batch 0, forward
+  for (const spec::TraceEvent& e : r.trace->events)
+    if (e.rank == 0 && e.name == "attn.core" && e.phase == spec::Phase::kFwd && e.layer == 1 &&
+        e.micro_batch == 0)
+      steps.push_back(&e);
+  ASSERT_EQ(steps.size(), 2u);
+  std::sort(steps.begin(), steps.end(), [](const spec::TraceEvent* a, const spec::TraceEvent* b) {
+    return a->start_ps < b->start_ps;
+  });
+  const double executed = 2097152;
+  const double launch = cluster.device.launch_overhead_us * 1e-6;
+  for (size_t i = 0; i < 2; ++i) {
+    const bool causal = i == 0;
+    const double rate =
+        spec::attention_tflops(cluster.device.attention_kernels, cluster.device.name,
+                               spec::AttentionKernel::kFlash2, 32, 64, causal, false) *
+        1e12;
+    EXPECT_EQ(steps[i]->flops, 2 * executed);
+    EXPECT_NEAR(ps_to_seconds(steps[i]->duration_ps), executed / rate + launch, 1e-8)
+        << (causal ? "the masked step" : "the dense step");
+  }
 }
 
 }  // namespace
