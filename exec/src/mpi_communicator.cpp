@@ -53,6 +53,52 @@ class MpiRequest : public CommRequest {
   MPI_Request request_;
 };
 
+// The float, bf16 (and int64) calls differ only in the element type, its MPI datatype and the
+// sum.
+void all_reduce_of(MPI_Comm comm, int size, void* data, int64_t n, MPI_Datatype type, MPI_Op op) {
+  if (size == 1) return;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), type, op, comm));
+}
+
+template <typename T>
+void reduce_scatter_of(MPI_Comm comm, int size, const T* in, T* out, int64_t n, MPI_Datatype type,
+                       MPI_Op sum) {
+  if (size == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, count(n), type, sum, comm));
+}
+
+template <typename T>
+void all_gather_of(MPI_Comm comm, int size, const T* in, T* out, int64_t n, MPI_Datatype type) {
+  if (size == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Allgather(in, count(n), type, out, count(n), type, comm));
+}
+
+template <typename T>
+void all_to_all_of(MPI_Comm comm, int size, const T* in, T* out, int64_t n, MPI_Datatype type) {
+  if (size == 1) {
+    std::copy(in, in + n, out);
+    return;
+  }
+  MPI_CHECK(MPI_Alltoall(in, count(n), type, out, count(n), type, comm));
+}
+
+std::unique_ptr<CommRequest> send_of(MPI_Comm comm, const void* data, int64_t n, MPI_Datatype type,
+                                     int peer, int tag) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(data, count(n), type, peer, tag, comm, &r));
+  return std::make_unique<MpiRequest>(r);
+}
+
+void recv_of(MPI_Comm comm, void* data, int64_t n, MPI_Datatype type, int peer, int tag) {
+  MPI_CHECK(MPI_Recv(data, count(n), type, peer, tag, comm, MPI_STATUS_IGNORE));
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
@@ -78,18 +124,15 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(MPI_Comm parent, int col
 }
 
 void MpiCommunicator::all_reduce(float* data, int64_t n) {
-  if (size_ == 1) return;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_));
+  all_reduce_of(comm_, size_, data, n, MPI_FLOAT, MPI_SUM);
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
-  if (size_ == 1) return;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_MAX, comm_));
+  all_reduce_of(comm_, size_, data, n, MPI_FLOAT, MPI_MAX);
 }
 
 void MpiCommunicator::all_reduce(double* data, int64_t n) {
-  if (size_ == 1) return;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, comm_));
+  all_reduce_of(comm_, size_, data, n, MPI_DOUBLE, MPI_SUM);
 }
 
 // Open MPI without an asynchronous progress thread advances a non-blocking all-reduce only inside
@@ -109,27 +152,15 @@ std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_host_async(double* data
 }
 
 void MpiCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Reduce_scatter_block(in, out, count(n), MPI_FLOAT, MPI_SUM, comm_));
+  reduce_scatter_of(comm_, size_, in, out, n, MPI_FLOAT, MPI_SUM);
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
+  all_gather_of(comm_, size_, in, out, n, MPI_FLOAT);
 }
 
 void MpiCommunicator::all_to_all(const float* in, float* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_));
+  all_to_all_of(comm_, size_, in, out, n, MPI_FLOAT);
 }
 
 void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
@@ -153,11 +184,7 @@ void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& 
 }
 
 void MpiCommunicator::all_to_all_host(const int64_t* in, int64_t* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_INT64_T, out, count(n), MPI_INT64_T, comm_));
+  all_to_all_of(comm_, size_, in, out, n, MPI_INT64_T);
 }
 
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
@@ -167,53 +194,36 @@ void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
 
 std::unique_ptr<CommRequest> MpiCommunicator::send(const float* data, int64_t n, int peer,
                                                    int tag) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return send_of(comm_, data, n, MPI_FLOAT, peer, tag);
 }
 
 void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
-  MPI_CHECK(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+  recv_of(comm_, data, n, MPI_FLOAT, peer, tag);
 }
 
 void MpiCommunicator::all_reduce_bf16(uint16_t* data, int64_t n) {
-  if (size_ == 1) return;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_UINT16_T, bf16_sum_, comm_));
+  all_reduce_of(comm_, size_, data, n, MPI_UINT16_T, bf16_sum_);
 }
 
 void MpiCommunicator::reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Reduce_scatter_block(in, out, count(n), MPI_UINT16_T, bf16_sum_, comm_));
+  reduce_scatter_of(comm_, size_, in, out, n, MPI_UINT16_T, bf16_sum_);
 }
 
 void MpiCommunicator::all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Allgather(in, count(n), MPI_UINT16_T, out, count(n), MPI_UINT16_T, comm_));
+  all_gather_of(comm_, size_, in, out, n, MPI_UINT16_T);
 }
 
 void MpiCommunicator::all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
-  if (size_ == 1) {
-    std::copy(in, in + n, out);
-    return;
-  }
-  MPI_CHECK(MPI_Alltoall(in, count(n), MPI_UINT16_T, out, count(n), MPI_UINT16_T, comm_));
+  all_to_all_of(comm_, size_, in, out, n, MPI_UINT16_T);
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::send_bf16(const uint16_t* data, int64_t n, int peer,
                                                         int tag) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Isend(data, count(n), MPI_UINT16_T, peer, tag, comm_, &r));
-  return std::make_unique<MpiRequest>(r);
+  return send_of(comm_, data, n, MPI_UINT16_T, peer, tag);
 }
 
 void MpiCommunicator::recv_bf16(uint16_t* data, int64_t n, int peer, int tag) {
-  MPI_CHECK(MPI_Recv(data, count(n), MPI_UINT16_T, peer, tag, comm_, MPI_STATUS_IGNORE));
+  recv_of(comm_, data, n, MPI_UINT16_T, peer, tag);
 }
 
 void MpiCommunicator::barrier() {

@@ -58,15 +58,9 @@ class NcclCommunicator : public StagedCommunicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  void all_reduce(float* data, int64_t n) override {
-    if (size() == 1) return;
-    NCCL_CHECK(
-        ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
-  }
+  void all_reduce(float* data, int64_t n) override { all_reduce_of(data, n, ncclFloat, ncclSum); }
   void all_reduce_max(float* data, int64_t n) override {
-    if (size() == 1) return;
-    NCCL_CHECK(
-        ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclMax, comm_, nullptr));
+    all_reduce_of(data, n, ncclFloat, ncclMax);
   }
   std::unique_ptr<CommRequest> all_reduce_async(float* data, int64_t n) override {
     cudaEvent_t ready = nullptr, done = nullptr;
@@ -82,43 +76,25 @@ class NcclCommunicator : public StagedCommunicator {
     return std::make_unique<NcclRequest>(done);
   }
   void reduce_scatter(const float* in, float* out, int64_t n) override {
-    NCCL_CHECK(
-        ncclReduceScatter(in, out, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, nullptr));
+    reduce_scatter_of(in, out, n, ncclFloat);
   }
   void all_gather(const float* in, float* out, int64_t n) override {
-    NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat, comm_, nullptr));
+    all_gather_of(in, out, n, ncclFloat);
   }
-  // NCCL has no all-to-all: a group of sends and receives, one pair per peer (the pattern of
-  // NCCL's documentation, "Point-to-point communication: all-to-all").
   void all_to_all(const float* in, float* out, int64_t n) override {
-    NCCL_CHECK(ncclGroupStart());
-    for (int peer = 0; peer < size(); ++peer) {
-      const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(n);
-      NCCL_CHECK(ncclSend(in + at, static_cast<size_t>(n), ncclFloat, peer, comm_, nullptr));
-      NCCL_CHECK(ncclRecv(out + at, static_cast<size_t>(n), ncclFloat, peer, comm_, nullptr));
-    }
-    NCCL_CHECK(ncclGroupEnd());
+    all_to_all_of(in, out, n, ncclFloat);
   }
   void all_reduce_bf16(uint16_t* data, int64_t n) override {
-    if (size() == 1) return;
-    NCCL_CHECK(
-        ncclAllReduce(data, data, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, nullptr));
+    all_reduce_of(data, n, ncclBfloat16, ncclSum);
   }
   void reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
-    NCCL_CHECK(
-        ncclReduceScatter(in, out, static_cast<size_t>(n), ncclBfloat16, ncclSum, comm_, nullptr));
+    reduce_scatter_of(in, out, n, ncclBfloat16);
   }
   void all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
-    NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), ncclBfloat16, comm_, nullptr));
+    all_gather_of(in, out, n, ncclBfloat16);
   }
   void all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) override {
-    NCCL_CHECK(ncclGroupStart());
-    for (int peer = 0; peer < size(); ++peer) {
-      const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(n);
-      NCCL_CHECK(ncclSend(in + at, static_cast<size_t>(n), ncclBfloat16, peer, comm_, nullptr));
-      NCCL_CHECK(ncclRecv(out + at, static_cast<size_t>(n), ncclBfloat16, peer, comm_, nullptr));
-    }
-    NCCL_CHECK(ncclGroupEnd());
+    all_to_all_of(in, out, n, ncclBfloat16);
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size() == 1) return;
@@ -126,6 +102,31 @@ class NcclCommunicator : public StagedCommunicator {
   }
 
  private:
+  // The float and bf16 calls differ only in the element type and NCCL's name for it; all on the
+  // compute stream.
+  void all_reduce_of(void* data, int64_t n, ncclDataType_t type, ncclRedOp_t op) {
+    if (size() == 1) return;
+    NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), type, op, comm_, nullptr));
+  }
+  void reduce_scatter_of(const void* in, void* out, int64_t n, ncclDataType_t type) {
+    NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(n), type, ncclSum, comm_, nullptr));
+  }
+  void all_gather_of(const void* in, void* out, int64_t n, ncclDataType_t type) {
+    NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(n), type, comm_, nullptr));
+  }
+  // NCCL has no all-to-all: a group of sends and receives, one pair per peer (the pattern of
+  // NCCL's documentation, "Point-to-point communication: all-to-all").
+  template <typename T>
+  void all_to_all_of(const T* in, T* out, int64_t n, ncclDataType_t type) {
+    NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size(); ++peer) {
+      const size_t at = static_cast<size_t>(peer) * static_cast<size_t>(n);
+      NCCL_CHECK(ncclSend(in + at, static_cast<size_t>(n), type, peer, comm_, nullptr));
+      NCCL_CHECK(ncclRecv(out + at, static_cast<size_t>(n), type, peer, comm_, nullptr));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  }
+
   ncclComm_t comm_ = nullptr;
   cudaStream_t side_ = nullptr;
 };

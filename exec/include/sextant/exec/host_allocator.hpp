@@ -15,8 +15,8 @@ namespace sextant::exec {
 // between two ranks took 17.5 ms in `sextant bench comm` (0.73 ms with this setting; an
 // all-reduce of 4 MB 0.74 ms), and the ZeRO-1 gradient bucket of gpt-tiny made dp2.z1.mb8 30%
 // slower than plain data parallelism.
-// The executor's own tensors come from a caching pool (src/cpu/cpu_backend.cpp) for the same reason.
-// In `sextant plan`, whose leaders' simulations each build and free ~10 MB of programs and
+// The executor's own tensors come from a caching pool (src/cpu/cpu_backend.cpp) for the same
+// reason. In `sextant plan`, whose leaders' simulations each build and free ~10 MB of programs and
 // events, glibc trimmed the heap after each and the next faulted it in again: the simulation
 // phase of GPT-3 175B on 1024 GPUs took 0.75 s instead of 0.38 s (60 K page faults against 25 K).
 void keep_freed_host_memory();
