@@ -63,26 +63,16 @@ std::unique_ptr<CommRequest> staged_send(MpiCommunicator& mpi, const T* data, in
 
 }  // namespace
 
-float* StagedCommunicator::stage_in(const float* device, int64_t n) {
-  host_in_.resize(static_cast<size_t>(n));
-  to_host(device, host_in_.data(), n);
-  return host_in_.data();
-}
-
-void StagedCommunicator::stage_out(const std::vector<float>& host, float* device, int64_t n) {
-  to_device(host.data(), device, n);
-}
-
 void StagedCommunicator::all_reduce(float* data, int64_t n) {
   if (size() == 1) return;
-  mpi_.all_reduce(stage_in(data, n), n);
-  stage_out(host_in_, data, n);
+  mpi_.all_reduce(staged(host_in_, data, n), n);
+  to_device(host_in_.data(), data, n);
 }
 
 void StagedCommunicator::all_reduce_max(float* data, int64_t n) {
   if (size() == 1) return;
-  mpi_.all_reduce_max(stage_in(data, n), n);
-  stage_out(host_in_, data, n);
+  mpi_.all_reduce_max(staged(host_in_, data, n), n);
+  to_device(host_in_.data(), data, n);
 }
 
 std::unique_ptr<CommRequest> StagedCommunicator::all_reduce_async(float* data, int64_t n) {
@@ -92,20 +82,20 @@ std::unique_ptr<CommRequest> StagedCommunicator::all_reduce_async(float* data, i
 
 void StagedCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
   host_out_.resize(static_cast<size_t>(n));
-  mpi_.reduce_scatter(stage_in(in, size() * n), host_out_.data(), n);
-  stage_out(host_out_, out, n);
+  mpi_.reduce_scatter(staged(host_in_, in, size() * n), host_out_.data(), n);
+  to_device(host_out_.data(), out, n);
 }
 
 void StagedCommunicator::all_gather(const float* in, float* out, int64_t n) {
   host_out_.resize(static_cast<size_t>(size() * n));
-  mpi_.all_gather(stage_in(in, n), host_out_.data(), n);
-  stage_out(host_out_, out, size() * n);
+  mpi_.all_gather(staged(host_in_, in, n), host_out_.data(), n);
+  to_device(host_out_.data(), out, size() * n);
 }
 
 void StagedCommunicator::all_to_all(const float* in, float* out, int64_t n) {
   host_out_.resize(static_cast<size_t>(size() * n));
-  mpi_.all_to_all(stage_in(in, size() * n), host_out_.data(), n);
-  stage_out(host_out_, out, size() * n);
+  mpi_.all_to_all(staged(host_in_, in, size() * n), host_out_.data(), n);
+  to_device(host_out_.data(), out, size() * n);
 }
 
 void StagedCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
@@ -114,14 +104,14 @@ void StagedCommunicator::all_to_all_v(const float* in, const std::vector<int64_t
   for (int64_t n : send) s += n;
   for (int64_t n : recv) r += n;
   host_out_.resize(static_cast<size_t>(r));
-  mpi_.all_to_all_v(stage_in(in, s), send, host_out_.data(), recv);
-  stage_out(host_out_, out, r);
+  mpi_.all_to_all_v(staged(host_in_, in, s), send, host_out_.data(), recv);
+  to_device(host_out_.data(), out, r);
 }
 
 void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size() == 1) return;
-  mpi_.broadcast(stage_in(data, n), n, root);
-  stage_out(host_in_, data, n);
+  mpi_.broadcast(staged(host_in_, data, n), n, root);
+  to_device(host_in_.data(), data, n);
 }
 
 std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t n, int peer,
@@ -132,7 +122,7 @@ std::unique_ptr<CommRequest> StagedCommunicator::send(const float* data, int64_t
 void StagedCommunicator::recv(float* data, int64_t n, int peer, int tag) {
   host_out_.resize(static_cast<size_t>(n));
   mpi_.recv(host_out_.data(), n, peer, tag);
-  stage_out(host_out_, data, n);
+  to_device(host_out_.data(), data, n);
 }
 
 void StagedCommunicator::all_reduce_bf16(uint16_t* data, int64_t n) {

@@ -56,10 +56,8 @@ class StagedCommunicator : public Communicator {
   }
 
  private:
-  float* stage_in(const float* device, int64_t n);  // device -> host_in_
-  void stage_out(const std::vector<float>& host, float* device, int64_t n);
-
   MpiCommunicator mpi_;
+  // Host copies: what a collective sends (in) and what it receives (out), per element type.
   std::vector<float> host_in_, host_out_;
   std::vector<uint16_t> host_in_bf16_, host_out_bf16_;
 };
