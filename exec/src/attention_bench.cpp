@@ -1,6 +1,7 @@
 // `sextant bench attention`: the blockwise flash kernels of the CPU executor, timed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>

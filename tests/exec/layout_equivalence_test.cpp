@@ -601,6 +601,36 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
   EXPECT_GT(ran, 0);
 }
 
+// The measured trace in `file` and the simulator's step of `plan` hold the same ops (name,
+// phase, bytes) as often on every rank; the plan priced in bf16 under SEXTANT_TEST_PRECISION=bf16.
+void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& model,
+                              const spec::ClusterSpec& cluster, const spec::Plan& plan) {
+  const spec::Trace measured = spec::read_trace_file(file);
+  sim::SimulationOptions options;
+  options.trace = true;
+  spec::Plan priced = plan;
+  if (in_bf16()) priced.dtype = spec::Dtype::kBf16;  // else local-cpu's own, fp32
+  const sim::SimulationResult predicted = sim::simulate(model, cluster, priced, options);
+  if (!predicted.trace.has_value()) {
+    ADD_FAILURE() << "the simulation kept no trace";
+    return;
+  }
+  // Ops are compared on the ranks both traces hold: both must hold all of them, with ops, or the
+  // comparison below would pass on nothing.
+  for (const spec::Trace* t : {&measured, &*predicted.trace}) {
+    std::set<int64_t> ranks;
+    for (const spec::TraceEvent& e : t->events) ranks.insert(e.rank);
+    EXPECT_EQ(static_cast<int>(ranks.size()), world_size()) << t->kind;
+  }
+  size_t shown = 0;
+  for (const traces::OpDisagreement& d : traces::op_disagreements(measured, *predicted.trace)) {
+    if (++shown > 12) break;
+    ADD_FAILURE() << "rank " << d.rank << " " << d.name << " "
+                  << spec::enum_name(spec::phase_names(), d.phase) << " " << d.bytes
+                  << " B: measured " << d.measured << "x, predicted " << d.predicted << "x";
+  }
+}
+
 // The simulator predicts the program the executor runs: for every layout, one measured step and
 // one simulated step hold the same ops (name, phase and bytes) as often on every rank. The time
 // comparison of `sextant compare` and the calibration fits rest on this; an op the executor runs
@@ -641,38 +671,13 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
     MPI_Barrier(MPI_COMM_WORLD);
     ++ran;
     if (world_rank() != 0) continue;
-    // Rank 0 alone compares: a failure here is reported and the loop goes on, so that it runs
-    // the same layouts as the other ranks (leaving it would hang them in the next run).
-    const spec::Trace measured = spec::read_trace_file(file);
-    sim::SimulationOptions options;
-    options.trace = true;
-    spec::Plan priced = l.plan;
-    if (in_bf16()) priced.dtype = spec::Dtype::kBf16;  // else local-cpu's own, fp32
-    sim::SimulationResult predicted;
+    // Rank 0 alone compares, inside one try: a failure is reported and the loop goes on, so that
+    // rank 0 runs the same layouts as the others (leaving the loop would hang them in the next
+    // run).
     try {
-      predicted = sim::simulate(job.model, cluster, priced, options);
+      expect_the_simulated_ops(file, job.model, cluster, l.plan);
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "simulate: " << e.what();
-      continue;
-    }
-    if (!predicted.trace.has_value()) {
-      ADD_FAILURE() << "the simulation kept no trace";
-      continue;
-    }
-    // Ops are compared on the ranks both traces hold: both must hold all of them, with ops, or
-    // the comparison below would pass on nothing.
-    const spec::Trace& predicted_trace = *predicted.trace;
-    for (const spec::Trace* t : {&measured, &predicted_trace}) {
-      std::set<int64_t> ranks;
-      for (const spec::TraceEvent& e : t->events) ranks.insert(e.rank);
-      EXPECT_EQ(static_cast<int>(ranks.size()), world_size()) << t->kind;
-    }
-    size_t shown = 0;
-    for (const traces::OpDisagreement& d : traces::op_disagreements(measured, predicted_trace)) {
-      if (++shown > 12) break;
-      ADD_FAILURE() << "rank " << d.rank << " " << d.name << " "
-                    << spec::enum_name(spec::phase_names(), d.phase) << " " << d.bytes
-                    << " B: measured " << d.measured << "x, predicted " << d.predicted << "x";
+      ADD_FAILURE() << e.what();
     }
   }
   EXPECT_GT(ran, 0);

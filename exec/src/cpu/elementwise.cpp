@@ -1,4 +1,5 @@
 // Activations (GELU's tanh form as GPT-2 uses it, ReLU, SwiGLU), residual adds and scaling.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu_backend.hpp"

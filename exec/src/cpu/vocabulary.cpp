@@ -1,7 +1,9 @@
 // The vocabulary-parallel embedding and loss: lookups of the rank's shard of the table, learned
 // positions, and the cross-entropy's per-row softmax statistics (max, sum of exponentials, target
 // logit) and gradient.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "cpu_backend.hpp"
