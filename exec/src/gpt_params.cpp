@@ -131,31 +131,44 @@ class Builder {
     if (m_.bias) add(b + ".mlp.fc2.bias", layer, {h}, constant(0), false, true);
   }
 
-  // A MoE block's MLP on this rank (tp 1: spec/expert_parallel.hpp and the executor's check):
-  // the router, this rank's routed experts under their global index (every layout draws expert e
-  // alike), the shared experts as one MLP. Routed experts are Param::expert under ep.
+  // A MoE block's MLP on this rank: the router whole on every tp rank (each routes its own
+  // tokens under sequence parallelism, spec::moe_tensor_parallel_problem: its gradient a partial
+  // sum over tp, as a norm's); this rank's routed experts under their global index (every layout
+  // draws expert e alike) and the shared experts as one MLP, each split over tp as the dense MLP
+  // is (FC1's columns, gate and up apart; FC2's rows). Routed experts are Param::expert under ep.
   void moe_mlp(const std::string& b, int32_t layer) {
-    const uint64_t seed = seed_;
     const int64_t h = h_, f = m_.moe->expert_ffn_hidden, g = gate_, E = m_.moe->experts;
-    auto weight = [&](std::string name, std::vector<int64_t> shape, float std_dev, bool expert) {
+    const int64_t t = s_.t, r = s_.r;
+    auto weight = [&](std::string name, std::vector<int64_t> shape,
+                      std::function<float(int64_t)> init, bool replicated, bool expert) {
       ParamSpec s;
       s.name = std::move(name);
       s.layer = layer;
       s.shape = std::move(shape);
-      s.init = [seed, n = s.name, std_dev](int64_t i) { return std_dev * init_normal(seed, n, i); };
+      s.init = std::move(init);
+      s.tp_replicated = replicated;
       s.expert = expert;
       out_.specs.push_back(std::move(s));
     };
-    weight(b + ".moe.router.weight", {h, E}, kInitStd, false);
-    for (int64_t e = 0; e < s_.local_experts; ++e) {
-      const std::string x = fmt::format("{}.moe.expert{}", b, s_.first_expert + e);
-      weight(x + ".fc1.weight", {h, g * f}, kInitStd, s_.experts_split);
-      weight(x + ".fc2.weight", {f, h}, proj_std_, s_.experts_split);
-    }
-    if (const int64_t fs = m_.moe->shared_experts * f; fs > 0) {
-      weight(b + ".moe.shared.fc1.weight", {h, g * fs}, kInitStd, false);
-      weight(b + ".moe.shared.fc2.weight", {fs, h}, proj_std_, false);
-    }
+    // An expert of width `width` (the shared experts together: their summed width).
+    auto expert = [&](const std::string& x, int64_t width, bool routed) {
+      const int64_t local = width / t;
+      weight(x + ".fc1.weight", {h, g * local},
+             normal(x + ".fc1.weight", kInitStd,
+                    [=](int64_t i) {
+                      return i / (g * local) * g * width + column_of(i % (g * local), width, t, r);
+                    }),
+             false, routed);
+      weight(x + ".fc2.weight", {local, h},
+             normal(x + ".fc2.weight", proj_std_,
+                    [=](int64_t i) { return (r * local + i / h) * h + i % h; }),
+             false, routed);
+    };
+    weight(b + ".moe.router.weight", {h, E},
+           normal(b + ".moe.router.weight", kInitStd, [](int64_t i) { return i; }), true, false);
+    for (int64_t e = 0; e < s_.local_experts; ++e)
+      expert(fmt::format("{}.moe.expert{}", b, s_.first_expert + e), f, s_.experts_split);
+    if (const int64_t fs = m_.moe->shared_experts * f; fs > 0) expert(b + ".moe.shared", fs, false);
   }
 
   // A block on a 3D tensor grid (grid_linear.hpp): the norms whole; each weight's block, of

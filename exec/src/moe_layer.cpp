@@ -32,12 +32,14 @@ void for_each_expert(const MoeCache& c, Body body) {
 
 MoeLayer::MoeLayer(Context& ctx, const spec::TransformerSpec& model) : ctx_(ctx), m_(model) {
   const spec::MoeSpec& moe = *model.moe;
+  tp_ = ctx.groups->tp_size;
+  tp_rank_ = ctx.groups->tp_rank;
   experts_ = moe.experts;
   top_k_ = moe.top_k;
   hidden_ = model.hidden;
-  ffn_ = moe.expert_ffn_hidden;
+  ffn_ = moe.expert_ffn_hidden / tp_;
   gate_ = model.activation == spec::Activation::kSwiglu ? 2 : 1;
-  shared_ffn_ = moe.shared_experts * moe.expert_ffn_hidden;
+  shared_ffn_ = moe.shared_experts * moe.expert_ffn_hidden / tp_;
   ep_ = ctx.groups->ep_size;
   local_ = experts_ / ep_;
   first_ = ctx.groups->ep_rank * local_;
@@ -53,6 +55,11 @@ Recorder::Scope MoeLayer::exchange(OpId name, int64_t bytes, int32_t layer, Phas
       ctx_.comm(name, OpClass::kAllToAll, Stream::kTpComm, bytes, ep_, phase, layer, mb));
 }
 
+Recorder::Scope MoeLayer::tp_exchange(OpId name, OpClass cls, int64_t bytes, int32_t layer,
+                                      Phase phase, int64_t mb) {
+  return ctx_.recorder->scope(ctx_.comm(name, cls, Stream::kTpComm, bytes, tp_, phase, layer, mb));
+}
+
 void MoeLayer::group_rows(const Tensor& arrived, Tensor& grouped, const MoeCache& c) const {
   for (const MoeCache::Block& b : c.blocks)
     std::copy(row(arrived, b.arrived), row(arrived, b.arrived + b.rows), row(grouped, b.grouped));
@@ -63,24 +70,95 @@ void MoeLayer::ungroup_rows(const Tensor& grouped, Tensor& arrived, const MoeCac
     std::copy(row(grouped, b.grouped), row(grouped, b.grouped + b.rows), row(arrived, b.arrived));
 }
 
-Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Phase phase,
-                         int64_t mb, MoeCache& c) {
+void MoeLayer::place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const {
+  // incoming: [tp ranks gathered][ep source][local expert] row counts.
+  const int64_t ranks = static_cast<int64_t>(incoming.size()) / (ep_ * local_);
+  auto n_of = [&](int64_t u, int64_t q, int64_t j) {
+    return incoming[static_cast<size_t>((u * ep_ + q) * local_ + j)];
+  };
+  c.expert_rows.assign(static_cast<size_t>(local_), 0);
+  c.tp_rows.assign(static_cast<size_t>(ranks), 0);
+  for (int64_t u = 0; u < ranks; ++u)
+    for (int64_t q = 0; q < ep_; ++q)
+      for (int64_t j = 0; j < local_; ++j) {
+        c.expert_rows[static_cast<size_t>(j)] += n_of(u, q, j);
+        c.tp_rows[static_cast<size_t>(u)] += n_of(u, q, j);
+      }
+  c.expert_begin.assign(static_cast<size_t>(local_), 0);
+  for (int64_t j = 1; j < local_; ++j)
+    c.expert_begin[static_cast<size_t>(j)] =
+        c.expert_begin[static_cast<size_t>(j - 1)] + c.expert_rows[static_cast<size_t>(j - 1)];
+  c.blocks.clear();
+  std::vector<int64_t> filled(static_cast<size_t>(local_), 0);
+  int64_t arrived = 0;
+  for (int64_t u = 0; u < ranks; ++u)
+    for (int64_t q = 0; q < ep_; ++q)
+      for (int64_t j = 0; j < local_; ++j) {
+        const int64_t n = n_of(u, q, j);
+        c.blocks.push_back(
+            {arrived, c.expert_begin[static_cast<size_t>(j)] + filled[static_cast<size_t>(j)], n});
+        filled[static_cast<size_t>(j)] += n;
+        arrived += n;
+      }
+}
+
+void MoeLayer::shared_forward(const MoeWeights& w, const Tensor& x, Tensor& y, int32_t layer,
+                              Phase phase, int64_t mb, MoeCache& c) {
   Backend& be = *ctx_.backend;
-  const int64_t T = x.dim(0), h = hidden_, E = experts_, k = top_k_, copies = T * k;
+  const int64_t T = x.dim(0);
+  c.shared_f1 = be.empty({T, gate_ * shared_ffn_});
+  c.shared_g = be.empty({T, shared_ffn_});
+  {
+    auto s = op(OpId::kMoeSharedFc1, layer, phase, mb);
+    be.matmul(x, w.shared_fc1->compute, nullptr, c.shared_f1);
+  }
+  {
+    auto s = op(OpId::kMoeSharedAct, layer, phase, mb);
+    activation(be, m_.activation, c.shared_f1, c.shared_g);
+  }
+  auto s = op(OpId::kMoeSharedFc2, layer, phase, mb);
+  be.matmul(c.shared_g, w.shared_fc2->compute, nullptr, y);
+}
+
+void MoeLayer::shared_backward(const MoeWeights& w, const Tensor& x, const Tensor& dy, Tensor& dx,
+                               int32_t layer, int64_t mb, MoeCache& c) {
+  Backend& be = *ctx_.backend;
+  const Phase B = Phase::kBwd;
+  const int64_t T = x.dim(0);
+  Tensor dg = be.empty({T, shared_ffn_});
+  {
+    auto s = op(OpId::kMoeSharedFc2, layer, B, mb);
+    be.matmul_backward(c.shared_g, w.shared_fc2->compute, dy, &dg, w.shared_fc2->grad, nullptr);
+  }
+  Tensor df1 = be.empty({T, gate_ * shared_ffn_});
+  {
+    auto s = op(OpId::kMoeSharedAct, layer, B, mb);
+    activation_backward(be, m_.activation, c.shared_f1, dg, df1);
+  }
+  auto s = op(OpId::kMoeSharedFc1, layer, B, mb);
+  be.matmul_backward(x, w.shared_fc1->compute, df1, &dx, w.shared_fc1->grad, nullptr);
+}
+
+Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tensor& x, int32_t layer,
+                         Phase phase, int64_t mb, MoeCache& c) {
+  Backend& be = *ctx_.backend;
+  const int64_t Tr = x_route.dim(0), T = x.dim(0), h = hidden_, E = experts_, k = top_k_;
+  const int64_t copies = T * k;
+  c.x_route = x_route;
   c.x = x;
-  Tensor logits = be.empty({T, E});
+  Tensor logits = be.empty({Tr, E});
   {
     auto s = op(OpId::kMoeRouter, layer, phase, mb);
-    be.matmul(x, w.router->compute, nullptr, logits);
+    be.matmul(x_route, w.router->compute, nullptr, logits);
   }
   {
     // Softmax over the experts, the top k (the lower index first on a tie), their probabilities
     // renormalised: the softmax over the chosen logits.
     auto s = op(OpId::kMoeRoute, layer, phase, mb);
-    c.expert.assign(static_cast<size_t>(copies), 0);
-    c.weight.assign(static_cast<size_t>(copies), 0.0f);
+    c.own_expert.assign(static_cast<size_t>(Tr * k), 0);
+    c.own_weight.assign(static_cast<size_t>(Tr * k), 0.0f);
     std::vector<int32_t> order(static_cast<size_t>(E));
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = 0; t < Tr; ++t) {
       const float* l = row(logits, t);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [l](int32_t a, int32_t b) {
@@ -90,11 +168,37 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
       double sum = 0;
       for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(l[order[j]] - top));
       for (int64_t j = 0; j < k; ++j) {
-        c.expert[static_cast<size_t>(t * k + j)] = order[static_cast<size_t>(j)];
-        c.weight[static_cast<size_t>(t * k + j)] =
+        c.own_expert[static_cast<size_t>(t * k + j)] = order[static_cast<size_t>(j)];
+        c.own_weight[static_cast<size_t>(t * k + j)] =
             static_cast<float>(std::exp(static_cast<double>(l[order[j]] - top)) / sum);
       }
     }
+  }
+  if (shares_routing()) {
+    // Each rank's weights, then its experts' indices (as floats: exact below 2^24), gathered in
+    // rank order: the tokens' order, as the block's gather of the rows.
+    const int64_t n = Tr * k;
+    std::vector<float> mine(static_cast<size_t>(2 * n));
+    std::copy(c.own_weight.begin(), c.own_weight.end(), mine.begin());
+    std::transform(c.own_expert.begin(), c.own_expert.end(), mine.begin() + n,
+                   [](int32_t e) { return static_cast<float>(e); });
+    std::vector<float> all(static_cast<size_t>(2 * n * tp_));
+    {
+      auto s = tp_exchange(OpId::kMoeRouteAllGather, OpClass::kAllGather, 2 * n * tp_ * 4, layer,
+                           phase, mb);
+      ctx_.groups->tp->all_gather(mine.data(), all.data(), 2 * n);
+    }
+    c.weight.resize(static_cast<size_t>(copies));
+    c.expert.resize(static_cast<size_t>(copies));
+    for (int64_t u = 0; u < tp_; ++u)
+      for (int64_t i = 0; i < n; ++i) {
+        c.weight[static_cast<size_t>(u * n + i)] = all[static_cast<size_t>(2 * u * n + i)];
+        c.expert[static_cast<size_t>(u * n + i)] =
+            static_cast<int32_t>(all[static_cast<size_t>(2 * u * n + n + i)]);
+      }
+  } else {
+    c.weight = c.own_weight;
+    c.expert = c.own_expert;
   }
   // Copies grouped by expert, in token order within an expert.
   std::vector<int64_t> per_expert(static_cast<size_t>(E), 0);
@@ -113,7 +217,8 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
     }
   }
   // Rows each ep rank sends this one for each of its local experts (the counts travel first, as
-  // Megatron-LM's dispatcher's do; the simulator prices the rows only).
+  // Megatron-LM's dispatcher's do; the simulator prices the rows only), and over tp those of
+  // every tp rank.
   std::vector<int64_t> incoming(static_cast<size_t>(E));
   if (ep_ > 1) {
     ctx_.groups->ep->all_to_all_host(per_expert.data(), incoming.data(), local_);
@@ -127,33 +232,32 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
       c.sent[static_cast<size_t>(q)] += per_expert[static_cast<size_t>(q * local_ + j)] * h;
       c.received[static_cast<size_t>(q)] += incoming[static_cast<size_t>(q * local_ + j)] * h;
     }
-  c.expert_rows.assign(static_cast<size_t>(local_), 0);
-  for (int64_t q = 0; q < ep_; ++q)
-    for (int64_t j = 0; j < local_; ++j)
-      c.expert_rows[static_cast<size_t>(j)] += incoming[static_cast<size_t>(q * local_ + j)];
-  c.expert_begin.assign(static_cast<size_t>(local_), 0);
-  for (int64_t j = 1; j < local_; ++j)
-    c.expert_begin[static_cast<size_t>(j)] =
-        c.expert_begin[static_cast<size_t>(j - 1)] + c.expert_rows[static_cast<size_t>(j - 1)];
-  const int64_t rows = std::accumulate(c.expert_rows.begin(), c.expert_rows.end(), int64_t{0});
-  c.blocks.clear();
-  {
-    std::vector<int64_t> filled(static_cast<size_t>(local_), 0);
-    int64_t arrived = 0;
-    for (int64_t q = 0; q < ep_; ++q)
-      for (int64_t j = 0; j < local_; ++j) {
-        const int64_t n = incoming[static_cast<size_t>(q * local_ + j)];
-        c.blocks.push_back(
-            {arrived, c.expert_begin[static_cast<size_t>(j)] + filled[static_cast<size_t>(j)], n});
-        filled[static_cast<size_t>(j)] += n;
-        arrived += n;
-      }
+  if (dispatches_over_tp()) {
+    std::vector<int64_t> mine(static_cast<size_t>(tp_ * E));
+    for (int64_t u = 0; u < tp_; ++u)
+      std::copy(incoming.begin(), incoming.end(), mine.begin() + u * E);
+    std::vector<int64_t> all(static_cast<size_t>(tp_ * E));
+    ctx_.groups->tp->all_to_all_host(mine.data(), all.data(), E);
+    place_arrivals(all, c);
+  } else {
+    place_arrivals(incoming, c);
   }
+  const int64_t mine = c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)];
+  const int64_t rows = std::accumulate(c.expert_rows.begin(), c.expert_rows.end(), int64_t{0});
   Tensor arrived = permuted;
   if (ep_ > 1) {
-    arrived = be.empty({rows, h});
+    arrived = be.empty({mine, h});
     auto s = exchange(OpId::kMoeDispatch, copies * h * 4, layer, phase, mb);
     ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
+  }
+  // Over tp: every tp rank's arrivals, for this rank's columns of the experts.
+  std::vector<int64_t> tp_counts;
+  for (int64_t n : c.tp_rows) tp_counts.push_back(n * h);
+  if (dispatches_over_tp()) {
+    Tensor gathered = be.empty({rows, h});
+    auto s = tp_exchange(OpId::kMoeAllGather, OpClass::kAllGather, rows * h * 4, layer, phase, mb);
+    ctx_.groups->tp->all_gather_v(arrived.data(), gathered.data(), tp_counts);
+    arrived = gathered;
   }
   c.in = be.empty({rows, h});
   group_rows(arrived, c.in, c);
@@ -180,6 +284,14 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   }
   Tensor back = be.empty({rows, h});
   ungroup_rows(f2, back, c);
+  if (dispatches_over_tp()) {
+    // The partial outputs summed over tp, each rank keeping those of its own arrivals.
+    Tensor summed = be.empty({mine, h});
+    auto s = tp_exchange(OpId::kMoeReduceScatter, OpClass::kReduceScatter, rows * h * 4, layer,
+                         phase, mb);
+    ctx_.groups->tp->reduce_scatter_v(back.data(), summed.data(), tp_counts);
+    back = summed;
+  }
   c.out = back;
   if (ep_ > 1) {
     c.out = be.empty({copies, h});
@@ -188,18 +300,22 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   }
   Tensor y = be.zeros({T, h});
   if (w.shared_fc1 != nullptr) {
-    c.shared_f1 = be.empty({T, gate_ * shared_ffn_});
-    c.shared_g = be.empty({T, shared_ffn_});
-    {
-      auto s = op(OpId::kMoeSharedFc1, layer, phase, mb);
-      be.matmul(x, w.shared_fc1->compute, nullptr, c.shared_f1);
+    if (dispatches_over_tp()) {
+      // The shared experts over every tp rank's rows, their partial output scattered back.
+      c.shared_x = be.empty({T * tp_, h});
+      {
+        auto s = tp_exchange(OpId::kMoeSharedAllGather, OpClass::kAllGather, T * tp_ * h * 4, layer,
+                             phase, mb);
+        ctx_.groups->tp->all_gather(x.data(), c.shared_x.data(), T * h);
+      }
+      Tensor partial = be.zeros({T * tp_, h});
+      shared_forward(w, c.shared_x, partial, layer, phase, mb, c);
+      auto s = tp_exchange(OpId::kMoeSharedReduceScatter, OpClass::kReduceScatter, T * tp_ * h * 4,
+                           layer, phase, mb);
+      ctx_.groups->tp->reduce_scatter(partial.data(), y.data(), T * h);
+    } else {
+      shared_forward(w, x, y, layer, phase, mb, c);
     }
-    {
-      auto s = op(OpId::kMoeSharedAct, layer, phase, mb);
-      activation(be, m_.activation, c.shared_f1, c.shared_g);
-    }
-    auto s = op(OpId::kMoeSharedFc2, layer, phase, mb);
-    be.matmul(c.shared_g, w.shared_fc2->compute, nullptr, y);
   }
   {
     auto s = op(OpId::kMoeUnpermute, layer, phase, mb);
@@ -213,11 +329,12 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x, int32_t layer, Ph
   return y;
 }
 
-Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, int64_t mb,
-                          MoeCache& c) {
+MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, int64_t mb,
+                                 MoeCache& c) {
   Backend& be = *ctx_.backend;
   const Phase B = Phase::kBwd;
-  const int64_t T = dy.dim(0), h = hidden_, E = experts_, k = top_k_, copies = T * k;
+  const int64_t T = dy.dim(0), Tr = c.x_route.dim(0), h = hidden_, E = experts_, k = top_k_;
+  const int64_t copies = T * k;
   const int64_t rows = c.in.dim(0);
   Tensor dout = be.empty({copies, h});
   std::vector<float> dweight(static_cast<size_t>(copies));
@@ -238,25 +355,37 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
   }
   Tensor dx = be.zeros({T, h});
   if (w.shared_fc1 != nullptr) {
-    Tensor dg = be.empty({T, shared_ffn_});
-    {
-      auto s = op(OpId::kMoeSharedFc2, layer, B, mb);
-      be.matmul_backward(c.shared_g, w.shared_fc2->compute, dy, &dg, w.shared_fc2->grad, nullptr);
+    if (dispatches_over_tp()) {
+      Tensor dys = be.empty({T * tp_, h});
+      {
+        auto s = tp_exchange(OpId::kMoeSharedAllGather, OpClass::kAllGather, T * tp_ * h * 4, layer,
+                             B, mb);
+        ctx_.groups->tp->all_gather(dy.data(), dys.data(), T * h);
+      }
+      Tensor partial = be.zeros({T * tp_, h});
+      shared_backward(w, c.shared_x, dys, partial, layer, mb, c);
+      auto s = tp_exchange(OpId::kMoeSharedReduceScatter, OpClass::kReduceScatter, T * tp_ * h * 4,
+                           layer, B, mb);
+      ctx_.groups->tp->reduce_scatter(partial.data(), dx.data(), T * h);
+    } else {
+      shared_backward(w, c.x, dy, dx, layer, mb, c);
     }
-    Tensor df1 = be.empty({T, gate_ * shared_ffn_});
-    {
-      auto s = op(OpId::kMoeSharedAct, layer, B, mb);
-      activation_backward(be, m_.activation, c.shared_f1, dg, df1);
-    }
-    auto s = op(OpId::kMoeSharedFc1, layer, B, mb);
-    be.matmul_backward(c.x, w.shared_fc1->compute, df1, &dx, w.shared_fc1->grad, nullptr);
   }
   // The outputs' gradients to the experts' ranks, in the order the outputs came back.
+  const int64_t mine = c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)];
   Tensor arrived = dout;
   if (ep_ > 1) {
-    arrived = be.empty({rows, h});
+    arrived = be.empty({mine, h});
     auto s = exchange(OpId::kMoeCombine, copies * h * 4, layer, B, mb);
     ctx_.groups->ep->all_to_all_v(dout.data(), c.sent, arrived.data(), c.received);
+  }
+  std::vector<int64_t> tp_counts;
+  for (int64_t n : c.tp_rows) tp_counts.push_back(n * h);
+  if (dispatches_over_tp()) {
+    Tensor gathered = be.empty({rows, h});
+    auto s = tp_exchange(OpId::kMoeAllGather, OpClass::kAllGather, rows * h * 4, layer, B, mb);
+    ctx_.groups->tp->all_gather_v(arrived.data(), gathered.data(), tp_counts);
+    arrived = gathered;
   }
   Tensor df2 = be.empty({rows, h});
   group_rows(arrived, df2, c);
@@ -283,9 +412,17 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
       be.matmul_backward(c.in.rows(at, n), p.compute, df1.rows(at, n), &d, p.grad, nullptr);
     });
   }
-  // The inputs' gradients back to the tokens' ranks.
+  // The inputs' gradients (partial over tp's columns) summed back to the ranks they came from,
+  // then to the tokens' ranks.
   Tensor back = be.empty({rows, h});
   ungroup_rows(din, back, c);
+  if (dispatches_over_tp()) {
+    Tensor summed = be.empty({mine, h});
+    auto s =
+        tp_exchange(OpId::kMoeReduceScatter, OpClass::kReduceScatter, rows * h * 4, layer, B, mb);
+    ctx_.groups->tp->reduce_scatter_v(back.data(), summed.data(), tp_counts);
+    back = summed;
+  }
   Tensor dpermuted = back;
   if (ep_ > 1) {
     dpermuted = be.empty({copies, h});
@@ -300,25 +437,37 @@ Tensor MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t layer, 
       for (int64_t j = 0; j < h; ++j) to[j] += from[j];
     }
   }
-  Tensor dlogits = be.zeros({T, E});
+  // The routing's weights' gradients: partial over tp when every rank computed every token's
+  // copies on its columns, summed back to the rank that routed each token.
+  std::vector<float> own_dweight(static_cast<size_t>(Tr * k));
+  if (shares_routing()) {
+    auto s = tp_exchange(OpId::kMoeRouteReduceScatter, OpClass::kReduceScatter, copies * 4, layer,
+                         B, mb);
+    ctx_.groups->tp->reduce_scatter(dweight.data(), own_dweight.data(), Tr * k);
+  } else {
+    own_dweight = dweight;
+  }
+  Tensor dlogits = be.zeros({Tr, E});
   {
     auto s = op(OpId::kMoeRoute, layer, B, mb);
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = 0; t < Tr; ++t) {
       double mean = 0;
       for (int64_t j = 0; j < k; ++j)
-        mean += static_cast<double>(c.weight[static_cast<size_t>(t * k + j)]) *
-                dweight[static_cast<size_t>(t * k + j)];
+        mean += static_cast<double>(c.own_weight[static_cast<size_t>(t * k + j)]) *
+                own_dweight[static_cast<size_t>(t * k + j)];
       float* dl = row(dlogits, t);
       for (int64_t j = 0; j < k; ++j) {
         const size_t i = static_cast<size_t>(t * k + j);
-        dl[c.expert[i]] = static_cast<float>(c.weight[i] * (dweight[i] - mean));
+        dl[c.own_expert[i]] = static_cast<float>(c.own_weight[i] * (own_dweight[i] - mean));
       }
     }
   }
+  MoeInputGrads grads;
+  grads.tokens = dx;
+  grads.routed = be.zeros({Tr, h});
   auto s = op(OpId::kMoeRouter, layer, B, mb);
-  be.matmul_backward(c.x, w.router->compute, dlogits, &dx, w.router->grad, nullptr,
-                     /*accumulate_dx=*/true);
-  return dx;
+  be.matmul_backward(c.x_route, w.router->compute, dlogits, &grads.routed, w.router->grad, nullptr);
+  return grads;
 }
 
 }  // namespace sextant::exec

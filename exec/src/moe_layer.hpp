@@ -11,6 +11,19 @@
 // reverse, the route's gradient through the renormalised softmax: with w the chosen weights and
 // dw their gradients, d logit_j = w_j (dw_j - sum_i w_i dw_i) for chosen j, 0 for the others.
 // No auxiliary load-balancing loss: the model trains on the language-model loss alone.
+//
+// Under tensor parallelism (sequence parallel, spec::moe_tensor_parallel_problem) every expert is
+// split over tp as the dense MLP is, and each tp rank routes its own rows. Then, as Megatron-LM's
+// token dispatchers do:
+// - without ep (shares_routing, MoEAllGatherTokenDispatcher): the block all-gathers the rows as
+//   for a dense MLP, the ranks all-gather the routing (moe.route_all_gather), every rank computes
+//   every token's copies on its share of the experts' columns, and the block reduce-scatters the
+//   partial output; the weights' gradients, partial sums too, are reduce-scattered back to the
+//   ranks that routed them (moe.route_reduce_scatter);
+// - with ep (dispatches_over_tp, MoEAlltoAllTokenDispatcher): each rank exchanges its own copies
+//   over ep, the tp ranks all-gather what they received (moe.all_gather, blocks of their own
+//   sizes) for the split experts and reduce-scatter the partial outputs back
+//   (moe.reduce_scatter); the shared experts gather and scatter the rows themselves.
 #pragma once
 
 #include <cstdint>
@@ -32,14 +45,20 @@ struct MoeWeights {
 
 // What a micro-batch's forward keeps for its backward.
 struct MoeCache {
-  Tensor x;                       // the input [tokens, hidden]
+  Tensor x_route;                 // the rows this rank routes [routed, hidden]
+  Tensor x;                       // the rows whose copies it makes [tokens, hidden]
+  Tensor shared_x;                // the shared experts' rows when they gather them themselves
   std::vector<int32_t> expert;    // [tokens * top_k] the chosen experts
   std::vector<float> weight;      // [tokens * top_k] their weights
+  std::vector<float> own_weight;  // [routed * top_k] those of the rows this rank routed
+  std::vector<int32_t> own_expert;
   std::vector<int64_t> slot;      // [tokens * top_k] the copy's row in the permuted order
   std::vector<int64_t> sent;      // elements sent to each ep rank (the permuted rows' blocks)
   std::vector<int64_t> received;  // elements received from each ep rank
-  // The received blocks (source rank, local expert) in arrival order: where each starts in the
-  // arrivals and in the experts' input (grouped by local expert), and its rows.
+  std::vector<int64_t> tp_rows;   // rows each tp rank received (dispatches_over_tp)
+  // The received blocks (tp rank, source ep rank, local expert) in arrival order: where each
+  // starts in the arrivals (all tp ranks' when they are gathered) and in the experts' input
+  // (grouped by local expert), and its rows.
   struct Block {
     int64_t arrived = 0, grouped = 0, rows = 0;
   };
@@ -50,22 +69,46 @@ struct MoeCache {
   Tensor shared_f1, shared_g;
 };
 
+// The gradients of a forward's two inputs.
+struct MoeInputGrads {
+  Tensor tokens;  // of `x`: partial over tp when the routing is shared (the block sums them)
+  Tensor routed;  // of `x_route`
+};
+
 class MoeLayer {
  public:
   MoeLayer(Context& ctx, const spec::TransformerSpec& model);
-  // y = the block's MoE MLP of x [tokens, hidden] (its forward ops traced for `layer`).
-  Tensor forward(const MoeWeights& w, const Tensor& x, int32_t layer, spec::Phase phase,
-                 int64_t micro_batch, MoeCache& c);
-  // The gradient of x from the gradient of y; accumulates the weights' gradients.
-  Tensor backward(const MoeWeights& w, const Tensor& dy, int32_t layer, int64_t micro_batch,
-                  MoeCache& c);
+  // y = the block's MoE MLP (its forward ops traced for `layer`). `x_route` [routed, hidden]: the
+  // rows this rank routes (its sequence-parallel share under tp); `x` [tokens, hidden]: the rows
+  // whose copies it makes, all of the tp group's when the routing is shared (the block's
+  // gather), else x_route itself. y has x's rows: partial over tp when the routing is shared.
+  Tensor forward(const MoeWeights& w, const Tensor& x_route, const Tensor& x, int32_t layer,
+                 spec::Phase phase, int64_t micro_batch, MoeCache& c);
+  // The gradients of x and x_route from that of y; accumulates the weights' gradients.
+  MoeInputGrads backward(const MoeWeights& w, const Tensor& dy, int32_t layer, int64_t micro_batch,
+                         MoeCache& c);
   int64_t local_experts() const { return local_; }
   int64_t first_expert() const { return first_; }
+  // Megatron-LM's all-to-all dispatcher over tp (ep and tp > 1): the layer gathers and scatters
+  // its rows itself, in place of the block's sequence-parallel pair (models::dispatches_over_tp).
+  bool dispatches_over_tp() const { return tp_ > 1 && ep_ > 1; }
+  // The all-gather dispatcher (tp > 1, no ep): the tp ranks share the routing.
+  bool shares_routing() const { return tp_ > 1 && ep_ == 1; }
 
  private:
   Recorder::Scope op(models::OpId name, int32_t layer, spec::Phase phase, int64_t mb);
   Recorder::Scope exchange(models::OpId name, int64_t bytes, int32_t layer, spec::Phase phase,
                            int64_t mb);
+  Recorder::Scope tp_exchange(models::OpId name, spec::OpClass cls, int64_t bytes, int32_t layer,
+                              spec::Phase phase, int64_t mb);
+  // Where the received rows go: c.blocks, c.expert_begin, c.expert_rows and c.tp_rows, from the
+  // rows each ep rank sends this one for each local expert (the tp ranks' when they gather).
+  void place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const;
+  // The shared experts' MLP of x (partial over tp) into y; its backward into dx.
+  void shared_forward(const MoeWeights& w, const Tensor& x, Tensor& y, int32_t layer,
+                      spec::Phase phase, int64_t mb, MoeCache& c);
+  void shared_backward(const MoeWeights& w, const Tensor& x, const Tensor& dy, Tensor& dx,
+                       int32_t layer, int64_t mb, MoeCache& c);
   // Rows in permuted (source) order <-> grouped by local expert, by the cache's blocks.
   void group_rows(const Tensor& arrived, Tensor& grouped, const MoeCache& c) const;
   void ungroup_rows(const Tensor& grouped, Tensor& arrived, const MoeCache& c) const;
@@ -74,6 +117,7 @@ class MoeLayer {
   const spec::TransformerSpec& m_;
   int64_t experts_ = 0, top_k_ = 0, hidden_ = 0, ffn_ = 0, gate_ = 1, shared_ffn_ = 0;
   int64_t ep_ = 1, local_ = 0, first_ = 0;  // ep ranks; this rank's experts [first, first+local)
+  int64_t tp_ = 1, tp_rank_ = 0;            // ffn_ and shared_ffn_ are this tp rank's widths
 };
 
 }  // namespace sextant::exec

@@ -183,6 +183,34 @@ void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& 
                           recv_counts.data(), recv_at.data(), MPI_FLOAT, comm_));
 }
 
+void MpiCommunicator::all_gather_v(const float* in, float* out,
+                                   const std::vector<int64_t>& counts) {
+  std::vector<int> sizes, at;
+  int64_t total = 0;
+  for (int j = 0; j < size_; ++j) {
+    sizes.push_back(count(counts[static_cast<size_t>(j)]));
+    at.push_back(count(total));
+    total += counts[static_cast<size_t>(j)];
+  }
+  if (size_ == 1) {
+    std::copy(in, in + counts[0], out);
+    return;
+  }
+  MPI_CHECK(MPI_Allgatherv(in, sizes[static_cast<size_t>(rank_)], MPI_FLOAT, out, sizes.data(),
+                           at.data(), MPI_FLOAT, comm_));
+}
+
+void MpiCommunicator::reduce_scatter_v(const float* in, float* out,
+                                       const std::vector<int64_t>& counts) {
+  std::vector<int> sizes;
+  for (int j = 0; j < size_; ++j) sizes.push_back(count(counts[static_cast<size_t>(j)]));
+  if (size_ == 1) {
+    std::copy(in, in + counts[0], out);
+    return;
+  }
+  MPI_CHECK(MPI_Reduce_scatter(in, out, sizes.data(), MPI_FLOAT, MPI_SUM, comm_));
+}
+
 void MpiCommunicator::all_to_all_host(const int64_t* in, int64_t* out, int64_t n) {
   all_to_all_of(comm_, size_, in, out, n, MPI_INT64_T);
 }

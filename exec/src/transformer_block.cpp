@@ -106,9 +106,13 @@ Tensor TransformerBlock::run_forward(Cache& c, int64_t mb, Phase phase) {
     auto scope = rec(ctx().op(OpId::kMlpNorm, layer_, phase, mb));
     norm(c.x1, *p_.ln2_g, p_.ln2_b, c.ln2, c.ln2_mean, c.ln2_rstd);
   }
+  if (moe_ && parts_.moe->dispatches_over_tp()) {  // it gathers and scatters its own rows
+    return mlp_residual(
+        c, parts_.moe->forward(moe_weights_, c.ln2, c.ln2, layer_, phase, mb, c.moe), phase, mb);
+  }
   c.m_in = lp.pair_input(c.ln2, models::kMlpCollectives, phase, layer_, mb);
   if (moe_) {
-    Tensor out = parts_.moe->forward(moe_weights_, c.m_in, layer_, phase, mb, c.moe);
+    Tensor out = parts_.moe->forward(moe_weights_, c.ln2, c.m_in, layer_, phase, mb, c.moe);
     return mlp_residual(c, lp.reduce_out(out, models::kMlpCollectives, phase, layer_, mb), phase,
                         mb);
   }
@@ -147,11 +151,17 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
   }
   const Phase B = Phase::kBwd;
   // MLP branch: y = x1 + fc2(act(fc1(ln2(x1)))) (+ bias).
-  Tensor dm = lp.pair_output_backward(dy, models::kMlpCollectives, layer_, mb);
-  Tensor dm_in;
+  Tensor dln2;
   if (moe_) {
-    dm_in = parts_.moe->backward(moe_weights_, dm, layer_, mb, c.moe);
+    // The gradient of the rows the experts took (summed over tp by the block's collective unless
+    // the layer scattered them itself) and of the rows this rank routed.
+    const bool own = parts_.moe->dispatches_over_tp();
+    Tensor dm = own ? dy : lp.pair_output_backward(dy, models::kMlpCollectives, layer_, mb);
+    MoeInputGrads g = parts_.moe->backward(moe_weights_, dm, layer_, mb, c.moe);
+    dln2 = own ? g.tokens : lp.pair_input_backward(g.tokens, models::kMlpCollectives, layer_, mb);
+    backend().add(dln2, g.routed, dln2);
   } else {
+    Tensor dm = lp.pair_output_backward(dy, models::kMlpCollectives, layer_, mb);
     Tensor dg = act({s.rows, s.f_local});
     lp.second_linear_backward(OpId::kMlpFc2, c.g, *p_.fc2_w, p_.fc2_b, dm, dg, layer_, mb);
     Tensor df1 = act({s.rows, s.gate * s.f_local});
@@ -159,10 +169,10 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
       auto scope = rec(ctx().op(OpId::kMlpAct, layer_, B, mb));
       activation_backward(backend(), model().activation, c.f1, dg, df1);
     }
-    dm_in = act({s.rows, lp.pair_input_width()});
+    Tensor dm_in = act({s.rows, lp.pair_input_width()});
     lp.first_linear_backward(OpId::kMlpFc1, c.m_in, *p_.fc1_w, p_.fc1_b, df1, dm_in, layer_, mb);
+    dln2 = lp.pair_input_backward(dm_in, models::kMlpCollectives, layer_, mb);
   }
-  Tensor dln2 = lp.pair_input_backward(dm_in, models::kMlpCollectives, layer_, mb);
   Tensor dx1 = act({s.local_rows, s.h});
   {
     auto scope = rec(ctx().op(OpId::kMlpNorm, layer_, B, mb));

@@ -24,9 +24,16 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   const int64_t T = x.tokens(), e = x.e, h = x.h, E = moe.experts, k = moe.top_k;
   const int64_t local = E / x.ep;  // routed experts on this rank (spec::expert_model_problem)
   const bool over_tp = dispatches_over_tp(x);
-  // The tokens this rank routes: all T of its tp group, or its s/tp share when the dispatcher
-  // runs over tp (spec::expert_parallel_problem asks for sequence parallelism there).
-  const int64_t Tr = over_tp ? x.norm_tokens() : T;
+  // Without ep the tp ranks share the routing: each routes its own tokens, the routing (a weight
+  // and an expert index, 4 bytes each, per copy) is all-gathered, and every rank computes every
+  // token's copies on its share of each expert's columns (Megatron-LM's
+  // MoEAllGatherTokenDispatcher over the MLP's sequence-parallel gather).
+  const bool shares_routing = x.t > 1 && !over_tp;
+  // The tokens this rank routes: its s/tp share under tp (spec::moe_tensor_parallel_problem asks
+  // for sequence parallelism there), all T of them without; and those whose copies it makes:
+  // all T when the routing is shared.
+  const int64_t Tr = x.t > 1 ? x.norm_tokens() : T;
+  const int64_t Tp = over_tp ? Tr : T;
   const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
   const int64_t fe = moe.expert_ffn_hidden / x.t;  // each expert's width on this rank
   const int64_t bias = m.bias ? 1 : 0;
@@ -34,7 +41,7 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // Under expert parallelism a rank sends its rows to the ep ranks and receives as many for its
   // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2); over
   // tp the experts compute the rows of every tp rank (M = tp x Mr).
-  const int64_t Mr = static_cast<int64_t>(std::ceil(expert_tokens(moe, Tr)));
+  const int64_t Mr = static_cast<int64_t>(std::ceil(expert_tokens(moe, Tp)));
   const int64_t M = over_tp ? Mr * x.t : Mr;
   const int64_t routed = T * k;
   const int64_t per_expert = std::max<int64_t>(1, M / local);
@@ -45,7 +52,7 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   Op route = memory_op(OpId::kMoeRoute, OpClass::kElementwise, Tr * E * 8 + Tr * k * 8,
                        TpSplit::kReplicated, {Tr, E});
   route.kernels = 2;
-  Op permute = memory_op(OpId::kMoePermute, OpClass::kElementwise, Tr * h * e + Mr * h * e,
+  Op permute = memory_op(OpId::kMoePermute, OpClass::kElementwise, Tp * h * e + Mr * h * e,
                          TpSplit::kReplicated, {Mr, h});
   // A grouped GEMM over the experts: FLOPs count the routed copies (model FLOPs), the kernel
   // computes the padded rows too.
@@ -67,8 +74,8 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // The copies weighted by the router and summed into their tokens, with the shared experts'
   // output added.
   Op unpermute = memory_op(OpId::kMoeUnpermute, OpClass::kElementwise,
-                           Mr * h * e + Tr * k * 4 + Tr * h * e * (moe.shared_experts > 0 ? 2 : 1),
-                           TpSplit::kReplicated, {Tr, h});
+                           Mr * h * e + Tp * k * 4 + Tp * h * e * (moe.shared_experts > 0 ? 2 : 1),
+                           TpSplit::kReplicated, {Tp, h});
   const int64_t fs = moe.shared_experts * moe.expert_ffn_hidden / x.t;  // shared width per rank
   Op shared_fc1 = gemm(OpId::kMoeSharedFc1, T, gate * fs, h, e, TpSplit::kColumn);
   Op shared_act = unfused(memory_op(OpId::kMoeSharedAct, OpClass::kElementwise,
@@ -98,7 +105,15 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   const Op shared_gather = tp_exchange(OpId::kMoeSharedAllGather, CollectiveKind::kAllGather, T);
   const Op shared_scatter =
       tp_exchange(OpId::kMoeSharedReduceScatter, CollectiveKind::kReduceScatter, T);
-  fw.insert(fw.end(), {router, route, permute});
+  // The shared routing's gather, and in backward the reduce-scatter of the weights' gradients
+  // (partial sums: each tp rank's outputs are partial until the MLP's reduce-scatter).
+  Op route_gather = comm_op(OpId::kMoeRouteAllGather, CollectiveKind::kAllGather, T * k * 8);
+  Op route_scatter =
+      comm_op(OpId::kMoeRouteReduceScatter, CollectiveKind::kReduceScatter, T * k * 4);
+  route_gather.no_tp_overlap = route_scatter.no_tp_overlap = true;
+  fw.insert(fw.end(), {router, route});
+  if (shares_routing) fw.push_back(route_gather);
+  fw.push_back(permute);
   if (exchange) fw.push_back(dispatch);
   if (over_tp) fw.push_back(gather);
   fw.insert(fw.end(), {fc1, act, fc2});
@@ -145,8 +160,9 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   bw.insert(bw.end(), {expert_backward(fc2), act_backward(act), expert_backward(fc1)});
   if (over_tp) bw.push_back(conjugate(gather, scatter));
   if (exchange) bw.push_back(dispatch);
-  bw.insert(bw.end(),
-            {memory_backward(permute, 1.0), memory_backward(route, 1.0), gemm_backward(router)});
+  bw.push_back(memory_backward(permute, 1.0));
+  if (shares_routing) bw.push_back(route_scatter);
+  bw.insert(bw.end(), {memory_backward(route, 1.0), gemm_backward(router)});
 
   // Parameters: the router whole on every rank; each expert (routed and shared) split over tp as
   // the dense MLP is, its second bias whole; the routed ones split over ep.
@@ -160,7 +176,7 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
   // Routing its own tokens, a tp rank's router gradient is a partial sum (Megatron-LM marks the
   // router weight sequence-parallel: all-reduced over tp with the norms).
-  out.sp_partial = over_tp ? h * E : 0;
+  out.sp_partial = x.t > 1 ? h * E : 0;
   // Kept for backward: the router's probabilities and the experts' input rows (every tp rank
   // routes and holds them whole), the experts' activation and second GEMM inputs (split over
   // tp), and the experts' outputs the weighted sum's backward reads; the shared experts' as a

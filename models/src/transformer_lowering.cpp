@@ -400,6 +400,10 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   if (x.sp)
     if (std::string problem = spec::sequence_parallel_problem(x.s, o.tp); !problem.empty())
       throw InputError(source, "/sequence_parallel", "true", problem);
+  if (std::string problem =
+          spec::moe_tensor_parallel_problem(model, o.tp_grid.any() ? 1 : o.tp, x.sp);
+      !problem.empty())
+    throw InputError(source, "/sequence_parallel", x.sp ? "true" : "false", problem);
   LoweredModel out;
   out.dtype = o.dtype;
   out.tokens_per_micro_batch = x.b * x.s;

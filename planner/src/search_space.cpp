@@ -327,6 +327,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
     models::LoweringOptions o;
     o.dtype = compute;
     o.tp = tp;
+    // (The parameters do not depend on sequence parallelism; a mixture of experts with tp needs
+    // it, and then tp must divide the sequence.)
+    o.sequence_parallel = !spec::moe_tensor_parallel_problem(m, tp, false).empty();
+    if (o.sequence_parallel &&
+        !spec::sequence_parallel_problem(m.transformer().seq_len, tp).empty())
+      return gradient_bytes_by_tp[tp] = std::numeric_limits<double>::infinity();
     const models::LoweredModel lowered = models::lower(m, o);
     int64_t params = lowered.tied_table_params;
     for (const models::Layer& l : lowered.layers) params += l.params;
@@ -504,6 +510,10 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                     reject("sequence parallelism needs tp to divide the sequence");
                     continue;
                   }
+                  if (!spec::moe_tensor_parallel_problem(m, tp, sp).empty()) {
+                    reject("a mixture of experts with tp but no sp");
+                    continue;
+                  }
                   if (sample_split.cp > 1) {
                     spec::Plan shape;
                     shape.tp = tp;
@@ -562,7 +572,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                           c.offload = off & 3;
                           for (int64_t ep : expert_splits) {
                             // Expert parallelism: ep of the dp ranks split the routed experts
-                            // (spec::expert_parallel_problem: not with tp, ZeRO-3 or offload).
+                            // (spec::expert_parallel_problem: not with offload).
                             c.ep_log2 = static_cast<uint8_t>(
                                 (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
                             if (ep > 1) {
@@ -575,7 +585,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                               shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
                                                                  : spec::OffloadTarget::kNone;
                               if (!spec::expert_parallel_problem(shape).empty()) {
-                                reject("ep with tp but no sp, or offload");
+                                reject("ep with offload");
                                 continue;
                               }
                             }

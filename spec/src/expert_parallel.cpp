@@ -13,11 +13,6 @@ std::string expert_parallel_problem(const Plan& plan) {
         "must divide dp ({}): the ranks splitting the experts are data-parallel ranks "
         "(Megatron-LM's expert-model-parallel group is carved out of dp)",
         plan.dp);
-  if (plan.tp > 1 && !plan.sequence_parallel)
-    return fmt::format(
-        "needs sequence parallelism with tp {} (Megatron-LM: each tp rank routes its own tokens "
-        "and gathers the routed rows over tp)",
-        plan.tp);
   if (plan.offload.any()) return "runs without offload";
   if (plan.compression.any()) return "runs without gradient compression";
   return "";
@@ -35,6 +30,16 @@ std::string expert_model_problem(const ModelSpec& model, int64_t ep) {
         "of them whole)",
         experts);
   return "";
+}
+
+std::string moe_tensor_parallel_problem(const ModelSpec& model, int64_t tp,
+                                        bool sequence_parallel) {
+  if (tp <= 1 || sequence_parallel || !model.is_transformer() || !model.transformer().moe)
+    return "";
+  return fmt::format(
+      "a mixture of experts with tp {} needs sequence parallelism (as Megatron-LM asks): each tp "
+      "rank routes its own tokens",
+      tp);
 }
 
 }  // namespace sextant::spec

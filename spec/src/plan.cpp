@@ -616,6 +616,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.sequence_parallel)
       if (std::string problem = sequence_parallel_problem(seq, p.tp); !problem.empty())
         add("sequence_parallel", "true", problem);
+    if (std::string problem = moe_tensor_parallel_problem(model, p.tp, p.sequence_parallel);
+        !problem.empty())
+      add("sequence_parallel", p.sequence_parallel ? "true" : "false", problem);
     if (p.seq_len)
       if (std::string problem = seq_len_problem(model, *p.seq_len); !problem.empty())
         add("seq_len", std::to_string(*p.seq_len), problem);

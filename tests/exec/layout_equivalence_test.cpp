@@ -364,7 +364,11 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
 
 // CNNs, mixtures of experts, context parallelism, 3D tensor grids, offload and compressed
 // gradients run on CPU ranks in fp32 only.
+// (SEXTANT_TEST_LAYOUTS=text runs only the layouts whose names hold it: a debugging aid.)
 bool runs_here(const Layout& l) {
+  if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS");
+      only != nullptr && std::string(l.name).find(only) == std::string::npos)
+    return false;
   const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe ||
                              l.plan.cp > 1 || l.plan.tp_grid.any() || l.plan.offload.any() ||
                              l.plan.compression.any();
@@ -528,6 +532,17 @@ std::vector<Layout> layouts() {
       {"moe_dp2_ep2_zero3", with_ep(plan_of(2, 1, 1, 3), 2), Net::kMoe},
       {"moe_dp4_ep2_zero3", with_ep(plan_of(4, 1, 1, 3), 2), Net::kMoe},
       {"moe_dp8_ep4_zero3", with_ep(plan_of(8, 1, 1, 3), 4), Net::kMoe},
+      // Experts split over tp too (sequence parallel, as a MoE with tp needs): without ep the tp
+      // ranks share the routing (the all-gather dispatcher), with it they gather the rows each
+      // received over ep (the all-to-all dispatcher).
+      {"moe_tp2_sp", plan_of(1, 2, 1, 0, true), Net::kMoe},
+      {"moe_dp2_tp2_sp_zero1", plan_of(2, 2, 1, 1, true), Net::kMoe},
+      {"moe_dp2_tp2_sp_ep2", with_ep(plan_of(2, 2, 1, 0, true), 2), Net::kMoe},
+      {"moe_tp2_pp2_sp_full_recompute", with_recompute(plan_of(1, 2, 2, 0, true), R::kFull),
+       Net::kMoe},
+      {"moe_dp4_tp2_sp_ep4_zero1", with_ep(plan_of(4, 2, 1, 1, true), 4), Net::kMoe},
+      {"moe_dp2_tp2_pp2_sp_ep2_full_recompute",
+       with_ep(with_recompute(plan_of(2, 2, 2, 0, true), R::kFull), 2), Net::kMoe},
       // The optimizer on the host pool (ZeRO-Offload), its shard by gradient bucket; on one
       // replica every bucket whole.
       {"dp2_zero1_offload", offloaded(plan_of(2, 1, 1, 1))},
@@ -603,18 +618,38 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
 
 // The measured trace in `file` and the simulator's step of `plan` hold the same ops (name,
 // phase, bytes) as often on every rank; the plan priced in bf16 under SEXTANT_TEST_PRECISION=bf16.
+// A mixture of experts' rows gathered and scattered over tp after the ep exchange: a rank moves
+// what its tp group received, which the routing decides, where the simulator assumes the balanced
+// share (models/src/moe_lowering.cpp). Summed over the world the two agree (every copy sent is
+// received once: each rank records t x its tp group's rows, the world's total is t x world x the
+// copies each rank sends, as the simulator's), so these ops are compared per rank by count, and
+// by bytes over the world. Returns the world's bytes of them by (name, phase) and drops the bytes
+// from `trace`.
+std::map<std::pair<std::string, spec::Phase>, int64_t> take_routed_bytes(spec::Trace& trace) {
+  std::map<std::pair<std::string, spec::Phase>, int64_t> out;
+  for (spec::TraceEvent& e : trace.events) {
+    if (e.name != models::op_name(models::OpId::kMoeAllGather) &&
+        e.name != models::op_name(models::OpId::kMoeReduceScatter))
+      continue;
+    out[{e.name, e.phase}] += e.bytes;
+    e.bytes = 0;
+  }
+  return out;
+}
+
 void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& model,
                               const spec::ClusterSpec& cluster, const spec::Plan& plan) {
-  const spec::Trace measured = spec::read_trace_file(file);
+  spec::Trace measured = spec::read_trace_file(file);
   sim::SimulationOptions options;
   options.trace = true;
   spec::Plan priced = plan;
   if (in_bf16()) priced.dtype = spec::Dtype::kBf16;  // else local-cpu's own, fp32
-  const sim::SimulationResult predicted = sim::simulate(model, cluster, priced, options);
+  sim::SimulationResult predicted = sim::simulate(model, cluster, priced, options);
   if (!predicted.trace.has_value()) {
     ADD_FAILURE() << "the simulation kept no trace";
     return;
   }
+  EXPECT_EQ(take_routed_bytes(measured), take_routed_bytes(*predicted.trace));
   // Ops are compared on the ranks both traces hold: both must hold all of them, with ops, or the
   // comparison below would pass on nothing.
   for (const spec::Trace* t : {&measured, &*predicted.trace}) {
@@ -1012,6 +1047,34 @@ TEST(Bf16Collectives, SumsAreExactWhereBf16IsAndMovesKeepTheBits) {
   request->wait();
   EXPECT_EQ(got[0], 0xff80);
   EXPECT_EQ(got[1], (r + n - 1) % n);
+}
+
+// Blocks of their own sizes (a mixture of experts' routed rows over tp): rank q's block has
+// q + 1 elements (rank 0 sends one, the last n), so counts differ on every rank and the gathered
+// buffer is n (n + 1) / 2 long.
+TEST(UnevenCollectives, EachRanksBlockArrivesWhereTheCountsPutIt) {
+  const std::unique_ptr<Communicator> comm =
+      make_communicator(CommKind::kMpi, MPI_COMM_WORLD, "world");
+  const int n = comm->size(), r = comm->rank();
+  std::vector<int64_t> counts;
+  for (int q = 0; q < n; ++q) counts.push_back(q + 1);
+  // All-gather: element i of rank q's block is 100 q + i.
+  std::vector<float> mine;
+  for (int i = 0; i <= r; ++i) mine.push_back(static_cast<float>(100 * r + i));
+  std::vector<float> all(static_cast<size_t>(n * (n + 1) / 2), -1.0f);
+  comm->all_gather_v(mine.data(), all.data(), counts);
+  size_t at = 0;
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i <= q; ++i) EXPECT_EQ(all[at++], static_cast<float>(100 * q + i)) << q;
+  // Reduce-scatter: rank p contributes p + 1 + i to element i of block q; block r's element i
+  // sums to n (n + 1) / 2 + n i (integers far below 2^24: exact in fp32).
+  std::vector<float> in;
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i <= q; ++i) in.push_back(static_cast<float>(r + 1 + i));
+  std::vector<float> out(static_cast<size_t>(r + 1), -1.0f);
+  comm->reduce_scatter_v(in.data(), out.data(), counts);
+  for (int i = 0; i <= r; ++i)
+    EXPECT_EQ(out[static_cast<size_t>(i)], static_cast<float>(n * (n + 1) / 2 + n * i));
 }
 
 }  // namespace

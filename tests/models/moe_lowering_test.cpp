@@ -36,12 +36,13 @@ TEST(MoeParameters, MixtralAndDeepSeekV2LiteAgainstTheirConfigsAndPapers) {
             parameter_count(zoo_model("llama2-7b")));
 }
 
-// test::small_moe over two sequences, bf16.
+// test::small_moe over two sequences, bf16 (sequence parallel under tp, as a MoE needs).
 LoweredModel lower_moe(double capacity_factor, int64_t tp) {
   LoweringOptions o;
   o.micro_batch = 2;
   o.dtype = spec::Dtype::kBf16;
   o.tp = tp;
+  o.sequence_parallel = tp > 1;
   return lower(test::small_moe(capacity_factor), o);
 }
 
@@ -61,13 +62,26 @@ TEST(MoeLowering, TheExpertsComputeEachTokensTopKCopies) {
   EXPECT_EQ(fc1->matmuls, (std::vector<MatmulShape>{{8, 8, 32, 64}}));
   const Op* fc2 = find_op(moe.forward, "moe.fc2");
   EXPECT_DOUBLE_EQ(fc2->flops, 2.0 * 64 * 64 * 16);
-  // The router over all 32 tokens and 8 experts, whole on every tp rank.
+  // Each tp rank routes its own 16 tokens over 8 experts (the router whole on every tp rank)
+  // and the ranks gather the routing: 32 tokens x 2 copies x (a 4-byte weight and a 4-byte
+  // index) = 512 B; in backward the weights' partial gradients are reduce-scattered, 32 x 2 x 4
+  // = 256 B. The router's gradient is then a partial sum over tp, as a norm's is.
   const Op* router = find_op(moe.forward, "moe.router");
-  EXPECT_DOUBLE_EQ(router->flops, 2.0 * 32 * 8 * 64);
+  EXPECT_DOUBLE_EQ(router->flops, 2.0 * 16 * 8 * 64);
+  const Op* route_gather = find_op(moe.forward, "moe.route_all_gather");
+  ASSERT_NE(route_gather, nullptr);
+  EXPECT_EQ(route_gather->collective, spec::CollectiveKind::kAllGather);
+  EXPECT_EQ(route_gather->bytes, 512);
+  const Op* route_scatter = find_op(moe.backward, "moe.route_reduce_scatter");
+  ASSERT_NE(route_scatter, nullptr);
+  EXPECT_EQ(route_scatter->collective, spec::CollectiveKind::kReduceScatter);
+  EXPECT_EQ(route_scatter->bytes, 256);
+  EXPECT_EQ(moe.sp_partial_params, 2 * 64 + 64 * 8);  // two RMSNorms and the router
   // The shared expert as a dense MLP of 32 over every token.
   EXPECT_DOUBLE_EQ(find_op(moe.forward, "moe.shared_fc1")->flops, 2.0 * 32 * (2 * 16) * 64);
-  // The tp all-reduce of the MLP's partial output stays where the dense MLP has it.
-  EXPECT_NE(find_op(moe.forward, "mlp.all_reduce"), nullptr);
+  // The MLP's sequence-parallel gather and reduce-scatter stay where the dense MLP has them.
+  EXPECT_NE(find_op(moe.forward, "mlp.all_gather"), nullptr);
+  EXPECT_NE(find_op(moe.forward, "mlp.reduce_scatter"), nullptr);
   // Backward: twice each GEMM's FLOPs.
   EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->flops, 2 * fc1->flops);
   // Parameters on a tp rank: attention 64 (64 + 128) / 2 + 64^2 / 2 = 8192, norms 128, router

@@ -60,12 +60,20 @@ TEST(ExpertParallel, TheRulesNameTheFieldAndTheReason) {
   // Each rank holds experts/ep of them whole: 8 experts do not split over 16 ranks.
   EXPECT_INPUT_ERROR(validate_plan(ep_plan(16, 16), m, 16, "p"),
                      "must divide the model's 8 routed experts");
-  // With tensor parallelism each tp rank routes its own tokens: sequence parallelism.
+  // With tensor parallelism each tp rank routes its own tokens: sequence parallelism, with or
+  // without ep (Megatron-LM's rule for a MoE with tp), named on the field to set.
   Plan tp = ep_plan(4, 4);
   tp.tp = 2;
-  EXPECT_INPUT_ERROR(validate_plan(tp, m, 8, "p"), "needs sequence parallelism with tp 2");
+  EXPECT_INPUT_ERROR(validate_plan(tp, m, 8, "p"), "with tp 2 needs sequence parallelism");
+  EXPECT_INPUT_ERROR(validate_plan(tp, m, 8, "p"), "/sequence_parallel");
   tp.sequence_parallel = true;
   EXPECT_NO_THROW(validate_plan(tp, m, 8, "p"));
+  Plan tp_only = ep_plan(4, 1);
+  tp_only.tp = 2;
+  EXPECT_INPUT_ERROR(validate_plan(tp_only, m, 8, "p"), "with tp 2 needs sequence parallelism");
+  tp_only.sequence_parallel = true;
+  EXPECT_NO_THROW(validate_plan(tp_only, m, 8, "p"));
+  EXPECT_EQ(moe_tensor_parallel_problem(m, 1, false), "");  // one rank routes every token
   // Not beside offload or compression (yet).
   Plan z3 = ep_plan(4, 4);
   z3.zero = 3;  // the experts' shards over the expert replicas (TorchTitan's FSDP2 with ep)

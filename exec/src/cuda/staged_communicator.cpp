@@ -108,6 +108,26 @@ void StagedCommunicator::all_to_all_v(const float* in, const std::vector<int64_t
   to_device(host_out_.data(), out, r);
 }
 
+void StagedCommunicator::all_gather_v(const float* in, float* out,
+                                      const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  host_out_.resize(static_cast<size_t>(total));
+  mpi_.all_gather_v(staged(host_in_, in, counts[static_cast<size_t>(rank())]), host_out_.data(),
+                    counts);
+  to_device(host_out_.data(), out, total);
+}
+
+void StagedCommunicator::reduce_scatter_v(const float* in, float* out,
+                                          const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t n : counts) total += n;
+  const int64_t mine = counts[static_cast<size_t>(rank())];
+  host_out_.resize(static_cast<size_t>(mine));
+  mpi_.reduce_scatter_v(staged(host_in_, in, total), host_out_.data(), counts);
+  to_device(host_out_.data(), out, mine);
+}
+
 void StagedCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size() == 1) return;
   mpi_.broadcast(staged(host_in_, data, n), n, root);

@@ -36,6 +36,8 @@ class StagedCommunicator : public Communicator {
   void all_to_all(const float* in, float* out, int64_t n) override;
   void all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
                     const std::vector<int64_t>& recv) override;
+  void all_gather_v(const float* in, float* out, const std::vector<int64_t>& counts) override;
+  void reduce_scatter_v(const float* in, float* out, const std::vector<int64_t>& counts) override;
   void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) override {
     mpi_.all_to_all_host(in, out, n);
   }

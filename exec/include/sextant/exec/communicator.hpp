@@ -47,6 +47,13 @@ class Communicator {
   // agreed on, e.g. by all_to_all_host). A mixture of experts' token dispatch.
   virtual void all_to_all_v(const float* in, const std::vector<int64_t>& send, float* out,
                             const std::vector<int64_t>& recv) = 0;
+  // Blocks of their own sizes, counts[j] elements for rank j (the counts every rank agreed on):
+  // all_gather_v sends this rank's counts[rank()] and receives every rank's block in rank order;
+  // reduce_scatter_v sums `in` (all blocks in rank order) over the ranks and keeps this rank's
+  // block. A mixture of experts' routed rows over tp.
+  virtual void all_gather_v(const float* in, float* out, const std::vector<int64_t>& counts) = 0;
+  virtual void reduce_scatter_v(const float* in, float* out,
+                                const std::vector<int64_t>& counts) = 0;
   // Host memory: in holds n values for each rank, out receives n from each.
   virtual void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;

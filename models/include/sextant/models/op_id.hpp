@@ -77,6 +77,8 @@ namespace sextant::models {
   X(kMoeReduceScatter, "moe.reduce_scatter")                                    \
   X(kMoeSharedAllGather, "moe.shared_all_gather")                               \
   X(kMoeSharedReduceScatter, "moe.shared_reduce_scatter")                       \
+  X(kMoeRouteAllGather, "moe.route_all_gather")                                 \
+  X(kMoeRouteReduceScatter, "moe.route_reduce_scatter")                         \
   /* Context parallelism's transfers. */                                        \
   X(kCpKvSend, "cp.kv_send")                                                    \
   X(kCpKvAllGather, "cp.kv_all_gather")                                         \

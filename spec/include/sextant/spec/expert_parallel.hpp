@@ -19,14 +19,20 @@
 namespace sextant::spec {
 
 // What is wrong with the plan's expert parallelism on its own (without a model), or "" when
-// nothing is: ep must divide dp (the ep ranks are data-parallel ranks); with tp > 1 it needs
-// sequence parallelism (Megatron-LM's rule: each tp rank routes its own tokens); it does not
-// (yet) combine with offload or gradient compression. Under ZeRO-3 the experts' shards are
+// nothing is: ep must divide dp (the ep ranks are data-parallel ranks); it does not (yet)
+// combine with offload or gradient compression. (With tp > 1 the model needs sequence
+// parallelism: moe_tensor_parallel_problem.) Under ZeRO-3 the experts' shards are
 // gathered from the expert replicas (TorchTitan: FSDP2 of the experts over dp_shard / ep).
 std::string expert_parallel_problem(const Plan& plan);
 
 // What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be
 // a mixture of experts and ep must divide its experts (each rank holds experts/ep whole).
 std::string expert_model_problem(const ModelSpec& model, int64_t ep);
+
+// What is wrong with splitting a mixture of experts over `tp` ranks with or without sequence
+// parallelism, or "": with tp > 1 a MoE model needs sequence parallelism (Megatron-LM's
+// validate_args: "When using MoE and tensor parallelism, sequence parallelism must be used"), for
+// each tp rank routes its own tokens (the router's gradient is a sequence-parallel partial sum).
+std::string moe_tensor_parallel_problem(const ModelSpec& model, int64_t tp, bool sequence_parallel);
 
 }  // namespace sextant::spec
