@@ -118,6 +118,12 @@ expect_error "/compression/kind = powersgd: runs without tp_grid" "$sextant" sim
   --compression powersgd
 expect_error "/compression/kind = powersgd: runs on dense models" "$sextant" simulate \
   --model moe-tiny --cluster local-cpu --dp 2 --global-batch 2 --compression powersgd
+# A mixture of experts with tp routes each tp rank's own tokens: sequence parallelism
+# (spec::moe_tensor_parallel_problem), in simulate and in run alike.
+expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
+  "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
+expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
+  "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
 # Channel splits (tp for CNNs): tp divides every convolution's channels, not with a spatial split,
 # not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
