@@ -46,9 +46,9 @@ echo
 echo "CPU ranks: moe-tiny (8 experts of 32, top-2) at 256 tokens a sequence, 8 sequences a step,"
 echo "2 ranks; measured steps (mean of steps 2-5) and predicted on local-cpu (uncalibrated: its"
 echo "absolute times are this VM's to fit, see bench/results/calibration_local.md; the ratio is the check)"
-for ep in 1 2; do
-  args=(--model moe-tiny --seq-len 256 --global-batch 8 --micro-batch 1 --dp 2)
-  [[ $ep -gt 1 ]] && args+=(--ep "$ep")
+for layout in "dp 2:--dp 2" "dp 2, ep 2:--dp 2 --ep 2" "tp 2, sp (experts split over tp):--tp 2 --sp"; do
+  read -r -a split <<< "${layout#*:}"
+  args=(--model moe-tiny --seq-len 256 --global-batch 8 --micro-batch 1 "${split[@]}")
   measured=$("$sextant" run "${args[@]}" --np 2 --steps 6 --quiet --log-json /dev/stdout 2>/dev/null |
     python3 -c '
 import json, sys
@@ -57,5 +57,5 @@ t = [s["step_time_s"] for s in steps[2:]]
 print("%.1f ms" % (1e3 * sum(t) / len(t)) if t else "n/a")')
   predicted=$("$sextant" simulate "${args[@]}" --cluster local-cpu --gpus 2 --json |
     python3 -c 'import json, sys; print("%.1f ms" % (1e3 * json.load(sys.stdin)["step_time_s"]))')
-  printf 'dp 2, ep %d: measured %s, predicted %s\n' "$ep" "$measured" "$predicted"
+  printf '%s: measured %s, predicted %s\n' "${layout%%:*}" "$measured" "$predicted"
 done
