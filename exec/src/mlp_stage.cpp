@@ -197,14 +197,11 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
       if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
         diag.add("/transformer/heads", std::to_string(t.heads),
                  "rotary embeddings need an even head dimension (hidden / heads)");
-      // Mixtures of experts run dropless on CPU ranks in fp32 (exec/src/moe_layer.hpp).
+      // Mixtures of experts run on CPU ranks in fp32 (exec/src/moe_layer.hpp).
       if (t.moe) {
         if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
           diag.add("/transformer/moe", "", "mixtures of experts run on CPU ranks in fp32");
         if (t.bias) diag.add("/transformer/bias", "true", "the executor's experts have no biases");
-        if (t.moe->capacity_factor > 0)
-          diag.add("/transformer/moe/capacity_factor", fmt::format("{:g}", t.moe->capacity_factor),
-                   "the executor routes dropless (capacity_factor 0)");
       }
       // Padded to a multiple of tp; every rank must still hold a real token.
       const int64_t tp = ctx.groups->tp_size;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "activations.hpp"
+#include "sextant/models/moe_capacity.hpp"
 
 namespace sextant::exec {
 
@@ -16,6 +17,8 @@ using spec::Phase;
 using spec::Stream;
 
 namespace {
+
+constexpr int64_t kDropped = -1;  // MoeCache::slot of a copy over its expert's capacity
 
 float* row(const Tensor& t, int64_t r) {
   return t.data() + r * t.dim(1);
@@ -68,6 +71,25 @@ void MoeLayer::group_rows(const Tensor& arrived, Tensor& grouped, const MoeCache
 void MoeLayer::ungroup_rows(const Tensor& grouped, Tensor& arrived, const MoeCache& c) const {
   for (const MoeCache::Block& b : c.blocks)
     std::copy(row(grouped, b.grouped), row(grouped, b.grouped + b.rows), row(arrived, b.arrived));
+}
+
+std::vector<bool> MoeLayer::keep_copies(const MoeCache& c) const {
+  const int64_t copies = static_cast<int64_t>(c.expert.size());
+  std::vector<bool> kept(static_cast<size_t>(copies), true);
+  const int64_t capacity = models::expert_capacity(*m_.moe, copies);
+  if (capacity == 0) return kept;
+  std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(experts_));
+  for (int64_t i = 0; i < copies; ++i)
+    chosen[static_cast<size_t>(c.expert[static_cast<size_t>(i)])].push_back(i);
+  for (std::vector<int64_t>& list : chosen) {
+    if (static_cast<int64_t>(list.size()) <= capacity) continue;
+    std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) {
+      return c.weight[static_cast<size_t>(a)] > c.weight[static_cast<size_t>(b)];
+    });
+    for (size_t j = static_cast<size_t>(capacity); j < list.size(); ++j)
+      kept[static_cast<size_t>(list[j])] = false;
+  }
+  return kept;
 }
 
 void MoeLayer::place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const {
@@ -200,17 +222,23 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
     c.weight = c.own_weight;
     c.expert = c.own_expert;
   }
-  // Copies grouped by expert, in token order within an expert.
-  std::vector<int64_t> per_expert(static_cast<size_t>(E), 0);
-  for (int32_t e : c.expert) ++per_expert[static_cast<size_t>(e)];
-  Tensor permuted = be.empty({copies, h});
+  // Copies grouped by expert, in token order within an expert; with a capacity, at most that
+  // many of each expert's (keep_copies), every expert's group padded with zero rows to it.
+  const std::vector<bool> kept = keep_copies(c);
+  const int64_t capacity = models::expert_capacity(*m_.moe, copies);
+  std::vector<int64_t> per_expert(static_cast<size_t>(E), capacity);
+  if (capacity == 0)
+    for (int32_t e : c.expert) ++per_expert[static_cast<size_t>(e)];
+  const int64_t slots = std::accumulate(per_expert.begin(), per_expert.end(), int64_t{0});
+  Tensor permuted = capacity > 0 ? be.zeros({slots, h}) : be.empty({slots, h});
   {
     auto s = op(OpId::kMoePermute, layer, phase, mb);
     std::vector<int64_t> next(static_cast<size_t>(E), 0);
     for (int64_t e = 1; e < E; ++e)
       next[static_cast<size_t>(e)] = next[static_cast<size_t>(e - 1)] + per_expert[e - 1];
-    c.slot.assign(static_cast<size_t>(copies), 0);
+    c.slot.assign(static_cast<size_t>(copies), kDropped);
     for (int64_t i = 0; i < copies; ++i) {
+      if (!kept[static_cast<size_t>(i)]) continue;
       const int64_t at = next[static_cast<size_t>(c.expert[static_cast<size_t>(i)])]++;
       c.slot[static_cast<size_t>(i)] = at;
       std::copy(row(x, i / k), row(x, i / k + 1), row(permuted, at));
@@ -247,7 +275,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
   Tensor arrived = permuted;
   if (ep_ > 1) {
     arrived = be.empty({mine, h});
-    auto s = exchange(OpId::kMoeDispatch, copies * h * 4, layer, phase, mb);
+    auto s = exchange(OpId::kMoeDispatch, slots * h * 4, layer, phase, mb);
     ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
   }
   // Over tp: every tp rank's arrivals, for this rank's columns of the experts.
@@ -294,8 +322,8 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
   }
   c.out = back;
   if (ep_ > 1) {
-    c.out = be.empty({copies, h});
-    auto s = exchange(OpId::kMoeCombine, copies * h * 4, layer, phase, mb);
+    c.out = be.empty({slots, h});
+    auto s = exchange(OpId::kMoeCombine, slots * h * 4, layer, phase, mb);
     ctx_.groups->ep->all_to_all_v(back.data(), c.received, c.out.data(), c.sent);
   }
   Tensor y = be.zeros({T, h});
@@ -320,6 +348,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
   {
     auto s = op(OpId::kMoeUnpermute, layer, phase, mb);
     for (int64_t i = 0; i < copies; ++i) {
+      if (c.slot[static_cast<size_t>(i)] == kDropped) continue;
       const float wi = c.weight[static_cast<size_t>(i)];
       const float* from = row(c.out, c.slot[static_cast<size_t>(i)]);
       float* to = row(y, i / k);
@@ -336,11 +365,14 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   const int64_t T = dy.dim(0), Tr = c.x_route.dim(0), h = hidden_, E = experts_, k = top_k_;
   const int64_t copies = T * k;
   const int64_t rows = c.in.dim(0);
-  Tensor dout = be.empty({copies, h});
-  std::vector<float> dweight(static_cast<size_t>(copies));
+  // (The padding's rows, and a dropped copy's weight, get no gradient.)
+  const int64_t slots = c.out.dim(0);
+  Tensor dout = slots > copies ? be.zeros({slots, h}) : be.empty({slots, h});
+  std::vector<float> dweight(static_cast<size_t>(copies), 0.0f);
   {
     auto s = op(OpId::kMoeUnpermute, layer, B, mb);
     for (int64_t i = 0; i < copies; ++i) {
+      if (c.slot[static_cast<size_t>(i)] == kDropped) continue;
       const float wi = c.weight[static_cast<size_t>(i)];
       const float* g = row(dy, i / k);
       const float* out = row(c.out, c.slot[static_cast<size_t>(i)]);
@@ -376,7 +408,7 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   Tensor arrived = dout;
   if (ep_ > 1) {
     arrived = be.empty({mine, h});
-    auto s = exchange(OpId::kMoeCombine, copies * h * 4, layer, B, mb);
+    auto s = exchange(OpId::kMoeCombine, slots * h * 4, layer, B, mb);
     ctx_.groups->ep->all_to_all_v(dout.data(), c.sent, arrived.data(), c.received);
   }
   std::vector<int64_t> tp_counts;
@@ -425,13 +457,14 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   }
   Tensor dpermuted = back;
   if (ep_ > 1) {
-    dpermuted = be.empty({copies, h});
-    auto s = exchange(OpId::kMoeDispatch, copies * h * 4, layer, B, mb);
+    dpermuted = be.empty({slots, h});
+    auto s = exchange(OpId::kMoeDispatch, slots * h * 4, layer, B, mb);
     ctx_.groups->ep->all_to_all_v(back.data(), c.received, dpermuted.data(), c.sent);
   }
   {
     auto s = op(OpId::kMoePermute, layer, B, mb);
     for (int64_t i = 0; i < copies; ++i) {
+      if (c.slot[static_cast<size_t>(i)] == kDropped) continue;
       const float* from = row(dpermuted, c.slot[static_cast<size_t>(i)]);
       float* to = row(dx, i / k);
       for (int64_t j = 0; j < h; ++j) to[j] += from[j];

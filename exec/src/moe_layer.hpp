@@ -1,4 +1,4 @@
-// The MLP of a mixture-of-experts block on CPU ranks (fp32, host memory), dropless, as the
+// The MLP of a mixture-of-experts block on CPU ranks (fp32, host memory), as the
 // lowering names its ops (models/src/moe_lowering.cpp moe_mlp): the router's GEMM (moe.router); a
 // softmax over the experts and the top-k, the k weights renormalised to sum to one (Mixtral's
 // router: the softmax over the chosen logits) (moe.route); each token copied once per chosen
@@ -11,6 +11,14 @@
 // reverse, the route's gradient through the renormalised softmax: with w the chosen weights and
 // dw their gradients, d logit_j = w_j (dw_j - sum_i w_i dw_i) for chosen j, 0 for the others.
 // No auxiliary load-balancing loss: the model trains on the language-model loss alone.
+//
+// With a capacity factor (GShard, Lepikhin et al. 2020; Switch, Fedus et al. 2021; Megatron-LM's
+// --moe-expert-capacity-factor with its default "probs" drop policy and
+// --moe-pad-expert-input-to-capacity), each expert takes at most ceil(factor x copies / experts)
+// of the copies a rank makes (models::expert_capacity), those of the highest weights (the lower
+// token first on a tie); a dropped copy adds nothing to its token (the residual carries it) and its
+// weight gets no gradient, and every expert's rows are padded with zeros to the capacity, so the
+// dispatch is an even exchange of the capacity's rows, as the simulator prices it.
 //
 // Under tensor parallelism (sequence parallel, spec::moe_tensor_parallel_problem) every expert is
 // split over tp as the dense MLP is, and each tp rank routes its own rows. Then, as Megatron-LM's
@@ -52,7 +60,8 @@ struct MoeCache {
   std::vector<float> weight;      // [tokens * top_k] their weights
   std::vector<float> own_weight;  // [routed * top_k] those of the rows this rank routed
   std::vector<int32_t> own_expert;
-  std::vector<int64_t> slot;      // [tokens * top_k] the copy's row in the permuted order
+  std::vector<int64_t> slot;      // [tokens * top_k] the copy's row in the permuted order, -1
+                                  // when dropped over its expert's capacity
   std::vector<int64_t> sent;      // elements sent to each ep rank (the permuted rows' blocks)
   std::vector<int64_t> received;  // elements received from each ep rank
   std::vector<int64_t> tp_rows;   // rows each tp rank received (dispatches_over_tp)
@@ -101,6 +110,8 @@ class MoeLayer {
                            int64_t mb);
   Recorder::Scope tp_exchange(models::OpId name, spec::OpClass cls, int64_t bytes, int32_t layer,
                               spec::Phase phase, int64_t mb);
+  // Which of c's copies stay under their experts' capacity (all of them when dropless).
+  std::vector<bool> keep_copies(const MoeCache& c) const;
   // Where the received rows go: c.blocks, c.expert_begin, c.expert_rows and c.tp_rows, from the
   // rows each ep rank sends this one for each local expert (the tp ranks' when they gather).
   void place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const;

@@ -2,18 +2,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sextant/models/moe_capacity.hpp"
 #include "transformer_lowering.hpp"
 
 namespace sextant::models {
 
 namespace {
 
-// Tokens the experts of one rank compute for `tokens` routed tokens: top_k copies of each, padded
-// (or cut) to the experts' capacity when the model sets a capacity factor (GShard, Switch); the
-// router assumed balanced when dropless.
-double expert_tokens(const spec::MoeSpec& moe, int64_t tokens) {
-  const double copies = static_cast<double>(tokens * moe.top_k);
-  return moe.capacity_factor > 0 ? copies * moe.capacity_factor : copies;
+// Rows the experts compute for `tokens` routed tokens: top_k copies of each, or with a capacity
+// factor every expert's capacity, ceil(factor x copies / experts) rows, padded (or cut) to it
+// (GShard, Switch; Megatron-LM's expert_capacity with --moe-pad-expert-input-to-capacity; the
+// executor's drops); the router assumed balanced when dropless.
+int64_t expert_rows(const spec::MoeSpec& moe, int64_t tokens) {
+  const int64_t copies = tokens * moe.top_k;
+  return moe.capacity_factor > 0 ? expert_capacity(moe, copies) * moe.experts : copies;
 }
 
 }  // namespace
@@ -41,7 +43,7 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // Under expert parallelism a rank sends its rows to the ep ranks and receives as many for its
   // local experts (balanced routing: the auxiliary load-balancing loss's aim, GShard §2.2); over
   // tp the experts compute the rows of every tp rank (M = tp x Mr).
-  const int64_t Mr = static_cast<int64_t>(std::ceil(expert_tokens(moe, Tp)));
+  const int64_t Mr = expert_rows(moe, Tp);
   const int64_t M = over_tp ? Mr * x.t : Mr;
   const int64_t routed = T * k;
   const int64_t per_expert = std::max<int64_t>(1, M / local);

@@ -13,6 +13,7 @@
 # (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny; moe-tiny its
 # mixture of experts (top-2 routing, a shared expert), checked the same way. A CNN (resnet-tiny:
 # convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only).
+# MODEL may also be a model file's path under SOURCE_DIR (e.g. tests/pytorch/moe-tiny-capacity.json).
 set -euo pipefail
 sextant="$1"
 source_dir="$2"
@@ -29,19 +30,24 @@ fi
 steps=5
 args=(--global-batch 8 --micro-batch 2 --steps $steps)
 reference_dtype=float32
-if [[ "$model" != *-tiny ]]; then
+model_json="$source_dir/models/zoo/$model.json"
+if [[ "$model" == *.json ]]; then
+  model_json="$source_dir/$model"
+  model=$(basename "$model" .json)
+fi
+if [[ "$model" != *-tiny* ]]; then
   steps=3
   args=(--global-batch 4 --micro-batch 2 --steps $steps)
   reference_dtype=float64
 fi
 backend=(--backend "$device" --precision "$precision")
-"$sextant" run --model "$source_dir/models/zoo/$model.json" "${args[@]}" "${backend[@]}" --quiet \
+"$sextant" run --model "$model_json" "${args[@]}" "${backend[@]}" --quiet \
   --log-json "$out/sextant.jsonl"
-if grep -q '"kind": "cnn"' "$source_dir/models/zoo/$model.json"; then
-  "$python" "$source_dir/tests/pytorch/cnn_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
+if grep -q '"kind": "cnn"' "$model_json"; then
+  "$python" "$source_dir/tests/pytorch/cnn_reference.py" --model-json "$model_json" \
     "${args[@]}" --dtype "$reference_dtype" >"$out/pytorch.jsonl"
 else
-  "$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$source_dir/models/zoo/$model.json" \
+  "$python" "$source_dir/tests/pytorch/gpt_reference.py" --model-json "$model_json" \
     "${args[@]}" --device "$device" --dtype "$reference_dtype" >"$out/pytorch.jsonl"
 fi
 "$python" - "$out/sextant.jsonl" "$out/pytorch.jsonl" "$steps" "$precision" <<'PY'

@@ -127,6 +127,15 @@ spec::ModelSpec tiny_moe() {
   return m;
 }
 
+// moe-test with a capacity factor of 1 (exec/src/moe_layer.hpp): each expert takes at most its
+// even share of a micro-batch's copies on a rank, the rest dropped by weight.
+spec::ModelSpec tiny_moe_capacity() {
+  spec::ModelSpec m = tiny_moe();
+  m.name = "moe-capacity-test";
+  std::get<spec::TransformerSpec>(m.body).moe->capacity_factor = 1.0;
+  return m;
+}
+
 // A vocabulary tp does not divide (GPT-2's 50257 is odd): the executor pads it to a multiple of tp,
 // the padded rows compute nothing, and every layout still trains the single-rank model.
 spec::ModelSpec tiny_gpt_odd_vocab() {
@@ -304,7 +313,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kMoe };
+enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kMoe, kMoeCapacity };
 
 struct Layout {
   const char* name;
@@ -326,6 +335,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_vgg();
     case Net::kMoe:
       return tiny_moe();
+    case Net::kMoeCapacity:
+      return tiny_moe_capacity();
     case Net::kGpt:
       break;
   }
@@ -370,8 +381,8 @@ bool runs_here(const Layout& l) {
       only != nullptr && std::string(l.name).find(only) == std::string::npos)
     return false;
   const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe ||
-                             l.plan.cp > 1 || l.plan.tp_grid.any() || l.plan.offload.any() ||
-                             l.plan.compression.any();
+                             l.net == Net::kMoeCapacity || l.plan.cp > 1 || l.plan.tp_grid.any() ||
+                             l.plan.offload.any() || l.plan.compression.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
 
@@ -543,6 +554,12 @@ std::vector<Layout> layouts() {
       {"moe_dp4_tp2_sp_ep4_zero1", with_ep(plan_of(4, 2, 1, 1, true), 4), Net::kMoe},
       {"moe_dp2_tp2_pp2_sp_ep2_full_recompute",
        with_ep(with_recompute(plan_of(2, 2, 2, 0, true), R::kFull), 2), Net::kMoe},
+      // With a capacity: the copies a rank drops are the single rank's wherever the rank routes
+      // the micro-batch's tokens (or, tp sharing the routing, all of them).
+      {"moe_capacity_dp2_ep2", with_ep(plan_of(2, 1, 1), 2), Net::kMoeCapacity},
+      {"moe_capacity_tp2_sp", plan_of(1, 2, 1, 0, true), Net::kMoeCapacity},
+      {"moe_capacity_dp4_ep4", with_ep(plan_of(4, 1, 1), 4), Net::kMoeCapacity},
+      {"moe_capacity_dp2_ep2_pp2_zero1", with_ep(plan_of(2, 1, 2, 1), 2), Net::kMoeCapacity},
       // The optimizer on the host pool (ZeRO-Offload), its shard by gradient bucket; on one
       // replica every bucket whole.
       {"dp2_zero1_offload", offloaded(plan_of(2, 1, 1, 1))},
@@ -603,6 +620,13 @@ std::vector<Layout> compressed_layouts() {
       {"dp4_tp2_sp_powersgd2",
        powersgd_rank(compressed(plan_of(4, 2, 1, 0, true), C::kPowersgd), 2)},
   };
+}
+
+// A capacity with the dispatcher over tp: each tp rank drops over its own s/tp tokens (as
+// Megatron-LM's router does), not the single rank's choice, so checked for its ops only.
+std::vector<Layout> per_tp_rank_capacity_layouts() {
+  return {
+      {"moe_capacity_dp2_tp2_sp_ep2", with_ep(plan_of(2, 2, 1, 0, true), 2), Net::kMoeCapacity}};
 }
 
 TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
@@ -689,6 +713,7 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
   int ran = 0;
   std::vector<Layout> all = layouts();
   for (const Layout& l : compressed_layouts()) all.push_back(l);
+  for (const Layout& l : per_tp_rank_capacity_layouts()) all.push_back(l);
   for (const Layout& l : all) {
     if (l.plan.world_size() != world_size() || !runs_here(l)) continue;
     SCOPED_TRACE(l.name);

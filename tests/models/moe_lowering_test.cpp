@@ -100,6 +100,10 @@ TEST(MoeLowering, ACapacityFactorPadsTheExpertsInput) {
   EXPECT_DOUBLE_EQ(fc1->flops, 2.0 * 64 * (2 * 32) * 64);
   EXPECT_DOUBLE_EQ(fc1->executed_flops(), 2.0 * 80 * (2 * 32) * 64);
   EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->executed_flops(), 2 * fc1->executed_flops());
+  // The capacity is each expert's: ceil(1.1 x 64 / 8) = ceil(8.8) = 9 rows, 72 for the 8
+  // (not ceil(1.1 x 64) = 71: an expert cannot take a fraction of a row).
+  const Op* fc1_1p1 = find_op(lower_moe(1.1, 1).layers[2].forward, "moe.fc1");
+  EXPECT_DOUBLE_EQ(fc1_1p1->executed_flops(), 2.0 * 72 * (2 * 32) * 64);
   // tp must divide the experts' width as it does the dense MLP's.
   EXPECT_THROW(lower_moe(0, 3), InputError);
 }

@@ -91,7 +91,9 @@ def main():
     tied = t.get("tied_embeddings", False)
     g = 2 if swiglu else 1
     # A mixture of experts (exec/src/moe_layer.hpp): top-k routing, the chosen logits' softmax as
-    # the weights, each expert a SwiGLU/GELU MLP of its own width, shared experts as one MLP.
+    # the weights, each expert a SwiGLU/GELU MLP of its own width, shared experts as one MLP. With
+    # a capacity factor each expert takes at most ceil(factor * copies / experts) of a
+    # micro-batch's copies, those of the highest weights (GShard; Megatron-LM's "probs" policy).
     moe = t.get("moe")
     seed = args.seed
     torch.set_num_threads(1)
@@ -187,8 +189,14 @@ def main():
         top, chosen = (y @ p_["router_w"]).topk(moe["top_k"], dim=-1)
         weights = top.softmax(-1)
         out = torch.zeros_like(y)
+        factor = moe.get("capacity_factor", 0)
+        capacity = math.ceil(factor * chosen.numel() / moe["experts"]) if factor > 0 else None
         for e, (w1, w2) in enumerate(p_["experts"]):
             token, slot = (chosen == e).nonzero(as_tuple=True)
+            if capacity is not None and len(token) > capacity:
+                kept = torch.sort(weights[token, slot].detach(), descending=True,
+                                  stable=True).indices[:capacity]
+                token, slot = token[kept], slot[kept]
             if len(token) > 0:
                 out = out.index_add(0, token, weights[token, slot, None] * (activate(y[token] @ w1) @ w2))
         if "shared" in p_:
