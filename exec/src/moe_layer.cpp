@@ -365,9 +365,11 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   const int64_t T = dy.dim(0), Tr = c.x_route.dim(0), h = hidden_, E = experts_, k = top_k_;
   const int64_t copies = T * k;
   const int64_t rows = c.in.dim(0);
-  // (The padding's rows, and a dropped copy's weight, get no gradient.)
+  // (The padding's rows, and a dropped copy's weight, get no gradient: zeros, since the padding
+  // travels through the experts' backward, where a stale value could be inf or NaN.)
   const int64_t slots = c.out.dim(0);
-  Tensor dout = slots > copies ? be.zeros({slots, h}) : be.empty({slots, h});
+  const bool padded = m_.moe->capacity_factor > 0;
+  Tensor dout = padded ? be.zeros({slots, h}) : be.empty({slots, h});
   std::vector<float> dweight(static_cast<size_t>(copies), 0.0f);
   {
     auto s = op(OpId::kMoeUnpermute, layer, B, mb);

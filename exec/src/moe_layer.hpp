@@ -74,7 +74,8 @@ struct MoeCache {
   std::vector<Block> blocks;
   std::vector<int64_t> expert_begin, expert_rows;  // per local expert, in the experts' input
   Tensor in, f1, g;  // the experts' input rows, first GEMM's output and activation
-  Tensor out;        // the experts' output rows, back in the permuted order [copies, hidden]
+  Tensor out;        // the experts' output rows, back in the permuted order [slots, hidden]
+                     // (slots: the copies, or every expert's capacity when padded)
   Tensor shared_f1, shared_g;
 };
 

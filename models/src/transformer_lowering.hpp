@@ -97,12 +97,12 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
 
 // The MLP of a mixture-of-experts block on one rank (Megatron-LM's MoE layer with its all-to-all
 // token dispatcher, experts split over tp as the dense MLP is): the router's GEMM and top-k over
-// every token, each token copied to its top_k experts (permute), under expert parallelism the
-// copies sent to their experts' ranks (dispatch all-to-all), the experts' two GEMMs over the
-// tokens each takes (grouped: one product per expert), the results sent back (combine), the
-// copies weighted and summed back (unpermute), and the shared experts beside them as a dense MLP.
-// Appends the forward ops to `fw`; returns the backward ops (in execution order), the parameters
-// and the activation bytes kept.
+// the tokens the rank routes (its s/tp share under tp), each token copied to its top_k experts
+// (permute), under expert parallelism the copies sent to their experts' ranks (dispatch
+// all-to-all), the experts' two GEMMs over the tokens each takes (grouped: one product per expert),
+// the results sent back (combine), the copies weighted and summed back (unpermute), and the shared
+// experts beside them as a dense MLP. Appends the forward ops to `fw`; returns the backward ops (in
+// execution order), the parameters and the activation bytes kept.
 struct MoeMlp {
   std::vector<Op> backward;
   int64_t params = 0, params_total = 0;  // on one tp rank; of the layer's MLP

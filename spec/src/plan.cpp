@@ -616,7 +616,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     if (p.sequence_parallel)
       if (std::string problem = sequence_parallel_problem(seq, p.tp); !problem.empty())
         add("sequence_parallel", "true", problem);
-    if (std::string problem = moe_tensor_parallel_problem(model, p.tp, p.sequence_parallel);
+    if (std::string problem =
+            moe_tensor_parallel_problem(model, p.tp_grid.any() ? 1 : p.tp, p.sequence_parallel);
         !problem.empty())
       add("sequence_parallel", p.sequence_parallel ? "true" : "false", problem);
     if (p.seq_len)

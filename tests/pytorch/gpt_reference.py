@@ -190,7 +190,7 @@ def main():
         weights = top.softmax(-1)
         out = torch.zeros_like(y)
         factor = moe.get("capacity_factor", 0)
-        capacity = math.ceil(factor * chosen.numel() / moe["experts"]) if factor > 0 else None
+        capacity = math.ceil(chosen.numel() / moe["experts"] * factor) if factor > 0 else None
         for e, (w1, w2) in enumerate(p_["experts"]):
             token, slot = (chosen == e).nonzero(as_tuple=True)
             if capacity is not None and len(token) > capacity:

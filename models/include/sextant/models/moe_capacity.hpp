@@ -13,10 +13,13 @@
 namespace sextant::models {
 
 // The rows each expert takes of `copies` routed copies (tokens x top_k); 0 when dropless.
+// Computed in double in Megatron-LM's order (moe_utils.py get_capacity: ceil((copies / experts)
+// x factor)), so both round alike where the product is not exact (80 / 8 x 1.1 =
+// 11.000000000000002: 12).
 inline int64_t expert_capacity(const spec::MoeSpec& moe, int64_t copies) {
   if (moe.capacity_factor <= 0) return 0;
-  return static_cast<int64_t>(std::ceil(moe.capacity_factor * static_cast<double>(copies) /
-                                        static_cast<double>(moe.experts)));
+  return static_cast<int64_t>(std::ceil(static_cast<double>(copies) /
+                                        static_cast<double>(moe.experts) * moe.capacity_factor));
 }
 
 }  // namespace sextant::models

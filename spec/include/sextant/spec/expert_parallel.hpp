@@ -1,13 +1,13 @@
 // Expert parallelism (GShard, Lepikhin et al. 2020; Megatron-LM's expert-model-parallel group;
 // DeepSpeed-MoE): the routed experts of a mixture-of-experts layer are split over `ep` ranks,
-// each holding experts/ep of them whole. The ep ranks are data-parallel replicas of everything
-// else (Megatron-LM carves the ep group out of dp: rank order tp-cp-ep-dp-pp), so each routes its
-// own tokens, sends every token copy to the rank of its expert with an all-to-all (dispatch),
-// runs its local experts on what it receives, and sends the results back with a second
-// all-to-all (combine). Dense parameters are summed over the replicas (Plan::replicas); a routed
-// expert's gradients only over the ranks holding the same experts (Plan::expert_replicas), and
-// ZeRO shards each over its own group. The one home of the rules: the plan check, the planner and
-// the lowering ask them.
+// each holding experts/ep of them (whole, or under tp each split over the tp ranks). The ep ranks
+// are data-parallel replicas of everything else (Megatron-LM carves the ep group out of dp: rank
+// order tp-cp-ep-dp-pp), so each routes its own tokens, sends every token copy to the rank of its
+// expert with an all-to-all (dispatch), runs its local experts on what it receives, and sends the
+// results back with a second all-to-all (combine). Dense parameters are summed over the replicas
+// (Plan::replicas); a routed expert's gradients only over the ranks holding the same experts
+// (Plan::expert_replicas), and ZeRO shards each over its own group. The one home of the rules: the
+// plan check, the planner and the lowering ask them.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ namespace sextant::spec {
 std::string expert_parallel_problem(const Plan& plan);
 
 // What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be
-// a mixture of experts and ep must divide its experts (each rank holds experts/ep whole).
+// a mixture of experts and ep must divide its experts (each rank holds experts/ep of them).
 std::string expert_model_problem(const ModelSpec& model, int64_t ep);
 
 // What is wrong with splitting a mixture of experts over `tp` ranks with or without sequence
