@@ -176,6 +176,20 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   out.expert = local * expert_rank;
   out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
   out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
+  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp): the router, each routed
+  // expert's two and the shared experts' two (one MLP of their summed width). Under ep the routed
+  // experts' gradients travel in buckets of their own, never compressed
+  // (spec::expert_parallel_problem), so only the dense buckets list matrices.
+  out.matrices.push_back({h, E});
+  if (x.ep == 1)
+    for (int64_t j = 0; j < E; ++j) {
+      out.matrices.push_back({h, gate * fe});
+      out.matrices.push_back({fe, h});
+    }
+  if (fs > 0) {
+    out.matrices.push_back({h, gate * fs});
+    out.matrices.push_back({fs, h});
+  }
   // Routing its own tokens, a tp rank's router gradient is a partial sum (Megatron-LM marks the
   // router weight sequence-parallel: all-reduced over tp with the norms).
   out.sp_partial = x.t > 1 ? h * E : 0;

@@ -167,9 +167,13 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     layer.routed_expert_params_total = moe->routed_total;
     layer.expert_params = moe->expert;
   }
-  if (!moe)  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp)
-    layer.matrices = {
-        {x.h, qkv_full / x.t}, {x.h / x.t, x.h}, {x.h, gate * x.f / x.t}, {x.f / x.t, x.h}};
+  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp)
+  layer.matrices = {{x.h, qkv_full / x.t}, {x.h / x.t, x.h}};
+  if (moe) {
+    layer.matrices.insert(layer.matrices.end(), moe->matrices.begin(), moe->matrices.end());
+  } else {
+    layer.matrices.insert(layer.matrices.end(), {{x.h, gate * x.f / x.t}, {x.f / x.t, x.h}});
+  }
   if (x.sp)
     layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h + (moe ? moe->sp_partial : 0);
 

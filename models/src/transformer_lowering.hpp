@@ -110,6 +110,7 @@ struct MoeMlp {
   int64_t expert = 0;                    // of the routed experts on this rank
   int64_t sp_partial = 0;                // whose gradients are partial sums over tp
   int64_t weight_elements = 0;           // its GEMM weights on one tp rank (autocast casts them)
+  std::vector<WeightMatrix> matrices;    // its weights in the dense buckets (Layer::matrices)
   int64_t saved_split = 0;               // kept bytes split over tp (the whole layer's)
   int64_t saved_replicated = 0;          // kept bytes every tp rank holds whole
 };

@@ -626,8 +626,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                                     : 1;
                               for (size_t k = 0; k < nc; ++k) {
                                 if (out.compressions[k].kind == spec::CompressionKind::kPowersgd &&
-                                    !spec::powersgd_problem(m, out.grids[grid]).empty()) {
-                                  reject("PowerSGD on a mixture of experts or a 3D tensor grid");
+                                    !spec::powersgd_problem(out.grids[grid]).empty()) {
+                                  reject("PowerSGD on a 3D tensor grid");
                                   continue;
                                 }
                                 c.compression = static_cast<uint8_t>(k);

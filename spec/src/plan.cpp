@@ -582,7 +582,7 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   if (std::string problem = expert_model_problem(model, p.ep); !problem.empty())
     add("ep", std::to_string(p.ep), problem);
   if (p.compression.kind == CompressionKind::kPowersgd)
-    if (std::string problem = powersgd_problem(model, p.tp_grid); !problem.empty())
+    if (std::string problem = powersgd_problem(p.tp_grid); !problem.empty())
       add("compression/kind", "powersgd", problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
@@ -647,10 +647,7 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   diag.throw_if_any();
 }
 
-std::string powersgd_problem(const ModelSpec& model, const TensorGrid& grid) {
-  if (model.is_transformer() && model.transformer().moe)
-    return "runs on dense models: the experts' weights of a mixture of experts are not "
-           "compressed as matrices";
+std::string powersgd_problem(const TensorGrid& grid) {
   if (grid.any())
     return "runs without tp_grid: the grid's weight blocks are sharded over z, not matrices a "
            "rank holds";

@@ -619,6 +619,9 @@ std::vector<Layout> compressed_layouts() {
       {"dp2_pp2_powersgd_tied", compressed(plan_of(2, 1, 2), C::kPowersgd)},
       {"dp4_tp2_sp_powersgd2",
        powersgd_rank(compressed(plan_of(4, 2, 1, 0, true), C::kPowersgd), 2)},
+      // A mixture of experts: the router's and every expert's gradient as P and Q too.
+      {"moe_dp2_powersgd", compressed(plan_of(2, 1, 1), C::kPowersgd), Net::kMoe},
+      {"moe_dp2_tp2_sp_powersgd", compressed(plan_of(2, 2, 1, 0, true), C::kPowersgd), Net::kMoe},
   };
 }
 

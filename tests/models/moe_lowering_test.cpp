@@ -88,6 +88,15 @@ TEST(MoeLowering, TheExpertsComputeEachTokensTopKCopies) {
   // 64 x 8 = 512, 9 experts of 3 x 64 x 32 / 2 = 3072 each.
   EXPECT_EQ(moe.params, 8192 + 128 + 512 + 9 * 3072);
   EXPECT_EQ(moe.params_total, 2 * 8192 + 128 + 512 + 9 * 6144);
+  // Its weight matrices as a tp rank holds them (PowerSGD compresses each): QKV [64, 192 / 2],
+  // the projection [32, 64], the router [64, 8], each of the 8 experts' FC1 [64, 2 x 16] and FC2
+  // [16, 64], the shared expert's the same; their elements are the layer's but for the norms.
+  std::vector<WeightMatrix> matrices = {{64, 96}, {32, 64}, {64, 8}};
+  for (int e = 0; e < 9; ++e) matrices.insert(matrices.end(), {{64, 32}, {16, 64}});
+  EXPECT_EQ(moe.matrices, matrices);
+  int64_t elements = 0;
+  for (const WeightMatrix& w : moe.matrices) elements += w.rows * w.cols;
+  EXPECT_EQ(elements, moe.params - 128);
   EXPECT_EQ(moe.routed_expert_params_total, 8 * 6144);
 }
 
@@ -102,7 +111,8 @@ TEST(MoeLowering, ACapacityFactorPadsTheExpertsInput) {
   EXPECT_DOUBLE_EQ(find_op(moe.backward, "moe.fc1")->executed_flops(), 2 * fc1->executed_flops());
   // The capacity is each expert's: ceil(1.1 x 64 / 8) = ceil(8.8) = 9 rows, 72 for the 8
   // (not ceil(1.1 x 64) = 71: an expert cannot take a fraction of a row).
-  const Op* fc1_1p1 = find_op(lower_moe(1.1, 1).layers[2].forward, "moe.fc1");
+  const LoweredModel lowered_1p1 = lower_moe(1.1, 1);
+  const Op* fc1_1p1 = find_op(lowered_1p1.layers[2].forward, "moe.fc1");
   EXPECT_DOUBLE_EQ(fc1_1p1->executed_flops(), 2.0 * 72 * (2 * 32) * 64);
   // tp must divide the experts' width as it does the dense MLP's.
   EXPECT_THROW(lower_moe(0, 3), InputError);

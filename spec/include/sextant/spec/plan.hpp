@@ -207,10 +207,10 @@ Stack plan_stack(const Plan& plan, bool gpu_cluster);
 // is. The one rule for plans and for plan searches.
 std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 
-// What keeps PowerSGD (CompressionKind::kPowersgd) off `model` under `grid`, or "" when nothing:
-// it compresses the weight matrices a rank holds whole (models::Layer::matrices), which a
-// mixture of experts' experts and a 3D tensor grid's z-sharded blocks are not.
-std::string powersgd_problem(const ModelSpec& model, const TensorGrid& grid);
+// What keeps PowerSGD (CompressionKind::kPowersgd) off a layout with `grid`, or "" when nothing:
+// it compresses the weight matrices a rank holds whole (models::Layer::matrices: a mixture of
+// experts' router and experts too), which a 3D tensor grid's z-sharded blocks are not.
+std::string powersgd_problem(const TensorGrid& grid);
 
 // What is wrong with splitting `model` over `tp` tensor-parallel ranks (Megatron-LM: whole heads
 // and key/value heads per rank, an even share of the MLP; transformers only), or "" when nothing
