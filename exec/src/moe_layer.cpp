@@ -92,6 +92,58 @@ std::vector<bool> MoeLayer::keep_copies(const MoeCache& c) const {
   return kept;
 }
 
+Tensor MoeLayer::to_experts(const Tensor& permuted, OpId ep_op, int32_t layer, Phase phase,
+                            int64_t mb, const MoeCache& c) {
+  Backend& be = *ctx_.backend;
+  const int64_t h = hidden_;
+  const int64_t rows = std::accumulate(c.expert_rows.begin(), c.expert_rows.end(), int64_t{0});
+  Tensor arrived = permuted;
+  if (ep_ > 1) {
+    arrived = be.empty({c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)], h});
+    auto s = exchange(ep_op, permuted.numel() * 4, layer, phase, mb);
+    ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
+  }
+  if (dispatches_over_tp()) {  // every tp rank's arrivals, for this rank's columns of the experts
+    Tensor gathered = be.empty({rows, h});
+    auto s = tp_exchange(OpId::kMoeAllGather, OpClass::kAllGather, rows * h * 4, layer, phase, mb);
+    ctx_.groups->tp->all_gather_v(arrived.data(), gathered.data(), tp_elements(c));
+    arrived = gathered;
+  }
+  Tensor grouped = be.empty({rows, h});
+  group_rows(arrived, grouped, c);
+  return grouped;
+}
+
+Tensor MoeLayer::from_experts(const Tensor& grouped, OpId ep_op, int32_t layer, Phase phase,
+                              int64_t mb, const MoeCache& c) {
+  Backend& be = *ctx_.backend;
+  const int64_t h = hidden_, rows = grouped.dim(0);
+  Tensor back = be.empty({rows, h});
+  ungroup_rows(grouped, back, c);
+  if (dispatches_over_tp()) {  // partial over tp: summed, each rank keeping its own arrivals'
+    Tensor summed = be.empty({c.tp_rows[static_cast<size_t>(tp_rank_)], h});
+    auto s = tp_exchange(OpId::kMoeReduceScatter, OpClass::kReduceScatter, rows * h * 4, layer,
+                         phase, mb);
+    ctx_.groups->tp->reduce_scatter_v(back.data(), summed.data(), tp_elements(c));
+    back = summed;
+  }
+  if (ep_ > 1) {
+    int64_t slots = 0;
+    for (int64_t n : c.sent) slots += n;
+    Tensor out = be.empty({slots / h, h});
+    auto s = exchange(ep_op, slots * 4, layer, phase, mb);
+    ctx_.groups->ep->all_to_all_v(back.data(), c.received, out.data(), c.sent);
+    back = out;
+  }
+  return back;
+}
+
+std::vector<int64_t> MoeLayer::tp_elements(const MoeCache& c) const {
+  std::vector<int64_t> out;
+  for (int64_t n : c.tp_rows) out.push_back(n * hidden_);
+  return out;
+}
+
 void MoeLayer::place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const {
   // incoming: [tp ranks gathered][ep source][local expert] row counts.
   const int64_t ranks = static_cast<int64_t>(incoming.size()) / (ep_ * local_);
@@ -270,25 +322,8 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
   } else {
     place_arrivals(incoming, c);
   }
-  const int64_t mine = c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)];
   const int64_t rows = std::accumulate(c.expert_rows.begin(), c.expert_rows.end(), int64_t{0});
-  Tensor arrived = permuted;
-  if (ep_ > 1) {
-    arrived = be.empty({mine, h});
-    auto s = exchange(OpId::kMoeDispatch, slots * h * 4, layer, phase, mb);
-    ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
-  }
-  // Over tp: every tp rank's arrivals, for this rank's columns of the experts.
-  std::vector<int64_t> tp_counts;
-  for (int64_t n : c.tp_rows) tp_counts.push_back(n * h);
-  if (dispatches_over_tp()) {
-    Tensor gathered = be.empty({rows, h});
-    auto s = tp_exchange(OpId::kMoeAllGather, OpClass::kAllGather, rows * h * 4, layer, phase, mb);
-    ctx_.groups->tp->all_gather_v(arrived.data(), gathered.data(), tp_counts);
-    arrived = gathered;
-  }
-  c.in = be.empty({rows, h});
-  group_rows(arrived, c.in, c);
+  c.in = to_experts(permuted, OpId::kMoeDispatch, layer, phase, mb, c);
   c.f1 = be.empty({rows, gate_ * ffn_});
   c.g = be.empty({rows, ffn_});
   Tensor f2 = be.empty({rows, h});
@@ -310,22 +345,7 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
       be.matmul(c.g.rows(at, n), w.fc2[static_cast<size_t>(j)]->compute, nullptr, out);
     });
   }
-  Tensor back = be.empty({rows, h});
-  ungroup_rows(f2, back, c);
-  if (dispatches_over_tp()) {
-    // The partial outputs summed over tp, each rank keeping those of its own arrivals.
-    Tensor summed = be.empty({mine, h});
-    auto s = tp_exchange(OpId::kMoeReduceScatter, OpClass::kReduceScatter, rows * h * 4, layer,
-                         phase, mb);
-    ctx_.groups->tp->reduce_scatter_v(back.data(), summed.data(), tp_counts);
-    back = summed;
-  }
-  c.out = back;
-  if (ep_ > 1) {
-    c.out = be.empty({slots, h});
-    auto s = exchange(OpId::kMoeCombine, slots * h * 4, layer, phase, mb);
-    ctx_.groups->ep->all_to_all_v(back.data(), c.received, c.out.data(), c.sent);
-  }
+  c.out = from_experts(f2, OpId::kMoeCombine, layer, phase, mb, c);
   Tensor y = be.zeros({T, h});
   if (w.shared_fc1 != nullptr) {
     if (dispatches_over_tp()) {
@@ -406,23 +426,7 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
     }
   }
   // The outputs' gradients to the experts' ranks, in the order the outputs came back.
-  const int64_t mine = c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)];
-  Tensor arrived = dout;
-  if (ep_ > 1) {
-    arrived = be.empty({mine, h});
-    auto s = exchange(OpId::kMoeCombine, slots * h * 4, layer, B, mb);
-    ctx_.groups->ep->all_to_all_v(dout.data(), c.sent, arrived.data(), c.received);
-  }
-  std::vector<int64_t> tp_counts;
-  for (int64_t n : c.tp_rows) tp_counts.push_back(n * h);
-  if (dispatches_over_tp()) {
-    Tensor gathered = be.empty({rows, h});
-    auto s = tp_exchange(OpId::kMoeAllGather, OpClass::kAllGather, rows * h * 4, layer, B, mb);
-    ctx_.groups->tp->all_gather_v(arrived.data(), gathered.data(), tp_counts);
-    arrived = gathered;
-  }
-  Tensor df2 = be.empty({rows, h});
-  group_rows(arrived, df2, c);
+  Tensor df2 = to_experts(dout, OpId::kMoeCombine, layer, B, mb, c);
   Tensor dg = be.empty({rows, ffn_});
   Tensor df1 = be.empty({rows, gate_ * ffn_});
   Tensor din = be.empty({rows, h});
@@ -448,21 +452,7 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   }
   // The inputs' gradients (partial over tp's columns) summed back to the ranks they came from,
   // then to the tokens' ranks.
-  Tensor back = be.empty({rows, h});
-  ungroup_rows(din, back, c);
-  if (dispatches_over_tp()) {
-    Tensor summed = be.empty({mine, h});
-    auto s =
-        tp_exchange(OpId::kMoeReduceScatter, OpClass::kReduceScatter, rows * h * 4, layer, B, mb);
-    ctx_.groups->tp->reduce_scatter_v(back.data(), summed.data(), tp_counts);
-    back = summed;
-  }
-  Tensor dpermuted = back;
-  if (ep_ > 1) {
-    dpermuted = be.empty({slots, h});
-    auto s = exchange(OpId::kMoeDispatch, slots * h * 4, layer, B, mb);
-    ctx_.groups->ep->all_to_all_v(back.data(), c.received, dpermuted.data(), c.sent);
-  }
+  const Tensor dpermuted = from_experts(din, OpId::kMoeDispatch, layer, B, mb, c);
   {
     auto s = op(OpId::kMoePermute, layer, B, mb);
     for (int64_t i = 0; i < copies; ++i) {

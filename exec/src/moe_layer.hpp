@@ -113,6 +113,17 @@ class MoeLayer {
                               spec::Phase phase, int64_t mb);
   // Which of c's copies stay under their experts' capacity (all of them when dropless).
   std::vector<bool> keep_copies(const MoeCache& c) const;
+  // The permuted rows [slots, hidden] -> the local experts' input, grouped by expert: sent to
+  // the experts' ep ranks (`ep_op`: moe.dispatch, or moe.combine for the outputs' gradients) and
+  // gathered over tp under dispatches_over_tp.
+  Tensor to_experts(const Tensor& permuted, models::OpId ep_op, int32_t layer, spec::Phase phase,
+                    int64_t mb, const MoeCache& c);
+  // Its way back: the experts' rows, partial over tp, reduce-scattered to the ranks they came
+  // from, then sent back over ep (moe.combine, or moe.dispatch for the inputs' gradients).
+  Tensor from_experts(const Tensor& grouped, models::OpId ep_op, int32_t layer, spec::Phase phase,
+                      int64_t mb, const MoeCache& c);
+  // Elements each tp rank received over ep (the uneven blocks of the tp exchanges).
+  std::vector<int64_t> tp_elements(const MoeCache& c) const;
   // Where the received rows go: c.blocks, c.expert_begin, c.expert_rows and c.tp_rows, from the
   // rows each ep rank sends this one for each local expert (the tp ranks' when they gather).
   void place_arrivals(const std::vector<int64_t>& incoming, MoeCache& c) const;
