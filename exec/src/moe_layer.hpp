@@ -39,6 +39,7 @@
 
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/parameters.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::exec {
@@ -99,9 +100,9 @@ class MoeLayer {
                          MoeCache& c);
   int64_t local_experts() const { return local_; }
   int64_t first_expert() const { return first_; }
-  // Megatron-LM's all-to-all dispatcher over tp (ep and tp > 1): the layer gathers and scatters
-  // its rows itself, in place of the block's sequence-parallel pair (models::dispatches_over_tp).
-  bool dispatches_over_tp() const { return tp_ > 1 && ep_ > 1; }
+  // Megatron-LM's all-to-all dispatcher over tp (spec::moe_dispatches_over_tp): the layer gathers
+  // and scatters its rows itself, in place of the block's sequence-parallel pair.
+  bool dispatches_over_tp() const { return spec::moe_dispatches_over_tp(tp_, ep_); }
   // The all-gather dispatcher (tp > 1, no ep): the tp ranks share the routing.
   bool shares_routing() const { return tp_ > 1 && ep_ == 1; }
 

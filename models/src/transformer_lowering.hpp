@@ -9,6 +9,7 @@
 
 #include "lowering_ops.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::models {
@@ -117,13 +118,9 @@ struct MoeMlp {
 MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const FusionPasses& passes,
                std::vector<Op>& fw);
 
-// Whether a MoE block's token dispatcher runs over tensor parallelism (expert parallelism with
-// tp > 1, sequence parallel: Megatron-LM's MoEAlltoAllTokenDispatcher): each tp rank routes its
-// own s/tp tokens, exchanges their copies over ep, all-gathers the rows over tp for the experts'
-// column- and row-parallel GEMMs and reduce-scatters their output, in place of the MLP's own
-// sequence-parallel gather and reduce-scatter.
+// spec::moe_dispatches_over_tp on this rank's split.
 inline bool dispatches_over_tp(const TransformerDims& x) {
-  return x.ep > 1 && x.t > 1;
+  return spec::moe_dispatches_over_tp(x.t, x.ep);
 }
 
 // A transformer block on a 3D tensor grid (spec/tensor_grid.hpp; grid_lowering.cpp).

@@ -29,6 +29,16 @@ std::string expert_parallel_problem(const Plan& plan);
 // a mixture of experts and ep must divide its experts (each rank holds experts/ep of them).
 std::string expert_model_problem(const ModelSpec& model, int64_t ep);
 
+// Whether a MoE block's token dispatcher runs over tensor parallelism: with ep and tp > 1
+// (sequence parallel), Megatron-LM's MoEAlltoAllTokenDispatcher: each tp rank routes its own s/tp
+// tokens, exchanges their copies over ep, all-gathers the rows its tp group received for the
+// experts' column- and row-parallel GEMMs and reduce-scatters their output, in place of the MLP's
+// own sequence-parallel gather and reduce-scatter. (Without ep the tp ranks share the routing
+// inside that pair: the all-gather dispatcher.) The lowering and the executor both ask it.
+inline bool moe_dispatches_over_tp(int64_t tp, int64_t ep) {
+  return ep > 1 && tp > 1;
+}
+
 // What is wrong with splitting a mixture of experts over `tp` ranks with or without sequence
 // parallelism, or "": with tp > 1 a MoE model needs sequence parallelism (Megatron-LM's
 // validate_args: "When using MoE and tensor parallelism, sequence parallelism must be used"), for
