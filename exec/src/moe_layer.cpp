@@ -138,6 +138,22 @@ Tensor MoeLayer::from_experts(const Tensor& grouped, OpId ep_op, int32_t layer, 
   return back;
 }
 
+Tensor MoeLayer::gather_shared_rows(const Tensor& x, int32_t layer, Phase phase, int64_t mb) {
+  const int64_t n = x.numel();
+  Tensor all = ctx_.backend->empty({x.dim(0) * tp_, hidden_});
+  auto s =
+      tp_exchange(OpId::kMoeSharedAllGather, OpClass::kAllGather, n * tp_ * 4, layer, phase, mb);
+  ctx_.groups->tp->all_gather(x.data(), all.data(), n);
+  return all;
+}
+
+void MoeLayer::scatter_shared_rows(const Tensor& partial, Tensor& out, int32_t layer, Phase phase,
+                                   int64_t mb) {
+  auto s = tp_exchange(OpId::kMoeSharedReduceScatter, OpClass::kReduceScatter, partial.numel() * 4,
+                       layer, phase, mb);
+  ctx_.groups->tp->reduce_scatter(partial.data(), out.data(), out.numel());
+}
+
 std::vector<int64_t> MoeLayer::tp_elements(const MoeCache& c) const {
   std::vector<int64_t> out;
   for (int64_t n : c.tp_rows) out.push_back(n * hidden_);
@@ -350,17 +366,10 @@ Tensor MoeLayer::forward(const MoeWeights& w, const Tensor& x_route, const Tenso
   if (w.shared_fc1 != nullptr) {
     if (dispatches_over_tp()) {
       // The shared experts over every tp rank's rows, their partial output scattered back.
-      c.shared_x = be.empty({T * tp_, h});
-      {
-        auto s = tp_exchange(OpId::kMoeSharedAllGather, OpClass::kAllGather, T * tp_ * h * 4, layer,
-                             phase, mb);
-        ctx_.groups->tp->all_gather(x.data(), c.shared_x.data(), T * h);
-      }
+      c.shared_x = gather_shared_rows(x, layer, phase, mb);
       Tensor partial = be.zeros({T * tp_, h});
       shared_forward(w, c.shared_x, partial, layer, phase, mb, c);
-      auto s = tp_exchange(OpId::kMoeSharedReduceScatter, OpClass::kReduceScatter, T * tp_ * h * 4,
-                           layer, phase, mb);
-      ctx_.groups->tp->reduce_scatter(partial.data(), y.data(), T * h);
+      scatter_shared_rows(partial, y, layer, phase, mb);
     } else {
       shared_forward(w, x, y, layer, phase, mb, c);
     }
@@ -410,17 +419,10 @@ MoeInputGrads MoeLayer::backward(const MoeWeights& w, const Tensor& dy, int32_t 
   Tensor dx = be.zeros({T, h});
   if (w.shared_fc1 != nullptr) {
     if (dispatches_over_tp()) {
-      Tensor dys = be.empty({T * tp_, h});
-      {
-        auto s = tp_exchange(OpId::kMoeSharedAllGather, OpClass::kAllGather, T * tp_ * h * 4, layer,
-                             B, mb);
-        ctx_.groups->tp->all_gather(dy.data(), dys.data(), T * h);
-      }
+      const Tensor dys = gather_shared_rows(dy, layer, B, mb);
       Tensor partial = be.zeros({T * tp_, h});
       shared_backward(w, c.shared_x, dys, partial, layer, mb, c);
-      auto s = tp_exchange(OpId::kMoeSharedReduceScatter, OpClass::kReduceScatter, T * tp_ * h * 4,
-                           layer, B, mb);
-      ctx_.groups->tp->reduce_scatter(partial.data(), dx.data(), T * h);
+      scatter_shared_rows(partial, dx, layer, B, mb);
     } else {
       shared_backward(w, c.x, dy, dx, layer, mb, c);
     }

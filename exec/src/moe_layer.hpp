@@ -123,6 +123,12 @@ class MoeLayer {
   // from, then sent back over ep (moe.combine, or moe.dispatch for the inputs' gradients).
   Tensor from_experts(const Tensor& grouped, models::OpId ep_op, int32_t layer, spec::Phase phase,
                       int64_t mb, const MoeCache& c);
+  // The shared experts' own sequence-parallel pair under dispatches_over_tp: x [T, hidden]
+  // all-gathered over tp (moe.shared_all_gather), and their partial output [tp T, hidden]
+  // reduce-scattered into out [T, hidden] (moe.shared_reduce_scatter).
+  Tensor gather_shared_rows(const Tensor& x, int32_t layer, spec::Phase phase, int64_t mb);
+  void scatter_shared_rows(const Tensor& partial, Tensor& out, int32_t layer, spec::Phase phase,
+                           int64_t mb);
   // Elements each tp rank received over ep (the uneven blocks of the tp exchanges).
   std::vector<int64_t> tp_elements(const MoeCache& c) const;
   // Where the received rows go: c.blocks, c.expert_begin, c.expert_rows and c.tp_rows, from the
