@@ -57,6 +57,14 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--offload-params", f.offload_params,
                  "ZeRO-Infinity: the parameter shard on the host: host, nvme or none (needs "
                  "--zero 3)");
+  cmd.add_option("--offload-activations", f.offload_activations,
+                 "What the transformer blocks keep for backward, copied to host memory after "
+                 "their forward and back before their backward (Megatron-LM --cpu-offloading): "
+                 "host or none");
+  cmd.add_option("--offload-activation-layers", f.offload_activation_layers,
+                 "With --offload-activations host: only the first N layers of each stage chunk "
+                 "(Megatron-LM --cpu-offloading-num-layers N)")
+      ->check(positive());
   cmd.add_option("--cp-algorithm", f.cp_algorithm,
                  "How context-parallel ranks attend to the whole sequence: ring (default; ring "
                  "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
@@ -145,12 +153,15 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     // The plan's own rules again, now with its split (degrees >= 1, DDP only).
     plan = spec::plan_from_json(spec::to_json(plan), "command line");
   }
-  if (!f.offload_optimizer.empty() || !f.offload_params.empty()) {
+  if (!f.offload_optimizer.empty() || !f.offload_params.empty() || !f.offload_activations.empty() ||
+      f.offload_activation_layers > 0) {
     // Decoded and checked as a plan file's "offload" object (the flag's value named in errors).
     spec::Json j = spec::to_json(plan);
     spec::Json offload = j.contains("offload") ? j["offload"] : spec::Json::object();
     if (!f.offload_optimizer.empty()) offload["optimizer"] = f.offload_optimizer;
     if (!f.offload_params.empty()) offload["params"] = f.offload_params;
+    if (!f.offload_activations.empty()) offload["activations"] = f.offload_activations;
+    if (f.offload_activation_layers > 0) offload["activation_layers"] = f.offload_activation_layers;
     j["offload"] = offload;
     plan = spec::plan_from_json(j, "command line");
   }

@@ -26,14 +26,16 @@ struct PlanFlags {
   int64_t recompute_layers = 0;  // 0: every layer
   std::string dtype;
   int64_t seq_len = 0;
-  std::string compression;        // kind[:knob=value,...] (spec::compression_from_text)
-  int64_t cp = 1;                 // ranks splitting each sequence (context parallelism)
-  std::string cp_algorithm;       // ring, all-gather or all-to-all
-  int64_t ep = 1;                 // ranks splitting a mixture of experts' routed experts
-  std::string tp_grid;            // "XxYxZ": the tp ranks as AxoNN's 3D tensor grid
-  std::string spatial;            // HxW, or H (rows only): a CNN's samples over a grid of ranks
-  std::string offload_optimizer;  // host or nvme (ZeRO-Offload), or none
-  std::string offload_params;     // host or nvme (ZeRO-Infinity, zero 3), or none
+  std::string compression;          // kind[:knob=value,...] (spec::compression_from_text)
+  int64_t cp = 1;                   // ranks splitting each sequence (context parallelism)
+  std::string cp_algorithm;         // ring, all-gather or all-to-all
+  int64_t ep = 1;                   // ranks splitting a mixture of experts' routed experts
+  std::string tp_grid;              // "XxYxZ": the tp ranks as AxoNN's 3D tensor grid
+  std::string spatial;              // HxW, or H (rows only): a CNN's samples over a grid of ranks
+  std::string offload_optimizer;    // host or nvme (ZeRO-Offload), or none
+  std::string offload_params;       // host or nvme (ZeRO-Infinity, zero 3), or none
+  std::string offload_activations;  // host, or none
+  int64_t offload_activation_layers = 0;  // 0: every layer
   StackFlags stack;
 };
 

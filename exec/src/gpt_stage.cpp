@@ -176,6 +176,7 @@ class GptStage : public StageModel {
   void build_layers() {
     const std::vector<spec::Recompute> recompute =
         models::layer_recompute(*ctx_.plan, *ctx_.lowered);
+    const std::vector<bool> offloaded = models::layer_activation_offload(*ctx_.plan, *ctx_.lowered);
     Param* table = nullptr;  // the embedding's, when this rank has it
     for (int32_t layer : local_layers()) {
       std::unique_ptr<GptLayer> made;
@@ -188,9 +189,9 @@ class GptStage : public StageModel {
         head_ = head.get();
         made = std::move(head);
       } else {
-        made = std::make_unique<TransformerBlock>(parts_, *store_, layer,
-                                                  gpt_moe_layer(m_, layer, head_layer_),
-                                                  recompute.at(static_cast<size_t>(layer)));
+        made = std::make_unique<TransformerBlock>(
+            parts_, *store_, layer, gpt_moe_layer(m_, layer, head_layer_),
+            recompute.at(static_cast<size_t>(layer)), offloaded.at(static_cast<size_t>(layer)));
       }
       layers_[layer] = std::move(made);
     }

@@ -50,6 +50,12 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              std::string(spec::enum_name(spec::offload_target_names(), plan.offload.params)),
              "the executor keeps the parameters on its device: ZeRO-Infinity's parameter "
              "offload is simulated and planned only (issue 14)");
+  // Activation offload: each transformer block's cache goes to the host pool after its forward
+  // and back before its backward (exec/src/transformer_block.cpp).
+  if (plan.offload.activations != spec::OffloadTarget::kNone && !model.is_transformer())
+    diag.add("/offload/activations", "\"host\"",
+             "the executor offloads the activations of transformer blocks (MLPs and CNNs: "
+             "simulated and planned only)");
   // Context parallelism runs as ring attention, Llama 3's all-gather of keys and values or
   // DeepSpeed-Ulysses' all-to-alls (exec/cp_attention.hpp), on CPU ranks (runner.cpp). Ring
   // attention's steps are flash attention's (exec/blockwise_attention.hpp): as in the simulator,
@@ -105,6 +111,10 @@ class Trainer {
                          "keeps a batch in flight across steps and two weight versions; the "
                          "executor does not checkpoint it (--checkpoint)");
     }
+    if (plan_.offload.activations != spec::OffloadTarget::kNone && ctx.backend->name() != "cpu")
+      throw InputError("plan " + plan_.name(), "/offload/activations", "\"host\"",
+                       "the executor offloads activations on CPU ranks only (its host pool is "
+                       "host memory the CPU backend's copies move to)");
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});
     v_ = ctx.backend->zeros({n});

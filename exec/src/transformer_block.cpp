@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "activations.hpp"
 
 namespace sextant::exec {
@@ -14,8 +16,8 @@ constexpr float kRopeBase = 1e4f;  // RoFormer, Llama 1 and 2
 }  // namespace
 
 TransformerBlock::TransformerBlock(const GptParts& parts, ParamStore& store, int32_t layer,
-                                   bool moe, spec::Recompute recompute)
-    : GptLayer(parts), layer_(layer), recompute_(recompute), moe_(moe) {
+                                   bool moe, spec::Recompute recompute, bool offload)
+    : GptLayer(parts), layer_(layer), recompute_(recompute), moe_(moe), offload_(offload) {
   const std::string b = fmt::format("block{}", layer - 1);
   p_.ln1_g = &store.get(b + ".ln1.gamma");
   if (layernorm()) p_.ln1_b = &store.get(b + ".ln1.beta");
@@ -67,8 +69,93 @@ Tensor TransformerBlock::forward(const MicroBatch& mb, const Tensor& x) {
     // the lowering counts (and Transformer Engine keeps).
     c.qkv = Tensor();
   }
+  if (offload_) cache_to_host(c, mb.index);
   caches_[mb.index] = std::move(c);
   return y;
+}
+
+std::vector<Tensor*> TransformerBlock::cached_tensors(Cache& c) {
+  std::vector<Tensor*> out;
+  for (Tensor* t : {&c.x,
+                    &c.ln1,
+                    &c.ln1_mean,
+                    &c.ln1_rstd,
+                    &c.a_in,
+                    &c.qkv,
+                    &c.att,
+                    &c.o,
+                    &c.x1,
+                    &c.ln2,
+                    &c.ln2_mean,
+                    &c.ln2_rstd,
+                    &c.m_in,
+                    &c.f1,
+                    &c.g,
+                    &c.qkv_heads,
+                    &c.moe.x_route,
+                    &c.moe.x,
+                    &c.moe.shared_x,
+                    &c.moe.in,
+                    &c.moe.f1,
+                    &c.moe.g,
+                    &c.moe.out,
+                    &c.moe.shared_f1,
+                    &c.moe.shared_g})
+    if (!t->empty()) out.push_back(t);
+  return out;
+}
+
+namespace {
+
+// Two tensors of a cache that are one: the same first element and size (a layer pair's input is
+// the norm's output itself without sequence parallelism; a view may change the shape).
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  return a.raw() == b.raw() && a.bytes() == b.bytes();
+}
+
+// The bytes of `all`, each tensor once.
+int64_t distinct_bytes(const std::vector<Tensor*>& all) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool seen = std::any_of(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(i),
+                                  [&](const Tensor* o) { return same_tensor(*o, *all[i]); });
+    if (!seen) bytes += all[i]->bytes();
+  }
+  return bytes;
+}
+
+// Copies each of `all` once into a new tensor of `be` and points it and every tensor that is
+// the same one at the copy (each with its own shape), so the old memory is freed.
+void move_tensors(Backend& be, const std::vector<Tensor*>& all) {
+  std::vector<std::pair<Tensor, Tensor>> moved;  // (old, its copy)
+  for (Tensor* t : all) {
+    auto it = std::find_if(moved.begin(), moved.end(),
+                           [&](const auto& m) { return same_tensor(m.first, *t); });
+    if (it == moved.end()) {
+      Tensor copy = be.empty(t->shape(), t->dtype());
+      be.copy(*t, copy);
+      it = moved.insert(moved.end(), {*t, copy});
+    }
+    *t = it->second.view(t->shape());
+  }
+}
+
+}  // namespace
+
+void TransformerBlock::cache_to_host(Cache& c, int64_t mb) {
+  const std::vector<Tensor*> all = cached_tensors(c);
+  auto scope =
+      rec(ctx().comm(OpId::kOffloadActivationsToHost, spec::OpClass::kMemcpy,
+                     spec::Stream::kOffload, distinct_bytes(all), 1, Phase::kFwd, layer_, mb));
+  move_tensors(backend(), all);
+}
+
+void TransformerBlock::cache_to_device(Cache& c, int64_t mb) {
+  const std::vector<Tensor*> all = cached_tensors(c);
+  auto scope =
+      rec(ctx().comm(OpId::kOffloadActivationsToDevice, spec::OpClass::kMemcpy,
+                     spec::Stream::kOffload, distinct_bytes(all), 1, Phase::kBwd, layer_, mb));
+  move_tensors(backend(), all);
 }
 
 Tensor TransformerBlock::run_forward(Cache& c, int64_t mb, Phase phase) {
@@ -143,6 +230,7 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
   Cache& c = caches_.at(mb);
   const GptShape& s = shape();
   LinearPairs& lp = pairs();
+  if (offload_) cache_to_device(c, mb);
   if (recompute_ == spec::Recompute::kFull) {
     run_forward(c, mb, Phase::kRecompute);
   } else if (recompute_ == spec::Recompute::kSelective) {

@@ -16,9 +16,10 @@ namespace sextant::exec {
 class TransformerBlock final : public GptLayer {
  public:
   // Lowered layer `layer` (block layer - 1 in the parameter names); `moe` when its MLP is a
-  // mixture of experts.
+  // mixture of experts; `offload` when what it keeps for backward is offloaded to the host
+  // (models::layer_activation_offload).
   TransformerBlock(const GptParts& parts, ParamStore& store, int32_t layer, bool moe,
-                   spec::Recompute recompute);
+                   spec::Recompute recompute, bool offload);
   Tensor forward(const MicroBatch& mb, const Tensor& x) override;
   Tensor backward(const MicroBatch& mb, const Tensor& dy) override;
 
@@ -44,6 +45,15 @@ class TransformerBlock final : public GptLayer {
     MoeCache moe;      // a mixture-of-experts block's MLP
   };
 
+  // The tensors the cache holds (some may be one tensor: a layer pair's input is the norm's
+  // output itself without sequence parallelism).
+  static std::vector<Tensor*> cached_tensors(Cache& c);
+  // Activation offload (Megatron-LM --cpu-offloading): what the cache holds, copied to tensors
+  // of the host pool and freed on the device after the forward, traced as the simulator's
+  // offload.activations_to_host; and back before the backward (offload.activations_to_device).
+  void cache_to_host(Cache& c, int64_t mb);
+  void cache_to_device(Cache& c, int64_t mb);
+
   // The block's forward from c.x, filling the cache; `phase` is kFwd or kRecompute.
   Tensor run_forward(Cache& c, int64_t mb, spec::Phase phase);
   // y = x1 + m (+ the MLP's output bias).
@@ -66,6 +76,7 @@ class TransformerBlock final : public GptLayer {
   Params p_;
   MoeWeights moe_weights_;  // a mixture-of-experts block's
   bool moe_ = false;
+  bool offload_ = false;
   std::map<int64_t, Cache> caches_;  // by micro-batch
 };
 

@@ -103,6 +103,15 @@ std::vector<spec::Recompute> layer_recompute(const spec::Plan& plan, const Lower
   return modes;
 }
 
+std::vector<bool> layer_activation_offload(const spec::Plan& plan, const LoweredModel& lowered) {
+  std::vector<bool> offloaded(lowered.layers.size(), false);
+  const std::vector<bool> units =
+      spec::unit_activation_offload(plan, pipeline_layer_count(lowered));
+  std::copy(units.begin(), units.end(),
+            offloaded.begin() + static_cast<std::ptrdiff_t>(lowered.split_begin));
+  return offloaded;
+}
+
 std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const LoweredModel& lowered,
                                              int64_t stage, int64_t bucket_bytes,
                                              int64_t grad_bytes) {

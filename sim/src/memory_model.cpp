@@ -42,12 +42,20 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
   f.params = models::stage_params(plan, lowered, stage);
   f.expert_params = models::stage_expert_params(plan, lowered, stage);
   f.chunk_activation.assign(chunks, 0);
+  f.chunk_offloaded.assign(chunks, 0);
   const std::vector<spec::Recompute> recompute = models::layer_recompute(plan, lowered);
+  const std::vector<bool> offloaded = models::layer_activation_offload(plan, lowered);
   for (size_t v = 0; v < chunks; ++v) {
     for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
       const models::Layer& layer = lowered.layers[l];
+      const int64_t kept = layer.saved_bytes_for(recompute[l]);
       f.largest_layer = std::max(f.largest_layer, layer.params);
-      f.chunk_activation[v] += layer.saved_bytes_for(recompute[l]);
+      if (offloaded[l]) {
+        f.chunk_offloaded[v] += kept;
+        f.largest_offloaded = std::max(f.largest_offloaded, kept);
+      } else {
+        f.chunk_activation[v] += kept;
+      }
       f.largest_working = std::max(f.largest_working, layer.saved_bytes);
     }
   }
@@ -122,6 +130,16 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     for (const std::vector<int64_t>& counts : moments.during_backward)
       peak = std::max(peak, bytes_at(counts) + largest_working);
   }
+  // Offloaded activations: on the host for every micro-batch in flight; on the device, two
+  // layers' worth in transit (Transformer Engine's double buffer: a layer's copy to the host
+  // finishes while the next computes, and in backward the next layer's reload while one runs).
+  int64_t offloaded_peak = 0;
+  for (const std::vector<int64_t>& counts : moments.after_forward) {
+    int64_t b = 0;
+    for (size_t v = 0; v < chunks; ++v) b += counts[v] * footprint.chunk_offloaded[v];
+    offloaded_peak = std::max(offloaded_peak, b);
+  }
+  if (offloaded_peak > 0) peak += 2 * footprint.largest_offloaded;
   m.activations = peak;
 
   // Buffers: stage-to-stage send and receive buffers, the DDP gradient bucket, and under ZeRO-3
@@ -166,7 +184,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   m.peak_bytes = m.weights + m.gradients + m.optimizer + m.activations + m.buffers + m.reserved;
   // Host memory of the offloaded shard (offload_cost.hpp), against the rank's share of its node's.
   const int64_t shard = (params + n - 1) / n;
-  m.host_bytes = shard * host_bytes_per_param(plan.offload, per.weights);
+  m.host_bytes = shard * host_bytes_per_param(plan.offload, per.weights) + offloaded_peak;
   if (cluster != nullptr) {
     m.capacity_bytes = cluster->device.memory_capacity_bytes;
     m.headroom_bytes = m.capacity_bytes - m.peak_bytes;

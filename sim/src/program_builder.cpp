@@ -32,6 +32,7 @@ class StageBuilder {
         stage_(stage),
         layers_(stage_layers(plan, lowered, stage)),
         recompute_(models::layer_recompute(plan, lowered)),
+        activations_offloaded_(models::layer_activation_offload(plan, lowered)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
         grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
         micro_batches_(plan.micro_batches()),
@@ -544,6 +545,7 @@ class StageBuilder {
         param_gather_.erase(gather);
       }
       run_ops(l, lowered_.layers[l].forward, Phase::kFwd, u.micro_batch);
+      if (activations_offloaded_[l]) activations_to_host(l, u.micro_batch);
     });
     if (!last_chunk(u.chunk))
       send(PeerSlot::kNext, boundary_bytes(e), Phase::kFwd, u.micro_batch,
@@ -562,8 +564,13 @@ class StageBuilder {
               static_cast<int32_t>(e - 1));
     std::vector<size_t> order;
     for (size_t l = e; l-- > b;) order.push_back(l);
+    reloads_.clear();
     pass(order, Phase::kBwd, u.micro_batch, [&](size_t l) {
       const models::Layer& layer = lowered_.layers[l];
+      // Offloaded activations: the layer's own reload (issued ahead, or now), then the next
+      // layer's prefetch, which runs beside this layer's backward.
+      if (activations_offloaded_[l]) require(reload_activations(l, u.micro_batch));
+      if (l > b && activations_offloaded_[l - 1]) reload_activations(l - 1, u.micro_batch);
       if (is_block(l) && recompute_[l] == spec::Recompute::kFull) {
         run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch);
       } else if (is_block(l) && recompute_[l] == spec::Recompute::kSelective) {
@@ -599,6 +606,43 @@ class StageBuilder {
     });
     if (!first_chunk(u.chunk))
       send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch, static_cast<int32_t>(b));
+  }
+
+  // The bytes `layer` keeps for its backward under its recompute mode: what offloading moves.
+  int64_t kept_activation_bytes(size_t layer) const {
+    return lowered_.layers[layer].saved_bytes_for(recompute_[layer]);
+  }
+
+  // Transformer Engine's activation offload (cpu_offload.py, the double-buffered group handler
+  // Megatron-LM's --cpu-offloading uses): once a layer's forward is done its saved activations are
+  // copied to the host on the offload stream, and the layer after next waits for that copy (the
+  // next one already runs while it moves), so at most two layers' activations are in transit.
+  void activations_to_host(size_t layer, int64_t mb) {
+    const int32_t produced = flush();
+    if (last_offload_ >= 0) require(last_offload_);
+    std::vector<Dep> deps;
+    if (produced >= 0) deps.push_back(done(produced));
+    const int64_t bytes = kept_activation_bytes(layer);
+    last_offload_ = offload_task(OpId::kOffloadActivationsToHost, spec::OpClass::kMemcpy, bytes,
+                                 offload_->device_host_copy(bytes), Phase::kFwd, mb,
+                                 static_cast<int32_t>(layer), deps);
+  }
+
+  // A layer's offloaded activations copied back to the device, once per backward unit: issued
+  // when the backward of the layer above it starts (a prefetch one layer ahead), or when its own
+  // starts. Returns the copy task.
+  int32_t reload_activations(size_t layer, int64_t mb) {
+    auto it = reloads_.find(layer);
+    if (it != reloads_.end()) return it->second;
+    const int32_t before = flush();
+    std::vector<Dep> deps;
+    if (before >= 0) deps.push_back(done(before));
+    const int64_t bytes = kept_activation_bytes(layer);
+    const int32_t task = offload_task(OpId::kOffloadActivationsToDevice, spec::OpClass::kMemcpy,
+                                      bytes, offload_->device_host_copy(bytes), Phase::kBwd, mb,
+                                      static_cast<int32_t>(layer), deps);
+    reloads_.emplace(layer, task);
+    return task;
   }
 
   // The last micro-batch's backward of `layer` is done: a bucket it completes is reduced now,
@@ -823,7 +867,10 @@ class StageBuilder {
   const OffloadCost* offload_;
   int64_t stage_;
   StageLayers layers_;
-  std::vector<spec::Recompute> recompute_;  // per lowered layer (models::layer_recompute)
+  std::vector<spec::Recompute> recompute_;   // per lowered layer (models::layer_recompute)
+  std::vector<bool> activations_offloaded_;  // per lowered layer (layer_activation_offload)
+  int32_t last_offload_ = -1;                // the latest activation copy to the host
+  std::map<size_t, int32_t> reloads_;        // layer -> its reload in this backward unit
   int64_t elem_bytes_;
   int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;

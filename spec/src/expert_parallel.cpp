@@ -13,7 +13,7 @@ std::string expert_parallel_problem(const Plan& plan) {
         "must divide dp ({}): the ranks splitting the experts are data-parallel ranks "
         "(Megatron-LM's expert-model-parallel group is carved out of dp)",
         plan.dp);
-  if (plan.offload.any()) return "runs without offload";
+  if (plan.offload.state()) return "runs without optimizer or parameter offload";
   if (plan.compression.any()) return "runs without gradient compression";
   return "";
 }

@@ -92,6 +92,10 @@ std::string Plan::name() const {
     s += offload.optimizer == OffloadTarget::kNvme ? ".off-opt-nvme" : ".off-opt";
   if (offload.params != OffloadTarget::kNone)
     s += offload.params == OffloadTarget::kNvme ? ".off-par-nvme" : ".off-par";
+  if (offload.activations != OffloadTarget::kNone) {
+    s += ".off-act";
+    if (offload.activation_layers > 0) s += std::to_string(offload.activation_layers);
+  }
   switch (compression.kind) {
     case CompressionKind::kNone:
       break;
@@ -249,6 +253,18 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("offload/params", std::string(enum_name(offload_target_names(), p.offload.params)),
             "needs zero 3 (parameters are offloaded as ZeRO-3 shards)");
   }
+  if (p.offload.activations == OffloadTarget::kNvme) {
+    problem("offload/activations", "nvme",
+            "\"host\" or \"none\" (activations are offloaded to host memory, as Megatron-LM's "
+            "and Transformer Engine's CPU offloading do)");
+  }
+  if (p.offload.activation_layers < 0) {
+    problem("offload/activation_layers", std::to_string(p.offload.activation_layers),
+            "must be >= 1 (the first layers of each chunk offloaded), or 0 for all");
+  } else if (p.offload.activation_layers > 0 && p.offload.activations == OffloadTarget::kNone) {
+    problem("offload/activation_layers", std::to_string(p.offload.activation_layers),
+            "applies with offload/activations \"host\" only");
+  }
   const GradientCompression& c = p.compression;
   if (c.any()) {
     const std::string kind(enum_name(compression_kind_names(), c.kind));
@@ -270,7 +286,7 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     if (p.zero != 0)
       problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
     if (c.any()) problem("spatial", split, "runs without gradient compression");
-    if (p.offload.any()) problem("spatial", split, "runs without offload");
+    if (p.offload.state()) problem("spatial", split, "runs without optimizer or parameter offload");
     if (p.cp > 1)
       problem("cp", std::to_string(p.cp),
               "splits a transformer's sequences; a CNN's samples split with spatial");
@@ -339,6 +355,13 @@ Plan plan_from_json(const Json& json, const std::string& source) {
                               .value_or(OffloadTarget::kNone);
     p.offload.params = o->enumeration("params", offload_target_names(), Presence::kOptional)
                            .value_or(OffloadTarget::kNone);
+    p.offload.activations =
+        o->enumeration("activations", offload_target_names(), Presence::kOptional)
+            .value_or(OffloadTarget::kNone);
+    p.offload.activation_layers =
+        o->integer("activation_layers", Range::between(0, static_cast<double>(kMaxLayers)),
+                   Presence::kOptional)
+            .value_or(0);
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
@@ -452,9 +475,13 @@ Json to_json(const Plan& p) {
             {"recompute", enum_name(recompute_names(), p.recompute)}};
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   if (p.stack) j["stack"] = to_json(*p.stack);
-  if (p.offload.any())
+  if (p.offload.any()) {
     j["offload"] = {{"optimizer", enum_name(offload_target_names(), p.offload.optimizer)},
-                    {"params", enum_name(offload_target_names(), p.offload.params)}};
+                    {"params", enum_name(offload_target_names(), p.offload.params)},
+                    {"activations", enum_name(offload_target_names(), p.offload.activations)}};
+    if (p.offload.activation_layers > 0)
+      j["offload"]["activation_layers"] = p.offload.activation_layers;
+  }
   if (p.compression.any()) {
     const GradientCompression& c = p.compression;
     Json cj = {{"kind", enum_name(compression_kind_names(), c.kind)},
@@ -495,6 +522,18 @@ Stack plan_stack(const Plan& plan, bool gpu_cluster) {
 
 Plan read_plan_file(const std::string& path) {
   return plan_from_json(read_json_file(path), path);
+}
+
+std::vector<bool> unit_activation_offload(const Plan& plan, int64_t units) {
+  const bool on = plan.offload.activations != OffloadTarget::kNone;
+  std::vector<bool> offloaded(static_cast<size_t>(std::max<int64_t>(units, 0)), on);
+  if (!on || plan.offload.activation_layers <= 0) return offloaded;
+  size_t unit = 0;
+  for (int64_t count : stage_layer_counts(plan, units)) {
+    for (int64_t i = 0; i < count && unit < offloaded.size(); ++i, ++unit)
+      if (i >= plan.offload.activation_layers) offloaded[unit] = false;
+  }
+  return offloaded;
 }
 
 std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units) {
@@ -601,6 +640,12 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     const int64_t largest = largest_stage_chunk(p, units);
     if (p.recompute_layers > largest)
       add("recompute_layers", std::to_string(p.recompute_layers),
+          fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
+  }
+  if (p.offload.activation_layers > 0 && p.chunks() <= units) {
+    const int64_t largest = largest_stage_chunk(p, units);
+    if (p.offload.activation_layers > largest)
+      add("offload/activation_layers", std::to_string(p.offload.activation_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
   if (model.is_transformer()) {

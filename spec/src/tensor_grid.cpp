@@ -21,7 +21,7 @@ std::string tensor_grid_problem(const Plan& plan) {
   if (plan.zero == 3)
     return "runs with zero <= 2: the grid's z axis already shards each weight block as ZeRO-3 "
            "does";
-  if (plan.offload.any()) return "runs without offload";
+  if (plan.offload.state()) return "runs without optimizer or parameter offload";
   return "";
 }
 

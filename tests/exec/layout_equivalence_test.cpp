@@ -392,6 +392,14 @@ spec::Plan offloaded(spec::Plan p) {
   return p;
 }
 
+// Activation offload: what the first `layers` blocks of each chunk (0: every block) keep for
+// backward on the host pool between their forward and backward (exec/src/transformer_block.cpp).
+spec::Plan activations_offloaded(spec::Plan p, int64_t layers = 0) {
+  p.offload.activations = spec::OffloadTarget::kHost;
+  p.offload.activation_layers = layers;
+  return p;
+}
+
 // The routed experts split over `ep` of the data-parallel ranks.
 spec::Plan with_ep(spec::Plan p, int64_t ep) {
   p.ep = ep;
@@ -569,6 +577,18 @@ std::vector<Layout> layouts() {
       {"dp4_zero2_offload", offloaded(plan_of(4, 1, 1, 2))},
       {"dp8_zero1_offload", offloaded(plan_of(8, 1, 1, 1))},
       {"llama_dp2_tp2_pp2_sp_zero1_offload", offloaded(plan_of(2, 2, 2, 1, true)), Net::kLlama},
+      // Activations on the host pool between each block's forward and backward (Megatron-LM's
+      // --cpu-offloading), alone and beside recompute (DeepSpeed's cpu_checkpointing), optimizer
+      // offload, sequence, context and expert parallelism.
+      {"dp2_act_offload", activations_offloaded(plan_of(2, 1, 1))},
+      {"llama_tp2_sp_act_offload", activations_offloaded(plan_of(1, 2, 1, 0, true)), Net::kLlama},
+      {"pp2_full_recompute_act_offload1",
+       activations_offloaded(with_recompute(plan_of(1, 1, 2), R::kFull), 1)},
+      {"dp2_pp2_zero1_offload_act_offload", activations_offloaded(offloaded(plan_of(2, 1, 2, 1)))},
+      {"moe_dp2_ep2_act_offload", with_ep(activations_offloaded(plan_of(2, 1, 1)), 2), Net::kMoe},
+      {"llama_dp2_cp2_act_offload", activations_offloaded(with_cp(plan_of(2, 1, 1), 2)),
+       Net::kLlama},
+      {"dp2_tp2_pp2_act_offload1", activations_offloaded(plan_of(2, 2, 2), 1)},
       // PipeDream-2BW: against its own single-rank run (reference()). GPT's tied table makes
       // the end stages sum its gradient at each batch's end; Llama's is untied.
       {"pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW)},
@@ -664,6 +684,25 @@ std::map<std::pair<std::string, spec::Phase>, int64_t> take_routed_bytes(spec::T
   return out;
 }
 
+// Offloaded activations: what a block's cache holds (exec/src/transformer_block.cpp) against
+// what the lowering counts (Korthikanti et al.'s tensors). Compared per rank by count; returns
+// the world's bytes of each copy and the copies, and drops the bytes from `trace`.
+struct OffloadedActivations {
+  int64_t bytes = 0, copies = 0;
+};
+OffloadedActivations take_offloaded_activations(spec::Trace& trace) {
+  OffloadedActivations out;
+  for (spec::TraceEvent& e : trace.events) {
+    if (e.name != models::op_name(models::OpId::kOffloadActivationsToHost) &&
+        e.name != models::op_name(models::OpId::kOffloadActivationsToDevice))
+      continue;
+    out.bytes += e.bytes;
+    ++out.copies;
+    e.bytes = 0;
+  }
+  return out;
+}
+
 void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& model,
                               const spec::ClusterSpec& cluster, const spec::Plan& plan) {
   spec::Trace measured = spec::read_trace_file(file);
@@ -677,6 +716,24 @@ void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& mo
     return;
   }
   EXPECT_EQ(take_routed_bytes(measured), take_routed_bytes(*predicted.trace));
+  const OffloadedActivations kept = take_offloaded_activations(measured);
+  const OffloadedActivations counted = take_offloaded_activations(*predicted.trace);
+  EXPECT_EQ(kept.copies, counted.copies);
+  if (kept.copies > 0 && !model.transformer().moe) {
+    // Beyond the lowering's count a dense block's cache holds the two norms' row statistics
+    // (mean and 1/std or 1/rms, fp32: 4 per row) and, under sequence parallelism, the two layer
+    // pairs' gathered inputs, rows x hidden each (Megatron-LM gathers them again in backward
+    // instead); under full recompute only the input, as counted. A MoE block also keeps its
+    // routing beside its tensors (MoeCache): compared by count only.
+    const spec::TransformerSpec& t = model.transformer();
+    const int64_t rows = plan.micro_batch * plan.seq_len.value_or(t.seq_len) / plan.cp;
+    const int64_t local = plan.sequence_parallel ? rows / plan.tp : rows;
+    const int64_t extra =
+        plan.recompute == spec::Recompute::kFull
+            ? 0
+            : 4 * local * 4 + (plan.sequence_parallel ? 2 * rows * t.hidden * 4 : 0);
+    EXPECT_EQ(kept.bytes - counted.bytes, kept.copies * extra);
+  }
   // Ops are compared on the ranks both traces hold: both must hold all of them, with ops, or the
   // comparison below would pass on nothing.
   for (const spec::Trace* t : {&measured, &*predicted.trace}) {

@@ -20,15 +20,7 @@ constexpr double kParams = kLayers * kWidth * kWidth;  // bias-free square layer
 // The ideal cluster (GEMMs at exactly 100 TFLOP/s, memory-bound ops free) with a host: PCIe at
 // 100 GB/s each way, 100 GB/s of DRAM for the node's 8 devices (12.5 GB/s a rank).
 spec::ClusterSpec cluster_with_host() {
-  spec::ClusterSpec c = test::ideal_cluster(100);
-  spec::HostSpec h;
-  h.memory_bytes = int64_t{1} << 40;
-  h.memory_bandwidth_GBps = 100;
-  h.memory_efficiency = 1;
-  h.pcie_bandwidth_GBps = 100;
-  h.source = "test";
-  c.host = h;
-  return c;
+  return test::ideal_cluster_with_host(100);
 }
 
 spec::Plan one_gpu(int zero, spec::Offload offload) {

@@ -81,7 +81,7 @@ TEST(ExpertParallel, TheRulesNameTheFieldAndTheReason) {
   Plan off = ep_plan(4, 4);
   off.zero = 1;
   off.offload.optimizer = OffloadTarget::kHost;
-  EXPECT_INPUT_ERROR(validate_plan(off, m, 4, "p"), "runs without offload");
+  EXPECT_INPUT_ERROR(validate_plan(off, m, 4, "p"), "runs without optimizer or parameter offload");
   // A plan file says which field is wrong.
   EXPECT_INPUT_ERROR(plan_from_json(Json::parse(R"({"schema": "sextant.plan/1", "dp": 6,
       "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "ep": 4, "global_batch": 6})"),

@@ -47,4 +47,18 @@ inline spec::ClusterSpec ideal_cluster(double tflops = 100, double node_GBps = 1
   return c;
 }
 
+// The ideal cluster with a host: PCIe at 100 GB/s each way, 100 GB/s of DRAM for the node's 8
+// devices (12.5 GB/s a rank), 1 TiB of host memory.
+inline spec::ClusterSpec ideal_cluster_with_host(double tflops = 100) {
+  spec::ClusterSpec c = ideal_cluster(tflops);
+  spec::HostSpec h;
+  h.memory_bytes = int64_t{1} << 40;
+  h.memory_bandwidth_GBps = 100;
+  h.memory_efficiency = 1;
+  h.pcie_bandwidth_GBps = 100;
+  h.source = "test";
+  c.host = h;
+  return c;
+}
+
 }  // namespace sextant::test

@@ -200,6 +200,9 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
 // pipeline splits, plan.recompute for the embedding and head around them). Full and selective
 // recompute re-run blocks only (the simulator's and the executor's passes).
 std::vector<spec::Recompute> layer_recompute(const spec::Plan& plan, const LoweredModel& lowered);
+// Whether each lowered layer's activations are offloaded to the host under `plan`
+// (spec::unit_activation_offload for the layers a pipeline splits; never the embedding or head).
+std::vector<bool> layer_activation_offload(const spec::Plan& plan, const LoweredModel& lowered);
 
 // Megatron's scatter/gather of pipeline transfers (Narayanan et al., SC'21 §4.1): with tensor
 // parallelism and no sequence parallelism every tp rank holds the whole activation, so each sends

@@ -130,6 +130,9 @@ namespace sextant::models {
   X(kOffloadAdamw, "offload.adamw")                                             \
   X(kOffloadParamsToDevice, "offload.params_to_device")                         \
   X(kOffloadParamsToNvme, "offload.params_to_nvme")                             \
+  /* A layer's saved activations to the host after its forward and back. */     \
+  X(kOffloadActivationsToHost, "offload.activations_to_host")                   \
+  X(kOffloadActivationsToDevice, "offload.activations_to_device")               \
   X(kStepHost, "step.host")
 
 // X(enumerator, suffix): ops of a named unit (an MLP's "fc3", a CNN's "layer2" and its

@@ -38,7 +38,11 @@ struct StageFootprint {
   int64_t expert_params = 0;              // of those, models::stage_expert_params
   int64_t largest_layer = 0;              // parameters of the stage's largest layer
   int64_t largest_working = 0;            // activations of one layer while its backward runs
-  std::vector<int64_t> chunk_activation;  // bytes kept for backward per micro-batch, per chunk
+  std::vector<int64_t> chunk_activation;  // bytes kept on the device for backward per
+                                          // micro-batch, per chunk
+  std::vector<int64_t> chunk_offloaded;   // of what is kept, bytes offloaded to the host
+                                          // (Offload::activations), per micro-batch, per chunk
+  int64_t largest_offloaded = 0;          // the most one offloaded layer keeps
   int64_t boundary = 0;                   // the largest activation a layer hands on
 };
 StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredModel& lowered,

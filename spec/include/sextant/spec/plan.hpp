@@ -40,7 +40,19 @@ struct Offload {
   // The rank's 16-bit parameter shard; copied to the device before each ZeRO-3 all-gather.
   // Needs ZeRO 3.
   OffloadTarget params = OffloadTarget::kNone;
-  bool any() const { return optimizer != OffloadTarget::kNone || params != OffloadTarget::kNone; }
+  // What the offloaded pipeline units (transformer blocks) keep for their backward: copied to
+  // host memory after each unit's forward and back before its backward, overlapped with the
+  // neighbouring units' compute (Megatron-LM's --cpu-offloading with Transformer Engine's
+  // get_cpu_offload_context; DeepSpeed's cpu_checkpointing when recompute keeps only the input).
+  // Host only, as those stacks do.
+  OffloadTarget activations = OffloadTarget::kNone;
+  // With activations offloaded: the first `activation_layers` units of each (virtual) stage chunk
+  // (Megatron-LM's --cpu-offloading-num-layers), 0 for all of them. unit_activation_offload()
+  // is the rule.
+  int64_t activation_layers = 0;
+  // Training state (optimizer, parameters) off the device: what ZeRO's sharding rules govern.
+  bool state() const { return optimizer != OffloadTarget::kNone || params != OffloadTarget::kNone; }
+  bool any() const { return state() || activations != OffloadTarget::kNone; }
   bool operator==(const Offload&) const = default;
 };
 
@@ -231,6 +243,12 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
 // 0..N-1 of the block each model chunk builds) the chunk's later units are not recomputed. The
 // one rule the simulator, the planner and the executor ask.
 std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units);
+
+// Whether each of a model's `units` pipeline units has its activations offloaded to the host under
+// `plan` (Offload::activations): the first `activation_layers` units of each chunk, or every unit
+// when it is 0; none when nothing is offloaded. The one rule the simulator, the planner and the
+// executor ask.
+std::vector<bool> unit_activation_offload(const Plan& plan, int64_t units);
 
 // Layers of each (virtual) stage in pipeline order: plan.stage_layers or an even split whose
 // remainder goes to the later stages (the first stage also holds the embedding).

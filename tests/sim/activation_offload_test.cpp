@@ -1,0 +1,191 @@
+// Activation offload (Megatron-LM --cpu-offloading with Transformer Engine's double-buffered
+// handler; DeepSpeed's cpu_checkpointing): the plan's rules, which units are offloaded, the
+// device and host memory, and the copies the simulator schedules. Every expected figure is
+// derived here from the test cluster's numbers.
+#include <gtest/gtest.h>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/sim/memory_model.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/error.hpp"
+#include "test_clusters.hpp"
+#include "test_models.hpp"
+
+namespace sextant::sim {
+namespace {
+
+constexpr int64_t kLayers = 8, kWidth = 1024, kBatch = 1024;
+// What an MLP layer keeps for backward (models/mlp_lowering.cpp): its input and its output, B x w
+// each, in bf16.
+constexpr double kKept = 2.0 * kBatch * kWidth * 2;
+
+spec::Plan one_gpu(int64_t activation_layers) {
+  spec::Plan p = test::make_plan(1, 1, 1, kBatch, kBatch);
+  p.dtype = spec::Dtype::kBf16;
+  p.offload.activations = spec::OffloadTarget::kHost;
+  p.offload.activation_layers = activation_layers;
+  return p;
+}
+
+spec::Json plan_json() {
+  return {{"schema", "sextant.plan/1"},
+          {"dp", 1},
+          {"tp", 1},
+          {"pp", 2},
+          {"zero", 0},
+          {"micro_batch", 1},
+          {"global_batch", 2},
+          {"offload", {{"activations", "host"}, {"activation_layers", 2}}}};
+}
+
+void expect_refused(const spec::Json& j, const std::string& pointer, const std::string& words) {
+  try {
+    spec::plan_from_json(j, "p.json");
+    FAIL() << "accepted " << j.dump();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(pointer), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(ActivationOffload, PlanRulesAndRoundTrip) {
+  const spec::Plan p = spec::plan_from_json(plan_json(), "p.json");
+  EXPECT_EQ(p.offload.activations, spec::OffloadTarget::kHost);
+  EXPECT_EQ(p.offload.activation_layers, 2);
+  EXPECT_TRUE(p.offload.any());
+  EXPECT_FALSE(p.offload.state());
+  EXPECT_NE(p.name().find(".off-act2"), std::string::npos) << p.name();
+  EXPECT_EQ(spec::plan_from_json(spec::to_json(p), "round trip").offload, p.offload);
+
+  spec::Json nvme = plan_json();
+  nvme["offload"]["activations"] = "nvme";
+  expect_refused(nvme, "/offload/activations", "host memory");
+  spec::Json without = plan_json();
+  without["offload"].erase("activations");
+  expect_refused(without, "/offload/activation_layers", "applies with offload/activations");
+
+  // Up to the largest stage chunk: 8 units on 2 stages hold 4 each.
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  spec::Plan five = p;
+  five.offload.activation_layers = 5;
+  try {
+    spec::validate_plan(five, model, 2, "p.json");
+    FAIL() << "offloaded more layers than a stage holds";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("largest stage chunk (4)"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(spec::validate_plan(p, model, 2, "p.json"));
+}
+
+TEST(ActivationOffload, TheFirstLayersOfEachChunkAreOffloaded) {
+  spec::Plan p = spec::plan_from_json(plan_json(), "p.json");
+  // 8 units, 2 stages of 4: units 0-1 and 4-5.
+  EXPECT_EQ(spec::unit_activation_offload(p, 8),
+            (std::vector<bool>{true, true, false, false, true, true, false, false}));
+  p.offload.activation_layers = 0;  // every unit
+  EXPECT_EQ(spec::unit_activation_offload(p, 8), std::vector<bool>(8, true));
+  p.offload.activations = spec::OffloadTarget::kNone;
+  EXPECT_EQ(spec::unit_activation_offload(p, 8), std::vector<bool>(8, false));
+}
+
+TEST(ActivationOffload, KeptActivationsMoveToTheHost) {
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
+  const models::LoweredModel lowered =
+      models::lower(model, {kBatch, 0, spec::Dtype::kBf16, 1, false});
+  // One micro-batch in flight (one stage runs each backward right after its forward).
+  spec::Plan base = test::make_plan(1, 1, 1, kBatch, kBatch);
+  base.dtype = spec::Dtype::kBf16;
+  const spec::MemoryBreakdown on_device = stage_memory(base, *base.stack, lowered, 0, &cluster);
+  EXPECT_DOUBLE_EQ(static_cast<double>(on_device.activations), kLayers * kKept);
+  EXPECT_EQ(on_device.host_bytes, 0);
+
+  // The first 3 layers offloaded: the device keeps the other 5 and two layers in transit; the
+  // host holds 3.
+  spec::Plan off = base;
+  off.offload.activations = spec::OffloadTarget::kHost;
+  off.offload.activation_layers = 3;
+  const spec::MemoryBreakdown m = stage_memory(off, *off.stack, lowered, 0, &cluster);
+  EXPECT_DOUBLE_EQ(static_cast<double>(m.activations), (5 + 2) * kKept);
+  EXPECT_DOUBLE_EQ(static_cast<double>(m.host_bytes), 3 * kKept);
+  EXPECT_EQ(m.weights, on_device.weights);
+  EXPECT_EQ(m.optimizer, on_device.optimizer);
+  EXPECT_TRUE(m.fits);
+}
+
+TEST(ActivationOffload, CopiesOverlapTheNeighbouringLayers) {
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
+  spec::Plan base = one_gpu(0);
+  base.offload = {};
+  const SimulationResult plain = simulate(model, cluster, base, {});
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult off = simulate(model, cluster, one_gpu(0), options);
+  // By hand, every layer offloaded. A layer's forward is one GEMM of 2 B w^2 FLOPs at 100
+  // TFLOP/s, f = 21.47 us; its backward two, b = 2f; its copy either way kKept = 4 MiB at
+  // 100 GB/s, c = 41.94 us > f. Forward: layer k's copy starts when its forward ends, after the
+  // copy before it; layer k + 2 waits for it (the double buffer), so from layer 2 on the forward
+  // runs at the copies' pace: layer 7 starts after the copies of layers 0-5, at f + 6c, and its
+  // copy ends at f + 8c (behind layer 6's). Backward: layer 7's reload follows it on the same
+  // stream, f + 9c; from there each reload runs beside the backward of the layer above (c < b),
+  // so the backward of the 8 layers runs back to back: the step is f + 9c + 8b, against 8f + 8b
+  // without offload, and the compute stream waited 9c - 7f for copies.
+  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double b = 2 * f;
+  const double c = kKept / 100e9;
+  const double exposed = 9 * c - 7 * f;
+  EXPECT_NEAR(plain.report.step_time_s, 8 * f + 8 * b, 1e-9);
+  EXPECT_NEAR(off.report.step_time_s, f + 9 * c + 8 * b, 1e-9);
+  EXPECT_NEAR(off.report.breakdown_s.offload_exposed, exposed, 1e-9);
+  ASSERT_TRUE(off.trace.has_value());
+  double to_host = 0, to_device = 0;
+  int copies = 0;
+  for (const spec::TraceEvent& e : off.trace->events) {
+    if (e.name == "offload.activations_to_host") {
+      EXPECT_EQ(e.phase, spec::Phase::kFwd);
+      to_host += static_cast<double>(e.bytes);
+      ++copies;
+    }
+    if (e.name == "offload.activations_to_device") {
+      EXPECT_EQ(e.phase, spec::Phase::kBwd);
+      to_device += static_cast<double>(e.bytes);
+      ++copies;
+    }
+  }
+  EXPECT_EQ(copies, 2 * kLayers);
+  EXPECT_DOUBLE_EQ(to_host, kLayers * kKept);
+  EXPECT_DOUBLE_EQ(to_device, kLayers * kKept);
+}
+
+TEST(ActivationOffload, OnlyTheNamedLayersCopy) {
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(model, test::ideal_cluster_with_host(), one_gpu(2), options);
+  ASSERT_TRUE(r.trace.has_value());
+  std::vector<int64_t> layers;
+  for (const spec::TraceEvent& e : r.trace->events)
+    if (e.name == "offload.activations_to_host") layers.push_back(e.layer.value_or(-1));
+  EXPECT_EQ(layers, (std::vector<int64_t>{0, 1}));
+  // Two copies of 41.9 us each way beside layers of 21.5 us forward and 42.9 us backward: layer
+  // 2 waits for layer 0's copy (c - f), and layer 1's reload, issued when layer 2's backward
+  // starts, is done before layer 1's backward (c < b), which layer 0's reload follows... only
+  // after layer 1's backward started: it runs beside it. Exposed: c - f.
+  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double c = kKept / 100e9;
+  EXPECT_NEAR(r.report.breakdown_s.offload_exposed, c - f, 1e-9);
+}
+
+TEST(ActivationOffload, ClusterWithoutHostIsRefused) {
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  try {
+    simulate(model, test::ideal_cluster(100), one_gpu(0), {});
+    FAIL() << "offloaded activations without a host section";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no \"host\" section"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace sextant::sim
