@@ -16,6 +16,41 @@
 
 namespace sextant::planner {
 
+namespace {
+
+struct OffloadWaits {
+  double forward = 0, backward = 0;  // s per micro-batch
+};
+
+// What a chunk's pass waits for its offloaded activations (the simulator's program_builder
+// rules, priced layer by layer): in forward, the layer after an offloaded one waits for the copy
+// of the offloaded layer before it (the double buffer), exposed where that copy outlasts the
+// layer's own forward; in backward each layer's reload runs beside the backward of the layer
+// above it, exposed where it outlasts it, and the pass's top layer, when offloaded, waits for its
+// own copy out and back. Exact for a chain of alike layers (tests/planner).
+OffloadWaits activation_offload_waits(const sim::OffloadCost& offload,
+                                      const models::LoweredModel& lowered,
+                                      const std::vector<spec::Recompute>& modes,
+                                      const std::vector<bool>& offloaded, size_t begin, size_t end,
+                                      const std::vector<double>& forward,
+                                      const std::vector<double>& backward) {
+  OffloadWaits w;
+  auto copy = [&](size_t i) {
+    return ps_to_seconds(offload.device_host_copy(lowered.layers[i].saved_bytes_for(modes[i])));
+  };
+  for (size_t i = begin; i < end; ++i) {
+    if (!offloaded[i]) continue;
+    if (i > begin && offloaded[i - 1]) w.forward += std::max(0.0, copy(i - 1) - forward[i]);
+    if (i + 1 < end)
+      w.backward += std::max(0.0, copy(i) - backward[i + 1]);
+    else
+      w.backward += 2 * copy(i);
+  }
+  return w;
+}
+
+}  // namespace
+
 Estimator::Estimator(const spec::ModelSpec& model, const spec::ClusterSpec& cluster)
     : model_(&model), cluster_(&cluster), offload_(cluster) {}
 
@@ -199,19 +234,24 @@ double Estimator::overlap_cost(double overlapped) const {
 
 const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const spec::Stack& stack,
                                                   Lowering& l) {
-  auto key = std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
-                             plan.recompute_layers, static_cast<int>(stack.tp_overlap));
+  const int64_t offloaded_layers =
+      plan.offload.activations == spec::OffloadTarget::kNone ? -1 : plan.offload.activation_layers;
+  auto key =
+      std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
+                      plan.recompute_layers, static_cast<int>(stack.tp_overlap), offloaded_layers);
   auto it = l.stages.find(key);
   if (it != l.stages.end()) return it->second;
   // Each layer priced in its own recompute mode (all in the plan's, unless only some layers of
   // each chunk are recomputed).
   const std::vector<spec::Recompute> modes = models::layer_recompute(plan, l.lowered);
+  const std::vector<bool> offloaded = models::layer_activation_offload(plan, l.lowered);
   const std::vector<LayerCost>& planned = layer_costs(plan, stack, plan.recompute, l);
   const std::vector<LayerCost>& kept =
       plan.recompute_layers > 0 ? layer_costs(plan, stack, spec::Recompute::kNone, l) : planned;
   std::vector<StageEntry> stages;
   int64_t max_partial = 0;
   std::vector<double> layer_backward(l.lowered.layers.size(), 0.0);
+  std::vector<double> layer_forward(l.lowered.layers.size(), 0.0);
   for (int64_t s = 0; s < plan.pp; ++s) {
     StageEntry entry;
     int64_t partial = 0;
@@ -224,6 +264,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         const double all = costs[i].forward + costs[i].backward + costs[i].recompute;
         entry.time += all;
         layer_backward[i] = costs[i].backward + costs[i].recompute;
+        layer_forward[i] = costs[i].forward;
         if (entry.chunk_forward.size() <= c) {
           entry.chunk_forward.resize(c + 1, 0);
           entry.chunk_backward.resize(c + 1, 0);
@@ -231,6 +272,12 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         entry.chunk_forward[c] += costs[i].forward;
         entry.chunk_backward[c] += all - costs[i].forward;
       }
+      const OffloadWaits waits =
+          activation_offload_waits(offload_, l.lowered, modes, offloaded, layers.chunk_begin[c],
+                                   layers.chunk_end[c], layer_forward, layer_backward);
+      entry.chunk_forward[c] += waits.forward;
+      entry.chunk_backward[c] += waits.backward;
+      entry.time += waits.forward + waits.backward;
     }
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     stages.push_back(std::move(entry));

@@ -77,6 +77,8 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       return int64_t{1} << p.ep_log2;
     case Constraint::Dim::kGrid:
       return p.grid > 0 ? 1 : 0;
+    case Constraint::Dim::kActivationOffload:
+      return p.offload_activations ? 1 : 0;
   }
   return 0;
 }
@@ -102,28 +104,29 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|spatial|cp|ep|grid)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|act_offload|spatial|cp|ep|grid)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload, spatial, cp, ep, grid and "
+                     "recompute_layers, offload, act_offload, spatial, cp, ep, grid and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
   const std::string dim = m[1];
-  c.dim = dim == "dp"        ? Constraint::Dim::kDp
-          : dim == "tp"      ? Constraint::Dim::kTp
-          : dim == "pp"      ? Constraint::Dim::kPp
-          : dim == "zero"    ? Constraint::Dim::kZero
-          : dim == "mb"      ? Constraint::Dim::kMicroBatch
-          : dim == "vpp"     ? Constraint::Dim::kVpp
-          : dim == "offload" ? Constraint::Dim::kOffload
-          : dim == "spatial" ? Constraint::Dim::kSpatial
-          : dim == "cp"      ? Constraint::Dim::kCp
-          : dim == "ep"      ? Constraint::Dim::kEp
-          : dim == "grid"    ? Constraint::Dim::kGrid
-                             : Constraint::Dim::kRecomputeLayers;
+  c.dim = dim == "dp"            ? Constraint::Dim::kDp
+          : dim == "tp"          ? Constraint::Dim::kTp
+          : dim == "pp"          ? Constraint::Dim::kPp
+          : dim == "zero"        ? Constraint::Dim::kZero
+          : dim == "mb"          ? Constraint::Dim::kMicroBatch
+          : dim == "vpp"         ? Constraint::Dim::kVpp
+          : dim == "offload"     ? Constraint::Dim::kOffload
+          : dim == "spatial"     ? Constraint::Dim::kSpatial
+          : dim == "cp"          ? Constraint::Dim::kCp
+          : dim == "ep"          ? Constraint::Dim::kEp
+          : dim == "grid"        ? Constraint::Dim::kGrid
+          : dim == "act_offload" ? Constraint::Dim::kActivationOffload
+                                 : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess
          : op == "<=" ? Constraint::Op::kLessEqual
@@ -266,6 +269,9 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.recompute_layers = c.recompute_layers;
   out.offload.optimizer = c.offload >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+  out.offload.activations =
+      c.offload_activations ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+  out.offload.activation_layers = c.offload_activations ? units - 1 : 0;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   const Enumeration::SampleSplit split =
@@ -294,6 +300,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   const spec::ModelSpec& m = r.model;
   const bool transformer = m.is_transformer();
   const int64_t layers = model_layers(m);
+  out.units = layers;
   out.base.global_batch = r.global_batch;
   out.base.dtype = r.dtype;
   out.base.seq_len = r.seq_len;
@@ -568,82 +575,91 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                         c.spatial = static_cast<uint8_t>(si);
                         c.split_log2 = static_cast<uint8_t>(
                             std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
-                        for (uint8_t off : offloads) {
-                          c.offload = off & 3;
-                          for (int64_t ep : expert_splits) {
-                            // Expert parallelism: ep of the dp ranks split the routed experts
-                            // (spec::expert_parallel_problem: not with offload).
-                            c.ep_log2 = static_cast<uint8_t>(
-                                (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
-                            if (ep > 1) {
-                              spec::Plan shape;
-                              shape.dp = dp;
-                              shape.tp = tp;
-                              shape.sequence_parallel = sp;
-                              shape.zero = zero;
-                              shape.ep = ep;
-                              shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
-                                                                 : spec::OffloadTarget::kNone;
-                              if (!spec::expert_parallel_problem(shape).empty()) {
-                                reject("ep with offload");
-                                continue;
-                              }
-                            }
-                            {
-                              c.grid = grid;
-                              if (grid > 0) {
-                                // The grid's rules (spec/tensor_grid.hpp) on this layout.
+                        // Megatron-LM's activation offload: one stage, no recompute
+                        // (TransformerConfig refuses it beside either), every block but the last.
+                        const bool act_offload = r.cluster.host && transformer && pp == 1 &&
+                                                 rc == spec::Recompute::kNone && layers >= 2 &&
+                                                 schedule != spec::Schedule::kPipeDream2BW;
+                        for (uint8_t off : offloads)
+                          for (bool act : {false, true}) {
+                            if (act && !act_offload) continue;
+                            c.offload = off & 3;
+                            c.offload_activations = act;
+                            for (int64_t ep : expert_splits) {
+                              // Expert parallelism: ep of the dp ranks split the routed experts
+                              // (spec::expert_parallel_problem: not with offload).
+                              c.ep_log2 = static_cast<uint8_t>(
+                                  (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
+                              if (ep > 1) {
                                 spec::Plan shape;
+                                shape.dp = dp;
                                 shape.tp = tp;
-                                shape.tp_grid = out.grids[grid];
                                 shape.sequence_parallel = sp;
                                 shape.zero = zero;
                                 shape.ep = ep;
                                 shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
                                                                    : spec::OffloadTarget::kNone;
-                                if (!spec::tensor_grid_problem(shape).empty()) {
-                                  reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
-                                  continue;
-                                }
-                                if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)
-                                         .empty()) {
-                                  reject(
-                                      "a 3D tensor grid whose z does not divide the micro-batch");
+                                if (!spec::expert_parallel_problem(shape).empty()) {
+                                  reject("ep with offload");
                                   continue;
                                 }
                               }
-                              bool allowed = true;
-                              for (const Constraint& k : r.constraints)
-                                allowed = allowed && k.allows(c);
-                              if (!allowed) {
-                                reject("excluded by --constraint");
-                                continue;
-                              }
-                              // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1), not
-                              // beside expert parallelism.
-                              const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
-                                                    ? out.compressions.size()
-                                                    : 1;
-                              for (size_t k = 0; k < nc; ++k) {
-                                if (out.compressions[k].kind == spec::CompressionKind::kPowersgd &&
-                                    !spec::powersgd_problem(out.grids[grid]).empty()) {
-                                  reject("PowerSGD on a 3D tensor grid");
+                              {
+                                c.grid = grid;
+                                if (grid > 0) {
+                                  // The grid's rules (spec/tensor_grid.hpp) on this layout.
+                                  spec::Plan shape;
+                                  shape.tp = tp;
+                                  shape.tp_grid = out.grids[grid];
+                                  shape.sequence_parallel = sp;
+                                  shape.zero = zero;
+                                  shape.ep = ep;
+                                  shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
+                                                                     : spec::OffloadTarget::kNone;
+                                  if (!spec::tensor_grid_problem(shape).empty()) {
+                                    reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
+                                    continue;
+                                  }
+                                  if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)
+                                           .empty()) {
+                                    reject(
+                                        "a 3D tensor grid whose z does not divide the micro-batch");
+                                    continue;
+                                  }
+                                }
+                                bool allowed = true;
+                                for (const Constraint& k : r.constraints)
+                                  allowed = allowed && k.allows(c);
+                                if (!allowed) {
+                                  reject("excluded by --constraint");
                                   continue;
                                 }
-                                c.compression = static_cast<uint8_t>(k);
-                                for (size_t t = 0; t < nt; ++t)
-                                  for (size_t d = 0; d < nd; ++d)
-                                    for (size_t g = 0; g < ng; ++g)
-                                      for (size_t q = 0; q < np; ++q)
-                                        for (size_t b = 0; b < nb; ++b) {
-                                          c.stack =
-                                              static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                          out.candidates.push_back(c);
-                                        }
+                                // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1),
+                                // not beside expert parallelism.
+                                const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
+                                                      ? out.compressions.size()
+                                                      : 1;
+                                for (size_t k = 0; k < nc; ++k) {
+                                  if (out.compressions[k].kind ==
+                                          spec::CompressionKind::kPowersgd &&
+                                      !spec::powersgd_problem(out.grids[grid]).empty()) {
+                                    reject("PowerSGD on a 3D tensor grid");
+                                    continue;
+                                  }
+                                  c.compression = static_cast<uint8_t>(k);
+                                  for (size_t t = 0; t < nt; ++t)
+                                    for (size_t d = 0; d < nd; ++d)
+                                      for (size_t g = 0; g < ng; ++g)
+                                        for (size_t q = 0; q < np; ++q)
+                                          for (size_t b = 0; b < nb; ++b) {
+                                            c.stack =
+                                                static_cast<uint8_t>(variants.index(t, d, g, q, b));
+                                            out.candidates.push_back(c);
+                                          }
+                                }
                               }
                             }
                           }
-                        }
                       }
                     }
                   }

@@ -75,6 +75,16 @@ expect_error "/offload/optimizer = \"disk\": must be one of none, host or nvme" 
   --global-batch 1
 expect_error "/offload/params = host: needs zero 3" "$sextant" simulate --model gpt-tiny \
   --cluster dgx-a100 --gpus 1 --zero 1 --offload-params host --global-batch 1
+# Activations go to host memory only, and the executor offloads transformer blocks' only.
+expect_error "/offload/activations = nvme: \"host\" or \"none\"" "$sextant" simulate \
+  --model gpt-tiny --cluster dgx-a100 --gpus 1 --offload-activations nvme --global-batch 1
+expect_error "/offload/activation_layers = 3: applies with offload/activations" "$sextant" \
+  simulate --model gpt-tiny --cluster dgx-a100 --gpus 1 --offload-activation-layers 3 \
+  --global-batch 1
+expect_error "cluster local-cpu has no \"host\" section" "$sextant" simulate --model gpt-tiny \
+  --cluster local-cpu --gpus 1 --offload-activations host --global-batch 1
+expect_error "the executor offloads the activations of transformer blocks" "$sextant" run \
+  --model mlp-small --np 1 --global-batch 2 --offload-activations host --steps 1
 # Context parallelism: transformers only, 2*cp dividing the sequence, ring attention over a fused
 # kernel, Ulysses over whole heads (spec/context_parallel.cpp); the executor asks the same rule of
 # ring attention (its steps are flash attention's: exec/blockwise_attention.hpp).

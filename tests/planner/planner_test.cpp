@@ -16,6 +16,8 @@
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/tensor_grid.hpp"
+#include "test_clusters.hpp"
+#include "test_models.hpp"
 
 namespace sextant::planner {
 namespace {
@@ -844,7 +846,7 @@ TEST(Planner, ExpertParallelismIsProposedForAMixtureOfExperts) {
 TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
   // GPT-2 350M (16 heads, hidden 1024) on 8 GPUs: besides Megatron-LM's 1D split, every x*y*z =
   // tp grid the model divides, but 1 x tp x 1 (the 1D layout again); never with sequence
-  // parallelism, ZeRO-3 or offload; "grid" bounds them.
+  // parallelism, ZeRO-3 or optimizer/parameter offload; "grid" bounds them.
   SearchRequest r = request("gpt2-350m", 8, 64);
   r.constraints = {parse_constraint("pp=1"), parse_constraint("recompute_layers=0")};
   const Enumeration all = enumerate_plans(r);
@@ -854,7 +856,7 @@ TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
     const spec::Plan p = all.plan(i);
     grids.insert(spec::tensor_grid_text(p.tp_grid));
     EXPECT_NE(p.tp_grid, (spec::TensorGrid{1, p.tp, 1})) << p.name();
-    EXPECT_FALSE(p.sequence_parallel || p.zero == 3 || p.offload.any()) << p.name();
+    EXPECT_FALSE(p.sequence_parallel || p.zero == 3 || p.offload.state()) << p.name();
     if (i % 13 == 0) {
       EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
     }
@@ -926,6 +928,90 @@ TEST(Planner, PipeDream2BWIsSearchedOnRequestAndPricedAsTheSimulatorPricesIt) {
           << name << " " << p.name();
     }
   }
+}
+
+TEST(Planner, ActivationOffloadIsSearchedAndPricedAsTheSimulatorPricesIt) {
+  // Megatron-LM's activation offload (TransformerConfig: one stage, no recompute, fewer layers
+  // than the model's): beside every pp 1, recompute-free layout on a cluster with a host, every
+  // block's but the last; "act_offload" bounds it.
+  SearchRequest r = request("llama2-7b", 8, 64);
+  r.cluster = spec::builtin_cluster("dgx-a100");
+  r.constraints = {parse_constraint("recompute_layers=0")};
+  const Enumeration all = enumerate_plans(r);
+  int64_t offloading = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all.candidates[i].offload_activations) continue;
+    ++offloading;
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(p.pp, 1) << p.name();
+    EXPECT_EQ(p.recompute, spec::Recompute::kNone) << p.name();
+    EXPECT_EQ(p.offload.activations, spec::OffloadTarget::kHost) << p.name();
+    EXPECT_EQ(p.offload.activation_layers, 31) << p.name();
+    if (i % 11 == 0) {
+      EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+    }
+  }
+  EXPECT_GT(offloading, 0);
+  SearchRequest kept = r;
+  kept.constraints.push_back(parse_constraint("act_offload=0"));
+  EXPECT_EQ(enumerate_plans(kept).size(), all.size() - static_cast<size_t>(offloading));
+  // No host section, no activation offload.
+  SearchRequest local = request("gpt2-124m", 2, 8);
+  local.cluster = spec::builtin_cluster("local-cpu");
+  for (const Candidate& c : enumerate_plans(local).candidates) EXPECT_FALSE(c.offload_activations);
+
+  // The closed form against the event simulation: ZeRO-3 and ZeRO-1, the copies partly exposed
+  // on PCIe 4 (28.8 GB/s a direction) and hidden on a link of 450 GB/s (NVLink-C2C's per
+  // direction on a Grace Hopper superchip).
+  const spec::ModelSpec model = models::zoo_model("llama2-13b");
+  spec::ClusterSpec fast = spec::builtin_cluster("dgx-a100");
+  fast.host->pcie_bandwidth_GBps = 450;
+  for (const spec::ClusterSpec& cluster : {spec::builtin_cluster("dgx-a100"), fast}) {
+    for (int zero : {3, 1}) {
+      spec::Plan p;
+      p.dp = 8;
+      p.zero = zero;
+      p.micro_batch = 1;
+      p.global_batch = 32;
+      p.offload.activations = spec::OffloadTarget::kHost;
+      p.offload.activation_layers = 39;
+      const sim::SimulationResult engine = sim::simulate(model, cluster, p, {});
+      const Estimate e = Estimator(model, cluster).estimate(p);
+      EXPECT_NEAR(e.step_time_s, engine.report.step_time_s, 0.02 * engine.report.step_time_s)
+          << p.name() << " on " << cluster.host->pcie_bandwidth_GBps << " GB/s";
+      EXPECT_EQ(e.peak_memory_bytes, engine.report.memory.peak_bytes) << p.name();
+    }
+  }
+  // A chain of alike layers on the ideal cluster, every layer or the first two offloaded (the
+  // cases tests/sim/activation_offload_test.cpp derives by hand): the closed form is the engine.
+  const spec::ModelSpec chain = test::uniform_mlp(8, 1024);
+  const spec::ClusterSpec ideal = test::ideal_cluster_with_host();
+  for (int64_t layers : {0, 2}) {
+    spec::Plan p = test::make_plan(1, 1, 1, 1024, 1024);
+    p.dtype = spec::Dtype::kBf16;
+    p.offload.activations = spec::OffloadTarget::kHost;
+    p.offload.activation_layers = layers;
+    const double engine = sim::simulate(chain, ideal, p, {}).report.step_time_s;
+    EXPECT_NEAR(Estimator(chain, ideal).estimate(p).step_time_s, engine, 1e-9) << p.name();
+  }
+  // Where it pays: Llama-2 13B on 8 A100s. Over PCIe 4 the forward's copies outlast its compute
+  // and the best plan keeps its activations (dp8.z2.mb1, 12.98 s); over 450 GB/s they hide
+  // behind it and micro-batches of 8 fit (dp8.z2.mb8 offloading 39 of 40 blocks, 12.84 s).
+  SearchRequest big = request("llama2-13b", 8, 64);
+  SearchOptions o;
+  o.top_k = 1;
+  const SearchResult pcie = search(big, o);
+  ASSERT_FALSE(pcie.ranked.empty());
+  EXPECT_EQ(pcie.ranked.front().plan.offload.activations, spec::OffloadTarget::kNone)
+      << pcie.ranked.front().plan.name();
+  big.cluster = fast;
+  const SearchResult c2c = search(big, o);
+  ASSERT_FALSE(c2c.ranked.empty());
+  const RankedPlan& best = c2c.ranked.front();
+  EXPECT_EQ(best.plan.offload.activations, spec::OffloadTarget::kHost) << best.plan.name();
+  EXPECT_TRUE(best.report.memory.fits);
+  EXPECT_GT(best.report.memory.host_bytes, 0);
+  EXPECT_LT(best.report.step_time_s, pcie.ranked.front().report.step_time_s);
 }
 
 }  // namespace

@@ -114,10 +114,11 @@ class Estimator {
     models::LoweredModel lowered;
     std::optional<sim::ComputeModel> compute;
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
-    // By (pp, virtual stages, stage_layers, recompute, recompute_layers, tp_overlap), one entry
-    // per stage.
-    std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int>,
-             Stages>
+    // By (pp, virtual stages, stage_layers, recompute, recompute_layers, tp_overlap, the
+    // activation_layers offloaded or -1), one entry per stage.
+    std::map<
+        std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int, int64_t>,
+        Stages>
         stages;
     // The pipeline's sweep per stages, micro-batch count, schedule and transfer time, and its
     // makespan per sweep and drain (a DpTimes' or none).

@@ -27,7 +27,8 @@ struct Candidate;
 // splitting each sample of a CNN), "cp<=8" (ranks splitting each sequence of a transformer;
 // spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
 // one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts), "grid=0"
-// (Megatron-LM's 1D tensor parallelism only; "grid=1": AxoNN's 3D tensor grids only).
+// (Megatron-LM's 1D tensor parallelism only; "grid=1": AxoNN's 3D tensor grids only),
+// "act_offload=0" (no activations offloaded to host memory; 1: only plans that offload them).
 struct Constraint {
   enum class Dim {
     kDp,
@@ -41,7 +42,8 @@ struct Constraint {
     kSpatial,
     kCp,
     kEp,
-    kGrid
+    kGrid,
+    kActivationOffload
   };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
@@ -103,6 +105,9 @@ struct Candidate {
   // What lives in host memory (clusters with a host section): 0 nothing, 1 the optimizer
   // (ZeRO-Offload), 2 the optimizer and the parameters (ZeRO-Infinity, ZeRO-3).
   uint8_t offload : 2 = 0;
+  // The activations of all transformer blocks but the last on the host (Megatron-LM's
+  // --cpu-offloading with --cpu-offloading-num-layers layers - 1; Enumeration::fill).
+  bool offload_activations : 1 = false;
   uint8_t ep_log2 : 4 = 0;  // log2 of the ranks splitting the routed experts (Plan::ep)
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
@@ -145,6 +150,7 @@ struct Enumeration {
   // The request's part of every plan, and the balanced splits by chunk count.
   spec::Plan base;
   std::map<int64_t, std::vector<int64_t>> balanced_splits;
+  int64_t units = 0;  // the model's pipeline units (transformer blocks)
 };
 
 // The fewest tokens of each sequence a context-parallel rank keeps in a search: ring attention
