@@ -333,14 +333,45 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
   }
 }
 
-void GradientSync::before_forward(int32_t layer, int64_t) {
-  if (zero_ == 3 && dp_ > 1)
-    for (const Span* s : layer_spans(layer)) gather_span(*s, Phase::kFwd);
+void GradientSync::before_forward(int32_t layer, int64_t micro_batch) {
+  parameters_for(layer, Phase::kFwd, micro_batch);
 }
 
-void GradientSync::before_backward(int32_t layer, int64_t) {
-  if (zero_ == 3 && dp_ > 1)
-    for (const Span* s : layer_spans(layer)) gather_span(*s, Phase::kBwd);
+void GradientSync::before_backward(int32_t layer, int64_t micro_batch) {
+  parameters_for(layer, Phase::kBwd, micro_batch);
+}
+
+void GradientSync::parameters_for(int32_t layer, Phase phase, int64_t micro_batch) {
+  if (zero_ != 3 || (dp_ == 1 && host_values_ == nullptr)) return;
+  for (const Span* s : layer_spans(layer)) {
+    if (host_values_ != nullptr) fetch_parameters(*s, phase, micro_batch);
+    if (dp_ > 1) {
+      gather_span(*s, phase);
+    } else {
+      stage_.params().refresh_compute(s->begin, s->end);
+    }
+  }
+}
+
+void GradientSync::fetch_parameters(const Span& s, Phase phase, int64_t micro_batch) {
+  // The shard's size as the simulator counts it (the padded block, as the gather's).
+  auto sc = ctx_.recorder->scope(ctx_.comm(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
+                                           Stream::kOffload, s.shard * 4, 1, phase, s.layer,
+                                           micro_batch));
+  const auto [begin, end] = mine(s);
+  if (begin >= end) return;
+  Tensor to = slice_of(stage_.params().values(), begin, end - begin);
+  ctx_.backend->copy(slice_of(*host_values_, begin, end - begin), to);
+}
+
+void GradientSync::layer_gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch) {
+  auto sc =
+      ctx_.recorder->scope(ctx_.comm(OpId::kOffloadGradToHost, OpClass::kMemcpy, Stream::kOffload,
+                                     s.shard * 4, 1, Phase::kBwd, s.layer, micro_batch));
+  const auto [begin, end] = mine(s);
+  if (begin >= end) return;
+  Tensor to = slice_of(*host_grads_, begin, end - begin);
+  ctx_.backend->copy(slice_of(from, begin, end - begin), to);
 }
 
 void GradientSync::reduce_sequence_parallel(Tensor& grads) {
@@ -396,7 +427,15 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
       reduce_scatter_span(*s, shard_grads_, true);
       Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
       ctx_.backend->fill(zero, 0.0f);
+      if (host_grads_ != nullptr) layer_gradients_to_host(*s, shard_grads_, micro_batch);
     }
+    return;
+  }
+  if (zero_ == 3 && host_grads_ != nullptr) {
+    // One replica: its gradients are whole; they leave once the step's last backward made them.
+    if (last)
+      for (const Span* s : layer_spans(layer))
+        layer_gradients_to_host(*s, stage_.params().grads(), micro_batch);
     return;
   }
   if (!last || !stack_.dp_overlap) return;
@@ -522,6 +561,7 @@ void GradientSync::finish_backward() {
       if (deferred(static_cast<int32_t>(*s.layer))) reduce_scatter_span(s, shard_grads_, true);
     reduce_sequence_parallel(shard_grads_);
     ctx_.backend->copy(shard_grads_, stage_.params().grads());
+    resend_sequence_parallel_sums();
     return;
   }
   // Buckets not reduced during the backward (no overlap, or a tied table's), in order.
@@ -535,17 +575,21 @@ void GradientSync::finish_backward() {
   }
   // After every data-parallel reduction: none may still be writing the gradients.
   reduce_sequence_parallel(stage_.params().grads());
-  if (host_grads_ != nullptr && ctx_.sequence_parallel && ctx_.groups->tp_size > 1) {
-    // The sequence-parallel sums came after their buckets left for the host: the host pool takes
-    // the summed values of those parameters again (the simulator counts them in the buckets').
-    for (const Param& p : stage_.params().params()) {
-      if (!p.tp_replicated) continue;
-      for (auto [b, e] : owned_) {
-        const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.grad.numel());
-        if (lo >= hi) continue;
-        Tensor to = slice_of(*host_grads_, lo, hi - lo);
-        ctx_.backend->copy(slice_of(stage_.params().grads(), lo, hi - lo), to);
-      }
+  resend_sequence_parallel_sums();
+}
+
+void GradientSync::resend_sequence_parallel_sums() {
+  if (host_grads_ == nullptr || !ctx_.sequence_parallel || ctx_.groups->tp_size == 1) return;
+  // The sequence-parallel sums came after their buckets (or layers) left for the host: the host
+  // pool takes the summed values of those parameters again (the simulator counts them in the
+  // buckets' and layers' copies).
+  for (const Param& p : stage_.params().params()) {
+    if (!p.tp_replicated) continue;
+    for (auto [b, e] : owned_) {
+      const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.grad.numel());
+      if (lo >= hi) continue;
+      Tensor to = slice_of(*host_grads_, lo, hi - lo);
+      ctx_.backend->copy(slice_of(stage_.params().grads(), lo, hi - lo), to);
     }
   }
 }

@@ -57,7 +57,14 @@ class GradientSync : public LayerHooks {
   void load_state(const std::vector<std::vector<float>>& state);
   // ZeRO-Offload: each bucket's reduced shard is copied into `host` (the trainer's host pool, at
   // the same offsets) as soon as it is reduced, where the host optimizer step reads it.
+  // Under ZeRO-3 each layer's reduced shard goes there after every micro-batch's backward (its
+  // sum so far: the host pool ends with the step's), and with one replica each layer's gradients
+  // after the last micro-batch's, as DeepSpeed's stage 3 hands them to its CPU optimizer.
   void offload_gradients_to(Tensor& host) { host_grads_ = &host; }
+  // ZeRO-Infinity's parameter offload (zero 3): the master values live in `host` (the trainer's
+  // host pool, at the same offsets); before each use of a layer this rank's shard of it is
+  // copied to the device, then gathered.
+  void offload_parameters_from(const Tensor& host) { host_values_ = &host; }
 
  private:
   // The ranks a slice's gradients are summed (and sharded) over.
@@ -106,6 +113,18 @@ class GradientSync : public LayerHooks {
   // The rank's shard of a reduced bucket to the host pool (ZeRO-Offload), traced as the
   // simulator's offload.grad_to_host.
   void gradients_to_host(const Span& s);
+  // ZeRO-3 with the optimizer on the host: this rank's part of `s`'s gradients, held in `from`
+  // (the reduced shards, or with one replica the gradients themselves), copied to the host pool
+  // after micro-batch `micro_batch`'s backward, traced as the simulator's offload.grad_to_host.
+  void layer_gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch);
+  // ZeRO-Infinity: this rank's shard of `s` from the host pool to the parameters, before the
+  // layer's gather (offload.params_to_device).
+  void fetch_parameters(const Span& s, spec::Phase phase, int64_t micro_batch);
+  // With the optimizer on the host under sequence parallelism: the tp-summed gradients of the
+  // parameters every tp rank holds, copied to the host pool again after the sum.
+  void resend_sequence_parallel_sums();
+  // ZeRO-3's gather (and fetch, with the parameters on the host) of `layer` before a pass.
+  void parameters_for(int32_t layer, spec::Phase phase, int64_t micro_batch);
   std::pair<int64_t, int64_t> mine(const Span& s) const;
 
   Context& ctx_;
@@ -129,10 +148,11 @@ class GradientSync : public LayerHooks {
   // optimizer and FSDP's param_dtype gather them so): padded_ and shard_ in bf16.
   Tensor padded_low_, shard_low_;
   spec::GradientCompression compression_;
-  Tensor residual_;                 // error feedback: fp32, one per gradient
-  Tensor* host_grads_ = nullptr;    // ZeRO-Offload's host pool of gradients, or null
-  std::vector<uint32_t> encoded_;   // this rank's encoded bucket
-  std::vector<uint32_t> gathered_;  // every rank's, in rank order
+  Tensor residual_;                      // error feedback: fp32, one per gradient
+  Tensor* host_grads_ = nullptr;         // ZeRO-Offload's host pool of gradients, or null
+  const Tensor* host_values_ = nullptr;  // ZeRO-Infinity's host pool of parameters, or null
+  std::vector<uint32_t> encoded_;        // this rank's encoded bucket
+  std::vector<uint32_t> gathered_;       // every rank's, in rank order
   std::vector<std::unique_ptr<PowerSgdExchange>> powersgd_;  // per bucket, with PowerSGD
   uint64_t step_ = 0;  // the training step, for QSGD's rounding
 };

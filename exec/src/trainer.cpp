@@ -37,19 +37,19 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
     diag.add("/schedule", "\"interleaved\"",
              "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or 1f1b)");
   // ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, the gradients copied to
-  // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update).
+  // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update);
+  // ZeRO-Infinity's parameters stay there, each shard fetched before its layer's gather.
   if (plan.offload.optimizer == spec::OffloadTarget::kNvme)
     diag.add("/offload/optimizer", "\"nvme\"",
              "the executor offloads the optimizer to host memory only (\"host\")");
-  if (plan.offload.optimizer != spec::OffloadTarget::kNone && plan.zero == 3)
-    diag.add("/offload/optimizer", "\"host\"",
-             "the executor offloads the optimizer under ZeRO-1/2 (zero 3 copies every "
-             "micro-batch's gradients; simulated and planned only)");
-  if (plan.offload.params != spec::OffloadTarget::kNone)
-    diag.add("/offload/params",
-             std::string(spec::enum_name(spec::offload_target_names(), plan.offload.params)),
-             "the executor keeps the parameters on its device: ZeRO-Infinity's parameter "
-             "offload is simulated and planned only (issue 14)");
+  if (plan.offload.params == spec::OffloadTarget::kNvme)
+    diag.add("/offload/params", "\"nvme\"",
+             "the executor offloads the parameters to host memory only (\"host\")");
+  if (plan.offload.params == spec::OffloadTarget::kHost &&
+      plan.offload.optimizer != spec::OffloadTarget::kHost)
+    diag.add("/offload/params", "\"host\"",
+             "the executor offloads the parameters with the optimizer (offload/optimizer "
+             "\"host\": the host step updates the master values the layers fetch)");
   // Activation offload: each transformer block's cache goes to the host pool after its forward
   // and back before its backward (exec/src/transformer_block.cpp).
   if (plan.offload.activations != spec::OffloadTarget::kNone && !model.is_transformer())
@@ -129,6 +129,8 @@ class Trainer {
       host_grads_ = ctx.backend->zeros({n});
       ctx.backend->copy(stage_->params().values(), host_values_);
       sync_->offload_gradients_to(host_grads_);
+      if (plan_.offload.params == spec::OffloadTarget::kHost)
+        sync_->offload_parameters_from(host_values_);
     }
   }
 
@@ -569,6 +571,9 @@ class Trainer {
       ctx_.backend->adamw_spans(host_values_, host_grads_, m_, v_, spans, step, o_.lr, o_.beta1,
                                 o_.beta2, o_.eps, grad_scale);
     }
+    // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
+    // them.
+    if (plan_.offload.params == spec::OffloadTarget::kHost) return;
     auto s = ctx_.recorder->scope(Recorder::Event{models::op_name(OpId::kOffloadParamsToDevice),
                                                   OpClass::kMemcpy,
                                                   Stream::kOffload,
@@ -589,7 +594,11 @@ class Trainer {
   void checkpoint(int64_t steps_done) {
     Shard s;
     s.step = steps_done;
-    ctx_.backend->to_host(stage_->params().values(), s.values);
+    // (With the parameters on the host the device holds stale shards between fetches.)
+    ctx_.backend->to_host(plan_.offload.params == spec::OffloadTarget::kHost
+                              ? host_values_
+                              : stage_->params().values(),
+                          s.values);
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
     s.exchange = sync_->save_state();

@@ -600,7 +600,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                 shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
                                                                    : spec::OffloadTarget::kNone;
                                 if (!spec::expert_parallel_problem(shape).empty()) {
-                                  reject("ep with offload");
+                                  reject("ep with optimizer or parameter offload");
                                   continue;
                                 }
                               }
@@ -617,7 +617,9 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                   shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
                                                                      : spec::OffloadTarget::kNone;
                                   if (!spec::tensor_grid_problem(shape).empty()) {
-                                    reject("a 3D tensor grid with sp, ep, ZeRO-3 or offload");
+                                    reject(
+                                        "a 3D tensor grid with sp, ep, ZeRO-3 or "
+                                        "optimizer/parameter offload");
                                     continue;
                                   }
                                   if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)

@@ -56,7 +56,8 @@ expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --g
   --global-batch 3
 
 # Offloading: refused where the cluster has no host section (naming it), and by the executor
-# beyond the optimizer on the host (spec/plan.cpp, sim/cost/offload_cost.cpp, exec/trainer).
+# beyond host memory, or for parameters without the optimizer (spec/plan.cpp,
+# sim/cost/offload_cost.cpp, exec/trainer).
 cat >"$dir/offload.plan.json" <<'EOF'
 {"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 2, "micro_batch": 1,
  "global_batch": 1, "offload": {"optimizer": "host"}}
@@ -65,9 +66,9 @@ expect_error "cluster h100-1gpu has no \"host\" section" "$sextant" simulate --m
   --cluster h100-1gpu --gpus 1 --plan "$dir/offload.plan.json"
 cat >"$dir/offload-params.plan.json" <<'EOF'
 {"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 3, "micro_batch": 1,
- "global_batch": 1, "offload": {"optimizer": "host", "params": "host"}}
+ "global_batch": 1, "offload": {"params": "host"}}
 EOF
-expect_error "parameter offload is simulated and planned only" "$sextant" run --model gpt-tiny \
+expect_error "offloads the parameters with the optimizer" "$sextant" run --model gpt-tiny \
   --np 1 --plan "$dir/offload-params.plan.json" --steps 1
 # The same from the flags, decoded as a plan's "offload" object.
 expect_error "/offload/optimizer = \"disk\": must be one of none, host or nvme" "$sextant" \

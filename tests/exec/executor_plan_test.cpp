@@ -8,9 +8,10 @@
 namespace sextant::exec {
 namespace {
 
-// The executor offloads the optimizer to host memory under ZeRO-1/2 (ZeRO-Offload); NVMe, ZeRO-3
-// and the parameters' offload (ZeRO-Infinity) are refused naming the field.
-TEST(ExecutorPlan, OffloadBeyondTheOptimizerOnTheHostIsRefusedNamingTheField) {
+// The executor offloads the optimizer (ZeRO-Offload) and, under ZeRO-3 beside it, the parameters
+// (ZeRO-Infinity) to host memory, and the activations of transformer blocks; NVMe, parameters
+// without the optimizer and activations of other models are refused naming the field.
+TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   const spec::ModelSpec model = models::zoo_model("gpt-tiny");
   spec::Plan plan;
   plan.dp = 2;
@@ -19,9 +20,10 @@ TEST(ExecutorPlan, OffloadBeyondTheOptimizerOnTheHostIsRefusedNamingTheField) {
   plan.global_batch = 2;
   plan.offload.optimizer = spec::OffloadTarget::kHost;
   EXPECT_NO_THROW(validate_for_executor(model, plan, 2));
-  auto refused = [&](const spec::Plan& p, const std::string& field, const std::string& why) {
+  auto refused = [&](const spec::ModelSpec& m, const spec::Plan& p, const std::string& field,
+                     const std::string& why) {
     try {
-      validate_for_executor(model, p, 2);
+      validate_for_executor(m, p, 2);
       ADD_FAILURE() << "accepted: " << p.name();
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
@@ -30,12 +32,21 @@ TEST(ExecutorPlan, OffloadBeyondTheOptimizerOnTheHostIsRefusedNamingTheField) {
   };
   spec::Plan nvme = plan;
   nvme.offload.optimizer = spec::OffloadTarget::kNvme;
-  refused(nvme, "/offload/optimizer", "host memory only");
+  refused(model, nvme, "/offload/optimizer", "host memory only");
   spec::Plan z3 = plan;
   z3.zero = 3;
-  refused(z3, "/offload/optimizer", "under ZeRO-1/2");
   z3.offload.params = spec::OffloadTarget::kHost;
-  refused(z3, "/offload/params", "simulated and planned only");
+  EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
+  z3.offload.params = spec::OffloadTarget::kNvme;
+  refused(model, z3, "/offload/params", "host memory only");
+  z3.offload.params = spec::OffloadTarget::kHost;
+  z3.offload.optimizer = spec::OffloadTarget::kNone;
+  refused(model, z3, "/offload/params", "with the optimizer");
+  spec::Plan activations = plan;
+  activations.offload.activations = spec::OffloadTarget::kHost;
+  EXPECT_NO_THROW(validate_for_executor(model, activations, 2));
+  refused(models::zoo_model("mlp-small"), activations, "/offload/activations",
+          "transformer blocks");
 }
 
 }  // namespace

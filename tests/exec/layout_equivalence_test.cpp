@@ -392,6 +392,14 @@ spec::Plan offloaded(spec::Plan p) {
   return p;
 }
 
+// ZeRO-Infinity: the parameters on the host pool too, each shard fetched before its layer's
+// gather (zero 3).
+spec::Plan parameters_offloaded(spec::Plan p) {
+  p = offloaded(std::move(p));
+  p.offload.params = spec::OffloadTarget::kHost;
+  return p;
+}
+
 // Activation offload: what the first `layers` blocks of each chunk (0: every block) keep for
 // backward on the host pool between their forward and backward (exec/src/transformer_block.cpp).
 spec::Plan activations_offloaded(spec::Plan p, int64_t layers = 0) {
@@ -577,6 +585,18 @@ std::vector<Layout> layouts() {
       {"dp4_zero2_offload", offloaded(plan_of(4, 1, 1, 2))},
       {"dp8_zero1_offload", offloaded(plan_of(8, 1, 1, 1))},
       {"llama_dp2_tp2_pp2_sp_zero1_offload", offloaded(plan_of(2, 2, 2, 1, true)), Net::kLlama},
+      // Under ZeRO-3 every micro-batch's reduced shards go to the host pool (one replica: its
+      // whole gradients after the last), and with ZeRO-Infinity's parameter offload each shard
+      // is fetched from it before its layer's gather.
+      {"dp2_zero3_offload", offloaded(plan_of(2, 1, 1, 3))},
+      {"dp8_zero3_offload", offloaded(plan_of(8, 1, 1, 3))},
+      {"dp2_zero3_offload_params", parameters_offloaded(plan_of(2, 1, 1, 3))},
+      {"tp2_zero3_offload_params", parameters_offloaded(plan_of(1, 2, 1, 3))},
+      {"dp4_zero3_offload_params", parameters_offloaded(plan_of(4, 1, 1, 3))},
+      {"llama_dp2_tp2_sp_zero3_offload_params", parameters_offloaded(plan_of(2, 2, 1, 3, true)),
+       Net::kLlama},
+      {"dp8_zero3_offload_params_act_offload",
+       activations_offloaded(parameters_offloaded(plan_of(8, 1, 1, 3)))},
       // Activations on the host pool between each block's forward and backward (Megatron-LM's
       // --cpu-offloading), alone and beside recompute (DeepSpeed's cpu_checkpointing), optimizer
       // offload, sequence, context and expert parallelism.
