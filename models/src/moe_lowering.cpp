@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "sextant/models/moe_capacity.hpp"
+#include "sextant/models/moe_load.hpp"
 #include "transformer_lowering.hpp"
 
 namespace sextant::models {
@@ -100,10 +101,18 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
     return op;
   };
   const bool exchange = x.ep > 1;
-  const Op dispatch = expert_exchange(OpId::kMoeDispatch);
-  const Op combine = expert_exchange(OpId::kMoeCombine);
-  const Op gather = tp_exchange(OpId::kMoeAllGather, CollectiveKind::kAllGather, M);
-  const Op scatter = tp_exchange(OpId::kMoeReduceScatter, CollectiveKind::kReduceScatter, M);
+  // Dropless under ep, the most loaded ep rank receives more than the balanced Mr copies and its
+  // tp group more than M (models/moe_load.hpp): the exchanges it takes part in and its experts'
+  // GEMMs are priced at that load (backward copies them).
+  const double rank_load = moe_load_factor(moe, Mr, x.ep);
+  const double group_load = moe_load_factor(moe, M, x.ep);
+  Op dispatch = expert_exchange(OpId::kMoeDispatch);
+  Op combine = expert_exchange(OpId::kMoeCombine);
+  dispatch.load_factor = combine.load_factor = rank_load;
+  Op gather = tp_exchange(OpId::kMoeAllGather, CollectiveKind::kAllGather, M);
+  Op scatter = tp_exchange(OpId::kMoeReduceScatter, CollectiveKind::kReduceScatter, M);
+  gather.load_factor = scatter.load_factor = group_load;
+  fc1.load_factor = act.load_factor = fc2.load_factor = group_load;
   const Op shared_gather = tp_exchange(OpId::kMoeSharedAllGather, CollectiveKind::kAllGather, T);
   const Op shared_scatter =
       tp_exchange(OpId::kMoeSharedReduceScatter, CollectiveKind::kReduceScatter, T);

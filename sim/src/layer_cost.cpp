@@ -27,7 +27,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     return collectives.cost(kind, bytes, groups.tp).seconds();
   };
   auto op_comm = [&](const models::Op& op) {
-    return collectives.cost(op.collective, op.bytes, groups.of(op.group)).seconds();
+    return collectives.cost(op.collective, op.costed_bytes(), groups.of(op.group)).seconds();
   };
   // A GEMM of `gemm` seconds beside `beside` seconds of collectives that started with it: the
   // GEMM is slowed while they run, and what follows waits for both.

@@ -285,7 +285,7 @@ class StageBuilder {
         break;
     }
     return comm(Stream::kTpComm, cls, static_cast<uint8_t>(slot), TaskKind::kCollective,
-                op.collective, op.bytes, op_id(layer, op, phase), phase, mb, before);
+                op.collective, op.costed_bytes(), op_id(layer, op, phase), phase, mb, before);
   }
 
   // A collective between compute segments: the compute after it waits for it.

@@ -90,6 +90,8 @@ TransformerSpec decode_transformer(ObjectReader& r) {
         moe->number("capacity_factor", Range::non_negative(), Presence::kOptional).value_or(0);
     m.dense_layers =
         moe->integer("dense_layers", Range::non_negative(), Presence::kOptional).value_or(0);
+    m.load_imbalance =
+        moe->number("load_imbalance", Range::between(1, 1e3), Presence::kOptional).value_or(0);
     if (moe->diagnostics().ok() && m.top_k > m.experts) {
       moe->problem("top_k", std::to_string(m.top_k),
                    fmt::format("must be <= experts ({})", m.experts));
@@ -305,6 +307,7 @@ Json transformer_json(const TransformerSpec& t) {
                 {"shared_experts", t.moe->shared_experts},
                 {"capacity_factor", t.moe->capacity_factor},
                 {"dense_layers", t.moe->dense_layers}};
+    if (t.moe->load_imbalance > 0) j["moe"]["load_imbalance"] = t.moe->load_imbalance;
   }
   return j;
 }

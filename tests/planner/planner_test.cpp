@@ -365,15 +365,18 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
   // ZeRO-1/2 also the gather on/off: 26 x (6 + 12 + 12 + 1) = 806 without offloading. The
   // cluster has host memory, so ZeRO-1 and -2 also run with the optimizer offloaded (x 2) and
   // ZeRO-3 with the optimizer, or the optimizer and the parameters, offloaded (x 3):
-  // 26 x (6 + 2 x 12 + 2 x 12 + 3 x 1) = 1482.
-  int64_t dp16_mb4 = 0, not_offloaded = 0;
+  // 26 x (6 + 2 x 12 + 2 x 12 + 3 x 1) = 1482; and without recompute each of those 57 with the
+  // activations offloaded too (one stage): 1539.
+  int64_t dp16_mb4 = 0, not_offloaded = 0, activations = 0;
   for (const Candidate& c : all.candidates) {
     if (c.dp != 16 || c.micro_batch != 4) continue;
     ++dp16_mb4;
-    not_offloaded += c.offload == 0 ? 1 : 0;
+    not_offloaded += c.offload == 0 && !c.offload_activations ? 1 : 0;
+    activations += c.offload_activations ? 1 : 0;
   }
-  EXPECT_EQ(dp16_mb4, 1482);
+  EXPECT_EQ(dp16_mb4, 1539);
   EXPECT_EQ(not_offloaded, 806);
+  EXPECT_EQ(activations, 57);
   EXPECT_EQ(all.stacks.size(), 3u * 2 * 2 * 2 * 3);
 
   // The stack's own list bounds it: Sextant's executor varies the gradient bucket and its overlap

@@ -95,11 +95,14 @@ double ComputeModel::attention_seconds(const models::Op& op, bool backward) cons
 Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const {
   const std::string key = spec::efficiency_key(op.name, phase);
   const double launches = device_->launch_overhead_us * 1e-6 * op.kernels;
+  // The most loaded rank's work (models::Op::load_factor): its kernels run as many launches.
+  const double load = op.load_factor;
   if (device_->efficiency_by_op.count(key) > 0) {
     // Calibrated for this op: one efficiency replaces the models below.
     return seconds_to_ps(
-        seconds(op.executed_flops(), static_cast<double>(op.bytes), op.op_class, key) -
-        device_->launch_overhead_us * 1e-6 + launches);
+        load * (seconds(op.executed_flops(), static_cast<double>(op.bytes), op.op_class, key) -
+                device_->launch_overhead_us * 1e-6) +
+        launches);
   }
   const double memory = memory_seconds(static_cast<double>(op.bytes), op.op_class);
   double compute = 0;
@@ -113,7 +116,7 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
       compute = flops / (gemm_peak_flops_ * device_->gemm_efficiency_at(flops));
     }
   }
-  return seconds_to_ps(std::max(compute, memory) + launches);
+  return seconds_to_ps(load * std::max(compute, memory) + launches);
 }
 
 Picoseconds ComputeModel::optimizer_time(int64_t params, int64_t bytes_per_param) const {

@@ -5,6 +5,7 @@
 // by the bytes they read and write.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,16 @@ struct Op {
   // A tensor-parallel collective next to the experts' grouped GEMMs (expert parallelism over tp):
   // Transformer Engine's GEMM/communication overlap does not cover it.
   bool no_tp_overlap = false;
+  // The most loaded rank's work over the balanced rank's this op counts (a dropless mixture of
+  // experts under expert parallelism: models/moe_load.hpp): its time scales by it, its FLOPs and
+  // bytes stay the balanced rank's (what every rank sends, and what a trace of it sums to).
+  double load_factor = 1;
+  // The bytes a collective's time is priced by: the most loaded rank's.
+  int64_t costed_bytes() const {
+    return load_factor == 1
+               ? bytes
+               : static_cast<int64_t>(std::llround(static_cast<double>(bytes) * load_factor));
+  }
   bool is_comm() const { return spec::is_communication(op_class); }
   // What selective recompute re-runs (Korthikanti et al. 2022): the attention core, with the
   // context-parallel transfers that feed it.

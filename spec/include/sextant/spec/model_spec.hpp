@@ -42,6 +42,10 @@ struct MoeSpec {
   // routed token computed, the router assumed balanced.
   double capacity_factor = 0;
   int64_t dense_layers = 0;  // the first blocks keep the dense MLP
+  // Dropless under expert parallelism: the routed copies the most loaded ep rank receives over
+  // the mean (a trained router's skew, e.g. from a run's per-expert token counts). 0: the floor
+  // that routing at random already gives (models/moe_load.hpp).
+  double load_imbalance = 0;
 };
 
 struct TransformerSpec {
