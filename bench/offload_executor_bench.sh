@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# ZeRO-Offload on CPU ranks (issue 14): the executor's optimizer on its host pool against the same
-# plan with the optimizer in place, measured, and predicted on local-cpu with a host section that
-# is the CPU's own DRAM (copies at half its bandwidth: read and write). Numbers, never pass/fail:
-# record them with bench/run.sh offload_executor bench/offload_executor_bench.sh.
+# Offload on CPU ranks (issue 14): the executor's optimizer (ZeRO-1 and ZeRO-3), ZeRO-3's
+# parameters and the activations on its host pool against the same plans without, measured, and
+# predicted on local-cpu with a host section that is the CPU's own DRAM (copies at half its
+# bandwidth: read and write). Numbers, never pass/fail: record them with
+# bench/run.sh offload_executor bash bench/offload_executor_bench.sh.
 set -euo pipefail
 sextant="${1:-build/release/cli/sextant}"
 dir=$(mktemp -d)
@@ -18,13 +19,21 @@ c["host"] = {"memory_bytes": 1 << 40, "memory_bandwidth_GBps": bw, "memory_effic
              "source": "bench: the CPU ranks' host pool is their own DRAM; a copy reads and writes it"}
 json.dump(c, open(sys.argv[1], "w"), indent=1)
 PY
-echo "llama-tiny at 512 tokens a sequence, 8 sequences a step, dp 2, zero 1, on this machine's 2"
-echo "cores; measured steps (mean of steps 2-5) and predicted (uncalibrated local-cpu: the ratio is"
-echo "the check)"
-for offload in none host; do
+echo "llama-tiny at 512 tokens a sequence, 8 sequences a step, dp 2, on this machine's 2 cores;"
+echo "measured steps (mean of steps 2-5) and predicted (uncalibrated local-cpu: the ratio is the"
+echo "check)"
+for variant in \
+  '1:{"optimizer": "none"}' \
+  '1:{"optimizer": "host"}' \
+  '3:{"optimizer": "none"}' \
+  '3:{"optimizer": "host"}' \
+  '3:{"optimizer": "host", "params": "host"}' \
+  '1:{"activations": "host"}'; do
+  zero="${variant%%:*}"
+  offload="${variant#*:}"
   cat >"$dir/plan.json" <<EOF
-{"schema": "sextant.plan/1", "dp": 2, "tp": 1, "pp": 1, "zero": 1, "micro_batch": 1,
- "global_batch": 8, "seq_len": 512, "offload": {"optimizer": "$offload"}}
+{"schema": "sextant.plan/1", "dp": 2, "tp": 1, "pp": 1, "zero": $zero, "micro_batch": 1,
+ "global_batch": 8, "seq_len": 512, "offload": $offload}
 EOF
   measured=$("$sextant" run --model llama-tiny --plan "$dir/plan.json" --np 2 --steps 6 --quiet \
     --log-json /dev/stdout 2>/dev/null | python3 -c '
@@ -37,5 +46,5 @@ print("%.1f ms" % (1e3 * sum(t) / len(t)) if t else "n/a")')
     python3 -c 'import json, sys
 r = json.load(sys.stdin)
 print("%.1f ms (offload exposed %.2f ms)" % (1e3 * r["step_time_s"], 1e3 * r["breakdown_s"].get("offload_exposed", 0)))')
-  printf 'optimizer %-5s measured %s, predicted %s\n' "$offload" "$measured" "$predicted"
+  printf 'zero %s %-44s measured %s, predicted %s\n' "$zero" "$offload" "$measured" "$predicted"
 done
