@@ -275,6 +275,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
       const OffloadWaits waits =
           activation_offload_waits(offload_, l.lowered, modes, offloaded, layers.chunk_begin[c],
                                    layers.chunk_end[c], layer_forward, layer_backward);
+      if (entry.chunk_forward.size() <= c) {  // (an empty chunk: refused by validate_plan)
+        entry.chunk_forward.resize(c + 1, 0);
+        entry.chunk_backward.resize(c + 1, 0);
+      }
       entry.chunk_forward[c] += waits.forward;
       entry.chunk_backward[c] += waits.backward;
       entry.time += waits.forward + waits.backward;

@@ -537,6 +537,7 @@ class StageBuilder {
               static_cast<int32_t>(b));
     std::vector<size_t> order;
     for (size_t l = b; l < e; ++l) order.push_back(l);
+    last_offload_ = -1;  // the double buffer is the pass's own
     pass(order, Phase::kFwd, u.micro_batch, [&](size_t l) {
       auto gather = param_gather_.find(l);
       if (gather != param_gather_.end()) {
@@ -545,7 +546,7 @@ class StageBuilder {
         param_gather_.erase(gather);
       }
       run_ops(l, lowered_.layers[l].forward, Phase::kFwd, u.micro_batch);
-      if (activations_offloaded_[l]) activations_to_host(l, u.micro_batch);
+      if (activations_offloaded_[l]) activations_to_host(l, u.micro_batch, l + 1 < e);
     });
     if (!last_chunk(u.chunk))
       send(PeerSlot::kNext, boundary_bytes(e), Phase::kFwd, u.micro_batch,
@@ -617,9 +618,11 @@ class StageBuilder {
   // Megatron-LM's --cpu-offloading uses): once a layer's forward is done its saved activations are
   // copied to the host on the offload stream, and the layer after next waits for that copy (the
   // next one already runs while it moves), so at most two layers' activations are in transit.
-  void activations_to_host(size_t layer, int64_t mb) {
+  // The wait binds the pass's next layer only (`next_in_pass`): whatever the schedule runs after
+  // the pass (another micro-batch's backward) does not wait for this pass's copies.
+  void activations_to_host(size_t layer, int64_t mb, bool next_in_pass) {
     const int32_t produced = flush();
-    if (last_offload_ >= 0) require(last_offload_);
+    if (last_offload_ >= 0 && next_in_pass) require(last_offload_);
     std::vector<Dep> deps;
     if (produced >= 0) deps.push_back(done(produced));
     const int64_t bytes = kept_activation_bytes(layer);

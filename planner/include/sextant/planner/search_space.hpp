@@ -22,8 +22,9 @@ namespace sextant::planner {
 struct Candidate;
 
 // A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
-// "recompute_layers=0" (full recompute of every layer only), "offload=0" (nothing offloaded; 1:
-// the optimizer, 2: the optimizer and the parameters, to host memory), "spatial<=4" (ranks
+// "recompute_layers=0" (full recompute of every layer only), "offload=0" (no training state
+// offloaded; 1: the optimizer, 2: the optimizer and the parameters, to host memory; activations:
+// "act_offload"), "spatial<=4" (ranks
 // splitting each sample of a CNN), "cp<=8" (ranks splitting each sequence of a transformer;
 // spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
 // one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts), "grid=0"
