@@ -205,11 +205,15 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   // Kept for backward: the router's probabilities and the experts' input rows (every tp rank
   // routes and holds them whole), the experts' activation and second GEMM inputs (split over
   // tp), and the experts' outputs the weighted sum's backward reads; the shared experts' as a
-  // dense MLP's.
+  // dense MLP's. The experts' rows are the busiest rank's (group_load; the outputs it reads back
+  // are its own copies, balanced).
   const int64_t act_saved = passes.act_saved > 0 ? passes.act_saved : gate * e;
-  out.saved_replicated = Tr * E * 4 + M * h * e + Mr * h * e;
+  auto busiest = [&](int64_t bytes) {
+    return static_cast<int64_t>(std::llround(static_cast<double>(bytes) * group_load));
+  };
+  out.saved_replicated = Tr * E * 4 + busiest(M * h * e) + Mr * h * e;
   // (Bytes of the whole layer's tensors: the caller takes a tp rank's share.)
-  out.saved_split = M * f * (act_saved + e) + T * moe.shared_experts * f * (act_saved + e);
+  out.saved_split = busiest(M * f * (act_saved + e)) + T * moe.shared_experts * f * (act_saved + e);
   return out;
 }
 

@@ -68,6 +68,15 @@ TEST(MoeLoad, TheLoweringPricesTheBusiestRanksExchangesAndExperts) {
     }
   }
   EXPECT_EQ(priced, 2 * 10);  // 2 MoE blocks, 5 ops forward and 5 backward
+
+  // Its memory too: a MoE block keeps the experts' 64 input rows of 64 (bf16) and their FC1
+  // output and activation input, 64 x 32 x (SwiGLU's 2 x 2 + 2) bytes; the busiest rank 1.5
+  // times that, 0.5 x (8192 + 12288) = 10240 bytes more than at the mean (load_imbalance 1).
+  spec::ModelSpec even = m;
+  even.transformer().moe->load_imbalance = 1;
+  const LoweredModel balanced = lower(even, o);
+  const size_t block = lowered.layers.size() - 2;  // the last block (the first one is dense)
+  EXPECT_EQ(lowered.layers[block].saved_bytes - balanced.layers[block].saved_bytes, 10240);
 }
 
 }  // namespace
