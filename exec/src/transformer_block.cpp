@@ -69,7 +69,7 @@ Tensor TransformerBlock::forward(const MicroBatch& mb, const Tensor& x) {
     // the lowering counts (and Transformer Engine keeps).
     c.qkv = Tensor();
   }
-  if (offload_) cache_to_host(c, mb.index);
+  if (offload_) move_cache(c, Phase::kFwd, mb.index);
   caches_[mb.index] = std::move(c);
   return y;
 }
@@ -142,19 +142,12 @@ void move_tensors(Backend& be, const std::vector<Tensor*>& all) {
 
 }  // namespace
 
-void TransformerBlock::cache_to_host(Cache& c, int64_t mb) {
+void TransformerBlock::move_cache(Cache& c, Phase phase, int64_t mb) {
   const std::vector<Tensor*> all = cached_tensors(c);
-  auto scope =
-      rec(ctx().comm(OpId::kOffloadActivationsToHost, spec::OpClass::kMemcpy,
-                     spec::Stream::kOffload, distinct_bytes(all), 1, Phase::kFwd, layer_, mb));
-  move_tensors(backend(), all);
-}
-
-void TransformerBlock::cache_to_device(Cache& c, int64_t mb) {
-  const std::vector<Tensor*> all = cached_tensors(c);
-  auto scope =
-      rec(ctx().comm(OpId::kOffloadActivationsToDevice, spec::OpClass::kMemcpy,
-                     spec::Stream::kOffload, distinct_bytes(all), 1, Phase::kBwd, layer_, mb));
+  const OpId copy =
+      phase == Phase::kFwd ? OpId::kOffloadActivationsToHost : OpId::kOffloadActivationsToDevice;
+  auto scope = rec(ctx().comm(copy, spec::OpClass::kMemcpy, spec::Stream::kOffload,
+                              distinct_bytes(all), 1, phase, layer_, mb));
   move_tensors(backend(), all);
 }
 
@@ -230,7 +223,7 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
   Cache& c = caches_.at(mb);
   const GptShape& s = shape();
   LinearPairs& lp = pairs();
-  if (offload_) cache_to_device(c, mb);
+  if (offload_) move_cache(c, Phase::kBwd, mb);
   if (recompute_ == spec::Recompute::kFull) {
     run_forward(c, mb, Phase::kRecompute);
   } else if (recompute_ == spec::Recompute::kSelective) {

@@ -49,10 +49,10 @@ class TransformerBlock final : public GptLayer {
   // output itself without sequence parallelism).
   static std::vector<Tensor*> cached_tensors(Cache& c);
   // Activation offload (Megatron-LM --cpu-offloading): what the cache holds, copied to tensors
-  // of the host pool and freed on the device after the forward, traced as the simulator's
-  // offload.activations_to_host; and back before the backward (offload.activations_to_device).
-  void cache_to_host(Cache& c, int64_t mb);
-  void cache_to_device(Cache& c, int64_t mb);
+  // of the host pool and freed on the device after the forward (`phase` kFwd, traced as the
+  // simulator's offload.activations_to_host), and back before the backward (kBwd,
+  // offload.activations_to_device).
+  void move_cache(Cache& c, spec::Phase phase, int64_t mb);
 
   // The block's forward from c.x, filling the cache; `phase` is kFwd or kRecompute.
   Tensor run_forward(Cache& c, int64_t mb, spec::Phase phase);
