@@ -559,7 +559,7 @@ class Trainer {
       auto s = ctx_.recorder->scope(
           Recorder::Event{models::op_name(OpId::kOffloadAdamw),
                           OpClass::kOptimizer,
-                          Stream::kOffload,
+                          models::offload_stream(OpId::kOffloadAdamw),
                           Phase::kOpt,
                           std::nullopt,
                           std::nullopt,
@@ -574,17 +574,18 @@ class Trainer {
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
     // them.
     if (plan_.offload.params == spec::OffloadTarget::kHost) return;
-    auto s = ctx_.recorder->scope(Recorder::Event{models::op_name(OpId::kOffloadParamsToDevice),
-                                                  OpClass::kMemcpy,
-                                                  Stream::kOffload,
-                                                  Phase::kOpt,
-                                                  std::nullopt,
-                                                  std::nullopt,
-                                                  0,
-                                                  updated * spec::dtype_bytes(param_dtype),
-                                                  {},
-                                                  0,
-                                                  ""});
+    auto s =
+        ctx_.recorder->scope(Recorder::Event{models::op_name(OpId::kOffloadParamsToDevice),
+                                             OpClass::kMemcpy,
+                                             models::offload_stream(OpId::kOffloadParamsToDevice),
+                                             Phase::kOpt,
+                                             std::nullopt,
+                                             std::nullopt,
+                                             0,
+                                             updated * spec::dtype_bytes(param_dtype),
+                                             {},
+                                             0,
+                                             ""});
     for (auto [b, e] : sync_->owned()) {
       Tensor to = stage_->params().values().rows(b, e - b);
       ctx_.backend->copy(host_values_.rows(b, e - b), to);

@@ -146,7 +146,7 @@ void TransformerBlock::move_cache(Cache& c, Phase phase, int64_t mb) {
   const std::vector<Tensor*> all = cached_tensors(c);
   const OpId copy =
       phase == Phase::kFwd ? OpId::kOffloadActivationsToHost : OpId::kOffloadActivationsToDevice;
-  auto scope = rec(ctx().comm(copy, spec::OpClass::kMemcpy, spec::Stream::kOffload,
+  auto scope = rec(ctx().comm(copy, spec::OpClass::kMemcpy, models::offload_stream(copy),
                               distinct_bytes(all), 1, phase, layer_, mb));
   move_tensors(backend(), all);
 }

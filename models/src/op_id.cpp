@@ -51,6 +51,22 @@ const std::string& op_name(OpId id) {
   return names[index_of(id)];
 }
 
+spec::Stream offload_stream(OpId id) {
+  switch (id) {
+    case OpId::kOffloadParamsToDevice:
+    case OpId::kOffloadActivationsToDevice:
+      return spec::Stream::kOffloadIn;
+    case OpId::kOffloadGradToHost:
+    case OpId::kOffloadAdamw:
+    case OpId::kOffloadParamsToNvme:
+    case OpId::kOffloadActivationsToHost:
+      return spec::Stream::kOffload;
+    default:
+      SEXTANT_CHECK(false, "op {} is not an offload op", op_text(id));
+  }
+  return spec::Stream::kOffload;  // (unreachable)
+}
+
 const GridLinearOps& grid_linear_ops(OpId product) {
   for (const GridLinearOps* ops : {&kGridQkv, &kGridProj, &kGridFc1, &kGridFc2})
     if (ops->product == product) return *ops;

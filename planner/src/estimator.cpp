@@ -2,6 +2,8 @@
 #include "sextant/planner/estimator.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 
 #include "sextant/models/gradient_compression.hpp"
@@ -537,8 +539,9 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     // micro-batch's forward does not cover is exposed, the first bucket at least. Interleaved,
     // chunk c of the first stage starts after c * pp forwards of a chunk (the schedule runs pp
     // micro-batches per chunk in turn), so its share of the gather waits less: exposed max over c
-    // of (c + 1) G / v - (c pp + 1) F / v.
-    double exposed = dp->gather_first;
+    // of (c + 1) G / v - (c pp + 1) F / v. Where the forwards outlast the gather, they are what
+    // waits: they run slowed beside it (the engine's overlap model), the first bucket exposed.
+    double exposed = dp->gather_first + slowed(dp->gather_total - dp->gather_first);
     for (int64_t c = 0; c < plan.virtual_stages; ++c) {
       const double cd = static_cast<double>(c);
       const double waits = (cd + 1) * dp->gather_total -
@@ -589,6 +592,13 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   }
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());
+  if (getenv("EST_DEBUG"))
+    fprintf(stderr,
+            "DBG slowest %.4f m %ld extra %.4f gather_first %.4f gather_total %.4f first_fwd %.4f "
+            "step %.4f\n",
+            slowest_stage, (long)m, dp ? dp->single_stage_extra : -1.0,
+            dp ? dp->gather_first : -1.0, dp ? dp->gather_total : -1.0,
+            stages.summary.first_forward, step);
   return out;
 }
 

@@ -129,7 +129,7 @@ class StageBuilder {
                        Phase phase, int64_t mb, int32_t layer, const std::vector<Dep>& deps) {
     Task t;
     t.kind = TaskKind::kLocal;
-    t.stream = Stream::kOffload;
+    t.stream = models::offload_stream(name);
     t.comm_class = CommClass::kOffload;
     t.phase = phase;
     t.micro_batch = static_cast<int32_t>(mb);
@@ -629,17 +629,23 @@ class StageBuilder {
     last_offload_ = offload_task(OpId::kOffloadActivationsToHost, spec::OpClass::kMemcpy, bytes,
                                  offload_->device_host_copy(bytes), Phase::kFwd, mb,
                                  static_cast<int32_t>(layer), deps);
+    copied_out_[{mb, layer}] = last_offload_;
   }
 
   // A layer's offloaded activations copied back to the device, once per backward unit: issued
   // when the backward of the layer above it starts (a prefetch one layer ahead), or when its own
-  // starts. Returns the copy task.
+  // starts, and once they are on the host (the copies each way run on streams of their own).
+  // Returns the copy task.
   int32_t reload_activations(size_t layer, int64_t mb) {
     auto it = reloads_.find(layer);
     if (it != reloads_.end()) return it->second;
     const int32_t before = flush();
     std::vector<Dep> deps;
     if (before >= 0) deps.push_back(done(before));
+    if (auto out = copied_out_.find({mb, layer}); out != copied_out_.end()) {
+      deps.push_back(done(out->second));
+      copied_out_.erase(out);
+    }
     const int64_t bytes = kept_activation_bytes(layer);
     const int32_t task = offload_task(OpId::kOffloadActivationsToDevice, spec::OpClass::kMemcpy,
                                       bytes, offload_->device_host_copy(bytes), Phase::kBwd, mb,
@@ -874,6 +880,8 @@ class StageBuilder {
   std::vector<bool> activations_offloaded_;  // per lowered layer (layer_activation_offload)
   int32_t last_offload_ = -1;                // the latest activation copy to the host
   std::map<size_t, int32_t> reloads_;        // layer -> its reload in this backward unit
+  std::map<std::pair<int64_t, size_t>, int32_t> copied_out_;  // (micro-batch, layer) -> its copy
+                                                              // to the host, until reloaded
   int64_t elem_bytes_;
   int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
   int64_t micro_batches_;

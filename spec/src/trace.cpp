@@ -20,7 +20,8 @@ constexpr std::array<std::pair<std::string_view, Stream>, kStreamCount> kStreams
      {"dp-comm", Stream::kDpComm},
      {"pp-send", Stream::kPpSend},
      {"pp-recv", Stream::kPpRecv},
-     {"offload", Stream::kOffload}}};
+     {"offload", Stream::kOffload},
+     {"offload-in", Stream::kOffloadIn}}};
 constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
     {{"gemm", OpClass::kGemm},
      {"attention", OpClass::kAttention},

@@ -127,10 +127,11 @@ TEST(ActivationOffload, CopiesOverlapTheNeighbouringLayers) {
   // 100 GB/s, c = 41.94 us > f. Forward: layer k's copy starts when its forward ends, after the
   // copy before it; layer k + 2 waits for it (the double buffer), so from layer 2 on the forward
   // runs at the copies' pace: layer 7 starts after the copies of layers 0-5, at f + 6c, and its
-  // copy ends at f + 8c (behind layer 6's). Backward: layer 7's reload follows it on the same
-  // stream, f + 9c; from there each reload runs beside the backward of the layer above (c < b),
-  // so the backward of the 8 layers runs back to back: the step is f + 9c + 8b, against 8f + 8b
-  // without offload, and the compute stream waited 9c - 7f for copies.
+  // copy ends at f + 8c (behind layer 6's). Backward: layer 7's reload (on the stream of copies
+  // to the device) waits for that copy to reach the host, f + 9c; from there each reload runs
+  // beside the backward of the layer above (c < b), so the backward of the 8 layers runs back to
+  // back: the step is f + 9c + 8b, against 8f + 8b without offload, and the compute stream waited
+  // 9c - 7f for copies.
   const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
   const double b = 2 * f;
   const double c = kKept / 100e9;
@@ -175,6 +176,53 @@ TEST(ActivationOffload, OnlyTheNamedLayersCopy) {
   const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
   const double c = kKept / 100e9;
   EXPECT_NEAR(r.report.breakdown_s.offload_exposed, c - f, 1e-9);
+}
+
+TEST(ActivationOffload, CopiesEachWayRunAtOnce) {
+  // Beside ZeRO-Offload: each layer's gradients go to the host once its backward is done (a
+  // bucket per layer) while the layer below reloads its activations. PCIe is full duplex and the
+  // device has a copy engine each way, so neither waits for the other: the backward keeps its
+  // pace (the reloads hidden as without the optimizer's copies), and what the step waits for
+  // beyond the activation copies is the tail the host step needs: layer 0's gradients, the
+  // host AdamW and the updated parameters' way back. On one in-order stream each layer's
+  // reload would queue behind the gradients of the layer above (c + g > b).
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
+  spec::Plan p = one_gpu(0);
+  p.zero = 1;
+  p.offload.optimizer = spec::OffloadTarget::kHost;
+  p.stack->dp_bucket_bytes = 1;  // a bucket per layer
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(model, cluster, p, options);
+  ASSERT_TRUE(r.trace.has_value());
+  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double c = kKept / 100e9;
+  double last_grad = 0, adamw = 0, back = 0;
+  std::vector<std::pair<double, double>> grads, reloads;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    const double begin = ps_to_seconds(e.start_ps), end = ps_to_seconds(e.start_ps + e.duration_ps);
+    if (e.name == "offload.grad_to_host") {
+      EXPECT_EQ(e.stream, spec::Stream::kOffload);
+      grads.emplace_back(begin, end);
+      last_grad = ps_to_seconds(e.duration_ps);
+    }
+    if (e.name == "offload.activations_to_device") {
+      EXPECT_EQ(e.stream, spec::Stream::kOffloadIn);
+      reloads.emplace_back(begin, end);
+    }
+    if (e.name == "offload.adamw") adamw = ps_to_seconds(e.duration_ps);
+    if (e.name == "offload.params_to_device") back = ps_to_seconds(e.duration_ps);
+  }
+  ASSERT_EQ(grads.size(), static_cast<size_t>(kLayers));
+  ASSERT_EQ(reloads.size(), static_cast<size_t>(kLayers));
+  // A gradient copy runs while a reload does.
+  bool overlapped = false;
+  for (const auto& [gb, ge] : grads)
+    for (const auto& [rb, re] : reloads) overlapped |= gb < re && rb < ge;
+  EXPECT_TRUE(overlapped);
+  EXPECT_NEAR(r.report.breakdown_s.offload_exposed, (9 * c - 7 * f) + last_grad + adamw + back,
+              1e-9);
 }
 
 TEST(ActivationOffload, ClusterWithoutHostIsRefused) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "sextant/spec/trace.hpp"
+
 namespace sextant::models {
 
 // X(enumerator, name): ops with a name of their own.
@@ -183,6 +185,11 @@ class OpName {
 
 // The name of a fixed op as the trace writes it (a scoped id is a logic error).
 const std::string& op_name(OpId id);
+
+// The stream an offload op (offload.*) runs on: copies to the device on kOffloadIn, the rest
+// (copies to the host or NVMe, the host optimizer step) on kOffload. Any other op is a logic
+// error (SEXTANT_CHECK).
+spec::Stream offload_stream(OpId id);
 
 // The tensor-parallel collectives of one part of a transformer (Megatron-LM): the row-parallel
 // output's all-reduce, or its reduce-scatter and the all-gather before the column-parallel input

@@ -14,11 +14,16 @@
 
 namespace sextant::spec {
 
-// kOffload: copies between the device and host memory or NVMe, and the optimizer step on the
-// host CPU, of a plan that offloads (in order on one stream, as DeepSpeed's offload runs them).
-enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv, kOffload };
+// A plan that offloads copies over PCIe in both directions at once: the device's copy engines
+// serve device-to-host and host-to-device copies apart, and PCIe is full duplex (NVIDIA, CUDA C++
+// Programming Guide, "Asynchronous Concurrent Execution": asyncEngineCount 2 overlaps a copy each
+// way), so the stacks keep a stream per direction (Transformer Engine's cpu_offload.py:
+// d2h_stream and h2d_stream). kOffload: copies to host memory or NVMe, and the optimizer step on
+// the host CPU after them, in order. kOffloadIn: copies to the device, in order.
+// models::offload_stream says which an op runs on.
+enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv, kOffload, kOffloadIn };
 EnumNames<Stream> stream_names();
-inline constexpr int kStreamCount = 6;
+inline constexpr int kStreamCount = 7;
 
 enum class OpClass {
   kGemm,
