@@ -2,8 +2,6 @@
 #include "sextant/planner/estimator.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
 #include "sextant/models/gradient_compression.hpp"
@@ -592,13 +590,6 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   }
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());
-  if (getenv("EST_DEBUG"))
-    fprintf(stderr,
-            "DBG slowest %.4f m %ld extra %.4f gather_first %.4f gather_total %.4f first_fwd %.4f "
-            "step %.4f\n",
-            slowest_stage, (long)m, dp ? dp->single_stage_extra : -1.0,
-            dp ? dp->gather_first : -1.0, dp ? dp->gather_total : -1.0,
-            stages.summary.first_forward, step);
   return out;
 }
 
