@@ -32,6 +32,20 @@ Recorder::Event Context::op(const models::OpName& name, int32_t layer, spec::Pha
   return e;
 }
 
+Recorder::Event Context::offload(models::OpId id, spec::OpClass cls, int64_t bytes,
+                                 spec::Phase phase, std::optional<int64_t> layer,
+                                 std::optional<int64_t> micro_batch) const {
+  Recorder::Event e;
+  e.name = models::op_name(id);
+  e.op_class = cls;
+  e.stream = models::offload_stream(id);
+  e.bytes = bytes;
+  e.phase = phase;
+  e.layer = layer;
+  e.micro_batch = micro_batch;
+  return e;
+}
+
 Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                               int64_t bytes, int64_t group_size, spec::Phase phase,
                               std::optional<int64_t> layer,

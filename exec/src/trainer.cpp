@@ -557,35 +557,18 @@ class Trainer {
     const std::vector<Backend::AdamwSpan> spans = owned_spans();
     {
       auto s = ctx_.recorder->scope(
-          Recorder::Event{models::op_name(OpId::kOffloadAdamw),
-                          OpClass::kOptimizer,
-                          models::offload_stream(OpId::kOffloadAdamw),
-                          Phase::kOpt,
-                          std::nullopt,
-                          std::nullopt,
-                          0,
-                          updated * models::host_optimizer_bytes_per_param(param_dtype),
-                          {},
-                          0,
-                          ""});
+          ctx_.offload(OpId::kOffloadAdamw, OpClass::kOptimizer,
+                       updated * models::host_optimizer_bytes_per_param(param_dtype), Phase::kOpt,
+                       std::nullopt, std::nullopt));
       ctx_.backend->adamw_spans(host_values_, host_grads_, m_, v_, spans, step, o_.lr, o_.beta1,
                                 o_.beta2, o_.eps, grad_scale);
     }
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
     // them.
     if (plan_.offload.params == spec::OffloadTarget::kHost) return;
-    auto s =
-        ctx_.recorder->scope(Recorder::Event{models::op_name(OpId::kOffloadParamsToDevice),
-                                             OpClass::kMemcpy,
-                                             models::offload_stream(OpId::kOffloadParamsToDevice),
-                                             Phase::kOpt,
-                                             std::nullopt,
-                                             std::nullopt,
-                                             0,
-                                             updated * spec::dtype_bytes(param_dtype),
-                                             {},
-                                             0,
-                                             ""});
+    auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
+                                               updated * spec::dtype_bytes(param_dtype),
+                                               Phase::kOpt, std::nullopt, std::nullopt));
     for (auto [b, e] : sync_->owned()) {
       Tensor to = stage_->params().values().rows(b, e - b);
       ctx_.backend->copy(host_values_.rows(b, e - b), to);

@@ -146,8 +146,8 @@ void TransformerBlock::move_cache(Cache& c, Phase phase, int64_t mb) {
   const std::vector<Tensor*> all = cached_tensors(c);
   const OpId copy =
       phase == Phase::kFwd ? OpId::kOffloadActivationsToHost : OpId::kOffloadActivationsToDevice;
-  auto scope = rec(ctx().comm(copy, spec::OpClass::kMemcpy, models::offload_stream(copy),
-                              distinct_bytes(all), 1, phase, layer_, mb));
+  auto scope =
+      rec(ctx().offload(copy, spec::OpClass::kMemcpy, distinct_bytes(all), phase, layer_, mb));
   move_tensors(backend(), all);
 }
 

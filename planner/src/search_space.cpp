@@ -590,16 +590,22 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                               // (spec::expert_parallel_problem: not with offload).
                               c.ep_log2 = static_cast<uint8_t>(
                                   (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
-                              if (ep > 1) {
+                              // The fields of this layout the ep and grid rules read (built only
+                              // for the layouts they apply to: this loop is the hot one).
+                              auto shape_of = [&] {
                                 spec::Plan shape;
                                 shape.dp = dp;
                                 shape.tp = tp;
+                                shape.tp_grid = out.grids[grid];
                                 shape.sequence_parallel = sp;
                                 shape.zero = zero;
                                 shape.ep = ep;
                                 shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
                                                                    : spec::OffloadTarget::kNone;
-                                if (!spec::expert_parallel_problem(shape).empty()) {
+                                return shape;
+                              };
+                              if (ep > 1) {
+                                if (!spec::expert_parallel_problem(shape_of()).empty()) {
                                   reject("ep with optimizer or parameter offload");
                                   continue;
                                 }
@@ -608,14 +614,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                 c.grid = grid;
                                 if (grid > 0) {
                                   // The grid's rules (spec/tensor_grid.hpp) on this layout.
-                                  spec::Plan shape;
-                                  shape.tp = tp;
-                                  shape.tp_grid = out.grids[grid];
-                                  shape.sequence_parallel = sp;
-                                  shape.zero = zero;
-                                  shape.ep = ep;
-                                  shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
-                                                                     : spec::OffloadTarget::kNone;
+                                  const spec::Plan shape = shape_of();
                                   if (!spec::tensor_grid_problem(shape).empty()) {
                                     reject(
                                         "a 3D tensor grid with sp, ep, ZeRO-3 or "

@@ -73,6 +73,10 @@ struct Context {
   Recorder::Event comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                        int64_t bytes, int64_t group_size, spec::Phase phase,
                        std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
+  // A recorder event for an offload op (a device-host copy, the host optimizer step) on the
+  // stream models::offload_stream gives it.
+  Recorder::Event offload(models::OpId id, spec::OpClass cls, int64_t bytes, spec::Phase phase,
+                          std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
 };
 
 }  // namespace sextant::exec
