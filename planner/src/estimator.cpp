@@ -488,6 +488,12 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       return it->second;
     };
     step = makespan(m, drain);
+    if (!dp && lowered.tied_table_params > 0) {
+      // The end stages' all-reduce of the tied table's gradients after the last backward (sim's
+      // program builder); with a data-parallel exchange the drain holds it, before its buckets.
+      step += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
+                           shape.embedding);
+    }
     if (plan.schedule == spec::Schedule::kPipeDream2BW) {
       // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
       // costs what a second batch run back to back adds, the fill and drain that the two

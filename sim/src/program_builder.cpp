@@ -214,6 +214,26 @@ class StageBuilder {
     return last_compute_;
   }
 
+  // The point a task issued now on another stream follows: the last compute, and what the next
+  // compute already waits for (a received activation or gradient, a reloaded layer). A framework
+  // issues it in program order behind those waits: the compute stream waits on their events and
+  // the side stream on the compute stream's (Megatron-LM's p2p receive waits on the current
+  // stream; Transformer Engine's and NCCL's side streams wait on it), so a backward's first
+  // all-gather cannot start before the gradient it gathers has arrived. Waits with no compute
+  // gathered yet become a compute task of no ops that holds them.
+  int32_t issue_point(Phase phase, int64_t mb) {
+    if (!pending_ops_.empty() || pending_deps_.empty()) return flush();
+    Task t;
+    t.kind = TaskKind::kCompute;
+    t.stream = Stream::kCompute;
+    t.phase = phase;
+    t.micro_batch = static_cast<int32_t>(mb);
+    t.op_begin = t.op_end = static_cast<int32_t>(program_.task_ops.size());
+    last_compute_ = emit(t, pending_deps_);
+    pending_deps_.clear();
+    return last_compute_;
+  }
+
   // The next compute op waits for `task`. Waits on one stream merge into the latest (a stream
   // completes in order), so a task has at most one dependency per other stream.
   void require(int32_t task) {
@@ -257,7 +277,7 @@ class StageBuilder {
   // exchange and statistic all-reduces), the context-parallel or the expert-parallel group. Waits
   // for the compute before it; returns the task.
   int32_t layer_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
-    int32_t before = flush();
+    int32_t before = issue_point(phase, mb);
     const bool context = op.group == models::CommGroup::kContext;
     const bool expert = op.group == models::CommGroup::kExpert;
     const CommClass cls = context               ? CommClass::kCp
@@ -419,7 +439,7 @@ class StageBuilder {
     std::vector<int32_t> gathers(order.size(), -1);
     for (size_t i = 0; i < order.size(); ++i) {
       if (fsdp) {
-        int32_t before = flush();
+        int32_t before = issue_point(phase, mb);
         for (size_t j = i; j <= i + ahead && j < order.size(); ++j)
           if (gathers[j] < 0) gathers[j] = gather_params(order[j], phase, mb, before);
         require(gathers[i]);
@@ -461,7 +481,7 @@ class StageBuilder {
   void gathered_gemm(size_t layer, const models::Op& gather, const models::Op& gemm, Phase phase,
                      int64_t mb) {
     const int64_t first = gather.bytes / tp_overlap_chunks(gather.collective, plan_.tp);
-    int32_t before = flush();
+    int32_t before = issue_point(phase, mb);
     const int32_t l = static_cast<int32_t>(layer);
     int32_t head = comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
                         TaskKind::kCollective, gather.collective, first,
@@ -482,7 +502,7 @@ class StageBuilder {
     const int64_t last_bytes = scatter.bytes / tp_overlap_chunks(scatter.collective, plan_.tp);
     const int64_t early_bytes = scatter.bytes - last_bytes;
     const int32_t l = static_cast<int32_t>(layer);
-    int32_t before = flush();
+    int32_t before = issue_point(phase, mb);
     comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(GroupSlot::kTp),
          TaskKind::kCollective, scatter.collective, early_bytes,
          named_op(scatter.name, scatter.op_class, early_bytes, l), phase, mb, before);
@@ -639,7 +659,7 @@ class StageBuilder {
   int32_t reload_activations(size_t layer, int64_t mb) {
     auto it = reloads_.find(layer);
     if (it != reloads_.end()) return it->second;
-    const int32_t before = flush();
+    const int32_t before = issue_point(Phase::kBwd, mb);
     std::vector<Dep> deps;
     if (before >= 0) deps.push_back(done(before));
     if (auto out = copied_out_.find({mb, layer}); out != copied_out_.end()) {

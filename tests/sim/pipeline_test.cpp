@@ -3,9 +3,11 @@
 // SC'21 §2.2.2), on uniform stages with free communication.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/zoo.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -301,6 +303,44 @@ TEST(Pipeline, ScheduleUnitsCoverEveryMicroBatchAndChunkOnce) {
           EXPECT_TRUE(seen.count({true, u.micro_batch, u.chunk}));
         }
       }
+    }
+  }
+}
+
+TEST(Pipeline, ABackwardsCollectivesWaitForItsGradient) {
+  // Under sequence parallelism a block's backward starts with the all-gather of the gradient
+  // that arrived from the next stage (the reduce-scatter's backward): it cannot start before that
+  // gradient has arrived. A framework issues it in program order behind the receive (the compute
+  // stream waits on the receive, the collective's stream on the compute stream), so every
+  // collective of a backward pass starts after its gradient's receive has ended, on every rank,
+  // with the transfers blocking or overlapped and the collectives split beside the GEMMs or not.
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 1.0);
+  spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  SimulationOptions options;
+  options.trace = true;
+  for (bool pp_overlap : {false, true}) {
+    for (spec::TpOverlap o : {spec::TpOverlap::kNone, spec::TpOverlap::kPipelined}) {
+      spec::Plan plan = test::make_plan(1, 2, 2, 1, 4);
+      plan.sequence_parallel = true;
+      plan.stack->pp_overlap = pp_overlap;
+      plan.stack->tp_overlap = o;
+      SimulationResult r = simulate(model, cluster, plan, options);
+      ASSERT_TRUE(r.trace.has_value());
+      std::map<std::pair<int64_t, int64_t>, int64_t> arrived;  // (rank, micro-batch) -> end, ps
+      for (const spec::TraceEvent& e : r.trace->events)
+        if (e.name == "pp.recv_gradient")
+          arrived[{e.rank, e.micro_batch.value_or(-1)}] = e.start_ps + e.duration_ps;
+      ASSERT_EQ(arrived.size(), 2u * 4u) << plan.name();  // stage 0's 2 ranks, 4 micro-batches
+      int64_t checked = 0;
+      for (const spec::TraceEvent& e : r.trace->events) {
+        if (e.stream != spec::Stream::kTpComm || e.phase != spec::Phase::kBwd) continue;
+        auto it = arrived.find({e.rank, e.micro_batch.value_or(-1)});
+        if (it == arrived.end()) continue;  // the last stage's: no gradient to wait for
+        EXPECT_GE(e.start_ps, it->second) << plan.name() << " " << e.name << " rank " << e.rank
+                                          << " micro-batch " << e.micro_batch.value_or(-1);
+        ++checked;
+      }
+      EXPECT_GT(checked, 0) << plan.name();
     }
   }
 }
