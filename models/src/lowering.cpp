@@ -45,6 +45,13 @@ bool Layer::same_work_as(const Layer& o) const {
          forward == o.forward && backward == o.backward;
 }
 
+int64_t Layer::parameter_modules() const {
+  int64_t n = 0;
+  for (const Op& op : forward)
+    if (op.op_class == spec::OpClass::kGemm || op.op_class == spec::OpClass::kConv) ++n;
+  return std::max<int64_t>(1, n);
+}
+
 int64_t Layer::saved_bytes_for(spec::Recompute r) const {
   switch (r) {
     case spec::Recompute::kNone:

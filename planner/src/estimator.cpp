@@ -180,6 +180,162 @@ const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec:
   return drain_passes_.emplace(key, std::move(passes)).first->second;
 }
 
+const std::vector<Estimator::TransferTerm>& Estimator::transfer_terms(const spec::Plan& plan,
+                                                                      Lowering& l,
+                                                                      const Stages& stages,
+                                                                      const MakespanKey& key) {
+  auto it = l.transfer_terms.find(key);
+  if (it != l.transfer_terms.end()) return it->second;
+  // A stage sends after each pass whose chunk has a neighbour that way and receives before each
+  // whose chunk has one the other way. A send starts as the stage's next pass begins (overlapped
+  // transfers; a blocking one holds the stage instead), so it runs beside that pass's first
+  // stretches: on average over the stage's passes. A receive lands while the stage runs some
+  // pass of its own: beside compute alone in the share of the pass that is.
+  const double m = static_cast<double>(key.micro_batches);
+  const int64_t chunks = plan.chunks();
+  std::vector<TransferTerm> terms;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    const StageEntry& e = stages.entries[static_cast<size_t>(s)];
+    const size_t local = e.chunk_forward.size();
+    double head = 0, received = 0;
+    int64_t sends = 0;
+    auto alone_share = [](double alone, double all) { return all > 0 ? alone / all : 0.0; };
+    for (size_t c = 0; c < local; ++c) {
+      head += sim::alone_within(e.chunk_forward_head[c], key.p2p) +
+              sim::alone_within(e.chunk_backward_head[c], key.p2p);
+      const int64_t g = static_cast<int64_t>(c) * plan.pp + s;
+      if (g > 0) {  // receives its forward input, sends its input's gradient
+        ++sends;
+        received += alone_share(e.chunk_forward_alone[c], e.chunk_forward[c]);
+      }
+      if (g + 1 < chunks) {  // sends its output, receives its output's gradient
+        ++sends;
+        received += alone_share(e.chunk_backward_alone[c], e.chunk_backward[c]);
+      }
+    }
+    head /= 2 * static_cast<double>(std::max<size_t>(local, 1));
+    TransferTerm t;
+    t.sent = key.blocking ? 0 : m * static_cast<double>(sends) * head;
+    t.received = m * key.p2p * received;
+    t.compute = m * e.time;
+    terms.push_back(t);
+  }
+  return l.transfer_terms.emplace(key, std::move(terms)).first->second;
+}
+
+const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
+                                                    const spec::Stack& stack, Lowering& l,
+                                                    const Stages& stages) {
+  const models::LoweredModel& lowered = l.lowered;
+  const int64_t e = spec::dtype_bytes(lowered.dtype);
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  const Zero3Key key{&stages,
+                     plan.dp,
+                     plan.tp,
+                     plan.pp,
+                     plan.cp,
+                     plan.ep,
+                     static_cast<int>(stack.zero3),
+                     stack.zero3_prefetch,
+                     e,
+                     g,
+                     static_cast<int>(plan.offload.params)};
+  auto it = l.zero3_times.find(key);
+  if (it != l.zero3_times.end()) return it->second;
+  const Shapes& shape = shapes(plan);
+  const int64_t n = plan.replicas();
+  const bool offloaded = plan.offload.params != spec::OffloadTarget::kNone;
+  // The largest stage (ZeRO-3 runs without pipelining but for a check of the rule).
+  size_t largest = 0;
+  for (size_t s = 0; s < stages.entries.size(); ++s)
+    if (stages.entries[s].footprint.params > stages.entries[largest].footprint.params) largest = s;
+  const sim::StageLayers layers = sim::stage_layers(plan, lowered, static_cast<int64_t>(largest));
+  // Each layer's fetch (from the host, on the copy stream) and gather and scatter (on the
+  // data-parallel stream), priced once.
+  std::vector<size_t> order;
+  for (size_t c = 0; c < layers.chunk_begin.size(); ++c)
+    for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) order.push_back(i);
+  std::vector<double> fetch(order.size(), 0), gather(order.size(), 0), scatter(order.size(), 0);
+  Zero3Times z;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const models::Layer& layer = lowered.layers[order[k]];
+    if (k > 0 && layer.same_work_as(lowered.layers[order[k - 1]])) {
+      fetch[k] = fetch[k - 1];
+      gather[k] = gather[k - 1];
+      scatter[k] = scatter[k - 1];
+    } else {
+      const int64_t experts = plan.ep > 1 ? layer.expert_params : 0;
+      const int64_t dense = (layer.params - experts) * e;
+      if (offloaded)
+        fetch[k] = ps_to_seconds(
+            offload_.params_fetch((layer.params + n - 1) / n * e, plan.offload.params));
+      if (n > 1) {
+        // FSDP gathers the layer as one flat parameter, DeepSpeed one module at a time.
+        const int64_t parts =
+            stack.zero3 == spec::Zero3Impl::kDeepspeed ? layer.parameter_modules() : 1;
+        for (int64_t p = 0; p < parts; ++p)
+          gather[k] += collective_s(plan, spec::CollectiveKind::kAllGather,
+                                    dense / parts + (p < dense % parts ? 1 : 0), shape.dp);
+        scatter[k] = collective_s(plan, spec::CollectiveKind::kReduceScatter,
+                                  (layer.params - experts) * g, shape.dp);
+      }
+      if (experts > 0 && plan.expert_replicas() > 1) {
+        gather[k] +=
+            collective_s(plan, spec::CollectiveKind::kAllGather, experts * e, shape.expert_dp);
+        scatter[k] +=
+            collective_s(plan, spec::CollectiveKind::kReduceScatter, experts * g, shape.expert_dp);
+      }
+    }
+  }
+  // One micro-batch's passes as the simulator's program runs them (program_builder's pass):
+  // at each layer's start the gathers of it and the next `prefetch` layers are issued, each
+  // after its fetch (the copy stream in order) and on the data-parallel stream in order; the
+  // layer computes once its gather is done, slowed while the stream runs beside it (the
+  // engine's overlap model, where it computes alone); in backward its scatter follows its
+  // compute on the same stream. What the compute waits and how much longer it runs are the
+  // passes' costs; the scatters still running after the last backward, the step's tail.
+  const size_t ahead = static_cast<size_t>(std::max<int64_t>(0, stack.zero3_prefetch));
+  const StageEntry& entry = stages.entries[largest];
+  struct PassCost {
+    double waited = 0, slowed = 0, tail = 0;
+  };
+  auto run_pass = [&](bool forward) {
+    const double f =
+        slowdown_beside(forward ? entry.forward_alone_share : entry.backward_alone_share);
+    PassCost cost;
+    double compute = 0, copies = 0, stream = 0;
+    std::vector<double> gathered(order.size(), -1);
+    for (size_t step = 0; step < order.size(); ++step) {
+      const size_t k = forward ? step : order.size() - 1 - step;
+      for (size_t a = step; a <= step + ahead && a < order.size(); ++a) {
+        const size_t j = forward ? a : order.size() - 1 - a;
+        if (gathered[j] >= 0) continue;
+        copies = std::max(copies, compute) + fetch[j];
+        stream = std::max({stream, compute, copies}) + gather[j];
+        gathered[j] = stream;
+      }
+      const double start = std::max(compute, gathered[k]);
+      cost.waited += start - compute;
+      const size_t i = order[k];
+      const double work = forward ? stages.layer_forward[i] : stages.layer_backward[i];
+      // Slowed by 1 + f while the stream is busy, at full speed after.
+      const double busy = std::max(0.0, stream - start);
+      const double wall = work * (1 + f) <= busy ? work * (1 + f) : work + busy * f / (1 + f);
+      cost.slowed += wall - work;
+      compute = start + wall;
+      if (!forward) stream = std::max(stream, compute) + scatter[k];
+    }
+    cost.tail = std::max(0.0, stream - compute);
+    return cost;
+  };
+  const PassCost forward = run_pass(true), backward = run_pass(false);
+  z.waits = forward.waited + backward.waited;
+  z.forward_slowed = forward.slowed;
+  z.backward_slowed = backward.slowed;
+  z.tail = backward.tail;
+  return l.zero3_times.emplace(key, z).first->second;
+}
+
 const std::shared_ptr<const spec::PipelineSweep::StageUnits>& Estimator::stage_units(
     const spec::Plan& plan, int64_t micro_batches) {
   auto key =
@@ -220,7 +376,20 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
     }
     sim::LayerTimes t =
         sim::layer_times(layer, plan, stack, *l.compute, collectives(plan), groups, mode);
-    costs.push_back({t.forward, t.backward, t.recompute});
+    LayerCost cost{t.forward,
+                   t.backward,
+                   t.recompute,
+                   std::move(t.forward_profile),
+                   std::move(t.recompute_profile),
+                   0,
+                   0};
+    for (const sim::PassSegment& segment : t.backward_profile)
+      sim::append_segment(cost.backward_profile, segment.seconds, segment.alone);
+    for (const sim::PassSegment& segment : cost.forward_profile)
+      cost.forward_alone += segment.alone ? segment.seconds : 0;
+    for (const sim::PassSegment& segment : cost.backward_profile)
+      cost.backward_alone += segment.alone ? segment.seconds : 0;
+    costs.push_back(std::move(cost));
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
 }
@@ -230,6 +399,14 @@ double Estimator::overlap_cost(double overlapped) const {
   // overlap model): it costs overlapped * f / (1 + f) more.
   const double f = cluster_->device.overlap_slowdown;
   return std::max(0.0, overlapped) * f / (1 + f);
+}
+
+double Estimator::slowdown_beside(double alone_share) const {
+  // A transfer of time t costs t f / (1 + f) beside compute alone, so a share a of it there
+  // costs a t f / (1 + f): the slowdown f' with f' / (1 + f') = a f / (1 + f).
+  const double f = cluster_->device.overlap_slowdown;
+  const double r = std::clamp(alone_share, 0.0, 1.0) * f / (1 + f);
+  return r / (1 - r);
 }
 
 const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const spec::Stack& stack,
@@ -256,8 +433,16 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     StageEntry entry;
     int64_t partial = 0;
     const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
-    for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
-      for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i) {
+    const size_t chunks = layers.chunk_begin.size();
+    entry.chunk_forward.assign(chunks, 0);
+    entry.chunk_backward.assign(chunks, 0);
+    entry.chunk_forward_alone.assign(chunks, 0);
+    entry.chunk_backward_alone.assign(chunks, 0);
+    entry.chunk_forward_head.assign(chunks, {});
+    entry.chunk_backward_head.assign(chunks, {});
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t begin = layers.chunk_begin[c], end = layers.chunk_end[c];
+      for (size_t i = begin; i < end; ++i) {
         partial += l.lowered.layers[i].sp_partial_params;
         const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
         // (Wall times: the GEMMs beside overlapped tensor-parallel collectives already slowed.)
@@ -265,24 +450,34 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         entry.time += all;
         layer_backward[i] = costs[i].backward + costs[i].recompute;
         layer_forward[i] = costs[i].forward;
-        if (entry.chunk_forward.size() <= c) {
-          entry.chunk_forward.resize(c + 1, 0);
-          entry.chunk_backward.resize(c + 1, 0);
-        }
         entry.chunk_forward[c] += costs[i].forward;
         entry.chunk_backward[c] += all - costs[i].forward;
+        entry.chunk_forward_alone[c] += costs[i].forward_alone;
+        entry.chunk_backward_alone[c] += costs[i].backward_alone;
+        // The passes' beginnings: the forward's first layers, the backward's last ones.
+        if (i < begin + 2)
+          for (const sim::PassSegment& segment : costs[i].forward_profile)
+            sim::append_segment(entry.chunk_forward_head[c], segment.seconds, segment.alone);
       }
-      const OffloadWaits waits =
-          activation_offload_waits(offload_, l.lowered, modes, offloaded, layers.chunk_begin[c],
-                                   layers.chunk_end[c], layer_forward, layer_backward);
-      if (entry.chunk_forward.size() <= c) {  // (an empty chunk: refused by validate_plan)
-        entry.chunk_forward.resize(c + 1, 0);
-        entry.chunk_backward.resize(c + 1, 0);
+      for (size_t i = end; i-- > begin && i + 2 >= end;) {
+        const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
+        for (const sim::PassSegment& segment : costs[i].backward_profile)
+          sim::append_segment(entry.chunk_backward_head[c], segment.seconds, segment.alone);
       }
+      const OffloadWaits waits = activation_offload_waits(
+          offload_, l.lowered, modes, offloaded, begin, end, layer_forward, layer_backward);
+      entry.offload_forward_wait += waits.forward;
+      entry.offload_backward_wait += waits.backward;
       entry.chunk_forward[c] += waits.forward;
       entry.chunk_backward[c] += waits.backward;
       entry.time += waits.forward + waits.backward;
     }
+    auto share = [](const std::vector<double>& alone, const std::vector<double>& all) {
+      const double sum = std::accumulate(all.begin(), all.end(), 0.0);
+      return sum > 0 ? std::accumulate(alone.begin(), alone.end(), 0.0) / sum : 1.0;
+    };
+    entry.forward_alone_share = share(entry.chunk_forward_alone, entry.chunk_forward);
+    entry.backward_alone_share = share(entry.chunk_backward_alone, entry.chunk_backward);
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     stages.push_back(std::move(entry));
     max_partial = std::max(max_partial, partial);
@@ -297,6 +492,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   out.summary.first_forward = std::accumulate(first.begin(), first.end(), 0.0);
   out.entries = std::move(stages);
   out.layer_backward = std::move(layer_backward);
+  out.layer_forward = std::move(layer_forward);
   return l.stages.emplace(key, std::move(out)).first->second;
 }
 
@@ -314,7 +510,6 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const Shapes& shape = shapes(plan);
   const spec::CollectiveKind kind =
       plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-  const double f = cluster_->device.overlap_slowdown;
   DpTimes out;
   // Buckets alike in size and group (most are) priced once; the routed experts' under expert
   // parallelism are summed over the expert replicas (none to sum with when that is one rank).
@@ -333,7 +528,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
         models::gradient_buckets(plan, lowered, st, stack.dp_bucket_bytes, g);
     spec::StageDrain in;
     in.overlap = stack.dp_overlap;
-    in.slowdown = f;
+    in.slowdown = slowdown_beside(stages.entries[static_cast<size_t>(st)].backward_alone_share);
     // The stage's backward passes from the first that ends a chunk's last micro-batch (when its
     // buckets can start reducing) to the end of the step: the last one alone under GPipe and
     // 1F1B; with interleaving, every chunk's last micro-batch with the other micro-batches'
@@ -428,7 +623,6 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   const Shapes& shape = shapes(plan);
   const int64_t m = plan.micro_batches();
   const double v = static_cast<double>(plan.virtual_stages);
-  const int64_t e = spec::dtype_bytes(lowered.dtype);
 
   auto slowed = [this](double overlapped) { return overlap_cost(overlapped); };
 
@@ -453,6 +647,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   // stages, micro-batches, schedule, transfer time and drain: stack variants of a layout that
   // reduce gradients alike share it).
   double step = static_cast<double>(m) * slowest_stage;
+  double transfers_beside = 0;  // pipeline transfers beside compute alone, s
   if (plan.pp == 1 && dp) {
     step += dp->single_stage_extra;
   }
@@ -488,6 +683,16 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       return it->second;
     };
     step = makespan(m, drain);
+    {
+      // The stages' transfers beside their compute alone slow it (the engine's overlap model),
+      // each stage in the share of the step it computes; every stage's delay reaches the others
+      // through the schedule, so the step pays their mean.
+      const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
+      double beside = 0;
+      for (const TransferTerm& t : transfer_terms(plan, l, stages, key))
+        beside += (t.sent + t.received) * std::min(1.0, t.compute / step);
+      transfers_beside = beside / static_cast<double>(plan.pp);
+    }
     if (!dp && lowered.tied_table_params > 0) {
       // The end stages' all-reduce of the tied table's gradients after the last backward (sim's
       // program builder); with a data-parallel exchange the drain holds it, before its buckets.
@@ -509,32 +714,24 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
           step += stages.entries[static_cast<size_t>(s)].chunk_backward.front() + p2p;
       }
     }
-    // Each micro-batch's transfers beside compute slow it (the engine's overlap model).
-    if (stack.pp_overlap) step += slowed(2 * static_cast<double>(m) * v * p2p);
+    step += slowed(transfers_beside);
   }
   const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
   if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
-    // Per micro-batch: gather parameters for forward and backward (each shard first fetched
-    // from the host when offloaded), scatter gradients.
-    // (Under expert parallelism the largest stage's routed experts over the expert replicas.)
-    int64_t experts = 0;
-    if (plan.ep > 1)
-      for (const StageEntry& entry : stages.entries)
-        if (entry.footprint.params == max_params) experts = entry.footprint.expert_params;
-    const int64_t weights = (max_params - experts) * e;
-    const int64_t grads = (max_params - experts) * g;
-    double per_mb = 0;
-    if (plan.replicas() > 1)
-      per_mb += 2 * collective_s(plan, spec::CollectiveKind::kAllGather, weights, shape.dp) +
-                collective_s(plan, spec::CollectiveKind::kReduceScatter, grads, shape.dp);
-    if (experts > 0 && plan.expert_replicas() > 1)
-      per_mb +=
-          2 * collective_s(plan, spec::CollectiveKind::kAllGather, experts * e, shape.expert_dp) +
-          collective_s(plan, spec::CollectiveKind::kReduceScatter, experts * g, shape.expert_dp);
-    if (params_offloaded)
-      per_mb += 2 * ps_to_seconds(offload_.params_fetch(shard * e, plan.offload.params));
-    double exposed = stack.zero3_prefetch > 0 ? std::max(0.0, per_mb - slowest_stage) : per_mb;
-    step += static_cast<double>(m) * (exposed + slowed(per_mb - exposed));
+    // Per micro-batch, layer by layer (zero3_times): what the layers wait for their gathers
+    // and how much longer they compute beside the collectives; once, the scatters left after
+    // the last backward.
+    const Zero3Times& z = zero3_times(plan, stack, l, stages);
+    const StageEntry& largest =
+        *std::max_element(stages.entries.begin(), stages.entries.end(),
+                          [](const StageEntry& a, const StageEntry& b) { return a.time < b.time; });
+    step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed) + z.tail;
+    if (plan.pp == 1 && plan.offload.activations != spec::OffloadTarget::kNone) {
+      // Offloaded activations' copies run beside the compute the gathers slow: a copy that
+      // outlasts its layer waits less by what the slowing lengthened the layer.
+      step -= static_cast<double>(m) * (std::min(largest.offload_forward_wait, z.forward_slowed) +
+                                        std::min(largest.offload_backward_wait, z.backward_slowed));
+    }
   }
   if (dp && plan.zero >= 1) {
     // ZeRO-1/2: the updated parameters, gathered in the same buckets: after the step, or

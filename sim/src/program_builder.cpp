@@ -377,15 +377,6 @@ class StageBuilder {
   // Gradient bytes of a layer in the dtype gradients are accumulated and reduced in.
   int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * grad_bytes_; }
 
-  // Modules whose parameters DeepSpeed's ZeRO-3 fetches one at a time: the layer's GEMMs with
-  // weights (norm weights and biases stay below stage3_param_persistence_threshold, unsharded).
-  int64_t parameter_modules(size_t layer) const {
-    int64_t n = 0;
-    for (const models::Op& op : lowered_.layers[layer].forward)
-      if (op.op_class == spec::OpClass::kGemm || op.op_class == spec::OpClass::kConv) ++n;
-    return std::max<int64_t>(1, n);
-  }
-
   // ZeRO-3: all-gather a layer's parameters from the data-parallel group: one flat parameter
   // (FSDP), or one coalesced gather per module (DeepSpeed). Returns the last gather.
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
@@ -404,8 +395,9 @@ class StageBuilder {
     // the same experts, after the rest (TorchTitan's FSDP2 over dp_shard / ep for the experts).
     const int64_t experts = expert_params(layer) * elem_bytes_;
     const int64_t dense = bytes - experts;
-    const int64_t parts =
-        stack_.zero3 == spec::Zero3Impl::kDeepspeed ? parameter_modules(layer) : 1;
+    const int64_t parts = stack_.zero3 == spec::Zero3Impl::kDeepspeed
+                              ? lowered_.layers[layer].parameter_modules()
+                              : 1;
     int32_t last = -1;
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t part = dense / parts + (p < dense % parts ? 1 : 0);

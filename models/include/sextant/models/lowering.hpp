@@ -135,6 +135,10 @@ struct Layer {
   // what is priced per layer can be priced once for a run of them). A field added to Layer
   // joins the comparison in lowering.cpp.
   bool same_work_as(const Layer& other) const;
+  // The modules holding its parameters, one per GEMM or convolution of its forward (at least
+  // one): what DeepSpeed's ZeRO-3 fetches one at a time (norm weights and biases stay below
+  // stage3_param_persistence_threshold, unsharded).
+  int64_t parameter_modules() const;
   double forward_flops() const;
   double backward_flops() const;
 };

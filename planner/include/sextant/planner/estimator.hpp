@@ -13,6 +13,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/step_setup.hpp"
@@ -45,12 +46,26 @@ class Estimator {
     double forward = 0;  // compute + tensor-parallel collectives, s
     double backward = 0;
     double recompute = 0;
+    // The passes as stretches (sim::layer_times): the forward, and the recompute then the
+    // backward; and their compute alone (not beside a tensor-parallel collective), s.
+    std::vector<sim::PassSegment> forward_profile, backward_profile;
+    double forward_alone = 0, backward_alone = 0;
   };
   // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
   struct StageEntry {
     double time = 0;  // forward + backward (+ recompute, + overlap slowdown), s
     // Per local chunk: forward, and backward with recompute and the overlap slowdown, s.
     std::vector<double> chunk_forward, chunk_backward;
+    // Per local chunk: of those, the compute alone, s; and how each pass begins (its first two
+    // layers' stretches), what a pipeline transfer starting with it runs beside.
+    std::vector<double> chunk_forward_alone, chunk_backward_alone;
+    std::vector<std::vector<sim::PassSegment>> chunk_forward_head, chunk_backward_head;
+    // Of the passes' times, what they wait for their offloaded activations (included above), s.
+    double offload_forward_wait = 0, offload_backward_wait = 0;
+    // The share of its forwards' and backwards' time that is compute alone, not beside a
+    // tensor-parallel collective or waiting: where a data-parallel transfer beside them slows
+    // them (the engine slows compute once, however many transfers run beside it).
+    double forward_alone_share = 1, backward_alone_share = 1;
     sim::StageFootprint footprint;
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
@@ -67,6 +82,7 @@ class Estimator {
     StageSummary summary;
     // Per lowered layer: its backward with recompute, a wall time as layer_costs gives it, s.
     std::vector<double> layer_backward;
+    std::vector<double> layer_forward;  // per lowered layer: its forward, s
   };
   // The inputs of a plan's peak memory besides its stages (the stack's overlap knobs are not
   // among them): plans that differ only in those share the last memory result.
@@ -80,6 +96,28 @@ class Estimator {
     spec::Offload offload;
     spec::GradientCompression compression;
     bool operator==(const MemoryKey&) const = default;
+  };
+  // Per stage, what its pipeline transfers of a step run beside (transfer_terms): seconds of
+  // transfers over compute alone, sent (the next pass's beginning) and received (anywhere in
+  // the pass), and the stage's compute.
+  struct TransferTerm {
+    double sent = 0, received = 0, compute = 0;
+  };
+  // ZeRO-3's parameter gathers and gradient scatters of the largest stage (zero3_times).
+  struct Zero3Key {
+    const void* stages = nullptr;
+    int64_t dp = 0, tp = 0, pp = 0, cp = 0, ep = 0;  // (the groups' shapes)
+    int impl = 0;
+    int64_t prefetch = 0;
+    int64_t param_bytes = 0, grad_bytes = 0;
+    int offload = 0;
+    auto operator<=>(const Zero3Key&) const = default;
+  };
+  struct Zero3Times {
+    double waits = 0;  // per micro-batch: what the passes' layers wait for their gathers, s
+    // Per micro-batch: how much longer the forwards and the backwards run beside them, s.
+    double forward_slowed = 0, backward_slowed = 0;
+    double tail = 0;  // after the last backward: the scatters still running, s
   };
   struct MakespanKey {
     const void* stages = nullptr;
@@ -124,6 +162,8 @@ class Estimator {
     // makespan per sweep and drain (a DpTimes' or none).
     std::map<MakespanKey, spec::PipelineSweep> sweeps;
     std::map<std::pair<const void*, const void*>, double> makespans;
+    std::map<MakespanKey, std::vector<TransferTerm>> transfer_terms;
+    std::map<Zero3Key, Zero3Times> zero3_times;
     std::map<DpKey, DpTimes> dp_times;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
@@ -150,6 +190,9 @@ class Estimator {
                          const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
+  // The slowdown a transfer beside passes of which `alone_share` is compute alone brings on
+  // average: the device's overlap_slowdown f where it meets compute alone, none elsewhere.
+  double slowdown_beside(double alone_share) const;
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
   double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
                       const sim::GroupShape& shape);
@@ -162,6 +205,11 @@ class Estimator {
   const Shapes& shapes(const spec::Plan& plan);
   const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);
+  const Zero3Times& zero3_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                                const Stages& stages);
+  // What each stage's pipeline transfers run beside over a step (cached with the sweep's key).
+  const std::vector<TransferTerm>& transfer_terms(const spec::Plan& plan, Lowering& l,
+                                                  const Stages& stages, const MakespanKey& key);
   // Every stage's units for `micro_batches` micro-batches (the plan's, or PipeDream-2BW's
   // window of back-to-back batches).
   const std::shared_ptr<const spec::PipelineSweep::StageUnits>& stage_units(const spec::Plan& plan,

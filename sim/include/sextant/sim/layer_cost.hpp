@@ -4,6 +4,8 @@
 // et al., Table 4); the event simulation schedules the same ops (program_builder).
 #pragma once
 
+#include <vector>
+
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
@@ -11,12 +13,30 @@
 
 namespace sextant::sim {
 
+// A stretch of a pass in its order: compute alone (`alone`: a transfer that starts beside it,
+// such as a pipeline stage's send or receive, slows it by the engine's overlap model), or time in
+// or beside a tensor-parallel collective (exposed, the compute waits; overlapped, the GEMM beside
+// it is slowed already, and a second transfer slows it no more).
+struct PassSegment {
+  double seconds = 0;
+  bool alone = false;
+  bool operator==(const PassSegment&) const = default;
+};
+
+// Appends a stretch, merged into the last when of its kind.
+void append_segment(std::vector<PassSegment>& profile, double seconds, bool alone);
+
+// Compute alone in the first `x` seconds of `profile`; past its end, none.
+double alone_within(const std::vector<PassSegment>& profile, double x);
+
 struct LayerTimes {
   // Wall times of one micro-batch's passes, with the exposed tensor-parallel collectives and the
   // GEMMs slowed beside the overlapped ones (the engine's overlap_slowdown).
   double forward = 0;    // s
   double backward = 0;   // s, without recompute
   double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
+  // The same passes as stretches (their seconds add up to the times above).
+  std::vector<PassSegment> forward_profile, backward_profile, recompute_profile;
 };
 
 // Whether the stack overlaps a block's tensor-parallel collectives in `phase` (Transformer
