@@ -725,7 +725,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     const StageEntry& largest =
         *std::max_element(stages.entries.begin(), stages.entries.end(),
                           [](const StageEntry& a, const StageEntry& b) { return a.time < b.time; });
-    step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed) + z.tail;
+    step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed + z.tail);
     if (plan.pp == 1 && plan.offload.activations != spec::OffloadTarget::kNone) {
       // Offloaded activations' copies run beside the compute the gathers slow: a copy that
       // outlasts its layer waits less by what the slowing lengthened the layer.
