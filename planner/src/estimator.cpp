@@ -570,17 +570,56 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     }
     out.drain.stages.push_back(std::move(in));
     if (st == 0 && plan.zero >= 1) {
-      // Megatron gathers the buckets the first forward needs first (the last ones reduced).
+      // Megatron gathers the buckets the first forward needs first (the last ones reduced), one
+      // after another; a layer's first forward waits for every bucket holding some of it.
+      std::vector<double> ready(lowered.layers.size(), 0.0);
       for (size_t b = buckets.size(); b-- > 0;) {
         if (!reduced(buckets[b])) continue;
-        const double gather = collective_s(plan, spec::CollectiveKind::kAllGather,
-                                           buckets[b].params * e, bucket_shape(buckets[b]));
-        if (out.gather_total == 0) out.gather_first = gather;
-        out.gather_total += gather;
+        out.gather_total += collective_s(plan, spec::CollectiveKind::kAllGather,
+                                         buckets[b].params * e, bucket_shape(buckets[b]));
+        for (size_t layer : buckets[b].layers) ready[layer] = out.gather_total;
       }
+      out.gather_delay = first_stage_gather_delay(plan, lowered, stages, ready, out.gather_total);
     }
   }
   return l.dp_times.emplace(key, out).first->second;
+}
+
+double Estimator::first_stage_gather_delay(const spec::Plan& plan,
+                                           const models::LoweredModel& lowered,
+                                           const Stages& stages, const std::vector<double>& ready,
+                                           double gathered) const {
+  // The first stage starts at once (the others start later, after transfers, and wait less):
+  // its forwards in the schedule's order, chunk c's first after c * pp forwards of the chunks
+  // before it (the interleaved schedule runs pp micro-batches per chunk in turn; one chunk
+  // without interleaving). A chunk's first forward runs layer by layer, each waiting for its
+  // buckets; every forward runs slowed while the gather goes on beside it (the engine's overlap
+  // model, where it computes alone), and what still runs of the gather after them slows what
+  // follows. The delay is what these forwards took beyond their work.
+  const StageEntry& first = stages.entries.front();
+  const double f = slowdown_beside(first.forward_alone_share);
+  const sim::StageLayers layers = sim::stage_layers(plan, lowered, 0);
+  double t = 0, work = 0;
+  auto run = [&](double start, double seconds) {
+    const double busy = std::max(0.0, gathered - start);
+    work += seconds;
+    return start + (seconds * (1 + f) <= busy ? seconds * (1 + f) : seconds + busy * f / (1 + f));
+  };
+  const int64_t turns = plan.virtual_stages > 1 ? std::min(plan.pp, plan.micro_batches()) : 1;
+  for (size_t c = 0; c < layers.chunk_begin.size(); ++c) {
+    for (int64_t j = 0; j < turns; ++j) {
+      if (j > 0) {
+        t = run(t, first.chunk_forward[c]);
+        continue;
+      }
+      for (size_t i = layers.chunk_begin[c]; i < layers.chunk_end[c]; ++i)
+        t = run(std::max(t, ready[i]), stages.layer_forward[i]);
+    }
+  }
+  // What compute runs beside the rest of the gather.
+  return t - work +
+         overlap_cost(std::max(0.0, gathered - t)) *
+             std::clamp(first.forward_alone_share, 0.0, 1.0);
 }
 
 Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,
@@ -622,7 +661,6 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   const sim::ComputeModel& compute = *l.compute;
   const Shapes& shape = shapes(plan);
   const int64_t m = plan.micro_batches();
-  const double v = static_cast<double>(plan.virtual_stages);
 
   auto slowed = [this](double overlapped) { return overlap_cost(overlapped); };
 
@@ -736,19 +774,9 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   if (dp && plan.zero >= 1) {
     // ZeRO-1/2: the updated parameters, gathered in the same buckets: after the step, or
     // (Megatron's --overlap-param-gather) all dispatched at the start of the next, each layer's
-    // first forward waiting for its bucket. The first stage starts at once, so what its first
-    // micro-batch's forward does not cover is exposed, the first bucket at least. Interleaved,
-    // chunk c of the first stage starts after c * pp forwards of a chunk (the schedule runs pp
-    // micro-batches per chunk in turn), so its share of the gather waits less: exposed max over c
-    // of (c + 1) G / v - (c pp + 1) F / v. Where the forwards outlast the gather, they are what
-    // waits: they run slowed beside it (the engine's overlap model), the first bucket exposed.
-    double exposed = dp->gather_first + slowed(dp->gather_total - dp->gather_first);
-    for (int64_t c = 0; c < plan.virtual_stages; ++c) {
-      const double cd = static_cast<double>(c);
-      const double waits = (cd + 1) * dp->gather_total -
-                           (cd * static_cast<double>(plan.pp) + 1) * stages.summary.first_forward;
-      exposed = std::max(exposed, waits / v);
-    }
+    // first forward waiting for its bucket: what the first stage's forwards take longer
+    // (first_stage_gather_delay).
+    const double exposed = dp->gather_delay;
     step += stack.param_gather_overlap ? exposed : dp->gather_total;
   }
   int64_t updated = plan.zero >= 1 ? shard : max_params;

@@ -144,8 +144,9 @@ class Estimator {
     // Per stage: its passes from the last micro-batch's first on and its buckets
     // (spec::pipeline_makespan's drain).
     spec::PipelineDrain drain;
-    double single_stage_extra = 0;              // pp 1: what the drain adds to the step, s
-    double gather_first = 0, gather_total = 0;  // the first stage's buckets, all-gathered, s
+    double single_stage_extra = 0;  // pp 1: what the drain adds to the step, s
+    double gather_total = 0;        // the first stage's buckets, all-gathered, s
+    double gather_delay = 0;        // what the gather overlapped with the first forwards adds, s
   };
   struct Lowering {
     sim::StepSetup setup;
@@ -186,6 +187,12 @@ class Estimator {
     int64_t device = 0;
     bool host_fits = true;
   };
+  // What ZeRO-1/2's parameter gather, dispatched at the start of the step (Megatron's
+  // --overlap-param-gather), delays the first stage's forwards: `ready` holds when each lowered
+  // layer's buckets have arrived, `gathered` when the last has, s.
+  double first_stage_gather_delay(const spec::Plan& plan, const models::LoweredModel& lowered,
+                                  const Stages& stages, const std::vector<double>& ready,
+                                  double gathered) const;
   PeakMemory peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
                          const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
