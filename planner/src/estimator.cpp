@@ -200,7 +200,7 @@ const std::vector<Estimator::TransferTerm>& Estimator::transfer_terms(const spec
     double head = 0, received = 0;
     int64_t sends = 0;
     auto alone_share = [&](double alone, double all) {
-      return all > 0 ? wall_alone_share(alone / all) : 0.0;
+      return all > 0 ? sim::wall_alone_share(alone / all, cluster_->device.overlap_slowdown) : 0.0;
     };
     for (size_t c = 0; c < local; ++c) {
       head += sim::alone_within(e.chunk_forward_head[c], key.p2p) +
@@ -403,19 +403,11 @@ double Estimator::overlap_cost(double overlapped) const {
   return std::max(0.0, overlapped) * f / (1 + f);
 }
 
-double Estimator::wall_alone_share(double alone_share) const {
-  // Beside a transfer the compute alone runs 1 + f times longer and the rest does not: of the
-  // wall time the transfer spends beside the pass, a share a (1 + f) / (a (1 + f) + 1 - a).
-  const double f = cluster_->device.overlap_slowdown;
-  const double a = std::clamp(alone_share, 0.0, 1.0);
-  return a > 0 ? a * (1 + f) / (a * (1 + f) + 1 - a) : 0.0;
-}
-
 double Estimator::slowdown_beside(double alone_share) const {
   // A transfer of time t costs t f / (1 + f) beside compute alone, so a share a of it there
   // costs a t f / (1 + f): the slowdown f' with f' / (1 + f') = a f / (1 + f).
   const double f = cluster_->device.overlap_slowdown;
-  const double r = wall_alone_share(alone_share) * f / (1 + f);
+  const double r = sim::wall_alone_share(alone_share, f) * f / (1 + f);
   return r / (1 - r);
 }
 

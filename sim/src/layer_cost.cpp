@@ -36,6 +36,12 @@ double alone_within(const std::vector<PassSegment>& profile, double x) {
   return alone;
 }
 
+double wall_alone_share(double alone_share, double overlap_slowdown) {
+  const double a = std::clamp(alone_share, 0.0, 1.0);
+  const double stretched = a * (1 + overlap_slowdown);
+  return a > 0 ? stretched / (stretched + 1 - a) : 0.0;
+}
+
 LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const spec::Stack& stack,
                        const ComputeModel& compute, const CollectiveModel& collectives,
                        const LayerGroups& groups, spec::Recompute recompute) {

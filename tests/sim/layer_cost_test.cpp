@@ -36,6 +36,16 @@ TEST(LayerCost, AloneWithinCountsComputeAloneFromTheStart) {
   EXPECT_DOUBLE_EQ(alone_within(p, 100.0), 4.0);  // past the end
 }
 
+TEST(LayerCost, ComputeAloneTakesMoreOfTheWallBesideATransfer) {
+  // A pass half compute alone, half beside a tensor-parallel collective, with f = 0.25: beside a
+  // transfer its 1 s of compute alone takes 1.25 s and the other 1 s stays 1 s, so compute alone
+  // is 1.25 / 2.25 of the wall time.
+  EXPECT_NEAR(wall_alone_share(0.5, 0.25), 1.25 / 2.25, 1e-15);
+  EXPECT_DOUBLE_EQ(wall_alone_share(1.0, 0.25), 1.0);
+  EXPECT_DOUBLE_EQ(wall_alone_share(0.0, 0.25), 0.0);
+  EXPECT_DOUBLE_EQ(wall_alone_share(0.3, 0.0), 0.3);  // no slowdown: the work's share
+}
+
 TEST(LayerCost, ProfilesAddUpToThePassesAndMarkTheCollectives) {
   // gpt2-350m at micro-batch 4 on tp 2 with sequence parallelism, on the ideal cluster at 100
   // TFLOP/s and 100 GB/s without latency (a collective cut in chunks costs what it costs

@@ -200,9 +200,6 @@ class Estimator {
   // The slowdown a transfer beside passes of which `alone_share` is compute alone brings on
   // average: the device's overlap_slowdown f where it meets compute alone, none elsewhere.
   double slowdown_beside(double alone_share) const;
-  // Of the wall time a transfer runs beside passes of which `alone_share` of the work is
-  // compute alone, the share that is.
-  double wall_alone_share(double alone_share) const;
   const sim::CollectiveModel& collectives(const spec::Plan& plan);
   double collective_s(const spec::Plan& plan, spec::CollectiveKind kind, int64_t bytes,
                       const sim::GroupShape& shape);

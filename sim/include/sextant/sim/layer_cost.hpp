@@ -29,6 +29,11 @@ void append_segment(std::vector<PassSegment>& profile, double seconds, bool alon
 // Compute alone in the first `x` seconds of `profile`; past its end, none.
 double alone_within(const std::vector<PassSegment>& profile, double x);
 
+// Of the wall time a transfer runs beside passes of which `alone_share` of the time is compute
+// alone, the share that is: beside it the compute alone runs 1 + f times longer (the engine's
+// overlap_slowdown f) and the rest does not, so a (1 + f) / (a (1 + f) + 1 - a).
+double wall_alone_share(double alone_share, double overlap_slowdown);
+
 struct LayerTimes {
   // Wall times of one micro-batch's passes, with the exposed tensor-parallel collectives and the
   // GEMMs slowed beside the overlapped ones (the engine's overlap_slowdown).
