@@ -2,6 +2,7 @@
 #include "sextant/planner/estimator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "sextant/models/gradient_compression.hpp"
@@ -47,6 +48,17 @@ OffloadWaits activation_offload_waits(const sim::OffloadCost& offload,
       w.backward += 2 * copy(i);
   }
   return w;
+}
+
+// Compute alone in the first `x` seconds of a pass that begins with `head`'s layers.
+double alone_within(const std::array<const std::vector<sim::PassSegment>*, 2>& head, double x) {
+  double alone = 0;
+  for (const std::vector<sim::PassSegment>* layer : head) {
+    if (layer == nullptr || x <= 0) break;
+    alone += sim::alone_within(*layer, x);
+    for (const sim::PassSegment& segment : *layer) x -= segment.seconds;
+  }
+  return alone;
 }
 
 }  // namespace
@@ -203,8 +215,8 @@ const std::vector<Estimator::TransferTerm>& Estimator::transfer_terms(const spec
       return all > 0 ? sim::wall_alone_share(alone / all, cluster_->device.overlap_slowdown) : 0.0;
     };
     for (size_t c = 0; c < local; ++c) {
-      head += sim::alone_within(e.chunk_forward_head[c], key.p2p) +
-              sim::alone_within(e.chunk_backward_head[c], key.p2p);
+      head += alone_within(e.chunk_forward_head[c], key.p2p) +
+              alone_within(e.chunk_backward_head[c], key.p2p);
       const int64_t g = static_cast<int64_t>(c) * plan.pp + s;
       if (g > 0) {  // receives its forward input, sends its input's gradient
         ++sends;
@@ -440,8 +452,8 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.chunk_backward.assign(chunks, 0);
     entry.chunk_forward_alone.assign(chunks, 0);
     entry.chunk_backward_alone.assign(chunks, 0);
-    entry.chunk_forward_head.assign(chunks, {});
-    entry.chunk_backward_head.assign(chunks, {});
+    entry.chunk_forward_head.assign(chunks, {nullptr, nullptr});
+    entry.chunk_backward_head.assign(chunks, {nullptr, nullptr});
     for (size_t c = 0; c < chunks; ++c) {
       const size_t begin = layers.chunk_begin[c], end = layers.chunk_end[c];
       for (size_t i = begin; i < end; ++i) {
@@ -456,15 +468,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         entry.chunk_backward[c] += all - costs[i].forward;
         entry.chunk_forward_alone[c] += costs[i].forward_alone;
         entry.chunk_backward_alone[c] += costs[i].backward_alone;
-        // The passes' beginnings: the forward's first layers, the backward's last ones.
-        if (i < begin + 2)
-          for (const sim::PassSegment& segment : costs[i].forward_profile)
-            sim::append_segment(entry.chunk_forward_head[c], segment.seconds, segment.alone);
-      }
-      for (size_t i = end; i-- > begin && i + 2 >= end;) {
-        const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
-        for (const sim::PassSegment& segment : costs[i].backward_profile)
-          sim::append_segment(entry.chunk_backward_head[c], segment.seconds, segment.alone);
+        // The passes' beginnings: the forward's first layers, the backward's last ones (the
+        // costs live as long as the stages, in the same lowering).
+        if (i < begin + 2) entry.chunk_forward_head[c][i - begin] = &costs[i].forward_profile;
+        if (i + 2 >= end) entry.chunk_backward_head[c][end - 1 - i] = &costs[i].backward_profile;
       }
       const OffloadWaits waits = activation_offload_waits(
           offload_, l.lowered, modes, offloaded, begin, end, layer_forward, layer_backward);

@@ -5,6 +5,7 @@
 // (spec::pipeline_makespan), exposed gradient reduction and parameter gather, and the optimizer.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,7 +60,8 @@ class Estimator {
     // Per local chunk: of those, the compute alone, s; and how each pass begins (its first two
     // layers' stretches), what a pipeline transfer starting with it runs beside.
     std::vector<double> chunk_forward_alone, chunk_backward_alone;
-    std::vector<std::vector<sim::PassSegment>> chunk_forward_head, chunk_backward_head;
+    std::vector<std::array<const std::vector<sim::PassSegment>*, 2>> chunk_forward_head,
+        chunk_backward_head;
     // Of the passes' times, what they wait for their offloaded activations (included above), s.
     double offload_forward_wait = 0, offload_backward_wait = 0;
     // The share of its forwards' and backwards' time that is compute alone, not beside a
