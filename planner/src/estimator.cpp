@@ -497,8 +497,6 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
     out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
   }
-  const std::vector<double>& first = stages.front().chunk_forward;
-  out.summary.first_forward = std::accumulate(first.begin(), first.end(), 0.0);
   out.entries = std::move(stages);
   out.layer_backward = std::move(layer_backward);
   out.layer_forward = std::move(layer_forward);
