@@ -623,10 +623,10 @@ double Estimator::first_stage_gather_delay(const spec::Plan& plan,
         t = run(std::max(t, ready[i]), stages.layer_forward[i]);
     }
   }
-  // What compute runs beside the rest of the gather.
+  // What compute runs beside the rest of the gather: slowed in the wall share that is alone.
   return t - work +
          overlap_cost(std::max(0.0, gathered - t)) *
-             std::clamp(first.forward_alone_share, 0.0, 1.0);
+             sim::wall_alone_share(first.forward_alone_share, cluster_->device.overlap_slowdown);
 }
 
 Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec::Stack& stack,

@@ -72,7 +72,7 @@ class Estimator {
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
-    double slowest = 0;        // forward + backward of one micro-batch through a stage, s
+    double slowest = 0;  // forward + backward of one micro-batch through a stage, s
     int64_t max_params = 0;
     // The most parameters a stage holds alike with other ranks that see other tokens, summed
     // after the backward (models::Layer::sp_partial_params; a tensor grid's over z).
