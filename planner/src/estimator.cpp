@@ -503,38 +503,19 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   return l.stages.emplace(key, std::move(out)).first->second;
 }
 
-const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec::Stack& stack,
-                                              Lowering& l, const Stages& stages) {
+const Estimator::DrainLayout& Estimator::drain_layout(const spec::Plan& plan, Lowering& l,
+                                                      const Stages& stages, int64_t bucket_bytes,
+                                                      int64_t grad_bytes) {
+  const auto key = std::make_tuple(static_cast<const void*>(&stages), bucket_bytes, grad_bytes);
+  auto it = l.drain_layouts.find(key);
+  if (it != l.drain_layouts.end()) return it->second;
   const models::LoweredModel& lowered = l.lowered;
-  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
-  const int64_t e = spec::dtype_bytes(lowered.dtype);
-  const spec::GradientCompression& comp = plan.compression;
-  const DpKey key{&stages,   plan.replicas(),  stack.dp_bucket_bytes,       g,         e,
-                  plan.zero, stack.dp_overlap, static_cast<int>(comp.kind), comp.bits, comp.bucket,
-                  comp.rank, comp.ratio,       comp.error_feedback};
-  auto it = l.dp_times.find(key);
-  if (it != l.dp_times.end()) return it->second;
-  const Shapes& shape = shapes(plan);
-  const spec::CollectiveKind kind =
-      plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-  DpTimes out;
-  // Buckets alike in size and group (most are) priced once; the routed experts' under expert
-  // parallelism are summed over the expert replicas (none to sum with when that is one rank).
-  int64_t priced_params = -1;
-  std::vector<models::WeightMatrix> priced_matrices;  // (PowerSGD prices a bucket by them)
-  bool priced_experts = false;
-  double priced_seconds = 0;
-  auto bucket_shape = [&](const models::GradientBucket& b) -> const sim::GroupShape& {
-    return b.experts ? shape.expert_dp : shape.dp;
-  };
-  auto reduced = [&](const models::GradientBucket& b) {
-    return !b.experts || plan.expert_replicas() > 1;
-  };
+  DrainLayout out;
   for (int64_t st = 0; st < plan.pp; ++st) {
-    const std::vector<models::GradientBucket> buckets =
-        models::gradient_buckets(plan, lowered, st, stack.dp_bucket_bytes, g);
-    spec::StageDrain in;
-    in.overlap = stack.dp_overlap;
+    std::vector<models::GradientBucket> buckets =
+        models::gradient_buckets(plan, lowered, st, bucket_bytes, grad_bytes);
+    DrainLayout::Stage stage;
+    spec::StageDrain& in = stage.drain;
     in.slowdown = slowdown_beside(stages.entries[static_cast<size_t>(st)].backward_alone_share);
     // The stage's backward passes from the first that ends a chunk's last micro-batch (when its
     // buckets can start reducing) to the end of the step: the last one alone under GPipe and
@@ -551,23 +532,69 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       in.pass_end.push_back(in.layer_backward.size());
     }
     for (const models::GradientBucket& b : buckets) {
-      if (b.params != priced_params || b.experts != priced_experts ||
-          b.matrices != priced_matrices) {
-        priced_params = b.params;
-        priced_experts = b.experts;
-        priced_matrices = b.matrices;
-        priced_seconds =
-            b.params > 0 && reduced(b) ? bucket_seconds(plan, l, kind, b, g, bucket_shape(b)) : 0;
+      // Buckets alike in size, kind and matrices (most are) are priced once.
+      size_t c = 0;
+      while (c < out.classes.size() &&
+             (out.classes[c].params != b.params || out.classes[c].experts != b.experts ||
+              out.classes[c].matrices != b.matrices))
+        ++c;
+      if (c == out.classes.size()) {
+        out.classes.push_back(b);
+        out.classes.back().layers.clear();
       }
       if (b.after_tied_sum) {
-        // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
-        in.after += collective_s(plan, spec::CollectiveKind::kAllReduce,
-                                 lowered.tied_table_params * g, shape.embedding) +
-                    priced_seconds;
+        stage.tied_class = static_cast<int64_t>(c);
         continue;
       }
       in.bucket_ready_after.push_back(position[b.layers.back()]);
-      in.bucket_seconds.push_back(priced_seconds);
+      stage.bucket_class.push_back(c);
+    }
+    if (st == 0) out.first_stage_buckets = std::move(buckets);
+    out.stages.push_back(std::move(stage));
+  }
+  return l.drain_layouts.emplace(key, std::move(out)).first->second;
+}
+
+const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec::Stack& stack,
+                                              Lowering& l, const Stages& stages) {
+  const models::LoweredModel& lowered = l.lowered;
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  const int64_t e = spec::dtype_bytes(lowered.dtype);
+  const spec::GradientCompression& comp = plan.compression;
+  const DpKey key{&stages,   plan.replicas(),  stack.dp_bucket_bytes,       g,         e,
+                  plan.zero, stack.dp_overlap, static_cast<int>(comp.kind), comp.bits, comp.bucket,
+                  comp.rank, comp.ratio,       comp.error_feedback};
+  auto it = l.dp_times.find(key);
+  if (it != l.dp_times.end()) return it->second;
+  const DrainLayout& layout = drain_layout(plan, l, stages, stack.dp_bucket_bytes, g);
+  const Shapes& shape = shapes(plan);
+  const spec::CollectiveKind kind =
+      plan.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
+  // The routed experts' buckets under expert parallelism are summed over the expert replicas
+  // (none to sum with when that is one rank).
+  auto bucket_shape = [&](const models::GradientBucket& b) -> const sim::GroupShape& {
+    return b.experts ? shape.expert_dp : shape.dp;
+  };
+  auto reduced = [&](const models::GradientBucket& b) {
+    return !b.experts || plan.expert_replicas() > 1;
+  };
+  std::vector<double> class_seconds;
+  class_seconds.reserve(layout.classes.size());
+  for (const models::GradientBucket& b : layout.classes)
+    class_seconds.push_back(
+        b.params > 0 && reduced(b) ? bucket_seconds(plan, l, kind, b, g, bucket_shape(b)) : 0);
+  DpTimes out;
+  out.drain.stages.reserve(layout.stages.size());
+  for (const DrainLayout::Stage& stage : layout.stages) {
+    spec::StageDrain in = stage.drain;
+    in.overlap = stack.dp_overlap;
+    in.bucket_seconds.reserve(stage.bucket_class.size());
+    for (size_t c : stage.bucket_class) in.bucket_seconds.push_back(class_seconds[c]);
+    if (stage.tied_class >= 0) {
+      // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
+      in.after += collective_s(plan, spec::CollectiveKind::kAllReduce,
+                               lowered.tied_table_params * g, shape.embedding) +
+                  class_seconds[static_cast<size_t>(stage.tied_class)];
     }
     if (plan.pp == 1) {
       // No schedule to wait on: the last backward runs at once, slowed, then the tail.
@@ -576,20 +603,21 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       out.single_stage_extra = spec::drain_back_to_back(in).end - work;
     }
     out.drain.stages.push_back(std::move(in));
-    if (st == 0 && plan.zero >= 1) {
-      // Megatron gathers the buckets the first forward needs first (the last ones reduced), one
-      // after another; a layer's first forward waits for every bucket holding some of it.
-      std::vector<double> ready(lowered.layers.size(), 0.0);
-      for (size_t b = buckets.size(); b-- > 0;) {
-        if (!reduced(buckets[b])) continue;
-        out.gather_total += collective_s(plan, spec::CollectiveKind::kAllGather,
-                                         buckets[b].params * e, bucket_shape(buckets[b]));
-        for (size_t layer : buckets[b].layers) ready[layer] = out.gather_total;
-      }
-      out.gather_delay = first_stage_gather_delay(plan, lowered, stages, ready, out.gather_total);
-    }
   }
-  return l.dp_times.emplace(key, out).first->second;
+  if (plan.zero >= 1) {
+    // Megatron gathers the buckets the first forward needs first (the last ones reduced), one
+    // after another; a layer's first forward waits for every bucket holding some of it.
+    const std::vector<models::GradientBucket>& buckets = layout.first_stage_buckets;
+    std::vector<double> ready(lowered.layers.size(), 0.0);
+    for (size_t b = buckets.size(); b-- > 0;) {
+      if (!reduced(buckets[b])) continue;
+      out.gather_total += collective_s(plan, spec::CollectiveKind::kAllGather,
+                                       buckets[b].params * e, bucket_shape(buckets[b]));
+      for (size_t layer : buckets[b].layers) ready[layer] = out.gather_total;
+    }
+    out.gather_delay = first_stage_gather_delay(plan, lowered, stages, ready, out.gather_total);
+  }
+  return l.dp_times.emplace(key, std::move(out)).first->second;
 }
 
 double Estimator::first_stage_gather_delay(const spec::Plan& plan,

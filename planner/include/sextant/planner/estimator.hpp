@@ -149,6 +149,20 @@ class Estimator {
     double gather_total = 0;        // the first stage's buckets, all-gathered, s
     double gather_delay = 0;        // what the gather overlapped with the first forwards adds, s
   };
+  // The data-parallel drain of a split into stages for one bucket size and gradient width
+  // (models::gradient_buckets): per stage, the drained passes and each bucket's readiness, its
+  // buckets by price class (alike in size, kind and matrices: priced once per DpKey); and the
+  // first stage's buckets for ZeRO-1/2's parameter gather.
+  struct DrainLayout {
+    struct Stage {
+      spec::StageDrain drain;            // without the prices and the overlap
+      std::vector<size_t> bucket_class;  // per bucket of drain, its class
+      int64_t tied_class = -1;           // the tied table's bucket's class, or none
+    };
+    std::vector<Stage> stages;
+    std::vector<models::GradientBucket> classes;  // one bucket of each class, without its layers
+    std::vector<models::GradientBucket> first_stage_buckets;
+  };
   struct Lowering {
     sim::StepSetup setup;
     models::LoweredModel lowered;
@@ -167,6 +181,8 @@ class Estimator {
     std::map<MakespanKey, std::vector<TransferTerm>> transfer_terms;
     std::map<Zero3Key, Zero3Times> zero3_times;
     std::map<DpKey, DpTimes> dp_times;
+    // By (stages, bucket bytes, gradient bytes).
+    std::map<std::tuple<const void*, int64_t, int64_t>, DrainLayout> drain_layouts;
   };
   // Group shapes of a (dp, tp, pp) layout: every plan of a search with that layout shares them.
   struct Shapes {
@@ -180,6 +196,8 @@ class Estimator {
   const std::vector<LayerCost>& layer_costs(const spec::Plan& plan, const spec::Stack& stack,
                                             spec::Recompute mode, Lowering& l);
   const Stages& stage_entries(const spec::Plan& plan, const spec::Stack& stack, Lowering& l);
+  const DrainLayout& drain_layout(const spec::Plan& plan, Lowering& l, const Stages& stages,
+                                  int64_t bucket_bytes, int64_t grad_bytes);
   const DpTimes& dp_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                           const Stages& stages);
   // The device's peak over the stages, and whether every stage's offloaded state fits the host
