@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <span>
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
@@ -163,15 +164,16 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   return shapes_.emplace(key, s).first->second;
 }
 
-const spec::LiveProfile& Estimator::live_profile(const spec::Plan& plan, int64_t stage) {
+const std::vector<spec::LiveProfile>& Estimator::live_profiles(const spec::Plan& plan) {
   auto key = std::make_tuple(static_cast<int>(plan.schedule), plan.pp, plan.virtual_stages,
-                             plan.micro_batches(), stage);
+                             plan.micro_batches());
   auto it = profiles_.find(key);
   if (it != profiles_.end()) return it->second;
-  return profiles_
-      .emplace(key, spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages,
-                                       plan.micro_batches(), stage))
-      .first->second;
+  std::vector<spec::LiveProfile> profiles;
+  for (int64_t s = 0; s < plan.pp; ++s)
+    profiles.push_back(
+        spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages, plan.micro_batches(), s));
+  return profiles_.emplace(key, std::move(profiles)).first->second;
 }
 
 const std::vector<std::pair<int64_t, bool>>& Estimator::drain_passes(const spec::Plan& plan,
@@ -511,25 +513,30 @@ const Estimator::DrainLayout& Estimator::drain_layout(const spec::Plan& plan, Lo
   if (it != l.drain_layouts.end()) return it->second;
   const models::LoweredModel& lowered = l.lowered;
   DrainLayout out;
+  std::vector<int64_t> position(lowered.layers.size(), -1);
   for (int64_t st = 0; st < plan.pp; ++st) {
     std::vector<models::GradientBucket> buckets =
         models::gradient_buckets(plan, lowered, st, bucket_bytes, grad_bytes);
     DrainLayout::Stage stage;
-    spec::StageDrain& in = stage.drain;
-    in.slowdown = slowdown_beside(stages.entries[static_cast<size_t>(st)].backward_alone_share);
+    stage.layers = out.layer_backward.size();
+    stage.passes = out.pass_end.size();
+    stage.buckets = out.bucket_ready_after.size();
+    stage.slowdown = slowdown_beside(stages.entries[static_cast<size_t>(st)].backward_alone_share);
     // The stage's backward passes from the first that ends a chunk's last micro-batch (when its
     // buckets can start reducing) to the end of the step: the last one alone under GPipe and
     // 1F1B; with interleaving, every chunk's last micro-batch with the other micro-batches'
     // backwards between them. A layer's buckets are complete after its last micro-batch.
     const sim::StageLayers layers = sim::stage_layers(plan, lowered, st);
-    std::vector<int64_t> position(lowered.layers.size(), -1);
+    for (size_t c = 0; c < layers.chunk_begin.size(); ++c)
+      std::fill(position.begin() + static_cast<std::ptrdiff_t>(layers.chunk_begin[c]),
+                position.begin() + static_cast<std::ptrdiff_t>(layers.chunk_end[c]), -1);
     for (const auto& [chunk, last] : drain_passes(plan, st)) {
       const auto c = static_cast<size_t>(chunk);
       for (size_t i = layers.chunk_end[c]; i-- > layers.chunk_begin[c];) {
-        if (last) position[i] = static_cast<int64_t>(in.layer_backward.size());
-        in.layer_backward.push_back(stages.layer_backward[i]);
+        if (last) position[i] = static_cast<int64_t>(out.layer_backward.size() - stage.layers);
+        out.layer_backward.push_back(stages.layer_backward[i]);
       }
-      in.pass_end.push_back(in.layer_backward.size());
+      out.pass_end.push_back(out.layer_backward.size() - stage.layers);
     }
     for (const models::GradientBucket& b : buckets) {
       // Buckets alike in size, kind and matrices (most are) are priced once.
@@ -546,11 +553,14 @@ const Estimator::DrainLayout& Estimator::drain_layout(const spec::Plan& plan, Lo
         stage.tied_class = static_cast<int64_t>(c);
         continue;
       }
-      in.bucket_ready_after.push_back(position[b.layers.back()]);
-      stage.bucket_class.push_back(c);
+      out.bucket_ready_after.push_back(position[b.layers.back()]);
+      out.bucket_class.push_back(c);
     }
+    stage.layer_count = out.layer_backward.size() - stage.layers;
+    stage.pass_count = out.pass_end.size() - stage.passes;
+    stage.bucket_count = out.bucket_ready_after.size() - stage.buckets;
     if (st == 0) out.first_stage_buckets = std::move(buckets);
-    out.stages.push_back(std::move(stage));
+    out.stages.push_back(stage);
   }
   return l.drain_layouts.emplace(key, std::move(out)).first->second;
 }
@@ -578,18 +588,32 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   auto reduced = [&](const models::GradientBucket& b) {
     return !b.experts || plan.expert_replicas() > 1;
   };
-  std::vector<double> class_seconds;
-  class_seconds.reserve(layout.classes.size());
-  for (const models::GradientBucket& b : layout.classes)
-    class_seconds.push_back(
-        b.params > 0 && reduced(b) ? bucket_seconds(plan, l, kind, b, g, bucket_shape(b)) : 0);
+  std::array<double, 8> few{};  // (most layouts have a class or two: no allocation for them)
+  std::vector<double> many;
+  double* class_seconds = few.data();
+  if (layout.classes.size() > few.size()) {
+    many.resize(layout.classes.size());
+    class_seconds = many.data();
+  }
+  for (size_t c = 0; c < layout.classes.size(); ++c) {
+    const models::GradientBucket& b = layout.classes[c];
+    class_seconds[c] =
+        b.params > 0 && reduced(b) ? bucket_seconds(plan, l, kind, b, g, bucket_shape(b)) : 0;
+  }
   DpTimes out;
+  out.bucket_seconds.reserve(layout.bucket_class.size());
+  for (size_t c : layout.bucket_class) out.bucket_seconds.push_back(class_seconds[c]);
   out.drain.stages.reserve(layout.stages.size());
   for (const DrainLayout::Stage& stage : layout.stages) {
-    spec::StageDrain in = stage.drain;
+    spec::StageDrain in;
+    in.layer_backward = std::span(layout.layer_backward).subspan(stage.layers, stage.layer_count);
+    in.pass_end = std::span(layout.pass_end).subspan(stage.passes, stage.pass_count);
+    in.bucket_ready_after =
+        std::span(layout.bucket_ready_after).subspan(stage.buckets, stage.bucket_count);
+    // (The vector's storage moves with it into the cache.)
+    in.bucket_seconds = std::span(out.bucket_seconds).subspan(stage.buckets, stage.bucket_count);
+    in.slowdown = stage.slowdown;
     in.overlap = stack.dp_overlap;
-    in.bucket_seconds.reserve(stage.bucket_class.size());
-    for (size_t c : stage.bucket_class) in.bucket_seconds.push_back(class_seconds[c]);
     if (stage.tied_class >= 0) {
       // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
       in.after += collective_s(plan, spec::CollectiveKind::kAllReduce,
@@ -602,7 +626,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       for (double w : in.layer_backward) work += w;
       out.single_stage_extra = spec::drain_back_to_back(in).end - work;
     }
-    out.drain.stages.push_back(std::move(in));
+    out.drain.stages.push_back(in);
   }
   if (plan.zero >= 1) {
     // Megatron gathers the buckets the first forward needs first (the last ones reduced), one
@@ -674,10 +698,11 @@ Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec:
                       plan.compression};
   if (key == last_memory_key_) return last_memory_;
   PeakMemory peak;
+  const std::vector<spec::LiveProfile>& profiles = live_profiles(plan);
   for (int64_t s = 0; s < plan.pp; ++s) {
     spec::MemoryBreakdown mem = sim::stage_memory(plan, stack, l.lowered, s,
                                                   stages.entries[static_cast<size_t>(s)].footprint,
-                                                  cluster_, &live_profile(plan, s));
+                                                  cluster_, &profiles[static_cast<size_t>(s)]);
     peak.device = std::max(peak.device, mem.peak_bytes);
     peak.host_fits = peak.host_fits && mem.host_bytes <= mem.host_capacity_bytes;
   }

@@ -648,11 +648,14 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                     continue;
                                   }
                                   c.compression = static_cast<uint8_t>(k);
+                                  // The knobs that change the memory (the TP overlap's stage
+                                  // costs, the bucket size) outermost: the estimator reuses a
+                                  // memory estimate while only the overlaps change.
                                   for (size_t t = 0; t < nt; ++t)
-                                    for (size_t d = 0; d < nd; ++d)
-                                      for (size_t g = 0; g < ng; ++g)
-                                        for (size_t q = 0; q < np; ++q)
-                                          for (size_t b = 0; b < nb; ++b) {
+                                    for (size_t b = 0; b < nb; ++b)
+                                      for (size_t d = 0; d < nd; ++d)
+                                        for (size_t g = 0; g < ng; ++g)
+                                          for (size_t q = 0; q < np; ++q) {
                                             c.stack =
                                                 static_cast<uint8_t>(variants.index(t, d, g, q, b));
                                             out.candidates.push_back(c);

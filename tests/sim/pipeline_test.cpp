@@ -3,6 +3,7 @@
 // SC'21 §2.2.2), on uniform stages with free communication.
 #include <gtest/gtest.h>
 
+#include <list>
 #include <map>
 #include <random>
 
@@ -230,13 +231,17 @@ TEST(Pipeline, MakespanTakesTheGradientDrain) {
   const std::vector<std::vector<double>> f{{1.0}, {1.0}}, b{{2.0}, {2.0}};
   spec::PipelineSweep sweep(spec::Schedule::k1F1B, 2, 1, 2, f, b, 0, false);
   EXPECT_NEAR(sweep.makespan(nullptr), 9, 1e-12);
-  auto stage = [](std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost,
-                  double after, double slowdown) {
+  // (spec::StageDrain views its arrays: they are kept here.)
+  std::list<std::vector<double>> doubles;
+  std::list<std::vector<int64_t>> readies;
+  std::list<std::vector<size_t>> ends;
+  auto stage = [&](std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost,
+                   double after, double slowdown) {
     spec::StageDrain d;
-    d.pass_end = {layers.size()};
-    d.layer_backward = std::move(layers);
-    d.bucket_ready_after = std::move(ready);
-    d.bucket_seconds = std::move(cost);
+    d.pass_end = ends.emplace_back(std::vector<size_t>{layers.size()});
+    d.layer_backward = doubles.emplace_back(std::move(layers));
+    d.bucket_ready_after = readies.emplace_back(std::move(ready));
+    d.bucket_seconds = doubles.emplace_back(std::move(cost));
     d.after = after;
     d.slowdown = slowdown;
     return d;
@@ -258,13 +263,17 @@ TEST(Pipeline, MakespanTakesTheGradientDrain) {
         bv(4, std::vector<double>(v, 1.25));
     spec::PipelineDrain neutral;
     for (int64_t st = 0; st < 4; ++st) {
-      spec::StageDrain d;
+      std::vector<double>& layers = doubles.emplace_back();
+      std::vector<size_t>& pass_end = ends.emplace_back();
       for (const spec::ScheduleUnit& u : spec::pipeline_schedule(s, 4, v, 8, st)) {
-        if (u.forward || (d.pass_end.empty() && u.micro_batch != 7)) continue;
-        d.layer_backward.push_back(1.25);
-        d.pass_end.push_back(d.layer_backward.size());
+        if (u.forward || (pass_end.empty() && u.micro_batch != 7)) continue;
+        layers.push_back(1.25);
+        pass_end.push_back(layers.size());
       }
-      EXPECT_EQ(d.pass_end.size(), s == spec::Schedule::kInterleaved ? 5u : 1u);
+      EXPECT_EQ(pass_end.size(), s == spec::Schedule::kInterleaved ? 5u : 1u);
+      spec::StageDrain d;
+      d.layer_backward = layers;
+      d.pass_end = pass_end;
       neutral.stages.push_back(d);
     }
     spec::PipelineSweep many(s, 4, v, 8, fv, bv, 0.1, true);

@@ -6,17 +6,34 @@
 namespace sextant::spec {
 namespace {
 
-// Each layer a pass of its own.
-StageDrain input(std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost,
-                 double f, bool overlap = true) {
-  StageDrain in;
-  for (size_t i = 0; i < layers.size(); ++i) in.pass_end.push_back(i + 1);
-  in.layer_backward = std::move(layers);
-  in.bucket_ready_after = std::move(ready);
-  in.bucket_seconds = std::move(cost);
-  in.slowdown = f;
-  in.overlap = overlap;
-  return in;
+// Each layer a pass of its own; the arrays the drain views, with it.
+struct Input {
+  Input(std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost, double f,
+        bool overlap = true)
+      : layers_(std::move(layers)), ready_(std::move(ready)), cost_(std::move(cost)) {
+    for (size_t i = 0; i < layers_.size(); ++i) pass_end_.push_back(i + 1);
+    drain.layer_backward = layers_;
+    drain.pass_end = pass_end_;
+    drain.bucket_ready_after = ready_;
+    drain.bucket_seconds = cost_;
+    drain.slowdown = f;
+    drain.overlap = overlap;
+  }
+  Input(const Input&) = delete;
+  operator const StageDrain&() const { return drain; }
+
+ private:
+  std::vector<double> layers_;
+  std::vector<int64_t> ready_;
+  std::vector<double> cost_;
+  std::vector<size_t> pass_end_;
+
+ public:
+  StageDrain drain;
+};
+Input input(std::vector<double> layers, std::vector<int64_t> ready, std::vector<double> cost,
+            double f, bool overlap = true) {
+  return Input(std::move(layers), std::move(ready), std::move(cost), f, overlap);
 }
 
 TEST(GradientDrain, MatchesHandTimedCases) {
@@ -51,8 +68,8 @@ TEST(GradientDrain, MatchesHandTimedCases) {
   EXPECT_NEAR(d.end, 2.5, 1e-12);
   // Without overlap every reduction waits for the backward, which nothing slows; a tied
   // table's reduction after all of them.
-  StageDrain plain = input({1, 1}, {0, 1}, {0.5, 0.5}, 1, false);
-  plain.after = 0.25;
+  Input plain = input({1, 1}, {0, 1}, {0.5, 0.5}, 1, false);
+  plain.drain.after = 0.25;
   d = drain_back_to_back(plain);
   EXPECT_NEAR(d.backward, 2, 1e-12);
   EXPECT_NEAR(d.end, 3.25, 1e-12);
@@ -63,7 +80,7 @@ TEST(GradientDrain, MatchesHandTimedCases) {
 // reduction has 0.5 s left, beside which the pass does 0.25 of its 1 s, then 0.75 at full speed:
 // it ends at 1.5 + 0.5 + 0.75 = 2.75. Back to back it would end at 1 + 1 + 0.5 = 2.5.
 TEST(GradientDrain, ReductionsRunOnWhileTheStageWaits) {
-  StageDrain in = input({1, 1}, {0}, {1.0}, 1);
+  const Input in = input({1, 1}, {0}, {1.0}, 1);
   DrainStream stream(in);
   EXPECT_NEAR(stream.pass(0), 1, 1e-12);
   EXPECT_NEAR(stream.pass(1.5), 2.75, 1e-12);

@@ -141,27 +141,34 @@ class Estimator {
     bool error_feedback = false;
     auto operator<=>(const DpKey&) const = default;
   };
-  struct DpTimes {
-    // Per stage: its passes from the last micro-batch's first on and its buckets
-    // (spec::pipeline_makespan's drain).
-    spec::PipelineDrain drain;
-    double single_stage_extra = 0;  // pp 1: what the drain adds to the step, s
-    double gather_total = 0;        // the first stage's buckets, all-gathered, s
-    double gather_delay = 0;        // what the gather overlapped with the first forwards adds, s
-  };
   // The data-parallel drain of a split into stages for one bucket size and gradient width
-  // (models::gradient_buckets): per stage, the drained passes and each bucket's readiness, its
-  // buckets by price class (alike in size, kind and matrices: priced once per DpKey); and the
-  // first stage's buckets for ZeRO-1/2's parameter gather.
+  // (models::gradient_buckets), the arrays of every stage end to end: per stage, the drained
+  // passes and each bucket's readiness, its buckets by price class (alike in size, kind and
+  // matrices: priced once per DpKey); and the first stage's buckets for ZeRO-1/2's parameter
+  // gather.
   struct DrainLayout {
     struct Stage {
-      spec::StageDrain drain;            // without the prices and the overlap
-      std::vector<size_t> bucket_class;  // per bucket of drain, its class
-      int64_t tied_class = -1;           // the tied table's bucket's class, or none
+      size_t layers = 0, passes = 0, buckets = 0;  // where its arrays begin
+      size_t layer_count = 0, pass_count = 0, bucket_count = 0;
+      int64_t tied_class = -1;  // the tied table's bucket's class, or none
+      double slowdown = 0;      // spec::StageDrain's
     };
     std::vector<Stage> stages;
+    std::vector<double> layer_backward;
+    std::vector<size_t> pass_end;  // (each stage's counted from its first layer)
+    std::vector<int64_t> bucket_ready_after;
+    std::vector<size_t> bucket_class;
     std::vector<models::GradientBucket> classes;  // one bucket of each class, without its layers
     std::vector<models::GradientBucket> first_stage_buckets;
+  };
+  struct DpTimes {
+    // Per stage: its passes from the last micro-batch's first on and its buckets
+    // (spec::pipeline_makespan's drain), views of the layout's arrays and of bucket_seconds.
+    spec::PipelineDrain drain;
+    std::vector<double> bucket_seconds;  // every stage's buckets, end to end
+    double single_stage_extra = 0;       // pp 1: what the drain adds to the step, s
+    double gather_total = 0;             // the first stage's buckets, all-gathered, s
+    double gather_delay = 0;  // what the gather overlapped with the first forwards adds, s
   };
   struct Lowering {
     sim::StepSetup setup;
@@ -229,7 +236,8 @@ class Estimator {
                         const models::GradientBucket& bucket, int64_t grad_bytes,
                         const sim::GroupShape& shape);
   const Shapes& shapes(const spec::Plan& plan);
-  const spec::LiveProfile& live_profile(const spec::Plan& plan, int64_t stage);
+  // Every stage's live micro-batches under the plan's schedule (spec::live_profile).
+  const std::vector<spec::LiveProfile>& live_profiles(const spec::Plan& plan);
   const std::vector<std::pair<int64_t, bool>>& drain_passes(const spec::Plan& plan, int64_t stage);
   const Zero3Times& zero3_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                                 const Stages& stages);
@@ -260,7 +268,7 @@ class Estimator {
       std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>,
       Shapes>
       shapes_;
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t>, spec::LiveProfile> profiles_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::vector<spec::LiveProfile>> profiles_;
   std::map<int64_t, double> slowest_speed_;
   // Per (schedule, pp, vpp, micro-batches): every stage's units, shared by its sweeps.
   std::map<std::tuple<int, int64_t, int64_t, int64_t>,

@@ -9,19 +9,21 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <span>
 
 namespace sextant::spec {
 
+// A view: the caller owns the arrays (the planner prices millions of drains that share their
+// passes and differ in their buckets' prices).
 struct StageDrain {
   // Full-speed backward time of each layer of the drained passes (from the stage's first backward
   // of the last micro-batch on), in order, s; pass_end[k]: one past pass k's last layer.
-  std::vector<double> layer_backward;
-  std::vector<size_t> pass_end;
+  std::span<const double> layer_backward;
+  std::span<const size_t> pass_end;
   // Per bucket, in reduction order: the layer (index into layer_backward) after which it is
   // complete, and its reduction's time, s.
-  std::vector<int64_t> bucket_ready_after;
-  std::vector<double> bucket_seconds;
+  std::span<const int64_t> bucket_ready_after;
+  std::span<const double> bucket_seconds;
   double after = 0;     // reductions that wait for all of these (a tied table's), s
   bool overlap = true;  // false: every reduction after the last pass, nothing slowed
   double slowdown = 0;  // f
