@@ -47,6 +47,9 @@ FlowNetwork::FlowNetwork(const spec::ClusterSpec& cluster, const CollectiveModel
       }
     }
   }
+  load_.assign(links_.size(), 0);
+  rings_.resize(groups.size());
+  rings_made_.assign(groups.size(), false);
 }
 
 std::array<int32_t, 2> FlowNetwork::path(int64_t src, int64_t dst) const {
@@ -106,7 +109,12 @@ NetworkStart FlowNetwork::start_collective(int32_t group, spec::CollectiveKind k
     rounds.push_back(std::move(down));
   } else {
     Round r;
-    r.flows = g.members.size() > 1 ? ring_pattern(g) : std::vector<FlowSpec>{};
+    const auto gi = static_cast<size_t>(group);
+    if (!rings_made_[gi]) {
+      if (g.members.size() > 1) rings_[gi] = ring_pattern(g);
+      rings_made_[gi] = true;
+    }
+    r.flows = rings_[gi];
     r.latency_s = cost.terms.latency;
     r.bandwidth_s = cost.terms.bandwidth;
     rounds.push_back(std::move(r));
@@ -167,19 +175,21 @@ void FlowNetwork::start_flows(int32_t id) {
   // Size the flows so that, alone on a network without overrides, the round lasts bandwidth_s:
   // the slowest flow (weight / its idle rate with only this round's flows sharing the links)
   // sets the scale. Degraded links then slow the flows that cross them.
-  std::vector<std::array<int32_t, 2>> paths;
-  std::map<int32_t, int32_t> load;
+  std::vector<std::array<int32_t, 2>>& paths = paths_;
+  paths.clear();
   for (const FlowSpec& f : round.flows) {
     paths.push_back(path(f.src, f.dst));
-    for (int32_t l : paths.back()) ++load[l];
+    for (int32_t l : paths.back()) ++load_[static_cast<size_t>(l)];
   }
   double slowest = 0;
   for (size_t i = 0; i < round.flows.size(); ++i) {
     double rate = std::numeric_limits<double>::infinity();
     for (int32_t l : paths[i])
-      rate = std::min(rate, links_[static_cast<size_t>(l)].nominal / load[l]);
+      rate = std::min(rate, links_[static_cast<size_t>(l)].nominal / load_[static_cast<size_t>(l)]);
     slowest = std::max(slowest, round.flows[i].weight / rate);
   }
+  for (const std::array<int32_t, 2>& p : paths)
+    for (int32_t l : p) load_[static_cast<size_t>(l)] = 0;
   const double scale = static_cast<double>(seconds_to_ps(round.bandwidth_s)) / slowest;
   for (size_t i = 0; i < round.flows.size(); ++i) {
     Flow f;
@@ -218,8 +228,12 @@ std::optional<Picoseconds> FlowNetwork::next_event() const {
   for (const Op& op : ops_) {
     if (op.active && op.waiting && (!next || op.wake < *next)) next = op.wake;
   }
-  for (const Flow& f : flows_) {
-    Picoseconds t = now_ + static_cast<Picoseconds>(std::ceil(std::max(0.0, f.remaining) / f.rate));
+  // The first flow to end: ceil is monotone, so the least of the rounded-up times is the least
+  // time rounded up once.
+  double soonest = std::numeric_limits<double>::infinity();
+  for (const Flow& f : flows_) soonest = std::min(soonest, std::max(0.0, f.remaining) / f.rate);
+  if (!flows_.empty()) {
+    Picoseconds t = now_ + static_cast<Picoseconds>(std::ceil(soonest));
     if (!next || t < *next) next = t;
   }
   next_ = next;
