@@ -495,10 +495,8 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   }
   Stages out;
   out.summary.max_partial_params = max_partial;
-  for (const StageEntry& stage : stages) {
+  for (const StageEntry& stage : stages)
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
-    out.summary.max_params = std::max(out.summary.max_params, stage.footprint.params);
-  }
   out.entries = std::move(stages);
   out.layer_backward = std::move(layer_backward);
   out.layer_forward = std::move(layer_forward);
@@ -551,8 +549,10 @@ const Estimator::DrainLayout& Estimator::drain_layout(const spec::Plan& plan, Lo
       }
       if (b.after_tied_sum) {
         stage.tied_class = static_cast<int64_t>(c);
+        stage.last_params = b.params;
         continue;
       }
+      if (stage.tied_class < 0) stage.last_params = b.params;
       out.bucket_ready_after.push_back(position[b.layers.back()]);
       out.bucket_class.push_back(c);
     }
@@ -629,6 +629,21 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     out.drain.stages.push_back(in);
   }
   if (plan.zero >= 1) {
+    // Each stage's buckets (its tied table's too) all-gathered one after another.
+    for (size_t c = 0; c < layout.classes.size(); ++c) {
+      const models::GradientBucket& b = layout.classes[c];
+      class_seconds[c] = reduced(b) ? collective_s(plan, spec::CollectiveKind::kAllGather,
+                                                   b.params * e, bucket_shape(b))
+                                    : 0;
+    }
+    out.stage_gather.reserve(layout.stages.size());
+    for (const DrainLayout::Stage& stage : layout.stages) {
+      double gathered = 0;
+      for (size_t k = stage.buckets; k < stage.buckets + stage.bucket_count; ++k)
+        gathered += class_seconds[layout.bucket_class[k]];
+      if (stage.tied_class >= 0) gathered += class_seconds[static_cast<size_t>(stage.tied_class)];
+      out.stage_gather.push_back(gathered);
+    }
     // Megatron gathers the buckets the first forward needs first (the last ones reduced), one
     // after another; a layer's first forward waits for every bucket holding some of it.
     const std::vector<models::GradientBucket>& buckets = layout.first_stage_buckets;
@@ -727,14 +742,12 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   Estimate out;
   const Stages& stages = stage_entries(plan, stack, l);
   const double slowest_stage = stages.summary.slowest;
-  const int64_t max_params = stages.summary.max_params;
   const PeakMemory memory = peak_memory(plan, stack, l, stages);
   out.peak_memory_bytes = memory.device;
   out.host_fits = memory.host_fits;
   out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const spec::Dtype param_dtype = spec::parameter_dtype(stack, lowered.dtype);
-  const int64_t shard = (max_params + plan.replicas() - 1) / plan.replicas();
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
@@ -746,6 +759,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   // reduce gradients alike share it).
   double step = static_cast<double>(m) * slowest_stage;
   double transfers_beside = 0;  // pipeline transfers beside compute alone, s
+  // With pipeline stages, when each stage's last pass and its drain end (from l.stage_ends[at];
+  // the latest, the makespan): each then updates its own parameters (the simulator's program,
+  // one per rank).
+  size_t stage_ends_at = 0;
+  double pipeline_end = 0;
   if (plan.pp == 1 && dp) {
     step += dp->single_stage_extra;
   }
@@ -777,10 +795,17 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       }
       const std::pair<const void*, const void*> at{&sweep->second, with};
       auto it = l.makespans.find(at);
-      if (it == l.makespans.end()) it = l.makespans.emplace(at, sweep->second.makespan(with)).first;
-      return it->second;
+      if (it == l.makespans.end()) {
+        const size_t offset = l.stage_ends.size();
+        l.stage_ends.resize(offset + static_cast<size_t>(plan.pp));
+        sweep->second.makespan(with, std::span(l.stage_ends).subspan(offset));
+        it = l.makespans.emplace(at, offset).first;
+      }
+      const auto ends = l.stage_ends.begin() + static_cast<std::ptrdiff_t>(it->second);
+      return std::make_pair(*std::max_element(ends, ends + plan.pp), it->second);
     };
-    step = makespan(m, drain);
+    std::tie(step, stage_ends_at) = makespan(m, drain);
+    pipeline_end = step;
     {
       // The stages' transfers beside their compute alone slow it (the engine's overlap model),
       // each stage in the share of the step it computes; every stage's delay reaches the others
@@ -803,7 +828,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
       // batches share saved: 2 S(m) - S(2m) of the makespans without the gradient reduction.
       static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
       const int64_t window = spec::kPipeDream2BWWindow * m;
-      step -= 2 * makespan(m, nullptr) - makespan(window, nullptr);
+      step -= 2 * makespan(m, nullptr).first - makespan(window, nullptr).first;
       if (lowered.tied_table_params > 0) {
         // The end stages sum the tied table's gradient when each has ended its part of a batch:
         // the last stage, first to end, waits for the last backward to reach the first stage
@@ -831,47 +856,79 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
                                         std::min(largest.offload_backward_wait, z.backward_slowed));
     }
   }
-  if (dp && plan.zero >= 1) {
-    // ZeRO-1/2: the updated parameters, gathered in the same buckets: after the step, or
-    // (Megatron's --overlap-param-gather) all dispatched at the start of the next, each layer's
-    // first forward waiting for its bucket: what the first stage's forwards take longer
-    // (first_stage_gather_delay).
-    const double exposed = dp->gather_delay;
-    step += stack.param_gather_overlap ? exposed : dp->gather_total;
+  if (dp && plan.zero >= 1 && stack.param_gather_overlap) {
+    // ZeRO-1/2 with Megatron's --overlap-param-gather: the updated parameters, gathered in the
+    // same buckets, all dispatched at the start of the next step, each layer's first forward
+    // waiting for its bucket: what the first stage's forwards take longer
+    // (first_stage_gather_delay). Without it each stage gathers after its update (below).
+    step += dp->gather_delay;
   }
-  int64_t updated = plan.zero >= 1 ? shard : max_params;
-  if (plan.zero >= 1 && plan.ep > 1) {
-    // The routed experts' state is sharded over the expert replicas (sim's program builder):
-    // the most any stage updates.
-    const int64_t n = plan.replicas(), ne = plan.expert_replicas();
-    updated = 0;
-    for (const StageEntry& entry : stages.entries) {
+  // Each stage's update once its last pass and drain are done (sim's program builder): the
+  // optimizer step over what the rank updates, on the device or (ZeRO-Offload) on the host, and
+  // ZeRO-1/2's gather of its buckets after it when not overlapped. The step ends with the
+  // latest stage's: the stage with the most to update (an end stage, holding the embedding or
+  // the head) is not always the last to finish its backward.
+  const int64_t n = plan.replicas(), ne = plan.expert_replicas();
+  const int64_t per_param = models::optimizer_bytes_per_param(
+      models::optimizer_precision(stack, lowered.dtype, plan.zero));
+  const int64_t stash =
+      plan.schedule == spec::Schedule::kPipeDream2BW
+          ? models::weight_stash_copy_bytes_per_param(
+                models::optimizer_precision(stack, lowered.dtype, plan.zero).model_params)
+          : 0;
+  // ZeRO-Offload copies each reduced gradient shard to the host: a bucket's under ZeRO-1/2 (the
+  // tied table's last), a layer's under ZeRO-3 (the stage's first layer last).
+  const bool offloaded = plan.offload.optimizer != spec::OffloadTarget::kNone;
+  const DrainLayout* buckets = offloaded && plan.zero < 3
+                                   ? &drain_layout(plan, l, stages, stack.dp_bucket_bytes, g)
+                                   : nullptr;
+  auto last_copied = [&](size_t s) -> int64_t {
+    if (buckets) return buckets->stages[s].last_params;
+    return lowered.layers[sim::stage_layers(plan, lowered, static_cast<int64_t>(s)).chunk_begin[0]]
+        .params;
+  };
+  auto update_seconds = [&](const StageEntry& entry, int64_t last_params) {
+    const int64_t params = entry.footprint.params;
+    const int64_t stage_shard = (params + n - 1) / n;
+    if (offloaded) {
+      // ZeRO-Offload: the last gradients' copy to the host, the host step, and the updated
+      // shard's way back.
+      const int64_t last = (last_params + n - 1) / n * g;
+      return ps_to_seconds(offload_.device_host_copy(last) +
+                           offload_.host_step(stage_shard, param_dtype, plan.offload.optimizer) +
+                           offload_.params_return(stage_shard * spec::dtype_bytes(param_dtype),
+                                                  plan.offload.params) +
+                           compute.step_overhead());
+    }
+    int64_t updated = plan.zero >= 1 ? stage_shard : params;
+    if (plan.zero >= 1 && plan.ep > 1) {
+      // The routed experts' state is sharded over the expert replicas.
       const int64_t experts = entry.footprint.expert_params;
-      const int64_t dense = entry.footprint.params - experts;
-      updated = std::max(updated, (dense + n - 1) / n + (experts + ne - 1) / ne);
+      updated = (params - experts + n - 1) / n + (experts + ne - 1) / ne;
     }
-  }
-  if (plan.offload.optimizer != spec::OffloadTarget::kNone) {
-    // ZeRO-Offload (sim's program builder): the last gradients' copy to the host (a bucket's
-    // shard at most), the host step, and the updated shard's way back.
-    const int64_t last = std::min(stack.dp_bucket_bytes, shard * g);
-    step += ps_to_seconds(
-        offload_.device_host_copy(last) +
-        offload_.host_step(updated, param_dtype, plan.offload.optimizer) +
-        offload_.params_return(updated * spec::dtype_bytes(param_dtype), plan.offload.params) +
-        compute.step_overhead());
-  } else {
-    const int64_t per_param = models::optimizer_bytes_per_param(
-        models::optimizer_precision(stack, lowered.dtype, plan.zero));
-    step += ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead());
-    if (plan.schedule == spec::Schedule::kPipeDream2BW) {
-      // PipeDream-2BW in fp32: the newest version of what the rank updates copied to the free
-      // buffer first (sim's program builder).
-      const int64_t stash = models::weight_stash_copy_bytes_per_param(
-          models::optimizer_precision(stack, lowered.dtype, plan.zero).model_params);
-      if (stash > 0) step += ps_to_seconds(compute.optimizer_time(updated, stash));
+    // PipeDream-2BW in fp32: the newest version of what the rank updates copied to the free
+    // buffer first.
+    return ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead() +
+                         (stash > 0 ? compute.optimizer_time(updated, stash) : 0));
+  };
+  const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
+  double latest = 0;
+  int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
+  double priced = 0;
+  for (size_t s = 0; s < stages.entries.size(); ++s) {
+    const StageEntry& entry = stages.entries[s];
+    const int64_t last = offloaded ? last_copied(s) : 0;
+    if (entry.footprint.params != priced_params ||
+        entry.footprint.expert_params != priced_experts || last != priced_last) {
+      priced_params = entry.footprint.params;
+      priced_experts = entry.footprint.expert_params;
+      priced_last = last;
+      priced = update_seconds(entry, last);
     }
+    const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
+    latest = std::max(latest, end + priced + (gather_after ? dp->stage_gather[s] : 0.0));
   }
+  step += latest - (plan.pp > 1 ? pipeline_end : 0.0);
   if (plan.tp_grid.z > 1) {
     // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,
     // the vocabulary layers): one all-reduce over z after the backward (sim's program builder),

@@ -249,7 +249,7 @@ void PipelineSweep::sweep(State& st, std::vector<DrainStream>* drains, bool pref
   }
 }
 
-double PipelineSweep::makespan(const PipelineDrain* drain) const {
+double PipelineSweep::makespan(const PipelineDrain* drain, std::span<double> stage_ends) const {
   // The state and the streams in buffers this thread reuses (a search calls this millions of
   // times: copying into fresh vectors was a third of its cost).
   thread_local State st;
@@ -263,8 +263,9 @@ double PipelineSweep::makespan(const PipelineDrain* drain) const {
   for (int64_t s = 0; s < pp_; ++s) {
     const auto si = static_cast<size_t>(s);
     // The reduction runs on from where the stage's last pass (its last unit) ended.
-    makespan =
-        std::max({makespan, st.free[si], drain ? drains[si].finish(st.compute_end[si]) : 0.0});
+    const double end = std::max(st.free[si], drain ? drains[si].finish(st.compute_end[si]) : 0.0);
+    if (!stage_ends.empty()) stage_ends[si] = end;
+    makespan = std::max(makespan, end);
   }
   return makespan;
 }

@@ -425,6 +425,51 @@ TEST(Estimator, FollowsTheOverlappedParameterGatherLayerByLayer) {
   }
 }
 
+TEST(Estimator, EachStageUpdatesOnceItsOwnBackwardEnds) {
+  // Two stages of an 8-layer MLP split 2 + 6, 1F1B, no data parallelism: each rank runs its
+  // optimizer step as soon as its own last backward is done. Under 1F1B the last stage ends its
+  // backward first, a stage's backward and a transfer before the first stage does, so with an
+  // update that takes longer than that (the memory made slow: Adam reads and writes 16 bytes a
+  // parameter) the step ends with the last stage's update, not the first's, and not with the
+  // largest update added after the last backward of all. Without an overlap slowdown the
+  // estimate's sweep is the simulator's timeline, so the two agree to rounding.
+  const spec::ModelSpec model = test::uniform_mlp(8, 1024);
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 5, 8, 1, 1);
+  cluster.device.overlap_slowdown = 0;
+  spec::Plan plan = test::make_plan(1, 1, 2, 64, 64 * 4);
+  plan.stage_layers = {2, 6};
+  for (double memory_GBps : {1e12, 1.0}) {
+    cluster.device.memory_bandwidth_GBps = memory_GBps;
+    const sim::SimulationResult r = sim::simulate(model, cluster, plan, {});
+    const double estimated = Estimator(model, cluster).estimate(plan).step_time_s;
+    EXPECT_NEAR(estimated, r.report.step_time_s, 1e-9 * r.report.step_time_s) << memory_GBps;
+    if (memory_GBps < 1e3) {
+      // 6 layers of 1024 x 1024 at 1 GB/s: an update of 0.1 s, far more than a stage's backward.
+      EXPECT_GT(r.report.breakdown_s.optimizer, 0.05);
+    }
+  }
+}
+
+TEST(Estimator, ZeroOffloadExposesTheLastBucketsShardCopy) {
+  // ZeRO-1 with the optimizer on the host, 2 replicas of 16 alike layers, a bucket per layer:
+  // each bucket's shard (half its gradients) is copied to the host once reduced, so what the
+  // step waits for after the backward is the last bucket's shard copy (the first layer's), not a
+  // bucket's or the whole shard's, then the host step and the updated shard's way back. At
+  // 1 TFLOP/s a layer's backward (2 x 2 x 64 x 1024^2 flops, 268 us) outlasts a shard's copy
+  // (2 MiB at 100 GB/s, 21 us), so the copies never queue on the copy stream (the estimate does
+  // not model that queue), and the estimate follows the simulator's timeline to rounding.
+  const spec::ModelSpec model = test::uniform_mlp(16, 1024);
+  spec::ClusterSpec cluster = test::ideal_cluster_with_host(1);
+  cluster.device.overlap_slowdown = 0;
+  spec::Plan plan = test::make_plan(2, 1, 1, 64, 64 * 2 * 4);
+  plan.zero = 1;
+  plan.offload.optimizer = spec::OffloadTarget::kHost;
+  plan.stack->dp_bucket_bytes = 1;
+  const sim::SimulationResult r = sim::simulate(model, cluster, plan, {});
+  const double estimated = Estimator(model, cluster).estimate(plan).step_time_s;
+  EXPECT_NEAR(estimated, r.report.step_time_s, 1e-9 * r.report.step_time_s);
+}
+
 // The space: each configuration once; full recompute of the first N < (largest chunk) layers of
 // each chunk; an overlap knob varied only where it changes the layout's step, only downwards from
 // the stack's value, and not at all when pinned.

@@ -73,7 +73,6 @@ class Estimator {
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
     double slowest = 0;  // forward + backward of one micro-batch through a stage, s
-    int64_t max_params = 0;
     // The most parameters a stage holds alike with other ranks that see other tokens, summed
     // after the backward (models::Layer::sp_partial_params; a tensor grid's over z).
     int64_t max_partial_params = 0;
@@ -152,6 +151,7 @@ class Estimator {
       size_t layer_count = 0, pass_count = 0, bucket_count = 0;
       int64_t tied_class = -1;  // the tied table's bucket's class, or none
       double slowdown = 0;      // spec::StageDrain's
+      int64_t last_params = 0;  // the bucket reduced last (the tied table's, if it has one)
     };
     std::vector<Stage> stages;
     std::vector<double> layer_backward;
@@ -169,6 +169,8 @@ class Estimator {
     double single_stage_extra = 0;       // pp 1: what the drain adds to the step, s
     double gather_total = 0;             // the first stage's buckets, all-gathered, s
     double gather_delay = 0;  // what the gather overlapped with the first forwards adds, s
+    // Per stage: its own buckets all-gathered (after its update when not overlapped), s.
+    std::vector<double> stage_gather;
   };
   struct Lowering {
     sim::StepSetup setup;
@@ -184,7 +186,10 @@ class Estimator {
     // The pipeline's sweep per stages, micro-batch count, schedule and transfer time, and its
     // makespan per sweep and drain (a DpTimes' or none).
     std::map<MakespanKey, spec::PipelineSweep> sweeps;
-    std::map<std::pair<const void*, const void*>, double> makespans;
+    // (Each makespan's stages' ends, pp from the offset it maps to, live in stage_ends: one array
+    // for all, not one per makespan.)
+    std::map<std::pair<const void*, const void*>, size_t> makespans;
+    std::vector<double> stage_ends;
     std::map<MakespanKey, std::vector<TransferTerm>> transfer_terms;
     std::map<Zero3Key, Zero3Times> zero3_times;
     std::map<DpKey, DpTimes> dp_times;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -97,7 +98,9 @@ class PipelineSweep {
   PipelineSweep(std::shared_ptr<const StageUnits> units, int64_t pp, int64_t virtual_stages,
                 int64_t micro_batches, std::vector<std::vector<double>> forward,
                 std::vector<std::vector<double>> backward, double p2p, bool blocking);
-  double makespan(const PipelineDrain* drain) const;
+  // The step's end: the latest stage's, whose end is its last pass's and its drain's. With
+  // `stage_ends` (pp entries), each stage's end too.
+  double makespan(const PipelineDrain* drain, std::span<double> stage_ends = {}) const;
 
  private:
   static constexpr double kUnknown = -1;
