@@ -200,17 +200,27 @@ spec::Json pareto_json(const std::vector<planner::RankedPlan>& front) {
   return out;
 }
 
+// What a rejection count counts (planner::SearchResult::rejected_units), "configurations" when
+// not said.
+std::string rejected_unit(const planner::SearchResult& r, const std::string& reason) {
+  auto it = r.rejected_units.find(reason);
+  return it == r.rejected_units.end() ? planner::kConfigurations : it->second;
+}
+
 // How the search narrowed the space, rule by rule (plan --explain).
 void print_funnel(const planner::SearchResult& r) {
-  int64_t by_rules = 0;
-  for (const auto& [reason, count] : r.rejected)
-    if (reason != planner::kDoesNotFit) by_rules += count;
   fmt::print("\nsearch funnel:\n");
   fmt::print("  {:>10}  (dp, tp, pp) factorisations considered\n", r.considered);
-  // A factorisation refused before its micro-batches and schedules are enumerated counts once.
-  fmt::print("  {:>10}  pruned by the layout rules and --constraint:\n", by_rules);
-  for (const auto& [reason, count] : r.rejected)
-    if (reason != planner::kDoesNotFit) fmt::print("  {:>10}    {}\n", count, reason);
+  // The rules in the order the enumeration meets them; each counts the branch it cut once, in
+  // the unit of its level (a layout refused is not split into the configurations it would have
+  // held), so the counts of different levels do not add up.
+  fmt::print("  pruned by the layout rules and --constraint, counted where each cut the tree:\n");
+  for (const char* unit :
+       {planner::kLayouts, planner::kMicroBatches, planner::kSchedules, planner::kZeroStages,
+        planner::kSequenceSplits, planner::kConfigurations})
+    for (const auto& [reason, count] : r.rejected)
+      if (reason != planner::kDoesNotFit && rejected_unit(r, reason) == unit)
+        fmt::print("  {:>10}    {}: {}\n", count, unit, reason);
   fmt::print("  {:>10}  legal plans, each estimated in closed form ({} on {} thread(s))\n",
              r.enumerated, human_seconds(r.estimate_s), r.threads);
   fmt::print(
@@ -237,11 +247,11 @@ void print_pareto(const planner::SearchResult& r) {
                human_bytes(static_cast<double>(p.report.memory.headroom_bytes)));
 }
 
-std::string rejected_summary(const std::map<std::string, int64_t>& rejected) {
+std::string rejected_summary(const planner::SearchResult& r) {
   std::string s;
-  for (const auto& [reason, count] : rejected) {
+  for (const auto& [reason, count] : r.rejected) {
     if (!s.empty()) s += "; ";
-    s += fmt::format("{} {}", count, reason);
+    s += fmt::format("{} {}: {}", count, rejected_unit(r, reason), reason);
   }
   return s.empty() ? "none" : s;
 }
@@ -350,6 +360,7 @@ int run_plan(const PlanFlagsAll& f) {
                     {"fitting", result.fitting},
                     {"simulated", result.simulated},
                     {"rejected", result.rejected},
+                    {"rejected_units", result.rejected_units},
                     {"wall_s", result.wall_s},
                     {"phases_s",
                      {{"enumerate", result.enumerate_s},
@@ -373,7 +384,7 @@ int run_plan(const PlanFlagsAll& f) {
     if (f.explain) {
       print_funnel(result);
     } else {
-      fmt::print("  rejected: {}\n", rejected_summary(result.rejected));
+      fmt::print("  rejected: {}\n", rejected_summary(result));
     }
     if (!result.ranked.empty()) {
       fmt::print(

@@ -138,12 +138,15 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   if (all.candidates.empty()) {
     std::string reasons;
     for (const auto& [reason, count] : all.rejected)
-      reasons += fmt::format("{}{} {}", reasons.empty() ? "" : "; ", count, reason);
+      reasons += fmt::format("{}{} {}: {}", reasons.empty() ? "" : "; ", count,
+                             all.rejected_units.at(reason), reason);
     throw InputError("request", "--global-batch", std::to_string(request.global_batch),
                      fmt::format("no legal layout of {} on {} GPUs ({})", request.model.name,
                                  request.gpus, reasons));
   }
   result.rejected = all.rejected;
+  result.rejected_units = all.rejected_units;
+  result.rejected_units.try_emplace(kDoesNotFit, kConfigurations);
   result.stack = all.stacks.front();
   result.considered = all.considered;
   result.enumerated = static_cast<int64_t>(all.size());

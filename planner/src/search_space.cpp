@@ -349,7 +349,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       std::min_element(out.stacks.begin(), out.stacks.end(), [](const auto& a, const auto& b) {
         return a.dp_bucket_bytes < b.dp_bucket_bytes;
       })->dp_bucket_bytes);
-  auto reject = [&](const std::string& reason) { out.rejected[reason] += 1; };
+  // A rule counts what it cut where it cut it (Enumeration::rejected_units): a rule on a layout
+  // counts the layout once, one on a whole configuration each configuration it refused.
+  auto reject = [&](const std::string& reason, const char* unit, int64_t count = 1) {
+    out.rejected[reason] += count;
+    out.rejected_units.try_emplace(reason, unit);
+  };
   // Spatial splits (CNNs): a grid per power of two, up to a node (the split ranks exchange halos
   // at every layer) and as long as the model's maps split (a larger grid only shrinks blocks).
   out.sample_splits.push_back({});
@@ -413,7 +418,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp); not
         // together with a spatial split, and not an MLP.
         if (!spec::channel_with_spatial_problem(tp, sample_split.spatial).empty()) {
-          reject("tp with a spatial split");
+          reject("tp with a spatial split", kLayouts);
           continue;
         }
         // The tp layouts: Megatron-LM's 1D split where the model divides, and the 3D grids.
@@ -423,19 +428,20 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
         if (tp_layouts.empty()) {
           reject(transformer ? "tp does not divide the heads or the MLP"
-                             : "tp does not divide the channels");
+                             : "tp does not divide the channels",
+                 kLayouts);
           continue;
         }
         if (tp > r.cluster.devices_per_node && !r.allow_tp_across_nodes) {
-          reject("tp larger than a node");
+          reject("tp larger than a node", kLayouts);
           continue;
         }
         if (pp > layers) {
-          reject("more pipeline stages than layers");
+          reject("more pipeline stages than layers", kLayouts);
           continue;
         }
         if (r.global_batch % dp != 0) {
-          reject("global batch not divisible by dp");
+          reject("global batch not divisible by dp", kLayouts);
           continue;
         }
         const int64_t per_replica = r.global_batch / dp;
@@ -451,7 +457,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           for (int64_t mb : divisors(per_replica)) {
             const int64_t micro_batches = per_replica / mb;
             if (!spec::micro_batch_count_problem(micro_batches).empty()) {
-              reject("more micro-batches per step than the limit (spec/limits.hpp)");
+              reject("more micro-batches per step than the limit (spec/limits.hpp)", kMicroBatches);
               continue;
             }
             // Schedules and chunk counts.
@@ -464,7 +470,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               for (int64_t v : divisors(layers / pp)) {
                 if (v < 2 || layers % (pp * v) != 0) continue;
                 if (micro_batches % pp != 0) {
-                  reject("interleaving needs micro-batches divisible by pp");
+                  reject("interleaving needs micro-batches divisible by pp", kSchedules);
                   continue;
                 }
                 schedules.push_back({spec::Schedule::kInterleaved, v});
@@ -475,7 +481,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 if (micro_batches >= pp) {
                   schedules.push_back({spec::Schedule::kPipeDream2BW, 1});
                 } else {
-                  reject("PipeDream-2BW needs at least pp micro-batches");
+                  reject("PipeDream-2BW needs at least pp micro-batches", kSchedules);
                 }
               }
             }
@@ -489,7 +495,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
               for (int zero = 0; zero <= 3; ++zero) {
                 if (zero >= 2 && pp > 1) {
-                  reject("ZeRO-2/3 with pipeline parallelism");
+                  reject("ZeRO-2/3 with pipeline parallelism", kZeroStages);
                   continue;
                 }
                 // What may live in host memory (Candidate::offload) under this stage. With one
@@ -497,7 +503,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 // moves the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and
                 // ZeRO-3 with the parameters too.
                 if (zero > 0 && sample_split.spatial.any()) {
-                  reject("ZeRO with a spatial split");
+                  reject("ZeRO with a spatial split", kZeroStages);
                   continue;
                 }
                 std::vector<uint8_t> offloads;
@@ -514,11 +520,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                   if (sp && (tp == 1 || !transformer)) continue;
                   if (sp && transformer &&
                       !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
-                    reject("sequence parallelism needs tp to divide the sequence");
+                    reject("sequence parallelism needs tp to divide the sequence", kSequenceSplits);
                     continue;
                   }
                   if (!spec::moe_tensor_parallel_problem(m, tp, sp).empty()) {
-                    reject("a mixture of experts with tp but no sp");
+                    reject("a mixture of experts with tp but no sp", kSequenceSplits);
                     continue;
                   }
                   if (sample_split.cp > 1) {
@@ -528,7 +534,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                     shape.cp = sample_split.cp;
                     shape.cp_algorithm = sample_split.cp_algorithm;
                     if (!spec::context_parallel_problem(m, seq_len, shape).empty()) {
-                      reject("cp does not divide the sequence or the heads");
+                      reject("cp does not divide the sequence or the heads", kSequenceSplits);
                       continue;
                     }
                   }
@@ -604,9 +610,19 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                                                    : spec::OffloadTarget::kNone;
                                 return shape;
                               };
+                              // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1),
+                              // not beside expert parallelism; each compression runs every
+                              // variant of the stack: the configurations a rule below refuses.
+                              const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
+                                                    ? out.compressions.size()
+                                                    : 1;
+                              const auto variants_here =
+                                  static_cast<int64_t>(nt * nd * ng * np * nb);
+                              const auto configurations = static_cast<int64_t>(nc) * variants_here;
                               if (ep > 1) {
                                 if (!spec::expert_parallel_problem(shape_of()).empty()) {
-                                  reject("ep with optimizer or parameter offload");
+                                  reject("ep with optimizer or parameter offload", kConfigurations,
+                                         configurations);
                                   continue;
                                 }
                               }
@@ -618,13 +634,15 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                   if (!spec::tensor_grid_problem(shape).empty()) {
                                     reject(
                                         "a 3D tensor grid with sp, ep, ZeRO-3 or "
-                                        "optimizer/parameter offload");
+                                        "optimizer/parameter offload",
+                                        kConfigurations, configurations);
                                     continue;
                                   }
                                   if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)
                                            .empty()) {
                                     reject(
-                                        "a 3D tensor grid whose z does not divide the micro-batch");
+                                        "a 3D tensor grid whose z does not divide the micro-batch",
+                                        kConfigurations, configurations);
                                     continue;
                                   }
                                 }
@@ -632,19 +650,16 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                 for (const Constraint& k : r.constraints)
                                   allowed = allowed && k.allows(c);
                                 if (!allowed) {
-                                  reject("excluded by --constraint");
+                                  reject("excluded by --constraint", kConfigurations,
+                                         configurations);
                                   continue;
                                 }
-                                // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1),
-                                // not beside expert parallelism.
-                                const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
-                                                      ? out.compressions.size()
-                                                      : 1;
                                 for (size_t k = 0; k < nc; ++k) {
                                   if (out.compressions[k].kind ==
                                           spec::CompressionKind::kPowersgd &&
                                       !spec::powersgd_problem(out.grids[grid]).empty()) {
-                                    reject("PowerSGD on a 3D tensor grid");
+                                    reject("PowerSGD on a 3D tensor grid", kConfigurations,
+                                           variants_here);
                                     continue;
                                   }
                                   c.compression = static_cast<uint8_t>(k);

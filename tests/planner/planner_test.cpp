@@ -148,6 +148,24 @@ TEST(Planner, ConstraintsBindTheSearch) {
   }
 }
 
+TEST(SearchSpace, RulesCountWhatTheyCutInTheirOwnUnit) {
+  // --constraint is checked on whole configurations: what it refuses plus what it lets through is
+  // the space without it, every stack variant and compression counted (the count once stopped
+  // before the variants were multiplied in). A rule on a layout counts layouts: gpt2-350m's 24
+  // layers refuse each (dp, tp, pp) with pp = 32 or more once, whatever it would have held.
+  SearchRequest r = request("gpt2-350m", 64, 64);
+  const Enumeration free = enumerate_plans(r);
+  r.constraints = {parse_constraint("tp<=2"), parse_constraint("zero=1")};
+  const Enumeration bound = enumerate_plans(r);
+  ASSERT_GT(bound.size(), 0u);
+  EXPECT_EQ(bound.rejected_units.at("excluded by --constraint"), kConfigurations);
+  EXPECT_EQ(static_cast<int64_t>(bound.size()) + bound.rejected.at("excluded by --constraint"),
+            static_cast<int64_t>(free.size()));
+  // 64 = dp tp pp with pp in {32, 64}: (dp, tp) of 2 (1x2, 2x1) and of 1 (1x1): 3 layouts.
+  EXPECT_EQ(free.rejected_units.at("more pipeline stages than layers"), kLayouts);
+  EXPECT_EQ(free.rejected.at("more pipeline stages than layers"), 3);
+}
+
 TEST(Scaling, SpeedupEfficiencyAndBudgetAreConsistent) {
   ScaleRequest r;
   r.base = request("gpt2-350m", 8, 256);

@@ -51,8 +51,10 @@ struct SearchResult {
   std::vector<RankedPlan> pareto;           // of the simulated plans that fit: time vs memory
   int64_t considered = 0;                   // (dp, tp, pp) factorisations looked at
   std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
-  int64_t enumerated = 0;                   // legal plans before the memory check
-  int64_t stack_variants = 0;               // of those, running a variant of the request's stack
+  // reason -> what its count counts (search_space.hpp's kLayouts ... kConfigurations).
+  std::map<std::string, std::string> rejected_units;
+  int64_t enumerated = 0;         // legal plans before the memory check
+  int64_t stack_variants = 0;     // of those, running a variant of the request's stack
   int64_t partial_recompute = 0;  // of those, recomputing only the first layers of each chunk
   spec::Stack stack;    // the request's stack (the plans may turn overlap knobs down: tuned_knobs)
   int64_t fitting = 0;  // of those, predicted to fit

@@ -117,6 +117,16 @@ struct Candidate {
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
+// What a layout rule counts when it refuses (Enumeration::rejected_units): the enumeration is
+// a tree, and a rule that cuts it early refuses a whole branch, which counts once in the unit of
+// its level; the configurations under it are never enumerated.
+inline constexpr const char* kLayouts = "layouts";                 // (sample split, dp, tp, pp)
+inline constexpr const char* kMicroBatches = "micro-batch sizes";  // of a layout (and tp grid)
+inline constexpr const char* kSchedules = "schedules";             // of a micro-batch size
+inline constexpr const char* kZeroStages = "ZeRO stages";          // of a schedule
+inline constexpr const char* kSequenceSplits = "sequence-parallel settings";  // of a ZeRO stage
+inline constexpr const char* kConfigurations = "configurations";              // whole candidates
+
 struct Enumeration {
   // The candidates; the stack variants they run (stacks[0] is the request's stack, the others
   // turn some of its overlap knobs down). 28 bytes each: a copy of a plan with its stack each
@@ -139,7 +149,8 @@ struct Enumeration {
   // parallelism): for each tp, every x * y * z = tp the model divides but the 1 x tp x 1 grid
   // (which is the 1D layout); 255 at most.
   std::vector<spec::TensorGrid> grids;
-  std::map<std::string, int64_t> rejected;  // reason -> count
+  std::map<std::string, int64_t> rejected;            // reason -> count
+  std::map<std::string, std::string> rejected_units;  // reason -> what it counts (kLayouts...)
   int64_t considered = 0;
   // Candidate i as a plan without its stack (into `out`, reusing its storage: the estimate
   // phase's hot path), or complete with its stack.
