@@ -15,6 +15,7 @@
 #include "sextant/spec/json_io.hpp"
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/compare.hpp"
+#include "sextant/traces/moe_load.hpp"
 #include "sextant/traces/readers.hpp"
 
 namespace sextant::cli {
@@ -32,6 +33,7 @@ struct CalibrateFlags {
   std::string out;
   std::string dtype;
   std::string model, plan;  // what the --kineto trace ran: enables the whole-step class fit
+  std::string model_out;    // the traced mixture of experts with its measured load imbalance
   bool force = false;
   bool json = false;
 };
@@ -73,11 +75,50 @@ void print_class_fit(const loop::ClassFit& fit) {
   for (const std::string& n : fit.notes) fmt::print("    note: {}\n", n);
 }
 
+// The routing skew of the traced mixtures of experts (traces::moe_load_imbalance), over every
+// trace that has one, and the model they ran (one model for all of them).
+struct MoeMeasure {
+  traces::MoeLoadMeasure load;
+  spec::ModelSpec model;
+  std::string source;  // the first trace measured
+};
+std::optional<MoeMeasure> measure_moe_load(
+    const std::vector<std::pair<std::string, spec::Trace>>& runs) {
+  std::optional<MoeMeasure> out;
+  double sum = 0;
+  for (const auto& [source, trace] : runs) {
+    const std::optional<traces::MoeLoadMeasure> m = traces::moe_load_imbalance(trace, source);
+    if (!m) continue;
+    if (!trace.metadata.contains("model_json"))
+      throw InputError(source, "/otherData/model_json", "",
+                       "the model the run trained (traces of `sextant run --trace` carry it)");
+    spec::ModelSpec model =
+        spec::model_from_json(trace.metadata.at("model_json"), source + " /otherData/model_json");
+    if (!out) {
+      out = MoeMeasure{{}, std::move(model), source};
+    } else if (spec::to_json(model) != spec::to_json(out->model)) {
+      throw InputError(source, "/otherData/model_json", model.name,
+                       fmt::format("the model of {} ({}): one model's load imbalance at a time",
+                                   out->source, out->model.name));
+    }
+    sum += m->imbalance * static_cast<double>(m->dispatches);
+    out->load.dispatches += m->dispatches;
+    out->load.worst = std::max(out->load.worst, m->worst);
+  }
+  if (out) out->load.imbalance = sum / static_cast<double>(out->load.dispatches);
+  return out;
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   spec::ClusterSpec base = spec::resolve_cluster(f.cluster);
   loop::RunFitOptions options;
   std::vector<std::pair<std::string, spec::Trace>> runs;
   for (const std::string& t : f.traces) runs.emplace_back(t, spec::read_trace_file(t));
+  const std::optional<MoeMeasure> moe = measure_moe_load(runs);
+  if (!f.model_out.empty() && !moe)
+    throw InputError("command line", "--model-out", f.model_out,
+                     "a --trace of a mixture of experts run with ep > 1 and without a capacity "
+                     "(its dispatches' received rows)");
   if (!f.model.empty() != !f.plan.empty())
     throw InputError("command line", f.model.empty() ? "--model" : "--plan", "",
                      "--model and --plan go together: what the --kineto trace ran");
@@ -113,12 +154,21 @@ void run_calibrate(const CalibrateFlags& f) {
   c.cluster = loop::fitted_cluster(result);
   if (refused.empty() || f.force) spec::write_json_file(f.out, spec::to_json(c.cluster));
   const traces::CalibrationReport& r = c.report;
+  if (moe && !f.model_out.empty()) {
+    spec::ModelSpec model = moe->model;
+    model.transformer().moe->load_imbalance = moe->load.imbalance;
+    spec::write_json_file(f.model_out, spec::to_json(model));
+  }
   if (f.json) {
-    std::cout << spec::Json{{"out", refused.empty() || f.force ? f.out : ""},
-                            {"refused", refused},
-                            {"calibrated_from", *c.cluster.calibrated_from}}
-                     .dump(2)
-              << "\n";
+    spec::Json out{{"out", refused.empty() || f.force ? f.out : ""},
+                   {"refused", refused},
+                   {"calibrated_from", *c.cluster.calibrated_from}};
+    if (moe)
+      out["moe_load"] = {{"imbalance", moe->load.imbalance},
+                         {"worst", moe->load.worst},
+                         {"dispatches", moe->load.dispatches},
+                         {"model_out", f.model_out}};
+    std::cout << out.dump(2) << "\n";
     if (!refused.empty() && !f.force) throw CLI::RuntimeError(1);
     return;
   }
@@ -140,6 +190,14 @@ void run_calibrate(const CalibrateFlags& f) {
         fit.collective, fit.level, fit.alpha_us, fit.beta_us_per_byte, 1e-3 / fit.beta_us_per_byte,
         fit.r2, fit.samples);
   for (const std::string& n : r.notes) fmt::print("  note: {}\n", n);
+  if (moe) {
+    fmt::print(
+        "  {}: load imbalance {:.3f} (the most loaded ep rank's routed rows over the mean, "
+        "over {} dispatches; worst {:.3f}){}\n",
+        moe->model.name, moe->load.imbalance, moe->load.dispatches, moe->load.worst,
+        f.model_out.empty() ? "; --model-out writes the model with it"
+                            : fmt::format(" -> {} (moe.load_imbalance)", f.model_out));
+  }
   if (class_fit) print_class_fit(*class_fit);
   print_step_check(check);
   if (!refused.empty()) {
@@ -235,6 +293,9 @@ void add_calibrate_command(CLI::App& app) {
                   "per step against the trace's kernels (needs --plan)");
   cmd->add_option("--plan", f->plan,
                   "Plan file of the --kineto run (batch, stack with its knobs, dtype)");
+  cmd->add_option("--model-out", f->model_out,
+                  "Write the traced mixture of experts with moe.load_imbalance set to the "
+                  "routing skew its --trace measured (ep > 1, no capacity)");
   cmd->add_flag("--force", f->force,
                 "Write the calibrated file even when it predicts the fitted runs worse");
   cmd->add_flag("--json", f->json, "Print JSON");

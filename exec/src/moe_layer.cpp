@@ -52,10 +52,12 @@ Recorder::Scope MoeLayer::op(OpId name, int32_t layer, Phase phase, int64_t mb) 
   return ctx_.recorder->scope(ctx_.op(name, layer, phase, mb));
 }
 
-Recorder::Scope MoeLayer::exchange(OpId name, int64_t bytes, int32_t layer, Phase phase,
-                                   int64_t mb) {
-  return ctx_.recorder->scope(
-      ctx_.comm(name, OpClass::kAllToAll, Stream::kTpComm, bytes, ep_, phase, layer, mb));
+Recorder::Scope MoeLayer::exchange(OpId name, int64_t bytes, int32_t layer, Phase phase, int64_t mb,
+                                   std::optional<int64_t> received_rows) {
+  Recorder::Event e =
+      ctx_.comm(name, OpClass::kAllToAll, Stream::kTpComm, bytes, ep_, phase, layer, mb);
+  if (received_rows) e.shape = {*received_rows, hidden_};
+  return ctx_.recorder->scope(std::move(e));
 }
 
 Recorder::Scope MoeLayer::tp_exchange(OpId name, OpClass cls, int64_t bytes, int32_t layer,
@@ -100,7 +102,8 @@ Tensor MoeLayer::to_experts(const Tensor& permuted, OpId ep_op, int32_t layer, P
   Tensor arrived = permuted;
   if (ep_ > 1) {
     arrived = be.empty({c.tp_rows[static_cast<size_t>(dispatches_over_tp() ? tp_rank_ : 0)], h});
-    auto s = exchange(ep_op, permuted.numel() * 4, layer, phase, mb);
+    const int64_t received = std::accumulate(c.received.begin(), c.received.end(), int64_t{0});
+    auto s = exchange(ep_op, permuted.numel() * 4, layer, phase, mb, received / h);
     ctx_.groups->ep->all_to_all_v(permuted.data(), c.sent, arrived.data(), c.received);
   }
   if (dispatches_over_tp()) {  // every tp rank's arrivals, for this rank's columns of the experts

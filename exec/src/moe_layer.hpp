@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sextant/exec/context.hpp"
@@ -108,8 +109,10 @@ class MoeLayer {
 
  private:
   Recorder::Scope op(models::OpId name, int32_t layer, spec::Phase phase, int64_t mb);
+  // An ep all-to-all; `received_rows` (when known) goes to the event's shape as {rows, hidden}:
+  // the rows this rank receives, from which traces::moe_load_imbalance measures the routing skew.
   Recorder::Scope exchange(models::OpId name, int64_t bytes, int32_t layer, spec::Phase phase,
-                           int64_t mb);
+                           int64_t mb, std::optional<int64_t> received_rows = std::nullopt);
   Recorder::Scope tp_exchange(models::OpId name, spec::OpClass cls, int64_t bytes, int32_t layer,
                               spec::Phase phase, int64_t mb);
   // Which of c's copies stay under their experts' capacity (all of them when dropless).

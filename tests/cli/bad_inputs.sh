@@ -55,6 +55,11 @@ expect_error "$tp3" "$sextant" run --model gpt-tiny --np 3 --plan "$dir/tp3.plan
 expect_error "$tp3" "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 3 --tp 3 \
   --global-batch 3
 
+# --model-out writes a measured mixture of experts: refused when no trace has its dispatches.
+expect_error "--model-out = $dir/never-model.json: a --trace of a mixture of experts run" \
+  "$sextant" calibrate --cluster local-cpu --out "$dir/never.json" \
+  --trace "$source_dir/traces/samples/bench-comm-2ranks.json" --model-out "$dir/never-model.json"
+
 # Offloading: refused where the cluster has no host section (naming it), and by the executor
 # beyond host memory, or for parameters without the optimizer (spec/plan.cpp,
 # sim/cost/offload_cost.cpp, exec/trainer).

@@ -26,6 +26,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/traces/compare.hpp"
+#include "sextant/traces/moe_load.hpp"
 
 namespace sextant::exec {
 namespace {
@@ -723,9 +724,41 @@ OffloadedActivations take_offloaded_activations(spec::Trace& trace) {
   return out;
 }
 
+// A dropless mixture of experts under expert parallelism: each forward dispatch records the rows
+// the rank received (the event's shape), traces::moe_load_imbalance's input. Every copy sent is
+// received once, so per (layer, micro-batch) the rows the ranks of the layer's stage received
+// sum to what they sent: world / pp ranks, each routing micro_batch x seq / (cp, and tp under
+// sequence parallelism) rows top_k times. The measured skew is then at least 1, one per
+// dispatch and ep group.
+void expect_the_received_rows(const spec::Trace& measured, const std::string& file,
+                              const spec::ModelSpec& model, const spec::Plan& plan) {
+  const spec::TransformerSpec& t = model.transformer();
+  if (!t.moe || plan.ep == 1 || t.moe->capacity_factor > 0) return;
+  const int64_t routed = plan.micro_batch * plan.seq_len.value_or(t.seq_len) / plan.cp /
+                         (plan.sequence_parallel ? plan.tp : 1);
+  const int64_t sent = world_size() / plan.pp * routed * t.moe->top_k;
+  std::map<std::pair<int64_t, int64_t>, int64_t> received;
+  for (const spec::TraceEvent& e : measured.events) {
+    if (e.name != models::op_name(models::OpId::kMoeDispatch) || e.phase != spec::Phase::kFwd)
+      continue;
+    ASSERT_EQ(e.shape.size(), 2u) << "rank " << e.rank;
+    received[{e.layer.value_or(-1), e.micro_batch.value_or(-1)}] += e.shape[0];
+  }
+  ASSERT_FALSE(received.empty());
+  for (const auto& [at, rows] : received)
+    EXPECT_EQ(rows, sent) << "layer " << at.first << ", micro-batch " << at.second;
+  const std::optional<traces::MoeLoadMeasure> skew = traces::moe_load_imbalance(measured, file);
+  ASSERT_TRUE(skew.has_value());
+  EXPECT_EQ(skew->dispatches,
+            static_cast<int64_t>(received.size()) * world_size() / plan.pp / plan.ep);
+  EXPECT_GE(skew->imbalance, 1.0);
+  EXPECT_GE(skew->worst, skew->imbalance);
+}
+
 void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& model,
                               const spec::ClusterSpec& cluster, const spec::Plan& plan) {
   spec::Trace measured = spec::read_trace_file(file);
+  if (model.is_transformer()) expect_the_received_rows(measured, file, model, plan);
   sim::SimulationOptions options;
   options.trace = true;
   spec::Plan priced = plan;
