@@ -49,7 +49,6 @@ FlowNetwork::FlowNetwork(const spec::ClusterSpec& cluster, const CollectiveModel
   }
   load_.assign(links_.size(), 0);
   rings_.resize(groups.size());
-  rings_made_.assign(groups.size(), false);
 }
 
 std::array<int32_t, 2> FlowNetwork::path(int64_t src, int64_t dst) const {
@@ -109,12 +108,9 @@ NetworkStart FlowNetwork::start_collective(int32_t group, spec::CollectiveKind k
     rounds.push_back(std::move(down));
   } else {
     Round r;
-    const auto gi = static_cast<size_t>(group);
-    if (!rings_made_[gi]) {
-      if (g.members.size() > 1) rings_[gi] = ring_pattern(g);
-      rings_made_[gi] = true;
-    }
-    r.flows = rings_[gi];
+    std::vector<FlowSpec>& ring = rings_[static_cast<size_t>(group)];
+    if (ring.empty() && g.members.size() > 1) ring = ring_pattern(g);
+    r.flows = ring;
     r.latency_s = cost.terms.latency;
     r.bandwidth_s = cost.terms.bandwidth;
     rounds.push_back(std::move(r));

@@ -77,9 +77,8 @@ class FlowNetwork : public Network {
   std::vector<Flow> flows_;
   std::vector<Op> ops_;
   std::vector<int32_t> free_ops_;
-  // Each group's ring flows, made on its first collective (rings_made_[group]).
+  // Each group's ring flows, made on its first collective (none for a group of one).
   std::vector<std::vector<FlowSpec>> rings_;
-  std::vector<bool> rings_made_;
   // start_flows' scratch: a round's paths, and flows per link (all zero between calls).
   std::vector<std::array<int32_t, 2>> paths_;
   std::vector<int32_t> load_;
