@@ -401,9 +401,10 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
     at += p->grad.numel();
   }
   {
+    // On a grid over z, the depth group's stream (spec::Stream::kDepthComm).
     auto s = ctx_.recorder->scope(ctx_.comm(OpId::kSpAllReduce, OpClass::kAllReduce,
-                                            Stream::kTpComm, n * 4, group.size(), Phase::kBwd,
-                                            std::nullopt, std::nullopt));
+                                            grid ? Stream::kDepthComm : Stream::kTpComm, n * 4,
+                                            group.size(), Phase::kBwd, std::nullopt, std::nullopt));
     group.all_reduce(packed.data(), n);
   }
   at = 0;

@@ -14,9 +14,8 @@ using spec::Stream;
 GridLinear::GridLinear(Context& ctx) : ctx_(ctx) {}
 
 Recorder::Scope GridLinear::comm(models::OpId name, OpClass cls, int64_t bytes, int64_t group_size,
-                                 Phase phase, int32_t layer, int64_t mb) {
-  return ctx_.recorder->scope(
-      ctx_.comm(name, cls, Stream::kTpComm, bytes, group_size, phase, layer, mb));
+                                 Phase phase, int32_t layer, int64_t mb, Stream stream) {
+  return ctx_.recorder->scope(ctx_.comm(name, cls, stream, bytes, group_size, phase, layer, mb));
 }
 
 Tensor GridLinear::slice(const Tensor& whole) const {
@@ -53,8 +52,9 @@ Tensor GridLinear::block(const models::GridLinearOps& ops, const Param& w, int64
   if (z() == 1) return w.compute.view({k_local, elements / k_local});
   Tensor whole = ctx_.backend->empty({elements}, w.compute.dtype());
   {
-    auto s = comm(ops.weight_gather, OpClass::kAllGather,
-                  elements * element_size(w.compute.dtype()), z(), phase, layer, mb);
+    auto s =
+        comm(ops.weight_gather, OpClass::kAllGather, elements * element_size(w.compute.dtype()),
+             z(), phase, layer, mb, Stream::kDepthComm);
     all_gather(*axis(2).comm, w.compute.view({w.compute.numel()}), whole);
   }
   return whole.view({k_local, elements / k_local});
@@ -99,7 +99,8 @@ void GridLinear::backward(models::OpId name, Role role, const Tensor& x, Param& 
   if (z() == 1) return;
   Tensor mine = be.empty({w.grad.numel()});
   {
-    auto s = comm(ops.grad_scatter, OpClass::kReduceScatter, dw.numel() * 4, z(), B, layer, mb);
+    auto s = comm(ops.grad_scatter, OpClass::kReduceScatter, dw.numel() * 4, z(), B, layer, mb,
+                  Stream::kDepthComm);
     axis(2).comm->reduce_scatter(dw.data(), mine.data(), mine.numel());
   }
   Tensor grad = w.grad.view({w.grad.numel()});

@@ -57,8 +57,11 @@ class GridLinear {
   // The whole block [k_local, block / k_local] of `w` for inputs of k_local features.
   Tensor block(const models::GridLinearOps& ops, const Param& w, int64_t k_local, spec::Phase phase,
                int32_t layer, int64_t mb);
+  // A collective of the grid, traced on the tp stream, or over z on the depth group's own
+  // (spec::Stream::kDepthComm, as the simulator places it).
   Recorder::Scope comm(models::OpId name, spec::OpClass cls, int64_t bytes, int64_t group_size,
-                       spec::Phase phase, int32_t layer, int64_t mb);
+                       spec::Phase phase, int32_t layer, int64_t mb,
+                       spec::Stream stream = spec::Stream::kTpComm);
 
   Context& ctx_;
 };

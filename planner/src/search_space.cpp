@@ -540,10 +540,19 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                   }
                   // The stack knobs that change this layout's step (the others stay the
                   // request's: varying them would repeat a plan): TP overlap runs under sequence
-                  // parallelism only (sim::tp_overlap_applies), gradient buckets and their overlap
+                  // parallelism (sim::tp_overlap_applies) or on a 3D tensor grid, where it is
+                  // AxoNN's (sim::grid_overlap), gradient buckets and their overlap
                   // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
                   // transfers with pipeline stages.
-                  const size_t nt = tp > 1 && sp ? variants.nt : 1;
+                  const size_t nt = tp > 1 && (sp || grid > 0) ? variants.nt : 1;
+                  // Without a z axis a grid's forward has no weight gather to overlap: its
+                  // "bulk" variant (after the request's "pipelined") would repeat the request's.
+                  const bool repeats_bulk = nt > 2 && grid > 0 && out.grids[grid].z == 1 &&
+                                            out.stacks[variants.index(0, 0, 0, 0, 0)].tp_overlap ==
+                                                spec::TpOverlap::kPipelined &&
+                                            out.stacks[variants.index(1, 0, 0, 0, 0)].tp_overlap ==
+                                                spec::TpOverlap::kBulk;
+                  const size_t skipped_t = repeats_bulk ? 1 : nt;  // nt: none skipped
                   // (One bucket is reduced when the backward ends, overlapped or not.)
                   const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
                   const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
@@ -616,8 +625,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                               const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
                                                     ? out.compressions.size()
                                                     : 1;
-                              const auto variants_here =
-                                  static_cast<int64_t>(nt * nd * ng * np * nb);
+                              const auto variants_here = static_cast<int64_t>(
+                                  (nt - (repeats_bulk ? 1 : 0)) * nd * ng * np * nb);
                               const auto configurations = static_cast<int64_t>(nc) * variants_here;
                               if (ep > 1) {
                                 if (!spec::expert_parallel_problem(shape_of()).empty()) {
@@ -667,7 +676,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                   // costs, the bucket size) outermost: the estimator reuses a
                                   // memory estimate while only the overlaps change.
                                   for (size_t t = 0; t < nt; ++t)
-                                    for (size_t b = 0; b < nb; ++b)
+                                    for (size_t b = 0; b < nb && t != skipped_t; ++b)
                                       for (size_t d = 0; d < nd; ++d)
                                         for (size_t g = 0; g < ng; ++g)
                                           for (size_t q = 0; q < np; ++q) {

@@ -2,6 +2,9 @@
 #include "sextant/sim/layer_cost.hpp"
 
 #include <algorithm>
+#include <map>
+
+#include "sextant/spec/error.hpp"
 
 namespace sextant::sim {
 
@@ -14,6 +17,45 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp) {
   return kind == spec::CollectiveKind::kAllGather ? tp : 4;
+}
+
+GridOverlap grid_overlap(const spec::Plan& plan, const spec::Stack& stack, bool block) {
+  GridOverlap out;
+  if (!block || !plan.tp_grid.any()) return out;
+  out.backward = stack.tp_overlap != spec::TpOverlap::kNone;
+  out.forward = stack.tp_overlap == spec::TpOverlap::kPipelined;
+  return out;
+}
+
+bool is_depth_gather(const models::Op& op) {
+  return op.is_comm() && op.group == models::CommGroup::kGridZ &&
+         op.collective == spec::CollectiveKind::kAllGather;
+}
+
+bool is_depth_scatter(const models::Op& op) {
+  return op.is_comm() && op.group == models::CommGroup::kGridZ &&
+         op.collective == spec::CollectiveKind::kReduceScatter;
+}
+
+bool is_grid_all_reduce(const models::Op& op) {
+  return op.is_comm() &&
+         (op.group == models::CommGroup::kGridX || op.group == models::CommGroup::kGridY) &&
+         op.collective == spec::CollectiveKind::kAllReduce;
+}
+
+BackwardProducts split_backward_gemm(const models::Op& backward) {
+  SEXTANT_CHECK(backward.matmuls.size() == 2, "op {}: a backward GEMM of two products expected",
+                backward.name);
+  BackwardProducts out{backward, backward};
+  for (models::Op* half : {&out.dgrad, &out.wgrad}) {
+    half->flops = backward.flops / 2;
+    half->kernel_flops = backward.kernel_flops / 2;
+    half->bytes = backward.bytes / 2;
+    half->kernels = std::max(1, backward.kernels / 2);
+  }
+  out.dgrad.matmuls = {backward.matmuls[0]};
+  out.wgrad.matmuls = {backward.matmuls[1]};
+  return out;
 }
 
 void append_segment(std::vector<PassSegment>& profile, double seconds, bool alone) {
@@ -116,12 +158,119 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     }
     return t;
   };
-  out.forward = pass(layer.forward, false, spec::Phase::kFwd, out.forward_profile);
-  out.backward = pass(layer.backward, false, spec::Phase::kBwd, out.backward_profile);
-  if (block && recompute == spec::Recompute::kFull)
-    out.recompute = pass(layer.forward, false, spec::Phase::kRecompute, out.recompute_profile);
-  if (block && recompute == spec::Recompute::kSelective)
-    out.recompute = pass(layer.forward, true, spec::Phase::kRecompute, out.recompute_profile);
+  // A pass of a 3D tensor grid's block under AxoNN's overlap (grid_overlap; program_builder
+  // run_grid_ops): the z collectives in order on the depth stream, which runs beside the compute
+  // and slows it while it moves data. `head` (forward): when the pass's first weight gather,
+  // issued while the block before it computed, is done (< 0: issued with the pass). Returns the
+  // pass's time and, forward, when the next block's first gather, issued at this pass's last
+  // one, would be done, counted from this pass's end.
+  const GridOverlap grid = grid_overlap(plan, stack, block);
+  struct GridPass {
+    double seconds = 0;
+    double next_head = -1;
+  };
+  auto grid_pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase,
+                       std::vector<PassSegment>& profile, double head) {
+    const bool forward = phase != spec::Phase::kBwd && grid.forward;
+    const bool backward = phase == spec::Phase::kBwd && grid.backward;
+    double t = 0;
+    double depth_free = std::max(0.0, head);  // when the depth stream has moved what it holds
+    std::map<size_t, double> prefetched;      // op index -> when its gather is done
+    double next_issue = -1;                   // when the next block's first gather is issued
+    auto wait = [&](double until) {
+      if (until > t) append_segment(profile, until - t, false);
+      t = std::max(t, until);
+    };
+    // `seconds` of compute from t, slowed while the depth stream still moves data.
+    auto run = [&](double seconds) {
+      const double beside = std::max(0.0, depth_free - t);
+      if (beside >= seconds * (1 + f)) {
+        append_segment(profile, seconds * (1 + f), false);
+        t += seconds * (1 + f);
+        return;
+      }
+      const double rest = seconds - beside / (1 + f);
+      append_segment(profile, beside, false);
+      append_segment(profile, rest, true);
+      t += beside + rest;
+    };
+    auto on_depth = [&](const models::Op& op) {
+      depth_free = std::max(t, depth_free) + op_comm(op);
+      return depth_free;
+    };
+    size_t first_gather = ops.size();
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (is_depth_gather(ops[i]) && (!core_only || ops[i].in_core())) {
+        first_gather = i;
+        break;
+      }
+    if (head >= 0 && first_gather < ops.size()) prefetched[first_gather] = head;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const models::Op& op = ops[i];
+      if (core_only && !op.in_core()) continue;
+      if (is_depth_gather(op)) {
+        auto it = prefetched.find(i);
+        const double done = it != prefetched.end() ? it->second : on_depth(op);
+        if (forward) {
+          size_t j = i + 1;
+          while (j < ops.size() && !(is_depth_gather(ops[j]) && (!core_only || ops[j].in_core())))
+            ++j;
+          if (j < ops.size()) {
+            prefetched[j] = on_depth(ops[j]);
+          } else {
+            next_issue = std::max(t, depth_free);
+          }
+        }
+        wait(done);
+      } else if (backward && is_depth_scatter(op)) {
+        on_depth(op);  // left running: the next gather or the batch's end waits for it
+      } else if (backward && op.op_class == spec::OpClass::kGemm && op.matmuls.size() == 2 &&
+                 i + 1 < ops.size() && is_grid_all_reduce(ops[i + 1])) {
+        const BackwardProducts halves = split_backward_gemm(op);
+        run(ps_to_seconds(compute.op_time(halves.dgrad, phase)));
+        t += overlapped_wall(ps_to_seconds(compute.op_time(halves.wgrad, phase)),
+                             op_comm(ops[i + 1]), profile);
+        ++i;
+      } else if (op.is_comm()) {
+        const double seconds = op_comm(op);
+        append_segment(profile, seconds, false);
+        t += seconds;
+      } else {
+        run(ps_to_seconds(compute.op_time(op, phase)));
+      }
+    }
+    GridPass result;
+    if (backward) wait(depth_free);  // the next block's first gather queues behind the rest
+    result.seconds = t;
+    if (next_issue >= 0 && phase == spec::Phase::kFwd && first_gather < ops.size())
+      result.next_head = std::max(0.0, next_issue + op_comm(ops[first_gather]) - t);
+    return result;
+  };
+  if (grid.forward) {
+    // In a run of blocks each block's first gather was issued while the block before it ran its
+    // last linear layer: priced from this block's own (the steady state).
+    std::vector<PassSegment> first;
+    const double head = grid_pass(layer.forward, false, spec::Phase::kFwd, first, -1).next_head;
+    out.forward =
+        grid_pass(layer.forward, false, spec::Phase::kFwd, out.forward_profile, head).seconds;
+  } else {
+    out.forward = pass(layer.forward, false, spec::Phase::kFwd, out.forward_profile);
+  }
+  if (grid.backward) {
+    out.backward =
+        grid_pass(layer.backward, false, spec::Phase::kBwd, out.backward_profile, -1).seconds;
+  } else {
+    out.backward = pass(layer.backward, false, spec::Phase::kBwd, out.backward_profile);
+  }
+  auto recomputed = [&](bool core_only) {
+    return grid.forward
+               ? grid_pass(layer.forward, core_only, spec::Phase::kRecompute, out.recompute_profile,
+                           -1)
+                     .seconds
+               : pass(layer.forward, core_only, spec::Phase::kRecompute, out.recompute_profile);
+  };
+  if (block && recompute == spec::Recompute::kFull) out.recompute = recomputed(false);
+  if (block && recompute == spec::Recompute::kSelective) out.recompute = recomputed(true);
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program_builder.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -167,6 +168,20 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
         for (const models::Op& op : lowered.layers[l].forward)
           if (op.group == models::CommGroup::kGridZ) gathered = std::max(gathered, op.bytes);
     buffers += gathered + gathered / e * per.gradients;
+    // Under AxoNN's overlap (layer_cost.hpp grid_overlap) the next layer's block is gathered
+    // while one is in use, and each weight gradient's reduced shard waits in a list until the
+    // batch ends (overlap_communication.py accumulate_later: every micro-batch's, in the
+    // compute dtype).
+    const GridOverlap overlap = grid_overlap(plan, stack, /*block=*/true);
+    if (overlap.forward) buffers += gathered;
+    if (overlap.backward) {
+      int64_t shard = 0;  // the rank's weight elements (without what the z slices hold alike)
+      for (size_t v = 0; v < held.chunk_begin.size(); ++v)
+        for (size_t l = held.chunk_begin[v]; l < held.chunk_end[v]; ++l)
+          if (lowered.layers[l].kind == models::LayerKind::kBlock)
+            shard += lowered.layers[l].params - lowered.layers[l].sp_partial_params;
+      buffers += plan.micro_batches() * shard * e;
+    }
   }
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
   if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;

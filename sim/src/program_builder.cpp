@@ -257,7 +257,7 @@ class StageBuilder {
 
   int32_t comm(Stream stream, CommClass cls, uint8_t slot, TaskKind kind,
                spec::CollectiveKind collective, int64_t bytes, int32_t op, Phase phase, int64_t mb,
-               int32_t after) {
+               int32_t after, int32_t also = -1) {
     Task t;
     t.kind = kind;
     t.stream = stream;
@@ -270,6 +270,7 @@ class StageBuilder {
     t.micro_batch = static_cast<int32_t>(mb);
     std::vector<Dep> deps;
     if (after >= 0) deps.push_back(done(after));
+    if (also >= 0) deps.push_back(done(also));
     return emit(t, deps);
   }
 
@@ -304,8 +305,11 @@ class StageBuilder {
         slot = GroupSlot::kGridZ;
         break;
     }
-    return comm(Stream::kTpComm, cls, static_cast<uint8_t>(slot), TaskKind::kCollective,
-                op.collective, op.costed_bytes(), op_id(layer, op, phase), phase, mb, before);
+    // The z axis of a tensor grid on its own stream (AxoNN's depth group, spec::Stream).
+    const Stream stream =
+        op.group == models::CommGroup::kGridZ ? Stream::kDepthComm : Stream::kTpComm;
+    return comm(stream, cls, static_cast<uint8_t>(slot), TaskKind::kCollective, op.collective,
+                op.costed_bytes(), op_id(layer, op, phase), phase, mb, before);
   }
 
   // A collective between compute segments: the compute after it waits for it.
@@ -507,10 +511,79 @@ class StageBuilder {
     require(last);
   }
 
+  // The grid overlap's split backward GEMMs (split_backward_gemm), kept for op_id's keys.
+  const BackwardProducts& backward_products(const models::Op& op) {
+    auto it = split_gemms_.find(&op);
+    if (it == split_gemms_.end()) it = split_gemms_.emplace(&op, split_backward_gemm(op)).first;
+    return it->second;
+  }
+
+  // The index of the first weight gather over z in `ops` from `from` on (ops.size(): none).
+  static size_t next_depth_gather(const std::vector<models::Op>& ops, size_t from, bool core_only) {
+    for (size_t j = from; j < ops.size(); ++j)
+      if (is_depth_gather(ops[j]) && (!core_only || ops[j].in_core())) return j;
+    return ops.size();
+  }
+
+  // A 3D tensor grid's block under AxoNN's overlap (layer_cost.hpp grid_overlap). Forward, a
+  // weight gather issues the next linear layer's (the next block's first, within the forward
+  // unit) before the compute waits for its own; backward, the input-gradient all-reduce runs
+  // beside the weight-gradient product and the weight gradient's reduce-scatter over z is left
+  // running (the bucket reductions and the step's end wait for it).
+  void run_grid_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb,
+                    bool core_only) {
+    const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
+    const bool forward = phase != Phase::kBwd && grid.forward;
+    const bool backward = phase == Phase::kBwd && grid.backward;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const models::Op& op = ops[i];
+      if (core_only && !op.in_core()) continue;
+      if (forward && is_depth_gather(op)) {
+        auto it = prefetched_.find(&op);
+        int32_t task = -1;
+        if (it != prefetched_.end()) {
+          task = it->second;
+          prefetched_.erase(it);
+        } else {
+          task = layer_collective(layer, op, phase, mb);
+        }
+        const size_t j = next_depth_gather(ops, i + 1, core_only);
+        if (j < ops.size()) {
+          prefetched_[&ops[j]] = layer_collective(layer, ops[j], phase, mb);
+        } else if (phase == Phase::kFwd && layer + 1 < forward_end_ && is_block(layer + 1)) {
+          const std::vector<models::Op>& next = lowered_.layers[layer + 1].forward;
+          const size_t k = next_depth_gather(next, 0, false);
+          if (k < next.size())
+            prefetched_[&next[k]] = layer_collective(layer + 1, next[k], phase, mb);
+        }
+        require(task);
+      } else if (backward && is_depth_scatter(op)) {
+        depth_scatter_ = layer_collective(layer, op, phase, mb);
+      } else if (backward && op.op_class == spec::OpClass::kGemm && op.matmuls.size() == 2 &&
+                 i + 1 < ops.size() && is_grid_all_reduce(ops[i + 1])) {
+        const BackwardProducts& halves = backward_products(op);
+        compute_op(layer, halves.dgrad, phase, mb);
+        const int32_t reduced = layer_collective(layer, ops[i + 1], phase, mb);
+        compute_op(layer, halves.wgrad, phase, mb);
+        require(reduced);
+        ++i;
+      } else if (op.is_comm()) {
+        tp_collective(layer, op, phase, mb);
+      } else {
+        compute_op(layer, op, phase, mb);
+      }
+    }
+  }
+
   // A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel
   // collectives split it (or overlap the GEMM next to them).
   void run_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb,
                bool core_only = false) {
+    const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
+    if (grid.in(phase)) {
+      run_grid_ops(layer, ops, phase, mb, core_only);
+      return;
+    }
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
       if (core_only && !op.in_core()) continue;
@@ -550,6 +623,7 @@ class StageBuilder {
     std::vector<size_t> order;
     for (size_t l = b; l < e; ++l) order.push_back(l);
     last_offload_ = -1;  // the double buffer is the pass's own
+    forward_end_ = e;
     pass(order, Phase::kFwd, u.micro_batch, [&](size_t l) {
       auto gather = param_gather_.find(l);
       if (gather != param_gather_.end()) {
@@ -694,8 +768,9 @@ class StageBuilder {
     int32_t op = named_op(
         plan_.zero >= 1 ? OpId::kDpReduceScatter : OpId::kDpAllReduce,
         plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
+    // Under AxoNN's overlap the bucket's weight gradients may still be reduce-scattered over z.
     int32_t reduced = comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
-                           kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after);
+                           kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after, depth_scatter_);
     if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
   }
 
@@ -705,16 +780,20 @@ class StageBuilder {
   // backward; like a collective they do not hold the compute stream.
   void compressed_reduce(const models::GradientBucket& b, int32_t after) {
     int32_t last = after;
+    bool first = true;
     for (const models::Op& op :
          models::compressed_exchange_ops(plan_.compression, b, plan_.replicas(), grad_bytes_)) {
+      const int32_t also = first ? depth_scatter_ : -1;  // as reduce_bucket's
+      first = false;
       if (op.is_comm()) {
         const int32_t id = named_op(op.name, op.op_class, op.bytes, -1);
         last = comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kDp),
                     TaskKind::kCollective, op.collective, op.bytes, id, Phase::kBwd,
-                    micro_batches_ - 1, last);
+                    micro_batches_ - 1, last, also);
       } else {
         std::vector<Dep> deps;
         if (last >= 0) deps.push_back(done(last));
+        if (also >= 0) deps.push_back(done(also));
         last = codec_task(op, deps);
       }
     }
@@ -763,8 +842,10 @@ class StageBuilder {
     if (params == 0) return;
     const int64_t bytes = params * grad_bytes_;
     int32_t op = named_op(OpId::kSpAllReduce, spec::OpClass::kAllReduce, bytes, -1);
-    const GroupSlot slot = plan_.tp_grid.any() ? GroupSlot::kGridZ : GroupSlot::kTp;
-    require(comm(Stream::kTpComm, CommClass::kTp, static_cast<uint8_t>(slot), TaskKind::kCollective,
+    const bool grid = plan_.tp_grid.any();
+    const GroupSlot slot = grid ? GroupSlot::kGridZ : GroupSlot::kTp;
+    require(comm(grid ? Stream::kDepthComm : Stream::kTpComm, CommClass::kTp,
+                 static_cast<uint8_t>(slot), TaskKind::kCollective,
                  spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd, micro_batches_ - 1,
                  after));
   }
@@ -776,7 +857,7 @@ class StageBuilder {
   // Returns the task the parameters are ready after.
   int32_t host_optimizer_step(int64_t updated) {
     std::vector<Dep> deps;
-    for (Stream s : {Stream::kDpComm, Stream::kTpComm}) {
+    for (Stream s : {Stream::kDpComm, Stream::kTpComm, Stream::kDepthComm}) {
       const auto n = static_cast<int32_t>(program_.streams[static_cast<size_t>(s)].size());
       if (n > 0) deps.push_back({static_cast<uint8_t>(s), n});
     }
@@ -822,10 +903,11 @@ class StageBuilder {
     program_.ops.push_back(info);
     int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
     flush();
-    // Waits for every gradient collective.
-    pending_deps_.push_back(
-        {static_cast<uint8_t>(Stream::kDpComm),
-         static_cast<int32_t>(program_.streams[static_cast<size_t>(Stream::kDpComm)].size())});
+    // Waits for every gradient collective (on a tensor grid also the reduce-scatters over z).
+    for (Stream s : {Stream::kDpComm, Stream::kDepthComm}) {
+      const auto n = static_cast<int32_t>(program_.streams[static_cast<size_t>(s)].size());
+      if (n > 0 || s == Stream::kDpComm) pending_deps_.push_back({static_cast<uint8_t>(s), n});
+    }
     pending_phase_ = Phase::kOpt;
     pending_micro_batch_ = -1;
     pending_ops_.push_back(id);
@@ -905,6 +987,10 @@ class StageBuilder {
   Program program_;
   std::vector<int32_t> positions_;  // position of each task in its stream
   std::map<std::tuple<size_t, const models::Op*, Phase>, int32_t> op_ids_;
+  std::map<const models::Op*, BackwardProducts> split_gemms_;  // backward_products
+  std::map<const models::Op*, int32_t> prefetched_;  // a weight gather over z issued ahead
+  size_t forward_end_ = 0;                           // the forward unit's end layer
+  int32_t depth_scatter_ = -1;  // the latest weight gradient's reduce-scatter left running
   std::vector<int32_t> pending_ops_;
   std::vector<Dep> pending_deps_;
   Phase pending_phase_ = Phase::kFwd;

@@ -21,7 +21,8 @@ constexpr std::array<std::pair<std::string_view, Stream>, kStreamCount> kStreams
      {"pp-send", Stream::kPpSend},
      {"pp-recv", Stream::kPpRecv},
      {"offload", Stream::kOffload},
-     {"offload-in", Stream::kOffloadIn}}};
+     {"offload-in", Stream::kOffloadIn},
+     {"depth-comm", Stream::kDepthComm}}};
 constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
     {{"gemm", OpClass::kGemm},
      {"attention", OpClass::kAttention},

@@ -508,8 +508,13 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
       EXPECT_LT(p.recompute_layers, *std::max_element(chunks.begin(), chunks.end()));
     }
     if (!knobs.empty()) ++tuned;
-    if (p.tp == 1 || !p.sequence_parallel) {
+    // TP overlap varies under sequence parallelism and on a 3D grid, where it is AxoNN's; a grid
+    // without a z axis has no forward gather to overlap, so "bulk" would repeat "pipelined".
+    if (p.tp == 1 || (!p.sequence_parallel && !p.tp_grid.any())) {
       EXPECT_EQ(p.stack->tp_overlap, spec::TpOverlap::kPipelined) << p.name();
+    }
+    if (p.tp_grid.any() && p.tp_grid.z == 1) {
+      EXPECT_NE(p.stack->tp_overlap, spec::TpOverlap::kBulk) << p.name();
     }
     if (p.dp == 1 || p.zero == 3) {
       EXPECT_TRUE(p.stack->dp_overlap) << p.name();
@@ -1037,21 +1042,38 @@ TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
   const Enumeration megatron = enumerate_plans(flat);
   for (const Candidate& c : megatron.candidates) EXPECT_EQ(c.grid, 0);
   EXPECT_LT(megatron.size(), all.size());
-  // The closed form against the event simulation for grids inside a node and spanning two.
+  // The stack's TP overlap is AxoNN's on a grid (sim::grid_overlap), a flag its users set per
+  // run: megatron-core's three settings are searched for a grid with a z axis; without one the
+  // forward has no gather to overlap and "bulk" would repeat the stack's "pipelined".
+  std::map<std::string, std::set<spec::TpOverlap>> overlaps;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all.candidates[i].grid == 0) continue;
+    const spec::Plan p = all.plan(i);
+    overlaps[spec::tensor_grid_text(p.tp_grid)].insert(p.stack->tp_overlap);
+  }
+  EXPECT_EQ(overlaps["2x2x2"].size(), 3u);
+  EXPECT_EQ(overlaps["2x4x1"].size(), 2u);
+  EXPECT_FALSE(overlaps["2x4x1"].count(spec::TpOverlap::kBulk));
+  // The closed form against the event simulation for grids inside a node and spanning two, with
+  // and without AxoNN's overlap.
   const spec::ModelSpec model = models::zoo_model("gpt3-13b");
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
-  for (spec::TensorGrid g : {spec::TensorGrid{2, 2, 2}, spec::TensorGrid{2, 4, 2}}) {
-    spec::Plan p;
-    p.dp = 4;
-    p.tp = g.ranks();
-    p.tp_grid = g;
-    p.micro_batch = 4;
-    p.global_batch = 64;
-    p.zero = 1;
-    const double engine = sim::simulate(model, cluster, p, {}).report.step_time_s;
-    EXPECT_NEAR(Estimator(model, cluster).estimate(p).step_time_s, engine, 0.02 * engine)
-        << p.name();
-  }
+  for (spec::TensorGrid g : {spec::TensorGrid{2, 2, 2}, spec::TensorGrid{2, 4, 2}})
+    for (spec::TpOverlap overlap :
+         {spec::TpOverlap::kNone, spec::TpOverlap::kBulk, spec::TpOverlap::kPipelined}) {
+      spec::Plan p;
+      p.dp = 4;
+      p.tp = g.ranks();
+      p.tp_grid = g;
+      p.micro_batch = 4;
+      p.global_batch = 64;
+      p.zero = 1;
+      p.stack = spec::builtin_stack("megatron-core");
+      p.stack->tp_overlap = overlap;
+      const double engine = sim::simulate(model, cluster, p, {}).report.step_time_s;
+      EXPECT_NEAR(Estimator(model, cluster).estimate(p).step_time_s, engine, 0.02 * engine)
+          << p.name() << " " << spec::enum_name(spec::tp_overlap_names(), overlap);
+    }
 }
 
 TEST(Planner, PipeDream2BWIsSearchedOnRequestAndPricedAsTheSimulatorPricesIt) {

@@ -54,6 +54,45 @@ bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool b
 // 4 splits (transformer_engine/pytorch/module/base.py, get_default_config).
 int64_t tp_overlap_chunks(spec::CollectiveKind kind, int64_t tp);
 
+// AxoNN's overlap of a 3D tensor grid's collectives with compute (Singh et al., arXiv:2305.13525:
+// "we aggressively overlap expensive collective operations"; Megatron-AxoNN's
+// --overlap-axonn-comm, axonn/intra_layer/overlap_communication.py optimize_communication), read
+// from the stack's tp_overlap as the 1D layout reads it for Transformer Engine:
+//   backward ("bulk" and "pipelined"): each linear layer's input-gradient all-reduce runs beside
+//   its
+//     weight-gradient GEMM (overlap_all_reduce: issued after the input-gradient product, waited
+//     once the layer's backward is done), and its weight-gradient reduce-scatter over z is left
+//     running until the batch ends (--overlap-axonn-reduce-scatter: accumulate_later);
+//   forward ("pipelined"): each linear layer's weight block is all-gathered over z while the one
+//     before it computes (--overlap-axonn-all-gather: the next gather is issued when a layer takes
+//     its own), across the blocks of a forward pass and within a block's recomputed forward
+//     (overlap_all_gathers_for_checkpointed_forward).
+// The z collectives queue on the depth group's stream in order (spec::Stream::kDepthComm), so a
+// backward's weight gather waits for the reduce-scatters issued before it, as on AxoNN's.
+struct GridOverlap {
+  bool backward = false;
+  bool forward = false;
+  bool in(spec::Phase phase) const {
+    return phase == spec::Phase::kBwd ? backward : forward && phase != spec::Phase::kOpt;
+  }
+};
+GridOverlap grid_overlap(const spec::Plan& plan, const spec::Stack& stack, bool block);
+
+// A grid's collectives by role (models' grid_block): the weight block's gather over z, the weight
+// gradient's reduce-scatter over z, and a partial product's or input gradient's all-reduce over x
+// or y.
+bool is_depth_gather(const models::Op& op);
+bool is_depth_scatter(const models::Op& op);
+bool is_grid_all_reduce(const models::Op& op);
+
+// A backward GEMM's two products apart, the input gradient's (dgrad) and the weight gradient's
+// (wgrad), each with its own matmul and half the op's FLOPs, bytes and kernels (models'
+// gemm_backward doubles the forward's for the two). Needs an op of two matmuls.
+struct BackwardProducts {
+  models::Op dgrad, wgrad;
+};
+BackwardProducts split_backward_gemm(const models::Op& backward);
+
 // The groups a layer's collectives run in: the layer group (tensor-parallel, or a CNN's spatial
 // grid), the context-parallel group, the expert-parallel group and the lines of a 3D tensor grid
 // (models::CommGroup).

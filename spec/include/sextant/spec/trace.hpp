@@ -20,10 +20,22 @@ namespace sextant::spec {
 // way), so the stacks keep a stream per direction (Transformer Engine's cpu_offload.py:
 // d2h_stream and h2d_stream). kOffload: copies to host memory or NVMe, and the optimizer step on
 // the host CPU after them, in order. kOffloadIn: copies to the device, in order.
-// models::offload_stream says which an op runs on.
-enum class Stream { kCompute, kTpComm, kDpComm, kPpSend, kPpRecv, kOffload, kOffloadIn };
+// models::offload_stream says which an op runs on. kDepthComm: the collectives over the z axis of a
+// 3D tensor grid (spec/tensor_grid.hpp), in order: AxoNN's depth group is a communicator of its
+// own, so its weight gathers and gradient reduce-scatters queue on one NCCL stream of their own,
+// beside the x and y groups' all-reduces (axonn/intra_layer/communication.py).
+enum class Stream {
+  kCompute,
+  kTpComm,
+  kDpComm,
+  kPpSend,
+  kPpRecv,
+  kOffload,
+  kOffloadIn,
+  kDepthComm
+};
 EnumNames<Stream> stream_names();
-inline constexpr int kStreamCount = 7;
+inline constexpr int kStreamCount = 8;
 
 enum class OpClass {
   kGemm,
