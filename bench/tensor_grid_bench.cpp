@@ -91,31 +91,39 @@ int main() {
   fmt::print(
       "\nSimulated on 1024 x dgx-a100 (stack megatron-lm, no sequence parallelism, "
       "pp 1, zero 1, full recompute, global batch 1536 in one micro-batch per replica): "
-      "step time, exposed tensor-parallel time and memory\n\n");
-  fmt::print("{:>4}  {:<34}  {:>9}  {:>9}  {:>10}\n", "tp", "plan", "step s", "tp exp s",
-             "memory GiB");
+      "step time, exposed tensor-parallel time and memory; the grids also with AxoNN's overlap "
+      "(the stack's tp_overlap: bulk = --overlap-axonn-comm --overlap-axonn-reduce-scatter, "
+      "pipelined = and --overlap-axonn-all-gather)\n\n");
+  fmt::print("{:>4}  {:<34}  {:>9}  {:>9}  {:>9}  {:>10}\n", "tp", "plan", "overlap", "step s",
+             "tp exp s", "memory GiB");
   for (const Best& b : best_grids) {
     for (bool grid : {false, true}) {
-      spec::Plan p;
-      p.tp = b.tp;
-      p.dp = 1024 / b.tp;
-      p.zero = 1;
-      // One micro-batch per step, as AxoNN trains (no gradient accumulation): the z axis gathers
-      // every weight block once per micro-batch, so accumulation multiplies its volume.
-      p.global_batch = 1536;
-      p.micro_batch = p.global_batch / p.dp;
-      p.recompute = spec::Recompute::kFull;
-      p.stack = spec::builtin_stack("megatron-lm");
-      if (grid) p.tp_grid = b.grid;
-      if (!grid && !spec::tensor_parallel_problem(model, b.tp).empty()) continue;
-      if (grid && p.micro_batch % b.grid.z != 0) continue;
-      try {
-        const spec::Report r = sim::simulate(model, cluster, p, {}).report;
-        fmt::print("{:>4}  {:<34}  {:>9.2f}  {:>9.2f}  {:>10.1f}\n", b.tp, p.name(), r.step_time_s,
-                   r.breakdown_s.tp_comm_exposed,
-                   static_cast<double>(r.memory.peak_bytes) / (1024.0 * 1024 * 1024));
-      } catch (const std::exception& e) {
-        fmt::print("{:>4}  {:<34}  {}\n", b.tp, p.name(), e.what());
+      for (spec::TpOverlap overlap :
+           {spec::TpOverlap::kNone, spec::TpOverlap::kBulk, spec::TpOverlap::kPipelined}) {
+        if (!grid && overlap != spec::TpOverlap::kNone) continue;
+        spec::Plan p;
+        p.tp = b.tp;
+        p.dp = 1024 / b.tp;
+        p.zero = 1;
+        // One micro-batch per step, as AxoNN trains (no gradient accumulation): the z axis
+        // gathers every weight block once per micro-batch, so accumulation multiplies its volume.
+        p.global_batch = 1536;
+        p.micro_batch = p.global_batch / p.dp;
+        p.recompute = spec::Recompute::kFull;
+        p.stack = spec::builtin_stack("megatron-lm");
+        p.stack->tp_overlap = overlap;
+        if (grid) p.tp_grid = b.grid;
+        if (!grid && !spec::tensor_parallel_problem(model, b.tp).empty()) continue;
+        if (grid && p.micro_batch % b.grid.z != 0) continue;
+        const std::string how(spec::enum_name(spec::tp_overlap_names(), overlap));
+        try {
+          const spec::Report r = sim::simulate(model, cluster, p, {}).report;
+          fmt::print("{:>4}  {:<34}  {:>9}  {:>9.2f}  {:>9.2f}  {:>10.1f}\n", b.tp, p.name(), how,
+                     r.step_time_s, r.breakdown_s.tp_comm_exposed,
+                     static_cast<double>(r.memory.peak_bytes) / (1024.0 * 1024 * 1024));
+        } catch (const std::exception& e) {
+          fmt::print("{:>4}  {:<34}  {:>9}  {}\n", b.tp, p.name(), how, e.what());
+        }
       }
     }
   }
