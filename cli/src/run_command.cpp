@@ -33,6 +33,7 @@ struct RunFlags {
   TraceFlags trace;
   std::string log_json;
   std::string checkpoint;
+  std::string nvme_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
   bool resume_if_exists = false;
@@ -55,6 +56,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.train.lr = static_cast<float>(f.lr);
     job.train.clip = static_cast<float>(f.clip);
     job.train.checkpoint_dir = f.checkpoint;
+    job.train.nvme_dir = f.nvme_dir;
     job.train.checkpoint_every = f.checkpoint_every;
     job.train.resume = f.resume || f.resume_if_exists;
     job.train.resume_if_exists = f.resume_if_exists;
@@ -88,6 +90,9 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   add_trace_flags(*cmd, f->trace, "the merged measured trace of every rank");
   cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
+  cmd->add_option("--nvme-dir", f->nvme_dir,
+                  "With --offload-optimizer nvme: the directory of each rank's optimizer-states "
+                  "file (DeepSpeed's nvme_path; default: the system's temporary directory)");
   cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")
       ->check(positive());
   cmd->add_flag("--resume", f->resume,

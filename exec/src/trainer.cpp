@@ -8,13 +8,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <list>
 #include <map>
+#include <span>
 
 #include "activation_comm.hpp"
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "gradient_sync.hpp"
+#include "sextant/exec/nvme_states.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/spec/context_parallel.hpp"
@@ -39,17 +42,14 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
   // ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, the gradients copied to
   // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update);
   // ZeRO-Infinity's parameters stay there, each shard fetched before its layer's gather.
-  if (plan.offload.optimizer == spec::OffloadTarget::kNvme)
-    diag.add("/offload/optimizer", "\"nvme\"",
-             "the executor offloads the optimizer to host memory only (\"host\")");
   if (plan.offload.params == spec::OffloadTarget::kNvme)
     diag.add("/offload/params", "\"nvme\"",
              "the executor offloads the parameters to host memory only (\"host\")");
   if (plan.offload.params == spec::OffloadTarget::kHost &&
-      plan.offload.optimizer != spec::OffloadTarget::kHost)
+      plan.offload.optimizer == spec::OffloadTarget::kNone)
     diag.add("/offload/params", "\"host\"",
              "the executor offloads the parameters with the optimizer (offload/optimizer "
-             "\"host\": the host step updates the master values the layers fetch)");
+             "\"host\" or \"nvme\": the host step updates the master values the layers fetch)");
   // Activation offload: each transformer block's cache goes to the host pool after its forward
   // and back before its backward (exec/src/transformer_block.cpp).
   if (plan.offload.activations != spec::OffloadTarget::kNone && !model.is_transformer())
@@ -118,21 +118,55 @@ class Trainer {
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});
     v_ = ctx.backend->zeros({n});
-    if (plan_.offload.optimizer == spec::OffloadTarget::kHost) {
+    if (plan_.offload.optimizer != spec::OffloadTarget::kNone) {
       // The host pool: fp32 master weights and the gradients handed to them, besides the moments
       // (m_ and v_ live there too). Copies between it and the parameters are explicit and traced.
       if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
-        throw InputError("plan " + plan_.name(), "/offload/optimizer", "\"host\"",
-                         "the executor offloads on CPU ranks in fp32 only (its host pool is host "
-                         "memory the CPU backend's copies move to)");
+        throw InputError(
+            "plan " + plan_.name(), "/offload/optimizer",
+            std::string(spec::enum_name(spec::offload_target_names(), plan_.offload.optimizer)),
+            "the executor offloads on CPU ranks in fp32 only (its host pool is host "
+            "memory the CPU backend's copies move to)");
       host_values_ = ctx.backend->zeros({n});
       host_grads_ = ctx.backend->zeros({n});
       ctx.backend->copy(stage_->params().values(), host_values_);
       sync_->offload_gradients_to(host_grads_);
       if (plan_.offload.params == spec::OffloadTarget::kHost)
         sync_->offload_parameters_from(host_values_);
+      if (plan_.offload.optimizer == spec::OffloadTarget::kNvme) {
+        nvme_ = std::make_unique<NvmeStates>(o.nvme_dir, ctx.groups->world->rank());
+        states_to_nvme();
+      }
     }
   }
+
+  // ZeRO-Infinity's optimizer states on NVMe (nvme_states.hpp): the rank's shard of the master
+  // weights and moments, in that order. Once written, the copies in memory are poisoned (NaN): a
+  // step that did not read them back could not train.
+  std::vector<std::span<float>> nvme_pieces() {
+    std::vector<std::span<float>> out;
+    for (Tensor* t : {&host_values_, &m_, &v_})
+      for (auto [b, e] : sync_->owned())
+        out.emplace_back(t->data() + b, static_cast<size_t>(e - b));
+    return out;
+  }
+  void write_states() {
+    const std::vector<std::span<float>> pieces = nvme_pieces();
+    nvme_->write(std::vector<std::span<const float>>(pieces.begin(), pieces.end()));
+  }
+  void poison_states() {
+    const std::vector<std::span<float>> pieces = nvme_pieces();
+    // ZeRO-Infinity's parameters on the host are the masters the layers fetch: they stay.
+    const bool keep_values = plan_.offload.params == spec::OffloadTarget::kHost;
+    const size_t per_array = pieces.size() / 3;
+    for (size_t i = keep_values ? per_array : 0; i < pieces.size(); ++i)
+      std::fill(pieces[i].begin(), pieces[i].end(), std::numeric_limits<float>::quiet_NaN());
+  }
+  void states_to_nvme() {
+    write_states();
+    poison_states();
+  }
+  void states_from_nvme() { nvme_->read(nvme_pieces()); }
 
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
     if (plan_.schedule == spec::Schedule::kPipeDream2BW) return run_pipedream_2bw(on_step);
@@ -560,9 +594,20 @@ class Trainer {
           ctx_.offload(OpId::kOffloadAdamw, OpClass::kOptimizer,
                        updated * models::host_optimizer_bytes_per_param(param_dtype), Phase::kOpt,
                        std::nullopt, std::nullopt));
+      // NVMe: the states read before the update and written back after it, within the step
+      // (the simulator prices both transfers in offload.adamw).
+      if (nvme_) states_from_nvme();
       ctx_.backend->adamw_spans(host_values_, host_grads_, m_, v_, spans, step, o_.lr, o_.beta1,
                                 o_.beta2, o_.eps, grad_scale);
+      if (nvme_) write_states();
     }
+    update_parameters_from_host(updated);
+    // The updated masters have reached the parameters: the file's copy is the only one now.
+    if (nvme_) poison_states();
+  }
+
+  void update_parameters_from_host(int64_t updated) {
+    const spec::Dtype param_dtype = spec::Dtype::kFp32;
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
     // them.
     if (plan_.offload.params == spec::OffloadTarget::kHost) return;
@@ -576,6 +621,7 @@ class Trainer {
   }
 
   void checkpoint(int64_t steps_done) {
+    if (nvme_) states_from_nvme();  // the moments (and masters) live in the file between steps
     Shard s;
     s.step = steps_done;
     // (With the parameters on the host the device holds stale shards between fetches.)
@@ -586,6 +632,7 @@ class Trainer {
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
     s.exchange = sync_->save_state();
+    if (nvme_) poison_states();
     save_checkpoint(o_.checkpoint_dir, checkpoint_layout(), s, *ctx_.groups->world);
   }
 
@@ -640,6 +687,7 @@ class Trainer {
                                    "the plan's compression keeps {}",
                                    s->exchange.size(), sync_->state_arrays()));
     sync_->load_state(s->exchange);
+    if (nvme_) states_to_nvme();
     return s->step;
   }
 
@@ -654,7 +702,8 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::vector<int32_t> positions_;  // of the rank's tokens in each sequence (context parallelism)
   Tensor m_, v_;
-  Tensor host_values_, host_grads_;  // ZeRO-Offload's host pool (with m_ and v_), or empty
+  Tensor host_values_, host_grads_;   // ZeRO-Offload's host pool (with m_ and v_), or empty
+  std::unique_ptr<NvmeStates> nvme_;  // the optimizer offloaded to NVMe: the states' file
 };
 
 }  // namespace

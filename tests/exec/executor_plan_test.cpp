@@ -8,9 +8,10 @@
 namespace sextant::exec {
 namespace {
 
-// The executor offloads the optimizer (ZeRO-Offload) and, under ZeRO-3 beside it, the parameters
-// (ZeRO-Infinity) to host memory, and the activations of transformer blocks; NVMe, parameters
-// without the optimizer and activations of other models are refused naming the field.
+// The executor offloads the optimizer (ZeRO-Offload) to host memory or its states to NVMe (a file
+// per rank, nvme_states.hpp) and, under ZeRO-3 beside it, the parameters (ZeRO-Infinity) to host
+// memory, and the activations of transformer blocks; parameters on NVMe, parameters without the
+// optimizer and activations of other models are refused naming the field.
 TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   const spec::ModelSpec model = models::zoo_model("gpt-tiny");
   spec::Plan plan;
@@ -32,7 +33,7 @@ TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   };
   spec::Plan nvme = plan;
   nvme.offload.optimizer = spec::OffloadTarget::kNvme;
-  refused(model, nvme, "/offload/optimizer", "host memory only");
+  EXPECT_NO_THROW(validate_for_executor(model, nvme, 2));
   spec::Plan z3 = plan;
   z3.zero = 3;
   z3.offload.params = spec::OffloadTarget::kHost;
@@ -40,6 +41,8 @@ TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   z3.offload.params = spec::OffloadTarget::kNvme;
   refused(model, z3, "/offload/params", "host memory only");
   z3.offload.params = spec::OffloadTarget::kHost;
+  z3.offload.optimizer = spec::OffloadTarget::kNvme;
+  EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
   z3.offload.optimizer = spec::OffloadTarget::kNone;
   refused(model, z3, "/offload/params", "with the optimizer");
   spec::Plan activations = plan;

@@ -393,6 +393,13 @@ spec::Plan offloaded(spec::Plan p) {
   return p;
 }
 
+// ZeRO-Infinity's optimizer states on NVMe: the rank's shard of the master weights and moments
+// in a file between steps, read before the host step and written after it (nvme_states.hpp).
+spec::Plan nvme_offloaded(spec::Plan p) {
+  p.offload.optimizer = spec::OffloadTarget::kNvme;
+  return p;
+}
+
 // ZeRO-Infinity: the parameters on the host pool too, each shard fetched before its layer's
 // gather (zero 3).
 spec::Plan parameters_offloaded(spec::Plan p) {
@@ -592,6 +599,10 @@ std::vector<Layout> layouts() {
       {"dp2_zero3_offload", offloaded(plan_of(2, 1, 1, 3))},
       {"dp8_zero3_offload", offloaded(plan_of(8, 1, 1, 3))},
       {"dp2_zero3_offload_params", parameters_offloaded(plan_of(2, 1, 1, 3))},
+      // The optimizer's states on NVMe (the parameters on the host beside them for zero 3).
+      {"dp2_zero1_offload_nvme", nvme_offloaded(plan_of(2, 1, 1, 1))},
+      {"dp4_zero2_offload_nvme", nvme_offloaded(plan_of(4, 1, 1, 2))},
+      {"dp8_zero3_offload_params_nvme", nvme_offloaded(parameters_offloaded(plan_of(8, 1, 1, 3)))},
       {"tp2_zero3_offload_params", parameters_offloaded(plan_of(1, 2, 1, 3))},
       {"dp4_zero3_offload_params", parameters_offloaded(plan_of(4, 1, 1, 3))},
       {"llama_dp2_tp2_sp_zero3_offload_params", parameters_offloaded(plan_of(2, 2, 1, 3, true)),
@@ -818,7 +829,8 @@ TEST_F(LayoutTest, ThePredictedStepHasTheMeasuredStepsOps) {
   cluster.devices_per_node = world_size();
   // The CPU ranks' host pool is the same DRAM (the offload layouts' copies and host step): a host
   // section for the simulator to price them with; the ops, not their times, are checked here.
-  cluster.host = spec::HostSpec{int64_t{1} << 40, 221, 1.0, 110, 0, "test: the CPU's own DRAM"};
+  // (And an NVMe bandwidth for the layouts whose optimizer states live in a file.)
+  cluster.host = spec::HostSpec{int64_t{1} << 40, 221, 1.0, 110, 2, "test: the CPU's own DRAM"};
   // The emulated bf16 runs are priced in bf16 (activations 2 bytes an element): a bf16 peak for
   // the simulator to accept the dtype (the CPU's fp32 one; the times are not checked).
   cluster.device.peak_tflops[spec::Dtype::kBf16] =
@@ -1021,6 +1033,21 @@ TEST(Checkpoint, ResumeKeepsPowerSgdsQFactors) {
   expect_compressed_resume(power,
                            compressed(plan_of(2, 1, 1), spec::CompressionKind::kPowersgd, false),
                            "/tmp/sextant-ckpt-powersgd-test");
+}
+
+// The optimizer's states on NVMe live in a file between steps (their copies in memory poisoned):
+// a checkpoint reads them from it and a resumed run writes them back, continuing the
+// uninterrupted run's loss curve exactly.
+TEST(Checkpoint, ResumeCarriesTheOptimizerStatesOnNvme) {
+  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
+  const std::string dir = "/tmp/sextant-ckpt-nvme-test";
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  auto [whole, resumed, job] = run_and_resume(nvme_offloaded(plan_of(2, 1, 1, 1)), dir, *backend);
+  ASSERT_EQ(resumed.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
 }
 
 // PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),

@@ -26,6 +26,9 @@ struct TrainOptions {
   float eps = 1e-8f;
   float clip = 1.0f;  // global gradient-norm clipping; 0 disables
   std::string checkpoint_dir;
+  // Offload of the optimizer to NVMe: the directory of each rank's states file (DeepSpeed's
+  // nvme_path; empty: the system's temporary directory).
+  std::string nvme_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;
   // With resume: a directory without a checkpoint starts from step 0 instead of being an error
