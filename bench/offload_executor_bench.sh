@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Offload on CPU ranks (issue 14): the executor's optimizer (ZeRO-1 and ZeRO-3; its states in a
-# file for "nvme"), ZeRO-3's
-# parameters and the activations on its host pool against the same plans without, measured, and
-# predicted on local-cpu with a host section that is the CPU's own DRAM (copies at half its
-# bandwidth: read and write). Numbers, never pass/fail: record them with
+# Offload on CPU ranks (issue 14): the executor's optimizer (ZeRO-1 and ZeRO-3; with "nvme" its
+# states in a file between steps), ZeRO-3's parameters and the activations on its host pool
+# against the same plans without, measured, and predicted on local-cpu with a host section that
+# is the CPU's own DRAM (copies at half its bandwidth: read and write). Numbers, never pass/fail: record them with
 # bench/run.sh offload_executor bash bench/offload_executor_bench.sh.
 set -euo pipefail
 sextant="${1:-build/release/cli/sextant}"
