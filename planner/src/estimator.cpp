@@ -303,6 +303,21 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
       }
     }
   }
+  // Offloaded activations on one stage: each layer's reload runs on the copy stream in order
+  // with the parameter fetches (the simulator's offload-in stream), issued when the backward of
+  // the layer above it starts, once that layer has its parameters and activations (the
+  // program's issue point holds those waits), and once its copy out has ended; a layer the pass
+  // reaches unprefetched reloads its own there. `reload`: each layer's copy, either way.
+  std::vector<double> reload(order.size(), 0);
+  z.reloads = plan.pp == 1 && plan.offload.activations != spec::OffloadTarget::kNone;
+  if (z.reloads) {
+    const std::vector<spec::Recompute> modes = models::layer_recompute(plan, lowered);
+    const std::vector<bool> kept_on_host = models::layer_activation_offload(plan, lowered);
+    for (size_t k = 0; k < order.size(); ++k)
+      if (kept_on_host[order[k]])
+        reload[k] = ps_to_seconds(
+            offload_.device_host_copy(lowered.layers[order[k]].saved_bytes_for(modes[order[k]])));
+  }
   // One micro-batch's passes as the simulator's program runs them (program_builder's pass):
   // at each layer's start the gathers of it and the next `prefetch` layers are issued, each
   // after its fetch (the copy stream in order) and on the data-parallel stream in order; the
@@ -315,22 +330,42 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
   struct PassCost {
     double waited = 0, slowed = 0, tail = 0;
   };
+  // With offloaded activations (z.reloads) the forward copies each offloaded layer's activations
+  // to the host once it is done, on a stream of their own in order, and the layer after the next
+  // waits for that copy (the double buffer; the program's issue point holds that wait, so the
+  // fetches issued there follow it). In backward a reload also waits for its copy out (times
+  // counted from the forward's end: one stage's backward follows its forward).
+  std::vector<double> copied_out(order.size(), 0);
   auto run_pass = [&](bool forward) {
     const double f =
         slowdown_beside(forward ? entry.forward_alone_share : entry.backward_alone_share);
     PassCost cost;
-    double compute = 0, copies = 0, stream = 0;
-    std::vector<double> gathered(order.size(), -1);
+    double compute = 0, copies = 0, stream = 0, to_host = 0, hold = 0;
+    double last_out = -1;  // when the pass's latest copy to the host ends (-1: none yet)
+    std::vector<double> gathered(order.size(), -1), reloaded(order.size(), -1);
     for (size_t step = 0; step < order.size(); ++step) {
       const size_t k = forward ? step : order.size() - 1 - step;
+      const double issue = std::max(compute, hold);
+      hold = 0;
       for (size_t a = step; a <= step + ahead && a < order.size(); ++a) {
         const size_t j = forward ? a : order.size() - 1 - a;
         if (gathered[j] >= 0) continue;
-        copies = std::max(copies, compute) + fetch[j];
-        stream = std::max({stream, compute, copies}) + gather[j];
+        copies = std::max(copies, issue) + fetch[j];
+        stream = std::max({stream, issue, copies}) + gather[j];
         gathered[j] = stream;
       }
-      const double start = std::max(compute, gathered[k]);
+      double start = std::max(issue, gathered[k]);
+      if (!forward && reload[k] > 0) {
+        if (reloaded[k] < 0) {
+          copies = std::max({copies, start, copied_out[k]}) + reload[k];
+          reloaded[k] = copies;
+        }
+        start = std::max(start, reloaded[k]);
+      }
+      if (!forward && k > 0 && reload[k - 1] > 0 && reloaded[k - 1] < 0) {
+        copies = std::max({copies, start, copied_out[k - 1]}) + reload[k - 1];
+        reloaded[k - 1] = copies;
+      }
       cost.waited += start - compute;
       const size_t i = order[k];
       const double work = forward ? stages.layer_forward[i] : stages.layer_backward[i];
@@ -340,7 +375,15 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
       cost.slowed += wall - work;
       compute = start + wall;
       if (!forward) stream = std::max(stream, compute) + scatter[k];
+      if (forward && reload[k] > 0) {
+        if (last_out >= 0 && step + 1 < order.size()) hold = last_out;
+        to_host = std::max(to_host, compute) + reload[k];
+        copied_out[k] = to_host;
+        last_out = to_host;
+      }
     }
+    if (forward)
+      for (double& t : copied_out) t = std::max(0.0, t - compute);
     cost.tail = std::max(0.0, stream - compute);
     return cost;
   };
@@ -849,11 +892,11 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
         *std::max_element(stages.entries.begin(), stages.entries.end(),
                           [](const StageEntry& a, const StageEntry& b) { return a.time < b.time; });
     step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed + z.tail);
-    if (plan.pp == 1 && plan.offload.activations != spec::OffloadTarget::kNone) {
-      // Offloaded activations' copies run beside the compute the gathers slow: a copy that
-      // outlasts its layer waits less by what the slowing lengthened the layer.
-      step -= static_cast<double>(m) * (std::min(largest.offload_forward_wait, z.forward_slowed) +
-                                        std::min(largest.offload_backward_wait, z.backward_slowed));
+    if (z.reloads) {
+      // The offloaded activations' waits are in the passes' (zero3_times: the reloads queue with
+      // the fetches, and the copies out hold the issue of the fetches after them), not beside.
+      step -=
+          static_cast<double>(m) * (largest.offload_forward_wait + largest.offload_backward_wait);
     }
   }
   if (dp && plan.zero >= 1 && stack.param_gather_overlap) {

@@ -118,6 +118,9 @@ class Estimator {
     // Per micro-batch: how much longer the forwards and the backwards run beside them, s.
     double forward_slowed = 0, backward_slowed = 0;
     double tail = 0;  // after the last backward: the scatters still running, s
+    // Whether `waits` holds the backward's waits for its offloaded activations too: their
+    // reloads share the copy stream with the parameter fetches (one stage).
+    bool reloads = false;
   };
   struct MakespanKey {
     const void* stages = nullptr;
