@@ -116,9 +116,10 @@ Shard load_shard(const fs::path& sdir, const std::string& plan, int64_t elements
   }
   shard.step = header.step;
   const size_t n = static_cast<size_t>(elements);
-  // Values, two moments and the compressed exchange's state arrays (up to two).
+  // Values, two moments, the compressed exchange's state arrays (up to two) and PipeDream-2BW's
+  // older weight version.
   const size_t arrays = n == 0 ? 3 : (body.size() - nl - 1) / (n * sizeof(float));
-  if (arrays < 3 || arrays > 5 || body.size() != nl + 1 + arrays * n * sizeof(float)) {
+  if (arrays < 3 || arrays > 6 || body.size() != nl + 1 + arrays * n * sizeof(float)) {
     throw InputError(file, "", "", "the shard's length does not match its header");
   }
   const char* p = body.data() + nl + 1;

@@ -17,8 +17,9 @@ struct Shard {
   int64_t step = 0;  // steps completed
   std::vector<float> values, m, v;
   // The training state of a compressed gradient exchange, each array one value per parameter
-  // (GradientSync::save_state: the error-feedback residual, PowerSGD's Q factors), or none. How
-  // many follows from the plan, which the manifest names.
+  // (GradientSync::save_state: the error-feedback residual, PowerSGD's Q factors), or none, and
+  // under PipeDream-2BW after them the older weight version. How many follows from the plan,
+  // which the manifest names.
   std::vector<std::vector<float>> exchange;
 };
 

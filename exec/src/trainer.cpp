@@ -106,10 +106,12 @@ class Trainer {
                                      "updates when its part of a batch ends): pass --clip 0, "
                                      "not {}",
                                      o.clip));
-      if (!o.checkpoint_dir.empty() || o.resume)
+      // Its checkpoints hold both weight versions; in mixed precision the older one is a
+      // 16-bit compute copy the shard format (fp32 arrays) does not hold.
+      if ((!o.checkpoint_dir.empty() || o.resume) && ctx.backend->activation_dtype() != DType::kF32)
         throw InputError("plan " + plan_.name(), "/schedule", "\"pipedream-2bw\"",
-                         "keeps a batch in flight across steps and two weight versions; the "
-                         "executor does not checkpoint it (--checkpoint)");
+                         "keeps two weight versions, the older one a 16-bit copy in mixed "
+                         "precision: the executor checkpoints it in fp32 only (--checkpoint)");
     }
     if (plan_.offload.activations != spec::OffloadTarget::kNone && ctx.backend->name() != "cpu")
       throw InputError("plan " + plan_.name(), "/offload/activations", "\"host\"",
@@ -421,6 +423,16 @@ class Trainer {
     const bool first = g.pp_rank == 0, last = g.pp_rank == g.pp_size - 1;
     store.add_version();
     int64_t viewed = 0, other = 0;  // the version each buffer holds (updates applied)
+    // Resumed after batch K - 1: the buffers hold versions K (the parameters) and K - 1, and the
+    // stream starts with batch K; the batches in flight at the checkpoint run again from there
+    // (each batch's result depends only on its data and the version it reads).
+    int64_t resumed_at = 0;
+    if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0) check_checkpoint_dir();
+    if (o_.resume && !o_.checkpoint_dir.empty()) resumed_at = restore();
+    if (resumed_at > 0) {
+      viewed = resumed_at;
+      other = resumed_at - 1;
+    }
     // MPI keeps the order of one sender's messages with one tag, and both ends run the
     // micro-batches in order: the index modulo two batches names them apart enough.
     auto tag = [&](int64_t mb, bool gradient) {
@@ -460,8 +472,9 @@ class Trainer {
     };
     const std::vector<int64_t> shape = stage_->input_shape();
     auto batch_start = std::chrono::steady_clock::now();
-    for (const spec::ScheduleUnit& u :
-         spec::pipedream_2bw_units(plan_.pp, m, o_.steps, g.pp_rank)) {
+    for (spec::ScheduleUnit u : spec::pipedream_2bw_units(
+             plan_.pp, m, std::max<int64_t>(0, o_.steps - resumed_at), g.pp_rank)) {
+      u.micro_batch += resumed_at * m;
       const int64_t batch = u.micro_batch / m, index = u.micro_batch % m;
       ctx_.recorder->set_step(batch);
       if (const int64_t want = spec::pipedream_2bw_version(batch); viewed != want) {
@@ -516,6 +529,11 @@ class Trainer {
       batch_start = now;
       stash_and_update(batch);
       viewed = batch + 1;
+      // A checkpoint of this stage after the update (collective: every stage reaches its own
+      // after the same batch; the others' units in flight wait on nothing it holds back).
+      if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 &&
+          (batch + 1) % o_.checkpoint_every == 0)
+        checkpoint(batch + 1);
       // Every stage has posted the previous batch's sums by now (m >= pp: the first stage ended
       // that batch before it started the micro-batch this one's last backward came from).
       if (pending.size() > 1) log_oldest();
@@ -632,6 +650,9 @@ class Trainer {
     ctx_.backend->to_host(m_, s.m);
     ctx_.backend->to_host(v_, s.v);
     s.exchange = sync_->save_state();
+    // PipeDream-2BW: the older weight version (the next batch reads it) after the exchange's.
+    if (plan_.schedule == spec::Schedule::kPipeDream2BW)
+      ctx_.backend->to_host(stage_->params().other_version(), s.exchange.emplace_back());
     if (nvme_) poison_states();
     save_checkpoint(o_.checkpoint_dir, checkpoint_layout(), s, *ctx_.groups->world);
   }
@@ -681,11 +702,18 @@ class Trainer {
     if (!host_values_.empty()) ctx_.backend->copy(stage_->params().values(), host_values_);
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
-    if (s->exchange.size() != sync_->state_arrays())
+    const bool two_versions = plan_.schedule == spec::Schedule::kPipeDream2BW;
+    const size_t expected = sync_->state_arrays() + (two_versions ? 1 : 0);
+    if (s->exchange.size() != expected)
       throw InputError(o_.checkpoint_dir, "", plan_.name(),
-                       fmt::format("the checkpoint holds {} arrays of gradient-compression state, "
-                                   "the plan's compression keeps {}",
-                                   s->exchange.size(), sync_->state_arrays()));
+                       fmt::format("the checkpoint holds {} arrays beyond the moments, the plan "
+                                   "keeps {} (gradient-compression state{})",
+                                   s->exchange.size(), expected,
+                                   two_versions ? ", then PipeDream-2BW's older weights" : ""));
+    if (two_versions) {
+      ctx_.backend->from_host(s->exchange.back(), stage_->params().other_version());
+      s->exchange.pop_back();
+    }
     sync_->load_state(s->exchange);
     if (nvme_) states_to_nvme();
     return s->step;

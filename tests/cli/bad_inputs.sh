@@ -261,13 +261,15 @@ ranks=$(python3 -c 'import gzip, json, sys; print(sorted({e["pid"] for e in json
 [ "$ranks" = "[0, 4]" ] || { echo "FAIL: --trace-ranks stages kept ranks $ranks"; failures=$((failures + 1)); }
 
 # PipeDream-2BW: at least pp micro-batches (m >= d), no global-norm clipping in the executor
-# (each stage updates when its part of a batch ends), no checkpoints of a batch in flight.
+# (each stage updates when its part of a batch ends), checkpoints (both weight versions) in fp32
+# only.
 expect_error "needs at least pp (4) micro-batches per replica, has 2" "$sextant" simulate \
   --model gpt-tiny --cluster dgx-a100 --gpus 4 --pp 4 --global-batch 2 --schedule pipedream-2bw
 expect_error "pass --clip 0, not 1" "$sextant" run --model gpt-tiny --np 2 --pp 2 \
   --global-batch 4 --schedule pipedream-2bw --steps 1
-expect_error "the executor does not checkpoint it" "$sextant" run --model gpt-tiny --np 2 --pp 2 \
-  --global-batch 4 --schedule pipedream-2bw --steps 1 --clip 0 --checkpoint "$dir/ckpt-2bw"
+expect_error "the executor checkpoints it in fp32 only" "$sextant" run --model gpt-tiny --np 2 \
+  --pp 2 --global-batch 4 --schedule pipedream-2bw --steps 1 --clip 0 --precision bf16 \
+  --checkpoint "$dir/ckpt-2bw"
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
