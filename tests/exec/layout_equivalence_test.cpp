@@ -975,9 +975,9 @@ TEST_F(LayoutTest, CompressedGradientsShrinkTheBytesAndStillTrainWithErrorFeedba
       << "error feedback helps PowerSGD (Vogels et al. train with it)";
 }
 
-// Six steps of tiny_gpt under `plan` straight through, and three with a checkpoint after the
-// third followed by a new job resumed to step 6 (checkpointing every 3 steps into `dir`): both
-// runs' results, and the resuming job for the cases that follow.
+// Six steps of tiny_gpt under `plan` (clipped as clip_of says) straight through, and three with a
+// checkpoint after the third followed by a new job resumed to step 6 (checkpointing every 3 steps
+// into `dir`): both runs' results, and the resuming job for the cases that follow.
 struct Resumed {
   TrainResult whole, resumed;
   Job job;
@@ -988,6 +988,7 @@ Resumed run_and_resume(const spec::Plan& plan, const std::string& dir, Backend& 
   job.model = tiny_gpt();
   job.plan = plan;
   job.quiet = true;
+  job.train.clip = clip_of(plan);
   job.train.steps = 6;
   out.whole = run_job(job, MPI_COMM_WORLD, backend);
   job.train.steps = 3;
@@ -1106,20 +1107,7 @@ TEST(PipeDream2BW, ResumeContinuesTheSameLossCurve) {
     const std::string dir = "/tmp/sextant-ckpt-2bw-test";
     if (world_rank() == 0) std::filesystem::remove_all(dir);
     MPI_Barrier(MPI_COMM_WORLD);
-    Job job;
-    job.model = tiny_gpt();
-    job.plan = plan;
-    job.quiet = true;
-    job.train.clip = 0;  // 2BW runs without global clipping
-    job.train.steps = 6;
-    const TrainResult whole = run_job(job, MPI_COMM_WORLD, *backend);
-    job.train.steps = 3;
-    job.train.checkpoint_dir = dir;
-    job.train.checkpoint_every = 3;
-    run_job(job, MPI_COMM_WORLD, *backend);
-    job.train.steps = 6;
-    job.train.resume = true;
-    const TrainResult resumed = run_job(job, MPI_COMM_WORLD, *backend);
+    auto [whole, resumed, job] = run_and_resume(plan, dir, *backend);  // without clipping (2BW)
     ASSERT_EQ(whole.steps.size(), 6u);
     ASSERT_EQ(resumed.steps.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
