@@ -605,13 +605,12 @@ class Trainer {
   // the host pool's shard of master weights, gradients and moments, then the updated shard copied
   // to the parameters the kernels read.
   void host_update(int64_t step, float grad_scale, int64_t updated) {
-    const spec::Dtype param_dtype = spec::Dtype::kFp32;  // the CPU executor's (checked above)
     const std::vector<Backend::AdamwSpan> spans = owned_spans();
     {
       auto s = ctx_.recorder->scope(
           ctx_.offload(OpId::kOffloadAdamw, OpClass::kOptimizer,
-                       updated * models::host_optimizer_bytes_per_param(param_dtype), Phase::kOpt,
-                       std::nullopt, std::nullopt));
+                       updated * models::host_optimizer_bytes_per_param(kHostParamDtype),
+                       Phase::kOpt, std::nullopt, std::nullopt));
       // NVMe: the states read before the update and written back after it, within the step
       // (the simulator prices both transfers in offload.adamw).
       if (nvme_) states_from_nvme();
@@ -624,13 +623,15 @@ class Trainer {
     if (nvme_) poison_states();
   }
 
+  // The host pool's parameters: fp32, the CPU executor's (checked in the constructor).
+  static constexpr spec::Dtype kHostParamDtype = spec::Dtype::kFp32;
+
   void update_parameters_from_host(int64_t updated) {
-    const spec::Dtype param_dtype = spec::Dtype::kFp32;
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
     // them.
     if (plan_.offload.params == spec::OffloadTarget::kHost) return;
     auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
-                                               updated * spec::dtype_bytes(param_dtype),
+                                               updated * spec::dtype_bytes(kHostParamDtype),
                                                Phase::kOpt, std::nullopt, std::nullopt));
     for (auto [b, e] : sync_->owned()) {
       Tensor to = stage_->params().values().rows(b, e - b);

@@ -977,12 +977,15 @@ TEST_F(LayoutTest, CompressedGradientsShrinkTheBytesAndStillTrainWithErrorFeedba
 
 // Six steps of tiny_gpt under `plan` (clipped as clip_of says) straight through, and three with a
 // checkpoint after the third followed by a new job resumed to step 6 (checkpointing every 3 steps
-// into `dir`): both runs' results, and the resuming job for the cases that follow.
+// into `dir`, which rank 0 empties first): both runs' results, and the resuming job for the cases
+// that follow.
 struct Resumed {
   TrainResult whole, resumed;
   Job job;
 };
 Resumed run_and_resume(const spec::Plan& plan, const std::string& dir, Backend& backend) {
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
   Resumed out;
   Job& job = out.job;
   job.model = tiny_gpt();
@@ -1001,18 +1004,24 @@ Resumed run_and_resume(const spec::Plan& plan, const std::string& dir, Backend& 
   return out;
 }
 
+// The resumed run's steps 3, 4 and 5 continue the uninterrupted run's loss curve exactly.
+void expect_the_same_curve(const Resumed& r) {
+  ASSERT_EQ(r.whole.steps.size(), 6u);
+  ASSERT_EQ(r.resumed.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.resumed.steps[i].step, static_cast<int64_t>(i + 3));
+    EXPECT_DOUBLE_EQ(r.resumed.steps[i].loss, r.whole.steps[i + 3].loss) << "step " << i + 3;
+  }
+}
+
 // A compressed run resumed from a checkpoint at step 3 under `plan`: the resumed steps continue
 // the uninterrupted run's loss curve exactly; the same checkpoint under `other` is refused.
 void expect_compressed_resume(const spec::Plan& plan, spec::Plan other, const std::string& dir) {
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  auto [whole, resumed, job] = run_and_resume(plan, dir, *backend);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
-  job.plan = std::move(other);
-  EXPECT_THROW(run_job(job, MPI_COMM_WORLD, *backend), InputError);
+  Resumed r = run_and_resume(plan, dir, *backend);
+  expect_the_same_curve(r);
+  r.job.plan = std::move(other);
+  EXPECT_THROW(run_job(r.job, MPI_COMM_WORLD, *backend), InputError);
 }
 
 // Error feedback is training state: a run resumed from a checkpoint continues the compressed
@@ -1041,14 +1050,9 @@ TEST(Checkpoint, ResumeKeepsPowerSgdsQFactors) {
 // uninterrupted run's loss curve exactly.
 TEST(Checkpoint, ResumeCarriesTheOptimizerStatesOnNvme) {
   if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
-  const std::string dir = "/tmp/sextant-ckpt-nvme-test";
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  auto [whole, resumed, job] = run_and_resume(nvme_offloaded(plan_of(2, 1, 1, 1)), dir, *backend);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
+  expect_the_same_curve(
+      run_and_resume(nvme_offloaded(plan_of(2, 1, 1, 1)), "/tmp/sextant-ckpt-nvme-test", *backend));
 }
 
 // PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),
@@ -1104,16 +1108,8 @@ TEST(PipeDream2BW, ResumeContinuesTheSameLossCurve) {
   for (const spec::Plan& plan : {plan_of(1, 1, 2, 0, false, spec::Schedule::kPipeDream2BW),
                                  plan_of(2, 1, 1, 1, false, spec::Schedule::kPipeDream2BW)}) {
     SCOPED_TRACE(plan.name());
-    const std::string dir = "/tmp/sextant-ckpt-2bw-test";
-    if (world_rank() == 0) std::filesystem::remove_all(dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto [whole, resumed, job] = run_and_resume(plan, dir, *backend);  // without clipping (2BW)
-    ASSERT_EQ(whole.steps.size(), 6u);
-    ASSERT_EQ(resumed.steps.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(resumed.steps[i].step, static_cast<int64_t>(i + 3));
-      EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
-    }
+    // (Without clipping: clip_of's for 2BW.)
+    expect_the_same_curve(run_and_resume(plan, "/tmp/sextant-ckpt-2bw-test", *backend));
   }
 }
 
@@ -1138,15 +1134,11 @@ TEST_F(LayoutTest, MixedPrecisionTracksTheFp32LossCurve) {
 TEST(Checkpoint, ResumeContinuesTheSameLossCurve) {
   if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
   const std::string dir = "/tmp/sextant-ckpt-test";
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  auto [whole, resumed, job] = run_and_resume(plan_of(2, 1, 1, 1), dir, *backend);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(resumed.steps[i].step, static_cast<int64_t>(i + 3));
-    EXPECT_DOUBLE_EQ(resumed.steps[i].loss, whole.steps[i + 3].loss) << "step " << i + 3;
-  }
+  Resumed r = run_and_resume(plan_of(2, 1, 1, 1), dir, *backend);
+  expect_the_same_curve(r);
+  const TrainResult& whole = r.whole;
+  Job& job = r.job;
   // A truncated shard of the newest checkpoint (step 6, written by the resumed job): every rank
   // falls back to the intact step 3 and continues the same curve.
   if (world_rank() == 1) {
