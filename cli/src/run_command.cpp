@@ -91,8 +91,9 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
   cmd->add_option("--log-json", f->log_json, "Write one JSON object per step (rank 0)");
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint directory");
   cmd->add_option("--nvme-dir", f->nvme_dir,
-                  "With --offload-optimizer nvme: the directory of each rank's optimizer-states "
-                  "file (DeepSpeed's nvme_path; default: the system's temporary directory)");
+                  "With --offload-optimizer nvme or --offload-params nvme: the directory of each "
+                  "rank's optimizer-states and parameters files (DeepSpeed's nvme_path; "
+                  "default: the system's temporary directory)");
   cmd->add_option("--checkpoint-every", f->checkpoint_every, "Checkpoint every K steps")
       ->check(positive());
   cmd->add_flag("--resume", f->resume,

@@ -342,9 +342,9 @@ void GradientSync::before_backward(int32_t layer, int64_t micro_batch) {
 }
 
 void GradientSync::parameters_for(int32_t layer, Phase phase, int64_t micro_batch) {
-  if (zero_ != 3 || (dp_ == 1 && host_values_ == nullptr)) return;
+  if (zero_ != 3 || (dp_ == 1 && !fetch_)) return;
   for (const Span* s : layer_spans(layer)) {
-    if (host_values_ != nullptr) fetch_parameters(*s, phase, micro_batch);
+    if (fetch_) fetch_parameters(*s, phase, micro_batch);
     if (dp_ > 1) {
       gather_span(*s, phase);
     } else {
@@ -360,7 +360,7 @@ void GradientSync::fetch_parameters(const Span& s, Phase phase, int64_t micro_ba
   const auto [begin, end] = mine(s);
   if (begin >= end) return;
   Tensor to = slice_of(stage_.params().values(), begin, end - begin);
-  ctx_.backend->copy(slice_of(*host_values_, begin, end - begin), to);
+  fetch_(begin, end, to);
 }
 
 void GradientSync::layer_gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,10 +62,12 @@ class GradientSync : public LayerHooks {
   // sum so far: the host pool ends with the step's), and with one replica each layer's gradients
   // after the last micro-batch's, as DeepSpeed's stage 3 hands them to its CPU optimizer.
   void offload_gradients_to(Tensor& host) { host_grads_ = &host; }
-  // ZeRO-Infinity's parameter offload (zero 3): the master values live in `host` (the trainer's
-  // host pool, at the same offsets); before each use of a layer this rank's shard of it is
-  // copied to the device, then gathered.
-  void offload_parameters_from(const Tensor& host) { host_values_ = &host; }
+  // ZeRO-Infinity's parameter offload (zero 3): the master values live off the device (the
+  // trainer's host pool, or its NVMe file); before each use of a layer `fetch` brings this rank's
+  // shard of it, the flat range [begin, end), into `to` (the device's values at those offsets),
+  // which is then gathered.
+  using ParameterFetch = std::function<void(int64_t begin, int64_t end, Tensor& to)>;
+  void offload_parameters(ParameterFetch fetch) { fetch_ = std::move(fetch); }
 
  private:
   // The ranks a slice's gradients are summed (and sharded) over.
@@ -148,11 +151,11 @@ class GradientSync : public LayerHooks {
   // optimizer and FSDP's param_dtype gather them so): padded_ and shard_ in bf16.
   Tensor padded_low_, shard_low_;
   spec::GradientCompression compression_;
-  Tensor residual_;                      // error feedback: fp32, one per gradient
-  Tensor* host_grads_ = nullptr;         // ZeRO-Offload's host pool of gradients, or null
-  const Tensor* host_values_ = nullptr;  // ZeRO-Infinity's host pool of parameters, or null
-  std::vector<uint32_t> encoded_;        // this rank's encoded bucket
-  std::vector<uint32_t> gathered_;       // every rank's, in rank order
+  Tensor residual_;                 // error feedback: fp32, one per gradient
+  Tensor* host_grads_ = nullptr;    // ZeRO-Offload's host pool of gradients, or null
+  ParameterFetch fetch_;            // ZeRO-Infinity's parameter fetch, or empty
+  std::vector<uint32_t> encoded_;   // this rank's encoded bucket
+  std::vector<uint32_t> gathered_;  // every rank's, in rank order
   std::vector<std::unique_ptr<PowerSgdExchange>> powersgd_;  // per bucket, with PowerSGD
   uint64_t step_ = 0;  // the training step, for QSGD's rounding
 };

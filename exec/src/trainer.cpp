@@ -17,7 +17,7 @@
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "gradient_sync.hpp"
-#include "sextant/exec/nvme_states.hpp"
+#include "sextant/exec/nvme_file.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/spec/context_parallel.hpp"
@@ -41,15 +41,15 @@ void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan,
              "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or 1f1b)");
   // ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, the gradients copied to
   // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update);
-  // ZeRO-Infinity's parameters stay there, each shard fetched before its layer's gather.
-  if (plan.offload.params == spec::OffloadTarget::kNvme)
-    diag.add("/offload/params", "\"nvme\"",
-             "the executor offloads the parameters to host memory only (\"host\")");
-  if (plan.offload.params == spec::OffloadTarget::kHost &&
+  // ZeRO-Infinity's parameters stay there (or go to their NVMe file), each shard fetched before
+  // its layer's gather.
+  if (plan.offload.params != spec::OffloadTarget::kNone &&
       plan.offload.optimizer == spec::OffloadTarget::kNone)
-    diag.add("/offload/params", "\"host\"",
-             "the executor offloads the parameters with the optimizer (offload/optimizer "
-             "\"host\" or \"nvme\": the host step updates the master values the layers fetch)");
+    diag.add(
+        "/offload/params",
+        fmt::format("\"{}\"", spec::enum_name(spec::offload_target_names(), plan.offload.params)),
+        "the executor offloads the parameters with the optimizer (offload/optimizer "
+        "\"host\" or \"nvme\": the host step updates the master values the layers fetch)");
   // Activation offload: each transformer block's cache goes to the host pool after its forward
   // and back before its backward (exec/src/transformer_block.cpp).
   if (plan.offload.activations != spec::OffloadTarget::kNone && !model.is_transformer())
@@ -134,15 +134,54 @@ class Trainer {
       ctx.backend->copy(stage_->params().values(), host_values_);
       sync_->offload_gradients_to(host_grads_);
       if (plan_.offload.params == spec::OffloadTarget::kHost)
-        sync_->offload_parameters_from(host_values_);
+        sync_->offload_parameters([this](int64_t b, int64_t e, Tensor& to) {
+          ctx_.backend->copy(host_values_.rows(b, e - b), to);
+        });
+      if (plan_.offload.params == spec::OffloadTarget::kNvme) {
+        param_file_ =
+            std::make_unique<NvmeFile>(o.nvme_dir, ctx.groups->world->rank(), "parameters");
+        int64_t largest = 0;
+        for (auto [b, e] : sync_->owned()) largest = std::max(largest, e - b);
+        fetch_buffer_ = ctx.backend->zeros({std::max<int64_t>(largest, 1)});
+        parameters_to_nvme();
+        sync_->offload_parameters(
+            [this](int64_t b, int64_t e, Tensor& to) { fetch_from_nvme(b, e, to); });
+      }
       if (plan_.offload.optimizer == spec::OffloadTarget::kNvme) {
-        nvme_ = std::make_unique<NvmeStates>(o.nvme_dir, ctx.groups->world->rank());
+        nvme_ =
+            std::make_unique<NvmeFile>(o.nvme_dir, ctx.groups->world->rank(), "optimizer-states");
         states_to_nvme();
       }
     }
   }
 
-  // ZeRO-Infinity's optimizer states on NVMe (nvme_states.hpp): the rank's shard of the master
+  // ZeRO-Infinity's parameters on NVMe (nvme_file.hpp): the rank's shard of every layer, its
+  // owned ranges one after another, written from the host pool's masters.
+  void parameters_to_nvme() {
+    std::vector<std::span<const float>> pieces;
+    for (auto [b, e] : sync_->owned())
+      pieces.emplace_back(host_values_.data() + b, static_cast<size_t>(e - b));
+    param_file_->write(pieces);
+  }
+  // A layer's shard [b, e), which lies in one owned range, read from its place in the file into
+  // the host buffer and copied to the device (DeepSpeed stages NVMe reads through pinned host
+  // buffers).
+  void fetch_from_nvme(int64_t b, int64_t e, Tensor& to) {
+    int64_t offset = 0;
+    for (auto [ob, oe] : sync_->owned()) {
+      if (b >= ob && e <= oe) {
+        Tensor staged = fetch_buffer_.rows(0, e - b);
+        param_file_->read_at(offset + (b - ob), {staged.data(), static_cast<size_t>(e - b)});
+        ctx_.backend->copy(staged, to);
+        return;
+      }
+      offset += oe - ob;
+    }
+    throw std::logic_error(
+        fmt::format("a parameter fetch of [{}, {}) outside the rank's owned ranges", b, e));
+  }
+
+  // ZeRO-Infinity's optimizer states on NVMe (nvme_file.hpp): the rank's shard of the master
   // weights and moments, in that order. Once written, the copies in memory are poisoned (NaN): a
   // step that did not read them back could not train.
   std::vector<std::span<float>> nvme_pieces() {
@@ -158,7 +197,8 @@ class Trainer {
   }
   void poison_states() {
     const std::vector<std::span<float>> pieces = nvme_pieces();
-    // ZeRO-Infinity's parameters on the host are the masters the layers fetch: they stay.
+    // ZeRO-Infinity's parameters on the host are the masters the layers fetch: they stay (on
+    // NVMe the layers fetch from the parameters' file).
     const bool keep_values = plan_.offload.params == spec::OffloadTarget::kHost;
     const size_t per_array = pieces.size() / 3;
     for (size_t i = keep_values ? per_array : 0; i < pieces.size(); ++i)
@@ -628,8 +668,15 @@ class Trainer {
 
   void update_parameters_from_host(int64_t updated) {
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
-    // them.
+    // them, or go to the parameters' file on NVMe, where it reads them then.
     if (plan_.offload.params == spec::OffloadTarget::kHost) return;
+    if (plan_.offload.params == spec::OffloadTarget::kNvme) {
+      auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToNvme, OpClass::kMemcpy,
+                                                 updated * spec::dtype_bytes(kHostParamDtype),
+                                                 Phase::kOpt, std::nullopt, std::nullopt));
+      parameters_to_nvme();
+      return;
+    }
     auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
                                                updated * spec::dtype_bytes(kHostParamDtype),
                                                Phase::kOpt, std::nullopt, std::nullopt));
@@ -643,8 +690,8 @@ class Trainer {
     if (nvme_) states_from_nvme();  // the moments (and masters) live in the file between steps
     Shard s;
     s.step = steps_done;
-    // (With the parameters on the host the device holds stale shards between fetches.)
-    ctx_.backend->to_host(plan_.offload.params == spec::OffloadTarget::kHost
+    // (With the parameters offloaded the device holds stale shards between fetches.)
+    ctx_.backend->to_host(plan_.offload.params != spec::OffloadTarget::kNone
                               ? host_values_
                               : stage_->params().values(),
                           s.values);
@@ -701,6 +748,7 @@ class Trainer {
     ctx_.backend->from_host(s->values, stage_->params().values());
     stage_->params().refresh_compute();
     if (!host_values_.empty()) ctx_.backend->copy(stage_->params().values(), host_values_);
+    if (param_file_) parameters_to_nvme();
     ctx_.backend->from_host(s->m, m_);
     ctx_.backend->from_host(s->v, v_);
     const bool two_versions = plan_.schedule == spec::Schedule::kPipeDream2BW;
@@ -731,8 +779,10 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::vector<int32_t> positions_;  // of the rank's tokens in each sequence (context parallelism)
   Tensor m_, v_;
-  Tensor host_values_, host_grads_;   // ZeRO-Offload's host pool (with m_ and v_), or empty
-  std::unique_ptr<NvmeStates> nvme_;  // the optimizer offloaded to NVMe: the states' file
+  Tensor host_values_, host_grads_;       // ZeRO-Offload's host pool (with m_ and v_), or empty
+  std::unique_ptr<NvmeFile> nvme_;        // the optimizer offloaded to NVMe: the states' file
+  std::unique_ptr<NvmeFile> param_file_;  // the parameters offloaded to NVMe: their file
+  Tensor fetch_buffer_;                   // host staging of a layer's shard read from it
 };
 
 }  // namespace

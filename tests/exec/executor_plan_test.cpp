@@ -9,9 +9,9 @@ namespace sextant::exec {
 namespace {
 
 // The executor offloads the optimizer (ZeRO-Offload) to host memory or its states to NVMe (a file
-// per rank, nvme_states.hpp) and, under ZeRO-3 beside it, the parameters (ZeRO-Infinity) to host
-// memory, and the activations of transformer blocks; parameters on NVMe, parameters without the
-// optimizer and activations of other models are refused naming the field.
+// per rank, nvme_file.hpp) and, under ZeRO-3 beside it, the parameters (ZeRO-Infinity) to host
+// memory or NVMe, and the activations of transformer blocks; parameters without the optimizer and
+// activations of other models are refused naming the field.
 TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   const spec::ModelSpec model = models::zoo_model("gpt-tiny");
   spec::Plan plan;
@@ -39,12 +39,15 @@ TEST(ExecutorPlan, OffloadBeyondWhatTheHostPoolHoldsIsRefusedNamingTheField) {
   z3.offload.params = spec::OffloadTarget::kHost;
   EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
   z3.offload.params = spec::OffloadTarget::kNvme;
-  refused(model, z3, "/offload/params", "host memory only");
-  z3.offload.params = spec::OffloadTarget::kHost;
+  EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
   z3.offload.optimizer = spec::OffloadTarget::kNvme;
+  EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
+  z3.offload.params = spec::OffloadTarget::kHost;
   EXPECT_NO_THROW(validate_for_executor(model, z3, 2));
   z3.offload.optimizer = spec::OffloadTarget::kNone;
   refused(model, z3, "/offload/params", "with the optimizer");
+  z3.offload.params = spec::OffloadTarget::kNvme;
+  refused(model, z3, "/offload/params", "\"nvme\"");
   spec::Plan activations = plan;
   activations.offload.activations = spec::OffloadTarget::kHost;
   EXPECT_NO_THROW(validate_for_executor(model, activations, 2));

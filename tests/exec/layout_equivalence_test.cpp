@@ -394,7 +394,7 @@ spec::Plan offloaded(spec::Plan p) {
 }
 
 // ZeRO-Infinity's optimizer states on NVMe: the rank's shard of the master weights and moments
-// in a file between steps, read before the host step and written after it (nvme_states.hpp).
+// in a file between steps, read before the host step and written after it (nvme_file.hpp).
 spec::Plan nvme_offloaded(spec::Plan p) {
   p.offload.optimizer = spec::OffloadTarget::kNvme;
   return p;
@@ -405,6 +405,13 @@ spec::Plan nvme_offloaded(spec::Plan p) {
 spec::Plan parameters_offloaded(spec::Plan p) {
   p = offloaded(std::move(p));
   p.offload.params = spec::OffloadTarget::kHost;
+  return p;
+}
+
+// ZeRO-Infinity's parameters on NVMe: each shard read from the rank's parameters file before its
+// layer's gather (zero 3), beside the optimizer `p` offloads.
+spec::Plan parameters_on_nvme(spec::Plan p) {
+  p.offload.params = spec::OffloadTarget::kNvme;
   return p;
 }
 
@@ -603,6 +610,12 @@ std::vector<Layout> layouts() {
       {"dp2_zero1_offload_nvme", nvme_offloaded(plan_of(2, 1, 1, 1))},
       {"dp4_zero2_offload_nvme", nvme_offloaded(plan_of(4, 1, 1, 2))},
       {"dp8_zero3_offload_params_nvme", nvme_offloaded(parameters_offloaded(plan_of(8, 1, 1, 3)))},
+      // The parameters on NVMe too (ZeRO-Infinity's offload_param device "nvme"): every shard
+      // fetched from the rank's parameters file, the copies in memory poisoned; beside the
+      // optimizer on the host, the masters the host step updates written to the file after it.
+      {"dp2_zero3_params_on_nvme", parameters_on_nvme(nvme_offloaded(plan_of(2, 1, 1, 3)))},
+      {"dp4_zero3_params_on_nvme_opt_host", parameters_on_nvme(offloaded(plan_of(4, 1, 1, 3)))},
+      {"tp2_dp4_zero3_params_on_nvme", parameters_on_nvme(nvme_offloaded(plan_of(4, 2, 1, 3)))},
       {"tp2_zero3_offload_params", parameters_offloaded(plan_of(1, 2, 1, 3))},
       {"dp4_zero3_offload_params", parameters_offloaded(plan_of(4, 1, 1, 3))},
       {"llama_dp2_tp2_sp_zero3_offload_params", parameters_offloaded(plan_of(2, 2, 1, 3, true)),
@@ -1047,12 +1060,15 @@ TEST(Checkpoint, ResumeKeepsPowerSgdsQFactors) {
 
 // The optimizer's states on NVMe live in a file between steps (their copies in memory poisoned):
 // a checkpoint reads them from it and a resumed run writes them back, continuing the
-// uninterrupted run's loss curve exactly.
+// uninterrupted run's loss curve exactly. With the parameters on NVMe too (zero 3), the resumed
+// run writes its parameters' file from the checkpoint before the first fetch reads it.
 TEST(Checkpoint, ResumeCarriesTheOptimizerStatesOnNvme) {
   if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
   std::unique_ptr<Backend> backend = make_cpu_backend();
   expect_the_same_curve(
       run_and_resume(nvme_offloaded(plan_of(2, 1, 1, 1)), "/tmp/sextant-ckpt-nvme-test", *backend));
+  expect_the_same_curve(run_and_resume(parameters_on_nvme(nvme_offloaded(plan_of(2, 1, 1, 3))),
+                                       "/tmp/sextant-ckpt-nvme-test", *backend));
 }
 
 // PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),

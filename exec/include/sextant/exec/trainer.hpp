@@ -26,8 +26,8 @@ struct TrainOptions {
   float eps = 1e-8f;
   float clip = 1.0f;  // global gradient-norm clipping; 0 disables
   std::string checkpoint_dir;
-  // Offload of the optimizer to NVMe: the directory of each rank's states file (DeepSpeed's
-  // nvme_path; empty: the system's temporary directory).
+  // Offload of the optimizer states or the parameters to NVMe: the directory of each rank's
+  // files (DeepSpeed's nvme_path; empty: the system's temporary directory).
   std::string nvme_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;

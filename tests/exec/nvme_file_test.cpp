@@ -1,7 +1,7 @@
-// The optimizer states' file of an NVMe offload: what is written is read back bit for bit, a file
-// of another size is refused naming it, a directory that cannot be written is refused naming the
-// option, and the file goes with the job.
-#include "sextant/exec/nvme_states.hpp"
+// A rank's file of an NVMe offload: what is written is read back bit for bit, whole or a range at a
+// time, a file of another size or a range beyond it is refused naming it, a directory that cannot
+// be written is refused naming the option, and the file goes with the job.
+#include "sextant/exec/nvme_file.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,14 +21,15 @@ std::filesystem::path scratch(const std::string& name) {
   return dir;
 }
 
-TEST(NvmeStates, WhatIsWrittenIsReadBackBitForBit) {
+TEST(NvmeFile, WhatIsWrittenIsReadBackBitForBit) {
   const std::filesystem::path dir = scratch("sextant-nvme-states-test");
   std::filesystem::path file;
   {
-    NvmeStates states(dir, 3);  // creates the directory
+    NvmeFile states(dir, 3, "optimizer-states");  // creates the directory
     file = states.path();
     EXPECT_EQ(file.parent_path(), dir);
     EXPECT_NE(file.filename().string().find("rank3"), std::string::npos);
+    EXPECT_NE(file.filename().string().find("optimizer-states"), std::string::npos);
     // Three arrays' spans, as the trainer hands them (master weights, m, v), with values whose
     // bits a text round trip would lose: a subnormal, a negative zero, a NaN payload.
     std::vector<float> a = {1.0f / 3, -0.0f, std::numeric_limits<float>::denorm_min()};
@@ -61,12 +62,43 @@ TEST(NvmeStates, WhatIsWrittenIsReadBackBitForBit) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(NvmeStates, ADirectoryThatCannotBeWrittenIsRefusedNamingTheOption) {
+// The parameters' file is read one layer's shard at a time: values [offset, offset + n) of what
+// was written, the pieces laid end to end (here [10, 11, 12] then [20, 21]: value 2 is 12, values
+// 3-4 are 20 and 21). A range past the 5 values (20 bytes) is refused naming the file and both
+// extents.
+TEST(NvmeFile, AShardIsReadFromItsPlaceInTheFile) {
+  const std::filesystem::path dir = scratch("sextant-nvme-params-test");
+  NvmeFile params(dir, 0, "parameters");
+  EXPECT_NE(params.path().filename().string().find("parameters"), std::string::npos);
+  std::vector<float> first = {10, 11, 12}, second = {20, 21};
+  params.write({first, second});
+  std::vector<float> one(1), two(2);
+  params.read_at(2, one);
+  EXPECT_EQ(one[0], 12.0f);
+  params.read_at(3, two);
+  EXPECT_EQ(two, (std::vector<float>{20, 21}));
+  params.read_at(1, two);  // across the pieces' boundary: the file is one array
+  EXPECT_EQ(two, (std::vector<float>{11, 12}));
+  for (int64_t offset : {4, -1}) {
+    try {
+      params.read_at(offset, two);
+      ADD_FAILURE() << "a read of 2 values at " << offset << " from 5 was accepted";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(params.path().string()), std::string::npos) << msg;
+      EXPECT_NE(msg.find("20 bytes"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("of the parameters"), std::string::npos) << msg;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NvmeFile, ADirectoryThatCannotBeWrittenIsRefusedNamingTheOption) {
   // A regular file where the directory should be: nothing can be created under it.
   const std::filesystem::path blocker = scratch("sextant-nvme-blocker");
   { std::ofstream(blocker) << "x"; }
   try {
-    NvmeStates states(blocker / "states", 0);
+    NvmeFile states(blocker / "states", 0, "optimizer-states");
     ADD_FAILURE() << "a directory under a regular file was accepted";
   } catch (const InputError& e) {
     const std::string msg = e.what();
