@@ -63,19 +63,18 @@ Tensor CpAttention::forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_
                             Phase phase, int64_t mb) {
   if (algorithm_ == spec::ContextAlgorithm::kAllToAll)
     return ulysses_forward(qkv, out, keep, layer, phase, mb);
-  if (algorithm_ == spec::ContextAlgorithm::kRing) {
-    keep = out;
-    return ring_forward(qkv, out, layer, phase, mb);
-  }
+  if (algorithm_ == spec::ContextAlgorithm::kRing)
+    return ring_forward(qkv, out, keep, layer, phase, mb);
   return gather_forward(qkv, out, layer, phase, mb);
 }
 
 void CpAttention::backward(const Tensor& qkv, const Tensor& probs, const Tensor& keep,
-                           const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
+                           const Tensor& out, const Tensor& dout, Tensor& dqkv, int32_t layer,
+                           int64_t mb) {
   if (algorithm_ == spec::ContextAlgorithm::kAllToAll) {
     ulysses_backward(probs, keep, dout, dqkv, layer, mb);
   } else if (algorithm_ == spec::ContextAlgorithm::kRing) {
-    ring_backward(qkv, probs, keep, dout, dqkv, layer, mb);
+    ring_backward(qkv, probs, keep, out, dout, dqkv, layer, mb);
   } else {
     gather_backward(qkv, probs, dout, dqkv, layer, mb);
   }
@@ -331,23 +330,24 @@ constexpr int kRingTag = 17;
 }  // namespace
 
 template <typename Overlap>
-void CpAttention::ring_exchange(const Tensor& block, Tensor& into, Phase phase, int32_t layer,
-                                int64_t mb, Overlap&& overlap) {
+void CpAttention::ring_exchange(const Tensor& block, Tensor& into, RingDirection direction,
+                                Phase phase, int32_t layer, int64_t mb, Overlap&& overlap) {
   Communicator& ring = *ctx_.groups->cp;
-  const int next = (ring.rank() + 1) % ring.size();
-  const int prev = (ring.rank() + ring.size() - 1) % ring.size();
-  auto [request, sent] = send(ring, block, next, kRingTag);
+  const int ahead = direction == RingDirection::kForward ? 1 : ring.size() - 1;
+  const int to = (ring.rank() + ahead) % ring.size();
+  const int from = (ring.rank() + ring.size() - ahead) % ring.size();
+  auto [request, sent] = send(ring, block, to, kRingTag);
   overlap();
   // The scope times what the rank still waits for once its compute is done.
   auto s = comm_scope(OpId::kCpKvSend, OpClass::kSend, block.numel(), phase, layer, mb);
-  recv(ring, into, prev, kRingTag);
+  recv(ring, into, from, kRingTag);
   request->wait();
 }
 
 // Step i attends the rank's queries to the block of rank (r - i) mod cp, its own first (the only
 // one under the diagonal of the causal mask), while that block moves on to rank r + 1.
-Tensor CpAttention::ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, Phase phase,
-                                 int64_t mb) {
+Tensor CpAttention::ring_forward(const Tensor& qkv, Tensor& out, Tensor& last_block, int32_t layer,
+                                 Phase phase, int64_t mb) {
   const int64_t r = ctx_.groups->cp_rank, w = 2 * qkv_.kv_heads * qkv_.head_dim;
   const int64_t width = qkv_.heads * qkv_.head_dim;
   Tensor lse = act({micro_batch_, qkv_.heads, seq_local_});
@@ -369,20 +369,26 @@ Tensor CpAttention::ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, 
       attend();
     } else {
       Tensor next = act({rows_, w});
-      ring_exchange(block, next, phase, layer, mb, attend);
+      ring_exchange(block, next, RingDirection::kForward, phase, layer, mb, attend);
       block = next;
     }
   }
+  // The block the last step attended to (rank r + 1's): backward starts on it (TE saves it).
+  last_block = block;
   return lse;
 }
 
-// The steps in reverse (Transformer Engine): step i first trades blocks, so the rank attends to
-// the block of rank (r - 1 - i) mod cp, its own last. What travels with a block is the gradient
-// of its keys and values summed so far: step 0 sends the rank's keys and values, the middle steps
-// a block and its gradient, the last step the gradient only, to the block's owner (which has its
-// keys and values), where it arrives complete.
-void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out,
-                                const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb) {
+// The steps in reverse (Transformer Engine's AttnFuncWithCPAndKVP2P.backward): the blocks travel
+// the other way (to rank r - 1), starting from the one forward ended on, so step i attends to the
+// block of rank (r + 1 + i) mod cp, the rank's own last. Each step sends what it holds while it
+// computes: the block's keys and values, and the gradient of the block it attended to in the step
+// before, summed over the ranks that attended to it earlier (the rank it goes to attends to that
+// block now). The first step sends keys and values only, the last one the gradient only; the
+// received gradient gets the step's own added after the wait, and after the last step it is the
+// rank's own keys and values' gradient, summed over every rank's queries.
+void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& last_block,
+                                const Tensor& out, const Tensor& dout, Tensor& dqkv, int32_t layer,
+                                int64_t mb) {
   const Phase B = Phase::kBwd;
   const int64_t r = ctx_.groups->cp_rank, w = 2 * qkv_.kv_heads * qkv_.head_dim;
   const int64_t width = qkv_.heads * qkv_.head_dim;
@@ -391,40 +397,37 @@ void CpAttention::ring_backward(const Tensor& qkv, const Tensor& lse, const Tens
     auto s = op_scope(OpId::kAttnCorePrep, layer, B, mb);
     blockwise::backward_prep(out, dout, qkv_, delta);
   }
-  const Tensor own = own_keys_values(qkv);
-  // What travels: a block's keys and values (rows [0, rows_)) and their gradient so far (rows
-  // [rows_, 2 rows_)), received into `spare` and swapped, so no step copies them.
-  Tensor travel = act({2 * rows_, w}), spare = act({2 * rows_, w});
-  Tensor block = travel.rows(0, rows_), dkv = travel.rows(rows_, rows_);
+  // The step's buffer in hand (`held`) and the one receiving the next (`arriving`): a block's
+  // keys and values (rows [0, rows_)) and a gradient (rows [rows_, 2 rows_)), swapped each step
+  // (the first step holds forward's last block itself).
+  Tensor held = act({2 * rows_, w}), arriving = act({2 * rows_, w});
   Tensor dq = act({rows_, width}), step_dq = act({rows_, width}), step_dkv = act({rows_, w});
   for (int64_t i = 0; i < cp_; ++i) {
-    if (i == 0) {
-      ring_exchange(own, block, B, layer, mb, [] {});
-    } else if (i + 1 < cp_) {
-      ring_exchange(travel, spare, B, layer, mb, [] {});
-      std::swap(travel, spare);
-      block = travel.rows(0, rows_);
-      dkv = travel.rows(rows_, rows_);
-    } else {
-      Tensor arrived = spare.rows(rows_, rows_);
-      ring_exchange(dkv, arrived, B, layer, mb, [] {});
-      dkv = arrived;
-      block = own;
-    }
-    const int64_t owner = (r - 1 - i + 2 * cp_) % cp_;
+    const bool first = i == 0, last = i + 1 == cp_;
+    const Tensor block = first ? last_block : held.rows(0, rows_);
+    // The first step's gradient has nowhere to come from: it is written where the next step
+    // sends it from; the later ones are added to the received sums after the wait.
+    Tensor dkv_out = first ? arriving.rows(rows_, rows_) : step_dkv;
+    const int64_t owner = (r + 1 + i) % cp_;
     const context::Geometry g{qkv_, seq_local_, rank_positions_[static_cast<size_t>(owner)].data()};
-    {
-      // The first step writes the running gradients; the later ones add theirs in the merge.
+    auto attend = [&] {
       auto s = op_scope(OpId::kAttnCore, layer, B, mb);
-      blockwise::backward(qkv, block, dout, lse, delta, g, i == 0 ? dq : step_dq,
-                          i == 0 ? dkv : step_dkv);
+      blockwise::backward(qkv, block, dout, lse, delta, g, first ? dq : step_dq, dkv_out);
+    };
+    const Tensor sent = first ? block : last ? held.rows(rows_, rows_) : held;
+    Tensor received = first  ? arriving.rows(0, rows_)
+                      : last ? arriving.rows(rows_, rows_)
+                             : arriving;
+    ring_exchange(sent, received, RingDirection::kBackward, B, layer, mb, attend);
+    if (!first) {
+      auto s = op_scope(OpId::kAttnCpMerge, layer, B, mb);
+      backend().add(dq, step_dq, dq);
+      Tensor sum = arriving.rows(rows_, rows_);
+      backend().add(sum, step_dkv, sum);
     }
-    if (i == 0) continue;
-    auto s = op_scope(OpId::kAttnCpMerge, layer, B, mb);
-    backend().add(dq, step_dq, dq);
-    backend().add(dkv, step_dkv, dkv);
+    std::swap(held, arriving);
   }
-  // dkv is now the gradient of the rank's own keys and values, summed over every rank's queries.
+  const Tensor dkv = held.rows(rows_, rows_);
   for (int64_t row = 0; row < rows_; ++row) {
     std::copy_n(dq.data() + row * width, width, dqkv.data() + row * qkv_.width());
     std::copy_n(dkv.data() + row * w, w, dqkv.data() + row * qkv_.width() + width);

@@ -314,7 +314,7 @@ Tensor TransformerBlock::attention_core(const Tensor& qkv, Tensor& out, Tensor& 
 void TransformerBlock::attention_core_backward(Cache& c, const Tensor& dout, Tensor& dqkv,
                                                int64_t mb) {
   if (parts_.cp != nullptr) {
-    parts_.cp->backward(c.qkv, c.att, c.qkv_heads, dout, dqkv, layer_, mb);
+    parts_.cp->backward(c.qkv, c.att, c.qkv_heads, c.o, dout, dqkv, layer_, mb);
     return;
   }
   Backend& be = backend();

@@ -1071,6 +1071,52 @@ TEST(Checkpoint, ResumeCarriesTheOptimizerStatesOnNvme) {
                                        "/tmp/sextant-ckpt-nvme-test", *backend));
 }
 
+// Ring attention trades each key/value block beside the step's compute in both passes, as
+// Transformer Engine does and the simulator prices it (cp.kv_send beside the next op): the
+// transfer starts before the step's attn.core and its event times the wait left after it, so on
+// one rank each cp.kv_send follows its step's attn.core. The first block (layer 1, after the
+// embedding), micro-batch 0, forward on 2 ranks: core (own block),
+// send, core, merge. Backward (the blocks travel back from forward's last one): prep, core, send,
+// core, send (the gradient only), then the step's dq and the received dkv summed (merge). Before,
+// backward traded first and then computed: send, core, send, core, merge.
+TEST(RingAttention, EachStepsTransferRunsBesideItsCompute) {
+  if (world_size() != 2 || on_cuda() || in_bf16()) GTEST_SKIP() << "runs on 2 CPU ranks, fp32";
+  const std::string file =
+      (std::filesystem::temp_directory_path() / "sextant-ring-overlap.json").string();
+  Job job;
+  job.model = model_of(Net::kGpt);
+  job.plan = with_ring(plan_of(1, 1, 1), 2);
+  job.train.steps = 1;
+  job.quiet = true;
+  job.trace_file = file;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  run_job(job, MPI_COMM_WORLD, *backend);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const spec::Trace trace = spec::read_trace_file(file);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int64_t rank : {0, 1}) {
+    for (spec::Phase phase : {spec::Phase::kFwd, spec::Phase::kBwd}) {
+      std::vector<spec::TraceEvent> events;
+      for (const spec::TraceEvent& e : trace.events)
+        if (e.rank == rank && e.phase == phase && e.layer == 1 && e.micro_batch == 0 &&
+            (e.name == "attn.core_prep" || e.name == "attn.core" || e.name == "cp.kv_send" ||
+             e.name == "attn.cp_merge"))
+          events.push_back(e);
+      std::stable_sort(events.begin(), events.end(),
+                       [](const auto& a, const auto& b) { return a.start_ps < b.start_ps; });
+      std::vector<std::string> names;
+      for (const spec::TraceEvent& e : events) names.push_back(e.name);
+      const std::vector<std::string> expected =
+          phase == spec::Phase::kFwd
+              ? std::vector<std::string>{"attn.core", "cp.kv_send", "attn.core", "attn.cp_merge"}
+              : std::vector<std::string>{"attn.core_prep", "attn.core",  "cp.kv_send",
+                                         "attn.core",      "cp.kv_send", "attn.cp_merge"};
+      EXPECT_EQ(names, expected) << "rank " << rank << ", "
+                                 << spec::enum_name(spec::phase_names(), phase);
+    }
+  }
+}
+
 // PipeDream-2BW's sequential definition (the single-rank run every 2BW layout above equals),
 // checked against synchronous training: batch t runs on the weights after t - 1 updates, so
 //   2BW step 0 = f_0(W0), step 1 = f_1(W0), step 2 = f_2(W1), with W1 = W0 after one AdamW step.

@@ -10,7 +10,8 @@
 //   ring (Liu et al. 2023; TE's AttnFuncWithCPAndKVP2P): the key/value blocks travel the ring
 //     (cp.kv_send) while each rank attends its queries to the block in hand, one flash step
 //     (attn.core) per block merged by the log-sum-exp (attn.cp_merge; exec/blockwise_attention);
-//     backward the blocks travel again with their gradients, which end at their owner.
+//     backward the blocks travel the other way with their gradients, which end at their owner,
+//     each step's transfer beside its compute as forward's (TE's).
 // CPU ranks, fp32 (runner.cpp refuses others).
 #pragma once
 
@@ -49,13 +50,15 @@ class CpAttention {
 
   // out [rows, heads * head_dim] = the attention of the rank's rows; returns the probabilities
   // (ring: the log-sum-exp of each row's scores, [micro_batch, heads, seq / cp]). `keep` receives
-  // what backward needs besides qkv and what forward returns (Ulysses: the head block's q, k and
-  // v of the whole sequences; ring: out itself, the same memory).
+  // what backward needs besides qkv, out and what forward returns (Ulysses: the head block's q, k
+  // and v of the whole sequences; ring: the key/value block of rank r + 1, the last one forward
+  // attended to, where backward starts as Transformer Engine's does; all-gather: nothing).
   Tensor forward(const Tensor& qkv, Tensor& out, Tensor& keep, int32_t layer, spec::Phase phase,
                  int64_t mb);
-  // dqkv (every column of the rank's rows) from dout, given forward's qkv, probabilities and keep.
-  void backward(const Tensor& qkv, const Tensor& probs, const Tensor& keep, const Tensor& dout,
-                Tensor& dqkv, int32_t layer, int64_t mb);
+  // dqkv (every column of the rank's rows) from dout, given forward's qkv, probabilities, keep
+  // and out.
+  void backward(const Tensor& qkv, const Tensor& probs, const Tensor& keep, const Tensor& out,
+                const Tensor& dout, Tensor& dqkv, int32_t layer, int64_t mb);
 
  private:
   Backend& backend() { return *ctx_.backend; }
@@ -88,14 +91,18 @@ class CpAttention {
 
   // Ring: the rank's own keys and values [rows, kv width], taken from its rows of qkv.
   Tensor own_keys_values(const Tensor& qkv);
-  // Sends `block` to the next rank of the ring and receives the previous rank's into `into`
-  // (traced as cp.kv_send of `block`'s size); `overlap` runs between the two.
+  // Sends `block` to the rank ahead in `direction` (r + 1 forward, r - 1 backward) and receives
+  // the rank behind's into `into` (traced as cp.kv_send of `block`'s size, timing the wait left
+  // after `overlap`, which runs between the send's start and the receive).
+  enum class RingDirection { kForward, kBackward };
   template <typename Overlap>
-  void ring_exchange(const Tensor& block, Tensor& into, spec::Phase phase, int32_t layer,
-                     int64_t mb, Overlap&& overlap);
-  Tensor ring_forward(const Tensor& qkv, Tensor& out, int32_t layer, spec::Phase phase, int64_t mb);
-  void ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& out, const Tensor& dout,
-                     Tensor& dqkv, int32_t layer, int64_t mb);
+  void ring_exchange(const Tensor& block, Tensor& into, RingDirection direction, spec::Phase phase,
+                     int32_t layer, int64_t mb, Overlap&& overlap);
+  Tensor ring_forward(const Tensor& qkv, Tensor& out, Tensor& last_block, int32_t layer,
+                      spec::Phase phase, int64_t mb);
+  void ring_backward(const Tensor& qkv, const Tensor& lse, const Tensor& last_block,
+                     const Tensor& out, const Tensor& dout, Tensor& dqkv, int32_t layer,
+                     int64_t mb);
 
   Context& ctx_;
   spec::ContextAlgorithm algorithm_;
