@@ -1,5 +1,8 @@
 // The lowering of a CNN (conv, batch norm, pools, residual adds, fc) under sample, spatial
-// (Dryden et al., SC'19: halo exchanges) and channel/filter splits (spec/channel_split.hpp).
+// (Dryden et al., IPDPS'19: halo exchanges) and channel/filter splits (Dryden et al., SC'19;
+// spec/channel_split.hpp), alone or together (each spatial rank's block of the maps split by
+// channel over its tp ranks: the channel collectives move blocks, the halos and partial sums
+// carry a tp rank's channels).
 #include <fmt/format.h>
 
 #include <map>
@@ -46,20 +49,29 @@ struct CnnState {
   int64_t held(int64_t channels) const { return whole ? channels : channels / tp; }
 };
 
-// A spatially split layer's exchange with its grid neighbours before `window` slides over `in`:
-// the parts of its window input other ranks hold (spec::halo_elements, the most loaded rank's) of
-// every channel of every sample, whole in the compute dtype. Backward sends the halo's share of
-// the input gradient back to its owner, the same bytes the other way (add_cnn_backward).
-// `reads_layer_input`: the window reads the layer's input (its halo gradient is dropped in the
-// first layer). Returns the halo's elements per sample and channel (none unsplit).
-int64_t add_halo(Layer& layer, const std::string& name, Feature in, const spec::Window& window,
-                 const MapSplit& split, bool reads_layer_input, CnnState& st, int64_t B,
-                 int64_t e) {
+// A collective of the ranks splitting each sample spatially (halos, partial sums).
+Op spatial_op(const OpName& name, CollectiveKind kind, int64_t bytes) {
+  Op op = comm_op(name, kind, bytes);
+  op.group = CommGroup::kSpatial;
+  return op;
+}
+
+// A spatially split layer's exchange with its grid neighbours before `window` slides over its
+// input: the parts of its window input other ranks hold (spec::halo_elements, the most loaded
+// rank's) of the `channels` the window reads (every channel, or this tp rank's block of them
+// under a channel split) of every sample, whole in the compute dtype. Backward sends the halo's
+// share of the input gradient back to its owner, the same bytes the other way
+// (add_cnn_backward). `reads_layer_input`: the window reads the layer's input (its halo gradient
+// is dropped in the first layer). Returns the halo's elements per sample and channel (none
+// unsplit).
+int64_t add_halo(Layer& layer, const std::string& name, int64_t channels,
+                 const spec::Window& window, const MapSplit& split, bool reads_layer_input,
+                 CnnState& st, int64_t B, int64_t e) {
   if (!split.grid.any()) return 0;
   const int64_t elements = spec::halo_elements(window, split.grid);
   if (elements > 0) {
-    layer.forward.push_back(
-        comm_op(OpName(name, OpId::kUnitHalo), CollectiveKind::kSendRecv, B * in.c * elements * e));
+    layer.forward.push_back(spatial_op(OpName(name, OpId::kUnitHalo), CollectiveKind::kSendRecv,
+                                       B * channels * elements * e));
     if (reads_layer_input) st.input_halos.insert(OpName(name, OpId::kUnitHalo).str());
   }
   return elements;
@@ -71,17 +83,23 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
                  const MapSplit& split, CnnState& cs, bool reads_layer_input) {
   Feature o{out_c, spec::window_output(in.h, k, stride, pad),
             spec::window_output(in.w, k, stride, pad)};
-  const int64_t in_pixels =
-      split.block(in.h, in.w) + add_halo(layer, name, in, {in.h, in.w, o.h, o.w, k, stride, pad},
-                                         split, reads_layer_input, cs, B, e);
-  const int64_t out_pixels = split.block(o.h, o.w);
+  const int64_t in_block = split.block(in.h, in.w), out_pixels = split.block(o.h, o.w);
+  const spec::ChannelAlgorithm algorithm =
+      cs.tp > 1 ? spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w)
+                : spec::ChannelAlgorithm::kWholeInput;
+  const bool stationary_x = cs.tp > 1 && algorithm == spec::ChannelAlgorithm::kStationaryX;
+  // Under both splits the window reads the channels the algorithm has in hand: stationary-y
+  // all-gathers the rank's block of the map first, then exchanges the halo of every channel
+  // (exec/src/cnn_stage.cpp forward_conv); stationary-x exchanges its own channels' halo.
+  const int64_t window_c = stationary_x ? in.c / cs.tp : in.c;
   // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k;
   // split over tp, N = Cout/tp (whole input, stationary-y) or K = Cin/tp * k*k (stationary-x).
   int64_t n = out_c, cin = in.c, read_c = in.c, write_c = out_c, saved_c = in.c;
   std::optional<Op> after;  // stationary-x's reduce-scatter of the partial sums
   if (cs.tp > 1) {
-    const int64_t in_map = B * in.c * in_pixels * e, out_map = B * out_c * out_pixels * e;
-    switch (spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w)) {
+    // The maps the channel collectives move: the rank's spatial block of them (no halo).
+    const int64_t in_map = B * in.c * in_block * e, out_map = B * out_c * out_pixels * e;
+    switch (algorithm) {
       case spec::ChannelAlgorithm::kWholeInput:
         n = write_c = out_c / cs.tp;
         break;
@@ -105,6 +123,9 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
       }
     }
   }
+  const int64_t in_pixels =
+      in_block + add_halo(layer, name, window_c, {in.h, in.w, o.h, o.w, k, stride, pad}, split,
+                          reads_layer_input, cs, B, e);
   Op conv = gemm(OpName(name, OpId::kUnitProduct), B * out_pixels, n, cin * k * k, e,
                  TpSplit::kReplicated);
   conv.op_class = OpClass::kConv;
@@ -124,9 +145,10 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
     // Split ranks all-reduce each channel's partial sum and sum of squares (forward) and the sums
     // of the output gradient and of its product with the normalized input (backward), in fp32,
     // so the statistics are those of the whole maps (Dryden et al. §III-B).
+    // (Under a channel split too, of the rank's block of channels.)
     if (split.grid.any())
-      layer.forward.push_back(comm_op(OpName(name, OpId::kUnitBatchNormAllReduce),
-                                      CollectiveKind::kAllReduce, 2 * out_c * 4));
+      layer.forward.push_back(spatial_op(OpName(name, OpId::kUnitBatchNormAllReduce),
+                                         CollectiveKind::kAllReduce, 2 * held_c * 4));
     layer.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
                                       2 * out_bytes, TpSplit::kReplicated, {B, held_c, o.h, o.w}));
     layer.params += 2 * held_c;
@@ -199,9 +221,9 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         case spec::CnnLayerKind::kAvgPool: {
           Feature o2{f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
                      spec::window_output(f.w, l.kernel, l.stride, l.padding)};
-          add_halo(layer, layer.name + ".pool", f,
-                   {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
           const int64_t c = cs.held(f.c);
+          add_halo(layer, layer.name + ".pool", c,
+                   {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
           layer.forward.push_back(
               memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
                         B * c * (split.block(f.h, f.w) + split.block(o2.h, o2.w)) * e,
@@ -220,8 +242,8 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           // sums is the whole map's pooled output on every rank. Forward only: the pooled
           // gradient is whole on every rank and each takes its block's share.
           if (split.grid.any()) {
-            const Op sums = comm_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
-                                    CollectiveKind::kAllReduce, B * o2.c * o2.h * o2.w * e);
+            const Op sums = spatial_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
+                                       CollectiveKind::kAllReduce, B * c * o2.h * o2.w * e);
             cs.backward[sums.name] = std::nullopt;
             layer.forward.push_back(sums);
           }

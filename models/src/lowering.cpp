@@ -208,10 +208,6 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
     throw InputError(fmt::format("model {}", model.name), "/spatial",
                      fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
-  if (std::string problem = spec::channel_with_spatial_problem(options.tp, options.spatial);
-      !problem.empty())
-    throw InputError(fmt::format("model {}", model.name), "/spatial",
-                     fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
   if (!model.is_transformer())
     if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
       throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),

@@ -152,6 +152,7 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   s.tp = sim::group_shape(layout.layer_group(0), cluster_->devices_per_node);
   s.dp = sim::group_shape(layout.replica_group(0), cluster_->devices_per_node);
   s.cp = sim::group_shape(layout.cp_group(0), cluster_->devices_per_node);
+  s.spatial = sim::group_shape(layout.spatial_group(0), cluster_->devices_per_node);
   s.ep = sim::group_shape(layout.ep_group(0), cluster_->devices_per_node);
   s.expert_dp = sim::group_shape(layout.expert_replica_group(0), cluster_->devices_per_node);
   s.grid_x = sim::group_shape(layout.grid_group(0, 0), cluster_->devices_per_node);
@@ -422,8 +423,8 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
   const Shapes& shape = shapes(plan);
-  const sim::LayerGroups groups{shape.tp,     shape.cp,     shape.ep,
-                                shape.grid_x, shape.grid_y, shape.grid_z};
+  const sim::LayerGroups groups{shape.tp,     shape.cp,     shape.ep,     shape.grid_x,
+                                shape.grid_y, shape.grid_z, shape.spatial};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {

@@ -415,12 +415,8 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       for (int64_t pp : divisors(sample_groups / tp)) {
         const int64_t dp = sample_groups / (tp * pp);
         ++out.considered;
-        // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp); not
-        // together with a spatial split, and not an MLP.
-        if (!spec::channel_with_spatial_problem(tp, sample_split.spatial).empty()) {
-          reject("tp with a spatial split", kLayouts);
-          continue;
-        }
+        // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp), of
+        // each spatial block under a spatial split; not an MLP.
         // The tp layouts: Megatron-LM's 1D split where the model divides, and the 3D grids.
         std::vector<uint8_t> tp_layouts;
         if (spec::tensor_parallel_problem(m, tp).empty()) tp_layouts.push_back(0);

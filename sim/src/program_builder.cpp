@@ -274,17 +274,18 @@ class StageBuilder {
     return emit(t, deps);
   }
 
-  // A layer's collective: in the layer group (tensor-parallel, or a spatial split's halo
-  // exchange and statistic all-reduces), the context-parallel or the expert-parallel group. Waits
-  // for the compute before it; returns the task.
+  // A layer's collective: in the layer group (tensor-parallel), the spatial group (a spatial
+  // split's halo exchanges and partial-sum all-reduces), the context-parallel, the
+  // expert-parallel group or a line of a tensor grid. Waits for the compute before it; returns
+  // the task.
   int32_t layer_collective(size_t layer, const models::Op& op, Phase phase, int64_t mb) {
     int32_t before = issue_point(phase, mb);
     const bool context = op.group == models::CommGroup::kContext;
     const bool expert = op.group == models::CommGroup::kExpert;
-    const CommClass cls = context               ? CommClass::kCp
-                          : expert              ? CommClass::kEp
-                          : plan_.spatial.any() ? CommClass::kSpatial
-                                                : CommClass::kTp;
+    const CommClass cls = context                                   ? CommClass::kCp
+                          : expert                                  ? CommClass::kEp
+                          : op.group == models::CommGroup::kSpatial ? CommClass::kSpatial
+                                                                    : CommClass::kTp;
     GroupSlot slot = GroupSlot::kTp;
     switch (op.group) {
       case models::CommGroup::kLayer:
@@ -303,6 +304,9 @@ class StageBuilder {
         break;
       case models::CommGroup::kGridZ:
         slot = GroupSlot::kGridZ;
+        break;
+      case models::CommGroup::kSpatial:
+        slot = GroupSlot::kSpatial;
         break;
     }
     // The z axis of a tensor grid on its own stream (AxoNN's depth group, spec::Stream).

@@ -64,6 +64,8 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
     s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.layer_group(r));
     s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.replica_group(r));
     if (plan.cp > 1) s.groups[static_cast<size_t>(GroupSlot::kCp)] = group_id(layout.cp_group(r));
+    if (plan.spatial.any())
+      s.groups[static_cast<size_t>(GroupSlot::kSpatial)] = group_id(layout.spatial_group(r));
     if (plan.tp_grid.any()) {
       s.groups[static_cast<size_t>(GroupSlot::kGridX)] = group_id(layout.grid_group(r, 0));
       s.groups[static_cast<size_t>(GroupSlot::kGridY)] = group_id(layout.grid_group(r, 1));

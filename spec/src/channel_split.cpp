@@ -35,9 +35,4 @@ std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
   return "";
 }
 
-std::string channel_with_spatial_problem(int64_t tp, const SpatialSplit& spatial) {
-  if (tp <= 1 || !spatial.any()) return "";
-  return "a spatial split with a channel split (tp > 1) is not modelled: use one of them";
-}
-
 }  // namespace sextant::spec

@@ -612,8 +612,6 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
   }
   if (std::string problem = spatial_split_problem(model, p.spatial); !problem.empty())
     add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
-  if (std::string problem = channel_with_spatial_problem(p.tp, p.spatial); !problem.empty())
-    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
   const int64_t tokens =
       model.is_transformer() ? p.seq_len.value_or(model.transformer().seq_len) : 0;
   if (std::string problem = context_parallel_problem(model, tokens, p); !problem.empty())

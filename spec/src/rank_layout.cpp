@@ -32,7 +32,6 @@ std::vector<int64_t> RankLayout::cp_group(int64_t r) const {
 }
 
 std::vector<int64_t> RankLayout::layer_group(int64_t r) const {
-  if (sp_ > 1) return spatial_group(r);
   if (!grid_.any()) return tp_group(r);
   RankCoord c = coord(r);
   const int64_t slice = grid_.x * grid_.y;

@@ -140,13 +140,9 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
   "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
-# Channel splits (tp for CNNs): tp divides every convolution's channels, not with a spatial split,
-# not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
+# Channel splits (tp for CNNs): tp divides every convolution's channels, not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
   --model resnet50 --cluster dgx-a100 --dp 1 --tp 3 --global-batch 2
-expect_error "/spatial = 2x1: a spatial split with a channel split (tp > 1) is not modelled" \
-  "$sextant" simulate --model resnet-tiny --cluster local-cpu --dp 1 --tp 2 --global-batch 2 \
-  --spatial 2
 expect_error "/tp = 2: tensor parallelism applies to transformers (heads) and CNNs (channels)" \
   "$sextant" simulate --model mlp-small --cluster local-cpu --dp 1 --tp 2 --global-batch 2
 expect_error "/sequence_parallel = true: applies to transformers" "$sextant" simulate \

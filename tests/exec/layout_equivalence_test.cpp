@@ -500,6 +500,9 @@ std::vector<Layout> layouts() {
       {"vgg_tp2_pp2", plan_of(1, 2, 2), Net::kVgg},
       {"cnn_dp2_tp2", plan_of(2, 2, 1), Net::kCnn},
       {"cnn_dp2_tp2_pp2", plan_of(2, 2, 2), Net::kCnn},
+      {"cnn_tp2_hw1x2", split(plan_of(1, 2, 1), 1, 2), Net::kCnn},
+      {"cnn_tp2_hw2x2", split(plan_of(1, 2, 1), 2, 2), Net::kCnn},
+      {"cnn_dp2_tp2_hw2x1", split(plan_of(2, 2, 1), 2, 1), Net::kCnn},
       {"vgg_tp4_pp2", plan_of(1, 4, 2), Net::kVgg},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,

@@ -62,7 +62,7 @@ TEST(ChannelSplit, AlgorithmAndBlocks) {
                              spec::CnnLayer{spec::CnnLayerKind::kMaxPool});
   EXPECT_NE(spec::channel_split_problem(pooled_first, 2).find("starts with a conv"),
             std::string::npos);
-  // The plan check asks it, and refuses a channel split with a spatial one; MLPs still refuse tp.
+  // The plan check asks it; a channel split beside a spatial one is a plan of tp x grid ranks.
   spec::Plan plan;
   plan.tp = 32;
   plan.global_batch = 8;
@@ -70,7 +70,7 @@ TEST(ChannelSplit, AlgorithmAndBlocks) {
   EXPECT_INPUT_ERROR(spec::validate_plan(plan, three_convs(), 32, "p"), "must divide");
   plan.tp = 2;
   plan.spatial = {2, 1};
-  EXPECT_INPUT_ERROR(spec::validate_plan(plan, three_convs(), 4, "p"), "channel split");
+  EXPECT_NO_THROW(spec::validate_plan(plan, three_convs(), 4, "p"));
 }
 
 TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
@@ -125,6 +125,56 @@ TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
   spec::Plan plan;
   plan.tp = 2;
   EXPECT_EQ(pipeline_transfer_parts(plan, split, 1024), 1);
+}
+
+// Both splits at once: tp 2 over the channels of each rank's block of a 2x1 grid (rows 0-3 and
+// 4-7 of every 8x8 map: 32 pixels a block). A 3x3 window (padding 1) reads one row beyond its
+// block from the other grid rank: 8 elements a channel. Derived by hand:
+// - layer 0 (3 -> 8, the whole image): the halo of the image's 3 channels, 2 x 3 x 8 x 4 = 192 B
+//   over the grid; 4 filters per rank over the block, 2 (2 x 32) 4 27 FLOPs; batch norm's sums of
+//   the rank's 4 channels, 2 x 4 fp32 = 32 B, over the grid;
+// - layer 1 (8 -> 8, stationary-x): the halo of the rank's 4 channels, 2 x 4 x 8 x 4 = 256 B;
+//   the block's partial output of all 8 filters reduce-scattered over tp, 2 x 8 x 32 x 4 = 2048 B;
+// - layer 2 (8 -> 16, stationary-y): the block's 8 channels all-gathered over tp first,
+//   2 x 8 x 32 x 4 = 2048 B (no halo in it), then the halo of all 8 channels, 2 x 8 x 8 x 4 =
+//   512 B; batch norm's sums of the rank's 8 of 16 channels, 2 x 8 x 4 = 64 B;
+// - layer 3, the pool: each rank's share of its 8 channels' means, 2 x 8 x 4 = 64 B, summed over
+//   the grid; layer 4, the fc: 2 x 10 x 4 = 80 B of partial logits summed over tp.
+TEST(ChannelSplitLowering, BesideASpatialSplitTheCollectivesMoveBlocksInTheirOwnGroups) {
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = 2;
+  o.spatial = {2, 1};
+  const LoweredModel both = lower(three_convs(), o);
+  struct Expected {
+    size_t layer;
+    const char* name;
+    int64_t bytes;
+    CommGroup group;
+  };
+  const Expected ops[] = {
+      {0, "layer0.conv.halo", 192, CommGroup::kSpatial},
+      {0, "layer0.conv.bn_allreduce", 32, CommGroup::kSpatial},
+      {1, "layer1.conv.halo", 256, CommGroup::kSpatial},
+      {1, "layer1.conv.filter_reduce_scatter", 2048, CommGroup::kLayer},
+      {2, "layer2.conv.channel_all_gather", 2048, CommGroup::kLayer},
+      {2, "layer2.conv.halo", 512, CommGroup::kSpatial},
+      {2, "layer2.conv.bn_allreduce", 64, CommGroup::kSpatial},
+      {3, "layer3.pool_allreduce", 64, CommGroup::kSpatial},
+      {4, "layer4.fc.all_reduce", 80, CommGroup::kLayer},
+  };
+  for (const Expected& x : ops) {
+    const Op* op = find_op(both.layers[x.layer].forward, x.name);
+    ASSERT_NE(op, nullptr) << x.name;
+    EXPECT_EQ(op->bytes, x.bytes) << x.name;
+    EXPECT_EQ(op->group, x.group) << x.name;
+  }
+  EXPECT_DOUBLE_EQ(find_op(both.layers[0].forward, "layer0.conv")->flops, 2.0 * 64 * 4 * 27);
+  // Stationary-y gathers before the halo exchange, which then carries every channel.
+  const std::vector<Op>& conv2 = both.layers[2].forward;
+  EXPECT_LT(find_op(conv2, "layer2.conv.channel_all_gather") - conv2.data(),
+            find_op(conv2, "layer2.conv.halo") - conv2.data());
 }
 
 }  // namespace

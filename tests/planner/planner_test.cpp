@@ -851,20 +851,37 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
 
 TEST(Planner, ChannelSplitsAreSearchedForCnns) {
   // ResNet-50's convolutions have 64 to 2048 channels: every tp up to a node of 8 divides them.
-  // tp never joins a spatial split, and the estimator prices a channel split as the simulator.
+  // tp also splits the channels of each block of a spatial split, and the estimator prices a
+  // channel split, alone or with a spatial one, as the simulator.
   SearchRequest r = request("resnet50", 8, 8);
   const Enumeration all = enumerate_plans(r);
   std::set<int64_t> tps;
+  bool both = false;
   for (size_t i = 0; i < all.size(); ++i) {
     const spec::Plan p = all.plan(i);
     tps.insert(p.tp);
     if (p.tp > 1) {
-      EXPECT_FALSE(p.spatial.any()) << p.name();
+      both = both || p.spatial.any();
       EXPECT_FALSE(p.sequence_parallel) << p.name();
       EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
     }
   }
   EXPECT_EQ(tps, (std::set<int64_t>{1, 2, 4, 8}));
+  EXPECT_TRUE(both);
+  {
+    SearchRequest combined = r;
+    combined.constraints = {parse_constraint("tp=2"), parse_constraint("spatial=4")};
+    SearchOptions o;
+    o.top_k = 1;
+    const SearchResult s = search(combined, o);
+    ASSERT_FALSE(s.ranked.empty());
+    const spec::Plan& best = s.ranked.front().plan;
+    EXPECT_EQ(best.tp, 2);
+    EXPECT_EQ(best.spatial.ranks(), 4);
+    const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+    EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+                0.05 * simulated);
+  }
   SearchRequest pinned = r;
   pinned.constraints = {parse_constraint("tp=8")};
   SearchOptions o;

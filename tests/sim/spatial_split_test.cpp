@@ -49,6 +49,49 @@ TEST(SpatialSplit, HalosAndStatisticsArePricedOnTheGrid) {
   }
 }
 
+TEST(SpatialSplit, WithAChannelSplitEachCollectiveRunsInItsOwnGroup) {
+  // The same CNN and grid with its 64 channels split over tp 2 as well: 8 ranks of one node,
+  // the spatial grid innermost (ranks 0-3 one grid, 0 and 4 a tp pair). Per step:
+  //   the convolution reads the whole image on every tp rank: its halo is the 3 channels' as
+  //   before, 2 x 3 x 33 x 4 = 792 B, over the grid;
+  //   batch norm sums this tp rank's 32 channels: 2 x 32 fp32 = 256 B, forward and backward, a
+  //   ring over the 4 grid ranks: 2 x (2 x 3/4 x 256) B;
+  //   the pool all-reduces its 2 x 32 partial sums (256 B) over the grid, forward only:
+  //   2 x 3/4 x 256 B;
+  //   the fc reads 32 of the 64 pooled features and all-reduces its 2 x 10 fp32 partial logits
+  //   (80 B) over the tp pair, forward only: 2 x 1/2 x 80 B.
+  // At 100 GB/s with compute free, all of it exposed: spatial (792 + 768 + 384) B, tp 80 B.
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 100, 0);
+  spec::Plan plan = test::make_plan(1, 2, 1, 2, 2);
+  plan.dtype = spec::Dtype::kFp32;
+  plan.spatial = {2, 2};
+  plan.collective_algorithms[spec::CollectiveKind::kAllReduce] = spec::CollectiveAlgorithm::kRing;
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(test::small_cnn(32, 64), cluster, plan, options);
+  EXPECT_NEAR(r.report.breakdown_s.spatial_comm_exposed, (792 + 768 + 384) / 100e9, 1e-12);
+  EXPECT_NEAR(r.report.breakdown_s.tp_comm_exposed, 80 / 100e9, 1e-12);
+  // Each op in its group: the grid's 4 ranks, or the tp pair.
+  const std::map<std::string, std::pair<int64_t, int64_t>> expected = {
+      {"layer0.conv.halo", {792, 4}},
+      {"layer0.conv.bn_allreduce", {256, 4}},
+      {"layer1.pool_allreduce", {256, 4}},
+      {"layer2.fc.all_reduce", {80, 2}}};
+  std::map<std::string, int> seen;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    auto it = expected.find(e.name);
+    if (it == expected.end()) continue;
+    ++seen[e.name];
+    EXPECT_EQ(e.bytes, it->second.first) << e.name;
+    EXPECT_EQ(e.group_size, it->second.second) << e.name;
+  }
+  // On each of the 8 ranks: one halo, two statistics all-reduces, one pool and one fc sum.
+  EXPECT_EQ(seen["layer0.conv.halo"], 8);
+  EXPECT_EQ(seen["layer0.conv.bn_allreduce"], 16);
+  EXPECT_EQ(seen["layer1.pool_allreduce"], 8);
+  EXPECT_EQ(seen["layer2.fc.all_reduce"], 8);
+}
+
 TEST(SpatialSplit, GradientsAreSummedOverEveryRankHoldingTheModel) {
   // dp 2 x a 2x1 grid: the four ranks each hold the whole model and a partial gradient, so the
   // gradient all-reduce spans all four, as it does for dp 4 without a split.

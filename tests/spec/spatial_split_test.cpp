@@ -162,7 +162,9 @@ TEST(SpatialSplit, SplitRanksAreInnermost) {
   EXPECT_EQ(c.pp, 1);
   EXPECT_EQ(c.spatial, 1);
   EXPECT_EQ(layout.spatial_group(7), (std::vector<int64_t>{6, 7}));
-  EXPECT_EQ(layout.layer_group(7), layout.spatial_group(7));
+  // The layer group is the tensor-parallel one (here rank 7 alone): halos and the sums of a
+  // spatial split run in the spatial group.
+  EXPECT_EQ(layout.layer_group(7), (std::vector<int64_t>{7}));
   EXPECT_EQ(layout.dp_group(7), (std::vector<int64_t>{5, 7}));
   // The ranks summing stage 1's gradients: both replicas, each with its two grid ranks.
   EXPECT_EQ(layout.replica_group(7), (std::vector<int64_t>{4, 5, 6, 7}));

@@ -42,9 +42,10 @@ struct MatmulShape {
 
 // The group a communication op runs in: the layer group (spec::RankLayout::layer_group), the
 // ranks splitting each sequence (RankLayout::cp_group, context parallelism), the ranks splitting
-// the routed experts (RankLayout::ep_group, expert parallelism), or one axis of a 3D tensor grid
-// (RankLayout::grid_group, spec/tensor_grid.hpp).
-enum class CommGroup : uint8_t { kLayer, kContext, kExpert, kGridX, kGridY, kGridZ };
+// the routed experts (RankLayout::ep_group, expert parallelism), one axis of a 3D tensor grid
+// (RankLayout::grid_group, spec/tensor_grid.hpp), or the ranks splitting a CNN's samples
+// spatially (RankLayout::spatial_group: halo exchanges and the all-reduces of partial sums).
+enum class CommGroup : uint8_t { kLayer, kContext, kExpert, kGridX, kGridY, kGridZ, kSpatial };
 
 struct Op {
   OpId id = OpId::kCount;  // the op's identity (op_id.hpp); kCount: none set
@@ -65,9 +66,8 @@ struct Op {
   bool fused_attention = false;  // one fused (flash) attention kernel: shape {b*heads, s, s, d}
   bool causal = false;           // fused attention under a causal mask
   double executed_flops() const { return kernel_flops > 0 ? kernel_flops : flops; }
-  // Communication ops only: collective within the layer's group (spec::RankLayout::layer_group:
-  // the tensor-parallel group, or the ranks splitting a CNN's samples spatially; a halo exchange
-  // with the grid neighbours is a kSendRecv there).
+  // Communication ops only: collective within `group` (a halo exchange with the spatial grid's
+  // neighbours is a kSendRecv in the spatial group).
   spec::CollectiveKind collective = spec::CollectiveKind::kAllReduce;
   CommGroup group = CommGroup::kLayer;
   // A ring attention step's transfer (context parallelism): it runs beside the compute op after

@@ -93,14 +93,15 @@ struct BackwardProducts {
 };
 BackwardProducts split_backward_gemm(const models::Op& backward);
 
-// The groups a layer's collectives run in: the layer group (tensor-parallel, or a CNN's spatial
-// grid), the context-parallel group, the expert-parallel group and the lines of a 3D tensor grid
-// (models::CommGroup).
+// The groups a layer's collectives run in: the layer group (tensor-parallel), the
+// context-parallel group, the expert-parallel group, the lines of a 3D tensor grid and a CNN's
+// spatial grid (models::CommGroup).
 struct LayerGroups {
   GroupShape tp;
   GroupShape cp;
   GroupShape ep;
   GroupShape grid_x, grid_y, grid_z;
+  GroupShape spatial;
   const GroupShape& of(models::CommGroup group) const {
     switch (group) {
       case models::CommGroup::kLayer:
@@ -115,6 +116,8 @@ struct LayerGroups {
         return grid_y;
       case models::CommGroup::kGridZ:
         return grid_z;
+      case models::CommGroup::kSpatial:
+        return spatial;
     }
     return tp;
   }

@@ -24,14 +24,14 @@ enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv, kLocal };
 // parallelism's attention transfers. kEp: expert parallelism's token dispatch and combine.
 enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial, kCp, kEp };
 
-// kTp: the layer group (spec::RankLayout::layer_group: tensor-parallel ranks, or the ranks
-// splitting a CNN's samples spatially). kDp: the ranks holding the same parameters
+// kTp: the layer group (spec::RankLayout::layer_group: the tensor-parallel ranks). kDp: the ranks holding the same parameters
 // (RankLayout::replica_group: data-parallel replicas, with their spatial ranks). The embedding
 // group: the first and the last pipeline stage of a (tp, dp) position, which hold the tied
 // embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group). kEp: the ranks
 // splitting the routed experts (RankLayout::ep_group); kExpertDp: the ranks holding the same
 // experts, which sum their gradients (RankLayout::expert_replica_group). kGridX, kGridY, kGridZ:
 // the lines of a 3D tensor grid (RankLayout::grid_group); its x*y slice is the layer group.
+// kSpatial: the ranks splitting a CNN's samples spatially (RankLayout::spatial_group).
 enum class GroupSlot : uint8_t {
   kTp,
   kDp,
@@ -41,9 +41,10 @@ enum class GroupSlot : uint8_t {
   kExpertDp,
   kGridX,
   kGridY,
-  kGridZ
+  kGridZ,
+  kSpatial
 };
-inline constexpr size_t kGroupSlots = 9;
+inline constexpr size_t kGroupSlots = 10;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

@@ -11,8 +11,11 @@
 // pooling and the residual add work channel by channel, locally. The image is whole on every
 // rank: the first convolution computes its filter block without a gather. The first fc reads the
 // split maps flattened (channel-major, so each rank holds a block of its rows) and all-reduces
-// its partial outputs; the classifier after it runs whole on every rank. The one home of these
-// rules: the plan check, the lowering and the executor ask them.
+// its partial outputs; the classifier after it runs whole on every rank. With a spatial split
+// beside it each tp rank holds its channels of its spatial rank's block of every map: the channel
+// collectives move blocks, and the halos, batch-norm sums and pooled sums (over the spatial
+// ranks) carry the rank's channels. The one home of these rules: the plan check, the lowering and
+// the executor ask them.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +49,5 @@ ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank);
 // must start with a convolution (the image is whole, its gradient unneeded) and tp must divide the
 // channels of every convolution's output (and so of every split input).
 std::string channel_split_problem(const CnnSpec& cnn, int64_t tp);
-// "" unless both a channel split (tp > 1) and a spatial split are asked for: their combination
-// (halos of channel blocks, statistics over both) is not modelled.
-std::string channel_with_spatial_problem(int64_t tp, const SpatialSplit& spatial);
 
 }  // namespace sextant::spec

@@ -56,11 +56,10 @@ class RankLayout {
   std::vector<int64_t> spatial_group(int64_t rank) const;
   // The ranks splitting the rank's sequences (context parallelism), in cp order: the ring.
   std::vector<int64_t> cp_group(int64_t rank) const;
-  // The group a layer's own collectives run in: the spatial group when the plan splits samples
-  // spatially (halos, batch-norm statistics), else the tensor-parallel group (the two never
-  // combine: spec::channel_with_spatial_problem refuses a CNN split both ways); on a tensor grid
-  // the x * y ranks of the rank's z slice, which hold the same sequences (the vocabulary-parallel
-  // embedding and output layer run there).
+  // The group a layer's own collectives run in: the tensor-parallel group (a CNN's channel
+  // split; its spatial split's halos and sums run in spatial_group); on a tensor grid the x * y
+  // ranks of the rank's z slice, which hold the same sequences (the vocabulary-parallel embedding
+  // and output layer run there).
   std::vector<int64_t> layer_group(int64_t rank) const;
   // The ranks holding the same parameters, whose gradients are summed (Plan::replicas): the
   // data-parallel group, each member with its spatial or context-parallel ranks, in (dp, cp,
