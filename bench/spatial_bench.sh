@@ -53,6 +53,19 @@ for model in resnet50 wrn50-2; do
   done
 done
 
+echo
+echo "Channel and spatial splits together: 16 replicas of 32 images, mini-batch 512, fp32, each"
+echo "replica over 4 GPUs split by channel (tp4), by rows and columns (2x2) or both (tp2 x 2x1)"
+for model in resnet50 wrn50-2; do
+  for layout in "1x1 4" "2x2 1" "2x1 2"; do
+    split=${layout% *}
+    tp=${layout#* }
+    printf '%-9s %s tp%-2s 64 GPUs %s\n' "$model" "$split" "$tp" \
+      "$(step_ms --model "$model" --cluster lassen-v100 --dtype fp32 --dp 16 --tp "$tp" \
+        --micro-batch 32 --global-batch 512 --spatial "$split")"
+  done
+done
+
 echo "Images too large for one GPU: ResNet-50 on 4096x4096 images (a 334x larger map than 224x224),"
 echo "one image per replica, fp16, the 4 GPUs of a lassen-v100 node"
 python3 - "$tmp/resnet50-4k.json" "$(dirname "$0")/../models/zoo/resnet50.json" <<'PY'
@@ -62,7 +75,7 @@ m["name"] = "resnet50-4096px"
 m["cnn"]["input"]["height"] = m["cnn"]["input"]["width"] = 4096
 json.dump(m, open(sys.argv[1], "w"))
 PY
-for layout in "1x1 1" "2x1 1" "2x2 1" "1x1 4"; do
+for layout in "1x1 1" "2x1 1" "2x2 1" "1x1 4" "2x1 2"; do
   split=${layout% *}
   tp=${layout#* }
   dp=$((4 / (${split%x*} * ${split#*x} * tp)))
