@@ -35,6 +35,10 @@ std::string kind_summary(const spec::ModelSpec& m) {
     case spec::ModelKind::kMlp:
       return fmt::format("MLP, widths [{}]", fmt::join(m.mlp().widths, ", "));
     case spec::ModelKind::kCnn:
+      if (m.cnn().volumes())
+        return fmt::format("CNN, {} layer entries, input {}x{}x{}x{} volumes",
+                           m.cnn().layers.size(), m.cnn().in_channels, m.cnn().depth,
+                           m.cnn().height, m.cnn().width);
       return fmt::format("CNN, {} layer entries, input {}x{}x{}", m.cnn().layers.size(),
                          m.cnn().in_channels, m.cnn().height, m.cnn().width);
   }

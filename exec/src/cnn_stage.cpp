@@ -141,6 +141,10 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           f = u.convs[2].out;
           break;
         }
+        case CnnLayerKind::kUpConv:
+        case CnnLayerKind::kConcat:
+          // Refused before the stage is made (cnn_stage_problem).
+          throw std::logic_error("the CNN stage runs no up_conv or concat layer");
       }
       f.whole = whole;
       u.out = f;
@@ -569,6 +573,9 @@ class CnnStage : public StageModel {
     const int64_t m = mb.index;
     const bool split = u.split_in;
     switch (u.kind) {
+      case CnnLayerKind::kUpConv:
+      case CnnLayerKind::kConcat:
+        throw std::logic_error("the CNN stage runs no up_conv or concat layer");
       case CnnLayerKind::kConv:
         cache.convs.resize(1);
         return forward_conv(u.convs[0], x, split, u.layer, m, cache.convs[0]);
@@ -665,6 +672,9 @@ class CnnStage : public StageModel {
     const bool split = u.split_in;
     const bool input_gradient = u.layer > 0;  // the image needs none
     switch (u.kind) {
+      case CnnLayerKind::kUpConv:
+      case CnnLayerKind::kConcat:
+        throw std::logic_error("the CNN stage runs no up_conv or concat layer");
       case CnnLayerKind::kConv:
         return backward_conv(u.convs[0], dout, split, input_gradient, u, m, cache.convs[0]);
       case CnnLayerKind::kMaxPool:
@@ -756,6 +766,25 @@ class CnnStage : public StageModel {
 
 std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options) {
+  // Volumes and U-Net's skip connections are simulated and planned; the CPU kernels here are 2D
+  // and the stage runs a chain of units.
+  const spec::CnnSpec& cnn = model.cnn();
+  Diagnostics diag("model " + model.name);
+  if (cnn.volumes())
+    diag.add("/cnn/input/depth", std::to_string(cnn.depth),
+             "the executor's CNN kernels are 2D: volumes (3D convolutions) are simulated and "
+             "planned only");
+  for (size_t i = 0; i < cnn.layers.size(); ++i) {
+    const spec::CnnLayer& l = cnn.layers[i];
+    if (l.kind == CnnLayerKind::kUpConv || l.kind == CnnLayerKind::kConcat || l.skip)
+      diag.add(fmt::format("/cnn/layers/{}", i),
+               l.skip
+                   ? "\"skip\": true"
+                   : fmt::format("\"{}\"", spec::enum_name(spec::cnn_layer_kind_names(), l.kind)),
+               "the executor runs CNNs without skip connections (U-Net's up_conv, concat and "
+               "kept maps are simulated and planned only)");
+  }
+  diag.throw_if_any();
   return std::make_unique<CnnStage>(model, ctx, options);
 }
 

@@ -19,10 +19,10 @@ namespace sextant::models {
 
 namespace {
 
-// A feature map: channels and the whole map's rows and columns (a rank of a spatial split holds
-// a block of it).
+// A feature map: channels and the whole map's slices (1 for images), rows and columns (a rank of
+// a spatial split holds a block of its rows and columns).
 struct Feature {
-  int64_t c, h, w;
+  int64_t c, d, h, w;
 };
 
 // How a CNN layer's maps are split: the plan's grid for the layers before the adaptive pool that
@@ -33,6 +33,9 @@ struct MapSplit {
   int64_t block(int64_t h, int64_t w) const {
     return spec::shard_extent(h, grid.h) * spec::shard_extent(w, grid.w);
   }
+  // Elements per sample and channel of the rank's block of `f` (every slice: volumes are split
+  // by rows and columns only, spec::spatial_split_problem).
+  int64_t block(const Feature& f) const { return f.d * block(f.h, f.w); }
 };
 
 // What lowering a CNN carries from op to op: how its channels are split over the plan's tp ranks
@@ -78,12 +81,15 @@ int64_t add_halo(Layer& layer, const std::string& name, int64_t channels,
 }
 
 // Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
+// A convolution's window: k x k over images, k x k x k over volumes (`volumes`).
 Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
                  int64_t stride, int64_t pad, bool bias, bool bn, bool relu, int64_t B, int64_t e,
-                 const MapSplit& split, CnnState& cs, bool reads_layer_input) {
-  Feature o{out_c, spec::window_output(in.h, k, stride, pad),
-            spec::window_output(in.w, k, stride, pad)};
-  const int64_t in_block = split.block(in.h, in.w), out_pixels = split.block(o.h, o.w);
+                 const MapSplit& split, CnnState& cs, bool reads_layer_input, bool volumes) {
+  Feature o{out_c, volumes ? spec::window_output(in.d, k, stride, pad) : 1,
+            spec::window_output(in.h, k, stride, pad), spec::window_output(in.w, k, stride, pad)};
+  // The window's elements per channel: k^2, or k^3 over volumes.
+  const int64_t window = k * k * (volumes ? k : 1);
+  const int64_t in_block = split.block(in), out_pixels = split.block(o);
   const spec::ChannelAlgorithm algorithm =
       cs.tp > 1 ? spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w)
                 : spec::ChannelAlgorithm::kWholeInput;
@@ -126,19 +132,19 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   const int64_t in_pixels =
       in_block + add_halo(layer, name, window_c, {in.h, in.w, o.h, o.w, k, stride, pad}, split,
                           reads_layer_input, cs, B, e);
-  Op conv = gemm(OpName(name, OpId::kUnitProduct), B * out_pixels, n, cin * k * k, e,
+  Op conv = gemm(OpName(name, OpId::kUnitProduct), B * out_pixels, n, cin * window, e,
                  TpSplit::kReplicated);
   conv.op_class = OpClass::kConv;
-  conv.bytes = (B * read_c * in_pixels + n * cin * k * k + B * write_c * out_pixels) * e;
+  conv.bytes = (B * read_c * in_pixels + n * cin * window + B * write_c * out_pixels) * e;
   layer.forward.push_back(conv);
   if (after) layer.forward.push_back(*after);
   cs.whole = cs.tp == 1;
   o.c = out_c;
   const int64_t held_c = cs.held(out_c);
-  layer.params += n * cin * k * k + (bias ? held_c : 0);
+  layer.params += n * cin * window + (bias ? held_c : 0);
   // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn_stage.cpp).
-  layer.matrices.push_back({n, cin * k * k});
-  layer.params_total += out_c * in.c * k * k + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
+  layer.matrices.push_back({n, cin * window});
+  layer.params_total += out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
   int64_t out_bytes = B * held_c * out_pixels * e;
   layer.saved_bytes += B * saved_c * in_pixels * e;
   if (bn) {
@@ -150,13 +156,15 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
       layer.forward.push_back(spatial_op(OpName(name, OpId::kUnitBatchNormAllReduce),
                                          CollectiveKind::kAllReduce, 2 * held_c * 4));
     layer.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
-                                      2 * out_bytes, TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+                                      2 * out_bytes, TpSplit::kReplicated,
+                                      {B, held_c, o.d * o.h, o.w}));
     layer.params += 2 * held_c;
     layer.saved_bytes += out_bytes;
   }
   if (relu) {
     layer.forward.push_back(memory_op(OpName(name, OpId::kUnitRelu), OpClass::kElementwise,
-                                      2 * out_bytes, TpSplit::kReplicated, {B, held_c, o.h, o.w}));
+                                      2 * out_bytes, TpSplit::kReplicated,
+                                      {B, held_c, o.d * o.h, o.w}));
     layer.saved_bytes += out_bytes;
   }
   return o;
@@ -195,9 +203,13 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   out.tokens_per_micro_batch = B;
   out.samples_per_micro_batch = B;
   out.tp_splits_activations = o.tp > 1;
-  Feature f{m.in_channels, m.height, m.width};
+  Feature f{m.in_channels, m.input_depth(), m.height, m.width};
   CnnState cs;
   cs.tp = o.tp;
+  const bool volumes = m.volumes();
+  // The maps `skip` layers keep until their concat (U-Net's skip connections): stored until then,
+  // and sent on with the activations when a pipeline stage ends between the two.
+  std::vector<Feature> kept;
   int64_t flat = 0;
   int index = 0;
   for (size_t li = 0; li < m.layers.size(); ++li) {
@@ -211,39 +223,76 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       Layer layer;
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
-      const int64_t input_bytes = B * cs.held(f.c) * split.block(f.h, f.w) * e;
+      const int64_t input_bytes = B * cs.held(f.c) * split.block(f) * e;
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
-                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs, true);
+                       l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs, true, volumes);
           break;
+        case spec::CnnLayerKind::kUpConv: {
+          // A transposed convolution (stride = kernel in U-Net: every input voxel spreads into
+          // its own k^3 output block): each input element meets Cout x Cin x k^3 weights, so
+          // M = B x input voxels, N = Cout x k^3, K = Cin; backward twice that.
+          const int64_t window = l.kernel * l.kernel * (volumes ? l.kernel : 1);
+          Feature up{l.out_channels, volumes ? spec::up_window_output(f.d, l.kernel, l.stride) : 1,
+                     spec::up_window_output(f.h, l.kernel, l.stride),
+                     spec::up_window_output(f.w, l.kernel, l.stride)};
+          Op conv = gemm(OpName(layer.name + ".up_conv", OpId::kUnitProduct), B * split.block(f),
+                         l.out_channels * window, f.c, e, TpSplit::kReplicated);
+          conv.op_class = OpClass::kConv;
+          conv.bytes = (B * f.c * split.block(f) + f.c * l.out_channels * window +
+                        B * up.c * split.block(up)) *
+                       e;
+          layer.forward.push_back(conv);
+          const int64_t params = f.c * l.out_channels * window + (l.bias ? l.out_channels : 0);
+          layer.params += params;
+          layer.params_total += params;
+          layer.matrices.push_back({f.c, l.out_channels * window});
+          layer.saved_bytes += B * f.c * split.block(f) * e;
+          f = up;
+          break;
+        }
+        case spec::CnnLayerKind::kConcat: {
+          // The kept map, cropped at its centre to this map's extents, and this one copied into
+          // one tensor of both channel sets (torch.cat after a centre crop); backward splits the
+          // gradient the other way, the kept map's part added to its own.
+          const Feature k = kept.back();
+          kept.pop_back();
+          Feature joined{f.c + k.c, f.d, f.h, f.w};
+          const int64_t moved = B * joined.c * split.block(joined) * e;
+          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitConcat),
+                                            OpClass::kElementwise, 2 * moved, TpSplit::kReplicated,
+                                            {B, joined.c, joined.d * joined.h, joined.w}));
+          f = joined;
+          break;
+        }
         case spec::CnnLayerKind::kMaxPool:
         case spec::CnnLayerKind::kAvgPool: {
-          Feature o2{f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
+          Feature o2{f.c, volumes ? spec::window_output(f.d, l.kernel, l.stride, l.padding) : 1,
+                     spec::window_output(f.h, l.kernel, l.stride, l.padding),
                      spec::window_output(f.w, l.kernel, l.stride, l.padding)};
           const int64_t c = cs.held(f.c);
           add_halo(layer, layer.name + ".pool", c,
                    {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
-          layer.forward.push_back(
-              memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
-                        B * c * (split.block(f.h, f.w) + split.block(o2.h, o2.w)) * e,
-                        TpSplit::kReplicated, {B, c, o2.h, o2.w}));
-          layer.saved_bytes += B * c * split.block(f.h, f.w) * e;
+          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
+                                            B * c * (split.block(f) + split.block(o2)) * e,
+                                            TpSplit::kReplicated, {B, c, o2.d * o2.h, o2.w}));
+          layer.saved_bytes += B * c * split.block(f) * e;
           f = o2;
           break;
         }
         case spec::CnnLayerKind::kAdaptiveAvgPool: {
-          Feature o2{f.c, l.output, l.output};
+          Feature o2{f.c, volumes ? l.output : 1, l.output, l.output};
           const int64_t c = cs.held(f.c);
           layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
-                                            B * c * (split.block(f.h, f.w) + o2.h * o2.w) * e,
-                                            TpSplit::kReplicated, {B, c, o2.h, o2.w}));
+                                            B * c * (split.block(f) + o2.d * o2.h * o2.w) * e,
+                                            TpSplit::kReplicated, {B, c, o2.d * o2.h, o2.w}));
           // Each rank sums its block's share of every window; the all-reduce of those partial
           // sums is the whole map's pooled output on every rank. Forward only: the pooled
           // gradient is whole on every rank and each takes its block's share.
           if (split.grid.any()) {
             const Op sums = spatial_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
-                                       CollectiveKind::kAllReduce, B * c * o2.h * o2.w * e);
+                                       CollectiveKind::kAllReduce, B * c * o2.d * o2.h * o2.w * e);
             cs.backward[sums.name] = std::nullopt;
             layer.forward.push_back(sums);
           }
@@ -253,7 +302,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         case spec::CnnLayerKind::kFc: {
           // Behind a channel split each rank holds a block of the flattened rows: a partial
           // product, all-reduced (forward only: the output gradient is whole on every rank).
-          int64_t in = flat > 0 ? flat : cs.held(f.c) * f.h * f.w;
+          int64_t in = flat > 0 ? flat : cs.held(f.c) * f.d * f.h * f.w;
           Op fc = gemm(OpName(layer.name, OpId::kUnitFc), B, l.out_features, in, e,
                        TpSplit::kReplicated);
           layer.forward.push_back(fc);
@@ -266,8 +315,8 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           }
           layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
           layer.matrices.push_back({in, l.out_features});
-          layer.params_total +=
-              (flat > 0 ? flat : f.c * f.h * f.w) * l.out_features + (l.bias ? l.out_features : 0);
+          layer.params_total += (flat > 0 ? flat : f.c * f.d * f.h * f.w) * l.out_features +
+                                (l.bias ? l.out_features : 0);
           layer.saved_bytes += B * in * e;
           if (l.relu) {
             layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitRelu),
@@ -276,7 +325,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
             layer.saved_bytes += B * l.out_features * e;
           }
           flat = l.out_features;
-          f = {l.out_features, 1, 1};
+          f = {l.out_features, 1, 1, 1};
           break;
         }
         case spec::CnnLayerKind::kBottleneck: {
@@ -286,19 +335,19 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           Feature in = f;
           const bool in_whole = cs.whole;
           Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
-                               true, true, B, e, split, cs, true);
+                               true, true, B, e, split, cs, true, false);
           Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
-                                false, true, true, B, e, split, cs, false);
+                                false, true, true, B, e, split, cs, false, false);
           Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
-                               true, false, B, e, split, cs, false);
+                               true, false, B, e, split, cs, false, false);
           if (stride != 1 || in.c != l.out_channels) {
             const bool out_whole = cs.whole;
             cs.whole = in_whole;  // the shortcut reads the block's input
             add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
-                     true, false, B, e, split, cs, true);
+                     true, false, B, e, split, cs, true, false);
             cs.whole = out_whole;
           }
-          int64_t out_bytes = B * cs.held(c.c) * split.block(c.h, c.w) * e;
+          int64_t out_bytes = B * cs.held(c.c) * split.block(c) * e;
           layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitResidual),
                                             OpClass::kElementwise, 3 * out_bytes,
                                             TpSplit::kReplicated, {B, cs.held(c.c), c.h, c.w}));
@@ -308,13 +357,19 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         }
       }
       if (li + 1 == m.layers.size()) {
-        layer.forward.push_back(memory_op(OpId::kLoss, OpClass::kLoss, B * f.c * (e + 4),
-                                          TpSplit::kReplicated, {B, f.c}));
+        // The classifier's logits, or a segmentation head's: one set per pixel (voxel).
+        const int64_t logits = B * f.c * f.d * f.h * f.w;
+        layer.forward.push_back(memory_op(OpId::kLoss, OpClass::kLoss, logits * (e + 4),
+                                          TpSplit::kReplicated, {B, f.c, f.d * f.h * f.w}));
       }
       add_cnn_backward(layer, !out.layers.empty(), cs);
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
-      layer.output_bytes = B * cs.held(f.c) * out_split.block(f.h, f.w) * e;
+      // What a pipeline stage ending here hands on: the output and the maps earlier layers kept
+      // for a concat after it (a map kept here is the output itself, sent once).
+      layer.output_bytes = B * cs.held(f.c) * out_split.block(f) * e;
+      for (const Feature& k : kept) layer.output_bytes += B * cs.held(k.c) * out_split.block(k) * e;
+      if (l.skip) kept.push_back(f);
       out.layers.push_back(std::move(layer));
     }
   }

@@ -423,8 +423,11 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         if (split_ranks == 1)
           for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
         if (tp_layouts.empty()) {
+          const bool cnn = m.kind() == spec::ModelKind::kCnn;
           reject(transformer ? "tp does not divide the heads or the MLP"
-                             : "tp does not divide the channels",
+                 : cnn && (m.cnn().volumes() || m.cnn().has_skips())
+                     ? "tp on volumes or skip connections"
+                     : "tp does not divide the channels",
                  kLayouts);
           continue;
         }

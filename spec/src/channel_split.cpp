@@ -19,6 +19,9 @@ ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank) {
 
 std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
   if (tp <= 1) return "";
+  if (cnn.volumes() || cnn.has_skips())
+    return "splits the channels of 2D CNNs without skip connections: volumes and U-Net's kept "
+           "maps are not modelled under a channel split yet";
   if (cnn.layers.empty() || cnn.layers.front().kind != CnnLayerKind::kConv)
     return "needs a CNN that starts with a conv layer to split its channels (the image is whole "
            "on every rank)";

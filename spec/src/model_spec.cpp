@@ -26,13 +26,15 @@ constexpr std::array<std::pair<std::string_view, PositionEmbedding>, 3> kPositio
      {"none", PositionEmbedding::kNone}}};
 constexpr std::array<std::pair<std::string_view, ModelKind>, 3> kKinds{
     {{"transformer", ModelKind::kTransformer}, {"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}}};
-constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 6> kCnnLayers{
+constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 8> kCnnLayers{
     {{"conv", CnnLayerKind::kConv},
      {"max_pool", CnnLayerKind::kMaxPool},
      {"avg_pool", CnnLayerKind::kAvgPool},
      {"adaptive_avg_pool", CnnLayerKind::kAdaptiveAvgPool},
      {"fc", CnnLayerKind::kFc},
-     {"bottleneck", CnnLayerKind::kBottleneck}}};
+     {"bottleneck", CnnLayerKind::kBottleneck},
+     {"up_conv", CnnLayerKind::kUpConv},
+     {"concat", CnnLayerKind::kConcat}}};
 }  // namespace
 
 EnumNames<Architecture> architecture_names() {
@@ -158,12 +160,22 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
       l.bias = r.boolean("bias").value_or(false);
       l.batch_norm = r.boolean("batch_norm", Presence::kOptional).value_or(false);
       l.relu = r.boolean("relu", Presence::kOptional).value_or(false);
+      l.skip = r.boolean("skip", Presence::kOptional).value_or(false);
       break;
     case CnnLayerKind::kMaxPool:
     case CnnLayerKind::kAvgPool:
       l.kernel = r.integer("kernel", kPositive).value_or(1);
       l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(l.kernel);
       l.padding = r.integer("padding", Range::non_negative(), Presence::kOptional).value_or(0);
+      l.skip = r.boolean("skip", Presence::kOptional).value_or(false);
+      break;
+    case CnnLayerKind::kUpConv:
+      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
+      l.kernel = r.integer("kernel", kPositive).value_or(1);
+      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(l.kernel);
+      l.bias = r.boolean("bias").value_or(false);
+      break;
+    case CnnLayerKind::kConcat:
       break;
     case CnnLayerKind::kAdaptiveAvgPool:
       l.output = r.integer("output", kPositive).value_or(1);
@@ -188,6 +200,7 @@ CnnSpec decode_cnn(ObjectReader& r) {
   CnnSpec c;
   if (auto in = r.object("input")) {
     c.in_channels = in->integer("channels", kPositive).value_or(1);
+    c.depth = in->integer("depth", kPositive, Presence::kOptional).value_or(0);
     c.height = in->integer("height", kPositive).value_or(1);
     c.width = in->integer("width", kPositive).value_or(1);
     in->finish();
@@ -202,54 +215,105 @@ CnnSpec decode_cnn(ObjectReader& r) {
   }
   r.finish();
   if (!r.diagnostics().ok()) return c;
-  // Shapes must stay positive, and once flattened by fc only fc may follow.
-  int64_t channels = c.in_channels;
-  int64_t height = c.height;
-  int64_t width = c.width;
+  // Shapes must stay positive, once flattened by fc only fc may follow, and each concat needs a
+  // kept map at least as large as the current one.
+  struct Map {
+    int64_t c, d, h, w;
+  };
+  Map m{c.in_channels, c.input_depth(), c.height, c.width};
+  std::vector<Map> kept;
   bool flat = false;
+  const std::string layers_at = pointer_join(r.pointer(), "layers");
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const CnnLayer& l = c.layers[i];
-    std::string at = pointer_join(pointer_join(r.pointer(), "layers"), i);
+    std::string at = pointer_join(layers_at, i);
     if (flat && l.kind != CnnLayerKind::kFc) {
       r.diagnostics().add(at, "", "only fc layers may follow an fc layer");
       return c;
     }
+    auto window = [&](int64_t extent, int64_t kernel) {
+      return window_output(extent, kernel, l.stride, l.padding);
+    };
     switch (l.kind) {
       case CnnLayerKind::kConv:
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool:
-        height = window_output(height, l.kernel, l.stride, l.padding);
-        width = window_output(width, l.kernel, l.stride, l.padding);
-        if (l.kind == CnnLayerKind::kConv) channels = l.out_channels;
+        if (c.volumes()) m.d = window(m.d, l.kernel);
+        m.h = window(m.h, l.kernel);
+        m.w = window(m.w, l.kernel);
+        if (l.kind == CnnLayerKind::kConv) m.c = l.out_channels;
         break;
+      case CnnLayerKind::kUpConv:
+        if (c.volumes()) m.d = up_window_output(m.d, l.kernel, l.stride);
+        m.h = up_window_output(m.h, l.kernel, l.stride);
+        m.w = up_window_output(m.w, l.kernel, l.stride);
+        m.c = l.out_channels;
+        break;
+      case CnnLayerKind::kConcat: {
+        if (kept.empty()) {
+          r.diagnostics().add(at, "\"concat\"",
+                              "needs an earlier layer with \"skip\": true whose map it joins");
+          return c;
+        }
+        const Map k = kept.back();
+        kept.pop_back();
+        if (k.d < m.d || k.h < m.h || k.w < m.w) {
+          r.diagnostics().add(at, "\"concat\"",
+                              fmt::format("the kept map ({}x{}x{}) is smaller than the current one "
+                                          "({}x{}x{}): it is cropped, never padded",
+                                          k.d, k.h, k.w, m.d, m.h, m.w));
+          return c;
+        }
+        m.c += k.c;
+        break;
+      }
       case CnnLayerKind::kAdaptiveAvgPool:
-        height = width = l.output;
+        m.h = m.w = l.output;
+        if (c.volumes()) m.d = l.output;
         break;
       case CnnLayerKind::kBottleneck:
-        height = bottleneck_output(height, l.stride);
-        width = bottleneck_output(width, l.stride);
-        channels = l.out_channels;
+        if (c.volumes()) {
+          r.diagnostics().add(at, "\"bottleneck\"",
+                              "bottleneck blocks are ResNet's 2D blocks: not for volumes (depth)");
+          return c;
+        }
+        m.h = bottleneck_output(m.h, l.stride);
+        m.w = bottleneck_output(m.w, l.stride);
+        m.c = l.out_channels;
         break;
       case CnnLayerKind::kFc:
         flat = true;
-        channels = l.out_features;
-        height = width = 1;
+        m = {l.out_features, 1, 1, 1};
         break;
     }
-    if (height <= 0 || width <= 0) {
+    if (m.d <= 0 || m.h <= 0 || m.w <= 0) {
       r.diagnostics().add(at, "",
-                          fmt::format("the feature map shrinks to {}x{}: kernel, stride or "
-                                      "padding too large for the input",
-                                      height, width));
+                          fmt::format("the feature map shrinks to {}: kernel, stride or padding "
+                                      "too large for the input",
+                                      c.volumes() ? fmt::format("{}x{}x{}", m.d, m.h, m.w)
+                                                  : fmt::format("{}x{}", m.h, m.w)));
       return c;
     }
+    if (l.skip) kept.push_back(m);
   }
-  if (!flat) r.problem("layers", "", "must end with an fc layer (the classifier)");
-  (void)channels;
+  if (!kept.empty())
+    r.problem(
+        "layers", "",
+        fmt::format("{} map(s) kept with \"skip\" but never joined by a concat", kept.size()));
+  if (!flat && c.layers.back().kind != CnnLayerKind::kConv)
+    r.problem("layers", "",
+              "must end with an fc layer (the classifier) or a conv (a per-pixel classifier: "
+              "segmentation)");
   return c;
 }
 
 }  // namespace
+
+bool CnnSpec::has_skips() const {
+  for (const CnnLayer& l : layers)
+    if (l.skip) return true;
+  return false;
+}
 
 ModelSpec model_from_json(const Json& json, const std::string& source) {
   Diagnostics diag(source);
@@ -323,10 +387,20 @@ Json cnn_layer_json(const CnnLayer& l) {
                 {"bias", l.bias},
                 {"batch_norm", l.batch_norm},
                 {"relu", l.relu}});
+      if (l.skip) j["skip"] = true;
       break;
     case CnnLayerKind::kMaxPool:
     case CnnLayerKind::kAvgPool:
       j.update({{"kernel", l.kernel}, {"stride", l.stride}, {"padding", l.padding}});
+      if (l.skip) j["skip"] = true;
+      break;
+    case CnnLayerKind::kUpConv:
+      j.update({{"out_channels", l.out_channels},
+                {"kernel", l.kernel},
+                {"stride", l.stride},
+                {"bias", l.bias}});
+      break;
+    case CnnLayerKind::kConcat:
       break;
     case CnnLayerKind::kAdaptiveAvgPool:
       j["output"] = l.output;
@@ -363,11 +437,10 @@ Json to_json(const ModelSpec& m) {
     case ModelKind::kCnn: {
       Json layers = Json::array();
       for (const CnnLayer& l : m.cnn().layers) layers.push_back(cnn_layer_json(l));
-      j["cnn"] = {{"input",
-                   {{"channels", m.cnn().in_channels},
-                    {"height", m.cnn().height},
-                    {"width", m.cnn().width}}},
-                  {"layers", layers}};
+      Json input = {
+          {"channels", m.cnn().in_channels}, {"height", m.cnn().height}, {"width", m.cnn().width}};
+      if (m.cnn().volumes()) input["depth"] = m.cnn().depth;
+      j["cnn"] = {{"input", input}, {"layers", layers}};
       break;
     }
   }

@@ -77,6 +77,9 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
   if (model.kind() != ModelKind::kCnn)
     return "applies to CNNs only (a transformer splits its sequence with sequence_parallel)";
   const CnnSpec& cnn = model.cnn();
+  if (cnn.volumes())
+    return "splits the rows and columns of 2D maps: a spatial split of volumes (depth) is not "
+           "modelled yet";
   const size_t end = spatial_layer_end(cnn);
   if (end == cnn.layers.size() || cnn.layers[end].kind != CnnLayerKind::kAdaptiveAvgPool)
     return "needs an adaptive_avg_pool before the model's first fc layer: its window sums are "

@@ -140,6 +140,10 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
   "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
+# Volumes and U-Net's skip connections are simulated and planned; the executor's CNN kernels are
+# 2D chains (exec/src/cnn_stage.cpp).
+expect_error "/cnn/input/depth = 116: the executor's CNN kernels are 2D" "$sextant" run \
+  --model unet3d --np 1 --global-batch 1 --steps 1
 # Channel splits (tp for CNNs): tp divides every convolution's channels, not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
   --model resnet50 --cluster dgx-a100 --dp 1 --tp 3 --global-batch 2

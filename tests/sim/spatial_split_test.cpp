@@ -1,10 +1,11 @@
 // A spatially split CNN in the simulator: its halo exchanges and statistic all-reduces priced on
 // the grid's ranks (by hand), gradients summed over every rank holding the model, and what the
-// split buys.
+// split buys; and a U-Net cut by a pipeline, whose stage boundary carries the kept map.
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "sextant/models/lowering.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
@@ -90,6 +91,37 @@ TEST(SpatialSplit, WithAChannelSplitEachCollectiveRunsInItsOwnGroup) {
   EXPECT_EQ(seen["layer0.conv.bn_allreduce"], 16);
   EXPECT_EQ(seen["layer1.pool_allreduce"], 8);
   EXPECT_EQ(seen["layer2.fc.all_reduce"], 8);
+}
+
+// A U-Net cut into two pipeline stages between a kept map and its concat: the activation sent
+// forward carries the kept map too, and the gradient sent back carries its gradient. One sample
+// of 16x16 in fp32: the kept map is 4 x 16 x 16 x 4 = 4096 bytes, and whichever layer between
+// the keep and the concat ends stage 0, its own output rides with it (the lowering's
+// output_bytes, tests/models/unet_lowering_test.cpp derives them by hand).
+TEST(UnetPipeline, AStageBoundaryCarriesTheKeptMap) {
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 100, 0);
+  spec::Plan plan = test::make_plan(1, 1, 2, 1, 2);
+  plan.dtype = spec::Dtype::kFp32;
+  SimulationOptions options;
+  options.trace = true;
+  const spec::ModelSpec model = test::small_unet(16);
+  const SimulationResult r = simulate(model, cluster, plan, options);
+  models::LoweringOptions o;
+  o.micro_batch = 1;
+  o.dtype = spec::Dtype::kFp32;
+  const models::LoweredModel lowered = models::lower(model, o);
+  const size_t end = models::stage_layers(plan, lowered, 0).chunk_end[0] - 1;
+  ASSERT_GE(end, 1u);  // after the keep (layer 0) ...
+  ASSERT_LE(end, 3u);  // ... and before the concat (layer 4)
+  const int64_t kept = 4 * 16 * 16 * 4;
+  EXPECT_GT(lowered.layers[end].output_bytes, kept);
+  int sends = 0;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    if (e.name != "pp.send_activation" && e.name != "pp.send_gradient") continue;
+    ++sends;
+    EXPECT_EQ(e.bytes, lowered.layers[end].output_bytes) << e.name;
+  }
+  EXPECT_EQ(sends, 2 * 2);  // each of 2 micro-batches forward and back
 }
 
 TEST(SpatialSplit, GradientsAreSummedOverEveryRankHoldingTheModel) {

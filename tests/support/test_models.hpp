@@ -44,6 +44,40 @@ inline spec::ModelSpec small_cnn(int64_t size = 32, int64_t channels = 64) {
   return m;
 }
 
+// A small 2D U-Net: 1 channel of size x size; a 3x3 conv (padding 1) to 4 channels, kept; a 2x2
+// max pool; a 3x3 conv to 8; a 2x2 up-convolution back to 4 channels at full size; the concat
+// with the kept map (8 channels); a 1x1 head to 2 labels per pixel.
+inline spec::ModelSpec small_unet(int64_t size = 16) {
+  spec::ModelSpec m;
+  m.name = "small-unet";
+  spec::CnnSpec c;
+  c.in_channels = 1;
+  c.height = c.width = size;
+  auto conv = [](int64_t out, int64_t k, int64_t pad) {
+    spec::CnnLayer l;
+    l.kind = spec::CnnLayerKind::kConv;
+    l.out_channels = out;
+    l.kernel = k;
+    l.padding = pad;
+    l.relu = true;
+    return l;
+  };
+  spec::CnnLayer kept = conv(4, 3, 1);
+  kept.skip = true;
+  spec::CnnLayer pool;
+  pool.kind = spec::CnnLayerKind::kMaxPool;
+  pool.kernel = pool.stride = 2;
+  spec::CnnLayer up;
+  up.kind = spec::CnnLayerKind::kUpConv;
+  up.out_channels = 4;
+  up.kernel = up.stride = 2;
+  spec::CnnLayer concat;
+  concat.kind = spec::CnnLayerKind::kConcat;
+  c.layers = {kept, pool, conv(8, 3, 1), up, concat, conv(2, 1, 0)};
+  m.body = c;
+  return m;
+}
+
 // The stack simulator tests state unless they test a stack: Sextant's own (unfused attention,
 // one kernel per op, DDP buckets overlapped with backward), with gradients reduced in the compute
 // dtype so that the textbook byte counts (ZeRO's 2 + 2 + 12) hold.

@@ -154,7 +154,8 @@ namespace sextant::models {
   X(kUnitPoolAllReduce, "pool_allreduce")                                         \
   X(kUnitFc, "fc")                                                                \
   X(kUnitFcAllReduce, "fc.all_reduce")                                            \
-  X(kUnitResidual, "residual")
+  X(kUnitResidual, "residual")                                                    \
+  X(kUnitConcat, "concat")
 
 enum class OpId : uint8_t {
 #define SEXTANT_OP_ENUMERATOR(id, text) id,

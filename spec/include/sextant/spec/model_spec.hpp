@@ -78,12 +78,25 @@ struct MlpSpec {
   bool bias = true;
 };
 
-enum class CnnLayerKind { kConv, kMaxPool, kAvgPool, kAdaptiveAvgPool, kFc, kBottleneck };
+// up_conv: a transposed convolution (ConvTranspose2d/3d, no padding), out = (in - 1) stride +
+// kernel; concat: the map the last unconsumed `skip` layer kept, cropped at its centre to the
+// current map's extents, joined to it along the channels (U-Net's skip connections, Ronneberger
+// et al. 2015; Cicek et al. 2016).
+enum class CnnLayerKind {
+  kConv,
+  kMaxPool,
+  kAvgPool,
+  kAdaptiveAvgPool,
+  kFc,
+  kBottleneck,
+  kUpConv,
+  kConcat
+};
 EnumNames<CnnLayerKind> cnn_layer_kind_names();
 
 struct CnnLayer {
   CnnLayerKind kind = CnnLayerKind::kConv;
-  int64_t out_channels = 0;  // conv, bottleneck
+  int64_t out_channels = 0;  // conv, bottleneck, up_conv
   int64_t mid_channels = 0;  // bottleneck
   int64_t blocks = 1;        // bottleneck: repeated blocks, the first one may downsample
   int64_t kernel = 1;        // conv, pools
@@ -94,19 +107,33 @@ struct CnnLayer {
   bool bias = false;
   bool batch_norm = false;
   bool relu = false;
+  bool skip = false;  // conv, pools: its output is also kept for a later concat
 };
 
 struct CnnSpec {
   int64_t in_channels = 0;
+  int64_t depth = 0;  // 0: images (2D windows); >= 1: volumes, every window a cube (3D)
   int64_t height = 0;
   int64_t width = 0;
   std::vector<CnnLayer> layers;
+  bool volumes() const { return depth > 0; }
+  // Slices of the input along depth (1 for images).
+  int64_t input_depth() const { return volumes() ? depth : 1; }
+  // Whether a layer keeps a map for a concat (U-Net's skip connections).
+  bool has_skips() const;
+  // The extent a window of `kernel` spans along depth: the kernel for volumes, 1 for images.
+  int64_t depth_kernel(int64_t kernel) const { return volumes() ? kernel : 1; }
 };
 
 // Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input
 // rows (PyTorch's Conv2d / MaxPool2d output size, floor mode). The one home of that formula.
 inline int64_t window_output(int64_t extent, int64_t kernel, int64_t stride, int64_t padding) {
   return (extent + 2 * padding - kernel) / stride + 1;
+}
+// Rows a transposed convolution of `kernel` and `stride` (no padding) makes from `extent` rows
+// (PyTorch's ConvTranspose2d / ConvTranspose3d output size).
+inline int64_t up_window_output(int64_t extent, int64_t kernel, int64_t stride) {
+  return (extent - 1) * stride + kernel;
 }
 // A bottleneck block's output rows: its strided 3x3 convolution (padding 1).
 inline int64_t bottleneck_output(int64_t extent, int64_t stride) {
