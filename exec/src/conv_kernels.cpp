@@ -131,6 +131,100 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t
   }
 }
 
+void conv_transpose2d(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y) {
+  const int64_t k = w.dim(2);
+  // The window slides over y, the map the adjoint convolution would read, making x.
+  const Window g = window(y, x, k, stride, w.dim(0));
+  SEXTANT_CHECK(w.dim(1) == g.in.c && w.dim(3) == k,
+                "transposed convolution weight [{}, {}, {}, {}] does not match [{}, {}] channels",
+                w.dim(0), w.dim(1), w.dim(2), w.dim(3), g.out.c, g.in.c);
+  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
+  std::vector<float> col(static_cast<size_t>(rows * pixels));
+  ConstMap wm(w.data(), g.out.c, rows);
+  std::fill(y.data(), y.data() + y.numel(), 0.0f);
+  for (int64_t b = 0; b < g.in.b; ++b) {
+    ConstMap xb(x.data() + b * g.out.c * pixels, g.out.c, pixels);
+    Map cm(col.data(), rows, pixels);
+    cm.noalias() = wm.transpose() * xb;
+    float* yb = y.data() + b * g.in.c * g.in.h * g.in.w;
+    if (pointwise(g)) {
+      std::copy(col.begin(), col.end(), yb);
+    } else {
+      col2im_add(col.data(), g, yb);
+    }
+  }
+}
+
+void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                               Tensor* dx, Tensor& dw) {
+  const int64_t k = w.dim(2);
+  const Window g = window(dy, x, k, stride, w.dim(0));
+  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
+  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * pixels));
+  ConstMap wm(w.data(), g.out.c, rows);
+  Map dwm(dw.data(), g.out.c, rows);
+  for (int64_t b = 0; b < g.in.b; ++b) {
+    const float* dyb = dy.data() + b * g.in.c * g.in.h * g.in.w;
+    if (!pointwise(g)) im2col(dyb, g, col.data());
+    ConstMap cm(pointwise(g) ? dyb : col.data(), rows, pixels);
+    ConstMap xb(x.data() + b * g.out.c * pixels, g.out.c, pixels);
+    dwm.noalias() += xb * cm.transpose();
+    if (dx != nullptr) {
+      Map dxb(dx->data() + b * g.out.c * pixels, g.out.c, pixels);
+      dxb.noalias() = wm * cm;
+    }
+  }
+}
+
+namespace {
+
+// The kept map's centre crop to `to`'s rows and columns: its first row and column.
+std::pair<int64_t, int64_t> crop_origin(const Dims& kept, const Dims& to) {
+  SEXTANT_CHECK(kept.b == to.b && kept.h >= to.h && kept.w >= to.w,
+                "a kept map [{}, {}, {}, {}] cannot be cropped to {}x{}", kept.b, kept.c, kept.h,
+                kept.w, to.h, to.w);
+  return {spec::centre_crop_offset(kept.h, to.h), spec::centre_crop_offset(kept.w, to.w)};
+}
+
+}  // namespace
+
+void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) {
+  const Dims k = dims(kept), d = dims(x), o = dims(y);
+  SEXTANT_CHECK(o.b == d.b && o.c == k.c + d.c && o.h == d.h && o.w == d.w,
+                "a concat of {} kept and {} channels cannot make [{}, {}, {}, {}]", k.c, d.c, o.b,
+                o.c, o.h, o.w);
+  const auto [top, left] = crop_origin(k, d);
+  const int64_t plane = d.h * d.w;
+  for (int64_t b = 0; b < d.b; ++b) {
+    for (int64_t c = 0; c < k.c; ++c)
+      for (int64_t h = 0; h < d.h; ++h) {
+        const float* src = kept.data() + ((b * k.c + c) * k.h + top + h) * k.w + left;
+        std::copy(src, src + d.w, y.data() + ((b * o.c + c) * d.h + h) * d.w);
+      }
+    const float* xb = x.data() + b * d.c * plane;
+    std::copy(xb, xb + d.c * plane, y.data() + (b * o.c + k.c) * plane);
+  }
+}
+
+void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
+  const Dims k = dims(dkept), d = dims(dx), o = dims(dy);
+  SEXTANT_CHECK(o.b == d.b && o.c == k.c + d.c && o.h == d.h && o.w == d.w,
+                "a concat's gradient [{}, {}, {}, {}] does not split into {} kept and {} channels",
+                o.b, o.c, o.h, o.w, k.c, d.c);
+  const auto [top, left] = crop_origin(k, d);
+  const int64_t plane = d.h * d.w;
+  for (int64_t b = 0; b < d.b; ++b) {
+    for (int64_t c = 0; c < k.c; ++c)
+      for (int64_t h = 0; h < d.h; ++h) {
+        const float* src = dy.data() + ((b * o.c + c) * d.h + h) * d.w;
+        float* dst = dkept.data() + ((b * k.c + c) * k.h + top + h) * k.w + left;
+        for (int64_t w = 0; w < d.w; ++w) dst[w] += src[w];
+      }
+    const float* src = dy.data() + (b * o.c + k.c) * plane;
+    std::copy(src, src + d.c * plane, dx.data() + b * d.c * plane);
+  }
+}
+
 void add_channel_bias(Tensor& y, const Tensor& bias) {
   const Dims d = dims(y);
   const int64_t plane = d.h * d.w;

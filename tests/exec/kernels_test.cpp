@@ -374,6 +374,71 @@ TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
   }
 }
 
+TEST_F(Kernels, TransposedConvolutionByHandAsTheConvolutionsAdjointAndItsGradients) {
+  // By hand, a 2x2 kernel of ones over x = [[1, 2], [3, 4]]: stride 2 spreads each input over its
+  // own 2x2 block; stride 1 overlaps them, each output summing the inputs whose block covers it.
+  Tensor x = be->empty({1, 1, 2, 2}), ones = be->empty({1, 1, 2, 2});
+  for (int64_t i = 0; i < 4; ++i) x.data()[i] = static_cast<float>(i + 1);
+  be->fill(ones, 1.0f);
+  Tensor spread = be->empty({1, 1, 4, 4}), overlap = be->empty({1, 1, 3, 3});
+  conv::conv_transpose2d(x, ones, 2, spread);
+  EXPECT_EQ(std::vector<float>(spread.data(), spread.data() + 16),
+            (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  conv::conv_transpose2d(x, ones, 1, overlap);
+  EXPECT_EQ(std::vector<float>(overlap.data(), overlap.data() + 9),
+            (std::vector<float>{1, 3, 2, 4, 10, 6, 3, 7, 4}));
+  for (const std::pair<int64_t, int64_t>& window :
+       {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {1, 1}}) {
+    const int64_t k = window.first, stride = window.second;
+    // x [2 samples, 3 channels, 4x4] up to 2 channels: (4 - 1) stride + k rows.
+    const int64_t up = (4 - 1) * stride + k;
+    Tensor in = random({2, 3, 4, 4}), w = random({3, 2, k, k});
+    Tensor c = random({2, 2, up, up}), o = be->empty({2, 2, up, up});
+    // The adjoint of the convolution with w read as [3 filters, 2 channels]: for every z,
+    // <conv_transpose(x), z> = <x, conv(z)>.
+    conv::conv_transpose2d(in, w, stride, o);
+    Tensor back = be->empty(in.shape());
+    conv::conv2d(c, w, nullptr, stride, back);
+    EXPECT_NEAR(dot(o, c), dot(in, back), 1e-4 * std::fabs(dot(in, back)) + 1e-4) << k;
+    auto loss = [&] {
+      conv::conv_transpose2d(in, w, stride, o);
+      return dot(o, c);
+    };
+    Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape());
+    conv::conv_transpose2d_backward(in, w, c, stride, &dx, dw);
+    expect_gradient(in, dx, loss, "transposed conv dx");
+    expect_gradient(w, dw, loss, "transposed conv dw");
+  }
+}
+
+TEST_F(Kernels, CropConcatJoinsTheKeptMapsCentre) {
+  // A kept 4x4 map of 0..15 joined to a 2x2 map of 100..103: the crop starts at row and column
+  // floor((4 - 2) / 2) = 1, so channel 0 is [[5, 6], [9, 10]] and channel 1 the 2x2 map.
+  Tensor kept = be->empty({1, 1, 4, 4}), x = be->empty({1, 1, 2, 2}), y = be->empty({1, 2, 2, 2});
+  for (int64_t i = 0; i < 16; ++i) kept.data()[i] = static_cast<float>(i);
+  for (int64_t i = 0; i < 4; ++i) x.data()[i] = static_cast<float>(100 + i);
+  conv::crop_concat(kept, x, y);
+  EXPECT_EQ(std::vector<float>(y.data(), y.data() + 8),
+            (std::vector<float>{5, 6, 9, 10, 100, 101, 102, 103}));
+  // Backward: dy = 0..7; the kept map's gradient (1 everywhere from its other use) gets 0..3 added
+  // at the crop, x's gradient is 4..7.
+  Tensor dy = be->empty({1, 2, 2, 2}), dkept = be->empty({1, 1, 4, 4}),
+         dx = be->empty({1, 1, 2, 2});
+  for (int64_t i = 0; i < 8; ++i) dy.data()[i] = static_cast<float>(i);
+  be->fill(dkept, 1.0f);
+  conv::crop_concat_backward(dy, dkept, dx);
+  EXPECT_EQ(std::vector<float>(dkept.data(), dkept.data() + 16),
+            (std::vector<float>{1, 1, 1, 1, 1, 1, 2, 1, 1, 3, 4, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(std::vector<float>(dx.data(), dx.data() + 4), (std::vector<float>{4, 5, 6, 7}));
+  // An odd difference crops one more row after than before: 5 rows to 2 start at row 1.
+  Tensor odd = be->empty({1, 1, 5, 2}), to = be->empty({1, 1, 2, 2}),
+         joined = be->empty({1, 2, 2, 2});
+  for (int64_t i = 0; i < 10; ++i) odd.data()[i] = static_cast<float>(i);
+  be->fill(to, 0.0f);
+  conv::crop_concat(odd, to, joined);
+  EXPECT_EQ(std::vector<float>(joined.data(), joined.data() + 4), (std::vector<float>{2, 3, 4, 5}));
+}
+
 TEST_F(Kernels, ChannelBias) {
   // y[b, c, i] = y0[b, c, i] + bias[c]; db[c] = the sum of dy over its samples and pixels.
   Tensor y0 = random({2, 3, 2, 2}), bias = random({3}), c = random({2, 3, 2, 2});

@@ -27,6 +27,23 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride, Tensor* dx,
                      Tensor& dw, Tensor* db);
 
+// The transposed convolution (PyTorch's ConvTranspose2d, no padding; U-Net's up-convolution):
+// y[B, Co, (H - 1) s + k, (W - 1) s + k] gets x[b, ci, i, j] w[ci, co, a, c] added at
+// (i s + a, j s + c) over x[B, Ci, H, W] and w[Ci, Co, k, k]. It is the input gradient of a
+// convolution of y's shape into x's with that weight read as [Ci filters, Co channels, k, k], and
+// is computed so (col2im of W^T x).
+void conv_transpose2d(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y);
+// dx (when given) = the convolution of dy by w; dw += x (x) the windows of dy.
+void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                               Tensor* dx, Tensor& dw);
+
+// U-Net's skip connection: y[B, Ck + Cx, H, W] holds the kept map's centre crop
+// (spec::centre_crop_offset on each axis) in channels [0, Ck), then x. Backward adds the first
+// Ck channels of dy into dkept at the crop (the kept map's gradient from its other use is there
+// already) and writes the rest to dx.
+void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y);
+void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx);
+
 // y[b, c, ...] += bias[c], and its backward db[c] += sums of dy[., c, ...] (a convolution whose
 // bias is added after its partial sums are reduced).
 void add_channel_bias(Tensor& y, const Tensor& bias);

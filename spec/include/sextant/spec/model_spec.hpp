@@ -135,6 +135,12 @@ inline int64_t window_output(int64_t extent, int64_t kernel, int64_t stride, int
 inline int64_t up_window_output(int64_t extent, int64_t kernel, int64_t stride) {
   return (extent - 1) * stride + kernel;
 }
+// Where a concat's centre crop of a kept map of `kept` rows starts to make `extent` rows:
+// floor((kept - extent) / 2), as U-Net implementations crop (Ronneberger et al. 2015's
+// "correspondingly cropped feature map").
+inline int64_t centre_crop_offset(int64_t kept, int64_t extent) {
+  return (kept - extent) / 2;
+}
 // A bottleneck block's output rows: its strided 3x3 convolution (padding 1).
 inline int64_t bottleneck_output(int64_t extent, int64_t stride) {
   return window_output(extent, 3, stride, 1);
