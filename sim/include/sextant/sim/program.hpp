@@ -24,14 +24,15 @@ enum class TaskKind : uint8_t { kCompute, kCollective, kSend, kRecv, kLocal };
 // parallelism's attention transfers. kEp: expert parallelism's token dispatch and combine.
 enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial, kCp, kEp };
 
-// kTp: the layer group (spec::RankLayout::layer_group: the tensor-parallel ranks). kDp: the ranks holding the same parameters
-// (RankLayout::replica_group: data-parallel replicas, with their spatial ranks). The embedding
-// group: the first and the last pipeline stage of a (tp, dp) position, which hold the tied
-// embedding table. kCp: the ranks splitting each sequence (RankLayout::cp_group). kEp: the ranks
-// splitting the routed experts (RankLayout::ep_group); kExpertDp: the ranks holding the same
-// experts, which sum their gradients (RankLayout::expert_replica_group). kGridX, kGridY, kGridZ:
-// the lines of a 3D tensor grid (RankLayout::grid_group); its x*y slice is the layer group.
-// kSpatial: the ranks splitting a CNN's samples spatially (RankLayout::spatial_group).
+// kTp: the layer group (spec::RankLayout::layer_group: the tensor-parallel ranks). kDp: the ranks
+// holding the same parameters (RankLayout::replica_group: data-parallel replicas, with their
+// spatial ranks). The embedding group: the first and the last pipeline stage of a (tp, dp)
+// position, which hold the tied embedding table. kCp: the ranks splitting each sequence
+// (RankLayout::cp_group). kEp: the ranks splitting the routed experts (RankLayout::ep_group);
+// kExpertDp: the ranks holding the same experts, which sum their gradients
+// (RankLayout::expert_replica_group). kGridX, kGridY, kGridZ: the lines of a 3D tensor grid
+// (RankLayout::grid_group); its x*y slice is the layer group. kSpatial: the ranks splitting a CNN's
+// samples spatially (RankLayout::spatial_group).
 enum class GroupSlot : uint8_t {
   kTp,
   kDp,
