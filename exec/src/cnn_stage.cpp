@@ -784,6 +784,13 @@ std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context
                "the executor runs CNNs without skip connections (U-Net's up_conv, concat and "
                "kept maps are simulated and planned only)");
   }
+  // Its loss is a classifier's, after an fc; a per-pixel head's (segmentation) is not run.
+  if (!cnn.layers.empty() && cnn.layers.back().kind != CnnLayerKind::kFc)
+    diag.add(fmt::format("/cnn/layers/{}", cnn.layers.size() - 1),
+             fmt::format("\"{}\"",
+                         spec::enum_name(spec::cnn_layer_kind_names(), cnn.layers.back().kind)),
+             "the executor trains classifiers (a last fc layer): a per-pixel head "
+             "(segmentation) is simulated and planned only");
   diag.throw_if_any();
   return std::make_unique<CnnStage>(model, ctx, options);
 }

@@ -22,7 +22,10 @@ std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
   if (cnn.volumes() || cnn.has_skips())
     return "splits the channels of 2D CNNs without skip connections: volumes and U-Net's kept "
            "maps are not modelled under a channel split yet";
-  if (cnn.layers.empty() || cnn.layers.front().kind != CnnLayerKind::kConv)
+  if (cnn.layers.empty() || cnn.layers.back().kind != CnnLayerKind::kFc)
+    return "splits the channels of a classifier (a last fc layer all-reduces them): a per-pixel "
+           "head's logits would stay split by channel";
+  if (cnn.layers.front().kind != CnnLayerKind::kConv)
     return "needs a CNN that starts with a conv layer to split its channels (the image is whole "
            "on every rank)";
   for (size_t i = 0; i < cnn.layers.size(); ++i) {

@@ -144,6 +144,15 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
 # 2D chains (exec/src/cnn_stage.cpp).
 expect_error "/cnn/input/depth = 116: the executor's CNN kernels are 2D" "$sextant" run \
   --model unet3d --np 1 --global-batch 1 --steps 1
+cat >"$dir/segmenter.model.json" <<'EOF'
+{"schema": "sextant.model/1", "name": "segmenter", "kind": "cnn",
+ "cnn": {"input": {"channels": 1, "height": 8, "width": 8},
+         "layers": [{"type": "conv", "out_channels": 4, "kernel": 3, "padding": 1, "bias": false,
+                     "relu": true},
+                    {"type": "conv", "out_channels": 2, "kernel": 1, "bias": false}]}}
+EOF
+expect_error "/cnn/layers/1 = \"conv\": the executor trains classifiers" "$sextant" run \
+  --model "$dir/segmenter.model.json" --np 1 --global-batch 1 --steps 1
 # Channel splits (tp for CNNs): tp divides every convolution's channels, not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
   --model resnet50 --cluster dgx-a100 --dp 1 --tp 3 --global-batch 2

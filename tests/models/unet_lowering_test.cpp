@@ -134,6 +134,15 @@ TEST(UnetLowering, SplitsOfVolumesAndSkipsAreRefusedUntilModelled) {
             std::string::npos);
   // Unsplit it is planned as data and pipeline parallelism.
   EXPECT_EQ(spec::channel_split_problem(m.cnn(), 1), "");
+  // A 2D per-pixel head without skips: its logits would stay split by channel.
+  spec::CnnSpec head;
+  head.in_channels = 2;
+  head.height = head.width = 8;
+  spec::CnnLayer conv;
+  conv.out_channels = 4;
+  conv.kernel = 3;
+  head.layers = {conv, conv};
+  EXPECT_NE(spec::channel_split_problem(head, 2).find("a per-pixel head"), std::string::npos);
 }
 
 }  // namespace
