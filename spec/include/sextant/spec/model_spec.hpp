@@ -121,8 +121,6 @@ struct CnnSpec {
   int64_t input_depth() const { return volumes() ? depth : 1; }
   // Whether a layer keeps a map for a concat (U-Net's skip connections).
   bool has_skips() const;
-  // The extent a window of `kernel` spans along depth: the kernel for volumes, 1 for images.
-  int64_t depth_kernel(int64_t kernel) const { return volumes() ? kernel : 1; }
 };
 
 // Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input
