@@ -2,6 +2,7 @@
 // bad requests are refused, scaling figures are consistent.
 #include "sextant/planner/planner.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -868,31 +869,23 @@ TEST(Planner, ChannelSplitsAreSearchedForCnns) {
   }
   EXPECT_EQ(tps, (std::set<int64_t>{1, 2, 4, 8}));
   EXPECT_TRUE(both);
-  {
-    SearchRequest combined = r;
-    combined.constraints = {parse_constraint("tp=2"), parse_constraint("spatial=4")};
+  // The best plan of a channel split alone (tp 8) and beside a spatial one (tp 2 x 4 grid ranks).
+  for (const auto& [tp, grid] : {std::pair<int64_t, int64_t>{8, 1}, {2, 4}}) {
+    SearchRequest pinned = r;
+    pinned.constraints = {parse_constraint(fmt::format("tp={}", tp)),
+                          parse_constraint(fmt::format("spatial={}", grid))};
     SearchOptions o;
     o.top_k = 1;
-    const SearchResult s = search(combined, o);
-    ASSERT_FALSE(s.ranked.empty());
+    const SearchResult s = search(pinned, o);
+    ASSERT_FALSE(s.ranked.empty()) << tp << " x " << grid;
     const spec::Plan& best = s.ranked.front().plan;
-    EXPECT_EQ(best.tp, 2);
-    EXPECT_EQ(best.spatial.ranks(), 4);
+    EXPECT_EQ(best.tp, tp);
+    EXPECT_EQ(best.spatial.ranks(), grid);
     const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
     EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
-                0.05 * simulated);
+                0.05 * simulated)
+        << best.name();
   }
-  SearchRequest pinned = r;
-  pinned.constraints = {parse_constraint("tp=8")};
-  SearchOptions o;
-  o.top_k = 1;
-  const SearchResult s = search(pinned, o);
-  ASSERT_FALSE(s.ranked.empty());
-  const spec::Plan& best = s.ranked.front().plan;
-  EXPECT_EQ(best.tp, 8);
-  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
-  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
-              0.05 * simulated);
   // An MLP is never split.
   const Enumeration mlp = enumerate_plans(request("mlp-small", 8, 64));
   for (size_t i = 0; i < mlp.size(); ++i) EXPECT_EQ(mlp.candidates[i].tp, 1);
