@@ -15,6 +15,7 @@
 #include "progress_line.hpp"
 #include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
+#include "sextant/planner/compression_crossover.hpp"
 #include "sextant/planner/planner.hpp"
 #include "sextant/planner/scaling.hpp"
 #include "sextant/spec/build_info.hpp"
@@ -333,11 +334,86 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
   return best;
 }
 
+// Where each requested compression starts to pay (planner/compression_crossover.hpp), swept on
+// the best ranked plan whose layout can compress its gradients. `plan` is null when none can.
+struct CrossoverAnswer {
+  const planner::RankedPlan* plan = nullptr;
+  std::vector<std::pair<std::string, planner::CompressionCrossover>> rows;  // flag text, sweep
+};
+
+CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::SearchRequest& r,
+                                       const planner::SearchResult& result,
+                                       sim::Fidelity fidelity) {
+  CrossoverAnswer a;
+  if (r.compressions.empty()) return a;
+  for (const planner::RankedPlan& p : result.ranked)
+    if (spec::compression_layout_problem(p.plan).empty()) {
+      a.plan = &p;
+      break;
+    }
+  if (!a.plan) return a;
+  for (size_t i = 0; i < r.compressions.size(); ++i)
+    a.rows.emplace_back(f.compressions[i],
+                        planner::compression_crossover(r.model, r.cluster, a.plan->plan,
+                                                       r.compressions[i], fidelity));
+  return a;
+}
+
+spec::Json crossover_json(const CrossoverAnswer& a) {
+  spec::Json rows = spec::Json::array();
+  for (const auto& [text, c] : a.rows) {
+    spec::Json row = {{"compression", text},
+                      {"compressed_step_s", c.compressed_step_s},
+                      {"uncompressed_step_s", c.uncompressed_step_s},
+                      {"pays_below", c.pays_below},
+                      {"pays_throughout", c.pays_throughout}};
+    row["crossover_GBps"] = c.crossover_GBps ? spec::Json(*c.crossover_GBps) : spec::Json();
+    rows.push_back(row);
+  }
+  const planner::CompressionCrossover& first = a.rows.front().second;
+  spec::Plan layout = a.plan->plan;
+  layout.compression = {};
+  return {{"name", layout.name()},
+          {"plan", spec::to_json(layout)},
+          {"level", first.level},
+          {"cluster_GBps", first.cluster_GBps},
+          {"swept_GBps", {first.lowest_GBps, first.highest_GBps}},
+          {"compressions", rows}};
+}
+
+void print_crossovers(const CrossoverAnswer& a) {
+  if (!a.plan) {
+    fmt::print(
+        "\ncompression: none of the plans shown can compress its gradients (that needs DDP: "
+        "zero 0, dp > 1, no spatial, cp or ep split); --constraint zero=0 or a larger --top "
+        "shows one to sweep\n");
+    return;
+  }
+  const planner::CompressionCrossover& first = a.rows.front().second;
+  spec::Plan layout = a.plan->plan;
+  layout.compression = {};
+  fmt::print(
+      "\nwhen compression pays on {} ({} links swept from {:.3g} to {:.3g} GB/s; this cluster: "
+      "{:.3g} GB/s):\n",
+      layout.name(), first.level, first.lowest_GBps, first.highest_GBps, first.cluster_GBps);
+  for (const auto& [text, c] : a.rows) {
+    const std::string verdict =
+        c.crossover_GBps
+            ? fmt::format("pays {} {:.3g} GB/s", c.pays_below ? "below" : "above",
+                          *c.crossover_GBps)
+            : (c.pays_throughout ? "pays across the range" : "does not pay in the range");
+    fmt::print("   {:<28} {:<32} here {:>10} against {:>10} uncompressed\n", text, verdict,
+               human_seconds(c.compressed_step_s), human_seconds(c.uncompressed_step_s));
+  }
+}
+
 int run_plan(const PlanFlagsAll& f) {
   planner::SearchRequest request = request_from(f.search, f.gpus);
   planner::SearchOptions options = options_from(f.search);
   options.top_k = f.top;
   planner::SearchResult result = planner::search(request, options);
+  const CrossoverAnswer crossovers =
+      compression_crossovers(f.search, request, result, options.fidelity);
   const int64_t seq = request.model.is_transformer()
                           ? request.seq_len.value_or(request.model.transformer().seq_len)
                           : 1;
@@ -369,6 +445,7 @@ int run_plan(const PlanFlagsAll& f) {
                     {"threads", result.threads},
                     {"ranked", ranked},
                     {"pareto", pareto_json(result.pareto)}};
+    if (crossovers.plan) j["compression_crossover"] = crossover_json(crossovers);
     if (result.ranked.empty()) {
       j["least_memory_bytes"] = result.least_memory_bytes;
       if (result.gpus_that_fit) j["gpus_that_fit"] = *result.gpus_that_fit;
@@ -408,6 +485,7 @@ int run_plan(const PlanFlagsAll& f) {
             pc(b.optimizer + b.offload_exposed));
       }
       print_pareto(result);
+      if (!request.compressions.empty()) print_crossovers(crossovers);
     }
   }
   if (result.ranked.empty()) {
@@ -446,6 +524,28 @@ struct ScaleFlags {
   double price = 0;
   std::string csv;
 };
+
+// For a CNN: from which GPU count on the best plan splits each sample (spatial grid or channel
+// split) instead of adding replicas, and where data parallelism alone would stop (one sample per
+// GPU): the strong-scaling limit of the mini-batch (Dryden et al., IPDPS'19).
+void print_split_note(const spec::ModelSpec& model,
+                      const std::vector<planner::ScalePoint>& points) {
+  if (model.kind() != spec::ModelKind::kCnn) return;
+  for (const planner::ScalePoint& p : points) {
+    if (!p.best) continue;
+    const spec::Plan& plan = p.best->plan;
+    if (!plan.spatial.any() && plan.tp == 1) continue;
+    fmt::print(
+        "\nfrom {} GPUs the best plan splits each sample ({}{}) rather than adding replicas; "
+        "data parallelism alone gives one sample per GPU at {} GPUs (global batch {}) and no "
+        "more\n",
+        p.gpus, plan.spatial.any() ? fmt::format("{}x{} grid", plan.spatial.h, plan.spatial.w) : "",
+        plan.tp > 1 ? fmt::format("{}channels over tp {}", plan.spatial.any() ? ", " : "", plan.tp)
+                    : "",
+        p.global_batch, p.global_batch);
+    return;
+  }
+}
 
 int run_scale(const ScaleFlags& f) {
   planner::ScaleRequest request;
@@ -518,6 +618,7 @@ int run_scale(const ScaleFlags& f) {
     if (p.cost) fmt::print(" {:>11.0f}$", *p.cost);
     fmt::print("\n");
   }
+  print_split_note(request.base.model, points);
   return 0;
 }
 

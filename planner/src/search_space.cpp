@@ -619,10 +619,16 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                                                    : spec::OffloadTarget::kNone;
                                 return shape;
                               };
-                              // Compression applies to DDP's all-reduce (spec: zero 0, dp > 1),
-                              // not beside expert parallelism; each compression runs every
+                              // Compression applies to DDP's all-reduce
+                              // (spec::compression_layout_problem); each compression runs every
                               // variant of the stack: the configurations a rule below refuses.
-                              const size_t nc = dp > 1 && zero == 0 && split_ranks == 1 && ep == 1
+                              auto compressible = [&] {
+                                spec::Plan shape = shape_of();
+                                shape.spatial = sample_split.spatial;
+                                shape.cp = sample_split.cp;
+                                return spec::compression_layout_problem(shape).empty();
+                              };
+                              const size_t nc = out.compressions.size() > 1 && compressible()
                                                     ? out.compressions.size()
                                                     : 1;
                               const auto variants_here = static_cast<int64_t>(

@@ -14,7 +14,6 @@ std::string expert_parallel_problem(const Plan& plan) {
         "(Megatron-LM's expert-model-parallel group is carved out of dp)",
         plan.dp);
   if (plan.offload.state()) return "runs without optimizer or parameter offload";
-  if (plan.compression.any()) return "runs without gradient compression";
   return "";
 }
 

@@ -268,15 +268,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   const GradientCompression& c = p.compression;
   if (c.any()) {
     const std::string kind(enum_name(compression_kind_names(), c.kind));
-    // PyTorch DDP's communication hooks (PowerSGD, fp16) and DeepSpeed's 1-bit Adam compress the
-    // all-reduce of whole gradients; a ZeRO shard is reduce-scattered and is not compressed.
-    if (p.zero != 0)
-      problem("compression/kind", kind,
-              "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed");
-    if (p.dp < 2) problem("compression/kind", kind, "needs dp > 1: there is no gradient exchange");
-    if (p.cp > 1)
-      problem("compression/kind", kind,
-              "runs without context parallelism (cp 1): its exchange over dp x cp is not modelled");
+    if (std::string layout = compression_layout_problem(p); !layout.empty())
+      problem("compression/kind", kind, layout);
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
@@ -285,7 +278,6 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     const std::string split = fmt::format("{}x{}", p.spatial.h, p.spatial.w);
     if (p.zero != 0)
       problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
-    if (c.any()) problem("spatial", split, "runs without gradient compression");
     if (p.offload.state()) problem("spatial", split, "runs without optimizer or parameter offload");
     if (p.cp > 1)
       problem("cp", std::to_string(p.cp),
@@ -688,6 +680,22 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
           "applies to transformer blocks only: use \"none\" for MLPs and CNNs");
   }
   diag.throw_if_any();
+}
+
+std::string compression_layout_problem(const Plan& p) {
+  // A ZeRO shard is reduce-scattered, and the hooks compress only DDP's all-reduce.
+  if (p.zero != 0)
+    return "applies to the all-reduce of DDP (zero 0): ZeRO's reduce-scatter is not compressed";
+  if (p.dp < 2) return "needs dp > 1: there is no gradient exchange";
+  if (p.cp > 1)
+    return "runs without context parallelism (cp 1): its exchange over dp x cp is not modelled";
+  if (p.spatial.any())
+    return "runs without a spatial split: the ranks splitting a sample sum their gradients with "
+           "the replicas (dp x spatial), an exchange not modelled compressed";
+  if (p.ep > 1)
+    return "runs without expert parallelism (ep 1): the expert gradients' exchange over the "
+           "expert replicas is not modelled compressed";
+  return "";
 }
 
 std::string powersgd_problem(const TensorGrid& grid) {

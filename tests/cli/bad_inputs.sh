@@ -132,7 +132,7 @@ expect_error "--compression: /rank = 2: applies to kind \"powersgd\" only" "$sex
 expect_error "/compression/kind = powersgd: runs without tp_grid" "$sextant" simulate \
   --model gpt-tiny --cluster local-cpu --dp 2 --tp-grid 1x2x1 --global-batch 4 \
   --compression powersgd
-expect_error "/ep = 2: runs without gradient compression" "$sextant" simulate \
+expect_error "/compression/kind = powersgd: runs without expert parallelism (ep 1)" "$sextant" simulate \
   --model moe-tiny --cluster local-cpu --dp 2 --ep 2 --global-batch 2 --compression powersgd
 # A mixture of experts with tp routes each tp rank's own tokens: sequence parallelism
 # (spec::moe_tensor_parallel_problem), in simulate and in run alike.

@@ -803,7 +803,7 @@ TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
   EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
               0.02 * simulated);
   // On a mixture of experts too (its router and experts are listed matrices), but not beside
-  // expert parallelism (spec::expert_parallel_problem).
+  // expert parallelism (spec::compression_layout_problem).
   SearchRequest moe = request("moe-tiny", 4, 16);
   moe.compressions = {power};
   const std::vector<spec::Plan> compressed = compressed_plans(enumerate_plans(moe));

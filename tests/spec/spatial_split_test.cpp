@@ -134,7 +134,8 @@ TEST(SpatialSplit, PlanFormatAndRules) {
   EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial = 2x2: runs with zero 0");
   bad = split_plan();
   bad["compression"] = {{"kind", "onebit"}};
-  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "runs without gradient compression");
+  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"),
+                     "/compression/kind = onebit: runs without a spatial split");
   // Against a model and a rank count.
   validate_plan(p, test::small_cnn(), 8, "p.json");
   EXPECT_INPUT_ERROR(validate_plan(p, test::small_cnn(), 2, "p.json"),

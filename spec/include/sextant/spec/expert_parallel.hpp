@@ -20,7 +20,7 @@ namespace sextant::spec {
 
 // What is wrong with the plan's expert parallelism on its own (without a model), or "" when
 // nothing is: ep must divide dp (the ep ranks are data-parallel ranks); it does not (yet)
-// combine with offload or gradient compression. (With tp > 1 the model needs sequence
+// combine with offload (nor with gradient compression: compression_layout_problem). (With tp > 1 the model needs sequence
 // parallelism: moe_tensor_parallel_problem.) Under ZeRO-3 the experts' shards are
 // gathered from the expert replicas (TorchTitan: FSDP2 of the experts over dp_shard / ep).
 std::string expert_parallel_problem(const Plan& plan);

@@ -219,6 +219,13 @@ Stack plan_stack(const Plan& plan, bool gpu_cluster);
 // is. The one rule for plans and for plan searches.
 std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 
+// What keeps `plan`'s layout from compressing its gradient exchange, or "" when nothing does
+// (whatever plan.compression says). The compressions model the all-reduce of whole gradients over
+// the dp replicas, as PyTorch DDP's communication hooks (PowerSGD) and DeepSpeed's 1-bit Adam do:
+// not ZeRO's reduce-scatter of shards, not an exchange over dp x cp or dp x spatial ranks, not
+// the expert gradients of ep groups. The one rule for plans, the search and the crossover sweep.
+std::string compression_layout_problem(const Plan& plan);
+
 // What keeps PowerSGD (CompressionKind::kPowersgd) off a layout with `grid`, or "" when nothing:
 // it compresses the weight matrices a rank holds whole (models::Layer::matrices: a mixture of
 // experts' router and experts too), which a 3D tensor grid's z-sharded blocks are not.
