@@ -44,7 +44,7 @@ done
 
 echo
 echo "Channel and filter splits (tp on a CNN, Dryden et al., SC'19): 16 replicas of 32 images,"
-echo "mini-batch 512, fp32, each replica's channels split over tp GPUs (stationary-x/y per layer)"
+echo "mini-batch 512, fp32, each replica's channels split over tp GPUs (stationary-x/y/w per layer)"
 for model in resnet50 wrn50-2; do
   for tp in 1 2 4; do
     printf '%-9s tp%-2s %4d GPUs %s\n' "$model" "$tp" "$((16 * tp))" \

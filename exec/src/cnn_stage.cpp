@@ -5,8 +5,8 @@
 // run on this rank's block of every map: halos before each window, batch-norm sums all-reduced
 // over the split ranks, the pool's partial sums all-reduced so that the classifier runs whole on
 // every rank (Dryden et al., IPDPS'19). With a channel split (tp > 1) each tensor-parallel rank
-// holds a block of every map's channels, and each convolution runs stationary-x or stationary-y
-// as spec/channel_split.hpp chooses (Dryden et al., SC'19).
+// holds a block of every map's channels, and each convolution runs stationary-x, -y or -w as
+// spec/channel_split.hpp chooses (Dryden et al., SC'19).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -83,7 +83,7 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
     c.in.whole = whole;
     c.algorithm = spec::channel_algorithm(
         whole, in.c * in.h * in.w,
-        out_c * spec::window_output(in.h, k, s, p) * spec::window_output(in.w, k, s, p));
+        out_c * spec::window_output(in.h, k, s, p) * spec::window_output(in.w, k, s, p), tp);
     whole = tp == 1;
     c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p), whole};
     return c;
@@ -203,6 +203,25 @@ class CnnStage : public StageModel {
                 const int64_t f = i / (channels.count * window),
                               rest = i % (channels.count * window);
                 return (f * in_c + channels.begin) * window + rest;
+              },
+              false);
+        } else if (c.algorithm == spec::ChannelAlgorithm::kStationaryW) {
+          // The slice of its filter group's F/g filters over its channel group's C/r channels
+          // (spec::gathered_channel_blocks, in the order its all-gather packs them):
+          // [F/g, C/r, k, k].
+          const spec::ChannelFilterGrid g = spec::channel_filter_grid(tp);
+          const std::vector<int64_t> blocks = spec::gathered_channel_blocks(tp, rank);
+          const int64_t block = c.in.c / tp, channels = c.in.c / g.reduce_ranks;
+          const int64_t first_filter = rank / g.reduce_ranks * (c.out.c / g.gather_ranks);
+          const int64_t in_c = c.in.c;
+          normal(
+              c.name + ".weight", l, {c.out.c / g.gather_ranks, channels, c.k, c.k}, std_dev,
+              [=](int64_t i) {
+                const int64_t f = i / (channels * window), rest = i % (channels * window);
+                const int64_t local = rest / window;
+                const int64_t channel =
+                    blocks[static_cast<size_t>(local / block)] * block + local % block;
+                return ((first_filter + f) * in_c + channel) * window + rest % window;
               },
               false);
         } else {
@@ -396,33 +415,32 @@ class CnnStage : public StageModel {
   bool stationary(const ConvUnit& c, spec::ChannelAlgorithm a) const {
     return channel_split() && c.algorithm == a;
   }
-  // A map with every channel, as this rank's blocks pack it for a collective over tp: block r of
-  // every sample, then block r + 1 (Communicator::reduce_scatter and all_gather go by rank).
-  void reduce_scatter_channels(const OpName& name, const Tensor& whole, Tensor& mine, int32_t layer,
-                               Phase phase, int64_t mb) {
-    const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
+  // The channels of a map held by a group's ranks, as this rank's blocks pack them for a
+  // collective over the group: the block of its member 0 for every sample, then member 1's
+  // (Communicator::reduce_scatter and all_gather go by rank in the group).
+  void reduce_scatter_channels(const OpName& name, const Tensor& whole, Tensor& mine,
+                               const GridAxis& group, int32_t layer, Phase phase, int64_t mb) {
+    const int64_t n = group.size, samples = whole.dim(0), per = mine.numel() / samples;
     std::vector<float> packed(static_cast<size_t>(whole.numel()));
-    for (int64_t r = 0; r < tp; ++r)
+    for (int64_t r = 0; r < n; ++r)
       for (int64_t b = 0; b < samples; ++b)
-        std::copy_n(whole.data() + (b * tp + r) * per, per,
-                    packed.data() + (r * samples + b) * per);
+        std::copy_n(whole.data() + (b * n + r) * per, per, packed.data() + (r * samples + b) * per);
     auto s = ctx_.recorder->scope(ctx_.comm(name, OpClass::kReduceScatter, Stream::kTpComm,
-                                            whole.numel() * 4, tp, phase, layer, mb));
-    ctx_.groups->tp->reduce_scatter(packed.data(), mine.data(), mine.numel());
+                                            whole.numel() * 4, n, phase, layer, mb));
+    group.comm->reduce_scatter(packed.data(), mine.data(), mine.numel());
   }
-  void all_gather_channels(const OpName& name, const Tensor& mine, Tensor& whole, int32_t layer,
-                           Phase phase, int64_t mb) {
-    const int64_t tp = ctx_.groups->tp_size, samples = whole.dim(0), per = mine.numel() / samples;
+  void all_gather_channels(const OpName& name, const Tensor& mine, Tensor& whole,
+                           const GridAxis& group, int32_t layer, Phase phase, int64_t mb) {
+    const int64_t n = group.size, samples = whole.dim(0), per = mine.numel() / samples;
     std::vector<float> packed(static_cast<size_t>(whole.numel()));
     {
       auto s = ctx_.recorder->scope(ctx_.comm(name, OpClass::kAllGather, Stream::kTpComm,
-                                              whole.numel() * 4, tp, phase, layer, mb));
-      ctx_.groups->tp->all_gather(mine.data(), packed.data(), mine.numel());
+                                              whole.numel() * 4, n, phase, layer, mb));
+      group.comm->all_gather(mine.data(), packed.data(), mine.numel());
     }
-    for (int64_t r = 0; r < tp; ++r)
+    for (int64_t r = 0; r < n; ++r)
       for (int64_t b = 0; b < samples; ++b)
-        std::copy_n(packed.data() + (r * samples + b) * per, per,
-                    whole.data() + (b * tp + r) * per);
+        std::copy_n(packed.data() + (r * samples + b) * per, per, whole.data() + (b * n + r) * per);
   }
   // Inputs of an fc this rank holds: a block of the flattened rows behind a channel split.
   int64_t fc_rows(const Unit& u) const {
@@ -432,27 +450,46 @@ class CnnStage : public StageModel {
     s.whole = true;
     return s;
   }
+  // The map with `channels` of its channels on this rank (stationary-w's gathered input and
+  // partial output).
+  static MapShape with_channels(MapShape s, int64_t channels) {
+    s.c = channels;
+    s.whole = true;
+    return s;
+  }
+  // The groups of a channel collective: the tp group (x, y) or a stationary-w axis.
+  GridAxis tp_group() const {
+    return {ctx_.groups->tp, ctx_.groups->tp_rank, ctx_.groups->tp_size};
+  }
+  const GridAxis& filter_reduce_group() const { return ctx_.groups->channel_filter[0]; }
+  const GridAxis& channel_gather_group() const { return ctx_.groups->channel_filter[1]; }
+  spec::ChannelFilterGrid w_grid() const { return spec::channel_filter_grid(ctx_.groups->tp_size); }
 
   Tensor forward_conv(const ConvUnit& c, const Tensor& x, bool split, int32_t layer, int64_t mb,
                       ConvCache& cache) {
     Backend& be = *ctx_.backend;
     Tensor input = x;
-    if (stationary(c, spec::ChannelAlgorithm::kStationaryY)) {
-      input = empty(all_channels(c.in), split);
-      all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input, layer, Phase::kFwd,
-                          mb);
+    const bool w = stationary(c, spec::ChannelAlgorithm::kStationaryW);
+    if (stationary(c, spec::ChannelAlgorithm::kStationaryY) || w) {
+      // The whole input (y), or its channel group's blocks over the gather group (w).
+      input = empty(w ? with_channels(c.in, c.in.c / w_grid().reduce_ranks) : all_channels(c.in),
+                    split);
+      all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input,
+                          w ? channel_gather_group() : tp_group(), layer, Phase::kFwd, mb);
     }
     cache.window = window_input(c.name, c.window(), input, 0.0f, split, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
-    if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
-      // Partial sums of every filter over this rank's channels, reduce-scattered by filter.
-      Tensor partial = empty(all_channels(c.out), split);
+    if (stationary(c, spec::ChannelAlgorithm::kStationaryX) || w) {
+      // Partial sums of every filter (x) or of the filter group's (w) over the channels in hand,
+      // reduce-scattered by filter over tp (x) or the reduce group (w).
+      Tensor partial = empty(
+          w ? with_channels(c.out, c.out.c / w_grid().gather_ranks) : all_channels(c.out), split);
       {
         auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
         conv::conv2d(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
       }
       reduce_scatter_channels(OpName(c.name, OpId::kUnitFilterReduceScatter), partial, cache.z,
-                              layer, Phase::kFwd, mb);
+                              w ? filter_reduce_group() : tp_group(), layer, Phase::kFwd, mb);
       if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
     } else {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
@@ -538,15 +575,19 @@ class CnnStage : public StageModel {
     SEXTANT_CHECK(!input_gradient || !stationary(c, spec::ChannelAlgorithm::kWholeInput),
                   "{}: an input gradient of a whole map under a channel split", c.name);
     Tensor db = c.bias ? grad_of(param(c.name + ".bias"), u) : Tensor();
-    if (stationary(c, spec::ChannelAlgorithm::kStationaryX)) {
-      // Every filter's gradient, for this rank's slice of every filter.
-      Tensor whole = empty(all_channels(c.out), split);
-      all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole, layer, Phase::kBwd,
-                          mb);
+    const bool w = stationary(c, spec::ChannelAlgorithm::kStationaryW);
+    const bool reduced = stationary(c, spec::ChannelAlgorithm::kStationaryX) || w;
+    if (reduced) {
+      // The gradient of every filter (x) or of the filter group's (w), for this rank's slice of
+      // them.
+      Tensor whole = empty(
+          w ? with_channels(c.out, c.out.c / w_grid().gather_ranks) : all_channels(c.out), split);
+      all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole,
+                          w ? filter_reduce_group() : tp_group(), layer, Phase::kBwd, mb);
       if (c.bias) conv::channel_bias_backward(d, db);
       d = whole;
     }
-    const bool bias_in_conv = c.bias && !stationary(c, spec::ChannelAlgorithm::kStationaryX);
+    const bool bias_in_conv = c.bias && !reduced;
     Tensor dwindow;
     if (input_gradient) dwindow = empty(cache.window.shape());
     {
@@ -557,14 +598,17 @@ class CnnStage : public StageModel {
     }
     cache.window = Tensor();
     if (!input_gradient) return Tensor();
-    if (!stationary(c, spec::ChannelAlgorithm::kStationaryY))
+    if (!stationary(c, spec::ChannelAlgorithm::kStationaryY) && !w)
       return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
-    // This rank's filters' share of every input channel's gradient, reduce-scattered by channel.
-    Tensor whole =
-        window_gradient(c.name, c.window(), dwindow, all_channels(c.in), split, layer, mb);
+    // This rank's filters' share of the gradient of every input channel (y) or of its channel
+    // group's (w), reduce-scattered by channel over tp (y) or the gather group (w).
+    Tensor whole = window_gradient(
+        c.name, c.window(), dwindow,
+        w ? with_channels(c.in, c.in.c / w_grid().reduce_ranks) : all_channels(c.in), split, layer,
+        mb);
     Tensor dx = empty(c.in, split);
-    reduce_scatter_channels(OpName(c.name, OpId::kUnitChannelReduceScatter), whole, dx, layer,
-                            Phase::kBwd, mb);
+    reduce_scatter_channels(OpName(c.name, OpId::kUnitChannelReduceScatter), whole, dx,
+                            w ? channel_gather_group() : tp_group(), layer, Phase::kBwd, mb);
     return dx;
   }
 

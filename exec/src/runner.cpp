@@ -48,7 +48,7 @@ int64_t index_in(const std::vector<int64_t>& members, int64_t rank) {
 
 }  // namespace
 
-Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
+Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind, bool stationary_w) {
   MPI_Comm own = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(world, &own));
   int rank = 0;
@@ -81,6 +81,15 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
           split_group(world, rank, grid_members[static_cast<size_t>(axis)]);
     }
   }
+  std::array<std::vector<int64_t>, 2> channel_filter_members;
+  std::array<MPI_Comm, 2> channel_filter_comms{MPI_COMM_NULL, MPI_COMM_NULL};
+  if (stationary_w) {
+    for (int axis = 0; axis < 2; ++axis) {
+      channel_filter_members[static_cast<size_t>(axis)] = layout.channel_filter_group(rank, axis);
+      channel_filter_comms[static_cast<size_t>(axis)] =
+          split_group(world, rank, channel_filter_members[static_cast<size_t>(axis)]);
+    }
+  }
   world_ = make_communicator(kind, own, "world");
   tp_ = make_communicator(kind, tp_comm, "tp");
   replicas_ = make_communicator(kind, replica_comm, "dp");
@@ -108,6 +117,15 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind) {
     grid_[axis] = make_communicator(kind, grid_comms[axis], kGridNames[axis]);
     groups_.grid[axis] = {grid_[axis].get(), index_in(grid_members[axis], rank),
                           static_cast<int64_t>(grid_members[axis].size())};
+  }
+  constexpr std::array<const char*, 2> kChannelFilterNames{"filter_reduce", "channel_gather"};
+  for (size_t axis = 0; axis < 2; ++axis) {
+    if (channel_filter_comms[axis] == MPI_COMM_NULL) continue;
+    channel_filter_[axis] =
+        make_communicator(kind, channel_filter_comms[axis], kChannelFilterNames[axis]);
+    groups_.channel_filter[axis] = {channel_filter_[axis].get(),
+                                    index_in(channel_filter_members[axis], rank),
+                                    static_cast<int64_t>(channel_filter_members[axis].size())};
   }
   groups_.world = world_.get();
   groups_.tp = tp_.get();
@@ -258,8 +276,6 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                    "context parallelism runs on CPU ranks in fp32 (its attention kernels are "
                    "exec/src/context_attention.cpp)");
   const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
-  Layout layout(world, job.plan, job.comm);
-  if (!ties_embeddings(model)) layout.groups().embedding = nullptr;
   const int64_t seq =
       model.is_transformer() ? job.plan.seq_len.value_or(model.transformer().seq_len) : 0;
   // The bytes each traced op reports are those of the activation type the backend stores.
@@ -281,6 +297,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
+  Layout layout(world, job.plan, job.comm, lowered.stationary_w);
+  if (!ties_embeddings(model)) layout.groups().embedding = nullptr;
   Recorder recorder(rank, !job.trace_file.empty(), &backend);
   Context ctx;
   ctx.backend = &backend;

@@ -48,6 +48,7 @@ struct CnnState {
   bool whole = true;
   std::map<std::string, std::optional<Op>> backward;
   std::set<std::string> input_halos;
+  bool stationary_w = false;  // some convolution ran stationary-w
   // Channels of a `channels`-channel map one rank holds.
   int64_t held(int64_t channels) const { return whole ? channels : channels / tp; }
 };
@@ -91,17 +92,13 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   const int64_t window = k * k * (volumes ? k : 1);
   const int64_t in_block = split.block(in), out_pixels = split.block(o);
   const spec::ChannelAlgorithm algorithm =
-      cs.tp > 1 ? spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w)
+      cs.tp > 1 ? spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w, cs.tp)
                 : spec::ChannelAlgorithm::kWholeInput;
-  const bool stationary_x = cs.tp > 1 && algorithm == spec::ChannelAlgorithm::kStationaryX;
-  // Under both splits the window reads the channels the algorithm has in hand: stationary-y
-  // all-gathers the rank's block of the map first, then exchanges the halo of every channel
-  // (exec/src/cnn_stage.cpp forward_conv); stationary-x exchanges its own channels' halo.
-  const int64_t window_c = stationary_x ? in.c / cs.tp : in.c;
   // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k;
-  // split over tp, N = Cout/tp (whole input, stationary-y) or K = Cin/tp * k*k (stationary-x).
+  // split over tp, N = Cout/tp (whole input, stationary-y), K = Cin/tp * k*k (stationary-x), or
+  // N = Cout/g and K = Cin/r * k*k (stationary-w on an r x g grid).
   int64_t n = out_c, cin = in.c, read_c = in.c, write_c = out_c, saved_c = in.c;
-  std::optional<Op> after;  // stationary-x's reduce-scatter of the partial sums
+  std::optional<Op> after;  // stationary-x's and -w's reduce-scatter of the partial sums
   if (cs.tp > 1) {
     // The maps the channel collectives move: the rank's spatial block of them (no halo).
     const int64_t in_map = B * in.c * in_block * e, out_map = B * out_c * out_pixels * e;
@@ -127,8 +124,41 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
         layer.forward.push_back(gather);
         break;
       }
+      case spec::ChannelAlgorithm::kStationaryW: {
+        // The channel group's input (Cin/r channels) gathered over the g ranks of the gather
+        // group; the partial outputs of the rank's Cout/g filters reduce-scattered over the r
+        // ranks of the reduce group. Backward: the twins, each in its own group.
+        const spec::ChannelFilterGrid g = spec::channel_filter_grid(cs.tp);
+        cs.stationary_w = true;
+        cin = read_c = saved_c = in.c / g.reduce_ranks;
+        n = write_c = out_c / g.gather_ranks;
+        auto in_group = [](Op op, CommGroup group) {
+          op.group = group;
+          return op;
+        };
+        const int64_t gathered = in_map / g.reduce_ranks, partial = out_map / g.gather_ranks;
+        const Op gather = in_group(comm_op(OpName(name, OpId::kUnitChannelAllGather),
+                                           CollectiveKind::kAllGather, gathered),
+                                   CommGroup::kChannelGather);
+        cs.backward[gather.name] = in_group(comm_op(OpName(name, OpId::kUnitChannelReduceScatter),
+                                                    CollectiveKind::kReduceScatter, gathered),
+                                            CommGroup::kChannelGather);
+        layer.forward.push_back(gather);
+        const Op reduce = in_group(comm_op(OpName(name, OpId::kUnitFilterReduceScatter),
+                                           CollectiveKind::kReduceScatter, partial),
+                                   CommGroup::kFilterReduce);
+        cs.backward[reduce.name] = in_group(
+            comm_op(OpName(name, OpId::kUnitFilterAllGather), CollectiveKind::kAllGather, partial),
+            CommGroup::kFilterReduce);
+        after = reduce;
+        break;
+      }
     }
   }
+  // Under both splits the window reads the channels the algorithm has in hand (exec/src/
+  // cnn_stage.cpp forward_conv): stationary-y and -w gather the rank's block of the map first,
+  // then exchange the halo of every gathered channel; stationary-x exchanges its own channels'.
+  const int64_t window_c = read_c;
   const int64_t in_pixels =
       in_block + add_halo(layer, name, window_c, {in.h, in.w, o.h, o.w, k, stride, pad}, split,
                           reads_layer_input, cs, B, e);
@@ -375,6 +405,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   }
   out.split_begin = 0;
   out.split_end = out.layers.size();
+  out.stationary_w = cs.stationary_w;
   return out;
 }
 

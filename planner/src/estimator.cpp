@@ -158,6 +158,9 @@ const Estimator::Shapes& Estimator::shapes(const spec::Plan& plan) {
   s.grid_x = sim::group_shape(layout.grid_group(0, 0), cluster_->devices_per_node);
   s.grid_y = sim::group_shape(layout.grid_group(0, 1), cluster_->devices_per_node);
   s.grid_z = sim::group_shape(layout.grid_group(0, 2), cluster_->devices_per_node);
+  s.filter_reduce = sim::group_shape(layout.channel_filter_group(0, 0), cluster_->devices_per_node);
+  s.channel_gather =
+      sim::group_shape(layout.channel_filter_group(0, 1), cluster_->devices_per_node);
   int64_t pair[2] = {0, layout.pp_next(0)};
   s.pp_pair = sim::group_shape(pair, cluster_->devices_per_node);
   int64_t ends[2] = {0, layout.pp_prev(0)};
@@ -423,8 +426,15 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
   auto it = l.costs.find(key);
   if (it != l.costs.end()) return it->second;
   const Shapes& shape = shapes(plan);
-  const sim::LayerGroups groups{shape.tp,     shape.cp,     shape.ep,     shape.grid_x,
-                                shape.grid_y, shape.grid_z, shape.spatial};
+  const sim::LayerGroups groups{shape.tp,
+                                shape.cp,
+                                shape.ep,
+                                shape.grid_x,
+                                shape.grid_y,
+                                shape.grid_z,
+                                shape.spatial,
+                                shape.filter_reduce,
+                                shape.channel_gather};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {

@@ -22,8 +22,9 @@ StateBytesPerParam state_bytes_per_param(spec::Dtype dtype, spec::Dtype grad) {
 int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredModel& lowered,
                                int64_t stage) {
   int64_t n = 0;
-  if (plan.tp > 1) ++n;         // the layer group
-  if (plan.spatial.any()) ++n;  // the spatial group
+  if (plan.tp > 1) ++n;              // the layer group
+  if (lowered.stationary_w) n += 2;  // a channel split's reduce and gather groups
+  if (plan.spatial.any()) ++n;       // the spatial group
   if (plan.replicas() > 1) ++n;
   if (plan.cp > 1) ++n;                                // the context-parallel group
   if (plan.ep > 1) ++n;                                // the expert-parallel group

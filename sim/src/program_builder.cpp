@@ -308,6 +308,12 @@ class StageBuilder {
       case models::CommGroup::kSpatial:
         slot = GroupSlot::kSpatial;
         break;
+      case models::CommGroup::kFilterReduce:
+        slot = GroupSlot::kFilterReduce;
+        break;
+      case models::CommGroup::kChannelGather:
+        slot = GroupSlot::kChannelGather;
+        break;
     }
     // The z axis of a tensor grid on its own stream (AxoNN's depth group, spec::Stream).
     const Stream stream =

@@ -15,6 +15,7 @@
 #include "sextant/sim/rank_symmetry.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
+#include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/rank_layout.hpp"
 
@@ -70,6 +71,12 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
       s.groups[static_cast<size_t>(GroupSlot::kGridX)] = group_id(layout.grid_group(r, 0));
       s.groups[static_cast<size_t>(GroupSlot::kGridY)] = group_id(layout.grid_group(r, 1));
       s.groups[static_cast<size_t>(GroupSlot::kGridZ)] = group_id(layout.grid_group(r, 2));
+    }
+    if (spec::channel_filter_grid(plan.tp).any()) {
+      s.groups[static_cast<size_t>(GroupSlot::kFilterReduce)] =
+          group_id(layout.channel_filter_group(r, 0));
+      s.groups[static_cast<size_t>(GroupSlot::kChannelGather)] =
+          group_id(layout.channel_filter_group(r, 1));
     }
     if (plan.ep > 1) {
       s.groups[static_cast<size_t>(GroupSlot::kEp)] = group_id(layout.ep_group(r));

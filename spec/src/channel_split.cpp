@@ -5,11 +5,40 @@
 
 namespace sextant::spec {
 
+ChannelFilterGrid channel_filter_grid(int64_t tp) {
+  int64_t reduce = 1;
+  while (reduce * reduce < tp) ++reduce;
+  while (tp % reduce != 0) ++reduce;
+  return {reduce, tp / reduce};
+}
+
+std::vector<int64_t> gathered_channel_blocks(int64_t tp, int64_t rank) {
+  const ChannelFilterGrid g = channel_filter_grid(tp);
+  std::vector<int64_t> blocks;
+  for (int64_t k = 0; k < g.gather_ranks; ++k)
+    blocks.push_back(rank % g.reduce_ranks + k * g.reduce_ranks);
+  return blocks;
+}
+
 ChannelAlgorithm channel_algorithm(bool input_whole, int64_t input_elements,
-                                   int64_t output_elements) {
+                                   int64_t output_elements, int64_t tp) {
   if (input_whole) return ChannelAlgorithm::kWholeInput;
-  return output_elements <= input_elements ? ChannelAlgorithm::kStationaryX
-                                           : ChannelAlgorithm::kStationaryY;
+  // Elements each rank sends or receives, times tp (Dryden et al. §III-A's volumes; the ring
+  // collectives move (n - 1)/n of their buffer): x's reduce-scatter of the output, y's all-gather
+  // of the input, w's all-gather of X/r over g ranks and reduce-scatter of Y/g over r ranks.
+  const int64_t x = output_elements * (tp - 1), y = input_elements * (tp - 1);
+  ChannelAlgorithm best = ChannelAlgorithm::kStationaryX;
+  int64_t least = x;
+  if (y < least) {
+    best = ChannelAlgorithm::kStationaryY;
+    least = y;
+  }
+  if (const ChannelFilterGrid g = channel_filter_grid(tp); g.any()) {
+    const int64_t w =
+        input_elements * (g.gather_ranks - 1) + output_elements * (g.reduce_ranks - 1);
+    if (w < least) best = ChannelAlgorithm::kStationaryW;
+  }
+  return best;
 }
 
 ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank) {

@@ -1,6 +1,8 @@
 // Rank groups of a plan.
 #include "sextant/spec/rank_layout.hpp"
 
+#include "sextant/spec/channel_split.hpp"
+
 namespace sextant::spec {
 
 std::vector<int64_t> RankLayout::tp_group(int64_t r) const {
@@ -53,6 +55,20 @@ std::vector<int64_t> RankLayout::grid_group(int64_t r, int axis) const {
   for (int64_t i = 0; i < n; ++i)
     g.push_back(rank({c.dp, first + i * stride, c.pp, c.spatial, c.cp}));
   return g;
+}
+
+std::vector<int64_t> RankLayout::channel_filter_group(int64_t r, int axis) const {
+  const ChannelFilterGrid g = channel_filter_grid(tp_);
+  if (!g.any()) return tp_group(r);
+  RankCoord c = coord(r);
+  // tp index = place in the reduce group + reduce_ranks * reduce group.
+  const int64_t n = axis == 0 ? g.reduce_ranks : g.gather_ranks;
+  const int64_t stride = axis == 0 ? 1 : g.reduce_ranks;
+  const int64_t first = axis == 0 ? c.tp - c.tp % g.reduce_ranks : c.tp % g.reduce_ranks;
+  std::vector<int64_t> members;
+  for (int64_t i = 0; i < n; ++i)
+    members.push_back(rank({c.dp, first + i * stride, c.pp, c.spatial, c.cp}));
+  return members;
 }
 
 std::vector<int64_t> RankLayout::replica_group(int64_t r) const {

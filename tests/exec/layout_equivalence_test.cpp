@@ -187,8 +187,9 @@ spec::ModelSpec tiny_cnn() {
 
 // A VGG-style net: convolutions with biases and no batch norm, a 2x2 max pool, an adaptive pool to
 // 2x2 and two fc layers (ReLU between). Under tp 2 its 8->8 convolution runs stationary-x (the
-// bias added after the reduce-scatter), its 8->16 one stationary-y, the first fc reads split rows
-// and the second is whole.
+// bias added after the reduce-scatter), under tp 4 and 8 stationary-w (the bias after the reduce
+// group's reduce-scatter), its 8->16 one stationary-y, the first fc reads split rows and the
+// second is whole.
 spec::ModelSpec tiny_vgg() {
   spec::ModelSpec m;
   m.name = "vgg-test";
@@ -492,7 +493,8 @@ std::vector<Layout> layouts() {
       {"cnn_dp2_hw2x2", split(plan_of(2, 1, 1), 2, 2), Net::kCnn},
       {"cnn_pp2_hw2x2", split(plan_of(1, 1, 2), 2, 2), Net::kCnn},
       {"cnn_dp2_pp2_hw2x1", split(plan_of(2, 1, 2), 2, 1), Net::kCnn},
-      // Channel and filter parallelism (tp for CNNs: stationary-x and -y chosen per layer).
+      // Channel and filter parallelism (tp for CNNs: stationary-x, -y and -w chosen per layer;
+      // tp 4 runs -w on a 2 x 2 grid for the equal-width 3x3 convolutions, tp 8 on a 4 x 2 one).
       {"cnn_tp2", plan_of(1, 2, 1), Net::kCnn},
       {"vgg_tp2", plan_of(1, 2, 1), Net::kVgg},
       {"vgg_hw2x1", split(plan_of(1, 1, 1), 2, 1), Net::kVgg},
@@ -504,6 +506,9 @@ std::vector<Layout> layouts() {
       {"cnn_tp2_hw2x2", split(plan_of(1, 2, 1), 2, 2), Net::kCnn},
       {"cnn_dp2_tp2_hw2x1", split(plan_of(2, 2, 1), 2, 1), Net::kCnn},
       {"vgg_tp4_pp2", plan_of(1, 4, 2), Net::kVgg},
+      {"vgg_tp4", plan_of(1, 4, 1), Net::kVgg},
+      {"cnn_tp4_hw2x1", split(plan_of(1, 4, 1), 2, 1), Net::kCnn},
+      {"vgg_tp8", plan_of(1, 8, 1), Net::kVgg},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

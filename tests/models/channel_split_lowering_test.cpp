@@ -47,9 +47,37 @@ LoweredModel lower_tp(int64_t tp) {
 
 TEST(ChannelSplit, AlgorithmAndBlocks) {
   using A = spec::ChannelAlgorithm;
-  EXPECT_EQ(spec::channel_algorithm(true, 100, 10), A::kWholeInput);
-  EXPECT_EQ(spec::channel_algorithm(false, 100, 100), A::kStationaryX);  // ties: x
-  EXPECT_EQ(spec::channel_algorithm(false, 100, 200), A::kStationaryY);
+  EXPECT_EQ(spec::channel_algorithm(true, 100, 10, 2), A::kWholeInput);
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 100, 2), A::kStationaryX);  // ties: x
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 200, 2), A::kStationaryY);
+  // Bytes per rank and pass, times tp, on a 2 x 2 grid at tp 4: x moves 3Y, y 3X, w X + Y.
+  // Equal maps: x and y 300, w 200 -> w. Output a quarter of the input: x 75, w 125 -> x.
+  // Input a quarter of the output: y 75 -> y. Input half the output: y 150 = w 150 -> y (ties
+  // go to y before w). At tp 2 there is no grid: x or y.
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 100, 4), A::kStationaryW);
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 25, 4), A::kStationaryX);
+  EXPECT_EQ(spec::channel_algorithm(false, 25, 100, 4), A::kStationaryY);
+  EXPECT_EQ(spec::channel_algorithm(false, 50, 100, 4), A::kStationaryY);
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 100, 2), A::kStationaryX);
+  // tp 8: a 4 x 2 grid (reduce over 4, gather over 2): w moves X + 3Y against x's and y's 7:
+  // equal maps 400 against 700 -> w; an output three times the input, 10X against y's 7X -> y.
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 100, 8), A::kStationaryW);
+  EXPECT_EQ(spec::channel_algorithm(false, 100, 300, 8), A::kStationaryY);
+  // The grids: the smallest divisor of tp not below its square root reduces.
+  using G = spec::ChannelFilterGrid;
+  auto grid = [](int64_t tp) {
+    const G g = spec::channel_filter_grid(tp);
+    return std::make_pair(g.reduce_ranks, g.gather_ranks);
+  };
+  EXPECT_EQ(grid(4), std::make_pair(int64_t{2}, int64_t{2}));
+  EXPECT_EQ(grid(8), std::make_pair(int64_t{4}, int64_t{2}));
+  EXPECT_EQ(grid(12), std::make_pair(int64_t{4}, int64_t{3}));
+  EXPECT_EQ(grid(16), std::make_pair(int64_t{4}, int64_t{4}));
+  EXPECT_FALSE(spec::channel_filter_grid(2).any());
+  EXPECT_FALSE(spec::channel_filter_grid(7).any());
+  // tp rank 5 of 8 sits at place 1 of reduce group 1 and gathers channel blocks 1 and 5.
+  EXPECT_EQ(spec::gathered_channel_blocks(8, 5), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(spec::gathered_channel_blocks(4, 2), (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(spec::channel_block(16, 4, 3).begin, 12);
   EXPECT_EQ(spec::channel_block(16, 4, 3).count, 4);
   const spec::ModelSpec model = three_convs();
@@ -125,6 +153,55 @@ TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
   spec::Plan plan;
   plan.tp = 2;
   EXPECT_EQ(pipeline_transfer_parts(plan, split, 1024), 1);
+}
+
+// tp 4 on its 2 x 2 grid. Layer 1 (8 -> 8 channels, 8x8 maps: the input and output equal) runs
+// stationary-w: the channel group's 4 channels (2 x 4 x 64 fp32 = 2048 B) all-gathered over the
+// 2 ranks of the gather group; each rank convolves them with its filter group's 4 filters,
+// 2 (2 x 64) 4 (4 x 9) FLOPs, and reduce-scatters the 2 x 4 x 64 fp32 = 2048 B of partial
+// outputs over the 2 ranks of its reduce group; backward the twins in the same groups. It holds
+// 4 x 4 x 9 weights and its 2 channels' batch norm: a quarter of 8 x 8 x 9 + 2 x 8. Layer 2
+// (8 -> 16) moves y's 3 x 8 = 24 against w's 8 + 16: a tie, which y takes.
+TEST(ChannelSplitLowering, StationaryWGathersAndReducesInItsOwnGroups) {
+  const LoweredModel split = lower_tp(4);
+  struct Expected {
+    bool forward;
+    const char* name;
+    spec::CollectiveKind kind;
+    CommGroup group;
+  };
+  const Expected ops[] = {
+      {true, "layer1.conv.channel_all_gather", spec::CollectiveKind::kAllGather,
+       CommGroup::kChannelGather},
+      {true, "layer1.conv.filter_reduce_scatter", spec::CollectiveKind::kReduceScatter,
+       CommGroup::kFilterReduce},
+      {false, "layer1.conv.filter_all_gather", spec::CollectiveKind::kAllGather,
+       CommGroup::kFilterReduce},
+      {false, "layer1.conv.channel_reduce_scatter", spec::CollectiveKind::kReduceScatter,
+       CommGroup::kChannelGather},
+  };
+  for (const Expected& x : ops) {
+    const Op* op = find_op(x.forward ? split.layers[1].forward : split.layers[1].backward, x.name);
+    ASSERT_NE(op, nullptr) << x.name;
+    EXPECT_EQ(op->collective, x.kind) << x.name;
+    EXPECT_EQ(op->group, x.group) << x.name;
+    EXPECT_EQ(op->bytes, 2048) << x.name;
+  }
+  EXPECT_DOUBLE_EQ(find_op(split.layers[1].forward, "layer1.conv")->flops, 2.0 * 128 * 4 * 36);
+  EXPECT_EQ(split.layers[1].params, 4 * 4 * 9 + 2 * 2);
+  EXPECT_EQ(split.layers[1].params, (8 * 8 * 9 + 2 * 8) / 4);
+  EXPECT_TRUE(split.stationary_w);
+  EXPECT_FALSE(lower_tp(2).stationary_w);
+  const Op* y = find_op(split.layers[2].forward, "layer2.conv.channel_all_gather");
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(y->group, CommGroup::kLayer);
+  EXPECT_EQ(y->bytes, 2 * 8 * 64 * 4);
+  // The gather precedes the product, the reduce-scatter follows it.
+  const std::vector<Op>& f = split.layers[1].forward;
+  EXPECT_LT(find_op(f, "layer1.conv.channel_all_gather") - f.data(),
+            find_op(f, "layer1.conv") - f.data());
+  EXPECT_GT(find_op(f, "layer1.conv.filter_reduce_scatter") - f.data(),
+            find_op(f, "layer1.conv") - f.data());
 }
 
 // Both splits at once: tp 2 over the channels of each rank's block of a 2x1 grid (rows 0-3 and

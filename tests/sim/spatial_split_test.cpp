@@ -1,6 +1,7 @@
 // A spatially split CNN in the simulator: its halo exchanges and statistic all-reduces priced on
 // the grid's ranks (by hand), gradients summed over every rank holding the model, and what the
-// split buys; and a U-Net cut by a pipeline, whose stage boundary carries the kept map.
+// split buys; a channel split's stationary-w collectives in their own groups; and a U-Net cut by
+// a pipeline, whose stage boundary carries the kept map.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -91,6 +92,60 @@ TEST(SpatialSplit, WithAChannelSplitEachCollectiveRunsInItsOwnGroup) {
   EXPECT_EQ(seen["layer0.conv.bn_allreduce"], 16);
   EXPECT_EQ(seen["layer1.pool_allreduce"], 8);
   EXPECT_EQ(seen["layer2.fc.all_reduce"], 8);
+}
+
+// A CNN's channels over tp 4, whose 8 -> 8 convolution runs stationary-w on a 2 x 2 grid
+// (spec/channel_split.hpp): 2 nodes of 2 devices, NVLink at 100 GB/s, one 10 GB/s NIC per
+// device, no latency, ring collectives. The reduce groups are tp ranks {0, 1} and {2, 3}, inside
+// a node; the gather groups {0, 2} and {1, 3}, across the two. With B = 2 in fp32 on 8x8 maps,
+// each collective moves a 2 x 4 x 64 x 4 = 2048-byte buffer over 2 ranks, (2 - 1)/2 of it per
+// rank: 1024 B at 10 GB/s, 102.4 ns, for the gather and its backward twin (the input gradient's
+// reduce-scatter); 1024 B at 100 GB/s, 10.24 ns, for the partial outputs' reduce-scatter and its
+// twin (the output gradient's all-gather).
+TEST(ChannelSplit, StationaryWRunsInItsReduceAndGatherGroups) {
+  spec::ModelSpec m;
+  m.name = "two-convs";
+  spec::CnnSpec c;
+  c.in_channels = 3;
+  c.height = c.width = 8;
+  auto conv = [](int64_t out) {
+    spec::CnnLayer l{spec::CnnLayerKind::kConv, out};
+    l.kernel = 3;
+    l.padding = 1;
+    l.batch_norm = l.relu = true;
+    return l;
+  };
+  spec::CnnLayer gap{spec::CnnLayerKind::kAdaptiveAvgPool};
+  spec::CnnLayer fc{spec::CnnLayerKind::kFc};
+  fc.out_features = 10;
+  c.layers = {conv(8), conv(8), gap, fc};
+  m.body = c;
+  const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 10, 0, 2, 2, 2);
+  spec::Plan plan = test::make_plan(1, 4, 1, 2, 2);
+  plan.dtype = spec::Dtype::kFp32;
+  for (spec::CollectiveKind k : {spec::CollectiveKind::kAllGather,
+                                 spec::CollectiveKind::kReduceScatter,
+                                 spec::CollectiveKind::kAllReduce})
+    plan.collective_algorithms[k] = spec::CollectiveAlgorithm::kRing;
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(m, cluster, plan, options);
+  const std::map<std::string, double> expected_s = {
+      {"layer1.conv.channel_all_gather", 1024 / 10e9},
+      {"layer1.conv.filter_reduce_scatter", 1024 / 100e9},
+      {"layer1.conv.filter_all_gather", 1024 / 100e9},
+      {"layer1.conv.channel_reduce_scatter", 1024 / 10e9}};
+  std::map<std::string, int> seen;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    auto it = expected_s.find(e.name);
+    if (it == expected_s.end()) continue;
+    ++seen[e.name];
+    EXPECT_EQ(e.bytes, 2048) << e.name;
+    EXPECT_EQ(e.group_size, 2) << e.name;
+    EXPECT_NEAR(static_cast<double>(e.duration_ps) * 1e-12, it->second, 1e-12)
+        << e.name << " on rank " << e.rank;
+  }
+  for (const auto& [name, s] : expected_s) EXPECT_EQ(seen[name], 4) << name;  // every rank once
 }
 
 // A U-Net cut into two pipeline stages between a kept map and its concat: the activation sent

@@ -177,6 +177,24 @@ TEST(SpatialSplit, SplitRanksAreInnermost) {
   const RankLayout plain(q);
   EXPECT_EQ(plain.layer_group(3), plain.tp_group(3));
   EXPECT_EQ(plain.replica_group(3), plain.dp_group(3));
+  // tp 2 has no stationary-w grid: both of its groups are the tp group.
+  EXPECT_EQ(plain.channel_filter_group(3, 0), plain.tp_group(3));
+  EXPECT_EQ(plain.channel_filter_group(3, 1), plain.tp_group(3));
+}
+
+TEST(ChannelFilterGrid, GroupsOfStationaryW) {
+  // tp 8 (a 4 x 2 grid) beside a 2x1 spatial grid, dp 2: rank = s + 2 (t + 8 d). Rank 27 is
+  // s 1, tp index 5, dp 1. Its reduce group: tp indices 4-7 (5 - 5 % 4 = 4, consecutive), ranks
+  // 1 + 2 (t + 8) = 25, 27, 29, 31; its gather group: tp indices 1 and 5 (5 % 4 + 4 k), ranks 19
+  // and 27.
+  Plan p;
+  p.dp = 2;
+  p.tp = 8;
+  p.spatial = {2, 1};
+  const RankLayout layout(p);
+  ASSERT_EQ(layout.coord(27).tp, 5);
+  EXPECT_EQ(layout.channel_filter_group(27, 0), (std::vector<int64_t>{25, 27, 29, 31}));
+  EXPECT_EQ(layout.channel_filter_group(27, 1), (std::vector<int64_t>{19, 27}));
 }
 
 }  // namespace

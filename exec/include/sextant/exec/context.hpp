@@ -15,7 +15,8 @@
 
 namespace sextant::exec {
 
-// One axis of AxoNN's 3D tensor grid (Plan::tp_grid): the rank's line of ranks along it.
+// One axis of AxoNN's 3D tensor grid (Plan::tp_grid) or of a CNN channel split's stationary-w
+// grid (spec::ChannelFilterGrid): the rank's line of ranks along it.
 struct GridAxis {
   Communicator* comm = nullptr;
   int64_t rank = 0, size = 1;
@@ -31,6 +32,9 @@ struct Groups {
   // On a 3D tensor grid, the rank's lines along x, y and z (RankLayout::grid_group); empty
   // (null communicators) without one.
   std::array<GridAxis, 3> grid{};
+  // Under a CNN channel split running stationary-w somewhere, the rank's reduce group ([0]) and
+  // gather group ([1]) (RankLayout::channel_filter_group); null communicators otherwise.
+  std::array<GridAxis, 2> channel_filter{};
   // The ranks holding the same parameters, whose gradients are summed (spec::RankLayout::
   // replica_group): the data-parallel ranks, each with its spatial ranks when a CNN's maps are
   // split. Without a spatial split, the data-parallel group itself.

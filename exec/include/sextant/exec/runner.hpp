@@ -21,15 +21,18 @@ namespace sextant::exec {
 
 // This rank's communicators for a plan (Megatron rank order, spec::RankLayout), of one kind.
 // Collective over `world`, which it duplicates (the caller's communicator is left alone).
+// `stationary_w`: a CNN channel split runs stationary-w somewhere (models::LoweredModel), which
+// needs its reduce and gather groups (Groups::channel_filter).
 class Layout {
  public:
-  Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind);
+  Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind, bool stationary_w = false);
   Groups& groups() { return groups_; }
 
  private:
   std::unique_ptr<Communicator> world_, tp_, replicas_, spatial_, cp_, ep_, expert_replicas_,
       embedding_;
   std::array<std::unique_ptr<Communicator>, 3> grid_;  // a 3D tensor grid's x, y and z lines
+  std::array<std::unique_ptr<Communicator>, 2> channel_filter_;  // stationary-w's groups
   Groups groups_;
 };
 

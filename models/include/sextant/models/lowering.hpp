@@ -44,8 +44,20 @@ struct MatmulShape {
 // ranks splitting each sequence (RankLayout::cp_group, context parallelism), the ranks splitting
 // the routed experts (RankLayout::ep_group, expert parallelism), one axis of a 3D tensor grid
 // (RankLayout::grid_group, spec/tensor_grid.hpp), or the ranks splitting a CNN's samples
-// spatially (RankLayout::spatial_group: halo exchanges and the all-reduces of partial sums).
-enum class CommGroup : uint8_t { kLayer, kContext, kExpert, kGridX, kGridY, kGridZ, kSpatial };
+// spatially (RankLayout::spatial_group: halo exchanges and the all-reduces of partial sums), or
+// the reduce or gather group of a CNN channel split's stationary-w convolution
+// (RankLayout::channel_filter_group, spec/channel_split.hpp).
+enum class CommGroup : uint8_t {
+  kLayer,
+  kContext,
+  kExpert,
+  kGridX,
+  kGridY,
+  kGridZ,
+  kSpatial,
+  kFilterReduce,
+  kChannelGather
+};
 
 struct Op {
   OpId id = OpId::kCount;  // the op's identity (op_id.hpp); kCount: none set
@@ -193,6 +205,10 @@ struct LoweredModel {
   // whole is what it does). A transformer's are whole on every rank unless sequence parallelism
   // splits them (Plan::sequence_parallel says so).
   bool tp_splits_activations = false;
+  // Some convolution of a CNN channel split runs stationary-w (spec/channel_split.hpp): its
+  // reduce and gather groups are communicators of their own (CommGroup::kFilterReduce,
+  // kChannelGather).
+  bool stationary_w = false;
 };
 
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if

@@ -206,6 +206,8 @@ class Estimator {
     sim::GroupShape ep, expert_dp;  // the ranks splitting the experts, and holding the same ones
     sim::GroupShape grid_x, grid_y, grid_z;  // the lines of a 3D tensor grid
     sim::GroupShape spatial;                 // the ranks splitting each sample spatially
+    // A CNN channel split's stationary-w reduce and gather groups.
+    sim::GroupShape filter_reduce, channel_gather;
   };
   Lowering& lowering(const spec::Plan& plan, const spec::Stack& stack);
   // Every layer's cost in recompute mode `mode`.

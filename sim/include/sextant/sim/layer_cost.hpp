@@ -94,14 +94,15 @@ struct BackwardProducts {
 BackwardProducts split_backward_gemm(const models::Op& backward);
 
 // The groups a layer's collectives run in: the layer group (tensor-parallel), the
-// context-parallel group, the expert-parallel group, the lines of a 3D tensor grid and a CNN's
-// spatial grid (models::CommGroup).
+// context-parallel group, the expert-parallel group, the lines of a 3D tensor grid, a CNN's
+// spatial grid and its channel split's stationary-w groups (models::CommGroup).
 struct LayerGroups {
   GroupShape tp;
   GroupShape cp;
   GroupShape ep;
   GroupShape grid_x, grid_y, grid_z;
   GroupShape spatial;
+  GroupShape filter_reduce, channel_gather;
   const GroupShape& of(models::CommGroup group) const {
     switch (group) {
       case models::CommGroup::kLayer:
@@ -118,6 +119,10 @@ struct LayerGroups {
         return grid_z;
       case models::CommGroup::kSpatial:
         return spatial;
+      case models::CommGroup::kFilterReduce:
+        return filter_reduce;
+      case models::CommGroup::kChannelGather:
+        return channel_gather;
     }
     return tp;
   }

@@ -32,7 +32,8 @@ enum class CommClass : uint8_t { kNone, kTp, kDp, kFsdp, kPp, kOffload, kSpatial
 // kExpertDp: the ranks holding the same experts, which sum their gradients
 // (RankLayout::expert_replica_group). kGridX, kGridY, kGridZ: the lines of a 3D tensor grid
 // (RankLayout::grid_group); its x*y slice is the layer group. kSpatial: the ranks splitting a CNN's
-// samples spatially (RankLayout::spatial_group).
+// samples spatially (RankLayout::spatial_group). kFilterReduce, kChannelGather: the reduce and
+// gather groups of a CNN channel split's stationary-w (RankLayout::channel_filter_group).
 enum class GroupSlot : uint8_t {
   kTp,
   kDp,
@@ -43,9 +44,11 @@ enum class GroupSlot : uint8_t {
   kGridX,
   kGridY,
   kGridZ,
-  kSpatial
+  kSpatial,
+  kFilterReduce,
+  kChannelGather
 };
-inline constexpr size_t kGroupSlots = 10;
+inline constexpr size_t kGroupSlots = 12;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

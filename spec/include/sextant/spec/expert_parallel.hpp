@@ -20,9 +20,10 @@ namespace sextant::spec {
 
 // What is wrong with the plan's expert parallelism on its own (without a model), or "" when
 // nothing is: ep must divide dp (the ep ranks are data-parallel ranks); it does not (yet)
-// combine with offload (nor with gradient compression: compression_layout_problem). (With tp > 1 the model needs sequence
-// parallelism: moe_tensor_parallel_problem.) Under ZeRO-3 the experts' shards are
-// gathered from the expert replicas (TorchTitan: FSDP2 of the experts over dp_shard / ep).
+// combine with offload (nor with gradient compression: compression_layout_problem). (With tp > 1
+// the model needs sequence parallelism: moe_tensor_parallel_problem.) Under ZeRO-3 the experts'
+// shards are gathered from the expert replicas (TorchTitan: FSDP2 of the experts over dp_shard /
+// ep).
 std::string expert_parallel_problem(const Plan& plan);
 
 // What is wrong with splitting `model`'s routed experts over `ep` ranks, or "": the model must be

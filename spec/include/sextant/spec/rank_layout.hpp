@@ -75,6 +75,10 @@ class RankLayout {
   // The ranks of the rank's tensor grid line along one axis (0: x, 1: y, 2: z), in axis order;
   // the whole tp group when the plan has no grid.
   std::vector<int64_t> grid_group(int64_t rank, int axis) const;
+  // The ranks of the rank's stationary-w group (a CNN's channel split, spec/channel_split.hpp's
+  // ChannelFilterGrid over its tp ranks): axis 0 the reduce group (consecutive tp ranks), axis 1
+  // the gather group (every reduce_ranks-th), in tp order; the whole tp group when tp has no grid.
+  std::vector<int64_t> channel_filter_group(int64_t rank, int axis) const;
   // The same (dp, tp) position in the next / previous pipeline stage (wrapping around, which the
   // interleaved schedule uses to go from the last stage back to the first).
   int64_t pp_next(int64_t rank) const;
