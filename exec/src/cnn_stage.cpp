@@ -143,8 +143,9 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
         }
         case CnnLayerKind::kUpConv:
         case CnnLayerKind::kConcat:
-          // Refused before the stage is made (cnn_stage_problem).
-          throw std::logic_error("the CNN stage runs no up_conv or concat layer");
+        case CnnLayerKind::kAmoebaCell:
+          // Refused before the stage is made (make_cnn_stage).
+          throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
       }
       f.whole = whole;
       u.out = f;
@@ -619,7 +620,8 @@ class CnnStage : public StageModel {
     switch (u.kind) {
       case CnnLayerKind::kUpConv:
       case CnnLayerKind::kConcat:
-        throw std::logic_error("the CNN stage runs no up_conv or concat layer");
+      case CnnLayerKind::kAmoebaCell:
+        throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
       case CnnLayerKind::kConv:
         cache.convs.resize(1);
         return forward_conv(u.convs[0], x, split, u.layer, m, cache.convs[0]);
@@ -718,7 +720,8 @@ class CnnStage : public StageModel {
     switch (u.kind) {
       case CnnLayerKind::kUpConv:
       case CnnLayerKind::kConcat:
-        throw std::logic_error("the CNN stage runs no up_conv or concat layer");
+      case CnnLayerKind::kAmoebaCell:
+        throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
       case CnnLayerKind::kConv:
         return backward_conv(u.convs[0], dout, split, input_gradient, u, m, cache.convs[0]);
       case CnnLayerKind::kMaxPool:
@@ -827,6 +830,10 @@ std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context
                    : fmt::format("\"{}\"", spec::enum_name(spec::cnn_layer_kind_names(), l.kind)),
                "the executor runs CNNs without skip connections (U-Net's up_conv, concat and "
                "kept maps are simulated and planned only)");
+    if (l.kind == CnnLayerKind::kAmoebaCell)
+      diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
+               "the executor runs chains of convolutions and ResNet blocks: AmoebaNet's cells "
+               "are simulated and planned only");
   }
   // Its loss is a classifier's, after an fc; a per-pixel head's (segmentation) is not run.
   if (!cnn.layers.empty() && cnn.layers.back().kind != CnnLayerKind::kFc)

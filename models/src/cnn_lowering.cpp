@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "amoeba_lowering.hpp"
 #include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
 #include "sextant/spec/channel_split.hpp"
@@ -240,6 +241,10 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   // The maps `skip` layers keep until their concat (U-Net's skip connections): stored until then,
   // and sent on with the activations when a pipeline stage ends between the two.
   std::vector<Feature> kept;
+  // AmoebaNet's cells read the two previous cells' outputs: the input of the last cell (its
+  // successor's second input) and whether that cell halved the map; none after another layer.
+  std::optional<Feature> cell_input;
+  bool reduction_prev = false;
   int64_t flat = 0;
   int index = 0;
   for (size_t li = 0; li < m.layers.size(); ++li) {
@@ -248,7 +253,10 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
     // hands every rank the whole (pooled) map.
     const MapSplit split{li <= split_end ? o.spatial : spec::SpatialSplit{}};
     const MapSplit out_split{li < split_end ? o.spatial : spec::SpatialSplit{}};
-    int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ? l.blocks : 1;
+    int64_t repeats =
+        l.kind == spec::CnnLayerKind::kBottleneck || l.kind == spec::CnnLayerKind::kAmoebaCell
+            ? l.blocks
+            : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Layer layer;
       layer.kind = LayerKind::kCnn;
@@ -358,6 +366,18 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           f = {l.out_features, 1, 1, 1};
           break;
         }
+        case spec::CnnLayerKind::kAmoebaCell: {
+          const CellMap prev{f.c, f.h, f.w};
+          const CellMap prev_prev =
+              cell_input ? CellMap{cell_input->c, cell_input->h, cell_input->w} : prev;
+          const CellMap cell_out =
+              add_amoeba_cell(layer, layer.name, prev, prev_prev, cell_input && reduction_prev,
+                              l.filters, l.reduction, B, e);
+          cell_input = f;
+          reduction_prev = l.reduction;
+          f = {cell_out.c, 1, cell_out.h, cell_out.w};
+          break;
+        }
         case spec::CnnLayerKind::kBottleneck: {
           // torchvision ResNet v1.5: the stride sits on the 3x3 convolution; the first block
           // projects the shortcut with a strided 1x1 convolution when the shape changes.
@@ -399,6 +419,13 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       // for a concat after it (a map kept here is the output itself, sent once).
       layer.output_bytes = B * cs.held(f.c) * out_split.block(f) * e;
       for (const Feature& k : kept) layer.output_bytes += B * cs.held(k.c) * out_split.block(k) * e;
+      // A cell's successor cell also reads this cell's input.
+      const bool next_is_cell =
+          r + 1 < repeats ||
+          (li + 1 < m.layers.size() && m.layers[li + 1].kind == spec::CnnLayerKind::kAmoebaCell);
+      if (l.kind == spec::CnnLayerKind::kAmoebaCell && next_is_cell)
+        layer.output_bytes += B * cell_input->c * cell_input->d * cell_input->h * cell_input->w * e;
+      if (l.kind != spec::CnnLayerKind::kAmoebaCell) cell_input.reset();
       if (l.skip) kept.push_back(f);
       out.layers.push_back(std::move(layer));
     }

@@ -424,11 +424,13 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
         if (tp_layouts.empty()) {
           const bool cnn = m.kind() == spec::ModelKind::kCnn;
-          const bool unsplittable = cnn && (m.cnn().volumes() || m.cnn().has_skips() ||
-                                            m.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
-          reject(transformer    ? "tp does not divide the heads or the MLP"
-                 : unsplittable ? "tp on volumes, skip connections or a per-pixel head"
-                                : "tp does not divide the channels",
+          const bool unsplittable =
+              cnn && (m.cnn().volumes() || m.cnn().has_skips() || m.cnn().has_cells() ||
+                      m.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
+          reject(transformer ? "tp does not divide the heads or the MLP"
+                 : unsplittable
+                     ? "tp on volumes, skip connections, AmoebaNet cells or a per-pixel head"
+                     : "tp does not divide the channels",
                  kLayouts);
           continue;
         }

@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "sextant/spec/amoeba_cell.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 
@@ -26,7 +27,7 @@ constexpr std::array<std::pair<std::string_view, PositionEmbedding>, 3> kPositio
      {"none", PositionEmbedding::kNone}}};
 constexpr std::array<std::pair<std::string_view, ModelKind>, 3> kKinds{
     {{"transformer", ModelKind::kTransformer}, {"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}}};
-constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 8> kCnnLayers{
+constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 9> kCnnLayers{
     {{"conv", CnnLayerKind::kConv},
      {"max_pool", CnnLayerKind::kMaxPool},
      {"avg_pool", CnnLayerKind::kAvgPool},
@@ -34,7 +35,8 @@ constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 8> kCnnLayers{
      {"fc", CnnLayerKind::kFc},
      {"bottleneck", CnnLayerKind::kBottleneck},
      {"up_conv", CnnLayerKind::kUpConv},
-     {"concat", CnnLayerKind::kConcat}}};
+     {"concat", CnnLayerKind::kConcat},
+     {"amoeba_cell", CnnLayerKind::kAmoebaCell}}};
 }  // namespace
 
 EnumNames<Architecture> architecture_names() {
@@ -191,6 +193,15 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
       l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(1);
       l.blocks = r.integer("blocks", kPositive, Presence::kOptional).value_or(1);
       break;
+    case CnnLayerKind::kAmoebaCell:
+      l.filters = r.integer("filters", kPositive).value_or(4);
+      l.reduction = r.boolean("reduction", Presence::kOptional).value_or(false);
+      l.blocks = r.integer("blocks", kPositive, Presence::kOptional).value_or(1);
+      if (l.filters % 4 != 0)
+        r.problem("filters", std::to_string(l.filters),
+                  "must be a multiple of 4 (the cell's convolutions narrow to filters/4, its "
+                  "factorized reductions join two halves)");
+      break;
   }
   r.finish();
   return l;
@@ -285,6 +296,30 @@ CnnSpec decode_cnn(ObjectReader& r) {
         flat = true;
         m = {l.out_features, 1, 1, 1};
         break;
+      case CnnLayerKind::kAmoebaCell:
+        if (c.volumes()) {
+          r.diagnostics().add(at, "\"amoeba_cell\"",
+                              "AmoebaNet's cells are 2D: not for volumes (depth)");
+          return c;
+        }
+        if (l.reduction && (m.h % 2 != 0 || m.w % 2 != 0)) {
+          r.diagnostics().add(at, "\"amoeba_cell\"",
+                              fmt::format("a reduction cell halves its {}x{} map: it needs even "
+                                          "rows and columns (its cells' inputs must align)",
+                                          m.h, m.w));
+          return c;
+        }
+        if (l.reduction && l.blocks > 1) {
+          r.diagnostics().add(at, std::to_string(l.blocks),
+                              "a reduction cell runs once (\"blocks\": 1); repeat normal cells");
+          return c;
+        }
+        if (l.reduction) {
+          m.h /= 2;
+          m.w /= 2;
+        }
+        m.c = amoeba_output_channels(l.filters, l.reduction);
+        break;
     }
     if (m.d <= 0 || m.h <= 0 || m.w <= 0) {
       r.diagnostics().add(at, "",
@@ -312,6 +347,12 @@ CnnSpec decode_cnn(ObjectReader& r) {
 bool CnnSpec::has_skips() const {
   for (const CnnLayer& l : layers)
     if (l.skip) return true;
+  return false;
+}
+
+bool CnnSpec::has_cells() const {
+  for (const CnnLayer& l : layers)
+    if (l.kind == CnnLayerKind::kAmoebaCell) return true;
   return false;
 }
 
@@ -413,6 +454,9 @@ Json cnn_layer_json(const CnnLayer& l) {
                 {"out_channels", l.out_channels},
                 {"stride", l.stride},
                 {"blocks", l.blocks}});
+      break;
+    case CnnLayerKind::kAmoebaCell:
+      j.update({{"filters", l.filters}, {"reduction", l.reduction}, {"blocks", l.blocks}});
       break;
   }
   return j;

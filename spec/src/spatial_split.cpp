@@ -80,6 +80,9 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
   if (cnn.volumes())
     return "splits the rows and columns of 2D maps: a spatial split of volumes (depth) is not "
            "modelled yet";
+  if (cnn.has_cells())
+    return "splits chains of convolutions and ResNet blocks: AmoebaNet's cells (two inputs, five "
+           "nodes) are not modelled under a spatial split yet";
   const size_t end = spatial_layer_end(cnn);
   if (end == cnn.layers.size() || cnn.layers[end].kind != CnnLayerKind::kAdaptiveAvgPool)
     return "needs an adaptive_avg_pool before the model's first fc layer: its window sums are "

@@ -144,6 +144,9 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
 # 2D chains (exec/src/cnn_stage.cpp).
 expect_error "/cnn/input/depth = 116: the executor's CNN kernels are 2D" "$sextant" run \
   --model unet3d --np 1 --global-batch 1 --steps 1
+# AmoebaNet's cells are simulated and planned (models/src/amoeba_lowering.cpp), not run.
+expect_error "/cnn/layers/1 = \"amoeba_cell\": the executor runs chains of convolutions" "$sextant" \
+  run --model amoebanet-d --np 1 --global-batch 1 --steps 1
 cat >"$dir/segmenter.model.json" <<'EOF'
 {"schema": "sextant.model/1", "name": "segmenter", "kind": "cnn",
  "cnn": {"input": {"channels": 1, "height": 8, "width": 8},

@@ -128,7 +128,7 @@ TEST(UnetLowering, ModelFilesWithBrokenSkipsAreRefusedNamingTheLayer) {
 
 TEST(UnetLowering, SplitsOfVolumesAndSkipsAreRefusedUntilModelled) {
   const spec::ModelSpec m = spec::model_from_json(tiny_unet_json(), "tiny");
-  EXPECT_NE(spec::channel_split_problem(m.cnn(), 2).find("volumes and U-Net's kept maps"),
+  EXPECT_NE(spec::channel_split_problem(m.cnn(), 2).find("volumes, U-Net's kept maps"),
             std::string::npos);
   EXPECT_NE(spec::spatial_split_problem(m, {2, 1}).find("volumes (depth) is not modelled"),
             std::string::npos);

@@ -81,7 +81,8 @@ struct MlpSpec {
 // up_conv: a transposed convolution (ConvTranspose2d/3d, no padding), out = (in - 1) stride +
 // kernel; concat: the map the last unconsumed `skip` layer kept, cropped at its centre to the
 // current map's extents, joined to it along the channels (U-Net's skip connections, Ronneberger
-// et al. 2015; Cicek et al. 2016).
+// et al. 2015; Cicek et al. 2016); amoeba_cell: AmoebaNet-D's normal or reduction cell
+// (spec/amoeba_cell.hpp), reading the two previous cells' outputs.
 enum class CnnLayerKind {
   kConv,
   kMaxPool,
@@ -90,7 +91,8 @@ enum class CnnLayerKind {
   kFc,
   kBottleneck,
   kUpConv,
-  kConcat
+  kConcat,
+  kAmoebaCell
 };
 EnumNames<CnnLayerKind> cnn_layer_kind_names();
 
@@ -98,7 +100,10 @@ struct CnnLayer {
   CnnLayerKind kind = CnnLayerKind::kConv;
   int64_t out_channels = 0;  // conv, bottleneck, up_conv
   int64_t mid_channels = 0;  // bottleneck
-  int64_t blocks = 1;        // bottleneck: repeated blocks, the first one may downsample
+  int64_t blocks = 1;        // bottleneck: repeated blocks, the first one may downsample;
+                             // amoeba_cell: repeated cells
+  int64_t filters = 0;       // amoeba_cell: channels of each of its states
+  bool reduction = false;    // amoeba_cell: a reduction cell (halves the map)
   int64_t kernel = 1;        // conv, pools
   int64_t stride = 1;
   int64_t padding = 0;
@@ -121,6 +126,8 @@ struct CnnSpec {
   int64_t input_depth() const { return volumes() ? depth : 1; }
   // Whether a layer keeps a map for a concat (U-Net's skip connections).
   bool has_skips() const;
+  // Whether the model has AmoebaNet cells (each reading the two previous cells' outputs).
+  bool has_cells() const;
 };
 
 // Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input

@@ -1,0 +1,173 @@
+// AmoebaNet-D's cells lowered to ops: every convolution an implicit GEMM (M = B x output pixels,
+// N = output channels, K = input channels x kernel area), batch norm, ReLU, pools, the nodes'
+// sums and the join as memory-bound passes. What backward keeps: each convolution's and pool's
+// input, each batch norm's input and each ReLU's output (as the ResNet lowering counts them).
+#include "amoeba_lowering.hpp"
+
+#include <fmt/format.h>
+
+#include "lowering_ops.hpp"
+#include "sextant/spec/amoeba_cell.hpp"
+#include "sextant/spec/model_spec.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+// Builds one cell's ops into `layer`, B samples of e bytes.
+class CellBuilder {
+ public:
+  CellBuilder(Layer& layer, int64_t B, int64_t e) : layer_(layer), B_(B), e_(e) {}
+
+  void relu(const std::string& name, const CellMap& m) {
+    const int64_t bytes = B_ * m.c * m.h * m.w * e_;
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitRelu), OpClass::kElementwise,
+                                       2 * bytes, TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
+    layer_.saved_bytes += bytes;
+  }
+  // A kh x kw convolution without bias, then batch norm; returns its output.
+  CellMap conv_bn(const std::string& name, const CellMap& in, int64_t out_c, int64_t kh, int64_t kw,
+                  int64_t stride_h, int64_t stride_w) {
+    const CellMap o{out_c, spec::window_output(in.h, kh, stride_h, (kh - 1) / 2),
+                    spec::window_output(in.w, kw, stride_w, (kw - 1) / 2)};
+    Op conv = gemm(OpName(name, OpId::kUnitProduct), B_ * o.h * o.w, out_c, in.c * kh * kw, e_,
+                   TpSplit::kReplicated);
+    conv.op_class = OpClass::kConv;
+    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_, out_bytes = B_ * o.c * o.h * o.w * e_;
+    conv.bytes = in_bytes + out_c * in.c * kh * kw * e_ + out_bytes;
+    layer_.forward.push_back(conv);
+    layer_.saved_bytes += in_bytes;
+    weights(out_c * in.c * kh * kw);
+    layer_.matrices.push_back({out_c, in.c * kh * kw});
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
+                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
+    weights(2 * out_c);
+    layer_.saved_bytes += out_bytes;
+    return o;
+  }
+  // ReLU, convolution, batch norm (torchgpipe's relu_conv_bn and the conv operations' steps).
+  CellMap relu_conv_bn(const std::string& name, const CellMap& in, int64_t out_c, int64_t kh,
+                       int64_t kw, int64_t stride_h, int64_t stride_w) {
+    relu(name, in);
+    return conv_bn(name, in, out_c, kh, kw, stride_h, stride_w);
+  }
+  // ReLU, two 1x1 convolutions of stride 2 to out_c/2 (the second on the map shifted by a
+  // pixel, a padded view whose copy is not priced), joined, batch norm over out_c.
+  CellMap factorized_reduce(const std::string& name, const CellMap& in, int64_t out_c) {
+    relu(name, in);
+    const CellMap o{out_c, (in.h + 1) / 2, (in.w + 1) / 2};
+    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_, out_bytes = B_ * o.c * o.h * o.w * e_;
+    for (const char* half : {".conv1", ".conv2"}) {
+      Op conv = gemm(OpName(name + half, OpId::kUnitProduct), B_ * o.h * o.w, out_c / 2, in.c, e_,
+                     TpSplit::kReplicated);
+      conv.op_class = OpClass::kConv;
+      conv.bytes = in_bytes + out_c / 2 * in.c * e_ + out_bytes / 2;
+      layer_.forward.push_back(conv);
+      layer_.saved_bytes += in_bytes;
+      weights(out_c / 2 * in.c);
+      layer_.matrices.push_back({out_c / 2, in.c});
+    }
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitConcat), OpClass::kElementwise,
+                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
+                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
+    weights(2 * out_c);
+    layer_.saved_bytes += out_bytes;
+    return o;
+  }
+  CellMap pool(const std::string& name, const CellMap& in, int64_t kernel, int64_t stride,
+               int64_t padding) {
+    const CellMap o{in.c, spec::window_output(in.h, kernel, stride, padding),
+                    spec::window_output(in.w, kernel, stride, padding)};
+    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_;
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitPool), OpClass::kPool,
+                                       in_bytes + B_ * o.c * o.h * o.w * e_, TpSplit::kReplicated,
+                                       {B_, o.c, o.h, o.w}));
+    layer_.saved_bytes += in_bytes;
+    return o;
+  }
+  // One edge's operation on a state of c channels.
+  CellMap edge(const std::string& name, spec::AmoebaOp op, const CellMap& in, int64_t stride) {
+    const int64_t c = in.c, narrow = c / 4;
+    switch (op) {
+      case spec::AmoebaOp::kConv1x1:
+        return relu_conv_bn(name, in, c, 1, 1, stride, stride);
+      case spec::AmoebaOp::kConv3x3: {
+        CellMap x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
+        x = relu_conv_bn(name + ".conv2", x, narrow, 3, 3, stride, stride);
+        return relu_conv_bn(name + ".conv3", x, c, 1, 1, 1, 1);
+      }
+      case spec::AmoebaOp::kConv1x7_7x1: {
+        CellMap x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
+        x = relu_conv_bn(name + ".conv2", x, narrow, 1, 7, 1, stride);
+        x = relu_conv_bn(name + ".conv3", x, narrow, 7, 1, stride, 1);
+        return relu_conv_bn(name + ".conv4", x, c, 1, 1, 1, 1);
+      }
+      case spec::AmoebaOp::kMaxPool3x3:
+      case spec::AmoebaOp::kAvgPool3x3:
+        return pool(name, in, 3, stride, 1);
+      case spec::AmoebaOp::kMaxPool2x2:
+        return pool(name, in, 2, stride, 0);
+      case spec::AmoebaOp::kIdentity:
+        return stride == 1 ? in : factorized_reduce(name, in, c);
+    }
+    return in;
+  }
+  // A node's sum of its two edges.
+  void add(const std::string& name, const CellMap& m) {
+    const int64_t bytes = B_ * m.c * m.h * m.w * e_;
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitResidual), OpClass::kElementwise,
+                                       3 * bytes, TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
+  }
+  void join(const std::string& name, const CellMap& out) {
+    const int64_t bytes = B_ * out.c * out.h * out.w * e_;
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitConcat), OpClass::kElementwise,
+                                       2 * bytes, TpSplit::kReplicated, {B_, out.c, out.h, out.w}));
+  }
+
+ private:
+  void weights(int64_t n) {
+    layer_.params += n;
+    layer_.params_total += n;
+  }
+  Layer& layer_;
+  int64_t B_, e_;
+};
+
+}  // namespace
+
+CellMap add_amoeba_cell(Layer& layer, const std::string& name, CellMap prev, CellMap prev_prev,
+                        bool reduction_prev, int64_t filters, bool reduction, int64_t B,
+                        int64_t e) {
+  CellBuilder b(layer, B, e);
+  // torchgpipe's Cell: the previous output through relu_conv_bn to `filters` channels; the one
+  // before it through a factorized reduction after a reduction cell, through relu_conv_bn when
+  // its channels differ, else as it is.
+  std::vector<CellMap> states;
+  states.push_back(b.relu_conv_bn(name + ".reduce1", prev, filters, 1, 1, 1, 1));
+  if (reduction_prev) {
+    states.push_back(b.factorized_reduce(name + ".reduce2", prev_prev, filters));
+  } else if (prev_prev.c != filters) {
+    states.push_back(b.relu_conv_bn(name + ".reduce2", prev_prev, filters, 1, 1, 1, 1));
+  } else {
+    states.push_back(prev_prev);
+  }
+  const spec::AmoebaGenotype& g = spec::amoeba_genotype(reduction);
+  for (size_t node = 0; node < g.edges.size() / 2; ++node) {
+    CellMap sum;
+    for (size_t k = 0; k < 2; ++k) {
+      const spec::AmoebaEdge& edge = g.edges[2 * node + k];
+      sum = b.edge(fmt::format("{}.node{}.{}", name, node, k == 0 ? "a" : "b"), edge.op,
+                   states[static_cast<size_t>(edge.input)],
+                   spec::amoeba_edge_stride(reduction, edge));
+    }
+    b.add(fmt::format("{}.node{}", name, node), sum);
+    states.push_back(sum);
+  }
+  CellMap out = states[static_cast<size_t>(g.concat.front())];
+  out.c = spec::amoeba_output_channels(filters, reduction);
+  b.join(name, out);
+  return out;
+}
+
+}  // namespace sextant::models

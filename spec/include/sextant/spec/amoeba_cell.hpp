@@ -1,0 +1,50 @@
+// AmoebaNet-D's cells (Real et al. 2019, "Regularized evolution for image classifier architecture
+// search"), the architecture GPipe pipelines (Huang et al. 2019): each cell reads the two previous
+// cells' outputs, reduces both to `filters` channels, builds five nodes that each sum two
+// operations on earlier states, and joins some states along the channels. The genotype and the
+// operations are those of torchgpipe's benchmarks/models/amoebanet (genotype.py,
+// operations.py), whose normal concat follows TensorFlow's reference implementation and gives
+// GPipe's parameter counts. The one home of the cell's structure: the model check, the lowering
+// and the executor's refusal ask it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace sextant::spec {
+
+// What an edge of a cell applies to one state of `filters` (c) channels.
+enum class AmoebaOp {
+  kConv1x1,      // ReLU, 1x1 conv c -> c (the edge's stride), batch norm
+  kConv3x3,      // ReLU, 1x1 to c/4, BN; ReLU, 3x3 (stride, padding 1), BN; ReLU, 1x1 to c, BN
+  kConv1x7_7x1,  // ReLU, 1x1 to c/4, BN; ReLU, 1x7 then BN, ReLU, 7x1 then BN (padding 3, the
+                 // stride along each's long side); ReLU, 1x1 to c, BN
+  kMaxPool3x3,   // 3x3 window, padding 1
+  kAvgPool3x3,   // 3x3 window, padding 1 (padding not counted)
+  kMaxPool2x2,   // 2x2 window, no padding
+  kIdentity,     // stride 1: the state itself; stride 2: a factorized reduction (ReLU, two 1x1
+                 // convolutions to c/2 of stride 2, the second on the map shifted by one pixel,
+                 // joined, batch norm)
+};
+
+struct AmoebaEdge {
+  int input =
+      0;  // the state it reads: 0 the previous cell's output, 1 the one before, k + 2 node k
+  AmoebaOp op = AmoebaOp::kIdentity;
+};
+
+// Edges 2k and 2k + 1 make node k (state k + 2) by their sum; `concat` lists the states joined,
+// in order, into the cell's output.
+struct AmoebaGenotype {
+  std::array<AmoebaEdge, 10> edges;
+  std::vector<int> concat;
+};
+const AmoebaGenotype& amoeba_genotype(bool reduction);
+
+// The states a cell joins: 4 x filters channels for a normal cell, 3 x for a reduction cell.
+int64_t amoeba_output_channels(int64_t filters, bool reduction);
+// An edge's stride: 2 where a reduction cell's edge reads one of the cell's two inputs.
+int64_t amoeba_edge_stride(bool reduction, const AmoebaEdge& edge);
+
+}  // namespace sextant::spec
