@@ -55,9 +55,11 @@ struct Unit {
   bool fc_reads_split = false;               // the fc behind a channel split
   std::vector<ConvUnit> convs;               // conv: one; bottleneck: conv1-3 (+ downsample)
   bool downsample = false;
-  int64_t k = 1, s = 1, p = 0;  // pools
+  int64_t k = 1, s = 1, p = 0;  // pools, up_conv (kernel and stride)
   bool bias = false, relu = false;
-  bool last = false;  // the classifier: the loss follows
+  bool last = false;  // the classifier (or a per-pixel one, a last conv): the loss follows
+  bool keep = false;  // its output is also kept for a later concat (U-Net's skip)
+  int32_t joins = 0;  // concat: the unit whose kept output it joins
 };
 
 struct ConvCache {
@@ -68,6 +70,9 @@ struct UnitCache {
   std::vector<ConvCache> convs;
   Tensor x, pre, window;  // layer input, pre-activation (fc, residual sum), pool window input
   std::vector<int64_t> argmax;
+  // A kept output (U-Net's skip), and its gradient from the concat that joined it (backward
+  // reaches the concat first; the unit's own backward adds it to the gradient of its output).
+  Tensor kept, kept_grad;
 };
 
 // The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them, for `tp`
@@ -88,6 +93,7 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
     c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p), whole};
     return c;
   };
+  std::vector<int32_t> kept;  // units whose outputs wait for their concat
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const spec::CnnLayer& l = m.layers[li];
     const int64_t repeats = l.kind == CnnLayerKind::kBottleneck ? l.blocks : 1;
@@ -142,14 +148,26 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           break;
         }
         case CnnLayerKind::kUpConv:
+          u.k = l.kernel;
+          u.s = l.stride;
+          u.bias = l.bias;
+          f = {l.out_channels, spec::up_window_output(f.h, l.kernel, l.stride),
+               spec::up_window_output(f.w, l.kernel, l.stride)};
+          break;
         case CnnLayerKind::kConcat:
+          u.joins = kept.back();
+          kept.pop_back();
+          f.c += out[static_cast<size_t>(u.joins)].out.c;
+          break;
         case CnnLayerKind::kAmoebaCell:
           // Refused before the stage is made (make_cnn_stage).
-          throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
+          throw std::logic_error("the CNN stage runs no AmoebaNet cell");
       }
       f.whole = whole;
       u.out = f;
       u.last = li + 1 == m.layers.size();
+      u.keep = l.skip;
+      if (u.keep) kept.push_back(u.layer);
       out.push_back(std::move(u));
     }
   }
@@ -238,6 +256,12 @@ class CnnStage : public StageModel {
           constant(c.name + ".bn.weight", l, filters.count, 1.0f, false);
           constant(c.name + ".bn.bias", l, filters.count, 0.0f, false);
         }
+      }
+      if (u.kind == CnnLayerKind::kUpConv) {
+        // [Ci, Co, k, k], ConvTranspose2d's layout; std = sqrt(2 / (Ci k^2)).
+        const float std_dev = std::sqrt(2.0f / static_cast<float>(u.in.c * u.k * u.k));
+        normal(u.name + ".up_conv.weight", l, {u.in.c, u.out.c, u.k, u.k}, std_dev, same, false);
+        if (u.bias) constant(u.name + ".up_conv.bias", l, u.out.c, 0.0f, false);
       }
       if (u.kind == CnnLayerKind::kFc) {
         // The classifier starts small, so that the first loss is near log(classes). Behind a
@@ -613,18 +637,59 @@ class CnnStage : public StageModel {
     return dx;
   }
 
+  // A unit's forward; a kept output is also held for its concat.
   Tensor forward_unit(const Unit& u, const Tensor& x, const MicroBatch& mb, UnitCache& cache) {
+    Tensor y = forward_unit_pass(u, x, mb, cache);
+    if (u.keep) cache.kept = y;
+    return y;
+  }
+  // A unit's backward; a kept output's gradient is the sum of its two uses'.
+  Tensor backward_unit(const Unit& u, const Tensor& dout, const MicroBatch& mb, UnitCache& cache) {
+    if (!u.keep) return backward_unit_pass(u, dout, mb, cache);
+    SEXTANT_CHECK(cache.kept_grad.numel() == dout.numel(), "{}: no gradient from its concat",
+                  u.name);
+    Tensor sum = empty(dout.shape());
+    ctx_.backend->add(dout, cache.kept_grad, sum);
+    cache.kept = cache.kept_grad = Tensor();
+    return backward_unit_pass(u, sum, mb, cache);
+  }
+  // The cache of unit `layer` for micro-batch `mb` (a concat reaches its kept map's).
+  UnitCache& cache_of(int32_t layer, int64_t mb) {
+    return caches_.at(mb).at(static_cast<size_t>(layer - begin_));
+  }
+
+  Tensor forward_unit_pass(const Unit& u, const Tensor& x, const MicroBatch& mb, UnitCache& cache) {
     Backend& be = *ctx_.backend;
     const int64_t m = mb.index;
     const bool split = u.split_in;
     switch (u.kind) {
-      case CnnLayerKind::kUpConv:
-      case CnnLayerKind::kConcat:
       case CnnLayerKind::kAmoebaCell:
-        throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
-      case CnnLayerKind::kConv:
+        throw std::logic_error("the CNN stage runs no AmoebaNet cell");
+      case CnnLayerKind::kUpConv: {
+        cache.x = x;
+        Tensor y = empty(u.out, false);
+        auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
+        conv::conv_transpose2d(x, param(u.name + ".up_conv.weight").compute, u.s, y);
+        if (u.bias) conv::add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
+        return y;
+      }
+      case CnnLayerKind::kConcat: {
+        const Tensor& kept = cache_of(u.joins, m).kept;
+        Tensor y = empty(u.out, false);
+        auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kFwd, m);
+        conv::crop_concat(kept, x, y);
+        return y;
+      }
+      case CnnLayerKind::kConv: {
         cache.convs.resize(1);
-        return forward_conv(u.convs[0], x, split, u.layer, m, cache.convs[0]);
+        Tensor y = forward_conv(u.convs[0], x, split, u.layer, m, cache.convs[0]);
+        if (!u.last) return y;
+        // A per-pixel classifier (segmentation): every pixel's softmax against its label.
+        auto s = op(OpId::kLoss, u.layer, Phase::kFwd, m);
+        loss_ += conv::pixel_cross_entropy(y, mb.targets, 1.0f, nullptr);
+        cache.pre = y;  // the logits
+        return Tensor();
+      }
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool: {
         const bool max = u.kind == CnnLayerKind::kMaxPool;
@@ -712,18 +777,48 @@ class CnnStage : public StageModel {
     return Tensor();
   }
 
-  Tensor backward_unit(const Unit& u, const Tensor& dout, const MicroBatch& mb, UnitCache& cache) {
+  Tensor backward_unit_pass(const Unit& u, const Tensor& dout, const MicroBatch& mb,
+                            UnitCache& cache) {
     Backend& be = *ctx_.backend;
     const int64_t m = mb.index;
     const bool split = u.split_in;
     const bool input_gradient = u.layer > 0;  // the image needs none
     switch (u.kind) {
-      case CnnLayerKind::kUpConv:
-      case CnnLayerKind::kConcat:
       case CnnLayerKind::kAmoebaCell:
-        throw std::logic_error("the CNN stage runs no up_conv, concat or AmoebaNet cell");
-      case CnnLayerKind::kConv:
-        return backward_conv(u.convs[0], dout, split, input_gradient, u, m, cache.convs[0]);
+        throw std::logic_error("the CNN stage runs no AmoebaNet cell");
+      case CnnLayerKind::kUpConv: {
+        Tensor dx = empty(u.in, false);
+        auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
+        Tensor dw = grad_of(param(u.name + ".up_conv.weight"), u);
+        conv::conv_transpose2d_backward(cache.x, param(u.name + ".up_conv.weight").compute, dout,
+                                        u.s, input_gradient ? &dx : nullptr, dw);
+        if (u.bias) {
+          Tensor db = grad_of(param(u.name + ".up_conv.bias"), u);
+          conv::channel_bias_backward(dout, db);
+        }
+        return input_gradient ? dx : Tensor();
+      }
+      case CnnLayerKind::kConcat: {
+        // The kept map's share goes to its unit (added there to its other use's), the rest on.
+        UnitCache& kept = cache_of(u.joins, m);
+        kept.kept_grad = empty(kept.kept.shape());
+        be.fill(kept.kept_grad, 0.0f);
+        Tensor dx = empty(u.in, false);
+        auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kBwd, m);
+        conv::crop_concat_backward(dout, kept.kept_grad, dx);
+        return dx;
+      }
+      case CnnLayerKind::kConv: {
+        if (!u.last)
+          return backward_conv(u.convs[0], dout, split, input_gradient, u, m, cache.convs[0]);
+        Tensor d = empty(u.out, split);
+        {
+          auto s = op(OpId::kLoss, u.layer, Phase::kBwd, m);
+          conv::pixel_cross_entropy(cache.pre, mb.targets,
+                                    1.0f / static_cast<float>(ctx_.plan->global_batch), &d);
+        }
+        return backward_conv(u.convs[0], d, split, input_gradient, u, m, cache.convs[0]);
+      }
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool: {
         const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
@@ -813,8 +908,8 @@ class CnnStage : public StageModel {
 
 std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options) {
-  // Volumes and U-Net's skip connections are simulated and planned; the CPU kernels here are 2D
-  // and the stage runs a chain of units.
+  // Volumes and AmoebaNet's cells are simulated and planned; the CPU kernels here are 2D and the
+  // stage runs a chain of units, with U-Net's kept maps inside one pipeline stage.
   const spec::CnnSpec& cnn = model.cnn();
   Diagnostics diag("model " + model.name);
   if (cnn.volumes())
@@ -823,25 +918,17 @@ std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context
              "planned only");
   for (size_t i = 0; i < cnn.layers.size(); ++i) {
     const spec::CnnLayer& l = cnn.layers[i];
-    if (l.kind == CnnLayerKind::kUpConv || l.kind == CnnLayerKind::kConcat || l.skip)
-      diag.add(fmt::format("/cnn/layers/{}", i),
-               l.skip
-                   ? "\"skip\": true"
-                   : fmt::format("\"{}\"", spec::enum_name(spec::cnn_layer_kind_names(), l.kind)),
-               "the executor runs CNNs without skip connections (U-Net's up_conv, concat and "
-               "kept maps are simulated and planned only)");
     if (l.kind == CnnLayerKind::kAmoebaCell)
       diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
                "the executor runs chains of convolutions and ResNet blocks: AmoebaNet's cells "
                "are simulated and planned only");
   }
-  // Its loss is a classifier's, after an fc; a per-pixel head's (segmentation) is not run.
-  if (!cnn.layers.empty() && cnn.layers.back().kind != CnnLayerKind::kFc)
-    diag.add(fmt::format("/cnn/layers/{}", cnn.layers.size() - 1),
-             fmt::format("\"{}\"",
-                         spec::enum_name(spec::cnn_layer_kind_names(), cnn.layers.back().kind)),
-             "the executor trains classifiers (a last fc layer): a per-pixel head "
-             "(segmentation) is simulated and planned only");
+  // A kept map would cross a stage boundary, which carries one tensor here (the simulator prices
+  // the kept map riding with it: LoweredModel::Layer::output_bytes).
+  if (cnn.has_skips() && ctx.plan->pp > 1)
+    diag.add("/pp", std::to_string(ctx.plan->pp),
+             "the executor runs U-Net's skip connections on one pipeline stage (pp 1): a stage "
+             "boundary carries one tensor, not the kept maps");
   diag.throw_if_any();
   return std::make_unique<CnnStage>(model, ctx, options);
 }

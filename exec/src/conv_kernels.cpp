@@ -225,6 +225,41 @@ void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
   }
 }
 
+double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
+                           Tensor* dlogits) {
+  const Dims d = dims(logits);
+  const int64_t plane = d.h * d.w;
+  SEXTANT_CHECK(static_cast<int64_t>(labels.size()) == d.b * plane,
+                "{} pixel labels for logits [{}, {}, {}, {}]", labels.size(), d.b, d.c, d.h, d.w);
+  double total = 0;
+  std::vector<double> p(static_cast<size_t>(d.c));
+  for (int64_t b = 0; b < d.b; ++b) {
+    const float* z = logits.data() + b * d.c * plane;
+    double sample = 0;
+    for (int64_t i = 0; i < plane; ++i) {
+      // Log-sum-exp over the channels, shifted by their maximum.
+      double top = z[i];
+      for (int64_t c = 1; c < d.c; ++c) top = std::max(top, static_cast<double>(z[c * plane + i]));
+      double sum = 0;
+      for (int64_t c = 0; c < d.c; ++c) {
+        p[static_cast<size_t>(c)] = std::exp(z[c * plane + i] - top);
+        sum += p[static_cast<size_t>(c)];
+      }
+      const int32_t label = labels[static_cast<size_t>(b * plane + i)];
+      SEXTANT_CHECK(label >= 0 && label < d.c, "pixel label {} of {} classes", label, d.c);
+      sample += std::log(sum) + top - z[label * plane + i];
+      if (dlogits == nullptr) continue;
+      float* g = dlogits->data() + b * d.c * plane;
+      const double per_pixel = static_cast<double>(scale) / static_cast<double>(plane);
+      for (int64_t c = 0; c < d.c; ++c)
+        g[c * plane + i] = static_cast<float>(
+            per_pixel * (p[static_cast<size_t>(c)] / sum - (c == label ? 1.0 : 0.0)));
+    }
+    total += sample / static_cast<double>(plane);
+  }
+  return total;
+}
+
 void add_channel_bias(Tensor& y, const Tensor& bias) {
   const Dims d = dims(y);
   const int64_t plane = d.h * d.w;

@@ -37,5 +37,12 @@ std::pair<int64_t, int64_t> classifier_shape(const spec::ModelSpec& model);
 inline constexpr int64_t kTeacherInputs = 1024;
 void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
                            std::vector<float>& features, int32_t& label);
+// A segmentation sample of `cnn` (a CNN ending in a conv: a per-pixel classifier): the image as
+// classification_sample draws it, and one label per pixel of the last map (NCHW order), which
+// sits over the image's centre crop (spec::centre_crop_offset, as U-Net's valid convolutions
+// leave it): the argmax of a fixed random linear teacher over the image's channels at the pixel
+// it covers.
+void segmentation_sample(uint64_t seed, int64_t index, const spec::CnnSpec& cnn,
+                         std::vector<float>& image, std::vector<int32_t>& labels);
 
 }  // namespace sextant::exec

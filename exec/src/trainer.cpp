@@ -264,14 +264,25 @@ class Trainer {
       mb.rows = sequences * static_cast<int64_t>(positions_.size());
     } else {
       // Whole samples (an MLP's features, a CNN's images): the spatial ranks of a replica train
-      // the same ones, each on its block.
-      const auto [inputs, classes] = classifier_shape(model_);
+      // the same ones, each on its block. A CNN ending in a conv labels every pixel of its last
+      // map (segmentation).
       std::vector<float> x;
-      for (int64_t i = 0; i < plan_.micro_batch; ++i) {
-        int32_t label = 0;
-        classification_sample(o_.seed, first + i, inputs, classes, x, label);
-        mb.features.insert(mb.features.end(), x.begin(), x.end());
-        mb.targets.push_back(label);
+      if (model_.kind() == spec::ModelKind::kCnn &&
+          model_.cnn().layers.back().kind == spec::CnnLayerKind::kConv) {
+        std::vector<int32_t> labels;
+        for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+          segmentation_sample(o_.seed, first + i, model_.cnn(), x, labels);
+          mb.features.insert(mb.features.end(), x.begin(), x.end());
+          mb.targets.insert(mb.targets.end(), labels.begin(), labels.end());
+        }
+      } else {
+        const auto [inputs, classes] = classifier_shape(model_);
+        for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+          int32_t label = 0;
+          classification_sample(o_.seed, first + i, inputs, classes, x, label);
+          mb.features.insert(mb.features.end(), x.begin(), x.end());
+          mb.targets.push_back(label);
+        }
       }
       mb.rows = plan_.micro_batch;
     }

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "sextant/spec/amoeba_cell.hpp"
+#include "sextant/spec/error.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
 
@@ -228,11 +229,8 @@ CnnSpec decode_cnn(ObjectReader& r) {
   if (!r.diagnostics().ok()) return c;
   // Shapes must stay positive, once flattened by fc only fc may follow, and each concat needs a
   // kept map at least as large as the current one.
-  struct Map {
-    int64_t c, d, h, w;
-  };
-  Map m{c.in_channels, c.input_depth(), c.height, c.width};
-  std::vector<Map> kept;
+  CnnMap m{c.in_channels, c.input_depth(), c.height, c.width};
+  std::vector<CnnMap> kept;
   bool flat = false;
   const std::string layers_at = pointer_join(r.pointer(), "layers");
   for (size_t i = 0; i < c.layers.size(); ++i) {
@@ -242,32 +240,14 @@ CnnSpec decode_cnn(ObjectReader& r) {
       r.diagnostics().add(at, "", "only fc layers may follow an fc layer");
       return c;
     }
-    auto window = [&](int64_t extent, int64_t kernel) {
-      return window_output(extent, kernel, l.stride, l.padding);
-    };
     switch (l.kind) {
-      case CnnLayerKind::kConv:
-      case CnnLayerKind::kMaxPool:
-      case CnnLayerKind::kAvgPool:
-        if (c.volumes()) m.d = window(m.d, l.kernel);
-        m.h = window(m.h, l.kernel);
-        m.w = window(m.w, l.kernel);
-        if (l.kind == CnnLayerKind::kConv) m.c = l.out_channels;
-        break;
-      case CnnLayerKind::kUpConv:
-        if (c.volumes()) m.d = up_window_output(m.d, l.kernel, l.stride);
-        m.h = up_window_output(m.h, l.kernel, l.stride);
-        m.w = up_window_output(m.w, l.kernel, l.stride);
-        m.c = l.out_channels;
-        break;
       case CnnLayerKind::kConcat: {
         if (kept.empty()) {
           r.diagnostics().add(at, "\"concat\"",
                               "needs an earlier layer with \"skip\": true whose map it joins");
           return c;
         }
-        const Map k = kept.back();
-        kept.pop_back();
+        const CnnMap& k = kept.back();
         if (k.d < m.d || k.h < m.h || k.w < m.w) {
           r.diagnostics().add(at, "\"concat\"",
                               fmt::format("the kept map ({}x{}x{}) is smaller than the current one "
@@ -275,26 +255,14 @@ CnnSpec decode_cnn(ObjectReader& r) {
                                           k.d, k.h, k.w, m.d, m.h, m.w));
           return c;
         }
-        m.c += k.c;
         break;
       }
-      case CnnLayerKind::kAdaptiveAvgPool:
-        m.h = m.w = l.output;
-        if (c.volumes()) m.d = l.output;
-        break;
       case CnnLayerKind::kBottleneck:
         if (c.volumes()) {
           r.diagnostics().add(at, "\"bottleneck\"",
                               "bottleneck blocks are ResNet's 2D blocks: not for volumes (depth)");
           return c;
         }
-        m.h = bottleneck_output(m.h, l.stride);
-        m.w = bottleneck_output(m.w, l.stride);
-        m.c = l.out_channels;
-        break;
-      case CnnLayerKind::kFc:
-        flat = true;
-        m = {l.out_features, 1, 1, 1};
         break;
       case CnnLayerKind::kAmoebaCell:
         if (c.volumes()) {
@@ -314,13 +282,12 @@ CnnSpec decode_cnn(ObjectReader& r) {
                               "a reduction cell runs once (\"blocks\": 1); repeat normal cells");
           return c;
         }
-        if (l.reduction) {
-          m.h /= 2;
-          m.w /= 2;
-        }
-        m.c = amoeba_output_channels(l.filters, l.reduction);
+        break;
+      default:
         break;
     }
+    if (l.kind == CnnLayerKind::kFc) flat = true;
+    m = next_cnn_map(c, l, m, kept);
     if (m.d <= 0 || m.h <= 0 || m.w <= 0) {
       r.diagnostics().add(at, "",
                           fmt::format("the feature map shrinks to {}: kernel, stride or padding "
@@ -343,6 +310,64 @@ CnnSpec decode_cnn(ObjectReader& r) {
 }
 
 }  // namespace
+
+CnnMap next_cnn_map(const CnnSpec& cnn, const CnnLayer& l, CnnMap m, std::vector<CnnMap>& kept) {
+  auto window = [&](int64_t extent) {
+    return window_output(extent, l.kernel, l.stride, l.padding);
+  };
+  switch (l.kind) {
+    case CnnLayerKind::kConv:
+    case CnnLayerKind::kMaxPool:
+    case CnnLayerKind::kAvgPool:
+      if (cnn.volumes()) m.d = window(m.d);
+      m.h = window(m.h);
+      m.w = window(m.w);
+      if (l.kind == CnnLayerKind::kConv) m.c = l.out_channels;
+      break;
+    case CnnLayerKind::kUpConv:
+      if (cnn.volumes()) m.d = up_window_output(m.d, l.kernel, l.stride);
+      m.h = up_window_output(m.h, l.kernel, l.stride);
+      m.w = up_window_output(m.w, l.kernel, l.stride);
+      m.c = l.out_channels;
+      break;
+    case CnnLayerKind::kConcat:
+      SEXTANT_CHECK(!kept.empty(), "a concat without a kept map");
+      m.c += kept.back().c;
+      kept.pop_back();
+      break;
+    case CnnLayerKind::kAdaptiveAvgPool:
+      m.h = m.w = l.output;
+      if (cnn.volumes()) m.d = l.output;
+      break;
+    case CnnLayerKind::kBottleneck:
+      m.h = bottleneck_output(m.h, l.stride);
+      m.w = bottleneck_output(m.w, l.stride);
+      m.c = l.out_channels;
+      break;
+    case CnnLayerKind::kFc:
+      m = {l.out_features, 1, 1, 1};
+      break;
+    case CnnLayerKind::kAmoebaCell:
+      if (l.reduction) {
+        m.h /= 2;
+        m.w /= 2;
+      }
+      m.c = amoeba_output_channels(l.filters, l.reduction);
+      break;
+  }
+  return m;
+}
+
+std::vector<CnnMap> cnn_layer_maps(const CnnSpec& cnn) {
+  std::vector<CnnMap> maps, kept;
+  CnnMap m{cnn.in_channels, cnn.input_depth(), cnn.height, cnn.width};
+  for (const CnnLayer& l : cnn.layers) {
+    m = next_cnn_map(cnn, l, m, kept);
+    if (l.skip) kept.push_back(m);
+    maps.push_back(m);
+  }
+  return maps;
+}
 
 bool CnnSpec::has_skips() const {
   for (const CnnLayer& l : layers)

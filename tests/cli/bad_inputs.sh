@@ -140,22 +140,26 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
   "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
-# Volumes and U-Net's skip connections are simulated and planned; the executor's CNN kernels are
-# 2D chains (exec/src/cnn_stage.cpp).
+# Volumes are simulated and planned; the executor's CNN kernels are 2D (exec/src/cnn_stage.cpp).
 expect_error "/cnn/input/depth = 116: the executor's CNN kernels are 2D" "$sextant" run \
   --model unet3d --np 1 --global-batch 1 --steps 1
 # AmoebaNet's cells are simulated and planned (models/src/amoeba_lowering.cpp), not run.
 expect_error "/cnn/layers/1 = \"amoeba_cell\": the executor runs chains of convolutions" "$sextant" \
   run --model amoebanet-d --np 1 --global-batch 1 --steps 1
-cat >"$dir/segmenter.model.json" <<'EOF'
-{"schema": "sextant.model/1", "name": "segmenter", "kind": "cnn",
- "cnn": {"input": {"channels": 1, "height": 8, "width": 8},
-         "layers": [{"type": "conv", "out_channels": 4, "kernel": 3, "padding": 1, "bias": false,
-                     "relu": true},
+cat >"$dir/unet.model.json" <<'EOF'
+{"schema": "sextant.model/1", "name": "unet", "kind": "cnn",
+ "cnn": {"input": {"channels": 1, "height": 12, "width": 12},
+         "layers": [{"type": "conv", "out_channels": 4, "kernel": 3, "bias": false, "relu": true,
+                     "skip": true},
+                    {"type": "max_pool", "kernel": 2},
+                    {"type": "conv", "out_channels": 4, "kernel": 1, "bias": false, "relu": true},
+                    {"type": "up_conv", "out_channels": 4, "kernel": 2, "bias": false},
+                    {"type": "concat"},
                     {"type": "conv", "out_channels": 2, "kernel": 1, "bias": false}]}}
 EOF
-expect_error "/cnn/layers/1 = \"conv\": the executor trains classifiers" "$sextant" run \
-  --model "$dir/segmenter.model.json" --np 1 --global-batch 1 --steps 1
+# A 2D U-Net runs on one pipeline stage: its kept maps do not cross a stage boundary there.
+expect_error "/pp = 2: the executor runs U-Net's skip connections on one pipeline stage" \
+  "$sextant" run --model "$dir/unet.model.json" --np 2 --pp 2 --global-batch 2 --steps 1
 # Channel splits (tp for CNNs): tp divides every convolution's channels, not for MLPs; sequence parallelism is a transformer's (spec/channel_split.cpp, spec/plan.cpp).
 expect_error "/tp = 3: must divide the 64 channels of layer 0 (conv)" "$sextant" simulate \
   --model resnet50 --cluster dgx-a100 --dp 1 --tp 3 --global-batch 2

@@ -439,6 +439,25 @@ TEST_F(Kernels, CropConcatJoinsTheKeptMapsCentre) {
   EXPECT_EQ(std::vector<float>(joined.data(), joined.data() + 4), (std::vector<float>{2, 3, 4, 5}));
 }
 
+TEST_F(Kernels, PixelCrossEntropyByHandAndItsGradient) {
+  // One sample, 2 classes, 1x2 pixels: logits (0, 0) at pixel 0 and (ln 3, 0) at pixel 1, labels
+  // 0 and 1. Pixel 0: -log(1/2) = ln 2; pixel 1: -log(1/(3 + 1)) = ln 4. The sample's mean:
+  // (ln 2 + ln 4) / 2 = 1.5 ln 2.
+  Tensor z = be->empty({1, 2, 1, 2});
+  z.data()[0] = 0.0f;                               // class 0, pixel 0
+  z.data()[1] = static_cast<float>(std::log(3.0));  // class 0, pixel 1
+  z.data()[2] = 0.0f;                               // class 1, pixel 0
+  z.data()[3] = 0.0f;                               // class 1, pixel 1
+  EXPECT_NEAR(conv::pixel_cross_entropy(z, {0, 1}, 1.0f, nullptr), 1.5 * std::log(2.0), 1e-6);
+  // Against finite differences: 2 samples of 3 classes on 2x3 maps, scale 0.25.
+  Tensor logits = random({2, 3, 2, 3}), grad = be->empty({2, 3, 2, 3});
+  const std::vector<int32_t> labels{0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 0, 1};
+  conv::pixel_cross_entropy(logits, labels, 0.25f, &grad);
+  expect_gradient(
+      logits, grad, [&] { return 0.25 * conv::pixel_cross_entropy(logits, labels, 1.0f, nullptr); },
+      "pixel cross entropy");
+}
+
 TEST_F(Kernels, ChannelBias) {
   // y[b, c, i] = y0[b, c, i] + bias[c]; db[c] = the sum of dy over its samples and pixels.
   Tensor y0 = random({2, 3, 2, 2}), bias = random({3}), c = random({2, 3, 2, 2});

@@ -217,6 +217,13 @@ spec::ModelSpec tiny_vgg() {
   return m;
 }
 
+// A 2D U-Net (tests/pytorch/unet-tiny.json, which PyTorch checks): a kept 3x3 convolution with
+// batch norm, a max pool, a 3x3 convolution, an up-convolution, the cropped concat, a 3x3
+// convolution and a 1x1 per-pixel head of 3 classes, on 2x16x16 images (8x8 labels).
+spec::ModelSpec tiny_unet() {
+  return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tiny.json");
+}
+
 spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = false,
                    spec::Schedule schedule = spec::Schedule::k1F1B) {
   spec::Plan p;
@@ -315,7 +322,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kMoe, kMoeCapacity };
+enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kUnet, kMoe, kMoeCapacity };
 
 struct Layout {
   const char* name;
@@ -335,6 +342,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_cnn();
     case Net::kVgg:
       return tiny_vgg();
+    case Net::kUnet:
+      return tiny_unet();
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -382,9 +391,10 @@ bool runs_here(const Layout& l) {
   if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS");
       only != nullptr && std::string(l.name).find(only) == std::string::npos)
     return false;
-  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kMoe ||
-                             l.net == Net::kMoeCapacity || l.plan.cp > 1 || l.plan.tp_grid.any() ||
-                             l.plan.offload.any() || l.plan.compression.any();
+  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
+                             l.net == Net::kMoe || l.net == Net::kMoeCapacity || l.plan.cp > 1 ||
+                             l.plan.tp_grid.any() || l.plan.offload.any() ||
+                             l.plan.compression.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
 
@@ -509,6 +519,9 @@ std::vector<Layout> layouts() {
       {"vgg_tp4", plan_of(1, 4, 1), Net::kVgg},
       {"cnn_tp4_hw2x1", split(plan_of(1, 4, 1), 2, 1), Net::kCnn},
       {"vgg_tp8", plan_of(1, 8, 1), Net::kVgg},
+      // A 2D U-Net (kept maps, up-convolution, cropped concat, per-pixel loss) over replicas.
+      {"unet_dp2", plan_of(2, 1, 1), Net::kUnet},
+      {"unet_dp4", plan_of(4, 1, 1), Net::kUnet},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

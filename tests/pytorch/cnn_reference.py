@@ -2,7 +2,8 @@
 conv2d, batch_norm (training mode), max/avg/adaptive pooling and linear layers, with the same
 initial weights and samples regenerated from Sextant's definitions (gpt_reference.init_normal:
 counter-based normal init keyed by tensor name and global element index; Gaussian images labelled
-by a fixed random linear teacher, exec/src/data.cpp classification_sample), trained with
+by a fixed random linear teacher, exec/src/data.cpp classification_sample; a network ending in a
+conv labels every pixel of its last map, segmentation_sample), trained with
 torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"step", "loss",
 "grad_norm", "step_time_s"} (the time of the step's compute, the samples' generation left out: what
 bench/cnn_executor_bench.sh compares with Sextant's step).
@@ -40,7 +41,8 @@ def main():
     seed = args.seed
     cnn = json.load(open(args.model_json))["cnn"]
     C, H, W = cnn["input"]["channels"], cnn["input"]["height"], cnn["input"]["width"]
-    classes = cnn["layers"][-1]["out_features"]
+    segmentation = cnn["layers"][-1]["type"] == "conv"
+    classes = cnn["layers"][-1]["out_channels" if segmentation else "out_features"]
 
     decay, no_decay = [], []
 
@@ -57,6 +59,7 @@ def main():
 
     # Sextant's lowered layers: bottleneck stages expand into their blocks, named layer0, layer1...
     layers = []  # (kind, spec, params, extra)
+    kept_channels = []  # the channels of maps kept for a concat (U-Net's skips)
 
     def conv_params(name, cin, cout, k, bias, bn):
         return {"w": normal(name + ".weight", (cout, cin, k, k), math.sqrt(2.0 / (cin * k * k))),
@@ -65,6 +68,7 @@ def main():
                 "beta": const(cout, 0.0) if bn else None}
 
     channels, flat = C, None
+    rows, cols = H, W  # the current map's extent (a segmentation head's labels sit on the last)
     index = 0
     for i, l in enumerate(cnn["layers"]):
         kind = l["type"]
@@ -74,14 +78,32 @@ def main():
             index += 1
             if kind == "conv":
                 k = l.get("kernel", 1)
-                layers.append(("conv", dict(stride=l.get("stride", 1), padding=l.get("padding", 0),
-                                            relu=l.get("relu", False)),
+                stride, padding = l.get("stride", 1), l.get("padding", 0)
+                layers.append(("conv", dict(stride=stride, padding=padding, relu=l.get("relu", False),
+                                            skip=l.get("skip", False)),
                                conv_params(name + ".conv", channels, l["out_channels"], k, l.get("bias", False),
                                            l.get("batch_norm", False))))
                 channels = l["out_channels"]
+                rows, cols = [(n + 2 * padding - k) // stride + 1 for n in (rows, cols)]
             elif kind in ("max_pool", "avg_pool"):
                 k = l.get("kernel", 1)
-                layers.append((kind, dict(kernel=k, stride=l.get("stride", k), padding=l.get("padding", 0)), None))
+                stride, padding = l.get("stride", k), l.get("padding", 0)
+                layers.append((kind, dict(kernel=k, stride=stride, padding=padding, skip=l.get("skip", False)),
+                               None))
+                rows, cols = [(n + 2 * padding - k) // stride + 1 for n in (rows, cols)]
+            elif kind == "up_conv":
+                # ConvTranspose2d's [in, out, k, k] weight, std sqrt(2 / (in k^2)) as the executor
+                # draws it.
+                k, stride = l["kernel"], l.get("stride", l["kernel"])
+                layers.append(("up_conv", dict(stride=stride),
+                               {"w": normal(name + ".up_conv.weight", (channels, l["out_channels"], k, k),
+                                            math.sqrt(2.0 / (channels * k * k))),
+                                "b": const(l["out_channels"], 0.0) if l.get("bias", False) else None}))
+                channels = l["out_channels"]
+                rows, cols = [(n - 1) * stride + k for n in (rows, cols)]
+            elif kind == "concat":
+                layers.append(("concat", {}, None))
+                channels += kept_channels.pop()
             elif kind == "adaptive_avg_pool":
                 layers.append((kind, dict(output=l.get("output", 1)), None))
                 flat = channels * l.get("output", 1) ** 2
@@ -105,6 +127,8 @@ def main():
                 channels = out
             else:
                 raise SystemExit(f"unknown layer type {kind}")
+            if l.get("skip", False):
+                kept_channels.append(channels)
 
     def conv(x, p_, stride, padding, relu):
         y = F.conv2d(x, p_["w"], p_["b"], stride=stride, padding=padding)
@@ -113,6 +137,7 @@ def main():
         return F.relu(y) if relu else y
 
     def forward(x):
+        kept = []
         for kind, s, p_ in layers:
             if kind == "conv":
                 x = conv(x, p_, s["stride"], s["padding"], s["relu"])
@@ -120,6 +145,13 @@ def main():
                 x = F.max_pool2d(x, s["kernel"], s["stride"], s["padding"])
             elif kind == "avg_pool":
                 x = F.avg_pool2d(x, s["kernel"], s["stride"], s["padding"])
+            elif kind == "up_conv":
+                x = F.conv_transpose2d(x, p_["w"], p_["b"], stride=s["stride"])
+            elif kind == "concat":
+                # The kept map's centre crop (floor of half the difference before), then x.
+                k = kept.pop()
+                top, left = (k.shape[2] - x.shape[2]) // 2, (k.shape[3] - x.shape[3]) // 2
+                x = torch.cat([k[:, :, top:top + x.shape[2], left:left + x.shape[3]], x], dim=1)
             elif kind == "adaptive_avg_pool":
                 x = F.adaptive_avg_pool2d(x, s["output"])
             elif kind == "fc":
@@ -134,13 +166,28 @@ def main():
                 a = conv(a, p_["conv3"], 1, 0, False)
                 short = conv(x, p_["downsample"], s["stride"], 0, False) if "downsample" in p_ else x
                 x = F.relu(a + short)
+            if s.get("skip", False):
+                kept.append(x)
         return x
 
     read = min(C * H * W, 1024)  # exec/src/data.hpp kTeacherInputs
     teacher = init_normal(seed, "teacher", read * classes).astype(np.float32).reshape(read, classes)
+    # segmentation_sample: a teacher over the channels of the image pixel under each output pixel
+    # (the image's centre crop), float32 scores accumulated channel by channel.
+    pixel_teacher = init_normal(seed, "pixel_teacher", C * classes).astype(np.float32).reshape(C, classes)
+    top, left = (H - rows) // 2, (W - cols) // 2
+
+    def pixel_labels(x):
+        image = x.astype(np.float32).reshape(C, H, W)[:, top:top + rows, left:left + cols]
+        scores = np.zeros((classes, rows, cols), dtype=np.float32)
+        for ch in range(C):
+            scores += image[ch][None, :, :] * pixel_teacher[ch][:, None, None]
+        return np.argmax(scores, axis=0)
 
     def sample(index):
         x = init_normal(seed, f"sample{index}", C * H * W)
+        if segmentation:
+            return x, pixel_labels(x)
         # classification_sample: the float32 scores accumulated in order, argmax (first on ties).
         scores = np.zeros(classes, dtype=np.float32)
         for j in range(read):
@@ -156,12 +203,17 @@ def main():
             xs, ys = zip(*[sample(step * args.global_batch + m * args.micro_batch + i)
                            for i in range(args.micro_batch)])
             batches.append((torch.tensor(np.stack(xs).reshape(args.micro_batch, C, H, W), dtype=dtype),
-                            torch.tensor(ys)))
+                            torch.tensor(np.array(ys))))
         start = time.perf_counter()
         opt.zero_grad()
         total = 0.0
         for x, y in batches:
-            loss = F.cross_entropy(forward(x), y, reduction="sum") / args.global_batch
+            if segmentation:
+                # Each sample's mean over its pixels, summed over the samples.
+                per_pixel = F.cross_entropy(forward(x), y, reduction="none")
+                loss = per_pixel.mean(dim=(1, 2)).sum() / args.global_batch
+            else:
+                loss = F.cross_entropy(forward(x), y, reduction="sum") / args.global_batch
             loss.backward()
             total += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -44,6 +44,13 @@ void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
 void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y);
 void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx);
 
+// A per-pixel classifier's loss (segmentation; PyTorch's cross_entropy over [B, C, H, W] logits
+// and [B, H, W] labels): the softmax over the C channels of each pixel against its label. Returns
+// the sum over the samples of each sample's mean loss over its pixels; `dlogits` (when given) gets
+// `scale` x the gradient of that sum (softmax - one-hot, over each sample's pixels).
+double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
+                           Tensor* dlogits);
+
 // y[b, c, ...] += bias[c], and its backward db[c] += sums of dy[., c, ...] (a convolution whose
 // bias is added after its partial sums are reduced).
 void add_channel_bias(Tensor& y, const Tensor& bias);

@@ -151,6 +151,17 @@ inline int64_t bottleneck_output(int64_t extent, int64_t stride) {
   return window_output(extent, 3, stride, 1);
 }
 
+// A CNN's feature map of one sample: channels, slices (1 for images), rows, columns.
+struct CnnMap {
+  int64_t c = 0, d = 1, h = 0, w = 0;
+};
+// The map layer `l` of `cnn` makes from `m`: the one home of the CNN's shape rules (the model
+// check walks them, the executor sizes its data by them). A concat joins, and pops, the last map
+// of `kept`; the caller pushes the result when `l.skip`. Assumes a layer the check accepted.
+CnnMap next_cnn_map(const CnnSpec& cnn, const CnnLayer& l, CnnMap m, std::vector<CnnMap>& kept);
+// The map after each layer of a checked model.
+std::vector<CnnMap> cnn_layer_maps(const CnnSpec& cnn);
+
 enum class ModelKind { kTransformer, kMlp, kCnn };
 EnumNames<ModelKind> model_kind_names();
 
