@@ -289,8 +289,9 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
       if (offloaded)
         fetch[k] = ps_to_seconds(
             offload_.params_fetch((layer.params + n - 1) / n * e, plan.offload.params));
-      if (n > 1) {
-        // FSDP gathers the layer as one flat parameter, DeepSpeed one module at a time.
+      if (n > 1 && layer.params > 0) {
+        // FSDP gathers the layer as one flat parameter, DeepSpeed one module at a time (a layer
+        // without parameters, none: program_builder's pass).
         const int64_t parts =
             stack.zero3 == spec::Zero3Impl::kDeepspeed ? layer.parameter_modules() : 1;
         for (int64_t p = 0; p < parts; ++p)

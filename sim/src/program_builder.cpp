@@ -437,17 +437,21 @@ class StageBuilder {
   }
 
   // Runs `layers` (in pass order) with ZeRO-3 parameter gathers when the plan shards parameters;
-  // the gathers of the next `zero3_prefetch` layers run while a layer computes.
+  // the gathers of the next `zero3_prefetch` layers run while a layer computes. A layer without
+  // parameters (a CNN's pools and concats) gathers nothing, as the executor's hooks find no
+  // parameters of it.
   template <typename Body>
   void pass(const std::vector<size_t>& order, Phase phase, int64_t mb, Body body) {
     const bool fsdp = fetches_params();
     const size_t ahead = static_cast<size_t>(stack_.zero3_prefetch);
     std::vector<int32_t> gathers(order.size(), -1);
+    auto holds_params = [&](size_t i) { return lowered_.layers[order[i]].params > 0; };
     for (size_t i = 0; i < order.size(); ++i) {
-      if (fsdp) {
+      if (fsdp && holds_params(i)) {
         int32_t before = issue_point(phase, mb);
         for (size_t j = i; j <= i + ahead && j < order.size(); ++j)
-          if (gathers[j] < 0) gathers[j] = gather_params(order[j], phase, mb, before);
+          if (gathers[j] < 0 && holds_params(j))
+            gathers[j] = gather_params(order[j], phase, mb, before);
         require(gathers[i]);
       }
       body(order[i]);
@@ -674,7 +678,9 @@ class StageBuilder {
         run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch, /*core_only=*/true);
       }
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
-      if (fsdp) {
+      if (fsdp && layer.params == 0) {
+        // Nothing to reduce (pass: nothing gathered either).
+      } else if (fsdp) {
         int32_t before = flush();
         const int64_t experts = expert_params(l) * grad_bytes_;
         int64_t bytes = grad_bytes(l) - experts;

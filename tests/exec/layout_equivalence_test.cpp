@@ -521,6 +521,7 @@ std::vector<Layout> layouts() {
       {"vgg_tp8", plan_of(1, 8, 1), Net::kVgg},
       // A 2D U-Net (kept maps, up-convolution, cropped concat, per-pixel loss) over replicas.
       {"unet_dp2", plan_of(2, 1, 1), Net::kUnet},
+      {"unet_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet},
       {"unet_dp4", plan_of(4, 1, 1), Net::kUnet},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
