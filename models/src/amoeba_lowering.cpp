@@ -20,29 +20,17 @@ class CellBuilder {
   CellBuilder(Layer& layer, int64_t B, int64_t e) : layer_(layer), B_(B), e_(e) {}
 
   void relu(const std::string& name, const CellMap& m) {
-    const int64_t bytes = B_ * m.c * m.h * m.w * e_;
     layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitRelu), OpClass::kElementwise,
-                                       2 * bytes, TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
-    layer_.saved_bytes += bytes;
+                                       2 * bytes(m), TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
+    layer_.saved_bytes += bytes(m);
   }
   // A kh x kw convolution without bias, then batch norm; returns its output.
   CellMap conv_bn(const std::string& name, const CellMap& in, int64_t out_c, int64_t kh, int64_t kw,
                   int64_t stride_h, int64_t stride_w) {
     const CellMap o{out_c, spec::window_output(in.h, kh, stride_h, (kh - 1) / 2),
                     spec::window_output(in.w, kw, stride_w, (kw - 1) / 2)};
-    Op conv = gemm(OpName(name, OpId::kUnitProduct), B_ * o.h * o.w, out_c, in.c * kh * kw, e_,
-                   TpSplit::kReplicated);
-    conv.op_class = OpClass::kConv;
-    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_, out_bytes = B_ * o.c * o.h * o.w * e_;
-    conv.bytes = in_bytes + out_c * in.c * kh * kw * e_ + out_bytes;
-    layer_.forward.push_back(conv);
-    layer_.saved_bytes += in_bytes;
-    weights(out_c * in.c * kh * kw);
-    layer_.matrices.push_back({out_c, in.c * kh * kw});
-    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
-                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
-    weights(2 * out_c);
-    layer_.saved_bytes += out_bytes;
+    conv(name, in, o, kh, kw);
+    batch_norm(name, o);
     return o;
   }
   // ReLU, convolution, batch norm (torchgpipe's relu_conv_bn and the conv operations' steps).
@@ -55,35 +43,22 @@ class CellBuilder {
   // pixel, a padded view whose copy is not priced), joined, batch norm over out_c.
   CellMap factorized_reduce(const std::string& name, const CellMap& in, int64_t out_c) {
     relu(name, in);
-    const CellMap o{out_c, (in.h + 1) / 2, (in.w + 1) / 2};
-    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_, out_bytes = B_ * o.c * o.h * o.w * e_;
-    for (const char* half : {".conv1", ".conv2"}) {
-      Op conv = gemm(OpName(name + half, OpId::kUnitProduct), B_ * o.h * o.w, out_c / 2, in.c, e_,
-                     TpSplit::kReplicated);
-      conv.op_class = OpClass::kConv;
-      conv.bytes = in_bytes + out_c / 2 * in.c * e_ + out_bytes / 2;
-      layer_.forward.push_back(conv);
-      layer_.saved_bytes += in_bytes;
-      weights(out_c / 2 * in.c);
-      layer_.matrices.push_back({out_c / 2, in.c});
-    }
+    const CellMap o{out_c, (in.h + 1) / 2, (in.w + 1) / 2}, half{out_c / 2, o.h, o.w};
+    conv(name + ".conv1", in, half, 1, 1);
+    conv(name + ".conv2", in, half, 1, 1);
     layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitConcat), OpClass::kElementwise,
-                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
-    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
-                                       2 * out_bytes, TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
-    weights(2 * out_c);
-    layer_.saved_bytes += out_bytes;
+                                       2 * bytes(o), TpSplit::kReplicated, {B_, o.c, o.h, o.w}));
+    batch_norm(name, o);
     return o;
   }
   CellMap pool(const std::string& name, const CellMap& in, int64_t kernel, int64_t stride,
                int64_t padding) {
     const CellMap o{in.c, spec::window_output(in.h, kernel, stride, padding),
                     spec::window_output(in.w, kernel, stride, padding)};
-    const int64_t in_bytes = B_ * in.c * in.h * in.w * e_;
     layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitPool), OpClass::kPool,
-                                       in_bytes + B_ * o.c * o.h * o.w * e_, TpSplit::kReplicated,
+                                       bytes(in) + bytes(o), TpSplit::kReplicated,
                                        {B_, o.c, o.h, o.w}));
-    layer_.saved_bytes += in_bytes;
+    layer_.saved_bytes += bytes(in);
     return o;
   }
   // One edge's operation on a state of c channels.
@@ -115,17 +90,36 @@ class CellBuilder {
   }
   // A node's sum of its two edges.
   void add(const std::string& name, const CellMap& m) {
-    const int64_t bytes = B_ * m.c * m.h * m.w * e_;
     layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitResidual), OpClass::kElementwise,
-                                       3 * bytes, TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
+                                       3 * bytes(m), TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
   }
   void join(const std::string& name, const CellMap& out) {
-    const int64_t bytes = B_ * out.c * out.h * out.w * e_;
     layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitConcat), OpClass::kElementwise,
-                                       2 * bytes, TpSplit::kReplicated, {B_, out.c, out.h, out.w}));
+                                       2 * bytes(out), TpSplit::kReplicated,
+                                       {B_, out.c, out.h, out.w}));
   }
 
  private:
+  int64_t bytes(const CellMap& m) const { return B_ * m.c * m.h * m.w * e_; }
+  // A kh x kw convolution without bias from `in` to `o`: an implicit GEMM (M = B x output
+  // pixels, N = output channels, K = input channels x kernel area) that keeps its input.
+  void conv(const std::string& name, const CellMap& in, const CellMap& o, int64_t kh, int64_t kw) {
+    Op op = gemm(OpName(name, OpId::kUnitProduct), B_ * o.h * o.w, o.c, in.c * kh * kw, e_,
+                 TpSplit::kReplicated);
+    op.op_class = OpClass::kConv;
+    op.bytes = bytes(in) + o.c * in.c * kh * kw * e_ + bytes(o);
+    layer_.forward.push_back(op);
+    layer_.saved_bytes += bytes(in);
+    weights(o.c * in.c * kh * kw);
+    layer_.matrices.push_back({o.c, in.c * kh * kw});
+  }
+  // Batch norm over `m`, which it keeps; its scale and shift.
+  void batch_norm(const std::string& name, const CellMap& m) {
+    layer_.forward.push_back(memory_op(OpName(name, OpId::kUnitBatchNorm), OpClass::kNorm,
+                                       2 * bytes(m), TpSplit::kReplicated, {B_, m.c, m.h, m.w}));
+    weights(2 * m.c);
+    layer_.saved_bytes += bytes(m);
+  }
   void weights(int64_t n) {
     layer_.params += n;
     layer_.params_total += n;
