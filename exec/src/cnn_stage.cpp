@@ -482,13 +482,30 @@ class CnnStage : public StageModel {
     s.whole = true;
     return s;
   }
-  // The groups of a channel collective: the tp group (x, y) or a stationary-w axis.
-  GridAxis tp_group() const {
-    return {ctx_.groups->tp, ctx_.groups->tp_rank, ctx_.groups->tp_size};
+  // What a convolution's channel collectives move and where (spec/channel_split.hpp): the input
+  // it reads after its gather (y: every channel, w: its channel group's), the output its product
+  // writes before its reduce-scatter (x: every filter, w: its filter group's), and the groups of
+  // the two (the tp group, or w's gather and reduce groups).
+  MapShape gathered_input(const ConvUnit& c) const {
+    return stationary(c, spec::ChannelAlgorithm::kStationaryW)
+               ? with_channels(c.in, c.in.c / spec::channel_filter_grid(tp()).reduce_ranks)
+               : all_channels(c.in);
   }
-  const GridAxis& filter_reduce_group() const { return ctx_.groups->channel_filter[0]; }
-  const GridAxis& channel_gather_group() const { return ctx_.groups->channel_filter[1]; }
-  spec::ChannelFilterGrid w_grid() const { return spec::channel_filter_grid(ctx_.groups->tp_size); }
+  MapShape partial_output(const ConvUnit& c) const {
+    return stationary(c, spec::ChannelAlgorithm::kStationaryW)
+               ? with_channels(c.out, c.out.c / spec::channel_filter_grid(tp()).gather_ranks)
+               : all_channels(c.out);
+  }
+  GridAxis gather_group(const ConvUnit& c) const {
+    return stationary(c, spec::ChannelAlgorithm::kStationaryW) ? ctx_.groups->channel_filter[1]
+                                                               : tp_group();
+  }
+  GridAxis reduce_group(const ConvUnit& c) const {
+    return stationary(c, spec::ChannelAlgorithm::kStationaryW) ? ctx_.groups->channel_filter[0]
+                                                               : tp_group();
+  }
+  GridAxis tp_group() const { return {ctx_.groups->tp, ctx_.groups->tp_rank, tp()}; }
+  int64_t tp() const { return ctx_.groups->tp_size; }
 
   Tensor forward_conv(const ConvUnit& c, const Tensor& x, bool split, int32_t layer, int64_t mb,
                       ConvCache& cache) {
@@ -496,25 +513,22 @@ class CnnStage : public StageModel {
     Tensor input = x;
     const bool w = stationary(c, spec::ChannelAlgorithm::kStationaryW);
     if (stationary(c, spec::ChannelAlgorithm::kStationaryY) || w) {
-      // The whole input (y), or its channel group's blocks over the gather group (w).
-      input = empty(w ? with_channels(c.in, c.in.c / w_grid().reduce_ranks) : all_channels(c.in),
-                    split);
-      all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input,
-                          w ? channel_gather_group() : tp_group(), layer, Phase::kFwd, mb);
+      input = empty(gathered_input(c), split);
+      all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input, gather_group(c),
+                          layer, Phase::kFwd, mb);
     }
     cache.window = window_input(c.name, c.window(), input, 0.0f, split, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
     if (stationary(c, spec::ChannelAlgorithm::kStationaryX) || w) {
       // Partial sums of every filter (x) or of the filter group's (w) over the channels in hand,
       // reduce-scattered by filter over tp (x) or the reduce group (w).
-      Tensor partial = empty(
-          w ? with_channels(c.out, c.out.c / w_grid().gather_ranks) : all_channels(c.out), split);
+      Tensor partial = empty(partial_output(c), split);
       {
         auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
         conv::conv2d(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
       }
       reduce_scatter_channels(OpName(c.name, OpId::kUnitFilterReduceScatter), partial, cache.z,
-                              w ? filter_reduce_group() : tp_group(), layer, Phase::kFwd, mb);
+                              reduce_group(c), layer, Phase::kFwd, mb);
       if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
     } else {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
@@ -605,10 +619,9 @@ class CnnStage : public StageModel {
     if (reduced) {
       // The gradient of every filter (x) or of the filter group's (w), for this rank's slice of
       // them.
-      Tensor whole = empty(
-          w ? with_channels(c.out, c.out.c / w_grid().gather_ranks) : all_channels(c.out), split);
-      all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole,
-                          w ? filter_reduce_group() : tp_group(), layer, Phase::kBwd, mb);
+      Tensor whole = empty(partial_output(c), split);
+      all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole, reduce_group(c),
+                          layer, Phase::kBwd, mb);
       if (c.bias) conv::channel_bias_backward(d, db);
       d = whole;
     }
@@ -627,13 +640,11 @@ class CnnStage : public StageModel {
       return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
     // This rank's filters' share of the gradient of every input channel (y) or of its channel
     // group's (w), reduce-scattered by channel over tp (y) or the gather group (w).
-    Tensor whole = window_gradient(
-        c.name, c.window(), dwindow,
-        w ? with_channels(c.in, c.in.c / w_grid().reduce_ranks) : all_channels(c.in), split, layer,
-        mb);
+    Tensor whole =
+        window_gradient(c.name, c.window(), dwindow, gathered_input(c), split, layer, mb);
     Tensor dx = empty(c.in, split);
     reduce_scatter_channels(OpName(c.name, OpId::kUnitChannelReduceScatter), whole, dx,
-                            w ? channel_gather_group() : tp_group(), layer, Phase::kBwd, mb);
+                            gather_group(c), layer, Phase::kBwd, mb);
     return dx;
   }
 
