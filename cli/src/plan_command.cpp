@@ -339,6 +339,7 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
 struct CrossoverAnswer {
   const planner::RankedPlan* plan = nullptr;
   std::vector<std::pair<std::string, planner::CompressionCrossover>> rows;  // flag text, sweep
+  std::vector<std::pair<std::string, std::string>> refused;  // flag text, why the layout cannot
 };
 
 CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::SearchRequest& r,
@@ -352,10 +353,16 @@ CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::Sear
       break;
     }
   if (!a.plan) return a;
-  for (size_t i = 0; i < r.compressions.size(); ++i)
+  for (size_t i = 0; i < r.compressions.size(); ++i) {
+    if (std::string why = spec::compression_problem(a.plan->plan, r.compressions[i]);
+        !why.empty()) {
+      a.refused.emplace_back(f.compressions[i], why);
+      continue;
+    }
     a.rows.emplace_back(f.compressions[i],
                         planner::compression_crossover(r.model, r.cluster, a.plan->plan,
                                                        r.compressions[i], fidelity));
+  }
   return a;
 }
 
@@ -370,15 +377,18 @@ spec::Json crossover_json(const CrossoverAnswer& a) {
     row["crossover_GBps"] = c.crossover_GBps ? spec::Json(*c.crossover_GBps) : spec::Json();
     rows.push_back(row);
   }
-  const planner::CompressionCrossover& first = a.rows.front().second;
+  for (const auto& [text, why] : a.refused)
+    rows.push_back({{"compression", text}, {"refused", why}});
   spec::Plan layout = a.plan->plan;
   layout.compression = {};
-  return {{"name", layout.name()},
-          {"plan", spec::to_json(layout)},
-          {"level", first.level},
-          {"cluster_GBps", first.cluster_GBps},
-          {"swept_GBps", {first.lowest_GBps, first.highest_GBps}},
-          {"compressions", rows}};
+  spec::Json j = {{"name", layout.name()}, {"plan", spec::to_json(layout)}, {"compressions", rows}};
+  if (!a.rows.empty()) {
+    const planner::CompressionCrossover& first = a.rows.front().second;
+    j["level"] = first.level;
+    j["cluster_GBps"] = first.cluster_GBps;
+    j["swept_GBps"] = {first.lowest_GBps, first.highest_GBps};
+  }
+  return j;
 }
 
 void print_crossovers(const CrossoverAnswer& a) {
@@ -389,13 +399,17 @@ void print_crossovers(const CrossoverAnswer& a) {
         "shows one to sweep\n");
     return;
   }
-  const planner::CompressionCrossover& first = a.rows.front().second;
   spec::Plan layout = a.plan->plan;
   layout.compression = {};
-  fmt::print(
-      "\nwhen compression pays on {} ({} links swept from {:.3g} to {:.3g} GB/s; this cluster: "
-      "{:.3g} GB/s):\n",
-      layout.name(), first.level, first.lowest_GBps, first.highest_GBps, first.cluster_GBps);
+  if (a.rows.empty()) {
+    fmt::print("\nwhen compression pays on {}:\n", layout.name());
+  } else {
+    const planner::CompressionCrossover& first = a.rows.front().second;
+    fmt::print(
+        "\nwhen compression pays on {} ({} links swept from {:.3g} to {:.3g} GB/s; this cluster: "
+        "{:.3g} GB/s):\n",
+        layout.name(), first.level, first.lowest_GBps, first.highest_GBps, first.cluster_GBps);
+  }
   for (const auto& [text, c] : a.rows) {
     const std::string verdict =
         c.crossover_GBps
@@ -405,6 +419,8 @@ void print_crossovers(const CrossoverAnswer& a) {
     fmt::print("   {:<28} {:<32} here {:>10} against {:>10} uncompressed\n", text, verdict,
                human_seconds(c.compressed_step_s), human_seconds(c.uncompressed_step_s));
   }
+  for (const auto& [text, why] : a.refused)
+    fmt::print("   {:<28} not on this layout: {}\n", text, why);
 }
 
 int run_plan(const PlanFlagsAll& f) {

@@ -49,7 +49,7 @@ CompressionCrossover compression_crossover(const spec::ModelSpec& model,
   if (!compression.any())
     throw InputError(plan_source, "/compression/kind", "none",
                      "a compression to sweep against the uncompressed exchange");
-  if (std::string problem = spec::compression_layout_problem(plan); !problem.empty())
+  if (std::string problem = spec::compression_problem(plan, compression); !problem.empty())
     throw InputError(plan_source, "/compression/kind",
                      std::string(spec::enum_name(spec::compression_kind_names(), compression.kind)),
                      fmt::format("{} ({})", problem, plan.name()));

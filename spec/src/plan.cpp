@@ -698,6 +698,12 @@ std::string compression_layout_problem(const Plan& p) {
   return "";
 }
 
+std::string compression_problem(const Plan& plan, const GradientCompression& compression) {
+  if (std::string layout = compression_layout_problem(plan); !layout.empty()) return layout;
+  if (compression.kind == CompressionKind::kPowersgd) return powersgd_problem(plan.tp_grid);
+  return "";
+}
+
 std::string powersgd_problem(const TensorGrid& grid) {
   if (grid.any())
     return "runs without tp_grid: the grid's weight blocks are sharded over z, not matrices a "

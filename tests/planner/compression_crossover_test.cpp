@@ -128,6 +128,14 @@ TEST(CompressionCrossover, RefusesLayoutsThatDoNotCompress) {
   EXPECT_INPUT_ERROR(
       compression_crossover(m, c, ddp(16, 4, 64), {}, sim::Fidelity::kAnalytic, "best plan"),
       "a compression to sweep");
+  // PowerSGD compresses matrices a rank holds whole, which a 3D tensor grid's blocks are not
+  // (spec::powersgd_problem, asked through spec::compression_problem).
+  spec::Plan grid = ddp(8, 4, 32);
+  grid.tp = 2;
+  grid.tp_grid = {1, 2, 1};
+  EXPECT_INPUT_ERROR(compression_crossover(m, c, grid, kind(spec::CompressionKind::kPowersgd),
+                                           sim::Fidelity::kAnalytic, "best plan"),
+                     "runs without tp_grid");
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ inline constexpr double kSweepAbove = 10;
 // Sweeps `plan`'s layout with `compression` against it uncompressed (plan.compression is
 // ignored). The level's bandwidth and the inverse bandwidth of calibrated collective fits at that
 // level scale together; latency, message efficiency and every other level stay. Throws
-// InputError naming `plan_source` when the layout cannot compress its gradients
-// (spec::compression_layout_problem) or the plan does not fit the model and cluster.
+// InputError naming `plan_source` when the layout cannot compress its gradients so
+// (spec::compression_problem) or the plan does not fit the model and cluster.
 CompressionCrossover compression_crossover(const spec::ModelSpec& model,
                                            const spec::ClusterSpec& cluster, const spec::Plan& plan,
                                            const spec::GradientCompression& compression,

@@ -225,6 +225,9 @@ std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 // not ZeRO's reduce-scatter of shards, not an exchange over dp x cp or dp x spatial ranks, not
 // the expert gradients of ep groups. The one rule for plans, the search and the crossover sweep.
 std::string compression_layout_problem(const Plan& plan);
+// What keeps `plan`'s layout from exchanging its gradients with `compression`: the layout rule
+// above, and for PowerSGD powersgd_problem; "" when nothing does.
+std::string compression_problem(const Plan& plan, const GradientCompression& compression);
 
 // What keeps PowerSGD (CompressionKind::kPowersgd) off a layout with `grid`, or "" when nothing:
 // it compresses the weight matrices a rank holds whole (models::Layer::matrices: a mixture of
