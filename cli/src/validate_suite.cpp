@@ -129,7 +129,8 @@ ValidationTable table4(const spec::ClusterSpec& cluster) {
     std::vector<int64_t> group = {0, 1, 2, 3, 4, 5, 6, 7};
     sim::LayerTimes times = sim::layer_times(
         lowered.layers[lowered.split_begin], plan, setup.stack, compute, collectives,
-        sim::LayerGroups{sim::group_shape(group, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}},
+        sim::LayerGroups{
+            sim::group_shape(group, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}},
         plan.recompute);
     t.rows.push_back(
         {fmt::format("{} fwd", row.experiment), row.forward_ms, 1e3 * times.forward, plan.name()});

@@ -66,7 +66,8 @@ TEST(LayerCost, ProfilesAddUpToThePassesAndMarkTheCollectives) {
     const CollectiveModel collectives(cluster, plan.collective_algorithms);
     std::vector<int64_t> ranks;
     for (int64_t r = 0; r < tp; ++r) ranks.push_back(r);
-    const LayerGroups groups{group_shape(ranks, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}};
+    const LayerGroups groups{
+        group_shape(ranks, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}};
     const models::Layer& block = lowered.layers[lowered.split_begin];
     const LayerTimes t =
         layer_times(block, plan, *plan.stack, compute, collectives, groups, plan.recompute);

@@ -123,9 +123,9 @@ TEST(ChannelSplit, StationaryWRunsInItsReduceAndGatherGroups) {
   const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 10, 0, 2, 2, 2);
   spec::Plan plan = test::make_plan(1, 4, 1, 2, 2);
   plan.dtype = spec::Dtype::kFp32;
-  for (spec::CollectiveKind k : {spec::CollectiveKind::kAllGather,
-                                 spec::CollectiveKind::kReduceScatter,
-                                 spec::CollectiveKind::kAllReduce})
+  for (spec::CollectiveKind k :
+       {spec::CollectiveKind::kAllGather, spec::CollectiveKind::kReduceScatter,
+        spec::CollectiveKind::kAllReduce})
     plan.collective_algorithms[k] = spec::CollectiveAlgorithm::kRing;
   SimulationOptions options;
   options.trace = true;
