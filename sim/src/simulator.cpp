@@ -15,7 +15,6 @@
 #include "sextant/sim/rank_symmetry.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
-#include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/rank_layout.hpp"
 
@@ -32,7 +31,8 @@ spec::EnumNames<Fidelity> fidelity_names() {
 
 namespace {
 
-Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster, bool tied) {
+Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster, bool tied,
+                        bool stationary_w) {
   spec::RankLayout layout(plan);
   const int64_t world = layout.world_size();
   Topology topo;
@@ -72,7 +72,7 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
       s.groups[static_cast<size_t>(GroupSlot::kGridY)] = group_id(layout.grid_group(r, 1));
       s.groups[static_cast<size_t>(GroupSlot::kGridZ)] = group_id(layout.grid_group(r, 2));
     }
-    if (spec::channel_filter_grid(plan.tp).any()) {
+    if (stationary_w) {
       s.groups[static_cast<size_t>(GroupSlot::kFilterReduce)] =
           group_id(layout.channel_filter_group(r, 0));
       s.groups[static_cast<size_t>(GroupSlot::kChannelGather)] =
@@ -218,7 +218,8 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     return programs;
   };
   const std::vector<Program> programs = build(1);
-  Topology topo = build_topology(plan, cluster, lowered.tied_table_params > 0);
+  Topology topo =
+      build_topology(plan, cluster, lowered.tied_table_params > 0, lowered.stationary_w);
 
   auto traced = [&](int64_t rank) {
     return options.trace_ranks.empty() ||
