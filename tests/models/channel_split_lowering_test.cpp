@@ -7,6 +7,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/plan.hpp"
+#include "test_models.hpp"
 
 namespace sextant::models {
 namespace {
@@ -16,25 +17,7 @@ using test::find_op;
 // 3 -> 8 -> 8 -> 16 channels of 3x3 convolutions (padding 1) on 8x8 images, then a global pool
 // and an fc to 10 classes.
 spec::ModelSpec three_convs() {
-  spec::ModelSpec m;
-  m.name = "three-convs";
-  spec::CnnSpec c;
-  c.in_channels = 3;
-  c.height = c.width = 8;
-  auto conv = [](int64_t out) {
-    spec::CnnLayer l{spec::CnnLayerKind::kConv, out};
-    l.kernel = 3;
-    l.padding = 1;
-    l.batch_norm = l.relu = true;
-    return l;
-  };
-  spec::CnnLayer gap{spec::CnnLayerKind::kAdaptiveAvgPool};
-  spec::CnnLayer fc{spec::CnnLayerKind::kFc};
-  fc.out_features = 10;
-  fc.bias = true;
-  c.layers = {conv(8), conv(8), conv(16), gap, fc};
-  m.body = c;
-  return m;
+  return test::conv_chain({8, 8, 16}, 8);
 }
 
 LoweredModel lower_tp(int64_t tp) {

@@ -103,23 +103,7 @@ TEST(SpatialSplit, WithAChannelSplitEachCollectiveRunsInItsOwnGroup) {
 // reduce-scatter); 1024 B at 100 GB/s, 10.24 ns, for the partial outputs' reduce-scatter and its
 // twin (the output gradient's all-gather).
 TEST(ChannelSplit, StationaryWRunsInItsReduceAndGatherGroups) {
-  spec::ModelSpec m;
-  m.name = "two-convs";
-  spec::CnnSpec c;
-  c.in_channels = 3;
-  c.height = c.width = 8;
-  auto conv = [](int64_t out) {
-    spec::CnnLayer l{spec::CnnLayerKind::kConv, out};
-    l.kernel = 3;
-    l.padding = 1;
-    l.batch_norm = l.relu = true;
-    return l;
-  };
-  spec::CnnLayer gap{spec::CnnLayerKind::kAdaptiveAvgPool};
-  spec::CnnLayer fc{spec::CnnLayerKind::kFc};
-  fc.out_features = 10;
-  c.layers = {conv(8), conv(8), gap, fc};
-  m.body = c;
+  const spec::ModelSpec m = test::conv_chain({8, 8}, 8);
   const spec::ClusterSpec cluster = test::ideal_cluster(1e12, 100, 10, 0, 2, 2, 2);
   spec::Plan plan = test::make_plan(1, 4, 1, 2, 2);
   plan.dtype = spec::Dtype::kFp32;

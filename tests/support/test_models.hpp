@@ -1,6 +1,8 @@
 // Small models built in code for simulator tests.
 #pragma once
 
+#include <vector>
+
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::test {
@@ -40,6 +42,31 @@ inline spec::ModelSpec small_cnn(int64_t size = 32, int64_t channels = 64) {
   fc.out_features = 10;
   fc.bias = true;
   c.layers = {conv, pool, fc};
+  m.body = c;
+  return m;
+}
+
+// A chain of 3x3 convolutions (padding 1, batch norm, ReLU) of `widths` channels over a
+// 3 x size x size input, the global average pool and a 10-way classifier with bias: the channel
+// split's test net (each convolution's algorithm follows from its two widths).
+inline spec::ModelSpec conv_chain(const std::vector<int64_t>& widths, int64_t size) {
+  spec::ModelSpec m;
+  m.name = "conv-chain";
+  spec::CnnSpec c;
+  c.in_channels = 3;
+  c.height = c.width = size;
+  for (int64_t out : widths) {
+    spec::CnnLayer l{spec::CnnLayerKind::kConv, out};
+    l.kernel = 3;
+    l.padding = 1;
+    l.batch_norm = l.relu = true;
+    c.layers.push_back(l);
+  }
+  c.layers.push_back(spec::CnnLayer{spec::CnnLayerKind::kAdaptiveAvgPool});
+  spec::CnnLayer fc{spec::CnnLayerKind::kFc};
+  fc.out_features = 10;
+  fc.bias = true;
+  c.layers.push_back(fc);
   m.body = c;
   return m;
 }
