@@ -6,7 +6,8 @@
 // over the split ranks, the pool's partial sums all-reduced so that the classifier runs whole on
 // every rank (Dryden et al., IPDPS'19). With a channel split (tp > 1) each tensor-parallel rank
 // holds a block of every map's channels, and each convolution runs stationary-x, -y or -w as
-// spec/channel_split.hpp chooses (Dryden et al., SC'19).
+// spec/channel_split.hpp chooses (Dryden et al., SC'19). Volumes (3D U-Net) run the same units
+// over [B, C, D, H, W] maps with cubic windows; their depth is never split.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -30,9 +31,11 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
+// A map's channels and extent; a 2D map has a depth of 1 (a volume's maps are [B, C, D, H, W]).
 struct MapShape {
-  int64_t c = 0, h = 1, w = 1;
+  int64_t c = 0, d = 1, h = 1, w = 1;
   bool whole = true;  // every channel on every tp rank (else each holds a block of them)
+  int64_t voxels() const { return d * h * w; }
 };
 
 // One convolution (+ batch norm + ReLU) as the lowering names it: "layerN.conv", "layerN.conv1"...
@@ -80,17 +83,21 @@ struct UnitCache {
 std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
   std::vector<Unit> out;
   const size_t split_end = spec::spatial_layer_end(m);
-  MapShape f{m.in_channels, m.height, m.width};
+  MapShape f{m.in_channels, m.input_depth(), m.height, m.width};
   bool whole = true;  // before the first convolution (and behind the first fc)
+  // The map a window of k, s and p makes from `in` with `channels` channels (along a volume's
+  // depth too).
+  auto windowed = [&](MapShape in, int64_t channels, int64_t k, int64_t s, int64_t p) {
+    return MapShape{channels, m.volumes() ? spec::window_output(in.d, k, s, p) : 1,
+                    spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p)};
+  };
   auto conv = [&](std::string name, MapShape in, int64_t out_c, int64_t k, int64_t s, int64_t p,
                   bool bias, bool bn, bool relu) {
-    ConvUnit c{std::move(name), in, {}, k, s, p, bias, bn, relu};
+    ConvUnit c{std::move(name), in, windowed(in, out_c, k, s, p), k, s, p, bias, bn, relu};
     c.in.whole = whole;
-    c.algorithm = spec::channel_algorithm(
-        whole, in.c * in.h * in.w,
-        out_c * spec::window_output(in.h, k, s, p) * spec::window_output(in.w, k, s, p), tp);
+    c.algorithm = spec::channel_algorithm(whole, in.c * in.voxels(), c.out.c * c.out.voxels(), tp);
     whole = tp == 1;
-    c.out = {out_c, spec::window_output(in.h, k, s, p), spec::window_output(in.w, k, s, p), whole};
+    c.out.whole = whole;
     return c;
   };
   std::vector<int32_t> kept;  // units whose outputs wait for their concat
@@ -117,19 +124,18 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           u.k = l.kernel;
           u.s = l.stride;
           u.p = l.padding;
-          f = {f.c, spec::window_output(f.h, l.kernel, l.stride, l.padding),
-               spec::window_output(f.w, l.kernel, l.stride, l.padding)};
+          f = windowed(f, f.c, l.kernel, l.stride, l.padding);
           break;
         case CnnLayerKind::kAdaptiveAvgPool:
-          f = {f.c, l.output, l.output};
+          f = {f.c, 1, l.output, l.output};  // 2D only (make_cnn_stage)
           break;
         case CnnLayerKind::kFc:
-          u.in = {f.c * f.h * f.w, 1, 1, whole};  // flattened in NCHW order, as torch.flatten
+          u.in = {f.c * f.voxels(), 1, 1, 1, whole};  // flattened in NCHW order, as torch.flatten
           u.fc_reads_split = !whole;
           whole = true;
           u.bias = l.bias;
           u.relu = l.relu;
-          f = {l.out_features, 1, 1};
+          f = {l.out_features};
           break;
         case CnnLayerKind::kBottleneck: {
           const int64_t stride = r == 0 ? l.stride : 1;
@@ -151,7 +157,8 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           u.k = l.kernel;
           u.s = l.stride;
           u.bias = l.bias;
-          f = {l.out_channels, spec::up_window_output(f.h, l.kernel, l.stride),
+          f = {l.out_channels, m.volumes() ? spec::up_window_output(f.d, l.kernel, l.stride) : 1,
+               spec::up_window_output(f.h, l.kernel, l.stride),
                spec::up_window_output(f.w, l.kernel, l.stride)};
           break;
         case CnnLayerKind::kConcat:
@@ -180,6 +187,7 @@ class CnnStage : public StageModel {
       : ctx_(ctx),
         o_(o),
         units_(units_of(model.cnn(), ctx.groups->tp_size)),
+        volume_(model.cnn().volumes()),
         exchange_(ctx.plan->spatial, ctx.groups->spatial_rank, ctx.groups->spatial) {
     SEXTANT_CHECK(units_.size() == ctx.lowered->layers.size(),
                   "the CNN stage has {} layers, the lowering {}", units_.size(),
@@ -207,17 +215,17 @@ class CnnStage : public StageModel {
       const Unit& u = units_[static_cast<size_t>(l)];
       for (const ConvUnit& c : u.convs) {
         // He initialisation, std = sqrt(2 / fan_in) (He et al. 2015).
-        const float std_dev = std::sqrt(2.0f / static_cast<float>(c.in.c * c.k * c.k));
-        const int64_t window = c.k * c.k;
+        const int64_t window = taps(c.k);
+        const float std_dev = std::sqrt(2.0f / static_cast<float>(c.in.c * window));
         const spec::ChannelBlock filters = spec::channel_block(c.out.c, tp, rank);
         if (tp == 1) {
-          normal(c.name + ".weight", l, {c.out.c, c.in.c, c.k, c.k}, std_dev, same, false);
+          normal(c.name + ".weight", l, weight_shape(c.out.c, c.in.c, c.k), std_dev, same, false);
         } else if (c.algorithm == spec::ChannelAlgorithm::kStationaryX) {
           // Every filter's slice over this rank's input channels: [F, C/tp, k, k].
           const spec::ChannelBlock channels = spec::channel_block(c.in.c, tp, rank);
           const int64_t in_c = c.in.c;
           normal(
-              c.name + ".weight", l, {c.out.c, channels.count, c.k, c.k}, std_dev,
+              c.name + ".weight", l, weight_shape(c.out.c, channels.count, c.k), std_dev,
               [=](int64_t i) {
                 const int64_t f = i / (channels.count * window),
                               rest = i % (channels.count * window);
@@ -234,7 +242,7 @@ class CnnStage : public StageModel {
           const int64_t first_filter = rank / g.reduce_ranks * (c.out.c / g.gather_ranks);
           const int64_t in_c = c.in.c;
           normal(
-              c.name + ".weight", l, {c.out.c / g.gather_ranks, channels, c.k, c.k}, std_dev,
+              c.name + ".weight", l, weight_shape(c.out.c / g.gather_ranks, channels, c.k), std_dev,
               [=](int64_t i) {
                 const int64_t f = i / (channels * window), rest = i % (channels * window);
                 const int64_t local = rest / window;
@@ -247,7 +255,7 @@ class CnnStage : public StageModel {
           // This rank's block of whole filters: [F/tp, C, k, k].
           const int64_t offset = filters.begin * c.in.c * window;
           normal(
-              c.name + ".weight", l, {filters.count, c.in.c, c.k, c.k}, std_dev,
+              c.name + ".weight", l, weight_shape(filters.count, c.in.c, c.k), std_dev,
               [=](int64_t i) { return offset + i; }, false);
         }
         // Biases and batch norms follow the output's channels: this rank's filter block.
@@ -258,9 +266,11 @@ class CnnStage : public StageModel {
         }
       }
       if (u.kind == CnnLayerKind::kUpConv) {
-        // [Ci, Co, k, k], ConvTranspose2d's layout; std = sqrt(2 / (Ci k^2)).
-        const float std_dev = std::sqrt(2.0f / static_cast<float>(u.in.c * u.k * u.k));
-        normal(u.name + ".up_conv.weight", l, {u.in.c, u.out.c, u.k, u.k}, std_dev, same, false);
+        // [Ci, Co, k, k] (or [.., k, k, k]), ConvTranspose2d's and 3d's layout;
+        // std = sqrt(2 / (Ci k^2)) (k^3 on a volume).
+        const float std_dev = std::sqrt(2.0f / static_cast<float>(u.in.c * taps(u.k)));
+        normal(u.name + ".up_conv.weight", l, weight_shape(u.in.c, u.out.c, u.k), std_dev, same,
+               false);
         if (u.bias) constant(u.name + ".up_conv.bias", l, u.out.c, 0.0f, false);
       }
       if (u.kind == CnnLayerKind::kFc) {
@@ -350,10 +360,20 @@ class CnnStage : public StageModel {
   }
 
  private:
+  // Elements a window of `k` covers per channel, and a weight's shape over it: k x k, or k x k x k
+  // over a volume.
+  int64_t taps(int64_t k) const { return volume_ ? k * k * k : k * k; }
+  std::vector<int64_t> weight_shape(int64_t outer, int64_t inner, int64_t k) const {
+    if (volume_) return {outer, inner, k, k, k};
+    return {outer, inner, k, k};
+  }
+  // A map's tensor on this rank: [B, C, H, W] or a volume's [B, C, D, H, W]; its channel block
+  // behind a channel split, its block of rows and columns in a spatial split (a volume's depth
+  // is never split: spec::spatial_split_problem).
   std::vector<int64_t> shape_of(MapShape s, bool split) const {
     const int64_t c = s.whole ? s.c : s.c / ctx_.groups->tp_size;
-    if (!split) return {o_.micro_batch, c, s.h, s.w};
-    const Region b = exchange_.block(s.h, s.w);
+    const Region b = split ? exchange_.block(s.h, s.w) : Region{{0, s.h}, {0, s.w}};
+    if (volume_) return {o_.micro_batch, c, s.d, b.rows.size(), b.cols.size()};
     return {o_.micro_batch, c, b.rows.size(), b.cols.size()};
   }
   Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
@@ -372,7 +392,7 @@ class CnnStage : public StageModel {
   // This rank's block of the micro-batch's images.
   Tensor image_block(const MicroBatch& mb) const {
     const Unit& u = units_.front();
-    Tensor whole = empty({o_.micro_batch, u.in.c, u.in.h, u.in.w});
+    Tensor whole = empty(u.in, false);
     ctx_.backend->from_host(mb.features, whole);
     if (!u.split_in || !exchange_.split()) return whole;
     // The whole image as a window of every row and column: the own block is what gather copies.
@@ -387,6 +407,12 @@ class CnnStage : public StageModel {
     return block;
   }
 
+  // The rows x columns planes of a map's tensor: B C, or B C D for a volume (each plane has its
+  // halo).
+  static int64_t planes(const Tensor& t) {
+    const size_t n = t.shape().size();
+    return t.numel() / (t.dim(n - 2) * t.dim(n - 1));
+  }
   // The window input of a split (or padded) map, with the halo exchange traced.
   // `split`: whether the map is in blocks (the layers before the adaptive pool); behind it maps
   // are whole on every rank and only padded.
@@ -396,8 +422,8 @@ class CnnStage : public StageModel {
     const SpatialExchange& ex = exchange_for(split);
     const int64_t halo = ex.largest_halo(g);
     if (halo == 0) return ex.gather(*ctx_.backend, x, g, fill);
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend,
-                        halo * x.dim(0) * x.dim(1) * 4, layer, phase, mb);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * planes(x) * 4, layer,
+                        phase, mb);
     return ex.gather(*ctx_.backend, x, g, fill);
   }
   Tensor window_gradient(const std::string& name, const WindowGeometry& g, const Tensor& dwindow,
@@ -409,8 +435,8 @@ class CnnStage : public StageModel {
       ex.scatter(*ctx_.backend, dwindow, g, dx);
       return dx;
     }
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend,
-                        halo * dx.dim(0) * dx.dim(1) * 4, layer, Phase::kBwd, mb);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * planes(dx) * 4, layer,
+                        Phase::kBwd, mb);
     ex.scatter(*ctx_.backend, dwindow, g, dx);
     return dx;
   }
@@ -426,7 +452,7 @@ class CnnStage : public StageModel {
     std::copy(wire.begin(), wire.end(), sums.begin());
   }
   // Elements per channel of a map's batch statistics: the whole maps of the micro-batch.
-  int64_t statistics_count(MapShape s) const { return o_.micro_batch * s.h * s.w; }
+  int64_t statistics_count(MapShape s) const { return o_.micro_batch * s.voxels(); }
 
   Param& param(const std::string& name) { return store_->get(name); }
   // Where a parameter's gradient accumulates: its own, or the scratch of a spatial rank other
@@ -525,15 +551,15 @@ class CnnStage : public StageModel {
       Tensor partial = empty(partial_output(c), split);
       {
         auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
-        conv::conv2d(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
+        conv::convolution(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
       }
       reduce_scatter_channels(OpName(c.name, OpId::kUnitFilterReduceScatter), partial, cache.z,
                               reduce_group(c), layer, Phase::kFwd, mb);
       if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
     } else {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
-      conv::conv2d(cache.window, param(c.name + ".weight").compute,
-                   c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
+      conv::convolution(cache.window, param(c.name + ".weight").compute,
+                        c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
     }
     cache.y = cache.z;
     if (c.bn) {
@@ -631,8 +657,9 @@ class CnnStage : public StageModel {
     {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kBwd, mb);
       Tensor dw = grad_of(param(c.name + ".weight"), u);
-      conv::conv2d_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
-                            input_gradient ? &dwindow : nullptr, dw, bias_in_conv ? &db : nullptr);
+      conv::convolution_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
+                                 input_gradient ? &dwindow : nullptr, dw,
+                                 bias_in_conv ? &db : nullptr);
     }
     cache.window = Tensor();
     if (!input_gradient) return Tensor();
@@ -680,7 +707,7 @@ class CnnStage : public StageModel {
         cache.x = x;
         Tensor y = empty(u.out, false);
         auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
-        conv::conv_transpose2d(x, param(u.name + ".up_conv.weight").compute, u.s, y);
+        conv::transposed_convolution(x, param(u.name + ".up_conv.weight").compute, u.s, y);
         if (u.bias) conv::add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
         return y;
       }
@@ -768,7 +795,7 @@ class CnnStage : public StageModel {
           }
           cache.window = y;  // the logits
         }
-        return y.view({o_.micro_batch, u.out.c, 1, 1});
+        return y.view(shape_of(u.out, false));
       }
       case CnnLayerKind::kBottleneck: {
         cache.convs.resize(u.convs.size());
@@ -801,8 +828,8 @@ class CnnStage : public StageModel {
         Tensor dx = empty(u.in, false);
         auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
         Tensor dw = grad_of(param(u.name + ".up_conv.weight"), u);
-        conv::conv_transpose2d_backward(cache.x, param(u.name + ".up_conv.weight").compute, dout,
-                                        u.s, input_gradient ? &dx : nullptr, dw);
+        conv::transposed_convolution_backward(cache.x, param(u.name + ".up_conv.weight").compute,
+                                              dout, u.s, input_gradient ? &dx : nullptr, dw);
         if (u.bias) {
           Tensor db = grad_of(param(u.name + ".up_conv.bias"), u);
           conv::channel_bias_backward(dout, db);
@@ -903,6 +930,7 @@ class CnnStage : public StageModel {
   Context& ctx_;
   StageOptions o_;
   std::vector<Unit> units_;
+  bool volume_;  // maps are [B, C, D, H, W]
   SpatialExchange exchange_;
   int32_t begin_ = 0, end_ = 0;
   std::unique_ptr<ParamStore> store_;
@@ -919,16 +947,16 @@ class CnnStage : public StageModel {
 
 std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options) {
-  // Volumes and AmoebaNet's cells are simulated and planned; the CPU kernels here are 2D and the
-  // stage runs a chain of units, with U-Net's kept maps inside one pipeline stage.
+  // AmoebaNet's cells are simulated and planned; the stage runs a chain of units, with U-Net's
+  // kept maps inside one pipeline stage.
   const spec::CnnSpec& cnn = model.cnn();
   Diagnostics diag("model " + model.name);
-  if (cnn.volumes())
-    diag.add("/cnn/input/depth", std::to_string(cnn.depth),
-             "the executor's CNN kernels are 2D: volumes (3D convolutions) are simulated and "
-             "planned only");
   for (size_t i = 0; i < cnn.layers.size(); ++i) {
     const spec::CnnLayer& l = cnn.layers[i];
+    if (cnn.volumes() && l.kind == CnnLayerKind::kAdaptiveAvgPool)
+      diag.add(fmt::format("/cnn/layers/{}", i), "\"adaptive_avg_pool\"",
+               "the executor's adaptive average pool is 2D: over volumes it is simulated and "
+               "planned only");
     if (l.kind == CnnLayerKind::kAmoebaCell)
       diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
                "the executor runs chains of convolutions and ResNet blocks: AmoebaNet's cells "

@@ -2,9 +2,13 @@
 // so that a layout's summation order barely moves them.
 #include "sextant/exec/conv_kernels.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
@@ -15,55 +19,88 @@ namespace {
 
 using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
+// A map is [B, C, H, W] (2D) or [B, C, D, H, W] (a volume); a 2D map is a volume of depth 1.
 struct Dims {
-  int64_t b, c, h, w;
+  int64_t b, c, d, h, w;
+  bool volume;
+  int64_t voxels() const { return d * h * w; }  // elements per sample and channel
 };
 Dims dims(const Tensor& t) {
-  SEXTANT_CHECK(t.shape().size() == 4, "a feature map is [B, C, H, W], got {} dimensions",
-                t.shape().size());
-  return {t.dim(0), t.dim(1), t.dim(2), t.dim(3)};
+  const size_t n = t.shape().size();
+  SEXTANT_CHECK(n == 4 || n == 5,
+                "a feature map is [B, C, H, W] or [B, C, D, H, W], got {} dimensions", n);
+  if (n == 4) return {t.dim(0), t.dim(1), 1, t.dim(2), t.dim(3), false};
+  return {t.dim(0), t.dim(1), t.dim(2), t.dim(3), t.dim(4), true};
+}
+std::string describe(const Dims& d) {
+  return d.volume ? fmt::format("[{}, {}, {}, {}, {}]", d.b, d.c, d.d, d.h, d.w)
+                  : fmt::format("[{}, {}, {}, {}]", d.b, d.c, d.h, d.w);
 }
 
-// The window geometry of a convolution or pooling, checked against the tensors' shapes.
+// The window geometry of a convolution or pooling, checked against the tensors' shapes: k x k (x k
+// on a volume, the zoo's cubic windows), stride s on every axis; a 2D map's depth axis takes a
+// window of 1.
 struct Window {
   Dims in, out;
-  int64_t k, s;
+  int64_t kd, k, sd, s;
+  int64_t taps() const { return kd * k * k; }  // input elements one output reads per channel
 };
 Window window(const Tensor& x, const Tensor& y, int64_t k, int64_t s, int64_t out_channels) {
-  Window g{dims(x), dims(y), k, s};
-  SEXTANT_CHECK(g.out.b == g.in.b && g.out.c == out_channels &&
-                    g.out.h == valid_output(g.in.h, k, s) && g.out.w == valid_output(g.in.w, k, s),
-                "window {}/{} over [{}, {}, {}, {}] cannot make [{}, {}, {}, {}]", k, s, g.in.b,
-                g.in.c, g.in.h, g.in.w, g.out.b, g.out.c, g.out.h, g.out.w);
+  const Dims in = dims(x), out = dims(y);
+  const int64_t kd = in.volume ? k : 1, sd = in.volume ? s : 1;
+  Window g{in, out, kd, k, sd, s};
+  SEXTANT_CHECK(in.volume == out.volume && out.b == in.b && out.c == out_channels &&
+                    out.d == valid_output(in.d, kd, sd) && out.h == valid_output(in.h, k, s) &&
+                    out.w == valid_output(in.w, k, s),
+                "window {}/{} over {} cannot make {}", k, s, describe(in), describe(out));
   return g;
 }
+// A weight [O, I, k, k] (or [O, I, k, k, k] for a volume's window).
+void check_weight(const Tensor& w, const Window& g, int64_t outer, int64_t inner) {
+  const size_t rank = g.in.volume ? 5 : 4;
+  bool ok = w.shape().size() == rank && w.dim(0) == outer && w.dim(1) == inner;
+  for (size_t i = 2; ok && i < rank; ++i) ok = w.dim(i) == g.k;
+  SEXTANT_CHECK(ok,
+                "a weight of shape {} does not match {} x {} channels and a window of {} over {}",
+                fmt::join(w.shape(), "x"), outer, inner, g.k, describe(g.in));
+}
 
-// col[(c k + i) k + j, oh Wo + ow] = x[c, oh s + i, ow s + j] for one sample.
+// col[((c kd + a) k + i) k + j, (od Ho + oh) Wo + ow] = x[c, od sd + a, oh s + i, ow s + j] for one
+// sample.
 void im2col(const float* x, const Window& g, float* col) {
-  const int64_t pixels = g.out.h * g.out.w;
+  const int64_t outputs = g.out.voxels();
+  int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
-    for (int64_t i = 0; i < g.k; ++i)
-      for (int64_t j = 0; j < g.k; ++j) {
-        float* row = col + ((c * g.k + i) * g.k + j) * pixels;
-        for (int64_t oh = 0; oh < g.out.h; ++oh) {
-          const float* src = x + (c * g.in.h + oh * g.s + i) * g.in.w + j;
-          for (int64_t ow = 0; ow < g.out.w; ++ow) row[oh * g.out.w + ow] = src[ow * g.s];
+    for (int64_t a = 0; a < g.kd; ++a)
+      for (int64_t i = 0; i < g.k; ++i)
+        for (int64_t j = 0; j < g.k; ++j, ++row) {
+          float* dst = col + row * outputs;
+          for (int64_t od = 0; od < g.out.d; ++od)
+            for (int64_t oh = 0; oh < g.out.h; ++oh) {
+              const float* src =
+                  x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.s + i) * g.in.w + j;
+              float* out = dst + (od * g.out.h + oh) * g.out.w;
+              for (int64_t ow = 0; ow < g.out.w; ++ow) out[ow] = src[ow * g.s];
+            }
         }
-      }
 }
 
 // The adjoint of im2col: adds each column entry back into its input element.
 void col2im_add(const float* col, const Window& g, float* x) {
-  const int64_t pixels = g.out.h * g.out.w;
+  const int64_t outputs = g.out.voxels();
+  int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
-    for (int64_t i = 0; i < g.k; ++i)
-      for (int64_t j = 0; j < g.k; ++j) {
-        const float* row = col + ((c * g.k + i) * g.k + j) * pixels;
-        for (int64_t oh = 0; oh < g.out.h; ++oh) {
-          float* dst = x + (c * g.in.h + oh * g.s + i) * g.in.w + j;
-          for (int64_t ow = 0; ow < g.out.w; ++ow) dst[ow * g.s] += row[oh * g.out.w + ow];
+    for (int64_t a = 0; a < g.kd; ++a)
+      for (int64_t i = 0; i < g.k; ++i)
+        for (int64_t j = 0; j < g.k; ++j, ++row) {
+          const float* src = col + row * outputs;
+          for (int64_t od = 0; od < g.out.d; ++od)
+            for (int64_t oh = 0; oh < g.out.h; ++oh) {
+              float* dst = x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.s + i) * g.in.w + j;
+              const float* in = src + (od * g.out.h + oh) * g.out.w;
+              for (int64_t ow = 0; ow < g.out.w; ++ow) dst[ow * g.s] += in[ow];
+            }
         }
-      }
 }
 
 // A 1x1 window of stride 1 reads its input as it lies: the column matrix is the sample itself.
@@ -82,46 +119,45 @@ int64_t valid_output(int64_t extent, int64_t kernel, int64_t stride) {
   return (extent - kernel) / stride + 1;
 }
 
-void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y) {
-  const int64_t k = w.dim(2);
-  const Window g = window(x, y, k, stride, w.dim(0));
-  SEXTANT_CHECK(w.dim(1) == g.in.c && w.dim(3) == k, "convolution weight does not match its input");
-  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
-  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * pixels));
+void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y) {
+  const Window g = window(x, y, w.dim(2), stride, w.dim(0));
+  check_weight(w, g, g.out.c, g.in.c);
+  const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
+  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
   ConstMap wm(w.data(), g.out.c, rows);
   for (int64_t b = 0; b < g.in.b; ++b) {
-    const float* xb = x.data() + b * g.in.c * g.in.h * g.in.w;
+    const float* xb = x.data() + b * g.in.c * g.in.voxels();
     if (!pointwise(g)) im2col(xb, g, col.data());
-    ConstMap cm(pointwise(g) ? xb : col.data(), rows, pixels);
-    Map yb(y.data() + b * g.out.c * pixels, g.out.c, pixels);
+    ConstMap cm(pointwise(g) ? xb : col.data(), rows, outputs);
+    Map yb(y.data() + b * g.out.c * outputs, g.out.c, outputs);
     yb.noalias() = wm * cm;
     if (bias != nullptr)
       for (int64_t o = 0; o < g.out.c; ++o) yb.row(o).array() += bias->data()[o];
   }
 }
 
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride, Tensor* dx,
-                     Tensor& dw, Tensor* db) {
-  const int64_t k = w.dim(2);
-  const Window g = window(x, dy, k, stride, w.dim(0));
-  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
-  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * pixels));
-  std::vector<float> dcol(static_cast<size_t>(rows * pixels));
+void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                          Tensor* dx, Tensor& dw, Tensor* db) {
+  const Window g = window(x, dy, w.dim(2), stride, w.dim(0));
+  check_weight(w, g, g.out.c, g.in.c);
+  const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
+  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
+  std::vector<float> dcol(static_cast<size_t>(rows * outputs));
   ConstMap wm(w.data(), g.out.c, rows);
   Map dwm(dw.data(), g.out.c, rows);
   if (dx != nullptr) std::fill(dx->data(), dx->data() + dx->numel(), 0.0f);
   for (int64_t b = 0; b < g.in.b; ++b) {
-    const float* xb = x.data() + b * g.in.c * g.in.h * g.in.w;
+    const float* xb = x.data() + b * g.in.c * g.in.voxels();
     if (!pointwise(g)) im2col(xb, g, col.data());
-    ConstMap cm(pointwise(g) ? xb : col.data(), rows, pixels);
-    ConstMap dyb(dy.data() + b * g.out.c * pixels, g.out.c, pixels);
+    ConstMap cm(pointwise(g) ? xb : col.data(), rows, outputs);
+    ConstMap dyb(dy.data() + b * g.out.c * outputs, g.out.c, outputs);
     dwm.noalias() += dyb * cm.transpose();
     if (db != nullptr)
       for (int64_t o = 0; o < g.out.c; ++o) db->data()[o] += dyb.row(o).sum();
     if (dx != nullptr) {
-      Map dcm(dcol.data(), rows, pixels);
+      Map dcm(dcol.data(), rows, outputs);
       dcm.noalias() = wm.transpose() * dyb;
-      float* dxb = dx->data() + b * g.in.c * g.in.h * g.in.w;
+      float* dxb = dx->data() + b * g.in.c * g.in.voxels();
       if (pointwise(g)) {
         std::copy(dcol.begin(), dcol.end(), dxb);
       } else {
@@ -131,22 +167,19 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t
   }
 }
 
-void conv_transpose2d(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y) {
-  const int64_t k = w.dim(2);
+void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y) {
   // The window slides over y, the map the adjoint convolution would read, making x.
-  const Window g = window(y, x, k, stride, w.dim(0));
-  SEXTANT_CHECK(w.dim(1) == g.in.c && w.dim(3) == k,
-                "transposed convolution weight [{}, {}, {}, {}] does not match [{}, {}] channels",
-                w.dim(0), w.dim(1), w.dim(2), w.dim(3), g.out.c, g.in.c);
-  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
-  std::vector<float> col(static_cast<size_t>(rows * pixels));
+  const Window g = window(y, x, w.dim(2), stride, w.dim(0));
+  check_weight(w, g, g.out.c, g.in.c);
+  const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
+  std::vector<float> col(static_cast<size_t>(rows * outputs));
   ConstMap wm(w.data(), g.out.c, rows);
   std::fill(y.data(), y.data() + y.numel(), 0.0f);
   for (int64_t b = 0; b < g.in.b; ++b) {
-    ConstMap xb(x.data() + b * g.out.c * pixels, g.out.c, pixels);
-    Map cm(col.data(), rows, pixels);
+    ConstMap xb(x.data() + b * g.out.c * outputs, g.out.c, outputs);
+    Map cm(col.data(), rows, outputs);
     cm.noalias() = wm.transpose() * xb;
-    float* yb = y.data() + b * g.in.c * g.in.h * g.in.w;
+    float* yb = y.data() + b * g.in.c * g.in.voxels();
     if (pointwise(g)) {
       std::copy(col.begin(), col.end(), yb);
     } else {
@@ -155,22 +188,22 @@ void conv_transpose2d(const Tensor& x, const Tensor& w, int64_t stride, Tensor& 
   }
 }
 
-void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
-                               Tensor* dx, Tensor& dw) {
-  const int64_t k = w.dim(2);
-  const Window g = window(dy, x, k, stride, w.dim(0));
-  const int64_t rows = g.in.c * k * k, pixels = g.out.h * g.out.w;
-  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * pixels));
+void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                     int64_t stride, Tensor* dx, Tensor& dw) {
+  const Window g = window(dy, x, w.dim(2), stride, w.dim(0));
+  check_weight(w, g, g.out.c, g.in.c);
+  const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
+  std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
   ConstMap wm(w.data(), g.out.c, rows);
   Map dwm(dw.data(), g.out.c, rows);
   for (int64_t b = 0; b < g.in.b; ++b) {
-    const float* dyb = dy.data() + b * g.in.c * g.in.h * g.in.w;
+    const float* dyb = dy.data() + b * g.in.c * g.in.voxels();
     if (!pointwise(g)) im2col(dyb, g, col.data());
-    ConstMap cm(pointwise(g) ? dyb : col.data(), rows, pixels);
-    ConstMap xb(x.data() + b * g.out.c * pixels, g.out.c, pixels);
+    ConstMap cm(pointwise(g) ? dyb : col.data(), rows, outputs);
+    ConstMap xb(x.data() + b * g.out.c * outputs, g.out.c, outputs);
     dwm.noalias() += xb * cm.transpose();
     if (dx != nullptr) {
-      Map dxb(dx->data() + b * g.out.c * pixels, g.out.c, pixels);
+      Map dxb(dx->data() + b * g.out.c * outputs, g.out.c, outputs);
       dxb.noalias() = wm * cm;
     }
   }
@@ -178,106 +211,113 @@ void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
 
 namespace {
 
-// The kept map's centre crop to `to`'s rows and columns: its first row and column.
-std::pair<int64_t, int64_t> crop_origin(const Dims& kept, const Dims& to) {
-  SEXTANT_CHECK(kept.b == to.b && kept.h >= to.h && kept.w >= to.w,
-                "a kept map [{}, {}, {}, {}] cannot be cropped to {}x{}", kept.b, kept.c, kept.h,
-                kept.w, to.h, to.w);
-  return {spec::centre_crop_offset(kept.h, to.h), spec::centre_crop_offset(kept.w, to.w)};
+// The kept map's centre crop to `to`'s extent: its first plane, row and column.
+struct Origin {
+  int64_t d, h, w;
+};
+Origin crop_origin(const Dims& kept, const Dims& to) {
+  SEXTANT_CHECK(kept.volume == to.volume && kept.b == to.b && kept.d >= to.d && kept.h >= to.h &&
+                    kept.w >= to.w,
+                "a kept map {} cannot be cropped to {}", describe(kept), describe(to));
+  return {spec::centre_crop_offset(kept.d, to.d), spec::centre_crop_offset(kept.h, to.h),
+          spec::centre_crop_offset(kept.w, to.w)};
+}
+void check_concat(const Dims& k, const Dims& d, const Dims& o) {
+  SEXTANT_CHECK(o.volume == d.volume && o.b == d.b && o.c == k.c + d.c && o.d == d.d &&
+                    o.h == d.h && o.w == d.w,
+                "a concat of {} kept and {} channels of {} does not make {}", k.c, d.c, describe(d),
+                describe(o));
+}
+// Calls f(kept offset, joined offset) for every row of the kept map's crop: the first element of
+// the row in `kept` and in the concat's first k.c channels.
+template <typename F>
+void for_each_cropped_row(const Dims& k, const Dims& d, const Dims& o, F f) {
+  const Origin at = crop_origin(k, d);
+  for (int64_t b = 0; b < d.b; ++b)
+    for (int64_t c = 0; c < k.c; ++c)
+      for (int64_t z = 0; z < d.d; ++z)
+        for (int64_t h = 0; h < d.h; ++h)
+          f((((b * k.c + c) * k.d + at.d + z) * k.h + at.h + h) * k.w + at.w,
+            (((b * o.c + c) * d.d + z) * d.h + h) * d.w);
 }
 
 }  // namespace
 
 void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) {
   const Dims k = dims(kept), d = dims(x), o = dims(y);
-  SEXTANT_CHECK(o.b == d.b && o.c == k.c + d.c && o.h == d.h && o.w == d.w,
-                "a concat of {} kept and {} channels cannot make [{}, {}, {}, {}]", k.c, d.c, o.b,
-                o.c, o.h, o.w);
-  const auto [top, left] = crop_origin(k, d);
-  const int64_t plane = d.h * d.w;
-  for (int64_t b = 0; b < d.b; ++b) {
-    for (int64_t c = 0; c < k.c; ++c)
-      for (int64_t h = 0; h < d.h; ++h) {
-        const float* src = kept.data() + ((b * k.c + c) * k.h + top + h) * k.w + left;
-        std::copy(src, src + d.w, y.data() + ((b * o.c + c) * d.h + h) * d.w);
-      }
-    const float* xb = x.data() + b * d.c * plane;
-    std::copy(xb, xb + d.c * plane, y.data() + (b * o.c + k.c) * plane);
-  }
+  check_concat(k, d, o);
+  for_each_cropped_row(k, d, o, [&](int64_t from, int64_t to) {
+    std::copy_n(kept.data() + from, d.w, y.data() + to);
+  });
+  const int64_t block = d.c * d.voxels();
+  for (int64_t b = 0; b < d.b; ++b)
+    std::copy_n(x.data() + b * block, block, y.data() + (b * o.c + k.c) * d.voxels());
 }
 
 void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
   const Dims k = dims(dkept), d = dims(dx), o = dims(dy);
-  SEXTANT_CHECK(o.b == d.b && o.c == k.c + d.c && o.h == d.h && o.w == d.w,
-                "a concat's gradient [{}, {}, {}, {}] does not split into {} kept and {} channels",
-                o.b, o.c, o.h, o.w, k.c, d.c);
-  const auto [top, left] = crop_origin(k, d);
-  const int64_t plane = d.h * d.w;
-  for (int64_t b = 0; b < d.b; ++b) {
-    for (int64_t c = 0; c < k.c; ++c)
-      for (int64_t h = 0; h < d.h; ++h) {
-        const float* src = dy.data() + ((b * o.c + c) * d.h + h) * d.w;
-        float* dst = dkept.data() + ((b * k.c + c) * k.h + top + h) * k.w + left;
-        for (int64_t w = 0; w < d.w; ++w) dst[w] += src[w];
-      }
-    const float* src = dy.data() + (b * o.c + k.c) * plane;
-    std::copy(src, src + d.c * plane, dx.data() + b * d.c * plane);
-  }
+  check_concat(k, d, o);
+  for_each_cropped_row(k, d, o, [&](int64_t to, int64_t from) {
+    for (int64_t w = 0; w < d.w; ++w) dkept.data()[to + w] += dy.data()[from + w];
+  });
+  const int64_t block = d.c * d.voxels();
+  for (int64_t b = 0; b < d.b; ++b)
+    std::copy_n(dy.data() + (b * o.c + k.c) * d.voxels(), block, dx.data() + b * block);
 }
 
 double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
                            Tensor* dlogits) {
   const Dims d = dims(logits);
-  const int64_t plane = d.h * d.w;
-  SEXTANT_CHECK(static_cast<int64_t>(labels.size()) == d.b * plane,
-                "{} pixel labels for logits [{}, {}, {}, {}]", labels.size(), d.b, d.c, d.h, d.w);
+  const int64_t voxels = d.voxels();
+  SEXTANT_CHECK(static_cast<int64_t>(labels.size()) == d.b * voxels,
+                "{} pixel labels for logits {}", labels.size(), describe(d));
   double total = 0;
   std::vector<double> p(static_cast<size_t>(d.c));
   for (int64_t b = 0; b < d.b; ++b) {
-    const float* z = logits.data() + b * d.c * plane;
+    const float* z = logits.data() + b * d.c * voxels;
     double sample = 0;
-    for (int64_t i = 0; i < plane; ++i) {
+    for (int64_t i = 0; i < voxels; ++i) {
       // Log-sum-exp over the channels, shifted by their maximum.
       double top = z[i];
-      for (int64_t c = 1; c < d.c; ++c) top = std::max(top, static_cast<double>(z[c * plane + i]));
+      for (int64_t c = 1; c < d.c; ++c) top = std::max(top, static_cast<double>(z[c * voxels + i]));
       double sum = 0;
       for (int64_t c = 0; c < d.c; ++c) {
-        p[static_cast<size_t>(c)] = std::exp(z[c * plane + i] - top);
+        p[static_cast<size_t>(c)] = std::exp(z[c * voxels + i] - top);
         sum += p[static_cast<size_t>(c)];
       }
-      const int32_t label = labels[static_cast<size_t>(b * plane + i)];
+      const int32_t label = labels[static_cast<size_t>(b * voxels + i)];
       SEXTANT_CHECK(label >= 0 && label < d.c, "pixel label {} of {} classes", label, d.c);
-      sample += std::log(sum) + top - z[label * plane + i];
+      sample += std::log(sum) + top - z[label * voxels + i];
       if (dlogits == nullptr) continue;
-      float* g = dlogits->data() + b * d.c * plane;
-      const double per_pixel = static_cast<double>(scale) / static_cast<double>(plane);
+      float* g = dlogits->data() + b * d.c * voxels;
+      const double per_pixel = static_cast<double>(scale) / static_cast<double>(voxels);
       for (int64_t c = 0; c < d.c; ++c)
-        g[c * plane + i] = static_cast<float>(
+        g[c * voxels + i] = static_cast<float>(
             per_pixel * (p[static_cast<size_t>(c)] / sum - (c == label ? 1.0 : 0.0)));
     }
-    total += sample / static_cast<double>(plane);
+    total += sample / static_cast<double>(voxels);
   }
   return total;
 }
 
 void add_channel_bias(Tensor& y, const Tensor& bias) {
   const Dims d = dims(y);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
-      float* p = y.data() + (b * d.c + c) * plane;
-      for (int64_t i = 0; i < plane; ++i) p[i] += bias.data()[c];
+      float* p = y.data() + (b * d.c + c) * voxels;
+      for (int64_t i = 0; i < voxels; ++i) p[i] += bias.data()[c];
     }
 }
 
 void channel_bias_backward(const Tensor& dy, Tensor& db) {
   const Dims d = dims(dy);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   for (int64_t c = 0; c < d.c; ++c) {
     double s = 0;
     for (int64_t b = 0; b < d.b; ++b) {
-      const float* p = dy.data() + (b * d.c + c) * plane;
-      for (int64_t i = 0; i < plane; ++i) s += p[i];
+      const float* p = dy.data() + (b * d.c + c) * voxels;
+      for (int64_t i = 0; i < voxels; ++i) s += p[i];
     }
     db.data()[c] += static_cast<float>(s);
   }
@@ -286,12 +326,12 @@ void channel_bias_backward(const Tensor& dy, Tensor& db) {
 void channel_sums(const Tensor& x, std::vector<double>& sums) {
   const Dims d = dims(x);
   sums.assign(static_cast<size_t>(2 * d.c), 0.0);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
-      const float* p = x.data() + (b * d.c + c) * plane;
+      const float* p = x.data() + (b * d.c + c) * voxels;
       double s = 0, q = 0;
-      for (int64_t i = 0; i < plane; ++i) {
+      for (int64_t i = 0; i < voxels; ++i) {
         s += p[i];
         q += static_cast<double>(p[i]) * p[i];
       }
@@ -316,15 +356,15 @@ void batch_statistics(const std::vector<double>& sums, int64_t count, std::vecto
 void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                 const std::vector<double>& mean, const std::vector<double>& rstd, Tensor& y) {
   const Dims d = dims(x);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
       const size_t ci = static_cast<size_t>(c);
       const float scale = static_cast<float>(rstd[ci]) * gamma.data()[c];
       const float shift = beta.data()[c] - static_cast<float>(mean[ci]) * scale;
-      const float* p = x.data() + (b * d.c + c) * plane;
-      float* q = y.data() + (b * d.c + c) * plane;
-      for (int64_t i = 0; i < plane; ++i) q[i] = p[i] * scale + shift;
+      const float* p = x.data() + (b * d.c + c) * voxels;
+      float* q = y.data() + (b * d.c + c) * voxels;
+      for (int64_t i = 0; i < voxels; ++i) q[i] = p[i] * scale + shift;
     }
 }
 
@@ -332,14 +372,14 @@ void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vect
                               const std::vector<double>& rstd, std::vector<double>& sums) {
   const Dims d = dims(x);
   sums.assign(static_cast<size_t>(2 * d.c), 0.0);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
       const size_t ci = static_cast<size_t>(c);
-      const float* p = x.data() + (b * d.c + c) * plane;
-      const float* g = dy.data() + (b * d.c + c) * plane;
+      const float* p = x.data() + (b * d.c + c) * voxels;
+      const float* g = dy.data() + (b * d.c + c) * voxels;
       double s = 0, q = 0;
-      for (int64_t i = 0; i < plane; ++i) {
+      for (int64_t i = 0; i < voxels; ++i) {
         s += g[i];
         q += static_cast<double>(g[i]) * ((p[i] - mean[ci]) * rstd[ci]);
       }
@@ -352,44 +392,62 @@ void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const std::vector<double>& mean, const std::vector<double>& rstd,
                          const std::vector<double>& sums, int64_t count, Tensor& dx) {
   const Dims d = dims(x);
-  const int64_t plane = d.h * d.w;
+  const int64_t voxels = d.voxels();
   const double n = static_cast<double>(count);
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
       const size_t ci = static_cast<size_t>(c);
       const double dbeta = sums[ci] / n, dgamma = sums[static_cast<size_t>(d.c) + ci] / n;
       const double scale = gamma.data()[c] * rstd[ci];
-      const float* p = x.data() + (b * d.c + c) * plane;
-      const float* g = dy.data() + (b * d.c + c) * plane;
-      float* q = dx.data() + (b * d.c + c) * plane;
-      for (int64_t i = 0; i < plane; ++i) {
+      const float* p = x.data() + (b * d.c + c) * voxels;
+      const float* g = dy.data() + (b * d.c + c) * voxels;
+      float* q = dx.data() + (b * d.c + c) * voxels;
+      for (int64_t i = 0; i < voxels; ++i) {
         const double xhat = (p[i] - mean[ci]) * rstd[ci];
         q[i] = static_cast<float>(scale * (g[i] - dbeta - xhat * dgamma));
       }
     }
 }
 
+namespace {
+
+// Calls f(output index, first input element of its window) for every output of a pooling layer
+// (f walks the window with for_each_tap).
+template <typename F>
+void for_each_window(const Window& g, F f) {
+  int64_t o = 0;
+  for (int64_t bc = 0; bc < g.in.b * g.in.c; ++bc)
+    for (int64_t od = 0; od < g.out.d; ++od)
+      for (int64_t oh = 0; oh < g.out.h; ++oh)
+        for (int64_t ow = 0; ow < g.out.w; ++ow, ++o)
+          f(o, ((bc * g.in.d + od * g.sd) * g.in.h + oh * g.s) * g.in.w + ow * g.s);
+}
+// Calls f(input element) for every tap of the window starting at `first`.
+template <typename F>
+void for_each_tap(const Window& g, int64_t first, F f) {
+  for (int64_t a = 0; a < g.kd; ++a)
+    for (int64_t i = 0; i < g.k; ++i)
+      for (int64_t j = 0; j < g.k; ++j) f(first + (a * g.in.h + i) * g.in.w + j);
+}
+
+}  // namespace
+
 void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y,
               std::vector<int64_t>& argmax) {
   const Window g = window(x, y, kernel, stride, x.dim(1));
   argmax.resize(static_cast<size_t>(y.numel()));
-  int64_t o = 0;
-  for (int64_t bc = 0; bc < g.in.b * g.in.c; ++bc)
-    for (int64_t oh = 0; oh < g.out.h; ++oh)
-      for (int64_t ow = 0; ow < g.out.w; ++ow, ++o) {
-        float best = -std::numeric_limits<float>::infinity();
-        int64_t at = -1;
-        for (int64_t i = 0; i < kernel; ++i)
-          for (int64_t j = 0; j < kernel; ++j) {
-            const int64_t e = (bc * g.in.h + oh * stride + i) * g.in.w + ow * stride + j;
-            if (at < 0 || x.data()[e] > best) {
-              best = x.data()[e];
-              at = e;
-            }
-          }
-        y.data()[o] = best;
-        argmax[static_cast<size_t>(o)] = at;
+  for_each_window(g, [&](int64_t o, int64_t first) {
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t at = -1;
+    for_each_tap(g, first, [&](int64_t e) {
+      if (at < 0 || x.data()[e] > best) {
+        best = x.data()[e];
+        at = e;
       }
+    });
+    y.data()[o] = best;
+    argmax[static_cast<size_t>(o)] = at;
+  });
 }
 
 void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Tensor& dx) {
@@ -400,38 +458,30 @@ void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Ten
 
 void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) {
   const Window g = window(x, y, kernel, stride, x.dim(1));
-  const float inv = 1.0f / static_cast<float>(kernel * kernel);
-  int64_t o = 0;
-  for (int64_t bc = 0; bc < g.in.b * g.in.c; ++bc)
-    for (int64_t oh = 0; oh < g.out.h; ++oh)
-      for (int64_t ow = 0; ow < g.out.w; ++ow, ++o) {
-        double s = 0;
-        for (int64_t i = 0; i < kernel; ++i)
-          for (int64_t j = 0; j < kernel; ++j)
-            s += x.data()[(bc * g.in.h + oh * stride + i) * g.in.w + ow * stride + j];
-        y.data()[o] = static_cast<float>(s) * inv;
-      }
+  const float inv = 1.0f / static_cast<float>(g.taps());
+  for_each_window(g, [&](int64_t o, int64_t first) {
+    double s = 0;
+    for_each_tap(g, first, [&](int64_t e) { s += x.data()[e]; });
+    y.data()[o] = static_cast<float>(s) * inv;
+  });
 }
 
 void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) {
   const Window g = window(dx, dy, kernel, stride, dx.dim(1));
-  const float inv = 1.0f / static_cast<float>(kernel * kernel);
+  const float inv = 1.0f / static_cast<float>(g.taps());
   std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
-  int64_t o = 0;
-  for (int64_t bc = 0; bc < g.in.b * g.in.c; ++bc)
-    for (int64_t oh = 0; oh < g.out.h; ++oh)
-      for (int64_t ow = 0; ow < g.out.w; ++ow, ++o)
-        for (int64_t i = 0; i < kernel; ++i)
-          for (int64_t j = 0; j < kernel; ++j)
-            dx.data()[(bc * g.in.h + oh * stride + i) * g.in.w + ow * stride + j] +=
-                dy.data()[o] * inv;
+  for_each_window(g, [&](int64_t o, int64_t first) {
+    const float share = dy.data()[o] * inv;
+    for_each_tap(g, first, [&](int64_t e) { dx.data()[e] += share; });
+  });
 }
 
 void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_t height,
                        int64_t width, Tensor& y) {
   const Dims d = dims(x), o = dims(y);
-  SEXTANT_CHECK(d.h == rows.size() && d.w == cols.size() && o.b == d.b && o.c == d.c,
-                "adaptive pooling shapes");
+  SEXTANT_CHECK(!d.volume && !o.volume && d.h == rows.size() && d.w == cols.size() && o.b == d.b &&
+                    o.c == d.c,
+                "adaptive pooling of a 2D block {} into {}", describe(d), describe(o));
   for (int64_t bc = 0; bc < d.b * d.c; ++bc)
     for (int64_t i = 0; i < o.h; ++i)
       for (int64_t j = 0; j < o.w; ++j) {
@@ -448,6 +498,8 @@ void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_
 void adaptive_avg_pool_backward(const Tensor& dy, spec::Rows rows, spec::Rows cols, int64_t height,
                                 int64_t width, Tensor& dx) {
   const Dims d = dims(dx), o = dims(dy);
+  SEXTANT_CHECK(!d.volume && !o.volume, "adaptive pooling of a 2D block {} from {}", describe(d),
+                describe(o));
   std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
   for (int64_t bc = 0; bc < d.b * d.c; ++bc)
     for (int64_t i = 0; i < o.h; ++i)

@@ -72,7 +72,7 @@ std::pair<int64_t, int64_t> classifier_shape(const spec::ModelSpec& model) {
   if (model.kind() == spec::ModelKind::kMlp)
     return {model.mlp().widths.front(), model.mlp().widths.back()};
   const spec::CnnSpec& c = model.cnn();
-  return {c.in_channels * c.height * c.width, c.layers.back().out_features};
+  return {c.in_channels * c.input_depth() * c.height * c.width, c.layers.back().out_features};
 }
 
 void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
@@ -96,27 +96,31 @@ void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t
 
 void segmentation_sample(uint64_t seed, int64_t index, const spec::CnnSpec& cnn,
                          std::vector<float>& image, std::vector<int32_t>& labels) {
-  const int64_t channels = cnn.in_channels, height = cnn.height, width = cnn.width;
+  const int64_t channels = cnn.in_channels, depth = cnn.input_depth(), height = cnn.height,
+                width = cnn.width;
   int32_t unused = 0;
-  classification_sample(seed, index, channels * height * width, 0, image, unused);
+  classification_sample(seed, index, channels * depth * height * width, 0, image, unused);
   const spec::CnnMap out = spec::cnn_layer_maps(cnn).back();
+  const int64_t front = spec::centre_crop_offset(depth, out.d);
   const int64_t top = spec::centre_crop_offset(height, out.h);
   const int64_t left = spec::centre_crop_offset(width, out.w);
-  labels.assign(static_cast<size_t>(out.h * out.w), 0);
-  for (int64_t i = 0; i < out.h; ++i)
-    for (int64_t j = 0; j < out.w; ++j) {
-      float best = -1e30f;
-      for (int64_t c = 0; c < out.c; ++c) {
-        float score = 0;
-        for (int64_t ch = 0; ch < channels; ++ch)
-          score += image[static_cast<size_t>((ch * height + top + i) * width + left + j)] *
-                   init_normal(seed, "pixel_teacher", ch * out.c + c);
-        if (score > best) {
-          best = score;
-          labels[static_cast<size_t>(i * out.w + j)] = static_cast<int32_t>(c);
+  labels.assign(static_cast<size_t>(out.d * out.h * out.w), 0);
+  for (int64_t z = 0; z < out.d; ++z)
+    for (int64_t i = 0; i < out.h; ++i)
+      for (int64_t j = 0; j < out.w; ++j) {
+        float best = -1e30f;
+        for (int64_t c = 0; c < out.c; ++c) {
+          float score = 0;
+          for (int64_t ch = 0; ch < channels; ++ch)
+            score += image[static_cast<size_t>(
+                         ((ch * depth + front + z) * height + top + i) * width + left + j)] *
+                     init_normal(seed, "pixel_teacher", ch * out.c + c);
+          if (score > best) {
+            best = score;
+            labels[static_cast<size_t>((z * out.h + i) * out.w + j)] = static_cast<int32_t>(c);
+          }
         }
       }
-    }
 }
 
 }  // namespace sextant::exec

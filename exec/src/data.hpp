@@ -28,7 +28,8 @@ std::unique_ptr<TokenSource> make_synthetic_tokens(int64_t vocab, uint64_t seed)
 std::unique_ptr<TokenSource> make_text_tokens(const std::string& path, int64_t seq_len);
 
 // The features and classes of a classifier's samples: an MLP's first and last widths, a CNN's
-// image (channels x height x width, NCHW order) and its last fc's outputs.
+// image (channels x height x width, NCHW order; channels x depth x height x width for a volume)
+// and its last fc's outputs.
 std::pair<int64_t, int64_t> classifier_shape(const spec::ModelSpec& model);
 
 // MLP and CNN samples: Gaussian features, labelled by a fixed random linear teacher (argmax of W^T
@@ -38,10 +39,10 @@ inline constexpr int64_t kTeacherInputs = 1024;
 void classification_sample(uint64_t seed, int64_t index, int64_t inputs, int64_t classes,
                            std::vector<float>& features, int32_t& label);
 // A segmentation sample of `cnn` (a CNN ending in a conv: a per-pixel classifier): the image as
-// classification_sample draws it, and one label per pixel of the last map (NCHW order), which
-// sits over the image's centre crop (spec::centre_crop_offset, as U-Net's valid convolutions
-// leave it): the argmax of a fixed random linear teacher over the image's channels at the pixel
-// it covers.
+// classification_sample draws it, and one label per pixel (voxel, for a volume) of the last map
+// (NCHW or NCDHW order), which sits over the image's centre crop (spec::centre_crop_offset on each
+// axis, as U-Net's valid convolutions leave it): the argmax of a fixed random linear teacher over
+// the image's channels at the pixel it covers.
 void segmentation_sample(uint64_t seed, int64_t index, const spec::CnnSpec& cnn,
                          std::vector<float>& image, std::vector<int32_t>& labels);
 

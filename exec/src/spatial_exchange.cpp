@@ -40,6 +40,29 @@ int64_t planes_of(const Tensor& t) {
   return t.dim(0) * t.dim(1);
 }
 
+// A volume [B, C, D, H, W] goes through the exchange as [B, C D, H, W]: its depth is never split,
+// so every depth plane has the same halo and padding of rows and columns.
+Tensor planes_view(const Tensor& t) {
+  if (t.shape().size() != 5) return t;
+  return t.view({t.dim(0), t.dim(1) * t.dim(2), t.dim(3), t.dim(4)});
+}
+// The depth planes a window reads along an unsplit depth of `depth` planes: its whole output's
+// window input rows (spec::window_input_rows), reaching into the padding at both ends.
+spec::Rows depth_window(const WindowGeometry& g, int64_t depth) {
+  return spec::window_input_rows({0, spec::window_output(depth, g.kernel, g.stride, g.padding)},
+                                 g.kernel, g.stride, g.padding);
+}
+// Copies the depth planes both hold between volumes holding depth ranges `from` and `to` of
+// `outer` (batch x channel) maps of `plane` elements each.
+void copy_depth(const float* src, spec::Rows from, float* dst, spec::Rows to, int64_t outer,
+                int64_t plane) {
+  const int64_t first = std::max(from.begin, to.begin), last = std::min(from.end, to.end);
+  if (last <= first) return;
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(src + (o * from.size() + first - from.begin) * plane, (last - first) * plane,
+                dst + (o * to.size() + first - to.begin) * plane);
+}
+
 // Messages posted to peers, kept alive until they are delivered.
 struct Outbox {
   std::vector<std::vector<float>> buffers;
@@ -71,6 +94,20 @@ int64_t SpatialExchange::largest_halo(const WindowGeometry& g) const {
 
 Tensor SpatialExchange::gather(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g,
                                float fill) const {
+  if (x.shape().size() != 5) return gather_planes(backend, x, g, fill);
+  // Rows and columns plane by plane, then the depth's padding around the planes the window reads.
+  const Tensor planes = gather_planes(backend, planes_view(x), g, fill);
+  const int64_t depth = x.dim(2), plane = planes.dim(2) * planes.dim(3);
+  const spec::Rows all{0, depth}, need = depth_window(g, depth);
+  if (need == all) return planes.view({x.dim(0), x.dim(1), depth, planes.dim(2), planes.dim(3)});
+  Tensor out = backend.empty({x.dim(0), x.dim(1), need.size(), planes.dim(2), planes.dim(3)});
+  backend.fill(out, fill);
+  copy_depth(planes.data(), all, out.data(), need, x.dim(0) * x.dim(1), plane);
+  return out;
+}
+
+Tensor SpatialExchange::gather_planes(DeviceMemory& backend, const Tensor& x,
+                                      const WindowGeometry& g, float fill) const {
   const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
   const int64_t planes = planes_of(x);
   SEXTANT_CHECK(x.dim(2) == own.rows.size() && x.dim(3) == own.cols.size(),
@@ -105,6 +142,28 @@ Tensor SpatialExchange::gather(DeviceMemory& backend, const Tensor& x, const Win
 
 void SpatialExchange::scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
                               Tensor& dx) const {
+  if (dx.shape().size() != 5) {
+    scatter_planes(backend, dwindow, g, dx);
+    return;
+  }
+  SEXTANT_CHECK(dwindow.shape().size() == 5, "the window gradient of a volume is a volume");
+  const int64_t depth = dx.dim(2), plane = dwindow.dim(3) * dwindow.dim(4);
+  const spec::Rows all{0, depth}, need = depth_window(g, depth);
+  SEXTANT_CHECK(dwindow.dim(2) == need.size(), "a window gradient of {} planes, expected {}",
+                dwindow.dim(2), need.size());
+  Tensor dplanes = dwindow;
+  if (need != all) {
+    // The padding's gradient is dropped; planes the window does not read get none.
+    dplanes = backend.empty({dx.dim(0), dx.dim(1), depth, dwindow.dim(3), dwindow.dim(4)});
+    backend.fill(dplanes, 0.0f);
+    copy_depth(dwindow.data(), need, dplanes.data(), all, dx.dim(0) * dx.dim(1), plane);
+  }
+  Tensor flat = planes_view(dx);
+  scatter_planes(backend, planes_view(dplanes), g, flat);
+}
+
+void SpatialExchange::scatter_planes(DeviceMemory& backend, const Tensor& dwindow,
+                                     const WindowGeometry& g, Tensor& dx) const {
   const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
   const int64_t planes = planes_of(dwindow);
   SEXTANT_CHECK(dwindow.dim(2) == need.rows.size() && dwindow.dim(3) == need.cols.size() &&

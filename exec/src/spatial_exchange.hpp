@@ -35,9 +35,11 @@ class SpatialExchange {
 
   // This rank's window input [B, C, rows, cols]: its own block of `x` ([B, C, block]), the halo
   // received from the ranks holding it, `fill` beyond the map (0, or -infinity for max pooling).
+  // A volume [B, C, D, block] (whose depth is never split) gets the same for every depth plane
+  // and its depth padded as the window reads it: [B, C, planes, rows, cols].
   Tensor gather(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g, float fill) const;
-  // The adjoint: `dwindow`'s own part into dx ([B, C, block]), the halo's parts sent to their
-  // holders, the parts others send back added.
+  // The adjoint: `dwindow`'s own part into dx ([B, C, block] or [B, C, D, block]), the halo's
+  // parts sent to their holders, the parts others send back added.
   void scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
                Tensor& dx) const;
   // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
@@ -49,6 +51,12 @@ class SpatialExchange {
   int64_t index() const { return index_; }
 
  private:
+  // gather and scatter over [B, planes, H, W].
+  Tensor gather_planes(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g,
+                       float fill) const;
+  void scatter_planes(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
+                      Tensor& dx) const;
+
   spec::SpatialSplit grid_;
   int64_t index_;
   int64_t ranks_;

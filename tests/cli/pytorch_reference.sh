@@ -13,8 +13,8 @@
 # (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny; moe-tiny its
 # mixture of experts (top-2 routing, a shared expert), checked the same way. A CNN (resnet-tiny:
 # convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only),
-# and so does tests/pytorch/unet-tiny.json (U-Net's kept map, up-convolution, cropped concat and
-# per-pixel loss).
+# and so do tests/pytorch/unet-tiny.json (U-Net's kept map, up-convolution, cropped concat and
+# per-pixel loss) and unet3d-tiny.json (the same over volumes: 3D windows, a padded depth).
 # MODEL may also be a model file's path under SOURCE_DIR (e.g. tests/pytorch/moe-tiny-capacity.json).
 set -euo pipefail
 sextant="$1"

@@ -347,7 +347,7 @@ TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
   Tensor x = be->empty({1, 1, 3, 3}), ones = be->empty({1, 1, 2, 2}), y = be->empty({1, 1, 2, 2});
   for (int64_t i = 0; i < 9; ++i) x.data()[i] = static_cast<float>(i);
   be->fill(ones, 1.0f);
-  conv::conv2d(x, ones, nullptr, 1, y);
+  conv::convolution(x, ones, nullptr, 1, y);
   // Windows {0,1,3,4}, {1,2,4,5}, {3,4,6,7}, {4,5,7,8}.
   EXPECT_EQ(y.data()[0], 8.0f);
   EXPECT_EQ(y.data()[1], 12.0f);
@@ -363,11 +363,11 @@ TEST_F(Kernels, ConvolutionByHandAndItsGradients) {
     const int64_t out = conv::valid_output(7, k, stride);
     Tensor c = random({2, 3, out, out}), o = be->empty({2, 3, out, out});
     auto loss = [&] {
-      conv::conv2d(in, w, &b, stride, o);
+      conv::convolution(in, w, &b, stride, o);
       return dot(o, c);
     };
     Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape()), db = be->zeros({3});
-    conv::conv2d_backward(in, w, c, stride, &dx, dw, &db);
+    conv::convolution_backward(in, w, c, stride, &dx, dw, &db);
     expect_gradient(in, dx, loss, "conv dx");
     expect_gradient(w, dw, loss, "conv dw");
     expect_gradient(b, db, loss, "conv db");
@@ -381,10 +381,10 @@ TEST_F(Kernels, TransposedConvolutionByHandAsTheConvolutionsAdjointAndItsGradien
   for (int64_t i = 0; i < 4; ++i) x.data()[i] = static_cast<float>(i + 1);
   be->fill(ones, 1.0f);
   Tensor spread = be->empty({1, 1, 4, 4}), overlap = be->empty({1, 1, 3, 3});
-  conv::conv_transpose2d(x, ones, 2, spread);
+  conv::transposed_convolution(x, ones, 2, spread);
   EXPECT_EQ(std::vector<float>(spread.data(), spread.data() + 16),
             (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
-  conv::conv_transpose2d(x, ones, 1, overlap);
+  conv::transposed_convolution(x, ones, 1, overlap);
   EXPECT_EQ(std::vector<float>(overlap.data(), overlap.data() + 9),
             (std::vector<float>{1, 3, 2, 4, 10, 6, 3, 7, 4}));
   for (const std::pair<int64_t, int64_t>& window :
@@ -396,16 +396,16 @@ TEST_F(Kernels, TransposedConvolutionByHandAsTheConvolutionsAdjointAndItsGradien
     Tensor c = random({2, 2, up, up}), o = be->empty({2, 2, up, up});
     // The adjoint of the convolution with w read as [3 filters, 2 channels]: for every z,
     // <conv_transpose(x), z> = <x, conv(z)>.
-    conv::conv_transpose2d(in, w, stride, o);
+    conv::transposed_convolution(in, w, stride, o);
     Tensor back = be->empty(in.shape());
-    conv::conv2d(c, w, nullptr, stride, back);
+    conv::convolution(c, w, nullptr, stride, back);
     EXPECT_NEAR(dot(o, c), dot(in, back), 1e-4 * std::fabs(dot(in, back)) + 1e-4) << k;
     auto loss = [&] {
-      conv::conv_transpose2d(in, w, stride, o);
+      conv::transposed_convolution(in, w, stride, o);
       return dot(o, c);
     };
     Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape());
-    conv::conv_transpose2d_backward(in, w, c, stride, &dx, dw);
+    conv::transposed_convolution_backward(in, w, c, stride, &dx, dw);
     expect_gradient(in, dx, loss, "transposed conv dx");
     expect_gradient(w, dw, loss, "transposed conv dw");
   }
@@ -547,6 +547,162 @@ TEST_F(Kernels, Pooling) {
   };
   conv::avg_pool_backward(c, 3, 2, dx);
   expect_gradient(in, dx, avg_loss, "avg pool dx");
+}
+
+// Volumes [B, C, D, H, W] (3D U-Net): the same kernels with a window along the depth too.
+TEST_F(Kernels, VolumeConvolutionByHandAndItsGradients) {
+  // A 1-channel 3x3x3 volume of 0..26 and a 2x2x2 kernel of ones: each output sums a 2x2x2 cube.
+  // The first cube holds {0, 1, 3, 4, 9, 10, 12, 13} (sum 52); the cube at (1, 1, 1) is each of
+  // those plus 9 + 3 + 1 = 13: 52 + 8 x 13 = 156.
+  Tensor x = be->empty({1, 1, 3, 3, 3}), ones = be->empty({1, 1, 2, 2, 2});
+  Tensor y = be->empty({1, 1, 2, 2, 2});
+  for (int64_t i = 0; i < 27; ++i) x.data()[i] = static_cast<float>(i);
+  be->fill(ones, 1.0f);
+  conv::convolution(x, ones, nullptr, 1, y);
+  EXPECT_EQ(y.data()[0], 52.0f);
+  EXPECT_EQ(y.data()[1], 60.0f);   // +1 along the columns: 8 x 1 more
+  EXPECT_EQ(y.data()[4], 124.0f);  // +9 along the depth: 8 x 9 more
+  EXPECT_EQ(y.data()[7], 156.0f);
+  // A 2D weight does not fit a volume.
+  Tensor flat = be->empty({1, 1, 2, 2});
+  EXPECT_THROW(conv::convolution(x, flat, nullptr, 1, y), std::exception);
+  // Strided 3x3x3 with bias, 2x2x2 of stride 2, and a 1x1x1 (the GEMM without im2col) against
+  // finite differences, on 2 samples of 2 channels of 5x5x5 (odd sizes: the strided windows
+  // leave the last plane unread).
+  for (const std::pair<int64_t, int64_t>& window :
+       {std::pair<int64_t, int64_t>{3, 2}, {2, 2}, {1, 1}}) {
+    const int64_t k = window.first, stride = window.second;
+    const int64_t out = conv::valid_output(5, k, stride);
+    Tensor in = random({2, 2, 5, 5, 5}), w = random({3, 2, k, k, k}), b = random({3});
+    Tensor c = random({2, 3, out, out, out}), o = be->empty({2, 3, out, out, out});
+    auto loss = [&] {
+      conv::convolution(in, w, &b, stride, o);
+      return dot(o, c);
+    };
+    Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape()), db = be->zeros({3});
+    conv::convolution_backward(in, w, c, stride, &dx, dw, &db);
+    expect_gradient(in, dx, loss, "conv3d dx");
+    expect_gradient(w, dw, loss, "conv3d dw");
+    expect_gradient(b, db, loss, "conv3d db");
+  }
+}
+
+TEST_F(Kernels, VolumeTransposedConvolutionIsTheConvolutionsAdjoint) {
+  // By hand: one input voxel of 2 under a 2x2x2 kernel of ones at stride 2 fills a 2x2x2 cube.
+  Tensor one = be->empty({1, 1, 1, 1, 1}), ones = be->empty({1, 1, 2, 2, 2});
+  Tensor cube = be->empty({1, 1, 2, 2, 2});
+  one.data()[0] = 2.0f;
+  be->fill(ones, 1.0f);
+  conv::transposed_convolution(one, ones, 2, cube);
+  EXPECT_EQ(std::vector<float>(cube.data(), cube.data() + 8), std::vector<float>(8, 2.0f));
+  // 3 channels of 2x3x2 up to 2 channels, 2x2x2 of stride 2 (U-Net's) and 3x3x3 of stride 1.
+  for (const std::pair<int64_t, int64_t>& window : {std::pair<int64_t, int64_t>{2, 2}, {3, 1}}) {
+    const int64_t k = window.first, stride = window.second;
+    auto up = [&](int64_t n) { return (n - 1) * stride + k; };
+    Tensor in = random({2, 3, 2, 3, 2}), w = random({3, 2, k, k, k});
+    const std::vector<int64_t> out{2, 2, up(2), up(3), up(2)};
+    Tensor c = random(out), o = be->empty(out);
+    conv::transposed_convolution(in, w, stride, o);
+    Tensor back = be->empty(in.shape());
+    conv::convolution(c, w, nullptr, stride, back);
+    EXPECT_NEAR(dot(o, c), dot(in, back), 1e-4 * std::fabs(dot(in, back)) + 1e-4) << k;
+    auto loss = [&] {
+      conv::transposed_convolution(in, w, stride, o);
+      return dot(o, c);
+    };
+    Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape());
+    conv::transposed_convolution_backward(in, w, c, stride, &dx, dw);
+    expect_gradient(in, dx, loss, "transposed conv3d dx");
+    expect_gradient(w, dw, loss, "transposed conv3d dw");
+  }
+}
+
+TEST_F(Kernels, VolumeCropConcatJoinsTheKeptVolumesCentre) {
+  // A kept 4x4x4 volume of 0..63 joined to a 2x2x2 one of 100..107: the crop starts at plane, row
+  // and column 1, so it holds 16 + 4 + 1 = 21, 22, 25, 26 and, a plane on, 37, 38, 41, 42.
+  Tensor kept = be->empty({1, 1, 4, 4, 4}), x = be->empty({1, 1, 2, 2, 2});
+  Tensor y = be->empty({1, 2, 2, 2, 2});
+  for (int64_t i = 0; i < 64; ++i) kept.data()[i] = static_cast<float>(i);
+  for (int64_t i = 0; i < 8; ++i) x.data()[i] = static_cast<float>(100 + i);
+  conv::crop_concat(kept, x, y);
+  EXPECT_EQ(
+      std::vector<float>(y.data(), y.data() + 16),
+      (std::vector<float>{21, 22, 25, 26, 37, 38, 41, 42, 100, 101, 102, 103, 104, 105, 106, 107}));
+  // Backward: dy = 0..15; the kept volume's gradient gets 0..7 added at the crop, x's is 8..15.
+  Tensor dy = be->empty({1, 2, 2, 2, 2}), dkept = be->zeros({1, 1, 4, 4, 4});
+  Tensor dx = be->empty({1, 1, 2, 2, 2});
+  for (int64_t i = 0; i < 16; ++i) dy.data()[i] = static_cast<float>(i);
+  conv::crop_concat_backward(dy, dkept, dx);
+  const std::vector<int64_t> crop{21, 22, 25, 26, 37, 38, 41, 42};
+  double sum = 0;
+  for (int64_t i = 0; i < 64; ++i) sum += dkept.data()[i];
+  EXPECT_EQ(sum, 28.0);  // 0 + 1 + ... + 7, all at the crop
+  for (size_t i = 0; i < crop.size(); ++i)
+    EXPECT_EQ(dkept.data()[crop[i]], static_cast<float>(i)) << i;
+  EXPECT_EQ(dx.data()[0], 8.0f);
+  EXPECT_EQ(dx.data()[7], 15.0f);
+  // A 2D map does not join a volume.
+  Tensor flat = be->empty({1, 1, 2, 2}), joined = be->empty({1, 2, 2, 2});
+  EXPECT_THROW(conv::crop_concat(kept, flat, joined), std::exception);
+}
+
+TEST_F(Kernels, VolumePoolingNormalisationAndLoss) {
+  // 4x4x4 of 0..63, 2x2x2 windows of stride 2: max takes each cube's far corner, 16 + 4 + 1 = 21
+  // for the first; the average is (0 + 1 + 4 + 5 + 16 + 17 + 20 + 21) / 8 = 10.5.
+  Tensor x = be->empty({1, 1, 4, 4, 4}), y = be->empty({1, 1, 2, 2, 2});
+  for (int64_t i = 0; i < 64; ++i) x.data()[i] = static_cast<float>(i);
+  std::vector<int64_t> argmax;
+  conv::max_pool(x, 2, 2, y, argmax);
+  EXPECT_EQ(y.data()[0], 21.0f);
+  EXPECT_EQ(argmax[0], 21);
+  EXPECT_EQ(y.data()[7], 63.0f);
+  conv::avg_pool(x, 2, 2, y);
+  EXPECT_EQ(y.data()[0], 10.5f);
+  // Overlapping 3/2 windows against finite differences (the average divides by 27).
+  Tensor in = random({2, 2, 5, 5, 5}), c = random({2, 2, 2, 2, 2}), o = be->empty({2, 2, 2, 2, 2});
+  Tensor dx = be->empty(in.shape());
+  auto max_loss = [&] {
+    conv::max_pool(in, 3, 2, o, argmax);
+    return dot(o, c);
+  };
+  max_loss();
+  conv::max_pool_backward(argmax, c, dx);
+  expect_gradient(in, dx, max_loss, "3D max pool dx");
+  auto avg_loss = [&] {
+    conv::avg_pool(in, 3, 2, o);
+    return dot(o, c);
+  };
+  conv::avg_pool_backward(c, 3, 2, dx);
+  expect_gradient(in, dx, avg_loss, "3D avg pool dx");
+  // Batch statistics over every voxel of the samples: count = B D H W.
+  Tensor v = random({2, 2, 2, 3, 3}, 2.0f), gamma = random({2}), beta = random({2});
+  Tensor cv = random(v.shape()), yv = be->empty(v.shape());
+  const int64_t count = 2 * 2 * 3 * 3;
+  std::vector<double> sums, mean, rstd;
+  auto bn_loss = [&] {
+    conv::channel_sums(v, sums);
+    conv::batch_statistics(sums, count, mean, rstd);
+    conv::batch_norm(v, gamma, beta, mean, rstd, yv);
+    return dot(yv, cv);
+  };
+  bn_loss();
+  double channel0 = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 18; ++i) channel0 += yv.data()[b * 36 + i];
+  EXPECT_NEAR(channel0 / count, beta.data()[0], 1e-5);  // each channel's mean is its beta
+  std::vector<double> back;
+  conv::batch_norm_backward_sums(v, cv, mean, rstd, back);
+  Tensor dv = be->empty(v.shape());
+  conv::batch_norm_backward(v, cv, gamma, mean, rstd, back, count, dv);
+  expect_gradient(v, dv, bn_loss, "3D batch norm dx");
+  // The per-voxel loss: one label per voxel, each sample's mean over its voxels.
+  Tensor logits = random({2, 3, 2, 2, 2}), grad = be->empty(logits.shape());
+  const std::vector<int32_t> labels{0, 2, 1, 1, 0, 2, 2, 2, 0, 1, 0, 1, 2, 2, 1, 0};
+  conv::pixel_cross_entropy(logits, labels, 0.25f, &grad);
+  expect_gradient(
+      logits, grad, [&] { return 0.25 * conv::pixel_cross_entropy(logits, labels, 1.0f, nullptr); },
+      "per-voxel cross entropy");
+  EXPECT_THROW(conv::pixel_cross_entropy(logits, {0, 1}, 1.0f, nullptr), std::exception);
 }
 
 TEST_F(Kernels, AdaptiveAveragePoolOverBlocks) {

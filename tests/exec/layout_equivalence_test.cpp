@@ -223,6 +223,12 @@ spec::ModelSpec tiny_vgg() {
 spec::ModelSpec tiny_unet() {
   return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tiny.json");
 }
+// Its 3D form (tests/pytorch/unet3d-tiny.json, which PyTorch checks): 3x3x3 convolutions, the
+// first padded by 1 (the depth's padding), a 2x2x2 pool and up-convolution, the kept volume's
+// centre crop along depth, rows and columns, on 2x8x10x10 volumes (2x4x4 labels).
+spec::ModelSpec tiny_unet3d() {
+  return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet3d-tiny.json");
+}
 
 spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero = 0, bool sp = false,
                    spec::Schedule schedule = spec::Schedule::k1F1B) {
@@ -322,7 +328,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kUnet, kMoe, kMoeCapacity };
+enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kUnet, kUnet3d, kMoe, kMoeCapacity };
 
 struct Layout {
   const char* name;
@@ -344,6 +350,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_vgg();
     case Net::kUnet:
       return tiny_unet();
+    case Net::kUnet3d:
+      return tiny_unet3d();
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -392,9 +400,9 @@ bool runs_here(const Layout& l) {
       only != nullptr && std::string(l.name).find(only) == std::string::npos)
     return false;
   const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
-                             l.net == Net::kMoe || l.net == Net::kMoeCapacity || l.plan.cp > 1 ||
-                             l.plan.tp_grid.any() || l.plan.offload.any() ||
-                             l.plan.compression.any();
+                             l.net == Net::kUnet3d || l.net == Net::kMoe ||
+                             l.net == Net::kMoeCapacity || l.plan.cp > 1 || l.plan.tp_grid.any() ||
+                             l.plan.offload.any() || l.plan.compression.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
 
@@ -519,10 +527,14 @@ std::vector<Layout> layouts() {
       {"vgg_tp4", plan_of(1, 4, 1), Net::kVgg},
       {"cnn_tp4_hw2x1", split(plan_of(1, 4, 1), 2, 1), Net::kCnn},
       {"vgg_tp8", plan_of(1, 8, 1), Net::kVgg},
-      // A 2D U-Net (kept maps, up-convolution, cropped concat, per-pixel loss) over replicas.
+      // A 2D U-Net (kept maps, up-convolution, cropped concat, per-pixel loss) over replicas,
+      // and its 3D form (volumes: 3D windows, the depth's padding and crop, per-voxel loss).
       {"unet_dp2", plan_of(2, 1, 1), Net::kUnet},
       {"unet_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet},
       {"unet_dp4", plan_of(4, 1, 1), Net::kUnet},
+      {"unet3d_dp2", plan_of(2, 1, 1), Net::kUnet3d},
+      {"unet3d_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet3d},
+      {"unet3d_dp8", plan_of(8, 1, 1), Net::kUnet3d},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

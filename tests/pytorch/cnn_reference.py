@@ -1,5 +1,5 @@
 """An independent reference for Sextant's CNN executor: the same network written with PyTorch's own
-conv2d, batch_norm (training mode), max/avg/adaptive pooling and linear layers, with the same
+conv2d (conv3d for volumes), batch_norm (training mode), max/avg/adaptive pooling and linear layers, with the same
 initial weights and samples regenerated from Sextant's definitions (gpt_reference.init_normal:
 counter-based normal init keyed by tensor name and global element index; Gaussian images labelled
 by a fixed random linear teacher, exec/src/data.cpp classification_sample; a network ending in a
@@ -41,6 +41,15 @@ def main():
     seed = args.seed
     cnn = json.load(open(args.model_json))["cnn"]
     C, H, W = cnn["input"]["channels"], cnn["input"]["height"], cnn["input"]["width"]
+    # A volume ("depth" in the input) runs PyTorch's 3D layers over [B, C, D, H, W]; its windows
+    # are cubic, as Sextant's.
+    D = cnn["input"].get("depth")
+    spatial = [H, W] if D is None else [D, H, W]
+    nd = len(spatial)
+    conv_nd = F.conv2d if nd == 2 else F.conv3d
+    conv_transpose_nd = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
+    max_pool_nd = F.max_pool2d if nd == 2 else F.max_pool3d
+    avg_pool_nd = F.avg_pool2d if nd == 2 else F.avg_pool3d
     segmentation = cnn["layers"][-1]["type"] == "conv"
     classes = cnn["layers"][-1]["out_channels" if segmentation else "out_features"]
 
@@ -62,13 +71,13 @@ def main():
     kept_channels = []  # the channels of maps kept for a concat (U-Net's skips)
 
     def conv_params(name, cin, cout, k, bias, bn):
-        return {"w": normal(name + ".weight", (cout, cin, k, k), math.sqrt(2.0 / (cin * k * k))),
+        return {"w": normal(name + ".weight", (cout, cin) + (k,) * nd, math.sqrt(2.0 / (cin * k ** nd))),
                 "b": const(cout, 0.0) if bias else None,
                 "g": const(cout, 1.0) if bn else None,
                 "beta": const(cout, 0.0) if bn else None}
 
     channels, flat = C, None
-    rows, cols = H, W  # the current map's extent (a segmentation head's labels sit on the last)
+    extent = list(spatial)  # the current map's extent (a segmentation head's labels sit on the last)
     index = 0
     for i, l in enumerate(cnn["layers"]):
         kind = l["type"]
@@ -84,23 +93,23 @@ def main():
                                conv_params(name + ".conv", channels, l["out_channels"], k, l.get("bias", False),
                                            l.get("batch_norm", False))))
                 channels = l["out_channels"]
-                rows, cols = [(n + 2 * padding - k) // stride + 1 for n in (rows, cols)]
+                extent = [(n + 2 * padding - k) // stride + 1 for n in extent]
             elif kind in ("max_pool", "avg_pool"):
                 k = l.get("kernel", 1)
                 stride, padding = l.get("stride", k), l.get("padding", 0)
                 layers.append((kind, dict(kernel=k, stride=stride, padding=padding, skip=l.get("skip", False)),
                                None))
-                rows, cols = [(n + 2 * padding - k) // stride + 1 for n in (rows, cols)]
+                extent = [(n + 2 * padding - k) // stride + 1 for n in extent]
             elif kind == "up_conv":
-                # ConvTranspose2d's [in, out, k, k] weight, std sqrt(2 / (in k^2)) as the executor
-                # draws it.
+                # ConvTranspose2d's [in, out, k, k] weight (3d's [in, out, k, k, k]), std
+                # sqrt(2 / (in k^2)) (k^3) as the executor draws it.
                 k, stride = l["kernel"], l.get("stride", l["kernel"])
                 layers.append(("up_conv", dict(stride=stride),
-                               {"w": normal(name + ".up_conv.weight", (channels, l["out_channels"], k, k),
-                                            math.sqrt(2.0 / (channels * k * k))),
+                               {"w": normal(name + ".up_conv.weight", (channels, l["out_channels"]) + (k,) * nd,
+                                            math.sqrt(2.0 / (channels * k ** nd))),
                                 "b": const(l["out_channels"], 0.0) if l.get("bias", False) else None}))
                 channels = l["out_channels"]
-                rows, cols = [(n - 1) * stride + k for n in (rows, cols)]
+                extent = [(n - 1) * stride + k for n in extent]
             elif kind == "concat":
                 layers.append(("concat", {}, None))
                 channels += kept_channels.pop()
@@ -131,7 +140,7 @@ def main():
                 kept_channels.append(channels)
 
     def conv(x, p_, stride, padding, relu):
-        y = F.conv2d(x, p_["w"], p_["b"], stride=stride, padding=padding)
+        y = conv_nd(x, p_["w"], p_["b"], stride=stride, padding=padding)
         if p_["g"] is not None:
             y = F.batch_norm(y, None, None, p_["g"], p_["beta"], training=True, eps=1e-5)
         return F.relu(y) if relu else y
@@ -142,16 +151,17 @@ def main():
             if kind == "conv":
                 x = conv(x, p_, s["stride"], s["padding"], s["relu"])
             elif kind == "max_pool":
-                x = F.max_pool2d(x, s["kernel"], s["stride"], s["padding"])
+                x = max_pool_nd(x, s["kernel"], s["stride"], s["padding"])
             elif kind == "avg_pool":
-                x = F.avg_pool2d(x, s["kernel"], s["stride"], s["padding"])
+                x = avg_pool_nd(x, s["kernel"], s["stride"], s["padding"])
             elif kind == "up_conv":
-                x = F.conv_transpose2d(x, p_["w"], p_["b"], stride=s["stride"])
+                x = conv_transpose_nd(x, p_["w"], p_["b"], stride=s["stride"])
             elif kind == "concat":
-                # The kept map's centre crop (floor of half the difference before), then x.
+                # The kept map's centre crop (floor of half the difference before, on every
+                # axis), then x.
                 k = kept.pop()
-                top, left = (k.shape[2] - x.shape[2]) // 2, (k.shape[3] - x.shape[3]) // 2
-                x = torch.cat([k[:, :, top:top + x.shape[2], left:left + x.shape[3]], x], dim=1)
+                crop = tuple(slice((a - b) // 2, (a - b) // 2 + b) for a, b in zip(k.shape[2:], x.shape[2:]))
+                x = torch.cat([k[(slice(None), slice(None)) + crop], x], dim=1)
             elif kind == "adaptive_avg_pool":
                 x = F.adaptive_avg_pool2d(x, s["output"])
             elif kind == "fc":
@@ -170,22 +180,24 @@ def main():
                 kept.append(x)
         return x
 
-    read = min(C * H * W, 1024)  # exec/src/data.hpp kTeacherInputs
+    pixels = C * int(np.prod(spatial))  # the image's elements
+    read = min(pixels, 1024)  # exec/src/data.hpp kTeacherInputs
     teacher = init_normal(seed, "teacher", read * classes).astype(np.float32).reshape(read, classes)
     # segmentation_sample: a teacher over the channels of the image pixel under each output pixel
     # (the image's centre crop), float32 scores accumulated channel by channel.
     pixel_teacher = init_normal(seed, "pixel_teacher", C * classes).astype(np.float32).reshape(C, classes)
-    top, left = (H - rows) // 2, (W - cols) // 2
+    crop = tuple(slice((a - b) // 2, (a - b) // 2 + b) for a, b in zip(spatial, extent))
 
     def pixel_labels(x):
-        image = x.astype(np.float32).reshape(C, H, W)[:, top:top + rows, left:left + cols]
-        scores = np.zeros((classes, rows, cols), dtype=np.float32)
+        image = x.astype(np.float32).reshape([C] + spatial)[(slice(None),) + crop]
+        scores = np.zeros([classes] + extent, dtype=np.float32)
+        axes = (None,) * nd
         for ch in range(C):
-            scores += image[ch][None, :, :] * pixel_teacher[ch][:, None, None]
+            scores += image[ch][(None,) + (slice(None),) * nd] * pixel_teacher[ch][(slice(None),) + axes]
         return np.argmax(scores, axis=0)
 
     def sample(index):
-        x = init_normal(seed, f"sample{index}", C * H * W)
+        x = init_normal(seed, f"sample{index}", pixels)
         if segmentation:
             return x, pixel_labels(x)
         # classification_sample: the float32 scores accumulated in order, argmax (first on ties).
@@ -202,16 +214,16 @@ def main():
         for m in range(args.global_batch // args.micro_batch):
             xs, ys = zip(*[sample(step * args.global_batch + m * args.micro_batch + i)
                            for i in range(args.micro_batch)])
-            batches.append((torch.tensor(np.stack(xs).reshape(args.micro_batch, C, H, W), dtype=dtype),
+            batches.append((torch.tensor(np.stack(xs).reshape([args.micro_batch, C] + spatial), dtype=dtype),
                             torch.tensor(np.array(ys))))
         start = time.perf_counter()
         opt.zero_grad()
         total = 0.0
         for x, y in batches:
             if segmentation:
-                # Each sample's mean over its pixels, summed over the samples.
+                # Each sample's mean over its pixels (voxels), summed over the samples.
                 per_pixel = F.cross_entropy(forward(x), y, reduction="none")
-                loss = per_pixel.mean(dim=(1, 2)).sum() / args.global_batch
+                loss = per_pixel.mean(dim=tuple(range(1, nd + 1))).sum() / args.global_batch
             else:
                 loss = F.cross_entropy(forward(x), y, reduction="sum") / args.global_batch
             loss.backward()

@@ -1,6 +1,9 @@
 // The kernels of convolutional networks on CPU ranks: convolution (im2col + an Eigen GEMM), batch
 // normalisation in training mode, max and average pooling, adaptive average pooling. Host fp32
-// tensors in NCHW order; a convolution weight is [out_channels, in_channels, k, k] (PyTorch's).
+// tensors in NCHW order, or NCDHW for volumes (3D U-Net): every kernel but the adaptive pool takes
+// either, a 2D map being a volume of depth 1. A window is k x k (k x k x k over a volume: the
+// zoo's windows are cubic) with one stride on every axis; a convolution weight is
+// [out_channels, in_channels, k, k] or [.., k, k, k] (PyTorch's Conv2d and Conv3d).
 //
 // A window's input arrives whole: the caller has grown the rank's block by its halo and by the
 // padding (SpatialExchange::gather), so convolution and pooling here slide over every position of
@@ -21,33 +24,34 @@ namespace sextant::exec::conv {
 // Rows (or columns) a window of `kernel` and `stride` makes from `extent` rows already padded.
 int64_t valid_output(int64_t extent, int64_t kernel, int64_t stride);
 
-// y[B, Co, Ho, Wo] = w * x (+ bias) over x[B, C, H, W].
-void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y);
+// y[B, Co, Ho, Wo] = w * x (+ bias) over x[B, C, H, W] (or over a volume [B, C, D, H, W]).
+void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y);
 // dx = the transposed convolution of dy (when dx is given); dw += dy (x) x; db += sums of dy.
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride, Tensor* dx,
-                     Tensor& dw, Tensor* db);
+void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                          Tensor* dx, Tensor& dw, Tensor* db);
 
-// The transposed convolution (PyTorch's ConvTranspose2d, no padding; U-Net's up-convolution):
-// y[B, Co, (H - 1) s + k, (W - 1) s + k] gets x[b, ci, i, j] w[ci, co, a, c] added at
-// (i s + a, j s + c) over x[B, Ci, H, W] and w[Ci, Co, k, k]. It is the input gradient of a
-// convolution of y's shape into x's with that weight read as [Ci filters, Co channels, k, k], and
-// is computed so (col2im of W^T x).
-void conv_transpose2d(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y);
+// The transposed convolution (PyTorch's ConvTranspose2d and 3d, no padding; U-Net's
+// up-convolution): y[B, Co, (H - 1) s + k, (W - 1) s + k] gets x[b, ci, i, j] w[ci, co, a, c] added
+// at (i s + a, j s + c) over x[B, Ci, H, W] and w[Ci, Co, k, k] (and so along a volume's depth). It
+// is the input gradient of a convolution of y's shape into x's with that weight read as
+// [Ci filters, Co channels, k, k], and is computed so (col2im of W^T x).
+void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y);
 // dx (when given) = the convolution of dy by w; dw += x (x) the windows of dy.
-void conv_transpose2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
-                               Tensor* dx, Tensor& dw);
+void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                     int64_t stride, Tensor* dx, Tensor& dw);
 
-// U-Net's skip connection: y[B, Ck + Cx, H, W] holds the kept map's centre crop
-// (spec::centre_crop_offset on each axis) in channels [0, Ck), then x. Backward adds the first
-// Ck channels of dy into dkept at the crop (the kept map's gradient from its other use is there
-// already) and writes the rest to dx.
+// U-Net's skip connection: y[B, Ck + Cx, H, W] (or [.., D, H, W]) holds the kept map's centre
+// crop (spec::centre_crop_offset on each axis) in channels [0, Ck), then x. Backward adds the
+// first Ck channels of dy into dkept at the crop (the kept map's gradient from its other use is
+// there already) and writes the rest to dx.
 void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y);
 void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx);
 
 // A per-pixel classifier's loss (segmentation; PyTorch's cross_entropy over [B, C, H, W] logits
-// and [B, H, W] labels): the softmax over the C channels of each pixel against its label. Returns
-// the sum over the samples of each sample's mean loss over its pixels; `dlogits` (when given) gets
-// `scale` x the gradient of that sum (softmax - one-hot, over each sample's pixels).
+// and [B, H, W] labels, or per voxel over [B, C, D, H, W] and [B, D, H, W]): the softmax over the C
+// channels of each pixel against its label. Returns the sum over the samples of each sample's mean
+// loss over its pixels; `dlogits` (when given) gets `scale` x the gradient of that sum (softmax -
+// one-hot, over each sample's pixels).
 double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
                            Tensor* dlogits);
 
@@ -57,7 +61,7 @@ void add_channel_bias(Tensor& y, const Tensor& bias);
 void channel_bias_backward(const Tensor& dy, Tensor& db);
 
 // Batch normalisation, training mode (batch statistics, biased variance, eps 1e-5, as PyTorch's
-// BatchNorm2d normalises in training).
+// BatchNorm2d and 3d normalise in training).
 constexpr double kBatchNormEps = 1e-5;
 // Per channel over [B, C, H, W]: sums[c] = sum of x, sums[C + c] = sum of x^2.
 void channel_sums(const Tensor& x, std::vector<double>& sums);
@@ -81,14 +85,16 @@ void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
 void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y,
               std::vector<int64_t>& argmax);
 void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Tensor& dx);
-// Average pooling over a zero-padded input, dividing by kernel^2 (PyTorch's count_include_pad).
+// Average pooling over a zero-padded input, dividing by the window's size, kernel^2 or kernel^3
+// (PyTorch's count_include_pad).
 void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y);
 void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx);
 
-// Adaptive average pooling of an height x width map to out x out (PyTorch's bins: output i averages
-// input rows [floor(i H / out), ceil((i + 1) H / out))). x is the block of rows `rows` and columns
-// `cols`; y[B, C, out, out] gets the block's share of every bin (the whole bin when unsplit): the
-// sum of its elements in the bin over the bin's size. Summed over the blocks, the pooled map.
+// Adaptive average pooling (2D maps only) of an height x width map to out x out (PyTorch's bins:
+// output i averages input rows [floor(i H / out), ceil((i + 1) H / out))). x is the block of rows
+// `rows` and columns `cols`; y[B, C, out, out] gets the block's share of every bin (the whole bin
+// when unsplit): the sum of its elements in the bin over the bin's size. Summed over the blocks,
+// the pooled map.
 void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_t height,
                        int64_t width, Tensor& y);
 // dx (the block) from the whole dy.
