@@ -312,10 +312,14 @@ class CnnStage : public StageModel {
     return shape_of(u.out, u.split_out);
   }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
+  // This rank's share of its replica's loss: behind a split every spatial rank holds the whole
+  // classifier's loss and the first counts it; a per-pixel head split to the loss scores each
+  // rank's block, and every rank counts its share.
   double take_loss_sum() override {
     const double l = loss_;
     loss_ = 0;
-    return l;
+    const bool shared = units_.back().split_in;
+    return shared || exchange_.index() == 0 ? l : 0.0;
   }
   double grad_square_sum(int64_t begin, int64_t end) override {
     if (end <= begin) return 0.0;
@@ -453,6 +457,70 @@ class CnnStage : public StageModel {
   }
   // Elements per channel of a map's batch statistics: the whole maps of the micro-batch.
   int64_t statistics_count(MapShape s) const { return o_.micro_batch * s.voxels(); }
+
+  // Whether a layer's maps are in blocks over several spatial ranks.
+  bool in_blocks(const Unit& u) const { return u.split_in && exchange_.split(); }
+  // The blocks U-Net's up-convolution and cropped concat read of their inputs on rank q
+  // (spec/spatial_split.hpp).
+  std::function<Region(int64_t)> up_conv_inputs(const Unit& u) const {
+    const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, 0};
+    const spec::SpatialSplit grid = ctx_.plan->spatial;
+    return [g, grid](int64_t q) { return spec::up_window_input_block(g, grid, q); };
+  }
+  std::function<Region(int64_t)> crop_inputs(MapShape kept, MapShape to) const {
+    const spec::SpatialSplit grid = ctx_.plan->spatial;
+    return [=](int64_t q) { return spec::crop_input_block(kept.h, kept.w, to.h, to.w, grid, q); };
+  }
+  // This rank's `need` block of a map `in` held in blocks, fetched from the ranks holding it
+  // (traced as the lowering's exchange when any rank receives some), and the adjoint.
+  Tensor fetch_block(const std::string& name, const Tensor& x, MapShape in,
+                     const std::function<Region(int64_t)>& need, int32_t layer, int64_t mb) {
+    const int64_t elements = spec::most_fetched_elements(need, in.h, in.w, ctx_.plan->spatial);
+    if (elements == 0) return exchange_.fetch(*ctx_.backend, x, in.h, in.w, need, 0.0f);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * planes(x) * 4,
+                        layer, Phase::kFwd, mb);
+    return exchange_.fetch(*ctx_.backend, x, in.h, in.w, need, 0.0f);
+  }
+  void give_back_block(const std::string& name, const Tensor& dneed, MapShape in,
+                       const std::function<Region(int64_t)>& need, Tensor& dx, int32_t layer,
+                       int64_t mb) {
+    const int64_t elements = spec::most_fetched_elements(need, in.h, in.w, ctx_.plan->spatial);
+    if (elements == 0) return exchange_.give_back(*ctx_.backend, dneed, in.h, in.w, need, dx);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * planes(dx) * 4,
+                        layer, Phase::kBwd, mb);
+    exchange_.give_back(*ctx_.backend, dneed, in.h, in.w, need, dx);
+  }
+  // Copies the rows and columns `r` (whole-map coordinates) from `src`, which holds region
+  // `from` of every [B, C] plane, into `dst`, which holds `to`.
+  static void copy_rows_and_columns(const Tensor& src, Region from, Tensor& dst, Region to,
+                                    Region r) {
+    const int64_t n = src.dim(0) * src.dim(1);
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t h = r.rows.begin; h < r.rows.end; ++h)
+        std::copy_n(src.data() + (p * from.rows.size() + h - from.rows.begin) * from.cols.size() +
+                        r.cols.begin - from.cols.begin,
+                    r.cols.size(),
+                    dst.data() + (p * to.rows.size() + h - to.rows.begin) * to.cols.size() +
+                        r.cols.begin - to.cols.begin);
+  }
+  // The output rows and columns an up-convolution makes from input block `in`.
+  static Region up_conv_output(const Unit& u, Region in) {
+    return {{in.rows.begin * u.s, (in.rows.end - 1) * u.s + u.k},
+            {in.cols.begin * u.s, (in.cols.end - 1) * u.s + u.k}};
+  }
+  // The per-pixel head's labels of this rank's block (every label of the micro-batch when the
+  // head's map is whole: mb.targets holds each sample's whole map).
+  std::vector<int32_t> block_labels(const MicroBatch& mb, const Unit& u) const {
+    if (!in_blocks(u)) return mb.targets;
+    const Region own = exchange_.block(u.out.h, u.out.w);
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(o_.micro_batch * own.elements()));
+    for (int64_t b = 0; b < o_.micro_batch; ++b)
+      for (int64_t h = own.rows.begin; h < own.rows.end; ++h)
+        for (int64_t w = own.cols.begin; w < own.cols.end; ++w)
+          out.push_back(mb.targets[static_cast<size_t>((b * u.out.h + h) * u.out.w + w)]);
+    return out;
+  }
 
   Param& param(const std::string& name) { return store_->get(name); }
   // Where a parameter's gradient accumulates: its own, or the scratch of a spatial rank other
@@ -704,18 +772,39 @@ class CnnStage : public StageModel {
       case CnnLayerKind::kAmoebaCell:
         throw std::logic_error("the CNN stage runs no AmoebaNet cell");
       case CnnLayerKind::kUpConv: {
-        cache.x = x;
-        Tensor y = empty(u.out, false);
-        auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
-        conv::transposed_convolution(x, param(u.name + ".up_conv.weight").compute, u.s, y);
+        const Tensor& w = param(u.name + ".up_conv.weight").compute;
+        Tensor y = empty(u.out, split);
+        if (!in_blocks(u)) {
+          cache.x = x;
+          auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
+          conv::transposed_convolution(x, w, u.s, y);
+        } else {
+          // The input rows and columns that spread into this rank's output block, some from
+          // other ranks; what they make, cut to the block.
+          const auto need = up_conv_inputs(u);
+          cache.x = fetch_block(u.name + ".up_conv", x, u.in, need, u.layer, m);
+          const Region made = up_conv_output(u, need(exchange_.index()));
+          const Region own = exchange_.block(u.out.h, u.out.w);
+          Tensor all = empty({o_.micro_batch, u.out.c, made.rows.size(), made.cols.size()});
+          auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
+          conv::transposed_convolution(cache.x, w, u.s, all);
+          copy_rows_and_columns(all, made, y, own, own);
+        }
         if (u.bias) conv::add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
         return y;
       }
       case CnnLayerKind::kConcat: {
         const Tensor& kept = cache_of(u.joins, m).kept;
-        Tensor y = empty(u.out, false);
+        Tensor y = empty(u.out, split);
+        // In blocks: the kept map's crop at this rank's block, some from other ranks (a crop of
+        // the block's own extent: offset 0).
+        const Tensor crop =
+            in_blocks(u) ? fetch_block(u.name, kept, units_[static_cast<size_t>(u.joins)].out,
+                                       crop_inputs(units_[static_cast<size_t>(u.joins)].out, u.in),
+                                       u.layer, m)
+                         : kept;
         auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kFwd, m);
-        conv::crop_concat(kept, x, y);
+        conv::crop_concat(crop, x, y);
         return y;
       }
       case CnnLayerKind::kConv: {
@@ -724,7 +813,7 @@ class CnnStage : public StageModel {
         if (!u.last) return y;
         // A per-pixel classifier (segmentation): every pixel's softmax against its label.
         auto s = op(OpId::kLoss, u.layer, Phase::kFwd, m);
-        loss_ += conv::pixel_cross_entropy(y, mb.targets, 1.0f, nullptr);
+        loss_ += conv::pixel_cross_entropy(y, block_labels(mb, u), 1.0f, nullptr, u.out.voxels());
         cache.pre = y;  // the logits
         return Tensor();
       }
@@ -825,25 +914,59 @@ class CnnStage : public StageModel {
       case CnnLayerKind::kAmoebaCell:
         throw std::logic_error("the CNN stage runs no AmoebaNet cell");
       case CnnLayerKind::kUpConv: {
-        Tensor dx = empty(u.in, false);
-        auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
+        const Tensor& w = param(u.name + ".up_conv.weight").compute;
         Tensor dw = grad_of(param(u.name + ".up_conv.weight"), u);
-        conv::transposed_convolution_backward(cache.x, param(u.name + ".up_conv.weight").compute,
-                                              dout, u.s, input_gradient ? &dx : nullptr, dw);
         if (u.bias) {
           Tensor db = grad_of(param(u.name + ".up_conv.bias"), u);
           conv::channel_bias_backward(dout, db);
         }
-        return input_gradient ? dx : Tensor();
+        if (!in_blocks(u)) {
+          Tensor dx = empty(u.in, false);
+          auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
+          conv::transposed_convolution_backward(cache.x, w, dout, u.s,
+                                                input_gradient ? &dx : nullptr, dw);
+          return input_gradient ? dx : Tensor();
+        }
+        // The block's gradient within what the fetched input made (the rest is other ranks'),
+        // and the fetched input's gradient back to the ranks holding it.
+        const auto need = up_conv_inputs(u);
+        const Region made = up_conv_output(u, need(exchange_.index()));
+        const Region own = exchange_.block(u.out.h, u.out.w);
+        Tensor dall = empty({o_.micro_batch, u.out.c, made.rows.size(), made.cols.size()});
+        be.fill(dall, 0.0f);
+        copy_rows_and_columns(dout, own, dall, made, own);
+        Tensor dfetched = empty(cache.x.shape());
+        {
+          auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
+          conv::transposed_convolution_backward(cache.x, w, dall, u.s,
+                                                input_gradient ? &dfetched : nullptr, dw);
+        }
+        if (!input_gradient) return Tensor();
+        Tensor dx = empty(u.in, split);
+        give_back_block(u.name + ".up_conv", dfetched, u.in, need, dx, u.layer, m);
+        return dx;
       }
       case CnnLayerKind::kConcat: {
         // The kept map's share goes to its unit (added there to its other use's), the rest on.
         UnitCache& kept = cache_of(u.joins, m);
-        kept.kept_grad = empty(kept.kept.shape());
-        be.fill(kept.kept_grad, 0.0f);
-        Tensor dx = empty(u.in, false);
-        auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kBwd, m);
-        conv::crop_concat_backward(dout, kept.kept_grad, dx);
+        const MapShape kept_map = units_[static_cast<size_t>(u.joins)].out;
+        Tensor dx = empty(u.in, split);
+        // In blocks: the crop's gradient is of this rank's block, given back to the ranks
+        // holding the kept map's rows and columns.
+        Tensor dcrop = in_blocks(u) ? empty(shape_of(with_channels(u.in, kept_map.c), split))
+                                    : empty(kept.kept.shape());
+        be.fill(dcrop, 0.0f);
+        {
+          auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kBwd, m);
+          conv::crop_concat_backward(dout, dcrop, dx);
+        }
+        if (!in_blocks(u)) {
+          kept.kept_grad = dcrop;
+        } else {
+          kept.kept_grad = empty(kept.kept.shape());
+          give_back_block(u.name, dcrop, kept_map, crop_inputs(kept_map, u.in), kept.kept_grad,
+                          u.layer, m);
+        }
         return dx;
       }
       case CnnLayerKind::kConv: {
@@ -852,8 +975,9 @@ class CnnStage : public StageModel {
         Tensor d = empty(u.out, split);
         {
           auto s = op(OpId::kLoss, u.layer, Phase::kBwd, m);
-          conv::pixel_cross_entropy(cache.pre, mb.targets,
-                                    1.0f / static_cast<float>(ctx_.plan->global_batch), &d);
+          conv::pixel_cross_entropy(cache.pre, block_labels(mb, u),
+                                    1.0f / static_cast<float>(ctx_.plan->global_batch), &d,
+                                    u.out.voxels());
         }
         return backward_conv(u.convs[0], d, split, input_gradient, u, m, cache.convs[0]);
       }

@@ -266,11 +266,14 @@ void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
 }
 
 double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
-                           Tensor* dlogits) {
+                           Tensor* dlogits, int64_t map_pixels) {
   const Dims d = dims(logits);
   const int64_t voxels = d.voxels();
   SEXTANT_CHECK(static_cast<int64_t>(labels.size()) == d.b * voxels,
                 "{} pixel labels for logits {}", labels.size(), describe(d));
+  SEXTANT_CHECK(map_pixels == 0 || map_pixels >= voxels,
+                "a block of {} pixels of a map of {} pixels", voxels, map_pixels);
+  const double mean_over = static_cast<double>(map_pixels == 0 ? voxels : map_pixels);
   double total = 0;
   std::vector<double> p(static_cast<size_t>(d.c));
   for (int64_t b = 0; b < d.b; ++b) {
@@ -290,12 +293,12 @@ double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& lab
       sample += std::log(sum) + top - z[label * voxels + i];
       if (dlogits == nullptr) continue;
       float* g = dlogits->data() + b * d.c * voxels;
-      const double per_pixel = static_cast<double>(scale) / static_cast<double>(voxels);
+      const double per_pixel = static_cast<double>(scale) / mean_over;
       for (int64_t c = 0; c < d.c; ++c)
         g[c * voxels + i] = static_cast<float>(
             per_pixel * (p[static_cast<size_t>(c)] / sum - (c == label ? 1.0 : 0.0)));
     }
-    total += sample / static_cast<double>(voxels);
+    total += sample / mean_over;
   }
   return total;
 }

@@ -108,19 +108,25 @@ Tensor SpatialExchange::gather(DeviceMemory& backend, const Tensor& x, const Win
 
 Tensor SpatialExchange::gather_planes(DeviceMemory& backend, const Tensor& x,
                                       const WindowGeometry& g, float fill) const {
-  const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
+  return fetch(
+      backend, x, g.in_h, g.in_w, [&](int64_t q) { return window_input(g, q); }, fill);
+}
+
+Tensor SpatialExchange::fetch(DeviceMemory& backend, const Tensor& x, int64_t height, int64_t width,
+                              const std::function<Region(int64_t)>& need, float fill) const {
+  const Region own = block(height, width), mine = need(index_);
   const int64_t planes = planes_of(x);
   SEXTANT_CHECK(x.dim(2) == own.rows.size() && x.dim(3) == own.cols.size(),
-                "block [{}, {}] of a {}x{} map, expected [{}, {}]", x.dim(2), x.dim(3), g.in_h,
-                g.in_w, own.rows.size(), own.cols.size());
-  Tensor out = backend.empty({x.dim(0), x.dim(1), need.rows.size(), need.cols.size()});
+                "block [{}, {}] of a {}x{} map, expected [{}, {}]", x.dim(2), x.dim(3), height,
+                width, own.rows.size(), own.cols.size());
+  Tensor out = backend.empty({x.dim(0), x.dim(1), mine.rows.size(), mine.cols.size()});
   backend.fill(out, fill);
-  copy_region(x.data(), own, out.data(), need, intersect(need, own), planes, false);
+  copy_region(x.data(), own, out.data(), mine, intersect(mine, own), planes, false);
   if (!split()) return out;
   Outbox outbox;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
-    const Region r = intersect(window_input(g, q), own);
+    const Region r = intersect(need(q), own);
     if (r.empty()) continue;
     std::vector<float>& buf =
         outbox.buffers.emplace_back(static_cast<size_t>(planes * r.elements()));
@@ -131,11 +137,11 @@ Tensor SpatialExchange::gather_planes(DeviceMemory& backend, const Tensor& x,
   std::vector<float> in;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
-    const Region r = intersect(need, block(g.in_h, g.in_w, q));
+    const Region r = intersect(mine, block(height, width, q));
     if (r.empty()) continue;
     in.resize(static_cast<size_t>(planes * r.elements()));
     comm_->recv(in.data(), static_cast<int64_t>(in.size()), static_cast<int>(q), kGatherTag);
-    copy_region(in.data(), r, out.data(), need, r, planes, false);
+    copy_region(in.data(), r, out.data(), mine, r, planes, false);
   }
   return out;
 }
@@ -164,29 +170,39 @@ void SpatialExchange::scatter(DeviceMemory& backend, const Tensor& dwindow, cons
 
 void SpatialExchange::scatter_planes(DeviceMemory& backend, const Tensor& dwindow,
                                      const WindowGeometry& g, Tensor& dx) const {
-  const Region own = block(g.in_h, g.in_w), need = window_input(g, index_);
-  const int64_t planes = planes_of(dwindow);
-  SEXTANT_CHECK(dwindow.dim(2) == need.rows.size() && dwindow.dim(3) == need.cols.size() &&
+  give_back(
+      backend, dwindow, g.in_h, g.in_w, [&](int64_t q) { return window_input(g, q); }, dx);
+}
+
+void SpatialExchange::give_back(DeviceMemory& backend, const Tensor& dneed, int64_t height,
+                                int64_t width, const std::function<Region(int64_t)>& need,
+                                Tensor& dx) const {
+  const Region own = block(height, width), mine = need(index_);
+  const int64_t planes = planes_of(dneed);
+  SEXTANT_CHECK(dneed.dim(2) == mine.rows.size() && dneed.dim(3) == mine.cols.size() &&
                     dx.dim(2) == own.rows.size() && dx.dim(3) == own.cols.size(),
-                "window gradient shapes");
+                "the gradient of a fetched block [{}, {}] into a block [{}, {}], expected [{}, {}] "
+                "into [{}, {}]",
+                dneed.dim(2), dneed.dim(3), dx.dim(2), dx.dim(3), mine.rows.size(),
+                mine.cols.size(), own.rows.size(), own.cols.size());
   backend.fill(dx, 0.0f);
-  copy_region(dwindow.data(), need, dx.data(), own, intersect(need, own), planes, false);
+  copy_region(dneed.data(), mine, dx.data(), own, intersect(mine, own), planes, false);
   if (!split()) return;
   Outbox outbox;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
-    const Region r = intersect(need, block(g.in_h, g.in_w, q));
+    const Region r = intersect(mine, block(height, width, q));
     if (r.empty()) continue;
     std::vector<float>& buf =
         outbox.buffers.emplace_back(static_cast<size_t>(planes * r.elements()));
-    copy_region(dwindow.data(), need, buf.data(), r, r, planes, false);
+    copy_region(dneed.data(), mine, buf.data(), r, r, planes, false);
     outbox.requests.push_back(comm_->send(buf.data(), static_cast<int64_t>(buf.size()),
                                           static_cast<int>(q), kScatterTag));
   }
   std::vector<float> in;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
-    const Region r = intersect(window_input(g, q), own);
+    const Region r = intersect(need(q), own);
     if (r.empty()) continue;
     in.resize(static_cast<size_t>(planes * r.elements()));
     comm_->recv(in.data(), static_cast<int64_t>(in.size()), static_cast<int>(q), kScatterTag);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "sextant/exec/communicator.hpp"
 #include "sextant/exec/kernels/memory.hpp"
@@ -42,6 +43,14 @@ class SpatialExchange {
   // parts sent to their holders, the parts others send back added.
   void scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
                Tensor& dx) const;
+  // The general form (planes [B, C, H, W] only) for any block a rank reads of a height x width map
+  // held in blocks: `need(q)` is rank q's, the same function on every rank (U-Net's
+  // up-convolution and cropped concat: spec::up_window_input_block, crop_input_block). Returns
+  // [B, C, need(this rank)]; give_back is its adjoint (overwrites dx).
+  Tensor fetch(DeviceMemory& backend, const Tensor& x, int64_t height, int64_t width,
+               const std::function<Region(int64_t)>& need, float fill) const;
+  void give_back(DeviceMemory& backend, const Tensor& dneed, int64_t height, int64_t width,
+                 const std::function<Region(int64_t)>& need, Tensor& dx) const;
   // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
   // exchange; spec::halo_elements, what the lowering prices): what the trace reports for the
   // exchange, which waits for its largest transfer.

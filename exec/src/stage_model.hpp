@@ -50,7 +50,8 @@ class StageModel {
   // Shape of the activation this stage sends on (and of the gradient it receives): the next
   // stage's input_shape.
   virtual std::vector<int64_t> output_shape() const { return input_shape(); }
-  // Sum of the per-token (per-sample) losses since the last call (last stage; 0 elsewhere).
+  // Sum of the per-token (per-sample) losses since the last call (last stage; 0 elsewhere): this
+  // rank's share of its replica's, which the spatial ranks of a CNN split between them.
   virtual double take_loss_sum() = 0;
   virtual void set_hooks(LayerHooks* hooks) = 0;
   // Sum of squared gradients this rank owns for the global norm (replicated tensors counted on

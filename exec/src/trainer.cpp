@@ -421,13 +421,13 @@ class Trainer {
     }
     sync_->after_update();
     if (plan_.zero != 0) stage_->params().refresh_compute();
-    // The loss: the last stage's sum over its tokens, once per data-parallel replica (tp rank 0,
-    // spatial rank 0: the others hold the same sums) and by every cp rank and every z slice of a
-    // tensor grid (each its own chunks or sequences; tp_rank is the rank's place in its slice),
-    // summed.
+    // The loss: the last stage's sum over its tokens, once per data-parallel replica (tp rank 0:
+    // the others hold the same sums) and by every cp rank and every z slice of a tensor grid (each
+    // its own chunks or sequences; tp_rank is the rank's place in its slice), summed; a CNN's
+    // spatial ranks each give their share (StageModel::take_loss_sum).
     double loss = 0;
     const double mine = stage_->take_loss_sum();
-    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 && g.spatial_rank == 0) loss = mine;
+    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0) loss = mine;
     g.world->all_reduce(&loss, 1);
     const double items = static_cast<double>(plan_.global_batch) *
                          static_cast<double>(model_.is_transformer() ? seq_ : 1);
@@ -575,7 +575,7 @@ class Trainer {
       Sums& sums = pending.emplace_back();
       sums.step = batch;
       sums.seconds = std::chrono::duration<double>(now - batch_start).count();
-      sums.values = {last && g.tp_rank == 0 && g.spatial_rank == 0 ? loss : 0.0, squares};
+      sums.values = {last && g.tp_rank == 0 ? loss : 0.0, squares};
       sums.request = g.world->all_reduce_host_async(sums.values.data(), 2);
       batch_start = now;
       stash_and_update(batch);

@@ -82,6 +82,16 @@ int64_t add_halo(Layer& layer, const std::string& name, int64_t channels,
   return elements;
 }
 
+// A spatially split layer's fetch of the parts of its input block other ranks hold, when that
+// block is not a window's (U-Net's up-convolution and cropped concat): `elements` per sample and
+// channel (spec::most_fetched_elements) of `bytes_per_element` (batch x channels x slices x
+// dtype). Backward sends their gradient back, the same bytes (add_cnn_backward).
+void add_fetch(Layer& layer, const std::string& name, int64_t bytes_per_element, int64_t elements) {
+  if (elements > 0)
+    layer.forward.push_back(spatial_op(OpName(name, OpId::kUnitHalo), CollectiveKind::kSendRecv,
+                                       bytes_per_element * elements));
+}
+
 // Appends a convolution (+ batch norm + ReLU) to `layer`; returns the output map.
 // A convolution's window: k x k over images, k x k x k over volumes (`volumes`).
 Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_c, int64_t k,
@@ -275,6 +285,18 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           Feature up{l.out_channels, volumes ? spec::up_window_output(f.d, l.kernel, l.stride) : 1,
                      spec::up_window_output(f.h, l.kernel, l.stride),
                      spec::up_window_output(f.w, l.kernel, l.stride)};
+          // Under a spatial split each rank's output block reads the input rows that spread into
+          // it (spec::up_window_input_block), some held by other ranks: fetched first, their
+          // gradient sent back in backward.
+          if (split.grid.any()) {
+            const spec::Window up_window{f.h, f.w, up.h, up.w, l.kernel, l.stride, 0};
+            const spec::SpatialSplit grid = split.grid;
+            add_fetch(
+                layer, layer.name + ".up_conv", B * f.c * f.d * e,
+                spec::most_fetched_elements(
+                    [&](int64_t q) { return spec::up_window_input_block(up_window, grid, q); }, f.h,
+                    f.w, grid));
+          }
           Op conv = gemm(OpName(layer.name + ".up_conv", OpId::kUnitProduct), B * split.block(f),
                          l.out_channels * window, f.c, e, TpSplit::kReplicated);
           conv.op_class = OpClass::kConv;
@@ -297,6 +319,16 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           const Feature k = kept.back();
           kept.pop_back();
           Feature joined{f.c + k.c, f.d, f.h, f.w};
+          // Under a spatial split each rank's block of the output reads the kept map's crop at
+          // its place (spec::crop_input_block), some held by other ranks.
+          if (split.grid.any()) {
+            const spec::SpatialSplit grid = split.grid;
+            add_fetch(
+                layer, layer.name, B * k.c * k.d * e,
+                spec::most_fetched_elements(
+                    [&](int64_t q) { return spec::crop_input_block(k.h, k.w, f.h, f.w, grid, q); },
+                    k.h, k.w, grid));
+          }
           const int64_t moved = B * joined.c * split.block(joined) * e;
           layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitConcat),
                                             OpClass::kElementwise, 2 * moved, TpSplit::kReplicated,
@@ -407,10 +439,12 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         }
       }
       if (li + 1 == m.layers.size()) {
-        // The classifier's logits, or a segmentation head's: one set per pixel (voxel).
-        const int64_t logits = B * f.c * f.d * f.h * f.w;
+        // The classifier's logits, or a segmentation head's: one set per pixel (voxel), of the
+        // rank's block under a spatial split.
+        const int64_t pixels = out_split.block(f);
+        const int64_t logits = B * f.c * pixels;
         layer.forward.push_back(memory_op(OpId::kLoss, OpClass::kLoss, logits * (e + 4),
-                                          TpSplit::kReplicated, {B, f.c, f.d * f.h * f.w}));
+                                          TpSplit::kReplicated, {B, f.c, pixels}));
       }
       add_cnn_backward(layer, !out.layers.empty(), cs);
       layer.saved_bytes_selective = layer.saved_bytes;

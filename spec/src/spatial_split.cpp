@@ -38,19 +38,54 @@ MapBlock window_input_block(const Window& window, const SpatialSplit& split, int
           window_input_rows(out.cols, window.kernel, window.stride, window.padding)};
 }
 
-int64_t halo_received(const Window& window, const SpatialSplit& split, int64_t rank) {
-  const MapBlock need = window_input_block(window, split, rank);
+int64_t fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h, int64_t in_w,
+                         const SpatialSplit& split, int64_t rank) {
+  const MapBlock wanted = need(rank);
   int64_t n = 0;
   for (int64_t q = 0; q < split.ranks(); ++q)
-    if (q != rank) n += intersect(need, shard_block(window.in_h, window.in_w, split, q)).elements();
+    if (q != rank) n += intersect(wanted, shard_block(in_h, in_w, split, q)).elements();
   return n;
 }
 
-int64_t halo_elements(const Window& window, const SpatialSplit& split) {
+int64_t most_fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h,
+                              int64_t in_w, const SpatialSplit& split) {
   int64_t most = 0;
   for (int64_t q = 0; q < split.ranks(); ++q)
-    most = std::max(most, halo_received(window, split, q));
+    most = std::max(most, fetched_elements(need, in_h, in_w, split, q));
   return most;
+}
+
+namespace {
+std::function<MapBlock(int64_t)> window_inputs(const Window& window, const SpatialSplit& split) {
+  return [window, split](int64_t rank) { return window_input_block(window, split, rank); };
+}
+}  // namespace
+
+int64_t halo_received(const Window& window, const SpatialSplit& split, int64_t rank) {
+  return fetched_elements(window_inputs(window, split), window.in_h, window.in_w, split, rank);
+}
+
+int64_t halo_elements(const Window& window, const SpatialSplit& split) {
+  return most_fetched_elements(window_inputs(window, split), window.in_h, window.in_w, split);
+}
+
+Rows up_window_input_rows(Rows out, int64_t in, int64_t kernel, int64_t stride) {
+  // The first i with i s + kernel > out.begin (none before row 0), the last with i s < out.end.
+  const int64_t first = out.begin >= kernel ? (out.begin - kernel) / stride + 1 : 0;
+  return {first, std::min(in, (out.end - 1) / stride + 1)};
+}
+
+MapBlock up_window_input_block(const Window& window, const SpatialSplit& split, int64_t rank) {
+  const MapBlock out = shard_block(window.out_h, window.out_w, split, rank);
+  return {up_window_input_rows(out.rows, window.in_h, window.kernel, window.stride),
+          up_window_input_rows(out.cols, window.in_w, window.kernel, window.stride)};
+}
+
+MapBlock crop_input_block(int64_t kept_h, int64_t kept_w, int64_t out_h, int64_t out_w,
+                          const SpatialSplit& split, int64_t rank) {
+  const MapBlock out = shard_block(out_h, out_w, split, rank);
+  const int64_t top = centre_crop_offset(kept_h, out_h), left = centre_crop_offset(kept_w, out_w);
+  return {{out.rows.begin + top, out.rows.end + top}, {out.cols.begin + left, out.cols.end + left}};
 }
 
 size_t spatial_layer_end(const CnnSpec& cnn) {
@@ -84,13 +119,29 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
     return "splits chains of convolutions and ResNet blocks: AmoebaNet's cells (two inputs, five "
            "nodes) are not modelled under a spatial split yet";
   const size_t end = spatial_layer_end(cnn);
-  if (end == cnn.layers.size() || cnn.layers[end].kind != CnnLayerKind::kAdaptiveAvgPool)
+  // A per-pixel head (the last layer a conv, no pool or fc before it) keeps the split to the loss.
+  const bool per_pixel = end == cnn.layers.size() && cnn.layers.back().kind == CnnLayerKind::kConv;
+  if (!per_pixel &&
+      (end == cnn.layers.size() || cnn.layers[end].kind != CnnLayerKind::kAdaptiveAvgPool))
     return "needs an adaptive_avg_pool before the model's first fc layer: its window sums are "
            "what the split ranks all-reduce before the classifier";
   int64_t h = cnn.height;
   int64_t w = cnn.width;
   for (size_t i = 0; i < end; ++i) {
     const CnnLayer& l = cnn.layers[i];
+    if (l.kind == CnnLayerKind::kConcat) continue;  // reads its kept map wherever it lies
+    if (l.kind == CnnLayerKind::kUpConv) {
+      const int64_t oh = up_window_output(h, l.kernel, l.stride);
+      const int64_t ow = up_window_output(w, l.kernel, l.stride);
+      if (oh < split.h || ow < split.w)
+        return fmt::format(
+            "layer {} (up_conv) makes a {}x{} feature map: a {}x{} grid must leave every rank at "
+            "least one output row and column",
+            i, oh, ow, split.h, split.w);
+      h = oh;
+      w = ow;
+      continue;
+    }
     // The windows the entry slides: (input rows and columns, output ones, halo).
     struct Slide {
       int64_t in_h, in_w, out_h, out_w;

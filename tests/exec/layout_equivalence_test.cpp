@@ -328,7 +328,19 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   }
 }
 
-enum class Net { kGpt, kMlp, kLlama, kGptOddVocab, kCnn, kVgg, kUnet, kUnet3d, kMoe, kMoeCapacity };
+enum class Net {
+  kGpt,
+  kMlp,
+  kLlama,
+  kGptOddVocab,
+  kCnn,
+  kVgg,
+  kUnet,
+  kUnet3d,
+  kUnetTall,
+  kMoe,
+  kMoeCapacity
+};
 
 struct Layout {
   const char* name;
@@ -352,6 +364,9 @@ spec::ModelSpec model_of(Net n) {
       return tiny_unet();
     case Net::kUnet3d:
       return tiny_unet3d();
+    case Net::kUnetTall:
+      return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
+                                   "/tests/pytorch/unet-tall-tiny.json");
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -399,10 +414,11 @@ bool runs_here(const Layout& l) {
   if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS");
       only != nullptr && std::string(l.name).find(only) == std::string::npos)
     return false;
-  const bool cpu_fp32_only = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
-                             l.net == Net::kUnet3d || l.net == Net::kMoe ||
-                             l.net == Net::kMoeCapacity || l.plan.cp > 1 || l.plan.tp_grid.any() ||
-                             l.plan.offload.any() || l.plan.compression.any();
+  const bool cnn = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
+                   l.net == Net::kUnet3d || l.net == Net::kUnetTall;
+  const bool cpu_fp32_only = cnn || l.net == Net::kMoe || l.net == Net::kMoeCapacity ||
+                             l.plan.cp > 1 || l.plan.tp_grid.any() || l.plan.offload.any() ||
+                             l.plan.compression.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
 
@@ -532,6 +548,15 @@ std::vector<Layout> layouts() {
       {"unet_dp2", plan_of(2, 1, 1), Net::kUnet},
       {"unet_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet},
       {"unet_dp4", plan_of(4, 1, 1), Net::kUnet},
+      // U-Net split by rows and columns to its per-pixel loss: the up-convolution and the crop
+      // fetch their inputs' blocks from the ranks holding them.
+      {"unet_hw2x1", split(plan_of(1, 1, 1), 2, 1), Net::kUnet},
+      {"unet_hw1x2", split(plan_of(1, 1, 1), 1, 2), Net::kUnet},
+      {"unet_hw2x2", split(plan_of(1, 1, 1), 2, 2), Net::kUnet},
+      {"unet_dp2_hw2x1", split(plan_of(2, 1, 1), 2, 1), Net::kUnet},
+      {"unet_dp2_hw2x2", split(plan_of(2, 1, 1), 2, 2), Net::kUnet},
+      {"unet_tall_hw4x1", split(plan_of(1, 1, 1), 4, 1), Net::kUnetTall},
+      {"unet_tall_dp2_hw4x1", split(plan_of(2, 1, 1), 4, 1), Net::kUnetTall},
       {"unet3d_dp2", plan_of(2, 1, 1), Net::kUnet3d},
       {"unet3d_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet3d},
       {"unet3d_dp8", plan_of(8, 1, 1), Net::kUnet3d},

@@ -2,8 +2,11 @@
 // exchange and its statistic all-reduces, counted by hand.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "lowered_ops.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/spec/model_spec.hpp"
 #include "test_models.hpp"
 
 namespace sextant::models {
@@ -112,6 +115,45 @@ TEST(SpatialLowering, TheFirstLayerSendsBackOnlyHaloGradientsOfItsOwnWork) {
   const LoweredModel split = lower(m, o);
   ASSERT_NE(find_op(split.layers[0].forward, "layer0.conv2.halo"), nullptr);
   EXPECT_NE(find_op(split.layers[0].backward, "layer0.conv2.halo"), nullptr);
+}
+
+// U-Net split to its per-pixel loss (tests/pytorch/unet-tall-tiny.json over 4 ranks along its
+// rows, B = 2, fp32). The maps: 28 -> 26 (kept) -> 13 -> 11 -> 22 (up) -> concat with the kept
+// map cropped 26 -> 22 (offset 2) -> 20 -> 20 rows; columns 12 -> 10 -> 5 -> 3 -> 6 -> 4 -> 4.
+TEST(SpatialLowering, AUnetsUpConvolutionAndCropFetchTheRowsOtherRanksHold) {
+  const spec::ModelSpec m =
+      spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tall-tiny.json");
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = {4, 1};
+  const LoweredModel split = lower(m, o);
+  ASSERT_EQ(split.layers.size(), 7u);
+  // The up-convolution's 22 output rows in blocks [0,5) [5,11) [11,16) [16,22) read input rows
+  // [0,3) [2,6) [5,8) [8,11) (row i makes rows 2i and 2i + 1) of 11 held as [0,2) [2,5) [5,8)
+  // [8,11): ranks 0 and 1 each fetch one row of 3 columns of the 6 input channels.
+  const Op* up = find_op(split.layers[3].forward, "layer3.up_conv.halo");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->collective, spec::CollectiveKind::kSendRecv);
+  EXPECT_EQ(up->bytes, 2 * 6 * 3 * 4);
+  EXPECT_EQ(*find_op(split.layers[3].backward, "layer3.up_conv.halo"), *up);  // the gradient back
+  // The concat's blocks of 22 rows moved by the crop (2) read kept rows [2,7) [7,13) [13,18)
+  // [18,24) of 26 held as [0,6) [6,13) [13,19) [19,26): ranks 0 and 3 fetch one row of the crop's
+  // 6 columns of the 4 kept channels.
+  const Op* crop = find_op(split.layers[4].forward, "layer4.halo");
+  ASSERT_NE(crop, nullptr);
+  EXPECT_EQ(crop->bytes, 2 * 4 * 6 * 4);
+  EXPECT_EQ(*find_op(split.layers[4].backward, "layer4.halo"), *crop);
+  // The per-pixel loss scores the most loaded rank's block: ceil(20 / 4) = 5 rows of 4 columns,
+  // 3 logits each, in fp32 with the fp32 softmax statistics: 2 x 3 x 20 x (4 + 4) bytes.
+  const Op* loss = find_op(split.layers[6].forward, "loss");
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->bytes, 2 * 3 * 20 * 8);
+  // Unsplit, neither fetches.
+  o.spatial = {1, 1};
+  const LoweredModel whole = lower(m, o);
+  EXPECT_EQ(find_op(whole.layers[3].forward, "layer3.up_conv.halo"), nullptr);
+  EXPECT_EQ(find_op(whole.layers[4].forward, "layer4.halo"), nullptr);
 }
 
 TEST(SpatialLowering, AModelThatDoesNotSplitIsRefused) {

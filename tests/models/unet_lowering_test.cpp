@@ -101,6 +101,36 @@ TEST(UnetLowering, TheZoos3dUnetHasThePapersShapeAndParameters) {
                    2.0 * 114 * 130 * 130 * 32 * 81);
 }
 
+TEST(UnetLowering, TheZoos2dUnetHasThePapersShape) {
+  // Ronneberger et al. 2015, Fig. 1: 3x3 convolutions (weights and biases) 1-64-64, 64-128-128,
+  // 128-256-256, 256-512-512, 512-1024-1024; up-convolutions 2c -> c (2x2, biases) for c = 512,
+  // 256, 128, 64, each followed by 3x3 convolutions 2c -> c -> c; a 1x1 head 64 -> 2.
+  auto conv = [](int64_t in, int64_t out, int64_t k) { return in * out * k * k + out; };
+  int64_t expected = conv(1, 64, 3) + conv(64, 64, 3);
+  for (int64_t c = 128; c <= 1024; c *= 2) expected += conv(c / 2, c, 3) + conv(c, c, 3);
+  for (int64_t c = 512; c >= 64; c /= 2)
+    expected += conv(2 * c, c, 2) + conv(2 * c, c, 3) + conv(c, c, 3);
+  expected += conv(64, 2, 1);
+  const spec::ModelSpec m = zoo_model("unet");
+  EXPECT_EQ(expected, 31'030'658);
+  EXPECT_EQ(parameter_count(m), expected);
+  // 572x572 in, 388x388 out: each level's two valid convolutions take 4 rows (568, 280, 136, 64
+  // before the pools, 28 at the bottom), each up level doubles and takes 4 (52, 100, 196, 388).
+  const LoweredModel l = lower_fp32(m);
+  const Op* loss = find_op(l.layers.back().forward, "loss");
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->shape, (std::vector<int64_t>{1, 2, 388 * 388}));
+  // It splits spatially to its loss: over a 2x2 grid each rank scores a 194x194 block.
+  EXPECT_EQ(spec::spatial_split_problem(m, {2, 2}), "");
+  LoweringOptions o;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = {2, 2};
+  const LoweredModel split = lower(m, o);
+  const Op* block_loss = find_op(split.layers.back().forward, "loss");
+  ASSERT_NE(block_loss, nullptr);
+  EXPECT_EQ(block_loss->shape, (std::vector<int64_t>{1, 2, 194 * 194}));
+}
+
 TEST(UnetLowering, ModelFilesWithBrokenSkipsAreRefusedNamingTheLayer) {
   spec::Json orphan = tiny_unet_json();
   orphan["cnn"]["layers"][0].erase("skip");

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "expect_input_error.hpp"
 #include "sextant/spec/rank_layout.hpp"
 #include "test_models.hpp"
@@ -58,6 +60,51 @@ TEST(SpatialSplit, ShardRowsAndWindowInputs) {
   EXPECT_EQ(window_input_rows({4, 8}, 3, 1, 1), (Rows{3, 9}));
 }
 
+// U-Net's up-convolution and crop under a split read blocks of their inputs that are not windows.
+TEST(SpatialSplit, UpConvolutionAndCropInputsByHand) {
+  // A 2x2 up-convolution of stride 2: input row i makes output rows 2i and 2i + 1, so output rows
+  // [5, 11) come from input rows 2 (row 5) to 5 (row 10); [0, 5) from rows 0-2.
+  EXPECT_EQ(up_window_input_rows({5, 11}, 11, 2, 2), (Rows{2, 6}));
+  EXPECT_EQ(up_window_input_rows({0, 5}, 11, 2, 2), (Rows{0, 3}));
+  // Overlapping 3x3 of stride 2: row i makes rows 2i to 2i + 2, so row 4 comes from rows 1 and 2
+  // and rows [4, 6) from rows 1-2; the last output rows stop at the input's end.
+  EXPECT_EQ(up_window_input_rows({4, 6}, 5, 3, 2), (Rows{1, 3}));
+  EXPECT_EQ(up_window_input_rows({9, 11}, 5, 3, 2), (Rows{4, 5}));
+  // 2 ranks of a 5x5 input up to 10x10 (rows [0, 5) and [5, 10); input rows [0, 2) and [2, 5)):
+  // rank 0 reads input rows 0-2, one (5 columns) held by rank 1; rank 1 reads its own rows.
+  const Window up{5, 5, 10, 10, 2, 2, 0};
+  EXPECT_EQ(fetched_elements(
+                [&](int64_t q) {
+                  return up_window_input_block(up, {2, 1}, q);
+                },
+                5, 5, {2, 1}, 0),
+            5);
+  EXPECT_EQ(fetched_elements(
+                [&](int64_t q) {
+                  return up_window_input_block(up, {2, 1}, q);
+                },
+                5, 5, {2, 1}, 1),
+            0);
+  // The crop of a 26-row kept map to 22 rows (offset 2) over 4 ranks: rank 0's output rows
+  // [0, 5) read kept rows [2, 7), of which row 6 is rank 1's ([6, 13)).
+  const MapBlock crop = crop_input_block(26, 10, 22, 6, {4, 1}, 0);
+  EXPECT_EQ(crop.rows, (Rows{2, 7}));
+  EXPECT_EQ(crop.cols, (Rows{2, 8}));
+  EXPECT_EQ(most_fetched_elements(
+                [](int64_t q) {
+                  return crop_input_block(26, 10, 22, 6, {4, 1}, q);
+                },
+                26, 10, {4, 1}),
+            6);
+  // The halos are the same count over window_input_block.
+  const Window conv{56, 56, 56, 56, 3, 1, 1};
+  EXPECT_EQ(halo_elements(conv, {4, 1}), most_fetched_elements(
+                                             [&](int64_t q) {
+                                               return window_input_block(conv, {4, 1}, q);
+                                             },
+                                             56, 56, {4, 1}));
+}
+
 ModelSpec transformer() {
   ModelSpec m;
   m.name = "t";
@@ -105,6 +152,18 @@ TEST(SpatialSplit, WhichModelsSplit) {
             std::string::npos);
   EXPECT_NE(spatial_split_problem(transformer(), {2, 1}).find("applies to CNNs only"),
             std::string::npos);
+  // A per-pixel head (U-Net) splits to its loss, with no pool to end the split; its windows
+  // still need a row each and a halo from the adjacent rank: unet-tiny's 7 -> 5 rows 3x3
+  // convolution reads 2 rows past a block, and 4 ranks of 7 rows hold 1 or 2.
+  const ModelSpec unet =
+      read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tiny.json");
+  EXPECT_EQ(spatial_split_problem(unet, {2, 2}), "");
+  EXPECT_NE(spatial_split_problem(unet, {4, 1}).find("layer 2 (conv) makes a 5x5 feature map"),
+            std::string::npos);
+  // unet-tall-tiny's maps (28 rows to 13 at the pool, 11 before the up-convolution) take 4.
+  const ModelSpec tall =
+      read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tall-tiny.json");
+  EXPECT_EQ(spatial_split_problem(tall, {4, 1}), "");
 }
 
 Json split_plan() {

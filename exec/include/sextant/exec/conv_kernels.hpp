@@ -51,9 +51,11 @@ void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx);
 // and [B, H, W] labels, or per voxel over [B, C, D, H, W] and [B, D, H, W]): the softmax over the C
 // channels of each pixel against its label. Returns the sum over the samples of each sample's mean
 // loss over its pixels; `dlogits` (when given) gets `scale` x the gradient of that sum (softmax -
-// one-hot, over each sample's pixels).
+// one-hot, over each sample's pixels). A rank holding a block of a spatially split map passes the
+// whole map's pixels per sample (`map_pixels`; 0: the logits' own), so that the ranks' sums add
+// up to the whole map's.
 double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
-                           Tensor* dlogits);
+                           Tensor* dlogits, int64_t map_pixels = 0);
 
 // y[b, c, ...] += bias[c], and its backward db[c] += sums of dy[., c, ...] (a convolution whose
 // bias is added after its partial sums are reduced).

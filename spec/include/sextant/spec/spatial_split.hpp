@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "sextant/spec/model_spec.hpp"
@@ -73,14 +74,40 @@ MapBlock window_input_block(const Window& window, const SpatialSplit& split, int
 int64_t halo_received(const Window& window, const SpatialSplit& split, int64_t rank);
 int64_t halo_elements(const Window& window, const SpatialSplit& split);
 
+// The parts of an in_h x in_w map (held in shard_blocks) that other ranks hold of the block
+// `need(rank)` rank `rank` reads, in elements per sample and channel; most_fetched_elements: the
+// most loaded rank's. The halos above are this for window_input_block; U-Net's up-convolution
+// and cropped concat read other blocks of their inputs (below).
+int64_t fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h, int64_t in_w,
+                         const SpatialSplit& split, int64_t rank);
+int64_t most_fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h,
+                              int64_t in_w, const SpatialSplit& split);
+
+// U-Net under a spatial split (each rank holds shard_block of every map, the decoder's too).
+// The input rows a transposed convolution (no padding) of `kernel` and `stride` over `in` rows
+// reads to make output rows `out`: input row i spreads into output rows [i s, i s + kernel), so
+// the rows with i s < out.end and i s + kernel > out.begin, within [0, in).
+Rows up_window_input_rows(Rows out, int64_t in, int64_t kernel, int64_t stride);
+// The block of the up-convolution's input (window.in_h x in_w) that rank `rank`'s block of its
+// output (out_h x out_w) reads.
+MapBlock up_window_input_block(const Window& window, const SpatialSplit& split, int64_t rank);
+// The block of a kept kept_h x kept_w map that rank `rank`'s block of a concat's out_h x out_w
+// output reads: that block moved by the centre crop's offsets (centre_crop_offset).
+MapBlock crop_input_block(int64_t kept_h, int64_t kept_w, int64_t out_h, int64_t out_w,
+                          const SpatialSplit& split, int64_t rank);
+
 // Index of the layer that ends the split: the model's first adaptive_avg_pool, whose window sums
 // the ranks compute over their blocks and all-reduce; the classifier after it runs whole on every
-// rank. The index of the first fc when none comes before it (a split the model cannot end).
+// rank. The index of the first fc when none comes before it (a split the model cannot end); the
+// number of layers for a network without either (a per-pixel head: the split spans it, each rank
+// scoring its block's pixels).
 size_t spatial_layer_end(const CnnSpec& cnn);
 
 // What is wrong with splitting `model`'s feature maps over `split`, or "" when nothing is: CNNs
-// only; an adaptive_avg_pool must end the convolutional part; every window must leave each rank at
-// least one output row and column and read its halo from the adjacent rank only.
+// only; a classifier's convolutional part must end in an adaptive_avg_pool (a per-pixel head,
+// U-Net's, needs none); every window must leave each rank at least one output row and column and
+// read its halo from the adjacent rank only, every up-convolution at least one output row and
+// column (its input and a concat's kept map are read wherever they lie).
 std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& split);
 
 }  // namespace sextant::spec
