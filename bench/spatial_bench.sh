@@ -88,3 +88,8 @@ print("%s tp%s  %6.2f images/s  step %7.1f ms  peak %5.1f GiB of %4.1f  %s" % (s
     r["samples_per_s"], 1e3 * r["step_time_s"], m["peak_bytes"] / 2**30,
     m["capacity_bytes"] / 2**30, "fits" if m["fits"] else "does not fit"))' "$split" "$tp"
 done
+
+echo
+echo "U-Net (Ronneberger et al., 572x572 images, 2 classes) on dgx-a100, global batch 8: past one"
+echo "image per GPU the planner splits each image to its per-pixel loss"
+"$sextant" scale --model unet --cluster dgx-a100 --global-batch 8 --gpus 8,16,32 --quiet

@@ -555,7 +555,7 @@ void print_split_note(const spec::ModelSpec& model,
         "\nfrom {} GPUs the best plan splits each sample ({}{}) rather than adding replicas; "
         "data parallelism alone gives one sample per GPU at {} GPUs (global batch {}) and no "
         "more\n",
-        p.gpus, plan.spatial.any() ? fmt::format("{}x{} grid", plan.spatial.h, plan.spatial.w) : "",
+        p.gpus, plan.spatial.any() ? fmt::format("{} grid", spec::spatial_text(plan.spatial)) : "",
         plan.tp > 1 ? fmt::format("{}channels over tp {}", plan.spatial.any() ? ", " : "", plan.tp)
                     : "",
         p.global_batch, p.global_batch);

@@ -40,7 +40,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
       "turns error feedback off");
   cmd.add_option("--spatial", f.spatial,
                  "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "
-                 "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows");
+                 "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows; DxHxW splits a "
+                 "volume's planes too");
   cmd.add_option("--cp", f.cp,
                  "Context parallelism: split each sequence of a transformer over N ranks")
       ->check(positive());
@@ -74,16 +75,24 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
 
 namespace {
 
-// "HxW" or "H" as a spatial split; throws InputError naming --spatial.
+// "HxW", "H" or a volume's "DxHxW" as a spatial split; throws InputError naming --spatial.
 spec::SpatialSplit spatial_from_text(const std::string& text) {
-  static const std::regex pattern(R"(^\s*(\d{1,8})\s*(?:[xX]\s*(\d{1,8}))?\s*$)");
+  static const std::regex pattern(
+      R"(^\s*(\d{1,8})\s*(?:[xX]\s*(\d{1,8}))?\s*(?:[xX]\s*(\d{1,8}))?\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern))
     throw InputError("command line", "--spatial", text,
-                     "expected HxW (e.g. 2x2), or H to split the rows only");
+                     "expected HxW (e.g. 2x2), H to split the rows only, or DxHxW (a volume's "
+                     "planes, rows and columns)");
   spec::SpatialSplit s;
-  s.h = std::stoll(m[1]);
-  s.w = m[2].matched ? std::stoll(m[2]) : 1;
+  if (m[3].matched) {
+    s.d = std::stoll(m[1]);
+    s.h = std::stoll(m[2]);
+    s.w = std::stoll(m[3]);
+  } else {
+    s.h = std::stoll(m[1]);
+    s.w = m[2].matched ? std::stoll(m[2]) : 1;
+  }
   return s;
 }
 

@@ -45,7 +45,6 @@ struct ConvUnit {
   int64_t k = 1, s = 1, p = 0;
   bool bias = false, bn = false, relu = false;
   spec::ChannelAlgorithm algorithm = spec::ChannelAlgorithm::kWholeInput;  // tp > 1
-  WindowGeometry window() const { return {in.h, in.w, out.h, out.w, k, s, p}; }
 };
 
 // One lowered layer.
@@ -371,13 +370,21 @@ class CnnStage : public StageModel {
     if (volume_) return {outer, inner, k, k, k};
     return {outer, inner, k, k};
   }
+  // A map's extent as spec/spatial_split.hpp takes it (a 2D map has no depth axis), the block of
+  // it this rank holds (`split`: the layers before the split ends; else the whole map), and the
+  // window of k, s and p making `out` from `in`.
+  spec::MapExtent extent(MapShape s) const { return {s.h, s.w, volume_ ? s.d : 0}; }
+  Region held(MapShape s, bool split) const { return exchange_for(split).block(extent(s)); }
+  WindowGeometry window(MapShape in, MapShape out, int64_t k, int64_t s, int64_t p) const {
+    return {in.h, in.w, out.h, out.w, k, s, p, volume_ ? in.d : 0, volume_ ? out.d : 0};
+  }
+  WindowGeometry window(const ConvUnit& c) const { return window(c.in, c.out, c.k, c.s, c.p); }
   // A map's tensor on this rank: [B, C, H, W] or a volume's [B, C, D, H, W]; its channel block
-  // behind a channel split, its block of rows and columns in a spatial split (a volume's depth
-  // is never split: spec::spatial_split_problem).
+  // behind a channel split, its block of rows, columns (and planes) in a spatial split.
   std::vector<int64_t> shape_of(MapShape s, bool split) const {
     const int64_t c = s.whole ? s.c : s.c / ctx_.groups->tp_size;
-    const Region b = split ? exchange_.block(s.h, s.w) : Region{{0, s.h}, {0, s.w}};
-    if (volume_) return {o_.micro_batch, c, s.d, b.rows.size(), b.cols.size()};
+    const Region b = held(s, split);
+    if (volume_) return {o_.micro_batch, c, b.planes.size(), b.rows.size(), b.cols.size()};
     return {o_.micro_batch, c, b.rows.size(), b.cols.size()};
   }
   Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
@@ -399,24 +406,14 @@ class CnnStage : public StageModel {
     Tensor whole = empty(u.in, false);
     ctx_.backend->from_host(mb.features, whole);
     if (!u.split_in || !exchange_.split()) return whole;
-    // The whole image as a window of every row and column: the own block is what gather copies.
     Tensor block = empty(u.in, true);
-    const Region own = exchange_.block(u.in.h, u.in.w);
-    const int64_t planes = o_.micro_batch * u.in.c;
-    for (int64_t p = 0; p < planes; ++p)
-      for (int64_t h = own.rows.begin; h < own.rows.end; ++h)
-        for (int64_t w = own.cols.begin; w < own.cols.end; ++w)
-          block.data()[(p * own.rows.size() + h - own.rows.begin) * own.cols.size() + w -
-                       own.cols.begin] = whole.data()[(p * u.in.h + h) * u.in.w + w];
+    const Region own = held(u.in, true);
+    copy_block(whole, held(u.in, false), block, own, own);
     return block;
   }
 
-  // The rows x columns planes of a map's tensor: B C, or B C D for a volume (each plane has its
-  // halo).
-  static int64_t planes(const Tensor& t) {
-    const size_t n = t.shape().size();
-    return t.numel() / (t.dim(n - 2) * t.dim(n - 1));
-  }
+  // The B x C maps of a map's tensor (each has its halo; a volume's are 3D).
+  static int64_t maps(const Tensor& t) { return t.dim(0) * t.dim(1); }
   // The window input of a split (or padded) map, with the halo exchange traced.
   // `split`: whether the map is in blocks (the layers before the adaptive pool); behind it maps
   // are whole on every rank and only padded.
@@ -426,7 +423,7 @@ class CnnStage : public StageModel {
     const SpatialExchange& ex = exchange_for(split);
     const int64_t halo = ex.largest_halo(g);
     if (halo == 0) return ex.gather(*ctx_.backend, x, g, fill);
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * planes(x) * 4, layer,
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * maps(x) * 4, layer,
                         phase, mb);
     return ex.gather(*ctx_.backend, x, g, fill);
   }
@@ -439,7 +436,7 @@ class CnnStage : public StageModel {
       ex.scatter(*ctx_.backend, dwindow, g, dx);
       return dx;
     }
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * planes(dx) * 4, layer,
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, halo * maps(dx) * 4, layer,
                         Phase::kBwd, mb);
     ex.scatter(*ctx_.backend, dwindow, g, dx);
     return dx;
@@ -463,62 +460,74 @@ class CnnStage : public StageModel {
   // The blocks U-Net's up-convolution and cropped concat read of their inputs on rank q
   // (spec/spatial_split.hpp).
   std::function<Region(int64_t)> up_conv_inputs(const Unit& u) const {
-    const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, 0};
+    const WindowGeometry g = window(u.in, u.out, u.k, u.s, 0);
     const spec::SpatialSplit grid = ctx_.plan->spatial;
     return [g, grid](int64_t q) { return spec::up_window_input_block(g, grid, q); };
   }
   std::function<Region(int64_t)> crop_inputs(MapShape kept, MapShape to) const {
     const spec::SpatialSplit grid = ctx_.plan->spatial;
-    return [=](int64_t q) { return spec::crop_input_block(kept.h, kept.w, to.h, to.w, grid, q); };
+    const spec::MapExtent from = extent(kept), into = extent(to);
+    return [=](int64_t q) { return spec::crop_input_block(from, into, grid, q); };
   }
   // This rank's `need` block of a map `in` held in blocks, fetched from the ranks holding it
   // (traced as the lowering's exchange when any rank receives some), and the adjoint.
   Tensor fetch_block(const std::string& name, const Tensor& x, MapShape in,
                      const std::function<Region(int64_t)>& need, int32_t layer, int64_t mb) {
-    const int64_t elements = spec::most_fetched_elements(need, in.h, in.w, ctx_.plan->spatial);
-    if (elements == 0) return exchange_.fetch(*ctx_.backend, x, in.h, in.w, need, 0.0f);
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * planes(x) * 4,
+    const int64_t elements = spec::most_fetched_elements(need, extent(in), ctx_.plan->spatial);
+    if (elements == 0) return exchange_.fetch(*ctx_.backend, x, extent(in), need, 0.0f);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * maps(x) * 4,
                         layer, Phase::kFwd, mb);
-    return exchange_.fetch(*ctx_.backend, x, in.h, in.w, need, 0.0f);
+    return exchange_.fetch(*ctx_.backend, x, extent(in), need, 0.0f);
   }
   void give_back_block(const std::string& name, const Tensor& dneed, MapShape in,
                        const std::function<Region(int64_t)>& need, Tensor& dx, int32_t layer,
                        int64_t mb) {
-    const int64_t elements = spec::most_fetched_elements(need, in.h, in.w, ctx_.plan->spatial);
-    if (elements == 0) return exchange_.give_back(*ctx_.backend, dneed, in.h, in.w, need, dx);
-    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * planes(dx) * 4,
+    const int64_t elements = spec::most_fetched_elements(need, extent(in), ctx_.plan->spatial);
+    if (elements == 0) return exchange_.give_back(*ctx_.backend, dneed, extent(in), need, dx);
+    auto s = split_comm(OpName(name, OpId::kUnitHalo), OpClass::kSend, elements * maps(dx) * 4,
                         layer, Phase::kBwd, mb);
-    exchange_.give_back(*ctx_.backend, dneed, in.h, in.w, need, dx);
+    exchange_.give_back(*ctx_.backend, dneed, extent(in), need, dx);
   }
-  // Copies the rows and columns `r` (whole-map coordinates) from `src`, which holds region
-  // `from` of every [B, C] plane, into `dst`, which holds `to`.
-  static void copy_rows_and_columns(const Tensor& src, Region from, Tensor& dst, Region to,
-                                    Region r) {
-    const int64_t n = src.dim(0) * src.dim(1);
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t h = r.rows.begin; h < r.rows.end; ++h)
-        std::copy_n(src.data() + (p * from.rows.size() + h - from.rows.begin) * from.cols.size() +
-                        r.cols.begin - from.cols.begin,
-                    r.cols.size(),
-                    dst.data() + (p * to.rows.size() + h - to.rows.begin) * to.cols.size() +
-                        r.cols.begin - to.cols.begin);
+  // Copies block `r` (whole-map coordinates) from `src`, which holds region `from` of every one
+  // of its B x C maps, into `dst`, which holds `to`.
+  static void copy_block(const Tensor& src, Region from, Tensor& dst, Region to, Region r) {
+    const int64_t n = maps(src);
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t d = r.planes.begin; d < r.planes.end; ++d)
+        for (int64_t h = r.rows.begin; h < r.rows.end; ++h)
+          std::copy_n(
+              src.data() + m * from.elements() +
+                  ((d - from.planes.begin) * from.rows.size() + h - from.rows.begin) *
+                      from.cols.size() +
+                  r.cols.begin - from.cols.begin,
+              r.cols.size(),
+              dst.data() + m * to.elements() +
+                  ((d - to.planes.begin) * to.rows.size() + h - to.rows.begin) * to.cols.size() +
+                  r.cols.begin - to.cols.begin);
   }
-  // The output rows and columns an up-convolution makes from input block `in`.
-  static Region up_conv_output(const Unit& u, Region in) {
-    return {{in.rows.begin * u.s, (in.rows.end - 1) * u.s + u.k},
-            {in.cols.begin * u.s, (in.cols.end - 1) * u.s + u.k}};
+  // The output block an up-convolution makes from input block `in` (each input row i makes rows
+  // [i s, i s + k)), and its tensor's shape.
+  Region up_conv_output(const Unit& u, Region in) const {
+    auto made = [&](spec::Rows r) { return spec::Rows{r.begin * u.s, (r.end - 1) * u.s + u.k}; };
+    return {made(in.rows), made(in.cols), volume_ ? made(in.planes) : spec::Rows{0, 1}};
+  }
+  std::vector<int64_t> shape_over(int64_t channels, Region r) const {
+    if (volume_) return {o_.micro_batch, channels, r.planes.size(), r.rows.size(), r.cols.size()};
+    return {o_.micro_batch, channels, r.rows.size(), r.cols.size()};
   }
   // The per-pixel head's labels of this rank's block (every label of the micro-batch when the
-  // head's map is whole: mb.targets holds each sample's whole map).
+  // head's map is whole: mb.targets holds each sample's whole map, planes, rows, columns).
   std::vector<int32_t> block_labels(const MicroBatch& mb, const Unit& u) const {
     if (!in_blocks(u)) return mb.targets;
-    const Region own = exchange_.block(u.out.h, u.out.w);
+    const Region own = held(u.out, true);
     std::vector<int32_t> out;
     out.reserve(static_cast<size_t>(o_.micro_batch * own.elements()));
     for (int64_t b = 0; b < o_.micro_batch; ++b)
-      for (int64_t h = own.rows.begin; h < own.rows.end; ++h)
-        for (int64_t w = own.cols.begin; w < own.cols.end; ++w)
-          out.push_back(mb.targets[static_cast<size_t>((b * u.out.h + h) * u.out.w + w)]);
+      for (int64_t d = own.planes.begin; d < own.planes.end; ++d)
+        for (int64_t h = own.rows.begin; h < own.rows.end; ++h)
+          for (int64_t w = own.cols.begin; w < own.cols.end; ++w)
+            out.push_back(
+                mb.targets[static_cast<size_t>(((b * u.out.d + d) * u.out.h + h) * u.out.w + w)]);
     return out;
   }
 
@@ -611,7 +620,7 @@ class CnnStage : public StageModel {
       all_gather_channels(OpName(c.name, OpId::kUnitChannelAllGather), x, input, gather_group(c),
                           layer, Phase::kFwd, mb);
     }
-    cache.window = window_input(c.name, c.window(), input, 0.0f, split, layer, Phase::kFwd, mb);
+    cache.window = window_input(c.name, window(c), input, 0.0f, split, layer, Phase::kFwd, mb);
     cache.z = empty(c.out, split);
     if (stationary(c, spec::ChannelAlgorithm::kStationaryX) || w) {
       // Partial sums of every filter (x) or of the filter group's (w) over the channels in hand,
@@ -732,11 +741,10 @@ class CnnStage : public StageModel {
     cache.window = Tensor();
     if (!input_gradient) return Tensor();
     if (!stationary(c, spec::ChannelAlgorithm::kStationaryY) && !w)
-      return window_gradient(c.name, c.window(), dwindow, c.in, split, layer, mb);
+      return window_gradient(c.name, window(c), dwindow, c.in, split, layer, mb);
     // This rank's filters' share of the gradient of every input channel (y) or of its channel
     // group's (w), reduce-scattered by channel over tp (y) or the gather group (w).
-    Tensor whole =
-        window_gradient(c.name, c.window(), dwindow, gathered_input(c), split, layer, mb);
+    Tensor whole = window_gradient(c.name, window(c), dwindow, gathered_input(c), split, layer, mb);
     Tensor dx = empty(c.in, split);
     reduce_scatter_channels(OpName(c.name, OpId::kUnitChannelReduceScatter), whole, dx,
                             gather_group(c), layer, Phase::kBwd, mb);
@@ -784,11 +792,11 @@ class CnnStage : public StageModel {
           const auto need = up_conv_inputs(u);
           cache.x = fetch_block(u.name + ".up_conv", x, u.in, need, u.layer, m);
           const Region made = up_conv_output(u, need(exchange_.index()));
-          const Region own = exchange_.block(u.out.h, u.out.w);
-          Tensor all = empty({o_.micro_batch, u.out.c, made.rows.size(), made.cols.size()});
+          const Region own = held(u.out, true);
+          Tensor all = empty(shape_over(u.out.c, made));
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
           conv::transposed_convolution(cache.x, w, u.s, all);
-          copy_rows_and_columns(all, made, y, own, own);
+          copy_block(all, made, y, own, own);
         }
         if (u.bias) conv::add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
         return y;
@@ -820,7 +828,7 @@ class CnnStage : public StageModel {
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool: {
         const bool max = u.kind == CnnLayerKind::kMaxPool;
-        const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
+        const WindowGeometry g = window(u.in, u.out, u.k, u.s, u.p);
         cache.window = window_input(u.name + ".pool", g, x,
                                     max ? -std::numeric_limits<float>::infinity() : 0.0f, split,
                                     u.layer, Phase::kFwd, m);
@@ -834,8 +842,7 @@ class CnnStage : public StageModel {
         return y;
       }
       case CnnLayerKind::kAdaptiveAvgPool: {
-        const Region own =
-            split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
+        const Region own = held(u.in, split);
         Tensor y = empty(u.out, false);
         {
           auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
@@ -931,10 +938,10 @@ class CnnStage : public StageModel {
         // and the fetched input's gradient back to the ranks holding it.
         const auto need = up_conv_inputs(u);
         const Region made = up_conv_output(u, need(exchange_.index()));
-        const Region own = exchange_.block(u.out.h, u.out.w);
-        Tensor dall = empty({o_.micro_batch, u.out.c, made.rows.size(), made.cols.size()});
+        const Region own = held(u.out, true);
+        Tensor dall = empty(shape_over(u.out.c, made));
         be.fill(dall, 0.0f);
-        copy_rows_and_columns(dout, own, dall, made, own);
+        copy_block(dout, own, dall, made, own);
         Tensor dfetched = empty(cache.x.shape());
         {
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
@@ -983,7 +990,7 @@ class CnnStage : public StageModel {
       }
       case CnnLayerKind::kMaxPool:
       case CnnLayerKind::kAvgPool: {
-        const WindowGeometry g{u.in.h, u.in.w, u.out.h, u.out.w, u.k, u.s, u.p};
+        const WindowGeometry g = window(u.in, u.out, u.k, u.s, u.p);
         Tensor dwindow = empty(cache.window.shape());
         {
           auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
@@ -997,8 +1004,7 @@ class CnnStage : public StageModel {
         return window_gradient(u.name + ".pool", g, dwindow, u.in, split, u.layer, m);
       }
       case CnnLayerKind::kAdaptiveAvgPool: {
-        const Region own =
-            split ? exchange_.block(u.in.h, u.in.w) : Region{{0, u.in.h}, {0, u.in.w}};
+        const Region own = held(u.in, split);
         Tensor dx = empty(u.in, split);
         auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
         conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own.rows, own.cols,

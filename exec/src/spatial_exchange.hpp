@@ -1,7 +1,8 @@
 // A CNN rank's block of every feature map in a spatial split (Dryden et al., IPDPS'19), and the
-// halo exchange before a window slides over it: the rows and columns its windows read beyond its
-// block come from the ranks holding them, with non-blocking sends; backward, their gradients go
-// back and are added by their holders. Unsplit (a grid of one), the same code pads the map.
+// halo exchange before a window slides over it: the rows and columns (and a volume's planes) its
+// windows read beyond its block come from the ranks holding them, with non-blocking sends;
+// backward, their gradients go back and are added by their holders. Unsplit (a grid of one), the
+// same code pads the map.
 //
 // Blocks are spec::shard_rows of each axis (row-major grid); a rank's window input is
 // spec::window_input_rows of its output block. Every rank computes every rank's block and window
@@ -27,29 +28,29 @@ class SpatialExchange {
   // `comm`: the spatial group (null when unsplit); `index`: this rank's place in the grid.
   SpatialExchange(spec::SpatialSplit grid, int64_t index, Communicator* comm);
 
-  // Rank `rank`'s block of a height x width map (the whole map when unsplit).
-  Region block(int64_t height, int64_t width, int64_t rank) const;
-  Region block(int64_t height, int64_t width) const { return block(height, width, index_); }
-  // The input rows and columns rank `rank`'s window reads (its output block's window, reaching
-  // into the padding at the map's edges).
+  // Rank `rank`'s block of a map (the whole map when unsplit): rows and columns, and a volume's
+  // planes.
+  Region block(const spec::MapExtent& map, int64_t rank) const;
+  Region block(const spec::MapExtent& map) const { return block(map, index_); }
+  // The input block rank `rank`'s window reads (its output block's window, reaching into the
+  // padding at the map's edges).
   Region window_input(const WindowGeometry& g, int64_t rank) const;
 
-  // This rank's window input [B, C, rows, cols]: its own block of `x` ([B, C, block]), the halo
-  // received from the ranks holding it, `fill` beyond the map (0, or -infinity for max pooling).
-  // A volume [B, C, D, block] (whose depth is never split) gets the same for every depth plane
-  // and its depth padded as the window reads it: [B, C, planes, rows, cols].
+  // This rank's window input [B, C, rows, cols] (a volume's [B, C, planes, rows, cols]): its own
+  // block of `x`, the halo received from the ranks holding it, `fill` beyond the map (0, or
+  // -infinity for max pooling).
   Tensor gather(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g, float fill) const;
-  // The adjoint: `dwindow`'s own part into dx ([B, C, block] or [B, C, D, block]), the halo's
-  // parts sent to their holders, the parts others send back added.
+  // The adjoint: `dwindow`'s own part into dx (this rank's block), the halo's parts sent to their
+  // holders, the parts others send back added.
   void scatter(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
                Tensor& dx) const;
-  // The general form (planes [B, C, H, W] only) for any block a rank reads of a height x width map
-  // held in blocks: `need(q)` is rank q's, the same function on every rank (U-Net's
-  // up-convolution and cropped concat: spec::up_window_input_block, crop_input_block). Returns
-  // [B, C, need(this rank)]; give_back is its adjoint (overwrites dx).
-  Tensor fetch(DeviceMemory& backend, const Tensor& x, int64_t height, int64_t width,
+  // The general form for any block a rank reads of a map held in blocks: `need(q)` is rank q's,
+  // the same function on every rank (a window's input; U-Net's up-convolution and cropped concat:
+  // spec::up_window_input_block, crop_input_block). Returns [B, C, need(this rank)]; give_back is
+  // its adjoint (overwrites dx).
+  Tensor fetch(DeviceMemory& backend, const Tensor& x, const spec::MapExtent& map,
                const std::function<Region(int64_t)>& need, float fill) const;
-  void give_back(DeviceMemory& backend, const Tensor& dneed, int64_t height, int64_t width,
+  void give_back(DeviceMemory& backend, const Tensor& dneed, const spec::MapExtent& map,
                  const std::function<Region(int64_t)>& need, Tensor& dx) const;
   // Elements per sample and channel the most loaded rank of the group receives for `g` (0: no
   // exchange; spec::halo_elements, what the lowering prices): what the trace reports for the
@@ -60,12 +61,6 @@ class SpatialExchange {
   int64_t index() const { return index_; }
 
  private:
-  // gather and scatter over [B, planes, H, W].
-  Tensor gather_planes(DeviceMemory& backend, const Tensor& x, const WindowGeometry& g,
-                       float fill) const;
-  void scatter_planes(DeviceMemory& backend, const Tensor& dwindow, const WindowGeometry& g,
-                      Tensor& dx) const;
-
   spec::SpatialSplit grid_;
   int64_t index_;
   int64_t ranks_;

@@ -21,10 +21,19 @@ namespace sextant::models {
 namespace {
 
 // A feature map: channels and the whole map's slices (1 for images), rows and columns (a rank of
-// a spatial split holds a block of its rows and columns).
+// a spatial split holds a block of its rows and columns, and of a volume's slices).
 struct Feature {
   int64_t c, d, h, w;
 };
+// Its extent as spec/spatial_split.hpp takes it (no depth axis for an image), and the window of
+// k, s and p that makes `out` from `in`.
+spec::MapExtent extent(const Feature& f, bool volumes) {
+  return {f.h, f.w, volumes ? f.d : 0};
+}
+spec::Window window_of(const Feature& in, const Feature& out, int64_t k, int64_t s, int64_t p,
+                       bool volumes) {
+  return {in.h, in.w, out.h, out.w, k, s, p, volumes ? in.d : 0, volumes ? out.d : 0};
+}
 
 // How a CNN layer's maps are split: the plan's grid for the layers before the adaptive pool that
 // ends the split (spec::spatial_layer_end), none after it.
@@ -34,9 +43,11 @@ struct MapSplit {
   int64_t block(int64_t h, int64_t w) const {
     return spec::shard_extent(h, grid.h) * spec::shard_extent(w, grid.w);
   }
-  // Elements per sample and channel of the rank's block of `f` (every slice: volumes are split
-  // by rows and columns only, spec::spatial_split_problem).
-  int64_t block(const Feature& f) const { return f.d * block(f.h, f.w); }
+  // Elements per sample and channel of the most loaded rank's block of `f` (its slices split over
+  // grid.d, 1 for an image).
+  int64_t block(const Feature& f) const {
+    return spec::shard_extent(f.d, grid.d) * block(f.h, f.w);
+  }
 };
 
 // What lowering a CNN carries from op to op: how its channels are split over the plan's tp ranks
@@ -84,8 +95,8 @@ int64_t add_halo(Layer& layer, const std::string& name, int64_t channels,
 
 // A spatially split layer's fetch of the parts of its input block other ranks hold, when that
 // block is not a window's (U-Net's up-convolution and cropped concat): `elements` per sample and
-// channel (spec::most_fetched_elements) of `bytes_per_element` (batch x channels x slices x
-// dtype). Backward sends their gradient back, the same bytes (add_cnn_backward).
+// channel (spec::most_fetched_elements) of `bytes_per_element` (batch x channels x dtype). Backward
+// sends their gradient back, the same bytes (add_cnn_backward).
 void add_fetch(Layer& layer, const std::string& name, int64_t bytes_per_element, int64_t elements) {
   if (elements > 0)
     layer.forward.push_back(spatial_op(OpName(name, OpId::kUnitHalo), CollectiveKind::kSendRecv,
@@ -171,7 +182,7 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   // then exchange the halo of every gathered channel; stationary-x exchanges its own channels'.
   const int64_t window_c = read_c;
   const int64_t in_pixels =
-      in_block + add_halo(layer, name, window_c, {in.h, in.w, o.h, o.w, k, stride, pad}, split,
+      in_block + add_halo(layer, name, window_c, window_of(in, o, k, stride, pad, volumes), split,
                           reads_layer_input, cs, B, e);
   Op conv = gemm(OpName(name, OpId::kUnitProduct), B * out_pixels, n, cin * window, e,
                  TpSplit::kReplicated);
@@ -289,13 +300,13 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           // it (spec::up_window_input_block), some held by other ranks: fetched first, their
           // gradient sent back in backward.
           if (split.grid.any()) {
-            const spec::Window up_window{f.h, f.w, up.h, up.w, l.kernel, l.stride, 0};
+            const spec::Window up_window = window_of(f, up, l.kernel, l.stride, 0, volumes);
             const spec::SpatialSplit grid = split.grid;
             add_fetch(
-                layer, layer.name + ".up_conv", B * f.c * f.d * e,
+                layer, layer.name + ".up_conv", B * f.c * e,
                 spec::most_fetched_elements(
-                    [&](int64_t q) { return spec::up_window_input_block(up_window, grid, q); }, f.h,
-                    f.w, grid));
+                    [&](int64_t q) { return spec::up_window_input_block(up_window, grid, q); },
+                    extent(f, volumes), grid));
           }
           Op conv = gemm(OpName(layer.name + ".up_conv", OpId::kUnitProduct), B * split.block(f),
                          l.out_channels * window, f.c, e, TpSplit::kReplicated);
@@ -323,11 +334,11 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           // its place (spec::crop_input_block), some held by other ranks.
           if (split.grid.any()) {
             const spec::SpatialSplit grid = split.grid;
-            add_fetch(
-                layer, layer.name, B * k.c * k.d * e,
-                spec::most_fetched_elements(
-                    [&](int64_t q) { return spec::crop_input_block(k.h, k.w, f.h, f.w, grid, q); },
-                    k.h, k.w, grid));
+            const spec::MapExtent from = extent(k, volumes), to = extent(f, volumes);
+            add_fetch(layer, layer.name, B * k.c * e,
+                      spec::most_fetched_elements(
+                          [&](int64_t q) { return spec::crop_input_block(from, to, grid, q); },
+                          from, grid));
           }
           const int64_t moved = B * joined.c * split.block(joined) * e;
           layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitConcat),
@@ -343,7 +354,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
                      spec::window_output(f.w, l.kernel, l.stride, l.padding)};
           const int64_t c = cs.held(f.c);
           add_halo(layer, layer.name + ".pool", c,
-                   {f.h, f.w, o2.h, o2.w, l.kernel, l.stride, l.padding}, split, true, cs, B, e);
+                   window_of(f, o2, l.kernel, l.stride, l.padding, volumes), split, true, cs, B, e);
           layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
                                             B * c * (split.block(f) + split.block(o2)) * e,
                                             TpSplit::kReplicated, {B, c, o2.d * o2.h, o2.w}));

@@ -207,7 +207,7 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
     throw InputError(fmt::format("model {}", model.name), "/spatial",
-                     fmt::format("{}x{}", options.spatial.h, options.spatial.w), problem);
+                     spec::spatial_text(options.spatial), problem);
   if (!model.is_transformer())
     if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
       throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),

@@ -85,6 +85,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         stack.autocast,
                         plan.spatial.h,
                         plan.spatial.w,
+                        plan.spatial.d,
                         plan.cp,
                         static_cast<int>(plan.cp_algorithm),
                         plan.ep,

@@ -357,14 +357,21 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   };
   // Spatial splits (CNNs): a grid per power of two, up to a node (the split ranks exchange halos
   // at every layer) and as long as the model's maps split (a larger grid only shrinks blocks).
+  // Each doubling goes to the axis with the fewest ranks: rows first, then columns (h >= w), and
+  // over a volume planes first (d >= h >= w: slabs, then pencils, then cubes).
   out.sample_splits.push_back({});
   if (m.kind() == spec::ModelKind::kCnn) {
     const int64_t limit =
         r.allow_tp_across_nodes ? r.gpus : std::min(r.gpus, r.cluster.devices_per_node);
+    spec::SpatialSplit grid;
     for (int64_t s = 2; s <= limit; s *= 2) {
-      spec::SpatialSplit grid;
-      grid.w = int64_t{1} << (std::bit_width(static_cast<uint64_t>(s)) - 1) / 2;
-      grid.h = s / grid.w;
+      if (m.cnn().volumes() && grid.d <= grid.h && grid.d <= grid.w) {
+        grid.d *= 2;
+      } else if (grid.h <= grid.w) {
+        grid.h *= 2;
+      } else {
+        grid.w *= 2;
+      }
       if (!spec::spatial_split_problem(m, grid).empty()) break;
       out.sample_splits.push_back({grid, 1, spec::ContextAlgorithm::kRing});
     }

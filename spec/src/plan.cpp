@@ -64,6 +64,11 @@ EnumNames<Recompute> recompute_names() {
   return kRecomputes;
 }
 
+std::string spatial_text(const SpatialSplit& split) {
+  if (split.d > 1) return fmt::format("{}x{}x{}", split.d, split.h, split.w);
+  return fmt::format("{}x{}", split.h, split.w);
+}
+
 std::string Plan::name() const {
   std::string s = fmt::format("dp{}.tp{}.pp{}.z{}.mb{}", dp, tp, pp, zero, micro_batch);
   if (sequence_parallel) s += ".sp";
@@ -113,7 +118,9 @@ std::string Plan::name() const {
       break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
-  if (spatial.any()) s += fmt::format(".hw{}x{}", spatial.h, spatial.w);
+  if (spatial.any())
+    s += spatial.d > 1 ? fmt::format(".dhw{}", spatial_text(spatial))
+                       : fmt::format(".hw{}", spatial_text(spatial));
   if (cp > 1) {
     s += fmt::format(".cp{}", cp);
     if (cp_algorithm == ContextAlgorithm::kAllGather) s += "ag";
@@ -184,27 +191,27 @@ void check_compression_knobs(const GradientCompression& c, const ProblemSink& pr
 void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   // (A plan file's reader has refused these already; a plan built in code may hold anything.)
   if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.micro_batch < 1 || p.global_batch < 1 ||
-      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1 || p.cp < 1 || p.ep < 1) {
+      p.virtual_stages < 1 || p.spatial.h < 1 || p.spatial.w < 1 || p.spatial.d < 1 || p.cp < 1 ||
+      p.ep < 1) {
     problem("dp",
-            fmt::format("dp {}, tp {}, pp {}, spatial {}x{}, cp {}, ep {}, micro_batch {}, "
+            fmt::format("dp {}, tp {}, pp {}, spatial {}, cp {}, ep {}, micro_batch {}, "
                         "global_batch {}, virtual_stages {}",
-                        p.dp, p.tp, p.pp, p.spatial.h, p.spatial.w, p.cp, p.ep, p.micro_batch,
+                        p.dp, p.tp, p.pp, spatial_text(p.spatial), p.cp, p.ep, p.micro_batch,
                         p.global_batch, p.virtual_stages),
             "every degree and batch size must be >= 1");
     return;
   }
   // In double: six degrees of up to 2^24 each multiply past int64.
   if (static_cast<double>(p.dp) * static_cast<double>(p.tp) * static_cast<double>(p.pp) *
-          static_cast<double>(p.spatial.h) * static_cast<double>(p.spatial.w) *
-          static_cast<double>(p.cp) >
+          static_cast<double>(p.spatial.ranks()) * static_cast<double>(p.cp) >
       static_cast<double>(kMaxRanks)) {
     if (p.cp > 1) {
       problem("dp", fmt::format("{} (dp*tp*pp*cp = {}*{}*{}*{})", p.dp, p.dp, p.tp, p.pp, p.cp),
               fmt::format("dp*tp*pp*cp must be at most {} ranks", kMaxRanks));
     } else if (p.spatial.any()) {
       problem("dp",
-              fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{})", p.dp, p.dp, p.tp, p.pp,
-                          p.spatial.h, p.spatial.w),
+              fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{})", p.dp, p.dp, p.tp, p.pp,
+                          spatial_text(p.spatial)),
               fmt::format("dp*tp*pp*spatial must be at most {} ranks", kMaxRanks));
     } else {
       problem("dp", fmt::format("{} (dp*tp*pp = {}*{}*{})", p.dp, p.dp, p.tp, p.pp),
@@ -275,7 +282,7 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   if (p.spatial.any()) {
     // What the spatial split does not (yet) combine with: the ranks splitting a sample hold whole
     // layers and sum their weight gradients with the replicas, a DDP all-reduce.
-    const std::string split = fmt::format("{}x{}", p.spatial.h, p.spatial.w);
+    const std::string split = spatial_text(p.spatial);
     if (p.zero != 0)
       problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
     if (p.offload.state()) problem("spatial", split, "runs without optimizer or parameter offload");
@@ -380,6 +387,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   if (auto sp = r.object("spatial", Presence::kOptional)) {
     p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
     p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
+    p.spatial.d = sp->integer("d", degree, Presence::kOptional).value_or(1);
     sp->finish();
   }
   p.dtype = r.enumeration("dtype", dtype_names(), Presence::kOptional);
@@ -485,7 +493,10 @@ Json to_json(const Plan& p) {
     if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
     j["compression"] = cj;
   }
-  if (p.spatial.any()) j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
+  if (p.spatial.any()) {
+    j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
+    if (p.spatial.d > 1) j["spatial"]["d"] = p.spatial.d;
+  }
   if (p.cp > 1) {
     j["cp"] = p.cp;
     j["cp_algorithm"] = enum_name(context_algorithm_names(), p.cp_algorithm);
@@ -593,8 +604,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
           fmt::format("dp*tp*pp*cp must equal the number of ranks ({})", ranks));
     } else if (p.spatial.any()) {
       add("dp",
-          fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{}x{} = {})", p.dp, p.dp, p.tp, p.pp,
-                      p.spatial.h, p.spatial.w, p.world_size()),
+          fmt::format("{} (dp*tp*pp*spatial = {}*{}*{}*{} = {})", p.dp, p.dp, p.tp, p.pp,
+                      spatial_text(p.spatial), p.world_size()),
           fmt::format("dp*tp*pp*spatial must equal the number of ranks ({})", ranks));
     } else {
       add("dp",
@@ -603,7 +614,7 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     }
   }
   if (std::string problem = spatial_split_problem(model, p.spatial); !problem.empty())
-    add("spatial", fmt::format("{}x{}", p.spatial.h, p.spatial.w), problem);
+    add("spatial", spatial_text(p.spatial), problem);
   const int64_t tokens =
       model.is_transformer() ? p.seq_len.value_or(model.transformer().seq_len) : 0;
   if (std::string problem = context_parallel_problem(model, tokens, p); !problem.empty())

@@ -181,6 +181,13 @@ expect_error "--spatial = 2y2: expected HxW" "$sextant" simulate --model resnet5
   --cluster dgx-a100 --dp 1 --global-batch 2 --spatial 2y2
 expect_error "/spatial = 16x16: layer 4 (bottleneck) makes a 14x14 feature map" "$sextant" \
   simulate --model resnet50 --cluster dgx-a100 --dp 1 --global-batch 1 --spatial 16x16
+expect_error "/spatial = 2x1x1: d splits a volume's planes (depth)" "$sextant" simulate \
+  --model resnet50 --cluster dgx-a100 --dp 1 --global-batch 1 --spatial 2x1x1
+# 8 slabs of the 3D U-Net: its 11-plane map at the bottom leaves ranks 1 plane, its valid 3x3x3
+# convolution reads 2 past a block.
+expect_error "/spatial = 8x1x1: layer 9 (conv) makes a 9x11x11 feature map from 11x13x13" \
+  "$sextant" simulate --model unet3d --cluster dgx-a100 --dp 1 --global-batch 1 --spatial 8x1x1 \
+  --gpus 8
 expect_error "--gpus = 2: must equal the ranks of the plan (dp2.tp1.pp1.z0.mb1.hw2x1: 4)" \
   "$sextant" simulate --model resnet50 --cluster dgx-a100 --dp 2 --global-batch 2 --spatial 2 \
   --gpus 2

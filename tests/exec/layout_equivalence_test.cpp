@@ -402,8 +402,8 @@ spec::Plan with_grid(spec::Plan p, int64_t x, int64_t y, int64_t z) {
   return p;
 }
 
-spec::Plan split(spec::Plan p, int64_t h, int64_t w) {
-  p.spatial = {h, w};
+spec::Plan split(spec::Plan p, int64_t h, int64_t w, int64_t d = 1) {
+  p.spatial = {h, w, d};
   return p;
 }
 
@@ -560,6 +560,12 @@ std::vector<Layout> layouts() {
       {"unet3d_dp2", plan_of(2, 1, 1), Net::kUnet3d},
       {"unet3d_dp2_zero3", plan_of(2, 1, 1, 3), Net::kUnet3d},
       {"unet3d_dp8", plan_of(8, 1, 1), Net::kUnet3d},
+      // Its volumes split by planes, rows and columns (a d x h x w grid) to the per-voxel loss.
+      {"unet3d_dhw2x1x1", split(plan_of(1, 1, 1), 1, 1, 2), Net::kUnet3d},
+      {"unet3d_dhw2x2x1", split(plan_of(1, 1, 1), 2, 1, 2), Net::kUnet3d},
+      {"unet3d_dhw1x1x2", split(plan_of(1, 1, 1), 1, 2, 1), Net::kUnet3d},
+      {"unet3d_dhw2x2x2", split(plan_of(1, 1, 1), 2, 2, 2), Net::kUnet3d},
+      {"unet3d_dp2_dhw2x2x1", split(plan_of(2, 1, 1), 2, 1, 2), Net::kUnet3d},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

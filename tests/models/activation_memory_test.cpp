@@ -13,16 +13,24 @@ struct Shape {
 };
 
 // Table 2 of the paper, bytes per layer with 16-bit activations.
-double no_parallelism(Shape x) { return x.s * x.b * x.h * (34 + 5 * x.a * x.s / x.h); }
+double no_parallelism(Shape x) {
+  return x.s * x.b * x.h * (34 + 5 * x.a * x.s / x.h);
+}
 double tensor_parallel(Shape x, double t) {
   return x.s * x.b * x.h * (10 + 24 / t + 5 * x.a * x.s / (x.h * t));
 }
 double tensor_sequence_parallel(Shape x, double t) {
   return x.s * x.b * x.h * (34 / t + 5 * x.a * x.s / (x.h * t));
 }
-double tensor_parallel_selective(Shape x, double t) { return x.s * x.b * x.h * (10 + 24 / t); }
-double tensor_sequence_parallel_selective(Shape x, double t) { return x.s * x.b * x.h * 34 / t; }
-double full_recompute(Shape x) { return 2 * x.s * x.b * x.h; }
+double tensor_parallel_selective(Shape x, double t) {
+  return x.s * x.b * x.h * (10 + 24 / t);
+}
+double tensor_sequence_parallel_selective(Shape x, double t) {
+  return x.s * x.b * x.h * 34 / t;
+}
+double full_recompute(Shape x) {
+  return 2 * x.s * x.b * x.h;
+}
 
 int64_t ours(const char* model, int64_t b, int64_t t, bool sp, spec::Recompute r) {
   spec::ModelSpec m = zoo_model(model);

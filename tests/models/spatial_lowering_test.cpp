@@ -156,6 +156,35 @@ TEST(SpatialLowering, AUnetsUpConvolutionAndCropFetchTheRowsOtherRanksHold) {
   EXPECT_EQ(find_op(whole.layers[4].forward, "layer4.halo"), nullptr);
 }
 
+// A volume split by planes (tests/pytorch/unet3d-tiny.json over {h 1, w 1, d 2}, B = 2, fp32):
+// its first 3x3x3 convolution (padding 1) keeps 8 planes of 10 x 10, each rank making 4 of them
+// from 6 (one past its block each side, one of them padding); its 4 -> 2 plane convolution after
+// the pool reads 2 planes past a 1-plane output block.
+TEST(SpatialLowering, AVolumeSplitByPlanesExchangesWholePlanes) {
+  const spec::ModelSpec m =
+      spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet3d-tiny.json");
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = {1, 1, 2};
+  const LoweredModel split = lower(m, o);
+  // Layer 0: the neighbour's one plane of 10 x 10 of the 2 image channels.
+  const Op* first = find_op(split.layers[0].forward, "layer0.conv.halo");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->bytes, 2 * 2 * 100 * 4);
+  // Layer 2 (4 channels, 4 planes of 5 x 5 to 2 planes of 3 x 3, no padding): rank 0 makes plane
+  // 0 from planes 0-2 and holds 0-1; rank 1 makes plane 1 from planes 1-3 and holds 2-3: one
+  // plane of 5 x 5 each.
+  const Op* second = find_op(split.layers[2].forward, "layer2.conv.halo");
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->bytes, 2 * 4 * 25 * 4);
+  // The block of the first convolution's output: 4 of the 8 planes.
+  EXPECT_EQ(split.layers[0].output_bytes, 2 * 4 * (4 * 100) * 4);
+  // A 2D model's grid has no planes to split.
+  o.spatial = {1, 1, 2};
+  EXPECT_THROW(lower(test::small_cnn(32), o), InputError);
+}
+
 TEST(SpatialLowering, AModelThatDoesNotSplitIsRefused) {
   LoweringOptions o;
   o.spatial = {64, 1};

@@ -850,6 +850,22 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   EXPECT_EQ(gpt.sample_splits.size(), 1u);
 }
 
+TEST(Planner, AVolumesGridsSplitItsPlanesFirst) {
+  // The 3D U-Net (116 planes of 132 x 132) on a node of 8: slabs (d 2), then pencils (d 2 x h 2),
+  // then cubes (2 x 2 x 2), each a grid its maps take.
+  const SearchRequest r = request("unet3d", 8, 2);
+  const Enumeration all = enumerate_plans(r);
+  ASSERT_EQ(all.sample_splits.size(), 4u);
+  EXPECT_EQ(all.sample_splits[1].spatial, (spec::SpatialSplit{1, 1, 2}));
+  EXPECT_EQ(all.sample_splits[2].spatial, (spec::SpatialSplit{2, 1, 2}));
+  EXPECT_EQ(all.sample_splits[3].spatial, (spec::SpatialSplit{2, 2, 2}));
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all.plan(i).spatial.any()) continue;
+    EXPECT_NO_THROW(spec::validate_plan(all.plan(i), r.model, 8, "candidate"))
+        << all.plan(i).name();
+  }
+}
+
 TEST(Planner, ChannelSplitsAreSearchedForCnns) {
   // ResNet-50's convolutions have 64 to 2048 channels: every tp up to a node of 8 divides them.
   // tp also splits the channels of each block of a spatial split, and the estimator prices a

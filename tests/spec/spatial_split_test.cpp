@@ -60,6 +60,29 @@ TEST(SpatialSplit, ShardRowsAndWindowInputs) {
   EXPECT_EQ(window_input_rows({4, 8}, 3, 1, 1), (Rows{3, 9}));
 }
 
+// A volume's blocks over a d x h x w grid (planes outermost), and a halo across planes by hand.
+TEST(SpatialSplit, VolumeBlocksAndPlaneHalos) {
+  // 8 planes of 10 x 10 over 2 x 2 x 1 (d, h, w): rank 3 is plane block 1, row block 1.
+  const SpatialSplit grid{2, 1, 2};
+  const MapBlock b = shard_block(MapExtent{10, 10, 8}, grid, 3);
+  EXPECT_EQ(b.planes, (Rows{4, 8}));
+  EXPECT_EQ(b.rows, (Rows{5, 10}));
+  EXPECT_EQ(b.cols, (Rows{0, 10}));
+  EXPECT_EQ(b.elements(), 4 * 5 * 10);
+  // A 2D map has one plane whatever the grid.
+  EXPECT_EQ(shard_block(10, 10, {2, 1}, 1).planes, (Rows{0, 1}));
+  // A padded 3x3x3 convolution over 8 x 10 x 10 split by planes only ({1, 1, 2}): rank 0 makes
+  // planes 0-3 from planes -1 to 4, of which plane 4 (10 x 10) is rank 1's; the rows and columns
+  // reach into the padding only.
+  const Window conv{10, 10, 10, 10, 3, 1, 1, 8, 8};
+  EXPECT_EQ(window_input_block(conv, {1, 1, 2}, 0).planes, (Rows{-1, 5}));
+  EXPECT_EQ(halo_received(conv, {1, 1, 2}, 0), 100);
+  EXPECT_EQ(halo_elements(conv, {1, 1, 2}), 100);
+  // Over {2, 1, 2} rank 0 (planes 0-3, rows 0-4) also reads row 5 of its planes (rank 1's: 4 x 10)
+  // and plane 4's rows 0-5 (rank 2's rows 0-4 and rank 3's corner row 5: 6 x 10).
+  EXPECT_EQ(halo_received(conv, {2, 1, 2}, 0), 6 * 10 + 4 * 10);
+}
+
 // U-Net's up-convolution and crop under a split read blocks of their inputs that are not windows.
 TEST(SpatialSplit, UpConvolutionAndCropInputsByHand) {
   // A 2x2 up-convolution of stride 2: input row i makes output rows 2i and 2i + 1, so output rows
@@ -77,24 +100,24 @@ TEST(SpatialSplit, UpConvolutionAndCropInputsByHand) {
                 [&](int64_t q) {
                   return up_window_input_block(up, {2, 1}, q);
                 },
-                5, 5, {2, 1}, 0),
+                {5, 5}, {2, 1}, 0),
             5);
   EXPECT_EQ(fetched_elements(
                 [&](int64_t q) {
                   return up_window_input_block(up, {2, 1}, q);
                 },
-                5, 5, {2, 1}, 1),
+                {5, 5}, {2, 1}, 1),
             0);
   // The crop of a 26-row kept map to 22 rows (offset 2) over 4 ranks: rank 0's output rows
   // [0, 5) read kept rows [2, 7), of which row 6 is rank 1's ([6, 13)).
-  const MapBlock crop = crop_input_block(26, 10, 22, 6, {4, 1}, 0);
+  const MapBlock crop = crop_input_block({26, 10}, {22, 6}, {4, 1}, 0);
   EXPECT_EQ(crop.rows, (Rows{2, 7}));
   EXPECT_EQ(crop.cols, (Rows{2, 8}));
   EXPECT_EQ(most_fetched_elements(
                 [](int64_t q) {
-                  return crop_input_block(26, 10, 22, 6, {4, 1}, q);
+                  return crop_input_block({26, 10}, {22, 6}, {4, 1}, q);
                 },
-                26, 10, {4, 1}),
+                {26, 10}, {4, 1}),
             6);
   // The halos are the same count over window_input_block.
   const Window conv{56, 56, 56, 56, 3, 1, 1};
@@ -102,7 +125,7 @@ TEST(SpatialSplit, UpConvolutionAndCropInputsByHand) {
                                              [&](int64_t q) {
                                                return window_input_block(conv, {4, 1}, q);
                                              },
-                                             56, 56, {4, 1}));
+                                             {56, 56}, {4, 1}));
 }
 
 ModelSpec transformer() {
@@ -164,6 +187,15 @@ TEST(SpatialSplit, WhichModelsSplit) {
   const ModelSpec tall =
       read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tall-tiny.json");
   EXPECT_EQ(spatial_split_problem(tall, {4, 1}), "");
+  // Volumes split their planes too: unet3d-tiny's 8 planes go to 2 ranks (4 at the pool, 2 at
+  // its valid 3x3x3 convolutions, which read 2 planes past a block), not to 4 (the 4 -> 2 plane
+  // convolution would leave ranks without a plane).
+  const ModelSpec volume =
+      read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet3d-tiny.json");
+  EXPECT_EQ(spatial_split_problem(volume, {2, 2, 2}), "");
+  EXPECT_NE(
+      spatial_split_problem(volume, {1, 1, 4}).find("layer 2 (conv) makes a 2x3x3 feature map"),
+      std::string::npos);
 }
 
 Json split_plan() {
@@ -186,8 +218,19 @@ TEST(SpatialSplit, PlanFormatAndRules) {
   bad["spatial"]["h"] = 0;
   EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial/h");
   bad = split_plan();
-  bad["spatial"]["d"] = 2;
+  bad["spatial"]["d"] = 0;
   EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial/d");
+  // A volume's planes split too (d): 2 x 2 x 2 grid ranks per replica.
+  Json volume = split_plan();
+  volume["spatial"]["d"] = 2;
+  const Plan v = plan_from_json(volume, "v.json");
+  EXPECT_EQ(v.spatial, (SpatialSplit{2, 2, 2}));
+  EXPECT_EQ(v.world_size(), 16);
+  EXPECT_EQ(v.name(), "dp2.tp1.pp1.z0.mb4.dhw2x2x2");
+  EXPECT_EQ(spatial_text(v.spatial), "2x2x2");
+  EXPECT_EQ(to_json(plan_from_json(to_json(v), "round trip")), to_json(v));
+  EXPECT_INPUT_ERROR(validate_plan(v, test::small_cnn(), 16, "v.json"),
+                     "/spatial = 2x2x2: d splits a volume's planes");
   bad = split_plan();
   bad["zero"] = 1;
   EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial = 2x2: runs with zero 0");

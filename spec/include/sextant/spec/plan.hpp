@@ -93,17 +93,21 @@ struct GradientCompression {
 
 // How each sample's feature maps are split over ranks (spatial parallelism, Dryden et al.,
 // IPDPS'19, "Improving strong-scaling of CNN training by exploiting finer-grained parallelism"):
-// an h x w grid of ranks, each holding a block of rows and columns of every convolutional layer's
-// input and output, exchanging halos with its grid neighbours before each convolution and pooling
-// window and all-reducing batch-norm statistics. CNNs only; spec/spatial_split.hpp owns the
-// shard and halo sizes and the rule of which models split.
+// an h x w grid of ranks (d x h x w over a volume's planes, rows and columns), each holding a block
+// of rows and columns of every convolutional layer's input and output, exchanging halos with its
+// grid neighbours before each convolution and pooling window and all-reducing batch-norm
+// statistics. CNNs only; spec/spatial_split.hpp owns the shard and halo sizes and the rule of
+// which models split.
 struct SpatialSplit {
   int64_t h = 1;  // ranks along the rows
   int64_t w = 1;  // ranks along the columns
-  int64_t ranks() const { return h * w; }
+  int64_t d = 1;  // ranks along a volume's depth (planes)
+  int64_t ranks() const { return d * h * w; }
   bool any() const { return ranks() > 1; }
   bool operator==(const SpatialSplit&) const = default;
 };
+// "HxW", or "DxHxW" when the depth is split: the command line's and messages' form.
+std::string spatial_text(const SpatialSplit& split);
 
 // How the ranks splitting each sequence (context parallelism) compute attention over the whole
 // sequence; spec/context_parallel.hpp owns the rules and the transfers.

@@ -4,10 +4,11 @@
 // innermost of all, since they exchange halos at every layer (Dryden et al. place them on one
 // node):
 //   rank = spatial_index + S * (tp_index + tp * (cp_index + cp * (dp_index + dp * pp_stage))),
-// S = h*w, the spatial index row-major over the h x w grid. (A plan splits samples spatially or
-// sequences by context, never both: one of S and cp is 1.) Expert parallelism splits dp further
-// (Megatron's "ep" inside "dp"): the ep ranks splitting the experts are ep consecutive dp indices.
-// A 3D tensor grid (Plan::tp_grid, spec/tensor_grid.hpp) numbers the tp index x fastest:
+// S = d*h*w, the spatial index row-major over the (d x) h x w grid. (A plan splits samples
+// spatially or sequences by context, never both: one of S and cp is 1.) Expert parallelism splits
+// dp further (Megatron's "ep" inside "dp"): the ep ranks splitting the experts are ep consecutive
+// dp indices. A 3D tensor grid (Plan::tp_grid, spec/tensor_grid.hpp) numbers the tp index x
+// fastest:
 //   tp_index = gx + x * (gy + y * gz),
 // so the x groups, whose all-reduces carry the most bytes per layer, are the most local.
 // The simulator and the executor both use this, so their traces number ranks alike.

@@ -1,9 +1,11 @@
 // The geometry of a spatial split of a CNN (Dryden et al., IPDPS'19, "Improving strong-scaling of
 // CNN training by exploiting finer-grained parallelism", §III-A; LBANN's Distconv): each rank of
-// an h x w grid holds a block of rows and columns of every feature map, and before a convolution
-// or pooling window slides over its block it receives the rows and columns the window reads beyond
-// it (the halo) from its grid neighbours. The one home of the shard, halo and split rules that the
-// plan check, the lowering and the planner ask.
+// an h x w grid holds a block of rows and columns of every feature map (of a d x h x w grid, a
+// block of a volume's planes, rows and columns, as Oyama et al., "The case for strong scaling in
+// deep learning", 2020, split 3D CNNs), and before a convolution or pooling window slides over its
+// block it receives the rows and columns the window reads beyond it (the halo) from its grid
+// neighbours. The one home of the shard, halo and split rules that the plan check, the lowering
+// and the planner ask.
 #pragma once
 
 #include <cstdint>
@@ -47,24 +49,37 @@ struct Halo {
 };
 Halo window_halo(int64_t kernel, int64_t stride, int64_t padding);
 
-// Rows and columns of a feature map, in the whole map's coordinates.
+// Rows and columns of a feature map, and planes of a volume's (a 2D map's one plane is [0, 1)), in
+// the whole map's coordinates.
 struct MapBlock {
   Rows rows, cols;
-  bool empty() const { return rows.size() <= 0 || cols.size() <= 0; }
-  int64_t elements() const { return empty() ? 0 : rows.size() * cols.size(); }
+  Rows planes{0, 1};
+  bool empty() const { return rows.size() <= 0 || cols.size() <= 0 || planes.size() <= 0; }
+  int64_t elements() const { return empty() ? 0 : planes.size() * rows.size() * cols.size(); }
+};
+
+// A feature map's rows, columns and, for a volume, planes (d 0: a 2D map, no depth axis).
+struct MapExtent {
+  int64_t h = 0, w = 0, d = 0;
+  bool volume() const { return d > 0; }
 };
 MapBlock intersect(const MapBlock& a, const MapBlock& b);
 
 // A window of `kernel` with `stride` and `padding` sliding over an in_h x in_w map to make an
-// out_h x out_w one.
+// out_h x out_w one; over a volume (in_d > 0) a cube, in_d planes to out_d.
 struct Window {
   int64_t in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   int64_t kernel = 1, stride = 1, padding = 0;
+  int64_t in_d = 0, out_d = 0;
+  MapExtent in() const { return {in_h, in_w, in_d}; }
+  MapExtent out() const { return {out_h, out_w, out_d}; }
 };
 
-// The block of an h x w map that rank `rank` of `split` holds (shard_rows on each axis, the grid
-// row-major), and the input block its window reads to make its block of the output
-// (window_input_rows on each axis; it reaches into the padding at the map's edges).
+// The block of a map that rank `rank` of `split` holds (shard_rows on each axis, the grid
+// row-major: planes, rows, columns; a 2D map's one plane whatever split.d), and the input block
+// its window reads to make its block of the output (window_input_rows on each axis; it reaches
+// into the padding at the map's edges).
+MapBlock shard_block(const MapExtent& map, const SpatialSplit& split, int64_t rank);
 MapBlock shard_block(int64_t height, int64_t width, const SpatialSplit& split, int64_t rank);
 MapBlock window_input_block(const Window& window, const SpatialSplit& split, int64_t rank);
 
@@ -78,23 +93,23 @@ int64_t halo_elements(const Window& window, const SpatialSplit& split);
 // `need(rank)` rank `rank` reads, in elements per sample and channel; most_fetched_elements: the
 // most loaded rank's. The halos above are this for window_input_block; U-Net's up-convolution
 // and cropped concat read other blocks of their inputs (below).
-int64_t fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h, int64_t in_w,
+int64_t fetched_elements(const std::function<MapBlock(int64_t)>& need, const MapExtent& in,
                          const SpatialSplit& split, int64_t rank);
-int64_t most_fetched_elements(const std::function<MapBlock(int64_t)>& need, int64_t in_h,
-                              int64_t in_w, const SpatialSplit& split);
+int64_t most_fetched_elements(const std::function<MapBlock(int64_t)>& need, const MapExtent& in,
+                              const SpatialSplit& split);
 
 // U-Net under a spatial split (each rank holds shard_block of every map, the decoder's too).
 // The input rows a transposed convolution (no padding) of `kernel` and `stride` over `in` rows
 // reads to make output rows `out`: input row i spreads into output rows [i s, i s + kernel), so
 // the rows with i s < out.end and i s + kernel > out.begin, within [0, in).
 Rows up_window_input_rows(Rows out, int64_t in, int64_t kernel, int64_t stride);
-// The block of the up-convolution's input (window.in_h x in_w) that rank `rank`'s block of its
-// output (out_h x out_w) reads.
+// The block of the up-convolution's input (window.in()) that rank `rank`'s block of its output
+// (window.out()) reads.
 MapBlock up_window_input_block(const Window& window, const SpatialSplit& split, int64_t rank);
-// The block of a kept kept_h x kept_w map that rank `rank`'s block of a concat's out_h x out_w
-// output reads: that block moved by the centre crop's offsets (centre_crop_offset).
-MapBlock crop_input_block(int64_t kept_h, int64_t kept_w, int64_t out_h, int64_t out_w,
-                          const SpatialSplit& split, int64_t rank);
+// The block of a kept map that rank `rank`'s block of a concat's output (`out`) reads: that block
+// moved by the centre crop's offsets (centre_crop_offset on each axis).
+MapBlock crop_input_block(const MapExtent& kept, const MapExtent& out, const SpatialSplit& split,
+                          int64_t rank);
 
 // Index of the layer that ends the split: the model's first adaptive_avg_pool, whose window sums
 // the ranks compute over their blocks and all-reduce; the classifier after it runs whole on every
