@@ -93,3 +93,8 @@ echo
 echo "U-Net (Ronneberger et al., 572x572 images, 2 classes) on dgx-a100, global batch 8: past one"
 echo "image per GPU the planner splits each image to its per-pixel loss"
 "$sextant" scale --model unet --cluster dgx-a100 --global-batch 8 --gpus 8,16,32 --quiet
+
+echo
+echo "3D U-Net (Cicek et al., 132x132x116 volumes) on dgx-a100, global batch 2: past one volume per"
+echo "GPU the planner splits each volume's planes (slabs), then rows (pencils), then columns (cubes)"
+"$sextant" scale --model unet3d --cluster dgx-a100 --global-batch 2 --gpus 2,4,8,16 --quiet
