@@ -22,6 +22,16 @@ LoweredModel lower_small(spec::SpatialSplit split) {
   return lower(test::small_cnn(32, 64), o);
 }
 
+// A test model file (tests/pytorch/) lowered as above: B = 2, fp32.
+LoweredModel lower_file(const std::string& name, spec::SpatialSplit split) {
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.spatial = split;
+  return lower(spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/" + name),
+               o);
+}
+
 TEST(SpatialLowering, AConvolutionOnABlockWithItsHalo) {
   // B = 2 samples of 3 x 32 x 32 in fp32 over a 2x2 grid: each rank holds a 16x16 block.
   const LoweredModel whole = lower_small({1, 1});
@@ -121,13 +131,7 @@ TEST(SpatialLowering, TheFirstLayerSendsBackOnlyHaloGradientsOfItsOwnWork) {
 // rows, B = 2, fp32). The maps: 28 -> 26 (kept) -> 13 -> 11 -> 22 (up) -> concat with the kept
 // map cropped 26 -> 22 (offset 2) -> 20 -> 20 rows; columns 12 -> 10 -> 5 -> 3 -> 6 -> 4 -> 4.
 TEST(SpatialLowering, AUnetsUpConvolutionAndCropFetchTheRowsOtherRanksHold) {
-  const spec::ModelSpec m =
-      spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet-tall-tiny.json");
-  LoweringOptions o;
-  o.micro_batch = 2;
-  o.dtype = spec::Dtype::kFp32;
-  o.spatial = {4, 1};
-  const LoweredModel split = lower(m, o);
+  const LoweredModel split = lower_file("unet-tall-tiny.json", {4, 1});
   ASSERT_EQ(split.layers.size(), 7u);
   // The up-convolution's 22 output rows in blocks [0,5) [5,11) [11,16) [16,22) read input rows
   // [0,3) [2,6) [5,8) [8,11) (row i makes rows 2i and 2i + 1) of 11 held as [0,2) [2,5) [5,8)
@@ -150,8 +154,7 @@ TEST(SpatialLowering, AUnetsUpConvolutionAndCropFetchTheRowsOtherRanksHold) {
   ASSERT_NE(loss, nullptr);
   EXPECT_EQ(loss->bytes, 2 * 3 * 20 * 8);
   // Unsplit, neither fetches.
-  o.spatial = {1, 1};
-  const LoweredModel whole = lower(m, o);
+  const LoweredModel whole = lower_file("unet-tall-tiny.json", {1, 1});
   EXPECT_EQ(find_op(whole.layers[3].forward, "layer3.up_conv.halo"), nullptr);
   EXPECT_EQ(find_op(whole.layers[4].forward, "layer4.halo"), nullptr);
 }
@@ -161,13 +164,7 @@ TEST(SpatialLowering, AUnetsUpConvolutionAndCropFetchTheRowsOtherRanksHold) {
 // from 6 (one past its block each side, one of them padding); its 4 -> 2 plane convolution after
 // the pool reads 2 planes past a 1-plane output block.
 TEST(SpatialLowering, AVolumeSplitByPlanesExchangesWholePlanes) {
-  const spec::ModelSpec m =
-      spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) + "/tests/pytorch/unet3d-tiny.json");
-  LoweringOptions o;
-  o.micro_batch = 2;
-  o.dtype = spec::Dtype::kFp32;
-  o.spatial = {1, 1, 2};
-  const LoweredModel split = lower(m, o);
+  const LoweredModel split = lower_file("unet3d-tiny.json", {1, 1, 2});
   // Layer 0: the neighbour's one plane of 10 x 10 of the 2 image channels.
   const Op* first = find_op(split.layers[0].forward, "layer0.conv.halo");
   ASSERT_NE(first, nullptr);
@@ -181,6 +178,7 @@ TEST(SpatialLowering, AVolumeSplitByPlanesExchangesWholePlanes) {
   // The block of the first convolution's output: 4 of the 8 planes.
   EXPECT_EQ(split.layers[0].output_bytes, 2 * 4 * (4 * 100) * 4);
   // A 2D model's grid has no planes to split.
+  LoweringOptions o;
   o.spatial = {1, 1, 2};
   EXPECT_THROW(lower(test::small_cnn(32), o), InputError);
 }
