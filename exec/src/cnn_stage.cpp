@@ -126,7 +126,7 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           f = windowed(f, f.c, l.kernel, l.stride, l.padding);
           break;
         case CnnLayerKind::kAdaptiveAvgPool:
-          f = {f.c, 1, l.output, l.output};  // 2D only (make_cnn_stage)
+          f = {f.c, m.volumes() ? l.output : 1, l.output, l.output};
           break;
         case CnnLayerKind::kFc:
           u.in = {f.c * f.voxels(), 1, 1, 1, whole};  // flattened in NCHW order, as torch.flatten
@@ -488,23 +488,6 @@ class CnnStage : public StageModel {
                         layer, Phase::kBwd, mb);
     exchange_.give_back(*ctx_.backend, dneed, extent(in), need, dx);
   }
-  // Copies block `r` (whole-map coordinates) from `src`, which holds region `from` of every one
-  // of its B x C maps, into `dst`, which holds `to`.
-  static void copy_block(const Tensor& src, Region from, Tensor& dst, Region to, Region r) {
-    const int64_t n = maps(src);
-    for (int64_t m = 0; m < n; ++m)
-      for (int64_t d = r.planes.begin; d < r.planes.end; ++d)
-        for (int64_t h = r.rows.begin; h < r.rows.end; ++h)
-          std::copy_n(
-              src.data() + m * from.elements() +
-                  ((d - from.planes.begin) * from.rows.size() + h - from.rows.begin) *
-                      from.cols.size() +
-                  r.cols.begin - from.cols.begin,
-              r.cols.size(),
-              dst.data() + m * to.elements() +
-                  ((d - to.planes.begin) * to.rows.size() + h - to.rows.begin) * to.cols.size() +
-                  r.cols.begin - to.cols.begin);
-  }
   // The output block an up-convolution makes from input block `in` (each input row i makes rows
   // [i s, i s + k)), and its tensor's shape.
   Region up_conv_output(const Unit& u, Region in) const {
@@ -846,7 +829,7 @@ class CnnStage : public StageModel {
         Tensor y = empty(u.out, false);
         {
           auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
-          conv::adaptive_avg_pool(x, own.rows, own.cols, u.in.h, u.in.w, y);
+          conv::adaptive_avg_pool(x, own, extent(u.in), y);
         }
         if (split && exchange_.split()) {
           auto s = split_comm(OpName(u.name, OpId::kUnitPoolAllReduce), OpClass::kAllReduce,
@@ -1007,8 +990,7 @@ class CnnStage : public StageModel {
         const Region own = held(u.in, split);
         Tensor dx = empty(u.in, split);
         auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
-        conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own.rows, own.cols,
-                                         u.in.h, u.in.w, dx);
+        conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own, extent(u.in), dx);
         return dx;
       }
       case CnnLayerKind::kFc: {
@@ -1083,10 +1065,6 @@ std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context
   Diagnostics diag("model " + model.name);
   for (size_t i = 0; i < cnn.layers.size(); ++i) {
     const spec::CnnLayer& l = cnn.layers[i];
-    if (cnn.volumes() && l.kind == CnnLayerKind::kAdaptiveAvgPool)
-      diag.add(fmt::format("/cnn/layers/{}", i), "\"adaptive_avg_pool\"",
-               "the executor's adaptive average pool is 2D: over volumes it is simulated and "
-               "planned only");
     if (l.kind == CnnLayerKind::kAmoebaCell)
       diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
                "the executor runs chains of convolutions and ResNet blocks: AmoebaNet's cells "

@@ -479,41 +479,74 @@ void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor&
   });
 }
 
+namespace {
+
+// The bins of adaptive pooling a block of a map meets: calls f(output index, input element, 1 /
+// the bin's size) for every element of the block in every bin (PyTorch's bins on each axis).
+template <typename F>
+void for_each_bin_element(const Dims& d, const Dims& o, const spec::MapBlock& block,
+                          const spec::MapExtent& map, F f) {
+  SEXTANT_CHECK(d.volume == map.volume() && o.volume == d.volume && d.d == block.planes.size() &&
+                    d.h == block.rows.size() && d.w == block.cols.size() && o.b == d.b &&
+                    o.c == d.c,
+                "adaptive pooling of a block {} into {}", describe(d), describe(o));
+  const int64_t depth = map.volume() ? map.d : 1;
+  auto overlap = [](spec::Rows bin_rows, spec::Rows held) {
+    return spec::Rows{std::max(bin_rows.begin, held.begin), std::min(bin_rows.end, held.end)};
+  };
+  int64_t out = 0;
+  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
+    for (int64_t k = 0; k < o.d; ++k)
+      for (int64_t i = 0; i < o.h; ++i)
+        for (int64_t j = 0; j < o.w; ++j, ++out) {
+          const spec::Rows pd = bin(k, depth, o.d), r = bin(i, map.h, o.h), c = bin(j, map.w, o.w);
+          const int64_t size = pd.size() * r.size() * c.size();
+          const spec::Rows zs = overlap(pd, block.planes), hs = overlap(r, block.rows),
+                           ws = overlap(c, block.cols);
+          for (int64_t z = zs.begin; z < zs.end; ++z)
+            for (int64_t h = hs.begin; h < hs.end; ++h)
+              for (int64_t w = ws.begin; w < ws.end; ++w)
+                f(out,
+                  ((bc * d.d + z - block.planes.begin) * d.h + h - block.rows.begin) * d.w + w -
+                      block.cols.begin,
+                  size);
+        }
+}
+
+}  // namespace
+
+void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
+                       Tensor& y) {
+  const Dims d = dims(x), o = dims(y);
+  std::vector<double> sums(static_cast<size_t>(y.numel()), 0.0);
+  std::vector<int64_t> sizes(static_cast<size_t>(y.numel()), 1);
+  for_each_bin_element(d, o, block, map, [&](int64_t out, int64_t in, int64_t size) {
+    sums[static_cast<size_t>(out)] += x.data()[in];
+    sizes[static_cast<size_t>(out)] = size;
+  });
+  // A bin the block does not meet still has its size (its share is 0).
+  for (int64_t out = 0; out < y.numel(); ++out)
+    y.data()[out] = static_cast<float>(sums[static_cast<size_t>(out)] /
+                                       static_cast<double>(sizes[static_cast<size_t>(out)]));
+}
+
+void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
+                                const spec::MapExtent& map, Tensor& dx) {
+  const Dims d = dims(dx), o = dims(dy);
+  std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
+  for_each_bin_element(d, o, block, map, [&](int64_t out, int64_t in, int64_t size) {
+    dx.data()[in] += dy.data()[out] / static_cast<float>(size);
+  });
+}
+
 void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_t height,
                        int64_t width, Tensor& y) {
-  const Dims d = dims(x), o = dims(y);
-  SEXTANT_CHECK(!d.volume && !o.volume && d.h == rows.size() && d.w == cols.size() && o.b == d.b &&
-                    o.c == d.c,
-                "adaptive pooling of a 2D block {} into {}", describe(d), describe(o));
-  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
-    for (int64_t i = 0; i < o.h; ++i)
-      for (int64_t j = 0; j < o.w; ++j) {
-        const spec::Rows r = bin(i, height, o.h), c = bin(j, width, o.w);
-        double s = 0;
-        for (int64_t h = std::max(r.begin, rows.begin); h < std::min(r.end, rows.end); ++h)
-          for (int64_t w = std::max(c.begin, cols.begin); w < std::min(c.end, cols.end); ++w)
-            s += x.data()[(bc * d.h + h - rows.begin) * d.w + w - cols.begin];
-        y.data()[(bc * o.h + i) * o.w + j] =
-            static_cast<float>(s / static_cast<double>(r.size() * c.size()));
-      }
+  adaptive_avg_pool(x, spec::MapBlock{rows, cols}, spec::MapExtent{height, width}, y);
 }
 
 void adaptive_avg_pool_backward(const Tensor& dy, spec::Rows rows, spec::Rows cols, int64_t height,
                                 int64_t width, Tensor& dx) {
-  const Dims d = dims(dx), o = dims(dy);
-  SEXTANT_CHECK(!d.volume && !o.volume, "adaptive pooling of a 2D block {} from {}", describe(d),
-                describe(o));
-  std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
-  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
-    for (int64_t i = 0; i < o.h; ++i)
-      for (int64_t j = 0; j < o.w; ++j) {
-        const spec::Rows r = bin(i, height, o.h), c = bin(j, width, o.w);
-        const float g =
-            dy.data()[(bc * o.h + i) * o.w + j] / static_cast<float>(r.size() * c.size());
-        for (int64_t h = std::max(r.begin, rows.begin); h < std::min(r.end, rows.end); ++h)
-          for (int64_t w = std::max(c.begin, cols.begin); w < std::min(c.end, cols.end); ++w)
-            dx.data()[(bc * d.h + h - rows.begin) * d.w + w - cols.begin] += g;
-      }
+  adaptive_avg_pool_backward(dy, spec::MapBlock{rows, cols}, spec::MapExtent{height, width}, dx);
 }
 
 }  // namespace sextant::exec::conv

@@ -77,6 +77,11 @@ struct Outbox {
 
 }  // namespace
 
+void copy_block(const Tensor& src, const Region& from, Tensor& dst, const Region& to,
+                const Region& r) {
+  copy_region(src.data(), from, dst.data(), to, r, maps_of(src).outer, false);
+}
+
 SpatialExchange::SpatialExchange(spec::SpatialSplit grid, int64_t index, Communicator* comm)
     : grid_(grid), index_(index), ranks_(grid.ranks()), comm_(comm) {
   SEXTANT_CHECK(ranks_ == 1 || (comm != nullptr && comm->size() == ranks_),

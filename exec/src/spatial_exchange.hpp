@@ -23,6 +23,11 @@ namespace sextant::exec {
 using Region = spec::MapBlock;
 using WindowGeometry = spec::Window;
 
+// Copies block `r` (whole-map coordinates) of every one of a map tensor's B x C maps from `src`,
+// which holds region `from` of each, into `dst`, which holds `to` (host memory).
+void copy_block(const Tensor& src, const Region& from, Tensor& dst, const Region& to,
+                const Region& r);
+
 class SpatialExchange {
  public:
   // `comm`: the spatial group (null when unsplit); `index`: this rank's place in the grid.

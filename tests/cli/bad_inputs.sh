@@ -140,16 +140,6 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
   "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
-# Volumes run, but the executor's adaptive average pool is 2D (exec/src/cnn_stage.cpp).
-cat >"$dir/volume_classifier.model.json" <<'EOF'
-{"schema": "sextant.model/1", "name": "volume-classifier", "kind": "cnn",
- "cnn": {"input": {"channels": 1, "depth": 4, "height": 4, "width": 4},
-         "layers": [{"type": "conv", "out_channels": 2, "kernel": 3, "padding": 1, "bias": true},
-                    {"type": "adaptive_avg_pool", "output": 1},
-                    {"type": "fc", "out_features": 2, "bias": true}]}}
-EOF
-expect_error "/cnn/layers/1 = \"adaptive_avg_pool\": the executor's adaptive average pool is 2D" \
-  "$sextant" run --model "$dir/volume_classifier.model.json" --np 1 --global-batch 1 --steps 1
 # AmoebaNet's cells are simulated and planned (models/src/amoeba_lowering.cpp), not run.
 expect_error "/cnn/layers/1 = \"amoeba_cell\": the executor runs chains of convolutions" "$sextant" \
   run --model amoebanet-d --np 1 --global-batch 1 --steps 1

@@ -14,7 +14,8 @@
 # mixture of experts (top-2 routing, a shared expert), checked the same way. A CNN (resnet-tiny:
 # convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only),
 # and so do tests/pytorch/unet-tiny.json (U-Net's kept map, up-convolution, cropped concat and
-# per-pixel loss) and unet3d-tiny.json (the same over volumes: 3D windows, a padded depth).
+# per-pixel loss), unet3d-tiny.json (the same over volumes: 3D windows, a padded depth) and
+# volume-classifier-tiny.json (a 3D adaptive average pool before the classifier).
 # MODEL may also be a model file's path under SOURCE_DIR (e.g. tests/pytorch/moe-tiny-capacity.json).
 set -euo pipefail
 sextant="$1"

@@ -749,6 +749,45 @@ TEST_F(Kernels, AdaptiveAveragePoolOverBlocks) {
     EXPECT_NEAR(total[static_cast<size_t>(i)], pooled.data()[i], 1e-5);
 }
 
+TEST_F(Kernels, VolumeAdaptiveAveragePoolOverBlocksOfPlanes) {
+  // 4 planes of 1 x 1 to 3 bins: planes {0, 1}, {1, 2}, {2, 3} (PyTorch's bins on the depth too).
+  Tensor x = be->empty({1, 1, 4, 1, 1}), y = be->empty({1, 1, 3, 1, 1});
+  for (int64_t i = 0; i < 4; ++i) x.data()[i] = static_cast<float>(i);
+  conv::adaptive_avg_pool(x, spec::MapBlock{{0, 1}, {0, 1}, {0, 4}}, spec::MapExtent{1, 1, 4}, y);
+  EXPECT_FLOAT_EQ(y.data()[0], 0.5f);
+  EXPECT_FLOAT_EQ(y.data()[1], 1.5f);
+  EXPECT_FLOAT_EQ(y.data()[2], 2.5f);
+  // A 4 x 3 x 3 volume to 3 x 2 x 2 against finite differences, and its two blocks of planes
+  // ([0, 2) and [2, 4): the middle bin straddles them): the partial poolings add up to the whole.
+  const spec::MapExtent map{3, 3, 4};
+  const spec::MapBlock all{{0, 3}, {0, 3}, {0, 4}};
+  Tensor whole = random({2, 2, 4, 3, 3}), c = random({2, 2, 3, 2, 2});
+  Tensor pooled = be->empty(c.shape()), dwhole = be->empty(whole.shape());
+  conv::adaptive_avg_pool_backward(c, all, map, dwhole);
+  auto loss = [&] {
+    conv::adaptive_avg_pool(whole, all, map, pooled);
+    return dot(pooled, c);
+  };
+  expect_gradient(whole, dwhole, loss, "3D adaptive pool dx");
+  loss();
+  std::vector<double> total(static_cast<size_t>(pooled.numel()), 0.0);
+  for (const spec::Rows planes : {spec::Rows{0, 2}, spec::Rows{2, 4}}) {
+    const spec::MapBlock block{{0, 3}, {0, 3}, planes};
+    Tensor part_in = be->empty({2, 2, 2, 3, 3}), part = be->empty(pooled.shape());
+    for (int64_t m = 0; m < 4; ++m)
+      std::copy_n(whole.data() + (m * 4 + planes.begin) * 9, 2 * 9, part_in.data() + m * 2 * 9);
+    conv::adaptive_avg_pool(part_in, block, map, part);
+    for (int64_t i = 0; i < part.numel(); ++i) total[static_cast<size_t>(i)] += part.data()[i];
+    Tensor dpart = be->empty(part_in.shape());
+    conv::adaptive_avg_pool_backward(c, block, map, dpart);
+    for (int64_t m = 0; m < 4; ++m)
+      for (int64_t i = 0; i < 2 * 9; ++i)
+        EXPECT_EQ(dpart.data()[m * 2 * 9 + i], dwhole.data()[(m * 4 + planes.begin) * 9 + i]);
+  }
+  for (int64_t i = 0; i < pooled.numel(); ++i)
+    EXPECT_NEAR(total[static_cast<size_t>(i)], pooled.data()[i], 1e-5);
+}
+
 }  // namespace
 }  // namespace sextant::exec
 

@@ -338,6 +338,7 @@ enum class Net {
   kUnet,
   kUnet3d,
   kUnetTall,
+  kVolumeClassifier,
   kMoe,
   kMoeCapacity
 };
@@ -367,6 +368,9 @@ spec::ModelSpec model_of(Net n) {
     case Net::kUnetTall:
       return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
                                    "/tests/pytorch/unet-tall-tiny.json");
+    case Net::kVolumeClassifier:
+      return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
+                                   "/tests/pytorch/volume-classifier-tiny.json");
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -415,7 +419,8 @@ bool runs_here(const Layout& l) {
       only != nullptr && std::string(l.name).find(only) == std::string::npos)
     return false;
   const bool cnn = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
-                   l.net == Net::kUnet3d || l.net == Net::kUnetTall;
+                   l.net == Net::kUnet3d || l.net == Net::kUnetTall ||
+                   l.net == Net::kVolumeClassifier;
   const bool cpu_fp32_only = cnn || l.net == Net::kMoe || l.net == Net::kMoeCapacity ||
                              l.plan.cp > 1 || l.plan.tp_grid.any() || l.plan.offload.any() ||
                              l.plan.compression.any();
@@ -566,6 +571,11 @@ std::vector<Layout> layouts() {
       {"unet3d_dhw1x1x2", split(plan_of(1, 1, 1), 1, 2, 1), Net::kUnet3d},
       {"unet3d_dhw2x2x2", split(plan_of(1, 1, 1), 2, 2, 2), Net::kUnet3d},
       {"unet3d_dp2_dhw2x2x1", split(plan_of(2, 1, 1), 2, 1, 2), Net::kUnet3d},
+      // A volume classifier: split to its 3D adaptive pool (bins straddling the blocks), whose
+      // partial sums the split ranks all-reduce; over pipeline stages.
+      {"volume_classifier_dhw2x1x1", split(plan_of(1, 1, 1), 1, 1, 2), Net::kVolumeClassifier},
+      {"volume_classifier_dhw2x2x2", split(plan_of(1, 1, 1), 2, 2, 2), Net::kVolumeClassifier},
+      {"volume_classifier_dp2_pp2", plan_of(2, 1, 2), Net::kVolumeClassifier},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

@@ -115,7 +115,7 @@ def main():
                 channels += kept_channels.pop()
             elif kind == "adaptive_avg_pool":
                 layers.append((kind, dict(output=l.get("output", 1)), None))
-                flat = channels * l.get("output", 1) ** 2
+                flat = channels * l.get("output", 1) ** nd
             elif kind == "fc":
                 fin = flat if flat is not None else channels
                 last = i + 1 == len(cnn["layers"])
@@ -163,7 +163,7 @@ def main():
                 crop = tuple(slice((a - b) // 2, (a - b) // 2 + b) for a, b in zip(k.shape[2:], x.shape[2:]))
                 x = torch.cat([k[(slice(None), slice(None)) + crop], x], dim=1)
             elif kind == "adaptive_avg_pool":
-                x = F.adaptive_avg_pool2d(x, s["output"])
+                x = (F.adaptive_avg_pool2d if nd == 2 else F.adaptive_avg_pool3d)(x, s["output"])
             elif kind == "fc":
                 x = torch.flatten(x, 1) @ p_["w"]
                 if p_["b"] is not None:

@@ -1,7 +1,7 @@
 // The kernels of convolutional networks on CPU ranks: convolution (im2col + an Eigen GEMM), batch
 // normalisation in training mode, max and average pooling, adaptive average pooling. Host fp32
-// tensors in NCHW order, or NCDHW for volumes (3D U-Net): every kernel but the adaptive pool takes
-// either, a 2D map being a volume of depth 1. A window is k x k (k x k x k over a volume: the
+// tensors in NCHW order, or NCDHW for volumes (3D U-Net): every kernel takes either, a 2D map being
+// a volume of depth 1. A window is k x k (k x k x k over a volume: the
 // zoo's windows are cubic) with one stride on every axis; a convolution weight is
 // [out_channels, in_channels, k, k] or [.., k, k, k] (PyTorch's Conv2d and Conv3d).
 //
@@ -92,14 +92,19 @@ void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Ten
 void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y);
 void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx);
 
-// Adaptive average pooling (2D maps only) of an height x width map to out x out (PyTorch's bins:
-// output i averages input rows [floor(i H / out), ceil((i + 1) H / out))). x is the block of rows
-// `rows` and columns `cols`; y[B, C, out, out] gets the block's share of every bin (the whole bin
-// when unsplit): the sum of its elements in the bin over the bin's size. Summed over the blocks,
-// the pooled map.
+// Adaptive average pooling of a map (`map`: rows, columns and a volume's planes) to out x out (x
+// out) (PyTorch's bins on each axis: output i averages input rows [floor(i H / out),
+// ceil((i + 1) H / out))). x is the block `block` of the map; y[B, C, (out,) out, out] gets the
+// block's share of every bin (the whole bin when unsplit): the sum of its elements in the bin
+// over the bin's size. Summed over the blocks, the pooled map.
+void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
+                       Tensor& y);
+// dx (the block) from the whole dy.
+void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
+                                const spec::MapExtent& map, Tensor& dx);
+// The same over the rows `rows` and columns `cols` of a 2D height x width map.
 void adaptive_avg_pool(const Tensor& x, spec::Rows rows, spec::Rows cols, int64_t height,
                        int64_t width, Tensor& y);
-// dx (the block) from the whole dy.
 void adaptive_avg_pool_backward(const Tensor& dy, spec::Rows rows, spec::Rows cols, int64_t height,
                                 int64_t width, Tensor& dx);
 
