@@ -7,6 +7,11 @@
 #               fp32 (1e-4) and mixed precision (1e-2), and mixed precision against fp32
 #   reference   `sextant run --backend cuda` (fp32, and bf16 mixed precision on looser bounds)
 #               against the PyTorch reference on the GPU (gpt-tiny, and three steps of gpt2-124m)
+#   cnn         CNNs on the CUDA backend (fp32): resnet-tiny, U-Net, 3D U-Net and the volume
+#               classifier against PyTorch (`sextant run --backend cuda` vs tests/pytorch/cnn_reference.py);
+#               the CNN layouts of the layout suite on 2 ranks sharing the GPU (data and pipeline
+#               parallel; split maps are refused on the GPU); ResNet-50 throughput at micro-batch 32 in
+#               fp32 and tf32, a traced run, and the simulator's prediction for it (h200-1gpu/h100-1gpu)
 #   compute     bench compute on the GPU (bf16, bf16-gemm and fp32) with traces; bench comm over
 #               NCCL at world size 1 (the plumbing)
 #   throughput  GPT-2 124M, micro-batch 32 x 1024 tokens: Sextant bf16 (mixed precision) and
@@ -43,7 +48,7 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=^ucx OMPI_MCA_btl_v
 mpirun=(mpirun --oversubscribe)
 status=0
 parts=("$@")
-[[ ${#parts[@]} -eq 0 ]] && parts=(build kernels layouts reference compute throughput calibrate kineto loop)
+[[ ${#parts[@]} -eq 0 ]] && parts=(build kernels layouts reference cnn compute throughput calibrate kineto loop)
 want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 step() { echo; echo "== $*" | tee -a "$out/summary.txt"; }
 # On the GPU machine a skipped GPU test is a failure: it means the GPU was not seen.
@@ -151,6 +156,43 @@ for precision in fp32 bf16; do
     record $?; cat "$out/pytorch_reference_${precision}_$m.txt"
   done
 done
+fi
+
+if want cnn; then
+for m in resnet-tiny tests/pytorch/unet-tiny.json tests/pytorch/unet3d-tiny.json \
+  tests/pytorch/volume-classifier-tiny.json; do
+  name=$(basename "$m" .json)
+  step "sextant run --backend cuda --precision fp32 vs the PyTorch reference: $name"
+  SEXTANT_PYTHON=python3 tests/cli/pytorch_reference.sh "$sextant" "$root" cuda "$m" fp32 \
+    >"$out/pytorch_reference_cnn_$name.txt" 2>&1
+  record $?; cat "$out/pytorch_reference_cnn_$name.txt"
+done
+step "CNN layouts on the CUDA backend, 2 ranks, fp32 (data and pipeline parallel, ZeRO-3)"
+run_or_trace 100 exec_mpi_test env SEXTANT_TEST_BACKEND=cuda SEXTANT_TEST_PRECISION=fp32 \
+  SEXTANT_TEST_LAYOUTS=cnn_,unet,volume "${mpirun[@]}" -np 2 stdbuf -oL -eL \
+  build/cuda/tests/exec_mpi_test --gtest_filter='LayoutTest.*' >"$out/layouts_cnn_np2.txt" 2>&1
+record $?; grep -E "layout|PASSED|FAILED" "$out/layouts_cnn_np2.txt" | head -20
+for p in fp32 tf32; do
+  step "ResNet-50 throughput, micro-batch 32 of 224x224, sextant cuda $p (6 steps, 2 dropped)"
+  "$sextant" run --model resnet50 --global-batch 32 --micro-batch 32 --steps 6 --backend cuda \
+    --precision $p --quiet --log-json "$out/sextant_resnet50_$p.jsonl" >"$out/sextant_resnet50_$p.txt" 2>&1
+  record $?
+  python3 - "$out/sextant_resnet50_$p.jsonl" "$p" <<'PY' | tee -a "$out/throughput_cnn.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]
+t = sum(r["step_time_s"] for r in rows) / len(rows)
+print(json.dumps({"impl": f"sextant cuda {sys.argv[2]} resnet50 mb32", "step_time_s": t,
+                  "images_per_s": 32 / t}))
+PY
+done
+step "ResNet-50 traced run (fp32) and the simulator's prediction of it ($cluster)"
+"$sextant" run --model resnet50 --global-batch 32 --micro-batch 32 --steps 3 --backend cuda \
+  --precision fp32 --quiet --trace "$out/sextant_resnet50.trace.json" >"$out/sextant_resnet50_traced.txt" 2>&1 &&
+  "$sextant" simulate --model resnet50 --cluster $cluster --gpus 1 --global-batch 32 --micro-batch 32 \
+    --dtype fp32 --stack sextant --trace "$out/resnet50.predicted.json" --json >"$out/resnet50.report.json" 2>&1 &&
+  "$sextant" compare --measured "$out/sextant_resnet50.trace.json" --predicted "$out/resnet50.predicted.json" \
+    >"$out/compare_resnet50.txt" 2>&1
+record $?; tail -30 "$out/compare_resnet50.txt"
 fi
 
 if want compute; then

@@ -176,6 +176,80 @@ class Bf16Emulation : public Backend {
     inner_->adamw(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay, grad_scale);
   }
 
+  // ConvolutionKernels: the CPU's own, on fp32 tensors (CNNs run in fp32: a bf16 tensor here is
+  // a logic error, caught by Tensor::data).
+  void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
+                   Tensor& y) override {
+    inner_->convolution(x, w, bias, stride, y);
+  }
+  void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                            Tensor* dx, Tensor& dw, Tensor* db) override {
+    inner_->convolution_backward(x, w, dy, stride, dx, dw, db);
+  }
+  void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride,
+                              Tensor& y) override {
+    inner_->transposed_convolution(x, w, stride, y);
+  }
+  void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                       int64_t stride, Tensor* dx, Tensor& dw) override {
+    inner_->transposed_convolution_backward(x, w, dy, stride, dx, dw);
+  }
+  void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) override {
+    inner_->crop_concat(kept, x, y);
+  }
+  void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) override {
+    inner_->crop_concat_backward(dy, dkept, dx);
+  }
+  double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
+                             Tensor* dlogits, int64_t map_pixels) override {
+    return inner_->pixel_cross_entropy(logits, labels, scale, dlogits, map_pixels);
+  }
+  void add_channel_bias(Tensor& y, const Tensor& bias) override {
+    inner_->add_channel_bias(y, bias);
+  }
+  void channel_bias_backward(const Tensor& dy, Tensor& db) override {
+    inner_->channel_bias_backward(dy, db);
+  }
+  void channel_sums(const Tensor& x, std::vector<double>& sums) override {
+    inner_->channel_sums(x, sums);
+  }
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const std::vector<double>& mean, const std::vector<double>& rstd,
+                  Tensor& y) override {
+    inner_->batch_norm(x, gamma, beta, mean, rstd, y);
+  }
+  void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vector<double>& mean,
+                                const std::vector<double>& rstd,
+                                std::vector<double>& sums) override {
+    inner_->batch_norm_backward_sums(x, dy, mean, rstd, sums);
+  }
+  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                           const std::vector<double>& mean, const std::vector<double>& rstd,
+                           const std::vector<double>& sums, int64_t count, Tensor& dx) override {
+    inner_->batch_norm_backward(x, dy, gamma, mean, rstd, sums, count, dx);
+  }
+  void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
+    inner_->max_pool(x, kernel, stride, y);
+  }
+  void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
+                         int64_t stride, Tensor& dx) override {
+    inner_->max_pool_backward(x, y, dy, kernel, stride, dx);
+  }
+  void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
+    inner_->avg_pool(x, kernel, stride, y);
+  }
+  void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) override {
+    inner_->avg_pool_backward(dy, kernel, stride, dx);
+  }
+  void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
+                         Tensor& y) override {
+    inner_->adaptive_avg_pool(x, block, map, y);
+  }
+  void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
+                                  const spec::MapExtent& map, Tensor& dx) override {
+    inner_->adaptive_avg_pool_backward(dy, block, map, dx);
+  }
+
  private:
   // An fp32 tensor holding t's values (t itself when it is fp32).
   Tensor wide(const Tensor& t) {

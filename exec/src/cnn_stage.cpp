@@ -71,7 +71,7 @@ struct ConvCache {
 struct UnitCache {
   std::vector<ConvCache> convs;
   Tensor x, pre, window;  // layer input, pre-activation (fc, residual sum), pool window input
-  std::vector<int64_t> argmax;
+  Tensor pooled;          // a max pool's output (its backward finds each window's maximum again)
   // A kept output (U-Net's skip), and its gradient from the concat that joined it (backward
   // reaches the concat first; the unit's own backward adds it to the gradient of its output).
   Tensor kept, kept_grad;
@@ -452,6 +452,12 @@ class CnnStage : public StageModel {
     }
     std::copy(wire.begin(), wire.end(), sums.begin());
   }
+  // t += v (fp32 gradients: a rank's batch-norm share), through the backend: t may live on a GPU.
+  void add_from_host(const std::vector<double>& v, Tensor& t) const {
+    Tensor h = empty({static_cast<int64_t>(v.size())});
+    ctx_.backend->from_host(std::vector<float>(v.begin(), v.end()), h);
+    ctx_.backend->add(t, h, t);
+  }
   // Elements per channel of a map's batch statistics: the whole maps of the micro-batch.
   int64_t statistics_count(MapShape s) const { return o_.micro_batch * s.voxels(); }
 
@@ -611,15 +617,16 @@ class CnnStage : public StageModel {
       Tensor partial = empty(partial_output(c), split);
       {
         auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
-        conv::convolution(cache.window, param(c.name + ".weight").compute, nullptr, c.s, partial);
+        ctx_.backend->convolution(cache.window, param(c.name + ".weight").compute, nullptr, c.s,
+                                  partial);
       }
       reduce_scatter_channels(OpName(c.name, OpId::kUnitFilterReduceScatter), partial, cache.z,
                               reduce_group(c), layer, Phase::kFwd, mb);
-      if (c.bias) conv::add_channel_bias(cache.z, param(c.name + ".bias").compute);
+      if (c.bias) ctx_.backend->add_channel_bias(cache.z, param(c.name + ".bias").compute);
     } else {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kFwd, mb);
-      conv::convolution(cache.window, param(c.name + ".weight").compute,
-                        c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
+      ctx_.backend->convolution(cache.window, param(c.name + ".weight").compute,
+                                c.bias ? &param(c.name + ".bias").compute : nullptr, c.s, cache.z);
     }
     cache.y = cache.z;
     if (c.bn) {
@@ -627,19 +634,20 @@ class CnnStage : public StageModel {
       cache.y = empty(c.out, split);
       auto normalise = [&] {
         conv::batch_statistics(sums, statistics_count(c.out), cache.mean, cache.rstd);
-        conv::batch_norm(cache.z, param(c.name + ".bn.weight").compute,
-                         param(c.name + ".bn.bias").compute, cache.mean, cache.rstd, cache.y);
+        ctx_.backend->batch_norm(cache.z, param(c.name + ".bn.weight").compute,
+                                 param(c.name + ".bn.bias").compute, cache.mean, cache.rstd,
+                                 cache.y);
       };
       if (split && exchange_.split()) {
         // The statistics pass is left untimed here: the all-reduce sits between it and its use.
-        conv::channel_sums(cache.z, sums);
+        ctx_.backend->channel_sums(cache.z, sums);
         all_reduce_sums(OpName(c.name, OpId::kUnitBatchNormAllReduce), sums, layer, Phase::kFwd,
                         mb);
         auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kFwd, mb);
         normalise();
       } else {
         auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kFwd, mb);
-        conv::channel_sums(cache.z, sums);
+        ctx_.backend->channel_sums(cache.z, sums);
         normalise();
       }
     }
@@ -670,18 +678,17 @@ class CnnStage : public StageModel {
       auto accumulate = [&] {
         Tensor dgamma = grad_of(param(c.name + ".bn.weight"), u);
         Tensor dbeta = grad_of(param(c.name + ".bn.bias"), u);
-        const size_t channels = sums.size() / 2;
-        for (size_t i = 0; i < channels; ++i) {
-          dbeta.data()[i] += static_cast<float>(sums[i]);
-          dgamma.data()[i] += static_cast<float>(sums[channels + i]);
-        }
+        const auto channels = static_cast<std::ptrdiff_t>(sums.size() / 2);
+        add_from_host({sums.begin(), sums.begin() + channels}, dbeta);
+        add_from_host({sums.begin() + channels, sums.end()}, dgamma);
       };
       auto apply = [&] {
-        conv::batch_norm_backward(cache.z, d, param(c.name + ".bn.weight").compute, cache.mean,
-                                  cache.rstd, sums, statistics_count(c.out), dz);
+        ctx_.backend->batch_norm_backward(cache.z, d, param(c.name + ".bn.weight").compute,
+                                          cache.mean, cache.rstd, sums, statistics_count(c.out),
+                                          dz);
       };
       if (split && exchange_.split()) {
-        conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
+        ctx_.backend->batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
         accumulate();
         all_reduce_sums(OpName(c.name, OpId::kUnitBatchNormAllReduce), sums, layer, Phase::kBwd,
                         mb);
@@ -689,7 +696,7 @@ class CnnStage : public StageModel {
         apply();
       } else {
         auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kBwd, mb);
-        conv::batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
+        ctx_.backend->batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
         accumulate();
         apply();
       }
@@ -708,7 +715,7 @@ class CnnStage : public StageModel {
       Tensor whole = empty(partial_output(c), split);
       all_gather_channels(OpName(c.name, OpId::kUnitFilterAllGather), d, whole, reduce_group(c),
                           layer, Phase::kBwd, mb);
-      if (c.bias) conv::channel_bias_backward(d, db);
+      if (c.bias) ctx_.backend->channel_bias_backward(d, db);
       d = whole;
     }
     const bool bias_in_conv = c.bias && !reduced;
@@ -717,9 +724,9 @@ class CnnStage : public StageModel {
     {
       auto s = op(OpName(c.name, OpId::kUnitProduct), layer, Phase::kBwd, mb);
       Tensor dw = grad_of(param(c.name + ".weight"), u);
-      conv::convolution_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
-                                 input_gradient ? &dwindow : nullptr, dw,
-                                 bias_in_conv ? &db : nullptr);
+      ctx_.backend->convolution_backward(cache.window, param(c.name + ".weight").compute, d, c.s,
+                                         input_gradient ? &dwindow : nullptr, dw,
+                                         bias_in_conv ? &db : nullptr);
     }
     cache.window = Tensor();
     if (!input_gradient) return Tensor();
@@ -768,7 +775,7 @@ class CnnStage : public StageModel {
         if (!in_blocks(u)) {
           cache.x = x;
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
-          conv::transposed_convolution(x, w, u.s, y);
+          ctx_.backend->transposed_convolution(x, w, u.s, y);
         } else {
           // The input rows and columns that spread into this rank's output block, some from
           // other ranks; what they make, cut to the block.
@@ -778,10 +785,10 @@ class CnnStage : public StageModel {
           const Region own = held(u.out, true);
           Tensor all = empty(shape_over(u.out.c, made));
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
-          conv::transposed_convolution(cache.x, w, u.s, all);
+          ctx_.backend->transposed_convolution(cache.x, w, u.s, all);
           copy_block(all, made, y, own, own);
         }
-        if (u.bias) conv::add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
+        if (u.bias) ctx_.backend->add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
         return y;
       }
       case CnnLayerKind::kConcat: {
@@ -795,7 +802,7 @@ class CnnStage : public StageModel {
                                        u.layer, m)
                          : kept;
         auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kFwd, m);
-        conv::crop_concat(crop, x, y);
+        ctx_.backend->crop_concat(crop, x, y);
         return y;
       }
       case CnnLayerKind::kConv: {
@@ -804,7 +811,8 @@ class CnnStage : public StageModel {
         if (!u.last) return y;
         // A per-pixel classifier (segmentation): every pixel's softmax against its label.
         auto s = op(OpId::kLoss, u.layer, Phase::kFwd, m);
-        loss_ += conv::pixel_cross_entropy(y, block_labels(mb, u), 1.0f, nullptr, u.out.voxels());
+        loss_ += ctx_.backend->pixel_cross_entropy(y, block_labels(mb, u), 1.0f, nullptr,
+                                                   u.out.voxels());
         cache.pre = y;  // the logits
         return Tensor();
       }
@@ -818,9 +826,10 @@ class CnnStage : public StageModel {
         Tensor y = empty(u.out, split);
         auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
         if (max) {
-          conv::max_pool(cache.window, u.k, u.s, y, cache.argmax);
+          be.max_pool(cache.window, u.k, u.s, y);
+          cache.pooled = y;
         } else {
-          conv::avg_pool(cache.window, u.k, u.s, y);
+          ctx_.backend->avg_pool(cache.window, u.k, u.s, y);
         }
         return y;
       }
@@ -829,7 +838,7 @@ class CnnStage : public StageModel {
         Tensor y = empty(u.out, false);
         {
           auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kFwd, m);
-          conv::adaptive_avg_pool(x, own, extent(u.in), y);
+          ctx_.backend->adaptive_avg_pool(x, own, extent(u.in), y);
         }
         if (split && exchange_.split()) {
           auto s = split_comm(OpName(u.name, OpId::kUnitPoolAllReduce), OpClass::kAllReduce,
@@ -908,13 +917,13 @@ class CnnStage : public StageModel {
         Tensor dw = grad_of(param(u.name + ".up_conv.weight"), u);
         if (u.bias) {
           Tensor db = grad_of(param(u.name + ".up_conv.bias"), u);
-          conv::channel_bias_backward(dout, db);
+          ctx_.backend->channel_bias_backward(dout, db);
         }
         if (!in_blocks(u)) {
           Tensor dx = empty(u.in, false);
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
-          conv::transposed_convolution_backward(cache.x, w, dout, u.s,
-                                                input_gradient ? &dx : nullptr, dw);
+          ctx_.backend->transposed_convolution_backward(cache.x, w, dout, u.s,
+                                                        input_gradient ? &dx : nullptr, dw);
           return input_gradient ? dx : Tensor();
         }
         // The block's gradient within what the fetched input made (the rest is other ranks'),
@@ -928,8 +937,8 @@ class CnnStage : public StageModel {
         Tensor dfetched = empty(cache.x.shape());
         {
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);
-          conv::transposed_convolution_backward(cache.x, w, dall, u.s,
-                                                input_gradient ? &dfetched : nullptr, dw);
+          ctx_.backend->transposed_convolution_backward(cache.x, w, dall, u.s,
+                                                        input_gradient ? &dfetched : nullptr, dw);
         }
         if (!input_gradient) return Tensor();
         Tensor dx = empty(u.in, split);
@@ -948,7 +957,7 @@ class CnnStage : public StageModel {
         be.fill(dcrop, 0.0f);
         {
           auto s = op(OpName(u.name, OpId::kUnitConcat), u.layer, Phase::kBwd, m);
-          conv::crop_concat_backward(dout, dcrop, dx);
+          ctx_.backend->crop_concat_backward(dout, dcrop, dx);
         }
         if (!in_blocks(u)) {
           kept.kept_grad = dcrop;
@@ -965,9 +974,9 @@ class CnnStage : public StageModel {
         Tensor d = empty(u.out, split);
         {
           auto s = op(OpId::kLoss, u.layer, Phase::kBwd, m);
-          conv::pixel_cross_entropy(cache.pre, block_labels(mb, u),
-                                    1.0f / static_cast<float>(ctx_.plan->global_batch), &d,
-                                    u.out.voxels());
+          ctx_.backend->pixel_cross_entropy(cache.pre, block_labels(mb, u),
+                                            1.0f / static_cast<float>(ctx_.plan->global_batch), &d,
+                                            u.out.voxels());
         }
         return backward_conv(u.convs[0], d, split, input_gradient, u, m, cache.convs[0]);
       }
@@ -978,9 +987,10 @@ class CnnStage : public StageModel {
         {
           auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
           if (u.kind == CnnLayerKind::kMaxPool) {
-            conv::max_pool_backward(cache.argmax, dout, dwindow);
+            be.max_pool_backward(cache.window, cache.pooled, dout, u.k, u.s, dwindow);
+            cache.pooled = Tensor();
           } else {
-            conv::avg_pool_backward(dout, u.k, u.s, dwindow);
+            ctx_.backend->avg_pool_backward(dout, u.k, u.s, dwindow);
           }
         }
         if (!input_gradient) return Tensor();
@@ -990,7 +1000,8 @@ class CnnStage : public StageModel {
         const Region own = held(u.in, split);
         Tensor dx = empty(u.in, split);
         auto s = op(OpName(u.name, OpId::kUnitPool), u.layer, Phase::kBwd, m);
-        conv::adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own, extent(u.in), dx);
+        ctx_.backend->adaptive_avg_pool_backward(dout.view(shape_of(u.out, false)), own,
+                                                 extent(u.in), dx);
         return dx;
       }
       case CnnLayerKind::kFc: {

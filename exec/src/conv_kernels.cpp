@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "conv_geometry.hpp"
 #include "eigen_maps.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -19,55 +20,9 @@ namespace {
 
 using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
-// A map is [B, C, H, W] (2D) or [B, C, D, H, W] (a volume); a 2D map is a volume of depth 1.
-struct Dims {
-  int64_t b, c, d, h, w;
-  bool volume;
-  int64_t voxels() const { return d * h * w; }  // elements per sample and channel
-};
-Dims dims(const Tensor& t) {
-  const size_t n = t.shape().size();
-  SEXTANT_CHECK(n == 4 || n == 5,
-                "a feature map is [B, C, H, W] or [B, C, D, H, W], got {} dimensions", n);
-  if (n == 4) return {t.dim(0), t.dim(1), 1, t.dim(2), t.dim(3), false};
-  return {t.dim(0), t.dim(1), t.dim(2), t.dim(3), t.dim(4), true};
-}
-std::string describe(const Dims& d) {
-  return d.volume ? fmt::format("[{}, {}, {}, {}, {}]", d.b, d.c, d.d, d.h, d.w)
-                  : fmt::format("[{}, {}, {}, {}]", d.b, d.c, d.h, d.w);
-}
-
-// The window geometry of a convolution or pooling, checked against the tensors' shapes: k x k (x k
-// on a volume, the zoo's cubic windows), stride s on every axis; a 2D map's depth axis takes a
-// window of 1.
-struct Window {
-  Dims in, out;
-  int64_t kd, k, sd, s;
-  int64_t taps() const { return kd * k * k; }  // input elements one output reads per channel
-};
-Window window(const Tensor& x, const Tensor& y, int64_t k, int64_t s, int64_t out_channels) {
-  const Dims in = dims(x), out = dims(y);
-  const int64_t kd = in.volume ? k : 1, sd = in.volume ? s : 1;
-  Window g{in, out, kd, k, sd, s};
-  SEXTANT_CHECK(in.volume == out.volume && out.b == in.b && out.c == out_channels &&
-                    out.d == valid_output(in.d, kd, sd) && out.h == valid_output(in.h, k, s) &&
-                    out.w == valid_output(in.w, k, s),
-                "window {}/{} over {} cannot make {}", k, s, describe(in), describe(out));
-  return g;
-}
-// A weight [O, I, k, k] (or [O, I, k, k, k] for a volume's window).
-void check_weight(const Tensor& w, const Window& g, int64_t outer, int64_t inner) {
-  const size_t rank = g.in.volume ? 5 : 4;
-  bool ok = w.shape().size() == rank && w.dim(0) == outer && w.dim(1) == inner;
-  for (size_t i = 2; ok && i < rank; ++i) ok = w.dim(i) == g.k;
-  SEXTANT_CHECK(ok,
-                "a weight of shape {} does not match {} x {} channels and a window of {} over {}",
-                fmt::join(w.shape(), "x"), outer, inner, g.k, describe(g.in));
-}
-
 // col[((c kd + a) k + i) k + j, (od Ho + oh) Wo + ow] = x[c, od sd + a, oh s + i, ow s + j] for one
 // sample.
-void im2col(const float* x, const Window& g, float* col) {
+void im2col(const float* x, const WindowDims& g, float* col) {
   const int64_t outputs = g.out.voxels();
   int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
@@ -86,7 +41,7 @@ void im2col(const float* x, const Window& g, float* col) {
 }
 
 // The adjoint of im2col: adds each column entry back into its input element.
-void col2im_add(const float* col, const Window& g, float* x) {
+void col2im_add(const float* col, const WindowDims& g, float* x) {
   const int64_t outputs = g.out.voxels();
   int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
@@ -104,7 +59,7 @@ void col2im_add(const float* col, const Window& g, float* x) {
 }
 
 // A 1x1 window of stride 1 reads its input as it lies: the column matrix is the sample itself.
-bool pointwise(const Window& g) {
+bool pointwise(const WindowDims& g) {
   return g.k == 1 && g.s == 1;
 }
 
@@ -119,8 +74,41 @@ int64_t valid_output(int64_t extent, int64_t kernel, int64_t stride) {
   return (extent - kernel) / stride + 1;
 }
 
+MapDims map_dims(const Tensor& t) {
+  const size_t n = t.shape().size();
+  SEXTANT_CHECK(n == 4 || n == 5,
+                "a feature map is [B, C, H, W] or [B, C, D, H, W], got {} dimensions", n);
+  if (n == 4) return {t.dim(0), t.dim(1), 1, t.dim(2), t.dim(3), false};
+  return {t.dim(0), t.dim(1), t.dim(2), t.dim(3), t.dim(4), true};
+}
+std::string describe(const MapDims& d) {
+  return d.volume ? fmt::format("[{}, {}, {}, {}, {}]", d.b, d.c, d.d, d.h, d.w)
+                  : fmt::format("[{}, {}, {}, {}]", d.b, d.c, d.h, d.w);
+}
+
+WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t k, int64_t s,
+                       int64_t out_channels) {
+  const MapDims in = map_dims(x), out = map_dims(y);
+  const int64_t kd = in.volume ? k : 1, sd = in.volume ? s : 1;
+  WindowDims g{in, out, kd, k, sd, s};
+  SEXTANT_CHECK(in.volume == out.volume && out.b == in.b && out.c == out_channels &&
+                    out.d == valid_output(in.d, kd, sd) && out.h == valid_output(in.h, k, s) &&
+                    out.w == valid_output(in.w, k, s),
+                "window {}/{} over {} cannot make {}", k, s, describe(in), describe(out));
+  return g;
+}
+
+void check_weight(const Tensor& w, const WindowDims& g, int64_t outer, int64_t inner) {
+  const size_t rank = g.in.volume ? 5 : 4;
+  bool ok = w.shape().size() == rank && w.dim(0) == outer && w.dim(1) == inner;
+  for (size_t i = 2; ok && i < rank; ++i) ok = w.dim(i) == g.k;
+  SEXTANT_CHECK(ok,
+                "a weight of shape {} does not match {} x {} channels and a window of {} over {}",
+                fmt::join(w.shape(), "x"), outer, inner, g.k, describe(g.in));
+}
+
 void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y) {
-  const Window g = window(x, y, w.dim(2), stride, w.dim(0));
+  const WindowDims g = window_dims(x, y, w.dim(2), stride, w.dim(0));
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
@@ -138,7 +126,7 @@ void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t s
 
 void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
                           Tensor* dx, Tensor& dw, Tensor* db) {
-  const Window g = window(x, dy, w.dim(2), stride, w.dim(0));
+  const WindowDims g = window_dims(x, dy, w.dim(2), stride, w.dim(0));
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
@@ -169,7 +157,7 @@ void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, in
 
 void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y) {
   // The window slides over y, the map the adjoint convolution would read, making x.
-  const Window g = window(y, x, w.dim(2), stride, w.dim(0));
+  const WindowDims g = window_dims(y, x, w.dim(2), stride, w.dim(0));
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(static_cast<size_t>(rows * outputs));
@@ -190,7 +178,7 @@ void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride, Te
 
 void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
                                      int64_t stride, Tensor* dx, Tensor& dw) {
-  const Window g = window(dy, x, w.dim(2), stride, w.dim(0));
+  const WindowDims g = window_dims(dy, x, w.dim(2), stride, w.dim(0));
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
@@ -215,14 +203,14 @@ namespace {
 struct Origin {
   int64_t d, h, w;
 };
-Origin crop_origin(const Dims& kept, const Dims& to) {
+Origin crop_origin(const MapDims& kept, const MapDims& to) {
   SEXTANT_CHECK(kept.volume == to.volume && kept.b == to.b && kept.d >= to.d && kept.h >= to.h &&
                     kept.w >= to.w,
                 "a kept map {} cannot be cropped to {}", describe(kept), describe(to));
   return {spec::centre_crop_offset(kept.d, to.d), spec::centre_crop_offset(kept.h, to.h),
           spec::centre_crop_offset(kept.w, to.w)};
 }
-void check_concat(const Dims& k, const Dims& d, const Dims& o) {
+void check_concat(const MapDims& k, const MapDims& d, const MapDims& o) {
   SEXTANT_CHECK(o.volume == d.volume && o.b == d.b && o.c == k.c + d.c && o.d == d.d &&
                     o.h == d.h && o.w == d.w,
                 "a concat of {} kept and {} channels of {} does not make {}", k.c, d.c, describe(d),
@@ -231,7 +219,7 @@ void check_concat(const Dims& k, const Dims& d, const Dims& o) {
 // Calls f(kept offset, joined offset) for every row of the kept map's crop: the first element of
 // the row in `kept` and in the concat's first k.c channels.
 template <typename F>
-void for_each_cropped_row(const Dims& k, const Dims& d, const Dims& o, F f) {
+void for_each_cropped_row(const MapDims& k, const MapDims& d, const MapDims& o, F f) {
   const Origin at = crop_origin(k, d);
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < k.c; ++c)
@@ -243,8 +231,15 @@ void for_each_cropped_row(const Dims& k, const Dims& d, const Dims& o, F f) {
 
 }  // namespace
 
+ConcatDims concat_dims(const Tensor& kept, const Tensor& x, const Tensor& y) {
+  const MapDims k = map_dims(kept), d = map_dims(x), o = map_dims(y);
+  check_concat(k, d, o);
+  const Origin at = crop_origin(k, d);
+  return {k, d, o, at.d, at.h, at.w};
+}
+
 void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) {
-  const Dims k = dims(kept), d = dims(x), o = dims(y);
+  const MapDims k = map_dims(kept), d = map_dims(x), o = map_dims(y);
   check_concat(k, d, o);
   for_each_cropped_row(k, d, o, [&](int64_t from, int64_t to) {
     std::copy_n(kept.data() + from, d.w, y.data() + to);
@@ -255,7 +250,7 @@ void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) {
 }
 
 void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
-  const Dims k = dims(dkept), d = dims(dx), o = dims(dy);
+  const MapDims k = map_dims(dkept), d = map_dims(dx), o = map_dims(dy);
   check_concat(k, d, o);
   for_each_cropped_row(k, d, o, [&](int64_t to, int64_t from) {
     for (int64_t w = 0; w < d.w; ++w) dkept.data()[to + w] += dy.data()[from + w];
@@ -267,7 +262,7 @@ void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) {
 
 double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
                            Tensor* dlogits, int64_t map_pixels) {
-  const Dims d = dims(logits);
+  const MapDims d = map_dims(logits);
   const int64_t voxels = d.voxels();
   SEXTANT_CHECK(static_cast<int64_t>(labels.size()) == d.b * voxels,
                 "{} pixel labels for logits {}", labels.size(), describe(d));
@@ -304,7 +299,7 @@ double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& lab
 }
 
 void add_channel_bias(Tensor& y, const Tensor& bias) {
-  const Dims d = dims(y);
+  const MapDims d = map_dims(y);
   const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
@@ -314,7 +309,7 @@ void add_channel_bias(Tensor& y, const Tensor& bias) {
 }
 
 void channel_bias_backward(const Tensor& dy, Tensor& db) {
-  const Dims d = dims(dy);
+  const MapDims d = map_dims(dy);
   const int64_t voxels = d.voxels();
   for (int64_t c = 0; c < d.c; ++c) {
     double s = 0;
@@ -327,7 +322,7 @@ void channel_bias_backward(const Tensor& dy, Tensor& db) {
 }
 
 void channel_sums(const Tensor& x, std::vector<double>& sums) {
-  const Dims d = dims(x);
+  const MapDims d = map_dims(x);
   sums.assign(static_cast<size_t>(2 * d.c), 0.0);
   const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
@@ -358,7 +353,7 @@ void batch_statistics(const std::vector<double>& sums, int64_t count, std::vecto
 
 void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                 const std::vector<double>& mean, const std::vector<double>& rstd, Tensor& y) {
-  const Dims d = dims(x);
+  const MapDims d = map_dims(x);
   const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t c = 0; c < d.c; ++c) {
@@ -373,7 +368,7 @@ void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 
 void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vector<double>& mean,
                               const std::vector<double>& rstd, std::vector<double>& sums) {
-  const Dims d = dims(x);
+  const MapDims d = map_dims(x);
   sums.assign(static_cast<size_t>(2 * d.c), 0.0);
   const int64_t voxels = d.voxels();
   for (int64_t b = 0; b < d.b; ++b)
@@ -394,7 +389,7 @@ void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vect
 void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const std::vector<double>& mean, const std::vector<double>& rstd,
                          const std::vector<double>& sums, int64_t count, Tensor& dx) {
-  const Dims d = dims(x);
+  const MapDims d = map_dims(x);
   const int64_t voxels = d.voxels();
   const double n = static_cast<double>(count);
   for (int64_t b = 0; b < d.b; ++b)
@@ -417,7 +412,7 @@ namespace {
 // Calls f(output index, first input element of its window) for every output of a pooling layer
 // (f walks the window with for_each_tap).
 template <typename F>
-void for_each_window(const Window& g, F f) {
+void for_each_window(const WindowDims& g, F f) {
   int64_t o = 0;
   for (int64_t bc = 0; bc < g.in.b * g.in.c; ++bc)
     for (int64_t od = 0; od < g.out.d; ++od)
@@ -427,7 +422,7 @@ void for_each_window(const Window& g, F f) {
 }
 // Calls f(input element) for every tap of the window starting at `first`.
 template <typename F>
-void for_each_tap(const Window& g, int64_t first, F f) {
+void for_each_tap(const WindowDims& g, int64_t first, F f) {
   for (int64_t a = 0; a < g.kd; ++a)
     for (int64_t i = 0; i < g.k; ++i)
       for (int64_t j = 0; j < g.k; ++j) f(first + (a * g.in.h + i) * g.in.w + j);
@@ -435,32 +430,37 @@ void for_each_tap(const Window& g, int64_t first, F f) {
 
 }  // namespace
 
-void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y,
-              std::vector<int64_t>& argmax) {
-  const Window g = window(x, y, kernel, stride, x.dim(1));
-  argmax.resize(static_cast<size_t>(y.numel()));
+void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) {
+  const WindowDims g = window_dims(x, y, kernel, stride, x.dim(1));
   for_each_window(g, [&](int64_t o, int64_t first) {
     float best = -std::numeric_limits<float>::infinity();
-    int64_t at = -1;
+    bool any = false;
     for_each_tap(g, first, [&](int64_t e) {
-      if (at < 0 || x.data()[e] > best) {
-        best = x.data()[e];
-        at = e;
-      }
+      if (!any || x.data()[e] > best) best = x.data()[e];
+      any = true;
     });
     y.data()[o] = best;
-    argmax[static_cast<size_t>(o)] = at;
   });
 }
 
-void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Tensor& dx) {
+void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
+                       int64_t stride, Tensor& dx) {
+  const WindowDims g = window_dims(x, y, kernel, stride, x.dim(1));
+  SEXTANT_CHECK(dy.numel() == y.numel() && dx.numel() == x.numel(),
+                "max pooling's gradients of {} and {} elements for {} and {}", dy.numel(),
+                dx.numel(), y.numel(), x.numel());
   std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
-  for (int64_t o = 0; o < dy.numel(); ++o)
-    dx.data()[argmax[static_cast<size_t>(o)]] += dy.data()[o];
+  for_each_window(g, [&](int64_t o, int64_t first) {
+    int64_t at = -1;
+    for_each_tap(g, first, [&](int64_t e) {
+      if (at < 0 && x.data()[e] == y.data()[o]) at = e;
+    });
+    if (at >= 0) dx.data()[at] += dy.data()[o];
+  });
 }
 
 void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) {
-  const Window g = window(x, y, kernel, stride, x.dim(1));
+  const WindowDims g = window_dims(x, y, kernel, stride, x.dim(1));
   const float inv = 1.0f / static_cast<float>(g.taps());
   for_each_window(g, [&](int64_t o, int64_t first) {
     double s = 0;
@@ -470,7 +470,7 @@ void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) {
 }
 
 void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) {
-  const Window g = window(dx, dy, kernel, stride, dx.dim(1));
+  const WindowDims g = window_dims(dx, dy, kernel, stride, dx.dim(1));
   const float inv = 1.0f / static_cast<float>(g.taps());
   std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
   for_each_window(g, [&](int64_t o, int64_t first) {
@@ -484,7 +484,7 @@ namespace {
 // The bins of adaptive pooling a block of a map meets: calls f(output index, input element, 1 /
 // the bin's size) for every element of the block in every bin (PyTorch's bins on each axis).
 template <typename F>
-void for_each_bin_element(const Dims& d, const Dims& o, const spec::MapBlock& block,
+void for_each_bin_element(const MapDims& d, const MapDims& o, const spec::MapBlock& block,
                           const spec::MapExtent& map, F f) {
   SEXTANT_CHECK(d.volume == map.volume() && o.volume == d.volume && d.d == block.planes.size() &&
                     d.h == block.rows.size() && d.w == block.cols.size() && o.b == d.b &&
@@ -515,9 +515,21 @@ void for_each_bin_element(const Dims& d, const Dims& o, const spec::MapBlock& bl
 
 }  // namespace
 
+AdaptiveDims adaptive_dims(const Tensor& x, const Tensor& y, const spec::MapBlock& block,
+                           const spec::MapExtent& map) {
+  const MapDims d = map_dims(x), o = map_dims(y);
+  SEXTANT_CHECK(d.volume == map.volume() && o.volume == d.volume && d.d == block.planes.size() &&
+                    d.h == block.rows.size() && d.w == block.cols.size() && o.b == d.b &&
+                    o.c == d.c,
+                "adaptive pooling of a block {} into {}", describe(d), describe(o));
+  return {
+      d,     o,    block.planes.begin, block.rows.begin, block.cols.begin, map.volume() ? map.d : 1,
+      map.h, map.w};
+}
+
 void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
                        Tensor& y) {
-  const Dims d = dims(x), o = dims(y);
+  const MapDims d = map_dims(x), o = map_dims(y);
   std::vector<double> sums(static_cast<size_t>(y.numel()), 0.0);
   std::vector<int64_t> sizes(static_cast<size_t>(y.numel()), 1);
   for_each_bin_element(d, o, block, map, [&](int64_t out, int64_t in, int64_t size) {
@@ -532,7 +544,7 @@ void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec:
 
 void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
                                 const spec::MapExtent& map, Tensor& dx) {
-  const Dims d = dims(dx), o = dims(dy);
+  const MapDims d = map_dims(dx), o = map_dims(dy);
   std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
   for_each_bin_element(d, o, block, map, [&](int64_t out, int64_t in, int64_t size) {
     dx.data()[in] += dy.data()[out] / static_cast<float>(size);

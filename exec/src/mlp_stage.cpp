@@ -181,13 +181,25 @@ std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Conte
     case spec::ModelKind::kMlp:
       return std::make_unique<MlpStage>(model, ctx, options);
     case spec::ModelKind::kCnn:
-      // The CNN kernels (conv_kernels.hpp) and halo exchanges work on host memory in fp32.
-      if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
+      // The CNN kernels (kernels/convolution.hpp) take fp32 tensors, on either backend; the halo
+      // exchanges of a spatial split and the block packing of a channel split copy in host memory
+      // (spatial_exchange.cpp, cnn_stage.cpp), so those run on CPU ranks.
+      if (ctx.backend->activation_dtype() != DType::kF32)
         throw InputError(
             source, "/kind", "\"cnn\"",
-            fmt::format("CNNs run on CPU ranks in fp32 (this run: the {} backend in "
-                        "{}); use --backend cpu --precision fp32",
+            fmt::format("CNNs run in fp32 (this run: the {} backend in {}); use "
+                        "--precision fp32",
                         ctx.backend->name(), dtype_name(ctx.backend->activation_dtype())));
+      if (ctx.backend->name() != "cpu" && ctx.plan != nullptr &&
+          (ctx.plan->spatial.any() || ctx.plan->tp > 1)) {
+        const bool spatial = ctx.plan->spatial.any();
+        throw InputError(
+            "plan " + ctx.plan->name(), spatial ? "/spatial" : "/tp",
+            spatial ? spec::spatial_text(ctx.plan->spatial) : std::to_string(ctx.plan->tp),
+            fmt::format("a {} split of a CNN runs on CPU ranks (its blocks are copied "
+                        "in host memory), not on the {} backend; use --backend cpu",
+                        spatial ? "spatial" : "channel", ctx.backend->name()));
+      }
       return make_cnn_stage(model, ctx, options);
     case spec::ModelKind::kTransformer: {
       const spec::TransformerSpec& t = model.transformer();

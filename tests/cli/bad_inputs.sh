@@ -290,6 +290,11 @@ expect_error "pass --clip 0, not 1" "$sextant" run --model gpt-tiny --np 2 --pp 
 expect_error "the executor checkpoints it in fp32 only" "$sextant" run --model gpt-tiny --np 2 \
   --pp 2 --global-batch 4 --schedule pipedream-2bw --steps 1 --clip 0 --precision bf16 \
   --checkpoint "$dir/ckpt-2bw"
+# CNNs run in fp32 (kernels/convolution.hpp): mixed precision is refused before any work, naming
+# the way out (the bf16 run is emulated on CPU ranks here; the CUDA backend refuses it the same).
+expect_error "CNNs run in fp32 (this run: the cpu-bf16 backend in bf16); use --precision fp32" \
+  "$sextant" run --model resnet-tiny --global-batch 2 --micro-batch 2 --steps 1 --precision bf16
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -12,7 +12,7 @@
 # agree with float64 to 1e-8: see gpt_reference.py). llama-tiny is the Llama-style decoder
 # (RMSNorm, rotary embeddings, SwiGLU, no biases, untied), 5 steps like gpt-tiny; moe-tiny its
 # mixture of experts (top-2 routing, a shared expert), checked the same way. A CNN (resnet-tiny:
-# convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (CPU only),
+# convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (PyTorch on the CPU; Sextant on cpu or cuda, fp32),
 # and so do tests/pytorch/unet-tiny.json (U-Net's kept map, up-convolution, cropped concat and
 # per-pixel loss), unet3d-tiny.json (the same over volumes: 3D windows, a padded depth) and
 # volume-classifier-tiny.json (a 3D adaptive average pool before the classifier).

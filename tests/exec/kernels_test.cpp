@@ -524,22 +524,36 @@ TEST_F(Kernels, Pooling) {
   // average its mean.
   Tensor x = be->empty({1, 1, 4, 4}), y = be->empty({1, 1, 2, 2});
   for (int64_t i = 0; i < 16; ++i) x.data()[i] = static_cast<float>(i);
-  std::vector<int64_t> argmax;
-  conv::max_pool(x, 2, 2, y, argmax);
+  conv::max_pool(x, 2, 2, y);
   EXPECT_EQ(y.data()[0], 5.0f);
   EXPECT_EQ(y.data()[3], 15.0f);
-  EXPECT_EQ(argmax[1], 7);
+  {
+    // The backward routes each window's gradient to its maximum: element 7 for the second window
+    // (rows 0-1, columns 2-3); on a tie, to the window's first maximum in reading order (PyTorch's
+    // CPU kernel): a window of four equal values sends its gradient to its top-left element.
+    Tensor ones = be->empty({1, 1, 2, 2}), dx = be->empty({1, 1, 4, 4});
+    be->fill(ones, 1.0f);
+    conv::max_pool_backward(x, y, ones, 2, 2, dx);
+    EXPECT_EQ(dx.data()[7], 1.0f);
+    EXPECT_EQ(dx.data()[6], 0.0f);
+    be->fill(x, 2.0f);
+    conv::max_pool(x, 2, 2, y);
+    conv::max_pool_backward(x, y, ones, 2, 2, dx);
+    EXPECT_EQ(dx.data()[0], 1.0f);
+    EXPECT_EQ(dx.data()[1] + dx.data()[4] + dx.data()[5], 0.0f);
+    for (int64_t i = 0; i < 16; ++i) x.data()[i] = static_cast<float>(i);
+  }
   conv::avg_pool(x, 2, 2, y);
   EXPECT_EQ(y.data()[0], (0 + 1 + 4 + 5) / 4.0f);
   // Overlapping 3/2 windows against finite differences.
   Tensor in = random({2, 2, 7, 7}), c = random({2, 2, 3, 3}), o = be->empty({2, 2, 3, 3});
   Tensor dx = be->empty(in.shape());
   auto max_loss = [&] {
-    conv::max_pool(in, 3, 2, o, argmax);
+    conv::max_pool(in, 3, 2, o);
     return dot(o, c);
   };
   max_loss();
-  conv::max_pool_backward(argmax, c, dx);
+  conv::max_pool_backward(in, o, c, 3, 2, dx);
   expect_gradient(in, dx, max_loss, "max pool dx");
   auto avg_loss = [&] {
     conv::avg_pool(in, 3, 2, o);
@@ -651,10 +665,8 @@ TEST_F(Kernels, VolumePoolingNormalisationAndLoss) {
   // for the first; the average is (0 + 1 + 4 + 5 + 16 + 17 + 20 + 21) / 8 = 10.5.
   Tensor x = be->empty({1, 1, 4, 4, 4}), y = be->empty({1, 1, 2, 2, 2});
   for (int64_t i = 0; i < 64; ++i) x.data()[i] = static_cast<float>(i);
-  std::vector<int64_t> argmax;
-  conv::max_pool(x, 2, 2, y, argmax);
+  conv::max_pool(x, 2, 2, y);
   EXPECT_EQ(y.data()[0], 21.0f);
-  EXPECT_EQ(argmax[0], 21);
   EXPECT_EQ(y.data()[7], 63.0f);
   conv::avg_pool(x, 2, 2, y);
   EXPECT_EQ(y.data()[0], 10.5f);
@@ -662,11 +674,11 @@ TEST_F(Kernels, VolumePoolingNormalisationAndLoss) {
   Tensor in = random({2, 2, 5, 5, 5}), c = random({2, 2, 2, 2, 2}), o = be->empty({2, 2, 2, 2, 2});
   Tensor dx = be->empty(in.shape());
   auto max_loss = [&] {
-    conv::max_pool(in, 3, 2, o, argmax);
+    conv::max_pool(in, 3, 2, o);
     return dot(o, c);
   };
   max_loss();
-  conv::max_pool_backward(argmax, c, dx);
+  conv::max_pool_backward(in, o, c, 3, 2, dx);
   expect_gradient(in, dx, max_loss, "3D max pool dx");
   auto avg_loss = [&] {
     conv::avg_pool(in, 3, 2, o);

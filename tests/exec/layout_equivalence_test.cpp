@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -411,18 +412,29 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w, int64_t d = 1) {
   return p;
 }
 
-// CNNs, mixtures of experts, context parallelism, 3D tensor grids, offload and compressed
-// gradients run on CPU ranks in fp32 only.
-// (SEXTANT_TEST_LAYOUTS=text runs only the layouts whose names hold it: a debugging aid.)
+// Mixtures of experts, context parallelism, 3D tensor grids, offload and compressed gradients run
+// on CPU ranks in fp32 only; CNNs in fp32, on the GPU too unless their maps are split.
+// (SEXTANT_TEST_LAYOUTS=a,b runs only the layouts whose names hold a or b: a debugging aid, and
+// how scripts/gpu-check.sh picks the CNN layouts.)
 bool runs_here(const Layout& l) {
-  if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS");
-      only != nullptr && std::string(l.name).find(only) == std::string::npos)
-    return false;
+  if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS"); only != nullptr) {
+    bool named = false;
+    std::string list = only;
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string part = list.substr(at, comma - at);
+      named = named || (!part.empty() && std::string(l.name).find(part) != std::string::npos);
+      at = comma + 1;
+    }
+    if (!named) return false;
+  }
   const bool cnn = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
                    l.net == Net::kUnet3d || l.net == Net::kUnetTall ||
                    l.net == Net::kVolumeClassifier;
-  const bool cpu_fp32_only = cnn || l.net == Net::kMoe || l.net == Net::kMoeCapacity ||
-                             l.plan.cp > 1 || l.plan.tp_grid.any() || l.plan.offload.any() ||
+  // CNNs run in fp32 on either backend, but split maps (spatial or channel) on CPU ranks only.
+  if (cnn && (in_bf16() || (on_cuda() && (l.plan.spatial.any() || l.plan.tp > 1)))) return false;
+  const bool cpu_fp32_only = l.net == Net::kMoe || l.net == Net::kMoeCapacity || l.plan.cp > 1 ||
+                             l.plan.tp_grid.any() || l.plan.offload.any() ||
                              l.plan.compression.any();
   return !cpu_fp32_only || (!on_cuda() && !in_bf16());
 }
@@ -779,6 +791,7 @@ TEST_F(LayoutTest, EveryLayoutOfThisWorldSizeMatchesTheSingleRankRun) {
     SCOPED_TRACE(l.name);
     expect_same_losses(model_of(l.net), l.plan);
     ++ran;
+    if (world_rank() == 0) std::printf("  layout %s: compared\n", l.name);
   }
   EXPECT_GT(ran, 0);
 }

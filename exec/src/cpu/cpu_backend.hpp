@@ -1,8 +1,8 @@
 // The CPU backend: fp32 kernels on Eigen (GEMMs) and plain loops (everything else), one file per
 // kernel family (kernels/*.hpp): memory.cpp, linear.cpp, norm.cpp, elementwise.cpp, attention.cpp,
-// vocabulary.cpp and optimizer.cpp. All math in fp32, with fp64 row statistics where a reduction's
-// order would otherwise drift between layouts. make_cpu_backend (sextant/exec/cpu_backend.hpp)
-// is the only way in from outside this folder.
+// vocabulary.cpp, optimizer.cpp and convolution.cpp. All math in fp32, with fp64 row statistics
+// where a reduction's order would otherwise drift between layouts. make_cpu_backend
+// (sextant/exec/cpu_backend.hpp) is the only way in from outside this folder.
 #pragma once
 
 #include <string>
@@ -90,6 +90,40 @@ class CpuBackend final : public Backend {
   double sum_squares(const Tensor& x) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, int64_t step, float lr,
              float beta1, float beta2, float eps, float weight_decay, float grad_scale) override;
+
+  // ConvolutionKernels (convolution.cpp: the host kernels of conv_kernels.hpp)
+  void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
+                   Tensor& y) override;
+  void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                            Tensor* dx, Tensor& dw, Tensor* db) override;
+  void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride, Tensor& y) override;
+  void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                       int64_t stride, Tensor* dx, Tensor& dw) override;
+  void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) override;
+  void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) override;
+  double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
+                             Tensor* dlogits, int64_t map_pixels) override;
+  void add_channel_bias(Tensor& y, const Tensor& bias) override;
+  void channel_bias_backward(const Tensor& dy, Tensor& db) override;
+  void channel_sums(const Tensor& x, std::vector<double>& sums) override;
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const std::vector<double>& mean, const std::vector<double>& rstd,
+                  Tensor& y) override;
+  void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vector<double>& mean,
+                                const std::vector<double>& rstd,
+                                std::vector<double>& sums) override;
+  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                           const std::vector<double>& mean, const std::vector<double>& rstd,
+                           const std::vector<double>& sums, int64_t count, Tensor& dx) override;
+  void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override;
+  void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
+                         int64_t stride, Tensor& dx) override;
+  void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override;
+  void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) override;
+  void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
+                         Tensor& y) override;
+  void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
+                                  const spec::MapExtent& map, Tensor& dx) override;
 
  private:
   BlockPool pool_;

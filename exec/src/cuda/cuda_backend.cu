@@ -1,6 +1,7 @@
-// CUDA kernels and cuBLAS calls behind the Backend interface. Row-major tensors are passed to
-// column-major cuBLAS as their transposes: y = x w (row-major) is y^T = w^T x^T (column-major).
-// Reductions that feed the loss (row max, sum of exponentials) run one block per row.
+// CUDA kernels and cuBLAS calls behind the Backend interface (the CNN family: convolution.cu).
+// Row-major tensors are passed to column-major cuBLAS as their transposes: y = x w (row-major) is
+// y^T = w^T x^T (column-major). Reductions that feed the loss (row max, sum of exponentials) run
+// one block per row.
 //
 // Every kernel is a template over T, the type of the activations and of the parameters' compute
 // copy (float, or __nv_bfloat16 in mixed precision); parameter gradients and layer-norm statistics
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cuda_check.hpp"
+#include "cuda_convolution.hpp"
 #include "cuda_module.hpp"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
@@ -515,9 +517,11 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaSetDevice(device));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUDA_CHECK(cudaMalloc(&scalar_, sizeof(double)));
+    conv_ = make_cuda_convolution(blas_, compute_type(DType::kF32), *this);
   }
   ~CudaBackend() override {
     cudaDeviceSynchronize();
+    conv_.reset();
     pool_.trim();
     cudaFree(scalar_);
     cudaFree(ids_);
@@ -1031,6 +1035,79 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaGetLastError());
   }
 
+  // ConvolutionKernels: convolution.cu's.
+  void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
+                   Tensor& y) override {
+    conv_->convolution(x, w, bias, stride, y);
+  }
+  void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
+                            Tensor* dx, Tensor& dw, Tensor* db) override {
+    conv_->convolution_backward(x, w, dy, stride, dx, dw, db);
+  }
+  void transposed_convolution(const Tensor& x, const Tensor& w, int64_t stride,
+                              Tensor& y) override {
+    conv_->transposed_convolution(x, w, stride, y);
+  }
+  void transposed_convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
+                                       int64_t stride, Tensor* dx, Tensor& dw) override {
+    conv_->transposed_convolution_backward(x, w, dy, stride, dx, dw);
+  }
+  void crop_concat(const Tensor& kept, const Tensor& x, Tensor& y) override {
+    conv_->crop_concat(kept, x, y);
+  }
+  void crop_concat_backward(const Tensor& dy, Tensor& dkept, Tensor& dx) override {
+    conv_->crop_concat_backward(dy, dkept, dx);
+  }
+  double pixel_cross_entropy(const Tensor& logits, const std::vector<int32_t>& labels, float scale,
+                             Tensor* dlogits, int64_t map_pixels) override {
+    return conv_->pixel_cross_entropy(logits, labels, scale, dlogits, map_pixels);
+  }
+  void add_channel_bias(Tensor& y, const Tensor& bias) override {
+    conv_->add_channel_bias(y, bias);
+  }
+  void channel_bias_backward(const Tensor& dy, Tensor& db) override {
+    conv_->channel_bias_backward(dy, db);
+  }
+  void channel_sums(const Tensor& x, std::vector<double>& sums) override {
+    conv_->channel_sums(x, sums);
+  }
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                  const std::vector<double>& mean, const std::vector<double>& rstd,
+                  Tensor& y) override {
+    conv_->batch_norm(x, gamma, beta, mean, rstd, y);
+  }
+  void batch_norm_backward_sums(const Tensor& x, const Tensor& dy, const std::vector<double>& mean,
+                                const std::vector<double>& rstd,
+                                std::vector<double>& sums) override {
+    conv_->batch_norm_backward_sums(x, dy, mean, rstd, sums);
+  }
+  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                           const std::vector<double>& mean, const std::vector<double>& rstd,
+                           const std::vector<double>& sums, int64_t count, Tensor& dx) override {
+    conv_->batch_norm_backward(x, dy, gamma, mean, rstd, sums, count, dx);
+  }
+  void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
+    conv_->max_pool(x, kernel, stride, y);
+  }
+  void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
+                         int64_t stride, Tensor& dx) override {
+    conv_->max_pool_backward(x, y, dy, kernel, stride, dx);
+  }
+  void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
+    conv_->avg_pool(x, kernel, stride, y);
+  }
+  void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) override {
+    conv_->avg_pool_backward(dy, kernel, stride, dx);
+  }
+  void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
+                         Tensor& y) override {
+    conv_->adaptive_avg_pool(x, block, map, y);
+  }
+  void adaptive_avg_pool_backward(const Tensor& dy, const spec::MapBlock& block,
+                                  const spec::MapExtent& map, Tensor& dx) override {
+    conv_->adaptive_avg_pool_backward(dy, block, map, dx);
+  }
+
  private:
   // Spans cut into tiles of at most kTile elements (one block each), and their device copy.
   static std::vector<Tile> tiles_of(const std::vector<AdamwSpan>& spans) {
@@ -1098,6 +1175,7 @@ class CudaBackend : public Backend {
   Precision precision_;
   BlockPool pool_;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<ConvolutionKernels> conv_;
   double* scalar_ = nullptr;
   int32_t* ids_ = nullptr;
   size_t ids_capacity_ = 0;

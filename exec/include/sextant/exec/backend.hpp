@@ -12,12 +12,14 @@
 // compute copy (weights, biases, norms, tables as the kernels read them) share one type, fp32 or
 // bf16 (activation_dtype()); parameter gradients (dw, db, dgamma, dbeta, dtable, dpos), layer
 // norm statistics, sum_squares and everything AdamW touches are fp32. Arithmetic is fp32 inside
-// every kernel; bf16 is a storage format.
+// every kernel; bf16 is a storage format. The convolution family (kernels/convolution.hpp) takes
+// fp32 tensors only: CNNs run in fp32.
 #pragma once
 
 #include <string>
 
 #include "sextant/exec/kernels/attention.hpp"
+#include "sextant/exec/kernels/convolution.hpp"
 #include "sextant/exec/kernels/elementwise.hpp"
 #include "sextant/exec/kernels/linear.hpp"
 #include "sextant/exec/kernels/memory.hpp"
@@ -33,7 +35,8 @@ class Backend : public DeviceMemory,
                 public ElementwiseKernels,
                 public AttentionKernels,
                 public VocabularyKernels,
-                public OptimizerKernels {
+                public OptimizerKernels,
+                public ConvolutionKernels {
  public:
   ~Backend() override = default;
   virtual std::string name() const = 0;

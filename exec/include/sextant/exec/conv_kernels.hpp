@@ -82,11 +82,12 @@ void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const std::vector<double>& mean, const std::vector<double>& rstd,
                          const std::vector<double>& sums, int64_t count, Tensor& dx);
 
-// Max pooling over a padded input (padding filled with -infinity); `argmax` keeps each output's
-// input element (the first maximum, as PyTorch's CPU kernel).
-void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y,
-              std::vector<int64_t>& argmax);
-void max_pool_backward(const std::vector<int64_t>& argmax, const Tensor& dy, Tensor& dx);
+// Max pooling over a padded input (padding filled with -infinity). The backward routes each
+// output's gradient to its window's first maximum (as PyTorch's CPU kernel), found again in x: the
+// first input element equal to y.
+void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y);
+void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
+                       int64_t stride, Tensor& dx);
 // Average pooling over a zero-padded input, dividing by the window's size, kernel^2 or kernel^3
 // (PyTorch's count_include_pad).
 void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y);
