@@ -21,6 +21,10 @@ class Bf16Emulation : public Backend {
   void release(void* data) override { inner_->release(data); }
   void fill(Tensor& t, float value) override { inner_->fill(t, value); }
   void copy(const Tensor& from, Tensor& to) override { inner_->copy(from, to); }
+  void copy_box(const Tensor& from, const Box& held_from, Tensor& to, const Box& held_to,
+                const Box& r, int64_t maps, bool add) override {
+    inner_->copy_box(from, held_from, to, held_to, r, maps, add);
+  }
   void to_host(const Tensor& t, std::vector<float>& out) override { inner_->to_host(t, out); }
   void from_host(const std::vector<float>& in, Tensor& t) override { inner_->from_host(in, t); }
   void synchronize() override {}

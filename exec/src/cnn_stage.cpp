@@ -408,7 +408,7 @@ class CnnStage : public StageModel {
     if (!u.split_in || !exchange_.split()) return whole;
     Tensor block = empty(u.in, true);
     const Region own = held(u.in, true);
-    copy_block(whole, held(u.in, false), block, own, own);
+    copy_block(*ctx_.backend, whole, held(u.in, false), block, own, own);
     return block;
   }
 
@@ -786,7 +786,7 @@ class CnnStage : public StageModel {
           Tensor all = empty(shape_over(u.out.c, made));
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kFwd, m);
           ctx_.backend->transposed_convolution(cache.x, w, u.s, all);
-          copy_block(all, made, y, own, own);
+          copy_block(*ctx_.backend, all, made, y, own, own);
         }
         if (u.bias) ctx_.backend->add_channel_bias(y, param(u.name + ".up_conv.bias").compute);
         return y;
@@ -933,7 +933,7 @@ class CnnStage : public StageModel {
         const Region own = held(u.out, true);
         Tensor dall = empty(shape_over(u.out.c, made));
         be.fill(dall, 0.0f);
-        copy_block(dout, own, dall, made, own);
+        copy_block(*ctx_.backend, dout, own, dall, made, own);
         Tensor dfetched = empty(cache.x.shape());
         {
           auto s = op(OpName(u.name + ".up_conv", OpId::kUnitProduct), u.layer, Phase::kBwd, m);

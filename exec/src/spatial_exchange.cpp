@@ -37,28 +37,15 @@ bool holds(const Tensor& t, const Region& region) {
          (n == 4 ? region.planes.size() == 1 : t.dim(2) == region.planes.size());
 }
 
+Box box_of(const Region& r) {
+  return {r.planes.begin, r.planes.end, r.rows.begin, r.rows.end, r.cols.begin, r.cols.end};
+}
 // Copies `r` of every one of `outer` (batch x channel) maps from `src`, which holds region `from`
 // of each map, into `dst`, which holds `to`; adds when `add`.
-void copy_region(const float* src, const Region& from, float* dst, const Region& to,
-                 const Region& r, int64_t outer, bool add) {
+void copy_region(DeviceMemory& backend, const Tensor& src, const Region& from, Tensor& dst,
+                 const Region& to, const Region& r, int64_t outer, bool add) {
   if (r.empty()) return;
-  const int64_t from_map = from.elements(), to_map = to.elements();
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t d = r.planes.begin; d < r.planes.end; ++d)
-      for (int64_t h = r.rows.begin; h < r.rows.end; ++h) {
-        const float* s =
-            src + o * from_map +
-            ((d - from.planes.begin) * from.rows.size() + h - from.rows.begin) * from.cols.size() +
-            (r.cols.begin - from.cols.begin);
-        float* t = dst + o * to_map +
-                   ((d - to.planes.begin) * to.rows.size() + h - to.rows.begin) * to.cols.size() +
-                   (r.cols.begin - to.cols.begin);
-        if (add) {
-          for (int64_t w = 0; w < r.cols.size(); ++w) t[w] += s[w];
-        } else {
-          std::copy(s, s + r.cols.size(), t);
-        }
-      }
+  backend.copy_box(src, box_of(from), dst, box_of(to), box_of(r), outer, add);
 }
 
 std::string describe(const Region& r) {
@@ -68,7 +55,7 @@ std::string describe(const Region& r) {
 
 // Messages posted to peers, kept alive until they are delivered.
 struct Outbox {
-  std::vector<std::vector<float>> buffers;
+  std::vector<Tensor> buffers;
   std::vector<std::unique_ptr<CommRequest>> requests;
   ~Outbox() {
     for (auto& r : requests) r->wait();
@@ -77,9 +64,9 @@ struct Outbox {
 
 }  // namespace
 
-void copy_block(const Tensor& src, const Region& from, Tensor& dst, const Region& to,
-                const Region& r) {
-  copy_region(src.data(), from, dst.data(), to, r, maps_of(src).outer, false);
+void copy_block(DeviceMemory& backend, const Tensor& src, const Region& from, Tensor& dst,
+                const Region& to, const Region& r) {
+  copy_region(backend, src, from, dst, to, r, maps_of(src).outer, false);
 }
 
 SpatialExchange::SpatialExchange(spec::SpatialSplit grid, int64_t index, Communicator* comm)
@@ -123,27 +110,25 @@ Tensor SpatialExchange::fetch(DeviceMemory& backend, const Tensor& x, const spec
   if (m.volume) shape.insert(shape.begin() + 2, mine.planes.size());
   Tensor out = backend.empty(shape);
   backend.fill(out, fill);
-  copy_region(x.data(), own, out.data(), mine, intersect(mine, own), m.outer, false);
+  copy_region(backend, x, own, out, mine, intersect(mine, own), m.outer, false);
   if (!split()) return out;
   Outbox outbox;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
     const Region r = intersect(need(q), own);
     if (r.empty()) continue;
-    std::vector<float>& buf =
-        outbox.buffers.emplace_back(static_cast<size_t>(m.outer * r.elements()));
-    copy_region(x.data(), own, buf.data(), r, r, m.outer, false);
+    Tensor& buf = outbox.buffers.emplace_back(backend.empty({m.outer * r.elements()}));
+    copy_region(backend, x, own, buf, r, r, m.outer, false);
     outbox.requests.push_back(
-        comm_->send(buf.data(), static_cast<int64_t>(buf.size()), static_cast<int>(q), kGatherTag));
+        comm_->send(buf.data(), buf.numel(), static_cast<int>(q), kGatherTag));
   }
-  std::vector<float> in;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
     const Region r = intersect(mine, block(map, q));
     if (r.empty()) continue;
-    in.resize(static_cast<size_t>(m.outer * r.elements()));
-    comm_->recv(in.data(), static_cast<int64_t>(in.size()), static_cast<int>(q), kGatherTag);
-    copy_region(in.data(), r, out.data(), mine, r, m.outer, false);
+    Tensor in = backend.empty({m.outer * r.elements()});
+    comm_->recv(in.data(), in.numel(), static_cast<int>(q), kGatherTag);
+    copy_region(backend, in, r, out, mine, r, m.outer, false);
   }
   return out;
 }
@@ -157,27 +142,25 @@ void SpatialExchange::give_back(DeviceMemory& backend, const Tensor& dneed,
                 "the gradient of a fetched block ({}) into this rank's ({}): shapes differ",
                 describe(mine), describe(own));
   backend.fill(dx, 0.0f);
-  copy_region(dneed.data(), mine, dx.data(), own, intersect(mine, own), m.outer, false);
+  copy_region(backend, dneed, mine, dx, own, intersect(mine, own), m.outer, false);
   if (!split()) return;
   Outbox outbox;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
     const Region r = intersect(mine, block(map, q));
     if (r.empty()) continue;
-    std::vector<float>& buf =
-        outbox.buffers.emplace_back(static_cast<size_t>(m.outer * r.elements()));
-    copy_region(dneed.data(), mine, buf.data(), r, r, m.outer, false);
-    outbox.requests.push_back(comm_->send(buf.data(), static_cast<int64_t>(buf.size()),
-                                          static_cast<int>(q), kScatterTag));
+    Tensor& buf = outbox.buffers.emplace_back(backend.empty({m.outer * r.elements()}));
+    copy_region(backend, dneed, mine, buf, r, r, m.outer, false);
+    outbox.requests.push_back(
+        comm_->send(buf.data(), buf.numel(), static_cast<int>(q), kScatterTag));
   }
-  std::vector<float> in;
   for (int64_t q = 0; q < ranks_; ++q) {
     if (q == index_) continue;
     const Region r = intersect(need(q), own);
     if (r.empty()) continue;
-    in.resize(static_cast<size_t>(m.outer * r.elements()));
-    comm_->recv(in.data(), static_cast<int64_t>(in.size()), static_cast<int>(q), kScatterTag);
-    copy_region(in.data(), r, dx.data(), own, r, m.outer, true);
+    Tensor in = backend.empty({m.outer * r.elements()});
+    comm_->recv(in.data(), in.numel(), static_cast<int>(q), kScatterTag);
+    copy_region(backend, in, r, dx, own, r, m.outer, true);
   }
 }
 

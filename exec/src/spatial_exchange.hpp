@@ -6,8 +6,10 @@
 //
 // Blocks are spec::shard_rows of each axis (row-major grid); a rank's window input is
 // spec::window_input_rows of its output block. Every rank computes every rank's block and window
-// from the map's geometry, so a sender knows what its peer needs without asking. Host memory
-// (CPU ranks): the CNN stage runs on the CPU backend only.
+// from the map's geometry, so a sender knows what its peer needs without asking. Blocks, halos and
+// the messages between ranks are the backend's tensors, copied with DeviceMemory::copy_box, so an
+// unsplit map is padded on the GPU as on the CPU; the CNN stage still runs split maps on CPU ranks
+// only (its batch-norm sums travel in host vectors).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +26,9 @@ using Region = spec::MapBlock;
 using WindowGeometry = spec::Window;
 
 // Copies block `r` (whole-map coordinates) of every one of a map tensor's B x C maps from `src`,
-// which holds region `from` of each, into `dst`, which holds `to` (host memory).
-void copy_block(const Tensor& src, const Region& from, Tensor& dst, const Region& to,
-                const Region& r);
+// which holds region `from` of each, into `dst`, which holds `to`.
+void copy_block(DeviceMemory& backend, const Tensor& src, const Region& from, Tensor& dst,
+                const Region& to, const Region& r);
 
 class SpatialExchange {
  public:

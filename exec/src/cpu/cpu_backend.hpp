@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& from, Tensor& to) override;
   void to_host(const Tensor& t, std::vector<float>& out) override;
   void from_host(const std::vector<float>& in, Tensor& t) override;
+  void copy_box(const Tensor& from, const Box& held_from, Tensor& to, const Box& held_to,
+                const Box& r, int64_t maps, bool add) override;
   void synchronize() override;
 
   // LinearKernels (linear.cpp)

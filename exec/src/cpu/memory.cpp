@@ -30,6 +30,33 @@ void CpuBackend::fill(Tensor& t, float value) {
   }
 }
 
+void CpuBackend::copy_box(const Tensor& from, const Box& held_from, Tensor& to, const Box& held_to,
+                          const Box& r, int64_t maps, bool add) {
+  if (r.elements() <= 0) return;
+  const int64_t from_map = held_from.elements(), to_map = held_to.elements();
+  SEXTANT_CHECK(from.numel() >= maps * from_map && to.numel() >= maps * to_map,
+                "a box copy over {} maps of {} and {} elements between tensors of {} and {}", maps,
+                from_map, to_map, from.numel(), to.numel());
+  for (int64_t o = 0; o < maps; ++o)
+    for (int64_t d = r.plane_begin; d < r.plane_end; ++d)
+      for (int64_t h = r.row_begin; h < r.row_end; ++h) {
+        const float* s =
+            from.data() + o * from_map +
+            ((d - held_from.plane_begin) * held_from.rows() + h - held_from.row_begin) *
+                held_from.cols() +
+            (r.col_begin - held_from.col_begin);
+        float* t =
+            to.data() + o * to_map +
+            ((d - held_to.plane_begin) * held_to.rows() + h - held_to.row_begin) * held_to.cols() +
+            (r.col_begin - held_to.col_begin);
+        if (add) {
+          for (int64_t w = 0; w < r.cols(); ++w) t[w] += s[w];
+        } else {
+          std::copy(s, s + r.cols(), t);
+        }
+      }
+}
+
 void CpuBackend::copy(const Tensor& from, Tensor& to) {
   SEXTANT_CHECK(from.numel() == to.numel(), "copy of {} into {} elements", from.numel(),
                 to.numel());

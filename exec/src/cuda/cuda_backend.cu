@@ -101,6 +101,24 @@ __global__ void convert_kernel(const From* x, To* y, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = st<To>(ld(x[i]));
 }
+// Box r of each map, one thread per element of the box over every map (no two write one element).
+__global__ void copy_box_kernel(const float* from, Box held_from, float* to, Box held_to, Box r,
+                                int64_t n, bool add) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t cols = r.col_end - r.col_begin, rows = r.row_end - r.row_begin,
+                planes = r.plane_end - r.plane_begin;
+  const int64_t w = r.col_begin + i % cols, h = r.row_begin + (i / cols) % rows,
+                d = r.plane_begin + (i / (cols * rows)) % planes, o = i / (cols * rows * planes);
+  auto at = [&](const Box& b) {
+    const int64_t bc = b.col_end - b.col_begin, br = b.row_end - b.row_begin,
+                  bp = b.plane_end - b.plane_begin;
+    return ((o * bp + d - b.plane_begin) * br + h - b.row_begin) * bc + w - b.col_begin;
+  };
+  const float v = from[at(held_from)];
+  float& t = to[at(held_to)];
+  t = add ? t + v : v;
+}
 template <typename T>
 __global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -583,6 +601,18 @@ class CudaBackend : public Backend {
     Tensor f = t.dtype() == DType::kF32 ? t : empty(t.shape());
     CUDA_CHECK(cudaMemcpy(f.data(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
     if (t.dtype() != DType::kF32) copy(f, t);
+  }
+  void copy_box(const Tensor& from, const Box& held_from, Tensor& to, const Box& held_to,
+                const Box& r, int64_t maps, bool add) override {
+    const int64_t n = maps * r.elements();
+    if (n <= 0) return;
+    SEXTANT_CHECK(
+        from.numel() >= maps * held_from.elements() && to.numel() >= maps * held_to.elements(),
+        "a box copy over {} maps between tensors of {} and {} elements", maps, from.numel(),
+        to.numel());
+    copy_box_kernel<<<blocks_for(n), kThreads>>>(from.data(), held_from, to.data(), held_to, r, n,
+                                                 add);
+    CUDA_CHECK(cudaGetLastError());
   }
   void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
   std::unique_ptr<TimeMark> mark() override { return std::make_unique<EventMark>(); }

@@ -9,6 +9,16 @@
 
 namespace sextant::exec {
 
+// A box of a feature map: planes, rows and columns [begin, end) (a 2D map: plane [0, 1)). Plain
+// numbers, so that the C++17 CUDA sources read it (spec::MapBlock is the planner's form).
+struct Box {
+  int64_t plane_begin, plane_end, row_begin, row_end, col_begin, col_end;
+  int64_t planes() const { return plane_end - plane_begin; }
+  int64_t rows() const { return row_end - row_begin; }
+  int64_t cols() const { return col_end - col_begin; }
+  int64_t elements() const { return planes() * rows() * cols(); }
+};
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -24,6 +34,11 @@ class DeviceMemory {
   // Host vectors are fp32 whatever the tensor's type.
   virtual void to_host(const Tensor& t, std::vector<float>& out) = 0;
   virtual void from_host(const std::vector<float>& in, Tensor& t) = 0;
+  // Box `r` of each of `maps` maps (fp32), from `from`, which holds box `held_from` of every map,
+  // into `to`, which holds `held_to`; added when `add` (the blocks and halos of split maps, the
+  // padding of whole ones: spatial_exchange.hpp).
+  virtual void copy_box(const Tensor& from, const Box& held_from, Tensor& to, const Box& held_to,
+                        const Box& r, int64_t maps, bool add) = 0;
   virtual void synchronize() = 0;
 
   // Timing that does not stall the device: a mark records "now" in the order of the backend's
