@@ -57,18 +57,36 @@ Geo geo_of(const WindowDims& g) {
   return {g.in.c, g.in.d, g.in.h, g.in.w, g.out.d, g.out.h, g.out.w, g.kd, g.k, g.sd, g.s};
 }
 
-// col[n][((c kd + a) k + i) k + j][(od Ho + oh) Wo + ow] = x[n][c][od sd + a][oh s + i][ow s + j]
-// for `samples` samples (the CPU's im2col, sample by sample).
+// col[((c kd + a) k + i) k + j][n][(od Ho + oh) Wo + ow] = x[n][c][od sd + a][oh s + i][ow s + j]
+// for `samples` samples: the column matrix of the whole chunk, its columns sample by sample, so
+// that one GEMM covers every sample (k = samples x outputs for the weight gradient).
 __global__ void im2col_kernel(const float* x, Geo g, int64_t samples, float* col) {
   const int64_t outputs = g.out_voxels(), rows = g.rows();
   const int64_t n = samples * rows * outputs;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t o = e % outputs, r = (e / outputs) % rows, b = e / (outputs * rows);
+    const int64_t o = e % outputs, b = (e / outputs) % samples, r = e / (outputs * samples);
     const int64_t j = r % g.k, i = (r / g.k) % g.k, a = (r / (g.k * g.k)) % g.kd,
                   c = r / (g.k * g.k * g.kd);
     const int64_t ow = o % g.ow, oh = (o / g.ow) % g.oh, od = o / (g.ow * g.oh);
     col[e] = x[(((b * g.c + c) * g.d + od * g.sd + a) * g.h + oh * g.s + i) * g.w + ow * g.s + j];
+  }
+}
+
+// [samples][channels][voxels] <-> [channels][samples][voxels]: a map tensor and the channel-major
+// form the GEMMs read and write (rows of a channel or filter, the samples side by side).
+__global__ void channel_major_kernel(const float* x, int64_t samples, int64_t channels,
+                                     int64_t voxels, bool to_channel_major, float* y) {
+  const int64_t n = samples * channels * voxels;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t v = e % voxels, c = (e / voxels) % channels, b = e / (voxels * channels);
+    const int64_t major = (c * samples + b) * voxels + v;  // e is [b][c][v]
+    if (to_channel_major) {
+      y[major] = x[e];
+    } else {
+      y[e] = x[major];
+    }
   }
 }
 
@@ -83,7 +101,7 @@ __device__ __forceinline__ void readers(int64_t p, int64_t k, int64_t s, int64_t
 // The adjoint of im2col, gathered: x[n][c][z][y][x] = the sum of the column entries that read it.
 // Overwrites x.
 __global__ void col2im_kernel(const float* col, Geo g, int64_t samples, float* x) {
-  const int64_t outputs = g.out_voxels(), rows = g.rows();
+  const int64_t outputs = g.out_voxels();
   const int64_t n = samples * g.c * g.in_voxels();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -99,7 +117,7 @@ __global__ void col2im_kernel(const float* col, Geo g, int64_t samples, float* x
         for (int64_t ow = w0; ow <= w1; ++ow) {
           const int64_t a = pz - od * g.sd, i = py - oh * g.s, j = px - ow * g.s;
           const int64_t r = ((c * g.kd + a) * g.k + i) * g.k + j;
-          sum += col[(b * rows + r) * outputs + (od * g.oh + oh) * g.ow + ow];
+          sum += col[(r * samples + b) * outputs + (od * g.oh + oh) * g.ow + ow];
         }
     x[e] = sum;
   }
@@ -126,34 +144,50 @@ __device__ double block_sum(double v) {
   return v;  // thread 0 holds the block's sum
 }
 
-// One block per channel c: the sums over every sample's voxels of channel c of
-//   kind 0: dy                       -> db[c] += (float) sum            (bias gradient)
-//   kind 1: x and x^2                -> out[c], out[C + c]              (batch statistics)
-//   kind 2: dy and dy (x - m) rstd   -> out[c], out[C + c]              (batch-norm backward)
+// The per-channel sums over every sample's voxels of channel c, of
+//   kind 0: dy                       (bias gradient)
+//   kind 1: x and x^2                (batch statistics)
+//   kind 2: dy and dy (x - m) rstd   (batch-norm backward)
+// in two passes that fix the order of every addition (runs repeat bit for bit): block (c, p) sums
+// part p of the channel's samples x voxels elements into partial[(k C + c) P + p], k = 0, 1; then
+// one thread per channel adds its P partials in order (channel_sums_finish_kernel).
 __global__ void channel_sums_kernel(int kind, const float* x, const float* dy, const double* mean,
                                     const double* rstd, int64_t samples, int64_t channels,
-                                    int64_t voxels, float* db, double* out) {
-  const int64_t c = blockIdx.x;
+                                    int64_t voxels, double* partial) {
+  const int64_t c = blockIdx.x, parts = gridDim.y, p = blockIdx.y;
+  const int64_t n = samples * voxels, per = (n + parts - 1) / parts;
+  const int64_t begin = p * per, end = begin + per < n ? begin + per : n;
   double s = 0, q = 0;
-  for (int64_t b = 0; b < samples; ++b) {
-    const int64_t base = (b * channels + c) * voxels;
-    for (int64_t i = threadIdx.x; i < voxels; i += blockDim.x) {
-      if (kind == 0) {
-        s += dy[base + i];
-      } else if (kind == 1) {
-        const double v = x[base + i];
-        s += v;
-        q += v * v;
-      } else {
-        const double g = dy[base + i];
-        s += g;
-        q += g * ((x[base + i] - mean[c]) * rstd[c]);
-      }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const int64_t e = ((i / voxels) * channels + c) * voxels + i % voxels;
+    if (kind == 0) {
+      s += dy[e];
+    } else if (kind == 1) {
+      const double v = x[e];
+      s += v;
+      q += v * v;
+    } else {
+      const double g = dy[e];
+      s += g;
+      q += g * ((x[e] - mean[c]) * rstd[c]);
     }
   }
   s = block_sum(s);
   if (kind != 0) q = block_sum(q);
   if (threadIdx.x != 0) return;
+  partial[c * parts + p] = s;
+  partial[(channels + c) * parts + p] = q;
+}
+// kind 0: db[c] += (float) the sum; otherwise out[c], out[C + c].
+__global__ void channel_sums_finish_kernel(int kind, const double* partial, int64_t channels,
+                                           int64_t parts, float* db, double* out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  double s = 0, q = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    s += partial[c * parts + p];
+    q += partial[(channels + c) * parts + p];
+  }
   if (kind == 0) {
     db[c] += static_cast<float>(s);
   } else {
@@ -218,13 +252,25 @@ __global__ void pool_kernel(bool max, const float* x, Geo g, int64_t n, float* y
   }
 }
 
+// The tap of each output's window that max pooling took: its first maximum (the first tap equal to
+// y, as the CPU's and PyTorch's CPU kernel choose).
+__global__ void max_tap_kernel(const float* x, const float* y, Geo g, int64_t n, int32_t* taps) {
+  const int64_t count = g.kd * g.k * g.k;
+  for (int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; o < n;
+       o += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t first = window_start(g, o);
+    int32_t at = -1;
+    for (int64_t t = 0; t < count && at < 0; ++t)
+      if (x[tap(g, first, t)] == y[o]) at = static_cast<int32_t>(t);
+    taps[o] = at;
+  }
+}
+
 // Pooling's input gradient, gathered per input element over the windows that read it: max routes
-// an output's gradient to its window's first maximum (the first tap equal to y), avg shares it
-// over every tap.
-__global__ void pool_backward_kernel(bool max, const float* x, const float* y, const float* dy,
-                                     Geo g, int64_t n, float* dx) {
-  const int64_t taps = g.kd * g.k * g.k;
-  const float inv = 1.0f / static_cast<float>(taps);
+// an output's gradient to the tap max_tap_kernel chose, avg shares it over every tap.
+__global__ void pool_backward_kernel(const int32_t* taps, const float* dy, Geo g, int64_t n,
+                                     float* dx) {
+  const float inv = 1.0f / static_cast<float>(g.kd * g.k * g.k);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t px = e % g.w, py = (e / g.w) % g.h, pz = (e / (g.w * g.h)) % g.d;
@@ -238,15 +284,13 @@ __global__ void pool_backward_kernel(bool max, const float* x, const float* y, c
       for (int64_t oh = h0; oh <= h1; ++oh)
         for (int64_t ow = w0; ow <= w1; ++ow) {
           const int64_t o = ((bc * g.od + od) * g.oh + oh) * g.ow + ow;
-          if (!max) {
+          if (taps == nullptr) {
             sum += dy[o] * inv;
             continue;
           }
-          const int64_t first = window_start(g, o);
-          int64_t at = -1;
-          for (int64_t t = 0; t < taps && at < 0; ++t)
-            if (x[tap(g, first, t)] == y[o]) at = tap(g, first, t);
-          if (at == e) sum += dy[o];
+          // This element's tap in window o: (a, i, j) from its offsets.
+          const int64_t t = ((pz - od * g.sd) * g.k + (py - oh * g.s)) * g.k + (px - ow * g.s);
+          if (taps[o] == t) sum += dy[o];
         }
     dx[e] = sum;
   }
@@ -391,21 +435,19 @@ class CudaConvolution final : public ConvolutionKernels {
   CudaConvolution(cublasHandle_t blas, cublasComputeType_t compute, DeviceMemory& memory)
       : blas_(blas), compute_(compute), memory_(memory) {}
 
+  // Per chunk of samples S: col [rows, S outputs] (im2col), and a filter-major product
+  // [filters, S outputs] that one GEMM makes or reads, permuted to or from the map tensor.
   void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride,
                    Tensor& y) override {
     const WindowDims g = conv::window_dims(x, y, w.dim(2), stride, w.dim(0));
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
-    for_chunks(g, [&](int64_t b0, int64_t count, float* col) {
-      const float* cols = x.data() + b0 * g.in.c * g.in.voxels();
-      if (col != nullptr) {
-        launch_im2col(cols, geo, count, col);
-        cols = col;
-      }
-      // y_b [Co, outputs] = W [Co, rows] col_b [rows, outputs], for every sample of the chunk.
-      gemm_batched(false, false, g.out.c, outputs, rows, 1.0f, w.data(), 0, cols, rows * outputs,
-                   0.0f, y.data() + b0 * g.out.c * outputs, g.out.c * outputs, count);
+    for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* product) {
+      launch_im2col(x.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
+      // product [Co, S outputs] = W [Co, rows] col.
+      gemm(false, false, g.out.c, count * outputs, rows, 1.0f, w.data(), col, 0.0f, product);
+      permute(product, count, g.out.c, outputs, false, y.data() + b0 * g.out.c * outputs);
     });
     if (bias != nullptr) add_channel_bias(y, *bias);
   }
@@ -416,24 +458,15 @@ class CudaConvolution final : public ConvolutionKernels {
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
-    for_chunks(g, [&](int64_t b0, int64_t count, float* col) {
-      const float* cols = x.data() + b0 * g.in.c * g.in.voxels();
-      if (col != nullptr) {
-        launch_im2col(cols, geo, count, col);
-        cols = col;
-      }
-      // dW [Co, rows] += dy_b [Co, outputs] col_b^T, sample by sample (one accumulator).
-      for (int64_t b = 0; b < count; ++b)
-        gemm(false, true, g.out.c, rows, outputs, 1.0f, dy.data() + (b0 + b) * g.out.c * outputs,
-             cols + b * rows * outputs, 1.0f, dw.data());
+    for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* dproduct) {
+      launch_im2col(x.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
+      permute(dy.data() + b0 * g.out.c * outputs, count, g.out.c, outputs, true, dproduct);
+      // dW [Co, rows] += dproduct [Co, S outputs] col^T: every sample of the chunk in one GEMM.
+      gemm(false, true, g.out.c, rows, count * outputs, 1.0f, dproduct, col, 1.0f, dw.data());
       if (dx == nullptr) return;
-      // dcol_b [rows, outputs] = W^T dy_b, then col2im (or the input itself for a 1x1 window).
-      float* dxb = dx->data() + b0 * g.in.c * g.in.voxels();
-      float* dcol = col != nullptr ? col : dxb;
-      gemm_batched(true, false, rows, outputs, g.out.c, 1.0f, w.data(), 0,
-                   dy.data() + b0 * g.out.c * outputs, g.out.c * outputs, 0.0f, dcol,
-                   rows * outputs, count);
-      if (col != nullptr) launch_col2im(dcol, geo, count, dxb);
+      // dcol [rows, S outputs] = W^T dproduct (into the column buffer, read), then col2im.
+      gemm(true, false, rows, count * outputs, g.out.c, 1.0f, w.data(), dproduct, 0.0f, col);
+      launch_col2im(col, geo, count, dx->data() + b0 * g.in.c * g.in.voxels());
     });
     if (db != nullptr) channel_bias_backward(dy, *db);
   }
@@ -445,13 +478,10 @@ class CudaConvolution final : public ConvolutionKernels {
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
-    for_chunks(g, [&](int64_t b0, int64_t count, float* col) {
-      float* yb = y.data() + b0 * g.in.c * g.in.voxels();
-      float* dcol = col != nullptr ? col : yb;
-      gemm_batched(true, false, rows, outputs, g.out.c, 1.0f, w.data(), 0,
-                   x.data() + b0 * g.out.c * outputs, g.out.c * outputs, 0.0f, dcol, rows * outputs,
-                   count);
-      if (col != nullptr) launch_col2im(dcol, geo, count, yb);
+    for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* xp) {
+      permute(x.data() + b0 * g.out.c * outputs, count, g.out.c, outputs, true, xp);
+      gemm(true, false, rows, count * outputs, g.out.c, 1.0f, w.data(), xp, 0.0f, col);
+      launch_col2im(col, geo, count, y.data() + b0 * g.in.c * g.in.voxels());
     });
   }
 
@@ -461,19 +491,14 @@ class CudaConvolution final : public ConvolutionKernels {
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
-    for_chunks(g, [&](int64_t b0, int64_t count, float* col) {
-      const float* cols = dy.data() + b0 * g.in.c * g.in.voxels();
-      if (col != nullptr) {
-        launch_im2col(cols, geo, count, col);
-        cols = col;
-      }
-      // dW [Ci, rows] += x_b [Ci, outputs] col_b^T; dx_b = W col_b.
-      for (int64_t b = 0; b < count; ++b)
-        gemm(false, true, g.out.c, rows, outputs, 1.0f, x.data() + (b0 + b) * g.out.c * outputs,
-             cols + b * rows * outputs, 1.0f, dw.data());
-      if (dx != nullptr)
-        gemm_batched(false, false, g.out.c, outputs, rows, 1.0f, w.data(), 0, cols, rows * outputs,
-                     0.0f, dx->data() + b0 * g.out.c * outputs, g.out.c * outputs, count);
+    for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* xp) {
+      launch_im2col(dy.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
+      permute(x.data() + b0 * g.out.c * outputs, count, g.out.c, outputs, true, xp);
+      // dW [Ci, rows] += xp [Ci, S outputs] col^T; dx = W col, permuted back.
+      gemm(false, true, g.out.c, rows, count * outputs, 1.0f, xp, col, 1.0f, dw.data());
+      if (dx == nullptr) return;
+      gemm(false, false, g.out.c, count * outputs, rows, 1.0f, w.data(), col, 0.0f, xp);
+      permute(xp, count, g.out.c, outputs, false, dx->data() + b0 * g.out.c * outputs);
     });
   }
 
@@ -532,16 +557,13 @@ class CudaConvolution final : public ConvolutionKernels {
   void channel_bias_backward(const Tensor& dy, Tensor& db) override {
     const MapDims d = conv::map_dims(dy);
     SEXTANT_CHECK(db.numel() == d.c, "a bias gradient of {} for {} channels", db.numel(), d.c);
-    channel_sums_kernel<<<static_cast<unsigned>(d.c), kSumThreads>>>(
-        0, nullptr, dy.data(), nullptr, nullptr, d.b, d.c, d.voxels(), db.data(), nullptr);
-    CUDA_CHECK(cudaGetLastError());
+    sums(0, nullptr, dy.data(), nullptr, d, db.data(), nullptr);
   }
 
   void channel_sums(const Tensor& x, std::vector<double>& sums) override {
     const MapDims d = conv::map_dims(x);
     double* out = statistics(d.c, {}, {});
-    channel_sums_kernel<<<static_cast<unsigned>(d.c), kSumThreads>>>(
-        1, x.data(), nullptr, nullptr, nullptr, d.b, d.c, d.voxels(), nullptr, out);
+    this->sums(1, x.data(), nullptr, nullptr, d, nullptr, out);
     download(out, 2 * d.c, sums);
   }
   void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -561,8 +583,7 @@ class CudaConvolution final : public ConvolutionKernels {
     const MapDims d = conv::map_dims(x);
     check_statistics(d, mean, rstd);
     double* s = statistics(d.c, mean, rstd);
-    channel_sums_kernel<<<static_cast<unsigned>(d.c), kSumThreads>>>(
-        2, x.data(), dy.data(), s + 2 * d.c, s + 3 * d.c, d.b, d.c, d.voxels(), nullptr, s);
+    this->sums(2, x.data(), dy.data(), s + 2 * d.c, d, nullptr, s);
     download(s, 2 * d.c, sums);
   }
   void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
@@ -589,8 +610,13 @@ class CudaConvolution final : public ConvolutionKernels {
     SEXTANT_CHECK(dy.numel() == y.numel() && dx.numel() == x.numel(),
                   "max pooling's gradients of {} and {} elements for {} and {}", dy.numel(),
                   dx.numel(), y.numel(), x.numel());
-    pool_backward_kernel<<<grid_for(dx.numel()), kThreads>>>(true, x.data(), y.data(), dy.data(),
-                                                             geo_of(g), dx.numel(), dx.data());
+    const Geo geo = geo_of(g);
+    Tensor taps = memory_.empty({y.numel()});  // int32 per output
+    auto* t = static_cast<int32_t*>(taps.raw());
+    max_tap_kernel<<<grid_for(y.numel()), kThreads>>>(x.data(), y.data(), geo, y.numel(), t);
+    CUDA_CHECK(cudaGetLastError());
+    pool_backward_kernel<<<grid_for(dx.numel()), kThreads>>>(t, dy.data(), geo, dx.numel(),
+                                                             dx.data());
     CUDA_CHECK(cudaGetLastError());
   }
   void avg_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
@@ -598,8 +624,8 @@ class CudaConvolution final : public ConvolutionKernels {
   }
   void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor& dx) override {
     const WindowDims g = conv::window_dims(dx, dy, kernel, stride, dx.dim(1));
-    pool_backward_kernel<<<grid_for(dx.numel()), kThreads>>>(false, nullptr, nullptr, dy.data(),
-                                                             geo_of(g), dx.numel(), dx.data());
+    pool_backward_kernel<<<grid_for(dx.numel()), kThreads>>>(nullptr, dy.data(), geo_of(g),
+                                                             dx.numel(), dx.data());
     CUDA_CHECK(cudaGetLastError());
   }
   void adaptive_avg_pool(const Tensor& x, const spec::MapBlock& block, const spec::MapExtent& map,
@@ -617,19 +643,40 @@ class CudaConvolution final : public ConvolutionKernels {
   }
 
  private:
-  // Calls f(first sample, samples, column buffer) over chunks of the batch whose column matrices
-  // fit kMaxColumnFloats; the buffer is null for a 1x1 window of stride 1 (the input is its own
-  // column matrix).
+  // Calls f(first sample, samples, column buffer, product buffer) over chunks of the batch whose
+  // column matrix [rows, S outputs] and filter-major product [filters, S outputs] fit
+  // kMaxColumnFloats together.
   template <typename F>
-  void for_chunks(const WindowDims& g, F f) {
+  void for_chunks(const WindowDims& g, int64_t filters, F f) {
     const Geo geo = geo_of(g);
-    const bool pointwise = g.k == 1 && g.s == 1;
-    const int64_t per_sample = geo.rows() * geo.out_voxels();
-    const int64_t chunk =
-        pointwise ? g.in.b : std::clamp<int64_t>(kMaxColumnFloats / per_sample, 1, g.in.b);
-    Tensor col = pointwise ? Tensor() : memory_.empty({chunk * per_sample});
+    const int64_t per_sample = (geo.rows() + filters) * geo.out_voxels();
+    const int64_t chunk = std::clamp<int64_t>(kMaxColumnFloats / per_sample, 1, g.in.b);
+    Tensor col = memory_.empty({chunk * geo.rows() * geo.out_voxels()});
+    Tensor product = memory_.empty({chunk * filters * geo.out_voxels()});
     for (int64_t b0 = 0; b0 < g.in.b; b0 += chunk)
-      f(b0, std::min(chunk, g.in.b - b0), pointwise ? nullptr : col.data());
+      f(b0, std::min(chunk, g.in.b - b0), col.data(), product.data());
+  }
+  // The per-channel sums of channel_sums_kernel (`stats`: the mean, then rstd, for kind 2), into
+  // db (kind 0) or out.
+  void sums(int kind, const float* x, const float* dy, const double* stats, const MapDims& d,
+            float* db, double* out) {
+    // Parts of ~16k elements per channel, at most 256: enough blocks to fill the GPU when the
+    // channels are few and the maps large (64 channels of 32 x 112 x 112 in ResNet's stem).
+    const int64_t parts = std::clamp<int64_t>(d.b * d.voxels() / 16384, 1, 256);
+    Tensor partial = memory_.empty({4 * d.c * parts});  // 2 C parts doubles
+    auto* pd = static_cast<double*>(partial.raw());
+    channel_sums_kernel<<<dim3(static_cast<unsigned>(d.c), static_cast<unsigned>(parts)),
+                          kSumThreads>>>(
+        kind, x, dy, stats, stats == nullptr ? nullptr : stats + d.c, d.b, d.c, d.voxels(), pd);
+    CUDA_CHECK(cudaGetLastError());
+    channel_sums_finish_kernel<<<blocks_for(d.c), kThreads>>>(kind, pd, d.c, parts, db, out);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void permute(const float* x, int64_t samples, int64_t channels, int64_t voxels,
+               bool to_channel_major, float* y) {
+    channel_major_kernel<<<grid_for(samples * channels * voxels), kThreads>>>(
+        x, samples, channels, voxels, to_channel_major, y);
+    CUDA_CHECK(cudaGetLastError());
   }
   void launch_im2col(const float* x, const Geo& g, int64_t samples, float* col) {
     im2col_kernel<<<grid_for(samples * g.rows() * g.out_voxels()), kThreads>>>(x, g, samples, col);
