@@ -11,7 +11,8 @@
 #               classifier against PyTorch (`sextant run --backend cuda` vs tests/pytorch/cnn_reference.py);
 #               the CNN layouts of the layout suite on 2 ranks sharing the GPU (data and pipeline
 #               parallel; split maps are refused on the GPU); ResNet-50 throughput at micro-batch 32 in
-#               fp32 and tf32, a traced run, and the simulator's prediction for it (h200-1gpu/h100-1gpu)
+#               fp32 and tf32 next to PyTorch's (bench/pytorch_resnet_cuda.py), a traced run, and the
+#               simulator's prediction for it (h200-1gpu/h100-1gpu)
 #   compute     bench compute on the GPU (bf16, bf16-gemm and fp32) with traces; bench comm over
 #               NCCL at world size 1 (the plumbing)
 #   throughput  GPT-2 124M, micro-batch 32 x 1024 tokens: Sextant bf16 (mixed precision) and
@@ -184,6 +185,11 @@ t = sum(r["step_time_s"] for r in rows) / len(rows)
 print(json.dumps({"impl": f"sextant cuda {sys.argv[2]} resnet50 mb32", "step_time_s": t,
                   "images_per_s": 32 / t}))
 PY
+done
+step "PyTorch's ResNet-50 on the same batch (torchvision, cuDNN; fp32 with TF32 off, and tf32)"
+for p in fp32 tf32; do
+  python3 bench/pytorch_resnet_cuda.py --precision $p --micro-batch 32 2>>"$out/pytorch_resnet.err" |
+    tee -a "$out/throughput_cnn.txt"
 done
 step "ResNet-50 traced run (fp32) and the simulator's prediction of it ($cluster)"
 "$sextant" run --model resnet50 --global-batch 32 --micro-batch 32 --steps 3 --backend cuda \
