@@ -232,6 +232,15 @@ class Bf16Emulation : public Backend {
                            const std::vector<double>& sums, int64_t count, Tensor& dx) override {
     inner_->batch_norm_backward(x, dy, gamma, mean, rstd, sums, count, dx);
   }
+  void batch_norm_whole(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        Tensor& stats) override {
+    inner_->batch_norm_whole(x, gamma, beta, y, stats);
+  }
+  void batch_norm_whole_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& stats, Tensor& dx, Tensor& dgamma,
+                                 Tensor& dbeta) override {
+    inner_->batch_norm_whole_backward(x, dy, gamma, stats, dx, dgamma, dbeta);
+  }
   void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
     inner_->max_pool(x, kernel, stride, y);
   }

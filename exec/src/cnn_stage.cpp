@@ -65,8 +65,9 @@ struct Unit {
 };
 
 struct ConvCache {
-  Tensor window, z, y;  // window input, convolution output, normalised output (pre-ReLU)
-  std::vector<double> mean, rstd;
+  Tensor window, z, y;             // window input, convolution output, normalised output (pre-ReLU)
+  std::vector<double> mean, rstd;  // batch statistics of maps split over ranks (on the host)
+  Tensor stats;                    // those of whole maps (with the backend: batch_norm_whole)
 };
 struct UnitCache {
   std::vector<ConvCache> convs;
@@ -647,8 +648,9 @@ class CnnStage : public StageModel {
         normalise();
       } else {
         auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kFwd, mb);
-        ctx_.backend->channel_sums(cache.z, sums);
-        normalise();
+        cache.stats = empty({4 * cache.z.dim(1)});
+        be.batch_norm_whole(cache.z, param(c.name + ".bn.weight").compute,
+                            param(c.name + ".bn.bias").compute, cache.y, cache.stats);
       }
     }
     if (!c.relu) return cache.y;
@@ -696,9 +698,11 @@ class CnnStage : public StageModel {
         apply();
       } else {
         auto s = op(OpName(c.name, OpId::kUnitBatchNorm), layer, Phase::kBwd, mb);
-        ctx_.backend->batch_norm_backward_sums(cache.z, d, cache.mean, cache.rstd, sums);
-        accumulate();
-        apply();
+        Tensor dgamma = grad_of(param(c.name + ".bn.weight"), u);
+        Tensor dbeta = grad_of(param(c.name + ".bn.bias"), u);
+        be.batch_norm_whole_backward(cache.z, d, param(c.name + ".bn.weight").compute, cache.stats,
+                                     dz, dgamma, dbeta);
+        cache.stats = Tensor();
       }
       d = dz;
     }

@@ -182,6 +182,18 @@ TEST_F(CnnCudaVsCpu, BatchNormalisationAndChannelBias) {
     cpu->batch_norm_backward(x.c, dy.c, gamma.c, mean, rstd, bc, count, dx.c);
     gpu->batch_norm_backward(x.g, dy.g, gamma.g, mean, rstd, bc, count, dx.g);
     expect_close(dx, what + " batch norm dx");
+    // Whole maps: the statistics kept by the backend, the same numbers.
+    Pair stats{cpu->empty({4 * 6}), gpu->empty({4 * 6})},
+        yw = poisoned(shape), dxw = poisoned(shape), dgamma = random_pair({6}),
+        dbeta = random_pair({6});
+    cpu->batch_norm_whole(x.c, gamma.c, beta.c, yw.c, stats.c);
+    gpu->batch_norm_whole(x.g, gamma.g, beta.g, yw.g, stats.g);
+    expect_close(yw, what + " whole-map batch norm y");
+    cpu->batch_norm_whole_backward(x.c, dy.c, gamma.c, stats.c, dxw.c, dgamma.c, dbeta.c);
+    gpu->batch_norm_whole_backward(x.g, dy.g, gamma.g, stats.g, dxw.g, dgamma.g, dbeta.g);
+    expect_close(dxw, what + " whole-map batch norm dx");
+    expect_close(dgamma, what + " whole-map dgamma");
+    expect_close(dbeta, what + " whole-map dbeta");
     cpu->add_channel_bias(x.c, beta.c);
     gpu->add_channel_bias(x.g, beta.g);
     expect_close(x, what + " channel bias");

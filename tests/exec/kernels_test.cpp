@@ -517,6 +517,21 @@ TEST_F(Kernels, BatchNormTrainingMode) {
   expect_gradient(x, dx, loss, "batch norm dx");
   expect_gradient(gamma, dgamma, loss, "dgamma");
   expect_gradient(beta, dbeta, loss, "dbeta");
+  // The whole-map path (the backend keeps the statistics) is the same arithmetic: equal to the
+  // bit, its parameter gradients added to what they held.
+  forward();
+  Tensor stats = be->empty({4 * 2}), yw = be->empty(x.shape()), dxw = be->empty(x.shape());
+  Tensor dgw = be->zeros({2}), dbw = be->zeros({2});
+  be->batch_norm_whole(x, gamma, beta, yw, stats);
+  be->batch_norm_whole_backward(x, c, gamma, stats, dxw, dgw, dbw);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    EXPECT_EQ(yw.data()[i], y.data()[i]);
+    EXPECT_EQ(dxw.data()[i], dx.data()[i]);
+  }
+  for (int64_t ch = 0; ch < 2; ++ch) {
+    EXPECT_EQ(dgw.data()[ch], dgamma.data()[ch]);
+    EXPECT_EQ(dbw.data()[ch], dbeta.data()[ch]);
+  }
 }
 
 TEST_F(Kernels, Pooling) {

@@ -1,7 +1,11 @@
 // The CPU backend's CNN kernels: the host kernels of conv_kernels.hpp (im2col + Eigen GEMMs),
 // which the CPU-only tests also call directly.
+#include <cstring>
+
+#include "conv_geometry.hpp"
 #include "cpu_backend.hpp"
 #include "sextant/exec/conv_kernels.hpp"
+#include "sextant/spec/error.hpp"
 
 namespace sextant::exec::cpu {
 
@@ -57,6 +61,44 @@ void CpuBackend::batch_norm_backward(const Tensor& x, const Tensor& dy, const Te
                                      const std::vector<double>& sums, int64_t count, Tensor& dx) {
   conv::batch_norm_backward(x, dy, gamma, mean, rstd, sums, count, dx);
 }
+namespace {
+
+// The mean and rstd of `channels` channels as doubles in a stats tensor (4 x channels fp32 slots).
+double* stats_of(const Tensor& stats, int64_t channels) {
+  SEXTANT_CHECK(stats.numel() >= 4 * channels, "batch statistics of {} slots for {} channels",
+                stats.numel(), channels);
+  return static_cast<double*>(stats.raw());
+}
+
+}  // namespace
+
+void CpuBackend::batch_norm_whole(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  Tensor& y, Tensor& stats) {
+  const conv::MapDims d = conv::map_dims(x);
+  std::vector<double> sums, mean, rstd;
+  conv::channel_sums(x, sums);
+  conv::batch_statistics(sums, d.b * d.voxels(), mean, rstd);
+  conv::batch_norm(x, gamma, beta, mean, rstd, y);
+  double* st = stats_of(stats, d.c);
+  std::memcpy(st, mean.data(), mean.size() * sizeof(double));
+  std::memcpy(st + d.c, rstd.data(), rstd.size() * sizeof(double));
+}
+
+void CpuBackend::batch_norm_whole_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                           const Tensor& stats, Tensor& dx, Tensor& dgamma,
+                                           Tensor& dbeta) {
+  const conv::MapDims d = conv::map_dims(x);
+  const double* st = stats_of(stats, d.c);
+  const std::vector<double> mean(st, st + d.c), rstd(st + d.c, st + 2 * d.c);
+  std::vector<double> sums;
+  conv::batch_norm_backward_sums(x, dy, mean, rstd, sums);
+  for (int64_t c = 0; c < d.c; ++c) {
+    dbeta.data()[c] += static_cast<float>(sums[static_cast<size_t>(c)]);
+    dgamma.data()[c] += static_cast<float>(sums[static_cast<size_t>(d.c + c)]);
+  }
+  conv::batch_norm_backward(x, dy, gamma, mean, rstd, sums, d.b * d.voxels(), dx);
+}
+
 void CpuBackend::max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) {
   conv::max_pool(x, kernel, stride, y);
 }

@@ -117,6 +117,11 @@ class CpuBackend final : public Backend {
   void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                            const std::vector<double>& mean, const std::vector<double>& rstd,
                            const std::vector<double>& sums, int64_t count, Tensor& dx) override;
+  void batch_norm_whole(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        Tensor& stats) override;
+  void batch_norm_whole_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& stats, Tensor& dx, Tensor& dgamma,
+                                 Tensor& dbeta) override;
   void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override;
   void max_pool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, int64_t kernel,
                          int64_t stride, Tensor& dx) override;

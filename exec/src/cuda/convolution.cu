@@ -196,6 +196,40 @@ __global__ void channel_sums_finish_kernel(int kind, const double* partial, int6
   }
 }
 
+// Whole maps: the batch statistics from the partial sums of kind 1, on the device (conv::
+// batch_statistics' formula: mean = s / n, var = max(0, q / n - mean^2), rstd = 1 / sqrt(var +
+// eps)); stats = [mean C][rstd C].
+__global__ void batch_statistics_kernel(const double* partial, int64_t channels, int64_t parts,
+                                        double count, double* stats) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  double s = 0, q = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    s += partial[c * parts + p];
+    q += partial[(channels + c) * parts + p];
+  }
+  const double mean = s / count;
+  const double var = fmax(0.0, q / count - mean * mean);
+  stats[c] = mean;
+  stats[channels + c] = 1.0 / sqrt(var + kBatchNormEps);
+}
+// Whole maps' backward: the sums of kind 2 into sums [dbeta C][dgamma C] and added to the fp32
+// gradients (dbeta[c] += (float) sum, as the CPU adds them).
+__global__ void batch_norm_grads_kernel(const double* partial, int64_t channels, int64_t parts,
+                                        double* sums, float* dgamma, float* dbeta) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  double s = 0, q = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    s += partial[c * parts + p];
+    q += partial[(channels + c) * parts + p];
+  }
+  sums[c] = s;
+  sums[channels + c] = q;
+  dbeta[c] += static_cast<float>(s);
+  dgamma[c] += static_cast<float>(q);
+}
+
 __global__ void batch_norm_kernel(const float* x, const float* gamma, const float* beta,
                                   const double* mean, const double* rstd, int64_t n,
                                   int64_t channels, int64_t voxels, float* y) {
@@ -601,6 +635,38 @@ class CudaConvolution final : public ConvolutionKernels {
     CUDA_CHECK(cudaGetLastError());
   }
 
+  void batch_norm_whole(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        Tensor& stats) override {
+    const MapDims d = conv::map_dims(x);
+    auto* st = stats_of(stats, d.c);
+    int64_t parts = 0;
+    const Tensor partial = partial_sums(1, x.data(), nullptr, nullptr, d, parts);
+    batch_statistics_kernel<<<blocks_for(d.c), kThreads>>>(
+        static_cast<const double*>(partial.raw()), d.c, parts,
+        static_cast<double>(d.b * d.voxels()), st);
+    CUDA_CHECK(cudaGetLastError());
+    batch_norm_kernel<<<grid_for(x.numel()), kThreads>>>(
+        x.data(), gamma.data(), beta.data(), st, st + d.c, x.numel(), d.c, d.voxels(), y.data());
+    CUDA_CHECK(cudaGetLastError());
+  }
+  void batch_norm_whole_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                 const Tensor& stats, Tensor& dx, Tensor& dgamma,
+                                 Tensor& dbeta) override {
+    const MapDims d = conv::map_dims(x);
+    const double* st = stats_of(stats, d.c);
+    int64_t parts = 0;
+    const Tensor partial = partial_sums(2, x.data(), dy.data(), st, d, parts);
+    Tensor sums = memory_.empty({4 * d.c});  // 2 C doubles: dbeta's and dgamma's sums
+    auto* sd = static_cast<double*>(sums.raw());
+    batch_norm_grads_kernel<<<blocks_for(d.c), kThreads>>>(
+        static_cast<const double*>(partial.raw()), d.c, parts, sd, dgamma.data(), dbeta.data());
+    CUDA_CHECK(cudaGetLastError());
+    batch_norm_backward_kernel<<<grid_for(x.numel()), kThreads>>>(
+        x.data(), dy.data(), gamma.data(), st, st + d.c, sd, static_cast<double>(d.b * d.voxels()),
+        x.numel(), d.c, d.voxels(), dx.data());
+    CUDA_CHECK(cudaGetLastError());
+  }
+
   void max_pool(const Tensor& x, int64_t kernel, int64_t stride, Tensor& y) override {
     pool(true, x, kernel, stride, y);
   }
@@ -656,20 +722,28 @@ class CudaConvolution final : public ConvolutionKernels {
     for (int64_t b0 = 0; b0 < g.in.b; b0 += chunk)
       f(b0, std::min(chunk, g.in.b - b0), col.data(), product.data());
   }
-  // The per-channel sums of channel_sums_kernel (`stats`: the mean, then rstd, for kind 2), into
-  // db (kind 0) or out.
-  void sums(int kind, const float* x, const float* dy, const double* stats, const MapDims& d,
-            float* db, double* out) {
+  // The first pass of channel_sums_kernel (`stats`: the mean, then rstd, for kind 2): returns
+  // the partial sums [2][C][parts] and sets `parts`.
+  Tensor partial_sums(int kind, const float* x, const float* dy, const double* stats,
+                      const MapDims& d, int64_t& parts) {
     // Parts of ~16k elements per channel, at most 256: enough blocks to fill the GPU when the
     // channels are few and the maps large (64 channels of 32 x 112 x 112 in ResNet's stem).
-    const int64_t parts = std::clamp<int64_t>(d.b * d.voxels() / 16384, 1, 256);
+    parts = std::clamp<int64_t>(d.b * d.voxels() / 16384, 1, 256);
     Tensor partial = memory_.empty({4 * d.c * parts});  // 2 C parts doubles
-    auto* pd = static_cast<double*>(partial.raw());
     channel_sums_kernel<<<dim3(static_cast<unsigned>(d.c), static_cast<unsigned>(parts)),
-                          kSumThreads>>>(
-        kind, x, dy, stats, stats == nullptr ? nullptr : stats + d.c, d.b, d.c, d.voxels(), pd);
+                          kSumThreads>>>(kind, x, dy, stats,
+                                         stats == nullptr ? nullptr : stats + d.c, d.b, d.c,
+                                         d.voxels(), static_cast<double*>(partial.raw()));
     CUDA_CHECK(cudaGetLastError());
-    channel_sums_finish_kernel<<<blocks_for(d.c), kThreads>>>(kind, pd, d.c, parts, db, out);
+    return partial;
+  }
+  // The per-channel sums into db (kind 0: db[c] += the sum) or out (sums[c], sums[C + c]).
+  void sums(int kind, const float* x, const float* dy, const double* stats, const MapDims& d,
+            float* db, double* out) {
+    int64_t parts = 0;
+    const Tensor partial = partial_sums(kind, x, dy, stats, d, parts);
+    channel_sums_finish_kernel<<<blocks_for(d.c), kThreads>>>(
+        kind, static_cast<const double*>(partial.raw()), d.c, parts, db, out);
     CUDA_CHECK(cudaGetLastError());
   }
   void permute(const float* x, int64_t samples, int64_t channels, int64_t voxels,
@@ -715,6 +789,11 @@ class CudaConvolution final : public ConvolutionKernels {
   static Adaptive adaptive_of(const conv::AdaptiveDims& a) {
     return {a.in.d,   a.in.h, a.in.w, a.out.d, a.out.h, a.out.w,
             a.plane0, a.row0, a.col0, a.map_d, a.map_h, a.map_w};
+  }
+  static double* stats_of(const Tensor& stats, int64_t channels) {
+    SEXTANT_CHECK(stats.numel() >= 4 * channels, "batch statistics of {} slots for {} channels",
+                  stats.numel(), channels);
+    return static_cast<double*>(stats.raw());
   }
   static void check_statistics(const MapDims& d, const std::vector<double>& mean,
                                const std::vector<double>& rstd) {

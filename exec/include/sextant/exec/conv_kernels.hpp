@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sextant/exec/kernels/convolution.hpp"
 #include "sextant/exec/tensor.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -64,7 +65,7 @@ void channel_bias_backward(const Tensor& dy, Tensor& db);
 
 // Batch normalisation, training mode (batch statistics, biased variance, eps 1e-5, as PyTorch's
 // BatchNorm2d and 3d normalise in training).
-constexpr double kBatchNormEps = 1e-5;
+using exec::kBatchNormEps;  // kernels/convolution.hpp
 // Per channel over [B, C, H, W]: sums[c] = sum of x, sums[C + c] = sum of x^2.
 void channel_sums(const Tensor& x, std::vector<double>& sums);
 // Mean and 1 / sqrt(var + eps) per channel from the sums of `count` elements per channel.

@@ -22,6 +22,9 @@ struct MapExtent;  // spatial_split.hpp
 
 namespace sextant::exec {
 
+// Batch normalisation's epsilon (PyTorch's BatchNorm default), for every backend.
+inline constexpr double kBatchNormEps = 1e-5;
+
 class ConvolutionKernels {
  public:
   virtual ~ConvolutionKernels() = default;
@@ -58,6 +61,17 @@ class ConvolutionKernels {
   virtual void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
                                    const std::vector<double>& mean, const std::vector<double>& rstd,
                                    const std::vector<double>& sums, int64_t count, Tensor& dx) = 0;
+
+  // The same for maps no other rank shares a block of: the statistics stay with the backend
+  // (`stats`, 4 x channels fp32 slots holding each channel's mean and 1 / sqrt(var + eps) as
+  // doubles), so a GPU never waits for the host between the sums and their use. Forward fills
+  // stats and y; backward adds the gamma and beta gradients (dgamma +=, dbeta +=) and writes dx.
+  // The arithmetic is that of the four kernels above, in the same order.
+  virtual void batch_norm_whole(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                Tensor& stats) = 0;
+  virtual void batch_norm_whole_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                         const Tensor& stats, Tensor& dx, Tensor& dgamma,
+                                         Tensor& dbeta) = 0;
 
   // Max pooling; its backward finds each window's first maximum again in x (no index tensor to
   // keep: the window input is cached anyway) and routes dy there.
