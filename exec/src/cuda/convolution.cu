@@ -98,6 +98,20 @@ __device__ __forceinline__ void readers(int64_t p, int64_t k, int64_t s, int64_t
   last = imin(p / s, extent - 1);
 }
 
+// Calls f(od, oh, ow) for every output whose window reads input element (pz, py, px): the
+// gather of every backward here (col2im, pooling).
+template <typename F>
+__device__ __forceinline__ void for_each_reader(const Geo& g, int64_t pz, int64_t py, int64_t px,
+                                                F f) {
+  int64_t d0, d1, h0, h1, w0, w1;
+  readers(pz, g.kd, g.sd, g.od, d0, d1);
+  readers(py, g.k, g.s, g.oh, h0, h1);
+  readers(px, g.k, g.s, g.ow, w0, w1);
+  for (int64_t od = d0; od <= d1; ++od)
+    for (int64_t oh = h0; oh <= h1; ++oh)
+      for (int64_t ow = w0; ow <= w1; ++ow) f(od, oh, ow);
+}
+
 // The adjoint of im2col, gathered: x[n][c][z][y][x] = the sum of the column entries that read it.
 // Overwrites x.
 __global__ void col2im_kernel(const float* col, Geo g, int64_t samples, float* x) {
@@ -107,18 +121,12 @@ __global__ void col2im_kernel(const float* col, Geo g, int64_t samples, float* x
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t px = e % g.w, py = (e / g.w) % g.h, pz = (e / (g.w * g.h)) % g.d;
     const int64_t c = (e / g.in_voxels()) % g.c, b = e / (g.c * g.in_voxels());
-    int64_t d0, d1, h0, h1, w0, w1;
-    readers(pz, g.kd, g.sd, g.od, d0, d1);
-    readers(py, g.k, g.s, g.oh, h0, h1);
-    readers(px, g.k, g.s, g.ow, w0, w1);
     float sum = 0;
-    for (int64_t od = d0; od <= d1; ++od)
-      for (int64_t oh = h0; oh <= h1; ++oh)
-        for (int64_t ow = w0; ow <= w1; ++ow) {
-          const int64_t a = pz - od * g.sd, i = py - oh * g.s, j = px - ow * g.s;
-          const int64_t r = ((c * g.kd + a) * g.k + i) * g.k + j;
-          sum += col[(r * samples + b) * outputs + (od * g.oh + oh) * g.ow + ow];
-        }
+    for_each_reader(g, pz, py, px, [&](int64_t od, int64_t oh, int64_t ow) {
+      const int64_t a = pz - od * g.sd, i = py - oh * g.s, j = px - ow * g.s;
+      const int64_t r = ((c * g.kd + a) * g.k + i) * g.k + j;
+      sum += col[(r * samples + b) * outputs + (od * g.oh + oh) * g.ow + ow];
+    });
     x[e] = sum;
   }
 }
@@ -309,23 +317,17 @@ __global__ void pool_backward_kernel(const int32_t* taps, const float* dy, Geo g
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t px = e % g.w, py = (e / g.w) % g.h, pz = (e / (g.w * g.h)) % g.d;
     const int64_t bc = e / g.in_voxels();
-    int64_t d0, d1, h0, h1, w0, w1;
-    readers(pz, g.kd, g.sd, g.od, d0, d1);
-    readers(py, g.k, g.s, g.oh, h0, h1);
-    readers(px, g.k, g.s, g.ow, w0, w1);
     float sum = 0;
-    for (int64_t od = d0; od <= d1; ++od)
-      for (int64_t oh = h0; oh <= h1; ++oh)
-        for (int64_t ow = w0; ow <= w1; ++ow) {
-          const int64_t o = ((bc * g.od + od) * g.oh + oh) * g.ow + ow;
-          if (taps == nullptr) {
-            sum += dy[o] * inv;
-            continue;
-          }
-          // This element's tap in window o: (a, i, j) from its offsets.
-          const int64_t t = ((pz - od * g.sd) * g.k + (py - oh * g.s)) * g.k + (px - ow * g.s);
-          if (taps[o] == t) sum += dy[o];
-        }
+    for_each_reader(g, pz, py, px, [&](int64_t od, int64_t oh, int64_t ow) {
+      const int64_t o = ((bc * g.od + od) * g.oh + oh) * g.ow + ow;
+      if (taps == nullptr) {
+        sum += dy[o] * inv;
+        return;
+      }
+      // This element's tap in window o: (a, i, j) from its offsets.
+      const int64_t t = ((pz - od * g.sd) * g.k + (py - oh * g.s)) * g.k + (px - ow * g.s);
+      if (taps[o] == t) sum += dy[o];
+    });
     dx[e] = sum;
   }
 }
@@ -493,10 +495,8 @@ class CudaConvolution final : public ConvolutionKernels {
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
     for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* dproduct) {
-      launch_im2col(x.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
-      permute(dy.data() + b0 * g.out.c * outputs, count, g.out.c, outputs, true, dproduct);
-      // dW [Co, rows] += dproduct [Co, S outputs] col^T: every sample of the chunk in one GEMM.
-      gemm(false, true, g.out.c, rows, count * outputs, 1.0f, dproduct, col, 1.0f, dw.data());
+      weight_gradient(geo, g.out.c, x.data() + b0 * g.in.c * g.in.voxels(),
+                      dy.data() + b0 * g.out.c * outputs, count, col, dproduct, dw.data());
       if (dx == nullptr) return;
       // dcol [rows, S outputs] = W^T dproduct (into the column buffer, read), then col2im.
       gemm(true, false, rows, count * outputs, g.out.c, 1.0f, w.data(), dproduct, 0.0f, col);
@@ -526,10 +526,9 @@ class CudaConvolution final : public ConvolutionKernels {
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
     for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* xp) {
-      launch_im2col(dy.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
-      permute(x.data() + b0 * g.out.c * outputs, count, g.out.c, outputs, true, xp);
-      // dW [Ci, rows] += xp [Ci, S outputs] col^T; dx = W col, permuted back.
-      gemm(false, true, g.out.c, rows, count * outputs, 1.0f, xp, col, 1.0f, dw.data());
+      // The weight gradient with the roles swapped (dy is windowed, x filtered); dx = W col.
+      weight_gradient(geo, g.out.c, dy.data() + b0 * g.in.c * g.in.voxels(),
+                      x.data() + b0 * g.out.c * outputs, count, col, xp, dw.data());
       if (dx == nullptr) return;
       gemm(false, false, g.out.c, count * outputs, rows, 1.0f, w.data(), col, 0.0f, xp);
       permute(xp, count, g.out.c, outputs, false, dx->data() + b0 * g.out.c * outputs);
@@ -751,6 +750,18 @@ class CudaConvolution final : public ConvolutionKernels {
     channel_major_kernel<<<grid_for(samples * channels * voxels), kThreads>>>(
         x, samples, channels, voxels, to_channel_major, y);
     CUDA_CHECK(cudaGetLastError());
+  }
+  // One chunk's weight gradient: the columns of `windowed` (the map the window slides over), the
+  // filter-major copy of `filtered` (the map of the filters' outputs) and dW [filters, rows] +=
+  // filtered col^T, every sample of the chunk in one GEMM (k = samples x outputs). A convolution's
+  // (windowed x, filtered dy) and a transposed one's (windowed dy, filtered x). Leaves the columns
+  // in `col` and the copy in `product`.
+  void weight_gradient(const Geo& geo, int64_t filters, const float* windowed,
+                       const float* filtered, int64_t count, float* col, float* product,
+                       float* dw) {
+    launch_im2col(windowed, geo, count, col);
+    permute(filtered, count, filters, geo.out_voxels(), true, product);
+    gemm(false, true, filters, geo.rows(), count * geo.out_voxels(), 1.0f, product, col, 1.0f, dw);
   }
   void launch_im2col(const float* x, const Geo& g, int64_t samples, float* col) {
     im2col_kernel<<<grid_for(samples * g.rows() * g.out_voxels()), kThreads>>>(x, g, samples, col);
