@@ -280,11 +280,10 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
-    // What the spatial split does not (yet) combine with: the ranks splitting a sample hold whole
-    // layers and sum their weight gradients with the replicas, a DDP all-reduce.
+    // What the spatial split does not (yet) combine with. The ranks splitting a sample hold whole
+    // layers and are replicas for their weights' gradients (Plan::replicas), so ZeRO shards over
+    // dp x spatial ranks as it does over dp x cp.
     const std::string split = spatial_text(p.spatial);
-    if (p.zero != 0)
-      problem("spatial", split, "runs with zero 0 (DDP): ZeRO sharding is not modelled with it");
     if (p.offload.state()) problem("spatial", split, "runs without optimizer or parameter offload");
     if (p.cp > 1)
       problem("cp", std::to_string(p.cp),

@@ -231,9 +231,12 @@ TEST(SpatialSplit, PlanFormatAndRules) {
   EXPECT_EQ(to_json(plan_from_json(to_json(v), "round trip")), to_json(v));
   EXPECT_INPUT_ERROR(validate_plan(v, test::small_cnn(), 16, "v.json"),
                      "/spatial = 2x2x2: d splits a volume's planes");
-  bad = split_plan();
-  bad["zero"] = 1;
-  EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"), "/spatial = 2x2: runs with zero 0");
+  // ZeRO shards over the replicas, the grid's ranks among them: dp 2 x 2 x 2 = 8 shards.
+  Json zero = split_plan();
+  zero["zero"] = 3;
+  const Plan z = plan_from_json(zero, "z.json");
+  EXPECT_EQ(z.replicas(), 8);
+  EXPECT_EQ(z.name(), "dp2.tp1.pp1.z3.mb4.hw2x2");
   bad = split_plan();
   bad["compression"] = {{"kind", "onebit"}};
   EXPECT_INPUT_ERROR(plan_from_json(bad, "p.json"),
