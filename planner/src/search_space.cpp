@@ -511,16 +511,15 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still
                 // moves the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and
                 // ZeRO-3 with the parameters too.
-                if (zero > 0 && sample_split.spatial.any()) {
-                  reject("ZeRO with a spatial split", kZeroStages);
-                  continue;
-                }
                 std::vector<uint8_t> offloads;
-                // (ZeRO shards over every rank holding the parameters: dp x cp, Plan::replicas.)
+                // (ZeRO shards over every rank holding the parameters: dp x cp or dp x spatial,
+                // Plan::replicas.)
                 if (zero == 0 || replicas > 1) offloads.push_back(0);
-                if (r.cluster.host && zero >= 1 && (replicas > 1 || zero == 2))
-                  offloads.push_back(1);
-                if (r.cluster.host && zero == 3) offloads.push_back(2);
+                // A spatial split runs without optimizer or parameter offload
+                // (spec::validate_plan).
+                const bool may_offload = r.cluster.host && !sample_split.spatial.any();
+                if (may_offload && zero >= 1 && (replicas > 1 || zero == 2)) offloads.push_back(1);
+                if (may_offload && zero == 3) offloads.push_back(2);
                 if (schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
                   std::erase_if(offloads, [](uint8_t o) { return o != 0; });
                 if (offloads.empty()) continue;
