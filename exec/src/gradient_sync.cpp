@@ -32,7 +32,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
   for (const Param& p : store.params())
     if (p.expert) expert_begin_ = std::min(expert_begin_, p.offset);
   auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e, const Group& g) {
-    return Span{layer, b, e, (e - b + g.size - 1) / g.size, &g};
+    return Span{layer, b, e, models::zero_shard(e - b, g.size), &g};
   };
   int64_t largest = 0;
   for (int32_t layer : store.layers()) {
@@ -101,6 +101,21 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       if (b < e) owned_.push_back({b, e});
     }
   }
+  // The optimizer's count, padding included (models::zero_updated_params): the padded shards of
+  // the spans this rank updates a part of. Agreement by construction, checked: the simulator's
+  // step prices the same count.
+  if (zero_ == 0 || dp_ == 1) {
+    updated_ = store.total();
+  } else {
+    for (const Span& s : zero_ == 3 ? layers_ : std::vector<Span>{}) updated_ += s.shard;
+    for (const Bucket& bucket : buckets_) updated_ += bucket.span.shard;
+  }
+  const int64_t counted =
+      models::zero_updated_params(*ctx.plan, *ctx.lowered, ctx.groups->pp_rank, buckets);
+  SEXTANT_CHECK(
+      updated_ == counted,
+      "stage {}: the ZeRO-{} shards of this rank hold {} parameters, the lowering counts {}",
+      ctx.groups->pp_rank, zero_, updated_, counted);
   if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
   if (compression_.any() && dp_ > 1) {
     // The codecs read and write host memory: the plan's executor check keeps them off devices.

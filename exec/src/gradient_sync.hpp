@@ -44,6 +44,10 @@ class GradientSync : public LayerHooks {
   void finish_backward();
   // [begin, end) ranges of the flat buffers whose update this rank performs.
   const std::vector<std::pair<int64_t, int64_t>>& owned() const { return owned_; }
+  // The parameters the optimizer step counts (models::zero_updated_params): the owned ranges
+  // with each ZeRO shard padded to its full length, as the simulator prices the step (the last
+  // rank of a span holds fewer; a padded partition updates its padding too).
+  int64_t updated_params() const { return updated_; }
   // The ranges whose gradients this rank adds to the global gradient norm, so that the world's
   // sum counts every parameter once: its owned shards under ZeRO; under DDP the first replica's
   // parameters, and each expert's on the first of the ranks holding it.
@@ -144,9 +148,10 @@ class GradientSync : public LayerHooks {
   std::vector<int32_t> tied_layers_;  // layers holding a tied table (summed across stages first)
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> owned_;
-  Tensor shard_grads_;  // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
-  Tensor padded_;       // scratch for padded layer slices (backend memory)
-  Tensor shard_;        // scratch for this rank's block of a layer
+  int64_t updated_ = 0;  // updated_params()
+  Tensor shard_grads_;   // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
+  Tensor padded_;        // scratch for padded layer slices (backend memory)
+  Tensor shard_;         // scratch for this rank's block of a layer
   // In mixed precision the parameters travel in their compute type, bf16 (Megatron's distributed
   // optimizer and FSDP's param_dtype gather them so): padded_ and shard_ in bf16.
   Tensor padded_low_, shard_low_;

@@ -423,8 +423,7 @@ class Trainer {
                             ? static_cast<float>(o_.clip / (log.grad_norm + 1e-6))
                             : 1.0f;
     {
-      int64_t updated = 0;
-      for (auto [b, e] : sync_->owned()) updated += e - b;
+      const int64_t updated = sync_->updated_params();
       // Bytes as models::optimizer_bytes_per_param counts the step (what the simulator prices):
       // fp32 gradients, no loss scale, and the 16-bit compute copy refreshed from the masters.
       if (!host_values_.empty()) {
@@ -622,8 +621,7 @@ class Trainer {
   // no batch in flight reads (batch + 1 reads the other one).
   void stash_and_update(int64_t batch) {
     ParamStore& store = stage_->params();
-    int64_t n = 0;
-    for (auto [b, e] : sync_->owned()) n += e - b;
+    const int64_t n = sync_->updated_params();
     if (store.masters_versioned()) {
       auto s = ctx_.recorder->scope(
           Recorder::Event{models::op_name(OpId::kPpWeightStash),

@@ -203,6 +203,35 @@ int64_t stage_expert_params(const spec::Plan& plan, const LoweredModel& lowered,
   return params;
 }
 
+int64_t zero_shard(int64_t params, int64_t ranks) {
+  SEXTANT_CHECK(params >= 0 && ranks > 0, "a shard of {} parameters over {} ranks", params, ranks);
+  return (params + ranks - 1) / ranks;
+}
+
+int64_t zero_updated_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage,
+                            const std::vector<GradientBucket>& buckets) {
+  if (plan.zero == 0 || plan.replicas() == 1) return stage_params(plan, lowered, stage);
+  int64_t updated = 0;
+  if (plan.zero < 3) {
+    for (const GradientBucket& b : buckets)
+      updated += zero_shard(b.params, b.experts ? plan.expert_replicas() : plan.replicas());
+    return updated;
+  }
+  const StageLayers layers = stage_layers(plan, lowered, stage);
+  for (size_t v = 0; v < layers.chunk_begin.size(); ++v) {
+    for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
+      const int64_t expert = plan.ep > 1 ? lowered.layers[l].expert_params : 0;
+      // The last stage keeps its copy of a tied table with its last layer (stage_params).
+      const bool tied_copy = plan.pp > 1 && stage == plan.pp - 1 && l + 1 == lowered.layers.size();
+      const int64_t dense =
+          lowered.layers[l].params - expert + (tied_copy ? lowered.tied_table_params : 0);
+      updated += zero_shard(dense, plan.replicas());
+      if (expert > 0) updated += zero_shard(expert, plan.expert_replicas());
+    }
+  }
+  return updated;
+}
+
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())

@@ -94,7 +94,9 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   const int64_t ne = plan.expert_replicas();
   const int64_t dense = params - footprint.expert_params, experts = footprint.expert_params;
   auto sharded = [&](int64_t bytes_per_param) {
-    return (dense * bytes_per_param + n - 1) / n + (experts * bytes_per_param + ne - 1) / ne;
+    // (The whole stage as one span: the spans' padding, a few elements each, is not counted.)
+    return models::zero_shard(dense * bytes_per_param, n) +
+           models::zero_shard(experts * bytes_per_param, ne);
   };
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;

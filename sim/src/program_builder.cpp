@@ -107,7 +107,8 @@ class StageBuilder {
   bool fetches_params() const {
     return plan_.zero == 3 && (plan_.replicas() > 1 || offload_params());
   }
-  int64_t shard(int64_t params) const { return (params + plan_.replicas() - 1) / plan_.replicas(); }
+  // A rank's ZeRO shard of a span of `params` parameters over the replicas (models::zero_shard).
+  int64_t shard(int64_t params) const { return models::zero_shard(params, plan_.replicas()); }
   // The ranks a bucket's gradients are summed over: the replicas, or for routed experts under
   // expert parallelism the expert replicas (spec/expert_parallel.hpp); and its slot.
   int64_t bucket_ranks(const models::GradientBucket& b) const {
@@ -116,11 +117,10 @@ class StageBuilder {
   static uint8_t bucket_slot(const models::GradientBucket& b) {
     return static_cast<uint8_t>(b.experts ? GroupSlot::kExpertDp : GroupSlot::kDp);
   }
-  // The parameters the rank updates and keeps optimizer state for under ZeRO-1/2: its shard of
-  // the dense ones over the replicas, of the routed experts' over the expert replicas.
-  int64_t zero_shard(int64_t params, int64_t expert) const {
-    const int64_t n = plan_.expert_replicas();
-    return shard(params - expert) + (expert + n - 1) / n;
+  // The parameters the rank updates and keeps optimizer state for: its padded ZeRO shards
+  // (models::zero_updated_params, the executor's spans), or the stage's.
+  int64_t updated_params() const {
+    return models::zero_updated_params(plan_, lowered_, stage_, buckets_);
   }
 
   // A local task on the offload stream (a device-host copy, the host optimizer step) after
@@ -895,7 +895,7 @@ class StageBuilder {
   void optimizer_step() {
     const int64_t params = models::stage_params(plan_, lowered_, stage_);
     if (offload_optimizer()) {
-      const int32_t ready = host_optimizer_step(shard(params));
+      const int32_t ready = host_optimizer_step(updated_params());
       host_step_overhead();
       if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
           !stack_.param_gather_overlap) {
@@ -905,9 +905,7 @@ class StageBuilder {
     }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group (the routed
     // experts' over the expert replicas).
-    int64_t updated = plan_.zero >= 1
-                          ? zero_shard(params, models::stage_expert_params(plan_, lowered_, stage_))
-                          : params;
+    const int64_t updated = plan_.zero >= 1 ? updated_params() : params;
     if (asynchronous()) weight_stash(updated);
     OpInfo info;
     info.name = models::op_name(OpId::kOptimizerAdamw);

@@ -545,12 +545,14 @@ std::vector<Layout> layouts() {
       {"cnn_pp2_hw2x2", split(plan_of(1, 1, 2), 2, 2), Net::kCnn},
       {"cnn_dp2_pp2_hw2x1", split(plan_of(2, 1, 2), 2, 1), Net::kCnn},
       // ZeRO over the replicas, the grid's ranks among them (dp x h x w shards). Over 4 replicas
-      // the losses agree too, but the last replica's optimizer shard is the remainder of each span
-      // where the simulator pads every shard to ceil(params / replicas) (20692 against 20748 B on
-      // this model): the shard rule still has two homes, so those layouts wait for it.
+      // this model's spans do not divide evenly: every rank's optimizer counts its padded shard
+      // of each span (models::zero_updated_params), the last one's padding included.
       {"cnn_hw2x1_zero1", split(plan_of(1, 1, 1, 1), 2, 1), Net::kCnn},
       {"cnn_hw1x2_zero2", split(plan_of(1, 1, 1, 2), 1, 2), Net::kCnn},
       {"cnn_hw2x1_zero3", split(plan_of(1, 1, 1, 3), 2, 1), Net::kCnn},
+      {"cnn_hw2x2_zero1", split(plan_of(1, 1, 1, 1), 2, 2), Net::kCnn},
+      {"cnn_dp2_hw2x1_zero2", split(plan_of(2, 1, 1, 2), 2, 1), Net::kCnn},
+      {"cnn_hw4x1_zero3", split(plan_of(1, 1, 1, 3), 4, 1), Net::kCnn},
       // Channel and filter parallelism (tp for CNNs: stationary-x, -y and -w chosen per layer;
       // tp 4 runs -w on a 2 x 2 grid for the equal-width 3x3 convolutions, tp 8 on a 4 x 2 one).
       {"cnn_tp2", plan_of(1, 2, 1), Net::kCnn},

@@ -123,6 +123,39 @@ TEST(Lowering, VocabularyPaddedToTheStacksMultipleTimesTp) {
   EXPECT_EQ(lower(m, o).vocab_shard, 25129);  // ceil(50257 / 2)
 }
 
+// ZeRO's shard rule (zero_updated_params): mlp-small's four layers, widths 64-256-256-256-16
+// with biases, hold 64 x 256 + 256 = 16640, 256 x 256 + 256 = 65792 (twice) and 256 x 16 + 16 =
+// 4112 parameters, 152336 in all. With buckets of one layer each (any layer's gradients fill a
+// 1-byte bucket) over 3 replicas every rank's padded shards are ceil(4112 / 3) = 1371,
+// 2 x ceil(65792 / 3) = 2 x 21931 and ceil(16640 / 3) = 5547: 50780, one more than
+// ceil(152336 / 3) = 50779 (the spans' padding). ZeRO-3 shards each layer: the same spans.
+TEST(Lowering, ZeroShardsArePaddedPerSpan) {
+  EXPECT_EQ(zero_shard(10, 4), 3);
+  EXPECT_EQ(zero_shard(12, 4), 3);
+  EXPECT_EQ(zero_shard(0, 4), 0);
+  const LoweredModel l = lower(zoo_model("mlp-small"), {2, 0, spec::Dtype::kFp32, 1, false});
+  spec::Plan plan;
+  plan.dp = 3;
+  plan.micro_batch = 2;
+  plan.global_batch = 6;
+  const std::vector<GradientBucket> buckets = gradient_buckets(plan, l, 0, 1, 4);
+  ASSERT_EQ(buckets.size(), 4u);
+  EXPECT_EQ(stage_params(plan, l, 0), 152336);
+  EXPECT_EQ(zero_updated_params(plan, l, 0, buckets), 152336);  // no ZeRO: every parameter
+  for (int zero : {1, 2, 3}) {
+    plan.zero = zero;
+    EXPECT_EQ(zero_updated_params(plan, l, 0, buckets), 50780) << "zero " << zero;
+  }
+  // One bucket of everything: one span, ceil(152336 / 3).
+  plan.zero = 1;
+  EXPECT_EQ(zero_updated_params(plan, l, 0, gradient_buckets(plan, l, 0, int64_t{1} << 30, 4)),
+            50779);
+  // One replica holds it all.
+  plan.dp = 1;
+  plan.global_batch = 2;
+  EXPECT_EQ(zero_updated_params(plan, l, 0, {}), 152336);
+}
+
 TEST(Lowering, TensorParallelOnAnMlpOrAnUndividedCnnIsRefused) {
   // tp splits a CNN's channels (channel_split_lowering_test.cpp) when it divides them all:
   // ResNet-50's stem has 64.

@@ -273,4 +273,17 @@ int64_t stage_params(const spec::Plan& plan, const LoweredModel& lowered, int64_
 // replicas (plan.ep > 1); 0 without expert parallelism.
 int64_t stage_expert_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage);
 
+// ZeRO's shards, the one rule the simulator prices and the executor runs. A span of `params`
+// parameters sharded over `ranks` gives rank r the elements from r x ceil(params / ranks): every
+// shard is ceil(params / ranks) long, the last one padded (DeepSpeed pads each partition to equal
+// size, stage_1_and_2.py; FSDP pads each flat parameter to a multiple of the world size).
+int64_t zero_shard(int64_t params, int64_t ranks);
+// The parameters one rank of stage `stage` updates and keeps optimizer state for, padding
+// included (the optimizer runs over its whole padded partition): without ZeRO or replicas the
+// stage's; under ZeRO-1/2 its shard of each gradient bucket (`buckets`, gradient_buckets: the
+// spans reduce-scattered), over the expert replicas for routed experts; under ZeRO-3 its shard of
+// each layer's parameters (FSDP's flat parameter per layer), the routed experts' apart.
+int64_t zero_updated_params(const spec::Plan& plan, const LoweredModel& lowered, int64_t stage,
+                            const std::vector<GradientBucket>& buckets);
+
 }  // namespace sextant::models
