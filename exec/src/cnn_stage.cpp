@@ -15,7 +15,9 @@
 #include <limits>
 #include <map>
 
+#include "amoeba_cell.hpp"
 #include "sextant/exec/conv_kernels.hpp"
+#include "sextant/spec/amoeba_cell.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "spatial_exchange.hpp"
 #include "stage_model.hpp"
@@ -62,6 +64,13 @@ struct Unit {
   bool last = false;  // the classifier (or a per-pixel one, a last conv): the loss follows
   bool keep = false;  // its output is also kept for a later concat (U-Net's skip)
   int32_t joins = 0;  // concat: the unit whose kept output it joins
+  // AmoebaNet's cells (amoeba_cell.hpp): each reads the previous cell's output and the one
+  // before it, the previous cell's input (`skip`: its map), when the previous unit is a cell
+  // (`reads_skip`, else the input twice); `passes_skip`: the next unit is a cell, which reads this
+  // one's input too (a stage ending here sends it on with the output).
+  int64_t filters = 0;
+  bool reduction = false, reduction_prev = false, reads_skip = false, passes_skip = false;
+  MapShape skip;
 };
 
 struct ConvCache {
@@ -76,6 +85,7 @@ struct UnitCache {
   // A kept output (U-Net's skip), and its gradient from the concat that joined it (backward
   // reaches the concat first; the unit's own backward adds it to the gradient of its output).
   Tensor kept, kept_grad;
+  AmoebaCell::Cache cell;
 };
 
 // The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them, for `tp`
@@ -101,9 +111,13 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
     return c;
   };
   std::vector<int32_t> kept;  // units whose outputs wait for their concat
+  // The input of the last cell, when the unit before is one (models::lower_cnn's cell_input).
+  std::optional<MapShape> cell_input;
+  bool reduction_prev = false;
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const spec::CnnLayer& l = m.layers[li];
-    const int64_t repeats = l.kind == CnnLayerKind::kBottleneck ? l.blocks : 1;
+    const int64_t repeats =
+        l.kind == CnnLayerKind::kBottleneck || l.kind == CnnLayerKind::kAmoebaCell ? l.blocks : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Unit u;
       u.kind = l.kind;
@@ -166,10 +180,25 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
           kept.pop_back();
           f.c += out[static_cast<size_t>(u.joins)].out.c;
           break;
-        case CnnLayerKind::kAmoebaCell:
-          // Refused before the stage is made (make_cnn_stage).
-          throw std::logic_error("the CNN stage runs no AmoebaNet cell");
+        case CnnLayerKind::kAmoebaCell: {
+          u.filters = l.filters;
+          u.reduction = l.reduction;
+          u.reads_skip = cell_input.has_value();
+          u.reduction_prev = u.reads_skip && reduction_prev;
+          u.skip = cell_input.value_or(f);
+          if (!out.empty() && out.back().kind == CnnLayerKind::kAmoebaCell)
+            out.back().passes_skip = true;
+          const CellMap made =
+              AmoebaCell(u.name, u.layer, {f.c, f.h, f.w}, {u.skip.c, u.skip.h, u.skip.w},
+                         u.reduction_prev, l.filters, l.reduction, 1)
+                  .output();
+          cell_input = f;
+          reduction_prev = l.reduction;
+          f = {made.c, 1, made.h, made.w};
+          break;
+        }
       }
+      if (l.kind != CnnLayerKind::kAmoebaCell) cell_input.reset();
       f.whole = whole;
       u.out = f;
       u.last = li + 1 == m.layers.size();
@@ -265,6 +294,13 @@ class CnnStage : public StageModel {
           constant(c.name + ".bn.bias", l, filters.count, 0.0f, false);
         }
       }
+      if (u.kind == CnnLayerKind::kAmoebaCell) {
+        auto cell = std::make_unique<AmoebaCell>(
+            u.name, l, CellMap{u.in.c, u.in.h, u.in.w}, CellMap{u.skip.c, u.skip.h, u.skip.w},
+            u.reduction_prev, u.filters, u.reduction, o.micro_batch);
+        cell->add_params(specs, seed);
+        cells_[l] = std::move(cell);
+      }
       if (u.kind == CnnLayerKind::kUpConv) {
         // [Ci, Co, k, k] (or [.., k, k, k]), ConvTranspose2d's and 3d's layout;
         // std = sqrt(2 / (Ci k^2)) (k^3 on a volume).
@@ -303,12 +339,19 @@ class CnnStage : public StageModel {
   }
 
   ParamStore& params() override { return *store_; }
+  // A stage boundary between two cells carries the output and the skip map packed in one flat
+  // tensor (the simulator's Layer::output_bytes counts both).
   std::vector<int64_t> input_shape() const override {
-    return shape_of(units_[static_cast<size_t>(begin_)].in,
-                    units_[static_cast<size_t>(begin_)].split_in);
+    const Unit& u = units_[static_cast<size_t>(begin_)];
+    if (begin_ > 0 && u.reads_skip) return {numel(shape_of(u.in, false)) + numel(skip_shape(u))};
+    return shape_of(u.in, u.split_in);
   }
   std::vector<int64_t> output_shape() const override {
     const Unit& u = units_[static_cast<size_t>(end_ - 1)];
+    if (u.passes_skip) {
+      const Unit& next = units_[static_cast<size_t>(end_)];
+      return {numel(shape_of(next.in, false)) + numel(skip_shape(next))};
+    }
     return shape_of(u.out, u.split_out);
   }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks; }
@@ -337,30 +380,69 @@ class CnnStage : public StageModel {
   Tensor forward(const MicroBatch& mb, const Tensor* input, int64_t /*chunk: always 0*/) override {
     std::vector<UnitCache>& caches = caches_[mb.index];
     caches.assign(static_cast<size_t>(end_ - begin_), UnitCache{});
-    Tensor x = begin_ == 0 ? image_block(mb) : *input;
+    const Unit& first = units_[static_cast<size_t>(begin_)];
+    // x: the activation; skip: the last cell's input (the next cell's second input).
+    Tensor x, skip;
+    if (begin_ == 0) {
+      x = image_block(mb);
+    } else if (first.reads_skip) {
+      std::tie(x, skip) = unpack(*input, shape_of(first.in, false), skip_shape(first));
+    } else {
+      x = *input;
+    }
     for (int32_t l = begin_; l < end_; ++l) {
       if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
       const Unit& u = units_[static_cast<size_t>(l)];
       UnitCache& cache = caches[static_cast<size_t>(l - begin_)];
-      x = forward_unit(u, x, mb, cache);
+      if (u.kind == CnnLayerKind::kAmoebaCell) {
+        Tensor y =
+            cells_.at(l)->forward(ctx_, *store_, x, u.reads_skip ? skip : x, mb.index, cache.cell);
+        skip = x;
+        x = y;
+      } else {
+        x = forward_unit(u, x, mb, cache);
+        skip = Tensor();
+      }
     }
-    return end_ == static_cast<int32_t>(units_.size()) ? Tensor() : x;
+    if (end_ == static_cast<int32_t>(units_.size())) return Tensor();
+    return units_[static_cast<size_t>(end_ - 1)].passes_skip ? pack(x, skip) : x;
   }
 
   Tensor backward(const MicroBatch& mb, const Tensor* grad_output,
                   int64_t /*chunk: always 0*/) override {
     std::vector<UnitCache>& caches = caches_.at(mb.index);
-    Tensor d = grad_output != nullptr ? *grad_output : Tensor();
+    const Unit& last = units_[static_cast<size_t>(end_ - 1)];
+    // d: the gradient of the activation; dskip: of the last cell's input, from the cell after it
+    // (added to that input's gradient once the cell's backward gives it).
+    Tensor d, dskip;
+    if (grad_output != nullptr && last.passes_skip) {
+      const Unit& next = units_[static_cast<size_t>(end_)];
+      std::tie(d, dskip) = unpack(*grad_output, shape_of(next.in, false), skip_shape(next));
+    } else if (grad_output != nullptr) {
+      d = *grad_output;
+    }
     for (int32_t l = end_ - 1; l >= begin_; --l) {
       if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
-      d = backward_unit(units_[static_cast<size_t>(l)], d, mb,
-                        caches[static_cast<size_t>(l - begin_)]);
+      const Unit& u = units_[static_cast<size_t>(l)];
+      UnitCache& cache = caches[static_cast<size_t>(l - begin_)];
+      if (u.kind == CnnLayerKind::kAmoebaCell) {
+        auto [dprev, dprev_prev] = cells_.at(l)->backward(ctx_, *store_, d, mb.index, cache.cell);
+        // The first cell of a chain read its input twice.
+        if (!u.reads_skip) dprev = sum_of(dprev, dprev_prev);
+        if (!dskip.empty()) dprev = sum_of(dprev, dskip);
+        d = dprev;
+        dskip = u.reads_skip ? dprev_prev : Tensor();
+      } else {
+        SEXTANT_CHECK(dskip.empty(), "{}: a skip gradient past a cell chain", u.name);
+        d = backward_unit(u, d, mb, cache);
+      }
       if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
     }
     caches_.erase(mb.index);
     max_.erase(mb.index);
     sum_.erase(mb.index);
-    return begin_ == 0 ? Tensor() : d;
+    if (begin_ == 0) return Tensor();
+    return units_[static_cast<size_t>(begin_)].reads_skip ? pack(d, dskip) : d;
   }
 
  private:
@@ -389,6 +471,37 @@ class CnnStage : public StageModel {
     return {o_.micro_batch, c, b.rows.size(), b.cols.size()};
   }
   Tensor empty(const std::vector<int64_t>& shape) const { return ctx_.backend->empty(shape); }
+  static int64_t numel(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  // The skip map a cell reads (its second input, whole: cells run unsplit).
+  std::vector<int64_t> skip_shape(const Unit& u) const { return shape_of(u.skip, false); }
+  // A stage boundary between cells: the activation and the skip map in one flat tensor, and back.
+  Tensor pack(const Tensor& x, const Tensor& skip) const {
+    Tensor out = empty({x.numel() + skip.numel()});
+    Tensor head = out.rows(0, x.numel()), tail = out.rows(x.numel(), skip.numel());
+    ctx_.backend->copy(x.view({x.numel()}), head);
+    ctx_.backend->copy(skip.view({skip.numel()}), tail);
+    return out;
+  }
+  std::pair<Tensor, Tensor> unpack(const Tensor& packed, const std::vector<int64_t>& x_shape,
+                                   const std::vector<int64_t>& skip_shape) const {
+    const int64_t n = numel(x_shape), m = numel(skip_shape);
+    SEXTANT_CHECK(packed.numel() == n + m, "a packed activation of {} elements for {} + {}",
+                  packed.numel(), n, m);
+    Tensor x = empty(x_shape), skip = empty(skip_shape);
+    Tensor xs = x.view({n}), ss = skip.view({m});
+    ctx_.backend->copy(packed.view({n + m}).rows(0, n), xs);
+    ctx_.backend->copy(packed.view({n + m}).rows(n, m), ss);
+    return {x, skip};
+  }
+  Tensor sum_of(const Tensor& a, const Tensor& b) const {
+    Tensor s = empty(a.shape());
+    ctx_.backend->add(a, b, s);
+    return s;
+  }
   Tensor empty(MapShape s, bool split) const { return empty(shape_of(s, split)); }
 
   auto op(const OpName& name, int32_t layer, Phase phase, int64_t mb) const {
@@ -1064,6 +1177,7 @@ class CnnStage : public StageModel {
   SpatialExchange whole_{spec::SpatialSplit{}, 0, nullptr};  // maps behind the split
   Tensor scratch_;
   std::map<std::string, int64_t> scratch_offset_;
+  std::map<int32_t, std::unique_ptr<AmoebaCell>> cells_;  // this stage's cells, by layer
   std::map<int64_t, std::vector<UnitCache>> caches_;
   std::map<int64_t, std::vector<float>> max_, sum_;
   LayerHooks* hooks_ = nullptr;
@@ -1074,16 +1188,19 @@ class CnnStage : public StageModel {
 
 std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options) {
-  // AmoebaNet's cells are simulated and planned; the stage runs a chain of units, with U-Net's
-  // kept maps inside one pipeline stage.
+  // AmoebaNet's cells run on CPU ranks (their rectangular windows, count-excluding pools and
+  // shifted reductions are host kernels); U-Net's kept maps stay inside one pipeline stage.
   const spec::CnnSpec& cnn = model.cnn();
   Diagnostics diag("model " + model.name);
   for (size_t i = 0; i < cnn.layers.size(); ++i) {
     const spec::CnnLayer& l = cnn.layers[i];
-    if (l.kind == CnnLayerKind::kAmoebaCell)
+    if (l.kind == CnnLayerKind::kAmoebaCell && ctx.backend->name() != "cpu") {
       diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
-               "the executor runs chains of convolutions and ResNet blocks: AmoebaNet's cells "
-               "are simulated and planned only");
+               fmt::format("AmoebaNet's cells run on CPU ranks (their 1x7 and 7x1 windows and "
+                           "count-excluding pools are host kernels), not on the {} backend",
+                           ctx.backend->name()));
+      break;
+    }
   }
   // A kept map would cross a stage boundary, which carries one tensor here (the simulator prices
   // the kept map riding with it: LoweredModel::Layer::output_bytes).

@@ -25,17 +25,22 @@ struct MapDims {
 MapDims map_dims(const Tensor& t);
 std::string describe(const MapDims& d);
 
-// The window geometry of a convolution or pooling, checked against the tensors' shapes: k x k (x k
-// on a volume, the zoo's cubic windows), stride s on every axis; a 2D map's depth axis takes a
-// window of 1.
+// The window geometry of a convolution or pooling, checked against the tensors' shapes: kh x kw
+// with strides sh and sw (AmoebaNet's 1x7 and 7x1 windows), or cubic k x k x k over a volume with
+// stride s on every axis; a 2D map's depth axis takes a window of 1.
 struct WindowDims {
   MapDims in, out;
-  int64_t kd, k, sd, s;
-  int64_t taps() const { return kd * k * k; }  // input elements one output reads per channel
+  int64_t kd, kh, kw, sd, sh, sw;
+  int64_t taps() const { return kd * kh * kw; }  // input elements one output reads per channel
+  bool square() const { return kh == kw && sh == sw; }
 };
+// A square window of k and stride s (cubic on a volume).
 WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t k, int64_t s,
                        int64_t out_channels);
-// A weight [O, I, k, k] (or [O, I, k, k, k] for a volume's window); a logic error otherwise.
+// A kh x kw window of strides sh and sw over a 2D map.
+WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t kh, int64_t kw, int64_t sh,
+                       int64_t sw, int64_t out_channels);
+// A weight [O, I, kh, kw] (or [O, I, k, k, k] for a volume's window); a logic error otherwise.
 void check_weight(const Tensor& w, const WindowDims& g, int64_t outer, int64_t inner);
 
 // U-Net's cropped concat: the kept map's dims, the joined input's and the output's, checked; and

@@ -20,22 +20,22 @@ namespace {
 
 using namespace eigen;  // NOLINT(google-build-using-namespace): eigen_maps.hpp
 
-// col[((c kd + a) k + i) k + j, (od Ho + oh) Wo + ow] = x[c, od sd + a, oh s + i, ow s + j] for one
-// sample.
+// col[((c kd + a) kh + i) kw + j, (od Ho + oh) Wo + ow] = x[c, od sd + a, oh sh + i, ow sw + j] for
+// one sample.
 void im2col(const float* x, const WindowDims& g, float* col) {
   const int64_t outputs = g.out.voxels();
   int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
     for (int64_t a = 0; a < g.kd; ++a)
-      for (int64_t i = 0; i < g.k; ++i)
-        for (int64_t j = 0; j < g.k; ++j, ++row) {
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j, ++row) {
           float* dst = col + row * outputs;
           for (int64_t od = 0; od < g.out.d; ++od)
             for (int64_t oh = 0; oh < g.out.h; ++oh) {
               const float* src =
-                  x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.s + i) * g.in.w + j;
+                  x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.sh + i) * g.in.w + j;
               float* out = dst + (od * g.out.h + oh) * g.out.w;
-              for (int64_t ow = 0; ow < g.out.w; ++ow) out[ow] = src[ow * g.s];
+              for (int64_t ow = 0; ow < g.out.w; ++ow) out[ow] = src[ow * g.sw];
             }
         }
 }
@@ -46,21 +46,21 @@ void col2im_add(const float* col, const WindowDims& g, float* x) {
   int64_t row = 0;
   for (int64_t c = 0; c < g.in.c; ++c)
     for (int64_t a = 0; a < g.kd; ++a)
-      for (int64_t i = 0; i < g.k; ++i)
-        for (int64_t j = 0; j < g.k; ++j, ++row) {
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j, ++row) {
           const float* src = col + row * outputs;
           for (int64_t od = 0; od < g.out.d; ++od)
             for (int64_t oh = 0; oh < g.out.h; ++oh) {
-              float* dst = x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.s + i) * g.in.w + j;
+              float* dst = x + ((c * g.in.d + od * g.sd + a) * g.in.h + oh * g.sh + i) * g.in.w + j;
               const float* in = src + (od * g.out.h + oh) * g.out.w;
-              for (int64_t ow = 0; ow < g.out.w; ++ow) dst[ow * g.s] += in[ow];
+              for (int64_t ow = 0; ow < g.out.w; ++ow) dst[ow * g.sw] += in[ow];
             }
         }
 }
 
 // A 1x1 window of stride 1 reads its input as it lies: the column matrix is the sample itself.
 bool pointwise(const WindowDims& g) {
-  return g.k == 1 && g.s == 1;
+  return g.taps() == 1 && g.sd == 1 && g.sh == 1 && g.sw == 1;
 }
 
 // The bins of adaptive average pooling along one axis (PyTorch's start_index / end_index).
@@ -86,29 +86,66 @@ std::string describe(const MapDims& d) {
                   : fmt::format("[{}, {}, {}, {}]", d.b, d.c, d.h, d.w);
 }
 
-WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t k, int64_t s,
-                       int64_t out_channels) {
+namespace {
+
+WindowDims checked_window(const Tensor& x, const Tensor& y, int64_t kd, int64_t kh, int64_t kw,
+                          int64_t sd, int64_t sh, int64_t sw, int64_t out_channels) {
   const MapDims in = map_dims(x), out = map_dims(y);
-  const int64_t kd = in.volume ? k : 1, sd = in.volume ? s : 1;
-  WindowDims g{in, out, kd, k, sd, s};
-  SEXTANT_CHECK(in.volume == out.volume && out.b == in.b && out.c == out_channels &&
-                    out.d == valid_output(in.d, kd, sd) && out.h == valid_output(in.h, k, s) &&
-                    out.w == valid_output(in.w, k, s),
-                "window {}/{} over {} cannot make {}", k, s, describe(in), describe(out));
+  WindowDims g{in, out, kd, kh, kw, sd, sh, sw};
+  SEXTANT_CHECK(
+      kd > 0 && kh > 0 && kw > 0 && sd > 0 && sh > 0 && sw > 0 && in.volume == out.volume &&
+          out.b == in.b && out.c == out_channels && out.d == valid_output(in.d, kd, sd) &&
+          out.h == valid_output(in.h, kh, sh) && out.w == valid_output(in.w, kw, sw),
+      "window {}x{}/{}x{} over {} cannot make {}", kh, kw, sh, sw, describe(in), describe(out));
   return g;
 }
 
-void check_weight(const Tensor& w, const WindowDims& g, int64_t outer, int64_t inner) {
-  const size_t rank = g.in.volume ? 5 : 4;
-  bool ok = w.shape().size() == rank && w.dim(0) == outer && w.dim(1) == inner;
-  for (size_t i = 2; ok && i < rank; ++i) ok = w.dim(i) == g.k;
-  SEXTANT_CHECK(ok,
-                "a weight of shape {} does not match {} x {} channels and a window of {} over {}",
-                fmt::join(w.shape(), "x"), outer, inner, g.k, describe(g.in));
+}  // namespace
+
+WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t k, int64_t s,
+                       int64_t out_channels) {
+  const bool volume = map_dims(x).volume;
+  return checked_window(x, y, volume ? k : 1, k, k, volume ? s : 1, s, s, out_channels);
 }
 
+WindowDims window_dims(const Tensor& x, const Tensor& y, int64_t kh, int64_t kw, int64_t sh,
+                       int64_t sw, int64_t out_channels) {
+  SEXTANT_CHECK(!map_dims(x).volume, "a {} x {} window over a volume {}", kh, kw,
+                describe(map_dims(x)));
+  return checked_window(x, y, 1, kh, kw, 1, sh, sw, out_channels);
+}
+
+void check_weight(const Tensor& w, const WindowDims& g, int64_t outer, int64_t inner) {
+  const std::vector<int64_t> window =
+      g.in.volume ? std::vector<int64_t>{g.kd, g.kh, g.kw} : std::vector<int64_t>{g.kh, g.kw};
+  bool ok = w.shape().size() == 2 + window.size() && w.dim(0) == outer && w.dim(1) == inner;
+  for (size_t i = 0; ok && i < window.size(); ++i) ok = w.dim(2 + i) == window[i];
+  SEXTANT_CHECK(ok,
+                "a weight of shape {} does not match {} x {} channels and a window of {} over {}",
+                fmt::join(w.shape(), "x"), outer, inner, fmt::join(window, "x"), describe(g.in));
+}
+
+namespace {
+
+// The window of a convolution weight [O, I, kh, kw] (or a volume's [O, I, k, k, k]) at `stride`.
+WindowDims weight_window(const Tensor& x, const Tensor& y, const Tensor& w, Strides stride) {
+  SEXTANT_CHECK(w.shape().size() >= 4, "a convolution weight of {} dimensions", w.shape().size());
+  if (map_dims(x).volume) {
+    SEXTANT_CHECK(stride.rows == stride.cols, "a volume's window takes one stride, not {} x {}",
+                  stride.rows, stride.cols);
+    return window_dims(x, y, w.dim(2), stride.rows, w.dim(0));
+  }
+  return window_dims(x, y, w.dim(2), w.dim(3), stride.rows, stride.cols, w.dim(0));
+}
+
+}  // namespace
+
 void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y) {
-  const WindowDims g = window_dims(x, y, w.dim(2), stride, w.dim(0));
+  convolution(x, w, bias, Strides{stride, stride}, y);
+}
+
+void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, Strides stride, Tensor& y) {
+  const WindowDims g = weight_window(x, y, w, stride);
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
@@ -126,7 +163,12 @@ void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t s
 
 void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
                           Tensor* dx, Tensor& dw, Tensor* db) {
-  const WindowDims g = window_dims(x, dy, w.dim(2), stride, w.dim(0));
+  convolution_backward(x, w, dy, Strides{stride, stride}, dx, dw, db);
+}
+
+void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Strides stride,
+                          Tensor* dx, Tensor& dw, Tensor* db) {
+  const WindowDims g = weight_window(x, dy, w, stride);
   check_weight(w, g, g.out.c, g.in.c);
   const int64_t rows = g.in.c * g.taps(), outputs = g.out.voxels();
   std::vector<float> col(pointwise(g) ? 0 : static_cast<size_t>(rows * outputs));
@@ -418,14 +460,14 @@ void for_each_window(const WindowDims& g, F f) {
     for (int64_t od = 0; od < g.out.d; ++od)
       for (int64_t oh = 0; oh < g.out.h; ++oh)
         for (int64_t ow = 0; ow < g.out.w; ++ow, ++o)
-          f(o, ((bc * g.in.d + od * g.sd) * g.in.h + oh * g.s) * g.in.w + ow * g.s);
+          f(o, ((bc * g.in.d + od * g.sd) * g.in.h + oh * g.sh) * g.in.w + ow * g.sw);
 }
 // Calls f(input element) for every tap of the window starting at `first`.
 template <typename F>
 void for_each_tap(const WindowDims& g, int64_t first, F f) {
   for (int64_t a = 0; a < g.kd; ++a)
-    for (int64_t i = 0; i < g.k; ++i)
-      for (int64_t j = 0; j < g.k; ++j) f(first + (a * g.in.h + i) * g.in.w + j);
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) f(first + (a * g.in.h + i) * g.in.w + j);
 }
 
 }  // namespace
@@ -477,6 +519,123 @@ void avg_pool_backward(const Tensor& dy, int64_t kernel, int64_t stride, Tensor&
     const float share = dy.data()[o] * inv;
     for_each_tap(g, first, [&](int64_t e) { dx.data()[e] += share; });
   });
+}
+
+void shift_map(const Tensor& x, int64_t top, int64_t left, float fill, Tensor& y) {
+  const MapDims d = map_dims(x), o = map_dims(y);
+  SEXTANT_CHECK(!d.volume && !o.volume && o.b == d.b && o.c == d.c, "a shift of {} into {}",
+                describe(d), describe(o));
+  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
+    for (int64_t h = 0; h < o.h; ++h)
+      for (int64_t w = 0; w < o.w; ++w) {
+        const int64_t i = h + top, j = w + left;
+        const bool inside = i >= 0 && i < d.h && j >= 0 && j < d.w;
+        y.data()[(bc * o.h + h) * o.w + w] = inside ? x.data()[(bc * d.h + i) * d.w + j] : fill;
+      }
+}
+
+void shift_map_backward(const Tensor& dy, int64_t top, int64_t left, Tensor& dx) {
+  const MapDims d = map_dims(dx), o = map_dims(dy);
+  SEXTANT_CHECK(!d.volume && !o.volume && o.b == d.b && o.c == d.c,
+                "a shift's gradient of {} into {}", describe(o), describe(d));
+  std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
+  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
+    for (int64_t h = 0; h < o.h; ++h)
+      for (int64_t w = 0; w < o.w; ++w) {
+        const int64_t i = h + top, j = w + left;
+        if (i >= 0 && i < d.h && j >= 0 && j < d.w)
+          dx.data()[(bc * d.h + i) * d.w + j] += dy.data()[(bc * o.h + h) * o.w + w];
+      }
+}
+
+namespace {
+
+// Calls f(output index, input element, the window's elements inside the map) for every element
+// of every window of a k x k pool of stride s over a 2D map padded by p.
+template <typename F>
+void for_each_unpadded_tap(const MapDims& d, const MapDims& o, int64_t k, int64_t s, int64_t p,
+                           F f) {
+  SEXTANT_CHECK(
+      !d.volume && !o.volume && o.b == d.b && o.c == d.c &&
+          o.h == valid_output(d.h + 2 * p, k, s) && o.w == valid_output(d.w + 2 * p, k, s),
+      "a {}/{} pool padded by {} over {} cannot make {}", k, s, p, describe(d), describe(o));
+  int64_t out = 0;
+  for (int64_t bc = 0; bc < d.b * d.c; ++bc)
+    for (int64_t oh = 0; oh < o.h; ++oh)
+      for (int64_t ow = 0; ow < o.w; ++ow, ++out) {
+        const int64_t h0 = std::max<int64_t>(oh * s - p, 0), h1 = std::min(oh * s - p + k, d.h);
+        const int64_t w0 = std::max<int64_t>(ow * s - p, 0), w1 = std::min(ow * s - p + k, d.w);
+        const int64_t count = (h1 - h0) * (w1 - w0);
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) f(out, (bc * d.h + h) * d.w + w, count);
+      }
+}
+
+}  // namespace
+
+void avg_pool_excluding_padding(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding,
+                                Tensor& y) {
+  std::vector<double> sums(static_cast<size_t>(y.numel()), 0.0);
+  std::vector<int64_t> counts(static_cast<size_t>(y.numel()), 1);
+  for_each_unpadded_tap(map_dims(x), map_dims(y), kernel, stride, padding,
+                        [&](int64_t o, int64_t e, int64_t count) {
+                          sums[static_cast<size_t>(o)] += x.data()[e];
+                          counts[static_cast<size_t>(o)] = count;
+                        });
+  for (int64_t o = 0; o < y.numel(); ++o)
+    y.data()[o] = static_cast<float>(sums[static_cast<size_t>(o)] /
+                                     static_cast<double>(counts[static_cast<size_t>(o)]));
+}
+
+void avg_pool_excluding_padding_backward(const Tensor& dy, int64_t kernel, int64_t stride,
+                                         int64_t padding, Tensor& dx) {
+  std::fill(dx.data(), dx.data() + dx.numel(), 0.0f);
+  for_each_unpadded_tap(map_dims(dx), map_dims(dy), kernel, stride, padding,
+                        [&](int64_t o, int64_t e, int64_t count) {
+                          dx.data()[e] += dy.data()[o] / static_cast<float>(count);
+                        });
+}
+
+void concat_channels(const std::vector<Tensor>& parts, Tensor& y) {
+  const MapDims o = map_dims(y);
+  int64_t channels = 0;
+  for (const Tensor& t : parts) {
+    const MapDims d = map_dims(t);
+    SEXTANT_CHECK(d.b == o.b && d.voxels() == o.voxels() && d.volume == o.volume,
+                  "a concat of {} into {}", describe(d), describe(o));
+    channels += d.c;
+  }
+  SEXTANT_CHECK(channels == o.c, "a concat of {} channels into {}", channels, describe(o));
+  const int64_t per = o.voxels();
+  for (int64_t b = 0; b < o.b; ++b) {
+    float* to = y.data() + b * o.c * per;
+    for (const Tensor& t : parts) {
+      const int64_t n = t.dim(1) * per;
+      std::copy_n(t.data() + b * n, n, to);
+      to += n;
+    }
+  }
+}
+
+void split_channels(const Tensor& dy, std::vector<Tensor>& parts) {
+  const MapDims o = map_dims(dy);
+  int64_t channels = 0;
+  for (const Tensor& t : parts) {
+    const MapDims d = map_dims(t);
+    SEXTANT_CHECK(d.b == o.b && d.voxels() == o.voxels() && d.volume == o.volume,
+                  "a split of {} into {}", describe(o), describe(d));
+    channels += d.c;
+  }
+  SEXTANT_CHECK(channels == o.c, "a split of {} into {} channels", describe(o), channels);
+  const int64_t per = o.voxels();
+  for (int64_t b = 0; b < o.b; ++b) {
+    const float* from = dy.data() + b * o.c * per;
+    for (Tensor& t : parts) {
+      const int64_t n = t.dim(1) * per;
+      std::copy_n(from, n, t.data() + b * n);
+      from += n;
+    }
+  }
 }
 
 namespace {

@@ -15,7 +15,9 @@
 # convolutions, batch norm, pooling, bottleneck blocks) goes against cnn_reference.py (PyTorch on the CPU; Sextant on cpu or cuda, fp32),
 # and so do tests/pytorch/unet-tiny.json (U-Net's kept map, up-convolution, cropped concat and
 # per-pixel loss), unet3d-tiny.json (the same over volumes: 3D windows, a padded depth) and
-# volume-classifier-tiny.json (a 3D adaptive average pool before the classifier).
+# volume-classifier-tiny.json (a 3D adaptive average pool before the classifier), and
+# amoebanet-tiny.json (AmoebaNet-D's normal and reduction cells: 1x7 and 7x1 windows, pools that
+# leave the padding out, the factorized reduction, the cells' two inputs).
 # MODEL may also be a model file's path under SOURCE_DIR (e.g. tests/pytorch/moe-tiny-capacity.json).
 set -euo pipefail
 sextant="$1"

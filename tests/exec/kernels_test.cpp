@@ -578,6 +578,108 @@ TEST_F(Kernels, Pooling) {
   expect_gradient(in, dx, avg_loss, "avg pool dx");
 }
 
+// AmoebaNet's pieces: rectangular windows with a stride per axis, padding and the factorized
+// reduction's shift, average pooling that leaves the padding out of the count, and the channel
+// join.
+TEST_F(Kernels, RectangularConvolutionByHandAndItsGradients) {
+  // A 1x3 window of ones over one row 0..4, column stride 2: windows {0,1,2} and {2,3,4}.
+  Tensor x = be->empty({1, 1, 1, 5}), ones = be->empty({1, 1, 1, 3}), y = be->empty({1, 1, 1, 2});
+  for (int64_t i = 0; i < 5; ++i) x.data()[i] = static_cast<float>(i);
+  be->fill(ones, 1.0f);
+  conv::convolution(x, ones, nullptr, conv::Strides{1, 2}, y);
+  EXPECT_EQ(y.data()[0], 3.0f);
+  EXPECT_EQ(y.data()[1], 9.0f);
+  // A 1x3 window cannot make a 2-row output from 1 row: refused.
+  Tensor tall = be->empty({1, 1, 2, 2});
+  EXPECT_THROW(conv::convolution(x, ones, nullptr, conv::Strides{1, 2}, tall), std::exception);
+  // 1x7 of stride (1, 2) and 7x1 of stride (2, 1) with their padding (0, 3) and (3, 0), as
+  // AmoebaNet's conv_1x7_7x1 runs them, against finite differences.
+  for (const bool wide : {true, false}) {
+    const int64_t kh = wide ? 1 : 7, kw = wide ? 7 : 1;
+    const conv::Strides stride{wide ? 1 : 2, wide ? 2 : 1};
+    Tensor in = random({2, 2, 6 + 2 * (kh / 2), 6 + 2 * (kw / 2)}), w = random({3, 2, kh, kw});
+    Tensor b = random({3});
+    const int64_t oh = conv::valid_output(in.dim(2), kh, stride.rows),
+                  ow = conv::valid_output(in.dim(3), kw, stride.cols);
+    EXPECT_EQ(oh * ow, 18);  // 6 x 3 or 3 x 6: one axis halved
+    Tensor c = random({2, 3, oh, ow}), o = be->empty({2, 3, oh, ow});
+    auto loss = [&] {
+      conv::convolution(in, w, &b, stride, o);
+      return dot(o, c);
+    };
+    Tensor dx = be->empty(in.shape()), dw = be->zeros(w.shape()), db = be->zeros({3});
+    conv::convolution_backward(in, w, c, stride, &dx, dw, &db);
+    expect_gradient(in, dx, loss, "rectangular conv dx");
+    expect_gradient(w, dw, loss, "rectangular conv dw");
+    expect_gradient(b, db, loss, "rectangular conv db");
+  }
+}
+
+TEST_F(Kernels, ShiftPadsAndShiftsAMap) {
+  // 2x3 map 0..5. Padding by one row and two columns: a 4x7 map with the input at (1, 2).
+  Tensor x = be->empty({1, 1, 2, 3}), padded = be->empty({1, 1, 4, 7});
+  for (int64_t i = 0; i < 6; ++i) x.data()[i] = static_cast<float>(i);
+  conv::shift_map(x, -1, -2, -1.0f, padded);
+  EXPECT_EQ(padded.data()[0], -1.0f);
+  EXPECT_EQ(padded.data()[1 * 7 + 2], 0.0f);
+  EXPECT_EQ(padded.data()[2 * 7 + 4], 5.0f);
+  EXPECT_EQ(padded.data()[3 * 7 + 6], -1.0f);
+  // torchgpipe's pad(x[:, :, 1:, 1:]): y[h][w] = x[h + 1][w + 1], zeros past the edge.
+  Tensor shifted = be->empty({1, 1, 2, 3});
+  conv::shift_map(x, 1, 1, 0.0f, shifted);
+  EXPECT_EQ(shifted.data()[0], 4.0f);
+  EXPECT_EQ(shifted.data()[1], 5.0f);
+  for (int64_t i = 2; i < 6; ++i) EXPECT_EQ(shifted.data()[i], 0.0f) << i;
+  // The backward is the adjoint: <shift(x), c> = <x, shift_backward(c)>.
+  for (const std::pair<int64_t, int64_t>& by : {std::pair<int64_t, int64_t>{1, 1}, {-2, -1}}) {
+    Tensor in = random({2, 3, 5, 4}), out = be->empty({2, 3, 5 - 2 * std::min<int64_t>(by.first, 0),
+                                                       4 - 2 * std::min<int64_t>(by.second, 0)});
+    Tensor c = random(out.shape()), dx = be->empty(in.shape());
+    conv::shift_map(in, by.first, by.second, 0.0f, out);
+    conv::shift_map_backward(c, by.first, by.second, dx);
+    EXPECT_NEAR(dot(out, c), dot(in, dx), 1e-4);
+  }
+}
+
+TEST_F(Kernels, AveragePoolLeavesThePaddingOutOfTheCount) {
+  // 3x3 map of ones, 3x3 windows of stride 1 padded by 1: every output is 1 (PyTorch's
+  // count_include_pad=False), where counting the padding would give 4/9 at a corner.
+  Tensor x = be->empty({1, 1, 3, 3}), y = be->empty({1, 1, 3, 3});
+  be->fill(x, 1.0f);
+  conv::avg_pool_excluding_padding(x, 3, 1, 1, y);
+  for (int64_t i = 0; i < 9; ++i) EXPECT_FLOAT_EQ(y.data()[i], 1.0f) << i;
+  // 0..8: the corner (0, 0) averages {0, 1, 3, 4} = 2, the centre all nine = 4.
+  for (int64_t i = 0; i < 9; ++i) x.data()[i] = static_cast<float>(i);
+  conv::avg_pool_excluding_padding(x, 3, 1, 1, y);
+  EXPECT_FLOAT_EQ(y.data()[0], 2.0f);
+  EXPECT_FLOAT_EQ(y.data()[4], 4.0f);
+  // Stride 2 over 6x6 (AmoebaNet's reduction cells) against finite differences.
+  Tensor in = random({2, 2, 6, 6}), c = random({2, 2, 3, 3}), o = be->empty({2, 2, 3, 3});
+  Tensor dx = be->empty(in.shape());
+  auto loss = [&] {
+    conv::avg_pool_excluding_padding(in, 3, 2, 1, o);
+    return dot(o, c);
+  };
+  conv::avg_pool_excluding_padding_backward(c, 3, 2, 1, dx);
+  expect_gradient(in, dx, loss, "avg pool excluding padding dx");
+}
+
+TEST_F(Kernels, ChannelConcatAndSplit) {
+  // Two samples of a 1-channel and a 2-channel 1x2 map: each sample's channels in order.
+  Tensor a = be->empty({2, 1, 1, 2}), b = be->empty({2, 2, 1, 2}), y = be->empty({2, 3, 1, 2});
+  for (int64_t i = 0; i < 4; ++i) a.data()[i] = static_cast<float>(i);
+  for (int64_t i = 0; i < 8; ++i) b.data()[i] = static_cast<float>(10 + i);
+  conv::concat_channels({a, b}, y);
+  const std::vector<float> want{0, 1, 10, 11, 12, 13, 2, 3, 14, 15, 16, 17};
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(y.data()[i], want[static_cast<size_t>(i)]) << i;
+  std::vector<Tensor> parts{be->empty(a.shape()), be->empty(b.shape())};
+  conv::split_channels(y, parts);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(parts[0].data()[i], a.data()[i]);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(parts[1].data()[i], b.data()[i]);
+  Tensor wrong = be->empty({2, 4, 1, 2});
+  EXPECT_THROW(conv::concat_channels({a, b}, wrong), std::exception);
+}
+
 // Volumes [B, C, D, H, W] (3D U-Net): the same kernels with a window along the depth too.
 TEST_F(Kernels, VolumeConvolutionByHandAndItsGradients) {
   // A 1-channel 3x3x3 volume of 0..26 and a 2x2x2 kernel of ones: each output sums a 2x2x2 cube.

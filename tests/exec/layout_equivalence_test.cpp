@@ -340,6 +340,7 @@ enum class Net {
   kUnet3d,
   kUnetTall,
   kVolumeClassifier,
+  kAmoeba,
   kMoe,
   kMoeCapacity
 };
@@ -372,6 +373,11 @@ spec::ModelSpec model_of(Net n) {
     case Net::kVolumeClassifier:
       return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
                                    "/tests/pytorch/volume-classifier-tiny.json");
+    case Net::kAmoeba:
+      // AmoebaNet-D's cells (tests/pytorch/amoebanet-tiny.json, which PyTorch checks): a stem,
+      // reduction and normal cells of 8 then 16 filters, global pool and classifier.
+      return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
+                                   "/tests/pytorch/amoebanet-tiny.json");
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -430,9 +436,11 @@ bool runs_here(const Layout& l) {
   }
   const bool cnn = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
                    l.net == Net::kUnet3d || l.net == Net::kUnetTall ||
-                   l.net == Net::kVolumeClassifier;
-  // CNNs run in fp32 on either backend, but split maps (spatial or channel) on CPU ranks only.
+                   l.net == Net::kVolumeClassifier || l.net == Net::kAmoeba;
+  // CNNs run in fp32 on either backend, but split maps (spatial or channel) and AmoebaNet's
+  // cells on CPU ranks only.
   if (cnn && (in_bf16() || (on_cuda() && (l.plan.spatial.any() || l.plan.tp > 1)))) return false;
+  if (l.net == Net::kAmoeba && on_cuda()) return false;
   const bool cpu_fp32_only = l.net == Net::kMoe || l.net == Net::kMoeCapacity || l.plan.cp > 1 ||
                              l.plan.tp_grid.any() || l.plan.offload.any() ||
                              l.plan.compression.any();
@@ -599,6 +607,16 @@ std::vector<Layout> layouts() {
       {"volume_classifier_dhw2x1x1", split(plan_of(1, 1, 1), 1, 1, 2), Net::kVolumeClassifier},
       {"volume_classifier_dhw2x2x2", split(plan_of(1, 1, 1), 2, 2, 2), Net::kVolumeClassifier},
       {"volume_classifier_dp2_pp2", plan_of(2, 1, 2), Net::kVolumeClassifier},
+      // AmoebaNet-D over replicas and pipeline stages (GPipe's use of it, Huang et al. 2019): a
+      // boundary between two cells carries the output and the cell's input, which the next cell
+      // reads too; with ZeRO over the replicas.
+      {"amoeba_dp2", plan_of(2, 1, 1), Net::kAmoeba},
+      {"amoeba_pp2_gpipe", plan_of(1, 1, 2, 0, false, S::kGpipe), Net::kAmoeba},
+      {"amoeba_dp2_zero3", plan_of(2, 1, 1, 3), Net::kAmoeba},
+      {"amoeba_pp4_gpipe", plan_of(1, 1, 4, 0, false, S::kGpipe), Net::kAmoeba},
+      {"amoeba_dp2_pp2_zero1", plan_of(2, 1, 2, 1), Net::kAmoeba},
+      {"amoeba_dp4_zero2", plan_of(4, 1, 1, 2), Net::kAmoeba},
+      {"amoeba_dp2_pp4", plan_of(2, 1, 4), Net::kAmoeba},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

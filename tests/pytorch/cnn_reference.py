@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import init_normal  # noqa: E402
+from amoebanet_reference import NORMAL, NORMAL_CONCAT, REDUCTION, REDUCTION_CONCAT  # noqa: E402
 
 
 def main():
@@ -76,12 +77,81 @@ def main():
                 "g": const(cout, 1.0) if bn else None,
                 "beta": const(cout, 0.0) if bn else None}
 
+    def bn(x, p_):
+        return F.batch_norm(x, None, None, p_["g"], p_["beta"], training=True, eps=1e-5)
+
+    def relu_conv_bn(name, ci, co, kh=1, kw=1, sh=1, sw=1):
+        # torchgpipe's relu_conv_bn and the steps of its conv operations: ReLU, a kh x kw
+        # convolution padded by half the window, batch norm.
+        p_ = {"w": normal(name + ".weight", (co, ci, kh, kw), math.sqrt(2.0 / (ci * kh * kw))),
+              "g": const(co, 1.0), "beta": const(co, 0.0)}
+        return lambda x: bn(F.conv2d(F.relu(x), p_["w"], stride=(sh, sw),
+                                     padding=((kh - 1) // 2, (kw - 1) // 2)), p_)
+
+    def factorized_reduce(name, ci, co):
+        w1 = normal(name + ".conv1.weight", (co // 2, ci, 1, 1), math.sqrt(2.0 / ci))
+        w2 = normal(name + ".conv2.weight", (co // 2, ci, 1, 1), math.sqrt(2.0 / ci))
+        p_ = {"g": const(co, 1.0), "beta": const(co, 0.0)}
+
+        def run(x):
+            x = F.relu(x)
+            shifted = F.pad(x[:, :, 1:, 1:], (0, 1, 0, 1))
+            return bn(torch.cat([F.conv2d(x, w1, stride=2), F.conv2d(shifted, w2, stride=2)], 1), p_)
+        return run
+
+    def edge(name, op, c, stride):
+        if op == "conv_1x1":
+            return relu_conv_bn(name, c, c, 1, 1, stride, stride)
+        if op == "conv_3x3":
+            fs = [relu_conv_bn(name + ".conv1", c, c // 4), relu_conv_bn(name + ".conv2", c // 4, c // 4, 3, 3, stride, stride),
+                  relu_conv_bn(name + ".conv3", c // 4, c)]
+        elif op == "conv_1x7_7x1":
+            fs = [relu_conv_bn(name + ".conv1", c, c // 4), relu_conv_bn(name + ".conv2", c // 4, c // 4, 1, 7, 1, stride),
+                  relu_conv_bn(name + ".conv3", c // 4, c // 4, 7, 1, stride, 1), relu_conv_bn(name + ".conv4", c // 4, c)]
+        elif op == "max_pool_3x3":
+            return lambda x: F.max_pool2d(x, 3, stride, 1)
+        elif op == "avg_pool_3x3":
+            return lambda x: F.avg_pool2d(x, 3, stride, 1, count_include_pad=False)
+        elif op == "max_pool_2x2":
+            return lambda x: F.max_pool2d(x, 2, stride)
+        else:  # "none"
+            return (lambda x: x) if stride == 1 else factorized_reduce(name, c, c)
+
+        def chain(x):
+            for f in fs:
+                x = f(x)
+            return x
+        return chain
+
+    def amoeba_cell(name, c_prev, c_prev_prev, filters, reduction, reduction_prev):
+        # AmoebaNet-D's cell (Real et al. 2019) as torchgpipe builds it: both inputs to `filters`
+        # channels, five nodes of two edges each, the joined states. Returns it and its channels.
+        reduce1 = relu_conv_bn(name + ".reduce1", c_prev, filters)
+        if reduction_prev:
+            reduce2 = factorized_reduce(name + ".reduce2", c_prev_prev, filters)
+        elif c_prev_prev != filters:
+            reduce2 = relu_conv_bn(name + ".reduce2", c_prev_prev, filters)
+        else:
+            reduce2 = lambda x: x  # noqa: E731
+        genotype, concat = (REDUCTION, REDUCTION_CONCAT) if reduction else (NORMAL, NORMAL_CONCAT)
+        edges = [(i, edge(f"{name}.node{k // 2}.{'ab'[k % 2]}", op, filters, 2 if reduction and i < 2 else 1))
+                 for k, (i, op) in enumerate(genotype)]
+
+        def run(prev, prev_prev):
+            states = [reduce1(prev), reduce2(prev_prev)]
+            for k in range(0, len(edges), 2):
+                (i, f), (j, g) = edges[k], edges[k + 1]
+                states.append(f(states[i]) + g(states[j]))
+            return torch.cat([states[i] for i in concat], 1)
+        return run, filters * len(concat)
+
+    cell_input_channels, reduction_prev = None, False  # the last cell's input, when the unit before is one
     channels, flat = C, None
     extent = list(spatial)  # the current map's extent (a segmentation head's labels sit on the last)
     index = 0
     for i, l in enumerate(cnn["layers"]):
         kind = l["type"]
-        repeats = l.get("blocks", 1) if kind == "bottleneck" else 1
+        repeats = l.get("blocks", 1) if kind in ("bottleneck", "amoeba_cell") else 1
         for r in range(repeats):
             name = f"layer{index}"
             index += 1
@@ -110,6 +180,13 @@ def main():
                                 "b": const(l["out_channels"], 0.0) if l.get("bias", False) else None}))
                 channels = l["out_channels"]
                 extent = [(n - 1) * stride + k for n in extent]
+            elif kind == "amoeba_cell":
+                run, out = amoeba_cell(name, channels, cell_input_channels or channels, l["filters"],
+                                       l.get("reduction", False),
+                                       cell_input_channels is not None and reduction_prev)
+                layers.append(("amoeba_cell", dict(reads_skip=cell_input_channels is not None), run))
+                cell_input_channels, reduction_prev = channels, l.get("reduction", False)
+                channels = out
             elif kind == "concat":
                 layers.append(("concat", {}, None))
                 channels += kept_channels.pop()
@@ -136,6 +213,8 @@ def main():
                 channels = out
             else:
                 raise SystemExit(f"unknown layer type {kind}")
+            if kind != "amoeba_cell":
+                cell_input_channels = None
             if l.get("skip", False):
                 kept_channels.append(channels)
 
@@ -147,7 +226,12 @@ def main():
 
     def forward(x):
         kept = []
+        skip = None  # the last cell's input (its successor's second input)
         for kind, s, p_ in layers:
+            if kind == "amoeba_cell":
+                x, skip = p_(x, skip if s["reads_skip"] else x), x
+                continue
+            skip = None
             if kind == "conv":
                 x = conv(x, p_, s["stride"], s["padding"], s["relu"])
             elif kind == "max_pool":

@@ -53,8 +53,11 @@ struct Geo {
   __host__ __device__ int64_t out_voxels() const { return od * oh * ow; }
   __host__ __device__ int64_t rows() const { return c * kd * k * k; }  // column matrix rows
 };
+// (Square windows only: the rectangular ones of AmoebaNet's cells run on CPU ranks.)
 Geo geo_of(const WindowDims& g) {
-  return {g.in.c, g.in.d, g.in.h, g.in.w, g.out.d, g.out.h, g.out.w, g.kd, g.k, g.sd, g.s};
+  SEXTANT_CHECK(g.square(), "the CUDA convolution kernels take square windows, not {} x {}", g.kh,
+                g.kw);
+  return {g.in.c, g.in.d, g.in.h, g.in.w, g.out.d, g.out.h, g.out.w, g.kd, g.kh, g.sd, g.sh};
 }
 
 // col[((c kd + a) k + i) k + j][n][(od Ho + oh) Wo + ow] = x[n][c][od sd + a][oh s + i][ow s + j]

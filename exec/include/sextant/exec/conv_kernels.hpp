@@ -25,11 +25,44 @@ namespace sextant::exec::conv {
 // Rows (or columns) a window of `kernel` and `stride` makes from `extent` rows already padded.
 int64_t valid_output(int64_t extent, int64_t kernel, int64_t stride);
 
+// A window's strides along the rows and the columns (AmoebaNet's 1x7 convolution of stride
+// (1, 2)); a volume's window takes one stride on every axis.
+struct Strides {
+  int64_t rows = 1, cols = 1;
+};
+
 // y[B, Co, Ho, Wo] = w * x (+ bias) over x[B, C, H, W] (or over a volume [B, C, D, H, W]).
 void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t stride, Tensor& y);
 // dx = the transposed convolution of dy (when dx is given); dw += dy (x) x; db += sums of dy.
 void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, int64_t stride,
                           Tensor* dx, Tensor& dw, Tensor* db);
+// The same with a rectangular window on a 2D map (PyTorch's Conv2d with kernel_size=(kh, kw) and
+// stride=(sh, sw)): the window is the weight's [O, I, kh, kw]. The backends' convolutions take
+// square windows; AmoebaNet's cells, which need these, run on CPU ranks.
+void convolution(const Tensor& x, const Tensor& w, const Tensor* bias, Strides stride, Tensor& y);
+void convolution_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Strides stride,
+                          Tensor* dx, Tensor& dw, Tensor* db);
+
+// y[b, c, h, w] = x[b, c, h + top, w + left] where that lies in x, else `fill`, for y of any
+// extent over a 2D map: padding (top = -pad rows, left = -pad columns, y larger by twice the
+// padding) and the factorized reduction's shifted map (torchgpipe's pad(x[:, :, 1:, 1:]): top =
+// left = 1, y as large as x). The backward adds each dy element back where it was read (dx
+// overwritten).
+void shift_map(const Tensor& x, int64_t top, int64_t left, float fill, Tensor& y);
+void shift_map_backward(const Tensor& dy, int64_t top, int64_t left, Tensor& dx);
+
+// Average pooling of a 2D map x (not padded) by a k x k window of stride s over the map padded by
+// p, each window's sum divided by the elements it covers inside the map (PyTorch's AvgPool2d with
+// count_include_pad=False, AmoebaNet's avg_pool_3x3).
+void avg_pool_excluding_padding(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding,
+                                Tensor& y);
+void avg_pool_excluding_padding_backward(const Tensor& dy, int64_t kernel, int64_t stride,
+                                         int64_t padding, Tensor& dx);
+
+// y[B, C1 + C2 + ..., H, W] joins the parts along the channels in order (torch.cat(dim=1)); the
+// backward splits dy back into the parts (overwritten).
+void concat_channels(const std::vector<Tensor>& parts, Tensor& y);
+void split_channels(const Tensor& dy, std::vector<Tensor>& parts);
 
 // The transposed convolution (PyTorch's ConvTranspose2d and 3d, no padding; U-Net's
 // up-convolution): y[B, Co, (H - 1) s + k, (W - 1) s + k] gets x[b, ci, i, j] w[ci, co, a, c] added
