@@ -140,9 +140,9 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
   "$sextant" simulate --model moe-tiny --cluster local-cpu --tp 2 --global-batch 2
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
-# AmoebaNet's cells are simulated and planned (models/src/amoeba_lowering.cpp), not run.
-expect_error "/cnn/layers/1 = \"amoeba_cell\": the executor runs chains of convolutions" "$sextant" \
-  run --model amoebanet-d --np 1 --global-batch 1 --steps 1
+# AmoebaNet's cells run on whole maps: a spatial split is refused before any work.
+expect_error "/spatial = 2x1: splits chains of convolutions and ResNet blocks: AmoebaNet's cells" \
+  "$sextant" run --model amoebanet-d --np 2 --spatial 2x1 --global-batch 2 --steps 1
 cat >"$dir/unet.model.json" <<'EOF'
 {"schema": "sextant.model/1", "name": "unet", "kind": "cnn",
  "cnn": {"input": {"channels": 1, "height": 12, "width": 12},
