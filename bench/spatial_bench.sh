@@ -54,6 +54,32 @@ for model in resnet50 wrn50-2; do
 done
 
 echo
+echo "Each convolution's algorithm by simulated time (sextant plan, the layout pinned: dp 16, mb 32,"
+echo "pp 1, zero 0, the stack's default knobs) against the byte rule's: the step, and how many of"
+echo "the convolutions after the stem changed (planner/channel_algorithms.hpp)"
+for model in resnet50 wrn50-2; do
+  for tp in 2 4; do
+    byte_rule=$("$sextant" simulate --json --model "$model" --cluster lassen-v100 --dtype fp32 \
+      --dp 16 --tp "$tp" --micro-batch 32 --global-batch 512 |
+      python3 -c 'import json, sys; print("%.2f" % (1e3 * json.load(sys.stdin)["step_time_s"]))')
+    "$sextant" plan --json --model "$model" --cluster lassen-v100 --dtype fp32 --gpus $((16 * tp)) \
+      --global-batch 512 --constraint dp=16 --constraint tp="$tp" --constraint mb=32 \
+      --constraint pp=1 --constraint zero=0 >"$tmp/plan.json"
+    python3 - "$tmp/plan.json" "$model" "$tp" "$byte_rule" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+plans = [p for p in d["ranked"] if not p["tuned_knobs"]] or d["ranked"]
+best = plans[0]
+chosen = best["plan"].get("channel_algorithms", [])
+counts = {a: chosen.count(a) for a in "xyw"}
+print("%-9s tp%-2s byte rule %7s ms  chosen %7.2f ms  %s" % (
+    sys.argv[2], sys.argv[3], sys.argv[4], 1e3 * best["report"]["step_time_s"],
+    "x/y/w %d/%d/%d" % (counts["x"], counts["y"], counts["w"]) if chosen else "(the byte rule's)"))
+PY
+  done
+done
+
+echo
 echo "Channel and spatial splits together: 16 replicas of 32 images, mini-batch 512, fp32, each"
 echo "replica over 4 GPUs split by channel (tp4), by rows and columns (2x2) or both (tp2 x 2x1)"
 for model in resnet50 wrn50-2; do

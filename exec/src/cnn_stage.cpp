@@ -89,12 +89,14 @@ struct UnitCache {
 };
 
 // The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them, for `tp`
-// ranks splitting the channels.
-std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
+// ranks splitting the channels with the plan's algorithms (`chosen`; empty: the byte rule's).
+std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp,
+                           const std::vector<spec::ChannelAlgorithm>& chosen) {
   std::vector<Unit> out;
   const size_t split_end = spec::spatial_layer_end(m);
   MapShape f{m.in_channels, m.input_depth(), m.height, m.width};
-  bool whole = true;  // before the first convolution (and behind the first fc)
+  bool whole = true;               // before the first convolution (and behind the first fc)
+  int64_t split_convolutions = 0;  // convolutions so far reading channel-split maps
   // The map a window of k, s and p makes from `in` with `channels` channels (along a volume's
   // depth too).
   auto windowed = [&](MapShape in, int64_t channels, int64_t k, int64_t s, int64_t p) {
@@ -105,7 +107,9 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp) {
                   bool bias, bool bn, bool relu) {
     ConvUnit c{std::move(name), in, windowed(in, out_c, k, s, p), k, s, p, bias, bn, relu};
     c.in.whole = whole;
-    c.algorithm = spec::channel_algorithm(whole, in.c * in.voxels(), c.out.c * c.out.voxels(), tp);
+    c.algorithm = spec::convolution_algorithm(chosen, split_convolutions, whole, in.c * in.voxels(),
+                                              c.out.c * c.out.voxels(), tp);
+    if (tp > 1 && !whole) ++split_convolutions;
     whole = tp == 1;
     c.out.whole = whole;
     return c;
@@ -215,12 +219,20 @@ class CnnStage : public StageModel {
   CnnStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
       : ctx_(ctx),
         o_(o),
-        units_(units_of(model.cnn(), ctx.groups->tp_size)),
+        units_(units_of(model.cnn(), ctx.groups->tp_size, ctx.plan->channel_algorithms)),
         volume_(model.cnn().volumes()),
         exchange_(ctx.plan->spatial, ctx.groups->spatial_rank, ctx.groups->spatial) {
     SEXTANT_CHECK(units_.size() == ctx.lowered->layers.size(),
                   "the CNN stage has {} layers, the lowering {}", units_.size(),
                   ctx.lowered->layers.size());
+    // Agreement by construction, checked: every convolution runs the lowering's algorithm.
+    std::vector<spec::ChannelAlgorithm> ran;
+    for (const Unit& u : units_)
+      for (const ConvUnit& c : u.convs)
+        if (ctx.groups->tp_size > 1 && !c.in.whole) ran.push_back(c.algorithm);
+    SEXTANT_CHECK(ran == ctx.lowered->channel_algorithms,
+                  "the CNN stage runs {} split convolutions, the lowering {}", ran.size(),
+                  ctx.lowered->channel_algorithms.size());
     models::StageLayers sl = models::stage_layers(*ctx.plan, *ctx.lowered, ctx.groups->pp_rank);
     begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
     end_ = static_cast<int32_t>(sl.chunk_end.at(0));

@@ -295,6 +295,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
     lowering.attention = spec::plan_stack(job.plan, false).attention;
   lowering.ep = job.plan.ep;            // a rank's experts, and their dispatch and combine
   lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
+  lowering.channel_algorithms = job.plan.channel_algorithms;  // each convolution's, as chosen
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Layout layout(world, job.plan, job.comm, lowered.stationary_w);

@@ -61,6 +61,9 @@ struct CnnState {
   std::map<std::string, std::optional<Op>> backward;
   std::set<std::string> input_halos;
   bool stationary_w = false;  // some convolution ran stationary-w
+  // The plan's algorithm for each convolution reading split maps (empty: the byte rule's), and
+  // the algorithms those convolutions run, in order (LoweredModel::channel_algorithms).
+  std::vector<spec::ChannelAlgorithm> chosen, ran;
   // Channels of a `channels`-channel map one rank holds.
   int64_t held(int64_t channels) const { return whole ? channels : channels / tp; }
 };
@@ -113,9 +116,15 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   // The window's elements per channel: k^2, or k^3 over volumes.
   const int64_t window = k * k * (volumes ? k : 1);
   const int64_t in_block = split.block(in), out_pixels = split.block(o);
-  const spec::ChannelAlgorithm algorithm =
-      cs.tp > 1 ? spec::channel_algorithm(cs.whole, in.c * in.h * in.w, out_c * o.h * o.w, cs.tp)
-                : spec::ChannelAlgorithm::kWholeInput;
+  spec::ChannelAlgorithm algorithm = spec::ChannelAlgorithm::kWholeInput;
+  if (cs.tp > 1) {
+    if (!cs.whole && !cs.chosen.empty() && cs.ran.size() >= cs.chosen.size())
+      throw InputError("plan", "/channel_algorithms", fmt::format("{} entries", cs.chosen.size()),
+                       "one algorithm for each convolution after the first: the model has more");
+    algorithm = spec::convolution_algorithm(cs.chosen, static_cast<int64_t>(cs.ran.size()),
+                                            cs.whole, in.c * in.h * in.w, out_c * o.h * o.w, cs.tp);
+    if (!cs.whole) cs.ran.push_back(algorithm);
+  }
   // An implicit GEMM: M = B*Ho*Wo output pixels (of the rank's block), N = Cout, K = Cin*k*k;
   // split over tp, N = Cout/tp (whole input, stationary-y), K = Cin/tp * k*k (stationary-x), or
   // N = Cout/g and K = Cin/r * k*k (stationary-w on an r x g grid).
@@ -258,6 +267,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   Feature f{m.in_channels, m.input_depth(), m.height, m.width};
   CnnState cs;
   cs.tp = o.tp;
+  cs.chosen = o.channel_algorithms;
   const bool volumes = m.volumes();
   // The maps `skip` layers keep until their concat (U-Net's skip connections): stored until then,
   // and sent on with the activations when a pipeline stage ends between the two.
@@ -478,6 +488,12 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   out.split_begin = 0;
   out.split_end = out.layers.size();
   out.stationary_w = cs.stationary_w;
+  out.channel_algorithms = cs.ran;
+  if (!cs.chosen.empty() && cs.chosen.size() != cs.ran.size())
+    throw InputError("plan", "/channel_algorithms", fmt::format("{} entries", cs.chosen.size()),
+                     fmt::format("one algorithm for each of the model's {} convolutions after "
+                                 "the first (those reading channel-split maps)",
+                                 cs.ran.size()));
   return out;
 }
 

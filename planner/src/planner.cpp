@@ -11,6 +11,7 @@
 #include <thread>
 #include <tuple>
 
+#include "sextant/planner/channel_algorithms.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/pareto.hpp"
 #include "sextant/planner/worker_pool.hpp"
@@ -123,6 +124,49 @@ bool ranks_before(const spec::Report& a, const spec::Report& b, Objective o) {
   }
   // As fast (variants whose knob changes nothing on this layout): the leaner first.
   return a.memory.peak_bytes < b.memory.peak_bytes;
+}
+
+}  // namespace
+
+namespace {
+
+// The ranked CNN plans with a channel split, their convolutions' algorithms chosen by simulated
+// time (channel_algorithms.hpp: never slower than the byte rule's), in parallel; ranked again.
+void choose_channel_algorithms(const SearchRequest& request, const SearchOptions& options,
+                               int threads, SearchResult& result) {
+  if (request.model.kind() != spec::ModelKind::kCnn) return;
+  std::vector<size_t> split;
+  for (size_t i = 0; i < result.ranked.size(); ++i)
+    if (result.ranked[i].plan.tp > 1) split.push_back(i);
+  if (split.empty()) return;
+  std::vector<std::string> originals(split.size());  // each refined plan as it was
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < split.size(); k = next++) {
+      RankedPlan& r = result.ranked[split[k]];
+      sim::SimulationOptions so;
+      so.fidelity = options.fidelity;
+      ChannelChoice c =
+          planner::choose_channel_algorithms(request.model, request.cluster, r.plan, so);
+      if (c.result.report.memory.fits) {
+        originals[k] = spec::to_json(r.plan).dump();
+        r.plan = std::move(c.plan);
+        r.report = std::move(c.result.report);
+      }
+    }
+  };
+  run_workers(std::min<int>(threads, static_cast<int>(split.size())), next, split.size(), work);
+  // The time-memory front held the plans as they were: it holds them refined, and is a front again.
+  for (RankedPlan& p : result.pareto) {
+    const std::string before = spec::to_json(p.plan).dump();
+    for (size_t k = 0; k < split.size(); ++k)
+      if (!originals[k].empty() && originals[k] == before) p = result.ranked[split[k]];
+  }
+  result.pareto = pareto_front(result.pareto);
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [&](const RankedPlan& a, const RankedPlan& b) {
+                     return ranks_before(a.report, b.report, options.objective);
+                   });
 }
 
 }  // namespace
@@ -248,6 +292,8 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
                    });
   if (static_cast<int64_t>(result.ranked.size()) > options.top_k)
     result.ranked.resize(static_cast<size_t>(options.top_k));
+  if (options.choose_channel_algorithms)
+    choose_channel_algorithms(request, options, threads, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

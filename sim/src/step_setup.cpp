@@ -48,6 +48,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.vocab_multiple = s.stack.vocab_multiple;
   s.lowering.dropout = s.stack.dropout;
   s.lowering.spatial = plan.spatial;
+  s.lowering.channel_algorithms = plan.channel_algorithms;
   s.lowering.cp = plan.cp;
   s.lowering.cp_algorithm = plan.cp_algorithm;
   s.lowering.ep = plan.ep;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "sextant/spec/error.hpp"
+
 namespace sextant::spec {
 
 ChannelFilterGrid channel_filter_grid(int64_t tp) {
@@ -39,6 +41,32 @@ ChannelAlgorithm channel_algorithm(bool input_whole, int64_t input_elements,
     if (w < least) best = ChannelAlgorithm::kStationaryW;
   }
   return best;
+}
+
+ChannelAlgorithm convolution_algorithm(const std::vector<ChannelAlgorithm>& chosen, int64_t index,
+                                       bool input_whole, int64_t input_elements,
+                                       int64_t output_elements, int64_t tp) {
+  if (input_whole || chosen.empty())
+    return channel_algorithm(input_whole, input_elements, output_elements, tp);
+  SEXTANT_CHECK(index >= 0 && index < static_cast<int64_t>(chosen.size()),
+                "convolution {} of the {} the plan chose algorithms for", index, chosen.size());
+  return chosen[static_cast<size_t>(index)];
+}
+
+std::string channel_algorithms_problem(const std::vector<ChannelAlgorithm>& chosen, int64_t tp) {
+  if (chosen.empty()) return "";
+  if (tp <= 1) return "chooses the convolutions' algorithms of a channel split: needs tp > 1";
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (chosen[i] == ChannelAlgorithm::kWholeInput)
+      return fmt::format("entry {}: x, y or w (\"whole\" is the image's convolution, never chosen)",
+                         i);
+    if (chosen[i] == ChannelAlgorithm::kStationaryW && !channel_filter_grid(tp).any())
+      return fmt::format(
+          "entry {}: w splits the weights over a grid of the tp ranks, which tp {} does not have "
+          "(x or y; tp 4 is 2 x 2, tp 8 is 4 x 2)",
+          i, tp);
+  }
+  return "";
 }
 
 ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank) {

@@ -42,8 +42,17 @@ constexpr std::array<std::pair<std::string_view, ContextAlgorithm>, 3> kContextA
     {{"ring", ContextAlgorithm::kRing},
      {"all-gather", ContextAlgorithm::kAllGather},
      {"all-to-all", ContextAlgorithm::kAllToAll}}};
+constexpr std::array<std::pair<std::string_view, ChannelAlgorithm>, 4> kChannelAlgorithms{
+    {{"whole", ChannelAlgorithm::kWholeInput},
+     {"x", ChannelAlgorithm::kStationaryX},
+     {"y", ChannelAlgorithm::kStationaryY},
+     {"w", ChannelAlgorithm::kStationaryW}}};
 const Range kPositiveInt = Range::at_least(1);
 }  // namespace
+
+EnumNames<ChannelAlgorithm> channel_algorithm_names() {
+  return kChannelAlgorithms;
+}
 
 EnumNames<ContextAlgorithm> context_algorithm_names() {
   return kContextAlgorithms;
@@ -128,6 +137,7 @@ std::string Plan::name() const {
   }
   if (ep > 1) s += fmt::format(".ep{}", ep);
   if (tp_grid.any()) s += ".g" + tensor_grid_text(tp_grid);
+  if (!channel_algorithms.empty()) s += ".chan";  // a choice of its own, not the byte rule's
   return s;
 }
 
@@ -295,6 +305,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("tp_grid", tensor_grid_text(p.tp_grid), grid);
   if (std::string async = pipedream_2bw_problem(p); !async.empty())
     problem("schedule", "\"pipedream-2bw\"", async);
+  if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())
+    problem("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()), chosen);
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -381,6 +393,21 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     } else {
       r.problem("tp_grid", fmt::format("{} entries", grid->size()),
                 "must be [x, y, z], three grid axes whose product is tp");
+    }
+  }
+  if (const Json* chosen = r.array("channel_algorithms", Presence::kOptional)) {
+    for (size_t i = 0; i < chosen->size(); ++i) {
+      const Json& e = (*chosen)[i];
+      const std::string text = e.is_string() ? e.get<std::string>() : "";
+      bool known = false;
+      for (const auto& [name, algorithm] : channel_algorithm_names()) {
+        if (name != text) continue;
+        p.channel_algorithms.push_back(algorithm);
+        known = true;
+      }
+      if (!known)
+        diag.add(fmt::format("/channel_algorithms/{}", i), short_dump(e),
+                 "\"x\", \"y\" or \"w\" (Dryden et al.'s stationary-x, -y, -w)");
     }
   }
   if (auto sp = r.object("spatial", Presence::kOptional)) {
@@ -502,6 +529,12 @@ Json to_json(const Plan& p) {
   }
   if (p.ep > 1) j["ep"] = p.ep;
   if (p.tp_grid.any()) j["tp_grid"] = {p.tp_grid.x, p.tp_grid.y, p.tp_grid.z};
+  if (!p.channel_algorithms.empty()) {
+    Json a = Json::array();
+    for (ChannelAlgorithm c : p.channel_algorithms)
+      a.push_back(std::string(enum_name(channel_algorithm_names(), c)));
+    j["channel_algorithms"] = a;
+  }
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -648,6 +681,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
       add("offload/activation_layers", std::to_string(p.offload.activation_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
+  if (!p.channel_algorithms.empty() && model.kind() != ModelKind::kCnn)
+    add("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()),
+        "chooses the algorithms of a CNN's convolutions under a channel split: a CNN only");
   if (model.is_transformer()) {
     const TransformerSpec& t = model.transformer();
     int64_t seq = p.seq_len.value_or(t.seq_len);

@@ -24,7 +24,9 @@
 #include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/gradient_compression.hpp"
+#include "sextant/models/lowering.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/traces/compare.hpp"
 #include "sextant/traces/moe_load.hpp"
@@ -418,6 +420,25 @@ spec::Plan split(spec::Plan p, int64_t h, int64_t w, int64_t d = 1) {
   return p;
 }
 
+// The plan's own algorithm for each convolution of `net` under its channel split
+// (Plan::channel_algorithms): each one the byte rule does not take, x -> y -> w -> x on a tp
+// with a grid, x <-> y otherwise.
+spec::Plan other_algorithms(spec::Plan p, Net net) {
+  using A = spec::ChannelAlgorithm;
+  models::LoweringOptions o;
+  o.micro_batch = p.micro_batch;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = p.tp;
+  const bool grid = spec::channel_filter_grid(p.tp).any();
+  for (A a : models::lower(model_of(net), o).channel_algorithms) {
+    if (a == A::kStationaryX) p.channel_algorithms.push_back(A::kStationaryY);
+    if (a == A::kStationaryY)
+      p.channel_algorithms.push_back(grid ? A::kStationaryW : A::kStationaryX);
+    if (a == A::kStationaryW) p.channel_algorithms.push_back(A::kStationaryX);
+  }
+  return p;
+}
+
 // Mixtures of experts, context parallelism, 3D tensor grids, offload and compressed gradients run
 // on CPU ranks in fp32 only; CNNs in fp32, on the GPU too unless their maps are split.
 // (SEXTANT_TEST_LAYOUTS=a,b runs only the layouts whose names hold a or b: a debugging aid, and
@@ -576,6 +597,9 @@ std::vector<Layout> layouts() {
       {"vgg_tp4_pp2", plan_of(1, 4, 2), Net::kVgg},
       {"vgg_tp4", plan_of(1, 4, 1), Net::kVgg},
       {"cnn_tp4_hw2x1", split(plan_of(1, 4, 1), 2, 1), Net::kCnn},
+      // Each convolution on another algorithm than the byte rule's, as a plan may choose them.
+      {"cnn_tp2_chosen", other_algorithms(plan_of(1, 2, 1), Net::kCnn), Net::kCnn},
+      {"vgg_tp4_chosen", other_algorithms(plan_of(1, 4, 1), Net::kVgg), Net::kVgg},
       {"vgg_tp8", plan_of(1, 8, 1), Net::kVgg},
       // A 2D U-Net (kept maps, up-convolution, cropped concat, per-pixel loss) over replicas,
       // and its 3D form (volumes: 3D windows, the depth's padding and crop, per-voxel loss).

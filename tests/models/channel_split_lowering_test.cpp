@@ -138,6 +138,42 @@ TEST(ChannelSplitLowering, EachConvolutionMovesTheSmallerMap) {
   EXPECT_EQ(pipeline_transfer_parts(plan, split, 1024), 1);
 }
 
+// A plan's own algorithms (Plan::channel_algorithms): one per convolution after the first, in
+// order. The byte rule's at tp 2 are x (layer 1, 8 -> 8) and y (layer 2, 8 -> 16), as above, and
+// the lowering lists them. Swapped, layer 1 all-gathers its input (2 x 8 x 64 fp32) and layer 2
+// reduce-scatters its whole output (2 x 16 x 64 fp32); a list of the wrong length or a w on tp 2
+// is refused naming the field.
+TEST(ChannelSplitLowering, APlanChoosesEachConvolutionsAlgorithm) {
+  using A = spec::ChannelAlgorithm;
+  EXPECT_EQ(lower_tp(2).channel_algorithms, (std::vector<A>{A::kStationaryX, A::kStationaryY}));
+  EXPECT_TRUE(lower_tp(1).channel_algorithms.empty());
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = 2;
+  o.channel_algorithms = {A::kStationaryY, A::kStationaryX};
+  const LoweredModel swapped = lower(three_convs(), o);
+  EXPECT_EQ(swapped.channel_algorithms, o.channel_algorithms);
+  const Op* gather = find_op(swapped.layers[1].forward, "layer1.conv.channel_all_gather");
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->bytes, 2 * 8 * 64 * 4);
+  EXPECT_EQ(find_op(swapped.layers[1].forward, "layer1.conv.filter_reduce_scatter"), nullptr);
+  const Op* scatter = find_op(swapped.layers[2].forward, "layer2.conv.filter_reduce_scatter");
+  ASSERT_NE(scatter, nullptr);
+  EXPECT_EQ(scatter->bytes, 2 * 16 * 64 * 4);
+  o.channel_algorithms = {A::kStationaryY};
+  EXPECT_INPUT_ERROR(lower(three_convs(), o), "/channel_algorithms");
+  o.channel_algorithms = {A::kStationaryY, A::kStationaryX, A::kStationaryX};
+  EXPECT_INPUT_ERROR(lower(three_convs(), o), "the model's 2 convolutions after the first");
+  // The plan's own rules: w needs a grid, "whole" is never chosen, tp 1 chooses nothing.
+  EXPECT_NE(spec::channel_algorithms_problem({A::kStationaryW}, 2).find("grid"), std::string::npos);
+  EXPECT_EQ(spec::channel_algorithms_problem({A::kStationaryW}, 4), "");
+  EXPECT_NE(spec::channel_algorithms_problem({A::kWholeInput}, 4).find("never chosen"),
+            std::string::npos);
+  EXPECT_NE(spec::channel_algorithms_problem({A::kStationaryX}, 1).find("tp > 1"),
+            std::string::npos);
+}
+
 // tp 4 on its 2 x 2 grid. Layer 1 (8 -> 8 channels, 8x8 maps: the input and output equal) runs
 // stationary-w: the channel group's 4 channels (2 x 4 x 64 fp32 = 2048 B) all-gathered over the
 // 2 ranks of the gather group; each rank convolves them with its filter group's 4 filters,

@@ -49,6 +49,38 @@ TEST(Plan, RoundTrips) {
   EXPECT_EQ(p.collective_algorithms.at(CollectiveKind::kAllReduce), CollectiveAlgorithm::kRing);
 }
 
+// A CNN channel split's own algorithms: "x", "y", "w" per convolution, named ".chan", round-trip;
+// anything else is refused naming the entry, w without a grid and a list without tp naming the
+// field, and a list on a transformer against the model.
+TEST(Plan, ChannelAlgorithmsDecodeRoundTripAndAreChecked) {
+  Json j = base_plan();
+  j["tp"] = 4;
+  j["pp"] = 1;
+  j["dp"] = 2;
+  j["channel_algorithms"] = Json::parse(R"(["x", "w", "y"])");
+  Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(p.channel_algorithms, (std::vector<ChannelAlgorithm>{ChannelAlgorithm::kStationaryX,
+                                                                 ChannelAlgorithm::kStationaryW,
+                                                                 ChannelAlgorithm::kStationaryY}));
+  EXPECT_EQ(p.name(), "dp2.tp4.pp1.z1.mb2.chan");
+  EXPECT_EQ(to_json(plan_from_json(to_json(p), "again")), to_json(p));
+  j["channel_algorithms"] = Json::parse(R"(["x", "z"])");
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/channel_algorithms/1 = \"z\": \"x\", \"y\" or \"w\"");
+  j["channel_algorithms"] = Json::parse(R"(["whole"])");
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "never chosen");
+  j["tp"] = 2;
+  j["channel_algorithms"] = Json::parse(R"(["w"])");
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "/channel_algorithms = 1 entries: entry 0: w");
+  j["tp"] = 1;
+  j["channel_algorithms"] = Json::parse(R"(["x"])");
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "needs tp > 1");
+  p.tp = 2;
+  p.channel_algorithms = {ChannelAlgorithm::kStationaryX};
+  p.global_batch = 4;
+  EXPECT_INPUT_ERROR(validate_plan(p, gpt(4, 4), 4, "p"), "a CNN only");
+}
+
 TEST(Plan, GlobalBatchMustDivideIntoMicroBatches) {
   Json j = base_plan();
   j["global_batch"] = 10;

@@ -181,6 +181,9 @@ struct LoweringOptions {
   // Transformers: the tp ranks as a 3D grid (Plan::tp_grid, spec/tensor_grid.hpp; x*y*z = tp);
   // the ops are one rank's, on its micro_batch/z sequences, with the grid's collectives.
   spec::TensorGrid tp_grid{};
+  // CNNs under a channel split: the plan's algorithm for each convolution reading split maps
+  // (Plan::channel_algorithms); empty: each the byte rule's.
+  std::vector<spec::ChannelAlgorithm> channel_algorithms{};
 };
 
 struct LoweredModel {
@@ -209,6 +212,9 @@ struct LoweredModel {
   // reduce and gather groups are communicators of their own (CommGroup::kFilterReduce,
   // kChannelGather).
   bool stationary_w = false;
+  // The algorithm each convolution reading channel-split maps runs, in order (the plan's, or the
+  // byte rule's: the list a plan may carry as Plan::channel_algorithms); empty without tp.
+  std::vector<spec::ChannelAlgorithm> channel_algorithms;
 };
 
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if

@@ -30,6 +30,9 @@ struct SearchOptions {
   int64_t variants_per_layout = 4;
   int threads = 0;  // 0: all cores
   Objective objective = Objective::kTime;
+  // A CNN plan with a channel split (tp > 1) among the best: its convolutions' algorithms chosen
+  // by simulated time (channel_algorithms.hpp) instead of the byte rule, then ranked again.
+  bool choose_channel_algorithms = true;
   // Called with (done, total) while leaders are simulated.
   std::function<void(int64_t, int64_t)> progress;
   // Called with (done, total) while the configurations are estimated (from one thread at a time).

@@ -36,13 +36,8 @@
 
 namespace sextant::spec {
 
-enum class ChannelAlgorithm {
-  kWholeInput,   // the image, whole on every rank: no collective
-  kStationaryX,  // reduce-scatter of the output (backward: all-gather of its gradient)
-  kStationaryY,  // all-gather of the input (backward: reduce-scatter of its gradient)
-  kStationaryW,  // all-gather of the input over the gather group, reduce-scatter of the output
-                 // over the reduce group (backward: the twins, in the other order)
-};
+// (ChannelAlgorithm, the four ways a convolution runs, is declared in plan.hpp: a plan may choose
+// one per convolution.)
 
 // Stationary-w's grid of the tp ranks. tp rank t belongs to reduce group t / reduce_ranks: the
 // reduce_ranks consecutive tp ranks that hold the same block of filters (1/gather_ranks of them)
@@ -68,6 +63,16 @@ std::vector<int64_t> gathered_channel_blocks(int64_t tp, int64_t rank);
 // stationary-x, which keeps the input gradient local, then to stationary-y).
 ChannelAlgorithm channel_algorithm(bool input_whole, int64_t input_elements,
                                    int64_t output_elements, int64_t tp);
+// The algorithm a convolution runs: kWholeInput when it reads the whole image; else `chosen[index]`
+// when the plan chose them (Plan::channel_algorithms; `index` counts the convolutions reading
+// split maps, in the lowering's order), else the byte rule's. The lowering and the executor ask it.
+ChannelAlgorithm convolution_algorithm(const std::vector<ChannelAlgorithm>& chosen, int64_t index,
+                                       bool input_whole, int64_t input_elements,
+                                       int64_t output_elements, int64_t tp);
+// What is wrong with a plan's choice of algorithms for `tp` ranks, or "": stationary-x, -y or -w
+// each (kWholeInput is the image's, never chosen), -w only on a tp with a grid, and none without
+// a channel split. (That there is one per convolution the lowering checks: it counts them.)
+std::string channel_algorithms_problem(const std::vector<ChannelAlgorithm>& chosen, int64_t tp);
 
 // The channels {begin, count} of a `channels`-channel map that tp rank `rank` of `tp` holds (tp
 // divides channels).

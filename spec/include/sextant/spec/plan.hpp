@@ -109,6 +109,18 @@ struct SpatialSplit {
 // "HxW", or "DxHxW" when the depth is split: the command line's and messages' form.
 std::string spatial_text(const SpatialSplit& split);
 
+// How a convolution between channel-split maps runs (Dryden et al., SC'19 §III; the rules and
+// the byte rule choosing among them in spec/channel_split.hpp).
+enum class ChannelAlgorithm {
+  kWholeInput,   // the image, whole on every rank: no collective
+  kStationaryX,  // reduce-scatter of the output (backward: all-gather of its gradient)
+  kStationaryY,  // all-gather of the input (backward: reduce-scatter of its gradient)
+  kStationaryW,  // all-gather of the input over the gather group, reduce-scatter of the output
+                 // over the reduce group (backward: the twins, in the other order)
+};
+// "whole", "x", "y", "w".
+EnumNames<ChannelAlgorithm> channel_algorithm_names();
+
 // How the ranks splitting each sequence (context parallelism) compute attention over the whole
 // sequence; spec/context_parallel.hpp owns the rules and the transfers.
 enum class ContextAlgorithm {
@@ -175,6 +187,11 @@ struct Plan {
   // 3D tensor parallelism: the tp ranks as an x * y * z grid (x * y * z = tp); unset ({1, 1, 1}):
   // Megatron-LM's 1D tensor parallelism.
   TensorGrid tp_grid{};
+  // A CNN's channel split (tp > 1): the algorithm of each convolution reading split maps (every
+  // one after the first, in the lowering's order: a bottleneck's conv1, conv2, conv3, then its
+  // downsample), as the planner chose them by simulated time; empty: each the one moving fewest
+  // bytes (spec::channel_algorithm).
+  std::vector<ChannelAlgorithm> channel_algorithms;
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
@@ -200,7 +217,7 @@ struct Plan {
   int64_t chunks() const { return pp * virtual_stages; }
   // Compact name for logs: dp4.tp2.pp2.z1.mb2 (+ .sp, schedule, .split for a custom layer split,
   // recompute, offload, gradient compression, the spatial split, context and expert parallelism,
-  // the tensor grid, when they apply).
+  // the tensor grid, .chan for convolution algorithms of its own, when they apply).
   std::string name() const;
 };
 
