@@ -30,21 +30,19 @@ AmoebaCell::AmoebaCell(std::string name, int32_t layer, CellMap prev, CellMap pr
   const int in1 = add_value(prev), in2 = add_value(prev_prev);
   std::vector<int> states;
   states.push_back(relu_conv_bn(name_ + ".reduce1", in1, filters, 1, 1, 1, 1));
-  if (reduction_prev) {
-    states.push_back(factorized_reduce(name_ + ".reduce2", in2, filters));
-  } else if (prev_prev.c != filters) {
-    states.push_back(relu_conv_bn(name_ + ".reduce2", in2, filters, 1, 1, 1, 1));
-  } else {
-    states.push_back(in2);
-  }
+  states.push_back(steps(name_ + ".reduce2",
+                         spec::amoeba_second_input_steps(reduction_prev, prev_prev.c, filters),
+                         in2));
   const spec::AmoebaGenotype& g = spec::amoeba_genotype(reduction);
   for (size_t node = 0; node < g.edges.size() / 2; ++node) {
     std::array<int, 2> made{};
     for (size_t k = 0; k < 2; ++k) {
       const spec::AmoebaEdge& e = g.edges[2 * node + k];
-      made[k] =
-          edge(fmt::format("{}.node{}.{}", name_, node, k == 0 ? "a" : "b"), static_cast<int>(e.op),
-               states.at(static_cast<size_t>(e.input)), spec::amoeba_edge_stride(reduction, e));
+      const int in = states.at(static_cast<size_t>(e.input));
+      made[k] = steps(fmt::format("{}.node{}.{}", name_, node, k == 0 ? "a" : "b"),
+                      spec::amoeba_edge_steps(e.op, maps_[static_cast<size_t>(in)].c,
+                                              spec::amoeba_edge_stride(reduction, e)),
+                      in);
     }
     const CellMap a = maps_[static_cast<size_t>(made[0])], b = maps_[static_cast<size_t>(made[1])];
     SEXTANT_CHECK(a.c == b.c && a.h == b.h && a.w == b.w,
@@ -169,32 +167,25 @@ int AmoebaCell::pool(const std::string& name, Kind kind, int in, int64_t k, int6
   return st.out;
 }
 
-int AmoebaCell::edge(const std::string& name, int op, int in, int64_t stride) {
-  const int64_t c = maps_[static_cast<size_t>(in)].c, narrow = c / 4;
-  switch (static_cast<spec::AmoebaOp>(op)) {
-    case spec::AmoebaOp::kConv1x1:
-      return relu_conv_bn(name, in, c, 1, 1, stride, stride);
-    case spec::AmoebaOp::kConv3x3: {
-      int x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
-      x = relu_conv_bn(name + ".conv2", x, narrow, 3, 3, stride, stride);
-      return relu_conv_bn(name + ".conv3", x, c, 1, 1, 1, 1);
+int AmoebaCell::steps(const std::string& name, const std::vector<spec::AmoebaStep>& list, int in) {
+  using K = spec::AmoebaStep::Kind;
+  for (const spec::AmoebaStep& st : list) {
+    switch (st.kind) {
+      case K::kReluConvBn:
+        in = relu_conv_bn(name + st.suffix, in, st.channels, st.kh, st.kw, st.sh, st.sw);
+        break;
+      case K::kMaxPool:
+        in = pool(name, Kind::kMaxPool, in, st.kh, st.sh, st.padding);
+        break;
+      case K::kAvgPool:
+        in = pool(name, Kind::kAvgPool, in, st.kh, st.sh, st.padding);
+        break;
+      case K::kFactorizedReduce:
+        in = factorized_reduce(name, in, st.channels);
+        break;
     }
-    case spec::AmoebaOp::kConv1x7_7x1: {
-      int x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
-      x = relu_conv_bn(name + ".conv2", x, narrow, 1, 7, 1, stride);
-      x = relu_conv_bn(name + ".conv3", x, narrow, 7, 1, stride, 1);
-      return relu_conv_bn(name + ".conv4", x, c, 1, 1, 1, 1);
-    }
-    case spec::AmoebaOp::kMaxPool3x3:
-      return pool(name, Kind::kMaxPool, in, 3, stride, 1);
-    case spec::AmoebaOp::kAvgPool3x3:
-      return pool(name, Kind::kAvgPool, in, 3, stride, 1);
-    case spec::AmoebaOp::kMaxPool2x2:
-      return pool(name, Kind::kMaxPool, in, 2, stride, 0);
-    case spec::AmoebaOp::kIdentity:
-      return stride == 1 ? in : factorized_reduce(name, in, c);
   }
-  throw std::logic_error("an AmoebaNet edge of no known operation");
+  return in;
 }
 
 void AmoebaCell::add_params(std::vector<ParamSpec>& specs, uint64_t seed) const {

@@ -21,6 +21,7 @@
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/parameters.hpp"
 #include "sextant/models/op_id.hpp"
+#include "sextant/spec/amoeba_cell.hpp"
 
 namespace sextant::exec {
 
@@ -78,7 +79,8 @@ class AmoebaCell {
                    int64_t sh, int64_t sw);
   int factorized_reduce(const std::string& name, int in, int64_t out_c);
   int pool(const std::string& name, Kind kind, int in, int64_t k, int64_t s, int64_t p);
-  int edge(const std::string& name, int op, int in, int64_t stride);
+  // The steps of an edge's operation or of the second input's reduction (spec::AmoebaStep).
+  int steps(const std::string& name, const std::vector<spec::AmoebaStep>& list, int in);
 
   std::vector<int64_t> shape(int value) const;
   Tensor run(Context& ctx, ParamStore& params, const Step& step, size_t index, int64_t mb,

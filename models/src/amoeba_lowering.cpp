@@ -61,30 +61,22 @@ class CellBuilder {
     layer_.saved_bytes += bytes(in);
     return o;
   }
-  // One edge's operation on a state of c channels.
-  CellMap edge(const std::string& name, spec::AmoebaOp op, const CellMap& in, int64_t stride) {
-    const int64_t c = in.c, narrow = c / 4;
-    switch (op) {
-      case spec::AmoebaOp::kConv1x1:
-        return relu_conv_bn(name, in, c, 1, 1, stride, stride);
-      case spec::AmoebaOp::kConv3x3: {
-        CellMap x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
-        x = relu_conv_bn(name + ".conv2", x, narrow, 3, 3, stride, stride);
-        return relu_conv_bn(name + ".conv3", x, c, 1, 1, 1, 1);
+  // Steps of an edge's operation or of a cell input's reduction (spec::AmoebaStep) on `in`.
+  CellMap steps(const std::string& name, const std::vector<spec::AmoebaStep>& list, CellMap in) {
+    using K = spec::AmoebaStep::Kind;
+    for (const spec::AmoebaStep& st : list) {
+      switch (st.kind) {
+        case K::kReluConvBn:
+          in = relu_conv_bn(name + st.suffix, in, st.channels, st.kh, st.kw, st.sh, st.sw);
+          break;
+        case K::kMaxPool:
+        case K::kAvgPool:
+          in = pool(name, in, st.kh, st.sh, st.padding);
+          break;
+        case K::kFactorizedReduce:
+          in = factorized_reduce(name, in, st.channels);
+          break;
       }
-      case spec::AmoebaOp::kConv1x7_7x1: {
-        CellMap x = relu_conv_bn(name + ".conv1", in, narrow, 1, 1, 1, 1);
-        x = relu_conv_bn(name + ".conv2", x, narrow, 1, 7, 1, stride);
-        x = relu_conv_bn(name + ".conv3", x, narrow, 7, 1, stride, 1);
-        return relu_conv_bn(name + ".conv4", x, c, 1, 1, 1, 1);
-      }
-      case spec::AmoebaOp::kMaxPool3x3:
-      case spec::AmoebaOp::kAvgPool3x3:
-        return pool(name, in, 3, stride, 1);
-      case spec::AmoebaOp::kMaxPool2x2:
-        return pool(name, in, 2, stride, 0);
-      case spec::AmoebaOp::kIdentity:
-        return stride == 1 ? in : factorized_reduce(name, in, c);
     }
     return in;
   }
@@ -139,21 +131,18 @@ CellMap add_amoeba_cell(Layer& layer, const std::string& name, CellMap prev, Cel
   // its channels differ, else as it is.
   std::vector<CellMap> states;
   states.push_back(b.relu_conv_bn(name + ".reduce1", prev, filters, 1, 1, 1, 1));
-  if (reduction_prev) {
-    states.push_back(b.factorized_reduce(name + ".reduce2", prev_prev, filters));
-  } else if (prev_prev.c != filters) {
-    states.push_back(b.relu_conv_bn(name + ".reduce2", prev_prev, filters, 1, 1, 1, 1));
-  } else {
-    states.push_back(prev_prev);
-  }
+  states.push_back(b.steps(name + ".reduce2",
+                           spec::amoeba_second_input_steps(reduction_prev, prev_prev.c, filters),
+                           prev_prev));
   const spec::AmoebaGenotype& g = spec::amoeba_genotype(reduction);
   for (size_t node = 0; node < g.edges.size() / 2; ++node) {
     CellMap sum;
     for (size_t k = 0; k < 2; ++k) {
       const spec::AmoebaEdge& edge = g.edges[2 * node + k];
-      sum = b.edge(fmt::format("{}.node{}.{}", name, node, k == 0 ? "a" : "b"), edge.op,
-                   states[static_cast<size_t>(edge.input)],
-                   spec::amoeba_edge_stride(reduction, edge));
+      const CellMap& in = states[static_cast<size_t>(edge.input)];
+      sum = b.steps(
+          fmt::format("{}.node{}.{}", name, node, k == 0 ? "a" : "b"),
+          spec::amoeba_edge_steps(edge.op, in.c, spec::amoeba_edge_stride(reduction, edge)), in);
     }
     b.add(fmt::format("{}.node{}", name, node), sum);
     states.push_back(sum);

@@ -40,4 +40,40 @@ int64_t amoeba_edge_stride(bool reduction, const AmoebaEdge& edge) {
   return reduction && edge.input < 2 ? 2 : 1;
 }
 
+std::vector<AmoebaStep> amoeba_edge_steps(AmoebaOp op, int64_t channels, int64_t stride) {
+  using K = AmoebaStep::Kind;
+  const int64_t c = channels, narrow = channels / 4;
+  switch (op) {
+    case AmoebaOp::kConv1x1:
+      return {{K::kReluConvBn, "", c, 1, 1, stride, stride, 0}};
+    case AmoebaOp::kConv3x3:
+      return {{K::kReluConvBn, ".conv1", narrow, 1, 1, 1, 1, 0},
+              {K::kReluConvBn, ".conv2", narrow, 3, 3, stride, stride, 0},
+              {K::kReluConvBn, ".conv3", c, 1, 1, 1, 1, 0}};
+    case AmoebaOp::kConv1x7_7x1:
+      return {{K::kReluConvBn, ".conv1", narrow, 1, 1, 1, 1, 0},
+              {K::kReluConvBn, ".conv2", narrow, 1, 7, 1, stride, 0},
+              {K::kReluConvBn, ".conv3", narrow, 7, 1, stride, 1, 0},
+              {K::kReluConvBn, ".conv4", c, 1, 1, 1, 1, 0}};
+    case AmoebaOp::kMaxPool3x3:
+      return {{K::kMaxPool, "", c, 3, 3, stride, stride, 1}};
+    case AmoebaOp::kAvgPool3x3:
+      return {{K::kAvgPool, "", c, 3, 3, stride, stride, 1}};
+    case AmoebaOp::kMaxPool2x2:
+      return {{K::kMaxPool, "", c, 2, 2, stride, stride, 0}};
+    case AmoebaOp::kIdentity:
+      if (stride == 1) return {};
+      return {{K::kFactorizedReduce, "", c, 1, 1, 2, 2, 0}};
+  }
+  return {};
+}
+
+std::vector<AmoebaStep> amoeba_second_input_steps(bool reduction_prev, int64_t prev_prev_channels,
+                                                  int64_t filters) {
+  using K = AmoebaStep::Kind;
+  if (reduction_prev) return {{K::kFactorizedReduce, "", filters, 1, 1, 2, 2, 0}};
+  if (prev_prev_channels != filters) return {{K::kReluConvBn, "", filters, 1, 1, 1, 1, 0}};
+  return {};
+}
+
 }  // namespace sextant::spec

@@ -42,6 +42,31 @@ struct AmoebaGenotype {
 };
 const AmoebaGenotype& amoeba_genotype(bool reduction);
 
+// One step of an edge's operation or of a cell input's reduction (torchgpipe's operations.py):
+// ReLU, a kh x kw convolution of strides sh x sw padded by half its window, batch norm, to
+// `channels` (kReluConvBn, its name the edge's + `suffix`); a k x k pool of stride s padded by p
+// (max with the padding left out, or average leaving it out of the count); or the factorized
+// reduction (ReLU, two 1x1 convolutions of stride 2 to channels / 2, the second on the map
+// shifted by a pixel, joined, batch norm).
+struct AmoebaStep {
+  enum class Kind { kReluConvBn, kMaxPool, kAvgPool, kFactorizedReduce };
+  Kind kind = Kind::kReluConvBn;
+  const char* suffix = "";
+  int64_t channels = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1;  // convolution window and strides; a pool's k and s
+  int64_t padding = 0;                     // a pool's
+};
+// The steps of an edge's operation on a state of `channels` (c) channels at `stride`, in order;
+// none for the identity of stride 1. The one home of what each operation is: the lowering prices
+// these steps and the executor runs them.
+std::vector<AmoebaStep> amoeba_edge_steps(AmoebaOp op, int64_t channels, int64_t stride);
+// How a cell brings its second input (`prev_prev_channels`) to `filters` channels: a factorized
+// reduction after a reduction cell (the input has twice the rows and columns), a 1x1
+// relu_conv_bn when the channels differ, else none (torchgpipe's Cell.reduce2). The first input
+// always goes through a 1x1 relu_conv_bn.
+std::vector<AmoebaStep> amoeba_second_input_steps(bool reduction_prev, int64_t prev_prev_channels,
+                                                  int64_t filters);
+
 // The states a cell joins: 4 x filters channels for a normal cell, 3 x for a reduction cell.
 int64_t amoeba_output_channels(int64_t filters, bool reduction);
 // An edge's stride: 2 where a reduction cell's edge reads one of the cell's two inputs.
