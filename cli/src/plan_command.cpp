@@ -7,6 +7,7 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -499,6 +500,15 @@ int run_plan(const PlanFlagsAll& f) {
             pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
             pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
             pc(b.optimizer + b.offload_exposed));
+      }
+      if (const spec::Plan& top = result.ranked.front().plan; !top.channel_algorithms.empty()) {
+        std::map<std::string, int64_t> counts;
+        for (spec::ChannelAlgorithm a : top.channel_algorithms)
+          ++counts[std::string(spec::enum_name(spec::channel_algorithm_names(), a))];
+        fmt::print(
+            "\n  .chan: the convolutions after the stem run x/y/w {}/{}/{} (stationary-x, -y, -w), "
+            "each chosen by simulated time over the byte rule's (the plan file lists them)\n",
+            counts["x"], counts["y"], counts["w"]);
       }
       print_pareto(result);
       if (!request.compressions.empty()) print_crossovers(crossovers);
