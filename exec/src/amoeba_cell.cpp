@@ -70,6 +70,14 @@ AmoebaCell::AmoebaCell(std::string name, int32_t layer, CellMap prev, CellMap pr
   join.out = add_value(out);
   steps_.push_back(join);
   out_ = out;
+  // Every value a step makes is read by a later one (or is the output), so backward reaches each
+  // step with its output's gradient.
+  std::vector<bool> read(maps_.size(), false);
+  for (const Step& st : steps_)
+    for (int v : st.in) read[static_cast<size_t>(v)] = true;
+  for (const Step& st : steps_)
+    SEXTANT_CHECK(st.out == join.out || read[static_cast<size_t>(st.out)],
+                  "{}: value {} is made and never read", name_, st.out);
 }
 
 int AmoebaCell::add_value(CellMap m) {
@@ -290,9 +298,7 @@ std::pair<Tensor, Tensor> AmoebaCell::backward(Context& ctx, ParamStore& params,
   for (size_t i = steps_.size(); i-- > 0;) {
     const Step& step = steps_[i];
     Tensor& dy = grads[static_cast<size_t>(step.out)];
-    if (dy.empty()) {  // (every value is read; kept for safety: a zero gradient)
-      dy = ctx.backend->zeros(shape(step.out));
-    }
+    SEXTANT_CHECK(!dy.empty(), "{}: value {} has no gradient", name_, step.out);
     if (step.op) {
       auto s = ctx.recorder->scope(ctx.op(*step.op, layer_, Phase::kBwd, micro_batch));
       run_backward(ctx, params, step, i, micro_batch, cache, grads);
