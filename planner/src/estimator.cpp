@@ -103,7 +103,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
   auto l = std::make_unique<Lowering>();
   l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
   l->lowered = models::lower(*model_, l->setup.lowering);
-  l->compute = sim::make_compute_model(*cluster_, l->setup);
+  l->compute = sim::make_compute_model(*cluster_, l->setup, l->lowered);
   lowerings_.emplace(lowerings_.begin(), key, std::move(l));
   return *lowerings_.front().second;
 }

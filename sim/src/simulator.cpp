@@ -206,7 +206,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   const spec::Dtype dtype = setup.dtype;
   const int64_t seq = model.is_transformer() ? setup.seq_len : 1;
   models::LoweredModel lowered = models::lower(model, setup.lowering);
-  ComputeModel compute = make_compute_model(cluster, setup);
+  ComputeModel compute = make_compute_model(cluster, setup, lowered);
   CollectiveModel collectives(cluster, plan.collective_algorithms);
 
   const OffloadCost offload(cluster, plan, options.plan_source);

@@ -56,8 +56,37 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   return s;
 }
 
-ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup) {
-  return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype);
+double tensor_share(const models::LoweredModel& lowered, const ComputeModel& compute) {
+  double tensor = 0, total = 0;
+  auto add = [&](const std::vector<models::Op>& ops, spec::Phase phase) {
+    for (const models::Op& op : ops) {
+      const double t = static_cast<double>(compute.op_time(op, phase));
+      total += t;
+      if (op.fused_attention || (is_matrix_op(op.op_class) && op.flops > 0)) tensor += t;
+    }
+  };
+  for (const models::Layer& layer : lowered.layers) {
+    add(layer.forward, spec::Phase::kFwd);
+    add(layer.backward, spec::Phase::kBwd);
+  }
+  return total > 0 ? tensor / total : 0.0;
+}
+
+ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup,
+                                const models::LoweredModel& lowered) {
+  ComputeModel compute(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype);
+  const std::optional<spec::PowerModel>& power = cluster.device.power;
+  if (!power || power->locked_clock_MHz) return compute;
+  // Start at the boost clock (the largest tensor share) and iterate: a lower clock lengthens the
+  // tensor work, raising its share; three rounds move the clock by well under 0.1%.
+  double clock = power->max_clock_MHz;
+  for (int round = 0; round < 3; ++round) {
+    const ComputeModel at(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype,
+                          clock);
+    clock = spec::sustained_clock_MHz(*power, setup.gemm_dtype, tensor_share(lowered, at));
+  }
+  return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype,
+                      clock);
 }
 
 }  // namespace sextant::sim

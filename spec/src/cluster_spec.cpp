@@ -186,6 +186,15 @@ DeviceSpec decode_device(ObjectReader& r) {
   if (auto g = r.object("gemm_model", Presence::kOptional)) d.gemm_model = decode_gemm_model(*g);
   if (auto a = r.object("attention_kernels", Presence::kOptional))
     d.attention_kernels = decode_attention_kernels(*a);
+  if (auto p = r.object("power", Presence::kOptional)) d.power = decode_power_model(*p);
+  const std::string gemm_clock = pointer_join(pointer_join(r.pointer(), "gemm_model"), "clock_MHz");
+  if (d.gemm_model && d.power && d.gemm_model->clock_MHz > 0)
+    r.diagnostics().add(gemm_clock, fmt::format("{}", d.gemm_model->clock_MHz),
+                        "must be left out when the device has a power object (the power model "
+                        "decides the clock)");
+  if (d.gemm_model && !d.power && d.gemm_model->clock_MHz <= 0)
+    r.diagnostics().add(gemm_clock, "(missing)",
+                        "is required when the device has no power object");
   d.runtime_reserved_bytes =
       r.integer("runtime_reserved_bytes", Range::non_negative(), Presence::kOptional).value_or(0);
   d.overlap_slowdown =
@@ -417,6 +426,7 @@ Json to_json(const ClusterSpec& c) {
     j["device"]["efficiency_by_op"] = by;
   }
   if (c.device.gemm_model) j["device"]["gemm_model"] = to_json(*c.device.gemm_model);
+  if (c.device.power) j["device"]["power"] = to_json(*c.device.power);
   if (!c.device.attention_kernels.empty())
     j["device"]["attention_kernels"] = to_json(c.device.attention_kernels);
   if (c.device.step_overhead_us > 0) j["device"]["step_overhead_us"] = c.device.step_overhead_us;

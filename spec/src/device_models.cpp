@@ -125,7 +125,8 @@ GemmModel decode_gemm_model(ObjectReader& r) {
   GemmModel g;
   g.sms = r.integer("sms", Range::at_least(1)).value_or(1);
   g.peak_clock_MHz = r.number("peak_clock_MHz", Range::positive()).value_or(1);
-  g.clock_MHz = r.number("clock_MHz", Range::positive()).value_or(1);
+  // Required unless the device has a power object (decode_device checks which).
+  g.clock_MHz = r.number("clock_MHz", Range::positive(), Presence::kOptional).value_or(0);
   g.mainloop_efficiency = r.number("mainloop_efficiency", Range::fraction()).value_or(1);
   g.tile_overhead_k = r.number("tile_overhead_k", Range::non_negative()).value_or(0);
   g.kernel_overhead_us = r.number("kernel_overhead_us", Range::non_negative()).value_or(0);
@@ -190,6 +191,7 @@ std::map<AttentionKernel, AttentionKernelData> decode_attention_kernels(ObjectRe
       }
     }
     if (!d.same_as && d.curves.empty()) k->problem("curves", "", "give \"curves\" or \"same_as\"");
+    d.clock_MHz = k->number("clock_MHz", Range::positive(), Presence::kOptional);
     d.source = k->string("source").value_or("");
     k->finish();
     out[kernel] = std::move(d);
@@ -216,9 +218,8 @@ std::map<AttentionKernel, AttentionKernelData> decode_attention_kernels(ObjectRe
 Json to_json(const GemmModel& g) {
   Json tiles = Json::array();
   for (const GemmTile& t : g.tiles) tiles.push_back({t.m, t.n});
-  return {{"sms", g.sms},
+  Json j = {{"sms", g.sms},
           {"peak_clock_MHz", g.peak_clock_MHz},
-          {"clock_MHz", g.clock_MHz},
           {"mainloop_efficiency", g.mainloop_efficiency},
           {"tile_overhead_k", g.tile_overhead_k},
           {"kernel_overhead_us", g.kernel_overhead_us},
@@ -226,6 +227,8 @@ Json to_json(const GemmModel& g) {
           {"max_split_k", g.max_split_k},
           {"misaligned_efficiency", g.misaligned_efficiency},
           {"source", g.source}};
+  if (g.clock_MHz > 0) j["clock_MHz"] = g.clock_MHz;
+  return j;
 }
 
 Json to_json(const std::map<AttentionKernel, AttentionKernelData>& kernels) {
@@ -243,6 +246,7 @@ Json to_json(const std::map<AttentionKernel, AttentionKernelData>& kernels) {
                           {"tflops", c.tflops}});
       k["curves"] = curves;
     }
+    if (d.clock_MHz) k["clock_MHz"] = *d.clock_MHz;
     k["source"] = d.source;
     out[std::string(enum_name(attention_kernel_names(), kernel))] = k;
   }

@@ -62,7 +62,7 @@ TEST(LayerCost, ProfilesAddUpToThePassesAndMarkTheCollectives) {
     plan.recompute = spec::Recompute::kFull;
     const StepSetup setup = step_setup(model, cluster, plan, *plan.stack);
     const models::LoweredModel lowered = models::lower(model, setup.lowering);
-    const ComputeModel compute = make_compute_model(cluster, setup);
+    const ComputeModel compute = make_compute_model(cluster, setup, lowered);
     const CollectiveModel collectives(cluster, plan.collective_algorithms);
     std::vector<int64_t> ranks;
     for (int64_t r = 0; r < tp; ++r) ranks.push_back(r);

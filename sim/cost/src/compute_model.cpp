@@ -11,13 +11,25 @@ bool is_matrix_op(spec::OpClass c) {
   return c == spec::OpClass::kGemm || c == spec::OpClass::kAttention || c == spec::OpClass::kConv;
 }
 
+namespace {
+
+double default_clock_MHz(const spec::DeviceSpec& device, spec::Dtype gemm_dtype) {
+  if (device.power) return spec::sustained_clock_MHz(*device.power, gemm_dtype, 1.0);
+  return device.gemm_model ? device.gemm_model->clock_MHz : 0.0;
+}
+
+}  // namespace
+
 ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
-                           spec::AttentionKernel attention, std::optional<spec::Dtype> gemm_dtype)
+                           spec::AttentionKernel attention, std::optional<spec::Dtype> gemm_dtype,
+                           std::optional<double> clock_MHz)
     : device_(&device),
       dtype_(dtype),
       attention_(attention),
       peak_flops_(device.peak_flops(dtype)),
-      gemm_peak_flops_(device.peak_flops(gemm_dtype.value_or(dtype))) {}
+      gemm_peak_flops_(device.peak_flops(gemm_dtype.value_or(dtype))),
+      gemm_dtype_(gemm_dtype.value_or(dtype)),
+      clock_MHz_(clock_MHz.value_or(default_clock_MHz(device, gemm_dtype.value_or(dtype)))) {}
 
 double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const {
   return bytes /
@@ -52,7 +64,7 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
 double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
   const spec::GemmModel& g = *device_->gemm_model;
   const double sm_flops = gemm_peak_flops_ / static_cast<double>(g.sms) *
-                          (g.clock_MHz / g.peak_clock_MHz) * g.mainloop_efficiency;
+                          (clock_MHz_ / g.peak_clock_MHz) * g.mainloop_efficiency;
   const double bandwidth = device_->memory_bandwidth_GBps * kBytesPerGB *
                            device_->memory_efficiency_for(spec::OpClass::kGemm);
   const double k = static_cast<double>(s.k);
@@ -89,6 +101,10 @@ double ComputeModel::attention_seconds(const models::Op& op, bool backward) cons
                 op.name);
   double tflops = spec::attention_tflops(device_->attention_kernels, device_->name, attention_,
                                          op.shape[3], op.shape[1], op.causal, backward);
+  // A kernel's published throughput holds at the clock it was measured at; it runs at this one.
+  const spec::AttentionKernelData& data = device_->attention_kernels.at(
+      spec::attention_data_kernel(device_->attention_kernels, attention_));
+  if (data.clock_MHz && clock_MHz_ > 0) tflops *= clock_MHz_ / *data.clock_MHz;
   return op.executed_flops() / (tflops * kFlopsPerTflop);
 }
 

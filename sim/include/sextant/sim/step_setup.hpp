@@ -35,6 +35,15 @@ struct StepPrecision {
 StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan& plan,
                              const spec::Stack& stack);
 
-ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup);
+// The compute model of a step. On a device with a power model its GEMMs and attention run at the
+// clock the power limit allows for this step's mix of tensor-core and memory-bound work (the
+// share of compute time in matrix ops and fused attention over `lowered`'s forward and backward;
+// a fixed point, since the share itself depends on the clock). Without one: the device's clock.
+ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup,
+                                const models::LoweredModel& lowered);
+
+// The share of a step's compute time that is tensor-core work (matrix ops and fused attention)
+// under `compute`, over `lowered`'s forward and backward ops.
+double tensor_share(const models::LoweredModel& lowered, const ComputeModel& compute);
 
 }  // namespace sextant::sim

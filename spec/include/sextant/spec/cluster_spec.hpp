@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sextant/spec/device_models.hpp"
+#include "sextant/spec/power_model.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/trace.hpp"
@@ -62,6 +63,8 @@ struct DeviceSpec {
   std::optional<GemmModel> gemm_model;
   // Published throughput of fused attention kernels on this device.
   std::map<AttentionKernel, AttentionKernelData> attention_kernels;
+  // The clock under the board's power limit; absent: gemm_model's fixed clock_MHz.
+  std::optional<PowerModel> power;
   // Memory a training process holds before any tensor: CUDA context, library workspaces.
   int64_t runtime_reserved_bytes = 0;
   // Fraction by which compute slows down while a collective runs beside it on the same device

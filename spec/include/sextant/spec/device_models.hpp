@@ -56,6 +56,9 @@ struct AttentionCurve {
 struct AttentionKernelData {
   std::optional<AttentionKernel> same_as;  // this kernel runs another's code on this device
   std::vector<AttentionCurve> curves;
+  // The SM clock the curves were measured at; the kernel's throughput scales with the clock the
+  // device sustains (PowerModel). Absent: used as published.
+  std::optional<double> clock_MHz;
   std::string source;
 };
 

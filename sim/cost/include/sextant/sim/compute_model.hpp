@@ -18,10 +18,13 @@ class ComputeModel {
  public:
   // `dtype` is what tensors are stored in; `gemm_dtype` the tensor-core format of the GEMMs
   // (fp8 under an fp8 recipe; default `dtype`); `attention` the stack's attention kernel. Throws
-  // InputError when the device has no peak for them.
+  // InputError when the device has no peak for them. `clock_MHz` is the SM clock GEMMs and
+  // attention run at; default: the device's fixed clock, or under a power model the clock of
+  // back-to-back tensor-core work (power_clock.hpp chooses it for a step's mix).
   ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
                spec::AttentionKernel attention = spec::AttentionKernel::kUnfused,
-               std::optional<spec::Dtype> gemm_dtype = std::nullopt);
+               std::optional<spec::Dtype> gemm_dtype = std::nullopt,
+               std::optional<double> clock_MHz = std::nullopt);
 
   // Time of one op (in `phase`, which selects its calibrated efficiency) at full speed.
   Picoseconds op_time(const models::Op& op, spec::Phase phase = spec::Phase::kFwd) const;
@@ -43,6 +46,9 @@ class ComputeModel {
   Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
 
   double peak_flops() const { return peak_flops_; }
+  // The SM clock tensor-core work runs at (MHz); 0 for a device without a clock model.
+  double clock_MHz() const { return clock_MHz_; }
+  spec::Dtype gemm_dtype() const { return gemm_dtype_; }
   // How much slower compute runs while a transfer is in flight on the same device (f: speed
   // 1 / (1 + f); DeviceSpec::overlap_slowdown).
   double overlap_slowdown() const { return device_->overlap_slowdown; }
@@ -55,6 +61,8 @@ class ComputeModel {
   spec::AttentionKernel attention_;
   double peak_flops_;
   double gemm_peak_flops_;
+  spec::Dtype gemm_dtype_;
+  double clock_MHz_ = 0;
 };
 
 bool is_matrix_op(spec::OpClass op_class);
