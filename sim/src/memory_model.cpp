@@ -59,7 +59,9 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
       } else {
         f.chunk_activation[v] += kept;
       }
-      f.largest_working = std::max(f.largest_working, layer.saved_bytes);
+      // What a recomputed layer's backward brings back beside what it kept (nothing when the
+      // policy drops nothing: selective recompute under a fused attention kernel).
+      f.largest_working = std::max(f.largest_working, layer.saved_bytes - kept);
     }
   }
   for (const models::Layer& layer : lowered.layers)

@@ -55,6 +55,50 @@ TEST(PartialRecompute, TheOtherBlocksKeepTheirActivations) {
   }
 }
 
+// A recompute policy only drops activations, so it never raises the activation peak: while a
+// recomputed layer's backward runs, what it brings back is what it dropped (saved - kept), on top
+// of what every layer kept. Under a fused attention kernel selective recompute drops nothing
+// (Korthikanti et al.'s selective recompute targets the s^2 attention tensors a flash kernel
+// never stores), so it costs no memory either. Every zoo transformer, fused and unfused.
+TEST(PartialRecompute, NoRecomputePolicyRaisesActivationMemory) {
+  for (const std::string& name : models::zoo_names()) {
+    const spec::ModelSpec model = models::zoo_model(name);
+    if (!model.is_transformer()) continue;
+    for (spec::AttentionKernel attention :
+         {spec::AttentionKernel::kUnfused, spec::AttentionKernel::kFlash2}) {
+      models::LoweringOptions o;
+      o.micro_batch = 1;
+      o.seq_len = std::min<int64_t>(model.transformer().seq_len, 2048);
+      o.attention = attention;
+      const models::LoweredModel lowered = models::lower(model, o);
+      auto activations = [&](spec::Recompute r, int64_t layers) {
+        spec::Plan p = test::make_plan(1, 1, 1, 1, 1);
+        p.recompute = r;
+        p.recompute_layers = layers;
+        return stage_memory(p, *p.stack, lowered, 0).activations;
+      };
+      const int64_t none = activations(spec::Recompute::kNone, 0);
+      SCOPED_TRACE(name + (attention == spec::AttentionKernel::kFlash2 ? " flash2" : " unfused"));
+      EXPECT_LE(activations(spec::Recompute::kSelective, 0), none);
+      EXPECT_LE(activations(spec::Recompute::kFull, 0), none);
+      EXPECT_LE(activations(spec::Recompute::kFull, 1), none);
+      // One micro-batch, one stage, full recompute: what every layer keeps under its mode (a
+      // block its input, the embedding and head everything) plus the largest dropped part.
+      spec::Plan full = test::make_plan(1, 1, 1, 1, 1);
+      full.recompute = spec::Recompute::kFull;
+      const std::vector<spec::Recompute> modes = models::layer_recompute(full, lowered);
+      int64_t kept = 0, dropped = 0;
+      for (size_t l = 0; l < lowered.layers.size(); ++l) {
+        const models::Layer& layer = lowered.layers[l];
+        const int64_t k = layer.saved_bytes_for(modes[l]);
+        kept += k;
+        dropped = std::max(dropped, layer.saved_bytes - k);
+      }
+      EXPECT_EQ(activations(spec::Recompute::kFull, 0), kept + dropped);
+    }
+  }
+}
+
 TEST(PartialRecompute, TheSimulatedStepRecomputesThoseBlocks) {
   const spec::ModelSpec model = models::zoo_model("gpt3-1.3b");
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
