@@ -13,12 +13,14 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "published_mfu.hpp"
 #include "progress_line.hpp"
 #include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/compression_crossover.hpp"
 #include "sextant/planner/planner.hpp"
 #include "sextant/planner/scaling.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -500,6 +502,16 @@ int run_plan(const PlanFlagsAll& f) {
             pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
             pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
             pc(b.optimizer + b.offload_exposed));
+      }
+      {
+        const spec::Plan& best = result.ranked.front().plan;
+        const sim::StepPrecision precision =
+            sim::step_precision(request.cluster, best, *best.stack);
+        const std::string line =
+            mfu_plausibility_line(result.ranked.front().report.mfu,
+                                  best_published_mfu(request.cluster.device.name,
+                                                     precision.gemm_dtype));
+        if (!line.empty()) fmt::print("\n{}", line);
       }
       if (const spec::Plan& top = result.ranked.front().plan; !top.channel_algorithms.empty()) {
         std::map<std::string, int64_t> counts;

@@ -19,18 +19,17 @@ struct Entry {
 
 // H200: the H100's GH100 die and 700 W limit; no training MFU of its own is published here.
 constexpr std::array<Entry, 6> kTable{{
-    {"A100", false, 0.563,
-     "Korthikanti et al. 2022 Table 5: 1T GPT on 512 A100s, SP + selective recompute "
-     "(published.md T5)"},
-    {"H100", false, 0.47,
-     "Megatron-LM README: up to 47% MFU on H100 clusters (the Llama 3 paper reports 38-43% "
-     "in BF16 on 8-16k H100s)"},
-    {"H200", false, 0.47, "as the H100 (same GH100 die and 700 W limit): Megatron-LM README"},
-    {"H100", true, 842.0 / 989.4,
-     "NeMo 24.07: GPT-3 175B on 512 H100s in FP8, 842 model TFLOP/s (published.md T9)"},
-    {"H200", true, 842.0 / 989.4, "as the H100 (same GH100 die and 700 W limit): NeMo 24.07"},
-    {"V100", false, 71.9 / 125.0,
-     "Megatron-LM 2020 README: 1.2B GPT on one V100, 71.9 TFLOP/s (published.md T6)"},
+    // Korthikanti et al. 2022 Table 5: 1T GPT on 512 A100s, SP + selective (published.md T5).
+    {"A100", false, 0.563, "Korthikanti et al. 2022, 1T on 512 A100s"},
+    // Megatron-LM README: "up to 47% MFU on H100 clusters"; the Llama 3 paper reports 38-43%
+    // in BF16 on 8-16k H100s.
+    {"H100", false, 0.47, "Megatron-LM README"},
+    {"H200", false, 0.47, "Megatron-LM README, H100"},
+    // NeMo 24.07: GPT-3 175B on 512 H100s in FP8, 842 model TFLOP/s (published.md T9).
+    {"H100", true, 842.0 / 989.4, "NeMo 24.07, GPT-3 175B FP8"},
+    {"H200", true, 842.0 / 989.4, "NeMo 24.07, GPT-3 175B FP8 on H100"},
+    // Megatron-LM 2020 README: 1.2B GPT on one V100 at 71.9 TFLOP/s (published.md T6).
+    {"V100", false, 71.9 / 125.0, "Megatron-LM 2020 README"},
 }};
 
 }  // namespace
@@ -51,9 +50,9 @@ std::string mfu_plausibility_line(double mfu, const std::optional<PublishedMfu>&
   if (!reference) return "";
   if (mfu > reference->mfu) {
     return fmt::format(
-        "  plausibility     MFU {:.1f}% is ABOVE the best published for this GPU and precision "
-        "({:.1f}%: {}): expect the real run to be slower\n",
-        100 * mfu, 100 * reference->mfu, reference->source);
+        "  plausibility     MFU above the best published for this GPU and precision, {:.1f}% "
+        "({}):\n                   expect the run to be slower than predicted\n",
+        100 * reference->mfu, reference->source);
   }
   return fmt::format("  plausibility     best published MFU for this GPU and precision {:.1f}% ({})\n",
                      100 * reference->mfu, reference->source);

@@ -9,7 +9,7 @@
 
 namespace sextant::cli {
 
-void print_report(const spec::Report& r) {
+void print_report(const spec::Report& r, const std::optional<PublishedMfu>& reference) {
   fmt::print("{} on {} x {} ({}), plan {}, stack {}\n", r.model, r.gpus, r.cluster, r.network,
              r.plan, r.stack);
   fmt::print("  step time        {}\n", human_seconds(r.step_time_s));
@@ -19,6 +19,7 @@ void print_report(const spec::Report& r) {
       "  per GPU          {:.1f} model TFLOP/s (MFU {:.1f}%), {:.1f} hardware TFLOP/s (HFU "
       "{:.1f}%)\n",
       r.model_tflops_per_gpu, 100 * r.mfu, r.hardware_tflops_per_gpu, 100 * r.hfu);
+  fmt::print("{}", mfu_plausibility_line(r.mfu, reference));
   const spec::TimeBreakdown& b = r.breakdown_s;
   auto pct = [&](double x) { return 100 * x / r.step_time_s; };
   fmt::print("  breakdown        compute {} ({:.1f}%), optimizer {} ({:.1f}%)\n",

@@ -1,10 +1,15 @@
 // Human-readable rendering of a Report.
 #pragma once
 
+#include <optional>
+
+#include "published_mfu.hpp"
 #include "sextant/spec/report.hpp"
 
 namespace sextant::cli {
 
-void print_report(const spec::Report& report);
+// `reference`: the best published MFU for the report's GPU and precision, printed beside its MFU.
+void print_report(const spec::Report& report,
+                  const std::optional<PublishedMfu>& reference = std::nullopt);
 
 }  // namespace sextant::cli

@@ -10,6 +10,7 @@
 #include "report_print.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "trace_options.hpp"
@@ -67,7 +68,9 @@ void run(const SimulateOptions& o) {
   if (o.json) {
     std::cout << spec::to_json(result.report).dump(2) << "\n";
   } else {
-    print_report(result.report);
+    const sim::StepPrecision precision = sim::step_precision(
+        cluster, plan, spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu));
+    print_report(result.report, best_published_mfu(cluster.device.name, precision.gemm_dtype));
   }
 }
 

@@ -10,6 +10,17 @@ Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split) {
   return memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
 }
 
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
+                   int64_t e) {
+  Fp8Casts c;
+  c.forward = memory_op(name, OpClass::kElementwise, row_input * (e + 2), TpSplit::kReplicated,
+                        {row_input});
+  c.backward = memory_op(name, OpClass::kElementwise, outputs * (e + 2) + column_input * 2,
+                         TpSplit::kReplicated, {outputs + column_input});
+  c.backward.kernels = 3;  // the two output gradients' casts, the norm output's transpose
+  return c;
+}
+
 namespace {
 
 // Hugging Face's NewGELUActivation in eager PyTorch, per element of its input (transformers

@@ -85,6 +85,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (rotary) fw.push_back(rope);
   AttentionCore core = attention_core(m, x, passes, fw);
   Op proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
+  const Fp8Casts attn_fp8 =
+      fp8_casts(OpId::kAttnFp8Cast, T * x.h / x.t, T * x.h, T * (qkv_out + x.h), e);
+  if (x.fp8) fw.push_back(attn_fp8.forward);
   fw.push_back(proj);
   add_tp_reduce(fw, x, kAttnCollectives);
   // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
@@ -109,7 +112,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (moe) {
     fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
   } else {
-    fw.insert(fw.end(), {fc1, act, fc2});
+    fw.insert(fw.end(), {fc1, act});
+    if (x.fp8) fw.push_back(fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).forward);
+    fw.push_back(fc2);
   }
   if (!own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
   Op mlp_res =
@@ -129,6 +134,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (moe) {
     bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
   } else {
+    if (x.fp8)
+      bw.push_back(
+          fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).backward);
     bw.push_back(gemm_backward(fc2));
     bw.push_back(activation_backward(act, gate, passes));
     bw.push_back(gemm_backward(fc1));
@@ -138,6 +146,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   bw.push_back(norm_backward(mlp_norm, m, x, passes));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, kAttnCollectives);
+  if (x.fp8) bw.push_back(attn_fp8.backward);
   bw.push_back(gemm_backward(proj));
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
@@ -369,6 +378,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.fusion = o.fusion;
   x.cross_entropy = o.cross_entropy;
   x.autocast = o.autocast && x.e < 4;
+  x.fp8 = o.fp8_gemms;
   std::string source = fmt::format("model {}", model.name);
   if (grid.any()) {
     // The grid's rules (spec/tensor_grid.hpp) on the options' layout.

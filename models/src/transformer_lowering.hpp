@@ -29,6 +29,7 @@ struct TransformerDims {
   // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
   // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
   bool autocast;
+  bool fp8;  // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
   int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }
   bool compiled() const { return fusion == spec::Fusion::kCompiled; }
@@ -85,6 +86,24 @@ Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes);
 
 // The cast of `elements` fp32 values to `e`-byte ones (autocast, above).
 Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split);
+
+// Transformer Engine's fp8 casts around a block half's linears (TE 1.8, the modules Megatron-Core
+// builds: TELayerNormColumnParallelLinear for qkv and fc1, TERowParallelLinear for proj and fc2;
+// NVIDIA/TransformerEngine transformer_engine/pytorch/module/{linear,layernorm_linear}.py):
+// - forward: the row-parallel GEMM's 16-bit input is cast to fp8 with its transpose in one kernel
+//   (fp8_cast_transpose_fused: read e, write 1 + 1 bytes an element); the column-parallel GEMM's
+//   input comes out of the fused norm already in fp8 (rmsnorm_fwd_fp8), at no extra pass;
+// - backward: every GEMM's output gradient is cast to fp8 E5M2 with its transpose (read e, write
+//   2), and the norm's fp8 output is transposed for the weight gradient (read 1, write 1).
+// `row_input`: elements of the row-parallel GEMM's input; `column_input`: of the column-parallel
+// GEMM's input; `outputs`: of the two GEMMs' outputs together. Weights are cast once per step
+// (is_first_microbatch), amax and scales updated by one kernel a micro-batch: not counted.
+struct Fp8Casts {
+  Op forward;
+  Op backward;
+};
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
+                   int64_t e);
 
 // The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
 // context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward

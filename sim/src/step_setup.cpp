@@ -45,6 +45,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.fusion = s.stack.fusion;
   s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
+  s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;
   s.lowering.dropout = s.stack.dropout;
   s.lowering.spatial = plan.spatial;

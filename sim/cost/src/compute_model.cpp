@@ -29,6 +29,9 @@ ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
       peak_flops_(device.peak_flops(dtype)),
       gemm_peak_flops_(device.peak_flops(gemm_dtype.value_or(dtype))),
       gemm_dtype_(gemm_dtype.value_or(dtype)),
+      tile_overhead_scale_(device.peak_tflops.contains(spec::Dtype::kBf16)
+                               ? gemm_peak_flops_ / device.peak_flops(spec::Dtype::kBf16)
+                               : 1.0),
       clock_MHz_(clock_MHz.value_or(default_clock_MHz(device, gemm_dtype.value_or(dtype)))) {}
 
 double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const {
@@ -75,8 +78,12 @@ double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
       if (split > 1 && k / static_cast<double>(split) < 128) break;
       const int64_t blocks = tiles * split;
       const double waves = static_cast<double>((blocks + g.sms - 1) / g.sms);
+      // The fill and epilogue take the same time whatever the tensor cores' rate (loading the
+      // first stages, writing the 16-bit output tile): tile_overhead_k is in 16-bit K elements,
+      // twice as many fp8 ones.
       double time = waves * 2.0 * static_cast<double>(t.m * t.n) *
-                    (k / static_cast<double>(split) + g.tile_overhead_k) / sm_flops;
+                    (k / static_cast<double>(split) + g.tile_overhead_k * tile_overhead_scale_) /
+                    sm_flops;
       if (split > 1) {
         // Partial outputs written and read in fp32, the sum written in the output type.
         const double out = static_cast<double>(s.batch * s.m * s.n);

@@ -166,6 +166,9 @@ struct LoweringOptions {
   spec::Fusion fusion = spec::Fusion::kFused;
   spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
   bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
+  // GEMMs in fp8 under Transformer Engine's recipe: each linear's input and output gradient are
+  // cast (and transposed) to fp8 by kernels of their own (transformer blocks' dense layers).
+  bool fp8_gemms = false;
   int64_t vocab_multiple = 1;  // the vocabulary padded to a multiple of this x tp (vocabulary.hpp)
   bool dropout = true;         // false: the model's dropout is not run (Stack::dropout)
   // CNNs: each sample's feature maps split over a grid of ranks (Plan::spatial); the ops are

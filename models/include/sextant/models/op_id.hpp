@@ -32,6 +32,7 @@ namespace sextant::models {
   X(kAttnContext, "attn.context")                                               \
   X(kAttnCore, "attn.core")                                                     \
   X(kAttnCpMerge, "attn.cp_merge")                                              \
+  X(kAttnFp8Cast, "attn.fp8_cast")                                              \
   X(kAttnProj, "attn.proj")                                                     \
   X(kAttnResidual, "attn.residual")                                             \
   X(kAttnAllReduce, "attn.all_reduce")                                          \
@@ -42,6 +43,7 @@ namespace sextant::models {
   X(kMlpCast, "mlp.cast")                                                       \
   X(kMlpFc1, "mlp.fc1")                                                         \
   X(kMlpAct, "mlp.act")                                                         \
+  X(kMlpFp8Cast, "mlp.fp8_cast")                                                \
   X(kMlpFc2, "mlp.fc2")                                                         \
   X(kMlpResidual, "mlp.residual")                                               \
   X(kMlpAllReduce, "mlp.all_reduce")                                            \
