@@ -13,8 +13,8 @@
 
 #include "commands.hpp"
 #include "format.hpp"
-#include "published_mfu.hpp"
 #include "progress_line.hpp"
+#include "published_mfu.hpp"
 #include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/compression_crossover.hpp"
@@ -507,10 +507,9 @@ int run_plan(const PlanFlagsAll& f) {
         const spec::Plan& best = result.ranked.front().plan;
         const sim::StepPrecision precision =
             sim::step_precision(request.cluster, best, *best.stack);
-        const std::string line =
-            mfu_plausibility_line(result.ranked.front().report.mfu,
-                                  best_published_mfu(request.cluster.device.name,
-                                                     precision.gemm_dtype));
+        const std::string line = mfu_plausibility_line(
+            result.ranked.front().report.mfu,
+            best_published_mfu(request.cluster.device.name, precision.gemm_dtype));
         if (!line.empty()) fmt::print("\n{}", line);
       }
       if (const spec::Plan& top = result.ranked.front().plan; !top.channel_algorithms.empty()) {

@@ -54,8 +54,9 @@ std::string mfu_plausibility_line(double mfu, const std::optional<PublishedMfu>&
         "({}):\n                   expect the run to be slower than predicted\n",
         100 * reference->mfu, reference->source);
   }
-  return fmt::format("  plausibility     best published MFU for this GPU and precision {:.1f}% ({})\n",
-                     100 * reference->mfu, reference->source);
+  return fmt::format(
+      "  plausibility     best published MFU for this GPU and precision {:.1f}% ({})\n",
+      100 * reference->mfu, reference->source);
 }
 
 }  // namespace sextant::cli

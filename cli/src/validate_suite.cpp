@@ -240,8 +240,9 @@ ValidationTable table5d() {
 // ---- T9: NVIDIA NeMo 24.07 performance summary, DGX-H100, FP8 (published.md T9) -------------
 // Layout, batch and sequence as the table gives them; NeMo's performance recipes run Megatron-Core
 // with Transformer Engine FP8, the distributed optimizer (ZeRO-1: NeMo's distributed_fused_adam),
-// sequence parallelism wherever tp > 1, no activation recomputation and interleaving where VP > 1. The GPT3-5B/20B and Nemotron rows are left out: their
-// dimensions are in NeMo's recipes, not in the table, and not in the zoo.
+// sequence parallelism wherever tp > 1, no activation recomputation and interleaving where VP > 1.
+// The GPT3-5B/20B and Nemotron rows are left out: their dimensions are in NeMo's recipes, not in
+// the table, and not in the zoo.
 struct Table9Run {
   const char* model;
   int64_t gpus, global_batch, micro_batch, seq, tp, pp, cp, vp;

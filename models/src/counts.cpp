@@ -47,8 +47,7 @@ StepFlops step_flops(const spec::ModelSpec& model, const spec::Plan& plan, int64
     if (modes[i] == spec::Recompute::kFull) {
       recomputed += l.forward_flops();
     } else if (modes[i] == spec::Recompute::kSelective) {
-      for (const Op& op : l.forward)
-        if (op.core_attention) recomputed += op.flops;
+      for (const Op& op : l.selective_forward) recomputed += op.flops;
     }
   }
   double b = static_cast<double>(plan.global_batch);

@@ -42,7 +42,7 @@ bool Layer::same_work_as(const Layer& o) const {
          matrices == o.matrices && saved_bytes == o.saved_bytes &&
          saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
-         forward == o.forward && backward == o.backward;
+         forward == o.forward && backward == o.backward && selective_forward == o.selective_forward;
 }
 
 int64_t Layer::parameter_modules() const {
@@ -241,15 +241,26 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
     if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
       throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),
                        problem);
+  LoweredModel lowered;
   switch (model.kind()) {
     case spec::ModelKind::kTransformer:
-      return lower_transformer(model, options);
+      lowered = lower_transformer(model, options);
+      break;
     case spec::ModelKind::kMlp:
-      return lower_mlp(model, options);
+      lowered = lower_mlp(model, options);
+      break;
     case spec::ModelKind::kCnn:
-      return lower_cnn(model, options);
+      lowered = lower_cnn(model, options);
+      break;
   }
-  return {};
+  // Megatron's selective recompute, wherever a lowering did not give its own list: the forward's
+  // attention core and the context-parallel transfers feeding it.
+  for (Layer& layer : lowered.layers) {
+    if (!layer.selective_forward.empty()) continue;
+    for (const Op& op : layer.forward)
+      if (op.in_core()) layer.selective_forward.push_back(op);
+  }
+  return lowered;
 }
 
 }  // namespace sextant::models

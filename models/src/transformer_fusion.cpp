@@ -10,8 +10,7 @@ Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split) {
   return memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
 }
 
-Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
-                   int64_t e) {
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs, int64_t e) {
   Fp8Casts c;
   c.forward = memory_op(name, OpClass::kElementwise, row_input * (e + 2), TpSplit::kReplicated,
                         {row_input});

@@ -41,6 +41,35 @@ void add_sp_gather(std::vector<Op>& ops, const TransformerDims& x, const PartCol
   ops.push_back(comm_op(part.all_gather, CollectiveKind::kAllGather, x.tokens() * x.h * x.e));
 }
 
+// TorchTitan's per-op selective activation checkpointing (torchtitan/distributed/
+// activation_checkpoint.py, _custom_policy with _save_list): of a Llama block's seven matmuls
+// (wq, wk, wv, wo, w1, w3, w2, in that order) the odd ones' outputs are saved (wq, wv, w1, w2),
+// as are the SDPA kernel's (output and log-sum-exp) and a reduce-scatter's; every other op is
+// recomputed from the block's input before the backward. What it keeps per rank: the block input,
+// those outputs; what it re-runs: the norms, rotary, residuals and activation, wk, wo and w3, and
+// the forward's other collectives. `ffn`: the rank's FFN width.
+void save_matmuls_policy(Layer& layer, const TransformerDims& x, int64_t ffn) {
+  const int64_t T = x.tokens(), e = x.e;
+  const int64_t input = x.norm_tokens() * x.h * x.residual_bytes();
+  const int64_t wq = T * x.h / x.t * e, wv = T * x.kv * x.d / x.t * e, w1 = T * ffn * e;
+  const int64_t w2 = x.norm_tokens() * x.h * e;  // after its reduce (a saved reduce-scatter's)
+  const int64_t sdpa = T * x.h / x.t * e + T * (x.a / x.t) * 4;  // output and fp32 log-sum-exp
+  layer.saved_bytes_selective = input + wq + wv + w1 + w2 + sdpa;
+  std::vector<Op>& again = layer.selective_forward;
+  again.clear();
+  for (const Op& op : layer.forward) {
+    if (op.in_core()) continue;
+    if (op.is_comm() && op.collective == CollectiveKind::kReduceScatter) continue;
+    if (op.id == OpId::kAttnQkv) {
+      again.push_back(gemm(OpId::kAttnQkv, T, x.kv * x.d / x.t, x.h, e, TpSplit::kColumn));  // wk
+    } else if (op.id == OpId::kMlpFc1) {
+      again.push_back(gemm(OpId::kMlpFc1, T, ffn, x.h, e, TpSplit::kColumn));  // w3
+    } else if (op.id != OpId::kMlpFc2) {
+      again.push_back(op);
+    }
+  }
+}
+
 Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
                         bool moe_layer) {
   Layer layer;
@@ -113,7 +142,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
   } else {
     fw.insert(fw.end(), {fc1, act});
-    if (x.fp8) fw.push_back(fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).forward);
+    if (x.fp8)
+      fw.push_back(
+          fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).forward);
     fw.push_back(fc2);
   }
   if (!own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
@@ -192,23 +223,28 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // keeps the log-sum-exp instead of the 5as^2b bytes of the attention core.
   const int64_t sbh = T * x.h;
   const int64_t mask = m.dropout ? 1 : 0;
+  // Under fp8 GEMMs Transformer Engine keeps each dense linear's input as the fp8 copy its GEMMs
+  // read (TE 1.8 linear.py / layernorm_linear.py save the fp8 cast or its transpose): 1 byte.
+  const int64_t gemm_input = x.fp8 ? 1 : e;
   // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
   // norms, of the QKV GEMM and of FC1 (4sbh elements), and the two output dropout masks.
   // (Under autocast the two norm inputs are fp32; the GEMM inputs are the 16-bit casts.)
-  const int64_t replicated = 2 * sbh * r + 2 * sbh * e + 2 * mask * sbh;
+  const int64_t replicated = 2 * sbh * r + 2 * sbh * gemm_input + 2 * mask * sbh;
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
   // An eager composed activation keeps its intermediates instead of its input (act_saved).
   // A MoE layer keeps its experts' instead (moe_mlp), some of them on every tp rank whole.
   const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
-  const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * e;
-  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * e + mlp_split;
+  const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * gemm_input;
+  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * gemm_input + mlp_split;
   const int64_t rep_per_rank =
       (x.sp ? replicated / x.t : replicated) + (moe ? moe->saved_replicated : 0);
   layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;
   layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
   layer.output_bytes = x.norm_tokens() * x.h * e;
+  if (x.selective == spec::SelectiveRecompute::kSaveMatmuls && !moe)
+    save_matmuls_policy(layer, x, ffn);
   return layer;
 }
 
@@ -379,6 +415,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.cross_entropy = o.cross_entropy;
   x.autocast = o.autocast && x.e < 4;
   x.fp8 = o.fp8_gemms;
+  x.selective = o.selective;
   std::string source = fmt::format("model {}", model.name);
   if (grid.any()) {
     // The grid's rules (spec/tensor_grid.hpp) on the options' layout.

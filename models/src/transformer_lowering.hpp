@@ -30,6 +30,7 @@ struct TransformerDims {
   // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
   bool autocast;
   bool fp8;  // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
+  spec::SelectiveRecompute selective;  // what selective recompute re-runs and keeps
   int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }
   bool compiled() const { return fusion == spec::Fusion::kCompiled; }
@@ -102,8 +103,7 @@ struct Fp8Casts {
   Op forward;
   Op backward;
 };
-Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
-                   int64_t e);
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs, int64_t e);
 
 // The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
 // context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward

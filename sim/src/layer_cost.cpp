@@ -109,7 +109,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   // The engine's program for one pass (program_builder run_ops): an overlapped all-gather feeding
   // a GEMM sends its first chunk exposed and the rest beside the GEMM; a GEMM feeding an
   // overlapped reduce-scatter runs beside all but the last chunk, which follows it.
-  auto pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase,
+  auto pass = [&](const std::vector<models::Op>& ops, spec::Phase phase,
                   std::vector<PassSegment>& profile) {
     const bool overlapped = tp_overlap_applies(plan, stack, block, phase);
     double t = 0;
@@ -123,7 +123,6 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     };
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only && !op.in_core()) continue;
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].group == models::CommGroup::kLayer &&
@@ -169,7 +168,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     double seconds = 0;
     double next_head = -1;
   };
-  auto grid_pass = [&](const std::vector<models::Op>& ops, bool core_only, spec::Phase phase,
+  auto grid_pass = [&](const std::vector<models::Op>& ops, spec::Phase phase,
                        std::vector<PassSegment>& profile, double head) {
     const bool forward = phase != spec::Phase::kBwd && grid.forward;
     const bool backward = phase == spec::Phase::kBwd && grid.backward;
@@ -200,21 +199,19 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     };
     size_t first_gather = ops.size();
     for (size_t i = 0; i < ops.size(); ++i)
-      if (is_depth_gather(ops[i]) && (!core_only || ops[i].in_core())) {
+      if (is_depth_gather(ops[i])) {
         first_gather = i;
         break;
       }
     if (head >= 0 && first_gather < ops.size()) prefetched[first_gather] = head;
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only && !op.in_core()) continue;
       if (is_depth_gather(op)) {
         auto it = prefetched.find(i);
         const double done = it != prefetched.end() ? it->second : on_depth(op);
         if (forward) {
           size_t j = i + 1;
-          while (j < ops.size() && !(is_depth_gather(ops[j]) && (!core_only || ops[j].in_core())))
-            ++j;
+          while (j < ops.size() && !is_depth_gather(ops[j])) ++j;
           if (j < ops.size()) {
             prefetched[j] = on_depth(ops[j]);
           } else {
@@ -250,27 +247,24 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     // In a run of blocks each block's first gather was issued while the block before it ran its
     // last linear layer: priced from this block's own (the steady state).
     std::vector<PassSegment> first;
-    const double head = grid_pass(layer.forward, false, spec::Phase::kFwd, first, -1).next_head;
-    out.forward =
-        grid_pass(layer.forward, false, spec::Phase::kFwd, out.forward_profile, head).seconds;
+    const double head = grid_pass(layer.forward, spec::Phase::kFwd, first, -1).next_head;
+    out.forward = grid_pass(layer.forward, spec::Phase::kFwd, out.forward_profile, head).seconds;
   } else {
-    out.forward = pass(layer.forward, false, spec::Phase::kFwd, out.forward_profile);
+    out.forward = pass(layer.forward, spec::Phase::kFwd, out.forward_profile);
   }
   if (grid.backward) {
-    out.backward =
-        grid_pass(layer.backward, false, spec::Phase::kBwd, out.backward_profile, -1).seconds;
+    out.backward = grid_pass(layer.backward, spec::Phase::kBwd, out.backward_profile, -1).seconds;
   } else {
-    out.backward = pass(layer.backward, false, spec::Phase::kBwd, out.backward_profile);
+    out.backward = pass(layer.backward, spec::Phase::kBwd, out.backward_profile);
   }
-  auto recomputed = [&](bool core_only) {
-    return grid.forward
-               ? grid_pass(layer.forward, core_only, spec::Phase::kRecompute, out.recompute_profile,
-                           -1)
-                     .seconds
-               : pass(layer.forward, core_only, spec::Phase::kRecompute, out.recompute_profile);
+  // Full recompute re-runs the forward; selective what the lowering lists for the stack's policy.
+  auto recomputed = [&](const std::vector<models::Op>& ops) {
+    return grid.forward ? grid_pass(ops, spec::Phase::kRecompute, out.recompute_profile, -1).seconds
+                        : pass(ops, spec::Phase::kRecompute, out.recompute_profile);
   };
-  if (block && recompute == spec::Recompute::kFull) out.recompute = recomputed(false);
-  if (block && recompute == spec::Recompute::kSelective) out.recompute = recomputed(true);
+  if (block && recompute == spec::Recompute::kFull) out.recompute = recomputed(layer.forward);
+  if (block && recompute == spec::Recompute::kSelective)
+    out.recompute = recomputed(layer.selective_forward);
   return out;
 }
 

@@ -533,9 +533,9 @@ class StageBuilder {
   }
 
   // The index of the first weight gather over z in `ops` from `from` on (ops.size(): none).
-  static size_t next_depth_gather(const std::vector<models::Op>& ops, size_t from, bool core_only) {
+  static size_t next_depth_gather(const std::vector<models::Op>& ops, size_t from) {
     for (size_t j = from; j < ops.size(); ++j)
-      if (is_depth_gather(ops[j]) && (!core_only || ops[j].in_core())) return j;
+      if (is_depth_gather(ops[j])) return j;
     return ops.size();
   }
 
@@ -544,14 +544,12 @@ class StageBuilder {
   // unit) before the compute waits for its own; backward, the input-gradient all-reduce runs
   // beside the weight-gradient product and the weight gradient's reduce-scatter over z is left
   // running (the bucket reductions and the step's end wait for it).
-  void run_grid_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb,
-                    bool core_only) {
+  void run_grid_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb) {
     const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
     const bool forward = phase != Phase::kBwd && grid.forward;
     const bool backward = phase == Phase::kBwd && grid.backward;
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only && !op.in_core()) continue;
       if (forward && is_depth_gather(op)) {
         auto it = prefetched_.find(&op);
         int32_t task = -1;
@@ -561,12 +559,12 @@ class StageBuilder {
         } else {
           task = layer_collective(layer, op, phase, mb);
         }
-        const size_t j = next_depth_gather(ops, i + 1, core_only);
+        const size_t j = next_depth_gather(ops, i + 1);
         if (j < ops.size()) {
           prefetched_[&ops[j]] = layer_collective(layer, ops[j], phase, mb);
         } else if (phase == Phase::kFwd && layer + 1 < forward_end_ && is_block(layer + 1)) {
           const std::vector<models::Op>& next = lowered_.layers[layer + 1].forward;
-          const size_t k = next_depth_gather(next, 0, false);
+          const size_t k = next_depth_gather(next, 0);
           if (k < next.size())
             prefetched_[&next[k]] = layer_collective(layer + 1, next[k], phase, mb);
         }
@@ -591,16 +589,14 @@ class StageBuilder {
 
   // A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel
   // collectives split it (or overlap the GEMM next to them).
-  void run_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb,
-               bool core_only = false) {
+  void run_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb) {
     const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
     if (grid.in(phase)) {
-      run_grid_ops(layer, ops, phase, mb, core_only);
+      run_grid_ops(layer, ops, phase, mb);
       return;
     }
     for (size_t i = 0; i < ops.size(); ++i) {
       const models::Op& op = ops[i];
-      if (core_only && !op.in_core()) continue;
       const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
       const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
                                 ops[i + 1].group == models::CommGroup::kLayer &&
@@ -675,7 +671,7 @@ class StageBuilder {
       if (is_block(l) && recompute_[l] == spec::Recompute::kFull) {
         run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch);
       } else if (is_block(l) && recompute_[l] == spec::Recompute::kSelective) {
-        run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch, /*core_only=*/true);
+        run_ops(l, layer.selective_forward, Phase::kRecompute, u.micro_batch);
       }
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
       if (fsdp && layer.params == 0) {

@@ -46,6 +46,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
   s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;
+  s.lowering.selective = s.stack.selective_recompute;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;
   s.lowering.dropout = s.stack.dropout;
   s.lowering.spatial = plan.spatial;
@@ -86,8 +87,7 @@ ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetu
                           clock);
     clock = spec::sustained_clock_MHz(*power, setup.gemm_dtype, tensor_share(lowered, at));
   }
-  return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype,
-                      clock);
+  return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype, clock);
 }
 
 }  // namespace sextant::sim

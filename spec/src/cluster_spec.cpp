@@ -193,8 +193,7 @@ DeviceSpec decode_device(ObjectReader& r) {
                         "must be left out when the device has a power object (the power model "
                         "decides the clock)");
   if (d.gemm_model && !d.power && d.gemm_model->clock_MHz <= 0)
-    r.diagnostics().add(gemm_clock, "(missing)",
-                        "is required when the device has no power object");
+    r.diagnostics().add(gemm_clock, "(missing)", "is required when the device has no power object");
   d.runtime_reserved_bytes =
       r.integer("runtime_reserved_bytes", Range::non_negative(), Presence::kOptional).value_or(0);
   d.overlap_slowdown =

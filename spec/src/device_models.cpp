@@ -219,14 +219,14 @@ Json to_json(const GemmModel& g) {
   Json tiles = Json::array();
   for (const GemmTile& t : g.tiles) tiles.push_back({t.m, t.n});
   Json j = {{"sms", g.sms},
-          {"peak_clock_MHz", g.peak_clock_MHz},
-          {"mainloop_efficiency", g.mainloop_efficiency},
-          {"tile_overhead_k", g.tile_overhead_k},
-          {"kernel_overhead_us", g.kernel_overhead_us},
-          {"tiles", tiles},
-          {"max_split_k", g.max_split_k},
-          {"misaligned_efficiency", g.misaligned_efficiency},
-          {"source", g.source}};
+            {"peak_clock_MHz", g.peak_clock_MHz},
+            {"mainloop_efficiency", g.mainloop_efficiency},
+            {"tile_overhead_k", g.tile_overhead_k},
+            {"kernel_overhead_us", g.kernel_overhead_us},
+            {"tiles", tiles},
+            {"max_split_k", g.max_split_k},
+            {"misaligned_efficiency", g.misaligned_efficiency},
+            {"source", g.source}};
   if (g.clock_MHz > 0) j["clock_MHz"] = g.clock_MHz;
   return j;
 }

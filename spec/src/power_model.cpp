@@ -29,22 +29,21 @@ double tensor_clock(const PowerModel& p, Dtype dtype) {
 // as measured.
 double dynamic_at_max_W(const PowerModel& p, Dtype dtype, double tensor_share) {
   const double share = std::clamp(tensor_share, 0.0, 1.0);
-  const double tensor = (p.rated_W - p.idle_W) *
-                        std::pow(p.max_clock_MHz / tensor_clock(p, dtype), kPowerExponent);
+  const double tensor =
+      (p.rated_W - p.idle_W) * std::pow(p.max_clock_MHz / tensor_clock(p, dtype), kPowerExponent);
   const double memory = p.memory_bound_W - p.idle_W;
   return share * tensor + (1 - share) * memory;
 }
 
 constexpr std::array<std::pair<Dtype, std::string_view>, 5> kTensorDtypes{{{Dtype::kFp32, "fp32"},
-                                                                            {Dtype::kTf32, "tf32"},
-                                                                            {Dtype::kBf16, "bf16"},
-                                                                            {Dtype::kFp16, "fp16"},
-                                                                            {Dtype::kFp8, "fp8"}}};
+                                                                           {Dtype::kTf32, "tf32"},
+                                                                           {Dtype::kBf16, "bf16"},
+                                                                           {Dtype::kFp16, "fp16"},
+                                                                           {Dtype::kFp8, "fp8"}}};
 
 }  // namespace
 
-double board_power_W(const PowerModel& p, Dtype gemm_dtype, double tensor_share,
-                     double clock_MHz) {
+double board_power_W(const PowerModel& p, Dtype gemm_dtype, double tensor_share, double clock_MHz) {
   return p.idle_W + dynamic_at_max_W(p, gemm_dtype, tensor_share) *
                         std::pow(clock_MHz / p.max_clock_MHz, kPowerExponent);
 }
@@ -101,12 +100,9 @@ Json to_json(const PowerModel& p) {
   Json clocks = Json::object();
   for (const auto& [dtype, clock] : p.tensor_clock_MHz)
     clocks[std::string(enum_name(dtype_names(), dtype))] = clock;
-  Json j = {{"limit_W", p.limit_W},
-            {"max_clock_MHz", p.max_clock_MHz},
-            {"idle_W", p.idle_W},
-            {"memory_bound_W", p.memory_bound_W},
-            {"tensor_clock_MHz", clocks},
-            {"rated_W", p.rated_W}};
+  Json j = {{"limit_W", p.limit_W},       {"max_clock_MHz", p.max_clock_MHz},
+            {"idle_W", p.idle_W},         {"memory_bound_W", p.memory_bound_W},
+            {"tensor_clock_MHz", clocks}, {"rated_W", p.rated_W}};
   if (p.locked_clock_MHz) j["locked_clock_MHz"] = *p.locked_clock_MHz;
   j["source"] = p.source;
   return j;

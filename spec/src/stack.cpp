@@ -33,14 +33,26 @@ constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
     {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
 constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
     {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
-constexpr std::array<std::string_view, 16> kKnobs{"attention",      "fusion",
-                                                  "cross_entropy",  "tp_overlap",
-                                                  "dp_overlap",     "param_gather_overlap",
-                                                  "pp_overlap",     "dp_bucket_bytes",
-                                                  "zero3",          "zero3_prefetch",
-                                                  "precision",      "grad_dtype",
-                                                  "autocast",       "allocator_reserve",
-                                                  "vocab_multiple", "dropout"};
+constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
+    {{"attention_core", SelectiveRecompute::kAttentionCore},
+     {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
+constexpr std::array<std::string_view, 17> kKnobs{"attention",
+                                                  "fusion",
+                                                  "cross_entropy",
+                                                  "tp_overlap",
+                                                  "dp_overlap",
+                                                  "param_gather_overlap",
+                                                  "pp_overlap",
+                                                  "dp_bucket_bytes",
+                                                  "zero3",
+                                                  "zero3_prefetch",
+                                                  "precision",
+                                                  "grad_dtype",
+                                                  "autocast",
+                                                  "allocator_reserve",
+                                                  "vocab_multiple",
+                                                  "dropout",
+                                                  "selective_recompute"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -87,6 +99,10 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.integer("vocab_multiple", Range::between(1, 1 << 20), Presence::kOptional))
     s.vocab_multiple = *v;
   if (auto v = r.boolean("dropout", Presence::kOptional)) s.dropout = *v;
+  // Optional even in presets: stacks written before the knob existed ran Megatron's policy.
+  if (auto v =
+          r.enumeration("selective_recompute", selective_recompute_names(), Presence::kOptional))
+    s.selective_recompute = *v;
 }
 
 constexpr std::array<std::string_view, 5> kTunable{
@@ -125,6 +141,9 @@ Stack preset_from_text(const EmbeddedFile& f) {
 
 EnumNames<AttentionKernel> attention_kernel_names() {
   return kAttention;
+}
+EnumNames<SelectiveRecompute> selective_recompute_names() {
+  return kSelectiveRecompute;
 }
 EnumNames<Fusion> fusion_names() {
   return kFusion;
@@ -283,6 +302,7 @@ Json to_json(const Stack& s) {
   j["allocator_reserve"] = s.allocator_reserve;
   j["vocab_multiple"] = s.vocab_multiple;
   j["dropout"] = s.dropout;
+  j["selective_recompute"] = enum_name(selective_recompute_names(), s.selective_recompute);
   return j;
 }
 

@@ -132,6 +132,81 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
 }
 
+// Transformer Engine's fp8 recipe (TE 1.8 as Megatron-Core builds it), by hand on Llama-2 7B
+// (h 4096, ffn 11008, SwiGLU, MHA), b 1, s 4096, tp 1, bf16 tensors (e = 2), T = 4096 tokens:
+// - attn.fp8_cast forward: proj's input cast + transposed, T h (e + 2) = 4096 * 4096 * 4 bytes;
+// - attn.fp8_cast backward: qkv's (3h) and proj's (h) output gradients cast + transposed,
+//   T 4h (e + 2), plus the norm's fp8 output transposed, T h * 2;
+// - mlp.fp8_cast forward: fc2's input, T ffn (e + 2); backward: fc1's (2 ffn) and fc2's (h)
+//   output gradients, T (2 ffn + h)(e + 2), plus T h * 2.
+// The four linears keep their inputs in fp8 (1 byte): 2 T h + T h + T ffn bytes fewer kept.
+TEST(StackLowering, Fp8CastsAroundEachLinearAndFp8InputsKept) {
+  const spec::ModelSpec m = zoo_model("llama2-7b");
+  LoweringOptions o = options(spec::AttentionKernel::kCudnn, spec::Fusion::kFused, 1, false, 1);
+  o.seq_len = 4096;
+  const LoweredModel bf16 = lower(m, o);
+  o.fp8_gemms = true;
+  const LoweredModel fp8 = lower(m, o);
+  const Layer& plain = bf16.layers[bf16.split_begin];
+  const Layer& block = fp8.layers[fp8.split_begin];
+  const int64_t T = 4096, h = 4096, ffn = 11008;
+  EXPECT_FALSE(has(plain.forward, "attn.fp8_cast"));
+  EXPECT_EQ(find(block.forward, "attn.fp8_cast").bytes, T * h * 4);
+  EXPECT_EQ(find(block.backward, "attn.fp8_cast").bytes, T * 4 * h * 4 + T * h * 2);
+  EXPECT_EQ(find(block.forward, "mlp.fp8_cast").bytes, T * ffn * 4);
+  EXPECT_EQ(find(block.backward, "mlp.fp8_cast").bytes, T * (2 * ffn + h) * 4 + T * h * 2);
+  // The casts run just before the GEMM whose input (forward) or gradient (backward) they make.
+  auto index = [](const std::vector<Op>& ops, const std::string& name) {
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].name == name) return i;
+    return ops.size();
+  };
+  EXPECT_EQ(index(block.forward, "attn.fp8_cast") + 1, index(block.forward, "attn.proj"));
+  EXPECT_EQ(index(block.forward, "mlp.fp8_cast") + 1, index(block.forward, "mlp.fc2"));
+  EXPECT_EQ(index(block.backward, "mlp.fp8_cast") + 1, index(block.backward, "mlp.fc2"));
+  EXPECT_EQ(plain.saved_bytes - block.saved_bytes, (3 * T * h + T * ffn) * (2 - 1));
+  EXPECT_EQ(block.saved_bytes_full, plain.saved_bytes_full);  // the block input stays bf16
+}
+
+// TorchTitan's per-op selective checkpointing by hand on Llama-3 8B (h 4096, 32 heads, 8 kv heads
+// of 128, ffn 14336, SwiGLU), b 1, s 2048, tp 1, bf16, cuDNN attention: T = 2048 tokens.
+// Kept: the block input T h, wq's output T h, wv's T kv d = T 1024, w1's T ffn, w2's T h (2 bytes
+// each) and SDPA's output T h (2 bytes) with its fp32 log-sum-exp T a (4 bytes).
+// Re-run: wk (T x 1024 x 4096), wo (T x 4096 x 4096) and w3 (T x 14336 x 4096): 2 T (1024 + 4096
+// + 14336) 4096 FLOPs, and every memory-bound op of the forward; not the attention kernel.
+TEST(StackLowering, TorchTitansSelectiveCheckpointingKeepsEveryOtherMatmul) {
+  const spec::ModelSpec m = zoo_model("llama3-8b");
+  LoweringOptions o = options(spec::AttentionKernel::kCudnn, spec::Fusion::kEager, 1, false, 1);
+  o.seq_len = 2048;
+  o.selective = spec::SelectiveRecompute::kSaveMatmuls;
+  const LoweredModel titan = lower(m, o);
+  o.selective = spec::SelectiveRecompute::kAttentionCore;
+  const LoweredModel megatron = lower(m, o);
+  const Layer& block = titan.layers[titan.split_begin];
+  const int64_t T = 2048, h = 4096, kvd = 1024, ffn = 14336, a = 32;
+  EXPECT_EQ(block.saved_bytes_selective,
+            2 * (T * h + T * h + T * kvd + T * ffn + T * h) + 2 * T * h + 4 * T * a);
+  double gemm_flops = 0;
+  bool core = false, fc2 = false;
+  for (const Op& op : block.selective_forward) {
+    if (op.op_class == spec::OpClass::kGemm) gemm_flops += op.flops;
+    core = core || op.name == "attn.core";
+    fc2 = fc2 || op.name == "mlp.fc2";
+  }
+  EXPECT_DOUBLE_EQ(gemm_flops, 2.0 * T * (kvd + h + ffn) * h);
+  EXPECT_FALSE(core);
+  EXPECT_FALSE(fc2);
+  EXPECT_TRUE(has(block.selective_forward, "attn.norm"));
+  EXPECT_TRUE(has(block.selective_forward, "mlp.act"));
+  // Megatron's policy re-runs the attention core alone.
+  const Layer& plain = megatron.layers[megatron.split_begin];
+  ASSERT_EQ(plain.selective_forward.size(), 1u);
+  EXPECT_EQ(plain.selective_forward[0].name, "attn.core");
+  // The rest of the lowering is the policy's business only: same forward, same no-recompute keep.
+  EXPECT_EQ(block.forward, plain.forward);
+  EXPECT_EQ(block.saved_bytes, plain.saved_bytes);
+}
+
 TEST(StackLowering, HuggingFacesGeluNewRunsAsItsOperatorsInEagerPyTorch) {
   // GPT-2 124M (h 768, ffn 3072, s 1024) at b 8: the MLP activation's input has
   // T * ffn = 8192 * 3072 elements. The fused kernel reads and writes it once in bf16 (4 bytes an

@@ -95,9 +95,8 @@ TEST(PowerModel, BadPowerObjectsAreRefused) {
   EXPECT_INPUT_ERROR(
       read(cluster_with([](Json& j) { j["device"]["power"]["tensor_clock_MHz"]["fp8"] = 2500; })),
       "must be <= max_clock_MHz");
-  EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = "700"; })),
-      "/device/power/limit_W");
+  EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = "700"; })),
+                     "/device/power/limit_W");
   // One clock model at a time: a fixed GEMM clock beside a power object is refused, and a GEMM
   // model with neither is too.
   EXPECT_INPUT_ERROR(

@@ -137,8 +137,11 @@ struct Layer {
   std::vector<WeightMatrix> matrices;
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
-  int64_t saved_bytes_selective = 0;  // core attention recomputed
-  int64_t saved_bytes_full = 0;       // only the layer input kept (full recompute)
+  int64_t saved_bytes_selective = 0;  // selective recompute (LoweringOptions::selective)
+  // The ops selective recompute re-runs before the layer's backward, in order: the forward's
+  // attention core (Op::in_core) under Megatron's policy, TorchTitan's per-op list under its own.
+  int64_t saved_bytes_full = 0;  // only the layer input kept (full recompute)
+  std::vector<Op> selective_forward;
   // Bytes of the activation this layer hands to the next one, per micro-batch and rank (what a
   // pipeline stage boundary after this layer sends; sequence-split under sequence parallelism).
   int64_t output_bytes = 0;
@@ -165,10 +168,12 @@ struct LoweringOptions {
   spec::AttentionKernel attention = spec::AttentionKernel::kUnfused;
   spec::Fusion fusion = spec::Fusion::kFused;
   spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
-  bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
+  bool autocast = false;  // 16-bit compute by torch.autocast over fp32 parameters
   // GEMMs in fp8 under Transformer Engine's recipe: each linear's input and output gradient are
   // cast (and transposed) to fp8 by kernels of their own (transformer blocks' dense layers).
   bool fp8_gemms = false;
+  // What selective recompute re-runs and keeps (the stack's policy).
+  spec::SelectiveRecompute selective = spec::SelectiveRecompute::kAttentionCore;
   int64_t vocab_multiple = 1;  // the vocabulary padded to a multiple of this x tp (vocabulary.hpp)
   bool dropout = true;         // false: the model's dropout is not run (Stack::dropout)
   // CNNs: each sample's feature maps split over a grid of ranks (Plan::spatial); the ops are

@@ -37,7 +37,7 @@ struct StageFootprint {
   int64_t params = 0;                     // models::stage_params
   int64_t expert_params = 0;              // of those, models::stage_expert_params
   int64_t largest_layer = 0;              // parameters of the stage's largest layer
-  int64_t largest_working = 0;  // what a recomputed layer brings back beside what it kept
+  int64_t largest_working = 0;            // what a recomputed layer brings back beside what it kept
   std::vector<int64_t> chunk_activation;  // bytes kept on the device for backward per
                                           // micro-batch, per chunk
   std::vector<int64_t> chunk_offloaded;   // of what is kept, bytes offloaded to the host

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "sextant/spec/device_models.hpp"
-#include "sextant/spec/power_model.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/power_model.hpp"
 #include "sextant/spec/trace.hpp"
 
 namespace sextant::spec {

@@ -23,9 +23,9 @@ namespace sextant::spec {
 // memory-bound work; the GPU runs the highest clock, up to max_clock, whose mix stays within
 // limit_W.
 struct PowerModel {
-  double limit_W = 0;        // the enforced board power limit (nvidia-smi -pl); sites may cap it
-  double max_clock_MHz = 0;  // the highest boost clock
-  double idle_W = 0;         // drawn at the boost clock with memory allocated and no kernel
+  double limit_W = 0;         // the enforced board power limit (nvidia-smi -pl); sites may cap it
+  double max_clock_MHz = 0;   // the highest boost clock
+  double idle_W = 0;          // drawn at the boost clock with memory allocated and no kernel
   double memory_bound_W = 0;  // drawn at the boost clock while memory-bound kernels stream HBM
   // Per GEMM dtype: the clock sustained while dense tensor-core GEMMs of that dtype run back to
   // back at rated_W (the GEMM model's own clock units: measured sustained throughput over the

@@ -63,6 +63,18 @@ enum class Zero3Impl {
 };
 EnumNames<Zero3Impl> zero3_impl_names();
 
+// What `--recompute selective` re-runs under this stack's software.
+enum class SelectiveRecompute {
+  // Megatron-LM's --recompute-granularity selective (Korthikanti et al. 2022 §5): the attention
+  // core only (its s^2 tensors; under a flash kernel the kernel's forward).
+  kAttentionCore,
+  // TorchTitan's per-op selective activation checkpointing (torchtitan/distributed/
+  // activation_checkpoint.py, selective_ac_option "op"): every op's output recomputed except the
+  // attention kernel's and every other matmul's (the 1st, 3rd, ... of a block: wq, wv, w1, w2).
+  kSaveMatmuls,
+};
+EnumNames<SelectiveRecompute> selective_recompute_names();
+
 struct Stack {
   std::string preset;       // the preset the knobs came from ("" when none)
   std::string description;  // informational
@@ -97,6 +109,7 @@ struct Stack {
   // Whether the software runs the model's dropout; false: it trains the model without dropout
   // (Sextant's executor and llm.c implement none), and the simulator prices what runs.
   bool dropout = true;
+  SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
   // The knobs the software exposes as flags that a plan search may vary (tunable_knob_names();
   // presets only, never part of a plan's stack: the plan runs the values it names).
   std::vector<std::string> tunable;
