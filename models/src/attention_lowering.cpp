@@ -28,6 +28,7 @@ Op flash_core(const spec::TransformerSpec& m, const TransformerDims& x, int64_t 
   op.name = op_name(OpId::kAttnCore);
   op.op_class = OpClass::kAttention;
   op.causal = m.architecture == spec::Architecture::kDecoder;
+  op.dropout = m.dropout;
   op.flops = flash_attention_executed_flops(x.b * heads, sq, sk, x.d, false, false);
   op.kernel_flops = flash_attention_executed_flops(x.b * heads, sq, sk, x.d, op.causal, false);
   op.bytes = 2 * x.b * (sq + sk) * heads * x.d * x.e + x.b * heads * sq * 4;

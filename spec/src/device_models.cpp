@@ -192,6 +192,13 @@ std::map<AttentionKernel, AttentionKernelData> decode_attention_kernels(ObjectRe
     }
     if (!d.same_as && d.curves.empty()) k->problem("curves", "", "give \"curves\" or \"same_as\"");
     d.clock_MHz = k->number("clock_MHz", Range::positive(), Presence::kOptional);
+    if (auto drop = k->object("dropout_ps_per_score", Presence::kOptional)) {
+      AttentionDropoutCost cost;
+      cost.fwd_ps = drop->number("fwd", Range::non_negative()).value_or(0);
+      cost.bwd_ps = drop->number("bwd", Range::non_negative()).value_or(0);
+      drop->finish();
+      d.dropout = cost;
+    }
     d.source = k->string("source").value_or("");
     k->finish();
     out[kernel] = std::move(d);
@@ -247,6 +254,8 @@ Json to_json(const std::map<AttentionKernel, AttentionKernelData>& kernels) {
       k["curves"] = curves;
     }
     if (d.clock_MHz) k["clock_MHz"] = *d.clock_MHz;
+    if (d.dropout)
+      k["dropout_ps_per_score"] = {{"fwd", d.dropout->fwd_ps}, {"bwd", d.dropout->bwd_ps}};
     k["source"] = d.source;
     out[std::string(enum_name(attention_kernel_names(), kernel))] = k;
   }

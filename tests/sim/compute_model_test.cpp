@@ -8,7 +8,11 @@
 #include <cmath>
 
 #include "expect_input_error.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/step_setup.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
 #include "test_clusters.hpp"
+#include "test_models.hpp"
 
 namespace sextant::sim {
 namespace {
@@ -121,7 +125,43 @@ TEST(GemmModel, Fp8RecipeRunsGemmsAtTheFp8Peak) {
               1e-15);
 }
 
-// A kernel with d64 and d128 curves: non-causal forward and backward, causal backward only.
+TEST(GemmModel, Fp8TileOverheadIsTheSixteenBitFillInTime) {
+  // A fill of 24 16-bit K elements takes the time of 48 fp8 ones at twice the rate: with the fp8
+  // peak of 4 TFLOP/s over 2 SMs at 0.5 an SM computes 1e12 FLOP/s, a 64x64 tile over K = 1000
+  // takes 2 x 64 x 64 x (1000 + 48) / 1e12 s.
+  spec::DeviceSpec d = tiny_gpu();
+  d.gemm_model->tile_overhead_k = 24;
+  ComputeModel fp8(d, spec::Dtype::kBf16, spec::AttentionKernel::kUnfused, spec::Dtype::kFp8);
+  EXPECT_NEAR(fp8.matmul_seconds({1, 64, 64, 1000}), 2.0 * 64 * 64 * 1048 / 1e12, 1e-15);
+}
+
+TEST(PowerClock, AStepRunsItsGemmsAtThePowerLimitsClock) {
+  // dgx-h100's power model: a GEMM-heavy step (Llama-2 7B) runs below the 1830 MHz of the
+  // datasheet peak and above the clock of back-to-back GEMMs; a 500 W cap lowers it, and the
+  // step's GEMMs slow by the clock ratio (tile time is inverse in the clock).
+  const spec::ModelSpec model = models::zoo_model("llama2-7b");
+  spec::ClusterSpec cluster = spec::builtin_cluster("dgx-h100");
+  const spec::Plan plan = test::make_plan(1, 1, 1, 1, 1);
+  const StepSetup setup = step_setup(model, cluster, plan);
+  const models::LoweredModel lowered = models::lower(model, setup.lowering);
+  const ComputeModel at700 = make_compute_model(cluster, setup, lowered);
+  const spec::PowerModel& power = *cluster.device.power;
+  EXPECT_LT(at700.clock_MHz(), 1830);
+  EXPECT_GT(at700.clock_MHz(), power.tensor_clock_MHz.at(spec::Dtype::kBf16));
+  // The clock is the power model's for the step's own tensor share at that clock.
+  EXPECT_NEAR(at700.clock_MHz(),
+              spec::sustained_clock_MHz(power, spec::Dtype::kBf16, tensor_share(lowered, at700)),
+              0.01 * at700.clock_MHz());
+  cluster.device.power->limit_W = 500;
+  const ComputeModel at500 = make_compute_model(cluster, setup, lowered);
+  EXPECT_LT(at500.clock_MHz(), at700.clock_MHz());
+  const models::MatmulShape fc1{1, 4096, 22016, 4096};
+  const double tile_time_ratio = at700.clock_MHz() / at500.clock_MHz();
+  EXPECT_NEAR(at500.matmul_seconds(fc1) / at700.matmul_seconds(fc1), tile_time_ratio, 0.01);
+}
+
+// A kernel with d64 and d128 curves// A kernel with d64 and d128 curves: non-causal forward and
+// backward, causal backward only.
 spec::DeviceSpec attention_gpu() {
   spec::DeviceSpec d = tiny_gpu();
   spec::AttentionKernelData flash;
@@ -170,6 +210,32 @@ TEST(AttentionKernels, FusedOpTimeIsItsExecutedFlopsOverThePublishedRate) {
   op.kernel_flops = op.flops / 2;         // the causal kernel skips the masked half
   // Causal forward at s = 1000, d = 64: 100 * (40 / 80) = 50 TFLOP/s.
   EXPECT_NEAR(ps_to_seconds(c.op_time(op, spec::Phase::kFwd)), op.kernel_flops / 50e12, 1e-12);
+}
+
+TEST(AttentionKernels, DropoutAddsItsCostPerScoreElement) {
+  // 1000 ps a score forward, 500 backward; 8 heads x 1000 x 1000 scores, half under the causal
+  // mask: 4e6 x 1000 ps = 4 ms forward, 2 ms backward on top of the kernel's FLOPs.
+  spec::DeviceSpec d = attention_gpu();
+  d.attention_kernels[spec::AttentionKernel::kFlash2].dropout =
+      spec::AttentionDropoutCost{1000, 500};
+  ComputeModel c(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2);
+  models::Op op;
+  op.name = "attn.core";
+  op.op_class = spec::OpClass::kAttention;
+  op.fused_attention = true;
+  op.causal = true;
+  op.shape = {8, 1000, 1000, 64};
+  op.flops = 4.0 * 8 * 1000 * 1000 * 64;
+  op.kernel_flops = op.flops / 2;
+  const double plain_fwd = c.attention_seconds(op, false),
+               plain_bwd = c.attention_seconds(op, true);
+  op.dropout = true;
+  EXPECT_NEAR(c.attention_seconds(op, false) - plain_fwd, 4e-3, 1e-12);
+  EXPECT_NEAR(c.attention_seconds(op, true) - plain_bwd, 2e-3, 1e-12);
+  // Curves and dropout cost measured at 1000 MHz: at a clock of 500 MHz both take twice as long.
+  d.attention_kernels[spec::AttentionKernel::kFlash2].clock_MHz = 1000;
+  ComputeModel half(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2, std::nullopt, 500.0);
+  EXPECT_NEAR(half.attention_seconds(op, false), 2 * (plain_fwd + 4e-3), 1e-12);
 }
 
 }  // namespace

@@ -111,8 +111,16 @@ double ComputeModel::attention_seconds(const models::Op& op, bool backward) cons
   // A kernel's published throughput holds at the clock it was measured at; it runs at this one.
   const spec::AttentionKernelData& data = device_->attention_kernels.at(
       spec::attention_data_kernel(device_->attention_kernels, attention_));
-  if (data.clock_MHz && clock_MHz_ > 0) tflops *= clock_MHz_ / *data.clock_MHz;
-  return op.executed_flops() / (tflops * kFlopsPerTflop);
+  const double clock_ratio = data.clock_MHz && clock_MHz_ > 0 ? clock_MHz_ / *data.clock_MHz : 1.0;
+  double seconds = op.executed_flops() / (tflops * clock_ratio * kFlopsPerTflop);
+  if (op.dropout && data.dropout) {
+    // One random number per score element the kernel computes (shape {b*heads, sq, sk, d}).
+    const double scores = static_cast<double>(op.shape[0]) * static_cast<double>(op.shape[1]) *
+                          static_cast<double>(op.shape[2]) * (op.causal ? 0.5 : 1.0);
+    const double ps = backward ? data.dropout->bwd_ps : data.dropout->fwd_ps;
+    seconds += scores * ps * 1e-12 / clock_ratio;
+  }
+  return seconds;
 }
 
 Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const {

@@ -77,6 +77,7 @@ struct Op {
   bool core_attention = false;   // recomputed by selective recompute (Korthikanti et al. 2022)
   bool fused_attention = false;  // one fused (flash) attention kernel: shape {b*heads, s, s, d}
   bool causal = false;           // fused attention under a causal mask
+  bool dropout = false;          // fused attention applying dropout to its probabilities
   double executed_flops() const { return kernel_flops > 0 ? kernel_flops : flops; }
   // Communication ops only: collective within `group` (a halo exchange with the spatial grid's
   // neighbours is a kSendRecv in the spatial group).

@@ -53,12 +53,21 @@ struct AttentionCurve {
   std::vector<double> tflops;
 };
 
+// What dropout on the attention probabilities adds to a fused kernel: GPU time per score element
+// it draws a random number for (b x heads x sq x sk, half under a causal mask), in picoseconds at
+// the kernel data's clock; the backward draws the same mask again.
+struct AttentionDropoutCost {
+  double fwd_ps = 0;
+  double bwd_ps = 0;
+};
+
 struct AttentionKernelData {
   std::optional<AttentionKernel> same_as;  // this kernel runs another's code on this device
   std::vector<AttentionCurve> curves;
   // The SM clock the curves were measured at; the kernel's throughput scales with the clock the
   // device sustains (PowerModel). Absent: used as published.
   std::optional<double> clock_MHz;
+  std::optional<AttentionDropoutCost> dropout;  // absent: dropout inside the kernel not priced
   std::string source;
 };
 
