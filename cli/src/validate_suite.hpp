@@ -4,6 +4,7 @@
 //   T4  Korthikanti et al. (2022) Table 4: forward and backward time of one 22B layer.
 //   T5  Korthikanti et al. Table 5: iteration time of 22B..1T, full recompute vs SP + selective.
 //   T5d Korthikanti et al. Table 2 / §4: activation bytes per layer against the paper's formulas.
+//   T6  Megatron-LM README (2020): iteration time of tensor-parallel GPT models on A100s.
 //   T9  NVIDIA NeMo 24.07: tokens/s per H100 of Megatron-Core FP8 runs, 8 to 512 GPUs.
 //   K1  a PyTorch-profiler trace of GPT-2 124M on one H100: GPU time per op class.
 // Every row uses the shipped cluster file of its GPU and the preset of its software stack; no row
