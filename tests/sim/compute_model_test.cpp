@@ -197,9 +197,8 @@ TEST(AttentionKernels, PublishedCurvesInterpolated) {
                      "no throughput data for this attention kernel");
 }
 
-TEST(AttentionKernels, FusedOpTimeIsItsExecutedFlopsOverThePublishedRate) {
-  spec::DeviceSpec d = attention_gpu();
-  ComputeModel c(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2);
+// A causal fused attention core over 8 heads x 1000 x 1000 scores, d = 64.
+models::Op causal_core() {
   models::Op op;
   op.name = "attn.core";
   op.op_class = spec::OpClass::kAttention;
@@ -208,6 +207,13 @@ TEST(AttentionKernels, FusedOpTimeIsItsExecutedFlopsOverThePublishedRate) {
   op.shape = {8, 1000, 1000, 64};
   op.flops = 4.0 * 8 * 1000 * 1000 * 64;  // the MFU convention
   op.kernel_flops = op.flops / 2;         // the causal kernel skips the masked half
+  return op;
+}
+
+TEST(AttentionKernels, FusedOpTimeIsItsExecutedFlopsOverThePublishedRate) {
+  spec::DeviceSpec d = attention_gpu();
+  ComputeModel c(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2);
+  const models::Op op = causal_core();
   // Causal forward at s = 1000, d = 64: 100 * (40 / 80) = 50 TFLOP/s.
   EXPECT_NEAR(ps_to_seconds(c.op_time(op, spec::Phase::kFwd)), op.kernel_flops / 50e12, 1e-12);
 }
@@ -219,14 +225,7 @@ TEST(AttentionKernels, DropoutAddsItsCostPerScoreElement) {
   d.attention_kernels[spec::AttentionKernel::kFlash2].dropout =
       spec::AttentionDropoutCost{1000, 500};
   ComputeModel c(d, spec::Dtype::kBf16, spec::AttentionKernel::kFlash2);
-  models::Op op;
-  op.name = "attn.core";
-  op.op_class = spec::OpClass::kAttention;
-  op.fused_attention = true;
-  op.causal = true;
-  op.shape = {8, 1000, 1000, 64};
-  op.flops = 4.0 * 8 * 1000 * 1000 * 64;
-  op.kernel_flops = op.flops / 2;
+  models::Op op = causal_core();
   const double plain_fwd = c.attention_seconds(op, false),
                plain_bwd = c.attention_seconds(op, true);
   op.dropout = true;
