@@ -62,6 +62,7 @@ double tensor_share(const models::LoweredModel& lowered, const ComputeModel& com
   double tensor = 0, total = 0;
   auto add = [&](const std::vector<models::Op>& ops, spec::Phase phase) {
     for (const models::Op& op : ops) {
+      if (op.is_comm()) continue;  // a transfer is no compute kernel of the mix
       const double t = static_cast<double>(compute.op_time(op, phase));
       total += t;
       if (op.fused_attention || (is_matrix_op(op.op_class) && op.flops > 0)) tensor += t;

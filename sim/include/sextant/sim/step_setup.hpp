@@ -43,7 +43,7 @@ ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetu
                                 const models::LoweredModel& lowered);
 
 // The share of a step's compute time that is tensor-core work (matrix ops and fused attention)
-// under `compute`, over `lowered`'s forward and backward ops.
+// under `compute`, over `lowered`'s forward and backward compute ops (transfers left out).
 double tensor_share(const models::LoweredModel& lowered, const ComputeModel& compute);
 
 }  // namespace sextant::sim
