@@ -20,7 +20,6 @@
 #include "sextant/planner/compression_crossover.hpp"
 #include "sextant/planner/planner.hpp"
 #include "sextant/planner/scaling.hpp"
-#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -503,15 +502,11 @@ int run_plan(const PlanFlagsAll& f) {
             pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
             pc(b.optimizer + b.offload_exposed));
       }
-      {
-        const spec::Plan& best = result.ranked.front().plan;
-        const sim::StepPrecision precision =
-            sim::step_precision(request.cluster, best, *best.stack);
-        const std::string line = mfu_plausibility_line(
-            result.ranked.front().report.mfu,
-            best_published_mfu(request.cluster.device.name, precision.gemm_dtype));
-        if (!line.empty()) fmt::print("\n{}", line);
-      }
+      const planner::RankedPlan& best = result.ranked.front();
+      if (const std::string line = mfu_plausibility_line(
+              best.report.mfu, best_published_mfu(request.cluster, best.plan, *best.plan.stack));
+          !line.empty())
+        fmt::print("\n{}", line);
       if (const spec::Plan& top = result.ranked.front().plan; !top.channel_algorithms.empty()) {
         std::map<std::string, int64_t> counts;
         for (spec::ChannelAlgorithm a : top.channel_algorithms)

@@ -6,6 +6,8 @@
 #include <array>
 #include <string_view>
 
+#include "sextant/sim/step_setup.hpp"
+
 namespace sextant::cli {
 
 namespace {
@@ -44,6 +46,12 @@ std::optional<PublishedMfu> best_published_mfu(const std::string& device_name,
       return PublishedMfu{e.mfu, std::string(e.source)};
   }
   return std::nullopt;
+}
+
+std::optional<PublishedMfu> best_published_mfu(const spec::ClusterSpec& cluster,
+                                               const spec::Plan& plan, const spec::Stack& stack) {
+  return best_published_mfu(cluster.device.name,
+                            sim::step_precision(cluster, plan, stack).gemm_dtype);
 }
 
 std::string mfu_plausibility_line(double mfu, const std::optional<PublishedMfu>& reference) {

@@ -5,7 +5,9 @@
 #include <optional>
 #include <string>
 
+#include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/dtype.hpp"
+#include "sextant/spec/plan.hpp"
 
 namespace sextant::cli {
 
@@ -18,6 +20,10 @@ struct PublishedMfu {
 // running GEMMs in `gemm_dtype`; nullopt when none is known.
 std::optional<PublishedMfu> best_published_mfu(const std::string& device_name,
                                                spec::Dtype gemm_dtype);
+
+// The same for `plan` on `cluster`: its GPU and the precision its GEMMs run in under `stack`.
+std::optional<PublishedMfu> best_published_mfu(const spec::ClusterSpec& cluster,
+                                               const spec::Plan& plan, const spec::Stack& stack);
 
 // One line for `simulate` and `plan`: the reference, and a warning when `mfu` exceeds it
 // ("" when no reference is known).

@@ -10,7 +10,6 @@
 #include "report_print.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
-#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "trace_options.hpp"
@@ -68,9 +67,10 @@ void run(const SimulateOptions& o) {
   if (o.json) {
     std::cout << spec::to_json(result.report).dump(2) << "\n";
   } else {
-    const sim::StepPrecision precision = sim::step_precision(
-        cluster, plan, spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu));
-    print_report(result.report, best_published_mfu(cluster.device.name, precision.gemm_dtype));
+    print_report(
+        result.report,
+        best_published_mfu(cluster, plan,
+                           spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu)));
   }
 }
 

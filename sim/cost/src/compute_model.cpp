@@ -28,7 +28,6 @@ ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
       attention_(attention),
       peak_flops_(device.peak_flops(dtype)),
       gemm_peak_flops_(device.peak_flops(gemm_dtype.value_or(dtype))),
-      gemm_dtype_(gemm_dtype.value_or(dtype)),
       tile_overhead_scale_(device.peak_tflops.contains(spec::Dtype::kBf16)
                                ? gemm_peak_flops_ / device.peak_flops(spec::Dtype::kBf16)
                                : 1.0),

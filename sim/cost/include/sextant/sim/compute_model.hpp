@@ -20,7 +20,8 @@ class ComputeModel {
   // (fp8 under an fp8 recipe; default `dtype`); `attention` the stack's attention kernel. Throws
   // InputError when the device has no peak for them. `clock_MHz` is the SM clock GEMMs and
   // attention run at; default: the device's fixed clock, or under a power model the clock of
-  // back-to-back tensor-core work (power_clock.hpp chooses it for a step's mix).
+  // back-to-back tensor-core work (step_setup.hpp's make_compute_model chooses it for a step's
+  // mix).
   ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
                spec::AttentionKernel attention = spec::AttentionKernel::kUnfused,
                std::optional<spec::Dtype> gemm_dtype = std::nullopt,
@@ -48,7 +49,6 @@ class ComputeModel {
   double peak_flops() const { return peak_flops_; }
   // The SM clock tensor-core work runs at (MHz); 0 for a device without a clock model.
   double clock_MHz() const { return clock_MHz_; }
-  spec::Dtype gemm_dtype() const { return gemm_dtype_; }
   // How much slower compute runs while a transfer is in flight on the same device (f: speed
   // 1 / (1 + f); DeviceSpec::overlap_slowdown).
   double overlap_slowdown() const { return device_->overlap_slowdown; }
@@ -61,7 +61,6 @@ class ComputeModel {
   spec::AttentionKernel attention_;
   double peak_flops_;
   double gemm_peak_flops_;
-  spec::Dtype gemm_dtype_;
   double tile_overhead_scale_ = 1;  // the GEMM dtype's peak over the 16-bit peak
   double clock_MHz_ = 0;
 };
