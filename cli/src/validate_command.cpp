@@ -21,10 +21,9 @@ struct ValidateOptions {
   double max_mean_error = 0;  // 0: report only
 };
 
-// The repository's copy of the reference trace (published.md K1), when it is there.
-std::string default_kineto() {
-  std::filesystem::path p =
-      std::filesystem::path(SEXTANT_SOURCE_DIR) / "traces/samples/kineto-gpt2-124m-h100-b8.json.gz";
+// The repository's copy of a sample trace, when it is there.
+std::string sample_trace(const std::string& name) {
+  std::filesystem::path p = std::filesystem::path(SEXTANT_SOURCE_DIR) / "traces/samples" / name;
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
@@ -34,7 +33,10 @@ int run(const ValidateOptions& o) {
     throw InputError("command line", "--network", o.network, "must be analytic or flow");
   ValidationOptions options;
   options.fidelity = *fidelity;
-  options.kineto = o.kineto == "default" ? default_kineto() : o.kineto;
+  options.kineto =
+      o.kineto == "default" ? sample_trace("kineto-gpt2-124m-h100-b8.json.gz") : o.kineto;
+  options.llama_eager_trace = sample_trace("kineto-llama3-8b-8l-h200-eager.json.gz");
+  options.llama_compiled_trace = sample_trace("kineto-llama3-8b-8l-h200-compile.json.gz");
   std::vector<ValidationTable> tables = run_validation(options);
 
   if (o.json) {

@@ -366,30 +366,14 @@ ValidationTable table9(sim::Fidelity fidelity) {
   return t;
 }
 
-// ---- K1: GPU time per op class of GPT-2 124M on one H100 (published.md K1) -----------------
-ValidationTable table_k1(const std::string& path) {
-  ValidationTable t{"K1",
-                    "PyTorch-profiler trace of GPT-2 124M (vocabulary 50304), batch 8 x 1024, "
-                    "bf16 autocast, SDPA, fused AdamW, one H100: GPU time per op class and step, "
-                    "on h100-1gpu, stack pytorch-fsdp with autocast (eager PyTorch, SDPA; one GPU)",
-                    "ms",
-                    false,
-                    {},
-                    ""};
-  if (path.empty()) {
-    t.note = "skipped: give --kineto PATH (traces/samples/kineto-gpt2-124m-h100-b8.json.gz)";
-    return t;
-  }
+// ---- K tables: GPU time per op class of a PyTorch-profiler trace against the prediction -----
+// One row per op class (the trace's kernels classified by traces/kernel_classes), the GPU-busy
+// total, and the predicted step against that total.
+ValidationTable kernel_class_table(ValidationTable t, const std::string& path,
+                                   const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                                   const spec::Plan& plan) {
   traces::KernelTimes measured = traces::kernel_times(spec::read_json_file(path), path);
   const double steps = static_cast<double>(std::max<int64_t>(1, measured.steps));
-  spec::ModelSpec model = models::zoo_model("gpt2-124m");
-  model.transformer().vocab = 50304;
-  spec::ClusterSpec cluster = spec::builtin_cluster("h100-1gpu");
-  spec::Plan plan;
-  plan.micro_batch = 8;
-  plan.global_batch = 8;
-  plan.stack = spec::builtin_stack("pytorch-fsdp");
-  plan.stack->autocast = true;  // the trace ran torch.autocast over fp32 weights (K1)
   const loop::ClassTimes predicted = loop::predicted_class_times(model, cluster, plan);
   double measured_total = 0, predicted_total = 0;
   for (spec::OpClass c : loop::profiled_classes()) {
@@ -406,6 +390,58 @@ ValidationTable table_k1(const std::string& path) {
                     "predicted step against the measured GPU-busy time"});
   t.note = fmt::format("{} kernels over {} steps in {}", measured.kernels, measured.steps, path);
   return t;
+}
+
+// K1: GPT-2 124M on one H100 (published.md K1).
+ValidationTable table_k1(const std::string& path) {
+  ValidationTable t{"K1",
+                    "PyTorch-profiler trace of GPT-2 124M (vocabulary 50304), batch 8 x 1024, "
+                    "bf16 autocast, SDPA, fused AdamW, one H100: GPU time per op class and step, "
+                    "on h100-1gpu, stack pytorch-fsdp with autocast (eager PyTorch, SDPA; one GPU)",
+                    "ms",
+                    false,
+                    {},
+                    ""};
+  if (path.empty()) {
+    t.note = "skipped: give --kineto PATH (traces/samples/kineto-gpt2-124m-h100-b8.json.gz)";
+    return t;
+  }
+  spec::ModelSpec model = models::zoo_model("gpt2-124m");
+  model.transformer().vocab = 50304;
+  spec::Plan plan;
+  plan.micro_batch = 8;
+  plan.global_batch = 8;
+  plan.stack = spec::builtin_stack("pytorch-fsdp");
+  plan.stack->autocast = true;  // the trace ran torch.autocast over fp32 weights (K1)
+  return kernel_class_table(std::move(t), path, model, spec::builtin_cluster("h100-1gpu"), plan);
+}
+
+// K2 / K3: Llama-3 8B width, 8 layers, micro-batch 1 x 8192, on the project's H200
+// (bench/pytorch_llama_layers.py, scripts/gpu-fidelity.sh), eager and compiled per block.
+ValidationTable table_llama_h200(const std::string& id, const std::string& trace,
+                                 const std::string& stack) {
+  ValidationTable t{id,
+                    fmt::format("PyTorch-profiler trace of Llama-3 8B width, 8 layers, 1 x 8192 "
+                                "tokens, bf16 autocast, SDPA, fused AdamW, {} on one H200 "
+                                "(the project's, 2026-11-28): GPU time per op class, on "
+                                "h200-1gpu, stack {} with autocast",
+                                stack == "torchtitan" ? "eager" : "torch.compile per block", stack),
+                    "ms",
+                    false,
+                    {},
+                    ""};
+  if (trace.empty()) {
+    t.note = "skipped: no trace";
+    return t;
+  }
+  spec::ModelSpec model = models::zoo_model("llama3-8b");
+  model.transformer().layers = 8;
+  spec::Plan plan;
+  plan.micro_batch = 1;
+  plan.global_batch = 1;
+  plan.stack = spec::builtin_stack(stack);
+  plan.stack->autocast = true;  // TorchTitan on one GPU (no FSDP) trains under torch.autocast
+  return kernel_class_table(std::move(t), trace, model, spec::builtin_cluster("h200-1gpu"), plan);
 }
 
 }  // namespace
@@ -429,6 +465,8 @@ std::vector<ValidationTable> run_validation(const ValidationOptions& o) {
   tables.push_back(table6(a100, o.fidelity));
   tables.push_back(table9(o.fidelity));
   tables.push_back(table_k1(o.kineto));
+  tables.push_back(table_llama_h200("K2", o.llama_eager_trace, "torchtitan"));
+  tables.push_back(table_llama_h200("K3", o.llama_compiled_trace, "torchtitan-compiled"));
   return tables;
 }
 

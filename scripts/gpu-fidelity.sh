@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 56's device measurements, for the GPU machine (../shared/DEVICE.md), in about 6 minutes:
+#   1. GEMM rates at training shapes (bf16, fp8 with and without fast accumulation) with the SM
+#      clock beside each, then 60 s of bf16 and 60 s of fp8 GEMM loops with clock and power every
+#      100 ms (bench/gpu_power_clock.py), nvidia-smi logging the same counters throughout;
+#   2. Llama-3 8B width (8 layers, micro-batch 1 x 8192) trained for 60 s eager with clock and power,
+#      and a Kineto trace of two steps; the same compiled (per block) with a trace;
+#   3. a GPT-3 175B tensor-parallel-8 shard (2 layers, 1 x 2048) eager and compiled, with traces.
+# Everything goes to ./out/fidelity and, when $OUT is set, into $OUT/fidelity.tgz and a summary.
+# PyTorch only: nothing to build. Usage: scripts/gpu-fidelity.sh
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$root/out/fidelity"
+mkdir -p "$out"
+pack() {
+  [[ -n "${OUT:-}" ]] || return 0
+  gzip -f "$out"/*.trace.json 2>/dev/null
+  tar -czf "$OUT/fidelity.tgz" -C "$out" . && cp "$out/summary.jsonl" "$OUT/" 2>/dev/null
+}
+trap pack EXIT
+cd "$root/bench"
+export PYTHONUNBUFFERED=1
+{ nvidia-smi; git -C "$root" rev-parse HEAD; date -u; } >"$out/machine.txt" 2>&1
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+  --format=csv -lms 100 >"$out/nvidia-smi.csv" 2>&1 &
+smi=$!
+run() {  # run LIMIT_S NAME COMMAND...: one part, its JSON lines kept in summary.jsonl
+  local limit=$1 name=$2; shift 2
+  echo "== $name $(date -u +%T)"
+  timeout "$limit" "$@" 2>"$out/$name.err" | tee -a "$out/summary.jsonl"
+  echo "   rc ${PIPESTATUS[0]}"; tail -3 "$out/$name.err"
+}
+zoo="$root/models/zoo"
+run 200 gemm python3 gpu_power_clock.py --table --loop-s 60 --samples "$out/gemm_samples.json"
+run 100 llama8l_eager python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
+  --seconds 60 --power --profile "$out/llama3-8b-8l-h200-eager.trace.json"
+run 150 llama8l_compile python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
+  --compile --steps 10 --profile "$out/llama3-8b-8l-h200-compile.trace.json"
+for c in "" "--compile"; do
+  run 80 "gpt3tp8${c:+_compile}" python3 pytorch_llama_layers.py --model-json "$zoo/gpt3-175b.json" \
+    --family gpt3-shard --tp 8 --layers 2 --seq 2048 --steps 20 $c \
+    --profile "$out/gpt3-175b-tp8-2l-h200${c:+-compile}.trace.json"
+done
+kill $smi
+ls -la "$out"
