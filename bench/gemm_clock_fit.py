@@ -4,7 +4,8 @@ measured GEMM with the cluster's GEMM model the way sim/cost/src/compute_model.c
 (ComputeModel::matmul_seconds) does, to answer two questions:
   1. at what clock, in the GEMM model's units, does the model give the rate that the sustained
      loop measured (the power object's tensor_clock_MHz for bf16 and fp8);
-  2. how the model's error at that clock spreads over the table's training shapes.
+  2. how the model's error spreads over the table's training shapes, each at the GEMM model's
+     clock for the SM clock it ran at (the same ratio, at most the boost clock).
 Usage: bench/gemm_clock_fit.py SUMMARY.jsonl clusters/dgx-h100.json. Standard library only."""
 import json
 import math
@@ -56,8 +57,9 @@ def main():
               f"{nvml:.0f} MHz; the GEMM model gives it at {clock:.0f} MHz (model units)")
         for r in (r for r in rows if r.get("part") == "table" and r["dtype"] == loop["dtype"]):
             m, k, n = r["mkn"]
-            # Each table row ran at its own clock: scale the effective clock by the NVML ratio.
-            c = clock * r["sm_MHz"] / nvml
+            # Each table row ran at its own SM clock: the GEMM model's clock in the same ratio,
+            # at most the boost clock (spec/power_model.hpp gemm_model_clock_MHz).
+            c = min(clock * r["sm_MHz"] / nvml, dev.get("power", {}).get("max_clock_MHz", math.inf))
             pred = 2.0 * m * k * n / gemm_seconds(m, n, k, c, g, peaks[dtype], peaks["bf16"], bw) / 1e12
             print(f"  {r['gemm']:20s} {m:5d}x{k:5d}x{n:5d} measured {r['tflops']:7.1f} at {r['sm_MHz']:4.0f} MHz,"
                   f" model {pred:7.1f} ({100 * (pred / r['tflops'] - 1):+5.1f}%)")

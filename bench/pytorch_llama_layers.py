@@ -9,6 +9,10 @@
   column-parallel QKV and fc1, row-parallel proj and fc2, biases, GELU) with --tp shards, layers only
   (random hidden states in, a random gradient out), no all-reduces (one GPU), no dropout.
 --compile: each block through torch.compile, as TorchTitan compiles per block.
+--fsdp: TorchTitan's own precision path instead of autocast: FSDP2 fully_shard per block and on the
+  model at world size 1 (NCCL), MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), so the
+  casts, copy-in/copy-out and reduce kernels of FSDP2 run as on a cluster (its collectives over one
+  rank); no autocast.
 Prints one JSON line per run: step time, tokens/s, model TFLOP/s; --seconds runs the timed loop that
 long (NVML clock and power over it when --power); --profile writes a Kineto trace of two more steps.
 Usage: python3 bench/pytorch_llama_layers.py --model-json models/zoo/llama3-8b.json --layers 8
@@ -101,6 +105,20 @@ class Gpt3Shard(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
+def fsdp_wrap(model):
+    """TorchTitan's apply_fsdp at world size 1: each block, then the root."""
+    import os
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29531")
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for i, blk in enumerate(model.layers):
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=i < len(model.layers) - 1)
+    fully_shard(model, mp_policy=mp)
+
+
 def build(args, t):
     """The model, its train-step closure and the model FLOPs of one step."""
     b, s = args.micro_batch, args.seq
@@ -109,6 +127,8 @@ def build(args, t):
         if args.compile:
             for i, blk in enumerate(model.layers):
                 model.layers[i] = torch.compile(blk, fullgraph=True)
+        if args.fsdp:
+            fsdp_wrap(model)
         h, f, kvd = t["hidden"], t["ffn_hidden"], t["kv_heads"] * t["hidden"] // t["heads"]
         layer_params = 2 * h * h + 2 * h * kvd + 3 * h * f
         weight_flops = 6 * b * s * (args.layers * layer_params + h * t["vocab"])
@@ -136,15 +156,21 @@ def build(args, t):
     attn_flops = 3 * args.layers * 2 * b * s * s * (t["hidden"] // t["heads"]) * heads
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
 
+    clip = {"on": True}
+
     def train_step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not args.fsdp):
             loss = loss_fn()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if clip["on"]:
+            try:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            except Exception as e:  # recorded in the output: the run goes on without clipping
+                clip["on"], clip["error"] = False, repr(e)[:200]
         opt.step()
         return loss.item()  # synchronises
-    return train_step, weight_flops + attn_flops
+    return train_step, weight_flops + attn_flops, clip
 
 
 def main():
@@ -156,6 +182,7 @@ def main():
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=0, help="default: the model's seq_len")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--fsdp", action="store_true")
     p.add_argument("--steps", type=int, default=10, help="timed steps when --seconds is 0")
     p.add_argument("--seconds", type=float, default=0)
     p.add_argument("--power", action="store_true")
@@ -165,7 +192,7 @@ def main():
     t = spec["transformer"]
     args.seq = args.seq or t["seq_len"]
     torch.manual_seed(1234)
-    train_step, flops = build(args, t)
+    train_step, flops, clip = build(args, t)
     t_compile = time.time()
     for _ in range(3):  # warm-up, compilation
         loss = train_step()
@@ -193,11 +220,11 @@ def main():
     median = times[len(times) // 2]
     tokens = args.micro_batch * args.seq
     print(json.dumps({"family": args.family, "model": spec.get("name", args.model_json), "layers": args.layers,
-                      "tp": args.tp if args.family == "gpt3-shard" else 1, "compile": args.compile,
+                      "tp": args.tp if args.family == "gpt3-shard" else 1, "compile": args.compile, "fsdp": args.fsdp,
                       "micro_batch": args.micro_batch, "seq": args.seq, "steps": len(times),
                       "warmup_s": round(t_compile, 1), "step_time_s": median, "tokens_per_s": tokens / median,
                       "model_tflops": flops / median / 1e12, "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30,
-                      "loss": loss, "clock": clock}), flush=True)
+                      "loss": loss, "clip": clip, "clock": clock}), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,12 @@
 #   2. Llama-3 8B width (8 layers, micro-batch 1 x 8192) trained for 60 s eager with clock and power,
 #      and a Kineto trace of two steps; the same compiled (per block) with a trace;
 #   3. a GPT-3 175B tensor-parallel-8 shard (2 layers, 1 x 2048) eager and compiled, with traces.
+#   4. the same 8 Llama layers under TorchTitan's own precision path, FSDP2 at world size 1 with
+#      bf16 parameters and fp32 reduction (no autocast), eager for 30 s with clock and power, and
+#      compiled, each with a trace.
 # Everything goes to ./out/fidelity and, when $OUT is set, into $OUT/fidelity.tgz and a summary.
-# PyTorch only: nothing to build. Usage: scripts/gpu-fidelity.sh
+# PyTorch only: nothing to build. Usage: scripts/gpu-fidelity.sh [gemm] [llama] [gpt3] [fsdp]
+# (default: all, about 7 minutes).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/out/fidelity"
@@ -31,15 +35,22 @@ run() {  # run LIMIT_S NAME COMMAND...: one part, its JSON lines kept in summary
   echo "   rc ${PIPESTATUS[0]}"; tail -3 "$out/$name.err"
 }
 zoo="$root/models/zoo"
-run 200 gemm python3 gpu_power_clock.py --table --loop-s 60 --samples "$out/gemm_samples.json"
-run 100 llama8l_eager python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(gemm llama gpt3 fsdp)
+want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+want gemm && run 200 gemm python3 gpu_power_clock.py --table --loop-s 60 --samples "$out/gemm_samples.json"
+want llama && run 100 llama8l_eager python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
   --seconds 60 --power --profile "$out/llama3-8b-8l-h200-eager.trace.json"
-run 150 llama8l_compile python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
+want llama && run 150 llama8l_compile python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" --layers 8 \
   --compile --steps 10 --profile "$out/llama3-8b-8l-h200-compile.trace.json"
-for c in "" "--compile"; do
+want gpt3 && for c in "" "--compile"; do
   run 80 "gpt3tp8${c:+_compile}" python3 pytorch_llama_layers.py --model-json "$zoo/gpt3-175b.json" \
     --family gpt3-shard --tp 8 --layers 2 --seq 2048 --steps 20 $c \
     --profile "$out/gpt3-175b-tp8-2l-h200${c:+-compile}.trace.json"
 done
+want fsdp && run 100 llama8l_fsdp2_eager python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" \
+  --layers 8 --fsdp --seconds 30 --power --profile "$out/llama3-8b-8l-h200-fsdp2-eager.trace.json"
+want fsdp && run 150 llama8l_fsdp2_compile python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" \
+  --layers 8 --fsdp --compile --steps 10 --profile "$out/llama3-8b-8l-h200-fsdp2-compile.trace.json"
 kill $smi
 ls -la "$out"

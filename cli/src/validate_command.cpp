@@ -37,6 +37,9 @@ int run(const ValidateOptions& o) {
       o.kineto == "default" ? sample_trace("kineto-gpt2-124m-h100-b8.json.gz") : o.kineto;
   options.llama_eager_trace = sample_trace("kineto-llama3-8b-8l-h200-eager.json.gz");
   options.llama_compiled_trace = sample_trace("kineto-llama3-8b-8l-h200-compile.json.gz");
+  options.llama_fsdp_eager_trace = sample_trace("kineto-llama3-8b-8l-h200-fsdp2-eager.json.gz");
+  options.llama_fsdp_compiled_trace =
+      sample_trace("kineto-llama3-8b-8l-h200-fsdp2-compile.json.gz");
   std::vector<ValidationTable> tables = run_validation(options);
 
   if (o.json) {

@@ -416,16 +416,20 @@ ValidationTable table_k1(const std::string& path) {
   return kernel_class_table(std::move(t), path, model, spec::builtin_cluster("h100-1gpu"), plan);
 }
 
-// K2 / K3: Llama-3 8B width, 8 layers, micro-batch 1 x 8192, on the project's H200
-// (bench/pytorch_llama_layers.py, scripts/gpu-fidelity.sh), eager and compiled per block.
+// K2..K5: Llama-3 8B width, 8 layers, micro-batch 1 x 8192, on the project's H200
+// (bench/pytorch_llama_layers.py, scripts/gpu-fidelity.sh), eager and compiled per block; under
+// torch.autocast over fp32 weights (K2, K3), or TorchTitan's FSDP2 with bf16 parameters and fp32
+// reduction at world size 1 (K4, K5: plan zero 3 over one rank). The loss is eager in all four.
 ValidationTable table_llama_h200(const std::string& id, const std::string& trace,
-                                 const std::string& stack) {
+                                 const std::string& stack, bool fsdp) {
   ValidationTable t{id,
                     fmt::format("PyTorch-profiler trace of Llama-3 8B width, 8 layers, 1 x 8192 "
-                                "tokens, bf16 autocast, SDPA, fused AdamW, {} on one H200 "
+                                "tokens, {}, SDPA, fused AdamW, gradient clipping, {} on one H200 "
                                 "(the project's, 2026-11-28): GPU time per op class, on "
-                                "h200-1gpu, stack {} with autocast",
-                                stack == "torchtitan" ? "eager" : "torch.compile per block", stack),
+                                "h200-1gpu, stack {}{}",
+                                fsdp ? "FSDP2 bf16 parameters (world size 1)" : "bf16 autocast",
+                                stack == "torchtitan" ? "eager" : "torch.compile per block", stack,
+                                fsdp ? ", zero 3" : " with autocast"),
                     "ms",
                     false,
                     {},
@@ -439,8 +443,11 @@ ValidationTable table_llama_h200(const std::string& id, const std::string& trace
   spec::Plan plan;
   plan.micro_batch = 1;
   plan.global_batch = 1;
+  plan.zero = fsdp ? 3 : 0;
   plan.stack = spec::builtin_stack(stack);
-  plan.stack->autocast = true;  // TorchTitan on one GPU (no FSDP) trains under torch.autocast
+  plan.stack->autocast = !fsdp;  // TorchTitan on one GPU without FSDP trains under autocast
+  // The script compiles the blocks alone: its loss runs eager.
+  plan.stack->cross_entropy = spec::CrossEntropy::kEager;
   return kernel_class_table(std::move(t), trace, model, spec::builtin_cluster("h200-1gpu"), plan);
 }
 
@@ -465,8 +472,11 @@ std::vector<ValidationTable> run_validation(const ValidationOptions& o) {
   tables.push_back(table6(a100, o.fidelity));
   tables.push_back(table9(o.fidelity));
   tables.push_back(table_k1(o.kineto));
-  tables.push_back(table_llama_h200("K2", o.llama_eager_trace, "torchtitan"));
-  tables.push_back(table_llama_h200("K3", o.llama_compiled_trace, "torchtitan-compiled"));
+  tables.push_back(table_llama_h200("K2", o.llama_eager_trace, "torchtitan", false));
+  tables.push_back(table_llama_h200("K3", o.llama_compiled_trace, "torchtitan-compiled", false));
+  tables.push_back(table_llama_h200("K4", o.llama_fsdp_eager_trace, "torchtitan", true));
+  tables.push_back(
+      table_llama_h200("K5", o.llama_fsdp_compiled_trace, "torchtitan-compiled", true));
   return tables;
 }
 

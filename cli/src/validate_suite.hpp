@@ -7,7 +7,8 @@
 //   T6  Megatron-LM README (2020): iteration time of tensor-parallel GPT models on A100s.
 //   T9  NVIDIA NeMo 24.07: tokens/s per H100 of Megatron-Core FP8 runs, 8 to 512 GPUs.
 //   K1  a PyTorch-profiler trace of GPT-2 124M on one H100: GPU time per op class.
-//   K2  the same of 8 Llama-3 8B layers on the project's H200, eager; K3 compiled per block.
+//   K2  the same of 8 Llama-3 8B layers on the project's H200, eager; K3 compiled per block;
+//   K4, K5 the same under FSDP2 with bf16 parameters (TorchTitan's precision path).
 // Every row uses the shipped cluster file of its GPU and the preset of its software stack; no row
 // has a knob of its own beyond what its publication states (layout, batch, recompute, DDP kind).
 #pragma once
@@ -40,9 +41,11 @@ struct ValidationTable {
 
 struct ValidationOptions {
   sim::Fidelity fidelity = sim::Fidelity::kAnalytic;
-  std::string kineto;                // the K1 trace; empty: skip K1
-  std::string llama_eager_trace;     // K2's trace; empty: skip
-  std::string llama_compiled_trace;  // K3's trace; empty: skip
+  std::string kineto;                     // the K1 trace; empty: skip K1
+  std::string llama_eager_trace;          // K2's trace; empty: skip
+  std::string llama_compiled_trace;       // K3's trace; empty: skip
+  std::string llama_fsdp_eager_trace;     // K4's
+  std::string llama_fsdp_compiled_trace;  // K5's
 };
 
 std::vector<ValidationTable> run_validation(const ValidationOptions& options);

@@ -6,9 +6,10 @@ namespace sextant::models {
 int64_t optimizer_bytes_per_param(const OptimizerPrecision& p) {
   const int64_t grad = spec::dtype_bytes(p.grads);
   const int64_t param = spec::dtype_bytes(p.model_params);
-  int64_t bytes = 16 + 12;             // AdamW over fp32 master weights and moments
-  if (grad < 4) bytes += grad + 4;     // _copy_model_grads_to_main_grads
-  if (p.loss_scaling) bytes += 4 + 4;  // _unscale_main_grads_and_check_for_nan
+  int64_t bytes = 16 + 12;                // AdamW over fp32 master weights and moments
+  if (grad < 4) bytes += grad + 4;        // _copy_model_grads_to_main_grads
+  if (p.loss_scaling) bytes += 4 + 4;     // _unscale_main_grads_and_check_for_nan
+  if (p.clip_passes) bytes += 4 + 4 + 4;  // the gradient norm, then the scaling
   if (param < 4 && !p.params_sharded) bytes += 4 + param;  // _copy_main_params_to_model_params
   return bytes;
 }
@@ -20,6 +21,7 @@ OptimizerPrecision optimizer_precision(const spec::Stack& stack, spec::Dtype com
   p.grads = spec::gradient_dtype(stack, compute);
   p.loss_scaling = compute == spec::Dtype::kFp16;
   p.params_sharded = zero_stage == 3;
+  p.clip_passes = stack.grad_clip;
   return p;
 }
 

@@ -57,7 +57,7 @@ ComposedActivation gelu_new_eager(int64_t e, bool autocast) {
 FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x) {
   FusionPasses p;
   if (x.eager()) {
-    if (m.norm == spec::Norm::kRmsNorm) {
+    if (m.norm == spec::Norm::kRmsNorm && !x.fused_rms_norm) {
       p.norm = 9;
       p.norm_kernels = 7;
     }
@@ -108,9 +108,10 @@ Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes) 
 Op norm_backward(const Op& fwd, const spec::TransformerSpec& m, const TransformerDims& x,
                  const FusionPasses& passes) {
   Op op = memory_backward(fwd, 1.5);
-  op.kernels = passes.norm_kernels == 0                        ? 0
-               : x.eager() && m.norm == spec::Norm::kLayerNorm ? 2
-                                                               : passes.norm_kernels;
+  op.kernels = passes.norm_kernels == 0 ? 0
+               : x.eager() && (m.norm == spec::Norm::kLayerNorm || x.fused_rms_norm)
+                   ? 2
+                   : passes.norm_kernels;
   return op;
 }
 

@@ -414,6 +414,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.fusion = o.fusion;
   x.cross_entropy = o.cross_entropy;
   x.autocast = o.autocast && x.e < 4;
+  x.fused_rms_norm = o.fused_rms_norm;
   x.fp8 = o.fp8_gemms;
   x.selective = o.selective;
   std::string source = fmt::format("model {}", model.name);

@@ -29,7 +29,8 @@ struct TransformerDims {
   // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
   // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
   bool autocast;
-  bool fp8;  // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
+  bool fp8;             // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
+  bool fused_rms_norm;  // LoweringOptions::fused_rms_norm
   spec::SelectiveRecompute selective;  // what selective recompute re-runs and keeps
   int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }

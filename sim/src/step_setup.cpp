@@ -45,6 +45,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.fusion = s.stack.fusion;
   s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
+  s.lowering.fused_rms_norm = s.stack.fused_rms_norm;
   s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;
   s.lowering.selective = s.stack.selective_recompute;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;
@@ -86,7 +87,9 @@ ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetu
   for (int round = 0; round < 3; ++round) {
     const ComputeModel at(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype,
                           clock);
-    clock = spec::sustained_clock_MHz(*power, setup.gemm_dtype, tensor_share(lowered, at));
+    const double sm_clock =
+        spec::sustained_clock_MHz(*power, setup.gemm_dtype, tensor_share(lowered, at));
+    clock = spec::gemm_model_clock_MHz(*power, setup.gemm_dtype, sm_clock);
   }
   return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype, clock);
 }

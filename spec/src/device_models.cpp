@@ -133,6 +133,9 @@ GemmModel decode_gemm_model(ObjectReader& r) {
   g.max_split_k = r.integer("max_split_k", Range::between(1, 64)).value_or(1);
   g.misaligned_efficiency =
       r.number("misaligned_efficiency", Range::between(1e-3, 1), Presence::kOptional).value_or(1);
+  g.fp8_split_accumulator_efficiency =
+      r.number("fp8_split_accumulator_efficiency", Range::between(1e-3, 1), Presence::kOptional)
+          .value_or(1);
   if (const Json* tiles = r.array("tiles")) {
     std::string base = pointer_join(r.pointer(), "tiles");
     for (size_t i = 0; i < tiles->size(); ++i) {
@@ -233,6 +236,7 @@ Json to_json(const GemmModel& g) {
             {"tiles", tiles},
             {"max_split_k", g.max_split_k},
             {"misaligned_efficiency", g.misaligned_efficiency},
+            {"fp8_split_accumulator_efficiency", g.fp8_split_accumulator_efficiency},
             {"source", g.source}};
   if (g.clock_MHz > 0) j["clock_MHz"] = g.clock_MHz;
   return j;

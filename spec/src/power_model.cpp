@@ -16,12 +16,18 @@ namespace {
 // Dynamic power grows with the cube of the clock (power_model.hpp).
 constexpr double kPowerExponent = 3.0;
 
-// The tensor-core clock measured for `dtype` at rated_W; bf16's when the dtype has none.
+// The clock given for `dtype` in `clocks`, bf16's when the dtype has none; 0 when neither is.
+double clock_for(const std::map<Dtype, double>& clocks, Dtype dtype) {
+  auto it = clocks.find(dtype);
+  if (it == clocks.end()) it = clocks.find(Dtype::kBf16);
+  return it == clocks.end() ? 0.0 : it->second;
+}
+
+// The tensor-core SM clock measured for `dtype` at rated_W.
 double tensor_clock(const PowerModel& p, Dtype dtype) {
-  auto it = p.tensor_clock_MHz.find(dtype);
-  if (it == p.tensor_clock_MHz.end()) it = p.tensor_clock_MHz.find(Dtype::kBf16);
-  SEXTANT_CHECK(it != p.tensor_clock_MHz.end(), "power model without a bf16 tensor clock");
-  return it->second;
+  const double clock = clock_for(p.tensor_clock_MHz, dtype);
+  SEXTANT_CHECK(clock > 0, "power model without a bf16 tensor clock");
+  return clock;
 }
 
 // What the board would draw above idle at the boost clock for this mix of work: tensor-core
@@ -57,6 +63,27 @@ double sustained_clock_MHz(const PowerModel& p, Dtype gemm_dtype, double tensor_
   return p.max_clock_MHz * std::min(1.0, ratio);
 }
 
+double gemm_model_clock_MHz(const PowerModel& p, Dtype gemm_dtype, double sm_clock_MHz) {
+  const double gemm = clock_for(p.gemm_clock_MHz, gemm_dtype);
+  if (gemm <= 0) return sm_clock_MHz;
+  return std::min(p.max_clock_MHz, sm_clock_MHz * gemm / tensor_clock(p, gemm_dtype));
+}
+
+namespace {
+
+// A per-dtype clock object (tensor_clock_MHz, gemm_clock_MHz): positive numbers, bf16 required.
+std::map<Dtype, double> decode_clocks(ObjectReader& clocks, const std::string& what) {
+  std::map<Dtype, double> out;
+  for (const auto& [dtype, name] : kTensorDtypes) {
+    if (auto v = clocks.number(name, Range::positive(), Presence::kOptional)) out[dtype] = *v;
+  }
+  if (!out.contains(Dtype::kBf16))
+    clocks.problem("bf16", "(missing)", fmt::format("must give the bf16 {}", what));
+  return out;
+}
+
+}  // namespace
+
 PowerModel decode_power_model(ObjectReader& r) {
   PowerModel p;
   p.limit_W = r.number("limit_W", Range::positive()).value_or(1);
@@ -65,17 +92,16 @@ PowerModel decode_power_model(ObjectReader& r) {
   p.memory_bound_W = r.number("memory_bound_W", Range::positive()).value_or(0);
   p.rated_W = r.number("rated_W", Range::positive()).value_or(1);
   if (auto clocks = r.object("tensor_clock_MHz")) {
-    for (const auto& [dtype, name] : kTensorDtypes) {
-      if (auto v = clocks->number(name, Range::positive(), Presence::kOptional))
-        p.tensor_clock_MHz[dtype] = *v;
-    }
-    if (!p.tensor_clock_MHz.contains(Dtype::kBf16))
-      clocks->problem("bf16", "(missing)", "must give the bf16 tensor-core clock");
+    p.tensor_clock_MHz = decode_clocks(*clocks, "tensor-core clock");
     for (const auto& [dtype, clock] : p.tensor_clock_MHz) {
       if (clock > p.max_clock_MHz)
         clocks->problem(enum_name(dtype_names(), dtype), fmt::format("{}", clock),
                         fmt::format("must be <= max_clock_MHz ({})", p.max_clock_MHz));
     }
+    clocks->finish();
+  }
+  if (auto clocks = r.object("gemm_clock_MHz", Presence::kOptional)) {
+    p.gemm_clock_MHz = decode_clocks(*clocks, "GEMM model clock");
     clocks->finish();
   }
   p.locked_clock_MHz = r.number("locked_clock_MHz", Range::positive(), Presence::kOptional);
@@ -103,6 +129,12 @@ Json to_json(const PowerModel& p) {
   Json j = {{"limit_W", p.limit_W},       {"max_clock_MHz", p.max_clock_MHz},
             {"idle_W", p.idle_W},         {"memory_bound_W", p.memory_bound_W},
             {"tensor_clock_MHz", clocks}, {"rated_W", p.rated_W}};
+  if (!p.gemm_clock_MHz.empty()) {
+    Json gemm = Json::object();
+    for (const auto& [dtype, clock] : p.gemm_clock_MHz)
+      gemm[std::string(enum_name(dtype_names(), dtype))] = clock;
+    j["gemm_clock_MHz"] = gemm;
+  }
   if (p.locked_clock_MHz) j["locked_clock_MHz"] = *p.locked_clock_MHz;
   j["source"] = p.source;
   return j;

@@ -36,7 +36,7 @@ constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
 constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
     {{"attention_core", SelectiveRecompute::kAttentionCore},
      {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
-constexpr std::array<std::string_view, 17> kKnobs{"attention",
+constexpr std::array<std::string_view, 19> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -52,7 +52,9 @@ constexpr std::array<std::string_view, 17> kKnobs{"attention",
                                                   "allocator_reserve",
                                                   "vocab_multiple",
                                                   "dropout",
-                                                  "selective_recompute"};
+                                                  "selective_recompute",
+                                                  "fused_rms_norm",
+                                                  "grad_clip"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -80,6 +82,12 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   } else if (presence == Presence::kRequired) {
     s.cross_entropy = default_cross_entropy(s.fusion);
   }
+  // Likewise fused_rms_norm: older stack files lowered an eager RMSNorm as elementwise ops.
+  if (auto v = r.boolean("fused_rms_norm", Presence::kOptional)) {
+    s.fused_rms_norm = *v;
+  } else if (presence == Presence::kRequired) {
+    s.fused_rms_norm = s.fusion != Fusion::kEager;
+  }
   if (auto v = r.enumeration("tp_overlap", tp_overlap_names(), presence)) s.tp_overlap = *v;
   if (auto v = r.boolean("dp_overlap", presence)) s.dp_overlap = *v;
   if (auto v = r.boolean("param_gather_overlap", presence)) s.param_gather_overlap = *v;
@@ -99,6 +107,7 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.integer("vocab_multiple", Range::between(1, 1 << 20), Presence::kOptional))
     s.vocab_multiple = *v;
   if (auto v = r.boolean("dropout", Presence::kOptional)) s.dropout = *v;
+  if (auto v = r.boolean("grad_clip", Presence::kOptional)) s.grad_clip = *v;
   // Optional even in presets: stacks written before the knob existed ran Megatron's policy.
   if (auto v =
           r.enumeration("selective_recompute", selective_recompute_names(), Presence::kOptional))
@@ -303,6 +312,8 @@ Json to_json(const Stack& s) {
   j["vocab_multiple"] = s.vocab_multiple;
   j["dropout"] = s.dropout;
   j["selective_recompute"] = enum_name(selective_recompute_names(), s.selective_recompute);
+  j["fused_rms_norm"] = s.fused_rms_norm;
+  j["grad_clip"] = s.grad_clip;
   return j;
 }
 

@@ -86,7 +86,9 @@ TEST(StackLowering, FusionLevelsChangeTheMemoryPasses) {
     return lower(m, options(spec::AttentionKernel::kUnfused, f)).layers[1];
   };
   Layer fused = block(spec::Fusion::kFused);
-  Layer eager = block(spec::Fusion::kEager);
+  LoweringOptions composite = options(spec::AttentionKernel::kUnfused, spec::Fusion::kEager);
+  composite.fused_rms_norm = false;  // Hugging Face's LlamaRMSNorm
+  Layer eager = lower(m, composite).layers[1];
   Layer compiled = block(spec::Fusion::kCompiled);
   const int64_t T = 4 * 32, h = 64, f = 128, e = 2;
   // Fused RMSNorm reads and writes T x h once.
@@ -95,6 +97,12 @@ TEST(StackLowering, FusionLevelsChangeTheMemoryPasses) {
   // kernels.
   EXPECT_EQ(find(eager.forward, "attn.norm").bytes, 18 * T * h * e);
   EXPECT_EQ(find(eager.forward, "attn.norm").kernels, 7);
+  // Eager with PyTorch's fused RMSNorm (nn.RMSNorm on CUDA): the fused kernel's one pass, and a
+  // grad-input and a gamma kernel backward.
+  Layer eager_fused_norm = block(spec::Fusion::kEager);
+  EXPECT_EQ(find(eager_fused_norm.forward, "attn.norm").bytes, 2 * T * h * e);
+  EXPECT_EQ(find(eager_fused_norm.forward, "attn.norm").kernels, 1);
+  EXPECT_EQ(find(eager_fused_norm.backward, "attn.norm").kernels, 2);
   // Compiled: the norm is fused into the residual add before it and only writes its output.
   EXPECT_EQ(find(compiled.forward, "mlp.norm").bytes, T * h * e);
   EXPECT_EQ(find(compiled.forward, "mlp.norm").kernels, 0);
@@ -293,23 +301,28 @@ TEST(StackLowering, CrossEntropyImplementationsMoveTheirBytes) {
 TEST(OptimizerStep, BytesPerParameterFollowThePrecision) {
   // fp32 training: AdamW reads param, grad, m, v and writes param, m, v: 7 x 4 = 28.
   EXPECT_EQ(optimizer_bytes_per_param({}), 28);
+  // The Megatron and DeepSpeed presets clip the gradient norm first (Stack::grad_clip): the norm
+  // reads each fp32 gradient (4), the scale reads and writes it (4 + 4): + 12 over the passes.
   // Megatron-LM v2.5 --fp16: fp16 grads copied to fp32 main grads (2 + 4), unscaled with the inf
-  // check (4 + 4), AdamW (28), masters copied to the fp16 model (4 + 2): 48.
+  // check (4 + 4), clipped (12), AdamW (28), masters copied to the fp16 model (4 + 2): 60.
   spec::Stack megatron_lm = spec::builtin_stack("megatron-lm");
-  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(megatron_lm, spec::Dtype::kFp16, 0)), 48);
-  // Megatron-Core bf16 with fp32 main-grad accumulation: no copy, no loss scale: 28 + 6 = 34.
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(megatron_lm, spec::Dtype::kFp16, 0)), 60);
+  // Megatron-Core bf16 with fp32 main-grad accumulation: no copy, no loss scale: 12 + 28 + 6 = 46.
   spec::Stack core = spec::builtin_stack("megatron-core");
-  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(core, spec::Dtype::kBf16, 1)), 34);
-  // bf16 gradients (DeepSpeed): + 2 + 4 for the fp32 copy: 40; under ZeRO-3 the 16-bit copy is
-  // made by the gathers, not the step: 34.
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(core, spec::Dtype::kBf16, 1)), 46);
+  // bf16 gradients (DeepSpeed): + 2 + 4 for the fp32 copy: 52; under ZeRO-3 the 16-bit copy is
+  // made by the gathers, not the step: 46.
   spec::Stack deepspeed = spec::builtin_stack("deepspeed");
-  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 1)), 40);
-  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 3)), 34);
-  // Autocast keeps fp32 parameters and gradients: the AdamW pass alone.
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 1)), 52);
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(deepspeed, spec::Dtype::kBf16, 3)), 46);
+  // Autocast keeps fp32 parameters and gradients: the AdamW pass alone (FSDP's defaults clip
+  // nothing); with clipping 12 + 28 = 40.
   spec::Stack autocast = spec::builtin_stack("pytorch-fsdp");
   autocast.autocast = true;
   autocast.grad_dtype.reset();
   EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(autocast, spec::Dtype::kBf16, 0)), 28);
+  autocast.grad_clip = true;
+  EXPECT_EQ(optimizer_bytes_per_param(optimizer_precision(autocast, spec::Dtype::kBf16, 0)), 40);
 }
 
 }  // namespace

@@ -56,6 +56,20 @@ TEST(PowerModel, MemoryBoundWorkKeepsTheBoostClock) {
   EXPECT_LT(half, 2000);
 }
 
+TEST(PowerModel, TheGemmModelClockScalesTheSmClockAsMeasuredUpToTheBoostClock) {
+  PowerModel p = example();
+  // Without gemm_clock_MHz the GEMM model follows the SM clock.
+  EXPECT_DOUBLE_EQ(gemm_model_clock_MHz(p, Dtype::kBf16, 1700), 1700);
+  // bf16 GEMMs measured at 1600 MHz ran as the GEMM model does at 1760: ratio 1.1. At an SM clock
+  // of 1700 the GEMM model runs at 1870; at 1900, 2090 is above the 2000 MHz boost clock.
+  p.gemm_clock_MHz = {{Dtype::kBf16, 1760}};
+  EXPECT_NEAR(gemm_model_clock_MHz(p, Dtype::kBf16, 1600), 1760, 1e-9);
+  EXPECT_NEAR(gemm_model_clock_MHz(p, Dtype::kBf16, 1700), 1870, 1e-9);
+  EXPECT_DOUBLE_EQ(gemm_model_clock_MHz(p, Dtype::kBf16, 1900), 2000);
+  // fp8 has no GEMM clock of its own: bf16's 1760 over fp8's own 1500 MHz tensor clock.
+  EXPECT_NEAR(gemm_model_clock_MHz(p, Dtype::kFp8, 1500), 1760, 1e-9);
+}
+
 TEST(PowerModel, ALockedClockIsTheClock) {
   PowerModel p = example();
   p.locked_clock_MHz = 1830;
@@ -95,6 +109,12 @@ TEST(PowerModel, BadPowerObjectsAreRefused) {
   EXPECT_INPUT_ERROR(
       read(cluster_with([](Json& j) { j["device"]["power"]["tensor_clock_MHz"]["fp8"] = 2500; })),
       "must be <= max_clock_MHz");
+  EXPECT_INPUT_ERROR(
+      read(cluster_with([](Json& j) { j["device"]["power"]["gemm_clock_MHz"].erase("bf16"); })),
+      "bf16 GEMM model clock");
+  EXPECT_INPUT_ERROR(
+      read(cluster_with([](Json& j) { j["device"]["power"]["gemm_clock_MHz"]["fp8"] = -1; })),
+      "/device/power/gemm_clock_MHz/fp8");
   EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = "700"; })),
                      "/device/power/limit_W");
   // One clock model at a time: a fixed GEMM clock beside a power object is refused, and a GEMM
@@ -111,6 +131,8 @@ TEST(PowerModel, RoundTripsThroughJson) {
   const ClusterSpec again = cluster_from_json(to_json(c), "again.json");
   ASSERT_TRUE(again.device.power);
   EXPECT_EQ(again.device.power->tensor_clock_MHz, c.device.power->tensor_clock_MHz);
+  EXPECT_EQ(again.device.power->gemm_clock_MHz, c.device.power->gemm_clock_MHz);
+  EXPECT_FALSE(again.device.power->gemm_clock_MHz.empty());
   EXPECT_EQ(again.device.power->limit_W, c.device.power->limit_W);
 }
 

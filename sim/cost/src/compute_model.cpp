@@ -14,7 +14,9 @@ bool is_matrix_op(spec::OpClass c) {
 namespace {
 
 double default_clock_MHz(const spec::DeviceSpec& device, spec::Dtype gemm_dtype) {
-  if (device.power) return spec::sustained_clock_MHz(*device.power, gemm_dtype, 1.0);
+  if (device.power)
+    return spec::gemm_model_clock_MHz(*device.power, gemm_dtype,
+                                      spec::sustained_clock_MHz(*device.power, gemm_dtype, 1.0));
   return device.gemm_model ? device.gemm_model->clock_MHz : 0.0;
 }
 
@@ -31,6 +33,7 @@ ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
       tile_overhead_scale_(device.peak_tflops.contains(spec::Dtype::kBf16)
                                ? gemm_peak_flops_ / device.peak_flops(spec::Dtype::kBf16)
                                : 1.0),
+      fp8_gemms_(gemm_dtype.value_or(dtype) == spec::Dtype::kFp8),
       clock_MHz_(clock_MHz.value_or(default_clock_MHz(device, gemm_dtype.value_or(dtype)))) {}
 
 double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const {
@@ -141,6 +144,9 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
   } else if (is_matrix_op(op.op_class) && op.flops > 0) {
     if (device_->gemm_model && !op.matmuls.empty()) {
       for (const models::MatmulShape& m : op.matmuls) compute += matmul_seconds(m);
+      // Backward fp8 GEMMs accumulate in full precision (GemmModel).
+      if (fp8_gemms_ && phase == spec::Phase::kBwd)
+        compute /= device_->gemm_model->fp8_split_accumulator_efficiency;
     } else {
       const double flops = op.executed_flops();
       compute = flops / (gemm_peak_flops_ * device_->gemm_efficiency_at(flops));

@@ -169,7 +169,8 @@ struct LoweringOptions {
   spec::AttentionKernel attention = spec::AttentionKernel::kUnfused;
   spec::Fusion fusion = spec::Fusion::kFused;
   spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
-  bool autocast = false;  // 16-bit compute by torch.autocast over fp32 parameters
+  bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
+  bool fused_rms_norm = true;  // one RMSNorm kernel (Stack::fused_rms_norm); false: eager ops
   // GEMMs in fp8 under Transformer Engine's recipe: each linear's input and output gradient are
   // cast (and transposed) to fp8 by kernels of their own (transformer blocks' dense layers).
   bool fp8_gemms = false;

@@ -15,6 +15,9 @@ struct OptimizerPrecision {
   spec::Dtype grads = spec::Dtype::kFp32;         // the dtype gradients are reduced in
   bool loss_scaling = false;                      // fp16 training: gradients carry a loss scale
   bool params_sharded = false;  // ZeRO-3 / FSDP: the 16-bit copy is made by each gather instead
+  // Gradient-norm clipping as passes of their own before the update (Stack::grad_clip); off where
+  // the script does not clip or folds the scale into the update (Sextant's executor).
+  bool clip_passes = false;
 };
 
 // Bytes read and written per updated parameter by a mixed-precision AdamW step, pass by pass as
@@ -22,6 +25,11 @@ struct OptimizerPrecision {
 // them; a pass a precision does not need is skipped:
 //   gradients to fp32 main gradients (16-bit gradients only)      2 + 4
 //   unscale and inf/nan check (loss scaling)                      4 + 4
+//   gradient-norm clipping (clip_passes): the norm, then the scale 4 + (4 + 4)
+//     (torch.nn.utils.clip_grad_norm_: _foreach_norm, then _foreach_mul_ by min(1, max/norm),
+//     always; Megatron's clip_grad_norm_fp32: multi_tensor_l2norm, multi_tensor_scale when the
+//     norm exceeds the maximum, counted always. On the H200 the two passes over 2.8B fp32
+//     gradients took 3.17 + 6.12 ms: traces/samples/kineto-llama3-8b-8l-h200-eager.json.gz)
 //   AdamW: read param, grad, m, v; write param, m, v (fp32)       16 + 12
 //   fp32 master weights to the 16-bit model copy                  4 + 2
 // fp32 training is the AdamW pass alone (28 bytes).

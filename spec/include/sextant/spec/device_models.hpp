@@ -39,6 +39,10 @@ struct GemmModel {
   // such operands (NVIDIA, Matrix Multiplication Background User's Guide, "Tensor Core
   // requirements"). 1: not modelled.
   double misaligned_efficiency = 1;
+  // An fp8 GEMM that accumulates in full precision (Transformer Engine's data- and weight-gradient
+  // GEMMs: use_split_accumulator) runs at this fraction of the fast-accumulation rate the GEMM
+  // model and the power object describe (forward GEMMs). 1: not modelled.
+  double fp8_split_accumulator_efficiency = 1;
   std::string source;
 };
 

@@ -27,19 +27,28 @@ struct PowerModel {
   double max_clock_MHz = 0;   // the highest boost clock
   double idle_W = 0;          // drawn at the boost clock with memory allocated and no kernel
   double memory_bound_W = 0;  // drawn at the boost clock while memory-bound kernels stream HBM
-  // Per GEMM dtype: the clock sustained while dense tensor-core GEMMs of that dtype run back to
-  // back at rated_W (the GEMM model's own clock units: measured sustained throughput over the
-  // model's throughput at the boost clock). A dtype without an entry uses bf16's.
+  // Per GEMM dtype: the SM clock (as nvidia-smi reads it) sustained while dense tensor-core GEMMs
+  // of that dtype run back to back at rated_W. A dtype without an entry uses bf16's.
   std::map<Dtype, double> tensor_clock_MHz;
+  // Per GEMM dtype: the clock at which the cluster's GEMM model gives the rate those GEMMs
+  // sustained. The GEMM model was fitted at the boost clock, and a GEMM's rate falls slower than
+  // the SM clock (memory and latency do not slow with it), so this is above tensor_clock_MHz.
+  // Absent: tensor_clock_MHz (the GEMM model follows the SM clock).
+  std::map<Dtype, double> gemm_clock_MHz;
   double rated_W = 0;  // the power limit the tensor_clock_MHz measurements ran under
   // The clock is locked (nvidia-smi -lgc, or a measurement's recorded clock): no power model.
   std::optional<double> locked_clock_MHz;
   std::string source;
 };
 
-// The clock (MHz) a GPU under `power` runs GEMMs of `gemm_dtype` at, when `tensor_share` (0-1)
-// of its compute time is dense tensor-core work at that clock and the rest memory-bound.
+// The SM clock (MHz) a GPU under `power` runs at, with GEMMs of `gemm_dtype`, when `tensor_share`
+// (0-1) of its compute time is dense tensor-core work at that clock and the rest memory-bound.
 double sustained_clock_MHz(const PowerModel& power, Dtype gemm_dtype, double tensor_share);
+
+// The GEMM model's clock while the SM runs at `sm_clock_MHz`: the SM clock scaled by the ratio
+// measured at rated_W (gemm_clock_MHz / tensor_clock_MHz), never above the boost clock, at which
+// the GEMM model was fitted.
+double gemm_model_clock_MHz(const PowerModel& power, Dtype gemm_dtype, double sm_clock_MHz);
 
 // The board power (W) at `clock_MHz` for that mix (the function sustained_clock_MHz inverts).
 double board_power_W(const PowerModel& power, Dtype gemm_dtype, double tensor_share,

@@ -99,6 +99,14 @@ struct Stack {
   // 16-bit compute through torch.autocast over fp32 parameters: every forward casts the weights,
   // norms and the residual stream stay fp32, GEMM inputs are cast from them.
   bool autocast = false;
+  // RMSNorm as one kernel forward and two backward (PyTorch's nn.RMSNorm on CUDA, apex,
+  // Transformer Engine); false: eager elementwise ops (Hugging Face's LlamaRMSNorm). Default:
+  // fused unless the fusion level is eager.
+  bool fused_rms_norm = true;
+  // The training script clips the global gradient norm (max norm 1.0 in every preset that does):
+  // a norm pass and a scaling pass over the gradients before the update
+  // (models::optimizer_bytes_per_param). Default false: stack files written before the knob.
+  bool grad_clip = false;
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;

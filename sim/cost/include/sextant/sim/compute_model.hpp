@@ -62,6 +62,7 @@ class ComputeModel {
   double peak_flops_;
   double gemm_peak_flops_;
   double tile_overhead_scale_ = 1;  // the GEMM dtype's peak over the 16-bit peak
+  bool fp8_gemms_ = false;
   double clock_MHz_ = 0;
 };
 
