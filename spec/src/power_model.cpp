@@ -64,9 +64,14 @@ double sustained_clock_MHz(const PowerModel& p, Dtype gemm_dtype, double tensor_
 }
 
 double gemm_model_clock_MHz(const PowerModel& p, Dtype gemm_dtype, double sm_clock_MHz) {
-  const double gemm = clock_for(p.gemm_clock_MHz, gemm_dtype);
-  if (gemm <= 0) return sm_clock_MHz;
-  return std::min(p.max_clock_MHz, sm_clock_MHz * gemm / tensor_clock(p, gemm_dtype));
+  if (p.gemm_clock_MHz.empty()) return sm_clock_MHz;
+  // A dtype measured with both clocks has its own ratio; any other, bf16's.
+  const Dtype measured =
+      p.gemm_clock_MHz.contains(gemm_dtype) && p.tensor_clock_MHz.contains(gemm_dtype)
+          ? gemm_dtype
+          : Dtype::kBf16;
+  const double ratio = clock_for(p.gemm_clock_MHz, measured) / tensor_clock(p, measured);
+  return std::min(p.max_clock_MHz, sm_clock_MHz * ratio);
 }
 
 namespace {

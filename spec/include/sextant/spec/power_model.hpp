@@ -46,8 +46,8 @@ struct PowerModel {
 double sustained_clock_MHz(const PowerModel& power, Dtype gemm_dtype, double tensor_share);
 
 // The GEMM model's clock while the SM runs at `sm_clock_MHz`: the SM clock scaled by the ratio
-// measured at rated_W (gemm_clock_MHz / tensor_clock_MHz), never above the boost clock, at which
-// the GEMM model was fitted.
+// measured at rated_W (gemm_clock_MHz / tensor_clock_MHz of the dtype, else of bf16), never
+// above the boost clock, at which the GEMM model was fitted.
 double gemm_model_clock_MHz(const PowerModel& power, Dtype gemm_dtype, double sm_clock_MHz);
 
 // The board power (W) at `clock_MHz` for that mix (the function sustained_clock_MHz inverts).
