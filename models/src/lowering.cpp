@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/error.hpp"
@@ -252,6 +253,16 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
     case spec::ModelKind::kCnn:
       lowered = lower_cnn(model, options);
       break;
+  }
+  // ZeRO-3's gradient copy-in (LoweringOptions::grad_copy_in_bytes), the last op of the backward
+  // of each layer that holds parameters.
+  if (options.grad_copy_in_bytes > 0) {
+    for (Layer& layer : lowered.layers) {
+      if (layer.params == 0) continue;
+      layer.backward.push_back(memory_op(OpId::kFsdpGradCopyIn, OpClass::kElementwise,
+                                         layer.params * options.grad_copy_in_bytes,
+                                         TpSplit::kReplicated, {layer.params}));
+    }
   }
   // Megatron's selective recompute, wherever a lowering did not give its own list: the forward's
   // attention core and the context-parallel transfers feeding it.

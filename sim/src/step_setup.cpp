@@ -46,6 +46,9 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
   s.lowering.fused_rms_norm = s.stack.fused_rms_norm;
+  if (plan.zero == 3 && s.stack.grad_copy_in)
+    s.lowering.grad_copy_in_bytes = spec::dtype_bytes(spec::parameter_dtype(s.stack, s.dtype)) +
+                                    spec::dtype_bytes(spec::gradient_dtype(s.stack, s.dtype));
   s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;
   s.lowering.selective = s.stack.selective_recompute;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;

@@ -298,6 +298,32 @@ TEST(StackLowering, CrossEntropyImplementationsMoveTheirBytes) {
   EXPECT_EQ(find(head(spec::CrossEntropy::kCompiled).forward, "head.loss").bytes, logits * 2);
 }
 
+TEST(StackLowering, Zero3GradientCopyInEndsEachParametrisedLayersBackward) {
+  // FSDP2 copies a layer's bf16 gradients into its fp32 reduce-scatter buffer: 2 + 4 bytes a
+  // parameter, the layer's last backward op; nothing for a layer without parameters.
+  spec::ModelSpec m = zoo_model("llama-tiny");
+  LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused);
+  const LoweredModel plain = lower(m, o);
+  o.grad_copy_in_bytes = 6;
+  const LoweredModel copied = lower(m, o);
+  ASSERT_EQ(plain.layers.size(), copied.layers.size());
+  int with_params = 0;
+  for (size_t i = 0; i < copied.layers.size(); ++i) {
+    const Layer& layer = copied.layers[i];
+    if (layer.params == 0) {
+      EXPECT_EQ(layer.backward, plain.layers[i].backward);
+      continue;
+    }
+    ++with_params;
+    ASSERT_EQ(layer.backward.size(), plain.layers[i].backward.size() + 1);
+    const Op& copy = layer.backward.back();
+    EXPECT_EQ(copy.name, "fsdp.grad_copy_in");
+    EXPECT_EQ(copy.bytes, layer.params * 6);
+    EXPECT_EQ(copy.op_class, spec::OpClass::kElementwise);
+  }
+  EXPECT_GT(with_params, 2);  // the embedding, the blocks, the head
+}
+
 TEST(OptimizerStep, BytesPerParameterFollowThePrecision) {
   // fp32 training: AdamW reads param, grad, m, v and writes param, m, v: 7 x 4 = 28.
   EXPECT_EQ(optimizer_bytes_per_param({}), 28);

@@ -171,6 +171,10 @@ struct LoweringOptions {
   spec::CrossEntropy cross_entropy = spec::CrossEntropy::kFused;
   bool autocast = false;       // 16-bit compute by torch.autocast over fp32 parameters
   bool fused_rms_norm = true;  // one RMSNorm kernel (Stack::fused_rms_norm); false: eager ops
+  // ZeRO-3 as PyTorch FSDP2 runs it (Stack::grad_copy_in): at the end of each layer's backward its
+  // gradients are copied into the reduce-scatter buffer in the reduce dtype, on the compute
+  // stream; bytes read and written per parameter (0: no copy).
+  int64_t grad_copy_in_bytes = 0;
   // GEMMs in fp8 under Transformer Engine's recipe: each linear's input and output gradient are
   // cast (and transposed) to fp8 by kernels of their own (transformer blocks' dense layers).
   bool fp8_gemms = false;

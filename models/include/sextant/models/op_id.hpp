@@ -120,6 +120,7 @@ namespace sextant::models {
   X(kZeroAllGather, "zero.all_gather")                                          \
   X(kFsdpAllGather, "fsdp.all_gather")                                          \
   X(kFsdpReduceScatter, "fsdp.reduce_scatter")                                  \
+  X(kFsdpGradCopyIn, "fsdp.grad_copy_in")                                       \
   X(kSpAllReduce, "sp.all_reduce")                                              \
   /* Compressed gradient exchanges (gradient_compression.hpp). */               \
   X(kDpCompress, "dp.compress")                                                 \

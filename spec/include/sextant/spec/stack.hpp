@@ -107,6 +107,10 @@ struct Stack {
   // a norm pass and a scaling pass over the gradients before the update
   // (models::optimizer_bytes_per_param). Default false: stack files written before the knob.
   bool grad_clip = false;
+  // ZeRO-3 copies each layer's gradients into its reduce-scatter buffer, cast to the reduce dtype,
+  // on the compute stream before the reduce-scatter (PyTorch FSDP2's
+  // foreach_reduce_scatter_copy_in). Default false: stack files written before the knob.
+  bool grad_copy_in = false;
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;
