@@ -87,7 +87,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         stack.dropout,
                         static_cast<int>(stack.selective_recompute),
                         stack.vocab_multiple,
-                        plan.zero == 3 && stack.grad_copy_in,
+                        sim::copies_gradients_in(plan, stack),
                         plan.spatial.h,
                         plan.spatial.w,
                         plan.spatial.d,

@@ -22,6 +22,10 @@ StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan&
   return {precision == spec::Dtype::kFp8 ? spec::Dtype::kBf16 : precision, precision};
 }
 
+bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack) {
+  return plan.zero == 3 && stack.grad_copy_in;
+}
+
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                      const spec::Plan& plan) {
   return step_setup(model, cluster, plan,
@@ -46,7 +50,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.cross_entropy = s.stack.cross_entropy;
   s.lowering.autocast = s.stack.autocast;
   s.lowering.fused_rms_norm = s.stack.fused_rms_norm;
-  if (plan.zero == 3 && s.stack.grad_copy_in)
+  if (copies_gradients_in(plan, s.stack))
     s.lowering.grad_copy_in_bytes = spec::dtype_bytes(spec::parameter_dtype(s.stack, s.dtype)) +
                                     spec::dtype_bytes(spec::gradient_dtype(s.stack, s.dtype));
   s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;

@@ -35,6 +35,10 @@ struct StepPrecision {
 StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan& plan,
                              const spec::Stack& stack);
 
+// Whether the plan's ZeRO-3 copies each layer's gradients into its reduce-scatter buffer on the
+// compute stream (Stack::grad_copy_in; LoweringOptions::grad_copy_in_bytes).
+bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack);
+
 // The compute model of a step. On a device with a power model its GEMMs and attention run at the
 // clock the power limit allows for this step's mix of tensor-core and memory-bound work (the
 // share of compute time in matrix ops and fused attention over `lowered`'s forward and backward;
