@@ -88,9 +88,9 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   Op weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
   weight_cast.kernels = 4;
   if (x.autocast) fw.push_back(weight_cast);
-  Op attn_norm = unfused(
-      memory_op(OpId::kAttnNorm, OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
-      passes.norm, passes.norm_kernels);
+  // A grid runs without sequence parallelism (spec/tensor_grid.hpp): its norms and residuals
+  // are the block's, over all T tokens.
+  Op attn_norm = norm_op(OpId::kAttnNorm, x, passes);
   fw.push_back(attn_norm);
   Op attn_cast = autocast_cast(OpId::kAttnCast, T * x.h / g.x, e, TpSplit::kReplicated);
   if (x.autocast) fw.push_back(attn_cast);
@@ -101,14 +101,9 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   AttentionCore core = attention_core(m, heads, passes, fw);
   fw.insert(fw.end(), proj.forward.begin(), proj.forward.end());
   gather_x(kAttnCollectives, fw);
-  const int64_t residual_bytes = T * x.h * (2 * r + e + (m.dropout ? 1 : 0));
-  Op attn_res = unfused(memory_op(OpId::kAttnResidual, OpClass::kElementwise, residual_bytes,
-                                  TpSplit::kReplicated, {T, x.h}),
-                        passes.residual, passes.residual_kernels);
+  Op attn_res = residual_op(OpId::kAttnResidual, m, x, passes);
   fw.push_back(attn_res);
-  Op mlp_norm = unfused(
-      memory_op(OpId::kMlpNorm, OpClass::kNorm, 2 * T * x.h * r, TpSplit::kReplicated, {T, x.h}),
-      passes.norm, passes.norm_kernels);
+  Op mlp_norm = norm_op(OpId::kMlpNorm, x, passes);
   fw.push_back(mlp_norm);
   Op mlp_cast = autocast_cast(OpId::kMlpCast, T * x.h / g.x, e, TpSplit::kReplicated);
   if (x.autocast) fw.push_back(mlp_cast);
@@ -120,9 +115,7 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   fw.push_back(act);
   fw.insert(fw.end(), fc2.forward.begin(), fc2.forward.end());
   gather_x(kMlpCollectives, fw);
-  Op mlp_res = unfused(memory_op(OpId::kMlpResidual, OpClass::kElementwise, residual_bytes,
-                                 TpSplit::kReplicated, {T, x.h}),
-                       passes.residual, passes.residual_kernels);
+  Op mlp_res = residual_op(OpId::kMlpResidual, m, x, passes);
   fw.push_back(mlp_res);
 
   // Backward in execution order, as transformer_block's.
@@ -131,18 +124,18 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   bw.push_back(activation_backward(act, gate, passes));
   bw.insert(bw.end(), fc1.backward.begin(), fc1.backward.end());
   gather_x(kMlpCollectives, bw);
-  if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));
-  bw.push_back(norm_backward(mlp_norm, m, x, passes));
+  if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
+  bw.push_back(norm_backward(mlp_norm, passes));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
   bw.insert(bw.end(), proj.backward.begin(), proj.backward.end());
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));
   bw.insert(bw.end(), qkv.backward.begin(), qkv.backward.end());
   gather_x(kAttnCollectives, bw);
-  if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
-  bw.push_back(norm_backward(attn_norm, m, x, passes));
+  if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
+  bw.push_back(norm_backward(attn_norm, passes));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
-  if (x.autocast) bw.push_back(memory_backward(weight_cast, 1.0));
+  if (x.autocast) bw.push_back(autocast_cast_backward(weight_cast, x));
 
   // Parameters: each weight matrix's block sharded over z (1/tp of it per rank); the biases split
   // as their layer's outputs (QKV and FC1 over y, the projection and FC2 over x), the norms

@@ -90,16 +90,26 @@ Op gemm_backward(const Op& fwd) {
   return op;
 }
 
+// The backward runs kernels of the forward's family, but which of its bytes are mixed-dtype or
+// narrow is the caller's to say: none, unless set.
 Op memory_backward(const Op& fwd, double factor) {
   Op op = fwd;
   op.bytes = static_cast<int64_t>(static_cast<double>(fwd.bytes) * factor);
+  op.mixed_dtype_bytes = 0;
+  op.narrow_bytes = 0;
+  op.narrow_blocks = 0;
   return op;
 }
 
 // Scales a memory-bound op to the kernels a less fused stack runs for it: `passes` times the
 // bytes of the fused kernel, in `kernels` launches.
 Op unfused(Op op, double passes, int kernels) {
-  op.bytes = static_cast<int64_t>(static_cast<double>(op.bytes) * passes);
+  const auto scaled = [passes](int64_t b) {
+    return static_cast<int64_t>(static_cast<double>(b) * passes);
+  };
+  op.bytes = scaled(op.bytes);
+  op.mixed_dtype_bytes = scaled(op.mixed_dtype_bytes);
+  op.narrow_bytes = scaled(op.narrow_bytes);
   op.kernels = kernels;
   return op;
 }

@@ -10,6 +10,35 @@ Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split) {
   return memory_op(name, OpClass::kElementwise, elements * (4 + e), split, {elements});
 }
 
+Op autocast_cast_backward(const Op& cast, const TransformerDims& x) {
+  Op op = memory_backward(cast, 1.0);
+  // The 16-bit gradient back to fp32: eager PyTorch's bf16 -> fp32 copy, a mixed-dtype kernel.
+  if (x.eager()) op.mixed_dtype_bytes = op.bytes;
+  return op;
+}
+
+Op norm_op(OpId name, const TransformerDims& x, const FusionPasses& passes) {
+  const int64_t rows = x.norm_tokens();
+  Op op = unfused(memory_op(name, OpClass::kNorm, 2 * rows * x.h * x.residual_bytes(),
+                            x.norm_split(), {rows, x.h}),
+                  passes.norm, passes.norm_kernels);
+  op.memory_kernel = passes.norm_kernel;
+  return op;
+}
+
+Op residual_op(OpId name, const spec::TransformerSpec& m, const TransformerDims& x,
+               const FusionPasses& passes) {
+  const int64_t elements = x.norm_tokens() * x.h;
+  const int64_t add = elements * (2 * x.residual_bytes() + x.e);
+  Op op = unfused(memory_op(name, OpClass::kElementwise, add + elements * (m.dropout ? 1 : 0),
+                            x.norm_split(), {x.norm_tokens(), x.h}),
+                  passes.residual, passes.residual_kernels);
+  // Under autocast the add reads the fp32 stream and the 16-bit branch: a mixed-dtype kernel in
+  // eager PyTorch (the dropout before it stays in 16 bits).
+  if (x.eager() && x.autocast) op.mixed_dtype_bytes = add;
+  return op;
+}
+
 Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs, int64_t e) {
   Fp8Casts c;
   c.forward = memory_op(name, OpClass::kElementwise, row_input * (e + 2), TpSplit::kReplicated,
@@ -17,6 +46,43 @@ Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t o
   c.backward = memory_op(name, OpClass::kElementwise, outputs * (e + 2) + column_input * 2,
                          TpSplit::kReplicated, {outputs + column_input});
   c.backward.kernels = 3;  // the two output gradients' casts, the norm output's transpose
+  return c;
+}
+
+// ATen's log_softmax over a row of `vocab` fp32 logits (aten/src/ATen/native/cuda/SoftMax.cu):
+// a row that fits one block's 48 KiB of shared memory (less a float per warp of its 1024
+// threads for the reduction) is read once (cunn_SoftMaxForwardSmem / Reg); a longer one is read
+// three times, for its max, its sum of exponentials and the output (cunn_SoftMaxForward: the K1
+// and K2 traces' kernel at 50304 and 128256 logits, 16 bytes a logit at 0.91 and 0.88 of HBM).
+// Its backward reads the gradient for the sum, then the gradient and output again to write.
+bool softmax_row_on_chip(int64_t vocab) {
+  return vocab * 4 < 48 * 1024 - (1024 / 32) * 4;
+}
+
+Op eager_cross_entropy(int64_t tokens, int64_t vocab) {
+  const int64_t per_logit = softmax_row_on_chip(vocab) ? 8 : 16;
+  Op op = memory_op(OpId::kHeadLoss, OpClass::kLoss, tokens * vocab * per_logit, TpSplit::kVocab,
+                    {tokens, vocab});
+  op.kernels = 2;  // log_softmax, nll_loss
+  return op;
+}
+
+EagerLossCast eager_loss_cast(int64_t tokens, int64_t vocab, int64_t e) {
+  const int64_t logits = tokens * vocab;
+  EagerLossCast c;
+  c.softmax_backward_bytes = logits * (softmax_row_on_chip(vocab) ? 12 : 16);
+  if (e < 4) {
+    // logits.float(): a bf16 -> fp32 copy, mixed-dtype.
+    Op cast = memory_op(OpId::kHeadLossCast, OpClass::kElementwise, logits * (e + 4),
+                        TpSplit::kVocab, {tokens, vocab});
+    cast.mixed_dtype_bytes = cast.bytes;
+    c.forward = cast;
+  }
+  // nll_loss's backward zero-fills its fp32 gradient (4 bytes a logit) before scattering into
+  // it; the cast's backward writes the 16-bit gradient (4 + e, the vectorized fp32 -> bf16 copy).
+  c.backward = memory_op(OpId::kHeadLossCast, OpClass::kElementwise,
+                         logits * (4 + (e < 4 ? 4 + e : 0)), TpSplit::kVocab, {tokens, vocab});
+  c.backward.kernels = e < 4 ? 2 : 1;
   return c;
 }
 
@@ -60,6 +126,8 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
     if (m.norm == spec::Norm::kRmsNorm && !x.fused_rms_norm) {
       p.norm = 9;
       p.norm_kernels = 7;
+    } else {
+      p.norm_kernel = spec::MemoryKernel::kNativeNorm;
     }
     if (m.activation == spec::Activation::kSwiglu) {
       p.act = 5.0 / 3.0;
@@ -105,13 +173,20 @@ Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes) 
                          (2.0 * static_cast<double>(gate) + 1) / (static_cast<double>(gate) + 1));
 }
 
-Op norm_backward(const Op& fwd, const spec::TransformerSpec& m, const TransformerDims& x,
-                 const FusionPasses& passes) {
+Op norm_backward(const Op& fwd, const FusionPasses& passes) {
+  if (fwd.memory_kernel == spec::MemoryKernel::kNativeNorm) {
+    // ATen's backward (layer_norm_kernel.cu): layer_norm_grad_input_kernel reads dy and x and
+    // writes dx (3 passes), then GammaBetaBackward reads dy and x again (2 passes, the forward's
+    // bytes) in one thread block per 32 columns (grid [h / 32] in the PyTorch 2.11 traces K1 and
+    // K4): 5 passes against the forward's 2.
+    Op op = memory_backward(fwd, 2.5);
+    op.kernels = 2;
+    op.narrow_bytes = fwd.bytes;
+    op.narrow_blocks = (fwd.shape.at(1) + 31) / 32;
+    return op;
+  }
   Op op = memory_backward(fwd, 1.5);
-  op.kernels = passes.norm_kernels == 0 ? 0
-               : x.eager() && (m.norm == spec::Norm::kLayerNorm || x.fused_rms_norm)
-                   ? 2
-                   : passes.norm_kernels;
+  op.kernels = passes.norm_kernels;
   return op;
 }
 

@@ -81,7 +81,6 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
   const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
   const int64_t ffn = x.f / x.t;
-  const OpClass norm = OpClass::kNorm;
   const FusionPasses passes = fusion_passes(m, x);
 
   const int64_t r = x.residual_bytes();
@@ -100,9 +99,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   Op weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
   weight_cast.kernels = 4;
   if (x.autocast) fw.push_back(weight_cast);
-  Op attn_norm =
-      unfused(memory_op(OpId::kAttnNorm, norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
-              passes.norm, passes.norm_kernels);
+  Op attn_norm = norm_op(OpId::kAttnNorm, x, passes);
   fw.push_back(attn_norm);
   Op attn_cast = autocast_cast(OpId::kAttnCast, Tn * x.h, e, x.norm_split());
   if (x.autocast) fw.push_back(attn_cast);
@@ -119,16 +116,9 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (x.fp8) fw.push_back(attn_fp8.forward);
   fw.push_back(proj);
   add_tp_reduce(fw, x, kAttnCollectives);
-  // Bias, dropout and residual add, fused as Megatron does: read two tensors, write one.
-  // Reads the residual and the 16-bit branch output, writes the residual.
-  Op attn_res =
-      unfused(memory_op(OpId::kAttnResidual, OpClass::kElementwise,
-                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
-              passes.residual, passes.residual_kernels);
+  Op attn_res = residual_op(OpId::kAttnResidual, m, x, passes);
   fw.push_back(attn_res);
-  Op mlp_norm =
-      unfused(memory_op(OpId::kMlpNorm, norm, 2 * Tn * x.h * r, x.norm_split(), {Tn, x.h}),
-              passes.norm, passes.norm_kernels);
+  Op mlp_norm = norm_op(OpId::kMlpNorm, x, passes);
   fw.push_back(mlp_norm);
   Op mlp_cast = autocast_cast(OpId::kMlpCast, Tn * x.h, e, x.norm_split());
   if (x.autocast) fw.push_back(mlp_cast);
@@ -148,10 +138,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     fw.push_back(fc2);
   }
   if (!own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
-  Op mlp_res =
-      unfused(memory_op(OpId::kMlpResidual, OpClass::kElementwise,
-                        Tn * x.h * (2 * r + e + (m.dropout ? 1 : 0)), x.norm_split(), {Tn, x.h}),
-              passes.residual, passes.residual_kernels);
+  Op mlp_res = residual_op(OpId::kMlpResidual, m, x, passes);
   fw.push_back(mlp_res);
 
   // Backward, in execution order. Under tensor parallelism the gradient entering a
@@ -173,8 +160,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     bw.push_back(gemm_backward(fc1));
   }
   if (!own_mlp_collectives) add_tp_reduce(bw, x, kMlpCollectives);
-  if (x.autocast) bw.push_back(memory_backward(mlp_cast, 1.0));  // the 16-bit gradient to fp32
-  bw.push_back(norm_backward(mlp_norm, m, x, passes));
+  if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
+  bw.push_back(norm_backward(mlp_norm, passes));
   bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, kAttnCollectives);
   if (x.fp8) bw.push_back(attn_fp8.backward);
@@ -183,10 +170,10 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   add_tp_reduce(bw, x, kAttnCollectives);
-  if (x.autocast) bw.push_back(memory_backward(attn_cast, 1.0));
-  bw.push_back(norm_backward(attn_norm, m, x, passes));
+  if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
+  bw.push_back(norm_backward(attn_norm, passes));
   bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
-  if (x.autocast) bw.push_back(memory_backward(weight_cast, 1.0));
+  if (x.autocast) bw.push_back(autocast_cast_backward(weight_cast, x));
 
   // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
   // replicated on every tp rank.
@@ -305,7 +292,6 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   const bool decoder = m.architecture == spec::Architecture::kDecoder;
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   const FusionPasses passes = fusion_passes(m, x);
-  const int64_t r = x.residual_bytes();
   // Autocast casts the output weights (the embedding table when tied) in every forward and the
   // norm's fp32 output in front of the logits GEMM.
   Op weight_cast = autocast_cast(OpId::kAutocastWeights, vocab_shard * x.h, e, TpSplit::kVocab);
@@ -313,9 +299,7 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
   if (x.autocast) layer.forward.push_back(weight_cast);
   Op fnorm;
   if (decoder) {
-    fnorm = unfused(memory_op(OpId::kHeadNorm, OpClass::kNorm, 2 * x.norm_tokens() * x.h * r,
-                              x.norm_split(), {x.norm_tokens(), x.h}),
-                    passes.norm, passes.norm_kernels);
+    fnorm = norm_op(OpId::kHeadNorm, x, passes);
     layer.forward.push_back(fnorm);
   }
   if (x.autocast) layer.forward.push_back(head_cast);
@@ -328,10 +312,13 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
                       {T, vocab_shard});
   const double fused_bytes = static_cast<double>(e + 4);
   double backward_factor = 1.0;
+  std::optional<EagerLossCast> eager_cast;
   switch (x.cross_entropy) {
     case spec::CrossEntropy::kEager:
-      // logits.float() (2 + 4 bytes), log_softmax in fp32 (4 + 4), nll: 14 bytes per logit.
-      loss = unfused(loss, 14.0 / fused_bytes, 3);
+      eager_cast = eager_loss_cast(T, vocab_shard, e);
+      loss = eager_cross_entropy(T, vocab_shard);
+      backward_factor =
+          static_cast<double>(eager_cast->softmax_backward_bytes) / static_cast<double>(loss.bytes);
       break;
     case spec::CrossEntropy::kMegatron:
       // Megatron-LM gpt_model.py: vocab_parallel_cross_entropy(output.float(), labels), whose
@@ -350,6 +337,7 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
       loss = unfused(loss, static_cast<double>(e) / fused_bytes, 1);
       break;
   }
+  if (eager_cast && eager_cast->forward) layer.forward.push_back(*eager_cast->forward);
   layer.forward.push_back(loss);
   if (x.t > 1) {
     // Vocabulary-parallel cross-entropy (Megatron-LM tensor_parallel/cross_entropy.py): the max
@@ -360,13 +348,14 @@ Layer transformer_head(const spec::TransformerSpec& m, const TransformerDims& x)
         comm_op(OpId::kHeadLossAllReduce, CollectiveKind::kAllReduce, 2 * T * 4));
   }
   Op loss_backward = memory_backward(loss, backward_factor);
-  if (x.cross_entropy == spec::CrossEntropy::kMegatron) loss_backward.kernels = 2;
+  if (x.cross_entropy == spec::CrossEntropy::kMegatron || eager_cast) loss_backward.kernels = 2;
   layer.backward.push_back(loss_backward);
+  if (eager_cast) layer.backward.push_back(eager_cast->backward);
   layer.backward.push_back(gemm_backward(logits));
   add_tp_reduce(layer.backward, x, kHeadCollectives);
-  if (x.autocast) layer.backward.push_back(memory_backward(head_cast, 1.0));
-  if (decoder) layer.backward.push_back(memory_backward(fnorm, 1.5));
-  if (x.autocast) layer.backward.push_back(memory_backward(weight_cast, 1.0));
+  if (x.autocast) layer.backward.push_back(autocast_cast_backward(head_cast, x));
+  if (decoder) layer.backward.push_back(norm_backward(fnorm, passes));
+  if (x.autocast) layer.backward.push_back(autocast_cast_backward(weight_cast, x));
 
   int64_t pooler = m.pooler ? x.h * x.h + x.h : 0;
   int64_t out_proj = m.tied_embeddings ? 0 : x.V * x.h;

@@ -4,6 +4,7 @@
 // 3D tensor grid (grid_lowering.cpp). Private to models/.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,7 @@ struct TransformerDims {
 // write e bytes per element), and the cast of a layer's fp32 weights in every forward.
 struct FusionPasses {
   double norm = 1, act = 1, rope = 1, softmax = 1, residual = 1;
+  spec::MemoryKernel norm_kernel = spec::MemoryKernel::kGeneric;  // eager: ATen's native kernels
   int norm_kernels = 1, act_kernels = 1, rope_kernels = 1, softmax_kernels = 1,
       residual_kernels = 1;
   // The activation's backward as a multiple of its (unfused) forward's bytes, and its kernels;
@@ -73,10 +75,19 @@ struct FusionPasses {
 
 FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x);
 
-// A norm's backward: its forward's passes over 1.5x the bytes; eager LayerNorm's backward is
-// PyTorch's two kernels (input gradient, weight and bias gradients).
-Op norm_backward(const Op& fwd, const spec::TransformerSpec& m, const TransformerDims& x,
-                 const FusionPasses& passes);
+// A block's norm over the rank's norm tokens, as the stack runs it (ATen's native kernel in eager
+// PyTorch, unless an eager RMSNorm is composed of primitives).
+Op norm_op(OpId name, const TransformerDims& x, const FusionPasses& passes);
+
+// A norm's backward: its forward's passes over 1.5x the bytes; ATen's native backward is two
+// kernels over 2.5x (norm_backward's comment in transformer_fusion.cpp).
+Op norm_backward(const Op& fwd, const FusionPasses& passes);
+
+// Bias, dropout and residual add of a block half, fused as Megatron does: read the residual and
+// the 16-bit branch output (and the dropout mask), write the residual; a stack's fusion level
+// scales it (FusionPasses::residual).
+Op residual_op(OpId name, const spec::TransformerSpec& m, const TransformerDims& x,
+               const FusionPasses& passes);
 
 // Rotary embeddings on a rank's x.t-th share of the heads: q and k rotated in place, read and
 // written once each.
@@ -86,8 +97,23 @@ Op rope_op(const TransformerDims& x, const FusionPasses& passes);
 // stack's composed kernels' bytes, or the fused kernel's (reads x and dy, writes dx).
 Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes);
 
-// The cast of `elements` fp32 values to `e`-byte ones (autocast, above).
+// The cast of `elements` fp32 values to `e`-byte ones (autocast, above), and its backward.
 Op autocast_cast(OpId name, int64_t elements, int64_t e, TpSplit split);
+Op autocast_cast_backward(const Op& cast, const TransformerDims& x);
+
+// Eager PyTorch's cross-entropy over fp32 logits (torchtitan components/loss.py and Hugging
+// Face's ForCausalLMLoss: F.cross_entropy(logits.float(), labels)), for `tokens` x `vocab` logits
+// of `e` bytes: the log_softmax and nll_loss kernels (loss class; transformer_fusion.cpp gives
+// the passes), and the elementwise kernels around them, which a profiler classes apart: the
+// upcast in forward (none for fp32 logits), nll_loss's zero-filled gradient and the cast back in
+// backward. `softmax_backward_bytes`: log_softmax's backward.
+Op eager_cross_entropy(int64_t tokens, int64_t vocab);
+struct EagerLossCast {
+  std::optional<Op> forward;
+  Op backward;
+  int64_t softmax_backward_bytes = 0;
+};
+EagerLossCast eager_loss_cast(int64_t tokens, int64_t vocab, int64_t e);
 
 // Transformer Engine's fp8 casts around a block half's linears (TE 1.8, the modules Megatron-Core
 // builds: TELayerNormColumnParallelLinear for qkv and fc1, TERowParallelLinear for proj and fc2;

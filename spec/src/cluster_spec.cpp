@@ -144,6 +144,16 @@ DeviceSpec decode_device(ObjectReader& r) {
     }
     by->finish();
   }
+  if (auto by = r.object("memory_efficiency_by_kernel", Presence::kOptional)) {
+    for (const auto& [name, kernel] : memory_kernel_names()) {
+      if (kernel == MemoryKernel::kGeneric) continue;
+      if (auto v = by->number(name, Range::fraction(), Presence::kOptional))
+        d.memory_efficiency_by_kernel[kernel] = *v;
+    }
+    by->finish();
+  }
+  d.block_bandwidth_GBps =
+      r.number("block_bandwidth_GBps", Range::positive(), Presence::kOptional).value_or(0);
   if (auto by = r.object("efficiency_by_op", Presence::kOptional)) {
     const Json* raw = r.value("efficiency_by_op", Presence::kOptional);
     for (const auto& [name, v] : raw->items()) {
@@ -410,6 +420,14 @@ Json to_json(const ClusterSpec& c) {
       by[std::string(enum_name(op_class_names(), cls))] = v;
     j["device"]["memory_efficiency_by_class"] = by;
   }
+  if (!c.device.memory_efficiency_by_kernel.empty()) {
+    Json by = Json::object();
+    for (const auto& [kernel, v] : c.device.memory_efficiency_by_kernel)
+      by[std::string(enum_name(memory_kernel_names(), kernel))] = v;
+    j["device"]["memory_efficiency_by_kernel"] = by;
+  }
+  if (c.device.block_bandwidth_GBps > 0)
+    j["device"]["block_bandwidth_GBps"] = c.device.block_bandwidth_GBps;
   if (!c.device.efficiency_by_op.empty()) {
     Json by = Json::object();
     for (const auto& [key, points] : c.device.efficiency_by_op) {

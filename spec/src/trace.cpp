@@ -44,6 +44,10 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
      {"barrier", OpClass::kBarrier},
      {"host", OpClass::kHost},
      {"memcpy", OpClass::kMemcpy}}};
+constexpr std::array<std::pair<std::string_view, MemoryKernel>, 3> kMemoryKernels{
+    {{"generic", MemoryKernel::kGeneric},
+     {"native_norm", MemoryKernel::kNativeNorm},
+     {"mixed_dtype", MemoryKernel::kMixedDtype}}};
 constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{
     {{"fwd", Phase::kFwd},
      {"bwd", Phase::kBwd},
@@ -57,6 +61,9 @@ EnumNames<Stream> stream_names() {
 }
 EnumNames<OpClass> op_class_names() {
   return kOpClasses;
+}
+EnumNames<MemoryKernel> memory_kernel_names() {
+  return kMemoryKernels;
 }
 EnumNames<Phase> phase_names() {
   return kPhases;

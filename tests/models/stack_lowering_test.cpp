@@ -102,7 +102,18 @@ TEST(StackLowering, FusionLevelsChangeTheMemoryPasses) {
   Layer eager_fused_norm = block(spec::Fusion::kEager);
   EXPECT_EQ(find(eager_fused_norm.forward, "attn.norm").bytes, 2 * T * h * e);
   EXPECT_EQ(find(eager_fused_norm.forward, "attn.norm").kernels, 1);
-  EXPECT_EQ(find(eager_fused_norm.backward, "attn.norm").kernels, 2);
+  // ATen's native kernels: grad-input reads dy and x and writes dx (3 passes), the gamma kernel
+  // reads dy and x again (2, in h / 32 = 2 blocks): 5 passes against the forward's 2.
+  const Op& native_backward = find(eager_fused_norm.backward, "attn.norm");
+  EXPECT_EQ(native_backward.kernels, 2);
+  EXPECT_EQ(native_backward.memory_kernel, spec::MemoryKernel::kNativeNorm);
+  EXPECT_EQ(native_backward.bytes, 5 * T * h * e);
+  EXPECT_EQ(native_backward.narrow_bytes, 2 * T * h * e);
+  EXPECT_EQ(native_backward.narrow_blocks, 2);
+  // The composed eager RMSNorm and the fused (Megatron) kernel are no native kernels: 1.5x.
+  EXPECT_EQ(find(eager.forward, "attn.norm").memory_kernel, spec::MemoryKernel::kGeneric);
+  EXPECT_EQ(find(fused.backward, "attn.norm").bytes, 3 * T * h * e);
+  EXPECT_EQ(find(fused.backward, "attn.norm").narrow_bytes, 0);
   // Compiled: the norm is fused into the residual add before it and only writes its output.
   EXPECT_EQ(find(compiled.forward, "mlp.norm").bytes, T * h * e);
   EXPECT_EQ(find(compiled.forward, "mlp.norm").kernels, 0);
@@ -125,8 +136,15 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   EXPECT_EQ(find(block.forward, "attn.norm").bytes, 2 * T * h * 4);
   EXPECT_EQ(find(block.forward, "attn.cast").bytes, T * h * (4 + e));
   EXPECT_EQ(find(block.backward, "attn.cast").bytes, T * h * (4 + e));
-  // The residual add reads the fp32 stream and the bf16 branch, writes fp32.
+  // The residual add reads the fp32 stream and the bf16 branch, writes fp32: in eager PyTorch a
+  // mixed-dtype kernel, as is the backward of every autocast cast (the 16-bit gradient to fp32).
+  // The forward casts (fp32 -> bf16) have a vectorized kernel of their own.
   EXPECT_EQ(find(block.forward, "mlp.residual").bytes, T * h * (4 + e + 4));
+  EXPECT_EQ(find(block.forward, "mlp.residual").mixed_dtype_bytes, T * h * (4 + e + 4));
+  EXPECT_EQ(find(block.backward, "mlp.residual").mixed_dtype_bytes, 0);
+  EXPECT_EQ(find(block.forward, "attn.cast").mixed_dtype_bytes, 0);
+  EXPECT_EQ(find(block.backward, "attn.cast").mixed_dtype_bytes, T * h * (4 + e));
+  EXPECT_EQ(find(block.backward, "autocast.weights").mixed_dtype_bytes, 12 * h * h * (4 + e));
   // Every forward casts the 12h^2 GEMM weights (qkv 3h^2, proj h^2, fc1 and fc2 4h^2 each).
   EXPECT_EQ(find(block.forward, "autocast.weights").bytes, 12 * h * h * (4 + e));
   // The fp32 norm inputs are kept for backward: 2 x T x h x (4 - 2) more than without autocast.
@@ -134,8 +152,13 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   const Layer plain = lower(m, o).layers[1];
   EXPECT_EQ(block.saved_bytes - plain.saved_bytes, 2 * T * h * (4 - e));
   EXPECT_FALSE(has(plain.forward, "attn.cast"));
-  // fp32 training has nothing to cast.
+  // Compiled code casts inside its fused kernels: nothing mixed-dtype.
   o.autocast = true;
+  o.fusion = spec::Fusion::kCompiled;
+  EXPECT_EQ(find(lower(m, o).layers[1].backward, "attn.cast").mixed_dtype_bytes, 0);
+  EXPECT_EQ(find(lower(m, o).layers[1].forward, "mlp.residual").mixed_dtype_bytes, 0);
+  // fp32 training has nothing to cast.
+  o.fusion = spec::Fusion::kEager;
   o.dtype = spec::Dtype::kFp32;
   EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
 }
@@ -293,9 +316,44 @@ TEST(StackLowering, CrossEntropyImplementationsMoveTheirBytes) {
   EXPECT_EQ(forward.kernels, 6);
   EXPECT_EQ(backward.bytes, logits * 14);
   EXPECT_EQ(backward.kernels, 2);
-  // Eager PyTorch: cast 2 + 4, log_softmax 4 + 4 = 14; compiled: one read of the 16-bit logits.
-  EXPECT_EQ(find(head(spec::CrossEntropy::kEager).forward, "head.loss").bytes, logits * 14);
+  // Eager PyTorch on logits.float(): a 25129-logit fp32 row (100.5 KB) does not fit a block's
+  // 48 KiB of shared memory, so log_softmax reads it three times and writes it once: 16 bytes, two
+  // kernels with nll_loss; its backward reads the gradient twice and the output once and writes:
+  // 16. The upcast (2 + 4, all on the mixed-dtype path) is an elementwise op of its own, as a
+  // profiler classes it; its backward is nll_loss's zero fill (4) and the cast back (4 + 2).
+  Layer eager = head(spec::CrossEntropy::kEager);
+  EXPECT_EQ(find(eager.forward, "head.loss").bytes, logits * 16);
+  EXPECT_EQ(find(eager.forward, "head.loss").kernels, 2);
+  EXPECT_EQ(find(eager.backward, "head.loss").bytes, logits * 16);
+  const Op& upcast = find(eager.forward, "head.loss_cast");
+  EXPECT_EQ(upcast.op_class, spec::OpClass::kElementwise);
+  EXPECT_EQ(upcast.bytes, logits * 6);
+  EXPECT_EQ(upcast.mixed_dtype_bytes, upcast.bytes);
+  const Op& cast_back = find(eager.backward, "head.loss_cast");
+  EXPECT_EQ(cast_back.bytes, logits * 10);
+  EXPECT_EQ(cast_back.mixed_dtype_bytes, 0);
+  EXPECT_EQ(cast_back.kernels, 2);
+  // Compiled: one read of the 16-bit logits.
   EXPECT_EQ(find(head(spec::CrossEntropy::kCompiled).forward, "head.loss").bytes, logits * 2);
+}
+
+TEST(StackLowering, EagerSoftmaxReadsARowOnceWhenItFitsSharedMemory) {
+  // At tp 6 a rank holds 50262 / 6 = 8377 rows of GPT-2's padded vocabulary: 33.5 KB of fp32, under
+  // (48 KiB - 128 B) of shared memory, so ATen keeps the row on chip: forward 4 + 4 bytes a logit,
+  // backward reads the gradient and output once and writes: 12. At fp32 logits (e = 4) there is no
+  // upcast; nll_loss's zero fill stays (4 bytes, one kernel).
+  LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kEager, 6);
+  o.dtype = spec::Dtype::kFp32;
+  o.cross_entropy = spec::CrossEntropy::kEager;
+  const Layer head = lower(zoo_model("gpt2-124m"), o).layers.back();
+  const int64_t logits = 4096LL * 8377;
+  EXPECT_EQ(find(head.forward, "head.loss").bytes, logits * 8);
+  EXPECT_EQ(find(head.backward, "head.loss").bytes, logits * 12);
+  EXPECT_EQ(std::count_if(head.forward.begin(), head.forward.end(),
+                          [](const Op& op) { return op.name == "head.loss_cast"; }),
+            0);
+  EXPECT_EQ(find(head.backward, "head.loss_cast").bytes, logits * 4);
+  EXPECT_EQ(find(head.backward, "head.loss_cast").kernels, 1);
 }
 
 TEST(StackLowering, Zero3GradientCopyInEndsEachParametrisedLayersBackward) {

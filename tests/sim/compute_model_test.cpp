@@ -253,5 +253,43 @@ TEST(AttentionKernels, DropoutAddsItsCostPerScoreElement) {
   EXPECT_NEAR(half.attention_seconds(op, false), 2 * (plain_fwd + 4e-3), 1e-12);
 }
 
+TEST(MemoryKernels, EachKernelFamilyMovesItsBytesAtItsOwnBandwidth) {
+  // 1000 GB/s at 0.8 for elementwise ops; eager families: native norms 0.5, mixed-dtype 0.4; a
+  // block draws 10 GB/s. No launch overhead.
+  spec::DeviceSpec d = test::ideal_cluster().device;
+  d.memory_bandwidth_GBps = 1000;
+  d.memory_efficiency = 0.8;
+  d.launch_overhead_us = 0;
+  d.memory_efficiency_by_kernel = {{spec::MemoryKernel::kNativeNorm, 0.5},
+                                   {spec::MemoryKernel::kMixedDtype, 0.4}};
+  d.block_bandwidth_GBps = 10;
+  ComputeModel c(d, spec::Dtype::kBf16);
+  models::Op op;
+  op.op_class = spec::OpClass::kElementwise;
+  op.bytes = 800'000'000;
+  // Generic: 0.8e9 B at 800 GB/s = 1 ms.
+  EXPECT_NEAR(ps_to_seconds(c.op_time(op)), 1e-3, 1e-12);
+  // Half of it mixed-dtype: 0.4e9 at 800 GB/s + 0.4e9 at 400 GB/s = 0.5 + 1 ms.
+  op.mixed_dtype_bytes = 400'000'000;
+  EXPECT_NEAR(ps_to_seconds(c.op_time(op)), 1.5e-3, 1e-12);
+  // A native norm of 0.8e9 B, a quarter in a kernel of 24 blocks (240 GB/s < 500 GB/s):
+  // 0.6e9 / 500e9 + 0.2e9 / 240e9 = 1.2 + 0.8333 ms.
+  models::Op norm;
+  norm.op_class = spec::OpClass::kNorm;
+  norm.memory_kernel = spec::MemoryKernel::kNativeNorm;
+  norm.bytes = 800'000'000;
+  norm.narrow_bytes = 200'000'000;
+  norm.narrow_blocks = 24;
+  EXPECT_NEAR(ps_to_seconds(c.op_time(norm)), 1.2e-3 + 0.2 / 240.0, 1e-12);
+  // 64 blocks draw 640 GB/s, more than the family's 500: the family's rate caps them.
+  norm.narrow_blocks = 64;
+  EXPECT_NEAR(ps_to_seconds(c.op_time(norm)), 1.6e-3, 1e-12);
+  // A device without the families prices everything at its class's efficiency.
+  d.memory_efficiency_by_kernel.clear();
+  d.block_bandwidth_GBps = 0;
+  ComputeModel plain(d, spec::Dtype::kBf16);
+  EXPECT_NEAR(ps_to_seconds(plain.op_time(norm)), 1e-3, 1e-12);
+}
+
 }  // namespace
 }  // namespace sextant::sim

@@ -54,6 +54,26 @@ TEST(ClusterSpec, NegativeBandwidthIsRejectedWithThePointer) {
                      "clusters/x.json: /network/levels/1/bandwidth_GBps = -3: must be > 0");
 }
 
+TEST(ClusterSpec, KernelFamiliesAreReadByName) {
+  Json j = to_json(builtin_cluster("dgx-a100"));
+  j["device"]["memory_efficiency_by_kernel"] = {{"native_norm", 0.6}, {"mixed_dtype", 0.4}};
+  j["device"]["block_bandwidth_GBps"] = 45.5;
+  const ClusterSpec c = cluster_from_json(j, "x.json");
+  EXPECT_DOUBLE_EQ(c.device.memory_efficiency_for(OpClass::kNorm, MemoryKernel::kNativeNorm), 0.6);
+  EXPECT_DOUBLE_EQ(c.device.memory_efficiency_for(OpClass::kElementwise, MemoryKernel::kMixedDtype),
+                   0.4);
+  // A family the file leaves out is the class's.
+  EXPECT_DOUBLE_EQ(c.device.memory_efficiency_for(OpClass::kNorm, MemoryKernel::kGeneric),
+                   c.device.memory_efficiency_for(OpClass::kNorm));
+  EXPECT_DOUBLE_EQ(c.device.block_bandwidth_GBps, 45.5);
+  j["device"]["memory_efficiency_by_kernel"] = {{"aten_norm", 0.6}};
+  EXPECT_INPUT_ERROR(cluster_from_json(j, "x.json"),
+                     "x.json: /device/memory_efficiency_by_kernel/aten_norm: unknown field");
+  j["device"]["memory_efficiency_by_kernel"] = {{"mixed_dtype", 1.5}};
+  EXPECT_INPUT_ERROR(cluster_from_json(j, "x.json"),
+                     "x.json: /device/memory_efficiency_by_kernel/mixed_dtype = 1.5");
+}
+
 TEST(ClusterSpec, MultiNodeClusterNeedsAClusterLevel) {
   Json j = to_json(builtin_cluster("dgx-a100"));
   j["network"]["levels"].erase(1);
@@ -69,7 +89,8 @@ TEST(ClusterSpec, EfficiencyCurveMustIncrease) {
 
 TEST(ClusterSpec, SpeedOverridesMultiply) {
   Json j = to_json(builtin_cluster("dgx-a100"));
-  j["overrides"] = Json::parse(R"({"speed": [{"node": 1, "factor": 0.5}, {"rank": 9, "factor": 0.5}],
+  j["overrides"] =
+      Json::parse(R"({"speed": [{"node": 1, "factor": 0.5}, {"rank": 9, "factor": 0.5}],
                                    "links": [{"level": "infiniband", "node": 3, "factor": 0.25}]})");
   ClusterSpec c = cluster_from_json(j, "x.json");
   EXPECT_DOUBLE_EQ(c.speed_factor(0), 1.0);
@@ -81,7 +102,8 @@ TEST(ClusterSpec, SpeedOverridesMultiply) {
 TEST(ClusterSpec, OverrideNamingAMissingLevelIsRejected) {
   Json j = to_json(builtin_cluster("dgx-a100"));
   j["overrides"] = Json::parse(R"({"links": [{"level": "ethernet", "node": 0, "factor": 0.5}]})");
-  EXPECT_INPUT_ERROR(cluster_from_json(j, "x.json"), "must name a network level (nvlink or infiniband)");
+  EXPECT_INPUT_ERROR(cluster_from_json(j, "x.json"),
+                     "must name a network level (nvlink or infiniband)");
 }
 
 TEST(ClusterSpec, UnknownClusterNameListsTheShippedOnes) {

@@ -41,6 +41,23 @@ double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const 
          (device_->memory_bandwidth_GBps * kBytesPerGB * device_->memory_efficiency_for(op_class));
 }
 
+// The op's bytes by the kernels that move them, each kernel at its own bandwidth: the family's
+// (spec::MemoryKernel), eager PyTorch's dynamic-casting kernels', and a kernel of fewer thread
+// blocks than SMs at most its blocks' own bandwidth (DeviceSpec::block_bandwidth_GBps).
+double ComputeModel::memory_bound_seconds(const models::Op& op) const {
+  const double peak = device_->memory_bandwidth_GBps * kBytesPerGB;
+  const double family = peak * device_->memory_efficiency_for(op.op_class, op.memory_kernel);
+  const double mixed =
+      peak * device_->memory_efficiency_for(op.op_class, spec::MemoryKernel::kMixedDtype);
+  double narrow = family;
+  if (op.narrow_blocks > 0 && device_->block_bandwidth_GBps > 0)
+    narrow = std::min(family, static_cast<double>(op.narrow_blocks) *
+                                  device_->block_bandwidth_GBps * kBytesPerGB);
+  const double rest = static_cast<double>(op.bytes - op.mixed_dtype_bytes - op.narrow_bytes);
+  return std::max(0.0, rest) / family + static_cast<double>(op.mixed_dtype_bytes) / mixed +
+         static_cast<double>(op.narrow_bytes) / narrow;
+}
+
 double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
                              std::string_view op_key) const {
   const bool matrix = is_matrix_op(op_class) && flops > 0;
@@ -137,7 +154,7 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
                 device_->launch_overhead_us * 1e-6) +
         launches);
   }
-  const double memory = memory_seconds(static_cast<double>(op.bytes), op.op_class);
+  const double memory = memory_bound_seconds(op);
   double compute = 0;
   if (op.fused_attention) {
     compute = attention_seconds(op, phase == spec::Phase::kBwd);

@@ -73,6 +73,13 @@ struct Op {
   std::vector<int64_t> shape;  // GEMM: {m, n, k}; batched GEMM and attention: {batch, m, n, k}
   std::vector<MatmulShape> matmuls;  // the products a GEMM-class op runs (backward: dgrad, wgrad)
   int kernels = 1;                   // kernel launches the op takes (0: fused into its neighbour)
+  // A memory-bound op's kernel family (spec::MemoryKernel): the bandwidth its bytes move at. Of
+  // `bytes`, `mixed_dtype_bytes` are moved by eager dynamic-casting kernels (kMixedDtype) whatever
+  // the family, and `narrow_bytes` by a kernel of only `narrow_blocks` thread blocks.
+  spec::MemoryKernel memory_kernel = spec::MemoryKernel::kGeneric;
+  int64_t mixed_dtype_bytes = 0;
+  int64_t narrow_bytes = 0;
+  int64_t narrow_blocks = 0;
   TpSplit split = TpSplit::kReplicated;
   bool core_attention = false;   // recomputed by selective recompute (Korthikanti et al. 2022)
   bool fused_attention = false;  // one fused (flash) attention kernel: shape {b*heads, s, s, d}

@@ -101,6 +101,7 @@ namespace sextant::models {
   X(kHeadCast, "head.cast")                                                     \
   X(kHeadLogits, "head.logits")                                                 \
   X(kHeadLoss, "head.loss")                                                     \
+  X(kHeadLossCast, "head.loss_cast")                                            \
   X(kHeadLossAllReduce, "head.loss_all_reduce")                                 \
   X(kHeadAllReduce, "head.all_reduce")                                          \
   X(kHeadReduceScatter, "head.reduce_scatter")                                  \

@@ -52,6 +52,12 @@ struct DeviceSpec {
   // Per op class, where calibration found them to differ (norms and losses do more arithmetic per
   // byte than a residual add); classes not listed use memory_efficiency.
   std::map<OpClass, double> memory_efficiency_by_class;
+  // Per kernel family (MemoryKernel, spec/trace.hpp) where eager PyTorch's kernels differ from
+  // the class's (bench/eager_kernel_rates.py); families not listed use the op class's.
+  std::map<MemoryKernel, double> memory_efficiency_by_kernel;
+  // The bandwidth one thread block draws on its own SM, 1e9 bytes/s: a kernel of fewer blocks
+  // than SMs (a column reduction over few columns) moves at most blocks x this. 0: not limited.
+  double block_bandwidth_GBps = 0;
   // Per op (efficiency_key: the names simulator and executor share, e.g. "attn.softmax" or
   // "attn.softmax:bwd"), measured by calibration: for a matrix op the fraction of peak FLOP/s, for
   // a memory-bound op the fraction of memory bandwidth. Ops not listed use the curves above.
@@ -79,6 +85,10 @@ struct DeviceSpec {
   double memory_efficiency_for(OpClass c) const {
     auto it = memory_efficiency_by_class.find(c);
     return it == memory_efficiency_by_class.end() ? memory_efficiency : it->second;
+  }
+  double memory_efficiency_for(OpClass c, MemoryKernel k) const {
+    auto it = memory_efficiency_by_kernel.find(k);
+    return it == memory_efficiency_by_kernel.end() ? memory_efficiency_for(c) : it->second;
   }
 
   // Interpolated GEMM efficiency for a GEMM of `flops` FLOPs.

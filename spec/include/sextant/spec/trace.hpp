@@ -62,6 +62,17 @@ enum class OpClass {
 EnumNames<OpClass> op_class_names();
 bool is_communication(OpClass op_class);
 
+// The kernel family a memory-bound op runs where it sustains a bandwidth of its own (a cluster
+// file's device.memory_efficiency_by_kernel; bench/eager_kernel_rates.py measures them):
+// kGeneric: the op class's efficiency. kNativeNorm: ATen's layer_norm / rms_norm kernels, which
+// eager PyTorch runs (aten/src/ATen/native/cuda/layer_norm_kernel.cu). kMixedDtype: an eager
+// elementwise kernel whose inputs differ in dtype from its output (a bf16 -> fp32 copy, an fp32 +
+// bf16 add): TensorIterator's dynamic-casting path, unrolled with no vector loads
+// (aten/src/ATen/native/cuda/CUDALoops.cuh, LoadWithCast); fp32 -> bf16 copies have a vectorized
+// kernel of their own (Copy.cu, bfloat16_copy_kernel_cuda) and are generic.
+enum class MemoryKernel { kGeneric, kNativeNorm, kMixedDtype };
+EnumNames<MemoryKernel> memory_kernel_names();
+
 enum class Phase { kFwd, kBwd, kRecompute, kOpt, kNone };
 EnumNames<Phase> phase_names();
 

@@ -55,6 +55,8 @@ class ComputeModel {
 
  private:
   double memory_seconds(double bytes, spec::OpClass op_class) const;
+  // A memory-bound op's time at the bandwidths of the kernels that move its bytes.
+  double memory_bound_seconds(const models::Op& op) const;
 
   const spec::DeviceSpec* device_;
   spec::Dtype dtype_;
