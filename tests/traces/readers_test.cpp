@@ -99,6 +99,28 @@ TEST(KinetoReader, FieldsOfAnotherTypeCountAsAbsent) {
   EXPECT_EQ(k.kernels, 1);
 }
 
+TEST(KernelClasses, WallStepRunsFromOptimizerStepToOptimizerStepOnTheGpu) {
+  // Three GPU optimizer spans ending at 150, 1150 and 2150 us: two steps of 1000 us each, kernels
+  // and gaps between them; the CPU spans count the steps. One span gives no wall step.
+  const spec::Json trace = spec::Json::parse(R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "ts": 200, "dur": 700},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 1100,
+     "dur": 50},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 100,
+     "dur": 50},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 2100,
+     "dur": 50},
+    {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "ts": 90, "dur": 5}
+  ]})");
+  const KernelTimes k = kernel_times(trace, "p.json");
+  EXPECT_DOUBLE_EQ(k.wall_step_s, 1000e-6);
+  EXPECT_EQ(k.steps, 1);
+  spec::Json one = trace;
+  one["traceEvents"].erase(3);
+  one["traceEvents"].erase(2);
+  EXPECT_EQ(kernel_times(one, "p.json").wall_step_s, 0);
+}
+
 TEST(SextantTraces, TrainingAndBenchmarkSamples) {
   const spec::Trace trace = spec::read_trace_file(sample("run-gpt-tiny-dp2.json"));
   Samples run = samples_from_trace(trace, "run");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "kineto_fields.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -42,6 +43,7 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
   if (!json.is_object() || !json.contains("traceEvents") || !json.at("traceEvents").is_array())
     throw InputError(source, "/traceEvents", "", "missing: not a Chrome/Kineto trace");
   KernelTimes out;
+  std::vector<double> step_ends_us;
   for (const spec::Json& e : json.at("traceEvents")) {
     if (!e.is_object()) continue;
     const std::optional<double> dur = kineto::number(e, "dur");
@@ -59,7 +61,15 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
       ++out.kernels;
     } else if (cat == "user_annotation" && name.rfind("Optimizer.step", 0) == 0) {
       ++out.steps;
+    } else if (cat == "gpu_user_annotation" && name.rfind("Optimizer.step", 0) == 0) {
+      const std::optional<double> ts = kineto::number(e, "ts");
+      if (ts && std::isfinite(*ts)) step_ends_us.push_back(*ts + *dur);
     }
+  }
+  if (step_ends_us.size() >= 2) {
+    std::sort(step_ends_us.begin(), step_ends_us.end());
+    out.wall_step_s = (step_ends_us.back() - step_ends_us.front()) * 1e-6 /
+                      static_cast<double>(step_ends_us.size() - 1);
   }
   if (out.kernels == 0)
     throw InputError(source, "/traceEvents", "",

@@ -22,6 +22,10 @@ struct KernelTimes {
   std::map<spec::OpClass, int64_t> counts;  // kernels per class over the whole trace
   int64_t steps = 0;                        // optimizer steps in the trace (Optimizer.step spans)
   int64_t kernels = 0;
+  // Wall time of a step on the GPU timeline: from the end of one optimizer step to the end of the
+  // next (Kineto's gpu_user_annotation spans), averaged over the trace's consecutive steps; kernels
+  // plus the gaps between them. 0 with fewer than two such spans.
+  double wall_step_s = 0;
 };
 
 // Throws InputError naming `source` when the trace has no GPU kernels.
