@@ -17,6 +17,11 @@ Op autocast_cast_backward(const Op& cast, const TransformerDims& x) {
   return op;
 }
 
+Op bias_grad_op(OpId name, int64_t tokens, int64_t columns, int64_t e) {
+  return memory_op(name, OpClass::kElementwise, tokens * columns * e + columns * 4,
+                   TpSplit::kColumn, {tokens, columns});
+}
+
 Op norm_op(OpId name, const TransformerDims& x, const FusionPasses& passes) {
   const int64_t rows = x.norm_tokens();
   Op op = unfused(memory_op(name, OpClass::kNorm, 2 * rows * x.h * x.residual_bytes(),

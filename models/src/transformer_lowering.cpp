@@ -158,6 +158,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     bw.push_back(gemm_backward(fc2));
     bw.push_back(activation_backward(act, gate, passes));
     bw.push_back(gemm_backward(fc1));
+    if (m.bias && x.bias_grad_kernel)
+      bw.push_back(bias_grad_op(OpId::kMlpFc1BiasGrad, T, gate * ffn, e));
   }
   if (!own_mlp_collectives) add_tp_reduce(bw, x, kMlpCollectives);
   if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
@@ -169,6 +171,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
+  if (m.bias && x.bias_grad_kernel)
+    bw.push_back(bias_grad_op(OpId::kAttnQkvBiasGrad, T, qkv_out, e));
   add_tp_reduce(bw, x, kAttnCollectives);
   if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
   bw.push_back(norm_backward(attn_norm, passes));
@@ -404,6 +408,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.cross_entropy = o.cross_entropy;
   x.autocast = o.autocast && x.e < 4;
   x.fused_rms_norm = o.fused_rms_norm;
+  x.bias_grad_kernel = o.bias_grad_kernel;
   x.fp8 = o.fp8_gemms;
   x.selective = o.selective;
   std::string source = fmt::format("model {}", model.name);

@@ -30,8 +30,9 @@ struct TransformerDims {
   // layer_norm and the ops that take fp32 inputs in fp32): the residual stream and the norms are
   // fp32, a GEMM input coming from them is cast first, every forward casts the weights.
   bool autocast;
-  bool fp8;             // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
-  bool fused_rms_norm;  // LoweringOptions::fused_rms_norm
+  bool fp8;               // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
+  bool fused_rms_norm;    // LoweringOptions::fused_rms_norm
+  bool bias_grad_kernel;  // LoweringOptions::bias_grad_kernel
   spec::SelectiveRecompute selective;  // what selective recompute re-runs and keeps
   int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }
@@ -74,6 +75,12 @@ struct FusionPasses {
 };
 
 FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x);
+
+// The bias gradient of a column-parallel linear as a kernel of its own (Stack::bias_grad_kernel):
+// its `tokens` x `columns` output gradient of `e` bytes summed over the tokens into an fp32
+// gradient. The row-parallel linears' (proj, fc2) are counted in their residual's backward, as
+// Megatron's fused bias-dropout-add computes them.
+Op bias_grad_op(OpId name, int64_t tokens, int64_t columns, int64_t e);
 
 // A block's norm over the rank's norm tokens, as the stack runs it (ATen's native kernel in eager
 // PyTorch, unless an eager RMSNorm is composed of primitives).

@@ -84,6 +84,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
                         static_cast<int>(stack.cross_entropy),
                         stack.autocast,
                         stack.fused_rms_norm,
+                        stack.bias_grad_kernel,
                         stack.dropout,
                         static_cast<int>(stack.selective_recompute),
                         stack.vocab_multiple,

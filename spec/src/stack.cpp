@@ -36,7 +36,7 @@ constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
 constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
     {{"attention_core", SelectiveRecompute::kAttentionCore},
      {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
-constexpr std::array<std::string_view, 20> kKnobs{"attention",
+constexpr std::array<std::string_view, 21> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -55,6 +55,7 @@ constexpr std::array<std::string_view, 20> kKnobs{"attention",
                                                   "selective_recompute",
                                                   "fused_rms_norm",
                                                   "grad_clip",
+                                                  "bias_grad_kernel",
                                                   "grad_copy_in"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
@@ -109,6 +110,7 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
     s.vocab_multiple = *v;
   if (auto v = r.boolean("dropout", Presence::kOptional)) s.dropout = *v;
   if (auto v = r.boolean("grad_clip", Presence::kOptional)) s.grad_clip = *v;
+  if (auto v = r.boolean("bias_grad_kernel", Presence::kOptional)) s.bias_grad_kernel = *v;
   if (auto v = r.boolean("grad_copy_in", Presence::kOptional)) s.grad_copy_in = *v;
   // Optional even in presets: stacks written before the knob existed ran Megatron's policy.
   if (auto v =
@@ -316,6 +318,7 @@ Json to_json(const Stack& s) {
   j["selective_recompute"] = enum_name(selective_recompute_names(), s.selective_recompute);
   j["fused_rms_norm"] = s.fused_rms_norm;
   j["grad_clip"] = s.grad_clip;
+  j["bias_grad_kernel"] = s.bias_grad_kernel;
   j["grad_copy_in"] = s.grad_copy_in;
   return j;
 }

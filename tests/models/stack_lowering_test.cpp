@@ -3,6 +3,8 @@
 // and the memory passes of eager, fused and compiled kernels. Expected values worked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sextant/models/counts.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
@@ -354,6 +356,30 @@ TEST(StackLowering, EagerSoftmaxReadsARowOnceWhenItFitsSharedMemory) {
             0);
   EXPECT_EQ(find(head.backward, "head.loss_cast").bytes, logits * 4);
   EXPECT_EQ(find(head.backward, "head.loss_cast").kernels, 1);
+}
+
+TEST(StackLowering, BiasGradientsAreReductionsOfTheirOwnWhereTheStackSaysSo) {
+  // gpt2-124m (biases) at b 4, s 1024, tp 2: T = 4096 tokens; the rank's qkv output is 3h / 2 =
+  // 1152 columns, its fc1 output 4h / 2 = 1536. The bias gradient reads the 16-bit output gradient
+  // (T x columns x 2 bytes) and writes the fp32 gradient (columns x 4), after the GEMM's backward.
+  LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused, 2);
+  o.bias_grad_kernel = true;
+  const Layer block = lower(zoo_model("gpt2-124m"), o).layers[1];
+  const Op& qkv = find(block.backward, "attn.qkv_bias_grad");
+  EXPECT_EQ(qkv.bytes, 4096 * 1152 * 2 + 1152 * 4);
+  EXPECT_EQ(qkv.op_class, spec::OpClass::kElementwise);
+  EXPECT_EQ(find(block.backward, "mlp.fc1_bias_grad").bytes, 4096 * 1536 * 2 + 1536 * 4);
+  const auto at = [&](const char* name) {
+    return std::find_if(block.backward.begin(), block.backward.end(),
+                        [&](const Op& op) { return op.name == name; }) -
+           block.backward.begin();
+  };
+  EXPECT_EQ(at("attn.qkv_bias_grad"), at("attn.qkv") + 1);
+  // Computed in the GEMM op (the knob off), or a model without biases: no op.
+  o.bias_grad_kernel = false;
+  EXPECT_FALSE(has(lower(zoo_model("gpt2-124m"), o).layers[1].backward, "attn.qkv_bias_grad"));
+  o.bias_grad_kernel = true;
+  EXPECT_FALSE(has(lower(zoo_model("llama-tiny"), o).layers[1].backward, "mlp.fc1_bias_grad"));
 }
 
 TEST(StackLowering, Zero3GradientCopyInEndsEachParametrisedLayersBackward) {

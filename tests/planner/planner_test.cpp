@@ -246,11 +246,14 @@ TEST(Estimator, StackKnobsAreNotTakenFromACachedPlan) {
   fused_norm.stack->fused_rms_norm = !composite_norm.stack->fused_rms_norm;
   spec::Plan no_dropout = overlapped;
   no_dropout.stack->dropout = !overlapped.stack->dropout;
+  spec::Plan bias_in_gemm = overlapped;  // megatron-1.7b has biases
+  bias_in_gemm.stack->bias_grad_kernel = !overlapped.stack->bias_grad_kernel;
 
   Estimator shared(model, cluster);
   shared.estimate(overlapped);
   shared.estimate(composite_norm);
-  for (const spec::Plan& plan : {after_backward, megatron_loss, fused_norm, no_dropout}) {
+  for (const spec::Plan& plan :
+       {after_backward, megatron_loss, fused_norm, no_dropout, bias_in_gemm}) {
     Estimator fresh(model, cluster);
     EXPECT_DOUBLE_EQ(shared.estimate(plan).step_time_s, fresh.estimate(plan).step_time_s);
   }

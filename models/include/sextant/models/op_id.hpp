@@ -24,6 +24,7 @@ namespace sextant::models {
   X(kAttnNorm, "attn.norm")                                                     \
   X(kAttnCast, "attn.cast")                                                     \
   X(kAttnQkv, "attn.qkv")                                                       \
+  X(kAttnQkvBiasGrad, "attn.qkv_bias_grad")                                     \
   X(kAttnRope, "attn.rope")                                                     \
   X(kAttnCorePrep, "attn.core_prep")                                            \
   X(kAttnScores, "attn.scores")                                                 \
@@ -42,6 +43,7 @@ namespace sextant::models {
   X(kMlpNorm, "mlp.norm")                                                       \
   X(kMlpCast, "mlp.cast")                                                       \
   X(kMlpFc1, "mlp.fc1")                                                         \
+  X(kMlpFc1BiasGrad, "mlp.fc1_bias_grad")                                       \
   X(kMlpAct, "mlp.act")                                                         \
   X(kMlpFp8Cast, "mlp.fp8_cast")                                                \
   X(kMlpFc2, "mlp.fc2")                                                         \

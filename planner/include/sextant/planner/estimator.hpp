@@ -268,8 +268,8 @@ class Estimator {
   // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
   // made the estimate phase fault in fresh pages for each.
   using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
-                                 bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t, int64_t,
-                                 int, int64_t, int64_t, int64_t, int64_t>;
+                                 bool, bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t,
+                                 int64_t, int, int64_t, int64_t, int64_t, int64_t>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;

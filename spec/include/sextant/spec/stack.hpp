@@ -107,6 +107,12 @@ struct Stack {
   // a norm pass and a scaling pass over the gradients before the update
   // (models::optimizer_bytes_per_param). Default false: stack files written before the knob.
   bool grad_clip = false;
+  // A linear's bias gradient is a kernel of its own, a sum of the output gradient over the tokens
+  // (autograd's reduction of a broadcast bias, Megatron's grad_output.sum(0), llm.c's
+  // matmul_backward_bias_kernel); false: computed with the weight gradient, in the GEMM op (a
+  // cuBLASLt bias-gradient epilogue, Sextant's executor). Default false: stack files written
+  // before the knob.
+  bool bias_grad_kernel = false;
   // ZeRO-3 copies each layer's gradients into its reduce-scatter buffer, cast to the reduce dtype,
   // on the compute stream before the reduce-scatter (PyTorch FSDP2's
   // foreach_reduce_scatter_copy_in). Default false: stack files written before the knob.
