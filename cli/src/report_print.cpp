@@ -59,6 +59,16 @@ void print_report(const spec::Report& r, const std::optional<PublishedMfu>& refe
       human_bytes(static_cast<double>(m.gradients)), human_bytes(static_cast<double>(m.optimizer)),
       human_bytes(static_cast<double>(m.activations)), human_bytes(static_cast<double>(m.buffers)),
       human_bytes(static_cast<double>(m.reserved)));
+  if (!m.explained.empty()) {
+    fmt::print("  memory explained (the most loaded pipeline stage's rank)\n");
+    for (const spec::MemoryItem& i : m.explained)
+      fmt::print("    {:<12} {:>10}  {}\n", i.part, human_bytes(static_cast<double>(i.bytes)),
+                 i.detail);
+    fmt::print("    {:<12} {:>10}  {} of {}\n", m.headroom_bytes >= 0 ? "free" : "over",
+               human_bytes(static_cast<double>(std::abs(m.headroom_bytes))),
+               human_bytes(static_cast<double>(m.peak_bytes)),
+               human_bytes(static_cast<double>(m.capacity_bytes)));
+  }
   if (m.host_bytes > 0)
     fmt::print("  host memory      {} of this rank's share {} of its node's memory\n",
                human_bytes(static_cast<double>(m.host_bytes)),

@@ -26,6 +26,7 @@ struct SimulateOptions {
   PlanFlags plan;
   std::string network = "analytic";
   bool json = false;
+  bool explain_memory = false;
   TraceFlags trace;
   std::string report;
   bool quiet = false;
@@ -44,6 +45,7 @@ void run(const SimulateOptions& o) {
   }
   options.fidelity = *fidelity;
   options.trace = !o.trace.file.empty();
+  options.explain_memory = o.explain_memory;
   options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
   const spec::TraceSelection selection = trace_selection_from(o.trace, plan);
   options.trace_ranks = selection.ranks;  // only those recorded
@@ -88,6 +90,8 @@ void add_simulate_command(CLI::App& app) {
   add_plan_flags(*cmd, o->plan);
   cmd->add_option("--network", o->network, "Network fidelity: analytic or flow");
   cmd->add_flag("--json", o->json, "Print the report as JSON");
+  cmd->add_flag("--explain-memory", o->explain_memory,
+                "Itemize the memory of the most loaded rank: each part's bytes and how they arise");
   add_trace_flags(*cmd, o->trace, "the predicted trace");
   cmd->add_option("--report", o->report, "Write the report JSON to a file");
   cmd->add_flag("--quiet", o->quiet,

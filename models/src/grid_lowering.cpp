@@ -123,6 +123,9 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   bw.insert(bw.end(), fc2.backward.begin(), fc2.backward.end());
   bw.push_back(activation_backward(act, gate, passes));
   bw.insert(bw.end(), fc1.backward.begin(), fc1.backward.end());
+  // The column-parallel linears' bias gradients over their y-split outputs (as the 1D block's).
+  if (m.bias && x.bias_grad_kernel)
+    bw.push_back(bias_grad_op(OpId::kMlpFc1BiasGrad, T, gate * x.f / g.y, e));
   gather_x(kMlpCollectives, bw);
   if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
   bw.push_back(norm_backward(mlp_norm, passes));
@@ -131,6 +134,8 @@ Layer grid_block(const spec::TransformerSpec& m, const TransformerDims& x,
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (rotary) bw.push_back(memory_backward(rope, 1.0));
   bw.insert(bw.end(), qkv.backward.begin(), qkv.backward.end());
+  if (m.bias && x.bias_grad_kernel)
+    bw.push_back(bias_grad_op(OpId::kAttnQkvBiasGrad, T, qkv_full / g.y, e));
   gather_x(kAttnCollectives, bw);
   if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
   bw.push_back(norm_backward(attn_norm, passes));

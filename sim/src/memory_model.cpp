@@ -1,8 +1,11 @@
 // Per-stage memory from the lowering, the pipeline schedule and the software stack.
 #include "sextant/sim/memory_model.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
@@ -72,16 +75,69 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
                                    const spec::ClusterSpec* cluster,
-                                   const spec::LiveProfile* profile) {
+                                   const spec::LiveProfile* profile, bool explain) {
   return stage_memory(plan, stack, lowered, stage, stage_footprint(plan, lowered, stage), cluster,
-                      profile);
+                      profile, explain);
 }
+
+namespace {
+
+// 124,439,808
+std::string count(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// The activations a stage keeps per micro-batch, by run of layers of one kind keeping the same
+// bytes ("block0-block31: 32 x ..."), and what is in flight at the peak.
+void explain_activations(const spec::Plan& plan, const models::LoweredModel& lowered, int64_t stage,
+                         const StageFootprint& f, const std::vector<int64_t>& peak_counts,
+                         bool in_backward, std::vector<spec::MemoryItem>& out) {
+  const StageLayers held = stage_layers(plan, lowered, stage);
+  const std::vector<spec::Recompute> recompute = models::layer_recompute(plan, lowered);
+  const std::vector<bool> offloaded = models::layer_activation_offload(plan, lowered);
+  for (size_t v = 0; v < held.chunk_begin.size(); ++v) {
+    const int64_t in_flight = v < peak_counts.size() ? peak_counts[v] : 0;
+    std::string layers;
+    for (size_t l = held.chunk_begin[v]; l < held.chunk_end[v];) {
+      const models::Layer& first = lowered.layers[l];
+      const int64_t kept = offloaded[l] ? 0 : first.saved_bytes_for(recompute[l]);
+      size_t end = l + 1;
+      while (end < held.chunk_end[v] && lowered.layers[end].kind == first.kind &&
+             (offloaded[end] ? 0 : lowered.layers[end].saved_bytes_for(recompute[end])) == kept &&
+             recompute[end] == recompute[l])
+        ++end;
+      const std::string mode(spec::enum_name(spec::recompute_names(), recompute[l]));
+      const std::string range = end - l > 1 ? "-" + lowered.layers[end - 1].name : "";
+      const std::string times = end - l > 1 ? fmt::format("{} x ", end - l) : "";
+      layers += fmt::format("{}{}{}: {}{} B{}{}", layers.empty() ? "" : "; ", first.name, range,
+                            times, count(kept), mode == "none" ? "" : " (recompute " + mode + ")",
+                            offloaded[l] ? " (offloaded)" : "");
+      l = end;
+    }
+    out.push_back({"activations", in_flight * f.chunk_activation[v],
+                   fmt::format("{}{} B a micro-batch x {} in flight at the peak{}: {}",
+                               held.chunk_begin.size() > 1 ? fmt::format("chunk {}: ", v) : "",
+                               count(f.chunk_activation[v]), in_flight,
+                               in_backward ? " (during a backward)" : "", layers)});
+  }
+}
+
+}  // namespace
 
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
                                    const StageFootprint& footprint,
                                    const spec::ClusterSpec* cluster,
-                                   const spec::LiveProfile* profile) {
+                                   const spec::LiveProfile* profile, bool explain) {
+  std::vector<spec::MemoryItem> items;
+  auto note = [&](const char* part, int64_t bytes, auto&& detail) {
+    if (explain && bytes != 0) items.push_back({part, bytes, detail()});
+  };
   const size_t chunks = footprint.chunk_activation.size();
   const int64_t params = footprint.params;
   const int64_t largest_layer = footprint.largest_layer;
@@ -114,9 +170,27 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   if (offload_optimizer && plan.zero >= 2) m.gradients = 0;
   if (plan.offload.params != spec::OffloadTarget::kNone) m.weights = 0;
   // PipeDream-2BW stashes a second copy of the stage's weights for the batch in flight.
-  if (plan.schedule == spec::Schedule::kPipeDream2BW)
-    m.weights +=
+  const std::string shard_note = fmt::format(", a 1/{} ZeRO shard", n);
+  note("weights", m.weights, [&] {
+    return fmt::format("{} parameters x {} B{}", count(params), per.weights,
+                       plan.zero >= 3 ? shard_note : "");
+  });
+  note("gradients", m.gradients, [&] {
+    return fmt::format(
+        "{} parameters x {} B ({}){}", count(params), per.gradients,
+        spec::enum_name(spec::dtype_names(), spec::gradient_dtype(stack, lowered.dtype)),
+        plan.zero >= 2 ? shard_note : "");
+  });
+  note("optimizer", m.optimizer, [&] {
+    return fmt::format("{} parameters x {} B (fp32 master weights and Adam's two moments){}",
+                       count(params), per.optimizer, plan.zero >= 1 ? shard_note : "");
+  });
+  if (plan.schedule == spec::Schedule::kPipeDream2BW) {
+    const int64_t stash =
         params * models::weight_stash_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype));
+    m.weights += stash;
+    note("weights", stash, [] { return std::string("PipeDream-2BW's stashed weight version"); });
+  }
 
   // Activations: the most the schedule keeps live (under recompute, plus the working set of the
   // layer whose backward runs).
@@ -131,12 +205,26 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     return b;
   };
   int64_t peak = 0;
-  for (const std::vector<int64_t>& counts : moments.after_forward)
+  const std::vector<int64_t>* peak_counts = nullptr;
+  bool peak_in_backward = false;
+  for (const std::vector<int64_t>& counts : moments.after_forward) {
+    if (peak_counts == nullptr || bytes_at(counts) > peak) peak_counts = &counts;
     peak = std::max(peak, bytes_at(counts));
-  if (plan.recompute != spec::Recompute::kNone) {
-    for (const std::vector<int64_t>& counts : moments.during_backward)
-      peak = std::max(peak, bytes_at(counts) + largest_working);
   }
+  if (plan.recompute != spec::Recompute::kNone) {
+    for (const std::vector<int64_t>& counts : moments.during_backward) {
+      if (bytes_at(counts) + largest_working > peak) {
+        peak_counts = &counts;
+        peak_in_backward = true;
+      }
+      peak = std::max(peak, bytes_at(counts) + largest_working);
+    }
+  }
+  if (explain && peak_counts != nullptr)
+    explain_activations(plan, lowered, stage, footprint, *peak_counts, peak_in_backward, items);
+  if (peak_in_backward)
+    note("activations", largest_working,
+         [] { return std::string("what the recomputed layer brings back for its backward"); });
   // Offloaded activations: on the host for every micro-batch in flight; on the device, two
   // layers' worth in transit (Transformer Engine's double buffer: a layer's copy to the host
   // finishes while the next computes, and in backward the next layer's reload while one runs).
@@ -146,24 +234,50 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     for (size_t v = 0; v < chunks; ++v) b += counts[v] * footprint.chunk_offloaded[v];
     offloaded_peak = std::max(offloaded_peak, b);
   }
-  if (offloaded_peak > 0) peak += 2 * footprint.largest_offloaded;
+  if (offloaded_peak > 0) {
+    peak += 2 * footprint.largest_offloaded;
+    note("activations", 2 * footprint.largest_offloaded, [&] {
+      return fmt::format("2 x {} B of offloaded layers in transit",
+                         count(footprint.largest_offloaded));
+    });
+  }
   m.activations = peak;
 
   // Buffers: stage-to-stage send and receive buffers, the DDP gradient bucket, and under ZeRO-3
   // the gathered parameters of the current and prefetched layers and its unsharded gradient.
   int64_t e = spec::dtype_bytes(lowered.dtype);
   int64_t buffers = plan.pp > 1 ? 2 * footprint.boundary : 0;
-  if ((plan.replicas() > 1 || offload_optimizer) && plan.zero < 3)
-    buffers += std::min(stack.dp_bucket_bytes, params * per.gradients);
+  note("buffers", buffers, [&] {
+    return fmt::format("stage-to-stage send and receive, 2 x {} B", count(footprint.boundary));
+  });
+  if ((plan.replicas() > 1 || offload_optimizer) && plan.zero < 3) {
+    const int64_t bucket = std::min(stack.dp_bucket_bytes, params * per.gradients);
+    buffers += bucket;
+    note("buffers", bucket, [] { return std::string("the gradient bucket being reduced"); });
+  }
   // Compressed exchange: the error-feedback residual and the encodings of the stage's largest
   // bucket (a layer larger than the bucket size is a bucket of its own), as the executor holds.
-  if (plan.compression.any() && plan.replicas() > 1)
-    buffers += models::compression_memory_bytes(
+  if (plan.compression.any() && plan.replicas() > 1) {
+    const int64_t codec = models::compression_memory_bytes(
         plan.compression, params,
         models::gradient_buckets(plan, lowered, stage, stack.dp_bucket_bytes, per.gradients),
         plan.replicas(), per.gradients);
-  if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) && plan.zero == 3)
-    buffers += (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
+    buffers += codec;
+    note("buffers", codec,
+         [] { return std::string("gradient compression: error-feedback residual and encodings"); });
+  }
+  if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) &&
+      plan.zero == 3) {
+    const int64_t gathered =
+        (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
+    buffers += gathered;
+    note("buffers", gathered, [&] {
+      return fmt::format(
+          "ZeRO-3: {} gathered layer(s) of {} parameters x {} B and one unsharded gradient",
+          1 + stack.zero3_prefetch, count(largest_layer), e);
+    });
+  }
+  const int64_t before_grid = buffers;
   // A 3D tensor grid gathers one linear layer's weight block over z at a time and reduce-scatters
   // its whole gradient (models' grid_block): the stage's largest gather, and its gradient.
   if (plan.tp_grid.z > 1) {
@@ -189,19 +303,37 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
       buffers += plan.micro_batches() * shard * e;
     }
   }
+  note("buffers", buffers - before_grid,
+       [] { return std::string("3D tensor grid: gathered weight blocks and their gradients"); });
   // Autocast keeps the 16-bit copy of every weight it cast from the forward to the backward.
-  if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) buffers += params * e;
+  if (stack.autocast && spec::dtype_bytes(lowered.dtype) < 4) {
+    buffers += params * e;
+    note("buffers", params * e,
+         [&] { return fmt::format("autocast's {}-byte weight copies, kept for the backward", e); });
+  }
   m.buffers = buffers;
 
   // Beyond tensors: the caching allocator's reserve over what it hands out for activations and
   // transient buffers, and, given the cluster, the runtime and one buffer set per communicator.
   m.reserved = static_cast<int64_t>(
       std::llround(stack.allocator_reserve * static_cast<double>(m.activations + m.buffers)));
+  note("reserved", m.reserved, [&] {
+    return fmt::format("the caching allocator's reserve, {} of activations and buffers",
+                       stack.allocator_reserve);
+  });
   if (cluster != nullptr) {
-    m.reserved +=
-        cluster->device.runtime_reserved_bytes +
-        communicators_of_stage(plan, lowered, stage) * cluster->network.communicator_buffer_bytes;
+    const int64_t communicators = communicators_of_stage(plan, lowered, stage);
+    m.reserved += cluster->device.runtime_reserved_bytes +
+                  communicators * cluster->network.communicator_buffer_bytes;
+    note("reserved", cluster->device.runtime_reserved_bytes,
+         [] { return std::string("runtime: CUDA context and library workspaces"); });
+    note("reserved", communicators * cluster->network.communicator_buffer_bytes, [&] {
+      return fmt::format("{} communicator{} x {} B of buffers", communicators,
+                         communicators == 1 ? "" : "s",
+                         count(cluster->network.communicator_buffer_bytes));
+    });
   }
+  m.explained = std::move(items);
   m.peak_bytes = m.weights + m.gradients + m.optimizer + m.activations + m.buffers + m.reserved;
   // Host memory of the offloaded shard (offload_cost.hpp), against the rank's share of its node's.
   const int64_t shard = (params + n - 1) / n;

@@ -315,10 +315,16 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
 
   // Memory: the most loaded stage.
   spec::MemoryBreakdown worst;
+  int64_t worst_stage = 0;
   for (int64_t s = 0; s < plan.pp; ++s) {
     spec::MemoryBreakdown m = stage_memory(plan, setup.stack, lowered, s, &cluster);
-    if (s == 0 || m.peak_bytes > worst.peak_bytes) worst = m;
+    if (s == 0 || m.peak_bytes > worst.peak_bytes) {
+      worst = m;
+      worst_stage = s;
+    }
   }
+  if (options.explain_memory)
+    worst = stage_memory(plan, setup.stack, lowered, worst_stage, &cluster, nullptr, true);
   rep.memory = worst;
   rep.events = result.events;
   rep.simulated_ranks = simulated_ranks;

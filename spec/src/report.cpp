@@ -8,48 +8,55 @@ namespace sextant::spec {
 Json to_json(const Report& r) {
   const TimeBreakdown& b = r.breakdown_s;
   const MemoryBreakdown& m = r.memory;
-  return Json{{"schema", kReportSchema},
-              {"model", r.model},
-              {"cluster", r.cluster},
-              {"plan", r.plan},
-              {"gpus", r.gpus},
-              {"network", r.network},
-              {"stack", r.stack},
-              {"step_time_s", r.step_time_s},
-              {"tokens_per_s", r.tokens_per_s},
-              {"samples_per_s", r.samples_per_s},
-              {"mfu", r.mfu},
-              {"hfu", r.hfu},
-              {"model_tflops_per_gpu", r.model_tflops_per_gpu},
-              {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
-              {"breakdown_s",
-               {{"compute", b.compute},
-                {"tp_comm_exposed", b.tp_comm_exposed},
-                {"dp_comm_exposed", b.dp_comm_exposed},
-                {"pp_comm_exposed", b.pp_comm_exposed},
-                {"fsdp_comm_exposed", b.fsdp_comm_exposed},
-                {"spatial_comm_exposed", b.spatial_comm_exposed},
-                {"cp_comm_exposed", b.cp_comm_exposed},
-                {"ep_comm_exposed", b.ep_comm_exposed},
-                {"bubble", b.bubble},
-                {"optimizer", b.optimizer},
-                {"offload_exposed", b.offload_exposed}}},
-              {"memory",
-               {{"peak_bytes", m.peak_bytes},
-                {"capacity_bytes", m.capacity_bytes},
-                {"fits", m.fits},
-                {"weights", m.weights},
-                {"gradients", m.gradients},
-                {"optimizer", m.optimizer},
-                {"activations", m.activations},
-                {"buffers", m.buffers},
-                {"reserved", m.reserved},
-                {"headroom_bytes", m.headroom_bytes},
-                {"host_bytes", m.host_bytes},
-                {"host_capacity_bytes", m.host_capacity_bytes}}},
-              {"events", r.events},
-              {"simulated_ranks", r.simulated_ranks},
-              {"sim_wall_s", r.sim_wall_s}};
+  Json j{{"schema", kReportSchema},
+         {"model", r.model},
+         {"cluster", r.cluster},
+         {"plan", r.plan},
+         {"gpus", r.gpus},
+         {"network", r.network},
+         {"stack", r.stack},
+         {"step_time_s", r.step_time_s},
+         {"tokens_per_s", r.tokens_per_s},
+         {"samples_per_s", r.samples_per_s},
+         {"mfu", r.mfu},
+         {"hfu", r.hfu},
+         {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+         {"hardware_tflops_per_gpu", r.hardware_tflops_per_gpu},
+         {"breakdown_s",
+          {{"compute", b.compute},
+           {"tp_comm_exposed", b.tp_comm_exposed},
+           {"dp_comm_exposed", b.dp_comm_exposed},
+           {"pp_comm_exposed", b.pp_comm_exposed},
+           {"fsdp_comm_exposed", b.fsdp_comm_exposed},
+           {"spatial_comm_exposed", b.spatial_comm_exposed},
+           {"cp_comm_exposed", b.cp_comm_exposed},
+           {"ep_comm_exposed", b.ep_comm_exposed},
+           {"bubble", b.bubble},
+           {"optimizer", b.optimizer},
+           {"offload_exposed", b.offload_exposed}}},
+         {"memory",
+          {{"peak_bytes", m.peak_bytes},
+           {"capacity_bytes", m.capacity_bytes},
+           {"fits", m.fits},
+           {"weights", m.weights},
+           {"gradients", m.gradients},
+           {"optimizer", m.optimizer},
+           {"activations", m.activations},
+           {"buffers", m.buffers},
+           {"reserved", m.reserved},
+           {"headroom_bytes", m.headroom_bytes},
+           {"host_bytes", m.host_bytes},
+           {"host_capacity_bytes", m.host_capacity_bytes}}},
+         {"events", r.events},
+         {"simulated_ranks", r.simulated_ranks},
+         {"sim_wall_s", r.sim_wall_s}};
+  if (!m.explained.empty()) {
+    Json items = Json::array();
+    for (const MemoryItem& i : m.explained)
+      items.push_back({{"part", i.part}, {"bytes", i.bytes}, {"detail", i.detail}});
+    j["memory"]["explained"] = items;
+  }
+  return j;
 }
 
 Report report_from_json(const Json& json, const std::string& source) {
@@ -107,6 +114,18 @@ Report report_from_json(const Json& json, const std::string& source) {
                              mb.capacity_bytes - mb.peak_bytes));
     mb.host_bytes = m->integer("host_bytes", nn, Presence::kOptional).value_or(0);
     mb.host_capacity_bytes = m->integer("host_capacity_bytes", nn, Presence::kOptional).value_or(0);
+    if (const Json* items = m->array("explained", Presence::kOptional)) {
+      const std::string base = pointer_join(m->pointer(), "explained");
+      for (size_t i = 0; i < items->size(); ++i) {
+        ObjectReader item = element_reader(*items, base, i, diag);
+        MemoryItem mi;
+        mi.part = item.string("part").value_or("");
+        mi.bytes = item.integer("bytes", nn).value_or(0);
+        mi.detail = item.string("detail").value_or("");
+        item.finish();
+        mb.explained.push_back(std::move(mi));
+      }
+    }
     m->finish();
   }
   out.events = r.integer("events", nn).value_or(0);

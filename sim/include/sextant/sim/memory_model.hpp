@@ -50,16 +50,19 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
 
 // Memory of a rank of pipeline stage `stage`. With `cluster`, also the runtime and communicator
 // reserves, the capacity, the headroom and whether it fits. `profile`: the stage's
-// spec::live_profile when the caller keeps it (a planner), else it is computed here.
+// spec::live_profile when the caller keeps it (a planner), else it is computed here. `explain`:
+// also itemize the parts into MemoryBreakdown::explained (simulate --explain-memory).
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
                                    const spec::ClusterSpec* cluster = nullptr,
-                                   const spec::LiveProfile* profile = nullptr);
+                                   const spec::LiveProfile* profile = nullptr,
+                                   bool explain = false);
 // The same from the stage's footprint (stage_footprint of the same plan, lowering and stage).
 spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& stack,
                                    const models::LoweredModel& lowered, int64_t stage,
                                    const StageFootprint& footprint,
                                    const spec::ClusterSpec* cluster = nullptr,
-                                   const spec::LiveProfile* profile = nullptr);
+                                   const spec::LiveProfile* profile = nullptr,
+                                   bool explain = false);
 
 }  // namespace sextant::sim

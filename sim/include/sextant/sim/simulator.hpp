@@ -30,6 +30,8 @@ struct SimulationOptions {
   // Analytic fidelity: simulate each class of symmetric ranks once (rank_symmetry.hpp); the
   // result is the same, off only for checking that.
   bool fold_symmetric_ranks = true;
+  // Itemize the most loaded stage's memory (spec::MemoryBreakdown::explained).
+  bool explain_memory = false;
 };
 
 struct SimulationResult {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sextant/spec/json_reader.hpp"
 
@@ -27,6 +28,15 @@ struct TimeBreakdown {
 };
 
 // Peak memory of the most loaded rank, bytes, with what it is made of.
+// One line of a memory explanation (simulate --explain-memory): a part of the peak (weights,
+// gradients, optimizer, activations, buffers, reserved), its bytes and how they arise.
+struct MemoryItem {
+  std::string part;
+  int64_t bytes = 0;
+  std::string detail;
+  bool operator==(const MemoryItem&) const = default;
+};
+
 struct MemoryBreakdown {
   int64_t peak_bytes = 0;
   int64_t capacity_bytes = 0;
@@ -44,6 +54,8 @@ struct MemoryBreakdown {
   // memory (0 when nothing is offloaded); `fits` also needs the first to fit in the second.
   int64_t host_bytes = 0;
   int64_t host_capacity_bytes = 0;
+  // The parts itemized, summing to peak_bytes; empty unless asked for (sim::stage_memory).
+  std::vector<MemoryItem> explained;
 };
 
 struct Report {
