@@ -9,6 +9,7 @@
 #include "sextant/exec/host_allocator.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/error.hpp"
+#include "strict_values.hpp"
 
 int main(int argc, char** argv) {
   // Every command reuses the memory it frees (host_allocator.hpp): on the CI VM a page fault is
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   sextant::cli::add_validate_command(app);
   sextant::cli::add_calibrate_command(app);
   sextant::cli::add_loop_command(app);
+  sextant::cli::make_values_strict(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

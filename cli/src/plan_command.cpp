@@ -689,7 +689,9 @@ void add_plan_command(CLI::App& app) {
       ->delimiter(',')
       ->check(positive());
   sc->add_flag("--weak", s->weak, "Weak scaling: the global batch grows with the GPU count");
-  sc->add_option("--tokens", s->tokens, "Token (or sample) budget to train")->check(positive());
+  // 1e16 tokens is 600x Llama 3's 15T: past that the time and cost mean nothing.
+  sc->add_option("--tokens", s->tokens, "Token (or sample) budget to train")
+      ->check(positive_at_most(1e16));
   sc->add_option("--price", s->price, "Price in USD per GPU-hour")->check(positive());
   sc->add_option("--csv", s->csv, "Also write the table as CSV");
   sc->callback([s] {

@@ -93,6 +93,9 @@ spec::SpatialSplit spatial_from_text(const std::string& text) {
     s.h = std::stoll(m[1]);
     s.w = m[2].matched ? std::stoll(m[2]) : 1;
   }
+  if (s.d < 1 || s.h < 1 || s.w < 1)
+    throw InputError("command line", "--spatial", text,
+                     "every degree must be at least 1 (1 leaves that dimension whole)");
   return s;
 }
 

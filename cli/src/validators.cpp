@@ -32,4 +32,16 @@ CLI::Validator non_negative() {
   return at_least(0, true, "a number >= 0", "NON-NEGATIVE");
 }
 
+CLI::Validator positive_at_most(double highest) {
+  return CLI::Validator(
+      [highest](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > highest)
+          return fmt::format("must be a positive number of at most {:g}, got {}", highest, text);
+        return "";
+      },
+      "POSITIVE");
+}
+
 }  // namespace sextant::cli

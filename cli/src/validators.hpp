@@ -11,5 +11,7 @@ namespace sextant::cli {
 CLI::Validator positive();
 // A number >= 0.
 CLI::Validator non_negative();
+// A number > 0 and at most `highest` (a bound past which the answer means nothing).
+CLI::Validator positive_at_most(double highest);
 
 }  // namespace sextant::cli

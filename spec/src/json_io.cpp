@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <vector>
 
 #include "sextant/spec/gzip.hpp"
 
@@ -75,12 +77,69 @@ void check_depth(std::string_view text, const std::string& source) {
   }
 }
 
+// nlohmann keeps the last of two equal keys in an object without a word; a file that names a
+// field twice says two things, so it is refused naming the key and where it is. The frames of the
+// objects and arrays being read: in an object the keys seen so far, in an array the next index;
+// `at`, the member or element being read, makes the JSON pointer of the message.
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const std::string& source) : source_(&source) {}
+  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        element_begins();
+        frames_.push_back({});
+        break;
+      case Json::parse_event_t::array_start:
+        element_begins();
+        frames_.push_back({true, 0, "", {}});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!frames_.empty() && parsed.is_string()) key(parsed.get_ref<const std::string&>());
+        break;
+      case Json::parse_event_t::value:
+        element_begins();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    int64_t next = 0;
+    std::string at;
+    std::vector<std::string> keys;
+  };
+  void element_begins() {
+    if (!frames_.empty() && frames_.back().array)
+      frames_.back().at = std::to_string(frames_.back().next++);
+  }
+  void key(const std::string& k) {
+    Frame& f = frames_.back();
+    if (std::find(f.keys.begin(), f.keys.end(), k) != f.keys.end()) {
+      std::string pointer;
+      for (size_t i = 0; i + 1 < frames_.size(); ++i) pointer += "/" + frames_[i].at;
+      throw InputError(*source_, pointer + "/" + k, "",
+                       "given twice in one object: say each field once");
+    }
+    f.keys.push_back(k);
+    f.at = k;
+  }
+  const std::string* source_;
+  std::vector<Frame> frames_;
+};
+
 }  // namespace
 
 Json parse_json_text(std::string_view text, const std::string& source) {
   check_depth(text, source);
   try {
-    return Json::parse(text);
+    return Json::parse(text, DuplicateKeyCheck(source));
   } catch (const Json::parse_error& e) {
     // nlohmann reports the byte offset (1-based); turn it into line:column for people.
     const LineColumn lc = line_column(text, e.byte > 0 ? e.byte - 1 : 0);

@@ -295,6 +295,33 @@ expect_error "the executor checkpoints it in fp32 only" "$sextant" run --model g
 expect_error "CNNs run in fp32 (this run: the cpu-bf16 backend in bf16); use --precision fp32" \
   "$sextant" run --model resnet-tiny --global-batch 2 --micro-batch 2 --steps 1 --precision bf16
 
+# Numbers are plain decimals that fit their type; text values are not empty (cli/strict_values).
+sim=("$sextant" simulate --model gpt-tiny --cluster local-cpu --global-batch 8)
+expect_error "--gpus: expected a decimal integer without leading zeros, got '010'" "${sim[@]}" \
+  --gpus 010
+expect_error "expected a decimal integer, got '0x10'" "${sim[@]}" --gpus 2 --dp 2 \
+  --micro-batch 0x10
+expect_error "expected a decimal integer, got '1e20'" "$sextant" run --model gpt-tiny --np 1 \
+  --global-batch 2 --steps 1e20
+expect_error "--seed: must be >= 0, got '-1'" "$sextant" run --model gpt-tiny --np 1 \
+  --global-batch 2 --steps 1 --seed -1
+expect_error "--clip: expected a decimal number, got 'nan'" "$sextant" run --model gpt-tiny \
+  --np 1 --global-batch 2 --steps 1 --clip nan
+expect_error "--max-mean-error: expected a decimal number, got 'nan'" "$sextant" validate \
+  --max-mean-error nan
+expect_error "--stack: expected a value, got an empty string" "${sim[@]}" --gpus 2 --stack ''
+expect_error "--spatial = 0x2: every degree must be at least 1" "$sextant" simulate \
+  --model resnet-tiny --cluster local-cpu --gpus 2 --global-batch 4 --spatial 0x2
+expect_error "--tokens: must be a positive number of at most 1e+16, got 1e300" "$sextant" scale \
+  --model gpt-tiny --cluster local-cpu --gpus 1,2 --global-batch 8 --tokens 1e300
+# A JSON file that names a field twice is refused naming it.
+cat >"$dir/twice.plan.json" <<'EOF'
+{"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1,
+ "global_batch": 2, "stack": {"preset": "sextant", "dropout": true, "dropout": false}}
+EOF
+expect_error "twice.plan.json: /stack/dropout: given twice in one object" "$sextant" simulate \
+  --model gpt-tiny --cluster local-cpu --gpus 1 --plan "$dir/twice.plan.json"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -22,6 +22,19 @@ TEST(JsonIo, ParseErrorNamesSourceLineAndColumn) {
   }
 }
 
+TEST(JsonIo, AKeyGivenTwiceInOneObjectIsRefusedWithItsPointer) {
+  // The same key in two objects, or in objects of an array, is fine; twice in one is not.
+  EXPECT_NO_THROW(
+      parse_json_text(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 1}, {"x": 2}]})", "ok.json"));
+  try {
+    parse_json_text(R"({"a": 1, "c": [{"x": 1}, [0, {"y": 1, "x": 2, "y": 3}]]})", "twice.json");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "twice.json: /c/1/1/y: given twice in one object: say each field once");
+  }
+}
+
 TEST(JsonIo, MissingFileIsAnInputError) {
   EXPECT_THROW(read_json_file("/nonexistent/sextant.json"), InputError);
 }
