@@ -64,6 +64,9 @@ void run(const SimulateOptions& o) {
     spec::apply(selection, *result.trace);
     spec::write_trace_file(o.trace.file, *result.trace);
     if (!o.json) fmt::print("trace: {} ({} events)\n", o.trace.file, result.trace->events.size());
+    if (result.trace->events.empty())
+      fmt::print(stderr, "warning: --trace-ranks / --trace-steps kept no event: {} is empty\n",
+                 o.trace.file);
   }
   if (!o.report.empty()) spec::write_json_file(o.report, spec::to_json(result.report));
   if (o.json) {

@@ -347,6 +347,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                   .dump()
            << "\n";
       log->flush();
+      // A full disk or a closed pipe: the log would be lost without a word (the check before
+      // the first step only saw that the file opens).
+      if (!*log) throw std::runtime_error(fmt::format("--log-json {}: write failed", job.log_json));
     }
     std::fflush(stdout);
   };
@@ -401,6 +404,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
       }
       trace.kind = "measured";
       spec::write_trace_file(job.trace_file, trace);
+      if (trace.events.empty())
+        fmt::print(stderr, "warning: --trace-ranks / --trace-steps kept no event: {} is empty\n",
+                   job.trace_file);
       if (!job.quiet)
         fmt::print("trace: {} ({} events from {} ranks)\n", job.trace_file, trace.events.size(),
                    size);

@@ -162,7 +162,65 @@ Json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(read_text_file(path), path.string());
 }
 
-std::string unwritable_reason(const std::filesystem::path& path) {
+namespace {
+
+// What a write to `path` lands on: a special file (a terminal, a pipe, /dev/null: written in
+// place, as it cannot be replaced), or the regular file the path names through any symlinks (the
+// file a temporary is renamed over, so that the symlink stays a symlink).
+struct WriteTarget {
+  std::filesystem::path file;
+  bool special = false;
+};
+WriteTarget write_target(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status followed = fs::status(path, ec);
+  if (fs::exists(followed) && !fs::is_regular_file(followed) && !fs::is_directory(followed))
+    return {path, true};
+  fs::path file = path;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(file, ec)); ++hops) {
+    const fs::path link = fs::read_symlink(file, ec);
+    if (ec) break;
+    file = link.is_absolute() ? link : file.parent_path() / link;
+  }
+  return {file, false};
+}
+
+// Writes `content` to an existing special file in place, checking every write and the close.
+void write_in_place(const std::filesystem::path& path, std::string_view content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw std::runtime_error(
+        fmt::format("{}: cannot open for writing: {}", path.string(), std::strerror(errno)));
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(
+          fmt::format("{}: write failed: {}", path.string(), std::strerror(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0)
+    throw std::runtime_error(
+        fmt::format("{}: close failed: {}", path.string(), std::strerror(errno)));
+}
+
+}  // namespace
+
+std::string unwritable_reason(const std::filesystem::path& target) {
+  const WriteTarget t = write_target(target);
+  if (t.special)
+    return ::access(t.file.c_str(), W_OK) == 0
+               ? ""
+               : fmt::format("{} is not writable: {}", t.file.string(), std::strerror(errno));
+  const std::filesystem::path& path = t.file;
+  std::error_code is_dir_ec;
+  if (std::filesystem::is_directory(path, is_dir_ec))
+    return fmt::format("{} is a directory", path.string());
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
@@ -175,7 +233,10 @@ std::string unwritable_reason(const std::filesystem::path& path) {
   return "";
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view content) {
+void write_file_atomically(const std::filesystem::path& target, std::string_view content) {
+  const WriteTarget t = write_target(target);
+  if (t.special) return write_in_place(t.file, content);
+  const std::filesystem::path& path = t.file;
   std::filesystem::path dir = path.parent_path();
   if (dir.empty()) dir = ".";
   std::string tmpl = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();

@@ -314,6 +314,16 @@ expect_error "--spatial = 0x2: every degree must be at least 1" "$sextant" simul
   --model resnet-tiny --cluster local-cpu --gpus 2 --global-batch 4 --spatial 0x2
 expect_error "--tokens: must be a positive number of at most 1e+16, got 1e300" "$sextant" scale \
   --model gpt-tiny --cluster local-cpu --gpus 1,2 --global-batch 8 --tokens 1e300
+# A trace selection without a trace is a mistake, not a no-op.
+expect_error "--trace-ranks requires --trace" "${sim[@]}" --gpus 2 --trace-ranks 0
+# A full device loses the output: the command fails (exit 1, an output error) saying so.
+out=$("${sim[@]}" --gpus 2 --dp 2 --report /dev/full 2>&1)
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -qF "/dev/full: write failed" <<<"$out"; then
+  echo "FAIL (exit $rc, want 1 and '/dev/full: write failed'): simulate --report /dev/full"
+  echo "$out" | head -5
+  failures=$((failures + 1))
+fi
 # A JSON file that names a field twice is refused naming it.
 cat >"$dir/twice.plan.json" <<'EOF'
 {"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1,

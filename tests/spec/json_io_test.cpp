@@ -56,6 +56,36 @@ TEST(JsonIo, AtomicWriteReplacesContentAndLeavesNoTemporary) {
   fs::remove_all(dir);
 }
 
+TEST(JsonIo, AWriteThroughASymlinkReplacesItsTargetAndKeepsTheLink) {
+  fs::path dir = fs::temp_directory_path() / "sextant_json_io_link_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "real");
+  fs::create_symlink("real/out.json", dir / "link.json");  // dangling until the first write
+  write_json_file(dir / "link.json", Json{{"a", 1}});
+  write_json_file(dir / "link.json", Json{{"a", 2}});
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir / "link.json")));
+  EXPECT_EQ(read_json_file(dir / "real" / "out.json").at("a"), 2);
+  EXPECT_EQ(unwritable_reason(dir / "link.json"), "");
+  EXPECT_NE(unwritable_reason(dir / "real"), "");  // a directory is no file to write
+  fs::remove_all(dir);
+}
+
+TEST(JsonIo, ASpecialFileIsWrittenInPlaceAndAFullOneFails) {
+  // /dev/null stays a device (a rename would have replaced it, had we been allowed to); /dev/full
+  // refuses every byte, and the write says so.
+  write_file_atomically("/dev/null", "{}\n");
+  EXPECT_FALSE(fs::is_regular_file("/dev/null"));
+  if (fs::exists("/dev/full")) {
+    try {
+      write_file_atomically("/dev/full", "{}\n");
+      FAIL() << "a write to /dev/full succeeded";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("/dev/full: write failed"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(JsonIo, AtomicWriteIntoMissingDirectoryFailsClearly) {
   try {
     write_file_atomically("/nonexistent-dir/x.json", "{}");

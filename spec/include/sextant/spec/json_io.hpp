@@ -25,8 +25,10 @@ std::string read_text_file(const std::filesystem::path& path);
 std::string unwritable_reason(const std::filesystem::path& path);
 
 // Writes `content` to `path` atomically: a temporary file in the same directory, flushed, then
-// renamed over `path`, so that a reader never sees a half-written file. Throws std::runtime_error
-// (with the path and the system's reason) on failure.
+// renamed over `path`, so that a reader never sees a half-written file. A symlink is followed and
+// its target replaced (the link stays); a special file (a terminal, a pipe, /dev/stdout) is
+// written in place. Throws std::runtime_error (with the path and the system's reason) on failure,
+// a full device's included.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content);
 // Writes `json` pretty-printed (2-space indent, trailing newline) atomically.
 void write_json_file(const std::filesystem::path& path, const Json& json);
