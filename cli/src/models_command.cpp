@@ -1,6 +1,7 @@
 // `sextant models list|show`: the zoo and what a model costs (parameters, FLOPs, memory).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -47,7 +48,9 @@ std::string kind_summary(const spec::ModelSpec& m) {
 
 void run_list() {
   fmt::print("{:<16} {:>10}  {}\n", "name", "params", "architecture");
-  for (const std::string& name : models::zoo_names()) {
+  std::vector<std::string> names = models::zoo_names();
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
     spec::ModelSpec m = models::zoo_model(name);
     fmt::print("{:<16} {:>10}  {}\n", name,
                human_count(static_cast<double>(models::parameter_count(m))), kind_summary(m));

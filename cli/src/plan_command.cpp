@@ -647,7 +647,7 @@ int run_scale(const ScaleFlags& f) {
                100 * p.best->report.mfu, p.speedup, 100 * p.efficiency);
     if (p.train_time_s)
       fmt::print(" {:>12} {:>12.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
-    if (p.cost) fmt::print(" {:>11.0f}$", *p.cost);
+    if (p.cost) fmt::print(" {:>12}", fmt::format("${:.0f}", *p.cost));
     fmt::print("\n");
   }
   print_split_note(request.base.model, points);

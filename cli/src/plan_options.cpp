@@ -111,6 +111,28 @@ spec::Json grid_from_text(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// dp from --gpus when --dp is not given: the ranks over what the other flags split.
+int64_t data_parallel_degree(const PlanFlags& f, std::optional<int64_t> gpus) {
+  if (f.dp > 0) return f.dp;
+  if (!gpus) return 1;
+  int64_t others = f.pp * f.cp;
+  if (!f.tp_grid.empty() && f.tp == 1) {
+    const spec::Json grid = grid_from_text(f.tp_grid);
+    others *= grid[0].get<int64_t>() * grid[1].get<int64_t>() * grid[2].get<int64_t>();
+  } else {
+    others *= f.tp;
+  }
+  if (!f.spatial.empty()) {
+    const spec::SpatialSplit s = spatial_from_text(f.spatial);
+    others *= s.d * s.h * s.w;
+  }
+  return others > 0 && *gpus % others == 0 ? *gpus / others : 1;
+}
+
+}  // namespace
+
 spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool gpu_cluster) {
   spec::Plan plan;
   if (!f.plan_file.empty()) {
@@ -121,7 +143,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
                        "missing: give --plan FILE or --global-batch with the plan flags");
     }
     spec::Json j = {{"schema", spec::kPlanSchema},
-                    {"dp", f.dp},
+                    {"dp", data_parallel_degree(f, gpus)},
                     {"tp", f.tp},
                     {"pp", f.pp},
                     {"zero", f.zero},

@@ -13,7 +13,7 @@ namespace sextant::cli {
 
 struct PlanFlags {
   std::string plan_file;
-  int64_t dp = 1;
+  int64_t dp = 0;  // 0: not given (inferred from --gpus where that is the only free factor)
   int64_t tp = 1;
   int64_t pp = 1;
   int zero = 0;
@@ -43,7 +43,8 @@ struct PlanFlags {
 void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // The plan from --plan, else from the flags (decoded and validated like a plan file, so errors
 // name the flag), with the stack flags applied. `gpus` when given must equal the plan's ranks
-// (dp*tp*pp*spatial). Throws InputError.
+// (dp*tp*pp*cp*spatial); without --dp, dp is what makes them equal when it divides out (else 1).
+// Throws InputError.
 spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster);
 
 }  // namespace sextant::cli
