@@ -36,11 +36,6 @@ ComputeModel::ComputeModel(const spec::DeviceSpec& device, spec::Dtype dtype,
       fp8_gemms_(gemm_dtype.value_or(dtype) == spec::Dtype::kFp8),
       clock_MHz_(clock_MHz.value_or(default_clock_MHz(device, gemm_dtype.value_or(dtype)))) {}
 
-double ComputeModel::memory_seconds(double bytes, spec::OpClass op_class) const {
-  return bytes /
-         (device_->memory_bandwidth_GBps * kBytesPerGB * device_->memory_efficiency_for(op_class));
-}
-
 // The op's bytes by the kernels that move them, each kernel at its own bandwidth: the family's
 // (spec::MemoryKernel), eager PyTorch's dynamic-casting kernels', and a kernel of fewer thread
 // blocks than SMs at most its blocks' own bandwidth (DeviceSpec::block_bandwidth_GBps).

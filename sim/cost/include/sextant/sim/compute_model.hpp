@@ -54,7 +54,6 @@ class ComputeModel {
   double overlap_slowdown() const { return device_->overlap_slowdown; }
 
  private:
-  double memory_seconds(double bytes, spec::OpClass op_class) const;
   // A memory-bound op's time at the bandwidths of the kernels that move its bytes.
   double memory_bound_seconds(const models::Op& op) const;
 
