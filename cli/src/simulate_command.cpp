@@ -1,6 +1,7 @@
 // `sextant simulate`: predict one training step of a plan.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -67,6 +68,15 @@ void run(const SimulateOptions& o) {
     if (result.trace->events.empty())
       fmt::print(stderr, "warning: --trace-ranks / --trace-steps kept no event: {} is empty\n",
                  o.trace.file);
+    // Perfetto's UI loads traces of up to ~2 GB (its in-browser memory); warn well before.
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(o.trace.file, ec);
+    if (!ec && bytes > (1ULL << 30))
+      fmt::print(stderr,
+                 "warning: {} is {:.1f} GiB, more than Perfetto opens comfortably:\n"
+                 "         keep fewer ranks (--trace-ranks stages) or steps (--trace-steps 0), "
+                 "or name it .gz\n",
+                 o.trace.file, static_cast<double>(bytes) / static_cast<double>(1ULL << 30));
   }
   if (!o.report.empty()) spec::write_json_file(o.report, spec::to_json(result.report));
   if (o.json) {
