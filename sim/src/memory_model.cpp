@@ -170,20 +170,22 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   if (offload_optimizer && plan.zero >= 2) m.gradients = 0;
   if (plan.offload.params != spec::OffloadTarget::kNone) m.weights = 0;
   // PipeDream-2BW stashes a second copy of the stage's weights for the batch in flight.
-  const std::string shard_note = fmt::format(", a 1/{} ZeRO shard", n);
+  // (Formatted only when asked: the planner calls this for every plan it estimates.)
+  auto shard_note = [&](int zero) {
+    return plan.zero >= zero ? fmt::format(", a 1/{} ZeRO shard", n) : std::string();
+  };
   note("weights", m.weights, [&] {
-    return fmt::format("{} parameters x {} B{}", count(params), per.weights,
-                       plan.zero >= 3 ? shard_note : "");
+    return fmt::format("{} parameters x {} B{}", count(params), per.weights, shard_note(3));
   });
   note("gradients", m.gradients, [&] {
     return fmt::format(
         "{} parameters x {} B ({}){}", count(params), per.gradients,
         spec::enum_name(spec::dtype_names(), spec::gradient_dtype(stack, lowered.dtype)),
-        plan.zero >= 2 ? shard_note : "");
+        shard_note(2));
   });
   note("optimizer", m.optimizer, [&] {
     return fmt::format("{} parameters x {} B (fp32 master weights and Adam's two moments){}",
-                       count(params), per.optimizer, plan.zero >= 1 ? shard_note : "");
+                       count(params), per.optimizer, shard_note(1));
   });
   if (plan.schedule == spec::Schedule::kPipeDream2BW) {
     const int64_t stash =
@@ -208,16 +210,18 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   const std::vector<int64_t>* peak_counts = nullptr;
   bool peak_in_backward = false;
   for (const std::vector<int64_t>& counts : moments.after_forward) {
-    if (peak_counts == nullptr || bytes_at(counts) > peak) peak_counts = &counts;
-    peak = std::max(peak, bytes_at(counts));
+    const int64_t b = bytes_at(counts);
+    if (peak_counts == nullptr || b > peak) peak_counts = &counts;
+    peak = std::max(peak, b);
   }
   if (plan.recompute != spec::Recompute::kNone) {
     for (const std::vector<int64_t>& counts : moments.during_backward) {
-      if (bytes_at(counts) + largest_working > peak) {
+      const int64_t b = bytes_at(counts) + largest_working;
+      if (b > peak) {
         peak_counts = &counts;
         peak_in_backward = true;
       }
-      peak = std::max(peak, bytes_at(counts) + largest_working);
+      peak = std::max(peak, b);
     }
   }
   if (explain && peak_counts != nullptr)
