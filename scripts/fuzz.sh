@@ -8,14 +8,14 @@
 #                random seed: the regression check CI runs (same inputs every time)
 #   --record     append the executions per target to bench/results/fuzz.md (date, machine, commit)
 #   TARGET       model cluster plan stack trace kineto nccl_tests checkpoint_manifest report
-#                (default: all)
+#                calibrate (default: all)
 # Crashing inputs are kept in out/fuzz/artifacts/TARGET/; reproduce with
 #   build/fuzz/fuzz/fuzz_TARGET out/fuzz/artifacts/TARGET/crash-...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-all_targets=(model cluster plan stack trace kineto nccl_tests checkpoint_manifest report)
+all_targets=(model cluster plan stack trace kineto nccl_tests checkpoint_manifest report calibrate)
 seconds=60
 runs=""
 record=0
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --record) record=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *)
       if [[ " ${all_targets[*]} " != *" $1 "* ]]; then

@@ -181,8 +181,13 @@ void run_calibrate(const CalibrateFlags& f) {
   fmt::print("  GEMM efficiency:");
   for (const spec::EfficiencyPoint& p : r.gemm_efficiency)
     fmt::print(" {:.1e}->{:.2f}", p.flops, p.efficiency);
-  fmt::print("\n  compute op times: RMS relative error {:.1f}% before, {:.1f}% after\n",
-             100 * r.compute_error_before, 100 * r.compute_error_after);
+  fmt::print("\n");
+  if (r.compute_samples > 0)
+    fmt::print(
+        "  compute op times: error {:.1f}% before, {:.1f}% after (time-weighted mean |error|; "
+        "RMS over ops {:.1f}% -> {:.1f}%)\n",
+        100 * r.compute_time_error_before, 100 * r.compute_time_error_after,
+        100 * r.compute_error_before, 100 * r.compute_error_after);
   for (const spec::CollectiveFit& fit : r.collective_fits)
     fmt::print(
         "  {:<15} on {:<14} alpha {:8.2f} us  beta {:.3e} us/B ({:.2f} GB/s)  R^2 {:.3f}  ({} "
@@ -190,6 +195,7 @@ void run_calibrate(const CalibrateFlags& f) {
         fit.collective, fit.level, fit.alpha_us, fit.beta_us_per_byte, 1e-3 / fit.beta_us_per_byte,
         fit.r2, fit.samples);
   for (const std::string& n : r.notes) fmt::print("  note: {}\n", n);
+  for (const std::string& w : r.warnings) fmt::print("  warning: {}\n", w);
   if (moe) {
     fmt::print(
         "  {}: load imbalance {:.3f} (the most loaded ep rank's routed rows over the mean, "

@@ -2,7 +2,8 @@
 // "0x10" is 16), floating-point values accept "nan" and "inf", and an empty string is a value.
 // make_values_strict gives every option of an app and its subcommands a check, run before the
 // conversion: a number must be a plain finite decimal that fits its type (no octal, hex,
-// exponent for integers, sign for unsigned ones), and a text value must not be empty.
+// exponent for integers, sign for unsigned ones; spec/strict_number.hpp), and a text value must
+// not be empty.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,9 +12,5 @@
 namespace sextant::cli {
 
 void make_values_strict(CLI::App& app);
-
-// The checks themselves ("" when `text` is acceptable, else why not), for the tests.
-std::string strict_integer_problem(const std::string& text, bool is_unsigned);
-std::string strict_decimal_problem(const std::string& text);
 
 }  // namespace sextant::cli

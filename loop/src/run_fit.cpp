@@ -1,7 +1,18 @@
 // Measured runs to a checked calibration.
 #include "sextant/loop/run_fit.hpp"
 
+#include <fmt/format.h>
+
 namespace sextant::loop {
+
+std::string refusal(const traces::CalibrationReport& r) {
+  if (r.compute_samples == 0 || r.compute_time_error_after <= r.compute_time_error_before + 1e-12)
+    return "";
+  return fmt::format(
+      "the fitted compute ops' times are predicted worse after the fit ({:.1f}% time-weighted "
+      "mean |error|) than before ({:.1f}%)",
+      100 * r.compute_time_error_after, 100 * r.compute_time_error_before);
+}
 
 RunFit fit_runs(const spec::ClusterSpec& base,
                 const std::vector<std::pair<std::string, spec::Trace>>& runs,
@@ -19,6 +30,7 @@ RunFit fit_runs(const spec::ClusterSpec& base,
   // A calibration that predicts its own measurements worse than the file it started from would
   // silently make every later prediction worse.
   fit.refused = refusal(fit.check);
+  if (fit.refused.empty()) fit.refused = refusal(fit.calibration.report);
   if (fit.refused.empty() && fit.class_fit) fit.refused = refusal(*fit.class_fit);
   return fit;
 }

@@ -10,8 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "sextant/spec/strict_number.hpp"
+
 namespace sextant::cli {
 namespace {
+
+using spec::strict_decimal_problem;
+using spec::strict_integer_problem;
 
 TEST(StrictValues, IntegersArePlainDecimals) {
   EXPECT_EQ(strict_integer_problem("64", false), "");

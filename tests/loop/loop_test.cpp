@@ -174,6 +174,20 @@ TEST(ClassFit, AFitThatPredictsTheProfiledStepWorseIsRefused) {
             std::string::npos);
 }
 
+// The same rule for the compute ops the fit was made from: their time-weighted mean |error|.
+TEST(RunFit, AFitThatPredictsItsComputeOpsWorseIsRefused) {
+  traces::CalibrationReport r;
+  EXPECT_EQ(refusal(r), "");  // no compute ops: nothing to hold it to
+  r.compute_samples = 10;
+  r.compute_time_error_before = 0.27;
+  r.compute_time_error_after = 0.175;
+  EXPECT_EQ(refusal(r), "");
+  r.compute_time_error_after = 0.30;
+  EXPECT_NE(refusal(r).find("worse after the fit (30.0% time-weighted mean |error|) than before "
+                            "(27.0%)"),
+            std::string::npos);
+}
+
 TEST(StepCheck, ATraceThatDoesNotSayItsPlanIsSkippedWithTheReason) {
   spec::Trace t;
   t.kind = "measured";

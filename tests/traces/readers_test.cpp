@@ -1,6 +1,7 @@
 // Readers on the sample files of traces/samples (real runs) and on broken inputs.
 #include "sextant/traces/readers.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "expect_input_error.hpp"
@@ -38,7 +39,7 @@ TEST(NcclTestsReader, RejectsBrokenOutput) {
                      "x.txt: line 1: a data row before the");
   EXPECT_INPUT_ERROR(parse_nccl_tests(header + "    1024 256 float sum -1 abc 0.2\n", "x.txt",
                                       spec::CollectiveKind::kAllReduce),
-                     "expected numbers in the size and time columns");
+                     "x.txt: line 3 = abc: expected the time in microseconds");
   EXPECT_INPUT_ERROR(
       parse_nccl_tests("#       size  count type redop root time\n 1024 256 float sum -1 5.0\n",
                        "x.txt", spec::CollectiveKind::kAllReduce),
@@ -46,6 +47,39 @@ TEST(NcclTestsReader, RejectsBrokenOutput) {
   EXPECT_INPUT_ERROR(parse_nccl_tests(header, "log.txt", std::nullopt),
                      "cannot tell which collective");
   EXPECT_INPUT_ERROR(read_nccl_tests("/nonexistent/all_reduce.txt"), "cannot open");
+}
+
+// Found by the trust probe of issue 59: each of these was fitted (a nan time wrote "alpha_us":
+// null) or dropped without a word.
+TEST(NcclTestsReader, RefusesWhatIsNotAMeasurement) {
+  const std::string header =
+      "#  Rank  0 Group  0 Pid 1 on h device 0\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+      "time   algbw   busbw #wrong\n";
+  auto parse = [&](const std::string& rows) {
+    return parse_nccl_tests(header + rows, "x.txt", spec::CollectiveKind::kAllReduce);
+  };
+  const std::string ok = "  1024  256 float sum -1  5.0 0.2 0.3  0  5.1 0.2 0.3  0\n";
+  EXPECT_EQ(parse(ok).comm.size(), 1u);
+  for (const char* time : {"nan", "inf", "0", "-5.0", "0x10", "5.0us"})
+    EXPECT_INPUT_ERROR(
+        parse(fmt::format("  1024  256 float sum -1  {} 0.2 0.3  0  5 0 0 0\n", time)),
+        fmt::format("x.txt: line 3 = {}: expected the time in microseconds", time));
+  for (const char* size : {"12abc", "0x400", "-8", "1e3"})
+    EXPECT_INPUT_ERROR(
+        parse(fmt::format("  {}  256 float sum -1  5.0 0.2 0.3  0  5 0 0 0\n", size)),
+        fmt::format("x.txt: line 3 = {}: expected the size in bytes", size));
+  EXPECT_INPUT_ERROR(parse("  1024  256 float sum -1  5.0 0.2 0.3  0  5.1 0.2 0.3  2\n"),
+                     "x.txt: line 3 = 2: #wrong must be 0");
+  EXPECT_INPUT_ERROR(parse(ok + "  1024  256 float sum -1  50.0 0.2 0.3  0  5.1 0.2 0.3  0\n"),
+                     "x.txt: line 4 = 1024: sizes must grow down the table (line 3 has 1024)");
+  EXPECT_INPUT_ERROR(parse(ok + "  512  128 float sum -1  4.0 0.2 0.3  0  5.1 0.2 0.3  0\n"),
+                     "sizes must grow");
+  // nccl-tests -c 0 prints N/A for #wrong; a size-0 row times the call only: left out, said so.
+  const Samples s = parse("     0    0 float sum -1  3.0 0.0 0.0  N/A  3.0 0.0 0.0  N/A\n" + ok);
+  ASSERT_EQ(s.comm.size(), 1u);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(s.warnings[0].find("x.txt: 1 row(s) of size 0 left out"), std::string::npos);
 }
 
 TEST(KinetoReader, ReadsTheSample) {
@@ -73,7 +107,7 @@ TEST(KinetoReader, RejectsWhatIsNotAProfile) {
           spec::Json::parse(
               R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": "x"}]})"),
           "p.json"),
-      "/traceEvents/0: an op without a numeric \"dur\"");
+      "p.json: /traceEvents/0/dur = \"x\": expected a number of microseconds");
 }
 
 // Found by fuzz/: a numeric "name" or a non-object "args" in one event stopped the read with the
@@ -84,19 +118,50 @@ TEST(KinetoReader, FieldsOfAnotherTypeCountAsAbsent) {
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 2, "args": [1, 2]},
     {"ph": "X", "cat": 5, "name": "aten::mm", "dur": 2},
     {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "dur": 4, "args": {"External id": "x"}},
+    {"ph": "X", "cat": "kernel", "name": "sm90_gemm", "dur": 6, "args": {"External id": 1}},
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 10,
      "args": {"Input Dims": [[4, 8], [8, 2]], "External id": 1}},
     {"ph": "X", "cat": "cpu_op", "name": "aten::add", "dur": 10,
-     "args": {"Input Dims": [[4611686018427387904, 4]]}}
+     "args": {"Input Dims": [[4611686018427387904, 4]], "External id": 2}}
   ]})");
   const Samples s = parse_kineto(trace, "p.json");
-  // Only the well-formed mm: 2 * 4 * 2 * 8 FLOPs in its own 10 us (no kernel carries id 1). The
-  // add's 2^62 x 4 elements are past any tensor and skipped instead of overflowing the bytes.
+  // Only the well-formed mm: 2 * 4 * 2 * 8 FLOPs in its kernel's 6 us. The add's 2^62 x 4
+  // elements are past any tensor and left out (said so) instead of overflowing the bytes.
   ASSERT_EQ(s.compute.size(), 1u);
   EXPECT_EQ(s.compute[0].flops, 2.0 * 4 * 2 * 8);
-  EXPECT_DOUBLE_EQ(s.compute[0].seconds, 10e-6);
+  EXPECT_DOUBLE_EQ(s.compute[0].seconds, 6e-6);
+  EXPECT_EQ(s.ran_on.at("p.json"), spec::DeviceKind::kGpu);
   const KernelTimes k = kernel_times(trace, "p.json");
-  EXPECT_EQ(k.kernels, 1);
+  EXPECT_EQ(k.kernels, 2);
+}
+
+// In a GPU profile an op is timed by its own kernels: an op that launched none (a wrapper around
+// another op's kernels, or a CPU-side op) has only a host time, which is not what the GPU spent
+// (these 120 ops of the H100 sample made its fit worse than no fit, 102% -> 111%). Times that
+// no profiler writes are a damaged file.
+TEST(KinetoReader, GpuOpsAreTimedByTheirKernelsAndDamagedTimesRefused) {
+  const spec::Json trace = spec::Json::parse(R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 5, "dur": 6, "args": {"External id": 1}},
+    {"ph": "X", "cat": "kernel", "name": "zero", "ts": 6, "dur": 0, "args": {"External id": 3}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 10,
+     "args": {"Input Dims": [[4, 8], [8, 2]], "External id": 1}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 2, "dur": 10,
+     "args": {"Input Dims": [[4, 8], [8, 2]], "External id": 2}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 3, "dur": 10,
+     "args": {"Input Dims": [[4, 8], [8, 2]], "External id": 3}}
+  ]})");
+  const Samples s = parse_kineto(trace, "g.json");
+  ASSERT_EQ(s.compute.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.compute[0].seconds, 6e-6);
+  ASSERT_EQ(s.warnings.size(), 2u);
+  EXPECT_EQ(s.warnings[0], "g.json: 1 op(s) left out: a duration of 0 (first: /traceEvents/4)");
+  EXPECT_EQ(s.warnings[1],
+            "g.json: 1 op(s) left out: launched no GPU kernel of its own (first: /traceEvents/3)");
+  for (const char* bad : {R"("ts": -4)", R"("dur": -1)", R"("dur": 1e300)", R"("dur": "9")"}) {
+    spec::Json broken = trace;
+    broken["traceEvents"][0].update(spec::Json::parse(std::string("{") + bad + "}"));
+    EXPECT_INPUT_ERROR(parse_kineto(broken, "g.json"), "g.json: /traceEvents/0/");
+  }
 }
 
 TEST(KernelClasses, WallStepRunsFromOptimizerStepToOptimizerStepOnTheGpu) {

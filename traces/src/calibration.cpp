@@ -10,11 +10,13 @@
 #include <ctime>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
 #include "sextant/sim/collective_cost.hpp"
 #include "sextant/sim/compute_model.hpp"
 #include "sextant/sim/sync_wait.hpp"
+#include "sextant/traces/sample_checks.hpp"
 
 namespace sextant::traces {
 
@@ -61,16 +63,22 @@ bool matrix(spec::OpClass c) {
   return sim::is_matrix_op(c);
 }
 
-double compute_rms_error(const spec::DeviceSpec& device, spec::Dtype dtype,
-                         const std::vector<ComputeSample>& samples) {
+// How far the compute model with `device` is from the measured op times: the RMS of the relative
+// errors (every op alike) and the time-weighted mean |error|, sum |predicted - measured| / sum
+// measured (what the ops' share of a step can be off by; what the fits below aim at).
+std::pair<double, double> compute_errors(const spec::DeviceSpec& device, spec::Dtype dtype,
+                                         const std::vector<ComputeSample>& samples) {
+  if (samples.empty()) return {0, 0};
   sim::ComputeModel model(device, dtype);
-  double sum = 0;
+  double squares = 0, abs_sum = 0, measured = 0;
   for (const ComputeSample& s : samples) {
     double t = model.seconds(s.flops, static_cast<double>(s.bytes), s.op_class, s.name);
     double e = (t - s.seconds) / s.seconds;
-    sum += e * e;
+    squares += e * e;
+    abs_sum += std::fabs(t - s.seconds);
+    measured += s.seconds;
   }
-  return samples.empty() ? 0 : std::sqrt(sum / static_cast<double>(samples.size()));
+  return {std::sqrt(squares / static_cast<double>(samples.size())), abs_sum / measured};
 }
 
 // The middle value (the upper one of an even count) of a non-empty list.
@@ -95,18 +103,23 @@ std::string utc_now() {
 
 }  // namespace
 
-Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spec::Dtype dtype) {
+Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::Dtype dtype) {
+  const Samples samples = screen_samples(read, base);
   if (samples.compute.empty() && samples.comm.empty() && samples.steps.empty() &&
       samples.sync.empty()) {
+    std::string why;
+    for (const std::string& w : samples.warnings) why += "; " + w;
     throw InputError("calibration", "", "",
-                     "the traces hold no compute ops, collectives or training steps to fit");
+                     "the traces hold no compute ops, collectives or training steps to fit" + why);
   }
   Calibration out{base, {}};
   CalibrationReport& rep = out.report;
+  rep.warnings = samples.warnings;
   spec::DeviceSpec& device = out.cluster.device;
   rep.compute_samples = static_cast<int64_t>(samples.compute.size());
   rep.comm_samples = static_cast<int64_t>(samples.comm.size());
-  rep.compute_error_before = compute_rms_error(base.device, dtype, samples.compute);
+  std::tie(rep.compute_error_before, rep.compute_time_error_before) =
+      compute_errors(base.device, dtype, samples.compute);
 
   // 1. Memory-bound ops: time = launch + bytes * b, b = 1 / (bandwidth * efficiency).
   std::vector<double> ones, bytes, times;
@@ -234,7 +247,8 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     }
     if (!curve.empty()) device.efficiency_by_op[name] = curve;
   }
-  rep.compute_error_after = compute_rms_error(device, dtype, samples.compute);
+  std::tie(rep.compute_error_after, rep.compute_time_error_after) =
+      compute_errors(device, dtype, samples.compute);
 
   // 2c. Host time per step: what the ops and transfers of a measured step leave unexplained,
   // median over the training runs (robust to one run that waited on a slow neighbour).
@@ -417,9 +431,15 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
     const auto& [kind, level, in_training] = key;
     const bool training_decides = training_sizes[kind].size() >= 2;
     if (training_decides != in_training) continue;
-    if (list.size() < 2) {
-      rep.notes.push_back(fmt::format("{} on {}: one sample, not fitted",
-                                      spec::enum_name(spec::collective_kind_names(), kind), level));
+    std::set<int64_t> sizes;
+    for (const CommSample* c : list) sizes.insert(c->bytes);
+    if (sizes.size() < 2) {
+      // Two unknowns (alpha, beta) need two sizes at least: one size fits any split of its time.
+      rep.warnings.push_back(fmt::format(
+          "{} on {}: measured at one size only ({} B, {} sample(s)): alpha and beta cannot be "
+          "told apart, not fitted",
+          spec::enum_name(spec::collective_kind_names(), kind), level, *sizes.begin(),
+          list.size()));
       continue;
     }
     chosen[{kind, level}] = list;
@@ -474,11 +494,22 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spe
       {"sync_samples", static_cast<int64_t>(samples.sync.size())},
       {"compute_rms_relative_error",
        {{"before", rep.compute_error_before}, {"after", rep.compute_error_after}}},
+      {"compute_time_weighted_error",
+       {{"before", rep.compute_time_error_before}, {"after", rep.compute_time_error_after}}},
       {"collectives", fits},
-      {"notes", rep.notes}};
+      {"notes", rep.notes},
+      {"warnings", rep.warnings}};
   out.cluster.name = base.name + "-calibrated";
   out.cluster.description = base.description + " (calibrated)";
   device.source += fmt::format("; efficiencies and launch overhead calibrated on {}", utc_now());
+  // What is written must read back: a value the reader refuses (a NaN, a negative efficiency)
+  // would be a fit that escaped the checks above, not the user's error.
+  try {
+    (void)spec::cluster_from_json(spec::to_json(out.cluster), out.cluster.name);
+  } catch (const InputError& e) {
+    throw std::logic_error(
+        fmt::format("calibration produced a cluster it cannot read back: {}", e.what()));
+  }
   return out;
 }
 

@@ -16,6 +16,8 @@ void Samples::append(const Samples& o) {
   sync.insert(sync.end(), o.sync.begin(), o.sync.end());
   comm.insert(comm.end(), o.comm.begin(), o.comm.end());
   sources.insert(sources.end(), o.sources.begin(), o.sources.end());
+  warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+  ran_on.insert(o.ran_on.begin(), o.ran_on.end());
 }
 
 std::optional<spec::CollectiveKind> collective_of(spec::OpClass c) {

@@ -42,6 +42,10 @@ struct RunFit {
   std::string refused;  // why the fit must not be written ("" when it may be)
 };
 
+// Why a fit that predicts its own compute ops' time worse than the file it started from must not
+// be written ("" when it does not): the time-weighted error of CalibrationReport got worse.
+std::string refusal(const traces::CalibrationReport& report);
+
 // Fits `base` to the samples of the measured `runs` (Sextant traces with their file names) and of
 // options.extra, then the profiled step's classes, and checks the fit on the runs.
 RunFit fit_runs(const spec::ClusterSpec& base,

@@ -22,13 +22,18 @@ struct CalibrationReport {
   // parameters before and after the fit.
   double compute_error_before = 0;
   double compute_error_after = 0;
+  // sum |predicted - measured| / sum measured over the compute samples, before and after: the
+  // error of the ops' time in a step, which the fits aim at (and a fit must not make worse).
+  double compute_time_error_before = 0;
+  double compute_time_error_after = 0;
   double launch_overhead_us = 0;
   double memory_efficiency = 0;
   double step_overhead_us = 0;  // host time per step (median over the measured training runs)
   double compute_jitter = 0;    // from the arrival spreads at collectives
   std::vector<spec::EfficiencyPoint> gemm_efficiency;
   std::vector<spec::CollectiveFit> collective_fits;  // with r2 and sample counts
-  std::vector<std::string> notes;  // what could not be fitted and kept its old value
+  std::vector<std::string> notes;     // what could not be fitted and kept its old value
+  std::vector<std::string> warnings;  // measurements left out, and why (traces/sample_checks.hpp)
 };
 
 struct Calibration {
@@ -37,7 +42,7 @@ struct Calibration {
 };
 
 // `dtype`: the precision the measured ops ran in (its peak is the efficiency's denominator).
-// Throws InputError when there is nothing to fit.
+// Samples are screened first (screen_samples). Throws InputError when nothing is left to fit.
 Calibration calibrate(const spec::ClusterSpec& base, const Samples& samples, spec::Dtype dtype);
 
 }  // namespace sextant::traces

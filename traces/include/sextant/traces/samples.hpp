@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/collective.hpp"
 #include "sextant/spec/trace.hpp"
 #include "sextant/spec/units.hpp"
@@ -58,6 +60,11 @@ struct Samples {
   std::vector<CommSample> comm;
   std::vector<StepSample> steps;
   std::vector<std::string> sources;  // files read
+  // What the readers left out and why, one line each, naming the file: said where they are fitted.
+  std::vector<std::string> warnings;
+  // The files whose compute ops ran on a known kind of device (a profiler trace with GPU kernels,
+  // or with CPU ops only): calibration refuses to fit one kind's times into the other's file.
+  std::map<std::string, spec::DeviceKind> ran_on;
   void append(const Samples& other);
 };
 
