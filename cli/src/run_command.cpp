@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "plan_options.hpp"
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/zoo.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
@@ -39,7 +42,34 @@ struct RunFlags {
   bool resume_if_exists = false;
   int np = 0;
   bool quiet = false;
+  double watchdog_s = 60;
 };
+
+// The plan's step as the simulator predicts it on the backend's own built-in machine (local-cpu
+// or h200-1gpu, with as many nodes as the plan needs); nullopt when it cannot say.
+std::optional<double> predicted_step_s(const exec::Job& job) {
+  try {
+    spec::ClusterSpec cluster =
+        spec::builtin_cluster(job.backend == exec::BackendKind::kCuda ? "h200-1gpu" : "local-cpu");
+    const int64_t world = job.plan.world_size();
+    cluster.nodes =
+        std::max(cluster.nodes, (world + cluster.devices_per_node - 1) / cluster.devices_per_node);
+    return sim::simulate(job.model, cluster, job.plan, {}).report.step_time_s;
+  } catch (const std::exception&) {
+    return std::nullopt;  // the run itself says what is wrong with the plan
+  }
+}
+
+// --watchdog SECONDS, at least kStepMultiple x the predicted step: a rank making no progress for
+// that long ends the job. The prediction (on a machine that may not be this one; the CPU file is
+// 33-55% fast on the CI's cores) sets the scale before a step is measured; the measured steps set
+// it after (exec/watchdog.hpp).
+exec::WatchdogOptions watchdog_options(double seconds, const exec::Job& job) {
+  exec::WatchdogOptions o;
+  if (seconds <= 0) return o;
+  o.timeout_s = std::max(seconds, o.step_multiple * predicted_step_s(job).value_or(0.0));
+  return o;
+}
 
 int run(const RunFlags& f, const std::vector<std::string>& args) {
   if (f.np > 0 && !under_mpi_launcher()) relaunch_under_mpirun(f.np, args);
@@ -67,6 +97,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.trace_selection = trace_selection_from(f.trace, job.plan);
     job.log_json = f.log_json;
     job.quiet = f.quiet;
+    job.watchdog = watchdog_options(f.watchdog_s, job);
     return job;
   });
 }
@@ -102,6 +133,11 @@ void add_run_command(CLI::App& app, const std::vector<std::string>& args) {
                 "As --resume, but start from step 0 when --checkpoint holds no checkpoint");
   cmd->add_option("--np", f->np, "Start this many ranks with mpirun")->check(positive());
   cmd->add_flag("--quiet", f->quiet, "No per-step lines");
+  cmd->add_option("--watchdog", f->watchdog_s,
+                  "End the job, naming the rank, when a rank makes no progress for this many "
+                  "seconds (at least 10x the predicted and the longest measured step; 0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->callback([f, args] {
     int rc = run(*f, args);
     if (rc != 0) throw CLI::RuntimeError(rc);

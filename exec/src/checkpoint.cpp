@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -151,11 +152,20 @@ std::optional<Shard> load_checkpoint(const std::string& dir, const std::string& 
   if (fs::is_directory(dir)) {
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
-      if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
-      char* end = nullptr;
-      const long long step = std::strtoll(name.c_str() + 5, &end, 10);
-      if (end == name.c_str() + 5 || *end != '\0') continue;  // not one of ours
-      steps.emplace_back(step, entry.path());
+      if (!fs::exists(entry.path() / "manifest.json")) continue;
+      const bool digits = name.size() > 5 && name.rfind("step-", 0) == 0 &&
+                          std::all_of(name.begin() + 5, name.end(),
+                                      [](unsigned char c) { return std::isdigit(c) != 0; });
+      if (!digits) {
+        // A checkpoint renamed (step-00000020.good): it would be passed over for an older one
+        // without a word.
+        if (skipped != nullptr && world.rank() == 0)
+          skipped->push_back(fmt::format(
+              "{} skipped: it holds a manifest.json but is not named step-NNNNNNNN (renamed?)",
+              entry.path().string()));
+        continue;
+      }
+      steps.emplace_back(std::strtoll(name.c_str() + 5, nullptr, 10), entry.path());
     }
   }
   std::sort(steps.begin(), steps.end(), std::greater<>());
@@ -166,6 +176,11 @@ std::optional<Shard> load_checkpoint(const std::string& dir, const std::string& 
     Shard shard;
     try {
       shard = load_shard(sdir, plan, elements, world);
+      if (shard.step != step)
+        throw InputError(sdir.string(), "", fmt::format("step {}", shard.step),
+                         fmt::format("its shards were written at another step than its name's "
+                                     "({}): renamed?",
+                                     step));
     } catch (const Incompatible& e) {
       error = e.what();
       incompatible = true;

@@ -355,6 +355,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   };
   TrainResult result;
   try {
+    // Training only: what follows (the trace's gather) is short and bounded by the ranks' data.
+    const Watchdog watchdog(world, job.watchdog);
     result = train(model, ctx, job.train, on_step);
   } catch (const std::runtime_error& e) {
     if (std::string(e.what()).find("the loss is") != std::string::npos)

@@ -6,18 +6,21 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <list>
 #include <map>
 #include <span>
+#include <string_view>
 
 #include "activation_comm.hpp"
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "gradient_sync.hpp"
 #include "sextant/exec/nvme_file.hpp"
+#include "sextant/exec/watchdog.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/spec/context_parallel.hpp"
@@ -217,6 +220,7 @@ class Trainer {
     if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0) check_checkpoint_dir();
     if (o_.resume && !o_.checkpoint_dir.empty()) first = restore();
     for (int64_t step = first; step < o_.steps; ++step) {
+      mark_progress(step);
       ctx_.recorder->set_step(step);
       prefetch(step);
       auto t0 = std::chrono::steady_clock::now();
@@ -226,6 +230,7 @@ class Trainer {
       const double items = static_cast<double>(plan_.global_batch) *
                            static_cast<double>(model_.is_transformer() ? seq_ : 1);
       log.tokens_per_s = items / log.step_time_s;
+      mark_step_time(log.step_time_s);
       result.steps.push_back(log);
       if (on_step) on_step(log);
       if (!std::isfinite(log.loss)) {
@@ -233,8 +238,10 @@ class Trainer {
             fmt::format("the loss is {} at step {}: stopping", log.loss, step));
       }
       if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 &&
-          (step + 1) % o_.checkpoint_every == 0)
+          (step + 1) % o_.checkpoint_every == 0) {
         checkpoint(step + 1);
+        mark_progress(step);  // a checkpoint written is progress too
+      }
     }
     result.events = ctx_.recorder->events();
     return result;
@@ -350,13 +357,19 @@ class Trainer {
   }
 
   // A test aid: SEXTANT_FAULT_RANK=r SEXTANT_FAULT_STEP=s makes world rank r fail at step s, to
-  // check that a failing rank ends the job instead of leaving the others waiting.
+  // check that a failing rank ends the job instead of leaving the others waiting; with
+  // SEXTANT_FAULT_KIND=stop the rank stops itself (SIGSTOP) instead, for the watchdog.
   void maybe_inject_fault(int64_t step) const {
     const char* rank = std::getenv("SEXTANT_FAULT_RANK");
     const char* at = std::getenv("SEXTANT_FAULT_STEP");
     if (rank == nullptr || at == nullptr) return;
-    if (std::atoi(rank) == ctx_.groups->world->rank() && std::atoll(at) == step)
-      throw std::runtime_error(fmt::format("fault injected at step {} (SEXTANT_FAULT_RANK)", step));
+    if (std::atoi(rank) != ctx_.groups->world->rank() || std::atoll(at) != step) return;
+    const char* kind = std::getenv("SEXTANT_FAULT_KIND");
+    if (kind != nullptr && std::string_view(kind) == "stop") {
+      std::raise(SIGSTOP);
+      return;
+    }
+    throw std::runtime_error(fmt::format("fault injected at step {} (SEXTANT_FAULT_RANK)", step));
   }
 
   StepLog one_step(int64_t step) {
@@ -377,6 +390,7 @@ class Trainer {
     std::vector<std::pair<std::unique_ptr<CommRequest>, Tensor>> sends;
     const std::vector<int64_t> shape = stage_->input_shape();
     for (const spec::ScheduleUnit& u : units) {
+      mark_progress(step);
       const int64_t c = u.chunk * g.pp_size + g.pp_rank;  // the model's chunk
       const bool first = c == 0, last = c == model_chunks - 1;
       if (u.forward) {
@@ -531,6 +545,7 @@ class Trainer {
       log.grad_norm = std::sqrt(s.values[1]);
       log.step_time_s = s.seconds;
       log.tokens_per_s = items / s.seconds;
+      mark_step_time(s.seconds);
       pending.pop_front();
       result.steps.push_back(log);
       if (on_step) on_step(log);
@@ -544,6 +559,7 @@ class Trainer {
              plan_.pp, m, std::max<int64_t>(0, o_.steps - resumed_at), g.pp_rank)) {
       u.micro_batch += resumed_at * m;
       const int64_t batch = u.micro_batch / m, index = u.micro_batch % m;
+      mark_progress(batch);
       ctx_.recorder->set_step(batch);
       if (const int64_t want = spec::pipedream_2bw_version(batch); viewed != want) {
         SEXTANT_CHECK(other == want, "batch {} reads version {}, the buffers hold {} and {}", batch,
@@ -772,6 +788,13 @@ class Trainer {
                        "no checkpoint in this directory (a mistyped path?); "
                        "--resume-if-exists starts from step 0 when there is none");
     if (!s) return 0;
+    // --steps counts from step 0: a checkpoint at or past it leaves nothing to train, which once
+    // ended the run at once with exit 0.
+    if (s->step >= o_.steps)
+      throw InputError("command line", "--steps", std::to_string(o_.steps),
+                       fmt::format("the checkpoint resumed is at step {}: nothing left to train "
+                                   "(--steps counts from step 0; give more than {})",
+                                   s->step, s->step));
     ctx_.backend->from_host(s->values, stage_->params().values());
     stage_->params().refresh_compute();
     if (!host_values_.empty()) ctx_.backend->copy(stage_->params().values(), host_values_);

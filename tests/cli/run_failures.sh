@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `sextant run` on real MPI ranks: a bad plan is refused on every rank with one message (exit 2);
-# a rank that fails ends the whole job (no hang); a diverging loss stops with the step named;
-# --np starts mpirun itself.
+# a rank that fails ends the whole job (no hang), and so does one that stops (the watchdog names
+# it); resume edge cases are refused or named; a diverging loss stops with the step named; --np
+# starts mpirun itself.
 set -u
 sextant="$1"
 mpirun_cmd=(mpirun --oversubscribe)
@@ -63,6 +64,31 @@ rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "failing rank: exit $rc (124 = hung): $out"
 grep -q '\[rank 1\] error: fault injected at step 1' <<<"$out" || fail "failing rank message: $out"
 [ $(( $(date +%s) - start )) -lt 60 ] || fail "failing rank: the job took too long to end"
+
+# A rank that stops (SIGSTOP) leaves the other waiting at its next collective forever: the
+# watchdog ends the job within its timeout and names the rank.
+start=$(date +%s)
+out=$(SEXTANT_FAULT_RANK=1 SEXTANT_FAULT_STEP=2 SEXTANT_FAULT_KIND=stop timeout 120 "${mpirun_cmd[@]}" -x SEXTANT_FAULT_RANK -x SEXTANT_FAULT_STEP -x SEXTANT_FAULT_KIND -np 2 "$sextant" run "${tiny[@]}" --steps 50 --global-batch 4 --dp 2 --watchdog 5 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "stopped rank: exit $rc (124 = hung): $out"
+grep -q 'error: rank 1 holds the job: it is stopped (SIGSTOP or SIGTSTP)' <<<"$out" || fail "stopped rank message: $out"
+[ $(( $(date +%s) - start )) -lt 40 ] || fail "stopped rank: the job took too long to end"
+
+# Resume edge cases: a checkpoint at or past --steps leaves nothing to train (it exited 0 doing
+# nothing); a renamed step directory is named, not passed over for an older one in silence.
+ckpt=$(mktemp -d)
+out=$(timeout 120 "$sextant" run "${tiny[@]}" --global-batch 4 --steps 4 --checkpoint "$ckpt" --checkpoint-every 2 2>&1)
+[ $? -eq 0 ] || fail "checkpointed run: $out"
+out=$(timeout 120 "$sextant" run "${tiny[@]}" --global-batch 4 --steps 4 --checkpoint "$ckpt" --resume 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "resume at --steps: exit $rc, want 2: $out"
+grep -q -- '--steps = 4: the checkpoint resumed is at step 4: nothing left to train' <<<"$out" || fail "resume at --steps message: $out"
+mv "$ckpt/step-00000004" "$ckpt/step-00000004.good"
+out=$(timeout 120 "$sextant" run "${tiny[@]}" --global-batch 4 --steps 5 --checkpoint "$ckpt" --resume 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "resume beside a renamed checkpoint: exit $rc: $out"
+grep -q 'step-00000004.good skipped: it holds a manifest.json but is not named step-NNNNNNNN' <<<"$out" || fail "renamed checkpoint message: $out"
+rm -rf "$ckpt"
 
 out=$(timeout 120 "$sextant" run "${tiny[@]}" --global-batch 4 --lr 1e12 --steps 20 2>&1)
 rc=$?

@@ -15,6 +15,7 @@
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/trainer.hpp"
+#include "sextant/exec/watchdog.hpp"
 #include "sextant/spec/trace_selection.hpp"
 
 namespace sextant::exec {
@@ -53,6 +54,8 @@ struct Job {
   std::optional<CommKind> comm_choice;
   // Unset: the backend's default (cpu: fp32; cuda: bf16 mixed precision).
   std::optional<Precision> precision;
+  // Ends the job, naming the rank, when a rank makes no progress (exec/watchdog.hpp).
+  WatchdogOptions watchdog;
 };
 
 // Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators.
