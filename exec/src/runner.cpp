@@ -13,6 +13,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/limits.hpp"
 #include "sextant/spec/rank_layout.hpp"
 #include "sextant/spec/stack.hpp"
 #include "sextant/spec/step_times.hpp"
@@ -177,17 +178,6 @@ spec::Json events_json(const std::vector<spec::TraceEvent>& events) {
   return out;
 }
 
-// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
-int64_t available_host_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
-
 // Before allocating anything: the fp32 parameters, gradients and Adam moments a CPU rank holds at
 // the least (its pipeline stage's share of its tensor-parallel shard; the moments sharded over dp
 // under ZeRO) against the host memory available; every rank of a node shares it. A model too big
@@ -200,7 +190,7 @@ void check_host_memory(const Job& job, const models::LoweredModel& lowered, cons
   const double params = static_cast<double>(per_tp_rank) / static_cast<double>(job.plan.pp);
   const double moments = job.plan.zero >= 1 ? 8.0 / static_cast<double>(job.plan.dp) : 8.0;
   const double per_rank = params * (4 + 4 + moments);
-  const int64_t available = available_host_bytes();
+  const int64_t available = spec::available_memory_bytes();
   // The ranks sharing this node's memory (MPI's own notion, under mpirun or srun alike).
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));

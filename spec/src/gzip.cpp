@@ -29,30 +29,39 @@ std::string read_gzip_file(const std::filesystem::path& path) {
   const std::string packed = read_text_file(path);
   if (std::ssize(packed) >= kMaxDecompressedBytes)  // zlib counts input in 32 bits
     throw InputError(path.string(), "", "", "larger than the limit on decompressed input");
+  // Checked as it grows: the absolute limit, and the ratio a real trace never reaches.
+  const int64_t limit =
+      std::min(kMaxDecompressedBytes, kMaxGzipRatio * std::max<int64_t>(std::ssize(packed), 1024));
   z_stream z{};
   if (inflateInit2(&z, kGzipWindowBits) != Z_OK)
     throw std::runtime_error("zlib: inflateInit2 failed");
+  auto fail = [&](const std::string& why) {
+    inflateEnd(&z);
+    throw InputError(path.string(), "", "", why);
+  };
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
   z.avail_in = static_cast<uInt>(packed.size());
   std::string text;
   std::array<char, 1 << 16> buffer{};
-  int rc = Z_OK;
-  while (rc != Z_STREAM_END) {
+  while (true) {
     z.next_out = reinterpret_cast<Bytef*>(buffer.data());
     z.avail_out = static_cast<uInt>(buffer.size());
-    rc = inflate(&z, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      const std::string why =
-          z.msg != nullptr ? z.msg : (rc == Z_BUF_ERROR ? "truncated" : "error");
-      inflateEnd(&z);
-      throw InputError(path.string(), "", "", "not a readable gzip file: " + why);
-    }
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END)
+      fail("not a readable gzip file: " +
+           std::string(z.msg != nullptr ? z.msg : (rc == Z_BUF_ERROR ? "truncated" : "error")));
     text.append(buffer.data(), buffer.size() - z.avail_out);
-    if (std::ssize(text) > kMaxDecompressedBytes) {
-      inflateEnd(&z);
-      throw InputError(path.string(), "", "",
-                       fmt::format("decompresses past {} GiB", kMaxDecompressedBytes >> 30));
-    }
+    if (std::ssize(text) > limit)
+      fail(limit == kMaxDecompressedBytes
+               ? fmt::format("decompresses past {} GiB", kMaxDecompressedBytes >> 30)
+               : fmt::format("decompresses to more than {}x its {} bytes (no trace compresses "
+                             "past ~40x): a damaged or malicious file",
+                             kMaxGzipRatio, packed.size()));
+    if (rc != Z_STREAM_END) continue;
+    // RFC 1952: a gzip file is one or more members, read as their concatenation (`gzip -c a b`,
+    // pigz, appended logs).
+    if (z.avail_in == 0) break;
+    if (inflateReset(&z) != Z_OK) fail("not a readable gzip file: a damaged member");
   }
   inflateEnd(&z);
   return text;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sextant/spec/gzip.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 
@@ -138,6 +139,19 @@ class DuplicateKeyCheck {
 
 Json parse_json_text(std::string_view text, const std::string& source) {
   check_depth(text, source);
+  if (std::ssize(text) > kJsonMemoryCheckBytes) {
+    // Parsing takes ~8x the text: refused with the figures rather than ended by bad_alloc (or
+    // the kernel's OOM killer) minutes later.
+    const double needed = kJsonMemoryPerByte * static_cast<double>(text.size());
+    const int64_t available = available_memory_bytes();
+    if (available > 0 && needed > static_cast<double>(available))
+      throw InputError(source, "",
+                       fmt::format("{:.1f} GB of JSON", 1e-9 * static_cast<double>(text.size())),
+                       fmt::format("parsing it takes about {:.0f} GB of memory and {:.1f} GB are "
+                                   "available (a trace: cut it with --trace-ranks / "
+                                   "--trace-steps)",
+                                   1e-9 * needed, 1e-9 * static_cast<double>(available)));
+  }
   try {
     return Json::parse(text, DuplicateKeyCheck(source));
   } catch (const Json::parse_error& e) {

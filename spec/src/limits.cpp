@@ -2,9 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::spec {
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
 
 std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(
     const TransformerSpec& t) {

@@ -62,6 +62,11 @@ EnumNames<CnnLayerKind> cnn_layer_kind_names() {
 namespace {
 
 const Range kPositive = Range::at_least(1);
+// CNN sizes (spec/limits.hpp): extents, channels and features, repeats.
+const Range kCnnExtent = Range::between(1, static_cast<double>(kMaxCnnExtent));
+const Range kCnnPadding = Range::between(0, static_cast<double>(kMaxCnnExtent));
+const Range kCnnWidth = Range::between(1, static_cast<double>(kMaxWidth));
+const Range kCnnRepeats = Range::between(1, static_cast<double>(kMaxLayers));
 
 TransformerSpec decode_transformer(ObjectReader& r) {
   TransformerSpec t;
@@ -156,10 +161,10 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
   l.kind = r.enumeration("type", cnn_layer_kind_names()).value_or(CnnLayerKind::kConv);
   switch (l.kind) {
     case CnnLayerKind::kConv:
-      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
-      l.kernel = r.integer("kernel", kPositive).value_or(1);
-      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(1);
-      l.padding = r.integer("padding", Range::non_negative(), Presence::kOptional).value_or(0);
+      l.out_channels = r.integer("out_channels", kCnnWidth).value_or(1);
+      l.kernel = r.integer("kernel", kCnnExtent).value_or(1);
+      l.stride = r.integer("stride", kCnnExtent, Presence::kOptional).value_or(1);
+      l.padding = r.integer("padding", kCnnPadding, Presence::kOptional).value_or(0);
       l.bias = r.boolean("bias").value_or(false);
       l.batch_norm = r.boolean("batch_norm", Presence::kOptional).value_or(false);
       l.relu = r.boolean("relu", Presence::kOptional).value_or(false);
@@ -167,37 +172,42 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
       break;
     case CnnLayerKind::kMaxPool:
     case CnnLayerKind::kAvgPool:
-      l.kernel = r.integer("kernel", kPositive).value_or(1);
-      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(l.kernel);
-      l.padding = r.integer("padding", Range::non_negative(), Presence::kOptional).value_or(0);
+      l.kernel = r.integer("kernel", kCnnExtent).value_or(1);
+      l.stride = r.integer("stride", kCnnExtent, Presence::kOptional).value_or(l.kernel);
+      l.padding = r.integer("padding", kCnnPadding, Presence::kOptional).value_or(0);
       l.skip = r.boolean("skip", Presence::kOptional).value_or(false);
+      // PyTorch's pools refuse more ("pad should be at most half of effective kernel size"): a
+      // window of padding alone has nothing to pool.
+      if (2 * l.padding > l.kernel)
+        r.problem("padding", std::to_string(l.padding),
+                  fmt::format("at most half the pool's kernel ({})", l.kernel));
       break;
     case CnnLayerKind::kUpConv:
-      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
-      l.kernel = r.integer("kernel", kPositive).value_or(1);
-      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(l.kernel);
+      l.out_channels = r.integer("out_channels", kCnnWidth).value_or(1);
+      l.kernel = r.integer("kernel", kCnnExtent).value_or(1);
+      l.stride = r.integer("stride", kCnnExtent, Presence::kOptional).value_or(l.kernel);
       l.bias = r.boolean("bias").value_or(false);
       break;
     case CnnLayerKind::kConcat:
       break;
     case CnnLayerKind::kAdaptiveAvgPool:
-      l.output = r.integer("output", kPositive).value_or(1);
+      l.output = r.integer("output", kCnnExtent).value_or(1);
       break;
     case CnnLayerKind::kFc:
-      l.out_features = r.integer("out_features", kPositive).value_or(1);
+      l.out_features = r.integer("out_features", kCnnWidth).value_or(1);
       l.bias = r.boolean("bias").value_or(true);
       l.relu = r.boolean("relu", Presence::kOptional).value_or(false);
       break;
     case CnnLayerKind::kBottleneck:
-      l.mid_channels = r.integer("mid_channels", kPositive).value_or(1);
-      l.out_channels = r.integer("out_channels", kPositive).value_or(1);
-      l.stride = r.integer("stride", kPositive, Presence::kOptional).value_or(1);
-      l.blocks = r.integer("blocks", kPositive, Presence::kOptional).value_or(1);
+      l.mid_channels = r.integer("mid_channels", kCnnWidth).value_or(1);
+      l.out_channels = r.integer("out_channels", kCnnWidth).value_or(1);
+      l.stride = r.integer("stride", kCnnExtent, Presence::kOptional).value_or(1);
+      l.blocks = r.integer("blocks", kCnnRepeats, Presence::kOptional).value_or(1);
       break;
     case CnnLayerKind::kAmoebaCell:
-      l.filters = r.integer("filters", kPositive).value_or(4);
+      l.filters = r.integer("filters", kCnnWidth).value_or(4);
       l.reduction = r.boolean("reduction", Presence::kOptional).value_or(false);
-      l.blocks = r.integer("blocks", kPositive, Presence::kOptional).value_or(1);
+      l.blocks = r.integer("blocks", kCnnRepeats, Presence::kOptional).value_or(1);
       if (l.filters % 4 != 0)
         r.problem("filters", std::to_string(l.filters),
                   "must be a multiple of 4 (the cell's convolutions narrow to filters/4, its "
@@ -211,10 +221,10 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
 CnnSpec decode_cnn(ObjectReader& r) {
   CnnSpec c;
   if (auto in = r.object("input")) {
-    c.in_channels = in->integer("channels", kPositive).value_or(1);
-    c.depth = in->integer("depth", kPositive, Presence::kOptional).value_or(0);
-    c.height = in->integer("height", kPositive).value_or(1);
-    c.width = in->integer("width", kPositive).value_or(1);
+    c.in_channels = in->integer("channels", kCnnWidth).value_or(1);
+    c.depth = in->integer("depth", kCnnExtent, Presence::kOptional).value_or(0);
+    c.height = in->integer("height", kCnnExtent).value_or(1);
+    c.width = in->integer("width", kCnnExtent).value_or(1);
     in->finish();
   }
   if (const Json* layers = r.array("layers")) {
@@ -294,6 +304,15 @@ CnnSpec decode_cnn(ObjectReader& r) {
                                       "too large for the input",
                                       c.volumes() ? fmt::format("{}x{}x{}", m.d, m.h, m.w)
                                                   : fmt::format("{}x{}", m.h, m.w)));
+      return c;
+    }
+    const double elements = static_cast<double>(m.c) * static_cast<double>(m.d) *
+                            static_cast<double>(m.h) * static_cast<double>(m.w);
+    if (elements > kMaxCnnMapElements) {
+      r.diagnostics().add(at, "",
+                          fmt::format("the feature map grows to {:.3g} elements a sample, past "
+                                      "the limit of {:.3g} (spec/limits.hpp)",
+                                      elements, kMaxCnnMapElements));
       return c;
     }
     if (l.skip) kept.push_back(m);

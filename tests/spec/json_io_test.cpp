@@ -1,10 +1,15 @@
 // File helpers: located parse errors and atomic writes.
 #include "sextant/spec/json_io.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "expect_input_error.hpp"
+#include "sextant/spec/gzip.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::spec {
 namespace {
@@ -33,6 +38,40 @@ TEST(JsonIo, AKeyGivenTwiceInOneObjectIsRefusedWithItsPointer) {
     EXPECT_EQ(std::string(e.what()),
               "twice.json: /c/1/1/y: given twice in one object: say each field once");
   }
+}
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// RFC 1952: a gzip file is one or more members, read as their concatenation (it was read as
+// "truncated" JSON: the first member alone).
+TEST(Gzip, AFileOfSeveralMembersIsTheirConcatenation) {
+  const fs::path file = fs::temp_directory_path() / "sextant_two_members.json.gz";
+  write_bytes(file, gzip_compress(R"({"a": [1, )") + gzip_compress("2]}"));
+  EXPECT_EQ(read_json_file(file).at("a"), Json::array({1, 2}));
+  write_bytes(file, gzip_compress(R"({"a": 1})") + "trailing bytes");
+  EXPECT_INPUT_ERROR(read_json_file(file), "not a readable gzip file");
+  fs::remove(file);
+}
+
+// A "bomb": 64 MiB of one byte deflates ~1000x. Refused once the text passes 100x the file,
+// long before the absolute limit of 4 GiB (a 4.3 MB bomb took 12.6 GB of memory).
+TEST(Gzip, ADecompressionPastTheRatioOfAnyTraceIsRefused) {
+  const fs::path file = fs::temp_directory_path() / "sextant_bomb.json.gz";
+  const std::string packed = gzip_compress(std::string(size_t{64} << 20, ' '));
+  ASSERT_LT(std::ssize(packed) * kMaxGzipRatio, int64_t{64} << 20);  // a ratio past 100
+  write_bytes(file, packed);
+  EXPECT_INPUT_ERROR(read_gzip_file(file), "decompresses to more than 100x its");
+  // A real trace's ratio (12-15x; here ~30x of repeated events) reads.
+  std::string events = R"({"traceEvents": [)";
+  for (int i = 0; i < 20000; ++i)
+    events += fmt::format(R"({}{{"name": "op{}", "ph": "X", "ts": {}, "dur": 5}})",
+                          i == 0 ? "" : ", ", i % 7, i * 10);
+  events += "]}";
+  write_bytes(file, gzip_compress(events));
+  EXPECT_EQ(read_json_file(file).at("traceEvents").size(), 20000u);
+  fs::remove(file);
 }
 
 TEST(JsonIo, MissingFileIsAnInputError) {

@@ -72,6 +72,40 @@ TEST(ModelSpec, RejectsCnnWhoseFeatureMapVanishes) {
   EXPECT_INPUT_ERROR(model_from_json(j, "c.json"), "/cnn/layers/0: the feature map shrinks");
 }
 
+// Found by the trust probe of issue 59: sizes past any real CNN were accepted (a 2^32-wide input
+// overflowed to "0 B of activations", padding 2^40 gave 1792 TiB) and a 1x1 map pooled by 2
+// stayed 1x1, where PyTorch refuses.
+TEST(ModelSpec, CnnSizesAreRefusedBeforeAnyWork) {
+  auto cnn = [](const std::string& input, const std::string& layer) {
+    return Json::parse(
+        R"({"schema": "sextant.model/1", "name": "c", "kind": "cnn", "cnn": {"input": )" + input +
+        R"(, "layers": [)" + layer + R"(, {"type": "fc", "out_features": 2, "bias": true}]}})");
+  };
+  const std::string small = R"({"channels": 3, "height": 8, "width": 8})";
+  const std::string conv = R"({"type": "conv", "out_channels": 4, "kernel": 3, "bias": false})";
+  EXPECT_NO_THROW(model_from_json(cnn(small, conv), "c.json"));
+  EXPECT_INPUT_ERROR(
+      model_from_json(cnn(R"({"channels": 3, "height": 4294967296, "width": 8})", conv), "c.json"),
+      "/cnn/input/height = 4294967296: must be in [1, 65536]");
+  EXPECT_INPUT_ERROR(model_from_json(cnn(small, R"({"type": "conv", "out_channels": 4, "kernel": 3,
+                                     "padding": 1099511627776, "bias": false})"),
+                                     "c.json"),
+                     "/cnn/layers/0/padding = 1099511627776: must be in [0, 65536]");
+  EXPECT_INPUT_ERROR(model_from_json(cnn(R"({"channels": 3, "height": 1, "width": 1})",
+                                         R"({"type": "max_pool", "kernel": 2})"),
+                                     "c.json"),
+                     "/cnn/layers/0: the feature map shrinks to 0x0");
+  EXPECT_INPUT_ERROR(
+      model_from_json(cnn(small, R"({"type": "max_pool", "kernel": 2, "padding": 2})"), "c.json"),
+      "/cnn/layers/0/padding = 2: at most half the pool's kernel (2)");
+  // Within every limit alone, but 2^20 channels of a 2^16 x 2^16 map: 2^52 elements a sample.
+  EXPECT_INPUT_ERROR(model_from_json(cnn(R"({"channels": 3, "height": 65536, "width": 65536})",
+                                         R"({"type": "conv", "out_channels": 1048576, "kernel": 1,
+                              "bias": false})"),
+                                     "c.json"),
+                     "/cnn/layers/0: the feature map grows to 4.5e+15 elements a sample");
+}
+
 TEST(ModelSpec, RejectsMlpWithOneWidth) {
   Json j = Json::parse(R"({"schema": "sextant.model/1", "name": "m", "kind": "mlp",
     "mlp": {"widths": [8], "activation": "relu", "bias": true}})");

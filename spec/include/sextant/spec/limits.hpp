@@ -40,11 +40,30 @@ inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
 // Micro-batches per data-parallel replica per step: 2^16. The simulator schedules each one and the
 // executor runs each one, so 10^9 sequences in micro-batches of 1 never returned.
 inline constexpr int64_t kMaxMicroBatches = int64_t{1} << 16;
+// A CNN's spatial extent (input rows, columns, slices; kernels, strides, paddings, adaptive pool
+// outputs): 2^16. The largest published inputs are ~10^4 (whole-slide and satellite tiles, 2048^3
+// volumes of Dryden et al.'s cosmology data); a 2^32-wide input overflowed the activation bytes.
+inline constexpr int64_t kMaxCnnExtent = int64_t{1} << 16;
+// Elements of one sample's feature map (channels x slices x rows x columns): 2^36 (256 GiB in
+// fp32 per sample, far past any device).
+inline constexpr double kMaxCnnMapElements = 0x1p36;
 // A gzip-compressed input once decompressed: 4 GiB (the largest trace Sextant writes for a
 // Llama-70B step on 64 GPUs was 1.7 GB before --trace-ranks existed).
 inline constexpr int64_t kMaxDecompressedBytes = int64_t{4} << 30;
+// Decompressed over compressed bytes of a gzip input: 100. Sextant's and PyTorch's traces
+// compress 12-15x, a trace of one event repeated 36x; deflate reaches ~1032x, which a 4 MB "bomb"
+// uses to take 12 GB of memory before the absolute limit above is reached.
+inline constexpr int64_t kMaxGzipRatio = 100;
+// Memory nlohmann/json takes to hold a parsed document, per byte of its text: 6.4 for the H100
+// Kineto sample, 8.0 for a Sextant trace (measured with getrusage); JSON past 64 MiB is refused
+// before parsing when this many times its size exceeds the memory available.
+inline constexpr double kJsonMemoryPerByte = 8;
+inline constexpr int64_t kJsonMemoryCheckBytes = int64_t{64} << 20;
 // Times and durations read from traces: what int64 picoseconds hold (9.2e18 ps, about 106 days).
 inline constexpr double kMaxSeconds = 9.2e6;
+
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown (no /proc).
+int64_t available_memory_bytes();
 
 // What is wrong with `micro_batches` micro-batches per replica per step (past kMaxMicroBatches),
 // or "" when nothing is. Plans and plan searches ask it.

@@ -131,9 +131,12 @@ struct CnnSpec {
 };
 
 // Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input
-// rows (PyTorch's Conv2d / MaxPool2d output size, floor mode). The one home of that formula.
+// rows (PyTorch's Conv2d / MaxPool2d output size, floor mode); 0 when the window does not fit
+// (PyTorch refuses; C++'s division rounds -1/2 to 0 and made a 1x1 map pooled by 2 stay 1x1).
+// The one home of that formula.
 inline int64_t window_output(int64_t extent, int64_t kernel, int64_t stride, int64_t padding) {
-  return (extent + 2 * padding - kernel) / stride + 1;
+  const int64_t room = extent + 2 * padding - kernel;
+  return room < 0 ? 0 : room / stride + 1;
 }
 // Rows a transposed convolution of `kernel` and `stride` (no padding) makes from `extent` rows
 // (PyTorch's ConvTranspose2d / ConvTranspose3d output size).
