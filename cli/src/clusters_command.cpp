@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "fitted_output.hpp"
 #include "format.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 
@@ -13,11 +14,12 @@ namespace sextant::cli {
 namespace {
 
 void run_list() {
-  fmt::print("{:<12} {:>6} {:>6}  {:<16} {}\n", "name", "nodes", "dev/nd", "device", "description");
+  fmt::print("{:<12} {:>6} {:>6}  {:<21} {}\n", "name", "nodes", "dev/nd", "device", "description");
   for (const std::string& name : spec::builtin_cluster_names()) {
     spec::ClusterSpec c = spec::builtin_cluster(name);
-    fmt::print("{:<12} {:>6} {:>6}  {:<16} {}\n", name, c.nodes, c.devices_per_node, c.device.name,
-               c.description);
+    // The description wraps under its own column (column 50: after the device).
+    fmt::print("{:<12} {:>6} {:>6}  {:<21} {}\n", name, c.nodes, c.devices_per_node, c.device.name,
+               wrap_from(c.description, 50));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "fitted_output.hpp"
 #include "format.hpp"
 #include "sextant/models/counts.hpp"
 #include "sextant/models/lowering.hpp"
@@ -53,7 +54,8 @@ void run_list() {
   for (const std::string& name : names) {
     spec::ModelSpec m = models::zoo_model(name);
     fmt::print("{:<16} {:>10}  {}\n", name,
-               human_count(static_cast<double>(models::parameter_count(m))), kind_summary(m));
+               human_count(static_cast<double>(models::parameter_count(m))),
+               wrap_from(kind_summary(m), 29));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -34,6 +35,7 @@ void relaunch_under_mpirun(int np, const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (std::string& s : cmd) argv.push_back(s.data());
   argv.push_back(nullptr);
+  std::fflush(stdout);  // what this process printed, before mpirun replaces it
   execvp("mpirun", argv.data());
   throw std::runtime_error(
       fmt::format("cannot start mpirun: {} (is Open MPI installed?)", std::strerror(errno)));

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "fitted_output.hpp"
 #include "format.hpp"
 #include "progress_line.hpp"
 #include "published_mfu.hpp"
@@ -242,12 +243,44 @@ void print_pareto(const planner::SearchResult& r) {
     return;
   }
   fmt::print("\ntime vs memory (the simulated plans no other beats on both):\n");
-  fmt::print("   {:<44} {:>10} {:>10} {:>10}\n", "plan", "step", "memory", "headroom");
+  std::vector<std::string> names;
+  for (const planner::RankedPlan& p : r.pareto) names.push_back(p.plan.name());
+  const size_t width = name_column(names, 40);
+  fmt::print("   {:<{}} {:>10} {:>10} {:>10}\n", "plan", width, "step", "memory", "headroom");
   for (const planner::RankedPlan& p : r.pareto)
-    fmt::print("   {:<44} {:>10} {:>10} {:>10}\n", p.plan.name(),
+    fmt::print("   {} {:>10} {:>10} {:>10}\n", name_cell(p.plan.name(), width, 3),
                human_seconds(p.report.step_time_s),
                human_bytes(static_cast<double>(p.report.memory.peak_bytes)),
                human_bytes(static_cast<double>(p.report.memory.headroom_bytes)));
+}
+
+// The ranked plans as a table of 100 columns: the time breakdown as percentages of the step in
+// one compact cell, explained under the table.
+void print_ranked(const planner::SearchResult& result, bool transformer) {
+  std::vector<std::string> names;
+  for (const planner::RankedPlan& p : result.ranked) {
+    const std::string knobs = planner::tuned_knobs(result.stack, *p.plan.stack);
+    names.push_back(knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs);
+  }
+  const size_t width = name_column(names, 36);
+  fmt::print("\n{:>2} {:<{}} {:>9} {:>10} {:>6} {:>10}  {}\n", "#", "plan", width, "step",
+             transformer ? "tokens/s" : "samples/s", "MFU", "memory", "time %");
+  for (size_t i = 0; i < result.ranked.size(); ++i) {
+    const spec::Report& r = result.ranked[i].report;
+    const spec::TimeBreakdown& b = r.breakdown_s;
+    auto pc = [&](double x) { return 100 * x / r.step_time_s; };
+    fmt::print(
+        "{:>2} {} {:>9} {:>10.0f} {:>5.1f}% {:>10}  "
+        "{:.0f}/{:.0f},{:.0f},{:.0f},{:.0f}/{:.0f}/{:.0f}\n",
+        i + 1, name_cell(names[i], width, 3), human_seconds(r.step_time_s), r.tokens_per_s,
+        100 * r.mfu, human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
+        pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
+        pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
+        pc(b.optimizer + b.offload_exposed));
+  }
+  fmt::print(
+      "   time %: compute / exposed tp (+spatial, cp, ep), dp, pp, fsdp / bubble / optimizer "
+      "(+offload)\n");
 }
 
 std::string rejected_summary(const planner::SearchResult& r) {
@@ -482,26 +515,7 @@ int run_plan(const PlanFlagsAll& f) {
       fmt::print("  rejected: {}\n", rejected_summary(result));
     }
     if (!result.ranked.empty()) {
-      fmt::print(
-          "\n{:>2} {:<44} {:>10} {:>11} {:>6} {:>10}  {}\n", "#", "plan", "step", "tokens/s", "MFU",
-          "memory",
-          "compute / exposed tp (+spatial, cp, ep), dp, pp, fsdp / bubble / optimizer (+offload)");
-      int i = 1;
-      for (const planner::RankedPlan& p : result.ranked) {
-        const spec::Report& r = p.report;
-        const std::string knobs = planner::tuned_knobs(result.stack, *p.plan.stack);
-        const spec::TimeBreakdown& b = r.breakdown_s;
-        auto pc = [&](double x) { return 100 * x / r.step_time_s; };
-        fmt::print(
-            "{:>2} {:<44} {:>10} {:>11.0f} {:>5.1f}% {:>10}  {:.0f}% / {:.0f}, {:.0f}, {:.0f}, "
-            "{:.0f}% / {:.0f}% / {:.0f}%\n",
-            i++, knobs.empty() ? p.plan.name() : p.plan.name() + " " + knobs,
-            human_seconds(r.step_time_s), r.tokens_per_s, 100 * r.mfu,
-            human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
-            pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
-            pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
-            pc(b.optimizer + b.offload_exposed));
-      }
+      print_ranked(result, request.model.is_transformer());
       const planner::RankedPlan& best = result.ranked.front();
       if (const std::string line = mfu_plausibility_line(
               best.report.mfu, best_published_mfu(request.cluster, best.plan, *best.plan.stack));
@@ -632,22 +646,29 @@ int run_scale(const ScaleFlags& f) {
   }
   fmt::print("{} on {}, global batch {}{}\n", request.base.model.name, request.base.cluster.name,
              request.base.global_batch, f.weak ? " per smallest count (weak scaling)" : "");
-  fmt::print("{:>6} {:<32} {:>10} {:>12} {:>6} {:>8} {:>6}", "gpus", "best plan", "step",
-             "tokens/s", "MFU", "speedup", "eff");
-  if (request.tokens) fmt::print(" {:>12} {:>12}", "train time", "GPU-hours");
-  if (request.price_per_gpu_hour) fmt::print(" {:>12}", "cost");
+  // The name column takes what the other columns leave of 100.
+  const size_t others = 51 + (request.tokens ? 22 : 0) + (request.price_per_gpu_hour ? 10 : 0);
+  std::vector<std::string> names;
+  for (const planner::ScalePoint& p : points)
+    if (p.best) names.push_back(p.best->plan.name());
+  const size_t width = name_column(names, std::max<size_t>(16, kOutputColumns - others));
+  const bool transformer = request.base.model.is_transformer();
+  fmt::print("{:>5} {:<{}} {:>9} {:>10} {:>6} {:>7} {:>4}", "gpus", "best plan", width, "step",
+             transformer ? "tokens/s" : "samples/s", "MFU", "speedup", "eff");
+  if (request.tokens) fmt::print(" {:>10} {:>10}", "train time", "GPU-hours");
+  if (request.price_per_gpu_hour) fmt::print(" {:>9}", "cost");
   fmt::print("\n");
   for (const planner::ScalePoint& p : points) {
     if (!p.best) {
-      fmt::print("{:>6} {}\n", p.gpus, p.why_none);
+      fmt::print("{:>5} {}\n", p.gpus, p.why_none);
       continue;
     }
-    fmt::print("{:>6} {:<32} {:>10} {:>12.0f} {:>5.1f}% {:>7.2f}x {:>5.0f}%", p.gpus,
-               p.best->plan.name(), human_seconds(p.best->report.step_time_s), p.tokens_per_s,
-               100 * p.best->report.mfu, p.speedup, 100 * p.efficiency);
+    fmt::print("{:>5} {} {:>9} {:>10.0f} {:>5.1f}% {:>6.2f}x {:>3.0f}%", p.gpus,
+               name_cell(p.best->plan.name(), width, 6), human_seconds(p.best->report.step_time_s),
+               p.tokens_per_s, 100 * p.best->report.mfu, p.speedup, 100 * p.efficiency);
     if (p.train_time_s)
-      fmt::print(" {:>12} {:>12.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
-    if (p.cost) fmt::print(" {:>12}", fmt::format("${:.0f}", *p.cost));
+      fmt::print(" {:>10} {:>10.0f}", human_seconds(*p.train_time_s), *p.gpu_hours);
+    if (p.cost) fmt::print(" {:>9}", fmt::format("${:.0f}", *p.cost));
     fmt::print("\n");
   }
   print_split_note(request.base.model, points);

@@ -71,6 +71,23 @@ exec::WatchdogOptions watchdog_options(double seconds, const exec::Job& job) {
   return o;
 }
 
+// The peak the summary's MFU is against: the built-in cluster file of the backend's machine
+// (local-cpu: this machine's cores; h200-1gpu) in the run's precision.
+void set_peak(exec::Job& job) {
+  const bool cuda = job.backend == exec::BackendKind::kCuda;
+  const exec::Precision p =
+      job.precision.value_or(cuda ? exec::Precision::kBf16 : exec::Precision::kFp32);
+  const spec::Dtype dtype = p == exec::Precision::kFp32   ? spec::Dtype::kFp32
+                            : p == exec::Precision::kTf32 ? spec::Dtype::kTf32
+                                                          : spec::Dtype::kBf16;
+  const std::string name = cuda ? "h200-1gpu" : "local-cpu";
+  const spec::ClusterSpec cluster = spec::builtin_cluster(name);
+  auto it = cluster.device.peak_tflops.find(dtype);
+  if (it == cluster.device.peak_tflops.end()) return;
+  job.peak_flops = it->second * kFlopsPerTflop;
+  job.peak_source = name;
+}
+
 int run(const RunFlags& f, const std::vector<std::string>& args) {
   if (f.np > 0 && !under_mpi_launcher()) relaunch_under_mpirun(f.np, args);
   return exec::run_main([&f] {
@@ -98,6 +115,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.log_json = f.log_json;
     job.quiet = f.quiet;
     job.watchdog = watchdog_options(f.watchdog_s, job);
+    set_peak(job);
     return job;
   });
 }

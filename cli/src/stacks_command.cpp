@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "fitted_output.hpp"
 #include "sextant/spec/stack.hpp"
 
 namespace sextant::cli {
@@ -20,7 +21,8 @@ void run_list() {
     fmt::print("{:<20} {:<8} {:<9} {:<10} {}\n", name,
                spec::enum_name(spec::attention_kernel_names(), s.attention),
                spec::enum_name(spec::fusion_names(), s.fusion),
-               spec::enum_name(spec::tp_overlap_names(), s.tp_overlap), s.description);
+               spec::enum_name(spec::tp_overlap_names(), s.tp_overlap),
+               wrap_from(s.description, 51));
   }
 }
 

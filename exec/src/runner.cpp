@@ -10,6 +10,7 @@
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/host_allocator.hpp"
+#include "sextant/models/counts.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -237,6 +238,44 @@ spec::ModelSpec as_executed(const spec::ModelSpec& model, bool say) {
 
 }  // namespace
 
+namespace {
+
+// What is about to run, in one line: a log read later says what produced it.
+void print_run_header(const Job& job, const spec::ModelSpec& model, int ranks,
+                      const Backend& backend, int64_t seq) {
+  fmt::print("run {} {} on {} rank{} ({} {}, {}, stack {}): {} steps of {}{}\n", model.name,
+             job.plan.name(), ranks, ranks == 1 ? "" : "s", backend.name(),
+             precision_name(job.precision.value_or(
+                 job.backend == BackendKind::kCuda ? Precision::kBf16 : Precision::kFp32)),
+             comm_kind_name(job.comm), spec::kExecutorStack, job.train.steps, job.plan.global_batch,
+             model.is_transformer() ? fmt::format(" x {} tokens", seq) : " samples");
+}
+
+// The run in one line: the mean step after the first (it warms up), the throughput and, where the
+// device's peak is known, the model FLOPs utilisation (models::step_flops, as the simulator's).
+void print_run_summary(const Job& job, const spec::ModelSpec& model, int ranks, int64_t seq,
+                       const std::vector<StepLog>& steps) {
+  std::vector<double> times;
+  for (const StepLog& s : steps) times.push_back(s.step_time_s);
+  const std::optional<double> mean = spec::mean_step_after_warmup(times);
+  if (!mean || !(*mean > 0)) return;
+  const double items = static_cast<double>(job.plan.global_batch) *
+                       static_cast<double>(model.is_transformer() ? seq : 1);
+  const models::StepFlops flops =
+      models::step_flops(model, job.plan, model.is_transformer() ? seq : 0);
+  const double per_rank = flops.model / (*mean * ranks);
+  std::string mfu;
+  if (job.peak_flops > 0)
+    mfu = fmt::format(", MFU {:.1f}% ({})", 100 * per_rank / job.peak_flops, job.peak_source);
+  const std::string step =
+      *mean < 1 ? fmt::format("{:.2f} ms", 1e3 * *mean) : fmt::format("{:.3f} s", *mean);
+  fmt::print("mean step {}{}, {:.0f} {}/s, {:.3g} TFLOP/s/rank{}\n", step,
+             steps.size() > 1 ? " (after the first)" : "", items / *mean,
+             model.is_transformer() ? "tokens" : "samples", per_rank / kFlopsPerTflop, mfu);
+}
+
+}  // namespace
+
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -322,6 +361,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
     throw InputError(output_problem.substr(0, a), "", output_problem.substr(a + 1, b - a - 1),
                      output_problem.substr(b + 1));
   }
+  if (rank == 0 && !job.quiet) print_run_header(job, model, size, backend, seq);
   auto on_step = [&](const StepLog& s) {
     if (rank != 0) return;
     if (!job.quiet)
@@ -354,6 +394,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
     throw;
   }
 
+  if (rank == 0 && !job.quiet) print_run_summary(job, model, size, seq, result.steps);
   if (!job.trace_file.empty()) {
     // Each rank drops what the trace does not keep before sending: a rank left out sends nothing.
     std::erase_if(result.events,

@@ -28,7 +28,8 @@ spec::ModelSpec zoo_model(std::string_view name) {
   std::vector<std::string_view> names;
   for (const spec::EmbeddedFile& f : embedded_zoo()) names.push_back(f.name);
   throw InputError("--model", "", std::string(name),
-                   "unknown model: give a model file or one of " + spec::join_names(names));
+                   "unknown model" + spec::did_you_mean(name, names) +
+                       ": give a model file or one of " + spec::join_names(names));
 }
 
 spec::ModelSpec resolve_model(const std::string& name_or_path) {

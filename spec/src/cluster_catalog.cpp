@@ -27,7 +27,8 @@ ClusterSpec builtin_cluster(std::string_view name) {
   std::vector<std::string_view> names;
   for (const EmbeddedFile& f : embedded_clusters()) names.push_back(f.name);
   throw InputError("--cluster", "", std::string(name),
-                   "unknown cluster: give a cluster file or one of " + join_names(names));
+                   "unknown cluster" + did_you_mean(name, names) +
+                       ": give a cluster file or one of " + join_names(names));
 }
 
 ClusterSpec resolve_cluster(const std::string& name_or_path) {

@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace sextant::spec {
 
@@ -58,6 +60,41 @@ std::string join_names(std::span<const std::string_view> names) {
     out += names[i];
   }
   return out;
+}
+
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions), one row at a time.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(std::string_view text, std::span<const std::string_view> names) {
+  std::string_view best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (std::string_view n : names) {
+    const size_t d = edit_distance(text, n);
+    if (d < best_distance) {
+      best_distance = d;
+      best = n;
+    }
+  }
+  if (best.empty() || best_distance == 0 || best_distance > std::max<size_t>(2, best.size() / 3))
+    return "";
+  return fmt::format(" (did you mean {}?)", best);
 }
 
 namespace {

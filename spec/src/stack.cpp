@@ -224,7 +224,8 @@ Stack stack_from_plan_json(const Json& json, const std::string& source,
     std::vector<std::string_view> views(names.begin(), names.end());
     throw InputError(
         source, pointer, short_dump(json),
-        "unknown stack preset: must be one of " + join_names(views) + " (or an object with knobs)");
+        "unknown stack preset" + did_you_mean(name, views) + ": must be one of " +
+            join_names(views) + " (or an object with knobs)");
   }
   Diagnostics diag(source);
   ObjectReader r(json, pointer, diag);
@@ -335,7 +336,8 @@ Stack builtin_stack(std::string_view name, const std::string& source) {
   std::vector<std::string_view> names;
   for (const EmbeddedFile& f : embedded_stacks()) names.push_back(f.name);
   throw InputError(source, "", std::string(name),
-                   "unknown stack preset: give a stack file or one of " + join_names(names));
+                   "unknown stack preset" + did_you_mean(name, names) +
+                       ": give a stack file or one of " + join_names(names));
 }
 
 Stack resolve_stack_preset(const std::string& name_or_path) {

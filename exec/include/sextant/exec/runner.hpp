@@ -56,6 +56,10 @@ struct Job {
   std::optional<Precision> precision;
   // Ends the job, naming the rank, when a rank makes no progress (exec/watchdog.hpp).
   WatchdogOptions watchdog;
+  // A device's peak FLOP/s in the run's precision and the file it is from, for the summary's
+  // MFU; 0: not known (no MFU printed).
+  double peak_flops = 0;
+  std::string peak_source;
 };
 
 // Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators.

@@ -56,6 +56,9 @@ std::string_view enum_name(EnumNames<E> names, E value) {
   return "?";
 }
 std::string join_names(std::span<const std::string_view> names);
+// " (did you mean X?)" for the name of `names` closest to `text` by edit distance, when it is
+// close (at most 2 edits, or a third of the name): a typo, not another word; "" otherwise.
+std::string did_you_mean(std::string_view text, std::span<const std::string_view> names);
 template <typename E>
 std::string enum_choices(EnumNames<E> names) {
   std::vector<std::string_view> keys;
@@ -109,8 +112,10 @@ class ObjectReader {
     std::optional<std::string> text = string(key, presence);
     if (!text) return std::nullopt;
     if (auto v = enum_from_name(names, *text)) return v;
+    std::vector<std::string_view> keys;
+    for (const auto& [name, v] : names) keys.push_back(name);
     diagnostics_->add(pointer_join(pointer_, key), short_dump(Json(*text)),
-                      "must be one of " + enum_choices(names));
+                      "must be one of " + join_names(keys) + did_you_mean(*text, keys));
     return std::nullopt;
   }
 
