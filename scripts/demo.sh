@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine: sets up and builds, plans a large model on a GPU
 # cluster and simulates the chosen plan, shows what more GPUs would buy, writes a trace that opens
-# in Perfetto, plans and trains a small GPT on local CPU ranks, and runs the calibration loop
-# (measure, fit, predict, compare). Outputs go to out/demo (or $SEXTANT_DEMO_OUT).
+# in Perfetto, runs the calibration loop on this machine (measure, fit, predict, compare), then
+# plans a small GPT with the fitted file and trains it on local CPU ranks. Outputs go to out/demo
+# (or $SEXTANT_DEMO_OUT).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -32,15 +33,18 @@ echo "== 4. A trace to look at: GPT-3 1.3B on 16 A100s, dp2.tp4.pp2, interleaved
   --trace "$out/gpt3-1.3b-predicted-trace.json"
 
 echo
-echo "== 5. Run it for real: plan gpt-tiny on this machine's 2 CPU cores, train the chosen plan"
-"$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 \
+echo "== 5. Learn this machine first: bench it, fit local-cpu to it, then predict twelve plans of"
+echo "      gpt-tiny (most of them not used for the fit) and run them for real"
+scripts/calibrate-local.sh --out "$out/calibrate-local"
+# The shipped local-cpu file describes another CPU: plans on this machine use the fitted one.
+local_cluster="$out/calibrate-local/local-cpu-calibrated.json"
+[ -f "$local_cluster" ] || local_cluster=local-cpu
+echo
+echo "== 6. Run it for real: plan gpt-tiny on this machine's 2 CPU cores ($local_cluster), train it"
+"$sextant" plan --model gpt-tiny --cluster "$local_cluster" --gpus 2 --global-batch 16 \
   --top 3 --out "$out/gpt-tiny-plan.json"
 "$sextant" run --model gpt-tiny --plan "$out/gpt-tiny-plan.json" --np 2 --steps 30 \
   --trace "$out/gpt-tiny-measured-trace.json" --log-json "$out/gpt-tiny-steps.jsonl"
-echo
-echo "== 6. Learn from what was measured: bench this machine, fit local-cpu to it, then predict ten"
-echo "      plans of gpt-tiny (seven of them not used for the fit) and run them for real"
-scripts/calibrate-local.sh --out "$out/calibrate-local"
 echo
 echo "Traces (open at https://ui.perfetto.dev: one process per rank, one thread per stream):"
 echo "  predicted: $out/gpt3-1.3b-predicted-trace.json"

@@ -25,7 +25,16 @@ size_t hanging_indent(std::string_view line) {
 
 }  // namespace
 
+namespace {
+size_t g_columns = kOutputColumns;
+}  // namespace
+
+size_t output_columns() {
+  return g_columns;
+}
+
 std::string wrap_from(std::string_view text, size_t column, size_t width) {
+  if (width == 0) return std::string(text);
   std::string out;
   size_t room = width > column ? width - column : 20;
   size_t pos = 0;
@@ -61,7 +70,7 @@ std::string wrap_line(std::string_view line, size_t width) {
 size_t name_column(const std::vector<std::string>& names, size_t max_width) {
   size_t width = 4;
   for (const std::string& n : names) width = std::max(width, n.size());
-  return std::min(width, max_width);
+  return output_columns() == 0 ? width : std::min(width, max_width);
 }
 
 std::string name_cell(const std::string& name, size_t width, size_t indent) {
@@ -112,27 +121,29 @@ int cookie_close(void* c) {
 std::string WrappingFormatter::make_option_desc(const CLI::Option* option) const {
   // CLI11 puts each continuation line under the description column.
   return wrap_from(CLI::Formatter::make_option_desc(option), 0,
-                   kOutputColumns - get_column_width());
+                   output_columns() == 0 ? 0 : output_columns() - get_column_width());
 }
 
 std::string WrappingFormatter::make_subcommand(const CLI::App* sub) const {
   std::stringstream out;
   CLI::detail::format_help(
       out, sub->get_display_name(true),
-      wrap_from(sub->get_description(), 0, kOutputColumns - get_column_width()),
+      wrap_from(sub->get_description(), 0,
+                output_columns() == 0 ? 0 : output_columns() - get_column_width()),
       get_column_width());
   return out.str();
 }
 
 std::string WrappingFormatter::make_description(const CLI::App* app) const {
-  return wrap_from(CLI::Formatter::make_description(app), 0, kOutputColumns);
+  return wrap_from(CLI::Formatter::make_description(app), 0);
 }
 
 std::string WrappingFormatter::make_footer(const CLI::App* app) const {
-  return wrap_from(CLI::Formatter::make_footer(app), 0, kOutputColumns);
+  return wrap_from(CLI::Formatter::make_footer(app), 0);
 }
 
 void wrap_stdout(size_t width) {
+  g_columns = width;
   if (width == 0) return;
   std::fflush(stdout);
   auto* cookie = new Cookie{stdout, width, {}};

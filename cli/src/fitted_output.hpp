@@ -18,12 +18,16 @@ inline constexpr size_t kOutputColumns = 100;
 // longer than the room (a path) stays whole on its own line.
 std::string wrap_line(std::string_view line, size_t width = kOutputColumns);
 
+// The columns human output fits: kOutputColumns, or 0 (no limit) after wrap_stdout(0) (`--wide`).
+size_t output_columns();
+
 // `text` wrapped to the columns from `column` to `width`, continuation lines indented by `column`
 // spaces; the first line is not indented (it follows what the caller printed up to `column`).
-std::string wrap_from(std::string_view text, size_t column, size_t width = kOutputColumns);
+// Width 0: `text` as it is.
+std::string wrap_from(std::string_view text, size_t column, size_t width = output_columns());
 
 // A table's name column: as wide as its longest name, at most `max_width` (longer names get a line
-// of their own, name_cell).
+// of their own, name_cell) unless output is not limited (`--wide`).
 size_t name_column(const std::vector<std::string>& names, size_t max_width);
 // `name` padded to `width`; a longer name ends its line and the row continues on the next, indented
 // `indent` + `width` columns, so the other columns stay aligned.

@@ -451,11 +451,11 @@ void print_crossovers(const CrossoverAnswer& a) {
             ? fmt::format("pays {} {:.3g} GB/s", c.pays_below ? "below" : "above",
                           *c.crossover_GBps)
             : (c.pays_throughout ? "pays across the range" : "does not pay in the range");
-    fmt::print("   {:<28} {:<32} here {:>10} against {:>10} uncompressed\n", text, verdict,
+    fmt::print("   {:<20} {:<26} here {:>9} against {:>9} uncompressed\n", text, verdict,
                human_seconds(c.compressed_step_s), human_seconds(c.uncompressed_step_s));
   }
   for (const auto& [text, why] : a.refused)
-    fmt::print("   {:<28} not on this layout: {}\n", text, why);
+    fmt::print("   {:<20} not on this layout: {}\n", text, why);
 }
 
 int run_plan(const PlanFlagsAll& f) {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "mpi_communicator.hpp"
 #include "sextant/exec/cpu_backend.hpp"
@@ -78,6 +80,16 @@ void write_trace(const std::string& path, std::vector<spec::TraceEvent> events,
   spec::write_trace_file(path, t);
 }
 
+// The first of `outputs` (flag, path) that cannot be written, as InputError, before any
+// measurement: the bench once ran its minutes and then failed on the path.
+void check_outputs(const std::vector<std::pair<const char*, std::string>>& outputs) {
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    if (std::string why = spec::unwritable_reason(path); !why.empty())
+      throw InputError("command line", flag, path, why);
+  }
+}
+
 }  // namespace
 
 int run_comm_bench(const CommBenchJob& job) {
@@ -92,6 +104,13 @@ int run_comm_bench(const CommBenchJob& job) {
     CommKind kind = CommKind::kMpi;
     std::unique_ptr<Backend> backend = make_backend(job.backend, job.comm_choice, Precision::kFp32,
                                                     job.json, MPI_COMM_WORLD, kind);
+    // Every rank checks the paths rank 0 will write (same answer on one node; on several, rank
+    // 0's is the one that matters and any rank's refusal ends the job).
+    check_outputs({{"--out", job.json_file},
+                   {"--trace", job.trace_file},
+                   {"--nccl-tests", job.nccl_tests_prefix.empty()
+                                        ? std::string()
+                                        : job.nccl_tests_prefix + "all_reduce_perf.txt"}});
     CommBenchOptions options = job.options;
     options.transport = std::string(comm_kind_name(kind));
     std::vector<CommRow> rows;
@@ -157,6 +176,7 @@ int run_compute_bench(ComputeBenchJob job) {
   } else {
     be = make_cpu_backend(job.precision.value_or(Precision::kFp32));
   }
+  check_outputs({{"--trace", job.trace_file}});
   std::vector<spec::TraceEvent> events;
   std::vector<ComputeRow> rows = bench_compute(*be, job.options, &events);
   if (job.json) {

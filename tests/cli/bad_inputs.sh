@@ -274,6 +274,16 @@ expect_error "--trace-ranks = 8: ranks of this plan are 0-7" "${sim[@]}" --trace
 expect_error "--trace-ranks = first: a rank" "${sim[@]}" --trace "$dir/t.json" --trace-ranks first
 expect_error "--trace-steps = x" "${sim[@]}" --trace "$dir/t.json" --trace-steps x
 expect_error "--trace = /proc/nope/t.json: directory /proc/nope does not exist" "${sim[@]}" --trace /proc/nope/t.json
+# Outputs are checked before the work: the bench printed its rows and then failed on the path;
+# a run's --trace naming a directory is refused before the first step.
+expect_error "--out = /proc/nope/x.json: directory /proc/nope does not exist" "$sextant" bench comm --out /proc/nope/x.json
+expect_error "--nccl-tests = /proc/nope/all_reduce_perf.txt" "$sextant" bench comm --nccl-tests /proc/nope/
+expect_error "--trace = $dir: $dir is a directory" "$sextant" run --model gpt-tiny --steps 1 --global-batch 2 --trace "$dir"
+# A mistyped flag or name gets the closest known one (a typed --modle was "--model is required").
+expect_error "unknown flag --modle for \`sextant simulate\` (did you mean --model?)" "$sextant" simulate --modle gpt-tiny --cluster local-cpu
+expect_error "unknown cluster (did you mean dgx-h100?)" "$sextant" simulate --model gpt-tiny --cluster dgx-h10 --gpus 1
+expect_error "unknown model (did you mean gpt2-124m?)" "$sextant" simulate --model gpt2-125m --cluster dgx-h100 --gpus 1
+expect_error "unknown stack preset (did you mean torchtitan?)" "$sextant" simulate --model gpt-tiny --cluster dgx-h100 --gpus 1 --global-batch 8 --stack torchtitn
 # What a selection keeps: one rank per pipeline stage (ranks 0 and 4 of dp 2 x tp 2 x pp 2), gzip.
 "${sim[@]}" --trace "$dir/stages.json.gz" --trace-ranks stages >/dev/null ||
   { echo "FAIL: simulate --trace-ranks stages"; failures=$((failures + 1)); }
