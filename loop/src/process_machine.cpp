@@ -1,6 +1,7 @@
 // Trials as child `sextant` processes with a time limit.
 #include "sextant/loop/process_machine.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -53,8 +54,14 @@ std::optional<int> run_child(const std::vector<std::string>& args, const std::st
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     setpgid(0, 0);
-    FILE* out = std::freopen(log.c_str(), "w", stdout);
-    if (out != nullptr) dup2(fileno(stdout), STDERR_FILENO);
+    // File descriptors, not stdio: `stdout` may be a stream of this process's own (the command
+    // line's wrapper, fopencookie) that freopen cannot turn into a file.
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      ::close(fd);
+    }
     std::vector<std::string> copy = args;
     std::vector<char*> argv;
     for (std::string& s : copy) argv.push_back(s.data());

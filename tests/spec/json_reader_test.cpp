@@ -70,7 +70,7 @@ TEST(JsonReader, EnumerationListsTheValidNames) {
     static const std::pair<std::string_view, int> names[] = {{"gpu", 0}, {"cpu", 1}};
     r.enumeration<int>("kind", names);
   });
-  EXPECT_EQ(msg, "in.json: /kind = \"gpu2\": must be one of gpu or cpu");
+  EXPECT_EQ(msg, "in.json: /kind = \"gpu2\": must be one of gpu or cpu (did you mean gpu?)");
 }
 
 TEST(JsonReader, NestedPointersAndEscaping) {

@@ -115,7 +115,8 @@ TEST(Stack, DefaultDependsOnTheClusterKind) {
 
 TEST(Stack, BadStacksAreRefusedNamingTheField) {
   EXPECT_INPUT_ERROR(plan_from_json(plan_with("megatron"), "p.json"),
-                     "p.json: /stack = \"megatron\": unknown stack preset: must be one of");
+                     "p.json: /stack = \"megatron\": unknown stack preset (did you mean "
+                     "megatron-lm?): must be one of");
   EXPECT_INPUT_ERROR(
       plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"attention", "flash9"}}), "p.json"),
       "/stack/attention = \"flash9\": must be one of unfused, flash2, flash3, cudnn or sdpa");
