@@ -4,26 +4,7 @@
 set -u
 sextant="$1"
 source_dir="$2"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-failures=0
-
-expect_error() {  # expect_error <substring> <command...>
-  local want="$1"
-  shift
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne 2 ]; then
-    echo "FAIL (exit $rc, want 2): $*"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  elif ! grep -qF -- "$want" <<<"$out"; then
-    echo "FAIL (message lacks '$want'): $*"
-    echo "$out" | head -5
-    failures=$((failures + 1))
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/probe_lib.sh"
 
 "$sextant" clusters show local-cpu --json >"$dir/cluster.json"
 

@@ -7,22 +7,7 @@
 set -u
 sextant="$1"
 source_dir="$2"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-expect_error() {  # expect_error <substring> <command...>: exit 2 and the substring
-  local want="$1"
-  shift
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq 2 ] || { fail "exit $rc, want 2: $*"; echo "$out" | head -3; return; }
-  grep -qF -- "$want" <<<"$out" || { fail "message lacks '$want': $*"; echo "$out" | head -3; }
-}
+source "$(dirname "${BASH_SOURCE[0]}")/probe_lib.sh"
 
 # -- Calibration: nccl-tests rows that are not measurements are refused by line.
 header='#  Rank  0 Group  0 Pid 1 on h device 0
