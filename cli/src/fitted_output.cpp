@@ -97,12 +97,9 @@ ssize_t cookie_write(void* c, const char* data, size_t size) {
     std::fwrite(line.data(), 1, line.size(), cookie.target);
     start = nl + 1;
   }
+  // A partial line waits for its end (a line printed in pieces is wrapped whole); the close at
+  // exit writes what is left. Progress lines go to stderr, which is not wrapped.
   cookie.pending.erase(0, start);
-  // A partial line (a prompt, a progress count) goes out as it is, so nothing waits in here.
-  if (!cookie.pending.empty() && cookie.pending.size() < cookie.width) {
-    std::fwrite(cookie.pending.data(), 1, cookie.pending.size(), cookie.target);
-    cookie.pending.clear();
-  }
   std::fflush(cookie.target);
   return static_cast<ssize_t>(size);
 }

@@ -171,8 +171,9 @@ Watchdog::Watchdog(MPI_Comm world, const WatchdogOptions& options) : options_(op
              .string();
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
+  // Without a heartbeat file (an unwritable temporary directory) the watchdog still ends a hung
+  // job; its report then names no other rank.
   fd_ = ::open(fmt::format("{}/rank-{}", dir_, rank_).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd_ < 0) return;  // no heartbeat file: the watchdog still ends a hung job, unnamed
   g_rank.store(rank_);
   g_heartbeat_fd.store(fd_);
   mark_progress(g_step.load(std::memory_order_relaxed));
@@ -181,7 +182,11 @@ Watchdog::Watchdog(MPI_Comm world, const WatchdogOptions& options) : options_(op
 }
 
 Watchdog::~Watchdog() {
-  stop_.store(true);
+  {
+    std::lock_guard lock(mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (fd_ >= 0) {
     g_heartbeat_fd.store(-1);
@@ -195,8 +200,12 @@ Watchdog::~Watchdog() {
 void Watchdog::watch() {
   // Poll often enough to end a hung job within ~10% of the timeout, at most once a second.
   const auto poll = std::chrono::duration<double>(std::min(1.0, options_.timeout_s / 10));
-  while (!stop_.load()) {
-    std::this_thread::sleep_for(poll);
+  while (true) {
+    {
+      // Woken at once by the destructor: a run's end does not wait for the next poll.
+      std::unique_lock lock(mutex_);
+      if (wake_.wait_for(lock, poll, [this] { return stop_.load(); })) return;
+    }
     write_heartbeat_line();
     const double waited_s =
         static_cast<double>(now_ns() - g_progress_ns.load(std::memory_order_relaxed)) * 1e-9;
@@ -211,8 +220,8 @@ void Watchdog::end_job(double waited_s, double timeout_s) const {
   // One report per node: the first rank to create the report file writes it.
   const int report =
       ::open(fmt::format("{}/report", dir_).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (report >= 0) {
-    ::close(report);
+  if (report >= 0 || fd_ < 0) {  // first on the node, or no directory to agree in
+    if (report >= 0) ::close(report);
     const std::string text =
         hung_rank_report(read_heartbeats(dir_), rank_, size_, waited_s, timeout_s);
     std::fprintf(stderr, "%s\n", text.c_str());

@@ -11,7 +11,9 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +65,8 @@ class Watchdog {
   std::string dir_;  // this node's heartbeat directory
   int fd_ = -1;      // this rank's heartbeat file
   std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
   std::thread thread_;
 };
 
