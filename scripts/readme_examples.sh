@@ -28,7 +28,7 @@ while IFS= read -r cmd; do
   line=${line//sextant /$sextant }
   ran=$((ran + 1))
   start=$(date +%s)
-  if out=$(timeout 900 bash -c "$line" 2>&1); then
+  if out=$(timeout 900 bash -c "$line" </dev/null 2>&1); then  # mpirun reads stdin
     printf 'ok   %4ss  %s\n' $(( $(date +%s) - start )) "${cmd:0:80}"
   else
     failed=$((failed + 1))

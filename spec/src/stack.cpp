@@ -222,10 +222,9 @@ Stack stack_from_plan_json(const Json& json, const std::string& source,
     for (const std::string& n : names)
       if (n == name) return builtin_stack(name, source);
     std::vector<std::string_view> views(names.begin(), names.end());
-    throw InputError(
-        source, pointer, short_dump(json),
-        "unknown stack preset" + did_you_mean(name, views) + ": must be one of " +
-            join_names(views) + " (or an object with knobs)");
+    throw InputError(source, pointer, short_dump(json),
+                     "unknown stack preset" + did_you_mean(name, views) + ": must be one of " +
+                         join_names(views) + " (or an object with knobs)");
   }
   Diagnostics diag(source);
   ObjectReader r(json, pointer, diag);
