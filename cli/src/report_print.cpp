@@ -13,8 +13,12 @@ void print_report(const spec::Report& r, const std::optional<PublishedMfu>& refe
   fmt::print("{} on {} x {} ({}), plan {}, stack {}\n", r.model, r.gpus, r.cluster, r.network,
              r.plan, r.stack);
   fmt::print("  step time        {}\n", human_seconds(r.step_time_s));
-  fmt::print("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
-             r.samples_per_s);
+  // A CNN's samples are its items (tokens_per_s == samples_per_s): no tokens/s for it.
+  if (r.tokens_per_s != r.samples_per_s)
+    fmt::print("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s,
+               r.samples_per_s);
+  else
+    fmt::print("  throughput       {:.2f} samples/s\n", r.samples_per_s);
   fmt::print(
       "  per GPU          {:.1f} model TFLOP/s (MFU {:.1f}%), {:.1f} hardware TFLOP/s (HFU "
       "{:.1f}%)\n",
