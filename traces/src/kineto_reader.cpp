@@ -212,8 +212,9 @@ Samples parse_kineto(const Json& json, const std::string& source) {
     }
     if (kernels == 0) us = *dur;  // a CPU profile: the op's own time
     std::vector<std::vector<int64_t>> d = dims(args);
-    const bool known = gemm_flops(name, d) || memory_ops().count(name) > 0 ||
-                       collective_op(name, args).has_value();
+    const std::optional<double> flops = gemm_flops(name, d);
+    const bool known =
+        flops || memory_ops().count(name) > 0 || collective_op(name, args).has_value();
     if (!us) {
       // Its host time is not what the GPU spent: a launch, or an op nested around its kernels.
       if (known) skipped.add("launched no GPU kernel of its own", index);
@@ -224,7 +225,7 @@ Samples parse_kineto(const Json& json, const std::string& source) {
       if (known) skipped.add("a duration of 0", index);
       continue;
     }
-    if (auto flops = gemm_flops(name, d)) {
+    if (flops) {
       if (!(*flops > 0)) {
         skipped.add("a GEMM with an empty shape", index);
         continue;
