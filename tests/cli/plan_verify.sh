@@ -8,7 +8,7 @@ sextant="$1"
 out="$2"
 rm -rf "$out"
 mkdir -p "$out"
-"$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --verify 2 \
+"$sextant" --wide plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --verify 2 \
   --verify-steps 3 --verify-dir "$out" --calibrated-out "$out/cal.json" >"$out/plan.txt" 2>&1
 cat "$out/plan.txt" | tail -6
 for i in 1 2; do
