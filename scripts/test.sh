@@ -13,3 +13,8 @@ ctest --test-dir build/release --output-on-failure -j "$(nproc)" --timeout 900 "
 if [ $# -eq 0 ] && [ "${SEXTANT_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitize.sh
 fi
+# What this machine is, for the record of the run: the calibration loop's figures depend on it
+# (issue 63), and a shared core shows as a co-run slowdown.
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores," \
+  "$(lscpu 2>/dev/null | sed -n 's/^Thread(s) per core: *//p') thread(s) per core"
+build/release/cli/sextant bench cores --co-run || true

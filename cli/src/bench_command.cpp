@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 
 #include "commands.hpp"
@@ -18,6 +19,28 @@
 namespace sextant::cli {
 
 namespace {
+
+void print_co_run(const exec::CoRunProbe& p, bool json) {
+  if (json) {
+    std::cout << spec::Json{{"schema", "sextant.bench_co_run/1"},
+                            {"cores", p.cores},
+                            {"matrix_alone_s", p.matrix_alone_s},
+                            {"matrix_together_s", p.matrix_together_s},
+                            {"memory_alone_s", p.memory_alone_s},
+                            {"memory_together_s", p.memory_together_s},
+                            {"matrix_slowdown", p.matrix_slowdown()},
+                            {"memory_slowdown", p.memory_slowdown()}}
+                     .dump()
+              << "\n";
+    return;
+  }
+  fmt::print("{:<26} {:>10} {:>14} {:>9}\n", "kernel", "alone ms",
+             fmt::format("{} cores ms", p.cores), "slowdown");
+  fmt::print("{:<26} {:>10.3f} {:>14.3f} {:>8.2f}x\n", "GEMM 512x128x384 fp32 x10",
+             p.matrix_alone_s * 1e3, p.matrix_together_s * 1e3, p.matrix_slowdown());
+  fmt::print("{:<26} {:>10.3f} {:>14.3f} {:>8.2f}x\n", "add over 256 KiB x400",
+             p.memory_alone_s * 1e3, p.memory_together_s * 1e3, p.memory_slowdown());
+}
 
 // "1K", "64M", "1G" or plain bytes.
 int64_t parse_size(const std::string& s) {
@@ -145,6 +168,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
 
   struct CoresFlags {
     bool json = false;
+    bool co_run = false;
     int repeats = 3;
     std::string reference;
     double tolerance = 0.08;
@@ -153,6 +177,9 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   CLI::App* cores = bench->add_subcommand(
       "cores", "Each core's speed alone on two fixed kernels (is the machine undisturbed?)");
   cores->add_flag("--json", k->json, "Print JSON");
+  cores->add_flag("--co-run", k->co_run,
+                  "How much slower a core computes while every core computes (a cluster "
+                  "file's device.co_run), not each core's speed");
   cores->add_option("--repeats", k->repeats, "Timings per kernel and core; the best is kept")
       ->check(positive());
   cores->add_option("--reference", k->reference,
@@ -163,6 +190,14 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
                    "Slowdown over the reference that counts as disturbed (default 0.08)")
       ->check(CLI::Range(0.0, 10.0));
   cores->callback([k] {
+    if (k->co_run) {
+      if (!k->reference.empty())
+        throw InputError("command line", "--reference", k->reference,
+                         "no reference with --co-run (it measures the cores together, not their "
+                         "speed against the best seen)");
+      print_co_run(exec::probe_co_run(k->repeats), k->json);
+      return;
+    }
     const std::vector<exec::CoreSpeed> speeds = exec::probe_cores(k->repeats);
     if (!k->reference.empty()) {
       exec::CoreSpeed best{-1, 0, 0};

@@ -3,16 +3,20 @@
 // to the fit plans, predicts every plan with it, and reports the held-out plans' errors, Kendall's
 // tau and the regret of the predicted best. scripts/calibrate-local.sh builds and calls it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "commands.hpp"
+#include "detect_cluster.hpp"
 #include "plan_options.hpp"
 #include "sextant/loop/closed_loop.hpp"
 #include "sextant/loop/process_machine.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/host_cpu.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -26,6 +30,7 @@ struct LoopFlags {
   bool force = false;
   int64_t steps = 8;
   int64_t repeats = 3;
+  int64_t extra_rounds = 2;
   double quiet_wait = 120;
   double timeout = 600;
   std::string out = "out/calibrate-local";
@@ -113,6 +118,11 @@ void print_report(const loop::LoopReport& r) {
       "re-simulated: mean {:.1f}%); measurement noise up to ±{:.1f}% (half-range of the rounds)\n",
       100 * f.fit_plans_max_abs_error, 100 * f.fit_plans_rms_error,
       100 * r.fitted.mean_abs_error_after(), 100 * f.max_noise);
+  if (r.co_run)
+    fmt::print(
+        "co-run: beside {} busy cores a core runs GEMMs {:.2f}x and memory-bound ops {:.2f}x "
+        "as long (measured; in the calibrated file)\n",
+        r.co_run->devices, r.co_run->matrix, r.co_run->memory);
   fmt::print("held-out plans: mean |error| {:.1f}%, worst {:.1f}% (uncalibrated mean {:.1f}%)\n",
              100 * f.heldout_mean_abs_error, 100 * f.heldout_max_abs_error,
              100 * f.uncalibrated_heldout_mean_abs_error);
@@ -120,10 +130,19 @@ void print_report(const loop::LoopReport& r) {
       "runs: {} of the kept ones measured with a core disturbed (more than 8% slow before or "
       "after; waited {:.0f} s for quiet cores)\n",
       f.disturbed_runs, r.waited_s);
+  if (!r.rerun.empty())
+    fmt::print("extra rounds for the plans within the noise of the best: {}\n",
+               fmt::join(r.rerun, ", "));
   fmt::print(
       "ranking: Kendall tau {:.2f}; the predicted best ({}) is {:.1f}% slower than the measured "
-      "best ({})\n",
-      f.kendall_tau, f.predicted_best, 100 * f.regret, f.measured_best);
+      "best ({}), {} their noise\n",
+      f.kendall_tau, f.predicted_best, 100 * f.regret, f.measured_best,
+      f.regret_beyond_noise ? "beyond" : "within");
+  fmt::print("confidence: resampling each plan's runs, {} is the fastest in {:.0f}% of draws{}\n",
+             f.predicted_best, 100 * f.predicted_best_share,
+             f.predicted_best == f.measured_best
+                 ? std::string()
+                 : fmt::format(", {} in {:.0f}%", f.measured_best, 100 * f.measured_best_share));
   if (r.fit_worse) fmt::print("warning: {} (--force went on)\n", r.refused);
   fmt::print("calibrated cluster: {}\n", r.calibrated_file);
 }
@@ -138,6 +157,24 @@ void run_loop(const LoopFlags& f) {
     throw InputError("command line", "--cluster", cluster_name,
                      f.gpu ? "a GPU cluster with --gpu (the loop runs the cuda backend)"
                            : "a CPU cluster (the loop runs CPU ranks; --gpu for a GPU cluster)");
+  if (const std::string why = spec::host_cpu_mismatch(setup.cluster); !why.empty()) {
+    // The loop predicts runs on this machine: a file made for another CPU would start it 30-50%
+    // off, and the uncalibrated column would say nothing about this machine.
+    if (!f.cluster.empty()) throw InputError("command line", "--cluster", f.cluster, why);
+    std::filesystem::create_directories(f.out);
+    const std::string detected = f.out + "/local-cpu-detected.json";
+    if (f.refit && std::filesystem::exists(detected)) {
+      setup.cluster = spec::read_cluster_file(detected);  // the file the runs were predicted on
+    } else {
+      fmt::print(f.json ? stderr : stdout,
+                 "== the shipped local-cpu describes {}: measuring this machine first -> {}\n",
+                 setup.cluster.device.host_cpu, detected);
+      setup.cluster = detect_local_cluster(f.out, [json = f.json](const std::string& line) {
+        fmt::print(json ? stderr : stdout, "{}\n", line);
+      });
+      spec::write_json_file(detected, spec::to_json(setup.cluster));
+    }
+  }
   for (const SetPlan& p : plan_set(f.gpu)) setup.plans.push_back(trial_plan(p, f.gpu));
   setup.compare_plan = f.gpu ? "gpt2-350m.mb8" : "pp2.gpipe.mb4";
   setup.fit_dtype = f.gpu ? spec::Dtype::kBf16 : spec::Dtype::kFp32;
@@ -147,6 +184,7 @@ void run_loop(const LoopFlags& f) {
   setup.force = f.force;
   setup.rounds.repeats = f.repeats;
   setup.rounds.steps = f.steps;
+  setup.rounds.extra_rounds = f.extra_rounds;
   setup.rounds.quiet_wait_s = f.quiet_wait;
   // Progress goes to stderr with --json (stdout holds the one JSON object).
   setup.rounds.say = [json = f.json](const std::string& line) {
@@ -166,6 +204,7 @@ void run_loop(const LoopFlags& f) {
     // Undisturbed runs only, where the machine allows (loop/rounds.hpp); the fastest core times
     // seen are kept in cores.json, started afresh by every measurement.
     m.cores_reference = f.out + "/cores.json";
+    m.co_run = true;  // two ranks on two cores may share one core's units, caches or clock
     if (!f.refit) std::filesystem::remove(m.cores_reference);
   }
   loop::ProcessMachine machine(m);
@@ -194,6 +233,9 @@ void add_loop_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print one JSON object (docs/FORMATS.md)");
   cmd->add_option("--steps", f->steps, "Training steps per run")->check(positive());
   cmd->add_option("--repeats", f->repeats, "Rounds: runs of every plan")->check(positive());
+  cmd->add_option("--extra-rounds", f->extra_rounds,
+                  "Rounds more for the plans within the noise of the best (default 2)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--force", f->force,
                 "Go on with a fit that predicts its own plans worse (the report says fit_worse)");
   cmd->add_option("--out", f->out, "Directory of the runs, the fit and the predictions");

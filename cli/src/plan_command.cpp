@@ -23,6 +23,7 @@
 #include "sextant/planner/scaling.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/host_cpu.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/compare.hpp"
@@ -302,6 +303,10 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
                     "(verify on the GPU machine with a CUDA build)",
                     request.cluster.name));
   }
+  // The trials' predictions are of this machine's runs: say when the file describes another CPU
+  // (the trials still run; their calibration, --calibrated-out, makes a file for this one).
+  if (const std::string why = spec::host_cpu_mismatch(request.cluster); !why.empty())
+    fmt::print(stderr, "warning: {}\n", why);
   VerifyOptions vo;
   vo.model = f.search.model;
   vo.steps = f.verify_steps;

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
+#include <random>
 #include <set>
+#include <tuple>
 
 #include "sextant/loop/report_json.hpp"
 #include "sextant/models/zoo.hpp"
@@ -29,6 +32,92 @@ double step_time(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
   sim::SimulationOptions options;
   options.plan_source = name;
   return sim::simulate(model, cluster, plan, options).report.step_time_s;
+}
+
+// What `sextant bench cores --co-run --json` measured, as the cluster file's device.co_run.
+spec::CoRunSlowdown read_co_run(const std::string& path) {
+  const spec::Json j = spec::read_json_file(path);
+  auto field = [&](const char* key, double lo, double hi) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number() ||
+        !(j[key].get<double>() >= lo) || !(j[key].get<double>() <= hi))
+      throw InputError(path, std::string("/") + key,
+                       j.is_object() && j.contains(key) ? j[key].dump() : "(missing)",
+                       fmt::format("a number from {} to {} (a file `sextant bench cores --co-run "
+                                   "--json` wrote)",
+                                   lo, hi));
+    return j[key].get<double>();
+  };
+  spec::CoRunSlowdown c;
+  c.devices = static_cast<int64_t>(field("cores", 1, 1 << 20));
+  // A sharing core is slowed, not sped up: a ratio under 1 is timing noise, read as none.
+  c.matrix = std::clamp(field("matrix_slowdown", 0.5, 10), 1.0, 10.0);
+  c.memory = std::clamp(field("memory_slowdown", 0.5, 10), 1.0, 10.0);
+  c.source = fmt::format(
+      "sextant bench cores --co-run on {} cores at once: GEMM {:.3f} ms alone, {:.3f} together; "
+      "streaming add {:.3f} ms alone, {:.3f} together",
+      c.devices, field("matrix_alone_s", 0, 1e3) * 1e3, field("matrix_together_s", 0, 1e3) * 1e3,
+      field("memory_alone_s", 0, 1e3) * 1e3, field("memory_together_s", 0, 1e3) * 1e3);
+  return c;
+}
+
+}  // namespace
+
+std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigures& f) {
+  const LoopRow* measured_best = nullptr;
+  const LoopRow* predicted_best = nullptr;
+  for (const LoopRow& r : rows) {
+    if (!r.time.measured) continue;
+    if (!measured_best || r.time.measured_s < measured_best->time.measured_s) measured_best = &r;
+    if (!predicted_best || r.predicted_s < predicted_best->predicted_s) predicted_best = &r;
+  }
+  std::vector<size_t> open;
+  if (!measured_best) return open;
+  constexpr double kResolution = 0.02;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LoopRow& r = rows[i];
+    if (!r.time.measured) continue;
+    const double best_s = measured_best->time.measured_s;
+    const bool measured_close = r.time.measured_s - best_s <=
+                                r.time.noise_s + measured_best->time.noise_s + kResolution * best_s;
+    const double pick_s = predicted_best->predicted_s;
+    const bool predicted_close =
+        r.predicted_s - pick_s <= (2 * f.fit_plans_rms_error + kResolution) * pick_s;
+    if (measured_close || predicted_close) open.push_back(i);
+  }
+  return open;
+}
+
+namespace {
+
+// The ranking's confidence (LoopFigures::predicted_best_share): 2000 resamplings with a fixed
+// seed, so a report reads the same when refitted.
+std::pair<double, double> best_shares(const std::vector<const LoopRow*>& measured, size_t pick,
+                                      size_t best) {
+  constexpr int kDraws = 2000;
+  std::mt19937_64 rng(20261129);
+  int pick_wins = 0, best_wins = 0;
+  std::vector<double> draw;
+  for (int d = 0; d < kDraws; ++d) {
+    size_t fastest = 0;
+    double fastest_s = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < measured.size(); ++i) {
+      const std::vector<double>& kept = measured[i]->time.kept_s;
+      double t = measured[i]->time.measured_s;
+      if (kept.size() > 1) {
+        std::uniform_int_distribution<size_t> pick_run(0, kept.size() - 1);
+        draw.clear();
+        for (size_t k = 0; k < kept.size(); ++k) draw.push_back(kept[pick_run(rng)]);
+        t = median_of_kept(draw);
+      }
+      if (t < fastest_s) {
+        fastest_s = t;
+        fastest = i;
+      }
+    }
+    pick_wins += fastest == pick;
+    best_wins += fastest == best;
+  }
+  return {static_cast<double>(pick_wins) / kDraws, static_cast<double>(best_wins) / kDraws};
 }
 
 }  // namespace
@@ -68,8 +157,14 @@ LoopFigures loop_figures(const std::vector<LoopRow>& rows) {
     f.regret = traces::regret(predicted, times);
     const auto pick = std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
     const auto best = std::min_element(times.begin(), times.end()) - times.begin();
-    f.predicted_best = measured[static_cast<size_t>(pick)]->name;
-    f.measured_best = measured[static_cast<size_t>(best)]->name;
+    const LoopRow& picked = *measured[static_cast<size_t>(pick)];
+    const LoopRow& fastest = *measured[static_cast<size_t>(best)];
+    f.predicted_best = picked.name;
+    f.measured_best = fastest.name;
+    f.regret_beyond_noise = picked.time.measured_s - fastest.time.measured_s >
+                            picked.time.noise_s + fastest.time.noise_s;
+    std::tie(f.predicted_best_share, f.measured_best_share) =
+        best_shares(measured, static_cast<size_t>(pick), static_cast<size_t>(best));
   }
   return f;
 }
@@ -94,6 +189,20 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
   }
   report.waited_s = m.waited_s;
 
+  // The cores' co-run slowdown is measured, not fitted: the fit sees each run's ops as if alone.
+  spec::ClusterSpec base = s.cluster;
+  const std::string co_run_file = s.out + "/co_run.json";
+  if (!s.refit) {
+    std::filesystem::remove(co_run_file);
+    say("== measuring how much slower a core computes beside the others (bench cores --co-run)");
+    machine.co_run(co_run_file);
+  }
+  if (std::filesystem::exists(co_run_file)) {
+    base.device.co_run = read_co_run(co_run_file);
+    if (base.device.co_run->devices < 2) base.device.co_run.reset();  // one core: nothing beside
+    report.co_run = base.device.co_run;
+  }
+
   // The fit: the benchmark and the median run of every fit plan.
   std::vector<PlanTime> times;
   std::vector<std::pair<std::string, spec::Trace>> runs;
@@ -113,7 +222,7 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
   say(fmt::format("== calibrating {}", s.cluster.name));
   RunFitOptions fit_options;
   fit_options.dtype = s.fit_dtype;
-  const RunFit fit = fit_runs(s.cluster, runs, fit_options);
+  const RunFit fit = fit_runs(base, runs, fit_options);
   report.fitted = fit.check;
   report.refused = fit.refused;
   report.fit_worse = !fit.refused.empty();
@@ -152,6 +261,19 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
         traces::compare(spec::read_trace_file(median.trace_file), *predicted.trace).by_class;
   }
   report.figures = loop_figures(report.rows);
+  if (!s.refit && s.rounds.extra_rounds > 0) {
+    const std::vector<size_t> open = open_ranks(report.rows, report.figures);
+    if (open.size() >= 2) {
+      measure_more(s.plans, open, machine, s.out, s.rounds, s.rounds.extra_rounds, m);
+      report.waited_s = m.waited_s;
+    }
+  }
+  for (size_t p = 0; p < s.plans.size(); ++p) {
+    if (m.runs[p].size() > static_cast<size_t>(s.rounds.repeats))
+      report.rerun.push_back(s.plans[p].name);
+    report.rows[p].time = plan_time(m.runs[p]);
+  }
+  report.figures = loop_figures(report.rows);
   return report;
 }
 
@@ -178,7 +300,7 @@ spec::Json to_json(const LoopReport& r) {
     }
     plans.push_back(j);
   }
-  return {
+  spec::Json j = {
       {"models", models},
       {"cluster", r.cluster},
       {"calibrated_file", r.calibrated_file},
@@ -202,7 +324,15 @@ spec::Json to_json(const LoopReport& r) {
         {"mean_abs_error_before", r.fitted.mean_abs_error_before()}}},
       {"max_noise", f.max_noise},
       {"disturbed_runs", f.disturbed_runs},
-      {"quiet_wait_s", r.waited_s}};
+      {"quiet_wait_s", r.waited_s},
+      {"regret_beyond_noise", f.regret_beyond_noise},
+      {"predicted_best_share", f.predicted_best_share},
+      {"measured_best_share", f.measured_best_share},
+      {"rerun", r.rerun}};
+  if (r.co_run)
+    j["co_run"] = {
+        {"devices", r.co_run->devices}, {"matrix", r.co_run->matrix}, {"memory", r.co_run->memory}};
+  return j;
 }
 
 }  // namespace sextant::loop

@@ -148,4 +148,17 @@ bool ProcessMachine::benchmark(const std::string& path) {
   return true;
 }
 
+bool ProcessMachine::co_run(const std::string& path) {
+  if (!options_.co_run) return false;
+  const std::string log = path + ".log";
+  const std::optional<int> rc = run_child(
+      {options_.sextant, "bench", "cores", "--co-run", "--json", "--repeats", "5"}, log, 120);
+  if (!rc || *rc != 0)
+    throw std::runtime_error(fmt::format("`sextant bench cores --co-run` {}: see {}",
+                                         rc ? fmt::format("failed (exit {})", *rc) : "timed out",
+                                         log));
+  std::ofstream(path) << last_line(log) << "\n";  // the JSON object is its only output
+  return true;
+}
+
 }  // namespace sextant::loop

@@ -24,12 +24,13 @@ class RoundRunner {
       const bool quiet_before = wait_for_quiet();
       r = m_.run(plan, o_.steps, base);
       std::string after = m_.disturbance();
-      if (quiet_before && after.empty()) {
+      const std::string unsteady = unsteady_steps(r);
+      if (quiet_before && after.empty() && unsteady.empty()) {
         std::filesystem::remove(base + ".disturbed");
         r.disturbed.clear();
         return r;
       }
-      r.disturbed = after.empty() ? last_disturbance_ : after;
+      r.disturbed = !after.empty() ? after : !unsteady.empty() ? unsteady : last_disturbance_;
       std::ofstream(base + ".disturbed") << r.disturbed << "\n";
       if (o_.say)
         o_.say(fmt::format("   {} round {} (try {}): {}", plan.name, round, attempt, r.disturbed));
@@ -60,6 +61,16 @@ class RoundRunner {
 
 }  // namespace
 
+std::string unsteady_steps(const RunResult& run) {
+  if (!run.ok()) return "";
+  const std::vector<double> steps = spec::steps_after_warmup(run.step_times_s);
+  if (steps.size() < 2) return "";
+  const auto [fastest, slowest] = std::minmax_element(steps.begin(), steps.end());
+  if (*fastest <= 0 || *slowest / *fastest - 1 <= kMaxStepSpread) return "";
+  return fmt::format("its steps ranged {:.1f}-{:.1f} ms (+{:.0f}%): disturbed during the run",
+                     *fastest * 1e3, *slowest * 1e3, 100 * (*slowest / *fastest - 1));
+}
+
 std::string run_base(const std::string& out, const std::string& name, int64_t round) {
   return fmt::format("{}/{}.r{}", out, name, round);
 }
@@ -86,6 +97,24 @@ Measurements measure_rounds(const std::vector<TrialPlan>& plans, Machine& machin
   return m;
 }
 
+void measure_more(const std::vector<TrialPlan>& plans, const std::vector<size_t>& which,
+                  Machine& machine, const std::string& out, const RoundOptions& options,
+                  int64_t count, Measurements& m) {
+  RoundOptions rest = options;  // the waiting budget is the loop's in all, not per call
+  rest.quiet_wait_s = std::max(0.0, options.quiet_wait_s - m.waited_s);
+  RoundRunner runner(machine, rest);
+  for (int64_t extra = 1; extra <= count; ++extra) {
+    if (options.say)
+      options.say(fmt::format("== extra round {} of {}: {} plans within the noise of the best",
+                              extra, count, which.size()));
+    for (size_t p : which) {
+      const int64_t round = static_cast<int64_t>(m.runs[p].size()) + 1;
+      m.runs[p].push_back(runner.measure(plans[p], run_base(out, plans[p].name, round), round));
+    }
+  }
+  m.waited_s += runner.waited_s();
+}
+
 Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string& out,
                          int64_t repeats) {
   Measurements m;
@@ -93,8 +122,16 @@ Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string&
     m.runs.emplace_back();
     for (int64_t round = 1; round <= repeats; ++round)
       m.runs.back().push_back(read_run(run_base(out, p.name, round)));
+    for (int64_t round = repeats + 1;
+         std::filesystem::exists(run_base(out, p.name, round) + ".steps.jsonl"); ++round)
+      m.runs.back().push_back(read_run(run_base(out, p.name, round)));
   }
   return m;
+}
+
+double median_of_kept(std::vector<double> kept) {
+  std::sort(kept.begin(), kept.end());
+  return kept[(kept.size() - 1) / 2];
 }
 
 PlanTime plan_time(const std::vector<RunResult>& rounds) {
@@ -124,6 +161,7 @@ PlanTime plan_time(const std::vector<RunResult>& rounds) {
   t.measured_s = median.first;
   t.median_round = median.second;
   t.noise_s = (kept.back().first - kept.front().first) / 2;
+  for (const auto& run : kept) t.kept_s.push_back(run.first);
   return t;
 }
 

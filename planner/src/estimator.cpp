@@ -73,31 +73,17 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
   const sim::StepPrecision precision = sim::step_precision(*cluster_, plan, stack);
   const int64_t seq_len =
       model_->is_transformer() ? plan.seq_len.value_or(model_->transformer().seq_len) : 0;
-  const LoweringKey key{plan.micro_batch,
-                        plan.tp,
-                        plan.sequence_parallel,
-                        static_cast<int>(precision.gemm_dtype),
-                        static_cast<int>(precision.dtype),
-                        seq_len,
-                        static_cast<int>(stack.attention),
-                        static_cast<int>(stack.fusion),
-                        static_cast<int>(stack.cross_entropy),
-                        stack.autocast,
-                        stack.fused_rms_norm,
-                        stack.bias_grad_kernel,
-                        stack.dropout,
-                        static_cast<int>(stack.selective_recompute),
-                        stack.vocab_multiple,
-                        sim::copies_gradients_in(plan, stack),
-                        plan.spatial.h,
-                        plan.spatial.w,
-                        plan.spatial.d,
-                        plan.cp,
-                        static_cast<int>(plan.cp_algorithm),
-                        plan.ep,
-                        plan.tp_grid.x,
-                        plan.tp_grid.y,
-                        plan.tp_grid.z};
+  const LoweringKey key{
+      plan.micro_batch, plan.tp, plan.sequence_parallel, static_cast<int>(precision.gemm_dtype),
+      static_cast<int>(precision.dtype), seq_len, static_cast<int>(stack.attention),
+      static_cast<int>(stack.fusion), static_cast<int>(stack.cross_entropy), stack.autocast,
+      stack.fused_rms_norm, stack.bias_grad_kernel, stack.dropout,
+      static_cast<int>(stack.selective_recompute), stack.vocab_multiple,
+      sim::copies_gradients_in(plan, stack), plan.spatial.h, plan.spatial.w, plan.spatial.d,
+      plan.cp, static_cast<int>(plan.cp_algorithm), plan.ep, plan.tp_grid.x, plan.tp_grid.y,
+      plan.tp_grid.z,
+      // The compute model's co-run slowdown (step_setup's busy devices).
+      cluster_->device.co_run ? sim::busy_devices_per_node(*cluster_, plan.world_size()) : 1};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),

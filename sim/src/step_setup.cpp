@@ -40,6 +40,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.gemm_dtype = precision.gemm_dtype;
   s.dtype = precision.dtype;
   if (model.is_transformer()) s.seq_len = plan.seq_len.value_or(model.transformer().seq_len);
+  s.busy_devices_per_node = busy_devices_per_node(cluster, plan.world_size());
   s.lowering.micro_batch = plan.micro_batch;
   s.lowering.seq_len = s.seq_len;
   s.lowering.dtype = s.dtype;
@@ -87,6 +88,7 @@ double tensor_share(const models::LoweredModel& lowered, const ComputeModel& com
 ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup,
                                 const models::LoweredModel& lowered) {
   ComputeModel compute(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype);
+  compute.set_busy_devices(setup.busy_devices_per_node);
   const std::optional<spec::PowerModel>& power = cluster.device.power;
   if (!power || power->locked_clock_MHz) return compute;
   // Start at the boost clock (the largest tensor share) and iterate: a lower clock lengthens the
@@ -99,7 +101,10 @@ ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetu
         spec::sustained_clock_MHz(*power, setup.gemm_dtype, tensor_share(lowered, at));
     clock = spec::gemm_model_clock_MHz(*power, setup.gemm_dtype, sm_clock);
   }
-  return ComputeModel(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype, clock);
+  ComputeModel at_clock(cluster.device, setup.dtype, setup.stack.attention, setup.gemm_dtype,
+                        clock);
+  at_clock.set_busy_devices(setup.busy_devices_per_node);
+  return at_clock;
 }
 
 }  // namespace sextant::sim

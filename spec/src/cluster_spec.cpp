@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -36,6 +37,14 @@ EnumNames<Topology> topology_names() {
 }
 EnumNames<CollectiveLibrary> collective_library_names() {
   return kLibraries;
+}
+
+double CoRunSlowdown::at(bool matrix_op, int64_t busy) const {
+  const double full = matrix_op ? matrix : memory;
+  if (busy <= 1 || devices <= 1) return busy <= 1 ? 1.0 : full;
+  const double share =
+      std::min(1.0, static_cast<double>(busy - 1) / static_cast<double>(devices - 1));
+  return 1.0 + (full - 1.0) * share;
 }
 
 double DeviceSpec::gemm_efficiency_at(double flops) const {
@@ -210,6 +219,17 @@ DeviceSpec decode_device(ObjectReader& r) {
       r.number("overlap_slowdown", Range::between(0, 1), Presence::kOptional).value_or(0);
   d.compute_jitter =
       r.number("compute_jitter", Range::between(0, 1), Presence::kOptional).value_or(0);
+  if (auto c = r.object("co_run", Presence::kOptional)) {
+    CoRunSlowdown co;
+    co.devices = c->integer("devices", Range::at_least(2)).value_or(2);
+    // Sharing slows a core down, never up; 10x would be a measurement gone wrong.
+    co.matrix = c->number("matrix", Range::between(1, 10)).value_or(1);
+    co.memory = c->number("memory", Range::between(1, 10)).value_or(1);
+    co.source = c->string("source").value_or("");
+    c->finish();
+    d.co_run = co;
+  }
+  d.host_cpu = r.string("host_cpu", Presence::kOptional).value_or("");
   d.source = r.string("source").value_or("");
   r.finish();
   return d;
@@ -451,6 +471,12 @@ Json to_json(const ClusterSpec& c) {
     j["device"]["runtime_reserved_bytes"] = c.device.runtime_reserved_bytes;
   if (c.device.overlap_slowdown > 0) j["device"]["overlap_slowdown"] = c.device.overlap_slowdown;
   if (c.device.compute_jitter > 0) j["device"]["compute_jitter"] = c.device.compute_jitter;
+  if (c.device.co_run)
+    j["device"]["co_run"] = {{"devices", c.device.co_run->devices},
+                             {"matrix", c.device.co_run->matrix},
+                             {"memory", c.device.co_run->memory},
+                             {"source", c.device.co_run->source}};
+  if (!c.device.host_cpu.empty()) j["device"]["host_cpu"] = c.device.host_cpu;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};

@@ -291,5 +291,37 @@ TEST(MemoryKernels, EachKernelFamilyMovesItsBytesAtItsOwnBandwidth) {
   EXPECT_NEAR(ps_to_seconds(plain.op_time(norm)), 1e-3, 1e-12);
 }
 
+// Devices that slow each other (DeviceSpec::co_run): a plan of two ranks on a node of two runs
+// every GEMM 1.5x and every memory-bound op 1.25x as long as one rank alone; one rank is alone.
+TEST(CoRun, APlansBusyDevicesSlowItsOps) {
+  const spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
+  cluster.device.launch_overhead_us = 0;  // the slowdown is of the work, not of the call
+  const models::Op gemm = gemm_op(512, 384, 128);
+  models::Op add;
+  add.name = "a";
+  add.op_class = spec::OpClass::kElementwise;
+  add.bytes = 3 << 18;
+  auto times = [&](int64_t dp) {
+    const StepSetup setup = step_setup(model, cluster, test::make_plan(dp, 1, 1, 4, 16));
+    const ComputeModel m = make_compute_model(cluster, setup, models::lower(model, setup.lowering));
+    return std::pair{ps_to_seconds(m.op_time(gemm)), ps_to_seconds(m.op_time(add))};
+  };
+  const auto [gemm_alone, add_alone] = times(2);  // no co_run in the file: two ranks as one
+  cluster.device.co_run = spec::CoRunSlowdown{2, 1.5, 1.25, "test"};
+  const auto [gemm_one, add_one] = times(1);
+  const auto [gemm_two, add_two] = times(2);
+  EXPECT_DOUBLE_EQ(gemm_one, gemm_alone);
+  EXPECT_DOUBLE_EQ(add_one, add_alone);
+  // (op_time counts whole picoseconds.)
+  EXPECT_NEAR(gemm_two, 1.5 * gemm_alone, 2e-12);
+  EXPECT_NEAR(add_two, 1.25 * add_alone, 2e-12);
+  // The calibrated-efficiency path (ComputeModel::seconds) is slowed alike.
+  ComputeModel two(cluster.device, spec::Dtype::kFp32);
+  const double alone = two.seconds(gemm.flops, 0, spec::OpClass::kGemm);
+  two.set_busy_devices(2);
+  EXPECT_NEAR(two.seconds(gemm.flops, 0, spec::OpClass::kGemm), 1.5 * alone, 1e-12 * alone);
+}
+
 }  // namespace
 }  // namespace sextant::sim

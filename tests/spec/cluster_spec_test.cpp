@@ -7,6 +7,7 @@
 
 #include "expect_input_error.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/host_cpu.hpp"
 
 namespace sextant::spec {
 namespace {
@@ -52,6 +53,57 @@ TEST(ClusterSpec, NegativeBandwidthIsRejectedWithThePointer) {
   j["network"]["levels"][1]["bandwidth_GBps"] = -3;
   EXPECT_INPUT_ERROR(cluster_from_json(j, "clusters/x.json"),
                      "clusters/x.json: /network/levels/1/bandwidth_GBps = -3: must be > 0");
+}
+
+TEST(ClusterSpec, CoRunSlowdownIsReadAndLinearInTheBusyDevices) {
+  Json j = to_json(builtin_cluster("local-cpu"));
+  j["device"]["co_run"] = {{"devices", 4}, {"matrix", 1.6}, {"memory", 1.2}, {"source", "t"}};
+  j["device"]["host_cpu"] = "GenuineIntel family 6 model 85: Intel Xeon";
+  const ClusterSpec c = cluster_from_json(j, "x.json");
+  ASSERT_TRUE(c.device.co_run);
+  const CoRunSlowdown& co = *c.device.co_run;
+  EXPECT_EQ(co.devices, 4);
+  EXPECT_EQ(c.device.host_cpu, "GenuineIntel family 6 model 85: Intel Xeon");
+  // Alone: none. At the measured 4: the measured figure. Between: 1 + (f - 1)(busy - 1)/3, so two
+  // busy GEMM cores 1 + 0.6/3 = 1.2, three 1.4; beyond the measurement it stays at f.
+  EXPECT_DOUBLE_EQ(co.at(true, 1), 1.0);
+  EXPECT_DOUBLE_EQ(co.at(true, 2), 1.2);
+  EXPECT_DOUBLE_EQ(co.at(true, 3), 1.4);
+  EXPECT_DOUBLE_EQ(co.at(true, 4), 1.6);
+  EXPECT_DOUBLE_EQ(co.at(true, 8), 1.6);
+  EXPECT_DOUBLE_EQ(co.at(false, 4), 1.2);
+  // It survives the round trip.
+  const ClusterSpec again = cluster_from_json(to_json(c), "y.json");
+  ASSERT_TRUE(again.device.co_run);
+  EXPECT_DOUBLE_EQ(again.device.co_run->memory, 1.2);
+  EXPECT_EQ(again.device.host_cpu, c.device.host_cpu);
+  // A core beside others is slowed, never sped up.
+  j["device"]["co_run"]["matrix"] = 0.9;
+  EXPECT_INPUT_ERROR(cluster_from_json(j, "x.json"), "x.json: /device/co_run/matrix = 0.9");
+}
+
+TEST(HostCpu, AFileMadeForAnotherCpuIsNamedWithTheWayOut) {
+  // The identity is vendor, family and model; the model name after ": " may differ.
+  EXPECT_TRUE(same_host_cpu("AuthenticAMD family 26 model 2: AMD EPYC",
+                            "AuthenticAMD family 26 model 2: AMD EPYC 9R45"));
+  EXPECT_FALSE(same_host_cpu("AuthenticAMD family 26 model 2: AMD EPYC",
+                             "GenuineIntel family 6 model 85: Intel Xeon"));
+  const std::string here = this_host_cpu();
+  if (here.empty()) GTEST_SKIP() << "no /proc/cpuinfo";
+  ClusterSpec c = builtin_cluster("local-cpu");
+  c.device.host_cpu = here;
+  EXPECT_EQ(host_cpu_mismatch(c), "");
+  c.device.host_cpu = "NoVendor family 0 model 0: a CPU that does not exist";
+  const std::string why = host_cpu_mismatch(c);
+  EXPECT_NE(why.find("local-cpu was made for another CPU (NoVendor family 0 model 0"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("sextant clusters detect --out FILE"), std::string::npos) << why;
+  c.device.host_cpu.clear();  // a file that does not say: no verdict
+  EXPECT_EQ(host_cpu_mismatch(c), "");
+  ClusterSpec gpu = builtin_cluster("dgx-h100");
+  gpu.device.host_cpu = "NoVendor family 0 model 0: x";
+  EXPECT_EQ(host_cpu_mismatch(gpu), "");
 }
 
 TEST(ClusterSpec, KernelFamiliesAreReadByName) {

@@ -101,10 +101,22 @@ std::string utc_now() {
   return buf;
 }
 
+// The samples as their ops would have run alone on their node: a run of n ranks ran each op beside
+// the node's other busy devices, slowed by the device's co_run figure (its own measurement, not a
+// fit), and the fits below describe a device alone (ComputeModel::set_busy_devices puts it back).
+Samples as_if_alone(Samples samples, const spec::ClusterSpec& cluster) {
+  if (!cluster.device.co_run) return samples;
+  for (ComputeSample& s : samples.compute) {
+    s.seconds /= cluster.device.co_run->at(matrix(s.op_class) && s.flops > 0,
+                                           sim::busy_devices_per_node(cluster, s.run_ranks));
+  }
+  return samples;
+}
+
 }  // namespace
 
 Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::Dtype dtype) {
-  const Samples samples = screen_samples(read, base);
+  const Samples samples = as_if_alone(screen_samples(read, base), base);
   if (samples.compute.empty() && samples.comm.empty() && samples.steps.empty() &&
       samples.sync.empty()) {
     std::string why;

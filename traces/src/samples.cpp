@@ -145,6 +145,10 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     s.steps.push_back({source, step_s, std::min(busiest, step_s)});
     s.sync = sync_samples(trace, source, skip_first, first, s.comm);
   }
+  const int64_t run_ranks =
+      trace.metadata.is_object() && trace.metadata.value("ranks", spec::Json()).is_number_integer()
+          ? std::max<int64_t>(1, trace.metadata.value("ranks", int64_t{1}))
+          : 1;
   std::map<int64_t, Picoseconds> compute_by_rank;
   for (const spec::TraceEvent& e : trace.events)
     if (!spec::is_communication(e.op_class) && !(skip_first && e.step == first))
@@ -162,7 +166,8 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
     if (seconds <= 0 || (skip_first && e.step == first)) continue;
     if (!spec::is_communication(e.op_class)) {
       if ((e.flops <= 0 && e.bytes <= 0) || e.rank != critical) continue;
-      s.compute.push_back({e.op_class, efficiency_key(e.name, e.phase), e.flops, e.bytes, seconds});
+      s.compute.push_back(
+          {e.op_class, efficiency_key(e.name, e.phase), e.flops, e.bytes, seconds, run_ranks});
       continue;
     }
     std::optional<spec::CollectiveKind> kind = collective_of(e.op_class);

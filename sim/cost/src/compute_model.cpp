@@ -67,8 +67,8 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
       }
     }
   }
-  double compute = matrix ? flops / (gemm_peak_flops_ * gemm_eff) : 0.0;
-  double memory = bytes / (device_->memory_bandwidth_GBps * kBytesPerGB * mem_eff);
+  double compute = matrix ? co_run_matrix_ * flops / (gemm_peak_flops_ * gemm_eff) : 0.0;
+  double memory = co_run_memory_ * bytes / (device_->memory_bandwidth_GBps * kBytesPerGB * mem_eff);
   return std::max(compute, memory) + device_->launch_overhead_us * 1e-6;
 }
 
@@ -164,7 +164,17 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
       compute = flops / (gemm_peak_flops_ * device_->gemm_efficiency_at(flops));
     }
   }
-  return seconds_to_ps(load * std::max(compute, memory) + launches);
+  return seconds_to_ps(load * std::max(co_run_matrix_ * compute, co_run_memory_ * memory) +
+                       launches);
+}
+
+int64_t busy_devices_per_node(const spec::ClusterSpec& cluster, int64_t ranks) {
+  return std::clamp<int64_t>(ranks, 1, cluster.devices_per_node);
+}
+
+void ComputeModel::set_busy_devices(int64_t busy) {
+  co_run_matrix_ = device_->co_run ? device_->co_run->at(true, busy) : 1.0;
+  co_run_memory_ = device_->co_run ? device_->co_run->at(false, busy) : 1.0;
 }
 
 Picoseconds ComputeModel::optimizer_time(int64_t params, int64_t bytes_per_param) const {

@@ -33,4 +33,19 @@ struct CoreVerdict {
 };
 CoreVerdict judge_cores(const std::vector<CoreSpeed>& speeds, CoreSpeed& best, double tolerance);
 
+// How much slower a core computes while the other cores compute too (DeviceSpec::co_run): two
+// kernels of the executor's kind, a GEMM (Eigen, 512 x 128 by 128 x 384 fp32: gpt-tiny's QKV at
+// micro-batch 4) and a streaming add over 256 KiB arrays (one of its activations), timed on each
+// core alone and then on every core at once (one pinned thread each, started together). Best of
+// `repeats` for each, alone and together in turn, so that a passing disturbance slows neither
+// figure; each slowdown is the cores' mean time together over their mean time alone.
+struct CoRunProbe {
+  int cores = 0;  // run at once
+  double matrix_alone_s = 0, matrix_together_s = 0;
+  double memory_alone_s = 0, memory_together_s = 0;
+  double matrix_slowdown() const { return matrix_together_s / matrix_alone_s; }
+  double memory_slowdown() const { return memory_together_s / memory_alone_s; }
+};
+CoRunProbe probe_co_run(int repeats = 5);
+
 }  // namespace sextant::exec

@@ -33,6 +33,9 @@ struct LoopSetup {
   bool refit = false;  // measure nothing: fit and predict from the runs already in `out`
   bool force = false;  // go on with a fit that predicts its own runs worse (then fit_worse)
 };
+// The loop measures RoundOptions::repeats rounds of every plan, fits, predicts, then
+// RoundOptions::extra_rounds more of the plans open_ranks names, and reports on all the runs
+// (the fit stays the first rounds').
 
 struct LoopRow {
   std::string name, model;
@@ -60,8 +63,22 @@ struct LoopFigures {
   std::string predicted_best, measured_best;
   double max_noise = 0;  // the largest noise_s / measured_s
   int64_t disturbed_runs = 0;
+  // Whether the predicted best measured slower than the measured best by more than both plans'
+  // noise together (else the regret is within what the rounds can tell apart).
+  bool regret_beyond_noise = false;
+  // Ranking confidence: in what share of resamplings of every plan's runs (with replacement,
+  // each plan's time the median's rule on its draw) the predicted best, and the measured best,
+  // is the fastest plan.
+  double predicted_best_share = 1, measured_best_share = 1;
 };
 LoopFigures loop_figures(const std::vector<LoopRow>& rows);
+
+// The plans (indices into rows) whose rank the rounds left open: measured within the noise of the
+// measured best (their gap under both noises plus 2%), or predicted within the fit's uncertainty
+// of the predicted best (under twice the fit plans' RMS error plus 2%); the two bests always.
+// The 2% is the resolution the loop aims at (regret <= 5%) and covers a noise of 0 after one
+// round.
+std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigures& figures);
 
 struct LoopReport {
   std::string cluster;          // its name
@@ -73,7 +90,10 @@ struct LoopReport {
   std::string refused;  // why the fit predicts its own runs worse ("" when it does not)
   std::string compare_plan;
   std::vector<traces::Row> compare_by_class;
-  double waited_s = 0;  // spent waiting for quiet cores
+  double waited_s = 0;             // spent waiting for quiet cores
+  std::vector<std::string> rerun;  // the plans given extra rounds
+  // Measured by the machine and written into the calibrated file (none when it measured none).
+  std::optional<spec::CoRunSlowdown> co_run;
 };
 
 // A fit that predicts its own runs worse, without `force`: nothing predicted after it would mean

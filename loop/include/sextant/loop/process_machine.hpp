@@ -18,6 +18,7 @@ struct ProcessMachineOptions {
   std::vector<std::string> run_args;    // added to every `sextant run` (--backend cuda ...)
   std::vector<std::string> bench_args;  // `sextant bench ...` without --trace; empty: none
   std::string cores_reference;          // `bench cores --reference` file; "": no quiet check
+  bool co_run = false;                  // measure `bench cores --co-run` (CPU ranks)
   double timeout_s = 300;               // per trial
 };
 
@@ -28,6 +29,7 @@ class ProcessMachine : public Machine {
   std::string disturbance() override;
   void pause(double seconds) override;
   bool benchmark(const std::string& path) override;
+  bool co_run(const std::string& path) override;
 
  private:
   ProcessMachineOptions options_;

@@ -21,6 +21,9 @@ struct RoundOptions {
   double quiet_wait_s = 120;  // seconds the loop may wait for quiet cores, in all
   int tries = 3;              // runs of a plan in one round while they come out disturbed
   bool warm_up = true;        // one discarded run of the first plan before round 1
+  // Rounds more for the plans whose rank the first rounds left open (closed_loop.hpp: measured
+  // or predicted within the noise of the best), none for the rest.
+  int64_t extra_rounds = 2;
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
 };
 
@@ -29,14 +32,27 @@ struct Measurements {
   double waited_s = 0;                       // spent waiting for quiet cores
 };
 
+// Why a run's own steps say the machine was disturbed during it ("" when they do not): its
+// steps after the warm-up range over more than kMaxStepSpread (slowest over fastest, - 1). The core
+// checks before and after a run miss a slow spell inside it: on the 2-core VM a dp2.mb8 run passed
+// both with steps of 129, 161, 154, 110, 76, 76 ms, and as a fit plan's only undisturbed run it
+// moved the fit by 30%. Quiet runs there range over 2-23%.
+constexpr double kMaxStepSpread = 0.3;
+std::string unsteady_steps(const RunResult& run);
+
 // Where run `round` (from 1) of plan `name` keeps its files: out/name.rROUND (.steps.jsonl,
 // .measured.json, .disturbed).
 std::string run_base(const std::string& out, const std::string& name, int64_t round);
 
 Measurements measure_rounds(const std::vector<TrialPlan>& plans, Machine& machine,
                             const std::string& out, const RoundOptions& options);
-// The runs an earlier measure_rounds left in `out` (the same plans and repeats); throws
-// InputError naming the missing file.
+// `count` rounds more of the plans `which` (indices into plans), numbered on from each plan's
+// last round, appended to m.runs (interleaved as measure_rounds does).
+void measure_more(const std::vector<TrialPlan>& plans, const std::vector<size_t>& which,
+                  Machine& machine, const std::string& out, const RoundOptions& options,
+                  int64_t count, Measurements& m);
+// The runs an earlier measure_rounds left in `out` (the same plans and repeats), and any rounds
+// measure_more added after them; throws InputError naming a missing file of the first `repeats`.
 Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string& out,
                          int64_t repeats);
 
@@ -50,8 +66,11 @@ struct PlanTime {
   double noise_s = 0;
   int64_t median_round = 0;  // the round (from 1) of the median run
   int64_t disturbed_runs = 0;
-  std::string status;  // "ok", else the last failure
+  std::string status;          // "ok", else the last failure
+  std::vector<double> kept_s;  // the runs' mean steps it was taken from (resampled for confidence)
 };
+// The plan_time of each resampling of `kept_s` with replacement: the median's rule on a draw.
+double median_of_kept(std::vector<double> kept);
 PlanTime plan_time(const std::vector<RunResult>& rounds);
 
 }  // namespace sextant::loop

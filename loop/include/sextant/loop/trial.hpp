@@ -45,6 +45,13 @@ class Machine {
   // Measures what the fit needs beside the runs (collectives, GEMMs) into the trace file `path`;
   // false when this machine has nothing to measure.
   virtual bool benchmark(const std::string& path) = 0;
+  // Measures how much slower a device computes while the node's others compute too
+  // (`sextant bench cores --co-run --json`'s object) into `path`; false when this machine does
+  // not (its devices compute independently, or it cannot tell).
+  virtual bool co_run(const std::string& path) {
+    (void)path;
+    return false;
+  }
 };
 
 // A run's results as its files hold them (`--refit` reads earlier runs): the steps, the trace

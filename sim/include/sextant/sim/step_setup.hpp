@@ -16,6 +16,9 @@ struct StepSetup {
   spec::Dtype dtype = spec::Dtype::kBf16;       // what tensors are stored in
   spec::Dtype gemm_dtype = spec::Dtype::kBf16;  // the tensor-core format of the GEMMs
   int64_t seq_len = 0;                          // transformers; 0 otherwise
+  // The plan's ranks computing at once on one node (the node's devices fill in rank order):
+  // what DeviceSpec::co_run slows a device's compute by.
+  int64_t busy_devices_per_node = 1;
   models::LoweringOptions lowering;
 };
 
@@ -43,6 +46,7 @@ bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack);
 // clock the power limit allows for this step's mix of tensor-core and memory-bound work (the
 // share of compute time in matrix ops and fused attention over `lowered`'s forward and backward;
 // a fixed point, since the share itself depends on the clock). Without one: the device's clock.
+// Where the device has a co_run slowdown, its ops are slowed by the plan's busy devices per node.
 ComputeModel make_compute_model(const spec::ClusterSpec& cluster, const StepSetup& setup,
                                 const models::LoweredModel& lowered);
 

@@ -36,6 +36,21 @@ struct EfficiencyPoint {
   double efficiency = 0;
 };
 
+// How much slower one device computes while other devices of its node compute too, measured by
+// `sextant bench cores --co-run` (the executor's GEMM and a streaming add on each core alone, then
+// on `devices` cores at once). CPU ranks on the two hardware threads of one core share its FMA
+// units and caches; the cores of a socket share its memory bandwidth and run an all-core turbo
+// clock below the one-core clock. Absent: devices compute independently (GPUs).
+struct CoRunSlowdown {
+  int64_t devices = 2;  // busy at once in the measurement
+  double matrix = 1;    // GEMM time together over alone
+  double memory = 1;    // memory-bound time together over alone
+  std::string source;
+  // The slowdown with `busy` devices of the node computing: 1 alone, the measured one at
+  // `devices` and beyond, linear in between (a resource all of them share; exact for two).
+  double at(bool matrix_op, int64_t busy) const;
+};
+
 struct DeviceSpec {
   std::string name;
   DeviceKind kind = DeviceKind::kGpu;
@@ -80,6 +95,12 @@ struct DeviceSpec {
   // shared with another tenant, clock changes): ranks reach a collective at different times and
   // the first wait for the last. Fitted by calibration from measured arrival spreads.
   double compute_jitter = 0;
+  // Slowdown of a device's compute while the node's other devices compute (CPU cores sharing a
+  // physical core, caches, memory bandwidth or a turbo budget); absent: none.
+  std::optional<CoRunSlowdown> co_run;
+  // A CPU file made for one machine: the CPU it describes as `sextant clusters detect` reads it
+  // from /proc/cpuinfo ("vendor family F model M: model name"); "" when not said.
+  std::string host_cpu;
   std::string source;
 
   double memory_efficiency_for(OpClass c) const {

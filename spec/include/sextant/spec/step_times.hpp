@@ -12,4 +12,7 @@ namespace sextant::spec {
 // settle in the first steps), the only one when one ran. nullopt when no step ran.
 std::optional<double> mean_step_after_warmup(const std::vector<double>& step_times_s);
 
+// The steps that mean averages.
+std::vector<double> steps_after_warmup(const std::vector<double>& step_times_s);
+
 }  // namespace sextant::spec

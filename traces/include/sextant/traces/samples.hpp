@@ -22,6 +22,9 @@ struct ComputeSample {
   double flops = 0;
   int64_t bytes = 0;
   double seconds = 0;
+  // The ranks of the run it was measured in (a trace's "ranks"): how many devices computed beside
+  // it, which a device's co_run slowdown (DeviceSpec::co_run) says the cost of.
+  int64_t run_ranks = 1;
 };
 
 struct CommSample {

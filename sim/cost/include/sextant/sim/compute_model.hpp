@@ -43,6 +43,11 @@ class ComputeModel {
   // (models::optimizer_bytes_per_param).
   Picoseconds optimizer_time(int64_t params, int64_t bytes_per_param) const;
 
+  // `busy` devices of this one's node compute at once (this one included): every op runs the
+  // device's co_run slowdown for that many slower (matrix work by its matrix figure, memory-bound
+  // work by its memory figure). Default 1: alone, as calibration's fits are.
+  void set_busy_devices(int64_t busy);
+
   // Host time per training step outside any op (DeviceSpec::step_overhead_us).
   Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
 
@@ -65,8 +70,14 @@ class ComputeModel {
   double tile_overhead_scale_ = 1;  // the GEMM dtype's peak over the 16-bit peak
   bool fp8_gemms_ = false;
   double clock_MHz_ = 0;
+  double co_run_matrix_ = 1;  // slowdown of matrix work beside the node's busy devices
+  double co_run_memory_ = 1;  // of memory-bound work
 };
 
 bool is_matrix_op(spec::OpClass op_class);
+
+// The devices of one node computing at once in a run of `ranks` ranks: the node's devices fill in
+// rank order, so a run of fewer ranks than a node's devices leaves the rest idle.
+int64_t busy_devices_per_node(const spec::ClusterSpec& cluster, int64_t ranks);
 
 }  // namespace sextant::sim
