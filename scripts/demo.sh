@@ -35,8 +35,10 @@ echo "== 4. A trace to look at: GPT-3 1.3B on 16 A100s, dp2.tp4.pp2, interleaved
 echo
 echo "== 5. Learn this machine first: bench it, fit local-cpu to it, then predict twelve plans of"
 echo "      gpt-tiny (most of them not used for the fit) and run them for real"
+# On a CPU other than the one the shipped local-cpu was made for, the loop measures this one first
+# (sextant clusters detect) and starts from that file.
 scripts/calibrate-local.sh --out "$out/calibrate-local"
-# The shipped local-cpu file describes another CPU: plans on this machine use the fitted one.
+# Plans on this machine use the fitted file (made for this CPU and its measured runs).
 local_cluster="$out/calibrate-local/local-cpu-calibrated.json"
 [ -f "$local_cluster" ] || local_cluster=local-cpu
 echo
