@@ -16,6 +16,7 @@
 #include "sextant/loop/process_machine.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/host_cpu.hpp"
+#include "sextant/spec/limits.hpp"
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/samples.hpp"
 
@@ -28,16 +29,6 @@ int64_t allowed_cores() {
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
   return std::max(1, CPU_COUNT(&allowed));
-}
-
-// MemTotal of /proc/meminfo in bytes (0 when unreadable).
-int64_t total_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (in >> key >> kib >> unit)
-    if (key == "MemTotal:") return kib * 1024;
-  return 0;
 }
 
 std::string today() {
@@ -116,7 +107,7 @@ spec::ClusterSpec detect_local_cluster(const std::string& work_dir,
       d.host_cpu.substr(std::min(d.host_cpu.size(), d.host_cpu.find(": ") + 2));
   d.name = (model.empty() ? std::string("CPU") : model) + " core";
   c.devices_per_node = allowed_cores();
-  if (const int64_t memory = total_memory_bytes(); memory > 0)
+  if (const int64_t memory = spec::meminfo_bytes("MemTotal"); memory > 0)
     d.memory_capacity_bytes = memory / c.devices_per_node;
   d.step_overhead_us = 0;  // the loop measures these from training runs
   d.compute_jitter = 0;

@@ -82,7 +82,7 @@ std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigur
     const double pick_s = predicted_best->predicted_s;
     const bool predicted_close =
         r.predicted_s - pick_s <= (2 * f.fit_plans_rms_error + kResolution) * pick_s;
-    if (measured_close || predicted_close) open.push_back(i);
+    if (measured_close || predicted_close || r.time.quiet_runs == 0) open.push_back(i);
   }
   return open;
 }

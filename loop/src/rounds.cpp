@@ -160,6 +160,7 @@ PlanTime plan_time(const std::vector<RunResult>& rounds) {
   t.status = "ok";
   t.measured_s = median.first;
   t.median_round = median.second;
+  t.quiet_runs = static_cast<int64_t>(quiet.size());
   t.noise_s = (kept.back().first - kept.front().first) / 2;
   for (const auto& run : kept) t.kept_s.push_back(run.first);
   return t;

@@ -8,13 +8,18 @@
 
 namespace sextant::spec {
 
-int64_t available_memory_bytes() {
+int64_t meminfo_bytes(std::string_view field) {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
   int64_t kib = 0;
   while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key.size() == field.size() + 1 && key.compare(0, field.size(), field) == 0)
+      return kib * 1024;
   return 0;
+}
+
+int64_t available_memory_bytes() {
+  return meminfo_bytes("MemAvailable");
 }
 
 std::vector<std::tuple<std::string, int64_t, std::string>> transformer_limit_problems(

@@ -75,7 +75,8 @@ LoopFigures loop_figures(const std::vector<LoopRow>& rows);
 
 // The plans (indices into rows) whose rank the rounds left open: measured within the noise of the
 // measured best (their gap under both noises plus 2%), or predicted within the fit's uncertainty
-// of the predicted best (under twice the fit plans' RMS error plus 2%); the two bests always.
+// of the predicted best (under twice the fit plans' RMS error plus 2%); the two bests always; and
+// a plan whose every run was disturbed (its time says more about the machine than the plan).
 // The 2% is the resolution the loop aims at (regret <= 5%) and covers a noise of 0 after one
 // round.
 std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigures& figures);

@@ -66,6 +66,7 @@ struct PlanTime {
   double noise_s = 0;
   int64_t median_round = 0;  // the round (from 1) of the median run
   int64_t disturbed_runs = 0;
+  int64_t quiet_runs = 0;      // undisturbed: 0 means its time is from disturbed runs
   std::string status;          // "ok", else the last failure
   std::vector<double> kept_s;  // the runs' mean steps it was taken from (resampled for confidence)
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -62,7 +63,9 @@ inline constexpr int64_t kJsonMemoryCheckBytes = int64_t{64} << 20;
 // Times and durations read from traces: what int64 picoseconds hold (9.2e18 ps, about 106 days).
 inline constexpr double kMaxSeconds = 9.2e6;
 
-// MemAvailable of /proc/meminfo in bytes; 0 when unknown (no /proc).
+// A field of /proc/meminfo ("MemAvailable", "MemTotal") in bytes; 0 when unknown (no /proc).
+int64_t meminfo_bytes(std::string_view field);
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
 int64_t available_memory_bytes();
 
 // What is wrong with `micro_batches` micro-batches per replica per step (past kMaxMicroBatches),
