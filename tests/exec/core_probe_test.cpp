@@ -46,6 +46,24 @@ TEST(CoreProbe, AFasterProbeLowersTheReference) {
   EXPECT_DOUBLE_EQ(v.slowdown, 0.0);
 }
 
+// Cores fast alone but slow together (the demo run whose two-rank plans ran 1.8x slow for two
+// rounds while each core passed alone): each core's multiply-adds beside the others at 5.4 ms
+// against the best together time seen, 3.1 ms, is 74% slow; alone both are at their best.
+TEST(CoreProbe, CoresSlowOnlyTogetherAreDisturbed) {
+  CoreSpeed best{-1, 3.0e-3, 4.0e-3, 3.1e-3};
+  const CoreVerdict v =
+      judge_cores({{0, 3.0e-3, 4.0e-3, 5.4e-3}, {1, 3.0e-3, 4.0e-3, 5.3e-3}}, best, 0.08);
+  EXPECT_FALSE(v.quiet);
+  EXPECT_EQ(v.slowest_cpu, 0);
+  EXPECT_NEAR(v.slowdown, 5.4 / 3.1 - 1, 1e-12);
+  EXPECT_EQ(v.description,
+            "cpu 0: multiply-add beside the other cores 5.40 ms, 74% above the best 3.10 ms");
+  EXPECT_DOUBLE_EQ(best.together_s, 3.1e-3);  // the slower times do not lower the reference
+  // A probe of one core measures nothing together (0) and is judged alone.
+  const CoreVerdict one = judge_cores({{0, 3.0e-3, 4.0e-3, 0}}, best, 0.08);
+  EXPECT_TRUE(one.quiet);
+}
+
 // The probe itself returns one row per allowed CPU with positive times (no timing asserted).
 TEST(CoreProbe, ProbesEveryAllowedCpu) {
   const std::vector<CoreSpeed> s = probe_cores(1);
@@ -54,6 +72,9 @@ TEST(CoreProbe, ProbesEveryAllowedCpu) {
     EXPECT_GE(c.cpu, 0);
     EXPECT_GT(c.multiply_add_s, 0);
     EXPECT_GT(c.pointer_chase_s, 0);
+    if (s.size() >= 2) {
+      EXPECT_GT(c.together_s, 0);
+    }
   }
 }
 

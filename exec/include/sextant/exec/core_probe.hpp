@@ -14,12 +14,18 @@ struct CoreSpeed {
   int cpu = 0;
   double multiply_add_s = 0;   // independent fp32 multiply-adds over an L1-resident array
   double pointer_chase_s = 0;  // dependent loads with branches over an L2-resident array
+  // The multiply-adds while every core runs them at once (0: not measured). Each core can be fast
+  // alone while two together are slow: in one demo run the VM's two cores passed every check alone
+  // while the two-rank plans ran 1.8x slow for two rounds (130 against 72 ms, steady within each
+  // run), as hardware threads of one physical core would.
+  double together_s = 0;
 };
 
 // Each CPU the process may run on, the calling thread pinned to it in turn (its affinity restored
 // after), the best of `repeats` timings of two fixed kernels (~3 and ~4 ms on a 3.45 GHz Zen 5
-// core). Two kinds, because disturbances differ: one slowed the dependent, branchy kernel 24% and
-// the multiply-adds 3%; others slowed the multiply-adds 40-100%.
+// core), then the multiply-adds on every CPU at once. Two kinds, because disturbances differ: one
+// slowed the dependent, branchy kernel 24% and the multiply-adds 3%; others slowed the
+// multiply-adds 40-100%.
 std::vector<CoreSpeed> probe_cores(int repeats = 3);
 
 // Whether every core ran within `tolerance` of the fastest times seen so far, per kernel (the
