@@ -109,7 +109,7 @@ spec::ClusterSpec detect_local_cluster(const std::string& work_dir,
   c.devices_per_node = allowed_cores();
   if (const int64_t memory = spec::meminfo_bytes("MemTotal"); memory > 0)
     d.memory_capacity_bytes = memory / c.devices_per_node;
-  d.step_overhead_us = 0;  // the loop measures these from training runs
+  d.step_overhead_us = 0;  // another machine's: the fit below and the loop measure them here
   d.compute_jitter = 0;
   d.co_run.reset();
 
