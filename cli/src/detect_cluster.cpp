@@ -2,7 +2,6 @@
 #include "detect_cluster.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,13 +22,6 @@
 namespace sextant::cli {
 
 namespace {
-
-int64_t allowed_cores() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
-  return std::max(1, CPU_COUNT(&allowed));
-}
 
 std::string today() {
   const std::time_t t = std::time(nullptr);
@@ -106,7 +98,7 @@ spec::ClusterSpec detect_local_cluster(const std::string& work_dir,
   const std::string model =
       d.host_cpu.substr(std::min(d.host_cpu.size(), d.host_cpu.find(": ") + 2));
   d.name = (model.empty() ? std::string("CPU") : model) + " core";
-  c.devices_per_node = allowed_cores();
+  c.devices_per_node = std::max<int64_t>(1, static_cast<int64_t>(exec::allowed_cpus().size()));
   if (const int64_t memory = spec::meminfo_bytes("MemTotal"); memory > 0)
     d.memory_capacity_bytes = memory / c.devices_per_node;
   d.step_overhead_us = 0;  // another machine's: the fit below and the loop measure them here

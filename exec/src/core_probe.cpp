@@ -87,21 +87,17 @@ double stream_kernel() {
   return seconds_since(t0);
 }
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  SEXTANT_CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0, "sched_getaffinity failed");
-  std::vector<int> cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
-  return cpus;
-}
-
-void pin_to(int cpu) {
+// False when the CPU went offline since it was listed.
+bool pin_to(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  sched_setaffinity(0, sizeof one, &one);
+  return sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
+// Each element of `best` lowered to the matching one of `times`.
+void lower_each(std::vector<double>& best, const std::vector<double>& times) {
+  for (size_t i = 0; i < times.size(); ++i) best[i] = std::min(best[i], times[i]);
 }
 
 // `kernel` on each of `cpus`, one pinned thread each: alone (one after another) or together
@@ -134,14 +130,11 @@ CoRunProbe probe_co_run(int repeats) {
   std::vector<double> matrix_alone(cpus.size(), std::numeric_limits<double>::infinity());
   std::vector<double> matrix_together = matrix_alone, memory_alone = matrix_alone,
                       memory_together = matrix_alone;
-  auto lower = [](std::vector<double>& best, const std::vector<double>& t) {
-    for (size_t i = 0; i < t.size(); ++i) best[i] = std::min(best[i], t[i]);
-  };
   for (int r = 0; r < std::max(repeats, 1); ++r) {
-    lower(matrix_alone, time_on(cpus, gemm_kernel, false));
-    lower(matrix_together, time_on(cpus, gemm_kernel, true));
-    lower(memory_alone, time_on(cpus, stream_kernel, false));
-    lower(memory_together, time_on(cpus, stream_kernel, true));
+    lower_each(matrix_alone, time_on(cpus, gemm_kernel, false));
+    lower_each(matrix_together, time_on(cpus, gemm_kernel, true));
+    lower_each(memory_alone, time_on(cpus, stream_kernel, false));
+    lower_each(memory_together, time_on(cpus, stream_kernel, true));
   }
   auto mean = [](const std::vector<double>& v) {
     double sum = 0;
@@ -155,17 +148,23 @@ CoRunProbe probe_co_run(int repeats) {
   return p;
 }
 
+std::vector<int> allowed_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  SEXTANT_CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0, "sched_getaffinity failed");
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  return cpus;
+}
+
 std::vector<CoreSpeed> probe_cores(int repeats) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   SEXTANT_CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0, "sched_getaffinity failed");
   std::vector<CoreSpeed> out;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0) continue;  // offline since
+  for (int cpu : allowed_cpus()) {
+    if (!pin_to(cpu)) continue;  // offline since
     CoreSpeed s{cpu, std::numeric_limits<double>::infinity(),
                 std::numeric_limits<double>::infinity()};
     for (int r = 0; r < std::max(repeats, 1); ++r) {
@@ -179,10 +178,8 @@ std::vector<CoreSpeed> probe_cores(int repeats) {
     std::vector<int> cpus;
     for (const CoreSpeed& c : out) cpus.push_back(c.cpu);
     std::vector<double> together(cpus.size(), std::numeric_limits<double>::infinity());
-    for (int r = 0; r < std::max(repeats, 1); ++r) {
-      const std::vector<double> t = time_on(cpus, multiply_add_kernel, true);
-      for (size_t i = 0; i < t.size(); ++i) together[i] = std::min(together[i], t[i]);
-    }
+    for (int r = 0; r < std::max(repeats, 1); ++r)
+      lower_each(together, time_on(cpus, multiply_add_kernel, true));
     for (size_t i = 0; i < out.size(); ++i) out[i].together_s = together[i];
   }
   return out;

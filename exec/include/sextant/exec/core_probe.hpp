@@ -21,6 +21,9 @@ struct CoreSpeed {
   double together_s = 0;
 };
 
+// The CPUs this process may run on (its affinity mask).
+std::vector<int> allowed_cpus();
+
 // Each CPU the process may run on, the calling thread pinned to it in turn (its affinity restored
 // after), the best of `repeats` timings of two fixed kernels (~3 and ~4 ms on a 3.45 GHz Zen 5
 // core), then the multiply-adds on every CPU at once. Two kinds, because disturbances differ: one
