@@ -133,7 +133,8 @@ int64_t data_parallel_degree(const PlanFlags& f, std::optional<int64_t> gpus) {
 
 }  // namespace
 
-spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool gpu_cluster) {
+spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool gpu_cluster,
+                           spec::ModelKind model) {
   spec::Plan plan;
   if (!f.plan_file.empty()) {
     plan = spec::read_plan_file(f.plan_file);
@@ -204,7 +205,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     // The plan's own rules again, now with its compression (DDP only, dp > 1).
     plan = spec::plan_from_json(spec::to_json(plan), "command line");
   }
-  apply_stack_flags(f.stack, plan, gpu_cluster);
+  apply_stack_flags(f.stack, plan, gpu_cluster, model);
   if (gpus && *gpus != plan.world_size()) {
     throw InputError(
         "command line", "--gpus", std::to_string(*gpus),

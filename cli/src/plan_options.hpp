@@ -45,6 +45,7 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // name the flag), with the stack flags applied. `gpus` when given must equal the plan's ranks
 // (dp*tp*pp*cp*spatial); without --dp, dp is what makes them equal when it divides out (else 1).
 // Throws InputError.
-spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster);
+spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster,
+                           spec::ModelKind model = spec::ModelKind::kTransformer);
 
 }  // namespace sextant::cli

@@ -17,12 +17,29 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
 
 namespace {
+
+// The compute dtype of the executor's precision, as a stack lists the ones it runs (fp32 when
+// none is given: the CPU backend's, and the CUDA backend's unless asked).
+spec::Dtype executor_dtype(std::optional<exec::Precision> precision) {
+  if (!precision) return spec::Dtype::kFp32;
+  switch (*precision) {
+    case exec::Precision::kTf32:
+      return spec::Dtype::kTf32;
+    case exec::Precision::kBf16Gemm:
+    case exec::Precision::kBf16:
+      return spec::Dtype::kBf16;
+    case exec::Precision::kFp32:
+      break;
+  }
+  return spec::Dtype::kFp32;
+}
 
 struct RunFlags {
   std::string model;
@@ -96,7 +113,16 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.comm_choice = comm_choice(f.executor);
     job.precision = precision_choice(f.executor);
     job.model = models::resolve_model(f.model);
-    job.plan = plan_from_flags(f.plan, std::nullopt, job.backend == exec::BackendKind::kCuda);
+    job.plan = plan_from_flags(f.plan, std::nullopt, job.backend == exec::BackendKind::kCuda,
+                               job.model.kind());
+    // The plan's stack names the software it is for; a plan that software cannot run is refused
+    // here too, though Sextant's executor runs it (it would predict one thing and run another).
+    const std::string plan_source = f.plan.plan_file.empty() ? "command line" : f.plan.plan_file;
+    spec::validate_plan(job.plan, job.model, job.plan.world_size(), plan_source);
+    spec::check_stack_runs(
+        job.plan, job.model,
+        spec::plan_stack(job.plan, job.backend == exec::BackendKind::kCuda, job.model.kind()),
+        job.plan.dtype.value_or(executor_dtype(job.precision)), plan_source);
     job.train.steps = f.steps;
     job.train.data = f.data;
     job.train.seed = f.seed;

@@ -11,8 +11,10 @@
 #include "report_print.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
@@ -38,7 +40,7 @@ void run(const SimulateOptions& o) {
   spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
   spec::Plan plan =
       plan_from_flags(o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt,
-                      cluster.device.kind == spec::DeviceKind::kGpu);
+                      cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
   sim::SimulationOptions options;
   auto fidelity = spec::enum_from_name(sim::fidelity_names(), o.network);
   if (!fidelity) {
@@ -48,6 +50,15 @@ void run(const SimulateOptions& o) {
   options.trace = !o.trace.file.empty();
   options.explain_memory = o.explain_memory;
   options.plan_source = o.plan.plan_file.empty() ? "command line" : o.plan.plan_file;
+  {
+    // A plan its stack's software cannot run has no step time to predict (the plan's own rules
+    // first: what is wrong with the plan itself is said before what its stack lacks).
+    spec::validate_plan(plan, model, plan.world_size(), options.plan_source);
+    const spec::Stack stack =
+        spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+    spec::check_stack_runs(plan, model, stack, sim::step_precision(cluster, plan, stack).gemm_dtype,
+                           options.plan_source);
+  }
   const spec::TraceSelection selection = trace_selection_from(o.trace, plan);
   options.trace_ranks = selection.ranks;  // only those recorded
   // Outputs are checked before the simulation, which can take a minute on large plans.
@@ -84,8 +95,9 @@ void run(const SimulateOptions& o) {
   } else {
     print_report(
         result.report,
-        best_published_mfu(cluster, plan,
-                           spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu)));
+        best_published_mfu(
+            cluster, plan,
+            spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind())));
   }
 }
 

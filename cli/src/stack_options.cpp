@@ -42,7 +42,7 @@ void check_choice(const std::string& flag, const std::string& value, spec::EnumN
 
 std::optional<spec::Stack> stack_from_flags(const StackFlags& f,
                                             const std::optional<spec::Stack>& base,
-                                            bool gpu_cluster) {
+                                            bool gpu_cluster, spec::ModelKind model) {
   check_choice("--attention", f.attention, spec::attention_kernel_names());
   check_choice("--fusion", f.fusion, spec::fusion_names());
   check_choice("--cross-entropy", f.cross_entropy, spec::cross_entropy_names());
@@ -61,12 +61,13 @@ std::optional<spec::Stack> stack_from_flags(const StackFlags& f,
   if (f.stack.empty() && knobs.empty()) return std::nullopt;
   spec::Stack start = !f.stack.empty() ? spec::resolve_stack_preset(f.stack)
                       : base           ? *base
-                                       : spec::builtin_stack(spec::default_stack_name(gpu_cluster));
+                             : spec::builtin_stack(spec::default_stack_name(gpu_cluster, model));
   return spec::stack_with_overrides(start, knobs, "command line", "");
 }
 
-void apply_stack_flags(const StackFlags& flags, spec::Plan& plan, bool gpu_cluster) {
-  if (auto s = stack_from_flags(flags, plan.stack, gpu_cluster)) plan.stack = std::move(*s);
+void apply_stack_flags(const StackFlags& flags, spec::Plan& plan, bool gpu_cluster,
+                       spec::ModelKind model) {
+  if (auto s = stack_from_flags(flags, plan.stack, gpu_cluster, model)) plan.stack = std::move(*s);
 }
 
 }  // namespace sextant::cli

@@ -28,8 +28,10 @@ void add_stack_flags(CLI::App& cmd, StackFlags& flags);
 // default), or std::nullopt when no stack flag was given. Throws InputError naming the flag.
 std::optional<spec::Stack> stack_from_flags(const StackFlags& flags,
                                             const std::optional<spec::Stack>& base,
-                                            bool gpu_cluster);
+                                            bool gpu_cluster,
+                                            spec::ModelKind model = spec::ModelKind::kTransformer);
 // Applies the flags to `plan.stack`.
-void apply_stack_flags(const StackFlags& flags, spec::Plan& plan, bool gpu_cluster);
+void apply_stack_flags(const StackFlags& flags, spec::Plan& plan, bool gpu_cluster,
+                       spec::ModelKind model = spec::ModelKind::kTransformer);
 
 }  // namespace sextant::cli

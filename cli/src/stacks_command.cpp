@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "fitted_output.hpp"
 #include "sextant/spec/stack.hpp"
+#include "sextant/spec/stack_support.hpp"
 
 namespace sextant::cli {
 
@@ -44,6 +45,27 @@ void run_show(const std::string& name, bool json) {
   fmt::print("  {:<21} {:<10} {}\n", "tunable",
              s.tunable.empty() ? "none" : fmt::format("{}", fmt::join(s.tunable, ", ")),
              src == s.sources.end() ? "" : src->second);
+  // What the software runs: the plans `sextant plan --stack` proposes and simulate/run accept.
+  const spec::StackSupport* support = spec::stack_support(s);
+  if (support == nullptr) {
+    fmt::print("runs: not a shipped preset, so any plan (Sextant does not know this software)\n");
+    return;
+  }
+  fmt::print("runs:\n");
+  const spec::Json features = spec::to_json(*support);
+  for (std::string_view key : spec::stack_support_keys()) {
+    const spec::Json& value = features.at(std::string(key));
+    std::string text = value.is_array() && value.empty() ? "none" : value.dump();
+    if (value.is_array() && !value.empty()) {
+      std::vector<std::string> items;
+      for (const spec::Json& v : value)
+        items.push_back(v.is_string() ? v.get<std::string>() : v.dump());
+      text = fmt::format("{}", fmt::join(items, ","));
+    }
+    auto from = support->sources.find(std::string(key));
+    fmt::print("  {:<24} {:<20} {}\n", key, text,
+               from == support->sources.end() ? "" : from->second);
+  }
 }
 
 }  // namespace

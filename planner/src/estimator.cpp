@@ -775,7 +775,8 @@ Estimator::PeakMemory Estimator::peak_memory(const spec::Plan& plan, const spec:
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan) {
-  return estimate(plan, spec::plan_stack(plan, cluster_->device.kind == spec::DeviceKind::kGpu));
+  return estimate(plan, spec::plan_stack(plan, cluster_->device.kind == spec::DeviceKind::kGpu,
+                                         model_->kind()));
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {

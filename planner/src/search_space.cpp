@@ -15,6 +15,7 @@
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::planner {
@@ -169,6 +170,40 @@ std::vector<int64_t> balanced_split(int64_t layers, int64_t chunks) {
 
 namespace {
 
+// What the request asks for by name (the model, the compute dtype, each compression, the
+// asynchronous pipeline) that the stack's software cannot run: an error, not a search that
+// silently leaves it out. Asked through the plan rule (spec::stack_support_problems) on probe
+// plans that use just that.
+void check_stack_request(const SearchRequest& r, const spec::Stack& stack, spec::Dtype compute) {
+  std::vector<spec::Plan> probes(1);
+  for (const spec::GradientCompression& c : r.compressions) {
+    spec::Plan p;
+    p.dp = 2;
+    p.compression = c;
+    probes.push_back(p);
+  }
+  if (r.asynchronous_pipelines) {
+    spec::Plan p;
+    p.pp = 2;
+    p.schedule = spec::Schedule::kPipeDream2BW;
+    probes.push_back(p);
+  }
+  Diagnostics diag("request");
+  std::vector<std::string> seen;
+  for (const spec::Plan& p : probes)
+    for (std::string& problem : spec::stack_support_problems(p, r.model, stack, compute)) {
+      if (std::find(seen.begin(), seen.end(), problem) != seen.end()) continue;
+      seen.push_back(problem);
+      diag.add("--stack", stack.preset, problem);
+    }
+  diag.throw_if_any();
+}
+
+template <typename T>
+bool has(const std::vector<T>& values, T value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
 // The request's stack and its variants (a feature the software has a flag for can be switched
 // off, TP overlap down to bulk, then none; the gradient bucket is also tried at a quarter and at
 // four times its size: fewer, larger buckets pay less latency, smaller ones leave less exposed
@@ -312,9 +347,10 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         std::find(out.compressions.begin(), out.compressions.end(), c) == out.compressions.end())
       out.compressions.push_back(c);
   // Every plan names its stack, so that a written plan predicts and runs the same way anywhere.
-  const spec::Stack stack = r.stack ? *r.stack
-                                    : spec::builtin_stack(spec::default_stack_name(
-                                          r.cluster.device.kind == spec::DeviceKind::kGpu));
+  const spec::Stack stack = r.stack
+                                ? *r.stack
+                                : spec::builtin_stack(spec::default_stack_name(
+                                      r.cluster.device.kind == spec::DeviceKind::kGpu, m.kind()));
   StackVariants variants = stack_variants(stack, r.tuning);
   out.stacks = std::move(variants.stacks);
   // A rank whose gradients fit in the smallest bucket reduces one bucket at every size: the
@@ -323,6 +359,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   spec::Plan probe;
   probe.dtype = r.dtype;
   const spec::Dtype compute = sim::step_precision(r.cluster, probe, stack).dtype;
+  check_stack_request(r, stack, sim::step_precision(r.cluster, probe, stack).gemm_dtype);
+  // What the stack's software runs (stacks/*.json "supports"; null: not a shipped preset, no
+  // limit): the search proposes nothing else (spec::plan_features lists the same features).
+  const spec::StackSupport* support = spec::stack_support(stack);
+  auto runs = [support](auto&& feature) { return support == nullptr || feature(*support); };
+  const std::string not_run = fmt::format("not run by the stack {}: ", stack.preset);
   const int64_t grad_bytes = spec::dtype_bytes(spec::gradient_dtype(stack, compute));
   std::map<int64_t, double> gradient_bytes_by_tp;
   auto most_gradient_bytes = [&](int64_t tp) {
@@ -360,7 +402,10 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   // Each doubling goes to the axis with the fewest ranks: rows first, then columns (h >= w), and
   // over a volume planes first (d >= h >= w: slabs, then pencils, then cubes).
   out.sample_splits.push_back({});
-  if (m.kind() == spec::ModelKind::kCnn) {
+  const bool may_split_maps = runs([](const spec::StackSupport& s) { return s.spatial; });
+  if (m.kind() == spec::ModelKind::kCnn && !may_split_maps)
+    reject(not_run + "spatial parallelism", kLayouts);
+  if (m.kind() == spec::ModelKind::kCnn && may_split_maps) {
     const int64_t limit =
         r.allow_tp_across_nodes ? r.gpus : std::min(r.gpus, r.cluster.devices_per_node);
     spec::SpatialSplit grid;
@@ -383,6 +428,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
   for (int64_t cp = 2; transformer && cp <= r.gpus && seq_len / cp >= kMinContextTokens; cp *= 2) {
     for (const auto& [name, algorithm] : spec::context_algorithm_names()) {
       if (!spec::context_attention_problem(cp, algorithm, stack.attention).empty()) continue;
+      if (!runs([a = algorithm](const spec::StackSupport& s) {
+            return has(s.context_parallel, a);
+          })) {
+        reject(not_run + fmt::format("context parallelism with {} attention", name), kLayouts);
+        continue;
+      }
       out.sample_splits.push_back({{}, cp, algorithm});
     }
   }
@@ -429,6 +480,20 @@ Enumeration enumerate_plans(const SearchRequest& r) {
         if (spec::tensor_parallel_problem(m, tp).empty()) tp_layouts.push_back(0);
         if (split_ranks == 1)
           for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
+        if (tp > 1 && !tp_layouts.empty()) {
+          // The layouts the stack runs: Megatron-LM's 1D split, AxoNN's grids.
+          const bool one_d = runs([](const spec::StackSupport& s) { return s.tensor_parallel; });
+          const bool grids = runs([](const spec::StackSupport& s) { return s.tensor_grid; });
+          std::erase_if(tp_layouts, [&](uint8_t g) { return g == 0 ? !one_d : !grids; });
+          if (tp_layouts.empty()) {
+            reject(not_run + "tensor parallelism", kLayouts);
+            continue;
+          }
+        }
+        if (pp > 1 && !runs([](const spec::StackSupport& s) { return !s.schedules.empty(); })) {
+          reject(not_run + "pipeline parallelism", kLayouts);
+          continue;
+        }
         if (tp_layouts.empty()) {
           const bool cnn = m.kind() == spec::ModelKind::kCnn;
           const bool unsplittable =
@@ -494,6 +559,16 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 }
               }
             }
+            if (pp > 1)
+              std::erase_if(schedules, [&](const std::pair<spec::Schedule, int64_t>& s) {
+                if (runs(
+                        [k = s.first](const spec::StackSupport& t) { return has(t.schedules, k); }))
+                  return false;
+                reject(not_run + fmt::format("the {} schedule",
+                                             spec::enum_name(spec::schedule_names(), s.first)),
+                       kSchedules);
+                return true;
+              });
             for (auto [schedule, v] : schedules) {
               // The splits into chunks: even, and balanced where that differs.
               std::vector<bool> splits = {false};
@@ -505,6 +580,22 @@ Enumeration enumerate_plans(const SearchRequest& r) {
               for (int zero = 0; zero <= 3; ++zero) {
                 if (zero >= 2 && pp > 1) {
                   reject("ZeRO-2/3 with pipeline parallelism", kZeroStages);
+                  continue;
+                }
+                // (Stage 0 on one replica is no data parallelism at all: any stack runs it. A
+                // stage above 0 on one replica only comes with offload, which the stack's stage
+                // list governs too, as spec::plan_features says.)
+                if ((zero > 0 || replicas > 1) &&
+                    !runs([zero](const spec::StackSupport& s) { return has(s.zero, zero); })) {
+                  reject(not_run + (zero == 0 ? std::string("DDP (ZeRO 0)")
+                                              : fmt::format("ZeRO-{}", zero)),
+                         kZeroStages);
+                  continue;
+                }
+                if (zero == 0 && replicas > 1 && (tp > 1 || pp > 1 || sample_split.cp > 1) &&
+                    !runs([](const spec::StackSupport& s) { return s.ddp_with_model_parallel; })) {
+                  reject(not_run + "DDP (ZeRO 0) beside tensor, pipeline or context parallelism",
+                         kZeroStages);
                   continue;
                 }
                 // What may live in host memory (Candidate::offload) under this stage. With one
@@ -522,10 +613,30 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                 if (may_offload && zero == 3) offloads.push_back(2);
                 if (schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
                   std::erase_if(offloads, [](uint8_t o) { return o != 0; });
+                // The state offloads the stack runs (to host memory, the planner's target).
+                std::erase_if(offloads, [&](uint8_t o) {
+                  if (o == 0) return false;
+                  const spec::OffloadKind kind = o == 1 ? spec::OffloadKind::kOptimizer
+                                                        : spec::OffloadKind::kOptimizerAndParams;
+                  if (runs([kind](const spec::StackSupport& s) {
+                        return has(s.offload, kind) &&
+                               has(s.offload_devices, spec::OffloadTarget::kHost);
+                      }))
+                    return false;
+                  reject(not_run + (o == 1 ? "offloading the optimizer state alone"
+                                           : "offloading the optimizer state and the parameters"),
+                         kZeroStages);
+                  return true;
+                });
                 if (offloads.empty()) continue;
                 for (bool sp : {false, true}) {
                   // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
                   if (sp && (tp == 1 || !transformer)) continue;
+                  if (sp &&
+                      !runs([](const spec::StackSupport& s) { return s.sequence_parallel; })) {
+                    reject(not_run + "sequence parallelism", kSequenceSplits);
+                    continue;
+                  }
                   if (sp && transformer &&
                       !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
                     reject("sequence parallelism needs tp to divide the sequence", kSequenceSplits);
@@ -570,11 +681,19 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                              spec::Recompute::kFull}) {
                     // Recompute re-runs transformer blocks only (spec::validate_plan).
                     if (rc != spec::Recompute::kNone && !transformer) continue;
+                    if (!runs([rc](const spec::StackSupport& s) { return has(s.recompute, rc); })) {
+                      reject(not_run + fmt::format("{} recompute",
+                                                   spec::enum_name(spec::recompute_names(), rc)),
+                             kSequenceSplits);
+                      continue;
+                    }
+                    const bool first_layers_only =
+                        runs([](const spec::StackSupport& s) { return s.recompute_layers; });
                     for (bool balanced : splits) {
                       // Full recompute of the first N layers of each chunk (Megatron-LM's block
                       // method) for N below the largest chunk; 0: every layer.
                       int64_t largest_chunk = 0;
-                      if (rc == spec::Recompute::kFull && transformer) {
+                      if (rc == spec::Recompute::kFull && transformer && first_layers_only) {
                         spec::Plan shape;
                         shape.pp = pp;
                         shape.virtual_stages = v;
@@ -600,9 +719,13 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                             std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
                         // Megatron-LM's activation offload: one stage, no recompute
                         // (TransformerConfig refuses it beside either), every block but the last.
-                        const bool act_offload = r.cluster.host && transformer && pp == 1 &&
-                                                 rc == spec::Recompute::kNone && layers >= 2 &&
-                                                 schedule != spec::Schedule::kPipeDream2BW;
+                        const bool act_offload =
+                            r.cluster.host && transformer && pp == 1 &&
+                            rc == spec::Recompute::kNone && layers >= 2 &&
+                            schedule != spec::Schedule::kPipeDream2BW &&
+                            runs([](const spec::StackSupport& s) {
+                              return has(s.offload, spec::OffloadKind::kActivations);
+                            });
                         for (uint8_t off : offloads)
                           for (bool act : {false, true}) {
                             if (act && !act_offload) continue;
@@ -643,6 +766,16 @@ Enumeration enumerate_plans(const SearchRequest& r) {
                                   (nt - (repeats_bulk ? 1 : 0)) * nd * ng * np * nb);
                               const auto configurations = static_cast<int64_t>(nc) * variants_here;
                               if (ep > 1) {
+                                if (!runs([](const spec::StackSupport& s) {
+                                      return s.expert_parallel;
+                                    }) ||
+                                    (zero == 0 && !runs([](const spec::StackSupport& s) {
+                                       return s.ddp_with_model_parallel;
+                                     }))) {
+                                  reject(not_run + "expert parallelism (or DDP beside it)",
+                                         kConfigurations, configurations);
+                                  continue;
+                                }
                                 if (!spec::expert_parallel_problem(shape_of()).empty()) {
                                   reject("ep with optimizer or parameter offload", kConfigurations,
                                          configurations);

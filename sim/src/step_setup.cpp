@@ -28,8 +28,9 @@ bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack) {
 
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                      const spec::Plan& plan) {
-  return step_setup(model, cluster, plan,
-                    spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu));
+  return step_setup(
+      model, cluster, plan,
+      spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind()));
 }
 
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,

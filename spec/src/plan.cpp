@@ -550,9 +550,9 @@ Json to_json(const Plan& p) {
   return j;
 }
 
-Stack plan_stack(const Plan& plan, bool gpu_cluster) {
+Stack plan_stack(const Plan& plan, bool gpu_cluster, ModelKind model) {
   if (plan.stack) return *plan.stack;
-  return builtin_stack(default_stack_name(gpu_cluster));
+  return builtin_stack(default_stack_name(gpu_cluster, model));
 }
 
 Plan read_plan_file(const std::string& path) {

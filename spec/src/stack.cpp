@@ -10,6 +10,7 @@
 
 #include "sextant/spec/embedded_file.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/stack_support.hpp"
 
 namespace sextant::spec {
 
@@ -207,6 +208,9 @@ Stack stack_from_json(const Json& json, const std::string& source) {
   s.preset = r.string("name").value_or("");
   s.description = r.string("description", Presence::kOptional).value_or("");
   read_knobs(r, s, Presence::kRequired);
+  // What the software runs (stack_support.hpp reads it; checked here so a bad file says so).
+  if (const Json* supports = r.value("supports", Presence::kOptional))
+    stack_support_from_json(*supports, source, "/supports");
   read_tunable(r, s);
   read_sources(r, s);
   r.finish();
@@ -278,6 +282,7 @@ Json stack_file_json(const Stack& s) {
   Json knobs = to_json(s);
   knobs.erase("preset");
   j.update(knobs);
+  if (const StackSupport* support = stack_support(s)) j["supports"] = to_json(*support);
   j["tunable"] = s.tunable;
   if (!s.sources.empty()) j["sources"] = s.sources;
   return j;
@@ -356,8 +361,9 @@ Dtype parameter_dtype(const Stack& stack, Dtype compute) {
   return stack.autocast ? Dtype::kFp32 : compute;
 }
 
-std::string_view default_stack_name(bool gpu_cluster) {
-  return gpu_cluster ? "megatron-core" : kExecutorStack;
+std::string_view default_stack_name(bool gpu_cluster, ModelKind model) {
+  if (!gpu_cluster) return kExecutorStack;
+  return model == ModelKind::kTransformer ? "megatron-core" : "pytorch-ddp";
 }
 
 }  // namespace sextant::spec

@@ -9,7 +9,13 @@
 set -euo pipefail
 root="$1"
 out="$2"
-json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --repeats 1 --extra-rounds 1 --force --quiet-wait 0 --out "$out" 2>/dev/null)
+# (Progress goes to stderr; kept, and shown when the loop fails, so a failure says why.)
+if ! json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --repeats 1 --extra-rounds 1 --force \
+    --quiet-wait 0 --out "$out" 2>"$out-stderr.txt"); then
+  echo "calibrate-local.sh failed:" >&2
+  tail -n 30 "$out-stderr.txt" >&2
+  exit 1
+fi
 python3 - "$json" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])

@@ -17,6 +17,7 @@
 #include "sextant/planner/scaling.hpp"
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 #include "test_clusters.hpp"
 #include "test_models.hpp"
@@ -574,10 +575,9 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
   // per replica; its configurations: zero 0-3; recompute none, selective, full of all layers and
   // of the first 1..23 (26 modes); below ZeRO-3 DP overlap on/off and three bucket sizes, under
   // ZeRO-1/2 also the gather on/off: 26 x (6 + 12 + 12 + 1) = 806 without offloading. The
-  // cluster has host memory, so ZeRO-1 and -2 also run with the optimizer offloaded (x 2) and
-  // ZeRO-3 with the optimizer, or the optimizer and the parameters, offloaded (x 3):
-  // 26 x (6 + 2 x 12 + 2 x 12 + 3 x 1) = 1482; and without recompute each of those 57 with the
-  // activations offloaded too (one stage): 1539.
+  // cluster has host memory, so ZeRO-1, -2 and -3 also run with the optimizer offloaded (x 2;
+  // Megatron-Core offloads no parameters): 26 x (6 + 2 x 12 + 2 x 12 + 2 x 1) = 1456; and without
+  // recompute each of those 56 with the activations offloaded too (one stage): 1512.
   int64_t dp16_mb4 = 0, not_offloaded = 0, activations = 0;
   for (const Candidate& c : all.candidates) {
     if (c.dp != 16 || c.micro_batch != 4) continue;
@@ -585,9 +585,9 @@ TEST(SearchSpace, VariesRecomputedLayersAndOverlapKnobsWhereTheyApply) {
     not_offloaded += c.offload == 0 && !c.offload_activations ? 1 : 0;
     activations += c.offload_activations ? 1 : 0;
   }
-  EXPECT_EQ(dp16_mb4, 1539);
+  EXPECT_EQ(dp16_mb4, 1512);
   EXPECT_EQ(not_offloaded, 806);
-  EXPECT_EQ(activations, 57);
+  EXPECT_EQ(activations, 56);
   EXPECT_EQ(all.stacks.size(), 3u * 2 * 2 * 2 * 3);
 
   // The stack's own list bounds it: Sextant's executor varies the gradient bucket and its overlap
@@ -767,6 +767,7 @@ std::vector<spec::Plan> compressed_plans(const Enumeration& all) {
 
 TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
   SearchRequest r = request("gpt2-124m", 8, 64);
+  r.stack = spec::builtin_stack("sextant");  // (runs every compression)
   for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
   spec::GradientCompression onebit;
   onebit.kind = spec::CompressionKind::kOnebit;
@@ -801,6 +802,7 @@ TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
 // links the planner picks PowerSGD over 1-bit, and prices it as the simulator does.
 TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
   SearchRequest r = request("gpt2-124m", 64, 512);
+  r.stack = spec::builtin_stack("sextant");  // (runs every compression)
   for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
   spec::GradientCompression onebit, power;
   onebit.kind = spec::CompressionKind::kOnebit;
@@ -820,6 +822,7 @@ TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
   // On a mixture of experts too (its router and experts are listed matrices), but not beside
   // expert parallelism (spec::compression_layout_problem).
   SearchRequest moe = request("moe-tiny", 4, 16);
+  moe.stack = r.stack;
   moe.compressions = {power};
   const std::vector<spec::Plan> compressed = compressed_plans(enumerate_plans(moe));
   for (const spec::Plan& p : compressed) EXPECT_EQ(p.ep, 1) << p.name();
@@ -830,6 +833,7 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   // ResNet-50 with 8 images per step on 32 GPUs: data parallelism reaches 8 of them; spatial
   // grids (up to a node of 8) and pipeline stages take the rest.
   SearchRequest r = request("resnet50", 32, 8);
+  r.stack = spec::builtin_stack("sextant");  // (Sextant's executor splits maps; PyTorch DDP not)
   const Enumeration all = enumerate_plans(r);
   ASSERT_EQ(all.sample_splits.size(), 4u);  // unsplit, 2x1, 2x2, 4x2
   EXPECT_EQ(all.sample_splits[3].spatial, (spec::SpatialSplit{4, 2}));
@@ -871,7 +875,8 @@ TEST(Planner, SpatialSplitsAreSearchedForCnns) {
 TEST(Planner, AVolumesGridsSplitItsPlanesFirst) {
   // The 3D U-Net (116 planes of 132 x 132) on a node of 8: slabs (d 2), then pencils (d 2 x h 2),
   // then cubes (2 x 2 x 2), each a grid its maps take.
-  const SearchRequest r = request("unet3d", 8, 2);
+  SearchRequest r = request("unet3d", 8, 2);
+  r.stack = spec::builtin_stack("sextant");
   const Enumeration all = enumerate_plans(r);
   ASSERT_EQ(all.sample_splits.size(), 4u);
   EXPECT_EQ(all.sample_splits[1].spatial, (spec::SpatialSplit{1, 1, 2}));
@@ -923,6 +928,7 @@ TEST(Planner, ChannelSplitsAreSearchedForCnns) {
   // tp also splits the channels of each block of a spatial split, and the estimator prices a
   // channel split, alone or with a spatial one, as the simulator.
   SearchRequest r = request("resnet50", 8, 8);
+  r.stack = spec::builtin_stack("sextant");  // (Sextant's executor splits channels)
   const Enumeration all = enumerate_plans(r);
   std::set<int64_t> tps;
   bool both = false;
@@ -1124,6 +1130,10 @@ TEST(Planner, TensorGridsAreSearchedAndPricedAsTheSimulatorPricesThem) {
   // tp grid the model divides, but 1 x tp x 1 (the 1D layout again); never with sequence
   // parallelism, ZeRO-3 or optimizer/parameter offload; "grid" bounds them.
   SearchRequest r = request("gpt2-350m", 8, 64);
+  // Megatron-AxoNN (Megatron-LM with AxoNN's grids, github.com/axonn-ai/Megatron-AxoNN): Megatron
+  // Core's knobs and flags under a name of its own, which no shipped preset's limits bind.
+  r.stack = spec::builtin_stack("megatron-core");
+  r.stack->preset = "megatron-axonn";
   r.constraints = {parse_constraint("pp=1"), parse_constraint("recompute_layers=0")};
   const Enumeration all = enumerate_plans(r);
   std::set<std::string> grids;
@@ -1183,6 +1193,7 @@ TEST(Planner, PipeDream2BWIsSearchedOnRequestAndPricedAsTheSimulatorPricesIt) {
   // Opt-in: it changes what the model learns. With it, every pp > 1 layout with at least pp
   // micro-batches also runs it, never with offload.
   SearchRequest r = request("gpt2-350m", 8, 64);
+  r.stack = spec::builtin_stack("sextant");  // (the only stack that runs it)
   r.constraints = {parse_constraint("recompute_layers=0"), parse_constraint("tp<=2")};
   const Enumeration sync = enumerate_plans(r);
   for (const Candidate& c : sync.candidates)
@@ -1305,6 +1316,88 @@ TEST(Planner, ActivationOffloadIsSearchedAndPricedAsTheSimulatorPricesIt) {
   EXPECT_TRUE(best.report.memory.fits);
   EXPECT_GT(best.report.memory.host_bytes, 0);
   EXPECT_LT(best.report.step_time_s, pcie.ranked.front().report.step_time_s);
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// What a stack's software cannot run is never proposed (stacks/*.json "supports", from the
+// stacks' own code: stacks/SOURCES.md), and what a request asks for by name is refused.
+TEST(Planner, AStackIsSearchedOnlyForWhatItRuns) {
+  // GPT-2 350M on 16 A100s with a host section: every stage, offload and layout is on the table.
+  SearchRequest r = request("gpt2-350m", 16, 64);
+  r.stack = spec::builtin_stack("torchtitan");
+  const Enumeration titan = enumerate_plans(r);
+  ASSERT_GT(titan.size(), 0u);
+  bool sharded_offload = false;
+  for (const Candidate& c : titan.candidates) {
+    const int64_t replicas = int64_t{c.dp} << c.split_log2;
+    EXPECT_NE(c.zero, 1);     // no optimizer-only sharding
+    EXPECT_NE(c.offload, 1);  // no optimizer-only offload
+    sharded_offload = sharded_offload || c.offload == 2;
+    if (c.zero == 0 && replicas > 1) {
+      EXPECT_TRUE(c.tp == 1 && c.pp == 1 && c.split_log2 == 0);
+    }
+  }
+  EXPECT_TRUE(sharded_offload);  // FSDP2's CPUOffloadPolicy is proposed
+  EXPECT_GT(titan.rejected.at("not run by the stack torchtitan: ZeRO-1"), 0);
+  EXPECT_GT(titan.rejected.at("not run by the stack torchtitan: offloading the optimizer state "
+                              "alone"),
+            0);
+  // DeepSpeed's pipeline engine runs 1F1B only, without sequence parallelism.
+  r.stack = spec::builtin_stack("deepspeed");
+  const Enumeration ds = enumerate_plans(r);
+  bool piped = false;
+  for (const Candidate& c : ds.candidates) {
+    if (c.pp > 1) {
+      piped = true;
+      EXPECT_EQ(c.schedule, static_cast<uint8_t>(spec::Schedule::k1F1B));
+    }
+    EXPECT_FALSE(c.sequence_parallel);
+  }
+  EXPECT_TRUE(piped);
+  // Megatron-Core has no GPipe; every plan it proposes passes the plan check.
+  r.stack = spec::builtin_stack("megatron-core");
+  const Enumeration core = enumerate_plans(r);
+  for (size_t i = 0; i < core.size(); i += 97) {
+    const spec::Plan p = core.plan(i);
+    EXPECT_NE(p.schedule, spec::Schedule::kGpipe);
+    EXPECT_TRUE(spec::stack_support_problems(p, r.model, *p.stack, spec::Dtype::kBf16).empty())
+        << p.name();
+  }
+  // Asked by name: refused with the stacks that run it.
+  spec::GradientCompression power;
+  power.kind = spec::CompressionKind::kPowersgd;
+  r.compressions = {power};
+  EXPECT_INPUT_ERROR(enumerate_plans(r),
+                     "the stack megatron-core does not run powersgd gradient compression; stacks "
+                     "that do: pytorch-ddp, pytorch-fsdp, sextant");
+  r.compressions.clear();
+  r.asynchronous_pipelines = true;
+  EXPECT_INPUT_ERROR(enumerate_plans(r), "pipedream-2bw schedule; stacks that do: sextant");
+  r.asynchronous_pipelines = false;
+  r.dtype = spec::Dtype::kFp16;
+  r.stack = spec::builtin_stack("torchtitan");
+  EXPECT_INPUT_ERROR(enumerate_plans(r), "the stack torchtitan does not run fp16 compute");
+}
+
+TEST(Planner, CnnsArePlannedOnAStackThatTrainsThem) {
+  // ResNet-50 on 8 A100s without a stack: PyTorch DDP, which splits neither maps nor channels.
+  SearchRequest r = request("resnet50", 8, 64);
+  const Enumeration ddp = enumerate_plans(r);
+  ASSERT_GT(ddp.size(), 0u);
+  EXPECT_EQ(ddp.stacks.front().preset, "pytorch-ddp");
+  for (const Candidate& c : ddp.candidates) {
+    EXPECT_EQ(c.tp, 1);
+    EXPECT_EQ(c.pp, 1);
+    EXPECT_EQ(c.split_log2, 0);
+    EXPECT_LE(c.zero, 1);
+  }
+  r.stack = spec::builtin_stack("megatron-core");
+  EXPECT_INPUT_ERROR(enumerate_plans(r), "the stack megatron-core does not run CNNs");
 }
 
 }  // namespace

@@ -232,8 +232,8 @@ Plan read_plan_file(const std::string& path);
 // plan's "compression" object is. Throws InputError naming `source` (the flag).
 GradientCompression compression_from_text(const std::string& text, const std::string& source);
 
-// The stack `plan` runs under: its own, or the default one of the cluster kind.
-Stack plan_stack(const Plan& plan, bool gpu_cluster);
+// The stack `plan` runs under: its own, or the default one of the cluster kind and model family.
+Stack plan_stack(const Plan& plan, bool gpu_cluster, ModelKind model = ModelKind::kTransformer);
 
 // What is wrong with overriding `model`'s sequence length with `seq_len` (not a transformer, a
 // learned position table shorter than it, longer than kMaxSeqLen of limits.hpp), or "" when nothing

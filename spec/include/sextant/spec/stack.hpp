@@ -14,6 +14,7 @@
 
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/model_spec.hpp"
 
 namespace sextant::spec {
 
@@ -177,8 +178,9 @@ Stack builtin_stack(std::string_view name, const std::string& source = "--stack"
 // The preset name, or a path to a sextant.stack/1 file.
 Stack resolve_stack_preset(const std::string& name_or_path);
 
-// The stack a plan without one runs under: Sextant's own executor on CPU clusters, the
-// Megatron-Core performance configuration on GPU clusters (the most common large-model stack).
-std::string_view default_stack_name(bool gpu_cluster);
+// The stack a plan without one runs under: Sextant's own executor on CPU clusters; on GPU
+// clusters the Megatron-Core performance configuration for transformers (the most common
+// large-model stack) and PyTorch DDP for CNNs and MLPs (which Megatron does not train).
+std::string_view default_stack_name(bool gpu_cluster, ModelKind model = ModelKind::kTransformer);
 
 }  // namespace sextant::spec

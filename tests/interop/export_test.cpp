@@ -1,0 +1,265 @@
+// `sextant export`: every setting written is a name recorded from the stack's own source with a
+// value in its domain, the values are the plan's (checked by hand on one plan per target), and
+// what a target cannot run or express is refused by name.
+#include "sextant/interop/export.hpp"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "expect_input_error.hpp"
+#include "sextant/interop/flag_facts.hpp"
+#include "sextant/models/zoo.hpp"
+
+namespace sextant::interop {
+namespace {
+
+spec::Plan plan(int64_t dp, int64_t tp, int64_t pp, int zero, int64_t mb, int64_t batch) {
+  spec::Plan p;
+  p.dp = dp;
+  p.tp = tp;
+  p.pp = pp;
+  p.zero = zero;
+  p.micro_batch = mb;
+  p.global_batch = batch;
+  return p;
+}
+
+std::map<std::string, spec::Json> settings_of(const Exported& e) {
+  std::map<std::string, spec::Json> m;
+  for (const Setting& s : e.settings) m[s.name] = s.value;
+  return m;
+}
+
+Exported exported(const spec::Plan& p, const char* model, const char* stack, Target target,
+                  spec::Dtype dtype = spec::Dtype::kBf16) {
+  const spec::ModelSpec m = models::zoo_model(model);
+  spec::validate_plan(p, m, p.world_size(), "test plan");
+  return export_plan(p, m, spec::builtin_stack(stack), dtype, target);
+}
+
+TEST(FlagFacts, EachFileNamesItsCommitAndEachNameItsLine) {
+  for (const auto& [name, target] : target_names()) {
+    const spec::Json& f = flag_facts(target);
+    EXPECT_TRUE(std::regex_match(f.at("commit").get<std::string>(), std::regex("[0-9a-f]{40}")))
+        << name;
+    EXPECT_FALSE(f.at("repository").get<std::string>().empty()) << name;
+    for (const auto& [key, fact] : f.at("names").items()) {
+      EXPECT_TRUE(std::regex_search(fact.value("source", ""), std::regex(":[0-9]+")))
+          << name << " " << key << " has no file:line";
+      EXPECT_FALSE(fact.value("type", "").empty()) << name << " " << key;
+    }
+  }
+}
+
+// Plans each target runs, across its layouts; every one exports to recorded names and values.
+TEST(Export, EverySettingIsARecordedNameWithAValueInItsDomain) {
+  struct Case {
+    spec::Plan plan;
+    const char* model;
+    const char* stack;
+    std::vector<Target> targets;
+    spec::Dtype dtype = spec::Dtype::kBf16;
+  };
+  std::vector<Case> cases;
+  const std::vector<Target> megatrons = {Target::kMegatronCore, Target::kMegatronLm, Target::kNemo};
+  const std::vector<Target> core = {Target::kMegatronCore, Target::kNemo};
+  {
+    spec::Plan p = plan(2, 4, 2, 1, 1, 64);  // 1F1B, SP, distributed optimizer, selective
+    p.sequence_parallel = true;
+    p.recompute = spec::Recompute::kSelective;
+    cases.push_back({p, "llama3-8b", "megatron-core", megatrons});
+    p.schedule = spec::Schedule::kInterleaved;
+    p.virtual_stages = 4;
+    p.recompute = spec::Recompute::kFull;
+    p.recompute_layers = 2;
+    cases.push_back({p, "llama3-8b", "megatron-core", megatrons, spec::Dtype::kFp16});
+    p.stage_layers = {};
+    spec::Plan q = plan(2, 2, 4, 1, 1, 64);  // shortened first and last stages
+    q.stage_layers = {7, 9, 9, 7};
+    q.sequence_parallel = true;
+    cases.push_back({q, "llama3-8b", "megatron-lm", megatrons});
+  }
+  {
+    spec::Plan p = plan(4, 1, 1, 3, 1, 32);  // Megatron-FSDP / FSDP2 / ZeRO-3, fp8
+    cases.push_back({p, "llama3-8b", "megatron-core", core, spec::Dtype::kFp8});
+    p.zero = 1;  // the optimizer offloaded, context parallelism over 2
+    p.offload.optimizer = spec::OffloadTarget::kHost;
+    p.cp = 2;
+    p.seq_len = 16384;
+    cases.push_back({p, "llama3-8b", "megatron-core", core});
+    spec::Plan act = plan(8, 1, 1, 1, 1, 32);
+    act.offload.activations = spec::OffloadTarget::kHost;
+    act.offload.activation_layers = 4;
+    cases.push_back({act, "llama3-8b", "megatron-core", {Target::kNemo}});
+    spec::Plan moe = plan(8, 1, 1, 1, 1, 32);
+    moe.ep = 8;
+    cases.push_back({moe, "mixtral-8x7b", "megatron-core", core});
+  }
+  {
+    spec::Plan p = plan(8, 1, 1, 3, 2, 64);  // TorchTitan's FSDP2, per-op SAC, compiled
+    p.recompute = spec::Recompute::kSelective;
+    cases.push_back({p, "llama3-8b", "torchtitan", {Target::kTorchtitan}});
+    cases.push_back({p, "llama3-8b", "torchtitan-compiled", {Target::kTorchtitan}});
+    p.zero = 2;
+    p.recompute = spec::Recompute::kFull;
+    cases.push_back({p, "llama3-8b", "torchtitan", {Target::kTorchtitan}, spec::Dtype::kFp8});
+    spec::Plan off = plan(8, 1, 1, 3, 1, 8);
+    off.offload.optimizer = off.offload.params = spec::OffloadTarget::kHost;
+    cases.push_back({off, "llama3-8b", "torchtitan", {Target::kTorchtitan}});
+    spec::Plan piped = plan(2, 2, 2, 0, 1, 32);  // DDP of 1 replica per tp x pp group
+    piped.dp = 1;
+    piped.global_batch = 16;
+    piped.sequence_parallel = true;
+    piped.schedule = spec::Schedule::kGpipe;
+    cases.push_back({piped, "llama3-8b", "torchtitan", {Target::kTorchtitan}});
+    piped.schedule = spec::Schedule::kInterleaved;
+    piped.virtual_stages = 2;
+    cases.push_back({piped, "llama3-8b", "torchtitan", {Target::kTorchtitan}});
+    spec::Plan cp = plan(1, 2, 1, 3, 1, 8);  // FSDP over the 2 context-parallel ranks
+    cp.sequence_parallel = true;
+    cp.cp = 2;
+    cp.cp_algorithm = spec::ContextAlgorithm::kAllGather;
+    cp.seq_len = 16384;
+    cases.push_back({cp, "llama3-8b", "torchtitan", {Target::kTorchtitan}});
+  }
+  {
+    for (int zero : {0, 1, 2, 3}) {
+      spec::Plan p = plan(8, 1, 1, zero, 2, 64);
+      p.recompute = zero == 2 ? spec::Recompute::kFull : spec::Recompute::kNone;
+      if (zero >= 1) p.offload.optimizer = spec::OffloadTarget::kHost;
+      if (zero == 3) p.offload.params = spec::OffloadTarget::kNvme;
+      cases.push_back({p,
+                       "llama2-7b",
+                       "deepspeed",
+                       {Target::kDeepspeed},
+                       zero == 1 ? spec::Dtype::kFp16 : spec::Dtype::kBf16});
+    }
+    spec::Plan piped = plan(2, 2, 2, 1, 1, 16);
+    cases.push_back({piped, "llama2-7b", "deepspeed", {Target::kDeepspeed}});
+  }
+  int exported_plans = 0;
+  for (const Case& c : cases)
+    for (Target t : c.targets) {
+      SCOPED_TRACE(std::string(spec::enum_name(target_names(), t)) + " " + c.plan.name());
+      const Exported e = exported(c.plan, c.model, c.stack, t, c.dtype);
+      EXPECT_EQ(facts_problems(e), std::vector<std::string>{});
+      EXPECT_FALSE(e.text.empty());
+      ++exported_plans;
+    }
+  EXPECT_EQ(exported_plans, 28);
+}
+
+TEST(Export, MegatronArgumentsAreThePlansValues) {
+  // Llama 3 8B (32 layers) on 16 GPUs: dp 2, tp 4 with SP, pp 2 interleaved in 2 chunks a stage
+  // (32 / (2 x 2) = 8 layers a chunk), the distributed optimizer, full recompute of every layer
+  // (uniform chunks of 1), bf16. The megatron-core stack's overlaps: grad reduce, param gather,
+  // TP; its bucket of 40M parameters' fp32 gradients in elements.
+  spec::Plan p = plan(2, 4, 2, 1, 1, 128);
+  p.sequence_parallel = true;
+  p.schedule = spec::Schedule::kInterleaved;
+  p.virtual_stages = 2;
+  p.recompute = spec::Recompute::kFull;
+  const Exported e = exported(p, "llama3-8b", "megatron-core", Target::kMegatronCore);
+  const std::map<std::string, spec::Json> s = settings_of(e);
+  EXPECT_EQ(s.at("--tensor-model-parallel-size"), 4);
+  EXPECT_EQ(s.at("--pipeline-model-parallel-size"), 2);
+  EXPECT_EQ(s.at("--num-layers-per-virtual-pipeline-stage"), 8);
+  EXPECT_EQ(s.at("--sequence-parallel"), true);
+  EXPECT_EQ(s.at("--use-distributed-optimizer"), true);
+  EXPECT_EQ(s.at("--recompute-granularity"), "full");
+  EXPECT_EQ(s.at("--recompute-method"), "uniform");
+  EXPECT_EQ(s.at("--recompute-num-layers"), 1);
+  EXPECT_EQ(s.at("--micro-batch-size"), 1);
+  EXPECT_EQ(s.at("--global-batch-size"), 128);
+  EXPECT_EQ(s.at("--seq-length"), 8192);
+  EXPECT_EQ(s.at("--bf16"), true);
+  EXPECT_EQ(s.at("--overlap-grad-reduce"), true);
+  EXPECT_EQ(s.at("--overlap-param-gather"), true);
+  EXPECT_EQ(s.at("--tp-comm-overlap"), true);
+  const spec::Stack core = spec::builtin_stack("megatron-core");
+  EXPECT_EQ(s.at("--ddp-bucket-size"), core.dp_bucket_bytes / 4);  // fp32 gradients
+  // The architecture: 4096 hidden, 14336 MLP, 32 heads, 8 key/value groups, SwiGLU, RMSNorm,
+  // rotary positions, untied embeddings, no biases.
+  EXPECT_EQ(s.at("--num-layers"), 32);
+  EXPECT_EQ(s.at("--hidden-size"), 4096);
+  EXPECT_EQ(s.at("--ffn-hidden-size"), 14336);
+  EXPECT_EQ(s.at("--num-query-groups"), 8);
+  EXPECT_EQ(s.at("--normalization"), "RMSNorm");
+  EXPECT_EQ(s.at("--position-embedding-type"), "rope");
+  EXPECT_EQ(s.count("--pipeline-model-parallel-size-virtual"), 0u);
+  EXPECT_NE(e.text.find("--tensor-model-parallel-size 4 \\\n"), std::string::npos) << e.text;
+  EXPECT_NE(e.text.find("--sequence-parallel \\\n"), std::string::npos);
+  EXPECT_EQ(e.text.back(), '\n');
+  // NeMo says the same in recipe paths: virtual stages counted as chunks, not layers.
+  const std::map<std::string, spec::Json> n =
+      settings_of(exported(p, "llama3-8b", "megatron-core", Target::kNemo));
+  EXPECT_EQ(n.at("trainer.strategy.tensor_model_parallel_size"), 4);
+  EXPECT_EQ(n.at("trainer.strategy.virtual_pipeline_model_parallel_size"), 2);
+  EXPECT_EQ(n.at("optim.config.use_distributed_optimizer"), true);
+  EXPECT_EQ(n.at("data.global_batch_size"), 128);
+}
+
+TEST(Export, TorchtitanAndDeepspeedFilesAreThePlansValues) {
+  // 8 GPUs of FSDP2 (ZeRO-3) at micro-batch 2 of 64: TorchTitan's local batch is the micro-batch,
+  // global 64 (it accumulates 64 / (2 x 8) = 4 micro-batches); per-op SAC.
+  spec::Plan p = plan(8, 1, 1, 3, 2, 64);
+  p.recompute = spec::Recompute::kSelective;
+  const Exported t = exported(p, "llama3-8b", "torchtitan", Target::kTorchtitan);
+  const std::map<std::string, spec::Json> s = settings_of(t);
+  EXPECT_EQ(s.at("parallelism.data_parallel_shard_degree"), 8);
+  EXPECT_EQ(s.at("parallelism.fsdp_reshard_after_forward"), "always");
+  EXPECT_EQ(s.at("activation_checkpoint.mode"), "selective");
+  EXPECT_EQ(s.at("activation_checkpoint.selective_ac_option"), "op");
+  EXPECT_EQ(s.at("training.local_batch_size"), 2);
+  EXPECT_EQ(s.at("training.global_batch_size"), 64);
+  EXPECT_EQ(s.at("training.mixed_precision_param"), "bfloat16");
+  EXPECT_EQ(s.at("training.mixed_precision_reduce"), "float32");  // grad_dtype fp32
+  EXPECT_NE(t.text.find("[parallelism]\ndata_parallel_shard_degree = 8\n"), std::string::npos)
+      << t.text;
+  EXPECT_NE(t.text.find("selective_ac_option = \"op\"\n"), std::string::npos);
+  // DeepSpeed ZeRO-3 with the optimizer on the host and the parameters on NVMe, 4 micro-batches.
+  spec::Plan d = plan(8, 1, 1, 3, 2, 64);
+  d.offload.optimizer = spec::OffloadTarget::kHost;
+  d.offload.params = spec::OffloadTarget::kNvme;
+  const Exported e = exported(d, "llama2-7b", "deepspeed", Target::kDeepspeed);
+  const spec::Json j = spec::Json::parse(e.text);
+  EXPECT_EQ(j["train_batch_size"], 64);
+  EXPECT_EQ(j["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ(j["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(j["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(j["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_EQ(j["zero_optimization"]["offload_param"]["device"], "nvme");
+  EXPECT_EQ(j["bf16"]["enabled"], true);
+}
+
+TEST(Export, WhatATargetCannotRunOrSayIsRefusedByName) {
+  spec::Plan z1 = plan(8, 1, 1, 1, 1, 32);
+  EXPECT_INPUT_ERROR(exported(z1, "llama3-8b", "torchtitan", Target::kTorchtitan),
+                     "the stack torchtitan does not run ZeRO-1");
+  spec::Plan act = plan(8, 1, 1, 1, 1, 32);
+  act.offload.activations = spec::OffloadTarget::kHost;
+  EXPECT_INPUT_ERROR(exported(act, "llama3-8b", "megatron-core", Target::kMegatronCore),
+                     "activation offload: no pretrain_gpt.py flag at core_v0.14.0");
+  spec::Plan sel = plan(8, 1, 1, 3, 1, 32);
+  sel.recompute = spec::Recompute::kSelective;
+  EXPECT_INPUT_ERROR(exported(sel, "llama3-8b", "megatron-core", Target::kTorchtitan),
+                     "selective recompute of the attention core (Megatron's)");
+  EXPECT_INPUT_ERROR(exported(sel, "llama3-8b", "torchtitan", Target::kMegatronCore),
+                     "Megatron's selective recompute re-runs the attention core");
+  spec::Plan gpipe = plan(1, 1, 4, 0, 1, 16);
+  gpipe.schedule = spec::Schedule::kGpipe;
+  EXPECT_INPUT_ERROR(exported(gpipe, "llama3-8b", "torchtitan", Target::kDeepspeed),
+                     "the stack deepspeed does not run pipeline parallelism with the gpipe "
+                     "schedule; stacks that do: sextant, torchtitan, torchtitan-compiled");
+  spec::Plan split = plan(1, 1, 4, 0, 1, 16);
+  split.stage_layers = {6, 10, 8, 8};
+  EXPECT_INPUT_ERROR(exported(split, "llama3-8b", "megatron-core", Target::kMegatronCore),
+                     "a layer split whose middle stages differ");
+  EXPECT_INPUT_ERROR(
+      exported(plan(8, 1, 1, 0, 1, 8), "resnet50", "pytorch-ddp", Target::kMegatronCore),
+      "the stack megatron-core does not run CNNs");
+}
+
+}  // namespace
+}  // namespace sextant::interop
