@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libopenmpi-dev openmpi-bin
   zlib1g-dev  # gzip-compressed traces (ours and PyTorch's)
+  libtomlplusplus-dev  # TorchTitan's TOML job configs (sextant import)
   clang  # the sanitizer build and the libFuzzer targets (scripts/fuzz.sh; libFuzzer comes with it)
   python3-matplotlib python3-pandas python3-nbconvert python3-nbclient python3-ipykernel jupyter-nbconvert
   python3-torch  # the independent reference the executor's losses are checked against

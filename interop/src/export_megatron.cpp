@@ -33,10 +33,6 @@ class Writer {
   ExportOutput& out_;
 };
 
-std::vector<std::string>& out_notes(Writer& w) {
-  return w.out().notes;
-}
-
 const char* cp_comm_type(spec::ContextAlgorithm a) {
   switch (a) {
     case spec::ContextAlgorithm::kAllGather:
@@ -152,10 +148,14 @@ void recompute(const ExportInput& in, Writer& w, ExportOutput& out) {
           "cpu_offloading fields); export --to nemo sets them");
       return;
     }
-    const int64_t layers = in.model.transformer().layers;
+    // Megatron offloads the first N < num_layers layers (transformer_config.py:808-823): every
+    // layer (activation_layers 0) it cannot.
+    if (p.offload.activation_layers == 0)
+      out.refused.push_back(
+          "offloading every layer's activations: Megatron offloads at most num_layers - 1 "
+          "(give --offload-activation-layers)");
     w.set({"", "model.config.cpu_offloading"}, true);
-    w.set({"", "model.config.cpu_offloading_num_layers"},
-          p.offload.activation_layers > 0 ? p.offload.activation_layers : layers - 1);
+    w.set({"", "model.config.cpu_offloading_num_layers"}, p.offload.activation_layers);
     w.set({"", "model.config.cpu_offloading_weights"}, false);  // as NeMo's perf helpers set it
   }
 }
@@ -172,12 +172,12 @@ void precision_and_batch(const ExportInput& in, Writer& w) {
       break;
     case spec::Dtype::kFp8:
       // Transformer Engine's hybrid recipe (e4m3 forward, e5m2 gradients) over bf16. NeMo-Run's
-      // command line knows bf16_mixed and fp16_mixed only: the fp8 plugin is set in Python.
-      if (w.nemo())
-        out_notes(w).push_back(
-            "fp8: recipe.trainer.plugins = bf16_with_fp8_mixed() in the recipe's Python "
-            "(NeMo-Run's "
-            "command line registers bf16_mixed and fp16_mixed only)");
+      // command line has the bf16_mixed and fp16_mixed factories only (mixed_precision.py:22,
+      // 39); bf16_with_fp8_mixed() is bf16_mixed with its fp8 field set.
+      if (w.nemo()) {
+        w.set({"", "trainer.plugins"}, "bf16_mixed");
+        w.set({"", "trainer.plugins.fp8"}, "hybrid");
+      }
       w.on({"--bf16", ""});
       w.set({"--fp8-format", ""}, "hybrid");
       break;

@@ -54,6 +54,28 @@ grep -qx "optim.config.use_distributed_optimizer=True" "$dir/nemo.txt" || fail "
 "$sextant" export --model llama3-8b --cluster dgx-h100 --plan "$dir/best.json" --to torchtitan \
   >/dev/null 2>"$dir/best.txt" || fail "the torchtitan plan does not export: $(cat "$dir/best.txt")"
 
+# ... and reads back as the same plan, which simulates.
+"$sextant" import "$dir/job.toml" --from torchtitan --model llama3-8b --gpus 8 \
+  --out "$dir/back.json" >"$dir/import.txt" 2>&1 || fail "import: $(cat "$dir/import.txt")"
+grep -q "dp8.tp1.pp1.z3.mb2.rc-sel (torchtitan stack)" "$dir/import.txt" ||
+  fail "import named another plan: $(cat "$dir/import.txt")"
+"$sextant" simulate --model llama3-8b --cluster dgx-h100 --plan "$dir/back.json" >/dev/null 2>&1 ||
+  fail "the imported plan does not simulate"
+"$sextant" export "${plan[@]}" --to megatron-core 2>/dev/null >"$dir/args.sh"
+"$sextant" import "$dir/args.sh" --from megatron-core --model llama3-8b --gpus 16 --json \
+  >"$dir/back.json" 2>&1 || fail "megatron import: $(cat "$dir/back.json")"
+python3 - "$dir/back.json" <<'PY' || fail "megatron import"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["name"] == "dp2.tp4.pp2.z1.mb1.sp.1f1b", r["name"]
+assert "--swiglu" in r["ignored"] and "--tensor-model-parallel-size" not in r["ignored"], r
+assert "--num-layers" not in r["ignored"], r  # read: checked against the model
+PY
+expect_error "--num-layers = 32: 80 as the model llama3-70b has it" \
+  "$sextant" import "$dir/args.sh" --from megatron-core --model llama3-70b --gpus 16
+expect_error "--from = titan: must be one of" \
+  "$sextant" import "$dir/args.sh" --from titan --model llama3-8b
+
 expect_error "the stack torchtitan does not run ZeRO-1" \
   "$sextant" export "${plan[@]}" --to torchtitan
 expect_error "activation offload: no pretrain_gpt.py flag" \
