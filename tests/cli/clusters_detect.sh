@@ -23,7 +23,10 @@ assert "flash2" in dev["attention_kernels"], dev.keys()
 if d["devices_per_node"] >= 2:
     assert 1 <= dev["co_run"]["matrix"] <= 10 and dev["co_run"]["devices"] == d["devices_per_node"]
 PY
-"$sextant" clusters show "$dir/cpu.json" | grep -q "made for: " || fail "clusters show names no CPU"
+# (Into a file first: `grep -q` leaving a pipe early would kill the writer, a failure under
+# pipefail that depends on timing.)
+"$sextant" clusters show "$dir/cpu.json" --wide >"$dir/show.txt" 2>&1
+grep -q "made for: " "$dir/show.txt" || fail "clusters show names no CPU: $(head -5 "$dir/show.txt")"
 "$sextant" simulate --model gpt-tiny --cluster "$dir/cpu.json" --dp 2 --global-batch 16 \
   --micro-batch 4 >"$dir/sim.txt" 2>&1 || fail "simulate on the detected file: $(cat "$dir/sim.txt")"
 
