@@ -11,7 +11,7 @@ kinds=(qsgd:bits=8 qsgd:bits=4 qsgd:bits=2 onebit topk:ratio=0.01 topk:ratio=0.0
 flags=()
 for k in "${kinds[@]}"; do flags+=(--compression "$k"); done
 crossovers() {
-  "$sextant" plan "$@" "${flags[@]}" --constraint zero=0 --constraint tp=1 --constraint pp=1 \
+  "$sextant" plan "$@" "${flags[@]}" --stack sextant --constraint zero=0 --constraint tp=1 --constraint pp=1 \
     --top 1 --quiet | sed -n '/when compression pays/,$p'
 }
 echo "GPT-2 350M on 16 and 64 A100s (dgx-a100: 8 per node, InfiniBand), 256 sequences a step"

@@ -6,13 +6,14 @@
 # bench/run.sh pipedream_2bw bench/pipedream_2bw_bench.sh.
 set -euo pipefail
 sextant="${1:-build/release/cli/sextant}"
-echo "Simulated (analytic network), one step in steady state, 8 A100s (dp x pp = 8), micro-batch 1:"
+echo "Simulated (analytic network), one step in steady state, 8 A100s (dp x pp = 8), micro-batch 1,"
+echo "under Sextant's executor's stack (the one that runs PipeDream-2BW):"
 for model in llama2-7b gpt3-1.3b; do
   for pp in 4 8; do
     for m in 8 32; do
       for schedule in 1f1b pipedream-2bw; do
         "$sextant" simulate --model "$model" --cluster dgx-a100 --gpus 8 --dp $((8 / pp)) --pp $pp \
-          --micro-batch 1 --global-batch $((m * 8 / pp)) --schedule $schedule --json |
+          --micro-batch 1 --global-batch $((m * 8 / pp)) --schedule $schedule --stack sextant --json |
           python3 -c 'import json, sys
 r = json.load(sys.stdin); b = r["breakdown_s"]; m = r["memory"]
 print("  %-10s %-26s step %7.3f s  bubble %6.3f s  weights %5.2f GiB  peak %5.1f GiB" % (
