@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "compare_log.hpp"
 #include "format.hpp"
 #include "sextant/loop/report_json.hpp"
 #include "sextant/loop/run_fit.hpp"
@@ -221,6 +222,7 @@ struct CompareFlags {
   std::string measured, predicted;
   bool json = false;
   bool strict = false;
+  CompareLogFlags log;  // --log: a stack's training log against the simulated step
 };
 
 void print_rows(const char* title, const std::vector<traces::Row>& rows) {
@@ -250,6 +252,20 @@ void print_mismatches(const std::vector<traces::OpMismatch>& ops) {
 }
 
 void run_compare(const CompareFlags& f) {
+  if (!f.log.log.empty()) {
+    if (!f.measured.empty() || !f.predicted.empty())
+      throw InputError("command line", "--log", f.log.log,
+                       "compares a log with a plan's simulated step: not with --measured and "
+                       "--predicted traces");
+    run_compare_log(f.log, f.json);
+    return;
+  }
+  for (const auto& [flag, value] :
+       {std::pair{"--measured", f.measured}, std::pair{"--predicted", f.predicted}})
+    if (value.empty())
+      throw InputError("command line", flag, "",
+                       "missing: give --measured and --predicted "
+                       "traces, or --log with the run's plan");
   spec::Trace m = spec::read_trace_file(f.measured);
   spec::Trace p = spec::read_trace_file(f.predicted);
   traces::Comparison c = traces::compare(m, p);
@@ -309,10 +325,12 @@ void add_calibrate_command(CLI::App& app) {
 
   auto c = std::make_shared<CompareFlags>();
   CLI::App* cmp =
-      app.add_subcommand("compare", "Predicted against measured, per op class and collective");
-  cmp->add_option("--measured", c->measured, "Measured trace (sextant run --trace)")->required();
-  cmp->add_option("--predicted", c->predicted, "Predicted trace (sextant simulate --trace)")
-      ->required();
+      app.add_subcommand("compare",
+                         "Predicted against measured: traces per op class and collective, or a "
+                         "stack's training log (--log) against the plan's simulated step");
+  cmp->add_option("--measured", c->measured, "Measured trace (sextant run --trace)");
+  cmp->add_option("--predicted", c->predicted, "Predicted trace (sextant simulate --trace)");
+  add_compare_log_flags(*cmp, c->log);
   cmp->add_flag("--strict", c->strict,
                 "Fail (exit 2) when an op is on one side only or differs in count or bytes");
   cmp->add_flag("--json", c->json, "Print JSON");
