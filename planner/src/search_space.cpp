@@ -484,9 +484,12 @@ Enumeration enumerate_plans(const SearchRequest& r) {
           // The layouts the stack runs: Megatron-LM's 1D split, AxoNN's grids.
           const bool one_d = runs([](const spec::StackSupport& s) { return s.tensor_parallel; });
           const bool grids = runs([](const spec::StackSupport& s) { return s.tensor_grid; });
+          // (Named by what the model allowed: a tp the heads do not divide only had grids.)
+          const bool had_one_d = tp_layouts.front() == 0;
           std::erase_if(tp_layouts, [&](uint8_t g) { return g == 0 ? !one_d : !grids; });
           if (tp_layouts.empty()) {
-            reject(not_run + "tensor parallelism", kLayouts);
+            reject(not_run + (had_one_d ? "tensor parallelism" : "3D tensor grids (AxoNN)"),
+                   kLayouts);
             continue;
           }
         }
