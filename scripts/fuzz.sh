@@ -15,7 +15,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-all_targets=(model cluster plan stack trace kineto nccl_tests checkpoint_manifest report calibrate)
+all_targets=(model cluster plan stack trace kineto nccl_tests checkpoint_manifest report calibrate
+  training_log stack_config)
 seconds=60
 runs=""
 record=0
@@ -56,6 +57,7 @@ seed_dirs() {
     model) echo models/zoo; echo tests/data/hf ;;
     cluster) echo clusters ;;
     stack) echo stacks ;;
+    training_log) echo tests/data/logs ;;
   esac
 }
 failed=()

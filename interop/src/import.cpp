@@ -17,8 +17,11 @@ namespace {
 // "8" -> 8, "0.5" -> 0.5, anything else the text itself.
 spec::Json scalar(const std::string& word) {
   static const std::regex integer(R"(^-?[0-9]+$)"), real(R"(^-?[0-9]*\.[0-9]+([eE]-?[0-9]+)?$)");
-  if (std::regex_match(word, integer)) return std::stoll(word);
-  if (std::regex_match(word, real)) return std::stod(word);
+  try {
+    if (std::regex_match(word, integer)) return std::stoll(word);
+    if (std::regex_match(word, real)) return std::stod(word);
+  } catch (const std::out_of_range&) {  // beyond int64 or double: the text, refused where read
+  }
   return word;
 }
 

@@ -39,6 +39,9 @@ void read_layout(SettingsReader& r, const Names& n, int64_t layers, spec::Plan& 
     if (auto per = r.integer("--num-layers-per-virtual-pipeline-stage")) {
       p.schedule = spec::Schedule::kInterleaved;
       p.virtual_stages = layers / (p.pp * *per);
+      if (p.virtual_stages < 1 || layers % (p.pp * *per) != 0)
+        r.problem("--num-layers-per-virtual-pipeline-stage", std::to_string(*per),
+                  fmt::format("a divisor of the {} layers per pipeline stage", layers / p.pp));
     }
   } else if (auto v = r.integer("trainer.strategy.virtual_pipeline_model_parallel_size");
              v && *v > 1) {
@@ -49,7 +52,10 @@ void read_layout(SettingsReader& r, const Names& n, int64_t layers, spec::Plan& 
                            "trainer.strategy.num_layers_in_first_pipeline_stage"));
   auto last = r.integer(n("--decoder-last-pipeline-num-layers",
                           "trainer.strategy.num_layers_in_last_pipeline_stage"));
-  if ((first || last) && p.pp > 2) {
+  if ((first || last) && p.pp > layers) {
+    r.problem(n("--pipeline-model-parallel-size", "trainer.strategy.pipeline_model_parallel_size"),
+              std::to_string(p.pp), fmt::format("at most the model's {} layers", layers));
+  } else if ((first || last) && p.pp > 2) {
     // The middle stages share what the first and last leave evenly.
     const int64_t a = first.value_or(0), b = last.value_or(0);
     const int64_t middle = (layers - a - b) / (p.pp - 2);
@@ -131,7 +137,8 @@ void read_stack(SettingsReader& r, const Names& n, spec::Plan& p, spec::Stack& s
   if (p.replicas() > 1 && (p.zero == 1 || p.zero == 2))
     s.param_gather_overlap =
         r.on(n("--overlap-param-gather", "trainer.strategy.ddp.overlap_param_gather"));
-  if (auto bucket = r.integer(n("--ddp-bucket-size", "trainer.strategy.ddp.bucket_size")))
+  if (auto bucket =
+          r.integer(n("--ddp-bucket-size", "trainer.strategy.ddp.bucket_size"), 1, kMaxBucket))
     s.dp_bucket_bytes = *bucket * spec::dtype_bytes(spec::gradient_dtype(s, compute));
   if (p.tp > 1 && p.sequence_parallel && !n.nemo && !r.on("--tp-comm-overlap"))
     s.tp_overlap = spec::TpOverlap::kNone;
@@ -162,7 +169,7 @@ spec::Plan megatron_plan(SettingsReader& r, const spec::ModelSpec& model,
       seq && *seq != model.transformer().seq_len)
     p.seq_len = *seq;
   // The data-parallel replicas are the launcher's: what the GPUs leave of tp x pp x cp.
-  p.dp = data_parallel_from(gpus, p.tp * p.pp * p.cp, r);
+  p.dp = data_parallel_from(gpus, rank_product(p.tp, p.pp, p.cp), r);
   if (!gpus)
     r.problem("--gpus", "", "the devices the job is launched on (Megatron derives dp from them)");
   if (p.global_batch == 0)

@@ -23,15 +23,16 @@ void torchtitan_stages(SettingsReader& r, int64_t layers, spec::Plan& p) {
   // the last that many fewer; its defaults (1 fewer each) when the config says nothing.
   const auto per_stage = r.integer("parallelism.pipeline_parallel_layers_per_stage");
   const int64_t first_less =
-      r.integer("parallelism.pipeline_parallel_first_stage_less_layers", 0).value_or(1);
+      r.integer("parallelism.pipeline_parallel_first_stage_less_layers", 0, layers).value_or(1);
   const int64_t last_less =
-      r.integer("parallelism.pipeline_parallel_last_stage_less_layers", 0).value_or(1);
+      r.integer("parallelism.pipeline_parallel_last_stage_less_layers", 0, layers).value_or(1);
   const int64_t per_rank = p.schedule == spec::Schedule::kInterleaved ? 2 : 1;
   const int64_t stages =
       per_stage ? (layers + first_less + last_less + *per_stage - 1) / *per_stage : p.pp * per_rank;
-  if (stages % p.pp != 0) {
+  if (stages > layers || stages % p.pp != 0) {
     r.problem("parallelism.pipeline_parallel_layers_per_stage", std::to_string(*per_stage),
-              fmt::format("a stage count ({}) divisible by pp ({})", stages, p.pp));
+              fmt::format("a stage count ({}) divisible by pp ({}) and at most the layers", stages,
+                          p.pp));
     return;
   }
   p.virtual_stages = stages / p.pp;
@@ -71,7 +72,7 @@ spec::Plan torchtitan_plan(SettingsReader& r, const spec::ModelSpec& model,
   // FSDP2 over the leftover ranks unless the config replicates (-1 and absent: leftover).
   p.dp = replicate.value_or(1) > 1 ? *replicate
          : shard && *shard > 0     ? *shard
-                                   : data_parallel_from(gpus, p.tp * p.pp * p.cp, r);
+                                   : data_parallel_from(gpus, rank_product(p.tp, p.pp, p.cp), r);
   if (p.dp == 0) r.problem("--gpus", "", "the devices the job runs on (dp is their leftover)");
   const bool replicated = replicate.value_or(1) > 1;
   const auto reshard = r.text("parallelism.fsdp_reshard_after_forward");
@@ -133,14 +134,14 @@ spec::Plan deepspeed_plan(SettingsReader& r, const spec::ModelSpec& model,
   r.has("data_parallel_size");
   // The pipeline is built in code (PipelineModule(num_stages)): what the devices leave.
   if (gpus) {
-    const int64_t others = p.dp * p.tp * p.cp;
+    const int64_t others = rank_product(p.dp, p.tp, p.cp);
     if (others > 0 && *gpus % others == 0)
       p.pp = *gpus / others;
     else
       r.problem("--gpus", std::to_string(*gpus),
                 fmt::format("a multiple of dp x tp x sequence-parallel size ({})", others));
   }
-  p.zero = static_cast<int>(r.integer("zero_optimization.stage", 0).value_or(0));
+  p.zero = static_cast<int>(r.integer("zero_optimization.stage", 0, 3).value_or(0));
   auto device = [&](const std::string& name) {
     const auto d = r.text(name);
     return d == std::optional<std::string>("cpu")    ? spec::OffloadTarget::kHost
@@ -162,7 +163,7 @@ spec::Plan deepspeed_plan(SettingsReader& r, const spec::ModelSpec& model,
   spec::Stack stack = spec::builtin_stack("deepspeed");
   if (r.has("zero_optimization.overlap_comm"))
     stack.dp_overlap = r.on("zero_optimization.overlap_comm");
-  if (auto bucket = r.integer("zero_optimization.reduce_bucket_size"))
+  if (auto bucket = r.integer("zero_optimization.reduce_bucket_size", 1, kMaxBucket))
     stack.dp_bucket_bytes = *bucket * spec::dtype_bytes(spec::gradient_dtype(stack, *p.dtype));
   if (auto clip = r.number("gradient_clipping")) stack.grad_clip = *clip > 0;
   p.stack = stack;

@@ -2,6 +2,8 @@
 // read is reported as ignored, a value of the wrong type is an error naming it.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <map>
 #include <optional>
 #include <set>
@@ -10,6 +12,7 @@
 
 #include "sextant/interop/import.hpp"
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/limits.hpp"
 
 namespace sextant::interop::detail {
 
@@ -31,11 +34,15 @@ class SettingsReader {
     diag_.add(name, v.dump(), "a flag without a value, or true / false");
     return false;
   }
-  std::optional<int64_t> integer(const std::string& name, int64_t at_least = 1) {
+  // At most kMaxRanks: every count a config gives (degrees, batches, layers) is below it, and
+  // products of three stay far from overflow.
+  std::optional<int64_t> integer(const std::string& name, int64_t at_least = 1,
+                                 int64_t at_most = spec::kMaxRanks) {
     if (!has(name)) return std::nullopt;
     const spec::Json& v = values_[name];
-    if (v.is_number_integer() && v.get<int64_t>() >= at_least) return v.get<int64_t>();
-    diag_.add(name, v.dump(), "an integer >= " + std::to_string(at_least));
+    if (v.is_number_integer() && v.get<int64_t>() >= at_least && v.get<int64_t>() <= at_most)
+      return v.get<int64_t>();
+    diag_.add(name, v.dump(), fmt::format("an integer in [{}, {}]", at_least, at_most));
     return std::nullopt;
   }
   std::optional<double> number(const std::string& name) {
@@ -72,6 +79,15 @@ class SettingsReader {
   std::map<std::string, spec::Json> values_;
   std::set<std::string> used_;
 };
+
+// The most gradient elements a bucket setting may name (2^40: beyond any model's gradients).
+inline constexpr int64_t kMaxBucket = int64_t{1} << 40;
+
+// a x b x c, or 0 past kMaxRanks (no job launches more ranks; the product cannot overflow).
+inline int64_t rank_product(int64_t a, int64_t b, int64_t c) {
+  const double p = static_cast<double>(a) * static_cast<double>(b) * static_cast<double>(c);
+  return p > static_cast<double>(spec::kMaxRanks) ? 0 : a * b * c;
+}
 
 // dp from the devices the launcher gives and the degrees the config sets; 0 when unknown.
 int64_t data_parallel_from(std::optional<int64_t> gpus, int64_t others, SettingsReader& r);
