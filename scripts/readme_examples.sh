@@ -25,7 +25,9 @@ while IFS= read -r cmd; do
   line=${cmd%%#*}  # a trailing comment
   line=${line// --oversubscribe/}
   line=${line//mpirun -np/mpirun $mpirun_flags -np}
-  line=${line//sextant /$sextant }
+  # The command word only (the line's first, or mpirun's program), not a `--stack sextant` value.
+  line=${line/#sextant /$sextant }
+  line=${line// sextant run / $sextant run }
   ran=$((ran + 1))
   start=$(date +%s)
   if out=$(timeout 900 bash -c "$line" </dev/null 2>&1); then  # mpirun reads stdin
