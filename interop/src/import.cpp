@@ -170,6 +170,13 @@ int64_t data_parallel_from(std::optional<int64_t> gpus, int64_t others, Settings
 
 Imported import_plan(Target target, const std::string& text, const std::string& source,
                      const spec::ModelSpec& model, std::optional<int64_t> gpus) {
+  // A config is UTF-8 text (its names and values end up in JSON plans and messages): nlohmann's
+  // own check says where it is not.
+  try {
+    (void)spec::Json(text).dump();
+  } catch (const spec::Json::type_error& e) {
+    throw InputError(source, "", "", std::string("not UTF-8 text: ") + e.what());
+  }
   if (!model.is_transformer() && target != Target::kDeepspeed)
     throw InputError(source, "", model.name,
                      "a transformer: Megatron, NeMo and TorchTitan train no CNNs or MLPs");

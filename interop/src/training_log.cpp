@@ -65,12 +65,18 @@ std::optional<double> field(const std::string& line, const std::regex& pattern) 
 
 const std::string kNum = R"(([0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?))";
 
+// A step number: a whole number below 2^53, else -1 (not a step line this reader can take).
+int64_t step_number(std::optional<double> value) {
+  if (!value || !(*value >= 0 && *value < 0x1p53)) return -1;
+  return static_cast<int64_t>(*value);
+}
+
 LogStep megatron_step(const std::string& line) {
   static const std::regex step(R"(iteration\s+([0-9]+)\s*/)"),
       time("elapsed time per iteration \\(ms\\): " + kNum),
       tflops("throughput per GPU \\(TFLOP/s/GPU\\): " + kNum);
   LogStep s;
-  s.step = static_cast<int64_t>(field(line, step).value_or(-1));
+  s.step = step_number(field(line, step));
   s.step_time_s = field(line, time).value_or(-1) / 1e3;
   s.tflops_per_device = field(line, tflops).value_or(0);
   return s;
@@ -81,7 +87,7 @@ LogStep nemo_step(const std::string& line) {
       time("\\| train_step_timing in s: " + kNum), tflops("\\| TFLOPS_per_GPU: " + kNum),
       memory("\\| max_memory_reserved: " + kNum);
   LogStep s;
-  s.step = static_cast<int64_t>(field(line, step).value_or(-1));
+  s.step = step_number(field(line, step));
   s.step_time_s = field(line, time).value_or(0);
   s.tflops_per_device = field(line, tflops).value_or(0);
   s.memory_bytes = field(line, memory).value_or(0);
@@ -92,7 +98,7 @@ LogStep torchtitan_step(const std::string& line) {
   static const std::regex step(R"(step:\s*([0-9]+))"), tps("tps: " + kNum),
       tflops("tflops: " + kNum), mfu("mfu: " + kNum + "%"), memory("memory:\\s*" + kNum + "GiB");
   LogStep s;
-  s.step = static_cast<int64_t>(field(line, step).value_or(-1));
+  s.step = step_number(field(line, step));
   s.tokens_per_s = field(line, tps).value_or(-1);
   s.tflops_per_device = field(line, tflops).value_or(0);
   s.mfu = field(line, mfu).value_or(0) / 100;
@@ -106,11 +112,11 @@ LogStep deepspeed_step(const std::string& line) {
       pipe_time("iter time \\(s\\): " + kNum);
   LogStep s;
   if (line.find("/global_step=") != std::string::npos) {
-    s.step = static_cast<int64_t>(field(line, step).value_or(-1));
+    s.step = step_number(field(line, step));
     s.samples_per_s = field(line, samples).value_or(-1);
     s.memory_bytes = field(line, memory).value_or(0) * std::pow(2.0, 30);  // GB there is GiB
   } else {
-    s.step = static_cast<int64_t>(field(line, pipe_step).value_or(-1));
+    s.step = step_number(field(line, pipe_step));
     s.step_time_s = field(line, pipe_time).value_or(-1);
   }
   return s;
