@@ -109,7 +109,8 @@ fi
 if want build || [[ ! -x build/cuda/cli/sextant ]]; then
 step "build (CUDA, sm_90)"
 prefix=()
-[[ -d .device/cli11/usr ]] && prefix=(-DCMAKE_PREFIX_PATH="$root/.device/cli11/usr")
+[[ -d .device/cli11/usr ]] &&
+  prefix=(-DCMAKE_PREFIX_PATH="$root/.device/cli11/usr;$root/.device/tomlplusplus/usr")
 cmake -S . -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSEXTANT_ENABLE_CUDA=REQUIRE \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DSEXTANT_BUILD_BENCH=OFF "${prefix[@]}" >"$out/configure.log" 2>&1 &&
