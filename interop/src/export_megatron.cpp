@@ -26,7 +26,6 @@ class Writer {
   // A flag that takes no value (true) in pretrain_gpt.py and a boolean field in NeMo.
   void on(Name n) { set(n, true); }
   bool nemo() const { return nemo_; }
-  ExportOutput& out() { return out_; }
 
  private:
   bool nemo_;

@@ -199,7 +199,7 @@ Imported import_plan(Target target, const std::string& text, const std::string& 
       out.plan = detail::torchtitan_plan(r, model, gpus);
       break;
     case Target::kDeepspeed:
-      out.plan = detail::deepspeed_plan(r, model, gpus);
+      out.plan = detail::deepspeed_plan(r, gpus);
       break;
   }
   r.throw_if_any();

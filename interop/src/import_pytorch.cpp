@@ -114,8 +114,7 @@ spec::Plan torchtitan_plan(SettingsReader& r, const spec::ModelSpec& model,
   return p;
 }
 
-spec::Plan deepspeed_plan(SettingsReader& r, const spec::ModelSpec& model,
-                          std::optional<int64_t> gpus) {
+spec::Plan deepspeed_plan(SettingsReader& r, std::optional<int64_t> gpus) {
   spec::Plan p;
   p.micro_batch = r.integer("train_micro_batch_size_per_gpu").value_or(1);
   const int64_t steps = r.integer("gradient_accumulation_steps").value_or(1);
@@ -167,7 +166,6 @@ spec::Plan deepspeed_plan(SettingsReader& r, const spec::ModelSpec& model,
     stack.dp_bucket_bytes = *bucket * spec::dtype_bytes(spec::gradient_dtype(stack, *p.dtype));
   if (auto clip = r.number("gradient_clipping")) stack.grad_clip = *clip > 0;
   p.stack = stack;
-  (void)model;
   return p;
 }
 

@@ -96,7 +96,7 @@ spec::Plan megatron_plan(SettingsReader& r, const spec::ModelSpec& model,
                          std::optional<int64_t> gpus, bool nemo, Target target);
 spec::Plan torchtitan_plan(SettingsReader& r, const spec::ModelSpec& model,
                            std::optional<int64_t> gpus);
-spec::Plan deepspeed_plan(SettingsReader& r, const spec::ModelSpec& model,
-                          std::optional<int64_t> gpus);
+// (DeepSpeed's config names no layer counts: the model only shapes the plan's checks.)
+spec::Plan deepspeed_plan(SettingsReader& r, std::optional<int64_t> gpus);
 
 }  // namespace sextant::interop::detail
