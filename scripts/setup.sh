@@ -12,6 +12,7 @@ packages=(
   clang  # the sanitizer build and the libFuzzer targets (scripts/fuzz.sh; libFuzzer comes with it)
   python3-matplotlib python3-pandas python3-nbconvert python3-nbclient python3-ipykernel jupyter-nbconvert
   python3-torch  # the independent reference the executor's losses are checked against
+  munge slurmctld slurmd slurm-client  # the one-node Slurm of the launch test (tests/slurm)
 )
 
 missing=()

@@ -62,7 +62,7 @@ void run(const ExportOptions& o) {
     return;
   }
   if (o.out.empty()) {
-    fmt::print("{}", e.text);
+    std::cout << e.text << std::flush;  // machine text: std::cout is never wrapped
   } else {
     spec::write_file_atomically(o.out, e.text);
     fmt::print("{}: {} for {}\n", o.out, o.to, plan.name());

@@ -144,7 +144,7 @@ int64_t bucket_elements(const ExportInput& in) {
 }  // namespace detail
 
 Exported export_plan(const spec::Plan& plan, const spec::ModelSpec& model, const spec::Stack& stack,
-                     spec::Dtype compute, Target target) {
+                     spec::Dtype compute, Target target, std::optional<Trial> trial) {
   const std::string name(spec::enum_name(target_names(), target));
   Diagnostics diag("--to");
   // What the target's software cannot run at all, with the stacks that can.
@@ -153,7 +153,12 @@ Exported export_plan(const spec::Plan& plan, const spec::ModelSpec& model, const
     diag.add("", name, std::move(p));
   diag.throw_if_any();
   detail::ExportOutput out;
-  const detail::ExportInput in{plan, model, stack, compute};
+  if (trial && target == Target::kNemo)
+    diag.add("", name,
+             "a trial run: NeMo-Run starts and times its own jobs (nemo llm pretrain --executor "
+             "slurm with the overrides of `sextant export --to nemo`)");
+  diag.throw_if_any();
+  const detail::ExportInput in{plan, model, stack, compute, trial};
   switch (target) {
     case Target::kMegatronCore:
     case Target::kMegatronLm:

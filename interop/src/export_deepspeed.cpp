@@ -85,6 +85,15 @@ void deepspeed_settings(const ExportInput& in, ExportOutput& out) {
   batches_and_precision(in, out);
   zero(in, out);
   model_parallelism(in, out);
+  if (in.trial) {
+    // The engine's step lines every step, with its forward/backward/step timers.
+    out.set("steps_per_print", 1);
+    out.set("wall_clock_breakdown", true);
+    out.notes.push_back(fmt::format(
+        "a trial of {} steps: the training script stops after them and feeds its own (or "
+        "synthetic) batches; DeepSpeed reads neither from its config",
+        in.trial->steps));
+  }
   out.notes.push_back(
       fmt::format("launch on {} GPUs (deepspeed --num_gpus / --hostfile)", in.plan.world_size()));
 }

@@ -259,6 +259,16 @@ void architecture(const ExportInput& in, Writer& w, ExportOutput& out) {
     w.set({"--num-experts", ""}, t.moe->experts);
     w.set({"--moe-router-topk", ""}, t.moe->top_k);
   }
+  if (in.trial) {
+    // A trial times steps, so it trains on Megatron's generated tokens with no tokenizer files.
+    w.set({"--train-iters", ""}, in.trial->steps);
+    w.set({"--log-interval", ""}, 1);
+    w.on({"--log-throughput", ""});
+    w.on({"--mock-data", ""});
+    w.set({"--tokenizer-type", ""}, "NullTokenizer");
+    w.set({"--vocab-size", ""}, t.vocab);
+    return;
+  }
   out.notes.push_back(fmt::format(
       "the tokenizer: the model's vocabulary has {} entries (--tokenizer-type and its files, or "
       "--tokenizer-type NullTokenizer --vocab-size {} for synthetic data)",

@@ -14,6 +14,7 @@ struct ExportInput {
   const spec::ModelSpec& model;
   const spec::Stack& stack;
   spec::Dtype compute;
+  std::optional<Trial> trial;
 };
 
 struct ExportOutput {

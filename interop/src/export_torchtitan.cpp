@@ -134,6 +134,10 @@ void training(const ExportInput& in, ExportOutput& out) {
   if (in.compute == spec::Dtype::kFp8)
     out.set("model.converters", spec::Json::array({"quantize.linear.float8"}));
   if (in.stack.fusion == spec::Fusion::kCompiled) out.set("compile.enable", true);
+  if (in.trial) {
+    out.set("training.steps", in.trial->steps);
+    out.set("metrics.log_freq", 1);  // also the period of the console step lines
+  }
 }
 
 }  // namespace

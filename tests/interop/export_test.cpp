@@ -33,10 +33,11 @@ std::map<std::string, spec::Json> settings_of(const Exported& e) {
 }
 
 Exported exported(const spec::Plan& p, const char* model, const char* stack, Target target,
-                  spec::Dtype dtype = spec::Dtype::kBf16) {
+                  spec::Dtype dtype = spec::Dtype::kBf16,
+                  std::optional<Trial> trial = std::nullopt) {
   const spec::ModelSpec m = models::zoo_model(model);
   spec::validate_plan(p, m, p.world_size(), "test plan");
-  return export_plan(p, m, spec::builtin_stack(stack), dtype, target);
+  return export_plan(p, m, spec::builtin_stack(stack), dtype, target, trial);
 }
 
 TEST(FlagFacts, EachFileNamesItsCommitAndEachNameItsLine) {
@@ -156,6 +157,39 @@ TEST(Export, EverySettingIsARecordedNameWithAValueInItsDomain) {
       ++exported_plans;
     }
   EXPECT_EQ(exported_plans, 28);
+}
+
+// A trial (sextant launch --steps, tune) adds its length, a step line every step and, for
+// Megatron, generated data: recorded names too. NeMo-Run runs its own trials.
+TEST(Export, ATrialsSettingsAreRecordedNamesAndItsLength) {
+  const std::map<Target, std::vector<std::pair<std::string, spec::Json>>> want = {
+      {Target::kMegatronCore,
+       {{"--train-iters", 7},
+        {"--log-interval", 1},
+        {"--mock-data", true},
+        {"--tokenizer-type", "NullTokenizer"},
+        {"--vocab-size", 128256}}},
+      {Target::kMegatronLm, {{"--train-iters", 7}, {"--log-throughput", true}}},
+      {Target::kTorchtitan, {{"training.steps", 7}, {"metrics.log_freq", 1}}},
+      {Target::kDeepspeed, {{"steps_per_print", 1}, {"wall_clock_breakdown", true}}}};
+  int trials = 0;
+  for (const Case& c : export_cases())
+    for (Target t : c.targets) {
+      SCOPED_TRACE(std::string(spec::enum_name(target_names(), t)) + " " + c.plan.name());
+      if (t == Target::kNemo) {
+        EXPECT_INPUT_ERROR(exported(c.plan, c.model, c.stack, t, c.dtype, Trial{7}), "NeMo-Run");
+        continue;
+      }
+      const Exported e = exported(c.plan, c.model, c.stack, t, c.dtype, Trial{7});
+      EXPECT_EQ(facts_problems(e), std::vector<std::string>{});
+      const auto settings = settings_of(e);
+      for (const auto& [name, value] : want.at(t)) {
+        if (name == "--vocab-size" && std::string(c.model) != "llama3-8b") continue;
+        EXPECT_EQ(settings.count(name) ? settings.at(name) : spec::Json(), value) << name;
+      }
+      ++trials;
+    }
+  EXPECT_GT(trials, 20);
 }
 
 TEST(Export, MegatronArgumentsAreThePlansValues) {

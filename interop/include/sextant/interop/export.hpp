@@ -6,6 +6,7 @@
 // (spec::stack_support_problems with the target's preset), then what its flags cannot say.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,18 @@ struct Exported {
   std::vector<std::string> notes;  // what the user still does (launch size, tokenizer, ...)
 };
 
+// A short measured run of the plan (`sextant launch --steps`, `sextant tune`): the run's length,
+// a step line every step (what the log readers of training_log.hpp read) and synthetic data where
+// the stack makes it (Megatron's --mock-data). Where the stack's steps or data are the training
+// script's own (DeepSpeed), a note says so.
+struct Trial {
+  int64_t steps = 0;
+};
+
 // `plan` (already valid for `model`) for `target`, `stack` being the plan's stack (its overlap
 // and bucket knobs are written where the target has flags for them) and `compute` its compute
 // dtype. Throws InputError (source "--to") naming each feature the target cannot run or express.
 Exported export_plan(const spec::Plan& plan, const spec::ModelSpec& model, const spec::Stack& stack,
-                     spec::Dtype compute, Target target);
+                     spec::Dtype compute, Target target, std::optional<Trial> trial = std::nullopt);
 
 }  // namespace sextant::interop
