@@ -8,12 +8,14 @@
 #include "commands.hpp"
 #include "compare_log.hpp"
 #include "format.hpp"
+#include "sextant/interop/training_log.hpp"
 #include "sextant/loop/report_json.hpp"
 #include "sextant/loop/run_fit.hpp"
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "sextant/traces/calibration.hpp"
 #include "sextant/traces/compare.hpp"
 #include "sextant/traces/moe_load.hpp"
@@ -33,21 +35,24 @@ struct CalibrateFlags {
   std::vector<std::string> traces, nccl_tests, kineto;
   std::string out;
   std::string dtype;
-  std::string model, plan;  // what the --kineto trace ran: enables the whole-step class fit
-  std::string model_out;    // the traced mixture of experts with its measured load imbalance
+  std::string model, plan;  // what the --kineto traces and --log ran: the class fit, the check
+  std::vector<std::string> logs;  // stack training logs: measured steps the fit is checked on
+  std::string log_format;
+  std::string model_out;  // the traced mixture of experts with its measured load imbalance
   bool force = false;
   bool json = false;
 };
 
 void print_step_check(const loop::StepCheck& check) {
   if (check.rows.empty()) return;
-  fmt::print("  fitted plans, step time (the fit must hold on what it was fitted on):\n");
+  fmt::print("  measured plans, step time (fitted on, or logged: the fit must hold on them):\n");
   fmt::print("    {:<30} {:>4} {:>10} {:>17} {:>17}\n", "plan", "runs", "measured", "before",
              "after");
   for (const loop::StepCheckRow& r : check.rows)
-    fmt::print("    {:<30} {:>4} {:>10} {:>9} {:+6.1f}% {:>9} {:+6.1f}%\n", r.plan, r.runs,
-               human_seconds(r.measured_s), human_seconds(r.before_s), 100 * r.error_before(),
-               human_seconds(r.after_s), 100 * r.error_after());
+    fmt::print("    {:<30} {:>4} {:>10} {:>9} {:+6.1f}% {:>9} {:+6.1f}%\n",
+               r.logged ? r.plan + " (log)" : r.plan, r.runs, human_seconds(r.measured_s),
+               human_seconds(r.before_s), 100 * r.error_before(), human_seconds(r.after_s),
+               100 * r.error_after());
   fmt::print("    mean |error| {:.1f}% before, {:.1f}% after (worst {:.1f}%)\n",
              100 * check.mean_abs_error_before(), 100 * check.mean_abs_error_after(),
              100 * check.max_abs_error_after());
@@ -110,6 +115,30 @@ std::optional<MoeMeasure> measure_moe_load(
   return out;
 }
 
+// A stack's log as a measured step of `plan` (its stack: the plan's, else the cluster's
+// default), read as `sextant compare --log` reads it.
+loop::LoggedRun logged_run(const std::string& path, const std::string& format_name,
+                           const spec::ModelSpec& model, spec::Plan plan,
+                           const spec::ClusterSpec& cluster) {
+  std::optional<interop::LogFormat> format;
+  if (!format_name.empty()) {
+    format = spec::enum_from_name(interop::log_format_names(), format_name);
+    if (!format)
+      throw InputError("command line", "--log-format", format_name,
+                       "must be one of " + spec::enum_choices(interop::log_format_names()));
+  }
+  const interop::TrainingLog log =
+      interop::read_training_log(spec::read_text_file(path), path, format);
+  const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
+  if (!plan.stack) plan.stack = spec::plan_stack(plan, gpu, model.kind());
+  const int64_t samples = plan.global_batch;
+  const int64_t tokens =
+      model.is_transformer() ? samples * plan.seq_len.value_or(model.transformer().seq_len) : 0;
+  const double measured =
+      interop::measured_step_seconds(log, samples, tokens, plan.world_size(), path);
+  return loop::LoggedRun{path, model, std::move(plan), measured};
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   spec::ClusterSpec base = spec::resolve_cluster(f.cluster);
   loop::RunFitOptions options;
@@ -122,10 +151,13 @@ void run_calibrate(const CalibrateFlags& f) {
                      "(its dispatches' received rows)");
   if (!f.model.empty() != !f.plan.empty())
     throw InputError("command line", f.model.empty() ? "--model" : "--plan", "",
-                     "--model and --plan go together: what the --kineto trace ran");
-  if (!f.model.empty() && f.kineto.size() != 1)
-    throw InputError("command line", "--kineto", fmt::format("{} files", f.kineto.size()),
-                     "exactly one profiler trace with --model and --plan");
+                     "--model and --plan go together: what the --kineto traces and --log ran");
+  if (!f.model.empty() && f.kineto.empty() && f.logs.empty())
+    throw InputError("command line", "--model", f.model,
+                     "given with what it ran: --kineto traces (one per rank) or --log files");
+  if (!f.logs.empty() && f.model.empty())
+    throw InputError("command line", "--log", f.logs.front(),
+                     "given with --model and --plan: what the logged run trained");
   for (const std::string& t : f.nccl_tests) options.extra.append(traces::read_nccl_tests(t));
   for (const std::string& t : f.kineto) options.extra.append(traces::read_kineto(t));
   spec::Dtype dtype =
@@ -143,9 +175,14 @@ void run_calibrate(const CalibrateFlags& f) {
     const spec::Plan plan = spec::read_plan_file(f.plan);
     // Refused as `simulate` and `run` refuse it, naming the file.
     spec::validate_plan(plan, model, plan.world_size(), f.plan);
-    options.profiled =
-        loop::ProfiledStep{traces::kernel_times(spec::read_json_file(f.kineto[0]), f.kineto[0]),
-                           f.kineto[0], model, plan};
+    if (!f.kineto.empty()) {
+      std::vector<traces::KernelTimes> ranks;
+      for (const std::string& k : f.kineto)
+        ranks.push_back(traces::kernel_times(spec::read_json_file(k), k));
+      options.profiled = loop::ProfiledStep{traces::merge_ranks(ranks), f.kineto[0], model, plan};
+    }
+    for (const std::string& log : f.logs)
+      options.logged.push_back(logged_run(log, f.log_format, model, plan, base));
   }
   loop::RunFit result = loop::fit_runs(base, runs, options);
   traces::Calibration& c = result.calibration;
@@ -163,7 +200,9 @@ void run_calibrate(const CalibrateFlags& f) {
   if (f.json) {
     spec::Json out{{"out", refused.empty() || f.force ? f.out : ""},
                    {"refused", refused},
-                   {"calibrated_from", *c.cluster.calibrated_from}};
+                   {"calibrated_from", *c.cluster.calibrated_from},
+                   {"step_check", step_check_json(check)}};
+    if (class_fit) out["class_fit"] = class_fit_json(*class_fit);
     if (moe)
       out["moe_load"] = {{"imbalance", moe->load.imbalance},
                          {"worst", moe->load.worst},
@@ -306,15 +345,21 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--cluster", f->cluster, "Cluster to calibrate (name or file)")->required();
   cmd->add_option("--trace", f->traces, "Sextant traces (sextant run / bench --trace)");
   cmd->add_option("--nccl-tests", f->nccl_tests, "nccl-tests output ([kind:]file)");
-  cmd->add_option("--kineto", f->kineto, "PyTorch profiler traces (record_shapes=True)");
+  cmd->add_option("--kineto", f->kineto,
+                  "PyTorch profiler traces (record_shapes=True); with --model and --plan one per "
+                  "rank of the profiled run");
+  cmd->add_option("--log", f->logs,
+                  "Training logs of Megatron-LM, NeMo, TorchTitan or DeepSpeed of the run --model "
+                  "and --plan describe: checked, not fitted on");
+  cmd->add_option("--log-format", f->log_format,
+                  "megatron, nemo, torchtitan or deepspeed (default: detected)");
   cmd->add_option("--out", f->out, "Calibrated cluster file to write")->required();
   cmd->add_option("--dtype", f->dtype,
                   "Precision the measured ops ran in (default: bf16 GPU, fp32 CPU)");
   cmd->add_option("--model", f->model,
-                  "Model the --kineto trace trained (name or file): fits each op class's time "
-                  "per step against the trace's kernels (needs --plan)");
-  cmd->add_option("--plan", f->plan,
-                  "Plan file of the --kineto run (batch, stack with its knobs, dtype)");
+                  "Model the --kineto traces and --log run trained (name or file): fits each op "
+                  "class's time per step against the traces' kernels (needs --plan)");
+  cmd->add_option("--plan", f->plan, "Plan file of that run (batch, stack with its knobs, dtype)");
   cmd->add_option("--model-out", f->model_out,
                   "Write the traced mixture of experts with moe.load_imbalance set to the "
                   "routing skew its --trace measured (ep > 1, no capacity)");

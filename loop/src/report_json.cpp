@@ -33,6 +33,7 @@ spec::Json step_check_json(const loop::StepCheck& check) {
     rows.push_back({{"source", r.source},
                     {"plan", r.plan},
                     {"runs", r.runs},
+                    {"logged", r.logged},
                     {"measured_s", r.measured_s},
                     {"predicted_before_s", r.before_s},
                     {"predicted_after_s", r.after_s},

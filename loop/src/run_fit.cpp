@@ -27,6 +27,8 @@ RunFit fit_runs(const spec::ClusterSpec& base,
     fit.calibration.cluster = fit.class_fit->cluster;
   }
   fit.check = check_steps(runs, base, fit.calibration.cluster);
+  for (const LoggedRun& run : options.logged)
+    fit.check.rows.push_back(check_logged_run(run, base, fit.calibration.cluster));
   // A calibration that predicts its own measurements worse than the file it started from would
   // silently make every later prediction worse.
   fit.refused = refusal(fit.check);

@@ -111,6 +111,21 @@ StepCheck check_steps(const std::vector<std::pair<std::string, spec::Trace>>& tr
   return check;
 }
 
+StepCheckRow check_logged_run(const LoggedRun& run, const spec::ClusterSpec& before,
+                              const spec::ClusterSpec& after) {
+  sim::SimulationOptions options;
+  options.plan_source = run.source;
+  StepCheckRow row;
+  row.source = run.source;
+  row.plan = run.plan.name();
+  row.runs = 1;
+  row.logged = true;
+  row.measured_s = run.measured_s;
+  row.before_s = sim::simulate(run.model, before, run.plan, options).report.step_time_s;
+  row.after_s = sim::simulate(run.model, after, run.plan, options).report.step_time_s;
+  return row;
+}
+
 std::vector<std::string> op_warnings(const StepCheck& check) {
   std::vector<std::string> out;
   for (const StepCheckRow& r : check.rows) {

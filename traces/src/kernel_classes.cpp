@@ -78,4 +78,21 @@ KernelTimes kernel_times(const spec::Json& json, const std::string& source) {
   return out;
 }
 
+KernelTimes merge_ranks(const std::vector<KernelTimes>& ranks) {
+  KernelTimes out;
+  int64_t walls = 0;
+  for (const KernelTimes& r : ranks) {
+    for (const auto& [c, t] : r.seconds) out.seconds[c] += t;
+    for (const auto& [c, n] : r.counts) out.counts[c] += n;
+    out.steps += r.steps;
+    out.kernels += r.kernels;
+    if (r.wall_step_s > 0) {
+      out.wall_step_s += r.wall_step_s;
+      ++walls;
+    }
+  }
+  if (walls > 0) out.wall_step_s /= static_cast<double>(walls);
+  return out;
+}
+
 }  // namespace sextant::traces

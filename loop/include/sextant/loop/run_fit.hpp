@@ -33,6 +33,9 @@ struct RunFitOptions {
   spec::Dtype dtype = spec::Dtype::kFp32;  // the precision the measured ops ran in
   traces::Samples extra;                   // samples from other sources (nccl-tests, Kineto ops)
   std::optional<ProfiledStep> profiled;
+  // Runs known by their logs: not fitted on (a step time says nothing of which op took it), but
+  // checked like the fitted runs, so a fit that predicts them worse is refused.
+  std::vector<LoggedRun> logged;
 };
 
 struct RunFit {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
 #include "sextant/spec/trace.hpp"
 #include "sextant/traces/compare.hpp"
 
@@ -25,6 +27,7 @@ struct StepCheckRow {
   // Ops of the first run that the simulated step holds a different number of times (or not at
   // all): a fit of this run prices a program the simulator does not run. Empty when they agree.
   std::vector<traces::OpMismatch> mismatched_ops;
+  bool logged = false;  // a stack's training log: checked, not fitted on (it holds no ops)
   double error_before() const { return (before_s - measured_s) / measured_s; }
   double error_after() const { return (after_s - measured_s) / measured_s; }
 };
@@ -42,6 +45,18 @@ struct StepCheck {
 // measured step (benchmarks, predicted traces) are not rows.
 StepCheck check_steps(const std::vector<std::pair<std::string, spec::Trace>>& traces,
                       const spec::ClusterSpec& before, const spec::ClusterSpec& after);
+
+// A run known by its log alone (a stack's training log: its measured step, what it ran).
+struct LoggedRun {
+  std::string source;
+  spec::ModelSpec model;
+  spec::Plan plan;  // with the stack that ran it
+  double measured_s = 0;
+};
+// Its row: simulated with `before` and `after`. Throws InputError naming the log when the plan
+// cannot be simulated.
+StepCheckRow check_logged_run(const LoggedRun& run, const spec::ClusterSpec& before,
+                              const spec::ClusterSpec& after);
 
 // The plans whose simulated step does not hold the measured run's ops, one line each ("" if none):
 // the fit stands on times of ops the prediction prices differently, or not at all.

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/trace.hpp"
@@ -30,5 +31,10 @@ struct KernelTimes {
 
 // Throws InputError naming `source` when the trace has no GPU kernels.
 KernelTimes kernel_times(const spec::Json& json, const std::string& source);
+
+// The traces of one step's ranks (one profiler trace per rank of a multi-GPU run) as one: kernel
+// times, counts and optimizer steps summed, so that time per step is the mean over the ranks;
+// the wall step the mean of the ranks that have one.
+KernelTimes merge_ranks(const std::vector<KernelTimes>& ranks);
 
 }  // namespace sextant::traces
