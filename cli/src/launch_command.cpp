@@ -22,6 +22,7 @@
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/stack_support.hpp"
+#include "slurm_submit.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -92,31 +93,6 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
   return interop::sbatch_script(r, job);
 }
 
-// sbatch's output (the job id with --parsable), or an error naming why it failed.
-std::string submit(const std::string& script, bool wait) {
-  const std::string log = script + ".sbatch.log";
-  std::vector<std::string> args = {"sbatch", "--parsable"};
-  if (wait) args.push_back("--wait");
-  args.push_back(script);
-  // --wait returns when the job ends: a trial's length, bounded by the job's own --time.
-  const std::optional<int> rc = loop::run_child(args, log, 7 * 24 * 3600.0);
-  std::ifstream in(log);
-  std::string id, line;
-  while (std::getline(in, line))
-    if (!line.empty() && std::all_of(line.begin(), line.end(), [](char c) {
-          return std::isdigit(static_cast<unsigned char>(c)) || c == ';';
-        }))
-      id = line.substr(0, line.find(';'));  // --parsable: "ID" or "ID;CLUSTER"
-  std::filesystem::remove(log);
-  if (id.empty())
-    throw std::runtime_error(fmt::format("sbatch {} failed (exit {}): {}", script, rc.value_or(-1),
-                                         line.empty() ? "no output" : line));
-  if (rc.value_or(1) != 0)
-    throw std::runtime_error(fmt::format("job {} of {} failed (sbatch --wait exit {}); its log: {}",
-                                         id, script, rc.value_or(-1), line));
-  return id;
-}
-
 // After --wait: the job's measured step against the prediction.
 void report(const LaunchOptions& o, const spec::Plan& plan, const spec::ModelSpec& model,
             const spec::ClusterSpec& cluster, const std::string& base, const std::string& log) {
@@ -170,7 +146,7 @@ void run(LaunchOptions o) {
              r.ranks_per_node);
   if (!o.submit) return;
   fmt::print(stderr, "submitting {}{}\n", o.out, o.wait ? " and waiting for the job" : "");
-  const std::string id = submit(o.out, o.wait);
+  const std::string id = sbatch(o.out, o.wait);
   const std::string base = r.directory + "/" + r.job_name + "-" + id;
   std::string log = r.output.empty() ? base + ".out" : r.output;
   for (size_t at; (at = log.find("%j")) != std::string::npos;) log.replace(at, 2, id);

@@ -1,0 +1,300 @@
+// The budgeted trial loop (tune.hpp).
+#include "sextant/loop/tune.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "sextant/loop/report_json.hpp"
+#include "sextant/loop/run_fit.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/sim/simulator.hpp"
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/json_io.hpp"
+
+namespace sextant::loop {
+
+namespace {
+
+constexpr const char* kRecordSchema = "sextant.tune/1";
+
+void say(const TuneOptions& o, const std::string& line) {
+  if (o.say) o.say(line);
+}
+
+std::string record_path(const TuneOptions& o) {
+  return o.dir + "/tune.json";
+}
+
+spec::Json candidate_names(const std::vector<TrialPlan>& candidates) {
+  spec::Json names = spec::Json::array();
+  for (const TrialPlan& c : candidates) names.push_back(c.name);
+  return names;
+}
+
+void write_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates,
+                  const std::vector<TuneTrial>& trials) {
+  spec::Json rows = spec::Json::array();
+  for (const TuneTrial& t : trials)
+    rows.push_back({{"candidate", t.candidate},
+                    {"name", candidates[t.candidate].name},
+                    {"wall_s", t.wall_s},
+                    {"expected_s", t.expected_s},
+                    {"layout_guess", t.layout_guess}});
+  spec::write_file_atomically(
+      record_path(o),
+      spec::Json{
+          {"schema", kRecordSchema}, {"candidates", candidate_names(candidates)}, {"trials", rows}}
+              .dump(2) +
+          "\n");
+}
+
+// The trials an interrupted tune of the same candidates recorded, read back from their files.
+std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates) {
+  const std::string path = record_path(o);
+  if (!std::filesystem::exists(path)) return {};
+  const spec::Json j = spec::read_json_file(path);
+  if (j.value("schema", "") != kRecordSchema ||
+      j.value("candidates", spec::Json()) != candidate_names(candidates))
+    throw InputError(path, "/candidates", "",
+                     "the record of a tune of these candidates (another tune's record: give "
+                     "another directory, or remove it to start over)");
+  std::vector<TuneTrial> trials;
+  for (const spec::Json& row : j.at("trials")) {
+    TuneTrial t;
+    t.candidate = row.at("candidate").get<size_t>();
+    if (t.candidate >= candidates.size())
+      throw InputError(path, "/trials", row.dump(), "a candidate index");
+    t.wall_s = row.at("wall_s").get<double>();
+    t.expected_s = row.value("expected_s", 0.0);
+    t.layout_guess = row.value("layout_guess", false);
+    const Measurements m = read_rounds({candidates[t.candidate]}, o.dir, 1);
+    t.time = plan_time(m.runs[0]);
+    t.device_hours =
+        t.wall_s * static_cast<double>(candidates[t.candidate].plan.world_size()) / 3600;
+    trials.push_back(t);
+  }
+  return trials;
+}
+
+std::vector<double> predict(const spec::ClusterSpec& cluster,
+                            const std::vector<TrialPlan>& candidates,
+                            const std::vector<spec::ModelSpec>& models) {
+  std::vector<double> out;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    sim::SimulationOptions options;
+    options.plan_source = candidates[i].name;
+    out.push_back(
+        sim::simulate(models[i], cluster, candidates[i].plan, options).report.step_time_s);
+  }
+  return out;
+}
+
+// The cluster fitted to every measured trial, or `current` with the reason when the fit fails or
+// predicts its own runs worse.
+spec::ClusterSpec refit(const spec::ClusterSpec& base, const spec::ClusterSpec& current,
+                        const std::vector<TrialPlan>& candidates,
+                        const std::vector<TuneTrial>& trials, const TuneOptions& o,
+                        std::string& refused) {
+  std::vector<std::pair<std::string, spec::Trace>> runs;
+  for (const TuneTrial& t : trials) {
+    if (!t.time.measured) continue;
+    const std::string file =
+        run_base(o.dir, candidates[t.candidate].name, t.time.median_round) + ".measured.json";
+    if (std::filesystem::exists(file)) runs.emplace_back(file, spec::read_trace_file(file));
+  }
+  if (runs.empty()) return current;
+  try {
+    RunFitOptions options;
+    options.dtype = o.fit_dtype;
+    const RunFit fit = fit_runs(base, runs, options);
+    refused = fit.refused;
+    return fit.refused.empty() ? fitted_cluster(fit) : current;
+  } catch (const InputError& e) {
+    refused = e.what();
+    return current;
+  }
+}
+
+// A layout: what a plan runs apart from its micro-batch size (and recompute and stack knobs), so
+// that plans of one layout run the same collectives and the fit's error on one is the best guess
+// of its error on another.
+std::string layout_of(const spec::Plan& p) {
+  return fmt::format("dp{}.tp{}.pp{}.cp{}.ep{}.z{}.s{}.v{}.g{}x{}x{}", p.dp, p.tp, p.pp, p.cp, p.ep,
+                     p.zero, static_cast<int>(p.schedule), p.virtual_stages, p.tp_grid.x,
+                     p.tp_grid.y, p.tp_grid.z);
+}
+
+double rms(const std::vector<double>& errors) {
+  double sum = 0;
+  for (double e : errors) sum += e * e;
+  return errors.empty() ? 0 : std::sqrt(sum / static_cast<double>(errors.size()));
+}
+
+// The measured trial of `plan`'s layout with the micro-batch nearest its own (none: no such run).
+const TuneTrial* nearest_of_layout(const std::vector<TrialPlan>& candidates,
+                                   const std::vector<TuneTrial>& trials, const spec::Plan& plan) {
+  const auto distance = [&](const spec::Plan& p) {
+    return std::abs(std::log(static_cast<double>(p.micro_batch)) -
+                    std::log(static_cast<double>(plan.micro_batch)));
+  };
+  const TuneTrial* nearest = nullptr;
+  for (const TuneTrial& t : trials) {
+    const spec::Plan& ran = candidates[t.candidate].plan;
+    if (!t.time.measured || layout_of(ran) != layout_of(plan)) continue;
+    if (!nearest || distance(ran) < distance(candidates[nearest->candidate].plan)) nearest = &t;
+  }
+  return nearest;
+}
+
+// Each candidate's expected time and its margin. Measured: its time. One whose layout ran: the
+// fit's prediction times the measured-over-predicted ratio of that layout's run nearest in
+// micro-batch, within noise plus twice the RMS error such guesses made before their runs. Any
+// other: the fit's prediction, within noise plus twice the fit's RMS error on the runs.
+void expect(const std::vector<TrialPlan>& candidates, const std::vector<double>& predicted,
+            const std::vector<TuneTrial>& trials, double noise, TuneReport& r) {
+  std::vector<double> fit_errors, layout_errors;
+  for (const TuneTrial& t : trials) {
+    if (!t.time.measured) continue;
+    fit_errors.push_back(predicted[t.candidate] / t.time.measured_s - 1);
+    if (t.layout_guess) layout_errors.push_back(t.expected_s / t.time.measured_s - 1);
+  }
+  r.layout_margin = noise + 2 * rms(layout_errors);
+  r.new_layout_margin = noise + 2 * rms(fit_errors);
+  r.expected_s = predicted;
+  r.margin.assign(candidates.size(), r.new_layout_margin);
+  r.layout_guess.assign(candidates.size(), false);
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const TuneTrial* nearest = nearest_of_layout(candidates, trials, candidates[c].plan);
+    if (!nearest) continue;
+    if (nearest->candidate == c) {
+      r.expected_s[c] = nearest->time.measured_s;
+      r.margin[c] = 0;
+    } else {
+      r.expected_s[c] = predicted[c] * nearest->time.measured_s / predicted[nearest->candidate];
+      r.margin[c] = r.layout_margin;
+      r.layout_guess[c] = true;
+    }
+  }
+}
+
+std::optional<size_t> measured_best(const std::vector<TuneTrial>& trials) {
+  std::optional<size_t> best;
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (trials[i].time.measured &&
+        (!best || trials[i].time.measured_s < trials[*best].time.measured_s))
+      best = i;
+  return best;
+}
+
+// The device-hours of every candidate run once: the measured trials' walls, and for the others
+// the trials' mean start-up plus their steps at the calibrated prediction.
+double grid_device_hours(const std::vector<TrialPlan>& candidates,
+                         const std::vector<double>& predicted, const std::vector<TuneTrial>& trials,
+                         int64_t steps) {
+  std::map<size_t, double> wall;
+  double startup = 0;
+  int64_t measured = 0;
+  for (const TuneTrial& t : trials) {
+    wall[t.candidate] = t.wall_s;
+    if (t.time.measured) {
+      startup += std::max(0.0, t.wall_s - static_cast<double>(steps) * t.time.measured_s);
+      ++measured;
+    }
+  }
+  if (measured > 0) startup /= static_cast<double>(measured);
+  double hours = 0;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const double w = wall.count(c) ? wall[c] : startup + static_cast<double>(steps) * predicted[c];
+    hours += w * static_cast<double>(candidates[c].plan.world_size()) / 3600;
+  }
+  return hours;
+}
+
+TuneTrial run_trial(const std::vector<TrialPlan>& candidates, size_t c, Machine& machine,
+                    const TuneOptions& o, bool first) {
+  RoundOptions rounds;
+  rounds.repeats = 1;
+  rounds.steps = o.steps;
+  rounds.warm_up = first;  // the machine's first run (caches, page faults) is not a trial
+  rounds.extra_rounds = 0;
+  rounds.say = o.say;
+  const auto start = std::chrono::steady_clock::now();
+  const Measurements m = measure_rounds({candidates[c]}, machine, o.dir, rounds);
+  TuneTrial t;
+  t.candidate = c;
+  t.time = plan_time(m.runs[0]);
+  t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.device_hours = t.wall_s * static_cast<double>(candidates[c].plan.world_size()) / 3600;
+  return t;
+}
+
+}  // namespace
+
+TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& candidates,
+                Machine& machine, const TuneOptions& o) {
+  if (candidates.empty()) throw InputError("tune", "", "", "at least one candidate plan");
+  std::filesystem::create_directories(o.dir);
+  std::vector<spec::ModelSpec> models;
+  for (const TrialPlan& c : candidates) models.push_back(models::resolve_model(c.model));
+  TuneReport r;
+  r.cluster = base;
+  r.trials = read_record(o, candidates);
+  r.resumed_trials = static_cast<int64_t>(r.trials.size());
+  if (r.resumed_trials > 0) say(o, fmt::format("resuming: {} trials recorded", r.resumed_trials));
+  r.predicted_before_s = predict(base, candidates, models);
+  const int64_t max_trials =
+      o.max_trials > 0 ? o.max_trials : static_cast<int64_t>(candidates.size());
+  for (;;) {
+    r.cluster = refit(base, r.cluster, candidates, r.trials, o, r.fit_refused);
+    r.predicted_after_s = predict(r.cluster, candidates, models);
+    expect(candidates, r.predicted_after_s, r.trials, o.noise, r);
+    r.chosen = measured_best(r.trials);
+    r.device_hours = 0;
+    for (const TuneTrial& t : r.trials) r.device_hours += t.device_hours;
+    // The candidate expected fastest of those not run that could still beat the measured best.
+    std::vector<bool> tried(candidates.size(), false);
+    for (const TuneTrial& t : r.trials) tried[t.candidate] = true;
+    const double bar =
+        r.chosen ? r.trials[*r.chosen].time.measured_s : std::numeric_limits<double>::infinity();
+    std::optional<size_t> next;
+    for (size_t c = 0; c < candidates.size(); ++c)
+      if (!tried[c] && r.expected_s[c] * (1 - r.margin[c]) < bar &&
+          (!next || r.expected_s[c] < r.expected_s[*next]))
+        next = c;
+    if (!next) {
+      r.converged = r.chosen.has_value();
+      r.stopped = r.converged ? fmt::format(
+                                    "no candidate left that could beat the measured best (margins "
+                                    "{:.0f}% in a layout that ran, {:.0f}% in others)",
+                                    100 * r.layout_margin, 100 * r.new_layout_margin)
+                              : "every candidate was tried and none ran";
+      break;
+    }
+    if (static_cast<int64_t>(r.trials.size()) >= max_trials) {
+      r.stopped = fmt::format("the budget of {} trials is spent", max_trials);
+      break;
+    }
+    if (o.max_device_hours > 0 && r.device_hours >= o.max_device_hours) {
+      r.stopped = fmt::format("the budget of {:.3g} device-hours is spent", o.max_device_hours);
+      break;
+    }
+    say(o, fmt::format("trial {}: {} (expected {:.2f} ms; best measured so far {})",
+                       r.trials.size() + 1, candidates[*next].name, 1e3 * r.expected_s[*next],
+                       r.chosen ? fmt::format("{:.2f} ms", 1e3 * bar) : "none"));
+    TuneTrial t = run_trial(candidates, *next, machine, o, r.trials.empty());
+    t.expected_s = r.expected_s[*next];
+    t.layout_guess = r.layout_guess[*next];
+    r.trials.push_back(t);
+    write_record(o, candidates, r.trials);
+  }
+  r.grid_device_hours = grid_device_hours(candidates, r.predicted_after_s, r.trials, o.steps);
+  return r;
+}
+
+}  // namespace sextant::loop

@@ -1,0 +1,114 @@
+// The budgeted trial loop on a simulated machine whose true cluster differs from the file tuning
+// starts from: it must find the candidate the truth makes fastest, in fewer trials than a grid,
+// stop on its budget, and resume from its record. No timing: every run is a simulation.
+#include "sextant/loop/tune.hpp"
+
+#include <gtest/gtest.h>
+
+#include "sextant/spec/cluster_catalog.hpp"
+#include "simulated_machine.hpp"
+#include "test_models.hpp"
+
+namespace sextant::loop {
+namespace {
+
+// gpt-tiny on two ranks, global batch 16: dp, tp or pp 2 with micro-batches of 1 to 8.
+std::vector<TrialPlan> candidates() {
+  std::vector<TrialPlan> out;
+  for (auto [dp, tp, pp] : {std::tuple{2, 1, 1}, std::tuple{1, 2, 1}, std::tuple{1, 1, 2}})
+    for (int64_t mb : {1, 2, 4, 8}) {
+      spec::Plan p = test::make_plan(dp, tp, pp, mb, 16);
+      p.stack = spec::builtin_stack(spec::kExecutorStack);
+      out.push_back({p.name(), "gpt-tiny", p, false});
+    }
+  return out;
+}
+
+// Slower than its file in what the fit learns (as in the closed loop's test), and with GEMMs
+// slower still, so that the file's ranking is not the truth's.
+spec::ClusterSpec truth_of(const spec::ClusterSpec& nominal) {
+  spec::ClusterSpec truth = nominal;
+  truth.device.memory_efficiency *= 0.5;
+  for (spec::EfficiencyPoint& p : truth.device.gemm_efficiency) p.efficiency *= 0.6;
+  for (auto& level : truth.network.levels) level.bandwidth_GBps *= 0.02;
+  return truth;
+}
+
+double truth_step(const spec::ClusterSpec& truth, const TrialPlan& c) {
+  sim::SimulationOptions o;
+  return sim::simulate(models::zoo_model("gpt-tiny"), truth, c.plan, o).report.step_time_s;
+}
+
+TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
+  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
+  const spec::ClusterSpec truth = truth_of(nominal);
+  const std::vector<TrialPlan> c = candidates();
+  size_t fastest = 0;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (truth_step(truth, c[i]) < truth_step(truth, c[fastest])) fastest = i;
+  SimulatedMachine machine(truth);
+  TuneOptions o;
+  o.steps = 4;
+  o.dir = fresh_dir("tune");
+  const TuneReport r = tune(nominal, c, machine, o);
+  ASSERT_TRUE(r.chosen);
+  // The file's own best is not the truth's: the first trial alone cannot be the answer.
+  size_t file_best = 0;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (r.predicted_before_s[i] < r.predicted_before_s[file_best]) file_best = i;
+  EXPECT_NE(c[file_best].name, c[fastest].name);
+  EXPECT_TRUE(r.converged) << r.stopped;
+  EXPECT_EQ(c[r.trials[*r.chosen].candidate].name, c[fastest].name);
+  EXPECT_LE(r.trials.size(), c.size() / 3);
+  EXPECT_EQ(machine.runs, static_cast<int>(r.trials.size()) + 1);  // and the warm-up
+  // Every trial measured the truth's step; the fit took them.
+  for (const TuneTrial& t : r.trials)
+    EXPECT_NEAR(t.time.measured_s, truth_step(truth, c[t.candidate]), 1e-12);
+  EXPECT_EQ(r.fit_refused, "");
+  // Nothing left that could beat the best: each untried candidate's prediction, less the margin,
+  // is above the best measured time.
+  for (size_t i = 0; i < c.size(); ++i) {
+    bool tried = false;
+    for (const TuneTrial& t : r.trials) tried = tried || t.candidate == i;
+    if (tried) continue;
+    EXPECT_GE(r.expected_s[i] * (1 - r.margin[i]), r.trials[*r.chosen].time.measured_s)
+        << c[i].name;
+  }
+}
+
+TEST(Tune, StopsOnItsBudgetAndResumesFromItsRecord) {
+  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
+  const spec::ClusterSpec truth = truth_of(nominal);
+  const std::vector<TrialPlan> c = candidates();
+  SimulatedMachine machine(truth);
+  TuneOptions o;
+  o.steps = 4;
+  o.dir = fresh_dir("tune-resume");
+  o.max_trials = 1;
+  const TuneReport first = tune(nominal, c, machine, o);
+  EXPECT_EQ(first.trials.size(), 1u);
+  EXPECT_FALSE(first.converged);
+  EXPECT_EQ(first.stopped, "the budget of 1 trials is spent");
+  // The predicted best of the file it started from runs first.
+  size_t predicted_best = 0;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (first.predicted_before_s[i] < first.predicted_before_s[predicted_best]) predicted_best = i;
+  EXPECT_EQ(first.trials[0].candidate, predicted_best);
+
+  o.max_trials = 0;
+  const int runs_before = machine.runs;
+  const TuneReport second = tune(nominal, c, machine, o);
+  EXPECT_EQ(second.resumed_trials, 1);
+  EXPECT_EQ(second.trials[0].candidate, predicted_best);
+  EXPECT_TRUE(second.converged);
+  // The recorded trial is read back, not run again (and no second warm-up).
+  EXPECT_EQ(machine.runs - runs_before, static_cast<int>(second.trials.size()) - 1);
+
+  // Another tune's record in the directory is refused, naming it.
+  std::vector<TrialPlan> other = c;
+  other.pop_back();
+  EXPECT_THROW(tune(nominal, other, machine, o), InputError);
+}
+
+}  // namespace
+}  // namespace sextant::loop
