@@ -19,6 +19,7 @@ void add_plan_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_launch_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
 // `args`: the process arguments, to start mpirun with the same ones.
 void add_run_command(CLI::App& app, const std::vector<std::string>& args);
 void add_bench_command(CLI::App& app, const std::vector<std::string>& args);

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   sextant::cli::add_export_command(app);
   sextant::cli::add_import_command(app);
   sextant::cli::add_launch_command(app);
+  sextant::cli::add_tune_command(app);
   // The ranks mpirun starts for `run --np` get the same arguments, --wide included.
   std::vector<std::string> relaunch = args;
   if (wide) relaunch.emplace_back("--wide");

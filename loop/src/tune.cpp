@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "sextant/loop/report_json.hpp"
 #include "sextant/loop/run_fit.hpp"
@@ -121,15 +122,6 @@ spec::ClusterSpec refit(const spec::ClusterSpec& base, const spec::ClusterSpec& 
   }
 }
 
-// A layout: what a plan runs apart from its micro-batch size (and recompute and stack knobs), so
-// that plans of one layout run the same collectives and the fit's error on one is the best guess
-// of its error on another.
-std::string layout_of(const spec::Plan& p) {
-  return fmt::format("dp{}.tp{}.pp{}.cp{}.ep{}.z{}.s{}.v{}.g{}x{}x{}", p.dp, p.tp, p.pp, p.cp, p.ep,
-                     p.zero, static_cast<int>(p.schedule), p.virtual_stages, p.tp_grid.x,
-                     p.tp_grid.y, p.tp_grid.z);
-}
-
 double rms(const std::vector<double>& errors) {
   double sum = 0;
   for (double e : errors) sum += e * e;
@@ -152,32 +144,29 @@ const TuneTrial* nearest_of_layout(const std::vector<TrialPlan>& candidates,
   return nearest;
 }
 
-// Each candidate's expected time and its margin. Measured: its time. One whose layout ran: the
-// fit's prediction times the measured-over-predicted ratio of that layout's run nearest in
-// micro-batch, within noise plus twice the RMS error such guesses made before their runs. Any
-// other: the fit's prediction, within noise plus twice the fit's RMS error on the runs.
+// Each candidate's expected time: measured; or, when its layout ran, the fit's prediction times
+// the measured-over-predicted ratio of that layout's run nearest in micro-batch; or the fit's
+// prediction. With the RMS errors of the fit on the runs and of the in-layout guesses on the runs
+// they were made for (what to trust the expectations to).
 void expect(const std::vector<TrialPlan>& candidates, const std::vector<double>& predicted,
-            const std::vector<TuneTrial>& trials, double noise, TuneReport& r) {
+            const std::vector<TuneTrial>& trials, TuneReport& r) {
   std::vector<double> fit_errors, layout_errors;
   for (const TuneTrial& t : trials) {
     if (!t.time.measured) continue;
     fit_errors.push_back(predicted[t.candidate] / t.time.measured_s - 1);
     if (t.layout_guess) layout_errors.push_back(t.expected_s / t.time.measured_s - 1);
   }
-  r.layout_margin = noise + 2 * rms(layout_errors);
-  r.new_layout_margin = noise + 2 * rms(fit_errors);
+  r.fit_error = rms(fit_errors);
+  r.layout_guess_error = rms(layout_errors);
   r.expected_s = predicted;
-  r.margin.assign(candidates.size(), r.new_layout_margin);
   r.layout_guess.assign(candidates.size(), false);
   for (size_t c = 0; c < candidates.size(); ++c) {
     const TuneTrial* nearest = nearest_of_layout(candidates, trials, candidates[c].plan);
     if (!nearest) continue;
     if (nearest->candidate == c) {
       r.expected_s[c] = nearest->time.measured_s;
-      r.margin[c] = 0;
     } else {
       r.expected_s[c] = predicted[c] * nearest->time.measured_s / predicted[nearest->candidate];
-      r.margin[c] = r.layout_margin;
       r.layout_guess[c] = true;
     }
   }
@@ -236,6 +225,29 @@ TuneTrial run_trial(const std::vector<TrialPlan>& candidates, size_t c, Machine&
 
 }  // namespace
 
+// The plans of one layout run the same collectives, so the fit's error on one is the best guess of
+// its error on another.
+std::string layout_of(const spec::Plan& p) {
+  return fmt::format("dp{}.tp{}.pp{}.cp{}.ep{}.z{}.s{}.v{}.g{}x{}x{}", p.dp, p.tp, p.pp, p.cp, p.ep,
+                     p.zero, static_cast<int>(p.schedule), p.virtual_stages, p.tp_grid.x,
+                     p.tp_grid.y, p.tp_grid.z);
+}
+
+std::vector<size_t> spanning_candidates(const std::vector<spec::Plan>& ranked, size_t count) {
+  std::vector<size_t> out;
+  std::vector<bool> taken(ranked.size(), false);
+  std::set<std::string> layouts;
+  for (size_t i = 0; i < ranked.size() && out.size() < count; ++i)
+    if (layouts.insert(layout_of(ranked[i])).second) {
+      out.push_back(i);
+      taken[i] = true;
+    }
+  for (size_t i = 0; i < ranked.size() && out.size() < count; ++i)
+    if (!taken[i]) out.push_back(i);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& candidates,
                 Machine& machine, const TuneOptions& o) {
   if (candidates.empty()) throw InputError("tune", "", "", "at least one candidate plan");
@@ -253,26 +265,27 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
   for (;;) {
     r.cluster = refit(base, r.cluster, candidates, r.trials, o, r.fit_refused);
     r.predicted_after_s = predict(r.cluster, candidates, models);
-    expect(candidates, r.predicted_after_s, r.trials, o.noise, r);
+    expect(candidates, r.predicted_after_s, r.trials, r);
     r.chosen = measured_best(r.trials);
     r.device_hours = 0;
     for (const TuneTrial& t : r.trials) r.device_hours += t.device_hours;
-    // The candidate expected fastest of those not run that could still beat the measured best.
+    // The candidate expected fastest of those not run that is expected to beat the measured best
+    // by more than the noise.
     std::vector<bool> tried(candidates.size(), false);
     for (const TuneTrial& t : r.trials) tried[t.candidate] = true;
     const double bar =
         r.chosen ? r.trials[*r.chosen].time.measured_s : std::numeric_limits<double>::infinity();
     std::optional<size_t> next;
     for (size_t c = 0; c < candidates.size(); ++c)
-      if (!tried[c] && r.expected_s[c] * (1 - r.margin[c]) < bar &&
+      if (!tried[c] && r.expected_s[c] < bar * (1 - o.noise) &&
           (!next || r.expected_s[c] < r.expected_s[*next]))
         next = c;
     if (!next) {
       r.converged = r.chosen.has_value();
       r.stopped = r.converged ? fmt::format(
-                                    "no candidate left that could beat the measured best (margins "
-                                    "{:.0f}% in a layout that ran, {:.0f}% in others)",
-                                    100 * r.layout_margin, 100 * r.new_layout_margin)
+                                    "the expected best is the measured best within the noise "
+                                    "({:.0f}%); the fit is {:.1f}% off its runs (RMS)",
+                                    100 * o.noise, 100 * r.fit_error)
                               : "every candidate was tried and none ran";
       break;
     }

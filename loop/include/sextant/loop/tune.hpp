@@ -1,14 +1,12 @@
-// `sextant tune`: the budgeted trial loop. Of K candidate plans (the planner's best predictions),
-// run the one predicted fastest, fit the cluster file to every run so far (fit_runs: the same fit
-// and refusal as `sextant calibrate`), predict the candidates again, and repeat while a candidate
-// not yet run could still beat the measured best: its prediction, less the prediction's
-// uncertainty, under the best measured time. The uncertainty is closed_loop's rule for plans whose
-// rank is open: twice the RMS error of the fitted predictions on the runs plus the noise of a run.
-// A candidate whose layout (all but its micro-batch) already ran is expected at the fit's
-// prediction scaled by that run's measured-over-predicted ratio: plans of one layout run the same
-// collectives, so the fit's error on one is the best guess of its error on the other; its margin
-// is the noise plus twice the RMS error such guesses made before their own runs.
-// The trial count (and device-hours) a grid of every candidate would cost is what tuning saves.
+// `sextant tune`: the budgeted trial loop. Of K candidate plans (the best predictions of each
+// layout), run the one expected fastest, fit the cluster file to every run so far (fit_runs: the
+// same fit and refusal as `sextant calibrate`), expect the candidates again, and repeat until the
+// expected best is the measured best within the noise: no candidate not yet run is expected to
+// beat the best measured time by more than a run's noise. A candidate whose layout (all but its
+// micro-batch) already ran is expected at the fit's prediction scaled by that run's
+// measured-over-predicted ratio: plans of one layout run the same collectives, so the fit's error
+// on one is the best guess of its error on the other. What a grid of every candidate would cost is
+// what tuning saves.
 #pragma once
 
 #include <functional>
@@ -48,18 +46,24 @@ struct TuneReport {
   std::optional<size_t> chosen;            // the measured best trial (none when none ran)
   bool converged = false;                  // no candidate left that could beat the measured best
   std::string stopped;                     // why it stopped, in words
-  // Per candidate at the end: the expected time (measured, or guessed from a run of its layout,
-  // or the fit's prediction) and its relative margin; a candidate not run is left out when its
-  // expected time less the margin is above the measured best.
-  std::vector<double> expected_s, margin;
+  // Per candidate at the end: the expected time (measured; or guessed from a run of its layout,
+  // layout_guess; or the fit's prediction).
+  std::vector<double> expected_s;
   std::vector<bool> layout_guess;
-  double layout_margin = 0;      // noise + 2 x RMS error of the in-layout guesses before their runs
-  double new_layout_margin = 0;  // noise + 2 x RMS error of the fit on the runs
-  spec::ClusterSpec cluster;     // calibrated (the base when no fit held)
-  std::string fit_refused;       // why the last fit was not taken ("" when it was)
-  double device_hours = 0;       // the trials' (resumed ones included)
-  double grid_device_hours = 0;  // every candidate once: measured walls, the rest estimated
+  double fit_error = 0;           // RMS relative error of the fit's predictions of the runs
+  double layout_guess_error = 0;  // RMS relative error of in-layout guesses of the runs they chose
+  spec::ClusterSpec cluster;      // calibrated (the base when no fit held)
+  std::string fit_refused;        // why the last fit was not taken ("" when it was)
+  double device_hours = 0;        // the trials' (resumed ones included)
+  double grid_device_hours = 0;   // every candidate once: measured walls, the rest estimated
 };
+
+// A plan's layout: what it runs apart from its micro-batch size (and recompute and stack knobs).
+std::string layout_of(const spec::Plan& plan);
+
+// `count` candidates from `ranked` (best predicted first) that span its layouts: the best plan of
+// each layout in rank order, then the next best plans. Indices into `ranked`.
+std::vector<size_t> spanning_candidates(const std::vector<spec::Plan>& ranked, size_t count);
 
 TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& candidates,
                 Machine& machine, const TuneOptions& options);

@@ -1,0 +1,68 @@
+// Trials as Slurm jobs (slurm_machine.hpp).
+#include "slurm_machine.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "sextant/spec/json_io.hpp"
+#include "slurm_submit.hpp"
+
+namespace sextant::cli {
+
+namespace {
+
+// A trial's name as a job name: the characters Slurm and file names take.
+std::string job_name(const std::string& trial) {
+  std::string name = "sextant-" + trial;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  return name;
+}
+
+}  // namespace
+
+loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
+                                  const std::string& base) {
+  for (const char* ext : {".steps.jsonl", ".measured.json", ".disturbed"})
+    std::filesystem::remove(base + ext);
+  const std::string absolute = std::filesystem::absolute(base).lexically_normal().string();
+  interop::SlurmRequest r = options_.request;
+  const int64_t ranks = trial.plan.world_size();
+  r.job_name = job_name(std::filesystem::path(base).filename().string());
+  r.directory = std::filesystem::path(absolute).parent_path().string();
+  r.nodes = (ranks + options_.devices_per_node - 1) / options_.devices_per_node;
+  r.ranks_per_node = ranks / r.nodes;
+  r.gpus = options_.gpus;
+  r.output = absolute + ".log";
+  const interop::SextantJob job{
+      options_.sextant,
+      {"--model", trial.model, "--backend", options_.gpus ? "cuda" : "cpu", "--steps",
+       std::to_string(steps), "--quiet", "--trace", absolute + ".measured.json"},
+      spec::to_json(trial.plan).dump(2) + "\n"};
+  const std::string script = absolute + ".sbatch";
+  loop::RunResult failed;
+  try {
+    if (ranks % r.nodes != 0)
+      throw std::runtime_error(fmt::format("{} ranks do not fill {} nodes of {} alike", ranks,
+                                           r.nodes, options_.devices_per_node));
+    spec::write_file_atomically(script, interop::sbatch_script(r, job));
+    const std::string id = sbatch(script, true);
+    // The job wrote its steps as NAME-JOBID.steps.jsonl: where read_run looks for them.
+    std::filesystem::rename(fmt::format("{}/{}-{}.steps.jsonl", r.directory, r.job_name, id),
+                            base + ".steps.jsonl");
+  } catch (const std::exception& e) {
+    failed.status = fmt::format("failed: {}", e.what());
+    return failed;
+  }
+  return loop::read_run(base);
+}
+
+void SlurmMachine::pause(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace sextant::cli

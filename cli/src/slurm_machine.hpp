@@ -1,0 +1,33 @@
+// Trials as Slurm jobs (`sextant tune --slurm`): each trial is the batch script of `launch --slurm`
+// for Sextant's executor, submitted with `sbatch --wait`, its steps and measured trace written
+// where loop::read_run finds them. The cores' quiet check is the job's node's business: none here.
+#pragma once
+
+#include <string>
+
+#include "sextant/interop/slurm.hpp"
+#include "sextant/loop/trial.hpp"
+
+namespace sextant::cli {
+
+struct SlurmMachineOptions {
+  interop::SlurmRequest request;  // partition, account, time; name, directory and size per trial
+  int64_t devices_per_node = 1;   // of the cluster: a trial's ranks fill nodes of this many
+  bool gpus = false;              // the ranks are GPUs (--backend cuda, --gpus-per-node)
+  std::string sextant;            // the executable, as the nodes see it
+};
+
+class SlurmMachine : public loop::Machine {
+ public:
+  explicit SlurmMachine(SlurmMachineOptions options) : options_(std::move(options)) {}
+  loop::RunResult run(const loop::TrialPlan& trial, int64_t steps,
+                      const std::string& base) override;
+  std::string disturbance() override { return ""; }
+  void pause(double seconds) override;
+  bool benchmark(const std::string&) override { return false; }
+
+ private:
+  SlurmMachineOptions options_;
+};
+
+}  // namespace sextant::cli
