@@ -128,7 +128,7 @@ spec::Json report_json(const std::vector<loop::TrialPlan>& c, const loop::TuneRe
           {"converged", r.converged},
           {"stopped", r.stopped},
           {"fit_error", r.fit_error},
-          {"layout_guess_error", r.layout_guess_error},
+          {"prediction_error", r.prediction_error ? spec::Json(*r.prediction_error) : spec::Json()},
           {"fit_refused", r.fit_refused},
           {"device_hours", r.device_hours},
           {"grid_trials", c.size()},
@@ -153,8 +153,8 @@ void print_report(const std::vector<loop::TrialPlan>& c, const loop::TuneReport&
       "trials: {} of {} candidates ({} resumed); {:.4g} device-hours, a grid of every "
       "candidate ~{:.4g}\n",
       r.trials.size(), c.size(), r.resumed_trials, r.device_hours, r.grid_device_hours);
-  fmt::print("(*: guessed from a run of its layout; those guesses were {:.1f}% off their runs)\n",
-             100 * r.layout_guess_error);
+  fmt::print("(*: guessed from a run of its layout; the fit is {:.1f}% off its own runs)\n",
+             100 * r.fit_error);
   fmt::print("stopped: {}\n", r.stopped);
   if (!r.fit_refused.empty())
     fmt::print("warning: the last fit was not taken: {}\n", r.fit_refused);

@@ -4,17 +4,13 @@
 #include <fmt/format.h>
 
 #include "export_targets.hpp"
+#include "megatron_names.hpp"
 
 namespace sextant::interop::detail {
 
 namespace {
 
-// One Megatron setting under its two spellings: the pretrain_gpt.py flag and NeMo's recipe path
-// ("" where that form has none).
-struct Name {
-  const char* flag;
-  const char* nemo;
-};
+using Name = MegatronName;
 
 class Writer {
  public:
@@ -47,12 +43,9 @@ const char* cp_comm_type(spec::ContextAlgorithm a) {
 void layout(const ExportInput& in, Writer& w, ExportOutput& out) {
   const spec::Plan& p = in.plan;
   const int64_t layers = in.model.transformer().layers;
-  if (p.tp > 1)
-    w.set({"--tensor-model-parallel-size", "trainer.strategy.tensor_model_parallel_size"}, p.tp);
-  if (p.sequence_parallel) w.on({"--sequence-parallel", "trainer.strategy.sequence_parallel"});
-  if (p.pp > 1)
-    w.set({"--pipeline-model-parallel-size", "trainer.strategy.pipeline_model_parallel_size"},
-          p.pp);
+  if (p.tp > 1) w.set(kTensorModelParallelSize, p.tp);
+  if (p.sequence_parallel) w.on(kSequenceParallel);
+  if (p.pp > 1) w.set(kPipelineModelParallelSize, p.pp);
   if (p.schedule == spec::Schedule::kInterleaved && p.virtual_stages > 1) {
     if (!even_stages(in) || layers % p.chunks() != 0)
       out.refused.push_back(
@@ -71,15 +64,11 @@ void layout(const ExportInput& in, Writer& w, ExportOutput& out) {
       out.refused.push_back(
           "a layer split whose middle stages differ: Megatron sets the first and last stage's "
           "layers and splits the rest evenly");
-    w.set({"--decoder-first-pipeline-num-layers",
-           "trainer.strategy.num_layers_in_first_pipeline_stage"},
-          s.front());
-    w.set({"--decoder-last-pipeline-num-layers",
-           "trainer.strategy.num_layers_in_last_pipeline_stage"},
-          s.back());
+    w.set(kDecoderFirstPipelineNumLayers, s.front());
+    w.set(kDecoderLastPipelineNumLayers, s.back());
   }
   if (p.cp > 1) {
-    w.set({"--context-parallel-size", "trainer.strategy.context_parallel_size"}, p.cp);
+    w.set(kContextParallelSize, p.cp);
     // One value: every layer's (a list of num_layers values would set each layer's).
     if (w.nemo())
       w.set({"", "model.config.cp_comm_type"}, cp_comm_type(p.cp_algorithm));
@@ -90,7 +79,7 @@ void layout(const ExportInput& in, Writer& w, ExportOutput& out) {
     if (in.compute == spec::Dtype::kFp16)
       out.refused.push_back(
           "expert parallelism in fp16: Megatron refuses it (arguments.py:951-956)");
-    w.set({"--expert-model-parallel-size", "trainer.strategy.expert_model_parallel_size"}, p.ep);
+    w.set(kExpertModelParallelSize, p.ep);
   }
 }
 
@@ -99,8 +88,7 @@ void sharding(const ExportInput& in, Writer& w) {
   // ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP's sharding strategies; one
   // replica has nothing to shard, but the optimizer offload runs on the distributed optimizer.
   const bool sharded = p.replicas() > 1 || p.offload.state();
-  if (sharded && p.zero == 1)
-    w.on({"--use-distributed-optimizer", "optim.config.use_distributed_optimizer"});
+  if (sharded && p.zero == 1) w.on(kUseDistributedOptimizer);
   if (sharded && p.zero >= 2) {
     // Megatron-FSDP saves its checkpoints as DTensors only (arguments.py:619-639).
     if (w.nemo()) {
@@ -109,14 +97,12 @@ void sharding(const ExportInput& in, Writer& w) {
       w.on({"--use-megatron-fsdp", ""});
       w.set({"--ckpt-format", ""}, "fsdp_dtensor");
     }
-    w.set({"--data-parallel-sharding-strategy",
-           "trainer.strategy.ddp.data_parallel_sharding_strategy"},
-          p.zero == 2 ? "optim_grads" : "optim_grads_params");
+    w.set(kDataParallelShardingStrategy, p.zero == 2 ? "optim_grads" : "optim_grads_params");
   }
   if (p.offload.optimizer != spec::OffloadTarget::kNone) {
-    w.on({"--optimizer-cpu-offload", "optim.config.optimizer_cpu_offload"});
-    w.on({"--use-precision-aware-optimizer", "optim.config.use_precision_aware_optimizer"});
-    w.on({"--overlap-cpu-optimizer-d2h-h2d", "optim.config.overlap_cpu_optimizer_d2h_h2d"});
+    w.on(kOptimizerCpuOffload);
+    w.on(kUsePrecisionAwareOptimizer);
+    w.on(kOverlapCpuOptimizerD2hH2d);
   }
 }
 
@@ -127,14 +113,12 @@ void recompute(const ExportInput& in, Writer& w, ExportOutput& out) {
       out.refused.push_back(
           "selective recompute that saves the matmuls (TorchTitan's per-op policy): Megatron's "
           "selective recompute re-runs the attention core; plan with --stack megatron-core");
-    w.set({"--recompute-granularity", "model.config.recompute_granularity"}, "selective");
+    w.set(kRecomputeGranularity, "selective");
   } else if (p.recompute == spec::Recompute::kFull) {
-    w.set({"--recompute-granularity", "model.config.recompute_granularity"}, "full");
+    w.set(kRecomputeGranularity, "full");
     // Every layer: uniform chunks of one layer; the first N of each chunk: the block method.
-    w.set({"--recompute-method", "model.config.recompute_method"},
-          p.recompute_layers > 0 ? "block" : "uniform");
-    w.set({"--recompute-num-layers", "model.config.recompute_num_layers"},
-          p.recompute_layers > 0 ? p.recompute_layers : 1);
+    w.set(kRecomputeMethod, p.recompute_layers > 0 ? "block" : "uniform");
+    w.set(kRecomputeNumLayers, p.recompute_layers > 0 ? p.recompute_layers : 1);
   }
   if (p.offload.activations != spec::OffloadTarget::kNone) {
     if (p.pp > 1 || p.recompute != spec::Recompute::kNone)
@@ -183,27 +167,25 @@ void precision_and_batch(const ExportInput& in, Writer& w) {
     default:
       break;  // fp32: neither flag
   }
-  w.set({"--micro-batch-size", "data.micro_batch_size"}, in.plan.micro_batch);
-  w.set({"--global-batch-size", "data.global_batch_size"}, in.plan.global_batch);
-  w.set({"--seq-length", "data.seq_length"}, sequence_length(in));
+  w.set(kMicroBatchSize, in.plan.micro_batch);
+  w.set(kGlobalBatchSize, in.plan.global_batch);
+  w.set(kSeqLength, sequence_length(in));
 }
 
 // The stack's overlap knobs and bucket, where the layout uses them.
 void overlaps(const ExportInput& in, Writer& w, ExportOutput& out) {
   const spec::Plan& p = in.plan;
   const spec::Stack& s = in.stack;
-  if (p.replicas() > 1 && s.dp_overlap)
-    w.on({"--overlap-grad-reduce", "trainer.strategy.ddp.overlap_grad_reduce"});
+  if (p.replicas() > 1 && s.dp_overlap) w.on(kOverlapGradReduce);
   // (--overlap-param-gather needs --overlap-grad-reduce: arguments.py:559-563.)
   if (p.replicas() > 1 && (p.zero == 1 || p.zero == 2) && s.param_gather_overlap) {
     if (!s.dp_overlap)
       out.refused.push_back(
           "the parameter gather overlapped without the gradient reduce: Megatron's "
           "--overlap-param-gather needs --overlap-grad-reduce");
-    w.on({"--overlap-param-gather", "trainer.strategy.ddp.overlap_param_gather"});
+    w.on(kOverlapParamGather);
   }
-  if (p.replicas() > 1 && p.zero < 3)
-    w.set({"--ddp-bucket-size", "trainer.strategy.ddp.bucket_size"}, bucket_elements(in));
+  if (p.replicas() > 1 && p.zero < 3) w.set(kDdpBucketSize, bucket_elements(in));
   if (p.tp > 1 && p.sequence_parallel && s.tp_overlap != spec::TpOverlap::kNone) {
     if (w.nemo())
       out.notes.push_back(
@@ -218,8 +200,7 @@ void overlaps(const ExportInput& in, Writer& w, ExportOutput& out) {
       out.refused.push_back(
           "interleaved stages on 2 ranks with blocking transfers: Megatron's "
           "--no-overlap-p2p-communication needs pp > 2");
-    w.set({"--no-overlap-p2p-communication", "model.config.overlap_p2p_comm"},
-          w.nemo() ? spec::Json(false) : spec::Json(true));
+    w.set(kNoOverlapP2pCommunication, w.nemo() ? spec::Json(false) : spec::Json(true));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "import_settings.hpp"
+#include "megatron_names.hpp"
 
 namespace sextant::interop::detail {
 
@@ -10,7 +11,7 @@ namespace {
 
 struct Names {
   bool nemo;
-  std::string operator()(const char* flag, const char* path) const { return nemo ? path : flag; }
+  std::string operator()(MegatronName name) const { return nemo ? name.nemo : name.flag; }
 };
 
 spec::ContextAlgorithm cp_algorithm(const std::string& type, SettingsReader& r,
@@ -22,18 +23,13 @@ spec::ContextAlgorithm cp_algorithm(const std::string& type, SettingsReader& r,
 }
 
 void read_layout(SettingsReader& r, const Names& n, int64_t layers, spec::Plan& p) {
-  p.tp = r.integer(n("--tensor-model-parallel-size", "trainer.strategy.tensor_model_parallel_size"))
-             .value_or(1);
-  p.pp = r.integer(
-              n("--pipeline-model-parallel-size", "trainer.strategy.pipeline_model_parallel_size"))
-             .value_or(1);
-  p.sequence_parallel = r.on(n("--sequence-parallel", "trainer.strategy.sequence_parallel"));
-  p.cp =
-      r.integer(n("--context-parallel-size", "trainer.strategy.context_parallel_size")).value_or(1);
-  const std::string cp_name = n("--cp-comm-type", "model.config.cp_comm_type");
+  p.tp = r.integer(n(kTensorModelParallelSize)).value_or(1);
+  p.pp = r.integer(n(kPipelineModelParallelSize)).value_or(1);
+  p.sequence_parallel = r.on(n(kSequenceParallel));
+  p.cp = r.integer(n(kContextParallelSize)).value_or(1);
+  const std::string cp_name = n(kCpCommType);
   if (auto type = r.text(cp_name)) p.cp_algorithm = cp_algorithm(*type, r, cp_name);
-  p.ep = r.integer(n("--expert-model-parallel-size", "trainer.strategy.expert_model_parallel_size"))
-             .value_or(1);
+  p.ep = r.integer(n(kExpertModelParallelSize)).value_or(1);
   // Interleaving: layers per virtual stage (the flag) or chunks per rank (NeMo's field).
   if (!n.nemo) {
     if (auto per = r.integer("--num-layers-per-virtual-pipeline-stage")) {
@@ -48,13 +44,11 @@ void read_layout(SettingsReader& r, const Names& n, int64_t layers, spec::Plan& 
     p.schedule = spec::Schedule::kInterleaved;
     p.virtual_stages = *v;
   }
-  auto first = r.integer(n("--decoder-first-pipeline-num-layers",
-                           "trainer.strategy.num_layers_in_first_pipeline_stage"));
-  auto last = r.integer(n("--decoder-last-pipeline-num-layers",
-                          "trainer.strategy.num_layers_in_last_pipeline_stage"));
+  auto first = r.integer(n(kDecoderFirstPipelineNumLayers));
+  auto last = r.integer(n(kDecoderLastPipelineNumLayers));
   if ((first || last) && p.pp > layers) {
-    r.problem(n("--pipeline-model-parallel-size", "trainer.strategy.pipeline_model_parallel_size"),
-              std::to_string(p.pp), fmt::format("at most the model's {} layers", layers));
+    r.problem(n(kPipelineModelParallelSize), std::to_string(p.pp),
+              fmt::format("at most the model's {} layers", layers));
   } else if ((first || last) && p.pp > 2) {
     // The middle stages share what the first and last leave evenly.
     const int64_t a = first.value_or(0), b = last.value_or(0);
@@ -69,13 +63,12 @@ void read_layout(SettingsReader& r, const Names& n, int64_t layers, spec::Plan& 
 }
 
 void read_state(SettingsReader& r, const Names& n, spec::Plan& p) {
-  if (r.on(n("--use-distributed-optimizer", "optim.config.use_distributed_optimizer"))) p.zero = 1;
+  if (r.on(n(kUseDistributedOptimizer))) p.zero = 1;
   const bool fsdp = n.nemo
                         ? r.text("trainer.strategy.fsdp") == std::optional<std::string>("megatron")
                         : r.on("--use-megatron-fsdp");
   if (!n.nemo) r.has("--ckpt-format");  // (fsdp_dtensor with Megatron-FSDP: read, no plan field)
-  const std::string strategy_name = n("--data-parallel-sharding-strategy",
-                                      "trainer.strategy.ddp.data_parallel_sharding_strategy");
+  const std::string strategy_name = n(kDataParallelShardingStrategy);
   if (auto strategy = r.text(strategy_name); fsdp && strategy) {
     if (*strategy == "optim_grads")
       p.zero = 2;
@@ -84,31 +77,27 @@ void read_state(SettingsReader& r, const Names& n, spec::Plan& p) {
     else if (*strategy == "optim")
       p.zero = 1;
   }
-  if (r.on(n("--optimizer-cpu-offload", "optim.config.optimizer_cpu_offload")))
-    p.offload.optimizer = spec::OffloadTarget::kHost;
-  r.has(n("--use-precision-aware-optimizer", "optim.config.use_precision_aware_optimizer"));
-  r.has(n("--overlap-cpu-optimizer-d2h-h2d", "optim.config.overlap_cpu_optimizer_d2h_h2d"));
+  if (r.on(n(kOptimizerCpuOffload))) p.offload.optimizer = spec::OffloadTarget::kHost;
+  r.has(n(kUsePrecisionAwareOptimizer));
+  r.has(n(kOverlapCpuOptimizerD2hH2d));
   if (n.nemo && r.on("model.config.cpu_offloading")) {
     p.offload.activations = spec::OffloadTarget::kHost;
     p.offload.activation_layers = r.integer("model.config.cpu_offloading_num_layers").value_or(0);
     r.has("model.config.cpu_offloading_weights");
   }
-  const std::string granularity =
-      n("--recompute-granularity", "model.config.recompute_granularity");
+  const std::string granularity = n(kRecomputeGranularity);
   if (auto g = r.text(granularity)) {
     if (*g == "selective") {
       p.recompute = spec::Recompute::kSelective;
     } else if (*g == "full") {
       p.recompute = spec::Recompute::kFull;
-      const auto method = r.text(n("--recompute-method", "model.config.recompute_method"));
-      const auto count =
-          r.integer(n("--recompute-num-layers", "model.config.recompute_num_layers"));
+      const auto method = r.text(n(kRecomputeMethod));
+      const auto count = r.integer(n(kRecomputeNumLayers));
       // Uniform chunks of one layer recompute every layer; the block method the first N.
       if (method == std::optional<std::string>("block") && count)
         p.recompute_layers = *count;
       else if (count.value_or(1) != 1)
-        r.problem(n("--recompute-num-layers", "model.config.recompute_num_layers"),
-                  std::to_string(*count),
+        r.problem(n(kRecomputeNumLayers), std::to_string(*count),
                   "1 with the uniform method (chunks of several layers are not modelled)");
     } else {
       r.problem(granularity, *g, "full or selective");
@@ -132,13 +121,10 @@ spec::Dtype read_precision(SettingsReader& r, const Names& n) {
 
 void read_stack(SettingsReader& r, const Names& n, spec::Plan& p, spec::Stack& s,
                 spec::Dtype compute) {
-  if (p.replicas() > 1)
-    s.dp_overlap = r.on(n("--overlap-grad-reduce", "trainer.strategy.ddp.overlap_grad_reduce"));
+  if (p.replicas() > 1) s.dp_overlap = r.on(n(kOverlapGradReduce));
   if (p.replicas() > 1 && (p.zero == 1 || p.zero == 2))
-    s.param_gather_overlap =
-        r.on(n("--overlap-param-gather", "trainer.strategy.ddp.overlap_param_gather"));
-  if (auto bucket =
-          r.integer(n("--ddp-bucket-size", "trainer.strategy.ddp.bucket_size"), 1, kMaxBucket))
+    s.param_gather_overlap = r.on(n(kOverlapParamGather));
+  if (auto bucket = r.integer(n(kDdpBucketSize), 1, kMaxBucket))
     s.dp_bucket_bytes = *bucket * spec::dtype_bytes(spec::gradient_dtype(s, compute));
   if (p.tp > 1 && p.sequence_parallel && !n.nemo && !r.on("--tp-comm-overlap"))
     s.tp_overlap = spec::TpOverlap::kNone;
@@ -163,10 +149,9 @@ spec::Plan megatron_plan(SettingsReader& r, const spec::ModelSpec& model,
   read_state(r, n, p);
   const spec::Dtype compute = read_precision(r, n);
   p.dtype = compute;
-  p.micro_batch = r.integer(n("--micro-batch-size", "data.micro_batch_size")).value_or(1);
-  p.global_batch = r.integer(n("--global-batch-size", "data.global_batch_size")).value_or(0);
-  if (auto seq = r.integer(n("--seq-length", "data.seq_length"));
-      seq && *seq != model.transformer().seq_len)
+  p.micro_batch = r.integer(n(kMicroBatchSize)).value_or(1);
+  p.global_batch = r.integer(n(kGlobalBatchSize)).value_or(0);
+  if (auto seq = r.integer(n(kSeqLength)); seq && *seq != model.transformer().seq_len)
     p.seq_len = *seq;
   // The data-parallel replicas are the launcher's: what the GPUs leave of tp x pp x cp.
   p.dp = data_parallel_from(gpus, rank_product(p.tp, p.pp, p.cp), r);

@@ -23,6 +23,8 @@ namespace sextant::loop {
 namespace {
 
 constexpr const char* kRecordSchema = "sextant.tune/1";
+// An expectation off by this much leaves out only candidates expected 10x slower than the best.
+constexpr double kMaxDoubt = 0.9;
 
 void say(const TuneOptions& o, const std::string& line) {
   if (o.say) o.say(line);
@@ -46,7 +48,8 @@ void write_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates
                     {"name", candidates[t.candidate].name},
                     {"wall_s", t.wall_s},
                     {"expected_s", t.expected_s},
-                    {"layout_guess", t.layout_guess}});
+                    {"layout_guess", t.layout_guess},
+                    {"calibrated", t.calibrated}});
   spec::write_file_atomically(
       record_path(o),
       spec::Json{
@@ -74,6 +77,7 @@ std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<Trial
     t.wall_s = row.at("wall_s").get<double>();
     t.expected_s = row.value("expected_s", 0.0);
     t.layout_guess = row.value("layout_guess", false);
+    t.calibrated = row.value("calibrated", false);
     const Measurements m = read_rounds({candidates[t.candidate]}, o.dir, 1);
     t.time = plan_time(m.runs[0]);
     t.device_hours =
@@ -146,18 +150,23 @@ const TuneTrial* nearest_of_layout(const std::vector<TrialPlan>& candidates,
 
 // Each candidate's expected time: measured; or, when its layout ran, the fit's prediction times
 // the measured-over-predicted ratio of that layout's run nearest in micro-batch; or the fit's
-// prediction. With the RMS errors of the fit on the runs and of the in-layout guesses on the runs
-// they were made for (what to trust the expectations to).
+// prediction. With the RMS error of the fit on its runs, and of the expectations a fit made of
+// the last two trials before they ran (how far to trust them on what has not run).
 void expect(const std::vector<TrialPlan>& candidates, const std::vector<double>& predicted,
             const std::vector<TuneTrial>& trials, TuneReport& r) {
-  std::vector<double> fit_errors, layout_errors;
+  std::vector<double> fit_errors, prediction_errors;
   for (const TuneTrial& t : trials) {
     if (!t.time.measured) continue;
     fit_errors.push_back(predicted[t.candidate] / t.time.measured_s - 1);
-    if (t.layout_guess) layout_errors.push_back(t.expected_s / t.time.measured_s - 1);
+    if (t.calibrated) prediction_errors.push_back(t.expected_s / t.time.measured_s - 1);
   }
   r.fit_error = rms(fit_errors);
-  r.layout_guess_error = rms(layout_errors);
+  // The last two: the fit grows more trustworthy as it sees more layouts, and what it missed
+  // before a layout ran says little of it after.
+  if (prediction_errors.size() > 2)
+    prediction_errors.erase(prediction_errors.begin(), prediction_errors.end() - 2);
+  r.prediction_error = prediction_errors.empty() ? std::optional<double>()
+                                                 : std::optional<double>(rms(prediction_errors));
   r.expected_s = predicted;
   r.layout_guess.assign(candidates.size(), false);
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -275,17 +284,21 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
     for (const TuneTrial& t : r.trials) tried[t.candidate] = true;
     const double bar =
         r.chosen ? r.trials[*r.chosen].time.measured_s : std::numeric_limits<double>::infinity();
+    // How far an expectation may be off: as far as the last ones a fit made were; before any was
+    // checked, too far to leave anything out.
+    const double doubt = std::min(kMaxDoubt, r.prediction_error.value_or(kMaxDoubt));
     std::optional<size_t> next;
     for (size_t c = 0; c < candidates.size(); ++c)
-      if (!tried[c] && r.expected_s[c] < bar * (1 - o.noise) &&
+      if (!tried[c] && r.expected_s[c] * (1 - doubt) < bar * (1 - o.noise) &&
           (!next || r.expected_s[c] < r.expected_s[*next]))
         next = c;
     if (!next) {
       r.converged = r.chosen.has_value();
       r.stopped = r.converged ? fmt::format(
-                                    "the expected best is the measured best within the noise "
-                                    "({:.0f}%); the fit is {:.1f}% off its runs (RMS)",
-                                    100 * o.noise, 100 * r.fit_error)
+                                    "no candidate left is expected to beat the measured best by "
+                                    "more than the noise ({:.0f}%), with expectations {:.1f}% off "
+                                    "(RMS of the last ones checked)",
+                                    100 * o.noise, 100 * r.prediction_error.value_or(0))
                               : "every candidate was tried and none ran";
       break;
     }
@@ -300,9 +313,11 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
     say(o, fmt::format("trial {}: {} (expected {:.2f} ms; best measured so far {})",
                        r.trials.size() + 1, candidates[*next].name, 1e3 * r.expected_s[*next],
                        r.chosen ? fmt::format("{:.2f} ms", 1e3 * bar) : "none"));
+    const bool calibrated = r.fit_refused.empty() && !r.trials.empty();
     TuneTrial t = run_trial(candidates, *next, machine, o, r.trials.empty());
     t.expected_s = r.expected_s[*next];
     t.layout_guess = r.layout_guess[*next];
+    t.calibrated = calibrated;
     r.trials.push_back(t);
     write_record(o, candidates, r.trials);
   }

@@ -1,12 +1,13 @@
 // `sextant tune`: the budgeted trial loop. Of K candidate plans (the best predictions of each
 // layout), run the one expected fastest, fit the cluster file to every run so far (fit_runs: the
 // same fit and refusal as `sextant calibrate`), expect the candidates again, and repeat until the
-// expected best is the measured best within the noise: no candidate not yet run is expected to
-// beat the best measured time by more than a run's noise. A candidate whose layout (all but its
+// expected best is the measured best within the noise: no candidate not yet run could beat the
+// best measured time by more than a run's noise, even were its expectation as far off as the
+// last expectations a fit made turned out to be. A candidate whose layout (all but its
 // micro-batch) already ran is expected at the fit's prediction scaled by that run's
 // measured-over-predicted ratio: plans of one layout run the same collectives, so the fit's error
-// on one is the best guess of its error on the other. What a grid of every candidate would cost is
-// what tuning saves.
+// on one is the best guess of its error on the other. What a grid of every candidate would cost
+// is what tuning saves.
 #pragma once
 
 #include <functional>
@@ -36,6 +37,7 @@ struct TuneTrial {
   double device_hours = 0;    // wall x ranks
   double expected_s = 0;      // what tuning expected of it when it chose it
   bool layout_guess = false;  // that expectation came from a run of its layout
+  bool calibrated = false;    // and from a fit to earlier trials (not the starting file alone)
 };
 
 struct TuneReport {
@@ -50,12 +52,15 @@ struct TuneReport {
   // layout_guess; or the fit's prediction).
   std::vector<double> expected_s;
   std::vector<bool> layout_guess;
-  double fit_error = 0;           // RMS relative error of the fit's predictions of the runs
-  double layout_guess_error = 0;  // RMS relative error of in-layout guesses of the runs they chose
-  spec::ClusterSpec cluster;      // calibrated (the base when no fit held)
-  std::string fit_refused;        // why the last fit was not taken ("" when it was)
-  double device_hours = 0;        // the trials' (resumed ones included)
-  double grid_device_hours = 0;   // every candidate once: measured walls, the rest estimated
+  double fit_error = 0;  // RMS relative error of the fit's predictions of its own runs
+  // RMS relative error of the expectations fits made of the last two trials before they ran;
+  // none before a fit's expectation was checked. A candidate not run stays in while its expected
+  // time, less this error, beats the measured best by more than the noise.
+  std::optional<double> prediction_error;
+  spec::ClusterSpec cluster;     // calibrated (the base when no fit held)
+  std::string fit_refused;       // why the last fit was not taken ("" when it was)
+  double device_hours = 0;       // the trials' (resumed ones included)
+  double grid_device_hours = 0;  // every candidate once: measured walls, the rest estimated
 };
 
 // A plan's layout: what it runs apart from its micro-batch size (and recompute and stack knobs).
