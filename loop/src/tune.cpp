@@ -148,25 +148,36 @@ const TuneTrial* nearest_of_layout(const std::vector<TrialPlan>& candidates,
   return nearest;
 }
 
+std::string percent(std::optional<double> error) {
+  return error ? fmt::format("{:.1f}", 100 * *error) : "none checked: 90";
+}
+
+// The RMS of the last two errors (none: none). A fit grows more trustworthy as it sees more
+// layouts; what it missed before a layout ran says little of it after.
+std::optional<double> last_two_rms(std::vector<double> errors) {
+  if (errors.empty()) return std::nullopt;
+  if (errors.size() > 2) errors.erase(errors.begin(), errors.end() - 2);
+  return rms(errors);
+}
+
 // Each candidate's expected time: measured; or, when its layout ran, the fit's prediction times
 // the measured-over-predicted ratio of that layout's run nearest in micro-batch; or the fit's
-// prediction. With the RMS error of the fit on its runs, and of the expectations a fit made of
-// the last two trials before they ran (how far to trust them on what has not run).
+// prediction. With the RMS error of the fit on its runs, and of each kind of expectation (a
+// layout's guess, a new layout's prediction) on the last two trials it chose, before they ran:
+// how far to trust that kind on what has not run.
 void expect(const std::vector<TrialPlan>& candidates, const std::vector<double>& predicted,
             const std::vector<TuneTrial>& trials, TuneReport& r) {
-  std::vector<double> fit_errors, prediction_errors;
+  std::vector<double> fit_errors, layout_errors, new_layout_errors;
   for (const TuneTrial& t : trials) {
     if (!t.time.measured) continue;
     fit_errors.push_back(predicted[t.candidate] / t.time.measured_s - 1);
-    if (t.calibrated) prediction_errors.push_back(t.expected_s / t.time.measured_s - 1);
+    if (t.calibrated)
+      (t.layout_guess ? layout_errors : new_layout_errors)
+          .push_back(t.expected_s / t.time.measured_s - 1);
   }
   r.fit_error = rms(fit_errors);
-  // The last two: the fit grows more trustworthy as it sees more layouts, and what it missed
-  // before a layout ran says little of it after.
-  if (prediction_errors.size() > 2)
-    prediction_errors.erase(prediction_errors.begin(), prediction_errors.end() - 2);
-  r.prediction_error = prediction_errors.empty() ? std::optional<double>()
-                                                 : std::optional<double>(rms(prediction_errors));
+  r.layout_guess_error = last_two_rms(layout_errors);
+  r.new_layout_error = last_two_rms(new_layout_errors);
   r.expected_s = predicted;
   r.layout_guess.assign(candidates.size(), false);
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -284,21 +295,25 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
     for (const TuneTrial& t : r.trials) tried[t.candidate] = true;
     const double bar =
         r.chosen ? r.trials[*r.chosen].time.measured_s : std::numeric_limits<double>::infinity();
-    // How far an expectation may be off: as far as the last ones a fit made were; before any was
-    // checked, too far to leave anything out.
-    const double doubt = std::min(kMaxDoubt, r.prediction_error.value_or(kMaxDoubt));
+    // How far an expectation may be off: as far as the last ones of its kind were; before one
+    // was checked, too far to leave anything out.
+    const double layout_doubt = std::min(kMaxDoubt, r.layout_guess_error.value_or(kMaxDoubt));
+    const double new_layout_doubt = std::min(kMaxDoubt, r.new_layout_error.value_or(kMaxDoubt));
     std::optional<size_t> next;
     for (size_t c = 0; c < candidates.size(); ++c)
-      if (!tried[c] && r.expected_s[c] * (1 - doubt) < bar * (1 - o.noise) &&
+      if (!tried[c] &&
+          r.expected_s[c] * (1 - (r.layout_guess[c] ? layout_doubt : new_layout_doubt)) <
+              bar * (1 - o.noise) &&
           (!next || r.expected_s[c] < r.expected_s[*next]))
         next = c;
     if (!next) {
       r.converged = r.chosen.has_value();
       r.stopped = r.converged ? fmt::format(
-                                    "no candidate left is expected to beat the measured best by "
-                                    "more than the noise ({:.0f}%), with expectations {:.1f}% off "
-                                    "(RMS of the last ones checked)",
-                                    100 * o.noise, 100 * r.prediction_error.value_or(0))
+                                    "no candidate left could beat the measured best by more than "
+                                    "the noise ({:.0f}%), were it expected as far off as the last "
+                                    "ones of its kind ({}% in a layout that ran, {}% in others)",
+                                    100 * o.noise, percent(r.layout_guess_error),
+                                    percent(r.new_layout_error))
                               : "every candidate was tried and none ran";
       break;
     }

@@ -42,7 +42,7 @@ slurm_test_cluster_start() {
   port=$(( 20000 + $(stat -c %i "$dir") % 20000 ))
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=sextant-test
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 SlurmUser=root

@@ -31,9 +31,11 @@ assert best == chosen["plan"], (best, chosen["plan"])
 # The chosen plan is the fastest measured; nothing left could beat it by more than the noise.
 measured = [c["measured_s"] for c in r["candidates"] if c["measured_s"] is not None]
 assert chosen["measured_s"] == min(measured)
-left = [c["expected_s"] for c in r["candidates"] if c["measured_s"] is None]
-doubt = min(0.9, r["prediction_error"] if r["prediction_error"] is not None else 0.9)
-assert all(e * (1 - doubt) >= chosen["measured_s"] * (1 - 0.03) for e in left), (left, chosen)
+def doubt(c):
+    e = r["layout_guess_error"] if c["layout_guess"] else r["new_layout_error"]
+    return 0.9 if e is None else min(0.9, e)
+left = [c for c in r["candidates"] if c["measured_s"] is None]
+assert all(c["expected_s"] * (1 - doubt(c)) >= chosen["measured_s"] * (1 - 0.03) for c in left)
 assert r["converged"] or "budget" in r["stopped"], r["stopped"]
 assert 0 < r["device_hours"] <= r["grid_device_hours"], r
 PY

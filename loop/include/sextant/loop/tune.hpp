@@ -3,11 +3,11 @@
 // same fit and refusal as `sextant calibrate`), expect the candidates again, and repeat until the
 // expected best is the measured best within the noise: no candidate not yet run could beat the
 // best measured time by more than a run's noise, even were its expectation as far off as the
-// last expectations a fit made turned out to be. A candidate whose layout (all but its
-// micro-batch) already ran is expected at the fit's prediction scaled by that run's
-// measured-over-predicted ratio: plans of one layout run the same collectives, so the fit's error
-// on one is the best guess of its error on the other. What a grid of every candidate would cost
-// is what tuning saves.
+// last expectations of its kind (a layout's guess, a new layout's prediction) turned out to be. A
+// candidate whose layout (all but its micro-batch) already ran is expected at the fit's prediction
+// scaled by that run's measured-over-predicted ratio: plans of one layout run the same collectives,
+// so the fit's error on one is the best guess of its error on the other. What a grid of every
+// candidate would cost is what tuning saves.
 #pragma once
 
 #include <functional>
@@ -53,10 +53,11 @@ struct TuneReport {
   std::vector<double> expected_s;
   std::vector<bool> layout_guess;
   double fit_error = 0;  // RMS relative error of the fit's predictions of its own runs
-  // RMS relative error of the expectations fits made of the last two trials before they ran;
-  // none before a fit's expectation was checked. A candidate not run stays in while its expected
-  // time, less this error, beats the measured best by more than the noise.
-  std::optional<double> prediction_error;
+  // RMS relative errors of the expectations fits made of the last two trials of each kind before
+  // they ran: a layout's guess, a new layout's prediction; none before one was checked. A
+  // candidate not run stays in while its expected time, less its kind's error (0.9 when none),
+  // beats the measured best by more than the noise.
+  std::optional<double> layout_guess_error, new_layout_error;
   spec::ClusterSpec cluster;     // calibrated (the base when no fit held)
   std::string fit_refused;       // why the last fit was not taken ("" when it was)
   double device_hours = 0;       // the trials' (resumed ones included)
