@@ -49,10 +49,8 @@ void run_compare_log(const CompareLogFlags& f, bool json) {
   const spec::ModelSpec model = models::resolve_model(f.model);
   const spec::ClusterSpec cluster = spec::resolve_cluster(f.cluster);
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
-  const spec::Plan plan = plan_from_flags(
-      f.plan, f.gpus > 0 ? std::optional<int64_t>(f.gpus) : std::nullopt, gpu, model.kind());
+  const spec::Plan plan = validated_plan(f.plan, f.gpus, model, cluster);
   const std::string source = f.plan.plan_file.empty() ? "command line" : f.plan.plan_file;
-  spec::validate_plan(plan, model, plan.world_size(), source);
   const spec::Stack stack = spec::plan_stack(plan, gpu, model.kind());
   spec::check_stack_runs(plan, model, stack, sim::step_precision(cluster, plan, stack).gemm_dtype,
                          source);

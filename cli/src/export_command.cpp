@@ -38,10 +38,7 @@ void run(const ExportOptions& o) {
   const spec::ModelSpec model = models::resolve_model(o.model);
   const spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
-  const spec::Plan plan = plan_from_flags(
-      o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt, gpu, model.kind());
-  spec::validate_plan(plan, model, plan.world_size(),
-                      o.plan.plan_file.empty() ? "command line" : o.plan.plan_file);
+  const spec::Plan plan = validated_plan(o.plan, o.gpus, model, cluster);
   const spec::Stack stack = spec::plan_stack(plan, gpu, model.kind());
   const interop::Exported e = interop::export_plan(
       plan, model, stack, sim::step_precision(cluster, plan, stack).gemm_dtype, *target);

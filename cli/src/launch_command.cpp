@@ -78,7 +78,8 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
     spec::check_stack_runs(plan, model, stack, compute, "command line");
     interop::SextantJob job{loop::self_executable(),
                             {"--model", model_argument(o.model), "--backend", gpu ? "cuda" : "cpu"},
-                            spec::to_json(plan).dump(2) + "\n"};
+                            spec::to_json(plan).dump(2) + "\n",
+                            !gpu};
     if (o.steps > 0) job.run_args.insert(job.run_args.end(), {"--steps", std::to_string(o.steps)});
     return interop::sbatch_script(r, job);
   }
@@ -119,11 +120,7 @@ void run(LaunchOptions o) {
   if (o.wait && !o.submit) throw InputError("command line", "--wait", "", "given with --submit");
   const spec::ModelSpec model = models::resolve_model(o.model);
   const spec::ClusterSpec cluster = spec::resolve_cluster(o.cluster);
-  const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
-  const spec::Plan plan = plan_from_flags(
-      o.plan, o.gpus > 0 ? std::optional<int64_t>(o.gpus) : std::nullopt, gpu, model.kind());
-  spec::validate_plan(plan, model, plan.world_size(),
-                      o.plan.plan_file.empty() ? "command line" : o.plan.plan_file);
+  const spec::Plan plan = validated_plan(o.plan, o.gpus, model, cluster);
   interop::SlurmRequest& r = o.request;
   size_job(cluster, plan.world_size(), r);
   if (r.job_name.empty()) r.job_name = default_job_name(model.name, plan.name());

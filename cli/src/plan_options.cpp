@@ -214,4 +214,14 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
   return plan;
 }
 
+spec::Plan validated_plan(const PlanFlags& flags, int64_t gpus, const spec::ModelSpec& model,
+                          const spec::ClusterSpec& cluster) {
+  const spec::Plan plan =
+      plan_from_flags(flags, gpus > 0 ? std::optional<int64_t>(gpus) : std::nullopt,
+                      cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+  spec::validate_plan(plan, model, plan.world_size(),
+                      flags.plan_file.empty() ? "command line" : flags.plan_file);
+  return plan;
+}
+
 }  // namespace sextant::cli

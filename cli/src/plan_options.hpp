@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
 #include "stack_options.hpp"
 
@@ -47,5 +49,9 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // Throws InputError.
 spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster,
                            spec::ModelKind model = spec::ModelKind::kTransformer);
+// The plan of the flags (`gpus` 0: not given) for `model` on `cluster`, validated as `simulate`
+// validates it (errors name the plan file, or the command line).
+spec::Plan validated_plan(const PlanFlags& flags, int64_t gpus, const spec::ModelSpec& model,
+                          const spec::ClusterSpec& cluster);
 
 }  // namespace sextant::cli

@@ -42,7 +42,8 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
       options_.sextant,
       {"--model", trial.model, "--backend", options_.gpus ? "cuda" : "cpu", "--steps",
        std::to_string(steps), "--quiet", "--trace", absolute + ".measured.json"},
-      spec::to_json(trial.plan).dump(2) + "\n"};
+      spec::to_json(trial.plan).dump(2) + "\n",
+      !options_.gpus};
   const std::string script = absolute + ".sbatch";
   loop::RunResult failed;
   try {

@@ -116,7 +116,8 @@ std::string sbatch_script(const SlurmRequest& r, const SextantJob& job) {
   s += "# The plan, where every node reads it.\n";
   s += write_file(r, "plan", ".plan.json", job.plan_json);
   s += "\n# One task per rank: Open MPI takes its rank and peers from Slurm's PMIx server.\n";
-  s += "srun --mpi=pmix " + shell_quote(job.binary) + " run";
+  s += std::string("srun --mpi=pmix ") + (job.bind_cores ? "--cpu-bind=cores " : "") +
+       shell_quote(job.binary) + " run";
   for (const std::string& a : job.run_args) s += " " + shell_quote(a);
   s += " --plan \"$plan\" --log-json " + job_file(r, ".steps.jsonl") + "\n";
   return s;

@@ -80,6 +80,12 @@ TEST(SlurmScript, SextantRanksAreTasksUnderSrunWithPmix) {
     EXPECT_NE(s.find(line), std::string::npos) << line << " in\n" << s;
   EXPECT_EQ(s.find("--account"), std::string::npos);  // not asked: the cluster's default
   EXPECT_TRUE(bash_parses(s));
+  EXPECT_EQ(s.find("--cpu-bind"), std::string::npos);  // GPU ranks: Slurm's binding
+  SextantJob cpu = job;
+  cpu.bind_cores = true;
+  r.gpus = false;
+  EXPECT_NE(sbatch_script(r, cpu).find("srun --mpi=pmix --cpu-bind=cores '/opt/sextant bin/"),
+            std::string::npos);
 }
 
 TEST(SlurmScript, AStackRunsTorchrunPerNodeWithEveryExportedSetting) {

@@ -12,12 +12,7 @@ sextant="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../cli/probe_lib.sh"
 source "$here/test_cluster.sh"
-trap 'slurm_test_cluster_stop "$dir/slurm"; rm -rf "$dir"' EXIT
-
-slurm_test_cluster_start "$dir/slurm"
-rc=$?
-if [ "$rc" -eq 2 ] && [ "${SEXTANT_REQUIRE_SLURM:-0}" != 1 ]; then exit 77; fi
-[ "$rc" -eq 0 ] || { echo "FAIL: the test cluster did not start"; exit 1; }
+slurm_test_cluster_for_test
 
 # 1. Sextant's executor: 2 ranks under srun --mpi=pmix, against the same plan under mpirun.
 plan=(--model gpt-tiny --dp 2 --global-batch 4 --steps 4)

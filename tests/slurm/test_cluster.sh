@@ -4,6 +4,7 @@
 # file is read or written. Source this file, then:
 #   slurm_test_cluster_start DIR   # starts munged, slurmctld, slurmd; exports SLURM_CONF
 #   slurm_test_cluster_stop DIR    # stops all three (call it from an EXIT trap)
+#   slurm_test_cluster_for_test    # both for a test script (below)
 # Returns 2 from start when the packages are missing or this user cannot run slurmd (not root),
 # so callers can report a skip; any other failure prints the daemons' logs and returns 1.
 
@@ -91,4 +92,14 @@ slurm_test_cluster_stop() {
     [[ -f $pidfile ]] && kill -9 "$(cat "$pidfile")" 2>/dev/null
   done
   return 0
+}
+
+# For a test script that sourced probe_lib.sh (its scratch $dir): the cluster in $dir/slurm,
+# stopped at exit; exits 77 (skipped) when Slurm cannot run here, unless SEXTANT_REQUIRE_SLURM=1.
+slurm_test_cluster_for_test() {
+  trap 'slurm_test_cluster_stop "$dir/slurm"; rm -rf "$dir"' EXIT
+  slurm_test_cluster_start "$dir/slurm"
+  local rc=$?
+  if [ "$rc" -eq 2 ] && [ "${SEXTANT_REQUIRE_SLURM:-0}" != 1 ]; then exit 77; fi
+  [ "$rc" -eq 0 ] || { echo "FAIL: the test cluster did not start"; exit 1; }
 }

@@ -8,12 +8,7 @@ sextant="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../cli/probe_lib.sh"
 source "$here/test_cluster.sh"
-trap 'slurm_test_cluster_stop "$dir/slurm"; rm -rf "$dir"' EXIT
-
-slurm_test_cluster_start "$dir/slurm"
-rc=$?
-if [ "$rc" -eq 2 ] && [ "${SEXTANT_REQUIRE_SLURM:-0}" != 1 ]; then exit 77; fi
-[ "$rc" -eq 0 ] || { echo "FAIL: the test cluster did not start"; exit 1; }
+slurm_test_cluster_for_test
 
 tune=(tune --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 8 --candidates 4
   --steps 3 --slurm --time 5 --dir "$dir/tune" --json)
