@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "sextant/interop/training_log.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "slurm_submit.hpp"
 
@@ -25,6 +26,18 @@ std::string job_name(const std::string& trial) {
 
 }  // namespace
 
+// The stack's log as the step lines `sextant run --log-json` writes: a time per logged step.
+void SlurmMachine::write_logged_steps(const std::string& log, const spec::Plan& plan,
+                                      const std::string& out) const {
+  const interop::TrainingLog steps = interop::read_training_log(spec::read_text_file(log), log);
+  const auto [samples, tokens] = options_.step_size(plan);
+  std::string lines;
+  for (const interop::LogStep& s : steps.steps)
+    if (const double t = interop::step_seconds(s, samples, tokens, plan.world_size()); t > 0)
+      lines += spec::Json{{"step", s.step}, {"step_time_s", t}}.dump() + "\n";
+  spec::write_file_atomically(out, lines);
+}
+
 loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
                                   const std::string& base) {
   for (const char* ext : {".steps.jsonl", ".measured.json", ".disturbed"})
@@ -38,23 +51,31 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
   r.ranks_per_node = ranks / r.nodes;
   r.gpus = options_.gpus;
   r.output = absolute + ".log";
-  const interop::SextantJob job{
-      options_.sextant,
-      {"--model", trial.model, "--backend", options_.gpus ? "cuda" : "cpu", "--steps",
-       std::to_string(steps), "--quiet", "--trace", absolute + ".measured.json"},
-      spec::to_json(trial.plan).dump(2) + "\n",
-      !options_.gpus};
   const std::string script = absolute + ".sbatch";
   loop::RunResult failed;
   try {
     if (ranks % r.nodes != 0)
       throw std::runtime_error(fmt::format("{} ranks do not fill {} nodes of {} alike", ranks,
                                            r.nodes, options_.devices_per_node));
-    spec::write_file_atomically(script, interop::sbatch_script(r, job));
-    const std::string id = sbatch(script, true);
-    // The job wrote its steps as NAME-JOBID.steps.jsonl: where read_run looks for them.
-    std::filesystem::rename(fmt::format("{}/{}-{}.steps.jsonl", r.directory, r.job_name, id),
-                            base + ".steps.jsonl");
+    if (options_.exporter) {
+      spec::write_file_atomically(
+          script, interop::sbatch_script(
+                      r, interop::StackJob{options_.exporter(trial.plan, steps), options_.entry}));
+      sbatch(script, true);
+      write_logged_steps(r.output, trial.plan, base + ".steps.jsonl");
+    } else {
+      const interop::SextantJob job{
+          options_.sextant,
+          {"--model", trial.model, "--backend", options_.gpus ? "cuda" : "cpu", "--steps",
+           std::to_string(steps), "--quiet", "--trace", absolute + ".measured.json"},
+          spec::to_json(trial.plan).dump(2) + "\n",
+          !options_.gpus};
+      spec::write_file_atomically(script, interop::sbatch_script(r, job));
+      const std::string id = sbatch(script, true);
+      // The job wrote its steps as NAME-JOBID.steps.jsonl: where read_run looks for them.
+      std::filesystem::rename(fmt::format("{}/{}-{}.steps.jsonl", r.directory, r.job_name, id),
+                              base + ".steps.jsonl");
+    }
   } catch (const std::exception& e) {
     failed.status = fmt::format("failed: {}", e.what());
     return failed;

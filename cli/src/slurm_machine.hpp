@@ -1,9 +1,12 @@
 // Trials as Slurm jobs (`sextant tune --slurm`): each trial is the batch script of `launch --slurm`
-// for Sextant's executor, submitted with `sbatch --wait`, its steps and measured trace written
-// where loop::read_run finds them. The cores' quiet check is the job's node's business: none here.
+// for Sextant's executor (or, with an exporter, for the stack it is exported to), submitted with
+// `sbatch --wait`, its steps (and Sextant's measured trace) written where loop::read_run finds
+// them. The cores' quiet check is the job's node's business: none here.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "sextant/interop/slurm.hpp"
 #include "sextant/loop/trial.hpp"
@@ -15,6 +18,14 @@ struct SlurmMachineOptions {
   int64_t devices_per_node = 1;   // of the cluster: a trial's ranks fill nodes of this many
   bool gpus = false;              // the ranks are GPUs (--backend cuda, --gpus-per-node)
   std::string sextant;            // the executable, as the nodes see it
+  // A stack's trial instead (launch --to): the plan's settings for `steps` steps, and the stack's
+  // entry point (launch --script). Its step times come from the job's log (training_log.hpp);
+  // it writes no trace, so nothing is fitted to it.
+  std::function<interop::Exported(const spec::Plan& plan, int64_t steps)> exporter;
+  std::string entry;
+  // The step's size, for logs that print a throughput (TorchTitan, DeepSpeed): samples and
+  // tokens a step over all devices.
+  std::function<std::pair<int64_t, int64_t>(const spec::Plan& plan)> step_size;
 };
 
 class SlurmMachine : public loop::Machine {
@@ -27,6 +38,8 @@ class SlurmMachine : public loop::Machine {
   bool benchmark(const std::string&) override { return false; }
 
  private:
+  void write_logged_steps(const std::string& log, const spec::Plan& plan,
+                          const std::string& out) const;
   SlurmMachineOptions options_;
 };
 

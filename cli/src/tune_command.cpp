@@ -3,16 +3,20 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 
 #include "commands.hpp"
 #include "format.hpp"
 #include "search_flags.hpp"
+#include "sextant/interop/export.hpp"
 #include "sextant/loop/process_machine.hpp"
 #include "sextant/loop/report_json.hpp"
 #include "sextant/loop/tune.hpp"
+#include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "slurm_machine.hpp"
 #include "validators.hpp"
 
@@ -30,7 +34,25 @@ struct TuneFlags {
   interop::SlurmRequest request;
   int64_t grid = 0;  // rounds of every candidate instead of tuning (0: tune)
   std::string out, calibrated_out;
+  std::string to = "sextant";  // who trains the trials: Sextant, or a stack (with --slurm)
+  std::string script;          // the stack's entry point (launch --script)
 };
+
+// The trial's settings for the stack `to` names (launch --to), for plans of `model` on `cluster`.
+std::function<interop::Exported(const spec::Plan&, int64_t)> stack_exporter(
+    const std::string& to, const spec::ModelSpec& model, const spec::ClusterSpec& cluster) {
+  const auto target = spec::enum_from_name(interop::target_names(), to);
+  if (!target)
+    throw InputError("command line", "--to", to,
+                     "must be sextant or one of " + spec::enum_choices(interop::target_names()));
+  return [target = *target, model, cluster](const spec::Plan& plan, int64_t steps) {
+    const spec::Stack stack =
+        spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+    return interop::export_plan(plan, model, stack,
+                                sim::step_precision(cluster, plan, stack).gemm_dtype, target,
+                                interop::Trial{steps});
+  };
+}
 
 std::vector<loop::TrialPlan> candidates_of(const TuneFlags& f,
                                            const planner::SearchRequest& request) {
@@ -41,7 +63,14 @@ std::vector<loop::TrialPlan> candidates_of(const TuneFlags& f,
   options.leaders = std::max(options.leaders, options.top_k);
   const planner::SearchResult result = planner::search(request, options);
   std::vector<spec::Plan> ranked;
-  for (const planner::RankedPlan& p : result.ranked) ranked.push_back(p.plan);
+  // With --to, the plans the stack's flags can say (the search already keeps to what it runs).
+  std::function<interop::Exported(const spec::Plan&, int64_t)> exporter;
+  if (f.to != "sextant") exporter = stack_exporter(f.to, request.model, request.cluster);
+  for (const planner::RankedPlan& p : result.ranked) try {
+      if (exporter) exporter(p.plan, f.tune.steps);
+      ranked.push_back(p.plan);
+    } catch (const InputError&) {
+    }
   if (result.ranked.empty())
     throw InputError("command line", "--gpus", std::to_string(f.gpus),
                      "a GPU count where some plan fits (`sextant plan` says what does)");
@@ -57,7 +86,8 @@ std::vector<loop::TrialPlan> candidates_of(const TuneFlags& f,
   return out;
 }
 
-std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::ClusterSpec& cluster) {
+std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::ModelSpec& model,
+                                           const spec::ClusterSpec& cluster) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
   if (f.slurm) {
     SlurmMachineOptions o;
@@ -65,6 +95,17 @@ std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::Clust
     o.devices_per_node = cluster.devices_per_node;
     o.gpus = gpu;
     o.sextant = loop::self_executable();
+    if (f.to != "sextant") {
+      o.exporter = stack_exporter(f.to, model, cluster);
+      o.entry = f.script;
+      o.step_size = [model](const spec::Plan& plan) {
+        const int64_t tokens =
+            model.is_transformer()
+                ? plan.global_batch * plan.seq_len.value_or(model.transformer().seq_len)
+                : 0;
+        return std::pair<int64_t, int64_t>{plan.global_batch, tokens};
+      };
+    }
     return std::make_unique<SlurmMachine>(o);
   }
   loop::ProcessMachineOptions o;
@@ -164,6 +205,9 @@ void print_report(const std::vector<loop::TrialPlan>& c, const loop::TuneReport&
 
 void run(const TuneFlags& f) {
   const planner::SearchRequest request = request_from(f.search, f.gpus);
+  if (f.to != "sextant" && !f.slurm)
+    throw InputError("command line", "--to", f.to,
+                     "given with --slurm: a stack's trials run as Slurm jobs of `launch --to`");
   const std::vector<loop::TrialPlan> c = candidates_of(f, request);
   for (const auto& [flag, value] :
        {std::pair{"--partition", f.request.partition}, std::pair{"--account", f.request.account},
@@ -176,7 +220,7 @@ void run(const TuneFlags& f) {
     check.directory = "/";
     interop::check_slurm_request(check);
   }
-  std::unique_ptr<loop::Machine> machine = machine_for(f, request.cluster);
+  std::unique_ptr<loop::Machine> machine = machine_for(f, request.model, request.cluster);
   loop::TuneOptions o = f.tune;
   o.say = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   if (!f.search.json)
@@ -243,6 +287,11 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--dir", f->tune.dir,
                   "The trials' files and the record a tune resumes from (default sextant-tune)");
   cmd->add_flag("--slurm", f->slurm, "Run each trial as a Slurm job (sbatch --wait)");
+  cmd->add_option("--to", f->to,
+                  "With --slurm: who trains the trials: sextant (default), megatron-core, "
+                  "megatron-lm, torchtitan or deepspeed (their step times from their logs)");
+  cmd->add_option("--script", f->script,
+                  "With --to: the stack's entry point (as `launch --script`)");
   cmd->add_option("--partition", f->request.partition, "With --slurm: the partition");
   cmd->add_option("--account", f->request.account, "With --slurm: the account");
   cmd->add_option("--time", f->request.time, "With --slurm: a trial's time limit (sbatch --time)");

@@ -2,7 +2,8 @@
 # `sextant tune --slurm` on the one-node test Slurm (test_cluster.sh): trials are sbatch jobs of
 # `sextant run` whose steps and traces come back to the tune's directory; it stops with a chosen
 # plan written, and a second tune over the same directory resumes every recorded trial without
-# submitting a job. Exit 77 (skipped) as launch.sh.
+# submitting a job; a stack's trials (tune --to) are measured from the stack's log. Exit 77
+# (skipped) as launch.sh.
 set -uo pipefail
 sextant="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -44,6 +45,37 @@ assert second["resumed_trials"] == len(first["trials"]) == len(second["trials"])
 assert second["chosen"] == first["chosen"], (first["chosen"], second["chosen"])
 PY
 [ "$(ls "$dir/tune"/*.sbatch | wc -l)" -eq "$jobs_before" ] || fail "the resumed tune submitted jobs"
+
+# A stack's trials: torchrun is a stand-in that prints Megatron-LM's step lines at a time of its
+# own, 400 ms per micro-batch sequence plus 300 ms per tensor-parallel rank past the first, so
+# each trial's measured step is known; tune reads it from the job's log.
+mkdir -p "$dir/bin"
+cat >"$dir/bin/torchrun" <<'EOF'
+#!/usr/bin/env bash
+mb=$(sed -n 's/.*--micro-batch-size \([0-9]*\).*/\1/p' <<<"$*")
+tp=$(sed -n 's/.*--tensor-model-parallel-size \([0-9]*\).*/\1/p' <<<"$*")
+ms=$((400 * mb + 300 * (${tp:-1} - 1)))
+for i in 1 2 3; do
+  echo " [2026-11-29 10:00:0$i] iteration        $i/       3 | consumed samples:        $((8 * i)) | elapsed time per iteration (ms): $ms.0 | learning rate: 1.0E-04 | global batch size:     8 | lm loss: 5.0E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+done
+EOF
+chmod +x "$dir/bin/torchrun"
+PATH="$dir/bin:$PATH" MEGATRON_LM=/opt/megatron "$sextant" tune --model gpt-tiny \
+  --cluster local-cpu --gpus 2 --global-batch 8 --candidates 4 --steps 3 --stack megatron-core \
+  --dtype fp32 --attention flash2 \
+  --slurm --to megatron-core --dir "$dir/stack" --json >"$dir/stack.json" 2>"$dir/stack.err" ||
+  fail "tune --to megatron-core: $(tail -5 "$dir/stack.err")"
+python3 - "$dir/stack.json" <<'PY' || fail "the stack tune's report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["trials"], r
+for t in r["trials"]:
+    c = [c for c in r["candidates"] if c["name"] == t["name"]][0]["plan"]
+    want = 0.4 * c["micro_batch"] + 0.3 * (c["tp"] - 1)  # the stand-in's step, in seconds
+    assert t["status"] == "ok" and abs(t["measured_s"] - want) < 1e-9, (t, want)
+best = min(t["measured_s"] for t in r["trials"])
+assert [c for c in r["candidates"] if c["name"] == r["chosen"]][0]["measured_s"] == best, r
+PY
 
 expect_error "--time" "$sextant" "${tune[@]}" --time "1 day"
 expect_error "--partition" "$sextant" tune --model gpt-tiny --cluster local-cpu --gpus 2 \
