@@ -63,21 +63,31 @@ std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<Trial
   const std::string path = record_path(o);
   if (!std::filesystem::exists(path)) return {};
   const spec::Json j = spec::read_json_file(path);
-  if (j.value("schema", "") != kRecordSchema ||
+  if (!j.is_object() || j.value("schema", spec::Json()) != kRecordSchema ||
       j.value("candidates", spec::Json()) != candidate_names(candidates))
     throw InputError(path, "/candidates", "",
                      "the record of a tune of these candidates (another tune's record: give "
                      "another directory, or remove it to start over)");
+  const spec::Json rows = j.value("trials", spec::Json());
+  if (!rows.is_array()) throw InputError(path, "/trials", rows.dump(), "an array of trials");
   std::vector<TuneTrial> trials;
-  for (const spec::Json& row : j.at("trials")) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const spec::Json& row = rows[i];
+    const std::string pointer = fmt::format("/trials/{}", i);
+    const spec::Json index = row.is_object() ? row.value("candidate", spec::Json()) : spec::Json();
+    const spec::Json wall = row.is_object() ? row.value("wall_s", spec::Json()) : spec::Json();
+    if (!index.is_number_unsigned() || index.get<size_t>() >= candidates.size() ||
+        !wall.is_number() || !std::isfinite(wall.get<double>()) || wall.get<double>() < 0)
+      throw InputError(path, pointer, row.dump(),
+                       fmt::format("{{\"candidate\": an index below {}, \"wall_s\": seconds >= 0}}",
+                                   candidates.size()));
     TuneTrial t;
-    t.candidate = row.at("candidate").get<size_t>();
-    if (t.candidate >= candidates.size())
-      throw InputError(path, "/trials", row.dump(), "a candidate index");
-    t.wall_s = row.at("wall_s").get<double>();
-    t.expected_s = row.value("expected_s", 0.0);
-    t.layout_guess = row.value("layout_guess", false);
-    t.calibrated = row.value("calibrated", false);
+    t.candidate = index.get<size_t>();
+    t.wall_s = wall.get<double>();
+    const spec::Json expected = row.value("expected_s", spec::Json(0.0));
+    t.expected_s = expected.is_number() ? expected.get<double>() : 0.0;
+    t.layout_guess = row.value("layout_guess", spec::Json(false)) == spec::Json(true);
+    t.calibrated = row.value("calibrated", spec::Json(false)) == spec::Json(true);
     const Measurements m = read_rounds({candidates[t.candidate]}, o.dir, 1);
     t.time = plan_time(m.runs[0]);
     t.device_hours =

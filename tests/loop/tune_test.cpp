@@ -111,6 +111,17 @@ TEST(Tune, StopsOnItsBudgetAndResumesFromItsRecord) {
   std::vector<TrialPlan> other = c;
   other.pop_back();
   EXPECT_THROW(tune(nominal, other, machine, o), InputError);
+
+  // A record whose trial is not one of the candidates is refused, naming the trial.
+  spec::Json record = spec::read_json_file(o.dir + "/tune.json");
+  record["trials"][0]["candidate"] = 12;
+  spec::write_json_file(o.dir + "/tune.json", record);
+  try {
+    tune(nominal, c, machine, o);
+    ADD_FAILURE() << "a trial of candidate 12 of 12 was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/trials/0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
