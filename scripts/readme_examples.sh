@@ -13,6 +13,7 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 ln -s "$root/tests" tests
 ln -s "$root/clusters" clusters
+ln -s "$root/traces" traces
 mpirun_flags="--oversubscribe$([ "$(id -u)" -eq 0 ] && echo ' --allow-run-as-root')"
 ran=0 skipped=0 failed=0
 while IFS= read -r cmd; do
