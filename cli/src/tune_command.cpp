@@ -204,11 +204,10 @@ void print_report(const std::vector<loop::TrialPlan>& c, const loop::TuneReport&
 }
 
 void run(const TuneFlags& f) {
-  const planner::SearchRequest request = request_from(f.search, f.gpus);
+  // Everything the flags can get wrong, before the search and the trials.
   if (f.to != "sextant" && !f.slurm)
     throw InputError("command line", "--to", f.to,
                      "given with --slurm: a stack's trials run as Slurm jobs of `launch --to`");
-  const std::vector<loop::TrialPlan> c = candidates_of(f, request);
   for (const auto& [flag, value] :
        {std::pair{"--partition", f.request.partition}, std::pair{"--account", f.request.account},
         std::pair{"--time", f.request.time}})
@@ -220,6 +219,13 @@ void run(const TuneFlags& f) {
     check.directory = "/";
     interop::check_slurm_request(check);
   }
+  for (const auto& [flag, path] :
+       {std::pair{"--out", f.out}, std::pair{"--calibrated-out", f.calibrated_out}})
+    if (!path.empty())
+      if (std::string why = spec::unwritable_reason(path); !why.empty())
+        throw InputError(flag, "", path, why);
+  const planner::SearchRequest request = request_from(f.search, f.gpus);
+  const std::vector<loop::TrialPlan> c = candidates_of(f, request);
   std::unique_ptr<loop::Machine> machine = machine_for(f, request.model, request.cluster);
   loop::TuneOptions o = f.tune;
   o.say = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
