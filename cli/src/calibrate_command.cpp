@@ -131,11 +131,9 @@ loop::LoggedRun logged_run(const std::string& path, const std::string& format_na
       interop::read_training_log(spec::read_text_file(path), path, format);
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
   if (!plan.stack) plan.stack = spec::plan_stack(plan, gpu, model.kind());
-  const int64_t samples = plan.global_batch;
-  const int64_t tokens =
-      model.is_transformer() ? samples * plan.seq_len.value_or(model.transformer().seq_len) : 0;
+  const interop::StepSize size = interop::step_size(plan, model);
   const double measured =
-      interop::measured_step_seconds(log, samples, tokens, plan.world_size(), path);
+      interop::measured_step_seconds(log, size.samples, size.tokens, size.devices, path);
   return loop::LoggedRun{path, model, std::move(plan), measured};
 }
 

@@ -57,12 +57,9 @@ void run_compare_log(const CompareLogFlags& f, bool json) {
   sim::SimulationOptions options;
   options.plan_source = source;
   const double predicted = sim::simulate(model, cluster, plan, options).report.step_time_s;
-  // The step's size, for the logs that print a throughput rather than a time.
-  const int64_t samples = plan.global_batch;
-  const int64_t tokens =
-      model.is_transformer() ? samples * plan.seq_len.value_or(model.transformer().seq_len) : 0;
+  const interop::StepSize size = interop::step_size(plan, model);
   const double measured =
-      interop::measured_step_seconds(log, samples, tokens, plan.world_size(), f.log);
+      interop::measured_step_seconds(log, size.samples, size.tokens, size.devices, f.log);
   const double error = predicted / measured - 1;
   const std::string name(spec::enum_name(interop::log_format_names(), log.format));
   if (json) {

@@ -53,21 +53,6 @@ void size_job(const spec::ClusterSpec& cluster, int64_t ranks, interop::SlurmReq
   r.gpus = cluster.device.kind == spec::DeviceKind::kGpu;
 }
 
-// Job names say what runs: model and plan, in the characters Slurm and file names take.
-std::string default_job_name(const std::string& model, const std::string& plan) {
-  std::string name = model + "-" + plan;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
-  return name;
-}
-
-// A model file by its absolute path (the job's ranks start elsewhere), a zoo name as it is.
-std::string model_argument(const std::string& model) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(model, ec) ? std::filesystem::absolute(model).string()
-                                                     : model;
-}
-
 std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
                         const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                         const interop::SlurmRequest& r) {
@@ -77,7 +62,7 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
   if (o.to == "sextant") {
     spec::check_stack_runs(plan, model, stack, compute, "command line");
     interop::SextantJob job{loop::self_executable(),
-                            {"--model", model_argument(o.model), "--backend", gpu ? "cuda" : "cpu"},
+                            {"--model", model_for_jobs(o.model), "--backend", gpu ? "cuda" : "cpu"},
                             spec::to_json(plan).dump(2) + "\n",
                             !gpu};
     if (o.steps > 0) job.run_args.insert(job.run_args.end(), {"--steps", std::to_string(o.steps)});
@@ -123,7 +108,8 @@ void run(LaunchOptions o) {
   const spec::Plan plan = validated_plan(o.plan, o.gpus, model, cluster);
   interop::SlurmRequest& r = o.request;
   size_job(cluster, plan.world_size(), r);
-  if (r.job_name.empty()) r.job_name = default_job_name(model.name, plan.name());
+  // Job names say what runs: model and plan.
+  if (r.job_name.empty()) r.job_name = interop::job_name(model.name + "-" + plan.name());
   if (o.submit && o.out.empty()) o.out = r.job_name + ".sbatch";
   r.directory = r.directory.empty()
                     ? std::filesystem::absolute(o.out.empty() ? "." : o.out).parent_path().string()

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "validators.hpp"
@@ -222,6 +223,12 @@ spec::Plan validated_plan(const PlanFlags& flags, int64_t gpus, const spec::Mode
   spec::validate_plan(plan, model, plan.world_size(),
                       flags.plan_file.empty() ? "command line" : flags.plan_file);
   return plan;
+}
+
+std::string model_for_jobs(const std::string& model) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(model, ec) ? std::filesystem::absolute(model).string()
+                                                     : model;
 }
 
 }  // namespace sextant::cli

@@ -49,6 +49,10 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& flags);
 // Throws InputError.
 spec::Plan plan_from_flags(const PlanFlags& flags, std::optional<int64_t> gpus, bool gpu_cluster,
                            spec::ModelKind model = spec::ModelKind::kTransformer);
+// --model as a job started elsewhere (another directory, another node) reads it: a model file by
+// its absolute path, a zoo name as it is.
+std::string model_for_jobs(const std::string& model);
+
 // The plan of the flags (`gpus` 0: not given) for `model` on `cluster`, validated as `simulate`
 // validates it (errors name the plan file, or the command line).
 spec::Plan validated_plan(const PlanFlags& flags, int64_t gpus, const spec::ModelSpec& model,

@@ -14,26 +14,16 @@
 
 namespace sextant::cli {
 
-namespace {
-
-// A trial's name as a job name: the characters Slurm and file names take.
-std::string job_name(const std::string& trial) {
-  std::string name = "sextant-" + trial;
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
-  return name;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 // The stack's log as the step lines `sextant run --log-json` writes: a time per logged step.
 void SlurmMachine::write_logged_steps(const std::string& log, const spec::Plan& plan,
                                       const std::string& out) const {
   const interop::TrainingLog steps = interop::read_training_log(spec::read_text_file(log), log);
-  const auto [samples, tokens] = options_.step_size(plan);
+  const interop::StepSize size = interop::step_size(plan, options_.model);
   std::string lines;
   for (const interop::LogStep& s : steps.steps)
-    if (const double t = interop::step_seconds(s, samples, tokens, plan.world_size()); t > 0)
+    if (const double t = interop::step_seconds(s, size.samples, size.tokens, size.devices); t > 0)
       lines += spec::Json{{"step", s.step}, {"step_time_s", t}}.dump() + "\n";
   spec::write_file_atomically(out, lines);
 }
@@ -45,7 +35,7 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
   const std::string absolute = std::filesystem::absolute(base).lexically_normal().string();
   interop::SlurmRequest r = options_.request;
   const int64_t ranks = trial.plan.world_size();
-  r.job_name = job_name(std::filesystem::path(base).filename().string());
+  r.job_name = interop::job_name("sextant-" + std::filesystem::path(base).filename().string());
   r.directory = std::filesystem::path(absolute).parent_path().string();
   r.nodes = (ranks + options_.devices_per_node - 1) / options_.devices_per_node;
   r.ranks_per_node = ranks / r.nodes;

@@ -6,7 +6,6 @@
 
 #include <functional>
 #include <string>
-#include <utility>
 
 #include "sextant/interop/slurm.hpp"
 #include "sextant/loop/trial.hpp"
@@ -23,9 +22,7 @@ struct SlurmMachineOptions {
   // it writes no trace, so nothing is fitted to it.
   std::function<interop::Exported(const spec::Plan& plan, int64_t steps)> exporter;
   std::string entry;
-  // The step's size, for logs that print a throughput (TorchTitan, DeepSpeed): samples and
-  // tokens a step over all devices.
-  std::function<std::pair<int64_t, int64_t>(const spec::Plan& plan)> step_size;
+  spec::ModelSpec model;  // what the stack's trials train (their logs' throughput to step times)
 };
 
 class SlurmMachine : public loop::Machine {

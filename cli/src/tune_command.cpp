@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "format.hpp"
+#include "plan_options.hpp"
 #include "search_flags.hpp"
 #include "sextant/interop/export.hpp"
 #include "sextant/loop/process_machine.hpp"
@@ -74,11 +75,7 @@ std::vector<loop::TrialPlan> candidates_of(const TuneFlags& f,
   if (result.ranked.empty())
     throw InputError("command line", "--gpus", std::to_string(f.gpus),
                      "a GPU count where some plan fits (`sextant plan` says what does)");
-  // A model file by its absolute path: trials start in other directories, or on other nodes.
-  std::error_code ec;
-  const std::string model = std::filesystem::is_regular_file(f.search.model, ec)
-                                ? std::filesystem::absolute(f.search.model).string()
-                                : f.search.model;
+  const std::string model = model_for_jobs(f.search.model);
   std::vector<loop::TrialPlan> out;
   for (size_t i : loop::spanning_candidates(ranked, static_cast<size_t>(f.candidates)))
     out.push_back(
@@ -98,13 +95,7 @@ std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::Model
     if (f.to != "sextant") {
       o.exporter = stack_exporter(f.to, model, cluster);
       o.entry = f.script;
-      o.step_size = [model](const spec::Plan& plan) {
-        const int64_t tokens =
-            model.is_transformer()
-                ? plan.global_batch * plan.seq_len.value_or(model.transformer().seq_len)
-                : 0;
-        return std::pair<int64_t, int64_t>{plan.global_batch, tokens};
-      };
+      o.model = model;
     }
     return std::make_unique<SlurmMachine>(o);
   }

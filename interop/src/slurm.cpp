@@ -76,6 +76,12 @@ std::string argument_lines(const std::vector<Setting>& settings) {
 
 }  // namespace
 
+std::string job_name(std::string text) {
+  for (char& c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  return text;
+}
+
 std::string shell_quote(const std::string& word) {
   static const std::regex plain("[A-Za-z0-9_./:=,+@%^-]+");
   if (std::regex_match(word, plain)) return word;

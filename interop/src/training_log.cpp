@@ -190,6 +190,13 @@ TrainingLog read_training_log(const std::string& text, const std::string& source
   return log;
 }
 
+StepSize step_size(const spec::Plan& plan, const spec::ModelSpec& model) {
+  const int64_t samples = plan.global_batch;
+  const int64_t tokens =
+      model.is_transformer() ? samples * plan.seq_len.value_or(model.transformer().seq_len) : 0;
+  return {samples, tokens, plan.world_size()};
+}
+
 double step_seconds(const LogStep& s, int64_t samples, int64_t tokens, int64_t devices) {
   if (s.step_time_s > 0) return s.step_time_s;
   // TorchTitan's tps counts each device's tokens (metrics.py:419-435): the step's tokens spread

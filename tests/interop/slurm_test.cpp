@@ -62,6 +62,11 @@ TEST(ShellQuote, PlainWordsStayAndTheRestIsSingleQuoted) {
   EXPECT_EQ(shell_quote(""), "''");
 }
 
+TEST(SlurmScript, JobNamesKeepWhatSlurmAndFileNamesTake) {
+  EXPECT_EQ(job_name("llama3-8b-dp4.tp2.pp1.z1.mb1"), "llama3-8b-dp4.tp2.pp1.z1.mb1");
+  EXPECT_EQ(job_name("my model/dp2 (v1)"), "my_model_dp2__v1_");
+}
+
 TEST(SlurmScript, SextantRanksAreTasksUnderSrunWithPmix) {
   SlurmRequest r = request();
   const SextantJob job{"/opt/sextant bin/sextant",

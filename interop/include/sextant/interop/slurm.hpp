@@ -51,6 +51,10 @@ std::string sbatch_script(const SlurmRequest& request, const SextantJob& job);
 // jobs) or a required entry point is missing.
 std::string sbatch_script(const SlurmRequest& request, const StackJob& job);
 
+// `text` as a job name (and file stem): its characters other than letters, digits, '.', '_' and
+// '-' replaced by '_'.
+std::string job_name(std::string text);
+
 // `word` as one word of a POSIX shell command line: as it is when it holds only characters no
 // shell treats specially, else in single quotes.
 std::string shell_quote(const std::string& word);

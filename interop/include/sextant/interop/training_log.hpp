@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "sextant/spec/json_reader.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
 
 namespace sextant::interop {
 
@@ -38,6 +40,13 @@ std::optional<LogFormat> detect_log_format(const std::string& text);
 // Every step line of `text` (`format`: detected when absent). Throws InputError naming `source`.
 TrainingLog read_training_log(const std::string& text, const std::string& source,
                               std::optional<LogFormat> format = std::nullopt);
+
+// What one step of `plan` processes over all its devices, for the logs that print a throughput:
+// samples (the global batch), tokens (samples x sequence; 0 for a model without tokens), devices.
+struct StepSize {
+  int64_t samples = 0, tokens = 0, devices = 0;
+};
+StepSize step_size(const spec::Plan& plan, const spec::ModelSpec& model);
 
 // A step's wall time: as printed, or from its throughput with the step's size (`samples` a step
 // over all devices, `tokens` a step over all devices, `devices`); 0 when neither says it.
