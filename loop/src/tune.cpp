@@ -110,10 +110,11 @@ std::vector<double> predict(const spec::ClusterSpec& cluster,
   return out;
 }
 
-// The cluster fitted to every measured trial, or `current` with the reason when the fit fails or
-// predicts its own runs worse.
-spec::ClusterSpec refit(const spec::ClusterSpec& base, const spec::ClusterSpec& current,
-                        const std::vector<TrialPlan>& candidates,
+// The cluster fitted to the measured trials: to all of them, or when that fit fails or predicts
+// its own runs worse (`refused` says why), to the longest run of first trials whose fit holds;
+// `base` when none does. A function of the trials alone, so a resumed tune expects what the
+// interrupted one did.
+spec::ClusterSpec refit(const spec::ClusterSpec& base, const std::vector<TrialPlan>& candidates,
                         const std::vector<TuneTrial>& trials, const TuneOptions& o,
                         std::string& refused) {
   std::vector<std::pair<std::string, spec::Trace>> runs;
@@ -123,17 +124,20 @@ spec::ClusterSpec refit(const spec::ClusterSpec& base, const spec::ClusterSpec& 
         run_base(o.dir, candidates[t.candidate].name, t.time.median_round) + ".measured.json";
     if (std::filesystem::exists(file)) runs.emplace_back(file, spec::read_trace_file(file));
   }
-  if (runs.empty()) return current;
-  try {
-    RunFitOptions options;
-    options.dtype = o.fit_dtype;
-    const RunFit fit = fit_runs(base, runs, options);
-    refused = fit.refused;
-    return fit.refused.empty() ? fitted_cluster(fit) : current;
-  } catch (const InputError& e) {
-    refused = e.what();
-    return current;
+  refused.clear();
+  RunFitOptions options;
+  options.dtype = o.fit_dtype;
+  for (size_t n = runs.size(); n > 0; --n) {
+    const std::vector<std::pair<std::string, spec::Trace>> first(runs.begin(), runs.begin() + n);
+    try {
+      const RunFit fit = fit_runs(base, first, options);
+      if (n == runs.size()) refused = fit.refused;
+      if (fit.refused.empty()) return fitted_cluster(fit);
+    } catch (const InputError& e) {
+      if (n == runs.size()) refused = e.what();
+    }
   }
+  return base;
 }
 
 double rms(const std::vector<double>& errors) {
@@ -293,7 +297,7 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
   const int64_t max_trials =
       o.max_trials > 0 ? o.max_trials : static_cast<int64_t>(candidates.size());
   for (;;) {
-    r.cluster = refit(base, r.cluster, candidates, r.trials, o, r.fit_refused);
+    r.cluster = refit(base, candidates, r.trials, o, r.fit_refused);
     r.predicted_after_s = predict(r.cluster, candidates, models);
     expect(candidates, r.predicted_after_s, r.trials, r);
     r.chosen = measured_best(r.trials);

@@ -58,9 +58,9 @@ struct TuneReport {
   // candidate not run stays in while its expected time, less its kind's error (0.9 when none),
   // beats the measured best by more than the noise.
   std::optional<double> layout_guess_error, new_layout_error;
-  spec::ClusterSpec cluster;     // calibrated (the base when no fit held)
-  std::string fit_refused;       // why the last fit was not taken ("" when it was)
-  double device_hours = 0;       // the trials' (resumed ones included)
+  spec::ClusterSpec cluster;  // fitted to the longest run of first trials whose fit holds (or base)
+  std::string fit_refused;    // why the last fit was not taken ("" when it was)
+  double device_hours = 0;    // the trials' (resumed ones included)
   double grid_device_hours = 0;  // every candidate once: measured walls, the rest estimated
 };
 
