@@ -132,14 +132,15 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
         "{:>2} {} {:>9} {:>10.0f} {:>5.1f}% {:>10}  "
         "{:.0f}/{:.0f},{:.0f},{:.0f},{:.0f}/{:.0f}/{:.0f}\n",
         i + 1, name_cell(names[i], width, 3), human_seconds(r.step_time_s), r.tokens_per_s,
-        100 * r.mfu, human_bytes(static_cast<double>(r.memory.peak_bytes)), pc(b.compute),
+        100 * r.mfu, human_bytes(static_cast<double>(r.memory.peak_bytes)),
+        pc(b.compute + b.host_bound),
         pc(b.tp_comm_exposed + b.spatial_comm_exposed + b.cp_comm_exposed + b.ep_comm_exposed),
         pc(b.dp_comm_exposed), pc(b.pp_comm_exposed), pc(b.fsdp_comm_exposed), pc(b.bubble),
         pc(b.optimizer + b.offload_exposed));
   }
   fmt::print(
-      "   time %: compute / exposed tp (+spatial, cp, ep), dp, pp, fsdp / bubble / optimizer "
-      "(+offload)\n");
+      "   time %: compute (+host launch waits) / exposed tp (+spatial, cp, ep), dp, pp, fsdp / "
+      "bubble / optimizer (+offload)\n");
 }
 
 std::string rejected_summary(const planner::SearchResult& r) {

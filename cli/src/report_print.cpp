@@ -52,6 +52,9 @@ void print_report(const spec::Report& r, const std::optional<PublishedMfu>& refe
   if (b.offload_exposed > 0)
     fmt::print("                   offload (host copies, host optimizer) {} ({:.1f}%)\n",
                human_seconds(b.offload_exposed), pct(b.offload_exposed));
+  if (b.host_bound > 0)
+    fmt::print("                   waiting for the host to launch kernels {} ({:.1f}%)\n",
+               human_seconds(b.host_bound), pct(b.host_bound));
   const spec::MemoryBreakdown& m = r.memory;
   fmt::print(
       "  memory per GPU   {} of {} ({}, {} {}): weights {}, gradients {}, optimizer {}, "

@@ -392,8 +392,8 @@ ValidationTable kernel_class_table(ValidationTable t, const std::string& path,
     t.rows.push_back({"step time (wall)", 1e3 * measured.wall_step_s, 1e3 * predicted.step_s,
                       "predicted step against the trace's, optimizer step to optimizer step"});
   } else {
-    t.rows.push_back({"step time", 1e3 * measured_total, 1e3 * predicted.step_s,
-                      "predicted step against the measured GPU-busy time"});
+    t.rows.push_back({"GPU busy", 1e3 * measured_total, 1e3 * predicted.busy_s,
+                      "without the trace's wall step: the GPU-busy times held together"});
   }
   t.note = fmt::format("{} kernels over {} steps in {}", measured.kernels, measured.steps, path);
   return t;

@@ -82,6 +82,7 @@ ClassTimes predicted_class_times(const spec::ModelSpec& model, const spec::Clust
                       e.name == models::op_name(models::OpId::kAttnCorePrep);
     const spec::OpClass c = core ? spec::OpClass::kAttention : e.op_class;
     out.seconds[c] += ps_to_seconds(e.duration_ps);
+    out.busy_s += ps_to_seconds(e.duration_ps);
     ++out.ops[c];
   }
   return out;
@@ -104,7 +105,7 @@ ClassFit fit_classes(const traces::KernelTimes& measured, const std::string& sou
     fit.measured_step_s += target[c];
   }
   const ClassTimes before = predicted_class_times(model, base, plan);
-  fit.before_step_s = before.step_s;
+  fit.before_step_s = before.busy_s;
   std::map<spec::OpClass, bool> capped;
   ClassTimes now = before;
   for (int round = 0; round < kRounds; ++round) {
@@ -127,7 +128,7 @@ ClassFit fit_classes(const traces::KernelTimes& measured, const std::string& sou
     }
     now = predicted_class_times(model, fit.cluster, plan);
   }
-  fit.after_step_s = now.step_s;
+  fit.after_step_s = now.busy_s;
   spec::ClusterSpec reference = base;
   for (spec::OpClass c : profiled_classes()) {
     ClassFitRow row;

@@ -83,7 +83,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
       plan.cp, static_cast<int>(plan.cp_algorithm), plan.ep, plan.tp_grid.x, plan.tp_grid.y,
       plan.tp_grid.z,
       // The compute model's co-run slowdown (step_setup's busy devices).
-      cluster_->device.co_run ? sim::busy_devices_per_node(*cluster_, plan.world_size()) : 1};
+      cluster_->device.co_run ? sim::busy_devices_per_node(*cluster_, plan.world_size()) : 1,
+      // The layer costs' host issue.
+      stack.host_launch_us.forward_us, stack.host_launch_us.backward_us};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -446,7 +448,9 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
                    std::move(t.forward_profile),
                    std::move(t.recompute_profile),
                    0,
-                   0};
+                   0,
+                   t.forward_issue,
+                   t.backward_issue};
     for (const sim::PassSegment& segment : t.backward_profile)
       sim::append_segment(cost.backward_profile, segment.seconds, segment.alone);
     for (const sim::PassSegment& segment : cost.forward_profile)
@@ -456,6 +460,21 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
     costs.push_back(std::move(cost));
   }
   return l.costs.emplace(key, std::move(costs)).first->second;
+}
+
+double Estimator::host_issue_delay(const Stages& stages, int64_t micro_batches) {
+  // A stage's m micro-batches, each its forward then its backward (X), issued by the host one
+  // after another: X^m ends at most M + (m - 1) max(g, h) after the host starts (by induction
+  // from HostChain::then: the bound of X^k's j-th copy, (j - 1) h + M + (k - j) g, is linear in
+  // j), against m g for the GPU work back to back. The slowest stage's delay holds the step.
+  double delay = 0;
+  for (const StageEntry& entry : stages.entries) {
+    const sim::HostChain& x = entry.issue;
+    if (x.host_s <= 0) continue;
+    const double m = static_cast<double>(micro_batches);
+    delay = std::max(delay, x.critical_s - x.gpu_s + (m - 1) * std::max(0.0, x.host_s - x.gpu_s));
+  }
+  return delay;
 }
 
 double Estimator::overlap_cost(double overlapped) const {
@@ -504,6 +523,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.chunk_backward_alone.assign(chunks, 0);
     entry.chunk_forward_head.assign(chunks, {nullptr, nullptr});
     entry.chunk_backward_head.assign(chunks, {nullptr, nullptr});
+    sim::HostChain forward_issue, backward_issue;
     for (size_t c = 0; c < chunks; ++c) {
       const size_t begin = layers.chunk_begin[c], end = layers.chunk_end[c];
       for (size_t i = begin; i < end; ++i) {
@@ -522,6 +542,9 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         // costs live as long as the stages, in the same lowering).
         if (i < begin + 2) entry.chunk_forward_head[c][i - begin] = &costs[i].forward_profile;
         if (i + 2 >= end) entry.chunk_backward_head[c][end - 1 - i] = &costs[i].backward_profile;
+        // The backward runs the layers the other way.
+        forward_issue = forward_issue.then(costs[i].forward_issue);
+        backward_issue = costs[i].backward_issue.then(backward_issue);
       }
       const OffloadWaits waits = activation_offload_waits(
           offload_, l.lowered, modes, offloaded, begin, end, layer_forward, layer_backward);
@@ -538,6 +561,7 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.forward_alone_share = share(entry.chunk_forward_alone, entry.chunk_forward);
     entry.backward_alone_share = share(entry.chunk_backward_alone, entry.chunk_backward);
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
+    entry.issue = forward_issue.then(backward_issue);
     stages.push_back(std::move(entry));
     max_partial = std::max(max_partial, partial);
   }
@@ -985,6 +1009,7 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     step += collective_s(plan, spec::CollectiveKind::kAllReduce,
                          stages.summary.max_partial_params * g, shape.grid_z);
   }
+  step += host_issue_delay(stages, m);
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());
   return out;

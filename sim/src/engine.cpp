@@ -98,6 +98,10 @@ struct RankState {
   double work_left = 0;
   Picoseconds rate_since = 0;
   Picoseconds compute_end = -1;
+  // The running compute task's end by its GPU work alone, and the earliest its host issue lets it
+  // end (host_issue.hpp); compute_end is the later.
+  Picoseconds compute_work_end = -1;
+  Picoseconds compute_floor = 0;
   Picoseconds last_end = 0;
   Picoseconds last_sync = 0;  // when the rank's last collective ended
   CommClass last_class = CommClass::kNone;
@@ -150,6 +154,10 @@ static_assert(sizeof(HotTask) == 32);
 
 struct HotProgram {
   std::array<std::vector<HotTask>, spec::kStreamCount> streams;
+  // By task id: the earliest a compute task can end for the host's issue of the step's kernels,
+  // the host issuing every task in program order without waiting for the GPU (host_issue.hpp);
+  // empty when no task has host time.
+  std::vector<Picoseconds> host_floor;
 };
 
 HotProgram compact(const Program& p) {
@@ -175,6 +183,14 @@ HotProgram compact(const Program& p) {
           static_cast<uint8_t>((t.optimizer ? 1u : 0u) | static_cast<uint32_t>(t.collective) << 1);
       h.streams[static_cast<size_t>(s)].push_back(ht);
     }
+  }
+  // The host starts issuing each task once it has issued every task before it in the program.
+  Picoseconds issued = 0;
+  for (const Task& t : p.tasks) {
+    if (t.host > 0 && h.host_floor.empty()) h.host_floor.assign(p.tasks.size(), 0);
+    if (!h.host_floor.empty() && t.kind == TaskKind::kCompute && t.host_critical >= 0)
+      h.host_floor[static_cast<size_t>(&t - p.tasks.data())] = issued + t.host_critical;
+    issued += t.host;
   }
   return h;
 }
@@ -339,11 +355,17 @@ class Engine {
     rs.active_transfers += delta;
     const double after = compute_stretch(rs);
     if (rs.compute_end < 0 || before == after) return;  // no compute running, or the same rate
+    // Work done, the task waiting for the host's last kernels: no rate to change.
+    if (now >= rs.compute_work_end) return;
     rs.work_left -= static_cast<double>(now - rs.rate_since) / before;
     rs.rate_since = now;
-    const Picoseconds end =
+    const Picoseconds work_end =
         now + static_cast<Picoseconds>(std::llround(std::max(0.0, rs.work_left) * after));
-    rs.times.compute += end - rs.compute_end;  // the stretch is compute time
+    rs.times.compute += work_end - rs.compute_work_end;  // the stretch is compute time
+    const Picoseconds end = std::max(work_end, rs.compute_floor);
+    rs.times.host += (end - work_end) - (rs.compute_end - rs.compute_work_end);
+    rs.compute_work_end = work_end;
+    if (end == rs.compute_end) return;  // its completion event stands
     rs.compute_end = end;
     push(end, EventType::kTaskDone, rank, static_cast<int32_t>(spec::Stream::kCompute));
   }
@@ -407,10 +429,16 @@ class Engine {
         rs.work_left = static_cast<double>(d);
         rs.rate_since = now;
         // Stretched while communication of this rank runs beside it (the stretch is compute time).
-        const Picoseconds end =
+        const Picoseconds work_end =
             now +
             static_cast<Picoseconds>(std::llround(static_cast<double>(d) * compute_stretch(rs)));
-        rs.times.compute += end - now - d;
+        rs.times.compute += work_end - now - d;
+        // Not before the host has issued its kernels: the GPU waits for the host meanwhile.
+        rs.compute_floor =
+            rs.hot->host_floor.empty() ? 0 : rs.hot->host_floor[static_cast<size_t>(task.id)];
+        const Picoseconds end = std::max(work_end, rs.compute_floor);
+        rs.times.host += end - work_end;
+        rs.compute_work_end = work_end;
         rs.compute_end = end;
         push(end, EventType::kTaskDone, rank, static_cast<int32_t>(stream));
         break;
@@ -479,7 +507,7 @@ class Engine {
 
   // Completes the head task of `stream` on `rank`.
   const HotTask& complete_head(int32_t rank, spec::Stream stream, Picoseconds now,
-                               std::string_view algorithm) {
+                               std::string_view algorithm, Picoseconds host_wait = 0) {
     RankState& rs = ranks_[static_cast<size_t>(rank)];
     StreamState& ss = rs.streams[static_cast<size_t>(stream)];
     const HotTask& task =
@@ -499,19 +527,22 @@ class Engine {
     }
     if (stream == spec::Stream::kCompute) rs.compute_free_since = now;
     if (record_) {
-      records_.push_back(TaskRecord{
-          rank, id, starts_[static_cast<size_t>(rank)][static_cast<size_t>(id)], now, algorithm});
+      records_.push_back(TaskRecord{rank, id,
+                                    starts_[static_cast<size_t>(rank)][static_cast<size_t>(id)],
+                                    now, algorithm, host_wait});
     }
     return task;
   }
 
   void task_done(int32_t rank, spec::Stream stream, Picoseconds now) {
+    Picoseconds host_wait = 0;
     if (stream == spec::Stream::kCompute) {
       RankState& rs = ranks_[static_cast<size_t>(rank)];
       if (now != rs.compute_end) return;  // rescheduled: another event completes it
       rs.compute_end = -1;
+      host_wait = std::max<Picoseconds>(0, now - rs.compute_work_end);
     }
-    const HotTask& task = complete_head(rank, stream, now, {});
+    const HotTask& task = complete_head(rank, stream, now, {}, host_wait);
     // What waited for a local task (an offload copy, the host optimizer) waited for offload.
     try_start(rank, now,
               Trigger{task.kind == TaskKind::kLocal ? task.comm_class : CommClass::kNone},

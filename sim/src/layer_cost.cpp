@@ -265,6 +265,24 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   if (block && recompute == spec::Recompute::kFull) out.recompute = recomputed(layer.forward);
   if (block && recompute == spec::Recompute::kSelective)
     out.recompute = recomputed(layer.selective_forward);
+  auto issue = [&](const std::vector<models::Op>& ops, spec::Phase phase) {
+    const double per_kernel = host_launch_seconds(stack, compute.device(), phase);
+    HostChain chain;
+    if (per_kernel <= 0) return chain;
+    for (const models::Op& op : ops) {
+      chain = chain.then(op.is_comm() ? host_chain_of_op(op_comm(op), 0, per_kernel)
+                                      : host_chain_of_op(ps_to_seconds(compute.op_time(op, phase)),
+                                                         op.kernels, per_kernel));
+    }
+    return chain;
+  };
+  out.forward_issue = issue(layer.forward, spec::Phase::kFwd);
+  out.backward_issue = issue(layer.backward, spec::Phase::kBwd);
+  if (block && recompute == spec::Recompute::kFull)
+    out.backward_issue = issue(layer.forward, spec::Phase::kRecompute).then(out.backward_issue);
+  if (block && recompute == spec::Recompute::kSelective)
+    out.backward_issue =
+        issue(layer.selective_forward, spec::Phase::kRecompute).then(out.backward_issue);
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/sim/host_issue.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
@@ -169,6 +170,7 @@ class StageBuilder {
     info.shape = op.shape;
     info.layer = static_cast<int32_t>(layer);
     if (!op.is_comm()) info.duration = compute_.op_time(op, phase);
+    info.kernels = op.kernels;
     program_.ops.push_back(std::move(info));
     int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
     op_ids_.emplace(key, id);
@@ -202,12 +204,19 @@ class StageBuilder {
     t.micro_batch = pending_micro_batch_;
     t.op_begin = static_cast<int32_t>(program_.task_ops.size());
     Picoseconds duration = 0;
+    HostChain issue;
+    const double per_kernel = host_launch_seconds(stack_, compute_.device(), pending_phase_);
     for (int32_t id : pending_ops_) {
       program_.task_ops.push_back(id);
-      duration += program_.ops[static_cast<size_t>(id)].duration;
+      const OpInfo& op = program_.ops[static_cast<size_t>(id)];
+      duration += op.duration;
+      if (per_kernel > 0)
+        issue = issue.then(host_chain_of_op(ps_to_seconds(op.duration), op.kernels, per_kernel));
     }
     t.op_end = static_cast<int32_t>(program_.task_ops.size());
     t.duration = duration;
+    t.host = seconds_to_ps(issue.host_s);
+    if (issue.host_s > 0) t.host_critical = seconds_to_ps(issue.critical_s);
     last_compute_ = emit(t, pending_deps_);
     pending_ops_.clear();
     pending_deps_.clear();

@@ -134,18 +134,27 @@ spec::Trace build_trace(const EngineResult& result, const std::vector<Program>& 
       return e;
     };
     if (task.kind == TaskKind::kCompute) {
-      // Spread the task's measured span over its ops in proportion to their modelled times.
+      // Spread the task's span but for its wait for the host over its ops in proportion to their
+      // modelled times; the wait goes before the ops whose kernels the host was issuing, in
+      // proportion to their kernels.
       Picoseconds t = rec.start;
-      Picoseconds span = rec.end - rec.start;
+      const Picoseconds span = rec.end - rec.start - rec.host_wait;
+      int64_t kernels = 0;
+      for (int32_t i = task.op_begin; i < task.op_end; ++i)
+        kernels += p.ops[static_cast<size_t>(p.task_ops[static_cast<size_t>(i)])].kernels;
       for (int32_t i = task.op_begin; i < task.op_end; ++i) {
         const OpInfo& op = p.ops[static_cast<size_t>(p.task_ops[static_cast<size_t>(i)])];
         spec::TraceEvent e = base(op);
+        if (kernels > 0) {
+          t += static_cast<Picoseconds>(static_cast<double>(rec.host_wait) * op.kernels /
+                                        static_cast<double>(kernels));
+        }
         Picoseconds d = task.duration > 0
                             ? static_cast<Picoseconds>(static_cast<double>(op.duration) *
                                                        static_cast<double>(span) /
                                                        static_cast<double>(task.duration))
                             : 0;
-        if (i + 1 == task.op_end) d = rec.end - t;
+        if (i + 1 == task.op_end) d = std::max<Picoseconds>(0, rec.end - t);
         e.start_ps = t;
         e.duration_ps = d;
         t += d;
@@ -186,6 +195,7 @@ RankTimes steady_state(const RankTimes& two, const RankTimes& one) {
   t.spatial = added(two.spatial, one.spatial);
   t.cp = added(two.cp, one.cp);
   t.ep = added(two.ep, one.ep);
+  t.host = added(two.host, one.host);
   return t;
 }
 
@@ -312,6 +322,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.breakdown_s.pp_comm_exposed = ps_to_seconds(ct.pp);
   rep.breakdown_s.bubble = ps_to_seconds(ct.bubble);
   rep.breakdown_s.offload_exposed = ps_to_seconds(ct.offload);
+  rep.breakdown_s.host_bound = ps_to_seconds(ct.host);
 
   // Memory: the most loaded stage.
   spec::MemoryBreakdown worst;

@@ -33,7 +33,8 @@ Json to_json(const Report& r) {
            {"ep_comm_exposed", b.ep_comm_exposed},
            {"bubble", b.bubble},
            {"optimizer", b.optimizer},
-           {"offload_exposed", b.offload_exposed}}},
+           {"offload_exposed", b.offload_exposed},
+           {"host_bound", b.host_bound}}},
          {"memory",
           {{"peak_bytes", m.peak_bytes},
            {"capacity_bytes", m.capacity_bytes},
@@ -92,6 +93,7 @@ Report report_from_json(const Json& json, const std::string& source) {
     t.bubble = b->number("bubble", nn).value_or(0);
     t.optimizer = b->number("optimizer", nn).value_or(0);
     t.offload_exposed = b->number("offload_exposed", nn, Presence::kOptional).value_or(0);
+    t.host_bound = b->number("host_bound", nn, Presence::kOptional).value_or(0);
     b->finish();
   }
   if (auto m = r.object("memory")) {

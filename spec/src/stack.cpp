@@ -37,7 +37,7 @@ constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
 constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
     {{"attention_core", SelectiveRecompute::kAttentionCore},
      {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
-constexpr std::array<std::string_view, 21> kKnobs{"attention",
+constexpr std::array<std::string_view, 22> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -57,7 +57,8 @@ constexpr std::array<std::string_view, 21> kKnobs{"attention",
                                                   "fused_rms_norm",
                                                   "grad_clip",
                                                   "bias_grad_kernel",
-                                                  "grad_copy_in"};
+                                                  "grad_copy_in",
+                                                  "host_launch_us"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
 std::optional<Dtype> read_optional_dtype(ObjectReader& r, std::string_view key,
@@ -117,6 +118,13 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v =
           r.enumeration("selective_recompute", selective_recompute_names(), Presence::kOptional))
     s.selective_recompute = *v;
+  // Optional even in presets: stacks written before the knob modelled no host.
+  if (auto launch = r.object("host_launch_us", Presence::kOptional)) {
+    const Range us = Range::between(0, 1e6);
+    if (auto v = launch->number("forward", us, presence)) s.host_launch_us.forward_us = *v;
+    if (auto v = launch->number("backward", us, presence)) s.host_launch_us.backward_us = *v;
+    launch->finish();
+  }
 }
 
 constexpr std::array<std::string_view, 5> kTunable{
@@ -325,6 +333,8 @@ Json to_json(const Stack& s) {
   j["grad_clip"] = s.grad_clip;
   j["bias_grad_kernel"] = s.bias_grad_kernel;
   j["grad_copy_in"] = s.grad_copy_in;
+  j["host_launch_us"] = {{"forward", s.host_launch_us.forward_us},
+                         {"backward", s.host_launch_us.backward_us}};
   return j;
 }
 

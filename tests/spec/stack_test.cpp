@@ -139,6 +139,33 @@ TEST(Stack, BadStacksAreRefusedNamingTheField) {
                      "/overlap_dp_comm = false: moved to /stack/dp_overlap");
 }
 
+TEST(Stack, HostLaunchCostsAreAKnobOfTwoPasses) {
+  // The eager presets carry eager PyTorch's host cost per kernel, a C++ loop its launch call.
+  EXPECT_EQ(builtin_stack("torchtitan").host_launch_us, (HostLaunch{77.2, 47.0}));
+  EXPECT_EQ(builtin_stack("llm.c").host_launch_us, (HostLaunch{6.0, 6.0}));
+  // A plan may override one pass; the other stays the preset's.
+  Plan p = plan_from_json(
+      plan_with(Json{{"preset", "torchtitan"}, {"host_launch_us", {{"forward", 80}}}}), "p.json");
+  EXPECT_EQ(p.stack->host_launch_us, (HostLaunch{80, 47.0}));
+  EXPECT_EQ(plan_from_json(to_json(p), "again").stack->host_launch_us, p.stack->host_launch_us);
+  EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"preset", "torchtitan"},
+                                                   {"host_launch_us", {{"forward", -1}}}}),
+                                    "p.json"),
+                     "p.json: /stack/host_launch_us/forward = -1");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"host_launch_us", {{"fwd", 1}}}}),
+                     "p.json"),
+      "/stack/host_launch_us/fwd");
+  // A stack file of one's own that names the knob names both passes; older files name none.
+  Json file = stack_file_json(builtin_stack("torchtitan"));
+  file["name"] = "mine";
+  file["host_launch_us"] = {{"forward", 10}};
+  EXPECT_INPUT_ERROR(stack_from_json(file, "mine.json"), "mine.json: /host_launch_us/backward");
+  file.erase("host_launch_us");
+  file["sources"].erase("host_launch_us");
+  EXPECT_EQ(stack_from_json(file, "mine.json").host_launch_us, HostLaunch{});
+}
+
 TEST(Stack, CrossEntropyIsAKnobThatOlderFilesTakeFromTheFusionLevel) {
   EXPECT_EQ(builtin_stack("megatron-lm").cross_entropy, CrossEntropy::kMegatron);
   EXPECT_EQ(builtin_stack("llm.c").cross_entropy, CrossEntropy::kCompiled);

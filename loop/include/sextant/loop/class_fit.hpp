@@ -24,7 +24,8 @@ namespace sextant::loop {
 struct ClassTimes {
   std::map<spec::OpClass, double> seconds;
   std::map<spec::OpClass, int64_t> ops;
-  double step_s = 0;
+  double step_s = 0;  // the predicted step
+  double busy_s = 0;  // of it, the compute stream's ops (the GPU-busy time a profile sums)
 };
 ClassTimes predicted_class_times(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                  const spec::Plan& plan);
@@ -47,8 +48,8 @@ struct ClassFitRow {
 struct ClassFit {
   spec::ClusterSpec cluster;
   std::vector<ClassFitRow> rows;
-  double measured_step_s = 0;  // GPU-busy time per step: the kernels' sum
-  double before_step_s = 0, after_step_s = 0;
+  double measured_step_s = 0;                  // GPU-busy time per step: the kernels' sum
+  double before_step_s = 0, after_step_s = 0;  // predicted GPU-busy time (ClassTimes::busy_s)
   std::vector<std::string> notes;
 };
 

@@ -51,6 +51,7 @@ class Estimator {
     // backward; and their compute alone (not beside a tensor-parallel collective), s.
     std::vector<sim::PassSegment> forward_profile, backward_profile;
     double forward_alone = 0, backward_alone = 0;
+    sim::HostChain forward_issue, backward_issue;  // sim::LayerTimes'
   };
   // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
   struct StageEntry {
@@ -69,6 +70,9 @@ class Estimator {
     // them (the engine slows compute once, however many transfers run beside it).
     double forward_alone_share = 1, backward_alone_share = 1;
     sim::StageFootprint footprint;
+    // One micro-batch's forward then backward through the stage as the host issues its kernels
+    // (sim::HostChain; empty when the stack's host is not modelled).
+    sim::HostChain issue;
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
@@ -234,6 +238,9 @@ class Estimator {
                          const Stages& stages);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
+  // How much later than its GPU work the step's passes end for the host's issue of their kernels
+  // (sim::HostChain), s.
+  static double host_issue_delay(const Stages& stages, int64_t micro_batches);
   // The slowdown a transfer beside passes of which `alone_share` is compute alone brings on
   // average: the device's overlap_slowdown f where it meets compute alone, none elsewhere.
   double slowdown_beside(double alone_share) const;
@@ -267,9 +274,10 @@ class Estimator {
   // The lowerings used last, most recent first: a few, because the planner hands each thread runs
   // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
   // made the estimate phase fault in fresh pages for each.
-  using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
-                                 bool, bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t,
-                                 int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  using LoweringKey =
+      std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool, bool, bool, bool,
+                 int, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t,
+                 int64_t, int64_t, int64_t, double, double>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;

@@ -47,6 +47,7 @@ struct RankTimes {
   Picoseconds spatial = 0;  // halo exchanges and statistic all-reduces (CommClass::kSpatial)
   Picoseconds cp = 0;       // context parallelism's attention transfers (CommClass::kCp)
   Picoseconds ep = 0;       // expert parallelism's dispatch and combine (CommClass::kEp)
+  Picoseconds host = 0;     // the GPU waiting for the host to issue kernels (Task::host)
 };
 
 struct TaskRecord {
@@ -55,6 +56,7 @@ struct TaskRecord {
   Picoseconds start = 0;
   Picoseconds end = 0;
   std::string_view algorithm;
+  Picoseconds host_wait = 0;  // compute: of start..end, the GPU waiting for the host's issue
 };
 
 struct EngineResult {
@@ -70,8 +72,10 @@ using EngineProgress = std::function<void(int64_t done, int64_t total)>;
 // rank's compute progresses at 1 / (1 + overlap_slowdown) of full speed (the running task is
 // rescheduled when that starts and stops). With `compute_jitter` j > 0 (DeviceSpec), a collective
 // over p ranks ends later by the expected wait for its last member: j * e(p) * S, S the members'
-// mean time since their previous collective (sync_wait.hpp). Throws InternalError on a
-// deadlock (a program bug), naming the stuck ranks and tasks.
+// mean time since their previous collective (sync_wait.hpp). A compute task ends no earlier than
+// the host's issue of its kernels allows (Task::host_critical after the host time of the tasks
+// before it; host_issue.hpp). Throws InternalError on a deadlock (a program bug), naming the
+// stuck ranks and tasks.
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,

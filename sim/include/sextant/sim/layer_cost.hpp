@@ -9,6 +9,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/collective_model.hpp"
 #include "sextant/sim/compute_model.hpp"
+#include "sextant/sim/host_issue.hpp"
 #include "sextant/spec/plan.hpp"
 
 namespace sextant::sim {
@@ -42,6 +43,10 @@ struct LayerTimes {
   double recompute = 0;  // s, the forward work the plan's recompute repeats before backward
   // The same passes as stretches (their seconds add up to the times above).
   std::vector<PassSegment> forward_profile, backward_profile, recompute_profile;
+  // The passes' kernels as the host issues them (host_issue.hpp; Stack::host_launch_us): the
+  // forward, and the recompute then the backward; a collective is GPU time the host issues
+  // nothing for.
+  HostChain forward_issue, backward_issue;
 };
 
 // Whether the stack overlaps a block's tensor-parallel collectives in `phase` (Transformer

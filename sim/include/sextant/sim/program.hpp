@@ -66,6 +66,7 @@ struct OpInfo {
   std::vector<int64_t> shape;
   int32_t layer = -1;        // -1: not a layer op (optimizer)
   Picoseconds duration = 0;  // compute ops, at full speed
+  int32_t kernels = 0;       // kernel launches (models::Op::kernels; 0: none of its own)
 };
 
 struct Task {
@@ -83,6 +84,11 @@ struct Task {
   Picoseconds duration = 0;  // compute, at full speed; local
   int64_t bytes = 0;         // communication
   bool optimizer = false;
+  // The host's issue of the task's kernels (host_issue.hpp; 0: not modelled): its time, and for
+  // compute the earliest the task can end after the host starts issuing it (HostChain; -1: no
+  // bound, the task has no kernels to issue).
+  Picoseconds host = 0;
+  Picoseconds host_critical = -1;
 };
 
 struct Program {

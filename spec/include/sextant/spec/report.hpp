@@ -25,6 +25,8 @@ struct TimeBreakdown {
   double optimizer = 0;
   // Waiting for offloaded work: device-host copies and the optimizer step on the host CPU.
   double offload_exposed = 0;
+  // The GPU waiting for the host to issue its kernels (a launch-bound step; Stack::host_launch_us).
+  double host_bound = 0;
 };
 
 // Peak memory of the most loaded rank, bytes, with what it is made of.

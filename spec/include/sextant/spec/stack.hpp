@@ -76,6 +76,17 @@ enum class SelectiveRecompute {
 };
 EnumNames<SelectiveRecompute> selective_recompute_names();
 
+// Host (CPU) time to issue one GPU kernel, by pass: the framework's Python, dispatcher and
+// launch call, per kernel the lowering counts (models::Op::kernels; eager PyTorch launches more,
+// the figures are a pass's host time over the lowering's kernels for it). The GPU cannot start a
+// kernel before the host has issued it, so a step of short kernels runs at the host's pace
+// (sim/host_issue.hpp). 0: not modelled.
+struct HostLaunch {
+  double forward_us = 0;   // forward passes and recomputed forwards (the training script's thread)
+  double backward_us = 0;  // backward passes (autograd's engine thread)
+  bool operator==(const HostLaunch&) const = default;
+};
+
 struct Stack {
   std::string preset;       // the preset the knobs came from ("" when none)
   std::string description;  // informational
@@ -129,6 +140,8 @@ struct Stack {
   // (Sextant's executor and llm.c implement none), and the simulator prices what runs.
   bool dropout = true;
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
+  // Default none: stack files written before the knob.
+  HostLaunch host_launch_us;
   // The knobs the software exposes as flags that a plan search may vary (tunable_knob_names();
   // presets only, never part of a plan's stack: the plan runs the values it names).
   std::vector<std::string> tunable;

@@ -51,6 +51,7 @@ class ComputeModel {
   // Host time per training step outside any op (DeviceSpec::step_overhead_us).
   Picoseconds step_overhead() const { return seconds_to_ps(device_->step_overhead_us * 1e-6); }
 
+  const spec::DeviceSpec& device() const { return *device_; }
   double peak_flops() const { return peak_flops_; }
   // The SM clock tensor-core work runs at (MHz); 0 for a device without a clock model.
   double clock_MHz() const { return clock_MHz_; }
