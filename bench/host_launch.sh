@@ -27,24 +27,20 @@ PYEOF
   echo $out
 }
 
-python3 - > "$tmp/llama8.json" <<'PYEOF'
-import json
-m = json.load(open("models/zoo/llama3-8b.json"))
-m["transformer"]["layers"] = 8
-m["name"] = "llama3-8b-8-layers"
-print(json.dumps(m))
-PYEOF
+# zoo_variant ZOO_NAME NEW_NAME FIELD VALUE: the zoo model with one transformer field changed.
+zoo_variant() {
+  python3 -c 'import json, sys
+m = json.load(open("models/zoo/%s.json" % sys.argv[1]))
+m["name"], m["transformer"][sys.argv[3]] = sys.argv[2], int(sys.argv[4])
+print(json.dumps(m))' "$@"
+}
+
+# As `sextant validate` takes K2/K3's model, and K1's: the zoo's GPT-2 (Hugging Face's tanh GELU,
+# eight eager kernels, as the trace ran it) with the vocabulary padded to 50304.
+zoo_variant llama3-8b llama3-8b-8-layers layers 8 > "$tmp/llama8.json"
+zoo_variant gpt2-124m gpt2-124m-v50304 vocab 50304 > "$tmp/gpt2.json"
 llama='{"schema": "sextant.plan/1", "dp": 1, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 1, "global_batch": 1, "seq_len": 8192, "stack": {"preset": "PRESET", "autocast": true, "cross_entropy": "eager"}}'
 gpt2=$(cat traces/samples/kineto-gpt2-124m-h100-b8.plan.json)
-# As `sextant validate` takes K1's model: the zoo's GPT-2 (Hugging Face's tanh GELU, eight eager
-# kernels, as the trace ran it) with the vocabulary padded to 50304.
-python3 - > "$tmp/gpt2.json" <<'PYEOF'
-import json
-m = json.load(open("models/zoo/gpt2-124m.json"))
-m["transformer"]["vocab"] = 50304
-m["name"] = "gpt2-124m-v50304"
-print(json.dumps(m))
-PYEOF
 
 echo "Lowering's kernels a step (forward backward):"
 echo "- gpt2-124m b8 (K1, pytorch-fsdp + autocast): $(lowered_kernels "$tmp/gpt2.json" h100-1gpu "$gpt2")"
