@@ -139,8 +139,8 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
         pc(b.optimizer + b.offload_exposed));
   }
   fmt::print(
-      "   time %: compute (+host launch waits) / exposed tp (+spatial, cp, ep), dp, pp, fsdp / "
-      "bubble / optimizer (+offload)\n");
+      "   time %: compute+host / exposed tp (+spatial, cp, ep), dp, pp, fsdp / bubble / "
+      "optimizer+offload\n");
 }
 
 std::string rejected_summary(const planner::SearchResult& r) {
