@@ -20,6 +20,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/stack_support.hpp"
 #include "slurm_submit.hpp"
@@ -57,10 +58,13 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
                         const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                         const interop::SlurmRequest& r) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
-  const spec::Stack stack = spec::plan_stack(plan, gpu, model.kind());
-  const spec::Dtype compute = sim::step_precision(cluster, plan, stack).gemm_dtype;
   if (o.to == "sextant") {
-    spec::check_stack_runs(plan, model, stack, compute, "command line");
+    // The job's `run` checks these again (exec::check_job); here before it waits in a queue.
+    const spec::ExecutorRun run =
+        spec::executor_run(gpu ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu);
+    spec::check_stack_runs(plan, model, spec::executor_stack(plan),
+                           spec::compute_dtype(run.precision), "command line");
+    spec::check_executor_runs(model, plan, run);
     interop::SextantJob job{loop::self_executable(),
                             {"--model", model_for_jobs(o.model), "--backend", gpu ? "cuda" : "cpu"},
                             spec::to_json(plan).dump(2) + "\n",
@@ -72,6 +76,8 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
   if (!target)
     throw InputError("command line", "--to", o.to,
                      "must be sextant or one of " + spec::enum_choices(interop::target_names()));
+  const spec::Stack stack = spec::plan_stack(plan, gpu, model.kind());
+  const spec::Dtype compute = sim::step_precision(cluster, plan, stack).gemm_dtype;
   std::optional<interop::Trial> trial;
   if (o.steps > 0) trial = interop::Trial{o.steps};
   interop::StackJob job{interop::export_plan(plan, model, stack, compute, *target, trial),

@@ -14,7 +14,9 @@
 #include "plan_options.hpp"
 #include "sextant/loop/closed_loop.hpp"
 #include "sextant/loop/process_machine.hpp"
+#include "sextant/models/zoo.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/host_cpu.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "validators.hpp"
@@ -94,7 +96,12 @@ loop::TrialPlan trial_plan(const SetPlan& p, bool gpu) {
   // The executor runs its own kernels: predict them (a GPU cluster's default stack is
   // megatron-core). The precision is the backend's (LoopSetup::predict_dtype).
   flags.stack.stack = "sextant";
-  return {p.name, p.model, plan_from_flags(flags, std::nullopt, gpu), p.heldout};
+  spec::Plan plan = plan_from_flags(flags, std::nullopt, gpu);
+  // Every plan of the set runs on the executor as the loop runs it (m.run_args below).
+  spec::check_executor_runs(
+      models::zoo_model(p.model), plan,
+      spec::executor_run(gpu ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu));
+  return {p.name, p.model, std::move(plan), p.heldout};
 }
 
 void print_report(const loop::LoopReport& r) {

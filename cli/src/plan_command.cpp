@@ -324,6 +324,8 @@ void print_crossovers(const CrossoverAnswer& a) {
 
 int run_plan(const PlanFlagsAll& f) {
   planner::SearchRequest request = request_from(f.search, f.gpus);
+  // The trials run on this machine's CPU ranks in fp32: rank only what they run.
+  if (f.verify > 0) request.executor = spec::executor_run(spec::ExecutorBackend::kCpu);
   planner::SearchOptions options = options_from(f.search);
   options.top_k = f.top;
   planner::SearchResult result = planner::search(request, options);

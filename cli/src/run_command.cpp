@@ -17,29 +17,12 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
-#include "sextant/spec/stack_support.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
 
 namespace {
-
-// The compute dtype of the executor's precision, as a stack lists the ones it runs (fp32 when
-// none is given: the CPU backend's, and the CUDA backend's unless asked).
-spec::Dtype executor_dtype(std::optional<exec::Precision> precision) {
-  if (!precision) return spec::Dtype::kFp32;
-  switch (*precision) {
-    case exec::Precision::kTf32:
-      return spec::Dtype::kTf32;
-    case exec::Precision::kBf16Gemm:
-    case exec::Precision::kBf16:
-      return spec::Dtype::kBf16;
-    case exec::Precision::kFp32:
-      break;
-  }
-  return spec::Dtype::kFp32;
-}
 
 struct RunFlags {
   std::string model;
@@ -92,11 +75,8 @@ exec::WatchdogOptions watchdog_options(double seconds, const exec::Job& job) {
 // (local-cpu: this machine's cores; h200-1gpu) in the run's precision.
 void set_peak(exec::Job& job) {
   const bool cuda = job.backend == exec::BackendKind::kCuda;
-  const exec::Precision p =
-      job.precision.value_or(cuda ? exec::Precision::kBf16 : exec::Precision::kFp32);
-  const spec::Dtype dtype = p == exec::Precision::kFp32   ? spec::Dtype::kFp32
-                            : p == exec::Precision::kTf32 ? spec::Dtype::kTf32
-                                                          : spec::Dtype::kBf16;
+  const spec::Dtype dtype =
+      spec::compute_dtype(job.precision.value_or(spec::default_precision(job.backend)));
   const std::string name = cuda ? "h200-1gpu" : "local-cpu";
   const spec::ClusterSpec cluster = spec::builtin_cluster(name);
   auto it = cluster.device.peak_tflops.find(dtype);
@@ -115,14 +95,10 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.model = models::resolve_model(f.model);
     job.plan = plan_from_flags(f.plan, std::nullopt, job.backend == exec::BackendKind::kCuda,
                                job.model.kind());
-    // The plan's stack names the software it is for; a plan that software cannot run is refused
-    // here too, though Sextant's executor runs it (it would predict one thing and run another).
-    const std::string plan_source = f.plan.plan_file.empty() ? "command line" : f.plan.plan_file;
-    spec::validate_plan(job.plan, job.model, job.plan.world_size(), plan_source);
-    spec::check_stack_runs(
-        job.plan, job.model,
-        spec::plan_stack(job.plan, job.backend == exec::BackendKind::kCuda, job.model.kind()),
-        job.plan.dtype.value_or(executor_dtype(job.precision)), plan_source);
+    // The stack the executor runs the plan with, decided here once: the watchdog's prediction,
+    // the checks (exec::check_job, in run_main), the run and its trace all see this one.
+    job.plan.stack = spec::executor_stack(job.plan);
+    job.plan_source = f.plan.plan_file.empty() ? "command line" : f.plan.plan_file;
     job.train.steps = f.steps;
     job.train.data = f.data;
     job.train.seed = f.seed;

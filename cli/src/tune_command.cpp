@@ -215,7 +215,12 @@ void run(const TuneFlags& f) {
     if (!path.empty())
       if (std::string why = spec::unwritable_reason(path); !why.empty())
         throw InputError(flag, "", path, why);
-  const planner::SearchRequest request = request_from(f.search, f.gpus);
+  planner::SearchRequest request = request_from(f.search, f.gpus);
+  // Trials of Sextant's executor run at the backend's default precision (machine_for's --backend).
+  if (f.to == "sextant")
+    request.executor = spec::executor_run(request.cluster.device.kind == spec::DeviceKind::kGpu
+                                              ? spec::ExecutorBackend::kCuda
+                                              : spec::ExecutorBackend::kCpu);
   const std::vector<loop::TrialPlan> c = candidates_of(f, request);
   std::unique_ptr<loop::Machine> machine = machine_for(f, request.model, request.cluster);
   loop::TuneOptions o = f.tune;

@@ -15,6 +15,8 @@ class Bf16Emulation : public Backend {
  public:
   Bf16Emulation() : inner_(make_cpu_backend()) {}
   std::string name() const override { return "cpu-bf16"; }
+  spec::ExecutorBackend kind() const override { return spec::ExecutorBackend::kCpu; }
+  spec::ExecutorPrecision precision() const override { return spec::ExecutorPrecision::kBf16; }
   DType activation_dtype() const override { return DType::kBF16; }
 
   void* allocate(int64_t bytes) override { return inner_->allocate(bytes); }
@@ -305,9 +307,8 @@ std::unique_ptr<Backend> make_cpu_bf16_emulation() {
 std::unique_ptr<Backend> make_cpu_backend(Precision precision) {
   if (precision == Precision::kFp32) return make_cpu_backend();
   if (precision == Precision::kBf16) return make_cpu_bf16_emulation();
-  throw InputError("command line", "--precision", precision_name(precision),
-                   "fp32 or bf16 with the cpu backend (tf32 and bf16-gemm are tensor-core modes: "
-                   "--backend cuda)");
+  // spec::executor_problems refuses the tensor-core modes on CPU ranks before a backend is made.
+  SEXTANT_CHECK(false, "the cpu backend in {}", precision_name(precision));
 }
 
 }  // namespace sextant::exec

@@ -1200,27 +1200,6 @@ class CnnStage : public StageModel {
 
 std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context& ctx,
                                            const StageOptions& options) {
-  // AmoebaNet's cells run on CPU ranks (their rectangular windows, count-excluding pools and
-  // shifted reductions are host kernels); U-Net's kept maps stay inside one pipeline stage.
-  const spec::CnnSpec& cnn = model.cnn();
-  Diagnostics diag("model " + model.name);
-  for (size_t i = 0; i < cnn.layers.size(); ++i) {
-    const spec::CnnLayer& l = cnn.layers[i];
-    if (l.kind == CnnLayerKind::kAmoebaCell && ctx.backend->name() != "cpu") {
-      diag.add(fmt::format("/cnn/layers/{}", i), "\"amoeba_cell\"",
-               fmt::format("AmoebaNet's cells run on CPU ranks (their 1x7 and 7x1 windows and "
-                           "count-excluding pools are host kernels), not on the {} backend",
-                           ctx.backend->name()));
-      break;
-    }
-  }
-  // A kept map would cross a stage boundary, which carries one tensor here (the simulator prices
-  // the kept map riding with it: LoweredModel::Layer::output_bytes).
-  if (cnn.has_skips() && ctx.plan->pp > 1)
-    diag.add("/pp", std::to_string(ctx.plan->pp),
-             "the executor runs U-Net's skip connections on one pipeline stage (pp 1): a stage "
-             "boundary carries one tensor, not the kept maps");
-  diag.throw_if_any();
   return std::make_unique<CnnStage>(model, ctx, options);
 }
 

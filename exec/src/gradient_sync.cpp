@@ -5,6 +5,7 @@
 
 #include "sextant/exec/gradient_codec.hpp"
 #include "sextant/models/gradient_compression.hpp"
+#include "sextant/spec/executor_support.hpp"
 
 namespace sextant::exec {
 
@@ -18,7 +19,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     : ctx_(ctx),
       stage_(stage),
       micro_batches_(micro_batches),
-      stack_(ctx.plan->stack.value_or(spec::builtin_stack(spec::kExecutorStack))),
+      stack_(spec::executor_stack(*ctx.plan)),
       dp_(ctx.groups->replica_size),
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
@@ -119,8 +120,8 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
   if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
   if (compression_.any() && dp_ > 1) {
     // The codecs read and write host memory: the plan's executor check keeps them off devices.
-    SEXTANT_CHECK(ctx_.backend->name() == "cpu", "gradient compression on the {} backend",
-                  ctx_.backend->name());
+    SEXTANT_CHECK(ctx_.backend->kind() == spec::ExecutorBackend::kCpu,
+                  "gradient compression on the {} backend", ctx_.backend->name());
     if (compression_.kind == spec::CompressionKind::kPowersgd) {
       for (const Bucket& b : buckets_) powersgd_.push_back(powersgd_of(b));
     } else {

@@ -176,55 +176,14 @@ std::unique_ptr<StageModel> make_cnn_stage(const spec::ModelSpec& model, Context
 
 std::unique_ptr<StageModel> make_stage_model(const spec::ModelSpec& model, Context& ctx,
                                              const StageOptions& options) {
-  const std::string source = "model " + model.name;
+  // What each kind runs on which backend is spec::executor_problems' to say (exec::check_job).
   switch (model.kind()) {
     case spec::ModelKind::kMlp:
       return std::make_unique<MlpStage>(model, ctx, options);
     case spec::ModelKind::kCnn:
-      // The CNN kernels (kernels/convolution.hpp) take fp32 tensors, on either backend; the halo
-      // exchanges of a spatial split and the block packing of a channel split copy in host memory
-      // (spatial_exchange.cpp, cnn_stage.cpp), so those run on CPU ranks.
-      if (ctx.backend->activation_dtype() != DType::kF32)
-        throw InputError(
-            source, "/kind", "\"cnn\"",
-            fmt::format("CNNs run in fp32 (this run: the {} backend in {}); use "
-                        "--precision fp32",
-                        ctx.backend->name(), dtype_name(ctx.backend->activation_dtype())));
-      if (ctx.backend->name() != "cpu" && ctx.plan != nullptr &&
-          (ctx.plan->spatial.any() || ctx.plan->tp > 1)) {
-        const bool spatial = ctx.plan->spatial.any();
-        throw InputError(
-            "plan " + ctx.plan->name(), spatial ? "/spatial" : "/tp",
-            spatial ? spec::spatial_text(ctx.plan->spatial) : std::to_string(ctx.plan->tp),
-            fmt::format("a {} split of a CNN runs on CPU ranks (its blocks are copied "
-                        "in host memory), not on the {} backend; use --backend cpu",
-                        spatial ? "spatial" : "channel", ctx.backend->name()));
-      }
       return make_cnn_stage(model, ctx, options);
-    case spec::ModelKind::kTransformer: {
-      const spec::TransformerSpec& t = model.transformer();
-      Diagnostics diag(source);
-      if (t.architecture != spec::Architecture::kDecoder)
-        diag.add("/transformer/architecture", "\"encoder\"", "the executor runs decoders");
-      if (t.position_embedding == spec::PositionEmbedding::kRope && t.head_dim() % 2 != 0)
-        diag.add("/transformer/heads", std::to_string(t.heads),
-                 "rotary embeddings need an even head dimension (hidden / heads)");
-      // Mixtures of experts run on CPU ranks in fp32 (exec/src/moe_layer.hpp).
-      if (t.moe) {
-        if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
-          diag.add("/transformer/moe", "", "mixtures of experts run on CPU ranks in fp32");
-        if (t.bias) diag.add("/transformer/bias", "true", "the executor's experts have no biases");
-      }
-      // Padded to a multiple of tp; every rank must still hold a real token.
-      const int64_t tp = ctx.groups->tp_size;
-      if (t.vocab <= (tp - 1) * ((t.vocab + tp - 1) / tp))
-        diag.add("/transformer/vocab", std::to_string(t.vocab),
-                 fmt::format("too small for tp {}: the last rank's shard of the padded vocabulary "
-                             "would hold no token",
-                             tp));
-      diag.throw_if_any();
+    case spec::ModelKind::kTransformer:
       return make_gpt_stage(model, ctx, options);
-    }
   }
   return nullptr;
 }

@@ -17,6 +17,7 @@
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/rank_layout.hpp"
 #include "sextant/spec/stack.hpp"
+#include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/step_times.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 
@@ -185,7 +186,7 @@ spec::Json events_json(const std::vector<spec::TraceEvent>& events) {
 // for the host died with a bare std::bad_alloc.
 void check_host_memory(const Job& job, const models::LoweredModel& lowered, const Backend& backend,
                        MPI_Comm world) {
-  if (backend.name() != "cpu") return;
+  if (backend.kind() != spec::ExecutorBackend::kCpu) return;
   int64_t per_tp_rank = 0;
   for (const models::Layer& l : lowered.layers) per_tp_rank += l.params;
   const double params = static_cast<double>(per_tp_rank) / static_cast<double>(job.plan.pp);
@@ -245,9 +246,8 @@ void print_run_header(const Job& job, const spec::ModelSpec& model, int ranks,
                       const Backend& backend, int64_t seq) {
   fmt::print("run {} {} on {} rank{} ({} {}, {}, stack {}): {} steps of {}{}\n", model.name,
              job.plan.name(), ranks, ranks == 1 ? "" : "s", backend.name(),
-             precision_name(job.precision.value_or(
-                 job.backend == BackendKind::kCuda ? Precision::kBf16 : Precision::kFp32)),
-             comm_kind_name(job.comm), spec::kExecutorStack, job.train.steps, job.plan.global_batch,
+             precision_name(backend.precision()), comm_kind_name(job.comm),
+             spec::executor_stack(job.plan).preset, job.train.steps, job.plan.global_batch,
              model.is_transformer() ? fmt::format(" x {} tokens", seq) : " samples");
 }
 
@@ -276,34 +276,31 @@ void print_run_summary(const Job& job, const spec::ModelSpec& model, int ranks, 
 
 }  // namespace
 
+spec::ExecutorRun executor_run_of(const Job& job) {
+  spec::ExecutorRun run;
+  run.backend = job.backend;
+  run.precision = job.precision.value_or(spec::default_precision(job.backend));
+  run.synthetic_data = job.train.data == "synthetic";
+  run.clipping = job.train.clip > 0;
+  run.checkpoints = !job.train.checkpoint_dir.empty() || job.train.resume;
+  return run;
+}
+
+void check_job(const Job& job, int64_t ranks) {
+  const std::string source = job.plan_source.empty() ? "plan " + job.plan.name() : job.plan_source;
+  spec::validate_plan(job.plan, job.model, ranks, source);
+  const spec::ExecutorRun run = executor_run_of(job);
+  // The stack names the software a plan is for; a plan that software cannot run is refused here
+  // too, though the executor runs it (it would predict one thing and run another).
+  spec::check_stack_runs(job.plan, job.model, spec::executor_stack(job.plan),
+                         spec::compute_dtype(run.precision), source);
+  spec::check_executor_runs(job.model, job.plan, run);
+}
+
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(world, &rank));
   MPI_CHECK(MPI_Comm_size(world, &size));
-  // Every rank checks the plan before its first collective, so a bad plan is refused everywhere.
-  validate_for_executor(job.model, job.plan, size);
-  if (job.plan.compression.any() && backend.name() != "cpu")
-    throw InputError(
-        "plan " + job.plan.name(), "/compression/kind",
-        std::string(spec::enum_name(spec::compression_kind_names(), job.plan.compression.kind)),
-        fmt::format("the {} executor exchanges gradients uncompressed: compressed "
-                    "exchanges run on CPU ranks (the codecs work on host memory)",
-                    backend.name()));
-  // Layouts whose kernels work on host fp32 tensors: refused on any other backend.
-  auto host_fp32_only = [&](const char* field, const std::string& value, const char* what) {
-    if (backend.name() == "cpu" && backend.activation_dtype() == DType::kF32) return;
-    throw InputError("plan " + job.plan.name(), field, value,
-                     fmt::format("{}, not on the {} backend{}", what, backend.name(),
-                                 backend.activation_dtype() == DType::kF32 ? "" : " in bf16"));
-  };
-  if (job.plan.tp_grid.any())
-    host_fp32_only("/tp_grid", spec::tensor_grid_text(job.plan.tp_grid),
-                   "a 3D tensor grid runs on CPU ranks in fp32 (its column splits are "
-                   "exec/src/grid_linear.cpp's host copies)");
-  if (job.plan.cp > 1)
-    host_fp32_only("/cp", std::to_string(job.plan.cp),
-                   "context parallelism runs on CPU ranks in fp32 (its attention kernels are "
-                   "exec/src/context_attention.cpp)");
   const spec::ModelSpec model = as_executed(job.model, rank == 0 && !job.quiet);
   const int64_t seq =
       model.is_transformer() ? job.plan.seq_len.value_or(model.transformer().seq_len) : 0;
@@ -321,7 +318,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   // Ring attention runs its steps as flash attention does (exec/blockwise_attention.hpp): no
   // probabilities kept, each block's output merged by its log-sum-exp, traced as attn.core.
   if (job.plan.cp > 1 && job.plan.cp_algorithm == spec::ContextAlgorithm::kRing)
-    lowering.attention = spec::plan_stack(job.plan, false).attention;
+    lowering.attention = spec::executor_stack(job.plan).attention;
   lowering.ep = job.plan.ep;            // a rank's experts, and their dispatch and combine
   lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
   lowering.channel_algorithms = job.plan.channel_algorithms;  // each convolution's, as chosen
@@ -425,11 +422,9 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         // What a simulator needs to predict this run again (calibration checks
                         // its fit on it): the model, the precision and the software stack.
                         {"model_json", spec::to_json(model)},
-                        {"precision", precision_name(job.precision.value_or(
-                                          job.backend == BackendKind::kCuda ? Precision::kBf16
-                                                                            : Precision::kFp32))},
+                        {"precision", precision_name(backend.precision())},
                         {"dtype", backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32"},
-                        {"stack", spec::kExecutorStack},
+                        {"stack", spec::executor_stack(job.plan).preset},
                         {"commit", spec::kGitCommit}};
       if (!job.trace_selection.keeps_everything()) {
         trace.metadata["trace_ranks"] = job.trace_selection.ranks;  // [] = every rank
@@ -508,6 +503,9 @@ int run_main(const std::function<Job()>& make_job) {
   int status = 0;
   try {
     Job job = make_job();
+    int size = 1;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    check_job(job, size);
     std::unique_ptr<Backend> backend = make_backend(job, MPI_COMM_WORLD);
     run_job(job, MPI_COMM_WORLD, *backend);
   } catch (const InputError& e) {

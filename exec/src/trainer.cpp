@@ -36,45 +36,6 @@ using spec::OpClass;
 using spec::Phase;
 using spec::Stream;
 
-void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan, int64_t world) {
-  spec::validate_plan(plan, model, world, "plan " + plan.name());
-  Diagnostics diag("plan " + plan.name());
-  if (plan.schedule == spec::Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
-    diag.add("/schedule", "\"interleaved\"",
-             "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or 1f1b)");
-  // ZeRO-Offload: the optimizer's shard (fp32 master weights, moments, the gradients copied to
-  // it) on the host pool, the step on the host, the updated shard copied back (Trainer::update);
-  // ZeRO-Infinity's parameters stay there (or go to their NVMe file), each shard fetched before
-  // its layer's gather.
-  if (plan.offload.params != spec::OffloadTarget::kNone &&
-      plan.offload.optimizer == spec::OffloadTarget::kNone)
-    diag.add(
-        "/offload/params",
-        fmt::format("\"{}\"", spec::enum_name(spec::offload_target_names(), plan.offload.params)),
-        "the executor offloads the parameters with the optimizer (offload/optimizer "
-        "\"host\" or \"nvme\": the host step updates the master values the layers fetch)");
-  // Activation offload: each transformer block's cache goes to the host pool after its forward
-  // and back before its backward (exec/src/transformer_block.cpp).
-  if (plan.offload.activations != spec::OffloadTarget::kNone && !model.is_transformer())
-    diag.add("/offload/activations", "\"host\"",
-             "the executor offloads the activations of transformer blocks (MLPs and CNNs: "
-             "simulated and planned only)");
-  // Context parallelism runs as ring attention, Llama 3's all-gather of keys and values or
-  // DeepSpeed-Ulysses' all-to-alls (exec/cp_attention.hpp), on CPU ranks (runner.cpp). Ring
-  // attention's steps are flash attention's (exec/blockwise_attention.hpp): as in the simulator,
-  // the plan's stack has to say so.
-  if (std::string problem = spec::context_attention_problem(
-          plan.cp, plan.cp_algorithm, spec::plan_stack(plan, false).attention);
-      !problem.empty())
-    diag.add("/cp_algorithm",
-             std::string(spec::enum_name(spec::context_algorithm_names(), plan.cp_algorithm)),
-             problem);
-  if (plan.dtype && *plan.dtype != spec::Dtype::kFp32)
-    diag.add("/dtype", std::string(spec::enum_name(spec::dtype_names(), *plan.dtype)),
-             "the CPU executor trains in fp32");
-  diag.throw_if_any();
-}
-
 namespace {
 
 class Trainer {
@@ -91,47 +52,13 @@ class Trainer {
     if (model.is_transformer()) {
       tokens_ = o.data == "synthetic" ? make_synthetic_tokens(model.transformer().vocab, o.seed)
                                       : make_text_tokens(o.data, seq_);
-      if (o.data != "synthetic" && model.transformer().vocab < 256) {
-        throw InputError("--data", "", o.data,
-                         fmt::format("byte-level text needs a vocabulary of at least 256 (the "
-                                     "model has {})",
-                                     model.transformer().vocab));
-      }
-    } else if (o.data != "synthetic") {
-      throw InputError("--data", "", o.data, "MLPs and CNNs train on synthetic samples only");
     }
-    if (plan_.schedule == spec::Schedule::kPipeDream2BW) {
-      // PipeDream-2BW updates each stage as soon as its part of a batch is done, before the
-      // stages ahead of it have their gradients: a global norm to clip by does not exist yet.
-      if (o.clip > 0)
-        throw InputError("plan " + plan_.name(), "/schedule", "\"pipedream-2bw\"",
-                         fmt::format("runs without global gradient-norm clipping (each stage "
-                                     "updates when its part of a batch ends): pass --clip 0, "
-                                     "not {}",
-                                     o.clip));
-      // Its checkpoints hold both weight versions; in mixed precision the older one is a
-      // 16-bit compute copy the shard format (fp32 arrays) does not hold.
-      if ((!o.checkpoint_dir.empty() || o.resume) && ctx.backend->activation_dtype() != DType::kF32)
-        throw InputError("plan " + plan_.name(), "/schedule", "\"pipedream-2bw\"",
-                         "keeps two weight versions, the older one a 16-bit copy in mixed "
-                         "precision: the executor checkpoints it in fp32 only (--checkpoint)");
-    }
-    if (plan_.offload.activations != spec::OffloadTarget::kNone && ctx.backend->name() != "cpu")
-      throw InputError("plan " + plan_.name(), "/offload/activations", "\"host\"",
-                       "the executor offloads activations on CPU ranks only (its host pool is "
-                       "host memory the CPU backend's copies move to)");
     const int64_t n = stage_->params().total();
     m_ = ctx.backend->zeros({n});
     v_ = ctx.backend->zeros({n});
     if (plan_.offload.optimizer != spec::OffloadTarget::kNone) {
       // The host pool: fp32 master weights and the gradients handed to them, besides the moments
       // (m_ and v_ live there too). Copies between it and the parameters are explicit and traced.
-      if (ctx.backend->name() != "cpu" || ctx.backend->activation_dtype() != DType::kF32)
-        throw InputError(
-            "plan " + plan_.name(), "/offload/optimizer",
-            std::string(spec::enum_name(spec::offload_target_names(), plan_.offload.optimizer)),
-            "the executor offloads on CPU ranks in fp32 only (its host pool is host "
-            "memory the CPU backend's copies move to)");
       host_values_ = ctx.backend->zeros({n});
       host_grads_ = ctx.backend->zeros({n});
       ctx.backend->copy(stage_->params().values(), host_values_);
@@ -840,7 +767,6 @@ class Trainer {
 
 TrainResult train(const spec::ModelSpec& model, Context& ctx, const TrainOptions& options,
                   const std::function<void(const StepLog&)>& on_step) {
-  validate_for_executor(model, *ctx.plan, ctx.groups->world->size());
   Trainer trainer(model, ctx, options);
   return trainer.run(on_step);
 }

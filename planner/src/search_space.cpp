@@ -329,6 +329,31 @@ spec::Plan Enumeration::plan(size_t i) const {
   return p;
 }
 
+namespace {
+
+// The candidates the executor runs in `run`; the others counted under the first rule they break.
+void keep_what_the_executor_runs(const SearchRequest& r, const spec::ExecutorRun& run,
+                                 Enumeration& out) {
+  std::vector<Candidate> kept;
+  for (size_t i = 0; i < out.candidates.size(); ++i) {
+    const std::vector<Problem> problems = spec::executor_problems(r.model, out.plan(i), run);
+    if (problems.empty()) {
+      kept.push_back(out.candidates[i]);
+      continue;
+    }
+    const std::string reason =
+        fmt::format("not run by Sextant's executor on {} in {}: {}",
+                    spec::enum_name(spec::executor_backend_names(), run.backend),
+                    spec::enum_name(spec::executor_precision_names(), run.precision),
+                    problems.front().expected);
+    out.rejected[reason] += 1;
+    out.rejected_units.try_emplace(reason, kConfigurations);
+  }
+  out.candidates = std::move(kept);
+}
+
+}  // namespace
+
 Enumeration enumerate_plans(const SearchRequest& r) {
   check_request(r);
   Enumeration out;
@@ -848,6 +873,7 @@ Enumeration enumerate_plans(const SearchRequest& r) {
       }
     }
   }
+  if (r.executor) keep_what_the_executor_runs(r, *r.executor, out);
   return out;
 }
 

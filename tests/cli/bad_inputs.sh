@@ -276,14 +276,18 @@ ranks=$(python3 -c 'import gzip, json, sys; print(sorted({e["pid"] for e in json
 # only.
 expect_error "needs at least pp (4) micro-batches per replica, has 2" "$sextant" simulate \
   --model gpt-tiny --cluster dgx-a100 --gpus 4 --pp 4 --global-batch 2 --schedule pipedream-2bw
-expect_error "pass --clip 0, not 1" "$sextant" run --model gpt-tiny --np 2 --pp 2 \
-  --global-batch 4 --schedule pipedream-2bw --steps 1
+# The executor's table (spec/executor_support.hpp) names the plan, the model and the run.
+expect_error "of gpt-tiny on the cpu backend in fp32: /schedule = \"pipedream-2bw\": runs \
+without global gradient-norm clipping (each stage updates when its part of a batch ends): pass \
+--clip 0" "$sextant" run --model gpt-tiny --np 2 --pp 2 --global-batch 4 \
+  --schedule pipedream-2bw --steps 1
 expect_error "the executor checkpoints it in fp32 only" "$sextant" run --model gpt-tiny --np 2 \
   --pp 2 --global-batch 4 --schedule pipedream-2bw --steps 1 --clip 0 --precision bf16 \
   --checkpoint "$dir/ckpt-2bw"
 # CNNs run in fp32 (kernels/convolution.hpp): mixed precision is refused before any work, naming
 # the way out (the bf16 run is emulated on CPU ranks here; the CUDA backend refuses it the same).
-expect_error "CNNs run in fp32 (this run: the cpu-bf16 backend in bf16); use --precision fp32" \
+expect_error "of resnet-tiny on the cpu backend in bf16: model /kind = \"cnn\": CNNs run in fp32: \
+use --precision fp32" \
   "$sextant" run --model resnet-tiny --global-batch 2 --micro-batch 2 --steps 1 --precision bf16
 
 # Numbers are plain decimals that fit their type; text values are not empty (cli/strict_values).

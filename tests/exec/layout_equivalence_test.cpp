@@ -268,6 +268,12 @@ std::vector<StepLog> step_logs(const spec::ModelSpec& model, const spec::Plan& p
   job.quiet = true;
   job.comm = on_cuda() ? CommKind::kMpiStaged : CommKind::kMpi;
   std::unique_ptr<Backend> backend = test_backend(precision);
+  // Every layout of the suite is one the executor's capabilities say it runs (run_main's check).
+  job.backend = backend->kind();
+  job.precision = backend->precision();
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  check_job(job, ranks);
   return run_job(job, comm, *backend).steps;
 }
 
@@ -439,10 +445,10 @@ spec::Plan other_algorithms(spec::Plan p, Net net) {
   return p;
 }
 
-// Mixtures of experts, context parallelism, 3D tensor grids, offload and compressed gradients run
-// on CPU ranks in fp32 only; CNNs in fp32, on the GPU too unless their maps are split.
-// (SEXTANT_TEST_LAYOUTS=a,b runs only the layouts whose names hold a or b: a debugging aid, and
-// how scripts/gpu-check.sh picks the CNN layouts.)
+// What runs on this backend in this precision is the executor's table (spec/executor_support.hpp):
+// every layout on CPU ranks in fp32, the rest where the table says. (SEXTANT_TEST_LAYOUTS=a,b runs
+// only the layouts whose names hold a or b: a debugging aid, and how scripts/gpu-check.sh picks the
+// CNN layouts.)
 bool runs_here(const Layout& l) {
   if (const char* only = std::getenv("SEXTANT_TEST_LAYOUTS"); only != nullptr) {
     bool named = false;
@@ -455,17 +461,14 @@ bool runs_here(const Layout& l) {
     }
     if (!named) return false;
   }
-  const bool cnn = l.net == Net::kCnn || l.net == Net::kVgg || l.net == Net::kUnet ||
-                   l.net == Net::kUnet3d || l.net == Net::kUnetTall ||
-                   l.net == Net::kVolumeClassifier || l.net == Net::kAmoeba;
-  // CNNs run in fp32 on either backend, but split maps (spatial or channel) and AmoebaNet's
-  // cells on CPU ranks only.
-  if (cnn && (in_bf16() || (on_cuda() && (l.plan.spatial.any() || l.plan.tp > 1)))) return false;
-  if (l.net == Net::kAmoeba && on_cuda()) return false;
-  const bool cpu_fp32_only = l.net == Net::kMoe || l.net == Net::kMoeCapacity || l.plan.cp > 1 ||
-                             l.plan.tp_grid.any() || l.plan.offload.any() ||
-                             l.plan.compression.any();
-  return !cpu_fp32_only || (!on_cuda() && !in_bf16());
+  spec::ExecutorRun run;
+  run.backend = on_cuda() ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu;
+  run.precision = in_bf16() ? spec::ExecutorPrecision::kBf16 : spec::ExecutorPrecision::kFp32;
+  run.clipping = clip_of(l.plan) > 0;
+  const std::vector<Problem> problems = spec::executor_problems(model_of(l.net), l.plan, run);
+  if (!problems.empty() && !on_cuda() && !in_bf16())
+    ADD_FAILURE() << l.name << " is not run on CPU ranks in fp32: " << problems.front().expected;
+  return problems.empty();
 }
 
 // ZeRO-Offload: the optimizer's shard on the host pool (exec/src/trainer.cpp).

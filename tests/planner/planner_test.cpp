@@ -17,6 +17,7 @@
 #include "sextant/planner/scaling.hpp"
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 #include "test_clusters.hpp"
@@ -167,6 +168,63 @@ TEST(SearchSpace, RulesCountWhatTheyCutInTheirOwnUnit) {
   // 64 = dp tp pp with pp in {32, 64}: (dp, tp) of 2 (1x2, 2x1) and of 1 (1x1): 3 layouts.
   EXPECT_EQ(free.rejected_units.at("more pipeline stages than layers"), kLayouts);
   EXPECT_EQ(free.rejected.at("more pipeline stages than layers"), 3);
+}
+
+TEST(SearchSpace, ProposesOnlyWhatTheExecutorRunsWhenAskedTo) {
+  // A search for the executor (plan --verify, tune) keeps to spec::executor_problems: every plan
+  // it enumerates runs on the backend in its precision, and what it left out plus what it kept is
+  // the whole space. Where the space holds plans the executor refuses, the test says so (else it
+  // would pass empty): U-Net's pipelines and an MLP's interleaved ones on CPU ranks, compressed
+  // exchanges and CNN splits on GPUs, and every mixture of experts on a GPU.
+  struct Case {
+    const char* model;
+    const char* cluster;
+    spec::ExecutorRun run;
+    int64_t gpus;
+    bool some_refused;
+  };
+  const spec::ExecutorRun cpu = spec::executor_run(spec::ExecutorBackend::kCpu);
+  const spec::ExecutorRun gpu = spec::executor_run(spec::ExecutorBackend::kCuda);
+  spec::ExecutorRun gpu_fp32 = gpu;
+  gpu_fp32.precision = spec::ExecutorPrecision::kFp32;
+  for (const Case& c :
+       {Case{"gpt-tiny", "local-cpu", cpu, 4, false}, Case{"moe-tiny", "local-cpu", cpu, 4, false},
+        Case{"resnet-tiny", "local-cpu", cpu, 4, false}, Case{"unet", "local-cpu", cpu, 4, true},
+        Case{"mlp-small", "local-cpu", cpu, 4, true}, Case{"gpt-tiny", "dgx-a100", gpu, 8, true},
+        Case{"moe-tiny", "dgx-a100", gpu, 8, true},
+        Case{"resnet-tiny", "dgx-a100", gpu_fp32, 8, true}}) {
+    SCOPED_TRACE(fmt::format("{} on {}", c.model, c.cluster));
+    SearchRequest r = request(c.model, c.gpus, 16, c.cluster);
+    r.cluster.nodes = std::max<int64_t>(r.cluster.nodes, c.gpus / r.cluster.devices_per_node);
+    r.stack = spec::builtin_stack("sextant");
+    r.compressions = {{spec::CompressionKind::kPowersgd}};
+    const Enumeration all = enumerate_plans(r);
+    ASSERT_GT(all.size(), 0u);
+    int64_t refused = 0;
+    for (size_t i = 0; i < all.size(); ++i)
+      refused += spec::executor_problems(r.model, all.plan(i), c.run).empty() ? 0 : 1;
+    r.executor = c.run;
+    const Enumeration kept = enumerate_plans(r);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const std::vector<Problem> problems = spec::executor_problems(r.model, kept.plan(i), c.run);
+      ASSERT_TRUE(problems.empty()) << kept.plan(i).name() << ": " << problems.front().expected;
+    }
+    EXPECT_EQ(static_cast<int64_t>(kept.size()) + refused, static_cast<int64_t>(all.size()));
+    int64_t counted = 0;
+    std::string reasons;
+    for (const auto& [reason, n] : kept.rejected)
+      if (reason.starts_with("not run by Sextant's executor")) {
+        counted += n;
+        reasons += fmt::format("\n{} x {}", n, reason);
+      }
+    EXPECT_EQ(counted, refused);
+    EXPECT_EQ(refused > 0, c.some_refused) << refused << " of " << all.size() << reasons;
+    // Mixtures of experts run on CPU ranks only: a GPU search for the executor keeps nothing.
+    if (std::string(c.model) == "moe-tiny" && c.run.backend == spec::ExecutorBackend::kCuda)
+      EXPECT_EQ(kept.size(), 0u);
+    else
+      EXPECT_GT(kept.size(), 0u);
+  }
 }
 
 TEST(Scaling, SpeedupEfficiencyAndBudgetAreConsistent) {

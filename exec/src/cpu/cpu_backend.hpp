@@ -17,6 +17,8 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
+  spec::ExecutorBackend kind() const override { return spec::ExecutorBackend::kCpu; }
+  spec::ExecutorPrecision precision() const override { return spec::ExecutorPrecision::kFp32; }
 
   // DeviceMemory (memory.cpp)
   void* allocate(int64_t bytes) override;

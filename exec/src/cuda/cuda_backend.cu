@@ -548,6 +548,8 @@ class CudaBackend : public Backend {
     cublasDestroy(blas_);
   }
   std::string name() const override { return std::string("cuda-") + precision_name(precision_); }
+  spec::ExecutorBackend kind() const override { return spec::ExecutorBackend::kCuda; }
+  spec::ExecutorPrecision precision() const override { return precision_; }
   DType activation_dtype() const override {
     return precision_ == Precision::kBf16 ? DType::kBF16 : DType::kF32;
   }

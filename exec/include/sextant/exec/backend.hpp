@@ -26,6 +26,7 @@
 #include "sextant/exec/kernels/norm.hpp"
 #include "sextant/exec/kernels/optimizer.hpp"
 #include "sextant/exec/kernels/vocabulary.hpp"
+#include "sextant/spec/executor_kind.hpp"
 
 namespace sextant::exec {
 
@@ -40,6 +41,9 @@ class Backend : public DeviceMemory,
  public:
   ~Backend() override = default;
   virtual std::string name() const = 0;
+  // What runs here, as the executor's capabilities (spec/executor_support.hpp) ask.
+  virtual spec::ExecutorBackend kind() const = 0;
+  virtual spec::ExecutorPrecision precision() const = 0;
 };
 
 }  // namespace sextant::exec

@@ -1,32 +1,15 @@
-// How an executor backend stores tensors and multiplies matrices.
+// How an executor backend stores tensors and multiplies matrices: spec::ExecutorPrecision, whose
+// rules (what each backend runs in which precision) are spec/executor_support.hpp's.
 #pragma once
 
-#include <optional>
+#include "sextant/spec/executor_kind.hpp"
 
 namespace sextant::exec {
 
-enum class Precision {
-  kFp32,      // fp32 tensors, exact fp32 GEMMs
-  kTf32,      // fp32 tensors, tf32 tensor-core GEMMs (cuda)
-  kBf16Gemm,  // fp32 tensors, bf16 tensor-core GEMMs (cuda): isolates the storage's share
-  // Mixed precision (Megatron-LM, llm.c): bf16 activations and compute copies of the parameters,
-  // fp32 master weights, gradients and optimizer state; bf16 tensor-core GEMMs with fp32
-  // accumulation on cuda, emulated (rounding at every store) on cpu.
-  kBf16,
-};
+using Precision = spec::ExecutorPrecision;
 
 inline const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kTf32:
-      return "tf32";
-    case Precision::kBf16Gemm:
-      return "bf16-gemm";
-    case Precision::kBf16:
-      return "bf16";
-  }
-  return "?";
+  return spec::executor_precision_name(p);
 }
 
 }  // namespace sextant::exec

@@ -16,6 +16,7 @@
 #include "sextant/exec/cuda_backend.hpp"
 #include "sextant/exec/trainer.hpp"
 #include "sextant/exec/watchdog.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/trace_selection.hpp"
 
 namespace sextant::exec {
@@ -37,11 +38,12 @@ class Layout {
   Groups groups_;
 };
 
-enum class BackendKind { kCpu, kCuda };
+using BackendKind = spec::ExecutorBackend;
 
 struct Job {
   spec::ModelSpec model;
   spec::Plan plan;
+  std::string plan_source;  // where the plan is from, for its errors (empty: "plan NAME")
   TrainOptions train;
   std::string trace_file;                // merged trace of every rank (written by rank 0)
   spec::TraceSelection trace_selection;  // the ranks and steps the trace keeps
@@ -62,8 +64,17 @@ struct Job {
   std::string peak_source;
 };
 
-// Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators.
-// Returns the step logs (on every rank).
+// What the executor is asked to run: the job's backend, its precision (the backend's default when
+// unset) and the options that decide what runs (spec/executor_support.hpp).
+spec::ExecutorRun executor_run_of(const Job& job);
+
+// Every check of a job before a device or a communicator exists, once per run (run_main): the
+// plan against the model and `ranks` (spec::validate_plan), the stack it runs with
+// (spec::check_stack_runs) and what the executor runs (spec::check_executor_runs).
+void check_job(const Job& job, int64_t ranks);
+
+// Trains `job` on the ranks of `world` (collective) with `backend` and job.comm communicators,
+// the job checked (check_job). Returns the step logs (on every rank).
 TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend);
 
 // The training loss diverged (NaN or infinite): every rank sees it at the same step.

@@ -55,7 +55,4 @@ struct TrainResult {
 TrainResult train(const spec::ModelSpec& model, Context& ctx, const TrainOptions& options,
                   const std::function<void(const StepLog&)>& on_step);
 
-// The checks `train` makes before any communication, for callers that want them early.
-void validate_for_executor(const spec::ModelSpec& model, const spec::Plan& plan, int64_t world);
-
 }  // namespace sextant::exec

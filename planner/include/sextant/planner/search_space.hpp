@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sextant/spec/cluster_spec.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
 
@@ -86,6 +87,9 @@ struct SearchRequest {
   // PipeDream-2BW's asynchronous pipeline beside the flushing schedules when pp > 1: it also
   // changes what the model learns (gradients one weight version stale), so the user opts in.
   bool asynchronous_pipelines = false;
+  // Set: only plans Sextant's executor runs so (spec::executor_problems), for searches whose plans
+  // are run by it (`plan --verify`, `tune`); the rest count as rejected.
+  std::optional<spec::ExecutorRun> executor;
 };
 
 // One configuration of a search in 28 bytes: what varies between the plans of a search (model,

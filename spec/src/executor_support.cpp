@@ -1,0 +1,250 @@
+// The executor's capabilities, one rule per thing it does not run (the reason each rule exists
+// is the kernel or copy it would need, named in its message).
+#include "sextant/spec/executor_support.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/tensor_grid.hpp"
+
+namespace sextant::spec {
+
+namespace {
+
+constexpr std::array<std::pair<std::string_view, ExecutorBackend>, 2> kBackends{
+    {{"cpu", ExecutorBackend::kCpu}, {"cuda", ExecutorBackend::kCuda}}};
+constexpr std::array<std::pair<std::string_view, ExecutorPrecision>, 4> kPrecisions{
+    {{"fp32", ExecutorPrecision::kFp32},
+     {"tf32", ExecutorPrecision::kTf32},
+     {"bf16-gemm", ExecutorPrecision::kBf16Gemm},
+     {"bf16", ExecutorPrecision::kBf16}}};
+
+std::string quoted(std::string_view name) {
+  return fmt::format("\"{}\"", name);
+}
+
+// The rules that hold on every backend: the plan's and the model's own.
+void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
+                  std::vector<Problem>& out) {
+  if (plan.schedule == Schedule::kInterleaved && plan.pp > 1 && !model.is_transformer())
+    out.push_back({"/schedule", "\"interleaved\"",
+                   "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or "
+                   "1f1b)"});
+  // ZeRO-Infinity's parameters live with the optimizer's host shard, whose step updates them.
+  if (plan.offload.params != OffloadTarget::kNone && plan.offload.optimizer == OffloadTarget::kNone)
+    out.push_back({"/offload/params",
+                   quoted(enum_name(offload_target_names(), plan.offload.params)),
+                   "the executor offloads the parameters with the optimizer (offload/optimizer "
+                   "\"host\" or \"nvme\": the host step updates the master values the layers "
+                   "fetch)"});
+  // Activation offload moves each transformer block's cache (exec/src/transformer_block.cpp).
+  if (plan.offload.activations != OffloadTarget::kNone && !model.is_transformer())
+    out.push_back({"/offload/activations", "\"host\"",
+                   "the executor offloads the activations of transformer blocks (MLPs and "
+                   "CNNs: simulated and planned only)"});
+  // Ring attention's steps are flash attention's (exec/blockwise_attention.hpp): the stack the
+  // plan runs with has to say so, as the simulator asks.
+  if (std::string problem =
+          context_attention_problem(plan.cp, plan.cp_algorithm, executor_stack(plan).attention);
+      !problem.empty())
+    out.push_back({"/cp_algorithm",
+                   std::string(enum_name(context_algorithm_names(), plan.cp_algorithm)),
+                   std::move(problem)});
+  if (plan.dtype && *plan.dtype != compute_dtype(run.precision))
+    out.push_back({"/dtype", std::string(enum_name(dtype_names(), *plan.dtype)),
+                   fmt::format("the run computes in {} (--precision {})",
+                               enum_name(dtype_names(), compute_dtype(run.precision)),
+                               enum_name(executor_precision_names(), run.precision))});
+  if (plan.schedule == Schedule::kPipeDream2BW) {
+    // Each stage updates when its part of a batch ends: no global norm to clip by exists yet.
+    if (run.clipping)
+      out.push_back({"/schedule", "\"pipedream-2bw\"",
+                     "runs without global gradient-norm clipping (each stage updates when its "
+                     "part of a batch ends): pass --clip 0"});
+    // Its checkpoints hold both weight versions; in mixed precision the older one is a 16-bit
+    // compute copy the shard format (fp32 arrays) does not hold.
+    if (run.checkpoints && storage_dtype(run.precision) != Dtype::kFp32)
+      out.push_back({"/schedule", "\"pipedream-2bw\"",
+                     "keeps two weight versions, the older one a 16-bit copy in mixed "
+                     "precision: the executor checkpoints it in fp32 only (--checkpoint)"});
+  }
+}
+
+// Kernels and copies that exist on host fp32 tensors only (the CPU backend's).
+void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
+                     std::vector<Problem>& out) {
+  if (run.backend == ExecutorBackend::kCpu && run.precision == ExecutorPrecision::kFp32) return;
+  const std::string on =
+      fmt::format("not on the {} backend in {}", enum_name(executor_backend_names(), run.backend),
+                  enum_name(executor_precision_names(), run.precision));
+  const auto add = [&](std::string pointer, std::string value, std::string_view what) {
+    out.push_back({std::move(pointer), std::move(value), fmt::format("{}, {}", what, on)});
+  };
+  if (plan.offload.activations != OffloadTarget::kNone)
+    add("/offload/activations", "\"host\"",
+        "the executor offloads activations on CPU ranks in fp32 (its host pool is host memory "
+        "the CPU backend's copies move to)");
+  if (plan.offload.optimizer != OffloadTarget::kNone)
+    add("/offload/optimizer", quoted(enum_name(offload_target_names(), plan.offload.optimizer)),
+        "the executor offloads on CPU ranks in fp32 (its host pool is host memory the CPU "
+        "backend's copies move to)");
+  if (plan.compression.any())
+    add("/compression/kind", quoted(enum_name(compression_kind_names(), plan.compression.kind)),
+        "compressed gradient exchanges run on CPU ranks in fp32 (the codecs work on host "
+        "memory); other backends exchange gradients uncompressed");
+  if (plan.tp_grid.any())
+    add("/tp_grid", tensor_grid_text(plan.tp_grid),
+        "a 3D tensor grid runs on CPU ranks in fp32 (its column splits are "
+        "exec/src/grid_linear.cpp's host copies)");
+  if (plan.cp > 1)
+    add("/cp", std::to_string(plan.cp),
+        "context parallelism runs on CPU ranks in fp32 (its attention kernels are "
+        "exec/src/context_attention.cpp)");
+  if (model.is_transformer() && model.transformer().moe)
+    add("model /transformer/moe", "",
+        "mixtures of experts run on CPU ranks in fp32 (exec/src/moe_layer.hpp)");
+}
+
+void transformer_rules(const TransformerSpec& t, const Plan& plan, const ExecutorRun& run,
+                       std::vector<Problem>& out) {
+  if (t.architecture != Architecture::kDecoder)
+    out.push_back({"model /transformer/architecture", "\"encoder\"", "the executor runs decoders"});
+  if (t.position_embedding == PositionEmbedding::kRope && t.head_dim() % 2 != 0)
+    out.push_back({"model /transformer/heads", std::to_string(t.heads),
+                   "rotary embeddings need an even head dimension (hidden / heads)"});
+  if (t.moe && t.bias)
+    out.push_back({"model /transformer/bias", "true", "the executor's experts have no biases"});
+  // Padded to a multiple of tp; every rank must still hold a real token.
+  const int64_t tp = plan.tp;
+  if (t.vocab <= (tp - 1) * ((t.vocab + tp - 1) / tp))
+    out.push_back({"model /transformer/vocab", std::to_string(t.vocab),
+                   fmt::format("too small for tp {}: the last rank's shard of the padded "
+                               "vocabulary would hold no token",
+                               tp)});
+  if (!run.synthetic_data && t.vocab < 256)
+    out.push_back({"--data", "",
+                   fmt::format("byte-level text needs a vocabulary of at least 256 (the model "
+                               "has {})",
+                               t.vocab)});
+}
+
+void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
+               std::vector<Problem>& out) {
+  const std::string backend(enum_name(executor_backend_names(), run.backend));
+  // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
+  if (storage_dtype(run.precision) != Dtype::kFp32)
+    out.push_back({"model /kind", "\"cnn\"", "CNNs run in fp32: use --precision fp32"});
+  // A spatial split's halo exchanges and a channel split's block packing copy in host memory.
+  if (run.backend != ExecutorBackend::kCpu && (plan.spatial.any() || plan.tp > 1)) {
+    const bool spatial = plan.spatial.any();
+    out.push_back({spatial ? "/spatial" : "/tp",
+                   spatial ? spatial_text(plan.spatial) : std::to_string(plan.tp),
+                   fmt::format("a {} split of a CNN runs on CPU ranks (its blocks are copied in "
+                               "host memory), not on the {} backend; use --backend cpu",
+                               spatial ? "spatial" : "channel", backend)});
+  }
+  // AmoebaNet's 1x7 and 7x1 windows and count-excluding pools are host kernels.
+  const CnnSpec& cnn = model.cnn();
+  for (size_t i = 0; i < cnn.layers.size(); ++i)
+    if (cnn.layers[i].kind == CnnLayerKind::kAmoebaCell && run.backend != ExecutorBackend::kCpu) {
+      out.push_back({fmt::format("model /cnn/layers/{}", i), "\"amoeba_cell\"",
+                     fmt::format("AmoebaNet's cells run on CPU ranks (their 1x7 and 7x1 windows "
+                                 "and count-excluding pools are host kernels), not on the {} "
+                                 "backend",
+                                 backend)});
+      break;
+    }
+  // A stage boundary carries one tensor, not U-Net's kept maps.
+  if (cnn.has_skips() && plan.pp > 1)
+    out.push_back({"/pp", std::to_string(plan.pp),
+                   "the executor runs U-Net's skip connections on one pipeline stage (pp 1): a "
+                   "stage boundary carries one tensor, not the kept maps"});
+}
+
+}  // namespace
+
+EnumNames<ExecutorBackend> executor_backend_names() {
+  return kBackends;
+}
+EnumNames<ExecutorPrecision> executor_precision_names() {
+  return kPrecisions;
+}
+
+// The names are string literals: a view's data ends with the literal's NUL.
+const char* executor_backend_name(ExecutorBackend backend) {
+  return enum_name(executor_backend_names(), backend).data();
+}
+const char* executor_precision_name(ExecutorPrecision precision) {
+  return enum_name(executor_precision_names(), precision).data();
+}
+
+ExecutorPrecision default_precision(ExecutorBackend backend) {
+  return backend == ExecutorBackend::kCuda ? ExecutorPrecision::kBf16 : ExecutorPrecision::kFp32;
+}
+
+Dtype compute_dtype(ExecutorPrecision precision) {
+  switch (precision) {
+    case ExecutorPrecision::kTf32:
+      return Dtype::kTf32;
+    case ExecutorPrecision::kBf16Gemm:
+    case ExecutorPrecision::kBf16:
+      return Dtype::kBf16;
+    case ExecutorPrecision::kFp32:
+      break;
+  }
+  return Dtype::kFp32;
+}
+
+Dtype storage_dtype(ExecutorPrecision precision) {
+  return precision == ExecutorPrecision::kBf16 ? Dtype::kBf16 : Dtype::kFp32;
+}
+
+ExecutorRun executor_run(ExecutorBackend backend) {
+  ExecutorRun run;
+  run.backend = backend;
+  run.precision = default_precision(backend);
+  return run;
+}
+
+Stack executor_stack(const Plan& plan) {
+  return plan.stack ? *plan.stack : builtin_stack(kExecutorStack);
+}
+
+std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
+                                       const ExecutorRun& run) {
+  std::vector<Problem> out;
+  // tf32 and bf16-gemm are tensor-core modes; the CPU backend emulates bf16 storage only.
+  if (run.backend == ExecutorBackend::kCpu && run.precision != ExecutorPrecision::kFp32 &&
+      run.precision != ExecutorPrecision::kBf16)
+    out.push_back({"--precision", std::string(enum_name(executor_precision_names(), run.precision)),
+                   "fp32 or bf16 with the cpu backend (tf32 and bf16-gemm are tensor-core "
+                   "modes: --backend cuda)"});
+  layout_rules(model, plan, run, out);
+  host_fp32_rules(model, plan, run, out);
+  switch (model.kind()) {
+    case ModelKind::kTransformer:
+      transformer_rules(model.transformer(), plan, run, out);
+      break;
+    case ModelKind::kCnn:
+      cnn_rules(model, plan, run, out);
+      break;
+    case ModelKind::kMlp:
+      break;
+  }
+  if (!model.is_transformer() && !run.synthetic_data)
+    out.push_back({"--data", "", "MLPs and CNNs train on synthetic samples only"});
+  return out;
+}
+
+void check_executor_runs(const ModelSpec& model, const Plan& plan, const ExecutorRun& run) {
+  std::vector<Problem> problems = executor_problems(model, plan, run);
+  if (problems.empty()) return;
+  throw InputError(fmt::format("plan {} of {} on the {} backend in {}", plan.name(), model.name,
+                               enum_name(executor_backend_names(), run.backend),
+                               enum_name(executor_precision_names(), run.precision)),
+                   std::move(problems));
+}
+
+}  // namespace sextant::spec
