@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test (ctest), then prints the summary. Works on a fresh machine.
-# The whole run (no arguments, what CI does) then repeats the unit tests under ASan + UBSan and runs
-# every reader's fuzz target on a fixed set of inputs (scripts/sanitize.sh, ~11 minutes on 2 cores
-# the first time); SEXTANT_SKIP_SANITIZERS=1 leaves that out.
+# The whole run (no arguments, what CI does) then repeats the readers' and fits' unit tests under
+# ASan + UBSan and runs every fuzz target on a fixed set of inputs (scripts/sanitize.sh, ~15
+# minutes on 2 cores); SEXTANT_SKIP_SANITIZERS=1 leaves that out.
 # Usage: scripts/test.sh [ctest args, e.g. -L unit: the release tests only]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
