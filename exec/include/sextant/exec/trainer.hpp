@@ -49,9 +49,10 @@ struct TrainResult {
   std::vector<spec::TraceEvent> events;  // this rank's, when recording
 };
 
-// Trains on this rank; every rank of the job calls it. `on_step` runs after each step (rank 0
-// logs). Throws InputError for a plan or model it cannot run (every rank throws the same), and
-// std::runtime_error when the loss becomes NaN (naming the step) or a checkpoint is unusable.
+// Trains on this rank; every rank of the job calls it, the plan and model checked first against
+// what the executor runs (exec::check_job, spec::executor_problems). `on_step` runs after each
+// step (rank 0 logs). Throws InputError for a checkpoint it cannot resume (every rank throws the
+// same), and std::runtime_error when the loss becomes NaN (naming the step).
 TrainResult train(const spec::ModelSpec& model, Context& ctx, const TrainOptions& options,
                   const std::function<void(const StepLog&)>& on_step);
 
