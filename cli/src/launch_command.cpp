@@ -13,6 +13,7 @@
 #include "compare_log.hpp"
 #include "format.hpp"
 #include "plan_options.hpp"
+#include "sextant/exec/runner.hpp"
 #include "sextant/interop/slurm.hpp"
 #include "sextant/loop/process_machine.hpp"
 #include "sextant/loop/trial.hpp"
@@ -20,7 +21,6 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
-#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/stack_support.hpp"
 #include "slurm_submit.hpp"
@@ -59,12 +59,13 @@ std::string script_text(const LaunchOptions& o, const spec::Plan& plan,
                         const interop::SlurmRequest& r) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
   if (o.to == "sextant") {
-    // The job's `run` checks these again (exec::check_job); here before it waits in a queue.
-    const spec::ExecutorRun run =
-        spec::executor_run(gpu ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu);
-    spec::check_stack_runs(plan, model, spec::executor_stack(plan),
-                           spec::compute_dtype(run.precision), "command line");
-    spec::check_executor_runs(model, plan, run);
+    // The job's `run` makes the same check; here before the job waits in a queue.
+    exec::Job check;
+    check.model = model;
+    check.plan = plan;
+    check.plan_source = "command line";
+    check.backend = gpu ? exec::BackendKind::kCuda : exec::BackendKind::kCpu;
+    exec::check_job(check, plan.world_size());
     interop::SextantJob job{loop::self_executable(),
                             {"--model", model_for_jobs(o.model), "--backend", gpu ? "cuda" : "cpu"},
                             spec::to_json(plan).dump(2) + "\n",
