@@ -75,8 +75,7 @@ exec::WatchdogOptions watchdog_options(double seconds, const exec::Job& job) {
 // (local-cpu: this machine's cores; h200-1gpu) in the run's precision.
 void set_peak(exec::Job& job) {
   const bool cuda = job.backend == exec::BackendKind::kCuda;
-  const spec::Dtype dtype =
-      spec::compute_dtype(job.precision.value_or(spec::default_precision(job.backend)));
+  const spec::Dtype dtype = spec::compute_dtype(exec::executor_run_of(job).precision);
   const std::string name = cuda ? "h200-1gpu" : "local-cpu";
   const spec::ClusterSpec cluster = spec::builtin_cluster(name);
   auto it = cluster.device.peak_tflops.find(dtype);

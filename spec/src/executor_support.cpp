@@ -56,7 +56,7 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
     out.push_back({"/dtype", std::string(enum_name(dtype_names(), *plan.dtype)),
                    fmt::format("the run computes in {} (--precision {})",
                                enum_name(dtype_names(), compute_dtype(run.precision)),
-                               enum_name(executor_precision_names(), run.precision))});
+                               executor_precision_name(run.precision))});
   if (plan.schedule == Schedule::kPipeDream2BW) {
     // Each stage updates when its part of a batch ends: no global norm to clip by exists yet.
     if (run.clipping)
@@ -77,8 +77,8 @@ void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun
                      std::vector<Problem>& out) {
   if (run.backend == ExecutorBackend::kCpu && run.precision == ExecutorPrecision::kFp32) return;
   const std::string on =
-      fmt::format("not on the {} backend in {}", enum_name(executor_backend_names(), run.backend),
-                  enum_name(executor_precision_names(), run.precision));
+      fmt::format("not on the {} backend in {}", executor_backend_name(run.backend),
+                  executor_precision_name(run.precision));
   const auto add = [&](std::string pointer, std::string value, std::string_view what) {
     out.push_back({std::move(pointer), std::move(value), fmt::format("{}, {}", what, on)});
   };
@@ -132,7 +132,7 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
 
 void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
                std::vector<Problem>& out) {
-  const std::string backend(enum_name(executor_backend_names(), run.backend));
+  const std::string backend(executor_backend_name(run.backend));
   // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
   if (storage_dtype(run.precision) != Dtype::kFp32)
     out.push_back({"model /kind", "\"cnn\"", "CNNs run in fp32: use --precision fp32"});
@@ -218,7 +218,7 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
   // tf32 and bf16-gemm are tensor-core modes; the CPU backend emulates bf16 storage only.
   if (run.backend == ExecutorBackend::kCpu && run.precision != ExecutorPrecision::kFp32 &&
       run.precision != ExecutorPrecision::kBf16)
-    out.push_back({"--precision", std::string(enum_name(executor_precision_names(), run.precision)),
+    out.push_back({"--precision", std::string(executor_precision_name(run.precision)),
                    "fp32 or bf16 with the cpu backend (tf32 and bf16-gemm are tensor-core "
                    "modes: --backend cuda)"});
   layout_rules(model, plan, run, out);
@@ -241,10 +241,10 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
 void check_executor_runs(const ModelSpec& model, const Plan& plan, const ExecutorRun& run) {
   std::vector<Problem> problems = executor_problems(model, plan, run);
   if (problems.empty()) return;
-  throw InputError(fmt::format("plan {} of {} on the {} backend in {}", plan.name(), model.name,
-                               enum_name(executor_backend_names(), run.backend),
-                               enum_name(executor_precision_names(), run.precision)),
-                   std::move(problems));
+  throw InputError(
+      fmt::format("plan {} of {} on the {} backend in {}", plan.name(), model.name,
+                  executor_backend_name(run.backend), executor_precision_name(run.precision)),
+      std::move(problems));
 }
 
 }  // namespace sextant::spec
