@@ -453,6 +453,9 @@ ValidationTable table_llama_h200(const std::string& id, const std::string& trace
   plan.zero = fsdp ? 3 : 0;
   plan.stack = spec::builtin_stack(stack);
   plan.stack->autocast = !fsdp;  // TorchTitan on one GPU without FSDP trains under autocast
+  // The script's FSDP2 units (bench/pytorch_llama_layers.py): TorchTitan's policy before v0.2,
+  // every block but the last resharded after forward, the root (embedding, norm, head) kept.
+  plan.stack->reshard_after_forward = spec::ReshardAfterForward::kBlocksButLast;
   // The script compiles the blocks alone: its loss runs eager.
   plan.stack->cross_entropy = spec::CrossEntropy::kEager;
   return kernel_class_table(std::move(t), trace, model, spec::builtin_cluster("h200-1gpu"), plan);

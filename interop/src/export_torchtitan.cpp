@@ -54,7 +54,19 @@ void parallelism(const ExportInput& in, ExportOutput& out) {
   // (With context parallelism FSDP shards over the dp x cp ranks itself: parallel_dims.py.)
   if (p.replicas() > 1 && p.zero >= 2) {
     out.set("parallelism.data_parallel_shard_degree", p.dp);
-    out.set("parallelism.fsdp_reshard_after_forward", p.zero == 2 ? "never" : "always");
+    // ZeRO-3's units: "default" keeps [norm, output] whole (and every unit under pipeline
+    // parallelism), "always" none (apply_fsdp; spec::ReshardAfterForward).
+    const spec::ReshardAfterForward units = in.stack.reshard_after_forward;
+    if (p.zero == 3 && units != spec::ReshardAfterForward::kAll &&
+        units != spec::ReshardAfterForward::kAllButHead)
+      out.refused.push_back(fmt::format(
+          "reshard_after_forward {}: TorchTitan's policies reshard every unit (always) or all but "
+          "the head (default)",
+          spec::enum_name(spec::reshard_after_forward_names(), units)));
+    out.set("parallelism.fsdp_reshard_after_forward",
+            p.zero == 2                                       ? "never"
+            : units == spec::ReshardAfterForward::kAllButHead ? "default"
+                                                              : "always");
   } else if (p.dp > 1) {
     out.set("parallelism.data_parallel_replicate_degree", p.dp);
     out.set("parallelism.data_parallel_shard_degree", 1);

@@ -110,6 +110,9 @@ spec::Plan torchtitan_plan(SettingsReader& r, const spec::ModelSpec& model,
   if (p.tp > 1 && !r.on("parallelism.enable_async_tensor_parallel"))
     stack.tp_overlap = spec::TpOverlap::kNone;
   stack.grad_clip = r.number("training.max_norm").value_or(1.0) > 0;
+  // "always" reshards every unit; "default" (the preset's policy) keeps [norm, output] whole.
+  if (reshard == std::optional<std::string>("always"))
+    stack.reshard_after_forward = spec::ReshardAfterForward::kAll;
   p.stack = stack;
   return p;
 }

@@ -43,7 +43,15 @@ bool Layer::same_work_as(const Layer& o) const {
          matrices == o.matrices && saved_bytes == o.saved_bytes &&
          saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
-         forward == o.forward && backward == o.backward && selective_forward == o.selective_forward;
+         forward == o.forward && backward == o.backward &&
+         selective_forward == o.selective_forward && kept_for_backward == o.kept_for_backward;
+}
+
+std::span<const Op> recomputed_forward(const Layer& layer) {
+  size_t copies = 0;
+  while (copies < layer.forward.size() && layer.forward[copies].id == OpId::kFsdpParamCopyOut)
+    ++copies;
+  return std::span<const Op>(layer.forward).subspan(copies);
 }
 
 int64_t Layer::parameter_modules() const {
@@ -233,6 +241,35 @@ int64_t zero_updated_params(const spec::Plan& plan, const LoweredModel& lowered,
   return updated;
 }
 
+namespace {
+
+// ZeRO-3's units, one per layer that holds parameters: which keep their parameters for the
+// backward (LoweringOptions::reshard_after_forward), and the copy each unshard costs
+// (LoweringOptions::param_copy_bytes).
+void shard_units(LoweredModel& lowered, const LoweringOptions& options) {
+  size_t last_block = lowered.layers.size();
+  for (size_t i = 0; i < lowered.layers.size(); ++i)
+    if (lowered.layers[i].kind == LayerKind::kBlock) last_block = i;
+  for (size_t i = 0; i < lowered.layers.size(); ++i) {
+    Layer& layer = lowered.layers[i];
+    if (layer.params == 0) continue;
+    spec::ShardUnit unit = spec::ShardUnit::kBlock;
+    if (layer.kind == LayerKind::kEmbedding) unit = spec::ShardUnit::kEmbedding;
+    if (layer.kind == LayerKind::kHead) unit = spec::ShardUnit::kHead;
+    if (i == last_block) unit = spec::ShardUnit::kLastBlock;
+    layer.kept_for_backward =
+        !spec::regathers_for_backward(options.reshard_after_forward, unit, options.pipelined);
+    if (options.param_copy_bytes == 0) continue;
+    const Op copy =
+        memory_op(OpId::kFsdpParamCopyOut, OpClass::kElementwise,
+                  layer.params * options.param_copy_bytes, TpSplit::kReplicated, {layer.params});
+    layer.forward.insert(layer.forward.begin(), copy);
+    if (!layer.kept_for_backward) layer.backward.insert(layer.backward.begin(), copy);
+  }
+}
+
+}  // namespace
+
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options) {
   SEXTANT_CHECK(options.micro_batch > 0 && options.tp > 0, "bad lowering options");
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
@@ -264,6 +301,7 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
                                          TpSplit::kReplicated, {layer.params}));
     }
   }
+  if (options.zero3) shard_units(lowered, options);
   // Megatron's selective recompute, wherever a lowering did not give its own list: the forward's
   // attention core and the context-parallel transfers feeding it.
   for (Layer& layer : lowered.layers) {

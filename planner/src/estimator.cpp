@@ -85,7 +85,10 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
       // The compute model's co-run slowdown (step_setup's busy devices).
       cluster_->device.co_run ? sim::busy_devices_per_node(*cluster_, plan.world_size()) : 1,
       // The layer costs' host issue.
-      stack.host_launch_us.forward_us, stack.host_launch_us.backward_us};
+      stack.host_launch_us.forward_us, stack.host_launch_us.backward_us,
+      // ZeRO-3's units (step_setup's lowering.zero3 and what follows it).
+      plan.zero == 3, static_cast<int>(stack.reshard_after_forward), plan.pp > 1,
+      sim::param_copy_bytes(plan, stack, precision.dtype)};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -350,6 +353,10 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
       for (size_t a = step; a <= step + ahead && a < order.size(); ++a) {
         const size_t j = forward ? a : order.size() - 1 - a;
         if (gathered[j] >= 0) continue;
+        if (!forward && lowered.layers[order[j]].kept_for_backward) {
+          gathered[j] = 0;  // kept whole from its forward: gathered for nothing
+          continue;
+        }
         copies = std::max(copies, issue) + fetch[j];
         stream = std::max({stream, issue, copies}) + gather[j];
         gathered[j] = stream;

@@ -109,7 +109,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   // The engine's program for one pass (program_builder run_ops): an overlapped all-gather feeding
   // a GEMM sends its first chunk exposed and the rest beside the GEMM; a GEMM feeding an
   // overlapped reduce-scatter runs beside all but the last chunk, which follows it.
-  auto pass = [&](const std::vector<models::Op>& ops, spec::Phase phase,
+  auto pass = [&](std::span<const models::Op> ops, spec::Phase phase,
                   std::vector<PassSegment>& profile) {
     const bool overlapped = tp_overlap_applies(plan, stack, block, phase);
     double t = 0;
@@ -168,7 +168,7 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     double seconds = 0;
     double next_head = -1;
   };
-  auto grid_pass = [&](const std::vector<models::Op>& ops, spec::Phase phase,
+  auto grid_pass = [&](std::span<const models::Op> ops, spec::Phase phase,
                        std::vector<PassSegment>& profile, double head) {
     const bool forward = phase != spec::Phase::kBwd && grid.forward;
     const bool backward = phase == spec::Phase::kBwd && grid.backward;
@@ -258,14 +258,15 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     out.backward = pass(layer.backward, spec::Phase::kBwd, out.backward_profile);
   }
   // Full recompute re-runs the forward; selective what the lowering lists for the stack's policy.
-  auto recomputed = [&](const std::vector<models::Op>& ops) {
+  auto recomputed = [&](std::span<const models::Op> ops) {
     return grid.forward ? grid_pass(ops, spec::Phase::kRecompute, out.recompute_profile, -1).seconds
                         : pass(ops, spec::Phase::kRecompute, out.recompute_profile);
   };
-  if (block && recompute == spec::Recompute::kFull) out.recompute = recomputed(layer.forward);
+  if (block && recompute == spec::Recompute::kFull)
+    out.recompute = recomputed(models::recomputed_forward(layer));
   if (block && recompute == spec::Recompute::kSelective)
     out.recompute = recomputed(layer.selective_forward);
-  auto issue = [&](const std::vector<models::Op>& ops, spec::Phase phase) {
+  auto issue = [&](std::span<const models::Op> ops, spec::Phase phase) {
     const double per_kernel = host_launch_seconds(stack, compute.device(), phase);
     HostChain chain;
     if (per_kernel <= 0) return chain;
@@ -279,7 +280,8 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
   out.forward_issue = issue(layer.forward, spec::Phase::kFwd);
   out.backward_issue = issue(layer.backward, spec::Phase::kBwd);
   if (block && recompute == spec::Recompute::kFull)
-    out.backward_issue = issue(layer.forward, spec::Phase::kRecompute).then(out.backward_issue);
+    out.backward_issue =
+        issue(models::recomputed_forward(layer), spec::Phase::kRecompute).then(out.backward_issue);
   if (block && recompute == spec::Recompute::kSelective)
     out.backward_issue =
         issue(layer.selective_forward, spec::Phase::kRecompute).then(out.backward_issue);

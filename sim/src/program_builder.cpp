@@ -454,7 +454,11 @@ class StageBuilder {
     const bool fsdp = fetches_params();
     const size_t ahead = static_cast<size_t>(stack_.zero3_prefetch);
     std::vector<int32_t> gathers(order.size(), -1);
-    auto holds_params = [&](size_t i) { return lowered_.layers[order[i]].params > 0; };
+    // A unit that kept its parameters from the forward is not gathered for its backward.
+    auto holds_params = [&](size_t i) {
+      const models::Layer& layer = lowered_.layers[order[i]];
+      return layer.params > 0 && !(phase == Phase::kBwd && layer.kept_for_backward);
+    };
     for (size_t i = 0; i < order.size(); ++i) {
       if (fsdp && holds_params(i)) {
         int32_t before = issue_point(phase, mb);
@@ -542,7 +546,7 @@ class StageBuilder {
   }
 
   // The index of the first weight gather over z in `ops` from `from` on (ops.size(): none).
-  static size_t next_depth_gather(const std::vector<models::Op>& ops, size_t from) {
+  static size_t next_depth_gather(std::span<const models::Op> ops, size_t from) {
     for (size_t j = from; j < ops.size(); ++j)
       if (is_depth_gather(ops[j])) return j;
     return ops.size();
@@ -553,7 +557,7 @@ class StageBuilder {
   // unit) before the compute waits for its own; backward, the input-gradient all-reduce runs
   // beside the weight-gradient product and the weight gradient's reduce-scatter over z is left
   // running (the bucket reductions and the step's end wait for it).
-  void run_grid_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb) {
+  void run_grid_ops(size_t layer, std::span<const models::Op> ops, Phase phase, int64_t mb) {
     const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
     const bool forward = phase != Phase::kBwd && grid.forward;
     const bool backward = phase == Phase::kBwd && grid.backward;
@@ -598,7 +602,7 @@ class StageBuilder {
 
   // A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel
   // collectives split it (or overlap the GEMM next to them).
-  void run_ops(size_t layer, const std::vector<models::Op>& ops, Phase phase, int64_t mb) {
+  void run_ops(size_t layer, std::span<const models::Op> ops, Phase phase, int64_t mb) {
     const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
     if (grid.in(phase)) {
       run_grid_ops(layer, ops, phase, mb);
@@ -678,7 +682,7 @@ class StageBuilder {
       if (activations_offloaded_[l]) require(reload_activations(l, u.micro_batch));
       if (l > b && activations_offloaded_[l - 1]) reload_activations(l - 1, u.micro_batch);
       if (is_block(l) && recompute_[l] == spec::Recompute::kFull) {
-        run_ops(l, layer.forward, Phase::kRecompute, u.micro_batch);
+        run_ops(l, models::recomputed_forward(layer), Phase::kRecompute, u.micro_batch);
       } else if (is_block(l) && recompute_[l] == spec::Recompute::kSelective) {
         run_ops(l, layer.selective_forward, Phase::kRecompute, u.micro_batch);
       }

@@ -26,6 +26,21 @@ bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack) {
   return plan.zero == 3 && stack.grad_copy_in;
 }
 
+int64_t param_copy_bytes(const spec::Plan& plan, const spec::Stack& stack, spec::Dtype dtype) {
+  if (plan.zero != 3 || !stack.param_copy_out) return 0;
+  const int64_t param = spec::dtype_bytes(spec::parameter_dtype(stack, dtype));
+  // FSDP2's foreach_all_gather_copy_out (torch/distributed/fsdp/_fully_shard/
+  // _fsdp_collectives.py): the gathered parameters read and written once. The shard's cast and
+  // copy into the all-gather buffer run on FSDP2's copy-in stream, beside the compute: not here.
+  if (plan.replicas() > 1) return 2 * param;
+  // One rank (_fsdp_param_group.py wait_for_unshard, world_size == 1): the fp32 shard cast to the
+  // parameter dtype, then copied into the unsharded parameter. Measured in
+  // traces/samples/kineto-llama3-8b-8l-h200-fsdp2-eager.json.gz: per parameter and unshard an
+  // aten::to (6 B) and a device copy (4 B), both at the generic memory efficiency.
+  const int64_t cast = param < 4 ? 4 + param : 0;
+  return cast + 2 * param;
+}
+
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                      const spec::Plan& plan) {
   return step_setup(
@@ -56,6 +71,10 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   if (copies_gradients_in(plan, s.stack))
     s.lowering.grad_copy_in_bytes = spec::dtype_bytes(spec::parameter_dtype(s.stack, s.dtype)) +
                                     spec::dtype_bytes(spec::gradient_dtype(s.stack, s.dtype));
+  s.lowering.zero3 = plan.zero == 3;
+  s.lowering.reshard_after_forward = s.stack.reshard_after_forward;
+  s.lowering.pipelined = plan.pp > 1;
+  s.lowering.param_copy_bytes = param_copy_bytes(plan, s.stack, s.dtype);
   s.lowering.fp8_gemms = s.gemm_dtype == spec::Dtype::kFp8;
   s.lowering.selective = s.stack.selective_recompute;
   s.lowering.vocab_multiple = s.stack.vocab_multiple;

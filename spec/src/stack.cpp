@@ -37,7 +37,12 @@ constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
 constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
     {{"attention_core", SelectiveRecompute::kAttentionCore},
      {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
-constexpr std::array<std::string_view, 22> kKnobs{"attention",
+constexpr std::array<std::pair<std::string_view, ReshardAfterForward>, 4> kReshard{
+    {{"all", ReshardAfterForward::kAll},
+     {"blocks", ReshardAfterForward::kBlocks},
+     {"blocks_but_last", ReshardAfterForward::kBlocksButLast},
+     {"all_but_head", ReshardAfterForward::kAllButHead}}};
+constexpr std::array<std::string_view, 24> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -58,6 +63,8 @@ constexpr std::array<std::string_view, 22> kKnobs{"attention",
                                                   "grad_clip",
                                                   "bias_grad_kernel",
                                                   "grad_copy_in",
+                                                  "param_copy_out",
+                                                  "reshard_after_forward",
                                                   "host_launch_us"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
@@ -114,6 +121,10 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.boolean("grad_clip", Presence::kOptional)) s.grad_clip = *v;
   if (auto v = r.boolean("bias_grad_kernel", Presence::kOptional)) s.bias_grad_kernel = *v;
   if (auto v = r.boolean("grad_copy_in", Presence::kOptional)) s.grad_copy_in = *v;
+  if (auto v = r.boolean("param_copy_out", Presence::kOptional)) s.param_copy_out = *v;
+  if (auto v = r.enumeration("reshard_after_forward", reshard_after_forward_names(),
+                             Presence::kOptional))
+    s.reshard_after_forward = *v;
   // Optional even in presets: stacks written before the knob existed ran Megatron's policy.
   if (auto v =
           r.enumeration("selective_recompute", selective_recompute_names(), Presence::kOptional))
@@ -189,6 +200,27 @@ EnumNames<TpOverlap> tp_overlap_names() {
 }
 EnumNames<Zero3Impl> zero3_impl_names() {
   return kZero3;
+}
+EnumNames<ReshardAfterForward> reshard_after_forward_names() {
+  return kReshard;
+}
+
+bool regathers_for_backward(ReshardAfterForward policy, ShardUnit unit, bool pipelined) {
+  switch (policy) {
+    case ReshardAfterForward::kAll:
+      return true;
+    case ReshardAfterForward::kBlocks:
+      // FSDP1 _runtime_utils.py _post_forward_reshard ("Do not free the root's parameters in
+      // the post-forward"); FSDP2's fully_shard sets the root's reshard_after_forward to False.
+      return unit == ShardUnit::kBlock || unit == ShardUnit::kLastBlock;
+    case ReshardAfterForward::kBlocksButLast:
+      return unit == ShardUnit::kBlock;
+    case ReshardAfterForward::kAllButHead:
+      // torchtitan/models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward = not
+      // pp_enabled; [model.norm, model.output] only under the "always" policy.
+      return !pipelined && unit != ShardUnit::kHead;
+  }
+  return true;
 }
 
 bool is_fused_attention(AttentionKernel kernel) {
@@ -333,6 +365,8 @@ Json to_json(const Stack& s) {
   j["grad_clip"] = s.grad_clip;
   j["bias_grad_kernel"] = s.bias_grad_kernel;
   j["grad_copy_in"] = s.grad_copy_in;
+  j["param_copy_out"] = s.param_copy_out;
+  j["reshard_after_forward"] = enum_name(reshard_after_forward_names(), s.reshard_after_forward);
   j["host_launch_us"] = {{"forward", s.host_launch_us.forward_us},
                          {"backward", s.host_launch_us.backward_us}};
   return j;

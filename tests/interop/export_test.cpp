@@ -250,7 +250,8 @@ TEST(Export, TorchtitanAndDeepspeedFilesAreThePlansValues) {
   const Exported t = exported(p, "llama3-8b", "torchtitan", Target::kTorchtitan);
   const std::map<std::string, spec::Json> s = settings_of(t);
   EXPECT_EQ(s.at("parallelism.data_parallel_shard_degree"), 8);
-  EXPECT_EQ(s.at("parallelism.fsdp_reshard_after_forward"), "always");
+  // The preset's units are TorchTitan's default policy ([norm, output] kept whole).
+  EXPECT_EQ(s.at("parallelism.fsdp_reshard_after_forward"), "default");
   EXPECT_EQ(s.at("activation_checkpoint.mode"), "selective");
   EXPECT_EQ(s.at("activation_checkpoint.selective_ac_option"), "op");
   EXPECT_EQ(s.at("training.local_batch_size"), 2);
@@ -301,6 +302,28 @@ TEST(Export, WhatATargetCannotRunOrSayIsRefusedByName) {
   EXPECT_INPUT_ERROR(
       exported(plan(8, 1, 1, 0, 1, 8), "resnet50", "pytorch-ddp", Target::kMegatronCore),
       "the stack megatron-core does not run CNNs");
+}
+
+TEST(Export, TorchtitanReshardPolicyIsTheStacks) {
+  // ZeRO-3's units: the preset's policy is TorchTitan's "default" ([norm, output] kept whole);
+  // every unit resharded is "always"; FSDP1's root kept has no TorchTitan spelling. Each reads
+  // back as the policy it was written from.
+  const spec::ModelSpec m = models::zoo_model("llama3-8b");
+  spec::Plan p = plan(8, 1, 1, 3, 2, 64);
+  spec::validate_plan(p, m, p.world_size(), "test plan");
+  spec::Stack stack = spec::builtin_stack("torchtitan");
+  for (auto [units, written] : std::vector<std::pair<spec::ReshardAfterForward, std::string>>{
+           {spec::ReshardAfterForward::kAllButHead, "default"},
+           {spec::ReshardAfterForward::kAll, "always"}}) {
+    stack.reshard_after_forward = units;
+    const Exported e = export_plan(p, m, stack, spec::Dtype::kBf16, Target::kTorchtitan);
+    EXPECT_EQ(settings_of(e).at("parallelism.fsdp_reshard_after_forward"), written);
+    const Imported back = import_plan(Target::kTorchtitan, e.text, "t.toml", m, 8);
+    EXPECT_EQ(back.plan.stack->reshard_after_forward, units) << written;
+  }
+  stack.reshard_after_forward = spec::ReshardAfterForward::kBlocks;
+  EXPECT_INPUT_ERROR(export_plan(p, m, stack, spec::Dtype::kBf16, Target::kTorchtitan),
+                     "reshard_after_forward blocks: TorchTitan's policies reshard every unit");
 }
 
 // Each export read back is the plan it was made from: the layout whole, and the stack's knobs

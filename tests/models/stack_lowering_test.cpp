@@ -408,6 +408,48 @@ TEST(StackLowering, Zero3GradientCopyInEndsEachParametrisedLayersBackward) {
   EXPECT_GT(with_params, 2);  // the embedding, the blocks, the head
 }
 
+TEST(StackLowering, Zero3ParameterCopiesLeadEachUnshard) {
+  // FSDP2 copies a unit's gathered parameters into their own tensors before the unit runs: 2 + 2
+  // bytes a bf16 parameter, first in its forward, and first in its backward where the policy
+  // freed them after the forward. TorchTitan before v0.2 kept the last block and the root
+  // (embedding, head) whole from forward to backward: their backwards copy nothing.
+  spec::ModelSpec m = zoo_model("llama-tiny");
+  LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused);
+  const LoweredModel plain = lower(m, o);
+  o.zero3 = true;
+  o.param_copy_bytes = 4;
+  o.reshard_after_forward = spec::ReshardAfterForward::kBlocksButLast;
+  const LoweredModel copied = lower(m, o);
+  ASSERT_EQ(plain.layers.size(), copied.layers.size());
+  size_t last_block = 0;
+  for (size_t i = 0; i < copied.layers.size(); ++i)
+    if (copied.layers[i].kind == LayerKind::kBlock) last_block = i;
+  int regathered = 0;
+  for (size_t i = 0; i < copied.layers.size(); ++i) {
+    const Layer& layer = copied.layers[i];
+    const Layer& before = plain.layers[i];
+    ASSERT_GT(layer.params, 0) << layer.name;
+    ASSERT_EQ(layer.forward.size(), before.forward.size() + 1);
+    EXPECT_EQ(layer.forward.front().name, "fsdp.param_copy_out");
+    EXPECT_EQ(layer.forward.front().bytes, layer.params * 4);
+    const bool again = layer.kind == LayerKind::kBlock && i != last_block;
+    regathered += again ? 1 : 0;
+    EXPECT_EQ(layer.kept_for_backward, !again) << layer.name;
+    ASSERT_EQ(layer.backward.size(), before.backward.size() + (again ? 1 : 0)) << layer.name;
+    if (again) {
+      EXPECT_EQ(layer.backward.front(), layer.forward.front());
+    }
+    // Full recompute re-runs the forward but not the copy: the backward's parameters are whole.
+    const std::span<const Op> recomputed = recomputed_forward(layer);
+    EXPECT_EQ(std::vector<Op>(recomputed.begin(), recomputed.end()), before.forward);
+  }
+  EXPECT_EQ(regathered, m.transformer().layers - 1);
+  // TorchTitan's policy since v0.2 under pipeline parallelism: no unit freed after the forward.
+  o.reshard_after_forward = spec::ReshardAfterForward::kAllButHead;
+  o.pipelined = true;
+  for (const Layer& layer : lower(m, o).layers) EXPECT_TRUE(layer.kept_for_backward);
+}
+
 TEST(OptimizerStep, BytesPerParameterFollowThePrecision) {
   // fp32 training: AdamW reads param, grad, m, v and writes param, m, v: 7 x 4 = 28.
   EXPECT_EQ(optimizer_bytes_per_param({}), 28);

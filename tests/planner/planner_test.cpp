@@ -483,6 +483,31 @@ TEST(Estimator, FollowsZeroThreeLayerByLayer) {
   }
 }
 
+TEST(Estimator, GathersForTheBackwardOnlyWhatTheForwardFreed) {
+  // A transformer's units at ZeRO-3 on 4 ranks under each policy of which units keep their
+  // parameters from forward to backward (Stack::reshard_after_forward), with FSDP2's parameter
+  // copies on and off, from collective-bound to compute-bound networks: the estimate skips the
+  // same backward gathers the simulator does and follows it as for every unit gathered.
+  const spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  using R = spec::ReshardAfterForward;
+  for (double network_GBps : {1.0, 100.0})
+    for (R policy : {R::kAll, R::kBlocks, R::kBlocksButLast, R::kAllButHead})
+      for (bool copies : {false, true}) {
+        spec::ClusterSpec cluster =
+            test::ideal_cluster(100, network_GBps, network_GBps, 5, 8, 1, 1);
+        spec::Plan plan = test::make_plan(4, 1, 1, 2, 2 * 4 * 4);
+        plan.zero = 3;
+        plan.stack->reshard_after_forward = policy;
+        plan.stack->param_copy_out = copies;
+        const double simulated = sim::simulate(model, cluster, plan, {}).report.step_time_s;
+        const double estimated = Estimator(model, cluster).estimate(plan).step_time_s;
+        EXPECT_NEAR(estimated, simulated, 0.005 * simulated)
+            << network_GBps << " GB/s, "
+            << spec::enum_name(spec::reshard_after_forward_names(), policy)
+            << (copies ? ", copies" : "");
+      }
+}
+
 TEST(Estimator, ActivationReloadsQueueWithTheParameterFetches) {
   // ZeRO-Infinity on one stage (parameters and optimizer on the host, ZeRO-3) beside activation
   // offload: in backward each block's parameter fetch and its activations' reload both cross

@@ -66,6 +66,42 @@ TEST(Stack, PresetsSayWhatTheirStacksDo) {
   EXPECT_EQ(builtin_stack("torchtitan-compiled").fusion, Fusion::kCompiled);
 }
 
+TEST(Stack, ReshardPoliciesSayWhichUnitsAreGatheredAgainForBackward) {
+  // FSDP's root unit (embedding, final norm, head) keeps its parameters from forward to backward
+  // (FSDP1 _post_forward_reshard, FSDP2's root); TorchTitan before v0.2 also kept its last block;
+  // TorchTitan since keeps [norm, output], and under pipeline parallelism every unit.
+  using R = ReshardAfterForward;
+  using U = ShardUnit;
+  for (U unit : {U::kEmbedding, U::kBlock, U::kLastBlock, U::kHead}) {
+    EXPECT_TRUE(regathers_for_backward(R::kAll, unit, false));
+    EXPECT_TRUE(regathers_for_backward(R::kAll, unit, true));
+  }
+  EXPECT_FALSE(regathers_for_backward(R::kBlocks, U::kEmbedding, false));
+  EXPECT_TRUE(regathers_for_backward(R::kBlocks, U::kLastBlock, false));
+  EXPECT_FALSE(regathers_for_backward(R::kBlocks, U::kHead, false));
+  EXPECT_TRUE(regathers_for_backward(R::kBlocksButLast, U::kBlock, false));
+  EXPECT_FALSE(regathers_for_backward(R::kBlocksButLast, U::kLastBlock, false));
+  EXPECT_FALSE(regathers_for_backward(R::kBlocksButLast, U::kEmbedding, false));
+  EXPECT_TRUE(regathers_for_backward(R::kAllButHead, U::kEmbedding, false));
+  EXPECT_TRUE(regathers_for_backward(R::kAllButHead, U::kLastBlock, false));
+  EXPECT_FALSE(regathers_for_backward(R::kAllButHead, U::kHead, false));
+  EXPECT_FALSE(regathers_for_backward(R::kAllButHead, U::kBlock, true));
+  // The presets: TorchTitan's FSDP2 copies its gathered parameters out; FSDP1 keeps the root.
+  EXPECT_TRUE(builtin_stack("torchtitan").param_copy_out);
+  EXPECT_EQ(builtin_stack("torchtitan").reshard_after_forward, R::kAllButHead);
+  EXPECT_EQ(builtin_stack("pytorch-fsdp").reshard_after_forward, R::kBlocks);
+  EXPECT_FALSE(builtin_stack("pytorch-fsdp").param_copy_out);
+  EXPECT_EQ(builtin_stack("deepspeed").reshard_after_forward, R::kAll);
+  // A plan may override the policy by name; an unknown name is refused, listing the choices.
+  Plan p = plan_from_json(plan_with({{"preset", "torchtitan"}, {"reshard_after_forward", "all"}}),
+                          "p.json");
+  EXPECT_EQ(p.stack->reshard_after_forward, R::kAll);
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with({{"preset", "torchtitan"}, {"reshard_after_forward", "some"}}),
+                     "p.json"),
+      "/stack/reshard_after_forward = \"some\"");
+}
+
 TEST(Stack, PlanNamesAPresetAndOverridesKnobs) {
   Plan p = plan_from_json(plan_with("torchtitan"), "p.json");
   ASSERT_TRUE(p.stack);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,9 @@ struct Layer {
   // attention core (Op::in_core) under Megatron's policy, TorchTitan's per-op list under its own.
   int64_t saved_bytes_full = 0;  // only the layer input kept (full recompute)
   std::vector<Op> selective_forward;
+  // ZeRO-3 keeps its gathered parameters from its forward to its backward, so its backward gathers
+  // nothing (Stack::reshard_after_forward; LoweringOptions::zero3).
+  bool kept_for_backward = false;
   // Bytes of the activation this layer hands to the next one, per micro-batch and rank (what a
   // pipeline stage boundary after this layer sends; sequence-split under sequence parallelism).
   int64_t output_bytes = 0;
@@ -183,6 +187,15 @@ struct LoweringOptions {
   // gradients are copied into the reduce-scatter buffer in the reduce dtype, on the compute
   // stream; bytes read and written per parameter (0: no copy).
   int64_t grad_copy_in_bytes = 0;
+  // ZeRO-3 (Plan::zero 3): which units keep their parameters from forward to backward (the
+  // stack's policy; `pipelined`: the plan has pipeline stages), and the bytes read and written per
+  // parameter on the compute stream each time a unit is unsharded (Stack::param_copy_out): an
+  // fsdp.param_copy_out op first in its forward, and first in its backward where it is gathered
+  // again (0: none).
+  bool zero3 = false;
+  spec::ReshardAfterForward reshard_after_forward = spec::ReshardAfterForward::kAll;
+  bool pipelined = false;
+  int64_t param_copy_bytes = 0;
   // GEMMs in fp8 under Transformer Engine's recipe: each linear's input and output gradient are
   // cast (and transposed) to fp8 by kernels of their own (transformer blocks' dense layers).
   bool fp8_gemms = false;
@@ -242,6 +255,10 @@ struct LoweredModel {
 // Lowers `model` for one micro-batch on one rank of a tensor-parallel group. Throws InputError if
 // tp does not divide what it must (heads, ffn_hidden).
 LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options);
+
+// The ops full recompute re-runs before a layer's backward: its forward but the parameter
+// copies that lead it (the parameters are still whole from the backward's own gather).
+std::span<const Op> recomputed_forward(const Layer& layer);
 
 // Layers in [split_begin, split_end): the count a pipeline splits.
 int64_t pipeline_layer_count(const LoweredModel& lowered);

@@ -124,6 +124,7 @@ namespace sextant::models {
   X(kFsdpAllGather, "fsdp.all_gather")                                          \
   X(kFsdpReduceScatter, "fsdp.reduce_scatter")                                  \
   X(kFsdpGradCopyIn, "fsdp.grad_copy_in")                                       \
+  X(kFsdpParamCopyOut, "fsdp.param_copy_out")                                   \
   X(kSpAllReduce, "sp.all_reduce")                                              \
   /* Compressed gradient exchanges (gradient_compression.hpp). */               \
   X(kDpCompress, "dp.compress")                                                 \

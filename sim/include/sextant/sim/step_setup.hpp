@@ -42,6 +42,10 @@ StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan&
 // compute stream (Stack::grad_copy_in; LoweringOptions::grad_copy_in_bytes).
 bool copies_gradients_in(const spec::Plan& plan, const spec::Stack& stack);
 
+// Bytes read and written per parameter on the compute stream each time the plan's ZeRO-3 unshards
+// a unit (Stack::param_copy_out; LoweringOptions::param_copy_bytes), in compute dtype `dtype`.
+int64_t param_copy_bytes(const spec::Plan& plan, const spec::Stack& stack, spec::Dtype dtype);
+
 // The compute model of a step. On a device with a power model its GEMMs and attention run at the
 // clock the power limit allows for this step's mix of tensor-core and memory-bound work (the
 // share of compute time in matrix ops and fused attention over `lowered`'s forward and backward;

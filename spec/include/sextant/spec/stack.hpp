@@ -76,6 +76,24 @@ enum class SelectiveRecompute {
 };
 EnumNames<SelectiveRecompute> selective_recompute_names();
 
+// Which ZeRO-3 units free their gathered parameters after the forward, so that the backward
+// gathers them again (FSDP's reshard_after_forward per fully_shard call); a unit that keeps them
+// is not gathered for its backward.
+enum class ReshardAfterForward {
+  kAll,     // every unit (DeepSpeed's ZeRO-3, Megatron-FSDP)
+  kBlocks,  // the blocks: FSDP's root unit (embedding, final norm, head) keeps its parameters
+  // TorchTitan before v0.2 and scripts like it: also the last block keeps them
+  kBlocksButLast,
+  // TorchTitan's "default" policy since v0.2: every unit but the final norm and output layer;
+  // under pipeline parallelism none (no unit is gathered again for a micro-batch's backward)
+  kAllButHead,
+};
+EnumNames<ReshardAfterForward> reshard_after_forward_names();
+// The part of a model a ZeRO-3 unit wraps, as the policies above tell units apart.
+enum class ShardUnit { kEmbedding, kBlock, kLastBlock, kHead };
+// Whether ZeRO-3 gathers a unit's parameters again for its backward under `policy`.
+bool regathers_for_backward(ReshardAfterForward policy, ShardUnit unit, bool pipelined);
+
 // Host (CPU) time to issue one GPU kernel, by pass: the framework's Python, dispatcher and
 // launch call, per kernel the lowering counts (models::Op::kernels; eager PyTorch launches more,
 // the figures are a pass's host time over the lowering's kernels for it). The GPU cannot start a
@@ -129,6 +147,13 @@ struct Stack {
   // on the compute stream before the reduce-scatter (PyTorch FSDP2's
   // foreach_reduce_scatter_copy_in). Default false: stack files written before the knob.
   bool grad_copy_in = false;
+  // ZeRO-3 copies each unit's gathered parameters out of the all-gather buffer into their own
+  // tensors on the compute stream before the unit runs (PyTorch FSDP2's
+  // foreach_all_gather_copy_out); with one rank it casts the shard to the compute dtype and
+  // copies that instead. Default false: stack files written before the knob.
+  bool param_copy_out = false;
+  // Default all: stack files written before the knob.
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::kAll;
   // Memory the allocator holds beyond live tensors, as a fraction of the activations and
   // transient buffers (caching-allocator fragmentation).
   double allocator_reserve = 0;
