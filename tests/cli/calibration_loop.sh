@@ -16,6 +16,8 @@ if ! json=$("$root/scripts/calibrate-local.sh" --json --steps 6 --repeats 1 --ex
   tail -n 30 "$out-stderr.txt" >&2
   exit 1
 fi
+# The report, for the calibration notebook's test to plot (tests/CMakeLists.txt).
+printf '%s\n' "$json" > "$out.json"
 python3 - "$json" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
