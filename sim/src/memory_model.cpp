@@ -56,6 +56,11 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
       const models::Layer& layer = lowered.layers[l];
       const int64_t kept = layer.saved_bytes_for(recompute[l]);
       f.largest_layer = std::max(f.largest_layer, layer.params);
+      if (layer.kept_for_backward) {
+        f.kept_params += layer.params;
+      } else {
+        f.largest_regathered = std::max(f.largest_regathered, layer.params);
+      }
       if (offloaded[l]) {
         f.chunk_offloaded[v] += kept;
         f.largest_offloaded = std::max(f.largest_offloaded, kept);
@@ -272,13 +277,18 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   }
   if ((plan.replicas() > 1 || plan.offload.params != spec::OffloadTarget::kNone) &&
       plan.zero == 3) {
+    // At the backward's start the layers kept whole from the forward are all gathered, beside
+    // the one being gathered again and those prefetched.
+    const int64_t kept = footprint.kept_params;
+    const int64_t regathered = footprint.largest_regathered;
     const int64_t gathered =
-        (1 + stack.zero3_prefetch) * largest_layer * e + largest_layer * per.gradients;
+        (kept + (1 + stack.zero3_prefetch) * regathered) * e + largest_layer * per.gradients;
     buffers += gathered;
     note("buffers", gathered, [&] {
       return fmt::format(
-          "ZeRO-3: {} gathered layer(s) of {} parameters x {} B and one unsharded gradient",
-          1 + stack.zero3_prefetch, count(largest_layer), e);
+          "ZeRO-3: {} parameters kept from forward to backward and {} gathered layer(s) of {} "
+          "parameters, x {} B, and one unsharded gradient",
+          count(kept), 1 + stack.zero3_prefetch, count(regathered), e);
     });
   }
   const int64_t before_grid = buffers;

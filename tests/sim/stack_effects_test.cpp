@@ -364,5 +364,41 @@ TEST(StackEffects, FsdpGathersForTheBackwardWhatItFreedAfterTheForward) {
   }
 }
 
+TEST(StackEffects, Zero3HoldsTheUnitsItKeptBesideThoseItGathersAgain) {
+  // Llama-3 8B width, 2 blocks, ZeRO-3 on 4 ranks, one unit prefetched, bf16 parameters: at the
+  // backward's start the units kept from the forward are all gathered, beside the unit gathered
+  // again and the one prefetched. Every unit gathered again: 2 x the largest (the head: final
+  // norm and 128256 x 4096 output); the head kept: it, and 2 x the embedding; FSDP's root kept
+  // (embedding and head): both, and 2 x a block. The rest of the buffers is the same.
+  spec::ModelSpec model = models::zoo_model("llama3-8b");
+  model.transformer().layers = 2;
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-h100");
+  spec::Plan plan;
+  plan.dp = 4;
+  plan.micro_batch = 1;
+  plan.global_batch = 4;
+  plan.zero = 3;
+  plan.stack = spec::builtin_stack("torchtitan");
+  ASSERT_EQ(plan.stack->zero3_prefetch, 1);
+  using R = spec::ReshardAfterForward;
+  auto buffers = [&](R policy, int64_t* embedding, int64_t* block, int64_t* head) {
+    plan.stack->reshard_after_forward = policy;
+    const models::LoweredModel lowered =
+        models::lower(model, step_setup(model, cluster, plan).lowering);
+    *embedding = lowered.layers[0].params;
+    *block = lowered.layers[1].params;
+    *head = lowered.layers[3].params;
+    return stage_memory(plan, *plan.stack, lowered, 0).buffers;
+  };
+  int64_t embedding = 0, block = 0, head = 0;
+  const int64_t all = buffers(R::kAll, &embedding, &block, &head);
+  ASSERT_GT(head, embedding);
+  ASSERT_GT(embedding, block);
+  EXPECT_EQ(buffers(R::kAllButHead, &embedding, &block, &head) - all,
+            (head + 2 * embedding - 2 * head) * 2);
+  EXPECT_EQ(buffers(R::kBlocks, &embedding, &block, &head) - all,
+            (embedding + head + 2 * block - 2 * head) * 2);
+}
+
 }  // namespace
 }  // namespace sextant::sim

@@ -34,9 +34,13 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 // (pp, virtual stages, stage_layers) and the recompute mode only, so a planner computes it once
 // for the plans that differ in data parallelism, ZeRO, schedule or stack.
 struct StageFootprint {
-  int64_t params = 0;                     // models::stage_params
-  int64_t expert_params = 0;              // of those, models::stage_expert_params
-  int64_t largest_layer = 0;              // parameters of the stage's largest layer
+  int64_t params = 0;         // models::stage_params
+  int64_t expert_params = 0;  // of those, models::stage_expert_params
+  int64_t largest_layer = 0;  // parameters of the stage's largest layer
+  // ZeRO-3: parameters of the layers kept whole from forward to backward (Layer::
+  // kept_for_backward), and the largest of the others (gathered again for the backward).
+  int64_t kept_params = 0;
+  int64_t largest_regathered = 0;
   int64_t largest_working = 0;            // what a recomputed layer brings back beside what it kept
   std::vector<int64_t> chunk_activation;  // bytes kept on the device for backward per
                                           // micro-batch, per chunk
