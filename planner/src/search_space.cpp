@@ -354,526 +354,657 @@ void keep_what_the_executor_runs(const SearchRequest& r, const spec::ExecutorRun
 
 }  // namespace
 
-Enumeration enumerate_plans(const SearchRequest& r) {
-  check_request(r);
-  Enumeration out;
-  const spec::ModelSpec& m = r.model;
-  const bool transformer = m.is_transformer();
-  const int64_t layers = model_layers(m);
-  out.units = layers;
-  out.base.global_batch = r.global_batch;
-  out.base.dtype = r.dtype;
-  out.base.seq_len = r.seq_len;
-  out.base.model = m.name;
-  out.base.cluster = r.cluster.name;
-  out.compressions.push_back({});
-  for (const spec::GradientCompression& c : r.compressions)
-    if (c.any() &&
-        std::find(out.compressions.begin(), out.compressions.end(), c) == out.compressions.end())
-      out.compressions.push_back(c);
-  // Every plan names its stack, so that a written plan predicts and runs the same way anywhere.
-  const spec::Stack stack = r.stack
-                                ? *r.stack
-                                : spec::builtin_stack(spec::default_stack_name(
-                                      r.cluster.device.kind == spec::DeviceKind::kGpu, m.kind()));
-  StackVariants variants = stack_variants(stack, r.tuning);
-  out.stacks = std::move(variants.stacks);
-  // A rank whose gradients fit in the smallest bucket reduces one bucket at every size: the
-  // bucket variants would repeat its plan. A rank holds at most every layer's shard plus a tied
-  // table's copy (models::stage_params), in the stack's gradient dtype.
-  spec::Plan probe;
-  probe.dtype = r.dtype;
-  const spec::Dtype compute = sim::step_precision(r.cluster, probe, stack).dtype;
-  check_stack_request(r, stack, sim::step_precision(r.cluster, probe, stack).gemm_dtype);
-  // What the stack's software runs (stacks/*.json "supports"; null: not a shipped preset, no
-  // limit): the search proposes nothing else (spec::plan_features lists the same features).
-  const spec::StackSupport* support = spec::stack_support(stack);
-  auto runs = [support](auto&& feature) { return support == nullptr || feature(*support); };
-  const std::string not_run = fmt::format("not run by the stack {}: ", stack.preset);
-  const int64_t grad_bytes = spec::dtype_bytes(spec::gradient_dtype(stack, compute));
-  std::map<int64_t, double> gradient_bytes_by_tp;
-  auto most_gradient_bytes = [&](int64_t tp) {
-    if (auto it = gradient_bytes_by_tp.find(tp); it != gradient_bytes_by_tp.end())
-      return it->second;
-    // (A tp only a 3D grid lays out: never one bucket.)
-    if (!spec::tensor_parallel_problem(m, tp).empty())
-      return gradient_bytes_by_tp[tp] = std::numeric_limits<double>::infinity();
-    models::LoweringOptions o;
-    o.dtype = compute;
-    o.tp = tp;
-    // (The parameters do not depend on sequence parallelism; a mixture of experts with tp needs
-    // it, and then tp must divide the sequence.)
-    o.sequence_parallel = !spec::moe_tensor_parallel_problem(m, tp, false).empty();
-    if (o.sequence_parallel &&
-        !spec::sequence_parallel_problem(m.transformer().seq_len, tp).empty())
-      return gradient_bytes_by_tp[tp] = std::numeric_limits<double>::infinity();
-    const models::LoweredModel lowered = models::lower(m, o);
-    int64_t params = lowered.tied_table_params;
-    for (const models::Layer& l : lowered.layers) params += l.params;
-    return gradient_bytes_by_tp[tp] = static_cast<double>(params * grad_bytes);
+namespace {
+
+// The search walks a tree of axes, outermost first: the ranks splitting each sample (spatial
+// grids, context parallelism) x tp x pp (a layout); the tp layout (1D or a 3D grid) x the
+// micro-batch size; the schedule and its chunks; the ZeRO stage; sequence parallelism; the
+// recompute mode, split and layers; the offloads, expert parallelism and compression; the stack's
+// variants. Each level applies its named rules (most ask a spec predicate), counting what a rule
+// cuts in the unit of its level (Enumeration::rejected_units).
+class Enumerator {
+ public:
+  Enumerator(const SearchRequest& r, Enumeration& out)
+      : r_(r),
+        out_(out),
+        m_(r.model),
+        transformer_(m_.is_transformer()),
+        layers_(model_layers(m_)),
+        // Every plan names its stack, so that a written plan predicts and runs the same way
+        // anywhere.
+        stack_(r.stack ? *r.stack
+                       : spec::builtin_stack(spec::default_stack_name(
+                             r.cluster.device.kind == spec::DeviceKind::kGpu, m_.kind()))),
+        variants_(stack_variants(stack_, r.tuning)),
+        // What the stack's software runs (stacks/*.json "supports"; null: not a shipped preset,
+        // no limit): the search proposes nothing else (spec::plan_features lists the same).
+        support_(spec::stack_support(stack_)),
+        not_run_(fmt::format("not run by the stack {}: ", stack_.preset)),
+        seq_len_(transformer_ ? r.seq_len.value_or(m_.transformer().seq_len) : 0) {}
+
+  void run() {
+    out_.units = layers_;
+    out_.base.global_batch = r_.global_batch;
+    out_.base.dtype = r_.dtype;
+    out_.base.seq_len = r_.seq_len;
+    out_.base.model = m_.name;
+    out_.base.cluster = r_.cluster.name;
+    out_.compressions.push_back({});
+    for (const spec::GradientCompression& c : r_.compressions)
+      if (c.any() && std::find(out_.compressions.begin(), out_.compressions.end(), c) ==
+                         out_.compressions.end())
+        out_.compressions.push_back(c);
+    out_.stacks = variants_.stacks;
+    spec::Plan probe;
+    probe.dtype = r_.dtype;
+    compute_ = sim::step_precision(r_.cluster, probe, stack_).dtype;
+    check_stack_request(r_, stack_, sim::step_precision(r_.cluster, probe, stack_).gemm_dtype);
+    grad_bytes_ = spec::dtype_bytes(spec::gradient_dtype(stack_, compute_));
+    smallest_bucket_ = static_cast<double>(
+        std::min_element(out_.stacks.begin(), out_.stacks.end(), [](const auto& a, const auto& b) {
+          return a.dp_bucket_bytes < b.dp_bucket_bytes;
+        })->dp_bucket_bytes);
+    add_spatial_splits();
+    add_context_splits();
+    add_expert_degrees();
+    out_.grids.push_back({});
+    for (size_t si = 0; si < out_.sample_splits.size(); ++si) {
+      const int64_t split_ranks = out_.sample_splits[si].ranks();
+      if (r_.gpus % split_ranks != 0) continue;
+      const int64_t sample_groups = r_.gpus / split_ranks;
+      for (int64_t tp : divisors(sample_groups))
+        for (int64_t pp : divisors(sample_groups / tp)) layout(si, tp, pp);
+    }
+    if (r_.executor) keep_what_the_executor_runs(r_, *r_.executor, out_);
+  }
+
+ private:
+  // A layout: the sample split, tp, pp and dp, with what its levels below share.
+  struct Layout {
+    size_t si = 0;
+    const Enumeration::SampleSplit* split = nullptr;
+    int64_t split_ranks = 1, tp = 1, pp = 1, dp = 1;
+    int64_t replicas = 1;  // ranks summing each gradient (Plan::replicas)
+    int64_t per_replica = 0;
+    std::vector<uint8_t> tp_layouts;
+    std::vector<int64_t> expert_splits;
+    bool one_bucket = false;
   };
-  const double smallest_bucket = static_cast<double>(
-      std::min_element(out.stacks.begin(), out.stacks.end(), [](const auto& a, const auto& b) {
-        return a.dp_bucket_bytes < b.dp_bucket_bytes;
-      })->dp_bucket_bytes);
+  // A branch below a layout: the tp layout, micro-batch, schedule, ZeRO stage and what they allow.
+  struct Branch {
+    uint8_t grid = 0;
+    int64_t mb = 1, micro_batches = 1, v = 1;
+    spec::Schedule schedule = spec::Schedule::k1F1B;
+    std::vector<bool> splits;
+    int zero = 0;
+    std::vector<uint8_t> offloads;
+    bool sp = false;
+    // The stack variants this branch runs (the others would repeat a plan).
+    size_t nt = 1, skipped_t = 1, nd = 1, nb = 1, ng = 1, np = 1;
+    bool repeats_bulk = false;
+  };
+
+  template <typename Feature>
+  bool runs(Feature&& feature) const {
+    return support_ == nullptr || feature(*support_);
+  }
   // A rule counts what it cut where it cut it (Enumeration::rejected_units): a rule on a layout
   // counts the layout once, one on a whole configuration each configuration it refused.
-  auto reject = [&](const std::string& reason, const char* unit, int64_t count = 1) {
-    out.rejected[reason] += count;
-    out.rejected_units.try_emplace(reason, unit);
-  };
+  void reject(const std::string& reason, const char* unit, int64_t count = 1) {
+    out_.rejected[reason] += count;
+    out_.rejected_units.try_emplace(reason, unit);
+  }
+
   // Spatial splits (CNNs): a grid per power of two, up to a node (the split ranks exchange halos
   // at every layer) and as long as the model's maps split (a larger grid only shrinks blocks).
   // Each doubling goes to the axis with the fewest ranks: rows first, then columns (h >= w), and
   // over a volume planes first (d >= h >= w: slabs, then pencils, then cubes).
-  out.sample_splits.push_back({});
-  const bool may_split_maps = runs([](const spec::StackSupport& s) { return s.spatial; });
-  if (m.kind() == spec::ModelKind::kCnn && !may_split_maps)
-    reject(not_run + "spatial parallelism", kLayouts);
-  if (m.kind() == spec::ModelKind::kCnn && may_split_maps) {
+  void add_spatial_splits() {
+    out_.sample_splits.push_back({});
+    const bool may_split_maps = runs([](const spec::StackSupport& s) { return s.spatial; });
+    if (m_.kind() != spec::ModelKind::kCnn) return;
+    if (!may_split_maps) {
+      reject(not_run_ + "spatial parallelism", kLayouts);
+      return;
+    }
     const int64_t limit =
-        r.allow_tp_across_nodes ? r.gpus : std::min(r.gpus, r.cluster.devices_per_node);
+        r_.allow_tp_across_nodes ? r_.gpus : std::min(r_.gpus, r_.cluster.devices_per_node);
     spec::SpatialSplit grid;
     for (int64_t s = 2; s <= limit; s *= 2) {
-      if (m.cnn().volumes() && grid.d <= grid.h && grid.d <= grid.w) {
+      if (m_.cnn().volumes() && grid.d <= grid.h && grid.d <= grid.w) {
         grid.d *= 2;
       } else if (grid.h <= grid.w) {
         grid.h *= 2;
       } else {
         grid.w *= 2;
       }
-      if (!spec::spatial_split_problem(m, grid).empty()) break;
-      out.sample_splits.push_back({grid, 1, spec::ContextAlgorithm::kRing});
+      if (!spec::spatial_split_problem(m_, grid).empty()) break;
+      out_.sample_splits.push_back({grid, 1, spec::ContextAlgorithm::kRing});
     }
   }
+
   // Context parallelism (transformers): each power of two that leaves every rank
   // kMinContextTokens of the sequence, with each algorithm (ring only over a fused attention
   // kernel: spec::context_attention_problem); what a tp degree refuses is left out below.
-  const int64_t seq_len = transformer ? r.seq_len.value_or(m.transformer().seq_len) : 0;
-  for (int64_t cp = 2; transformer && cp <= r.gpus && seq_len / cp >= kMinContextTokens; cp *= 2) {
-    for (const auto& [name, algorithm] : spec::context_algorithm_names()) {
-      if (!spec::context_attention_problem(cp, algorithm, stack.attention).empty()) continue;
-      if (!runs([a = algorithm](const spec::StackSupport& s) {
-            return has(s.context_parallel, a);
-          })) {
-        reject(not_run + fmt::format("context parallelism with {} attention", name), kLayouts);
-        continue;
+  void add_context_splits() {
+    for (int64_t cp = 2; transformer_ && cp <= r_.gpus && seq_len_ / cp >= kMinContextTokens;
+         cp *= 2) {
+      for (const auto& [name, algorithm] : spec::context_algorithm_names()) {
+        if (!spec::context_attention_problem(cp, algorithm, stack_.attention).empty()) continue;
+        if (!runs([a = algorithm](const spec::StackSupport& s) {
+              return has(s.context_parallel, a);
+            })) {
+          reject(not_run_ + fmt::format("context parallelism with {} attention", name), kLayouts);
+          continue;
+        }
+        out_.sample_splits.push_back({{}, cp, algorithm});
       }
-      out.sample_splits.push_back({{}, cp, algorithm});
     }
   }
+
   // Expert parallelism (mixtures of experts): each power of two dividing the routed experts, 1
   // (none) first; what a layout refuses is left out below.
-  std::vector<int64_t> ep_degrees = {1};
-  if (transformer && m.transformer().moe)
-    for (int64_t ep = 2; ep <= std::min<int64_t>(r.gpus, int64_t{1} << 15); ep *= 2)
-      if (spec::expert_model_problem(m, ep).empty()) ep_degrees.push_back(ep);
+  void add_expert_degrees() {
+    ep_degrees_ = {1};
+    if (transformer_ && m_.transformer().moe)
+      for (int64_t ep = 2; ep <= std::min<int64_t>(r_.gpus, int64_t{1} << 15); ep *= 2)
+        if (spec::expert_model_problem(m_, ep).empty()) ep_degrees_.push_back(ep);
+  }
+
   // AxoNN's 3D tensor grids (transformers): for each tp, the x * y * z = tp the model divides
   // (spec::tensor_grid_model_problem without the micro-batch, checked per candidate below), but
   // 1 x tp x 1, which is the 1D layout.
-  out.grids.push_back({});
-  std::map<int64_t, std::vector<uint8_t>> grids_by_tp;
-  auto grids_of = [&](int64_t tp) -> const std::vector<uint8_t>& {
-    auto [it, added] = grids_by_tp.try_emplace(tp);
-    if (!added || !transformer || tp == 1) return it->second;
+  const std::vector<uint8_t>& grids_of(int64_t tp) {
+    auto [it, added] = grids_by_tp_.try_emplace(tp);
+    if (!added || !transformer_ || tp == 1) return it->second;
     for (int64_t x : divisors(tp))
       for (int64_t y : divisors(tp / x)) {
         const spec::TensorGrid g{x, y, tp / (x * y)};
-        if ((g.x == 1 && g.z == 1) || !spec::tensor_grid_model_problem(m, g, g.z).empty()) continue;
-        auto known = std::find(out.grids.begin(), out.grids.end(), g);
-        if (known == out.grids.end()) {
-          if (out.grids.size() > std::numeric_limits<uint8_t>::max()) continue;
-          known = out.grids.insert(known, g);
+        if ((g.x == 1 && g.z == 1) || !spec::tensor_grid_model_problem(m_, g, g.z).empty())
+          continue;
+        auto known = std::find(out_.grids.begin(), out_.grids.end(), g);
+        if (known == out_.grids.end()) {
+          if (out_.grids.size() > std::numeric_limits<uint8_t>::max()) continue;
+          known = out_.grids.insert(known, g);
         }
-        it->second.push_back(static_cast<uint8_t>(known - out.grids.begin()));
+        it->second.push_back(static_cast<uint8_t>(known - out_.grids.begin()));
       }
     return it->second;
-  };
-  for (size_t si = 0; si < out.sample_splits.size(); ++si) {
-    const Enumeration::SampleSplit& sample_split = out.sample_splits[si];
-    const int64_t split_ranks = sample_split.ranks();
-    if (r.gpus % split_ranks != 0) continue;
-    const int64_t sample_groups = r.gpus / split_ranks;
-    for (int64_t tp : divisors(sample_groups)) {
-      for (int64_t pp : divisors(sample_groups / tp)) {
-        const int64_t dp = sample_groups / (tp * pp);
-        ++out.considered;
-        // tp splits a transformer's heads and a CNN's channels (spec/channel_split.hpp), of
-        // each spatial block under a spatial split; not an MLP.
-        // The tp layouts: Megatron-LM's 1D split where the model divides, and the 3D grids.
-        std::vector<uint8_t> tp_layouts;
-        if (spec::tensor_parallel_problem(m, tp).empty()) tp_layouts.push_back(0);
-        if (split_ranks == 1)
-          for (uint8_t g : grids_of(tp)) tp_layouts.push_back(g);
-        if (tp > 1 && !tp_layouts.empty()) {
-          // The layouts the stack runs: Megatron-LM's 1D split, AxoNN's grids.
-          const bool one_d = runs([](const spec::StackSupport& s) { return s.tensor_parallel; });
-          const bool grids = runs([](const spec::StackSupport& s) { return s.tensor_grid; });
-          // (Named by what the model allowed: a tp the heads do not divide only had grids.)
-          const bool had_one_d = tp_layouts.front() == 0;
-          std::erase_if(tp_layouts, [&](uint8_t g) { return g == 0 ? !one_d : !grids; });
-          if (tp_layouts.empty()) {
-            reject(not_run + (had_one_d ? "tensor parallelism" : "3D tensor grids (AxoNN)"),
-                   kLayouts);
-            continue;
-          }
-        }
-        if (pp > 1 && !runs([](const spec::StackSupport& s) { return !s.schedules.empty(); })) {
-          reject(not_run + "pipeline parallelism", kLayouts);
-          continue;
-        }
-        if (tp_layouts.empty()) {
-          const bool cnn = m.kind() == spec::ModelKind::kCnn;
-          const bool unsplittable =
-              cnn && (m.cnn().volumes() || m.cnn().has_skips() || m.cnn().has_cells() ||
-                      m.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
-          reject(transformer ? "tp does not divide the heads or the MLP"
-                 : unsplittable
-                     ? "tp on volumes, skip connections, AmoebaNet cells or a per-pixel head"
-                     : "tp does not divide the channels",
-                 kLayouts);
-          continue;
-        }
-        if (tp > r.cluster.devices_per_node && !r.allow_tp_across_nodes) {
-          reject("tp larger than a node", kLayouts);
-          continue;
-        }
-        if (pp > layers) {
-          reject("more pipeline stages than layers", kLayouts);
-          continue;
-        }
-        if (r.global_batch % dp != 0) {
-          reject("global batch not divisible by dp", kLayouts);
-          continue;
-        }
-        const int64_t per_replica = r.global_batch / dp;
-        std::vector<int64_t> expert_splits;
-        for (int64_t ep : ep_degrees)
-          if (dp % ep == 0) expert_splits.push_back(ep);
-        const int64_t replicas = dp * split_ranks;  // ranks summing each gradient (Plan::replicas)
-        const bool one_bucket =
-            replicas > 1 && variants.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket;
-        // One grid at a time (outside the micro-batch sizes): the plans of a lowering stay
-        // together for the estimator's cache of lowerings.
-        for (uint8_t grid : tp_layouts)
-          for (int64_t mb : divisors(per_replica)) {
-            const int64_t micro_batches = per_replica / mb;
-            if (!spec::micro_batch_count_problem(micro_batches).empty()) {
-              reject("more micro-batches per step than the limit (spec/limits.hpp)", kMicroBatches);
-              continue;
-            }
-            // Schedules and chunk counts.
-            std::vector<std::pair<spec::Schedule, int64_t>> schedules;
-            if (pp == 1) {
-              schedules.push_back({spec::Schedule::k1F1B, 1});
-            } else {
-              schedules.push_back({spec::Schedule::kGpipe, 1});
-              schedules.push_back({spec::Schedule::k1F1B, 1});
-              for (int64_t v : divisors(layers / pp)) {
-                if (v < 2 || layers % (pp * v) != 0) continue;
-                if (micro_batches % pp != 0) {
-                  reject("interleaving needs micro-batches divisible by pp", kSchedules);
-                  continue;
-                }
-                schedules.push_back({spec::Schedule::kInterleaved, v});
-              }
-              // PipeDream-2BW changes what the model learns (one-version-stale gradients): only
-              // where the user opts in, with the m >= pp it needs (spec::pipedream_2bw_problem).
-              if (r.asynchronous_pipelines) {
-                if (micro_batches >= pp) {
-                  schedules.push_back({spec::Schedule::kPipeDream2BW, 1});
-                } else {
-                  reject("PipeDream-2BW needs at least pp micro-batches", kSchedules);
-                }
-              }
-            }
-            if (pp > 1)
-              std::erase_if(schedules, [&](const std::pair<spec::Schedule, int64_t>& s) {
-                if (runs(
-                        [k = s.first](const spec::StackSupport& t) { return has(t.schedules, k); }))
-                  return false;
-                reject(not_run + fmt::format("the {} schedule",
-                                             spec::enum_name(spec::schedule_names(), s.first)),
-                       kSchedules);
-                return true;
-              });
-            for (auto [schedule, v] : schedules) {
-              // The splits into chunks: even, and balanced where that differs.
-              std::vector<bool> splits = {false};
-              if (!out.balanced_splits.contains(pp * v)) {
-                std::vector<int64_t> balanced = balanced_split(layers, pp * v);
-                if (!balanced.empty()) out.balanced_splits.emplace(pp * v, std::move(balanced));
-              }
-              if (out.balanced_splits.contains(pp * v)) splits.push_back(true);
-              for (int zero = 0; zero <= 3; ++zero) {
-                if (zero >= 2 && pp > 1) {
-                  reject("ZeRO-2/3 with pipeline parallelism", kZeroStages);
-                  continue;
-                }
-                // (Stage 0 on one replica is no data parallelism at all: any stack runs it. A
-                // stage above 0 on one replica only comes with offload, which the stack's stage
-                // list governs too, as spec::plan_features says.)
-                if ((zero > 0 || replicas > 1) &&
-                    !runs([zero](const spec::StackSupport& s) { return has(s.zero, zero); })) {
-                  reject(not_run + (zero == 0 ? std::string("DDP (ZeRO 0)")
-                                              : fmt::format("ZeRO-{}", zero)),
-                         kZeroStages);
-                  continue;
-                }
-                if (zero == 0 && replicas > 1 && (tp > 1 || pp > 1 || sample_split.cp > 1) &&
-                    !runs([](const spec::StackSupport& s) { return s.ddp_with_model_parallel; })) {
-                  reject(not_run + "DDP (ZeRO 0) beside tensor, pipeline or context parallelism",
-                         kZeroStages);
-                  continue;
-                }
-                // What may live in host memory (Candidate::offload) under this stage. With one
-                // replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still
-                // moves the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and
-                // ZeRO-3 with the parameters too.
-                std::vector<uint8_t> offloads;
-                // (ZeRO shards over every rank holding the parameters: dp x cp or dp x spatial,
-                // Plan::replicas.)
-                if (zero == 0 || replicas > 1) offloads.push_back(0);
-                // A spatial split runs without optimizer or parameter offload
-                // (spec::validate_plan).
-                const bool may_offload = r.cluster.host && !sample_split.spatial.any();
-                if (may_offload && zero >= 1 && (replicas > 1 || zero == 2)) offloads.push_back(1);
-                if (may_offload && zero == 3) offloads.push_back(2);
-                if (schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
-                  std::erase_if(offloads, [](uint8_t o) { return o != 0; });
-                // The state offloads the stack runs (to host memory, the planner's target).
-                std::erase_if(offloads, [&](uint8_t o) {
-                  if (o == 0) return false;
-                  const spec::OffloadKind kind = o == 1 ? spec::OffloadKind::kOptimizer
-                                                        : spec::OffloadKind::kOptimizerAndParams;
-                  if (runs([kind](const spec::StackSupport& s) {
-                        return has(s.offload, kind) &&
-                               has(s.offload_devices, spec::OffloadTarget::kHost);
-                      }))
-                    return false;
-                  reject(not_run + (o == 1 ? "offloading the optimizer state alone"
-                                           : "offloading the optimizer state and the parameters"),
-                         kZeroStages);
-                  return true;
-                });
-                if (offloads.empty()) continue;
-                for (bool sp : {false, true}) {
-                  // Sequence parallelism splits a transformer's sequence (spec::validate_plan).
-                  if (sp && (tp == 1 || !transformer)) continue;
-                  if (sp &&
-                      !runs([](const spec::StackSupport& s) { return s.sequence_parallel; })) {
-                    reject(not_run + "sequence parallelism", kSequenceSplits);
-                    continue;
-                  }
-                  if (sp && transformer &&
-                      !spec::sequence_parallel_problem(seq_len / sample_split.cp, tp).empty()) {
-                    reject("sequence parallelism needs tp to divide the sequence", kSequenceSplits);
-                    continue;
-                  }
-                  if (!spec::moe_tensor_parallel_problem(m, tp, sp).empty()) {
-                    reject("a mixture of experts with tp but no sp", kSequenceSplits);
-                    continue;
-                  }
-                  if (sample_split.cp > 1) {
-                    spec::Plan shape;
-                    shape.tp = tp;
-                    shape.sequence_parallel = sp;
-                    shape.cp = sample_split.cp;
-                    shape.cp_algorithm = sample_split.cp_algorithm;
-                    if (!spec::context_parallel_problem(m, seq_len, shape).empty()) {
-                      reject("cp does not divide the sequence or the heads", kSequenceSplits);
-                      continue;
-                    }
-                  }
-                  // The stack knobs that change this layout's step (the others stay the
-                  // request's: varying them would repeat a plan): TP overlap runs under sequence
-                  // parallelism (sim::tp_overlap_applies) or on a 3D tensor grid, where it is
-                  // AxoNN's (sim::grid_overlap), gradient buckets and their overlap
-                  // with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
-                  // transfers with pipeline stages.
-                  const size_t nt = tp > 1 && (sp || grid > 0) ? variants.nt : 1;
-                  // Without a z axis a grid's forward has no weight gather to overlap: its
-                  // "bulk" variant (after the request's "pipelined") would repeat the request's.
-                  const bool repeats_bulk = nt > 2 && grid > 0 && out.grids[grid].z == 1 &&
-                                            out.stacks[variants.index(0, 0, 0, 0, 0)].tp_overlap ==
-                                                spec::TpOverlap::kPipelined &&
-                                            out.stacks[variants.index(1, 0, 0, 0, 0)].tp_overlap ==
-                                                spec::TpOverlap::kBulk;
-                  const size_t skipped_t = repeats_bulk ? 1 : nt;  // nt: none skipped
-                  // (One bucket is reduced when the backward ends, overlapped or not.)
-                  const size_t nd = replicas > 1 && zero < 3 && !one_bucket ? variants.nd : 1;
-                  const size_t nb = replicas > 1 && zero < 3 && !one_bucket ? variants.nb : 1;
-                  const size_t ng = replicas > 1 && (zero == 1 || zero == 2) ? variants.ng : 1;
-                  const size_t np = pp > 1 ? variants.np : 1;
-                  for (spec::Recompute rc : {spec::Recompute::kNone, spec::Recompute::kSelective,
-                                             spec::Recompute::kFull}) {
-                    // Recompute re-runs transformer blocks only (spec::validate_plan).
-                    if (rc != spec::Recompute::kNone && !transformer) continue;
-                    if (!runs([rc](const spec::StackSupport& s) { return has(s.recompute, rc); })) {
-                      reject(not_run + fmt::format("{} recompute",
-                                                   spec::enum_name(spec::recompute_names(), rc)),
-                             kSequenceSplits);
-                      continue;
-                    }
-                    const bool first_layers_only =
-                        runs([](const spec::StackSupport& s) { return s.recompute_layers; });
-                    for (bool balanced : splits) {
-                      // Full recompute of the first N layers of each chunk (Megatron-LM's block
-                      // method) for N below the largest chunk; 0: every layer.
-                      int64_t largest_chunk = 0;
-                      if (rc == spec::Recompute::kFull && transformer && first_layers_only) {
-                        spec::Plan shape;
-                        shape.pp = pp;
-                        shape.virtual_stages = v;
-                        if (balanced) shape.stage_layers = out.balanced_splits.at(pp * v);
-                        largest_chunk = spec::largest_stage_chunk(shape, layers);
-                      }
-                      for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk;
-                           ++rc_layers) {
-                        Candidate c;
-                        c.dp = static_cast<int32_t>(dp);
-                        c.tp = static_cast<int32_t>(tp);
-                        c.pp = static_cast<int32_t>(pp);
-                        c.micro_batch = static_cast<int32_t>(mb);
-                        c.virtual_stages = static_cast<int16_t>(v);
-                        c.recompute_layers = static_cast<int16_t>(rc_layers);
-                        c.zero = static_cast<uint8_t>(zero);
-                        c.schedule = static_cast<uint8_t>(schedule);
-                        c.recompute = static_cast<uint8_t>(rc);
-                        c.sequence_parallel = sp;
-                        c.balanced = balanced;
-                        c.spatial = static_cast<uint8_t>(si);
-                        c.split_log2 = static_cast<uint8_t>(
-                            std::bit_width(static_cast<uint64_t>(split_ranks)) - 1);
-                        // Megatron-LM's activation offload: one stage, no recompute
-                        // (TransformerConfig refuses it beside either), every block but the last.
-                        const bool act_offload =
-                            r.cluster.host && transformer && pp == 1 &&
-                            rc == spec::Recompute::kNone && layers >= 2 &&
-                            schedule != spec::Schedule::kPipeDream2BW &&
-                            runs([](const spec::StackSupport& s) {
-                              return has(s.offload, spec::OffloadKind::kActivations);
-                            });
-                        for (uint8_t off : offloads)
-                          for (bool act : {false, true}) {
-                            if (act && !act_offload) continue;
-                            c.offload = off & 3;
-                            c.offload_activations = act;
-                            for (int64_t ep : expert_splits) {
-                              // Expert parallelism: ep of the dp ranks split the routed experts
-                              // (spec::expert_parallel_problem: not with offload).
-                              c.ep_log2 = static_cast<uint8_t>(
-                                  (std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
-                              // The fields of this layout the ep and grid rules read (built only
-                              // for the layouts they apply to: this loop is the hot one).
-                              auto shape_of = [&] {
-                                spec::Plan shape;
-                                shape.dp = dp;
-                                shape.tp = tp;
-                                shape.tp_grid = out.grids[grid];
-                                shape.sequence_parallel = sp;
-                                shape.zero = zero;
-                                shape.ep = ep;
-                                shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost
-                                                                   : spec::OffloadTarget::kNone;
-                                return shape;
-                              };
-                              // Compression applies to DDP's all-reduce
-                              // (spec::compression_layout_problem); each compression runs every
-                              // variant of the stack: the configurations a rule below refuses.
-                              auto compressible = [&] {
-                                spec::Plan shape = shape_of();
-                                shape.spatial = sample_split.spatial;
-                                shape.cp = sample_split.cp;
-                                return spec::compression_layout_problem(shape).empty();
-                              };
-                              const size_t nc = out.compressions.size() > 1 && compressible()
-                                                    ? out.compressions.size()
-                                                    : 1;
-                              const auto variants_here = static_cast<int64_t>(
-                                  (nt - (repeats_bulk ? 1 : 0)) * nd * ng * np * nb);
-                              const auto configurations = static_cast<int64_t>(nc) * variants_here;
-                              if (ep > 1) {
-                                if (!runs([](const spec::StackSupport& s) {
-                                      return s.expert_parallel;
-                                    }) ||
-                                    (zero == 0 && !runs([](const spec::StackSupport& s) {
-                                       return s.ddp_with_model_parallel;
-                                     }))) {
-                                  reject(not_run + "expert parallelism (or DDP beside it)",
-                                         kConfigurations, configurations);
-                                  continue;
-                                }
-                                if (!spec::expert_parallel_problem(shape_of()).empty()) {
-                                  reject("ep with optimizer or parameter offload", kConfigurations,
-                                         configurations);
-                                  continue;
-                                }
-                              }
-                              {
-                                c.grid = grid;
-                                if (grid > 0) {
-                                  // The grid's rules (spec/tensor_grid.hpp) on this layout.
-                                  const spec::Plan shape = shape_of();
-                                  if (!spec::tensor_grid_problem(shape).empty()) {
-                                    reject(
-                                        "a 3D tensor grid with sp, ep, ZeRO-3 or "
-                                        "optimizer/parameter offload",
-                                        kConfigurations, configurations);
-                                    continue;
-                                  }
-                                  if (!spec::tensor_grid_model_problem(m, shape.tp_grid, mb)
-                                           .empty()) {
-                                    reject(
-                                        "a 3D tensor grid whose z does not divide the micro-batch",
-                                        kConfigurations, configurations);
-                                    continue;
-                                  }
-                                }
-                                bool allowed = true;
-                                for (const Constraint& k : r.constraints)
-                                  allowed = allowed && k.allows(c);
-                                if (!allowed) {
-                                  reject("excluded by --constraint", kConfigurations,
-                                         configurations);
-                                  continue;
-                                }
-                                for (size_t k = 0; k < nc; ++k) {
-                                  if (out.compressions[k].kind ==
-                                          spec::CompressionKind::kPowersgd &&
-                                      !spec::powersgd_problem(out.grids[grid]).empty()) {
-                                    reject("PowerSGD on a 3D tensor grid", kConfigurations,
-                                           variants_here);
-                                    continue;
-                                  }
-                                  c.compression = static_cast<uint8_t>(k);
-                                  // The knobs that change the memory (the TP overlap's stage
-                                  // costs, the bucket size) outermost: the estimator reuses a
-                                  // memory estimate while only the overlaps change.
-                                  for (size_t t = 0; t < nt; ++t)
-                                    for (size_t b = 0; b < nb && t != skipped_t; ++b)
-                                      for (size_t d = 0; d < nd; ++d)
-                                        for (size_t g = 0; g < ng; ++g)
-                                          for (size_t q = 0; q < np; ++q) {
-                                            c.stack =
-                                                static_cast<uint8_t>(variants.index(t, d, g, q, b));
-                                            out.candidates.push_back(c);
-                                          }
-                                }
-                              }
-                            }
-                          }
-                      }
-                    }
-                  }
-                }
-              }
-            }
-          }
+  }
+
+  // A rank whose gradients fit in the smallest bucket reduces one bucket at every size: the
+  // bucket variants would repeat its plan. A rank holds at most every layer's shard plus a tied
+  // table's copy (models::stage_params), in the stack's gradient dtype.
+  double most_gradient_bytes(int64_t tp) {
+    if (auto it = gradient_bytes_by_tp_.find(tp); it != gradient_bytes_by_tp_.end())
+      return it->second;
+    // (A tp only a 3D grid lays out: never one bucket.)
+    if (!spec::tensor_parallel_problem(m_, tp).empty())
+      return gradient_bytes_by_tp_[tp] = std::numeric_limits<double>::infinity();
+    models::LoweringOptions o;
+    o.dtype = compute_;
+    o.tp = tp;
+    // (The parameters do not depend on sequence parallelism; a mixture of experts with tp needs
+    // it, and then tp must divide the sequence.)
+    o.sequence_parallel = !spec::moe_tensor_parallel_problem(m_, tp, false).empty();
+    if (o.sequence_parallel &&
+        !spec::sequence_parallel_problem(m_.transformer().seq_len, tp).empty())
+      return gradient_bytes_by_tp_[tp] = std::numeric_limits<double>::infinity();
+    const models::LoweredModel lowered = models::lower(m_, o);
+    int64_t params = lowered.tied_table_params;
+    for (const models::Layer& l : lowered.layers) params += l.params;
+    return gradient_bytes_by_tp_[tp] = static_cast<double>(params * grad_bytes_);
+  }
+
+  // The layout rules after the tp layouts; false: refused (counted).
+  bool layout_allowed(const Layout& l) {
+    if (l.tp > r_.cluster.devices_per_node && !r_.allow_tp_across_nodes) {
+      reject("tp larger than a node", kLayouts);
+      return false;
+    }
+    if (l.pp > layers_) {
+      reject("more pipeline stages than layers", kLayouts);
+      return false;
+    }
+    if (r_.global_batch % l.dp != 0) {
+      reject("global batch not divisible by dp", kLayouts);
+      return false;
+    }
+    return true;
+  }
+
+  void layout(size_t si, int64_t tp, int64_t pp) {
+    Layout l;
+    l.si = si;
+    l.split = &out_.sample_splits[si];
+    l.split_ranks = l.split->ranks();
+    l.tp = tp;
+    l.pp = pp;
+    l.dp = r_.gpus / l.split_ranks / (tp * pp);
+    ++out_.considered;
+    // (A pp the stack does not run is refused before an unsplittable tp: the tp layouts the
+    // stack runs first, then pipelines, then the model's own tp rule.)
+    std::vector<uint8_t> layouts = tp_layouts_before_pipelines(tp, l.split_ranks);
+    if (tp > 1 && layouts.empty() && tp_refused_by_stack_) return;
+    if (pp > 1 && !runs([](const spec::StackSupport& s) { return !s.schedules.empty(); })) {
+      reject(not_run_ + "pipeline parallelism", kLayouts);
+      return;
+    }
+    if (layouts.empty()) {
+      refuse_unsplittable_tp();
+      return;
+    }
+    l.tp_layouts = std::move(layouts);
+    if (!layout_allowed(l)) return;
+    l.per_replica = r_.global_batch / l.dp;
+    for (int64_t ep : ep_degrees_)
+      if (l.dp % ep == 0) l.expert_splits.push_back(ep);
+    l.replicas = l.dp * l.split_ranks;
+    l.one_bucket =
+        l.replicas > 1 && variants_.nb > 1 && most_gradient_bytes(tp) <= smallest_bucket_;
+    // One grid at a time (outside the micro-batch sizes): the plans of a lowering stay together
+    // for the estimator's cache of lowerings.
+    for (uint8_t grid : l.tp_layouts)
+      for (int64_t mb : divisors(l.per_replica)) micro_batch(l, grid, mb);
+  }
+
+  // The layout's tp layouts the model allows and the stack runs. Empty with
+  // tp_refused_by_stack_: the stack runs none of the model's (counted); empty otherwise: the
+  // model allows none (counted by refuse_unsplittable_tp, after the pipeline rule).
+  std::vector<uint8_t> tp_layouts_before_pipelines(int64_t tp, int64_t split_ranks) {
+    std::vector<uint8_t> layouts;
+    tp_refused_by_stack_ = false;
+    if (spec::tensor_parallel_problem(m_, tp).empty()) layouts.push_back(0);
+    if (split_ranks == 1)
+      for (uint8_t g : grids_of(tp)) layouts.push_back(g);
+    if (tp > 1 && !layouts.empty()) {
+      // The layouts the stack runs: Megatron-LM's 1D split, AxoNN's grids.
+      const bool one_d = runs([](const spec::StackSupport& s) { return s.tensor_parallel; });
+      const bool grids = runs([](const spec::StackSupport& s) { return s.tensor_grid; });
+      // (Named by what the model allowed: a tp the heads do not divide only had grids.)
+      const bool had_one_d = layouts.front() == 0;
+      std::erase_if(layouts, [&](uint8_t g) { return g == 0 ? !one_d : !grids; });
+      if (layouts.empty()) {
+        reject(not_run_ + (had_one_d ? "tensor parallelism" : "3D tensor grids (AxoNN)"), kLayouts);
+        tp_refused_by_stack_ = true;
+      }
+    }
+    return layouts;
+  }
+
+  // The model's own tp rule: tp splits a transformer's heads and a CNN's channels
+  // (spec/channel_split.hpp), of each spatial block under a spatial split; not an MLP.
+  void refuse_unsplittable_tp() {
+    const bool cnn = m_.kind() == spec::ModelKind::kCnn;
+    const bool unsplittable =
+        cnn && (m_.cnn().volumes() || m_.cnn().has_skips() || m_.cnn().has_cells() ||
+                m_.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
+    reject(transformer_   ? "tp does not divide the heads or the MLP"
+           : unsplittable ? "tp on volumes, skip connections, AmoebaNet cells or a per-pixel head"
+                          : "tp does not divide the channels",
+           kLayouts);
+  }
+
+  void micro_batch(const Layout& l, uint8_t grid, int64_t mb) {
+    Branch b;
+    b.grid = grid;
+    b.mb = mb;
+    b.micro_batches = l.per_replica / mb;
+    if (!spec::micro_batch_count_problem(b.micro_batches).empty()) {
+      reject("more micro-batches per step than the limit (spec/limits.hpp)", kMicroBatches);
+      return;
+    }
+    for (auto [schedule, v] : schedules(l.pp, b.micro_batches)) {
+      b.schedule = schedule;
+      b.v = v;
+      // The splits into chunks: even, and balanced where that differs.
+      b.splits = {false};
+      const int64_t chunks = l.pp * v;
+      if (!out_.balanced_splits.contains(chunks)) {
+        std::vector<int64_t> balanced = balanced_split(layers_, chunks);
+        if (!balanced.empty()) out_.balanced_splits.emplace(chunks, std::move(balanced));
+      }
+      if (out_.balanced_splits.contains(chunks)) b.splits.push_back(true);
+      for (int zero = 0; zero <= 3; ++zero) {
+        b.zero = zero;
+        if (zero_allowed(l, b)) zero_stage(l, b);
       }
     }
   }
-  if (r.executor) keep_what_the_executor_runs(r, *r.executor, out);
+
+  // Schedules and chunk counts of a layout with `pp` stages and `micro_batches` a step, those
+  // the stack runs.
+  std::vector<std::pair<spec::Schedule, int64_t>> schedules(int64_t pp, int64_t micro_batches) {
+    std::vector<std::pair<spec::Schedule, int64_t>> out;
+    if (pp == 1) return {{spec::Schedule::k1F1B, 1}};
+    out.push_back({spec::Schedule::kGpipe, 1});
+    out.push_back({spec::Schedule::k1F1B, 1});
+    for (int64_t v : divisors(layers_ / pp)) {
+      if (v < 2 || layers_ % (pp * v) != 0) continue;
+      if (micro_batches % pp != 0) {
+        reject("interleaving needs micro-batches divisible by pp", kSchedules);
+        continue;
+      }
+      out.push_back({spec::Schedule::kInterleaved, v});
+    }
+    // PipeDream-2BW changes what the model learns (one-version-stale gradients): only where the
+    // user opts in, with the m >= pp it needs (spec::pipedream_2bw_problem).
+    if (r_.asynchronous_pipelines) {
+      if (micro_batches >= pp) {
+        out.push_back({spec::Schedule::kPipeDream2BW, 1});
+      } else {
+        reject("PipeDream-2BW needs at least pp micro-batches", kSchedules);
+      }
+    }
+    std::erase_if(out, [&](const std::pair<spec::Schedule, int64_t>& s) {
+      if (runs([k = s.first](const spec::StackSupport& t) { return has(t.schedules, k); }))
+        return false;
+      reject(not_run_ +
+                 fmt::format("the {} schedule", spec::enum_name(spec::schedule_names(), s.first)),
+             kSchedules);
+      return true;
+    });
+    return out;
+  }
+
+  // The ZeRO stage's rules; false: refused (counted).
+  bool zero_allowed(const Layout& l, const Branch& b) {
+    const int zero = b.zero;
+    if (zero >= 2 && l.pp > 1) {
+      reject("ZeRO-2/3 with pipeline parallelism", kZeroStages);
+      return false;
+    }
+    // (Stage 0 on one replica is no data parallelism at all: any stack runs it. A stage above 0
+    // on one replica only comes with offload, which the stack's stage list governs too, as
+    // spec::plan_features says.)
+    if ((zero > 0 || l.replicas > 1) &&
+        !runs([zero](const spec::StackSupport& s) { return has(s.zero, zero); })) {
+      reject(not_run_ + (zero == 0 ? std::string("DDP (ZeRO 0)") : fmt::format("ZeRO-{}", zero)),
+             kZeroStages);
+      return false;
+    }
+    if (zero == 0 && l.replicas > 1 && (l.tp > 1 || l.pp > 1 || l.split->cp > 1) &&
+        !runs([](const spec::StackSupport& s) { return s.ddp_with_model_parallel; })) {
+      reject(not_run_ + "DDP (ZeRO 0) beside tensor, pipeline or context parallelism", kZeroStages);
+      return false;
+    }
+    return true;
+  }
+
+  // What may live in host memory (Candidate::offload) under this stage, of what the stack runs.
+  // With one replica ZeRO shards nothing (the same plan as zero 0), but ZeRO-Offload still moves
+  // the optimizer out: ZeRO-2 then (gradients leave bucket by bucket), and ZeRO-3 with the
+  // parameters too.
+  std::vector<uint8_t> offloads(const Layout& l, const Branch& b) {
+    std::vector<uint8_t> out;
+    // (ZeRO shards over every rank holding the parameters: dp x cp or dp x spatial,
+    // Plan::replicas.)
+    if (b.zero == 0 || l.replicas > 1) out.push_back(0);
+    // A spatial split runs without optimizer or parameter offload (spec::validate_plan).
+    const bool may_offload = r_.cluster.host && !l.split->spatial.any();
+    if (may_offload && b.zero >= 1 && (l.replicas > 1 || b.zero == 2)) out.push_back(1);
+    if (may_offload && b.zero == 3) out.push_back(2);
+    if (b.schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
+      std::erase_if(out, [](uint8_t o) { return o != 0; });
+    // The state offloads the stack runs (to host memory, the planner's target).
+    std::erase_if(out, [&](uint8_t o) {
+      if (o == 0) return false;
+      const spec::OffloadKind kind =
+          o == 1 ? spec::OffloadKind::kOptimizer : spec::OffloadKind::kOptimizerAndParams;
+      if (runs([kind](const spec::StackSupport& s) {
+            return has(s.offload, kind) && has(s.offload_devices, spec::OffloadTarget::kHost);
+          }))
+        return false;
+      reject(not_run_ + (o == 1 ? "offloading the optimizer state alone"
+                                : "offloading the optimizer state and the parameters"),
+             kZeroStages);
+      return true;
+    });
+    return out;
+  }
+
+  void zero_stage(const Layout& l, Branch& b) {
+    b.offloads = offloads(l, b);
+    if (b.offloads.empty()) return;
+    for (bool sp : {false, true}) {
+      b.sp = sp;
+      if (sequence_split_allowed(l, b)) sequence_split(l, b);
+    }
+  }
+
+  // Sequence parallelism's rules (it splits a transformer's sequence, spec::validate_plan) and
+  // context parallelism's on this tp; false: refused (counted) or not a choice here.
+  bool sequence_split_allowed(const Layout& l, const Branch& b) {
+    const bool sp = b.sp;
+    if (sp && (l.tp == 1 || !transformer_)) return false;
+    if (sp && !runs([](const spec::StackSupport& s) { return s.sequence_parallel; })) {
+      reject(not_run_ + "sequence parallelism", kSequenceSplits);
+      return false;
+    }
+    if (sp && transformer_ &&
+        !spec::sequence_parallel_problem(seq_len_ / l.split->cp, l.tp).empty()) {
+      reject("sequence parallelism needs tp to divide the sequence", kSequenceSplits);
+      return false;
+    }
+    if (!spec::moe_tensor_parallel_problem(m_, l.tp, sp).empty()) {
+      reject("a mixture of experts with tp but no sp", kSequenceSplits);
+      return false;
+    }
+    if (l.split->cp > 1) {
+      spec::Plan shape;
+      shape.tp = l.tp;
+      shape.sequence_parallel = sp;
+      shape.cp = l.split->cp;
+      shape.cp_algorithm = l.split->cp_algorithm;
+      if (!spec::context_parallel_problem(m_, seq_len_, shape).empty()) {
+        reject("cp does not divide the sequence or the heads", kSequenceSplits);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The stack knobs that change this layout's step (the others stay the request's: varying them
+  // would repeat a plan): TP overlap runs under sequence parallelism (sim::tp_overlap_applies) or
+  // on a 3D tensor grid, where it is AxoNN's (sim::grid_overlap), gradient buckets and their
+  // overlap with data parallelism below ZeRO-3, the parameter gather under ZeRO-1/2, stage
+  // transfers with pipeline stages.
+  void stack_variants_of(const Layout& l, Branch& b) const {
+    b.nt = l.tp > 1 && (b.sp || b.grid > 0) ? variants_.nt : 1;
+    // Without a z axis a grid's forward has no weight gather to overlap: its "bulk" variant
+    // (after the request's "pipelined") would repeat the request's.
+    b.repeats_bulk =
+        b.nt > 2 && b.grid > 0 && out_.grids[b.grid].z == 1 &&
+        out_.stacks[variants_.index(0, 0, 0, 0, 0)].tp_overlap == spec::TpOverlap::kPipelined &&
+        out_.stacks[variants_.index(1, 0, 0, 0, 0)].tp_overlap == spec::TpOverlap::kBulk;
+    b.skipped_t = b.repeats_bulk ? 1 : b.nt;  // nt: none skipped
+    // (One bucket is reduced when the backward ends, overlapped or not.)
+    const bool buckets = l.replicas > 1 && b.zero < 3 && !l.one_bucket;
+    b.nd = buckets ? variants_.nd : 1;
+    b.nb = buckets ? variants_.nb : 1;
+    b.ng = l.replicas > 1 && (b.zero == 1 || b.zero == 2) ? variants_.ng : 1;
+    b.np = l.pp > 1 ? variants_.np : 1;
+  }
+
+  void sequence_split(const Layout& l, Branch& b) {
+    stack_variants_of(l, b);
+    for (spec::Recompute rc :
+         {spec::Recompute::kNone, spec::Recompute::kSelective, spec::Recompute::kFull}) {
+      // Recompute re-runs transformer blocks only (spec::validate_plan).
+      if (rc != spec::Recompute::kNone && !transformer_) continue;
+      if (!runs([rc](const spec::StackSupport& s) { return has(s.recompute, rc); })) {
+        reject(not_run_ + fmt::format("{} recompute", spec::enum_name(spec::recompute_names(), rc)),
+               kSequenceSplits);
+        continue;
+      }
+      const bool first_layers_only =
+          runs([](const spec::StackSupport& s) { return s.recompute_layers; });
+      for (bool balanced : b.splits) {
+        // Full recompute of the first N layers of each chunk (Megatron-LM's block method) for N
+        // below the largest chunk; 0: every layer.
+        int64_t largest_chunk = 0;
+        if (rc == spec::Recompute::kFull && transformer_ && first_layers_only) {
+          spec::Plan shape;
+          shape.pp = l.pp;
+          shape.virtual_stages = b.v;
+          if (balanced) shape.stage_layers = out_.balanced_splits.at(l.pp * b.v);
+          largest_chunk = spec::largest_stage_chunk(shape, layers_);
+        }
+        for (int64_t rc_layers = 0; rc_layers == 0 || rc_layers < largest_chunk; ++rc_layers)
+          recompute(l, b, rc, balanced, rc_layers);
+      }
+    }
+  }
+
+  void recompute(const Layout& l, const Branch& b, spec::Recompute rc, bool balanced,
+                 int64_t rc_layers) {
+    Candidate c;
+    c.dp = static_cast<int32_t>(l.dp);
+    c.tp = static_cast<int32_t>(l.tp);
+    c.pp = static_cast<int32_t>(l.pp);
+    c.micro_batch = static_cast<int32_t>(b.mb);
+    c.virtual_stages = static_cast<int16_t>(b.v);
+    c.recompute_layers = static_cast<int16_t>(rc_layers);
+    c.zero = static_cast<uint8_t>(b.zero);
+    c.schedule = static_cast<uint8_t>(b.schedule);
+    c.recompute = static_cast<uint8_t>(rc);
+    c.sequence_parallel = b.sp;
+    c.balanced = balanced;
+    c.spatial = static_cast<uint8_t>(l.si);
+    c.split_log2 = static_cast<uint8_t>(std::bit_width(static_cast<uint64_t>(l.split_ranks)) - 1);
+    // Megatron-LM's activation offload: one stage, no recompute (TransformerConfig refuses it
+    // beside either), every block but the last.
+    const bool act_offload = r_.cluster.host && transformer_ && l.pp == 1 &&
+                             rc == spec::Recompute::kNone && layers_ >= 2 &&
+                             b.schedule != spec::Schedule::kPipeDream2BW &&
+                             runs([](const spec::StackSupport& s) {
+                               return has(s.offload, spec::OffloadKind::kActivations);
+                             });
+    for (uint8_t off : b.offloads)
+      for (bool act : {false, true}) {
+        if (act && !act_offload) continue;
+        c.offload = off & 3;
+        c.offload_activations = act;
+        for (int64_t ep : l.expert_splits) {
+          // Expert parallelism: ep of the dp ranks split the routed experts
+          // (spec::expert_parallel_problem: not with offload).
+          c.ep_log2 = static_cast<uint8_t>((std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
+          configurations(l, b, c, off, ep);
+        }
+      }
+  }
+
+  // The fields of a configuration that the ep, grid and compression rules read.
+  spec::Plan shape_of(const Layout& l, const Branch& b, uint8_t off, int64_t ep) const {
+    spec::Plan shape;
+    shape.dp = l.dp;
+    shape.tp = l.tp;
+    shape.tp_grid = out_.grids[b.grid];
+    shape.sequence_parallel = b.sp;
+    shape.zero = b.zero;
+    shape.ep = ep;
+    shape.offload.optimizer = off >= 1 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+    return shape;
+  }
+
+  // The rules on a whole configuration (each counts the configurations it refused: the
+  // compressions times the stack variants); false: refused.
+  bool configuration_allowed(const Layout& l, const Branch& b, const Candidate& c, uint8_t off,
+                             int64_t ep, int64_t configurations) {
+    if (ep > 1) {
+      if (!runs([](const spec::StackSupport& s) { return s.expert_parallel; }) ||
+          (b.zero == 0 &&
+           !runs([](const spec::StackSupport& s) { return s.ddp_with_model_parallel; }))) {
+        reject(not_run_ + "expert parallelism (or DDP beside it)", kConfigurations, configurations);
+        return false;
+      }
+      if (!spec::expert_parallel_problem(shape_of(l, b, off, ep)).empty()) {
+        reject("ep with optimizer or parameter offload", kConfigurations, configurations);
+        return false;
+      }
+    }
+    if (b.grid > 0) {
+      // The grid's rules (spec/tensor_grid.hpp) on this layout.
+      const spec::Plan shape = shape_of(l, b, off, ep);
+      if (!spec::tensor_grid_problem(shape).empty()) {
+        reject("a 3D tensor grid with sp, ep, ZeRO-3 or optimizer/parameter offload",
+               kConfigurations, configurations);
+        return false;
+      }
+      if (!spec::tensor_grid_model_problem(m_, shape.tp_grid, b.mb).empty()) {
+        reject("a 3D tensor grid whose z does not divide the micro-batch", kConfigurations,
+               configurations);
+        return false;
+      }
+    }
+    for (const Constraint& k : r_.constraints)
+      if (!k.allows(c)) {
+        reject("excluded by --constraint", kConfigurations, configurations);
+        return false;
+      }
+    return true;
+  }
+
+  // A configuration's compressions and stack variants, each a candidate.
+  void configurations(const Layout& l, const Branch& b, Candidate& c, uint8_t off, int64_t ep) {
+    // Compression applies to DDP's all-reduce (spec::compression_layout_problem); each
+    // compression runs every variant of the stack.
+    auto compressible = [&] {
+      spec::Plan shape = shape_of(l, b, off, ep);
+      shape.spatial = l.split->spatial;
+      shape.cp = l.split->cp;
+      return spec::compression_layout_problem(shape).empty();
+    };
+    const size_t nc = out_.compressions.size() > 1 && compressible() ? out_.compressions.size() : 1;
+    const auto variants_here =
+        static_cast<int64_t>((b.nt - (b.repeats_bulk ? 1 : 0)) * b.nd * b.ng * b.np * b.nb);
+    c.grid = b.grid;
+    if (!configuration_allowed(l, b, c, off, ep, static_cast<int64_t>(nc) * variants_here)) return;
+    for (size_t k = 0; k < nc; ++k) {
+      if (out_.compressions[k].kind == spec::CompressionKind::kPowersgd &&
+          !spec::powersgd_problem(out_.grids[b.grid]).empty()) {
+        reject("PowerSGD on a 3D tensor grid", kConfigurations, variants_here);
+        continue;
+      }
+      c.compression = static_cast<uint8_t>(k);
+      // The knobs that change the memory (the TP overlap's stage costs, the bucket size)
+      // outermost: the estimator reuses a memory estimate while only the overlaps change.
+      for (size_t t = 0; t < b.nt; ++t)
+        for (size_t bi = 0; bi < b.nb && t != b.skipped_t; ++bi)
+          for (size_t d = 0; d < b.nd; ++d)
+            for (size_t g = 0; g < b.ng; ++g)
+              for (size_t q = 0; q < b.np; ++q) {
+                c.stack = static_cast<uint8_t>(variants_.index(t, d, g, q, bi));
+                out_.candidates.push_back(c);
+              }
+    }
+  }
+
+  const SearchRequest& r_;
+  Enumeration& out_;
+  const spec::ModelSpec& m_;
+  const bool transformer_;
+  const int64_t layers_;
+  const spec::Stack stack_;
+  const StackVariants variants_;
+  const spec::StackSupport* support_;
+  const std::string not_run_;
+  const int64_t seq_len_;
+  spec::Dtype compute_ = spec::Dtype::kBf16;
+  int64_t grad_bytes_ = 0;
+  double smallest_bucket_ = 0;
+  std::vector<int64_t> ep_degrees_;
+  std::map<int64_t, std::vector<uint8_t>> grids_by_tp_;
+  std::map<int64_t, double> gradient_bytes_by_tp_;
+  bool tp_refused_by_stack_ = false;
+};
+
+}  // namespace
+
+Enumeration enumerate_plans(const SearchRequest& r) {
+  check_request(r);
+  Enumeration out;
+  Enumerator(r, out).run();
   return out;
 }
 
