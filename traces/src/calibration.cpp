@@ -113,27 +113,10 @@ Samples as_if_alone(Samples samples, const spec::ClusterSpec& cluster) {
   return samples;
 }
 
-}  // namespace
-
-Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::Dtype dtype) {
-  const Samples samples = as_if_alone(screen_samples(read, base), base);
-  if (samples.compute.empty() && samples.comm.empty() && samples.steps.empty() &&
-      samples.sync.empty()) {
-    std::string why;
-    for (const std::string& w : samples.warnings) why += "; " + w;
-    throw InputError("calibration", "", "",
-                     "the traces hold no compute ops, collectives or training steps to fit" + why);
-  }
-  Calibration out{base, {}};
-  CalibrationReport& rep = out.report;
-  rep.warnings = samples.warnings;
-  spec::DeviceSpec& device = out.cluster.device;
-  rep.compute_samples = static_cast<int64_t>(samples.compute.size());
-  rep.comm_samples = static_cast<int64_t>(samples.comm.size());
-  std::tie(rep.compute_error_before, rep.compute_time_error_before) =
-      compute_errors(base.device, dtype, samples.compute);
-
-  // 1. Memory-bound ops: time = launch + bytes * b, b = 1 / (bandwidth * efficiency).
+// 1. Memory-bound ops: the launch overhead and memory efficiency, and an efficiency per op class.
+void fit_memory_bound_ops(const Samples& samples, spec::DeviceSpec& device,
+                          CalibrationReport& rep) {
+  // time = launch + bytes * b, b = 1 / (bandwidth * efficiency).
   std::vector<double> ones, bytes, times;
   for (const ComputeSample& s : samples.compute) {
     if (matrix(s.op_class) || s.bytes <= 0) continue;
@@ -184,8 +167,12 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
   }
   rep.launch_overhead_us = device.launch_overhead_us;
   rep.memory_efficiency = device.memory_efficiency;
+}
 
-  // 2. Matrix ops: achieved fraction of peak after the launch overhead per half decade of FLOPs,
+// 2. Matrix ops: the GEMM efficiency curve.
+void fit_matrix_ops(const Samples& samples, spec::Dtype dtype, spec::DeviceSpec& device,
+                    CalibrationReport& rep) {
+  // achieved fraction of peak after the launch overhead per half decade of FLOPs,
   // as total FLOPs over total time: a step pays its ops' mean time, and op times are skewed (a
   // few stalled ops), so a median efficiency would predict steps several percent fast.
   const double peak = device.peak_flops(dtype);
@@ -225,8 +212,12 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
     rep.notes.push_back("no matrix ops: the GEMM efficiency curve kept");
   }
   rep.gemm_efficiency = device.gemm_efficiency;
+}
 
-  // 2b. Per op name and size: the achieved efficiency of an op at each size (FLOPs of a matrix
+// 2b. Per op name and size: an efficiency curve of each op seen often enough.
+void fit_ops_by_name(const Samples& samples, spec::Dtype dtype, spec::DeviceSpec& device) {
+  const double peak = device.peak_flops(dtype);
+  // the achieved efficiency of an op at each size (FLOPs of a matrix
   // op, bytes otherwise) seen at least kMinSamples times, as total work over total time (the
   // mean time per op, which is what a step pays; see 2), as a curve over the size. The
   // curves above stay for ops a trace did not show; these capture what they cannot (batched
@@ -259,10 +250,11 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
     }
     if (!curve.empty()) device.efficiency_by_op[name] = curve;
   }
-  std::tie(rep.compute_error_after, rep.compute_time_error_after) =
-      compute_errors(device, dtype, samples.compute);
+}
 
-  // 2c. Host time per step: what the ops and transfers of a measured step leave unexplained,
+// 2c. Host time per step (Device::step_overhead_us).
+void fit_step_overhead(const Samples& samples, spec::DeviceSpec& device, CalibrationReport& rep) {
+  // what the ops and transfers of a measured step leave unexplained,
   // median over the training runs (robust to one run that waited on a slow neighbour).
   if (!samples.steps.empty()) {
     std::vector<double> host;
@@ -270,8 +262,11 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
     device.step_overhead_us = upper_median(host) * 1e6;
   }
   rep.step_overhead_us = device.step_overhead_us;
+}
 
-  // 2d. Compute jitter: a collective's last member arrives j * e(p) * S after the members' mean
+// 2d. Compute jitter (sim/sync_wait.hpp).
+void fit_compute_jitter(const Samples& samples, spec::DeviceSpec& device, CalibrationReport& rep) {
+  // a collective's last member arrives j * e(p) * S after the members' mean
   // (S their time since the previous collective; sim/sync_wait.hpp), so each collective gives
   // j = spread / (e(p) S). Per run, the median over its collectives is robust to the rare long
   // stall; across runs, the lower median of the runs' values is robust to one run spent beside a
@@ -305,8 +300,121 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
         samples.sync.size(), kMinSyncSamples));
   }
   rep.compute_jitter = device.compute_jitter;
+}
 
-  // 3. Collectives: t = alpha * f(p) + beta * g(p, n) through the ring (pairwise) formula, per
+struct AlphaBeta {
+  double alpha = 0, beta = 0, r2 = 0;
+  int64_t samples = 0;
+};
+
+// A fit through the mean time at each (ranks, bytes), each such point weighted alike: a step
+// pays a collective's mean time, and collective times are skewed (a relative least-squares fit
+// through the raw samples lands below their mean, and the size with the most samples decides).
+using Shape = std::pair<int64_t, int64_t>;  // (ranks, bytes)
+std::map<Shape, double> mean_by_shape(const std::vector<const CommSample*>& list) {
+  std::map<Shape, std::pair<double, int64_t>> sum_count;
+  for (const CommSample* c : list) {
+    auto& [sum, count] = sum_count[{c->ranks, c->bytes}];
+    sum += c->seconds;
+    ++count;
+  }
+  std::map<Shape, double> mean;
+  for (const auto& [shape, sc] : sum_count) mean[shape] = sc.first / static_cast<double>(sc.second);
+  return mean;
+}
+
+AlphaBeta fit_group(const std::vector<const CommSample*>& list) {
+  const spec::CollectiveKind kind = list.front()->collective;
+  const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
+  std::vector<double> f, g, y;
+  for (const auto& [shape, seconds] : mean_by_shape(list)) {
+    const double n = static_cast<double>(shape.second);
+    f.push_back(sim::flat_cost(kind, a, shape.first, n, {1, 0, 0}).total());
+    g.push_back(sim::flat_cost(kind, a, shape.first, n, {0, 1, 0}).total());
+    y.push_back(seconds);
+  }
+  auto [alpha, beta] = nonnegative_fit(f, g, y);
+  std::vector<double> fitted;
+  for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
+  return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
+}
+
+// The largest miss of a fit over the mean times at the shapes of `list` of size `only_bytes`
+// (every size when 0), relative to the measured time.
+double worst_miss(const std::vector<const CommSample*>& list, const AlphaBeta& fit,
+                  int64_t only_bytes) {
+  const spec::CollectiveKind kind = list.front()->collective;
+  const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
+  double miss = 0;
+  for (const auto& [shape, measured] : mean_by_shape(list)) {
+    if (only_bytes != 0 && shape.second != only_bytes) continue;
+    const double t = sim::flat_cost(kind, algorithm, shape.first, static_cast<double>(shape.second),
+                                    {fit.alpha, fit.beta, 0})
+                         .total();
+    miss = std::max(miss, std::fabs(t - measured) / measured);
+  }
+  return miss;
+}
+
+// Per-byte cost alone (alpha = 0) through the mean times at the shapes of size `at_bytes`: the
+// relative least-squares beta = sum(g / t) / sum(g^2 / t^2).
+AlphaBeta per_byte_fit(const std::vector<const CommSample*>& list, int64_t at_bytes) {
+  const spec::CollectiveKind kind = list.front()->collective;
+  const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
+  double num = 0, den = 0;
+  std::vector<double> g, y;
+  for (const auto& [shape, seconds] : mean_by_shape(list)) {
+    g.push_back(
+        sim::flat_cost(kind, a, shape.first, static_cast<double>(shape.second), {0, 1, 0}).total());
+    y.push_back(seconds);
+    if (shape.second != at_bytes) continue;
+    num += g.back() / seconds;
+    den += g.back() * g.back() / (seconds * seconds);
+  }
+  const double beta = den > 0 ? num / den : 0;
+  std::vector<double> fitted;
+  for (double gi : g) fitted.push_back(beta * gi);
+  return AlphaBeta{0, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
+}
+
+// Open MPI's tuned collectives switch algorithms with the size. Where one line misses the mean
+// time at some size by more than kSwitchMiss and the samples span three sizes or more, each pair
+// of neighbouring sizes gets its own fit, bounded by the larger size; otherwise one line (noise
+// alone leaves it within a few percent, and it extrapolates better). A switch to an algorithm
+// that costs more per byte has no line with alpha >= 0 through both sizes (the line through them
+// crosses zero above the smaller): that range is priced by the larger size's per-byte cost, as if
+// the switch came right above the smaller size (the switch point is not measured; the price is
+// exact at the larger size and at most its per-byte cost in between). A fit through both sizes
+// with alpha clamped to 0 instead kept the smaller size and priced a 4 MB reduce-scatter measured
+// at 17.5 ms at 1.6 ms.
+constexpr double kSwitchMiss = 0.25;
+std::vector<std::pair<int64_t, AlphaBeta>> fit_segments(
+    const std::vector<const CommSample*>& list) {
+  std::set<int64_t> sizes;
+  for (const CommSample* c : list) sizes.insert(c->bytes);
+  const AlphaBeta line = fit_group(list);
+  std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
+  if (sizes.size() < 3 || worst_miss(list, line, 0) <= kSwitchMiss) {
+    segments.push_back({0, line});
+    return segments;
+  }
+  const std::vector<int64_t> sorted(sizes.begin(), sizes.end());
+  for (size_t i = 0; i + 1 < sorted.size(); ++i) {
+    std::vector<const CommSample*> pair;
+    for (const CommSample* c : list)
+      if (c->bytes == sorted[i] || c->bytes == sorted[i + 1]) pair.push_back(c);
+    AlphaBeta fit = fit_group(pair);
+    if (worst_miss(pair, fit, sorted[i + 1]) > kSwitchMiss) fit = per_byte_fit(pair, sorted[i + 1]);
+    segments.push_back({i + 2 == sorted.size() ? 0 : sorted[i + 1], fit});
+  }
+  return segments;
+}
+
+// 3. Collectives: alpha and beta per collective and network level (segments where the
+// algorithm switches with the size).
+void fit_collectives(const Samples& samples, const spec::ClusterSpec& base,
+                     spec::ClusterSpec& cluster, CalibrationReport& rep) {
+  // t = alpha * f(p) + beta * g(p, n) through the ring (pairwise) formula, per
   // collective and level (a group no larger than a node is taken to be inside one). Where
   // training runs show a collective at two sizes or more, those samples decide: a collective
   // inside training (its data just written by compute, cold in the other ranks' caches) costs
@@ -330,109 +438,6 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
             : base.network.cluster_level();
     groups[{c.collective, level->name, c.in_training}].push_back(&c);
   }
-  struct AlphaBeta {
-    double alpha = 0, beta = 0, r2 = 0;
-    int64_t samples = 0;
-  };
-  // A fit through the mean time at each (ranks, bytes), each such point weighted alike: a step
-  // pays a collective's mean time, and collective times are skewed (a relative least-squares fit
-  // through the raw samples lands below their mean, and the size with the most samples decides).
-  using Shape = std::pair<int64_t, int64_t>;  // (ranks, bytes)
-  auto mean_by_shape = [](const std::vector<const CommSample*>& list) {
-    std::map<Shape, std::pair<double, int64_t>> sum_count;
-    for (const CommSample* c : list) {
-      auto& [sum, count] = sum_count[{c->ranks, c->bytes}];
-      sum += c->seconds;
-      ++count;
-    }
-    std::map<Shape, double> mean;
-    for (const auto& [shape, sc] : sum_count)
-      mean[shape] = sc.first / static_cast<double>(sc.second);
-    return mean;
-  };
-  auto fit_group = [&](const std::vector<const CommSample*>& list) {
-    const spec::CollectiveKind kind = list.front()->collective;
-    const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
-    std::vector<double> f, g, y;
-    for (const auto& [shape, seconds] : mean_by_shape(list)) {
-      const double n = static_cast<double>(shape.second);
-      f.push_back(sim::flat_cost(kind, a, shape.first, n, {1, 0, 0}).total());
-      g.push_back(sim::flat_cost(kind, a, shape.first, n, {0, 1, 0}).total());
-      y.push_back(seconds);
-    }
-    auto [alpha, beta] = nonnegative_fit(f, g, y);
-    std::vector<double> fitted;
-    for (size_t i = 0; i < y.size(); ++i) fitted.push_back(alpha * f[i] + beta * g[i]);
-    return AlphaBeta{alpha, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
-  };
-  // The largest miss of a fit over the mean times at the shapes of `list` of size `only_bytes`
-  // (every size when 0), relative to the measured time.
-  auto worst_miss = [&](const std::vector<const CommSample*>& list, const AlphaBeta& fit,
-                        int64_t only_bytes) {
-    const spec::CollectiveKind kind = list.front()->collective;
-    const spec::CollectiveAlgorithm algorithm = sim::fitted_algorithm(kind);
-    double miss = 0;
-    for (const auto& [shape, measured] : mean_by_shape(list)) {
-      if (only_bytes != 0 && shape.second != only_bytes) continue;
-      const double t = sim::flat_cost(kind, algorithm, shape.first,
-                                      static_cast<double>(shape.second), {fit.alpha, fit.beta, 0})
-                           .total();
-      miss = std::max(miss, std::fabs(t - measured) / measured);
-    }
-    return miss;
-  };
-  // Per-byte cost alone (alpha = 0) through the mean times at the shapes of size `at_bytes`: the
-  // relative least-squares beta = sum(g / t) / sum(g^2 / t^2).
-  auto per_byte_fit = [&](const std::vector<const CommSample*>& list, int64_t at_bytes) {
-    const spec::CollectiveKind kind = list.front()->collective;
-    const spec::CollectiveAlgorithm a = sim::fitted_algorithm(kind);
-    double num = 0, den = 0;
-    std::vector<double> g, y;
-    for (const auto& [shape, seconds] : mean_by_shape(list)) {
-      g.push_back(sim::flat_cost(kind, a, shape.first, static_cast<double>(shape.second), {0, 1, 0})
-                      .total());
-      y.push_back(seconds);
-      if (shape.second != at_bytes) continue;
-      num += g.back() / seconds;
-      den += g.back() * g.back() / (seconds * seconds);
-    }
-    const double beta = den > 0 ? num / den : 0;
-    std::vector<double> fitted;
-    for (double gi : g) fitted.push_back(beta * gi);
-    return AlphaBeta{0, beta, r_squared(y, fitted), static_cast<int64_t>(list.size())};
-  };
-  // Open MPI's tuned collectives switch algorithms with the size. Where one line misses the mean
-  // time at some size by more than kSwitchMiss and the samples span three sizes or more, each pair
-  // of neighbouring sizes gets its own fit, bounded by the larger size; otherwise one line (noise
-  // alone leaves it within a few percent, and it extrapolates better). A switch to an algorithm
-  // that costs more per byte has no line with alpha >= 0 through both sizes (the line through them
-  // crosses zero above the smaller): that range is priced by the larger size's per-byte cost, as if
-  // the switch came right above the smaller size (the switch point is not measured; the price is
-  // exact at the larger size and at most its per-byte cost in between). A fit through both sizes
-  // with alpha clamped to 0 instead kept the smaller size and priced a 4 MB reduce-scatter measured
-  // at 17.5 ms at 1.6 ms.
-  constexpr double kSwitchMiss = 0.25;
-  auto fit_segments = [&](const std::vector<const CommSample*>& list) {
-    std::set<int64_t> sizes;
-    for (const CommSample* c : list) sizes.insert(c->bytes);
-    const AlphaBeta line = fit_group(list);
-    std::vector<std::pair<int64_t, AlphaBeta>> segments;  // (max_bytes or 0, fit)
-    if (sizes.size() < 3 || worst_miss(list, line, 0) <= kSwitchMiss) {
-      segments.push_back({0, line});
-      return segments;
-    }
-    const std::vector<int64_t> sorted(sizes.begin(), sizes.end());
-    for (size_t i = 0; i + 1 < sorted.size(); ++i) {
-      std::vector<const CommSample*> pair;
-      for (const CommSample* c : list)
-        if (c->bytes == sorted[i] || c->bytes == sorted[i + 1]) pair.push_back(c);
-      AlphaBeta fit = fit_group(pair);
-      if (worst_miss(pair, fit, sorted[i + 1]) > kSwitchMiss)
-        fit = per_byte_fit(pair, sorted[i + 1]);
-      segments.push_back({i + 2 == sorted.size() ? 0 : sorted[i + 1], fit});
-    }
-    return segments;
-  };
   std::map<std::pair<spec::CollectiveKind, std::string>, std::vector<const CommSample*>> chosen;
   // Per level, how much more a byte costs inside training than in the benchmark loop, for the
   // collectives seen both ways: the same cold caches slow the collectives that training runs
@@ -461,7 +466,7 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
       if (b.beta > 0) training_ratio[level].push_back(fit_group(list).beta / b.beta);
     }
   }
-  out.cluster.collective_fits.clear();
+  cluster.collective_fits.clear();
   for (const auto& [key, list] : chosen) {
     const auto& [kind, level] = key;
     const std::string name(spec::enum_name(spec::collective_kind_names(), kind));
@@ -483,11 +488,18 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
       fit.beta_us_per_byte = std::max(ab.beta * scale * 1e6, 1e-15);
       fit.r2 = ab.r2;
       fit.samples = ab.samples;
-      out.cluster.collective_fits.push_back(fit);
+      cluster.collective_fits.push_back(fit);
     }
   }
-  rep.collective_fits = out.cluster.collective_fits;
+  rep.collective_fits = cluster.collective_fits;
+}
 
+// What the calibrated file says of itself: where it came from and how well it fits, checked to
+// read back.
+void describe_calibration(Calibration& out, const spec::ClusterSpec& base, const Samples& samples,
+                          spec::Dtype dtype) {
+  const CalibrationReport& rep = out.report;
+  spec::DeviceSpec& device = out.cluster.device;
   spec::Json fits = spec::Json::array();
   for (const spec::CollectiveFit& c : rep.collective_fits)
     fits.push_back({{"collective", c.collective},
@@ -522,6 +534,37 @@ Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::
     throw std::logic_error(
         fmt::format("calibration produced a cluster it cannot read back: {}", e.what()));
   }
+}
+
+}  // namespace
+
+Calibration calibrate(const spec::ClusterSpec& base, const Samples& read, spec::Dtype dtype) {
+  const Samples samples = as_if_alone(screen_samples(read, base), base);
+  if (samples.compute.empty() && samples.comm.empty() && samples.steps.empty() &&
+      samples.sync.empty()) {
+    std::string why;
+    for (const std::string& w : samples.warnings) why += "; " + w;
+    throw InputError("calibration", "", "",
+                     "the traces hold no compute ops, collectives or training steps to fit" + why);
+  }
+  Calibration out{base, {}};
+  CalibrationReport& rep = out.report;
+  rep.warnings = samples.warnings;
+  spec::DeviceSpec& device = out.cluster.device;
+  rep.compute_samples = static_cast<int64_t>(samples.compute.size());
+  rep.comm_samples = static_cast<int64_t>(samples.comm.size());
+  std::tie(rep.compute_error_before, rep.compute_time_error_before) =
+      compute_errors(base.device, dtype, samples.compute);
+
+  fit_memory_bound_ops(samples, device, rep);
+  fit_matrix_ops(samples, dtype, device, rep);
+  fit_ops_by_name(samples, dtype, device);
+  std::tie(rep.compute_error_after, rep.compute_time_error_after) =
+      compute_errors(device, dtype, samples.compute);
+  fit_step_overhead(samples, device, rep);
+  fit_compute_jitter(samples, device, rep);
+  fit_collectives(samples, base, out.cluster, rep);
+  describe_calibration(out, base, samples, dtype);
   return out;
 }
 
