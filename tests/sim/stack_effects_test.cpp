@@ -270,19 +270,31 @@ TEST(StackEffects, MemoryBeyondTensors) {
   EXPECT_FALSE(stage_memory(plan, *plan.stack, lowered, 0, &cluster).fits);
 }
 
+// Llama-3 8B width with 2 blocks (embedding, 2 blocks, head), and TorchTitan's FSDP2 (zero 3) on
+// `dp` ranks at one sequence a rank.
+spec::ModelSpec llama3_two_blocks() {
+  spec::ModelSpec model = models::zoo_model("llama3-8b");
+  model.transformer().layers = 2;
+  return model;
+}
+spec::Plan torchtitan_zero3(int64_t dp) {
+  spec::Plan plan;
+  plan.dp = dp;
+  plan.micro_batch = 1;
+  plan.global_batch = dp;
+  plan.zero = 3;
+  plan.stack = spec::builtin_stack("torchtitan");
+  return plan;
+}
+
 TEST(StackEffects, Fsdp2CopiesEachLayersGradientsBeforeItsReduceScatter) {
   // TorchTitan (FSDP2, bf16 parameters, fp32 reduction) on one H100 at zero 3: each layer with
   // parameters ends its backward copying its gradients into the reduce-scatter buffer, 2 + 4
   // bytes a parameter at the copy's measured efficiency (h100-1gpu: 0.40 of 3.35 TB/s) plus one
   // launch. No power model on h100-1gpu, so nothing else in the step moves.
-  spec::ModelSpec model = models::zoo_model("llama3-8b");
-  model.transformer().layers = 2;
+  const spec::ModelSpec model = llama3_two_blocks();
   const spec::ClusterSpec cluster = spec::builtin_cluster("h100-1gpu");
-  spec::Plan plan;
-  plan.micro_batch = 1;
-  plan.global_batch = 1;
-  plan.zero = 3;
-  plan.stack = spec::builtin_stack("torchtitan");
+  spec::Plan plan = torchtitan_zero3(1);
   ASSERT_TRUE(plan.stack->grad_copy_in);
   spec::Plan no_copy = plan;
   no_copy.stack->grad_copy_in = false;
@@ -309,14 +321,9 @@ TEST(StackEffects, Fsdp2CopiesEachUnitsParametersOutOfTheGather) {
   // forward; before its backward only the blocks but the last (the profiled script's policy,
   // bench/pytorch_llama_layers.py). No power model on h100-1gpu and no host issue modelled:
   // nothing else moves.
-  spec::ModelSpec model = models::zoo_model("llama3-8b");
-  model.transformer().layers = 2;
+  const spec::ModelSpec model = llama3_two_blocks();
   const spec::ClusterSpec cluster = spec::builtin_cluster("h100-1gpu");
-  spec::Plan plan;
-  plan.micro_batch = 1;
-  plan.global_batch = 1;
-  plan.zero = 3;
-  plan.stack = spec::builtin_stack("torchtitan");
+  spec::Plan plan = torchtitan_zero3(1);
   plan.stack->reshard_after_forward = spec::ReshardAfterForward::kBlocksButLast;
   // No host issue: the copies at the forward's start would let the host run further ahead.
   plan.stack->host_launch_us = {};
@@ -343,18 +350,12 @@ TEST(StackEffects, FsdpGathersForTheBackwardWhatItFreedAfterTheForward) {
   // (4), and before its backward those the stack's policy freed after the forward: all 4 under
   // DeepSpeed's, the 2 blocks under FSDP's (the root unit keeps the embedding and head), the first
   // block under TorchTitan's before v0.2, all but the head under TorchTitan's since.
-  spec::ModelSpec model = models::zoo_model("llama3-8b");
-  model.transformer().layers = 2;
+  const spec::ModelSpec model = llama3_two_blocks();
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-h100");
   using R = spec::ReshardAfterForward;
   for (auto [policy, backward] : std::vector<std::pair<R, int>>{
            {R::kAll, 4}, {R::kBlocks, 2}, {R::kBlocksButLast, 1}, {R::kAllButHead, 3}}) {
-    spec::Plan plan;
-    plan.dp = 4;
-    plan.micro_batch = 1;
-    plan.global_batch = 4;
-    plan.zero = 3;
-    plan.stack = spec::builtin_stack("torchtitan");
+    spec::Plan plan = torchtitan_zero3(4);
     plan.stack->reshard_after_forward = policy;
     const SimulationResult r = simulate(model, cluster, plan, traced());
     EXPECT_EQ(count_events(*r.trace, 0)["fsdp.all_gather"], 4 + backward)
@@ -370,15 +371,9 @@ TEST(StackEffects, Zero3HoldsTheUnitsItKeptBesideThoseItGathersAgain) {
   // again and the one prefetched. Every unit gathered again: 2 x the largest (the head: final
   // norm and 128256 x 4096 output); the head kept: it, and 2 x the embedding; FSDP's root kept
   // (embedding and head): both, and 2 x a block. The rest of the buffers is the same.
-  spec::ModelSpec model = models::zoo_model("llama3-8b");
-  model.transformer().layers = 2;
+  const spec::ModelSpec model = llama3_two_blocks();
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-h100");
-  spec::Plan plan;
-  plan.dp = 4;
-  plan.micro_batch = 1;
-  plan.global_batch = 4;
-  plan.zero = 3;
-  plan.stack = spec::builtin_stack("torchtitan");
+  spec::Plan plan = torchtitan_zero3(4);
   ASSERT_EQ(plan.stack->zero3_prefetch, 1);
   using R = spec::ReshardAfterForward;
   auto buffers = [&](R policy, int64_t* embedding, int64_t* block, int64_t* head) {
