@@ -810,139 +810,95 @@ Estimate Estimator::estimate(const spec::Plan& plan) {
                                          model_->kind()));
 }
 
-Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
-  Lowering& l = lowering(plan, stack);
+Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const spec::Stack& stack,
+                                                 Lowering& l, const Stages& stages,
+                                                 const DpTimes* dp) {
   const models::LoweredModel& lowered = l.lowered;
-  const sim::ComputeModel& compute = *l.compute;
   const Shapes& shape = shapes(plan);
   const int64_t m = plan.micro_batches();
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  PipelineStep out;
+  double& step = out.step;
+  int64_t boundary = stages.entries.front().footprint.boundary;
+  // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
+  boundary /=
+      models::pipeline_transfer_parts(plan, lowered, boundary / spec::dtype_bytes(lowered.dtype));
+  double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
+  const spec::PipelineDrain* drain = dp ? &dp->drain : nullptr;
+  // The makespan of `micro_batches` micro-batches under the schedule, with the drain or none.
+  auto makespan = [&](int64_t micro_batches, const spec::PipelineDrain* with) {
+    const MakespanKey key{&stages, micro_batches, static_cast<int>(plan.schedule), p2p,
+                          !stack.pp_overlap};
+    auto sweep = l.sweeps.find(key);
+    if (sweep == l.sweeps.end()) {
+      std::vector<std::vector<double>> forward, backward;
+      for (const StageEntry& entry : stages.entries) {
+        forward.push_back(entry.chunk_forward);
+        backward.push_back(entry.chunk_backward);
+      }
+      sweep =
+          l.sweeps
+              .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                       std::forward_as_tuple(stage_units(plan, micro_batches), plan.pp,
+                                             plan.virtual_stages, micro_batches, std::move(forward),
+                                             std::move(backward), p2p, !stack.pp_overlap))
+              .first;
+    }
+    const std::pair<const void*, const void*> at{&sweep->second, with};
+    auto it = l.makespans.find(at);
+    if (it == l.makespans.end()) {
+      const size_t offset = l.stage_ends.size();
+      l.stage_ends.resize(offset + static_cast<size_t>(plan.pp));
+      sweep->second.makespan(with, std::span(l.stage_ends).subspan(offset));
+      it = l.makespans.emplace(at, offset).first;
+    }
+    const auto ends = l.stage_ends.begin() + static_cast<std::ptrdiff_t>(it->second);
+    return std::make_pair(*std::max_element(ends, ends + plan.pp), it->second);
+  };
+  std::tie(step, out.stage_ends_at) = makespan(m, drain);
+  out.pipeline_end = step;
+  double transfers_beside = 0;  // pipeline transfers beside compute alone, s
+  {
+    // The stages' transfers beside their compute alone slow it (the engine's overlap model),
+    // each stage in the share of the step it computes; every stage's delay reaches the others
+    // through the schedule, so the step pays their mean.
+    const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
+    double beside = 0;
+    for (const TransferTerm& t : transfer_terms(plan, l, stages, key))
+      beside += (t.sent + t.received) * std::min(1.0, t.compute / step);
+    transfers_beside = beside / static_cast<double>(plan.pp);
+  }
+  if (!dp && lowered.tied_table_params > 0) {
+    // The end stages' all-reduce of the tied table's gradients after the last backward (sim's
+    // program builder); with a data-parallel exchange the drain holds it, before its buckets.
+    step += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
+                         shape.embedding);
+  }
+  if (plan.schedule == spec::Schedule::kPipeDream2BW) {
+    // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
+    // costs what a second batch run back to back adds, the fill and drain that the two
+    // batches share saved: 2 S(m) - S(2m) of the makespans without the gradient reduction.
+    static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
+    const int64_t window = spec::kPipeDream2BWWindow * m;
+    step -= 2 * makespan(m, nullptr).first - makespan(window, nullptr).first;
+    if (lowered.tied_table_params > 0) {
+      // The end stages sum the tied table's gradient when each has ended its part of a batch:
+      // the last stage, first to end, waits for the last backward to reach the first stage
+      // before it can update (and go on with the next batch).
+      for (int64_t s = 0; s + 1 < plan.pp; ++s)
+        step += stages.entries[static_cast<size_t>(s)].chunk_backward.front() + p2p;
+    }
+  }
+  step += overlap_cost(transfers_beside);
+  return out;
+}
 
-  auto slowed = [this](double overlapped) { return overlap_cost(overlapped); };
-
-  Estimate out;
-  const Stages& stages = stage_entries(plan, stack, l);
-  const double slowest_stage = stages.summary.slowest;
-  const PeakMemory memory = peak_memory(plan, stack, l, stages);
-  out.peak_memory_bytes = memory.device;
-  out.host_fits = memory.host_fits;
-  out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
+double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                                    const Stages& stages, const DpTimes* dp, size_t stage_ends_at) {
+  const models::LoweredModel& lowered = l.lowered;
+  const sim::ComputeModel& compute = *l.compute;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const spec::Dtype param_dtype = spec::parameter_dtype(stack, lowered.dtype);
-
-  // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
-  // backward passes slowed beside it, and its tail (from the stages' real buckets).
-  const bool bucketed = plan.replicas() > 1 && plan.zero != 3;
-  const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
-  // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
-  // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
-  // stages, micro-batches, schedule, transfer time and drain: stack variants of a layout that
-  // reduce gradients alike share it).
-  double step = static_cast<double>(m) * slowest_stage;
-  double transfers_beside = 0;  // pipeline transfers beside compute alone, s
-  // With pipeline stages, when each stage's last pass and its drain end (from l.stage_ends[at];
-  // the latest, the makespan): each then updates its own parameters (the simulator's program,
-  // one per rank).
-  size_t stage_ends_at = 0;
-  double pipeline_end = 0;
-  if (plan.pp == 1 && dp) {
-    step += dp->single_stage_extra;
-  }
-  if (plan.pp > 1) {
-    int64_t boundary = stages.entries.front().footprint.boundary;
-    // Megatron's scatter/gather: the parts the transfer travels in (the simulator's rule).
-    boundary /=
-        models::pipeline_transfer_parts(plan, lowered, boundary / spec::dtype_bytes(lowered.dtype));
-    double p2p = collective_s(plan, spec::CollectiveKind::kSendRecv, boundary, shape.pp_pair);
-    const spec::PipelineDrain* drain = dp ? &dp->drain : nullptr;
-    // The makespan of `micro_batches` micro-batches under the schedule, with the drain or none.
-    auto makespan = [&](int64_t micro_batches, const spec::PipelineDrain* with) {
-      const MakespanKey key{&stages, micro_batches, static_cast<int>(plan.schedule), p2p,
-                            !stack.pp_overlap};
-      auto sweep = l.sweeps.find(key);
-      if (sweep == l.sweeps.end()) {
-        std::vector<std::vector<double>> forward, backward;
-        for (const StageEntry& entry : stages.entries) {
-          forward.push_back(entry.chunk_forward);
-          backward.push_back(entry.chunk_backward);
-        }
-        sweep = l.sweeps
-                    .emplace(std::piecewise_construct, std::forward_as_tuple(key),
-                             std::forward_as_tuple(stage_units(plan, micro_batches), plan.pp,
-                                                   plan.virtual_stages, micro_batches,
-                                                   std::move(forward), std::move(backward), p2p,
-                                                   !stack.pp_overlap))
-                    .first;
-      }
-      const std::pair<const void*, const void*> at{&sweep->second, with};
-      auto it = l.makespans.find(at);
-      if (it == l.makespans.end()) {
-        const size_t offset = l.stage_ends.size();
-        l.stage_ends.resize(offset + static_cast<size_t>(plan.pp));
-        sweep->second.makespan(with, std::span(l.stage_ends).subspan(offset));
-        it = l.makespans.emplace(at, offset).first;
-      }
-      const auto ends = l.stage_ends.begin() + static_cast<std::ptrdiff_t>(it->second);
-      return std::make_pair(*std::max_element(ends, ends + plan.pp), it->second);
-    };
-    std::tie(step, stage_ends_at) = makespan(m, drain);
-    pipeline_end = step;
-    {
-      // The stages' transfers beside their compute alone slow it (the engine's overlap model),
-      // each stage in the share of the step it computes; every stage's delay reaches the others
-      // through the schedule, so the step pays their mean.
-      const MakespanKey key{&stages, m, static_cast<int>(plan.schedule), p2p, !stack.pp_overlap};
-      double beside = 0;
-      for (const TransferTerm& t : transfer_terms(plan, l, stages, key))
-        beside += (t.sent + t.received) * std::min(1.0, t.compute / step);
-      transfers_beside = beside / static_cast<double>(plan.pp);
-    }
-    if (!dp && lowered.tied_table_params > 0) {
-      // The end stages' all-reduce of the tied table's gradients after the last backward (sim's
-      // program builder); with a data-parallel exchange the drain holds it, before its buckets.
-      step += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
-                           shape.embedding);
-    }
-    if (plan.schedule == spec::Schedule::kPipeDream2BW) {
-      // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
-      // costs what a second batch run back to back adds, the fill and drain that the two
-      // batches share saved: 2 S(m) - S(2m) of the makespans without the gradient reduction.
-      static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
-      const int64_t window = spec::kPipeDream2BWWindow * m;
-      step -= 2 * makespan(m, nullptr).first - makespan(window, nullptr).first;
-      if (lowered.tied_table_params > 0) {
-        // The end stages sum the tied table's gradient when each has ended its part of a batch:
-        // the last stage, first to end, waits for the last backward to reach the first stage
-        // before it can update (and go on with the next batch).
-        for (int64_t s = 0; s + 1 < plan.pp; ++s)
-          step += stages.entries[static_cast<size_t>(s)].chunk_backward.front() + p2p;
-      }
-    }
-    step += slowed(transfers_beside);
-  }
-  const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
-  if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
-    // Per micro-batch, layer by layer (zero3_times): what the layers wait for their gathers
-    // and how much longer they compute beside the collectives; once, the scatters left after
-    // the last backward.
-    const Zero3Times& z = zero3_times(plan, stack, l, stages);
-    const StageEntry& largest =
-        *std::max_element(stages.entries.begin(), stages.entries.end(),
-                          [](const StageEntry& a, const StageEntry& b) { return a.time < b.time; });
-    step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed + z.tail);
-    if (z.reloads) {
-      // The offloaded activations' waits are in the passes' (zero3_times: the reloads queue with
-      // the fetches, and the copies out hold the issue of the fetches after them), not beside.
-      step -=
-          static_cast<double>(m) * (largest.offload_forward_wait + largest.offload_backward_wait);
-    }
-  }
-  if (dp && plan.zero >= 1 && stack.param_gather_overlap) {
-    // ZeRO-1/2 with Megatron's --overlap-param-gather: the updated parameters, gathered in the
-    // same buckets, all dispatched at the start of the next step, each layer's first forward
-    // waiting for its bucket: what the first stage's forwards take longer
-    // (first_stage_gather_delay). Without it each stage gathers after its update (below).
-    step += dp->gather_delay;
-  }
   // Each stage's update once its last pass and drain are done (sim's program builder): the
   // optimizer step over what the rank updates, on the device or (ZeRO-Offload) on the host, and
   // ZeRO-1/2's gather of its buckets after it when not overlapped. The step ends with the
@@ -1008,7 +964,73 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
     const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
     latest = std::max(latest, end + priced + (gather_after ? dp->stage_gather[s] : 0.0));
   }
-  step += latest - (plan.pp > 1 ? pipeline_end : 0.0);
+  return latest;
+}
+
+Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
+  Lowering& l = lowering(plan, stack);
+  const models::LoweredModel& lowered = l.lowered;
+  const Shapes& shape = shapes(plan);
+  const int64_t m = plan.micro_batches();
+
+  Estimate out;
+  const Stages& stages = stage_entries(plan, stack, l);
+  const double slowest_stage = stages.summary.slowest;
+  const PeakMemory memory = peak_memory(plan, stack, l, stages);
+  out.peak_memory_bytes = memory.device;
+  out.host_fits = memory.host_fits;
+  out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+
+  // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
+  // backward passes slowed beside it, and its tail (from the stages' real buckets).
+  const bool bucketed = plan.replicas() > 1 && plan.zero != 3;
+  const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
+  // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
+  // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
+  // stages, micro-batches, schedule, transfer time and drain: stack variants of a layout that
+  // reduce gradients alike share it).
+  double step = static_cast<double>(m) * slowest_stage;
+  // With pipeline stages, when each stage's last pass and its drain end (from l.stage_ends[at];
+  // the latest, the makespan): each then updates its own parameters (the simulator's program,
+  // one per rank).
+  size_t stage_ends_at = 0;
+  double pipeline_end = 0;
+  if (plan.pp == 1 && dp) {
+    step += dp->single_stage_extra;
+  }
+  if (plan.pp > 1) {
+    const PipelineStep pipeline = pipeline_step(plan, stack, l, stages, dp);
+    step = pipeline.step;
+    stage_ends_at = pipeline.stage_ends_at;
+    pipeline_end = pipeline.pipeline_end;
+  }
+  const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
+  if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
+    // Per micro-batch, layer by layer (zero3_times): what the layers wait for their gathers
+    // and how much longer they compute beside the collectives; once, the scatters left after
+    // the last backward.
+    const Zero3Times& z = zero3_times(plan, stack, l, stages);
+    const StageEntry& largest =
+        *std::max_element(stages.entries.begin(), stages.entries.end(),
+                          [](const StageEntry& a, const StageEntry& b) { return a.time < b.time; });
+    step += static_cast<double>(m) * (z.waits + z.forward_slowed + z.backward_slowed + z.tail);
+    if (z.reloads) {
+      // The offloaded activations' waits are in the passes' (zero3_times: the reloads queue with
+      // the fetches, and the copies out hold the issue of the fetches after them), not beside.
+      step -=
+          static_cast<double>(m) * (largest.offload_forward_wait + largest.offload_backward_wait);
+    }
+  }
+  if (dp && plan.zero >= 1 && stack.param_gather_overlap) {
+    // ZeRO-1/2 with Megatron's --overlap-param-gather: the updated parameters, gathered in the
+    // same buckets, all dispatched at the start of the next step, each layer's first forward
+    // waiting for its bucket: what the first stage's forwards take longer
+    // (first_stage_gather_delay). Without it each stage gathers after its update (below).
+    step += dp->gather_delay;
+  }
+  step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at) -
+          (plan.pp > 1 ? pipeline_end : 0.0);
   if (plan.tp_grid.z > 1) {
     // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,
     // the vocabulary layers): one all-reduce over z after the backward (sim's program builder),

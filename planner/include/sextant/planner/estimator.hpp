@@ -236,6 +236,21 @@ class Estimator {
                                   double gathered) const;
   PeakMemory peak_memory(const spec::Plan& plan, const spec::Stack& stack, const Lowering& l,
                          const Stages& stages);
+  // The step of a pipeline (pp > 1): the schedule's makespan over the stages with its transfers,
+  // the tied table's all-reduce and PipeDream-2BW's steady state; where the stages' ends sit in
+  // l.stage_ends, and the makespan alone.
+  struct PipelineStep {
+    double step = 0;
+    size_t stage_ends_at = 0;
+    double pipeline_end = 0;
+  };
+  PipelineStep pipeline_step(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                             const Stages& stages, const DpTimes* dp);
+  // When the latest stage has updated (the optimizer step, ZeRO-Offload's copies and host step,
+  // ZeRO-1/2's gather after it when not overlapped), each from its end in l.stage_ends at
+  // `stage_ends_at` (0 without pipeline stages), s.
+  double latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                           const Stages& stages, const DpTimes* dp, size_t stage_ends_at);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
   // How much later than its GPU work the step's passes end for the host's issue of their kernels
