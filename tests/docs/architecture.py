@@ -54,8 +54,15 @@ for lib, (folder, own) in targets.items():
 # 2. Every public header is named (by its file name, in backticks).
 named = set(re.findall(r"`([^`\s]+)`", doc))
 names = {pathlib.PurePosixPath(n).name for n in named}
-files = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True,
-                       check=True).stdout.split()
+# The tracked files; where git cannot answer (no checkout, or a repository owned by another user),
+# the files on disk outside build and output directories.
+git = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True)
+if git.returncode == 0 and git.stdout.strip():
+    files = git.stdout.split()
+else:
+    skip = {".git", "build", "out"}
+    files = [str(p.relative_to(root)) for p in root.rglob("*")
+             if p.is_file() and not skip.intersection(p.relative_to(root).parts[:1])]
 for f in files:
     if re.match(r"[a-z]+(/cost)?/include/sextant/[a-z_]+/[^/]+\.hpp$", f):
         if pathlib.PurePosixPath(f).name not in names:
