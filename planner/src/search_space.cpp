@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <optional>
 #include <regex>
 
 #include "sextant/models/lowering.hpp"
@@ -582,19 +583,18 @@ class Enumerator {
     l.pp = pp;
     l.dp = r_.gpus / l.split_ranks / (tp * pp);
     ++out_.considered;
-    // (A pp the stack does not run is refused before an unsplittable tp: the tp layouts the
-    // stack runs first, then pipelines, then the model's own tp rule.)
-    std::vector<uint8_t> layouts = tp_layouts_before_pipelines(tp, l.split_ranks);
-    if (tp > 1 && layouts.empty() && tp_refused_by_stack_) return;
+    // (The rules in order: the tp layouts the stack runs, pipelines, the model's own tp rule.)
+    std::optional<std::vector<uint8_t>> layouts = tp_layouts_the_stack_runs(tp, l.split_ranks);
+    if (!layouts) return;
     if (pp > 1 && !runs([](const spec::StackSupport& s) { return !s.schedules.empty(); })) {
       reject(not_run_ + "pipeline parallelism", kLayouts);
       return;
     }
-    if (layouts.empty()) {
+    if (layouts->empty()) {
       refuse_unsplittable_tp();
       return;
     }
-    l.tp_layouts = std::move(layouts);
+    l.tp_layouts = std::move(*layouts);
     if (!layout_allowed(l)) return;
     l.per_replica = r_.global_batch / l.dp;
     for (int64_t ep : ep_degrees_)
@@ -608,12 +608,11 @@ class Enumerator {
       for (int64_t mb : divisors(l.per_replica)) micro_batch(l, grid, mb);
   }
 
-  // The layout's tp layouts the model allows and the stack runs. Empty with
-  // tp_refused_by_stack_: the stack runs none of the model's (counted); empty otherwise: the
-  // model allows none (counted by refuse_unsplittable_tp, after the pipeline rule).
-  std::vector<uint8_t> tp_layouts_before_pipelines(int64_t tp, int64_t split_ranks) {
+  // The layout's tp layouts the model allows and the stack runs. None: the stack runs none of
+  // those the model allows (counted here); empty: the model allows none (counted by
+  // refuse_unsplittable_tp, after the pipeline rule).
+  std::optional<std::vector<uint8_t>> tp_layouts_the_stack_runs(int64_t tp, int64_t split_ranks) {
     std::vector<uint8_t> layouts;
-    tp_refused_by_stack_ = false;
     if (spec::tensor_parallel_problem(m_, tp).empty()) layouts.push_back(0);
     if (split_ranks == 1)
       for (uint8_t g : grids_of(tp)) layouts.push_back(g);
@@ -626,7 +625,7 @@ class Enumerator {
       std::erase_if(layouts, [&](uint8_t g) { return g == 0 ? !one_d : !grids; });
       if (layouts.empty()) {
         reject(not_run_ + (had_one_d ? "tensor parallelism" : "3D tensor grids (AxoNN)"), kLayouts);
-        tp_refused_by_stack_ = true;
+        return std::nullopt;
       }
     }
     return layouts;
@@ -996,7 +995,6 @@ class Enumerator {
   std::vector<int64_t> ep_degrees_;
   std::map<int64_t, std::vector<uint8_t>> grids_by_tp_;
   std::map<int64_t, double> gradient_bytes_by_tp_;
-  bool tp_refused_by_stack_ = false;
 };
 
 }  // namespace
