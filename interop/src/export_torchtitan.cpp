@@ -57,11 +57,14 @@ void parallelism(const ExportInput& in, ExportOutput& out) {
     // ZeRO-3's units: "default" keeps [norm, output] whole (and every unit under pipeline
     // parallelism), "always" none (apply_fsdp; spec::ReshardAfterForward).
     const spec::ReshardAfterForward units = in.stack.reshard_after_forward;
+    // A plan made under another stack's policy (FSDP1 keeps its root unit) still exports; the
+    // run then gathers for the backward what the plan's prediction kept.
     if (p.zero == 3 && units != spec::ReshardAfterForward::kAll &&
         units != spec::ReshardAfterForward::kAllButHead)
-      out.refused.push_back(fmt::format(
-          "reshard_after_forward {}: TorchTitan's policies reshard every unit (always) or all but "
-          "the head (default)",
+      out.notes.push_back(fmt::format(
+          "the plan's stack keeps units whole from forward to backward (reshard_after_forward "
+          "{}); TorchTitan has no such policy and reshards every unit (always): its run gathers "
+          "them again for the backward",
           spec::enum_name(spec::reshard_after_forward_names(), units)));
     out.set("parallelism.fsdp_reshard_after_forward",
             p.zero == 2                                       ? "never"

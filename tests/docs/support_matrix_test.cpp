@@ -47,15 +47,12 @@ std::string_view family(Net n) {
   return "?";
 }
 
-// Whether the executor runs `l` on `backend` in `precision`, as the suite runs it (PipeDream-2BW
-// without clipping: exec/src/trainer.cpp).
+// Whether the executor runs `l` on `backend` in `precision`, as the suite runs it.
 std::string_view runs(const Layout& l, spec::ExecutorBackend backend,
                       spec::ExecutorPrecision precision) {
-  spec::ExecutorRun run;
-  run.backend = backend;
-  run.precision = precision;
-  run.clipping = l.plan.schedule != spec::Schedule::kPipeDream2BW;
-  return spec::executor_problems(model_of(l.net), l.plan, run).empty() ? "yes" : "-";
+  return spec::executor_problems(model_of(l.net), l.plan, suite_run(l, backend, precision)).empty()
+             ? "yes"
+             : "-";
 }
 
 std::string support_matrix() {

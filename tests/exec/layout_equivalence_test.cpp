@@ -87,10 +87,9 @@ int world_rank() {
   return r;
 }
 
-// PipeDream-2BW runs without global-norm clipping (exec/src/trainer.cpp); the other schedules
-// with the default clip.
+// The suite's clip (layout_suite's rule): the default, or none under PipeDream-2BW.
 float clip_of(const spec::Plan& plan) {
-  return plan.schedule == spec::Schedule::kPipeDream2BW ? 0.0f : TrainOptions{}.clip;
+  return suite_clips(plan) ? TrainOptions{}.clip : 0.0f;
 }
 
 std::vector<StepLog> step_logs(const spec::ModelSpec& model, const spec::Plan& plan, MPI_Comm comm,
@@ -190,10 +189,9 @@ bool runs_here(const Layout& l) {
     }
     if (!named) return false;
   }
-  spec::ExecutorRun run;
-  run.backend = on_cuda() ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu;
-  run.precision = in_bf16() ? spec::ExecutorPrecision::kBf16 : spec::ExecutorPrecision::kFp32;
-  run.clipping = clip_of(l.plan) > 0;
+  const spec::ExecutorRun run =
+      suite_run(l, on_cuda() ? spec::ExecutorBackend::kCuda : spec::ExecutorBackend::kCpu,
+                in_bf16() ? spec::ExecutorPrecision::kBf16 : spec::ExecutorPrecision::kFp32);
   const std::vector<Problem> problems = spec::executor_problems(model_of(l.net), l.plan, run);
   if (!problems.empty() && !on_cuda() && !in_bf16())
     ADD_FAILURE() << l.name << " is not run on CPU ranks in fp32: " << problems.front().expected;

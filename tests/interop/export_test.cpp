@@ -306,8 +306,8 @@ TEST(Export, WhatATargetCannotRunOrSayIsRefusedByName) {
 
 TEST(Export, TorchtitanReshardPolicyIsTheStacks) {
   // ZeRO-3's units: the preset's policy is TorchTitan's "default" ([norm, output] kept whole);
-  // every unit resharded is "always"; FSDP1's root kept has no TorchTitan spelling. Each reads
-  // back as the policy it was written from.
+  // every unit resharded is "always"; FSDP1's root kept has no TorchTitan spelling: it exports as
+  // "always" with a note saying so. The first two read back as the policy they were written from.
   const spec::ModelSpec m = models::zoo_model("llama3-8b");
   spec::Plan p = plan(8, 1, 1, 3, 2, 64);
   spec::validate_plan(p, m, p.world_size(), "test plan");
@@ -322,8 +322,12 @@ TEST(Export, TorchtitanReshardPolicyIsTheStacks) {
     EXPECT_EQ(back.plan.stack->reshard_after_forward, units) << written;
   }
   stack.reshard_after_forward = spec::ReshardAfterForward::kBlocks;
-  EXPECT_INPUT_ERROR(export_plan(p, m, stack, spec::Dtype::kBf16, Target::kTorchtitan),
-                     "reshard_after_forward blocks: TorchTitan's policies reshard every unit");
+  const Exported fsdp1 = export_plan(p, m, stack, spec::Dtype::kBf16, Target::kTorchtitan);
+  EXPECT_EQ(settings_of(fsdp1).at("parallelism.fsdp_reshard_after_forward"), "always");
+  const bool noted = std::any_of(fsdp1.notes.begin(), fsdp1.notes.end(), [](const std::string& n) {
+    return n.find("reshard_after_forward blocks") != std::string::npos;
+  });
+  EXPECT_TRUE(noted);
 }
 
 // Each export read back is the plan it was made from: the layout whole, and the stack's knobs

@@ -633,4 +633,17 @@ std::vector<Layout> per_tp_rank_capacity_layouts() {
       {"moe_capacity_dp2_tp2_sp_ep2", with_ep(plan_of(2, 2, 1, 0, true), 2), Net::kMoeCapacity}};
 }
 
+bool suite_clips(const spec::Plan& plan) {
+  return plan.schedule != spec::Schedule::kPipeDream2BW;
+}
+
+spec::ExecutorRun suite_run(const Layout& l, spec::ExecutorBackend backend,
+                            spec::ExecutorPrecision precision) {
+  spec::ExecutorRun run;
+  run.backend = backend;
+  run.precision = precision;
+  run.clipping = suite_clips(l.plan);
+  return run;
+}
+
 }  // namespace sextant::layout_suite

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
 
@@ -46,6 +47,13 @@ spec::Plan with_ring(spec::Plan p, int64_t cp);
 spec::Plan nvme_offloaded(spec::Plan p);
 spec::Plan parameters_on_nvme(spec::Plan p);
 spec::Plan compressed(spec::Plan p, spec::CompressionKind kind, bool error_feedback = true);
+
+// Whether the suite clips the global gradient norm of `plan`: not under PipeDream-2BW (the
+// executor refuses it there), under the other schedules.
+bool suite_clips(const spec::Plan& plan);
+// How the suite runs `l` on `backend` in `precision`.
+spec::ExecutorRun suite_run(const Layout& l, spec::ExecutorBackend backend,
+                            spec::ExecutorPrecision precision);
 
 // Every exact layout (each equals the single-rank run).
 std::vector<Layout> layouts();
