@@ -114,6 +114,60 @@ spec::Json toml_json(const toml::node& node) {
   return nullptr;  // dates and times shape no plan
 }
 
+// TOML allows characters beyond ASCII only inside strings and comments (bare keys, numbers,
+// booleans and dates are ASCII). Elsewhere toml++ 3.3.0 asks whether one is whitespace, and its
+// is_non_ascii_horizontal_whitespace reaches TOML_UNREACHABLE for U+00A1..U+0499 (undefined
+// behaviour; found by the stack_config fuzz target). Such a config is refused here instead, by
+// line, before toml++ reads it.
+void refuse_non_ascii_outside_strings(const std::string& text, const std::string& source) {
+  enum class In { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kCode;
+  int64_t line = 1;
+  auto opens = [&](size_t i, char q) { return text.compare(i, 3, std::string(3, q)) == 0; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      if (in == In::kComment || in == In::kBasic || in == In::kLiteral) in = In::kCode;
+      continue;
+    }
+    switch (in) {
+      case In::kCode:
+        if (static_cast<unsigned char>(c) >= 0x80)
+          throw InputError(source, fmt::format("line {}", line), "",
+                           "a character beyond ASCII outside a string or comment (TOML allows "
+                           "them only there)");
+        if (c == '#') {
+          in = In::kComment;
+        } else if (c == '"' || c == '\'') {
+          const bool multi = opens(i, c);
+          if (multi) i += 2;
+          in = c == '"' ? (multi ? In::kMultiBasic : In::kBasic)
+                        : (multi ? In::kMultiLiteral : In::kLiteral);
+        }
+        break;
+      case In::kBasic:
+      case In::kMultiBasic:
+        if (c == '\\') {
+          // An escaped quote or backslash ends nothing (a line-ending backslash is counted below).
+          if (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        } else if (c == '"' && (in == In::kBasic || opens(i, '"'))) {
+          if (in == In::kMultiBasic) i += 2;
+          in = In::kCode;
+        }
+        break;
+      case In::kLiteral:
+      case In::kMultiLiteral:
+        if (c == '\'' && (in == In::kLiteral || opens(i, '\''))) {
+          if (in == In::kMultiLiteral) i += 2;
+          in = In::kCode;
+        }
+        break;
+      case In::kComment:
+        break;
+    }
+  }
+}
+
 void flatten_toml(const toml::table& t, const std::string& prefix, std::vector<Setting>& out) {
   for (const auto& [key, node] : t) {
     const std::string name = prefix + std::string(key.str());
@@ -145,6 +199,7 @@ std::vector<Setting> parse_settings(Target target, const std::string& text,
     case Target::kNemo:
       return override_settings(text, source);
     case Target::kTorchtitan:
+      refuse_non_ascii_outside_strings(text, source);
       try {
         flatten_toml(toml::parse(text, source), "", out);
       } catch (const toml::parse_error& e) {

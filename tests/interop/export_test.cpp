@@ -389,6 +389,17 @@ TEST(Import, AConfigOfTheirOwnIsReadAndWhatShapesNoPlanIsListed) {
   EXPECT_INPUT_ERROR(
       import_plan(Target::kTorchtitan, "[training\n", "b.toml", models::zoo_model("llama3-8b"), 8),
       "b.toml: line 1");
+  // Beyond ASCII: in comments and strings, read; anywhere else, refused by line before toml++
+  // reads it (its 3.3.0 whitespace test reaches an unreachable branch there).
+  EXPECT_INPUT_ERROR(
+      import_plan(Target::kTorchtitan,
+                  "# caf\u00e9\n[job]\ndescription = \"r\u00e9sum\u00e9 \\\" \u00e9\"\n"
+                  "dump_folder = '''\u00e9'''\n[training]\nlocal_batch_size = 1\n",
+                  "c.toml", models::zoo_model("llama3-8b"), 8),
+      "c.toml: activation_checkpoint.selective_ac_option");
+  EXPECT_INPUT_ERROR(import_plan(Target::kTorchtitan, "[job]\na = 1\nb = 1 \u01f1\n", "d.toml",
+                                 models::zoo_model("llama3-8b"), 8),
+                     "d.toml: line 3: a character beyond ASCII outside a string or comment");
   EXPECT_INPUT_ERROR(import_plan(Target::kDeepspeed, R"({"train_batch_size": 63,
       "train_micro_batch_size_per_gpu": 2})",
                                  "ds.json", models::zoo_model("llama2-7b"), 8),
