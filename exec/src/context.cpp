@@ -63,4 +63,10 @@ Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spe
   return e;
 }
 
+Recorder::Event Context::comm(const models::StepOp& op, int64_t group_size, spec::Phase phase,
+                              std::optional<int64_t> layer,
+                              std::optional<int64_t> micro_batch) const {
+  return comm(op.id, op.op_class, op.stream, op.bytes, group_size, phase, layer, micro_batch);
+}
+
 }  // namespace sextant::exec

@@ -229,10 +229,18 @@ void GradientSync::begin_step(int64_t step) {
   }
 }
 
+models::StepOp GradientSync::reduction_of(const Span& s, int64_t element_bytes) const {
+  return models::gradient_reduction(*ctx_.plan, s.end - s.begin, s.group == &experts_,
+                                    element_bytes);
+}
+
+models::StepOp GradientSync::gather_of(const Span& s, int64_t element_bytes) const {
+  return models::parameter_gather(*ctx_.plan, s.end - s.begin, s.group == &experts_, element_bytes);
+}
+
 void GradientSync::all_reduce_range(const Span& span, Phase phase) {
-  auto s = ctx_.recorder->scope(ctx_.comm(OpId::kDpAllReduce, OpClass::kAllReduce, Stream::kDpComm,
-                                          (span.end - span.begin) * 4, span.group->size, phase,
-                                          std::nullopt, std::nullopt));
+  auto s = ctx_.recorder->scope(
+      ctx_.comm(reduction_of(span, 4), span.group->size, phase, std::nullopt, std::nullopt));
   span.group->comm->all_reduce(stage_.params().grads().data() + span.begin, span.end - span.begin);
 }
 
@@ -267,9 +275,8 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
   }
   {
     // Bytes of the parameters gathered (the padding of the last block is not counted).
-    auto sc = ctx_.recorder->scope(ctx_.comm(
-        zero_ == 3 ? OpId::kFsdpAllGather : OpId::kZeroAllGather, OpClass::kAllGather,
-        Stream::kDpComm, (s.end - s.begin) * 4, s.group->size, phase, s.layer, std::nullopt));
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(gather_of(s, 4), s.group->size, phase, s.layer, std::nullopt));
     s.group->comm->all_gather(block.data(), padded_.data(), s.shard);
   }
   Tensor dst = slice_of(values, s.begin, s.end - s.begin);
@@ -295,10 +302,8 @@ void GradientSync::gather_span_low(const Span& s, Phase phase, int64_t mine_begi
     be.copy(slice_of(store.values(), mine_begin, mine_end - mine_begin), dst);
   }
   {
-    auto sc = ctx_.recorder->scope(
-        ctx_.comm(zero_ == 3 ? OpId::kFsdpAllGather : OpId::kZeroAllGather, OpClass::kAllGather,
-                  Stream::kDpComm, n * element_size(DType::kBF16), s.group->size, phase, s.layer,
-                  std::nullopt));
+    auto sc = ctx_.recorder->scope(ctx_.comm(gather_of(s, element_size(DType::kBF16)),
+                                             s.group->size, phase, s.layer, std::nullopt));
     s.group->comm->all_gather_bf16(static_cast<const uint16_t*>(block.raw()),
                                    static_cast<uint16_t*>(padded_low_.raw()), s.shard);
   }
@@ -332,9 +337,8 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
   be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
   {
-    auto sc = ctx_.recorder->scope(ctx_.comm(
-        zero_ == 3 ? OpId::kFsdpReduceScatter : OpId::kDpReduceScatter, OpClass::kReduceScatter,
-        Stream::kDpComm, (s.end - s.begin) * 4, s.group->size, Phase::kBwd, s.layer, std::nullopt));
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(reduction_of(s, 4), s.group->size, Phase::kBwd, s.layer, std::nullopt));
     s.group->comm->reduce_scatter(padded_.data(), block.data(), s.shard);
   }
   const auto [mine_begin, mine_end] = mine(s);
@@ -396,10 +400,11 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
   // only its sequences: the gradients of what the slices hold alike (all but the weight blocks,
   // whose layers reduce-scatter theirs) are summed over z the same way (AxoNN's depth-parallel
   // gradient sync).
-  const GridAxis& z = ctx_.groups->grid[2];
-  const bool grid = z.size > 1;
-  if (!grid && (!ctx_.sequence_parallel || ctx_.groups->tp_size == 1)) return;
-  Communicator& group = grid ? *z.comm : *ctx_.groups->tp;
+  const std::optional<models::StepOp> sum =
+      models::partial_gradient_sum(*ctx_.plan, *ctx_.lowered, ctx_.groups->pp_rank, 4);
+  if (!sum) return;
+  const bool grid = sum->group == models::StepGroup::kDepth;
+  Communicator& group = grid ? *ctx_.groups->grid[2].comm : *ctx_.groups->tp;
   std::vector<const Param*> partial;
   int64_t n = 0;
   for (const Param& p : stage_.params().params()) {
@@ -407,7 +412,10 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
     partial.push_back(&p);
     n += p.grad.numel();
   }
-  if (n == 0) return;
+  // Agreement by construction, checked: the simulator prices the sum the program counts.
+  SEXTANT_CHECK(n == sum->elements,
+                "stage {}: {} partial gradients to sum over {}, the step program counts {}",
+                ctx_.groups->pp_rank, n, grid ? "z" : "tp", sum->elements);
   Backend& be = *ctx_.backend;
   Tensor packed = be.empty({n});
   int64_t at = 0;
@@ -417,10 +425,8 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
     at += p->grad.numel();
   }
   {
-    // On a grid over z, the depth group's stream (spec::Stream::kDepthComm).
-    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kSpAllReduce, OpClass::kAllReduce,
-                                            grid ? Stream::kDepthComm : Stream::kTpComm, n * 4,
-                                            group.size(), Phase::kBwd, std::nullopt, std::nullopt));
+    auto s = ctx_.recorder->scope(
+        ctx_.comm(*sum, group.size(), Phase::kBwd, std::nullopt, std::nullopt));
     group.all_reduce(packed.data(), n);
   }
   at = 0;
@@ -488,11 +494,9 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
     if (host_grads_ != nullptr) gradients_to_host(b.span);
   } else if (during_backward) {
     // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
-    auto s =
-        ctx_.recorder->scope(ctx_.comm(OpId::kDpAllReduce, OpClass::kAllReduce, Stream::kDpComm,
-                                       (b.span.end - b.span.begin) * 4, b.span.group->size,
-                                       Phase::kBwd, std::nullopt, std::nullopt),
-                             true);
+    auto s = ctx_.recorder->scope(ctx_.comm(reduction_of(b.span, 4), b.span.group->size,
+                                            Phase::kBwd, std::nullopt, std::nullopt),
+                                  true);
     b.request = b.span.group->comm->all_reduce_async(stage_.params().grads().data() + b.span.begin,
                                                      b.span.end - b.span.begin);
   } else {
@@ -559,11 +563,14 @@ void GradientSync::compressed_reduce(const Bucket& b) {
 
 void GradientSync::reduce_tied() {
   if (ctx_.groups->embedding == nullptr) return;
+  const std::optional<models::StepOp> sum =
+      models::tied_table_sum(*ctx_.plan, *ctx_.lowered, ctx_.groups->pp_rank, 4);
   for (Param& p : stage_.params().params()) {
     if (!p.tied_copy && p.name != "embed.table") continue;
-    auto s = ctx_.recorder->scope(ctx_.comm(OpId::kEmbedTiedAllReduce, OpClass::kAllReduce,
-                                            Stream::kPpSend, p.grad.numel() * 4, 2, Phase::kBwd,
-                                            p.layer, std::nullopt));
+    SEXTANT_CHECK(sum && sum->elements == p.grad.numel(),
+                  "stage {}: a tied table of {} parameters, the step program sums {}",
+                  ctx_.groups->pp_rank, p.grad.numel(), sum ? sum->elements : 0);
+    auto s = ctx_.recorder->scope(ctx_.comm(*sum, 2, Phase::kBwd, p.layer, std::nullopt));
     ctx_.groups->embedding->all_reduce(p.grad.data(), p.grad.numel());
   }
 }

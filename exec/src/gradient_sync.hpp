@@ -108,6 +108,10 @@ class GradientSync : public LayerHooks {
   void gather_span(const Span& s, spec::Phase phase);
   void gather_span_low(const Span& s, spec::Phase phase, int64_t mine_begin, int64_t mine_end);
   void all_reduce_range(const Span& span, spec::Phase phase);
+  // The span's gradient reduction and parameter gather as the step program describes them
+  // (models/step_ops.hpp), in elements of `element_bytes`.
+  models::StepOp reduction_of(const Span& s, int64_t element_bytes) const;
+  models::StepOp gather_of(const Span& s, int64_t element_bytes) const;
   // The compressed exchange of a bucket: encode (with error feedback, of the gradients plus the
   // residual, which keeps what the encoding dropped), all-gather, and the sum of every rank's
   // decoded bucket in rank order.

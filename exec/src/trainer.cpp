@@ -240,46 +240,42 @@ class Trainer {
     return mb;
   }
 
-  Recorder::Event p2p(OpId name, OpClass cls, Stream stream, int64_t elements, Phase phase,
-                      int64_t mb) const {
-    return ctx_.comm(name, cls, stream,
-                     activation_wire_bytes(ctx_.backend->activation_dtype(), elements), 2, phase,
-                     std::nullopt, mb);
+  // Stage-to-stage transfers (models::stage_transfer, what the simulator prices). Where every tp
+  // rank holds the whole tensor, each sends only its 1/tp part and the receivers all-gather the
+  // parts.
+  models::StepOp transfer(const Tensor& t, Phase phase, bool sending) const {
+    return models::stage_transfer(plan_, *ctx_.lowered, phase, sending, t.numel(),
+                                  activation_wire_bytes(ctx_.backend->activation_dtype(), 1));
   }
 
-  // Stage-to-stage transfers. Where every tp rank holds the whole tensor, each sends only its
-  // 1/tp part and the receivers all-gather the parts (models::pipeline_transfer_parts, the rule
-  // the simulator prices).
-  std::pair<std::unique_ptr<CommRequest>, Tensor> transmit(const Tensor& t, OpId name, Phase phase,
-                                                           int64_t mb, int peer, int tag) {
+  std::pair<std::unique_ptr<CommRequest>, Tensor> transmit(const Tensor& t, Phase phase, int64_t mb,
+                                                           int peer, int tag) {
     Groups& g = *ctx_.groups;
-    const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
-    const int64_t n = t.numel() / parts;
-    Tensor piece = t.view({t.numel()}).rows(parts > 1 ? g.tp_rank * n : 0, n);
-    auto s = ctx_.recorder->scope(p2p(name, OpClass::kSend, Stream::kPpSend, n, phase, mb));
+    const models::StepOp part = transfer(t, phase, true);
+    const int64_t n = part.elements;
+    Tensor piece = t.view({t.numel()}).rows(n < t.numel() ? g.tp_rank * n : 0, n);
+    auto s = ctx_.recorder->scope(ctx_.comm(part, 2, phase, std::nullopt, mb));
     return send(*g.world, piece, peer, tag);
   }
 
-  void receive(Tensor& t, OpId name, Phase phase, int64_t mb, int peer, int tag) {
+  void receive(Tensor& t, Phase phase, int64_t mb, int peer, int tag) {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
-    const int64_t parts = models::pipeline_transfer_parts(plan_, *ctx_.lowered, t.numel());
-    if (parts == 1) {
-      auto s =
-          ctx_.recorder->scope(p2p(name, OpClass::kRecv, Stream::kPpRecv, t.numel(), phase, mb));
+    const models::StepOp part = transfer(t, phase, false);
+    const std::optional<models::StepOp> gather = models::transfer_gather(
+        plan_, *ctx_.lowered, t.numel(), activation_wire_bytes(t.dtype(), 1));
+    if (!gather) {
+      auto s = ctx_.recorder->scope(ctx_.comm(part, 2, phase, std::nullopt, mb));
       recv(*g.world, t, peer, tag);
       return;
     }
-    Tensor piece = be.empty({t.numel() / parts}, be.activation_dtype());
+    Tensor piece = be.empty({part.elements}, be.activation_dtype());
     {
-      auto s = ctx_.recorder->scope(
-          p2p(name, OpClass::kRecv, Stream::kPpRecv, piece.numel(), phase, mb));
+      auto s = ctx_.recorder->scope(ctx_.comm(part, 2, phase, std::nullopt, mb));
       recv(*g.world, piece, peer, tag);
     }
     Tensor whole = t.view({t.numel()});
-    auto s = ctx_.recorder->scope(
-        ctx_.comm(OpId::kPpAllGather, OpClass::kAllGather, Stream::kTpComm,
-                  activation_wire_bytes(t.dtype(), t.numel()), g.tp_size, phase, std::nullopt, mb));
+    auto s = ctx_.recorder->scope(ctx_.comm(*gather, g.tp_size, phase, std::nullopt, mb));
     all_gather(*g.tp, piece, whole);
   }
 
@@ -327,26 +323,24 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, OpId::kPpRecvActivation, Phase::kFwd, u.micro_batch, g.prev,
-                  tag(u.micro_batch, c, false));
+          receive(input, Phase::kFwd, u.micro_batch, g.prev, tag(u.micro_batch, c, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
         if (!last) {
-          sends.push_back(transmit(out, OpId::kPpSendActivation, Phase::kFwd, u.micro_batch, g.next,
-                                   tag(u.micro_batch, c + 1, false)));
+          sends.push_back(
+              transmit(out, Phase::kFwd, u.micro_batch, g.next, tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
         if (!last) {
           grad = be.empty(stage_->output_shape(), be.activation_dtype());
-          receive(grad, OpId::kPpRecvGradient, Phase::kBwd, u.micro_batch, g.next,
-                  tag(u.micro_batch, c + 1, true));
+          receive(grad, Phase::kBwd, u.micro_batch, g.next, tag(u.micro_batch, c + 1, true));
         }
         Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
         if (u.chunk == 0) batches.erase(u.micro_batch);  // this rank's last use of it
         if (!first) {
-          sends.push_back(transmit(dx, OpId::kPpSendGradient, Phase::kBwd, u.micro_batch, g.prev,
-                                   tag(u.micro_batch, c, true)));
+          sends.push_back(
+              transmit(dx, Phase::kBwd, u.micro_batch, g.prev, tag(u.micro_batch, c, true)));
         }
       }
     }
@@ -400,14 +394,15 @@ class Trainer {
     models::OptimizerPrecision precision;
     precision.model_params = model_params_dtype();
     precision.params_sharded = plan_.zero == 3;
-    return Recorder::Event{models::op_name(OpId::kOptimizerAdamw),
-                           OpClass::kOptimizer,
-                           Stream::kCompute,
+    const models::StepOp op = models::optimizer_update(precision, updated);
+    return Recorder::Event{models::op_name(op.id),
+                           op.op_class,
+                           op.stream,
                            Phase::kOpt,
                            std::nullopt,
                            std::nullopt,
                            0,
-                           updated * models::optimizer_bytes_per_param(precision),
+                           op.bytes,
                            {},
                            0,
                            ""};
@@ -500,13 +495,12 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, OpId::kPpRecvActivation, Phase::kFwd, index, g.prev,
-                  tag(u.micro_batch, false));
+          receive(input, Phase::kFwd, index, g.prev, tag(u.micro_batch, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, 0);
         if (!last)
-          sends.push_back({batch, transmit(out, OpId::kPpSendActivation, Phase::kFwd, index, g.next,
-                                           tag(u.micro_batch, false))});
+          sends.push_back(
+              {batch, transmit(out, Phase::kFwd, index, g.next, tag(u.micro_batch, false))});
         continue;
       }
       // The batch's first backward here: the previous batch's gradients are spent.
@@ -514,13 +508,13 @@ class Trainer {
       Tensor grad;
       if (!last) {
         grad = be.empty(stage_->output_shape(), be.activation_dtype());
-        receive(grad, OpId::kPpRecvGradient, Phase::kBwd, index, g.next, tag(u.micro_batch, true));
+        receive(grad, Phase::kBwd, index, g.next, tag(u.micro_batch, true));
       }
       Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, 0);
       batches.erase(u.micro_batch);
       if (!first)
-        sends.push_back({batch, transmit(dx, OpId::kPpSendGradient, Phase::kBwd, index, g.prev,
-                                         tag(u.micro_batch, true))});
+        sends.push_back(
+            {batch, transmit(dx, Phase::kBwd, index, g.prev, tag(u.micro_batch, true))});
       if (index != m - 1) continue;
       // The stage's part of the batch is done. Its transfers of this batch complete (every
       // receiver has reached them); the next batch's activations may still be on their way.

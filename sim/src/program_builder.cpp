@@ -8,6 +8,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/models/step_ops.hpp"
 #include "sextant/sim/host_issue.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -111,12 +112,9 @@ class StageBuilder {
   // A rank's ZeRO shard of a span of `params` parameters over the replicas (models::zero_shard).
   int64_t shard(int64_t params) const { return models::zero_shard(params, plan_.replicas()); }
   // The ranks a bucket's gradients are summed over: the replicas, or for routed experts under
-  // expert parallelism the expert replicas (spec/expert_parallel.hpp); and its slot.
+  // expert parallelism the expert replicas (spec/expert_parallel.hpp).
   int64_t bucket_ranks(const models::GradientBucket& b) const {
     return b.experts ? plan_.expert_replicas() : plan_.replicas();
-  }
-  static uint8_t bucket_slot(const models::GradientBucket& b) {
-    return static_cast<uint8_t>(b.experts ? GroupSlot::kExpertDp : GroupSlot::kDp);
   }
   // The parameters the rank updates and keeps optimizer state for: its padded ZeRO shards
   // (models::zero_updated_params, the executor's spans), or the stage's.
@@ -359,51 +357,78 @@ class StageBuilder {
     return static_cast<int32_t>(program_.ops.size() - 1);
   }
 
+  // A step op (models/step_ops.hpp) as an engine task on its stream and in its group (a transfer:
+  // to or from `peer`), after `after` and `also`.
+  int32_t step_comm(const models::StepOp& op, Phase phase, int64_t mb, int32_t after,
+                    int32_t layer = -1, int32_t also = -1, PeerSlot peer = PeerSlot::kPrev) {
+    SEXTANT_CHECK(op.collective.has_value(), "step op {} is no collective", models::op_name(op.id));
+    const int32_t id = named_op(op.id, op.op_class, op.bytes, layer);
+    const bool transfer = op.group == models::StepGroup::kPeerStage;
+    const TaskKind kind = !transfer                             ? TaskKind::kCollective
+                          : op.op_class == spec::OpClass::kSend ? TaskKind::kSend
+                                                                : TaskKind::kRecv;
+    const uint8_t slot = transfer ? static_cast<uint8_t>(peer) : group_slot(op.group);
+    return comm(op.stream, step_class(op), slot, kind, *op.collective, op.bytes, id, phase, mb,
+                after, also);
+  }
+  static uint8_t group_slot(models::StepGroup group) {
+    switch (group) {
+      case models::StepGroup::kReplicas:
+        return static_cast<uint8_t>(GroupSlot::kDp);
+      case models::StepGroup::kExpertReplicas:
+        return static_cast<uint8_t>(GroupSlot::kExpertDp);
+      case models::StepGroup::kTensor:
+        return static_cast<uint8_t>(GroupSlot::kTp);
+      case models::StepGroup::kDepth:
+        return static_cast<uint8_t>(GroupSlot::kGridZ);
+      case models::StepGroup::kEmbedding:
+        return static_cast<uint8_t>(GroupSlot::kEmbedding);
+      case models::StepGroup::kPeerStage:
+      case models::StepGroup::kLocal:
+        break;
+    }
+    SEXTANT_CHECK(false, "step group {} has no group slot", static_cast<int>(group));
+    return 0;
+  }
+  // What waiting for a step op counts as: pipeline time for the stage-to-stage exchange (its
+  // all-gather included), FSDP time for ZeRO-3's gathers and scatters, tensor-parallel time for
+  // the partial sums, data-parallel time for the other gradient and parameter collectives.
+  static CommClass step_class(const models::StepOp& op) {
+    if (op.group == models::StepGroup::kPeerStage || op.id == OpId::kPpAllGather)
+      return CommClass::kPp;
+    if (op.id == OpId::kFsdpAllGather || op.id == OpId::kFsdpReduceScatter) return CommClass::kFsdp;
+    if (op.group == models::StepGroup::kTensor || op.group == models::StepGroup::kDepth)
+      return CommClass::kTp;
+    return CommClass::kDp;
+  }
+
   // Activation (or gradient) crossing the boundary in front of `first_layer`, per rank, whole.
   int64_t boundary_bytes(size_t first_layer) const {
     return lowered_.layers[first_layer - 1].output_bytes;
   }
-  // The parts it travels in (models::pipeline_transfer_parts: Megatron's scatter/gather).
-  int64_t transfer_parts(int64_t bytes) const {
-    return models::pipeline_transfer_parts(plan_, lowered_, bytes / elem_bytes_);
-  }
-
+  // The stage-to-stage transfers travel in parts (models::stage_transfer: Megatron's
+  // scatter/gather), joined by an all-gather on the receiver.
   void receive(PeerSlot from, int64_t full, Phase phase, int64_t mb, int32_t layer) {
-    const int64_t parts = transfer_parts(full);
-    const int64_t bytes = full / parts;
-    spec::OpClass cls = spec::OpClass::kRecv;
-    int32_t op = named_op(phase == Phase::kFwd ? OpId::kPpRecvActivation : OpId::kPpRecvGradient,
-                          cls, bytes, layer);
-    int32_t task = comm(Stream::kPpRecv, CommClass::kPp, static_cast<uint8_t>(from),
-                        TaskKind::kRecv, spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, -1);
+    const int64_t elements = full / elem_bytes_;
+    int32_t task =
+        step_comm(models::stage_transfer(plan_, lowered_, phase, false, elements, elem_bytes_),
+                  phase, mb, -1, layer, -1, from);
     require(task);
-    if (parts > 1) {
-      int32_t ag = named_op(OpId::kPpAllGather, spec::OpClass::kAllGather, full, layer);
-      // Part of the stage-to-stage exchange: waiting for it counts as pipeline time.
-      int32_t g =
-          comm(Stream::kTpComm, CommClass::kPp, static_cast<uint8_t>(GroupSlot::kTp),
-               TaskKind::kCollective, spec::CollectiveKind::kAllGather, full, ag, phase, mb, task);
-      require(g);
-    }
+    if (auto gather = models::transfer_gather(plan_, lowered_, elements, elem_bytes_))
+      require(step_comm(*gather, phase, mb, task, layer));
   }
 
   void send(PeerSlot to, int64_t full, Phase phase, int64_t mb, int32_t layer) {
-    const int64_t bytes = full / transfer_parts(full);
-    int32_t op = named_op(phase == Phase::kFwd ? OpId::kPpSendActivation : OpId::kPpSendGradient,
-                          spec::OpClass::kSend, bytes, layer);
     int32_t before = flush();
-    int32_t task = comm(Stream::kPpSend, CommClass::kPp, static_cast<uint8_t>(to), TaskKind::kSend,
-                        spec::CollectiveKind::kSendRecv, bytes, op, phase, mb, before);
+    int32_t task = step_comm(
+        models::stage_transfer(plan_, lowered_, phase, true, full / elem_bytes_, elem_bytes_),
+        phase, mb, before, layer, -1, to);
     if (!stack_.pp_overlap) require(task);
   }
-
-  // Gradient bytes of a layer in the dtype gradients are accumulated and reduced in.
-  int64_t grad_bytes(size_t layer) const { return lowered_.layers[layer].params * grad_bytes_; }
 
   // ZeRO-3: all-gather a layer's parameters from the data-parallel group: one flat parameter
   // (FSDP), or one coalesced gather per module (DeepSpeed). Returns the last gather.
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
-    const int64_t bytes = lowered_.layers[layer].params * elem_bytes_;
     if (offload_params()) {
       // ZeRO-Infinity: the rank's shard comes from host memory (or NVMe through it) first.
       const int64_t part = shard(lowered_.layers[layer].params) * elem_bytes_;
@@ -416,27 +441,21 @@ class StageBuilder {
     }
     // Under expert parallelism the routed experts' shards are gathered from the ranks holding
     // the same experts, after the rest (TorchTitan's FSDP2 over dp_shard / ep for the experts).
-    const int64_t experts = expert_params(layer) * elem_bytes_;
-    const int64_t dense = bytes - experts;
+    const int64_t experts = expert_params(layer);
+    const int64_t dense = lowered_.layers[layer].params - experts;
     const int64_t parts = stack_.zero3 == spec::Zero3Impl::kDeepspeed
                               ? lowered_.layers[layer].parameter_modules()
                               : 1;
+    const auto l = static_cast<int32_t>(layer);
     int32_t last = -1;
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t part = dense / parts + (p < dense % parts ? 1 : 0);
-      int32_t op = named_op(OpId::kFsdpAllGather, spec::OpClass::kAllGather, part,
-                            static_cast<int32_t>(layer));
       last =
-          comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
-               TaskKind::kCollective, spec::CollectiveKind::kAllGather, part, op, phase, mb, after);
+          step_comm(models::parameter_gather(plan_, part, false, elem_bytes_), phase, mb, after, l);
     }
-    if (experts > 0 && plan_.expert_replicas() > 1) {
-      int32_t op = named_op(OpId::kFsdpAllGather, spec::OpClass::kAllGather, experts,
-                            static_cast<int32_t>(layer));
-      last = comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
-                  TaskKind::kCollective, spec::CollectiveKind::kAllGather, experts, op, phase, mb,
-                  after);
-    }
+    if (experts > 0 && plan_.expert_replicas() > 1)
+      last = step_comm(models::parameter_gather(plan_, experts, true, elem_bytes_), phase, mb,
+                       after, l);
     return last;
   }
 
@@ -489,10 +508,8 @@ class StageBuilder {
 
   // ZeRO-1/2: all-gather a bucket's updated parameters from the data-parallel group.
   int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
-    const int64_t bytes = b.params * elem_bytes_;
-    int32_t op = named_op(OpId::kZeroAllGather, spec::OpClass::kAllGather, bytes, -1);
-    return comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
-                spec::CollectiveKind::kAllGather, bytes, op, phase, mb, after);
+    return step_comm(models::parameter_gather(plan_, b.params, b.experts, elem_bytes_), phase, mb,
+                     after);
   }
 
   bool tp_overlapped(size_t layer, Phase phase) const {
@@ -691,22 +708,14 @@ class StageBuilder {
         // Nothing to reduce (pass: nothing gathered either).
       } else if (fsdp) {
         int32_t before = flush();
-        const int64_t experts = expert_params(l) * grad_bytes_;
-        int64_t bytes = grad_bytes(l) - experts;
-        int32_t op = named_op(OpId::kFsdpReduceScatter, spec::OpClass::kReduceScatter, bytes,
-                              static_cast<int32_t>(l));
+        const int64_t experts = expert_params(l);
+        const auto at = static_cast<int32_t>(l);
         int32_t reduced =
-            comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kDp),
-                 TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, bytes, op,
-                 Phase::kBwd, u.micro_batch, before);
-        if (experts > 0 && plan_.expert_replicas() > 1) {
-          op = named_op(OpId::kFsdpReduceScatter, spec::OpClass::kReduceScatter, experts,
-                        static_cast<int32_t>(l));
-          reduced =
-              comm(Stream::kDpComm, CommClass::kFsdp, static_cast<uint8_t>(GroupSlot::kExpertDp),
-                   TaskKind::kCollective, spec::CollectiveKind::kReduceScatter, experts, op,
-                   Phase::kBwd, u.micro_batch, before);
-        }
+            step_comm(models::gradient_reduction(plan_, layer.params - experts, false, grad_bytes_),
+                      Phase::kBwd, u.micro_batch, before, at);
+        if (experts > 0 && plan_.expert_replicas() > 1)
+          reduced = step_comm(models::gradient_reduction(plan_, experts, true, grad_bytes_),
+                              Phase::kBwd, u.micro_batch, before, at);
         if (offload_optimizer())
           gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
       } else if (plan_.zero == 3 && offload_optimizer() && last_mb) {
@@ -788,14 +797,9 @@ class StageBuilder {
       return;
     }
     // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
-    spec::CollectiveKind kind =
-        plan_.zero >= 1 ? spec::CollectiveKind::kReduceScatter : spec::CollectiveKind::kAllReduce;
-    int32_t op = named_op(
-        plan_.zero >= 1 ? OpId::kDpReduceScatter : OpId::kDpAllReduce,
-        plan_.zero >= 1 ? spec::OpClass::kReduceScatter : spec::OpClass::kAllReduce, bytes, -1);
     // Under AxoNN's overlap the bucket's weight gradients may still be reduce-scattered over z.
-    int32_t reduced = comm(Stream::kDpComm, CommClass::kDp, bucket_slot(b), TaskKind::kCollective,
-                           kind, bytes, op, Phase::kBwd, micro_batches_ - 1, after, depth_scatter_);
+    int32_t reduced = step_comm(models::gradient_reduction(plan_, b.params, b.experts, grad_bytes_),
+                                Phase::kBwd, micro_batches_ - 1, after, -1, depth_scatter_);
     if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
   }
 
@@ -841,15 +845,8 @@ class StageBuilder {
   // The first and the last stage sum the gradients of the tied embedding table (Megatron's
   // embedding-group all-reduce) after their backward pass, before the optimizer.
   void reduce_tied_embeddings(int32_t after) {
-    if (lowered_.tied_table_params == 0 || plan_.pp == 1) return;
-    if (stage_ != 0 && stage_ != plan_.pp - 1) return;
-    const int64_t bytes = lowered_.tied_table_params * grad_bytes_;
-    int32_t op = named_op(OpId::kEmbedTiedAllReduce, spec::OpClass::kAllReduce, bytes, -1);
-    // A gradient reduction like the data-parallel one it follows on the same stream: waiting for
-    // it counts as exposed gradient communication.
-    comm(Stream::kDpComm, CommClass::kDp, static_cast<uint8_t>(GroupSlot::kEmbedding),
-         TaskKind::kCollective, spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd,
-         micro_batches_ - 1, after);
+    if (auto sum = models::tied_table_sum(plan_, lowered_, stage_, grad_bytes_))
+      step_comm(*sum, Phase::kBwd, micro_batches_ - 1, after);
   }
 
   // Under sequence parallelism the gradients of the parameters every tp rank holds whole are
@@ -857,22 +854,8 @@ class StageBuilder {
   // finalize_model_grads); the optimizer waits for it. On a tensor grid those the z slices hold
   // alike are summed over z (AxoNN's depth-parallel gradient sync).
   void reduce_sequence_parallel_grads(int32_t after) {
-    int64_t params = 0;
-    for (size_t v = 0; v < layers_.chunk_begin.size(); ++v)
-      for (size_t l = layers_.chunk_begin[v]; l < layers_.chunk_end[v]; ++l)
-        params += lowered_.layers[l].sp_partial_params;
-    // The last stage's copy of a tied table (models::stage_params) is one of them on a grid.
-    if (plan_.tp_grid.z > 1 && plan_.pp > 1 && stage_ == plan_.pp - 1)
-      params += lowered_.tied_table_params;
-    if (params == 0) return;
-    const int64_t bytes = params * grad_bytes_;
-    int32_t op = named_op(OpId::kSpAllReduce, spec::OpClass::kAllReduce, bytes, -1);
-    const bool grid = plan_.tp_grid.any();
-    const GroupSlot slot = grid ? GroupSlot::kGridZ : GroupSlot::kTp;
-    require(comm(grid ? Stream::kDepthComm : Stream::kTpComm, CommClass::kTp,
-                 static_cast<uint8_t>(slot), TaskKind::kCollective,
-                 spec::CollectiveKind::kAllReduce, bytes, op, Phase::kBwd, micro_batches_ - 1,
-                 after));
+    if (auto sum = models::partial_gradient_sum(plan_, lowered_, stage_, grad_bytes_))
+      require(step_comm(*sum, Phase::kBwd, micro_batches_ - 1, after));
   }
 
   // ZeRO-Offload's step (DeepSpeed stage_1_and_2.py / stage3.py with offload_optimizer): once
@@ -916,13 +899,14 @@ class StageBuilder {
     // experts' over the expert replicas).
     const int64_t updated = plan_.zero >= 1 ? updated_params() : params;
     if (asynchronous()) weight_stash(updated);
+    const models::OptimizerPrecision precision =
+        models::optimizer_precision(stack_, lowered_.dtype, plan_.zero);
+    const models::StepOp update = models::optimizer_update(precision, updated);
     OpInfo info;
-    info.name = models::op_name(OpId::kOptimizerAdamw);
-    info.op_class = spec::OpClass::kOptimizer;
-    const int64_t per_param = models::optimizer_bytes_per_param(
-        models::optimizer_precision(stack_, lowered_.dtype, plan_.zero));
-    info.bytes = updated * per_param;
-    info.duration = compute_.optimizer_time(updated, per_param);
+    info.name = models::op_name(update.id);
+    info.op_class = update.op_class;
+    info.bytes = update.bytes;
+    info.duration = compute_.optimizer_time(updated, models::optimizer_bytes_per_param(precision));
     program_.ops.push_back(info);
     int32_t id = static_cast<int32_t>(program_.ops.size() - 1);
     flush();

@@ -11,6 +11,7 @@
 #include "sextant/exec/communicator.hpp"
 #include "sextant/exec/recorder.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/step_ops.hpp"
 #include "sextant/spec/plan.hpp"
 
 namespace sextant::exec {
@@ -76,6 +77,9 @@ struct Context {
   // A recorder event for a collective or transfer.
   Recorder::Event comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                        int64_t bytes, int64_t group_size, spec::Phase phase,
+                       std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
+  // The same for one of the step's own ops (models/step_ops.hpp) over `group_size` ranks.
+  Recorder::Event comm(const models::StepOp& op, int64_t group_size, spec::Phase phase,
                        std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
   // A recorder event for an offload op (a device-host copy, the host optimizer step) on the
   // stream models::offload_stream gives it.

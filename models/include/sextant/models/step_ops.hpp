@@ -1,0 +1,81 @@
+// A training step's own ops, those no layer runs: the stage-to-stage transfers and their
+// all-gather, the ZeRO and FSDP parameter gathers and gradient reductions, the sums of a tied
+// embedding table and of sequence-parallel partial gradients, and the optimizer update. Each is
+// described here once (identity, class, collective, group, stream, size); the simulator's program
+// builder prices these descriptions, the planner's estimator adds them up, and the executor runs
+// and traces them, so the three name, place and size every such op alike by construction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "sextant/models/lowering.hpp"
+#include "sextant/models/op_id.hpp"
+#include "sextant/models/optimizer_step.hpp"
+#include "sextant/spec/collective.hpp"
+#include "sextant/spec/plan.hpp"
+#include "sextant/spec/trace.hpp"
+
+namespace sextant::models {
+
+// Who takes part in a step op: the simulator maps it to a group slot or peer, the executor to a
+// communicator.
+enum class StepGroup : uint8_t {
+  kReplicas,        // the replicas summing the rank's gradients (RankLayout::replica_group)
+  kExpertReplicas,  // the ranks holding the same routed experts (RankLayout::expert_replica_group)
+  kTensor,          // the tp group
+  kDepth,           // a 3D tensor grid's z axis (RankLayout::grid_group(.., 2))
+  kEmbedding,       // the first and the last pipeline stage: a tied table's two copies
+  kPeerStage,       // the neighbouring pipeline stage
+  kLocal,           // the rank alone
+};
+
+struct StepOp {
+  OpId id = OpId::kCount;
+  spec::OpClass op_class = spec::OpClass::kOptimizer;
+  std::optional<spec::CollectiveKind> collective;  // none: the rank's own work
+  StepGroup group = StepGroup::kLocal;
+  spec::Stream stream = spec::Stream::kCompute;
+  // Per rank: a collective's whole tensor (a gather's output, a reduction's input), a transfer's
+  // part, the parameters an update runs over.
+  int64_t elements = 0;
+  int64_t bytes = 0;  // memory or wire bytes, in the caller's element size
+};
+
+// A stage-to-stage transfer of an activation (forward) or its gradient (backward) of
+// `whole_elements` per rank: the part each rank sends or receives (pipeline_transfer_parts).
+StepOp stage_transfer(const spec::Plan& plan, const LoweredModel& lowered, spec::Phase phase,
+                      bool send, int64_t whole_elements, int64_t element_bytes);
+// The tp all-gather that joins a transfer's parts on the receiver; none when it came whole.
+std::optional<StepOp> transfer_gather(const spec::Plan& plan, const LoweredModel& lowered,
+                                      int64_t whole_elements, int64_t element_bytes);
+
+// ZeRO's gather of `elements` parameters from the ranks sharing them: a ZeRO-1/2 bucket after
+// the update (zero.all_gather), a ZeRO-3 unit before it runs (fsdp.all_gather). `experts`: the
+// routed experts' span, gathered from the expert replicas.
+StepOp parameter_gather(const spec::Plan& plan, int64_t elements, bool experts,
+                        int64_t element_bytes);
+// The data-parallel reduction of `elements` gradients: DDP's all-reduce of a bucket
+// (dp.all_reduce), ZeRO-1/2's reduce-scatter of a bucket (dp.reduce_scatter), ZeRO-3's of a unit
+// (fsdp.reduce_scatter).
+StepOp gradient_reduction(const spec::Plan& plan, int64_t elements, bool experts,
+                          int64_t element_bytes);
+
+// The end stages' sum of a tied embedding table's gradients after the backward (Megatron's
+// embedding group), before the data-parallel reduction of the table; none on other stages, with
+// one stage or without a tied table.
+std::optional<StepOp> tied_table_sum(const spec::Plan& plan, const LoweredModel& lowered,
+                                     int64_t stage, int64_t element_bytes);
+// The sum of the partial gradients of what every tp rank holds whole (norms, row-parallel biases)
+// under sequence parallelism: one coalesced all-reduce over tp after the backward (Megatron-LM
+// finalize_model_grads); on a 3D tensor grid over z, of what the z slices hold alike (AxoNN's
+// depth-parallel gradient sync), the last stage's tied table copy included. None when no stage
+// parameter is partial.
+std::optional<StepOp> partial_gradient_sum(const spec::Plan& plan, const LoweredModel& lowered,
+                                           int64_t stage, int64_t element_bytes);
+
+// The device optimizer's update of `updated` parameters, its bytes as optimizer_bytes_per_param
+// counts them.
+StepOp optimizer_update(const OptimizerPrecision& precision, int64_t updated);
+
+}  // namespace sextant::models
