@@ -40,6 +40,7 @@ run "gpt3-175b 1024, layouts only" --model gpt3-175b --cluster dgx-a100 --gpus 1
 run "llama3-70b 512, layouts only" --model llama3-70b --cluster dgx-h100 --gpus 512 \
   --global-batch 1024 "${layouts_only[@]}"
 # What does not fit without offload: Llama 3 70B on one node, ZeRO-Infinity (parameters and
-# optimizer on the host) beside activation offload, where the copies of both share PCIe.
+# optimizer on the host) beside activation offload, where the copies of both share PCIe; under
+# DeepSpeed, the stack that offloads parameters (stacks/*.json `supports`).
 run "llama3-70b 8, ZeRO-Infinity + act" --model llama3-70b --cluster dgx-h100 --gpus 8 \
-  --global-batch 64 --constraint "offload>=2" --constraint "act_offload=1"
+  --global-batch 64 --constraint "offload>=2" --constraint "act_offload=1" --stack deepspeed

@@ -8,6 +8,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/models/step_ops.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
@@ -516,12 +517,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   const std::vector<LayerCost>& kept =
       plan.recompute_layers > 0 ? layer_costs(plan, stack, spec::Recompute::kNone, l) : planned;
   std::vector<StageEntry> stages;
-  int64_t max_partial = 0;
   std::vector<double> layer_backward(l.lowered.layers.size(), 0.0);
   std::vector<double> layer_forward(l.lowered.layers.size(), 0.0);
   for (int64_t s = 0; s < plan.pp; ++s) {
     StageEntry entry;
-    int64_t partial = 0;
     const sim::StageLayers layers = sim::stage_layers(plan, l.lowered, s);
     const size_t chunks = layers.chunk_begin.size();
     entry.chunk_forward.assign(chunks, 0);
@@ -534,7 +533,6 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     for (size_t c = 0; c < chunks; ++c) {
       const size_t begin = layers.chunk_begin[c], end = layers.chunk_end[c];
       for (size_t i = begin; i < end; ++i) {
-        partial += l.lowered.layers[i].sp_partial_params;
         const std::vector<LayerCost>& costs = modes[i] == plan.recompute ? planned : kept;
         // (Wall times: the GEMMs beside overlapped tensor-parallel collectives already slowed.)
         const double all = costs[i].forward + costs[i].backward + costs[i].recompute;
@@ -569,11 +567,11 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.backward_alone_share = share(entry.chunk_backward_alone, entry.chunk_backward);
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     entry.issue = forward_issue.then(backward_issue);
+    if (auto sum = models::partial_gradient_sum(plan, l.lowered, s, 1))
+      entry.partial_params = sum->elements;
     stages.push_back(std::move(entry));
-    max_partial = std::max(max_partial, partial);
   }
   Stages out;
-  out.summary.max_partial_params = max_partial;
   for (const StageEntry& stage : stages)
     out.summary.slowest = std::max(out.summary.slowest, stage.time);
   out.entries = std::move(stages);
@@ -695,8 +693,8 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     in.overlap = stack.dp_overlap;
     if (stage.tied_class >= 0) {
       // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
-      in.after += collective_s(plan, spec::CollectiveKind::kAllReduce,
-                               lowered.tied_table_params * g, shape.embedding) +
+      const int64_t tied = models::tied_table_sum(plan, lowered, 0, g)->bytes;
+      in.after += collective_s(plan, spec::CollectiveKind::kAllReduce, tied, shape.embedding) +
                   class_seconds[static_cast<size_t>(stage.tied_class)];
     }
     if (plan.pp == 1) {
@@ -868,11 +866,11 @@ Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const s
       beside += (t.sent + t.received) * std::min(1.0, t.compute / step);
     transfers_beside = beside / static_cast<double>(plan.pp);
   }
-  if (!dp && lowered.tied_table_params > 0) {
+  const std::optional<models::StepOp> tied = models::tied_table_sum(plan, lowered, 0, g);
+  if (!dp && tied) {
     // The end stages' all-reduce of the tied table's gradients after the last backward (sim's
     // program builder); with a data-parallel exchange the drain holds it, before its buckets.
-    step += collective_s(plan, spec::CollectiveKind::kAllReduce, lowered.tied_table_params * g,
-                         shape.embedding);
+    step += collective_s(plan, spec::CollectiveKind::kAllReduce, tied->bytes, shape.embedding);
   }
   if (plan.schedule == spec::Schedule::kPipeDream2BW) {
     // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
@@ -948,6 +946,16 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
                          (stash > 0 ? compute.optimizer_time(updated, stash) : 0));
   };
   const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
+  // The partial gradients' sum (models::partial_gradient_sum) ahead of each stage's update:
+  // over tp under sequence parallelism, over z on a tensor grid. With a data-parallel exchange it
+  // runs beside the drain's last buckets on its own stream (the simulator's program), hidden: it
+  // sums norms and biases, a thousandth of the gradients the buckets carry.
+  const Shapes& shape = shapes(plan);
+  auto partial_sum_seconds = [&](const StageEntry& entry) {
+    if (entry.partial_params == 0 || dp) return 0.0;
+    return collective_s(plan, spec::CollectiveKind::kAllReduce, entry.partial_params * g,
+                        plan.tp_grid.any() ? shape.grid_z : shape.tp);
+  };
   double latest = 0;
   int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
   double priced = 0;
@@ -962,15 +970,14 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
       priced = update_seconds(entry, last);
     }
     const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
-    latest = std::max(latest, end + priced + (gather_after ? dp->stage_gather[s] : 0.0));
+    latest = std::max(latest, end + partial_sum_seconds(entry) + priced +
+                                  (gather_after ? dp->stage_gather[s] : 0.0));
   }
   return latest;
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   Lowering& l = lowering(plan, stack);
-  const models::LoweredModel& lowered = l.lowered;
-  const Shapes& shape = shapes(plan);
   const int64_t m = plan.micro_batches();
 
   Estimate out;
@@ -980,7 +987,6 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   out.peak_memory_bytes = memory.device;
   out.host_fits = memory.host_fits;
   out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
-  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
@@ -1031,13 +1037,6 @@ Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
   }
   step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at) -
           (plan.pp > 1 ? pipeline_end : 0.0);
-  if (plan.tp_grid.z > 1) {
-    // On a tensor grid the z slices' partial gradients of what they hold alike (norms, biases,
-    // the vocabulary layers): one all-reduce over z after the backward (sim's program builder),
-    // the largest stage's.
-    step += collective_s(plan, spec::CollectiveKind::kAllReduce,
-                         stages.summary.max_partial_params * g, shape.grid_z);
-  }
   step += host_issue_delay(stages, m);
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());

@@ -70,6 +70,9 @@ class Estimator {
     // them (the engine slows compute once, however many transfers run beside it).
     double forward_alone_share = 1, backward_alone_share = 1;
     sim::StageFootprint footprint;
+    // The parameters it holds alike with other ranks that see other tokens, summed after the
+    // backward (models::partial_gradient_sum: over tp, or a tensor grid's z).
+    int64_t partial_params = 0;
     // One micro-batch's forward then backward through the stage as the host issues its kernels
     // (sim::HostChain; empty when the stack's host is not modelled).
     sim::HostChain issue;
@@ -77,9 +80,6 @@ class Estimator {
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
     double slowest = 0;  // forward + backward of one micro-batch through a stage, s
-    // The most parameters a stage holds alike with other ranks that see other tokens, summed
-    // after the backward (models::Layer::sp_partial_params; a tensor grid's over z).
-    int64_t max_partial_params = 0;
   };
   struct Stages {
     std::vector<StageEntry> entries;
