@@ -106,9 +106,10 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     append_segment(profile, wall - beside, true);
     return wall;
   };
-  // The engine's program for one pass (program_builder run_ops): an overlapped all-gather feeding
-  // a GEMM sends its first chunk exposed and the rest beside the GEMM; a GEMM feeding an
-  // overlapped reduce-scatter runs beside all but the last chunk, which follows it.
+  // The engine's program for one pass (for_each_pass_step, as program_builder run_ops reads it):
+  // an overlapped all-gather feeding a GEMM sends its first chunk exposed and the rest beside the
+  // GEMM; a GEMM feeding an overlapped reduce-scatter runs beside all but the last chunk, which
+  // follows it.
   auto pass = [&](std::span<const models::Op> ops, spec::Phase phase,
                   std::vector<PassSegment>& profile) {
     const bool overlapped = tp_overlap_applies(plan, stack, block, phase);
@@ -121,40 +122,37 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
       append_segment(profile, seconds, true);
       return seconds;
     };
-    for (size_t i = 0; i < ops.size(); ++i) {
+    for_each_pass_step(ops, overlapped, [&](PassStepKind kind, size_t i) {
       const models::Op& op = ops[i];
-      const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
-      const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
-                                ops[i + 1].group == models::CommGroup::kLayer &&
-                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter &&
-                                !ops[i + 1].no_tp_overlap;
-      if (op.is_comm()) {
-        if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
+      switch (kind) {
+        case PassStepKind::kRingStep:
           // A ring attention step: the transfer beside the attention of the block in hand.
           t += overlapped_wall(ps_to_seconds(compute.op_time(ops[i + 1], phase)), op_comm(op),
                                profile);
-          ++i;
-        } else if (overlapped && op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
-                   op.group == models::CommGroup::kLayer && !op.no_tp_overlap) {
+          break;
+        case PassStepKind::kGatheredGemm: {
           const int64_t first = op.bytes / tp_overlap_chunks(op.collective, plan.tp);
           const double gemm = ps_to_seconds(compute.op_time(ops[i + 1], phase));
           t += exposed(comm(op.collective, first));
           t += overlapped_wall(gemm, comm(op.collective, op.bytes - first), profile);
-          ++i;
-        } else {
-          t += exposed(op_comm(op));
+          break;
         }
-      } else if (overlapped && op.op_class == spec::OpClass::kGemm && next_scatter) {
-        const models::Op& scatter = ops[i + 1];
-        const int64_t last = scatter.bytes / tp_overlap_chunks(scatter.collective, plan.tp);
-        const double gemm = ps_to_seconds(compute.op_time(op, phase));
-        t += overlapped_wall(gemm, comm(scatter.collective, scatter.bytes - last), profile);
-        t += exposed(comm(scatter.collective, last));
-        ++i;
-      } else {
-        t += alone(ps_to_seconds(compute.op_time(op, phase)));
+        case PassStepKind::kScatteredGemm: {
+          const models::Op& scatter = ops[i + 1];
+          const int64_t last = scatter.bytes / tp_overlap_chunks(scatter.collective, plan.tp);
+          const double gemm = ps_to_seconds(compute.op_time(op, phase));
+          t += overlapped_wall(gemm, comm(scatter.collective, scatter.bytes - last), profile);
+          t += exposed(comm(scatter.collective, last));
+          break;
+        }
+        case PassStepKind::kCollective:
+          t += exposed(op_comm(op));
+          break;
+        case PassStepKind::kCompute:
+          t += alone(ps_to_seconds(compute.op_time(op, phase)));
+          break;
       }
-    }
+    });
     return t;
   };
   // A pass of a 3D tensor grid's block under AxoNN's overlap (grid_overlap; program_builder

@@ -625,33 +625,25 @@ class StageBuilder {
       run_grid_ops(layer, ops, phase, mb);
       return;
     }
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const models::Op& op = ops[i];
-      const bool next_gemm = i + 1 < ops.size() && ops[i + 1].op_class == spec::OpClass::kGemm;
-      const bool next_scatter = i + 1 < ops.size() && ops[i + 1].is_comm() &&
-                                ops[i + 1].group == models::CommGroup::kLayer &&
-                                ops[i + 1].collective == spec::CollectiveKind::kReduceScatter &&
-                                !ops[i + 1].no_tp_overlap;
-      if (op.is_comm()) {
-        if (op.beside_next && i + 1 < ops.size() && !ops[i + 1].is_comm()) {
-          ring_step(layer, op, ops[i + 1], phase, mb);
-          ++i;
-        } else if (op.collective == spec::CollectiveKind::kAllGather && next_gemm &&
-                   op.group == models::CommGroup::kLayer && !op.no_tp_overlap &&
-                   tp_overlapped(layer, phase)) {
-          gathered_gemm(layer, op, ops[i + 1], phase, mb);
-          ++i;
-        } else {
-          tp_collective(layer, op, phase, mb);
-        }
-      } else if (op.op_class == spec::OpClass::kGemm && next_scatter &&
-                 tp_overlapped(layer, phase)) {
-        scattered_gemm(layer, op, ops[i + 1], phase, mb);
-        ++i;
-      } else {
-        compute_op(layer, op, phase, mb);
+    for_each_pass_step(ops, tp_overlapped(layer, phase), [&](PassStepKind kind, size_t i) {
+      switch (kind) {
+        case PassStepKind::kRingStep:
+          ring_step(layer, ops[i], ops[i + 1], phase, mb);
+          break;
+        case PassStepKind::kGatheredGemm:
+          gathered_gemm(layer, ops[i], ops[i + 1], phase, mb);
+          break;
+        case PassStepKind::kScatteredGemm:
+          scattered_gemm(layer, ops[i], ops[i + 1], phase, mb);
+          break;
+        case PassStepKind::kCollective:
+          tp_collective(layer, ops[i], phase, mb);
+          break;
+        case PassStepKind::kCompute:
+          compute_op(layer, ops[i], phase, mb);
+          break;
       }
-    }
+    });
   }
 
   void forward_unit(const spec::ScheduleUnit& u) {

@@ -4,6 +4,7 @@
 // et al., Table 4); the event simulation schedules the same ops (program_builder).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "sextant/models/lowering.hpp"
@@ -53,6 +54,43 @@ struct LayerTimes {
 // Engine's userbuffers need sequence parallelism; forward only with "pipelined").
 bool tp_overlap_applies(const spec::Plan& plan, const spec::Stack& stack, bool block,
                         spec::Phase phase);
+
+// How a layer's pass runs its ops, read once for the engine's program (program_builder run_ops)
+// and the closed form (layer_cost): each step names the op it starts at (ops[i]); the two-op
+// steps take ops[i + 1] too.
+enum class PassStepKind : uint8_t {
+  kCompute,        // ops[i] on the compute stream
+  kCollective,     // ops[i], a collective the compute after it waits for
+  kRingStep,       // ops[i], a context-parallel transfer beside ops[i + 1], the block in hand
+  kGatheredGemm,   // ops[i], an overlapped tp all-gather in chunks, feeding the GEMM ops[i + 1]
+  kScatteredGemm,  // ops[i], a GEMM beside all but the last chunk of its reduce-scatter ops[i + 1]
+};
+// Calls step(kind, i) for each step of `ops` in order; `tp_overlapped`: tp_overlap_applies.
+template <typename Step>
+void for_each_pass_step(std::span<const models::Op> ops, bool tp_overlapped, Step step) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const models::Op& op = ops[i];
+    const models::Op* next = i + 1 < ops.size() ? &ops[i + 1] : nullptr;
+    const bool layer_collective =
+        next && next->is_comm() && next->group == models::CommGroup::kLayer && !next->no_tp_overlap;
+    if (op.is_comm()) {
+      if (op.beside_next && next && !next->is_comm()) {
+        step(PassStepKind::kRingStep, i++);
+      } else if (tp_overlapped && op.collective == spec::CollectiveKind::kAllGather && next &&
+                 next->op_class == spec::OpClass::kGemm && op.group == models::CommGroup::kLayer &&
+                 !op.no_tp_overlap) {
+        step(PassStepKind::kGatheredGemm, i++);
+      } else {
+        step(PassStepKind::kCollective, i);
+      }
+    } else if (tp_overlapped && op.op_class == spec::OpClass::kGemm && layer_collective &&
+               next->collective == spec::CollectiveKind::kReduceScatter) {
+      step(PassStepKind::kScatteredGemm, i++);
+    } else {
+      step(PassStepKind::kCompute, i);
+    }
+  }
+}
 
 // The chunks an overlapped tensor-parallel collective is cut into (one of them stays exposed):
 // Transformer Engine's ring exchange uses tp chunks for all-gathers, its pipelined reduce-scatter
