@@ -63,6 +63,12 @@ Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spe
   return e;
 }
 
+Recorder::Event Context::offload(const models::StepOp& op, spec::Phase phase,
+                                 std::optional<int64_t> layer,
+                                 std::optional<int64_t> micro_batch) const {
+  return offload(op.id, op.op_class, op.bytes, phase, layer, micro_batch);
+}
+
 Recorder::Event Context::comm(const models::StepOp& op, int64_t group_size, spec::Phase phase,
                               std::optional<int64_t> layer,
                               std::optional<int64_t> micro_batch) const {

@@ -375,8 +375,8 @@ void GradientSync::parameters_for(int32_t layer, Phase phase, int64_t micro_batc
 
 void GradientSync::fetch_parameters(const Span& s, Phase phase, int64_t micro_batch) {
   // The shard's size as the simulator counts it (the padded block, as the gather's).
-  auto sc = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
-                                              s.shard * 4, phase, s.layer, micro_batch));
+  auto sc = ctx_.recorder->scope(
+      ctx_.offload(models::parameters_to_device(s.shard, 4), phase, s.layer, micro_batch));
   const auto [begin, end] = mine(s);
   if (begin >= end) return;
   Tensor to = slice_of(stage_.params().values(), begin, end - begin);
@@ -384,8 +384,8 @@ void GradientSync::fetch_parameters(const Span& s, Phase phase, int64_t micro_ba
 }
 
 void GradientSync::layer_gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch) {
-  auto sc = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadGradToHost, OpClass::kMemcpy,
-                                              s.shard * 4, Phase::kBwd, s.layer, micro_batch));
+  auto sc = ctx_.recorder->scope(
+      ctx_.offload(models::gradients_to_host(s.shard, 4), Phase::kBwd, s.layer, micro_batch));
   const auto [begin, end] = mine(s);
   if (begin >= end) return;
   Tensor to = slice_of(*host_grads_, begin, end - begin);
@@ -469,9 +469,8 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
 
 void GradientSync::gradients_to_host(const Span& s) {
   // The shard's size as the simulator counts it (the padded block; the last rank's may be short).
-  auto sc =
-      ctx_.recorder->scope(ctx_.offload(OpId::kOffloadGradToHost, OpClass::kMemcpy, s.shard * 4,
-                                        Phase::kBwd, std::nullopt, micro_batches_ - 1));
+  auto sc = ctx_.recorder->scope(ctx_.offload(models::gradients_to_host(s.shard, 4), Phase::kBwd,
+                                              std::nullopt, micro_batches_ - 1));
   const auto [begin, end] = mine(s);
   if (begin >= end) return;
   Tensor to = slice_of(*host_grads_, begin, end - begin);

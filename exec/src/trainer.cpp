@@ -611,10 +611,8 @@ class Trainer {
   void host_update(int64_t step, float grad_scale, int64_t updated) {
     const std::vector<Backend::AdamwSpan> spans = owned_spans();
     {
-      auto s = ctx_.recorder->scope(
-          ctx_.offload(OpId::kOffloadAdamw, OpClass::kOptimizer,
-                       updated * models::host_optimizer_bytes_per_param(kHostParamDtype),
-                       Phase::kOpt, std::nullopt, std::nullopt));
+      auto s = ctx_.recorder->scope(ctx_.offload(models::host_update(updated, kHostParamDtype),
+                                                 Phase::kOpt, std::nullopt, std::nullopt));
       // NVMe: the states read before the update and written back after it, within the step
       // (the simulator prices both transfers in offload.adamw).
       if (nvme_) states_from_nvme();
@@ -633,17 +631,14 @@ class Trainer {
   void update_parameters_from_host(int64_t updated) {
     // ZeRO-Infinity: the updated masters stay on the host, where each layer's next fetch reads
     // them, or go to the parameters' file on NVMe, where it reads them then.
-    if (plan_.offload.params == spec::OffloadTarget::kHost) return;
+    const std::optional<models::StepOp> back =
+        models::updated_parameters_return(plan_, updated, kHostParamDtype);
+    if (!back) return;
+    auto s = ctx_.recorder->scope(ctx_.offload(*back, Phase::kOpt, std::nullopt, std::nullopt));
     if (plan_.offload.params == spec::OffloadTarget::kNvme) {
-      auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToNvme, OpClass::kMemcpy,
-                                                 updated * spec::dtype_bytes(kHostParamDtype),
-                                                 Phase::kOpt, std::nullopt, std::nullopt));
       parameters_to_nvme();
       return;
     }
-    auto s = ctx_.recorder->scope(ctx_.offload(OpId::kOffloadParamsToDevice, OpClass::kMemcpy,
-                                               updated * spec::dtype_bytes(kHostParamDtype),
-                                               Phase::kOpt, std::nullopt, std::nullopt));
     for (auto [b, e] : sync_->owned()) {
       Tensor to = stage_->params().values().rows(b, e - b);
       ctx_.backend->copy(host_values_.rows(b, e - b), to);

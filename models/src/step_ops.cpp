@@ -83,6 +83,38 @@ std::optional<StepOp> partial_gradient_sum(const spec::Plan& plan, const Lowered
                     grid ? Stream::kDepthComm : Stream::kTpComm, params, element_bytes);
 }
 
+namespace {
+
+StepOp offload_copy(OpId id, OpClass cls, int64_t elements, int64_t bytes) {
+  return {id, cls, std::nullopt, StepGroup::kLocal, offload_stream(id), elements, bytes};
+}
+
+}  // namespace
+
+StepOp gradients_to_host(int64_t shard_elements, int64_t element_bytes) {
+  return offload_copy(OpId::kOffloadGradToHost, OpClass::kMemcpy, shard_elements,
+                      shard_elements * element_bytes);
+}
+
+StepOp parameters_to_device(int64_t shard_elements, int64_t element_bytes) {
+  return offload_copy(OpId::kOffloadParamsToDevice, OpClass::kMemcpy, shard_elements,
+                      shard_elements * element_bytes);
+}
+
+StepOp host_update(int64_t updated, spec::Dtype param_dtype) {
+  return offload_copy(OpId::kOffloadAdamw, OpClass::kOptimizer, updated,
+                      updated * host_optimizer_bytes_per_param(param_dtype));
+}
+
+std::optional<StepOp> updated_parameters_return(const spec::Plan& plan, int64_t updated,
+                                                spec::Dtype param_dtype) {
+  if (plan.offload.params == spec::OffloadTarget::kHost) return std::nullopt;
+  return offload_copy(plan.offload.params == spec::OffloadTarget::kNvme
+                          ? OpId::kOffloadParamsToNvme
+                          : OpId::kOffloadParamsToDevice,
+                      OpClass::kMemcpy, updated, updated * spec::dtype_bytes(param_dtype));
+}
+
 StepOp optimizer_update(const OptimizerPrecision& precision, int64_t updated) {
   return {OpId::kOptimizerAdamw,
           OpClass::kOptimizer,

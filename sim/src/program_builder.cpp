@@ -126,13 +126,19 @@ class StageBuilder {
   // `deps`.
   int32_t offload_task(OpId name, spec::OpClass cls, int64_t bytes, Picoseconds duration,
                        Phase phase, int64_t mb, int32_t layer, const std::vector<Dep>& deps) {
+    return offload_task(models::StepOp{name, cls, std::nullopt, models::StepGroup::kLocal,
+                                       models::offload_stream(name), 0, bytes},
+                        duration, phase, mb, layer, deps);
+  }
+  int32_t offload_task(const models::StepOp& op, Picoseconds duration, Phase phase, int64_t mb,
+                       int32_t layer, const std::vector<Dep>& deps) {
     Task t;
     t.kind = TaskKind::kLocal;
-    t.stream = models::offload_stream(name);
+    t.stream = op.stream;
     t.comm_class = CommClass::kOffload;
     t.phase = phase;
     t.micro_batch = static_cast<int32_t>(mb);
-    t.op_begin = named_op(name, cls, bytes, layer);
+    t.op_begin = named_op(op.id, op.op_class, op.bytes, layer);
     program_.ops[static_cast<size_t>(t.op_begin)].duration = duration;
     t.duration = duration;
     return emit(t, deps);
@@ -141,11 +147,10 @@ class StageBuilder {
   // The rank's gradient shard of `params` parameters, copied to the host once reduced
   // (`after`: the reduction, or the compute that produced it).
   void gradients_to_host(int64_t params, int64_t mb, int32_t layer, int32_t after) {
-    const int64_t bytes = shard(params) * grad_bytes_;
+    const models::StepOp copy = models::gradients_to_host(shard(params), grad_bytes_);
     std::vector<Dep> deps;
     if (after >= 0) deps.push_back(done(after));
-    offload_task(OpId::kOffloadGradToHost, spec::OpClass::kMemcpy, bytes,
-                 offload_->device_host_copy(bytes), Phase::kBwd, mb, layer, deps);
+    offload_task(copy, offload_->device_host_copy(copy.bytes), Phase::kBwd, mb, layer, deps);
   }
 
   int64_t global_chunk(int64_t local) const { return local * plan_.pp + stage_; }
@@ -431,12 +436,12 @@ class StageBuilder {
   int32_t gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
     if (offload_params()) {
       // ZeRO-Infinity: the rank's shard comes from host memory (or NVMe through it) first.
-      const int64_t part = shard(lowered_.layers[layer].params) * elem_bytes_;
-      const Picoseconds d = offload_->params_fetch(part, plan_.offload.params);
+      const models::StepOp fetch =
+          models::parameters_to_device(shard(lowered_.layers[layer].params), elem_bytes_);
+      const Picoseconds d = offload_->params_fetch(fetch.bytes, plan_.offload.params);
       std::vector<Dep> deps;
       if (after >= 0) deps.push_back(done(after));
-      after = offload_task(OpId::kOffloadParamsToDevice, spec::OpClass::kMemcpy, part, d, phase, mb,
-                           static_cast<int32_t>(layer), deps);
+      after = offload_task(fetch, d, phase, mb, static_cast<int32_t>(layer), deps);
       if (plan_.replicas() == 1) return after;
     }
     // Under expert parallelism the routed experts' shards are gathered from the ranks holding
@@ -863,17 +868,13 @@ class StageBuilder {
     }
     if (int32_t last = flush(); last >= 0) deps.push_back(done(last));
     spec::Dtype param_dtype = spec::parameter_dtype(stack_, lowered_.dtype);
-    const int64_t per_param = OffloadCost::host_step_bytes_per_param(param_dtype);
-    int32_t step = offload_task(OpId::kOffloadAdamw, spec::OpClass::kOptimizer, updated * per_param,
+    int32_t step = offload_task(models::host_update(updated, param_dtype),
                                 offload_->host_step(updated, param_dtype, plan_.offload.optimizer),
                                 Phase::kOpt, -1, -1, deps);
-    if (plan_.offload.params == spec::OffloadTarget::kHost) return step;
-    const int64_t bytes = updated * spec::dtype_bytes(param_dtype);
-    return offload_task(
-        plan_.offload.params == spec::OffloadTarget::kNvme ? OpId::kOffloadParamsToNvme
-                                                           : OpId::kOffloadParamsToDevice,
-        spec::OpClass::kMemcpy, bytes, offload_->params_return(bytes, plan_.offload.params),
-        Phase::kOpt, -1, -1, {done(step)});
+    const auto back = models::updated_parameters_return(plan_, updated, param_dtype);
+    if (!back) return step;
+    return offload_task(*back, offload_->params_return(back->bytes, plan_.offload.params),
+                        Phase::kOpt, -1, -1, {done(step)});
   }
 
   void optimizer_step() {

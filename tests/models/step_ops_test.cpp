@@ -130,5 +130,34 @@ TEST(StepOps, OptimizerUpdateBytes) {
   EXPECT_EQ(update.bytes, 28000);
 }
 
+TEST(StepOps, OffloadCopiesAndTheHostUpdate) {
+  // ZeRO-Offload: a shard of 1000 gradients to the host in bf16 (2000 bytes), a shard of 1000
+  // parameters fetched back (ZeRO-Infinity), both on the streams of their direction.
+  const StepOp to_host = gradients_to_host(1000, 2);
+  EXPECT_EQ(to_host.id, OpId::kOffloadGradToHost);
+  EXPECT_EQ(to_host.bytes, 2000);
+  EXPECT_EQ(to_host.stream, Stream::kOffload);
+  const StepOp fetch = parameters_to_device(1000, 2);
+  EXPECT_EQ(fetch.id, OpId::kOffloadParamsToDevice);
+  EXPECT_EQ(fetch.stream, Stream::kOffloadIn);
+  // CPU-Adam for bf16 parameters: AdamW over fp32 masters and moments (16 + 12) and the masters
+  // written to the bf16 copy (4 + 2): 34 bytes a parameter.
+  const StepOp update = host_update(1000, spec::Dtype::kBf16);
+  EXPECT_EQ(update.id, OpId::kOffloadAdamw);
+  EXPECT_EQ(update.op_class, OpClass::kOptimizer);
+  EXPECT_EQ(update.bytes, 34000);
+  // The updated bf16 parameters go back to the device, or to NVMe; on the host they stay.
+  spec::Plan p = plan(2, 1, 1, 3, false);
+  p.offload.optimizer = spec::OffloadTarget::kHost;
+  auto back = updated_parameters_return(p, 1000, spec::Dtype::kBf16);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->id, OpId::kOffloadParamsToDevice);
+  EXPECT_EQ(back->bytes, 2000);
+  p.offload.params = spec::OffloadTarget::kNvme;
+  EXPECT_EQ(updated_parameters_return(p, 1000, spec::Dtype::kBf16)->id, OpId::kOffloadParamsToNvme);
+  p.offload.params = spec::OffloadTarget::kHost;
+  EXPECT_FALSE(updated_parameters_return(p, 1000, spec::Dtype::kBf16));
+}
+
 }  // namespace
 }  // namespace sextant::models

@@ -85,6 +85,9 @@ struct Context {
   // stream models::offload_stream gives it.
   Recorder::Event offload(models::OpId id, spec::OpClass cls, int64_t bytes, spec::Phase phase,
                           std::optional<int64_t> layer, std::optional<int64_t> micro_batch) const;
+  // The same for one of the step's own offload ops (models/step_ops.hpp).
+  Recorder::Event offload(const models::StepOp& op, spec::Phase phase, std::optional<int64_t> layer,
+                          std::optional<int64_t> micro_batch) const;
 };
 
 }  // namespace sextant::exec

@@ -1,6 +1,7 @@
 // A training step's own ops, those no layer runs: the stage-to-stage transfers and their
 // all-gather, the ZeRO and FSDP parameter gathers and gradient reductions, the sums of a tied
-// embedding table and of sequence-parallel partial gradients, and the optimizer update. Each is
+// embedding table and of sequence-parallel partial gradients, the optimizer update, and
+// ZeRO-Offload's copies and host update. Each is
 // described here once (identity, class, collective, group, stream, size); the simulator's program
 // builder prices these descriptions, the planner's estimator adds them up, and the executor runs
 // and traces them, so the three name, place and size every such op alike by construction.
@@ -77,5 +78,18 @@ std::optional<StepOp> partial_gradient_sum(const spec::Plan& plan, const Lowered
 // The device optimizer's update of `updated` parameters, its bytes as optimizer_bytes_per_param
 // counts them.
 StepOp optimizer_update(const OptimizerPrecision& precision, int64_t updated);
+
+// ZeRO-Offload and ZeRO-Infinity (plan `offload`), on the streams offload_stream gives them:
+// a rank's reduced gradient shard of `shard_elements` copied to the host;
+StepOp gradients_to_host(int64_t shard_elements, int64_t element_bytes);
+// a layer's parameter shard fetched from the host (or NVMe through it) before it runs;
+StepOp parameters_to_device(int64_t shard_elements, int64_t element_bytes);
+// the host optimizer's update of `updated` parameters (CPU-Adam), its bytes as
+// host_optimizer_bytes_per_param counts them for the device's `param_dtype`;
+StepOp host_update(int64_t updated, spec::Dtype param_dtype);
+// and the updated parameters' way back: to the device, or to NVMe where they live there; none
+// when they stay in host memory (plan offload.params host).
+std::optional<StepOp> updated_parameters_return(const spec::Plan& plan, int64_t updated,
+                                                spec::Dtype param_dtype);
 
 }  // namespace sextant::models
