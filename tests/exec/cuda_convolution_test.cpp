@@ -21,7 +21,7 @@
 namespace sextant::exec {
 namespace {
 
-constexpr double kTol = 1e-4;
+constexpr double kConvTol = 1e-4;
 
 class CnnCudaVsCpu : public ::testing::Test {
  protected:
@@ -61,7 +61,7 @@ class CnnCudaVsCpu : public ::testing::Test {
     gpu->fill(p.g, std::nanf(""));
     return p;
   }
-  // |gpu - cpu| <= kTol * max |cpu| elementwise, the worst element named.
+  // |gpu - cpu| <= kConvTol * max |cpu| elementwise, the worst element named.
   void expect_close(const Pair& p, const std::string& what) {
     std::vector<float> want, got;
     cpu->to_host(p.c, want);
@@ -78,8 +78,8 @@ class CnnCudaVsCpu : public ::testing::Test {
         at = i;
       }
     }
-    EXPECT_LE(worst, kTol * scale) << what << ": element " << at << " cpu " << want[at] << " cuda "
-                                   << got[at] << " (scale " << scale << ")";
+    EXPECT_LE(worst, kConvTol * scale) << what << ": element " << at << " cpu " << want[at]
+                                       << " cuda " << got[at] << " (scale " << scale << ")";
   }
   static void expect_close(const std::vector<double>& want, const std::vector<double>& got,
                            const std::string& what) {

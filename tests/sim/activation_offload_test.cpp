@@ -14,10 +14,10 @@
 namespace sextant::sim {
 namespace {
 
-constexpr int64_t kLayers = 8, kWidth = 1024, kBatch = 1024;
+constexpr int64_t kOffloadedLayers = 8, kOffloadedWidth = 1024, kBatch = 1024;
 // What an MLP layer keeps for backward (models/mlp_lowering.cpp): its input and its output, B x w
 // each, in bf16.
-constexpr double kKept = 2.0 * kBatch * kWidth * 2;
+constexpr double kKept = 2.0 * kBatch * kOffloadedWidth * 2;
 
 spec::Plan one_gpu(int64_t activation_layers) {
   spec::Plan p = test::make_plan(1, 1, 1, kBatch, kBatch);
@@ -65,7 +65,7 @@ TEST(ActivationOffload, PlanRulesAndRoundTrip) {
   expect_refused(without, "/offload/activation_layers", "applies with offload/activations");
 
   // Up to the largest stage chunk: 8 units on 2 stages hold 4 each.
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   spec::Plan five = p;
   five.offload.activation_layers = 5;
   try {
@@ -89,7 +89,7 @@ TEST(ActivationOffload, TheFirstLayersOfEachChunkAreOffloaded) {
 }
 
 TEST(ActivationOffload, KeptActivationsMoveToTheHost) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
   const models::LoweredModel lowered =
       models::lower(model, {kBatch, 0, spec::Dtype::kBf16, 1, false});
@@ -97,7 +97,7 @@ TEST(ActivationOffload, KeptActivationsMoveToTheHost) {
   spec::Plan base = test::make_plan(1, 1, 1, kBatch, kBatch);
   base.dtype = spec::Dtype::kBf16;
   const spec::MemoryBreakdown on_device = stage_memory(base, *base.stack, lowered, 0, &cluster);
-  EXPECT_DOUBLE_EQ(static_cast<double>(on_device.activations), kLayers * kKept);
+  EXPECT_DOUBLE_EQ(static_cast<double>(on_device.activations), kOffloadedLayers * kKept);
   EXPECT_EQ(on_device.host_bytes, 0);
 
   // The first 3 layers offloaded: the device keeps the other 5 and two layers in transit; the
@@ -114,7 +114,7 @@ TEST(ActivationOffload, KeptActivationsMoveToTheHost) {
 }
 
 TEST(ActivationOffload, CopiesOverlapTheNeighbouringLayers) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
   spec::Plan base = one_gpu(0);
   base.offload = {};
@@ -132,7 +132,7 @@ TEST(ActivationOffload, CopiesOverlapTheNeighbouringLayers) {
   // beside the backward of the layer above (c < b), so the backward of the 8 layers runs back to
   // back: the step is f + 9c + 8b, against 8f + 8b without offload, and the compute stream waited
   // 9c - 7f for copies.
-  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double f = 2.0 * kBatch * kOffloadedWidth * kOffloadedWidth / 100e12;
   const double b = 2 * f;
   const double c = kKept / 100e9;
   const double exposed = 9 * c - 7 * f;
@@ -154,13 +154,13 @@ TEST(ActivationOffload, CopiesOverlapTheNeighbouringLayers) {
       ++copies;
     }
   }
-  EXPECT_EQ(copies, 2 * kLayers);
-  EXPECT_DOUBLE_EQ(to_host, kLayers * kKept);
-  EXPECT_DOUBLE_EQ(to_device, kLayers * kKept);
+  EXPECT_EQ(copies, 2 * kOffloadedLayers);
+  EXPECT_DOUBLE_EQ(to_host, kOffloadedLayers * kKept);
+  EXPECT_DOUBLE_EQ(to_device, kOffloadedLayers * kKept);
 }
 
 TEST(ActivationOffload, OnlyTheNamedLayersCopy) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   SimulationOptions options;
   options.trace = true;
   const SimulationResult r = simulate(model, test::ideal_cluster_with_host(), one_gpu(2), options);
@@ -173,7 +173,7 @@ TEST(ActivationOffload, OnlyTheNamedLayersCopy) {
   // 2 waits for layer 0's copy (c - f), and layer 1's reload, issued when layer 2's backward
   // starts, is done before layer 1's backward (c < b), which layer 0's reload follows... only
   // after layer 1's backward started: it runs beside it. Exposed: c - f.
-  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double f = 2.0 * kBatch * kOffloadedWidth * kOffloadedWidth / 100e12;
   const double c = kKept / 100e9;
   EXPECT_NEAR(r.report.breakdown_s.offload_exposed, c - f, 1e-9);
 }
@@ -186,7 +186,7 @@ TEST(ActivationOffload, CopiesEachWayRunAtOnce) {
   // beyond the activation copies is the tail the host step needs: layer 0's gradients, the
   // host AdamW and the updated parameters' way back. On one in-order stream each layer's
   // reload would queue behind the gradients of the layer above (c + g > b).
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   const spec::ClusterSpec cluster = test::ideal_cluster_with_host();
   spec::Plan p = one_gpu(0);
   p.zero = 1;
@@ -196,7 +196,7 @@ TEST(ActivationOffload, CopiesEachWayRunAtOnce) {
   options.trace = true;
   const SimulationResult r = simulate(model, cluster, p, options);
   ASSERT_TRUE(r.trace.has_value());
-  const double f = 2.0 * kBatch * kWidth * kWidth / 100e12;
+  const double f = 2.0 * kBatch * kOffloadedWidth * kOffloadedWidth / 100e12;
   const double c = kKept / 100e9;
   double last_grad = 0, adamw = 0, back = 0;
   std::vector<std::pair<double, double>> grads, reloads;
@@ -214,8 +214,8 @@ TEST(ActivationOffload, CopiesEachWayRunAtOnce) {
     if (e.name == "offload.adamw") adamw = ps_to_seconds(e.duration_ps);
     if (e.name == "offload.params_to_device") back = ps_to_seconds(e.duration_ps);
   }
-  ASSERT_EQ(grads.size(), static_cast<size_t>(kLayers));
-  ASSERT_EQ(reloads.size(), static_cast<size_t>(kLayers));
+  ASSERT_EQ(grads.size(), static_cast<size_t>(kOffloadedLayers));
+  ASSERT_EQ(reloads.size(), static_cast<size_t>(kOffloadedLayers));
   // A gradient copy runs while a reload does.
   bool overlapped = false;
   for (const auto& [gb, ge] : grads)
@@ -226,7 +226,7 @@ TEST(ActivationOffload, CopiesEachWayRunAtOnce) {
 }
 
 TEST(ActivationOffload, ClusterWithoutHostIsRefused) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
   try {
     simulate(model, test::ideal_cluster(100), one_gpu(0), {});
     FAIL() << "offloaded activations without a host section";

@@ -39,21 +39,21 @@ TEST(DataParallel, OverlapExposesOnlyTheLastBucket) {
 
 TEST(DataParallel, ZeroMemoryPerRank) {
   // Rajbhandari et al. (ZeRO), Figure 1 with K = 12: (2 + 2 + K)Ψ for DDP, 2Ψ + 2Ψ + KΨ/N for
-  // stage 1, 2Ψ + (2 + K)Ψ/N for stage 2, (2 + 2 + K)Ψ/N for stage 3.
+  // stage 1, 2Ψ + (2 + K)Ψ/N for stage 2, (2 + 2 + K)Ψ/N for stage 3 (K: k_states).
   spec::ModelSpec model = test::uniform_mlp(4, 1000);
   models::LoweredModel lowered = models::lower(model, {8, 0, spec::Dtype::kBf16, 1, false});
   const double psi = 4 * 1000 * 1000;
-  const double N = 8, K = 12;
+  const double N = 8, k_states = 12;
   auto total = [&](int zero) {
     spec::Plan plan = test::make_plan(8, 1, 1, 8, 64);
     plan.zero = zero;
     spec::MemoryBreakdown m = stage_memory(plan, *plan.stack, lowered, 0);
     return static_cast<double>(m.weights + m.gradients + m.optimizer);
   };
-  EXPECT_DOUBLE_EQ(total(0), (2 + 2 + K) * psi);
-  EXPECT_DOUBLE_EQ(total(1), 2 * psi + 2 * psi + K * psi / N);
-  EXPECT_DOUBLE_EQ(total(2), 2 * psi + (2 + K) * psi / N);
-  EXPECT_DOUBLE_EQ(total(3), (2 + 2 + K) * psi / N);
+  EXPECT_DOUBLE_EQ(total(0), (2 + 2 + k_states) * psi);
+  EXPECT_DOUBLE_EQ(total(1), 2 * psi + 2 * psi + k_states * psi / N);
+  EXPECT_DOUBLE_EQ(total(2), 2 * psi + (2 + k_states) * psi / N);
+  EXPECT_DOUBLE_EQ(total(3), (2 + 2 + k_states) * psi / N);
 }
 
 TEST(DataParallel, FsdpPrefetchHidesParameterGathers) {

@@ -14,8 +14,8 @@
 namespace sextant::sim {
 namespace {
 
-constexpr int64_t kLayers = 8, kWidth = 1024, kBatch = 1024;
-constexpr double kParams = kLayers * kWidth * kWidth;  // bias-free square layers
+constexpr int64_t kMlpLayers = 8, kMlpWidth = 1024, kMlpBatch = 1024;
+constexpr double kParams = kMlpLayers * kMlpWidth * kMlpWidth;  // bias-free square layers
 
 // The ideal cluster (GEMMs at exactly 100 TFLOP/s, memory-bound ops free) with a host: PCIe at
 // 100 GB/s each way, 100 GB/s of DRAM for the node's 8 devices (12.5 GB/s a rank).
@@ -24,7 +24,7 @@ spec::ClusterSpec cluster_with_host() {
 }
 
 spec::Plan one_gpu(int zero, spec::Offload offload) {
-  spec::Plan p = test::make_plan(1, 1, 1, kBatch, kBatch);
+  spec::Plan p = test::make_plan(1, 1, 1, kMlpBatch, kMlpBatch);
   p.dtype = spec::Dtype::kBf16;
   p.zero = zero;
   p.offload = offload;
@@ -71,7 +71,7 @@ TEST(Offload, PlanRulesAndRoundTrip) {
 }
 
 TEST(Offload, ClusterWithoutHostOrNvmeIsRefused) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kMlpLayers, kMlpWidth);
   try {
     simulate(model, test::ideal_cluster(100), one_gpu(2, kOptimizerOnHost), {});
     FAIL() << "offloaded without a host section";
@@ -83,10 +83,10 @@ TEST(Offload, ClusterWithoutHostOrNvmeIsRefused) {
 }
 
 TEST(Offload, StateLeavesTheDeviceForTheHost) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kMlpLayers, kMlpWidth);
   const spec::ClusterSpec cluster = cluster_with_host();
   const models::LoweredModel lowered =
-      models::lower(model, {kBatch, 0, spec::Dtype::kBf16, 1, false});
+      models::lower(model, {kMlpBatch, 0, spec::Dtype::kBf16, 1, false});
   const spec::Plan base = one_gpu(2, {});
   const spec::MemoryBreakdown on_device = stage_memory(base, *base.stack, lowered, 0, &cluster);
   // ZeRO's K = 12 bytes of optimizer state per parameter (Rajbhandari et al., Figure 1).
@@ -123,7 +123,7 @@ TEST(Offload, StateLeavesTheDeviceForTheHost) {
 }
 
 TEST(Offload, OptimizerStepRunsOnTheHostAfterTheLastGradientCopy) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kMlpLayers, kMlpWidth);
   const spec::ClusterSpec cluster = cluster_with_host();
   const SimulationResult base = simulate(model, cluster, one_gpu(2, {}), {});
   const SimulationResult off = simulate(model, cluster, one_gpu(2, kOptimizerOnHost), {});
@@ -133,7 +133,7 @@ TEST(Offload, OptimizerStepRunsOnTheHostAfterTheLastGradientCopy) {
   // moves 34 bytes per parameter (Megatron's passes, models/optimizer_step.hpp: AdamW on fp32
   // param, grad, m, v 16 + 12, the master weights to the bf16 copy 4 + 2; the gradients are
   // fp32 already) at this rank's 12.5 GB/s of DRAM, and the bf16 parameters return at 100 GB/s.
-  const double copy_last = 2.0 * kWidth * kWidth / 100e9;
+  const double copy_last = 2.0 * kMlpWidth * kMlpWidth / 100e9;
   const double adam = 34 * kParams / 12.5e9;
   const double back = 2 * kParams / 100e9;
   const spec::TimeBreakdown& b = off.report.breakdown_s;
@@ -146,11 +146,11 @@ TEST(Offload, OptimizerStepRunsOnTheHostAfterTheLastGradientCopy) {
 }
 
 TEST(Offload, OffloadedParametersAreFetchedBeforeEveryLayerRuns) {
-  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const spec::ModelSpec model = test::uniform_mlp(kMlpLayers, kMlpWidth);
   SimulationOptions options;
   options.trace = true;
   spec::Plan plan = one_gpu(3, kAllOnHost);
-  plan.micro_batch = kBatch / 2;  // two micro-batches
+  plan.micro_batch = kMlpBatch / 2;  // two micro-batches
   const SimulationResult r = simulate(model, cluster_with_host(), plan, options);
   ASSERT_TRUE(r.trace.has_value());
   // Each micro-batch's forward and backward fetch every layer's bf16 parameters (2 bytes each);

@@ -18,7 +18,7 @@
 namespace sextant::sim {
 namespace {
 
-struct Case {
+struct SymmetryCase {
   std::string model;
   spec::Plan plan;
   std::string label;
@@ -31,8 +31,8 @@ spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int64_t mb, int64_t gb,
   return p;
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<SymmetryCase> cases() {
+  std::vector<SymmetryCase> out;
   out.push_back({"gpt2-350m", plan_of(4, 2, 2, 2, 32, "megatron-core"), "dp4.tp2.pp2 1f1b"});
   {
     spec::Plan p = plan_of(2, 4, 2, 1, 16, "megatron-core");
@@ -114,7 +114,8 @@ void expect_same(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
 
 TEST(RankSymmetry, FoldingChangesNoTimeOfAnyRank) {
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
-  for (const Case& c : cases()) expect_same(models::zoo_model(c.model), cluster, c.plan, c.label);
+  for (const SymmetryCase& c : cases())
+    expect_same(models::zoo_model(c.model), cluster, c.plan, c.label);
 }
 
 TEST(RankSymmetry, PerturbationsSplitTheClassesAndStayExact) {

@@ -94,7 +94,7 @@ TEST(PowerModel, TheShippedH100HoldsLessThanItsBoostUnderGemms) {
             sustained_clock_MHz(p, Dtype::kBf16, 1.0));
 }
 
-Json cluster_with(const std::function<void(Json&)>& edit) {
+Json power_cluster_with(const std::function<void(Json&)>& edit) {
   Json j = to_json(builtin_cluster("dgx-h100"));
   edit(j);
   return j;
@@ -102,30 +102,33 @@ Json cluster_with(const std::function<void(Json&)>& edit) {
 
 TEST(PowerModel, BadPowerObjectsAreRefused) {
   auto read = [](const Json& j) { return cluster_from_json(j, "c.json"); };
-  EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = 100; })),
-                     "/device/power/limit_W");
-  EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = 100; })),
-                     "must be > idle_W");
   EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["power"]["tensor_clock_MHz"].erase("bf16"); })),
-      "bf16 tensor-core clock");
+      read(power_cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = 100; })),
+      "/device/power/limit_W");
   EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["power"]["tensor_clock_MHz"]["fp8"] = 2500; })),
-      "must be <= max_clock_MHz");
+      read(power_cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = 100; })),
+      "must be > idle_W");
+  EXPECT_INPUT_ERROR(read(power_cluster_with(
+                         [](Json& j) { j["device"]["power"]["tensor_clock_MHz"].erase("bf16"); })),
+                     "bf16 tensor-core clock");
+  EXPECT_INPUT_ERROR(read(power_cluster_with(
+                         [](Json& j) { j["device"]["power"]["tensor_clock_MHz"]["fp8"] = 2500; })),
+                     "must be <= max_clock_MHz");
+  EXPECT_INPUT_ERROR(read(power_cluster_with(
+                         [](Json& j) { j["device"]["power"]["gemm_clock_MHz"].erase("bf16"); })),
+                     "bf16 GEMM model clock");
   EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["power"]["gemm_clock_MHz"].erase("bf16"); })),
-      "bf16 GEMM model clock");
-  EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["power"]["gemm_clock_MHz"]["fp8"] = -1; })),
+      read(power_cluster_with([](Json& j) { j["device"]["power"]["gemm_clock_MHz"]["fp8"] = -1; })),
       "/device/power/gemm_clock_MHz/fp8");
-  EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = "700"; })),
-                     "/device/power/limit_W");
+  EXPECT_INPUT_ERROR(
+      read(power_cluster_with([](Json& j) { j["device"]["power"]["limit_W"] = "700"; })),
+      "/device/power/limit_W");
   // One clock model at a time: a fixed GEMM clock beside a power object is refused, and a GEMM
   // model with neither is too.
   EXPECT_INPUT_ERROR(
-      read(cluster_with([](Json& j) { j["device"]["gemm_model"]["clock_MHz"] = 1830; })),
+      read(power_cluster_with([](Json& j) { j["device"]["gemm_model"]["clock_MHz"] = 1830; })),
       "the power model decides the clock");
-  EXPECT_INPUT_ERROR(read(cluster_with([](Json& j) { j["device"].erase("power"); })),
+  EXPECT_INPUT_ERROR(read(power_cluster_with([](Json& j) { j["device"].erase("power"); })),
                      "is required when the device has no power object");
 }
 

@@ -89,11 +89,11 @@ void screen_comm(const Samples& in, const spec::ClusterSpec& cluster, Samples& o
   double top_link = 0;
   for (const spec::NetworkLevel& level : cluster.network.levels)
     top_link = std::max(top_link, level.bandwidth_GBps * kBytesPerGB);
-  using Shape = std::tuple<spec::CollectiveKind, int64_t, int64_t, bool>;
-  std::map<Shape, std::vector<double>> times;
+  using CommShape = std::tuple<spec::CollectiveKind, int64_t, int64_t, bool>;
+  std::map<CommShape, std::vector<double>> times;
   for (const CommSample& c : in.comm)
     times[{c.collective, c.ranks, c.bytes, c.in_training}].push_back(c.seconds);
-  std::map<Shape, double> median;
+  std::map<CommShape, double> median;
   for (auto& [shape, t] : times) {
     if (t.size() < 3) continue;
     std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
