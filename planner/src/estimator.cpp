@@ -16,6 +16,7 @@
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/rank_layout.hpp"
+#include "sextant/spec/stack_on_cluster.hpp"
 
 namespace sextant::planner {
 
@@ -256,6 +257,7 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
                      plan.ep,
                      static_cast<int>(stack.zero3),
                      stack.zero3_prefetch,
+                     stack.dp_overlap,
                      e,
                      g,
                      static_cast<int>(plan.offload.params)};
@@ -327,8 +329,9 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
   // after its fetch (the copy stream in order) and on the data-parallel stream in order; the
   // layer computes once its gather is done, slowed while the stream runs beside it (the
   // engine's overlap model, where it computes alone); in backward its scatter follows its
-  // compute on the same stream. What the compute waits and how much longer it runs are the
-  // passes' costs; the scatters still running after the last backward, the step's tail.
+  // compute on the same stream (and the next layer waits for it without dp_overlap). What the
+  // compute waits and how much longer it runs are the passes' costs; the scatters still running
+  // after the last backward, the step's tail.
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(0, stack.zero3_prefetch));
   const StageEntry& entry = stages.entries[largest];
   struct PassCost {
@@ -382,7 +385,13 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
       const double wall = work * (1 + f) <= busy ? work * (1 + f) : work + busy * f / (1 + f);
       cost.slowed += wall - work;
       compute = start + wall;
-      if (!forward) stream = std::max(stream, compute) + scatter[k];
+      if (!forward) {
+        stream = std::max(stream, compute) + scatter[k];
+        if (!stack.dp_overlap) {  // the backward waits for each scatter
+          cost.waited += stream - compute;
+          compute = stream;
+        }
+      }
       if (forward && reload[k] > 0) {
         if (last_out >= 0 && step + 1 < order.size()) hold = last_out;
         to_host = std::max(to_host, compute) + reload[k];
@@ -977,6 +986,12 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
 }
 
 Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
+  if (spec::collectives_block(*cluster_))
+    return estimate_as_run(plan, spec::stack_on(*cluster_, stack));
+  return estimate_as_run(plan, stack);
+}
+
+Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& stack) {
   Lowering& l = lowering(plan, stack);
   const int64_t m = plan.micro_batches();
 

@@ -713,6 +713,7 @@ class StageBuilder {
         if (experts > 0 && plan_.expert_replicas() > 1)
           reduced = step_comm(models::gradient_reduction(plan_, experts, true, grad_bytes_),
                               Phase::kBwd, u.micro_batch, before, at);
+        if (!stack_.dp_overlap) require(reduced);  // the backward waits for its reductions
         if (offload_optimizer())
           gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
       } else if (plan_.zero == 3 && offload_optimizer() && last_mb) {

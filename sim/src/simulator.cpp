@@ -212,7 +212,9 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
         fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world, cluster.name,
                     cluster.total_devices(), cluster.nodes, cluster.devices_per_node));
   }
-  const StepSetup setup = step_setup(model, cluster, plan);
+  const spec::Stack given =
+      spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+  const StepSetup setup = step_setup(model, cluster, plan, given);
   const spec::Dtype dtype = setup.dtype;
   const int64_t seq = model.is_transformer() ? setup.seq_len : 1;
   models::LoweredModel lowered = models::lower(model, setup.lowering);
@@ -299,7 +301,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.plan = plan.name();
   rep.gpus = world;
   rep.network = std::string(spec::enum_name(fidelity_names(), options.fidelity));
-  rep.stack = spec::stack_label(setup.stack);
+  rep.stack = spec::stack_label(given);
   rep.step_time_s = ps_to_seconds(ct.finish);
   const double step = rep.step_time_s;
   const double samples = static_cast<double>(plan.global_batch);

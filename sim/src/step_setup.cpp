@@ -1,6 +1,8 @@
 // Plan x cluster -> stack, dtypes and lowering options.
 #include "sextant/sim/step_setup.hpp"
 
+#include "sextant/spec/stack_on_cluster.hpp"
+
 namespace sextant::sim {
 
 StepPrecision step_precision(const spec::ClusterSpec& cluster, const spec::Plan& plan,
@@ -51,7 +53,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
 StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                      const spec::Plan& plan, const spec::Stack& stack) {
   StepSetup s;
-  s.stack = stack;
+  s.stack = spec::stack_on(cluster, stack);
   const StepPrecision precision = step_precision(cluster, plan, stack);
   s.gemm_dtype = precision.gemm_dtype;
   s.dtype = precision.dtype;

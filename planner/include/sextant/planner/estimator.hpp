@@ -43,6 +43,8 @@ class Estimator {
   Estimate estimate(const spec::Plan& plan, const spec::Stack& stack);
 
  private:
+  // estimate() of the stack as the cluster runs it (spec::stack_on).
+  Estimate estimate_as_run(const spec::Plan& plan, const spec::Stack& stack);
   struct LayerCost {
     double forward = 0;  // compute + tensor-parallel collectives, s
     double backward = 0;
@@ -113,12 +115,15 @@ class Estimator {
     int64_t dp = 0, tp = 0, pp = 0, cp = 0, ep = 0;  // (the groups' shapes)
     int impl = 0;
     int64_t prefetch = 0;
+    bool overlap_reductions = true;  // Stack::dp_overlap
     int64_t param_bytes = 0, grad_bytes = 0;
     int offload = 0;
     auto operator<=>(const Zero3Key&) const = default;
   };
   struct Zero3Times {
-    double waits = 0;  // per micro-batch: what the passes' layers wait for their gathers, s
+    // Per micro-batch: what the passes' layers wait for their gathers (and, without dp_overlap,
+    // for the scatter of the layer before), s.
+    double waits = 0;
     // Per micro-batch: how much longer the forwards and the backwards run beside them, s.
     double forward_slowed = 0, backward_slowed = 0;
     double tail = 0;  // after the last backward: the scatters still running, s

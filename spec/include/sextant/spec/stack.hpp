@@ -112,7 +112,9 @@ struct Stack {
   Fusion fusion = Fusion::kFused;
   CrossEntropy cross_entropy = CrossEntropy::kFused;
   TpOverlap tp_overlap = TpOverlap::kNone;
-  // Gradient buckets are reduced while backward still runs (DDP, Megatron --overlap-grad-reduce).
+  // Gradient buckets are reduced while backward still runs (DDP, Megatron --overlap-grad-reduce);
+  // under ZeRO-3 a layer's reduce-scatter runs beside the next layer's backward (false: the
+  // backward waits for it).
   bool dp_overlap = true;
   // ZeRO-1/2 (distributed optimizer): the updated parameters are all-gathered during the next
   // forward pass instead of after the optimizer step (Megatron --overlap-param-gather).
