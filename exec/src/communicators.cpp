@@ -2,8 +2,13 @@
 #include "sextant/exec/communicators.hpp"
 
 #include "mpi_communicator.hpp"
+#include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
+
+void Communicator::all_gather_v_in_place(float*, const std::vector<int64_t>&) {
+  SEXTANT_CHECK(false, "the {} communicator has no in-place gather of uneven blocks", name());
+}
 
 std::string_view comm_kind_name(CommKind kind) {
   switch (kind) {

@@ -197,6 +197,15 @@ std::pair<int64_t, int64_t> GradientSync::mine(const Span& s) const {
   return {b, std::min(s.end, b + s.shard)};
 }
 
+std::vector<int64_t> GradientSync::blocks(const Span& s) const {
+  std::vector<int64_t> counts;
+  for (int64_t r = 0; r < s.group->size; ++r) {
+    const int64_t b = std::min(s.end, s.begin + r * s.shard);
+    counts.push_back(std::min(s.end, b + s.shard) - b);
+  }
+  return counts;
+}
+
 std::vector<std::pair<int64_t, int64_t>> GradientSync::norm_ranges() const {
   if (zero_ >= 1) return owned_;
   std::vector<std::pair<int64_t, int64_t>> out;
@@ -267,6 +276,14 @@ void GradientSync::gather_span(const Span& s, Phase phase) {
     gather_span_low(s, phase, mine_begin, mine_end);
     return;
   }
+  if (s.group->comm->uneven_collectives()) {
+    // Every rank's block lands where it belongs, this rank's already there: nothing to copy.
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(gather_of(s, 4), s.group->size, phase, s.layer, std::nullopt));
+    s.group->comm->all_gather_v_in_place(values.data() + s.begin, blocks(s));
+    stage_.params().refresh_compute(s.begin, s.end);
+    return;
+  }
   Tensor block = slice_of(shard_, 0, s.shard);
   be.fill(block, 0.0f);
   if (mine_end > mine_begin) {
@@ -331,12 +348,17 @@ void GradientSync::reduce_scatter_span(const Span& s, Tensor& into, bool accumul
     }
     return;
   }
-  Tensor padded = slice_of(padded_, 0, s.shard * s.group->size);
-  be.fill(padded, 0.0f);
-  Tensor head = slice_of(padded_, 0, s.end - s.begin);
-  be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
   Tensor block = slice_of(shard_, 0, s.shard);
-  {
+  if (s.group->comm->uneven_collectives()) {
+    // The span's gradients as they lie, each rank's block of its own size: no padded copy.
+    auto sc = ctx_.recorder->scope(
+        ctx_.comm(reduction_of(s, 4), s.group->size, Phase::kBwd, s.layer, std::nullopt));
+    s.group->comm->reduce_scatter_v(grads.data() + s.begin, block.data(), blocks(s));
+  } else {
+    Tensor padded = slice_of(padded_, 0, s.shard * s.group->size);
+    be.fill(padded, 0.0f);
+    Tensor head = slice_of(padded_, 0, s.end - s.begin);
+    be.copy(slice_of(grads, s.begin, s.end - s.begin), head);
     auto sc = ctx_.recorder->scope(
         ctx_.comm(reduction_of(s, 4), s.group->size, Phase::kBwd, s.layer, std::nullopt));
     s.group->comm->reduce_scatter(padded_.data(), block.data(), s.shard);

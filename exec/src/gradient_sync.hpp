@@ -137,6 +137,7 @@ class GradientSync : public LayerHooks {
   // ZeRO-3's gather (and fetch, with the parameters on the host) of `layer` before a pass.
   void parameters_for(int32_t layer, spec::Phase phase, int64_t micro_batch);
   std::pair<int64_t, int64_t> mine(const Span& s) const;
+  std::vector<int64_t> blocks(const Span& s) const;  // each rank's block of `s`, unpadded
 
   Context& ctx_;
   StageModel& stage_;

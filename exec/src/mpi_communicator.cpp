@@ -201,6 +201,19 @@ void MpiCommunicator::all_gather_v(const float* in, float* out,
                            at.data(), MPI_FLOAT, comm_));
 }
 
+void MpiCommunicator::all_gather_v_in_place(float* data, const std::vector<int64_t>& counts) {
+  if (size_ == 1) return;
+  std::vector<int> sizes, at;
+  int64_t total = 0;
+  for (int j = 0; j < size_; ++j) {
+    sizes.push_back(count(counts[static_cast<size_t>(j)]));
+    at.push_back(count(total));
+    total += counts[static_cast<size_t>(j)];
+  }
+  MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, sizes.data(), at.data(),
+                           MPI_FLOAT, comm_));
+}
+
 void MpiCommunicator::reduce_scatter_v(const float* in, float* out,
                                        const std::vector<int64_t>& counts) {
   std::vector<int> sizes;

@@ -46,6 +46,8 @@ class MpiCommunicator : public Communicator {
                     const std::vector<int64_t>& recv) override;
   void all_gather_v(const float* in, float* out, const std::vector<int64_t>& counts) override;
   void reduce_scatter_v(const float* in, float* out, const std::vector<int64_t>& counts) override;
+  bool uneven_collectives() const override { return true; }
+  void all_gather_v_in_place(float* data, const std::vector<int64_t>& counts) override;
   void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) override;
   void broadcast(float* data, int64_t n, int root) override;
   std::unique_ptr<CommRequest> send(const float* data, int64_t n, int peer, int tag) override;

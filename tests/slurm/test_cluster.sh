@@ -73,12 +73,13 @@ CONF
   slurmctld -f "$dir/slurm.conf" || { cat "$dir/slurmctld.log" >&2; return 1; }
   slurmd -f "$dir/slurm.conf" || { cat "$dir/slurmd.log" >&2; return 1; }
   local tries
-  for tries in $(seq 1 60); do
+  # Up to 90 s: slurmd registers late on a machine busy with the other tests (ctest -j2).
+  for tries in $(seq 1 180); do
     if sinfo -h -o %T 2>/dev/null | grep -q -E '^idle'; then return 0; fi
     sleep 0.5
   done
-  echo "slurm test cluster: the node did not become idle in 30 s" >&2
-  sinfo >&2; tail -20 "$dir/slurmctld.log" "$dir/slurmd.log" >&2
+  echo "slurm test cluster: the node did not become idle in 90 s" >&2
+  sinfo >&2; tail -n 20 "$dir/slurmctld.log" "$dir/slurmd.log" >&2
   return 1
 }
 

@@ -54,6 +54,15 @@ class Communicator {
   virtual void all_gather_v(const float* in, float* out, const std::vector<int64_t>& counts) = 0;
   virtual void reduce_scatter_v(const float* in, float* out,
                                 const std::vector<int64_t>& counts) = 0;
+  // Whether all_gather_v, all_gather_v_in_place and reduce_scatter_v are the library's own
+  // collectives (MPI_Allgatherv, MPI_Reduce_scatter), so that ZeRO's spans, which rarely divide by
+  // the group, travel unpadded and uncopied. False where they are host-staged (device buffers
+  // over MPI) or would be emulated (NCCL has neither): ZeRO pads its spans into buffers of its
+  // own there.
+  virtual bool uneven_collectives() const { return false; }
+  // all_gather_v where `data` holds every block in rank order, this rank's already in place
+  // (MPI_IN_PLACE). Only where uneven_collectives().
+  virtual void all_gather_v_in_place(float* data, const std::vector<int64_t>& counts);
   // Host memory: in holds n values for each rank, out receives n from each.
   virtual void all_to_all_host(const int64_t* in, int64_t* out, int64_t n) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
