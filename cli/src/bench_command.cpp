@@ -63,13 +63,8 @@ int64_t parse_size(const std::string& s) {
   }
 }
 
-}  // namespace
-
-void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
-  CLI::App* bench =
-      app.add_subcommand("bench", "Measure collectives and compute (calibration input)");
-  bench->require_subcommand(1);
-
+// `bench comm`: collectives across sizes and group sizes.
+void add_bench_comm(CLI::App& bench, const std::vector<std::string>& args) {
   struct CommFlags {
     std::vector<std::string> sizes = {"4K", "64K", "1M", "8M"};
     int iterations = 20;
@@ -83,7 +78,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   };
   auto c = std::make_shared<CommFlags>();
   CLI::App* comm =
-      bench->add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
+      bench.add_subcommand("comm", "Collectives across sizes and group sizes (MPI ranks)");
   comm->add_option("--sizes", c->sizes, "Message sizes, e.g. 4K,1M,64M")->delimiter(',');
   comm->add_option("--iterations", c->iterations, "Timed iterations per size")->check(positive());
   comm->add_option("--warmup", c->warmup, "Untimed iterations first")->check(non_negative());
@@ -115,7 +110,10 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     int rc = exec::run_comm_bench(job);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
+}
 
+// `bench compute`: GEMMs and memory-bound ops.
+void add_bench_compute(CLI::App& bench) {
   struct ComputeFlags {
     bool json = false;
     std::string trace;
@@ -124,7 +122,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
   };
   auto p = std::make_shared<ComputeFlags>();
   CLI::App* compute =
-      bench->add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
+      bench.add_subcommand("compute", "GEMMs over shapes and memory-bound ops over sizes");
   compute->add_flag("--json", p->json, "Print JSON");
   compute->add_option("--trace", p->trace, "Write the timed ops as a trace (calibration input)");
   compute->add_option("--backend", p->executor.backend, "cpu or cuda (GPU 0)");
@@ -140,7 +138,10 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     job.options.iterations = p->iterations;
     exec::run_compute_bench(job);
   });
+}
 
+// `bench attention`: the CPU executor's flash attention.
+void add_bench_attention(CLI::App& bench) {
   struct AttentionFlags {
     bool json = false;
     std::vector<int64_t> seq_lens;
@@ -148,7 +149,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     int iterations = 5;
   };
   auto a = std::make_shared<AttentionFlags>();
-  CLI::App* attention = bench->add_subcommand(
+  CLI::App* attention = bench.add_subcommand(
       "attention", "The CPU executor's blockwise flash attention over sequence lengths");
   attention->add_flag("--json", a->json,
                       "Print JSON, with an attention_kernels entry for a cluster file");
@@ -165,7 +166,46 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     job.options.iterations = a->iterations;
     exec::run_attention_bench(job);
   });
+}
 
+// `bench cores --reference FILE`: the cores' speeds against the fastest seen so far (FILE, then
+// updated with any faster); exit 1 when a core is disturbed.
+void judge_against_reference(const std::vector<exec::CoreSpeed>& speeds,
+                             const std::string& reference_file, double tolerance, bool json) {
+  exec::CoreSpeed best{-1, 0, 0};
+  if (std::filesystem::exists(reference_file)) {
+    const spec::Json j = spec::read_json_file(reference_file);
+    auto time = [&](const char* key) {
+      if (!j.is_object() || !j.contains(key) || !j[key].is_number() || j[key].get<double>() <= 0)
+        throw InputError(reference_file, std::string("/") + key,
+                         j.is_object() && j.contains(key) ? j[key].dump() : "",
+                         "expected a positive time in seconds (a file bench cores wrote)");
+      return j[key].get<double>();
+    };
+    best.multiply_add_s = time("multiply_add_s");
+    best.pointer_chase_s = time("pointer_chase_s");
+    if (j.contains("together_s")) best.together_s = time("together_s");  // since 2026-11-29
+  }
+  const exec::CoreVerdict v = exec::judge_cores(speeds, best, tolerance);
+  spec::Json reference = {{"multiply_add_s", best.multiply_add_s},
+                          {"pointer_chase_s", best.pointer_chase_s}};
+  if (best.together_s > 0) reference["together_s"] = best.together_s;
+  spec::write_json_file(reference_file, reference);
+  if (!json) {
+    fmt::print("{}: {}\n", v.quiet ? "quiet" : "disturbed", v.description);
+  } else {
+    fmt::print("{}\n", spec::Json{{"schema", "sextant.bench_cores_verdict/1"},
+                                  {"quiet", v.quiet},
+                                  {"slowest_cpu", v.slowest_cpu},
+                                  {"slowdown", v.slowdown},
+                                  {"description", v.description}}
+                           .dump());
+  }
+  if (!v.quiet) throw CLI::RuntimeError(1);
+}
+
+// `bench cores`: is every core at its undisturbed speed?
+void add_bench_cores(CLI::App& bench) {
   struct CoresFlags {
     bool json = false;
     bool co_run = false;
@@ -174,9 +214,9 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     double tolerance = 0.08;
   };
   auto k = std::make_shared<CoresFlags>();
-  CLI::App* cores = bench->add_subcommand("cores",
-                                          "Each core's speed alone on two fixed kernels, and all "
-                                          "at once (is the machine undisturbed?)");
+  CLI::App* cores = bench.add_subcommand("cores",
+                                         "Each core's speed alone on two fixed kernels, and all "
+                                         "at once (is the machine undisturbed?)");
   cores->add_flag("--json", k->json, "Print JSON");
   cores->add_flag("--co-run", k->co_run,
                   "How much slower a core computes while every core computes (a cluster "
@@ -201,37 +241,7 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
     }
     const std::vector<exec::CoreSpeed> speeds = exec::probe_cores(k->repeats);
     if (!k->reference.empty()) {
-      exec::CoreSpeed best{-1, 0, 0};
-      if (std::filesystem::exists(k->reference)) {
-        const spec::Json j = spec::read_json_file(k->reference);
-        auto time = [&](const char* key) {
-          if (!j.is_object() || !j.contains(key) || !j[key].is_number() ||
-              j[key].get<double>() <= 0)
-            throw InputError(k->reference, std::string("/") + key,
-                             j.is_object() && j.contains(key) ? j[key].dump() : "",
-                             "expected a positive time in seconds (a file bench cores wrote)");
-          return j[key].get<double>();
-        };
-        best.multiply_add_s = time("multiply_add_s");
-        best.pointer_chase_s = time("pointer_chase_s");
-        if (j.contains("together_s")) best.together_s = time("together_s");  // since 2026-11-29
-      }
-      const exec::CoreVerdict v = exec::judge_cores(speeds, best, k->tolerance);
-      spec::Json reference = {{"multiply_add_s", best.multiply_add_s},
-                              {"pointer_chase_s", best.pointer_chase_s}};
-      if (best.together_s > 0) reference["together_s"] = best.together_s;
-      spec::write_json_file(k->reference, reference);
-      if (!k->json) {
-        fmt::print("{}: {}\n", v.quiet ? "quiet" : "disturbed", v.description);
-      } else {
-        fmt::print("{}\n", spec::Json{{"schema", "sextant.bench_cores_verdict/1"},
-                                      {"quiet", v.quiet},
-                                      {"slowest_cpu", v.slowest_cpu},
-                                      {"slowdown", v.slowdown},
-                                      {"description", v.description}}
-                               .dump());
-      }
-      if (!v.quiet) throw CLI::RuntimeError(1);
+      judge_against_reference(speeds, k->reference, k->tolerance, k->json);
       return;
     }
     if (k->json) {
@@ -250,6 +260,18 @@ void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
       fmt::print("{:>5} {:>16.3f} {:>17.3f} {:>20.3f}\n", s.cpu, s.multiply_add_s * 1e3,
                  s.pointer_chase_s * 1e3, s.together_s * 1e3);
   });
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, const std::vector<std::string>& args) {
+  CLI::App* bench =
+      app.add_subcommand("bench", "Measure collectives and compute (calibration input)");
+  bench->require_subcommand(1);
+  add_bench_comm(*bench, args);
+  add_bench_compute(*bench);
+  add_bench_attention(*bench);
+  add_bench_cores(*bench);
 }
 
 }  // namespace sextant::cli

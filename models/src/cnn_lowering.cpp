@@ -252,6 +252,168 @@ void add_cnn_backward(Layer& layer, bool input_gradient, const CnnState& cs) {
   }
 }
 
+// What every unit of a layer reads: the micro-batch, the element size, the split of the maps it
+// reads, and whether they are volumes.
+struct UnitContext {
+  int64_t B = 0, e = 0;
+  MapSplit split;
+  bool volumes = false;
+};
+
+// A transposed convolution (U-Net's up_conv).
+Feature lower_up_conv(Layer& layer, const spec::CnnLayer& l, Feature f, const UnitContext& u) {
+  // A transposed convolution (stride = kernel in U-Net: every input voxel spreads into
+  // its own k^3 output block): each input element meets Cout x Cin x k^3 weights, so
+  // M = B x input voxels, N = Cout x k^3, K = Cin; backward twice that.
+  const int64_t window = l.kernel * l.kernel * (u.volumes ? l.kernel : 1);
+  Feature up{l.out_channels, u.volumes ? spec::up_window_output(f.d, l.kernel, l.stride) : 1,
+             spec::up_window_output(f.h, l.kernel, l.stride),
+             spec::up_window_output(f.w, l.kernel, l.stride)};
+  // Under a spatial split each rank's output block reads the input rows that spread into
+  // it (spec::up_window_input_block), some held by other ranks: fetched first, their
+  // gradient sent back in backward.
+  if (u.split.grid.any()) {
+    const spec::Window up_window = window_of(f, up, l.kernel, l.stride, 0, u.volumes);
+    const spec::SpatialSplit grid = u.split.grid;
+    add_fetch(layer, layer.name + ".up_conv", u.B * f.c * u.e,
+              spec::most_fetched_elements(
+                  [&](int64_t q) { return spec::up_window_input_block(up_window, grid, q); },
+                  extent(f, u.volumes), grid));
+  }
+  Op conv = gemm(OpName(layer.name + ".up_conv", OpId::kUnitProduct), u.B * u.split.block(f),
+                 l.out_channels * window, f.c, u.e, TpSplit::kReplicated);
+  conv.op_class = OpClass::kConv;
+  conv.bytes = (u.B * f.c * u.split.block(f) + f.c * l.out_channels * window +
+                u.B * up.c * u.split.block(up)) *
+               u.e;
+  layer.forward.push_back(conv);
+  const int64_t params = f.c * l.out_channels * window + (l.bias ? l.out_channels : 0);
+  layer.params += params;
+  layer.params_total += params;
+  layer.matrices.push_back({f.c, l.out_channels * window});
+  layer.saved_bytes += u.B * f.c * u.split.block(f) * u.e;
+  return up;
+}
+
+// U-Net's concat of the map kept by an earlier layer (`k`) with this one.
+Feature lower_concat(Layer& layer, Feature f, Feature k, const UnitContext& u) {
+  // The kept map, cropped at its centre to this map's extents, and this one copied into
+  // one tensor of both channel sets (torch.cat after a centre crop); backward splits the
+  // gradient the other way, the kept map's part added to its own.
+  Feature joined{f.c + k.c, f.d, f.h, f.w};
+  // Under a spatial split each rank's block of the output reads the kept map's crop at
+  // its place (spec::crop_input_block), some held by other ranks.
+  if (u.split.grid.any()) {
+    const spec::SpatialSplit grid = u.split.grid;
+    const spec::MapExtent from = extent(k, u.volumes), to = extent(f, u.volumes);
+    add_fetch(
+        layer, layer.name, u.B * k.c * u.e,
+        spec::most_fetched_elements(
+            [&](int64_t q) { return spec::crop_input_block(from, to, grid, q); }, from, grid));
+  }
+  const int64_t moved = u.B * joined.c * u.split.block(joined) * u.e;
+  layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitConcat), OpClass::kElementwise,
+                                    2 * moved, TpSplit::kReplicated,
+                                    {u.B, joined.c, joined.d * joined.h, joined.w}));
+  return joined;
+}
+
+// A max or average pool.
+Feature lower_pool(Layer& layer, const spec::CnnLayer& l, Feature f, CnnState& cs,
+                   const UnitContext& u) {
+  Feature o2{f.c, u.volumes ? spec::window_output(f.d, l.kernel, l.stride, l.padding) : 1,
+             spec::window_output(f.h, l.kernel, l.stride, l.padding),
+             spec::window_output(f.w, l.kernel, l.stride, l.padding)};
+  const int64_t c = cs.held(f.c);
+  add_halo(layer, layer.name + ".pool", c,
+           window_of(f, o2, l.kernel, l.stride, l.padding, u.volumes), u.split, true, cs, u.B, u.e);
+  layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
+                                    u.B * c * (u.split.block(f) + u.split.block(o2)) * u.e,
+                                    TpSplit::kReplicated, {u.B, c, o2.d * o2.h, o2.w}));
+  layer.saved_bytes += u.B * c * u.split.block(f) * u.e;
+  return o2;
+}
+
+// The adaptive average pool ending a spatial split.
+Feature lower_adaptive_pool(Layer& layer, const spec::CnnLayer& l, Feature f, CnnState& cs,
+                            const UnitContext& u) {
+  Feature o2{f.c, u.volumes ? l.output : 1, l.output, l.output};
+  const int64_t c = cs.held(f.c);
+  layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
+                                    u.B * c * (u.split.block(f) + o2.d * o2.h * o2.w) * u.e,
+                                    TpSplit::kReplicated, {u.B, c, o2.d * o2.h, o2.w}));
+  // Each rank sums its block's share of every window; the all-reduce of those partial
+  // sums is the whole map's pooled output on every rank. Forward only: the pooled
+  // gradient is whole on every rank and each takes its block's share.
+  if (u.split.grid.any()) {
+    const Op sums = spatial_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
+                               CollectiveKind::kAllReduce, u.B * c * o2.d * o2.h * o2.w * u.e);
+    cs.backward[sums.name] = std::nullopt;
+    layer.forward.push_back(sums);
+  }
+  return o2;
+}
+
+// A classifier layer; `flat`: the width of the fc before it (0: none).
+Feature lower_fc(Layer& layer, const spec::CnnLayer& l, Feature f, int64_t& flat, CnnState& cs,
+                 const UnitContext& u) {
+  // Behind a channel split each rank holds a block of the flattened rows: a partial
+  // product, all-reduced (forward only: the output gradient is whole on every rank).
+  int64_t in = flat > 0 ? flat : cs.held(f.c) * f.d * f.h * f.w;
+  Op fc =
+      gemm(OpName(layer.name, OpId::kUnitFc), u.B, l.out_features, in, u.e, TpSplit::kReplicated);
+  layer.forward.push_back(fc);
+  if (!cs.whole) {
+    const Op sums = comm_op(OpName(layer.name, OpId::kUnitFcAllReduce), CollectiveKind::kAllReduce,
+                            u.B * l.out_features * u.e);
+    cs.backward[sums.name] = std::nullopt;
+    layer.forward.push_back(sums);
+    cs.whole = true;
+  }
+  layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
+  layer.matrices.push_back({in, l.out_features});
+  layer.params_total +=
+      (flat > 0 ? flat : f.c * f.d * f.h * f.w) * l.out_features + (l.bias ? l.out_features : 0);
+  layer.saved_bytes += u.B * in * u.e;
+  if (l.relu) {
+    layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitRelu), OpClass::kElementwise,
+                                      2 * u.B * l.out_features * u.e, TpSplit::kReplicated,
+                                      {u.B, l.out_features}));
+    layer.saved_bytes += u.B * l.out_features * u.e;
+  }
+  flat = l.out_features;
+  return {l.out_features, 1, 1, 1};
+}
+
+// The r-th block of a bottleneck stage.
+Feature lower_bottleneck(Layer& layer, const spec::CnnLayer& l, Feature f, int64_t r, CnnState& cs,
+                         const UnitContext& u) {
+  // torchvision ResNet v1.5: the stride sits on the 3x3 convolution; the first block
+  // projects the shortcut with a strided 1x1 convolution when the shape changes.
+  int64_t stride = r == 0 ? l.stride : 1;
+  Feature in = f;
+  const bool in_whole = cs.whole;
+  Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false, true, true,
+                       u.B, u.e, u.split, cs, true, false);
+  Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1, false, true,
+                        true, u.B, u.e, u.split, cs, false, false);
+  Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false, true,
+                       false, u.B, u.e, u.split, cs, false, false);
+  if (stride != 1 || in.c != l.out_channels) {
+    const bool out_whole = cs.whole;
+    cs.whole = in_whole;  // the shortcut reads the block's input
+    add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false, true,
+             false, u.B, u.e, u.split, cs, true, false);
+    cs.whole = out_whole;
+  }
+  int64_t out_bytes = u.B * cs.held(c.c) * u.split.block(c) * u.e;
+  layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitResidual), OpClass::kElementwise,
+                                    3 * out_bytes, TpSplit::kReplicated,
+                                    {u.B, cs.held(c.c), c.h, c.w}));
+  layer.saved_bytes += out_bytes;
+  return c;
+}
+
 }  // namespace
 
 LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
@@ -284,6 +446,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
     // hands every rank the whole (pooled) map.
     const MapSplit split{li <= split_end ? o.spatial : spec::SpatialSplit{}};
     const MapSplit out_split{li < split_end ? o.spatial : spec::SpatialSplit{}};
+    const UnitContext u{B, e, split, volumes};
     int64_t repeats =
         l.kind == spec::CnnLayerKind::kBottleneck || l.kind == spec::CnnLayerKind::kAmoebaCell
             ? l.blocks
@@ -298,127 +461,23 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
                        l.padding, l.bias, l.batch_norm, l.relu, B, e, split, cs, true, volumes);
           break;
-        case spec::CnnLayerKind::kUpConv: {
-          // A transposed convolution (stride = kernel in U-Net: every input voxel spreads into
-          // its own k^3 output block): each input element meets Cout x Cin x k^3 weights, so
-          // M = B x input voxels, N = Cout x k^3, K = Cin; backward twice that.
-          const int64_t window = l.kernel * l.kernel * (volumes ? l.kernel : 1);
-          Feature up{l.out_channels, volumes ? spec::up_window_output(f.d, l.kernel, l.stride) : 1,
-                     spec::up_window_output(f.h, l.kernel, l.stride),
-                     spec::up_window_output(f.w, l.kernel, l.stride)};
-          // Under a spatial split each rank's output block reads the input rows that spread into
-          // it (spec::up_window_input_block), some held by other ranks: fetched first, their
-          // gradient sent back in backward.
-          if (split.grid.any()) {
-            const spec::Window up_window = window_of(f, up, l.kernel, l.stride, 0, volumes);
-            const spec::SpatialSplit grid = split.grid;
-            add_fetch(
-                layer, layer.name + ".up_conv", B * f.c * e,
-                spec::most_fetched_elements(
-                    [&](int64_t q) { return spec::up_window_input_block(up_window, grid, q); },
-                    extent(f, volumes), grid));
-          }
-          Op conv = gemm(OpName(layer.name + ".up_conv", OpId::kUnitProduct), B * split.block(f),
-                         l.out_channels * window, f.c, e, TpSplit::kReplicated);
-          conv.op_class = OpClass::kConv;
-          conv.bytes = (B * f.c * split.block(f) + f.c * l.out_channels * window +
-                        B * up.c * split.block(up)) *
-                       e;
-          layer.forward.push_back(conv);
-          const int64_t params = f.c * l.out_channels * window + (l.bias ? l.out_channels : 0);
-          layer.params += params;
-          layer.params_total += params;
-          layer.matrices.push_back({f.c, l.out_channels * window});
-          layer.saved_bytes += B * f.c * split.block(f) * e;
-          f = up;
+        case spec::CnnLayerKind::kUpConv:
+          f = lower_up_conv(layer, l, f, u);
           break;
-        }
-        case spec::CnnLayerKind::kConcat: {
-          // The kept map, cropped at its centre to this map's extents, and this one copied into
-          // one tensor of both channel sets (torch.cat after a centre crop); backward splits the
-          // gradient the other way, the kept map's part added to its own.
-          const Feature k = kept.back();
+        case spec::CnnLayerKind::kConcat:
+          f = lower_concat(layer, f, kept.back(), u);
           kept.pop_back();
-          Feature joined{f.c + k.c, f.d, f.h, f.w};
-          // Under a spatial split each rank's block of the output reads the kept map's crop at
-          // its place (spec::crop_input_block), some held by other ranks.
-          if (split.grid.any()) {
-            const spec::SpatialSplit grid = split.grid;
-            const spec::MapExtent from = extent(k, volumes), to = extent(f, volumes);
-            add_fetch(layer, layer.name, B * k.c * e,
-                      spec::most_fetched_elements(
-                          [&](int64_t q) { return spec::crop_input_block(from, to, grid, q); },
-                          from, grid));
-          }
-          const int64_t moved = B * joined.c * split.block(joined) * e;
-          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitConcat),
-                                            OpClass::kElementwise, 2 * moved, TpSplit::kReplicated,
-                                            {B, joined.c, joined.d * joined.h, joined.w}));
-          f = joined;
           break;
-        }
         case spec::CnnLayerKind::kMaxPool:
-        case spec::CnnLayerKind::kAvgPool: {
-          Feature o2{f.c, volumes ? spec::window_output(f.d, l.kernel, l.stride, l.padding) : 1,
-                     spec::window_output(f.h, l.kernel, l.stride, l.padding),
-                     spec::window_output(f.w, l.kernel, l.stride, l.padding)};
-          const int64_t c = cs.held(f.c);
-          add_halo(layer, layer.name + ".pool", c,
-                   window_of(f, o2, l.kernel, l.stride, l.padding, volumes), split, true, cs, B, e);
-          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
-                                            B * c * (split.block(f) + split.block(o2)) * e,
-                                            TpSplit::kReplicated, {B, c, o2.d * o2.h, o2.w}));
-          layer.saved_bytes += B * c * split.block(f) * e;
-          f = o2;
+        case spec::CnnLayerKind::kAvgPool:
+          f = lower_pool(layer, l, f, cs, u);
           break;
-        }
-        case spec::CnnLayerKind::kAdaptiveAvgPool: {
-          Feature o2{f.c, volumes ? l.output : 1, l.output, l.output};
-          const int64_t c = cs.held(f.c);
-          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitPool), OpClass::kPool,
-                                            B * c * (split.block(f) + o2.d * o2.h * o2.w) * e,
-                                            TpSplit::kReplicated, {B, c, o2.d * o2.h, o2.w}));
-          // Each rank sums its block's share of every window; the all-reduce of those partial
-          // sums is the whole map's pooled output on every rank. Forward only: the pooled
-          // gradient is whole on every rank and each takes its block's share.
-          if (split.grid.any()) {
-            const Op sums = spatial_op(OpName(layer.name, OpId::kUnitPoolAllReduce),
-                                       CollectiveKind::kAllReduce, B * c * o2.d * o2.h * o2.w * e);
-            cs.backward[sums.name] = std::nullopt;
-            layer.forward.push_back(sums);
-          }
-          f = o2;
+        case spec::CnnLayerKind::kAdaptiveAvgPool:
+          f = lower_adaptive_pool(layer, l, f, cs, u);
           break;
-        }
-        case spec::CnnLayerKind::kFc: {
-          // Behind a channel split each rank holds a block of the flattened rows: a partial
-          // product, all-reduced (forward only: the output gradient is whole on every rank).
-          int64_t in = flat > 0 ? flat : cs.held(f.c) * f.d * f.h * f.w;
-          Op fc = gemm(OpName(layer.name, OpId::kUnitFc), B, l.out_features, in, e,
-                       TpSplit::kReplicated);
-          layer.forward.push_back(fc);
-          if (!cs.whole) {
-            const Op sums = comm_op(OpName(layer.name, OpId::kUnitFcAllReduce),
-                                    CollectiveKind::kAllReduce, B * l.out_features * e);
-            cs.backward[sums.name] = std::nullopt;
-            layer.forward.push_back(sums);
-            cs.whole = true;
-          }
-          layer.params += in * l.out_features + (l.bias ? l.out_features : 0);
-          layer.matrices.push_back({in, l.out_features});
-          layer.params_total += (flat > 0 ? flat : f.c * f.d * f.h * f.w) * l.out_features +
-                                (l.bias ? l.out_features : 0);
-          layer.saved_bytes += B * in * e;
-          if (l.relu) {
-            layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitRelu),
-                                              OpClass::kElementwise, 2 * B * l.out_features * e,
-                                              TpSplit::kReplicated, {B, l.out_features}));
-            layer.saved_bytes += B * l.out_features * e;
-          }
-          flat = l.out_features;
-          f = {l.out_features, 1, 1, 1};
+        case spec::CnnLayerKind::kFc:
+          f = lower_fc(layer, l, f, flat, cs, u);
           break;
-        }
         case spec::CnnLayerKind::kAmoebaCell: {
           const CellMap prev{f.c, f.h, f.w};
           const CellMap prev_prev =
@@ -431,33 +490,9 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           f = {cell_out.c, 1, cell_out.h, cell_out.w};
           break;
         }
-        case spec::CnnLayerKind::kBottleneck: {
-          // torchvision ResNet v1.5: the stride sits on the 3x3 convolution; the first block
-          // projects the shortcut with a strided 1x1 convolution when the shape changes.
-          int64_t stride = r == 0 ? l.stride : 1;
-          Feature in = f;
-          const bool in_whole = cs.whole;
-          Feature a = add_conv(layer, layer.name + ".conv1", in, l.mid_channels, 1, 1, 0, false,
-                               true, true, B, e, split, cs, true, false);
-          Feature b2 = add_conv(layer, layer.name + ".conv2", a, l.mid_channels, 3, stride, 1,
-                                false, true, true, B, e, split, cs, false, false);
-          Feature c = add_conv(layer, layer.name + ".conv3", b2, l.out_channels, 1, 1, 0, false,
-                               true, false, B, e, split, cs, false, false);
-          if (stride != 1 || in.c != l.out_channels) {
-            const bool out_whole = cs.whole;
-            cs.whole = in_whole;  // the shortcut reads the block's input
-            add_conv(layer, layer.name + ".downsample", in, l.out_channels, 1, stride, 0, false,
-                     true, false, B, e, split, cs, true, false);
-            cs.whole = out_whole;
-          }
-          int64_t out_bytes = B * cs.held(c.c) * split.block(c) * e;
-          layer.forward.push_back(memory_op(OpName(layer.name, OpId::kUnitResidual),
-                                            OpClass::kElementwise, 3 * out_bytes,
-                                            TpSplit::kReplicated, {B, cs.held(c.c), c.h, c.w}));
-          layer.saved_bytes += out_bytes;
-          f = c;
+        case spec::CnnLayerKind::kBottleneck:
+          f = lower_bottleneck(layer, l, f, r, cs, u);
           break;
-        }
       }
       if (li + 1 == m.layers.size()) {
         // The classifier's logits, or a segmentation head's: one set per pixel (voxel), of the
