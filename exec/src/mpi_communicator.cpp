@@ -184,15 +184,28 @@ void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& 
                           recv_counts.data(), recv_at.data(), MPI_FLOAT, comm_));
 }
 
+namespace {
+
+// MPI's counts and displacements of blocks of `counts` elements laid one after another.
+struct Blocks {
+  std::vector<int> sizes, at;
+};
+Blocks blocks_of(const std::vector<int64_t>& counts) {
+  Blocks b;
+  int64_t total = 0;
+  for (int64_t n : counts) {
+    b.sizes.push_back(count(n));
+    b.at.push_back(count(total));
+    total += n;
+  }
+  return b;
+}
+
+}  // namespace
+
 void MpiCommunicator::all_gather_v(const float* in, float* out,
                                    const std::vector<int64_t>& counts) {
-  std::vector<int> sizes, at;
-  int64_t total = 0;
-  for (int j = 0; j < size_; ++j) {
-    sizes.push_back(count(counts[static_cast<size_t>(j)]));
-    at.push_back(count(total));
-    total += counts[static_cast<size_t>(j)];
-  }
+  const auto [sizes, at] = blocks_of(counts);
   if (size_ == 1) {
     std::copy(in, in + counts[0], out);
     return;
@@ -203,13 +216,7 @@ void MpiCommunicator::all_gather_v(const float* in, float* out,
 
 void MpiCommunicator::all_gather_v_in_place(float* data, const std::vector<int64_t>& counts) {
   if (size_ == 1) return;
-  std::vector<int> sizes, at;
-  int64_t total = 0;
-  for (int j = 0; j < size_; ++j) {
-    sizes.push_back(count(counts[static_cast<size_t>(j)]));
-    at.push_back(count(total));
-    total += counts[static_cast<size_t>(j)];
-  }
+  const auto [sizes, at] = blocks_of(counts);
   MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, sizes.data(), at.data(),
                            MPI_FLOAT, comm_));
 }
