@@ -12,7 +12,7 @@
 namespace sextant::sim {
 
 struct StepSetup {
-  spec::Stack stack;  // as the cluster runs it (spec::stack_on)
+  spec::Stack stack;                            // as the cluster runs it (spec::stack_on)
   spec::Dtype dtype = spec::Dtype::kBf16;       // what tensors are stored in
   spec::Dtype gemm_dtype = spec::Dtype::kBf16;  // the tensor-core format of the GEMMs
   int64_t seq_len = 0;                          // transformers; 0 otherwise
