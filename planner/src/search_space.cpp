@@ -16,6 +16,7 @@
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/spec/spatial_split.hpp"
+#include "sextant/spec/stack_on_cluster.hpp"
 #include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 
@@ -219,11 +220,15 @@ struct StackVariants {
   }
 };
 
-StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning) {
+StackVariants stack_variants(const spec::Stack& stack, const StackTuning& tuning,
+                             const spec::ClusterSpec& cluster) {
   // A knob varies where the software has it as a flag (the preset's "tunable") and the request
-  // did not pin it.
+  // did not pin it; an overlap only where the cluster's collectives can overlap at all
+  // (spec::stack_on turns them all off elsewhere, so their variants would be copies).
+  const bool overlaps = !spec::collectives_block(cluster);
   auto varies = [&](std::string_view knob, bool unpinned) {
-    return unpinned && spec::is_tunable(stack, knob);
+    const bool overlap = knob != "dp_bucket_bytes";
+    return unpinned && spec::is_tunable(stack, knob) && (overlaps || !overlap);
   };
   std::vector<spec::TpOverlap> tp = {stack.tp_overlap};
   if (varies("tp_overlap", tuning.tp_overlap))
@@ -376,7 +381,7 @@ class Enumerator {
         stack_(r.stack ? *r.stack
                        : spec::builtin_stack(spec::default_stack_name(
                              r.cluster.device.kind == spec::DeviceKind::kGpu, m_.kind()))),
-        variants_(stack_variants(stack_, r.tuning)),
+        variants_(stack_variants(stack_, r.tuning, r.cluster)),
         // What the stack's software runs (stacks/*.json "supports"; null: not a shipped preset,
         // no limit): the search proposes nothing else (spec::plan_features lists the same).
         support_(spec::stack_support(stack_)),

@@ -1,4 +1,4 @@
-// A stack's overlaps as the cluster's collective library lets them run.
+// A stack's overlaps as the cluster's devices let them run.
 #include "sextant/spec/stack_on_cluster.hpp"
 
 namespace sextant::spec {

@@ -8,7 +8,9 @@
 
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
+#include "sextant/planner/planner.hpp"
 #include "sextant/sim/simulator.hpp"
+#include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/stack_on_cluster.hpp"
 #include "test_clusters.hpp"
 #include "test_models.hpp"
@@ -131,6 +133,31 @@ TEST(CpuCollectives, TheEstimatePricesTheSerialStep) {
     const double simulated = sim::simulate(model, cluster, plan, {}).report.step_time_s;
     EXPECT_NEAR(estimator.estimate(plan).step_time_s, simulated, 0.01 * simulated);
   }
+}
+
+TEST(CpuCollectives, TheSearchTriesNoOverlapVariants) {
+  // The sextant stack's software lets dp_overlap and the bucket vary: on a GPU cluster the search
+  // tries dp_overlap off too; on CPU ranks, where stack_on turns it off anyway, it would only
+  // repeat a plan.
+  planner::SearchRequest r;
+  r.model = models::zoo_model("gpt2-124m");  // gradients in many buckets
+  r.gpus = 2;
+  r.global_batch = 16;
+  r.stack = spec::builtin_stack("sextant");
+  planner::SearchOptions o;
+  o.top_k = 1000;
+  o.leaders = 0;              // every plan that fits
+  o.variants_per_layout = 0;  // with all its stack variants
+  auto overlap_off = [](const planner::SearchResult& result) {
+    int64_t n = 0;
+    for (const planner::RankedPlan& p : result.ranked) n += p.plan.stack->dp_overlap ? 0 : 1;
+    return n;
+  };
+  r.cluster = spec::builtin_cluster("local-cpu");
+  const planner::SearchResult cpu = planner::search(r, o);
+  EXPECT_EQ(overlap_off(cpu), 0);
+  r.cluster = spec::builtin_cluster("dgx-a100");
+  EXPECT_GT(overlap_off(planner::search(r, o)), 0);
 }
 
 }  // namespace
