@@ -178,6 +178,9 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
   report.cluster = s.cluster.name;
   const std::string bench_file = s.out + "/bench.json";
   Measurements m;
+  traces::OpSpeedRecord op_speeds;  // over the loop's rounds and extra rounds
+  RoundOptions rounds = s.rounds;
+  rounds.op_speeds = &op_speeds;
   if (s.refit) {
     say(fmt::format("== refitting the runs in {}", s.out));
     m = read_rounds(s.plans, s.out, s.rounds.repeats);
@@ -185,7 +188,7 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
     std::filesystem::remove(bench_file);
     say("== measuring what the fit needs beside the runs (sextant bench)");
     machine.benchmark(bench_file);
-    m = measure_rounds(s.plans, machine, s.out, s.rounds);
+    m = measure_rounds(s.plans, machine, s.out, rounds);
   }
   report.waited_s = m.waited_s;
 
@@ -264,7 +267,7 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
   if (!s.refit && s.rounds.extra_rounds > 0) {
     const std::vector<size_t> open = open_ranks(report.rows, report.figures);
     if (open.size() >= 2) {
-      measure_more(s.plans, open, machine, s.out, s.rounds, s.rounds.extra_rounds, m);
+      measure_more(s.plans, open, machine, s.out, rounds, s.rounds.extra_rounds, m);
       report.waited_s = m.waited_s;
     }
   }

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sextant/spec/step_times.hpp"
+#include "sextant/traces/rank_speeds.hpp"
+
 namespace sextant::loop {
 
 namespace {
@@ -24,7 +27,8 @@ class RoundRunner {
       const bool quiet_before = wait_for_quiet();
       r = m_.run(plan, o_.steps, base);
       std::string after = m_.disturbance();
-      const std::string unsteady = unsteady_steps(r);
+      std::string unsteady = unsteady_steps(r);
+      if (unsteady.empty()) unsteady = slow_cores(r, o_.op_speeds ? *o_.op_speeds : own_speeds_);
       if (quiet_before && after.empty() && unsteady.empty()) {
         std::filesystem::remove(base + ".disturbed");
         r.disturbed.clear();
@@ -57,6 +61,7 @@ class RoundRunner {
   const RoundOptions& o_;
   double waited_s_ = 0;
   std::string last_disturbance_;
+  traces::OpSpeedRecord own_speeds_;
 };
 
 }  // namespace
@@ -69,6 +74,29 @@ std::string unsteady_steps(const RunResult& run) {
   if (*fastest <= 0 || *slowest / *fastest - 1 <= kMaxStepSpread) return "";
   return fmt::format("its steps ranged {:.1f}-{:.1f} ms (+{:.0f}%): disturbed during the run",
                      *fastest * 1e3, *slowest * 1e3, 100 * (*slowest / *fastest - 1));
+}
+
+std::string slow_cores(const RunResult& run, traces::OpSpeedRecord& record) {
+  if (!run.ok() || run.trace_file.empty()) return "";
+  const int64_t warm_up = static_cast<int64_t>(run.step_times_s.size() -
+                                               spec::steps_after_warmup(run.step_times_s).size());
+  const spec::Trace trace = spec::read_trace_file(run.trace_file);
+  const traces::RankSpeeds speeds = traces::rank_speeds(trace, warm_up);
+  const traces::OpSpeedRecord::Verdict before = record.judge_then_record(trace, warm_up);
+  if (speeds.spread() > kMaxRankSpread) {
+    const int64_t slow = speeds.slowest_rank(), fast = speeds.fastest_rank();
+    return fmt::format(
+        "rank {} computed the ops every rank ran {:.0f}% slower than rank {} ({:.1f} against "
+        "{:.1f} ms): a slow core during the run",
+        slow, 100 * speeds.spread(), fast, 1e3 * speeds.compute_s[static_cast<size_t>(slow)],
+        1e3 * speeds.compute_s[static_cast<size_t>(fast)]);
+  }
+  if (before.covered >= kMinKnownShare && before.slowdown > kMaxCoreSlowdown)
+    return fmt::format(
+        "every rank computed {:.0f}% slower than earlier runs of the same ops: slow cores during "
+        "the run",
+        100 * before.slowdown);
+  return "";
 }
 
 std::string run_base(const std::string& out, const std::string& name, int64_t round) {

@@ -240,8 +240,9 @@ double grid_device_hours(const std::vector<TrialPlan>& candidates,
 }
 
 TuneTrial run_trial(const std::vector<TrialPlan>& candidates, size_t c, Machine& machine,
-                    const TuneOptions& o, bool first) {
+                    const TuneOptions& o, bool first, traces::OpSpeedRecord& op_speeds) {
   RoundOptions rounds;
+  rounds.op_speeds = &op_speeds;
   rounds.repeats = 1;
   rounds.steps = o.steps;
   rounds.warm_up = first;  // the machine's first run (caches, page faults) is not a trial
@@ -296,6 +297,7 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
   r.predicted_before_s = predict(base, candidates, models);
   const int64_t max_trials =
       o.max_trials > 0 ? o.max_trials : static_cast<int64_t>(candidates.size());
+  traces::OpSpeedRecord op_speeds;  // how fast each op ran in the trials so far
   for (;;) {
     r.cluster = refit(base, candidates, r.trials, o, r.fit_refused);
     r.predicted_after_s = predict(r.cluster, candidates, models);
@@ -343,7 +345,7 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
                        r.trials.size() + 1, candidates[*next].name, 1e3 * r.expected_s[*next],
                        r.chosen ? fmt::format("{:.2f} ms", 1e3 * bar) : "none"));
     const bool calibrated = r.fit_refused.empty() && !r.trials.empty();
-    TuneTrial t = run_trial(candidates, *next, machine, o, r.trials.empty());
+    TuneTrial t = run_trial(candidates, *next, machine, o, r.trials.empty(), op_speeds);
     t.expected_s = r.expected_s[*next];
     t.layout_guess = r.layout_guess[*next];
     t.calibrated = calibrated;

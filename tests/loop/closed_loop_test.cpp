@@ -19,6 +19,7 @@
 #include "sextant/spec/stack.hpp"
 #include "simulated_machine.hpp"
 #include "test_models.hpp"
+#include "test_paths.hpp"
 
 namespace sextant::loop {
 namespace {
@@ -71,9 +72,19 @@ class ScriptedMachine : public Machine {
  public:
   std::deque<std::string> checks;
   std::vector<std::string> log;  // "run NAME" / "pause"
+  // Recorded 4-step traces the next runs write, in order (none left: a one-step run, no trace).
+  std::deque<std::string> traces;
   RunResult run(const TrialPlan& trial, int64_t, const std::string& base) override {
     log.push_back("run " + trial.name);
-    std::ofstream(base + ".steps.jsonl") << "{\"step_time_s\": 1.0}\n";
+    std::ofstream steps(base + ".steps.jsonl");
+    if (traces.empty()) {
+      steps << "{\"step_time_s\": 1.0}\n";
+    } else {
+      spec::write_trace_file(base + ".measured.json", spec::read_trace_file(traces.front()));
+      traces.pop_front();
+      for (int i = 0; i < 4; ++i) steps << "{\"step_time_s\": 1.0}\n";
+    }
+    steps.close();
     return read_run(base);
   }
   std::string disturbance() override {
@@ -124,6 +135,73 @@ TEST(Rounds, ARunWhoseStepsRangeWidelyWasDisturbedDuringIt) {
   r.status = "failed (exit 1): x";
   r.step_times_s = {0.1, 0.1, 0.1, 1.0};
   EXPECT_EQ(unsteady_steps(r), "");
+}
+
+// The recorded runs of traces/samples (tests/traces/rank_speeds_test.cpp): one rank 24% slower
+// than the other in the ops both ran, then within 6% (kMaxRankSpread 10%).
+const std::string kSlowCoreRun =
+    test::source_path("traces/samples/run-gpt-tiny-dp2-slow-core.json.gz");
+const std::string kEvenCoresRun =
+    test::source_path("traces/samples/run-gpt-tiny-dp2-even-cores.json.gz");
+
+TEST(Rounds, ARunWhoseRanksComputedAtUnequalSpeedsRanOnASlowCore) {
+  traces::OpSpeedRecord record;
+  RunResult r;
+  r.status = "ok";
+  r.step_times_s = {0.28, 0.085, 0.085, 0.086};
+  r.trace_file = kSlowCoreRun;
+  EXPECT_EQ(slow_cores(r, record),
+            "rank 0 computed the ops every rank ran 24% slower than rank 1 (164.2 against 132.5 "
+            "ms): a slow core during the run");
+  r.trace_file = kEvenCoresRun;
+  EXPECT_EQ(slow_cores(r, record), "");
+  r.trace_file.clear();  // no trace: nothing to tell
+  EXPECT_EQ(slow_cores(r, record), "");
+}
+
+// The same run shown twice, the second time with every op 15% slower (both cores slow): the
+// second is judged against the first. A run of other ops, or of another rank count, is not.
+TEST(Rounds, ARunWhoseCoresAllComputedSlowerThanBeforeRanOnSlowCores) {
+  const std::string out = fresh_dir("slow-cores");
+  spec::Trace quiet = spec::read_trace_file(kEvenCoresRun);
+  spec::Trace slow = quiet;
+  for (spec::TraceEvent& e : slow.events) e.duration_ps = e.duration_ps * 115 / 100;
+  spec::write_trace_file(out + "/quiet.json", quiet);
+  spec::write_trace_file(out + "/slow.json", slow);
+  RunResult r;
+  r.status = "ok";
+  r.step_times_s = {0.26, 0.072, 0.071, 0.071};
+  traces::OpSpeedRecord record;
+  r.trace_file = out + "/slow.json";
+  EXPECT_EQ(slow_cores(r, record), "");  // nothing to compare with yet
+  r.trace_file = out + "/quiet.json";
+  EXPECT_EQ(slow_cores(r, record), "");  // faster than the record
+  r.trace_file = out + "/slow.json";
+  EXPECT_EQ(slow_cores(r, record),
+            "every rank computed 15% slower than earlier runs of the same ops: slow cores during "
+            "the run");
+  // Rank 0's ops alone: a one-rank run of the same ops has no record (a core alone computes
+  // faster than beside another).
+  spec::Trace one_rank = slow;
+  std::erase_if(one_rank.events, [](const spec::TraceEvent& e) { return e.rank != 0; });
+  spec::write_trace_file(out + "/one.json", one_rank);
+  r.trace_file = out + "/one.json";
+  EXPECT_EQ(slow_cores(r, record), "");
+}
+
+TEST(Rounds, ARunOnASlowCoreIsRunAgain) {
+  const std::string out = fresh_dir("slow-core");
+  ScriptedMachine m;
+  m.traces = {kSlowCoreRun, kEvenCoresRun};
+  RoundOptions o;
+  o.repeats = 1;
+  o.warm_up = false;
+  const Measurements ms = measure_rounds({two_plans()[0]}, m, out, o);
+  const std::vector<std::string> expected = {"run a", "run a"};
+  EXPECT_EQ(m.log, expected);
+  ASSERT_EQ(ms.runs[0].size(), 1u);
+  EXPECT_TRUE(ms.runs[0][0].disturbed.empty());
+  EXPECT_FALSE(std::filesystem::exists(out + "/a.r1.disturbed"));
 }
 
 TEST(Rounds, ExtraRoundsOfSomePlansNumberOnAndReadBack) {

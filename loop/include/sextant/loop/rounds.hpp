@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sextant/loop/trial.hpp"
+#include "sextant/traces/rank_speeds.hpp"
 
 namespace sextant::loop {
 
@@ -25,6 +26,8 @@ struct RoundOptions {
   // or predicted within the noise of the best), none for the rest.
   int64_t extra_rounds = 2;
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
+  // The fastest each op ran in so far, kept across calls (none: the call's own runs only).
+  traces::OpSpeedRecord* op_speeds = nullptr;
 };
 
 struct Measurements {
@@ -39,6 +42,20 @@ struct Measurements {
 // moved the fit by 30%. Quiet runs there range over 2-23%.
 constexpr double kMaxStepSpread = 0.3;
 std::string unsteady_steps(const RunResult& run);
+
+// Why a run's trace says its cores computed slowly ("" when it does not, or holds no trace),
+// after the warm-up (traces/rank_speeds.hpp): one rank's time in the ops every rank ran exceeds
+// another's by more than kMaxRankSpread, or the fastest rank ran the ops `record` holds (at least
+// kMinKnownShare of its compute time) more than kMaxCoreSlowdown slower than the runs before;
+// then the run's ops go into `record`. Its steps are steady, so unsteady_steps misses it, and a
+// core check before or after the run may find the cores quiet. On the 2-core VM, 33 runs of
+// gpt-tiny's dp, tp and pp plans with steady steps had their ranks within 0.2-9.5% of each other
+// when they measured their quiet times; one rank 12-28% slower made the step 10-25% slower, and
+// both ranks 10-17% slower than their quiet runs made it 10-17% slower.
+constexpr double kMaxRankSpread = 0.1;
+constexpr double kMaxCoreSlowdown = 0.1;
+constexpr double kMinKnownShare = 0.5;
+std::string slow_cores(const RunResult& run, traces::OpSpeedRecord& record);
 
 // Where run `round` (from 1) of plan `name` keeps its files: out/name.rROUND (.steps.jsonl,
 // .measured.json, .disturbed).

@@ -1,0 +1,114 @@
+// How fast the cores of a run computed: its ranks against each other and against earlier runs.
+#include "sextant/traces/rank_speeds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace sextant::traces {
+
+namespace {
+
+struct RankSum {
+  double seconds = 0;
+  int64_t count = 0;
+  double mean_s() const { return seconds / static_cast<double>(count); }
+};
+
+// Per compute op (name, pass, class, shape, dtype), per rank: its time and count.
+struct OpTimes {
+  int64_t ranks = 0;
+  std::map<std::string, std::map<int64_t, RankSum>> by_op;
+};
+
+std::string op_key(const spec::TraceEvent& e) {
+  return fmt::format("{}|{}|{}|{}|{}", e.name, static_cast<int>(e.phase),
+                     static_cast<int>(e.op_class), fmt::join(e.shape, "x"),
+                     e.dtype ? static_cast<int>(*e.dtype) : -1);
+}
+
+OpTimes op_times(const spec::Trace& trace, int64_t first_step) {
+  OpTimes t;
+  for (const spec::TraceEvent& e : trace.events) {
+    t.ranks = std::max(t.ranks, e.rank + 1);
+    if (e.step < first_step || spec::is_communication(e.op_class) ||
+        e.op_class == spec::OpClass::kHost || e.op_class == spec::OpClass::kMemcpy)
+      continue;
+    RankSum& s = t.by_op[op_key(e)][e.rank];
+    s.seconds += ps_to_seconds(e.duration_ps);
+    ++s.count;
+  }
+  return t;
+}
+
+// An op of a run of this many ranks: a core computes slower while the others compute too (the
+// co-run slowdown, DeviceSpec::co_run), so runs of other rank counts are no reference.
+std::string record_key(const OpTimes& times, const std::string& op) {
+  return fmt::format("{} ranks|{}", times.ranks, op);
+}
+
+RankSpeeds rank_speeds(const OpTimes& times) {
+  RankSpeeds r;
+  r.compute_s.assign(static_cast<size_t>(times.ranks), 0.0);
+  for (const auto& [key, by_rank] : times.by_op) {
+    if (static_cast<int64_t>(by_rank.size()) != times.ranks) continue;
+    // Each rank's mean time of the op, times the count every rank ran: a stage that runs an op
+    // more often (pipeline stages of unequal depth) is not slower for it.
+    int64_t common = by_rank.begin()->second.count;
+    for (const auto& [rank, s] : by_rank) common = std::min(common, s.count);
+    for (const auto& [rank, s] : by_rank)
+      r.compute_s[static_cast<size_t>(rank)] += s.mean_s() * static_cast<double>(common);
+    ++r.shared_ops;
+  }
+  return r;
+}
+
+}  // namespace
+
+double RankSpeeds::spread() const {
+  if (compute_s.size() < 2 || shared_ops == 0) return 0;
+  const auto [fastest, slowest] = std::minmax_element(compute_s.begin(), compute_s.end());
+  return *fastest > 0 ? *slowest / *fastest - 1 : 0;
+}
+
+int64_t RankSpeeds::slowest_rank() const {
+  return std::max_element(compute_s.begin(), compute_s.end()) - compute_s.begin();
+}
+
+int64_t RankSpeeds::fastest_rank() const {
+  return std::min_element(compute_s.begin(), compute_s.end()) - compute_s.begin();
+}
+
+RankSpeeds rank_speeds(const spec::Trace& trace, int64_t first_step) {
+  return rank_speeds(op_times(trace, first_step));
+}
+
+OpSpeedRecord::Verdict OpSpeedRecord::judge_then_record(const spec::Trace& trace,
+                                                        int64_t first_step) {
+  const OpTimes times = op_times(trace, first_step);
+  Verdict v;
+  if (times.ranks == 0) return v;
+  const int64_t fastest = rank_speeds(times).fastest_rank();
+  double known_s = 0, record_s = 0, all_s = 0;
+  for (const auto& [key, by_rank] : times.by_op) {
+    const auto rank = by_rank.find(fastest);
+    if (rank == by_rank.end()) continue;
+    all_s += rank->second.seconds;
+    if (const auto best = fastest_s_.find(record_key(times, key)); best != fastest_s_.end()) {
+      known_s += rank->second.seconds;
+      record_s += best->second * static_cast<double>(rank->second.count);
+    }
+  }
+  if (record_s > 0 && all_s > 0) {
+    v.slowdown = known_s / record_s - 1;
+    v.covered = known_s / all_s;
+  }
+  for (const auto& [key, by_rank] : times.by_op)
+    for (const auto& [rank, s] : by_rank) {
+      const auto [it, inserted] = fastest_s_.emplace(record_key(times, key), s.mean_s());
+      if (!inserted) it->second = std::min(it->second, s.mean_s());
+    }
+  return v;
+}
+
+}  // namespace sextant::traces
