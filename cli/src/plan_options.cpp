@@ -71,6 +71,9 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
                  "How context-parallel ranks attend to the whole sequence: ring (default; ring "
                  "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
                  "(DeepSpeed-Ulysses)");
+  cmd.add_option("--collective-algorithm", f.collective_algorithms,
+                 "KIND=ALGORITHM (repeatable): run and price that collective by that algorithm, "
+                 "e.g. all_reduce=ring (docs/FORMATS.md: collective_algorithms)");
   add_stack_flags(cmd, f.stack);
 }
 
@@ -182,6 +185,19 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     if (f.cp > 1) j["cp"] = f.cp;
     if (!f.cp_algorithm.empty()) j["cp_algorithm"] = f.cp_algorithm;
     if (f.ep > 1) j["ep"] = f.ep;
+    plan = spec::plan_from_json(j, "command line");
+  }
+  if (!f.collective_algorithms.empty()) {
+    // Decoded and checked as a plan file's "collective_algorithms" object.
+    spec::Json j = spec::to_json(plan);
+    if (!j.contains("collective_algorithms")) j["collective_algorithms"] = spec::Json::object();
+    for (const std::string& text : f.collective_algorithms) {
+      const size_t eq = text.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        throw InputError("command line", "--collective-algorithm", text,
+                         "KIND=ALGORITHM, e.g. all_reduce=ring");
+      j["collective_algorithms"][text.substr(0, eq)] = text.substr(eq + 1);
+    }
     plan = spec::plan_from_json(j, "command line");
   }
   if (!f.spatial.empty()) {

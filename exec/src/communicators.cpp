@@ -32,8 +32,12 @@ std::pair<int, int> node_local_rank(MPI_Comm world) {
   return {rank, size};
 }
 
-std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name) {
-  if (kind == CommKind::kMpi) return std::make_unique<MpiCommunicator>(comm, std::move(name));
+std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name,
+                                                const spec::CollectiveAlgorithms& algorithms) {
+  if (kind == CommKind::kMpi)
+    return std::make_unique<MpiCommunicator>(comm, std::move(name), algorithms);
+  SEXTANT_CHECK(algorithms.empty(), "the {} communicator runs its library's own algorithms",
+                comm_kind_name(kind));
   return make_device_communicator(kind, comm, std::move(name));
 }
 

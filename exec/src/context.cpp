@@ -46,6 +46,21 @@ Recorder::Event Context::offload(models::OpId id, spec::OpClass cls, int64_t byt
   return e;
 }
 
+namespace {
+
+// The algorithm a collective ran by: the plan's choice for its kind (the communicator runs it,
+// exec/src/p2p_collectives.hpp), else the library's ("mpi").
+std::string algorithm_of(const spec::Plan* plan, spec::OpClass cls) {
+  const std::optional<spec::CollectiveKind> kind = spec::collective_of(cls);
+  if (plan != nullptr && kind)
+    if (const auto it = plan->collective_algorithms.find(*kind);
+        it != plan->collective_algorithms.end())
+      return std::string(spec::enum_name(spec::collective_algorithm_names(), it->second));
+  return "mpi";
+}
+
+}  // namespace
+
 Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spec::Stream stream,
                               int64_t bytes, int64_t group_size, spec::Phase phase,
                               std::optional<int64_t> layer,
@@ -59,7 +74,7 @@ Recorder::Event Context::comm(const models::OpName& name, spec::OpClass cls, spe
   e.phase = phase;
   e.layer = layer;
   e.micro_batch = micro_batch;
-  e.algorithm = "mpi";
+  e.algorithm = algorithm_of(plan, cls);
   return e;
 }
 

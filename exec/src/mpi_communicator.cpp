@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "sextant/exec/tensor.hpp"
 #include "sextant/spec/error.hpp"
@@ -102,11 +103,45 @@ void recv_of(MPI_Comm comm, void* data, int64_t n, MPI_Datatype type, int peer, 
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
-    : comm_(comm), name_(std::move(name)) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name,
+                                 spec::CollectiveAlgorithms algorithms)
+    : comm_(comm), algorithms_(std::move(algorithms)), name_(std::move(name)) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
   MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &bf16_sum_));
+  if (!algorithms_.empty()) MPI_CHECK(MPI_Comm_dup(comm_, &p2p_comm_));
+}
+
+std::optional<spec::CollectiveAlgorithm> MpiCommunicator::chosen(spec::CollectiveKind kind) const {
+  const auto it = algorithms_.find(kind);
+  if (it == algorithms_.end()) return std::nullopt;
+  return it->second;
+}
+
+void MpiCommunicator::p2p_reduce_scatter(spec::CollectiveAlgorithm a, const void* in, void* out,
+                                         const std::vector<int64_t>& counts,
+                                         const p2p::Elements& e) {
+  int64_t total = 0, mine = 0;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) mine = total;
+    total += counts[static_cast<size_t>(j)];
+  }
+  // The algorithms reduce in place: the whole input, then this rank's block out.
+  scratch_.resize(static_cast<size_t>(total) * e.bytes);
+  std::memcpy(scratch_.data(), in, scratch_.size());
+  p2p::reduce_scatter(p2p_group(), a, scratch_.data(), counts, e);
+  std::memcpy(out, scratch_.data() + mine * static_cast<int64_t>(e.bytes),
+              static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * e.bytes);
+}
+
+void MpiCommunicator::p2p_all_gather(spec::CollectiveAlgorithm a, const void* in, void* out,
+                                     const std::vector<int64_t>& counts, const p2p::Elements& e) {
+  int64_t mine = 0;
+  for (int j = 0; j < rank_; ++j) mine += counts[static_cast<size_t>(j)];
+  auto* blocks = static_cast<std::byte*>(out);
+  std::memmove(blocks + mine * static_cast<int64_t>(e.bytes), in,
+               static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * e.bytes);
+  p2p::all_gather(p2p_group(), a, blocks, counts, e);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -114,6 +149,7 @@ MpiCommunicator::~MpiCommunicator() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
+  if (p2p_comm_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_comm_);
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
@@ -125,14 +161,23 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(MPI_Comm parent, int col
 }
 
 void MpiCommunicator::all_reduce(float* data, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllReduce))
+    return p2p::all_reduce(p2p_group(), *a, reinterpret_cast<std::byte*>(data), n,
+                           p2p::float_sum());
   all_reduce_of(comm_, size_, data, n, MPI_FLOAT, MPI_SUM);
 }
 
 void MpiCommunicator::all_reduce_max(float* data, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllReduce))
+    return p2p::all_reduce(p2p_group(), *a, reinterpret_cast<std::byte*>(data), n,
+                           p2p::float_max());
   all_reduce_of(comm_, size_, data, n, MPI_FLOAT, MPI_MAX);
 }
 
 void MpiCommunicator::all_reduce(double* data, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllReduce))
+    return p2p::all_reduce(p2p_group(), *a, reinterpret_cast<std::byte*>(data), n,
+                           p2p::double_sum());
   all_reduce_of(comm_, size_, data, n, MPI_DOUBLE, MPI_SUM);
 }
 
@@ -147,20 +192,35 @@ std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_async(float* data, int6
 
 std::unique_ptr<CommRequest> MpiCommunicator::all_reduce_host_async(double* data, int64_t n) {
   MPI_Request request = MPI_REQUEST_NULL;
+  if (chosen(spec::CollectiveKind::kAllReduce)) {
+    all_reduce(data, n);  // the named algorithm, at once
+    return std::make_unique<MpiRequest>(request);
+  }
   if (size_ > 1)
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, comm_, &request));
   return std::make_unique<MpiRequest>(request);
 }
 
 void MpiCommunicator::reduce_scatter(const float* in, float* out, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kReduceScatter))
+    return p2p_reduce_scatter(*a, in, out, std::vector<int64_t>(static_cast<size_t>(size_), n),
+                              p2p::float_sum());
   reduce_scatter_of(comm_, size_, in, out, n, MPI_FLOAT, MPI_SUM);
 }
 
 void MpiCommunicator::all_gather(const float* in, float* out, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllGather))
+    return p2p_all_gather(*a, in, out, std::vector<int64_t>(static_cast<size_t>(size_), n),
+                          p2p::plain(sizeof(float)));
   all_gather_of(comm_, size_, in, out, n, MPI_FLOAT);
 }
 
 void MpiCommunicator::all_to_all(const float* in, float* out, int64_t n) {
+  if (chosen(spec::CollectiveKind::kAllToAll)) {
+    const std::vector<int64_t> blocks(static_cast<size_t>(size_), n);
+    return p2p::all_to_all(p2p_group(), reinterpret_cast<const std::byte*>(in), blocks,
+                           reinterpret_cast<std::byte*>(out), blocks, p2p::plain(sizeof(float)));
+  }
   all_to_all_of(comm_, size_, in, out, n, MPI_FLOAT);
 }
 
@@ -180,6 +240,9 @@ void MpiCommunicator::all_to_all_v(const float* in, const std::vector<int64_t>& 
     std::copy(in, in + s, out);
     return;
   }
+  if (chosen(spec::CollectiveKind::kAllToAll))
+    return p2p::all_to_all(p2p_group(), reinterpret_cast<const std::byte*>(in), send,
+                           reinterpret_cast<std::byte*>(out), recv, p2p::plain(sizeof(float)));
   MPI_CHECK(MPI_Alltoallv(in, send_counts.data(), send_at.data(), MPI_FLOAT, out,
                           recv_counts.data(), recv_at.data(), MPI_FLOAT, comm_));
 }
@@ -210,12 +273,17 @@ void MpiCommunicator::all_gather_v(const float* in, float* out,
     std::copy(in, in + counts[0], out);
     return;
   }
+  if (auto a = chosen(spec::CollectiveKind::kAllGather))
+    return p2p_all_gather(*a, in, out, counts, p2p::plain(sizeof(float)));
   MPI_CHECK(MPI_Allgatherv(in, sizes[static_cast<size_t>(rank_)], MPI_FLOAT, out, sizes.data(),
                            at.data(), MPI_FLOAT, comm_));
 }
 
 void MpiCommunicator::all_gather_v_in_place(float* data, const std::vector<int64_t>& counts) {
   if (size_ == 1) return;
+  if (auto a = chosen(spec::CollectiveKind::kAllGather))
+    return p2p::all_gather(p2p_group(), *a, reinterpret_cast<std::byte*>(data), counts,
+                           p2p::plain(sizeof(float)));
   const auto [sizes, at] = blocks_of(counts);
   MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, sizes.data(), at.data(),
                            MPI_FLOAT, comm_));
@@ -229,15 +297,25 @@ void MpiCommunicator::reduce_scatter_v(const float* in, float* out,
     std::copy(in, in + counts[0], out);
     return;
   }
+  if (auto a = chosen(spec::CollectiveKind::kReduceScatter))
+    return p2p_reduce_scatter(*a, in, out, counts, p2p::float_sum());
   MPI_CHECK(MPI_Reduce_scatter(in, out, sizes.data(), MPI_FLOAT, MPI_SUM, comm_));
 }
 
 void MpiCommunicator::all_to_all_host(const int64_t* in, int64_t* out, int64_t n) {
+  if (chosen(spec::CollectiveKind::kAllToAll)) {
+    const std::vector<int64_t> blocks(static_cast<size_t>(size_), n);
+    return p2p::all_to_all(p2p_group(), reinterpret_cast<const std::byte*>(in), blocks,
+                           reinterpret_cast<std::byte*>(out), blocks, p2p::plain(sizeof(int64_t)));
+  }
   all_to_all_of(comm_, size_, in, out, n, MPI_INT64_T);
 }
 
 void MpiCommunicator::broadcast(float* data, int64_t n, int root) {
   if (size_ == 1) return;
+  if (chosen(spec::CollectiveKind::kBroadcast))
+    return p2p::broadcast(p2p_group(), reinterpret_cast<std::byte*>(data), n, root,
+                          p2p::plain(sizeof(float)));
   MPI_CHECK(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_));
 }
 
@@ -251,18 +329,31 @@ void MpiCommunicator::recv(float* data, int64_t n, int peer, int tag) {
 }
 
 void MpiCommunicator::all_reduce_bf16(uint16_t* data, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllReduce))
+    return p2p::all_reduce(p2p_group(), *a, reinterpret_cast<std::byte*>(data), n, p2p::bf16_sum());
   all_reduce_of(comm_, size_, data, n, MPI_UINT16_T, bf16_sum_);
 }
 
 void MpiCommunicator::reduce_scatter_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kReduceScatter))
+    return p2p_reduce_scatter(*a, in, out, std::vector<int64_t>(static_cast<size_t>(size_), n),
+                              p2p::bf16_sum());
   reduce_scatter_of(comm_, size_, in, out, n, MPI_UINT16_T, bf16_sum_);
 }
 
 void MpiCommunicator::all_gather_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (auto a = chosen(spec::CollectiveKind::kAllGather))
+    return p2p_all_gather(*a, in, out, std::vector<int64_t>(static_cast<size_t>(size_), n),
+                          p2p::plain(sizeof(uint16_t)));
   all_gather_of(comm_, size_, in, out, n, MPI_UINT16_T);
 }
 
 void MpiCommunicator::all_to_all_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+  if (chosen(spec::CollectiveKind::kAllToAll)) {
+    const std::vector<int64_t> blocks(static_cast<size_t>(size_), n);
+    return p2p::all_to_all(p2p_group(), reinterpret_cast<const std::byte*>(in), blocks,
+                           reinterpret_cast<std::byte*>(out), blocks, p2p::plain(sizeof(uint16_t)));
+  }
   all_to_all_of(comm_, size_, in, out, n, MPI_UINT16_T);
 }
 

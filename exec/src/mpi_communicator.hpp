@@ -4,10 +4,13 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "p2p_collectives.hpp"
 #include "sextant/exec/communicator.hpp"
+#include "sextant/spec/collective_kinds.hpp"
 
 namespace sextant::exec {
 
@@ -17,8 +20,10 @@ void mpi_check(int code, const char* call, const char* file, int line);
 
 class MpiCommunicator : public Communicator {
  public:
-  // Takes ownership of `comm` unless it is MPI_COMM_WORLD or MPI_COMM_SELF.
-  MpiCommunicator(MPI_Comm comm, std::string name);
+  // Takes ownership of `comm` unless it is MPI_COMM_WORLD or MPI_COMM_SELF. The collectives
+  // `algorithms` names run by that algorithm from point-to-point messages (p2p_collectives.hpp),
+  // on a duplicate of `comm` so that their messages meet no other; the rest by MPI's choice.
+  MpiCommunicator(MPI_Comm comm, std::string name, spec::CollectiveAlgorithms algorithms = {});
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -63,7 +68,19 @@ class MpiCommunicator : public Communicator {
   std::vector<std::string> gather_strings(const std::string& mine, int root) override;
 
  private:
+  // The algorithm a plan named for `kind` (none: MPI's own).
+  std::optional<spec::CollectiveAlgorithm> chosen(spec::CollectiveKind kind) const;
+  p2p::Group p2p_group() const { return {p2p_comm_, rank_, size_}; }
+  // Reduce-scatter and all-gather by the named algorithm, out of place (`in` whole or a block).
+  void p2p_reduce_scatter(spec::CollectiveAlgorithm a, const void* in, void* out,
+                          const std::vector<int64_t>& counts, const p2p::Elements& e);
+  void p2p_all_gather(spec::CollectiveAlgorithm a, const void* in, void* out,
+                      const std::vector<int64_t>& counts, const p2p::Elements& e);
+
   MPI_Comm comm_;
+  spec::CollectiveAlgorithms algorithms_;
+  MPI_Comm p2p_comm_ = MPI_COMM_NULL;  // comm_'s duplicate when algorithms_ names any
+  std::vector<std::byte> scratch_;
   MPI_Op bf16_sum_ = MPI_OP_NULL;  // MPI has no bf16: a sum over MPI_UINT16_T bit patterns
   std::string name_;
   int rank_ = 0;

@@ -93,20 +93,21 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind, bool stati
           split_group(world, rank, channel_filter_members[static_cast<size_t>(axis)]);
     }
   }
-  world_ = make_communicator(kind, own, "world");
-  tp_ = make_communicator(kind, tp_comm, "tp");
-  replicas_ = make_communicator(kind, replica_comm, "dp");
+  world_ = make_communicator(kind, own, "world", plan.collective_algorithms);
+  tp_ = make_communicator(kind, tp_comm, "tp", plan.collective_algorithms);
+  replicas_ = make_communicator(kind, replica_comm, "dp", plan.collective_algorithms);
   if (spatial_comm != MPI_COMM_NULL) {
-    spatial_ = make_communicator(kind, spatial_comm, "spatial");
+    spatial_ = make_communicator(kind, spatial_comm, "spatial", plan.collective_algorithms);
     groups_.spatial = spatial_.get();
   }
   if (cp_comm != MPI_COMM_NULL) {
-    cp_ = make_communicator(kind, cp_comm, "cp");
+    cp_ = make_communicator(kind, cp_comm, "cp", plan.collective_algorithms);
     groups_.cp = cp_.get();
   }
   if (ep_comm != MPI_COMM_NULL) {
-    ep_ = make_communicator(kind, ep_comm, "ep");
-    expert_replicas_ = make_communicator(kind, expert_comm, "expert_dp");
+    ep_ = make_communicator(kind, ep_comm, "ep", plan.collective_algorithms);
+    expert_replicas_ =
+        make_communicator(kind, expert_comm, "expert_dp", plan.collective_algorithms);
     groups_.ep = ep_.get();
     groups_.expert_replicas = expert_replicas_.get();
     groups_.ep_rank = index_in(ep_members, rank);
@@ -117,15 +118,16 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind, bool stati
   constexpr std::array<const char*, 3> kGridNames{"grid_x", "grid_y", "grid_z"};
   for (size_t axis = 0; axis < 3; ++axis) {
     if (grid_comms[axis] == MPI_COMM_NULL) continue;
-    grid_[axis] = make_communicator(kind, grid_comms[axis], kGridNames[axis]);
+    grid_[axis] =
+        make_communicator(kind, grid_comms[axis], kGridNames[axis], plan.collective_algorithms);
     groups_.grid[axis] = {grid_[axis].get(), index_in(grid_members[axis], rank),
                           static_cast<int64_t>(grid_members[axis].size())};
   }
   constexpr std::array<const char*, 2> kChannelFilterNames{"filter_reduce", "channel_gather"};
   for (size_t axis = 0; axis < 2; ++axis) {
     if (channel_filter_comms[axis] == MPI_COMM_NULL) continue;
-    channel_filter_[axis] =
-        make_communicator(kind, channel_filter_comms[axis], kChannelFilterNames[axis]);
+    channel_filter_[axis] = make_communicator(
+        kind, channel_filter_comms[axis], kChannelFilterNames[axis], plan.collective_algorithms);
     groups_.channel_filter[axis] = {channel_filter_[axis].get(),
                                     index_in(channel_filter_members[axis], rank),
                                     static_cast<int64_t>(channel_filter_members[axis].size())};
@@ -159,7 +161,7 @@ Layout::Layout(MPI_Comm world, const spec::Plan& plan, CommKind kind, bool stati
   }
   MPI_Comm emb = split_group(world, rank, ends);
   if (emb != MPI_COMM_NULL) {
-    embedding_ = make_communicator(kind, emb, "embedding");
+    embedding_ = make_communicator(kind, emb, "embedding", plan.collective_algorithms);
     groups_.embedding = embedding_.get();
   }
 }

@@ -151,6 +151,11 @@ Exported export_plan(const spec::Plan& plan, const spec::ModelSpec& model, const
   const spec::Stack preset = spec::builtin_stack(target_preset(target));
   for (std::string& p : spec::stack_support_problems(plan, model, preset, compute))
     diag.add("", name, std::move(p));
+  if (!plan.collective_algorithms.empty())
+    diag.add("", name,
+             "collective algorithms named per collective (the plan's collective_algorithms): "
+             "the stack's NCCL chooses its own (NCCL_ALGO in the job's environment sets one for "
+             "every collective); remove them to export");
   diag.throw_if_any();
   detail::ExportOutput out;
   if (trial && target == Target::kNemo)

@@ -236,19 +236,27 @@ double CollectiveModel::message_efficiency(int64_t bytes, const GroupShape& shap
 
 CollectiveCost CollectiveModel::cost(CollectiveKind kind, int64_t bytes,
                                      const GroupShape& shape) const {
-  if (const spec::CollectiveFit* fit = fit_for(kind, shape, bytes)) {
+  const auto named = overrides_.find(kind);
+  const bool flat_named =
+      named != overrides_.end() && named->second != CollectiveAlgorithm::kHierarchical;
+  if (const spec::CollectiveFit* fit = fit_for(kind, shape, bytes);
+      fit != nullptr && (named == overrides_.end() || flat_named)) {
     // The fitted α and β of the level, through the formula of the algorithm they were fitted
-    // with, so that a fit from small groups predicts larger ones.
+    // with, so that a fit from small groups predicts larger ones; a plan that names another
+    // algorithm gets the same α (a message) and β (a byte) through that one's formula (the
+    // executor runs it from point-to-point messages on CPU ranks).
+    if (flat_named && !supports(kind, named->second))
+      return cost_of(kind, named->second, bytes, shape);  // refuses it, naming the key
     CollectiveCost c;
-    c.algorithm = fitted_algorithm(kind);
+    c.algorithm = flat_named ? named->second : fitted_algorithm(kind);
     c.terms = flat_cost(kind, c.algorithm, shape.size, static_cast<double>(bytes),
                         AlphaBetaGamma{fit->alpha_us * 1e-6, fit->beta_us_per_byte * 1e-6, 0});
     c.protocol = "fitted";
     return c;
   }
   CollectiveCost c;
-  if (auto it = overrides_.find(kind); it != overrides_.end()) {
-    c = cost_of(kind, it->second, bytes, shape);
+  if (named != overrides_.end()) {
+    c = cost_of(kind, named->second, bytes, shape);
   } else if (cluster_->network.library == spec::CollectiveLibrary::kNccl) {
     c = nccl(kind, bytes, shape);
   } else {

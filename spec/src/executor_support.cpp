@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <bit>
 
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/tensor_grid.hpp"
@@ -212,6 +213,69 @@ Stack executor_stack(const Plan& plan) {
   return plan.stack ? *plan.stack : builtin_stack(kExecutorStack);
 }
 
+bool executor_runs_collective(CollectiveKind kind, CollectiveAlgorithm algorithm) {
+  using A = CollectiveAlgorithm;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return algorithm == A::kRing || algorithm == A::kRecursiveDoubling ||
+             algorithm == A::kRabenseifner || algorithm == A::kBinomialTree;
+    case CollectiveKind::kReduceScatter:
+      return algorithm == A::kRing || algorithm == A::kPairwise ||
+             algorithm == A::kRecursiveDoubling;
+    case CollectiveKind::kAllGather:
+      return algorithm == A::kRing || algorithm == A::kRecursiveDoubling;
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kSendRecv:
+      return algorithm == A::kPairwise;
+    case CollectiveKind::kBroadcast:
+      return algorithm == A::kBinomialTree;
+    case CollectiveKind::kReduce:
+      break;
+  }
+  return false;
+}
+
+namespace {
+
+// A plan's collective algorithms: run as named on CPU ranks, refused where the executor cannot.
+void collective_rules(const Plan& plan, const ExecutorRun& run, std::vector<Problem>& out) {
+  for (const auto& [kind, algorithm] : plan.collective_algorithms) {
+    const std::string pointer =
+        fmt::format("/collective_algorithms/{}", enum_name(collective_kind_names(), kind));
+    const std::string value = quoted(enum_name(collective_algorithm_names(), algorithm));
+    if (run.backend != ExecutorBackend::kCpu) {
+      out.push_back({pointer, value,
+                     fmt::format("the {} backend runs NCCL's own algorithm choice: none on GPUs "
+                                 "(CPU ranks run them)",
+                                 executor_backend_name(run.backend))});
+      continue;
+    }
+    if (!executor_runs_collective(kind, algorithm)) {
+      out.push_back({pointer, value,
+                     "an algorithm the CPU executor runs this collective by (all_reduce: ring, "
+                     "recursive_doubling, rabenseifner, binomial_tree; reduce_scatter: ring, "
+                     "pairwise, recursive_doubling; all_gather: ring, recursive_doubling; "
+                     "all_to_all, send_recv: pairwise; broadcast: binomial_tree)"});
+      continue;
+    }
+    const bool halving_or_doubling =
+        algorithm == CollectiveAlgorithm::kRecursiveDoubling &&
+        (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather);
+    if (!halving_or_doubling) continue;
+    for (const int64_t group : {plan.dp, plan.tp, plan.cp, plan.ep, plan.replicas(), plan.tp_grid.x,
+                                plan.tp_grid.y, plan.tp_grid.z})
+      if (!std::has_single_bit(static_cast<uint64_t>(std::max<int64_t>(group, 1)))) {
+        out.push_back({pointer, value,
+                       fmt::format("groups of a power of two for recursive doubling (this plan "
+                                   "has a group of {}): ring runs any group",
+                                   group)});
+        break;
+      }
+  }
+}
+
+}  // namespace
+
 std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
                                        const ExecutorRun& run) {
   std::vector<Problem> out;
@@ -223,6 +287,7 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
                    "modes: --backend cuda)"});
   layout_rules(model, plan, run, out);
   host_fp32_rules(model, plan, run, out);
+  collective_rules(plan, run, out);
   switch (model.kind()) {
     case ModelKind::kTransformer:
       transformer_rules(model.transformer(), plan, run, out);

@@ -86,6 +86,27 @@ bool is_communication(OpClass c) {
   }
 }
 
+std::optional<CollectiveKind> collective_of(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::kAllReduce:
+      return CollectiveKind::kAllReduce;
+    case OpClass::kReduceScatter:
+      return CollectiveKind::kReduceScatter;
+    case OpClass::kAllGather:
+      return CollectiveKind::kAllGather;
+    case OpClass::kBroadcast:
+      return CollectiveKind::kBroadcast;
+    case OpClass::kReduce:
+      return CollectiveKind::kReduce;
+    case OpClass::kAllToAll:
+      return CollectiveKind::kAllToAll;
+    case OpClass::kSend:
+      return CollectiveKind::kSendRecv;
+    default:
+      return std::nullopt;
+  }
+}
+
 namespace {
 
 // Picoseconds as microseconds with six decimals: exact, and deterministic text.

@@ -295,6 +295,14 @@ void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& mo
     return;
   }
   EXPECT_EQ(take_routed_bytes(measured), take_routed_bytes(*predicted.trace));
+  // The collectives the plan names an algorithm for ran by it, as their events say.
+  for (const spec::TraceEvent& e : measured.events) {
+    const std::optional<spec::CollectiveKind> kind = spec::collective_of(e.op_class);
+    if (!kind || !plan.collective_algorithms.contains(*kind)) continue;
+    EXPECT_EQ(e.algorithm, spec::enum_name(spec::collective_algorithm_names(),
+                                           plan.collective_algorithms.at(*kind)))
+        << e.name;
+  }
   const OffloadedActivations kept = take_offloaded_activations(measured);
   const OffloadedActivations counted = take_offloaded_activations(*predicted.trace);
   EXPECT_EQ(kept.copies, counted.copies);

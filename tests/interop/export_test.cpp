@@ -302,6 +302,11 @@ TEST(Export, WhatATargetCannotRunOrSayIsRefusedByName) {
   EXPECT_INPUT_ERROR(
       exported(plan(8, 1, 1, 0, 1, 8), "resnet50", "pytorch-ddp", Target::kMegatronCore),
       "the stack megatron-core does not run CNNs");
+  spec::Plan ring = plan(8, 1, 1, 1, 1, 32);
+  ring.collective_algorithms = {
+      {spec::CollectiveKind::kAllReduce, spec::CollectiveAlgorithm::kRing}};
+  EXPECT_INPUT_ERROR(exported(ring, "llama3-8b", "deepspeed", Target::kDeepspeed),
+                     "the stack's NCCL chooses its own");
 }
 
 TEST(Export, TorchtitanReshardPolicyIsTheStacks) {

@@ -157,6 +157,14 @@ TEST(CollectiveModel, CalibratedFitOverridesTheFormula) {
   // Through the ring formula with p = 8: 2(p-1) α + 2(p-1)/p n β.
   const double expected = (14 * 10.0 + 2 * 7.0 / 8.0 * 1e6 * 0.001) * 1e-6;
   EXPECT_NEAR(model.cost(K::kAllReduce, 1000000, {8, 1, 8}).seconds(), expected, 1e-12);
+  // A plan that names recursive doubling gets the fitted α and β through its formula (p = 8, a
+  // power of two, no reduction cost in a fit): log2(p) (α + n β) = 3 α + 3 n β.
+  CollectiveModel named(c, {{K::kAllReduce, A::kRecursiveDoubling}});
+  const CollectiveCost doubling = named.cost(K::kAllReduce, 1000000, {8, 1, 8});
+  EXPECT_EQ(doubling.algorithm, A::kRecursiveDoubling);
+  EXPECT_NEAR(doubling.seconds(), (3 * 10.0 + 3 * 1e6 * 0.001) * 1e-6, 1e-12);
+  CollectiveModel bad(c, {{K::kAllReduce, A::kPairwise}});
+  EXPECT_THROW(bad.cost(K::kAllReduce, 1000000, {8, 1, 8}), InputError);
 }
 
 // Fits by size range: a message takes the fit with the smallest bound that holds it; one above

@@ -75,6 +75,41 @@ TEST(ExecutorSupport, OffloadIsRefusedBeyondWhatTheHostPoolHolds) {
                  "not on the cuda backend in bf16");
 }
 
+TEST(ExecutorSupport, CollectiveAlgorithmsRunOnCpuRanksAsNamedOrAreRefused) {
+  const ModelSpec gpt = models::zoo_model("gpt-tiny");
+  using K = CollectiveKind;
+  using A = CollectiveAlgorithm;
+  Plan plan = dp2();
+  plan.zero = 3;
+  plan.collective_algorithms = {{K::kAllReduce, A::kRabenseifner},
+                                {K::kReduceScatter, A::kRecursiveDoubling},
+                                {K::kAllGather, A::kRecursiveDoubling}};
+  expect_runs(gpt, plan, kCpu);
+  // NCCL picks its own.
+  expect_refused(gpt, plan, executor_run(ExecutorBackend::kCuda),
+                 "/collective_algorithms/all_reduce", "NCCL's own algorithm");
+  // Recursive halving and doubling over blocks need a power-of-two group; ring runs any.
+  plan.dp = 3;
+  plan.global_batch = 3;
+  expect_refused(gpt, plan, kCpu, "/collective_algorithms/all_gather", "a group of 3");
+  expect_refused(gpt, plan, kCpu, "/collective_algorithms/reduce_scatter", "a group of 3");
+  plan.collective_algorithms = {{K::kAllGather, A::kRing}, {K::kReduceScatter, A::kPairwise}};
+  expect_runs(gpt, plan, kCpu);
+  // What the executor has no schedule for.
+  for (const auto& [kind, algorithm] :
+       std::vector<std::pair<K, A>>{{K::kAllReduce, A::kParameterServer},
+                                    {K::kAllReduce, A::kDoubleBinaryTree},
+                                    {K::kAllReduce, A::kHierarchical},
+                                    {K::kBroadcast, A::kRing},
+                                    {K::kAllToAll, A::kRecursiveDoubling}}) {
+    plan.collective_algorithms = {{kind, algorithm}};
+    expect_refused(
+        gpt, plan, kCpu,
+        "/collective_algorithms/" + std::string(enum_name(collective_kind_names(), kind)),
+        "an algorithm the CPU executor runs");
+  }
+}
+
 TEST(ExecutorSupport, HostKernelLayoutsRunOnCpuRanksInFp32Only) {
   const ModelSpec gpt = models::zoo_model("gpt-tiny");
   const ExecutorRun gpu = executor_run(ExecutorBackend::kCuda);

@@ -306,6 +306,13 @@ spec::Plan with_ep(spec::Plan p, int64_t ep) {
   return p;
 }
 
+// Collectives by named algorithms from point-to-point messages (exec/src/p2p_collectives.hpp)
+// rather than MPI's own choice.
+spec::Plan with_algorithms(spec::Plan p, spec::CollectiveAlgorithms algorithms) {
+  p.collective_algorithms = std::move(algorithms);
+  return p;
+}
+
 spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
   p.recompute = r;
   p.recompute_layers = layers;
@@ -316,6 +323,8 @@ std::vector<Layout> layouts() {
   using S = spec::Schedule;
   using R = spec::Recompute;
   using A = spec::ContextAlgorithm;
+  using K = spec::CollectiveKind;
+  using C = spec::CollectiveAlgorithm;
   return {
       {"dp2", plan_of(2, 1, 1)},
       {"tp2", plan_of(1, 2, 1)},
@@ -357,6 +366,21 @@ std::vector<Layout> layouts() {
       {"dp2_tp2_pp2", plan_of(2, 2, 2)},
       {"vocab63_dp2_tp2_pp2_zero1", plan_of(2, 2, 2, 1), Net::kGptOddVocab},
       {"dp2_tp2_pp2_sp_zero1_gpipe", plan_of(2, 2, 2, 1, true, S::kGpipe)},
+      // The collectives by named algorithms: every one the CPU executor has.
+      {"dp2_zero2_ring", with_algorithms(plan_of(2, 1, 1, 2), {{K::kAllReduce, C::kRing},
+                                                               {K::kReduceScatter, C::kRing},
+                                                               {K::kAllGather, C::kRing}})},
+      {"dp4_zero3_rabenseifner_halving_doubling",
+       with_algorithms(plan_of(4, 1, 1, 3), {{K::kAllReduce, C::kRabenseifner},
+                                             {K::kReduceScatter, C::kRecursiveDoubling},
+                                             {K::kAllGather, C::kRecursiveDoubling}})},
+      {"dp2_tp2_sp_zero1_tree_pairwise",
+       with_algorithms(plan_of(2, 2, 1, 1, true), {{K::kAllReduce, C::kBinomialTree},
+                                                   {K::kReduceScatter, C::kPairwise},
+                                                   {K::kAllGather, C::kRing}})},
+      {"dp2_pp2_recursive_doubling",
+       with_algorithms(plan_of(2, 1, 2),
+                       {{K::kAllReduce, C::kRecursiveDoubling}, {K::kSendRecv, C::kPairwise}})},
       // CNNs: data, pipeline and spatial parallelism (rows, columns, both) and their mixes.
       {"cnn_dp2", plan_of(2, 1, 1), Net::kCnn},
       {"cnn_pp2", plan_of(1, 1, 2), Net::kCnn},
@@ -497,6 +521,8 @@ std::vector<Layout> layouts() {
       {"moe_dp2", plan_of(2, 1, 1), Net::kMoe},
       {"moe_pp2", plan_of(1, 1, 2), Net::kMoe},
       {"moe_dp2_ep2", with_ep(plan_of(2, 1, 1), 2), Net::kMoe},
+      {"moe_dp2_ep2_pairwise",
+       with_algorithms(with_ep(plan_of(2, 1, 1), 2), {{K::kAllToAll, C::kPairwise}}), Net::kMoe},
       {"moe_dp2_ep2_zero1", with_ep(plan_of(2, 1, 1, 1), 2), Net::kMoe},
       {"moe_dp4_ep4", with_ep(plan_of(4, 1, 1), 4), Net::kMoe},
       {"moe_dp4_ep2_zero1", with_ep(plan_of(4, 1, 1, 1), 2), Net::kMoe},

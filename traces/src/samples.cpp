@@ -20,27 +20,6 @@ void Samples::append(const Samples& o) {
   ran_on.insert(o.ran_on.begin(), o.ran_on.end());
 }
 
-std::optional<spec::CollectiveKind> collective_of(spec::OpClass c) {
-  switch (c) {
-    case spec::OpClass::kAllReduce:
-      return spec::CollectiveKind::kAllReduce;
-    case spec::OpClass::kReduceScatter:
-      return spec::CollectiveKind::kReduceScatter;
-    case spec::OpClass::kAllGather:
-      return spec::CollectiveKind::kAllGather;
-    case spec::OpClass::kBroadcast:
-      return spec::CollectiveKind::kBroadcast;
-    case spec::OpClass::kReduce:
-      return spec::CollectiveKind::kReduce;
-    case spec::OpClass::kAllToAll:
-      return spec::CollectiveKind::kAllToAll;
-    case spec::OpClass::kSend:
-      return spec::CollectiveKind::kSendRecv;
-    default:
-      return std::nullopt;
-  }
-}
-
 namespace {
 
 // Per rank, the mean over `counted` steps of the time covered by the union of its events' spans.
@@ -74,7 +53,7 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, const std::string
                                      std::vector<CommSample>& in_training) {
   std::vector<const spec::TraceEvent*> comm;
   for (const spec::TraceEvent& e : trace.events)
-    if (collective_of(e.op_class) && e.op_class != spec::OpClass::kSend && e.group_size > 1 &&
+    if (spec::collective_of(e.op_class) && e.op_class != spec::OpClass::kSend && e.group_size > 1 &&
         !(skip_first && e.step == first))
       comm.push_back(&e);
   std::sort(comm.begin(), comm.end(), [](const spec::TraceEvent* a, const spec::TraceEvent* b) {
@@ -106,7 +85,7 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, const std::string
   for (const auto& [key, a] : by_key) {
     if (static_cast<int64_t>(a.arrival_and_segment.size()) != a.ranks) continue;
     if (a.last->bytes > 0 && a.last->duration_ps > 0)
-      in_training.push_back({*collective_of(a.last->op_class), a.ranks, a.last->bytes,
+      in_training.push_back({*spec::collective_of(a.last->op_class), a.ranks, a.last->bytes,
                              ps_to_seconds(a.last->duration_ps), true});
     double mean = 0, segment = 0, last = 0;
     bool whole = true;
@@ -170,7 +149,7 @@ Samples samples_from_trace(const spec::Trace& trace, const std::string& source) 
           {e.op_class, efficiency_key(e.name, e.phase), e.flops, e.bytes, seconds, run_ranks});
       continue;
     }
-    std::optional<spec::CollectiveKind> kind = collective_of(e.op_class);
+    std::optional<spec::CollectiveKind> kind = spec::collective_of(e.op_class);
     if (!kind || e.bytes <= 0 || e.group_size < 1) continue;
     // Benchmark traces here: in a training trace a member's time also holds its wait for the
     // others (sync_samples takes the last member's instead).

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "sextant/exec/communicator.hpp"
+#include "sextant/spec/collective_kinds.hpp"
 
 namespace sextant::exec {
 
@@ -24,8 +25,11 @@ std::string_view comm_kind_name(CommKind kind);
 std::pair<int, int> node_local_rank(MPI_Comm world);
 
 // Takes ownership of `comm` (unless it is MPI_COMM_WORLD or MPI_COMM_SELF). Collective over
-// `comm`. The device kinds throw std::runtime_error in a build without CUDA.
-std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name);
+// `comm`. The device kinds throw std::runtime_error in a build without CUDA. `algorithms`: the
+// collectives the mpi kind runs by the named algorithm (exec/src/p2p_collectives.hpp) rather
+// than MPI's choice; the device kinds take none (spec::executor_problems refuses them there).
+std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name,
+                                                const spec::CollectiveAlgorithms& algorithms = {});
 
 // The device kinds, implemented beside the CUDA backend (or refusing, without it).
 std::unique_ptr<Communicator> make_device_communicator(CommKind kind, MPI_Comm comm,

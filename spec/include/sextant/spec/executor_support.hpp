@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/spec/collective.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/executor_kind.hpp"
@@ -43,6 +44,14 @@ ExecutorRun executor_run(ExecutorBackend backend);
 // The software stack the executor runs a plan with: the plan's own, else its built-in "sextant"
 // (kExecutorStack), on every backend.
 Stack executor_stack(const Plan& plan);
+
+// Whether the CPU executor runs `kind` by `algorithm` when a plan names it (plan
+// collective_algorithms; exec/src/p2p_collectives.hpp builds them from point-to-point messages):
+// all-reduce by ring, recursive doubling, Rabenseifner or binomial tree; reduce-scatter by ring,
+// pairwise or recursive doubling (halving); all-gather by ring or recursive doubling; all-to-all
+// and send/recv pairwise; broadcast by binomial tree. Recursive doubling's reduce-scatter and
+// all-gather need groups of a power of two. GPU backends run NCCL's own choice only.
+bool executor_runs_collective(CollectiveKind kind, CollectiveAlgorithm algorithm);
 
 // What keeps the executor from running `plan` of `model` in `run`: one problem per rule broken
 // (pointer: the plan's field, "model /..." for the model's, or the flag), none when it runs.

@@ -195,9 +195,9 @@ struct Plan {
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length
-  std::map<CollectiveKind, CollectiveAlgorithm> collective_algorithms;  // overrides auto choice
-  std::string model;    // informational: what the plan was made for
-  std::string cluster;  // informational
+  CollectiveAlgorithms collective_algorithms;  // overrides auto choice
+  std::string model;                           // informational: what the plan was made for
+  std::string cluster;                         // informational
 
   // The ranks splitting each sample: a CNN's spatial grid or a transformer's context-parallel
   // ranks (never both: the one splits feature maps, the other sequences).

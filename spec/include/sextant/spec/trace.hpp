@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/spec/collective.hpp"
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/units.hpp"
@@ -61,6 +62,8 @@ enum class OpClass {
 };
 EnumNames<OpClass> op_class_names();
 bool is_communication(OpClass op_class);
+// The collective an op class stands for (a send as send_recv); nullopt otherwise (a recv too).
+std::optional<CollectiveKind> collective_of(OpClass op_class);
 
 // The kernel family a memory-bound op runs where it sustains a bandwidth of its own (a cluster
 // file's device.memory_efficiency_by_kernel; bench/eager_kernel_rates.py measures them):

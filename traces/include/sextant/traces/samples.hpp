@@ -71,9 +71,6 @@ struct Samples {
   void append(const Samples& other);
 };
 
-// The collective an op class stands for (send and recv count as send_recv); nullopt otherwise.
-std::optional<spec::CollectiveKind> collective_of(spec::OpClass c);
-
 // From a Sextant trace: the collectives of a measured training run as their last member saw them
 // (comm, in_training) and their arrival spreads of the collectives of a measured training run whose
 // members all appear in it (sync); the step sample of a measured training run (metadata

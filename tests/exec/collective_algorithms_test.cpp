@@ -1,0 +1,217 @@
+// The collectives a plan names, run from point-to-point messages (exec/src/p2p_collectives.hpp),
+// against MPI's own on the same data, on 2, 3, 4 and 5 ranks (mpirun; 3 and 5 fold into a power of
+// two first). Integer-valued data sums exactly in any order, so every result must equal MPI's
+// bit for bit; random data must agree to rounding and be bitwise alike on every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "sextant/exec/communicators.hpp"
+#include "sextant/exec/tensor.hpp"
+#include "sextant/spec/executor_support.hpp"
+
+namespace sextant::exec {
+namespace {
+
+using spec::CollectiveAlgorithm;
+using spec::CollectiveKind;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+std::unique_ptr<Communicator> communicator(spec::CollectiveAlgorithms algorithms = {}) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  return make_communicator(CommKind::kMpi, comm, "test", algorithms);
+}
+
+// The algorithms the executor runs `kind` by on this many ranks.
+std::vector<CollectiveAlgorithm> algorithms_for(CollectiveKind kind) {
+  std::vector<CollectiveAlgorithm> out;
+  for (const auto& [name, algorithm] : spec::collective_algorithm_names()) {
+    if (!spec::executor_runs_collective(kind, algorithm)) continue;
+    const bool needs_power_of_two =
+        algorithm == CollectiveAlgorithm::kRecursiveDoubling && kind != CollectiveKind::kAllReduce;
+    if (needs_power_of_two && !std::has_single_bit(static_cast<unsigned>(world_size()))) continue;
+    out.push_back(algorithm);
+  }
+  return out;
+}
+
+std::string name_of(CollectiveAlgorithm a) {
+  return std::string(spec::enum_name(spec::collective_algorithm_names(), a));
+}
+
+// Small integers that differ per rank and element: their sums are exact in float and bf16.
+std::vector<float> integers(int64_t n, int rank) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>((rank + 1) * (i % 7) - (3 * i + rank) % 5);
+  return v;
+}
+
+std::vector<float> randoms(int64_t n, int rank) {
+  std::mt19937 gen(1234 + static_cast<unsigned>(rank));
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// Every rank holds what rank 0 holds, bit for bit.
+void expect_alike_on_every_rank(const std::vector<float>& v) {
+  std::vector<float> first = v;
+  MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  for (size_t i = 0; i < v.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(first[i])) << "element " << i;
+}
+
+TEST(CollectiveAlgorithms, AllReduceEqualsMpisOnEveryAlgorithmAndSize) {
+  const auto mpi = communicator();
+  for (CollectiveAlgorithm a : algorithms_for(CollectiveKind::kAllReduce)) {
+    const auto named = communicator({{CollectiveKind::kAllReduce, a}});
+    for (int64_t n : {1, 5, 64, 1003}) {
+      SCOPED_TRACE(name_of(a) + " n=" + std::to_string(n));
+      std::vector<float> want = integers(n, world_rank()), got = want;
+      mpi->all_reduce(want.data(), n);
+      named->all_reduce(got.data(), n);
+      EXPECT_EQ(got, want);
+      want = randoms(n, world_rank());
+      got = want;
+      mpi->all_reduce_max(want.data(), n);
+      named->all_reduce_max(got.data(), n);
+      EXPECT_EQ(got, want);  // a maximum is exact in any order
+      want = randoms(n, world_rank());
+      got = want;
+      mpi->all_reduce(want.data(), n);
+      named->all_reduce(got.data(), n);
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5);
+      expect_alike_on_every_rank(got);
+      std::vector<double> wide(static_cast<size_t>(n), 0.5 * (world_rank() + 1)), sum = wide;
+      named->all_reduce(sum.data(), n);
+      const double expected = 0.25 * world_size() * (world_size() + 1);
+      for (double x : sum) EXPECT_EQ(x, expected);
+      std::vector<uint16_t> bf16(static_cast<size_t>(n)), bf16_mpi(static_cast<size_t>(n));
+      const std::vector<float> ints = integers(n, world_rank());
+      for (size_t i = 0; i < ints.size(); ++i) bf16[i] = bf16_mpi[i] = to_bf16(ints[i]);
+      mpi->all_reduce_bf16(bf16_mpi.data(), n);
+      named->all_reduce_bf16(bf16.data(), n);
+      EXPECT_EQ(bf16, bf16_mpi);
+    }
+  }
+}
+
+// Uneven blocks, one of them empty: what the executor's ZeRO shards look like.
+std::vector<int64_t> uneven_counts() {
+  std::vector<int64_t> counts;
+  for (int j = 0; j < world_size(); ++j) counts.push_back(j == 1 ? 0 : 3 + 2 * j);
+  return counts;
+}
+
+TEST(CollectiveAlgorithms, ReduceScatterEqualsMpisEvenAndUneven) {
+  const auto mpi = communicator();
+  const int p = world_size(), r = world_rank();
+  for (CollectiveAlgorithm a : algorithms_for(CollectiveKind::kReduceScatter)) {
+    SCOPED_TRACE(name_of(a));
+    const auto named = communicator({{CollectiveKind::kReduceScatter, a}});
+    const int64_t block = 37;
+    const std::vector<float> in = integers(block * p, r);
+    std::vector<float> want(block), got(block);
+    mpi->reduce_scatter(in.data(), want.data(), block);
+    named->reduce_scatter(in.data(), got.data(), block);
+    EXPECT_EQ(got, want);
+    const std::vector<int64_t> counts = uneven_counts();
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const std::vector<float> uneven = integers(total, r);
+    std::vector<float> want_v(static_cast<size_t>(counts[static_cast<size_t>(r)])),
+        got_v(want_v.size());
+    mpi->reduce_scatter_v(uneven.data(), want_v.data(), counts);
+    named->reduce_scatter_v(uneven.data(), got_v.data(), counts);
+    EXPECT_EQ(got_v, want_v);
+    std::vector<uint16_t> bf16_in(in.size()), want16(block), got16(block);
+    for (size_t i = 0; i < in.size(); ++i) bf16_in[i] = to_bf16(in[i]);
+    mpi->reduce_scatter_bf16(bf16_in.data(), want16.data(), block);
+    named->reduce_scatter_bf16(bf16_in.data(), got16.data(), block);
+    EXPECT_EQ(got16, want16);
+  }
+}
+
+TEST(CollectiveAlgorithms, AllGatherEqualsMpisEvenUnevenAndInPlace) {
+  const auto mpi = communicator();
+  const int p = world_size(), r = world_rank();
+  for (CollectiveAlgorithm a : algorithms_for(CollectiveKind::kAllGather)) {
+    SCOPED_TRACE(name_of(a));
+    const auto named = communicator({{CollectiveKind::kAllGather, a}});
+    const int64_t block = 29;
+    const std::vector<float> mine = randoms(block, r);
+    std::vector<float> want(static_cast<size_t>(block * p)), got(want.size());
+    mpi->all_gather(mine.data(), want.data(), block);
+    named->all_gather(mine.data(), got.data(), block);
+    EXPECT_EQ(got, want);
+    const std::vector<int64_t> counts = uneven_counts();
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const std::vector<float> part = randoms(counts[static_cast<size_t>(r)], r);
+    std::vector<float> want_v(static_cast<size_t>(total)), got_v(want_v.size());
+    mpi->all_gather_v(part.data(), want_v.data(), counts);
+    named->all_gather_v(part.data(), got_v.data(), counts);
+    EXPECT_EQ(got_v, want_v);
+    // In place: this rank's block already where it belongs, the rest garbage.
+    std::vector<float> in_place(static_cast<size_t>(total), -7.0f);
+    const int64_t at = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+    std::copy(part.begin(), part.end(), in_place.begin() + at);
+    named->all_gather_v_in_place(in_place.data(), counts);
+    EXPECT_EQ(in_place, want_v);
+  }
+}
+
+TEST(CollectiveAlgorithms, AllToAllAndBroadcastEqualMpis) {
+  const auto mpi = communicator();
+  const int p = world_size(), r = world_rank();
+  const auto named =
+      communicator({{CollectiveKind::kAllToAll, CollectiveAlgorithm::kPairwise},
+                    {CollectiveKind::kBroadcast, CollectiveAlgorithm::kBinomialTree}});
+  const int64_t block = 11;
+  const std::vector<float> in = randoms(block * p, r);
+  std::vector<float> want(in.size()), got(in.size());
+  mpi->all_to_all(in.data(), want.data(), block);
+  named->all_to_all(in.data(), got.data(), block);
+  EXPECT_EQ(got, want);
+  // Rank r sends j + r + 1 elements to rank j.
+  std::vector<int64_t> send, recv;
+  for (int j = 0; j < p; ++j) {
+    send.push_back(j + r + 1);
+    recv.push_back(r + j + 1);
+  }
+  const std::vector<float> in_v = randoms(std::accumulate(send.begin(), send.end(), int64_t{0}), r);
+  std::vector<float> want_v(static_cast<size_t>(std::accumulate(recv.begin(), recv.end(), 0L))),
+      got_v(want_v.size());
+  mpi->all_to_all_v(in_v.data(), send, want_v.data(), recv);
+  named->all_to_all_v(in_v.data(), send, got_v.data(), recv);
+  EXPECT_EQ(got_v, want_v);
+  std::vector<int64_t> ids(static_cast<size_t>(p * 3)), want_ids(ids.size()), got_ids(ids.size());
+  std::iota(ids.begin(), ids.end(), 100 * r);
+  mpi->all_to_all_host(ids.data(), want_ids.data(), 3);
+  named->all_to_all_host(ids.data(), got_ids.data(), 3);
+  EXPECT_EQ(got_ids, want_ids);
+  for (int root : {0, p - 1}) {
+    std::vector<float> data = randoms(50, r), expected = randoms(50, root);
+    named->broadcast(data.data(), 50, root);
+    EXPECT_EQ(data, expected) << "root " << root;
+  }
+}
+
+}  // namespace
+}  // namespace sextant::exec
