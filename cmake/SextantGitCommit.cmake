@@ -1,13 +1,10 @@
-# Records the git commit of the source tree at configure time, for outputs that must say what made them.
-execute_process(
-  COMMAND git -C "${CMAKE_SOURCE_DIR}" rev-parse --short=12 HEAD
-  OUTPUT_VARIABLE SEXTANT_GIT_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0 OR SEXTANT_GIT_COMMIT STREQUAL "")
-  set(SEXTANT_GIT_COMMIT "unknown")
-endif()
-execute_process(
-  COMMAND git -C "${CMAKE_SOURCE_DIR}" status --porcelain --untracked-files=no
-  OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT dirty STREQUAL "")
-  string(APPEND SEXTANT_GIT_COMMIT "-dirty")
-endif()
+# Records the git commit of the source tree for outputs that must say what made them, at every
+# build: a target runs WriteGitCommit.cmake, which rewrites spec's generated build_commit.cpp only
+# when the commit (or whether the tree is dirty) changed, so a commit without a reconfigure is
+# still named right and an unchanged one rebuilds nothing.
+set(SEXTANT_BUILD_COMMIT_CPP ${CMAKE_BINARY_DIR}/spec/generated/build_commit.cpp)
+add_custom_target(sextant_build_commit
+  COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${CMAKE_SOURCE_DIR} -DOUT=${SEXTANT_BUILD_COMMIT_CPP}
+          -P ${CMAKE_CURRENT_LIST_DIR}/WriteGitCommit.cmake
+  BYPRODUCTS ${SEXTANT_BUILD_COMMIT_CPP}
+  COMMENT "" VERBATIM)

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.formatter(std::make_shared<sextant::cli::WrappingFormatter>());
   app.footer("Output is wrapped at 100 columns; --wide (anywhere) leaves it unwrapped.");
   app.set_version_flag("--version", fmt::format("sextant {} ({})", sextant::spec::kVersion,
-                                                sextant::spec::kGitCommit));
+                                                sextant::spec::git_commit()));
   app.require_subcommand(1);
   sextant::cli::add_models_command(app);
   sextant::cli::add_clusters_command(app);

@@ -134,7 +134,7 @@ spec::Json plan_file_json(const planner::RankedPlan& best, const planner::Search
                     {"peak_memory_bytes", best.report.memory.peak_bytes},
                     {"network", best.report.network}};
   j["provenance"] = {{"tool", fmt::format("sextant plan {}", spec::kVersion)},
-                     {"commit", spec::kGitCommit},
+                     {"commit", spec::git_commit()},
                      {"gpus", r.gpus},
                      {"date", utc_now()}};
   return j;

@@ -76,7 +76,7 @@ void write_trace(const std::string& path, std::vector<spec::TraceEvent> events,
   spec::Trace t;
   t.kind = "measured";
   t.events = std::move(events);
-  t.metadata = {{"bench", bench}, {"backend", backend}, {"commit", spec::kGitCommit}};
+  t.metadata = {{"bench", bench}, {"backend", backend}, {"commit", spec::git_commit()}};
   spec::write_trace_file(path, t);
 }
 

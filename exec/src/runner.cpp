@@ -427,7 +427,7 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
                         {"precision", precision_name(backend.precision())},
                         {"dtype", backend.activation_dtype() == DType::kBF16 ? "bf16" : "fp32"},
                         {"stack", spec::executor_stack(job.plan).preset},
-                        {"commit", spec::kGitCommit}};
+                        {"commit", spec::git_commit()}};
       if (!job.trace_selection.keeps_everything()) {
         trace.metadata["trace_ranks"] = job.trace_selection.ranks;  // [] = every rank
         trace.metadata["trace_steps"] = job.trace_selection.steps;

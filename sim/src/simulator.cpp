@@ -351,7 +351,7 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
                            {"stack", spec::to_json(setup.stack)},
                            {"network", rep.network},
                            {"step_time_s", rep.step_time_s},
-                           {"commit", spec::kGitCommit}};
+                           {"commit", spec::git_commit()}};
   }
   out.ranks = std::move(result.ranks);
   rep.sim_wall_s =

@@ -103,6 +103,12 @@ too_wide "lists" "$sextant" clusters list
 widest=$("$sextant" stacks list --wide | awk '{ if (length($0) > w) w = length($0) } END { print w }')
 [ "$widest" -gt 100 ] || fail "--wide still wraps (widest $widest)"
 
+# -- The binary names the commit it was built from (written at every build, not at configure).
+if head=$(git -C "$source_dir" rev-parse --short=12 HEAD 2>/dev/null); then
+  version=$("$sextant" --version 2>&1)
+  grep -q "($head" <<<"$version" || fail "--version names another commit than HEAD $head: $version"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
