@@ -48,10 +48,10 @@ std::string unsteady_steps(const RunResult& run);
 // another's by more than kMaxRankSpread, or the fastest rank ran the ops `record` holds (at least
 // kMinKnownShare of its compute time) more than kMaxCoreSlowdown slower than the runs before;
 // then the run's ops go into `record`. Its steps are steady, so unsteady_steps misses it, and a
-// core check before or after the run may find the cores quiet. On the 2-core VM, 33 runs of
-// gpt-tiny's dp, tp and pp plans with steady steps had their ranks within 0.2-9.5% of each other
-// when they measured their quiet times; one rank 12-28% slower made the step 10-25% slower, and
-// both ranks 10-17% slower than their quiet runs made it 10-17% slower.
+// core check before or after the run may find the cores quiet. On the 2-core VM, 50 of 59 runs of
+// gpt-tiny's dp, tp and pp plans had their ranks 0-9.3% apart; in the other 9 one rank 10.1-28.6%
+// behind made the step 10-25% slower; both ranks 15-20% slower than before made it 10-17% slower
+// (bench/results/slow_cores.md).
 constexpr double kMaxRankSpread = 0.1;
 constexpr double kMaxCoreSlowdown = 0.1;
 constexpr double kMinKnownShare = 0.5;

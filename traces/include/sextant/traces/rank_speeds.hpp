@@ -4,9 +4,10 @@
 // the same ops seen before. The ranks of a plan run these ops on cores of one kind, so a rank that
 // took longer ran on a slower core, and a run whose every rank took longer than the ops have run
 // ran on slow cores. On the shared 2-core CI VM one vCPU or both at times compute 10-30% slower
-// for a whole run, steady within it, and the run's step is as slow as its slowest rank: 8 runs of
-// gpt-tiny dp2.z2.mb8 measured 70-72 ms with the ranks within 7% of each other, 77-88 ms with one
-// rank 12-28% slower, and 80-84 ms with both 17% slower (bench/results/tune_local.md).
+// for a whole run, steady within it, and the run's step is as slow as its slowest rank: runs of
+// gpt-tiny dp2.z2.mb8 measured 69-78 ms with their ranks 0-9.3% apart, 77-89 ms with one rank
+// 10.1-28.6% behind, and 80-84 ms with both 15-20% slower than before
+// (bench/results/slow_cores.md).
 #pragma once
 
 #include <cstdint>
