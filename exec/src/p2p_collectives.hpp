@@ -1,6 +1,6 @@
 // Collectives built from MPI point-to-point messages, one named algorithm each, so that a plan's
 // `collective_algorithms` run as the simulator prices them (sim/cost/src/collective_cost.cpp)
-// instead of as MPI's library picks (which ones run: spec::executor_collective_algorithms).
+// instead of as MPI's library picks (which ones run: spec::executor_runs_collective).
 // Sources: Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 // MPICH" (IJHPCA 2005): recursive doubling and halving, Rabenseifner's all-reduce, binomial trees,
 // pairwise exchange, and the step that folds a group of p ranks into the largest power of two below
