@@ -597,28 +597,49 @@ void GradientSync::reduce_tied() {
 }
 
 void GradientSync::finish_backward() {
-  reduce_tied();
-  if (dp_ > 1 && zero_ == 3) {
-    // Deferred (tied) layers were kept whole; reduce them now, then hand the shards over.
-    for (const Span& s : layers_)
-      if (deferred(static_cast<int32_t>(*s.layer))) reduce_scatter_span(s, shard_grads_, true);
-    reduce_sequence_parallel(shard_grads_);
-    ctx_.backend->copy(shard_grads_, stage_.params().grads());
-    resend_sequence_parallel_sums();
-    return;
+  const bool sharded_layers = dp_ > 1 && zero_ == 3;
+  Tensor& reduced = sharded_layers ? shard_grads_ : stage_.params().grads();
+  // The simulator's order (models::backward_tail).
+  for (models::TailStep step : models::backward_tail()) {
+    switch (step) {
+      case models::TailStep::kUntiedBuckets:
+        finish_buckets(false);
+        break;
+      case models::TailStep::kTiedTableSum:
+        reduce_tied();
+        break;
+      case models::TailStep::kTiedBuckets:
+        // ZeRO-3 kept the tied layers whole: their reduce-scatter now.
+        if (sharded_layers) {
+          for (const Span& s : layers_)
+            if (deferred(static_cast<int32_t>(*s.layer)))
+              reduce_scatter_span(s, shard_grads_, true);
+        }
+        finish_buckets(true);
+        break;
+      case models::TailStep::kPartialGradientSum:
+        // After every data-parallel reduction: none may still be writing the gradients.
+        reduce_sequence_parallel(reduced);
+        break;
+    }
   }
-  // Buckets not reduced during the backward (no overlap, or a tied table's), in order.
+  // ZeRO-3 hands the reduced shards over to the optimizer.
+  if (sharded_layers) ctx_.backend->copy(shard_grads_, stage_.params().grads());
+  resend_sequence_parallel_sums();
+}
+
+void GradientSync::finish_buckets(bool tied) {
+  // Buckets not reduced during the backward (no overlap, or a tied table's), in order; those
+  // launched during it (and for MPI completed when ready) are waited for.
   for (Bucket& b : buckets_) {
+    if (b.after_tied_sum != tied) continue;
     if (b.request) {
-      b.request->wait();  // launched (and for MPI completed) when the bucket was ready
+      b.request->wait();
       b.request.reset();
     } else if (!b.reduced) {
       reduce_bucket(b, false);
     }
   }
-  // After every data-parallel reduction: none may still be writing the gradients.
-  reduce_sequence_parallel(stage_.params().grads());
-  resend_sequence_parallel_sums();
 }
 
 void GradientSync::resend_sequence_parallel_sums() {

@@ -102,6 +102,8 @@ class GradientSync : public LayerHooks {
   void reduce_bucket(Bucket& b, bool during_backward);
   void reduce_sequence_parallel(Tensor& grads);
   void reduce_tied();
+  // The buckets holding a tied table (`tied`) or the others that are still to reduce or wait for.
+  void finish_buckets(bool tied);
   // Reduce-scatters the gradients of `s`; this rank's block of the sum is added to `into`
   // (accumulate) or written there.
   void reduce_scatter_span(const Span& s, Tensor& into, bool accumulate);

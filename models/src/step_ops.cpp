@@ -83,6 +83,12 @@ std::optional<StepOp> partial_gradient_sum(const spec::Plan& plan, const Lowered
                     grid ? Stream::kDepthComm : Stream::kTpComm, params, element_bytes);
 }
 
+std::span<const TailStep> backward_tail() {
+  static constexpr TailStep kTail[] = {TailStep::kUntiedBuckets, TailStep::kTiedTableSum,
+                                       TailStep::kTiedBuckets, TailStep::kPartialGradientSum};
+  return kTail;
+}
+
 namespace {
 
 StepOp offload_copy(OpId id, OpClass cls, int64_t elements, int64_t bytes) {

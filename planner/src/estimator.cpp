@@ -701,7 +701,8 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
     in.slowdown = stage.slowdown;
     in.overlap = stack.dp_overlap;
     if (stage.tied_class >= 0) {
-      // After the end stages' embedding-group all-reduce of the tied table (sim: one stream).
+      // After the end stages' embedding-group all-reduce of the tied table (sim: one stream;
+      // models::backward_tail: the other buckets, the tied sum, then its buckets).
       const int64_t tied = models::tied_table_sum(plan, lowered, 0, g)->bytes;
       in.after += collective_s(plan, spec::CollectiveKind::kAllReduce, tied, shape.embedding) +
                   class_seconds[static_cast<size_t>(stage.tied_class)];

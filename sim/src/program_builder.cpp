@@ -86,19 +86,31 @@ class StageBuilder {
     return micro_batch % micro_batches_ == micro_batches_ - 1;
   }
 
-  // The end of a batch: the gradient reductions not yet issued, then the optimizer step.
+  // The end of a batch: the gradient reductions not yet issued (models::backward_tail, the
+  // executor's order), then the optimizer step.
   void finish_batch() {
-    int32_t last = flush();
-    if (!stack_.dp_overlap) {
-      // All gradients reduced after the whole backward, in buckets.
-      for (const models::GradientBucket& b : buckets_)
-        if (!b.after_tied_sum) reduce_bucket(b, last);
+    const int32_t last = flush();
+    for (models::TailStep step : models::backward_tail()) {
+      switch (step) {
+        case models::TailStep::kUntiedBuckets:
+          // Without overlap all gradients are reduced after the whole backward, in buckets.
+          if (!stack_.dp_overlap)
+            for (const models::GradientBucket& b : buckets_)
+              if (!b.after_tied_sum) reduce_bucket(b, last);
+          break;
+        case models::TailStep::kTiedTableSum:
+          reduce_tied_embeddings(last);
+          break;
+        case models::TailStep::kTiedBuckets:
+          // On the same stream, after the end stages summed the tied table.
+          for (const models::GradientBucket& b : buckets_)
+            if (b.after_tied_sum) reduce_bucket(b, last);
+          break;
+        case models::TailStep::kPartialGradientSum:
+          reduce_sequence_parallel_grads(last);
+          break;
+      }
     }
-    reduce_tied_embeddings(last);
-    // On the same stream, after the end stages summed the tied table.
-    for (const models::GradientBucket& b : buckets_)
-      if (b.after_tied_sum) reduce_bucket(b, last);
-    reduce_sequence_parallel_grads(last);
     optimizer_step();
   }
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "layout_suite.hpp"
 #include "sextant/exec/communicators.hpp"
@@ -26,6 +28,7 @@
 #include "sextant/exec/runner.hpp"
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/op_id.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
@@ -281,6 +284,28 @@ void expect_the_received_rows(const spec::Trace& measured, const std::string& fi
   EXPECT_GE(skew->worst, skew->imbalance);
 }
 
+// The gradient reductions of a rank's first step in the order they began, names and bytes: the
+// buckets, the tied table's sum and the buckets holding it (models::backward_tail), ZeRO-3's
+// layers. The executor runs them one after another; the simulator queues them on one stream.
+std::map<int64_t, std::vector<std::string>> reductions_in_order(const spec::Trace& trace) {
+  const std::set<std::string> reductions = {models::op_name(models::OpId::kDpAllReduce),
+                                            models::op_name(models::OpId::kDpReduceScatter),
+                                            models::op_name(models::OpId::kFsdpReduceScatter),
+                                            models::op_name(models::OpId::kEmbedTiedAllReduce)};
+  int64_t first = INT64_MAX;
+  for (const spec::TraceEvent& e : trace.events) first = std::min(first, e.step);
+  std::vector<const spec::TraceEvent*> picked;
+  for (const spec::TraceEvent& e : trace.events)
+    if (e.step == first && reductions.contains(e.name)) picked.push_back(&e);
+  std::stable_sort(picked.begin(), picked.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->rank, a->start_ps) < std::tie(b->rank, b->start_ps);
+  });
+  std::map<int64_t, std::vector<std::string>> out;
+  for (const spec::TraceEvent* e : picked)
+    out[e->rank].push_back(e->name + " " + std::to_string(e->bytes) + " B");
+  return out;
+}
+
 void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& model,
                               const spec::ClusterSpec& cluster, const spec::Plan& plan) {
   spec::Trace measured = spec::read_trace_file(file);
@@ -328,6 +353,9 @@ void expect_the_simulated_ops(const std::string& file, const spec::ModelSpec& mo
     for (const spec::TraceEvent& e : t->events) ranks.insert(e.rank);
     EXPECT_EQ(static_cast<int>(ranks.size()), world_size()) << t->kind;
   }
+  // The same order, not only the same counts: a reduction the simulator waits for elsewhere
+  // moves the step's tail.
+  EXPECT_EQ(reductions_in_order(measured), reductions_in_order(*predicted.trace));
   size_t shown = 0;
   for (const traces::OpDisagreement& d : traces::op_disagreements(measured, *predicted.trace)) {
     if (++shown > 12) break;

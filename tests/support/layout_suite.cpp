@@ -313,6 +313,12 @@ spec::Plan with_algorithms(spec::Plan p, spec::CollectiveAlgorithms algorithms) 
   return p;
 }
 
+// The gradient buckets reduced after the whole backward rather than as each is ready.
+spec::Plan without_dp_overlap(spec::Plan p) {
+  p.stack->dp_overlap = false;
+  return p;
+}
+
 spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
   p.recompute = r;
   p.recompute_layers = layers;
@@ -355,6 +361,9 @@ std::vector<Layout> layouts() {
       {"pp4", plan_of(1, 1, 4)},
       {"dp2_tp2", plan_of(2, 2, 1)},
       {"dp2_pp2", plan_of(2, 1, 2)},
+      // Every bucket after the backward, the tied table's around its sum (models::backward_tail).
+      {"dp2_pp2_no_dp_overlap", without_dp_overlap(plan_of(2, 1, 2))},
+      {"dp2_pp2_zero1_no_dp_overlap", without_dp_overlap(plan_of(2, 1, 2, 1))},
       {"tp2_pp2", plan_of(1, 2, 2)},
       {"tp2_pp2_sp_zero1", plan_of(1, 2, 2, 1, true)},
       {"mlp_dp2_pp2", plan_of(2, 1, 2), Net::kMlp},

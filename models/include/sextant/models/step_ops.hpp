@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/op_id.hpp"
@@ -74,6 +75,24 @@ std::optional<StepOp> tied_table_sum(const spec::Plan& plan, const LoweredModel&
 // parameter is partial.
 std::optional<StepOp> partial_gradient_sum(const spec::Plan& plan, const LoweredModel& lowered,
                                            int64_t stage, int64_t element_bytes);
+
+// What a stage reduces after its last backward pass, in this order, before the optimizer: the
+// simulator's program builder (finish_batch) and the executor's GradientSync::finish_backward
+// walk this one list, and the estimator's drain prices it (spec::StageDrain::after: the tied sum
+// and the tied buckets after the rest). Stacks differ on where the tied sum goes: DeepSpeed's
+// pipeline engine sums tied weights before the data-parallel reduction (runtime/pipe/schedule.py,
+// TrainSchedule: ReduceTiedGrads, ReduceGrads, OptimizerStep); Megatron-LM's
+// finalize_model_grads (megatron/core/distributed) sums the embedding group after it and after
+// the sequence-parallel sums, its distributed optimizer keeping the table in a bucket of its own
+// so that the two stages' shards line up. Sextant sums first: the tied buckets then reduce the
+// summed table and no shard has to line up with another stage's.
+enum class TailStep : uint8_t {
+  kUntiedBuckets,       // the buckets not reduced during the backward (no dp overlap), in order
+  kTiedTableSum,        // tied_table_sum, on the end stages
+  kTiedBuckets,         // the buckets holding a tied table (GradientBucket::after_tied_sum)
+  kPartialGradientSum,  // partial_gradient_sum, after every data-parallel reduction
+};
+std::span<const TailStep> backward_tail();
 
 // The device optimizer's update of `updated` parameters, its bytes as optimizer_bytes_per_param
 // counts them.
