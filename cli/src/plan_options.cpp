@@ -37,8 +37,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option(
       "--compression", f.compression,
       "Compressed DDP gradient exchange, kind[:knob=value,...]: qsgd[:bits=4,bucket=512], "
-      "topk[:ratio=0.01], onebit[:bucket=512], powersgd[:rank=1]; error_feedback=false "
-      "turns error feedback off");
+      "topk[:ratio=0.01], onebit[:bucket=512], powersgd[:rank=1], sparcml[:ratio=0.01]; "
+      "error_feedback=false turns error feedback off");
   cmd.add_option("--spatial", f.spatial,
                  "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "
                  "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows; DxHxW splits a "

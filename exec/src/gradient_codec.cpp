@@ -139,6 +139,7 @@ void encode_gradients(const spec::GradientCompression& c, const float* v, int64_
     case CompressionKind::kOnebit:
       return encode_onebit(c, v, n, out);
     case CompressionKind::kTopk:
+    case CompressionKind::kSparcml:
       return encode_topk(c, v, n, out);
     case CompressionKind::kPowersgd:  // not a per-rank encoding: sextant/exec/powersgd.hpp
     case CompressionKind::kNone:
@@ -155,6 +156,7 @@ void add_decoded(const spec::GradientCompression& c, const uint32_t* in, int64_t
     case CompressionKind::kOnebit:
       return add_onebit(c, in, n, acc, weight);
     case CompressionKind::kTopk:
+    case CompressionKind::kSparcml:
       return add_topk(c, in, n, acc, weight);
     case CompressionKind::kPowersgd:
     case CompressionKind::kNone:

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "sextant/exec/gradient_codec.hpp"
+#include "sextant/exec/sparse_all_reduce.hpp"
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/spec/executor_support.hpp"
 
@@ -536,12 +537,23 @@ void GradientSync::compressed_reduce(const Bucket& b) {
   const AllReduceFn all_reduce = [&](float* data, int64_t count) {
     ctx_.groups->replicas->all_reduce(data, count);
   };
+  std::optional<SparseAllReduce> sparse;  // SparCML's unions, from its encode on
+  int round = 0;
   // The ops the simulator prices, run in its order under its names.
   for (const models::Op& op : models::compressed_exchange_ops(compression_, b.model, dp_, 4)) {
     auto s = ctx_.recorder->scope(ctx_.comm(op.id, op.op_class, Stream::kDpComm, op.bytes, dp_,
                                             Phase::kBwd, std::nullopt, std::nullopt));
     const OpId id = op.id;
-    if (power != nullptr) {
+    if (sparse && id == OpId::kDpSparseExchange) {
+      // The bytes the unions weigh, not their expectation (models::sparse_all_reduce_rounds).
+      s.set_bytes(sparse->exchange(round++));
+    } else if (sparse && id == OpId::kDpSparseMerge) {
+      s.set_bytes(sparse->merge());
+    } else if (sparse) {
+      SEXTANT_CHECK(id == OpId::kDpDecompress, "SparCML has no op {}", op.name);
+      sparse->write(grads);
+      s.set_bytes(models::sparse_decode_bytes(n, sparse->pairs(), sparse->dense(), 4));
+    } else if (power != nullptr) {
       if (id == OpId::kDpAllReduce) {
         power->all_reduce_uncompressed(all_grads, all_reduce);
       } else if (id == OpId::kDpCompress) {
@@ -569,6 +581,8 @@ void GradientSync::compressed_reduce(const Bucket& b) {
       // What was sent leaves the residual; what the encoding dropped stays for the next step.
       if (residual != nullptr)
         add_decoded(compression_, encoded_.data(), n, residual + b.span.begin, -1.0f);
+      if (compression_.kind == spec::CompressionKind::kSparcml)
+        sparse.emplace(*ctx_.groups->replicas, n, encoded_.data(), words / 2);
     } else if (id == OpId::kDpCompressedAllGather) {
       // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
       ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),

@@ -34,12 +34,45 @@ int64_t encoded_words(const spec::GradientCompression& c, int64_t elements) {
     case CompressionKind::kOnebit:
       return ceil_div(elements, 32) + ceil_div(elements, c.bucket);
     case CompressionKind::kTopk:
+    case CompressionKind::kSparcml:
       return 2 * topk_count(c.ratio, elements);
     case CompressionKind::kPowersgd:
     case CompressionKind::kNone:
       break;
   }
   return elements;  // uncompressed fp32
+}
+
+double expected_union(int64_t elements, int64_t k, int64_t selections) {
+  const double n = static_cast<double>(elements);
+  const double miss = 1.0 - static_cast<double>(k) / n;
+  return n * (1.0 - std::pow(miss, static_cast<double>(selections)));
+}
+
+bool sparse_goes_dense(int64_t pairs, int64_t elements) {
+  return 2 * pairs > elements;
+}
+
+int64_t sparse_decode_bytes(int64_t elements, int64_t pairs, bool dense, int64_t grad_bytes) {
+  return elements * grad_bytes + (dense ? elements * 4 : pairs * (8 + 2 * grad_bytes));
+}
+
+std::vector<SparseRound> sparse_all_reduce_rounds(int64_t elements, int64_t k, int64_t dp) {
+  std::vector<SparseRound> rounds;
+  bool dense = false;
+  int64_t pairs = k;  // one selection: exactly k
+  for (int64_t held = 1; held < dp; held *= 2) {
+    SparseRound r;
+    // Round to whole pairs; a union never shrinks below the largest selection in it.
+    r.merged_pairs = std::max<int64_t>(k, std::llround(expected_union(elements, k, 2 * held)));
+    dense = dense || sparse_goes_dense(pairs, elements);
+    r.pairs = pairs;
+    r.dense = dense;
+    r.bytes = dense ? 4 * elements : 8 * pairs;
+    rounds.push_back(r);
+    pairs = r.merged_pairs;
+  }
+  return rounds;
 }
 
 int64_t compressed_gather_bytes(const spec::GradientCompression& c, int64_t elements, int64_t dp) {
@@ -71,6 +104,15 @@ Op compression_decode_op(const spec::GradientCompression& c, int64_t elements, i
   // Top-k adds each pair at its index: a read and a write of a gradient element per pair.
   if (c.kind == CompressionKind::kTopk)
     op.bytes += dp * topk_count(c.ratio, elements) * 2 * grad_bytes;
+  if (c.kind == CompressionKind::kSparcml) {
+    // The final union, added at its indices over zeroed gradients, or the dense sum copied.
+    const int64_t k = topk_count(c.ratio, elements);
+    const std::vector<SparseRound> rounds = sparse_all_reduce_rounds(elements, k, dp);
+    const int64_t pairs = rounds.empty() ? k : rounds.back().merged_pairs;
+    const bool dense =
+        sparse_goes_dense(pairs, elements) || (!rounds.empty() && rounds.back().dense);
+    op.bytes = sparse_decode_bytes(elements, pairs, dense, grad_bytes);
+  }
   op.flops = 0;
   op.kernels = 1;
   return op;
@@ -133,10 +175,30 @@ std::vector<Op> powersgd_ops(const spec::GradientCompression& c, const GradientB
 
 }  // namespace
 
+namespace {
+
+std::vector<Op> sparcml_ops(const spec::GradientCompression& c, const GradientBucket& bucket,
+                            int64_t dp, int64_t g) {
+  const int64_t n = bucket.params, k = topk_count(c.ratio, n);
+  std::vector<Op> ops = {compression_encode_op(c, n, g)};
+  for (const SparseRound& r : sparse_all_reduce_rounds(n, k, dp)) {
+    ops.push_back(comm_op(OpId::kDpSparseExchange, CollectiveKind::kSendRecv, r.bytes));
+    // Both unions read and the merged one written (pairs: 8 bytes each), or two dense vectors
+    // read and their sum written.
+    const int64_t merged = r.dense ? 3 * 4 * n : 8 * (2 * r.pairs + r.merged_pairs);
+    ops.push_back(codec_op(OpId::kDpSparseMerge, merged, n, 1));
+  }
+  ops.push_back(compression_decode_op(c, n, dp, g));
+  return ops;
+}
+
+}  // namespace
+
 std::vector<Op> compressed_exchange_ops(const spec::GradientCompression& c,
                                         const GradientBucket& bucket, int64_t dp,
                                         int64_t grad_bytes) {
   if (c.kind == CompressionKind::kPowersgd) return powersgd_ops(c, bucket, grad_bytes);
+  if (c.kind == CompressionKind::kSparcml) return sparcml_ops(c, bucket, dp, grad_bytes);
   return {compression_encode_op(c, bucket.params, grad_bytes),
           comm_op(OpId::kDpCompressedAllGather, CollectiveKind::kAllGather,
                   compressed_gather_bytes(c, bucket.params, dp)),
@@ -159,6 +221,8 @@ int64_t compression_memory_bytes(const spec::GradientCompression& c, int64_t par
   }
   int64_t largest_bucket = 0;
   for (const GradientBucket& b : buckets) largest_bucket = std::max(largest_bucket, b.params);
+  // SparCML: the rank's union, the partner's and the merged one, each up to a dense vector.
+  if (c.kind == CompressionKind::kSparcml) return residual + 3 * largest_bucket * 4;
   return residual + (dp + 1) * encoded_words(c, largest_bucket) * 4;
 }
 

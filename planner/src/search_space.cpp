@@ -970,6 +970,11 @@ class Enumerator {
         reject("PowerSGD on a 3D tensor grid", kConfigurations, variants_here);
         continue;
       }
+      if (out_.compressions[k].kind == spec::CompressionKind::kSparcml &&
+          !spec::sparcml_problem(l.dp).empty()) {
+        reject("SparCML on dp not a power of two", kConfigurations, variants_here);
+        continue;
+      }
       c.compression = static_cast<uint8_t>(k);
       // The knobs that change the memory (the TP overlap's stage costs, the bucket size)
       // outermost: the estimator reuses a memory estimate while only the overlaps change.

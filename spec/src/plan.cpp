@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -32,12 +33,13 @@ constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTarg
     {{"none", OffloadTarget::kNone},
      {"host", OffloadTarget::kHost},
      {"nvme", OffloadTarget::kNvme}}};
-constexpr std::array<std::pair<std::string_view, CompressionKind>, 5> kCompressionKinds{
+constexpr std::array<std::pair<std::string_view, CompressionKind>, 6> kCompressionKinds{
     {{"none", CompressionKind::kNone},
      {"qsgd", CompressionKind::kQsgd},
      {"topk", CompressionKind::kTopk},
      {"onebit", CompressionKind::kOnebit},
-     {"powersgd", CompressionKind::kPowersgd}}};
+     {"powersgd", CompressionKind::kPowersgd},
+     {"sparcml", CompressionKind::kSparcml}}};
 constexpr std::array<std::pair<std::string_view, ContextAlgorithm>, 3> kContextAlgorithms{
     {{"ring", ContextAlgorithm::kRing},
      {"all-gather", ContextAlgorithm::kAllGather},
@@ -125,6 +127,9 @@ std::string Plan::name() const {
     case CompressionKind::kPowersgd:
       s += fmt::format(".powersgd{}", compression.rank);
       break;
+    case CompressionKind::kSparcml:
+      s += fmt::format(".sparcml{:g}", compression.ratio);
+      break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
   if (spatial.any())
@@ -166,13 +171,14 @@ GradientCompression read_compression(ObjectReader& c) {
     g.bucket = c.integer("bucket", Range::between(1, static_cast<double>(kMaxCompressionBucket)),
                          Presence::kOptional)
                    .value_or(g.bucket);
-  if (applies("ratio", g.kind == CompressionKind::kTopk, "\"topk\""))
+  if (applies("ratio", selects_topk(g.kind), "\"topk\" and \"sparcml\""))
     g.ratio = c.number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
   if (applies("rank", g.kind == CompressionKind::kPowersgd, "\"powersgd\""))
     g.rank = c.integer("rank", Range::between(1, static_cast<double>(kMaxPowerSgdRank)),
                        Presence::kOptional)
                  .value_or(g.rank);
-  if (applies("error_feedback", g.any(), "\"qsgd\", \"topk\", \"onebit\" and \"powersgd\""))
+  if (applies("error_feedback", g.any(),
+              "\"qsgd\", \"topk\", \"onebit\", \"powersgd\" and \"sparcml\""))
     g.error_feedback = c.boolean("error_feedback", Presence::kOptional).value_or(true);
   c.finish();
   return g;
@@ -285,8 +291,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
   const GradientCompression& c = p.compression;
   if (c.any()) {
     const std::string kind(enum_name(compression_kind_names(), c.kind));
-    if (std::string layout = compression_layout_problem(p); !layout.empty())
-      problem("compression/kind", kind, layout);
+    if (std::string why = compression_problem(p, c); !why.empty())
+      problem("compression/kind", kind, why);
     check_compression_knobs(c, problem);
   }
   if (p.spatial.any()) {
@@ -515,7 +521,7 @@ Json to_json(const Plan& p) {
     if (c.kind == CompressionKind::kQsgd) cj["bits"] = c.bits;
     if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
       cj["bucket"] = c.bucket;
-    if (c.kind == CompressionKind::kTopk) cj["ratio"] = c.ratio;
+    if (selects_topk(c.kind)) cj["ratio"] = c.ratio;
     if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
     j["compression"] = cj;
   }
@@ -653,9 +659,6 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     add("cp", std::to_string(p.cp), problem);
   if (std::string problem = expert_model_problem(model, p.ep); !problem.empty())
     add("ep", std::to_string(p.ep), problem);
-  if (p.compression.kind == CompressionKind::kPowersgd)
-    if (std::string problem = powersgd_problem(p.tp_grid); !problem.empty())
-      add("compression/kind", "powersgd", problem);
   int64_t units = pipeline_units(model);
   if (p.chunks() > units) {
     add("pp", std::to_string(p.pp),
@@ -747,7 +750,20 @@ std::string compression_layout_problem(const Plan& p) {
 std::string compression_problem(const Plan& plan, const GradientCompression& compression) {
   if (std::string layout = compression_layout_problem(plan); !layout.empty()) return layout;
   if (compression.kind == CompressionKind::kPowersgd) return powersgd_problem(plan.tp_grid);
+  if (compression.kind == CompressionKind::kSparcml) return sparcml_problem(plan.dp);
   return "";
+}
+
+std::string sparcml_problem(int64_t dp) {
+  if (std::has_single_bit(static_cast<uint64_t>(dp))) return "";
+  return fmt::format(
+      "needs dp a power of two: SparCML's recursive doubling pairs the ranks by one bit of "
+      "their index a round (dp is {})",
+      dp);
+}
+
+bool selects_topk(CompressionKind kind) {
+  return kind == CompressionKind::kTopk || kind == CompressionKind::kSparcml;
 }
 
 std::string powersgd_problem(const TensorGrid& grid) {

@@ -101,7 +101,7 @@ expect_error "--compression: /bits = 3: must be 2, 4 or 8" "$sextant" simulate -
 expect_error "/compression/kind = onebit: applies to the all-reduce of DDP (zero 0)" "$sextant" \
   simulate --model gpt-tiny --cluster local-cpu --dp 2 --zero 1 --global-batch 2 \
   --compression onebit
-expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk, onebit or powersgd" \
+expect_error "--compression: /kind = \"gzip\": must be one of none, qsgd, topk, onebit, powersgd or sparcml" \
   "$sextant" plan --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 4 \
   --compression gzip
 expect_error "--compression = topk:ratio: expected kind[:knob=value,...]" "$sextant" simulate \

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numeric>
 #include <random>
 
 #include "sextant/exec/communicators.hpp"
+#include "sextant/exec/sparse_all_reduce.hpp"
 #include "sextant/exec/tensor.hpp"
 #include "sextant/spec/executor_support.hpp"
 
@@ -211,6 +213,84 @@ TEST(CollectiveAlgorithms, AllToAllAndBroadcastEqualMpis) {
     named->broadcast(data.data(), 50, root);
     EXPECT_EQ(data, expected) << "root " << root;
   }
+}
+
+// Rank `rank`'s top-k selection for the sparse all-reduce test: k distinct indices below n
+// (13 j + 7 rank mod n, 13 prime to n = 100), sorted, then their values as bits, as top-k encodes
+// them (exec/gradient_codec.cpp): small integers, which sum exactly in any order.
+std::vector<uint32_t> selection(int rank, int64_t k, int64_t n) {
+  std::vector<uint32_t> index;
+  for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<uint32_t>((13 * j + 7 * rank) % n));
+  std::sort(index.begin(), index.end());
+  std::vector<uint32_t> encoded = index;
+  for (uint32_t i : index)
+    encoded.push_back(std::bit_cast<uint32_t>(static_cast<float>((rank + 1) * (i % 5 + 1))));
+  return encoded;
+}
+
+// SparCML's sparse all-reduce (exec/sparse_all_reduce.hpp) against the dense sum of every rank's
+// pairs, added here one rank after another: exact on integers, on every rank. Three pairs of
+// 100 stay sparse (at most 3 p <= 12 pairs); 45 go dense at the first merge (two selections
+// share 6 indices: 13 (i - j) = 7 mod 100 for i - j = 39, j < 6, so the union holds 84 > 50).
+TEST(SparseAllReduce, SumsEveryRanksPairsSparseOrDense) {
+  const int p = world_size(), r = world_rank();
+  constexpr int64_t n = 100;
+  auto comm = communicator();
+  if (!std::has_single_bit(static_cast<unsigned>(p))) {
+    const std::vector<uint32_t> mine = selection(r, 3, n);
+    EXPECT_ANY_THROW(SparseAllReduce(*comm, n, mine.data(), 3)) << "needs a power of two";
+    return;
+  }
+  for (int64_t k : {3, 45}) {
+    std::vector<float> want(n, 0.0f);
+    for (int q = 0; q < p; ++q) {
+      const std::vector<uint32_t> theirs = selection(q, k, n);
+      for (int64_t j = 0; j < k; ++j) want[theirs[j]] += std::bit_cast<float>(theirs[k + j]);
+    }
+    const std::vector<uint32_t> mine = selection(r, k, n);
+    SparseAllReduce sum(*comm, n, mine.data(), k);
+    EXPECT_EQ(sum.rounds(), std::countr_zero(static_cast<unsigned>(p)));
+    for (int round = 0; round < sum.rounds(); ++round) {
+      const int64_t sent = sum.exchange(round);
+      if (round == 0) {
+        EXPECT_EQ(sent, 8 * k) << "the rank's own pairs";
+      }
+      sum.merge();
+    }
+    std::vector<float> got(n, -1.0f);
+    sum.write(got.data());
+    EXPECT_EQ(got, want) << "k " << k;
+    EXPECT_EQ(sum.dense(), k == 45 && p > 1) << "k " << k;
+  }
+}
+
+// Random values: the sum agrees with the dense sum to rounding and is bitwise alike on every rank.
+TEST(SparseAllReduce, EveryRankEndsBitwiseAlike) {
+  const int p = world_size(), r = world_rank();
+  if (!std::has_single_bit(static_cast<unsigned>(p))) GTEST_SKIP() << "a power of two";
+  constexpr int64_t n = 1000, k = 40;
+  auto comm = communicator();
+  auto encoded_of = [&](int q) {
+    std::vector<uint32_t> e = selection(q, k, n);
+    const std::vector<float> values = randoms(k, q);
+    for (int64_t j = 0; j < k; ++j) e[k + j] = std::bit_cast<uint32_t>(values[j]);
+    return e;
+  };
+  std::vector<double> want(n, 0.0);
+  for (int q = 0; q < p; ++q) {
+    const std::vector<uint32_t> e = encoded_of(q);
+    for (int64_t j = 0; j < k; ++j) want[e[j]] += std::bit_cast<float>(e[k + j]);
+  }
+  const std::vector<uint32_t> mine = encoded_of(r);
+  SparseAllReduce sum(*comm, n, mine.data(), k);
+  for (int round = 0; round < sum.rounds(); ++round) {
+    sum.exchange(round);
+    sum.merge();
+  }
+  std::vector<float> got(n);
+  sum.write(got.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  expect_alike_on_every_rank(got);
 }
 
 }  // namespace

@@ -77,6 +77,65 @@ TEST(GradientCompression, MemoryIsTheResidualAndTheBuckets) {
   EXPECT_EQ(compression_memory_bytes(spec::GradientCompression{}, 1000000, buckets, 4, 4), 0);
 }
 
+// SparCML's rounds by hand (n = 1000, k = 10, dp 4): the union of j independent uniform
+// selections of 10 of 1000 is expected to hold 1000 (1 - 0.99^j) pairs: 19.9 for j = 2, 39.404
+// for j = 4. Round 0 sends the 10 selected pairs (80 B), round 1 the 20 of two ranks (160 B).
+TEST(SparCml, TheRoundsByHand) {
+  EXPECT_NEAR(expected_union(1000, 10, 1), 10, 1e-9);
+  EXPECT_NEAR(expected_union(1000, 10, 2), 19.9, 1e-9);
+  EXPECT_NEAR(expected_union(1000, 10, 4), 39.40399, 1e-9);
+  const std::vector<SparseRound> r = sparse_all_reduce_rounds(1000, 10, 4);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].pairs, 10);
+  EXPECT_EQ(r[0].bytes, 80);
+  EXPECT_EQ(r[0].merged_pairs, 20);
+  EXPECT_FALSE(r[0].dense);
+  EXPECT_EQ(r[1].pairs, 20);
+  EXPECT_EQ(r[1].bytes, 160);
+  EXPECT_EQ(r[1].merged_pairs, 39);
+  EXPECT_TRUE(sparse_all_reduce_rounds(1000, 10, 1).empty());
+  // The ops in order: encode, (exchange, merge) a round, decode. Merge reads both unions and
+  // writes the merged one: 8 (10 + 10 + 20) and 8 (20 + 20 + 39). Decode zeroes 1000 gradients
+  // (4000 B) and adds 39 pairs, each read (8 B) and added to its gradient (4 + 4 B).
+  spec::GradientCompression c = make(spec::CompressionKind::kSparcml);
+  const std::vector<Op> ops = compressed_exchange_ops(c, bucket(1000), 4, 4);
+  ASSERT_EQ(ops.size(), 6u);
+  EXPECT_EQ(ops[0].bytes, compression_encode_op(c, 1000, 4).bytes);
+  EXPECT_EQ(ops[1].name, op_name(OpId::kDpSparseExchange));
+  EXPECT_EQ(ops[1].collective, spec::CollectiveKind::kSendRecv);
+  EXPECT_EQ(ops[1].bytes, 80);
+  EXPECT_EQ(ops[2].name, op_name(OpId::kDpSparseMerge));
+  EXPECT_EQ(ops[2].bytes, 8 * 40);
+  EXPECT_EQ(ops[3].bytes, 160);
+  EXPECT_EQ(ops[4].bytes, 8 * 79);
+  EXPECT_EQ(ops[5].name, op_name(OpId::kDpDecompress));
+  EXPECT_EQ(ops[5].bytes, 4000 + 39 * 16);
+}
+
+// DSAR's switch (n = 100, k = 30, dp 4): two ranks' union is expected at 100 (1 - 0.7^2) = 51
+// pairs, more than n / 2, so round 1 sends 100 dense values (400 B) and merges three dense
+// vectors (1200 B); four ranks' 76 pairs stay dense and are copied (400 B read, 400 B written).
+TEST(SparCml, GoesDenseOnceThePairsOutweighTheVector) {
+  EXPECT_FALSE(sparse_goes_dense(50, 100));
+  EXPECT_TRUE(sparse_goes_dense(51, 100));
+  const std::vector<SparseRound> r = sparse_all_reduce_rounds(100, 30, 4);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].bytes, 240);
+  EXPECT_EQ(r[0].merged_pairs, 51);
+  EXPECT_TRUE(r[1].dense);
+  EXPECT_EQ(r[1].bytes, 400);
+  EXPECT_EQ(r[1].merged_pairs, 76);
+  spec::GradientCompression c = make(spec::CompressionKind::kSparcml);
+  c.ratio = 0.3;
+  const std::vector<Op> ops = compressed_exchange_ops(c, bucket(100), 4, 4);
+  ASSERT_EQ(ops.size(), 6u);
+  EXPECT_EQ(ops[2].bytes, 8 * (30 + 30 + 51));
+  EXPECT_EQ(ops[4].bytes, 1200);
+  EXPECT_EQ(ops[5].bytes, 800);
+  // Its buffers: the fp32 residual, and three vectors of the largest bucket, each up to dense.
+  EXPECT_EQ(compression_memory_bytes(c, 5000, {bucket(100), bucket(60)}, 4, 4), 20000 + 1200);
+}
+
 TEST(PowerSgd, CompressesAMatrixWhenItsFactorsAreLessThanHalfOfIt) {
   // PyTorch's rule: (rows + cols) * rank * 2 < rows * cols.
   EXPECT_FALSE(powersgd_compresses(1, {4, 4}));  // 16 < 16: no

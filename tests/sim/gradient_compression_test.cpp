@@ -106,6 +106,59 @@ TEST(GradientCompression, PowerSgdAllReducesTheFactorsWhateverTheDp) {
   }
 }
 
+TEST(GradientCompression, SparCmlSendsGrowingUnionsInLog2DpRounds) {
+  // dp 8 on one node at 100 GB/s, no latency, codecs free (the memory at 10^12 GB/s), buckets
+  // exposed one after another: each bucket of n = 2^20 gradients sends log2(8) = 3 rounds, the
+  // bytes models::sparse_all_reduce_rounds lists (unions of 1, 2 and 4 selections of
+  // k = ceil(0.001 n) = 1049 pairs, 8 B each), each a send/recv of bytes / 100 GB/s.
+  const spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 0);
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  spec::Plan plan = ddp_plan(8, spec::CompressionKind::kSparcml);
+  plan.compression.ratio = 0.001;
+  plan.stack->dp_overlap = false;
+  const int64_t n = kWidth * kWidth;
+  const std::vector<models::SparseRound> rounds = models::sparse_all_reduce_rounds(n, 1049, 8);
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[0].bytes, 8 * 1049);
+  double sent = 0;
+  for (const models::SparseRound& r : rounds) sent += static_cast<double>(r.bytes);
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(model, cluster, plan, options);
+  EXPECT_NEAR(r.report.breakdown_s.dp_comm_exposed, kLayers * sent / 100e9, 1e-9);
+  std::map<std::string, int64_t> count;
+  std::vector<int64_t> exchanged;
+  for (const spec::TraceEvent& e : r.trace->events) {
+    if (e.rank != 0) continue;
+    ++count[e.name];
+    if (e.name == models::op_name(models::OpId::kDpSparseExchange)) exchanged.push_back(e.bytes);
+  }
+  EXPECT_EQ(count[models::op_name(models::OpId::kDpSparseExchange)], 3 * kLayers);
+  EXPECT_EQ(count[models::op_name(models::OpId::kDpSparseMerge)], 3 * kLayers);
+  EXPECT_EQ(count[models::op_name(models::OpId::kDpDecompress)], kLayers);
+  EXPECT_EQ(count[models::op_name(models::OpId::kDpCompressedAllGather)], 0);
+  ASSERT_EQ(exchanged.size(), static_cast<size_t>(3 * kLayers));
+  for (size_t i = 0; i < exchanged.size(); ++i) EXPECT_EQ(exchanged[i], rounds[i % 3].bytes);
+}
+
+TEST(GradientCompression, SparCmlTakesLog2DpLatenciesWhereTheGatherTakesDpMinusOne) {
+  // The same bytes in the independent model: the unions of 1, 2 and 4 selections of k pairs are
+  // 7 k pairs less their expected overlap, the ring all-gather's 7 encodings of k pairs. With a
+  // 50 us latency the gather pays 7 of them a bucket and SparCML 3: about 4 x 50 us = 0.2 ms a
+  // bucket faster.
+  const spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 50);
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  auto exposed = [&](spec::CompressionKind kind) {
+    spec::Plan plan = ddp_plan(8, kind);
+    plan.compression.ratio = 0.001;
+    plan.stack->dp_overlap = false;
+    return simulate(model, cluster, plan, {}).report.breakdown_s.dp_comm_exposed;
+  };
+  const double gather = exposed(spec::CompressionKind::kTopk);
+  const double sparse = exposed(spec::CompressionKind::kSparcml);
+  EXPECT_NEAR(gather - sparse, kLayers * 4 * 50e-6, kLayers * 0.1 * 50e-6);
+}
+
 TEST(GradientCompression, PaysOnASlowLinkAndCostsOnAFastOneAtLargeDp) {
   // A device reading memory at 2 TB/s runs the codecs; n = 2^20 fp32 gradients per bucket.
   spec::ClusterSpec slow = test::ideal_cluster(100, 1, 1, 0);

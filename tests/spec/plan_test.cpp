@@ -297,7 +297,10 @@ TEST(PlanCompression, DecodesNamesAndRoundTrips) {
   EXPECT_EQ(w.compression.rank, 4);
   EXPECT_EQ(w.name(), "dp4.tp1.pp1.z0.mb1.powersgd4");
   EXPECT_EQ(plan_from_json(ddp_plan(R"({"kind": "powersgd"})"), "p.json").compression.rank, 1);
-  for (const Plan& p : {q, t, o, w}) {
+  Plan sparse = plan_from_json(ddp_plan(R"({"kind": "sparcml", "ratio": 0.02})"), "p.json");
+  EXPECT_EQ(sparse.compression.ratio, 0.02);
+  EXPECT_EQ(sparse.name(), "dp4.tp1.pp1.z0.mb1.sparcml0.02");
+  for (const Plan& p : {q, t, o, w, sparse}) {
     EXPECT_EQ(plan_from_json(to_json(p), "again.json").compression, p.compression) << p.name();
   }
   // No compression writes nothing.
@@ -308,7 +311,7 @@ TEST(PlanCompression, KnobsOfAnotherKindAndBadValuesAreRefused) {
   EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "topk", "bits": 4})"), "p.json"),
                      "/compression/bits");
   EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "qsgd", "ratio": 0.1})"), "p.json"),
-                     "applies to kind \"topk\" only");
+                     "applies to kind \"topk\" and \"sparcml\" only");
   EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "qsgd", "bits": 3})"), "p.json"),
                      "must be 2, 4 or 8");
   EXPECT_INPUT_ERROR(plan_from_json(ddp_plan(R"({"kind": "topk", "ratio": 1})"), "p.json"),
@@ -331,6 +334,12 @@ TEST(PlanCompression, OnlyDdpWithSeveralReplicasCompresses) {
   Json alone = ddp_plan(R"({"kind": "onebit"})");
   alone["dp"] = 1;
   EXPECT_INPUT_ERROR(plan_from_json(alone, "p.json"), "needs dp > 1");
+  // SparCML pairs the ranks by the bits of their index.
+  Json three = ddp_plan(R"({"kind": "sparcml"})");
+  three["dp"] = 3;
+  three["global_batch"] = 6;
+  EXPECT_INPUT_ERROR(plan_from_json(three, "p.json"), "needs dp a power of two");
+  EXPECT_EQ(sparcml_problem(8), "");
   // The same rules for a plan built in code.
   Plan p;
   p.compression.kind = CompressionKind::kQsgd;

@@ -631,6 +631,11 @@ spec::Plan compressed(spec::Plan p, spec::CompressionKind kind, bool error_feedb
   return p;
 }
 
+spec::Plan topk_ratio(spec::Plan p, double ratio) {
+  p.compression.ratio = ratio;
+  return p;
+}
+
 spec::Plan powersgd_rank(spec::Plan p, int64_t rank) {
   p.compression.rank = rank;
   return p;
@@ -647,6 +652,11 @@ std::vector<Layout> compressed_layouts() {
       {"llama_dp2_tp2_qsgd", compressed(plan_of(2, 2, 1), C::kQsgd), Net::kLlama},
       {"dp2_pp2_onebit_tied", compressed(plan_of(2, 1, 2), C::kOnebit)},
       {"dp2_tp2_pp2_sp_topk_noef", compressed(plan_of(2, 2, 2, 0, true), C::kTopk, false)},
+      // SparCML: the top-k pairs summed by a sparse all-reduce; at 40% two ranks' pairs go dense.
+      {"dp4_sparcml", compressed(plan_of(4, 1, 1), C::kSparcml)},
+      {"dp4_sparcml_dense", topk_ratio(compressed(plan_of(4, 1, 1), C::kSparcml), 0.4)},
+      {"dp2_pp2_sparcml_tied", compressed(plan_of(2, 1, 2), C::kSparcml)},
+      {"dp8_sparcml_noef", compressed(plan_of(8, 1, 1), C::kSparcml, false)},
       // PowerSGD: each bucket's weight matrices as P and Q, the rest all-reduced.
       {"dp2_powersgd", compressed(plan_of(2, 1, 1), C::kPowersgd)},
       {"mlp_dp2_powersgd_noef", compressed(plan_of(2, 1, 1), C::kPowersgd, false), Net::kMlp},

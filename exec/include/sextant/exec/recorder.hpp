@@ -50,6 +50,9 @@ class Recorder {
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
     ~Scope();
+    // The bytes the op moved, when the data decides them (SparCML's sparse unions): known only
+    // once it ran.
+    void set_bytes(int64_t bytes) { event_.bytes = bytes; }
 
    private:
     Recorder* recorder_;

@@ -25,10 +25,33 @@ int64_t topk_count(double ratio, int64_t elements);
 // QSGD's levels for `bits` bits per element (one of them the sign): s = 2^(bits-1) - 1.
 int64_t qsgd_levels(int64_t bits);
 
+// SparCML's sparse all-reduce of `k` (index, value) pairs per rank out of `elements` over `dp`
+// ranks (a power of two; Renggli et al., SC'19): round r (0 <= r < log2 dp) sends the rank's
+// pairs -- the union of 2^r ranks' selections, summed -- to the rank whose index differs in bit r
+// and merges the pairs it receives. Once a union would weigh more as pairs (8 bytes each) than as
+// a dense vector (4 bytes an element: more than elements / 2 pairs), it is sent and merged dense
+// (DSAR's switch). The union of j ranks' selections is priced at its expectation for selections
+// drawn independently and uniformly: elements * (1 - (1 - k / elements)^j). Gradients of one
+// model correlate across replicas, so real unions are smaller; the executor traces the bytes it
+// sent, and bench/results/sparcml.md sets them against this.
+struct SparseRound {
+  int64_t pairs = 0;         // the expected pairs each rank sends (its union of 2^r selections)
+  bool dense = false;        // sent as a dense vector of `elements` values instead
+  int64_t bytes = 0;         // sent by each rank: 8 * pairs, or 4 * elements when dense
+  int64_t merged_pairs = 0;  // the expected union after the merge (2^(r+1) selections)
+};
+double expected_union(int64_t elements, int64_t k, int64_t selections);
+std::vector<SparseRound> sparse_all_reduce_rounds(int64_t elements, int64_t k, int64_t dp);
+// Whether a union of `pairs` pairs out of `elements` goes dense (DSAR's switch).
+bool sparse_goes_dense(int64_t pairs, int64_t elements);
+// The decode of a final union of `pairs` pairs (or a dense sum): the gradients zeroed, then each
+// pair read (8 bytes) and its gradient read and written -- or the dense sum copied.
+int64_t sparse_decode_bytes(int64_t elements, int64_t pairs, bool dense, int64_t grad_bytes);
+
 // One rank's encoded bucket of `elements` gradients, in 32-bit words:
 //   qsgd:   ceil(elements * bits / 32) code words, then ceil(elements / bucket) fp32 norms;
 //   onebit: ceil(elements / 32) sign words, then ceil(elements / bucket) fp32 scales;
-//   topk:   k int32 indices, then k fp32 values (k = topk_count);
+//   topk, sparcml: k int32 indices, then k fp32 values (k = topk_count);
 //   powersgd: not a per-rank encoding (compressed_exchange_ops): `elements`.
 int64_t encoded_words(const spec::GradientCompression& c, int64_t elements);
 
@@ -68,7 +91,10 @@ PowerSgdSplit powersgd_split(int64_t rank, const GradientBucket& bucket);
 
 // The exchange of one compressed bucket as ops, in the order they run on the data-parallel
 // stream: for QSGD, top-k and 1-bit the encode op, the all-gather (compressed_gather_bytes) and
-// the decode op; for PowerSGD the uncompressed part's all-reduce (when it has one), then
+// the decode op; for SparCML the encode op, each round's dp.sparse_exchange (a send/recv of the
+// round's bytes) and dp.sparse_merge (reading both unions and writing the merged one, or the
+// dense sum), and the decode op (the gradients zeroed and the final union added, or copied
+// dense); for PowerSGD the uncompressed part's all-reduce (when it has one), then
 //   dp.compress                error feedback folded into M, P = M Q;
 //   dp.powersgd_p_all_reduce   every compressed matrix's P (rank * rows each);
 //   dp.powersgd_project        P orthonormalised (modified Gram-Schmidt: 2 + 3 (rank - 1) / 2

@@ -133,6 +133,8 @@ namespace sextant::models {
   X(kDpPowerSgdPAllReduce, "dp.powersgd_p_all_reduce")                          \
   X(kDpPowerSgdProject, "dp.powersgd_project")                                  \
   X(kDpPowerSgdQAllReduce, "dp.powersgd_q_all_reduce")                          \
+  X(kDpSparseExchange, "dp.sparse_exchange")                                    \
+  X(kDpSparseMerge, "dp.sparse_merge")                                          \
   /* The optimizer step, on the device or offloaded. */                         \
   X(kOptimizerAdamw, "optimizer.adamw")                                         \
   X(kOffloadGradToHost, "offload.grad_to_host")                                 \

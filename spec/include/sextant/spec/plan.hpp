@@ -77,14 +77,21 @@ enum class CompressionKind {
   // is linear, so P and Q are all-reduced (not all-gathered) and its bytes do not grow with dp;
   // vectors and matrices it would not shrink go uncompressed (PyTorch's powerSGD_hook).
   kPowersgd,
+  // SparCML (Renggli et al., SC'19): top-k's `ratio` * n pairs, summed by a sparse all-reduce --
+  // recursive doubling over the dp ranks, each round merging the partner's pairs into the rank's
+  // (SSAR_Recursive_double), switching to a dense vector once the pairs would outweigh it (DSAR)
+  // -- instead of all-gathered. models/gradient_compression.hpp prices it; dp a power of two.
+  kSparcml,
 };
 EnumNames<CompressionKind> compression_kind_names();
+// Whether the kind sends top-k's (index, value) pairs, chosen by `ratio`: topk and sparcml.
+bool selects_topk(CompressionKind kind);
 
 struct GradientCompression {
   CompressionKind kind = CompressionKind::kNone;
   int64_t bits = 4;      // qsgd: bits per element, sign included: 2, 4 or 8
   int64_t bucket = 512;  // qsgd, onebit: elements sharing one fp32 scale
-  double ratio = 0.01;   // topk: the fraction of elements sent, in (0, 1)
+  double ratio = 0.01;   // topk, sparcml: the fraction of elements sent, in (0, 1)
   int64_t rank = 1;  // powersgd: columns of P and Q, 1 to kMaxPowerSgdRank (PyTorch's default 1)
   bool error_feedback = true;
   bool any() const { return kind != CompressionKind::kNone; }
@@ -247,8 +254,11 @@ std::string seq_len_problem(const ModelSpec& model, int64_t seq_len);
 // the expert gradients of ep groups. The one rule for plans, the search and the crossover sweep.
 std::string compression_layout_problem(const Plan& plan);
 // What keeps `plan`'s layout from exchanging its gradients with `compression`: the layout rule
-// above, and for PowerSGD powersgd_problem; "" when nothing does.
+// above, for PowerSGD powersgd_problem and for SparCML sparcml_problem; "" when nothing does.
 std::string compression_problem(const Plan& plan, const GradientCompression& compression);
+// What keeps SparCML (CompressionKind::kSparcml) off `dp` replicas, or "": its recursive
+// doubling needs a power of two.
+std::string sparcml_problem(int64_t dp);
 
 // What keeps PowerSGD (CompressionKind::kPowersgd) off a layout with `grid`, or "" when nothing:
 // it compresses the weight matrices a rank holds whole (models::Layer::matrices: a mixture of
