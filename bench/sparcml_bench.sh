@@ -20,6 +20,13 @@ for level in c["network"]["levels"]:
     level["bandwidth_GBps"] = 1.25
 json.dump(c, open(sys.argv[1], "w"))
 PY
+# This machine's cores as 4 ranks for the simulator (the executor oversubscribes 2 cores).
+python3 - "$tmp/cpu4.json" "$(dirname "$0")/../clusters/local-cpu.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[2]))
+c["devices_per_node"] = 4
+json.dump(c, open(sys.argv[1], "w"))
+PY
 
 step_ms() {
   "$sextant" simulate --model gpt2-350m --cluster "$tmp/slow.json" --dp "$1" \
@@ -42,7 +49,7 @@ printf '%-8s %-10s %14s %14s %8s\n' ratio round measured predicted ratio
 for r in "${ratios[@]}"; do
   "$sextant" run --model gpt-tiny --np 4 --dp 4 --global-batch 16 --steps 3 \
     --compression "sparcml:ratio=$r" --trace "$tmp/m.json" >"$tmp/log" 2>&1
-  "$sextant" simulate --model gpt-tiny --cluster local-cpu --gpus 4 --dp 4 --global-batch 16 \
+  "$sextant" simulate --model gpt-tiny --cluster "$tmp/cpu4.json" --gpus 4 --dp 4 --global-batch 16 \
     --compression "sparcml:ratio=$r" --trace "$tmp/p.json" >/dev/null
   python3 - "$tmp/m.json" "$tmp/p.json" "$r" <<'PY'
 import json, sys
