@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "sextant/planner/channel_algorithms.hpp"
+#include "sextant/planner/collective_algorithms.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/pareto.hpp"
 #include "sextant/planner/worker_pool.hpp"
@@ -132,41 +133,66 @@ namespace {
 
 // The ranked CNN plans with a channel split, their convolutions' algorithms chosen by simulated
 // time (channel_algorithms.hpp: never slower than the byte rule's), in parallel; ranked again.
-void choose_channel_algorithms(const SearchRequest& request, const SearchOptions& options,
-                               int threads, SearchResult& result) {
-  if (request.model.kind() != spec::ModelKind::kCnn) return;
-  std::vector<size_t> split;
+// Replaces each ranked plan `applies` to by `refine`'s choice (a plan and its simulation) where
+// that fits, then ranks again; the time-memory front holds the plans refined and is a front again.
+template <class Applies, class Refine>
+void refine_ranked(const SearchOptions& options, int threads, SearchResult& result, Applies applies,
+                   Refine refine) {
+  std::vector<size_t> picked;
   for (size_t i = 0; i < result.ranked.size(); ++i)
-    if (result.ranked[i].plan.tp > 1) split.push_back(i);
-  if (split.empty()) return;
-  std::vector<std::string> originals(split.size());  // each refined plan as it was
+    if (applies(result.ranked[i].plan)) picked.push_back(i);
+  if (picked.empty()) return;
+  std::vector<std::string> originals(picked.size());  // each refined plan as it was
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t k = next++; k < split.size(); k = next++) {
-      RankedPlan& r = result.ranked[split[k]];
-      sim::SimulationOptions so;
-      so.fidelity = options.fidelity;
-      ChannelChoice c =
-          planner::choose_channel_algorithms(request.model, request.cluster, r.plan, so);
-      if (c.result.report.memory.fits) {
+    for (size_t k = next++; k < picked.size(); k = next++) {
+      RankedPlan& r = result.ranked[picked[k]];
+      auto [plan, simulated] = refine(r.plan);
+      if (simulated.report.memory.fits) {
         originals[k] = spec::to_json(r.plan).dump();
-        r.plan = std::move(c.plan);
-        r.report = std::move(c.result.report);
+        r.plan = std::move(plan);
+        r.report = std::move(simulated.report);
       }
     }
   };
-  run_workers(std::min<int>(threads, static_cast<int>(split.size())), next, split.size(), work);
-  // The time-memory front held the plans as they were: it holds them refined, and is a front again.
+  run_workers(std::min<int>(threads, static_cast<int>(picked.size())), next, picked.size(), work);
   for (RankedPlan& p : result.pareto) {
     const std::string before = spec::to_json(p.plan).dump();
-    for (size_t k = 0; k < split.size(); ++k)
-      if (!originals[k].empty() && originals[k] == before) p = result.ranked[split[k]];
+    for (size_t k = 0; k < picked.size(); ++k)
+      if (!originals[k].empty() && originals[k] == before) p = result.ranked[picked[k]];
   }
   result.pareto = pareto_front(result.pareto);
   std::stable_sort(result.ranked.begin(), result.ranked.end(),
                    [&](const RankedPlan& a, const RankedPlan& b) {
                      return ranks_before(a.report, b.report, options.objective);
                    });
+}
+
+void choose_channel_algorithms(const SearchRequest& request, const SearchOptions& options,
+                               int threads, SearchResult& result) {
+  if (request.model.kind() != spec::ModelKind::kCnn) return;
+  sim::SimulationOptions so;
+  so.fidelity = options.fidelity;
+  refine_ranked(
+      options, threads, result, [](const spec::Plan& p) { return p.tp > 1; },
+      [&](const spec::Plan& p) {
+        ChannelChoice c = planner::choose_channel_algorithms(request.model, request.cluster, p, so);
+        return std::pair{std::move(c.plan), std::move(c.result)};
+      });
+}
+
+void choose_collective_algorithms(const SearchRequest& request, const SearchOptions& options,
+                                  int threads, SearchResult& result) {
+  if (!names_collective_algorithms(request.cluster)) return;
+  sim::SimulationOptions so;
+  so.fidelity = options.fidelity;
+  refine_ranked(
+      options, threads, result, [](const spec::Plan&) { return true; },
+      [&](const spec::Plan& p) {
+        CollectiveChoice c =
+            planner::choose_collective_algorithms(request.model, request.cluster, p, so);
+        return std::pair{std::move(c.plan), std::move(c.result)};
+      });
 }
 
 }  // namespace
@@ -294,6 +320,8 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
     result.ranked.resize(static_cast<size_t>(options.top_k));
   if (options.choose_channel_algorithms)
     choose_channel_algorithms(request, options, threads, result);
+  if (options.choose_collective_algorithms)
+    choose_collective_algorithms(request, options, threads, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -143,6 +143,10 @@ std::string Plan::name() const {
   if (ep > 1) s += fmt::format(".ep{}", ep);
   if (tp_grid.any()) s += ".g" + tensor_grid_text(tp_grid);
   if (!channel_algorithms.empty()) s += ".chan";  // a choice of its own, not the byte rule's
+  // Collectives run by a named algorithm, not the library's choice: ".all_reduce-rabenseifner".
+  for (const auto& [kind, algorithm] : collective_algorithms)
+    s += fmt::format(".{}-{}", enum_name(collective_kind_names(), kind),
+                     enum_name(collective_algorithm_names(), algorithm));
   return s;
 }
 

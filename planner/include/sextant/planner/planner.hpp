@@ -33,6 +33,9 @@ struct SearchOptions {
   // A CNN plan with a channel split (tp > 1) among the best: its convolutions' algorithms chosen
   // by simulated time (channel_algorithms.hpp) instead of the byte rule, then ranked again.
   bool choose_channel_algorithms = true;
+  // On CPU ranks over MPI, each of the best plans' collective algorithms chosen by simulated time
+  // where a named one beats the library's own (collective_algorithms.hpp), then ranked again.
+  bool choose_collective_algorithms = true;
   // Called with (done, total) while leaders are simulated.
   std::function<void(int64_t, int64_t)> progress;
   // Called with (done, total) while the configurations are estimated (from one thread at a time).
