@@ -28,7 +28,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");
   cmd.add_option("--recompute-layers", f.recompute_layers,
                  "With --recompute full: recompute only the first N layers of each stage chunk "
-                 "(Megatron-LM --recompute-method block --recompute-num-layers N)")
+                 "(Megatron-LM --recompute-method block --recompute-num-layers N); beside "
+                 "--offload-activation-layers A, the N after the A offloaded (KARMA)")
       ->check(positive());
   cmd.add_option("--dtype", f.dtype,
                  "Compute dtype (default: the stack's precision, else bf16 on GPUs (fp16 without "

@@ -312,7 +312,11 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.offload.params = c.offload >= 2 ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
   out.offload.activations =
       c.offload_activations ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
-  out.offload.activation_layers = c.offload_activations ? units - 1 : 0;
+  // Every block but the last; under KARMA's split the blocks before the recomputed ones.
+  const bool karma =
+      c.recompute == static_cast<uint8_t>(spec::Recompute::kFull) && c.recompute_layers > 0;
+  out.offload.activation_layers =
+      c.offload_activations ? (karma ? units - c.recompute_layers : units - 1) : 0;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   const Enumeration::SampleSplit split =
@@ -877,9 +881,12 @@ class Enumerator {
     c.spatial = static_cast<uint8_t>(l.si);
     c.split_log2 = static_cast<uint8_t>(std::bit_width(static_cast<uint64_t>(l.split_ranks)) - 1);
     // Megatron-LM's activation offload: one stage, no recompute (TransformerConfig refuses it
-    // beside either), every block but the last.
+    // beside either), every block but the last. Or KARMA's split where the stack runs it: the
+    // first blocks swapped and the last rc_layers recomputed (spec::unit_recompute).
+    const bool karma = rc == spec::Recompute::kFull && rc_layers > 0 &&
+                       runs([](const spec::StackSupport& s) { return s.swap_and_recompute; });
     const bool act_offload = r_.cluster.host && transformer_ && l.pp == 1 &&
-                             rc == spec::Recompute::kNone && layers_ >= 2 &&
+                             (rc == spec::Recompute::kNone || karma) && layers_ >= 2 &&
                              b.schedule != spec::Schedule::kPipeDream2BW &&
                              runs([](const spec::StackSupport& s) {
                                return has(s.offload, spec::OffloadKind::kActivations);

@@ -581,13 +581,19 @@ std::vector<bool> unit_activation_offload(const Plan& plan, int64_t units) {
   return offloaded;
 }
 
+bool swaps_and_recomputes(const Plan& plan) {
+  return plan.offload.activations != OffloadTarget::kNone && plan.offload.activation_layers > 0 &&
+         plan.recompute == Recompute::kFull && plan.recompute_layers > 0;
+}
+
 std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units) {
   std::vector<Recompute> modes(static_cast<size_t>(std::max<int64_t>(units, 0)), plan.recompute);
   if (plan.recompute != Recompute::kFull || plan.recompute_layers <= 0) return modes;
+  const int64_t first = swaps_and_recomputes(plan) ? plan.offload.activation_layers : 0;
   size_t unit = 0;
   for (int64_t count : stage_layer_counts(plan, units)) {
     for (int64_t i = 0; i < count && unit < modes.size(); ++i, ++unit)
-      if (i >= plan.recompute_layers) modes[unit] = Recompute::kNone;
+      if (i < first || i >= first + plan.recompute_layers) modes[unit] = Recompute::kNone;
   }
   return modes;
 }

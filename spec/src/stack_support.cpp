@@ -21,7 +21,7 @@ constexpr std::array<std::pair<std::string_view, OffloadKind>, 3> kOffloadKinds{
      {"optimizer+params", OffloadKind::kOptimizerAndParams},
      {"activations", OffloadKind::kActivations}}};
 
-constexpr std::array<std::string_view, 17> kKeys{"models",
+constexpr std::array<std::string_view, 18> kKeys{"models",
                                                  "zero",
                                                  "ddp_with_model_parallel",
                                                  "tensor_parallel",
@@ -33,6 +33,7 @@ constexpr std::array<std::string_view, 17> kKeys{"models",
                                                  "schedules",
                                                  "recompute",
                                                  "recompute_layers",
+                                                 "swap_and_recompute",
                                                  "offload",
                                                  "offload_devices",
                                                  "precisions",
@@ -152,6 +153,7 @@ StackSupport stack_support_from_json(const Json& json, const std::string& source
   s.schedules = read_names(r, "schedules", schedule_names());
   s.recompute = read_names(r, "recompute", recompute_names());
   s.recompute_layers = r.boolean("recompute_layers").value_or(false);
+  s.swap_and_recompute = r.boolean("swap_and_recompute").value_or(false);
   s.offload = read_names(r, "offload", offload_kind_names());
   s.offload_devices = read_names(r, "offload_devices", offload_target_names(), "none");
   s.precisions = read_names(r, "precisions", dtype_names());
@@ -186,6 +188,7 @@ Json to_json(const StackSupport& s) {
   j["schedules"] = names_json(schedule_names(), s.schedules);
   j["recompute"] = names_json(recompute_names(), s.recompute);
   j["recompute_layers"] = s.recompute_layers;
+  j["swap_and_recompute"] = s.swap_and_recompute;
   j["offload"] = names_json(offload_kind_names(), s.offload);
   j["offload_devices"] = names_json(offload_target_names(), s.offload_devices);
   j["precisions"] = names_json(dtype_names(), s.precisions);
@@ -286,6 +289,11 @@ std::vector<PlanFeature> plan_features(const Plan& p, const ModelSpec& model, Dt
         {"offloading activations", [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
            return contains(s.offload, OffloadKind::kActivations);
          }});
+  if (swaps_and_recomputes(p))
+    f.push_back({"offloading the first layers' activations and recomputing the next (KARMA)",
+                 [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
+                   return s.swap_and_recompute;
+                 }});
   f.push_back({fmt::format("{} compute", enum_name(dtype_names(), compute)),
                [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype c) {
                  return contains(s.precisions, c);

@@ -990,6 +990,29 @@ TEST(Planner, SparCmlIsSearchedWhereDpIsAPowerOfTwoAndChosenWhereTheLinkIsSlow) 
               0.02 * simulated);
 }
 
+// KARMA's split (spec::unit_recompute) is searched where the stack runs it: on one stage, the
+// first blocks' activations offloaded and every later block recomputed (activation_layers +
+// recompute_layers = the model's 24 blocks); Megatron-LM refuses offload beside recompute.
+TEST(Planner, KarmasSplitIsSearchedWhereTheStackRunsIt) {
+  SearchRequest r = request("gpt2-350m", 8, 64);
+  r.constraints = {parse_constraint("pp=1"), parse_constraint("tp=1")};
+  r.stack = spec::builtin_stack("sextant");
+  int64_t karma = 0;
+  const Enumeration all = enumerate_plans(r);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const spec::Plan p = all.plan(i);
+    if (!spec::swaps_and_recomputes(p)) continue;
+    ++karma;
+    EXPECT_EQ(p.offload.activation_layers + p.recompute_layers, 24) << p.name();
+    EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+  }
+  EXPECT_GT(karma, 0);
+  r.stack = spec::builtin_stack("megatron-core");
+  const Enumeration megatron = enumerate_plans(r);
+  for (size_t i = 0; i < megatron.size(); ++i)
+    EXPECT_FALSE(spec::swaps_and_recomputes(megatron.plan(i))) << megatron.plan(i).name();
+}
+
 TEST(Planner, SpatialSplitsAreSearchedForCnns) {
   // ResNet-50 with 8 images per step on 32 GPUs: data parallelism reaches 8 of them; spatial
   // grids (up to a node of 8) and pipeline stages take the rest.

@@ -247,6 +247,29 @@ TEST(Plan, RecomputeLayersRecomputeTheFirstLayersOfEachChunk) {
   EXPECT_EQ(unit_recompute(p, 8), std::vector<R>(8, R::kSelective));
 }
 
+// KARMA's split: with the activations of the first 2 units of each chunk offloaded and full
+// recompute of 3, the 3 recomputed are units 2-4 of a 6-unit chunk; 0 and 1 are swapped whole and
+// 5 keeps its activations. Offloading every unit (activation_layers 0) beside recompute is
+// DeepSpeed's cpu_checkpointing, whose recomputed layers stay the first ones.
+TEST(Plan, SwappedLayersComeBeforeTheRecomputedOnes) {
+  using R = Recompute;
+  Plan p;
+  p.recompute = R::kFull;
+  p.recompute_layers = 3;
+  p.offload.activations = OffloadTarget::kHost;
+  p.offload.activation_layers = 2;
+  EXPECT_TRUE(swaps_and_recomputes(p));
+  EXPECT_EQ(unit_recompute(p, 6),
+            (std::vector<R>{R::kNone, R::kNone, R::kFull, R::kFull, R::kFull, R::kNone}));
+  EXPECT_EQ(unit_activation_offload(p, 6),
+            (std::vector<bool>{true, true, false, false, false, false}));
+  EXPECT_EQ(p.name(), "dp1.tp1.pp1.z0.mb1.rc-full3.off-act2");
+  p.offload.activation_layers = 0;
+  EXPECT_FALSE(swaps_and_recomputes(p));
+  EXPECT_EQ(unit_recompute(p, 6),
+            (std::vector<R>{R::kFull, R::kFull, R::kFull, R::kNone, R::kNone, R::kNone}));
+}
+
 TEST(Plan, RecomputeLayersNeedFullRecomputeAndAChunkThatLong) {
   Json j = base_plan();
   j["recompute_layers"] = 2;

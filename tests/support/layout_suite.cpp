@@ -605,6 +605,11 @@ std::vector<Layout> layouts() {
       {"llama_dp2_cp2_act_offload", activations_offloaded(with_cp(plan_of(2, 1, 1), 2)),
        Net::kLlama},
       {"dp2_tp2_pp2_act_offload1", activations_offloaded(plan_of(2, 2, 2), 1)},
+      // KARMA's split (spec::unit_recompute): the first blocks swapped, the next recomputed.
+      {"llama_dp2_swap2_recompute2",
+       activations_offloaded(with_recompute(plan_of(2, 1, 1), R::kFull, 2), 2), Net::kLlama},
+      {"dp2_swap1_recompute2",
+       activations_offloaded(with_recompute(plan_of(2, 1, 1), R::kFull, 2), 1)},
       // PipeDream-2BW: against its own single-rank run (reference()). GPT's tied table makes
       // the end stages sum its gradient at each batch's end; Llama's is untied.
       {"pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW)},

@@ -175,7 +175,8 @@ struct Plan {
   Recompute recompute = Recompute::kNone;
   // With full recompute: only the first N layers of each (virtual) stage chunk are recomputed, the
   // others keep their activations (Megatron-LM --recompute-method block --recompute-num-layers N);
-  // 0: every layer. unit_recompute() is the rule.
+  // 0: every layer. With offload.activation_layers too, the N after the offloaded ones (KARMA).
+  // unit_recompute() is the rule.
   int64_t recompute_layers = 0;
   // The software stack (attention kernel, fusion, overlap, ZeRO-3 implementation, ...); empty:
   // the default stack of the cluster kind (plan_stack).
@@ -281,9 +282,17 @@ void validate_plan(const Plan& plan, const ModelSpec& model, int64_t ranks,
 // The recompute mode of each of a model's `units` pipeline units (transformer blocks) under
 // `plan`: plan.recompute, except that with full recompute of the first `recompute_layers` units of
 // each chunk (Megatron-LM's block method: TransformerBlock._checkpointed_forward checkpoints layers
-// 0..N-1 of the block each model chunk builds) the chunk's later units are not recomputed. The
-// one rule the simulator, the planner and the executor ask.
+// 0..N-1 of the block each model chunk builds) the chunk's later units are not recomputed. When
+// the plan also offloads the activations of the first `activation_layers` units
+// (swaps_and_recomputes), the recomputed units are the `recompute_layers` after those: KARMA's
+// split (Wahib et al., SC'20), swapping the first layers, whose backward comes last and leaves
+// their copies the most compute to hide behind, and recomputing later ones. The one rule the
+// simulator, the planner and the executor ask.
 std::vector<Recompute> unit_recompute(const Plan& plan, int64_t units);
+// Whether `plan` swaps the first layers of each chunk and recomputes the next (KARMA's split):
+// activations offloaded for the first activation_layers > 0 units, full recompute of
+// recompute_layers > 0.
+bool swaps_and_recomputes(const Plan& plan);
 
 // Whether each of a model's `units` pipeline units has its activations offloaded to the host under
 // `plan` (Offload::activations): the first `activation_layers` units of each chunk, or every unit

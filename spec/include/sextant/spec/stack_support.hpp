@@ -42,6 +42,9 @@ struct StackSupport {
   std::vector<Schedule> schedules;   // pipeline schedules; empty: no pipeline parallelism
   std::vector<Recompute> recompute;  // "none" among them where it can keep every activation
   bool recompute_layers = false;     // full recompute of the first N layers of each chunk
+  // Some layers' activations offloaded whole and the next ones recomputed (KARMA's split:
+  // unit_recompute with activation_layers and recompute_layers both set).
+  bool swap_and_recompute = false;
   std::vector<OffloadKind> offload;
   std::vector<OffloadTarget> offload_devices;  // host, nvme (not "none")
   std::vector<Dtype> precisions;               // compute dtypes
