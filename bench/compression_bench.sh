@@ -13,14 +13,8 @@ kinds=(none qsgd:bits=8 qsgd:bits=4 qsgd:bits=2 onebit topk:ratio=0.01 topk:rati
   powersgd:rank=1 powersgd:rank=4)
 flag() { [[ "$1" == none ]] || echo "--compression $1"; }
 
-python3 - "$tmp/slow.json" "$(dirname "$0")/../clusters/dgx-a100.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[2]))
-c["name"] = "dgx-a100-10gbe"
-for level in c["network"]["levels"]:
-    level["bandwidth_GBps"] = 1.25
-json.dump(c, open(sys.argv[1], "w"))
-PY
+python3 "$(dirname "$0")/slow_links_cluster.py" "$tmp/slow.json" \
+  "$(dirname "$0")/../clusters/dgx-a100.json" 1.25 dgx-a100-10gbe
 
 echo "predicted: gpt2-350m, mb4, 16 sequences per replica (sextant simulate)"
 printf '%-18s %14s %14s %14s\n' compression a100-dp16 10gbe-dp16 10gbe-dp64

@@ -12,14 +12,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ratios=(0.001 0.01 0.05 0.2)
 
-python3 - "$tmp/slow.json" "$(dirname "$0")/../clusters/dgx-a100.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[2]))
-c["name"] = "dgx-a100-10gbe"
-for level in c["network"]["levels"]:
-    level["bandwidth_GBps"] = 1.25
-json.dump(c, open(sys.argv[1], "w"))
-PY
+python3 "$(dirname "$0")/slow_links_cluster.py" "$tmp/slow.json" \
+  "$(dirname "$0")/../clusters/dgx-a100.json" 1.25 dgx-a100-10gbe
 # This machine's cores as 4 ranks for the simulator (the executor oversubscribes 2 cores).
 python3 - "$tmp/cpu4.json" "$(dirname "$0")/../clusters/local-cpu.json" <<'PY'
 import json, sys
