@@ -896,13 +896,36 @@ std::vector<spec::Plan> compressed_plans(const Enumeration& all) {
   return out;
 }
 
-TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
-  SearchRequest r = request("gpt2-124m", 8, 64);
-  r.stack = spec::builtin_stack("sextant");  // (runs every compression)
+// `model` on `gpus` GPUs of dgx-a100 with every link at 1 GB/s, under the sextant stack (which
+// runs every compression), allowed `compressions`.
+SearchRequest on_slow_links(const char* model, int64_t gpus, int64_t batch,
+                            std::vector<spec::GradientCompression> compressions) {
+  SearchRequest r = request(model, gpus, batch);
+  r.stack = spec::builtin_stack("sextant");
   for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
+  r.compressions = std::move(compressions);
+  return r;
+}
+
+// The best of `r`'s search (top 3 of 8 leaders), checked to compress with `chosen` and to be
+// priced by the estimator within 2% of its simulation.
+void expect_best_compresses_with(const SearchRequest& r, const spec::GradientCompression& chosen) {
+  SearchOptions o;
+  o.top_k = 3;
+  o.leaders = 8;
+  const SearchResult s = search(r, o);
+  ASSERT_FALSE(s.ranked.empty());
+  const spec::Plan& best = s.ranked.front().plan;
+  EXPECT_EQ(best.compression, chosen) << best.name();
+  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
+  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
+              0.02 * simulated);
+}
+
+TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
   spec::GradientCompression onebit;
   onebit.kind = spec::CompressionKind::kOnebit;
-  r.compressions = {onebit};
+  SearchRequest r = on_slow_links("gpt2-124m", 8, 64, {onebit});
   const std::vector<spec::Plan> compressed = compressed_plans(enumerate_plans(r));
   for (const spec::Plan& p : compressed) {
     EXPECT_EQ(p.zero, 0) << p.name();
@@ -910,19 +933,12 @@ TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
     EXPECT_EQ(p.compression, onebit);
   }
   EXPECT_FALSE(compressed.empty());
+  expect_best_compresses_with(r, onebit);
+  // Not allowed, never proposed.
+  r.compressions.clear();
   SearchOptions o;
   o.top_k = 3;
   o.leaders = 8;
-  const SearchResult s = search(r, o);
-  ASSERT_FALSE(s.ranked.empty());
-  EXPECT_EQ(s.ranked.front().plan.compression, onebit) << s.ranked.front().plan.name();
-  // The estimator prices the compressed exchange as the simulator does.
-  const spec::Plan& best = s.ranked.front().plan;
-  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
-  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
-              0.02 * simulated);
-  // Not allowed, never proposed.
-  r.compressions.clear();
   for (const RankedPlan& p : search(r, o).ranked) EXPECT_FALSE(p.plan.compression.any());
 }
 
@@ -932,24 +948,12 @@ TEST(Planner, CompressionIsSearchedForDdpAndChosenWhereTheLinkIsSlow) {
 // (qkv [768, 2304]: 4 x 3072 of 1.77 M; the table [50304, 768]: 4 x 51072 of 38.6 M). On 1 GB/s
 // links the planner picks PowerSGD over 1-bit, and prices it as the simulator does.
 TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
-  SearchRequest r = request("gpt2-124m", 64, 512);
-  r.stack = spec::builtin_stack("sextant");  // (runs every compression)
-  for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
   spec::GradientCompression onebit, power;
   onebit.kind = spec::CompressionKind::kOnebit;
   power.kind = spec::CompressionKind::kPowersgd;
   power.rank = 4;
-  r.compressions = {onebit, power};
-  SearchOptions o;
-  o.top_k = 3;
-  o.leaders = 8;
-  const SearchResult s = search(r, o);
-  ASSERT_FALSE(s.ranked.empty());
-  const spec::Plan& best = s.ranked.front().plan;
-  EXPECT_EQ(best.compression, power) << best.name();
-  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
-  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
-              0.02 * simulated);
+  const SearchRequest r = on_slow_links("gpt2-124m", 64, 512, {onebit, power});
+  expect_best_compresses_with(r, power);
   // On a mixture of experts too (its router and experts are listed matrices), but not beside
   // expert parallelism (spec::compression_layout_problem).
   SearchRequest moe = request("moe-tiny", 4, 16);
@@ -974,20 +978,7 @@ TEST(Planner, SparCmlIsSearchedWhereDpIsAPowerOfTwoAndChosenWhereTheLinkIsSlow) 
   for (const spec::Plan& p : compressed_plans(enumerate_plans(twelve))) dps.insert(p.dp);
   EXPECT_EQ(dps, (std::set<int64_t>{2, 4}));
 
-  SearchRequest r = request("gpt2-124m", 8, 64);
-  r.stack = spec::builtin_stack("sextant");
-  for (spec::NetworkLevel& level : r.cluster.network.levels) level.bandwidth_GBps = 1;
-  r.compressions = {sparse};
-  SearchOptions o;
-  o.top_k = 3;
-  o.leaders = 8;
-  const SearchResult s = search(r, o);
-  ASSERT_FALSE(s.ranked.empty());
-  const spec::Plan& best = s.ranked.front().plan;
-  EXPECT_EQ(best.compression, sparse) << best.name();
-  const double simulated = sim::simulate(r.model, r.cluster, best, {}).report.step_time_s;
-  EXPECT_NEAR(Estimator(r.model, r.cluster).estimate(best).step_time_s, simulated,
-              0.02 * simulated);
+  expect_best_compresses_with(on_slow_links("gpt2-124m", 8, 64, {sparse}), sparse);
 }
 
 // KARMA's split (spec::unit_recompute) is searched where the stack runs it: on one stage, the
