@@ -103,6 +103,14 @@ std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::Model
   o.sextant = loop::self_executable();
   o.run_args = {"--backend", gpu ? "cuda" : "cpu"};
   o.timeout_s = f.trial_timeout;
+  if (!gpu) {
+    // CPU ranks here: a trial runs again while the core check around it finds a core slow, as
+    // the loop's do (loop/rounds.hpp). The fastest core times seen are kept in the tune's
+    // directory, started afresh unless the tune resumes from its record there.
+    o.cores_reference = f.tune.dir + "/cores.json";
+    if (!std::filesystem::exists(loop::tune_record_path(f.tune)))
+      std::filesystem::remove(o.cores_reference);
+  }
   return std::make_unique<loop::ProcessMachine>(o);
 }
 
@@ -235,6 +243,7 @@ void run(const TuneFlags& f) {
     loop::RoundOptions rounds;
     rounds.repeats = f.grid;
     rounds.steps = o.steps;
+    rounds.quiet_wait_s = o.quiet_wait_s;
     rounds.say = o.say;
     std::filesystem::create_directories(o.dir + "/grid");
     print_grid(c, loop::measure_rounds(c, *machine, o.dir + "/grid", rounds), f.search.json);
@@ -286,6 +295,9 @@ void add_tune_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--trial-timeout", f->trial_timeout, "Seconds a local trial may take")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--quiet-wait", f->tune.quiet_wait_s,
+                  "Seconds a trial on CPU ranks may wait for undisturbed cores (default 120)")
+      ->check(non_negative());
   cmd->add_option("--dir", f->tune.dir,
                   "The trials' files and the record a tune resumes from (default sextant-tune)");
   cmd->add_flag("--slurm", f->slurm, "Run each trial as a Slurm job (sbatch --wait)");

@@ -30,10 +30,6 @@ void say(const TuneOptions& o, const std::string& line) {
   if (o.say) o.say(line);
 }
 
-std::string record_path(const TuneOptions& o) {
-  return o.dir + "/tune.json";
-}
-
 spec::Json candidate_names(const std::vector<TrialPlan>& candidates) {
   spec::Json names = spec::Json::array();
   for (const TrialPlan& c : candidates) names.push_back(c.name);
@@ -51,7 +47,7 @@ void write_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates
                     {"layout_guess", t.layout_guess},
                     {"calibrated", t.calibrated}});
   spec::write_file_atomically(
-      record_path(o),
+      tune_record_path(o),
       spec::Json{
           {"schema", kRecordSchema}, {"candidates", candidate_names(candidates)}, {"trials", rows}}
               .dump(2) +
@@ -60,7 +56,7 @@ void write_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates
 
 // The trials an interrupted tune of the same candidates recorded, read back from their files.
 std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<TrialPlan>& candidates) {
-  const std::string path = record_path(o);
+  const std::string path = tune_record_path(o);
   if (!std::filesystem::exists(path)) return {};
   const spec::Json j = spec::read_json_file(path);
   if (!j.is_object() || j.value("schema", spec::Json()) != kRecordSchema ||
@@ -247,6 +243,7 @@ TuneTrial run_trial(const std::vector<TrialPlan>& candidates, size_t c, Machine&
   rounds.steps = o.steps;
   rounds.warm_up = first;  // the machine's first run (caches, page faults) is not a trial
   rounds.extra_rounds = 0;
+  rounds.quiet_wait_s = o.quiet_wait_s;
   rounds.say = o.say;
   const auto start = std::chrono::steady_clock::now();
   const Measurements m = measure_rounds({candidates[c]}, machine, o.dir, rounds);
@@ -259,6 +256,10 @@ TuneTrial run_trial(const std::vector<TrialPlan>& candidates, size_t c, Machine&
 }
 
 }  // namespace
+
+std::string tune_record_path(const TuneOptions& o) {
+  return o.dir + "/tune.json";
+}
 
 // The plans of one layout run the same collectives, so the fit's error on one is the best guess of
 // its error on another.

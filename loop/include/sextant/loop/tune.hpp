@@ -27,8 +27,12 @@ struct TuneOptions {
   double noise = 0.03;          // a trial's relative noise: two runs of one plan differ by this
   spec::Dtype fit_dtype = spec::Dtype::kFp32;  // the precision the trials' ops ran in
   std::string dir;  // the trials' files and the record (tune.json) an interrupted tune resumes
+  double quiet_wait_s = 120;  // per trial: seconds it may wait for quiet cores (RoundOptions)
   std::function<void(const std::string&)> say;  // progress lines (may be empty)
 };
+
+// The record an interrupted tune resumes from: tune.json in o.dir.
+std::string tune_record_path(const TuneOptions& o);
 
 struct TuneTrial {
   size_t candidate = 0;       // index into the candidates
