@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "sextant/interop/training_log.hpp"
+#include "sextant/loop/process_machine.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "slurm_submit.hpp"
 
@@ -71,6 +72,33 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
     return failed;
   }
   return loop::read_run(base);
+}
+
+std::string SlurmMachine::disturbance() {
+  if (options_.cores_reference.empty()) return "";
+  const std::string reference =
+      std::filesystem::absolute(options_.cores_reference).lexically_normal().string();
+  interop::SlurmRequest r = options_.request;
+  r.job_name = "sextant-cores";
+  r.directory = std::filesystem::path(reference).parent_path().string();
+  r.nodes = 1;
+  r.ranks_per_node = 1;
+  r.gpus = false;
+  r.output = reference + ".probe.log";
+  const std::string script = reference + ".probe.sbatch";
+  try {
+    spec::write_file_atomically(
+        script, interop::sbatch_script(
+                    r, interop::CommandJob{{options_.sextant, "bench", "cores", "--repeats", "2",
+                                            "--reference", reference},
+                                           "Sextant's check of a node's cores (bench cores)"}));
+    sbatch(script, true);
+    return "";
+  } catch (const std::exception& e) {
+    // The probe's own verdict ("core 1 ran 23% slow ..."), else why the job failed.
+    const std::string why = loop::last_line(r.output);
+    return why.empty() ? e.what() : why;
+  }
 }
 
 void SlurmMachine::pause(double seconds) {

@@ -1,7 +1,8 @@
 // Trials as Slurm jobs (`sextant tune --slurm`): each trial is the batch script of `launch --slurm`
 // for Sextant's executor (or, with an exporter, for the stack it is exported to), submitted with
 // `sbatch --wait`, its steps (and Sextant's measured trace) written where loop::read_run finds
-// them. The cores' quiet check is the job's node's business: none here.
+// them. The cores' quiet check, where asked for, is a job of its own on a node: `bench cores
+// --reference` (the first node's cores stand for a trial's others).
 #pragma once
 
 #include <functional>
@@ -23,6 +24,7 @@ struct SlurmMachineOptions {
   std::function<interop::Exported(const spec::Plan& plan, int64_t steps)> exporter;
   std::string entry;
   spec::ModelSpec model;  // what the stack's trials train (their logs' throughput to step times)
+  std::string cores_reference;  // `bench cores --reference` file; "": no quiet check
 };
 
 class SlurmMachine : public loop::Machine {
@@ -30,7 +32,7 @@ class SlurmMachine : public loop::Machine {
   explicit SlurmMachine(SlurmMachineOptions options) : options_(std::move(options)) {}
   loop::RunResult run(const loop::TrialPlan& trial, int64_t steps,
                       const std::string& base) override;
-  std::string disturbance() override { return ""; }
+  std::string disturbance() override;
   void pause(double seconds) override;
   bool benchmark(const std::string&) override { return false; }
 

@@ -86,6 +86,15 @@ std::vector<loop::TrialPlan> candidates_of(const TuneFlags& f,
 std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::ModelSpec& model,
                                            const spec::ClusterSpec& cluster) {
   const bool gpu = cluster.device.kind == spec::DeviceKind::kGpu;
+  // CPU ranks: a trial runs again while the core check around it finds a core slow, as the
+  // loop's do (loop/rounds.hpp). The fastest core times seen are kept in the tune's directory,
+  // started afresh unless the tune resumes from its record there.
+  std::string cores_reference;
+  if (!gpu) {
+    cores_reference = f.tune.dir + "/cores.json";
+    if (!std::filesystem::exists(loop::tune_record_path(f.tune)))
+      std::filesystem::remove(cores_reference);
+  }
   if (f.slurm) {
     SlurmMachineOptions o;
     o.request = f.request;
@@ -97,20 +106,15 @@ std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::Model
       o.entry = f.script;
       o.model = model;
     }
+    // (Not for a stack's trials: its launcher holds the node, not Sextant's ranks.)
+    if (f.to == "sextant") o.cores_reference = cores_reference;
     return std::make_unique<SlurmMachine>(o);
   }
   loop::ProcessMachineOptions o;
   o.sextant = loop::self_executable();
   o.run_args = {"--backend", gpu ? "cuda" : "cpu"};
   o.timeout_s = f.trial_timeout;
-  if (!gpu) {
-    // CPU ranks here: a trial runs again while the core check around it finds a core slow, as
-    // the loop's do (loop/rounds.hpp). The fastest core times seen are kept in the tune's
-    // directory, started afresh unless the tune resumes from its record there.
-    o.cores_reference = f.tune.dir + "/cores.json";
-    if (!std::filesystem::exists(loop::tune_record_path(f.tune)))
-      std::filesystem::remove(o.cores_reference);
-  }
+  o.cores_reference = cores_reference;
   return std::make_unique<loop::ProcessMachine>(o);
 }
 

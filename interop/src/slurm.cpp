@@ -129,6 +129,15 @@ std::string sbatch_script(const SlurmRequest& r, const SextantJob& job) {
   return s;
 }
 
+std::string sbatch_script(const SlurmRequest& r, const CommandJob& job) {
+  check_slurm_request(r);
+  std::string s = header(r, job.what);
+  s += "#SBATCH --ntasks-per-node=1\n#SBATCH --exclusive\nset -euo pipefail\n\n";
+  s += "exec";
+  for (const std::string& a : job.argv) s += " " + shell_quote(a);
+  return s + "\n";
+}
+
 std::string sbatch_script(const SlurmRequest& r, const StackJob& job) {
   check_slurm_request(r);
   const Target target = job.exported.target;

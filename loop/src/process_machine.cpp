@@ -18,8 +18,6 @@
 
 namespace sextant::loop {
 
-namespace {
-
 std::string last_line(const std::string& file) {
   std::ifstream in(file);
   std::string line, last;
@@ -27,6 +25,8 @@ std::string last_line(const std::string& file) {
     if (!line.empty()) last = line;
   return last;
 }
+
+namespace {
 
 // Why a run failed, from its log: the first line Sextant wrote as an error (under mpirun the
 // log ends in mpirun's banner of dashes, which says nothing), else the last line.

@@ -93,6 +93,25 @@ TEST(SlurmScript, SextantRanksAreTasksUnderSrunWithPmix) {
             std::string::npos);
 }
 
+// The cores' check before a trial: the node alone (a probe of its cores shares them with
+// nothing), the command run by the batch script itself, each word quoted for the shell.
+TEST(SlurmScript, ACommandJobHasTheNodeAlone) {
+  SlurmRequest r = request();
+  r.job_name = "sextant-cores";
+  r.nodes = 1;
+  r.ranks_per_node = 1;
+  r.gpus = false;
+  const std::string s = sbatch_script(
+      r, CommandJob{{"/opt/sextant bin/sextant", "bench", "cores", "--reference", "/d/cores.json"},
+                    "a check"});
+  EXPECT_EQ(s.rfind("#!/bin/bash\n# a check", 0), 0u) << s;
+  for (const char* line :
+       {"#SBATCH --nodes=1\n", "#SBATCH --ntasks-per-node=1\n", "#SBATCH --exclusive\n",
+        "exec '/opt/sextant bin/sextant' bench cores --reference /d/cores.json\n"})
+    EXPECT_NE(s.find(line), std::string::npos) << line << " in\n" << s;
+  EXPECT_EQ(s.find("--gpus-per-node"), std::string::npos);
+}
+
 TEST(SlurmScript, AStackRunsTorchrunPerNodeWithEveryExportedSetting) {
   const SlurmRequest r = request();
   const StackJob job{megatron_export(Trial{5}), ""};

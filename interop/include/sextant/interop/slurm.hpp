@@ -46,7 +46,15 @@ struct StackJob {     // torchrun per node with the stack's entry point
   int64_t rendezvous_port = 29500;  // torchrun's default
 };
 
+struct CommandJob {  // one command on a node of its own: the cores' check before a trial
+  std::vector<std::string> argv;
+  std::string what;  // the script's first comment
+};
+
 std::string sbatch_script(const SlurmRequest& request, const SextantJob& job);
+// The node alone (--exclusive: a probe of its cores must not share them), `argv` run in the
+// batch script itself, on the job's first node.
+std::string sbatch_script(const SlurmRequest& request, const CommandJob& job);
 // Throws InputError naming the target when it has no launcher here (NeMo-Run submits its own
 // jobs) or a required entry point is missing.
 std::string sbatch_script(const SlurmRequest& request, const StackJob& job);

@@ -38,6 +38,9 @@ class ProcessMachine : public Machine {
 // The path of the running executable (/proc/self/exe).
 std::string self_executable();
 
+// The last non-empty line of `file` ("" when it has none or cannot be read): a child's verdict.
+std::string last_line(const std::string& file);
+
 // Runs `args` (args[0] looked up in PATH) in its own process group with stdout and stderr to
 // `log`, and kills the group after `timeout_s`. The exit status, or nullopt on timeout.
 std::optional<int> run_child(const std::vector<std::string>& args, const std::string& log,
