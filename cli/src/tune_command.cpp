@@ -36,7 +36,11 @@ struct TuneFlags {
   int64_t grid = 0;  // rounds of every candidate instead of tuning (0: tune)
   std::string out, calibrated_out;
   std::string to = "sextant";  // who trains the trials: Sextant, or a stack (with --slurm)
-  std::string script;          // the stack's entry point (launch --script)
+  // The core checks around each trial on CPU ranks: on for local trials, off under --slurm,
+  // where each check is a job of its own (two sbatch round trips a trial), unless the flags say.
+  bool core_check = false, no_core_check = false;
+  bool checks_cores() const { return core_check || (!no_core_check && !slurm); }
+  std::string script;  // the stack's entry point (launch --script)
 };
 
 // The trial's settings for the stack `to` names (launch --to), for plans of `model` on `cluster`.
@@ -90,7 +94,7 @@ std::unique_ptr<loop::Machine> machine_for(const TuneFlags& f, const spec::Model
   // loop's do (loop/rounds.hpp). The fastest core times seen are kept in the tune's directory,
   // started afresh unless the tune resumes from its record there.
   std::string cores_reference;
-  if (!gpu) {
+  if (!gpu && f.checks_cores()) {
     cores_reference = f.tune.dir + "/cores.json";
     if (!std::filesystem::exists(loop::tune_record_path(f.tune)))
       std::filesystem::remove(cores_reference);
@@ -305,6 +309,13 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--dir", f->tune.dir,
                   "The trials' files and the record a tune resumes from (default sextant-tune)");
   cmd->add_flag("--slurm", f->slurm, "Run each trial as a Slurm job (sbatch --wait)");
+  auto* check =
+      cmd->add_flag("--core-check", f->core_check,
+                    "Check the cores around each trial on CPU ranks and rerun a disturbed "
+                    "one (default: on locally; off with --slurm, where each check is a "
+                    "job)");
+  cmd->add_flag("--no-core-check", f->no_core_check, "Run local trials without the core checks")
+      ->excludes(check);
   cmd->add_option("--to", f->to,
                   "With --slurm: who trains the trials: sextant (default), megatron-core, "
                   "megatron-lm, torchtitan or deepspeed (their step times from their logs)");

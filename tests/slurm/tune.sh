@@ -12,10 +12,11 @@ source "$here/test_cluster.sh"
 slurm_test_cluster_for_test
 
 tune=(tune --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 8 --candidates 4
-  --steps 3 --slurm --time 5 --dir "$dir/tune" --quiet-wait 0 --json)
+  --steps 3 --slurm --time 5 --dir "$dir/tune" --core-check --quiet-wait 0 --json)
 "$sextant" "${tune[@]}" --out "$dir/best.json" >"$dir/first.json" 2>"$dir/first.err" ||
   fail "tune: $(tail -5 "$dir/first.err")"
-# The cores' check ran as a job of the node around each trial, keeping its reference there.
+# The cores' check (--core-check: off by default under Slurm) ran as a job of the node around
+# each trial, keeping its reference there.
 [ -s "$dir/tune/cores.json" ] || fail "no core reference: $(tail -3 "$dir/tune/cores.json.probe.log" 2>&1)"
 python3 - "$dir/first.json" "$dir/best.json" <<'PY' || fail "the first tune's report"
 import json, sys
