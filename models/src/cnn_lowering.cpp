@@ -187,7 +187,7 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
     }
   }
   // Under both splits the window reads the channels the algorithm has in hand (exec/src/
-  // cnn_stage.cpp forward_conv): stationary-y and -w gather the rank's block of the map first,
+  // cnn_conv.cpp forward_conv): stationary-y and -w gather the rank's block of the map first,
   // then exchange the halo of every gathered channel; stationary-x exchanges its own channels'.
   const int64_t window_c = read_c;
   const int64_t in_pixels =
@@ -203,7 +203,7 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   o.c = out_c;
   const int64_t held_c = cs.held(out_c);
   layer.params += n * cin * window + (bias ? held_c : 0);
-  // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn_stage.cpp).
+  // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn_params.cpp).
   layer.matrices.push_back({n, cin * window});
   layer.params_total += out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
   int64_t out_bytes = B * held_c * out_pixels * e;
