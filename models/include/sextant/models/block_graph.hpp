@@ -1,0 +1,44 @@
+// A transformer block as a per-op graph (op_graph.hpp): norm, QKV, attention, projection,
+// residual, norm, FC1, activation, FC2, residual, each an einsum over named dimensions, so that any
+// op can be split its own way. Today's uniform layouts are particular splits of it: data
+// parallelism splits the batch of every op over one mesh axis; Megatron-LM's tensor parallelism
+// (Shoeybi et al. 2019, §3) splits the heads of QKV, attention and the projection and the FFN of
+// FC1, the activation and FC2 over another, which leaves the projection and FC2 partial sums over
+// it; sequence parallelism (Korthikanti et al. 2022, §4.2.2) splits the sequence of the norms and
+// residuals over that axis too. The resharding rule then gives their collectives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "sextant/models/op_graph.hpp"
+
+namespace sextant::models {
+
+struct BlockDims {
+  int64_t batch = 1;  // sequences of one micro-batch over the whole mesh
+  int64_t seq = 1;
+  int64_t hidden = 1;
+  int64_t heads = 1;
+  int64_t head_dim = 1;
+  int64_t ffn = 1;
+};
+
+// Dimension names: b (batch), s (sequence), h (hidden), a (heads), c (a head's q, k and v: 3
+// head_dim), d (head_dim), f (ffn). Tensors: x (the block's input), x1 (normed), qkv, ctx
+// (attention's output), attn (the projection's), r1 (first residual), x2, fc1, act, fc2, y.
+OpGraph transformer_block_graph(const BlockDims& dims);
+
+struct BlockSplit {
+  std::map<std::string, OpSplit> ops;  // by node name
+  spec::TensorLayout stream;           // the residual stream's layout: the block's input and output
+};
+
+// A uniform layout as per-op splits: the batch over `data_axis`, Megatron's tensor parallelism
+// over `tensor_axis` and, with `sequence_parallel`, the norms' and residuals' sequence over it too
+// ("" for an axis: not split that way).
+BlockSplit megatron_block_split(const BlockDims& dims, const std::string& data_axis,
+                                const std::string& tensor_axis, bool sequence_parallel);
+
+}  // namespace sextant::models

@@ -1,0 +1,243 @@
+// Tensor layouts on a device mesh and the resharding rule (sharding.hpp).
+#include "sextant/spec/sharding.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "sextant/spec/error.hpp"
+
+namespace sextant::spec {
+
+namespace {
+
+constexpr std::string_view kSource = "sharding";
+
+bool contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// The axes of `dim` in the order `order` lists them, then any `order` does not hold.
+std::vector<std::string> ordered_like(std::vector<std::string> axes,
+                                      const std::vector<std::string>& order) {
+  std::stable_sort(axes.begin(), axes.end(), [&](const std::string& a, const std::string& b) {
+    const auto pa = std::find(order.begin(), order.end(), a) - order.begin();
+    const auto pb = std::find(order.begin(), order.end(), b) - order.begin();
+    return pa < pb;
+  });
+  return axes;
+}
+
+TensorDim& dim_of(TensorLayout& layout, std::string_view name) {
+  for (TensorDim& d : layout.dims)
+    if (d.name == name) return d;
+  SEXTANT_CHECK(false, "no dimension {}", name);
+  throw std::logic_error("unreachable");
+}
+
+void check_same_dims(const TensorLayout& from, const TensorLayout& to) {
+  bool same = from.dims.size() == to.dims.size();
+  for (size_t i = 0; same && i < from.dims.size(); ++i)
+    same = from.dims[i].name == to.dims[i].name && from.dims[i].extent == to.dims[i].extent;
+  if (same) return;
+  auto names = [](const TensorLayout& l) {
+    std::vector<std::string> out;
+    for (const TensorDim& d : l.dims) out.push_back(fmt::format("{}:{}", d.name, d.extent));
+    return fmt::format("[{}]", fmt::join(out, ", "));
+  };
+  throw InputError(std::string(kSource), "/dims", names(to),
+                   fmt::format("the dimensions of the tensor being resharded, {}", names(from)));
+}
+
+// The reshard steps of one phase: `kind` on every axis it applies to, in mesh order.
+void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, const TensorLayout& to,
+               int64_t element_bytes, std::vector<ReshardStep>& steps) {
+  for (const MeshAxis& axis : mesh.axes) {
+    const std::string& a = axis.name;
+    const TensorDim* fd = cur.split_by(a);
+    const TensorDim* td = to.split_by(a);
+    const bool fp = cur.partial_over(a), tp = to.partial_over(a);
+    const int64_t shard_bytes = cur.shard_elements(mesh) * element_bytes;
+    ReshardStep step{kind, a, "", "", 0};
+    switch (kind) {
+      case ReshardKind::kSlice:
+        if (fp || fd != nullptr || td == nullptr) continue;
+        step.dim = td->name;
+        dim_of(cur, td->name).axes.push_back(a);
+        break;
+      case ReshardKind::kReduceScatter:
+        if (!fp || tp || td == nullptr) continue;
+        step.dim = td->name;
+        step.bytes = shard_bytes;
+        std::erase(cur.partial, a);
+        dim_of(cur, td->name).axes.push_back(a);
+        break;
+      case ReshardKind::kAllReduce:
+        if (!fp || tp || td != nullptr) continue;
+        step.bytes = shard_bytes;
+        std::erase(cur.partial, a);
+        break;
+      case ReshardKind::kAllToAll:
+        if (fd == nullptr || td == nullptr || fd->name == td->name) continue;
+        step.dim = fd->name;
+        step.to_dim = td->name;
+        step.bytes = shard_bytes;
+        std::erase(dim_of(cur, fd->name).axes, a);
+        dim_of(cur, td->name).axes.push_back(a);
+        break;
+      case ReshardKind::kAllGather:
+        if (fd == nullptr || td != nullptr) continue;
+        step.dim = fd->name;
+        step.bytes = shard_bytes * axis.size;
+        std::erase(dim_of(cur, fd->name).axes, a);
+        break;
+    }
+    steps.push_back(step);
+  }
+}
+
+}  // namespace
+
+int64_t DeviceMesh::ranks() const {
+  int64_t n = 1;
+  for (const MeshAxis& a : axes) n *= a.size;
+  return n;
+}
+
+bool DeviceMesh::has(std::string_view name) const {
+  return std::any_of(axes.begin(), axes.end(), [&](const MeshAxis& a) { return a.name == name; });
+}
+
+int64_t DeviceMesh::size(std::string_view name) const {
+  for (const MeshAxis& a : axes)
+    if (a.name == name) return a.size;
+  throw InputError(std::string(kSource), "/axes", std::string(name), "an axis of the device mesh");
+}
+
+const TensorDim* TensorLayout::dim(std::string_view name) const {
+  for (const TensorDim& d : dims)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+const TensorDim* TensorLayout::split_by(std::string_view axis) const {
+  for (const TensorDim& d : dims)
+    if (contains(d.axes, axis)) return &d;
+  return nullptr;
+}
+
+bool TensorLayout::partial_over(std::string_view axis) const {
+  return contains(partial, axis);
+}
+
+int64_t TensorLayout::shard_elements(const DeviceMesh& mesh) const {
+  int64_t n = 1;
+  for (const TensorDim& d : dims) {
+    int64_t parts = 1;
+    for (const std::string& a : d.axes) parts *= mesh.size(a);
+    n *= d.extent / parts;
+  }
+  return n;
+}
+
+std::string layout_problem(const DeviceMesh& mesh, const TensorLayout& layout) {
+  std::set<std::string> used;
+  auto use = [&](const std::string& axis) -> std::string {
+    if (!mesh.has(axis)) return fmt::format("axis {} is not an axis of the mesh", axis);
+    if (!used.insert(axis).second)
+      return fmt::format("axis {} splits the tensor twice (or splits it and sums over it)", axis);
+    return "";
+  };
+  for (const TensorDim& d : layout.dims) {
+    if (d.extent < 1) return fmt::format("dimension {} has extent {}", d.name, d.extent);
+    int64_t parts = 1;
+    for (const std::string& a : d.axes) {
+      if (std::string p = use(a); !p.empty()) return p;
+      parts *= mesh.size(a);
+    }
+    if (d.extent % parts != 0)
+      return fmt::format("dimension {} of extent {} does not divide over {} ranks ({})", d.name,
+                         d.extent, parts, fmt::join(d.axes, " x "));
+  }
+  for (const std::string& a : layout.partial)
+    if (std::string p = use(a); !p.empty()) return p;
+  return "";
+}
+
+std::string_view reshard_kind_name(ReshardKind kind) {
+  switch (kind) {
+    case ReshardKind::kSlice:
+      return "slice";
+    case ReshardKind::kReduceScatter:
+      return "reduce-scatter";
+    case ReshardKind::kAllReduce:
+      return "all-reduce";
+    case ReshardKind::kAllToAll:
+      return "all-to-all";
+    case ReshardKind::kAllGather:
+      return "all-gather";
+  }
+  return "?";
+}
+
+CollectiveKind ReshardStep::collective() const {
+  switch (kind) {
+    case ReshardKind::kReduceScatter:
+      return CollectiveKind::kReduceScatter;
+    case ReshardKind::kAllReduce:
+      return CollectiveKind::kAllReduce;
+    case ReshardKind::kAllToAll:
+      return CollectiveKind::kAllToAll;
+    case ReshardKind::kAllGather:
+      return CollectiveKind::kAllGather;
+    case ReshardKind::kSlice:
+      break;
+  }
+  return CollectiveKind::kSendRecv;
+}
+
+std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& from,
+                                 const TensorLayout& to, int64_t element_bytes) {
+  for (const TensorLayout* l : {&from, &to})
+    if (std::string p = layout_problem(mesh, *l); !p.empty())
+      throw InputError(std::string(kSource), l == &from ? "/from" : "/to", "", p);
+  check_same_dims(from, to);
+  for (const std::string& a : to.partial)
+    if (!from.partial_over(a))
+      throw InputError(std::string(kSource), "/to/partial", a,
+                       "an axis the tensor is already a partial sum over: resharding sums "
+                       "partial sums, it cannot make them");
+  TensorLayout cur = from;
+  std::vector<ReshardStep> steps;
+  for (ReshardKind kind :
+       {ReshardKind::kSlice, ReshardKind::kReduceScatter, ReshardKind::kAllReduce,
+        ReshardKind::kAllToAll, ReshardKind::kAllGather})
+    run_phase(kind, mesh, cur, to, element_bytes, steps);
+  // Every axis now splits the dimension `to` names: what is left is the order within a dimension.
+  for (size_t i = 0; i < cur.dims.size(); ++i) {
+    std::vector<std::string>& axes = cur.dims[i].axes;
+    const std::vector<std::string>& want = to.dims[i].axes;
+    const std::vector<std::string> kept = ordered_like(axes, want);
+    // Axes added by this reshard take their place in `to`'s order; those already there keep
+    // theirs, which must agree with it (a reordering would permute the ranks' blocks).
+    std::vector<std::string> before;
+    for (const std::string& a : from.dims[i].axes)
+      if (contains(want, a)) before.push_back(a);
+    if (ordered_like(before, want) != before)
+      throw InputError(std::string(kSource), fmt::format("/to/dims/{}", cur.dims[i].name),
+                       fmt::format("{}", fmt::join(want, " x ")),
+                       fmt::format("the axes splitting it in their present order ({}): "
+                                   "reordering them is not modelled",
+                                   fmt::join(from.dims[i].axes, " x ")));
+    axes = kept;
+  }
+  SEXTANT_CHECK(cur.partial.size() == to.partial.size(), "resharding left partial sums behind");
+  for (size_t i = 0; i < cur.dims.size(); ++i)
+    SEXTANT_CHECK(cur.dims[i].axes == to.dims[i].axes, "resharding {} ended off its layout",
+                  cur.dims[i].name);
+  return steps;
+}
+
+}  // namespace sextant::spec

@@ -1,0 +1,227 @@
+// Per-operator splits on a device mesh (issue 60): the resharding rule by hand, an einsum's split
+// by hand, and Megatron-LM's collectives derived from per-op splits of a transformer block,
+// against the hand-written lowering (an independent reference: models/src/transformer_lowering.cpp
+// writes Megatron's f and g operators out by name).
+#include <gtest/gtest.h>
+
+#include "sextant/models/block_graph.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/models/sharded_ops.hpp"
+#include "sextant/models/zoo.hpp"
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/sharding.hpp"
+
+namespace sextant::models {
+namespace {
+
+using spec::CollectiveKind;
+using spec::DeviceMesh;
+using spec::ReshardKind;
+using spec::ReshardStep;
+using spec::TensorLayout;
+
+const DeviceMesh kMesh{{{"d", 2}, {"t", 4}}};
+
+// A [b=8, s=16, h=32] tensor; `split`: dim -> axes; `partial`: axes.
+TensorLayout bsh(OpSplit split, std::vector<std::string> partial = {}) {
+  return layout_of({"b", "s", "h"}, {{"b", 8}, {"s", 16}, {"h", 32}}, split, std::move(partial));
+}
+
+std::vector<ReshardStep> move(const TensorLayout& from, const TensorLayout& to) {
+  return spec::reshard(kMesh, from, to, 2);
+}
+
+// 8 x 16 x 32 = 4096 elements, 2 bytes each: 8192 bytes whole.
+TEST(Resharding, EachAxisMovesByTheRule) {
+  // Partial over t -> whole: an all-reduce of the rank's tensor (b split over d: 4096 bytes).
+  EXPECT_EQ(move(bsh({{"b", {"d"}}}, {"t"}), bsh({{"b", {"d"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kAllReduce, "t", "", "", 4096}}));
+  // Partial over t -> the sequence split over t: a reduce-scatter of the same 4096 bytes.
+  EXPECT_EQ(move(bsh({{"b", {"d"}}}, {"t"}), bsh({{"b", {"d"}}, {"s", {"t"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kReduceScatter, "t", "s", "", 4096}}));
+  // The sequence split over t -> whole: an all-gather making 1024 x 4 = 4096 bytes.
+  EXPECT_EQ(move(bsh({{"b", {"d"}}, {"s", {"t"}}}), bsh({{"b", {"d"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kAllGather, "t", "s", "", 4096}}));
+  // The batch split over d -> the sequence split over d: an all-to-all of the rank's 4096 bytes.
+  EXPECT_EQ(move(bsh({{"b", {"d"}}}), bsh({{"s", {"d"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kAllToAll, "d", "b", "s", 4096}}));
+  // Whole -> split: a slice, nothing sent.
+  EXPECT_EQ(move(bsh({}), bsh({{"h", {"t"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kSlice, "t", "h", "", 0}}));
+  EXPECT_TRUE(move(bsh({{"b", {"d"}}}, {"t"}), bsh({{"b", {"d"}}}, {"t"})).empty());
+}
+
+TEST(Resharding, ShrinkingStepsRunBeforeTheGathers) {
+  // From b over d, partial over t, to b whole, h over t: the reduce-scatter first, on the rank's
+  // 4096 bytes (leaving 1024), then the all-gather over d making 1024 x 2 = 2048.
+  EXPECT_EQ(move(bsh({{"b", {"d"}}}, {"t"}), bsh({{"h", {"t"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kReduceScatter, "t", "h", "", 4096},
+                                      {ReshardKind::kAllGather, "d", "b", "", 2048}}));
+  // Two axes on one dimension, added in the target's order: b over d then t, from whole.
+  EXPECT_EQ(move(bsh({}), bsh({{"b", {"d", "t"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kSlice, "d", "b", "", 0},
+                                      {ReshardKind::kSlice, "t", "b", "", 0}}));
+}
+
+TEST(Resharding, WhatTheRuleCannotDoIsRefused) {
+  // A partial sum cannot be made, a dimension's axes cannot be reordered, axes must exist and
+  // divide, and the dimensions must match.
+  EXPECT_THROW(move(bsh({}), bsh({}, {"t"})), InputError);
+  EXPECT_THROW(move(bsh({{"b", {"d", "t"}}}), bsh({{"b", {"t", "d"}}})), InputError);
+  EXPECT_THROW(move(bsh({{"b", {"x"}}}), bsh({})), InputError);
+  EXPECT_THROW(move(bsh({{"b", {"d"}}, {"s", {"d"}}}), bsh({})), InputError);
+  EXPECT_THROW(spec::reshard(DeviceMesh{{{"t", 3}}}, bsh({{"b", {"t"}}}), bsh({}), 2), InputError);
+  TensorLayout other = bsh({});
+  other.dims[2].extent = 64;
+  EXPECT_THROW(move(bsh({}), other), InputError);
+}
+
+TEST(ShardedOp, AContractionSplitOverAnAxisLeavesPartialSums) {
+  // Y[b,s,f] = X[b,s,h] W[h,f]: 2 x 8 x 16 x 32 x 64 = 524288 FLOPs whole. Split b over d and
+  // the contracted h over t: each rank does 1/8 of them, and its Y is a partial sum over t.
+  EinsumOp op{"fc",
+              {{"b", "s", "h"}, {"h", "f"}},
+              {"b", "s", "f"},
+              {{"b", 8}, {"s", 16}, {"h", 32}, {"f", 64}},
+              -1,
+              {}};
+  const ShardedOp s = shard_op(kMesh, op, {{"b", {"d"}}, {"h", {"t"}}});
+  EXPECT_DOUBLE_EQ(s.flops, 524288.0 / 8);
+  EXPECT_EQ(s.output.partial, std::vector<std::string>{"t"});
+  EXPECT_EQ(s.operands[1].dim("h")->axes, std::vector<std::string>{"t"});
+  // The gradient of W contracts b and s: partial over d, where b is split.
+  const ShardedOp dw = shard_op(kMesh, gradient_op(op, 1), {{"b", {"d"}}, {"h", {"t"}}});
+  EXPECT_EQ(dw.output.partial, std::vector<std::string>{"d"});
+  EXPECT_DOUBLE_EQ(dw.flops, 524288.0 / 8);
+  // An axis twice, a dimension the op needs whole, a dimension it lacks: refused.
+  EXPECT_THROW(shard_op(kMesh, op, {{"b", {"t"}}, {"h", {"t"}}}), InputError);
+  op.whole = {"h"};
+  EXPECT_THROW(shard_op(kMesh, op, {{"h", {"t"}}}), InputError);
+  EXPECT_THROW(shard_op(kMesh, op, {{"q", {"t"}}}), InputError);
+}
+
+struct Comm {
+  CollectiveKind kind;
+  int64_t bytes;
+  bool operator==(const Comm&) const = default;
+};
+
+std::vector<Comm> layer_comms(const std::vector<Op>& ops) {
+  std::vector<Comm> out;
+  for (const Op& op : ops)
+    if (op.is_comm() && op.group == CommGroup::kLayer) out.push_back({op.collective, op.bytes});
+  return out;
+}
+
+std::vector<Comm> walk_comms(const GraphWalk& w, spec::Phase phase) {
+  std::vector<Comm> out;
+  for (const GraphStep& s : w.steps)
+    if (s.kind == GraphStep::Kind::kReshard && s.phase == phase &&
+        s.reshard.kind != ReshardKind::kSlice)
+      out.push_back({s.reshard.collective(), s.reshard.bytes});
+  return out;
+}
+
+double walk_flops(const GraphWalk& w, const std::string& node, spec::Phase phase) {
+  for (const GraphStep& s : w.steps)
+    if (s.kind == GraphStep::Kind::kCompute && s.node == node && s.phase == phase) return s.flops;
+  return -1;
+}
+
+// GPT-3 1.3B (h 2048, 16 heads, ffn 8192), sequence 2048, micro-batch 2 on each of dp 2 ranks,
+// bf16, on a mesh of d = 2 by t = 4.
+TEST(PerOpBlock, MegatronsCollectivesFollowFromItsPerOpSplits) {
+  const spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  const BlockDims dims{4, 2048, 2048, 16, 128, 8192};
+  const OpGraph g = transformer_block_graph(dims);
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "tensor parallel");
+    const BlockSplit split = megatron_block_split(dims, "d", "t", sp);
+    const GraphWalk w = walk_graph(kMesh, g, split.ops, split.stream, split.stream, 2);
+    LoweringOptions o;
+    o.micro_batch = 2;
+    o.seq_len = 2048;
+    o.tp = 4;
+    o.sequence_parallel = sp;
+    const LoweredModel l = lower(m, o);
+    const Layer& block = l.layers[1];
+    // Forward: 2 all-reduces (with sp: all-gather, reduce-scatter twice) of b s h = 2 x 2048 x
+    // 2048 bf16 = 16 MiB; the lowering writes them out, the walk derives them.
+    EXPECT_EQ(walk_comms(w, spec::Phase::kFwd), layer_comms(block.forward));
+    EXPECT_EQ(walk_comms(w, spec::Phase::kBwd), layer_comms(block.backward));
+    EXPECT_EQ(layer_comms(block.forward).size(), sp ? 4u : 2u);
+    EXPECT_EQ(layer_comms(block.forward).front().bytes, 2 * 2048 * 2048 * 2);
+    // The GEMMs' FLOPs per rank: the walk's split of each einsum against the lowering's ops.
+    const std::map<OpId, std::string> gemms = {{OpId::kAttnQkv, "qkv"},
+                                               {OpId::kAttnProj, "proj"},
+                                               {OpId::kMlpFc1, "fc1"},
+                                               {OpId::kMlpFc2, "fc2"}};
+    int found = 0;
+    for (const Op& op : block.forward) {
+      const auto it = gemms.find(op.id);
+      if (it == gemms.end()) continue;
+      ++found;
+      EXPECT_DOUBLE_EQ(walk_flops(w, it->second, spec::Phase::kFwd), op.flops) << it->second;
+    }
+    EXPECT_EQ(found, 4);
+    // Backward products cost twice the forward (dgrad and wgrad).
+    EXPECT_DOUBLE_EQ(walk_flops(w, "fc1", spec::Phase::kBwd),
+                     2 * walk_flops(w, "fc1", spec::Phase::kFwd));
+  }
+}
+
+// Each weight's gradient is a partial sum over d (the batch it contracted is split there): summed
+// by an all-reduce of the rank's shard, the data-parallel gradient sum; under tensor parallelism
+// the shard is the weight's 1/t: QKV 2048 x 16 x 384 / 4, the projection 16 x 128 x 2048 / 4,
+// FC1 and FC2 2048 x 8192 / 4, in bf16.
+TEST(PerOpBlock, DataParallelGradientSumsAreEachWeightsShard) {
+  const BlockDims dims{4, 2048, 2048, 16, 128, 8192};
+  const BlockSplit split = megatron_block_split(dims, "d", "t", false);
+  const GraphWalk w =
+      walk_graph(kMesh, transformer_block_graph(dims), split.ops, split.stream, split.stream, 2);
+  std::map<std::string, int64_t> sums;
+  for (const GraphStep& s : w.steps) {
+    if (s.kind != GraphStep::Kind::kGradientSum) continue;
+    EXPECT_EQ(s.reshard.kind, ReshardKind::kAllReduce) << s.node;
+    EXPECT_EQ(s.reshard.axis, "d") << s.node;
+    sums[s.node] = s.reshard.bytes;
+  }
+  const int64_t qkv = 2048 * 16 * 384 / 4 * 2, proj = 16 * 128 * 2048 / 4 * 2,
+                fc = 2048 * 8192 / 4 * 2;
+  EXPECT_EQ(sums, (std::map<std::string, int64_t>{
+                      {"qkv", qkv}, {"proj", proj}, {"fc1", fc}, {"fc2", fc}}));
+  EXPECT_EQ(w.param_bytes, qkv + proj + 2 * fc);
+}
+
+// A split no uniform layout has: attention data-parallel over t (its batch of 8 over d and t: one
+// sequence a rank, whole heads), the MLP tensor-parallel over t; the stream is the batch over d
+// (4 sequences a rank). Forward: x1 is sliced for QKV (free); the projection's output is gathered
+// over t into the stream's layout (making the rank's 4 x 2048 x 2048 bf16, 32 MiB); FC2's partial
+// sum is all-reduced (32 MiB) as in Megatron. Backward: FC1's partial input gradient is
+// all-reduced; the stream's gradient is sliced for the projection; QKV's input gradient (one
+// sequence a rank) is gathered over t into the norm's layout (32 MiB).
+TEST(PerOpBlock, AttentionDataParallelAndTheMlpTensorParallelOverTheSameAxis) {
+  const BlockDims dims{8, 2048, 2048, 16, 128, 8192};
+  BlockSplit split = megatron_block_split(dims, "d", "t", false);
+  for (const char* n : {"qkv", "attention", "proj"}) split.ops[n] = {{"b", {"d", "t"}}};
+  const GraphWalk w =
+      walk_graph(kMesh, transformer_block_graph(dims), split.ops, split.stream, split.stream, 2);
+  const int64_t stream = 4 * 2048 * 2048 * 2;
+  EXPECT_EQ(walk_comms(w, spec::Phase::kFwd),
+            (std::vector<Comm>{{CollectiveKind::kAllGather, stream},
+                               {CollectiveKind::kAllReduce, stream}}));
+  EXPECT_EQ(walk_comms(w, spec::Phase::kBwd),
+            (std::vector<Comm>{{CollectiveKind::kAllReduce, stream},
+                               {CollectiveKind::kAllGather, stream}}));
+  // Attention's FLOPs per rank: 4 b s^2 a d / 8.
+  EXPECT_DOUBLE_EQ(walk_flops(w, "attention", spec::Phase::kFwd),
+                   4.0 * 8 * 2048 * 2048 * 16 * 128 / 8);
+  // Its weights are whole on every rank: their gradients are summed over d and t.
+  std::vector<std::string> axes;
+  for (const GraphStep& s : w.steps)
+    if (s.kind == GraphStep::Kind::kGradientSum && s.node == "qkv") axes.push_back(s.reshard.axis);
+  EXPECT_EQ(axes, (std::vector<std::string>{"d", "t"}));
+}
+
+}  // namespace
+}  // namespace sextant::models
