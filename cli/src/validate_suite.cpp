@@ -130,7 +130,7 @@ ValidationTable table4(const spec::ClusterSpec& cluster) {
     sim::LayerTimes times = sim::layer_times(
         lowered.layers[lowered.split_begin], plan, setup.stack, compute, collectives,
         sim::LayerGroups{
-            sim::group_shape(group, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}},
+            sim::group_shape(group, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}, {}},
         plan.recompute);
     t.rows.push_back(
         {fmt::format("{} fwd", row.experiment), row.forward_ms, 1e3 * times.forward, plan.name()});

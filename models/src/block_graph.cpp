@@ -1,6 +1,10 @@
 // A transformer block as a per-op graph, and the uniform layouts as its splits (block_graph.hpp).
 #include "sextant/models/block_graph.hpp"
 
+#include <fmt/format.h>
+
+#include "sextant/spec/error.hpp"
+
 namespace sextant::models {
 
 namespace {
@@ -25,10 +29,21 @@ GraphNode node(std::string name, std::vector<Dims> operands, Dims output,
 }  // namespace
 
 OpGraph transformer_block_graph(const BlockDims& x) {
-  const std::map<std::string, int64_t> e = {
-      {"b", x.batch},        {"s", x.seq},      {"h", x.hidden}, {"a", x.heads},
-      {"c", 3 * x.head_dim}, {"d", x.head_dim}, {"f", x.ffn}};
-  const Dims bsh = {"b", "s", "h"}, bsf = {"b", "s", "f"};
+  const int64_t kv = x.kv_heads > 0 ? x.kv_heads : x.heads;
+  const int64_t qkv_columns = (x.heads + 2 * kv) * x.head_dim;
+  if (qkv_columns % x.heads != 0)
+    throw InputError("per-op split", "/per_op/qkv", fmt::format("{} key/value heads", kv),
+                     fmt::format("key/value heads whose columns ({}) share out over the {} heads",
+                                 qkv_columns, x.heads));
+  const std::map<std::string, int64_t> e = {{"b", x.batch},
+                                            {"s", x.seq},
+                                            {"h", x.hidden},
+                                            {"a", x.heads},
+                                            {"c", qkv_columns / x.heads},
+                                            {"d", x.head_dim},
+                                            {"g", x.gate},
+                                            {"f", x.ffn}};
+  const Dims bsh = {"b", "s", "h"}, bsf = {"b", "s", "f"}, bsgf = {"b", "s", "g", "f"};
   // Attention's scores and their product with the values: 2 b s^2 a d FLOPs each (Narayanan et
   // al. 2021, eq. 3, without the causal halving); it needs every position of each sequence.
   const double attention = 4.0 * static_cast<double>(x.batch * x.seq) *
@@ -46,8 +61,8 @@ OpGraph transformer_block_graph(const BlockDims& x) {
       node("proj", {{"b", "s", "a", "d"}, {"a", "d", "h"}}, bsh, {act("ctx"), weight}, "attn", e),
       node("residual1", {bsh, bsh}, bsh, {act("x"), act("attn")}, "r1", e, 0),
       node("norm2", {bsh}, bsh, {act("r1")}, "x2", e, 0, {"h"}),
-      node("fc1", {bsh, {"h", "f"}}, bsf, {act("x2"), weight}, "fc1", e),
-      node("activation", {bsf}, bsf, {act("fc1")}, "act", e, 0),
+      node("fc1", {bsh, {"h", "g", "f"}}, bsgf, {act("x2"), weight}, "fc1", e),
+      node("activation", {bsgf}, bsf, {act("fc1")}, "act", e, 0, {"g"}),
       node("fc2", {bsf, {"f", "h"}}, bsh, {act("act"), weight}, "fc2", e),
       node("residual2", {bsh, bsh}, bsh, {act("r1"), act("fc2")}, "y", e, 0),
   };

@@ -464,8 +464,16 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   std::optional<Layer> dense, expert;
   for (int64_t i = 0; i < m.layers; ++i) {
     std::optional<Layer>& kind = i < dense_layers ? dense : expert;
-    if (!kind)
+    if (!kind) {
       kind = grid.any() ? grid_block(m, x, grid) : transformer_block(m, x, 0, i >= dense_layers);
+      if (!o.per_op.empty()) {
+        if (grid.any() || m.moe)
+          throw InputError(source, "/per_op", spec::op_splits_text(o.per_op).substr(1),
+                           "splits the ops of dense blocks under 1D tensor parallelism only");
+        const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+        apply_op_splits(*kind, x, std::max<int64_t>(o.dp, 1), gate, o.per_op);
+      }
+    }
     out.layers.push_back(*kind);
     out.layers.back().name = fmt::format("block{}", i);
   }

@@ -90,7 +90,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
       stack.host_launch_us.forward_us, stack.host_launch_us.backward_us,
       // ZeRO-3's units (step_setup's lowering.zero3 and what follows it).
       plan.zero == 3, static_cast<int>(stack.reshard_after_forward), plan.pp > 1,
-      sim::param_copy_bytes(plan, stack, precision.dtype)};
+      sim::param_copy_bytes(plan, stack, precision.dtype),
+      // Per-op splits (on the dp x tp mesh).
+      plan.per_op.empty() ? 0 : plan.dp, spec::op_splits_text(plan.per_op)};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -447,7 +449,8 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
                                 shape.grid_z,
                                 shape.spatial,
                                 shape.filter_reduce,
-                                shape.channel_gather};
+                                shape.channel_gather,
+                                shape.dp};
   std::vector<LayerCost> costs;
   const std::vector<models::Layer>& layers = l.lowered.layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -957,14 +960,23 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
   };
   const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
   // The partial gradients' sum (models::partial_gradient_sum) ahead of each stage's update:
-  // over tp under sequence parallelism, over z on a tensor grid. With a data-parallel exchange it
-  // runs beside the drain's last buckets on its own stream (the simulator's program), hidden: it
-  // sums norms and biases, a thousandth of the gradients the buckets carry.
+  // over tp under sequence parallelism, over z on a tensor grid, over tp for the weights a per-op
+  // plan holds whole on the tp ranks. It starts once the last backward is done, on its own
+  // stream (the simulator's program): with a data-parallel exchange beside the drain's last
+  // buckets, so only what outlasts them (the drain's time past the stage's backward, run back to
+  // back) is exposed. Norms and biases take a thousandth of the buckets' time and never outlast
+  // them; a per-op plan's whole weights may.
   const Shapes& shape = shapes(plan);
-  auto partial_sum_seconds = [&](const StageEntry& entry) {
-    if (entry.partial_params == 0 || dp) return 0.0;
-    return collective_s(plan, spec::CollectiveKind::kAllReduce, entry.partial_params * g,
-                        plan.tp_grid.any() ? shape.grid_z : shape.tp);
+  auto partial_sum_seconds = [&](const StageEntry& entry, size_t s) {
+    if (entry.partial_params == 0) return 0.0;
+    const double sum =
+        collective_s(plan, spec::CollectiveKind::kAllReduce, entry.partial_params * g,
+                     plan.tp_grid.any() ? shape.grid_z : shape.tp);
+    if (!dp) return sum;
+    const spec::StageDrain& drain = dp->drain.stages[s];
+    double work = 0;
+    for (double w : drain.layer_backward) work += w;
+    return std::max(0.0, sum - (spec::drain_back_to_back(drain).end - work));
   };
   double latest = 0;
   int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
@@ -980,7 +992,7 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
       priced = update_seconds(entry, last);
     }
     const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
-    latest = std::max(latest, end + partial_sum_seconds(entry) + priced +
+    latest = std::max(latest, end + partial_sum_seconds(entry, s) + priced +
                                   (gather_after ? dp->stage_gather[s] : 0.0));
   }
   return latest;

@@ -309,6 +309,7 @@ class StageBuilder {
     const CommClass cls = context                                   ? CommClass::kCp
                           : expert                                  ? CommClass::kEp
                           : op.group == models::CommGroup::kSpatial ? CommClass::kSpatial
+                          : op.group == models::CommGroup::kData    ? CommClass::kDp
                                                                     : CommClass::kTp;
     GroupSlot slot = GroupSlot::kTp;
     switch (op.group) {
@@ -337,6 +338,9 @@ class StageBuilder {
         break;
       case models::CommGroup::kChannelGather:
         slot = GroupSlot::kChannelGather;
+        break;
+      case models::CommGroup::kData:
+        slot = GroupSlot::kDp;
         break;
     }
     // The z axis of a tensor grid on its own stream (AxoNN's depth group, spec::Stream).

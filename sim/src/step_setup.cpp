@@ -87,6 +87,8 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.cp_algorithm = plan.cp_algorithm;
   s.lowering.ep = plan.ep;
   s.lowering.tp_grid = plan.tp_grid;
+  s.lowering.dp = plan.dp;
+  s.lowering.per_op = plan.per_op;
   return s;
 }
 

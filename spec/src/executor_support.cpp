@@ -45,6 +45,11 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
     out.push_back({"/offload/activations", "\"host\"",
                    "the executor offloads the activations of transformer blocks (MLPs and "
                    "CNNs: simulated and planned only)"});
+  // Per-op splits (spec/per_op_plan.hpp) are simulated and planned; the stages run uniform blocks.
+  if (!plan.per_op.empty())
+    out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
+                   "the executor runs uniform layouts; per-op splits are simulated and planned "
+                   "only"});
   // Ring attention's steps are flash attention's (exec/blockwise_attention.hpp): the stack the
   // plan runs with has to say so, as the simulator asks.
   if (std::string problem =

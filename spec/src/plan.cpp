@@ -143,6 +143,7 @@ std::string Plan::name() const {
   if (ep > 1) s += fmt::format(".ep{}", ep);
   if (tp_grid.any()) s += ".g" + tensor_grid_text(tp_grid);
   if (!channel_algorithms.empty()) s += ".chan";  // a choice of its own, not the byte rule's
+  s += op_splits_text(per_op);
   // Collectives run by a named algorithm, not the library's choice: ".all_reduce-rabenseifner".
   for (const auto& [kind, algorithm] : collective_algorithms)
     s += fmt::format(".{}-{}", enum_name(collective_kind_names(), kind),
@@ -317,6 +318,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("schedule", "\"pipedream-2bw\"", async);
   if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())
     problem("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()), chosen);
+  if (std::string why = per_op_problem(p); !why.empty())
+    problem("per_op", op_splits_text(p.per_op).substr(1), why);
   if (p.zero >= 2 && p.pp > 1) {
     problem("zero", std::to_string(p.zero),
             "ZeRO-2/3 shard gradients that pipeline parallelism accumulates over "
@@ -420,6 +423,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
                  "\"x\", \"y\" or \"w\" (Dryden et al.'s stationary-x, -y, -w)");
     }
   }
+  p.per_op = read_op_splits(r);
   if (auto sp = r.object("spatial", Presence::kOptional)) {
     p.spatial.h = sp->integer("h", degree, Presence::kOptional).value_or(1);
     p.spatial.w = sp->integer("w", degree, Presence::kOptional).value_or(1);
@@ -545,6 +549,7 @@ Json to_json(const Plan& p) {
       a.push_back(std::string(enum_name(channel_algorithm_names(), c)));
     j["channel_algorithms"] = a;
   }
+  if (!p.per_op.empty()) j["per_op"] = op_splits_json(p.per_op);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.dtype) j["dtype"] = enum_name(dtype_names(), *p.dtype);
   if (p.seq_len) j["seq_len"] = *p.seq_len;
@@ -694,6 +699,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
       add("offload/activation_layers", std::to_string(p.offload.activation_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
+  if (!p.per_op.empty() && (!model.is_transformer() || model.transformer().moe.has_value()))
+    add("per_op", op_splits_text(p.per_op).substr(1),
+        "splits the ops of a dense transformer's blocks: not this model's");
   if (!p.channel_algorithms.empty() && model.kind() != ModelKind::kCnn)
     add("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()),
         "chooses the algorithms of a CNN's convolutions under a channel split: a CNN only");

@@ -94,7 +94,7 @@ void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, cons
         std::erase(dim_of(cur, fd->name).axes, a);
         break;
     }
-    steps.push_back(step);
+    if (axis.size > 1) steps.push_back(step);  // over one rank a step moves nothing
   }
 }
 

@@ -225,3 +225,81 @@ TEST(PerOpBlock, AttentionDataParallelAndTheMlpTensorParallelOverTheSameAxis) {
 
 }  // namespace
 }  // namespace sextant::models
+
+namespace sextant::models {
+namespace {
+
+LoweringOptions per_op_options(spec::OpSplits per_op) {
+  LoweringOptions o;
+  o.micro_batch = 4;
+  o.seq_len = 2048;
+  o.tp = 4;
+  o.dp = 2;
+  o.per_op = std::move(per_op);
+  return o;
+}
+
+// A plan naming an op's uniform split (qkv: the batch over d, the heads over t) lowers exactly
+// as the uniform plan: the per-op lowering changes only what differs.
+TEST(PerOpLowering, TheUniformSplitsLowerAsTheUniformPlan) {
+  const spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  const LoweredModel uniform = lower(m, per_op_options({}));
+  const LoweredModel same = lower(m, per_op_options({{"qkv", {{"b", {"d"}}, {"a", {"t"}}}}}));
+  ASSERT_EQ(same.layers.size(), uniform.layers.size());
+  for (size_t i = 0; i < same.layers.size(); ++i) {
+    EXPECT_EQ(same.layers[i].forward, uniform.layers[i].forward) << i;
+    EXPECT_EQ(same.layers[i].backward, uniform.layers[i].backward) << i;
+    EXPECT_TRUE(same.layers[i].same_work_as(uniform.layers[i])) << i;
+  }
+}
+
+// GPT-3 1.3B on dp 2 x tp 4, 4 sequences of 2048 a replica. Attention (QKV, the core, the
+// projection) data-parallel over t as well (8 sequences over d x t: one a rank), the MLP as
+// Megatron's. By hand:
+// - the block's layer-group collectives: the projection's output gathered over t into the
+//   stream's layout (4 x 2048 x 2048 bf16 = 32 MiB), FC2's all-reduce (32 MiB); backward, FC1's
+//   input gradient all-reduced, then QKV's input gradient gathered (32 MiB each);
+// - QKV's GEMM on the rank's 2048 tokens with all 6144 columns (the same FLOPs as 8192 tokens x
+//   1536 columns);
+// - QKV's and the projection's weights whole on each rank: + 3/4 of (2048 x 6144 + 2048 x 2048)
+//   parameters, whose gradients are partial sums over t (sp_partial_params).
+TEST(PerOpLowering, AttentionDataParallelOverTheTensorAxis) {
+  const spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  const spec::OpSplits per_op = {{"qkv", {{"b", {"d", "t"}}}},
+                                 {"attention", {{"b", {"d", "t"}}}},
+                                 {"proj", {{"b", {"d", "t"}}}}};
+  const Layer uniform = lower(m, per_op_options({})).layers[1];
+  const Layer block = lower(m, per_op_options(per_op)).layers[1];
+  const int64_t stream = 4 * 2048 * 2048 * 2;
+  EXPECT_EQ(layer_comms(block.forward), (std::vector<Comm>{{CollectiveKind::kAllGather, stream},
+                                                           {CollectiveKind::kAllReduce, stream}}));
+  EXPECT_EQ(layer_comms(block.backward), (std::vector<Comm>{{CollectiveKind::kAllReduce, stream},
+                                                            {CollectiveKind::kAllGather, stream}}));
+  for (const Op& op : block.forward) {
+    if (op.id != OpId::kAttnQkv) continue;
+    EXPECT_EQ(op.matmuls, (std::vector<MatmulShape>{{1, 2048, 6144, 2048}}));
+    EXPECT_DOUBLE_EQ(op.flops, 2.0 * 8192 * 1536 * 2048);
+  }
+  const int64_t attention_weights = 2048 * 6144 + 2048 * 2048;
+  EXPECT_EQ(block.params - uniform.params, attention_weights / 4 * 3);
+  EXPECT_EQ(block.sp_partial_params - uniform.sp_partial_params, attention_weights);
+  EXPECT_EQ(block.params_total, uniform.params_total);
+  // The first all-gather comes right before the first residual, after the projection.
+  for (size_t i = 0; i + 1 < block.forward.size(); ++i) {
+    if (block.forward[i].op_class == spec::OpClass::kAllGather) {
+      EXPECT_EQ(block.forward[i + 1].id, OpId::kAttnResidual);
+    }
+  }
+}
+
+TEST(PerOpLowering, WhatItDoesNotModelIsRefused) {
+  const spec::ModelSpec m = zoo_model("gpt3-1.3b");
+  // An op the block does not have; a weight split over the replicas; a dimension the op needs
+  // whole.
+  EXPECT_THROW(lower(m, per_op_options({{"router", {{"b", {"d"}}}}})), InputError);
+  EXPECT_THROW(lower(m, per_op_options({{"fc1", {{"b", {"t"}}, {"f", {"d"}}}}})), InputError);
+  EXPECT_THROW(lower(m, per_op_options({{"norm1", {{"h", {"t"}}}}})), InputError);
+}
+
+}  // namespace
+}  // namespace sextant::models

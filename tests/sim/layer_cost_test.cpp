@@ -67,7 +67,7 @@ TEST(LayerCost, ProfilesAddUpToThePassesAndMarkTheCollectives) {
     std::vector<int64_t> ranks;
     for (int64_t r = 0; r < tp; ++r) ranks.push_back(r);
     const LayerGroups groups{
-        group_shape(ranks, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}};
+        group_shape(ranks, cluster.devices_per_node), {}, {}, {}, {}, {}, {}, {}, {}, {}};
     const models::Layer& block = lowered.layers[lowered.split_begin];
     const LayerTimes t =
         layer_times(block, plan, *plan.stack, compute, collectives, groups, plan.recompute);

@@ -23,11 +23,15 @@ struct BlockDims {
   int64_t heads = 1;
   int64_t head_dim = 1;
   int64_t ffn = 1;
+  int64_t kv_heads = 0;  // grouped-query attention's key/value heads; 0: as many as heads
+  int64_t gate = 1;      // FC1's outputs per FFN column: 2 for SwiGLU
 };
 
-// Dimension names: b (batch), s (sequence), h (hidden), a (heads), c (a head's q, k and v: 3
-// head_dim), d (head_dim), f (ffn). Tensors: x (the block's input), x1 (normed), qkv, ctx
-// (attention's output), attn (the projection's), r1 (first residual), x2, fc1, act, fc2, y.
+// Dimension names: b (batch), s (sequence), h (hidden), a (heads), c (QKV's outputs per head:
+// (heads + 2 kv_heads) head_dim / heads), d (head_dim), g (the gate), f (ffn). Tensors: x (the
+// block's input), x1 (normed), qkv, ctx (attention's output), attn (the projection's), r1 (first
+// residual), x2, fc1, act, fc2, y. Throws InputError when the key/value heads do not share out
+// over the heads evenly.
 OpGraph transformer_block_graph(const BlockDims& dims);
 
 struct BlockSplit {

@@ -47,7 +47,8 @@ struct MatmulShape {
 // (RankLayout::grid_group, spec/tensor_grid.hpp), or the ranks splitting a CNN's samples
 // spatially (RankLayout::spatial_group: halo exchanges and the all-reduces of partial sums), or
 // the reduce or gather group of a CNN channel split's stationary-w convolution
-// (RankLayout::channel_filter_group, spec/channel_split.hpp).
+// (RankLayout::channel_filter_group, spec/channel_split.hpp), or the data-parallel replicas (a
+// per-op plan's collectives over its data axis, spec/per_op_plan.hpp).
 enum class CommGroup : uint8_t {
   kLayer,
   kContext,
@@ -57,7 +58,8 @@ enum class CommGroup : uint8_t {
   kGridZ,
   kSpatial,
   kFilterReduce,
-  kChannelGather
+  kChannelGather,
+  kData  // the data-parallel replicas: a per-op plan's reshards over mesh axis "d"
 };
 
 struct Op {
@@ -219,6 +221,10 @@ struct LoweringOptions {
   // CNNs under a channel split: the plan's algorithm for each convolution reading split maps
   // (Plan::channel_algorithms); empty: each the byte rule's.
   std::vector<spec::ChannelAlgorithm> channel_algorithms{};
+  // Transformers: per-op splits overriding the uniform layout's in every dense block
+  // (Plan::per_op, spec/per_op_plan.hpp) on the mesh of `dp` replicas by `tp` ranks.
+  int64_t dp = 1;
+  spec::OpSplits per_op{};
 };
 
 struct LoweredModel {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "sextant/models/lowering.hpp"
@@ -294,10 +295,10 @@ class Estimator {
   // The lowerings used last, most recent first: a few, because the planner hands each thread runs
   // of plans that share one, and holding every lowering of a search (~2 MB each for GPT-3 175B)
   // made the estimate phase fault in fresh pages for each.
-  using LoweringKey =
-      std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool, bool, bool, bool,
-                 int, int64_t, bool, int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t,
-                 int64_t, int64_t, int64_t, double, double, bool, int, bool, int64_t>;
+  using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
+                                 bool, bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t,
+                                 int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                                 double, bool, int, bool, int64_t, int64_t, std::string>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;

@@ -146,6 +146,7 @@ struct LayerGroups {
   GroupShape grid_x, grid_y, grid_z;
   GroupShape spatial;
   GroupShape filter_reduce, channel_gather;
+  GroupShape data;  // the replicas: a per-op plan's collectives over its data axis
   const GroupShape& of(models::CommGroup group) const {
     switch (group) {
       case models::CommGroup::kLayer:
@@ -166,6 +167,8 @@ struct LayerGroups {
         return filter_reduce;
       case models::CommGroup::kChannelGather:
         return channel_gather;
+      case models::CommGroup::kData:
+        return data;
     }
     return tp;
   }

@@ -13,6 +13,7 @@
 #include "sextant/spec/dtype.hpp"
 #include "sextant/spec/json_reader.hpp"
 #include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/per_op_plan.hpp"
 #include "sextant/spec/stack.hpp"
 
 namespace sextant::spec {
@@ -200,6 +201,9 @@ struct Plan {
   // downsample), as the planner chose them by simulated time; empty: each the one moving fewest
   // bytes (spec::channel_algorithm).
   std::vector<ChannelAlgorithm> channel_algorithms;
+  // Per-operator splits overriding the uniform layout's for named ops of every transformer block
+  // (spec/per_op_plan.hpp); empty: the uniform layout.
+  OpSplits per_op;
   std::optional<Dtype> dtype;      // compute dtype; default: the stack's precision, else bf16 on
                                    // GPUs and fp32 on CPUs
   std::optional<int64_t> seq_len;  // overrides the model's sequence length

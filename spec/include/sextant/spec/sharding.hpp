@@ -11,6 +11,7 @@
 //   not split -> split d:          a local slice (no communication)
 // Shrinking steps run first (slices, reduce-scatters, all-reduces, all-to-alls), all-gathers last,
 // each in mesh-axis order, so that every collective moves the smallest buffer the rule allows.
+// An axis of one rank moves nothing: its steps are left out.
 #pragma once
 
 #include <cstdint>

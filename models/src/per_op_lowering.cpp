@@ -1,0 +1,305 @@
+// A plan's per-op splits applied to a dense transformer block lowered for its uniform layout
+// (LoweringOptions::per_op). The block is walked as a per-op graph twice, under the uniform
+// layout's splits and under the plan's (block_graph.hpp, op_graph.hpp); where an op's split
+// differs, its ops take the work, parameters and kept activations of its new split, and the
+// block's layer-group collectives become the resharding rule's for the plan's splits. An
+// unchanged op keeps the lowering's ops as they are, so a plan whose splits are the uniform ones
+// lowers exactly as the uniform plan.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "sextant/models/block_graph.hpp"
+#include "sextant/spec/error.hpp"
+#include "transformer_lowering.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+using spec::Phase;
+
+// The block-graph op (block_graph.hpp) each of a dense block's lowered ops belongs to ("": one
+// of the whole layer's).
+std::string_view node_of(OpId id) {
+  switch (id) {
+    case OpId::kAttnNorm:
+    case OpId::kAttnCast:
+      return "norm1";
+    case OpId::kAttnQkv:
+    case OpId::kAttnQkvBiasGrad:
+      return "qkv";
+    case OpId::kAttnRope:
+    case OpId::kAttnCorePrep:
+    case OpId::kAttnScores:
+    case OpId::kAttnSoftmax:
+    case OpId::kAttnDropout:
+    case OpId::kAttnContext:
+    case OpId::kAttnCore:
+      return "attention";
+    case OpId::kAttnFp8Cast:
+    case OpId::kAttnProj:
+      return "proj";
+    case OpId::kAttnResidual:
+      return "residual1";
+    case OpId::kMlpNorm:
+    case OpId::kMlpCast:
+      return "norm2";
+    case OpId::kMlpFc1:
+    case OpId::kMlpFc1BiasGrad:
+      return "fc1";
+    case OpId::kMlpAct:
+      return "activation";
+    case OpId::kMlpFp8Cast:
+    case OpId::kMlpFc2:
+      return "fc2";
+    case OpId::kMlpResidual:
+      return "residual2";
+    default:
+      return "";
+  }
+}
+
+bool is_product_id(OpId id) {
+  return id == OpId::kAttnQkv || id == OpId::kAttnProj || id == OpId::kMlpFc1 ||
+         id == OpId::kMlpFc2;
+}
+
+int64_t scaled(int64_t v, double r) {
+  return static_cast<int64_t>(std::llround(static_cast<double>(v) * r));
+}
+
+// One rank's extent of each dimension of a layout.
+std::map<std::string, int64_t> local_extents(const spec::DeviceMesh& mesh,
+                                             const spec::TensorLayout& l) {
+  std::map<std::string, int64_t> out;
+  for (const spec::TensorDim& d : l.dims) {
+    int64_t parts = 1;
+    for (const std::string& a : d.axes) parts *= mesh.size(a);
+    out[d.name] = d.extent / parts;
+  }
+  return out;
+}
+
+class BlockSplitter {
+ public:
+  BlockSplitter(const TransformerDims& x, int64_t dp, int64_t gate, const spec::OpSplits& per_op)
+      : x_(x),
+        mesh_{{{spec::kDataAxis, dp}, {spec::kTensorAxis, x.t}}},
+        graph_(transformer_block_graph({x.b * dp, x.s, x.h, x.a, x.d, x.f, x.kv, gate})),
+        uniform_(megatron_block_split({x.b * dp, x.s, x.h, x.a, x.d, x.f, x.kv, gate},
+                                      spec::kDataAxis, spec::kTensorAxis, x.sp)),
+        chosen_(uniform_) {
+    for (const auto& [op, split] : per_op) {
+      const GraphNode* n = node(op);
+      if (n == nullptr)
+        throw InputError("plan", fmt::format("/per_op/{}", op), "",
+                         "an op of a transformer block: norm1, qkv, attention, proj, residual1, "
+                         "norm2, fc1, activation, fc2 or residual2");
+      chosen_.ops[op] = split;
+      if (split != uniform_.ops.at(op)) changed_.insert(op);
+    }
+  }
+
+  bool any_change() const { return !changed_.empty(); }
+
+  void apply(Layer& layer) {
+    const GraphWalk walk =
+        walk_graph(mesh_, graph_, chosen_.ops, uniform_.stream, uniform_.stream, x_.e);
+    const bool selective_comms = has_layer_comms(layer.selective_forward);
+    update_params(layer, walk);
+    update_saved(layer);
+    for (Op& op : layer.forward) rescale(op, false);
+    for (Op& op : layer.backward) rescale(op, true);
+    for (Op& op : layer.selective_forward) rescale(op, false);
+    rebuild_comms(layer.forward, walk, Phase::kFwd);
+    rebuild_comms(layer.backward, walk, Phase::kBwd);
+    if (selective_comms) rebuild_comms(layer.selective_forward, walk, Phase::kFwd);
+  }
+
+ private:
+  const GraphNode* node(std::string_view name) const {
+    for (const GraphNode& n : graph_.nodes)
+      if (n.op.name == name) return &n;
+    return nullptr;
+  }
+  ShardedOp sharded(const GraphNode& n, const BlockSplit& s) const {
+    return shard_op(mesh_, n.op, s.ops.at(n.op.name));
+  }
+  int64_t output_elements(const GraphNode& n, const BlockSplit& s) const {
+    return sharded(n, s).output.shard_elements(mesh_);
+  }
+  static bool has_layer_comms(const std::vector<Op>& ops) {
+    return std::any_of(ops.begin(), ops.end(),
+                       [](const Op& op) { return op.is_comm() && op.group == CommGroup::kLayer; });
+  }
+
+  // A changed op's per-rank work: a GEMM's product rebuilt on its new local shape, anything else
+  // scaled by its new share of the op's work (attention's FLOPs, a memory op's output).
+  void rescale(Op& op, bool backward) const {
+    const std::string_view name = node_of(op.id);
+    if (name.empty() || op.is_comm() || !changed_.contains(std::string(name))) {
+      if (op.id == OpId::kAutocastWeights) scale_op(op, weight_ratio());
+      return;
+    }
+    const GraphNode& n = *node(name);
+    if (is_product_id(op.id)) {
+      const ShardedOp s = sharded(n, chosen_);
+      const std::map<std::string, int64_t> out = local_extents(mesh_, s.output);
+      const std::map<std::string, int64_t> in = local_extents(mesh_, s.operands[0]);
+      int64_t m = 1, cols = 1, k = 1;
+      for (const std::string& d : n.op.output) (in.contains(d) ? m : cols) *= out.at(d);
+      for (const std::string& d : n.op.operands[0])
+        if (!out.contains(d)) k *= in.at(d);
+      const Op fresh = gemm(OpName(op.id), m, cols, k, x_.e, op.split);
+      const Op made = backward ? gemm_backward(fresh) : fresh;
+      op.flops = made.flops;
+      op.bytes = made.bytes;
+      op.shape = made.shape;
+      op.matmuls = made.matmuls;
+      return;
+    }
+    const double r = n.op.flops > 0 ? sharded(n, chosen_).flops / sharded(n, uniform_).flops
+                                    : static_cast<double>(output_elements(n, chosen_)) /
+                                          static_cast<double>(output_elements(n, uniform_));
+    scale_op(op, r);
+  }
+
+  static void scale_op(Op& op, double r) {
+    if (r == 1.0) return;
+    op.flops *= r;
+    op.kernel_flops *= r;
+    op.bytes = scaled(op.bytes, r);
+    op.mixed_dtype_bytes = scaled(op.mixed_dtype_bytes, r);
+    op.narrow_bytes = scaled(op.narrow_bytes, r);
+    if (op.op_class == spec::OpClass::kAttention && !op.shape.empty())
+      op.shape[0] = scaled(op.shape[0], r);
+    for (MatmulShape& mm : op.matmuls) mm.batch = scaled(mm.batch, r);
+  }
+
+  // Weight elements one rank holds under a split: each product's parameter operand.
+  int64_t weight_elements(const BlockSplit& s) const {
+    int64_t n = 0;
+    for (const GraphNode& g : graph_.nodes) {
+      const ShardedOp sh = sharded(g, s);
+      for (size_t i = 0; i < g.inputs.size(); ++i)
+        if (g.inputs[i].param) n += sh.operands[i].shard_elements(mesh_);
+    }
+    return n;
+  }
+  double weight_ratio() const {
+    return static_cast<double>(weight_elements(chosen_)) /
+           static_cast<double>(weight_elements(uniform_));
+  }
+
+  // The rank's parameters follow its weights' new shards. A weight the tp ranks now hold whole
+  // sees only its rank's share of the batch: its gradient is a partial sum over them, all-reduced
+  // as sequence parallelism's norm weights are (Layer::sp_partial_params). Weights split over
+  // the data axis would be ZeRO's sharding: refused.
+  void update_params(Layer& layer, const GraphWalk& walk) const {
+    for (const GraphNode& g : graph_.nodes) {
+      if (!changed_.contains(g.op.name)) continue;
+      const ShardedOp now = sharded(g, chosen_), was = sharded(g, uniform_);
+      for (size_t i = 0; i < g.inputs.size(); ++i) {
+        if (!g.inputs[i].param) continue;
+        if (now.operands[i].split_by(spec::kDataAxis) != nullptr)
+          throw InputError("plan", fmt::format("/per_op/{}", g.op.name), "",
+                           "no split of its weight over \"d\": sharding weights over the "
+                           "replicas is ZeRO's (plan zero), not an op's split");
+        layer.params +=
+            now.operands[i].shard_elements(mesh_) - was.operands[i].shard_elements(mesh_);
+      }
+    }
+    for (const GraphStep& s : walk.steps)
+      if (s.kind == GraphStep::Kind::kGradientSum && s.reshard.axis == spec::kTensorAxis)
+        layer.sp_partial_params += s.reshard.bytes / x_.e;
+  }
+
+  // What the changed ops keep for backward: their activation inputs' new shards, and under a
+  // changed attention the core's kept bytes (what selective recompute drops) scaled by its work.
+  void update_saved(Layer& layer) const {
+    int64_t inputs = 0;
+    double core = 1.0;
+    for (const GraphNode& g : graph_.nodes) {
+      if (!changed_.contains(g.op.name)) continue;
+      const ShardedOp now = sharded(g, chosen_), was = sharded(g, uniform_);
+      for (size_t i = 0; i < g.inputs.size(); ++i)
+        if (!g.inputs[i].param)
+          inputs +=
+              (now.operands[i].shard_elements(mesh_) - was.operands[i].shard_elements(mesh_)) *
+              x_.e;
+      if (g.op.name == "attention") core = now.flops / was.flops;
+    }
+    const int64_t core_bytes = layer.saved_bytes - layer.saved_bytes_selective;
+    layer.saved_bytes += inputs + scaled(core_bytes, core) - core_bytes;
+    layer.saved_bytes_selective += inputs;
+  }
+
+  // The layer-group collectives of `ops` replaced by the walk's reshards of `phase`, each before
+  // the first op of the op it feeds (backward: of the op whose output gradient it brings), or of
+  // a later one; the block's own input and output at the end.
+  void rebuild_comms(std::vector<Op>& ops, const GraphWalk& walk, Phase phase) const {
+    std::erase_if(ops, [](const Op& op) { return op.is_comm() && op.group == CommGroup::kLayer; });
+    std::vector<std::string> order;
+    for (const GraphNode& g : graph_.nodes) order.push_back(g.op.name);
+    if (phase == Phase::kBwd) std::reverse(order.begin(), order.end());
+    for (const GraphStep& s : walk.steps) {
+      if (s.kind != GraphStep::Kind::kReshard || s.phase != phase ||
+          s.reshard.kind == spec::ReshardKind::kSlice)
+        continue;
+      const auto at = std::find(order.begin(), order.end(), s.node);
+      size_t pos = ops.size();
+      for (size_t i = 0; at != order.end() && i < ops.size(); ++i) {
+        const std::string_view n = node_of(ops[i].id);
+        if (!n.empty() && !ops[i].is_comm() && std::find(at, order.end(), n) != order.end()) {
+          pos = i;
+          break;
+        }
+      }
+      ops.insert(ops.begin() + static_cast<std::ptrdiff_t>(pos), reshard_op(s));
+    }
+  }
+
+  static Op reshard_op(const GraphStep& s) {
+    const std::string scope = s.node == "x"   ? "block_input"
+                              : s.node == "y" ? "block_output"
+                                              : s.node;
+    OpId id = OpId::kUnitReshardAllGather;
+    switch (s.reshard.kind) {
+      case spec::ReshardKind::kReduceScatter:
+        id = OpId::kUnitReshardReduceScatter;
+        break;
+      case spec::ReshardKind::kAllReduce:
+        id = OpId::kUnitReshardAllReduce;
+        break;
+      case spec::ReshardKind::kAllToAll:
+        id = OpId::kUnitReshardAllToAll;
+        break;
+      default:
+        break;
+    }
+    Op op = comm_op(OpName(scope, id), s.reshard.collective(), s.reshard.bytes);
+    op.group = s.reshard.axis == spec::kDataAxis ? CommGroup::kData : CommGroup::kLayer;
+    op.split = TpSplit::kReplicated;
+    return op;
+  }
+
+  const TransformerDims& x_;
+  spec::DeviceMesh mesh_;
+  OpGraph graph_;
+  BlockSplit uniform_;
+  BlockSplit chosen_;
+  std::set<std::string> changed_;
+};
+
+}  // namespace
+
+void apply_op_splits(Layer& block, const TransformerDims& x, int64_t dp, int64_t gate,
+                     const spec::OpSplits& per_op) {
+  BlockSplitter splitter(x, dp, gate, per_op);
+  if (splitter.any_change()) splitter.apply(block);
+}
+
+}  // namespace sextant::models
