@@ -143,6 +143,46 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
       "optimizer+offload\n");
 }
 
+// What `--per-op` changed in each plan it applies to, and why it pays.
+void print_op_splits(const planner::SearchResult& result) {
+  fmt::print("\nper-op splits (each block op split its own way over the dp x tp mesh):\n");
+  for (const planner::OpSplitRefinement& r : result.op_splits) {
+    if (r.changes.empty()) {
+      fmt::print("  {}: no split pays ({} estimates, {} simulations)\n", r.uniform, r.estimates,
+                 r.simulations);
+      continue;
+    }
+    fmt::print("  {} {} -> {} {} ({:+.1f}%)\n", r.uniform, human_seconds(r.uniform_step_s),
+               r.chosen, human_seconds(r.chosen_step_s),
+               100 * (r.chosen_step_s / r.uniform_step_s - 1));
+    for (const planner::OpSplitChange& c : r.changes)
+      fmt::print("    {}: {} -> {}, step {} -> {}\n      {}\n", c.op, c.from, c.to,
+                 human_seconds(c.step_before_s), human_seconds(c.step_after_s), c.why);
+  }
+}
+
+spec::Json op_splits_json(const planner::SearchResult& result) {
+  spec::Json out = spec::Json::array();
+  for (const planner::OpSplitRefinement& r : result.op_splits) {
+    spec::Json changes = spec::Json::array();
+    for (const planner::OpSplitChange& c : r.changes)
+      changes.push_back({{"ops", c.op},
+                         {"from", c.from},
+                         {"to", c.to},
+                         {"step_before_s", c.step_before_s},
+                         {"step_after_s", c.step_after_s},
+                         {"why", c.why}});
+    out.push_back({{"uniform", r.uniform},
+                   {"chosen", r.chosen},
+                   {"uniform_step_s", r.uniform_step_s},
+                   {"chosen_step_s", r.chosen_step_s},
+                   {"estimates", r.estimates},
+                   {"simulations", r.simulations},
+                   {"changes", changes}});
+  }
+  return out;
+}
+
 std::string rejected_summary(const planner::SearchResult& r) {
   std::string s;
   for (const auto& [reason, count] : r.rejected) {
@@ -363,6 +403,7 @@ int run_plan(const PlanFlagsAll& f) {
                     {"ranked", ranked},
                     {"pareto", pareto_json(result.pareto)}};
     if (crossovers.plan) j["compression_crossover"] = crossover_json(crossovers);
+    if (!result.op_splits.empty()) j["op_splits"] = op_splits_json(result);
     if (result.ranked.empty()) {
       j["least_memory_bytes"] = result.least_memory_bytes;
       if (result.gpus_that_fit) j["gpus_that_fit"] = *result.gpus_that_fit;
@@ -396,6 +437,7 @@ int run_plan(const PlanFlagsAll& f) {
             "each chosen by simulated time over the byte rule's (the plan file lists them)\n",
             counts["x"], counts["y"], counts["w"]);
       }
+      if (!result.op_splits.empty()) print_op_splits(result);
       print_pareto(result);
       if (!request.compressions.empty()) print_crossovers(crossovers);
     }

@@ -63,6 +63,10 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
                "Run the stack's overlap knobs and gradient bucket as given (by default the search "
                "also tries each overlap turned off, TP overlap down to bulk and none, and the "
                "bucket at 1/4 and 4x; a knob given as a flag stays)");
+  cmd.add_flag("--per-op", f.per_op,
+               "Also split each block op its own way over the dp x tp mesh (dense transformers; "
+               "from each of the best uniform plans, kept only where the simulated step is "
+               "shorter; simulated and planned, not run by the executor)");
   cmd.add_flag("--json", f.json, "Print JSON");
   cmd.add_flag("--quiet", f.quiet, "No progress line on stderr (none either when not a terminal)");
   add_stack_flags(cmd, f.stack);
@@ -122,6 +126,12 @@ planner::SearchOptions options_from(const SearchFlags& f) {
   auto scoring = std::make_shared<ProgressLine>("estimating configurations", "configurations",
                                                 !f.json && !f.quiet);
   o.estimate_progress = [scoring](int64_t done, int64_t total) { scoring->update(done, total); };
+  o.choose_op_splits = f.per_op;
+  auto splitting =
+      std::make_shared<ProgressLine>("splitting block ops", "moves", !f.json && !f.quiet);
+  o.op_split_progress = [splitting](int64_t done, int64_t total) {
+    splitting->update(done, total);
+  };
   return o;
 }
 

@@ -27,6 +27,7 @@ struct SearchFlags {
   bool allow_tp_across_nodes = false;
   bool asynchronous_pipelines = false;
   bool fixed_stack = false;
+  bool per_op = false;
   bool json = false;
   bool quiet = false;
   StackFlags stack;

@@ -195,6 +195,39 @@ void choose_collective_algorithms(const SearchRequest& request, const SearchOpti
       });
 }
 
+void choose_op_splits(const SearchRequest& request, const SearchOptions& options, int threads,
+                      SearchResult& result) {
+  sim::SimulationOptions so;
+  so.fidelity = options.fidelity;
+  std::mutex mutex;
+  std::atomic<int64_t> reporting{-1};  // the one refinement whose moves the progress line follows
+  std::atomic<int64_t> started{0};
+  refine_ranked(
+      options, threads, result, [&](const spec::Plan& p) { return splits_ops(request.model, p); },
+      [&](const spec::Plan& p) {
+        const int64_t me = started++;
+        int64_t none = -1;
+        reporting.compare_exchange_strong(none, me);
+        auto progress = [&](int64_t done, int64_t total) {
+          if (options.op_split_progress && reporting.load() == me)
+            options.op_split_progress(done, total);
+        };
+        OpSplitChoice c =
+            planner::choose_op_splits(request.model, request.cluster, p, so, 2, progress);
+        std::lock_guard<std::mutex> lock(mutex);
+        const std::string knobs = tuned_knobs(result.stack, *p.stack);
+        const std::string suffix = knobs.empty() ? "" : " " + knobs;
+        result.op_splits.push_back({p.name() + suffix, c.plan.name() + suffix, c.uniform_step_s,
+                                    c.result.report.step_time_s, std::move(c.changes), c.estimates,
+                                    c.simulations});
+        return std::pair{std::move(c.plan), std::move(c.result)};
+      });
+  std::sort(result.op_splits.begin(), result.op_splits.end(),
+            [](const OpSplitRefinement& a, const OpSplitRefinement& b) {
+              return a.chosen_step_s < b.chosen_step_s;
+            });
+}
+
 }  // namespace
 
 SearchResult search(const SearchRequest& request, const SearchOptions& options) {
@@ -322,6 +355,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
     choose_channel_algorithms(request, options, threads, result);
   if (options.choose_collective_algorithms)
     choose_collective_algorithms(request, options, threads, result);
+  if (options.choose_op_splits) choose_op_splits(request, options, threads, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

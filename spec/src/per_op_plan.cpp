@@ -54,15 +54,18 @@ Json op_splits_json(const OpSplits& splits) {
 
 std::string op_splits_text(const OpSplits& splits) {
   if (splits.empty()) return "";
-  std::string s = ".op";
+  // The ops grouped by their split: ".op-b:dt=attention+qkv-b:d,s:t=fc1+fc2".
+  std::map<std::string, std::vector<std::string>> ops_by_split;
   for (const auto& [op, dims] : splits) {
-    s += fmt::format("-{}=", op);
-    bool first = true;
-    for (const auto& [dim, axes] : dims) {
-      s += fmt::format("{}{}:{}", first ? "" : ",", dim, fmt::join(axes, ""));
-      first = false;
-    }
+    std::vector<std::string> parts;
+    for (const auto& [dim, axes] : dims)
+      if (!axes.empty()) parts.push_back(fmt::format("{}:{}", dim, fmt::join(axes, "")));
+    ops_by_split[parts.empty() ? std::string("whole") : fmt::format("{}", fmt::join(parts, ","))]
+        .push_back(op);
   }
+  std::string s = ".op";
+  for (const auto& [split, ops] : ops_by_split)
+    s += fmt::format("-{}={}", split, fmt::join(ops, "+"));
   return s;
 }
 

@@ -5,6 +5,7 @@
 
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
+#include "sextant/planner/op_splits.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
@@ -68,7 +69,7 @@ TEST(PerOpPlan, EstimateAndFoldedSimulationAgree) {
 // refused naming the field.
 TEST(PerOpPlan, PlanFileRoundTripsAndRefusesWhatItCannotSplit) {
   const spec::Plan plan = attention_data_parallel(2, 4);
-  EXPECT_NE(plan.name().find(".op-attention=b:dt-proj=b:dt-qkv=b:dt"), std::string::npos)
+  EXPECT_NE(plan.name().find(".op-b:dt=attention+proj+qkv"), std::string::npos)
       << plan.name();
   const spec::Plan back = spec::plan_from_json(spec::to_json(plan), "plan");
   EXPECT_EQ(back.per_op, plan.per_op);
@@ -80,6 +81,41 @@ TEST(PerOpPlan, PlanFileRoundTripsAndRefusesWhatItCannotSplit) {
   EXPECT_THROW(spec::plan_from_json(with_cp, "plan"), InputError);
   // A model other than a dense transformer: refused by validate_plan.
   EXPECT_THROW(spec::validate_plan(plan, models::zoo_model("resnet50"), 8, "plan"), InputError);
+}
+
+// The per-op search from the uniform GPT-3 1.3B plan on dp 2 x tp 4: it keeps only changes the
+// simulation confirms, so its plan is never slower; here attention data-parallel over t (QKV,
+// attention and projection together: the projection's all-reduce becomes an all-gather) pays,
+// and the plan it returns simulates to the step it reports.
+TEST(PerOpSearch, FindsAFasterSplitAndNeverASlowerOne) {
+  const spec::ModelSpec model = models::zoo_model("gpt3-1.3b");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan uniform = attention_data_parallel(2, 4);
+  uniform.per_op.clear();
+  int64_t calls = 0;
+  const planner::OpSplitChoice c =
+      planner::choose_op_splits(model, cluster, uniform, {}, 2, [&](int64_t, int64_t) { ++calls; });
+  EXPECT_GT(calls, 0);
+  EXPECT_NEAR(c.uniform_step_s, simulate(model, cluster, uniform, {}).report.step_time_s, 1e-12);
+  ASSERT_FALSE(c.changes.empty());
+  EXPECT_LT(c.result.report.step_time_s, (1 - planner::kOpSplitGain) * c.uniform_step_s);
+  EXPECT_NEAR(simulate(model, cluster, c.plan, {}).report.step_time_s, c.result.report.step_time_s,
+              1e-12);
+  for (const planner::OpSplitChange& change : c.changes) {
+    EXPECT_LT(change.step_after_s, change.step_before_s) << change.op;
+    EXPECT_FALSE(change.why.empty());
+  }
+  // With one tp rank the mesh's t axis splits nothing: no change can pay, the plan is returned.
+  spec::Plan data_only = test::make_plan(8, 1, 1, 4, 64);
+  data_only.stack = spec::builtin_stack("megatron-core");
+  const planner::OpSplitChoice none = planner::choose_op_splits(model, cluster, data_only, {}, 2);
+  EXPECT_TRUE(none.changes.empty());
+  EXPECT_TRUE(none.plan.per_op.empty());
+  // Where per-op splits do not apply (a CNN), the plan simulated once and returned.
+  const planner::OpSplitChoice cnn = planner::choose_op_splits(
+      models::zoo_model("resnet50"), cluster, test::make_plan(8, 1, 1, 4, 64), {}, 2);
+  EXPECT_EQ(cnn.simulations, 1);
+  EXPECT_TRUE(cnn.plan.per_op.empty());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/planner/op_splits.hpp"
 #include "sextant/planner/search_space.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/report.hpp"
@@ -36,6 +37,10 @@ struct SearchOptions {
   // On CPU ranks over MPI, each of the best plans' collective algorithms chosen by simulated time
   // where a named one beats the library's own (collective_algorithms.hpp), then ranked again.
   bool choose_collective_algorithms = true;
+  // Dense transformer plans among the best: their block ops' splits chosen by step time
+  // (op_splits.hpp; `plan --per-op`), never slower than the uniform plan, then ranked again.
+  bool choose_op_splits = false;
+  std::function<void(int64_t, int64_t)> op_split_progress;  // (moves done, total), one thread
   // Called with (done, total) while leaders are simulated.
   std::function<void(int64_t, int64_t)> progress;
   // Called with (done, total) while the configurations are estimated (from one thread at a time).
@@ -52,11 +57,21 @@ struct RankedPlan {
 // (the other reasons are the layout rules of search_space.hpp).
 inline constexpr const char* kDoesNotFit = "does not fit in device memory";
 
+// What the per-op search changed in one ranked plan (SearchOptions::choose_op_splits).
+struct OpSplitRefinement {
+  std::string uniform;  // the plan's name before
+  std::string chosen;   // after (the same when no change paid)
+  double uniform_step_s = 0, chosen_step_s = 0;
+  std::vector<OpSplitChange> changes;
+  int64_t estimates = 0, simulations = 0;
+};
+
 struct SearchResult {
-  std::vector<RankedPlan> ranked;           // best first, at most top_k
-  std::vector<RankedPlan> pareto;           // of the simulated plans that fit: time vs memory
-  int64_t considered = 0;                   // (dp, tp, pp) factorisations looked at
-  std::map<std::string, int64_t> rejected;  // reason -> count (layout rules, memory)
+  std::vector<RankedPlan> ranked;            // best first, at most top_k
+  std::vector<OpSplitRefinement> op_splits;  // with choose_op_splits: one per plan it applies to
+  std::vector<RankedPlan> pareto;            // of the simulated plans that fit: time vs memory
+  int64_t considered = 0;                    // (dp, tp, pp) factorisations looked at
+  std::map<std::string, int64_t> rejected;   // reason -> count (layout rules, memory)
   // reason -> what its count counts (search_space.hpp's kLayouts ... kConfigurations).
   std::map<std::string, std::string> rejected_units;
   int64_t enumerated = 0;         // legal plans before the memory check

@@ -26,7 +26,8 @@ inline constexpr const char* kTensorAxis = "t";
 // Reads `per_op` of a plan file (reader `plan`); problems go to its diagnostics.
 OpSplits read_op_splits(ObjectReader& plan);
 Json op_splits_json(const OpSplits& splits);
-// As a plan name's suffix: ".op-attention=b:dt-qkv=b:dt" ("" when there are none).
+// As a plan name's suffix, the ops grouped by split: ".op-b:dt=attention+qkv-b:d,s:t=fc1+fc2"
+// ("" when there are none).
 std::string op_splits_text(const OpSplits& splits);
 // What a per-op plan does not combine with ("" when it combines): the splits cover dense
 // transformer blocks on the plan's dp x tp mesh only.

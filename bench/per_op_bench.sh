@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Per-op splits (issue 60): `sextant plan --per-op` on dense transformers, the best uniform plan
+# against the best plan once each of the best uniform plans' block ops may be split its own way
+# over its dp x tp mesh (planner/op_splits.hpp), with what changed and the search's cost. Cases:
+# the best plan unconstrained (where the planner's best is data-parallel the t axis has one rank
+# and no split can change anything), and with tensor parallelism imposed (a constraint a user
+# sets for memory or a fixed launcher), where the t axis exists. Predictions only; numbers, never
+# pass/fail. Record with bench/run.sh per_op.
+set -euo pipefail
+sextant="${1:-build/release/cli/sextant}"
+row() {
+  local label="$1"
+  shift
+  local start end
+  start=$(date +%s.%N)
+  "$sextant" plan "$@" --per-op --json --quiet >"$tmp/out.json"
+  end=$(date +%s.%N)
+  python3 - "$label" "$tmp/out.json" "$start" "$end" <<'PY'
+import json, sys
+label, path, start, end = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+r = json.load(open(path))
+ranked = r["ranked"]
+best = ranked[0]
+uniform = [p for p in ranked if "per_op" not in p["plan"]]
+splits = r.get("op_splits", [])
+paid = [s for s in splits if s["changes"]]
+est = sum(s["estimates"] for s in splits)
+sims = sum(s["simulations"] for s in splits)
+print(f"{label}")
+print(f"  best uniform (before --per-op) {min(s['uniform_step_s'] for s in splits) * 1e3 if splits else best['report']['step_time_s'] * 1e3:9.1f} ms"
+      + ("" if splits else "  (per-op splits do not apply)"))
+print(f"  best after --per-op            {best['report']['step_time_s'] * 1e3:9.1f} ms  {best['name'][:100]}")
+for s in paid[:1]:
+    print(f"  best change: {s['uniform']} {s['uniform_step_s']*1e3:.1f} -> {s['chosen_step_s']*1e3:.1f} ms"
+          f" ({100 * (s['chosen_step_s'] / s['uniform_step_s'] - 1):+.1f}%)")
+    for c in s["changes"]:
+        print(f"    {c['ops']}: {c['from']} -> {c['to']}")
+print(f"  {len(paid)} of {len(splits)} plans changed; {est} estimates, {sims} simulations;"
+      f" plan wall {end - start:.1f} s")
+PY
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+row "gpt3-1.3b, 8 x dgx-a100, batch 64" --model gpt3-1.3b --cluster dgx-a100 --gpus 8 \
+  --global-batch 64
+row "gpt3-1.3b, 8 x dgx-a100, batch 64, tp=4" --model gpt3-1.3b --cluster dgx-a100 --gpus 8 \
+  --global-batch 64 --constraint tp=4
+row "gpt3-13b, 64 x dgx-a100, batch 256" --model gpt3-13b --cluster dgx-a100 --gpus 64 \
+  --global-batch 256
+row "gpt3-13b, 64 x dgx-a100, batch 256, tp=8" --model gpt3-13b --cluster dgx-a100 --gpus 64 \
+  --global-batch 256 --constraint tp=8
+row "llama2-7b, 8 x dgx-h100, batch 128, tp=2" --model llama2-7b --cluster dgx-h100 --gpus 8 \
+  --global-batch 128 --constraint tp=2
+row "llama2-70b, 64 x dgx-h100, batch 256" --model llama2-70b --cluster dgx-h100 --gpus 64 \
+  --global-batch 256
+row "gpt3-175b, 128 x dgx-a100, batch 256" --model gpt3-175b --cluster dgx-a100 --gpus 128 \
+  --global-batch 256

@@ -1,0 +1,236 @@
+// Per-op splits by step time (op_splits.hpp).
+#include "sextant/planner/op_splits.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "sextant/models/block_graph.hpp"
+#include "sextant/models/lowering.hpp"
+#include "sextant/planner/estimator.hpp"
+#include "sextant/sim/step_setup.hpp"
+#include "sextant/spec/error.hpp"
+
+namespace sextant::planner {
+
+namespace {
+
+using models::OpSplit;
+
+std::string split_text(const OpSplit& split) {
+  std::vector<std::string> parts;
+  for (const auto& [dim, axes] : split)
+    if (!axes.empty()) parts.push_back(fmt::format("{}:{}", dim, fmt::join(axes, "")));
+  return parts.empty() ? "whole" : fmt::format("{}", fmt::join(parts, ","));
+}
+
+// The block graph of `model` (extents are the lowering's to check; only the ops' dimensions and
+// which of them are weights' are read here).
+models::OpGraph block_graph_of(const spec::ModelSpec& model) {
+  const spec::TransformerSpec& t = model.transformer();
+  models::BlockDims dims{1,
+                         1,
+                         t.hidden,
+                         t.heads,
+                         t.head_dim(),
+                         t.ffn_hidden,
+                         0,
+                         t.activation == spec::Activation::kSwiglu ? 2 : 1};
+  return models::transformer_block_graph(dims);
+}
+
+// Every split of `node`'s dimensions over the mesh axes d and t: each axis splits no dimension or
+// one; d never a weight's (that would be ZeRO's sharding); both on one dimension d major.
+std::vector<OpSplit> candidate_splits(const models::GraphNode& node) {
+  std::vector<std::string> dims, weight_dims;
+  auto add = [](std::vector<std::string>& v, const std::string& d) {
+    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
+  };
+  for (size_t i = 0; i < node.op.operands.size(); ++i)
+    for (const std::string& d : node.op.operands[i]) {
+      if (std::find(node.op.whole.begin(), node.op.whole.end(), d) == node.op.whole.end())
+        add(dims, d);
+      if (node.inputs[i].param) add(weight_dims, d);
+    }
+  for (const std::string& d : node.op.output)
+    if (std::find(node.op.whole.begin(), node.op.whole.end(), d) == node.op.whole.end())
+      add(dims, d);
+  std::vector<std::string> data = {""}, tensor = {""};
+  for (const std::string& d : dims) {
+    if (std::find(weight_dims.begin(), weight_dims.end(), d) == weight_dims.end())
+      data.push_back(d);
+    tensor.push_back(d);
+  }
+  std::vector<OpSplit> out;
+  for (const std::string& on_d : data)
+    for (const std::string& on_t : tensor) {
+      OpSplit s;
+      if (!on_d.empty()) s[on_d].push_back(spec::kDataAxis);
+      if (!on_t.empty()) s[on_t].push_back(spec::kTensorAxis);
+      out.push_back(std::move(s));
+    }
+  return out;
+}
+
+// The block's collectives per pass and one rank's weights, as a reader checks a change.
+std::string block_summary(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                          const spec::Plan& plan) {
+  const sim::StepSetup setup = sim::step_setup(model, cluster, plan);
+  const models::LoweredModel lowered = models::lower(model, setup.lowering);
+  const models::Layer& block = lowered.layers[lowered.split_begin];
+  auto comms = [](const std::vector<models::Op>& ops) {
+    std::vector<std::string> out;
+    for (const models::Op& op : ops) {
+      if (!op.is_comm() ||
+          (op.group != models::CommGroup::kLayer && op.group != models::CommGroup::kData))
+        continue;
+      out.push_back(fmt::format("{} {:.1f} MiB over {}",
+                                spec::enum_name(spec::collective_kind_names(), op.collective),
+                                static_cast<double>(op.bytes) / (1 << 20),
+                                op.group == models::CommGroup::kData ? "d" : "t"));
+    }
+    return out.empty() ? std::string("none") : fmt::format("{}", fmt::join(out, ", "));
+  };
+  return fmt::format("forward {}; backward {}; {:.1f} M parameters a rank", comms(block.forward),
+                     comms(block.backward), static_cast<double>(block.params) / 1e6);
+}
+
+// A move: one split given to a run of consecutive ops of the block (a single op, or a segment
+// such as QKV, attention and projection, which only pays changed together).
+struct Move {
+  size_t first = 0, count = 1;
+  OpSplit split;
+};
+
+// Whether `split` applies to `node`: its dimensions are the op's and not ones it needs whole, and
+// no weight is split over the replicas.
+bool applies(const models::GraphNode& node, const OpSplit& split) {
+  for (const auto& [dim, axes] : split) {
+    bool has = std::find(node.op.output.begin(), node.op.output.end(), dim) != node.op.output.end();
+    for (size_t i = 0; i < node.op.operands.size(); ++i) {
+      const auto& operand = node.op.operands[i];
+      const bool in = std::find(operand.begin(), operand.end(), dim) != operand.end();
+      has = has || in;
+      if (in && node.inputs[i].param &&
+          std::find(axes.begin(), axes.end(), spec::kDataAxis) != axes.end())
+        return false;
+    }
+    if (!has || std::find(node.op.whole.begin(), node.op.whole.end(), dim) != node.op.whole.end())
+      return false;
+  }
+  return true;
+}
+
+// Every segment of consecutive ops with every split of its first op that applies to all of them.
+std::vector<Move> segment_moves(const models::OpGraph& graph) {
+  std::vector<Move> out;
+  for (size_t first = 0; first < graph.nodes.size(); ++first)
+    for (const OpSplit& split : candidate_splits(graph.nodes[first]))
+      for (size_t count = 1; first + count <= graph.nodes.size(); ++count) {
+        if (!applies(graph.nodes[first + count - 1], split)) break;
+        out.push_back({first, count, split});
+      }
+  return out;
+}
+
+spec::Plan with_move(spec::Plan plan, const models::OpGraph& graph, const Move& move) {
+  for (size_t i = move.first; i < move.first + move.count; ++i)
+    plan.per_op[graph.nodes[i].op.name] = {move.split.begin(), move.split.end()};
+  return plan;
+}
+
+// The ops whose split `after` changed from `before`'s, with the step it saved and why.
+OpSplitChange change_of(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                        const spec::Plan& before, const spec::Plan& after,
+                        const sim::SimulationResult& was, const sim::SimulationResult& now) {
+  OpSplitChange c;
+  std::vector<std::string> ops;
+  for (const auto& [op, split] : after.per_op) {
+    const auto it = before.per_op.find(op);
+    if (it != before.per_op.end() && it->second == split) continue;
+    ops.push_back(op);
+    c.from =
+        it == before.per_op.end() ? "uniform" : split_text({it->second.begin(), it->second.end()});
+    c.to = split_text({split.begin(), split.end()});
+  }
+  c.op = fmt::format("{}", fmt::join(ops, ", "));
+  c.step_before_s = was.report.step_time_s;
+  c.step_after_s = now.report.step_time_s;
+  c.why = fmt::format("{} -> {}", block_summary(model, cluster, before),
+                      block_summary(model, cluster, after));
+  return c;
+}
+
+// Moves simulated per pass (the best estimated).
+constexpr size_t kSimulatedMoves = 3;
+
+}  // namespace
+
+bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan) {
+  if (!model.is_transformer() || model.transformer().moe) return false;
+  spec::Plan probe = plan;
+  probe.per_op = {{"qkv", {}}};
+  return spec::per_op_problem(probe).empty();
+}
+
+OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                               spec::Plan plan, const sim::SimulationOptions& options, int passes,
+                               const std::function<void(int64_t, int64_t)>& progress) {
+  OpSplitChoice out;
+  plan.per_op.clear();
+  auto simulate = [&](const spec::Plan& p) {
+    ++out.simulations;
+    return sim::simulate(model, cluster, p, options);
+  };
+  sim::SimulationResult best = simulate(plan);
+  out.uniform_step_s = best.report.step_time_s;
+  if (!splits_ops(model, plan)) {
+    out.plan = std::move(plan);
+    out.result = std::move(best);
+    return out;
+  }
+  const models::OpGraph graph = block_graph_of(model);
+  const std::vector<Move> moves = segment_moves(graph);
+  Estimator estimator(model, cluster);
+  for (int pass = 0; pass < passes; ++pass) {
+    // Every move estimated; the few best simulated; the best of those kept if it pays.
+    std::vector<std::pair<double, size_t>> ranked;
+    for (size_t i = 0; i < moves.size(); ++i) {
+      if (progress && i % 64 == 0)
+        progress(static_cast<int64_t>(pass * moves.size() + i),
+                 static_cast<int64_t>(passes * moves.size()));
+      const spec::Plan trial = with_move(plan, graph, moves[i]);
+      if (trial.per_op == plan.per_op) continue;
+      try {
+        ++out.estimates;
+        const Estimate e = estimator.estimate(trial);
+        if (e.fits) ranked.emplace_back(e.step_time_s, i);
+      } catch (const InputError&) {
+        // A split the dimensions do not divide, or one the lowering does not model.
+      }
+    }
+    std::sort(ranked.begin(), ranked.end());
+    std::optional<std::pair<spec::Plan, sim::SimulationResult>> kept;
+    for (size_t k = 0; k < std::min(ranked.size(), kSimulatedMoves); ++k) {
+      spec::Plan trial = with_move(plan, graph, moves[ranked[k].second]);
+      sim::SimulationResult r = simulate(trial);
+      const double bar = (kept ? kept->second : best).report.step_time_s;
+      if (r.report.memory.fits && r.report.step_time_s < bar) kept.emplace(trial, std::move(r));
+    }
+    if (!kept || kept->second.report.step_time_s >=
+                     best.report.step_time_s - kOpSplitGain * out.uniform_step_s)
+      break;
+    out.changes.push_back(change_of(model, cluster, plan, kept->first, best, kept->second));
+    plan = std::move(kept->first);
+    best = std::move(kept->second);
+  }
+  if (progress) progress(passes, passes);
+  out.plan = std::move(plan);
+  out.result = std::move(best);
+  return out;
+}
+
+}  // namespace sextant::planner
