@@ -16,6 +16,7 @@
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/pareto.hpp"
 #include "sextant/planner/worker_pool.hpp"
+#include "sextant/spec/executor_support.hpp"
 
 namespace sextant::planner {
 
@@ -203,7 +204,16 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
   std::atomic<int64_t> reporting{-1};  // the one refinement whose moves the progress line follows
   std::atomic<int64_t> started{0};
   refine_ranked(
-      options, threads, result, [&](const spec::Plan& p) { return splits_ops(request.model, p); },
+      options, threads, result,
+      [&](const spec::Plan& p) {
+        if (!splits_ops(request.model, p)) return false;
+        // A search for plans the executor runs (tune, loop) keeps them uniform while the executor
+        // refuses per-op splits.
+        if (!request.executor) return true;
+        spec::Plan probe = p;
+        probe.per_op = {{"qkv", {}}};
+        return spec::executor_problems(request.model, probe, *request.executor).empty();
+      },
       [&](const spec::Plan& p) {
         const int64_t me = started++;
         int64_t none = -1;

@@ -6,8 +6,10 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/op_splits.hpp"
+#include "sextant/planner/planner.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/executor_support.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "test_models.hpp"
 
@@ -69,8 +71,7 @@ TEST(PerOpPlan, EstimateAndFoldedSimulationAgree) {
 // refused naming the field.
 TEST(PerOpPlan, PlanFileRoundTripsAndRefusesWhatItCannotSplit) {
   const spec::Plan plan = attention_data_parallel(2, 4);
-  EXPECT_NE(plan.name().find(".op-b:dt=attention+proj+qkv"), std::string::npos)
-      << plan.name();
+  EXPECT_NE(plan.name().find(".op-b:dt=attention+proj+qkv"), std::string::npos) << plan.name();
   const spec::Plan back = spec::plan_from_json(spec::to_json(plan), "plan");
   EXPECT_EQ(back.per_op, plan.per_op);
   spec::Json j = spec::to_json(plan);
@@ -116,6 +117,34 @@ TEST(PerOpSearch, FindsAFasterSplitAndNeverASlowerOne) {
       models::zoo_model("resnet50"), cluster, test::make_plan(8, 1, 1, 4, 64), {}, 2);
   EXPECT_EQ(cnn.simulations, 1);
   EXPECT_TRUE(cnn.plan.per_op.empty());
+}
+
+// `plan --per-op` refines the ranked plans; a search for plans the executor runs (tune, loop,
+// plan --verify) leaves them uniform while the executor refuses per-op splits.
+TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereThePlansAreNotRunByTheExecutor) {
+  planner::SearchRequest request;
+  request.model = models::zoo_model("gpt3-1.3b");
+  request.cluster = spec::builtin_cluster("dgx-a100");
+  request.gpus = 8;
+  request.global_batch = 64;
+  request.constraints.push_back(planner::parse_constraint("tp=4"));
+  planner::SearchOptions options;
+  options.choose_op_splits = true;
+  options.leaders = 4;
+  options.top_k = 2;
+  auto splits_some = [](const planner::SearchResult& r) {
+    for (const planner::RankedPlan& p : r.ranked)
+      if (!p.plan.per_op.empty()) return true;
+    return false;
+  };
+  const planner::SearchResult predicted = planner::search(request, options);
+  EXPECT_TRUE(splits_some(predicted));
+  EXPECT_FALSE(predicted.op_splits.empty());
+  request.executor = spec::executor_run(spec::ExecutorBackend::kCuda);
+  const planner::SearchResult run = planner::search(request, options);
+  ASSERT_FALSE(run.ranked.empty());
+  EXPECT_FALSE(splits_some(run));
+  EXPECT_TRUE(run.op_splits.empty());
 }
 
 }  // namespace
