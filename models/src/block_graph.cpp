@@ -85,4 +85,43 @@ BlockSplit megatron_block_split(const BlockDims& x, const std::string& data_axis
   return out;
 }
 
+std::string_view block_op_of(OpId id) {
+  switch (id) {
+    case OpId::kAttnNorm:
+    case OpId::kAttnCast:
+      return "norm1";
+    case OpId::kAttnQkv:
+    case OpId::kAttnQkvBiasGrad:
+      return "qkv";
+    case OpId::kAttnRope:
+    case OpId::kAttnCorePrep:
+    case OpId::kAttnScores:
+    case OpId::kAttnSoftmax:
+    case OpId::kAttnDropout:
+    case OpId::kAttnContext:
+    case OpId::kAttnCore:
+      return "attention";
+    case OpId::kAttnFp8Cast:
+    case OpId::kAttnProj:
+      return "proj";
+    case OpId::kAttnResidual:
+      return "residual1";
+    case OpId::kMlpNorm:
+    case OpId::kMlpCast:
+      return "norm2";
+    case OpId::kMlpFc1:
+    case OpId::kMlpFc1BiasGrad:
+      return "fc1";
+    case OpId::kMlpAct:
+      return "activation";
+    case OpId::kMlpFp8Cast:
+    case OpId::kMlpFc2:
+      return "fc2";
+    case OpId::kMlpResidual:
+      return "residual2";
+    default:
+      return "";
+  }
+}
+
 }  // namespace sextant::models

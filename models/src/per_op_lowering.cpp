@@ -21,47 +21,6 @@ namespace {
 
 using spec::Phase;
 
-// The block-graph op (block_graph.hpp) each of a dense block's lowered ops belongs to ("": one
-// of the whole layer's).
-std::string_view node_of(OpId id) {
-  switch (id) {
-    case OpId::kAttnNorm:
-    case OpId::kAttnCast:
-      return "norm1";
-    case OpId::kAttnQkv:
-    case OpId::kAttnQkvBiasGrad:
-      return "qkv";
-    case OpId::kAttnRope:
-    case OpId::kAttnCorePrep:
-    case OpId::kAttnScores:
-    case OpId::kAttnSoftmax:
-    case OpId::kAttnDropout:
-    case OpId::kAttnContext:
-    case OpId::kAttnCore:
-      return "attention";
-    case OpId::kAttnFp8Cast:
-    case OpId::kAttnProj:
-      return "proj";
-    case OpId::kAttnResidual:
-      return "residual1";
-    case OpId::kMlpNorm:
-    case OpId::kMlpCast:
-      return "norm2";
-    case OpId::kMlpFc1:
-    case OpId::kMlpFc1BiasGrad:
-      return "fc1";
-    case OpId::kMlpAct:
-      return "activation";
-    case OpId::kMlpFp8Cast:
-    case OpId::kMlpFc2:
-      return "fc2";
-    case OpId::kMlpResidual:
-      return "residual2";
-    default:
-      return "";
-  }
-}
-
 bool is_product_id(OpId id) {
   return id == OpId::kAttnQkv || id == OpId::kAttnProj || id == OpId::kMlpFc1 ||
          id == OpId::kMlpFc2;
@@ -139,7 +98,7 @@ class BlockSplitter {
   // A changed op's per-rank work: a GEMM's product rebuilt on its new local shape, anything else
   // scaled by its new share of the op's work (attention's FLOPs, a memory op's output).
   void rescale(Op& op, bool backward) const {
-    const std::string_view name = node_of(op.id);
+    const std::string_view name = block_op_of(op.id);
     if (name.empty() || op.is_comm() || !changed_.contains(std::string(name))) {
       if (op.id == OpId::kAutocastWeights) scale_op(op, weight_ratio());
       return;
@@ -252,7 +211,7 @@ class BlockSplitter {
       const auto at = std::find(order.begin(), order.end(), s.node);
       size_t pos = ops.size();
       for (size_t i = 0; at != order.end() && i < ops.size(); ++i) {
-        const std::string_view n = node_of(ops[i].id);
+        const std::string_view n = block_op_of(ops[i].id);
         if (!n.empty() && !ops[i].is_comm() && std::find(at, order.end(), n) != order.end()) {
           pos = i;
           break;

@@ -303,3 +303,34 @@ TEST(PerOpLowering, WhatItDoesNotModelIsRefused) {
 
 }  // namespace
 }  // namespace sextant::models
+
+namespace sextant::models {
+namespace {
+
+// Every compute op a dense block's lowering makes belongs to an op of the block graph (or is the
+// layer's own weight cast), under every fusion level, autocast, fp8, GQA and SwiGLU: an op the
+// lowering gains and the per-op lowering does not place would keep its uniform work silently.
+TEST(PerOpLowering, EveryOpOfADenseBlockBelongsToAGraphOp) {
+  for (const char* name : {"gpt3-1.3b", "llama3-8b"}) {
+    for (spec::Fusion fusion :
+         {spec::Fusion::kEager, spec::Fusion::kFused, spec::Fusion::kCompiled})
+      for (bool autocast : {false, true})
+        for (bool fp8 : {false, true}) {
+          LoweringOptions o = per_op_options({});
+          o.fusion = fusion;
+          o.autocast = autocast;
+          o.fp8_gemms = fp8;
+          o.sequence_parallel = true;
+          const LoweredModel lowered = lower(zoo_model(name), o);
+          const Layer& block = lowered.layers[1];
+          for (const auto* ops : {&block.forward, &block.backward, &block.selective_forward})
+            for (const Op& op : *ops) {
+              if (op.is_comm() || op.id == OpId::kAutocastWeights) continue;
+              EXPECT_FALSE(block_op_of(op.id).empty()) << name << " " << op.name;
+            }
+        }
+  }
+}
+
+}  // namespace
+}  // namespace sextant::models

@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "sextant/models/op_graph.hpp"
+#include "sextant/models/op_id.hpp"
 
 namespace sextant::models {
 
@@ -33,6 +35,11 @@ struct BlockDims {
 // residual), x2, fc1, act, fc2, y. Throws InputError when the key/value heads do not share out
 // over the heads evenly.
 OpGraph transformer_block_graph(const BlockDims& dims);
+
+// The op of the block graph each op of a dense block's lowering belongs to (models/src/
+// transformer_lowering.cpp: "attn.qkv" -> "qkv", the attention core's ops -> "attention"); "" for
+// the layer's own (the weights' autocast) and its collectives, which per-op splits rebuild.
+std::string_view block_op_of(OpId id);
 
 struct BlockSplit {
   std::map<std::string, OpSplit> ops;  // by node name
