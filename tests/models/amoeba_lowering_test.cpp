@@ -39,7 +39,7 @@ spec::Json tiny_amoeba_json() {
                         {{"type", "fc"}, {"out_features", 10}, {"bias", true}}}}}}};
 }
 
-LoweredModel lower_fp32(const spec::ModelSpec& m) {
+LoweredModel lower_amoeba_fp32(const spec::ModelSpec& m) {
   LoweringOptions o;
   o.micro_batch = 1;
   o.dtype = spec::Dtype::kFp32;
@@ -54,7 +54,7 @@ constexpr int64_t kNormalEdges = 240 + 232;
 TEST(AmoebaLowering, ATinyCellNetworkCountedByHand) {
   const spec::ModelSpec m = spec::model_from_json(tiny_amoeba_json(), "tiny");
   ASSERT_TRUE(m.cnn().has_cells());
-  const LoweredModel l = lower_fp32(m);
+  const LoweredModel l = lower_amoeba_fp32(m);
   ASSERT_EQ(l.layers.size(), 6u);  // stem, 2 normal cells, the reduction cell, pool, fc
   // Cell 1 reads the stem's 8 channels twice: reduce1 is ReLU-1x1 8->8-BN (64 + 16), the second
   // input already has 8 channels and stays as it is.
@@ -82,7 +82,7 @@ TEST(AmoebaLowering, APipelineStageEndingBeforeACellAlsoSendsTheCellsSecondInput
   // fp32, one sample. Cell 1 hands cell 2 its output (32 x 8 x 8) and its own input (8 x 8 x 8):
   // (2048 + 512) x 4 B. Cell 2 hands the reduction cell its output and input, both 32 x 8 x 8:
   // 4096 x 4 B. The reduction cell, before the pool, only its output: 48 x 4 x 4 x 4 B.
-  const LoweredModel l = lower_fp32(spec::model_from_json(tiny_amoeba_json(), "tiny"));
+  const LoweredModel l = lower_amoeba_fp32(spec::model_from_json(tiny_amoeba_json(), "tiny"));
   EXPECT_EQ(l.layers[1].output_bytes, (2048 + 512) * 4);
   EXPECT_EQ(l.layers[2].output_bytes, 4096 * 4);
   EXPECT_EQ(l.layers[3].output_bytes, 48 * 16 * 4);
