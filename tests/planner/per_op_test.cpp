@@ -3,6 +3,8 @@
 // follows the simulation as it does for uniform plans.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "sextant/models/zoo.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/planner/op_splits.hpp"
@@ -45,6 +47,37 @@ TEST(PerOpPlan, ReshardsRunInTheirAxissGroup) {
     EXPECT_EQ(e.name.find("attn.all_reduce"), std::string::npos) << e.name;
   }
   EXPECT_GT(gathers, 0);
+}
+
+// A split that moves data over the replicas: the second norm's tokens split over d by sequence
+// instead of by batch (the stream's split). By the rule, all-to-alls over d: forward into the norm
+// (named for it) and out of it into FC1; backward FC1's input gradient into the norm's layout
+// (named for the norm) and the norm's into the first residual's (named for it). Each runs in
+// the replicas' group (4 ranks), and the estimate prices them as the simulation does.
+TEST(PerOpPlan, ReshardsOverTheDataAxisRunInTheReplicasGroup) {
+  const spec::ModelSpec model = models::zoo_model("gpt3-1.3b");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  spec::Plan plan = test::make_plan(4, 2, 1, 4, 64);
+  plan.stack = spec::builtin_stack("megatron-core");
+  plan.per_op = {{"norm2", {{"s", {"d"}}}}};
+  SimulationOptions options;
+  options.trace = true;
+  const SimulationResult r = simulate(model, cluster, plan, options);
+  ASSERT_TRUE(r.trace);
+  std::set<std::string> over_d;
+  for (const spec::TraceEvent& e : r.trace->events)
+    if (e.rank == 0 && e.name.find("reshard_all_to_all") != std::string::npos) {
+      over_d.insert(e.name);
+      EXPECT_EQ(e.group_size, 4) << e.name;
+    }
+  EXPECT_EQ(over_d, (std::set<std::string>{"norm2.reshard_all_to_all", "fc1.reshard_all_to_all",
+                                           "residual1.reshard_all_to_all"}));
+  const double estimated = planner::Estimator(model, cluster).estimate(plan).step_time_s;
+  EXPECT_NEAR(estimated, r.report.step_time_s, 0.01 * r.report.step_time_s);
+  SimulationOptions unfolded;
+  unfolded.fold_symmetric_ranks = false;
+  EXPECT_NEAR(simulate(model, cluster, plan, unfolded).report.step_time_s, r.report.step_time_s,
+              1e-9 * r.report.step_time_s);
 }
 
 // The estimate follows the simulation for per-op plans as for uniform ones (within 1%), and the
