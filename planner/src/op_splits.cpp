@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "sextant/models/block_graph.hpp"
@@ -81,18 +82,24 @@ std::string block_summary(const spec::ModelSpec& model, const spec::ClusterSpec&
   const sim::StepSetup setup = sim::step_setup(model, cluster, plan);
   const models::LoweredModel lowered = models::lower(model, setup.lowering);
   const models::Layer& block = lowered.layers[lowered.split_begin];
+  // A pass's layer collectives counted by kind and axis, with the bytes they move in all.
   auto comms = [](const std::vector<models::Op>& ops) {
-    std::vector<std::string> out;
+    std::map<std::string, int> counts;
+    int64_t bytes = 0;
     for (const models::Op& op : ops) {
       if (!op.is_comm() ||
           (op.group != models::CommGroup::kLayer && op.group != models::CommGroup::kData))
         continue;
-      out.push_back(fmt::format("{} {:.1f} MiB over {}",
-                                spec::enum_name(spec::collective_kind_names(), op.collective),
-                                static_cast<double>(op.bytes) / (1 << 20),
-                                op.group == models::CommGroup::kData ? "d" : "t"));
+      ++counts[fmt::format("{} over {}",
+                           spec::enum_name(spec::collective_kind_names(), op.collective),
+                           op.group == models::CommGroup::kData ? "d" : "t")];
+      bytes += op.bytes;
     }
-    return out.empty() ? std::string("none") : fmt::format("{}", fmt::join(out, ", "));
+    if (counts.empty()) return std::string("no collective");
+    std::vector<std::string> parts;
+    for (const auto& [what, n] : counts) parts.push_back(fmt::format("{} {}", n, what));
+    return fmt::format("{} ({:.0f} MiB)", fmt::join(parts, ", "),
+                       static_cast<double>(bytes) / (1 << 20));
   };
   return fmt::format("forward {}; backward {}; {:.1f} M parameters a rank", comms(block.forward),
                      comms(block.backward), static_cast<double>(block.params) / 1e6);
