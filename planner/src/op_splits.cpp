@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <optional>
 
@@ -41,39 +39,6 @@ models::OpGraph block_graph_of(const spec::ModelSpec& model) {
                          0,
                          t.activation == spec::Activation::kSwiglu ? 2 : 1};
   return models::transformer_block_graph(dims);
-}
-
-// Every split of `node`'s dimensions over the mesh axes d and t: each axis splits no dimension or
-// one; d never a weight's (that would be ZeRO's sharding); both on one dimension d major.
-std::vector<OpSplit> candidate_splits(const models::GraphNode& node) {
-  std::vector<std::string> dims, weight_dims;
-  auto add = [](std::vector<std::string>& v, const std::string& d) {
-    if (std::find(v.begin(), v.end(), d) == v.end()) v.push_back(d);
-  };
-  for (size_t i = 0; i < node.op.operands.size(); ++i)
-    for (const std::string& d : node.op.operands[i]) {
-      if (std::find(node.op.whole.begin(), node.op.whole.end(), d) == node.op.whole.end())
-        add(dims, d);
-      if (node.inputs[i].param) add(weight_dims, d);
-    }
-  for (const std::string& d : node.op.output)
-    if (std::find(node.op.whole.begin(), node.op.whole.end(), d) == node.op.whole.end())
-      add(dims, d);
-  std::vector<std::string> data = {""}, tensor = {""};
-  for (const std::string& d : dims) {
-    if (std::find(weight_dims.begin(), weight_dims.end(), d) == weight_dims.end())
-      data.push_back(d);
-    tensor.push_back(d);
-  }
-  std::vector<OpSplit> out;
-  for (const std::string& on_d : data)
-    for (const std::string& on_t : tensor) {
-      OpSplit s;
-      if (!on_d.empty()) s[on_d].push_back(spec::kDataAxis);
-      if (!on_t.empty()) s[on_t].push_back(spec::kTensorAxis);
-      out.push_back(std::move(s));
-    }
-  return out;
 }
 
 // The block's collectives per pass and one rank's weights, as a reader checks a change.
@@ -129,6 +94,27 @@ bool applies(const models::GraphNode& node, const OpSplit& split) {
       return false;
   }
   return true;
+}
+
+// Every split of `node`'s dimensions over the mesh axes d and t that applies to it: each axis
+// splits no dimension or one; both on one dimension, d major.
+std::vector<OpSplit> candidate_splits(const models::GraphNode& node) {
+  std::vector<std::string> dims = {""};
+  auto add = [&](const std::string& d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
+  };
+  for (const auto& operand : node.op.operands)
+    for (const std::string& d : operand) add(d);
+  for (const std::string& d : node.op.output) add(d);
+  std::vector<OpSplit> out;
+  for (const std::string& on_d : dims)
+    for (const std::string& on_t : dims) {
+      OpSplit s;
+      if (!on_d.empty()) s[on_d].push_back(spec::kDataAxis);
+      if (!on_t.empty()) s[on_t].push_back(spec::kTensorAxis);
+      if (applies(node, s)) out.push_back(std::move(s));
+    }
+  return out;
 }
 
 // Every segment of consecutive ops with every split of its first op that applies to all of them.

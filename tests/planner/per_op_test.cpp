@@ -30,7 +30,7 @@ spec::Plan attention_data_parallel(int64_t dp, int64_t tp) {
 
 // GPT-3 1.3B on 8 A100s of a node, dp 2 x tp 4, attention data-parallel over t. The trace holds
 // the reshard collectives: those over t in the tp group (4 ranks), and none over d.
-TEST(PerOpPlan, ReshardsRunInTheirAxissGroup) {
+TEST(PerOpPlan, ReshardsOverTheTensorAxisRunInTheTpGroup) {
   const spec::ModelSpec model = models::zoo_model("gpt3-1.3b");
   const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
   SimulationOptions options;
