@@ -29,10 +29,16 @@ class Walker {
     return it == splits_.end() ? kNone : it->second;
   }
 
-  void move(const std::string& node, Phase phase, GraphStep::Kind kind, const TensorLayout& from,
-            const TensorLayout& to) {
+  void move(const std::string& node, const std::string& tensor, int64_t source, Phase phase,
+            GraphStep::Kind kind, const TensorLayout& from, const TensorLayout& to) {
     for (const spec::ReshardStep& s : spec::reshard(mesh_, from, to, e_))
-      steps_.push_back({kind, node, phase, 0, s});
+      steps_.push_back({kind, node, tensor, source, phase, 0, s});
+  }
+  void move_gradients(const std::string& node, const std::string& tensor, const TensorLayout& to) {
+    const std::vector<TensorLayout>& made = gradients_[tensor];
+    for (size_t j = 0; j < made.size(); ++j)
+      move(node, tensor, static_cast<int64_t>(j), Phase::kBwd, GraphStep::Kind::kReshard, made[j],
+           to);
   }
 
   void forward(const OpGraph& g, const TensorLayout& input_layout,
@@ -50,12 +56,14 @@ class Walker {
         const auto it = produced_.find(n.inputs[i].tensor);
         SEXTANT_CHECK(it != produced_.end(), "node {} reads {} before it is made", n.op.name,
                       n.inputs[i].tensor);
-        move(n.op.name, Phase::kFwd, GraphStep::Kind::kReshard, it->second, s.operands[i]);
+        move(n.op.name, n.inputs[i].tensor, 0, Phase::kFwd, GraphStep::Kind::kReshard, it->second,
+             s.operands[i]);
       }
-      steps_.push_back({GraphStep::Kind::kCompute, n.op.name, Phase::kFwd, s.flops, {}});
+      steps_.push_back({GraphStep::Kind::kCompute, n.op.name, "", 0, Phase::kFwd, s.flops, {}});
       produced_[n.output] = s.output;
     }
-    move(g.output, Phase::kFwd, GraphStep::Kind::kReshard, produced_.at(g.output), output_layout);
+    move(g.output, g.output, 0, Phase::kFwd, GraphStep::Kind::kReshard, produced_.at(g.output),
+         output_layout);
   }
 
   void backward(const OpGraph& g, const TensorLayout& input_layout,
@@ -66,8 +74,7 @@ class Walker {
       // The output's gradient, whole over the axes its forward left partial (each partial sum's
       // gradient is the sum's), from every op that read it.
       const TensorLayout need = without_partial(shard_op(mesh_, n->op, split).output);
-      for (const TensorLayout& from : gradients_[n->output])
-        move(n->op.name, Phase::kBwd, GraphStep::Kind::kReshard, from, need);
+      move_gradients(n->op.name, n->output, need);
       double flops = 0;
       std::vector<std::pair<size_t, TensorLayout>> made;
       for (size_t i = 0; i < n->inputs.size(); ++i) {
@@ -75,7 +82,7 @@ class Walker {
         flops += d.flops;
         made.emplace_back(i, d.output);
       }
-      steps_.push_back({GraphStep::Kind::kCompute, n->op.name, Phase::kBwd, flops, {}});
+      steps_.push_back({GraphStep::Kind::kCompute, n->op.name, "", 0, Phase::kBwd, flops, {}});
       for (const auto& [i, layout] : made) {
         if (!n->inputs[i].param) {
           gradients_[n->inputs[i].tensor].push_back(layout);
@@ -83,11 +90,11 @@ class Walker {
         }
         // A parameter's gradient, summed over the axes that split what it contracted.
         const TensorLayout param = layout_of(n->op.operands[i], n->op.extents, split);
-        move(n->op.name, Phase::kBwd, GraphStep::Kind::kGradientSum, layout, param);
+        move(n->op.name, "", static_cast<int64_t>(i), Phase::kBwd, GraphStep::Kind::kGradientSum,
+             layout, param);
       }
     }
-    for (const TensorLayout& from : gradients_[g.input])
-      move(g.input, Phase::kBwd, GraphStep::Kind::kReshard, from, input_layout);
+    move_gradients(g.input, g.input, input_layout);
   }
 
   GraphWalk result() { return {std::move(steps_), param_bytes_}; }

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <set>
 
-#include "sextant/models/block_graph.hpp"
+#include "sextant/models/per_op_block.hpp"
 #include "sextant/spec/error.hpp"
 #include "transformer_lowering.hpp"
 
@@ -44,31 +44,12 @@ std::map<std::string, int64_t> local_extents(const spec::DeviceMesh& mesh,
 
 class BlockSplitter {
  public:
-  BlockSplitter(const TransformerDims& x, int64_t dp, int64_t gate, const spec::OpSplits& per_op)
-      : x_(x),
-        mesh_{{{spec::kDataAxis, dp}, {spec::kTensorAxis, x.t}}},
-        graph_(transformer_block_graph({x.b * dp, x.s, x.h, x.a, x.d, x.f, x.kv, gate})),
-        uniform_(megatron_block_split({x.b * dp, x.s, x.h, x.a, x.d, x.f, x.kv, gate},
-                                      spec::kDataAxis, spec::kTensorAxis, x.sp)),
-        chosen_(uniform_) {
-    for (const auto& [op, split] : per_op) {
-      const GraphNode* n = node(op);
-      if (n == nullptr)
-        throw InputError("plan", fmt::format("/per_op/{}", op), "",
-                         "an op of a transformer block: norm1, qkv, attention, proj, residual1, "
-                         "norm2, fc1, activation, fc2 or residual2");
-      chosen_.ops[op] = split;
-      if (split != uniform_.ops.at(op)) changed_.insert(op);
-    }
-  }
-
-  bool any_change() const { return !changed_.empty(); }
+  BlockSplitter(const TransformerDims& x, const PerOpBlock& block) : x_(x), b_(block) {}
 
   void apply(Layer& layer) {
-    const GraphWalk walk =
-        walk_graph(mesh_, graph_, chosen_.ops, uniform_.stream, uniform_.stream, x_.e);
+    const GraphWalk walk = b_.walk(b_.chosen, x_.e);
     const bool selective_comms = has_layer_comms(layer.selective_forward);
-    update_params(layer, walk);
+    update_params(layer);
     update_saved(layer);
     for (Op& op : layer.forward) rescale(op, false);
     for (Op& op : layer.backward) rescale(op, true);
@@ -79,16 +60,10 @@ class BlockSplitter {
   }
 
  private:
-  const GraphNode* node(std::string_view name) const {
-    for (const GraphNode& n : graph_.nodes)
-      if (n.op.name == name) return &n;
-    return nullptr;
-  }
-  ShardedOp sharded(const GraphNode& n, const BlockSplit& s) const {
-    return shard_op(mesh_, n.op, s.ops.at(n.op.name));
-  }
+  bool changed(std::string_view op) const { return b_.changed.contains(std::string(op)); }
+  ShardedOp sharded(const GraphNode& n, const BlockSplit& s) const { return b_.sharded(n, s); }
   int64_t output_elements(const GraphNode& n, const BlockSplit& s) const {
-    return sharded(n, s).output.shard_elements(mesh_);
+    return sharded(n, s).output.shard_elements(b_.mesh);
   }
   static bool has_layer_comms(const std::vector<Op>& ops) {
     return std::any_of(ops.begin(), ops.end(),
@@ -99,15 +74,15 @@ class BlockSplitter {
   // scaled by its new share of the op's work (attention's FLOPs, a memory op's output).
   void rescale(Op& op, bool backward) const {
     const std::string_view name = block_op_of(op.id);
-    if (name.empty() || op.is_comm() || !changed_.contains(std::string(name))) {
+    if (name.empty() || op.is_comm() || !changed(name)) {
       if (op.id == OpId::kAutocastWeights) scale_op(op, weight_ratio());
       return;
     }
-    const GraphNode& n = *node(name);
+    const GraphNode& n = b_.node(name);
     if (is_product_id(op.id)) {
-      const ShardedOp s = sharded(n, chosen_);
-      const std::map<std::string, int64_t> out = local_extents(mesh_, s.output);
-      const std::map<std::string, int64_t> in = local_extents(mesh_, s.operands[0]);
+      const ShardedOp s = sharded(n, b_.chosen);
+      const std::map<std::string, int64_t> out = local_extents(b_.mesh, s.output);
+      const std::map<std::string, int64_t> in = local_extents(b_.mesh, s.operands[0]);
       int64_t m = 1, cols = 1, k = 1;
       for (const std::string& d : n.op.output) (in.contains(d) ? m : cols) *= out.at(d);
       for (const std::string& d : n.op.operands[0])
@@ -120,9 +95,9 @@ class BlockSplitter {
       op.matmuls = made.matmuls;
       return;
     }
-    const double r = n.op.flops > 0 ? sharded(n, chosen_).flops / sharded(n, uniform_).flops
-                                    : static_cast<double>(output_elements(n, chosen_)) /
-                                          static_cast<double>(output_elements(n, uniform_));
+    const double r = n.op.flops > 0 ? sharded(n, b_.chosen).flops / sharded(n, b_.uniform).flops
+                                    : static_cast<double>(output_elements(n, b_.chosen)) /
+                                          static_cast<double>(output_elements(n, b_.uniform));
     scale_op(op, r);
   }
 
@@ -141,26 +116,27 @@ class BlockSplitter {
   // Weight elements one rank holds under a split: each product's parameter operand.
   int64_t weight_elements(const BlockSplit& s) const {
     int64_t n = 0;
-    for (const GraphNode& g : graph_.nodes) {
+    for (const GraphNode& g : b_.graph.nodes) {
       const ShardedOp sh = sharded(g, s);
       for (size_t i = 0; i < g.inputs.size(); ++i)
-        if (g.inputs[i].param) n += sh.operands[i].shard_elements(mesh_);
+        if (g.inputs[i].param) n += sh.operands[i].shard_elements(b_.mesh);
     }
     return n;
   }
   double weight_ratio() const {
-    return static_cast<double>(weight_elements(chosen_)) /
-           static_cast<double>(weight_elements(uniform_));
+    return static_cast<double>(weight_elements(b_.chosen)) /
+           static_cast<double>(weight_elements(b_.uniform));
   }
 
-  // The rank's parameters follow its weights' new shards. A weight the tp ranks now hold whole
-  // sees only its rank's share of the batch: its gradient is a partial sum over them, all-reduced
-  // as sequence parallelism's norm weights are (Layer::sp_partial_params). Weights split over
-  // the data axis would be ZeRO's sharding: refused.
-  void update_params(Layer& layer, const GraphWalk& walk) const {
-    for (const GraphNode& g : graph_.nodes) {
-      if (!changed_.contains(g.op.name)) continue;
-      const ShardedOp now = sharded(g, chosen_), was = sharded(g, uniform_);
+  // The rank's parameters follow its weights' new shards. A parameter whose rows the tp ranks now
+  // split (a weight they hold whole, or a norm's) sees only its rank's share of the batch: its
+  // gradient is a partial sum over them, all-reduced as sequence parallelism's norm weights are
+  // (Layer::sp_partial_params); the block's count changes by what changed. Weights split over the
+  // data axis would be ZeRO's sharding: refused.
+  void update_params(Layer& layer) const {
+    for (const GraphNode& g : b_.graph.nodes) {
+      if (!changed(g.op.name)) continue;
+      const ShardedOp now = sharded(g, b_.chosen), was = sharded(g, b_.uniform);
       for (size_t i = 0; i < g.inputs.size(); ++i) {
         if (!g.inputs[i].param) continue;
         if (now.operands[i].split_by(spec::kDataAxis) != nullptr)
@@ -168,12 +144,11 @@ class BlockSplitter {
                            "no split of its weight over \"d\": sharding weights over the "
                            "replicas is ZeRO's (plan zero), not an op's split");
         layer.params +=
-            now.operands[i].shard_elements(mesh_) - was.operands[i].shard_elements(mesh_);
+            now.operands[i].shard_elements(b_.mesh) - was.operands[i].shard_elements(b_.mesh);
       }
     }
-    for (const GraphStep& s : walk.steps)
-      if (s.kind == GraphStep::Kind::kGradientSum && s.reshard.axis == spec::kTensorAxis)
-        layer.sp_partial_params += s.reshard.bytes / x_.e;
+    layer.sp_partial_params += b_.partial_params(spec::kTensorAxis, b_.chosen) -
+                               b_.partial_params(spec::kTensorAxis, b_.uniform);
   }
 
   // What the changed ops keep for backward: their activation inputs' new shards, and under a
@@ -181,13 +156,13 @@ class BlockSplitter {
   void update_saved(Layer& layer) const {
     int64_t inputs = 0;
     double core = 1.0;
-    for (const GraphNode& g : graph_.nodes) {
-      if (!changed_.contains(g.op.name)) continue;
-      const ShardedOp now = sharded(g, chosen_), was = sharded(g, uniform_);
+    for (const GraphNode& g : b_.graph.nodes) {
+      if (!changed(g.op.name)) continue;
+      const ShardedOp now = sharded(g, b_.chosen), was = sharded(g, b_.uniform);
       for (size_t i = 0; i < g.inputs.size(); ++i)
         if (!g.inputs[i].param)
           inputs +=
-              (now.operands[i].shard_elements(mesh_) - was.operands[i].shard_elements(mesh_)) *
+              (now.operands[i].shard_elements(b_.mesh) - was.operands[i].shard_elements(b_.mesh)) *
               x_.e;
       if (g.op.name == "attention") core = now.flops / was.flops;
     }
@@ -202,7 +177,7 @@ class BlockSplitter {
   void rebuild_comms(std::vector<Op>& ops, const GraphWalk& walk, Phase phase) const {
     std::erase_if(ops, [](const Op& op) { return op.is_comm() && op.group == CommGroup::kLayer; });
     std::vector<std::string> order;
-    for (const GraphNode& g : graph_.nodes) order.push_back(g.op.name);
+    for (const GraphNode& g : b_.graph.nodes) order.push_back(g.op.name);
     if (phase == Phase::kBwd) std::reverse(order.begin(), order.end());
     for (const GraphStep& s : walk.steps) {
       if (s.kind != GraphStep::Kind::kReshard || s.phase != phase ||
@@ -246,19 +221,13 @@ class BlockSplitter {
   }
 
   const TransformerDims& x_;
-  spec::DeviceMesh mesh_;
-  OpGraph graph_;
-  BlockSplit uniform_;
-  BlockSplit chosen_;
-  std::set<std::string> changed_;
+  const PerOpBlock& b_;
 };
 
 }  // namespace
 
-void apply_op_splits(Layer& block, const TransformerDims& x, int64_t dp, int64_t gate,
-                     const spec::OpSplits& per_op) {
-  BlockSplitter splitter(x, dp, gate, per_op);
-  if (splitter.any_change()) splitter.apply(block);
+void apply_op_splits(Layer& block, const TransformerDims& x, const PerOpBlock& per_op) {
+  if (per_op.any_change()) BlockSplitter(x, per_op).apply(block);
 }
 
 }  // namespace sextant::models

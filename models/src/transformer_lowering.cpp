@@ -471,7 +471,10 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
           throw InputError(source, "/per_op", spec::op_splits_text(o.per_op).substr(1),
                            "splits the ops of dense blocks under 1D tensor parallelism only");
         const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
-        apply_op_splits(*kind, x, std::max<int64_t>(o.dp, 1), gate, o.per_op);
+        apply_op_splits(
+            *kind, x,
+            per_op_block({x.b, x.s, x.h, x.a, x.d, x.f, x.kv, gate}, std::max<int64_t>(o.dp, 1),
+                         x.t, x.sp, m.norm == spec::Norm::kLayerNorm, o.per_op));
       }
     }
     out.layers.push_back(*kind);

@@ -10,6 +10,7 @@
 
 #include "lowering_ops.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/per_op_block.hpp"
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/model_spec.hpp"
 
@@ -77,9 +78,8 @@ struct FusionPasses {
 FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims& x);
 
 // A plan's per-op splits (LoweringOptions::per_op) applied to a dense block lowered for the
-// uniform layout on `dp` replicas (per_op_lowering.cpp); `gate`: FC1's outputs per FFN column.
-void apply_op_splits(Layer& block, const TransformerDims& x, int64_t dp, int64_t gate,
-                     const spec::OpSplits& per_op);
+// uniform layout (per_op_lowering.cpp).
+void apply_op_splits(Layer& block, const TransformerDims& x, const PerOpBlock& per_op);
 
 // The bias gradient of a column-parallel linear as a kernel of its own (Stack::bias_grad_kernel):
 // its `tokens` x `columns` output gradient of `e` bytes summed over the tokens into an fp32

@@ -51,6 +51,27 @@ void check_same_dims(const TensorLayout& from, const TensorLayout& to) {
                    fmt::format("the dimensions of the tensor being resharded, {}", names(from)));
 }
 
+// A gather or an all-to-all takes an axis off a dimension: the minor one only. A rank's blocks
+// along a dimension split by axes (a1, a2) are numbered c1 * n2 + c2; gathering over a1 while a2
+// stays would leave each rank blocks that are not one block of the result (a permutation the
+// collective does not make).
+// (Axes of one rank split nothing: they are passed over.)
+bool is_minor(const DeviceMesh& mesh, const std::vector<std::string>& axes,
+              const std::string& axis) {
+  const auto at = std::find(axes.begin(), axes.end(), axis);
+  return at != axes.end() &&
+         std::all_of(at + 1, axes.end(), [&](const std::string& a) { return mesh.size(a) == 1; });
+}
+
+void check_minor(const DeviceMesh& mesh, const TensorDim& d, const std::string& axis) {
+  if (mesh.size(axis) == 1 || is_minor(mesh, d.axes, axis)) return;
+  throw InputError(std::string(kSource), fmt::format("/from/dims/{}", d.name),
+                   fmt::format("{}", fmt::join(d.axes, " x ")),
+                   fmt::format("axis {} last among the axes splitting it, to be gathered or "
+                               "exchanged: taking a major axis off would permute the blocks",
+                               axis));
+}
+
 // The reshard steps of one phase: `kind` on every axis it applies to, in mesh order.
 void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, const TensorLayout& to,
                int64_t element_bytes, std::vector<ReshardStep>& steps) {
@@ -81,6 +102,7 @@ void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, cons
         break;
       case ReshardKind::kAllToAll:
         if (fd == nullptr || td == nullptr || fd->name == td->name) continue;
+        check_minor(mesh, *fd, a);
         step.dim = fd->name;
         step.to_dim = td->name;
         step.bytes = shard_bytes;
@@ -89,6 +111,7 @@ void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, cons
         break;
       case ReshardKind::kAllGather:
         if (fd == nullptr || td != nullptr) continue;
+        check_minor(mesh, *fd, a);
         step.dim = fd->name;
         step.bytes = shard_bytes * axis.size;
         std::erase(dim_of(cur, fd->name).axes, a);
@@ -198,6 +221,36 @@ CollectiveKind ReshardStep::collective() const {
   return CollectiveKind::kSendRecv;
 }
 
+TensorLayout after_step(const DeviceMesh& mesh, const TensorLayout& layout,
+                        const ReshardStep& step) {
+  TensorLayout out = layout;
+  auto take_minor = [&](std::string_view name) {
+    std::vector<std::string>& axes = dim_of(out, name).axes;
+    SEXTANT_CHECK(is_minor(mesh, axes, step.axis), "{} is not {}'s minor axis", step.axis, name);
+    std::erase(axes, step.axis);
+  };
+  switch (step.kind) {
+    case ReshardKind::kSlice:
+      dim_of(out, step.dim).axes.push_back(step.axis);
+      break;
+    case ReshardKind::kReduceScatter:
+      std::erase(out.partial, step.axis);
+      dim_of(out, step.dim).axes.push_back(step.axis);
+      break;
+    case ReshardKind::kAllReduce:
+      std::erase(out.partial, step.axis);
+      break;
+    case ReshardKind::kAllToAll:
+      take_minor(step.dim);
+      dim_of(out, step.to_dim).axes.push_back(step.axis);
+      break;
+    case ReshardKind::kAllGather:
+      take_minor(step.dim);
+      break;
+  }
+  return out;
+}
+
 std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& from,
                                  const TensorLayout& to, int64_t element_bytes) {
   for (const TensorLayout* l : {&from, &to})
@@ -231,9 +284,32 @@ std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& fro
                        fmt::format("the axes splitting it in their present order ({}): "
                                    "reordering them is not modelled",
                                    fmt::join(from.dims[i].axes, " x ")));
-    axes = kept;
+    // Each step adds its axis as the minor one (a slice within the rank's block): the axes must
+    // already stand in `to`'s order, or the blocks would be permuted.
+    auto split = [&](std::vector<std::string> v) {
+      std::erase_if(v, [&](const std::string& a) { return mesh.size(a) == 1; });
+      return v;
+    };
+    if (split(kept) != split(axes))
+      throw InputError(std::string(kSource), fmt::format("/to/dims/{}", cur.dims[i].name),
+                       fmt::format("{}", fmt::join(want, " x ")),
+                       fmt::format("the axes in the order the steps add them ({}): a new axis "
+                                   "splits within the blocks of those already there",
+                                   fmt::join(axes, " x ")));
+    axes = kept;  // (axes of one rank take their place freely)
   }
   SEXTANT_CHECK(cur.partial.size() == to.partial.size(), "resharding left partial sums behind");
+  // The steps alone, as after_step applies them, lead to `to` on the axes that split anything.
+  TensorLayout walked = from;
+  for (const ReshardStep& s : steps) walked = after_step(mesh, walked, s);
+  auto split_only = [&](TensorLayout l) {
+    for (TensorDim& d : l.dims)
+      std::erase_if(d.axes, [&](const std::string& a) { return mesh.size(a) == 1; });
+    std::erase_if(l.partial, [&](const std::string& a) { return mesh.size(a) == 1; });
+    return l;
+  };
+  SEXTANT_CHECK(split_only(walked) == split_only(to),
+                "the reshard steps do not lead to the layout");
   for (size_t i = 0; i < cur.dims.size(); ++i)
     SEXTANT_CHECK(cur.dims[i].axes == to.dims[i].axes, "resharding {} ended off its layout",
                   cur.dims[i].name);

@@ -76,6 +76,50 @@ TEST(Resharding, WhatTheRuleCannotDoIsRefused) {
   EXPECT_THROW(move(bsh({}), other), InputError);
 }
 
+// A rank's blocks along a dimension split by (d, t) are numbered c_d x 4 + c_t: a new axis splits
+// within them (a slice of the rank's block), and only the minor axis can be gathered or exchanged
+// without permuting blocks. b over t -> b over d would slice d within the t blocks, then gather
+// over t blocks that are not one block of the result: refused, as is gathering the major d.
+TEST(Resharding, AxesComeAndGoAtTheMinorEndOnly) {
+  EXPECT_THROW(move(bsh({{"b", {"d", "t"}}}), bsh({{"b", {"t"}}})), InputError);
+  EXPECT_THROW(move(bsh({{"b", {"t"}}}), bsh({{"b", {"d"}}})), InputError);
+  EXPECT_THROW(move(bsh({}), bsh({{"b", {"t", "d"}}})), InputError);
+  // Taking the minor t off b by an all-to-all is allowed: the rank's 8192 / 8 = 1024 bytes.
+  EXPECT_EQ(move(bsh({{"b", {"d", "t"}}}), bsh({{"b", {"d"}}, {"s", {"t"}}})),
+            (std::vector<ReshardStep>{{ReshardKind::kAllToAll, "t", "b", "s", 1024}}));
+}
+
+// The steps the rule gives, applied to the layout one by one (after_step), end on the target, for
+// every pair of a family of layouts of [b, s, h] on d2 x t4 that the rule moves between.
+TEST(Resharding, TheStepsLeadToTheTargetLayout) {
+  const std::vector<TensorLayout> family = {
+      bsh({}),
+      bsh({}, {"t"}),
+      bsh({{"b", {"d"}}}),
+      bsh({{"b", {"d"}}}, {"t"}),
+      bsh({{"b", {"d", "t"}}}),
+      bsh({{"b", {"d"}}, {"s", {"t"}}}),
+      bsh({{"s", {"d"}}, {"h", {"t"}}}),
+      bsh({{"h", {"t"}}}, {"d"}),
+      bsh({{"s", {"t"}}}),
+  };
+  int moved = 0;
+  for (const TensorLayout& from : family)
+    for (const TensorLayout& to : family) {
+      std::vector<ReshardStep> steps;
+      try {
+        steps = move(from, to);
+      } catch (const InputError&) {
+        continue;  // a partial sum made, or blocks permuted
+      }
+      TensorLayout at = from;
+      for (const ReshardStep& s : steps) at = spec::after_step(kMesh, at, s);
+      EXPECT_EQ(at, to);
+      ++moved;
+    }
+  EXPECT_GE(moved, 50);
+}
+
 TEST(ShardedOp, AContractionSplitOverAnAxisLeavesPartialSums) {
   // Y[b,s,f] = X[b,s,h] W[h,f]: 2 x 8 x 16 x 32 x 64 = 524288 FLOPs whole. Split b over d and
   // the contracted h over t: each rank does 1/8 of them, and its Y is a partial sum over t.

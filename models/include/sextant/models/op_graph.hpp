@@ -39,6 +39,12 @@ struct GraphStep {
   enum class Kind { kCompute, kReshard, kGradientSum };
   Kind kind = Kind::kCompute;
   std::string node;  // the op computed, or the op whose operand (or parameter) is resharded
+  // Reshard and gradient sum: the tensor moved. Forward, an operand of `node` (each read moves its
+  // own copy from the producer's layout); backward, the gradient of `tensor` that its `source`-th
+  // reader made (readers in the order the backward reaches them), moved to the layout `node`
+  // wants and summed with the others there; a gradient sum, `node`'s parameter (operand `source`).
+  std::string tensor;
+  int64_t source = 0;
   spec::Phase phase = spec::Phase::kFwd;
   double flops = 0;           // compute: one rank's
   spec::ReshardStep reshard;  // reshard and gradient sum

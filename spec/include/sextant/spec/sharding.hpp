@@ -43,6 +43,7 @@ struct TensorDim {
   std::string name;
   int64_t extent = 1;
   std::vector<std::string> axes;
+  bool operator==(const TensorDim&) const = default;
 };
 
 struct TensorLayout {
@@ -78,10 +79,19 @@ struct ReshardStep {
   bool operator==(const ReshardStep&) const = default;
 };
 
+// The layout a step leaves: its axis added to a dimension as the minor one (slice,
+// reduce-scatter, the all-to-all's new dimension) or taken off as the minor one (all-gather, the
+// all-to-all's old dimension; axes of one rank after it are passed over), or a partial sum
+// summed.
+TensorLayout after_step(const DeviceMesh& mesh, const TensorLayout& layout,
+                        const ReshardStep& step);
+
 // The steps that move a tensor from layout `from` to layout `to` (the same dimensions and
-// extents) on `mesh`, `element_bytes` an element. Throws InputError when either layout is invalid,
-// the dimensions differ, `to` holds a partial sum `from` does not (resharding cannot make one), or
-// two axes splitting one dimension would change their order.
+// extents) on `mesh`, `element_bytes` an element; applied in turn by after_step, they lead to `to`
+// (up to axes of one rank).
+// Throws InputError when either layout is invalid, the dimensions differ, `to` holds a partial sum
+// `from` does not (resharding cannot make one), or the blocks would be permuted: an axis gathered
+// or exchanged while a minor one stays, or axes of one dimension that would change their order.
 std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& from,
                                  const TensorLayout& to, int64_t element_bytes);
 

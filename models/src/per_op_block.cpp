@@ -1,0 +1,95 @@
+// A dense block under a plan's per-op splits (per_op_block.hpp).
+#include "sextant/models/per_op_block.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "sextant/spec/error.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+bool is_norm(std::string_view op) {
+  return op == "norm1" || op == "norm2";
+}
+
+bool splits_over(const OpSplit& split, const std::string& dim, std::string_view axis) {
+  const auto it = split.find(dim);
+  return it != split.end() &&
+         std::find(it->second.begin(), it->second.end(), axis) != it->second.end();
+}
+
+}  // namespace
+
+const GraphNode& PerOpBlock::node(std::string_view name) const {
+  for (const GraphNode& n : graph.nodes)
+    if (n.op.name == name) return n;
+  throw InputError("plan", fmt::format("/per_op/{}", name), "",
+                   "an op of a transformer block: norm1, qkv, attention, proj, residual1, norm2, "
+                   "fc1, activation, fc2 or residual2");
+}
+
+ShardedOp PerOpBlock::sharded(const GraphNode& n, const BlockSplit& s) const {
+  return shard_op(mesh, n.op, s.ops.at(n.op.name));
+}
+
+GraphWalk PerOpBlock::walk(const BlockSplit& s, int64_t element_bytes) const {
+  return walk_graph(mesh, graph, s.ops, uniform.stream, uniform.stream, element_bytes);
+}
+
+bool PerOpBlock::params_partial_over(const std::string& op, std::string_view axis,
+                                     const BlockSplit& s) const {
+  if (mesh.size(axis) == 1) return false;
+  const GraphNode& n = node(op);
+  const OpSplit& split = s.ops.at(op);
+  if (is_norm(op)) return splits_over(split, "b", axis) || splits_over(split, "s", axis);
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i].param &&
+        shard_op(mesh, gradient_op(n.op, i, n.backward_factor), split).output.partial_over(axis))
+      return true;
+  return false;
+}
+
+int64_t PerOpBlock::partial_params(std::string_view axis, const BlockSplit& s) const {
+  int64_t n = 0;
+  for (const GraphNode& g : graph.nodes) {
+    if (!params_partial_over(g.op.name, axis, s)) continue;
+    if (is_norm(g.op.name)) n += norm_params;
+    const ShardedOp sh = sharded(g, s);
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      if (g.inputs[i].param) n += sh.operands[i].shard_elements(mesh);
+  }
+  return n;
+}
+
+PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_parallel,
+                        bool layernorm, const spec::OpSplits& per_op) {
+  dims.batch *= dp;
+  PerOpBlock b;
+  b.mesh = {{{spec::kDataAxis, dp}, {spec::kTensorAxis, tp}}};
+  b.graph = transformer_block_graph(dims);
+  b.uniform = megatron_block_split(dims, spec::kDataAxis, spec::kTensorAxis, sequence_parallel);
+  b.chosen = b.uniform;
+  b.norm_params = (layernorm ? 2 : 1) * dims.hidden;
+  for (const auto& [op, split] : per_op) {
+    b.node(op);  // an op of the block
+    b.chosen.ops[op] = split;
+    if (split != b.uniform.ops.at(op)) b.changed.insert(op);
+  }
+  return b;
+}
+
+PerOpBlock per_op_block(const spec::TransformerSpec& m, const spec::Plan& plan) {
+  const BlockDims dims{plan.micro_batch, plan.seq_len.value_or(m.seq_len),
+                       m.hidden,         m.heads,
+                       m.head_dim(),     m.ffn_hidden,
+                       m.kv_heads,       m.activation == spec::Activation::kSwiglu ? 2 : 1};
+  return per_op_block(dims, plan.dp, plan.tp, plan.sequence_parallel,
+                      m.norm == spec::Norm::kLayerNorm, plan.per_op);
+}
+
+}  // namespace sextant::models
