@@ -18,6 +18,8 @@
 
 namespace sextant::exec {
 
+inline constexpr float kRopeBase = 1e4f;  // rotary embeddings' base: RoFormer, Llama 1 and 2
+
 // A micro-batch's shapes on this rank.
 struct GptShape {
   int64_t t = 1, r = 0;    // the layer group (Groups::tp) and the rank's place in it

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -49,6 +50,8 @@ class Builder {
         }
       } else if (s_.grid) {
         grid_block(fmt::format("block{}", layer - 1), layer);
+      } else if (s_.per_op != nullptr) {
+        split_block(fmt::format("block{}", layer - 1), layer);
       } else {
         block(fmt::format("block{}", layer - 1), layer, gpt_moe_layer(m_, layer, head_layer));
       }
@@ -71,6 +74,7 @@ class Builder {
            bool tied_copy = false) {
     out_.specs.push_back(
         {std::move(name), layer, std::move(shape), std::move(init), decay, replicated, tied_copy});
+    out_.specs.back().tp_partial = replicated && s_.sequence_parallel;
   }
   bool layernorm() const { return m_.norm == spec::Norm::kLayerNorm; }
 
@@ -147,6 +151,7 @@ class Builder {
       s.shape = std::move(shape);
       s.init = std::move(init);
       s.tp_replicated = replicated;
+      s.tp_partial = replicated && s_.sequence_parallel;
       s.expert = expert;
       out_.specs.push_back(std::move(s));
     };
@@ -169,6 +174,74 @@ class Builder {
     for (int64_t e = 0; e < s_.local_experts; ++e)
       expert(fmt::format("{}.moe.expert{}", b, s_.first_expert + e), f, s_.experts_split);
     if (const int64_t fs = m_.moe->shared_experts * f; fs > 0) expert(b + ".moe.shared", fs, false);
+  }
+
+  // A dense block under per-op splits (split_block.hpp): the norms whole on every rank; each
+  // weight the rank's block of it under its op's split, its elements at their global index (QKV's
+  // columns per head group: its q heads, then k and v, as the block graph's c lists them).
+  void split_block(const std::string& b, int32_t layer) {
+    const models::PerOpBlock& block = *s_.per_op;
+    const int64_t h = h_, hd = m_.head_dim(), heads = m_.heads, kv = m_.kv_heads;
+    const int64_t group = heads / kv, full = (heads + 2 * kv) * hd, c_extent = full / heads;
+    auto norm = [&](const std::string& name, const char* op) {
+      const bool partial = block.params_partial_over(op, spec::kTensorAxis, block.chosen);
+      for (const char* part : {".gamma", ".beta"}) {
+        if (part[1] == 'b' && !layernorm()) continue;
+        ParamSpec p{name + part, layer, {h}, constant(part[1] == 'g' ? 1.0f : 0.0f), false, true};
+        p.tp_partial = partial;
+        out_.specs.push_back(std::move(p));
+      }
+    };
+    // Global element of QKV's [h, a, c] at (row, head, column of the head): the head's group
+    // holds its q heads' columns, then its k and its v head's.
+    auto qkv_index = [=](const std::vector<int64_t>& g) {
+      const int64_t gi = g[1] / group, o = (g[1] % group) * c_extent + g[2];
+      const int64_t q = group * hd;
+      const int64_t column = o < q        ? gi * q + o
+                             : o < q + hd ? heads * hd + gi * hd + (o - q)
+                                          : heads * hd + kv * hd + gi * hd + (o - q - hd);
+      return g[0] * full + column;
+    };
+    auto weight = [&](const char* op, const std::string& name, float std_dev) {
+      const models::GraphNode& n = block.node(op);
+      const spec::TensorLayout l = block.sharded(n, block.chosen).operands[1];
+      const std::vector<int64_t> local = s_.mesh->local_extents(l), at = s_.mesh->origin(l);
+      std::vector<int64_t> global;
+      for (const spec::TensorDim& d : l.dims) global.push_back(d.extent);
+      int64_t rows = 1, cols = 1;  // the contracted dimensions, then the output's
+      for (size_t i = 0; i < l.dims.size(); ++i)
+        (std::find(n.op.output.begin(), n.op.output.end(), l.dims[i].name) == n.op.output.end()
+             ? rows
+             : cols) *= local[i];
+      const bool qkv = std::string_view(op) == "qkv";
+      ParamSpec p;
+      p.name = name;
+      p.layer = layer;
+      p.shape = {rows, cols};
+      p.init = [=, seed = seed_](int64_t i) {
+        std::vector<int64_t> g(local.size());
+        for (size_t k = local.size(); k-- > 0;) {
+          g[k] = at[k] + i % local[k];
+          i /= local[k];
+        }
+        int64_t index = 0;
+        if (qkv) {
+          index = qkv_index(g);
+        } else {
+          for (size_t k = 0; k < g.size(); ++k) index = index * global[k] + g[k];
+        }
+        return std_dev * init_normal(seed, name, index);
+      };
+      p.tp_replicated = l.split_by(spec::kTensorAxis) == nullptr;
+      p.tp_partial = block.params_partial_over(op, spec::kTensorAxis, block.chosen);
+      out_.specs.push_back(std::move(p));
+    };
+    norm(b + ".ln1", "norm1");
+    weight("qkv", b + ".attn.qkv.weight", kInitStd);
+    weight("proj", b + ".attn.proj.weight", proj_std_);
+    norm(b + ".ln2", "norm2");
+    weight("fc1", b + ".mlp.fc1.weight", kInitStd);
+    weight("fc2", b + ".mlp.fc2.weight", proj_std_);
   }
 
   // A block on a 3D tensor grid (grid_linear.hpp): the norms whole; each weight's block, of

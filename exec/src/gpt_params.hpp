@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "mesh_tensor.hpp"
 #include "sextant/exec/parameters.hpp"
+#include "sextant/models/per_op_block.hpp"
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::exec {
@@ -23,6 +25,9 @@ struct GptSplit {
   // The ranks splitting the vocabulary (the layer group), and this rank's place among them; in
   // Megatron-LM's 1D layout they split the heads and the ffn too.
   int64_t t = 1, r = 0;
+  // Sequence parallelism: the tp ranks hold different rows, so what they hold alike (norms,
+  // biases summed after the split, positions, a router) has partial gradients (Param::tp_partial).
+  bool sequence_parallel = false;
   int64_t vocab_local = 0;  // rows of the vocabulary shard (padding included)
   // A 3D tensor grid's extents and this rank's coordinates (grid_linear.hpp); x = y = z = 1
   // without one.
@@ -32,6 +37,10 @@ struct GptSplit {
   // splits them (Param::expert).
   int64_t first_expert = 0, local_experts = 0;
   bool experts_split = false;
+  // Per-op splits that change the blocks (models::PerOpBlock::any_change), and this rank's place
+  // on their mesh: each weight is the block its op's split gives the rank.
+  const models::PerOpBlock* per_op = nullptr;
+  const MeshRanks* mesh = nullptr;
 };
 
 struct GptParams {

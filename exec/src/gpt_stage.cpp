@@ -20,6 +20,7 @@
 #include "gpt_params.hpp"
 #include "grid_linear.hpp"
 #include "sextant/models/vocabulary.hpp"
+#include "split_block.hpp"
 #include "transformer_block.hpp"
 
 namespace sextant::exec {
@@ -73,6 +74,18 @@ class GptStage : public StageModel {
           {static_cast<int32_t>(sl.chunk_begin[c]), static_cast<int32_t>(sl.chunk_end[c])});
     head_layer_ = static_cast<int32_t>(ctx.lowered->layers.size()) - 1;
     if (m_.moe) moe_ = std::make_unique<MoeLayer>(ctx, m_);
+    if (!plan.per_op.empty()) {
+      // Per-op splits that change the blocks run as split_block.hpp says, on the dp x tp mesh:
+      // axis d over the replicas, t over the tp group.
+      auto block = std::make_unique<models::PerOpBlock>(models::per_op_block(m_, plan));
+      if (block->any_change()) {
+        per_op_ = std::move(block);
+        mesh_ = std::make_unique<MeshRanks>(
+            per_op_->mesh, std::map<std::string, MeshRanks::Axis, std::less<>>{
+                               {spec::kDataAxis, {ctx.groups->replicas, ctx.groups->replica_rank}},
+                               {spec::kTensorAxis, {ctx.groups->tp, ctx.groups->tp_rank}}});
+      }
+    }
     parts_.ctx = &ctx;
     parts_.model = &m_;
     parts_.pairs = pairs_.get();
@@ -156,6 +169,9 @@ class GptStage : public StageModel {
       split.local_experts = moe_->local_experts();
       split.experts_split = ctx_.plan->ep > 1;
     }
+    split.sequence_parallel = ctx_.sequence_parallel;
+    split.per_op = per_op_.get();
+    split.mesh = mesh_.get();
     const bool has_embedding = chunks_.front().first == 0;
     GptParams made = gpt_params(m_, split, local_layers(), head_layer_, has_embedding, o_.seed);
     store_ = std::make_unique<ParamStore>(*ctx_.backend, made.specs);
@@ -188,6 +204,8 @@ class GptStage : public StageModel {
         auto head = std::make_unique<GptHead>(parts_, *store_, layer, table);
         head_ = head.get();
         made = std::move(head);
+      } else if (per_op_) {
+        made = std::make_unique<SplitBlock>(parts_, *store_, layer, *per_op_, *mesh_);
       } else {
         made = std::make_unique<TransformerBlock>(
             parts_, *store_, layer, gpt_moe_layer(m_, layer, head_layer_),
@@ -200,11 +218,13 @@ class GptStage : public StageModel {
   Context& ctx_;
   const spec::TransformerSpec& m_;
   StageOptions o_;
-  GptParts parts_;                             // what the layers share
-  std::unique_ptr<GridLinear> grid_;           // on a 3D tensor grid
-  std::unique_ptr<LinearPairs> pairs_;         // the layer pairs and the tp collectives
-  std::unique_ptr<CpAttention> cp_attention_;  // under context parallelism
-  std::unique_ptr<MoeLayer> moe_;              // a mixture of experts' MLP
+  GptParts parts_;                              // what the layers share
+  std::unique_ptr<GridLinear> grid_;            // on a 3D tensor grid
+  std::unique_ptr<LinearPairs> pairs_;          // the layer pairs and the tp collectives
+  std::unique_ptr<CpAttention> cp_attention_;   // under context parallelism
+  std::unique_ptr<MoeLayer> moe_;               // a mixture of experts' MLP
+  std::unique_ptr<models::PerOpBlock> per_op_;  // per-op splits that change the blocks
+  std::unique_ptr<MeshRanks> mesh_;             // and this rank's place on their mesh
   // On a grid, the parameters another rank of the grid holds too and counts in the gradient
   // norm (besides those tp_replicated covers).
   std::set<const Param*> norm_copies_;

@@ -431,7 +431,7 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
   std::vector<const Param*> partial;
   int64_t n = 0;
   for (const Param& p : stage_.params().params()) {
-    if (grid ? p.grid_sharded : !p.tp_replicated) continue;
+    if (grid ? p.grid_sharded : !p.tp_partial) continue;
     partial.push_back(&p);
     n += p.grad.numel();
   }

@@ -63,6 +63,7 @@ ParamStore::ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& give
     p.offset = offset;
     p.decay = s.decay;
     p.tp_replicated = s.tp_replicated;
+    p.tp_partial = s.tp_partial.value_or(s.tp_replicated);
     p.grid_sharded = s.grid_sharded;
     p.tied_copy = s.tied_copy;
     p.expert = s.expert;

@@ -324,6 +324,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.ep = job.plan.ep;            // a rank's experts, and their dispatch and combine
   lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
   lowering.channel_algorithms = job.plan.channel_algorithms;  // each convolution's, as chosen
+  lowering.dp = job.plan.dp;  // per-op splits: the blocks' ops on the dp x tp mesh
+  lowering.per_op = job.plan.per_op;
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Layout layout(world, job.plan, job.comm, lowered.stationary_w);

@@ -11,10 +11,6 @@ namespace sextant::exec {
 using models::OpId;
 using spec::Phase;
 
-namespace {
-constexpr float kRopeBase = 1e4f;  // RoFormer, Llama 1 and 2
-}  // namespace
-
 TransformerBlock::TransformerBlock(const GptParts& parts, ParamStore& store, int32_t layer,
                                    bool moe, spec::Recompute recompute, bool offload)
     : GptLayer(parts), layer_(layer), recompute_(recompute), moe_(moe), offload_(offload) {

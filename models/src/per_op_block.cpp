@@ -66,6 +66,24 @@ int64_t PerOpBlock::partial_params(std::string_view axis, const BlockSplit& s) c
   return n;
 }
 
+OpName reshard_op_name(const GraphStep& s) {
+  const std::string_view scope = s.node == "x"   ? "block_input"
+                                 : s.node == "y" ? "block_output"
+                                                 : std::string_view(s.node);
+  switch (s.reshard.kind) {
+    case spec::ReshardKind::kReduceScatter:
+      return OpName(scope, OpId::kUnitReshardReduceScatter);
+    case spec::ReshardKind::kAllReduce:
+      return OpName(scope, OpId::kUnitReshardAllReduce);
+    case spec::ReshardKind::kAllToAll:
+      return OpName(scope, OpId::kUnitReshardAllToAll);
+    case spec::ReshardKind::kAllGather:
+    case spec::ReshardKind::kSlice:
+      break;
+  }
+  return OpName(scope, OpId::kUnitReshardAllGather);
+}
+
 PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_parallel,
                         bool layernorm, const spec::OpSplits& per_op) {
   dims.batch *= dp;
@@ -79,6 +97,20 @@ PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_pa
     b.node(op);  // an op of the block
     b.chosen.ops[op] = split;
     if (split != b.uniform.ops.at(op)) b.changed.insert(op);
+  }
+  // Every replica's parameter gradients are summed (the data-parallel buckets): an op with
+  // parameters must see only its replica's rows, or each replica would hold the whole gradient
+  // and the sum would count it dp times.
+  for (const std::string& op : b.changed) {
+    const GraphNode& n = b.node(op);
+    const bool has_params =
+        is_norm(op) || std::any_of(n.inputs.begin(), n.inputs.end(),
+                                   [](const GraphOperand& i) { return i.param; });
+    if (has_params && !b.params_partial_over(op, spec::kDataAxis, b.chosen) && dp > 1)
+      throw InputError("plan", fmt::format("/per_op/{}", op),
+                       spec::op_splits_text({{op, per_op.at(op)}}).substr(1),
+                       "a split of the op's batch or sequence over \"d\": it has parameters, "
+                       "whose gradients the replicas sum");
   }
   return b;
 }

@@ -197,24 +197,7 @@ class BlockSplitter {
   }
 
   static Op reshard_op(const GraphStep& s) {
-    const std::string scope = s.node == "x"   ? "block_input"
-                              : s.node == "y" ? "block_output"
-                                              : s.node;
-    OpId id = OpId::kUnitReshardAllGather;
-    switch (s.reshard.kind) {
-      case spec::ReshardKind::kReduceScatter:
-        id = OpId::kUnitReshardReduceScatter;
-        break;
-      case spec::ReshardKind::kAllReduce:
-        id = OpId::kUnitReshardAllReduce;
-        break;
-      case spec::ReshardKind::kAllToAll:
-        id = OpId::kUnitReshardAllToAll;
-        break;
-      default:
-        break;
-    }
-    Op op = comm_op(OpName(scope, id), s.reshard.collective(), s.reshard.bytes);
+    Op op = comm_op(reshard_op_name(s), s.reshard.collective(), s.reshard.bytes);
     op.group = s.reshard.axis == spec::kDataAxis ? CommGroup::kData : CommGroup::kLayer;
     op.split = TpSplit::kReplicated;
     return op;

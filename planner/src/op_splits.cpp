@@ -171,7 +171,8 @@ bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan) {
 
 OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                spec::Plan plan, const sim::SimulationOptions& options, int passes,
-                               const std::function<void(int64_t, int64_t)>& progress) {
+                               const std::function<void(int64_t, int64_t)>& progress,
+                               const std::function<bool(const spec::Plan&)>& allowed) {
   OpSplitChoice out;
   plan.per_op.clear();
   auto simulate = [&](const spec::Plan& p) {
@@ -196,7 +197,7 @@ OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::Cluster
         progress(static_cast<int64_t>(pass * moves.size() + i),
                  static_cast<int64_t>(passes * moves.size()));
       const spec::Plan trial = with_move(plan, graph, moves[i]);
-      if (trial.per_op == plan.per_op) continue;
+      if (trial.per_op == plan.per_op || (allowed && !allowed(trial))) continue;
       try {
         ++out.estimates;
         const Estimate e = estimator.estimate(trial);

@@ -207,8 +207,8 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
       options, threads, result,
       [&](const spec::Plan& p) {
         if (!splits_ops(request.model, p)) return false;
-        // A search for plans the executor runs (tune, loop) keeps them uniform while the executor
-        // refuses per-op splits.
+        // A search for plans the executor runs (tune, loop) splits ops where it runs them (a
+        // bias-free model on CPU ranks in fp32), each move checked below.
         if (!request.executor) return true;
         spec::Plan probe = p;
         probe.per_op = {{"qkv", {}}};
@@ -222,8 +222,13 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
           if (options.op_split_progress && reporting.load() == me)
             options.op_split_progress(done, total);
         };
+        std::function<bool(const spec::Plan&)> runs;
+        if (request.executor)
+          runs = [&](const spec::Plan& trial) {
+            return spec::executor_problems(request.model, trial, *request.executor).empty();
+          };
         OpSplitChoice c =
-            planner::choose_op_splits(request.model, request.cluster, p, so, 2, progress);
+            planner::choose_op_splits(request.model, request.cluster, p, so, 2, progress, runs);
         std::lock_guard<std::mutex> lock(mutex);
         const std::string knobs = tuned_knobs(result.stack, *p.stack);
         const std::string suffix = knobs.empty() ? "" : " " + knobs;

@@ -45,11 +45,6 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
     out.push_back({"/offload/activations", "\"host\"",
                    "the executor offloads the activations of transformer blocks (MLPs and "
                    "CNNs: simulated and planned only)"});
-  // Per-op splits (spec/per_op_plan.hpp) are simulated and planned; the stages run uniform blocks.
-  if (!plan.per_op.empty())
-    out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
-                   "the executor runs uniform layouts; per-op splits are simulated and planned "
-                   "only"});
   // Ring attention's steps are flash attention's (exec/blockwise_attention.hpp): the stack the
   // plan runs with has to say so, as the simulator asks.
   if (std::string problem =
@@ -111,6 +106,38 @@ void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun
   if (model.is_transformer() && model.transformer().moe)
     add("model /transformer/moe", "",
         "mixtures of experts run on CPU ranks in fp32 (exec/src/moe_layer.hpp)");
+  if (!plan.per_op.empty())
+    add("/per_op", op_splits_text(plan.per_op).substr(1),
+        "per-op splits run on CPU ranks in fp32 (exec/src/split_block.cpp moves fp32 blocks)");
+}
+
+// Per-op splits (exec/src/split_block.hpp): what its blocks do not run.
+void per_op_rules(const TransformerSpec& t, const Plan& plan, std::vector<Problem>& out) {
+  if (plan.per_op.empty()) return;
+  const std::string splits = op_splits_text(plan.per_op).substr(1);
+  if (t.bias)
+    out.push_back({"model /transformer/bias", "true",
+                   "no biases under per-op splits (a split bias's place is not modelled)"});
+  if (plan.recompute != Recompute::kNone)
+    out.push_back({"/recompute", quoted(enum_name(recompute_names(), plan.recompute)),
+                   "\"none\" under per-op splits (their blocks keep what each op read)"});
+  if (plan.sequence_parallel && plan.tp > 1 && plan.micro_batch > 1)
+    out.push_back({"/micro_batch", std::to_string(plan.micro_batch),
+                   "1 under per-op splits with sequence parallelism (the executor's sequence-"
+                   "parallel rows split the micro-batch's rows, the per-op stream each sequence)"});
+  // Attention's heads on a rank are whole groups of grouped-query attention.
+  int64_t head_parts = 1;
+  if (plan.per_op.contains("attention") && plan.per_op.at("attention").contains("a")) {
+    for (const std::string& axis : plan.per_op.at("attention").at("a"))
+      head_parts *= axis == kDataAxis ? plan.dp : plan.tp;
+  } else if (!plan.per_op.contains("attention")) {
+    head_parts = plan.tp;
+  }
+  if (t.kv_heads % head_parts != 0)
+    out.push_back({"/per_op/attention", splits,
+                   fmt::format("heads split so that each rank holds whole groups of the {} "
+                               "key/value heads (here over {} ranks)",
+                               t.kv_heads, head_parts)});
 }
 
 void transformer_rules(const TransformerSpec& t, const Plan& plan, const ExecutorRun& run,
@@ -296,6 +323,7 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
   switch (model.kind()) {
     case ModelKind::kTransformer:
       transformer_rules(model.transformer(), plan, run, out);
+      per_op_rules(model.transformer(), plan, out);
       break;
     case ModelKind::kCnn:
       cnn_rules(model, plan, run, out);

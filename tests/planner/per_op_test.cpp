@@ -153,8 +153,8 @@ TEST(PerOpSearch, FindsAFasterSplitAndNeverASlowerOne) {
 }
 
 // `plan --per-op` refines the ranked plans; a search for plans the executor runs (tune, loop,
-// plan --verify) leaves them uniform while the executor refuses per-op splits.
-TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereThePlansAreNotRunByTheExecutor) {
+// plan --verify) splits ops only where the executor runs the result.
+TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereTheExecutorRunsThem) {
   planner::SearchRequest request;
   request.model = models::zoo_model("gpt3-1.3b");
   request.cluster = spec::builtin_cluster("dgx-a100");
@@ -178,6 +178,20 @@ TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereThePlansAreNotRunByTheExecutor) {
   ASSERT_FALSE(run.ranked.empty());
   EXPECT_FALSE(splits_some(run));
   EXPECT_TRUE(run.op_splits.empty());
+  // On CPU ranks in fp32 the executor runs per-op splits of a bias-free model: the search refines
+  // the plans there, each move checked against the executor's table, so every plan it returns is
+  // one the executor runs. (Here none pays: one sequence a micro-batch leaves no batch to split
+  // over t, and sequence parallelism already splits the MLP's rows.)
+  request.model = models::zoo_model("llama2-7b");
+  // (One sequence a micro-batch: the executor's sequence-parallel rows split the micro-batch's.)
+  request.constraints = {planner::parse_constraint("tp=2"), planner::parse_constraint("mb=1")};
+  request.executor = spec::executor_run(spec::ExecutorBackend::kCpu);
+  const planner::SearchResult cpu = planner::search(request, options);
+  ASSERT_FALSE(cpu.ranked.empty());
+  EXPECT_FALSE(cpu.op_splits.empty());
+  for (const planner::RankedPlan& p : cpu.ranked)
+    EXPECT_TRUE(spec::executor_problems(request.model, p.plan, *request.executor).empty())
+        << p.plan.name();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // them.
 #include "layout_suite.hpp"
 
+#include <map>
 #include <string>
 
 #include "sextant/models/lowering.hpp"
@@ -325,6 +326,15 @@ spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
   return p;
 }
 
+// Per-op splits (Plan::per_op, exec/src/split_block.hpp) over `micro_batch` sequences: `ops` each
+// take `split` (dimension -> mesh axes).
+spec::Plan per_op(spec::Plan p, int64_t micro_batch, std::vector<const char*> ops,
+                  std::map<std::string, std::vector<std::string>> split) {
+  p.micro_batch = micro_batch;
+  for (const char* op : ops) p.per_op[op] = split;
+  return p;
+}
+
 std::vector<Layout> layouts() {
   using S = spec::Schedule;
   using R = spec::Recompute;
@@ -626,6 +636,26 @@ std::vector<Layout> layouts() {
       {"llama_dp2_pp2_2bw_zero1", plan_of(2, 1, 2, 1, false, S::kPipeDream2BW), Net::kLlama},
       {"dp4_pp2_2bw_zero1", plan_of(4, 1, 2, 1, false, S::kPipeDream2BW)},
       {"dp2_tp2_pp2_sp_2bw_zero1", plan_of(2, 2, 2, 1, true, S::kPipeDream2BW)},
+      // Per-op splits: the MLP or attention batch-split over the tp ranks (their weights whole
+      // and summed over tp), a norm sequence-split over the replicas (all-to-alls over d), the
+      // MLP sequence-split over t beside attention batch-split over d x t.
+      {"llama_tp2_per_op_mlp_batch",
+       per_op(plan_of(1, 2, 1), 2, {"fc1", "activation", "fc2"}, {{"b", {"t"}}}), Net::kLlama},
+      {"llama_tp2_per_op_attention_batch",
+       per_op(plan_of(1, 2, 1), 2, {"qkv", "attention", "proj"}, {{"b", {"t"}}}), Net::kLlama},
+      {"llama_dp2_per_op_norm_sequence", per_op(plan_of(2, 1, 1), 1, {"norm2"}, {{"s", {"d"}}}),
+       Net::kLlama},
+      {"llama_tp2_sp_pp2_per_op_mlp_sequence",
+       per_op(plan_of(1, 2, 2, 0, true), 1, {"fc1", "activation", "fc2"}, {{"s", {"t"}}}),
+       Net::kLlama},
+      {"llama_dp2_tp2_per_op",
+       per_op(per_op(plan_of(2, 2, 1), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}), 2,
+              {"fc1", "activation", "fc2"}, {{"b", {"d"}}, {"s", {"t"}}}),
+       Net::kLlama},
+      {"llama_dp2_tp2_pp2_per_op_attention_batch",
+       per_op(plan_of(2, 2, 2), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}), Net::kLlama},
+      {"llama_dp4_tp2_per_op_norms_sequence",
+       per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
   };
 }
 

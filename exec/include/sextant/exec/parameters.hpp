@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ struct Param {
   int64_t offset = 0;  // in the flat buffers
   bool decay = true;   // AdamW weight decay (weights yes, biases and norms no)
   bool tp_replicated = false;  // every tp rank holds the same values
-  bool tied_copy = false;      // the last stage's copy of a tied embedding
+  // Its gradient is a partial sum over the tp ranks (they saw different rows), summed after the
+  // backward (models::partial_gradient_sum): under sequence parallelism every tp_replicated
+  // parameter; under per-op splits those models::PerOpBlock says.
+  bool tp_partial = false;
+  bool tied_copy = false;  // the last stage's copy of a tied embedding
   // A weight block of a 3D tensor grid, of which the rank holds a 1/z shard: its layer
   // reduce-scatters each micro-batch's gradient over z (exec/src/grid_linear.hpp). The grid's
   // other parameters, held alike by the z slices, have gradients that are partial sums over z.
@@ -45,8 +50,9 @@ struct ParamSpec {
   bool decay = true;
   bool tp_replicated = false;
   bool tied_copy = false;
-  bool expert = false;        // Param::expert
-  bool grid_sharded = false;  // Param::grid_sharded
+  bool expert = false;                            // Param::expert
+  std::optional<bool> tp_partial = std::nullopt;  // Param::tp_partial; by default, tp_replicated
+  bool grid_sharded = false;                      // Param::grid_sharded
 };
 
 class ParamStore {

@@ -11,6 +11,7 @@
 
 #include "sextant/models/block_graph.hpp"
 #include "sextant/models/op_graph.hpp"
+#include "sextant/models/op_id.hpp"
 #include "sextant/spec/per_op_plan.hpp"
 
 namespace sextant::spec {
@@ -40,6 +41,10 @@ struct PerOpBlock {
   // One rank's elements of the block's parameters whose gradients are partial over `axis`.
   int64_t partial_params(std::string_view axis, const BlockSplit& s) const;
 };
+
+// A reshard step's op, as the trace names it: "<op>.reshard_<collective>", the op being the one
+// whose operand (backward: whose output's gradient) moves, "block_input" or "block_output".
+OpName reshard_op_name(const GraphStep& s);
 
 // The block of `dims` (batch: one replica's micro-batch) on dp x tp ranks, with or without
 // sequence parallelism, and `per_op` over it. Throws InputError for an op the graph lacks.

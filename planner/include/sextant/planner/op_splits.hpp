@@ -47,10 +47,12 @@ bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan);
 
 // `plan` with its block ops' splits chosen (the plan's own per_op dropped first). Where per-op
 // splits do not apply, `plan` simulated once and returned as it is. `progress` (may be empty) is
-// told each op tried: (ops tried, ops to try).
+// told each op tried: (ops tried, ops to try). `allowed` (may be empty) says which plans a move
+// may lead to: those the executor runs, for a search whose plans it will run.
 OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
                                spec::Plan plan, const sim::SimulationOptions& options,
                                int passes = 2,
-                               const std::function<void(int64_t, int64_t)>& progress = {});
+                               const std::function<void(int64_t, int64_t)>& progress = {},
+                               const std::function<bool(const spec::Plan&)>& allowed = {});
 
 }  // namespace sextant::planner
