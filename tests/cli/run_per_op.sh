@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `sextant run` trains a per-op plan (issue 60) on 4 CPU ranks: llama-tiny on dp 2 x tp 2 with
+# attention batch-split over d x t and the MLP sequence-split over t, three steps whose loss
+# falls, and a trace holding the gathers that join the ops' layouts. The same plan with
+# sequence parallelism over two sequences a micro-batch is refused, naming the field.
+set -euo pipefail
+sextant="$1"
+out="$2"
+rm -rf "$out"
+mkdir -p "$out"
+cat >"$out/plan.json" <<'JSON'
+{"schema": "sextant.plan/1", "dp": 2, "tp": 2, "pp": 1, "zero": 0, "micro_batch": 2,
+ "global_batch": 8,
+ "per_op": {"qkv": {"b": ["d", "t"]}, "attention": {"b": ["d", "t"]}, "proj": {"b": ["d", "t"]},
+            "fc1": {"b": ["d"], "s": ["t"]}, "activation": {"b": ["d"], "s": ["t"]},
+            "fc2": {"b": ["d"], "s": ["t"]}}}
+JSON
+"$sextant" run --model llama-tiny --plan "$out/plan.json" --np 4 --steps 3 \
+  --log-json "$out/steps.jsonl" --trace "$out/trace.json" >"$out/run.txt" 2>&1 ||
+  { cat "$out/run.txt"; echo "FAIL: the per-op plan did not run"; exit 1; }
+[ "$(wc -l <"$out/steps.jsonl")" -eq 3 ] || { echo "FAIL: not 3 steps"; exit 1; }
+python3 - "$out/steps.jsonl" "$out/trace.json" <<'PY'
+import gzip, json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+assert steps[-1]["loss"] < steps[0]["loss"], f"loss did not fall: {steps}"
+raw = open(sys.argv[2], "rb").read()
+trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+names = {e.get("name", "") for e in events}
+# Attention's and the MLP's outputs gathered over t into the residual stream (forward), their
+# inputs' gradients into the norms' (backward); no Megatron all-reduce left.
+for want in ("residual1.reshard_all_gather", "residual2.reshard_all_gather",
+             "norm1.reshard_all_gather", "norm2.reshard_all_gather"):
+    hits = [n for n in names if n == want]
+    assert hits, f"no {want} in the trace; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
+assert not any(n.endswith("all_reduce") and n.startswith(("attn.", "mlp.")) for n in names), names
+print("per-op run: loss", steps[0]["loss"], "->", steps[-1]["loss"])
+PY
+sed 's/"micro_batch": 2/"micro_batch": 2, "sequence_parallel": true/' "$out/plan.json" >"$out/sp.json"
+if "$sextant" run --model llama-tiny --plan "$out/sp.json" --np 4 --steps 1 >"$out/sp.txt" 2>&1; then
+  echo "FAIL: sequence parallelism over two sequences ran"; exit 1
+fi
+grep -q "/micro_batch" "$out/sp.txt" || { cat "$out/sp.txt"; echo "FAIL: refusal names no field"; exit 1; }
+echo "run: per-op plan trained, its refusal named"
