@@ -155,12 +155,12 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
     });
     return t;
   };
-  // A pass of a 3D tensor grid's block under AxoNN's overlap (grid_overlap; program_builder
-  // run_grid_ops): the z collectives in order on the depth stream, which runs beside the compute
-  // and slows it while it moves data. `head` (forward): when the pass's first weight gather,
-  // issued while the block before it computed, is done (< 0: issued with the pass). Returns the
-  // pass's time and, forward, when the next block's first gather, issued at this pass's last
-  // one, would be done, counted from this pass's end.
+  // A pass of a 3D tensor grid's block under AxoNN's overlap (grid_overlap, for_each_grid_step as
+  // program_builder run_grid_ops reads it): the z collectives in order on the depth stream, which
+  // runs beside the compute and slows it while it moves data. `head` (forward): when the pass's
+  // first weight gather, issued while the block before it computed, is done (< 0: issued with the
+  // pass). Returns the pass's time and, forward, when the next block's first gather, issued at this
+  // pass's last one, would be done, counted from this pass's end.
   const GridOverlap grid = grid_overlap(plan, stack, block);
   struct GridPass {
     double seconds = 0;
@@ -202,38 +202,41 @@ LayerTimes layer_times(const models::Layer& layer, const spec::Plan& plan, const
         break;
       }
     if (head >= 0 && first_gather < ops.size()) prefetched[first_gather] = head;
-    for (size_t i = 0; i < ops.size(); ++i) {
+    for_each_grid_step(ops, grid, phase, [&](GridStepKind kind, size_t i, size_t other) {
       const models::Op& op = ops[i];
-      if (is_depth_gather(op)) {
-        auto it = prefetched.find(i);
-        const double done = it != prefetched.end() ? it->second : on_depth(op);
-        if (forward) {
-          size_t j = i + 1;
-          while (j < ops.size() && !is_depth_gather(ops[j])) ++j;
-          if (j < ops.size()) {
-            prefetched[j] = on_depth(ops[j]);
-          } else {
+      switch (kind) {
+        case GridStepKind::kWeightGather: {
+          auto it = prefetched.find(i);
+          const double done = it != prefetched.end() ? it->second : on_depth(op);
+          if (forward && other < ops.size()) {
+            prefetched[other] = on_depth(ops[other]);
+          } else if (forward) {
             next_issue = std::max(t, depth_free);
           }
+          wait(done);
+          break;
         }
-        wait(done);
-      } else if (backward && is_depth_scatter(op)) {
-        on_depth(op);  // left running: the next gather or the batch's end waits for it
-      } else if (backward && op.op_class == spec::OpClass::kGemm && op.matmuls.size() == 2 &&
-                 i + 1 < ops.size() && is_grid_all_reduce(ops[i + 1])) {
-        const BackwardProducts halves = split_backward_gemm(op);
-        run(ps_to_seconds(compute.op_time(halves.dgrad, phase)));
-        t += overlapped_wall(ps_to_seconds(compute.op_time(halves.wgrad, phase)),
-                             op_comm(ops[i + 1]), profile);
-        ++i;
-      } else if (op.is_comm()) {
-        const double seconds = op_comm(op);
-        append_segment(profile, seconds, false);
-        t += seconds;
-      } else {
-        run(ps_to_seconds(compute.op_time(op, phase)));
+        case GridStepKind::kWeightScatter:
+          on_depth(op);  // left running: the next gather or the batch's end waits for it
+          break;
+        case GridStepKind::kSplitGemm: {
+          const BackwardProducts halves = split_backward_gemm(op);
+          run(ps_to_seconds(compute.op_time(halves.dgrad, phase)));
+          t += overlapped_wall(ps_to_seconds(compute.op_time(halves.wgrad, phase)),
+                               op_comm(ops[other]), profile);
+          break;
+        }
+        case GridStepKind::kCollective: {
+          const double seconds = op_comm(op);
+          append_segment(profile, seconds, false);
+          t += seconds;
+          break;
+        }
+        case GridStepKind::kCompute:
+          run(ps_to_seconds(compute.op_time(op, phase)));
+          break;
       }
-    }
+    });
     GridPass result;
     if (backward) wait(depth_free);  // the next block's first gather queues behind the rest
     result.seconds = t;

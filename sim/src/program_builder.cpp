@@ -583,59 +583,68 @@ class StageBuilder {
     return it->second;
   }
 
-  // The index of the first weight gather over z in `ops` from `from` on (ops.size(): none).
-  static size_t next_depth_gather(std::span<const models::Op> ops, size_t from) {
-    for (size_t j = from; j < ops.size(); ++j)
-      if (is_depth_gather(ops[j])) return j;
-    return ops.size();
-  }
-
-  // A 3D tensor grid's block under AxoNN's overlap (layer_cost.hpp grid_overlap). Forward, a
-  // weight gather issues the next linear layer's (the next block's first, within the forward
-  // unit) before the compute waits for its own; backward, the input-gradient all-reduce runs
-  // beside the weight-gradient product and the weight gradient's reduce-scatter over z is left
-  // running (the bucket reductions and the step's end wait for it).
+  // A 3D tensor grid's block under AxoNN's overlap (layer_cost.hpp grid_overlap,
+  // for_each_grid_step). Forward, a weight gather issues the next linear layer's (the next
+  // block's first, within the forward unit) before the compute waits for its own; backward, the
+  // input-gradient all-reduce runs beside the weight-gradient product and the weight gradient's
+  // reduce-scatter over z is left running (the bucket reductions and the step's end wait for it).
   void run_grid_ops(size_t layer, std::span<const models::Op> ops, Phase phase, int64_t mb) {
     const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
     const bool forward = phase != Phase::kBwd && grid.forward;
-    const bool backward = phase == Phase::kBwd && grid.backward;
-    for (size_t i = 0; i < ops.size(); ++i) {
+    for_each_grid_step(ops, grid, phase, [&](GridStepKind kind, size_t i, size_t other) {
       const models::Op& op = ops[i];
-      if (forward && is_depth_gather(op)) {
-        auto it = prefetched_.find(&op);
-        int32_t task = -1;
-        if (it != prefetched_.end()) {
-          task = it->second;
-          prefetched_.erase(it);
-        } else {
-          task = layer_collective(layer, op, phase, mb);
+      switch (kind) {
+        case GridStepKind::kWeightGather: {
+          if (!forward) {
+            tp_collective(layer, op, phase, mb);
+            break;
+          }
+          auto it = prefetched_.find(&op);
+          int32_t task = -1;
+          if (it != prefetched_.end()) {
+            task = it->second;
+            prefetched_.erase(it);
+          } else {
+            task = layer_collective(layer, op, phase, mb);
+          }
+          if (other < ops.size()) {
+            prefetched_[&ops[other]] = layer_collective(layer, ops[other], phase, mb);
+          } else if (phase == Phase::kFwd && layer + 1 < forward_end_ && is_block(layer + 1)) {
+            prefetch_first_gather(layer + 1, mb);
+          }
+          require(task);
+          break;
         }
-        const size_t j = next_depth_gather(ops, i + 1);
-        if (j < ops.size()) {
-          prefetched_[&ops[j]] = layer_collective(layer, ops[j], phase, mb);
-        } else if (phase == Phase::kFwd && layer + 1 < forward_end_ && is_block(layer + 1)) {
-          const std::vector<models::Op>& next = lowered_.layers[layer + 1].forward;
-          const size_t k = next_depth_gather(next, 0);
-          if (k < next.size())
-            prefetched_[&next[k]] = layer_collective(layer + 1, next[k], phase, mb);
+        case GridStepKind::kWeightScatter:
+          depth_scatter_ = layer_collective(layer, op, phase, mb);
+          break;
+        case GridStepKind::kSplitGemm: {
+          const BackwardProducts& halves = backward_products(op);
+          compute_op(layer, halves.dgrad, phase, mb);
+          const int32_t reduced = layer_collective(layer, ops[other], phase, mb);
+          compute_op(layer, halves.wgrad, phase, mb);
+          require(reduced);
+          break;
         }
-        require(task);
-      } else if (backward && is_depth_scatter(op)) {
-        depth_scatter_ = layer_collective(layer, op, phase, mb);
-      } else if (backward && op.op_class == spec::OpClass::kGemm && op.matmuls.size() == 2 &&
-                 i + 1 < ops.size() && is_grid_all_reduce(ops[i + 1])) {
-        const BackwardProducts& halves = backward_products(op);
-        compute_op(layer, halves.dgrad, phase, mb);
-        const int32_t reduced = layer_collective(layer, ops[i + 1], phase, mb);
-        compute_op(layer, halves.wgrad, phase, mb);
-        require(reduced);
-        ++i;
-      } else if (op.is_comm()) {
-        tp_collective(layer, op, phase, mb);
-      } else {
-        compute_op(layer, op, phase, mb);
+        case GridStepKind::kCollective:
+          tp_collective(layer, op, phase, mb);
+          break;
+        case GridStepKind::kCompute:
+          compute_op(layer, op, phase, mb);
+          break;
       }
-    }
+    });
+  }
+
+  // Issues the first weight gather over z of block `layer`'s forward, for it to take when it
+  // starts (the grid overlap's gather across blocks).
+  void prefetch_first_gather(size_t layer, int64_t mb) {
+    const std::vector<models::Op>& next = lowered_.layers[layer].forward;
+    for (const models::Op& op : next)
+      if (is_depth_gather(op)) {
+        prefetched_[&op] = layer_collective(layer, op, Phase::kFwd, mb);
+        return;
+      }
   }
 
   // A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel

@@ -128,6 +128,43 @@ bool is_depth_gather(const models::Op& op);
 bool is_depth_scatter(const models::Op& op);
 bool is_grid_all_reduce(const models::Op& op);
 
+// How a 3D tensor grid's pass runs its ops under AxoNN's overlap, read once for the engine's
+// program (program_builder run_grid_ops) and the closed form (layer_cost): each step names the op
+// it starts at (ops[i]) and, for a two-op step or a gather that issues the next, the other op.
+enum class GridStepKind : uint8_t {
+  kCompute,        // ops[i] on the compute stream
+  kCollective,     // ops[i], a collective the compute after it waits for
+  kWeightGather,   // ops[i], a weight block's gather over z; forward, the pass's next gather is
+                   // ops[other] (ops.size(): none left), issued before the compute waits for this
+  kWeightScatter,  // ops[i], a weight gradient's reduce-scatter over z, left running (backward)
+  kSplitGemm,      // ops[i], a backward GEMM: its input-gradient product, then its weight-
+                   // gradient product beside the all-reduce ops[other] = ops[i + 1] (backward)
+};
+// Calls step(kind, i, other) for each step of `ops` in `phase` under `grid` (grid.in(phase)).
+template <typename Step>
+void for_each_grid_step(std::span<const models::Op> ops, const GridOverlap& grid, spec::Phase phase,
+                        Step step) {
+  const bool forward = phase != spec::Phase::kBwd && grid.forward;
+  const bool backward = phase == spec::Phase::kBwd && grid.backward;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const models::Op& op = ops[i];
+    if (is_depth_gather(op)) {
+      size_t next = ops.size();
+      if (forward)
+        for (next = i + 1; next < ops.size() && !is_depth_gather(ops[next]);) ++next;
+      step(GridStepKind::kWeightGather, i, next);
+    } else if (backward && is_depth_scatter(op)) {
+      step(GridStepKind::kWeightScatter, i, i);
+    } else if (backward && op.op_class == spec::OpClass::kGemm && op.matmuls.size() == 2 &&
+               i + 1 < ops.size() && is_grid_all_reduce(ops[i + 1])) {
+      step(GridStepKind::kSplitGemm, i, i + 1);
+      ++i;
+    } else {
+      step(op.is_comm() ? GridStepKind::kCollective : GridStepKind::kCompute, i, i);
+    }
+  }
+}
+
 // A backward GEMM's two products apart, the input gradient's (dgrad) and the weight gradient's
 // (wgrad), each with its own matmul and half the op's FLOPs, bytes and kernels (models'
 // gemm_backward doubles the forward's for the two). Needs an op of two matmuls.
