@@ -643,6 +643,11 @@ std::vector<Layout> layouts() {
        per_op(plan_of(1, 2, 1), 2, {"fc1", "activation", "fc2"}, {{"b", {"t"}}}), Net::kLlama},
       {"llama_tp2_per_op_attention_batch",
        per_op(plan_of(1, 2, 1), 2, {"qkv", "attention", "proj"}, {{"b", {"t"}}}), Net::kLlama},
+      // Contractions split: QKV's hidden (its output a partial sum, reduce-scattered onto the
+      // heads) and the projection's head dimension (the context exchanged from heads to it).
+      {"llama_tp2_per_op_contractions",
+       per_op(per_op(plan_of(1, 2, 1), 1, {"qkv"}, {{"h", {"t"}}}), 1, {"proj"}, {{"d", {"t"}}}),
+       Net::kLlama},
       {"llama_dp2_per_op_norm_sequence", per_op(plan_of(2, 1, 1), 1, {"norm2"}, {{"s", {"d"}}}),
        Net::kLlama},
       {"llama_tp2_sp_pp2_per_op_mlp_sequence",
