@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "sextant/interop/training_log.hpp"
 #include "sextant/loop/process_machine.hpp"
@@ -55,17 +57,32 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
       sbatch(script, true);
       write_logged_steps(r.output, trial.plan, base + ".steps.jsonl");
     } else {
-      const interop::SextantJob job{
+      interop::SextantJob job{
           options_.sextant,
           {"--model", trial.model, "--backend", options_.gpus ? "cuda" : "cpu", "--steps",
            std::to_string(steps), "--quiet", "--trace", absolute + ".measured.json"},
           spec::to_json(trial.plan).dump(2) + "\n",
           !options_.gpus};
+      if (!options_.cores_reference.empty())
+        job.core_check = {
+            options_.sextant,
+            "bench",
+            "cores",
+            "--repeats",
+            "2",
+            "--reference",
+            std::filesystem::absolute(options_.cores_reference).lexically_normal().string()};
       spec::write_file_atomically(script, interop::sbatch_script(r, job));
       const std::string id = sbatch(script, true);
       // The job wrote its steps as NAME-JOBID.steps.jsonl: where read_run looks for them.
-      std::filesystem::rename(fmt::format("{}/{}-{}.steps.jsonl", r.directory, r.job_name, id),
-                              base + ".steps.jsonl");
+      const std::string stem = fmt::format("{}/{}-{}", r.directory, r.job_name, id);
+      std::filesystem::rename(stem + ".steps.jsonl", base + ".steps.jsonl");
+      if (!options_.cores_reference.empty()) {
+        // What the checks around the ranks found, for disturbance() to tell.
+        std::ifstream in(stem + ".cores");
+        for (std::string line; std::getline(in, line);)
+          if (!line.empty()) cores_verdict_ += (cores_verdict_.empty() ? "" : "; ") + line;
+      }
     }
   } catch (const std::exception& e) {
     failed.status = fmt::format("failed: {}", e.what());
@@ -75,30 +92,9 @@ loop::RunResult SlurmMachine::run(const loop::TrialPlan& trial, int64_t steps,
 }
 
 std::string SlurmMachine::disturbance() {
-  if (options_.cores_reference.empty()) return "";
-  const std::string reference =
-      std::filesystem::absolute(options_.cores_reference).lexically_normal().string();
-  interop::SlurmRequest r = options_.request;
-  r.job_name = "sextant-cores";
-  r.directory = std::filesystem::path(reference).parent_path().string();
-  r.nodes = 1;
-  r.ranks_per_node = 1;
-  r.gpus = false;
-  r.output = reference + ".probe.log";
-  const std::string script = reference + ".probe.sbatch";
-  try {
-    spec::write_file_atomically(
-        script, interop::sbatch_script(
-                    r, interop::CommandJob{{options_.sextant, "bench", "cores", "--repeats", "2",
-                                            "--reference", reference},
-                                           "Sextant's check of a node's cores (bench cores)"}));
-    sbatch(script, true);
-    return "";
-  } catch (const std::exception& e) {
-    // The probe's own verdict ("core 1 ran 23% slow ..."), else why the job failed.
-    const std::string why = loop::last_line(r.output);
-    return why.empty() ? e.what() : why;
-  }
+  // The checks ran inside the last trial's job (interop::SextantJob::core_check): their verdict,
+  // told once. Between trials nothing is probed, so there is nothing new to tell.
+  return std::exchange(cores_verdict_, "");
 }
 
 void SlurmMachine::pause(double seconds) {

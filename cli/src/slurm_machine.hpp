@@ -1,8 +1,9 @@
 // Trials as Slurm jobs (`sextant tune --slurm`): each trial is the batch script of `launch --slurm`
 // for Sextant's executor (or, with an exporter, for the stack it is exported to), submitted with
 // `sbatch --wait`, its steps (and Sextant's measured trace) written where loop::read_run finds
-// them. The cores' quiet check, where asked for, is a job of its own on a node: `bench cores
-// --reference` (the first node's cores stand for a trial's others).
+// them. The cores' quiet check, where asked for, runs inside each trial's job on its first node,
+// before and after the ranks: `bench cores --reference` (the first node's cores stand for a
+// trial's others); disturbance() tells what the last trial's checks found.
 #pragma once
 
 #include <functional>
@@ -40,6 +41,7 @@ class SlurmMachine : public loop::Machine {
   void write_logged_steps(const std::string& log, const spec::Plan& plan,
                           const std::string& out) const;
   SlurmMachineOptions options_;
+  std::string cores_verdict_;  // what the last trial's core checks found ("": quiet)
 };
 
 }  // namespace sextant::cli

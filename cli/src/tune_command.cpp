@@ -36,8 +36,8 @@ struct TuneFlags {
   int64_t grid = 0;  // rounds of every candidate instead of tuning (0: tune)
   std::string out, calibrated_out;
   std::string to = "sextant";  // who trains the trials: Sextant, or a stack (with --slurm)
-  // The core checks around each trial on CPU ranks: on for local trials, off under --slurm,
-  // where each check is a job of its own (two sbatch round trips a trial), unless the flags say.
+  // The core checks around each trial on CPU ranks: on for local trials, off under --slurm (run
+  // inside each trial's job; shared nodes flag most runs, bench/results), unless the flags say.
   bool core_check = false, no_core_check = false;
   bool checks_cores() const { return core_check || (!no_core_check && !slurm); }
   std::string script;  // the stack's entry point (launch --script)
@@ -312,8 +312,8 @@ void add_tune_command(CLI::App& app) {
   auto* check =
       cmd->add_flag("--core-check", f->core_check,
                     "Check the cores around each trial on CPU ranks and rerun a disturbed "
-                    "one (default: on locally; off with --slurm, where each check is a "
-                    "job)");
+                    "one (default: on locally; off with --slurm, where it runs inside "
+                    "each trial's job on shared nodes that it may flag often)");
   cmd->add_flag("--no-core-check", f->no_core_check, "Run local trials without the core checks")
       ->excludes(check);
   cmd->add_option("--to", f->to,

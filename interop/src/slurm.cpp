@@ -121,21 +121,21 @@ std::string sbatch_script(const SlurmRequest& r, const SextantJob& job) {
   s += "set -euo pipefail\n\n";
   s += "# The plan, where every node reads it.\n";
   s += write_file(r, "plan", ".plan.json", job.plan_json);
+  if (!job.core_check.empty()) {
+    s += "\n# The cores' check around the ranks: what it finds disturbed, a line each time.\n";
+    s += "cores=" + job_file(r, ".cores") + "\n: >\"$cores\"\ncheck_cores() {\n  if !";
+    for (const std::string& a : job.core_check) s += " " + shell_quote(a);
+    s += " >\"$cores.$1.log\" 2>&1; then\n"
+         "    echo \"$1 the run: $(tail -n 1 \"$cores.$1.log\")\" >>\"$cores\"\n  fi\n}\n"
+         "check_cores before\n";
+  }
   s += "\n# One task per rank: Open MPI takes its rank and peers from Slurm's PMIx server.\n";
   s += std::string("srun --mpi=pmix ") + (job.bind_cores ? "--cpu-bind=cores " : "") +
        shell_quote(job.binary) + " run";
   for (const std::string& a : job.run_args) s += " " + shell_quote(a);
   s += " --plan \"$plan\" --log-json " + job_file(r, ".steps.jsonl") + "\n";
+  if (!job.core_check.empty()) s += "check_cores after\n";
   return s;
-}
-
-std::string sbatch_script(const SlurmRequest& r, const CommandJob& job) {
-  check_slurm_request(r);
-  std::string s = header(r, job.what);
-  s += "#SBATCH --ntasks-per-node=1\n#SBATCH --exclusive\nset -euo pipefail\n\n";
-  s += "exec";
-  for (const std::string& a : job.argv) s += " " + shell_quote(a);
-  return s + "\n";
 }
 
 std::string sbatch_script(const SlurmRequest& r, const StackJob& job) {

@@ -93,23 +93,37 @@ TEST(SlurmScript, SextantRanksAreTasksUnderSrunWithPmix) {
             std::string::npos);
 }
 
-// The cores' check before a trial: the node alone (a probe of its cores shares them with
-// nothing), the command run by the batch script itself, each word quoted for the shell.
-TEST(SlurmScript, ACommandJobHasTheNodeAlone) {
+// The cores' check inside a trial's job, before and after the ranks: run with a stand-in srun and
+// a checker that finds the cores disturbed the first time and quiet the second, the job's .cores
+// file holds one line, the first check's last line of output, named by when it ran.
+TEST(SlurmScript, TheCoresAreCheckedAroundTheRanksInTheTrialsOwnJob) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sextant_cores_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "bin");
   SlurmRequest r = request();
-  r.job_name = "sextant-cores";
-  r.nodes = 1;
-  r.ranks_per_node = 1;
+  r.directory = dir.string();
   r.gpus = false;
-  const std::string s = sbatch_script(
-      r, CommandJob{{"/opt/sextant bin/sextant", "bench", "cores", "--reference", "/d/cores.json"},
-                    "a check"});
-  EXPECT_EQ(s.rfind("#!/bin/bash\n# a check", 0), 0u) << s;
-  for (const char* line :
-       {"#SBATCH --nodes=1\n", "#SBATCH --ntasks-per-node=1\n", "#SBATCH --exclusive\n",
-        "exec '/opt/sextant bin/sextant' bench cores --reference /d/cores.json\n"})
-    EXPECT_NE(s.find(line), std::string::npos) << line << " in\n" << s;
-  EXPECT_EQ(s.find("--gpus-per-node"), std::string::npos);
+  SextantJob job{"sextant", {"--steps", "3"}, "{}\n"};
+  job.core_check = {(dir / "check").string(), "--reference", (dir / "cores.json").string()};
+  const std::string s = sbatch_script(r, job);
+  EXPECT_TRUE(bash_parses(s));
+  EXPECT_LT(s.find("check_cores before\n"), s.find("srun --mpi=pmix"));
+  EXPECT_GT(s.find("check_cores after\n"), s.find("srun --mpi=pmix"));
+  std::ofstream(dir / "bin" / "srun") << "#!/bin/sh\nexit 0\n";
+  std::ofstream(dir / "check") << "#!/bin/sh\nif [ -e \"$0.ran\" ]; then echo quiet; exit 0; fi\n"
+                                  "touch \"$0.ran\"; echo measuring; echo core 1 ran 23% slow; "
+                                  "exit 1\n";
+  std::ofstream(dir / "job.sh") << s;
+  std::filesystem::permissions(dir / "bin" / "srun", std::filesystem::perms::owner_all);
+  std::filesystem::permissions(dir / "check", std::filesystem::perms::owner_all);
+  const std::string run = "cd '" + dir.string() + "' && PATH='" + (dir / "bin").string() +
+                          ":'\"$PATH\" SLURM_JOB_ID=7 bash job.sh >/dev/null 2>&1";
+  ASSERT_EQ(std::system(run.c_str()), 0);
+  std::ifstream in(dir / "llama-dp4-7.cores");
+  const std::string verdict((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(verdict, "before the run: core 1 ran 23% slow\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SlurmScript, AStackRunsTorchrunPerNodeWithEveryExportedSetting) {

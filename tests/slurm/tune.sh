@@ -15,9 +15,14 @@ tune=(tune --model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 8 --cand
   --steps 3 --slurm --time 5 --dir "$dir/tune" --core-check --quiet-wait 0 --json)
 "$sextant" "${tune[@]}" --out "$dir/best.json" >"$dir/first.json" 2>"$dir/first.err" ||
   fail "tune: $(tail -5 "$dir/first.err")"
-# The cores' check (--core-check: off by default under Slurm) ran as a job of the node around
-# each trial, keeping its reference there.
-[ -s "$dir/tune/cores.json" ] || fail "no core reference: $(tail -3 "$dir/tune/cores.json.probe.log" 2>&1)"
+# The cores' check (--core-check: off by default under Slurm) ran inside each trial's job, before
+# and after its ranks, keeping its reference in the tune's directory: no job of its own.
+[ -s "$dir/tune/cores.json" ] ||
+  fail "no core reference: $(tail -3 "$dir"/tune/*.cores.before.log 2>&1)"
+ls "$dir"/tune/*.cores >/dev/null 2>&1 || fail "no trial's job checked the cores"
+[ "$(ls "$dir"/tune/*.cores.after.log | wc -l)" -eq "$(ls "$dir"/tune/*.cores | wc -l)" ] ||
+  fail "a trial's job did not check the cores after its ranks"
+! ls "$dir"/tune/*probe* >/dev/null 2>&1 || fail "a probe job of its own ran"
 python3 - "$dir/first.json" "$dir/best.json" <<'PY' || fail "the first tune's report"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -37,6 +37,11 @@ struct SextantJob {                   // one `sextant run` per rank
   // CPU ranks: each bound to its core (srun --cpu-bind=cores), as mpirun binds two or fewer ranks
   // by default; unbound ranks of gpt-tiny on 2 cores stepped in 92-103 ms, bound in 97.1-97.9.
   bool bind_cores = false;
+  // The cores' check around the ranks (`sextant bench cores --reference ...`; empty: none), run
+  // on the job's first node before and after them: what it finds ("before the run: core 1 ran
+  // 23% slow ...", one line each) goes to NAME-JOBID.cores, empty when both found the cores quiet.
+  // No job of its own: the trial's allocation holds the cores it checks.
+  std::vector<std::string> core_check = {};
 };
 struct StackJob {     // torchrun per node with the stack's entry point
   Exported exported;  // settings and text of export_plan for the target
@@ -46,15 +51,7 @@ struct StackJob {     // torchrun per node with the stack's entry point
   int64_t rendezvous_port = 29500;  // torchrun's default
 };
 
-struct CommandJob {  // one command on a node of its own: the cores' check before a trial
-  std::vector<std::string> argv;
-  std::string what;  // the script's first comment
-};
-
 std::string sbatch_script(const SlurmRequest& request, const SextantJob& job);
-// The node alone (--exclusive: a probe of its cores must not share them), `argv` run in the
-// batch script itself, on the job's first node.
-std::string sbatch_script(const SlurmRequest& request, const CommandJob& job);
 // Throws InputError naming the target when it has no launcher here (NeMo-Run submits its own
 // jobs) or a required entry point is missing.
 std::string sbatch_script(const SlurmRequest& request, const StackJob& job);
