@@ -236,12 +236,25 @@ class Builder {
       p.tp_partial = block.params_partial_over(op, spec::kTensorAxis, block.chosen);
       out_.specs.push_back(std::move(p));
     };
+    // A bias (zeros) over the op's output columns, or h for a residual's.
+    auto bias = [&](const char* op, const std::string& name) {
+      const std::optional<spec::TensorLayout> l = block.bias_layout(op, block.chosen);
+      if (!l) return;
+      ParamSpec p{name,        layer, {l->shard_elements(block.mesh)},
+                  constant(0), false, l->split_by(spec::kTensorAxis) == nullptr};
+      p.tp_partial = block.params_partial_over(op, spec::kTensorAxis, block.chosen);
+      out_.specs.push_back(std::move(p));
+    };
     norm(b + ".ln1", "norm1");
     weight("qkv", b + ".attn.qkv.weight", kInitStd);
+    bias("qkv", b + ".attn.qkv.bias");
     weight("proj", b + ".attn.proj.weight", proj_std_);
+    bias("residual1", b + ".attn.proj.bias");
     norm(b + ".ln2", "norm2");
     weight("fc1", b + ".mlp.fc1.weight", kInitStd);
+    bias("fc1", b + ".mlp.fc1.bias");
     weight("fc2", b + ".mlp.fc2.weight", proj_std_);
+    bias("residual2", b + ".mlp.fc2.bias");
   }
 
   // A block on a 3D tensor grid (grid_linear.hpp): the norms whole; each weight's block, of

@@ -66,6 +66,12 @@ SplitBlock::SplitBlock(const GptParts& parts, ParamStore& store, int32_t layer,
   weights_["proj"] = &store.get(b + ".attn.proj.weight");
   weights_["fc1"] = &store.get(b + ".mlp.fc1.weight");
   weights_["fc2"] = &store.get(b + ".mlp.fc2.weight");
+  if (model().bias) {
+    biases_["qkv"] = &store.get(b + ".attn.qkv.bias");
+    biases_["residual1"] = &store.get(b + ".attn.proj.bias");
+    biases_["fc1"] = &store.get(b + ".mlp.fc1.bias");
+    biases_["residual2"] = &store.get(b + ".mlp.fc2.bias");
+  }
   for (const auto& [op, name] : {std::pair{"norm1", ".ln1"}, std::pair{"norm2", ".ln2"}})
     norms_[op] = {&store.get(b + name + ".gamma"),
                   layernorm() ? &store.get(b + name + ".beta") : nullptr};
@@ -189,6 +195,11 @@ MeshTensor SplitBlock::run(const GraphNode& n, Saved& s, int64_t mb) {
                s.inputs[0].data.view({rows, s.inputs[0].data.numel() / rows}), y);
   } else {
     backend().add(s.inputs[0].data, s.inputs[1].data, out.data);
+    if (const auto it = biases_.find(op); it != biases_.end()) {
+      Tensor y = out.data.view(
+          {out.data.numel() / it->second->compute.numel(), it->second->compute.numel()});
+      backend().bias_add(y, it->second->compute);
+    }
   }
   return out;
 }
@@ -200,7 +211,13 @@ std::vector<MeshTensor> SplitBlock::run_backward(const GraphNode& n, Saved& s,
     return linear_backward(n, s, dout, mb);
   if (op == "attention") return attention_backward(n, s, dout, mb);
   auto scope = rec(ctx().op(own_op(op), layer_, Phase::kBwd, mb));
-  if (op == "residual1" || op == "residual2") return {dout, dout};
+  if (op == "residual1" || op == "residual2") {
+    if (const auto it = biases_.find(op); it != biases_.end())
+      backend().bias_backward(
+          dout.data.view({dout.data.numel() / it->second->grad.numel(), it->second->grad.numel()}),
+          it->second->grad);
+    return {dout, dout};
+  }
   MeshTensor dx = make(gradient_layout(n, 0));
   const int64_t h = model().hidden;
   if (op == "norm1" || op == "norm2") {
@@ -227,8 +244,16 @@ MeshTensor SplitBlock::linear(const GraphNode& n, const Saved& s, int64_t mb) {
   SEXTANT_CHECK(s.inputs[0].data.numel() == rows * k, "{}: input of {} elements for [{}, {}]",
                 n.op.name, s.inputs[0].data.numel(), rows, k);
   Tensor y = out.data.view({rows, n_cols});
+  // The bias once in a partial sum: on the ranks first along the axes it is partial over.
+  const Param* bias = nullptr;
+  if (const auto it = biases_.find(n.op.name); it != biases_.end()) {
+    bias = it->second;
+    for (const std::string& axis : out.layout.partial)
+      if (ranks_.axis(axis).coord != 0) bias = nullptr;
+  }
   auto scope = rec(ctx().op(own_op(n.op.name), layer_, Phase::kFwd, mb));
-  backend().matmul(s.inputs[0].data.view({rows, k}), w.compute, nullptr, y);
+  backend().matmul(s.inputs[0].data.view({rows, k}), w.compute,
+                   bias != nullptr ? &bias->compute : nullptr, y);
   return out;
 }
 
@@ -240,8 +265,10 @@ std::vector<MeshTensor> SplitBlock::linear_backward(const GraphNode& n, const Sa
   MeshTensor dx = make(gradient_layout(n, 0));
   Tensor d = dx.data.view({rows, k});
   auto scope = rec(ctx().op(own_op(n.op.name), layer_, Phase::kBwd, mb));
+  const auto bias = biases_.find(n.op.name);
   backend().matmul_backward(s.inputs[0].data.view({rows, k}), w.compute,
-                            dout.data.view({rows, n_cols}), &d, w.grad, nullptr);
+                            dout.data.view({rows, n_cols}), &d, w.grad,
+                            bias != biases_.end() ? &bias->second->grad : nullptr);
   return {dx};
 }
 

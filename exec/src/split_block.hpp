@@ -5,7 +5,9 @@
 // each reshard step of the walk runs on the tensor it names (mesh_tensor.hpp), traced as the
 // lowering names it. Parameter gradients stay on the rank: the replicas sum them as every
 // layout's buckets do, the tp ranks those models::PerOpBlock finds partial (Param::tp_partial).
-// Runs in fp32 without recompute, offload or biases (spec/executor_support.cpp).
+// A bias is added once: by QKV or FC1 on the ranks first along the axes their output is a
+// partial sum over, and the projection's and FC2's by the residual after them.
+// Runs in fp32 without recompute or offload (spec/executor_support.cpp).
 #pragma once
 
 #include <map>
@@ -62,7 +64,8 @@ class SplitBlock final : public GptLayer {
   const models::PerOpBlock& block_;
   const MeshRanks& ranks_;
   models::GraphWalk walk_;
-  std::map<std::string, Param*> weights_;                   // by op: the linears' weights
+  std::map<std::string, Param*> weights_;  // by op: the linears' weights
+  std::map<std::string, Param*> biases_;   // by op: QKV's, FC1's and the residuals' (with biases)
   std::map<std::string, std::pair<Param*, Param*>> norms_;  // by op: gain, bias (LayerNorm)
   std::map<int64_t, Cache> caches_;                         // by micro-batch
 };

@@ -17,6 +17,10 @@ bool is_norm(std::string_view op) {
   return op == "norm1" || op == "norm2";
 }
 
+bool is_residual(std::string_view op) {
+  return op == "residual1" || op == "residual2";
+}
+
 bool splits_over(const OpSplit& split, const std::string& dim, std::string_view axis) {
   const auto it = split.find(dim);
   return it != split.end() &&
@@ -41,12 +45,31 @@ GraphWalk PerOpBlock::walk(const BlockSplit& s, int64_t element_bytes) const {
   return walk_graph(mesh, graph, s.ops, uniform.stream, uniform.stream, element_bytes);
 }
 
+bool PerOpBlock::has_params(const std::string& op) const {
+  const GraphNode& n = node(op);
+  return is_norm(op) || (bias && is_residual(op)) ||
+         std::any_of(n.inputs.begin(), n.inputs.end(),
+                     [](const GraphOperand& in) { return in.param; });
+}
+
+std::optional<spec::TensorLayout> PerOpBlock::bias_layout(const std::string& op,
+                                                          const BlockSplit& s) const {
+  if (!bias) return std::nullopt;
+  std::vector<std::string> dims;
+  if (op == "qkv") dims = {"a", "c"};
+  if (op == "fc1") dims = {"g", "f"};
+  if (is_residual(op)) dims = {"h"};
+  if (dims.empty()) return std::nullopt;
+  return layout_of(dims, node(op).op.extents, s.ops.at(op));
+}
+
 bool PerOpBlock::params_partial_over(const std::string& op, std::string_view axis,
                                      const BlockSplit& s) const {
-  if (mesh.size(axis) == 1) return false;
+  if (mesh.size(axis) == 1 || !has_params(op)) return false;
   const GraphNode& n = node(op);
   const OpSplit& split = s.ops.at(op);
-  if (is_norm(op)) return splits_over(split, "b", axis) || splits_over(split, "s", axis);
+  if (is_norm(op) || is_residual(op))
+    return splits_over(split, "b", axis) || splits_over(split, "s", axis);
   for (size_t i = 0; i < n.inputs.size(); ++i)
     if (n.inputs[i].param &&
         shard_op(mesh, gradient_op(n.op, i, n.backward_factor), split).output.partial_over(axis))
@@ -59,6 +82,7 @@ int64_t PerOpBlock::partial_params(std::string_view axis, const BlockSplit& s) c
   for (const GraphNode& g : graph.nodes) {
     if (!params_partial_over(g.op.name, axis, s)) continue;
     if (is_norm(g.op.name)) n += norm_params;
+    if (const auto b = bias_layout(g.op.name, s)) n += b->shard_elements(mesh);
     const ShardedOp sh = sharded(g, s);
     for (size_t i = 0; i < g.inputs.size(); ++i)
       if (g.inputs[i].param) n += sh.operands[i].shard_elements(mesh);
@@ -85,7 +109,7 @@ OpName reshard_op_name(const GraphStep& s) {
 }
 
 PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_parallel,
-                        bool layernorm, const spec::OpSplits& per_op) {
+                        bool layernorm, bool bias, const spec::OpSplits& per_op) {
   dims.batch *= dp;
   PerOpBlock b;
   b.mesh = {{{spec::kDataAxis, dp}, {spec::kTensorAxis, tp}}};
@@ -93,6 +117,7 @@ PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_pa
   b.uniform = megatron_block_split(dims, spec::kDataAxis, spec::kTensorAxis, sequence_parallel);
   b.chosen = b.uniform;
   b.norm_params = (layernorm ? 2 : 1) * dims.hidden;
+  b.bias = bias;
   for (const auto& [op, split] : per_op) {
     b.node(op);  // an op of the block
     b.chosen.ops[op] = split;
@@ -102,11 +127,7 @@ PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_pa
   // parameters must see only its replica's rows, or each replica would hold the whole gradient
   // and the sum would count it dp times.
   for (const std::string& op : b.changed) {
-    const GraphNode& n = b.node(op);
-    const bool has_params =
-        is_norm(op) || std::any_of(n.inputs.begin(), n.inputs.end(),
-                                   [](const GraphOperand& i) { return i.param; });
-    if (has_params && !b.params_partial_over(op, spec::kDataAxis, b.chosen) && dp > 1)
+    if (dp > 1 && b.has_params(op) && !b.params_partial_over(op, spec::kDataAxis, b.chosen))
       throw InputError("plan", fmt::format("/per_op/{}", op),
                        spec::op_splits_text({{op, per_op.at(op)}}).substr(1),
                        "a split of the op's batch or sequence over \"d\": it has parameters, "
@@ -121,7 +142,7 @@ PerOpBlock per_op_block(const spec::TransformerSpec& m, const spec::Plan& plan) 
                        m.head_dim(),     m.ffn_hidden,
                        m.kv_heads,       m.activation == spec::Activation::kSwiglu ? 2 : 1};
   return per_op_block(dims, plan.dp, plan.tp, plan.sequence_parallel,
-                      m.norm == spec::Norm::kLayerNorm, plan.per_op);
+                      m.norm == spec::Norm::kLayerNorm, m.bias, plan.per_op);
 }
 
 }  // namespace sextant::models

@@ -146,6 +146,13 @@ class BlockSplitter {
         layer.params +=
             now.operands[i].shard_elements(b_.mesh) - was.operands[i].shard_elements(b_.mesh);
       }
+      if (const auto bias = b_.bias_layout(g.op.name, b_.chosen)) {
+        if (bias->split_by(spec::kDataAxis) != nullptr)
+          throw InputError("plan", fmt::format("/per_op/{}", g.op.name), "",
+                           "no split of its bias over \"d\" (ZeRO's sharding, plan zero)");
+        layer.params += bias->shard_elements(b_.mesh) -
+                        b_.bias_layout(g.op.name, b_.uniform)->shard_elements(b_.mesh);
+      }
     }
     layer.sp_partial_params += b_.partial_params(spec::kTensorAxis, b_.chosen) -
                                b_.partial_params(spec::kTensorAxis, b_.uniform);

@@ -474,7 +474,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
         apply_op_splits(
             *kind, x,
             per_op_block({x.b, x.s, x.h, x.a, x.d, x.f, x.kv, gate}, std::max<int64_t>(o.dp, 1),
-                         x.t, x.sp, m.norm == spec::Norm::kLayerNorm, o.per_op));
+                         x.t, x.sp, m.norm == spec::Norm::kLayerNorm, m.bias, o.per_op));
       }
     }
     out.layers.push_back(*kind);

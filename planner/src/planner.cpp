@@ -207,8 +207,8 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
       options, threads, result,
       [&](const spec::Plan& p) {
         if (!splits_ops(request.model, p)) return false;
-        // A search for plans the executor runs (tune, loop) splits ops where it runs them (a
-        // bias-free model on CPU ranks in fp32), each move checked below.
+        // A search for plans the executor runs (tune, loop) splits ops where it runs them (on
+        // CPU ranks in fp32), each move checked below.
         if (!request.executor) return true;
         spec::Plan probe = p;
         probe.per_op = {{"qkv", {}}};

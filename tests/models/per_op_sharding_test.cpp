@@ -305,8 +305,8 @@ TEST(PerOpLowering, TheUniformSplitsLowerAsTheUniformPlan) {
 //   input gradient all-reduced, then QKV's input gradient gathered (32 MiB each);
 // - QKV's GEMM on the rank's 2048 tokens with all 6144 columns (the same FLOPs as 8192 tokens x
 //   1536 columns);
-// - QKV's and the projection's weights whole on each rank: + 3/4 of (2048 x 6144 + 2048 x 2048)
-//   parameters, whose gradients are partial sums over t (sp_partial_params).
+// - QKV's and the projection's weights and QKV's bias whole on each rank: + 3/4 of (2048 x 6144 +
+//   2048 x 2048 + 6144) parameters, whose gradients are partial sums over t (sp_partial_params).
 TEST(PerOpLowering, AttentionDataParallelOverTheTensorAxis) {
   const spec::ModelSpec m = zoo_model("gpt3-1.3b");
   const spec::OpSplits per_op = {{"qkv", {{"b", {"d", "t"}}}},
@@ -324,7 +324,7 @@ TEST(PerOpLowering, AttentionDataParallelOverTheTensorAxis) {
     EXPECT_EQ(op.matmuls, (std::vector<MatmulShape>{{1, 2048, 6144, 2048}}));
     EXPECT_DOUBLE_EQ(op.flops, 2.0 * 8192 * 1536 * 2048);
   }
-  const int64_t attention_weights = 2048 * 6144 + 2048 * 2048;
+  const int64_t attention_weights = 2048 * 6144 + 2048 * 2048 + 6144;
   EXPECT_EQ(block.params - uniform.params, attention_weights / 4 * 3);
   EXPECT_EQ(block.sp_partial_params - uniform.sp_partial_params, attention_weights);
   EXPECT_EQ(block.params_total, uniform.params_total);

@@ -178,7 +178,7 @@ TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereTheExecutorRunsThem) {
   ASSERT_FALSE(run.ranked.empty());
   EXPECT_FALSE(splits_some(run));
   EXPECT_TRUE(run.op_splits.empty());
-  // On CPU ranks in fp32 the executor runs per-op splits of a bias-free model: the search refines
+  // On CPU ranks in fp32 the executor runs per-op splits (here of Llama-2 7B): the search refines
   // the plans there, each move checked against the executor's table, so every plan it returns is
   // one the executor runs. (Here none pays: one sequence a micro-batch leaves no batch to split
   // over t, and sequence parallelism already splits the MLP's rows.)

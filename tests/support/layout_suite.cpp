@@ -659,6 +659,17 @@ std::vector<Layout> layouts() {
        Net::kLlama},
       {"llama_dp2_tp2_pp2_per_op_attention_batch",
        per_op(plan_of(2, 2, 2), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}), Net::kLlama},
+      // GPT's biases: QKV's added once beside its partial sums, the residuals' with their rows
+      // split over t (their gradients summed over tp).
+      {"tp2_per_op_mlp_batch",
+       per_op(plan_of(1, 2, 1), 2, {"fc1", "activation", "fc2"}, {{"b", {"t"}}})},
+      {"tp2_per_op_contractions",
+       per_op(per_op(plan_of(1, 2, 1), 1, {"qkv"}, {{"h", {"t"}}}), 1, {"proj"}, {{"d", {"t"}}})},
+      {"dp2_tp2_per_op_residuals_sequence",
+       per_op(per_op(plan_of(2, 2, 1), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}), 2,
+              {"residual1", "norm2", "residual2"}, {{"b", {"d"}}, {"s", {"t"}}})},
+      {"dp2_tp2_pp2_per_op_mlp_sequence",
+       per_op(plan_of(2, 2, 2), 2, {"fc1", "activation", "fc2"}, {{"b", {"d"}}, {"s", {"t"}}})},
       {"llama_dp4_tp2_per_op_norms_sequence",
        per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
   };
