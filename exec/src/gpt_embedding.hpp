@@ -3,6 +3,9 @@
 // over tp, reduce-scattered under sequence parallelism) and the learned position embedding.
 #pragma once
 
+#include <tuple>
+#include <vector>
+
 #include "gpt_layer.hpp"
 
 namespace sextant::exec {
@@ -20,6 +23,8 @@ class GptEmbedding final : public GptLayer {
  private:
   // The first of this rank's rows it holds in sequence-parallel regions (norms, residuals).
   int64_t slice_begin() const;
+  // The rank's rows as runs of consecutive positions: (first row, first position, rows).
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> position_runs() const;
 
   Param* table_ = nullptr;
   Param* position_table_ = nullptr;  // learned positions only

@@ -80,6 +80,7 @@ class GptStage : public StageModel {
       auto block = std::make_unique<models::PerOpBlock>(models::per_op_block(m_, plan));
       if (block->any_change()) {
         per_op_ = std::move(block);
+        pairs_->split_each_sequence(s.batch);  // the stream's layout (block_graph.hpp)
         mesh_ = std::make_unique<MeshRanks>(
             per_op_->mesh, std::map<std::string, MeshRanks::Axis, std::less<>>{
                                {spec::kDataAxis, {ctx.groups->replicas, ctx.groups->replica_rank}},

@@ -23,6 +23,29 @@ Tensor LinearPairs::act(std::vector<int64_t> shape) {
   return backend().empty(std::move(shape), backend().activation_dtype());
 }
 
+Tensor LinearPairs::to_rank_blocks(const Tensor& x) {
+  if (!splits_each_sequence()) return x;
+  const int64_t b = sequences_, s = rows_ / b, sl = s / t_;
+  Tensor out = act({rows_, h_});
+  for (int64_t r = 0; r < t_; ++r) {
+    Tensor block = out.rows(r * b * sl, b * sl);
+    const Box mine{0, b, r * sl, (r + 1) * sl, 0, h_};
+    backend().copy_box(x, {0, b, 0, s, 0, h_}, block, mine, mine, 1, false);
+  }
+  return out;
+}
+
+Tensor LinearPairs::from_rank_blocks(const Tensor& x) {
+  if (!splits_each_sequence()) return x;
+  const int64_t b = sequences_, s = rows_ / b, sl = s / t_;
+  Tensor out = act({rows_, h_});
+  for (int64_t r = 0; r < t_; ++r) {
+    const Box mine{0, b, r * sl, (r + 1) * sl, 0, h_};
+    backend().copy_box(x.rows(r * b * sl, b * sl), mine, out, {0, b, 0, s, 0, h_}, mine, 1, false);
+  }
+  return out;
+}
+
 Recorder::Scope LinearPairs::comm_scope(OpId name, OpClass cls, int64_t bytes, Phase phase,
                                         int32_t layer, int64_t mb) {
   return ctx_.recorder->scope(ctx_.comm(name, cls, Stream::kTpComm, bytes, t_, phase, layer, mb));
@@ -36,7 +59,7 @@ Tensor LinearPairs::gather(const Tensor& x, const models::PartCollectives& part,
       comm_scope(part.all_gather, OpClass::kAllGather,
                  activation_wire_bytes(backend().activation_dtype(), rows_ * h_), phase, layer, mb);
   all_gather(*ctx_.groups->tp, x, out);
-  return out;
+  return from_rank_blocks(out);
 }
 
 Tensor LinearPairs::gather_backward(Tensor& d, const models::PartCollectives& part, int32_t layer,
@@ -44,10 +67,11 @@ Tensor LinearPairs::gather_backward(Tensor& d, const models::PartCollectives& pa
   if (t_ == 1) return d;
   if (sp_) {
     Tensor out = act({local_rows_, h_});
+    const Tensor blocks = to_rank_blocks(d);
     auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
                         activation_wire_bytes(backend().activation_dtype(), rows_ * h_),
                         Phase::kBwd, layer, mb);
-    reduce_scatter(*ctx_.groups->tp, d, out);
+    reduce_scatter(*ctx_.groups->tp, blocks, out);
     return out;
   }
   auto s = comm_scope(part.all_reduce, OpClass::kAllReduce,
@@ -62,10 +86,11 @@ Tensor LinearPairs::reduce_out(Tensor& y, const models::PartCollectives& part, P
   if (t_ == 1) return y;
   if (sp_) {
     Tensor out = act({local_rows_, h_});
+    const Tensor blocks = to_rank_blocks(y);
     auto s = comm_scope(part.reduce_scatter, OpClass::kReduceScatter,
                         activation_wire_bytes(backend().activation_dtype(), rows_ * h_), phase,
                         layer, mb);
-    reduce_scatter(*ctx_.groups->tp, y, out);
+    reduce_scatter(*ctx_.groups->tp, blocks, out);
     return out;
   }
   auto s =
@@ -83,7 +108,7 @@ Tensor LinearPairs::reduce_out_backward(const Tensor& d, const models::PartColle
                       activation_wire_bytes(backend().activation_dtype(), rows_ * h_), Phase::kBwd,
                       layer, mb);
   all_gather(*ctx_.groups->tp, d, out);
-  return out;
+  return from_rank_blocks(out);
 }
 
 Tensor LinearPairs::pair_input(const Tensor& x, const models::PartCollectives& part, Phase phase,

@@ -23,6 +23,13 @@ class LinearPairs {
   // The rows a rank holds between the pairs: rows / tp under sequence parallelism
   // (Context::sequence_parallel), else all of them.
   int64_t local_rows() const { return local_rows_; }
+  // Under sequence parallelism a rank holds 1/tp of the micro-batch's rows, by default. Here
+  // instead 1/tp of the positions of each of the `batch` sequences (rank r: [r s/tp, (r+1) s/tp),
+  // sequence after sequence), as Megatron-LM's [s, b, h] tensors split and per-op blocks' stream
+  // is laid out (split_block.hpp): the gathers put the ranks' blocks back in sequence order and
+  // the scatters take them out of it (fp32).
+  void split_each_sequence(int64_t batch) { sequences_ = batch; }
+  bool splits_each_sequence() const { return sp_ && sequences_ > 0; }
 
   // --- Megatron's f and g operators over the tp group ---
   // [local_rows, h] -> [rows, h] in front of a column-parallel GEMM.
@@ -71,11 +78,17 @@ class LinearPairs {
   // Activations and their gradients: fp32, or bf16 in mixed precision.
   Tensor act(std::vector<int64_t> shape);
 
+  // [rows, h] in sequence order -> the tp ranks' blocks in rank order, each [batch, s/tp, h]
+  // (split_each_sequence), and back; as it is otherwise.
+  Tensor to_rank_blocks(const Tensor& x);
+  Tensor from_rank_blocks(const Tensor& x);
+
   Context& ctx_;
   GridLinear* grid_;
   int64_t t_;
   bool sp_;
   int64_t rows_, local_rows_, h_;
+  int64_t sequences_ = 0;  // split_each_sequence's batch (0: the rows are split)
 };
 
 }  // namespace sextant::exec

@@ -118,10 +118,6 @@ void per_op_rules(const TransformerSpec& t, const Plan& plan, std::vector<Proble
   if (plan.recompute != Recompute::kNone)
     out.push_back({"/recompute", quoted(enum_name(recompute_names(), plan.recompute)),
                    "\"none\" under per-op splits (their blocks keep what each op read)"});
-  if (plan.sequence_parallel && plan.tp > 1 && plan.micro_batch > 1)
-    out.push_back({"/micro_batch", std::to_string(plan.micro_batch),
-                   "1 under per-op splits with sequence parallelism (the executor's sequence-"
-                   "parallel rows split the micro-batch's rows, the per-op stream each sequence)"});
   // Attention's heads on a rank are whole groups of grouped-query attention.
   int64_t head_parts = 1;
   if (plan.per_op.contains("attention") && plan.per_op.at("attention").contains("a")) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `sextant run` trains a per-op plan (issue 60) on 4 CPU ranks: llama-tiny on dp 2 x tp 2 with
 # attention batch-split over d x t and the MLP sequence-split over t, three steps whose loss
-# falls, and a trace holding the gathers that join the ops' layouts. The same plan with
-# sequence parallelism over two sequences a micro-batch is refused, naming the field.
+# falls, and a trace holding the gathers that join the ops' layouts; the same plan with sequence
+# parallelism; and in bf16 a refusal naming the field.
 set -euo pipefail
 sextant="$1"
 out="$2"
@@ -36,9 +36,14 @@ for want in ("residual1.reshard_all_gather", "residual2.reshard_all_gather",
 assert not any(n.endswith("all_reduce") and n.startswith(("attn.", "mlp.")) for n in names), names
 print("per-op run: loss", steps[0]["loss"], "->", steps[-1]["loss"])
 PY
+# With sequence parallelism over the same two sequences a micro-batch it trains too (each
+# sequence's positions split over t); in emulated bf16 it is refused, naming the field.
 sed 's/"micro_batch": 2/"micro_batch": 2, "sequence_parallel": true/' "$out/plan.json" >"$out/sp.json"
-if "$sextant" run --model llama-tiny --plan "$out/sp.json" --np 4 --steps 1 >"$out/sp.txt" 2>&1; then
-  echo "FAIL: sequence parallelism over two sequences ran"; exit 1
+"$sextant" run --model llama-tiny --plan "$out/sp.json" --np 4 --steps 2 --quiet >"$out/sp.txt" 2>&1 ||
+  { cat "$out/sp.txt"; echo "FAIL: the sequence-parallel per-op plan did not run"; exit 1; }
+if "$sextant" run --model llama-tiny --plan "$out/plan.json" --np 4 --steps 1 --precision bf16 \
+  >"$out/bf16.txt" 2>&1; then
+  echo "FAIL: a per-op plan ran in bf16"; exit 1
 fi
-grep -q "/micro_batch" "$out/sp.txt" || { cat "$out/sp.txt"; echo "FAIL: refusal names no field"; exit 1; }
-echo "run: per-op plan trained, its refusal named"
+grep -q "/per_op" "$out/bf16.txt" || { cat "$out/bf16.txt"; echo "FAIL: refusal names no field"; exit 1; }
+echo "run: per-op plans trained, with and without sequence parallelism; bf16 refused"

@@ -178,17 +178,14 @@ TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereTheExecutorRunsThem) {
   ASSERT_FALSE(run.ranked.empty());
   EXPECT_FALSE(splits_some(run));
   EXPECT_TRUE(run.op_splits.empty());
-  // On CPU ranks in fp32 the executor runs per-op splits (here of Llama-2 7B): the search refines
-  // the plans there, each move checked against the executor's table, so every plan it returns is
-  // one the executor runs. (Here none pays: one sequence a micro-batch leaves no batch to split
-  // over t, and sequence parallelism already splits the MLP's rows.)
-  request.model = models::zoo_model("llama2-7b");
-  // (One sequence a micro-batch: the executor's sequence-parallel rows split the micro-batch's.)
-  request.constraints = {planner::parse_constraint("tp=2"), planner::parse_constraint("mb=1")};
+  // On CPU ranks in fp32 the executor runs per-op splits: the search splits ops there too (the
+  // same tp-4 plans as above), each move checked against the executor's table, so every plan it
+  // returns is one the executor runs.
   request.executor = spec::executor_run(spec::ExecutorBackend::kCpu);
   const planner::SearchResult cpu = planner::search(request, options);
   ASSERT_FALSE(cpu.ranked.empty());
   EXPECT_FALSE(cpu.op_splits.empty());
+  EXPECT_TRUE(splits_some(cpu));
   for (const planner::RankedPlan& p : cpu.ranked)
     EXPECT_TRUE(spec::executor_problems(request.model, p.plan, *request.executor).empty())
         << p.plan.name();

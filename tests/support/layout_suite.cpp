@@ -670,6 +670,15 @@ std::vector<Layout> layouts() {
               {"residual1", "norm2", "residual2"}, {{"b", {"d"}}, {"s", {"t"}}})},
       {"dp2_tp2_pp2_per_op_mlp_sequence",
        per_op(plan_of(2, 2, 2), 2, {"fc1", "activation", "fc2"}, {{"b", {"d"}}, {"s", {"t"}}})},
+      // Under sequence parallelism over two sequences a micro-batch: the stream splits each
+      // sequence over t (LinearPairs::split_each_sequence), learned positions included.
+      {"tp2_sp_per_op_attention_batch",
+       per_op(plan_of(1, 2, 1, 0, true), 2, {"qkv", "attention", "proj"}, {{"b", {"t"}}})},
+      {"llama_dp2_tp2_sp_per_op",
+       per_op(
+           per_op(plan_of(2, 2, 1, 0, true), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}),
+           2, {"fc1", "activation", "fc2"}, {{"b", {"d"}}, {"s", {"t"}}}),
+       Net::kLlama},
       {"llama_dp4_tp2_per_op_norms_sequence",
        per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
   };
