@@ -58,3 +58,14 @@ row "llama2-70b, 64 x dgx-h100, batch 256" --model llama2-70b --cluster dgx-h100
   --global-batch 256
 row "gpt3-175b, 128 x dgx-a100, batch 256" --model gpt3-175b --cluster dgx-a100 --gpus 128 \
   --global-batch 256
+# FlexFlow's CNN cases (Jia et al. SysML'19, §7): the classifier's fc layers split by op.
+row "alexnet, 16 x dgx-a100, batch 512" --model alexnet --cluster dgx-a100 --gpus 16 \
+  --global-batch 512
+row "alexnet, 64 x dgx-a100, batch 2048" --model alexnet --cluster dgx-a100 --gpus 64 \
+  --global-batch 2048
+row "vgg19, 16 x dgx-a100, batch 512" --model vgg19 --cluster dgx-a100 --gpus 16 \
+  --global-batch 512
+row "vgg19, 64 x dgx-a100, batch 2048" --model vgg19 --cluster dgx-a100 --gpus 64 \
+  --global-batch 2048
+row "resnet50, 64 x dgx-a100, batch 2048" --model resnet50 --cluster dgx-a100 --gpus 64 \
+  --global-batch 2048

@@ -145,7 +145,7 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
 
 // What `--per-op` changed in each plan it applies to, and why it pays.
 void print_op_splits(const planner::SearchResult& result) {
-  fmt::print("\nper-op splits (each block op split its own way over the dp x tp mesh):\n");
+  fmt::print("\nper-op splits (each op split its own way over the dp x tp mesh):\n");
   for (const planner::OpSplitRefinement& r : result.op_splits) {
     if (r.changes.empty()) {
       fmt::print("  {}: no split pays ({} estimates, {} simulations)\n", r.uniform, r.estimates,

@@ -64,9 +64,9 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
                "also tries each overlap turned off, TP overlap down to bulk and none, and the "
                "bucket at 1/4 and 4x; a knob given as a flag stays)");
   cmd.add_flag("--per-op", f.per_op,
-               "Also split each block op its own way over the dp x tp mesh (dense transformers; "
-               "from each of the best uniform plans, kept only where the simulated step is "
-               "shorter; simulated and planned, not run by the executor)");
+               "Also split each op its own way over the dp x tp mesh (a dense transformer's "
+               "block ops, a CNN's fc layers; from each of the best uniform plans, kept only "
+               "where the simulated step is shorter; `run` trains transformers' on CPU ranks)");
   cmd.add_flag("--json", f.json, "Print JSON");
   cmd.add_flag("--quiet", f.quiet, "No progress line on stderr (none either when not a terminal)");
   add_stack_flags(cmd, f.stack);

@@ -12,6 +12,7 @@
 #include "amoeba_lowering.hpp"
 #include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
+#include "sextant/models/cnn_fc_graph.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -522,6 +523,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   }
   out.split_begin = 0;
   out.split_end = out.layers.size();
+  apply_fc_splits(out, o);  // a plan's per-op splits of the classifier (cnn_fc_graph.hpp)
   out.stationary_w = cs.stationary_w;
   out.channel_algorithms = cs.ran;
   if (!cs.chosen.empty() && cs.chosen.size() != cs.ran.size())

@@ -172,7 +172,7 @@ std::vector<GradientBucket> gradient_buckets(const spec::Plan& plan, const Lower
         continue;
       }
       const int64_t expert = own_experts ? lowered.layers[l].expert_params : 0;
-      fill(open, l, lowered.layers[l].params - expert);
+      fill(open, l, lowered.layers[l].params - expert - lowered.layers[l].replica_whole_params);
       fill(experts, l, expert);
     }
   }
@@ -224,6 +224,11 @@ int64_t zero_updated_params(const spec::Plan& plan, const LoweredModel& lowered,
   if (plan.zero < 3) {
     for (const GradientBucket& b : buckets)
       updated += zero_shard(b.params, b.experts ? plan.expert_replicas() : plan.replicas());
+    // What the replicas do not hold alike (Layer::replica_whole_params) each updates whole.
+    const StageLayers layers = stage_layers(plan, lowered, stage);
+    for (size_t v = 0; v < layers.chunk_begin.size(); ++v)
+      for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l)
+        updated += lowered.layers[l].replica_whole_params;
     return updated;
   }
   const StageLayers layers = stage_layers(plan, lowered, stage);

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "sextant/models/block_graph.hpp"
+#include "sextant/models/cnn_fc_graph.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/sim/step_setup.hpp"
@@ -26,19 +27,37 @@ std::string split_text(const OpSplit& split) {
   return parts.empty() ? "whole" : fmt::format("{}", fmt::join(parts, ","));
 }
 
-// The block graph of `model` (extents are the lowering's to check; only the ops' dimensions and
-// which of them are weights' are read here).
-models::OpGraph block_graph_of(const spec::ModelSpec& model) {
-  const spec::TransformerSpec& t = model.transformer();
-  models::BlockDims dims{1,
-                         1,
-                         t.hidden,
-                         t.heads,
-                         t.head_dim(),
-                         t.ffn_hidden,
-                         0,
-                         t.activation == spec::Activation::kSwiglu ? 2 : 1};
-  return models::transformer_block_graph(dims);
+// The graph a plan's per-op splits name: a transformer's block (extents are the lowering's to
+// check; only the ops' dimensions and which of them are weights' are read here), or a CNN's fc
+// layers as lowered for `plan` (none: an empty graph).
+models::OpGraph per_op_graph(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
+                             const spec::Plan& plan) {
+  if (model.is_transformer()) {
+    const spec::TransformerSpec& t = model.transformer();
+    models::BlockDims dims{1,
+                           1,
+                           t.hidden,
+                           t.heads,
+                           t.head_dim(),
+                           t.ffn_hidden,
+                           0,
+                           t.activation == spec::Activation::kSwiglu ? 2 : 1};
+    return models::transformer_block_graph(dims);
+  }
+  spec::Plan uniform = plan;
+  uniform.per_op.clear();
+  const models::LoweredModel lowered =
+      models::lower(model, sim::step_setup(model, cluster, uniform).lowering);
+  const std::optional<models::FcChain> chain = models::cnn_fc_chain(lowered, plan.dp, plan.tp);
+  return chain ? chain->graph : models::OpGraph{};
+}
+
+// The layers a change is shown by: a transformer's first block, a CNN's fc layers.
+std::vector<size_t> shown_layers(const spec::ModelSpec& model, const spec::Plan& plan,
+                                 const models::LoweredModel& lowered) {
+  if (model.is_transformer()) return {lowered.split_begin};
+  const std::optional<models::FcChain> chain = models::cnn_fc_chain(lowered, plan.dp, plan.tp);
+  return chain ? chain->layers : std::vector<size_t>{};
 }
 
 // The block's collectives per pass and one rank's weights, as a reader checks a change.
@@ -46,11 +65,17 @@ std::string block_summary(const spec::ModelSpec& model, const spec::ClusterSpec&
                           const spec::Plan& plan) {
   const sim::StepSetup setup = sim::step_setup(model, cluster, plan);
   const models::LoweredModel lowered = models::lower(model, setup.lowering);
-  const models::Layer& block = lowered.layers[lowered.split_begin];
+  const std::vector<size_t> shown = shown_layers(model, plan, lowered);
   // A pass's layer collectives counted by kind and axis, with the bytes they move in all.
-  auto comms = [](const std::vector<models::Op>& ops) {
+  auto comms = [&](bool backward) {
     std::map<std::string, int> counts;
     int64_t bytes = 0;
+    std::vector<models::Op> ops;
+    for (size_t l : shown) {
+      const models::Layer& layer = lowered.layers[l];
+      const std::vector<models::Op>& pass = backward ? layer.backward : layer.forward;
+      ops.insert(ops.end(), pass.begin(), pass.end());
+    }
     for (const models::Op& op : ops) {
       if (!op.is_comm() ||
           (op.group != models::CommGroup::kLayer && op.group != models::CommGroup::kData))
@@ -66,8 +91,10 @@ std::string block_summary(const spec::ModelSpec& model, const spec::ClusterSpec&
     return fmt::format("{} ({:.0f} MiB)", fmt::join(parts, ", "),
                        static_cast<double>(bytes) / (1 << 20));
   };
-  return fmt::format("forward {}; backward {}; {:.1f} M parameters a rank", comms(block.forward),
-                     comms(block.backward), static_cast<double>(block.params) / 1e6);
+  int64_t params = 0;
+  for (size_t l : shown) params += lowered.layers[l].params;
+  return fmt::format("forward {}; backward {}; {:.1f} M parameters a rank", comms(false),
+                     comms(true), static_cast<double>(params) / 1e6);
 }
 
 // A move: one split given to a run of consecutive ops of the block (a single op, or a segment
@@ -78,15 +105,16 @@ struct Move {
 };
 
 // Whether `split` applies to `node`: its dimensions are the op's and not ones it needs whole, and
-// no weight is split over the replicas.
-bool applies(const models::GraphNode& node, const OpSplit& split) {
+// no weight is split over the replicas unless `weights_over_d` (a CNN's fc layers: each replica's
+// shard of a weight its op reads every replica's rows for).
+bool applies(const models::GraphNode& node, const OpSplit& split, bool weights_over_d) {
   for (const auto& [dim, axes] : split) {
     bool has = std::find(node.op.output.begin(), node.op.output.end(), dim) != node.op.output.end();
     for (size_t i = 0; i < node.op.operands.size(); ++i) {
       const auto& operand = node.op.operands[i];
       const bool in = std::find(operand.begin(), operand.end(), dim) != operand.end();
       has = has || in;
-      if (in && node.inputs[i].param &&
+      if (in && node.inputs[i].param && !weights_over_d &&
           std::find(axes.begin(), axes.end(), spec::kDataAxis) != axes.end())
         return false;
     }
@@ -98,7 +126,7 @@ bool applies(const models::GraphNode& node, const OpSplit& split) {
 
 // Every split of `node`'s dimensions over the mesh axes d and t that applies to it: each axis
 // splits no dimension or one; both on one dimension, d major.
-std::vector<OpSplit> candidate_splits(const models::GraphNode& node) {
+std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weights_over_d) {
   std::vector<std::string> dims = {""};
   auto add = [&](const std::string& d) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
@@ -112,18 +140,18 @@ std::vector<OpSplit> candidate_splits(const models::GraphNode& node) {
       OpSplit s;
       if (!on_d.empty()) s[on_d].push_back(spec::kDataAxis);
       if (!on_t.empty()) s[on_t].push_back(spec::kTensorAxis);
-      if (applies(node, s)) out.push_back(std::move(s));
+      if (applies(node, s, weights_over_d)) out.push_back(std::move(s));
     }
   return out;
 }
 
 // Every segment of consecutive ops with every split of its first op that applies to all of them.
-std::vector<Move> segment_moves(const models::OpGraph& graph) {
+std::vector<Move> segment_moves(const models::OpGraph& graph, bool weights_over_d) {
   std::vector<Move> out;
   for (size_t first = 0; first < graph.nodes.size(); ++first)
-    for (const OpSplit& split : candidate_splits(graph.nodes[first]))
+    for (const OpSplit& split : candidate_splits(graph.nodes[first], weights_over_d))
       for (size_t count = 1; first + count <= graph.nodes.size(); ++count) {
-        if (!applies(graph.nodes[first + count - 1], split)) break;
+        if (!applies(graph.nodes[first + count - 1], split, weights_over_d)) break;
         out.push_back({first, count, split});
       }
   return out;
@@ -163,10 +191,12 @@ constexpr size_t kSimulatedMoves = 3;
 }  // namespace
 
 bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan) {
-  if (!model.is_transformer() || model.transformer().moe) return false;
   spec::Plan probe = plan;
   probe.per_op = {{"qkv", {}}};
-  return spec::per_op_problem(probe).empty();
+  if (!spec::per_op_problem(probe).empty()) return false;
+  if (model.is_transformer()) return !model.transformer().moe;
+  // A CNN's fc layers on data-parallel plans (models/cnn_fc_graph.hpp).
+  return model.kind() == spec::ModelKind::kCnn && plan.tp == 1;
 }
 
 OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
@@ -186,8 +216,8 @@ OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::Cluster
     out.result = std::move(best);
     return out;
   }
-  const models::OpGraph graph = block_graph_of(model);
-  const std::vector<Move> moves = segment_moves(graph);
+  const models::OpGraph graph = per_op_graph(model, cluster, plan);
+  const std::vector<Move> moves = segment_moves(graph, !model.is_transformer());
   Estimator estimator(model, cluster);
   for (int pass = 0; pass < passes; ++pass) {
     // Every move estimated; the few best simulated; the best of those kept if it pays.

@@ -340,7 +340,7 @@ class StageBuilder {
         slot = GroupSlot::kChannelGather;
         break;
       case models::CommGroup::kData:
-        slot = GroupSlot::kDp;
+        slot = GroupSlot::kDpLayer;
         break;
     }
     // The z axis of a tensor grid on its own stream (AxoNN's depth group, spec::Stream).

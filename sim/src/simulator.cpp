@@ -37,16 +37,17 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
   const int64_t world = layout.world_size();
   Topology topo;
   topo.ranks.resize(static_cast<size_t>(world));
-  std::map<std::vector<int64_t>, int32_t> group_ids;
-  auto group_id = [&](std::vector<int64_t> members) {
-    auto it = group_ids.find(members);
+  // A group is its members, and `own` for a communicator of its own over the same ranks.
+  std::map<std::pair<std::vector<int64_t>, bool>, int32_t> group_ids;
+  auto group_id = [&](std::vector<int64_t> members, bool own = false) {
+    auto it = group_ids.find({members, own});
     if (it != group_ids.end()) return it->second;
     int32_t id = static_cast<int32_t>(topo.groups.size());
     GroupSetup g;
     g.shape = group_shape(members, cluster.devices_per_node);
     g.members = members;
     topo.groups.push_back(std::move(g));
-    group_ids.emplace(std::move(members), id);
+    group_ids.emplace(std::pair{std::move(members), own}, id);
     return id;
   };
   std::map<std::tuple<int64_t, int64_t, int>, int32_t> channel_ids;
@@ -64,6 +65,8 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
     s.program = static_cast<int32_t>(layout.coord(r).pp);
     s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.layer_group(r));
     s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.replica_group(r));
+    if (!plan.per_op.empty())
+      s.groups[static_cast<size_t>(GroupSlot::kDpLayer)] = group_id(layout.replica_group(r), true);
     if (plan.cp > 1) s.groups[static_cast<size_t>(GroupSlot::kCp)] = group_id(layout.cp_group(r));
     if (plan.spatial.any())
       s.groups[static_cast<size_t>(GroupSlot::kSpatial)] = group_id(layout.spatial_group(r));

@@ -158,6 +158,11 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
 
 void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
                std::vector<Problem>& out) {
+  // A CNN's fc layers split by op (models/cnn_fc_graph.hpp) are simulated and planned.
+  if (!plan.per_op.empty())
+    out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
+                   "per-op splits of a CNN's fc layers are simulated and planned; the executor "
+                   "runs those of transformer blocks"});
   const std::string backend(executor_backend_name(run.backend));
   // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
   if (storage_dtype(run.precision) != Dtype::kFp32)

@@ -142,6 +142,10 @@ struct Layer {
   // (norms, row-parallel biases, learned positions): their gradients are partial sums, all-reduced
   // over the tp group once per step (Megatron-LM finalize_model_grads, _allreduce_layernorm_grads).
   int64_t sp_partial_params = 0;
+  // Of `params`, those whose op read every replica's rows (a per-op split of a CNN's classifier,
+  // cnn_fc_graph.hpp): each replica's gradient is whole, its shard or a copy, and not summed over
+  // the replicas (gradient_buckets leaves them out).
+  int64_t replica_whole_params = 0;
   // Of `params`, the weights of two or more dimensions, as the executor's parameters hold them
   // (exec's ParamSpec shapes), in no particular order; the rest are vectors (norms, biases).
   // Listed for dense layers (a mixture of experts' and a tensor grid's are not).

@@ -46,9 +46,13 @@ enum class GroupSlot : uint8_t {
   kGridZ,
   kSpatial,
   kFilterReduce,
-  kChannelGather
+  kChannelGather,
+  // The replicas again, for a layer's own collectives over them (per-op reshards over d): a
+  // communicator of their own, so that they never queue into the buckets' reductions, which run
+  // on another stream (as NCCL needs a communicator per concurrent stream).
+  kDpLayer
 };
-inline constexpr size_t kGroupSlots = 12;
+inline constexpr size_t kGroupSlots = 13;
 enum class PeerSlot : uint8_t { kPrev, kNext };
 
 // Satisfied once `stream` has completed at least `count` tasks.

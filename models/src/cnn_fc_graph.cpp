@@ -1,0 +1,210 @@
+// A CNN's classifier as a per-op graph, and a plan's splits of it applied to the lowering
+// (cnn_fc_graph.hpp).
+#include "sextant/models/cnn_fc_graph.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "lowering_ops.hpp"
+#include "sextant/models/per_op_block.hpp"
+#include "sextant/spec/error.hpp"
+
+namespace sextant::models {
+
+namespace {
+
+using spec::Phase;
+
+// The fc GEMM of a lowered layer (nullptr: none).
+Op* fc_gemm(std::vector<Op>& ops) {
+  for (Op& op : ops)
+    if (op.id == OpId::kUnitFc) return &op;
+  return nullptr;
+}
+
+std::string dim(size_t k) {
+  return fmt::format("f{}", k);
+}
+
+int64_t local(const spec::DeviceMesh& mesh, const spec::TensorLayout& l, const std::string& d) {
+  const spec::TensorDim* t = l.dim(d);
+  int64_t parts = 1;
+  for (const std::string& a : t->axes) parts *= mesh.size(a);
+  return t->extent / parts;
+}
+
+class FcSplitter {
+ public:
+  FcSplitter(LoweredModel& lowered, const FcChain& chain, const LoweringOptions& o)
+      : lowered_(lowered), c_(chain), chosen_(chain.uniform), e_(spec::dtype_bytes(o.dtype)) {
+    for (const auto& [op, split] : o.per_op) {
+      if (!chosen_.contains(op)) {
+        std::vector<std::string> names;
+        for (const GraphNode& n : c_.graph.nodes) names.push_back(n.op.name);
+        throw InputError(
+            "plan", fmt::format("/per_op/{}", op), "",
+            fmt::format("a fully connected layer of this CNN: {}", fmt::join(names, ", ")));
+      }
+      chosen_[op] = {split.begin(), split.end()};
+      if (chosen_[op] != c_.uniform.at(op)) changed_.insert(op);
+    }
+  }
+
+  void apply() {
+    if (changed_.empty()) return;
+    const GraphWalk walk = walk_graph(c_.mesh, c_.graph, chosen_, c_.features, c_.logits, e_);
+    for (size_t k = 0; k < c_.graph.nodes.size(); ++k)
+      if (changed_.contains(c_.graph.nodes[k].op.name)) reshape(k);
+    insert_reshards(walk);
+  }
+
+ private:
+  // A changed layer's GEMM on its blocks, its parameters and kept input.
+  void reshape(size_t k) {
+    const GraphNode& n = c_.graph.nodes[k];
+    Layer& layer = lowered_.layers[c_.layers[k]];
+    const ShardedOp now = shard_op(c_.mesh, n.op, chosen_.at(n.op.name));
+    const ShardedOp was = shard_op(c_.mesh, n.op, c_.uniform.at(n.op.name));
+    const std::string in = dim(k), out = dim(k + 1);
+    const int64_t m = local(c_.mesh, now.output, "b"), cols = local(c_.mesh, now.output, out);
+    const int64_t depth = local(c_.mesh, now.operands[0], in);
+    Op* fwd = fc_gemm(layer.forward);
+    Op* bwd = fc_gemm(layer.backward);
+    SEXTANT_CHECK(fwd != nullptr && bwd != nullptr, "{}: no fc GEMM", layer.name);
+    const double share = static_cast<double>(now.output.shard_elements(c_.mesh)) /
+                         static_cast<double>(was.output.shard_elements(c_.mesh));
+    for (std::vector<Op>* ops : {&layer.forward, &layer.backward})
+      for (Op& op : *ops)
+        if (!op.is_comm() && op.id != OpId::kUnitFc && op.id != OpId::kLoss) scale(op, share);
+    const Op fresh =
+        gemm(OpName(layer.name, OpId::kUnitFc), m, cols, depth, e_, TpSplit::kReplicated);
+    *fwd = fresh;
+    *bwd = gemm_backward(fresh);
+    // The weight's block, and the bias over the rank's outputs (the lowering's count beyond the
+    // whole weight).
+    const int64_t whole_weight = was.operands[1].shard_elements(c_.mesh);
+    const bool bias = layer.params > whole_weight;
+    layer.params = now.operands[1].shard_elements(c_.mesh) + (bias ? cols : 0);
+    // Rows gathered from every replica: the gradient is whole on each (its shard, or a copy).
+    layer.replica_whole_params = contains(now.output.dim("b")->axes) ? 0 : layer.params;
+    layer.matrices = {{depth, cols}};
+    layer.saved_bytes +=
+        (now.operands[0].shard_elements(c_.mesh) - was.operands[0].shard_elements(c_.mesh)) * e_;
+  }
+
+  static bool contains(const std::vector<std::string>& axes) {
+    return std::find(axes.begin(), axes.end(), spec::kDataAxis) != axes.end();
+  }
+
+  static void scale(Op& op, double r) {
+    op.flops *= r;
+    op.kernel_flops *= r;
+    op.bytes = static_cast<int64_t>(std::llround(static_cast<double>(op.bytes) * r));
+  }
+
+  // The walk's collectives: an op's operand moves at the start of its layer's forward, the
+  // logits' before the loss; an output gradient's moves at the start of its layer's backward, the
+  // features' at the end of the first layer's.
+  void insert_reshards(const GraphWalk& walk) {
+    const std::vector<GraphNode>& nodes = c_.graph.nodes;
+    std::map<std::pair<size_t, Phase>, std::vector<Op>> at_start;
+    std::vector<Op> logits, features;
+    for (const GraphStep& s : walk.steps) {
+      if (s.kind != GraphStep::Kind::kReshard || s.reshard.kind == spec::ReshardKind::kSlice)
+        continue;
+      Op op = comm_op(reshard_op_name(s), s.reshard.collective(), s.reshard.bytes);
+      op.group = s.reshard.axis == spec::kDataAxis ? CommGroup::kData : CommGroup::kLayer;
+      op.split = TpSplit::kReplicated;
+      if (s.node == c_.graph.output) {
+        logits.push_back(op);
+      } else if (s.node == c_.graph.input) {
+        features.push_back(op);
+      } else {
+        const auto k = static_cast<size_t>(
+            std::find_if(nodes.begin(), nodes.end(),
+                         [&](const GraphNode& n) { return n.op.name == s.node; }) -
+            nodes.begin());
+        at_start[{k, s.phase}].push_back(op);
+      }
+    }
+    for (const auto& [key, ops] : at_start) {
+      Layer& layer = lowered_.layers[c_.layers[key.first]];
+      std::vector<Op>& pass = key.second == Phase::kBwd ? layer.backward : layer.forward;
+      pass.insert(pass.begin(), ops.begin(), ops.end());
+    }
+    Layer& last = lowered_.layers[c_.layers.back()];
+    const auto loss = std::find_if(last.forward.begin(), last.forward.end(),
+                                   [](const Op& op) { return op.id == OpId::kLoss; });
+    last.forward.insert(loss, logits.begin(), logits.end());
+    Layer& first = lowered_.layers[c_.layers.front()];
+    first.backward.insert(first.backward.end(), features.begin(), features.end());
+  }
+
+  LoweredModel& lowered_;
+  const FcChain& c_;
+  std::map<std::string, OpSplit> chosen_;
+  std::set<std::string> changed_;
+  int64_t e_;
+};
+
+}  // namespace
+
+std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int64_t tp) {
+  FcChain c;
+  // The trailing run of layers with an fc GEMM.
+  for (size_t l = lowered.layers.size(); l-- > 0;) {
+    const auto& ops = lowered.layers[l].forward;
+    if (std::none_of(ops.begin(), ops.end(), [](const Op& op) { return op.id == OpId::kUnitFc; }))
+      break;
+    c.layers.insert(c.layers.begin(), l);
+  }
+  if (c.layers.empty()) return std::nullopt;
+  c.mesh = {{{spec::kDataAxis, dp}, {spec::kTensorAxis, tp}}};
+  std::map<std::string, int64_t> extents;
+  int64_t batch = 0;
+  for (size_t k = 0; k < c.layers.size(); ++k) {
+    const Layer& layer = lowered.layers[c.layers[k]];
+    const auto it = std::find_if(layer.forward.begin(), layer.forward.end(),
+                                 [](const Op& op) { return op.id == OpId::kUnitFc; });
+    const MatmulShape& mm = it->matmuls.at(0);
+    batch = mm.m;
+    extents[dim(k)] = mm.k;
+    extents[dim(k + 1)] = mm.n;
+  }
+  extents["b"] = batch * dp;
+  c.graph.input = "fc_input";
+  c.graph.output = "logits";
+  for (size_t k = 0; k < c.layers.size(); ++k) {
+    GraphNode n;
+    n.op.name = lowered.layers[c.layers[k]].name;
+    n.op.operands = {{"b", dim(k)}, {dim(k), dim(k + 1)}};
+    n.op.output = {"b", dim(k + 1)};
+    n.op.extents = extents;
+    n.inputs = {{k == 0 ? c.graph.input : c.graph.nodes.back().output, false}, {"", true}};
+    n.output = k + 1 == c.layers.size() ? c.graph.output : n.op.name + ".out";
+    c.uniform[n.op.name] = {{"b", {spec::kDataAxis}}};
+    c.graph.nodes.push_back(std::move(n));
+  }
+  c.features = layout_of({"b", dim(0)}, extents, {{"b", {spec::kDataAxis}}});
+  c.logits = layout_of({"b", dim(c.layers.size())}, extents, {{"b", {spec::kDataAxis}}});
+  return c;
+}
+
+void apply_fc_splits(LoweredModel& lowered, const LoweringOptions& o) {
+  if (o.per_op.empty()) return;
+  const std::string splits = spec::op_splits_text(o.per_op).substr(1);
+  if (o.tp > 1 || o.spatial.any())
+    throw InputError("plan", "/per_op", splits,
+                     "a CNN's fc layers split by op on data-parallel plans (tp 1, no spatial "
+                     "split): not modelled beside channel or spatial splits");
+  const std::optional<FcChain> chain = cnn_fc_chain(lowered, std::max<int64_t>(o.dp, 1), o.tp);
+  if (!chain)
+    throw InputError("plan", "/per_op", splits,
+                     "fully connected layers to split: this CNN ends in none");
+  FcSplitter(lowered, *chain, o).apply();
+}
+
+}  // namespace sextant::models
