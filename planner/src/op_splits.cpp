@@ -126,7 +126,8 @@ bool applies(const models::GraphNode& node, const OpSplit& split, bool weights_o
 
 // Every split of `node`'s dimensions over the mesh axes d and t that applies to it: each axis
 // splits no dimension or one; both on one dimension, d major.
-std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weights_over_d) {
+std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weights_over_d,
+                                      const spec::Plan& plan) {
   std::vector<std::string> dims = {""};
   auto add = [&](const std::string& d) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
@@ -137,6 +138,8 @@ std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weight
   std::vector<OpSplit> out;
   for (const std::string& on_d : dims)
     for (const std::string& on_t : dims) {
+      // An axis of one rank splits nothing: its splits are the uniform ones again.
+      if ((!on_d.empty() && plan.dp == 1) || (!on_t.empty() && plan.tp == 1)) continue;
       OpSplit s;
       if (!on_d.empty()) s[on_d].push_back(spec::kDataAxis);
       if (!on_t.empty()) s[on_t].push_back(spec::kTensorAxis);
@@ -146,10 +149,11 @@ std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weight
 }
 
 // Every segment of consecutive ops with every split of its first op that applies to all of them.
-std::vector<Move> segment_moves(const models::OpGraph& graph, bool weights_over_d) {
+std::vector<Move> segment_moves(const models::OpGraph& graph, bool weights_over_d,
+                                const spec::Plan& plan) {
   std::vector<Move> out;
   for (size_t first = 0; first < graph.nodes.size(); ++first)
-    for (const OpSplit& split : candidate_splits(graph.nodes[first], weights_over_d))
+    for (const OpSplit& split : candidate_splits(graph.nodes[first], weights_over_d, plan))
       for (size_t count = 1; first + count <= graph.nodes.size(); ++count) {
         if (!applies(graph.nodes[first + count - 1], split, weights_over_d)) break;
         out.push_back({first, count, split});
@@ -217,7 +221,7 @@ OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::Cluster
     return out;
   }
   const models::OpGraph graph = per_op_graph(model, cluster, plan);
-  const std::vector<Move> moves = segment_moves(graph, !model.is_transformer());
+  const std::vector<Move> moves = segment_moves(graph, !model.is_transformer(), plan);
   Estimator estimator(model, cluster);
   for (int pass = 0; pass < passes; ++pass) {
     // Every move estimated; the few best simulated; the best of those kept if it pays.
