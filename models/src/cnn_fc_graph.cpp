@@ -51,6 +51,20 @@ class FcSplitter {
       chosen_[op] = {split.begin(), split.end()};
       if (chosen_[op] != c_.uniform.at(op)) changed_.insert(op);
     }
+    // A layer with a ReLU needs its summed output: a split of the features it contracts would
+    // leave each rank a partial sum to rectify.
+    for (size_t k = 0; k < c_.graph.nodes.size(); ++k) {
+      const std::string& op = c_.graph.nodes[k].op.name;
+      const auto in = chosen_.at(op).find(dim(k));
+      const std::vector<Op>& ops = lowered_.layers[c_.layers[k]].forward;
+      const bool relu =
+          std::any_of(ops.begin(), ops.end(), [](const Op& x) { return x.id == OpId::kUnitRelu; });
+      if (relu && in != chosen_.at(op).end() && splits(in->second))
+        throw InputError("plan", fmt::format("/per_op/{}/{}", op, dim(k)),
+                         fmt::format("{}", fmt::join(in->second, " x ")),
+                         "no split of the features a layer with a ReLU contracts (it rectifies "
+                         "its summed output)");
+    }
   }
 
   void apply() {
@@ -95,6 +109,12 @@ class FcSplitter {
         (now.operands[0].shard_elements(c_.mesh) - was.operands[0].shard_elements(c_.mesh)) * e_;
   }
 
+  // Whether `axes` split anything (an axis of one rank does not).
+  bool splits(const std::vector<std::string>& axes) const {
+    return std::any_of(axes.begin(), axes.end(),
+                       [&](const std::string& a) { return c_.mesh.size(a) > 1; });
+  }
+
   static bool contains(const std::vector<std::string>& axes) {
     return std::find(axes.begin(), axes.end(), spec::kDataAxis) != axes.end();
   }
@@ -133,7 +153,10 @@ class FcSplitter {
     for (const auto& [key, ops] : at_start) {
       Layer& layer = lowered_.layers[c_.layers[key.first]];
       std::vector<Op>& pass = key.second == Phase::kBwd ? layer.backward : layer.forward;
-      pass.insert(pass.begin(), ops.begin(), ops.end());
+      // (The last layer's backward starts with the loss's, which makes the logits' gradient.)
+      auto at = pass.begin();
+      while (key.second == Phase::kBwd && at != pass.end() && at->id == OpId::kLoss) ++at;
+      pass.insert(at, ops.begin(), ops.end());
     }
     Layer& last = lowered_.layers[c_.layers.back()];
     const auto loss = std::find_if(last.forward.begin(), last.forward.end(),

@@ -141,7 +141,7 @@ PerOpBlock per_op_block(const spec::TransformerSpec& m, const spec::Plan& plan) 
                        m.hidden,         m.heads,
                        m.head_dim(),     m.ffn_hidden,
                        m.kv_heads,       m.activation == spec::Activation::kSwiglu ? 2 : 1};
-  return per_op_block(dims, plan.dp, plan.tp, plan.sequence_parallel,
+  return per_op_block(dims, plan.dp, plan.tp, plan.sequence_parallel && plan.tp > 1,
                       m.norm == spec::Norm::kLayerNorm, m.bias, plan.per_op);
 }
 

@@ -306,6 +306,7 @@ std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& fro
     for (TensorDim& d : l.dims)
       std::erase_if(d.axes, [&](const std::string& a) { return mesh.size(a) == 1; });
     std::erase_if(l.partial, [&](const std::string& a) { return mesh.size(a) == 1; });
+    std::sort(l.partial.begin(), l.partial.end());
     return l;
   };
   SEXTANT_CHECK(split_only(walked) == split_only(to),

@@ -382,26 +382,28 @@ TEST(PerOpLowering, EveryOpOfADenseBlockBelongsToAGraphOp) {
 namespace sextant::models {
 namespace {
 
-// AlexNet's classifier (fc 9216 -> 4096 -> 4096 -> 1000, bias and ReLU) on 16 replicas of 32
-// images each, in bf16, its first two fc layers split as Krizhevsky's "one weird trick" splits
-// them (FlexFlow's parameter dimension): layer9's outputs over d, layer10's inputs over d. By hand:
-// - layer9 reads every replica's images: its input all-gathered over d, 512 x 9216 x 2 bytes
-//   whole; its GEMM 512 x 256 x 9216; its weight's block 9216 x 256 and bias 256;
-// - layer10 contracts its inputs split over d: a partial sum, reduce-scattered over d onto the
-//   batch where layer11 reads it (512 x 4096 x 2 bytes, the whole input); GEMM 512 x 4096 x 256;
-// - backward, the twins: layer10's output gradient gathered over d (the same bytes) and the
-//   features' gradient reduce-scattered at the end of layer9's;
-// - both layers' parameters are whole on each replica (its own shard): out of the buckets.
+// AlexNet's classifier (fc 9216 -> 4096 -> 4096 -> 1000; ReLU after the first two) on 16
+// replicas of 32 images each, in bf16, split as Krizhevsky's "one weird trick" splits it
+// (FlexFlow's parameter dimension): layer9's and layer10's outputs over d, layer11's inputs over d.
+// By hand (512 images, 2 bytes an element):
+// - layer9 reads every replica's images: its input all-gathered over d (512 x 9216 whole); GEMM
+//   512 x 256 x 9216; its weight's block 9216 x 256 and bias 256;
+// - layer10 reads layer9's outputs whole: gathered over d (512 x 4096); GEMM 512 x 256 x 4096;
+// - layer11 contracts its inputs as layer10 split them: a partial sum, reduce-scattered over d
+//   onto the batch before the loss (512 x 1000 whole); GEMM 512 x 1000 x 256;
+// - backward, after the loss: the logits' gradient gathered over d (512 x 1000); layer10's input
+//   gradient a partial sum, reduce-scattered onto layer9's outputs (512 x 4096); the features'
+//   gradient reduce-scattered onto the batch at the end of layer9's (512 x 9216);
+// - the three layers' parameters are each replica's own: out of the buckets.
 TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
   const spec::ModelSpec m = zoo_model("alexnet");
   LoweringOptions o;
   o.micro_batch = 32;
   o.dp = 16;
   const LoweredModel uniform = lower(m, o);
-  o.per_op = {{"layer9", {{"f1", {"d"}}}}, {"layer10", {{"f1", {"d"}}}}};
+  o.per_op = {
+      {"layer9", {{"f1", {"d"}}}}, {"layer10", {{"f2", {"d"}}}}, {"layer11", {{"f2", {"d"}}}}};
   const LoweredModel split = lower(m, o);
-  const Layer& l9 = split.layers[9];
-  const Layer& l10 = split.layers[10];
   auto comms = [](const std::vector<Op>& ops) {
     std::vector<std::pair<std::string, int64_t>> out;
     for (const Op& op : ops)
@@ -409,26 +411,29 @@ TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
     return out;
   };
   using Named = std::vector<std::pair<std::string, int64_t>>;
+  const Layer &l9 = split.layers[9], &l10 = split.layers[10], &l11 = split.layers[11];
   EXPECT_EQ(comms(l9.forward), (Named{{"layer9.reshard_all_gather", 512 * 9216 * 2}}));
-  EXPECT_EQ(comms(l10.forward), Named{});
-  EXPECT_EQ(comms(split.layers[11].forward),
-            (Named{{"layer11.reshard_reduce_scatter", 512 * 4096 * 2}}));
-  EXPECT_EQ(comms(l10.backward), (Named{{"layer10.reshard_all_gather", 512 * 4096 * 2}}));
-  EXPECT_EQ(comms(l9.backward), (Named{{"fc_input.reshard_reduce_scatter", 512 * 9216 * 2}}));
+  EXPECT_EQ(comms(l10.forward), (Named{{"layer10.reshard_all_gather", 512 * 4096 * 2}}));
+  EXPECT_EQ(comms(l11.forward), (Named{{"logits.reshard_reduce_scatter", 512 * 1000 * 2}}));
+  EXPECT_EQ(l11.forward.back().id, OpId::kLoss);
+  EXPECT_EQ(comms(l11.backward), (Named{{"layer11.reshard_all_gather", 512 * 1000 * 2}}));
+  EXPECT_EQ(l11.backward.front().id, OpId::kLoss);  // the gather follows the loss's backward
+  EXPECT_EQ(comms(l10.backward), Named{});
+  EXPECT_EQ(comms(l9.backward), (Named{{"layer9.reshard_reduce_scatter", 512 * 4096 * 2},
+                                       {"fc_input.reshard_reduce_scatter", 512 * 9216 * 2}}));
   for (const auto& [layer, shape] : {std::pair{&l9, MatmulShape{1, 512, 256, 9216}},
-                                     std::pair{&l10, MatmulShape{1, 512, 4096, 256}}})
+                                     std::pair{&l10, MatmulShape{1, 512, 256, 4096}},
+                                     std::pair{&l11, MatmulShape{1, 512, 1000, 256}}})
     for (const Op& op : layer->forward) {
       if (op.id == OpId::kUnitFc) {
         EXPECT_EQ(op.matmuls, std::vector<MatmulShape>{shape});
       }
     }
   EXPECT_EQ(l9.params, 9216 * 256 + 256);
-  EXPECT_EQ(l10.params, 256 * 4096 + 4096);
-  EXPECT_EQ(l9.replica_whole_params, l9.params);
-  EXPECT_EQ(l10.replica_whole_params, l10.params);
-  EXPECT_EQ(split.layers[11].params, uniform.layers[11].params);
-  EXPECT_EQ(split.layers[11].replica_whole_params, 0);
-  // The buckets reduce everything else: the uniform buckets less layer9's and layer10's whole.
+  EXPECT_EQ(l10.params, 4096 * 256 + 256);
+  EXPECT_EQ(l11.params, 256 * 1000 + 1000);
+  for (const Layer* l : {&l9, &l10, &l11}) EXPECT_EQ(l->replica_whole_params, l->params);
+  // The buckets reduce everything else: the uniform buckets less the three layers' whole.
   spec::Plan plan;
   plan.dp = 16;
   plan.micro_batch = 32;
@@ -436,8 +441,12 @@ TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
   int64_t was = 0, now = 0;
   for (const GradientBucket& b : gradient_buckets(plan, uniform, 0, 25 << 20, 2)) was += b.params;
   for (const GradientBucket& b : gradient_buckets(plan, split, 0, 25 << 20, 2)) now += b.params;
-  EXPECT_EQ(was - now, uniform.layers[9].params + uniform.layers[10].params);
-  // Not an fc layer, and beside tensor parallelism: refused.
+  EXPECT_EQ(was - now,
+            uniform.layers[9].params + uniform.layers[10].params + uniform.layers[11].params);
+  // Refused: a split of the features a layer with a ReLU contracts (it would rectify a partial
+  // sum), a layer that is not an fc, and tensor parallelism beside.
+  o.per_op = {{"layer10", {{"f1", {"d"}}}}};
+  EXPECT_THROW(lower(m, o), InputError);
   o.per_op = {{"layer3", {{"b", {"d"}}}}};
   EXPECT_THROW(lower(m, o), InputError);
   o.per_op = {{"layer9", {{"f1", {"d"}}}}};
