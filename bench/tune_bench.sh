@@ -5,7 +5,8 @@
 # its noise the rounds' half-range (3 rounds let two slow ones make an outlier the median). Then three tunes from scratch. A tune meets the bar when its
 # chosen plan's grid time is within the two plans' grid noise (plus the 2% the loop resolves) of
 # the grid's best, with at most a third of the grid's trials.
-# Record with: bench/run.sh tune_local bench/tune_bench.sh
+# Record with: bench/run.sh tune_local bench/tune_bench.sh (with the core check:
+# bench/run.sh tune_core_check env TUNE_FLAGS="--core-check --quiet-wait 20" bench/tune_bench.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sextant="$root/build/release/cli/sextant"
@@ -15,6 +16,10 @@ trap 'slurm_test_cluster_stop "$work/slurm"; rm -rf "$work"' EXIT
 slurm_test_cluster_start "$work/slurm"
 args=(--model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --candidates 12 --steps 8
   --noise 0.05 --slurm --time 10 --json)
+# TUNE_FLAGS: more tune flags for every run, e.g. "--core-check --quiet-wait 20" (the cores'
+# check inside each trial's job).
+read -r -a extra <<<"${TUNE_FLAGS:-}"
+args+=("${extra[@]}")
 "$sextant" tune "${args[@]}" --grid 5 --dir "$work/grid" >"$work/grid.json" 2>/dev/null
 for i in 1 2 3; do
   "$sextant" tune "${args[@]}" --dir "$work/tune$i" >"$work/tune$i.json" 2>/dev/null
