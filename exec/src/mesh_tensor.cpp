@@ -57,11 +57,7 @@ const MeshRanks::Axis& MeshRanks::axis(std::string_view name) const {
 
 std::vector<int64_t> MeshRanks::local_extents(const spec::TensorLayout& l) const {
   std::vector<int64_t> out;
-  for (const spec::TensorDim& d : l.dims) {
-    int64_t parts = 1;
-    for (const std::string& a : d.axes) parts *= mesh_.size(a);
-    out.push_back(d.extent / parts);
-  }
+  for (const spec::TensorDim& d : l.dims) out.push_back(spec::local_extent(mesh_, d));
   return out;
 }
 

@@ -78,9 +78,7 @@ SplitBlock::SplitBlock(const GptParts& parts, ParamStore& store, int32_t layer,
 }
 
 MeshTensor SplitBlock::make(const spec::TensorLayout& l) const {
-  int64_t n = 1;
-  for (int64_t e : ranks_.local_extents(l)) n *= e;
-  return {backend().empty({n}), l};
+  return {backend().empty({l.shard_elements(ranks_.mesh())}), l};
 }
 
 spec::TensorLayout SplitBlock::output_layout(const GraphNode& n) const {

@@ -30,10 +30,7 @@ std::string dim(size_t k) {
 }
 
 int64_t local(const spec::DeviceMesh& mesh, const spec::TensorLayout& l, const std::string& d) {
-  const spec::TensorDim* t = l.dim(d);
-  int64_t parts = 1;
-  for (const std::string& a : t->axes) parts *= mesh.size(a);
-  return t->extent / parts;
+  return spec::local_extent(mesh, *l.dim(d));
 }
 
 class FcSplitter {

@@ -34,11 +34,7 @@ int64_t scaled(int64_t v, double r) {
 std::map<std::string, int64_t> local_extents(const spec::DeviceMesh& mesh,
                                              const spec::TensorLayout& l) {
   std::map<std::string, int64_t> out;
-  for (const spec::TensorDim& d : l.dims) {
-    int64_t parts = 1;
-    for (const std::string& a : d.axes) parts *= mesh.size(a);
-    out[d.name] = d.extent / parts;
-  }
+  for (const spec::TensorDim& d : l.dims) out[d.name] = spec::local_extent(mesh, d);
   return out;
 }
 

@@ -155,13 +155,15 @@ bool TensorLayout::partial_over(std::string_view axis) const {
   return contains(partial, axis);
 }
 
+int64_t local_extent(const DeviceMesh& mesh, const TensorDim& d) {
+  int64_t parts = 1;
+  for (const std::string& a : d.axes) parts *= mesh.size(a);
+  return d.extent / parts;
+}
+
 int64_t TensorLayout::shard_elements(const DeviceMesh& mesh) const {
   int64_t n = 1;
-  for (const TensorDim& d : dims) {
-    int64_t parts = 1;
-    for (const std::string& a : d.axes) parts *= mesh.size(a);
-    n *= d.extent / parts;
-  }
+  for (const TensorDim& d : dims) n *= local_extent(mesh, d);
   return n;
 }
 

@@ -46,6 +46,9 @@ struct TensorDim {
   bool operator==(const TensorDim&) const = default;
 };
 
+// One rank's extent of `d`: its extent over the product of its axes' sizes.
+int64_t local_extent(const DeviceMesh& mesh, const TensorDim& d);
+
 struct TensorLayout {
   std::vector<TensorDim> dims;
   std::vector<std::string> partial;  // axes over which each rank holds a partial sum
