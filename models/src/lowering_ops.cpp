@@ -6,6 +6,22 @@
 namespace sextant::models {
 
 // Builders for the three kinds of op. Sizes are element counts; `e` is bytes per element.
+bool fp8_recipe_quantizes(OpId id) {
+  switch (id) {
+    case OpId::kAttnQkv:
+    case OpId::kAttnProj:
+    case OpId::kMlpFc1:
+    case OpId::kMlpFc2:
+    case OpId::kMoeFc1:
+    case OpId::kMoeFc2:
+    case OpId::kMoeSharedFc1:
+    case OpId::kMoeSharedFc2:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Op gemm(const OpName& name, int64_t m, int64_t n, int64_t k, int64_t e, TpSplit split) {
   Op op;
   op.id = name.id();

@@ -37,8 +37,10 @@ spec::DeviceSpec tiny_gpu(double clock_ratio = 1.0, int64_t max_split_k = 1) {
   return d;
 }
 
-models::Op gemm_op(int64_t m, int64_t n, int64_t k) {
+// A dense linear of a block (an fp8 recipe quantizes it) unless `id` says otherwise.
+models::Op gemm_op(int64_t m, int64_t n, int64_t k, models::OpId id = models::OpId::kMlpFc1) {
   models::Op op;
+  op.id = id;
   op.name = "g";
   op.op_class = spec::OpClass::kGemm;
   op.flops = 2.0 * static_cast<double>(m * n * k);
@@ -147,6 +149,25 @@ TEST(GemmModel, BackwardFp8GemmsAccumulateAtTheSplitAccumulatorRate) {
   EXPECT_NEAR(ps_to_seconds(fp8.op_time(op, spec::Phase::kBwd)), 2 * forward, 1e-12);
   ComputeModel bf16(d, spec::Dtype::kBf16);
   EXPECT_EQ(bf16.op_time(op, spec::Phase::kBwd), bf16.op_time(op, spec::Phase::kFwd));
+}
+
+TEST(GemmModel, AnFp8RecipeLeavesTheLogitsAndRouterInSixteenBits) {
+  // Megatron-Core's output layer runs outside Transformer Engine's fp8 context and TorchTitan's
+  // float8 converter skips it; the MoE router is no TE module. At the tiny GPU's 2 TFLOP/s bf16
+  // peak (5e11 FLOP/s an SM) a 128 x 128 x 1000 product is 2 waves of 2 x 64 x 64 x 1000 / 5e11 s
+  // in both passes (no full-precision accumulation penalty); the dense linear beside it runs at
+  // the 4 TFLOP/s fp8 peak, half that forward.
+  spec::DeviceSpec d = tiny_gpu();
+  d.gemm_model->fp8_split_accumulator_efficiency = 0.5;
+  ComputeModel fp8(d, spec::Dtype::kBf16, spec::AttentionKernel::kUnfused, spec::Dtype::kFp8);
+  const double sixteen_bit = 2 * 2.0 * 64 * 64 * 1000 / 5e11;
+  for (models::OpId id : {models::OpId::kHeadLogits, models::OpId::kMoeRouter}) {
+    const models::Op op = gemm_op(128, 128, 1000, id);
+    EXPECT_NEAR(ps_to_seconds(fp8.op_time(op, spec::Phase::kFwd)), sixteen_bit, 1e-12);
+    EXPECT_NEAR(ps_to_seconds(fp8.op_time(op, spec::Phase::kBwd)), sixteen_bit, 1e-12);
+  }
+  const models::Op linear = gemm_op(128, 128, 1000, models::OpId::kAttnQkv);
+  EXPECT_NEAR(ps_to_seconds(fp8.op_time(linear, spec::Phase::kFwd)), sixteen_bit / 2, 1e-12);
 }
 
 TEST(PowerClock, AStepRunsItsGemmsAtThePowerLimitsClock) {

@@ -78,10 +78,12 @@ double ComputeModel::seconds(double flops, double bytes, spec::OpClass op_class,
 // pipeline fill and epilogue worth `tile_overhead_k` elements of K. cuBLAS chooses among its
 // tiles and may split K over several blocks (their fp32 partial outputs are then summed), which
 // fills the GPU when M x N has few tiles; the model takes the fastest choice.
-double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
+double ComputeModel::matmul_seconds(const models::MatmulShape& s, bool in_gemm_dtype) const {
   const spec::GemmModel& g = *device_->gemm_model;
-  const double sm_flops = gemm_peak_flops_ / static_cast<double>(g.sms) *
-                          (clock_MHz_ / g.peak_clock_MHz) * g.mainloop_efficiency;
+  const double peak = in_gemm_dtype ? gemm_peak_flops_ : peak_flops_;
+  const double overhead_scale = in_gemm_dtype ? tile_overhead_scale_ : 1.0;
+  const double sm_flops =
+      peak / static_cast<double>(g.sms) * (clock_MHz_ / g.peak_clock_MHz) * g.mainloop_efficiency;
   const double bandwidth = device_->memory_bandwidth_GBps * kBytesPerGB *
                            device_->memory_efficiency_for(spec::OpClass::kGemm);
   const double k = static_cast<double>(s.k);
@@ -96,7 +98,7 @@ double ComputeModel::matmul_seconds(const models::MatmulShape& s) const {
       // first stages, writing the 16-bit output tile): tile_overhead_k is in 16-bit K elements,
       // twice as many fp8 ones.
       double time = waves * 2.0 * static_cast<double>(t.m * t.n) *
-                    (k / static_cast<double>(split) + g.tile_overhead_k * tile_overhead_scale_) /
+                    (k / static_cast<double>(split) + g.tile_overhead_k * overhead_scale) /
                     sm_flops;
       if (split > 1) {
         // Partial outputs written and read in fp32, the sum written in the output type.
@@ -154,14 +156,17 @@ Picoseconds ComputeModel::op_time(const models::Op& op, spec::Phase phase) const
   if (op.fused_attention) {
     compute = attention_seconds(op, phase == spec::Phase::kBwd);
   } else if (is_matrix_op(op.op_class) && op.flops > 0) {
+    // Under an fp8 recipe only the ops it quantizes run at the fp8 rate; the rest in 16 bits.
+    const bool in_gemm_dtype = !fp8_gemms_ || models::fp8_recipe_quantizes(op.id);
     if (device_->gemm_model && !op.matmuls.empty()) {
-      for (const models::MatmulShape& m : op.matmuls) compute += matmul_seconds(m);
+      for (const models::MatmulShape& m : op.matmuls) compute += matmul_seconds(m, in_gemm_dtype);
       // Backward fp8 GEMMs accumulate in full precision (GemmModel).
-      if (fp8_gemms_ && phase == spec::Phase::kBwd)
+      if (fp8_gemms_ && in_gemm_dtype && phase == spec::Phase::kBwd)
         compute /= device_->gemm_model->fp8_split_accumulator_efficiency;
     } else {
       const double flops = op.executed_flops();
-      compute = flops / (gemm_peak_flops_ * device_->gemm_efficiency_at(flops));
+      const double peak = in_gemm_dtype ? gemm_peak_flops_ : peak_flops_;
+      compute = flops / (peak * device_->gemm_efficiency_at(flops));
     }
   }
   return seconds_to_ps(load * std::max(co_run_matrix_ * compute, co_run_memory_ * memory) +

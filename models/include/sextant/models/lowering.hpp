@@ -116,6 +116,15 @@ struct Op {
   bool operator==(const Op&) const = default;
 };
 
+// Whether an fp8 recipe runs op `id`'s GEMMs in fp8: the transformer block's dense linears and
+// its experts' (Transformer Engine's modules in Megatron-Core, torchao's Float8Linear in
+// TorchTitan). Every other matrix product keeps the 16-bit compute dtype: the logits (Megatron-Core
+// builds its output layer as tensor_parallel.ColumnParallelLinear outside the fp8 context,
+// megatron/core/models/gpt/gpt_model.py and transformer_block.py; TorchTitan's float8 converter
+// filters "output" / "lm_head", torchtitan/components/quantization/float8.md), the MoE router and
+// unfused attention's batched products.
+bool fp8_recipe_quantizes(OpId id);
+
 enum class LayerKind { kEmbedding, kBlock, kHead, kMlpLinear, kCnn };
 
 // A weight one rank holds, viewed as the matrix PowerSGD compresses: a tensor of shape

@@ -35,8 +35,10 @@ class ComputeModel {
   // both curves.
   double seconds(double flops, double bytes, spec::OpClass op_class,
                  std::string_view op_key = {}) const;
-  // One matrix product on the device's GEMM model (the device must have one), launch excluded.
-  double matmul_seconds(const models::MatmulShape& shape) const;
+  // One matrix product on the device's GEMM model (the device must have one), launch excluded:
+  // in the GEMM dtype, or with `in_gemm_dtype` false in the 16-bit dtype (a product an fp8
+  // recipe leaves unquantized: models::fp8_recipe_quantizes).
+  double matmul_seconds(const models::MatmulShape& shape, bool in_gemm_dtype = true) const;
   // The fused attention kernel of `op` (forward or backward), launch and memory time excluded.
   double attention_seconds(const models::Op& op, bool backward) const;
   // Optimizer step over `params` parameters held by this rank: memory-bound, `bytes_per_param`
