@@ -43,6 +43,7 @@ double CnnLayers::take_loss() {
 void CnnLayers::forget(int64_t mb) {
   max_.erase(mb);
   sum_.erase(mb);
+  if (split_fc_ != nullptr) split_fc_->forget(mb);
 }
 
 Tensor CnnLayers::forward_pass(const Unit& u, const Tensor& x, const MicroBatch& mb,
@@ -253,6 +254,11 @@ Tensor CnnLayers::backward_adaptive_pool(const Unit& u, const Tensor& dout, int6
 
 Tensor CnnLayers::forward_fc(const Unit& u, const Tensor& x, const MicroBatch& mb,
                              UnitCache& cache) {
+  if (split_fc_ != nullptr) {
+    Tensor y = split_fc_->forward(u, x, mb.index);
+    if (u.last) add_loss(u, y, mb, cache);
+    return y;
+  }
   Backend& be = maps_.backend();
   Context& ctx = maps_.ctx();
   const int64_t m = mb.index, batch = maps_.micro_batch();
@@ -281,17 +287,31 @@ Tensor CnnLayers::forward_fc(const Unit& u, const Tensor& x, const MicroBatch& m
     be.relu(y, a);
     y = a;
   }
-  if (u.last) {
-    auto s = maps_.op(OpId::kLoss, u.layer, Phase::kFwd, m);
-    std::vector<float> target;
-    be.softmax_stats(y, mb.targets, 0, u.out.c, max_[m], sum_[m], target);
-    for (int64_t i = 0; i < batch; ++i) {
-      const size_t k = static_cast<size_t>(i);
-      loss_ += std::log(static_cast<double>(sum_[m][k])) + max_[m][k] - target[k];
-    }
-    cache.window = y;  // the logits
-  }
+  if (u.last) add_loss(u, y, mb, cache);
   return y.view(maps_.shape_of(u.out, false));
+}
+
+void CnnLayers::add_loss(const Unit& u, const Tensor& logits, const MicroBatch& mb,
+                         UnitCache& cache) {
+  const int64_t m = mb.index;
+  auto s = maps_.op(OpId::kLoss, u.layer, Phase::kFwd, m);
+  std::vector<float> target;
+  maps_.backend().softmax_stats(logits, mb.targets, 0, u.out.c, max_[m], sum_[m], target);
+  for (int64_t i = 0; i < maps_.micro_batch(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    loss_ += std::log(static_cast<double>(sum_[m][k])) + max_[m][k] - target[k];
+  }
+  cache.window = logits;
+}
+
+Tensor CnnLayers::loss_gradient(const Unit& u, const MicroBatch& mb, UnitCache& cache) {
+  const int64_t m = mb.index;
+  Tensor d = maps_.empty({maps_.micro_batch(), u.out.c});
+  auto s = maps_.op(OpId::kLoss, u.layer, Phase::kBwd, m);
+  maps_.backend().cross_entropy_backward(cache.window, mb.targets, 0, u.out.c, max_[m], sum_[m],
+                                         1.0f / static_cast<float>(maps_.ctx().plan->global_batch),
+                                         d);
+  return d;
 }
 
 Tensor CnnLayers::backward_fc(const Unit& u, const Tensor& dout, const MicroBatch& mb,
@@ -299,15 +319,15 @@ Tensor CnnLayers::backward_fc(const Unit& u, const Tensor& dout, const MicroBatc
   Backend& be = maps_.backend();
   const int64_t m = mb.index, batch = maps_.micro_batch();
   const bool input_gradient = u.layer > 0;
-  Tensor d;
-  if (u.last) {
-    d = maps_.empty({batch, u.out.c});
-    auto s = maps_.op(OpId::kLoss, u.layer, Phase::kBwd, m);
-    be.cross_entropy_backward(cache.window, mb.targets, 0, u.out.c, max_[m], sum_[m],
-                              1.0f / static_cast<float>(maps_.ctx().plan->global_batch), d);
-  } else {
-    d = dout.view({batch, u.out.c});
+  const Unit& before = input_gradient ? units_[static_cast<size_t>(u.layer - 1)] : u;
+  // The input's shape: the previous unit's output (a block of its channels behind a split).
+  const std::vector<int64_t> input_shape =
+      maps_.shape_of(input_gradient ? before.out : u.in, input_gradient && before.split_out);
+  if (split_fc_ != nullptr) {
+    Tensor dx = split_fc_->backward(u, u.last ? loss_gradient(u, mb, cache) : dout, m);
+    return before.kind == CnnLayerKind::kFc ? dx : dx.view(input_shape);
   }
+  Tensor d = u.last ? loss_gradient(u, mb, cache) : dout.view({batch, u.out.c});
   if (u.relu) {
     Tensor dr = maps_.empty({batch, u.out.c});
     auto s = maps_.op(OpName(u.name, OpId::kUnitRelu), u.layer, Phase::kBwd, m);
@@ -321,10 +341,7 @@ Tensor CnnLayers::backward_fc(const Unit& u, const Tensor& dout, const MicroBatc
   Tensor db = u.bias ? params_.grad_of(params_.get(u.name + ".fc.bias"), u) : Tensor();
   be.matmul_backward(cache.x, weight.compute, d, input_gradient ? &dx : nullptr, dw,
                      u.bias ? &db : nullptr);
-  // The input's shape: the previous unit's output (a block of its channels behind a split).
-  const bool after = u.layer > 0;
-  const Unit& before = after ? units_[static_cast<size_t>(u.layer - 1)] : u;
-  return dx.view(maps_.shape_of(after ? before.out : u.in, after && before.split_out));
+  return dx.view(input_shape);
 }
 
 }  // namespace sextant::exec::cnn

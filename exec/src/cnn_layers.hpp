@@ -15,6 +15,7 @@
 #include "cnn_maps.hpp"
 #include "cnn_units.hpp"
 #include "sextant/exec/parameters.hpp"
+#include "split_fc_chain.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec::cnn {
@@ -44,8 +45,10 @@ struct StageCaches {
 // whole tensor so that every layout starts alike, and where each gradient accumulates.
 class CnnParams {
  public:
+  // `split_fc`: the fc layers under per-op splits (nullptr: none), whose blocks it holds.
   CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end, const CnnMaps& maps,
-            uint64_t seed, std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells);
+            uint64_t seed, std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells,
+            SplitFcChain* split_fc);
   ParamStore& store() { return *store_; }
   Param& get(const std::string& name) { return store_->get(name); }
   // Where a parameter's gradient accumulates: its own, or the scratch of a spatial rank other
@@ -60,8 +63,10 @@ class CnnParams {
 
 class CnnLayers {
  public:
-  CnnLayers(CnnMaps& maps, CnnParams& params, const std::vector<Unit>& units)
-      : maps_(maps), params_(params), units_(units) {}
+  // `split_fc`: the fc layers under per-op splits (nullptr: none), which run them.
+  CnnLayers(CnnMaps& maps, CnnParams& params, const std::vector<Unit>& units,
+            SplitFcChain* split_fc)
+      : maps_(maps), params_(params), units_(units), split_fc_(split_fc) {}
   // A unit's forward (the classifier adds to the loss); a kept output is also held for its
   // concat.
   Tensor forward(const Unit& u, const Tensor& x, const MicroBatch& mb, StageCaches& caches);
@@ -98,10 +103,15 @@ class CnnLayers {
   Tensor backward_adaptive_pool(const Unit& u, const Tensor& dout, int64_t mb);
   Tensor forward_fc(const Unit& u, const Tensor& x, const MicroBatch& mb, UnitCache& cache);
   Tensor backward_fc(const Unit& u, const Tensor& dout, const MicroBatch& mb, UnitCache& cache);
+  // The classifier's softmax loss over this replica's logits [micro-batch, classes] (kept), and
+  // its gradient.
+  void add_loss(const Unit& u, const Tensor& logits, const MicroBatch& mb, UnitCache& cache);
+  Tensor loss_gradient(const Unit& u, const MicroBatch& mb, UnitCache& cache);
 
   CnnMaps& maps_;
   CnnParams& params_;
   const std::vector<Unit>& units_;
+  SplitFcChain* split_fc_;
   std::map<int64_t, std::vector<float>> max_, sum_;  // the classifier's softmax statistics
   double loss_ = 0;
 };

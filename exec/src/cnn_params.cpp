@@ -117,7 +117,8 @@ void add_fc(SpecList& add, const Unit& u, int32_t l, int64_t tp, int64_t rank) {
 
 CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
                      const CnnMaps& maps, uint64_t seed,
-                     std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells) {
+                     std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells,
+                     SplitFcChain* split_fc) {
   std::vector<ParamSpec> specs;
   SpecList add(specs, seed);
   const int64_t rank = maps.ctx().groups->tp_rank;
@@ -132,9 +133,16 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
       cells[l] = std::move(cell);
     }
     if (u.kind == spec::CnnLayerKind::kUpConv) add_up_conv(add, u, l, maps);
-    if (u.kind == spec::CnnLayerKind::kFc) add_fc(add, u, l, maps.tp(), rank);
+    if (u.kind == spec::CnnLayerKind::kFc) {
+      if (split_fc != nullptr && split_fc->holds(l)) {
+        split_fc->add_params(u, seed, specs);
+      } else {
+        add_fc(add, u, l, maps.tp(), rank);
+      }
+    }
   }
   store_ = std::make_unique<ParamStore>(maps.backend(), specs);
+  if (split_fc != nullptr) split_fc->bind(*store_);
   // Behind the split every spatial rank computes the whole classifier's gradient: one of them
   // contributes it to the replicas' sum, the others write theirs here (a place per tensor).
   if (maps.exchange().split() && maps.exchange().index() != 0) {

@@ -6,7 +6,8 @@
 // over the split ranks, the pool's partial sums all-reduced so that the classifier runs whole on
 // every rank (Dryden et al., IPDPS'19). With a channel split (tp > 1) each tensor-parallel rank
 // holds a block of every map's channels, and each convolution runs stationary-x, -y or -w as
-// spec/channel_split.hpp chooses (Dryden et al., SC'19). Volumes (3D U-Net) run the same units
+// spec/channel_split.hpp chooses (Dryden et al., SC'19). Under per-op splits the fc layers run as
+// split_fc_chain.hpp says. Volumes (3D U-Net) run the same units
 // over [B, C, D, H, W] maps with cubic windows; their depth is never split.
 //
 // The stage runs its units in order: AmoebaNet's cells through amoeba_cell.hpp, the rest through
@@ -57,8 +58,11 @@ class CnnStage : public StageModel {
         units_(cnn::units_of(model.cnn(), ctx.groups->tp_size, ctx.plan->channel_algorithms)),
         maps_(ctx, o, model.cnn().volumes()),
         range_(layers_of_stage(units_, ctx)),
-        params_(units_, range_.first, range_.second, maps_, o.seed, cells_),
-        layers_(maps_, params_, units_) {}
+        split_fc_(ctx.plan->per_op.empty()
+                      ? nullptr
+                      : std::make_unique<SplitFcChain>(ctx, units_, maps_.micro_batch())),
+        params_(units_, range_.first, range_.second, maps_, o.seed, cells_, split_fc_.get()),
+        layers_(maps_, params_, units_, split_fc_.get()) {}
 
   ParamStore& params() override { return params_.store(); }
   // A stage boundary between two cells carries the output and the skip map packed in one flat
@@ -105,6 +109,7 @@ class CnnStage : public StageModel {
   CnnMaps maps_;
   std::pair<int32_t, int32_t> range_;                     // this stage's layers [first, second)
   std::map<int32_t, std::unique_ptr<AmoebaCell>> cells_;  // this stage's cells, by layer
+  std::unique_ptr<SplitFcChain> split_fc_;                // the fc layers under per-op splits
   CnnParams params_;
   CnnLayers layers_;
   std::map<int64_t, StageCaches> caches_;

@@ -30,7 +30,8 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
                  ? Group{ctx.groups->expert_replicas, ctx.groups->expert_replica_size,
                          ctx.groups->expert_replica_rank}
                  : replicas_;
-  expert_begin_ = store.total();
+  whole_begin_ = store.replica_whole_begin();
+  expert_begin_ = whole_begin_;
   for (const Param& p : store.params())
     if (p.expert) expert_begin_ = std::min(expert_begin_, p.offset);
   auto span_of = [&](std::optional<int64_t> layer, int64_t b, int64_t e, const Group& g) {
@@ -102,6 +103,8 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       auto [b, e] = mine(bucket.span);
       if (b < e) owned_.push_back({b, e});
     }
+    // Gradients no replica sums: each updates its own whole.
+    if (whole_begin_ < store.total()) owned_.push_back({whole_begin_, store.total()});
   }
   // The optimizer's count, padding included (models::zero_updated_params): the padded shards of
   // the spans this rank updates a part of. Agreement by construction, checked: the simulator's
@@ -111,6 +114,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
   } else {
     for (const Span& s : zero_ == 3 ? layers_ : std::vector<Span>{}) updated_ += s.shard;
     for (const Bucket& bucket : buckets_) updated_ += bucket.span.shard;
+    updated_ += store.total() - whole_begin_;
   }
   const int64_t counted =
       models::zero_updated_params(*ctx.plan, *ctx.lowered, ctx.groups->pp_rank, buckets);
@@ -208,11 +212,18 @@ std::vector<int64_t> GradientSync::blocks(const Span& s) const {
 }
 
 std::vector<std::pair<int64_t, int64_t>> GradientSync::norm_ranges() const {
-  if (zero_ >= 1) return owned_;
   std::vector<std::pair<int64_t, int64_t>> out;
-  if (replicas_.rank == 0 && expert_begin_ > 0) out.push_back({0, expert_begin_});
-  const int64_t total = stage_.params().total();
-  if (experts_.rank == 0 && expert_begin_ < total) out.push_back({expert_begin_, total});
+  if (zero_ >= 1) {
+    for (auto [b, e] : owned_)
+      if (b < whole_begin_) out.push_back({b, std::min(e, whole_begin_)});
+  } else {
+    if (replicas_.rank == 0 && expert_begin_ > 0) out.push_back({0, expert_begin_});
+    if (experts_.rank == 0 && expert_begin_ < whole_begin_)
+      out.push_back({expert_begin_, whole_begin_});
+  }
+  for (const Param& p : stage_.params().params())
+    if (p.replica_whole && (!p.replica_copy || replicas_.rank == 0))
+      out.push_back({p.offset, p.offset + p.grad.numel()});
   return out;
 }
 

@@ -50,7 +50,8 @@ class GradientSync : public LayerHooks {
   int64_t updated_params() const { return updated_; }
   // The ranges whose gradients this rank adds to the global gradient norm, so that the world's
   // sum counts every parameter once: its owned shards under ZeRO; under DDP the first replica's
-  // parameters, and each expert's on the first of the ranks holding it.
+  // parameters, and each expert's on the first of the ranks holding it. A replica-whole shard
+  // counts on its replica, a replica-whole copy on the first.
   std::vector<std::pair<int64_t, int64_t>> norm_ranges() const;
   // After the optimizer updated the owned ranges: ZeRO-1/2 gather the parameters.
   void after_update();
@@ -151,6 +152,7 @@ class GradientSync : public LayerHooks {
   int zero_;
   Group replicas_, experts_;          // the replicas; the expert replicas (the replicas without ep)
   int64_t expert_begin_ = 0;          // where the routed experts' parameters start (Param::expert)
+  int64_t whole_begin_ = 0;           // where the replica-whole ones start (Param::replica_whole)
   std::vector<Span> layers_;          // per layer with parameters, in store order
   std::vector<int32_t> tied_layers_;  // layers holding a tied table (summed across stages first)
   std::vector<Bucket> buckets_;

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "activation_comm.hpp"
+#include "sextant/models/per_op_block.hpp"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec {
@@ -137,6 +138,37 @@ MeshTensor run_reshard_step(Backend& be, const MeshRanks& ranks, const MeshTenso
     }
   }
   return out;
+}
+
+namespace {
+
+spec::OpClass collective_class(spec::ReshardKind kind) {
+  switch (kind) {
+    case spec::ReshardKind::kReduceScatter:
+      return spec::OpClass::kReduceScatter;
+    case spec::ReshardKind::kAllReduce:
+      return spec::OpClass::kAllReduce;
+    case spec::ReshardKind::kAllToAll:
+      return spec::OpClass::kAllToAll;
+    case spec::ReshardKind::kAllGather:
+    case spec::ReshardKind::kSlice:
+      break;
+  }
+  return spec::OpClass::kAllGather;
+}
+
+}  // namespace
+
+MeshTensor traced_reshard(Context& ctx, const MeshRanks& ranks, const MeshTensor& x,
+                          const models::GraphStep& step, int32_t layer, int64_t mb) {
+  if (step.reshard.kind == spec::ReshardKind::kSlice)
+    return run_reshard_step(*ctx.backend, ranks, x, step.reshard);
+  const bool data = step.reshard.axis == spec::kDataAxis;
+  auto scope = ctx.recorder->scope(
+      ctx.comm(models::reshard_op_name(step), collective_class(step.reshard.kind),
+               data ? spec::Stream::kDpComm : spec::Stream::kTpComm, step.reshard.bytes,
+               ranks.mesh().size(step.reshard.axis), step.phase, layer, mb));
+  return run_reshard_step(*ctx.backend, ranks, x, step.reshard);
 }
 
 }  // namespace sextant::exec

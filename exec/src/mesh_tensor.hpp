@@ -13,6 +13,8 @@
 
 #include "sextant/exec/backend.hpp"
 #include "sextant/exec/communicator.hpp"
+#include "sextant/exec/context.hpp"
+#include "sextant/models/op_graph.hpp"
 #include "sextant/spec/sharding.hpp"
 
 namespace sextant::exec {
@@ -45,5 +47,11 @@ class MeshRanks {
 // result has the layout spec::after_step gives.
 MeshTensor run_reshard_step(Backend& be, const MeshRanks& ranks, const MeshTensor& x,
                             const spec::ReshardStep& step);
+
+// A per-op walk's reshard step (models/op_graph.hpp) run on `x` of layer `layer`'s micro-batch
+// `mb`, its collective traced as the lowering names it (models::reshard_op_name) on the axis's
+// stream (d: the replicas', t: tensor parallelism's); a slice is local and untraced.
+MeshTensor traced_reshard(Context& ctx, const MeshRanks& ranks, const MeshTensor& x,
+                          const models::GraphStep& step, int32_t layer, int64_t mb);
 
 }  // namespace sextant::exec

@@ -42,7 +42,9 @@ float init_normal(uint64_t seed, const std::string& tensor, int64_t global_index
 ParamStore::ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& given)
     : backend_(backend) {
   std::vector<ParamSpec> specs = given;
-  std::stable_partition(specs.begin(), specs.end(), [](const ParamSpec& s) { return !s.expert; });
+  auto rank = [](const ParamSpec& s) { return s.replica_whole ? 2 : s.expert ? 1 : 0; };
+  std::stable_sort(specs.begin(), specs.end(),
+                   [&](const ParamSpec& a, const ParamSpec& b) { return rank(a) < rank(b); });
   int64_t total = 0;
   for (const ParamSpec& s : specs) {
     int64_t n = 1;
@@ -67,6 +69,8 @@ ParamStore::ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& give
     p.grid_sharded = s.grid_sharded;
     p.tied_copy = s.tied_copy;
     p.expert = s.expert;
+    p.replica_whole = s.replica_whole;
+    p.replica_copy = s.replica_copy;
     int64_t n = 1;
     for (int64_t d : s.shape) n *= d;
     for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(offset + i)] = s.init(i);
@@ -120,7 +124,7 @@ Param& ParamStore::get(const std::string& name) {
 std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer, bool experts) const {
   int64_t begin = -1, end = -1;
   for (const Param& p : params_) {
-    if (p.layer != layer || p.expert != experts) continue;
+    if (p.layer != layer || p.expert != experts || p.replica_whole) continue;
     if (begin < 0) begin = p.offset;
     end = p.offset + p.value.numel();
   }
@@ -131,8 +135,15 @@ std::pair<int64_t, int64_t> ParamStore::layer_range(int32_t layer, bool experts)
 std::vector<int32_t> ParamStore::layers() const {
   std::vector<int32_t> out;
   for (const Param& p : params_)
-    if (!p.expert && (out.empty() || out.back() != p.layer)) out.push_back(p.layer);
+    if (!p.expert && !p.replica_whole && (out.empty() || out.back() != p.layer))
+      out.push_back(p.layer);
   return out;
+}
+
+int64_t ParamStore::replica_whole_begin() const {
+  for (const Param& p : params_)
+    if (p.replica_whole) return p.offset;
+  return total();
 }
 
 }  // namespace sextant::exec

@@ -14,21 +14,6 @@ using spec::Phase;
 
 namespace {
 
-spec::OpClass collective_class(spec::ReshardKind kind) {
-  switch (kind) {
-    case spec::ReshardKind::kReduceScatter:
-      return spec::OpClass::kReduceScatter;
-    case spec::ReshardKind::kAllReduce:
-      return spec::OpClass::kAllReduce;
-    case spec::ReshardKind::kAllToAll:
-      return spec::OpClass::kAllToAll;
-    case spec::ReshardKind::kAllGather:
-    case spec::ReshardKind::kSlice:
-      break;
-  }
-  return spec::OpClass::kAllGather;
-}
-
 // Columns [from_col, from_col + width) of `from` into [to_col, to_col + width) of `to`, both
 // [rows, cols].
 void copy_columns(DeviceMemory& be, const Tensor& from, int64_t from_col, Tensor& to,
@@ -92,14 +77,7 @@ spec::TensorLayout SplitBlock::gradient_layout(const GraphNode& n, size_t i) con
 }
 
 MeshTensor SplitBlock::reshard(const MeshTensor& x, const GraphStep& step, int64_t mb) {
-  if (step.reshard.kind == spec::ReshardKind::kSlice)
-    return run_reshard_step(backend(), ranks_, x, step.reshard);
-  const bool data = step.reshard.axis == spec::kDataAxis;
-  auto scope =
-      rec(ctx().comm(models::reshard_op_name(step), collective_class(step.reshard.kind),
-                     data ? spec::Stream::kDpComm : spec::Stream::kTpComm, step.reshard.bytes,
-                     ranks_.mesh().size(step.reshard.axis), step.phase, layer_, mb));
-  return run_reshard_step(backend(), ranks_, x, step.reshard);
+  return traced_reshard(ctx(), ranks_, x, step, layer_, mb);
 }
 
 Tensor SplitBlock::forward(const MicroBatch& mb, const Tensor& x) {

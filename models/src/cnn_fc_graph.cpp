@@ -36,32 +36,12 @@ int64_t local(const spec::DeviceMesh& mesh, const spec::TensorLayout& l, const s
 class FcSplitter {
  public:
   FcSplitter(LoweredModel& lowered, const FcChain& chain, const LoweringOptions& o)
-      : lowered_(lowered), c_(chain), chosen_(chain.uniform), e_(spec::dtype_bytes(o.dtype)) {
-    for (const auto& [op, split] : o.per_op) {
-      if (!chosen_.contains(op)) {
-        std::vector<std::string> names;
-        for (const GraphNode& n : c_.graph.nodes) names.push_back(n.op.name);
-        throw InputError(
-            "plan", fmt::format("/per_op/{}", op), "",
-            fmt::format("a fully connected layer of this CNN: {}", fmt::join(names, ", ")));
-      }
-      chosen_[op] = {split.begin(), split.end()};
-      if (chosen_[op] != c_.uniform.at(op)) changed_.insert(op);
-    }
-    // A layer with a ReLU needs its summed output: a split of the features it contracts would
-    // leave each rank a partial sum to rectify.
-    for (size_t k = 0; k < c_.graph.nodes.size(); ++k) {
-      const std::string& op = c_.graph.nodes[k].op.name;
-      const auto in = chosen_.at(op).find(dim(k));
-      const std::vector<Op>& ops = lowered_.layers[c_.layers[k]].forward;
-      const bool relu =
-          std::any_of(ops.begin(), ops.end(), [](const Op& x) { return x.id == OpId::kUnitRelu; });
-      if (relu && in != chosen_.at(op).end() && splits(in->second))
-        throw InputError("plan", fmt::format("/per_op/{}/{}", op, dim(k)),
-                         fmt::format("{}", fmt::join(in->second, " x ")),
-                         "no split of the features a layer with a ReLU contracts (it rectifies "
-                         "its summed output)");
-    }
+      : lowered_(lowered),
+        c_(chain),
+        chosen_(fc_chain_splits(lowered, chain, o.per_op)),
+        e_(spec::dtype_bytes(o.dtype)) {
+    for (const auto& [op, split] : chosen_)
+      if (split != c_.uniform.at(op)) changed_.insert(op);
   }
 
   void apply() {
@@ -100,20 +80,10 @@ class FcSplitter {
     const bool bias = layer.params > whole_weight;
     layer.params = now.operands[1].shard_elements(c_.mesh) + (bias ? cols : 0);
     // Rows gathered from every replica: the gradient is whole on each (its shard, or a copy).
-    layer.replica_whole_params = contains(now.output.dim("b")->axes) ? 0 : layer.params;
+    layer.replica_whole_params = fc_rows_whole(chosen_.at(n.op.name)) ? layer.params : 0;
     layer.matrices = {{depth, cols}};
     layer.saved_bytes +=
         (now.operands[0].shard_elements(c_.mesh) - was.operands[0].shard_elements(c_.mesh)) * e_;
-  }
-
-  // Whether `axes` split anything (an axis of one rank does not).
-  bool splits(const std::vector<std::string>& axes) const {
-    return std::any_of(axes.begin(), axes.end(),
-                       [&](const std::string& a) { return c_.mesh.size(a) > 1; });
-  }
-
-  static bool contains(const std::vector<std::string>& axes) {
-    return std::find(axes.begin(), axes.end(), spec::kDataAxis) != axes.end();
   }
 
   static void scale(Op& op, double r) {
@@ -172,45 +142,88 @@ class FcSplitter {
 
 }  // namespace
 
-std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int64_t tp) {
-  FcChain c;
-  // The trailing run of layers with an fc GEMM.
-  for (size_t l = lowered.layers.size(); l-- > 0;) {
-    const auto& ops = lowered.layers[l].forward;
-    if (std::none_of(ops.begin(), ops.end(), [](const Op& op) { return op.id == OpId::kUnitFc; }))
-      break;
-    c.layers.insert(c.layers.begin(), l);
+std::map<std::string, OpSplit> fc_chain_splits(const LoweredModel& lowered, const FcChain& c,
+                                               const spec::OpSplits& per_op) {
+  std::map<std::string, OpSplit> chosen = c.uniform;
+  for (const auto& [op, split] : per_op) {
+    if (!chosen.contains(op)) {
+      std::vector<std::string> names;
+      for (const GraphNode& n : c.graph.nodes) names.push_back(n.op.name);
+      throw InputError(
+          "plan", fmt::format("/per_op/{}", op), "",
+          fmt::format("a fully connected layer of this CNN: {}", fmt::join(names, ", ")));
+    }
+    chosen[op] = {split.begin(), split.end()};
   }
-  if (c.layers.empty()) return std::nullopt;
+  // A layer with a ReLU needs its summed output: a split of the features it contracts would leave
+  // each rank a partial sum to rectify.
+  for (size_t k = 0; k < c.graph.nodes.size(); ++k) {
+    const std::string& op = c.graph.nodes[k].op.name;
+    const auto in = chosen.at(op).find(dim(k));
+    const std::vector<Op>& ops = lowered.layers[c.layers[k]].forward;
+    const bool relu =
+        std::any_of(ops.begin(), ops.end(), [](const Op& x) { return x.id == OpId::kUnitRelu; });
+    const bool split = in != chosen.at(op).end() &&
+                       std::any_of(in->second.begin(), in->second.end(),
+                                   [&](const std::string& a) { return c.mesh.size(a) > 1; });
+    if (relu && split)
+      throw InputError("plan", fmt::format("/per_op/{}/{}", op, dim(k)),
+                       fmt::format("{}", fmt::join(in->second, " x ")),
+                       "no split of the features a layer with a ReLU contracts (it rectifies "
+                       "its summed output)");
+  }
+  return chosen;
+}
+
+bool fc_rows_whole(const OpSplit& split) {
+  const auto b = split.find("b");
+  return b == split.end() ||
+         std::find(b->second.begin(), b->second.end(), spec::kDataAxis) == b->second.end();
+}
+
+FcChain fc_chain(const std::vector<FcLayer>& layers, int64_t micro_batch, int64_t dp, int64_t tp) {
+  FcChain c;
   c.mesh = {{{spec::kDataAxis, dp}, {spec::kTensorAxis, tp}}};
   std::map<std::string, int64_t> extents;
-  int64_t batch = 0;
-  for (size_t k = 0; k < c.layers.size(); ++k) {
-    const Layer& layer = lowered.layers[c.layers[k]];
-    const auto it = std::find_if(layer.forward.begin(), layer.forward.end(),
-                                 [](const Op& op) { return op.id == OpId::kUnitFc; });
-    const MatmulShape& mm = it->matmuls.at(0);
-    batch = mm.m;
-    extents[dim(k)] = mm.k;
-    extents[dim(k + 1)] = mm.n;
+  for (size_t k = 0; k < layers.size(); ++k) {
+    c.layers.push_back(layers[k].index);
+    extents[dim(k)] = layers[k].in;
+    extents[dim(k + 1)] = layers[k].out;
   }
-  extents["b"] = batch * dp;
+  extents["b"] = micro_batch * dp;
   c.graph.input = "fc_input";
   c.graph.output = "logits";
-  for (size_t k = 0; k < c.layers.size(); ++k) {
+  for (size_t k = 0; k < layers.size(); ++k) {
     GraphNode n;
-    n.op.name = lowered.layers[c.layers[k]].name;
+    n.op.name = layers[k].name;
     n.op.operands = {{"b", dim(k)}, {dim(k), dim(k + 1)}};
     n.op.output = {"b", dim(k + 1)};
     n.op.extents = extents;
     n.inputs = {{k == 0 ? c.graph.input : c.graph.nodes.back().output, false}, {"", true}};
-    n.output = k + 1 == c.layers.size() ? c.graph.output : n.op.name + ".out";
+    n.output = k + 1 == layers.size() ? c.graph.output : n.op.name + ".out";
     c.uniform[n.op.name] = {{"b", {spec::kDataAxis}}};
     c.graph.nodes.push_back(std::move(n));
   }
   c.features = layout_of({"b", dim(0)}, extents, {{"b", {spec::kDataAxis}}});
-  c.logits = layout_of({"b", dim(c.layers.size())}, extents, {{"b", {spec::kDataAxis}}});
+  c.logits = layout_of({"b", dim(layers.size())}, extents, {{"b", {spec::kDataAxis}}});
   return c;
+}
+
+std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int64_t tp) {
+  // The trailing run of layers with an fc GEMM.
+  std::vector<FcLayer> layers;
+  int64_t batch = 0;
+  for (size_t l = lowered.layers.size(); l-- > 0;) {
+    const auto& ops = lowered.layers[l].forward;
+    const auto fc =
+        std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.id == OpId::kUnitFc; });
+    if (fc == ops.end()) break;
+    const MatmulShape& mm = fc->matmuls.at(0);
+    batch = mm.m;
+    layers.insert(layers.begin(), {lowered.layers[l].name, l, mm.k, mm.n});
+  }
+  if (layers.empty()) return std::nullopt;
+  return fc_chain(layers, batch, dp, tp);
 }
 
 void apply_fc_splits(LoweredModel& lowered, const LoweringOptions& o) {

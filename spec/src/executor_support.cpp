@@ -158,11 +158,17 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
 
 void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
                std::vector<Problem>& out) {
-  // A CNN's fc layers split by op (models/cnn_fc_graph.hpp) are simulated and planned.
-  if (!plan.per_op.empty())
-    out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
-                   "per-op splits of a CNN's fc layers are simulated and planned; the executor "
-                   "runs those of transformer blocks"});
+  // A CNN's fc layers split by op (exec/src/split_fc_chain.hpp): on one pipeline stage, beside
+  // data parallelism and ZeRO-1/2 only.
+  if (!plan.per_op.empty()) {
+    if (plan.pp > 1)
+      out.push_back({"/pp", std::to_string(plan.pp),
+                     "1 under per-op splits of a CNN's fc layers (they run on one stage)"});
+    if (plan.zero == 3)
+      out.push_back({"/zero", "3",
+                     "0, 1 or 2 under per-op splits of a CNN's fc layers (ZeRO-3 gathers whole "
+                     "layers)"});
+  }
   const std::string backend(executor_backend_name(run.backend));
   // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
   if (storage_dtype(run.precision) != Dtype::kFp32)

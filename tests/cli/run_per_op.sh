@@ -2,7 +2,8 @@
 # `sextant run` trains a per-op plan (issue 60) on 4 CPU ranks: llama-tiny on dp 2 x tp 2 with
 # attention batch-split over d x t and the MLP sequence-split over t, three steps whose loss
 # falls, and a trace holding the gathers that join the ops' layouts; the same plan with sequence
-# parallelism; and in bf16 a refusal naming the field.
+# parallelism; in bf16 a refusal naming the field; and resnet-tiny's classifier split by op on 2
+# ranks.
 set -euo pipefail
 sextant="$1"
 out="$2"
@@ -46,4 +47,23 @@ if "$sextant" run --model llama-tiny --plan "$out/plan.json" --np 4 --steps 1 --
   echo "FAIL: a per-op plan ran in bf16"; exit 1
 fi
 grep -q "/per_op" "$out/bf16.txt" || { cat "$out/bf16.txt"; echo "FAIL: refusal names no field"; exit 1; }
-echo "run: per-op plans trained, with and without sequence parallelism; bf16 refused"
+# A CNN's classifier split by op: resnet-tiny's fc (layer6, 32 -> 10) with its contracted
+# features over the 2 replicas, its logits reduce-scattered back onto the batch.
+cat >"$out/cnn.json" <<'JSON'
+{"schema": "sextant.plan/1", "dp": 2, "tp": 1, "pp": 1, "zero": 0, "micro_batch": 2,
+ "global_batch": 8, "per_op": {"layer6": {"f0": ["d"]}}}
+JSON
+"$sextant" run --model resnet-tiny --plan "$out/cnn.json" --np 2 --steps 2 \
+  --trace "$out/cnn-trace.json" >"$out/cnn.txt" 2>&1 ||
+  { cat "$out/cnn.txt"; echo "FAIL: the CNN's per-op plan did not run"; exit 1; }
+python3 - "$out/cnn-trace.json" <<'PY'
+import gzip, json, sys
+raw = open(sys.argv[1], "rb").read()
+trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+names = {e.get("name", "") for e in events}
+for want in ("layer6.reshard_all_gather", "logits.reshard_reduce_scatter"):
+    assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
+PY
+echo "run: per-op plans trained (a transformer's, with and without sequence parallelism, and a"
+echo "CNN's classifier); bf16 refused"

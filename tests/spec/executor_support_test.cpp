@@ -175,6 +175,25 @@ TEST(ExecutorSupport, CnnsRunInFp32AndSplitOnCpuRanks) {
   expect_refused(resnet, pp, kCpu, "/schedule", "interleaves transformer stages only");
 }
 
+// A CNN's fc layers split by op (exec/src/split_fc_chain.hpp) run on CPU ranks in fp32, on one
+// pipeline stage and beside ZeRO-1/2 at most.
+TEST(ExecutorSupport, CnnPerOpSplitsRunOnOneStageOfCpuRanks) {
+  const ModelSpec vgg = models::zoo_model("vgg19");
+  Plan plan = dp2();
+  plan.per_op = {{"layer22", {{"f1", {"d"}}}}};
+  expect_runs(vgg, plan, kCpu);
+  plan.zero = 2;
+  expect_runs(vgg, plan, kCpu);
+  expect_refused(vgg, plan, on(ExecutorBackend::kCuda, ExecutorPrecision::kFp32), "/per_op",
+                 "per-op splits run on CPU ranks");
+  plan.zero = 3;
+  expect_refused(vgg, plan, kCpu, "/zero", "ZeRO-3 gathers whole layers");
+  plan.zero = 0;
+  plan.dp = 1;
+  plan.pp = 2;
+  expect_refused(vgg, plan, kCpu, "/pp", "they run on one stage");
+}
+
 TEST(ExecutorSupport, RunOptionsTheLayoutCannotTake) {
   const ModelSpec gpt = models::zoo_model("gpt-tiny");
   Plan twobw = dp2();

@@ -681,6 +681,32 @@ std::vector<Layout> layouts() {
        Net::kLlama},
       {"llama_dp4_tp2_per_op_norms_sequence",
        per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
+      // A CNN's fc layers split by op (exec/src/split_fc_chain.hpp): the VGG's fc1 (layer5,
+      // 64 -> 32, ReLU) and fc2 (layer6, 32 -> 10 classes), the ResNet's one fc (layer6, 32 -> 10).
+      // Output features over the replicas (the batch gathered, each replica its weight columns),
+      // whole weights on every replica (copies), the classifier's contracted features over the
+      // replicas (its logits partial sums, reduce-scattered onto the batch), beside ZeRO-1/2.
+      {"vgg_dp2_per_op_fc1_columns", per_op(plan_of(2, 1, 1), 2, {"layer5"}, {{"f1", {"d"}}}),
+       Net::kVgg},
+      {"vgg_dp2_per_op_columns",
+       per_op(per_op(plan_of(2, 1, 1), 2, {"layer5"}, {{"f1", {"d"}}}), 2, {"layer6"},
+              {{"f2", {"d"}}}),
+       Net::kVgg},
+      {"vgg_dp2_per_op_whole", per_op(plan_of(2, 1, 1), 1, {"layer5", "layer6"}, {}), Net::kVgg},
+      {"vgg_dp2_per_op_contracted", per_op(plan_of(2, 1, 1), 2, {"layer6"}, {{"f1", {"d"}}}),
+       Net::kVgg},
+      {"cnn_dp2_per_op_contracted", per_op(plan_of(2, 1, 1), 1, {"layer6"}, {{"f0", {"d"}}}),
+       Net::kCnn},
+      {"vgg_dp2_zero1_per_op_fc1_columns",
+       per_op(plan_of(2, 1, 1, 1), 2, {"layer5"}, {{"f1", {"d"}}}), Net::kVgg},
+      {"vgg_dp4_per_op",
+       per_op(per_op(plan_of(4, 1, 1), 1, {"layer5"}, {{"f1", {"d"}}}), 1, {"layer6"},
+              {{"f1", {"d"}}}),
+       Net::kVgg},
+      {"vgg_dp4_zero2_per_op_fc1_columns",
+       per_op(plan_of(4, 1, 1, 2), 2, {"layer5"}, {{"f1", {"d"}}}), Net::kVgg},
+      {"vgg_dp8_per_op_fc1_columns", per_op(plan_of(8, 1, 1), 1, {"layer5"}, {{"f1", {"d"}}}),
+       Net::kVgg},
   };
 }
 

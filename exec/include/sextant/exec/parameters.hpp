@@ -39,6 +39,12 @@ struct Param {
   // replicas (models::GradientBucket::experts). Kept after every other parameter in the flat
   // buffers, so that the buckets of each kind are contiguous.
   bool expert = false;
+  // Under a CNN's per-op fc splits (models/cnn_fc_graph.hpp), a weight or bias of a layer whose
+  // rows are whole on every replica: each replica computes its whole gradient, which no replica
+  // sums (models::Layer::replica_whole_params). `replica_copy`: every replica holds the same
+  // values (else its own shard). Kept after every other parameter in the flat buffers.
+  bool replica_whole = false;
+  bool replica_copy = false;
 };
 
 struct ParamSpec {
@@ -53,12 +59,15 @@ struct ParamSpec {
   bool expert = false;                            // Param::expert
   std::optional<bool> tp_partial = std::nullopt;  // Param::tp_partial; by default, tp_replicated
   bool grid_sharded = false;                      // Param::grid_sharded
+  bool replica_whole = false;                     // Param::replica_whole
+  bool replica_copy = false;                      // Param::replica_copy
 };
 
 class ParamStore {
  public:
   // Allocates the flat buffers, in the order given (callers list layers in forward order), the
-  // experts' parameters after all others. The compute copy has the backend's activation type.
+  // experts' parameters after the others and the replica-whole ones (Param::replica_whole) last.
+  // The compute copy has the backend's activation type.
   ParamStore(DeviceMemory& backend, const std::vector<ParamSpec>& specs);
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -87,10 +96,13 @@ class ParamStore {
   Tensor& grads() { return grads_; }
   int64_t total() const { return values_.numel(); }
   // Range [begin, end) of the flat buffers holding `layer`'s parameters, or its routed experts'
-  // (Param::expert), (empty if none).
+  // (Param::expert), (empty if none); replica-whole ones left out.
   std::pair<int64_t, int64_t> layer_range(int32_t layer, bool experts = false) const;
-  // The layers holding parameters other than routed experts', in store order.
+  // The layers holding parameters other than routed experts' and replica-whole ones, in store
+  // order.
   std::vector<int32_t> layers() const;
+  // Where the replica-whole parameters begin (total() when there are none).
+  int64_t replica_whole_begin() const;
 
  private:
   DeviceMemory& backend_;

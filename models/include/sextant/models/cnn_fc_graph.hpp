@@ -28,9 +28,31 @@ struct FcChain {
   spec::TensorLayout features, logits;     // what enters and what leaves: b over d
 };
 
-// The trailing fc layers of a CNN lowered for one replica's micro-batch, on dp x tp ranks
-// (nullopt: the model ends in no fc layer).
+// One fc layer of the chain: its lowered layer's name and index, its input and output features.
+struct FcLayer {
+  std::string name;
+  size_t index = 0;
+  int64_t in = 0, out = 0;
+};
+
+// The chain of `layers` (in order, each reading the last's output) over `micro_batch` samples a
+// replica, on dp x tp ranks.
+FcChain fc_chain(const std::vector<FcLayer>& layers, int64_t micro_batch, int64_t dp, int64_t tp);
+
+// The trailing fc layers of a CNN lowered for its uniform layout and one replica's micro-batch, on
+// dp x tp ranks (nullopt: the model ends in no fc layer).
 std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int64_t tp);
+
+// A plan's splits of the chain's layers, by layer name (the uniform split for a layer it does not
+// name), checked: each op one of the chain's layers, and no split of the features a layer with a
+// ReLU contracts (it rectifies its summed output). Throws InputError naming /per_op.
+std::map<std::string, OpSplit> fc_chain_splits(const LoweredModel& lowered, const FcChain& chain,
+                                               const spec::OpSplits& per_op);
+
+// Whether a layer's split leaves its rows (the batch) whole on every replica: each replica then
+// computes the whole batch's gradient of its weights (its shard, or a copy), which no replica sums
+// (Layer::replica_whole_params).
+bool fc_rows_whole(const OpSplit& split);
 
 // A plan's per-op splits applied to a CNN lowered for its uniform layout (LoweringOptions::per_op):
 // each changed fc layer's GEMM on its blocks, its parameters' shards (Layer::replica_whole_params
