@@ -296,6 +296,15 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
       lowered = lower_cnn(model, options);
       break;
   }
+  // ZeRO-3 gathers every layer's parameters from the replicas' shards: a per-op split's weight
+  // blocks, whole on each replica for its own gradient, are no such shards.
+  if (options.zero3)
+    for (const Layer& layer : lowered.layers)
+      if (layer.replica_whole_params > 0)
+        throw InputError("plan", "/zero", "3",
+                         fmt::format("0, 1 or 2 beside per-op splits that keep {}'s weights "
+                                     "apart on each replica (ZeRO-3 gathers them from shards)",
+                                     layer.name));
   // ZeRO-3's gradient copy-in (LoweringOptions::grad_copy_in_bytes), the last op of the backward
   // of each layer that holds parameters.
   if (options.grad_copy_in_bytes > 0) {

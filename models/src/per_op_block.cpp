@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "sextant/models/per_op_head.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/model_spec.hpp"
 #include "sextant/spec/plan.hpp"
@@ -119,7 +120,8 @@ PerOpBlock per_op_block(BlockDims dims, int64_t dp, int64_t tp, bool sequence_pa
   b.norm_params = (layernorm ? 2 : 1) * dims.hidden;
   b.bias = bias;
   for (const auto& [op, split] : per_op) {
-    b.node(op);  // an op of the block
+    if (op == kLogitsOp) continue;  // the output layer's (per_op_head.hpp)
+    b.node(op);                     // an op of the block
     b.chosen.ops[op] = split;
     if (split != b.uniform.ops.at(op)) b.changed.insert(op);
   }

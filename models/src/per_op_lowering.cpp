@@ -216,4 +216,89 @@ void apply_op_splits(Layer& block, const TransformerDims& x, const PerOpBlock& p
   if (per_op.any_change()) BlockSplitter(x, per_op).apply(block);
 }
 
+namespace {
+
+bool is_head_collective(OpId id) {
+  return id == OpId::kHeadAllGather || id == OpId::kHeadReduceScatter ||
+         id == OpId::kHeadAllReduce || id == OpId::kHeadLossAllReduce;
+}
+
+Op head_reshard(const GraphStep& s) {
+  Op op = comm_op(reshard_op_name(s), s.reshard.collective(), s.reshard.bytes);
+  op.group = s.reshard.axis == spec::kDataAxis ? CommGroup::kData : CommGroup::kLayer;
+  op.split = TpSplit::kReplicated;
+  return op;
+}
+
+// Where op `id` sits in `ops` (ops.end(): nowhere).
+std::vector<Op>::iterator find_op(std::vector<Op>& ops, OpId id) {
+  return std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.id == id; });
+}
+
+}  // namespace
+
+void apply_head_splits(Layer& head, const TransformerDims& x, const PerOpHead& h) {
+  if (!h.changed()) return;
+  const ShardedOp now = h.sharded(h.chosen), was = h.sharded(h.uniform);
+  const std::map<std::string, int64_t> out = local_extents(h.mesh, now.output);
+  const int64_t rows = out.at("b") * out.at("s"), vocab = out.at("V");
+  const double logits_ratio = static_cast<double>(now.output.shard_elements(h.mesh)) /
+                              static_cast<double>(was.output.shard_elements(h.mesh));
+  const int64_t weight_now = now.operands[1].shard_elements(h.mesh);
+  const int64_t weight_was = was.operands[1].shard_elements(h.mesh);
+  const Op logits = gemm(OpId::kHeadLogits, rows, vocab, x.h, x.e, TpSplit::kVocab);
+  auto rescale = [&](Op& op, bool backward) {
+    if (op.id == OpId::kHeadLogits) {
+      op = backward ? gemm_backward(logits) : logits;
+    } else if (op.id == OpId::kHeadLoss || op.id == OpId::kHeadLossCast) {
+      op.flops *= logits_ratio;
+      op.bytes = scaled(op.bytes, logits_ratio);
+      op.mixed_dtype_bytes = scaled(op.mixed_dtype_bytes, logits_ratio);
+    } else if (op.id == OpId::kAutocastWeights) {
+      const double r = static_cast<double>(weight_now) / static_cast<double>(weight_was);
+      op.bytes = scaled(op.bytes, r);
+      op.mixed_dtype_bytes = scaled(op.mixed_dtype_bytes, r);
+    }
+  };
+  std::erase_if(head.forward, [](const Op& op) { return is_head_collective(op.id); });
+  std::erase_if(head.backward, [](const Op& op) { return is_head_collective(op.id); });
+  for (Op& op : head.forward) rescale(op, false);
+  for (Op& op : head.backward) rescale(op, true);
+  // The walk's moves: the input's before the logits, its gradient's after their backward.
+  const GraphWalk walk = h.walk(h.chosen, x.e);
+  std::vector<Op> before, after;
+  for (const GraphStep& s : walk.steps)
+    if (s.kind == GraphStep::Kind::kReshard && s.reshard.kind != spec::ReshardKind::kSlice)
+      (s.phase == Phase::kFwd ? before : after).push_back(head_reshard(s));
+  head.forward.insert(find_op(head.forward, OpId::kHeadLogits), before.begin(), before.end());
+  head.backward.insert(find_op(head.backward, OpId::kHeadLogits) + 1, after.begin(), after.end());
+  // Vocabulary-parallel cross-entropy over each axis splitting V (transformer_head's pair: each
+  // token's max logit, then its sums of exponentials and target logit, fp32).
+  std::vector<Op> loss_sums;
+  for (const std::string& axis : h.vocab_axes(h.chosen)) {
+    for (int64_t values : {1, 2}) {
+      Op sum = comm_op(OpId::kHeadLossAllReduce, CollectiveKind::kAllReduce, values * rows * 4);
+      sum.group = axis == spec::kDataAxis ? CommGroup::kData : CommGroup::kLayer;
+      loss_sums.push_back(sum);
+    }
+  }
+  head.forward.insert(find_op(head.forward, OpId::kHeadLoss) + 1, loss_sums.begin(),
+                      loss_sums.end());
+  // The weights' new block: held whole by each replica's gradient when every replica sees every
+  // token (no replica sums it), partial over t when the tp ranks split the tokens.
+  head.params += weight_now - weight_was;
+  if (h.rows_whole_over_replicas(h.chosen) && h.mesh.size(spec::kDataAxis) > 1)
+    head.replica_whole_params = weight_now;
+  if (now.operands[1].split_by(spec::kTensorAxis) == nullptr &&
+      (now.operands[0].split_by(spec::kTensorAxis) != nullptr))
+    head.sp_partial_params += weight_now;
+  head.matrices = {{vocab, x.h}};
+  // Kept: the logits input's new block and the fp32 softmax of the new logits block.
+  head.saved_bytes +=
+      (now.operands[0].shard_elements(h.mesh) - was.operands[0].shard_elements(h.mesh)) * x.e +
+      (now.output.shard_elements(h.mesh) - was.output.shard_elements(h.mesh)) * 4;
+  head.saved_bytes_selective = head.saved_bytes;
+  head.saved_bytes_full = head.saved_bytes;
+}
+
 }  // namespace sextant::models

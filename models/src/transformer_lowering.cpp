@@ -481,6 +481,14 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
     out.layers.back().name = fmt::format("block{}", i);
   }
   out.layers.push_back(transformer_head(m, x));
+  if (o.per_op.contains(kLogitsOp)) {
+    if (grid.any() || m.moe || m.architecture != spec::Architecture::kDecoder)
+      throw InputError(source, "/per_op", spec::op_splits_text(o.per_op).substr(1),
+                       "splits the logits of dense decoders under 1D tensor parallelism only");
+    apply_head_splits(out.layers.back(), x,
+                      per_op_head(x.b, x.s, x.h, x.vocab_shard * x.t, std::max<int64_t>(o.dp, 1),
+                                  x.t, x.sp, m.tied_embeddings, o.per_op));
+  }
   if (grid.z > 1) {
     // The z slices hold the embedding and output layer alike and see only their own tokens.
     out.layers.front().sp_partial_params = out.layers.front().params;

@@ -11,6 +11,7 @@
 #include "lowering_ops.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/per_op_block.hpp"
+#include "sextant/models/per_op_head.hpp"
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/model_spec.hpp"
 
@@ -80,6 +81,10 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
 // A plan's per-op splits (LoweringOptions::per_op) applied to a dense block lowered for the
 // uniform layout (per_op_lowering.cpp).
 void apply_op_splits(Layer& block, const TransformerDims& x, const PerOpBlock& per_op);
+// The same for the output layer (per_op_head.hpp): the logits GEMM on its new block, the
+// cross-entropy where the logits are (vocabulary-parallel over the axes splitting V), the walk's
+// reshards for the stream's gathers and reduces, the weights' new shard.
+void apply_head_splits(Layer& head, const TransformerDims& x, const PerOpHead& per_op);
 
 // The bias gradient of a column-parallel linear as a kernel of its own (Stack::bias_grad_kernel):
 // its `tokens` x `columns` output gradient of `e` bytes summed over the tokens into an fp32

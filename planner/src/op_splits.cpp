@@ -10,6 +10,7 @@
 #include "sextant/models/block_graph.hpp"
 #include "sextant/models/cnn_fc_graph.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/per_op_head.hpp"
 #include "sextant/planner/estimator.hpp"
 #include "sextant/sim/step_setup.hpp"
 #include "sextant/spec/error.hpp"
@@ -42,7 +43,11 @@ models::OpGraph per_op_graph(const spec::ModelSpec& model, const spec::ClusterSp
                            t.ffn_hidden,
                            0,
                            t.activation == spec::Activation::kSwiglu ? 2 : 1};
-    return models::transformer_block_graph(dims);
+    models::OpGraph graph = models::transformer_block_graph(dims);
+    // The output layer's logits after the block's ops (per_op_head.hpp).
+    graph.nodes.push_back(
+        models::per_op_head(1, 1, t.hidden, t.vocab, 1, 1, false, false, {}).node());
+    return graph;
   }
   spec::Plan uniform = plan;
   uniform.per_op.clear();
@@ -52,10 +57,11 @@ models::OpGraph per_op_graph(const spec::ModelSpec& model, const spec::ClusterSp
   return chain ? chain->graph : models::OpGraph{};
 }
 
-// The layers a change is shown by: a transformer's first block, a CNN's fc layers.
+// The layers a change is shown by: a transformer's first block and output layer, a CNN's fc
+// layers.
 std::vector<size_t> shown_layers(const spec::ModelSpec& model, const spec::Plan& plan,
                                  const models::LoweredModel& lowered) {
-  if (model.is_transformer()) return {lowered.split_begin};
+  if (model.is_transformer()) return {lowered.split_begin, lowered.layers.size() - 1};
   const std::optional<models::FcChain> chain = models::cnn_fc_chain(lowered, plan.dp, plan.tp);
   return chain ? chain->layers : std::vector<size_t>{};
 }
@@ -105,9 +111,11 @@ struct Move {
 };
 
 // Whether `split` applies to `node`: its dimensions are the op's and not ones it needs whole, and
-// no weight is split over the replicas unless `weights_over_d` (a CNN's fc layers: each replica's
-// shard of a weight its op reads every replica's rows for).
+// no weight is split over the replicas unless `weights_over_d` or the op is the logits (a CNN's fc
+// layers, the output layer: each replica's shard of a weight its op reads every replica's rows
+// for).
 bool applies(const models::GraphNode& node, const OpSplit& split, bool weights_over_d) {
+  weights_over_d = weights_over_d || node.op.name == models::kLogitsOp;
   for (const auto& [dim, axes] : split) {
     bool has = std::find(node.op.output.begin(), node.op.output.end(), dim) != node.op.output.end();
     for (size_t i = 0; i < node.op.operands.size(); ++i) {

@@ -54,6 +54,7 @@ StageFootprint stage_footprint(const spec::Plan& plan, const models::LoweredMode
   for (size_t v = 0; v < chunks; ++v) {
     for (size_t l = layers.chunk_begin[v]; l < layers.chunk_end[v]; ++l) {
       const models::Layer& layer = lowered.layers[l];
+      f.replica_whole_params += layer.replica_whole_params;
       const int64_t kept = layer.saved_bytes_for(recompute[l]);
       f.largest_layer = std::max(f.largest_layer, layer.params);
       if (layer.kept_for_backward) {
@@ -155,11 +156,13 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // ZeRO shards the dense state over the replicas and the routed experts' over the expert
   // replicas (Megatron-LM's distributed optimizer over the expert-data-parallel group).
   const int64_t ne = plan.expert_replicas();
-  const int64_t dense = params - footprint.expert_params, experts = footprint.expert_params;
+  const int64_t whole = footprint.replica_whole_params;
+  const int64_t dense = params - footprint.expert_params - whole;
+  const int64_t experts = footprint.expert_params;
   auto sharded = [&](int64_t bytes_per_param) {
     // (The whole stage as one span: the spans' padding, a few elements each, is not counted.)
     return models::zero_shard(dense * bytes_per_param, n) +
-           models::zero_shard(experts * bytes_per_param, ne);
+           models::zero_shard(experts * bytes_per_param, ne) + whole * bytes_per_param;
   };
   spec::MemoryBreakdown m;
   m.weights = params * per.weights;

@@ -454,5 +454,57 @@ TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
   EXPECT_THROW(lower(m, o), InputError);
 }
 
+// Llama-2 7B's output layer (h 4096, vocabulary 32000, untied) on dp 4 x tp 2, 2 sequences of
+// 1024 a replica, bf16, its logits' vocabulary split over d x t (FlexFlow's parameter dimension:
+// each rank a block of 4000 rows of the output weights). By hand:
+// - the input gathered over d (every replica's 8192 tokens: 8192 x 4096 x 2 B) before the
+//   logits; its gradient, partial over d and t, reduce-scattered over d onto the replica's 2048
+//   tokens, then all-reduced over t (the stream is whole on each tp rank without SP);
+// - the logits GEMM on 8192 tokens x 4000 columns x 4096;
+// - the cross-entropy vocabulary-parallel over d and over t: per axis each token's max, then its
+//   sums of exponentials and target logit (8192 x 4 and 8192 x 8 B);
+// - the weights: 4000 x 4096 a rank, whole on each replica's gradient (no bucket carries them).
+TEST(PerOpLowering, TheLogitsVocabularySplitOverTheReplicas) {
+  const spec::ModelSpec m = zoo_model("llama2-7b");
+  LoweringOptions o;
+  o.micro_batch = 2;
+  o.seq_len = 1024;
+  o.tp = 2;
+  o.dp = 4;
+  const Layer uniform = lower(m, o).layers.back();
+  o.per_op = {{"logits", {{"V", {"d", "t"}}}}};
+  const Layer head = lower(m, o).layers.back();
+  auto comms = [](const std::vector<Op>& ops) {
+    std::vector<std::tuple<std::string, CommGroup, int64_t>> out;
+    for (const Op& op : ops)
+      if (op.is_comm()) out.emplace_back(op.name, op.group, op.bytes);
+    return out;
+  };
+  using Named = std::vector<std::tuple<std::string, CommGroup, int64_t>>;
+  const int64_t tokens = 8192, input = tokens * 4096 * 2;
+  EXPECT_EQ(comms(head.forward), (Named{{"logits.reshard_all_gather", CommGroup::kData, input},
+                                        {"head.loss_all_reduce", CommGroup::kData, tokens * 4},
+                                        {"head.loss_all_reduce", CommGroup::kData, tokens * 8},
+                                        {"head.loss_all_reduce", CommGroup::kLayer, tokens * 4},
+                                        {"head.loss_all_reduce", CommGroup::kLayer, tokens * 8}}));
+  EXPECT_EQ(comms(head.backward),
+            (Named{{"head_input.reshard_reduce_scatter", CommGroup::kData, input},
+                   {"head_input.reshard_all_reduce", CommGroup::kLayer, input / 4}}));
+  for (const Op& op : head.forward) {
+    if (op.id == OpId::kHeadLogits) {
+      EXPECT_EQ(op.matmuls, (std::vector<MatmulShape>{{1, tokens, 4000, 4096}}));
+    }
+  }
+  EXPECT_EQ(uniform.params - head.params, 16000 * 4096 - 4000 * 4096);
+  EXPECT_EQ(head.replica_whole_params, 4000 * 4096);
+  // Refused: the hidden size the logits contract, any change under tied embeddings, ZeRO-3.
+  o.per_op = {{"logits", {{"h", {"t"}}}}};
+  EXPECT_THROW(lower(m, o), InputError);
+  o.per_op = {{"logits", {{"V", {"d"}}}}};
+  EXPECT_THROW(lower(zoo_model("gpt3-1.3b"), o), InputError);
+  o.zero3 = true;
+  EXPECT_THROW(lower(m, o), InputError);
+}
+
 }  // namespace
 }  // namespace sextant::models

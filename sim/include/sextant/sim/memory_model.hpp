@@ -36,6 +36,9 @@ int64_t communicators_of_stage(const spec::Plan& plan, const models::LoweredMode
 struct StageFootprint {
   int64_t params = 0;         // models::stage_params
   int64_t expert_params = 0;  // of those, models::stage_expert_params
+  // Of those, the ones each replica holds whole for its own gradient (Layer::replica_whole_params:
+  // a per-op split's weight blocks): no ZeRO stage shards their state.
+  int64_t replica_whole_params = 0;
   int64_t largest_layer = 0;  // parameters of the stage's largest layer
   // ZeRO-3: parameters of the layers kept whole from forward to backward (Layer::
   // kept_for_backward), and the largest of the others (gathered again for the backward).
