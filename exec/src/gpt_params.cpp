@@ -43,7 +43,9 @@ class Builder {
       } else if (layer == head_layer) {
         add("head.norm.gamma", layer, {h}, constant(1), false, true);
         if (layernorm()) add("head.norm.beta", layer, {h}, constant(0), false, true);
-        if (!m_.tied_embeddings) {
+        if (!m_.tied_embeddings && s_.head != nullptr) {
+          split_head(layer);
+        } else if (!m_.tied_embeddings) {
           add("head.weight", layer, {s_.vocab_local, h}, vocab_rows("lm_head"), true, false);
         } else if (!has_embedding) {
           embedding_table("head.tied_table", layer, true);
@@ -85,6 +87,26 @@ class Builder {
       const int64_t row = r * vl + i / h;
       return row < vocab ? kInitStd * init_normal(seed, global, row * h + i % h) : 0.0f;
     };
+  }
+  // The output weights under a per-op split of the logits: the rank's block of vocabulary rows
+  // (stored [V, h] as the table), whole on every replica's gradient when the replicas share the
+  // tokens (Param::replica_whole), partial over t when the tp ranks split them.
+  void split_head(int32_t layer) {
+    const models::PerOpHead& head = *s_.head;
+    const models::ShardedOp sh = head.sharded(head.chosen);
+    const spec::TensorLayout& w = sh.operands[1];  // [h, V]
+    const int64_t v0 = s_.mesh->origin(w)[1], rows = s_.mesh->local_extents(w)[1];
+    ParamSpec p{
+        "head.weight", layer, {rows, h_}, [seed = seed_, v0, h = h_, vocab = m_.vocab](int64_t i) {
+          const int64_t row = v0 + i / h;
+          return row < vocab ? kInitStd * init_normal(seed, "lm_head", row * h + i % h) : 0.0f;
+        }};
+    p.tp_replicated = w.split_by(spec::kTensorAxis) == nullptr;
+    p.tp_partial = p.tp_replicated && sh.operands[0].split_by(spec::kTensorAxis) != nullptr;
+    p.replica_whole =
+        head.rows_whole_over_replicas(head.chosen) && head.mesh.size(spec::kDataAxis) > 1;
+    p.replica_copy = w.split_by(spec::kDataAxis) == nullptr;
+    out_.specs.push_back(std::move(p));
   }
   void embedding_table(std::string name, int32_t layer, bool tied_copy) {
     add(std::move(name), layer, {s_.vocab_local, h_}, vocab_rows("wte"), true, false, tied_copy);

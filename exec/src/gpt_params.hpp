@@ -12,6 +12,7 @@
 #include "mesh_tensor.hpp"
 #include "sextant/exec/parameters.hpp"
 #include "sextant/models/per_op_block.hpp"
+#include "sextant/models/per_op_head.hpp"
 #include "sextant/spec/model_spec.hpp"
 
 namespace sextant::exec {
@@ -41,6 +42,9 @@ struct GptSplit {
   // on their mesh: each weight is the block its op's split gives the rank.
   const models::PerOpBlock* per_op = nullptr;
   const MeshRanks* mesh = nullptr;
+  // A per-op split of the logits that changes the output layer (models::PerOpHead::changed), on
+  // the same mesh: the output weights are the rank's block of vocabulary rows.
+  const models::PerOpHead* head = nullptr;
 };
 
 struct GptParams {

@@ -75,16 +75,21 @@ class GptStage : public StageModel {
     head_layer_ = static_cast<int32_t>(ctx.lowered->layers.size()) - 1;
     if (m_.moe) moe_ = std::make_unique<MoeLayer>(ctx, m_);
     if (!plan.per_op.empty()) {
-      // Per-op splits that change the blocks run as split_block.hpp says, on the dp x tp mesh:
-      // axis d over the replicas, t over the tp group.
+      // Per-op splits that change the blocks run as split_block.hpp says, those of the logits as
+      // gpt_head.hpp says, on the dp x tp mesh: axis d over the replicas, t over the tp group.
       auto block = std::make_unique<models::PerOpBlock>(models::per_op_block(m_, plan));
-      if (block->any_change()) {
-        per_op_ = std::move(block);
+      if (block->any_change()) per_op_ = std::move(block);
+      auto head =
+          std::make_unique<models::PerOpHead>(models::per_op_head(m_, plan, s.vocab_local * s.t));
+      if (head->changed()) head_split_ = std::move(head);
+      if (per_op_ || head_split_) {
         pairs_->split_each_sequence(s.batch);  // the stream's layout (block_graph.hpp)
         mesh_ = std::make_unique<MeshRanks>(
-            per_op_->mesh, std::map<std::string, MeshRanks::Axis, std::less<>>{
-                               {spec::kDataAxis, {ctx.groups->replicas, ctx.groups->replica_rank}},
-                               {spec::kTensorAxis, {ctx.groups->tp, ctx.groups->tp_rank}}});
+            spec::DeviceMesh{{{spec::kDataAxis, ctx.groups->replica_size},
+                              {spec::kTensorAxis, ctx.groups->tp_size}}},
+            std::map<std::string, MeshRanks::Axis, std::less<>>{
+                {spec::kDataAxis, {ctx.groups->replicas, ctx.groups->replica_rank}},
+                {spec::kTensorAxis, {ctx.groups->tp, ctx.groups->tp_rank}}});
       }
     }
     parts_.ctx = &ctx;
@@ -173,6 +178,7 @@ class GptStage : public StageModel {
     split.sequence_parallel = ctx_.sequence_parallel;
     split.per_op = per_op_.get();
     split.mesh = mesh_.get();
+    split.head = head_split_.get();
     const bool has_embedding = chunks_.front().first == 0;
     GptParams made = gpt_params(m_, split, local_layers(), head_layer_, has_embedding, o_.seed);
     store_ = std::make_unique<ParamStore>(*ctx_.backend, made.specs);
@@ -202,7 +208,9 @@ class GptStage : public StageModel {
         table = embedding->table();
         made = std::move(embedding);
       } else if (layer == head_layer_) {
-        auto head = std::make_unique<GptHead>(parts_, *store_, layer, table);
+        auto head = head_split_ != nullptr
+                        ? std::make_unique<GptHead>(parts_, *store_, layer, *head_split_, *mesh_)
+                        : std::make_unique<GptHead>(parts_, *store_, layer, table);
         head_ = head.get();
         made = std::move(head);
       } else if (per_op_) {
@@ -219,13 +227,14 @@ class GptStage : public StageModel {
   Context& ctx_;
   const spec::TransformerSpec& m_;
   StageOptions o_;
-  GptParts parts_;                              // what the layers share
-  std::unique_ptr<GridLinear> grid_;            // on a 3D tensor grid
-  std::unique_ptr<LinearPairs> pairs_;          // the layer pairs and the tp collectives
-  std::unique_ptr<CpAttention> cp_attention_;   // under context parallelism
-  std::unique_ptr<MoeLayer> moe_;               // a mixture of experts' MLP
-  std::unique_ptr<models::PerOpBlock> per_op_;  // per-op splits that change the blocks
-  std::unique_ptr<MeshRanks> mesh_;             // and this rank's place on their mesh
+  GptParts parts_;                                 // what the layers share
+  std::unique_ptr<GridLinear> grid_;               // on a 3D tensor grid
+  std::unique_ptr<LinearPairs> pairs_;             // the layer pairs and the tp collectives
+  std::unique_ptr<CpAttention> cp_attention_;      // under context parallelism
+  std::unique_ptr<MoeLayer> moe_;                  // a mixture of experts' MLP
+  std::unique_ptr<models::PerOpBlock> per_op_;     // per-op splits that change the blocks
+  std::unique_ptr<models::PerOpHead> head_split_;  // a per-op split that changes the logits
+  std::unique_ptr<MeshRanks> mesh_;                // and this rank's place on their mesh
   // On a grid, the parameters another rank of the grid holds too and counts in the gradient
   // norm (besides those tp_replicated covers).
   std::set<const Param*> norm_copies_;

@@ -17,8 +17,11 @@ struct MicroBatch {
   int64_t index = 0;             // within the step
   std::vector<int32_t> tokens;   // transformer: batch*seq input tokens
   std::vector<int32_t> targets;  // next tokens (transformer) or classes (MLP)
-  std::vector<float> features;   // MLP: batch*inputs; CNN: batch*channels*height*width
-  int64_t rows = 0;              // tokens (transformer) or samples (MLP)
+  // Under a per-op split of a decoder's logits: the targets of every replica's same micro-batch,
+  // replica after replica (a rank may compute the logits of every replica's tokens).
+  std::vector<int32_t> replica_targets;
+  std::vector<float> features;  // MLP: batch*inputs; CNN: batch*channels*height*width
+  int64_t rows = 0;             // tokens (transformer) or samples (MLP)
 };
 
 // Called around each layer: ZeRO-3 gathers parameters before, reduce-scatters gradients after;

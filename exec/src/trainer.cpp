@@ -23,6 +23,7 @@
 #include "sextant/exec/watchdog.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/models/per_op_head.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -213,6 +214,17 @@ class Trainer {
         }
       }
       mb.rows = sequences * static_cast<int64_t>(positions_.size());
+      if (plan_.per_op.contains(models::kLogitsOp)) {
+        // Each replica's same micro-batch, as the data is addressed (models/per_op_head.hpp).
+        for (int64_t r = 0; r < plan_.dp; ++r) {
+          const int64_t at =
+              step * plan_.global_batch + r * per_replica + index * plan_.micro_batch;
+          for (int64_t i = 0; i < plan_.micro_batch; ++i) {
+            tokens_->sequence(at + i, seq_, seq);
+            mb.replica_targets.insert(mb.replica_targets.end(), seq.begin() + 1, seq.end());
+          }
+        }
+      }
     } else {
       // Whole samples (an MLP's features, a CNN's images): the spatial ranks of a replica train
       // the same ones, each on its block. A CNN ending in a conv labels every pixel of its last

@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/model_spec.hpp"
+#include "sextant/spec/plan.hpp"
 
 namespace sextant::models {
 
@@ -71,6 +73,13 @@ PerOpHead per_op_head(int64_t micro_batch, int64_t seq, int64_t hidden, int64_t 
                      "embedding's table)");
   h.sharded(h.chosen);  // a split the op takes: each axis once, every extent divided
   return h;
+}
+
+PerOpHead per_op_head(const spec::TransformerSpec& model, const spec::Plan& plan,
+                      int64_t padded_vocab) {
+  return per_op_head(plan.micro_batch, plan.seq_len.value_or(model.seq_len), model.hidden,
+                     padded_vocab, plan.dp, plan.tp, plan.sequence_parallel && plan.tp > 1,
+                     model.tied_embeddings, plan.per_op);
 }
 
 }  // namespace sextant::models

@@ -115,9 +115,6 @@ void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun
 void per_op_rules(const TransformerSpec& t, const Plan& plan, std::vector<Problem>& out) {
   if (plan.per_op.empty()) return;
   const std::string splits = op_splits_text(plan.per_op).substr(1);
-  if (plan.per_op.contains("logits"))
-    out.push_back({"/per_op/logits", splits,
-                   "no split of the logits: the executor runs the output layer's uniform split"});
   if (plan.recompute != Recompute::kNone)
     out.push_back({"/recompute", quoted(enum_name(recompute_names(), plan.recompute)),
                    "\"none\" under per-op splits (their blocks keep what each op read)"});

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
+#include <queue>
 #include <set>
+#include <tuple>
 
 #include "sextant/spec/error.hpp"
 
@@ -119,6 +123,109 @@ void run_phase(ReshardKind kind, const DeviceMesh& mesh, TensorLayout& cur, cons
     }
     if (axis.size > 1) steps.push_back(step);  // over one rank a step moves nothing
   }
+}
+
+// A layout without its axes of one rank (they split nothing), partial axes sorted: the form two
+// layouts are compared in.
+TensorLayout split_only(const DeviceMesh& mesh, TensorLayout l) {
+  for (TensorDim& d : l.dims)
+    std::erase_if(d.axes, [&](const std::string& a) { return mesh.size(a) == 1; });
+  std::erase_if(l.partial, [&](const std::string& a) { return mesh.size(a) == 1; });
+  std::sort(l.partial.begin(), l.partial.end());
+  return l;
+}
+
+std::string layout_key(const TensorLayout& l) {
+  std::string key;
+  for (const TensorDim& d : l.dims) key += fmt::format("{}:{};", d.name, fmt::join(d.axes, ","));
+  return key + fmt::format("|{}", fmt::join(l.partial, ","));
+}
+
+// The cheapest sequence of single steps from `from` to `to` (fewest bytes moved, then fewest
+// steps), each taking an axis off a dimension only as its minor one: Dijkstra over the layouts.
+// For the moves the phase order cannot make (a gather or an all-to-all whose axis another step
+// has made major, axes to be reordered): gathering first, then splitting again.
+std::optional<std::vector<ReshardStep>> cheapest_route(const DeviceMesh& mesh,
+                                                       const TensorLayout& from,
+                                                       const TensorLayout& to,
+                                                       int64_t element_bytes) {
+  struct Reached {
+    int64_t bytes = 0;
+    size_t steps = 0;
+    std::string prev;
+    ReshardStep step;
+  };
+  const TensorLayout goal = split_only(mesh, to);
+  const TensorLayout start = split_only(mesh, from);
+  std::map<std::string, Reached> best;
+  std::map<std::string, TensorLayout> layouts;
+  using Entry = std::tuple<int64_t, size_t, std::string>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> open;
+  const std::string start_key = layout_key(start);
+  best[start_key] = {};
+  layouts[start_key] = start;
+  open.emplace(0, 0, start_key);
+  std::set<std::string> done;
+  while (!open.empty()) {
+    const auto [bytes, count, key] = open.top();
+    open.pop();
+    if (!done.insert(key).second) continue;
+    const TensorLayout cur = layouts.at(key);
+    if (cur == goal) {
+      std::vector<ReshardStep> route;
+      for (std::string at = key; at != start_key; at = best.at(at).prev)
+        route.push_back(best.at(at).step);
+      std::reverse(route.begin(), route.end());
+      return route;
+    }
+    const int64_t shard = cur.shard_elements(mesh) * element_bytes;
+    auto reach = [&](TensorLayout next, ReshardStep step) {
+      if (!layout_problem(mesh, next).empty()) return;
+      const std::string k = layout_key(next);
+      const int64_t b = bytes + step.bytes;
+      const auto it = best.find(k);
+      if (it != best.end() &&
+          std::pair(it->second.bytes, it->second.steps) <= std::pair(b, count + 1))
+        return;
+      best[k] = {b, count + 1, key, step};
+      layouts[k] = std::move(next);
+      open.emplace(b, count + 1, k);
+    };
+    for (const MeshAxis& axis : mesh.axes) {
+      const std::string& a = axis.name;
+      if (axis.size == 1) continue;
+      const TensorDim* held = cur.split_by(a);
+      if (cur.partial_over(a)) {
+        if (goal.partial_over(a)) continue;
+        TensorLayout summed = cur;
+        std::erase(summed.partial, a);
+        reach(summed, {ReshardKind::kAllReduce, a, "", "", shard});
+        for (const TensorDim& d : cur.dims) {
+          TensorLayout next = summed;
+          dim_of(next, d.name).axes.push_back(a);
+          reach(next, {ReshardKind::kReduceScatter, a, d.name, "", shard});
+        }
+      } else if (held != nullptr) {
+        if (!is_minor(mesh, held->axes, a)) continue;
+        TensorLayout off = cur;
+        std::erase(dim_of(off, held->name).axes, a);
+        reach(off, {ReshardKind::kAllGather, a, held->name, "", shard * axis.size});
+        for (const TensorDim& d : cur.dims) {
+          if (d.name == held->name) continue;
+          TensorLayout next = off;
+          dim_of(next, d.name).axes.push_back(a);
+          reach(next, {ReshardKind::kAllToAll, a, held->name, d.name, shard});
+        }
+      } else {
+        for (const TensorDim& d : cur.dims) {
+          TensorLayout next = cur;
+          dim_of(next, d.name).axes.push_back(a);
+          reach(next, {ReshardKind::kSlice, a, d.name, "", 0});
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -253,17 +360,11 @@ TensorLayout after_step(const DeviceMesh& mesh, const TensorLayout& layout,
   return out;
 }
 
-std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& from,
-                                 const TensorLayout& to, int64_t element_bytes) {
-  for (const TensorLayout* l : {&from, &to})
-    if (std::string p = layout_problem(mesh, *l); !p.empty())
-      throw InputError(std::string(kSource), l == &from ? "/from" : "/to", "", p);
-  check_same_dims(from, to);
-  for (const std::string& a : to.partial)
-    if (!from.partial_over(a))
-      throw InputError(std::string(kSource), "/to/partial", a,
-                       "an axis the tensor is already a partial sum over: resharding sums "
-                       "partial sums, it cannot make them");
+namespace {
+
+// The fixed phase order's steps (reshard); throws InputError where they would permute blocks.
+std::vector<ReshardStep> phased_steps(const DeviceMesh& mesh, const TensorLayout& from,
+                                      const TensorLayout& to, int64_t element_bytes) {
   TensorLayout cur = from;
   std::vector<ReshardStep> steps;
   for (ReshardKind kind :
@@ -301,21 +402,41 @@ std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& fro
     axes = kept;  // (axes of one rank take their place freely)
   }
   SEXTANT_CHECK(cur.partial.size() == to.partial.size(), "resharding left partial sums behind");
-  // The steps alone, as after_step applies them, lead to `to` on the axes that split anything.
-  TensorLayout walked = from;
-  for (const ReshardStep& s : steps) walked = after_step(mesh, walked, s);
-  auto split_only = [&](TensorLayout l) {
-    for (TensorDim& d : l.dims)
-      std::erase_if(d.axes, [&](const std::string& a) { return mesh.size(a) == 1; });
-    std::erase_if(l.partial, [&](const std::string& a) { return mesh.size(a) == 1; });
-    std::sort(l.partial.begin(), l.partial.end());
-    return l;
-  };
-  SEXTANT_CHECK(split_only(walked) == split_only(to),
-                "the reshard steps do not lead to the layout");
   for (size_t i = 0; i < cur.dims.size(); ++i)
     SEXTANT_CHECK(cur.dims[i].axes == to.dims[i].axes, "resharding {} ended off its layout",
                   cur.dims[i].name);
+  return steps;
+}
+
+}  // namespace
+
+std::vector<ReshardStep> reshard(const DeviceMesh& mesh, const TensorLayout& from,
+                                 const TensorLayout& to, int64_t element_bytes) {
+  for (const TensorLayout* l : {&from, &to})
+    if (std::string p = layout_problem(mesh, *l); !p.empty())
+      throw InputError(std::string(kSource), l == &from ? "/from" : "/to", "", p);
+  check_same_dims(from, to);
+  for (const std::string& a : to.partial)
+    if (!from.partial_over(a))
+      throw InputError(std::string(kSource), "/to/partial", a,
+                       "an axis the tensor is already a partial sum over: resharding sums "
+                       "partial sums, it cannot make them");
+  // The phases in their order (shrinking steps first, so that the collectives move the least),
+  // each step on the axes it applies to; where that order would permute blocks, the cheapest
+  // route of single steps instead (gathering an axis before another comes behind it).
+  std::vector<ReshardStep> steps;
+  try {
+    steps = phased_steps(mesh, from, to, element_bytes);
+  } catch (const InputError&) {
+    std::optional<std::vector<ReshardStep>> route = cheapest_route(mesh, from, to, element_bytes);
+    if (!route) throw;
+    steps = std::move(*route);
+  }
+  // The steps alone, as after_step applies them, lead to `to` on the axes that split anything.
+  TensorLayout walked = from;
+  for (const ReshardStep& s : steps) walked = after_step(mesh, walked, s);
+  SEXTANT_CHECK(split_only(mesh, walked) == split_only(mesh, to),
+                "the reshard steps do not lead to the layout");
   return steps;
 }
 

@@ -2,8 +2,8 @@
 # `sextant run` trains a per-op plan (issue 60) on 4 CPU ranks: llama-tiny on dp 2 x tp 2 with
 # attention batch-split over d x t and the MLP sequence-split over t, three steps whose loss
 # falls, and a trace holding the gathers that join the ops' layouts; the same plan with sequence
-# parallelism; in bf16 a refusal naming the field; and resnet-tiny's classifier split by op on 2
-# ranks.
+# parallelism; in bf16 a refusal naming the field; the same plan with the logits' vocabulary
+# split over d x t; and resnet-tiny's classifier split by op on 2 ranks.
 set -euo pipefail
 sextant="$1"
 out="$2"
@@ -65,5 +65,22 @@ names = {e.get("name", "") for e in events}
 for want in ("layer6.reshard_all_gather", "logits.reshard_reduce_scatter"):
     assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
 PY
-echo "run: per-op plans trained (a transformer's, with and without sequence parallelism, and a"
-echo "CNN's classifier); bf16 refused"
+# A decoder's logits split by op: llama-tiny's 256-token vocabulary over the 2 replicas and the 2
+# tp ranks (each rank 64 rows of the output weights for every replica's tokens).
+sed 's/"fc2": {"b": \["d"\], "s": \["t"\]}}}/"fc2": {"b": ["d"], "s": ["t"]}, "logits": {"V": ["d", "t"]}}}/' \
+  "$out/plan.json" >"$out/logits.json"
+grep -q '"logits"' "$out/logits.json" || { echo "FAIL: no logits split in the plan"; exit 1; }
+"$sextant" run --model llama-tiny --plan "$out/logits.json" --np 4 --steps 2 \
+  --trace "$out/logits-trace.json" >"$out/logits.txt" 2>&1 ||
+  { cat "$out/logits.txt"; echo "FAIL: the logits' per-op plan did not run"; exit 1; }
+python3 - "$out/logits-trace.json" <<'PY'
+import gzip, json, sys
+raw = open(sys.argv[1], "rb").read()
+trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+names = {e.get("name", "") for e in events}
+for want in ("logits.reshard_all_gather", "head.loss_all_reduce"):
+    assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
+PY
+echo "run: per-op plans trained (a transformer's blocks, with and without sequence parallelism,"
+echo "its logits, and a CNN's classifier); bf16 refused"

@@ -23,6 +23,8 @@ std::string_view family(Net n) {
       return "MLP";
     case Net::kLlama:
       return "Llama";
+    case Net::kLlamaWideVocab:
+      return "Llama, vocabulary 256";
     case Net::kGptOddVocab:
       return "GPT, vocabulary 63";
     case Net::kCnn:

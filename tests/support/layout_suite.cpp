@@ -46,6 +46,16 @@ spec::ModelSpec tiny_llama() {
   return m;
 }
 
+// llama-test with a vocabulary of 256, the padded vocabulary of every tp up to 2 (stacks/
+// sextant.json: 128 x tp rows): split over up to 8 ranks by the logits' per-op splits, each rank
+// holds real tokens.
+spec::ModelSpec tiny_llama_wide_vocab() {
+  spec::ModelSpec m = tiny_llama();
+  m.name = "llama-vocab-test";
+  std::get<spec::TransformerSpec>(m.body).vocab = 256;
+  return m;
+}
+
 // A mixture of experts (exec/src/moe_layer.hpp): llama-test with 8 experts of 16 (top-2, one
 // shared expert) in its last three blocks, split over up to 8 expert-parallel ranks.
 spec::ModelSpec tiny_moe() {
@@ -185,6 +195,8 @@ spec::ModelSpec model_of(Net n) {
       return tiny_mlp();
     case Net::kLlama:
       return tiny_llama();
+    case Net::kLlamaWideVocab:
+      return tiny_llama_wide_vocab();
     case Net::kGptOddVocab:
       return tiny_gpt_odd_vocab();
     case Net::kCnn:
@@ -681,6 +693,28 @@ std::vector<Layout> layouts() {
        Net::kLlama},
       {"llama_dp4_tp2_per_op_norms_sequence",
        per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
+      // Llama's logits split by op (models/per_op_head.hpp, exec/src/gpt_head.hpp): the
+      // vocabulary over the replicas (each a block of the output weights for every replica's
+      // tokens), over d x t, the tokens over t (the weights whole on each, their gradient summed
+      // over t), with sequence parallelism, and beside the blocks' own splits; on a vocabulary of
+      // 256 (every rank real tokens), and of 64 (padded to 256 over d x t: three ranks hold
+      // padding only).
+      {"llama_dp2_per_op_logits_vocabulary",
+       per_op(plan_of(2, 1, 1), 1, {"logits"}, {{"V", {"d"}}}), Net::kLlamaWideVocab},
+      {"llama_tp2_per_op_logits_tokens", per_op(plan_of(1, 2, 1), 2, {"logits"}, {{"b", {"t"}}}),
+       Net::kLlamaWideVocab},
+      {"llama_dp2_tp2_per_op_logits_vocabulary",
+       per_op(plan_of(2, 2, 1), 1, {"logits"}, {{"V", {"d", "t"}}}), Net::kLlama},
+      {"llama_dp2_tp2_sp_per_op_logits",
+       per_op(plan_of(2, 2, 1, 0, true), 2, {"logits"}, {{"V", {"d"}}, {"s", {"t"}}}),
+       Net::kLlamaWideVocab},
+      {"llama_dp2_tp2_per_op_blocks_and_logits",
+
+       per_op(per_op(plan_of(2, 2, 1), 2, {"qkv", "attention", "proj"}, {{"b", {"d", "t"}}}), 2,
+              {"logits"}, {{"b", {"t"}}, {"V", {"d"}}}),
+       Net::kLlamaWideVocab},
+      {"llama_dp4_tp2_per_op_logits", per_op(plan_of(4, 2, 1), 2, {"logits"}, {{"V", {"t", "d"}}}),
+       Net::kLlamaWideVocab},
       // A CNN's fc layers split by op (exec/src/split_fc_chain.hpp): the VGG's fc1 (layer5,
       // 64 -> 32, ReLU) and fc2 (layer6, 32 -> 10 classes), the ResNet's one fc (layer6, 32 -> 10).
       // Output features over the replicas (the batch gathered, each replica its weight columns),

@@ -17,6 +17,7 @@ enum class Net {
   kGpt,
   kMlp,
   kLlama,
+  kLlamaWideVocab,
   kGptOddVocab,
   kCnn,
   kVgg,

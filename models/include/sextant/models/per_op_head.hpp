@@ -54,5 +54,8 @@ struct PerOpHead {
 // change under tied embeddings (the table is the embedding's too).
 PerOpHead per_op_head(int64_t micro_batch, int64_t seq, int64_t hidden, int64_t vocab, int64_t dp,
                       int64_t tp, bool sequence_parallel, bool tied, const spec::OpSplits& per_op);
+// The same for a plan's decoder, its vocabulary padded to `padded_vocab` rows.
+PerOpHead per_op_head(const spec::TransformerSpec& model, const spec::Plan& plan,
+                      int64_t padded_vocab);
 
 }  // namespace sextant::models
