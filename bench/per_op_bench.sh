@@ -58,6 +58,15 @@ row "llama2-70b, 64 x dgx-h100, batch 256" --model llama2-70b --cluster dgx-h100
   --global-batch 256
 row "gpt3-175b, 128 x dgx-a100, batch 256" --model gpt3-175b --cluster dgx-a100 --gpus 128 \
   --global-batch 256
+# FlexFlow's language-model case (Jia et al. SysML'19, §8: a large softmax split by its parameter
+# dimension): Llama-3 8B's 128k-token output layer, few micro-batches a replica, with and without
+# ZeRO (without it, every replica holds and all-reduces the whole output weights' gradient).
+row "llama3-8b, 8 x dgx-h100, batch 16, zero=0, tp=1" --model llama3-8b --cluster dgx-h100 \
+  --gpus 8 --global-batch 16 --seq-len 4096 --constraint zero=0 --constraint tp=1
+row "llama3-8b, 64 x dgx-h100, batch 64, tp=1" --model llama3-8b --cluster dgx-h100 --gpus 64 \
+  --global-batch 64 --seq-len 4096 --constraint tp=1
+row "llama2-7b, 32 x dgx-a100, batch 32, zero=0, tp=2" --model llama2-7b --cluster dgx-a100 \
+  --gpus 32 --global-batch 32 --constraint zero=0 --constraint tp=2
 # FlexFlow's CNN cases (Jia et al. SysML'19, §7): the classifier's fc layers split by op.
 row "alexnet, 16 x dgx-a100, batch 512" --model alexnet --cluster dgx-a100 --gpus 16 \
   --global-batch 512
