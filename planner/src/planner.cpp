@@ -223,10 +223,14 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
             options.op_split_progress(done, total);
         };
         std::function<bool(const spec::Plan&)> runs;
-        if (request.executor)
-          runs = [&](const spec::Plan& trial) {
-            return spec::executor_problems(request.model, trial, *request.executor).empty();
-          };
+        // Each move keeps to the --constraint bounds on per-op splits and, for the executor,
+        // to what it runs.
+        runs = [&](const spec::Plan& trial) {
+          for (const Constraint& k : request.constraints)
+            if (!k.allows_splits(trial)) return false;
+          return !request.executor ||
+                 spec::executor_problems(request.model, trial, *request.executor).empty();
+        };
         OpSplitChoice c =
             planner::choose_op_splits(request.model, request.cluster, p, so, 2, progress, runs);
         std::lock_guard<std::mutex> lock(mutex);

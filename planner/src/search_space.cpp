@@ -82,13 +82,45 @@ int64_t value_of(const Candidate& p, Constraint::Dim d) {
       return p.grid > 0 ? 1 : 0;
     case Constraint::Dim::kActivationOffload:
       return p.offload_activations ? 1 : 0;
+    case Constraint::Dim::kOps:
+      break;  // not a dimension of a uniform candidate
   }
   return 0;
 }
 
 }  // namespace
 
+namespace {
+
+bool compares(Constraint::Op op, int64_t v, int64_t value) {
+  switch (op) {
+    case Constraint::Op::kLess:
+      return v < value;
+    case Constraint::Op::kLessEqual:
+      return v <= value;
+    case Constraint::Op::kEqual:
+      return v == value;
+    case Constraint::Op::kGreaterEqual:
+      return v >= value;
+    case Constraint::Op::kGreater:
+      return v > value;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Constraint::allows_splits(const spec::Plan& plan) const {
+  if (dim != Dim::kOps) return true;
+  // A lower bound cannot make the search split ops that do not pay: it bounds from above only.
+  const int64_t ops = static_cast<int64_t>(plan.per_op.size());
+  return op == Op::kGreater || op == Op::kGreaterEqual ? true
+         : op == Op::kEqual                            ? ops <= value
+                                                       : compares(op, ops, value);
+}
+
 bool Constraint::allows(const Candidate& candidate) const {
+  if (dim == Dim::kOps) return true;
   const int64_t v = value_of(candidate, dim);
   switch (op) {
     case Op::kLess:
@@ -107,12 +139,12 @@ bool Constraint::allows(const Candidate& candidate) const {
 
 Constraint parse_constraint(const std::string& text) {
   static const std::regex pattern(
-      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|act_offload|spatial|cp|ep|grid)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
+      R"(^\s*(dp|tp|pp|zero|mb|vpp|recompute_layers|offload|act_offload|spatial|cp|ep|grid|ops)\s*(<=|>=|==|=|<|>)\s*(\d+)\s*$)");
   std::smatch m;
   if (!std::regex_match(text, m, pattern)) {
     throw InputError("command line", "--constraint", text,
                      "expected <dim><op><integer> with dim one of dp, tp, pp, zero, mb, vpp, "
-                     "recompute_layers, offload, act_offload, spatial, cp, ep, grid and "
+                     "recompute_layers, offload, act_offload, spatial, cp, ep, grid, ops and "
                      "op one of <=, <, =, >=, > (e.g. tp<=8)");
   }
   Constraint c{};
@@ -129,6 +161,7 @@ Constraint parse_constraint(const std::string& text) {
           : dim == "ep"          ? Constraint::Dim::kEp
           : dim == "grid"        ? Constraint::Dim::kGrid
           : dim == "act_offload" ? Constraint::Dim::kActivationOffload
+          : dim == "ops"         ? Constraint::Dim::kOps
                                  : Constraint::Dim::kRecomputeLayers;
   const std::string op = m[2];
   c.op = op == "<"    ? Constraint::Op::kLess

@@ -182,6 +182,35 @@ TEST(PerOpSearch, AlexNetsClassifierSplitsItsWeightsOverTheReplicas) {
   EXPECT_NEAR(estimated, c.result.report.step_time_s, 0.02 * c.result.report.step_time_s);
 }
 
+// `--constraint ops<=N` bounds how many ops the per-op search splits its own way; ops=0 turns
+// it off. (GPT-3 1.3B with tp 4 splits nine ops unbounded: bench/results/per_op.md.)
+TEST(PerOpSearch, TheOpsConstraintBoundsTheSplits) {
+  planner::SearchRequest request;
+  request.model = models::zoo_model("gpt3-1.3b");
+  request.cluster = spec::builtin_cluster("dgx-a100");
+  request.gpus = 8;
+  request.global_batch = 64;
+  request.constraints = {planner::parse_constraint("tp=4")};
+  planner::SearchOptions options;
+  options.choose_op_splits = true;
+  options.leaders = 4;
+  options.top_k = 2;
+  size_t most = 0;
+  for (const planner::RankedPlan& p : planner::search(request, options).ranked)
+    most = std::max(most, p.plan.per_op.size());
+  EXPECT_GT(most, 3u);
+  request.constraints.push_back(planner::parse_constraint("ops<=3"));
+  bool split = false;
+  for (const planner::RankedPlan& p : planner::search(request, options).ranked) {
+    EXPECT_LE(p.plan.per_op.size(), 3u) << p.plan.name();
+    split = split || !p.plan.per_op.empty();
+  }
+  EXPECT_TRUE(split);
+  request.constraints.back() = planner::parse_constraint("ops=0");
+  for (const planner::RankedPlan& p : planner::search(request, options).ranked)
+    EXPECT_TRUE(p.plan.per_op.empty()) << p.plan.name();
+}
+
 // `plan --per-op` refines the ranked plans; a search for plans the executor runs (tune, loop,
 // plan --verify) splits ops only where the executor runs the result.
 TEST(PerOpSearch, TheSearchSplitsOpsOnlyWhereTheExecutorRunsThem) {

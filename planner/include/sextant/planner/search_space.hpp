@@ -30,7 +30,8 @@ struct Candidate;
 // spatial and cp bound the same dimension, the ranks splitting each sample, which a model splits
 // one way only), "ep>=2" (ranks splitting a mixture of experts' routed experts), "grid=0"
 // (Megatron-LM's 1D tensor parallelism only; "grid=1": AxoNN's 3D tensor grids only),
-// "act_offload=0" (no activations offloaded to host memory; 1: only plans that offload them).
+// "act_offload=0" (no activations offloaded to host memory; 1: only plans that offload them),
+// "ops<=2" (`plan --per-op` splits at most two ops their own way; "ops=0": none).
 struct Constraint {
   enum class Dim {
     kDp,
@@ -45,13 +46,18 @@ struct Constraint {
     kCp,
     kEp,
     kGrid,
-    kActivationOffload
+    kActivationOffload,
+    kOps  // the ops a per-op plan splits its own way (Plan::per_op): a bound on --per-op's moves
   };
   enum class Op { kLess, kLessEqual, kEqual, kGreaterEqual, kGreater };
   Dim dim;
   Op op;
   int64_t value;
+  // Whether a uniform candidate may be ranked (an ops bound passes every one: it bounds the
+  // per-op search that refines them).
   bool allows(const Candidate& candidate) const;
+  // Whether a plan's per-op splits keep to an ops bound (other dimensions: true).
+  bool allows_splits(const spec::Plan& plan) const;
 };
 // Parses "tp<=8"; throws InputError naming the flag and listing the dimensions.
 Constraint parse_constraint(const std::string& text);
