@@ -39,8 +39,7 @@ double GptHead::take_loss_sum() {
   return l;
 }
 
-Tensor GptHead::forward(const MicroBatch& mb, const Tensor& x) {
-  if (split_ != nullptr) return forward_split(mb, x);
+GptHead::Cache& GptHead::normed(const MicroBatch& mb, const Tensor& x) {
   Backend& be = backend();
   const GptShape& s = shape();
   Cache& c = caches_[mb.index];
@@ -49,10 +48,16 @@ Tensor GptHead::forward(const MicroBatch& mb, const Tensor& x) {
   c.ln = act({s.local_rows, s.h});
   c.mean = be.empty({s.local_rows});
   c.rstd = be.empty({s.local_rows});
-  {
-    auto scope = rec(ctx().op(OpId::kHeadNorm, layer_, Phase::kFwd, mb.index));
-    norm(x, *gamma_, beta_, c.ln, c.mean, c.rstd);
-  }
+  auto scope = rec(ctx().op(OpId::kHeadNorm, layer_, Phase::kFwd, mb.index));
+  norm(x, *gamma_, beta_, c.ln, c.mean, c.rstd);
+  return c;
+}
+
+Tensor GptHead::forward(const MicroBatch& mb, const Tensor& x) {
+  if (split_ != nullptr) return forward_split(mb, x);
+  Backend& be = backend();
+  const GptShape& s = shape();
+  Cache& c = normed(mb, x);
   c.xg = pairs().gather(c.ln, models::kHeadCollectives, Phase::kFwd, layer_, mb.index);
   // Logits over the whole padded shard (aligned: an odd width such as GPT-2's 50257 ran the
   // GEMMs 5-8x slower on the H200); the loss leaves the padding columns out.
@@ -156,16 +161,7 @@ bool GptHead::counts_loss() const {
 Tensor GptHead::forward_split(const MicroBatch& mb, const Tensor& x) {
   Backend& be = backend();
   const GptShape& s = shape();
-  Cache& c = caches_[mb.index];
-  c = Cache();
-  c.x = x;
-  c.ln = act({s.local_rows, s.h});
-  c.mean = be.empty({s.local_rows});
-  c.rstd = be.empty({s.local_rows});
-  {
-    auto scope = rec(ctx().op(OpId::kHeadNorm, layer_, Phase::kFwd, mb.index));
-    norm(x, *gamma_, beta_, c.ln, c.mean, c.rstd);
-  }
+  Cache& c = normed(mb, x);
   MeshTensor in = reshards(models::kLogitsOp, Phase::kFwd,
                            {c.ln.view({c.ln.numel()}), split_->stream}, mb.index);
   const spec::TensorLayout out = split_->sharded(split_->chosen).output;  // [b, s, V]

@@ -36,6 +36,8 @@ class GptHead final : public GptLayer {
     std::vector<float> max, sum;
     std::vector<int32_t> targets;  // per-op: the targets of the rank's block of tokens
   };
+  // A fresh cache for the micro-batch, holding the final norm of `x`.
+  Cache& normed(const MicroBatch& mb, const Tensor& x);
   Tensor forward_split(const MicroBatch& mb, const Tensor& x);
   Tensor backward_split(const MicroBatch& mb);
   // The targets of the logits' block of tokens, from every replica's (MicroBatch::

@@ -47,6 +47,18 @@ if "$sextant" run --model llama-tiny --plan "$out/plan.json" --np 4 --steps 1 --
   echo "FAIL: a per-op plan ran in bf16"; exit 1
 fi
 grep -q "/per_op" "$out/bf16.txt" || { cat "$out/bf16.txt"; echo "FAIL: refusal names no field"; exit 1; }
+# Fails unless the trace FILE holds an event of each NAME given after it.
+trace_has() {
+  python3 - "$@" <<'PY'
+import gzip, json, sys
+raw = open(sys.argv[1], "rb").read()
+trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+events = trace["traceEvents"] if isinstance(trace, dict) else trace
+names = {e.get("name", "") for e in events}
+for want in sys.argv[2:]:
+    assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
+PY
+}
 # A CNN's classifier split by op: resnet-tiny's fc (layer6, 32 -> 10) with its contracted
 # features over the 2 replicas, its logits reduce-scattered back onto the batch.
 cat >"$out/cnn.json" <<'JSON'
@@ -56,15 +68,7 @@ JSON
 "$sextant" run --model resnet-tiny --plan "$out/cnn.json" --np 2 --steps 2 \
   --trace "$out/cnn-trace.json" >"$out/cnn.txt" 2>&1 ||
   { cat "$out/cnn.txt"; echo "FAIL: the CNN's per-op plan did not run"; exit 1; }
-python3 - "$out/cnn-trace.json" <<'PY'
-import gzip, json, sys
-raw = open(sys.argv[1], "rb").read()
-trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-events = trace["traceEvents"] if isinstance(trace, dict) else trace
-names = {e.get("name", "") for e in events}
-for want in ("layer6.reshard_all_gather", "logits.reshard_reduce_scatter"):
-    assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
-PY
+trace_has "$out/cnn-trace.json" layer6.reshard_all_gather logits.reshard_reduce_scatter
 # A decoder's logits split by op: llama-tiny's 256-token vocabulary over the 2 replicas and the 2
 # tp ranks (each rank 64 rows of the output weights for every replica's tokens).
 sed 's/"fc2": {"b": \["d"\], "s": \["t"\]}}}/"fc2": {"b": ["d"], "s": ["t"]}, "logits": {"V": ["d", "t"]}}}/' \
@@ -73,14 +77,6 @@ grep -q '"logits"' "$out/logits.json" || { echo "FAIL: no logits split in the pl
 "$sextant" run --model llama-tiny --plan "$out/logits.json" --np 4 --steps 2 \
   --trace "$out/logits-trace.json" >"$out/logits.txt" 2>&1 ||
   { cat "$out/logits.txt"; echo "FAIL: the logits' per-op plan did not run"; exit 1; }
-python3 - "$out/logits-trace.json" <<'PY'
-import gzip, json, sys
-raw = open(sys.argv[1], "rb").read()
-trace = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-events = trace["traceEvents"] if isinstance(trace, dict) else trace
-names = {e.get("name", "") for e in events}
-for want in ("logits.reshard_all_gather", "head.loss_all_reduce"):
-    assert want in names, f"no {want}; reshard ops: {sorted(n for n in names if 'reshard' in n)}"
-PY
+trace_has "$out/logits-trace.json" logits.reshard_all_gather head.loss_all_reduce
 echo "run: per-op plans trained (a transformer's blocks, with and without sequence parallelism,"
 echo "its logits, and a CNN's classifier); bf16 refused"
