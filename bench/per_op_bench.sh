@@ -44,6 +44,15 @@ PY
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# A 128-op graph (issue 60's bar: the search over 100+ ops in under 60 s on 2 cores): an MLP of
+# 128 layers 2048 wide and 32,000 classes, each layer an op of its own.
+python3 - "$tmp/mlp-128.json" <<'PY'
+import json, sys
+json.dump({"schema": "sextant.model/1", "name": "mlp-128x2k", "description": "bench: 128 layers",
+           "source": "bench/per_op_bench.sh", "kind": "mlp",
+           "mlp": {"widths": [2048] * 128 + [32000], "activation": "relu", "bias": True}},
+          open(sys.argv[1], "w"))
+PY
 row "gpt3-1.3b, 8 x dgx-a100, batch 64" --model gpt3-1.3b --cluster dgx-a100 --gpus 8 \
   --global-batch 64
 row "gpt3-1.3b, 8 x dgx-a100, batch 64, tp=4" --model gpt3-1.3b --cluster dgx-a100 --gpus 8 \
@@ -78,3 +87,6 @@ row "vgg19, 64 x dgx-a100, batch 2048" --model vgg19 --cluster dgx-a100 --gpus 6
   --global-batch 2048
 row "resnet50, 64 x dgx-a100, batch 2048" --model resnet50 --cluster dgx-a100 --gpus 64 \
   --global-batch 2048
+# The 128-op graph: every layer's split searched (runs of 1, 2, 4... layers beyond 32 ops).
+row "mlp-128x2k (128 ops), 16 x dgx-a100, batch 512" --model "$tmp/mlp-128.json" \
+  --cluster dgx-a100 --gpus 16 --global-batch 512

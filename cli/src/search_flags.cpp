@@ -127,8 +127,7 @@ planner::SearchOptions options_from(const SearchFlags& f) {
                                                 !f.json && !f.quiet);
   o.estimate_progress = [scoring](int64_t done, int64_t total) { scoring->update(done, total); };
   o.choose_op_splits = f.per_op;
-  auto splitting =
-      std::make_shared<ProgressLine>("splitting block ops", "moves", !f.json && !f.quiet);
+  auto splitting = std::make_shared<ProgressLine>("splitting ops", "moves", !f.json && !f.quiet);
   o.op_split_progress = [splitting](int64_t done, int64_t total) {
     splitting->update(done, total);
   };

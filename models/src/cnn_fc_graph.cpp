@@ -18,11 +18,24 @@ namespace {
 
 using spec::Phase;
 
-// The fc GEMM of a lowered layer (nullptr: none).
-Op* fc_gemm(std::vector<Op>& ops) {
+// Whether `op` is a fully connected layer's product: a CNN's fc, or an MLP layer's linear.
+bool is_fc_product(const Layer& layer, const Op& op) {
+  return op.id == OpId::kUnitFc ||
+         (layer.kind == LayerKind::kMlpLinear && op.id == OpId::kUnitProduct);
+}
+
+// The fc GEMM of a lowered layer's pass (nullptr: none).
+Op* fc_gemm(const Layer& layer, std::vector<Op>& ops) {
   for (Op& op : ops)
-    if (op.id == OpId::kUnitFc) return &op;
+    if (is_fc_product(layer, op)) return &op;
   return nullptr;
+}
+
+// Whether the layer rectifies (or otherwise activates) its output: a CNN's ReLU, an MLP's act.
+bool activates(const Layer& layer) {
+  return std::any_of(layer.forward.begin(), layer.forward.end(), [](const Op& op) {
+    return op.id == OpId::kUnitRelu || op.id == OpId::kUnitAct;
+  });
 }
 
 std::string dim(size_t k) {
@@ -62,16 +75,15 @@ class FcSplitter {
     const std::string in = dim(k), out = dim(k + 1);
     const int64_t m = local(c_.mesh, now.output, "b"), cols = local(c_.mesh, now.output, out);
     const int64_t depth = local(c_.mesh, now.operands[0], in);
-    Op* fwd = fc_gemm(layer.forward);
-    Op* bwd = fc_gemm(layer.backward);
+    Op* fwd = fc_gemm(layer, layer.forward);
+    Op* bwd = fc_gemm(layer, layer.backward);
     SEXTANT_CHECK(fwd != nullptr && bwd != nullptr, "{}: no fc GEMM", layer.name);
     const double share = static_cast<double>(now.output.shard_elements(c_.mesh)) /
                          static_cast<double>(was.output.shard_elements(c_.mesh));
     for (std::vector<Op>* ops : {&layer.forward, &layer.backward})
       for (Op& op : *ops)
-        if (!op.is_comm() && op.id != OpId::kUnitFc && op.id != OpId::kLoss) scale(op, share);
-    const Op fresh =
-        gemm(OpName(layer.name, OpId::kUnitFc), m, cols, depth, e_, TpSplit::kReplicated);
+        if (!op.is_comm() && !is_fc_product(layer, op) && op.id != OpId::kLoss) scale(op, share);
+    const Op fresh = gemm(OpName(layer.name, fwd->id), m, cols, depth, e_, TpSplit::kReplicated);
     *fwd = fresh;
     *bwd = gemm_backward(fresh);
     // The weight's block, and the bias over the rank's outputs (the lowering's count beyond the
@@ -151,7 +163,7 @@ std::map<std::string, OpSplit> fc_chain_splits(const LoweredModel& lowered, cons
       for (const GraphNode& n : c.graph.nodes) names.push_back(n.op.name);
       throw InputError(
           "plan", fmt::format("/per_op/{}", op), "",
-          fmt::format("a fully connected layer of this CNN: {}", fmt::join(names, ", ")));
+          fmt::format("a fully connected layer of this model: {}", fmt::join(names, ", ")));
     }
     chosen[op] = {split.begin(), split.end()};
   }
@@ -160,9 +172,7 @@ std::map<std::string, OpSplit> fc_chain_splits(const LoweredModel& lowered, cons
   for (size_t k = 0; k < c.graph.nodes.size(); ++k) {
     const std::string& op = c.graph.nodes[k].op.name;
     const auto in = chosen.at(op).find(dim(k));
-    const std::vector<Op>& ops = lowered.layers[c.layers[k]].forward;
-    const bool relu =
-        std::any_of(ops.begin(), ops.end(), [](const Op& x) { return x.id == OpId::kUnitRelu; });
+    const bool relu = activates(lowered.layers[c.layers[k]]);
     const bool split = in != chosen.at(op).end() &&
                        std::any_of(in->second.begin(), in->second.end(),
                                    [&](const std::string& a) { return c.mesh.size(a) > 1; });
@@ -214,9 +224,10 @@ std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int
   std::vector<FcLayer> layers;
   int64_t batch = 0;
   for (size_t l = lowered.layers.size(); l-- > 0;) {
-    const auto& ops = lowered.layers[l].forward;
-    const auto fc =
-        std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.id == OpId::kUnitFc; });
+    const Layer& layer = lowered.layers[l];
+    const auto& ops = layer.forward;
+    const auto fc = std::find_if(ops.begin(), ops.end(),
+                                 [&](const Op& op) { return is_fc_product(layer, op); });
     if (fc == ops.end()) break;
     const MatmulShape& mm = fc->matmuls.at(0);
     batch = mm.m;
@@ -231,12 +242,12 @@ void apply_fc_splits(LoweredModel& lowered, const LoweringOptions& o) {
   const std::string splits = spec::op_splits_text(o.per_op).substr(1);
   if (o.tp > 1 || o.spatial.any())
     throw InputError("plan", "/per_op", splits,
-                     "a CNN's fc layers split by op on data-parallel plans (tp 1, no spatial "
-                     "split): not modelled beside channel or spatial splits");
+                     "fc layers split by op on data-parallel plans (tp 1, no spatial split): not "
+                     "modelled beside channel or spatial splits");
   const std::optional<FcChain> chain = cnn_fc_chain(lowered, std::max<int64_t>(o.dp, 1), o.tp);
   if (!chain)
     throw InputError("plan", "/per_op", splits,
-                     "fully connected layers to split: this CNN ends in none");
+                     "fully connected layers to split: this model ends in none");
   FcSplitter(lowered, *chain, o).apply();
 }
 

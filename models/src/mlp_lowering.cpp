@@ -3,6 +3,7 @@
 
 #include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
+#include "sextant/models/cnn_fc_graph.hpp"
 
 namespace sextant::models {
 
@@ -41,6 +42,7 @@ LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
   }
   out.split_begin = 0;
   out.split_end = out.layers.size();
+  apply_fc_splits(out, o);  // per-op splits of its layers (cnn_fc_graph.hpp)
   return out;
 }
 

@@ -156,15 +156,22 @@ std::vector<OpSplit> candidate_splits(const models::GraphNode& node, bool weight
   return out;
 }
 
-// Every segment of consecutive ops with every split of its first op that applies to all of them.
+// Graphs of up to this many ops try every run of consecutive ops; longer ones (a deep MLP's
+// layers) runs of 1, 2, 4, 8... ops and every run to the end, n log n moves instead of n^2.
+constexpr size_t kEveryRunUpTo = 32;
+
+// Segments of consecutive ops with every split of their first op that applies to all of them.
 std::vector<Move> segment_moves(const models::OpGraph& graph, bool weights_over_d,
                                 const spec::Plan& plan) {
   std::vector<Move> out;
-  for (size_t first = 0; first < graph.nodes.size(); ++first)
+  const size_t n = graph.nodes.size();
+  const bool every = n <= kEveryRunUpTo;
+  for (size_t first = 0; first < n; ++first)
     for (const OpSplit& split : candidate_splits(graph.nodes[first], weights_over_d, plan))
-      for (size_t count = 1; first + count <= graph.nodes.size(); ++count) {
+      for (size_t count = 1; first + count <= n; ++count) {
         if (!applies(graph.nodes[first + count - 1], split, weights_over_d)) break;
-        out.push_back({first, count, split});
+        const bool power_of_two = (count & (count - 1)) == 0;
+        if (every || power_of_two || first + count == n) out.push_back({first, count, split});
       }
   return out;
 }
@@ -207,8 +214,9 @@ bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan) {
   probe.per_op = {{"qkv", {}}};
   if (!spec::per_op_problem(probe).empty()) return false;
   if (model.is_transformer()) return !model.transformer().moe;
-  // A CNN's fc layers on data-parallel plans (models/cnn_fc_graph.hpp).
-  return model.kind() == spec::ModelKind::kCnn && plan.tp == 1;
+  // A CNN's fc layers, an MLP's layers, on data-parallel plans (models/cnn_fc_graph.hpp).
+  return (model.kind() == spec::ModelKind::kCnn || model.kind() == spec::ModelKind::kMlp) &&
+         plan.tp == 1;
 }
 
 OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,

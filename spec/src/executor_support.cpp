@@ -333,6 +333,10 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
       cnn_rules(model, plan, run, out);
       break;
     case ModelKind::kMlp:
+      if (!plan.per_op.empty())
+        out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
+                       "per-op splits of an MLP's layers are simulated and planned; the executor "
+                       "runs those of transformers and CNNs"});
       break;
   }
   if (!model.is_transformer() && !run.synthetic_data)

@@ -699,10 +699,10 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
       add("offload/activation_layers", std::to_string(p.offload.activation_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
-  if (!p.per_op.empty() && (model.kind() == ModelKind::kMlp ||
-                            (model.is_transformer() && model.transformer().moe.has_value())))
+  if (!p.per_op.empty() && model.is_transformer() && model.transformer().moe.has_value())
     add("per_op", op_splits_text(p.per_op).substr(1),
-        "splits the ops of a dense transformer's blocks or a CNN's fc layers: not this model's");
+        "splits the ops of a dense transformer's blocks, a CNN's or an MLP's fc layers: not a "
+        "mixture of experts'");
   if (!p.channel_algorithms.empty() && model.kind() != ModelKind::kCnn)
     add("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()),
         "chooses the algorithms of a CNN's convolutions under a channel split: a CNN only");

@@ -480,6 +480,41 @@ TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
   EXPECT_THROW(lower(m, o), InputError);
 }
 
+// An MLP's layers are fc ops too: mlp-small (64 -> 256 -> 256 -> 256 -> 16, fp32) on dp 4, 8
+// samples a replica, its classifier fc3 with its 16 outputs over d. By hand: fc3's input gathered
+// over d (32 x 256 x 4 B), its output blocks exchanged onto the replicas' rows (an all-to-all of
+// the rank's 32 x 4 x 4 B); backward, the logits' gradient exchanged back, and the input's
+// gradient, partial over d, reduce-scattered onto fc2's rows as fc2's backward opens; fc3 holds
+// 256 x 4 weights and 4 biases of its own, which no bucket carries.
+TEST(PerOpLowering, AnMlpsLayersSplitAsFcLayers) {
+  LoweringOptions o;
+  o.micro_batch = 8;
+  o.dp = 4;
+  o.dtype = spec::Dtype::kFp32;
+  o.per_op = {{"fc3", {{"f4", {"d"}}}}};
+  const LoweredModel split = lower(zoo_model("mlp-small"), o);
+  const Layer &fc2 = split.layers[2], &fc3 = split.layers[3];
+  auto comms = [](const std::vector<Op>& ops) {
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (const Op& op : ops)
+      if (op.is_comm()) out.emplace_back(op.name, op.bytes);
+    return out;
+  };
+  using Named = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(comms(fc3.forward), (Named{{"fc3.reshard_all_gather", 32 * 256 * 4},
+                                       {"logits.reshard_all_to_all", 32 * 4 * 4}}));
+  EXPECT_EQ(comms(fc3.backward), (Named{{"fc3.reshard_all_to_all", 32 * 4 * 4}}));
+  // (fc2 wants its output's gradient on its rows: the reduce-scatter opens its backward.)
+  EXPECT_EQ(comms(fc2.backward), (Named{{"fc2.reshard_reduce_scatter", 32 * 256 * 4}}));
+  for (const Op& op : fc3.forward) {
+    if (op.id == OpId::kUnitProduct) {
+      EXPECT_EQ(op.matmuls, (std::vector<MatmulShape>{{1, 32, 4, 256}}));
+    }
+  }
+  EXPECT_EQ(fc3.params, 256 * 4 + 4);
+  EXPECT_EQ(fc3.replica_whole_params, fc3.params);
+}
+
 // Llama-2 7B's output layer (h 4096, vocabulary 32000, untied) on dp 4 x tp 2, 2 sequences of
 // 1024 a replica, bf16, its logits' vocabulary split over d x t (FlexFlow's parameter dimension:
 // each rank a block of 4000 rows of the output weights). By hand:

@@ -1,4 +1,5 @@
-// A CNN's classifier as a per-op graph (issue 60; FlexFlow's parameter dimension, Jia et al.
+// A CNN's classifier, or an MLP's layers, as a per-op graph (issue 60; FlexFlow's parameter
+// dimension, Jia et al.
 // SysML'19 §3; Krizhevsky's "one weird trick", arXiv:1404.5997: convolutions data-parallel, fully
 // connected layers model-parallel). Its trailing fully connected layers, each an einsum
 // [b, f_(k-1)] x [f_(k-1), f_k] -> [b, f_k] (the ReLU after it elementwise on the output), on the
@@ -39,8 +40,8 @@ struct FcLayer {
 // replica, on dp x tp ranks.
 FcChain fc_chain(const std::vector<FcLayer>& layers, int64_t micro_batch, int64_t dp, int64_t tp);
 
-// The trailing fc layers of a CNN lowered for its uniform layout and one replica's micro-batch, on
-// dp x tp ranks (nullopt: the model ends in no fc layer).
+// The trailing fc layers of a CNN (every layer of an MLP) lowered for its uniform layout and one
+// replica's micro-batch, on dp x tp ranks (nullopt: the model ends in no fc layer).
 std::optional<FcChain> cnn_fc_chain(const LoweredModel& lowered, int64_t dp, int64_t tp);
 
 // A plan's splits of the chain's layers, by layer name (the uniform split for a layer it does not
