@@ -37,7 +37,9 @@ for s in paid[:1]:
     print(f"  best change: {s['uniform']} {s['uniform_step_s']*1e3:.1f} -> {s['chosen_step_s']*1e3:.1f} ms"
           f" ({100 * (s['chosen_step_s'] / s['uniform_step_s'] - 1):+.1f}%)")
     for c in s["changes"]:
-        print(f"    {c['ops']}: {c['from']} -> {c['to']}")
+        ops = c["ops"].split(", ")
+        named = ", ".join(ops) if len(ops) <= 10 else f"{', '.join(ops[:6])}... ({len(ops)} ops)"
+        print(f"    {named}: {c['from']} -> {c['to']}")
 print(f"  {len(paid)} of {len(splits)} plans changed; {est} estimates, {sims} simulations;"
       f" plan wall {end - start:.1f} s")
 PY
