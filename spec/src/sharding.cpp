@@ -167,7 +167,11 @@ std::optional<std::vector<ReshardStep>> cheapest_route(const DeviceMesh& mesh,
   open.emplace(0, 0, start_key);
   std::set<std::string> done;
   while (!open.empty()) {
-    const auto [bytes, count, key] = open.top();
+    // (Copies, not a structured binding: the lambda below captures them, which clang before 16
+    // refuses for bindings.)
+    const int64_t bytes = std::get<0>(open.top());
+    const size_t count = std::get<1>(open.top());
+    const std::string key = std::get<2>(open.top());
     open.pop();
     if (!done.insert(key).second) continue;
     const TensorLayout cur = layouts.at(key);
