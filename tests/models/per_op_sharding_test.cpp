@@ -408,6 +408,15 @@ TEST(PerOpLowering, EveryOpOfADenseBlockBelongsToAGraphOp) {
 namespace sextant::models {
 namespace {
 
+// The collectives of a pass, by name and bytes.
+using Named = std::vector<std::pair<std::string, int64_t>>;
+Named comms(const std::vector<Op>& ops) {
+  Named out;
+  for (const Op& op : ops)
+    if (op.is_comm()) out.emplace_back(op.name, op.bytes);
+  return out;
+}
+
 // AlexNet's classifier (fc 9216 -> 4096 -> 4096 -> 1000; ReLU after the first two) on 16
 // replicas of 32 images each, in bf16, split as Krizhevsky's "one weird trick" splits it
 // (FlexFlow's parameter dimension): layer9's and layer10's outputs over d, layer11's inputs over d.
@@ -430,13 +439,6 @@ TEST(PerOpLowering, ACnnsClassifierSplitsItsWeightsOverTheReplicas) {
   o.per_op = {
       {"layer9", {{"f1", {"d"}}}}, {"layer10", {{"f2", {"d"}}}}, {"layer11", {{"f2", {"d"}}}}};
   const LoweredModel split = lower(m, o);
-  auto comms = [](const std::vector<Op>& ops) {
-    std::vector<std::pair<std::string, int64_t>> out;
-    for (const Op& op : ops)
-      if (op.is_comm()) out.emplace_back(op.name, op.bytes);
-    return out;
-  };
-  using Named = std::vector<std::pair<std::string, int64_t>>;
   const Layer &l9 = split.layers[9], &l10 = split.layers[10], &l11 = split.layers[11];
   EXPECT_EQ(comms(l9.forward), (Named{{"layer9.reshard_all_gather", 512 * 9216 * 2}}));
   EXPECT_EQ(comms(l10.forward), (Named{{"layer10.reshard_all_gather", 512 * 4096 * 2}}));
@@ -494,13 +496,6 @@ TEST(PerOpLowering, AnMlpsLayersSplitAsFcLayers) {
   o.per_op = {{"fc3", {{"f4", {"d"}}}}};
   const LoweredModel split = lower(zoo_model("mlp-small"), o);
   const Layer &fc2 = split.layers[2], &fc3 = split.layers[3];
-  auto comms = [](const std::vector<Op>& ops) {
-    std::vector<std::pair<std::string, int64_t>> out;
-    for (const Op& op : ops)
-      if (op.is_comm()) out.emplace_back(op.name, op.bytes);
-    return out;
-  };
-  using Named = std::vector<std::pair<std::string, int64_t>>;
   EXPECT_EQ(comms(fc3.forward), (Named{{"fc3.reshard_all_gather", 32 * 256 * 4},
                                        {"logits.reshard_all_to_all", 32 * 4 * 4}}));
   EXPECT_EQ(comms(fc3.backward), (Named{{"fc3.reshard_all_to_all", 32 * 4 * 4}}));
@@ -535,22 +530,23 @@ TEST(PerOpLowering, TheLogitsVocabularySplitOverTheReplicas) {
   const Layer uniform = lower(m, o).layers.back();
   o.per_op = {{"logits", {{"V", {"d", "t"}}}}};
   const Layer head = lower(m, o).layers.back();
-  auto comms = [](const std::vector<Op>& ops) {
+  auto grouped = [](const std::vector<Op>& ops) {
     std::vector<std::tuple<std::string, CommGroup, int64_t>> out;
     for (const Op& op : ops)
       if (op.is_comm()) out.emplace_back(op.name, op.group, op.bytes);
     return out;
   };
-  using Named = std::vector<std::tuple<std::string, CommGroup, int64_t>>;
+  using Grouped = std::vector<std::tuple<std::string, CommGroup, int64_t>>;
   const int64_t tokens = 8192, input = tokens * 4096 * 2;
-  EXPECT_EQ(comms(head.forward), (Named{{"logits.reshard_all_gather", CommGroup::kData, input},
-                                        {"head.loss_all_reduce", CommGroup::kData, tokens * 4},
-                                        {"head.loss_all_reduce", CommGroup::kData, tokens * 8},
-                                        {"head.loss_all_reduce", CommGroup::kLayer, tokens * 4},
-                                        {"head.loss_all_reduce", CommGroup::kLayer, tokens * 8}}));
-  EXPECT_EQ(comms(head.backward),
-            (Named{{"head_input.reshard_reduce_scatter", CommGroup::kData, input},
-                   {"head_input.reshard_all_reduce", CommGroup::kLayer, input / 4}}));
+  EXPECT_EQ(grouped(head.forward),
+            (Grouped{{"logits.reshard_all_gather", CommGroup::kData, input},
+                     {"head.loss_all_reduce", CommGroup::kData, tokens * 4},
+                     {"head.loss_all_reduce", CommGroup::kData, tokens * 8},
+                     {"head.loss_all_reduce", CommGroup::kLayer, tokens * 4},
+                     {"head.loss_all_reduce", CommGroup::kLayer, tokens * 8}}));
+  EXPECT_EQ(grouped(head.backward),
+            (Grouped{{"head_input.reshard_reduce_scatter", CommGroup::kData, input},
+                     {"head_input.reshard_all_reduce", CommGroup::kLayer, input / 4}}));
   for (const Op& op : head.forward) {
     if (op.id == OpId::kHeadLogits) {
       EXPECT_EQ(op.matmuls, (std::vector<MatmulShape>{{1, tokens, 4000, 4096}}));
