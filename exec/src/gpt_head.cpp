@@ -72,23 +72,8 @@ Tensor GptHead::forward(const MicroBatch& mb, const Tensor& x) {
     be.softmax_stats(c.logits, mb.targets, s.r * s.vocab_local, s.vocab_valid, c.max, c.sum,
                      target);
   }
-  if (s.t > 1) {
-    // Each shard's sum is relative to its own max: rescale to the global max, then add.
-    const std::vector<float> local_max = c.max;
-    {
-      auto scope = pairs().comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, s.rows * 4,
-                                      Phase::kFwd, layer_, mb.index);
-      ctx().groups->tp->all_reduce_max_host(c.max.data(), s.rows);
-    }
-    for (size_t i = 0; i < c.sum.size(); ++i) c.sum[i] *= std::exp(local_max[i] - c.max[i]);
-    std::vector<float> both(c.sum);
-    both.insert(both.end(), target.begin(), target.end());
-    auto scope = pairs().comm_scope(OpId::kHeadLossAllReduce, OpClass::kAllReduce, 2 * s.rows * 4,
-                                    Phase::kFwd, layer_, mb.index);
-    ctx().groups->tp->all_reduce_host(both.data(), 2 * s.rows);
-    std::copy(both.begin(), both.begin() + s.rows, c.sum.begin());
-    std::copy(both.begin() + s.rows, both.end(), target.begin());
-  }
+  if (s.t > 1)
+    vocab_parallel_sums(*ctx().groups->tp, spec::Stream::kTpComm, s.t, c, target, mb.index);
   double loss = 0;
   for (size_t i = 0; i < static_cast<size_t>(s.rows); ++i)
     loss += std::log(static_cast<double>(c.sum[i])) + c.max[i] - target[i];
@@ -123,6 +108,28 @@ Tensor GptHead::backward(const MicroBatch& mb, const Tensor& /*dy*/) {
   }
   caches_.erase(mb.index);
   return dx;
+}
+
+void GptHead::vocab_parallel_sums(Communicator& comm, spec::Stream stream, int64_t size, Cache& c,
+                                  std::vector<float>& target, int64_t mb) {
+  const int64_t rows = static_cast<int64_t>(c.max.size());
+  // Each shard's sum is relative to its own max: rescale to the group's max, then add. (Ranks
+  // holding only padding rows, all of a group's, have a max of -inf: their sums stay 0.)
+  const std::vector<float> local_max = c.max;
+  {
+    auto scope = rec(ctx().comm(OpId::kHeadLossAllReduce, OpClass::kAllReduce, stream, rows * 4,
+                                size, Phase::kFwd, layer_, mb));
+    comm.all_reduce_max_host(c.max.data(), rows);
+  }
+  for (size_t i = 0; i < c.sum.size(); ++i)
+    if (local_max[i] != c.max[i]) c.sum[i] *= std::exp(local_max[i] - c.max[i]);
+  std::vector<float> both(c.sum);
+  both.insert(both.end(), target.begin(), target.end());
+  auto scope = rec(ctx().comm(OpId::kHeadLossAllReduce, OpClass::kAllReduce, stream, 2 * rows * 4,
+                              size, Phase::kFwd, layer_, mb));
+  comm.all_reduce_host(both.data(), 2 * rows);
+  std::copy(both.begin(), both.begin() + rows, c.sum.begin());
+  std::copy(both.begin() + rows, both.end(), target.begin());
 }
 
 MeshTensor GptHead::reshards(const std::string& node, Phase phase, MeshTensor x, int64_t mb) {
@@ -180,31 +187,11 @@ Tensor GptHead::forward_split(const MicroBatch& mb, const Tensor& x) {
     auto scope = rec(ctx().op(OpId::kHeadLoss, layer_, Phase::kFwd, mb.index));
     be.softmax_stats(c.logits, c.targets, v0, valid, c.max, c.sum, target);
   }
-  // Vocabulary-parallel over each axis splitting V in turn: the max, then the rescaled sums and
-  // the target logits (only the rank holding a target's row has it).
-  for (const std::string& axis : split_->vocab_axes(split_->chosen)) {
-    Communicator& comm = *ranks_->axis(axis).comm;
-    const spec::Stream stream =
-        axis == spec::kDataAxis ? spec::Stream::kDpComm : spec::Stream::kTpComm;
-    const int64_t size = ranks_->mesh().size(axis);
-    const std::vector<float> local_max = c.max;
-    {
-      auto scope = rec(ctx().comm(OpId::kHeadLossAllReduce, OpClass::kAllReduce, stream, rows * 4,
-                                  size, Phase::kFwd, layer_, mb.index));
-      comm.all_reduce_max_host(c.max.data(), rows);
-    }
-    // (Ranks holding only padding rows, all of this axis's group, have a max of -inf: their
-    // sums stay 0.)
-    for (size_t i = 0; i < c.sum.size(); ++i)
-      if (local_max[i] != c.max[i]) c.sum[i] *= std::exp(local_max[i] - c.max[i]);
-    std::vector<float> both(c.sum);
-    both.insert(both.end(), target.begin(), target.end());
-    auto scope = rec(ctx().comm(OpId::kHeadLossAllReduce, OpClass::kAllReduce, stream, 2 * rows * 4,
-                                size, Phase::kFwd, layer_, mb.index));
-    comm.all_reduce_host(both.data(), 2 * rows);
-    std::copy(both.begin(), both.begin() + rows, c.sum.begin());
-    std::copy(both.begin() + rows, both.end(), target.begin());
-  }
+  // Vocabulary-parallel over each axis splitting V in turn.
+  for (const std::string& axis : split_->vocab_axes(split_->chosen))
+    vocab_parallel_sums(*ranks_->axis(axis).comm,
+                        axis == spec::kDataAxis ? spec::Stream::kDpComm : spec::Stream::kTpComm,
+                        ranks_->mesh().size(axis), c, target, mb.index);
   if (counts_loss())
     for (size_t i = 0; i < static_cast<size_t>(rows); ++i)
       loss_sum_ += std::log(static_cast<double>(c.sum[i])) + c.max[i] - target[i];

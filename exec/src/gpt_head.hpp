@@ -45,6 +45,10 @@ class GptHead final : public GptLayer {
   std::vector<int32_t> block_targets(const MicroBatch& mb) const;
   // The walk's reshard steps of `phase` whose op is `node`, run on `x` in order.
   MeshTensor reshards(const std::string& node, spec::Phase phase, MeshTensor x, int64_t mb);
+  // Megatron-LM's vocabulary-parallel reduction over `comm` (`size` ranks, traced on `stream`):
+  // each token's max, then its rescaled sums of exponentials and its target logit.
+  void vocab_parallel_sums(Communicator& comm, spec::Stream stream, int64_t size, Cache& c,
+                           std::vector<float>& target, int64_t mb);
   // Whether this rank counts its tokens' losses: first along every axis that does not split them.
   bool counts_loss() const;
 
