@@ -24,6 +24,8 @@
 #   calibrate   calibration of the GPU's cluster (h100-1gpu or h200-1gpu, by nvidia-smi's name) from the
 #               traces, predicted vs measured
 #   loop        the calibration loop on the GPU (scripts/calibrate-local.sh --gpu)
+#   flash       the fused attention kernels against the CPU's, the flash layouts on 2 ranks, GPT-2
+#               124M with them against the unfused core and torch.compile, and a traced run
 # Usage: scripts/gpu-check.sh [PART...] (default: all, in order). The device tool allows 10 minutes
 # a command: run `build kernels layouts reference` in one call and the rest in a second (the
 # build stays on a warm machine; a later part rebuilds if it is missing). Logs and result files go
@@ -289,6 +291,61 @@ except Exception as e:
 for k in sorted(set(a) | set(b)):
     if a.get(k) != b.get(k): print(f"{k:50s} sextant-traces {a.get(k)!s:>14}  kineto {b.get(k)!s:>14}")
 PY
+fi
+
+if want flash; then
+# The fused attention kernels (exec/src/cuda/flash_attention.cu): against the CPU's, in the layout
+# suite's flash layouts on 2 ranks sharing the GPU, then GPT-2 124M's step with them against the
+# unfused one and torch.compile, and a traced run for the kernels' rates.
+step "flash attention kernels vs the CPU backend (fp32 and bf16)"
+build/cuda/tests/exec_test --gtest_filter='*CudaVsCpu.*' >"$out/flash_kernels.txt" 2>&1 &&
+  no_skips "$out/flash_kernels.txt"
+record $?; grep -E "OK|FAILED|Failure|expected|Which is" "$out/flash_kernels.txt" | head -30
+for precision in fp32 bf16; do
+  step "flash layouts on the CUDA backend, 2 ranks, $precision"
+  run_or_trace 90 exec_mpi_test env SEXTANT_TEST_BACKEND=cuda SEXTANT_TEST_PRECISION=$precision \
+    SEXTANT_TEST_LAYOUTS=flash "${mpirun[@]}" -np 2 stdbuf -oL -eL \
+    build/cuda/tests/exec_mpi_test --gtest_filter='LayoutTest.Every*' >"$out/flash_layouts_$precision.txt" 2>&1
+  record $?; grep -E "layout|PASSED|FAILED|Failure" "$out/flash_layouts_$precision.txt" | head -12
+done
+for attention in flash2 unfused; do
+  step "GPT-2 124M, micro-batch 32 x 1024 tokens, sextant bf16, attention $attention (13 steps, 3 dropped)"
+  timeout 120 "$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 13 --backend cuda \
+    --precision bf16 --attention $attention --quiet --log-json "$out/sextant_gpt2_$attention.jsonl" \
+    >"$out/sextant_gpt2_$attention.txt" 2>&1
+  record $?; tail -3 "$out/sextant_gpt2_$attention.txt"
+  python3 - "$out/sextant_gpt2_$attention.jsonl" "$attention" <<'PY' | tee -a "$out/throughput_flash.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+print(json.dumps({"impl": f"sextant cuda bf16 (attention {sys.argv[2]})",
+                  "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
+                  "step_time_s": sum(r["step_time_s"] for r in rows) / len(rows)}))
+PY
+done
+step "GPT-2 124M traced run with flash attention (per-op CUDA-event timing)"
+timeout 90 "$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 4 --backend cuda \
+  --precision bf16 --attention flash2 --quiet --trace "$out/sextant_gpt2_flash.trace.json" \
+  >"$out/sextant_gpt2_flash_traced.txt" 2>&1
+record $?
+python3 - "$out/sextant_gpt2_flash.trace.json" <<'PY' | tee "$out/flash_ops.txt"
+import collections, json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+total = collections.defaultdict(lambda: [0.0, 0.0, 0])
+for e in events:
+    a = e.get("args", {})
+    if e.get("ph") != "X" or a.get("step", 1) < 1: continue
+    key = (e["name"], a.get("phase", ""))
+    total[key][0] += e["dur"]; total[key][1] += a.get("flops", 0); total[key][2] += 1
+steps = max(1, len({e.get("args", {}).get("step") for e in events if e.get("ph") == "X"}) - 1)
+for (name, phase), (us, flops, n) in sorted(total.items(), key=lambda kv: -kv[1][0])[:16]:
+    rate = flops / us / 1e6 if us else 0
+    print(f"{name:24s} {phase:10s} {us / 1e3 / steps:8.2f} ms/step  {n:5d} calls  {rate:7.1f} TFLOP/s")
+PY
+step "torch.compile's GPT-2 124M on the same batch (bf16 autocast, SDPA)"
+timeout 150 python3 bench/pytorch_gpt_cuda.py --model-json $model --micro-batch 32 --steps 10 --precision bf16 \
+  --attention sdpa --compile 2>>"$out/pytorch_gpt2.err" | tee -a "$out/throughput_flash.txt"
+record $?
 fi
 
 if want loop; then

@@ -92,8 +92,9 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.comm_choice = comm_choice(f.executor);
     job.precision = precision_choice(f.executor);
     job.model = models::resolve_model(f.model);
-    job.plan = plan_from_flags(f.plan, std::nullopt, job.backend == exec::BackendKind::kCuda,
-                               job.model.kind());
+    // Stack flags start from the executor's own stack on every backend (spec::executor_stack),
+    // not the GPU clusters' default: --attention flash2 runs Sextant's flash kernels.
+    job.plan = plan_from_flags(f.plan, std::nullopt, false, job.model.kind());
     // The stack the executor runs the plan with, decided here once: the watchdog's prediction,
     // the checks (exec::check_job, in run_main), the run and its trace all see this one.
     job.plan.stack = spec::executor_stack(job.plan);

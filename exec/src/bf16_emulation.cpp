@@ -144,6 +144,22 @@ class Bf16Emulation : public Backend {
     inner_->attention_scores_backward(wide(dscores), wide(qkv), l, dqkv32);
     store(dqkv32, dqkv);
   }
+  // The log-sum-exp and delta are fp32 on every backend: they pass through.
+  void flash_attention(const Tensor& qkv, const QkvLayout& l, Tensor& out_, Tensor& lse) override {
+    Tensor o32 = out(out_);
+    inner_->flash_attention(wide(qkv), l, o32, lse);
+    store(o32, out_);
+  }
+  void flash_attention_backward_prep(const Tensor& out_, const Tensor& dout, const QkvLayout& l,
+                                     Tensor& delta) override {
+    inner_->flash_attention_backward_prep(wide(out_), wide(dout), l, delta);
+  }
+  void flash_attention_backward(const Tensor& qkv, const Tensor& dout, const Tensor& lse,
+                                const Tensor& delta, const QkvLayout& l, Tensor& dqkv) override {
+    Tensor dqkv32 = out(dqkv);
+    inner_->flash_attention_backward(wide(qkv), wide(dout), lse, delta, l, dqkv32);
+    store(dqkv32, dqkv);
+  }
   void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,
                  Tensor& y) override {
     Tensor y32 = out(y);

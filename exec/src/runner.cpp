@@ -317,10 +317,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.spatial = job.plan.spatial;  // a CNN rank's ops work on its block of each map
   lowering.cp = job.plan.cp;            // a context-parallel rank's, on its chunks of each sequence
   lowering.cp_algorithm = job.plan.cp_algorithm;
-  // Ring attention runs its steps as flash attention does (exec/blockwise_attention.hpp): no
-  // probabilities kept, each block's output merged by its log-sum-exp, traced as attn.core.
-  if (job.plan.cp > 1 && job.plan.cp_algorithm == spec::ContextAlgorithm::kRing)
-    lowering.attention = spec::executor_stack(job.plan).attention;
+  // A fused kernel (and ring attention's steps) keeps no probabilities, traced as attn.core.
+  lowering.attention = spec::executed_attention(job.plan);
   lowering.ep = job.plan.ep;            // a rank's experts, and their dispatch and combine
   lowering.tp_grid = job.plan.tp_grid;  // a 3D tensor grid's blocks (exec/src/grid_linear.hpp)
   lowering.channel_algorithms = job.plan.channel_algorithms;  // each convolution's, as chosen

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "activations.hpp"
+#include "sextant/spec/executor_support.hpp"
 
 namespace sextant::exec {
 
@@ -279,6 +280,10 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
   return dx;
 }
 
+bool TransformerBlock::fused_attention() const {
+  return spec::is_fused_attention(spec::executed_attention(*ctx().plan));
+}
+
 void TransformerBlock::residual_backward(OpId residual, int64_t mb, const Tensor& dout, Param* bias,
                                          Tensor& dnorm) {
   auto scope = rec(ctx().op(residual, layer_, Phase::kBwd, mb));
@@ -291,6 +296,12 @@ Tensor TransformerBlock::attention_core(const Tensor& qkv, Tensor& out, Tensor& 
   if (parts_.cp != nullptr) return parts_.cp->forward(qkv, out, qkv_heads, layer_, phase, mb);
   Backend& be = backend();
   const GptShape& s = shape();
+  if (fused_attention()) {  // FlashAttention-2: the output and each row's fp32 log-sum-exp
+    Tensor lse = be.empty({s.batch, s.heads_local, s.seq});
+    auto scope = rec(ctx().op(OpId::kAttnCore, layer_, phase, mb));
+    be.flash_attention(qkv, s.qkv, out, lse);
+    return lse;
+  }
   Tensor probs = act({s.batch, s.heads_local, s.seq, s.seq});
   {
     auto scope = rec(ctx().op(OpId::kAttnScores, layer_, phase, mb));
@@ -316,6 +327,16 @@ void TransformerBlock::attention_core_backward(Cache& c, const Tensor& dout, Ten
   Backend& be = backend();
   const GptShape& s = shape();
   const Phase B = Phase::kBwd;
+  if (fused_attention()) {  // c.att is the log-sum-exp; the probabilities are recomputed
+    Tensor delta = be.empty(c.att.shape());
+    {
+      auto scope = rec(ctx().op(OpId::kAttnCorePrep, layer_, B, mb));
+      be.flash_attention_backward_prep(c.o, dout, s.qkv, delta);
+    }
+    auto scope = rec(ctx().op(OpId::kAttnCore, layer_, B, mb));
+    be.flash_attention_backward(c.qkv, dout, c.att, delta, s.qkv, dqkv);
+    return;
+  }
   Tensor dprobs = act({s.batch, s.heads_local, s.seq, s.seq});
   {
     auto scope = rec(ctx().op(OpId::kAttnContext, layer_, B, mb));

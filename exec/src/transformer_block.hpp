@@ -63,10 +63,12 @@ class TransformerBlock final : public GptLayer {
   // gradient is the sum of `dout` over rows. One op, as the lowering counts it.
   void residual_backward(models::OpId residual, int64_t mb, const Tensor& dout, Param* bias,
                          Tensor& dnorm);
-  // The attention core, as the simulator names its steps; returns the probabilities.
+  // The attention core, as the simulator names its steps; returns the probabilities (fused: each
+  // row's fp32 log-sum-exp).
   Tensor attention_core(const Tensor& qkv, Tensor& out, Tensor& qkv_heads, spec::Phase phase,
                         int64_t mb);
   void attention_core_backward(Cache& c, const Tensor& dout, Tensor& dqkv, int64_t mb);
+  bool fused_attention() const;  // the plan's attention core runs as one flash kernel
   // The bias of a pair's second layer, added by the residual (on a grid the layer adds it).
   Param* residual_bias(Param* bias) const { return parts_.grid != nullptr ? nullptr : bias; }
   bool rope() const;

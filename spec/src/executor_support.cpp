@@ -249,6 +249,12 @@ Stack executor_stack(const Plan& plan) {
   return plan.stack ? *plan.stack : builtin_stack(kExecutorStack);
 }
 
+AttentionKernel executed_attention(const Plan& plan) {
+  const bool own_kernels =
+      (plan.cp > 1 && plan.cp_algorithm != ContextAlgorithm::kRing) || !plan.per_op.empty();
+  return own_kernels ? AttentionKernel::kUnfused : executor_stack(plan).attention;
+}
+
 bool executor_runs_collective(CollectiveKind kind, CollectiveAlgorithm algorithm) {
   using A = CollectiveAlgorithm;
   switch (kind) {

@@ -248,6 +248,37 @@ TEST_P(CudaVsCpu, CausalAttentionForwardAndBackward) {
   }
 }
 
+// The fused kernels (tensor cores in bf16) against the CPU's (FlashAttention-2's algorithm in
+// fp32, itself equal to the unfused steps: kernels_test.cpp). Shapes cover several 64-row tiles
+// with a ragged last one, grouped-query attention, head dims padded to 16 (24, 6) and the
+// kernels' limit (128 in bf16; fp32 tiles fit up to 112), 16-byte loads and element loads (6).
+TEST_P(CudaVsCpu, FlashAttentionForwardAndBackward) {
+  for (const QkvLayout l : {QkvLayout{2, 70, 3, 3, 24}, QkvLayout{1, 130, 4, 2, 64},
+                            QkvLayout{2, 65, 2, 1, 128}, QkvLayout{3, 5, 2, 1, 6}}) {
+    if (l.head_dim > 112 && GetParam() != Precision::kBf16) continue;
+    SCOPED_TRACE(testing::Message() << "seq " << l.seq << " head_dim " << l.head_dim);
+    const int64_t rows = l.batch * l.seq, hd = l.heads * l.head_dim;
+    auto qkv = random(rows * l.width()), dout = random(rows * hd);
+    std::map<std::string, std::vector<float>> r[2];
+    Backend* bes[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = *bes[k];
+      Tensor tq = put(be, {rows, l.width()}, qkv), tdo = put(be, {rows, hd}, dout);
+      Tensor out = poisoned(be, {rows, hd}), lse = poisoned(be, {l.batch, l.heads, l.seq}, true);
+      be.flash_attention(tq, l, out, lse);
+      r[k]["out"] = get(be, out);
+      r[k]["lse"] = get(be, lse);
+      Tensor delta = poisoned(be, {l.batch, l.heads, l.seq}, true);
+      Tensor dqkv = poisoned(be, {rows, l.width()});
+      be.flash_attention_backward_prep(out, tdo, l, delta);
+      r[k]["delta"] = get(be, delta);
+      be.flash_attention_backward(tq, tdo, lse, delta, l, dqkv);
+      r[k]["dqkv"] = get(be, dqkv);
+    }
+    for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
+  }
+}
+
 TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {
   const int64_t n = 9, h = 6, shard_begin = 3, shard = 5;  // vocabulary 11, this shard 3..7
   const std::vector<int32_t> tokens = {0, 3, 4, 7, 7, 10, 5, 3, 1};

@@ -226,6 +226,44 @@ TEST_F(Kernels, CausalAttention) {
   }
 }
 
+// The fused kernel computes what the three unfused steps do (checked against finite differences
+// above): out = softmax(mask(q k^T / sqrt(d))) v, the log-sum-exp of each row's scaled, masked
+// scores (by hand from the unfused scores here), and for loss = <out, c> the gradient of every
+// q, k and v head, with grouped-query attention's k and v heads summing over their groups.
+TEST_F(Kernels, FlashAttentionIsTheUnfusedAttention) {
+  for (const QkvLayout l : {QkvLayout{2, 9, 4, 4, 3}, QkvLayout{1, 7, 6, 2, 5}}) {
+    SCOPED_TRACE(l.kv_heads);
+    const int64_t rows = l.batch * l.seq, hd = l.heads * l.head_dim;
+    Tensor qkv = random({rows, l.width()}), c = random({rows, hd});
+    Tensor att = be->empty({l.batch, l.heads, l.seq, l.seq}), want = be->empty({rows, hd});
+    be->attention_scores(qkv, l, att);
+    std::vector<double> want_lse;
+    for (int64_t bh = 0; bh < l.batch * l.heads; ++bh)
+      for (int64_t i = 0; i < l.seq; ++i) {
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(att.data()[(bh * l.seq + i) * l.seq + j]);
+        want_lse.push_back(std::log(sum));
+      }
+    be->causal_softmax(att, l.seq);
+    be->attention_context(att, qkv, l, want);
+    Tensor want_dqkv = be->empty({rows, l.width()}), dprobs = be->empty(att.shape());
+    be->attention_context_backward(att, qkv, c, l, dprobs, want_dqkv);
+    be->causal_softmax_backward(att, dprobs, l.seq);
+    be->attention_scores_backward(dprobs, qkv, l, want_dqkv);
+
+    Tensor out = be->empty({rows, hd}), lse = be->empty({l.batch, l.heads, l.seq});
+    be->flash_attention(qkv, l, out, lse);
+    for (int64_t i = 0; i < out.numel(); ++i) EXPECT_NEAR(out.data()[i], want.data()[i], 1e-5);
+    for (int64_t i = 0; i < lse.numel(); ++i) EXPECT_NEAR(lse.data()[i], want_lse[i], 1e-5);
+    Tensor delta = be->empty(lse.shape()), dqkv = be->empty({rows, l.width()});
+    be->fill(dqkv, std::nanf(""));  // every head is written
+    be->flash_attention_backward_prep(out, c, l, delta);
+    be->flash_attention_backward(qkv, c, lse, delta, l, dqkv);
+    for (int64_t i = 0; i < dqkv.numel(); ++i)
+      EXPECT_NEAR(dqkv.data()[i], want_dqkv.data()[i], 1e-5) << "element " << i;
+  }
+}
+
 TEST_F(Kernels, EmbeddingAndPositions) {
   Tensor table = random({6, 4}), c = random({5, 4}), y = be->empty({5, 4});
   std::vector<int32_t> tokens = {3, 1, 8, 3, 5};  // 8 is outside rows [2, 8) -> zero row

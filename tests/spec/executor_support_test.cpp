@@ -231,6 +231,27 @@ TEST(ExecutorSupport, ModelsTheKernelsDoNotCover) {
   expect_refused(tiny, tp, kCpu, "model /transformer/vocab", "too small for tp 4");
 }
 
+// The attention core runs as the plan's stack says, except where the executor's own kernels
+// for the layout keep the probabilities: all-gather and all-to-all context parallelism, per-op
+// splits. Ring attention's steps are the stack's fused kernel.
+TEST(ExecutorSupport, TheAttentionKernelIsTheStacksWhereTheLayoutRunsIt) {
+  Plan plan = dp2();
+  EXPECT_EQ(executed_attention(plan), AttentionKernel::kUnfused);  // the executor's own stack
+  plan.stack = builtin_stack(kExecutorStack);
+  plan.stack->attention = AttentionKernel::kFlash2;
+  EXPECT_EQ(executed_attention(plan), AttentionKernel::kFlash2);
+  plan.cp = 2;
+  plan.cp_algorithm = ContextAlgorithm::kRing;
+  EXPECT_EQ(executed_attention(plan), AttentionKernel::kFlash2);
+  for (ContextAlgorithm a : {ContextAlgorithm::kAllGather, ContextAlgorithm::kAllToAll}) {
+    plan.cp_algorithm = a;
+    EXPECT_EQ(executed_attention(plan), AttentionKernel::kUnfused);
+  }
+  plan.cp = 1;
+  plan.per_op = {{"attention", {{"a", {"d"}}}}};
+  EXPECT_EQ(executed_attention(plan), AttentionKernel::kUnfused);
+}
+
 TEST(ExecutorSupport, OneErrorNamesThePlanTheModelAndTheRun) {
   Plan plan = dp2();
   plan.dtype = Dtype::kBf16;

@@ -245,6 +245,13 @@ spec::Plan with_ring(spec::Plan p, int64_t cp) {
   return p;
 }
 
+// The attention core as one fused kernel (the stack's flash2; FlashAttention-2's algorithm:
+// exec/blockwise_attention.hpp on CPU ranks, exec/src/cuda/flash_attention.cu on GPUs).
+spec::Plan with_flash(spec::Plan p) {
+  p.stack->attention = spec::AttentionKernel::kFlash2;
+  return p;
+}
+
 // AxoNN's 3D tensor grid over the plan's tp = x * y * z ranks (exec/src/grid_linear.hpp), with
 // micro-batches of z sequences, one per z slice.
 spec::Plan with_grid(spec::Plan p, int64_t x, int64_t y, int64_t z) {
@@ -532,6 +539,15 @@ std::vector<Layout> layouts() {
       {"grid_2x2x2", with_grid(plan_of(1, 8, 1), 2, 2, 2)},
       {"llama_grid_2x2x2", with_grid(plan_of(1, 8, 1), 2, 2, 2), Net::kLlama},
       {"dp2_grid_1x1x2_pp2_zero1", with_grid(plan_of(2, 2, 2, 1), 1, 1, 2)},
+      // Fused attention: the output and each row's log-sum-exp kept, the probabilities
+      // recomputed in backward; Llama's grouped-query heads over tp, sequence parallelism,
+      // pipeline stages, selective and full recompute, ZeRO.
+      {"flash_dp2", with_flash(plan_of(2, 1, 1))},
+      {"llama_flash_tp2", with_flash(plan_of(1, 2, 1)), Net::kLlama},
+      {"flash_tp2_sp_pp2_selective_recompute",
+       with_flash(with_recompute(plan_of(1, 2, 2, 0, true), R::kSelective))},
+      {"llama_flash_dp2_pp2_full_recompute_zero1",
+       with_flash(with_recompute(plan_of(2, 1, 2, 1), R::kFull)), Net::kLlama},
       {"cp2_ring", with_ring(plan_of(1, 1, 1), 2)},
       {"llama_cp2_ring", with_ring(plan_of(1, 1, 1), 2), Net::kLlama},
       {"llama_cp2_ring_selective_recompute",

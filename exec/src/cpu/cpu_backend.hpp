@@ -73,6 +73,12 @@ class CpuBackend final : public Backend {
   void causal_softmax_backward(const Tensor& probs, Tensor& grad, int64_t seq) override;
   void attention_scores_backward(const Tensor& dscores, const Tensor& qkv, const QkvLayout& l,
                                  Tensor& dqkv) override;
+  // (flash_attention.cpp)
+  void flash_attention(const Tensor& qkv, const QkvLayout& l, Tensor& out, Tensor& lse) override;
+  void flash_attention_backward_prep(const Tensor& out, const Tensor& dout, const QkvLayout& l,
+                                     Tensor& delta) override;
+  void flash_attention_backward(const Tensor& qkv, const Tensor& dout, const Tensor& lse,
+                                const Tensor& delta, const QkvLayout& l, Tensor& dqkv) override;
 
   // VocabularyKernels (vocabulary.cpp)
   void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,

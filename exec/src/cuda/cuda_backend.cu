@@ -1,4 +1,5 @@
-// CUDA kernels and cuBLAS calls behind the Backend interface (the CNN family: convolution.cu).
+// CUDA kernels and cuBLAS calls behind the Backend interface (the CNN family: convolution.cu; fused
+// attention: flash_attention.cu).
 // Row-major tensors are passed to column-major cuBLAS as their transposes: y = x w (row-major) is
 // y^T = w^T x^T (column-major). Reductions that feed the loss (row max, sum of exponentials) run
 // one block per row.
@@ -21,7 +22,9 @@
 
 #include "cuda_check.hpp"
 #include "cuda_convolution.hpp"
+#include "cuda_flash_attention.hpp"
 #include "cuda_module.hpp"
+#include "cuda_scalar.cuh"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -49,22 +52,8 @@ int64_t cols_of(const Tensor& t) {
   return t.shape().back();
 }
 
-__device__ __forceinline__ float ld(float v) {
-  return v;
-}
-__device__ __forceinline__ float ld(bf16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T st(float v);
-template <>
-__device__ __forceinline__ float st<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ bf16 st<bf16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+using cuda_scalar::ld;
+using cuda_scalar::st;
 
 template <typename T>
 constexpr DType dtype_of() {
@@ -945,6 +934,18 @@ class CudaBackend : public Backend {
                      l.kv_heads, t);
       }
     }
+  }
+
+  void flash_attention(const Tensor& qkv, const QkvLayout& l, Tensor& out, Tensor& lse) override {
+    cuda_flash::forward(qkv, l, out, lse);
+  }
+  void flash_attention_backward_prep(const Tensor& out, const Tensor& dout, const QkvLayout& l,
+                                     Tensor& delta) override {
+    cuda_flash::backward_prep(out, dout, l, delta);
+  }
+  void flash_attention_backward(const Tensor& qkv, const Tensor& dout, const Tensor& lse,
+                                const Tensor& delta, const QkvLayout& l, Tensor& dqkv) override {
+    cuda_flash::backward(qkv, dout, lse, delta, l, dqkv);
   }
 
   void embedding(const std::vector<int32_t>& tokens, const Tensor& table, int64_t vocab_begin,

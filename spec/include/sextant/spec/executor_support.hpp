@@ -44,6 +44,11 @@ ExecutorRun executor_run(ExecutorBackend backend);
 // The software stack the executor runs a plan with: the plan's own, else its built-in "sextant"
 // (kExecutorStack), on every backend.
 Stack executor_stack(const Plan& plan);
+// The kernel the executor runs a plan's attention core with: its stack's (a fused kernel is
+// FlashAttention-2's algorithm: exec/blockwise_attention.hpp on CPU ranks, flash_attention.cu on
+// GPUs), except under all-gather or all-to-all context parallelism and per-op splits, whose
+// kernels keep the probabilities (unfused).
+AttentionKernel executed_attention(const Plan& plan);
 
 // Whether the CPU executor runs `kind` by `algorithm` when a plan names it (plan
 // collective_algorithms; exec/src/p2p_collectives.hpp builds them from point-to-point messages):

@@ -57,6 +57,20 @@ class AttentionKernels {
   // q heads).
   virtual void attention_scores_backward(const Tensor& dscores, const Tensor& qkv,
                                          const QkvLayout& l, Tensor& dqkv) = 0;
+
+  // Fused causal self-attention (FlashAttention-2, Dao 2023, Algorithms 1 and 2), traced as
+  // attn.core (and attn.core_prep before its backward): no s x s tensor is kept. out [batch*seq,
+  // heads*head_dim]; lse [batch, heads, seq] fp32, the log-sum-exp of each row's scaled scores.
+  // Positions null only (a context-parallel rank runs exec/blockwise_attention.hpp); on CUDA
+  // head_dim up to 128 (bf16) or 112 (fp32: its tiles' shared memory).
+  virtual void flash_attention(const Tensor& qkv, const QkvLayout& l, Tensor& out, Tensor& lse) = 0;
+  // delta [batch, heads, seq] fp32 = the sum over each head's columns of dout * out.
+  virtual void flash_attention_backward_prep(const Tensor& out, const Tensor& dout,
+                                             const QkvLayout& l, Tensor& delta) = 0;
+  // Every head of dqkv (q, k and v) overwritten, the probabilities recomputed from lse:
+  // dS = P * (dP - delta); a k or v head sums over its group's q heads.
+  virtual void flash_attention_backward(const Tensor& qkv, const Tensor& dout, const Tensor& lse,
+                                        const Tensor& delta, const QkvLayout& l, Tensor& dqkv) = 0;
 };
 
 }  // namespace sextant::exec
