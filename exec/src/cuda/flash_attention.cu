@@ -9,6 +9,9 @@
 // 128 runs. Softmax statistics, accumulators and the dS of the backward are fp32; P and dS enter
 // the next product rounded to the storage type, as in FlashAttention-2.
 //
+// bf16 heads of 64 columns (forward: and 128) run flash_mma.cuh's kernels instead, which keep the
+// score tiles in registers; the kernels here take every other shape and fp32.
+//
 // Backward runs as two kernels, as the Triton fused-attention tutorial's backward does: one per
 // key tile accumulates dK and dV over the query tiles at or after it (and over a kv head's group
 // of q heads), one per query tile accumulates dQ over the key tiles up to it. Each gradient has
@@ -25,6 +28,7 @@
 #include "cuda_check.hpp"
 #include "cuda_flash_attention.hpp"
 #include "cuda_scalar.cuh"
+#include "flash_mma.cuh"
 #include "sextant/spec/error.hpp"
 
 namespace sextant::exec::cuda_flash {
@@ -411,6 +415,16 @@ Shape with_vector_loads(Shape s, int64_t element, std::initializer_list<const Te
   return s;
 }
 
+// The register-resident kernels (flash_mma.cuh) take bf16 heads of 64 (and forward 128) columns
+// whose rows load 16 bytes at a time.
+bool runs_on_mma(const Shape& s, bool backward, std::initializer_list<const Tensor*> operands) {
+  const bool dims = s.d == 64 || (s.d == 128 && !backward);
+  return dims && with_vector_loads(s, 2, operands).vector_loads;
+}
+mma::Dims dims_of(const Shape& s) {
+  return {s.seq, s.heads, s.kv_heads, s.width, s.out_width, s.scale, s.scale * mma::kLog2e};
+}
+
 template <typename T>
 T* elements(const Tensor& t) {
   return static_cast<T*>(t.raw());
@@ -441,12 +455,26 @@ void forward(const Tensor& qkv, const QkvLayout& l, Tensor& out, Tensor& lse) {
       "flash attention's out of {} and lse of {} elements", out.numel(), lse.numel());
   float* lse_p = floats(lse, "log-sum-exp");
   if (l.batch * l.seq == 0) return;
+  const dim3 grid(static_cast<unsigned>(s.tiles()), static_cast<unsigned>(l.heads),
+                  static_cast<unsigned>(l.batch));
+  if (qkv.dtype() == DType::kBF16 && out.dtype() == DType::kBF16 &&
+      runs_on_mma(s, false, {&qkv, &out})) {
+    const auto launch = [&](auto kernel, int bytes) {
+      allow_smem(kernel, bytes, "forward");
+      kernel<<<grid, mma::kThreads, bytes>>>(elements<bf16>(qkv), elements<bf16>(out), lse_p,
+                                             dims_of(s));
+    };
+    if (s.d == 64)
+      launch(mma::forward<64>, mma::forward_smem<64>());
+    else
+      launch(mma::forward<128>, mma::forward_smem<128>());
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   on_type(qkv, out, [&](auto tag) {
     using T = decltype(tag);
     const int64_t bytes = forward_smem<T>(s);
     allow_smem(forward_kernel<T>, bytes, "forward");
-    const dim3 grid(static_cast<unsigned>(s.tiles()), static_cast<unsigned>(l.heads),
-                    static_cast<unsigned>(l.batch));
     forward_kernel<T><<<grid, kFlashThreads, bytes>>>(elements<T>(qkv), elements<T>(out), lse_p,
                                                       with_vector_loads(s, sizeof(T), {&qkv}));
   });
@@ -486,12 +514,28 @@ void backward(const Tensor& qkv, const Tensor& dout, const Tensor& lse, const Te
   SEXTANT_CHECK(dqkv.dtype() == qkv.dtype(), "flash attention's dqkv is {}, qkv {}",
                 dtype_name(dqkv.dtype()), dtype_name(qkv.dtype()));
   if (l.batch * l.seq == 0) return;
+  const auto tiles = static_cast<unsigned>(s.tiles());
+  const auto batch = static_cast<unsigned>(l.batch);
+  if (qkv.dtype() == DType::kBF16 && dout.dtype() == DType::kBF16 &&
+      runs_on_mma(s, true, {&qkv, &dout, &dqkv})) {
+    constexpr int kKeyBytes = mma::key_smem<64>(), kQueryBytes = mma::query_smem<64>();
+    allow_smem(mma::key_backward<64>, kKeyBytes, "key backward");
+    allow_smem(mma::query_backward<64>, kQueryBytes, "query backward");
+    const mma::Dims d = dims_of(s);
+    mma::key_backward<64>
+        <<<dim3(tiles, static_cast<unsigned>(l.kv_heads), batch), mma::kThreads, kKeyBytes>>>(
+            elements<bf16>(qkv), elements<bf16>(dout), lse_p, delta_p, elements<bf16>(dqkv), d);
+    mma::query_backward<64>
+        <<<dim3(tiles, static_cast<unsigned>(l.heads), batch), mma::kThreads, kQueryBytes>>>(
+            elements<bf16>(qkv), elements<bf16>(dout), lse_p, delta_p, elements<bf16>(dqkv), d);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   on_type(qkv, dout, [&](auto tag) {
     using T = decltype(tag);
     const int64_t key_bytes = key_smem<T>(s), query_bytes = query_smem<T>(s);
     allow_smem(key_backward_kernel<T>, key_bytes, "key backward");
     allow_smem(query_backward_kernel<T>, query_bytes, "query backward");
-    const auto tiles = static_cast<unsigned>(s.tiles());
     const Shape sv = with_vector_loads(s, sizeof(T), {&qkv, &dout});
     key_backward_kernel<T>
         <<<dim3(tiles, static_cast<unsigned>(l.kv_heads), static_cast<unsigned>(l.batch)),
