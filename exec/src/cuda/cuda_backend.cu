@@ -25,6 +25,7 @@
 #include "cuda_flash_attention.hpp"
 #include "cuda_module.hpp"
 #include "cuda_scalar.cuh"
+#include "elementwise.cuh"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -38,7 +39,6 @@ constexpr int kThreads = 256;
 // Blocks of the reductions that add per-block partial sums into parameter gradients: enough to
 // fill an H100 (132 SMs) several times over, few enough that the final atomics stay cheap.
 constexpr int64_t kMaxReductionBlocks = 1024;
-constexpr float kGeluC = 0.7978845608028654f;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kRmsNormEps = 1e-5f;
 
@@ -108,21 +108,6 @@ __global__ void copy_box_kernel(const float* from, Box held_from, float* to, Box
   float& t = to[at(held_to)];
   t = add ? t + v : v;
 }
-template <typename T>
-__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = st<T>(ld(a[i]) + ld(b[i]));
-}
-template <typename T>
-__global__ void scale_kernel(T* x, int64_t n, float f) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] = st<T>(ld(x[i]) * f);
-}
-template <typename T>
-__global__ void bias_add_kernel(T* y, const T* b, int64_t rows, int64_t cols) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < rows * cols) y[i] = st<T>(ld(y[i]) + ld(b[i % cols]));
-}
 // Column sums of dy [rows, cols] added into db. A block covers kColTile columns (one per lane of
 // x, so that a warp reads consecutive addresses) and a chunk of rows split over kRowLanes lanes of
 // y; the lanes meet in shared memory and each block adds its partial sums with one atomic per
@@ -145,32 +130,6 @@ __global__ void bias_backward_kernel(const T* dy, float* db, int64_t rows, int64
     for (int k = 1; k < kRowLanes; ++k) s += partial[k][threadIdx.x];
     atomicAdd(&db[c], s);
   }
-}
-template <typename T>
-__global__ void gelu_kernel(const T* x, T* y, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  float v = ld(x[i]);
-  y[i] = st<T>(0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v))));
-}
-template <typename T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  float v = ld(x[i]);
-  float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
-  float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-  dx[i] = st<T>(ld(dy[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
-}
-template <typename T>
-__global__ void relu_kernel(const T* x, T* y, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = st<T>(fmaxf(0.0f, ld(x[i])));
-}
-template <typename T>
-__global__ void relu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) dx[i] = st<T>(ld(x[i]) > 0 ? ld(dy[i]) : 0.0f);
 }
 template <typename T>
 __global__ void swiglu_kernel(const T* x, T* y, int64_t rows, int64_t f) {
@@ -768,27 +727,29 @@ class CudaBackend : public Backend {
   void gelu(const Tensor& x, Tensor& y) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      gelu_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(y), x.numel());
+      cuda_elementwise::map(ptr<T>(y), ptr<T>(x), static_cast<const T*>(nullptr), x.numel(),
+                            cuda_elementwise::Gelu{});
     });
   }
   void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      gelu_backward_kernel<T>
-          <<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+      cuda_elementwise::map(ptr<T>(dx), ptr<T>(x), ptr<T>(dy), x.numel(),
+                            cuda_elementwise::GeluBackward{});
     });
   }
   void relu(const Tensor& x, Tensor& y) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      relu_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(y), x.numel());
+      cuda_elementwise::map(ptr<T>(y), ptr<T>(x), static_cast<const T*>(nullptr), x.numel(),
+                            cuda_elementwise::Relu{});
     });
   }
   void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      relu_backward_kernel<T>
-          <<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel());
+      cuda_elementwise::map(ptr<T>(dx), ptr<T>(x), ptr<T>(dy), x.numel(),
+                            cuda_elementwise::ReluBackward{});
     });
   }
   void swiglu(const Tensor& x, Tensor& y) override {
@@ -809,8 +770,7 @@ class CudaBackend : public Backend {
   void bias_add(Tensor& y, const Tensor& b) override {
     dispatch(y, [&](auto tag) {
       using T = decltype(tag);
-      bias_add_kernel<T>
-          <<<blocks_for(y.numel()), kThreads>>>(ptr<T>(y), ptr<T>(b), rows_of(y), cols_of(y));
+      cuda_elementwise::bias_add(ptr<T>(y), ptr<T>(b), rows_of(y), cols_of(y));
     });
   }
   void bias_backward(const Tensor& dy, Tensor& db) override {
@@ -831,14 +791,14 @@ class CudaBackend : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override {
     dispatch(a, [&](auto tag) {
       using T = decltype(tag);
-      add_kernel<T>
-          <<<blocks_for(a.numel()), kThreads>>>(ptr<T>(a), ptr<T>(b), ptr<T>(y), a.numel());
+      cuda_elementwise::map(ptr<T>(y), ptr<T>(a), ptr<T>(b), a.numel(), cuda_elementwise::Add{});
     });
   }
   void scale(Tensor& x, float factor) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      scale_kernel<T><<<blocks_for(x.numel()), kThreads>>>(ptr<T>(x), x.numel(), factor);
+      cuda_elementwise::map(ptr<T>(x), ptr<T>(x), static_cast<const T*>(nullptr), x.numel(),
+                            cuda_elementwise::Scale{factor});
     });
   }
 

@@ -108,6 +108,42 @@ __device__ __forceinline__ void load_rows(const bf16* src, int64_t width, int64_
   }
 }
 
+// The same rows copied asynchronously (cp.async, 16 bytes a copy, zero-filled past the sequence):
+// the next tile's loads run under the current tile's products. Completion: commit(), then
+// wait<N>() (all but the N latest groups done) and a barrier.
+template <int D>
+__device__ __forceinline__ void copy_rows(const bf16* src, int64_t width, int64_t seq, int64_t b,
+                                          int64_t row0, int64_t col, bf16* tile) {
+  constexpr int kPerRow = D / 8;
+  for (int e = threadIdx.x; e < kRows * kPerRow; e += blockDim.x) {
+    const int r = e / kPerRow, c = (e % kPerRow) * 8;
+    const int64_t row = row0 + r;
+    const bool inside = row < seq;
+    const bf16* from = inside ? src + (b * seq + row) * width + col + c : src;
+    const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(tile + r * (D + 8) + c));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
+                 "r"(inside ? 16 : 0));
+  }
+}
+// count floats from src[first..] (zeros from index `valid` on), 4 bytes a copy.
+__device__ __forceinline__ void copy_floats(const float* src, int64_t first, int64_t valid,
+                                            int count, float* dst) {
+  for (int e = threadIdx.x; e < count; e += blockDim.x) {
+    const bool inside = first + e < valid;
+    const float* from = inside ? src + first + e : src;
+    const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + e));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(from),
+                 "r"(inside ? 4 : 0));
+  }
+}
+__device__ __forceinline__ void commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // The launch's shapes (flash_attention.cu's Shape, the fields these kernels read).
 struct Dims {
   int64_t seq, heads, kv_heads, width, out_width;
@@ -117,7 +153,7 @@ struct Dims {
 
 template <int D>
 constexpr int forward_smem() {
-  return 3 * kRows * (D + 8) * 2;
+  return 5 * kRows * (D + 8) * 2;  // q, and two buffers of k and v
 }
 
 // Forward: one block per 64 query rows of head h of sequence b, the key tiles up to its own.
@@ -127,11 +163,18 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = D + 8;
   extern __shared__ __align__(128) unsigned char smem[];  // forward_smem<D>() bytes
   bf16* q_tile = reinterpret_cast<bf16*>(smem);
-  bf16* k_tile = q_tile + kRows * kLd;
-  bf16* v_tile = k_tile + kRows * kLd;
+  bf16* kv_tiles = q_tile + kRows * kLd;  // buffer i: keys at 2i, values at 2i + 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t q_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t kv = h / (s.heads / s.kv_heads), q0 = q_block * kRows;
+  const auto fetch = [&](int64_t kt) {  // key tile kt into buffer kt % 2
+    bf16* k_dst = kv_tiles + (kt % 2) * 2 * kRows * kLd;
+    copy_rows<D>(qkv, s.width, s.seq, b, kt * kRows, (s.heads + kv) * D, k_dst);
+    copy_rows<D>(qkv, s.width, s.seq, b, kt * kRows, (s.heads + s.kv_heads + kv) * D,
+                 k_dst + kRows * kLd);
+    commit();
+  };
+  fetch(0);
   load_rows<D>(qkv, s.width, s.seq, b, q0, h * D, q_tile);
   __syncthreads();
   uint32_t qf[D / 16][4];
@@ -141,10 +184,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_q[2] = {q0 + warp * kWarpRows + g, q0 + warp * kWarpRows + g + 8};
   for (int64_t kt = 0; kt <= q_block; ++kt) {
     const int64_t k0 = kt * kRows;
-    __syncthreads();  // the last tile's keys and values are used up
-    load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + kv) * D, k_tile);
-    load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + s.kv_heads + kv) * D, v_tile);
-    __syncthreads();
+    if (kt < q_block) {
+      fetch(kt + 1);  // into the buffer the last tile used: every warp left it at the barrier
+      wait<1>();
+    } else {
+      wait<0>();
+    }
+    __syncthreads();  // tile kt is in place for every warp
+    const bf16* k_tile = kv_tiles + (kt % 2) * 2 * kRows * kLd;
+    const bf16* v_tile = k_tile + kRows * kLd;
     float sc[8][4] = {};
     for (int kc = 0; kc < D / 16; ++kc)
       for (int nt = 0; nt < 8; ++nt) {
@@ -189,6 +237,7 @@ __global__ void __launch_bounds__(kThreads)
         mma(o[nt], a, b0, b1);
       }
     }
+    __syncthreads();  // every warp is done with buffer kt % 2 before it is refilled
   }
   const float row_l_of[2] = {quad_sum(l[0]), quad_sum(l[1])};  // the whole warp shuffles
   for (int r = 0; r < 2; ++r) {
@@ -204,7 +253,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 constexpr int key_smem() {
-  return 4 * kRows * (D + 8) * 2 + 2 * kRows * 4;
+  return 6 * kRows * (D + 8) * 2 + 4 * kRows * 4;  // k, v, and two buffers of q, dO, lse, delta
 }
 
 // dK and dV: one block per 64 key rows of kv head `kv` of sequence b (16 a warp), over the query
@@ -218,13 +267,25 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];  // key_smem<D>() bytes
   bf16* k_tile = reinterpret_cast<bf16*>(smem);
   bf16* v_tile = k_tile + kRows * kLd;
-  bf16* q_tile = v_tile + kRows * kLd;
-  bf16* do_tile = q_tile + kRows * kLd;
-  float* lse_tile = reinterpret_cast<float*>(do_tile + kRows * kLd);  // log2 units
-  float* delta_tile = lse_tile + kRows;
+  bf16* q_tiles = v_tile + kRows * kLd;  // buffer i: q at 2i, dO at 2i + 1
+  float* row_tiles = reinterpret_cast<float*>(q_tiles + 4 * kRows * kLd);  // lse, delta at 2i, 2i+1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t k_block = blockIdx.x, kv = blockIdx.y, b = blockIdx.z, k0 = k_block * kRows;
   const int64_t group = s.heads / s.kv_heads, tiles = (s.seq + kRows - 1) / kRows;
+  // The (q head of the group, query tile at or after this one) pairs, in order.
+  const int64_t per_head = tiles - k_block, steps = group * per_head;
+  const auto fetch = [&](int64_t step) {
+    const int64_t h = kv * group + step / per_head, q0 = (k_block + step % per_head) * kRows;
+    bf16* q_dst = q_tiles + (step % 2) * 2 * kRows * kLd;
+    float* rows_dst = row_tiles + (step % 2) * 2 * kRows;
+    copy_rows<D>(qkv, s.width, s.seq, b, q0, h * D, q_dst);
+    copy_rows<D>(dout, s.out_width, s.seq, b, q0, h * D, q_dst + kRows * kLd);
+    const int64_t row0 = (b * s.heads + h) * s.seq;
+    copy_floats(lse, row0 + q0, row0 + s.seq, kRows, rows_dst);
+    copy_floats(delta, row0 + q0, row0 + s.seq, kRows, rows_dst + kRows);
+    commit();
+  };
+  fetch(0);
   load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + kv) * D, k_tile);
   load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + s.kv_heads + kv) * D, v_tile);
   __syncthreads();
@@ -235,19 +296,20 @@ __global__ void __launch_bounds__(kThreads)
   }
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int64_t row_k[2] = {k0 + warp * kWarpRows + g, k0 + warp * kWarpRows + g + 8};
-  for (int64_t j = 0; j < group; ++j) {
-    const int64_t h = kv * group + j;
-    for (int64_t qt = k_block; qt < tiles; ++qt) {
-      const int64_t q0 = qt * kRows;
-      __syncthreads();  // the last query tile is used up
-      load_rows<D>(qkv, s.width, s.seq, b, q0, h * D, q_tile);
-      load_rows<D>(dout, s.out_width, s.seq, b, q0, h * D, do_tile);
-      for (int e = threadIdx.x; e < kRows; e += blockDim.x) {
-        const int64_t i = q0 + e, at = (b * s.heads + h) * s.seq + i;
-        lse_tile[e] = i < s.seq ? lse[at] * kLog2e : 0.0f;
-        delta_tile[e] = i < s.seq ? delta[at] : 0.0f;
+  for (int64_t step = 0; step < steps; ++step) {
+    {
+      const int64_t q0 = (k_block + step % per_head) * kRows;
+      if (step + 1 < steps) {
+        fetch(step + 1);  // into the buffer the last step used: every warp left it at the barrier
+        wait<1>();
+      } else {
+        wait<0>();
       }
-      __syncthreads();
+      __syncthreads();  // step's tiles are in place for every warp
+      const bf16* q_tile = q_tiles + (step % 2) * 2 * kRows * kLd;
+      const bf16* do_tile = q_tile + kRows * kLd;
+      const float* lse_tile = row_tiles + (step % 2) * 2 * kRows;  // natural log units
+      const float* delta_tile = lse_tile + kRows;
       float p[8][4] = {};  // S^T = K Q^T, then P^T (keys x queries)
       for (int kc = 0; kc < D / 16; ++kc)
         for (int nt = 0; nt < 8; ++nt) {
@@ -260,7 +322,7 @@ __global__ void __launch_bounds__(kThreads)
           const int col = 8 * nt + 2 * t + (i & 1);
           const int64_t query = q0 + col, key = row_k[i / 2];
           const bool seen = key <= query && query < s.seq && key < s.seq;
-          p[nt][i] = seen ? exp2f(p[nt][i] * s.scale_log2 - lse_tile[col]) : 0.0f;
+          p[nt][i] = seen ? exp2f(p[nt][i] * s.scale_log2 - lse_tile[col] * kLog2e) : 0.0f;
         }
       for (int kc = 0; kc < 4; ++kc) {  // dV += P^T dO
         uint32_t a[4];
@@ -291,6 +353,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    __syncthreads();  // every warp is done with buffer step % 2 before it is refilled
   }
   for (int r = 0; r < 2; ++r) {
     if (row_k[r] >= s.seq) continue;
@@ -306,7 +369,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 constexpr int query_smem() {
-  return 4 * kRows * (D + 8) * 2;
+  return 6 * kRows * (D + 8) * 2;  // q, dO, and two buffers of k and v
 }
 
 // dQ: one block per 64 query rows of head h of sequence b (16 a warp), over the key tiles up to
@@ -319,11 +382,18 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];  // query_smem<D>() bytes
   bf16* q_tile = reinterpret_cast<bf16*>(smem);
   bf16* do_tile = q_tile + kRows * kLd;
-  bf16* k_tile = do_tile + kRows * kLd;
-  bf16* v_tile = k_tile + kRows * kLd;
+  bf16* kv_tiles = do_tile + kRows * kLd;  // buffer i: keys at 2i, values at 2i + 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t q_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = q_block * kRows;
   const int64_t kv = h / (s.heads / s.kv_heads);
+  const auto fetch = [&](int64_t kt) {  // key tile kt into buffer kt % 2
+    bf16* k_dst = kv_tiles + (kt % 2) * 2 * kRows * kLd;
+    copy_rows<D>(qkv, s.width, s.seq, b, kt * kRows, (s.heads + kv) * D, k_dst);
+    copy_rows<D>(qkv, s.width, s.seq, b, kt * kRows, (s.heads + s.kv_heads + kv) * D,
+                 k_dst + kRows * kLd);
+    commit();
+  };
+  fetch(0);
   load_rows<D>(qkv, s.width, s.seq, b, q0, h * D, q_tile);
   load_rows<D>(dout, s.out_width, s.seq, b, q0, h * D, do_tile);
   __syncthreads();
@@ -342,10 +412,15 @@ __global__ void __launch_bounds__(kThreads)
   float dq[D / 8][4] = {};
   for (int64_t kt = 0; kt <= q_block; ++kt) {
     const int64_t k0 = kt * kRows;
-    __syncthreads();  // the last tile's keys and values are used up
-    load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + kv) * D, k_tile);
-    load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + s.kv_heads + kv) * D, v_tile);
-    __syncthreads();
+    if (kt < q_block) {
+      fetch(kt + 1);  // into the buffer the last tile used: every warp left it at the barrier
+      wait<1>();
+    } else {
+      wait<0>();
+    }
+    __syncthreads();  // tile kt is in place for every warp
+    const bf16* k_tile = kv_tiles + (kt % 2) * 2 * kRows * kLd;
+    const bf16* v_tile = k_tile + kRows * kLd;
     float ds[8][4] = {}, dp[8][4] = {};  // S = Q K^T (then P, then dS) and dP = dO V^T
     for (int kc = 0; kc < D / 16; ++kc)
       for (int nt = 0; nt < 8; ++nt) {
@@ -371,6 +446,7 @@ __global__ void __launch_bounds__(kThreads)
         mma(dq[nt], a, b0, b1);
       }
     }
+    __syncthreads();  // every warp is done with buffer kt % 2 before it is refilled
   }
   for (int r = 0; r < 2; ++r) {
     if (row_q[r] >= s.seq) continue;
