@@ -279,6 +279,41 @@ TEST_P(CudaVsCpu, FlashAttentionForwardAndBackward) {
   }
 }
 
+// The 16-byte and the element paths of the memory-bound kernels: rows of 40 columns split into
+// whole packs (8 bf16 or 4 floats), 44 columns that bf16 packs do not divide, a valid vocabulary
+// (37) ending inside a pack, targets inside and outside the shard; bias adds and layer norms.
+TEST_P(CudaVsCpu, PackedAndElementPaths) {
+  const std::vector<int32_t> targets = {2, 5, 38, 0, 20, 39, 11};  // shard [2, 42)
+  for (const int64_t cols : {40, 44}) {
+    SCOPED_TRACE(cols);
+    const int64_t rows = static_cast<int64_t>(targets.size()), valid = 37;
+    auto logits = random(rows * cols, 3.0f), y = random(rows * cols), bias = random(cols);
+    std::map<std::string, std::vector<float>> r[2];
+    Backend* bes[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = *bes[k];
+      Tensor tl = put(be, {rows, cols}, logits);
+      std::vector<float> mx, sum, tgt;
+      be.softmax_stats(tl, targets, 2, valid, mx, sum, tgt);
+      r[k]["row_max"] = mx;
+      r[k]["row_sum_exp"] = sum;
+      r[k]["target_logits"] = tgt;
+      Tensor dl = poisoned(be, {rows, cols});
+      be.cross_entropy_backward(tl, targets, 2, valid, mx, sum, 0.5f, dl);
+      r[k]["dlogits"] = get(be, dl);
+      Tensor ty = put(be, {rows, cols}, y), tb = put(be, {cols}, bias);
+      be.bias_add(ty, tb);
+      r[k]["bias_add"] = get(be, ty);
+      Tensor ln = poisoned(be, {rows, cols}), mean = poisoned(be, {rows}, true),
+             rstd = poisoned(be, {rows}, true);
+      be.layernorm(tl, tb, tb, ln, mean, rstd);
+      r[k]["layernorm"] = get(be, ln);
+      r[k]["layernorm_rstd"] = get(be, rstd);
+    }
+    for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
+  }
+}
+
 TEST_P(CudaVsCpu, EmbeddingLossAndOptimizer) {
   const int64_t n = 9, h = 6, shard_begin = 3, shard = 5;  // vocabulary 11, this shard 3..7
   const std::vector<int32_t> tokens = {0, 3, 4, 7, 7, 10, 5, 3, 1};

@@ -41,6 +41,7 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxReductionBlocks = 1024;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kRmsNormEps = 1e-5f;
+constexpr float kLog2e = 1.4426950408889634f;
 
 int blocks_for(int64_t n) {
   return static_cast<int>((n + kThreads - 1) / kThreads);
@@ -183,26 +184,63 @@ __device__ float block_max(float v) {
   return total;
 }
 
-// One block per row.
-template <typename T>
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One warp per row (kNormRows a block): the sum, the squared deviations and the output each read
+// the row (from L1 after the first pass), reduced by shuffles with no block barrier; 16 bytes a
+// load when kPacked (columns a multiple of a Pack, every operand aligned).
+constexpr int kNormRows = 8;
+template <bool kPacked, typename T>
 __global__ void layernorm_kernel(const T* x, const T* g, const T* b, T* y, float* mean, float* rstd,
-                                 int64_t cols) {
-  const T* xr = x + blockIdx.x * cols;
-  float s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += ld(xr[j]);
-  const float mu = block_sum(s) / static_cast<float>(cols);
-  float ss = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float d = ld(xr[j]) - mu;
-    ss += d * d;
+                                 int64_t rows, int64_t cols) {
+  using Pack = cuda_elementwise::Pack<T>;
+  constexpr int kSize = kPacked ? Pack::kSize : 1;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kNormRows) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* xr = x + row * cols;
+  T* yr = y + row * cols;
+  const auto load = [](const T* p, float(&v)[kSize]) {
+    if constexpr (kPacked) {
+      const Pack pack = *reinterpret_cast<const Pack*>(p);
+#pragma unroll
+      for (int k = 0; k < kSize; ++k) v[k] = ld(pack.v[k]);
+    } else {
+      v[0] = ld(*p);
+    }
+  };
+  float v[kSize], s = 0.0f;
+  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
+    load(xr + j, v);
+    for (int k = 0; k < kSize; ++k) s += v[k];
   }
-  const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + kLayerNormEps);
-  T* yr = y + blockIdx.x * cols;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    yr[j] = st<T>((ld(xr[j]) - mu) * r * ld(g[j]) + ld(b[j]));
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = mu;
-    rstd[blockIdx.x] = r;
+  const float mu = warp_sum(s) / static_cast<float>(cols);
+  float ss = 0.0f;
+  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
+    load(xr + j, v);
+    for (int k = 0; k < kSize; ++k) ss += (v[k] - mu) * (v[k] - mu);
+  }
+  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(cols) + kLayerNormEps);
+  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
+    float gv[kSize], bv[kSize];
+    load(xr + j, v);
+    load(g + j, gv);
+    load(b + j, bv);
+    if constexpr (kPacked) {
+      Pack out;
+#pragma unroll
+      for (int k = 0; k < kSize; ++k) out.v[k] = st<T>((v[k] - mu) * r * gv[k] + bv[k]);
+      *reinterpret_cast<Pack*>(yr + j) = out;
+    } else {
+      yr[j] = st<T>((v[0] - mu) * r * gv[0] + bv[0]);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = r;
   }
 }
 // A grid-stride loop over rows. dgamma and dbeta are summed per block in shared memory (2 * cols
@@ -357,44 +395,85 @@ __global__ void positions_backward_kernel(const T* dy, float* dpos, int64_t rows
 }
 // One block per row, one read of the logits: each thread keeps an online (max, sum of exp)
 // pair over its columns, rescaled to the block's max before the sums are added.
+// The online softmax's running (max, sum) of one thread (Milakov & Gimelshein 2018), in log2 units
+// (exp2 of logits scaled by log2(e)), updated by a value or by the maximum and values of a pack.
+struct OnlineSum {
+  float m = -INFINITY, s = 0.0f;
+  __device__ void rescale_to(float m_new) {
+    s = m == -INFINITY ? 0.0f : s * exp2f(m - m_new);
+    m = m_new;
+  }
+};
+
+// One block per row: the maximum and the sum of exponentials of its `cols` valid logits (read once,
+// 16 bytes a load when `packed`), and the target's logit. max is stored in natural units.
 template <typename T>
 __global__ void softmax_stats_kernel(const T* x, const int32_t* targets, float* max, float* sum,
                                      float* target, int64_t stride, int64_t cols,
-                                     int64_t vocab_begin) {
+                                     int64_t vocab_begin, bool packed) {
+  using cuda_elementwise::Pack;
   const int64_t row = blockIdx.x;
   const T* xr = x + row * stride;  // columns [cols, stride) are padding
-  float m = -INFINITY, s = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float v = ld(xr[j]);
-    if (v > m) {
-      s = s * expf(m - v) + 1.0f;
-      m = v;
-    } else {
-      s += expf(v - m);
+  OnlineSum acc;
+  int64_t tail = 0;
+  if (packed) {
+    const int64_t packs = cols / Pack<T>::kSize;
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T> v = reinterpret_cast<const Pack<T>*>(xr)[p];
+      float a[Pack<T>::kSize], pack_max = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < Pack<T>::kSize; ++k) {
+        a[k] = ld(v.v[k]) * kLog2e;
+        pack_max = fmaxf(pack_max, a[k]);
+      }
+      if (pack_max == -INFINITY) continue;
+      acc.rescale_to(fmaxf(acc.m, pack_max));
+#pragma unroll
+      for (int k = 0; k < Pack<T>::kSize; ++k) acc.s += exp2f(a[k] - acc.m);
     }
+    tail = packs * Pack<T>::kSize;
   }
-  const float mx = block_max(m);
-  s = block_sum(m == -INFINITY ? 0.0f : s * expf(m - mx));
+  for (int64_t j = tail + threadIdx.x; j < cols; j += blockDim.x) {
+    const float a = ld(xr[j]) * kLog2e;
+    if (a == -INFINITY) continue;
+    acc.rescale_to(fmaxf(acc.m, a));
+    acc.s += exp2f(a - acc.m);
+  }
+  const float mx = block_max(acc.m);
+  const float total = block_sum(acc.m == -INFINITY ? 0.0f : acc.s * exp2f(acc.m - mx));
   if (threadIdx.x == 0) {
-    max[row] = mx;
-    sum[row] = s;
+    max[row] = mx / kLog2e;
+    sum[row] = total;
     const int64_t c = targets[row] - vocab_begin;
     target[row] = c >= 0 && c < cols ? ld(xr[c]) : 0.0f;
   }
 }
-template <typename T>
+// dx = (softmax(x) - onehot(target)) * scale over the valid columns, 0 on the padding; a thread
+// takes a Pack (kPacked: cols a multiple of its size, so that a pack lies in one row) or one
+// element.
+template <bool kPacked, typename T>
 __global__ void cross_entropy_backward_kernel(const T* x, const int32_t* targets, const float* max,
                                               const float* sum, float scale, T* dx, int64_t rows,
                                               int64_t cols, int64_t valid, int64_t vocab_begin) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * cols) return;
-  int64_t r = i / cols, c = i % cols;
-  if (c >= valid) {  // padding columns
-    dx[i] = st<T>(0.0f);
-    return;
+  using cuda_elementwise::Pack;
+  constexpr int kSize = kPacked ? Pack<T>::kSize : 1;
+  const int64_t i0 = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kSize;
+  if (i0 >= rows * cols) return;
+  const int64_t r = i0 / cols, c0 = i0 % cols, target = targets[r] - vocab_begin;
+  const float m2 = max[r] * kLog2e, weight = scale / sum[r];
+  const auto grad = [&](float logit, int64_t c) {
+    if (c >= valid) return 0.0f;  // padding columns
+    return exp2f(logit * kLog2e - m2) * weight - (c == target ? scale : 0.0f);
+  };
+  if constexpr (kPacked) {
+    const Pack<T> v = *reinterpret_cast<const Pack<T>*>(x + i0);
+    Pack<T> out;
+#pragma unroll
+    for (int k = 0; k < kSize; ++k) out.v[k] = st<T>(grad(ld(v.v[k]), c0 + k));
+    *reinterpret_cast<Pack<T>*>(dx + i0) = out;
+  } else {
+    dx[i0] = st<T>(grad(ld(x[i0]), c0));
   }
-  float p = expf(ld(x[i]) - max[r]) / sum[r];
-  dx[i] = st<T>((p - (c == targets[r] - vocab_begin ? 1.0f : 0.0f)) * scale);
 }
 __global__ void sum_squares_kernel(const float* x, int64_t n, double* out) {
   float s = 0;
@@ -662,8 +741,19 @@ class CudaBackend : public Backend {
                  Tensor& rstd) override {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      layernorm_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
-          ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y), mean.data(), rstd.data(), cols_of(x));
+      using cuda_elementwise::aligned16;
+      const int64_t rows = rows_of(x), cols = cols_of(x);
+      const bool packed = cols % cuda_elementwise::Pack<T>::kSize == 0 && aligned16(x.raw()) &&
+                          aligned16(gamma.raw()) && aligned16(beta.raw()) && aligned16(y.raw());
+      const auto blocks = static_cast<unsigned>((rows + kNormRows - 1) / kNormRows);
+      const auto launch = [&](auto kernel) {
+        kernel<<<blocks, 32 * kNormRows>>>(ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y),
+                                           mean.data(), rstd.data(), rows, cols);
+      };
+      if (packed)
+        launch(layernorm_kernel<true, T>);
+      else
+        launch(layernorm_kernel<false, T>);
     });
     CUDA_CHECK(cudaGetLastError());
   }
@@ -955,8 +1045,10 @@ class CudaBackend : public Backend {
     float* dtarget = rows_scratch(rows, 2);
     dispatch(logits, [&](auto tag) {
       using T = decltype(tag);
+      const bool packed = cuda_elementwise::aligned16(logits.raw()) &&
+                          cols_of(logits) % cuda_elementwise::Pack<T>::kSize == 0;
       softmax_stats_kernel<T><<<static_cast<int>(rows), kThreads>>>(
-          ptr<T>(logits), t, dmax, dsum, dtarget, cols_of(logits), valid, vocab_begin);
+          ptr<T>(logits), t, dmax, dsum, dtarget, cols_of(logits), valid, vocab_begin, packed);
     });
     CUDA_CHECK(cudaGetLastError());
     download(dmax, rows, max);
@@ -977,9 +1069,19 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaMemcpy(dsum, sum.data(), sum.size() * sizeof(float), cudaMemcpyHostToDevice));
     dispatch(logits, [&](auto tag) {
       using T = decltype(tag);
-      cross_entropy_backward_kernel<T><<<blocks_for(logits.numel()), kThreads>>>(
-          ptr<T>(logits), t, dmax, dsum, scale_factor, ptr<T>(dlogits), rows, cols_of(logits),
-          valid, vocab_begin);
+      constexpr int kSize = cuda_elementwise::Pack<T>::kSize;
+      const bool packed = cuda_elementwise::aligned16(logits.raw()) &&
+                          cuda_elementwise::aligned16(dlogits.raw()) &&
+                          cols_of(logits) % kSize == 0;
+      const auto launch = [&](auto kernel, int64_t threads) {
+        kernel<<<blocks_for(threads), kThreads>>>(ptr<T>(logits), t, dmax, dsum, scale_factor,
+                                                  ptr<T>(dlogits), rows, cols_of(logits), valid,
+                                                  vocab_begin);
+      };
+      if (packed)
+        launch(cross_entropy_backward_kernel<true, T>, logits.numel() / kSize);
+      else
+        launch(cross_entropy_backward_kernel<false, T>, logits.numel());
     });
   }
   double sum_squares(const Tensor& x) override {

@@ -28,6 +28,7 @@
 #include "cuda_check.hpp"
 #include "cuda_flash_attention.hpp"
 #include "cuda_scalar.cuh"
+#include "elementwise.cuh"
 #include "flash_mma.cuh"
 #include "sextant/spec/error.hpp"
 
@@ -221,19 +222,29 @@ __global__ void __launch_bounds__(kFlashThreads)
   if (half == 0) lse[(b * s.heads + h) * s.seq + qi] = m + logf(l);
 }
 
-// delta[b, h, i] = sum over head h's columns of dout * out; one warp per (row, head).
+// delta[b, h, i] = sum over head h's columns of dout * out; one thread per (row, head), 16 bytes a
+// load when the head's columns allow (Shape::vector_loads).
 template <typename T>
 __global__ void prep_kernel(const T* out, const T* dout, float* delta, Shape s, int64_t tasks) {
-  const int64_t task = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
+  const int64_t task = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (task >= tasks) return;
   const int64_t row = task / s.heads, h = task % s.heads;
   const int64_t base = row * s.out_width + h * s.d;
   float sum = 0.0f;
-  for (int64_t c = lane; c < s.d; c += 32) sum += ld(out[base + c]) * ld(dout[base + c]);
-  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (s.vector_loads) {
+    using Pack = cuda_elementwise::Pack<T>;
+    const auto* o = reinterpret_cast<const Pack*>(out + base);
+    const auto* d_o = reinterpret_cast<const Pack*>(dout + base);
+    for (int64_t p = 0; p < s.d / Pack::kSize; ++p) {
+      const Pack a = o[p], b = d_o[p];
+#pragma unroll
+      for (int k = 0; k < Pack::kSize; ++k) sum += ld(a.v[k]) * ld(b.v[k]);
+    }
+  } else {
+    for (int64_t c = 0; c < s.d; ++c) sum += ld(out[base + c]) * ld(dout[base + c]);
+  }
   const int64_t b = row / s.seq, i = row % s.seq;
-  if (lane == 0) delta[(b * s.heads + h) * s.seq + i] = sum;
+  delta[(b * s.heads + h) * s.seq + i] = sum;
 }
 
 template <typename T>
@@ -490,12 +501,12 @@ void backward_prep(const Tensor& out, const Tensor& dout, const QkvLayout& l, Te
                 out.numel(), dout.numel(), delta.numel());
   float* delta_p = floats(delta, "delta");
   if (tasks == 0) return;
-  constexpr int kWarpsPerBlock = 8;
   on_type(out, dout, [&](auto tag) {
     using T = decltype(tag);
-    const auto blocks = static_cast<unsigned>((tasks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    prep_kernel<T>
-        <<<blocks, 32 * kWarpsPerBlock>>>(elements<T>(out), elements<T>(dout), delta_p, s, tasks);
+    constexpr int kPrepThreads = 256;
+    const auto blocks = static_cast<unsigned>((tasks + kPrepThreads - 1) / kPrepThreads);
+    prep_kernel<T><<<blocks, kPrepThreads>>>(elements<T>(out), elements<T>(dout), delta_p,
+                                             with_vector_loads(s, sizeof(T), {&out, &dout}), tasks);
   });
   CUDA_CHECK(cudaGetLastError());
 }
