@@ -250,11 +250,13 @@ TEST_P(CudaVsCpu, CausalAttentionForwardAndBackward) {
 
 // The fused kernels (tensor cores in bf16) against the CPU's (FlashAttention-2's algorithm in
 // fp32, itself equal to the unfused steps: kernels_test.cpp). Shapes cover several 64-row tiles
-// with a ragged last one, grouped-query attention, head dims padded to 16 (24, 6) and the
-// kernels' limit (128 in bf16; fp32 tiles fit up to 112), 16-byte loads and element loads (6).
+// with a ragged last one or whole ones (tiles below the diagonal skip the mask), grouped-query
+// attention, head dims padded to 16 (24, 6) and the kernels' limit (128 in bf16; fp32 tiles fit
+// up to 112), 16-byte loads and element loads (6).
 TEST_P(CudaVsCpu, FlashAttentionForwardAndBackward) {
-  for (const QkvLayout l : {QkvLayout{2, 70, 3, 3, 24}, QkvLayout{1, 130, 4, 2, 64},
-                            QkvLayout{2, 65, 2, 1, 128}, QkvLayout{3, 5, 2, 1, 6}}) {
+  for (const QkvLayout l :
+       {QkvLayout{2, 70, 3, 3, 24}, QkvLayout{1, 130, 4, 2, 64}, QkvLayout{2, 65, 2, 1, 128},
+        QkvLayout{1, 192, 2, 2, 128}, QkvLayout{3, 5, 2, 1, 6}}) {
     if (l.head_dim > 112 && GetParam() != Precision::kBf16) continue;
     SCOPED_TRACE(testing::Message() << "seq " << l.seq << " head_dim " << l.head_dim);
     const int64_t rows = l.batch * l.seq, hd = l.heads * l.head_dim;
@@ -309,6 +311,11 @@ TEST_P(CudaVsCpu, PackedAndElementPaths) {
       be.layernorm(tl, tb, tb, ln, mean, rstd);
       r[k]["layernorm"] = get(be, ln);
       r[k]["layernorm_rstd"] = get(be, rstd);
+      Tensor dx = poisoned(be, {rows, cols}), dg = be.zeros({cols}), db = be.zeros({cols});
+      be.layernorm_backward(tl, tb, mean, rstd, ty, dx, dg, db);
+      r[k]["layernorm_dx"] = get(be, dx);
+      r[k]["layernorm_dgamma"] = get(be, dg);
+      r[k]["layernorm_dbeta"] = get(be, db);
     }
     for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
   }

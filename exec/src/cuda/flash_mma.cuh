@@ -83,6 +83,14 @@ __device__ __forceinline__ void a_of(uint32_t (&a)[4], const float (&c)[8][4], i
   a[3] = pack(c[2 * j + 1][2], c[2 * j + 1][3]);
 }
 
+// 2^x in one MUFU instruction (ex2.approx.ftz: relative error under 2^-22; 2^-inf = 0), as
+// FlashAttention-2 builds its exponentials with --use_fast_math.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Sum or max over the quad of threads that hold one accumulator row.
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -200,11 +208,13 @@ __global__ void __launch_bounds__(kThreads)
         load_b_of_transposed(b0, b1, k_tile, kLd, 8 * nt, 16 * kc);
         mma(sc[nt], qf[kc], b0, b1);
       }
+    // Below the diagonal and inside the sequence every key is seen: no mask to test.
+    const bool whole = kt < q_block && k0 + kRows <= s.seq;
     float tile_max[2] = {-INFINITY, -INFINITY};
     for (int nt = 0; nt < 8; ++nt)
       for (int i = 0; i < 4; ++i) {
         const int64_t key = k0 + 8 * nt + 2 * t + (i & 1);
-        const bool seen = key <= row_q[i / 2] && key < s.seq;
+        const bool seen = whole || (key <= row_q[i / 2] && key < s.seq);
         sc[nt][i] = seen ? sc[nt][i] * s.scale_log2 : -INFINITY;
         tile_max[i / 2] = fmaxf(tile_max[i / 2], sc[nt][i]);
       }
@@ -212,13 +222,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < 2; ++r) {
       const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
       // A row sees key 0 in the first tile, so m_new is finite from then on.
-      alpha[r] = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - m_new);
+      alpha[r] = m[r] == -INFINITY ? 0.0f : fast_exp2(m[r] - m_new);
       m[r] = m_new;
       l[r] *= alpha[r];
     }
     for (int nt = 0; nt < 8; ++nt)
       for (int i = 0; i < 4; ++i) {
-        const float p = sc[nt][i] == -INFINITY ? 0.0f : exp2f(sc[nt][i] - m[i / 2]);
+        const float p = fast_exp2(sc[nt][i] - m[i / 2]);  // a masked score's is 0
         sc[nt][i] = p;
         l[i / 2] += p;
       }
@@ -260,7 +270,7 @@ constexpr int key_smem() {
 // tiles at or after its own, for every q head of the kv head's group. P^T and dS^T stay fp32 in
 // registers between the products.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     key_backward(const bf16* qkv, const bf16* dout, const float* lse, const float* delta,
                  bf16* dqkv, Dims s) {
   constexpr int kLd = D + 8;
@@ -289,11 +299,10 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + kv) * D, k_tile);
   load_rows<D>(qkv, s.width, s.seq, b, k0, (s.heads + s.kv_heads + kv) * D, v_tile);
   __syncthreads();
-  uint32_t kf[D / 16][4], vf[D / 16][4];
-  for (int kc = 0; kc < D / 16; ++kc) {
-    load_a(kf[kc], k_tile + warp * kWarpRows * kLd, kLd, 16 * kc);
-    load_a(vf[kc], v_tile + warp * kWarpRows * kLd, kLd, 16 * kc);
-  }
+  // The warp's keys stay in registers; its values are read from the tile when used (registers
+  // for three blocks an SM).
+  uint32_t kf[D / 16][4];
+  for (int kc = 0; kc < D / 16; ++kc) load_a(kf[kc], k_tile + warp * kWarpRows * kLd, kLd, 16 * kc);
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int64_t row_k[2] = {k0 + warp * kWarpRows + g, k0 + warp * kWarpRows + g + 8};
   for (int64_t step = 0; step < steps; ++step) {
@@ -317,12 +326,14 @@ __global__ void __launch_bounds__(kThreads)
           load_b_of_transposed(b0, b1, q_tile, kLd, 8 * nt, 16 * kc);
           mma(p[nt], kf[kc], b0, b1);
         }
+      // Past the diagonal and inside the sequence every query sees every key: no mask to test.
+      const bool whole = q0 > k0 && q0 + kRows <= s.seq && k0 + kRows <= s.seq;
       for (int nt = 0; nt < 8; ++nt)
         for (int i = 0; i < 4; ++i) {
           const int col = 8 * nt + 2 * t + (i & 1);
           const int64_t query = q0 + col, key = row_k[i / 2];
-          const bool seen = key <= query && query < s.seq && key < s.seq;
-          p[nt][i] = seen ? exp2f(p[nt][i] * s.scale_log2 - lse_tile[col] * kLog2e) : 0.0f;
+          const bool seen = whole || (key <= query && query < s.seq && key < s.seq);
+          p[nt][i] = seen ? fast_exp2(p[nt][i] * s.scale_log2 - lse_tile[col] * kLog2e) : 0.0f;
         }
       for (int kc = 0; kc < 4; ++kc) {  // dV += P^T dO
         uint32_t a[4];
@@ -334,12 +345,15 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       float dp[8][4] = {};  // dP^T = V dO^T
-      for (int kc = 0; kc < D / 16; ++kc)
+      for (int kc = 0; kc < D / 16; ++kc) {
+        uint32_t vf[4];
+        load_a(vf, v_tile + warp * kWarpRows * kLd, kLd, 16 * kc);
         for (int nt = 0; nt < 8; ++nt) {
           uint32_t b0, b1;
           load_b_of_transposed(b0, b1, do_tile, kLd, 8 * nt, 16 * kc);
-          mma(dp[nt], vf[kc], b0, b1);
+          mma(dp[nt], vf, b0, b1);
         }
+      }
       for (int nt = 0; nt < 8; ++nt)
         for (int i = 0; i < 4; ++i)
           p[nt][i] *= dp[nt][i] - delta_tile[8 * nt + 2 * t + (i & 1)];  // dS^T
@@ -430,11 +444,13 @@ __global__ void __launch_bounds__(kThreads)
         load_b_of_transposed(b0, b1, v_tile, kLd, 8 * nt, 16 * kc);
         mma(dp[nt], dof[kc], b0, b1);
       }
+    // Below the diagonal and inside the sequence every key is seen: no mask to test.
+    const bool whole = kt < q_block && q0 + kRows <= s.seq && k0 + kRows <= s.seq;
     for (int nt = 0; nt < 8; ++nt)
       for (int i = 0; i < 4; ++i) {
         const int64_t key = k0 + 8 * nt + 2 * t + (i & 1), query = row_q[i / 2];
-        const bool seen = key <= query && query < s.seq && key < s.seq;
-        const float p = seen ? exp2f(ds[nt][i] * s.scale_log2 - row_lse[i / 2]) : 0.0f;
+        const bool seen = whole || (key <= query && query < s.seq && key < s.seq);
+        const float p = seen ? fast_exp2(ds[nt][i] * s.scale_log2 - row_lse[i / 2]) : 0.0f;
         ds[nt][i] = p * (dp[nt][i] - row_delta[i / 2]);
       }
     for (int kc = 0; kc < 4; ++kc) {  // dQ += dS K
