@@ -14,7 +14,12 @@ using spec::Phase;
 
 TransformerBlock::TransformerBlock(const GptParts& parts, ParamStore& store, int32_t layer,
                                    bool moe, spec::Recompute recompute, bool offload)
-    : GptLayer(parts), layer_(layer), recompute_(recompute), moe_(moe), offload_(offload) {
+    : GptLayer(parts),
+      layer_(layer),
+      recompute_(recompute),
+      moe_(moe),
+      offload_(offload),
+      fused_attention_(spec::is_fused_attention(spec::executed_attention(*ctx().plan))) {
   const std::string b = fmt::format("block{}", layer - 1);
   p_.ln1_g = &store.get(b + ".ln1.gamma");
   if (layernorm()) p_.ln1_b = &store.get(b + ".ln1.beta");
@@ -280,10 +285,6 @@ Tensor TransformerBlock::backward(const MicroBatch& batch, const Tensor& dy) {
   return dx;
 }
 
-bool TransformerBlock::fused_attention() const {
-  return spec::is_fused_attention(spec::executed_attention(*ctx().plan));
-}
-
 void TransformerBlock::residual_backward(OpId residual, int64_t mb, const Tensor& dout, Param* bias,
                                          Tensor& dnorm) {
   auto scope = rec(ctx().op(residual, layer_, Phase::kBwd, mb));
@@ -296,7 +297,7 @@ Tensor TransformerBlock::attention_core(const Tensor& qkv, Tensor& out, Tensor& 
   if (parts_.cp != nullptr) return parts_.cp->forward(qkv, out, qkv_heads, layer_, phase, mb);
   Backend& be = backend();
   const GptShape& s = shape();
-  if (fused_attention()) {  // FlashAttention-2: the output and each row's fp32 log-sum-exp
+  if (fused_attention_) {  // FlashAttention-2: the output and each row's fp32 log-sum-exp
     Tensor lse = be.empty({s.batch, s.heads_local, s.seq});
     auto scope = rec(ctx().op(OpId::kAttnCore, layer_, phase, mb));
     be.flash_attention(qkv, s.qkv, out, lse);
@@ -327,7 +328,7 @@ void TransformerBlock::attention_core_backward(Cache& c, const Tensor& dout, Ten
   Backend& be = backend();
   const GptShape& s = shape();
   const Phase B = Phase::kBwd;
-  if (fused_attention()) {  // c.att is the log-sum-exp; the probabilities are recomputed
+  if (fused_attention_) {  // c.att is the log-sum-exp; the probabilities are recomputed
     Tensor delta = be.empty(c.att.shape());
     {
       auto scope = rec(ctx().op(OpId::kAttnCorePrep, layer_, B, mb));

@@ -68,7 +68,6 @@ class TransformerBlock final : public GptLayer {
   Tensor attention_core(const Tensor& qkv, Tensor& out, Tensor& qkv_heads, spec::Phase phase,
                         int64_t mb);
   void attention_core_backward(Cache& c, const Tensor& dout, Tensor& dqkv, int64_t mb);
-  bool fused_attention() const;  // the plan's attention core runs as one flash kernel
   // The bias of a pair's second layer, added by the residual (on a grid the layer adds it).
   Param* residual_bias(Param* bias) const { return parts_.grid != nullptr ? nullptr : bias; }
   bool rope() const;
@@ -79,6 +78,7 @@ class TransformerBlock final : public GptLayer {
   MoeWeights moe_weights_;  // a mixture-of-experts block's
   bool moe_ = false;
   bool offload_ = false;
+  bool fused_attention_ = false;     // the plan's attention core runs as one flash kernel
   std::map<int64_t, Cache> caches_;  // by micro-batch
 };
 
