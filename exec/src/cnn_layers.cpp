@@ -255,7 +255,7 @@ Tensor CnnLayers::backward_adaptive_pool(const Unit& u, const Tensor& dout, int6
 Tensor CnnLayers::forward_fc(const Unit& u, const Tensor& x, const MicroBatch& mb,
                              UnitCache& cache) {
   if (split_fc_ != nullptr) {
-    Tensor y = split_fc_->forward(u, x, mb.index);
+    Tensor y = split_fc_->forward(u.layer, x, mb.index);
     if (u.last) add_loss(u, y, mb, cache);
     return y;
   }
@@ -324,7 +324,7 @@ Tensor CnnLayers::backward_fc(const Unit& u, const Tensor& dout, const MicroBatc
   const std::vector<int64_t> input_shape =
       maps_.shape_of(input_gradient ? before.out : u.in, input_gradient && before.split_out);
   if (split_fc_ != nullptr) {
-    Tensor dx = split_fc_->backward(u, u.last ? loss_gradient(u, mb, cache) : dout, m);
+    Tensor dx = split_fc_->backward(u.layer, u.last ? loss_gradient(u, mb, cache) : dout, m);
     return before.kind == CnnLayerKind::kFc ? dx : dx.view(input_shape);
   }
   Tensor d = u.last ? loss_gradient(u, mb, cache) : dout.view({batch, u.out.c});

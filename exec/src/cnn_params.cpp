@@ -135,7 +135,7 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
     if (u.kind == spec::CnnLayerKind::kUpConv) add_up_conv(add, u, l, maps);
     if (u.kind == spec::CnnLayerKind::kFc) {
       if (split_fc != nullptr && split_fc->holds(l)) {
-        split_fc->add_params(u, seed, specs);
+        split_fc->add_params(l, seed, specs);
       } else {
         add_fc(add, u, l, maps.tp(), rank);
       }

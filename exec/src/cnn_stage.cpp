@@ -60,7 +60,8 @@ class CnnStage : public StageModel {
         range_(layers_of_stage(units_, ctx)),
         split_fc_(ctx.plan->per_op.empty()
                       ? nullptr
-                      : std::make_unique<SplitFcChain>(ctx, units_, maps_.micro_batch())),
+                      : std::make_unique<SplitFcChain>(ctx, cnn_fc_chain_layers(units_),
+                                                       maps_.micro_batch())),
         params_(units_, range_.first, range_.second, maps_, o.seed, cells_, split_fc_.get()),
         layers_(maps_, params_, units_, split_fc_.get()) {}
 

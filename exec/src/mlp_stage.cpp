@@ -1,10 +1,12 @@
 // An MLP classifier stage: linear layers with ReLU between them, softmax cross-entropy on the
-// last. Pipeline stages hold consecutive layers; tensor parallelism does not apply.
+// last. Pipeline stages hold consecutive layers; tensor parallelism does not apply. Under per-op
+// splits the layers run as a chain of split fc layers (split_fc_chain.hpp) on one stage.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <map>
 
+#include "split_fc_chain.hpp"
 #include "stage_model.hpp"
 
 namespace sextant::exec {
@@ -15,6 +17,21 @@ namespace {
 
 using spec::Phase;
 
+// The MLP's layers as a chain: "fc<l>" each, its product and activation named as the lowering
+// names them (models/src/mlp_lowering.cpp), ReLU on all but the classifier.
+std::vector<FcChainLayer> mlp_chain_layers(const spec::MlpSpec& m) {
+  std::vector<FcChainLayer> out;
+  const auto layers = static_cast<int32_t>(m.widths.size()) - 1;
+  for (int32_t l = 0; l < layers; ++l) {
+    const std::string name = fmt::format("fc{}", l);
+    const bool classifier = l + 1 == layers;
+    out.push_back({l, name, name, m.widths[static_cast<size_t>(l)],
+                   m.widths[static_cast<size_t>(l) + 1], !classifier, m.bias, classifier,
+                   OpId::kUnitProduct, OpId::kUnitAct});
+  }
+  return out;
+}
+
 class MlpStage : public StageModel {
  public:
   MlpStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
@@ -23,8 +40,14 @@ class MlpStage : public StageModel {
     begin_ = static_cast<int32_t>(sl.chunk_begin.at(0));
     end_ = static_cast<int32_t>(sl.chunk_end.at(0));
     last_ = end_ == static_cast<int32_t>(m_.widths.size()) - 1;
+    if (!ctx.plan->per_op.empty())
+      split_ = std::make_unique<SplitFcChain>(ctx, mlp_chain_layers(m_), o.micro_batch);
     std::vector<ParamSpec> specs;
     for (int32_t l = begin_; l < end_; ++l) {
+      if (split_ != nullptr) {
+        split_->add_params(l, o.seed, specs);
+        continue;
+      }
       const int64_t in = m_.widths[static_cast<size_t>(l)],
                     out = m_.widths[static_cast<size_t>(l) + 1];
       const std::string name = fmt::format("fc{}.weight", l);
@@ -52,6 +75,7 @@ class MlpStage : public StageModel {
                          false});
     }
     store_ = std::make_unique<ParamStore>(*ctx.backend, specs);
+    if (split_ != nullptr) split_->bind(*store_);
   }
 
   ParamStore& params() override { return *store_; }
@@ -86,6 +110,17 @@ class MlpStage : public StageModel {
     for (int32_t l = begin_; l < end_; ++l) {
       if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
       const int64_t out = m_.widths[static_cast<size_t>(l) + 1];
+      const bool classifier = l + 1 == static_cast<int32_t>(m_.widths.size()) - 1;
+      if (split_ != nullptr) {  // the chain runs the product and the ReLU on its blocks
+        Tensor y = split_->forward(l, x, mb.index);
+        if (!classifier) {
+          x = y;
+          continue;
+        }
+        cache.push_back({Tensor(), y});  // the logits, this replica's rows
+        add_loss(y, mb);
+        return Tensor();
+      }
       Tensor y = be.empty({o_.micro_batch, out}, be.activation_dtype());
       {
         auto s = ctx_.recorder->scope(ctx_.op(
@@ -93,15 +128,8 @@ class MlpStage : public StageModel {
         be.matmul(x, weight(l).compute, bias(l) ? &bias(l)->compute : nullptr, y);
       }
       cache.push_back({x, y});
-      if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
-        auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kFwd, mb.index));
-        std::vector<float> target;
-        be.softmax_stats(y, mb.targets, 0, y.shape().back(), max_[mb.index], sum_[mb.index],
-                         target);
-        for (int64_t i = 0; i < o_.micro_batch; ++i) {
-          size_t k = static_cast<size_t>(i);
-          loss_ += std::log(static_cast<double>(sum_[mb.index][k])) + max_[mb.index][k] - target[k];
-        }
+      if (classifier) {
+        add_loss(y, mb);
         return Tensor();
       }
       Tensor a = be.empty({o_.micro_batch, out}, be.activation_dtype());
@@ -117,6 +145,7 @@ class MlpStage : public StageModel {
 
   Tensor backward(const MicroBatch& mb, const Tensor* grad_output,
                   int64_t /*chunk: always 0*/) override {
+    if (split_ != nullptr) return split_backward(mb);
     Backend& be = *ctx_.backend;
     auto& cache = caches_.at(mb.index);
     Tensor dy;
@@ -125,10 +154,7 @@ class MlpStage : public StageModel {
       auto& [x, y] = cache[static_cast<size_t>(l - begin_)];
       Tensor dpre = be.empty(y.shape(), be.activation_dtype());
       if (l + 1 == static_cast<int32_t>(m_.widths.size()) - 1) {
-        auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kBwd, mb.index));
-        be.cross_entropy_backward(y, mb.targets, 0, y.shape().back(), max_[mb.index],
-                                  sum_[mb.index],
-                                  1.0f / static_cast<float>(ctx_.plan->global_batch), dpre);
+        loss_backward(y, mb, dpre);
       } else {
         const Tensor& upstream = l == end_ - 1 ? *grad_output : dy;
         auto s = ctx_.recorder->scope(ctx_.op(
@@ -152,6 +178,43 @@ class MlpStage : public StageModel {
   }
 
  private:
+  // The loss over the classifier's logits y [micro_batch, classes]: their softmax statistics
+  // kept for the backward.
+  void add_loss(const Tensor& y, const MicroBatch& mb) {
+    const int32_t l = static_cast<int32_t>(m_.widths.size()) - 2;
+    auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kFwd, mb.index));
+    std::vector<float> target;
+    ctx_.backend->softmax_stats(y, mb.targets, 0, y.shape().back(), max_[mb.index], sum_[mb.index],
+                                target);
+    for (int64_t i = 0; i < o_.micro_batch; ++i) {
+      size_t k = static_cast<size_t>(i);
+      loss_ += std::log(static_cast<double>(sum_[mb.index][k])) + max_[mb.index][k] - target[k];
+    }
+  }
+  void loss_backward(const Tensor& y, const MicroBatch& mb, Tensor& dy) {
+    const int32_t l = static_cast<int32_t>(m_.widths.size()) - 2;
+    auto s = ctx_.recorder->scope(ctx_.op(OpId::kLoss, l, Phase::kBwd, mb.index));
+    ctx_.backend->cross_entropy_backward(y, mb.targets, 0, y.shape().back(), max_[mb.index],
+                                         sum_[mb.index],
+                                         1.0f / static_cast<float>(ctx_.plan->global_batch), dy);
+  }
+  // The backward through the split chain (one stage: every layer, the loss first).
+  Tensor split_backward(const MicroBatch& mb) {
+    const Tensor logits = caches_.at(mb.index).back().second;
+    Tensor dy = ctx_.backend->empty(logits.shape(), ctx_.backend->activation_dtype());
+    loss_backward(logits, mb, dy);
+    for (int32_t l = end_ - 1; l >= begin_; --l) {
+      if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
+      dy = split_->backward(l, dy, mb.index);
+      if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
+    }
+    split_->forget(mb.index);
+    caches_.erase(mb.index);
+    max_.erase(mb.index);
+    sum_.erase(mb.index);
+    return Tensor();
+  }
+
   Param& weight(int32_t l) { return store_->get(fmt::format("fc{}.weight", l)); }
   Param* bias(int32_t l) { return m_.bias ? &store_->get(fmt::format("fc{}.bias", l)) : nullptr; }
 
@@ -160,6 +223,7 @@ class MlpStage : public StageModel {
   StageOptions o_;
   int32_t begin_ = 0, end_ = 0;
   bool last_ = false;
+  std::unique_ptr<SplitFcChain> split_;  // the layers under per-op splits
   std::unique_ptr<ParamStore> store_;
   std::map<int64_t, std::vector<std::pair<Tensor, Tensor>>> caches_;  // (input, pre-activation)
   std::map<int64_t, std::vector<float>> max_, sum_;

@@ -1,4 +1,4 @@
-// A CNN's fc layers under per-op splits (split_fc_chain.hpp).
+// A chain of fc layers under per-op splits (split_fc_chain.hpp).
 #include "split_fc_chain.hpp"
 
 #include <algorithm>
@@ -14,11 +14,10 @@ using spec::Phase;
 
 namespace {
 
-// The chain's layers as the executor's units describe them: the trailing run of fc units.
-std::vector<models::FcLayer> fc_layers(const std::vector<cnn::Unit>& units) {
+std::vector<models::FcLayer> fc_layers(const std::vector<FcChainLayer>& layers) {
   std::vector<models::FcLayer> out;
-  for (size_t l = units.size(); l-- > 0 && units[l].kind == spec::CnnLayerKind::kFc;)
-    out.insert(out.begin(), {units[l].name, l, units[l].in.c, units[l].out.c});
+  for (const FcChainLayer& l : layers)
+    out.push_back({l.name, static_cast<size_t>(l.layer), l.in, l.out});
   return out;
 }
 
@@ -28,10 +27,20 @@ bool splits_over(const spec::TensorDim& d, std::string_view axis) {
 
 }  // namespace
 
-SplitFcChain::SplitFcChain(Context& ctx, const std::vector<cnn::Unit>& units, int64_t micro_batch)
+std::vector<FcChainLayer> cnn_fc_chain_layers(const std::vector<cnn::Unit>& units) {
+  std::vector<FcChainLayer> out;
+  for (size_t l = units.size(); l-- > 0 && units[l].kind == spec::CnnLayerKind::kFc;) {
+    const cnn::Unit& u = units[l];
+    out.insert(out.begin(), {static_cast<int32_t>(l), u.name, u.name + ".fc", u.in.c, u.out.c,
+                             u.relu, u.bias, u.last, OpId::kUnitFc, OpId::kUnitRelu});
+  }
+  return out;
+}
+
+SplitFcChain::SplitFcChain(Context& ctx, std::vector<FcChainLayer> layers, int64_t micro_batch)
     : ctx_(ctx),
       micro_batch_(micro_batch),
-      chain_(models::fc_chain(fc_layers(units), micro_batch, ctx.groups->replica_size,
+      chain_(models::fc_chain(fc_layers(layers), micro_batch, ctx.groups->replica_size,
                               ctx.groups->tp_size)),
       chosen_(models::fc_chain_splits(*ctx.lowered, chain_, ctx.plan->per_op)),
       ranks_(chain_.mesh, {{spec::kDataAxis, {ctx.groups->replicas, ctx.groups->replica_rank}},
@@ -41,30 +50,29 @@ SplitFcChain::SplitFcChain(Context& ctx, const std::vector<cnn::Unit>& units, in
   for (size_t k = 0; k < chain_.graph.nodes.size(); ++k) {
     const models::GraphNode& n = chain_.graph.nodes[k];
     const models::OpSplit& split = chosen_.at(n.op.name);
-    const cnn::Unit& u = units[chain_.layers[k]];
     Layer l;
+    l.desc = layers[k];
     l.node = &n;
     l.sharded = models::shard_op(chain_.mesh, n.op, split);
     l.input_gradient = models::shard_op(chain_.mesh, models::gradient_op(n.op, 0), split).output;
-    l.relu = u.relu;
-    l.bias = u.bias;
     l.rows_whole = models::fc_rows_whole(split);
-    index_[static_cast<int32_t>(chain_.layers[k])] = l;
+    index_[layers[k].layer] = l;
   }
 }
 
-void SplitFcChain::add_params(const cnn::Unit& u, uint64_t seed,
-                              std::vector<ParamSpec>& specs) const {
-  const Layer& l = index_.at(u.layer);
+void SplitFcChain::add_params(int32_t layer, uint64_t seed, std::vector<ParamSpec>& specs) const {
+  const Layer& l = index_.at(layer);
+  const FcChainLayer& u = l.desc;
   const spec::TensorLayout& weight = l.sharded.operands[1];  // [f_in, f_out]
   const std::vector<int64_t> origin = ranks_.origin(weight);
   const std::vector<int64_t> local = ranks_.local_extents(weight);
-  const int64_t columns = u.out.c, r0 = origin[0], c0 = origin[1], width = local[1];
-  // The classifier starts small, so that the first loss is near log(classes) (cnn_params.cpp).
-  const float std_dev = u.last ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in.c));
+  const int64_t columns = u.out, r0 = origin[0], c0 = origin[1], width = local[1];
+  // He initialisation; the classifier starts small, so that the first loss is near
+  // log(classes), as the unsplit layers are drawn (cnn_params.cpp, mlp_stage.cpp).
+  const float std_dev = u.classifier ? 0.01f : std::sqrt(2.0f / static_cast<float>(u.in));
   ParamSpec w;
-  w.name = u.name + ".fc.weight";
-  w.layer = u.layer;
+  w.name = u.params + ".weight";
+  w.layer = layer;
   w.shape = local;
   w.init = [=, name = w.name](int64_t i) {
     return std_dev * init_normal(seed, name, (r0 + i / width) * columns + c0 + i % width);
@@ -76,8 +84,8 @@ void SplitFcChain::add_params(const cnn::Unit& u, uint64_t seed,
   specs.push_back(w);
   if (!u.bias) return;
   ParamSpec b;
-  b.name = u.name + ".fc.bias";
-  b.layer = u.layer;
+  b.name = u.params + ".bias";
+  b.layer = layer;
   b.shape = {width};
   b.init = [](int64_t) { return 0.0f; };
   b.decay = false;
@@ -89,8 +97,8 @@ void SplitFcChain::add_params(const cnn::Unit& u, uint64_t seed,
 
 void SplitFcChain::bind(ParamStore& store) {
   for (auto& [layer, l] : index_) {
-    l.weight = &store.get(l.node->op.name + ".fc.weight");
-    if (l.bias) l.bias_param = &store.get(l.node->op.name + ".fc.bias");
+    l.weight = &store.get(l.desc.params + ".weight");
+    if (l.desc.bias) l.bias_param = &store.get(l.desc.params + ".bias");
   }
 }
 
@@ -102,14 +110,15 @@ MeshTensor SplitFcChain::reshards(const std::string& node, Phase phase, MeshTens
   return x;
 }
 
-Tensor SplitFcChain::forward(const cnn::Unit& u, const Tensor& x, int64_t mb) {
+Tensor SplitFcChain::forward(int32_t layer, const Tensor& x, int64_t mb) {
   Backend& be = *ctx_.backend;
-  const Layer& l = index_.at(u.layer);
+  const Layer& l = index_.at(layer);
+  const FcChainLayer& u = l.desc;
   const std::string& name = l.node->op.name;
   State& st = state_[mb];
   const bool first = l.node->inputs[0].tensor == chain_.graph.input;
   MeshTensor in = first ? MeshTensor{x.view({x.numel()}), chain_.features} : st.value;
-  in = reshards(name, Phase::kFwd, std::move(in), u.layer, mb);
+  in = reshards(name, Phase::kFwd, std::move(in), layer, mb);
   // out[rows, cols] = in[rows, depth] W[depth, cols]: the rank's blocks.
   const std::vector<int64_t> e = ranks_.local_extents(l.sharded.output);
   const int64_t rows = e[0], cols = e[1], depth = l.weight->compute.dim(0);
@@ -120,57 +129,58 @@ Tensor SplitFcChain::forward(const cnn::Unit& u, const Tensor& x, int64_t mb) {
   for (const std::string& axis : out.layout.partial)
     if (ranks_.axis(axis).coord != 0) bias = nullptr;
   {
-    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, OpId::kUnitFc), u.layer, Phase::kFwd, mb));
+    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, u.product), layer, Phase::kFwd, mb));
     be.matmul(in.data.view({rows, depth}), l.weight->compute,
               bias != nullptr ? &bias->compute : nullptr, y);
   }
-  Saved& saved = st.layers[u.layer];
+  Saved& saved = st.layers[layer];
   saved.input = std::move(in);
-  if (l.relu) {
+  if (u.relu) {
     saved.pre = y;
     Tensor a = be.empty({rows, cols});
-    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, OpId::kUnitRelu), u.layer, Phase::kFwd, mb));
+    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, u.activation), layer, Phase::kFwd, mb));
     be.relu(y, a);
     out.data = a.view({rows * cols});
   }
   if (l.node->output == chain_.graph.output)
-    out = reshards(chain_.graph.output, Phase::kFwd, std::move(out), u.layer, mb);
+    out = reshards(chain_.graph.output, Phase::kFwd, std::move(out), layer, mb);
   st.value = out;
-  return l.node->output == chain_.graph.output ? out.data.view({micro_batch_, u.out.c}) : out.data;
+  return l.node->output == chain_.graph.output ? out.data.view({micro_batch_, u.out}) : out.data;
 }
 
-Tensor SplitFcChain::backward(const cnn::Unit& u, const Tensor& dy, int64_t mb) {
+Tensor SplitFcChain::backward(int32_t layer, const Tensor& dy, int64_t mb) {
   Backend& be = *ctx_.backend;
-  const Layer& l = index_.at(u.layer);
+  const Layer& l = index_.at(layer);
+  const FcChainLayer& u = l.desc;
   const std::string& name = l.node->op.name;
   State& st = state_.at(mb);
-  const Saved& saved = st.layers.at(u.layer);
+  const Saved& saved = st.layers.at(layer);
   const bool last = l.node->output == chain_.graph.output;
   MeshTensor d = last ? MeshTensor{dy.view({dy.numel()}), chain_.logits} : st.gradient;
-  d = reshards(name, Phase::kBwd, std::move(d), u.layer, mb);
+  d = reshards(name, Phase::kBwd, std::move(d), layer, mb);
   const std::vector<int64_t> e = ranks_.local_extents(d.layout);
   const int64_t rows = e[0], cols = e[1], depth = l.weight->compute.dim(0);
   Tensor g = d.data.view({rows, cols});
-  if (l.relu) {
+  if (u.relu) {
     Tensor dr = be.empty({rows, cols});
-    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, OpId::kUnitRelu), u.layer, Phase::kBwd, mb));
+    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, u.activation), layer, Phase::kBwd, mb));
     be.relu_backward(saved.pre, g, dr);
     g = dr;
   }
   MeshTensor dx{be.empty({rows * depth}), l.input_gradient};
   Tensor dxv = dx.data.view({rows, depth});
   {
-    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, OpId::kUnitFc), u.layer, Phase::kBwd, mb));
+    auto s = ctx_.recorder->scope(ctx_.op(OpName(name, u.product), layer, Phase::kBwd, mb));
     be.matmul_backward(saved.input.data.view({rows, depth}), l.weight->compute, g, &dxv,
                        l.weight->grad, l.bias_param != nullptr ? &l.bias_param->grad : nullptr);
   }
-  st.layers.erase(u.layer);
+  st.layers.erase(layer);
   if (l.node->inputs[0].tensor != chain_.graph.input) {
     st.gradient = dx;
     return dx.data;
   }
-  dx = reshards(chain_.graph.input, Phase::kBwd, std::move(dx), u.layer, mb);
-  return dx.data.view({micro_batch_, u.in.c});
+  dx = reshards(chain_.graph.input, Phase::kBwd, std::move(dx), layer, mb);
+  return dx.data.view({micro_batch_, u.in});
 }
 
 }  // namespace sextant::exec

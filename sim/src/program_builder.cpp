@@ -521,14 +521,16 @@ class StageBuilder {
       return;
     // Megatron gathers the same buckets it reduces, the first forward's first layers first.
     for (size_t b = buckets_.size(); b-- > 0;) {
-      if (bucket_ranks(buckets_[b]) == 1) continue;
+      if (bucket_ranks(buckets_[b]) == 1 || buckets_[b].params == 0) continue;
       int32_t task = gather_bucket(buckets_[b], Phase::kFwd, 0, -1);
       for (size_t l : buckets_[b].layers) param_gather_[l].push_back(task);
     }
   }
 
-  // ZeRO-1/2: all-gather a bucket's updated parameters from the data-parallel group.
+  // ZeRO-1/2: all-gather a bucket's updated parameters from the data-parallel group (none for a
+  // bucket of parameterless layers, or of weights no replica shards: reduce_bucket's rule).
   int32_t gather_bucket(const models::GradientBucket& b, Phase phase, int64_t mb, int32_t after) {
+    if (b.params == 0) return after;
     return step_comm(models::parameter_gather(plan_, b.params, b.experts, elem_bytes_), phase, mb,
                      after);
   }

@@ -156,19 +156,21 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
                                t.vocab)});
 }
 
+// A chain of fc layers split by op (a CNN's classifier, an MLP: exec/src/split_fc_chain.hpp): on
+// one pipeline stage, beside data parallelism and ZeRO-1/2 only.
+void fc_chain_rules(const Plan& plan, std::vector<Problem>& out) {
+  if (plan.per_op.empty()) return;
+  if (plan.pp > 1)
+    out.push_back({"/pp", std::to_string(plan.pp),
+                   "1 under per-op splits of fc layers (they run on one stage)"});
+  if (plan.zero == 3)
+    out.push_back(
+        {"/zero", "3", "0, 1 or 2 under per-op splits of fc layers (ZeRO-3 gathers whole layers)"});
+}
+
 void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
                std::vector<Problem>& out) {
-  // A CNN's fc layers split by op (exec/src/split_fc_chain.hpp): on one pipeline stage, beside
-  // data parallelism and ZeRO-1/2 only.
-  if (!plan.per_op.empty()) {
-    if (plan.pp > 1)
-      out.push_back({"/pp", std::to_string(plan.pp),
-                     "1 under per-op splits of a CNN's fc layers (they run on one stage)"});
-    if (plan.zero == 3)
-      out.push_back({"/zero", "3",
-                     "0, 1 or 2 under per-op splits of a CNN's fc layers (ZeRO-3 gathers whole "
-                     "layers)"});
-  }
+  fc_chain_rules(plan, out);
   const std::string backend(executor_backend_name(run.backend));
   // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
   if (storage_dtype(run.precision) != Dtype::kFp32)
@@ -339,10 +341,7 @@ std::vector<Problem> executor_problems(const ModelSpec& model, const Plan& plan,
       cnn_rules(model, plan, run, out);
       break;
     case ModelKind::kMlp:
-      if (!plan.per_op.empty())
-        out.push_back({"/per_op", op_splits_text(plan.per_op).substr(1),
-                       "per-op splits of an MLP's layers are simulated and planned; the executor "
-                       "runs those of transformers and CNNs"});
+      fc_chain_rules(plan, out);
       break;
   }
   if (!model.is_transformer() && !run.synthetic_data)

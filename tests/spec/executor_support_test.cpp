@@ -194,6 +194,20 @@ TEST(ExecutorSupport, CnnPerOpSplitsRunOnOneStageOfCpuRanks) {
   expect_refused(vgg, plan, kCpu, "/pp", "they run on one stage");
 }
 
+// An MLP's layers split by op run as the same chain, under the same rules.
+TEST(ExecutorSupport, MlpPerOpSplitsRunOnOneStageOfCpuRanks) {
+  const ModelSpec mlp = models::zoo_model("mlp-small");
+  Plan plan = dp2();
+  plan.per_op = {{"fc1", {{"f2", {"d"}}}}};
+  expect_runs(mlp, plan, kCpu);
+  plan.zero = 3;
+  expect_refused(mlp, plan, kCpu, "/zero", "ZeRO-3 gathers whole layers");
+  plan.zero = 0;
+  plan.dp = 1;
+  plan.pp = 2;
+  expect_refused(mlp, plan, kCpu, "/pp", "they run on one stage");
+}
+
 TEST(ExecutorSupport, RunOptionsTheLayoutCannotTake) {
   const ModelSpec gpt = models::zoo_model("gpt-tiny");
   Plan twobw = dp2();

@@ -757,6 +757,18 @@ std::vector<Layout> layouts() {
        per_op(plan_of(4, 1, 1, 2), 2, {"layer5"}, {{"f1", {"d"}}}), Net::kVgg},
       {"vgg_dp8_per_op_fc1_columns", per_op(plan_of(8, 1, 1), 1, {"layer5"}, {{"f1", {"d"}}}),
        Net::kVgg},
+      // An MLP's layers as the same chain (fc0 16 -> 32, fc1 and fc2 32 -> 32, the classifier
+      // fc3 32 -> 8): output columns over the replicas, the classifier's contracted features
+      // (partial logits), whole copies beside ZeRO-1/2, on 2, 4 and 8 ranks.
+      {"mlp_dp2_per_op_columns", per_op(plan_of(2, 1, 1), 2, {"fc1"}, {{"f2", {"d"}}}), Net::kMlp},
+      {"mlp_dp2_per_op_contracted", per_op(plan_of(2, 1, 1), 2, {"fc3"}, {{"f3", {"d"}}}),
+       Net::kMlp},
+      {"mlp_dp2_zero1_per_op_whole", per_op(plan_of(2, 1, 1, 1), 2, {"fc0", "fc1"}, {}), Net::kMlp},
+      {"mlp_dp4_zero2_per_op",
+       per_op(per_op(plan_of(4, 1, 1, 2), 2, {"fc1"}, {{"f2", {"d"}}}), 2, {"fc3"},
+              {{"f3", {"d"}}}),
+       Net::kMlp},
+      {"mlp_dp8_per_op_columns", per_op(plan_of(8, 1, 1), 1, {"fc2"}, {{"f3", {"d"}}}), Net::kMlp},
   };
 }
 
