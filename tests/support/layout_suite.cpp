@@ -541,13 +541,14 @@ std::vector<Layout> layouts() {
       {"dp2_grid_1x1x2_pp2_zero1", with_grid(plan_of(2, 2, 2, 1), 1, 1, 2)},
       // Fused attention: the output and each row's log-sum-exp kept, the probabilities
       // recomputed in backward; Llama's grouped-query heads over tp, sequence parallelism,
-      // pipeline stages, selective and full recompute, ZeRO.
+      // pipeline stages, selective and full recompute, ZeRO, the cache offloaded to the host.
       {"flash_dp2", with_flash(plan_of(2, 1, 1))},
       {"llama_flash_tp2", with_flash(plan_of(1, 2, 1)), Net::kLlama},
       {"flash_tp2_sp_pp2_selective_recompute",
        with_flash(with_recompute(plan_of(1, 2, 2, 0, true), R::kSelective))},
       {"llama_flash_dp2_pp2_full_recompute_zero1",
        with_flash(with_recompute(plan_of(2, 1, 2, 1), R::kFull)), Net::kLlama},
+      {"flash_dp2_act_offload", with_flash(activations_offloaded(plan_of(2, 1, 1)))},
       {"cp2_ring", with_ring(plan_of(1, 1, 1), 2)},
       {"llama_cp2_ring", with_ring(plan_of(1, 1, 1), 2), Net::kLlama},
       {"llama_cp2_ring_selective_recompute",
