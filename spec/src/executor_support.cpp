@@ -8,6 +8,7 @@
 #include <bit>
 
 #include "sextant/spec/context_parallel.hpp"
+#include "sextant/spec/flash_limits.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 
 namespace sextant::spec {
@@ -142,6 +143,17 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
                    "rotary embeddings need an even head dimension (hidden / heads)"});
   if (t.moe && t.bias)
     out.push_back({"model /transformer/bias", "true", "the executor's experts have no biases"});
+  const AttentionKernel attention = executed_attention(plan);
+  if (run.backend == ExecutorBackend::kCuda && is_fused_attention(attention)) {
+    const bool fp32 = storage_dtype(run.precision) == Dtype::kFp32;
+    const int64_t limit = fp32 ? kCudaFlashMaxHeadDimFp32 : kCudaFlashMaxHeadDim;
+    if (t.head_dim() > limit)
+      out.push_back(
+          {"/stack/attention", quoted(enum_name(attention_kernel_names(), attention)),
+           fmt::format("\"unfused\" for head_dim {}: the CUDA flash kernels take up to {} "
+                       "in {} (their tiles' shared memory)",
+                       t.head_dim(), limit, fp32 ? "fp32" : "bf16")});
+  }
   // Padded to a multiple of tp; every rank must still hold a real token.
   const int64_t tp = plan.tp;
   if (t.vocab <= (tp - 1) * ((t.vocab + tp - 1) / tp))

@@ -194,6 +194,29 @@ TEST(ExecutorSupport, CnnPerOpSplitsRunOnOneStageOfCpuRanks) {
   expect_refused(vgg, plan, kCpu, "/pp", "they run on one stage");
 }
 
+// The CUDA flash kernels' tiles take head_dim up to 128 in bf16 and 112 in fp32 (their shared
+// memory): past that a fused attention is refused on the GPU, named as the stack's knob; CPU
+// ranks and the unfused core take any.
+TEST(ExecutorSupport, CudaFlashAttentionTakesHeadsUpToItsTiles) {
+  ModelSpec wide = models::zoo_model("gpt-tiny");
+  auto& t = std::get<TransformerSpec>(wide.body);
+  t.heads = 2;
+  t.kv_heads = 2;
+  t.hidden = 2 * 120;  // head_dim 120: inside bf16's 128, past fp32's 112
+  Plan plan = dp2();
+  plan.stack = builtin_stack(kExecutorStack);
+  plan.stack->attention = AttentionKernel::kFlash2;
+  const ExecutorRun bf16 = on(ExecutorBackend::kCuda, ExecutorPrecision::kBf16);
+  const ExecutorRun fp32 = on(ExecutorBackend::kCuda, ExecutorPrecision::kFp32);
+  expect_runs(wide, plan, bf16);
+  expect_refused(wide, plan, fp32, "/stack/attention", "take up to 112 in fp32");
+  expect_runs(wide, plan, kCpu);
+  t.hidden = 2 * 136;  // head_dim 136
+  expect_refused(wide, plan, bf16, "/stack/attention", "take up to 128 in bf16");
+  plan.stack->attention = AttentionKernel::kUnfused;
+  expect_runs(wide, plan, bf16);
+}
+
 // An MLP's layers split by op run as the same chain, under the same rules.
 TEST(ExecutorSupport, MlpPerOpSplitsRunOnOneStageOfCpuRanks) {
   const ModelSpec mlp = models::zoo_model("mlp-small");

@@ -31,6 +31,7 @@
 #include "elementwise.cuh"
 #include "flash_mma.cuh"
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/flash_limits.hpp"
 
 namespace sextant::exec::cuda_flash {
 
@@ -40,10 +41,9 @@ using cuda_scalar::bf16;
 using cuda_scalar::ld;
 using cuda_scalar::st;
 
-constexpr int kTile = 64;           // query or key rows of a block
-constexpr int kWarpRows = 16;       // a warp's rows of the tile
-constexpr int kFlashThreads = 128;  // kTile / kWarpRows warps
-constexpr int kMaxHeadDim = 128;
+constexpr int kTile = 64;            // query or key rows of a block
+constexpr int kWarpRows = 16;        // a warp's rows of the tile
+constexpr int kFlashThreads = 128;   // kTile / kWarpRows warps
 constexpr int kScoreLd = kTile + 4;  // float [16 x 64] tiles (S, dP), padded against bank conflicts
 constexpr int kProbLd = kTile + 8;   // storage-type [16 x 64] tiles (P, dS)
 
@@ -386,9 +386,9 @@ Shape shape_of(const QkvLayout& l) {
   SEXTANT_CHECK(l.positions == nullptr,
                 "flash attention runs whole causal sequences (context-parallel ranks run "
                 "blockwise attention)");
-  SEXTANT_CHECK(l.head_dim >= 1 && l.head_dim <= kMaxHeadDim,
-                "the CUDA flash attention kernels take head_dim 1..{}, not {}", kMaxHeadDim,
-                l.head_dim);
+  SEXTANT_CHECK(l.head_dim >= 1 && l.head_dim <= spec::kCudaFlashMaxHeadDim,
+                "the CUDA flash attention kernels take head_dim 1..{}, not {}",
+                spec::kCudaFlashMaxHeadDim, l.head_dim);
   Shape s;
   s.seq = l.seq;
   s.heads = l.heads;
