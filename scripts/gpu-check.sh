@@ -79,6 +79,17 @@ run_or_trace() {
   fi
   wait $pid
 }
+# mean_throughput JSONL IMPL: the mean tokens/s and step time of a `run --log-json` file after its
+# first 3 steps (the warm-up), as one JSON line named IMPL.
+mean_throughput() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+print(json.dumps({"impl": sys.argv[2],
+                  "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
+                  "step_time_s": sum(r["step_time_s"] for r in rows) / len(rows)}))
+PY
+}
 record() { if [[ $1 -ne 0 ]]; then status=1; echo "   FAILED ($1)" | tee -a "$out/summary.txt"; else echo "   ok" | tee -a "$out/summary.txt"; fi; }
 
 # (compute_mode: under EXCLUSIVE_PROCESS a second rank cannot share the GPU.)
@@ -228,13 +239,8 @@ for p in bf16 bf16-gemm; do
   "$sextant" run --model gpt2-124m --global-batch 32 --micro-batch 32 --steps 13 --backend cuda \
     --precision $p --quiet --log-json "$out/sextant_gpt2_$p.jsonl" >"$out/sextant_gpt2_$p.txt" 2>&1
   record $?
-  python3 - "$out/sextant_gpt2_$p.jsonl" "$p" <<'PY' | tee -a "$out/throughput.txt"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][3:]
-print(json.dumps({"impl": f"sextant cuda {sys.argv[2]} (explicit attention)",
-                  "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
-                  "step_time_s": sum(r["step_time_s"] for r in rows) / len(rows)}))
-PY
+  mean_throughput "$out/sextant_gpt2_$p.jsonl" "sextant cuda $p (explicit attention)" |
+    tee -a "$out/throughput.txt"
 done
 step "PyTorch on the same model and batch (bf16 autocast)"
 for variant in "--attention explicit" "--attention sdpa" "--attention sdpa --compile"; do
@@ -319,13 +325,8 @@ for m in ${FLASH_MODELS:-gpt2-124m}; do
       --precision bf16 --attention $attention --quiet --log-json "$out/sextant_${m}_$attention.jsonl" \
       >"$out/sextant_${m}_$attention.txt" 2>&1
     record $?; tail -3 "$out/sextant_${m}_$attention.txt"
-    python3 - "$out/sextant_${m}_$attention.jsonl" "$m $attention" <<'PY' | tee -a "$out/throughput_flash.txt"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][3:]
-print(json.dumps({"impl": f"sextant cuda bf16 ({sys.argv[2]})",
-                  "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
-                  "step_time_s": sum(r["step_time_s"] for r in rows) / len(rows)}))
-PY
+    mean_throughput "$out/sextant_${m}_$attention.jsonl" "sextant cuda bf16 ($m $attention)" |
+      tee -a "$out/throughput_flash.txt"
   done
   step "$m traced run with flash attention (per-op CUDA-event timing)"
   timeout 120 "$sextant" run --model $m --global-batch $mb --micro-batch $mb --steps 4 --backend cuda \
