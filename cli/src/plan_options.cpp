@@ -38,7 +38,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option(
       "--compression", f.compression,
       "Compressed DDP gradient exchange, kind[:knob=value,...]: qsgd[:bits=4,bucket=512], "
-      "topk[:ratio=0.01], onebit[:bucket=512], powersgd[:rank=1], sparcml[:ratio=0.01]; "
+      "topk[:ratio=0.01], onebit[:bucket=512], powersgd[:rank=1], "
+      "sparcml[:ratio=0.01,algorithm=recursive_doubling|split_allgather]; "
       "error_feedback=false turns error feedback off");
   cmd.add_option("--spatial", f.spatial,
                  "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "

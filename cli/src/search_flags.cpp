@@ -37,7 +37,8 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_option(
       "--compression", f.compressions,
       "Let DDP layouts exchange gradients compressed (repeatable), kind[:knob=value,...]: "
-      "qsgd[:bits=4], topk[:ratio=0.01], onebit, powersgd[:rank=1], sparcml[:ratio=0.01]; "
+      "qsgd[:bits=4], topk[:ratio=0.01], onebit, powersgd[:rank=1], "
+      "sparcml[:ratio=0.01,algorithm=split_allgather]; "
       "ranked on time only: what it costs in accuracy is the user's to check");
   cmd.add_flag("--async-pipeline", f.asynchronous_pipelines,
                "Also try PipeDream-2BW's asynchronous pipeline (no flush; gradients one weight "

@@ -537,6 +537,47 @@ void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
   }
 }
 
+namespace {
+
+// SparCML's sum of a bucket's top-k pairs, by either algorithm, after the encode.
+class SparseExchange {
+ public:
+  void start(spec::SparseAlgorithm algorithm, Communicator& replicas, int64_t n,
+             const uint32_t* encoded, int64_t k) {
+    if (algorithm == spec::SparseAlgorithm::kSplitAllGather) {
+      ranges_.emplace(replicas, n, encoded, k);
+    } else {
+      doubling_.emplace(replicas, n, encoded, k);
+    }
+  }
+  bool active() const { return doubling_ || ranges_; }
+
+  // Runs op `id` (models::compressed_exchange_ops) and returns the bytes it moved: what the unions
+  // and ranges weigh, not the model's expectation. The decode writes the sum to `grads`.
+  int64_t run(OpId id, const std::string& name, float* grads, int64_t n) {
+    if (ranges_) {
+      if (id == OpId::kDpSparseSplit) return ranges_->split();
+      if (id == OpId::kDpSparseMerge) return ranges_->merge();
+      if (id == OpId::kDpSparseGather) return ranges_->gather();
+      SEXTANT_CHECK(id == OpId::kDpDecompress, "SparCML's split all-gather has no op {}", name);
+      ranges_->write(grads);
+      return ranges_->decode_bytes(4);
+    }
+    if (id == OpId::kDpSparseExchange) return doubling_->exchange(round_++);
+    if (id == OpId::kDpSparseMerge) return doubling_->merge();
+    SEXTANT_CHECK(id == OpId::kDpDecompress, "SparCML has no op {}", name);
+    doubling_->write(grads);
+    return models::sparse_decode_bytes(n, doubling_->pairs(), doubling_->dense(), 4);
+  }
+
+ private:
+  std::optional<SparseAllReduce> doubling_;
+  std::optional<SparseSplitAllGather> ranges_;
+  int round_ = 0;
+};
+
+}  // namespace
+
 void GradientSync::compressed_reduce(const Bucket& b) {
   const int64_t n = b.span.end - b.span.begin;
   const int64_t words = models::encoded_words(compression_, n);
@@ -548,22 +589,14 @@ void GradientSync::compressed_reduce(const Bucket& b) {
   const AllReduceFn all_reduce = [&](float* data, int64_t count) {
     ctx_.groups->replicas->all_reduce(data, count);
   };
-  std::optional<SparseAllReduce> sparse;  // SparCML's unions, from its encode on
-  int round = 0;
+  SparseExchange sparse;  // SparCML's, from its encode on
   // The ops the simulator prices, run in its order under its names.
   for (const models::Op& op : models::compressed_exchange_ops(compression_, b.model, dp_, 4)) {
     auto s = ctx_.recorder->scope(ctx_.comm(op.id, op.op_class, Stream::kDpComm, op.bytes, dp_,
                                             Phase::kBwd, std::nullopt, std::nullopt));
     const OpId id = op.id;
-    if (sparse && id == OpId::kDpSparseExchange) {
-      // The bytes the unions weigh, not their expectation (models::sparse_all_reduce_rounds).
-      s.set_bytes(sparse->exchange(round++));
-    } else if (sparse && id == OpId::kDpSparseMerge) {
-      s.set_bytes(sparse->merge());
-    } else if (sparse) {
-      SEXTANT_CHECK(id == OpId::kDpDecompress, "SparCML has no op {}", op.name);
-      sparse->write(grads);
-      s.set_bytes(models::sparse_decode_bytes(n, sparse->pairs(), sparse->dense(), 4));
+    if (sparse.active()) {
+      s.set_bytes(sparse.run(id, op.name, grads, n));
     } else if (power != nullptr) {
       if (id == OpId::kDpAllReduce) {
         power->all_reduce_uncompressed(all_grads, all_reduce);
@@ -593,7 +626,8 @@ void GradientSync::compressed_reduce(const Bucket& b) {
       if (residual != nullptr)
         add_decoded(compression_, encoded_.data(), n, residual + b.span.begin, -1.0f);
       if (compression_.kind == spec::CompressionKind::kSparcml)
-        sparse.emplace(*ctx_.groups->replicas, n, encoded_.data(), words / 2);
+        sparse.start(compression_.sparse_algorithm, *ctx_.groups->replicas, n, encoded_.data(),
+                     words / 2);
     } else if (id == OpId::kDpCompressedAllGather) {
       // The words travel as floats: MPI and NCCL gathers copy them bit for bit.
       ctx_.groups->replicas->all_gather(reinterpret_cast<const float*>(encoded_.data()),

@@ -12,10 +12,8 @@ namespace sextant::exec {
 
 namespace {
 
-// A message is a header word -- the pairs that follow, or kDenseMark for n dense values -- then
-// the indices and the values (or the dense values), each as 32-bit words carried as floats (MPI
-// and NCCL copy them bit for bit).
-constexpr uint32_t kDenseMark = std::numeric_limits<uint32_t>::max();
+// A message is a header word (kSparseDenseMark or the pairs' count), then the indices and the
+// values, or the dense values.
 // Tags of the exchange on the replicas' communicator (its other traffic is collective).
 constexpr int kHeaderTag = 0x5c00;
 constexpr int kPayloadTag = 0x5c01;
@@ -26,7 +24,8 @@ SparseAllReduce::SparseAllReduce(Communicator& group, int64_t n, const uint32_t*
     : group_(&group), n_(n) {
   SEXTANT_CHECK(std::has_single_bit(static_cast<unsigned>(group.size())),
                 "SparCML's recursive doubling over {} ranks: needs a power of two", group.size());
-  SEXTANT_CHECK(n < int64_t{kDenseMark}, "sparse all-reduce of {} elements: indices are 32-bit", n);
+  SEXTANT_CHECK(n < int64_t{kSparseDenseMark},
+                "sparse all-reduce of {} elements: indices are 32-bit", n);
   mine_.index.assign(encoded, encoded + k);
   mine_.value.resize(static_cast<size_t>(k));
   for (int64_t j = 0; j < k; ++j)
@@ -58,15 +57,15 @@ int64_t SparseAllReduce::exchange(int round) {
     for (uint32_t i : mine_.index) out.push_back(std::bit_cast<float>(i));
     out.insert(out.end(), mine_.value.begin(), mine_.value.end());
   }
-  const float header =
-      std::bit_cast<float>(mine_.dense ? kDenseMark : static_cast<uint32_t>(mine_.index.size()));
+  const float header = std::bit_cast<float>(
+      mine_.dense ? kSparseDenseMark : static_cast<uint32_t>(mine_.index.size()));
   auto sent_header = group_->send(&header, 1, partner, kHeaderTag);
   auto sent_payload =
       group_->send(out.data(), static_cast<int64_t>(out.size()), partner, kPayloadTag);
   float their_header = 0;
   group_->recv(&their_header, 1, partner, kHeaderTag);
   const uint32_t count = std::bit_cast<uint32_t>(their_header);
-  theirs_.dense = count == kDenseMark;
+  theirs_.dense = count == kSparseDenseMark;
   const int64_t words = theirs_.dense ? n_ : 2 * int64_t{count};
   std::vector<float> in(static_cast<size_t>(words));
   group_->recv(in.data(), words, partner, kPayloadTag);

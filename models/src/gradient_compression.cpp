@@ -75,6 +75,29 @@ std::vector<SparseRound> sparse_all_reduce_rounds(int64_t elements, int64_t k, i
   return rounds;
 }
 
+int64_t sparse_range_begin(int64_t elements, int64_t dp, int64_t range) {
+  return range * elements / dp;
+}
+
+int64_t sparse_range_merge_bytes(int64_t range_elements, int64_t received, int64_t union_pairs,
+                                 bool dense) {
+  return 8 * received + 2 * 5 * range_elements + (dense ? 0 : 8 * union_pairs);
+}
+
+SparseSplit sparse_split_allgather(int64_t elements, int64_t k, int64_t dp) {
+  SparseSplit s;
+  s.split_bytes = 8 * k;
+  // The ranges differ by at most one element; priced as the mean range.
+  const int64_t range = elements / dp;
+  // Rounded to whole pairs; a range holds at least its share of one selection.
+  s.range_pairs = std::max<int64_t>(
+      (k + dp - 1) / dp, std::llround(expected_union(elements, k, dp) / static_cast<double>(dp)));
+  s.dense = sparse_goes_dense(s.range_pairs, range);
+  s.gather_bytes = s.dense ? 4 * elements : 8 * dp * s.range_pairs;
+  s.merge_bytes = sparse_range_merge_bytes(range, k, s.range_pairs, s.dense);
+  return s;
+}
+
 int64_t compressed_gather_bytes(const spec::GradientCompression& c, int64_t elements, int64_t dp) {
   return dp * encoded_words(c, elements) * 4;
 }
@@ -104,7 +127,11 @@ Op compression_decode_op(const spec::GradientCompression& c, int64_t elements, i
   // Top-k adds each pair at its index: a read and a write of a gradient element per pair.
   if (c.kind == CompressionKind::kTopk)
     op.bytes += dp * topk_count(c.ratio, elements) * 2 * grad_bytes;
-  if (c.kind == CompressionKind::kSparcml) {
+  if (c.kind == CompressionKind::kSparcml &&
+      c.sparse_algorithm == spec::SparseAlgorithm::kSplitAllGather) {
+    const SparseSplit split = sparse_split_allgather(elements, topk_count(c.ratio, elements), dp);
+    op.bytes = sparse_decode_bytes(elements, dp * split.range_pairs, split.dense, grad_bytes);
+  } else if (c.kind == CompressionKind::kSparcml) {
     // The final union, added at its indices over zeroed gradients, or the dense sum copied.
     const int64_t k = topk_count(c.ratio, elements);
     const std::vector<SparseRound> rounds = sparse_all_reduce_rounds(elements, k, dp);
@@ -181,6 +208,14 @@ std::vector<Op> sparcml_ops(const spec::GradientCompression& c, const GradientBu
                             int64_t dp, int64_t g) {
   const int64_t n = bucket.params, k = topk_count(c.ratio, n);
   std::vector<Op> ops = {compression_encode_op(c, n, g)};
+  if (c.sparse_algorithm == spec::SparseAlgorithm::kSplitAllGather) {
+    const SparseSplit split = sparse_split_allgather(n, k, dp);
+    ops.push_back(comm_op(OpId::kDpSparseSplit, CollectiveKind::kAllToAll, split.split_bytes));
+    ops.push_back(codec_op(OpId::kDpSparseMerge, split.merge_bytes, n, 1));
+    ops.push_back(comm_op(OpId::kDpSparseGather, CollectiveKind::kAllGather, split.gather_bytes));
+    ops.push_back(compression_decode_op(c, n, dp, g));
+    return ops;
+  }
   for (const SparseRound& r : sparse_all_reduce_rounds(n, k, dp)) {
     ops.push_back(comm_op(OpId::kDpSparseExchange, CollectiveKind::kSendRecv, r.bytes));
     // Both unions read and the merged one written (pairs: 8 bytes each), or two dense vectors
@@ -221,6 +256,14 @@ int64_t compression_memory_bytes(const spec::GradientCompression& c, int64_t par
   }
   int64_t largest_bucket = 0;
   for (const GradientBucket& b : buckets) largest_bucket = std::max(largest_bucket, b.params);
+  // SparCML by split all-gather: the rank's k pairs and the k it receives, its range's
+  // accumulator with touched marks, and the gathered sums (pairs only while a range's union is
+  // at most half the range: never more than the dense vector's 4 bytes an element).
+  if (c.kind == CompressionKind::kSparcml &&
+      c.sparse_algorithm == spec::SparseAlgorithm::kSplitAllGather) {
+    const int64_t k = topk_count(c.ratio, largest_bucket);
+    return residual + 2 * 8 * k + 5 * (largest_bucket / dp + 1) + 4 * largest_bucket;
+  }
   // SparCML: the rank's union, the partner's and the merged one, each up to a dense vector.
   if (c.kind == CompressionKind::kSparcml) return residual + 3 * largest_bucket * 4;
   return residual + (dp + 1) * encoded_words(c, largest_bucket) * 4;

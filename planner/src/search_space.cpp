@@ -1011,8 +1011,9 @@ class Enumerator {
         continue;
       }
       if (out_.compressions[k].kind == spec::CompressionKind::kSparcml &&
-          !spec::sparcml_problem(l.dp).empty()) {
-        reject("SparCML on dp not a power of two", kConfigurations, variants_here);
+          !spec::sparcml_problem(l.dp, out_.compressions[k].sparse_algorithm).empty()) {
+        reject("SparCML's recursive doubling on dp not a power of two", kConfigurations,
+               variants_here);
         continue;
       }
       c.compression = static_cast<uint8_t>(k);

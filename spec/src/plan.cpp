@@ -40,6 +40,9 @@ constexpr std::array<std::pair<std::string_view, CompressionKind>, 6> kCompressi
      {"onebit", CompressionKind::kOnebit},
      {"powersgd", CompressionKind::kPowersgd},
      {"sparcml", CompressionKind::kSparcml}}};
+constexpr std::array<std::pair<std::string_view, SparseAlgorithm>, 2> kSparseAlgorithms{
+    {{"recursive_doubling", SparseAlgorithm::kRecursiveDoubling},
+     {"split_allgather", SparseAlgorithm::kSplitAllGather}}};
 constexpr std::array<std::pair<std::string_view, ContextAlgorithm>, 3> kContextAlgorithms{
     {{"ring", ContextAlgorithm::kRing},
      {"all-gather", ContextAlgorithm::kAllGather},
@@ -54,6 +57,10 @@ const Range kPositiveInt = Range::at_least(1);
 
 EnumNames<ChannelAlgorithm> channel_algorithm_names() {
   return kChannelAlgorithms;
+}
+
+EnumNames<SparseAlgorithm> sparse_algorithm_names() {
+  return kSparseAlgorithms;
 }
 
 EnumNames<ContextAlgorithm> context_algorithm_names() {
@@ -129,6 +136,7 @@ std::string Plan::name() const {
       break;
     case CompressionKind::kSparcml:
       s += fmt::format(".sparcml{:g}", compression.ratio);
+      if (compression.sparse_algorithm == SparseAlgorithm::kSplitAllGather) s += "split";
       break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
@@ -178,6 +186,9 @@ GradientCompression read_compression(ObjectReader& c) {
                    .value_or(g.bucket);
   if (applies("ratio", selects_topk(g.kind), "\"topk\" and \"sparcml\""))
     g.ratio = c.number("ratio", Range::fraction(), Presence::kOptional).value_or(g.ratio);
+  if (applies("algorithm", g.kind == CompressionKind::kSparcml, "\"sparcml\""))
+    g.sparse_algorithm = c.enumeration("algorithm", sparse_algorithm_names(), Presence::kOptional)
+                             .value_or(g.sparse_algorithm);
   if (applies("rank", g.kind == CompressionKind::kPowersgd, "\"powersgd\""))
     g.rank = c.integer("rank", Range::between(1, static_cast<double>(kMaxPowerSgdRank)),
                        Presence::kOptional)
@@ -468,7 +479,8 @@ GradientCompression compression_from_text(const std::string& text, const std::st
       if (eq == std::string::npos || eq == 0)
         throw InputError(source, "", text,
                          "expected kind[:knob=value,...], e.g. qsgd:bits=4,bucket=512, "
-                         "topk:ratio=0.001,error_feedback=false or powersgd:rank=2");
+                         "topk:ratio=0.001,error_feedback=false or "
+                         "sparcml:algorithm=split_allgather");
       const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
       if (value == "true" || value == "false") {
         j[key] = value == "true";
@@ -483,7 +495,7 @@ GradientCompression compression_from_text(const std::string& text, const std::st
             j[key] = number;
           }
         } catch (const std::exception&) {
-          throw InputError(source, "/" + key, value, "expected a number, true or false");
+          j[key] = value;  // a name (sparcml's algorithm); the reader checks each key's type
         }
       }
       at = comma + 1;
@@ -530,6 +542,8 @@ Json to_json(const Plan& p) {
     if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
       cj["bucket"] = c.bucket;
     if (selects_topk(c.kind)) cj["ratio"] = c.ratio;
+    if (c.kind == CompressionKind::kSparcml)
+      cj["algorithm"] = enum_name(sparse_algorithm_names(), c.sparse_algorithm);
     if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
     j["compression"] = cj;
   }
@@ -769,12 +783,15 @@ std::string compression_layout_problem(const Plan& p) {
 std::string compression_problem(const Plan& plan, const GradientCompression& compression) {
   if (std::string layout = compression_layout_problem(plan); !layout.empty()) return layout;
   if (compression.kind == CompressionKind::kPowersgd) return powersgd_problem(plan.tp_grid);
-  if (compression.kind == CompressionKind::kSparcml) return sparcml_problem(plan.dp);
+  if (compression.kind == CompressionKind::kSparcml)
+    return sparcml_problem(plan.dp, compression.sparse_algorithm);
   return "";
 }
 
-std::string sparcml_problem(int64_t dp) {
-  if (std::has_single_bit(static_cast<uint64_t>(dp))) return "";
+std::string sparcml_problem(int64_t dp, SparseAlgorithm algorithm) {
+  if (algorithm == SparseAlgorithm::kSplitAllGather ||
+      std::has_single_bit(static_cast<uint64_t>(dp)))
+    return "";
   return fmt::format(
       "needs dp a power of two: SparCML's recursive doubling pairs the ranks by one bit of "
       "their index a round (dp is {})",

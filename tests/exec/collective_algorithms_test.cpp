@@ -293,5 +293,67 @@ TEST(SparseAllReduce, EveryRankEndsBitwiseAlike) {
   expect_alike_on_every_rank(got);
 }
 
+// SparCML's split all-gather (exec/sparse_all_reduce.hpp) on any number of ranks, against the
+// dense sum of every rank's pairs added here rank after rank: exact on integers. Whether a range
+// went dense is counted here from the selections: its distinct indices against half its extent.
+TEST(SparseSplitAllGather, SumsEveryRanksPairsOnAnyNumberOfRanks) {
+  const int p = world_size(), r = world_rank();
+  constexpr int64_t n = 100;
+  auto comm = communicator();
+  for (int64_t k : {3, 45}) {
+    std::vector<float> want(n, 0.0f);
+    std::vector<uint8_t> held(n, 0);
+    for (int q = 0; q < p; ++q) {
+      const std::vector<uint32_t> theirs = selection(q, k, n);
+      for (int64_t j = 0; j < k; ++j) {
+        want[theirs[j]] += std::bit_cast<float>(theirs[k + j]);
+        held[theirs[j]] = 1;
+      }
+    }
+    const int64_t first = r * n / p, last = (r + 1) * n / p;  // this rank's range
+    const auto distinct = std::count(held.begin() + first, held.begin() + last, 1);
+    const std::vector<uint32_t> mine = selection(r, k, n);
+    SparseSplitAllGather sum(*comm, n, mine.data(), k);
+    EXPECT_EQ(sum.split(), 8 * k) << "the rank's own pairs, each sent to its range's owner";
+    sum.merge();
+    EXPECT_EQ(sum.range_dense(), 2 * distinct > last - first) << "k " << k;
+    if (!sum.range_dense()) {
+      EXPECT_EQ(sum.range_pairs(), distinct) << "k " << k;
+    }
+    sum.gather();
+    std::vector<float> got(n, -1.0f);
+    sum.write(got.data());
+    EXPECT_EQ(got, want) << "k " << k;
+  }
+}
+
+// Random values: each element is 0 plus the values of the ranks that selected it, added in rank
+// order -- top-k's decode, to the bit -- and every rank ends bitwise alike.
+TEST(SparseSplitAllGather, AddsInRankOrderAsTopksDecodeDoes) {
+  const int p = world_size(), r = world_rank();
+  constexpr int64_t n = 1000, k = 40;
+  auto comm = communicator();
+  auto encoded_of = [&](int q) {
+    std::vector<uint32_t> e = selection(q, k, n);
+    const std::vector<float> values = randoms(k, q);
+    for (int64_t j = 0; j < k; ++j) e[k + j] = std::bit_cast<uint32_t>(values[j]);
+    return e;
+  };
+  std::vector<float> want(n, 0.0f);
+  for (int q = 0; q < p; ++q) {
+    const std::vector<uint32_t> e = encoded_of(q);
+    for (int64_t j = 0; j < k; ++j) want[e[j]] += std::bit_cast<float>(e[k + j]);
+  }
+  const std::vector<uint32_t> mine = encoded_of(r);
+  SparseSplitAllGather sum(*comm, n, mine.data(), k);
+  sum.split();
+  sum.merge();
+  sum.gather();
+  std::vector<float> got(n);
+  sum.write(got.data());
+  EXPECT_EQ(got, want);
+  expect_alike_on_every_rank(got);
+}
+
 }  // namespace
 }  // namespace sextant::exec

@@ -136,6 +136,53 @@ TEST(SparCml, GoesDenseOnceThePairsOutweighTheVector) {
   EXPECT_EQ(compression_memory_bytes(c, 5000, {bucket(100), bucket(60)}, 4, 4), 20000 + 1200);
 }
 
+// SparCML's split all-gather by hand (n = 1000, k = 10, dp 4): four ranges of 250; a rank's
+// all-to-all buffer is its 10 pairs (80 B); a range's union is expected at a quarter of four
+// selections' 39.404 pairs, 9.85, so 10 pairs, and the gather collects 4 x 10 pairs (320 B).
+// The owner reads the 10 pairs it receives (80 B), zeroes and scans its accumulator and marks
+// (2 x 5 B x 250) and writes its 10 pairs (80 B); the decode zeroes 1000 gradients (4000 B) and
+// adds 40 pairs (16 B each).
+TEST(SparCml, TheSplitAllGatherByHand) {
+  EXPECT_EQ(sparse_range_begin(1000, 4, 1), 250);
+  EXPECT_EQ(sparse_range_begin(10, 3, 1), 3);  // 3, 3 and 4 elements
+  EXPECT_EQ(sparse_range_begin(10, 3, 2), 6);
+  const SparseSplit s = sparse_split_allgather(1000, 10, 4);
+  EXPECT_EQ(s.split_bytes, 80);
+  EXPECT_EQ(s.range_pairs, 10);
+  EXPECT_FALSE(s.dense);
+  EXPECT_EQ(s.gather_bytes, 320);
+  EXPECT_EQ(s.merge_bytes, 80 + 2500 + 80);
+  spec::GradientCompression c = make(spec::CompressionKind::kSparcml);
+  c.sparse_algorithm = spec::SparseAlgorithm::kSplitAllGather;
+  const std::vector<Op> ops = compressed_exchange_ops(c, bucket(1000), 4, 4);
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops[0].bytes, compression_encode_op(c, 1000, 4).bytes);
+  EXPECT_EQ(ops[1].name, op_name(OpId::kDpSparseSplit));
+  EXPECT_EQ(ops[1].collective, spec::CollectiveKind::kAllToAll);
+  EXPECT_EQ(ops[1].bytes, 80);
+  EXPECT_EQ(ops[2].name, op_name(OpId::kDpSparseMerge));
+  EXPECT_EQ(ops[2].bytes, 2660);
+  EXPECT_EQ(ops[3].name, op_name(OpId::kDpSparseGather));
+  EXPECT_EQ(ops[3].collective, spec::CollectiveKind::kAllGather);
+  EXPECT_EQ(ops[3].bytes, 320);
+  EXPECT_EQ(ops[4].name, op_name(OpId::kDpDecompress));
+  EXPECT_EQ(ops[4].bytes, 4000 + 40 * 16);
+  // Dense ranges (n = 100, k = 45, dp 2): two selections' union is expected at
+  // 100 (1 - 0.55^2) = 69.75 pairs, 35 a range of 50 -- more than half of it -- so the gather
+  // collects the dense vector (400 B), the owner writes no pairs (8 x 45 + 10 x 50 B), and the
+  // decode copies it (400 B read, 400 B written).
+  c.ratio = 0.45;
+  const std::vector<Op> dense = compressed_exchange_ops(c, bucket(100), 2, 4);
+  ASSERT_EQ(dense.size(), 5u);
+  EXPECT_EQ(dense[2].bytes, 360 + 500);
+  EXPECT_EQ(dense[3].bytes, 400);
+  EXPECT_EQ(dense[4].bytes, 800);
+  // Its buffers: the fp32 residual, the 45 pairs sent and those received (720 B), the range's
+  // accumulator and marks (5 B x 51) and the gathered sums (400 B).
+  EXPECT_EQ(compression_memory_bytes(c, 5000, {bucket(100), bucket(60)}, 2, 4),
+            20000 + 720 + 255 + 400);
+}
+
 TEST(PowerSgd, CompressesAMatrixWhenItsFactorsAreLessThanHalfOfIt) {
   // PyTorch's rule: (rows + cols) * rank * 2 < rows * cols.
   EXPECT_FALSE(powersgd_compresses(1, {4, 4}));  // 16 < 16: no

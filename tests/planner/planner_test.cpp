@@ -964,8 +964,9 @@ TEST(Planner, PowerSgdIsChosenWhereDpIsLargeAndTheLinkSlow) {
   EXPECT_FALSE(compressed.empty());
 }
 
-// SparCML (spec::sparcml_problem) is proposed only where dp is a power of two: of GPT-2 124M's
-// layouts on 12 GPUs, dp 2 and 4 (beside tp or pp 3 or 6), never dp 3, 6 or 12. On 8 GPUs on
+// SparCML (spec::sparcml_problem) by recursive doubling is proposed only where dp is a power of
+// two: of GPT-2 124M's layouts on 12 GPUs, dp 2 and 4 (beside tp or pp 3 or 6), never dp 3, 6 or
+// 12; by split all-gather on any dp. On 8 GPUs on
 // 1 GB/s links it wins over the dense all-reduce (about 8 x 0.01 of the fp32 bytes a bucket
 // against 2 x 7/8 of them), and the estimator prices it as the simulator does.
 TEST(Planner, SparCmlIsSearchedWhereDpIsAPowerOfTwoAndChosenWhereTheLinkIsSlow) {
@@ -977,8 +978,16 @@ TEST(Planner, SparCmlIsSearchedWhereDpIsAPowerOfTwoAndChosenWhereTheLinkIsSlow) 
   std::set<int64_t> dps;
   for (const spec::Plan& p : compressed_plans(enumerate_plans(twelve))) dps.insert(p.dp);
   EXPECT_EQ(dps, (std::set<int64_t>{2, 4}));
+  // Its split all-gather gives each rank a range, whatever their number.
+  spec::GradientCompression split = sparse;
+  split.sparse_algorithm = spec::SparseAlgorithm::kSplitAllGather;
+  twelve.compressions = {split};
+  dps.clear();
+  for (const spec::Plan& p : compressed_plans(enumerate_plans(twelve))) dps.insert(p.dp);
+  EXPECT_EQ(dps, (std::set<int64_t>{2, 3, 4, 6, 12}));
 
   expect_best_compresses_with(on_slow_links("gpt2-124m", 8, 64, {sparse}), sparse);
+  expect_best_compresses_with(on_slow_links("gpt2-124m", 8, 64, {split}), split);
 }
 
 // KARMA's split (spec::unit_recompute) is searched where the stack runs it: on one stage, the

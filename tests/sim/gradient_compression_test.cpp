@@ -159,6 +159,53 @@ TEST(GradientCompression, SparCmlTakesLog2DpLatenciesWhereTheGatherTakesDpMinusO
   EXPECT_NEAR(gather - sparse, kLayers * 4 * 50e-6, kLayers * 0.1 * 50e-6);
 }
 
+// SparCML's split all-gather at 20% on dp 8 (n = 2^20 per bucket, 100 GB/s, no latency, codecs
+// free): a rank's all-to-all sends 7/8 of its k = ceil(0.2 n) pairs (8 B each); eight
+// selections' union, n (1 - 0.8^8) = 0.83 n, is 0.104 n a range of n / 8 -- over half of it --
+// so the gather collects the dense vector, 7/8 of 4n B. That beats the dense ring all-reduce
+// (2 x 7/8 x 4n B) by 2.1n B a bucket, where recursive doubling loses to it: its rounds send
+// 1.6n, 2.9n and, dense, 4n B.
+TEST(GradientCompression, SparCmlsSplitAllGatherBeatsTheDenseRingWhereRecursiveDoublingCannot) {
+  const spec::ClusterSpec cluster = test::ideal_cluster(100, 100, 100, 0);
+  const spec::ModelSpec model = test::uniform_mlp(kLayers, kWidth);
+  const int64_t n = kWidth * kWidth, k = models::topk_count(0.2, n);
+  auto exposed = [&](spec::CompressionKind kind, spec::SparseAlgorithm algorithm) {
+    spec::Plan plan = ddp_plan(8, kind);
+    plan.collective_algorithms[spec::CollectiveKind::kAllToAll] =
+        spec::CollectiveAlgorithm::kPairwise;
+    plan.compression.ratio = 0.2;
+    plan.compression.sparse_algorithm = algorithm;
+    plan.stack->dp_overlap = false;
+    SimulationOptions options;
+    options.trace = true;
+    return simulate(model, cluster, plan, options);
+  };
+  const SimulationResult split =
+      exposed(spec::CompressionKind::kSparcml, spec::SparseAlgorithm::kSplitAllGather);
+  const double split_s = split.report.breakdown_s.dp_comm_exposed;
+  EXPECT_NEAR(split_s, kLayers * 7.0 / 8 * (8.0 * k + 4.0 * n) / 100e9, 1e-9);
+  std::map<std::string, int64_t> count;
+  for (const spec::TraceEvent& e : split.trace->events) {
+    if (e.rank != 0) continue;
+    ++count[e.name];
+    if (e.name == models::op_name(models::OpId::kDpSparseGather)) {
+      EXPECT_EQ(e.bytes, 4 * n);
+    }
+  }
+  for (models::OpId id :
+       {models::OpId::kDpCompress, models::OpId::kDpSparseSplit, models::OpId::kDpSparseMerge,
+        models::OpId::kDpSparseGather, models::OpId::kDpDecompress})
+    EXPECT_EQ(count[models::op_name(id)], kLayers) << models::op_name(id);
+  EXPECT_EQ(count[models::op_name(models::OpId::kDpSparseExchange)], 0);
+  const double dense = exposed(spec::CompressionKind::kNone, {}).report.breakdown_s.dp_comm_exposed;
+  const double doubling =
+      exposed(spec::CompressionKind::kSparcml, spec::SparseAlgorithm::kRecursiveDoubling)
+          .report.breakdown_s.dp_comm_exposed;
+  EXPECT_NEAR(dense, kLayers * 2 * 7.0 / 8 * 4.0 * n / 100e9, 1e-9);
+  EXPECT_LT(split_s, 0.75 * dense);
+  EXPECT_GT(doubling, dense);
+}
+
 TEST(GradientCompression, PaysOnASlowLinkAndCostsOnAFastOneAtLargeDp) {
   // A device reading memory at 2 TB/s runs the codecs; n = 2^20 fp32 gradients per bucket.
   spec::ClusterSpec slow = test::ideal_cluster(100, 1, 1, 0);

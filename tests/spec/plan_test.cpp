@@ -323,7 +323,14 @@ TEST(PlanCompression, DecodesNamesAndRoundTrips) {
   Plan sparse = plan_from_json(ddp_plan(R"({"kind": "sparcml", "ratio": 0.02})"), "p.json");
   EXPECT_EQ(sparse.compression.ratio, 0.02);
   EXPECT_EQ(sparse.name(), "dp4.tp1.pp1.z0.mb1.sparcml0.02");
-  for (const Plan& p : {q, t, o, w, sparse}) {
+  EXPECT_EQ(sparse.compression.sparse_algorithm, SparseAlgorithm::kRecursiveDoubling);
+  Plan split = plan_from_json(
+      ddp_plan(R"({"kind": "sparcml", "ratio": 0.02, "algorithm": "split_allgather"})"), "p.json");
+  EXPECT_EQ(split.compression.sparse_algorithm, SparseAlgorithm::kSplitAllGather);
+  EXPECT_EQ(split.name(), "dp4.tp1.pp1.z0.mb1.sparcml0.02split");
+  EXPECT_EQ(compression_from_text("sparcml:ratio=0.02,algorithm=split_allgather", "--compression"),
+            split.compression);
+  for (const Plan& p : {q, t, o, w, sparse, split}) {
     EXPECT_EQ(plan_from_json(to_json(p), "again.json").compression, p.compression) << p.name();
   }
   // No compression writes nothing.
@@ -348,6 +355,13 @@ TEST(PlanCompression, KnobsOfAnotherKindAndBadValuesAreRefused) {
   EXPECT_INPUT_ERROR(
       plan_from_json(ddp_plan(R"({"kind": "none", "error_feedback": true})"), "p.json"),
       "/compression/error_feedback");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(ddp_plan(R"({"kind": "topk", "algorithm": "split_allgather"})"), "p.json"),
+      "applies to kind \"sparcml\" only");
+  EXPECT_INPUT_ERROR(
+      plan_from_json(ddp_plan(R"({"kind": "sparcml", "algorithm": "ring"})"), "p.json"),
+      "must be one of");
+  EXPECT_INPUT_ERROR(compression_from_text("topk:ratio=lots", "--compression"), "/ratio");
 }
 
 TEST(PlanCompression, OnlyDdpWithSeveralReplicasCompresses) {
@@ -362,7 +376,10 @@ TEST(PlanCompression, OnlyDdpWithSeveralReplicasCompresses) {
   three["dp"] = 3;
   three["global_batch"] = 6;
   EXPECT_INPUT_ERROR(plan_from_json(three, "p.json"), "needs dp a power of two");
-  EXPECT_EQ(sparcml_problem(8), "");
+  EXPECT_EQ(sparcml_problem(8, SparseAlgorithm::kRecursiveDoubling), "");
+  // Its split all-gather gives each rank a range, whatever their number.
+  three["compression"]["algorithm"] = "split_allgather";
+  EXPECT_EQ(plan_from_json(three, "p.json").dp, 3);
   // The same rules for a plan built in code.
   Plan p;
   p.compression.kind = CompressionKind::kQsgd;

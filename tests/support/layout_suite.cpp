@@ -785,6 +785,11 @@ spec::Plan topk_ratio(spec::Plan p, double ratio) {
   return p;
 }
 
+spec::Plan split_allgather(spec::Plan p) {
+  p.compression.sparse_algorithm = spec::SparseAlgorithm::kSplitAllGather;
+  return p;
+}
+
 spec::Plan powersgd_rank(spec::Plan p, int64_t rank) {
   p.compression.rank = rank;
   return p;
@@ -806,6 +811,11 @@ std::vector<Layout> compressed_layouts() {
       {"dp4_sparcml_dense", topk_ratio(compressed(plan_of(4, 1, 1), C::kSparcml), 0.4)},
       {"dp2_pp2_sparcml_tied", compressed(plan_of(2, 1, 2), C::kSparcml)},
       {"dp8_sparcml_noef", compressed(plan_of(8, 1, 1), C::kSparcml, false)},
+      // Its split all-gather: each range summed by its owner, the sums all-gathered.
+      {"dp4_sparcml_split", split_allgather(compressed(plan_of(4, 1, 1), C::kSparcml))},
+      {"dp4_sparcml_split_dense",
+       split_allgather(topk_ratio(compressed(plan_of(4, 1, 1), C::kSparcml), 0.4))},
+      {"dp2_pp2_sparcml_split_tied", split_allgather(compressed(plan_of(2, 1, 2), C::kSparcml))},
       // PowerSGD: each bucket's weight matrices as P and Q, the rest all-reduced.
       {"dp2_powersgd", compressed(plan_of(2, 1, 1), C::kPowersgd)},
       {"mlp_dp2_powersgd_noef", compressed(plan_of(2, 1, 1), C::kPowersgd, false), Net::kMlp},

@@ -15,6 +15,10 @@
 
 namespace sextant::exec {
 
+// A sparse message's header word for a dense payload (else the header counts the pairs that
+// follow); the words travel as floats, copied bit for bit.
+inline constexpr uint32_t kSparseDenseMark = 0xffffffffu;
+
 class SparseAllReduce {
  public:
   // `encoded`: k sorted, distinct indices below n, then their k values, as top-k encodes them
@@ -47,6 +51,55 @@ class SparseAllReduce {
   Communicator* group_;
   int64_t n_;
   Union mine_, theirs_;
+};
+
+// SparCML's split all-gather (SSAR/DSAR_Split_allgather, Renggli et al., SC'19 §5.3): the index
+// space split into one range per rank (models::sparse_range_begin); each rank sends its pairs in
+// range r to rank r, which sums them in rank order into its range -- each element 0 + the
+// selecting ranks' values in rank order, the additions top-k's decode does -- and the ranges' sums
+// are all-gathered, each as pairs or, once its union is more than half the range, dense. Every
+// rank ends bitwise alike; any group size. models::sparse_split_allgather prices the same steps.
+class SparseSplitAllGather {
+ public:
+  // `encoded` as SparseAllReduce's.
+  SparseSplitAllGather(Communicator& group, int64_t n, const uint32_t* encoded, int64_t k);
+
+  // Sends each range's pairs to its owner and receives this rank's range's from every rank.
+  // Returns the all-to-all's buffer: 8 bytes a pair this rank held.
+  int64_t split();
+  // Sums the pairs received by split() into this rank's range. Returns the bytes the sum read and
+  // wrote (models::sparse_range_merge_bytes).
+  int64_t merge();
+  // All-gathers every range's sum. Returns the bytes of the gathered sums: 8 a pair, 4 an element
+  // of a dense range.
+  int64_t gather();
+  // The sum: `out` (n elements) written whole, after gather().
+  void write(float* out) const;
+  // The decode's bytes of write() with `grad_bytes` a gradient element: the gradients written
+  // once, each sparse range's pairs read and added, each dense range copied.
+  int64_t decode_bytes(int64_t grad_bytes) const;
+
+  // Pairs in this rank's range's sum, and whether it went dense (after merge()).
+  int64_t range_pairs() const { return static_cast<int64_t>(sums_[mine()].index.size()); }
+  bool range_dense() const { return sums_[mine()].dense; }
+
+ private:
+  struct Range {
+    bool dense = false;
+    std::vector<uint32_t> index;  // sparse: sorted, global
+    std::vector<float> value;     // sparse: one per index; dense: the range's elements
+  };
+  size_t mine() const { return static_cast<size_t>(group_->rank()); }
+  int64_t begin(int64_t range) const;
+
+  Communicator* group_;
+  int64_t n_;
+  std::vector<uint32_t> index_;  // this rank's pairs
+  std::vector<float> value_;
+  std::vector<float> received_;         // split(): every rank's pairs in this rank's range
+  std::vector<int64_t> received_from_;  // words received from each rank
+  std::vector<Range> sums_;             // per range: its sum (this rank's after merge(), all after
+                                        // gather())
 };
 
 }  // namespace sextant::exec

@@ -44,6 +44,29 @@ double expected_union(int64_t elements, int64_t k, int64_t selections);
 std::vector<SparseRound> sparse_all_reduce_rounds(int64_t elements, int64_t k, int64_t dp);
 // Whether a union of `pairs` pairs out of `elements` goes dense (DSAR's switch).
 bool sparse_goes_dense(int64_t pairs, int64_t elements);
+
+// SparCML's split all-gather (SSAR/DSAR_Split_allgather, Renggli et al., SC'19 §5.3) of `k` pairs
+// per rank out of `elements` over `dp` ranks. The index space is split into dp ranges, range r
+// [sparse_range_begin(r), sparse_range_begin(r + 1)) owned by rank r. Each rank sends its pairs
+// in range r to rank r (an all-to-all of its k pairs: (dp - 1) / dp of them leave), each owner
+// sums its range in rank order, and the ranges' sums are all-gathered: as pairs, or dense (4
+// bytes an element of the range) once its union outweighs it. Priced at the expectation for
+// independent uniform selections, as the rounds above: a range receives k / dp pairs from each
+// rank and holds expected_union(elements, k, dp) / dp of them summed.
+int64_t sparse_range_begin(int64_t elements, int64_t dp, int64_t range);
+struct SparseSplit {
+  int64_t split_bytes = 0;   // a rank's all-to-all buffer: its k pairs, 8 bytes each
+  int64_t range_pairs = 0;   // the expected union of one range
+  bool dense = false;        // the ranges' sums gathered dense
+  int64_t gather_bytes = 0;  // the all-gather's output, every range's sum: pairs or dense
+  int64_t merge_bytes = 0;   // the owner's sum: sparse_range_merge_bytes of a range
+};
+SparseSplit sparse_split_allgather(int64_t elements, int64_t k, int64_t dp);
+// The owner's sum of a range of `range_elements` from `received` pairs into a `union_pairs`
+// union: the pairs read (8 bytes each), an fp32 accumulator and a touched mark per element
+// zeroed and scanned, and the union written as pairs (none when dense: the accumulator is it).
+int64_t sparse_range_merge_bytes(int64_t range_elements, int64_t received, int64_t union_pairs,
+                                 bool dense);
 // The decode of a final union of `pairs` pairs (or a dense sum): the gradients zeroed, then each
 // pair read (8 bytes) and its gradient read and written -- or the dense sum copied.
 int64_t sparse_decode_bytes(int64_t elements, int64_t pairs, bool dense, int64_t grad_bytes);
@@ -94,7 +117,9 @@ PowerSgdSplit powersgd_split(int64_t rank, const GradientBucket& bucket);
 // the decode op; for SparCML the encode op, each round's dp.sparse_exchange (a send/recv of the
 // round's bytes) and dp.sparse_merge (reading both unions and writing the merged one, or the
 // dense sum), and the decode op (the gradients zeroed and the final union added, or copied
-// dense); for PowerSGD the uncompressed part's all-reduce (when it has one), then
+// dense) -- by split all-gather the encode op, dp.sparse_split (the all-to-all), dp.sparse_merge
+// (the owner's range), dp.sparse_gather (the all-gather) and the decode op; for PowerSGD the
+// uncompressed part's all-reduce (when it has one), then
 //   dp.compress                error feedback folded into M, P = M Q;
 //   dp.powersgd_p_all_reduce   every compressed matrix's P (rank * rows each);
 //   dp.powersgd_project        P orthonormalised (modified Gram-Schmidt: 2 + 3 (rank - 1) / 2

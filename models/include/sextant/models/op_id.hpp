@@ -135,6 +135,8 @@ namespace sextant::models {
   X(kDpPowerSgdQAllReduce, "dp.powersgd_q_all_reduce")                          \
   X(kDpSparseExchange, "dp.sparse_exchange")                                    \
   X(kDpSparseMerge, "dp.sparse_merge")                                          \
+  X(kDpSparseSplit, "dp.sparse_split")                                          \
+  X(kDpSparseGather, "dp.sparse_gather")                                        \
   /* The optimizer step, on the device or offloaded. */                         \
   X(kOptimizerAdamw, "optimizer.adamw")                                         \
   X(kOffloadGradToHost, "offload.grad_to_host")                                 \

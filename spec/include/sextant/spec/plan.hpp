@@ -78,21 +78,34 @@ enum class CompressionKind {
   // is linear, so P and Q are all-reduced (not all-gathered) and its bytes do not grow with dp;
   // vectors and matrices it would not shrink go uncompressed (PyTorch's powerSGD_hook).
   kPowersgd,
-  // SparCML (Renggli et al., SC'19): top-k's `ratio` * n pairs, summed by a sparse all-reduce --
-  // recursive doubling over the dp ranks, each round merging the partner's pairs into the rank's
-  // (SSAR_Recursive_double), switching to a dense vector once the pairs would outweigh it (DSAR)
-  // -- instead of all-gathered. models/gradient_compression.hpp prices it; dp a power of two.
+  // SparCML (Renggli et al., SC'19): top-k's `ratio` * n pairs summed by a sparse all-reduce
+  // (SparseAlgorithm below) instead of all-gathered, switching to a dense vector once the pairs
+  // would outweigh it (DSAR). models/gradient_compression.hpp prices it.
   kSparcml,
 };
 EnumNames<CompressionKind> compression_kind_names();
 // Whether the kind sends top-k's (index, value) pairs, chosen by `ratio`: topk and sparcml.
 bool selects_topk(CompressionKind kind);
 
+// SparCML's two sparse all-reduces (Renggli et al., SC'19, §5.2-5.3), the paper's choice by size:
+enum class SparseAlgorithm {
+  // SSAR_Recursive_double, for small data: log2(dp) rounds, each swapping the rank's union with
+  // the partner whose index differs in one bit; dp a power of two.
+  kRecursiveDoubling,
+  // SSAR/DSAR_Split_allgather, for large data: the index space split into dp ranges, each rank's
+  // pairs sent to the ranges' owners (an all-to-all), each range summed by its owner, and the
+  // sums all-gathered, sparse or -- once a range's union outweighs it -- dense. Any dp.
+  kSplitAllGather,
+};
+// "recursive_doubling", "split_allgather".
+EnumNames<SparseAlgorithm> sparse_algorithm_names();
+
 struct GradientCompression {
   CompressionKind kind = CompressionKind::kNone;
   int64_t bits = 4;      // qsgd: bits per element, sign included: 2, 4 or 8
   int64_t bucket = 512;  // qsgd, onebit: elements sharing one fp32 scale
   double ratio = 0.01;   // topk, sparcml: the fraction of elements sent, in (0, 1)
+  SparseAlgorithm sparse_algorithm = SparseAlgorithm::kRecursiveDoubling;  // sparcml
   int64_t rank = 1;  // powersgd: columns of P and Q, 1 to kMaxPowerSgdRank (PyTorch's default 1)
   bool error_feedback = true;
   bool any() const { return kind != CompressionKind::kNone; }
@@ -261,9 +274,9 @@ std::string compression_layout_problem(const Plan& plan);
 // What keeps `plan`'s layout from exchanging its gradients with `compression`: the layout rule
 // above, for PowerSGD powersgd_problem and for SparCML sparcml_problem; "" when nothing does.
 std::string compression_problem(const Plan& plan, const GradientCompression& compression);
-// What keeps SparCML (CompressionKind::kSparcml) off `dp` replicas, or "": its recursive
-// doubling needs a power of two.
-std::string sparcml_problem(int64_t dp);
+// What keeps SparCML (CompressionKind::kSparcml) by `algorithm` off `dp` replicas, or "": its
+// recursive doubling needs a power of two.
+std::string sparcml_problem(int64_t dp, SparseAlgorithm algorithm);
 
 // What keeps PowerSGD (CompressionKind::kPowersgd) off a layout with `grid`, or "" when nothing:
 // it compresses the weight matrices a rank holds whole (models::Layer::matrices: a mixture of
