@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# KARMA's split (Wahib et al., SC'20; issue 61) against recompute alone and activation offload
-# alone, on a model whose activations do not fit: Llama-2 7B on 8 A100-80GB (dgx-a100, its host
+# KARMA's split (Wahib et al., SC'20; issue 61), with the double buffer's reloads and with its
+# swap schedule's (the swapped blocks reloaded as the backward begins), against recompute alone
+# and activation offload alone, on a model whose activations do not fit: Llama-2 7B on 8 A100-80GB (dgx-a100, its host
 # memory and PCIe), ZeRO-3, micro-batch 2 of 4096 tokens, one stage. For each family the
 # simulated step and peak device memory of each split point; `sextant plan` then searches all of
 # them. Predictions only; numbers, never pass/fail. Record with bench/run.sh karma.
@@ -49,6 +50,9 @@ for cluster in dgx-a100 "$tmp/host64.json" "$tmp/host128.json" "$tmp/host450.jso
   for a in 4 8 16 24 28; do
     row "KARMA: offload $a, recompute $((32 - a))" --offload-activations host \
       --offload-activation-layers "$a" --recompute full --recompute-layers $((32 - a))
+    row "  reloads $((32 - a)) ahead" --offload-activations host \
+      --offload-activation-layers "$a" --recompute full --recompute-layers $((32 - a)) \
+      --offload-prefetch-layers $((32 - a))
   done
   echo
   echo "sextant plan (stack sextant, pp=1 tp=1 zero=3 mb=2), its best three:"

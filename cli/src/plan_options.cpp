@@ -69,6 +69,11 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
                  "With --offload-activations host: only the first N layers of each stage chunk "
                  "(Megatron-LM --cpu-offloading-num-layers N)")
       ->check(positive());
+  cmd.add_option("--offload-prefetch-layers", f.offload_prefetch_layers,
+                 "With --offload-activations host: issue the reloads of the N layers below the "
+                 "one running backward (default 1, Transformer Engine's double buffer; more: "
+                 "KARMA's swap schedule)")
+      ->check(positive());
   cmd.add_option("--cp-algorithm", f.cp_algorithm,
                  "How context-parallel ranks attend to the whole sequence: ring (default; ring "
                  "attention, needs a fused attention kernel), all-gather (Llama 3) or all-to-all "
@@ -208,7 +213,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan = spec::plan_from_json(spec::to_json(plan), "command line");
   }
   if (!f.offload_optimizer.empty() || !f.offload_params.empty() || !f.offload_activations.empty() ||
-      f.offload_activation_layers > 0) {
+      f.offload_activation_layers > 0 || f.offload_prefetch_layers > 0) {
     // Decoded and checked as a plan file's "offload" object (the flag's value named in errors).
     spec::Json j = spec::to_json(plan);
     spec::Json offload = j.contains("offload") ? j["offload"] : spec::Json::object();
@@ -216,6 +221,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     if (!f.offload_params.empty()) offload["params"] = f.offload_params;
     if (!f.offload_activations.empty()) offload["activations"] = f.offload_activations;
     if (f.offload_activation_layers > 0) offload["activation_layers"] = f.offload_activation_layers;
+    if (f.offload_prefetch_layers > 0) offload["prefetch_layers"] = f.offload_prefetch_layers;
     j["offload"] = offload;
     plan = spec::plan_from_json(j, "command line");
   }

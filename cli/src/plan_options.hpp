@@ -38,7 +38,8 @@ struct PlanFlags {
   std::string offload_optimizer;    // host or nvme (ZeRO-Offload), or none
   std::string offload_params;       // host or nvme (ZeRO-Infinity, zero 3), or none
   std::string offload_activations;  // host, or none
-  int64_t offload_activation_layers = 0;           // 0: every layer
+  int64_t offload_activation_layers = 0;
+  int64_t offload_prefetch_layers = 0;             // 0: the plan's (1)           // 0: every layer
   std::vector<std::string> collective_algorithms;  // "kind=algorithm" each
   StackFlags stack;
 };

@@ -29,26 +29,39 @@ struct OffloadWaits {
 // What a chunk's pass waits for its offloaded activations (the simulator's program_builder
 // rules, priced layer by layer): in forward, the layer after an offloaded one waits for the copy
 // of the offloaded layer before it (the double buffer), exposed where that copy outlasts the
-// layer's own forward; in backward each layer's reload runs beside the backward of the layer
-// above it, exposed where it outlasts it, and the pass's top layer, when offloaded, waits for its
-// own copy out and back. Exact for a chain of alike layers (tests/planner).
+// layer's own forward. In backward the reloads run one after another on the copy stream, each
+// issued when the backward of a layer up to `window` above it is ready to start
+// (spec::Offload::prefetch_layers), and a layer waits for its own; the pass's top layer, when
+// offloaded, also waits for its copy out, which ends as the pass begins. Exact for a chain of
+// alike layers (tests/planner).
 OffloadWaits activation_offload_waits(const sim::OffloadCost& offload,
                                       const models::LoweredModel& lowered,
                                       const std::vector<spec::Recompute>& modes,
                                       const std::vector<bool>& offloaded, size_t begin, size_t end,
                                       const std::vector<double>& forward,
-                                      const std::vector<double>& backward) {
+                                      const std::vector<double>& backward, int64_t window) {
   OffloadWaits w;
   auto copy = [&](size_t i) {
     return ps_to_seconds(offload.device_host_copy(lowered.layers[i].saved_bytes_for(modes[i])));
   };
-  for (size_t i = begin; i < end; ++i) {
-    if (!offloaded[i]) continue;
-    if (i > begin && offloaded[i - 1]) w.forward += std::max(0.0, copy(i - 1) - forward[i]);
-    if (i + 1 < end)
-      w.backward += std::max(0.0, copy(i) - backward[i + 1]);
-    else
-      w.backward += 2 * copy(i);
+  for (size_t i = begin + 1; i < end; ++i)
+    if (offloaded[i] && offloaded[i - 1]) w.forward += std::max(0.0, copy(i - 1) - forward[i]);
+  double compute = 0, copies = 0;             // when the backward and the copy stream are free
+  std::vector<double> back(end - begin, -1);  // when each layer's reload ends
+  auto reload = [&](size_t i, double issue) {
+    if (!offloaded[i] || back[i - begin] >= 0) return;
+    const double out = i + 1 == end ? copy(i) : 0;  // the top layer's copy out, still running
+    copies = std::max({copies, issue, out}) + copy(i);
+    back[i - begin] = copies;
+  };
+  for (size_t i = end; i-- > begin;) {
+    const double issue = compute;
+    reload(i, issue);
+    for (size_t k = 1; k <= static_cast<size_t>(window) && i >= begin + k; ++k)
+      reload(i - k, issue);
+    const double start = offloaded[i] ? std::max(issue, back[i - begin]) : issue;
+    w.backward += start - issue;
+    compute = start + backward[i];
   }
   return w;
 }
@@ -335,6 +348,7 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
   // compute waits and how much longer it runs are the passes' costs; the scatters still running
   // after the last backward, the step's tail.
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(0, stack.zero3_prefetch));
+  const auto window = static_cast<size_t>(plan.offload.prefetch_layers);
   const StageEntry& entry = stages.entries[largest];
   struct PassCost {
     double waited = 0, slowed = 0, tail = 0;
@@ -375,9 +389,10 @@ const Estimator::Zero3Times& Estimator::zero3_times(const spec::Plan& plan,
         }
         start = std::max(start, reloaded[k]);
       }
-      if (!forward && k > 0 && reload[k - 1] > 0 && reloaded[k - 1] < 0) {
-        copies = std::max({copies, start, copied_out[k - 1]}) + reload[k - 1];
-        reloaded[k - 1] = copies;
+      for (size_t d = 1; !forward && d <= window && k >= d; ++d) {
+        if (reload[k - d] <= 0 || reloaded[k - d] >= 0) continue;
+        copies = std::max({copies, start, copied_out[k - d]}) + reload[k - d];
+        reloaded[k - d] = copies;
       }
       cost.waited += start - compute;
       const size_t i = order[k];
@@ -516,9 +531,9 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
                                                   Lowering& l) {
   const int64_t offloaded_layers =
       plan.offload.activations == spec::OffloadTarget::kNone ? -1 : plan.offload.activation_layers;
-  auto key =
-      std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
-                      plan.recompute_layers, static_cast<int>(stack.tp_overlap), offloaded_layers);
+  auto key = std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
+                             plan.recompute_layers, static_cast<int>(stack.tp_overlap),
+                             offloaded_layers, plan.offload.prefetch_layers);
   auto it = l.stages.find(key);
   if (it != l.stages.end()) return it->second;
   // Each layer priced in its own recompute mode (all in the plan's, unless only some layers of
@@ -563,8 +578,9 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         forward_issue = forward_issue.then(costs[i].forward_issue);
         backward_issue = costs[i].backward_issue.then(backward_issue);
       }
-      const OffloadWaits waits = activation_offload_waits(
-          offload_, l.lowered, modes, offloaded, begin, end, layer_forward, layer_backward);
+      const OffloadWaits waits =
+          activation_offload_waits(offload_, l.lowered, modes, offloaded, begin, end, layer_forward,
+                                   layer_backward, plan.offload.prefetch_layers);
       entry.offload_forward_wait += waits.forward;
       entry.offload_backward_wait += waits.backward;
       entry.chunk_forward[c] += waits.forward;

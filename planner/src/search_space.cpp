@@ -350,6 +350,9 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
       c.recompute == static_cast<uint8_t>(spec::Recompute::kFull) && c.recompute_layers > 0;
   out.offload.activation_layers =
       c.offload_activations ? (karma ? units - c.recompute_layers : units - 1) : 0;
+  // KARMA's swap schedule: the swapped blocks' reloads issued as the backward begins, beside the
+  // recomputed blocks above them (its memory counted: spec::Offload::prefetch_layers).
+  out.offload.prefetch_layers = c.offload_activations && karma ? c.recompute_layers : 1;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   const Enumeration::SampleSplit split =

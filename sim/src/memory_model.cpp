@@ -239,7 +239,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
          [] { return std::string("what the recomputed layer brings back for its backward"); });
   // Offloaded activations: on the host for every micro-batch in flight; on the device, two
   // layers' worth in transit (Transformer Engine's double buffer: a layer's copy to the host
-  // finishes while the next computes, and in backward the next layer's reload while one runs).
+  // finishes while the next computes, and in backward the next layer's reload while one runs), or
+  // in backward the running layer's and the `prefetch_layers` reloaded ahead of it.
   int64_t offloaded_peak = 0;
   for (const std::vector<int64_t>& counts : moments.after_forward) {
     int64_t b = 0;
@@ -247,9 +248,10 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     offloaded_peak = std::max(offloaded_peak, b);
   }
   if (offloaded_peak > 0) {
-    peak += 2 * footprint.largest_offloaded;
-    note("activations", 2 * footprint.largest_offloaded, [&] {
-      return fmt::format("2 x {} B of offloaded layers in transit",
+    const int64_t resident = 1 + std::max<int64_t>(1, plan.offload.prefetch_layers);
+    peak += resident * footprint.largest_offloaded;
+    note("activations", resident * footprint.largest_offloaded, [&] {
+      return fmt::format("{} x {} B of offloaded layers in transit", resident,
                          count(footprint.largest_offloaded));
     });
   }

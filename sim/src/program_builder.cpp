@@ -718,10 +718,12 @@ class StageBuilder {
     reloads_.clear();
     pass(order, Phase::kBwd, u.micro_batch, [&](size_t l) {
       const models::Layer& layer = lowered_.layers[l];
-      // Offloaded activations: the layer's own reload (issued ahead, or now), then the next
-      // layer's prefetch, which runs beside this layer's backward.
+      // Offloaded activations: the layer's own reload (issued ahead, or now), then the
+      // prefetches of the `prefetch_layers` below it, nearest first, which run beside this
+      // layer's backward (spec::Offload::prefetch_layers).
       if (activations_offloaded_[l]) require(reload_activations(l, u.micro_batch));
-      if (l > b && activations_offloaded_[l - 1]) reload_activations(l - 1, u.micro_batch);
+      for (size_t k = 1; k <= static_cast<size_t>(plan_.offload.prefetch_layers) && l >= b + k; ++k)
+        if (activations_offloaded_[l - k]) reload_activations(l - k, u.micro_batch);
       if (is_block(l) && recompute_[l] == spec::Recompute::kFull) {
         run_ops(l, models::recomputed_forward(layer), Phase::kRecompute, u.micro_batch);
       } else if (is_block(l) && recompute_[l] == spec::Recompute::kSelective) {
@@ -778,9 +780,9 @@ class StageBuilder {
   }
 
   // A layer's offloaded activations copied back to the device, once per backward unit: issued
-  // when the backward of the layer above it starts (a prefetch one layer ahead), or when its own
-  // starts, and once they are on the host (the copies each way run on streams of their own).
-  // Returns the copy task.
+  // when the backward of a layer up to `prefetch_layers` above it starts (a prefetch), or when
+  // its own starts, and once they are on the host (the copies each way run on streams of their
+  // own). Returns the copy task.
   int32_t reload_activations(size_t layer, int64_t mb) {
     auto it = reloads_.find(layer);
     if (it != reloads_.end()) return it->second;

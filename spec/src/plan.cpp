@@ -118,6 +118,7 @@ std::string Plan::name() const {
   if (offload.activations != OffloadTarget::kNone) {
     s += ".off-act";
     if (offload.activation_layers > 0) s += std::to_string(offload.activation_layers);
+    if (offload.prefetch_layers > 1) s += fmt::format("-pf{}", offload.prefetch_layers);
   }
   switch (compression.kind) {
     case CompressionKind::kNone:
@@ -304,6 +305,13 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("offload/activation_layers", std::to_string(p.offload.activation_layers),
             "applies with offload/activations \"host\" only");
   }
+  if (p.offload.prefetch_layers < 1) {
+    problem("offload/prefetch_layers", std::to_string(p.offload.prefetch_layers),
+            "must be >= 1 (the layers below the running one whose reloads are issued)");
+  } else if (p.offload.prefetch_layers > 1 && p.offload.activations == OffloadTarget::kNone) {
+    problem("offload/prefetch_layers", std::to_string(p.offload.prefetch_layers),
+            "applies with offload/activations \"host\" only");
+  }
   const GradientCompression& c = p.compression;
   if (c.any()) {
     const std::string kind(enum_name(compression_kind_names(), c.kind));
@@ -396,6 +404,10 @@ Plan plan_from_json(const Json& json, const std::string& source) {
         o->integer("activation_layers", Range::between(0, static_cast<double>(kMaxLayers)),
                    Presence::kOptional)
             .value_or(0);
+    p.offload.prefetch_layers =
+        o->integer("prefetch_layers", Range::between(1, static_cast<double>(kMaxLayers)),
+                   Presence::kOptional)
+            .value_or(1);
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
@@ -533,6 +545,7 @@ Json to_json(const Plan& p) {
                     {"activations", enum_name(offload_target_names(), p.offload.activations)}};
     if (p.offload.activation_layers > 0)
       j["offload"]["activation_layers"] = p.offload.activation_layers;
+    if (p.offload.prefetch_layers > 1) j["offload"]["prefetch_layers"] = p.offload.prefetch_layers;
   }
   if (p.compression.any()) {
     const GradientCompression& c = p.compression;

@@ -294,6 +294,11 @@ std::vector<PlanFeature> plan_features(const Plan& p, const ModelSpec& model, Dt
                  [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
                    return s.swap_and_recompute;
                  }});
+  if (p.offload.prefetch_layers > 1)
+    f.push_back({"reloading offloaded activations more than one layer ahead (KARMA)",
+                 [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
+                   return s.swap_and_recompute;
+                 }});
   f.push_back({fmt::format("{} compute", enum_name(dtype_names(), compute)),
                [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype c) {
                  return contains(s.precisions, c);

@@ -1004,6 +1004,8 @@ TEST(Planner, KarmasSplitIsSearchedWhereTheStackRunsIt) {
     if (!spec::swaps_and_recomputes(p)) continue;
     ++karma;
     EXPECT_EQ(p.offload.activation_layers + p.recompute_layers, 24) << p.name();
+    // The swapped blocks' reloads all issued as the backward begins, above them.
+    EXPECT_EQ(p.offload.prefetch_layers, p.recompute_layers) << p.name();
     EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
   }
   EXPECT_GT(karma, 0);
@@ -1470,17 +1472,25 @@ TEST(Planner, ActivationOffloadIsSearchedAndPricedAsTheSimulatorPricesIt) {
       EXPECT_EQ(e.peak_memory_bytes, engine.report.memory.peak_bytes) << p.name();
     }
   }
-  // A chain of alike layers on the ideal cluster, every layer or the first two offloaded (the
-  // cases tests/sim/activation_offload_test.cpp derives by hand): the closed form is the engine.
+  // A chain of alike layers on the ideal cluster, every layer or the first two offloaded, the
+  // reloads one or six layers ahead, on its link and one three times slower (the cases
+  // tests/sim/activation_offload_test.cpp derives by hand): the closed form is the engine.
   const spec::ModelSpec chain = test::uniform_mlp(8, 1024);
-  const spec::ClusterSpec ideal = test::ideal_cluster_with_host();
-  for (int64_t layers : {0, 2}) {
-    spec::Plan p = test::make_plan(1, 1, 1, 1024, 1024);
-    p.dtype = spec::Dtype::kBf16;
-    p.offload.activations = spec::OffloadTarget::kHost;
-    p.offload.activation_layers = layers;
-    const double engine = sim::simulate(chain, ideal, p, {}).report.step_time_s;
-    EXPECT_NEAR(Estimator(chain, ideal).estimate(p).step_time_s, engine, 1e-9) << p.name();
+  spec::ClusterSpec ideal = test::ideal_cluster_with_host();
+  for (double slower : {1.0, 3.0}) {
+    ideal.host->pcie_bandwidth_GBps =
+        test::ideal_cluster_with_host().host->pcie_bandwidth_GBps / slower;
+    for (int64_t layers : {0, 2})
+      for (int64_t window : {1, 6}) {
+        spec::Plan p = test::make_plan(1, 1, 1, 1024, 1024);
+        p.dtype = spec::Dtype::kBf16;
+        p.offload.activations = spec::OffloadTarget::kHost;
+        p.offload.activation_layers = layers;
+        p.offload.prefetch_layers = window;
+        const double engine = sim::simulate(chain, ideal, p, {}).report.step_time_s;
+        EXPECT_NEAR(Estimator(chain, ideal).estimate(p).step_time_s, engine, 1e-9)
+            << p.name() << " at 1/" << slower << " of the link";
+      }
   }
   // Where it pays: Llama-2 13B on 8 A100s. Over PCIe 4 the forward's copies outlast its compute
   // and the best plan keeps its activations (dp8.z2.mb1, 12.98 s); over 450 GB/s they hide

@@ -63,6 +63,19 @@ TEST(ActivationOffload, PlanRulesAndRoundTrip) {
   spec::Json without = plan_json();
   without["offload"].erase("activations");
   expect_refused(without, "/offload/activation_layers", "applies with offload/activations");
+  // KARMA's reload window: named, written back, and refused without offloaded activations.
+  spec::Json ahead = plan_json();
+  ahead["offload"]["prefetch_layers"] = 3;
+  const spec::Plan windowed = spec::plan_from_json(ahead, "p.json");
+  EXPECT_EQ(windowed.offload.prefetch_layers, 3);
+  EXPECT_NE(windowed.name().find(".off-act2-pf3"), std::string::npos) << windowed.name();
+  EXPECT_EQ(spec::plan_from_json(spec::to_json(windowed), "round trip").offload, windowed.offload);
+  EXPECT_EQ(p.offload.prefetch_layers, 1);
+  ahead["offload"]["prefetch_layers"] = 0;
+  expect_refused(ahead, "/offload/prefetch_layers", "");
+  ahead["offload"] = {{"optimizer", "host"}, {"prefetch_layers", 2}};
+  ahead["zero"] = 1;
+  expect_refused(ahead, "/offload/prefetch_layers", "applies with offload/activations");
 
   // Up to the largest stage chunk: 8 units on 2 stages hold 4 each.
   const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
@@ -176,6 +189,45 @@ TEST(ActivationOffload, OnlyTheNamedLayersCopy) {
   const double f = 2.0 * kBatch * kOffloadedWidth * kOffloadedWidth / 100e12;
   const double c = kKept / 100e9;
   EXPECT_NEAR(r.report.breakdown_s.offload_exposed, c - f, 1e-9);
+}
+
+// KARMA's swap schedule (spec::Offload::prefetch_layers): the first 2 of 8 layers offloaded over a
+// link three times slower (100/3 GB/s: c = 125.8 us a copy, b = 42.9 us a backward, f = 21.5 us
+// a forward). Forward, both ways: layer 0's copy out ends at f + c, layer 1's at f + 2c; layer 2
+// waits for layer 0's (c - f exposed) and the backward begins at T = 7f + c, after both copies
+// (f + 2c <= T since c <= 6f). Backward with the double buffer (window 1): layer 1's reload is
+// issued as layer 2's backward starts (T + 5b) and layer 1 waits c - b for it; layer 0's is
+// issued as layer 1's backward could start (T + 5b + b) and runs after layer 1's reload, so
+// layer 0 waits c - b too: 2 (c - b) exposed in backward. With a window of 6 both reloads start
+// at T, one after the other, and end at T + 2c <= T + 6b, before layer 1's backward: nothing
+// exposed in backward. The device holds the running layer and the 6 reloaded ahead: 7 kept
+// layers' worth of the offloaded ones (2 with the double buffer).
+TEST(ActivationOffload, KarmasWindowReloadsTheSwappedLayersBehindTheOnesAbove) {
+  const spec::ModelSpec model = test::uniform_mlp(kOffloadedLayers, kOffloadedWidth);
+  spec::ClusterSpec cluster = test::ideal_cluster_with_host();
+  cluster.host->pcie_bandwidth_GBps = 100.0 / 3;
+  const double f = 2.0 * kBatch * kOffloadedWidth * kOffloadedWidth / 100e12;
+  const double b = 2 * f;
+  const double c = kKept / (100e9 / 3);
+  ASSERT_LE(2 * c, 6 * b);
+  ASSERT_LE(c, 6 * f);
+  auto offloaded = [&](int64_t window) {
+    spec::Plan p = one_gpu(2);
+    p.offload.prefetch_layers = window;
+    return simulate(model, cluster, p, {});
+  };
+  const SimulationResult buffered = offloaded(1), karma = offloaded(6);
+  EXPECT_NEAR(buffered.report.breakdown_s.offload_exposed, (c - f) + 2 * (c - b), 1e-9);
+  EXPECT_NEAR(karma.report.breakdown_s.offload_exposed, c - f, 1e-9);
+  EXPECT_NEAR(buffered.report.step_time_s - karma.report.step_time_s, 2 * (c - b), 1e-9);
+  const models::LoweredModel lowered =
+      models::lower(model, {kBatch, 0, spec::Dtype::kBf16, 1, false});
+  spec::Plan p = one_gpu(2);
+  const int64_t two = stage_memory(p, *p.stack, lowered, 0, &cluster).activations;
+  p.offload.prefetch_layers = 6;
+  const int64_t seven = stage_memory(p, *p.stack, lowered, 0, &cluster).activations;
+  EXPECT_DOUBLE_EQ(static_cast<double>(two), (6 + 2) * kKept);
+  EXPECT_DOUBLE_EQ(static_cast<double>(seven - two), 5 * kKept);
 }
 
 TEST(ActivationOffload, CopiesEachWayRunAtOnce) {

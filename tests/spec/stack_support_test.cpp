@@ -105,6 +105,15 @@ TEST(StackSupport, AProblemNamesTheFeatureAndTheStacksThatRunIt) {
   single.zero = 1;
   EXPECT_TRUE(
       stack_support_problems(single, gpt, builtin_stack("torchtitan"), Dtype::kBf16).empty());
+  // KARMA's reload window: Transformer Engine's handler double-buffers, one layer ahead.
+  Plan window;
+  window.offload.activations = OffloadTarget::kHost;
+  window.offload.prefetch_layers = 4;
+  EXPECT_EQ(stack_support_problems(window, gpt, builtin_stack("megatron-core"), Dtype::kBf16),
+            std::vector<std::string>{
+                "the stack megatron-core does not run reloading offloaded activations more than "
+                "one layer ahead (KARMA); stacks that do: sextant (--stack NAME)"});
+  EXPECT_TRUE(stack_support_problems(window, gpt, builtin_stack("sextant"), Dtype::kBf16).empty());
   // A CNN under Megatron.
   EXPECT_INPUT_ERROR(check_stack_runs(Plan{}, models::zoo_model("resnet50"),
                                       builtin_stack("megatron-core"), Dtype::kBf16, "plan.json"),

@@ -320,6 +320,12 @@ spec::Plan activations_offloaded(spec::Plan p, int64_t layers = 0) {
   return p;
 }
 
+// Offloaded activations reloaded `layers` blocks ahead (KARMA's swap schedule).
+spec::Plan prefetched(spec::Plan p, int64_t layers) {
+  p.offload.prefetch_layers = layers;
+  return p;
+}
+
 // The routed experts split over `ep` of the data-parallel ranks.
 spec::Plan with_ep(spec::Plan p, int64_t ep) {
   p.ep = ep;
@@ -644,11 +650,13 @@ std::vector<Layout> layouts() {
       {"llama_dp2_cp2_act_offload", activations_offloaded(with_cp(plan_of(2, 1, 1), 2)),
        Net::kLlama},
       {"dp2_tp2_pp2_act_offload1", activations_offloaded(plan_of(2, 2, 2), 1)},
-      // KARMA's split (spec::unit_recompute): the first blocks swapped, the next recomputed.
+      // KARMA's split (spec::unit_recompute): the first blocks swapped, the next recomputed;
+      // with its swap schedule, the swapped block reloaded two blocks ahead (as the planner
+      // proposes: the same ops, issued earlier).
       {"llama_dp2_swap2_recompute2",
        activations_offloaded(with_recompute(plan_of(2, 1, 1), R::kFull, 2), 2), Net::kLlama},
-      {"dp2_swap1_recompute2",
-       activations_offloaded(with_recompute(plan_of(2, 1, 1), R::kFull, 2), 1)},
+      {"dp2_swap1_recompute2_prefetch2",
+       prefetched(activations_offloaded(with_recompute(plan_of(2, 1, 1), R::kFull, 2), 1), 2)},
       // PipeDream-2BW: against its own single-rank run (reference()). GPT's tied table makes
       // the end stages sum its gradient at each batch's end; Llama's is untied.
       {"pp2_2bw", plan_of(1, 1, 2, 0, false, S::kPipeDream2BW)},

@@ -191,10 +191,11 @@ class Estimator {
     std::optional<sim::ComputeModel> compute;
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
     // By (pp, virtual stages, stage_layers, recompute, recompute_layers, tp_overlap, the
-    // activation_layers offloaded or -1), one entry per stage.
-    std::map<
-        std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int, int64_t>,
-        Stages>
+    // activation_layers offloaded or -1, their prefetch_layers), one entry per stage. (ZeRO-3's
+    // times key on the entry's address, so on all of these too.)
+    std::map<std::tuple<int64_t, int64_t, std::vector<int64_t>, spec::Recompute, int64_t, int,
+                        int64_t, int64_t>,
+             Stages>
         stages;
     // The pipeline's sweep per stages, micro-batch count, schedule and transfer time, and its
     // makespan per sweep and drain (a DpTimes' or none).

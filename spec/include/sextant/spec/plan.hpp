@@ -51,6 +51,12 @@ struct Offload {
   // (Megatron-LM's --cpu-offloading-num-layers), 0 for all of them. unit_activation_offload()
   // is the rule.
   int64_t activation_layers = 0;
+  // With activations offloaded: how many layers below the one running backward have their reloads
+  // issued (1: Transformer Engine's double buffer, the next layer's beside this one's backward).
+  // KARMA (Wahib et al., SC'20 §III-C) reloads further ahead, so the swapped first layers come
+  // back while the recomputed layers above them run; each layer ahead holds its activations on
+  // the device early. Above 1 only where the stack runs KARMA's split (swap_and_recompute).
+  int64_t prefetch_layers = 1;
   // Training state (optimizer, parameters) off the device: what ZeRO's sharding rules govern.
   bool state() const { return optimizer != OffloadTarget::kNone || params != OffloadTarget::kNone; }
   bool any() const { return state() || activations != OffloadTarget::kNone; }
