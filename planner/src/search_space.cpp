@@ -351,8 +351,8 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.offload.activation_layers =
       c.offload_activations ? (karma ? units - c.recompute_layers : units - 1) : 0;
   // KARMA's swap schedule: the swapped blocks' reloads issued as the backward begins, beside the
-  // recomputed blocks above them (its memory counted: spec::Offload::prefetch_layers).
-  out.offload.prefetch_layers = c.offload_activations && karma ? c.recompute_layers : 1;
+  // recomputed blocks above them, at the memory of that many reloaded blocks.
+  out.offload.prefetch_layers = c.reload_ahead ? c.recompute_layers : 1;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   const Enumeration::SampleSplit split =
@@ -928,17 +928,19 @@ class Enumerator {
                                return has(s.offload, spec::OffloadKind::kActivations);
                              });
     for (uint8_t off : b.offloads)
-      for (bool act : {false, true}) {
-        if (act && !act_offload) continue;
-        c.offload = off & 3;
-        c.offload_activations = act;
-        for (int64_t ep : l.expert_splits) {
-          // Expert parallelism: ep of the dp ranks split the routed experts
-          // (spec::expert_parallel_problem: not with offload).
-          c.ep_log2 = static_cast<uint8_t>((std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
-          configurations(l, b, c, off, ep);
+      for (bool act : {false, true})
+        for (bool ahead : {false, true}) {
+          if ((act && !act_offload) || (ahead && !(act && karma && rc_layers > 1))) continue;
+          c.offload = off & 3;
+          c.offload_activations = act;
+          c.reload_ahead = ahead;
+          for (int64_t ep : l.expert_splits) {
+            // Expert parallelism: ep of the dp ranks split the routed experts
+            // (spec::expert_parallel_problem: not with offload).
+            c.ep_log2 = static_cast<uint8_t>((std::bit_width(static_cast<uint64_t>(ep)) - 1) & 15);
+            configurations(l, b, c, off, ep);
+          }
         }
-      }
   }
 
   // The fields of a configuration that the ep, grid and compression rules read.

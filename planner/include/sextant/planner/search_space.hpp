@@ -120,6 +120,9 @@ struct Candidate {
   // --cpu-offloading with --cpu-offloading-num-layers layers - 1; Enumeration::fill).
   bool offload_activations : 1 = false;
   uint8_t ep_log2 : 4 = 0;  // log2 of the ranks splitting the routed experts (Plan::ep)
+  // Under KARMA's split: the swapped blocks reloaded as the backward begins, a window of the
+  // recomputed blocks above them (spec::Offload::prefetch_layers), else the double buffer's one.
+  bool reload_ahead : 1 = false;
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
   uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
