@@ -228,6 +228,14 @@ std::vector<uint32_t> selection(int rank, int64_t k, int64_t n) {
   return encoded;
 }
 
+// selection()'s indices with random values.
+std::vector<uint32_t> random_selection(int rank, int64_t k, int64_t n) {
+  std::vector<uint32_t> e = selection(rank, k, n);
+  const std::vector<float> values = randoms(k, rank);
+  for (int64_t j = 0; j < k; ++j) e[k + j] = std::bit_cast<uint32_t>(values[j]);
+  return e;
+}
+
 // SparCML's sparse all-reduce (exec/sparse_all_reduce.hpp) against the dense sum of every rank's
 // pairs, added here one rank after another: exact on integers, on every rank. Three pairs of
 // 100 stay sparse (at most 3 p <= 12 pairs); 45 go dense at the first merge (two selections
@@ -270,18 +278,12 @@ TEST(SparseAllReduce, EveryRankEndsBitwiseAlike) {
   if (!std::has_single_bit(static_cast<unsigned>(p))) GTEST_SKIP() << "a power of two";
   constexpr int64_t n = 1000, k = 40;
   auto comm = communicator();
-  auto encoded_of = [&](int q) {
-    std::vector<uint32_t> e = selection(q, k, n);
-    const std::vector<float> values = randoms(k, q);
-    for (int64_t j = 0; j < k; ++j) e[k + j] = std::bit_cast<uint32_t>(values[j]);
-    return e;
-  };
   std::vector<double> want(n, 0.0);
   for (int q = 0; q < p; ++q) {
-    const std::vector<uint32_t> e = encoded_of(q);
+    const std::vector<uint32_t> e = random_selection(q, k, n);
     for (int64_t j = 0; j < k; ++j) want[e[j]] += std::bit_cast<float>(e[k + j]);
   }
-  const std::vector<uint32_t> mine = encoded_of(r);
+  const std::vector<uint32_t> mine = random_selection(r, k, n);
   SparseAllReduce sum(*comm, n, mine.data(), k);
   for (int round = 0; round < sum.rounds(); ++round) {
     sum.exchange(round);
@@ -333,18 +335,12 @@ TEST(SparseSplitAllGather, AddsInRankOrderAsTopksDecodeDoes) {
   const int p = world_size(), r = world_rank();
   constexpr int64_t n = 1000, k = 40;
   auto comm = communicator();
-  auto encoded_of = [&](int q) {
-    std::vector<uint32_t> e = selection(q, k, n);
-    const std::vector<float> values = randoms(k, q);
-    for (int64_t j = 0; j < k; ++j) e[k + j] = std::bit_cast<uint32_t>(values[j]);
-    return e;
-  };
   std::vector<float> want(n, 0.0f);
   for (int q = 0; q < p; ++q) {
-    const std::vector<uint32_t> e = encoded_of(q);
+    const std::vector<uint32_t> e = random_selection(q, k, n);
     for (int64_t j = 0; j < k; ++j) want[e[j]] += std::bit_cast<float>(e[k + j]);
   }
-  const std::vector<uint32_t> mine = encoded_of(r);
+  const std::vector<uint32_t> mine = random_selection(r, k, n);
   SparseSplitAllGather sum(*comm, n, mine.data(), k);
   sum.split();
   sum.merge();
