@@ -277,11 +277,12 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
 // the best ranked plan whose layout can compress its gradients. `plan` is null when none can.
 struct CrossoverAnswer {
   const planner::RankedPlan* plan = nullptr;
-  std::vector<std::pair<std::string, planner::CompressionCrossover>> rows;  // flag text, sweep
-  std::vector<std::pair<std::string, std::string>> refused;  // flag text, why the layout cannot
+  // spec::compression_text and its sweep, or why the layout cannot compress with it.
+  std::vector<std::pair<std::string, planner::CompressionCrossover>> rows;
+  std::vector<std::pair<std::string, std::string>> refused;
 };
 
-CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::SearchRequest& r,
+CrossoverAnswer compression_crossovers(const planner::SearchRequest& r,
                                        const planner::SearchResult& result,
                                        sim::Fidelity fidelity) {
   CrossoverAnswer a;
@@ -295,10 +296,10 @@ CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::Sear
   for (size_t i = 0; i < r.compressions.size(); ++i) {
     if (std::string why = spec::compression_problem(a.plan->plan, r.compressions[i]);
         !why.empty()) {
-      a.refused.emplace_back(f.compressions[i], why);
+      a.refused.emplace_back(spec::compression_text(r.compressions[i]), why);
       continue;
     }
-    a.rows.emplace_back(f.compressions[i],
+    a.rows.emplace_back(spec::compression_text(r.compressions[i]),
                         planner::compression_crossover(r.model, r.cluster, a.plan->plan,
                                                        r.compressions[i], fidelity));
   }
@@ -369,8 +370,7 @@ int run_plan(const PlanFlagsAll& f) {
   planner::SearchOptions options = options_from(f.search);
   options.top_k = f.top;
   planner::SearchResult result = planner::search(request, options);
-  const CrossoverAnswer crossovers =
-      compression_crossovers(f.search, request, result, options.fidelity);
+  const CrossoverAnswer crossovers = compression_crossovers(request, result, options.fidelity);
   const int64_t seq = request.model.is_transformer()
                           ? request.seq_len.value_or(request.model.transformer().seq_len)
                           : 1;

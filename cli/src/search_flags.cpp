@@ -38,7 +38,7 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
       "--compression", f.compressions,
       "Let DDP layouts exchange gradients compressed (repeatable), kind[:knob=value,...]: "
       "qsgd[:bits=4], topk[:ratio=0.01], onebit, powersgd[:rank=1], "
-      "sparcml[:ratio=0.01,algorithm=split_allgather]; "
+      "sparcml[:ratio=0.01] (both its algorithms unless one is named); "
       "ranked on time only: what it costs in accuracy is the user's to check");
   cmd.add_flag("--async-pipeline", f.asynchronous_pipelines,
                "Also try PipeDream-2BW's asynchronous pipeline (no flush; gradients one weight "
@@ -85,8 +85,9 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
     r.seq_len = f.seq_len;
   }
   for (const std::string& c : f.constraints) r.constraints.push_back(planner::parse_constraint(c));
-  for (const std::string& c : f.compressions)
-    r.compressions.push_back(spec::compression_from_text(c, "--compression"));
+  for (const std::string& text : f.compressions)
+    for (const spec::GradientCompression& c : spec::searched_compressions(text, "--compression"))
+      r.compressions.push_back(c);
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
   r.asynchronous_pipelines = f.asynchronous_pipelines;
   r.stack =

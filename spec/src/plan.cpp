@@ -525,6 +525,57 @@ GradientCompression compression_from_text(const std::string& text, const std::st
   return c;
 }
 
+std::vector<GradientCompression> searched_compressions(const std::string& text,
+                                                       const std::string& source) {
+  GradientCompression c = compression_from_text(text, source);
+  if (c.kind != CompressionKind::kSparcml || text.find("algorithm=") != std::string::npos)
+    return {c};
+  GradientCompression split = c;
+  split.sparse_algorithm = SparseAlgorithm::kSplitAllGather;
+  return {c, split};
+}
+
+namespace {
+
+// A compression's plan-file object: its kind and the knobs it reads.
+Json compression_json(const GradientCompression& c) {
+  Json cj = {{"kind", enum_name(compression_kind_names(), c.kind)},
+             {"error_feedback", c.error_feedback}};
+  if (c.kind == CompressionKind::kQsgd) cj["bits"] = c.bits;
+  if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
+    cj["bucket"] = c.bucket;
+  if (selects_topk(c.kind)) cj["ratio"] = c.ratio;
+  if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
+  if (c.kind == CompressionKind::kSparcml)
+    cj["algorithm"] = enum_name(sparse_algorithm_names(), c.sparse_algorithm);
+  return cj;
+}
+
+}  // namespace
+
+std::string compression_text(const GradientCompression& c) {
+  std::string text(enum_name(compression_kind_names(), c.kind));
+  if (!c.any()) return text;
+  const Json j = compression_json(c);
+  char sep = ':';
+  for (const char* key : {"bits", "bucket", "ratio", "rank", "algorithm", "error_feedback"}) {
+    if (!j.contains(key)) continue;
+    const Json& v = j[key];
+    text += sep;
+    text += key;
+    text += '=';
+    if (v.is_string()) {
+      text += v.get<std::string>();
+    } else if (v.is_number_float()) {
+      text += fmt::format("{:g}", v.get<double>());
+    } else {
+      text += v.dump();
+    }
+    sep = ',';
+  }
+  return text;
+}
+
 Json to_json(const Plan& p) {
   Json j = {{"schema", kPlanSchema},
             {"dp", p.dp},
@@ -547,19 +598,7 @@ Json to_json(const Plan& p) {
       j["offload"]["activation_layers"] = p.offload.activation_layers;
     if (p.offload.prefetch_layers > 1) j["offload"]["prefetch_layers"] = p.offload.prefetch_layers;
   }
-  if (p.compression.any()) {
-    const GradientCompression& c = p.compression;
-    Json cj = {{"kind", enum_name(compression_kind_names(), c.kind)},
-               {"error_feedback", c.error_feedback}};
-    if (c.kind == CompressionKind::kQsgd) cj["bits"] = c.bits;
-    if (c.kind == CompressionKind::kQsgd || c.kind == CompressionKind::kOnebit)
-      cj["bucket"] = c.bucket;
-    if (selects_topk(c.kind)) cj["ratio"] = c.ratio;
-    if (c.kind == CompressionKind::kSparcml)
-      cj["algorithm"] = enum_name(sparse_algorithm_names(), c.sparse_algorithm);
-    if (c.kind == CompressionKind::kPowersgd) cj["rank"] = c.rank;
-    j["compression"] = cj;
-  }
+  if (p.compression.any()) j["compression"] = compression_json(p.compression);
   if (p.spatial.any()) {
     j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
     if (p.spatial.d > 1) j["spatial"]["d"] = p.spatial.d;

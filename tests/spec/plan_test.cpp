@@ -330,6 +330,19 @@ TEST(PlanCompression, DecodesNamesAndRoundTrips) {
   EXPECT_EQ(split.name(), "dp4.tp1.pp1.z0.mb1.sparcml0.02split");
   EXPECT_EQ(compression_from_text("sparcml:ratio=0.02,algorithm=split_allgather", "--compression"),
             split.compression);
+  // The text form reads back as the same compression.
+  EXPECT_EQ(compression_text(split.compression),
+            "sparcml:ratio=0.02,algorithm=split_allgather,error_feedback=true");
+  for (const Plan& p : {q, t, o, w, sparse, split})
+    EXPECT_EQ(compression_from_text(compression_text(p.compression), "text"), p.compression)
+        << compression_text(p.compression);
+  // A search tries both of SparCML's algorithms unless the text names one.
+  const std::vector<GradientCompression> both = searched_compressions("sparcml:ratio=0.02", "f");
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0], sparse.compression);
+  EXPECT_EQ(both[1], split.compression);
+  EXPECT_EQ(searched_compressions("sparcml:algorithm=recursive_doubling", "f").size(), 1u);
+  EXPECT_EQ(searched_compressions("topk", "f").size(), 1u);
   for (const Plan& p : {q, t, o, w, sparse, split}) {
     EXPECT_EQ(plan_from_json(to_json(p), "again.json").compression, p.compression) << p.name();
   }

@@ -262,6 +262,14 @@ Plan read_plan_file(const std::string& path);
 // "topk:ratio=0.001,error_feedback=false", "onebit", "powersgd:rank=2", decoded and checked as a
 // plan's "compression" object is. Throws InputError naming `source` (the flag).
 GradientCompression compression_from_text(const std::string& text, const std::string& source);
+// The compressions a search tries for one --compression text: the one it names, or for a
+// SparCML that names no algorithm both of them, as SparCML's library chooses by size (Renggli
+// et al., SC'19 §5): the search keeps the faster.
+std::vector<GradientCompression> searched_compressions(const std::string& text,
+                                                       const std::string& source);
+// compression_from_text's form of `c`, every knob its kind reads: "sparcml:ratio=0.01,
+// algorithm=split_allgather,error_feedback=true".
+std::string compression_text(const GradientCompression& c);
 
 // The stack `plan` runs under: its own, or the default one of the cluster kind and model family.
 Stack plan_stack(const Plan& plan, bool gpu_cluster, ModelKind model = ModelKind::kTransformer);
