@@ -22,7 +22,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--global-batch", f.global_batch, "Sequences per optimizer step")
       ->check(positive());
   cmd.add_option("--schedule", f.schedule,
-                 "Pipeline schedule: gpipe, 1f1b, interleaved or pipedream-2bw");
+                 "Pipeline schedule: gpipe, 1f1b, interleaved, pipedream-2bw or pipedream "
+                 "(asynchronous, weight stashing)");
   cmd.add_option("--vpp", f.vpp, "Virtual stages per pipeline rank (interleaved)")
       ->check(positive());
   cmd.add_option("--recompute", f.recompute, "Activation recompute: none, selective or full");

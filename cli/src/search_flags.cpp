@@ -41,8 +41,8 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
       "sparcml[:ratio=0.01] (both its algorithms unless one is named); "
       "ranked on time only: what it costs in accuracy is the user's to check");
   cmd.add_flag("--async-pipeline", f.asynchronous_pipelines,
-               "Also try PipeDream-2BW's asynchronous pipeline (no flush; gradients one weight "
-               "version stale, which changes what the model learns: the user's to check)");
+               "Also try the asynchronous pipelines, PipeDream-2BW and PipeDream (no flush; "
+               "stale gradients, which change what the model learns: the user's to check)");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");

@@ -28,6 +28,7 @@
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "stage_model.hpp"
+#include "weight_versions.hpp"
 
 namespace sextant::exec {
 
@@ -143,6 +144,14 @@ class Trainer {
 
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
     if (plan_.schedule == spec::Schedule::kPipeDream2BW) return run_pipedream_2bw(on_step);
+    if (plan_.schedule == spec::Schedule::kPipeDream) return run_pipedream(on_step);
+    if (!o_.layer_staleness.empty()) {
+      SEXTANT_CHECK(plan_.world_size() == 1 && o_.checkpoint_dir.empty(),
+                    "layer staleness defines an asynchronous pipeline on one rank without "
+                    "checkpoints (plan {})",
+                    plan_.name());
+      stale_ = std::make_unique<WeightVersions>(*ctx_.backend, stage_->params());
+    }
     TrainResult result;
     int64_t first = 0;
     if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0) check_checkpoint_dir();
@@ -312,6 +321,7 @@ class Trainer {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
     sync_->begin_step(step);
+    if (stale_) load_stale_layers(step);
     const int64_t local_chunks = stage_->chunks();
     const int64_t model_chunks = g.pp_size * local_chunks;
     std::vector<spec::ScheduleUnit> units =
@@ -357,6 +367,7 @@ class Trainer {
       }
     }
     for (auto& [request, tensor] : sends) request->wait();
+    if (stale_) stale_->restore();  // the update applies to the newest weights
     sync_->finish_backward();
 
     StepLog log;
@@ -424,6 +435,63 @@ class Trainer {
                                                             : spec::Dtype::kFp32;
   }
 
+  // An asynchronous pipeline's steps (PipeDream, PipeDream-2BW): each step's loss and squared
+  // gradient norm summed over the world without blocking (the stages end a step at different
+  // times), and logged in order once summed.
+  class AsyncSteps {
+   public:
+    AsyncSteps(Trainer& t, const std::function<void(const StepLog&)>& on_step)
+        : t_(t), on_step_(on_step), start_(std::chrono::steady_clock::now()) {}
+    // This rank's part of step `step`, ended now: its loss sum (the last stage's) and squares.
+    void post(int64_t step, double loss, double squares) {
+      const auto now = std::chrono::steady_clock::now();
+      Sums& sums = pending_.emplace_back();
+      sums.step = step;
+      sums.seconds = std::chrono::duration<double>(now - start_).count();
+      sums.values = {loss, squares};
+      sums.request = t_.ctx_.groups->world->all_reduce_host_async(sums.values.data(), 2);
+      start_ = now;
+    }
+    size_t pending() const { return pending_.size(); }
+    void log_oldest() {
+      Sums& s = pending_.front();
+      s.request->wait();
+      const double items = static_cast<double>(t_.plan_.global_batch) *
+                           static_cast<double>(t_.model_.is_transformer() ? t_.seq_ : 1);
+      StepLog log;
+      log.step = s.step;
+      log.loss = s.values[0] / items;
+      log.grad_norm = std::sqrt(s.values[1]);
+      log.step_time_s = s.seconds;
+      log.tokens_per_s = items / s.seconds;
+      mark_step_time(s.seconds);
+      pending_.pop_front();
+      result.steps.push_back(log);
+      if (on_step_) on_step_(log);
+      if (!std::isfinite(log.loss))
+        throw std::runtime_error(
+            fmt::format("the loss is {} at step {}: stopping", log.loss, log.step));
+    }
+    TrainResult finish() {
+      while (!pending_.empty()) log_oldest();
+      result.events = t_.ctx_.recorder->events();
+      return std::move(result);
+    }
+    TrainResult result;
+
+   private:
+    struct Sums {  // a step's [loss, squared gradient norm], being summed over the world
+      int64_t step;
+      double seconds;
+      std::array<double, 2> values;
+      std::unique_ptr<CommRequest> request;
+    };
+    Trainer& t_;
+    const std::function<void(const StepLog&)>& on_step_;
+    std::chrono::steady_clock::time_point start_;
+    std::list<Sums> pending_;  // stable addresses: MPI writes into `values`
+  };
+
   // PipeDream-2BW (spec/pipeline_schedule.hpp): the steps' micro-batches as one 1F1B stream with
   // no flush between steps. The stage reads batch t's micro-batches with weight version t - 1
   // (spec::pipedream_2bw_version), switching its parameters between the two buffers as its units
@@ -458,37 +526,10 @@ class Trainer {
       int64_t batch;
       std::pair<std::unique_ptr<CommRequest>, Tensor> request;
     };
-    struct Sums {  // a step's [loss, squared gradient norm], being summed over the world
-      int64_t step;
-      double seconds;
-      std::array<double, 2> values;
-      std::unique_ptr<CommRequest> request;
-    };
-    std::list<Sums> pending;  // stable addresses: MPI writes into `values`
     std::vector<Send> sends;
     std::map<int64_t, MicroBatch> batches;
-    TrainResult result;
-    const double items = static_cast<double>(plan_.global_batch) *
-                         static_cast<double>(model_.is_transformer() ? seq_ : 1);
-    auto log_oldest = [&] {
-      Sums& s = pending.front();
-      s.request->wait();
-      StepLog log;
-      log.step = s.step;
-      log.loss = s.values[0] / items;
-      log.grad_norm = std::sqrt(s.values[1]);
-      log.step_time_s = s.seconds;
-      log.tokens_per_s = items / s.seconds;
-      mark_step_time(s.seconds);
-      pending.pop_front();
-      result.steps.push_back(log);
-      if (on_step) on_step(log);
-      if (!std::isfinite(log.loss))
-        throw std::runtime_error(
-            fmt::format("the loss is {} at step {}: stopping", log.loss, log.step));
-    };
+    AsyncSteps steps(*this, on_step);
     const std::vector<int64_t> shape = stage_->input_shape();
-    auto batch_start = std::chrono::steady_clock::now();
     for (spec::ScheduleUnit u : spec::pipedream_2bw_units(
              plan_.pp, m, std::max<int64_t>(0, o_.steps - resumed_at), g.pp_rank)) {
       u.micro_batch += resumed_at * m;
@@ -537,13 +578,7 @@ class Trainer {
       double squares = 0;
       for (auto [b, e] : sync_->norm_ranges()) squares += stage_->grad_square_sum(b, e);
       const double loss = stage_->take_loss_sum();
-      const auto now = std::chrono::steady_clock::now();
-      Sums& sums = pending.emplace_back();
-      sums.step = batch;
-      sums.seconds = std::chrono::duration<double>(now - batch_start).count();
-      sums.values = {last && g.tp_rank == 0 ? loss : 0.0, squares};
-      sums.request = g.world->all_reduce_host_async(sums.values.data(), 2);
-      batch_start = now;
+      steps.post(batch, last && g.tp_rank == 0 ? loss : 0.0, squares);
       stash_and_update(batch);
       viewed = batch + 1;
       // A checkpoint of this stage after the update (collective: every stage reaches its own
@@ -553,12 +588,142 @@ class Trainer {
         checkpoint(batch + 1);
       // Every stage has posted the previous batch's sums by now (m >= pp: the first stage ended
       // that batch before it started the micro-batch this one's last backward came from).
-      if (pending.size() > 1) log_oldest();
+      if (steps.pending() > 1) steps.log_oldest();
     }
     for (Send& send : sends) send.request.first->wait();
-    while (!pending.empty()) log_oldest();
-    result.events = ctx_.recorder->events();
-    return result;
+    return steps.finish();
+  }
+
+  // PipeDream (spec::pipedream_version): the steps, one micro-batch each, as one 1F1B stream.
+  // Stage s reads step t's forward with the version after max(0, t - (pp - 1 - s)) updates, and
+  // its backward with the same version, loaded from the ones it keeps (weight stashing); after
+  // each backward it reduces the gradients and updates the newest version, keeping a copy of the
+  // result while an earlier stage may still run a forward that a later backward here reads.
+  TrainResult run_pipedream(const std::function<void(const StepLog&)>& on_step) {
+    Groups& g = *ctx_.groups;
+    Backend& be = *ctx_.backend;
+    const bool first = g.pp_rank == 0, last = g.pp_rank == g.pp_size - 1;
+    const int64_t stale = g.pp_size - 1 - g.pp_rank;
+    WeightVersions versions(be, stage_->params());
+    if (stale > 0) versions.keep(0);
+    int64_t applied = 0;              // updates applied to the newest version
+    std::map<int64_t, int64_t> read;  // step -> the version its forward read
+    struct Send {
+      int64_t step;
+      std::pair<std::unique_ptr<CommRequest>, Tensor> request;
+    };
+    std::vector<Send> sends;
+    std::map<int64_t, MicroBatch> batches;
+    AsyncSteps steps(*this, on_step);
+    const std::vector<int64_t> shape = stage_->input_shape();
+    auto tag = [&](int64_t step, bool gradient) {
+      return static_cast<int>(2 * (step % (2 * g.pp_size)) + (gradient ? 1 : 0));
+    };
+    for (const spec::ScheduleUnit& u :
+         spec::pipeline_schedule(spec::Schedule::k1F1B, plan_.pp, 1, o_.steps, g.pp_rank)) {
+      const int64_t step = u.micro_batch;
+      mark_progress(step);
+      ctx_.recorder->set_step(step);
+      if (u.forward) {
+        maybe_inject_fault(step);
+        SEXTANT_CHECK(applied == spec::pipedream_version(step, plan_.pp, g.pp_rank),
+                      "stage {}: step {} reads version {}, the newest is {}", g.pp_rank, step,
+                      spec::pipedream_version(step, plan_.pp, g.pp_rank), applied);
+        read[step] = applied;
+        // Its data is the step's one micro-batch; the stage's caches are kept by index, and up
+        // to pp steps are in flight: each its own index (0 for the first, as traces say).
+        MicroBatch mb = micro_batch(step, 0);
+        mb.index = step % (2 * g.pp_size);
+        auto it = batches.emplace(step, std::move(mb)).first;
+        Tensor input;
+        if (!first) {
+          input = be.empty(shape, be.activation_dtype());
+          receive(input, Phase::kFwd, 0, g.prev, tag(step, false));
+        }
+        Tensor out = stage_->forward(it->second, first ? nullptr : &input, 0);
+        if (!last) sends.push_back({step, transmit(out, Phase::kFwd, 0, g.next, tag(step, false))});
+        continue;
+      }
+      sync_->begin_step(step);
+      Tensor grad;
+      if (!last) {
+        grad = be.empty(stage_->output_shape(), be.activation_dtype());
+        receive(grad, Phase::kBwd, 0, g.next, tag(step, true));
+      }
+      const int64_t version = read.at(step);
+      if (version != applied) versions.load(version);
+      Tensor dx = stage_->backward(batches.at(step), last ? nullptr : &grad, 0);
+      versions.restore();
+      batches.erase(step);
+      read.erase(step);
+      if (!first) sends.push_back({step, transmit(dx, Phase::kBwd, 0, g.prev, tag(step, true))});
+      // This step's transfers complete (every receiver has reached them); later steps'
+      // activations may still be on their way.
+      for (Send& send : sends)
+        if (send.step <= step) send.request.first->wait();
+      std::erase_if(sends, [&](const Send& send) { return send.step <= step; });
+      sync_->finish_backward();
+      double squares = 0;
+      for (auto [b, e] : sync_->norm_ranges()) squares += stage_->grad_square_sum(b, e);
+      const double loss = stage_->take_loss_sum();
+      steps.post(step, last && g.tp_rank == 0 ? loss : 0.0, squares);
+      {
+        auto s = ctx_.recorder->scope(optimizer_event(sync_->updated_params()));
+        update(step + 1, 1.0f);
+      }
+      sync_->after_update();
+      ++applied;
+      // The new version, kept while a forward here may read it before a later backward does.
+      if (stale > 0) {
+        auto s = ctx_.recorder->scope(stash_event(sync_->updated_params()));
+        versions.keep(applied);
+      }
+      versions.drop_before(read.empty() ? applied : read.begin()->second);
+      // Every stage has posted step - pp by now: the first stage's backward of it came before
+      // the forwards this stage's backward of `step` waited for.
+      if (steps.pending() > static_cast<size_t>(g.pp_size)) steps.log_oldest();
+    }
+    for (Send& send : sends) send.request.first->wait();
+    return steps.finish();
+  }
+
+  // The traced copy of a weight version over `n` parameters (the simulator's pp.weight_stash).
+  Recorder::Event stash_event(int64_t n) const {
+    return Recorder::Event{models::op_name(OpId::kPpWeightStash),
+                           OpClass::kMemcpy,
+                           Stream::kCompute,
+                           Phase::kOpt,
+                           std::nullopt,
+                           std::nullopt,
+                           0,
+                           n * models::weight_stash_copy_bytes_per_param(model_params_dtype()),
+                           {},
+                           0,
+                           ""};
+  }
+
+  // TrainOptions::layer_staleness at `step`: each layer's parameters of the version it reads,
+  // the newest set aside until the backward is done (one_step restores them).
+  void load_stale_layers(int64_t step) {
+    ParamStore& store = stage_->params();
+    stale_->keep(step);
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> by_version;
+    int64_t oldest = step;
+    for (int32_t layer : store.layers()) {
+      SEXTANT_CHECK(static_cast<size_t>(layer) < o_.layer_staleness.size(),
+                    "no staleness for layer {} ({} given)", layer, o_.layer_staleness.size());
+      const int64_t version =
+          std::max<int64_t>(0, step - o_.layer_staleness[static_cast<size_t>(layer)]);
+      oldest = std::min(oldest, version);
+      if (version == step) continue;
+      for (bool experts : {false, true})
+        by_version[version].push_back(store.layer_range(layer, experts));
+    }
+    SEXTANT_CHECK(store.replica_whole_begin() == store.total(),
+                  "layer staleness with replica-whole parameters");
+    for (const auto& [version, ranges] : by_version) stale_->load(version, ranges);
+    // Later steps read no version before the oldest one read now (staleness is per layer).
+    stale_->drop_before(oldest);
   }
 
   // PipeDream-2BW's update after batch `batch` (run_pipedream_2bw): version batch + 1 written
@@ -572,18 +737,7 @@ class Trainer {
     ParamStore& store = stage_->params();
     const int64_t n = sync_->updated_params();
     if (store.masters_versioned()) {
-      auto s = ctx_.recorder->scope(
-          Recorder::Event{models::op_name(OpId::kPpWeightStash),
-                          OpClass::kMemcpy,
-                          Stream::kCompute,
-                          Phase::kOpt,
-                          std::nullopt,
-                          std::nullopt,
-                          0,
-                          n * models::weight_stash_copy_bytes_per_param(model_params_dtype()),
-                          {},
-                          0,
-                          ""});
+      auto s = ctx_.recorder->scope(stash_event(n));
       for (auto [b, e] : sync_->owned()) {
         Tensor to = store.values().rows(b, e - b);
         ctx_.backend->copy(store.other_version().rows(b, e - b), to);
@@ -758,10 +912,11 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::vector<int32_t> positions_;  // of the rank's tokens in each sequence (context parallelism)
   Tensor m_, v_;
-  Tensor host_values_, host_grads_;       // ZeRO-Offload's host pool (with m_ and v_), or empty
-  std::unique_ptr<NvmeFile> nvme_;        // the optimizer offloaded to NVMe: the states' file
-  std::unique_ptr<NvmeFile> param_file_;  // the parameters offloaded to NVMe: their file
-  Tensor fetch_buffer_;                   // host staging of a layer's shard read from it
+  Tensor host_values_, host_grads_;        // ZeRO-Offload's host pool (with m_ and v_), or empty
+  std::unique_ptr<NvmeFile> nvme_;         // the optimizer offloaded to NVMe: the states' file
+  std::unique_ptr<NvmeFile> param_file_;   // the parameters offloaded to NVMe: their file
+  Tensor fetch_buffer_;                    // host staging of a layer's shard read from it
+  std::unique_ptr<WeightVersions> stale_;  // TrainOptions::layer_staleness's versions
 };
 
 }  // namespace

@@ -901,13 +901,14 @@ Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const s
     // program builder); with a data-parallel exchange the drain holds it, before its buckets.
     step += collective_s(plan, spec::CollectiveKind::kAllReduce, tied->bytes, shape.embedding);
   }
-  if (plan.schedule == spec::Schedule::kPipeDream2BW) {
-    // No flush (the simulator's window, spec::kPipeDream2BWWindow): a batch in steady state
-    // costs what a second batch run back to back adds, the fill and drain that the two
-    // batches share saved: 2 S(m) - S(2m) of the makespans without the gradient reduction.
-    static_assert(spec::kPipeDream2BWWindow == 2, "the saving below is for two batches");
-    const int64_t window = spec::kPipeDream2BWWindow * m;
-    step -= 2 * makespan(m, nullptr).first - makespan(window, nullptr).first;
+  if (spec::asynchronous(plan.schedule)) {
+    // No flush (the simulator's window of W = spec::asynchronous_window batches): a batch in
+    // steady state costs what each later batch of the window adds, the fill and drain that the
+    // batches share saved: S(m) - (S(W m) - S(m)) / (W - 1) of the makespans without the
+    // gradient reduction (2 S(m) - S(2m) for PipeDream-2BW's two).
+    const int64_t w = spec::asynchronous_window(plan);
+    const double one = makespan(m, nullptr).first;
+    step -= one - (makespan(w * m, nullptr).first - one) / static_cast<double>(w - 1);
     if (lowered.tied_table_params > 0) {
       // The end stages sum the tied table's gradient when each has ended its part of a batch:
       // the last stage, first to end, waits for the last backward to reach the first stage
@@ -935,7 +936,7 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
   const int64_t per_param = models::optimizer_bytes_per_param(
       models::optimizer_precision(stack, lowered.dtype, plan.zero));
   const int64_t stash =
-      plan.schedule == spec::Schedule::kPipeDream2BW
+      spec::asynchronous(plan.schedule)
           ? models::weight_stash_copy_bytes_per_param(
                 models::optimizer_precision(stack, lowered.dtype, plan.zero).model_params)
           : 0;

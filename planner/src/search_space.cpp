@@ -731,13 +731,19 @@ class Enumerator {
       }
       out.push_back({spec::Schedule::kInterleaved, v});
     }
-    // PipeDream-2BW changes what the model learns (one-version-stale gradients): only where the
-    // user opts in, with the m >= pp it needs (spec::pipedream_2bw_problem).
+    // PipeDream-2BW and PipeDream change what the model learns (stale gradients): only where
+    // the user opts in, 2BW with the m >= pp it needs (spec::pipedream_2bw_problem), PipeDream
+    // with its one micro-batch a batch (spec::pipedream_problem).
     if (r_.asynchronous_pipelines) {
       if (micro_batches >= pp) {
         out.push_back({spec::Schedule::kPipeDream2BW, 1});
       } else {
         reject("PipeDream-2BW needs at least pp micro-batches", kSchedules);
+      }
+      if (micro_batches == 1) {
+        out.push_back({spec::Schedule::kPipeDream, 1});
+      } else {
+        reject("PipeDream updates after each micro-batch: one a batch", kSchedules);
       }
     }
     std::erase_if(out, [&](const std::pair<spec::Schedule, int64_t>& s) {
@@ -756,6 +762,10 @@ class Enumerator {
     const int zero = b.zero;
     if (zero >= 2 && l.pp > 1) {
       reject("ZeRO-2/3 with pipeline parallelism", kZeroStages);
+      return false;
+    }
+    if (zero > 0 && b.schedule == spec::Schedule::kPipeDream) {
+      reject("ZeRO with PipeDream's per-batch updates", kZeroStages);
       return false;
     }
     // (Stage 0 on one replica is no data parallelism at all: any stack runs it. A stage above 0
@@ -788,7 +798,7 @@ class Enumerator {
     const bool may_offload = r_.cluster.host && !l.split->spatial.any();
     if (may_offload && b.zero >= 1 && (l.replicas > 1 || b.zero == 2)) out.push_back(1);
     if (may_offload && b.zero == 3) out.push_back(2);
-    if (b.schedule == spec::Schedule::kPipeDream2BW)  // (not modelled with offload)
+    if (spec::asynchronous(b.schedule))  // (not modelled with offload)
       std::erase_if(out, [](uint8_t o) { return o != 0; });
     // The state offloads the stack runs (to host memory, the planner's target).
     std::erase_if(out, [&](uint8_t o) {
@@ -921,12 +931,11 @@ class Enumerator {
     // first blocks swapped and the last rc_layers recomputed (spec::unit_recompute).
     const bool karma = rc == spec::Recompute::kFull && rc_layers > 0 &&
                        runs([](const spec::StackSupport& s) { return s.swap_and_recompute; });
-    const bool act_offload = r_.cluster.host && transformer_ && l.pp == 1 &&
-                             (rc == spec::Recompute::kNone || karma) && layers_ >= 2 &&
-                             b.schedule != spec::Schedule::kPipeDream2BW &&
-                             runs([](const spec::StackSupport& s) {
-                               return has(s.offload, spec::OffloadKind::kActivations);
-                             });
+    const bool act_offload =
+        r_.cluster.host && transformer_ && l.pp == 1 && (rc == spec::Recompute::kNone || karma) &&
+        layers_ >= 2 && !spec::asynchronous(b.schedule) && runs([](const spec::StackSupport& s) {
+          return has(s.offload, spec::OffloadKind::kActivations);
+        });
     for (uint8_t off : b.offloads)
       for (bool act : {false, true})
         for (bool ahead : {false, true}) {

@@ -201,6 +201,18 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     m.weights += stash;
     note("weights", stash, [] { return std::string("PipeDream-2BW's stashed weight version"); });
   }
+  if (plan.schedule == spec::Schedule::kPipeDream && stage + 1 < plan.pp) {
+    // Stage s keeps pp - s versions, the newest the weights themselves (spec::pipedream_version).
+    const int64_t versions = plan.pp - 1 - stage;
+    const int64_t stash =
+        versions * params *
+        models::weight_stash_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype));
+    m.weights += stash;
+    note("weights", stash, [&] {
+      return fmt::format("PipeDream's {} stashed weight versions (stage {} of {})", versions, stage,
+                         plan.pp);
+    });
+  }
 
   // Activations: the most the schedule keeps live (under recompute, plus the working set of the
   // layer whose backward runs).

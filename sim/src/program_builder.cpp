@@ -42,7 +42,7 @@ class StageBuilder {
     SEXTANT_CHECK(offload_ != nullptr || !plan.offload.any(),
                   "plan {} offloads: the program needs the offload prices", plan.name());
     SEXTANT_CHECK(batches == 1 || asynchronous(),
-                  "plan {}: only PipeDream-2BW runs batches back to back", plan.name());
+                  "plan {}: only PipeDream(-2BW) runs batches back to back", plan.name());
   }
 
   Program build() {
@@ -66,7 +66,7 @@ class StageBuilder {
         forward_unit(u);
       } else {
         backward_unit(u);
-        // PipeDream-2BW: the stage's part of a batch is done; it reduces its gradients and
+        // PipeDream(-2BW): the stage's part of a batch is done; it reduces its gradients and
         // updates while the next batch flows on (no flush).
         if (last_of_batch(u.micro_batch) && u.micro_batch + 1 < micro_batches_ * batches_) {
           finish_batch();
@@ -81,7 +81,7 @@ class StageBuilder {
   }
 
  private:
-  bool asynchronous() const { return plan_.schedule == spec::Schedule::kPipeDream2BW; }
+  bool asynchronous() const { return spec::asynchronous(plan_.schedule); }
   bool last_of_batch(int64_t micro_batch) const {
     return micro_batch % micro_batches_ == micro_batches_ - 1;
   }
@@ -921,7 +921,9 @@ class StageBuilder {
     // ZeRO shards the optimizer state (and the update) over the data-parallel group (the routed
     // experts' over the expert replicas).
     const int64_t updated = plan_.zero >= 1 ? updated_params() : params;
-    if (asynchronous()) weight_stash(updated);
+    // PipeDream's last stage reads only its newest version: nothing to stash.
+    const bool newest_only = plan_.schedule == spec::Schedule::kPipeDream && stage_ == plan_.pp - 1;
+    if (asynchronous() && !newest_only) weight_stash(updated);
     const models::OptimizerPrecision precision =
         models::optimizer_precision(stack_, lowered_.dtype, plan_.zero);
     const models::StepOp update = models::optimizer_update(precision, updated);

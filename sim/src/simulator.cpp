@@ -181,10 +181,13 @@ spec::Trace build_trace(const EngineResult& result, const std::vector<Program>& 
   return trace;
 }
 
-// What the second of two back-to-back batches added to a rank's finish and to each part of its
-// breakdown (PipeDream-2BW's steady state); a part the second batch hid is 0.
-RankTimes steady_state(const RankTimes& two, const RankTimes& one) {
-  auto added = [](Picoseconds a, Picoseconds b) { return std::max<Picoseconds>(0, a - b); };
+// What each of the `added` batches after the first of a back-to-back window added to a rank's
+// finish and to each part of its breakdown (an asynchronous pipeline's steady state); a part the
+// later batches hid is 0.
+RankTimes steady_state(const RankTimes& two, const RankTimes& one, int64_t batches_added) {
+  auto added = [&](Picoseconds a, Picoseconds b) {
+    return std::max<Picoseconds>(0, a - b) / batches_added;
+  };
   RankTimes t;
   t.finish = added(two.finish, one.finish);
   t.compute = added(two.compute, one.compute);
@@ -279,14 +282,15 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     return result;
   };
   EngineResult result = run(programs, options.trace);
-  if (plan.schedule == spec::Schedule::kPipeDream2BW) {
-    // PipeDream-2BW has no flush: a batch in steady state costs what a second batch run back to
-    // back adds (spec::kPipeDream2BWWindow), its fill and drain paid once in both runs. The
-    // trace keeps the one batch, the step the executor's one-step trace holds.
-    const EngineResult window = run(build(spec::kPipeDream2BWWindow), false);
+  if (spec::asynchronous(plan.schedule)) {
+    // PipeDream(-2BW) has no flush: a batch in steady state costs what each batch of a window run
+    // back to back adds (spec::asynchronous_window), its fill and drain paid once in both runs.
+    // The trace keeps the one batch, the step the executor's one-step trace holds.
+    const int64_t batches = spec::asynchronous_window(plan);
+    const EngineResult window = run(build(batches), false);
     result.events += window.events;
     for (size_t r = 0; r < result.ranks.size(); ++r)
-      result.ranks[r] = steady_state(window.ranks[r], result.ranks[r]);
+      result.ranks[r] = steady_state(window.ranks[r], result.ranks[r], batches - 1);
   }
   if (!options.trace_ranks.empty())
     std::erase_if(result.records, [&](const TaskRecord& rec) { return !traced(rec.rank); });

@@ -59,6 +59,26 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
                    fmt::format("the run computes in {} (--precision {})",
                                enum_name(dtype_names(), compute_dtype(run.precision)),
                                executor_precision_name(run.precision))});
+  if (plan.schedule == Schedule::kPipeDream) {
+    // Each stage updates after every batch: no global norm to clip by exists yet.
+    if (run.clipping)
+      out.push_back({"/schedule", "\"pipedream\"",
+                     "runs without global gradient-norm clipping (each stage updates after every "
+                     "batch): pass --clip 0"});
+    if (run.checkpoints)
+      out.push_back({"/schedule", "\"pipedream\"",
+                     "keeps pp - stage weight versions a stage, which the checkpoint format does "
+                     "not hold: run it without --checkpoint"});
+    if (run.precision != ExecutorPrecision::kFp32)
+      out.push_back({"/schedule", "\"pipedream\"",
+                     "stashes its weight versions in fp32 (the master values): --precision fp32"});
+    // A tied table lives on both end stages, each at its own version: one table read at two
+    // staleness levels, which its sequential definition (one table a layer) does not have.
+    if (plan.pp > 1 && model.is_transformer() && model.transformer().tied_embeddings)
+      out.push_back({"/schedule", "\"pipedream\"",
+                     "the executor runs models without a tied embedding table (its two end "
+                     "stages would read the table at two weight versions): a Llama or an MLP"});
+  }
   if (plan.schedule == Schedule::kPipeDream2BW) {
     // Each stage updates when its part of a batch ends: no global norm to clip by exists yet.
     if (run.clipping)

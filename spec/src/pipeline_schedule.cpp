@@ -83,6 +83,29 @@ std::string pipedream_2bw_problem(const Plan& plan) {
   return "";
 }
 
+int64_t pipedream_version(int64_t batch, int64_t pp, int64_t stage) {
+  return std::max<int64_t>(0, batch - (pp - 1 - stage));
+}
+
+std::string pipedream_problem(const Plan& plan) {
+  if (plan.schedule != Schedule::kPipeDream) return "";
+  if (plan.micro_batches() != 1)
+    return fmt::format(
+        "updates after every batch of one micro-batch per replica (PipeDream's minibatch), has "
+        "{}: use global_batch = dp x micro_batch",
+        plan.micro_batches());
+  if (plan.zero != 0) return "stashes whole weight versions and updates every batch: use zero 0";
+  if (plan.virtual_stages > 1) return "runs one chunk per stage (virtual_stages 1)";
+  if (plan.offload.any()) return "is not modelled with offload";
+  return "";
+}
+
+int64_t asynchronous_window(const Plan& plan) {
+  if (plan.schedule == Schedule::kPipeDream2BW) return kPipeDream2BWWindow;
+  if (plan.schedule == Schedule::kPipeDream) return plan.pp + 1;
+  return 1;
+}
+
 int64_t peak_in_flight(const std::vector<ScheduleUnit>& units) {
   int64_t live = 0;
   int64_t peak = 0;
@@ -127,6 +150,9 @@ std::vector<std::vector<int64_t>> undominated(const std::vector<int64_t>& flat, 
 }  // namespace
 
 LiveProfile live_profile(Schedule schedule, int64_t pp, int64_t vpp, int64_t m, int64_t stage) {
+  // PipeDream's batches stream through without a flush: in steady state a stage holds what
+  // pp batches of 1F1B hold (pp - stage in flight), however few micro-batches one batch has.
+  if (schedule == Schedule::kPipeDream) m = std::max(m, pp);
   const auto chunks = static_cast<size_t>(vpp);
   if (chunks == 1) {
     // One chunk: every moment is covered by the one with the most live micro-batches, so the

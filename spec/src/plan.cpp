@@ -22,11 +22,12 @@
 namespace sextant::spec {
 
 namespace {
-constexpr std::array<std::pair<std::string_view, Schedule>, 4> kSchedules{
+constexpr std::array<std::pair<std::string_view, Schedule>, 5> kSchedules{
     {{"gpipe", Schedule::kGpipe},
      {"1f1b", Schedule::k1F1B},
      {"interleaved", Schedule::kInterleaved},
-     {"pipedream-2bw", Schedule::kPipeDream2BW}}};
+     {"pipedream-2bw", Schedule::kPipeDream2BW},
+     {"pipedream", Schedule::kPipeDream}}};
 constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
 constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTargets{
@@ -57,6 +58,10 @@ const Range kPositiveInt = Range::at_least(1);
 
 EnumNames<ChannelAlgorithm> channel_algorithm_names() {
   return kChannelAlgorithms;
+}
+
+bool asynchronous(Schedule schedule) {
+  return schedule == Schedule::kPipeDream2BW || schedule == Schedule::kPipeDream;
 }
 
 EnumNames<SparseAlgorithm> sparse_algorithm_names() {
@@ -102,11 +107,13 @@ std::string Plan::name() const {
         s += fmt::format(".il{}", virtual_stages);
         break;
       case Schedule::kPipeDream2BW:
+      case Schedule::kPipeDream:
         break;  // named below, also without stages
     }
   }
   // With one stage still a different training rule (one-version-stale gradients): named too.
   if (schedule == Schedule::kPipeDream2BW) s += ".2bw";
+  if (schedule == Schedule::kPipeDream) s += ".pipedream";
   if (!stage_layers.empty()) s += ".split";  // a layer split of its own, not the even one
   if (recompute == Recompute::kSelective) s += ".rc-sel";
   if (recompute == Recompute::kFull) s += ".rc-full";
@@ -335,6 +342,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("tp_grid", tensor_grid_text(p.tp_grid), grid);
   if (std::string async = pipedream_2bw_problem(p); !async.empty())
     problem("schedule", "\"pipedream-2bw\"", async);
+  if (std::string async = pipedream_problem(p); !async.empty())
+    problem("schedule", "\"pipedream\"", async);
   if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())
     problem("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()), chosen);
   if (std::string why = per_op_problem(p); !why.empty())

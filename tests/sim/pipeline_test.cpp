@@ -85,6 +85,43 @@ TEST(Pipeline, PipeDream2BWHasNoBubbleInSteadyState) {
   }
 }
 
+// PipeDream (Narayanan et al., SOSP'19) streams batches of one micro-batch with no flush: in
+// steady state a batch costs one stage's f + b on uniform stages, the one-micro-batch 1F1B step
+// p (f + b) less its (p - 1)(f + b) bubble (free communication and optimizer here), whatever p.
+// Stage s stashes p - 1 - s more copies of its weights (bf16 here, 2 bytes each), and holds
+// p - s micro-batches' activations, as 1F1B with p micro-batches does.
+TEST(Pipeline, PipeDreamStreamsOneMicroBatchABatchWithoutABubble) {
+  const int64_t layers = 8, width = 1024, b = 32;
+  spec::ClusterSpec cluster = test::ideal_cluster();
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  const models::LoweredModel lowered = models::lower(model, {b, 0, spec::Dtype::kBf16, 1, false});
+  for (int64_t p : {2, 4, 8}) {
+    spec::Plan plan = test::make_plan(1, 1, p, b, b);
+    plan.schedule = spec::Schedule::kPipeDream;
+    plan.dtype = spec::Dtype::kBf16;
+    SimulationResult r = simulate(model, cluster, plan, {});
+    const double f = model_forward_s(layers, width, b) / static_cast<double>(p);
+    EXPECT_NEAR(r.report.step_time_s, 3 * f, kRelTol * r.report.step_time_s) << plan.name();
+    EXPECT_NEAR(r.report.breakdown_s.bubble, 0, kRelTol * r.report.step_time_s) << plan.name();
+    spec::Plan streamed = plan;  // 1F1B with p micro-batches in flight
+    streamed.schedule = spec::Schedule::k1F1B;
+    streamed.global_batch = p * b;
+    const int64_t stage_params = layers / p * width * width;
+    for (int64_t s = 0; s < p; ++s) {
+      const spec::MemoryBreakdown async = stage_memory(plan, *plan.stack, lowered, s, &cluster);
+      const spec::MemoryBreakdown sync =
+          stage_memory(streamed, *streamed.stack, lowered, s, &cluster);
+      EXPECT_EQ(async.weights - sync.weights, (p - 1 - s) * stage_params * 2)
+          << plan.name() << " stage " << s;
+      EXPECT_EQ(async.activations, sync.activations) << plan.name() << " stage " << s;
+    }
+  }
+  // Each stage reads its own version: stage s of 4, pp - 1 - s updates behind at batch 5.
+  EXPECT_EQ(spec::pipedream_version(5, 4, 0), 2);
+  EXPECT_EQ(spec::pipedream_version(5, 4, 3), 5);
+  EXPECT_EQ(spec::pipedream_version(1, 4, 0), 0);
+}
+
 TEST(Pipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
   const int64_t layers = 16, width = 1024, b = 32;
   spec::ClusterSpec cluster = test::ideal_cluster();

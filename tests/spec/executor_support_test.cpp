@@ -245,6 +245,21 @@ TEST(ExecutorSupport, RunOptionsTheLayoutCannotTake) {
   expect_runs(gpt, twobw, run);
   run.precision = ExecutorPrecision::kBf16;
   expect_refused(gpt, twobw, run, "/schedule", "checkpoints it in fp32 only");
+  // PipeDream: no clipping, no checkpoints, fp32, and no table read at two versions.
+  const ModelSpec llama = models::zoo_model("llama-tiny");
+  Plan pipedream = twobw;
+  pipedream.schedule = Schedule::kPipeDream;
+  pipedream.micro_batch = pipedream.global_batch;
+  ExecutorRun unclipped = kCpu;
+  unclipped.clipping = false;
+  expect_runs(llama, pipedream, unclipped);
+  expect_refused(llama, pipedream, kCpu, "/schedule", "pass --clip 0");
+  expect_refused(gpt, pipedream, unclipped, "/schedule", "without a tied embedding table");
+  unclipped.checkpoints = true;
+  expect_refused(llama, pipedream, unclipped, "/schedule", "run it without --checkpoint");
+  unclipped.checkpoints = false;
+  unclipped.precision = ExecutorPrecision::kBf16;
+  expect_refused(llama, pipedream, unclipped, "/schedule", "--precision fp32");
   ExecutorRun text = kCpu;
   text.synthetic_data = false;
   expect_runs(gpt, dp2(), text);  // its vocabulary holds every byte

@@ -157,6 +157,32 @@ TEST(Plan, PipeDream2BWNamesItselfAndNeedsAsManyMicroBatchesAsStages) {
   EXPECT_EQ(pipedream_2bw_version(5), 4);
 }
 
+// PipeDream: one micro-batch a batch per replica, ZeRO 0, no offload; named; each stage its own
+// staleness; the simulator's window of pp + 1 batches.
+TEST(Plan, PipeDreamUpdatesAfterEveryBatchOfOneMicroBatch) {
+  Json j = base_plan();  // dp2 tp2 pp2, 4 micro-batches
+  j["schedule"] = "pipedream";
+  j["zero"] = 0;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"),
+                     "/schedule = \"pipedream\": updates after every batch of one micro-batch "
+                     "per replica (PipeDream's minibatch), has 4");
+  j["micro_batch"] = 8;
+  const Plan p = plan_from_json(j, "p.json");
+  EXPECT_EQ(p.schedule, Schedule::kPipeDream);
+  EXPECT_TRUE(asynchronous(p.schedule));
+  EXPECT_FALSE(asynchronous(Schedule::k1F1B));
+  EXPECT_EQ(p.name(), "dp2.tp2.pp2.z0.mb8.pipedream");
+  EXPECT_EQ(to_json(plan_from_json(to_json(p), "again")), to_json(p));
+  EXPECT_EQ(asynchronous_window(p), 3);
+  j["zero"] = 1;
+  EXPECT_INPUT_ERROR(plan_from_json(j, "p.json"), "use zero 0");
+  // Stage 0 of 4 reads batch t three updates behind, the last stage none behind.
+  EXPECT_EQ(pipedream_version(2, 4, 0), 0);
+  EXPECT_EQ(pipedream_version(7, 4, 0), 4);
+  EXPECT_EQ(pipedream_version(7, 4, 2), 6);
+  EXPECT_EQ(pipedream_version(7, 4, 3), 7);
+}
+
 TEST(Plan, ZeroTwoWithPipelineIsRejected) {
   Json j = base_plan();
   j["zero"] = 2;

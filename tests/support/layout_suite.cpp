@@ -189,6 +189,13 @@ spec::Plan plan_of(int64_t dp, int64_t tp, int64_t pp, int zero, bool sp, spec::
   return p;
 }
 
+// Asynchronous PipeDream: each step one micro-batch per replica, updated after each backward.
+spec::Plan pipedream(int64_t dp, int64_t tp, int64_t pp) {
+  spec::Plan p = plan_of(dp, tp, pp, 0, false, spec::Schedule::kPipeDream);
+  p.micro_batch = p.global_batch / dp;
+  return p;
+}
+
 spec::ModelSpec model_of(Net n) {
   switch (n) {
     case Net::kMlp:
@@ -667,6 +674,11 @@ std::vector<Layout> layouts() {
       {"tp2_pp2_sp_2bw", plan_of(1, 2, 2, 0, true, S::kPipeDream2BW)},
       {"llama_tp2_pp4_2bw", plan_of(1, 2, 4, 0, false, S::kPipeDream2BW), Net::kLlama},
       {"dp2_tp2_pp2_2bw", plan_of(2, 2, 2, 0, false, S::kPipeDream2BW)},
+      // PipeDream: against its sequential definition, each layer as stale as its stage
+      // (TrainOptions::layer_staleness); models without a tied table.
+      {"llama_pp2_pipedream", pipedream(1, 1, 2), Net::kLlama},
+      {"mlp_pp4_pipedream", pipedream(1, 1, 4), Net::kMlp},
+      {"llama_dp2_tp2_pp2_pipedream", pipedream(2, 2, 2), Net::kLlama},
       // With ZeRO-1: each replica updates its shard of the buffer the finished batch read and
       // gathers the others' into it, while the next batch reads the other buffer.
       {"dp2_pp2_2bw_zero1", plan_of(2, 1, 2, 1, false, S::kPipeDream2BW)},
@@ -846,7 +858,7 @@ std::vector<Layout> per_tp_rank_capacity_layouts() {
 }
 
 bool suite_clips(const spec::Plan& plan) {
-  return plan.schedule != spec::Schedule::kPipeDream2BW;
+  return !spec::asynchronous(plan.schedule);
 }
 
 spec::ExecutorRun suite_run(const Layout& l, spec::ExecutorBackend backend,

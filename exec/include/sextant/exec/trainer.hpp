@@ -34,6 +34,11 @@ struct TrainOptions {
   // With resume: a directory without a checkpoint starts from step 0 instead of being an error
   // (a mistyped --checkpoint once started over silently).
   bool resume_if_exists = false;
+  // The sequential definition of an asynchronous pipeline, on one rank without a pipeline (the
+  // single-process reference PipeDream's weight stashing equals): step t computes the layer with
+  // index l with the weights after max(0, t - layer_staleness[l]) updates and updates the newest.
+  // Empty: every layer fresh. PipeDream's stage s is pp - 1 - s steps stale.
+  std::vector<int64_t> layer_staleness;
 };
 
 struct StepLog {

@@ -106,10 +106,9 @@ struct Candidate {
   int16_t virtual_stages = 1;
   int16_t recompute_layers = 0;
   uint8_t zero : 2 = 0;
-  uint8_t schedule : 2 = 0;   // spec::Schedule
+  uint8_t schedule : 3 = 0;   // spec::Schedule
   uint8_t recompute : 2 = 0;  // spec::Recompute
   bool sequence_parallel : 1 = false;
-  bool balanced : 1 = false;  // layers split by balanced_split, else evenly
   // log2 of the ranks splitting each sample (Enumeration::sample_splits[spatial].ranks()): what
   // the spatial and cp constraints bound.
   uint8_t split_log2 : 5 = 0;
@@ -123,10 +122,11 @@ struct Candidate {
   // Under KARMA's split: the swapped blocks reloaded as the backward begins, a window of the
   // recomputed blocks above them (spec::Offload::prefetch_layers), else the double buffer's one.
   bool reload_ahead : 1 = false;
-  uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
-  uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
-  uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
-  uint8_t grid = 0;         // index into Enumeration::grids ([0]: 1D tensor parallelism)
+  bool balanced : 1 = false;  // layers split by balanced_split, else evenly
+  uint8_t stack = 0;          // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
+  uint8_t compression = 0;    // 0: none, else 1 + index into SearchRequest::compressions
+  uint8_t spatial = 0;        // index into Enumeration::sample_splits ([0]: unsplit)
+  uint8_t grid = 0;           // index into Enumeration::grids ([0]: 1D tensor parallelism)
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 

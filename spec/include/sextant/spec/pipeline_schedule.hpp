@@ -42,9 +42,24 @@ std::vector<ScheduleUnit> pipedream_2bw_units(int64_t pp, int64_t micro_batches,
 int64_t pipedream_2bw_version(int64_t batch);
 // Why `plan` cannot use the schedule: "" if it can (validate_plan asks).
 std::string pipedream_2bw_problem(const Plan& plan);
+
+// Asynchronous PipeDream with weight stashing (Narayanan et al., SOSP'19, §3.3, "PipeDream:
+// Generalized Pipeline Parallelism for DNN Training"): each batch is one micro-batch per replica,
+// and each stage updates its weights after every backward, with no flush. Under 1F1B stage s has
+// pp - s batches in flight, so batch t's forward there reads the version after
+// max(0, t - (pp - 1 - s)) updates, and its backward the same version, stashed (weight stashing);
+// the update applies to the newest: W_s(t+1) = W_s(t) - lr * grad_s f_t(the stages' versions).
+// Stage s keeps pp - s versions. Without vertical sync each stage's staleness is its own.
+int64_t pipedream_version(int64_t batch, int64_t pp, int64_t stage);
+// Why `plan` cannot use the schedule: "" if it can (validate_plan asks).
+std::string pipedream_problem(const Plan& plan);
+
 // The batches the simulator and the planner run back to back to price one batch in steady state:
-// the step time is makespan(2 batches) - makespan(1 batch), fill and drain paid once in both.
+// for PipeDream-2BW 2 (the step is makespan(2 batches) - makespan(1 batch), fill and drain paid
+// once in both); for PipeDream pp + 1 (its fill is pp batches long: the step is the
+// (makespan(pp + 1) - makespan(1)) / pp); 1 for the synchronous schedules.
 inline constexpr int64_t kPipeDream2BWWindow = 2;
+int64_t asynchronous_window(const Plan& plan);
 
 // Most micro-batch-chunks whose activations a stage holds at once under the schedule (forwards
 // started and not yet finished by their backward), i.e. the activation multiplier of the stage.

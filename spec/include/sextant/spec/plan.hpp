@@ -21,8 +21,12 @@ namespace sextant::spec {
 // kPipeDream2BW: PipeDream-2BW's asynchronous pipeline (Narayanan et al., ICML 2021, "Memory-
 // Efficient Pipeline-Parallel DNN Training"): 1F1B without a flush between batches, two weight
 // versions per stage, gradients one version stale (pipeline_schedule.hpp has its rules).
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW };
+// kPipeDream: asynchronous PipeDream with weight stashing (spec/pipeline_schedule.hpp).
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW, kPipeDream };
 EnumNames<Schedule> schedule_names();
+// Whether the schedule runs batches back to back without a flush, each stage updating as its
+// part of a batch ends (PipeDream-2BW, PipeDream): a training rule of its own.
+bool asynchronous(Schedule schedule);
 enum class Recompute { kNone, kSelective, kFull };
 EnumNames<Recompute> recompute_names();
 
