@@ -277,16 +277,27 @@ const planner::RankedPlan* run_verify(const PlanFlagsAll& f, const planner::Sear
 // the best ranked plan whose layout can compress its gradients. `plan` is null when none can.
 struct CrossoverAnswer {
   const planner::RankedPlan* plan = nullptr;
-  // spec::compression_text and its sweep, or why the layout cannot compress with it.
+  // The compression's label and its sweep, or why the layout cannot compress with it.
   std::vector<std::pair<std::string, planner::CompressionCrossover>> rows;
   std::vector<std::pair<std::string, std::string>> refused;
 };
 
-CrossoverAnswer compression_crossovers(const planner::SearchRequest& r,
+CrossoverAnswer compression_crossovers(const SearchFlags& f, const planner::SearchRequest& r,
                                        const planner::SearchResult& result,
                                        sim::Fidelity fidelity) {
   CrossoverAnswer a;
   if (r.compressions.empty()) return a;
+  // Each row named as the user wrote it; a text the search tried several ways (SparCML without
+  // an algorithm: spec::searched_compressions) names each in full. r.compressions is in order.
+  std::vector<std::string> labels;
+  for (const std::string& text : f.compressions) {
+    const std::vector<spec::GradientCompression> tried =
+        spec::searched_compressions(text, "--compression");
+    for (const spec::GradientCompression& c : tried)
+      labels.push_back(tried.size() == 1 ? text : spec::compression_text(c));
+  }
+  SEXTANT_CHECK(labels.size() == r.compressions.size(), "{} compressions for {} labels",
+                r.compressions.size(), labels.size());
   for (const planner::RankedPlan& p : result.ranked)
     if (spec::compression_layout_problem(p.plan).empty()) {
       a.plan = &p;
@@ -296,12 +307,11 @@ CrossoverAnswer compression_crossovers(const planner::SearchRequest& r,
   for (size_t i = 0; i < r.compressions.size(); ++i) {
     if (std::string why = spec::compression_problem(a.plan->plan, r.compressions[i]);
         !why.empty()) {
-      a.refused.emplace_back(spec::compression_text(r.compressions[i]), why);
+      a.refused.emplace_back(labels[i], why);
       continue;
     }
-    a.rows.emplace_back(spec::compression_text(r.compressions[i]),
-                        planner::compression_crossover(r.model, r.cluster, a.plan->plan,
-                                                       r.compressions[i], fidelity));
+    a.rows.emplace_back(labels[i], planner::compression_crossover(r.model, r.cluster, a.plan->plan,
+                                                                  r.compressions[i], fidelity));
   }
   return a;
 }
@@ -370,7 +380,8 @@ int run_plan(const PlanFlagsAll& f) {
   planner::SearchOptions options = options_from(f.search);
   options.top_k = f.top;
   planner::SearchResult result = planner::search(request, options);
-  const CrossoverAnswer crossovers = compression_crossovers(request, result, options.fidelity);
+  const CrossoverAnswer crossovers =
+      compression_crossovers(f.search, request, result, options.fidelity);
   const int64_t seq = request.model.is_transformer()
                           ? request.seq_len.value_or(request.model.transformer().seq_len)
                           : 1;
