@@ -676,9 +676,20 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
   const int64_t e = spec::dtype_bytes(lowered.dtype);
   const spec::GradientCompression& comp = plan.compression;
-  const DpKey key{&stages,   plan.replicas(),  stack.dp_bucket_bytes,       g,         e,
-                  plan.zero, stack.dp_overlap, static_cast<int>(comp.kind), comp.bits, comp.bucket,
-                  comp.rank, comp.ratio,       comp.error_feedback};
+  const DpKey key{&stages,
+                  plan.replicas(),
+                  stack.dp_bucket_bytes,
+                  g,
+                  e,
+                  plan.zero,
+                  stack.dp_overlap,
+                  static_cast<int>(comp.kind),
+                  comp.bits,
+                  comp.bucket,
+                  comp.rank,
+                  comp.ratio,
+                  comp.error_feedback,
+                  static_cast<int>(comp.sparse_algorithm)};
   auto it = l.dp_times.find(key);
   if (it != l.dp_times.end()) return it->second;
   const DrainLayout& layout = drain_layout(plan, l, stages, stack.dp_bucket_bytes, g);

@@ -151,6 +151,7 @@ class Estimator {
     int64_t bits = 0, scale_bucket = 0, rank = 0;
     double ratio = 0;
     bool error_feedback = false;
+    int sparse_algorithm = 0;
     auto operator<=>(const DpKey&) const = default;
   };
   // The data-parallel drain of a split into stages for one bucket size and gradient width
