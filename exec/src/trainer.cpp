@@ -631,32 +631,36 @@ class Trainer {
                       spec::pipedream_version(step, plan_.pp, g.pp_rank), applied);
         read[step] = applied;
         // Its data is the step's one micro-batch; the stage's caches are kept by index, and up
-        // to pp steps are in flight: each its own index (0 for the first, as traces say).
+        // to pp steps are in flight: each its own index, which traces name (0 for the first).
         MicroBatch mb = micro_batch(step, 0);
         mb.index = step % (2 * g.pp_size);
         auto it = batches.emplace(step, std::move(mb)).first;
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, Phase::kFwd, 0, g.prev, tag(step, false));
+          receive(input, Phase::kFwd, it->second.index, g.prev, tag(step, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, 0);
-        if (!last) sends.push_back({step, transmit(out, Phase::kFwd, 0, g.next, tag(step, false))});
+        if (!last)
+          sends.push_back(
+              {step, transmit(out, Phase::kFwd, it->second.index, g.next, tag(step, false))});
         continue;
       }
       sync_->begin_step(step);
       Tensor grad;
       if (!last) {
         grad = be.empty(stage_->output_shape(), be.activation_dtype());
-        receive(grad, Phase::kBwd, 0, g.next, tag(step, true));
+        receive(grad, Phase::kBwd, batches.at(step).index, g.next, tag(step, true));
       }
       const int64_t version = read.at(step);
       if (version != applied) versions.load(version);
+      const int64_t index = batches.at(step).index;
       Tensor dx = stage_->backward(batches.at(step), last ? nullptr : &grad, 0);
       versions.restore();
       batches.erase(step);
       read.erase(step);
-      if (!first) sends.push_back({step, transmit(dx, Phase::kBwd, 0, g.prev, tag(step, true))});
+      if (!first)
+        sends.push_back({step, transmit(dx, Phase::kBwd, index, g.prev, tag(step, true))});
       // This step's transfers complete (every receiver has reached them); later steps'
       // activations may still be on their way.
       for (Send& send : sends)
