@@ -20,6 +20,36 @@ constexpr int kPayloadTag = 0x5c01;
 
 }  // namespace
 
+float SparsePairs::header() const {
+  return std::bit_cast<float>(dense ? kSparseDenseMark : static_cast<uint32_t>(index.size()));
+}
+
+std::vector<float> SparsePairs::payload() const {
+  if (dense) return value;
+  std::vector<float> out;
+  out.reserve(2 * index.size());
+  for (uint32_t i : index) out.push_back(std::bit_cast<float>(i));
+  out.insert(out.end(), value.begin(), value.end());
+  return out;
+}
+
+int64_t SparsePairs::payload_words(float header, int64_t dense_elements) {
+  const uint32_t h = std::bit_cast<uint32_t>(header);
+  return h == kSparseDenseMark ? dense_elements : 2 * int64_t{h};
+}
+
+void SparsePairs::read(float header, const float* words, int64_t count) {
+  dense = std::bit_cast<uint32_t>(header) == kSparseDenseMark;
+  index.clear();
+  if (dense) {
+    value.assign(words, words + count);
+    return;
+  }
+  const int64_t pairs = count / 2;
+  for (int64_t j = 0; j < pairs; ++j) index.push_back(std::bit_cast<uint32_t>(words[j]));
+  value.assign(words + pairs, words + count);
+}
+
 SparseAllReduce::SparseAllReduce(Communicator& group, int64_t n, const uint32_t* encoded, int64_t k)
     : group_(&group), n_(n) {
   SEXTANT_CHECK(std::has_single_bit(static_cast<unsigned>(group.size())),
@@ -48,37 +78,19 @@ void SparseAllReduce::go_dense(Union& u) const {
 
 int64_t SparseAllReduce::exchange(int round) {
   const int partner = group_->rank() ^ (1 << round);
-  // The payload as words: indices then values, or the dense values.
-  std::vector<float> out;
-  if (mine_.dense) {
-    out = mine_.value;
-  } else {
-    out.reserve(2 * mine_.index.size());
-    for (uint32_t i : mine_.index) out.push_back(std::bit_cast<float>(i));
-    out.insert(out.end(), mine_.value.begin(), mine_.value.end());
-  }
-  const float header = std::bit_cast<float>(
-      mine_.dense ? kSparseDenseMark : static_cast<uint32_t>(mine_.index.size()));
+  const std::vector<float> out = mine_.payload();
+  const float header = mine_.header();
   auto sent_header = group_->send(&header, 1, partner, kHeaderTag);
   auto sent_payload =
       group_->send(out.data(), static_cast<int64_t>(out.size()), partner, kPayloadTag);
   float their_header = 0;
   group_->recv(&their_header, 1, partner, kHeaderTag);
-  const uint32_t count = std::bit_cast<uint32_t>(their_header);
-  theirs_.dense = count == kSparseDenseMark;
-  const int64_t words = theirs_.dense ? n_ : 2 * int64_t{count};
+  const int64_t words = SparsePairs::payload_words(their_header, n_);
   std::vector<float> in(static_cast<size_t>(words));
   group_->recv(in.data(), words, partner, kPayloadTag);
   sent_header->wait();
   sent_payload->wait();
-  if (theirs_.dense) {
-    theirs_.index.clear();
-    theirs_.value = std::move(in);
-  } else {
-    theirs_.index.resize(count);
-    for (uint32_t j = 0; j < count; ++j) theirs_.index[j] = std::bit_cast<uint32_t>(in[j]);
-    theirs_.value.assign(in.begin() + count, in.end());
-  }
+  theirs_.read(their_header, in.data(), words);
   return 4 * static_cast<int64_t>(out.size());
 }
 

@@ -8,9 +8,6 @@
 
 namespace sextant::exec {
 
-// A gathered range is a header word (kSparseDenseMark or its pairs' count), then its indices and
-// values, or its dense elements.
-
 SparseSplitAllGather::SparseSplitAllGather(Communicator& group, int64_t n, const uint32_t* encoded,
                                            int64_t k)
     : group_(&group), n_(n), sums_(static_cast<size_t>(group.size())) {
@@ -88,45 +85,23 @@ int64_t SparseSplitAllGather::merge() {
 
 int64_t SparseSplitAllGather::gather() {
   const int p = group_->size();
-  const Range& mine_sum = sums_[mine()];
-  const float header = std::bit_cast<float>(
-      mine_sum.dense ? kSparseDenseMark : static_cast<uint32_t>(mine_sum.index.size()));
+  // Every range's header first, so that each rank knows the payloads' sizes.
+  const float header = sums_[mine()].header();
   std::vector<float> headers(static_cast<size_t>(p));
   group_->all_gather(&header, headers.data(), 1);
   std::vector<int64_t> counts(static_cast<size_t>(p));
-  for (int r = 0; r < p; ++r) {
-    const uint32_t h = std::bit_cast<uint32_t>(headers[static_cast<size_t>(r)]);
+  for (int r = 0; r < p; ++r)
     counts[static_cast<size_t>(r)] =
-        h == kSparseDenseMark ? begin(r + 1) - begin(r) : 2 * int64_t{h};
-  }
-  std::vector<float> out;
-  if (mine_sum.dense) {
-    out = mine_sum.value;
-  } else {
-    for (uint32_t i : mine_sum.index) out.push_back(std::bit_cast<float>(i));
-    out.insert(out.end(), mine_sum.value.begin(), mine_sum.value.end());
-  }
+        SparsePairs::payload_words(headers[static_cast<size_t>(r)], begin(r + 1) - begin(r));
+  const std::vector<float> out = sums_[mine()].payload();
   int64_t words = 0;
   for (int64_t c : counts) words += c;
   std::vector<float> all(static_cast<size_t>(words));
   group_->all_gather_v(out.data(), all.data(), counts);
-  size_t at = 0;
+  int64_t at = 0;
   for (size_t r = 0; r < static_cast<size_t>(p); ++r) {
-    const auto count = static_cast<size_t>(counts[r]);
-    Range& range = sums_[r];
-    range.dense = std::bit_cast<uint32_t>(headers[r]) == kSparseDenseMark;
-    range.index.clear();
-    if (range.dense) {
-      range.value.assign(all.begin() + static_cast<std::ptrdiff_t>(at),
-                         all.begin() + static_cast<std::ptrdiff_t>(at + count));
-    } else {
-      const size_t pairs = count / 2;
-      for (size_t j = 0; j < pairs; ++j)
-        range.index.push_back(std::bit_cast<uint32_t>(all[at + j]));
-      range.value.assign(all.begin() + static_cast<std::ptrdiff_t>(at + pairs),
-                         all.begin() + static_cast<std::ptrdiff_t>(at + count));
-    }
-    at += count;
+    sums_[r].read(headers[r], all.data() + at, counts[r]);
+    at += counts[r];
   }
   return 4 * words;
 }

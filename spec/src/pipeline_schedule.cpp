@@ -95,7 +95,6 @@ std::string pipedream_problem(const Plan& plan) {
         "{}: use global_batch = dp x micro_batch",
         plan.micro_batches());
   if (plan.zero != 0) return "stashes whole weight versions and updates every batch: use zero 0";
-  if (plan.virtual_stages > 1) return "runs one chunk per stage (virtual_stages 1)";
   if (plan.offload.any()) return "is not modelled with offload";
   return "";
 }

@@ -19,6 +19,21 @@ namespace sextant::exec {
 // follow); the words travel as floats, copied bit for bit.
 inline constexpr uint32_t kSparseDenseMark = 0xffffffffu;
 
+// Summed pairs as both sparse all-reduces hold and send them: sorted indices and their values, or
+// a dense vector. On the wire a header word (kSparseDenseMark or the pairs' count) and a payload
+// (the indices, then the values; or the dense values).
+struct SparsePairs {
+  bool dense = false;
+  std::vector<uint32_t> index;  // sparse: sorted
+  std::vector<float> value;     // sparse: one per index; dense: every element
+  float header() const;
+  std::vector<float> payload() const;
+  // The payload's words after `header`, a dense one holding `dense_elements`.
+  static int64_t payload_words(float header, int64_t dense_elements);
+  // Reads `words` of a payload sent after `header`.
+  void read(float header, const float* words, int64_t count);
+};
+
 class SparseAllReduce {
  public:
   // `encoded`: k sorted, distinct indices below n, then their k values, as top-k encodes them
@@ -41,11 +56,7 @@ class SparseAllReduce {
   int rounds() const;
 
  private:
-  struct Union {
-    bool dense = false;
-    std::vector<uint32_t> index;  // sparse: sorted
-    std::vector<float> value;     // sparse: one per index; dense: n
-  };
+  using Union = SparsePairs;  // dense: n values
   void go_dense(Union& u) const;
 
   Communicator* group_;
@@ -84,11 +95,7 @@ class SparseSplitAllGather {
   bool range_dense() const { return sums_[mine()].dense; }
 
  private:
-  struct Range {
-    bool dense = false;
-    std::vector<uint32_t> index;  // sparse: sorted, global
-    std::vector<float> value;     // sparse: one per index; dense: the range's elements
-  };
+  using Range = SparsePairs;  // dense: the range's elements
   size_t mine() const { return static_cast<size_t>(group_->rank()); }
   int64_t begin(int64_t range) const;
 
