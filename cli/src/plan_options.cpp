@@ -42,6 +42,11 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
       "topk[:ratio=0.01], onebit[:bucket=512], powersgd[:rank=1], "
       "sparcml[:ratio=0.01,algorithm=recursive_doubling|split_allgather]; "
       "error_feedback=false turns error feedback off");
+  cmd.add_option("--parameter-server", f.parameter_server,
+                 "Exchange gradients through parameter servers on the data-parallel ranks, "
+                 "workers running S steps ahead of the updates they read (0: synchronous; "
+                 "Li et al. OSDI'14 bounded delay)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--spatial", f.spatial,
                  "Split each sample of a CNN over an HxW grid of ranks (spatial parallelism, "
                  "Dryden et al. IPDPS'19), e.g. 2x2; H alone splits the rows; DxHxW splits a "
@@ -230,6 +235,12 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
     plan.compression = spec::compression_from_text(f.compression, "--compression");
     // The plan's own rules again, now with its compression (DDP only, dp > 1).
     plan = spec::plan_from_json(spec::to_json(plan), "command line");
+  }
+  if (f.parameter_server >= 0) {
+    // Decoded and checked as a plan file's "parameter_server" object.
+    spec::Json j = spec::to_json(plan);
+    j["parameter_server"] = {{"staleness", f.parameter_server}};
+    plan = spec::plan_from_json(j, "command line");
   }
   apply_stack_flags(f.stack, plan, gpu_cluster, model);
   if (gpus && *gpus != plan.world_size()) {

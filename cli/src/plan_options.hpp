@@ -39,7 +39,8 @@ struct PlanFlags {
   std::string offload_params;       // host or nvme (ZeRO-Infinity, zero 3), or none
   std::string offload_activations;  // host, or none
   int64_t offload_activation_layers = 0;
-  int64_t offload_prefetch_layers = 0;             // 0: the plan's (1)           // 0: every layer
+  int64_t offload_prefetch_layers = 0;  // 0: the plan's (1)
+  int64_t parameter_server = -1;        // staleness through parameter servers; -1: the all-reduce
   std::vector<std::string> collective_algorithms;  // "kind=algorithm" each
   StackFlags stack;
 };

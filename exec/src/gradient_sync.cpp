@@ -21,11 +21,15 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       stage_(stage),
       micro_batches_(micro_batches),
       stack_(spec::executor_stack(*ctx.plan)),
-      dp_(ctx.groups->replica_size),
+      // Parameter servers sum the replicas' gradients themselves (exec/src/parameter_servers.hpp):
+      // here each replica is on its own, its tied and partial sums still made.
+      dp_(ctx.plan->parameter_server.enabled ? 1 : ctx.groups->replica_size),
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
   ParamStore& store = stage_.params();
-  replicas_ = {ctx.groups->replicas, ctx.groups->replica_size, ctx.groups->replica_rank};
+  replicas_ = dp_ == 1
+                  ? Group{ctx.groups->replicas, 1, 0}
+                  : Group{ctx.groups->replicas, ctx.groups->replica_size, ctx.groups->replica_rank};
   experts_ = ctx.groups->expert_replicas != nullptr
                  ? Group{ctx.groups->expert_replicas, ctx.groups->expert_replica_size,
                          ctx.groups->expert_replica_rank}

@@ -19,6 +19,7 @@
 #include "checkpoint.hpp"
 #include "data.hpp"
 #include "gradient_sync.hpp"
+#include "parameter_servers.hpp"
 #include "sextant/exec/nvme_file.hpp"
 #include "sextant/exec/watchdog.hpp"
 #include "sextant/models/lowering.hpp"
@@ -26,6 +27,7 @@
 #include "sextant/models/per_op_head.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "sextant/spec/parameter_server.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "stage_model.hpp"
 #include "weight_versions.hpp"
@@ -145,6 +147,7 @@ class Trainer {
   TrainResult run(const std::function<void(const StepLog&)>& on_step) {
     if (plan_.schedule == spec::Schedule::kPipeDream2BW) return run_pipedream_2bw(on_step);
     if (plan_.schedule == spec::Schedule::kPipeDream) return run_pipedream(on_step);
+    if (plan_.parameter_server.enabled) return run_parameter_server(on_step);
     if (!o_.layer_staleness.empty()) {
       SEXTANT_CHECK(plan_.world_size() == 1 && o_.checkpoint_dir.empty(),
                     "layer staleness defines an asynchronous pipeline on one rank without "
@@ -316,12 +319,11 @@ class Trainer {
     throw std::runtime_error(fmt::format("fault injected at step {} (SEXTANT_FAULT_RANK)", step));
   }
 
-  StepLog one_step(int64_t step) {
-    maybe_inject_fault(step);
+  // The step's pipeline schedule on this stage: every micro-batch's forward and backward, with
+  // the transfers to and from the neighbouring stages, which have completed when it returns.
+  void run_units(int64_t step) {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
-    sync_->begin_step(step);
-    if (stale_) load_stale_layers(step);
     const int64_t local_chunks = stage_->chunks();
     const int64_t model_chunks = g.pp_size * local_chunks;
     std::vector<spec::ScheduleUnit> units =
@@ -367,6 +369,14 @@ class Trainer {
       }
     }
     for (auto& [request, tensor] : sends) request->wait();
+  }
+
+  StepLog one_step(int64_t step) {
+    maybe_inject_fault(step);
+    Groups& g = *ctx_.groups;
+    sync_->begin_step(step);
+    if (stale_) load_stale_layers(step);
+    run_units(step);
     if (stale_) stale_->restore();  // the update applies to the newest weights
     sync_->finish_backward();
 
@@ -688,6 +698,68 @@ class Trainer {
       if (steps.pending() > static_cast<size_t>(g.pp_size)) steps.log_oldest();
     }
     for (Send& send : sends) send.request.first->wait();
+    return steps.finish();
+  }
+
+  // Through co-located parameter servers (spec/parameter_server.hpp, parameter_servers.hpp):
+  // step t runs with the version after max(0, t - s) updates. After it the rank pushes its
+  // gradients and, as a server, sums step t - s's pushes, updates its range of the masters and
+  // publishes the new version, which every worker pulls before the step that reads it. A step's
+  // loss and gradient norm are summed over the world without blocking once its update is made.
+  TrainResult run_parameter_server(const std::function<void(const StepLog&)>& on_step) {
+    Groups& g = *ctx_.groups;
+    ParamStore& store = stage_->params();
+    const int64_t staleness = plan_.parameter_server.staleness;
+    ParameterServers servers(ctx_, store);
+    const auto [begin, end] = servers.range();
+    Tensor masters = ctx_.backend->zeros({store.total()});  // this server's range of them
+    ctx_.backend->copy(store.values(), masters);
+    std::vector<Backend::AdamwSpan> spans;
+    for (Backend::AdamwSpan span : owned_spans()) {
+      const int64_t lo = std::max(span.offset, begin);
+      const int64_t hi = std::min(span.offset + span.count, end);
+      if (lo < hi) spans.push_back({lo, hi - lo, span.weight_decay});
+    }
+    std::vector<std::pair<int64_t, int64_t>> norm;  // the server's part of the global norm
+    for (auto [b, e] : sync_->norm_ranges())
+      if (std::max(b, begin) < std::min(e, end))
+        norm.emplace_back(std::max(b, begin), std::min(e, end));
+    std::map<int64_t, double> losses;  // per step pushed and not yet served
+    AsyncSteps steps(*this, on_step);
+    int64_t served = 0, pulled = 0;  // steps this rank's server updated; versions it pulled
+    auto serve = [&] {
+      const int64_t step = served++;
+      servers.sum();
+      double squares = 0;
+      for (auto [b, e] : norm) squares += stage_->grad_square_sum(b, e);
+      {
+        auto s = ctx_.recorder->scope(optimizer_event(servers.shard()));
+        ctx_.backend->adamw_spans(masters, store.grads(), m_, v_, spans, step + 1, o_.lr, o_.beta1,
+                                  o_.beta2, o_.eps, 1.0f);
+      }
+      servers.publish(masters);
+      steps.post(step, losses.at(step), squares);
+      losses.erase(step);
+    };
+    for (int64_t step = 0; step < o_.steps; ++step) {
+      mark_progress(step);
+      ctx_.recorder->set_step(step);
+      maybe_inject_fault(step);
+      // The version the step reads, published by the servers after step - s - 1's update.
+      for (; pulled < spec::parameter_server_version(step, staleness); ++pulled) servers.pull();
+      prefetch(step);
+      sync_->begin_step(step);
+      run_units(step);
+      sync_->finish_backward();  // the tied table's and partial sums; no replica's
+      const double loss = stage_->take_loss_sum();
+      losses[step] = g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 ? loss : 0.0;
+      servers.push();
+      if (step >= staleness) serve();
+      if (steps.pending() > 1) steps.log_oldest();
+    }
+    while (served < o_.steps) serve();
+    // The parameters end as the newest version, as one process's would.
+    for (; pulled < o_.steps; ++pulled) servers.pull();
     return steps.finish();
   }
 

@@ -12,6 +12,7 @@
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/offload_cost.hpp"
 #include "sextant/sim/program_builder.hpp"
+#include "sextant/spec/parameter_server.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 
 namespace sextant::sim {
@@ -169,6 +170,9 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   m.gradients = params * per.gradients;
   m.optimizer = params * per.optimizer;
   if (plan.zero >= 1) m.optimizer = sharded(per.optimizer);
+  // A parameter server keeps the master weights and moments of its range (spec::server_shard).
+  const bool servers = plan.parameter_server.enabled;
+  if (servers) m.optimizer = spec::server_shard(params, plan.dp) * per.optimizer;
   if (plan.zero >= 2) m.gradients = sharded(per.gradients);
   if (plan.zero >= 3) m.weights = sharded(per.weights);
   // Offloaded state leaves the device (ZeRO-Offload: the optimizer shard and, from ZeRO-2 on,
@@ -180,6 +184,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // PipeDream-2BW stashes a second copy of the stage's weights for the batch in flight.
   // (Formatted only when asked: the planner calls this for every plan it estimates.)
   auto shard_note = [&](int zero) {
+    if (servers && zero == 1) return fmt::format(", a 1/{} server range", plan.dp);
     return plan.zero >= zero ? fmt::format(", a 1/{} ZeRO shard", n) : std::string();
   };
   note("weights", m.weights, [&] {
@@ -200,6 +205,16 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
         params * models::weight_stash_bytes_per_param(spec::parameter_dtype(stack, lowered.dtype));
     m.weights += stash;
     note("weights", stash, [] { return std::string("PipeDream-2BW's stashed weight version"); });
+  }
+  if (servers && plan.parameter_server.staleness > 0) {
+    // Stale workers double-buffer: the gradients pushed while the next step's backward writes
+    // new ones, the version pulled while the step reads the older one.
+    m.weights += params * per.weights;
+    m.gradients += params * per.gradients;
+    note("weights", params * per.weights,
+         [] { return std::string("the version being pulled (a stale worker's second buffer)"); });
+    note("gradients", params * per.gradients,
+         [] { return std::string("the gradients being pushed (a stale worker's second buffer)"); });
   }
   if (plan.schedule == spec::Schedule::kPipeDream && stage + 1 < plan.pp) {
     // Stage s keeps pp - s versions, the newest the weights themselves (spec::pipedream_version).

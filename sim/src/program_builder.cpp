@@ -8,6 +8,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/models/parameter_server.hpp"
 #include "sextant/models/step_ops.hpp"
 #include "sextant/sim/host_issue.hpp"
 #include "sextant/sim/layer_cost.hpp"
@@ -41,14 +42,15 @@ class StageBuilder {
         batches_(batches) {
     SEXTANT_CHECK(offload_ != nullptr || !plan.offload.any(),
                   "plan {} offloads: the program needs the offload prices", plan.name());
-    SEXTANT_CHECK(batches == 1 || asynchronous(),
-                  "plan {}: only PipeDream(-2BW) runs batches back to back", plan.name());
+    SEXTANT_CHECK(batches == 1 || asynchronous() || servers(),
+                  "plan {}: only PipeDream(-2BW) and parameter servers run batches back to back",
+                  plan.name());
   }
 
   Program build() {
     // Gradients leave in buckets when the data-parallel group reduces them and when the optimizer
     // runs on the host (ZeRO-Offload copies each bucket's shard as it is ready, also on one GPU).
-    if ((plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3) {
+    if ((plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 && !servers()) {
       buckets_ =
           models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -57,6 +59,10 @@ class StageBuilder {
       }
     }
     gather_parameters_ahead();
+    if (servers()) {
+      parameter_server_batches();
+      return std::move(program_);
+    }
     std::vector<spec::ScheduleUnit> units =
         asynchronous() ? spec::pipedream_2bw_units(plan_.pp, micro_batches_, batches_, stage_)
                        : spec::pipeline_schedule(plan_.schedule, plan_.pp, plan_.virtual_stages,
@@ -82,6 +88,65 @@ class StageBuilder {
 
  private:
   bool asynchronous() const { return spec::asynchronous(plan_.schedule); }
+  bool servers() const { return plan_.parameter_server.enabled; }
+
+  // Through parameter servers (spec/parameter_server.hpp): the window's batches one after another,
+  // each its schedule's units with a flush. Batch b reads the version after b - s updates: its
+  // first compute waits for the pull of batch b - s - 1's update.
+  void parameter_server_batches() {
+    const int64_t staleness = plan_.parameter_server.staleness;
+    const std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
+        plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
+    for (; batch_ < batches_; ++batch_) {
+      if (const int64_t read = batch_ - staleness - 1; read >= 0)
+        require(pulls_[static_cast<size_t>(read)]);
+      for (spec::ScheduleUnit u : units) {
+        u.micro_batch += batch_ * micro_batches_;
+        if (u.forward) {
+          forward_unit(u);
+        } else {
+          backward_unit(u);
+        }
+      }
+      finish_batch();
+    }
+  }
+
+  // A server's step after the tail's sums, on the data-parallel stream: the push of the rank's
+  // gradients, its range's sum and update, and the pull of every range's new version. The
+  // compute stream goes on with the next batch; only the batch that reads this version waits.
+  void parameter_server_exchange() {
+    const int64_t params = models::stage_params(plan_, lowered_, stage_);
+    const int32_t before = issue_point(Phase::kOpt, -1);
+    const int32_t push = step_comm(models::ps_push(params, grad_bytes_), Phase::kOpt, -1, before);
+    const models::StepOp sum = models::ps_sum(params, plan_.dp, grad_bytes_);
+    const int32_t summed = dp_local_task(
+        sum, compute_.optimizer_time(sum.elements, sum.bytes / sum.elements), {done(push)});
+    const models::OptimizerPrecision precision =
+        models::optimizer_precision(stack_, lowered_.dtype, plan_.zero);
+    const models::StepOp update = models::ps_update(precision, params, plan_.dp);
+    const int32_t updated = dp_local_task(
+        update,
+        compute_.optimizer_time(update.elements, models::optimizer_bytes_per_param(precision)),
+        {done(summed)});
+    pulls_.push_back(step_comm(models::ps_pull(params, elem_bytes_), Phase::kOpt, -1, updated));
+    host_step_overhead();
+  }
+
+  // A step op of the rank's own on the data-parallel stream (a server's work), taking `duration`.
+  int32_t dp_local_task(const models::StepOp& op, Picoseconds duration,
+                        const std::vector<Dep>& deps) {
+    Task t;
+    t.kind = TaskKind::kLocal;
+    t.stream = Stream::kDpComm;
+    t.comm_class = CommClass::kDp;
+    t.phase = Phase::kOpt;
+    t.micro_batch = -1;
+    t.op_begin = named_op(op.id, op.op_class, op.bytes, -1);
+    t.duration = duration;
+    program_.ops[static_cast<size_t>(t.op_begin)].duration = duration;
+    return emit(t, deps);
+  }
   bool last_of_batch(int64_t micro_batch) const {
     return micro_batch % micro_batches_ == micro_batches_ - 1;
   }
@@ -908,6 +973,10 @@ class StageBuilder {
   }
 
   void optimizer_step() {
+    if (servers()) {
+      parameter_server_exchange();
+      return;
+    }
     const int64_t params = models::stage_params(plan_, lowered_, stage_);
     if (offload_optimizer()) {
       const int32_t ready = host_optimizer_step(updated_params());
@@ -1015,6 +1084,7 @@ class StageBuilder {
   int64_t batch_ = 0;  // the batch being built
   // layer -> its overlapped ZeRO-1/2 gathers (a dense and an expert bucket's under ep)
   std::map<size_t, std::vector<int32_t>> param_gather_;
+  std::vector<int32_t> pulls_;  // per batch: the parameter servers' pull of its update
 
   Program program_;
   std::vector<int32_t> positions_;  // position of each task in its stream

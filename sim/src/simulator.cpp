@@ -282,11 +282,11 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     return result;
   };
   EngineResult result = run(programs, options.trace);
-  if (spec::asynchronous(plan.schedule)) {
-    // PipeDream(-2BW) has no flush: a batch in steady state costs what each batch of a window run
-    // back to back adds (spec::asynchronous_window), its fill and drain paid once in both runs.
+  if (const int64_t batches = spec::asynchronous_window(plan); batches > 1) {
+    // PipeDream(-2BW) has no flush, stale parameter-server workers do not wait for the last
+    // update: a batch in steady state costs what each batch of a window run back to back adds
+    // (spec::asynchronous_window), its fill and drain paid once in both runs.
     // The trace keeps the one batch, the step the executor's one-step trace holds.
-    const int64_t batches = spec::asynchronous_window(plan);
     const EngineResult window = run(build(batches), false);
     result.events += window.events;
     for (size_t r = 0; r < result.ranks.size(); ++r)

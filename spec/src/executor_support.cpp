@@ -79,6 +79,18 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
                      "the executor runs models without a tied embedding table (its two end "
                      "stages would read the table at two weight versions): a Llama or an MLP"});
   }
+  if (plan.parameter_server.enabled) {
+    const std::string bound = fmt::format("staleness {}", plan.parameter_server.staleness);
+    // Each server updates its range alone: no global norm exists before the update.
+    if (run.clipping)
+      out.push_back({"/parameter_server", bound,
+                     "runs without global gradient-norm clipping (each server updates its range "
+                     "alone): pass --clip 0"});
+    if (run.checkpoints)
+      out.push_back({"/parameter_server", bound,
+                     "keeps the pushes and versions in flight, which the checkpoint format does "
+                     "not hold: run it without --checkpoint"});
+  }
   if (plan.schedule == Schedule::kPipeDream2BW) {
     // Each stage updates when its part of a batch ends: no global norm to clip by exists yet.
     if (run.clipping)
@@ -116,6 +128,10 @@ void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun
     add("/compression/kind", quoted(enum_name(compression_kind_names(), plan.compression.kind)),
         "compressed gradient exchanges run on CPU ranks in fp32 (the codecs work on host "
         "memory); other backends exchange gradients uncompressed");
+  if (plan.parameter_server.enabled)
+    add("/parameter_server", fmt::format("staleness {}", plan.parameter_server.staleness),
+        "parameter servers run on CPU ranks in fp32 (exec/src/parameter_servers.cpp sums and "
+        "sends host memory)");
   if (plan.tp_grid.any())
     add("/tp_grid", tensor_grid_text(plan.tp_grid),
         "a 3D tensor grid runs on CPU ranks in fp32 (its column splits are "

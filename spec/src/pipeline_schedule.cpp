@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/parameter_server.hpp"
 
 namespace sextant::spec {
 
@@ -100,6 +101,7 @@ std::string pipedream_problem(const Plan& plan) {
 }
 
 int64_t asynchronous_window(const Plan& plan) {
+  if (plan.parameter_server.enabled) return parameter_server_window(plan);
   if (plan.schedule == Schedule::kPipeDream2BW) return kPipeDream2BWWindow;
   if (plan.schedule == Schedule::kPipeDream) return plan.pp + 1;
   return 1;

@@ -15,6 +15,7 @@
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/parameter_server.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/spatial_split.hpp"
 #include "sextant/spec/tensor_grid.hpp"
@@ -148,6 +149,7 @@ std::string Plan::name() const {
       break;
   }
   if (compression.any() && !compression.error_feedback) s += "-noef";
+  if (parameter_server.enabled) s += fmt::format(".ps{}", parameter_server.staleness);
   if (spatial.any())
     s += spatial.d > 1 ? fmt::format(".dhw{}", spatial_text(spatial))
                        : fmt::format(".hw{}", spatial_text(spatial));
@@ -344,6 +346,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("schedule", "\"pipedream-2bw\"", async);
   if (std::string async = pipedream_problem(p); !async.empty())
     problem("schedule", "\"pipedream\"", async);
+  if (std::string ps = parameter_server_problem(p); !ps.empty())
+    problem("parameter_server", fmt::format("staleness {}", p.parameter_server.staleness), ps);
   if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())
     problem("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()), chosen);
   if (std::string why = per_op_problem(p); !why.empty())
@@ -420,6 +424,14 @@ Plan plan_from_json(const Json& json, const std::string& source) {
     o->finish();
   }
   if (auto c = r.object("compression", Presence::kOptional)) p.compression = read_compression(*c);
+  if (auto ps = r.object("parameter_server", Presence::kOptional)) {
+    p.parameter_server.enabled = true;
+    p.parameter_server.staleness =
+        ps->integer("staleness", Range::between(0, static_cast<double>(kMaxStaleness)),
+                    Presence::kOptional)
+            .value_or(0);
+    ps->finish();
+  }
   const bool cp_given = r.value("cp", Presence::kOptional) != nullptr;
   const std::optional<int64_t> cp = r.integer("cp", degree, Presence::kOptional);
   p.cp = cp.value_or(1);
@@ -608,6 +620,8 @@ Json to_json(const Plan& p) {
     if (p.offload.prefetch_layers > 1) j["offload"]["prefetch_layers"] = p.offload.prefetch_layers;
   }
   if (p.compression.any()) j["compression"] = compression_json(p.compression);
+  if (p.parameter_server.enabled)
+    j["parameter_server"] = {{"staleness", p.parameter_server.staleness}};
   if (p.spatial.any()) {
     j["spatial"] = {{"h", p.spatial.h}, {"w", p.spatial.w}};
     if (p.spatial.d > 1) j["spatial"]["d"] = p.spatial.d;

@@ -151,14 +151,15 @@ Reference reference(const spec::ModelSpec& model, spec::Schedule schedule = spec
   return cache[key] = ref;
 }
 
-// PipeDream's sequential definition on rank 0, broadcast: one rank, each layer read
-// pp - 1 - s steps stale where stage s of `plan` holds it (models::stage_layers), no clipping.
-Reference pipedream_reference(const spec::ModelSpec& model, const spec::Plan& plan) {
+// An asynchronous rule's sequential definition on rank 0, broadcast: one rank, no clipping, each
+// layer read as stale as `plan` reads it: PipeDream's pp - 1 - s steps where stage s holds it
+// (models::stage_layers), parameter servers' their bound everywhere.
+Reference stale_reference(const spec::ModelSpec& model, const spec::Plan& plan) {
   const models::LoweredModel lowered = models::lower(
       model, {plan.micro_batch, model.is_transformer() ? model.transformer().seq_len : 0,
               spec::Dtype::kFp32, 1, false});
-  std::vector<int64_t> staleness(lowered.layers.size(), 0);
-  for (int64_t s = 0; s < plan.pp; ++s) {
+  std::vector<int64_t> staleness(lowered.layers.size(), plan.parameter_server.staleness);
+  for (int64_t s = 0; s < plan.pp && plan.schedule == spec::Schedule::kPipeDream; ++s) {
     const models::StageLayers layers = models::stage_layers(plan, lowered, s);
     for (size_t l = layers.chunk_begin.front(); l < layers.chunk_end.back(); ++l)
       staleness[l] = plan.pp - 1 - s;
@@ -183,8 +184,8 @@ Reference pipedream_reference(const spec::ModelSpec& model, const spec::Plan& pl
 void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   ASSERT_EQ(plan.world_size(), world_size());
   const bool asynchronous = spec::asynchronous(plan.schedule);
-  Reference ref = plan.schedule == spec::Schedule::kPipeDream
-                      ? pipedream_reference(model, plan)
+  Reference ref = plan.schedule == spec::Schedule::kPipeDream || plan.parameter_server.enabled
+                      ? stale_reference(model, plan)
                       : reference(model, asynchronous ? plan.schedule : spec::Schedule::k1F1B);
   std::vector<StepLog> got = step_logs(model, plan, MPI_COMM_WORLD);
   ASSERT_EQ(got.size(), ref.loss.size());

@@ -196,6 +196,12 @@ spec::Plan pipedream(int64_t dp, int64_t tp, int64_t pp) {
   return p;
 }
 
+// Through parameter servers, workers `staleness` steps ahead.
+spec::Plan servers(spec::Plan p, int64_t staleness) {
+  p.parameter_server = {true, staleness};
+  return p;
+}
+
 spec::ModelSpec model_of(Net n) {
   switch (n) {
     case Net::kMlp:
@@ -679,6 +685,15 @@ std::vector<Layout> layouts() {
       {"llama_pp2_pipedream", pipedream(1, 1, 2), Net::kLlama},
       {"mlp_pp4_pipedream", pipedream(1, 1, 4), Net::kMlp},
       {"llama_dp2_tp2_pp2_pipedream", pipedream(2, 2, 2), Net::kLlama},
+      // Parameter servers: against their sequential definition, every layer `staleness` steps
+      // stale (TrainOptions::layer_staleness); synchronous at 0. GPT's tied table is summed
+      // over the end stages before the push.
+      {"dp2_ps0", servers(plan_of(2, 1, 1), 0)},
+      {"dp2_ps1", servers(plan_of(2, 1, 1), 1)},
+      {"llama_dp4_ps2", servers(plan_of(4, 1, 1), 2), Net::kLlama},
+      {"dp2_tp2_sp_ps1", servers(plan_of(2, 2, 1, 0, true), 1)},
+      {"dp2_pp2_ps1", servers(plan_of(2, 1, 2), 1)},
+      {"mlp_dp8_ps3", servers(plan_of(8, 1, 1), 3), Net::kMlp},
       // With ZeRO-1: each replica updates its shard of the buffer the finished batch read and
       // gathers the others' into it, while the next batch reads the other buffer.
       {"dp2_pp2_2bw_zero1", plan_of(2, 1, 2, 1, false, S::kPipeDream2BW)},
@@ -858,7 +873,7 @@ std::vector<Layout> per_tp_rank_capacity_layouts() {
 }
 
 bool suite_clips(const spec::Plan& plan) {
-  return !spec::asynchronous(plan.schedule);
+  return !spec::asynchronous(plan.schedule) && !plan.parameter_server.enabled;
 }
 
 spec::ExecutorRun suite_run(const Layout& l, spec::ExecutorBackend backend,

@@ -57,7 +57,8 @@ std::string pipedream_problem(const Plan& plan);
 // The batches the simulator and the planner run back to back to price one batch in steady state:
 // for PipeDream-2BW 2 (the step is makespan(2 batches) - makespan(1 batch), fill and drain paid
 // once in both); for PipeDream pp + 1 (its fill is pp batches long: the step is the
-// (makespan(pp + 1) - makespan(1)) / pp); 1 for the synchronous schedules.
+// (makespan(pp + 1) - makespan(1)) / pp); through parameter servers parameter_server_window;
+// 1 for the synchronous schedules.
 inline constexpr int64_t kPipeDream2BWWindow = 2;
 int64_t asynchronous_window(const Plan& plan);
 

@@ -122,6 +122,14 @@ struct GradientCompression {
   bool operator==(const GradientCompression&) const = default;
 };
 
+// Data-parallel training through co-located parameter servers with bounded staleness instead of
+// an all-reduce (spec/parameter_server.hpp owns its rules).
+struct ParameterServer {
+  bool enabled = false;
+  int64_t staleness = 0;  // steps a worker runs ahead of the updates it reads; 0: synchronous
+  bool operator==(const ParameterServer&) const = default;
+};
+
 // How each sample's feature maps are split over ranks (spatial parallelism, Dryden et al.,
 // IPDPS'19, "Improving strong-scaling of CNN training by exploiting finer-grained parallelism"):
 // an h x w grid of ranks (d x h x w over a volume's planes, rows and columns), each holding a block
@@ -206,8 +214,9 @@ struct Plan {
   // the default stack of the cluster kind (plan_stack).
   std::optional<Stack> stack;
   Offload offload;
-  GradientCompression compression;  // of the data-parallel gradient exchange (DDP, zero 0)
-  SpatialSplit spatial{};           // each sample's feature maps over a grid of ranks (CNNs)
+  GradientCompression compression;   // of the data-parallel gradient exchange (DDP, zero 0)
+  ParameterServer parameter_server;  // instead of the all-reduce (DDP, zero 0)
+  SpatialSplit spatial{};            // each sample's feature maps over a grid of ranks (CNNs)
   // Context parallelism: each sequence split over `cp` ranks (transformers), which attend to the
   // whole sequence with `cp_algorithm`. spec/context_parallel.hpp owns its rules.
   int64_t cp = 1;
