@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "../support/layout_suite.hpp"
+#include "sextant/models/parameter_server.hpp"
 
 namespace sextant::models {
 namespace {
@@ -157,6 +158,31 @@ TEST(StepOps, OffloadCopiesAndTheHostUpdate) {
   EXPECT_EQ(updated_parameters_return(p, 1000, spec::Dtype::kBf16)->id, OpId::kOffloadParamsToNvme);
   p.offload.params = spec::OffloadTarget::kHost;
   EXPECT_FALSE(updated_parameters_return(p, 1000, spec::Dtype::kBf16));
+}
+
+}  // namespace
+}  // namespace sextant::models
+
+namespace sextant::models {
+namespace {
+
+// Parameter servers' ops by hand: 10 parameters over 4 servers, fp32 gradients and weights.
+TEST(ParameterServerOps, BytesOfThePushSumUpdateAndPull) {
+  // The push: the rank's whole gradient buffer as an all-to-all, 10 x 4 bytes.
+  const StepOp push = ps_push(10, 4);
+  EXPECT_EQ(push.bytes, 40);
+  EXPECT_EQ(push.collective, spec::CollectiveKind::kAllToAll);
+  // The sum over a range of ceil(10 / 4) = 3: 4 parts read and the sum written, 3 x 4 bytes each.
+  EXPECT_EQ(ps_sum(10, 4, 4).bytes, 5 * 3 * 4);
+  // The update: the optimizer's bytes over the 3, on the data-parallel stream.
+  const OptimizerPrecision fp32;
+  const StepOp update = ps_update(fp32, 10, 4);
+  EXPECT_EQ(update.bytes, 3 * optimizer_bytes_per_param(fp32));
+  EXPECT_EQ(update.stream, spec::Stream::kDpComm);
+  // The pull: every range of the new version, an all-gather of 10 x 4 bytes (2 in bf16).
+  EXPECT_EQ(ps_pull(10, 4).bytes, 40);
+  EXPECT_EQ(ps_pull(10, 2).bytes, 20);
+  EXPECT_EQ(ps_pull(10, 4).collective, spec::CollectiveKind::kAllGather);
 }
 
 }  // namespace

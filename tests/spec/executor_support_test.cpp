@@ -260,6 +260,21 @@ TEST(ExecutorSupport, RunOptionsTheLayoutCannotTake) {
   unclipped.checkpoints = false;
   unclipped.precision = ExecutorPrecision::kBf16;
   expect_refused(llama, pipedream, unclipped, "/schedule", "--precision fp32");
+  // Parameter servers: no clipping, no checkpoints, CPU ranks in fp32 (host sums and sends).
+  Plan servers = dp2();
+  servers.parameter_server = {true, 1};
+  unclipped.precision = ExecutorPrecision::kFp32;
+  expect_runs(gpt, servers, unclipped);
+  expect_refused(gpt, servers, kCpu, "/parameter_server", "pass --clip 0");
+  unclipped.checkpoints = true;
+  expect_refused(gpt, servers, unclipped, "/parameter_server", "run it without --checkpoint");
+  unclipped.checkpoints = false;
+  for (const ExecutorRun& elsewhere : {on(ExecutorBackend::kCpu, ExecutorPrecision::kBf16),
+                                       on(ExecutorBackend::kCuda, ExecutorPrecision::kFp32)}) {
+    ExecutorRun off_cpu = elsewhere;
+    off_cpu.clipping = false;
+    expect_refused(gpt, servers, off_cpu, "/parameter_server", "run on CPU ranks in fp32");
+  }
   ExecutorRun text = kCpu;
   text.synthetic_data = false;
   expect_runs(gpt, dp2(), text);  // its vocabulary holds every byte
