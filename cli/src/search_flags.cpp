@@ -10,6 +10,7 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/spec/build_info.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/parameter_server.hpp"
 #include "validators.hpp"
 
 namespace sextant::cli {
@@ -43,6 +44,11 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
   cmd.add_flag("--async-pipeline", f.asynchronous_pipelines,
                "Also try the asynchronous pipelines, PipeDream-2BW and PipeDream (no flush; "
                "stale gradients, which change what the model learns: the user's to check)");
+  cmd.add_option("--parameter-server", f.parameter_server_staleness,
+                 "Also let DDP layouts exchange through parameter servers with each staleness "
+                 "bound given (0: synchronous; at most 3 values; stale ones change what the model "
+                 "learns: the user's to check)")
+      ->check(CLI::Range(int64_t{0}, spec::kMaxStaleness));
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
@@ -90,6 +96,12 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
       r.compressions.push_back(c);
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
   r.asynchronous_pipelines = f.asynchronous_pipelines;
+  if (f.parameter_server_staleness.size() > planner::kMaxSearchedServerBounds)
+    throw InputError(
+        "command line", "--parameter-server",
+        fmt::format("{} values", f.parameter_server_staleness.size()),
+        fmt::format("at most {} staleness bounds a search", planner::kMaxSearchedServerBounds));
+  r.parameter_server_staleness = f.parameter_server_staleness;
   r.stack =
       stack_from_flags(f.stack, std::nullopt, r.cluster.device.kind == spec::DeviceKind::kGpu);
   // A knob the user set is kept as set; --fixed-stack keeps them all.

@@ -8,6 +8,7 @@
 
 #include "sextant/models/gradient_compression.hpp"
 #include "sextant/models/optimizer_step.hpp"
+#include "sextant/models/parameter_server.hpp"
 #include "sextant/models/step_ops.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
@@ -932,6 +933,80 @@ Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const s
   return out;
 }
 
+// The partial gradients' sum (models::partial_gradient_sum) ahead of each stage's update:
+// over tp under sequence parallelism, over z on a tensor grid, over tp for the weights a per-op
+// plan holds whole on the tp ranks. It starts once the last backward is done, on its own stream
+// (the simulator's program): with a data-parallel exchange beside the drain's last buckets, so
+// only what outlasts them (the drain's time past the stage's backward, run back to back) is
+// exposed. Norms and biases take a thousandth of the buckets' time and never outlast them; a
+// per-op plan's whole weights may.
+double Estimator::partial_sum_seconds(const spec::Plan& plan, const StageEntry& entry,
+                                      int64_t grad_bytes, const DpTimes* dp, size_t stage) {
+  if (entry.partial_params == 0) return 0.0;
+  const Shapes& shape = shapes(plan);
+  const double sum =
+      collective_s(plan, spec::CollectiveKind::kAllReduce, entry.partial_params * grad_bytes,
+                   plan.tp_grid.any() ? shape.grid_z : shape.tp);
+  if (!dp) return sum;
+  const spec::StageDrain& drain = dp->drain.stages[stage];
+  double work = 0;
+  for (double w : drain.layer_backward) work += w;
+  return std::max(0.0, sum - (spec::drain_back_to_back(drain).end - work));
+}
+
+// Through parameter servers (the simulator's program): each stage's compute ends with its
+// partial sums and the host's step work; then on the data-parallel stream the push, the server's
+// sum and update and the pull (models/parameter_server.hpp). Synchronous workers wait for the
+// pull; stale ones go on, so a step costs the longer of the compute and the exchange, the
+// exchange's transfers slowing the compute beside them. Returns the step from the pipeline's
+// `step` (its last pass at `pipeline_end`).
+double Estimator::servers_step(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                               const Stages& stages, size_t stage_ends_at, double pipeline_end,
+                               double step) {
+  const models::LoweredModel& lowered = l.lowered;
+  const sim::ComputeModel& compute = *l.compute;
+  const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
+  const int64_t w = spec::dtype_bytes(lowered.dtype);
+  const models::OptimizerPrecision precision =
+      models::optimizer_precision(stack, lowered.dtype, plan.zero);
+  const Shapes& shape = shapes(plan);
+  // The end stages' sum of the tied table runs first on the data-parallel stream: the pipeline's
+  // step holds it, and a stale worker's compute does not wait for it.
+  double tied = 0;
+  if (const std::optional<models::StepOp> sum = models::tied_table_sum(plan, lowered, 0, g))
+    tied = collective_s(plan, spec::CollectiveKind::kAllReduce, sum->bytes, shape.embedding);
+  double compute_end = 0, exchanged = 0, transfers = 0, exchange = 0;
+  for (size_t s = 0; s < stages.entries.size(); ++s) {
+    const StageEntry& entry = stages.entries[s];
+    const int64_t params = entry.footprint.params;
+    const bool end_stage = s == 0 || s + 1 == stages.entries.size();
+    const models::StepOp push = models::ps_push(params, g);
+    const models::StepOp sum = models::ps_sum(params, plan.dp, g);
+    const models::StepOp update = models::ps_update(precision, params, plan.dp);
+    const models::StepOp pull = models::ps_pull(params, w);
+    const double moved = collective_s(plan, *push.collective, push.bytes, shape.dp) +
+                         collective_s(plan, *pull.collective, pull.bytes, shape.dp);
+    const double here =
+        moved + ps_to_seconds(compute.optimizer_time(sum.elements, sum.bytes / sum.elements) +
+                              compute.optimizer_time(update.elements,
+                                                     models::optimizer_bytes_per_param(precision)));
+    const double end = (plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : pipeline_end) +
+                       partial_sum_seconds(plan, entry, g, nullptr, s) +
+                       ps_to_seconds(compute.step_overhead());
+    compute_end = std::max(compute_end, end);
+    exchanged = std::max(exchanged, end + here);
+    if (here + (end_stage ? tied : 0) > exchange) {
+      exchange = here + (end_stage ? tied : 0);
+      transfers = moved;
+    }
+  }
+  const double before = step - pipeline_end;  // the step's compute before its pipeline
+  if (plan.parameter_server.staleness == 0) return before + exchanged;
+  // Stale: the exchanges run back to back while the compute goes on, slowed beside them.
+  const double computed = before - tied + compute_end;
+  return std::max(computed + overlap_cost(std::min(transfers, computed)), exchange);
+}
+
 double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                                     const Stages& stages, const DpTimes* dp, size_t stage_ends_at) {
   const models::LoweredModel& lowered = l.lowered;
@@ -987,25 +1062,6 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
                          (stash > 0 ? compute.optimizer_time(updated, stash) : 0));
   };
   const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
-  // The partial gradients' sum (models::partial_gradient_sum) ahead of each stage's update:
-  // over tp under sequence parallelism, over z on a tensor grid, over tp for the weights a per-op
-  // plan holds whole on the tp ranks. It starts once the last backward is done, on its own
-  // stream (the simulator's program): with a data-parallel exchange beside the drain's last
-  // buckets, so only what outlasts them (the drain's time past the stage's backward, run back to
-  // back) is exposed. Norms and biases take a thousandth of the buckets' time and never outlast
-  // them; a per-op plan's whole weights may.
-  const Shapes& shape = shapes(plan);
-  auto partial_sum_seconds = [&](const StageEntry& entry, size_t s) {
-    if (entry.partial_params == 0) return 0.0;
-    const double sum =
-        collective_s(plan, spec::CollectiveKind::kAllReduce, entry.partial_params * g,
-                     plan.tp_grid.any() ? shape.grid_z : shape.tp);
-    if (!dp) return sum;
-    const spec::StageDrain& drain = dp->drain.stages[s];
-    double work = 0;
-    for (double w : drain.layer_backward) work += w;
-    return std::max(0.0, sum - (spec::drain_back_to_back(drain).end - work));
-  };
   double latest = 0;
   int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
   double priced = 0;
@@ -1020,7 +1076,7 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
       priced = update_seconds(entry, last);
     }
     const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
-    latest = std::max(latest, end + partial_sum_seconds(entry, s) + priced +
+    latest = std::max(latest, end + partial_sum_seconds(plan, entry, g, dp, s) + priced +
                                   (gather_after ? dp->stage_gather[s] : 0.0));
   }
   return latest;
@@ -1046,7 +1102,7 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
 
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
-  const bool bucketed = plan.replicas() > 1 && plan.zero != 3;
+  const bool bucketed = plan.replicas() > 1 && plan.zero != 3 && !plan.parameter_server.enabled;
   const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
   // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
   // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
@@ -1091,8 +1147,13 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
     // (first_stage_gather_delay). Without it each stage gathers after its update (below).
     step += dp->gather_delay;
   }
-  step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at) -
-          (plan.pp > 1 ? pipeline_end : 0.0);
+  if (plan.parameter_server.enabled) {
+    step = servers_step(plan, stack, l, stages, stage_ends_at, plan.pp > 1 ? pipeline_end : step,
+                        step);
+  } else {
+    step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at) -
+            (plan.pp > 1 ? pipeline_end : 0.0);
+  }
   step += host_issue_delay(stages, m);
   // A straggler slows every group it is in: scale by the slowest rank used.
   out.step_time_s = step / slowest_speed(plan.world_size());

@@ -15,6 +15,7 @@
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/expert_parallel.hpp"
 #include "sextant/spec/limits.hpp"
+#include "sextant/spec/parameter_server.hpp"
 #include "sextant/spec/spatial_split.hpp"
 #include "sextant/spec/stack_on_cluster.hpp"
 #include "sextant/spec/stack_support.hpp"
@@ -223,6 +224,12 @@ void check_stack_request(const SearchRequest& r, const spec::Stack& stack, spec:
     p.schedule = spec::Schedule::kPipeDream2BW;
     probes.push_back(p);
   }
+  if (!r.parameter_server_staleness.empty()) {
+    spec::Plan p;
+    p.dp = 2;
+    p.parameter_server = {true, r.parameter_server_staleness.front()};
+    probes.push_back(p);
+  }
   Diagnostics diag("request");
   std::vector<std::string> seen;
   for (const spec::Plan& p : probes)
@@ -355,6 +362,7 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.offload.prefetch_layers = c.reload_ahead ? c.recompute_layers : 1;
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
+  out.parameter_server = c.servers == 0 ? spec::ParameterServer{} : servers[c.servers - 1u];
   const Enumeration::SampleSplit split =
       sample_splits.empty() ? Enumeration::SampleSplit{} : sample_splits[c.spatial];
   out.spatial = split.spatial;
@@ -440,6 +448,14 @@ class Enumerator {
       if (c.any() && std::find(out_.compressions.begin(), out_.compressions.end(), c) ==
                          out_.compressions.end())
         out_.compressions.push_back(c);
+    for (int64_t staleness : r_.parameter_server_staleness) {
+      const spec::ParameterServer bound{true, staleness};
+      if (std::find(out_.servers.begin(), out_.servers.end(), bound) == out_.servers.end())
+        out_.servers.push_back(bound);
+    }
+    SEXTANT_CHECK(out_.servers.size() <= kMaxSearchedServerBounds,
+                  "{} staleness bounds to search; at most {}", out_.servers.size(),
+                  kMaxSearchedServerBounds);
     out_.stacks = variants_.stacks;
     spec::Plan probe;
     probe.dtype = r_.dtype;
@@ -1031,17 +1047,43 @@ class Enumerator {
         continue;
       }
       c.compression = static_cast<uint8_t>(k);
-      // The knobs that change the memory (the TP overlap's stage costs, the bucket size)
-      // outermost: the estimator reuses a memory estimate while only the overlaps change.
-      for (size_t t = 0; t < b.nt; ++t)
-        for (size_t bi = 0; bi < b.nb && t != b.skipped_t; ++bi)
-          for (size_t d = 0; d < b.nd; ++d)
-            for (size_t g = 0; g < b.ng; ++g)
-              for (size_t q = 0; q < b.np; ++q) {
-                c.stack = static_cast<uint8_t>(variants_.index(t, d, g, q, bi));
-                out_.candidates.push_back(c);
-              }
+      for (size_t v = 0; v <= (k == 0 ? servable(l, b, c, off, ep) : 0); ++v) {
+        c.servers = static_cast<uint8_t>(v);
+        // Servers reduce no buckets: the bucket and its overlap stay the stack's ([0]).
+        const size_t nb = v > 0 ? 1 : b.nb, nd = v > 0 ? 1 : b.nd;
+        // The knobs that change the memory (the TP overlap's stage costs, the bucket size)
+        // outermost: the estimator reuses a memory estimate while only the overlaps change.
+        for (size_t t = 0; t < b.nt; ++t)
+          for (size_t bi = 0; bi < nb && t != b.skipped_t; ++bi)
+            for (size_t d = 0; d < nd; ++d)
+              for (size_t g = 0; g < b.ng; ++g)
+                for (size_t q = 0; q < b.np; ++q) {
+                  c.stack = static_cast<uint8_t>(variants_.index(t, d, g, q, bi));
+                  out_.candidates.push_back(c);
+                }
+      }
     }
+    c.servers = 0;
+  }
+
+  // How many of the request's parameter servers a configuration may exchange through (all or
+  // none: spec::parameter_server_problem reads no bound but the staleness, which it does not
+  // refuse within the request's), and whether its stack runs them.
+  size_t servable(const Layout& l, const Branch& b, const Candidate& c, uint8_t off, int64_t ep) {
+    if (out_.servers.empty()) return 0;
+    spec::Plan shape = shape_of(l, b, off, ep);
+    shape.schedule = b.schedule;
+    shape.spatial = l.split->spatial;
+    shape.cp = l.split->cp;
+    shape.offload.activations =
+        c.offload_activations ? spec::OffloadTarget::kHost : spec::OffloadTarget::kNone;
+    shape.parameter_server = out_.servers.front();
+    if (!spec::parameter_server_problem(shape).empty()) return 0;
+    if (!runs([](const spec::StackSupport& s) { return s.parameter_server; })) {
+      reject(not_run_ + "parameter servers", kConfigurations);
+      return 0;
+    }
+    return out_.servers.size();
   }
 
   const SearchRequest& r_;

@@ -21,7 +21,7 @@ constexpr std::array<std::pair<std::string_view, OffloadKind>, 3> kOffloadKinds{
      {"optimizer+params", OffloadKind::kOptimizerAndParams},
      {"activations", OffloadKind::kActivations}}};
 
-constexpr std::array<std::string_view, 18> kKeys{"models",
+constexpr std::array<std::string_view, 19> kKeys{"models",
                                                  "zero",
                                                  "ddp_with_model_parallel",
                                                  "tensor_parallel",
@@ -34,6 +34,7 @@ constexpr std::array<std::string_view, 18> kKeys{"models",
                                                  "recompute",
                                                  "recompute_layers",
                                                  "swap_and_recompute",
+                                                 "parameter_server",
                                                  "offload",
                                                  "offload_devices",
                                                  "precisions",
@@ -154,6 +155,7 @@ StackSupport stack_support_from_json(const Json& json, const std::string& source
   s.recompute = read_names(r, "recompute", recompute_names());
   s.recompute_layers = r.boolean("recompute_layers").value_or(false);
   s.swap_and_recompute = r.boolean("swap_and_recompute").value_or(false);
+  s.parameter_server = r.boolean("parameter_server").value_or(false);
   s.offload = read_names(r, "offload", offload_kind_names());
   s.offload_devices = read_names(r, "offload_devices", offload_target_names(), "none");
   s.precisions = read_names(r, "precisions", dtype_names());
@@ -189,6 +191,7 @@ Json to_json(const StackSupport& s) {
   j["recompute"] = names_json(recompute_names(), s.recompute);
   j["recompute_layers"] = s.recompute_layers;
   j["swap_and_recompute"] = s.swap_and_recompute;
+  j["parameter_server"] = s.parameter_server;
   j["offload"] = names_json(offload_kind_names(), s.offload);
   j["offload_devices"] = names_json(offload_target_names(), s.offload_devices);
   j["precisions"] = names_json(dtype_names(), s.precisions);
@@ -299,6 +302,9 @@ std::vector<PlanFeature> plan_features(const Plan& p, const ModelSpec& model, Dt
                  [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
                    return s.swap_and_recompute;
                  }});
+  if (p.parameter_server.enabled)
+    f.push_back({"parameter servers", [](const StackSupport& s, const Plan&, const ModelSpec&,
+                                         Dtype) { return s.parameter_server; }});
   f.push_back({fmt::format("{} compute", enum_name(dtype_names(), compute)),
                [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype c) {
                  return contains(s.precisions, c);

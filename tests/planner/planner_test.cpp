@@ -1638,3 +1638,80 @@ TEST(Planner, CnnsArePlannedOnAStackThatTrainsThem) {
 
 }  // namespace
 }  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// Parameter servers (spec/parameter_server.hpp): the closed form (compute, then the exchange when
+// synchronous, the longer of the two when stale) against the engine's window of 2 (s + 1)
+// batches, with and without pipeline stages, on NVLink and on a 10 GbE-class network where the
+// exchange outlasts the compute: within 0.9% (measured 2026-11-30; the end stages' tied-table
+// sum counted in the stale exchange, where it runs).
+TEST(Estimator, PricesParameterServersAsTheSimulatorDoes) {
+  const spec::ModelSpec model = models::zoo_model("gpt2-350m");
+  spec::ClusterSpec slow = spec::builtin_cluster("dgx-a100");
+  slow.devices_per_node = 1;  // every rank on its own node
+  slow.network.levels.back().bandwidth_GBps = 1.25;
+  for (const spec::ClusterSpec& cluster : {spec::builtin_cluster("dgx-a100"), slow}) {
+    for (int64_t pp : {1, 2}) {
+      for (int64_t staleness : {0, 1, 3}) {
+        spec::Plan p;
+        p.dp = 8 / pp;
+        p.pp = pp;
+        p.micro_batch = 4;
+        p.global_batch = 16 * p.dp;
+        p.parameter_server = {true, staleness};
+        const double engine = sim::simulate(model, cluster, p, {}).report.step_time_s;
+        const double closed = Estimator(model, cluster).estimate(p).step_time_s;
+        EXPECT_NEAR(closed, engine, 0.02 * engine) << cluster.devices_per_node << " " << p.name();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// Searched on request only, never beside compression, ZeRO or an asynchronous pipeline, and only
+// with a stack that runs them; on 10 GbE-class links the stale servers win (their exchange hides
+// behind the compute), synchronous ones do not beat the all-reduce by much.
+TEST(Planner, ParameterServersAreSearchedOnRequestAndWinOnSlowLinks) {
+  SearchRequest r = request("gpt2-350m", 16, 256);
+  r.cluster = spec::builtin_cluster("dgx-a100");
+  r.cluster.devices_per_node = 1;
+  r.cluster.network.levels.back().bandwidth_GBps = 1.25;
+  r.stack = spec::builtin_stack("sextant");
+  r.constraints = {parse_constraint("recompute_layers=0"), parse_constraint("tp<=2")};
+  const Enumeration plain = enumerate_plans(r);
+  for (const Candidate& c : plain.candidates) EXPECT_EQ(c.servers, 0);
+  r.parameter_server_staleness = {0, 2};
+  const Enumeration all = enumerate_plans(r);
+  int64_t served = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all.candidates[i].servers == 0) continue;
+    ++served;
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(p.zero, 0) << p.name();
+    EXPECT_FALSE(p.compression.any()) << p.name();
+    EXPECT_FALSE(spec::asynchronous(p.schedule)) << p.name();
+    if (i % 5 == 0) {
+      EXPECT_NO_THROW(spec::validate_plan(p, r.model, 16, "candidate")) << p.name();
+    }
+  }
+  EXPECT_GT(served, 0);
+  SearchOptions o;
+  o.top_k = 1;
+  const SearchResult best = search(r, o);
+  ASSERT_FALSE(best.ranked.empty());
+  EXPECT_EQ(best.ranked.front().plan.parameter_server.staleness, 2)
+      << best.ranked.front().plan.name();
+  // A stack without them refuses the request, naming the one that runs them.
+  r.stack = spec::builtin_stack("megatron-core");
+  EXPECT_THROW(enumerate_plans(r), InputError);
+}
+
+}  // namespace
+}  // namespace sextant::planner

@@ -1,13 +1,14 @@
 // Parameter servers (spec/parameter_server.hpp) in the simulator, by hand: the exchange after a
 // synchronous step, hidden behind the next steps' compute when the workers may run ahead, and the
 // servers' state in memory.
+#include "sextant/spec/parameter_server.hpp"
+
 #include <gtest/gtest.h>
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/simulator.hpp"
-#include "sextant/spec/parameter_server.hpp"
 #include "test_clusters.hpp"
 #include "test_models.hpp"
 

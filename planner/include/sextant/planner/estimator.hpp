@@ -259,6 +259,10 @@ class Estimator {
   // `stage_ends_at` (0 without pipeline stages), s.
   double latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                            const Stages& stages, const DpTimes* dp, size_t stage_ends_at);
+  double partial_sum_seconds(const spec::Plan& plan, const StageEntry& entry, int64_t grad_bytes,
+                             const DpTimes* dp, size_t stage);
+  double servers_step(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
+                      const Stages& stages, size_t stage_ends_at, double pipeline_end, double step);
   // What `overlapped` seconds of communication beside compute add by slowing it.
   double overlap_cost(double overlapped) const;
   // How much later than its GPU work the step's passes end for the host's issue of their kernels

@@ -22,6 +22,9 @@ namespace sextant::planner {
 
 struct Candidate;
 
+// The most staleness bounds one search tries (Candidate::servers' two bits).
+inline constexpr size_t kMaxSearchedServerBounds = 3;
+
 // A user bound on a plan dimension, e.g. "tp<=8", "pp=1", "zero>=1", "mb<=4",
 // "recompute_layers=0" (full recompute of every layer only), "offload=0" (no training state
 // offloaded; 1: the optimizer, 2: the optimizer and the parameters, to host memory; activations:
@@ -93,6 +96,10 @@ struct SearchRequest {
   // PipeDream-2BW's asynchronous pipeline beside the flushing schedules when pp > 1: it also
   // changes what the model learns (gradients one weight version stale), so the user opts in.
   bool asynchronous_pipelines = false;
+  // Parameter servers beside the all-reduce for DDP layouts, one per staleness bound listed (at
+  // most kMaxSearchedServerBounds; spec/parameter_server.hpp): stale ones change what the model
+  // learns, so the user opts in.
+  std::vector<int64_t> parameter_server_staleness;
   // Set: only plans Sextant's executor runs so (spec::executor_problems), for searches whose plans
   // are run by it (`plan --verify`, `tune`); the rest count as rejected.
   std::optional<spec::ExecutorRun> executor;
@@ -123,10 +130,12 @@ struct Candidate {
   // recomputed blocks above them (spec::Offload::prefetch_layers), else the double buffer's one.
   bool reload_ahead : 1 = false;
   bool balanced : 1 = false;  // layers split by balanced_split, else evenly
-  uint8_t stack = 0;          // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
-  uint8_t compression = 0;    // 0: none, else 1 + index into SearchRequest::compressions
-  uint8_t spatial = 0;        // index into Enumeration::sample_splits ([0]: unsplit)
-  uint8_t grid = 0;           // index into Enumeration::grids ([0]: 1D tensor parallelism)
+  // 0: the data-parallel exchange without servers, else 1 + index into Enumeration::servers.
+  uint8_t servers : 2 = 0;
+  uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
+  uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
+  uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
+  uint8_t grid = 0;         // index into Enumeration::grids ([0]: 1D tensor parallelism)
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
@@ -147,6 +156,7 @@ struct Enumeration {
   std::vector<Candidate> candidates;
   std::vector<spec::Stack> stacks;
   std::vector<spec::GradientCompression> compressions;  // [0]: none, then the request's
+  std::vector<spec::ParameterServer> servers;           // the request's parameter servers
   // How each sample may be split ([0]: not at all). A CNN's grids: for each power of two up to a
   // node, the squarest grid (h >= w) the model splits over (spec::spatial_split_problem). A
   // transformer's context-parallel degrees: powers of two leaving each rank at least

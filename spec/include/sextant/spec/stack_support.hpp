@@ -45,6 +45,8 @@ struct StackSupport {
   // Some layers' activations offloaded whole and the next ones recomputed (KARMA's split:
   // unit_recompute with activation_layers and recompute_layers both set).
   bool swap_and_recompute = false;
+  // Data-parallel training through parameter servers (spec/parameter_server.hpp).
+  bool parameter_server = false;
   std::vector<OffloadKind> offload;
   std::vector<OffloadTarget> offload_devices;  // host, nvme (not "none")
   std::vector<Dtype> precisions;               // compute dtypes
