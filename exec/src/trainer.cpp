@@ -12,6 +12,7 @@
 #include <limits>
 #include <list>
 #include <map>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -453,11 +454,14 @@ class Trainer {
     AsyncSteps(Trainer& t, const std::function<void(const StepLog&)>& on_step)
         : t_(t), on_step_(on_step), start_(std::chrono::steady_clock::now()) {}
     // This rank's part of step `step`, ended now: its loss sum (the last stage's) and squares.
-    void post(int64_t step, double loss, double squares) {
+    // The step took the time since the last post, or `seconds` when given (a step whose sums
+    // come later than its compute).
+    void post(int64_t step, double loss, double squares,
+              std::optional<double> seconds = std::nullopt) {
       const auto now = std::chrono::steady_clock::now();
       Sums& sums = pending_.emplace_back();
       sums.step = step;
-      sums.seconds = std::chrono::duration<double>(now - start_).count();
+      sums.seconds = seconds.value_or(std::chrono::duration<double>(now - start_).count());
       sums.values = {loss, squares};
       sums.request = t_.ctx_.groups->world->all_reduce_host_async(sums.values.data(), 2);
       start_ = now;
@@ -724,7 +728,11 @@ class Trainer {
     for (auto [b, e] : sync_->norm_ranges())
       if (std::max(b, begin) < std::min(e, end))
         norm.emplace_back(std::max(b, begin), std::min(e, end));
-    std::map<int64_t, double> losses;  // per step pushed and not yet served
+    struct Pushed {  // a step pushed and not yet served: its loss sum and its time
+      double loss = 0, seconds = 0;
+    };
+    std::map<int64_t, Pushed> pushed;
+    auto last_push = std::chrono::steady_clock::now();
     AsyncSteps steps(*this, on_step);
     int64_t served = 0, pulled = 0;  // steps this rank's server updated; versions it pulled
     auto serve = [&] {
@@ -738,8 +746,9 @@ class Trainer {
                                   o_.beta2, o_.eps, 1.0f);
       }
       servers.publish(masters);
-      steps.post(step, losses.at(step), squares);
-      losses.erase(step);
+      const Pushed done = pushed.at(step);
+      steps.post(step, done.loss, squares, done.seconds);
+      pushed.erase(step);
     };
     for (int64_t step = 0; step < o_.steps; ++step) {
       mark_progress(step);
@@ -752,8 +761,12 @@ class Trainer {
       run_units(step);
       sync_->finish_backward();  // the tied table's and partial sums; no replica's
       const double loss = stage_->take_loss_sum();
-      losses[step] = g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 ? loss : 0.0;
       servers.push();
+      // The worker's pace: from one push to the next (the serving between them included).
+      const auto now = std::chrono::steady_clock::now();
+      pushed[step] = {g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 ? loss : 0.0,
+                      std::chrono::duration<double>(now - last_push).count()};
+      last_push = now;
       if (step >= staleness) serve();
       if (steps.pending() > 1) steps.log_oldest();
     }
