@@ -919,7 +919,13 @@ Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const s
     // batches share saved: S(m) - (S(W m) - S(m)) / (W - 1) of the makespans without the
     // gradient reduction (2 S(m) - S(2m) for PipeDream-2BW's two).
     const int64_t w = spec::asynchronous_window(plan);
-    const double one = makespan(m, nullptr).first;
+    const auto [one, undrained_at] = makespan(m, nullptr);
+    // Per-stage periods where the stages pace themselves; with a tied table the end stages wait
+    // for each other every batch (below), and the latest update after that wait sets the pace.
+    if (plan.schedule == spec::Schedule::kPipeDream && lowered.tied_table_params == 0) {
+      out.undrained_ends_at = undrained_at;
+      out.undrained_end = one;
+    }
     step -= one - (makespan(w * m, nullptr).first - one) / static_cast<double>(w - 1);
     if (lowered.tied_table_params > 0) {
       // The end stages sum the tied table's gradient when each has ended its part of a batch:
@@ -1008,7 +1014,8 @@ double Estimator::servers_step(const spec::Plan& plan, const spec::Stack& stack,
 }
 
 double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
-                                    const Stages& stages, const DpTimes* dp, size_t stage_ends_at) {
+                                    const Stages& stages, const DpTimes* dp, size_t stage_ends_at,
+                                    const PipelineStep* pipedream) {
   const models::LoweredModel& lowered = l.lowered;
   const sim::ComputeModel& compute = *l.compute;
   const int64_t g = spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype));
@@ -1062,7 +1069,7 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
                          (stash > 0 ? compute.optimizer_time(updated, stash) : 0));
   };
   const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
-  double latest = 0;
+  double latest = 0, period = 0, slowest = 0;
   int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
   double priced = 0;
   for (size_t s = 0; s < stages.entries.size(); ++s) {
@@ -1076,9 +1083,19 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
       priced = update_seconds(entry, last);
     }
     const double end = plan.pp > 1 ? l.stage_ends[stage_ends_at + s] : 0.0;
-    latest = std::max(latest, end + partial_sum_seconds(plan, entry, g, dp, s) + priced +
-                                  (gather_after ? dp->stage_gather[s] : 0.0));
+    const double updated = end + partial_sum_seconds(plan, entry, g, dp, s) + priced +
+                           (gather_after ? dp->stage_gather[s] : 0.0);
+    latest = std::max(latest, updated);
+    if (pipedream) {
+      // The stage's passes, then its drain past its last backward and its update.
+      const double undrained = l.stage_ends[*pipedream->undrained_ends_at + s];
+      period = std::max(period, entry.time + updated - undrained);
+      slowest = std::max(slowest, entry.time);
+    }
   }
+  // PipeDream (pipeline_step): the batch is the steady makespan's period, the slowest passes,
+  // with the slowest stage's whole period in their place; returned as an end after the batch.
+  if (pipedream) return pipedream->undrained_end + period - slowest;
   return latest;
 }
 
@@ -1114,11 +1131,12 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
   // one per rank).
   size_t stage_ends_at = 0;
   double pipeline_end = 0;
+  PipelineStep pipeline;
   if (plan.pp == 1 && dp) {
     step += dp->single_stage_extra;
   }
   if (plan.pp > 1) {
-    const PipelineStep pipeline = pipeline_step(plan, stack, l, stages, dp);
+    pipeline = pipeline_step(plan, stack, l, stages, dp);
     step = pipeline.step;
     stage_ends_at = pipeline.stage_ends_at;
     pipeline_end = pipeline.pipeline_end;
@@ -1151,7 +1169,8 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
     step = servers_step(plan, stack, l, stages, stage_ends_at, plan.pp > 1 ? pipeline_end : step,
                         step);
   } else {
-    step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at) -
+    step += latest_update_end(plan, stack, l, stages, dp, stage_ends_at,
+                              pipeline.undrained_ends_at ? &pipeline : nullptr) -
             (plan.pp > 1 ? pipeline_end : 0.0);
   }
   step += host_issue_delay(stages, m);

@@ -1448,16 +1448,17 @@ TEST(Planner, PipeDream2BWIsSearchedOnRequestAndPricedAsTheSimulatorPricesIt) {
       EXPECT_NEAR(Estimator(model, cluster).estimate(p).step_time_s, engine, 0.02 * engine)
           << name << " " << p.name();
       // PipeDream: batches of one micro-batch, against the engine's window of pp + 1 of them.
-      // Its period is the slowest stage's passes, reduction and update together; the closed form
-      // adds the latest stage's drain and update to the slowest passes, which bounds it from
-      // above: within 0.5% without replicas, 5.1% for Llama-2 7B on dp 2 x pp 4 (measured
-      // 2026-11-30), where each batch all-reduces 1.7 B parameters a stage.
+      // Its period is the slowest stage's passes, reduction and update together, which the closed
+      // form takes per stage (within 0.1%, measured 2026-11-30; 5.1% above for Llama-2 7B on
+      // dp 2 x pp 4 when it added the latest update to the slowest passes). With GPT-3's tied
+      // table the end stages wait for each other every batch and the latest update after the
+      // wait sets the pace: an upper bound within 0.5%.
       p.global_batch = p.dp;
       p.schedule = spec::Schedule::kPipeDream;
       const double streamed = sim::simulate(model, cluster, p, {}).report.step_time_s;
       const double closed = Estimator(model, cluster).estimate(p).step_time_s;
       EXPECT_GE(closed, 0.999 * streamed) << name << " " << p.name();
-      EXPECT_LE(closed, 1.06 * streamed) << name << " " << p.name();
+      EXPECT_LE(closed, 1.006 * streamed) << name << " " << p.name();
     }
   }
 }

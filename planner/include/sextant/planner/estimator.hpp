@@ -251,14 +251,20 @@ class Estimator {
     double step = 0;
     size_t stage_ends_at = 0;
     double pipeline_end = 0;
+    // PipeDream: the stages' ends of one batch without the drain (in l.stage_ends), and the last.
+    std::optional<size_t> undrained_ends_at;
+    double undrained_end = 0;
   };
   PipelineStep pipeline_step(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                              const Stages& stages, const DpTimes* dp);
   // When the latest stage has updated (the optimizer step, ZeRO-Offload's copies and host step,
   // ZeRO-1/2's gather after it when not overlapped), each from its end in l.stage_ends at
   // `stage_ends_at` (0 without pipeline stages), s.
+  // Under PipeDream (`pipedream` set) the batch's steady period instead: the stage whose passes,
+  // drain and update together take longest sets the pace.
   double latest_update_end(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
-                           const Stages& stages, const DpTimes* dp, size_t stage_ends_at);
+                           const Stages& stages, const DpTimes* dp, size_t stage_ends_at,
+                           const PipelineStep* pipedream = nullptr);
   double partial_sum_seconds(const spec::Plan& plan, const StageEntry& entry, int64_t grad_bytes,
                              const DpTimes* dp, size_t stage);
   double servers_step(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
