@@ -11,6 +11,7 @@
 #include "model_lowerings.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/error.hpp"
+#include "sextant/spec/pipeline_schedule.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::models {
@@ -97,9 +98,9 @@ StageLayers stage_layers(const spec::Plan& plan, const LoweredModel& lowered, in
   for (size_t c = 0; c < counts.size(); ++c)
     begin_of[c + 1] = begin_of[c] + static_cast<size_t>(counts[c]);
   StageLayers out;
-  const int64_t chunks = plan.chunks();
-  for (int64_t v = 0; v < plan.virtual_stages; ++v) {
-    int64_t c = v * plan.pp + stage;
+  const int64_t chunks = spec::model_chunks(plan);
+  for (int64_t v = 0; v < spec::local_chunks(plan); ++v) {
+    const int64_t c = spec::chunk_stage(plan, stage, v);
     size_t b = begin_of[static_cast<size_t>(c)];
     size_t e = begin_of[static_cast<size_t>(c + 1)];
     if (c == 0) b = 0;

@@ -192,7 +192,8 @@ const std::vector<spec::LiveProfile>& Estimator::live_profiles(const spec::Plan&
   std::vector<spec::LiveProfile> profiles;
   for (int64_t s = 0; s < plan.pp; ++s)
     profiles.push_back(
-        spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages, plan.micro_batches(), s));
+        spec::live_profile(plan.schedule, plan.pp, spec::local_chunks(plan), plan.micro_batches(),
+                           s));
   return profiles_.emplace(key, std::move(profiles)).first->second;
 }
 
@@ -532,7 +533,9 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
                                                   Lowering& l) {
   const int64_t offloaded_layers =
       plan.offload.activations == spec::OffloadTarget::kNone ? -1 : plan.offload.activation_layers;
-  auto key = std::make_tuple(plan.pp, plan.virtual_stages, plan.stage_layers, plan.recompute,
+  // (GEMS holds two stages a rank: its own key, as its schedule's local chunks.)
+  auto key = std::make_tuple(plan.pp, plan.schedule == spec::Schedule::kGems ? -1 : plan.virtual_stages,
+                             plan.stage_layers, plan.recompute,
                              plan.recompute_layers, static_cast<int>(stack.tp_overlap),
                              offloaded_layers, plan.offload.prefetch_layers);
   auto it = l.stages.find(key);
@@ -1117,6 +1120,15 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
   out.host_fits = memory.host_fits;
   out.fits = out.host_fits && out.peak_memory_bytes <= cluster_->device.memory_capacity_bytes;
 
+  if (plan.schedule == spec::Schedule::kGems) {
+    // GEMS' two replicas run opposite ways over the ranks, which the closed-form makespan
+    // (spec::PipelineSweep, one direction) does not hold: the engine's step instead (a search
+    // tries it only on request).
+    spec::Plan run = plan;
+    run.stack = stack;
+    out.step_time_s = sim::simulate(*model_, *cluster_, run, {}).report.step_time_s;
+    return out;
+  }
   // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
   // backward passes slowed beside it, and its tail (from the stages' real buckets).
   const bool bucketed = plan.replicas() > 1 && plan.zero != 3 && !plan.parameter_server.enabled;

@@ -137,10 +137,14 @@ struct Trigger {
 // The engine's view of a task: 32 bytes, stored per stream in execution order, so that each rank
 // walks its streams through contiguous memory (the engine is bound by memory latency: a thousand
 // ranks at a thousand places of their programs).
+// A dependency packs its stream above the count: 4 bits for spec::kStreamCount streams.
+constexpr int kDepStreamShift = 28;
+static_assert(spec::kStreamCount <= (1 << (32 - kDepStreamShift)));
+
 struct HotTask {
   static constexpr uint32_t kNoDep = ~0u;
   int64_t value = 0;  // compute: duration; communication: bytes
-  // stream << 29 | count; at most one per other stream (the builder merges them)
+  // stream << kDepStreamShift | count; at most one per other stream (the builder merges them)
   std::array<uint32_t, 4> deps{kNoDep, kNoDep, kNoDep, kNoDep};
   int32_t id = 0;  // index into Program::tasks
   TaskKind kind = TaskKind::kCompute;
@@ -171,9 +175,9 @@ HotProgram compact(const Program& p) {
                     t.dep_end - t.dep_begin);
       for (int32_t d = t.dep_begin; d < t.dep_end; ++d) {
         const Dep& dep = p.deps[static_cast<size_t>(d)];
-        SEXTANT_CHECK(dep.count < (1 << 29), "too many tasks on one stream");
+        SEXTANT_CHECK(dep.count < (1 << kDepStreamShift), "too many tasks on one stream");
         ht.deps[static_cast<size_t>(d - t.dep_begin)] =
-            static_cast<uint32_t>(dep.stream) << 29 | static_cast<uint32_t>(dep.count);
+            static_cast<uint32_t>(dep.stream) << kDepStreamShift | static_cast<uint32_t>(dep.count);
       }
       ht.id = id;
       ht.kind = t.kind;
@@ -374,9 +378,9 @@ class Engine {
   static std::optional<int> unmet_dep(const RankState& rs, const HotTask& task) {
     for (uint32_t dep : task.deps) {
       if (dep == HotTask::kNoDep) break;
-      int stream = static_cast<int>(dep >> 29);
+      int stream = static_cast<int>(dep >> kDepStreamShift);
       if (rs.streams[static_cast<size_t>(stream)].completed <
-          static_cast<int32_t>(dep & ((1u << 29) - 1)))
+          static_cast<int32_t>(dep & ((1u << kDepStreamShift) - 1)))
         return stream;
     }
     return std::nullopt;
@@ -580,11 +584,12 @@ class Engine {
     const ChannelSetup& setup = channel_setups_[static_cast<size_t>(c)];
     int32_t src = static_cast<int32_t>(setup.src);
     int32_t dst = static_cast<int32_t>(setup.dst);
-    complete_head(src, spec::Stream::kPpSend, now, cs.algorithm);
-    complete_head(dst, spec::Stream::kPpRecv, now, cs.algorithm);
-    try_start(src, now, Trigger{}, static_cast<int>(spec::Stream::kPpSend));
-    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start},
-              static_cast<int>(spec::Stream::kPpRecv));
+    const spec::Stream send = setup.up ? spec::Stream::kPpSendUp : spec::Stream::kPpSend;
+    const spec::Stream recv = setup.up ? spec::Stream::kPpRecvUp : spec::Stream::kPpRecv;
+    complete_head(src, send, now, cs.algorithm);
+    complete_head(dst, recv, now, cs.algorithm);
+    try_start(src, now, Trigger{}, static_cast<int>(send));
+    try_start(dst, now, Trigger{CommClass::kPp, now - cs.start}, static_cast<int>(recv));
   }
 
   void check_finished() const {

@@ -233,7 +233,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
   // layer whose backward runs).
   const spec::LiveProfile own =
       profile != nullptr ? spec::LiveProfile{}
-                         : spec::live_profile(plan.schedule, plan.pp, plan.virtual_stages,
+                         : spec::live_profile(plan.schedule, plan.pp, spec::local_chunks(plan),
                                               plan.micro_batches(), stage);
   const spec::LiveProfile& moments = profile != nullptr ? *profile : own;
   auto bytes_at = [&](const std::vector<int64_t>& counts) {

@@ -65,7 +65,7 @@ class StageBuilder {
     }
     std::vector<spec::ScheduleUnit> units =
         asynchronous() ? spec::pipedream_2bw_units(plan_.pp, micro_batches_, batches_, stage_)
-                       : spec::pipeline_schedule(plan_.schedule, plan_.pp, plan_.virtual_stages,
+                       : spec::pipeline_schedule(plan_.schedule, plan_.pp, spec::local_chunks(plan_),
                                                  micro_batches_, stage_);
     for (const spec::ScheduleUnit& u : units) {
       if (u.forward) {
@@ -89,6 +89,12 @@ class StageBuilder {
  private:
   bool asynchronous() const { return spec::asynchronous(plan_.schedule); }
   bool servers() const { return plan_.parameter_server.enabled; }
+  // Whether gradient buckets are reduced as the backward makes them. Not under GEMS: a rank and
+  // its mirror end their two chunks' backwards in opposite orders, so they reduce after the whole
+  // backward, in bucket order (the executor's too).
+  bool overlap_buckets() const {
+    return stack_.dp_overlap && plan_.schedule != spec::Schedule::kGems;
+  }
 
   // Through parameter servers (spec/parameter_server.hpp): the window's batches one after another,
   // each its schedule's units with a flush. Batch b reads the version after b - s updates: its
@@ -96,7 +102,7 @@ class StageBuilder {
   void parameter_server_batches() {
     const int64_t staleness = plan_.parameter_server.staleness;
     const std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
-        plan_.schedule, plan_.pp, plan_.virtual_stages, micro_batches_, stage_);
+        plan_.schedule, plan_.pp, spec::local_chunks(plan_), micro_batches_, stage_);
     for (; batch_ < batches_; ++batch_) {
       if (const int64_t read = batch_ - staleness - 1; read >= 0)
         require(pulls_[static_cast<size_t>(read)]);
@@ -159,7 +165,7 @@ class StageBuilder {
       switch (step) {
         case models::TailStep::kUntiedBuckets:
           // Without overlap all gradients are reduced after the whole backward, in buckets.
-          if (!stack_.dp_overlap)
+          if (!overlap_buckets())
             for (const models::GradientBucket& b : buckets_)
               if (!b.after_tied_sum) reduce_bucket(b, last);
           break;
@@ -230,9 +236,26 @@ class StageBuilder {
     offload_task(copy, offload_->device_host_copy(copy.bytes), Phase::kBwd, mb, layer, deps);
   }
 
-  int64_t global_chunk(int64_t local) const { return local * plan_.pp + stage_; }
+  int64_t global_chunk(int64_t local) const { return spec::chunk_stage(plan_, stage_, local); }
   bool first_chunk(int64_t local) const { return global_chunk(local) == 0; }
-  bool last_chunk(int64_t local) const { return global_chunk(local) == plan_.chunks() - 1; }
+  bool last_chunk(int64_t local) const {
+    return global_chunk(local) == spec::model_chunks(plan_) - 1;
+  }
+  // Where a chunk's forward input comes from and its output goes: the ring's previous and next
+  // rank, or for GEMS' second replica the next and previous one on that replica's channels.
+  PeerSlot upstream(int64_t local) const {
+    return spec::chunk_runs_up(plan_, stage_, local) ? PeerSlot::kNextUp : PeerSlot::kPrev;
+  }
+  PeerSlot downstream(int64_t local) const {
+    return spec::chunk_runs_up(plan_, stage_, local) ? PeerSlot::kPrevUp : PeerSlot::kNext;
+  }
+  // The last micro-batch of the step a chunk's backward runs: of the batch, or under GEMS of the
+  // chunk's replica's half (spec/pipeline_schedule.hpp).
+  bool last_of_chunk(int64_t micro_batch) const {
+    if (plan_.schedule != spec::Schedule::kGems) return last_of_batch(micro_batch);
+    const int64_t i = micro_batch % micro_batches_;
+    return i == micro_batches_ / 2 - 1 || i == micro_batches_ - 1;
+  }
   bool is_block(size_t layer) const {
     return layer >= lowered_.split_begin && layer < lowered_.split_end &&
            lowered_.layers[layer].kind == models::LayerKind::kBlock;
@@ -454,8 +477,12 @@ class StageBuilder {
                           : op.op_class == spec::OpClass::kSend ? TaskKind::kSend
                                                                 : TaskKind::kRecv;
     const uint8_t slot = transfer ? static_cast<uint8_t>(peer) : group_slot(op.group);
-    return comm(op.stream, step_class(op), slot, kind, *op.collective, op.bytes, id, phase, mb,
-                after, also);
+    // GEMS' second replica's transfers on its own streams (its channels are theirs).
+    Stream stream = op.stream;
+    if (transfer && (peer == PeerSlot::kPrevUp || peer == PeerSlot::kNextUp))
+      stream = kind == TaskKind::kSend ? Stream::kPpSendUp : Stream::kPpRecvUp;
+    return comm(stream, step_class(op), slot, kind, *op.collective, op.bytes, id, phase, mb, after,
+                also);
   }
   static uint8_t group_slot(models::StepGroup group) {
     switch (group) {
@@ -747,7 +774,7 @@ class StageBuilder {
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
     if (!first_chunk(u.chunk))
-      receive(PeerSlot::kPrev, boundary_bytes(b), Phase::kFwd, u.micro_batch,
+      receive(upstream(u.chunk), boundary_bytes(b), Phase::kFwd, u.micro_batch,
               static_cast<int32_t>(b));
     std::vector<size_t> order;
     for (size_t l = b; l < e; ++l) order.push_back(l);
@@ -764,19 +791,19 @@ class StageBuilder {
       if (activations_offloaded_[l]) activations_to_host(l, u.micro_batch, l + 1 < e);
     });
     if (!last_chunk(u.chunk))
-      send(PeerSlot::kNext, boundary_bytes(e), Phase::kFwd, u.micro_batch,
+      send(downstream(u.chunk), boundary_bytes(e), Phase::kFwd, u.micro_batch,
            static_cast<int32_t>(e - 1));
   }
 
   void backward_unit(const spec::ScheduleUnit& u) {
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
-    const bool last_mb = last_of_batch(u.micro_batch);
+    const bool last_mb = last_of_chunk(u.micro_batch);
     const bool fsdp = plan_.zero == 3 && plan_.replicas() > 1;
     const bool bucketed = (plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 &&
-                          stack_.dp_overlap && last_mb;
+                          overlap_buckets() && last_mb;
     if (!last_chunk(u.chunk))
-      receive(PeerSlot::kNext, boundary_bytes(e), Phase::kBwd, u.micro_batch,
+      receive(downstream(u.chunk), boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
     std::vector<size_t> order;
     for (size_t l = e; l-- > b;) order.push_back(l);
@@ -818,7 +845,8 @@ class StageBuilder {
       }
     });
     if (!first_chunk(u.chunk))
-      send(PeerSlot::kPrev, boundary_bytes(b), Phase::kBwd, u.micro_batch, static_cast<int32_t>(b));
+      send(upstream(u.chunk), boundary_bytes(b), Phase::kBwd, u.micro_batch,
+           static_cast<int32_t>(b));
   }
 
   // The bytes `layer` keeps for its backward under its recompute mode: what offloading moves.

@@ -12,7 +12,6 @@ namespace sextant::sim {
 namespace {
 
 constexpr int kSlots = static_cast<int>(kGroupSlots);
-constexpr int kPeerSlots = 2;
 
 // Interns values into dense ids in order of first appearance (deterministic).
 template <typename T>
@@ -126,7 +125,7 @@ FoldedTopology fold_symmetric_ranks(const Topology& full, const spec::ClusterSpe
     auto [it, inserted] =
         channel_ids.try_emplace(key, static_cast<int32_t>(out.engine.channels.size()));
     if (inserted) {
-      out.engine.channels.push_back({cls(ch.src), cls(ch.dst)});
+      out.engine.channels.push_back({cls(ch.src), cls(ch.dst), ch.up});
       out.network_channels.push_back(ch);
     }
     return it->second;
@@ -162,7 +161,7 @@ FoldedTopology fold_symmetric_ranks(const Topology& full, const spec::ClusterSpe
             folded_channel(real.send_channel[static_cast<size_t>(slot)], slot);
       if (real.recv_channel[static_cast<size_t>(slot)] >= 0)
         folded.recv_channel[static_cast<size_t>(slot)] =
-            folded_channel(real.recv_channel[static_cast<size_t>(slot)], 1 - slot);
+            folded_channel(real.recv_channel[static_cast<size_t>(slot)], slot ^ 1);
     }
     out.engine.ranks.push_back(folded);
   }

@@ -56,7 +56,7 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
     auto it = channel_ids.find(key);
     if (it != channel_ids.end()) return it->second;
     int32_t id = static_cast<int32_t>(topo.channels.size());
-    topo.channels.push_back({src, dst});
+    topo.channels.push_back({src, dst, slot == PeerSlot::kPrevUp || slot == PeerSlot::kNextUp});
     channel_ids.emplace(key, id);
     return id;
   };
@@ -103,6 +103,16 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
       // What the previous stage sends "next" arrives here as "from prev", and vice versa.
       s.recv_channel[static_cast<size_t>(PeerSlot::kPrev)] = channel(prev, r, PeerSlot::kNext);
       s.recv_channel[static_cast<size_t>(PeerSlot::kNext)] = channel(next, r, PeerSlot::kPrev);
+      if (plan.schedule == spec::Schedule::kGems) {  // the second replica's own channels
+        s.send_channel[static_cast<size_t>(PeerSlot::kNextUp)] =
+            channel(r, next, PeerSlot::kNextUp);
+        s.send_channel[static_cast<size_t>(PeerSlot::kPrevUp)] =
+            channel(r, prev, PeerSlot::kPrevUp);
+        s.recv_channel[static_cast<size_t>(PeerSlot::kPrevUp)] =
+            channel(prev, r, PeerSlot::kNextUp);
+        s.recv_channel[static_cast<size_t>(PeerSlot::kNextUp)] =
+            channel(next, r, PeerSlot::kPrevUp);
+      }
     }
   }
   return topo;

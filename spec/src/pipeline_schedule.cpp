@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "sextant/spec/error.hpp"
@@ -11,9 +15,144 @@
 
 namespace sextant::spec {
 
+namespace {
+
+// GEMS' units of every rank, from a run of the two replicas' 1F1B pipelines over the pp ranks
+// with forwards of 1 and backwards of 2 time units: each rank starts, among its replicas' next
+// forward and next backward, the one ready first (a backward on a tie, then replica A). A stage
+// of either replica keeps at most pp - s micro-batches in flight, as 1F1B's stage s. A rank's
+// sends leave in the order it makes them, each once the one before it was received (a send
+// stream, rendezvous): so the orders run without a cycle of waits both with blocking receives
+// and with in-order send and receive streams (the simulator's).
+std::vector<std::vector<ScheduleUnit>> gems_orders(int64_t pp, int64_t m) {
+  SEXTANT_CHECK(pp >= 2 && pp % 2 == 0 && m >= 2 && m % 2 == 0,
+                "GEMS needs an even pp ({}) and micro-batch count ({})", pp, m);
+  const int64_t half = m / 2;
+  // Replica p's (0: A, 1: B) model stage on rank r, and the rank holding its stage s.
+  auto stage_of = [&](int p, int64_t r) { return p == 0 ? r : pp - 1 - r; };
+  auto rank_of = [&](int p, int64_t s) { return p == 0 ? s : pp - 1 - s; };
+  constexpr double kNever = -1;
+  // Per replica, stage and micro-batch: when its forward and backward ended.
+  std::vector<double> fdone(static_cast<size_t>(2 * pp * half), kNever), bdone(fdone);
+  auto at = [&](int p, int64_t s, int64_t i) {
+    return static_cast<size_t>((p * pp + s) * half + i);
+  };
+  struct Send {  // what a rank sent, for whom: replica, receiving stage, micro-batch, pass
+    int p;
+    int64_t s, i;
+    bool forward;
+    bool operator==(const Send&) const = default;
+  };
+  std::vector<std::deque<Send>> sent(static_cast<size_t>(2 * pp));  // per replica and rank
+  std::vector<std::vector<ScheduleUnit>> orders(static_cast<size_t>(pp));
+  std::vector<double> free(static_cast<size_t>(pp), 0);
+  // Per rank and replica: the next forward and backward micro-batch.
+  std::vector<std::array<int64_t, 2>> next_f(static_cast<size_t>(pp), {0, 0}), next_b(next_f);
+  for (int64_t left = 2 * 2 * pp * half; left > 0; --left) {
+    double best_start = 0;
+    int64_t best_rank = -1;
+    int best_p = 0;
+    bool best_forward = false;
+    for (int64_t r = 0; r < pp; ++r) {
+      const auto ru = static_cast<size_t>(r);
+      for (bool forward : {false, true}) {
+        for (int p : {0, 1}) {
+          const int64_t s = stage_of(p, r);
+          const int64_t i = forward ? next_f[ru][p] : next_b[ru][p];
+          if (i >= half) continue;
+          if (forward && next_f[ru][p] - next_b[ru][p] >= pp - s) continue;  // in flight
+          // Its own forward first (a backward), and what its neighbour stage sent it.
+          double ready = forward ? 0 : fdone[at(p, s, i)];
+          const int64_t from = forward ? s - 1 : s + 1;
+          if (from >= 0 && from < pp) {
+            const double arrived = (forward ? fdone : bdone)[at(p, from, i)];
+            const std::deque<Send>& queue = sent[static_cast<size_t>(p * pp + rank_of(p, from))];
+            if (arrived == kNever || queue.empty() || !(queue.front() == Send{p, s, i, forward}))
+              continue;
+            ready = std::max(ready, arrived);
+          }
+          if (ready == kNever) continue;
+          const double start = std::max(ready, free[ru]);
+          if (best_rank < 0 || start < best_start) {
+            best_start = start;
+            best_rank = r;
+            best_p = p;
+            best_forward = forward;
+          }
+        }
+      }
+    }
+    SEXTANT_CHECK(best_rank >= 0, "GEMS' schedule of pp {}, {} micro-batches stalled", pp, m);
+    const auto ru = static_cast<size_t>(best_rank);
+    const int64_t s = stage_of(best_p, best_rank);
+    int64_t& i = best_forward ? next_f[ru][best_p] : next_b[ru][best_p];
+    const double end = best_start + (best_forward ? 1.0 : 2.0);
+    (best_forward ? fdone : bdone)[at(best_p, s, i)] = end;
+    free[ru] = end;
+    const int64_t from = best_forward ? s - 1 : s + 1;
+    if (from >= 0 && from < pp)
+      sent[static_cast<size_t>(best_p * pp + rank_of(best_p, from))].pop_front();
+    const int64_t to = best_forward ? s + 1 : s - 1;
+    if (to >= 0 && to < pp)
+      sent[static_cast<size_t>(best_p * pp + best_rank)].push_back({best_p, to, i, best_forward});
+    // Local chunk 0 holds the lower of the rank's two stages.
+    const int64_t local = s == std::min(best_rank, pp - 1 - best_rank) ? 0 : 1;
+    orders[ru].push_back({best_forward, best_p * half + i, local});
+    ++i;
+  }
+  return orders;
+}
+
+}  // namespace
+
+int64_t local_chunks(const Plan& plan) {
+  return plan.schedule == Schedule::kGems ? 2 : plan.virtual_stages;
+}
+
+int64_t chunk_stage(const Plan& plan, int64_t rank, int64_t local) {
+  if (plan.schedule != Schedule::kGems) return local * plan.pp + rank;
+  const int64_t mirror = plan.pp - 1 - rank;
+  return local == 0 ? std::min(rank, mirror) : std::max(rank, mirror);
+}
+
+int64_t model_chunks(const Plan& plan) {
+  return plan.schedule == Schedule::kGems ? plan.pp : plan.chunks();
+}
+
+bool chunk_runs_up(const Plan& plan, int64_t rank, int64_t local) {
+  return plan.schedule == Schedule::kGems && chunk_stage(plan, rank, local) != rank;
+}
+
+std::string gems_problem(const Plan& plan) {
+  if (plan.schedule != Schedule::kGems) return "";
+  if (plan.pp < 2 || plan.pp % 2 != 0)
+    return fmt::format("runs a replica each way over an even number of stages: pp is {}", plan.pp);
+  if (plan.micro_batches() % 2 != 0)
+    return fmt::format("splits each replica's micro-batches between its two pipelines: needs an "
+                       "even count, has {}",
+                       plan.micro_batches());
+  if (plan.virtual_stages != 1) return "holds two stages a rank itself: virtual_stages 1";
+  if (plan.zero != 0) return "sums each stage's gradients over a rank and its mirror: use zero 0";
+  if (plan.offload.any()) return "is not modelled with offload";
+  if (plan.sample_split() > 1 || plan.ep > 1 || plan.tp_grid.any() || !plan.per_op.empty())
+    return "runs without context, spatial, expert or per-op parallelism and tensor grids";
+  if (plan.compression.any() || plan.parameter_server.enabled)
+    return "reduces its gradients uncompressed, without parameter servers";
+  return "";
+}
+
 std::vector<ScheduleUnit> pipeline_schedule(Schedule schedule, int64_t pp, int64_t vpp, int64_t m,
                                             int64_t stage) {
   SEXTANT_CHECK(pp >= 1 && vpp >= 1 && m >= 1 && stage >= 0 && stage < pp, "bad schedule request");
+  if (schedule == Schedule::kGems) {
+    // Memoized: every rank asks for its part of one run, every step.
+    static std::mutex mutex;
+    static std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<ScheduleUnit>>> cache;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find({pp, m});
+    if (it == cache.end()) it = cache.emplace(std::make_pair(pp, m), gems_orders(pp, m)).first;
+    return it->second[static_cast<size_t>(stage)];
+  }
   std::vector<ScheduleUnit> units;
   if (pp == 1 && vpp == 1) {
     // No pipeline: gradient accumulation, each micro-batch forward then backward.

@@ -23,12 +23,13 @@
 namespace sextant::spec {
 
 namespace {
-constexpr std::array<std::pair<std::string_view, Schedule>, 5> kSchedules{
+constexpr std::array<std::pair<std::string_view, Schedule>, 6> kSchedules{
     {{"gpipe", Schedule::kGpipe},
      {"1f1b", Schedule::k1F1B},
      {"interleaved", Schedule::kInterleaved},
      {"pipedream-2bw", Schedule::kPipeDream2BW},
-     {"pipedream", Schedule::kPipeDream}}};
+     {"pipedream", Schedule::kPipeDream},
+     {"gems", Schedule::kGems}}};
 constexpr std::array<std::pair<std::string_view, Recompute>, 3> kRecomputes{
     {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}}};
 constexpr std::array<std::pair<std::string_view, OffloadTarget>, 3> kOffloadTargets{
@@ -106,6 +107,9 @@ std::string Plan::name() const {
         break;
       case Schedule::kInterleaved:
         s += fmt::format(".il{}", virtual_stages);
+        break;
+      case Schedule::kGems:
+        s += ".gems";
         break;
       case Schedule::kPipeDream2BW:
       case Schedule::kPipeDream:
@@ -346,6 +350,8 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("schedule", "\"pipedream-2bw\"", async);
   if (std::string async = pipedream_problem(p); !async.empty())
     problem("schedule", "\"pipedream\"", async);
+  if (std::string gems = gems_problem(p); !gems.empty())
+    problem("schedule", "\"gems\"", gems);
   if (std::string ps = parameter_server_problem(p); !ps.empty())
     problem("parameter_server", fmt::format("staleness {}", p.parameter_server.staleness), ps);
   if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())
@@ -788,6 +794,13 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
       add("offload/activation_layers", std::to_string(p.offload.activation_layers),
           fmt::format("must not exceed the layers of the largest stage chunk ({})", largest));
   }
+  // GEMS' end ranks each hold the first and the last stage: a table tied between them would be
+  // read and updated twice on one rank.
+  if (p.schedule == Schedule::kGems && model.is_transformer() &&
+      model.transformer().tied_embeddings)
+    add("schedule", "\"gems\"",
+        "runs models without a tied embedding table (each end rank holds the first and the last "
+        "stage): a Llama, an MLP or a CNN");
   if (!p.per_op.empty() && model.is_transformer() && model.transformer().moe.has_value())
     add("per_op", op_splits_text(p.per_op).substr(1),
         "splits the ops of a dense transformer's blocks, a CNN's or an MLP's fc layers: not a "

@@ -1,6 +1,8 @@
 // Rank groups of a plan.
 #include "sextant/spec/rank_layout.hpp"
 
+#include <algorithm>
+
 #include "sextant/spec/channel_split.hpp"
 
 namespace sextant::spec {
@@ -77,6 +79,17 @@ std::vector<int64_t> RankLayout::replica_group(int64_t r) const {
   for (int64_t d = 0; d < dp_; ++d)
     for (int64_t k = 0; k < cp_; ++k)
       for (int64_t s = 0; s < sp_; ++s) g.push_back(rank({d, c.tp, c.pp, s, k}));
+  if (mirrored_) {
+    // The mirror's replicas too, every member listing them in the same (rank) order.
+    RankCoord m = c;
+    m.pp = pp_ - 1 - c.pp;
+    for (const int64_t member : std::vector<int64_t>(g)) {
+      RankCoord x = coord(member);
+      x.pp = m.pp;
+      g.push_back(rank(x));
+    }
+    std::sort(g.begin(), g.end());
+  }
   return g;
 }
 

@@ -22,7 +22,9 @@ constexpr std::array<std::pair<std::string_view, Stream>, kStreamCount> kStreams
      {"pp-recv", Stream::kPpRecv},
      {"offload", Stream::kOffload},
      {"offload-in", Stream::kOffloadIn},
-     {"depth-comm", Stream::kDepthComm}}};
+     {"depth-comm", Stream::kDepthComm},
+     {"pp-send-up", Stream::kPpSendUp},
+     {"pp-recv-up", Stream::kPpRecvUp}}};
 constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
     {{"gemm", OpClass::kGemm},
      {"attention", OpClass::kAttention},

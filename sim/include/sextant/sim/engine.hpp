@@ -26,8 +26,8 @@ struct RankSetup {
   int32_t program = 0;  // index into the engine's programs
   // By GroupSlot (group ids; -1: the rank has no such group).
   std::array<int32_t, kGroupSlots> groups = filled_slots(-1);
-  std::array<int32_t, 2> send_channel{{-1, -1}};  // by PeerSlot: to prev, to next
-  std::array<int32_t, 2> recv_channel{{-1, -1}};  // by PeerSlot: from prev, from next
+  std::array<int32_t, kPeerSlots> send_channel{{-1, -1, -1, -1}};  // by PeerSlot: to prev, next
+  std::array<int32_t, kPeerSlots> recv_channel{{-1, -1, -1, -1}};  // by PeerSlot: from them
   double speed = 1.0;                             // compute time is divided by this
   // Ranks this one stands for in each of its groups (a folded topology, rank_symmetry.hpp).
   std::array<int32_t, kGroupSlots> group_weight = filled_slots(1);

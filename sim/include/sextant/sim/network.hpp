@@ -28,6 +28,7 @@ struct GroupSetup {
 struct ChannelSetup {
   int64_t src = 0;
   int64_t dst = 0;
+  bool up = false;  // GEMS' second replica's: on the pp-send-up and pp-recv-up streams
 };
 
 // A finished collective (group id) or transfer (channel id).

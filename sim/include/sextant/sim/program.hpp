@@ -53,7 +53,11 @@ enum class GroupSlot : uint8_t {
   kDpLayer
 };
 inline constexpr size_t kGroupSlots = 13;
-enum class PeerSlot : uint8_t { kPrev, kNext };
+// A stage-to-stage channel: to (or from) the previous or next pipeline rank; the "Up" pair
+// carries GEMS' second replica (spec::chunk_runs_up), so each direction's channel holds one
+// replica's transfers in its own order. kX ^ 1 is the slot at the other end.
+enum class PeerSlot : uint8_t { kPrev, kNext, kPrevUp, kNextUp };
+inline constexpr int kPeerSlots = 4;
 
 // Satisfied once `stream` has completed at least `count` tasks.
 struct Dep {

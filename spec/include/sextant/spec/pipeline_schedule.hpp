@@ -54,6 +54,27 @@ int64_t pipedream_version(int64_t batch, int64_t pp, int64_t stage);
 // Why `plan` cannot use the schedule: "" if it can (validate_plan asks).
 std::string pipedream_problem(const Plan& plan);
 
+// GEMS' MAST (Jain et al., SC'20, "GEMS: GPU-Enabled Memory-Aware Model-Parallelism System for
+// Distributed DNN Training", §IV-A): a second replica of the model's pp stages on the same pp
+// ranks in the opposite direction, which computes while the first one's pipeline would leave a
+// rank idle. Replica A runs model stage s on rank s and its forward goes down the ranks, replica
+// B runs stage s on rank pp - 1 - s and goes up; A takes micro-batches [0, m/2), B [m/2, m).
+// Rank r holds stages r and pp - 1 - r, the lower one as its local chunk 0, so a rank and its
+// mirror hold the same parameters in the same order and sum their gradients with the replicas
+// (RankLayout::replica_group). Synchronous: one update a step, as 1F1B's. Needs an even pp.
+// A rank's local chunks: 2 under GEMS, else the plan's virtual stages.
+int64_t local_chunks(const Plan& plan);
+// The model chunk (stage index in model order; chunk * pp + rank when interleaved) of local chunk
+// `local` on pipeline rank `rank`.
+int64_t chunk_stage(const Plan& plan, int64_t rank, int64_t local);
+// The model chunks a pipeline runs through: pp under GEMS (each twice), else pp x virtual stages.
+int64_t model_chunks(const Plan& plan);
+// Whether local chunk `local` of rank `rank` sends its forward output to the previous rank
+// (GEMS' replica B); otherwise to the next one around the ring.
+bool chunk_runs_up(const Plan& plan, int64_t rank, int64_t local);
+// Why `plan` cannot use GEMS: "" if it can (validate_plan asks).
+std::string gems_problem(const Plan& plan);
+
 // The batches the simulator and the planner run back to back to price one batch in steady state:
 // for PipeDream-2BW 2 (the step is makespan(2 batches) - makespan(1 batch), fill and drain paid
 // once in both); for PipeDream pp + 1 (its fill is pp batches long: the step is the

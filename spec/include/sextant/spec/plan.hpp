@@ -22,7 +22,8 @@ namespace sextant::spec {
 // Efficient Pipeline-Parallel DNN Training"): 1F1B without a flush between batches, two weight
 // versions per stage, gradients one version stale (pipeline_schedule.hpp has its rules).
 // kPipeDream: asynchronous PipeDream with weight stashing (spec/pipeline_schedule.hpp).
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW, kPipeDream };
+// kGems: GEMS' MAST, two replicas of the stages in opposite directions (spec/pipeline_schedule.hpp).
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW, kPipeDream, kGems };
 EnumNames<Schedule> schedule_names();
 // Whether the schedule runs batches back to back without a flush, each stage updating as its
 // part of a batch ends (PipeDream-2BW, PipeDream): a training rule of its own.

@@ -38,7 +38,8 @@ class RankLayout {
         sp_(plan.spatial.ranks()),
         cp_(plan.cp),
         ep_(plan.ep),
-        grid_(plan.tp_grid) {}
+        grid_(plan.tp_grid),
+        mirrored_(plan.schedule == Schedule::kGems) {}
 
   int64_t world_size() const { return sp_ * dp_ * tp_ * cp_ * pp_; }
   int64_t rank(RankCoord c) const {
@@ -88,6 +89,9 @@ class RankLayout {
  private:
   int64_t dp_, tp_, pp_, sp_, cp_, ep_;
   TensorGrid grid_;
+  // GEMS: a rank and its mirror (pipeline rank pp - 1 - r) hold the same stages
+  // (spec::chunk_stage) and sum their gradients with the replicas.
+  bool mirrored_ = false;
 };
 
 }  // namespace sextant::spec

@@ -33,10 +33,14 @@ enum class Stream {
   kPpRecv,
   kOffload,
   kOffloadIn,
-  kDepthComm
+  kDepthComm,
+  // GEMS' second replica's stage transfers (spec::chunk_runs_up), in their own order beside the
+  // first replica's: one send and one receive stream per direction of travel.
+  kPpSendUp,
+  kPpRecvUp
 };
 EnumNames<Stream> stream_names();
-inline constexpr int kStreamCount = 8;
+inline constexpr int kStreamCount = 10;
 
 enum class OpClass {
   kGemm,
