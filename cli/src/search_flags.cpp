@@ -49,6 +49,9 @@ void add_search_flags(CLI::App& cmd, SearchFlags& f) {
                  "bound given (0: synchronous; at most 3 values; stale ones change what the model "
                  "learns: the user's to check)")
       ->check(CLI::Range(int64_t{0}, spec::kMaxStaleness));
+  cmd.add_flag("--gems", f.gems,
+               "Also try GEMS' MAST on even pp: a second replica of the stages running the other "
+               "way on the same ranks (twice the weights a rank; each candidate simulated)");
   cmd.add_option("--network", f.network, "Fidelity of the leaders' simulation: analytic or flow");
   cmd.add_option("--objective", f.objective,
                  "Rank by time, cost (GPU-seconds per step) or memory (most headroom, then time)");
@@ -96,6 +99,7 @@ planner::SearchRequest request_from(const SearchFlags& f, int64_t gpus) {
       r.compressions.push_back(c);
   r.allow_tp_across_nodes = f.allow_tp_across_nodes;
   r.asynchronous_pipelines = f.asynchronous_pipelines;
+  r.gems = f.gems;
   if (f.parameter_server_staleness.size() > planner::kMaxSearchedServerBounds)
     throw InputError(
         "command line", "--parameter-server",

@@ -26,6 +26,7 @@ struct SearchFlags {
   int threads = 0;
   bool allow_tp_across_nodes = false;
   bool asynchronous_pipelines = false;
+  bool gems = false;                                // --gems: GEMS' MAST searched too
   std::vector<int64_t> parameter_server_staleness;  // --parameter-server, each bound searched
   bool fixed_stack = false;
   bool per_op = false;

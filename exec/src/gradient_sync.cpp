@@ -26,6 +26,9 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       dp_(ctx.plan->parameter_server.enabled ? 1 : ctx.groups->replica_size),
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
+  // GEMS: a rank and its mirror end their two chunks' backwards in opposite orders, so buckets
+  // are reduced after the whole backward, in bucket order (as the simulator's program does).
+  if (ctx.plan->schedule == spec::Schedule::kGems) stack_.dp_overlap = false;
   ParamStore& store = stage_.params();
   replicas_ = dp_ == 1
                   ? Group{ctx.groups->replicas, 1, 0}

@@ -326,7 +326,7 @@ class Trainer {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
     const int64_t local_chunks = stage_->chunks();
-    const int64_t model_chunks = g.pp_size * local_chunks;
+    const int64_t model_chunks = spec::model_chunks(plan_);
     std::vector<spec::ScheduleUnit> units =
         spec::pipeline_schedule(plan_.schedule, plan_.pp, local_chunks, micro_batches_, g.pp_rank);
     // Transfer tags: the activation entering model chunk c for micro-batch m, and its gradient.
@@ -339,8 +339,11 @@ class Trainer {
     const std::vector<int64_t> shape = stage_->input_shape();
     for (const spec::ScheduleUnit& u : units) {
       mark_progress(step);
-      const int64_t c = u.chunk * g.pp_size + g.pp_rank;  // the model's chunk
+      const int64_t c = spec::chunk_stage(plan_, g.pp_rank, u.chunk);  // the model's chunk
       const bool first = c == 0, last = c == model_chunks - 1;
+      // Where the chunk's input comes from and its output goes: GEMS' second replica runs up.
+      const bool up = spec::chunk_runs_up(plan_, g.pp_rank, u.chunk);
+      const int upstream = up ? g.next : g.prev, downstream = up ? g.prev : g.next;
       if (u.forward) {
         auto it = batches.find(u.micro_batch);
         if (it == batches.end())
@@ -348,24 +351,25 @@ class Trainer {
         Tensor input;
         if (!first) {
           input = be.empty(shape, be.activation_dtype());
-          receive(input, Phase::kFwd, u.micro_batch, g.prev, tag(u.micro_batch, c, false));
+          receive(input, Phase::kFwd, u.micro_batch, upstream, tag(u.micro_batch, c, false));
         }
         Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
         if (!last) {
-          sends.push_back(
-              transmit(out, Phase::kFwd, u.micro_batch, g.next, tag(u.micro_batch, c + 1, false)));
+          sends.push_back(transmit(out, Phase::kFwd, u.micro_batch, downstream,
+                                   tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
         if (!last) {
           grad = be.empty(stage_->output_shape(), be.activation_dtype());
-          receive(grad, Phase::kBwd, u.micro_batch, g.next, tag(u.micro_batch, c + 1, true));
+          receive(grad, Phase::kBwd, u.micro_batch, downstream, tag(u.micro_batch, c + 1, true));
         }
         Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
-        if (u.chunk == 0) batches.erase(u.micro_batch);  // this rank's last use of it
+        // This rank's last use of it (under GEMS a micro-batch passes one chunk of a rank).
+        if (u.chunk == 0 || plan_.schedule == spec::Schedule::kGems) batches.erase(u.micro_batch);
         if (!first) {
           sends.push_back(
-              transmit(dx, Phase::kBwd, u.micro_batch, g.prev, tag(u.micro_batch, c, true)));
+              transmit(dx, Phase::kBwd, u.micro_batch, upstream, tag(u.micro_batch, c, true)));
         }
       }
     }
@@ -413,12 +417,21 @@ class Trainer {
     // spatial ranks each give their share (StageModel::take_loss_sum).
     double loss = 0;
     const double mine = stage_->take_loss_sum();
-    if (g.pp_rank == g.pp_size - 1 && g.tp_rank == 0) loss = mine;
+    if (holds_last_chunk() && g.tp_rank == 0) loss = mine;
     g.world->all_reduce(&loss, 1);
     const double items = static_cast<double>(plan_.global_batch) *
                          static_cast<double>(model_.is_transformer() ? seq_ : 1);
     log.loss = loss / items;
     return log;
+  }
+
+  // Whether the rank runs the model's last chunk (the loss): the last stage, or under GEMS both
+  // end ranks (each holds the last stage of one replica).
+  bool holds_last_chunk() const {
+    for (int64_t v = 0; v < stage_->chunks(); ++v)
+      if (spec::chunk_stage(plan_, ctx_.groups->pp_rank, v) == spec::model_chunks(plan_) - 1)
+        return true;
+    return false;
   }
 
   // The traced optimizer step over `updated` parameters, its bytes as
@@ -764,7 +777,7 @@ class Trainer {
       servers.push();
       // The worker's pace: from one push to the next (the serving between them included).
       const auto now = std::chrono::steady_clock::now();
-      pushed[step] = {g.pp_rank == g.pp_size - 1 && g.tp_rank == 0 ? loss : 0.0,
+      pushed[step] = {holds_last_chunk() && g.tp_rank == 0 ? loss : 0.0,
                       std::chrono::duration<double>(now - last_push).count()};
       last_push = now;
       if (step >= staleness) serve();

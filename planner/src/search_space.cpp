@@ -224,6 +224,13 @@ void check_stack_request(const SearchRequest& r, const spec::Stack& stack, spec:
     p.schedule = spec::Schedule::kPipeDream2BW;
     probes.push_back(p);
   }
+  if (r.gems) {
+    spec::Plan p;
+    p.pp = 2;
+    p.global_batch = 2;
+    p.schedule = spec::Schedule::kGems;
+    probes.push_back(p);
+  }
   if (!r.parameter_server_staleness.empty()) {
     spec::Plan p;
     p.dp = 2;
@@ -762,6 +769,15 @@ class Enumerator {
         reject("PipeDream updates after each micro-batch: one a batch", kSchedules);
       }
     }
+    // GEMS' two replicas of the stages (spec/pipeline_schedule.hpp): on request, where each
+    // replica gets half the micro-batches.
+    if (r_.gems) {
+      if (pp % 2 == 0 && micro_batches % 2 == 0) {
+        out.push_back({spec::Schedule::kGems, 1});
+      } else {
+        reject("GEMS needs an even pp and micro-batch count", kSchedules);
+      }
+    }
     std::erase_if(out, [&](const std::pair<spec::Schedule, int64_t>& s) {
       if (runs([k = s.first](const spec::StackSupport& t) { return has(t.schedules, k); }))
         return false;
@@ -782,6 +798,10 @@ class Enumerator {
     }
     if (zero > 0 && b.schedule == spec::Schedule::kPipeDream) {
       reject("ZeRO with PipeDream's per-batch updates", kZeroStages);
+      return false;
+    }
+    if (zero > 0 && b.schedule == spec::Schedule::kGems) {
+      reject("ZeRO with GEMS (a rank and its mirror sum their stages' gradients)", kZeroStages);
       return false;
     }
     // (Stage 0 on one replica is no data parallelism at all: any stack runs it. A stage above 0
@@ -814,7 +834,7 @@ class Enumerator {
     const bool may_offload = r_.cluster.host && !l.split->spatial.any();
     if (may_offload && b.zero >= 1 && (l.replicas > 1 || b.zero == 2)) out.push_back(1);
     if (may_offload && b.zero == 3) out.push_back(2);
-    if (spec::asynchronous(b.schedule))  // (not modelled with offload)
+    if (spec::asynchronous(b.schedule) || b.schedule == spec::Schedule::kGems)  // (no offload)
       std::erase_if(out, [](uint8_t o) { return o != 0; });
     // The state offloads the stack runs (to host memory, the planner's target).
     std::erase_if(out, [&](uint8_t o) {
@@ -1029,7 +1049,13 @@ class Enumerator {
       shape.cp = l.split->cp;
       return spec::compression_layout_problem(shape).empty();
     };
-    const size_t nc = out_.compressions.size() > 1 && compressible() ? out_.compressions.size() : 1;
+    const bool gems = b.schedule == spec::Schedule::kGems;
+    if (gems && (b.grid > 0 || l.split_ranks > 1 || ep > 1)) {
+      reject("GEMS with a tensor grid, context, spatial or expert parallelism", kConfigurations);
+      return;
+    }
+    const size_t nc =
+        out_.compressions.size() > 1 && !gems && compressible() ? out_.compressions.size() : 1;
     const auto variants_here =
         static_cast<int64_t>((b.nt - (b.repeats_bulk ? 1 : 0)) * b.nd * b.ng * b.np * b.nb);
     c.grid = b.grid;
@@ -1070,7 +1096,7 @@ class Enumerator {
   // none: spec::parameter_server_problem reads no bound but the staleness, which it does not
   // refuse within the request's), and whether its stack runs them.
   size_t servable(const Layout& l, const Branch& b, const Candidate& c, uint8_t off, int64_t ep) {
-    if (out_.servers.empty()) return 0;
+    if (out_.servers.empty() || b.schedule == spec::Schedule::kGems) return 0;
     spec::Plan shape = shape_of(l, b, off, ep);
     shape.schedule = b.schedule;
     shape.spatial = l.split->spatial;

@@ -65,8 +65,8 @@ class StageBuilder {
     }
     std::vector<spec::ScheduleUnit> units =
         asynchronous() ? spec::pipedream_2bw_units(plan_.pp, micro_batches_, batches_, stage_)
-                       : spec::pipeline_schedule(plan_.schedule, plan_.pp, spec::local_chunks(plan_),
-                                                 micro_batches_, stage_);
+                       : spec::pipeline_schedule(plan_.schedule, plan_.pp,
+                                                 spec::local_chunks(plan_), micro_batches_, stage_);
     for (const spec::ScheduleUnit& u : units) {
       if (u.forward) {
         forward_unit(u);
@@ -536,7 +536,10 @@ class StageBuilder {
     int32_t task = step_comm(
         models::stage_transfer(plan_, lowered_, phase, true, full / elem_bytes_, elem_bytes_),
         phase, mb, before, layer, -1, to);
-    if (!stack_.pp_overlap) require(task);
+    // GEMS' orders are built for sends that leave without holding the compute (its own
+    // implementation and Sextant's executor post them non-blocking): a blocking send there
+    // could wait on a rank that waits on this one.
+    if (!stack_.pp_overlap && plan_.schedule != spec::Schedule::kGems) require(task);
   }
 
   // ZeRO-3: all-gather a layer's parameters from the data-parallel group: one flat parameter

@@ -34,6 +34,10 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
     out.push_back({"/schedule", "\"interleaved\"",
                    "the executor interleaves transformer stages only (MLPs and CNNs: gpipe or "
                    "1f1b)"});
+  if (plan.schedule == Schedule::kGems && !model.is_transformer())
+    out.push_back({"/schedule", "\"gems\"",
+                   "the executor holds two stages a rank for transformers only (MLPs and CNNs: "
+                   "simulated and planned)"});
   // ZeRO-Infinity's parameters live with the optimizer's host shard, whose step updates them.
   if (plan.offload.params != OffloadTarget::kNone && plan.offload.optimizer == OffloadTarget::kNone)
     out.push_back({"/offload/params",

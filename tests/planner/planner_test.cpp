@@ -1716,3 +1716,38 @@ TEST(Planner, ParameterServersAreSearchedOnRequestAndWinOnSlowLinks) {
 
 }  // namespace
 }  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// GEMS is searched on request only, on even pp and micro-batch counts, without ZeRO, offload or
+// compression, and each candidate is priced by the simulator.
+TEST(Planner, GemsIsSearchedOnRequestAndPricedByTheSimulator) {
+  SearchRequest r = request("llama2-7b", 8, 16);
+  r.stack = spec::builtin_stack("sextant");
+  r.constraints = {parse_constraint("recompute_layers=0"), parse_constraint("tp<=2")};
+  const Enumeration plain = enumerate_plans(r);
+  for (const Candidate& c : plain.candidates)
+    EXPECT_NE(c.schedule, static_cast<uint8_t>(spec::Schedule::kGems));
+  r.gems = true;
+  const Enumeration all = enumerate_plans(r);
+  int64_t gems = 0;
+  Estimator estimator(r.model, r.cluster);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all.candidates[i].schedule != static_cast<uint8_t>(spec::Schedule::kGems)) continue;
+    const spec::Plan p = all.plan(i);
+    EXPECT_EQ(spec::gems_problem(p), "") << p.name();
+    if (gems++ % 40 != 0) continue;
+    EXPECT_NO_THROW(spec::validate_plan(p, r.model, 8, "candidate")) << p.name();
+    EXPECT_DOUBLE_EQ(estimator.estimate(p).step_time_s,
+                     sim::simulate(r.model, r.cluster, p, {}).report.step_time_s)
+        << p.name();
+  }
+  EXPECT_GT(gems, 0);
+  // A stack without it refuses the request.
+  r.stack = spec::builtin_stack("megatron-core");
+  EXPECT_THROW(enumerate_plans(r), InputError);
+}
+
+}  // namespace
+}  // namespace sextant::planner

@@ -196,6 +196,12 @@ spec::Plan pipedream(int64_t dp, int64_t tp, int64_t pp) {
   return p;
 }
 
+// GEMS' two replicas of the stages, each taking half the micro-batches.
+spec::Plan gems(spec::Plan p) {
+  p.schedule = spec::Schedule::kGems;
+  return p;
+}
+
 // Through parameter servers, workers `staleness` steps ahead.
 spec::Plan servers(spec::Plan p, int64_t staleness) {
   p.parameter_server = {true, staleness};
@@ -685,6 +691,13 @@ std::vector<Layout> layouts() {
       {"llama_pp2_pipedream", pipedream(1, 1, 2), Net::kLlama},
       {"mlp_pp4_pipedream", pipedream(1, 1, 4), Net::kMlp},
       {"llama_dp2_tp2_pp2_pipedream", pipedream(2, 2, 2), Net::kLlama},
+      // GEMS' MAST: two replicas of the stages in opposite directions, each rank holding a stage
+      // of each; synchronous, so equal to the single-rank run (Llama: no tied table).
+      {"llama_pp2_gems", gems(plan_of(1, 1, 2)), Net::kLlama},
+      {"llama_pp4_gems", gems(plan_of(1, 1, 4)), Net::kLlama},
+      {"llama_dp2_pp2_gems", gems(plan_of(2, 1, 2)), Net::kLlama},
+      {"llama_tp2_pp2_sp_gems", gems(plan_of(1, 2, 2, 0, true)), Net::kLlama},
+      {"llama_dp2_pp4_gems", gems(plan_of(2, 1, 4)), Net::kLlama},
       // Parameter servers: against their sequential definition, every layer `staleness` steps
       // stale (TrainOptions::layer_staleness); synchronous at 0. GPT's tied table is summed
       // over the end stages before the push.

@@ -96,6 +96,9 @@ struct SearchRequest {
   // PipeDream-2BW's asynchronous pipeline beside the flushing schedules when pp > 1: it also
   // changes what the model learns (gradients one weight version stale), so the user opts in.
   bool asynchronous_pipelines = false;
+  // GEMS' MAST beside the other schedules on even pp: synchronous, but each candidate is priced
+  // by the simulator (the closed form holds one direction), so the user asks for it.
+  bool gems = false;
   // Parameter servers beside the all-reduce for DDP layouts, one per staleness bound listed (at
   // most kMaxSearchedServerBounds; spec/parameter_server.hpp): stale ones change what the model
   // learns, so the user opts in.

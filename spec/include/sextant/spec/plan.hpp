@@ -22,7 +22,8 @@ namespace sextant::spec {
 // Efficient Pipeline-Parallel DNN Training"): 1F1B without a flush between batches, two weight
 // versions per stage, gradients one version stale (pipeline_schedule.hpp has its rules).
 // kPipeDream: asynchronous PipeDream with weight stashing (spec/pipeline_schedule.hpp).
-// kGems: GEMS' MAST, two replicas of the stages in opposite directions (spec/pipeline_schedule.hpp).
+// kGems: GEMS' MAST, two replicas of the stages in opposite directions
+// (spec/pipeline_schedule.hpp).
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kPipeDream2BW, kPipeDream, kGems };
 EnumNames<Schedule> schedule_names();
 // Whether the schedule runs batches back to back without a flush, each stage updating as its
@@ -252,7 +253,9 @@ struct Plan {
   // data-parallel replicas, times the ranks splitting each sample (each computes a partial
   // weight gradient from its part of the feature maps or of the sequence; Megatron-LM's
   // data-and-context-parallel group). dp when no sample is split.
-  int64_t replicas() const { return dp * sample_split(); }
+  int64_t replicas() const {
+    return dp * sample_split() * (schedule == Schedule::kGems ? 2 : 1);  // GEMS: and its mirror
+  }
   // Ranks holding the same routed experts, whose expert gradients are summed (Megatron-LM's
   // expert-data-parallel group): the replicas, less the ep ranks the experts are split over.
   int64_t expert_replicas() const { return replicas() / ep; }
