@@ -128,7 +128,7 @@ TEST(StackSupport, ABadSupportsObjectIsNamed) {
   EXPECT_INPUT_ERROR(
       stack_from_json(bad, "s.json"),
       "s.json: /supports/schedules = \"zero-bubble\": each entry once, one of gpipe, "
-      "1f1b, interleaved, pipedream-2bw or pipedream");
+      "1f1b, interleaved, pipedream-2bw, pipedream or gems");
   bad = stack;
   bad["supports"]["offload_devices"] = {"none"};
   EXPECT_INPUT_ERROR(stack_from_json(bad, "s.json"),
