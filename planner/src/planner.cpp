@@ -280,6 +280,7 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   result.threads = threads;
   const auto estimating = std::chrono::steady_clock::now();
   std::vector<Estimate> estimates = estimate_all(request, all, threads, options.estimate_progress);
+  size_reload_windows(request, all, estimates);
   result.estimate_s = since(estimating);
 
   std::vector<Scored> fitting;
@@ -377,6 +378,35 @@ SearchResult search(const SearchRequest& request, const SearchOptions& options) 
   if (options.choose_op_splits) choose_op_splits(request, options, threads, result);
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+// Each block ahead holds one more reloaded block: the memory grows with the window, so a bisection
+// finds the widest that fits.
+void size_reload_windows(const SearchRequest& request, Enumeration& all,
+                         std::vector<Estimate>& estimates) {
+  Estimator estimator(request.model, request.cluster);
+  spec::Plan plan;
+  for (size_t i = 0; i < all.size(); ++i) {
+    Candidate& c = all.candidates[i];
+    if (!c.reload_ahead || estimates[i].fits || !estimates[i].host_fits) continue;
+    int64_t lo = 2, hi = std::min<int64_t>(c.recompute_layers - 1, 255), best = 0;
+    Estimate fitted;
+    while (lo <= hi) {
+      const int64_t mid = (lo + hi) / 2;
+      c.reload_window = static_cast<uint8_t>(mid);
+      all.fill(i, plan);
+      const Estimate e = estimator.estimate(plan, all.stack_of(i));
+      if (e.fits) {
+        best = mid;
+        fitted = e;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    c.reload_window = static_cast<uint8_t>(best);
+    if (best > 0) estimates[i] = fitted;
+  }
 }
 
 }  // namespace sextant::planner

@@ -366,7 +366,8 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
       c.offload_activations ? (karma ? units - c.recompute_layers : units - 1) : 0;
   // KARMA's swap schedule: the swapped blocks' reloads issued as the backward begins, beside the
   // recomputed blocks above them, at the memory of that many reloaded blocks.
-  out.offload.prefetch_layers = c.reload_ahead ? c.recompute_layers : 1;
+  out.offload.prefetch_layers =
+      !c.reload_ahead ? 1 : (c.reload_window > 0 ? c.reload_window : c.recompute_layers);
   out.compression =
       compressions.empty() ? spec::GradientCompression{} : compressions[c.compression];
   out.parameter_server = c.servers == 0 ? spec::ParameterServer{} : servers[c.servers - 1u];

@@ -1751,3 +1751,47 @@ TEST(Planner, GemsIsSearchedOnRequestAndPricedByTheSimulator) {
 
 }  // namespace
 }  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// KARMA's window sized to the device (size_reload_windows): a candidate reloading its swapped
+// blocks as many blocks ahead as it recomputes that does not fit a GPU between the memory of the
+// double buffer's next step (window 2) and its own takes the widest window that fits, one block
+// narrower does not.
+TEST(Planner, KarmasReloadWindowIsSizedToTheDeviceMemory) {
+  SearchRequest r = request("gpt2-350m", 8, 64);
+  r.constraints = {parse_constraint("pp=1"), parse_constraint("tp=1")};
+  r.stack = spec::builtin_stack("sextant");
+  Enumeration all = enumerate_plans(r);
+  size_t pick = all.size();
+  for (size_t i = 0; i < all.size() && pick == all.size(); ++i)
+    if (all.candidates[i].reload_ahead && all.candidates[i].recompute_layers >= 8) pick = i;
+  ASSERT_LT(pick, all.size());
+  auto memory_at = [&](int64_t window) {
+    all.candidates[pick].reload_window = static_cast<uint8_t>(window);
+    return Estimator(r.model, r.cluster).estimate(all.plan(pick)).peak_memory_bytes;
+  };
+  const int64_t ahead = all.candidates[pick].recompute_layers;
+  const int64_t narrow = memory_at(2), wide = memory_at(0);
+  ASSERT_LT(narrow, wide);
+  // A device between the two: the full window does not fit, window 2 does.
+  r.cluster.device.memory_capacity_bytes = (narrow + wide) / 2;
+  Estimator estimator(r.model, r.cluster);
+  std::vector<Estimate> estimates(all.size());
+  for (Estimate& e : estimates) e.fits = true;  // (the others are not re-sized)
+  all.candidates[pick].reload_window = 0;
+  estimates[pick] = estimator.estimate(all.plan(pick));
+  ASSERT_FALSE(estimates[pick].fits);
+  size_reload_windows(r, all, estimates);
+  const int64_t window = all.candidates[pick].reload_window;
+  EXPECT_GE(window, 2);
+  EXPECT_LT(window, ahead);
+  EXPECT_TRUE(estimates[pick].fits);
+  EXPECT_EQ(all.plan(pick).offload.prefetch_layers, window);
+  all.candidates[pick].reload_window = static_cast<uint8_t>(window + 1);
+  EXPECT_FALSE(estimator.estimate(all.plan(pick)).fits) << window;
+}
+
+}  // namespace
+}  // namespace sextant::planner

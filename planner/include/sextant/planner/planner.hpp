@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/planner/estimator.hpp"
 #include "sextant/planner/op_splits.hpp"
 #include "sextant/planner/search_space.hpp"
 #include "sextant/sim/simulator.hpp"
@@ -95,5 +96,12 @@ struct SearchResult {
 
 // Throws InputError for a request that cannot be planned (bad counts, unknown names).
 SearchResult search(const SearchRequest& request, const SearchOptions& options);
+
+// KARMA sizes its reload window to the free device memory (Wahib et al., SC'20 §III-C): each
+// candidate reloading its swapped blocks as many blocks ahead as it recomputes whose estimate
+// does not fit the device takes the widest window of at least 2 that does
+// (Candidate::reload_window), its estimate replaced; search() runs it after the estimates.
+void size_reload_windows(const SearchRequest& request, Enumeration& all,
+                         std::vector<Estimate>& estimates);
 
 }  // namespace sextant::planner

@@ -138,7 +138,11 @@ struct Candidate {
   uint8_t stack = 0;        // index into Enumeration::stacks (at most 3 x 2 x 2 x 2 x 3 variants)
   uint8_t compression = 0;  // 0: none, else 1 + index into SearchRequest::compressions
   uint8_t spatial = 0;      // index into Enumeration::sample_splits ([0]: unsplit)
-  uint8_t grid = 0;         // index into Enumeration::grids ([0]: 1D tensor parallelism)
+  uint8_t grid =
+      0;  // index into Enumeration::grids ([0]: 1D tensor parallelism)  // With reload_ahead: the
+          // reload window when the planner narrowed it to fit the device
+  // (size_reload_windows in planner.cpp); 0: the recomputed blocks' count.
+  uint8_t reload_window = 0;
 };
 static_assert(sizeof(Candidate) == 28, "a search holds millions of candidates");
 
