@@ -26,8 +26,10 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       dp_(ctx.plan->parameter_server.enabled ? 1 : ctx.groups->replica_size),
       zero_(ctx.plan->zero),
       compression_(ctx.plan->compression) {
-  // GEMS: a rank and its mirror end their two chunks' backwards in opposite orders, so buckets
-  // are reduced after the whole backward, in bucket order (as the simulator's program does).
+  // GEMS: a rank and its mirror are also pipeline neighbours, and MPI's collectives on CPU ranks
+  // complete as they are called: a bucket reduced mid-backward would wait for a mirror waiting
+  // on this rank's next transfer. The buckets are reduced after the backward, in the order the
+  // simulator issues them (its NCCL-like streams overlap them: buckets_in_order there).
   if (ctx.plan->schedule == spec::Schedule::kGems) stack_.dp_overlap = false;
   ParamStore& store = stage_.params();
   replicas_ = dp_ == 1

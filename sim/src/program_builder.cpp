@@ -89,12 +89,12 @@ class StageBuilder {
  private:
   bool asynchronous() const { return spec::asynchronous(plan_.schedule); }
   bool servers() const { return plan_.parameter_server.enabled; }
-  // Whether gradient buckets are reduced as the backward makes them. Not under GEMS: a rank and
-  // its mirror end their two chunks' backwards in opposite orders, so they reduce after the whole
-  // backward, in bucket order (the executor's too).
-  bool overlap_buckets() const {
-    return stack_.dp_overlap && plan_.schedule != spec::Schedule::kGems;
-  }
+  // Whether gradient buckets are reduced as the backward makes them.
+  bool overlap_buckets() const { return stack_.dp_overlap; }
+  // Under GEMS a rank and its mirror may finish their two chunks' buckets in different orders:
+  // each bucket is issued once it and every bucket before it in the list are ready, the order
+  // every member of the group issues them in (the executor's too).
+  bool buckets_in_order() const { return plan_.schedule == spec::Schedule::kGems; }
 
   // Through parameter servers (spec/parameter_server.hpp): the window's batches one after another,
   // each its schedule's units with a flush. Batch b reads the version after b - s updates: its
@@ -904,8 +904,11 @@ class StageBuilder {
     if (it == buckets_of_.end()) return;
     for (size_t i : it->second) {
       const models::GradientBucket& b = buckets_[i];
-      if (--pending_[i] == 0 && !b.after_tied_sum) reduce_bucket(b, flush());
+      if (--pending_[i] == 0 && !b.after_tied_sum && !buckets_in_order()) reduce_bucket(b, flush());
     }
+    if (!buckets_in_order()) return;
+    for (; next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0; ++next_bucket_)
+      if (!buckets_[next_bucket_].after_tied_sum) reduce_bucket(buckets_[next_bucket_], flush());
   }
 
   void reduce_bucket(const models::GradientBucket& b, int32_t after) {
@@ -1132,6 +1135,7 @@ class StageBuilder {
   std::vector<models::GradientBucket> buckets_;       // data-parallel gradient buckets (not ZeRO-3)
   std::map<size_t, std::vector<size_t>> buckets_of_;  // layer -> its buckets
   std::vector<int64_t> pending_;                      // per bucket: layers still in backward
+  size_t next_bucket_ = 0;  // buckets_in_order(): the next bucket to issue
 };
 
 }  // namespace
