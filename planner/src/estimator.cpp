@@ -191,9 +191,8 @@ const std::vector<spec::LiveProfile>& Estimator::live_profiles(const spec::Plan&
   if (it != profiles_.end()) return it->second;
   std::vector<spec::LiveProfile> profiles;
   for (int64_t s = 0; s < plan.pp; ++s)
-    profiles.push_back(
-        spec::live_profile(plan.schedule, plan.pp, spec::local_chunks(plan), plan.micro_batches(),
-                           s));
+    profiles.push_back(spec::live_profile(plan.schedule, plan.pp, spec::local_chunks(plan),
+                                          plan.micro_batches(), s));
   return profiles_.emplace(key, std::move(profiles)).first->second;
 }
 
@@ -534,10 +533,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
   const int64_t offloaded_layers =
       plan.offload.activations == spec::OffloadTarget::kNone ? -1 : plan.offload.activation_layers;
   // (GEMS holds two stages a rank: its own key, as its schedule's local chunks.)
-  auto key = std::make_tuple(plan.pp, plan.schedule == spec::Schedule::kGems ? -1 : plan.virtual_stages,
-                             plan.stage_layers, plan.recompute,
-                             plan.recompute_layers, static_cast<int>(stack.tp_overlap),
-                             offloaded_layers, plan.offload.prefetch_layers);
+  auto key = std::make_tuple(
+      plan.pp, plan.schedule == spec::Schedule::kGems ? -1 : plan.virtual_stages, plan.stage_layers,
+      plan.recompute, plan.recompute_layers, static_cast<int>(stack.tp_overlap), offloaded_layers,
+      plan.offload.prefetch_layers);
   auto it = l.stages.find(key);
   if (it != l.stages.end()) return it->second;
   // Each layer priced in its own recompute mode (all in the plan's, unless only some layers of

@@ -128,9 +128,10 @@ std::string gems_problem(const Plan& plan) {
   if (plan.pp < 2 || plan.pp % 2 != 0)
     return fmt::format("runs a replica each way over an even number of stages: pp is {}", plan.pp);
   if (plan.micro_batches() % 2 != 0)
-    return fmt::format("splits each replica's micro-batches between its two pipelines: needs an "
-                       "even count, has {}",
-                       plan.micro_batches());
+    return fmt::format(
+        "splits each replica's micro-batches between its two pipelines: needs an "
+        "even count, has {}",
+        plan.micro_batches());
   if (plan.virtual_stages != 1) return "holds two stages a rank itself: virtual_stages 1";
   if (plan.zero != 0) return "sums each stage's gradients over a rank and its mirror: use zero 0";
   if (plan.offload.any()) return "is not modelled with offload";

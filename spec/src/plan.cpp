@@ -350,8 +350,7 @@ void check_plan_rules(const Plan& p, const ProblemSink& problem) {
     problem("schedule", "\"pipedream-2bw\"", async);
   if (std::string async = pipedream_problem(p); !async.empty())
     problem("schedule", "\"pipedream\"", async);
-  if (std::string gems = gems_problem(p); !gems.empty())
-    problem("schedule", "\"gems\"", gems);
+  if (std::string gems = gems_problem(p); !gems.empty()) problem("schedule", "\"gems\"", gems);
   if (std::string ps = parameter_server_problem(p); !ps.empty())
     problem("parameter_server", fmt::format("staleness {}", p.parameter_server.staleness), ps);
   if (std::string chosen = channel_algorithms_problem(p.channel_algorithms, p.tp); !chosen.empty())

@@ -137,7 +137,7 @@ namespace sextant::models {
   X(kDpSparseMerge, "dp.sparse_merge")                                          \
   X(kDpSparseSplit, "dp.sparse_split")                                          \
   X(kDpSparseGather, "dp.sparse_gather")                                        \
-  /* Parameter servers (parameter_server.hpp). */                              \
+  /* Parameter servers (parameter_server.hpp). */                               \
   X(kDpPsPush, "dp.ps_push")                                                    \
   X(kDpPsSum, "dp.ps_sum")                                                      \
   X(kDpPsPull, "dp.ps_pull")                                                    \

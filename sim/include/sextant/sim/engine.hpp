@@ -28,7 +28,7 @@ struct RankSetup {
   std::array<int32_t, kGroupSlots> groups = filled_slots(-1);
   std::array<int32_t, kPeerSlots> send_channel{{-1, -1, -1, -1}};  // by PeerSlot: to prev, next
   std::array<int32_t, kPeerSlots> recv_channel{{-1, -1, -1, -1}};  // by PeerSlot: from them
-  double speed = 1.0;                             // compute time is divided by this
+  double speed = 1.0;  // compute time is divided by this
   // Ranks this one stands for in each of its groups (a folded topology, rank_symmetry.hpp).
   std::array<int32_t, kGroupSlots> group_weight = filled_slots(1);
 };
