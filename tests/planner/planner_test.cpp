@@ -1670,12 +1670,6 @@ TEST(Estimator, PricesParameterServersAsTheSimulatorDoes) {
   }
 }
 
-}  // namespace
-}  // namespace sextant::planner
-
-namespace sextant::planner {
-namespace {
-
 // Searched on request only, never beside compression, ZeRO or an asynchronous pipeline, and only
 // with a stack that runs them; on 10 GbE-class links the stale servers win (their exchange hides
 // behind the compute), synchronous ones do not beat the all-reduce by much.
@@ -1714,12 +1708,6 @@ TEST(Planner, ParameterServersAreSearchedOnRequestAndWinOnSlowLinks) {
   EXPECT_THROW(enumerate_plans(r), InputError);
 }
 
-}  // namespace
-}  // namespace sextant::planner
-
-namespace sextant::planner {
-namespace {
-
 // GEMS is searched on request only, on even pp and micro-batch counts, without ZeRO, offload or
 // compression, and each candidate is priced by the simulator.
 TEST(Planner, GemsIsSearchedOnRequestAndPricedByTheSimulator) {
@@ -1749,16 +1737,10 @@ TEST(Planner, GemsIsSearchedOnRequestAndPricedByTheSimulator) {
   EXPECT_THROW(enumerate_plans(r), InputError);
 }
 
-}  // namespace
-}  // namespace sextant::planner
-
-namespace sextant::planner {
-namespace {
-
 // KARMA's window sized to the device (size_reload_windows): a candidate reloading its swapped
 // blocks as many blocks ahead as it recomputes that does not fit a GPU between the memory of the
-// double buffer's next step (window 2) and its own takes the widest window that fits, one block
-// narrower does not.
+// double buffer's next step (window 2) and its own takes the widest window that fits; one block
+// wider does not.
 TEST(Planner, KarmasReloadWindowIsSizedToTheDeviceMemory) {
   SearchRequest r = request("gpt2-350m", 8, 64);
   r.constraints = {parse_constraint("pp=1"), parse_constraint("tp=1")};
