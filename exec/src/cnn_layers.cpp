@@ -51,7 +51,8 @@ Tensor CnnLayers::forward_pass(const Unit& u, const Tensor& x, const MicroBatch&
   UnitCache& cache = caches.of(u.layer);
   switch (u.kind) {
     case CnnLayerKind::kAmoebaCell:
-      throw std::logic_error("the CNN stage runs no AmoebaNet cell");
+    case CnnLayerKind::kInception:
+      throw std::logic_error("the CNN stage runs its multi-branch units on their tapes");
     case CnnLayerKind::kUpConv:
       return forward_up_conv(u, x, mb.index, cache);
     case CnnLayerKind::kConcat:
@@ -76,7 +77,8 @@ Tensor CnnLayers::backward_pass(const Unit& u, const Tensor& dout, const MicroBa
   UnitCache& cache = caches.of(u.layer);
   switch (u.kind) {
     case CnnLayerKind::kAmoebaCell:
-      throw std::logic_error("the CNN stage runs no AmoebaNet cell");
+    case CnnLayerKind::kInception:
+      throw std::logic_error("the CNN stage runs its multi-branch units on their tapes");
     case CnnLayerKind::kUpConv:
       return backward_up_conv(u, dout, mb.index, cache);
     case CnnLayerKind::kConcat:

@@ -14,6 +14,7 @@
 #include "amoeba_cell.hpp"
 #include "cnn_maps.hpp"
 #include "cnn_units.hpp"
+#include "inception_module.hpp"
 #include "sextant/exec/parameters.hpp"
 #include "split_fc_chain.hpp"
 #include "stage_model.hpp"
@@ -32,7 +33,7 @@ struct UnitCache {
   // A kept output (U-Net's skip), and its gradient from the concat that joined it (backward
   // reaches the concat first; the unit's own backward adds it to the gradient of its output).
   Tensor kept, kept_grad;
-  AmoebaCell::Cache cell;
+  UnitTape::Cache cell;  // an AmoebaNet cell's or Inception module's
 };
 // A micro-batch's caches of the stage's units [begin, begin + size).
 struct StageCaches {
@@ -47,7 +48,7 @@ class CnnParams {
  public:
   // `split_fc`: the fc layers under per-op splits (nullptr: none), whose blocks it holds.
   CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end, const CnnMaps& maps,
-            uint64_t seed, std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells,
+            uint64_t seed, std::map<int32_t, std::unique_ptr<UnitTape>>& cells,
             SplitFcChain* split_fc);
   ParamStore& store() { return *store_; }
   Param& get(const std::string& name) { return store_->get(name); }

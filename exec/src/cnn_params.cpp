@@ -117,8 +117,7 @@ void add_fc(SpecList& add, const Unit& u, int32_t l, int64_t tp, int64_t rank) {
 
 CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
                      const CnnMaps& maps, uint64_t seed,
-                     std::map<int32_t, std::unique_ptr<AmoebaCell>>& cells,
-                     SplitFcChain* split_fc) {
+                     std::map<int32_t, std::unique_ptr<UnitTape>>& cells, SplitFcChain* split_fc) {
   std::vector<ParamSpec> specs;
   SpecList add(specs, seed);
   const int64_t rank = maps.ctx().groups->tp_rank;
@@ -126,11 +125,15 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
     const Unit& u = units[static_cast<size_t>(l)];
     for (const ConvUnit& c : u.convs) add_conv(add, c, l, maps, rank);
     if (u.kind == spec::CnnLayerKind::kAmoebaCell) {
-      auto cell = std::make_unique<AmoebaCell>(
+      cells[l] = std::make_unique<UnitTape>(amoeba_cell(
           u.name, l, CellMap{u.in.c, u.in.h, u.in.w}, CellMap{u.skip.c, u.skip.h, u.skip.w},
-          u.reduction_prev, u.filters, u.reduction, maps.micro_batch());
-      cell->add_params(specs, seed);
-      cells[l] = std::move(cell);
+          u.reduction_prev, u.filters, u.reduction, maps.micro_batch()));
+      cells[l]->add_params(specs, seed);
+    }
+    if (u.kind == spec::CnnLayerKind::kInception) {
+      cells[l] = std::make_unique<UnitTape>(inception_module(
+          u.name, l, u.source, CellMap{u.in.c, u.in.h, u.in.w}, maps.micro_batch()));
+      cells[l]->add_params(specs, seed);
     }
     if (u.kind == spec::CnnLayerKind::kUpConv) add_up_conv(add, u, l, maps);
     if (u.kind == spec::CnnLayerKind::kFc) {

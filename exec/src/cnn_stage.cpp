@@ -16,11 +16,11 @@
 #include <memory>
 #include <utility>
 
-#include "amoeba_cell.hpp"
 #include "cnn_layers.hpp"
 #include "cnn_maps.hpp"
 #include "cnn_units.hpp"
 #include "stage_model.hpp"
+#include "unit_tape.hpp"
 
 namespace sextant::exec {
 
@@ -108,9 +108,9 @@ class CnnStage : public StageModel {
   Context& ctx_;
   std::vector<Unit> units_;
   CnnMaps maps_;
-  std::pair<int32_t, int32_t> range_;                     // this stage's layers [first, second)
-  std::map<int32_t, std::unique_ptr<AmoebaCell>> cells_;  // this stage's cells, by layer
-  std::unique_ptr<SplitFcChain> split_fc_;                // the fc layers under per-op splits
+  std::pair<int32_t, int32_t> range_;                   // this stage's layers [first, second)
+  std::map<int32_t, std::unique_ptr<UnitTape>> cells_;  // this stage's cells and modules
+  std::unique_ptr<SplitFcChain> split_fc_;              // the fc layers under per-op splits
   CnnParams params_;
   CnnLayers layers_;
   std::map<int64_t, StageCaches> caches_;
@@ -149,10 +149,13 @@ Tensor CnnStage::forward(const MicroBatch& mb, const Tensor* input, int64_t /*ch
     if (hooks_ != nullptr) hooks_->before_forward(l, mb.index);
     const Unit& u = unit(l);
     if (u.kind == CnnLayerKind::kAmoebaCell) {
-      Tensor y = cells_.at(l)->forward(ctx_, params_.store(), x, u.reads_skip ? skip : x, mb.index,
-                                       caches.of(l).cell);
+      Tensor y = cells_.at(l)->forward(ctx_, params_.store(), {x, u.reads_skip ? skip : x},
+                                       mb.index, caches.of(l).cell);
       skip = x;
       x = y;
+    } else if (u.kind == CnnLayerKind::kInception) {
+      x = cells_.at(l)->forward(ctx_, params_.store(), {x}, mb.index, caches.of(l).cell);
+      skip = Tensor();
     } else {
       x = layers_.forward(u, x, mb, caches);
       skip = Tensor();
@@ -177,8 +180,10 @@ Tensor CnnStage::backward(const MicroBatch& mb, const Tensor* grad_output,
     if (hooks_ != nullptr) hooks_->before_backward(l, mb.index);
     const Unit& u = unit(l);
     if (u.kind == CnnLayerKind::kAmoebaCell) {
-      auto [dprev, dprev_prev] =
+      const std::vector<Tensor> dinputs =
           cells_.at(l)->backward(ctx_, params_.store(), d, mb.index, caches.of(l).cell);
+      Tensor dprev = dinputs[0];
+      const Tensor& dprev_prev = dinputs[1];
       // The first cell of a chain read its input twice.
       if (!u.reads_skip) dprev = maps_.sum_of(dprev, dprev_prev);
       if (!dskip.empty()) dprev = maps_.sum_of(dprev, dskip);
@@ -186,7 +191,9 @@ Tensor CnnStage::backward(const MicroBatch& mb, const Tensor* grad_output,
       dskip = u.reads_skip ? dprev_prev : Tensor();
     } else {
       SEXTANT_CHECK(dskip.empty(), "{}: a skip gradient past a cell chain", u.name);
-      d = layers_.backward(u, d, mb, caches);
+      d = u.kind == CnnLayerKind::kInception
+              ? cells_.at(l)->backward(ctx_, params_.store(), d, mb.index, caches.of(l).cell)[0]
+              : layers_.backward(u, d, mb, caches);
     }
     if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
   }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "amoeba_cell.hpp"
+#include "inception_module.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
 namespace sextant::exec::cnn {
@@ -42,8 +43,11 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp,
   bool reduction_prev = false;
   for (size_t li = 0; li < m.layers.size(); ++li) {
     const spec::CnnLayer& l = m.layers[li];
-    const int64_t repeats =
-        l.kind == CnnLayerKind::kBottleneck || l.kind == CnnLayerKind::kAmoebaCell ? l.blocks : 1;
+    const int64_t repeats = l.kind == CnnLayerKind::kBottleneck ||
+                                    l.kind == CnnLayerKind::kAmoebaCell ||
+                                    l.kind == CnnLayerKind::kInception
+                                ? l.blocks
+                                : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Unit u;
       u.kind = l.kind;
@@ -115,11 +119,17 @@ std::vector<Unit> units_of(const spec::CnnSpec& m, int64_t tp,
           if (!out.empty() && out.back().kind == CnnLayerKind::kAmoebaCell)
             out.back().passes_skip = true;
           const CellMap made =
-              AmoebaCell(u.name, u.layer, {f.c, f.h, f.w}, {u.skip.c, u.skip.h, u.skip.w},
-                         u.reduction_prev, l.filters, l.reduction, 1)
+              amoeba_cell(u.name, u.layer, {f.c, f.h, f.w}, {u.skip.c, u.skip.h, u.skip.w},
+                          u.reduction_prev, l.filters, l.reduction, 1)
                   .output();
           cell_input = f;
           reduction_prev = l.reduction;
+          f = {made.c, 1, made.h, made.w};
+          break;
+        }
+        case CnnLayerKind::kInception: {
+          u.source = l;
+          const CellMap made = inception_module(u.name, u.layer, l, {f.c, f.h, f.w}, 1).output();
           f = {made.c, 1, made.h, made.w};
           break;
         }

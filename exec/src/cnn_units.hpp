@@ -49,6 +49,7 @@ struct Unit {
   int64_t filters = 0;
   bool reduction = false, reduction_prev = false, reads_skip = false, passes_skip = false;
   MapShape skip;
+  spec::CnnLayer source;  // inception: the model's layer (its module and widths)
 };
 
 // The lowered layers of a CNN with their map shapes, as models::lower_cnn walks them, for `tp`

@@ -7,13 +7,9 @@
 #include <string>
 
 #include "sextant/models/lowering.hpp"
+#include "unit_builder.hpp"
 
 namespace sextant::models {
-
-// A map of a sample: channels, rows, columns.
-struct CellMap {
-  int64_t c = 0, h = 0, w = 0;
-};
 
 // Appends the forward ops of a cell named `name` of `filters` channels per state to `layer` (its
 // params, params_total, matrices and saved_bytes too), reading `prev` (the previous cell's output,

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "amoeba_lowering.hpp"
+#include "inception_lowering.hpp"
 #include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
 #include "sextant/models/cnn_fc_graph.hpp"
@@ -448,10 +449,11 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
     const MapSplit split{li <= split_end ? o.spatial : spec::SpatialSplit{}};
     const MapSplit out_split{li < split_end ? o.spatial : spec::SpatialSplit{}};
     const UnitContext u{B, e, split, volumes};
-    int64_t repeats =
-        l.kind == spec::CnnLayerKind::kBottleneck || l.kind == spec::CnnLayerKind::kAmoebaCell
-            ? l.blocks
-            : 1;
+    int64_t repeats = l.kind == spec::CnnLayerKind::kBottleneck ||
+                              l.kind == spec::CnnLayerKind::kAmoebaCell ||
+                              l.kind == spec::CnnLayerKind::kInception
+                          ? l.blocks
+                          : 1;
     for (int64_t r = 0; r < repeats; ++r) {
       Layer layer;
       layer.kind = LayerKind::kCnn;
@@ -494,6 +496,11 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
         case spec::CnnLayerKind::kBottleneck:
           f = lower_bottleneck(layer, l, f, r, cs, u);
           break;
+        case spec::CnnLayerKind::kInception: {
+          const CellMap made = add_inception_module(layer, layer.name, l, {f.c, f.h, f.w}, B, e);
+          f = {made.c, 1, made.h, made.w};
+          break;
+        }
       }
       if (li + 1 == m.layers.size()) {
         // The classifier's logits, or a segmentation head's: one set per pixel (voxel), of the

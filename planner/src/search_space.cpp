@@ -707,9 +707,10 @@ class Enumerator {
     const bool unsplittable =
         cnn && (m_.cnn().volumes() || m_.cnn().has_skips() || m_.cnn().has_cells() ||
                 m_.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
-    reject(transformer_   ? "tp does not divide the heads or the MLP"
-           : unsplittable ? "tp on volumes, skip connections, AmoebaNet cells or a per-pixel head"
-                          : "tp does not divide the channels",
+    reject(transformer_ ? "tp does not divide the heads or the MLP"
+           : unsplittable
+               ? "tp on volumes, skip connections, multi-branch units or a per-pixel head"
+               : "tp does not divide the channels",
            kLayouts);
   }
 

@@ -78,7 +78,8 @@ std::string channel_split_problem(const CnnSpec& cnn, int64_t tp) {
   if (tp <= 1) return "";
   if (cnn.volumes() || cnn.has_skips() || cnn.has_cells())
     return "splits the channels of 2D CNNs without skip connections: volumes, U-Net's kept "
-           "maps and AmoebaNet's cells are not modelled under a channel split yet";
+           "maps and multi-branch units (AmoebaNet's cells, Inception's modules) are not modelled "
+           "under a channel split yet";
   if (cnn.layers.empty() || cnn.layers.back().kind != CnnLayerKind::kFc)
     return "splits the channels of a classifier (a last fc layer all-reduces them): a per-pixel "
            "head's logits would stay split by channel";

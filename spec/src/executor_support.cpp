@@ -236,17 +236,20 @@ void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
                                "host memory), not on the {} backend; use --backend cpu",
                                spatial ? "spatial" : "channel", backend)});
   }
-  // AmoebaNet's 1x7 and 7x1 windows and count-excluding pools are host kernels.
+  // Multi-branch units' 1x7 and 7x1 windows, padded pools and channel joins are host kernels.
   const CnnSpec& cnn = model.cnn();
-  for (size_t i = 0; i < cnn.layers.size(); ++i)
-    if (cnn.layers[i].kind == CnnLayerKind::kAmoebaCell && run.backend != ExecutorBackend::kCpu) {
-      out.push_back({fmt::format("model /cnn/layers/{}", i), "\"amoeba_cell\"",
-                     fmt::format("AmoebaNet's cells run on CPU ranks (their 1x7 and 7x1 windows "
-                                 "and count-excluding pools are host kernels), not on the {} "
-                                 "backend",
-                                 backend)});
+  for (size_t i = 0; i < cnn.layers.size(); ++i) {
+    const bool cell = cnn.layers[i].kind == CnnLayerKind::kAmoebaCell;
+    if ((cell || cnn.layers[i].kind == CnnLayerKind::kInception) &&
+        run.backend != ExecutorBackend::kCpu) {
+      out.push_back({fmt::format("model /cnn/layers/{}", i),
+                     cell ? "\"amoeba_cell\"" : "\"inception\"",
+                     fmt::format("{} run on CPU ranks (their 1x7 and 7x1 windows, pools and "
+                                 "channel joins are host kernels), not on the {} backend",
+                                 cell ? "AmoebaNet's cells" : "Inception's modules", backend)});
       break;
     }
+  }
   // A stage boundary carries one tensor, not U-Net's kept maps.
   if (cnn.has_skips() && plan.pp > 1)
     out.push_back({"/pp", std::to_string(plan.pp),

@@ -28,7 +28,13 @@ constexpr std::array<std::pair<std::string_view, PositionEmbedding>, 3> kPositio
      {"none", PositionEmbedding::kNone}}};
 constexpr std::array<std::pair<std::string_view, ModelKind>, 3> kKinds{
     {{"transformer", ModelKind::kTransformer}, {"mlp", ModelKind::kMlp}, {"cnn", ModelKind::kCnn}}};
-constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 9> kCnnLayers{
+constexpr std::array<std::pair<std::string_view, InceptionModule>, 5> kInceptionModules{
+    {{"a", InceptionModule::kA},
+     {"b", InceptionModule::kB},
+     {"c", InceptionModule::kC},
+     {"d", InceptionModule::kD},
+     {"e", InceptionModule::kE}}};
+constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 10> kCnnLayers{
     {{"conv", CnnLayerKind::kConv},
      {"max_pool", CnnLayerKind::kMaxPool},
      {"avg_pool", CnnLayerKind::kAvgPool},
@@ -37,7 +43,8 @@ constexpr std::array<std::pair<std::string_view, CnnLayerKind>, 9> kCnnLayers{
      {"bottleneck", CnnLayerKind::kBottleneck},
      {"up_conv", CnnLayerKind::kUpConv},
      {"concat", CnnLayerKind::kConcat},
-     {"amoeba_cell", CnnLayerKind::kAmoebaCell}}};
+     {"amoeba_cell", CnnLayerKind::kAmoebaCell},
+     {"inception", CnnLayerKind::kInception}}};
 }  // namespace
 
 EnumNames<Architecture> architecture_names() {
@@ -57,6 +64,9 @@ EnumNames<ModelKind> model_kind_names() {
 }
 EnumNames<CnnLayerKind> cnn_layer_kind_names() {
   return kCnnLayers;
+}
+EnumNames<InceptionModule> inception_module_names() {
+  return kInceptionModules;
 }
 
 namespace {
@@ -156,6 +166,26 @@ MlpSpec decode_mlp(ObjectReader& r) {
   return m;
 }
 
+// An Inception module: which one, its width (modules a and c only), the paper's widths' divisor.
+void decode_inception(ObjectReader& r, CnnLayer& l) {
+  l.module = r.enumeration("module", inception_module_names()).value_or(InceptionModule::kA);
+  const bool widened = l.module == InceptionModule::kA || l.module == InceptionModule::kC;
+  l.width = r.integer("width", kCnnWidth, widened ? Presence::kRequired : Presence::kOptional)
+                .value_or(0);
+  if (!widened && l.width != 0)
+    r.problem("width", std::to_string(l.width),
+              "only modules a (pool_features) and c (channels_7x7) take a width");
+  l.divisor = r.integer("divisor", kCnnWidth, Presence::kOptional).value_or(1);
+  if (!inception_divisor_fits(l.divisor))
+    r.problem("divisor", std::to_string(l.divisor),
+              "must divide every channel count of the paper's modules (48, 64, 96, 192, 320, "
+              "384, 448): 1, 2, 4, 8 or 16");
+  l.blocks = r.integer("blocks", kCnnRepeats, Presence::kOptional).value_or(1);
+  if (inception_reduces(l.module) && l.blocks > 1)
+    r.problem("blocks", std::to_string(l.blocks),
+              "a reduction module (b, d) runs once (\"blocks\": 1); repeat the others");
+}
+
 CnnLayer decode_cnn_layer(ObjectReader& r) {
   CnnLayer l;
   l.kind = r.enumeration("type", cnn_layer_kind_names()).value_or(CnnLayerKind::kConv);
@@ -212,6 +242,9 @@ CnnLayer decode_cnn_layer(ObjectReader& r) {
         r.problem("filters", std::to_string(l.filters),
                   "must be a multiple of 4 (the cell's convolutions narrow to filters/4, its "
                   "factorized reductions join two halves)");
+      break;
+    case CnnLayerKind::kInception:
+      decode_inception(r, l);
       break;
   }
   r.finish();
@@ -290,6 +323,13 @@ CnnSpec decode_cnn(ObjectReader& r) {
         if (l.reduction && l.blocks > 1) {
           r.diagnostics().add(at, std::to_string(l.blocks),
                               "a reduction cell runs once (\"blocks\": 1); repeat normal cells");
+          return c;
+        }
+        break;
+      case CnnLayerKind::kInception:
+        if (c.volumes()) {
+          r.diagnostics().add(at, "\"inception\"",
+                              "Inception's modules are 2D: not for volumes (depth)");
           return c;
         }
         break;
@@ -373,6 +413,13 @@ CnnMap next_cnn_map(const CnnSpec& cnn, const CnnLayer& l, CnnMap m, std::vector
       }
       m.c = amoeba_output_channels(l.filters, l.reduction);
       break;
+    case CnnLayerKind::kInception:
+      if (inception_reduces(l.module)) {
+        m.h = window_output(m.h, 3, 2, 0);
+        m.w = window_output(m.w, 3, 2, 0);
+      }
+      m.c = inception_output_channels(l.module, m.c, l.width, l.divisor);
+      break;
   }
   return m;
 }
@@ -396,7 +443,13 @@ bool CnnSpec::has_skips() const {
 
 bool CnnSpec::has_cells() const {
   for (const CnnLayer& l : layers)
-    if (l.kind == CnnLayerKind::kAmoebaCell) return true;
+    if (l.kind == CnnLayerKind::kAmoebaCell || l.kind == CnnLayerKind::kInception) return true;
+  return false;
+}
+
+bool CnnSpec::has_inception() const {
+  for (const CnnLayer& l : layers)
+    if (l.kind == CnnLayerKind::kInception) return true;
   return false;
 }
 
@@ -501,6 +554,12 @@ Json cnn_layer_json(const CnnLayer& l) {
       break;
     case CnnLayerKind::kAmoebaCell:
       j.update({{"filters", l.filters}, {"reduction", l.reduction}, {"blocks", l.blocks}});
+      break;
+    case CnnLayerKind::kInception:
+      j["module"] = enum_name(inception_module_names(), l.module);
+      if (l.width != 0) j["width"] = l.width;
+      if (l.divisor != 1) j["divisor"] = l.divisor;
+      j["blocks"] = l.blocks;
       break;
   }
   return j;

@@ -134,8 +134,8 @@ std::string spatial_split_problem(const ModelSpec& model, const SpatialSplit& sp
   if (split.d > 1 && !cnn.volumes())
     return "d splits a volume's planes (depth): a 2D model splits its rows and columns (h, w)";
   if (cnn.has_cells())
-    return "splits chains of convolutions and ResNet blocks: AmoebaNet's cells (two inputs, five "
-           "nodes) are not modelled under a spatial split yet";
+    return "splits chains of convolutions and ResNet blocks: multi-branch units (AmoebaNet's "
+           "cells, Inception's modules) are not modelled under a spatial split yet";
   const size_t end = spatial_layer_end(cnn);
   // A per-pixel head (the last layer a conv, no pool or fc before it) keeps the split to the loss.
   const bool per_pixel = end == cnn.layers.size() && cnn.layers.back().kind == CnnLayerKind::kConv;

@@ -122,7 +122,7 @@ expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs s
 expect_error "/sequence_parallel = false: a mixture of experts with tp 2 needs sequence parallelism" \
   "$sextant" run --model moe-tiny --np 2 --tp 2 --global-batch 2 --steps 1
 # AmoebaNet's cells run on whole maps: a spatial split is refused before any work.
-expect_error "/spatial = 2x1: splits chains of convolutions and ResNet blocks: AmoebaNet's cells" \
+expect_error "/spatial = 2x1: splits chains of convolutions and ResNet blocks: multi-branch units (AmoebaNet's cells" \
   "$sextant" run --model amoebanet-d --np 2 --spatial 2x1 --global-batch 2 --steps 1
 cat >"$dir/unet.model.json" <<'EOF'
 {"schema": "sextant.model/1", "name": "unet", "kind": "cnn",

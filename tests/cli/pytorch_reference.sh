@@ -17,7 +17,8 @@
 # per-pixel loss), unet3d-tiny.json (the same over volumes: 3D windows, a padded depth) and
 # volume-classifier-tiny.json (a 3D adaptive average pool before the classifier), and
 # amoebanet-tiny.json (AmoebaNet-D's normal and reduction cells: 1x7 and 7x1 windows, pools that
-# leave the padding out, the factorized reduction, the cells' two inputs).
+# leave the padding out, the factorized reduction, the cells' two inputs), and inception-tiny.json
+# (Inception-v3's modules a to e: parallel branches, pools that count the padding, split outputs).
 # MODEL may also be a model file's path under SOURCE_DIR (e.g. tests/pytorch/moe-tiny-capacity.json).
 set -euo pipefail
 sextant="$1"

@@ -41,6 +41,8 @@ std::string_view family(Net n) {
       return "volume classifier";
     case Net::kAmoeba:
       return "AmoebaNet";
+    case Net::kInception:
+      return "Inception";
     case Net::kMoe:
       return "mixture of experts";
     case Net::kMoeCapacity:

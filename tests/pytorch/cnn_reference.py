@@ -145,13 +145,77 @@ def main():
             return torch.cat([states[i] for i in concat], 1)
         return run, filters * len(concat)
 
+    def basic_conv(name, ci, co, kh, kw, stride=1, ph=0, pw=0):
+        # torchvision's BasicConv2d: convolution without bias, batch norm, ReLU.
+        p_ = {"w": normal(name + ".weight", (co, ci, kh, kw), math.sqrt(2.0 / (ci * kh * kw))),
+              "g": const(co, 1.0), "beta": const(co, 0.0)}
+        return lambda x: F.relu(bn(F.conv2d(x, p_["w"], stride=stride, padding=(ph, pw)), p_))
+
+    def inception_module(name, ci, module, width, divisor):
+        # Inception-v3's InceptionA..E as torchvision's models/inception.py builds them (Szegedy
+        # et al. 2016, Figures 5-7), the paper's widths divided by `divisor`. A branch is a list
+        # of ("conv", out, kh, kw, stride, ph, pw) / ("avg",) / ("max",) steps, or (steps, splits)
+        # for module e's 1x3/3x1 outputs. Returns the module and its output channels.
+        n = lambda c: c // divisor  # noqa: E731
+        same = lambda co, kh, kw: ("conv", co, kh, kw, 1, (kh - 1) // 2, (kw - 1) // 2)  # noqa: E731
+        one = lambda co: ("conv", co, 1, 1, 1, 0, 0)  # noqa: E731
+        down = lambda co: ("conv", co, 3, 3, 2, 0, 0)  # noqa: E731
+        if module == "a":
+            branches = [[one(n(64))], [one(n(48)), same(n(64), 5, 5)],
+                        [one(n(64)), same(n(96), 3, 3), same(n(96), 3, 3)], [("avg",), one(width)]]
+        elif module == "b":
+            branches = [[down(n(384))], [one(n(64)), same(n(96), 3, 3), down(n(96))], [("max",)]]
+        elif module == "c":
+            branches = [[one(n(192))], [one(width), same(width, 1, 7), same(n(192), 7, 1)],
+                        [one(width), same(width, 7, 1), same(width, 1, 7), same(width, 7, 1),
+                         same(n(192), 1, 7)],
+                        [("avg",), one(n(192))]]
+        elif module == "d":
+            branches = [[one(n(192)), down(n(320))],
+                        [one(n(192)), same(n(192), 1, 7), same(n(192), 7, 1), down(n(192))], [("max",)]]
+        else:
+            pair = [[same(n(384), 1, 3)], [same(n(384), 3, 1)]]
+            branches = [[one(n(320))], ([one(n(384))], pair),
+                        ([one(n(448)), same(n(384), 3, 3)], pair), [("avg",), one(n(192))]]
+
+        def chain(scope, steps, c):
+            fs = []
+            for j, st in enumerate(steps):
+                if st[0] == "avg":
+                    fs.append(lambda x: F.avg_pool2d(x, 3, 1, 1))  # count_include_pad=True
+                elif st[0] == "max":
+                    fs.append(lambda x: F.max_pool2d(x, 3, 2))
+                else:
+                    _, co, kh, kw, stride, ph, pw = st
+                    fs.append(basic_conv(f"{scope}.{j}", c, co, kh, kw, stride, ph, pw))
+                    c = co
+
+            def run(x):
+                for f in fs:
+                    x = f(x)
+                return x
+            return run, c
+
+        runs, out = [], 0
+        for b, branch in enumerate(branches):
+            if isinstance(branch, tuple):
+                head, c = chain(f"{name}.b{b}", branch[0], ci)
+                parts = [chain(f"{name}.b{b}.s{k}", steps, c) for k, steps in enumerate(branch[1])]
+                runs.append(lambda x, head=head, parts=parts: torch.cat([f(head(x)) for f, _ in parts], 1))
+                out += sum(c_ for _, c_ in parts)
+            else:
+                f, c = chain(f"{name}.b{b}", branch, ci)
+                runs.append(f)
+                out += c
+        return (lambda x: torch.cat([f(x) for f in runs], 1)), out
+
     cell_input_channels, reduction_prev = None, False  # the last cell's input, when the unit before is one
     channels, flat = C, None
     extent = list(spatial)  # the current map's extent (a segmentation head's labels sit on the last)
     index = 0
     for i, l in enumerate(cnn["layers"]):
         kind = l["type"]
-        repeats = l.get("blocks", 1) if kind in ("bottleneck", "amoeba_cell") else 1
+        repeats = l.get("blocks", 1) if kind in ("bottleneck", "amoeba_cell", "inception") else 1
         for r in range(repeats):
             name = f"layer{index}"
             index += 1
@@ -187,6 +251,12 @@ def main():
                 layers.append(("amoeba_cell", dict(reads_skip=cell_input_channels is not None), run))
                 cell_input_channels, reduction_prev = channels, l.get("reduction", False)
                 channels = out
+            elif kind == "inception":
+                run, channels = inception_module(name, channels, l["module"], l.get("width", 0),
+                                                 l.get("divisor", 1))
+                layers.append(("inception", {}, run))
+                if l["module"] in ("b", "d"):
+                    extent = [(n - 3) // 2 + 1 for n in extent]
             elif kind == "concat":
                 layers.append(("concat", {}, None))
                 channels += kept_channels.pop()
@@ -232,7 +302,9 @@ def main():
                 x, skip = p_(x, skip if s["reads_skip"] else x), x
                 continue
             skip = None
-            if kind == "conv":
+            if kind == "inception":
+                x = p_(x)
+            elif kind == "conv":
                 x = conv(x, p_, s["stride"], s["padding"], s["relu"])
             elif kind == "max_pool":
                 x = max_pool_nd(x, s["kernel"], s["stride"], s["padding"])

@@ -237,6 +237,11 @@ spec::ModelSpec model_of(Net n) {
       // reduction and normal cells of 8 then 16 filters, global pool and classifier.
       return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
                                    "/tests/pytorch/amoebanet-tiny.json");
+    case Net::kInception:
+      // Inception-v3's five modules narrowed 16-fold (tests/pytorch/inception-tiny.json, which
+      // PyTorch checks): a stem conv, modules a to e, global pool and classifier.
+      return spec::read_model_file(std::string(SEXTANT_SOURCE_DIR) +
+                                   "/tests/pytorch/inception-tiny.json");
     case Net::kMoe:
       return tiny_moe();
     case Net::kMoeCapacity:
@@ -524,6 +529,13 @@ std::vector<Layout> layouts() {
       {"amoeba_dp2_pp2_zero1", plan_of(2, 1, 2, 1), Net::kAmoeba},
       {"amoeba_dp4_zero2", plan_of(4, 1, 1, 2), Net::kAmoeba},
       {"amoeba_dp2_pp4", plan_of(2, 1, 4), Net::kAmoeba},
+      // Inception-v3's modules (FlexFlow's CNN) over replicas and pipeline stages, with ZeRO.
+      {"inception_dp2", plan_of(2, 1, 1), Net::kInception},
+      {"inception_pp2_gpipe", plan_of(1, 1, 2, 0, false, S::kGpipe), Net::kInception},
+      {"inception_dp2_zero3", plan_of(2, 1, 1, 3), Net::kInception},
+      {"inception_dp2_pp2_zero1", plan_of(2, 1, 2, 1), Net::kInception},
+      {"inception_pp4", plan_of(1, 1, 4), Net::kInception},
+      {"inception_dp2_pp4", plan_of(2, 1, 4), Net::kInception},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

@@ -26,6 +26,7 @@ enum class Net {
   kUnetTall,
   kVolumeClassifier,
   kAmoeba,
+  kInception,
   kMoe,
   kMoeCapacity
 };

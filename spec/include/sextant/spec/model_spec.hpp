@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "sextant/spec/inception_module.hpp"
 #include "sextant/spec/json_reader.hpp"
 
 namespace sextant::spec {
@@ -82,7 +83,8 @@ struct MlpSpec {
 // kernel; concat: the map the last unconsumed `skip` layer kept, cropped at its centre to the
 // current map's extents, joined to it along the channels (U-Net's skip connections, Ronneberger
 // et al. 2015; Cicek et al. 2016); amoeba_cell: AmoebaNet-D's normal or reduction cell
-// (spec/amoeba_cell.hpp), reading the two previous cells' outputs.
+// (spec/amoeba_cell.hpp), reading the two previous cells' outputs; inception: one of Inception-v3's
+// modules (spec/inception_module.hpp), branches joined along the channels.
 enum class CnnLayerKind {
   kConv,
   kMaxPool,
@@ -92,19 +94,24 @@ enum class CnnLayerKind {
   kBottleneck,
   kUpConv,
   kConcat,
-  kAmoebaCell
+  kAmoebaCell,
+  kInception
 };
 EnumNames<CnnLayerKind> cnn_layer_kind_names();
+EnumNames<InceptionModule> inception_module_names();
 
 struct CnnLayer {
   CnnLayerKind kind = CnnLayerKind::kConv;
   int64_t out_channels = 0;  // conv, bottleneck, up_conv
   int64_t mid_channels = 0;  // bottleneck
   int64_t blocks = 1;        // bottleneck: repeated blocks, the first one may downsample;
-                             // amoeba_cell: repeated cells
+                             // amoeba_cell, inception: repeated cells or modules
   int64_t filters = 0;       // amoeba_cell: channels of each of its states
   bool reduction = false;    // amoeba_cell: a reduction cell (halves the map)
-  int64_t kernel = 1;        // conv, pools
+  InceptionModule module = InceptionModule::kA;  // inception: which module
+  int64_t width = 0;    // inception: module a's pool_features, module c's channels_7x7
+  int64_t divisor = 1;  // inception: divides the paper's other channel counts (test models)
+  int64_t kernel = 1;   // conv, pools
   int64_t stride = 1;
   int64_t padding = 0;
   int64_t output = 1;        // adaptive pool output size (square)
@@ -126,8 +133,11 @@ struct CnnSpec {
   int64_t input_depth() const { return volumes() ? depth : 1; }
   // Whether a layer keeps a map for a concat (U-Net's skip connections).
   bool has_skips() const;
-  // Whether the model has AmoebaNet cells (each reading the two previous cells' outputs).
+  // Whether the model has multi-branch units: AmoebaNet's cells (each reading the two previous
+  // cells' outputs) or Inception's modules. They run unsplit (no channel or spatial split).
   bool has_cells() const;
+  // Whether the model has Inception modules.
+  bool has_inception() const;
 };
 
 // Rows (or columns) a window of `kernel` with `stride` and `padding` produces from `extent` input
