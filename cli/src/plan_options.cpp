@@ -18,6 +18,8 @@ void add_plan_flags(CLI::App& cmd, PlanFlags& f) {
   cmd.add_option("--pp", f.pp, "Pipeline-parallel degree")->check(positive());
   cmd.add_option("--zero", f.zero, "ZeRO stage 0-3 (3 = FSDP)")->check(CLI::Range(0, 3));
   cmd.add_flag("--sp", f.sp, "Sequence parallelism (with tp > 1)");
+  cmd.add_flag("--branch-parallel", f.branch_parallel,
+               "SUPER: the tp ranks split Inception modules' branches (a CNN)");
   cmd.add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch")->check(positive());
   cmd.add_option("--global-batch", f.global_batch, "Sequences per optimizer step")
       ->check(positive());
@@ -172,6 +174,7 @@ spec::Plan plan_from_flags(const PlanFlags& f, std::optional<int64_t> gpus, bool
                     {"virtual_stages", f.vpp},
                     {"recompute", f.recompute}};
     if (f.recompute_layers > 0) j["recompute_layers"] = f.recompute_layers;
+    if (f.branch_parallel) j["branch_parallel"] = true;
     if (!f.dtype.empty()) j["dtype"] = f.dtype;
     if (f.seq_len > 0) j["seq_len"] = f.seq_len;
     if (f.cp > 1) j["cp"] = f.cp;

@@ -21,6 +21,7 @@ struct PlanFlags {
   int64_t pp = 1;
   int zero = 0;
   bool sp = false;
+  bool branch_parallel = false;
   int64_t micro_batch = 1;
   int64_t global_batch = 0;
   std::string schedule = "1f1b";

@@ -43,8 +43,12 @@ void add_conv(SpecList& add, const ConvUnit& c, int32_t l, const CnnMaps& maps, 
   const float std_dev = std::sqrt(2.0f / static_cast<float>(c.in.c * window));
   const spec::ChannelBlock filters = spec::channel_block(c.out.c, tp, rank);
   const std::string weight = c.name + ".weight";
+  // Whole on every tp rank (SUPER's branch split keeps the other layers whole): counted once in
+  // the gradient norm.
+  const bool replicated = tp == 1 && maps.ctx().groups->tp_size > 1;
   if (tp == 1) {
-    add.normal(weight, l, maps.weight_shape(c.out.c, c.in.c, c.k), std_dev, SpecList::same, false);
+    add.normal(weight, l, maps.weight_shape(c.out.c, c.in.c, c.k), std_dev, SpecList::same,
+               replicated);
   } else if (c.algorithm == spec::ChannelAlgorithm::kStationaryX) {
     // Every filter's slice over this rank's input channels: [F, C/tp, k, k].
     const spec::ChannelBlock channels = spec::channel_block(c.in.c, tp, rank);
@@ -82,10 +86,10 @@ void add_conv(SpecList& add, const ConvUnit& c, int32_t l, const CnnMaps& maps, 
         [=](int64_t i) { return offset + i; }, false);
   }
   // Biases and batch norms follow the output's channels: this rank's filter block.
-  if (c.bias) add.constant(c.name + ".bias", l, filters.count, 0.0f, false);
+  if (c.bias) add.constant(c.name + ".bias", l, filters.count, 0.0f, replicated);
   if (c.bn) {
-    add.constant(c.name + ".bn.weight", l, filters.count, 1.0f, false);
-    add.constant(c.name + ".bn.bias", l, filters.count, 0.0f, false);
+    add.constant(c.name + ".bn.weight", l, filters.count, 1.0f, replicated);
+    add.constant(c.name + ".bn.bias", l, filters.count, 0.0f, replicated);
   }
 }
 
@@ -131,8 +135,11 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
       cells[l]->add_params(specs, seed);
     }
     if (u.kind == spec::CnnLayerKind::kInception) {
+      // Under SUPER's branch split, this tp rank's branches.
+      const bool split = maps.ctx().plan->branch_parallel;
       cells[l] = std::make_unique<UnitTape>(inception_module(
-          u.name, l, u.source, CellMap{u.in.c, u.in.h, u.in.w}, maps.micro_batch()));
+          u.name, l, u.source, CellMap{u.in.c, u.in.h, u.in.w}, maps.micro_batch(),
+          split ? maps.ctx().groups->tp_size : 1, split ? maps.ctx().groups->tp_rank : 0));
       cells[l]->add_params(specs, seed);
     }
     if (u.kind == spec::CnnLayerKind::kUpConv) add_up_conv(add, u, l, maps);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/inception_module.hpp"
 
@@ -29,29 +30,40 @@ int inception_step(UnitTape& t, const std::string& scope, const spec::InceptionS
 }  // namespace
 
 UnitTape inception_module(const std::string& name, int32_t layer, const spec::CnnLayer& l,
-                          CellMap in, int64_t batch) {
+                          CellMap in, int64_t batch, int64_t ranks, int64_t rank) {
   UnitTape t(name, layer, batch);
   const int x = t.input(in);
   const auto branches = spec::inception_branches(l.module, in.c, l.width, l.divisor);
+  const std::vector<int64_t> owners =
+      ranks > 1 ? spec::branch_owners(spec::inception_branch_macs(l, {in.c, 1, in.h, in.w}), ranks)
+                : std::vector<int64_t>(branches.size(), 0);
   std::vector<int> outputs;
+  std::vector<UnitTape::BranchPart> parts;
+  CellMap joined{};
   for (size_t i = 0; i < branches.size(); ++i) {
-    int v = x;
+    // A branch another rank runs: only its output's extent and channels, for the join.
+    UnitTape mine(name, layer, batch);
+    UnitTape& into = owners[i] == rank ? t : mine;
+    int v = owners[i] == rank ? x : into.input(in);
     for (size_t j = 0; j < branches[i].steps.size(); ++j)
-      v = inception_step(t, spec::inception_step_scope(name, i, j), branches[i].steps[j], v);
+      v = inception_step(into, spec::inception_step_scope(name, i, j), branches[i].steps[j], v);
     if (!branches[i].split.empty()) {
-      std::vector<int> parts;
+      std::vector<int> split;
       for (size_t k = 0; k < branches[i].split.size(); ++k) {
         int part = v;
         for (size_t j = 0; j < branches[i].split[k].size(); ++j)
-          part = inception_step(t, spec::inception_split_scope(name, i, k, j),
+          part = inception_step(into, spec::inception_split_scope(name, i, k, j),
                                 branches[i].split[k][j], part);
-        parts.push_back(part);
+        split.push_back(part);
       }
-      v = t.concat(spec::inception_branch_scope(name, i), parts);
+      v = into.concat(spec::inception_branch_scope(name, i), split);
     }
-    outputs.push_back(v);
+    if (owners[i] == rank) outputs.push_back(v);
+    parts.push_back({into.map(v).c, owners[i]});
+    joined = into.map(v);
   }
-  const int out = t.concat(name, outputs);
+  const int out = ranks > 1 ? t.branch_gather(name, outputs, parts, rank, ranks, joined)
+                            : t.concat(name, outputs);
   SEXTANT_CHECK(t.map(out).c == spec::inception_output_channels(l.module, in.c, l.width, l.divisor),
                 "{}: joins {} channels", name, t.map(out).c);
   t.finish();

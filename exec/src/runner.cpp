@@ -324,6 +324,8 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
   lowering.channel_algorithms = job.plan.channel_algorithms;  // each convolution's, as chosen
   lowering.dp = job.plan.dp;  // per-op splits: the blocks' ops on the dp x tp mesh
   lowering.per_op = job.plan.per_op;
+  lowering.branch_parallel = job.plan.branch_parallel;  // SUPER: this tp rank's branches
+  if (job.plan.branch_parallel) lowering.branch_rank = spec::RankLayout(job.plan).coord(rank).tp;
   models::LoweredModel lowered = models::lower(model, lowering);
   check_host_memory(job, lowered, backend, world);
   Layout layout(world, job.plan, job.comm, lowered.stationary_w);

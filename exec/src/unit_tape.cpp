@@ -1,8 +1,10 @@
 // A multi-branch unit as a tape of steps (unit_tape.hpp).
 #include "unit_tape.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "sextant/exec/conv_kernels.hpp"
 #include "sextant/spec/error.hpp"
@@ -128,6 +130,29 @@ int UnitTape::add(const std::string& name, int a, int b) {
   return push(s, x);
 }
 
+int UnitTape::branch_gather(const std::string& name, const std::vector<int>& mine,
+                            const std::vector<BranchPart>& parts, int64_t rank, int64_t ranks,
+                            CellMap joined) {
+  Step s;
+  s.kind = Kind::kBranchGather;
+  s.op = OpName(name, OpId::kUnitConcat);
+  s.in = mine;
+  s.parts = parts;
+  s.rank = rank;
+  s.ranks = ranks;
+  joined.c = 0;
+  size_t k = 0;
+  for (const BranchPart& p : parts) {
+    joined.c += p.channels;
+    if (p.owner != rank) continue;
+    SEXTANT_CHECK(k < mine.size() && map(mine[k]).c == p.channels, "{}: branch outputs differ",
+                  name);
+    ++k;
+  }
+  SEXTANT_CHECK(k == mine.size(), "{}: {} branch outputs, {} owned", name, mine.size(), k);
+  return push(s, joined);
+}
+
 void UnitTape::finish() const {
   SEXTANT_CHECK(!steps_.empty(), "{}: a unit without steps", name_);
   std::vector<bool> read(maps_.size(), false);
@@ -175,7 +200,9 @@ Tensor UnitTape::forward(Context& ctx, ParamStore& params, const std::vector<Ten
   }
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
-    if (step.op) {
+    if (step.kind == Kind::kBranchGather) {
+      cache.values[static_cast<size_t>(step.out)] = gather_branches(ctx, step, cache, micro_batch);
+    } else if (step.op) {
       auto s = ctx.recorder->scope(ctx.op(*step.op, layer_, Phase::kFwd, micro_batch));
       cache.values[static_cast<size_t>(step.out)] = run(ctx, params, step, i, cache);
     } else {
@@ -187,6 +214,7 @@ Tensor UnitTape::forward(Context& ctx, ParamStore& params, const std::vector<Ten
 
 Tensor UnitTape::run(Context& ctx, ParamStore& params, const Step& step, size_t index,
                      Cache& cache) const {
+  SEXTANT_CHECK(step.kind != Kind::kBranchGather, "{}: a branch gather run as a step", name_);
   Backend& be = *ctx.backend;
   const Tensor& x = cache.values[static_cast<size_t>(step.in.front())];
   Tensor y = be.empty(shape(step.out));
@@ -234,6 +262,8 @@ Tensor UnitTape::run(Context& ctx, ParamStore& params, const Step& step, size_t 
     case Kind::kAdd:
       be.add(x, cache.values[static_cast<size_t>(step.in[1])], y);
       break;
+    case Kind::kBranchGather:
+      throw std::logic_error("a branch gather runs through gather_branches");
   }
   return y;
 }
@@ -269,6 +299,10 @@ std::vector<Tensor> UnitTape::backward(Context& ctx, ParamStore& params, const T
 
 void UnitTape::run_backward(Context& ctx, ParamStore& params, const Step& step, size_t index,
                             Cache& cache, std::vector<Tensor>& grads) const {
+  if (step.kind == Kind::kBranchGather) {
+    scatter_branch_gradient(ctx, step, grads);
+    return;
+  }
   Backend& be = *ctx.backend;
   const Tensor& dy = grads[static_cast<size_t>(step.out)];
   const int in = step.in.front();
@@ -343,8 +377,88 @@ void UnitTape::run_backward(Context& ctx, ParamStore& params, const Step& step, 
       accumulate(step.in[0], dy);
       accumulate(step.in[1], dy);
       return;
+    case Kind::kBranchGather:
+      return;  // (above)
   }
   accumulate(in, dx);
+}
+
+namespace {
+
+// Channels each rank's branches of `parts` join.
+std::vector<int64_t> rank_channels(const std::vector<UnitTape::BranchPart>& parts, int64_t ranks) {
+  std::vector<int64_t> c(static_cast<size_t>(ranks), 0);
+  for (const UnitTape::BranchPart& p : parts) c[static_cast<size_t>(p.owner)] += p.channels;
+  return c;
+}
+
+}  // namespace
+
+Tensor UnitTape::gather_branches(Context& ctx, const Step& step, Cache& cache,
+                                 int64_t micro_batch) const {
+  // Each rank's block: per sample its branches' channels in branch order, padded to the largest
+  // rank's (an all-gather of equal blocks, as the lowering prices it: spec::branch_gather_block).
+  const CellMap whole = map(step.out);
+  const int64_t hw = whole.h * whole.w;
+  const std::vector<int64_t> held = rank_channels(step.parts, step.ranks);
+  const int64_t block = batch_ * *std::max_element(held.begin(), held.end()) * hw;
+  std::vector<float> send(static_cast<size_t>(block), 0.0f);
+  std::vector<float> recv(static_cast<size_t>(block * step.ranks));
+  const int64_t mine = held[static_cast<size_t>(step.rank)];
+  for (int64_t b = 0; b < batch_; ++b) {
+    int64_t at = b * mine * hw;
+    for (int v : step.in) {
+      const int64_t n = map(v).c * hw;
+      const float* from = cache.values[static_cast<size_t>(v)].data() + b * n;
+      std::copy(from, from + n, send.begin() + at);
+      at += n;
+    }
+  }
+  {
+    auto s = ctx.recorder->scope(ctx.comm(
+        OpName(name_, OpId::kUnitBranchAllGather), spec::OpClass::kAllGather, spec::Stream::kTpComm,
+        step.ranks * block * 4, step.ranks, Phase::kFwd, layer_, micro_batch));
+    ctx.groups->tp->all_gather(send.data(), recv.data(), block);
+  }
+  auto s = ctx.recorder->scope(ctx.op(*step.op, layer_, Phase::kFwd, micro_batch));
+  Tensor y = ctx.backend->empty(shape(step.out));
+  // Rank q's block holds its branches, in branch order, sample after sample.
+  std::vector<int64_t> taken(static_cast<size_t>(step.ranks), 0);  // channels unpacked per rank
+  int64_t channel = 0;  // the branch's first channel in the join
+  for (const BranchPart& p : step.parts) {
+    const size_t q = static_cast<size_t>(p.owner);
+    for (int64_t b = 0; b < batch_; ++b) {
+      const float* from =
+          recv.data() + static_cast<int64_t>(q) * block + (b * held[q] + taken[q]) * hw;
+      std::copy(from, from + p.channels * hw, y.data() + (b * whole.c + channel) * hw);
+    }
+    taken[q] += p.channels;
+    channel += p.channels;
+  }
+  (void)cache;
+  return y;
+}
+
+void UnitTape::scatter_branch_gradient(Context& ctx, const Step& step,
+                                       std::vector<Tensor>& grads) const {
+  const Tensor& dy = grads[static_cast<size_t>(step.out)];
+  const CellMap whole = map(step.out);
+  const int64_t hw = whole.h * whole.w;
+  int64_t channel = 0;
+  size_t k = 0;
+  for (const BranchPart& p : step.parts) {
+    if (p.owner == step.rank) {
+      const int v = step.in[k++];
+      Tensor g = ctx.backend->empty(shape(v));
+      for (int64_t b = 0; b < batch_; ++b) {
+        const float* from = dy.data() + (b * whole.c + channel) * hw;
+        std::copy(from, from + p.channels * hw, g.data() + b * p.channels * hw);
+      }
+      SEXTANT_CHECK(grads[static_cast<size_t>(v)].empty(), "{}: a branch output read twice", name_);
+      grads[static_cast<size_t>(v)] = g;
+    }
+    channel += p.channels;
+  }
 }
 
 }  // namespace sextant::exec

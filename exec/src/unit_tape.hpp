@@ -43,6 +43,17 @@ class UnitTape {
   int shift(int in, int64_t by);
   int concat(const std::string& name, const std::vector<int>& in);
   int add(const std::string& name, int a, int b);
+  // SUPER's join of a module whose branches the tp ranks split (spec/branch_parallel.hpp): this
+  // rank's branch outputs `mine` (in branch order) all-gathered over the tp group with the other
+  // ranks' into the whole join of `parts` (every branch's channels and owner, in branch order), a
+  // map of `joined`'s rows and columns. Traced as `name`'s branch_all_gather and its concat.
+  struct BranchPart {
+    int64_t channels = 0;
+    int64_t owner = 0;
+  };
+  int branch_gather(const std::string& name, const std::vector<int>& mine,
+                    const std::vector<BranchPart>& parts, int64_t rank, int64_t ranks,
+                    CellMap joined);
   // Checks that every value made is read by a later step or is the output (the last step's), so
   // backward reaches each step with its output's gradient.
   void finish() const;
@@ -78,17 +89,20 @@ class UnitTape {
     kAvgPoolPadded,
     kShift,
     kConcat,
-    kAdd
+    kAdd,
+    kBranchGather
   };
   struct Step {
     Kind kind = Kind::kRelu;
     std::optional<models::OpName> op;  // traced as (none: a shift, a view)
     std::vector<int> in;
     int out = 0;
-    std::string param;       // a convolution's weight, a batch norm's prefix
-    int64_t kh = 1, kw = 1;  // window (a pool's k x k)
-    int64_t sh = 1, sw = 1;  // strides
-    int64_t ph = 0, pw = 0;  // padding (the shift: its offset)
+    std::string param;              // a convolution's weight, a batch norm's prefix
+    int64_t kh = 1, kw = 1;         // window (a pool's k x k)
+    int64_t sh = 1, sw = 1;         // strides
+    int64_t ph = 0, pw = 0;         // padding (the shift: its offset)
+    std::vector<BranchPart> parts;  // a branch gather's branches
+    int64_t rank = 0, ranks = 1;    // ... and this rank in the tp group
   };
   // A parameter the tape reads: a convolution weight (He-initialised, std_dev > 0) or a batch
   // norm's gamma or beta (the constant `value`, no weight decay).
@@ -104,6 +118,9 @@ class UnitTape {
   Tensor run(Context& ctx, ParamStore& params, const Step& step, size_t index, Cache& cache) const;
   void run_backward(Context& ctx, ParamStore& params, const Step& step, size_t index, Cache& cache,
                     std::vector<Tensor>& grads) const;
+  Tensor gather_branches(Context& ctx, const Step& step, Cache& cache, int64_t micro_batch) const;
+  // The gradient of each of this rank's branch outputs: its channels of the join's gradient.
+  void scatter_branch_gradient(Context& ctx, const Step& step, std::vector<Tensor>& grads) const;
 
   std::string name_;
   int32_t layer_;

@@ -14,6 +14,7 @@
 #include "lowering_ops.hpp"
 #include "model_lowerings.hpp"
 #include "sextant/models/cnn_fc_graph.hpp"
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/error.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -418,6 +419,19 @@ Feature lower_bottleneck(Layer& layer, const spec::CnnLayer& l, Feature f, int64
 
 }  // namespace
 
+// Where an Inception module reading `f` runs its branches under `o`: on the one rank, or split
+// over the tp ranks (SUPER), the ops `o.branch_rank`'s or the most loaded rank's.
+BranchShare branch_share(const spec::CnnLayer& l, const Feature& f, const LoweringOptions& o) {
+  BranchShare share;
+  if (!o.branch_parallel) return share;
+  const std::vector<double> macs = spec::inception_branch_macs(l, {f.c, 1, f.h, f.w});
+  share.ranks = o.tp;
+  share.owners = spec::branch_owners(macs, o.tp);
+  share.rank =
+      o.branch_rank >= 0 ? o.branch_rank : spec::most_loaded_rank(macs, share.owners, o.tp);
+  return share;
+}
+
 LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   const spec::CnnSpec& m = model.cnn();
   const int64_t B = o.micro_batch;
@@ -430,7 +444,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   out.tp_splits_activations = o.tp > 1;
   Feature f{m.in_channels, m.input_depth(), m.height, m.width};
   CnnState cs;
-  cs.tp = o.tp;
+  cs.tp = o.branch_parallel ? 1 : o.tp;  // SUPER's tp ranks keep the maps whole
   cs.chosen = o.channel_algorithms;
   const bool volumes = m.volumes();
   // The maps `skip` layers keep until their concat (U-Net's skip connections): stored until then,
@@ -459,6 +473,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
       const int64_t input_bytes = B * cs.held(f.c) * split.block(f) * e;
+      std::optional<Op> branch_input_sum;  // SUPER's input gradient sum (an Inception module)
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
@@ -497,7 +512,18 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           f = lower_bottleneck(layer, l, f, r, cs, u);
           break;
         case spec::CnnLayerKind::kInception: {
-          const CellMap made = add_inception_module(layer, layer.name, l, {f.c, f.h, f.w}, B, e);
+          const BranchShare share = branch_share(l, f, o);
+          std::string gather;
+          const CellMap made =
+              add_inception_module(layer, layer.name, l, {f.c, f.h, f.w}, B, e, share, &gather);
+          if (!gather.empty()) {
+            // Backward: no gather (every rank holds the output's gradient); each rank's part of
+            // the input gradient summed over the ranks, after its branches.
+            cs.backward[gather] = std::nullopt;
+            if (!out.layers.empty())
+              branch_input_sum = comm_op(OpName(layer.name, OpId::kUnitBranchAllReduce),
+                                         CollectiveKind::kAllReduce, input_bytes);
+          }
           f = {made.c, 1, made.h, made.w};
           break;
         }
@@ -511,6 +537,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
                                           TpSplit::kReplicated, {B, f.c, pixels}));
       }
       add_cnn_backward(layer, !out.layers.empty(), cs);
+      if (branch_input_sum) layer.backward.push_back(*branch_input_sum);
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
       // What a pipeline stage ending here hands on: the output and the maps earlier layers kept

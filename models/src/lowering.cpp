@@ -281,7 +281,8 @@ LoweredModel lower(const spec::ModelSpec& model, const LoweringOptions& options)
   if (std::string problem = spec::spatial_split_problem(model, options.spatial); !problem.empty())
     throw InputError(fmt::format("model {}", model.name), "/spatial",
                      spec::spatial_text(options.spatial), problem);
-  if (!model.is_transformer())
+  // (SUPER's branch split keeps the channels whole: spec::branch_parallel_problem, the plan's.)
+  if (!model.is_transformer() && !options.branch_parallel)
     if (std::string problem = spec::tensor_parallel_problem(model, options.tp); !problem.empty())
       throw InputError(fmt::format("model {}", model.name), "/tp", std::to_string(options.tp),
                        problem);

@@ -11,6 +11,7 @@
 
 #include "sextant/models/lowering.hpp"
 #include "sextant/sim/step_setup.hpp"
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/expert_parallel.hpp"
@@ -378,6 +379,7 @@ void Enumeration::fill(size_t i, spec::Plan& out) const {
   out.cp_algorithm = split.cp_algorithm;
   out.ep = int64_t{1} << c.ep_log2;
   out.tp_grid = grids.empty() ? spec::TensorGrid{} : grids[c.grid];
+  out.branch_parallel = branch_split && c.tp > 1;
   out.dtype = base.dtype;
   out.seq_len = base.seq_len;
   if (out.model != base.model) out.model = base.model;
@@ -478,6 +480,7 @@ class Enumerator {
     add_context_splits();
     add_expert_degrees();
     out_.grids.push_back({});
+    out_.branch_split = m_.kind() == spec::ModelKind::kCnn && m_.cnn().has_inception();
     for (size_t si = 0; si < out_.sample_splits.size(); ++si) {
       const int64_t split_ranks = out_.sample_splits[si].ranks();
       if (r_.gpus % split_ranks != 0) continue;
@@ -677,11 +680,27 @@ class Enumerator {
       for (int64_t mb : divisors(l.per_replica)) micro_batch(l, grid, mb);
   }
 
+  // SUPER's branch split over tp ranks (a model with Inception modules): the one tp layout, when
+  // the rule allows it and the stack runs it.
+  std::optional<std::vector<uint8_t>> branch_layouts(int64_t tp, int64_t split_ranks) {
+    spec::Plan probe;
+    probe.tp = tp;
+    probe.branch_parallel = true;
+    if (split_ranks > 1 || !spec::branch_parallel_problem(m_, probe).empty())
+      return std::vector<uint8_t>{};
+    if (!runs([](const spec::StackSupport& s) { return s.branch_parallel; })) {
+      reject(not_run_ + "SUPER's branch split", kLayouts);
+      return std::nullopt;
+    }
+    return std::vector<uint8_t>{0};
+  }
+
   // The layout's tp layouts the model allows and the stack runs. None: the stack runs none of
   // those the model allows (counted here); empty: the model allows none (counted by
   // refuse_unsplittable_tp, after the pipeline rule).
   std::optional<std::vector<uint8_t>> tp_layouts_the_stack_runs(int64_t tp, int64_t split_ranks) {
     std::vector<uint8_t> layouts;
+    if (out_.branch_split && tp > 1) return branch_layouts(tp, split_ranks);
     if (spec::tensor_parallel_problem(m_, tp).empty()) layouts.push_back(0);
     if (split_ranks == 1)
       for (uint8_t g : grids_of(tp)) layouts.push_back(g);
@@ -707,7 +726,8 @@ class Enumerator {
     const bool unsplittable =
         cnn && (m_.cnn().volumes() || m_.cnn().has_skips() || m_.cnn().has_cells() ||
                 m_.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
-    reject(transformer_ ? "tp does not divide the heads or the MLP"
+    reject(transformer_        ? "tp does not divide the heads or the MLP"
+           : out_.branch_split ? "tp past the 2 to 4 ranks SUPER splits Inception's branches over"
            : unsplittable
                ? "tp on volumes, skip connections, multi-branch units or a per-pixel head"
                : "tp does not divide the channels",

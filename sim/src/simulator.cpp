@@ -62,7 +62,10 @@ Topology build_topology(const spec::Plan& plan, const spec::ClusterSpec& cluster
   };
   for (int64_t r = 0; r < world; ++r) {
     RankSetup& s = topo.ranks[static_cast<size_t>(r)];
-    s.program = static_cast<int32_t>(layout.coord(r).pp);
+    // Under SUPER's branch split each tp rank runs its own branches: a program of its own.
+    s.program = static_cast<int32_t>(plan.branch_parallel
+                                         ? layout.coord(r).pp * plan.tp + layout.coord(r).tp
+                                         : layout.coord(r).pp);
     s.groups[static_cast<size_t>(GroupSlot::kTp)] = group_id(layout.layer_group(r));
     s.groups[static_cast<size_t>(GroupSlot::kDp)] = group_id(layout.replica_group(r));
     if (!plan.per_op.empty())
@@ -234,15 +237,31 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   const spec::Dtype dtype = setup.dtype;
   const int64_t seq = model.is_transformer() ? setup.seq_len : 1;
   models::LoweredModel lowered = models::lower(model, setup.lowering);
+  // SUPER's tp ranks each lower their own branches (LoweringOptions::branch_rank); `lowered`
+  // holds each module's most loaded rank's.
+  std::vector<models::LoweredModel> rank_lowered;
+  if (plan.branch_parallel)
+    for (int64_t r = 0; r < plan.tp; ++r) {
+      models::LoweringOptions o = setup.lowering;
+      o.branch_rank = r;
+      rank_lowered.push_back(models::lower(model, o));
+    }
   ComputeModel compute = make_compute_model(cluster, setup, lowered);
   CollectiveModel collectives(cluster, plan.collective_algorithms);
 
   const OffloadCost offload(cluster, plan, options.plan_source);
   auto build = [&](int64_t batches) {
     std::vector<Program> programs;
-    for (int64_t s = 0; s < plan.pp; ++s)
-      programs.push_back(
-          build_stage_program(plan, setup.stack, lowered, compute, s, &offload, batches));
+    for (int64_t s = 0; s < plan.pp; ++s) {
+      if (rank_lowered.empty()) {
+        programs.push_back(
+            build_stage_program(plan, setup.stack, lowered, compute, s, &offload, batches));
+        continue;
+      }
+      for (const models::LoweredModel& own : rank_lowered)  // program pp x tp + tp rank
+        programs.push_back(
+            build_stage_program(plan, setup.stack, own, compute, s, &offload, batches));
+    }
     return programs;
   };
   const std::vector<Program> programs = build(1);
@@ -343,18 +362,26 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   rep.breakdown_s.offload_exposed = ps_to_seconds(ct.offload);
   rep.breakdown_s.host_bound = ps_to_seconds(ct.host);
 
-  // Memory: the most loaded stage.
+  // Memory: the most loaded stage (and under SUPER's split, tp rank).
   spec::MemoryBreakdown worst;
   int64_t worst_stage = 0;
-  for (int64_t s = 0; s < plan.pp; ++s) {
-    spec::MemoryBreakdown m = stage_memory(plan, setup.stack, lowered, s, &cluster);
-    if (s == 0 || m.peak_bytes > worst.peak_bytes) {
-      worst = m;
-      worst_stage = s;
-    }
+  const models::LoweredModel* worst_lowered = &lowered;
+  std::vector<const models::LoweredModel*> held{&lowered};
+  if (!rank_lowered.empty()) {
+    held.clear();
+    for (const models::LoweredModel& own : rank_lowered) held.push_back(&own);
   }
+  for (int64_t s = 0; s < plan.pp; ++s)
+    for (const models::LoweredModel* rank : held) {
+      spec::MemoryBreakdown m = stage_memory(plan, setup.stack, *rank, s, &cluster);
+      if ((s == 0 && rank == held.front()) || m.peak_bytes > worst.peak_bytes) {
+        worst = m;
+        worst_stage = s;
+        worst_lowered = rank;
+      }
+    }
   if (options.explain_memory)
-    worst = stage_memory(plan, setup.stack, lowered, worst_stage, &cluster, nullptr, true);
+    worst = stage_memory(plan, setup.stack, *worst_lowered, worst_stage, &cluster, nullptr, true);
   rep.memory = worst;
   rep.events = result.events;
   rep.simulated_ranks = simulated_ranks;

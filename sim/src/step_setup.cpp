@@ -89,6 +89,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.tp_grid = plan.tp_grid;
   s.lowering.dp = plan.dp;
   s.lowering.per_op = plan.per_op;
+  s.lowering.branch_parallel = plan.branch_parallel;
   return s;
 }
 

@@ -227,14 +227,18 @@ void cnn_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& run,
   // The CNN kernels (exec/kernels/convolution.hpp) take fp32 tensors, on either backend.
   if (storage_dtype(run.precision) != Dtype::kFp32)
     out.push_back({"model /kind", "\"cnn\"", "CNNs run in fp32: use --precision fp32"});
-  // A spatial split's halo exchanges and a channel split's block packing copy in host memory.
+  // A spatial split's halo exchanges, a channel split's block packing and a branch split's
+  // gathered joins copy in host memory.
   if (run.backend != ExecutorBackend::kCpu && (plan.spatial.any() || plan.tp > 1)) {
     const bool spatial = plan.spatial.any();
     out.push_back({spatial ? "/spatial" : "/tp",
                    spatial ? spatial_text(plan.spatial) : std::to_string(plan.tp),
                    fmt::format("a {} split of a CNN runs on CPU ranks (its blocks are copied in "
                                "host memory), not on the {} backend; use --backend cpu",
-                               spatial ? "spatial" : "channel", backend)});
+                               spatial                ? "spatial"
+                               : plan.branch_parallel ? "branch"
+                                                      : "channel",
+                               backend)});
   }
   // Multi-branch units' 1x7 and 7x1 windows, padded pools and channel joins are host kernels.
   const CnnSpec& cnn = model.cnn();

@@ -10,6 +10,7 @@
 #include <functional>
 #include <numeric>
 
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/expert_parallel.hpp"
@@ -97,6 +98,7 @@ std::string spatial_text(const SpatialSplit& split) {
 std::string Plan::name() const {
   std::string s = fmt::format("dp{}.tp{}.pp{}.z{}.mb{}", dp, tp, pp, zero, micro_batch);
   if (sequence_parallel) s += ".sp";
+  if (branch_parallel) s += ".super";
   if (pp > 1) {
     switch (schedule) {
       case Schedule::kGpipe:
@@ -378,6 +380,7 @@ Plan plan_from_json(const Json& json, const std::string& source) {
   p.pp = r.integer("pp", degree).value_or(1);
   p.zero = static_cast<int>(r.integer("zero", Range::between(0, 3)).value_or(0));
   p.sequence_parallel = r.boolean("sequence_parallel", Presence::kOptional).value_or(false);
+  p.branch_parallel = r.boolean("branch_parallel", Presence::kOptional).value_or(false);
   const Range batch = Range::between(1, static_cast<double>(kMaxGlobalBatch));
   p.micro_batch = r.integer("micro_batch", batch).value_or(1);
   p.global_batch = r.integer("global_batch", batch).value_or(1);
@@ -615,6 +618,7 @@ Json to_json(const Plan& p) {
             {"virtual_stages", p.virtual_stages},
             {"recompute", enum_name(recompute_names(), p.recompute)}};
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
+  if (p.branch_parallel) j["branch_parallel"] = true;
   if (p.stack) j["stack"] = to_json(*p.stack);
   if (p.offload.any()) {
     j["offload"] = {{"optimizer", enum_name(offload_target_names(), p.offload.optimizer)},
@@ -804,6 +808,8 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
     add("per_op", op_splits_text(p.per_op).substr(1),
         "splits the ops of a dense transformer's blocks, a CNN's or an MLP's fc layers: not a "
         "mixture of experts'");
+  if (std::string problem = branch_parallel_problem(model, p); !problem.empty())
+    add("branch_parallel", "true", problem);
   if (!p.channel_algorithms.empty() && model.kind() != ModelKind::kCnn)
     add("channel_algorithms", fmt::format("{} entries", p.channel_algorithms.size()),
         "chooses the algorithms of a CNN's convolutions under a channel split: a CNN only");
@@ -833,7 +839,9 @@ void validate_plan(const Plan& p, const ModelSpec& model, int64_t ranks,
                       "by pp ({})",
                       p.micro_batches(), p.pp));
   } else {
-    if (std::string problem = tensor_parallel_problem(model, p.tp); !problem.empty())
+    // Under SUPER's branch split the tp ranks keep the channels whole.
+    if (std::string problem = tensor_parallel_problem(model, p.branch_parallel ? 1 : p.tp);
+        !problem.empty())
       add("tp", std::to_string(p.tp), problem);
     if (std::string problem = tensor_grid_model_problem(model, p.tp_grid, p.micro_batch);
         !problem.empty())

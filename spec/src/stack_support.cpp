@@ -21,7 +21,7 @@ constexpr std::array<std::pair<std::string_view, OffloadKind>, 3> kOffloadKinds{
      {"optimizer+params", OffloadKind::kOptimizerAndParams},
      {"activations", OffloadKind::kActivations}}};
 
-constexpr std::array<std::string_view, 19> kKeys{"models",
+constexpr std::array<std::string_view, 20> kKeys{"models",
                                                  "zero",
                                                  "ddp_with_model_parallel",
                                                  "tensor_parallel",
@@ -35,6 +35,7 @@ constexpr std::array<std::string_view, 19> kKeys{"models",
                                                  "recompute_layers",
                                                  "swap_and_recompute",
                                                  "parameter_server",
+                                                 "branch_parallel",
                                                  "offload",
                                                  "offload_devices",
                                                  "precisions",
@@ -156,6 +157,7 @@ StackSupport stack_support_from_json(const Json& json, const std::string& source
   s.recompute_layers = r.boolean("recompute_layers").value_or(false);
   s.swap_and_recompute = r.boolean("swap_and_recompute").value_or(false);
   s.parameter_server = r.boolean("parameter_server").value_or(false);
+  s.branch_parallel = r.boolean("branch_parallel").value_or(false);
   s.offload = read_names(r, "offload", offload_kind_names());
   s.offload_devices = read_names(r, "offload_devices", offload_target_names(), "none");
   s.precisions = read_names(r, "precisions", dtype_names());
@@ -192,6 +194,7 @@ Json to_json(const StackSupport& s) {
   j["recompute_layers"] = s.recompute_layers;
   j["swap_and_recompute"] = s.swap_and_recompute;
   j["parameter_server"] = s.parameter_server;
+  j["branch_parallel"] = s.branch_parallel;
   j["offload"] = names_json(offload_kind_names(), s.offload);
   j["offload_devices"] = names_json(offload_target_names(), s.offload_devices);
   j["precisions"] = names_json(dtype_names(), s.precisions);
@@ -234,7 +237,10 @@ std::vector<PlanFeature> plan_features(const Plan& p, const ModelSpec& model, Dt
                  [](const StackSupport& s, const Plan&, const ModelSpec&, Dtype) {
                    return s.ddp_with_model_parallel;
                  }});
-  if (p.tp > 1 && !p.tp_grid.any())
+  if (p.branch_parallel)
+    f.push_back({"SUPER's branch split", [](const StackSupport& s, const Plan&, const ModelSpec&,
+                                            Dtype) { return s.branch_parallel; }});
+  if (p.tp > 1 && !p.tp_grid.any() && !p.branch_parallel)
     f.push_back({"tensor parallelism", [](const StackSupport& s, const Plan&, const ModelSpec&,
                                           Dtype) { return s.tensor_parallel; }});
   if (p.tp_grid.any())

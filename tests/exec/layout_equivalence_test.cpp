@@ -132,15 +132,18 @@ std::vector<double> losses(const spec::ModelSpec& model, const spec::Plan& plan,
 struct Reference {
   std::vector<double> loss, grad_norm;
 };
-Reference reference(const spec::ModelSpec& model, spec::Schedule schedule = spec::Schedule::k1F1B) {
-  static std::map<std::pair<std::string, spec::Schedule>, Reference> cache;
-  const auto key = std::make_pair(model.name, schedule);
+// The single rank on micro-batches of `micro_batch` samples, as the layout takes them (batch
+// norm's statistics are each micro-batch's).
+Reference reference(const spec::ModelSpec& model, spec::Schedule schedule, int64_t micro_batch) {
+  static std::map<std::tuple<std::string, spec::Schedule, int64_t>, Reference> cache;
+  const auto key = std::make_tuple(model.name, schedule, micro_batch);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   std::vector<double> both(2 * kSteps);
   if (world_rank() == 0) {
-    std::vector<StepLog> logs =
-        step_logs(model, plan_of(1, 1, 1, 0, false, schedule), MPI_COMM_SELF);
+    spec::Plan single = plan_of(1, 1, 1, 0, false, schedule);
+    single.micro_batch = micro_batch;
+    std::vector<StepLog> logs = step_logs(model, single, MPI_COMM_SELF);
     for (size_t i = 0; i < logs.size(); ++i) {
       both[i] = logs[i].loss;
       both[kSteps + i] = logs[i].grad_norm;
@@ -186,7 +189,8 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   const bool asynchronous = spec::asynchronous(plan.schedule);
   Reference ref = plan.schedule == spec::Schedule::kPipeDream || plan.parameter_server.enabled
                       ? stale_reference(model, plan)
-                      : reference(model, asynchronous ? plan.schedule : spec::Schedule::k1F1B);
+                      : reference(model, asynchronous ? plan.schedule : spec::Schedule::k1F1B,
+                                  plan.micro_batch);
   std::vector<StepLog> got = step_logs(model, plan, MPI_COMM_WORLD);
   ASSERT_EQ(got.size(), ref.loss.size());
   for (size_t i = 0; i < ref.loss.size(); ++i) {

@@ -8,6 +8,7 @@
 #include "lowered_ops.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/zoo.hpp"
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/inception_module.hpp"
 #include "sextant/spec/spatial_split.hpp"
@@ -124,6 +125,98 @@ TEST(InceptionLowering, RefusalsNameTheLayer) {
   EXPECT_NE(spec::channel_split_problem(m.cnn(), 2).find("Inception's modules"), std::string::npos);
   // The round trip keeps the modules.
   EXPECT_EQ(spec::to_json(spec::model_from_json(spec::to_json(m), "again")), spec::to_json(m));
+}
+
+}  // namespace
+}  // namespace sextant::models
+
+namespace sextant::models {
+namespace {
+
+// Mixed_5b (module a on 192 channels of 35x35, pool_features 32), its branches' multiply-adds
+// by hand: 1x1 192->64: 1225 x 64 x 192 = 15,052,800; 1x1 192->48 (11,289,600) and 5x5 48->64
+// (1225 x 64 x 48 x 25 = 94,080,000): 105,369,600; 1x1 192->64 (15,052,800), 3x3 64->96
+// (67,737,600) and 3x3 96->96 (101,606,400): 184,396,800; the pool's 1x1 192->32: 7,526,400.
+const std::vector<double> kMixed5bMacs{15'052'800, 105'369'600, 184'396'800, 7'526'400};
+
+spec::CnnLayer mixed_5b() {
+  return zoo_model("inception-v3").cnn().layers[7];
+}
+
+TEST(BranchParallel, TheBranchesCostByHandAndGoToTheLeastLoadedRank) {
+  EXPECT_EQ(spec::inception_branch_macs(mixed_5b(), {192, 1, 35, 35}), kMixed5bMacs);
+  // Longest first: the double 3x3 (184.4M) to rank 0, the 5x5 (105.4M) to rank 1, then the 1x1
+  // (15.1M) and the pool (7.5M) to rank 1, still the less loaded (120.4M, then 127.9M).
+  EXPECT_EQ(spec::branch_owners(kMixed5bMacs, 2), (std::vector<int64_t>{1, 1, 0, 1}));
+  EXPECT_EQ(spec::most_loaded_rank(kMixed5bMacs, {1, 1, 0, 1}, 2), 0);
+  // Four ranks: one branch each, costliest to rank 0.
+  EXPECT_EQ(spec::branch_owners(kMixed5bMacs, 4), (std::vector<int64_t>{2, 1, 0, 3}));
+  EXPECT_EQ(spec::branch_gather_block({96, 160}), 160);
+}
+
+LoweredModel lower_split(int64_t rank) {
+  LoweringOptions o;
+  o.micro_batch = 1;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = 2;
+  o.branch_parallel = true;
+  o.branch_rank = rank;
+  return lower(zoo_model("inception-v3"), o);
+}
+
+TEST(BranchParallel, EachRankLowersItsBranchesAndTheJoinsCollectives) {
+  const LoweredModel mine = lower_split(0), theirs = lower_split(1);
+  // Rank 0 holds the double 3x3: 1x1 192->64 (12,288), 3x3 64->96 (55,296), 3x3 96->96 (82,944)
+  // and their batch norms (2 x 256): 151,040 of the module's 255,904; rank 1 the rest.
+  EXPECT_EQ(mine.layers[7].params, 151'040);
+  EXPECT_EQ(theirs.layers[7].params, 255'904 - 151'040);
+  EXPECT_NE(find_op(mine.layers[7].forward, spec::inception_step_scope("layer7", 2, 1)), nullptr);
+  EXPECT_EQ(find_op(mine.layers[7].forward, spec::inception_step_scope("layer7", 1, 1)), nullptr);
+  EXPECT_NE(find_op(theirs.layers[7].forward, spec::inception_step_scope("layer7", 1, 1)), nullptr);
+  // The join: blocks of the larger part (rank 1's 64 + 64 + 32 = 160 channels, against rank 0's
+  // 96) from each of the 2 ranks, 35 x 35 fp32: 2 x 160 x 1225 x 4 B.
+  const std::string gather = OpName("layer7", OpId::kUnitBranchAllGather).str();
+  ASSERT_NE(find_op(mine.layers[7].forward, gather), nullptr);
+  EXPECT_EQ(find_op(mine.layers[7].forward, gather)->bytes, 2 * 160 * 1225 * 4);
+  EXPECT_EQ(find_op(mine.layers[7].backward, gather), nullptr);  // every rank holds the gradient
+  // Backward sums the ranks' parts of the input gradient: 192 x 1225 x 4 B, after the branches.
+  const std::string sum = OpName("layer7", OpId::kUnitBranchAllReduce).str();
+  ASSERT_NE(find_op(mine.layers[7].backward, sum), nullptr);
+  EXPECT_EQ(mine.layers[7].backward.back().name, sum);
+  EXPECT_EQ(find_op(mine.layers[7].backward, sum)->bytes, 192 * 1225 * 4);
+  // The stem's layers are whole on both ranks; without a rank, each module's most loaded one.
+  EXPECT_EQ(mine.layers[0].params, theirs.layers[0].params);
+  LoweringOptions most = LoweringOptions{};
+  most.micro_batch = 1;
+  most.dtype = spec::Dtype::kFp32;
+  most.tp = 2;
+  most.branch_parallel = true;
+  EXPECT_EQ(lower(zoo_model("inception-v3"), most).layers[7].params, 151'040);
+}
+
+TEST(BranchParallel, RefusalsAndThePlanFormat) {
+  spec::Plan p;
+  p.tp = 2;
+  p.branch_parallel = true;
+  EXPECT_EQ(spec::branch_parallel_problem(zoo_model("inception-v3"), p), "");
+  EXPECT_NE(spec::branch_parallel_problem(zoo_model("resnet50"), p).find("has none"),
+            std::string::npos);
+  p.tp = 8;
+  EXPECT_NE(spec::branch_parallel_problem(zoo_model("inception-v3"), p).find("2 to 4"),
+            std::string::npos);
+  p.tp = 2;
+  p.spatial = {2, 1};
+  EXPECT_NE(spec::branch_parallel_problem(zoo_model("inception-v3"), p).find("whole"),
+            std::string::npos);
+  p.spatial = {};
+  p.dp = 4;
+  p.global_batch = 8;
+  EXPECT_EQ(p.name(), "dp4.tp2.pp1.z0.mb1.super");
+  EXPECT_EQ(spec::to_json(p).at("branch_parallel"), true);
+  EXPECT_EQ(spec::to_json(spec::plan_from_json(spec::to_json(p), "again")), spec::to_json(p));
+  // Checked against the model with the rest of the plan.
+  EXPECT_INPUT_ERROR(spec::validate_plan(p, zoo_model("resnet50"), 8, "p.json"),
+                     "branch_parallel = true: splits the branches");
 }
 
 }  // namespace

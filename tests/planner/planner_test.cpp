@@ -18,6 +18,7 @@
 #include "sextant/planner/worker_pool.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/executor_support.hpp"
+#include "sextant/spec/inception_module.hpp"
 #include "sextant/spec/stack_support.hpp"
 #include "sextant/spec/tensor_grid.hpp"
 #include "test_clusters.hpp"
@@ -1773,6 +1774,69 @@ TEST(Planner, KarmasReloadWindowIsSizedToTheDeviceMemory) {
   EXPECT_EQ(all.plan(pick).offload.prefetch_layers, window);
   all.candidates[pick].reload_window = static_cast<uint8_t>(window + 1);
   EXPECT_FALSE(estimator.estimate(all.plan(pick)).fits) << window;
+}
+
+}  // namespace
+}  // namespace sextant::planner
+
+namespace sextant::planner {
+namespace {
+
+// SUPER's branch split of Inception-v3 on 2 A100s (a micro-batch of 8 images, the sextant stack,
+// which runs it).
+spec::Plan inception_plan(int64_t tp) {
+  spec::Plan p;
+  p.tp = tp;
+  p.branch_parallel = tp > 1;
+  p.micro_batch = 8;
+  p.global_batch = 8;
+  p.stack = spec::builtin_stack("sextant");
+  return p;
+}
+
+TEST(BranchSplit, EachRankRunsItsOwnBranchesAndTheEstimatorFollows) {
+  const spec::ModelSpec model = models::zoo_model("inception-v3");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  sim::SimulationOptions traced;
+  traced.trace = true;
+  const sim::SimulationResult split = sim::simulate(model, cluster, inception_plan(2), traced);
+  const double one = sim::simulate(model, cluster, inception_plan(1), {}).report.step_time_s;
+  // Mixed_5b (layer 7): its double 3x3 on rank 0, its 5x5 on rank 1
+  // (models_test BranchParallel counts the placement by hand).
+  std::map<int64_t, std::set<std::string>> ops;
+  for (const spec::TraceEvent& e : split.trace->events) ops[e.rank].insert(e.name);
+  const std::string double_3x3 = spec::inception_step_scope("layer7", 2, 1);
+  const std::string five = spec::inception_step_scope("layer7", 1, 1);
+  EXPECT_TRUE(ops[0].contains(double_3x3) && !ops[0].contains(five));
+  EXPECT_TRUE(ops[1].contains(five) && !ops[1].contains(double_3x3));
+  // Faster than one GPU, and slower than two could be: the stem, the pools, the classifier and
+  // the optimizer of those run whole on both ranks, and the joins travel.
+  EXPECT_LT(split.report.step_time_s, one);
+  EXPECT_GT(split.report.step_time_s, 0.5 * one);
+  const double estimated = Estimator(model, cluster).estimate(inception_plan(2)).step_time_s;
+  EXPECT_NEAR(estimated, split.report.step_time_s, 0.05 * split.report.step_time_s);
+}
+
+TEST(BranchSplit, TheSearchSplitsBranchesWhereTheStackRunsIt) {
+  // 32 images on 32 A100s: data parallelism alone leaves each GPU one image.
+  SearchRequest r = request("inception-v3", 32, 32);
+  r.stack = spec::builtin_stack("sextant");
+  const Enumeration e = enumerate_plans(r);
+  size_t split = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    const spec::Plan p = e.plan(i);
+    EXPECT_EQ(p.branch_parallel, p.tp > 1) << p.name();  // the only tp split these models have
+    split += p.branch_parallel;
+  }
+  EXPECT_GT(split, 0u);
+  SearchOptions o;
+  o.top_k = 1;
+  EXPECT_TRUE(search(r, o).ranked.front().plan.branch_parallel);
+  // PyTorch DDP runs every branch on every rank: no tp > 1 plan, and the reason is counted.
+  r.stack = spec::builtin_stack("pytorch-ddp");
+  const Enumeration ddp = enumerate_plans(r);
+  for (size_t i = 0; i < ddp.size(); ++i) EXPECT_EQ(ddp.plan(i).tp, 1);
+  EXPECT_TRUE(ddp.rejected.contains("not run by the stack pytorch-ddp: SUPER's branch split"));
 }
 
 }  // namespace

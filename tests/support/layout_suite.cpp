@@ -356,6 +356,22 @@ spec::Plan with_ep(spec::Plan p, int64_t ep) {
   return p;
 }
 
+// SUPER's branch split: the tp ranks share Inception modules' branches (spec/branch_parallel.hpp).
+spec::Plan branch_split(spec::Plan p) {
+  p.branch_parallel = true;
+  return p;
+}
+
+// Two samples a micro-batch (and so in each batch norm's statistics). On one sample each, training
+// Inception's modules is ill-conditioned: a ReLU or max pool that flips with a rounding (summation
+// order) moves the gradient norm by up to 1e-3 in ten steps, in PyTorch's fp32 against its fp64
+// as well (tests/pytorch/cnn_reference.py, seed 4: 2e-4 at step 3). The single-rank reference
+// takes the same micro-batches.
+spec::Plan two_samples(spec::Plan p) {
+  p.micro_batch = 2;
+  return p;
+}
+
 // Collectives by named algorithms from point-to-point messages (exec/src/p2p_collectives.hpp)
 // rather than MPI's own choice.
 spec::Plan with_algorithms(spec::Plan p, spec::CollectiveAlgorithms algorithms) {
@@ -530,12 +546,20 @@ std::vector<Layout> layouts() {
       {"amoeba_dp4_zero2", plan_of(4, 1, 1, 2), Net::kAmoeba},
       {"amoeba_dp2_pp4", plan_of(2, 1, 4), Net::kAmoeba},
       // Inception-v3's modules (FlexFlow's CNN) over replicas and pipeline stages, with ZeRO.
-      {"inception_dp2", plan_of(2, 1, 1), Net::kInception},
-      {"inception_pp2_gpipe", plan_of(1, 1, 2, 0, false, S::kGpipe), Net::kInception},
-      {"inception_dp2_zero3", plan_of(2, 1, 1, 3), Net::kInception},
-      {"inception_dp2_pp2_zero1", plan_of(2, 1, 2, 1), Net::kInception},
-      {"inception_pp4", plan_of(1, 1, 4), Net::kInception},
-      {"inception_dp2_pp4", plan_of(2, 1, 4), Net::kInception},
+      {"inception_dp2", two_samples(plan_of(2, 1, 1)), Net::kInception},
+      {"inception_pp2_gpipe", two_samples(plan_of(1, 1, 2, 0, false, S::kGpipe)), Net::kInception},
+      {"inception_dp2_zero3", two_samples(plan_of(2, 1, 1, 3)), Net::kInception},
+      {"inception_dp2_pp2_zero1", two_samples(plan_of(2, 1, 2, 1)), Net::kInception},
+      {"inception_pp4", two_samples(plan_of(1, 1, 4)), Net::kInception},
+      {"inception_dp2_pp4", two_samples(plan_of(2, 1, 4)), Net::kInception},
+      // SUPER's branch split of the modules over 2 and 4 tp ranks (module b's and d's three
+      // branches leave a fourth rank idle), with replicas, ZeRO and pipeline stages.
+      {"inception_tp2_super", two_samples(branch_split(plan_of(1, 2, 1))), Net::kInception},
+      {"inception_tp4_super", two_samples(branch_split(plan_of(1, 4, 1))), Net::kInception},
+      {"inception_dp2_tp2_super_zero2", two_samples(branch_split(plan_of(2, 2, 1, 2))),
+       Net::kInception},
+      {"inception_tp2_pp2_super", two_samples(branch_split(plan_of(1, 2, 2))), Net::kInception},
+      {"inception_dp2_tp4_super", two_samples(branch_split(plan_of(2, 4, 1))), Net::kInception},
       // Context parallelism (all-gather of keys and values): learned positions and tied
       // embeddings (GPT), rotary embeddings and grouped-query attention (Llama), with recompute,
       // data, tensor and pipeline parallelism, ZeRO.

@@ -238,6 +238,12 @@ struct LoweringOptions {
   // (Plan::per_op, spec/per_op_plan.hpp) on the mesh of `dp` replicas by `tp` ranks.
   int64_t dp = 1;
   spec::OpSplits per_op{};
+  // CNNs: the tp ranks split Inception modules' branches (Plan::branch_parallel,
+  // spec/branch_parallel.hpp) and keep every map whole. The ops are tp rank `branch_rank`'s (the
+  // executor's), or with -1 each module's most loaded rank's (the simulator's and the planner's:
+  // the join waits for it).
+  bool branch_parallel = false;
+  int64_t branch_rank = -1;
 };
 
 struct LoweredModel {

@@ -154,27 +154,30 @@ namespace sextant::models {
 
 // X(enumerator, suffix): ops of a named unit (an MLP's "fc3", a CNN's "layer2" and its
 // convolution "layer2.conv1").
-#define SEXTANT_SCOPED_OPS(X)                                                             \
-  X(kUnitProduct, "") /* the unit's own GEMM: an MLP's fc, a CNN's convolution */         \
-  X(kUnitAct, "act")                                                                      \
-  X(kUnitRelu, "relu")                                                                    \
-  X(kUnitBatchNorm, "bn")                                                                 \
-  X(kUnitBatchNormAllReduce, "bn_allreduce")                                              \
-  X(kUnitHalo, "halo")                                                                    \
-  X(kUnitFilterReduceScatter, "filter_reduce_scatter")                                    \
-  X(kUnitFilterAllGather, "filter_all_gather")                                            \
-  X(kUnitChannelAllGather, "channel_all_gather")                                          \
-  X(kUnitChannelReduceScatter, "channel_reduce_scatter")                                  \
-  X(kUnitPool, "pool")                                                                    \
-  X(kUnitPoolAllReduce, "pool_allreduce")                                                 \
-  X(kUnitFc, "fc")                                                                        \
-  X(kUnitFcAllReduce, "fc.all_reduce")                                                    \
-  X(kUnitResidual, "residual")                                                            \
-  X(kUnitConcat, "concat")                                                                \
-  /* A per-op plan's resharding collectives (spec/sharding.hpp), scoped by the op fed. */ \
-  X(kUnitReshardAllGather, "reshard_all_gather")                                          \
-  X(kUnitReshardReduceScatter, "reshard_reduce_scatter")                                  \
-  X(kUnitReshardAllReduce, "reshard_all_reduce")                                          \
+#define SEXTANT_SCOPED_OPS(X)                                                                 \
+  X(kUnitProduct, "") /* the unit's own GEMM: an MLP's fc, a CNN's convolution */             \
+  X(kUnitAct, "act")                                                                          \
+  X(kUnitRelu, "relu")                                                                        \
+  X(kUnitBatchNorm, "bn")                                                                     \
+  X(kUnitBatchNormAllReduce, "bn_allreduce")                                                  \
+  X(kUnitHalo, "halo")                                                                        \
+  X(kUnitFilterReduceScatter, "filter_reduce_scatter")                                        \
+  X(kUnitFilterAllGather, "filter_all_gather")                                                \
+  X(kUnitChannelAllGather, "channel_all_gather")                                              \
+  X(kUnitChannelReduceScatter, "channel_reduce_scatter")                                      \
+  X(kUnitPool, "pool")                                                                        \
+  X(kUnitPoolAllReduce, "pool_allreduce")                                                     \
+  X(kUnitFc, "fc")                                                                            \
+  X(kUnitFcAllReduce, "fc.all_reduce")                                                        \
+  X(kUnitResidual, "residual")                                                                \
+  X(kUnitConcat, "concat")                                                                    \
+  /* SUPER's branch split (spec/branch_parallel.hpp): a module's join, its input gradient. */ \
+  X(kUnitBranchAllGather, "branch_all_gather")                                                \
+  X(kUnitBranchAllReduce, "branch_all_reduce")                                                \
+  /* A per-op plan's resharding collectives (spec/sharding.hpp), scoped by the op fed. */     \
+  X(kUnitReshardAllGather, "reshard_all_gather")                                              \
+  X(kUnitReshardReduceScatter, "reshard_reduce_scatter")                                      \
+  X(kUnitReshardAllReduce, "reshard_all_reduce")                                              \
   X(kUnitReshardAllToAll, "reshard_all_to_all")
 
 enum class OpId : uint8_t {

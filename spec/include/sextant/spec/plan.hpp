@@ -201,6 +201,9 @@ struct Plan {
   int64_t pp = 1;
   int zero = 0;  // 0 = DDP, 1 = optimizer state sharded, 2 = + gradients, 3 = + parameters (FSDP)
   bool sequence_parallel = false;
+  // A CNN's tp ranks split its Inception modules' branches (SUPER; spec/branch_parallel.hpp)
+  // instead of its channels.
+  bool branch_parallel = false;
   int64_t micro_batch = 1;   // sequences (or samples) per micro-batch per replica
   int64_t global_batch = 1;  // sequences (or samples) per optimizer step, all replicas together
   Schedule schedule = Schedule::k1F1B;

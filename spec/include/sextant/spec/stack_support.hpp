@@ -47,6 +47,8 @@ struct StackSupport {
   bool swap_and_recompute = false;
   // Data-parallel training through parameter servers (spec/parameter_server.hpp).
   bool parameter_server = false;
+  // SUPER's split of Inception modules' branches over the tp ranks (spec/branch_parallel.hpp).
+  bool branch_parallel = false;
   std::vector<OffloadKind> offload;
   std::vector<OffloadTarget> offload_devices;  // host, nvme (not "none")
   std::vector<Dtype> precisions;               // compute dtypes
