@@ -14,8 +14,12 @@ namespace sextant::exec {
 
 // Cell `name` ("layerN", lowered layer `layer`) reading the previous cell's output `prev` (input
 // 0) and the one before, `prev_prev` (input 1: the same map for the first cell of a chain; twice
-// the rows and columns when `reduction_prev`), on micro-batches of `batch` samples.
+// the rows and columns when `reduction_prev`), on micro-batches of `batch` samples. With `ranks`
+// > 1 its sub-graphs are split over the tp ranks (SUPER, spec/branch_parallel.hpp): every rank
+// reduces both inputs (their parameters whole on each), sums the reduced states' gradients over
+// the ranks, and runs its groups of nodes; the join is all-gathered.
 UnitTape amoeba_cell(const std::string& name, int32_t layer, CellMap prev, CellMap prev_prev,
-                     bool reduction_prev, int64_t filters, bool reduction, int64_t batch);
+                     bool reduction_prev, int64_t filters, bool reduction, int64_t batch,
+                     int64_t ranks = 1, int64_t rank = 0);
 
 }  // namespace sextant::exec

@@ -128,18 +128,20 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
   for (int32_t l = begin; l < end; ++l) {
     const Unit& u = units[static_cast<size_t>(l)];
     for (const ConvUnit& c : u.convs) add_conv(add, c, l, maps, rank);
+    // Under SUPER's branch split, this tp rank's share of each cell and module.
+    const bool split = maps.ctx().plan->branch_parallel;
+    const int64_t ranks = split ? maps.ctx().groups->tp_size : 1;
+    const int64_t tp_rank = split ? maps.ctx().groups->tp_rank : 0;
     if (u.kind == spec::CnnLayerKind::kAmoebaCell) {
       cells[l] = std::make_unique<UnitTape>(amoeba_cell(
           u.name, l, CellMap{u.in.c, u.in.h, u.in.w}, CellMap{u.skip.c, u.skip.h, u.skip.w},
-          u.reduction_prev, u.filters, u.reduction, maps.micro_batch()));
+          u.reduction_prev, u.filters, u.reduction, maps.micro_batch(), ranks, tp_rank));
       cells[l]->add_params(specs, seed);
     }
     if (u.kind == spec::CnnLayerKind::kInception) {
-      // Under SUPER's branch split, this tp rank's branches.
-      const bool split = maps.ctx().plan->branch_parallel;
-      cells[l] = std::make_unique<UnitTape>(inception_module(
-          u.name, l, u.source, CellMap{u.in.c, u.in.h, u.in.w}, maps.micro_batch(),
-          split ? maps.ctx().groups->tp_size : 1, split ? maps.ctx().groups->tp_rank : 0));
+      cells[l] = std::make_unique<UnitTape>(inception_module(u.name, l, u.source,
+                                                             CellMap{u.in.c, u.in.h, u.in.w},
+                                                             maps.micro_batch(), ranks, tp_rank));
       cells[l]->add_params(specs, seed);
     }
     if (u.kind == spec::CnnLayerKind::kUpConv) add_up_conv(add, u, l, maps);

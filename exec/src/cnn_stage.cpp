@@ -31,12 +31,7 @@ using cnn::CnnMaps;
 using cnn::CnnParams;
 using cnn::StageCaches;
 using cnn::Unit;
-using models::OpId;
-using models::OpName;
 using spec::CnnLayerKind;
-using spec::OpClass;
-using spec::Phase;
-using spec::Stream;
 
 // Checks that the units are the lowering's layers and every split convolution runs the
 // lowering's algorithm (agreement by construction, checked); returns the layers [first, second)
@@ -109,9 +104,6 @@ class CnnStage : public StageModel {
   std::vector<int64_t> skip_shape(const Unit& u) const { return maps_.shape_of(u.skip, false); }
   // A stage boundary between cells: the activation and the skip map in one flat tensor, and back.
   Tensor pack(const Tensor& x, const Tensor& skip) const;
-  // An Inception module's backward; under SUPER's branch split each tp rank's part of the input
-  // gradient summed over the tp ranks (but before the first layer, which needs none).
-  Tensor module_backward(const Unit& u, const Tensor& d, int64_t mb, StageCaches& caches);
   std::pair<Tensor, Tensor> unpack(const Tensor& packed, const Unit& next) const;
 
   Context& ctx_;
@@ -200,8 +192,9 @@ Tensor CnnStage::backward(const MicroBatch& mb, const Tensor* grad_output,
       dskip = u.reads_skip ? dprev_prev : Tensor();
     } else {
       SEXTANT_CHECK(dskip.empty(), "{}: a skip gradient past a cell chain", u.name);
-      d = u.kind == CnnLayerKind::kInception ? module_backward(u, d, mb.index, caches)
-                                             : layers_.backward(u, d, mb, caches);
+      d = u.kind == CnnLayerKind::kInception
+              ? cells_.at(l)->backward(ctx_, params_.store(), d, mb.index, caches.of(l).cell)[0]
+              : layers_.backward(u, d, mb, caches);
     }
     if (hooks_ != nullptr) hooks_->after_backward(l, mb.index);
   }
@@ -209,17 +202,6 @@ Tensor CnnStage::backward(const MicroBatch& mb, const Tensor* grad_output,
   layers_.forget(mb.index);
   if (begin() == 0) return Tensor();
   return unit(begin()).reads_skip ? pack(d, dskip) : d;
-}
-
-Tensor CnnStage::module_backward(const Unit& u, const Tensor& d, int64_t mb, StageCaches& caches) {
-  Tensor dx =
-      cells_.at(u.layer)->backward(ctx_, params_.store(), d, mb, caches.of(u.layer).cell)[0];
-  if (!ctx_.plan->branch_parallel || u.layer == 0) return dx;
-  auto s = ctx_.recorder->scope(ctx_.comm(OpName(u.name, OpId::kUnitBranchAllReduce),
-                                          OpClass::kAllReduce, Stream::kTpComm, dx.numel() * 4,
-                                          ctx_.groups->tp_size, Phase::kBwd, u.layer, mb));
-  ctx_.groups->tp->all_reduce(dx.data(), dx.numel());
-  return dx;
 }
 
 Tensor CnnStage::pack(const Tensor& x, const Tensor& skip) const {

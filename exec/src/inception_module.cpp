@@ -37,6 +37,9 @@ UnitTape inception_module(const std::string& name, int32_t layer, const spec::Cn
   const std::vector<int64_t> owners =
       ranks > 1 ? spec::branch_owners(spec::inception_branch_macs(l, {in.c, 1, in.h, in.w}), ranks)
                 : std::vector<int64_t>(branches.size(), 0);
+  // Each rank's branches add their part of the input's gradient: summed over the ranks (the first
+  // layer's input needs none).
+  if (ranks > 1 && layer > 0) t.branch_sum({x});
   std::vector<int> outputs;
   std::vector<UnitTape::BranchPart> parts;
   CellMap joined{};

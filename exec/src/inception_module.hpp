@@ -14,8 +14,8 @@ namespace sextant::exec {
 
 // Module `l` named `name` ("layerN", lowered layer `layer`) reading `in` (its one input), on
 // micro-batches of `batch` samples. With `ranks` > 1 its branches are split over the tp ranks
-// (SUPER, spec/branch_parallel.hpp): the tape holds tp rank `rank`'s branches and the join's
-// all-gather.
+// (SUPER, spec/branch_parallel.hpp): the tape holds tp rank `rank`'s branches, the join's
+// all-gather and the input gradient's sum.
 UnitTape inception_module(const std::string& name, int32_t layer, const spec::CnnLayer& l,
                           CellMap in, int64_t batch, int64_t ranks = 1, int64_t rank = 0);
 

@@ -63,8 +63,11 @@ int UnitTape::conv(const std::string& op_scope, const std::string& weight, int i
   s.sw = sw;
   s.ph = ph;
   s.pw = pw;
-  params_.push_back(
-      {weight, {out_c, m.c, kh, kw}, std::sqrt(2.0f / static_cast<float>(m.c * kh * kw)), 0.0f});
+  params_.push_back({weight,
+                     {out_c, m.c, kh, kw},
+                     std::sqrt(2.0f / static_cast<float>(m.c * kh * kw)),
+                     0.0f,
+                     replicated_});
   return push(s,
               {out_c, spec::window_output(m.h, kh, sh, ph), spec::window_output(m.w, kw, sw, pw)});
 }
@@ -76,8 +79,8 @@ int UnitTape::batch_norm(const std::string& name, int in) {
   s.op = OpName(name, OpId::kUnitBatchNorm);
   s.in = {in};
   s.param = name + ".bn";
-  params_.push_back({s.param + ".weight", {m.c}, 0.0f, 1.0f});
-  params_.push_back({s.param + ".bias", {m.c}, 0.0f, 0.0f});
+  params_.push_back({s.param + ".weight", {m.c}, 0.0f, 1.0f, replicated_});
+  params_.push_back({s.param + ".bias", {m.c}, 0.0f, 0.0f, replicated_});
   return push(s, m);
 }
 
@@ -153,13 +156,22 @@ int UnitTape::branch_gather(const std::string& name, const std::vector<int>& min
   return push(s, joined);
 }
 
+void UnitTape::branch_sum(const std::vector<int>& values) {
+  Step s;
+  s.kind = Kind::kBranchSum;
+  s.in = values;
+  s.out = -1;  // makes nothing
+  steps_.push_back(std::move(s));
+}
+
 void UnitTape::finish() const {
-  SEXTANT_CHECK(!steps_.empty(), "{}: a unit without steps", name_);
-  std::vector<bool> read(maps_.size(), false);
+  SEXTANT_CHECK(!steps_.empty() && steps_.back().out >= 0, "{}: a unit without an output", name_);
+  std::vector<bool> read(maps_.size(), false);  // (a sum gives its values their gradients)
   for (const Step& st : steps_)
     for (int v : st.in) read[static_cast<size_t>(v)] = true;
   for (const Step& st : steps_)
-    SEXTANT_CHECK(st.out == steps_.back().out || read[static_cast<size_t>(st.out)],
+    SEXTANT_CHECK(st.kind == Kind::kBranchSum || st.out == steps_.back().out ||
+                      read[static_cast<size_t>(st.out)],
                   "{}: value {} is made and never read", name_, st.out);
 }
 
@@ -177,6 +189,8 @@ void UnitTape::add_params(std::vector<ParamSpec>& specs, uint64_t seed) const {
       s.init = [value = p.value](int64_t) { return value; };
       s.decay = false;
     }
+    s.tp_replicated = p.replicated;
+    s.tp_partial = false;  // whole on each rank: the tape sums their inputs' gradients itself
     specs.push_back(std::move(s));
   }
 }
@@ -200,6 +214,7 @@ Tensor UnitTape::forward(Context& ctx, ParamStore& params, const std::vector<Ten
   }
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& step = steps_[i];
+    if (step.kind == Kind::kBranchSum) continue;  // a backward step
     if (step.kind == Kind::kBranchGather) {
       cache.values[static_cast<size_t>(step.out)] = gather_branches(ctx, step, cache, micro_batch);
     } else if (step.op) {
@@ -263,7 +278,8 @@ Tensor UnitTape::run(Context& ctx, ParamStore& params, const Step& step, size_t 
       be.add(x, cache.values[static_cast<size_t>(step.in[1])], y);
       break;
     case Kind::kBranchGather:
-      throw std::logic_error("a branch gather runs through gather_branches");
+    case Kind::kBranchSum:
+      throw std::logic_error("a branch gather or sum runs through its own function");
   }
   return y;
 }
@@ -276,6 +292,10 @@ std::vector<Tensor> UnitTape::backward(Context& ctx, ParamStore& params, const T
   grads[static_cast<size_t>(steps_.back().out)] = dout;
   for (size_t i = steps_.size(); i-- > 0;) {
     const Step& step = steps_[i];
+    if (step.kind == Kind::kBranchSum) {
+      sum_branch_gradients(ctx, step, grads, micro_batch);
+      continue;
+    }
     SEXTANT_CHECK(!grads[static_cast<size_t>(step.out)].empty(), "{}: value {} has no gradient",
                   name_, step.out);
     if (step.op) {
@@ -378,7 +398,8 @@ void UnitTape::run_backward(Context& ctx, ParamStore& params, const Step& step, 
       accumulate(step.in[1], dy);
       return;
     case Kind::kBranchGather:
-      return;  // (above)
+    case Kind::kBranchSum:
+      return;  // (above; the sum in backward())
   }
   accumulate(in, dx);
 }
@@ -437,6 +458,34 @@ Tensor UnitTape::gather_branches(Context& ctx, const Step& step, Cache& cache,
   }
   (void)cache;
   return y;
+}
+
+void UnitTape::sum_branch_gradients(Context& ctx, const Step& step, std::vector<Tensor>& grads,
+                                    int64_t micro_batch) const {
+  // One buffer of every value's gradient (zeros where no step of this rank read it).
+  int64_t n = 0;
+  for (int v : step.in) n += batch_ * map(v).c * map(v).h * map(v).w;
+  std::vector<float> buffer(static_cast<size_t>(n), 0.0f);
+  int64_t at = 0;
+  for (int v : step.in) {
+    const Tensor& g = grads[static_cast<size_t>(v)];
+    const int64_t count = batch_ * map(v).c * map(v).h * map(v).w;
+    if (!g.empty()) std::copy(g.data(), g.data() + count, buffer.begin() + at);
+    at += count;
+  }
+  {
+    auto s = ctx.recorder->scope(ctx.comm(OpName(name_, OpId::kUnitBranchAllReduce),
+                                          spec::OpClass::kAllReduce, spec::Stream::kTpComm, n * 4,
+                                          ctx.groups->tp_size, Phase::kBwd, layer_, micro_batch));
+    ctx.groups->tp->all_reduce(buffer.data(), n);
+  }
+  at = 0;
+  for (int v : step.in) {
+    Tensor g = ctx.backend->empty(shape(v));
+    std::copy(buffer.begin() + at, buffer.begin() + at + g.numel(), g.data());
+    at += g.numel();
+    grads[static_cast<size_t>(v)] = g;
+  }
 }
 
 void UnitTape::scatter_branch_gradient(Context& ctx, const Step& step,

@@ -54,6 +54,13 @@ class UnitTape {
   int branch_gather(const std::string& name, const std::vector<int>& mine,
                     const std::vector<BranchPart>& parts, int64_t rank, int64_t ranks,
                     CellMap joined);
+  // SUPER's sum of the gradients of `values`, which every tp rank holds and its branches read:
+  // in backward, once every later step has added its part, one all-reduce over the tp group
+  // (traced as the unit's branch_all_reduce). Nothing in forward.
+  void branch_sum(const std::vector<int>& values);
+  // Whether the parameters created from now on are whole on every tp rank (a split unit's shared
+  // steps), which the gradient norm counts once.
+  void set_replicated(bool replicated) { replicated_ = replicated; }
   // Checks that every value made is read by a later step or is the output (the last step's), so
   // backward reaches each step with its output's gradient.
   void finish() const;
@@ -90,7 +97,8 @@ class UnitTape {
     kShift,
     kConcat,
     kAdd,
-    kBranchGather
+    kBranchGather,
+    kBranchSum
   };
   struct Step {
     Kind kind = Kind::kRelu;
@@ -110,6 +118,7 @@ class UnitTape {
     std::string name;
     std::vector<int64_t> shape;
     float std_dev = 0.0f, value = 0.0f;
+    bool replicated = false;  // ParamSpec::tp_replicated
   };
 
   int add_value(CellMap m);
@@ -121,11 +130,14 @@ class UnitTape {
   Tensor gather_branches(Context& ctx, const Step& step, Cache& cache, int64_t micro_batch) const;
   // The gradient of each of this rank's branch outputs: its channels of the join's gradient.
   void scatter_branch_gradient(Context& ctx, const Step& step, std::vector<Tensor>& grads) const;
+  void sum_branch_gradients(Context& ctx, const Step& step, std::vector<Tensor>& grads,
+                            int64_t micro_batch) const;
 
   std::string name_;
   int32_t layer_;
   int64_t batch_;
   int inputs_ = 0;
+  bool replicated_ = false;
   std::vector<ParamDef> params_;
   std::vector<CellMap> maps_;  // each value's map
   std::vector<Step> steps_;

@@ -16,7 +16,10 @@ namespace sextant::models {
 // or the map before the first cell) and `prev_prev` (the output before that; `prev` for the first
 // cell); `reduction_prev`: `prev` came out of a reduction cell, so `prev_prev` has twice its rows
 // and columns. B samples, e bytes per element. Returns the cell's output.
+// Split (`share`, spec/branch_parallel.hpp), the reductions of both inputs on every rank, this
+// rank's nodes, and the join's all-gather; `join` says it and the reduced states' gradient sum.
 CellMap add_amoeba_cell(Layer& layer, const std::string& name, CellMap prev, CellMap prev_prev,
-                        bool reduction_prev, int64_t filters, bool reduction, int64_t B, int64_t e);
+                        bool reduction_prev, int64_t filters, bool reduction, int64_t B, int64_t e,
+                        const BranchShare& share, BranchJoin& join);
 
 }  // namespace sextant::models

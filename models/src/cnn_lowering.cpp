@@ -432,6 +432,19 @@ BranchShare branch_share(const spec::CnnLayer& l, const Feature& f, const Loweri
   return share;
 }
 
+// Where an AmoebaNet cell reading `prev` (its reduced states' extents) runs its groups of nodes
+// under `o`, as branch_share does for a module.
+BranchShare cell_share(const spec::CnnLayer& l, const CellMap& prev, const LoweringOptions& o) {
+  BranchShare share;
+  if (!o.branch_parallel) return share;
+  const spec::CellPlacement placed = spec::amoeba_placement(l, prev.h, prev.w, o.tp);
+  share.ranks = o.tp;
+  share.owners = placed.node_owner;
+  share.join_owners = placed.join_owner;
+  share.rank = o.branch_rank >= 0 ? o.branch_rank : placed.most_loaded;
+  return share;
+}
+
 LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
   const spec::CnnSpec& m = model.cnn();
   const int64_t B = o.micro_batch;
@@ -473,7 +486,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
       layer.kind = LayerKind::kCnn;
       layer.name = fmt::format("layer{}", index++);
       const int64_t input_bytes = B * cs.held(f.c) * split.block(f) * e;
-      std::optional<Op> branch_input_sum;  // SUPER's input gradient sum (an Inception module)
+      BranchJoin join;  // a unit split over tp ranks (SUPER): its join and its gradient sum
       switch (l.kind) {
         case spec::CnnLayerKind::kConv:
           f = add_conv(layer, layer.name + ".conv", f, l.out_channels, l.kernel, l.stride,
@@ -502,7 +515,7 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
               cell_input ? CellMap{cell_input->c, cell_input->h, cell_input->w} : prev;
           const CellMap cell_out =
               add_amoeba_cell(layer, layer.name, prev, prev_prev, cell_input && reduction_prev,
-                              l.filters, l.reduction, B, e);
+                              l.filters, l.reduction, B, e, cell_share(l, prev, o), join);
           cell_input = f;
           reduction_prev = l.reduction;
           f = {cell_out.c, 1, cell_out.h, cell_out.w};
@@ -512,18 +525,9 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
           f = lower_bottleneck(layer, l, f, r, cs, u);
           break;
         case spec::CnnLayerKind::kInception: {
-          const BranchShare share = branch_share(l, f, o);
-          std::string gather;
-          const CellMap made =
-              add_inception_module(layer, layer.name, l, {f.c, f.h, f.w}, B, e, share, &gather);
-          if (!gather.empty()) {
-            // Backward: no gather (every rank holds the output's gradient); each rank's part of
-            // the input gradient summed over the ranks, after its branches.
-            cs.backward[gather] = std::nullopt;
-            if (!out.layers.empty())
-              branch_input_sum = comm_op(OpName(layer.name, OpId::kUnitBranchAllReduce),
-                                         CollectiveKind::kAllReduce, input_bytes);
-          }
+          const CellMap made = add_inception_module(layer, layer.name, l, {f.c, f.h, f.w}, B, e,
+                                                    branch_share(l, f, o), join);
+          if (out.layers.empty()) join.sum_bytes = 0;  // the first layer's input: no gradient
           f = {made.c, 1, made.h, made.w};
           break;
         }
@@ -537,7 +541,15 @@ LoweredModel lower_cnn(const spec::ModelSpec& model, const LoweringOptions& o) {
                                           TpSplit::kReplicated, {B, f.c, pixels}));
       }
       add_cnn_backward(layer, !out.layers.empty(), cs);
-      if (branch_input_sum) layer.backward.push_back(*branch_input_sum);
+      // (A split unit's join: no gather in backward, where every rank holds the output's
+      // gradient; the shared gradients summed before the shared ops' backward.)
+      if (!join.gather.empty()) {
+        std::erase_if(layer.backward, [&](const Op& op) { return op.name == join.gather; });
+        if (join.sum_bytes > 0)
+          layer.backward.insert(layer.backward.end() - static_cast<ptrdiff_t>(join.prelude_ops),
+                                comm_op(OpName(layer.name, OpId::kUnitBranchAllReduce),
+                                        CollectiveKind::kAllReduce, join.sum_bytes));
+      }
       layer.saved_bytes_selective = layer.saved_bytes;
       layer.saved_bytes_full = std::min(input_bytes, layer.saved_bytes);  // the layer input
       // What a pipeline stage ending here hands on: the output and the maps earlier layers kept

@@ -27,7 +27,7 @@ CellMap lower_step(UnitBuilder* b, const std::string& scope, const spec::Incepti
 
 CellMap add_inception_module(Layer& layer, const std::string& name, const spec::CnnLayer& l,
                              CellMap in, int64_t B, int64_t e, const BranchShare& share,
-                             std::string* gather) {
+                             BranchJoin& join) {
   UnitBuilder b(layer, B, e);
   const auto branches = spec::inception_branches(l.module, in.c, l.width, l.divisor);
   CellMap out{0, 0, 0};
@@ -60,7 +60,8 @@ CellMap add_inception_module(Layer& layer, const std::string& name, const spec::
         comm_op(OpName(name, OpId::kUnitBranchAllGather), spec::CollectiveKind::kAllGather,
                 share.ranks * spec::branch_gather_block(rank_channels) * B * out.h * out.w * e);
     layer.forward.push_back(op);
-    if (gather != nullptr) *gather = op.name;
+    join.gather = op.name;
+    join.sum_bytes = B * in.c * in.h * in.w * e;  // the input's gradient
   }
   b.join(name, out);
   return out;

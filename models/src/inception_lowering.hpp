@@ -14,20 +14,12 @@
 
 namespace sextant::models {
 
-// How a module's branches are placed: all on the one rank (ranks 1), or SUPER's split over
-// `ranks` tp ranks (spec/branch_parallel.hpp), `owners[b]` running branch b, the ops those of
-// rank `rank`.
-struct BranchShare {
-  int64_t ranks = 1;
-  int64_t rank = 0;
-  std::vector<int64_t> owners;
-};
-
 // Appends the forward ops of module `l` named `name` reading `in` to `layer` (its params,
 // params_total, matrices and saved_bytes too), B samples of e bytes: the branches `share` gives
-// this rank and, split, the join's all-gather (its name in `gather`). Returns the module's output.
+// this rank and, split, the join's all-gather (`join` names it; the input's gradient is summed).
+// Returns the module's output.
 CellMap add_inception_module(Layer& layer, const std::string& name, const spec::CnnLayer& l,
                              CellMap in, int64_t B, int64_t e, const BranchShare& share,
-                             std::string* gather);
+                             BranchJoin& join);
 
 }  // namespace sextant::models

@@ -21,6 +21,25 @@ struct CellMap {
   int64_t c = 0, h = 0, w = 0;
 };
 
+// How a unit's work is placed: all on the one rank (ranks 1), or SUPER's split over `ranks` tp
+// ranks (spec/branch_parallel.hpp), the ops those of rank `rank`: `owners` the rank of each
+// Inception branch or AmoebaNet node, `join_owners` of each part of a cell's join.
+struct BranchShare {
+  int64_t ranks = 1;
+  int64_t rank = 0;
+  std::vector<int64_t> owners;
+  std::vector<int64_t> join_owners;
+};
+
+// What a split unit adds beside its forward ops: the join's all-gather (`gather`, its name), and
+// in backward one all-reduce of `sum_bytes` (the gradients every rank's branches add to), placed
+// before the backward of the unit's first `prelude_ops` forward ops (those every rank runs).
+struct BranchJoin {
+  std::string gather;
+  int64_t sum_bytes = 0;
+  size_t prelude_ops = 0;
+};
+
 // Builds one multi-branch unit's ops into `layer`, B samples of e bytes.
 class UnitBuilder {
  public:

@@ -480,7 +480,7 @@ class Enumerator {
     add_context_splits();
     add_expert_degrees();
     out_.grids.push_back({});
-    out_.branch_split = m_.kind() == spec::ModelKind::kCnn && m_.cnn().has_inception();
+    out_.branch_split = m_.kind() == spec::ModelKind::kCnn && m_.cnn().has_cells();
     for (size_t si = 0; si < out_.sample_splits.size(); ++si) {
       const int64_t split_ranks = out_.sample_splits[si].ranks();
       if (r_.gpus % split_ranks != 0) continue;
@@ -680,7 +680,7 @@ class Enumerator {
       for (int64_t mb : divisors(l.per_replica)) micro_batch(l, grid, mb);
   }
 
-  // SUPER's branch split over tp ranks (a model with Inception modules): the one tp layout, when
+  // SUPER's branch split over tp ranks (a model with multi-branch units): the one tp layout, when
   // the rule allows it and the stack runs it.
   std::optional<std::vector<uint8_t>> branch_layouts(int64_t tp, int64_t split_ranks) {
     spec::Plan probe;
@@ -727,7 +727,7 @@ class Enumerator {
         cnn && (m_.cnn().volumes() || m_.cnn().has_skips() || m_.cnn().has_cells() ||
                 m_.cnn().layers.back().kind != spec::CnnLayerKind::kFc);
     reject(transformer_        ? "tp does not divide the heads or the MLP"
-           : out_.branch_split ? "tp past the 2 to 4 ranks SUPER splits Inception's branches over"
+           : out_.branch_split ? "tp past the 2 to 4 ranks SUPER splits multi-branch units over"
            : unsplittable
                ? "tp on volumes, skip connections, multi-branch units or a per-pixel head"
                : "tp does not divide the channels",

@@ -40,6 +40,29 @@ int64_t amoeba_edge_stride(bool reduction, const AmoebaEdge& edge) {
   return reduction && edge.input < 2 ? 2 : 1;
 }
 
+std::vector<int> amoeba_node_groups(bool reduction) {
+  const AmoebaGenotype& g = amoeba_genotype(reduction);
+  const size_t nodes = g.edges.size() / 2;
+  // Union-find over the nodes: an edge reading node k (state k + 2) joins its node to k's.
+  std::vector<size_t> parent(nodes);
+  for (size_t n = 0; n < nodes; ++n) parent[n] = n;
+  auto root = [&](size_t n) {
+    while (parent[n] != n) n = parent[n];
+    return n;
+  };
+  for (size_t e = 0; e < g.edges.size(); ++e)
+    if (g.edges[e].input >= 2)
+      parent[root(e / 2)] = root(static_cast<size_t>(g.edges[e].input - 2));
+  std::vector<int> group(nodes, -1), of_root(nodes, -1);
+  int next = 0;
+  for (size_t n = 0; n < nodes; ++n) {
+    int& id = of_root[root(n)];
+    if (id < 0) id = next++;
+    group[n] = id;
+  }
+  return group;
+}
+
 std::vector<AmoebaStep> amoeba_edge_steps(AmoebaOp op, int64_t channels, int64_t stride) {
   using K = AmoebaStep::Kind;
   const int64_t c = channels, narrow = channels / 4;

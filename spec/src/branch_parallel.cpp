@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "sextant/spec/amoeba_cell.hpp"
 #include "sextant/spec/inception_module.hpp"
 #include "sextant/spec/plan.hpp"
 
@@ -11,12 +12,9 @@ namespace sextant::spec {
 
 std::string branch_parallel_problem(const ModelSpec& model, const Plan& plan) {
   if (!plan.branch_parallel) return "";
-  if (model.kind() != ModelKind::kCnn || !model.cnn().has_inception())
-    return "splits the branches of a CNN's Inception modules (SUPER): this model has none";
-  for (const CnnLayer& l : model.cnn().layers)
-    if (l.kind == CnnLayerKind::kAmoebaCell)
-      return "splits Inception modules' independent branches: AmoebaNet's cells, whose nodes "
-             "read each other's states, are not split";
+  if (model.kind() != ModelKind::kCnn || !model.cnn().has_cells())
+    return "splits the branches of a CNN's Inception modules or AmoebaNet cells (SUPER): this "
+           "model has none";
   if (plan.tp < 2 || plan.tp > kMaxBranchRanks)
     return "needs 2 to 4 tp ranks, at most a module's branches";
   if (plan.spatial.any() || !plan.channel_algorithms.empty() || !plan.per_op.empty() ||
@@ -47,6 +45,60 @@ std::vector<double> inception_branch_macs(const CnnLayer& l, const CnnMap& in) {
     out.push_back(macs);
   }
   return out;
+}
+
+namespace {
+
+// The multiply-adds of one sample through an AmoebaNet edge's steps on a state of c channels and
+// h x w (spec::amoeba_edge_steps); sets the map it makes.
+double edge_macs(const std::vector<AmoebaStep>& steps, int64_t c, int64_t& h, int64_t& w) {
+  double macs = 0;
+  for (const AmoebaStep& s : steps) {
+    const int64_t ph = s.kind == AmoebaStep::Kind::kReluConvBn ? (s.kh - 1) / 2 : s.padding;
+    const int64_t pw = s.kind == AmoebaStep::Kind::kReluConvBn ? (s.kw - 1) / 2 : s.padding;
+    const int64_t oh = s.kind == AmoebaStep::Kind::kFactorizedReduce
+                           ? (h + 1) / 2
+                           : window_output(h, s.kh, s.sh, ph),
+                  ow = s.kind == AmoebaStep::Kind::kFactorizedReduce
+                           ? (w + 1) / 2
+                           : window_output(w, s.kw, s.sw, pw);
+    const double pixels = static_cast<double>(oh * ow);
+    if (s.kind == AmoebaStep::Kind::kReluConvBn)
+      macs += pixels * static_cast<double>(s.channels) * static_cast<double>(c * s.kh * s.kw);
+    if (s.kind == AmoebaStep::Kind::kFactorizedReduce)  // two 1x1 to half the channels each
+      macs += pixels * static_cast<double>(s.channels) * static_cast<double>(c);
+    if (s.kind == AmoebaStep::Kind::kReluConvBn) c = s.channels;
+    h = oh;
+    w = ow;
+  }
+  return macs;
+}
+
+}  // namespace
+
+CellPlacement amoeba_placement(const CnnLayer& l, int64_t h, int64_t w, int64_t ranks) {
+  const AmoebaGenotype& g = amoeba_genotype(l.reduction);
+  CellPlacement p;
+  const std::vector<int> group = amoeba_node_groups(l.reduction);
+  p.group_macs.assign(static_cast<size_t>(*std::max_element(group.begin(), group.end()) + 1), 0.0);
+  for (size_t e = 0; e < g.edges.size(); ++e) {
+    int64_t eh = h, ew = w;
+    p.group_macs[static_cast<size_t>(group[e / 2])] += edge_macs(
+        amoeba_edge_steps(g.edges[e].op, l.filters, amoeba_edge_stride(l.reduction, g.edges[e])),
+        l.filters, eh, ew);
+  }
+  // The groups, then each joined reduced input at no cost (to the least loaded rank).
+  std::vector<double> costs = p.group_macs;
+  for (int state : g.concat)
+    if (state < 2) costs.push_back(0.0);
+  const std::vector<int64_t> owners = branch_owners(costs, ranks);
+  for (int n : group) p.node_owner.push_back(owners[static_cast<size_t>(n)]);
+  size_t joined_input = p.group_macs.size();
+  for (int state : g.concat)
+    p.join_owner.push_back(state < 2 ? owners[joined_input++]
+                                     : p.node_owner[static_cast<size_t>(state - 2)]);
+  p.most_loaded = most_loaded_rank(costs, owners, ranks);
+  return p;
 }
 
 std::vector<int64_t> branch_owners(const std::vector<double>& macs, int64_t ranks) {

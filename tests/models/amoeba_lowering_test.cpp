@@ -8,6 +8,7 @@
 #include "lowered_ops.hpp"
 #include "sextant/models/lowering.hpp"
 #include "sextant/spec/amoeba_cell.hpp"
+#include "sextant/spec/branch_parallel.hpp"
 #include "sextant/spec/channel_split.hpp"
 #include "sextant/spec/spatial_split.hpp"
 
@@ -120,6 +121,59 @@ TEST(AmoebaLowering, RefusalsNameTheLayer) {
   EXPECT_NE(spec::channel_split_problem(m.cnn(), 2).find("AmoebaNet's cells"), std::string::npos);
   // The round trip keeps the cells.
   EXPECT_EQ(spec::to_json(spec::model_from_json(spec::to_json(m), "again")), spec::to_json(m));
+}
+
+TEST(AmoebaLowering, SuperSplitsANormalCellIntoThreeGroupsOfNodes) {
+  // Node 3 reads node 0 and node 4 reads node 3: one group; nodes 1 and 2 read only the reduced
+  // inputs. Every node of a reduction cell reads node 0 or 1: one group.
+  EXPECT_EQ(spec::amoeba_node_groups(false), (std::vector<int>{0, 1, 2, 0, 0}));
+  EXPECT_EQ(spec::amoeba_node_groups(true), (std::vector<int>{0, 0, 0, 0, 0}));
+  // A normal cell of 8 filters on 8 x 8 (64 pixels), multiply-adds by hand: conv_1x1 64 x 8 x 8 =
+  // 4096; conv_1x7_7x1 1x1 8->2 (1024), 1x7 2->2 (64 x 2 x 14 = 1792), 7x1 (1792), 1x1 2->8
+  // (1024): 5632. Group 0: node 0's conv_1x1 and node 4's (8192); group 1: node 1's conv_1x7_7x1
+  // (5632); group 2: node 2's conv_1x1 and conv_1x7_7x1 (9728).
+  spec::CnnLayer cell;
+  cell.kind = spec::CnnLayerKind::kAmoebaCell;
+  cell.filters = 8;
+  const spec::CellPlacement p = spec::amoeba_placement(cell, 8, 8, 2);
+  EXPECT_EQ(p.group_macs, (std::vector<double>{8192, 5632, 9728}));
+  // Longest first on 2 ranks: group 2 to rank 0, group 0 to rank 1, group 1 to rank 1 (8192 <
+  // 9728); the joined reduced input (state 0, no work) to the less loaded rank 0.
+  EXPECT_EQ(p.node_owner, (std::vector<int64_t>{1, 1, 0, 1, 1}));
+  EXPECT_EQ(p.join_owner, (std::vector<int64_t>{0, 1, 0, 1}));  // states 0, 3, 4, 6
+  EXPECT_EQ(p.most_loaded, 1);
+}
+
+TEST(AmoebaLowering, ASplitCellLowersItsNodesTheJoinAndTheSum) {
+  // The tiny network's first normal cell (layer 1: 8 filters on 8 x 8, as above) on tp rank 0
+  // of 2, fp32, one sample: the reductions, node 2 only, the join's gather of the larger part
+  // (rank 1: nodes 1 and 4, 16 channels) from both ranks: 2 x 16 x 64 x 4 B; in backward the
+  // reduced states' gradients (2 x 8 x 64 x 4 B) summed before the reductions' backward.
+  const spec::ModelSpec m = spec::model_from_json(tiny_amoeba_json(), "tiny");
+  LoweringOptions o;
+  o.micro_batch = 1;
+  o.dtype = spec::Dtype::kFp32;
+  o.tp = 2;
+  o.branch_parallel = true;
+  o.branch_rank = 0;
+  const LoweredModel lowered = lower(m, o);
+  const Layer& cell = lowered.layers[1];
+  EXPECT_NE(find_op(cell.forward, "layer1.node2.a"), nullptr);
+  EXPECT_EQ(find_op(cell.forward, "layer1.node1.b.conv1"), nullptr);
+  EXPECT_NE(find_op(cell.forward, "layer1.reduce1"), nullptr);
+  const Op* gather = find_op(cell.forward, OpName("layer1", OpId::kUnitBranchAllGather).str());
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->bytes, 2 * 16 * 64 * 4);
+  const std::string sum = OpName("layer1", OpId::kUnitBranchAllReduce).str();
+  const auto at = std::find_if(cell.backward.begin(), cell.backward.end(),
+                               [&](const Op& op) { return op.name == sum; });
+  ASSERT_NE(at, cell.backward.end());
+  EXPECT_EQ(at->bytes, 2 * 8 * 64 * 4);
+  // After it, only the reductions' backward (reduce1's ReLU, convolution and batch norm; the
+  // second input needs none): three ops.
+  EXPECT_EQ(cell.backward.end() - at, 1 + 3);
+  // Rank 0 holds reduce1 (64 + 16) and node 2's edges (conv_1x1 80, conv_1x7_7x1 116).
+  EXPECT_EQ(cell.params, 80 + 80 + 116);
 }
 
 }  // namespace

@@ -1832,6 +1832,10 @@ TEST(BranchSplit, TheSearchSplitsBranchesWhereTheStackRunsIt) {
   SearchOptions o;
   o.top_k = 1;
   EXPECT_TRUE(search(r, o).ranked.front().plan.branch_parallel);
+  // AmoebaNet-D's normal cells split into three groups of nodes: 8 images on 32 A100s.
+  SearchRequest cells = request("amoebanet-d", 32, 8);
+  cells.stack = spec::builtin_stack("sextant");
+  EXPECT_TRUE(search(cells, o).ranked.front().plan.branch_parallel);
   // PyTorch DDP runs every branch on every rank: no tp > 1 plan, and the reason is counted.
   r.stack = spec::builtin_stack("pytorch-ddp");
   const Enumeration ddp = enumerate_plans(r);

@@ -545,6 +545,12 @@ std::vector<Layout> layouts() {
       {"amoeba_dp2_pp2_zero1", plan_of(2, 1, 2, 1), Net::kAmoeba},
       {"amoeba_dp4_zero2", plan_of(4, 1, 1, 2), Net::kAmoeba},
       {"amoeba_dp2_pp4", plan_of(2, 1, 4), Net::kAmoeba},
+      // SUPER's split of the cells: a normal cell's three groups of nodes and its joined reduced
+      // input over 2 and 4 tp ranks (a reduction cell's one group on one rank).
+      {"amoeba_tp2_super", branch_split(plan_of(1, 2, 1)), Net::kAmoeba},
+      {"amoeba_tp4_super", branch_split(plan_of(1, 4, 1)), Net::kAmoeba},
+      {"amoeba_dp2_tp2_super_zero1", branch_split(plan_of(2, 2, 1, 1)), Net::kAmoeba},
+      {"amoeba_tp2_pp2_super", branch_split(plan_of(1, 2, 2)), Net::kAmoeba},
       // Inception-v3's modules (FlexFlow's CNN) over replicas and pipeline stages, with ZeRO.
       {"inception_dp2", two_samples(plan_of(2, 1, 1)), Net::kInception},
       {"inception_pp2_gpipe", two_samples(plan_of(1, 1, 2, 0, false, S::kGpipe)), Net::kInception},

@@ -179,9 +179,9 @@ struct Enumeration {
   // parallelism): for each tp, every x * y * z = tp the model divides but the 1 x tp x 1 grid
   // (which is the 1D layout); 255 at most.
   std::vector<spec::TensorGrid> grids;
-  // A CNN with Inception modules splits over tp ranks only by their branches (SUPER,
-  // spec/branch_parallel.hpp; a channel split is refused for them): its tp > 1 candidates are
-  // branch-parallel plans.
+  // A CNN with multi-branch units (Inception modules, AmoebaNet cells) splits over tp ranks only
+  // by their branches (SUPER, spec/branch_parallel.hpp; a channel split is refused for them): its
+  // tp > 1 candidates are branch-parallel plans.
   bool branch_split = false;
   std::map<std::string, int64_t> rejected;            // reason -> count
   std::map<std::string, std::string> rejected_units;  // reason -> what it counts (kLayouts...)

@@ -72,4 +72,10 @@ int64_t amoeba_output_channels(int64_t filters, bool reduction);
 // An edge's stride: 2 where a reduction cell's edge reads one of the cell's two inputs.
 int64_t amoeba_edge_stride(bool reduction, const AmoebaEdge& edge);
 
+// SUPER's sub-graphs of a cell (spec/branch_parallel.hpp): each node's group, numbered in the
+// order of their first nodes. Groups are the connected components of the nodes under "reads"; the
+// reduced inputs (states 0 and 1) are read by every group. A normal cell has three ({0, 3, 4},
+// {1}, {2}), a reduction cell one (every node reads node 0 or 1).
+std::vector<int> amoeba_node_groups(bool reduction);
+
 }  // namespace sextant::spec
