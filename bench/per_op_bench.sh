@@ -89,6 +89,12 @@ row "vgg19, 64 x dgx-a100, batch 2048" --model vgg19 --cluster dgx-a100 --gpus 6
   --global-batch 2048
 row "resnet50, 64 x dgx-a100, batch 2048" --model resnet50 --cluster dgx-a100 --gpus 64 \
   --global-batch 2048
+# FlexFlow's Inception-v3 (§7): its modules' branches are not per-op splits here (SUPER's branch
+# split is their tp layout: bench/branch_parallel_bench.sh); the fc splits are what --per-op moves.
+row "inception-v3, 16 x dgx-a100, batch 512" --model inception-v3 --cluster dgx-a100 --gpus 16 \
+  --global-batch 512
+row "inception-v3, 64 x dgx-a100, batch 2048" --model inception-v3 --cluster dgx-a100 --gpus 64 \
+  --global-batch 2048
 # The 128-op graph: every layer's split searched (runs of 1, 2, 4... layers beyond 32 ops).
 row "mlp-128x2k (128 ops), 16 x dgx-a100, batch 512" --model "$tmp/mlp-128.json" \
   --cluster dgx-a100 --gpus 16 --global-batch 512

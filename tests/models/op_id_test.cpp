@@ -34,7 +34,7 @@ TEST(OpId, NamesAndSuffixesAreUnique) {
       EXPECT_TRUE(fixed.insert(op_text(id)).second) << op_text(id);
     }
   }
-  EXPECT_EQ(scoped, 20u);  // the SEXTANT_SCOPED_OPS list: product, act, relu, bn, ... reshards
+  EXPECT_EQ(scoped, 22u);  // the SEXTANT_SCOPED_OPS list: product, act, relu, bn, ... branch splits
   EXPECT_GT(fixed.size(), 90u);
 }
 
