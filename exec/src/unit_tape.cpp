@@ -456,7 +456,6 @@ Tensor UnitTape::gather_branches(Context& ctx, const Step& step, Cache& cache,
     taken[q] += p.channels;
     channel += p.channels;
   }
-  (void)cache;
   return y;
 }
 
