@@ -34,39 +34,39 @@ UnitTape inception_module(const std::string& name, int32_t layer, const spec::Cn
   UnitTape t(name, layer, batch);
   const int x = t.input(in);
   const auto branches = spec::inception_branches(l.module, in.c, l.width, l.divisor);
+  const std::vector<spec::BranchOutput> made =
+      spec::inception_branch_outputs(l, {in.c, 1, in.h, in.w});
   const std::vector<int64_t> owners =
       ranks > 1 ? spec::branch_owners(spec::inception_branch_macs(l, {in.c, 1, in.h, in.w}), ranks)
-                : std::vector<int64_t>(branches.size(), 0);
+                : std::vector<int64_t>(made.size(), 0);
   // Each rank's branches add their part of the input's gradient: summed over the ranks (the first
   // layer's input needs none).
   if (ranks > 1 && layer > 0) t.branch_sum({x});
   std::vector<int> outputs;
   std::vector<UnitTape::BranchPart> parts;
-  CellMap joined{};
   for (size_t i = 0; i < branches.size(); ++i) {
-    // A branch another rank runs: only its output's extent and channels, for the join.
-    UnitTape mine(name, layer, batch);
-    UnitTape& into = owners[i] == rank ? t : mine;
-    int v = owners[i] == rank ? x : into.input(in);
+    parts.push_back({made[i].map.c, owners[i]});
+    if (owners[i] != rank) continue;  // another rank's branch: its channels in the join
+    int v = x;
     for (size_t j = 0; j < branches[i].steps.size(); ++j)
-      v = inception_step(into, spec::inception_step_scope(name, i, j), branches[i].steps[j], v);
+      v = inception_step(t, spec::inception_step_scope(name, i, j), branches[i].steps[j], v);
     if (!branches[i].split.empty()) {
       std::vector<int> split;
       for (size_t k = 0; k < branches[i].split.size(); ++k) {
         int part = v;
         for (size_t j = 0; j < branches[i].split[k].size(); ++j)
-          part = inception_step(into, spec::inception_split_scope(name, i, k, j),
+          part = inception_step(t, spec::inception_split_scope(name, i, k, j),
                                 branches[i].split[k][j], part);
         split.push_back(part);
       }
-      v = into.concat(spec::inception_branch_scope(name, i), split);
+      v = t.concat(spec::inception_branch_scope(name, i), split);
     }
-    if (owners[i] == rank) outputs.push_back(v);
-    parts.push_back({into.map(v).c, owners[i]});
-    joined = into.map(v);
+    outputs.push_back(v);
   }
-  const int out = ranks > 1 ? t.branch_gather(name, outputs, parts, rank, ranks, joined)
-                            : t.concat(name, outputs);
+  const spec::CnnMap& last = made.back().map;
+  const int out =
+      ranks > 1 ? t.branch_gather(name, outputs, parts, rank, ranks, CellMap{0, last.h, last.w})
+                : t.concat(name, outputs);
   SEXTANT_CHECK(t.map(out).c == spec::inception_output_channels(l.module, in.c, l.width, l.divisor),
                 "{}: joins {} channels", name, t.map(out).c);
   t.finish();

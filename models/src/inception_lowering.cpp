@@ -10,16 +10,14 @@ namespace sextant::models {
 namespace {
 
 // One branch step: a convolution with batch norm and ReLU (BasicConv2d), or a pool.
-// (No builder: a branch another rank runs, of which only the map is followed.)
-CellMap lower_step(UnitBuilder* b, const std::string& scope, const spec::InceptionStep& st,
+// One branch step: a convolution with batch norm and ReLU (BasicConv2d), or a pool.
+CellMap lower_step(UnitBuilder& b, const std::string& scope, const spec::InceptionStep& st,
                    const CellMap& in) {
-  const bool conv = st.kind == spec::InceptionStep::Kind::kConvBnRelu;
-  const CellMap o{conv ? st.channels : in.c, spec::window_output(in.h, st.kh, st.sh, st.ph),
-                  spec::window_output(in.w, st.kw, st.sw, st.pw)};
-  if (b == nullptr) return o;
-  if (!conv) return b->pool(scope, in, st.kh, st.sh, st.ph);
-  b->conv_bn_padded(scope, in, st.channels, st.kh, st.kw, st.sh, st.sw, st.ph, st.pw);
-  b->relu(scope, o);
+  if (st.kind != spec::InceptionStep::Kind::kConvBnRelu)
+    return b.pool(scope, in, st.kh, st.sh, st.ph);
+  const CellMap o =
+      b.conv_bn_padded(scope, in, st.channels, st.kh, st.kw, st.sh, st.sw, st.ph, st.pw);
+  b.relu(scope, o);
   return o;
 }
 
@@ -30,29 +28,27 @@ CellMap add_inception_module(Layer& layer, const std::string& name, const spec::
                              BranchJoin& join) {
   UnitBuilder b(layer, B, e);
   const auto branches = spec::inception_branches(l.module, in.c, l.width, l.divisor);
+  const std::vector<spec::BranchOutput> made =
+      spec::inception_branch_outputs(l, {in.c, 1, in.h, in.w});
   CellMap out{0, 0, 0};
   std::vector<int64_t> rank_channels(static_cast<size_t>(share.ranks), 0);
   for (size_t i = 0; i < branches.size(); ++i) {
     const int64_t owner = share.ranks > 1 ? share.owners.at(i) : 0;
-    // A branch another rank runs adds only its channels to the join.
-    UnitBuilder* own = owner == share.rank ? &b : nullptr;
-    CellMap m = in;
-    for (size_t j = 0; j < branches[i].steps.size(); ++j)
-      m = lower_step(own, spec::inception_step_scope(name, i, j), branches[i].steps[j], m);
-    if (!branches[i].split.empty()) {
-      CellMap joined{0, 0, 0};
-      for (size_t k = 0; k < branches[i].split.size(); ++k) {
-        CellMap part = m;
-        for (size_t j = 0; j < branches[i].split[k].size(); ++j)
-          part = lower_step(own, spec::inception_split_scope(name, i, k, j),
-                            branches[i].split[k][j], part);
-        joined = {joined.c + part.c, part.h, part.w};
-      }
-      if (own != nullptr) b.join(spec::inception_branch_scope(name, i), joined);
-      m = joined;
-    }
+    const CellMap m{made[i].map.c, made[i].map.h, made[i].map.w};
     rank_channels[static_cast<size_t>(owner)] += m.c;
     out = {out.c + m.c, m.h, m.w};
+    if (owner != share.rank) continue;  // another rank's branch: its channels in the join
+    CellMap v = in;
+    for (size_t j = 0; j < branches[i].steps.size(); ++j)
+      v = lower_step(b, spec::inception_step_scope(name, i, j), branches[i].steps[j], v);
+    if (branches[i].split.empty()) continue;
+    for (size_t k = 0; k < branches[i].split.size(); ++k) {
+      CellMap part = v;
+      for (size_t j = 0; j < branches[i].split[k].size(); ++j)
+        part = lower_step(b, spec::inception_split_scope(name, i, k, j), branches[i].split[k][j],
+                          part);
+    }
+    b.join(spec::inception_branch_scope(name, i), m);
   }
   if (share.ranks > 1) {
     // Each rank's branch outputs, all-gathered in blocks of the largest rank's channels.

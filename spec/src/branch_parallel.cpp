@@ -24,7 +24,7 @@ std::string branch_parallel_problem(const ModelSpec& model, const Plan& plan) {
   return "";
 }
 
-std::vector<double> inception_branch_macs(const CnnLayer& l, const CnnMap& in) {
+std::vector<BranchOutput> inception_branch_outputs(const CnnLayer& l, const CnnMap& in) {
   // A convolution's multiply-adds: output pixels x output channels x input channels x window.
   auto walk = [](const std::vector<InceptionStep>& steps, CnnMap m, double& macs) {
     for (const InceptionStep& s : steps) {
@@ -37,14 +37,24 @@ std::vector<double> inception_branch_macs(const CnnLayer& l, const CnnMap& in) {
     }
     return m;
   };
-  std::vector<double> out;
+  std::vector<BranchOutput> out;
   for (const InceptionBranch& b : inception_branches(l.module, in.c, l.width, l.divisor)) {
-    double macs = 0;
-    const CnnMap m = walk(b.steps, in, macs);
-    for (const auto& part : b.split) walk(part, m, macs);
-    out.push_back(macs);
+    BranchOutput o;
+    o.map = walk(b.steps, in, o.macs);
+    if (!b.split.empty()) {
+      const CnnMap before = o.map;
+      o.map.c = 0;
+      for (const auto& part : b.split) o.map.c += walk(part, before, o.macs).c;
+    }
+    out.push_back(o);
   }
   return out;
+}
+
+std::vector<double> inception_branch_macs(const CnnLayer& l, const CnnMap& in) {
+  std::vector<double> macs;
+  for (const BranchOutput& o : inception_branch_outputs(l, in)) macs.push_back(o.macs);
+  return macs;
 }
 
 namespace {

@@ -145,6 +145,19 @@ spec::CnnLayer mixed_5b() {
 
 TEST(BranchParallel, TheBranchesCostByHandAndGoToTheLeastLoadedRank) {
   EXPECT_EQ(spec::inception_branch_macs(mixed_5b(), {192, 1, 35, 35}), kMixed5bMacs);
+  // What each branch makes: 64, 64, 96 and 32 channels of 35 x 35; module e (Mixed_7b on 1280
+  // channels of 8 x 8) joins its 1x3 and 3x1 outputs inside two branches: 320, 768, 768, 192.
+  std::vector<int64_t> channels;
+  for (const spec::BranchOutput& o : spec::inception_branch_outputs(mixed_5b(), {192, 1, 35, 35})) {
+    channels.push_back(o.map.c);
+    EXPECT_EQ(o.map.h, 35);
+  }
+  EXPECT_EQ(channels, (std::vector<int64_t>{64, 64, 96, 32}));
+  channels.clear();
+  const spec::CnnLayer e = zoo_model("inception-v3").cnn().layers[16];
+  for (const spec::BranchOutput& o : spec::inception_branch_outputs(e, {1280, 1, 8, 8}))
+    channels.push_back(o.map.c);
+  EXPECT_EQ(channels, (std::vector<int64_t>{320, 768, 768, 192}));
   // Longest first: the double 3x3 (184.4M) to rank 0, the 5x5 (105.4M) to rank 1, then the 1x1
   // (15.1M) and the pool (7.5M) to rank 1, still the less loaded (120.4M, then 127.9M).
   EXPECT_EQ(spec::branch_owners(kMixed5bMacs, 2), (std::vector<int64_t>{1, 1, 0, 1}));

@@ -29,8 +29,15 @@ constexpr int64_t kMaxBranchRanks = 4;
 // (the maps stay whole).
 std::string branch_parallel_problem(const ModelSpec& model, const Plan& plan);
 
-// The multiply-adds of one sample through each branch of module `l` reading `in` (its
-// convolutions'; pools count none), in branch order.
+// What each branch of module `l` reading `in` makes, in branch order: its output map (module e's
+// split outputs joined) and the multiply-adds of one sample through its convolutions (pools count
+// none).
+struct BranchOutput {
+  CnnMap map;
+  double macs = 0;
+};
+std::vector<BranchOutput> inception_branch_outputs(const CnnLayer& l, const CnnMap& in);
+// Their multiply-adds alone.
 std::vector<double> inception_branch_macs(const CnnLayer& l, const CnnMap& in);
 // Where an AmoebaNet cell's work runs when its sub-graphs (spec::amoeba_node_groups) are split:
 // each group's multiply-adds for one sample (its edges' convolutions on reduced states of h x w),
