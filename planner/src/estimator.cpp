@@ -106,7 +106,7 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
       plan.zero == 3, static_cast<int>(stack.reshard_after_forward), plan.pp > 1,
       sim::param_copy_bytes(plan, stack, precision.dtype),
       // Per-op splits (on the dp x tp mesh).
-      plan.per_op.empty() ? 0 : plan.dp, spec::op_splits_text(plan.per_op)};
+      plan.per_op.empty() ? 0 : plan.dp, spec::op_splits_text(plan.per_op), plan.branch_parallel};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -118,6 +118,12 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
   auto l = std::make_unique<Lowering>();
   l->setup = sim::step_setup(*model_, *cluster_, plan, stack);
   l->lowered = models::lower(*model_, l->setup.lowering);
+  if (plan.branch_parallel)
+    for (int64_t r = 0; r < plan.tp; ++r) {
+      models::LoweringOptions own = l->setup.lowering;
+      own.branch_rank = r;
+      l->rank_lowered.push_back(models::lower(*model_, own));
+    }
   l->compute = sim::make_compute_model(*cluster_, l->setup, l->lowered);
   lowerings_.emplace(lowerings_.begin(), key, std::move(l));
   return *lowerings_.front().second;
@@ -486,7 +492,18 @@ const std::vector<Estimator::LayerCost>& Estimator::layer_costs(const spec::Plan
                    0,
                    0,
                    t.forward_issue,
-                   t.backward_issue};
+                   t.backward_issue,
+                   {},
+                   {}};
+    for (const models::LoweredModel& own : l.rank_lowered) {
+      // A rank's host issues its own kernels; each unit's GPU time is the most loaded rank's.
+      const sim::LayerTimes mine =
+          sim::layer_times(own.layers[i], plan, stack, *l.compute, collectives(plan), groups, mode);
+      cost.rank_forward_issue.push_back(
+          {t.forward_issue.gpu_s, mine.forward_issue.host_s, mine.forward_issue.critical_s});
+      cost.rank_backward_issue.push_back(
+          {t.backward_issue.gpu_s, mine.backward_issue.host_s, mine.backward_issue.critical_s});
+    }
     for (const sim::PassSegment& segment : t.backward_profile)
       sim::append_segment(cost.backward_profile, segment.seconds, segment.alone);
     for (const sim::PassSegment& segment : cost.forward_profile)
@@ -503,12 +520,16 @@ double Estimator::host_issue_delay(const Stages& stages, int64_t micro_batches) 
   // after another: X^m ends at most M + (m - 1) max(g, h) after the host starts (by induction
   // from HostChain::then: the bound of X^k's j-th copy, (j - 1) h + M + (k - j) g, is linear in
   // j), against m g for the GPU work back to back. The slowest stage's delay holds the step.
+  // (Under SUPER's branch split, each tp rank's own issue: the latest holds the step.)
   double delay = 0;
+  const double m = static_cast<double>(micro_batches);
   for (const StageEntry& entry : stages.entries) {
-    const sim::HostChain& x = entry.issue;
-    if (x.host_s <= 0) continue;
-    const double m = static_cast<double>(micro_batches);
-    delay = std::max(delay, x.critical_s - x.gpu_s + (m - 1) * std::max(0.0, x.host_s - x.gpu_s));
+    std::vector<sim::HostChain> chains = entry.rank_issues;
+    if (chains.empty()) chains.push_back(entry.issue);
+    for (const sim::HostChain& x : chains) {
+      if (x.host_s <= 0) continue;
+      delay = std::max(delay, x.critical_s - x.gpu_s + (m - 1) * std::max(0.0, x.host_s - x.gpu_s));
+    }
   }
   return delay;
 }
@@ -560,6 +581,8 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.chunk_forward_head.assign(chunks, {nullptr, nullptr});
     entry.chunk_backward_head.assign(chunks, {nullptr, nullptr});
     sim::HostChain forward_issue, backward_issue;
+    std::vector<sim::HostChain> rank_forward(l.rank_lowered.size()),
+        rank_backward(l.rank_lowered.size());
     for (size_t c = 0; c < chunks; ++c) {
       const size_t begin = layers.chunk_begin[c], end = layers.chunk_end[c];
       for (size_t i = begin; i < end; ++i) {
@@ -580,6 +603,10 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
         // The backward runs the layers the other way.
         forward_issue = forward_issue.then(costs[i].forward_issue);
         backward_issue = costs[i].backward_issue.then(backward_issue);
+        for (size_t r = 0; r < rank_forward.size(); ++r) {
+          rank_forward[r] = rank_forward[r].then(costs[i].rank_forward_issue[r]);
+          rank_backward[r] = costs[i].rank_backward_issue[r].then(rank_backward[r]);
+        }
       }
       const OffloadWaits waits =
           activation_offload_waits(offload_, l.lowered, modes, offloaded, begin, end, layer_forward,
@@ -598,6 +625,8 @@ const Estimator::Stages& Estimator::stage_entries(const spec::Plan& plan, const 
     entry.backward_alone_share = share(entry.chunk_backward_alone, entry.chunk_backward);
     entry.footprint = sim::stage_footprint(plan, l.lowered, s);
     entry.issue = forward_issue.then(backward_issue);
+    for (size_t r = 0; r < rank_forward.size(); ++r)
+      entry.rank_issues.push_back(rank_forward[r].then(rank_backward[r]));
     if (auto sum = models::partial_gradient_sum(plan, l.lowered, s, 1))
       entry.partial_params = sum->elements;
     stages.push_back(std::move(entry));

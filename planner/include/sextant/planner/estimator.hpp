@@ -55,6 +55,9 @@ class Estimator {
     std::vector<sim::PassSegment> forward_profile, backward_profile;
     double forward_alone = 0, backward_alone = 0;
     sim::HostChain forward_issue, backward_issue;  // sim::LayerTimes'
+    // Under SUPER's branch split, per tp rank: its own kernels' issue against the unit's GPU time
+    // (each join waits for the most loaded rank; a rank's host issues only its own kernels).
+    std::vector<sim::HostChain> rank_forward_issue, rank_backward_issue;
   };
   // A pipeline stage of one micro-batch, for one split into stages and one recompute mode.
   struct StageEntry {
@@ -79,6 +82,7 @@ class Estimator {
     // One micro-batch's forward then backward through the stage as the host issues its kernels
     // (sim::HostChain; empty when the stack's host is not modelled).
     sim::HostChain issue;
+    std::vector<sim::HostChain> rank_issues;  // per tp rank, under the branch split (LayerCost)
   };
   // What a plan's time formula takes from its stages (one pass over them, cached with them).
   struct StageSummary {
@@ -188,7 +192,8 @@ class Estimator {
   };
   struct Lowering {
     sim::StepSetup setup;
-    models::LoweredModel lowered;
+    models::LoweredModel lowered;  // under SUPER's branch split, each unit's most loaded rank's
+    std::vector<models::LoweredModel> rank_lowered;  // ... and each tp rank's own
     std::optional<sim::ComputeModel> compute;
     std::map<std::tuple<spec::Recompute, int>, std::vector<LayerCost>> costs;
     // By (pp, virtual stages, stage_layers, recompute, recompute_layers, tp_overlap, the
@@ -310,7 +315,7 @@ class Estimator {
   using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
                                  bool, bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t,
                                  int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, double,
-                                 double, bool, int, bool, int64_t, int64_t, std::string>;
+                                 double, bool, int, bool, int64_t, int64_t, std::string, bool>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;
