@@ -99,8 +99,7 @@ class CnnMaps {
   // channel group's), the output its product writes before its reduce-scatter (x: every filter,
   // w: its filter group's), and the groups of the two (the tp group, or w's gather and reduce
   // groups).
-  // (1 under SUPER's branch split: the tp ranks keep every map whole.)
-  int64_t tp() const { return ctx_.plan->branch_parallel ? 1 : ctx_.groups->tp_size; }
+  int64_t tp() const { return spec::channel_split_ranks(*ctx_.plan); }
   bool stationary(const ConvUnit& c, spec::ChannelAlgorithm a) const {
     return tp() > 1 && c.algorithm == a;
   }

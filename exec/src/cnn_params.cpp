@@ -125,13 +125,13 @@ CnnParams::CnnParams(const std::vector<Unit>& units, int32_t begin, int32_t end,
   std::vector<ParamSpec> specs;
   SpecList add(specs, seed);
   const int64_t rank = maps.ctx().groups->tp_rank;
+  // Under SUPER's branch split, this tp rank's share of each cell and module.
+  const bool split = maps.ctx().plan->branch_parallel;
+  const int64_t ranks = split ? maps.ctx().groups->tp_size : 1;
+  const int64_t tp_rank = split ? rank : 0;
   for (int32_t l = begin; l < end; ++l) {
     const Unit& u = units[static_cast<size_t>(l)];
     for (const ConvUnit& c : u.convs) add_conv(add, c, l, maps, rank);
-    // Under SUPER's branch split, this tp rank's share of each cell and module.
-    const bool split = maps.ctx().plan->branch_parallel;
-    const int64_t ranks = split ? maps.ctx().groups->tp_size : 1;
-    const int64_t tp_rank = split ? maps.ctx().groups->tp_rank : 0;
     if (u.kind == spec::CnnLayerKind::kAmoebaCell) {
       cells[l] = std::make_unique<UnitTape>(amoeba_cell(
           u.name, l, CellMap{u.in.c, u.in.h, u.in.w}, CellMap{u.skip.c, u.skip.h, u.skip.w},

@@ -55,7 +55,7 @@ class CnnStage : public StageModel {
  public:
   CnnStage(const spec::ModelSpec& model, Context& ctx, const StageOptions& o)
       : ctx_(ctx),
-        units_(cnn::units_of(model.cnn(), ctx.plan->branch_parallel ? 1 : ctx.groups->tp_size,
+        units_(cnn::units_of(model.cnn(), spec::channel_split_ranks(*ctx.plan),
                              ctx.plan->channel_algorithms)),
         maps_(ctx, o, model.cnn().volumes()),
         range_(layers_of_stage(units_, ctx)),

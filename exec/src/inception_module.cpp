@@ -36,9 +36,10 @@ UnitTape inception_module(const std::string& name, int32_t layer, const spec::Cn
   const auto branches = spec::inception_branches(l.module, in.c, l.width, l.divisor);
   const std::vector<spec::BranchOutput> made =
       spec::inception_branch_outputs(l, {in.c, 1, in.h, in.w});
+  std::vector<double> macs;
+  for (const spec::BranchOutput& o : made) macs.push_back(o.macs);
   const std::vector<int64_t> owners =
-      ranks > 1 ? spec::branch_owners(spec::inception_branch_macs(l, {in.c, 1, in.h, in.w}), ranks)
-                : std::vector<int64_t>(made.size(), 0);
+      ranks > 1 ? spec::branch_owners(macs, ranks) : std::vector<int64_t>(made.size(), 0);
   // Each rank's branches add their part of the input's gradient: summed over the ranks (the first
   // layer's input needs none).
   if (ranks > 1 && layer > 0) t.branch_sum({x});

@@ -86,5 +86,10 @@ ChannelBlock channel_block(int64_t channels, int64_t tp, int64_t rank);
 // must start with a convolution (the image is whole, its gradient unneeded) and tp must divide the
 // channels of every convolution's output (and so of every split input).
 std::string channel_split_problem(const CnnSpec& cnn, int64_t tp);
+// The ranks splitting a CNN's channels under `plan`: its tp, or 1 under SUPER's branch split
+// (spec/branch_parallel.hpp), whose tp ranks keep every map whole.
+inline int64_t channel_split_ranks(const Plan& plan) {
+  return plan.branch_parallel ? 1 : plan.tp;
+}
 
 }  // namespace sextant::spec
