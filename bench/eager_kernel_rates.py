@@ -10,6 +10,15 @@ The families the cluster files' `memory_efficiency_by_kernel` prices (docs/FORMA
                layer_norm_grad_input_kernel and GammaBetaBackward backward), counting only launches
                whose grid fills at least half the SMs; a narrower GammaBetaBackward gives the
                bandwidth one block draws (`block_bandwidth_GBps`).
+  strided      TensorIterator's legacy elementwise_kernel<128, 4> copies of non-contiguous tensors
+               (repeat_kv's expanded keys and values, transposed heads), bytes counted as each
+               output element read and written.
+  embedding_backward
+               ATen's embedding_dense_backward segment sums (compute_grad_weight, sum_and_scatter),
+               16 bytes per element of the token gradient (EmbeddingBackwardKernel.cu: the row read,
+               an fp32 partial written and read, the row written), whatever its dtype; and the
+               radix sort before them (8 onesweep passes of 8-byte keys and values, read and
+               written, from aten::embedding_dense_backward's index count).
   vectorized   the same-dtype vectorized_elementwise_kernel launches, for comparison.
 Bytes come from each launch's element count (grid x elements per block) and the dtypes the
 kernel's template names; only launches of at least 1M elements count, so the tails of small
@@ -41,16 +50,53 @@ def mixed_bytes(name):
     return None
 
 
+STRIDED_COPY = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+                "at::native::direct_copy_kernel_cuda")
+
+
+def embedding_backward(events, ops, rates):
+    """The segment sums' element rate and the sort's bandwidth, from the op's gradient dims."""
+    sort = [0.0, 0.0]
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        op = ops.get(e.get("args", {}).get("External id"))
+        if not op or op["name"] != "aten::embedding_dense_backward":
+            continue
+        dims = op["args"]["Input Dims"]
+        tokens = 1
+        for n in dims[1]:
+            tokens *= n
+        elements = tokens * dims[0][-1]
+        if "compute_grad_weight" in e["name"] or "sum_and_scatter" in e["name"]:
+            rates["embedding_backward"][0] += 8 * elements  # each kernel half of the 16 bytes
+            rates["embedding_backward"][1] += float(e["dur"])
+        elif "Onesweep" in e["name"]:
+            sort[0] += 32 * tokens
+            sort[1] += float(e["dur"])
+    if sort[1] > 0:
+        print(f"embedding sort {sort[0] / sort[1] / 1e3:5.1f} GB/s: radix sort passes of 8-byte "
+              f"keys and values ({sort[0] / 1e6:.1f} MB in {sort[1]:.1f} us)")
+
+
 def main():
     path, hbm, sms = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     events = json.load(gzip.open(path))["traceEvents"]
-    rates = {"mixed_dtype": [0.0, 0.0], "vectorized": [0.0, 0.0], "native_norm": [0.0, 0.0]}
+    rates = {"mixed_dtype": [0.0, 0.0], "vectorized": [0.0, 0.0], "native_norm": [0.0, 0.0],
+             "strided": [0.0, 0.0], "embedding_backward": [0.0, 0.0]}
+    ops = {e["args"].get("External id"): e for e in events
+           if e.get("cat") == "cpu_op" and "args" in e}
+    embedding_backward(events, ops, rates)
     norm_rows = {}
     for e in events:
         if e.get("cat") != "kernel":
             continue
         name, dur = e["name"], float(e["dur"])
         grid = (e.get("args", {}).get("grid") or [0])[0]
+        if name.startswith(STRIDED_COPY) and grid * 512 >= 1 << 20:
+            e_out = 2 if "BFloat16" in name or "Half" in name else 4
+            rates["strided"][0] += grid * 512 * 2 * e_out  # 128 threads x 4 elements a block
+            rates["strided"][1] += dur
         per_block = elements_per_block(name)
         if per_block and grid * per_block >= 1 << 20:
             n = grid * per_block

@@ -89,11 +89,13 @@ std::string_view block_op_of(OpId id) {
   switch (id) {
     case OpId::kAttnNorm:
     case OpId::kAttnCast:
+    case OpId::kAttnInputGradSum:
       return "norm1";
     case OpId::kAttnQkv:
     case OpId::kAttnQkvBiasGrad:
       return "qkv";
     case OpId::kAttnRope:
+    case OpId::kAttnRepeatKv:
     case OpId::kAttnCorePrep:
     case OpId::kAttnScores:
     case OpId::kAttnSoftmax:
@@ -108,6 +110,7 @@ std::string_view block_op_of(OpId id) {
       return "residual1";
     case OpId::kMlpNorm:
     case OpId::kMlpCast:
+    case OpId::kMlpInputGradSum:
       return "norm2";
     case OpId::kMlpFc1:
     case OpId::kMlpFc1BiasGrad:

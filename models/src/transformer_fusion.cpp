@@ -163,9 +163,117 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
 
 Op rope_op(const TransformerDims& x, const FusionPasses& passes) {
   const int64_t rotated = (x.h + x.kv * x.d) / x.t;  // q's and k's columns on the rank
-  return unfused(memory_op(OpId::kAttnRope, OpClass::kElementwise, 2 * x.tokens() * rotated * x.e,
+  const int64_t elements = x.tokens() * rotated;
+  if (x.eager() && x.code.rope == spec::RopeKernel::kComplex) {
+    // Meta's and TorchTitan's apply_rotary_emb (torchtitan/models/llama3/model/model.py):
+    // view_as_complex(xq.float()), a complex multiply by the fp32 frequencies, view_as_real and
+    // type_as(xq), for q and for k. Per element: the upcast (mixed-dtype: e read, 4 written), the
+    // complex multiply (4 read, 4 written; the frequencies broadcast over the heads), the
+    // downcast (4 + e, vectorized): 3 kernels a tensor; in fp32 the casts are no-ops. Its
+    // backward runs the same three on the gradient (the multiply by the conjugate). Measured in
+    // traces/samples/kineto-llama3-8b-8l-h200-eager.json.gz: 286 us a layer's forward for
+    // 8192 tokens of Llama-3 8B's q and k (upcasts 130, multiplies 96, downcasts 60).
+    const bool casts = x.e < 4;
+    Op op = memory_op(OpId::kAttnRope, OpClass::kElementwise,
+                      elements * (8 + (casts ? 2 * (x.e + 4) : 0)), TpSplit::kColumn,
+                      {x.tokens(), rotated});
+    op.mixed_dtype_bytes = casts ? elements * (x.e + 4) : 0;
+    op.kernels = casts ? 6 : 2;
+    return op;
+  }
+  return unfused(memory_op(OpId::kAttnRope, OpClass::kElementwise, 2 * elements * x.e,
                            TpSplit::kColumn, {x.tokens(), rotated}),
                  passes.rope, passes.rope_kernels);
+}
+
+Op rope_backward(const Op& rope) {
+  Op op = memory_backward(rope, 1.0);
+  op.mixed_dtype_bytes = rope.mixed_dtype_bytes;  // the gradient's upcast, as the forward's
+  return op;
+}
+
+std::optional<RepeatKv> repeat_kv(const TransformerDims& x) {
+  if (!x.eager() || x.code.gqa_kv != spec::GqaKv::kRepeat || x.kv == x.a) return std::nullopt;
+  // TorchTitan's and Hugging Face's repeat_kv: k and v expanded to one head per query head and
+  // copied (x[:, :, :, None, :].expand(...).reshape(...)), a strided copy (TensorIterator's
+  // legacy elementwise_kernel), counted as each output element read and written. Its backward
+  // sums the copies' gradients back over the repeats (reduce_kernel: the query heads' gradient
+  // read, the key/value heads' written). Both at the strided family's rate
+  // (bench/eager_kernel_rates.py; in traces/samples/kineto-llama3-8b-8l-h200-eager.json.gz
+  // 147 and 89 us a layer of Llama-3 8B at 8192 tokens).
+  const int64_t heads = x.a / x.t, kv_heads = x.kv / x.t;
+  RepeatKv r;
+  r.forward =
+      memory_op(OpId::kAttnRepeatKv, OpClass::kElementwise, 2 * x.tokens() * heads * x.d * 2 * x.e,
+                TpSplit::kHead, {x.tokens(), heads * x.d});
+  r.forward.memory_kernel = spec::MemoryKernel::kStrided;
+  r.forward.kernels = 2;  // k and v
+  r.backward = r.forward;
+  r.backward.bytes = 2 * x.tokens() * (heads + kv_heads) * x.d * x.e;
+  return r;
+}
+
+Op eager_residual_backward(const Op& residual, const spec::TransformerSpec& m,
+                           const TransformerDims& x) {
+  // Autograd's backward of `x + branch` where x also feeds the norm (measured in
+  // traces/samples/kineto-llama3-8b-8l-h200-{eager,fsdp2-eager}.json.gz, two a layer): the
+  // stream's two gradients summed (an add of the stream's dtype: 3 passes); under autocast the
+  // branch's gradient cast from the fp32 stream to 16 bits (4 + e, vectorized); with dropout
+  // the mask applied to it (2e + 1).
+  const int64_t elements = x.norm_tokens() * x.h;
+  const int64_t r = x.residual_bytes();
+  Op op = residual;
+  op.bytes = elements * (3 * r + (x.autocast ? r + x.e : 0) + (m.dropout ? 2 * x.e + 1 : 0));
+  op.mixed_dtype_bytes = op.narrow_bytes = op.narrow_blocks = 0;
+  op.kernels = 1 + (x.autocast ? 1 : 0) + (m.dropout ? 1 : 0);
+  return op;
+}
+
+SortedEmbeddingBackward sorted_embedding_backward(const TransformerDims& x, int64_t table_bytes) {
+  SortedEmbeddingBackward out;
+  const int64_t T = x.tokens();
+  // ATen's embedding_dense_backward_cuda (aten/src/ATen/native/cuda/Embedding.cu, more than 3072
+  // indices) and embedding_backward_cuda_kernel (EmbeddingBackwardKernel.cu). The table's
+  // gradient is zero-filled (at::zeros: the rank's rows, written once).
+  out.fill = memory_op(OpId::kEmbedGradFill, OpClass::kElementwise,
+                       x.vocab_shard * x.h * table_bytes, TpSplit::kVocab, {x.vocab_shard, x.h});
+  // The token ids are radix-sorted with their positions (cub::DeviceRadixSort::SortPairs over all
+  // 64 bits: 8 onesweep passes of 8-byte keys and values, read and written), then each run of a
+  // token's rows is summed into fp32 partials (compute_grad_weight) and the partials into the
+  // table (sum_and_scatter). Their time goes with the elements, not the bytes: fp32 and bf16
+  // gradients took the same 525-531 us for 8192 x 4096 (K2, K4), so the sums are counted as 16
+  // bytes an element (the fp32 row read, the partial written and read, the row written) at the
+  // family's rate (MemoryKernel::kEmbeddingBackward). Every token counted distinct, as the
+  // traces' uniformly drawn ids nearly are (real text repeats tokens: fewer, longer runs). The
+  // sort of 8192 keys ran at one SM's bandwidth (52-60 us for 2.1 MB in K1, K2, K4): one
+  // block's per 8192 keys.
+  const int64_t sort_bytes = 8 * 32 * T;
+  out.sums = memory_op(OpId::kEmbedLookup, OpClass::kEmbedding, 16 * T * x.h + sort_bytes,
+                       TpSplit::kVocab, {T, x.h});
+  out.sums.memory_kernel = spec::MemoryKernel::kEmbeddingBackward;
+  out.sums.narrow_bytes = sort_bytes;
+  out.sums.narrow_blocks = (T + 8191) / 8192;
+  out.sums.kernels = 12;  // histogram, exclusive sum, 8 onesweep passes, the two sums
+  return out;
+}
+
+int64_t projection_inputs(const TransformerDims& x, bool mlp, int64_t gate) {
+  if (x.code.projections != spec::Projections::kSeparate) return 1;
+  return mlp ? gate : 3;
+}
+
+std::optional<Op> input_grad_sum(OpId id, const TransformerDims& x, int64_t inputs) {
+  if (!x.eager() || inputs < 2) return std::nullopt;
+  // Separate projections read the norm's output once each, so autograd sums their input
+  // gradients: inputs - 1 in-place adds (3 passes) of the gradient's dtype (fp32 under autocast,
+  // where each comes through its cast's backward; before the tp reduce otherwise). Measured: 3 a
+  // Llama layer (q, k, v; gate, up) in the traces above.
+  const int64_t elements = (x.autocast ? x.norm_tokens() : x.tokens()) * x.h;
+  const int64_t g = x.autocast ? 4 : x.e;
+  Op op = memory_op(id, OpClass::kElementwise, (inputs - 1) * 3 * elements * g,
+                    x.autocast ? x.norm_split() : TpSplit::kReplicated, {elements});
+  op.kernels = static_cast<int>(inputs - 1);
+  return op;
 }
 
 Op activation_backward(const Op& act, int64_t gate, const FusionPasses& passes) {

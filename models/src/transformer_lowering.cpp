@@ -101,7 +101,14 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   if (x.autocast) fw.push_back(weight_cast);
   Op attn_norm = norm_op(OpId::kAttnNorm, x, passes);
   fw.push_back(attn_norm);
-  Op attn_cast = autocast_cast(OpId::kAttnCast, Tn * x.h, e, x.norm_split());
+  // Eager autocast casts a GEMM's input in every GEMM that reads it (autocast_mode.cpp
+  // cached_cast caches only leaf tensors, the weights): once per separate projection.
+  const int64_t attn_inputs = projection_inputs(x, false, gate);
+  const int64_t mlp_inputs = moe ? 1 : projection_inputs(x, true, gate);
+  const int64_t attn_casts = x.eager() ? attn_inputs : 1;
+  const int64_t mlp_casts = x.eager() ? mlp_inputs : 1;
+  Op attn_cast = autocast_cast(OpId::kAttnCast, attn_casts * Tn * x.h, e, x.norm_split());
+  attn_cast.kernels = static_cast<int>(attn_casts);
   if (x.autocast) fw.push_back(attn_cast);
   add_sp_gather(fw, x, kAttnCollectives);
   Op qkv = gemm(OpId::kAttnQkv, T, qkv_out, x.h, e, TpSplit::kColumn);
@@ -109,6 +116,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
   Op rope = rope_op(x, passes);
   if (rotary) fw.push_back(rope);
+  const std::optional<RepeatKv> repeat = repeat_kv(x);
+  if (repeat) fw.push_back(repeat->forward);
   AttentionCore core = attention_core(m, x, passes, fw);
   Op proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
   const Fp8Casts attn_fp8 =
@@ -120,7 +129,8 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   fw.push_back(attn_res);
   Op mlp_norm = norm_op(OpId::kMlpNorm, x, passes);
   fw.push_back(mlp_norm);
-  Op mlp_cast = autocast_cast(OpId::kMlpCast, Tn * x.h, e, x.norm_split());
+  Op mlp_cast = autocast_cast(OpId::kMlpCast, mlp_casts * Tn * x.h, e, x.norm_split());
+  mlp_cast.kernels = static_cast<int>(mlp_casts);
   if (x.autocast) fw.push_back(mlp_cast);
   if (!own_mlp_collectives) add_sp_gather(fw, x, kMlpCollectives);
   Op fc1 = gemm(OpId::kMlpFc1, T, gate * ffn, x.h, e, TpSplit::kColumn);
@@ -161,22 +171,31 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     if (m.bias && x.bias_grad_kernel)
       bw.push_back(bias_grad_op(OpId::kMlpFc1BiasGrad, T, gate * ffn, e));
   }
+  const std::optional<Op> mlp_sum = input_grad_sum(OpId::kMlpInputGradSum, x, mlp_inputs);
+  if (mlp_sum && !x.autocast) bw.push_back(*mlp_sum);
   if (!own_mlp_collectives) add_tp_reduce(bw, x, kMlpCollectives);
   if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
+  if (mlp_sum && x.autocast) bw.push_back(*mlp_sum);
   bw.push_back(norm_backward(mlp_norm, passes));
-  bw.push_back(memory_backward(mlp_res, 2.0 / 3.0));
+  bw.push_back(x.eager() ? eager_residual_backward(mlp_res, m, x)
+                         : memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, kAttnCollectives);
   if (x.fp8) bw.push_back(attn_fp8.backward);
   bw.push_back(gemm_backward(proj));
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
-  if (rotary) bw.push_back(memory_backward(rope, 1.0));  // the inverse rotation of dq and dk
+  if (repeat) bw.push_back(repeat->backward);     // the repeats summed back
+  if (rotary) bw.push_back(rope_backward(rope));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   if (m.bias && x.bias_grad_kernel)
     bw.push_back(bias_grad_op(OpId::kAttnQkvBiasGrad, T, qkv_out, e));
+  const std::optional<Op> attn_sum = input_grad_sum(OpId::kAttnInputGradSum, x, attn_inputs);
+  if (attn_sum && !x.autocast) bw.push_back(*attn_sum);
   add_tp_reduce(bw, x, kAttnCollectives);
   if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
+  if (attn_sum && x.autocast) bw.push_back(*attn_sum);
   bw.push_back(norm_backward(attn_norm, passes));
-  bw.push_back(memory_backward(attn_res, 2.0 / 3.0));
+  bw.push_back(x.eager() ? eager_residual_backward(attn_res, m, x)
+                         : memory_backward(attn_res, 2.0 / 3.0));
   if (x.autocast) bw.push_back(autocast_cast_backward(weight_cast, x));
 
   // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
@@ -227,7 +246,10 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // A MoE layer keeps its experts' instead (moe_mlp), some of them on every tp rank whole.
   const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
   const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * gemm_input;
-  const int64_t split = sbh * e + 2 * sbh * x.kv / x.a * e + sbh * gemm_input + mlp_split;
+  // Eager GQA's repeat_kv hands SDPA (which keeps its inputs) the keys and values copied to
+  // every query head.
+  const int64_t kv_heads = repeat ? x.a : x.kv;
+  const int64_t split = sbh * e + 2 * sbh * kv_heads / x.a * e + sbh * gemm_input + mlp_split;
   const int64_t rep_per_rank =
       (x.sp ? replicated / x.t : replicated) + (moe ? moe->saved_replicated : 0);
   layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
@@ -269,7 +291,12 @@ Layer transformer_embedding(const spec::TransformerSpec& m, const TransformerDim
   }
   if (has_positions || m.type_vocab > 0) layer.backward.push_back(memory_backward(pos, 2.0 / 3.0));
   add_sp_gather(layer.backward, x, kEmbedCollectives);
-  layer.backward.push_back(memory_backward(lookup, 1.0));  // scatter-add into the table
+  if (x.code.embedding_backward == spec::EmbeddingBackward::kSorted) {
+    const SortedEmbeddingBackward sorted = sorted_embedding_backward(x, r);
+    layer.backward.insert(layer.backward.end(), {sorted.fill, sorted.sums});
+  } else {
+    layer.backward.push_back(memory_backward(lookup, 1.0));  // scatter-add into the table
+  }
 
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   int64_t shared = (has_positions ? m.max_positions * x.h : 0) + m.type_vocab * x.h +
@@ -409,6 +436,7 @@ LoweredModel lower_transformer(const spec::ModelSpec& model, const LoweringOptio
   x.autocast = o.autocast && x.e < 4;
   x.fused_rms_norm = o.fused_rms_norm;
   x.bias_grad_kernel = o.bias_grad_kernel;
+  x.code = o.code;
   x.fp8 = o.fp8_gemms;
   x.selective = o.selective;
   std::string source = fmt::format("model {}", model.name);

@@ -35,6 +35,7 @@ struct TransformerDims {
   bool fp8;               // dense linears' GEMMs in fp8 (Transformer Engine): fp8_casts
   bool fused_rms_norm;    // LoweringOptions::fused_rms_norm
   bool bias_grad_kernel;  // LoweringOptions::bias_grad_kernel
+  spec::ModelCode code;   // LoweringOptions::code
   spec::SelectiveRecompute selective;  // what selective recompute re-runs and keeps
   int64_t residual_bytes() const { return autocast ? 4 : e; }  // per residual-stream element
   bool eager() const { return fusion == spec::Fusion::kEager; }
@@ -109,6 +110,37 @@ Op residual_op(OpId name, const spec::TransformerSpec& m, const TransformerDims&
 // Rotary embeddings on a rank's x.t-th share of the heads: q and k rotated in place, read and
 // written once each.
 Op rope_op(const TransformerDims& x, const FusionPasses& passes);
+
+// Its backward: the same kernels on the gradient (eager complex rotation: the same casts).
+Op rope_backward(const Op& rope);
+
+// Eager GQA's copy of the keys and values to every query head (Stack::code.gqa_kv repeat), and
+// its backward, which sums them back; none when the stack's attention reads the shared heads.
+struct RepeatKv {
+  Op forward, backward;
+};
+std::optional<RepeatKv> repeat_kv(const TransformerDims& x);
+
+// The backward of a residual in eager PyTorch: the stream's gradients summed, the branch's cast
+// and dropout mask (transformer_fusion.cpp).
+Op eager_residual_backward(const Op& residual, const spec::TransformerSpec& m,
+                           const TransformerDims& x);
+
+// Eager PyTorch's embedding backward (Stack::code.embedding_backward sorted), for a table of
+// `table_bytes` an element: the zero-filled gradient (elementwise) and the sort and segment sums
+// (the embedding's class).
+struct SortedEmbeddingBackward {
+  Op fill, sums;
+};
+SortedEmbeddingBackward sorted_embedding_backward(const TransformerDims& x, int64_t table_bytes);
+
+// The GEMMs reading a norm's output: 1 under fused projections; 3 (q, k, v) or `gate` (gate, up)
+// under separate ones (Stack::code.projections).
+int64_t projection_inputs(const TransformerDims& x, bool mlp, int64_t gate);
+
+// Autograd's sum of the input gradients of `inputs` eager GEMMs reading one tensor (none when one
+// reads it, or when the stack fuses).
+std::optional<Op> input_grad_sum(OpId id, const TransformerDims& x, int64_t inputs);
 
 // The activation's backward (`act` its forward, `gate` 2 for SwiGLU's gate and up halves): the
 // stack's composed kernels' bytes, or the fused kernel's (reads x and dy, writes dx).

@@ -106,7 +106,9 @@ Estimator::Lowering& Estimator::lowering(const spec::Plan& plan, const spec::Sta
       plan.zero == 3, static_cast<int>(stack.reshard_after_forward), plan.pp > 1,
       sim::param_copy_bytes(plan, stack, precision.dtype),
       // Per-op splits (on the dp x tp mesh).
-      plan.per_op.empty() ? 0 : plan.dp, spec::op_splits_text(plan.per_op), plan.branch_parallel};
+      plan.per_op.empty() ? 0 : plan.dp, spec::op_splits_text(plan.per_op), plan.branch_parallel,
+      // How the stack's model code writes a block.
+      stack.code.key()};
   for (size_t i = 0; i < lowerings_.size(); ++i) {
     if (lowerings_[i].first != key) continue;
     std::rotate(lowerings_.begin(), lowerings_.begin() + static_cast<std::ptrdiff_t>(i),

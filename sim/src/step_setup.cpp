@@ -70,6 +70,7 @@ StepSetup step_setup(const spec::ModelSpec& model, const spec::ClusterSpec& clus
   s.lowering.autocast = s.stack.autocast;
   s.lowering.fused_rms_norm = s.stack.fused_rms_norm;
   s.lowering.bias_grad_kernel = s.stack.bias_grad_kernel;
+  s.lowering.code = s.stack.code;
   if (copies_gradients_in(plan, s.stack))
     s.lowering.grad_copy_in_bytes = spec::dtype_bytes(spec::parameter_dtype(s.stack, s.dtype)) +
                                     spec::dtype_bytes(spec::gradient_dtype(s.stack, s.dtype));

@@ -42,7 +42,15 @@ constexpr std::array<std::pair<std::string_view, ReshardAfterForward>, 4> kResha
      {"blocks", ReshardAfterForward::kBlocks},
      {"blocks_but_last", ReshardAfterForward::kBlocksButLast},
      {"all_but_head", ReshardAfterForward::kAllButHead}}};
-constexpr std::array<std::string_view, 24> kKnobs{"attention",
+constexpr std::array<std::pair<std::string_view, Projections>, 2> kProjections{
+    {{"fused", Projections::kFused}, {"separate", Projections::kSeparate}}};
+constexpr std::array<std::pair<std::string_view, RopeKernel>, 2> kRope{
+    {{"rotate_half", RopeKernel::kRotateHalf}, {"complex", RopeKernel::kComplex}}};
+constexpr std::array<std::pair<std::string_view, GqaKv>, 2> kGqaKv{
+    {{"native", GqaKv::kNative}, {"repeat", GqaKv::kRepeat}}};
+constexpr std::array<std::pair<std::string_view, EmbeddingBackward>, 2> kEmbeddingBackward{
+    {{"scatter", EmbeddingBackward::kScatter}, {"sorted", EmbeddingBackward::kSorted}}};
+constexpr std::array<std::string_view, 28> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -65,6 +73,10 @@ constexpr std::array<std::string_view, 24> kKnobs{"attention",
                                                   "grad_copy_in",
                                                   "param_copy_out",
                                                   "reshard_after_forward",
+                                                  "projections",
+                                                  "rope",
+                                                  "gqa_kv",
+                                                  "embedding_backward",
                                                   "host_launch_us"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
@@ -129,6 +141,13 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v =
           r.enumeration("selective_recompute", selective_recompute_names(), Presence::kOptional))
     s.selective_recompute = *v;
+  // Optional even in presets: stacks written before the knobs ran Megatron's model code.
+  if (auto v = r.enumeration("projections", projections_names(), Presence::kOptional))
+    s.code.projections = *v;
+  if (auto v = r.enumeration("rope", rope_kernel_names(), Presence::kOptional)) s.code.rope = *v;
+  if (auto v = r.enumeration("gqa_kv", gqa_kv_names(), Presence::kOptional)) s.code.gqa_kv = *v;
+  if (auto v = r.enumeration("embedding_backward", embedding_backward_names(), Presence::kOptional))
+    s.code.embedding_backward = *v;
   // Optional even in presets: stacks written before the knob modelled no host.
   if (auto launch = r.object("host_launch_us", Presence::kOptional)) {
     const Range us = Range::between(0, 1e6);
@@ -174,6 +193,18 @@ Stack preset_from_text(const EmbeddedFile& f) {
 
 EnumNames<AttentionKernel> attention_kernel_names() {
   return kAttention;
+}
+EnumNames<Projections> projections_names() {
+  return kProjections;
+}
+EnumNames<RopeKernel> rope_kernel_names() {
+  return kRope;
+}
+EnumNames<GqaKv> gqa_kv_names() {
+  return kGqaKv;
+}
+EnumNames<EmbeddingBackward> embedding_backward_names() {
+  return kEmbeddingBackward;
 }
 EnumNames<SelectiveRecompute> selective_recompute_names() {
   return kSelectiveRecompute;
@@ -367,6 +398,10 @@ Json to_json(const Stack& s) {
   j["grad_copy_in"] = s.grad_copy_in;
   j["param_copy_out"] = s.param_copy_out;
   j["reshard_after_forward"] = enum_name(reshard_after_forward_names(), s.reshard_after_forward);
+  j["projections"] = enum_name(projections_names(), s.code.projections);
+  j["rope"] = enum_name(rope_kernel_names(), s.code.rope);
+  j["gqa_kv"] = enum_name(gqa_kv_names(), s.code.gqa_kv);
+  j["embedding_backward"] = enum_name(embedding_backward_names(), s.code.embedding_backward);
   j["host_launch_us"] = {{"forward", s.host_launch_us.forward_us},
                          {"backward", s.host_launch_us.backward_us}};
   return j;

@@ -46,10 +46,12 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
      {"barrier", OpClass::kBarrier},
      {"host", OpClass::kHost},
      {"memcpy", OpClass::kMemcpy}}};
-constexpr std::array<std::pair<std::string_view, MemoryKernel>, 3> kMemoryKernels{
+constexpr std::array<std::pair<std::string_view, MemoryKernel>, 5> kMemoryKernels{
     {{"generic", MemoryKernel::kGeneric},
      {"native_norm", MemoryKernel::kNativeNorm},
-     {"mixed_dtype", MemoryKernel::kMixedDtype}}};
+     {"mixed_dtype", MemoryKernel::kMixedDtype},
+     {"strided", MemoryKernel::kStrided},
+     {"embedding_backward", MemoryKernel::kEmbeddingBackward}}};
 constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{
     {{"fwd", Phase::kFwd},
      {"bwd", Phase::kBwd},

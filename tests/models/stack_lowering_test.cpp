@@ -450,6 +450,101 @@ TEST(StackLowering, Zero3ParameterCopiesLeadEachUnshard) {
   for (const Layer& layer : lower(m, o).layers) EXPECT_TRUE(layer.kept_for_backward);
 }
 
+// TorchTitan's Llama block as eager PyTorch runs it (Stack::code: separate projections, complex
+// rotary embeddings, repeat_kv), by hand on llama-tiny (h 64, 4 heads of d 16, 2 kv heads,
+// SwiGLU ffn 128, no dropout) at b 4, s 32: T = 128 tokens, bf16 (e = 2).
+TEST(StackLowering, EagerTorchTitanBlockAsItsCodeWritesIt) {
+  spec::ModelSpec m = zoo_model("llama-tiny");
+  const int64_t T = 128, h = 64, a = 4, kv = 2, d = 16, e = 2;
+  LoweringOptions o = options(spec::AttentionKernel::kSdpa, spec::Fusion::kEager);
+  o.code = spec::builtin_stack("torchtitan").code;
+  o.autocast = true;
+  const Layer block = lower(m, o).layers[1];
+  // Autocast casts the norm's fp32 output for each GEMM reading it (q, k, v; gate, up): 6 bytes
+  // an element each, and each gradient back to fp32 through a mixed-dtype copy.
+  EXPECT_EQ(find(block.forward, "attn.cast").bytes, 3 * T * h * (4 + e));
+  EXPECT_EQ(find(block.forward, "attn.cast").kernels, 3);
+  EXPECT_EQ(find(block.backward, "attn.cast").mixed_dtype_bytes, 3 * T * h * (4 + e));
+  EXPECT_EQ(find(block.forward, "mlp.cast").bytes, 2 * T * h * (4 + e));
+  // Autograd sums the three (two) fp32 input gradients: 2 (1) in-place adds of 12 bytes.
+  EXPECT_EQ(find(block.backward, "attn.input_grad_sum").bytes, 2 * 3 * T * h * 4);
+  EXPECT_EQ(find(block.backward, "attn.input_grad_sum").kernels, 2);
+  EXPECT_EQ(find(block.backward, "mlp.input_grad_sum").bytes, 1 * 3 * T * h * 4);
+  // Complex rotation of q (h columns) and k (kv d): upcast (e + 4, mixed), multiply (8),
+  // downcast (4 + e): 20 bytes an element, 3 kernels a tensor; the backward the same.
+  const int64_t rotated = T * (h + kv * d);
+  EXPECT_EQ(find(block.forward, "attn.rope").bytes, 20 * rotated);
+  EXPECT_EQ(find(block.forward, "attn.rope").mixed_dtype_bytes, 6 * rotated);
+  EXPECT_EQ(find(block.forward, "attn.rope").kernels, 6);
+  EXPECT_EQ(find(block.backward, "attn.rope").bytes, 20 * rotated);
+  EXPECT_EQ(find(block.backward, "attn.rope").mixed_dtype_bytes, 6 * rotated);
+  // repeat_kv: k and v copied to the 4 query heads (each output read and written: 2 x 2e), the
+  // backward sums them back (the query heads' gradient read, the kv heads' written).
+  const Op& repeat = find(block.forward, "attn.repeat_kv");
+  EXPECT_EQ(repeat.bytes, 2 * T * a * d * 2 * e);
+  EXPECT_EQ(repeat.memory_kernel, spec::MemoryKernel::kStrided);
+  EXPECT_EQ(find(block.backward, "attn.repeat_kv").bytes, 2 * T * (a + kv) * d * e);
+  // A residual's backward: the fp32 stream's two gradients added (12), the branch's cast (6).
+  EXPECT_EQ(find(block.backward, "attn.residual").bytes, T * h * (3 * 4 + 4 + e));
+  EXPECT_EQ(find(block.backward, "attn.residual").kernels, 2);
+  // SDPA keeps the repeated keys and values: (a - kv) d more columns each than the shared heads.
+  LoweringOptions shared = o;
+  shared.code.gqa_kv = spec::GqaKv::kNative;
+  const Layer native = lower(m, shared).layers[1];
+  EXPECT_FALSE(has(native.forward, "attn.repeat_kv"));
+  EXPECT_EQ(block.saved_bytes - native.saved_bytes, 2 * T * (a - kv) * d * e);
+  // bf16 parameters (FSDP2's mixed precision): no casts; the sums in bf16, the residual's add.
+  o.autocast = false;
+  const Layer bf16 = lower(m, o).layers[1];
+  EXPECT_FALSE(has(bf16.forward, "attn.cast"));
+  EXPECT_EQ(find(bf16.backward, "attn.input_grad_sum").bytes, 2 * 3 * T * h * e);
+  EXPECT_EQ(find(bf16.backward, "attn.residual").bytes, 3 * T * h * e);
+  // Megatron's model code under the same eager fusion: one GEMM reads each norm output.
+  LoweringOptions megatron = o;
+  megatron.code = spec::builtin_stack("megatron-core").code;
+  const Layer fused_projections = lower(m, megatron).layers[1];
+  EXPECT_FALSE(has(fused_projections.backward, "attn.input_grad_sum"));
+  EXPECT_FALSE(has(fused_projections.forward, "attn.repeat_kv"));
+  EXPECT_EQ(find(fused_projections.forward, "attn.rope").bytes, 4 * 2 * rotated * e);
+  // Compiled and fused kernels run none of these as kernels of their own.
+  for (spec::Fusion f : {spec::Fusion::kCompiled, spec::Fusion::kFused}) {
+    o.fusion = f;
+    const Layer other = lower(m, o).layers[1];
+    EXPECT_FALSE(has(other.backward, "attn.input_grad_sum"));
+    EXPECT_FALSE(has(other.forward, "attn.repeat_kv"));
+    EXPECT_EQ(find(other.forward, "attn.rope").mixed_dtype_bytes, 0);
+  }
+}
+
+// ATen's embedding backward (Stack::code.embedding_backward sorted) on llama-tiny (vocabulary
+// 256, h 64) at T = 128 tokens, bf16 table: the gradient zero-filled, then the ids sorted (8
+// passes of 16-byte key/value pairs read and written: 256 bytes a token, at one block's
+// bandwidth per 8192 keys) and the rows summed (16 bytes a gradient element, its own family).
+TEST(StackLowering, SortedEmbeddingBackwardFillsSortsAndSums) {
+  spec::ModelSpec m = zoo_model("llama-tiny");
+  const int64_t T = 128, h = 64, V = 256, e = 2;
+  LoweringOptions o = options(spec::AttentionKernel::kSdpa, spec::Fusion::kEager);
+  const Layer scatter = lower(m, o).layers.front();
+  ASSERT_EQ(scatter.kind, LayerKind::kEmbedding);
+  EXPECT_EQ(find(scatter.backward, "embed.lookup").bytes, 2 * T * h * e);
+  EXPECT_FALSE(has(scatter.backward, "embed.grad_fill"));
+  o.code.embedding_backward = spec::EmbeddingBackward::kSorted;
+  const Layer sorted = lower(m, o).layers.front();
+  const Op& fill = find(sorted.backward, "embed.grad_fill");
+  EXPECT_EQ(fill.bytes, V * h * e);
+  EXPECT_EQ(fill.op_class, spec::OpClass::kElementwise);
+  const Op& sums = find(sorted.backward, "embed.lookup");
+  EXPECT_EQ(sums.bytes, 16 * T * h + 256 * T);
+  EXPECT_EQ(sums.narrow_bytes, 256 * T);
+  EXPECT_EQ(sums.narrow_blocks, 1);
+  EXPECT_EQ(sums.memory_kernel, spec::MemoryKernel::kEmbeddingBackward);
+  EXPECT_EQ(sums.kernels, 12);
+  // The forward gather is unchanged; under autocast the table and its gradient are fp32.
+  EXPECT_EQ(find(sorted.forward, "embed.lookup"), find(scatter.forward, "embed.lookup"));
+  o.autocast = true;
+  EXPECT_EQ(find(lower(m, o).layers.front().backward, "embed.grad_fill").bytes, V * h * 4);
+}
+
 TEST(OptimizerStep, BytesPerParameterFollowThePrecision) {
   // fp32 training: AdamW reads param, grad, m, v and writes param, m, v: 7 x 4 = 28.
   EXPECT_EQ(optimizer_bytes_per_param({}), 28);

@@ -175,14 +175,43 @@ TEST(Stack, BadStacksAreRefusedNamingTheField) {
                      "/overlap_dp_comm = false: moved to /stack/dp_overlap");
 }
 
+TEST(Stack, ModelCodeKnobsSayHowTheBlockIsWritten) {
+  // TorchTitan's Llama (wq/wk/wv, complex rotation, repeat_kv, nn.Embedding); Megatron-Core's
+  // fused linear_qkv and TE attention over the shared heads; llm.c's own embedding kernel.
+  const ModelCode titan = builtin_stack("torchtitan").code;
+  EXPECT_EQ(titan.projections, Projections::kSeparate);
+  EXPECT_EQ(titan.rope, RopeKernel::kComplex);
+  EXPECT_EQ(titan.gqa_kv, GqaKv::kRepeat);
+  EXPECT_EQ(titan.embedding_backward, EmbeddingBackward::kSorted);
+  const ModelCode core = builtin_stack("megatron-core").code;
+  EXPECT_EQ(core.projections, Projections::kFused);
+  EXPECT_EQ(core.gqa_kv, GqaKv::kNative);
+  EXPECT_EQ(core.embedding_backward, EmbeddingBackward::kSorted);
+  EXPECT_EQ(builtin_stack("llm.c").code.embedding_backward, EmbeddingBackward::kScatter);
+  EXPECT_EQ(builtin_stack("sextant").code, ModelCode{});
+  EXPECT_NE(titan.key(), core.key());
+  // A plan overrides one; a stack file written before the knobs gets Megatron's code.
+  Plan p =
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"rope", "rotate_half"}}), "p.json");
+  EXPECT_EQ(p.stack->code.rope, RopeKernel::kRotateHalf);
+  EXPECT_EQ(p.stack->code.projections, Projections::kSeparate);
+  EXPECT_EQ(plan_from_json(to_json(p), "again").stack->code, p.stack->code);
+  Json old = stack_file_json(builtin_stack("torchtitan"));
+  old.erase("projections");
+  EXPECT_EQ(stack_from_json(old, "old.json").code.projections, Projections::kFused);
+  EXPECT_INPUT_ERROR(
+      plan_from_json(plan_with(Json{{"preset", "torchtitan"}, {"gqa_kv", "copy"}}), "p.json"),
+      "p.json: /stack/gqa_kv = \"copy\"");
+}
+
 TEST(Stack, HostLaunchCostsAreAKnobOfTwoPasses) {
   // The eager presets carry eager PyTorch's host cost per kernel, a C++ loop its launch call.
-  EXPECT_EQ(builtin_stack("torchtitan").host_launch_us, (HostLaunch{77.2, 47.0}));
+  EXPECT_EQ(builtin_stack("torchtitan").host_launch_us, (HostLaunch{77.2, 44.0}));
   EXPECT_EQ(builtin_stack("llm.c").host_launch_us, (HostLaunch{6.0, 6.0}));
   // A plan may override one pass; the other stays the preset's.
   Plan p = plan_from_json(
       plan_with(Json{{"preset", "torchtitan"}, {"host_launch_us", {{"forward", 80}}}}), "p.json");
-  EXPECT_EQ(p.stack->host_launch_us, (HostLaunch{80, 47.0}));
+  EXPECT_EQ(p.stack->host_launch_us, (HostLaunch{80, 44.0}));
   EXPECT_EQ(plan_from_json(to_json(p), "again").stack->host_launch_us, p.stack->host_launch_us);
   EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"preset", "torchtitan"},
                                                    {"host_launch_us", {{"forward", -1}}}}),

@@ -198,6 +198,7 @@ struct LoweringOptions {
   bool autocast = false;          // 16-bit compute by torch.autocast over fp32 parameters
   bool fused_rms_norm = true;     // one RMSNorm kernel (Stack::fused_rms_norm); false: eager ops
   bool bias_grad_kernel = false;  // bias gradients as reductions of their own (Stack's knob)
+  spec::ModelCode code{};         // how the stack's model code writes a block (Stack::code)
   // ZeRO-3 as PyTorch FSDP2 runs it (Stack::grad_copy_in): at the end of each layer's backward its
   // gradients are copied into the reduce-scatter buffer in the reduce dtype, on the compute
   // stream; bytes read and written per parameter (0: no copy).

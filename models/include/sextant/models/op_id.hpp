@@ -23,9 +23,11 @@ namespace sextant::models {
   /* A transformer block's attention half (Megatron-LM's ParallelAttention). */ \
   X(kAttnNorm, "attn.norm")                                                     \
   X(kAttnCast, "attn.cast")                                                     \
+  X(kAttnInputGradSum, "attn.input_grad_sum")                                   \
   X(kAttnQkv, "attn.qkv")                                                       \
   X(kAttnQkvBiasGrad, "attn.qkv_bias_grad")                                     \
   X(kAttnRope, "attn.rope")                                                     \
+  X(kAttnRepeatKv, "attn.repeat_kv")                                            \
   X(kAttnCorePrep, "attn.core_prep")                                            \
   X(kAttnScores, "attn.scores")                                                 \
   X(kAttnSoftmax, "attn.softmax")                                               \
@@ -42,6 +44,7 @@ namespace sextant::models {
   /* Its MLP half. */                                                           \
   X(kMlpNorm, "mlp.norm")                                                       \
   X(kMlpCast, "mlp.cast")                                                       \
+  X(kMlpInputGradSum, "mlp.input_grad_sum")                                     \
   X(kMlpFc1, "mlp.fc1")                                                         \
   X(kMlpFc1BiasGrad, "mlp.fc1_bias_grad")                                       \
   X(kMlpAct, "mlp.act")                                                         \
@@ -93,6 +96,7 @@ namespace sextant::models {
   X(kCpOutAllToAll, "cp.out_all_to_all")                                        \
   /* The embedding and the output layer. */                                     \
   X(kEmbedLookup, "embed.lookup")                                               \
+  X(kEmbedGradFill, "embed.grad_fill")                                          \
   X(kEmbedPosition, "embed.position")                                           \
   X(kEmbedNorm, "embed.norm")                                                   \
   X(kEmbedAllReduce, "embed.all_reduce")                                        \

@@ -315,7 +315,7 @@ class Estimator {
   using LoweringKey = std::tuple<int64_t, int64_t, bool, int, int, int64_t, int, int, int, bool,
                                  bool, bool, bool, int, int64_t, bool, int64_t, int64_t, int64_t,
                                  int64_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, double,
-                                 double, bool, int, bool, int64_t, int64_t, std::string, bool>;
+                                 double, bool, int, bool, int64_t, int64_t, std::string, bool, int>;
   static constexpr size_t kKeptLowerings = 4;
   std::vector<std::pair<LoweringKey, std::unique_ptr<Lowering>>> lowerings_;
   std::optional<sim::CollectiveModel> collectives_;

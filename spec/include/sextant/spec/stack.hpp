@@ -94,6 +94,42 @@ enum class ShardUnit { kEmbedding, kBlock, kLastBlock, kHead };
 // Whether ZeRO-3 gathers a unit's parameters again for its backward under `policy`.
 bool regathers_for_backward(ReshardAfterForward policy, ShardUnit unit, bool pipelined);
 
+// How the stack's model code writes a transformer block where eager PyTorch runs it primitive by
+// primitive (Fusion::kEager; fused and compiled code run these as the lowering's fused kernels,
+// except the embedding's backward, which is ATen's wherever a PyTorch stack runs it).
+enum class Projections {
+  kFused,     // one GEMM for q, k and v, one for a gated MLP's gate and up (Megatron's linear_qkv)
+  kSeparate,  // a linear per matrix (TorchTitan's wq, wk, wv and w1, w3; Hugging Face's Llama)
+};
+EnumNames<Projections> projections_names();
+enum class RopeKernel {
+  kRotateHalf,  // Hugging Face's q * cos + rotate_half(q) * sin, in the tensors' dtype
+  kComplex,     // Meta's and TorchTitan's apply_rotary_emb: fp32 copy, complex multiply, cast back
+};
+EnumNames<RopeKernel> rope_kernel_names();
+enum class GqaKv {
+  kNative,  // the attention kernel reads the shared key/value heads as they are
+  kRepeat,  // repeat_kv copies them to one per query head first (TorchTitan, Hugging Face)
+};
+EnumNames<GqaKv> gqa_kv_names();
+enum class EmbeddingBackward {
+  kScatter,  // one pass adding each token's gradient row into the table's gradient
+  kSorted,   // ATen's embedding_dense_backward: zero-filled table, sort, segment sums, scatter
+};
+EnumNames<EmbeddingBackward> embedding_backward_names();
+struct ModelCode {
+  Projections projections = Projections::kFused;
+  RopeKernel rope = RopeKernel::kRotateHalf;
+  GqaKv gqa_kv = GqaKv::kNative;
+  EmbeddingBackward embedding_backward = EmbeddingBackward::kScatter;
+  bool operator==(const ModelCode&) const = default;
+  // One number per combination (a cache key).
+  int key() const {
+    return static_cast<int>(projections) | static_cast<int>(rope) << 2 |
+           static_cast<int>(gqa_kv) << 4 | static_cast<int>(embedding_backward) << 6;
+  }
+};
+
 // Host (CPU) time to issue one GPU kernel, by pass: the framework's Python, dispatcher and
 // launch call, per kernel the lowering counts (models::Op::kernels; eager PyTorch launches more,
 // the figures are a pass's host time over the lowering's kernels for it). The GPU cannot start a
@@ -167,6 +203,8 @@ struct Stack {
   // (Sextant's executor and llm.c implement none), and the simulator prices what runs.
   bool dropout = true;
   SelectiveRecompute selective_recompute = SelectiveRecompute::kAttentionCore;
+  // Default fused, rotate-half, native, scatter: stack files written before the knobs.
+  ModelCode code;
   // Default none: stack files written before the knob.
   HostLaunch host_launch_us;
   // The knobs the software exposes as flags that a plan search may vary (tunable_knob_names();

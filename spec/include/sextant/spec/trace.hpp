@@ -76,8 +76,13 @@ std::optional<CollectiveKind> collective_of(OpClass op_class);
 // elementwise kernel whose inputs differ in dtype from its output (a bf16 -> fp32 copy, an fp32 +
 // bf16 add): TensorIterator's dynamic-casting path, unrolled with no vector loads
 // (aten/src/ATen/native/cuda/CUDALoops.cuh, LoadWithCast); fp32 -> bf16 copies have a vectorized
-// kernel of their own (Copy.cu, bfloat16_copy_kernel_cuda) and are generic.
-enum class MemoryKernel { kGeneric, kNativeNorm, kMixedDtype };
+// kernel of their own (Copy.cu, bfloat16_copy_kernel_cuda) and are generic. kStrided: eager
+// copies and reductions of non-contiguous tensors (a broadcast key/value expanded to every query
+// head, a transposed head layout): TensorIterator's legacy elementwise_kernel and reduce_kernel
+// with offset calculators, no vector loads. kEmbeddingBackward: ATen's embedding_dense_backward
+// segment sums (EmbeddingBackwardKernel.cu compute_grad_weight, sum_and_scatter): one thread per
+// feature of a token row gathered through the sorted order.
+enum class MemoryKernel { kGeneric, kNativeNorm, kMixedDtype, kStrided, kEmbeddingBackward };
 EnumNames<MemoryKernel> memory_kernel_names();
 
 enum class Phase { kFwd, kBwd, kRecompute, kOpt, kNone };
