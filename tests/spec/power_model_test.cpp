@@ -94,6 +94,28 @@ TEST(PowerModel, TheShippedH100HoldsLessThanItsBoostUnderGemms) {
             sustained_clock_MHz(p, Dtype::kBf16, 1.0));
 }
 
+TEST(PowerModel, GrandTetonIsADgxH100At500WithHbm2e) {
+  // TorchTitan's published H100 hosts (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md): the
+  // same GH100 tensor cores and power curve under a 500 W limit, 2.4 TB/s of 96 GiB HBM2e. By the
+  // closed form, tensor work alone: 1980 (355 / ((700 - 145) (1980 / 1451)^3))^(1/3) MHz, against
+  // 1451 MHz at 700 W.
+  const ClusterSpec teton = builtin_cluster("grand-teton-h100");
+  const ClusterSpec dgx = builtin_cluster("dgx-h100");
+  ASSERT_TRUE(teton.device.power);
+  EXPECT_EQ(teton.device.power->limit_W, 500);
+  const double expected = 1980 * std::cbrt(355 / (555 * std::pow(1980.0 / 1451, 3)));
+  EXPECT_NEAR(sustained_clock_MHz(*teton.device.power, Dtype::kBf16, 1.0), expected, 1e-9);
+  EXPECT_NEAR(expected, 1250.2, 0.1);
+  EXPECT_NEAR(sustained_clock_MHz(*dgx.device.power, Dtype::kBf16, 1.0), 1451, 1e-9);
+  EXPECT_EQ(teton.device.memory_bandwidth_GBps, 2400);
+  EXPECT_EQ(teton.device.memory_capacity_bytes, 96LL << 30);
+  EXPECT_EQ(teton.device.peak_flops(Dtype::kBf16), dgx.device.peak_flops(Dtype::kBf16));
+  // Load-bound kernel families keep the H100's absolute rate: 2.08 TB/s of mixed-dtype copies.
+  EXPECT_NEAR(teton.device.memory_efficiency_for(OpClass::kElementwise, MemoryKernel::kMixedDtype) *
+                  2400,
+              2088, 1);
+}
+
 Json power_cluster_with(const std::function<void(Json&)>& edit) {
   Json j = to_json(builtin_cluster("dgx-h100"));
   edit(j);
