@@ -105,6 +105,7 @@ std::string_view block_op_of(OpId id) {
       return "attention";
     case OpId::kAttnFp8Cast:
     case OpId::kAttnProj:
+    case OpId::kAttnProjBiasGrad:
       return "proj";
     case OpId::kAttnResidual:
       return "residual1";
@@ -119,6 +120,7 @@ std::string_view block_op_of(OpId id) {
       return "activation";
     case OpId::kMlpFp8Cast:
     case OpId::kMlpFc2:
+    case OpId::kMlpFc2BiasGrad:
       return "fc2";
     case OpId::kMlpResidual:
       return "residual2";

@@ -156,6 +156,7 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
   // parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
   std::vector<Op>& bw = layer.backward;
+  const bool eager_bias = m.bias && x.bias_grad_kernel && x.eager();
   // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
   // once the branch's norm has given its gradient back, as the executor runs it.
   if (!own_mlp_collectives) add_sp_gather(bw, x, kMlpCollectives);
@@ -165,11 +166,14 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
     if (x.fp8)
       bw.push_back(
           fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).backward);
+    // Eager PyTorch sums the row-parallel linears' bias gradients too (fused stacks count them in
+    // the residual's backward, as Megatron's bias-dropout-add computes them).
+    if (eager_bias) bw.push_back(block_bias_grad(OpId::kMlpFc2BiasGrad, x, Tn, x.h));
     bw.push_back(gemm_backward(fc2));
     bw.push_back(activation_backward(act, gate, passes));
     bw.push_back(gemm_backward(fc1));
     if (m.bias && x.bias_grad_kernel)
-      bw.push_back(bias_grad_op(OpId::kMlpFc1BiasGrad, T, gate * ffn, e));
+      bw.push_back(block_bias_grad(OpId::kMlpFc1BiasGrad, x, T, gate * ffn));
   }
   const std::optional<Op> mlp_sum = input_grad_sum(OpId::kMlpInputGradSum, x, mlp_inputs);
   if (mlp_sum && !x.autocast) bw.push_back(*mlp_sum);
@@ -181,13 +185,14 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
                          : memory_backward(mlp_res, 2.0 / 3.0));
   add_sp_gather(bw, x, kAttnCollectives);
   if (x.fp8) bw.push_back(attn_fp8.backward);
+  if (eager_bias) bw.push_back(block_bias_grad(OpId::kAttnProjBiasGrad, x, Tn, x.h));
   bw.push_back(gemm_backward(proj));
   bw.insert(bw.end(), core.backward.begin(), core.backward.end());
   if (repeat) bw.push_back(repeat->backward);     // the repeats summed back
   if (rotary) bw.push_back(rope_backward(rope));  // the inverse rotation of dq and dk
   bw.push_back(gemm_backward(qkv));
   if (m.bias && x.bias_grad_kernel)
-    bw.push_back(bias_grad_op(OpId::kAttnQkvBiasGrad, T, qkv_out, e));
+    bw.push_back(block_bias_grad(OpId::kAttnQkvBiasGrad, x, T, qkv_out));
   const std::optional<Op> attn_sum = input_grad_sum(OpId::kAttnInputGradSum, x, attn_inputs);
   if (attn_sum && !x.autocast) bw.push_back(*attn_sum);
   add_tp_reduce(bw, x, kAttnCollectives);

@@ -93,6 +93,9 @@ void apply_head_splits(Layer& head, const TransformerDims& x, const PerOpHead& p
 // Megatron's fused bias-dropout-add computes them.
 Op bias_grad_op(OpId name, int64_t tokens, int64_t columns, int64_t e);
 
+// The same for a block's linear (`tokens` x `columns` output gradient), as the stack runs it.
+Op block_bias_grad(OpId name, const TransformerDims& x, int64_t tokens, int64_t columns);
+
 // A block's norm over the rank's norm tokens, as the stack runs it (ATen's native kernel in eager
 // PyTorch, unless an eager RMSNorm is composed of primitives).
 Op norm_op(OpId name, const TransformerDims& x, const FusionPasses& passes);

@@ -380,6 +380,18 @@ TEST(StackLowering, BiasGradientsAreReductionsOfTheirOwnWhereTheStackSaysSo) {
   EXPECT_FALSE(has(lower(zoo_model("gpt2-124m"), o).layers[1].backward, "attn.qkv_bias_grad"));
   o.bias_grad_kernel = true;
   EXPECT_FALSE(has(lower(zoo_model("llama-tiny"), o).layers[1].backward, "mlp.fc1_bias_grad"));
+  // Fused stacks count the row-parallel biases in the residual's backward (Megatron's
+  // bias-dropout-add); eager PyTorch sums them too, each with ATen's reduction (the strided
+  // family): the proj and fc2 outputs' gradients, T x h (the stream replicated at tp 2).
+  EXPECT_FALSE(has(block.backward, "mlp.fc2_bias_grad"));
+  EXPECT_EQ(qkv.memory_kernel, spec::MemoryKernel::kGeneric);
+  o.fusion = spec::Fusion::kEager;
+  const Layer eager = lower(zoo_model("gpt2-124m"), o).layers[1];
+  EXPECT_EQ(find(eager.backward, "mlp.fc2_bias_grad").bytes, 4096 * 768 * 2 + 768 * 4);
+  EXPECT_EQ(find(eager.backward, "attn.proj_bias_grad").bytes, 4096 * 768 * 2 + 768 * 4);
+  for (const char* name :
+       {"attn.qkv_bias_grad", "attn.proj_bias_grad", "mlp.fc1_bias_grad", "mlp.fc2_bias_grad"})
+    EXPECT_EQ(find(eager.backward, name).memory_kernel, spec::MemoryKernel::kStrided) << name;
 }
 
 TEST(StackLowering, Zero3GradientCopyInEndsEachParametrisedLayersBackward) {

@@ -206,12 +206,12 @@ TEST(Stack, ModelCodeKnobsSayHowTheBlockIsWritten) {
 
 TEST(Stack, HostLaunchCostsAreAKnobOfTwoPasses) {
   // The eager presets carry eager PyTorch's host cost per kernel, a C++ loop its launch call.
-  EXPECT_EQ(builtin_stack("torchtitan").host_launch_us, (HostLaunch{77.2, 44.0}));
+  EXPECT_EQ(builtin_stack("torchtitan").host_launch_us, (HostLaunch{77.2, 42.1}));
   EXPECT_EQ(builtin_stack("llm.c").host_launch_us, (HostLaunch{6.0, 6.0}));
   // A plan may override one pass; the other stays the preset's.
   Plan p = plan_from_json(
       plan_with(Json{{"preset", "torchtitan"}, {"host_launch_us", {{"forward", 80}}}}), "p.json");
-  EXPECT_EQ(p.stack->host_launch_us, (HostLaunch{80, 44.0}));
+  EXPECT_EQ(p.stack->host_launch_us, (HostLaunch{80, 42.1}));
   EXPECT_EQ(plan_from_json(to_json(p), "again").stack->host_launch_us, p.stack->host_launch_us);
   EXPECT_INPUT_ERROR(plan_from_json(plan_with(Json{{"preset", "torchtitan"},
                                                    {"host_launch_us", {{"forward", -1}}}}),

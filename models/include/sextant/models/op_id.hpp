@@ -37,6 +37,7 @@ namespace sextant::models {
   X(kAttnCpMerge, "attn.cp_merge")                                              \
   X(kAttnFp8Cast, "attn.fp8_cast")                                              \
   X(kAttnProj, "attn.proj")                                                     \
+  X(kAttnProjBiasGrad, "attn.proj_bias_grad")                                   \
   X(kAttnResidual, "attn.residual")                                             \
   X(kAttnAllReduce, "attn.all_reduce")                                          \
   X(kAttnReduceScatter, "attn.reduce_scatter")                                  \
@@ -50,6 +51,7 @@ namespace sextant::models {
   X(kMlpAct, "mlp.act")                                                         \
   X(kMlpFp8Cast, "mlp.fp8_cast")                                                \
   X(kMlpFc2, "mlp.fc2")                                                         \
+  X(kMlpFc2BiasGrad, "mlp.fc2_bias_grad")                                       \
   X(kMlpResidual, "mlp.residual")                                               \
   X(kMlpAllReduce, "mlp.all_reduce")                                            \
   X(kMlpReduceScatter, "mlp.reduce_scatter")                                    \
