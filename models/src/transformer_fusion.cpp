@@ -173,20 +173,22 @@ FusionPasses fusion_passes(const spec::TransformerSpec& m, const TransformerDims
 Op rope_op(const TransformerDims& x, const FusionPasses& passes) {
   const int64_t rotated = (x.h + x.kv * x.d) / x.t;  // q's and k's columns on the rank
   const int64_t elements = x.tokens() * rotated;
-  if (x.eager() && x.code.rope == spec::RopeKernel::kComplex) {
+  if (x.fusion != spec::Fusion::kFused && x.code.rope == spec::RopeKernel::kComplex) {
     // Meta's and TorchTitan's apply_rotary_emb (torchtitan/models/llama3/model/model.py):
     // view_as_complex(xq.float()), a complex multiply by the fp32 frequencies, view_as_real and
-    // type_as(xq), for q and for k. Per element: the upcast (mixed-dtype: e read, 4 written), the
-    // complex multiply (4 read, 4 written; the frequencies broadcast over the heads), the
-    // downcast (4 + e, vectorized): 3 kernels a tensor; in fp32 the casts are no-ops. Its
-    // backward runs the same three on the gradient (the multiply by the conjugate). Measured in
-    // traces/samples/kineto-llama3-8b-8l-h200-eager.json.gz: 286 us a layer's forward for
-    // 8192 tokens of Llama-3 8B's q and k (upcasts 130, multiplies 96, downcasts 60).
+    // type_as(xq), for q and for k. Per element: the upcast (e read, 4 written), the complex
+    // multiply (4 read, 4 written; the frequencies broadcast over the heads), the downcast
+    // (4 + e): 3 kernels a tensor; in fp32 the casts are no-ops. Its backward runs the same three
+    // on the gradient (the multiply by the conjugate). Eager, the upcast is a mixed-dtype kernel:
+    // 286 us a layer's forward for 8192 tokens of Llama-3 8B's q and k in
+    // traces/samples/kineto-llama3-8b-8l-h200-eager.json.gz (upcasts 130, multiplies 96,
+    // downcasts 60). Inductor compiles no complex arithmetic: the multiply stays ATen's and the
+    // casts become kernels of their own (-compile.json.gz: 218 us a layer's forward).
     const bool casts = x.e < 4;
     Op op = memory_op(OpId::kAttnRope, OpClass::kElementwise,
                       elements * (8 + (casts ? 2 * (x.e + 4) : 0)), TpSplit::kColumn,
                       {x.tokens(), rotated});
-    op.mixed_dtype_bytes = casts ? elements * (x.e + 4) : 0;
+    op.mixed_dtype_bytes = casts && x.eager() ? elements * (x.e + 4) : 0;
     op.kernels = casts ? 6 : 2;
     return op;
   }
@@ -202,7 +204,8 @@ Op rope_backward(const Op& rope) {
 }
 
 std::optional<RepeatKv> repeat_kv(const TransformerDims& x) {
-  if (!x.eager() || x.code.gqa_kv != spec::GqaKv::kRepeat || x.kv == x.a) return std::nullopt;
+  if (x.fusion == spec::Fusion::kFused || x.code.gqa_kv != spec::GqaKv::kRepeat || x.kv == x.a)
+    return std::nullopt;
   // TorchTitan's and Hugging Face's repeat_kv: k and v expanded to one head per query head and
   // copied (x[:, :, :, None, :].expand(...).reshape(...)), a strided copy (TensorIterator's
   // legacy elementwise_kernel), counted as each output element read and written. Its backward
@@ -219,6 +222,13 @@ std::optional<RepeatKv> repeat_kv(const TransformerDims& x) {
   r.forward.kernels = 2;  // k and v
   r.backward = r.forward;
   r.backward.bytes = 2 * x.tokens() * (heads + kv_heads) * x.d * x.e;
+  if (x.compiled()) {
+    // Inductor writes the copies (and sums them back) with contiguous kernels of its own, each
+    // reading the kv heads and writing the query heads once (-compile.json.gz: 47 us a layer's
+    // forward, 47 backward): generic.
+    r.forward.bytes = r.backward.bytes;
+    r.forward.memory_kernel = r.backward.memory_kernel = spec::MemoryKernel::kGeneric;
+  }
   return r;
 }
 

@@ -518,14 +518,22 @@ TEST(StackLowering, EagerTorchTitanBlockAsItsCodeWritesIt) {
   EXPECT_FALSE(has(fused_projections.backward, "attn.input_grad_sum"));
   EXPECT_FALSE(has(fused_projections.forward, "attn.repeat_kv"));
   EXPECT_EQ(find(fused_projections.forward, "attn.rope").bytes, 4 * 2 * rotated * e);
-  // Compiled and fused kernels run none of these as kernels of their own.
-  for (spec::Fusion f : {spec::Fusion::kCompiled, spec::Fusion::kFused}) {
-    o.fusion = f;
-    const Layer other = lower(m, o).layers[1];
-    EXPECT_FALSE(has(other.backward, "attn.input_grad_sum"));
-    EXPECT_FALSE(has(other.forward, "attn.repeat_kv"));
-    EXPECT_EQ(find(other.forward, "attn.rope").mixed_dtype_bytes, 0);
-  }
+  // Compiled code fuses the casts and the gradient sums, but Inductor compiles no complex
+  // arithmetic: the rotation keeps its three kernels a tensor (none mixed-dtype), and the
+  // repeats are copied by contiguous kernels (the kv heads read, the query heads written).
+  o.fusion = spec::Fusion::kCompiled;
+  const Layer compiled = lower(m, o).layers[1];
+  EXPECT_FALSE(has(compiled.backward, "attn.input_grad_sum"));
+  EXPECT_EQ(find(compiled.forward, "attn.rope").bytes, 20 * rotated);
+  EXPECT_EQ(find(compiled.forward, "attn.rope").mixed_dtype_bytes, 0);
+  EXPECT_EQ(find(compiled.forward, "attn.repeat_kv").bytes, 2 * T * (a + kv) * d * e);
+  EXPECT_EQ(find(compiled.forward, "attn.repeat_kv").memory_kernel, spec::MemoryKernel::kGeneric);
+  // Fused kernels (Megatron's, Transformer Engine's) run none of these as kernels of their own.
+  o.fusion = spec::Fusion::kFused;
+  const Layer fused = lower(m, o).layers[1];
+  EXPECT_FALSE(has(fused.backward, "attn.input_grad_sum"));
+  EXPECT_FALSE(has(fused.forward, "attn.repeat_kv"));
+  EXPECT_EQ(find(fused.forward, "attn.rope").bytes, 2 * rotated * e);
 }
 
 // ATen's embedding backward (Stack::code.embedding_backward sorted) on llama-tiny (vocabulary
