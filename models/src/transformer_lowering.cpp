@@ -70,141 +70,160 @@ void save_matmuls_policy(Layer& layer, const TransformerDims& x, int64_t ffn) {
   }
 }
 
-Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
-                        bool moe_layer) {
-  Layer layer;
-  layer.name = fmt::format("block{}", index);
-  layer.kind = LayerKind::kBlock;
-  const int64_t T = x.tokens();
-  const int64_t Tn = x.norm_tokens();
-  const int64_t e = x.e;
-  const int64_t qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
-  const int64_t gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
-  const int64_t ffn = x.f / x.t;
-  const FusionPasses passes = fusion_passes(m, x);
+// The forward ops of a block that its backward, parameters and kept activations refer to.
+struct BlockOps {
+  FusionPasses passes;
+  int64_t qkv_out = 0, gate = 1, ffn = 0;
+  int64_t attn_inputs = 1, mlp_inputs = 1;  // GEMMs reading each norm's output
+  std::optional<MoeMlp> moe;
+  bool own_mlp_collectives = false;  // a MoE dispatcher over tp gathers and scatters its rows
+  bool rotary = false;
+  Op weight_cast, attn_norm, attn_cast, qkv, rope, proj, attn_res, mlp_norm, mlp_cast, fc1, act,
+      fc2, mlp_res;
+  std::optional<RepeatKv> repeat;
+  AttentionCore core;
+  Fp8Casts attn_fp8, mlp_fp8;
+};
 
-  const int64_t r = x.residual_bytes();
-  std::vector<Op>& fw = layer.forward;
-  // Autocast casts each fp32 weight of the layer's GEMMs to 16 bits in every forward (6 bytes a
-  // parameter at fp32 -> bf16) and each 16-bit weight gradient back to fp32 in backward.
+// A block's forward ops in execution order, appended to `fw`.
+BlockOps block_forward(const spec::TransformerSpec& m, const TransformerDims& x, bool moe_layer,
+                       std::vector<Op>& fw) {
+  BlockOps b;
+  const int64_t T = x.tokens(), Tn = x.norm_tokens(), e = x.e;
+  b.passes = fusion_passes(m, x);
+  b.qkv_out = (x.h + 2 * x.kv * x.d) / x.t;
+  b.gate = m.activation == spec::Activation::kSwiglu ? 2 : 1;
+  b.ffn = x.f / x.t;
   // (The MoE MLP's ops are built where they run; their weights are counted here first.)
   std::vector<Op> moe_forward;
-  const std::optional<MoeMlp> moe =
-      moe_layer ? std::optional<MoeMlp>(moe_mlp(m, x, passes, moe_forward)) : std::nullopt;
-  // A MoE block whose dispatcher runs over tp gathers and scatters its own rows.
-  const bool own_mlp_collectives = moe && dispatches_over_tp(x);
+  if (moe_layer) b.moe = moe_mlp(m, x, b.passes, moe_forward);
+  b.own_mlp_collectives = b.moe && dispatches_over_tp(x);
+  // Autocast casts each fp32 weight of the layer's GEMMs to 16 bits in every forward (6 bytes a
+  // parameter at fp32 -> bf16) and each 16-bit weight gradient back to fp32 in backward.
   const int64_t weight_elements =
       (x.h * (x.h + 2 * x.kv * x.d) + x.h * x.h) / x.t +
-      (moe ? moe->weight_elements : (x.h * gate * x.f + x.f * x.h) / x.t);
-  Op weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
-  weight_cast.kernels = 4;
-  if (x.autocast) fw.push_back(weight_cast);
-  Op attn_norm = norm_op(OpId::kAttnNorm, x, passes);
-  fw.push_back(attn_norm);
+      (b.moe ? b.moe->weight_elements : (x.h * b.gate * x.f + x.f * x.h) / x.t);
+  b.weight_cast = autocast_cast(OpId::kAutocastWeights, weight_elements, e, TpSplit::kColumn);
+  b.weight_cast.kernels = 4;
+  if (x.autocast) fw.push_back(b.weight_cast);
+  b.attn_norm = norm_op(OpId::kAttnNorm, x, b.passes);
+  fw.push_back(b.attn_norm);
   // Eager autocast casts a GEMM's input in every GEMM that reads it (autocast_mode.cpp
   // cached_cast caches only leaf tensors, the weights): once per separate projection.
-  const int64_t attn_inputs = projection_inputs(x, false, gate);
-  const int64_t mlp_inputs = moe ? 1 : projection_inputs(x, true, gate);
-  const int64_t attn_casts = x.eager() ? attn_inputs : 1;
-  const int64_t mlp_casts = x.eager() ? mlp_inputs : 1;
-  Op attn_cast = autocast_cast(OpId::kAttnCast, attn_casts * Tn * x.h, e, x.norm_split());
-  attn_cast.kernels = static_cast<int>(attn_casts);
-  if (x.autocast) fw.push_back(attn_cast);
+  b.attn_inputs = projection_inputs(x, false, b.gate);
+  b.mlp_inputs = b.moe ? 1 : projection_inputs(x, true, b.gate);
+  const int64_t attn_casts = x.eager() ? b.attn_inputs : 1;
+  const int64_t mlp_casts = x.eager() ? b.mlp_inputs : 1;
+  b.attn_cast = autocast_cast(OpId::kAttnCast, attn_casts * Tn * x.h, e, x.norm_split());
+  b.attn_cast.kernels = static_cast<int>(attn_casts);
+  if (x.autocast) fw.push_back(b.attn_cast);
   add_sp_gather(fw, x, kAttnCollectives);
-  Op qkv = gemm(OpId::kAttnQkv, T, qkv_out, x.h, e, TpSplit::kColumn);
-  fw.push_back(qkv);
-  const bool rotary = m.position_embedding == spec::PositionEmbedding::kRope;
-  Op rope = rope_op(x, passes);
-  if (rotary) fw.push_back(rope);
-  const std::optional<RepeatKv> repeat = repeat_kv(x);
-  if (repeat) fw.push_back(repeat->forward);
-  AttentionCore core = attention_core(m, x, passes, fw);
-  Op proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
-  const Fp8Casts attn_fp8 =
-      fp8_casts(OpId::kAttnFp8Cast, T * x.h / x.t, T * x.h, T * (qkv_out + x.h), e);
-  if (x.fp8) fw.push_back(attn_fp8.forward);
-  fw.push_back(proj);
+  b.qkv = gemm(OpId::kAttnQkv, T, b.qkv_out, x.h, e, TpSplit::kColumn);
+  fw.push_back(b.qkv);
+  b.rotary = m.position_embedding == spec::PositionEmbedding::kRope;
+  b.rope = rope_op(x, b.passes);
+  if (b.rotary) fw.push_back(b.rope);
+  b.repeat = repeat_kv(x);
+  if (b.repeat) fw.push_back(b.repeat->forward);
+  b.core = attention_core(m, x, b.passes, fw);
+  b.proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
+  b.attn_fp8 = fp8_casts(OpId::kAttnFp8Cast, T * x.h / x.t, T * x.h, T * (b.qkv_out + x.h), e);
+  if (x.fp8) fw.push_back(b.attn_fp8.forward);
+  fw.push_back(b.proj);
   add_tp_reduce(fw, x, kAttnCollectives);
-  Op attn_res = residual_op(OpId::kAttnResidual, m, x, passes);
-  fw.push_back(attn_res);
-  Op mlp_norm = norm_op(OpId::kMlpNorm, x, passes);
-  fw.push_back(mlp_norm);
-  Op mlp_cast = autocast_cast(OpId::kMlpCast, mlp_casts * Tn * x.h, e, x.norm_split());
-  mlp_cast.kernels = static_cast<int>(mlp_casts);
-  if (x.autocast) fw.push_back(mlp_cast);
-  if (!own_mlp_collectives) add_sp_gather(fw, x, kMlpCollectives);
-  Op fc1 = gemm(OpId::kMlpFc1, T, gate * ffn, x.h, e, TpSplit::kColumn);
-  Op act = unfused(memory_op(OpId::kMlpAct, OpClass::kElementwise, (gate + 1) * T * ffn * e,
-                             TpSplit::kColumn, {T, gate * ffn}),
-                   passes.act, passes.act_kernels);
-  Op fc2 = gemm(OpId::kMlpFc2, T, x.h, ffn, e, TpSplit::kRow);
-  if (moe) {
+  b.attn_res = residual_op(OpId::kAttnResidual, m, x, b.passes);
+  fw.push_back(b.attn_res);
+  b.mlp_norm = norm_op(OpId::kMlpNorm, x, b.passes);
+  fw.push_back(b.mlp_norm);
+  b.mlp_cast = autocast_cast(OpId::kMlpCast, mlp_casts * Tn * x.h, e, x.norm_split());
+  b.mlp_cast.kernels = static_cast<int>(mlp_casts);
+  if (x.autocast) fw.push_back(b.mlp_cast);
+  if (!b.own_mlp_collectives) add_sp_gather(fw, x, kMlpCollectives);
+  b.fc1 = gemm(OpId::kMlpFc1, T, b.gate * b.ffn, x.h, e, TpSplit::kColumn);
+  b.act = unfused(memory_op(OpId::kMlpAct, OpClass::kElementwise, (b.gate + 1) * T * b.ffn * e,
+                            TpSplit::kColumn, {T, b.gate * b.ffn}),
+                  b.passes.act, b.passes.act_kernels);
+  b.fc2 = gemm(OpId::kMlpFc2, T, x.h, b.ffn, e, TpSplit::kRow);
+  b.mlp_fp8 = fp8_casts(OpId::kMlpFp8Cast, T * b.ffn, T * x.h, T * (b.gate * b.ffn + x.h), e);
+  if (b.moe) {
     fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
   } else {
-    fw.insert(fw.end(), {fc1, act});
-    if (x.fp8)
-      fw.push_back(
-          fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).forward);
-    fw.push_back(fc2);
+    fw.insert(fw.end(), {b.fc1, b.act});
+    if (x.fp8) fw.push_back(b.mlp_fp8.forward);
+    fw.push_back(b.fc2);
   }
-  if (!own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
-  Op mlp_res = residual_op(OpId::kMlpResidual, m, x, passes);
-  fw.push_back(mlp_res);
+  if (!b.own_mlp_collectives) add_tp_reduce(fw, x, kMlpCollectives);
+  b.mlp_res = residual_op(OpId::kMlpResidual, m, x, b.passes);
+  fw.push_back(b.mlp_res);
+  return b;
+}
 
-  // Backward, in execution order. Under tensor parallelism the gradient entering a
-  // column-parallel GEMM's input is a partial sum: all-reduced (or reduce-scattered with sequence
-  // parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
-  // parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
-  std::vector<Op>& bw = layer.backward;
-  const bool eager_bias = m.bias && x.bias_grad_kernel && x.eager();
+// A norm's output gradient coming back through the GEMMs that read it: their input gradients
+// summed (separate projections), the tp reduce of the partial sums, and under autocast the casts'
+// backward (the sum then in fp32, after them).
+void norm_input_backward(const TransformerDims& x, OpId sum_id, int64_t inputs, const Op& cast,
+                         bool tp_reduce, const PartCollectives& part, std::vector<Op>& bw) {
+  const std::optional<Op> sum = input_grad_sum(sum_id, x, inputs);
+  if (sum && !x.autocast) bw.push_back(*sum);
+  if (tp_reduce) add_tp_reduce(bw, x, part);
+  if (x.autocast) bw.push_back(autocast_cast_backward(cast, x));
+  if (sum && x.autocast) bw.push_back(*sum);
+}
+
+// A block's backward, in execution order. Under tensor parallelism the gradient entering a
+// column-parallel GEMM's input is a partial sum: all-reduced (or reduce-scattered with sequence
+// parallelism); the row-parallel GEMM's output gradient is all-gathered with sequence
+// parallelism (the conjugates of the forward collectives, Megatron's f and g operators).
+void block_backward(const spec::TransformerSpec& m, const TransformerDims& x, const BlockOps& b,
+                    std::vector<Op>& bw) {
+  const int64_t T = x.tokens(), Tn = x.norm_tokens();
+  const bool bias_grads = m.bias && x.bias_grad_kernel;
+  // Eager PyTorch sums the row-parallel linears' bias gradients too (fused stacks count them in
+  // the residual's backward, as Megatron's bias-dropout-add computes them).
+  const bool eager_bias = bias_grads && x.eager();
   // A residual's backward (bias gradient, and the branch's gradient added to the stream's) runs
   // once the branch's norm has given its gradient back, as the executor runs it.
-  if (!own_mlp_collectives) add_sp_gather(bw, x, kMlpCollectives);
-  if (moe) {
-    bw.insert(bw.end(), moe->backward.begin(), moe->backward.end());
+  const auto residual_backward = [&](const Op& residual) {
+    return x.eager() ? eager_residual_backward(residual, m, x)
+                     : memory_backward(residual, 2.0 / 3.0);
+  };
+  if (!b.own_mlp_collectives) add_sp_gather(bw, x, kMlpCollectives);
+  if (b.moe) {
+    bw.insert(bw.end(), b.moe->backward.begin(), b.moe->backward.end());
   } else {
-    if (x.fp8)
-      bw.push_back(
-          fp8_casts(OpId::kMlpFp8Cast, T * ffn, T * x.h, T * (gate * ffn + x.h), e).backward);
-    // Eager PyTorch sums the row-parallel linears' bias gradients too (fused stacks count them in
-    // the residual's backward, as Megatron's bias-dropout-add computes them).
+    if (x.fp8) bw.push_back(b.mlp_fp8.backward);
     if (eager_bias) bw.push_back(block_bias_grad(OpId::kMlpFc2BiasGrad, x, Tn, x.h));
-    bw.push_back(gemm_backward(fc2));
-    bw.push_back(activation_backward(act, gate, passes));
-    bw.push_back(gemm_backward(fc1));
-    if (m.bias && x.bias_grad_kernel)
-      bw.push_back(block_bias_grad(OpId::kMlpFc1BiasGrad, x, T, gate * ffn));
+    bw.push_back(gemm_backward(b.fc2));
+    bw.push_back(activation_backward(b.act, b.gate, b.passes));
+    bw.push_back(gemm_backward(b.fc1));
+    if (bias_grads) bw.push_back(block_bias_grad(OpId::kMlpFc1BiasGrad, x, T, b.gate * b.ffn));
   }
-  const std::optional<Op> mlp_sum = input_grad_sum(OpId::kMlpInputGradSum, x, mlp_inputs);
-  if (mlp_sum && !x.autocast) bw.push_back(*mlp_sum);
-  if (!own_mlp_collectives) add_tp_reduce(bw, x, kMlpCollectives);
-  if (x.autocast) bw.push_back(autocast_cast_backward(mlp_cast, x));
-  if (mlp_sum && x.autocast) bw.push_back(*mlp_sum);
-  bw.push_back(norm_backward(mlp_norm, passes));
-  bw.push_back(x.eager() ? eager_residual_backward(mlp_res, m, x)
-                         : memory_backward(mlp_res, 2.0 / 3.0));
+  norm_input_backward(x, OpId::kMlpInputGradSum, b.mlp_inputs, b.mlp_cast, !b.own_mlp_collectives,
+                      kMlpCollectives, bw);
+  bw.push_back(norm_backward(b.mlp_norm, b.passes));
+  bw.push_back(residual_backward(b.mlp_res));
   add_sp_gather(bw, x, kAttnCollectives);
-  if (x.fp8) bw.push_back(attn_fp8.backward);
+  if (x.fp8) bw.push_back(b.attn_fp8.backward);
   if (eager_bias) bw.push_back(block_bias_grad(OpId::kAttnProjBiasGrad, x, Tn, x.h));
-  bw.push_back(gemm_backward(proj));
-  bw.insert(bw.end(), core.backward.begin(), core.backward.end());
-  if (repeat) bw.push_back(repeat->backward);     // the repeats summed back
-  if (rotary) bw.push_back(rope_backward(rope));  // the inverse rotation of dq and dk
-  bw.push_back(gemm_backward(qkv));
-  if (m.bias && x.bias_grad_kernel)
-    bw.push_back(block_bias_grad(OpId::kAttnQkvBiasGrad, x, T, qkv_out));
-  const std::optional<Op> attn_sum = input_grad_sum(OpId::kAttnInputGradSum, x, attn_inputs);
-  if (attn_sum && !x.autocast) bw.push_back(*attn_sum);
-  add_tp_reduce(bw, x, kAttnCollectives);
-  if (x.autocast) bw.push_back(autocast_cast_backward(attn_cast, x));
-  if (attn_sum && x.autocast) bw.push_back(*attn_sum);
-  bw.push_back(norm_backward(attn_norm, passes));
-  bw.push_back(x.eager() ? eager_residual_backward(attn_res, m, x)
-                         : memory_backward(attn_res, 2.0 / 3.0));
-  if (x.autocast) bw.push_back(autocast_cast_backward(weight_cast, x));
+  bw.push_back(gemm_backward(b.proj));
+  bw.insert(bw.end(), b.core.backward.begin(), b.core.backward.end());
+  if (b.repeat) bw.push_back(b.repeat->backward);     // the repeats summed back
+  if (b.rotary) bw.push_back(rope_backward(b.rope));  // the inverse rotation of dq and dk
+  bw.push_back(gemm_backward(b.qkv));
+  if (bias_grads) bw.push_back(block_bias_grad(OpId::kAttnQkvBiasGrad, x, T, b.qkv_out));
+  norm_input_backward(x, OpId::kAttnInputGradSum, b.attn_inputs, b.attn_cast, true,
+                      kAttnCollectives, bw);
+  bw.push_back(norm_backward(b.attn_norm, b.passes));
+  bw.push_back(residual_backward(b.attn_res));
+  if (x.autocast) bw.push_back(autocast_cast_backward(b.weight_cast, x));
+}
 
-  // Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
-  // replicated on every tp rank.
+// Parameters. Column-parallel weights and biases are split; row-parallel biases and norms are
+// replicated on every tp rank.
+void block_parameters(const spec::TransformerSpec& m, const TransformerDims& x, const BlockOps& b,
+                      Layer& layer) {
+  const int64_t gate = b.gate;
+  const std::optional<MoeMlp>& moe = b.moe;
   const int64_t norm_params = m.norm == spec::Norm::kLayerNorm ? 2 * x.h : x.h;
   const int64_t qkv_full = x.h + 2 * x.kv * x.d;
   const int64_t bias = m.bias ? 1 : 0;
@@ -231,11 +250,15 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   }
   if (x.sp)
     layer.sp_partial_params = 2 * norm_params + 2 * bias * x.h + (moe ? moe->sp_partial : 0);
+}
 
-  // Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in
-  // elements times bytes per element (masks are one byte). With 16-bit activations, no GQA,
-  // ffn = 4h and unfused attention these add up to the paper's sbh(34 + 5as/h); a flash kernel
-  // keeps the log-sum-exp instead of the 5as^2b bytes of the attention core.
+// Activations kept for backward (Korthikanti et al. 2022, §4.1), per rank, counted in elements
+// times bytes per element (masks are one byte). With 16-bit activations, no GQA, ffn = 4h and
+// unfused attention these add up to the paper's sbh(34 + 5as/h); a flash kernel keeps the
+// log-sum-exp instead of the 5as^2b bytes of the attention core.
+void block_activations(const spec::TransformerSpec& m, const TransformerDims& x, const BlockOps& b,
+                       Layer& layer) {
+  const int64_t T = x.tokens(), e = x.e;
   const int64_t sbh = T * x.h;
   const int64_t mask = m.dropout ? 1 : 0;
   // Under fp8 GEMMs Transformer Engine keeps each dense linear's input as the fp8 copy its GEMMs
@@ -244,25 +267,37 @@ Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x
   // Split by sequence parallelism, replicated by plain tensor parallelism: the inputs of the two
   // norms, of the QKV GEMM and of FC1 (4sbh elements), and the two output dropout masks.
   // (Under autocast the two norm inputs are fp32; the GEMM inputs are the 16-bit casts.)
-  const int64_t replicated = 2 * sbh * r + 2 * sbh * gemm_input + 2 * mask * sbh;
+  const int64_t replicated = 2 * sbh * x.residual_bytes() + 2 * sbh * gemm_input + 2 * mask * sbh;
   // Split by tensor parallelism: Q, K and V (K and V are kv/a of Q under grouped-query
   // attention), the attention projection input, the activation input and the FC2 input.
   // An eager composed activation keeps its intermediates instead of its input (act_saved).
   // A MoE layer keeps its experts' instead (moe_mlp), some of them on every tp rank whole.
-  const int64_t act_input = passes.act_saved > 0 ? T * x.f * passes.act_saved : gate * T * x.f * e;
-  const int64_t mlp_split = moe ? moe->saved_split : act_input + T * x.f * gemm_input;
+  const int64_t act_input =
+      b.passes.act_saved > 0 ? T * x.f * b.passes.act_saved : b.gate * T * x.f * e;
+  const int64_t mlp_split = b.moe ? b.moe->saved_split : act_input + T * x.f * gemm_input;
   // Eager GQA's repeat_kv hands SDPA (which keeps its inputs) the keys and values copied to
   // every query head.
-  const int64_t kv_heads = repeat ? x.a : x.kv;
+  const int64_t kv_heads = b.repeat ? x.a : x.kv;
   const int64_t split = sbh * e + 2 * sbh * kv_heads / x.a * e + sbh * gemm_input + mlp_split;
   const int64_t rep_per_rank =
-      (x.sp ? replicated / x.t : replicated) + (moe ? moe->saved_replicated : 0);
-  layer.saved_bytes = rep_per_rank + split / x.t + core.saved_bytes;
+      (x.sp ? replicated / x.t : replicated) + (b.moe ? b.moe->saved_replicated : 0);
+  layer.saved_bytes = rep_per_rank + split / x.t + b.core.saved_bytes;
   layer.saved_bytes_selective = rep_per_rank + split / x.t;
   layer.saved_bytes_full = x.sp ? sbh * e / x.t : sbh * e;
   layer.output_bytes = x.norm_tokens() * x.h * e;
-  if (x.selective == spec::SelectiveRecompute::kSaveMatmuls && !moe)
-    save_matmuls_policy(layer, x, ffn);
+  if (x.selective == spec::SelectiveRecompute::kSaveMatmuls && !b.moe)
+    save_matmuls_policy(layer, x, b.ffn);
+}
+
+Layer transformer_block(const spec::TransformerSpec& m, const TransformerDims& x, int64_t index,
+                        bool moe_layer) {
+  Layer layer;
+  layer.name = fmt::format("block{}", index);
+  layer.kind = LayerKind::kBlock;
+  const BlockOps ops = block_forward(m, x, moe_layer, layer.forward);
+  block_backward(m, x, ops, layer.backward);
+  block_parameters(m, x, ops, layer);
+  block_activations(m, x, ops, layer);
   return layer;
 }
 
