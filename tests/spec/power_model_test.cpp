@@ -111,9 +111,9 @@ TEST(PowerModel, GrandTetonIsADgxH100At500WithHbm2e) {
   EXPECT_EQ(teton.device.memory_capacity_bytes, 96LL << 30);
   EXPECT_EQ(teton.device.peak_flops(Dtype::kBf16), dgx.device.peak_flops(Dtype::kBf16));
   // Load-bound kernel families keep the H100's absolute rate: 2.08 TB/s of mixed-dtype copies.
-  EXPECT_NEAR(teton.device.memory_efficiency_for(OpClass::kElementwise, MemoryKernel::kMixedDtype) *
-                  2400,
-              2088, 1);
+  EXPECT_NEAR(
+      teton.device.memory_efficiency_for(OpClass::kElementwise, MemoryKernel::kMixedDtype) * 2400,
+      2088, 1);
 }
 
 Json power_cluster_with(const std::function<void(Json&)>& edit) {

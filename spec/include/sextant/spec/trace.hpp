@@ -79,9 +79,10 @@ std::optional<CollectiveKind> collective_of(OpClass op_class);
 // kernel of their own (Copy.cu, bfloat16_copy_kernel_cuda) and are generic. kStrided: eager
 // copies of non-contiguous tensors (a broadcast key/value expanded to every query head, a
 // transposed head layout) and reductions over an axis (a bias gradient, repeat_kv's backward):
-// TensorIterator's legacy elementwise_kernel and its reduce_kernel, no vector loads. kEmbeddingBackward: ATen's embedding_dense_backward
-// segment sums (EmbeddingBackwardKernel.cu compute_grad_weight, sum_and_scatter): one thread per
-// feature of a token row gathered through the sorted order.
+// TensorIterator's legacy elementwise_kernel and its reduce_kernel, no vector loads.
+// kEmbeddingBackward: ATen's embedding_dense_backward segment sums (EmbeddingBackwardKernel.cu
+// compute_grad_weight, sum_and_scatter): one thread per feature of a token row gathered through the
+// sorted order.
 enum class MemoryKernel { kGeneric, kNativeNorm, kMixedDtype, kStrided, kEmbeddingBackward };
 EnumNames<MemoryKernel> memory_kernel_names();
 
