@@ -2,6 +2,7 @@
 // machine's CPU cores measured here.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -18,12 +19,17 @@ namespace sextant::cli {
 namespace {
 
 void run_list() {
-  fmt::print("{:<12} {:>6} {:>6}  {:<21} {}\n", "name", "nodes", "dev/nd", "device", "description");
-  for (const std::string& name : spec::builtin_cluster_names()) {
+  const std::vector<std::string> names = spec::builtin_cluster_names();
+  size_t width = 4;  // "name"
+  for (const std::string& name : names) width = std::max(width, name.size());
+  // The description wraps under its own column, after the device's.
+  const size_t description_column = width + 1 + 6 + 1 + 6 + 2 + 21 + 1;
+  fmt::print("{:<{}} {:>6} {:>6}  {:<21} {}\n", "name", width, "nodes", "dev/nd", "device",
+             "description");
+  for (const std::string& name : names) {
     spec::ClusterSpec c = spec::builtin_cluster(name);
-    // The description wraps under its own column (column 50: after the device).
-    fmt::print("{:<12} {:>6} {:>6}  {:<21} {}\n", name, c.nodes, c.devices_per_node, c.device.name,
-               wrap_from(c.description, 50));
+    fmt::print("{:<{}} {:>6} {:>6}  {:<21} {}\n", name, width, c.nodes, c.devices_per_node,
+               c.device.name, wrap_from(c.description, description_column));
   }
 }
 
