@@ -56,7 +56,8 @@ struct TransformerDims {
 //   element against the fused kernel's 4 (bf16 read + write): 9x, 7 kernels.
 // - eager LayerNorm: PyTorch's native kernel, as fused (its backward is two kernels).
 // - eager SwiGLU: silu(gate) then gate * up: 5 element passes against the fused kernel's 3.
-// - eager rotary embedding: complex or rotate-half arithmetic on fp32 copies: ~4x, 4 kernels.
+// - eager rotary embedding, Hugging Face's rotate-half arithmetic: ~4x, 4 kernels (TorchTitan's
+//   complex one, Stack::code.rope, is priced by rope_op itself).
 // - eager unfused softmax: scale, mask fill and softmax as three kernels.
 // - eager residual with dropout: dropout kernel, then add (5 passes against 3).
 // - compiled (Inductor; llm.c's fused_residual_forward): each norm is fused into the residual
@@ -117,8 +118,9 @@ Op rope_op(const TransformerDims& x, const FusionPasses& passes);
 // Its backward: the same kernels on the gradient (eager complex rotation: the same casts).
 Op rope_backward(const Op& rope);
 
-// Eager GQA's copy of the keys and values to every query head (Stack::code.gqa_kv repeat), and
-// its backward, which sums them back; none when the stack's attention reads the shared heads.
+// The copy of the keys and values to every query head (Stack::code.gqa_kv repeat; eager or
+// compiled code), and its backward, which sums them back; none under fused kernels or when the
+// stack's attention reads the shared heads.
 struct RepeatKv {
   Op forward, backward;
 };

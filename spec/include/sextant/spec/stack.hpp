@@ -94,9 +94,10 @@ enum class ShardUnit { kEmbedding, kBlock, kLastBlock, kHead };
 // Whether ZeRO-3 gathers a unit's parameters again for its backward under `policy`.
 bool regathers_for_backward(ReshardAfterForward policy, ShardUnit unit, bool pipelined);
 
-// How the stack's model code writes a transformer block where eager PyTorch runs it primitive by
-// primitive (Fusion::kEager; fused and compiled code run these as the lowering's fused kernels,
-// except the embedding's backward, which is ATen's wherever a PyTorch stack runs it).
+// How the stack's model code writes a transformer block where PyTorch runs it primitive by
+// primitive (Fusion::kEager). Compiled code fuses the casts and sums but keeps the complex rotary
+// multiply and repeat_kv's copies as kernels; fused kernels run none of these. The embedding's
+// backward is ATen's wherever a PyTorch stack runs it.
 enum class Projections {
   kFused,     // one GEMM for q, k and v, one for a gated MLP's gate and up (Megatron's linear_qkv)
   kSeparate,  // a linear per matrix (TorchTitan's wq, wk, wv and w1, w3; Hugging Face's Llama)
