@@ -20,6 +20,8 @@ The families the cluster files' `memory_efficiency_by_kernel` prices (docs/FORMA
                radix sort before them (8 onesweep passes of 8-byte keys and values, read and
                written, from aten::embedding_dense_backward's index count).
   vectorized   the same-dtype vectorized_elementwise_kernel launches, for comparison.
+The fifth family, cast_transpose (Transformer Engine's fp8 casts), runs in no eager PyTorch
+trace; the cluster files cite a kernel timing of their own for it.
 Bytes come from each launch's element count (grid x elements per block) and the dtypes the
 kernel's template names; only launches of at least 1M elements count, so the tails of small
 launches do not bias the rate. Usage: eager_kernel_rates.py TRACE.json.gz HBM_GBps SMS

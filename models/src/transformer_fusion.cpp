@@ -53,13 +53,19 @@ Op residual_op(OpId name, const spec::TransformerSpec& m, const TransformerDims&
   return op;
 }
 
-Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs, int64_t e) {
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
+                   const TransformerDims& x) {
+  const int64_t e = x.e;
   Fp8Casts c;
   c.forward = memory_op(name, OpClass::kElementwise, row_input * (e + 2), TpSplit::kReplicated,
                         {row_input});
   c.backward = memory_op(name, OpClass::kElementwise, outputs * (e + 2) + column_input * 2,
                          TpSplit::kReplicated, {outputs + column_input});
   c.backward.kernels = 3;  // the two output gradients' casts, the norm output's transpose
+  if (!x.compiled()) {
+    c.forward.memory_kernel = spec::MemoryKernel::kCastTranspose;
+    c.backward.memory_kernel = spec::MemoryKernel::kCastTranspose;
+  }
   return c;
 }
 

@@ -127,7 +127,7 @@ BlockOps block_forward(const spec::TransformerSpec& m, const TransformerDims& x,
   if (b.repeat) fw.push_back(b.repeat->forward);
   b.core = attention_core(m, x, b.passes, fw);
   b.proj = gemm(OpId::kAttnProj, T, x.h, x.h / x.t, e, TpSplit::kRow);
-  b.attn_fp8 = fp8_casts(OpId::kAttnFp8Cast, T * x.h / x.t, T * x.h, T * (b.qkv_out + x.h), e);
+  b.attn_fp8 = fp8_casts(OpId::kAttnFp8Cast, T * x.h / x.t, T * x.h, T * (b.qkv_out + x.h), x);
   if (x.fp8) fw.push_back(b.attn_fp8.forward);
   fw.push_back(b.proj);
   add_tp_reduce(fw, x, kAttnCollectives);
@@ -144,7 +144,7 @@ BlockOps block_forward(const spec::TransformerSpec& m, const TransformerDims& x,
                             TpSplit::kColumn, {T, b.gate * b.ffn}),
                   b.passes.act, b.passes.act_kernels);
   b.fc2 = gemm(OpId::kMlpFc2, T, x.h, b.ffn, e, TpSplit::kRow);
-  b.mlp_fp8 = fp8_casts(OpId::kMlpFp8Cast, T * b.ffn, T * x.h, T * (b.gate * b.ffn + x.h), e);
+  b.mlp_fp8 = fp8_casts(OpId::kMlpFp8Cast, T * b.ffn, T * x.h, T * (b.gate * b.ffn + x.h), x);
   if (b.moe) {
     fw.insert(fw.end(), moe_forward.begin(), moe_forward.end());
   } else {

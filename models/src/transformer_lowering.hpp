@@ -180,11 +180,14 @@ EagerLossCast eager_loss_cast(int64_t tokens, int64_t vocab, int64_t e);
 // `row_input`: elements of the row-parallel GEMM's input; `column_input`: of the column-parallel
 // GEMM's input; `outputs`: of the two GEMMs' outputs together. Weights are cast once per step
 // (is_first_microbatch), amax and scales updated by one kernel a micro-batch: not counted.
+// These kernels run at a rate of their own (MemoryKernel::kCastTranspose), except in compiled code,
+// where Inductor generates the casts (torchao's float8 under torch.compile).
 struct Fp8Casts {
   Op forward;
   Op backward;
 };
-Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs, int64_t e);
+Fp8Casts fp8_casts(OpId name, int64_t row_input, int64_t column_input, int64_t outputs,
+                   const TransformerDims& x);
 
 // The attention core of one rank for one micro-batch: unfused (scores GEMM, softmax, dropout,
 // context GEMM, keeping the s x s probabilities) or one fused flash kernel. Appends the forward

@@ -46,12 +46,13 @@ constexpr std::array<std::pair<std::string_view, OpClass>, 20> kOpClasses{
      {"barrier", OpClass::kBarrier},
      {"host", OpClass::kHost},
      {"memcpy", OpClass::kMemcpy}}};
-constexpr std::array<std::pair<std::string_view, MemoryKernel>, 5> kMemoryKernels{
+constexpr std::array<std::pair<std::string_view, MemoryKernel>, 6> kMemoryKernels{
     {{"generic", MemoryKernel::kGeneric},
      {"native_norm", MemoryKernel::kNativeNorm},
      {"mixed_dtype", MemoryKernel::kMixedDtype},
      {"strided", MemoryKernel::kStrided},
-     {"embedding_backward", MemoryKernel::kEmbeddingBackward}}};
+     {"embedding_backward", MemoryKernel::kEmbeddingBackward},
+     {"cast_transpose", MemoryKernel::kCastTranspose}}};
 constexpr std::array<std::pair<std::string_view, Phase>, 5> kPhases{
     {{"fwd", Phase::kFwd},
      {"bwd", Phase::kBwd},

@@ -199,6 +199,15 @@ TEST(StackLowering, Fp8CastsAroundEachLinearAndFp8InputsKept) {
   EXPECT_EQ(index(block.backward, "mlp.fp8_cast") + 1, index(block.backward, "mlp.fc2"));
   EXPECT_EQ(plain.saved_bytes - block.saved_bytes, (3 * T * h + T * ffn) * (2 - 1));
   EXPECT_EQ(block.saved_bytes_full, plain.saved_bytes_full);  // the block input stays bf16
+  // TE's cast-transpose kernels have a rate of their own; Inductor's casts (compiled code) do not.
+  for (const char* name : {"attn.fp8_cast", "mlp.fp8_cast"}) {
+    EXPECT_EQ(find(block.forward, name).memory_kernel, spec::MemoryKernel::kCastTranspose);
+    EXPECT_EQ(find(block.backward, name).memory_kernel, spec::MemoryKernel::kCastTranspose);
+  }
+  o.fusion = spec::Fusion::kCompiled;
+  const Layer compiled = lower(m, o).layers[fp8.split_begin];
+  EXPECT_EQ(find(compiled.forward, "mlp.fp8_cast").memory_kernel, spec::MemoryKernel::kGeneric);
+  EXPECT_EQ(find(compiled.backward, "attn.fp8_cast").memory_kernel, spec::MemoryKernel::kGeneric);
 }
 
 // TorchTitan's per-op selective checkpointing by hand on Llama-3 8B (h 4096, 32 heads, 8 kv heads

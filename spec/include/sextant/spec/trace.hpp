@@ -82,8 +82,18 @@ std::optional<CollectiveKind> collective_of(OpClass op_class);
 // TensorIterator's legacy elementwise_kernel and its reduce_kernel, no vector loads.
 // kEmbeddingBackward: ATen's embedding_dense_backward segment sums (EmbeddingBackwardKernel.cu
 // compute_grad_weight, sum_and_scatter): one thread per feature of a token row gathered through the
-// sorted order.
-enum class MemoryKernel { kGeneric, kNativeNorm, kMixedDtype, kStrided, kEmbeddingBackward };
+// sorted order. kCastTranspose: Transformer Engine's fp8 cast-transpose and transpose kernels
+// (transformer_engine/common/transpose/cast_transpose.cu: a 128-thread block per tile of at most
+// 8-byte vectors, the transpose staged through shared memory), which the fp8 recipe runs on each
+// linear's input and output gradient.
+enum class MemoryKernel {
+  kGeneric,
+  kNativeNorm,
+  kMixedDtype,
+  kStrided,
+  kEmbeddingBackward,
+  kCastTranspose
+};
 EnumNames<MemoryKernel> memory_kernel_names();
 
 enum class Phase { kFwd, kBwd, kRecompute, kOpt, kNone };
