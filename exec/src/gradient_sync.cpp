@@ -31,6 +31,10 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
   // on this rank's next transfer. The buckets are reduced after the backward, in the order the
   // simulator issues them (its NCCL-like streams overlap them: buckets_in_order there).
   if (ctx.plan->schedule == spec::Schedule::kGems) stack_.dp_overlap = false;
+  gradients_ = models::layer_gradients(*ctx.plan, stack_.dp_overlap);
+  SEXTANT_CHECK(dp_ == (ctx.plan->parameter_server.enabled ? 1 : ctx.plan->replicas()),
+                "{} replicas sum this rank's gradients, the plan has {}", dp_,
+                ctx.plan->replicas());
   ParamStore& store = stage_.params();
   replicas_ = dp_ == 1
                   ? Group{ctx.groups->replicas, 1, 0}
@@ -89,8 +93,7 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
     largest = std::max(largest, b.span.shard * group.size);
     // (Also on one replica when the optimizer runs on the host: ZeRO-Offload copies each bucket
     // as it is ready, as the simulator prices it.)
-    const bool offloaded = ctx.plan->offload.optimizer != spec::OffloadTarget::kNone;
-    if ((dp_ > 1 || offloaded) && zero_ < 3) buckets_.push_back(std::move(b));
+    if (models::bucketed(gradients_)) buckets_.push_back(std::move(b));
   }
   padded_ = ctx_.backend->zeros({std::max<int64_t>(largest, 1)});
   int64_t largest_shard = 1;
@@ -405,7 +408,9 @@ void GradientSync::before_backward(int32_t layer, int64_t micro_batch) {
 }
 
 void GradientSync::parameters_for(int32_t layer, Phase phase, int64_t micro_batch) {
-  if (zero_ != 3 || (dp_ == 1 && !fetch_)) return;
+  if (models::layer_parameters(*ctx_.plan) != models::LayerParameters::kGatheredEachPass) return;
+  SEXTANT_CHECK(dp_ > 1 || fetch_, "layer {}: ZeRO-3 on one replica without a parameter fetch",
+                layer);
   for (const Span* s : layer_spans(layer)) {
     if (fetch_) fetch_parameters(*s, phase, micro_batch);
     if (dp_ > 1) {
@@ -482,31 +487,40 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
 
 void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
   const bool last = micro_batch == micro_batches_ - 1;
-  if (zero_ == 3 && dp_ > 1) {
-    if (deferred(layer)) return;  // tied: summed across stages first, at the end of the backward
-    // Hand this micro-batch's gradient of the layer to the owners of its shards, then start the
-    // next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over tp on
-    // the shards at the end.)
-    for (const Span* s : layer_spans(layer)) {
-      reduce_scatter_span(*s, shard_grads_, true);
-      Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
-      ctx_.backend->fill(zero, 0.0f);
-      if (host_grads_ != nullptr) layer_gradients_to_host(*s, shard_grads_, micro_batch);
-    }
-    return;
-  }
-  if (zero_ == 3 && host_grads_ != nullptr) {
-    // One replica: its gradients are whole; they leave once the step's last backward made them.
-    if (last)
-      for (const Span* s : layer_spans(layer))
-        layer_gradients_to_host(*s, stage_.params().grads(), micro_batch);
-    return;
-  }
-  if (!last || !stack_.dp_overlap) return;
-  for (Bucket& b : buckets_) {
-    if (b.after_tied_sum || std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
-      continue;
-    if (--b.pending == 0) reduce_bucket(b, true);
+  switch (gradients_) {
+    case models::LayerGradients::kScatteredEachPass:
+      if (deferred(layer)) return;  // tied: summed across stages first, at the end of backward
+      // Hand this micro-batch's gradient of the layer to the owners of its shards, then start
+      // the next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over
+      // tp on the shards at the end.)
+      for (const Span* s : layer_spans(layer)) {
+        reduce_scatter_span(*s, shard_grads_, true);
+        Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
+        ctx_.backend->fill(zero, 0.0f);
+        if (host_grads_ != nullptr) layer_gradients_to_host(*s, shard_grads_, micro_batch);
+      }
+      return;
+    case models::LayerGradients::kToHostWhenComplete:
+      // One replica: its gradients are whole; they leave once the step's last backward made
+      // them.
+      SEXTANT_CHECK(host_grads_ != nullptr, "layer {}: the optimizer's host gradients are unset",
+                    layer);
+      if (last)
+        for (const Span* s : layer_spans(layer))
+          layer_gradients_to_host(*s, stage_.params().grads(), micro_batch);
+      return;
+    case models::LayerGradients::kBucketsAsCompleted:
+      if (!last) return;
+      for (Bucket& b : buckets_) {
+        if (b.after_tied_sum ||
+            std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
+          continue;
+        if (--b.pending == 0) reduce_bucket(b, true);
+      }
+      return;
+    case models::LayerGradients::kKept:
+    case models::LayerGradients::kBucketsAfterBackward:
+      return;
   }
 }
 
@@ -665,7 +679,7 @@ void GradientSync::reduce_tied() {
 }
 
 void GradientSync::finish_backward() {
-  const bool sharded_layers = dp_ > 1 && zero_ == 3;
+  const bool sharded_layers = gradients_ == models::LayerGradients::kScatteredEachPass;
   Tensor& reduced = sharded_layers ? shard_grads_ : stage_.params().grads();
   // The simulator's order (models::backward_tail).
   for (models::TailStep step : models::backward_tail()) {
@@ -727,7 +741,8 @@ void GradientSync::resend_sequence_parallel_sums() {
 }
 
 void GradientSync::after_update() {
-  if (dp_ == 1 || zero_ == 0 || zero_ == 3) return;  // ZeRO-3 gathers on use
+  // ZeRO-3 gathers on use (parameters_for).
+  if (models::layer_parameters(*ctx_.plan) != models::LayerParameters::kGatheredAfterUpdate) return;
   for (const Bucket& b : buckets_)
     if (b.span.group->size > 1) gather_span(b.span, Phase::kOpt);
 }

@@ -24,6 +24,7 @@
 #include "sextant/exec/context.hpp"
 #include "sextant/exec/powersgd.hpp"
 #include "sextant/models/lowering.hpp"
+#include "sextant/models/step_program.hpp"
 #include "sextant/spec/stack.hpp"
 #include "stage_model.hpp"
 
@@ -150,6 +151,7 @@ class GradientSync : public LayerHooks {
   spec::Stack stack_;
   int64_t dp_;
   int zero_;
+  models::LayerGradients gradients_;  // where a layer's gradients go after its backward
   Group replicas_, experts_;          // the replicas; the expert replicas (the replicas without ep)
   int64_t expert_begin_ = 0;          // where the routed experts' parameters start (Param::expert)
   int64_t whole_begin_ = 0;           // where the replica-whole ones start (Param::replica_whole)

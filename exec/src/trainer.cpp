@@ -26,6 +26,7 @@
 #include "sextant/models/lowering.hpp"
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/models/per_op_head.hpp"
+#include "sextant/models/step_program.hpp"
 #include "sextant/spec/context_parallel.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/spec/parameter_server.hpp"
@@ -325,10 +326,10 @@ class Trainer {
   void run_units(int64_t step) {
     Groups& g = *ctx_.groups;
     Backend& be = *ctx_.backend;
-    const int64_t local_chunks = stage_->chunks();
     const int64_t model_chunks = spec::model_chunks(plan_);
-    std::vector<spec::ScheduleUnit> units =
-        spec::pipeline_schedule(plan_.schedule, plan_.pp, local_chunks, micro_batches_, g.pp_rank);
+    SEXTANT_CHECK(stage_->chunks() == spec::local_chunks(plan_),
+                  "stage {} holds {} chunks, the plan gives it {}", g.pp_rank, stage_->chunks(),
+                  spec::local_chunks(plan_));
     // Transfer tags: the activation entering model chunk c for micro-batch m, and its gradient.
     auto tag = [&](int64_t m, int64_t c, bool gradient) {
       return static_cast<int>(2 * (m * model_chunks + c) + (gradient ? 1 : 0));
@@ -337,37 +338,37 @@ class Trainer {
     prefetched_.clear();
     std::vector<std::pair<std::unique_ptr<CommRequest>, Tensor>> sends;
     const std::vector<int64_t> shape = stage_->input_shape();
-    for (const spec::ScheduleUnit& u : units) {
+    for (const models::PassStep& p : models::pass_steps(plan_, g.pp_rank, micro_batches_, 1)) {
       mark_progress(step);
-      const int64_t c = spec::chunk_stage(plan_, g.pp_rank, u.chunk);  // the model's chunk
-      const bool first = c == 0, last = c == model_chunks - 1;
+      const spec::ScheduleUnit& u = p.unit;
+      const int64_t c = p.model_chunk;
       // Where the chunk's input comes from and its output goes: GEMS' second replica runs up.
-      const bool up = spec::chunk_runs_up(plan_, g.pp_rank, u.chunk);
-      const int upstream = up ? g.next : g.prev, downstream = up ? g.prev : g.next;
+      const int upstream = p.runs_up ? g.next : g.prev, downstream = p.runs_up ? g.prev : g.next;
       if (u.forward) {
         auto it = batches.find(u.micro_batch);
         if (it == batches.end())
           it = batches.emplace(u.micro_batch, micro_batch(step, u.micro_batch)).first;
         Tensor input;
-        if (!first) {
+        if (p.receives) {
           input = be.empty(shape, be.activation_dtype());
           receive(input, Phase::kFwd, u.micro_batch, upstream, tag(u.micro_batch, c, false));
         }
-        Tensor out = stage_->forward(it->second, first ? nullptr : &input, u.chunk);
-        if (!last) {
+        Tensor out = stage_->forward(it->second, p.receives ? &input : nullptr, u.chunk);
+        if (p.sends) {
           sends.push_back(transmit(out, Phase::kFwd, u.micro_batch, downstream,
                                    tag(u.micro_batch, c + 1, false)));
         }
       } else {
         Tensor grad;
-        if (!last) {
+        if (p.receives) {
           grad = be.empty(stage_->output_shape(), be.activation_dtype());
           receive(grad, Phase::kBwd, u.micro_batch, downstream, tag(u.micro_batch, c + 1, true));
         }
-        Tensor dx = stage_->backward(batches.at(u.micro_batch), last ? nullptr : &grad, u.chunk);
+        Tensor dx =
+            stage_->backward(batches.at(u.micro_batch), p.receives ? &grad : nullptr, u.chunk);
         // This rank's last use of it (under GEMS a micro-batch passes one chunk of a rank).
         if (u.chunk == 0 || plan_.schedule == spec::Schedule::kGems) batches.erase(u.micro_batch);
-        if (!first) {
+        if (p.sends) {
           sends.push_back(
               transmit(dx, Phase::kBwd, u.micro_batch, upstream, tag(u.micro_batch, c, true)));
         }

@@ -10,6 +10,7 @@
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/models/parameter_server.hpp"
 #include "sextant/models/step_ops.hpp"
+#include "sextant/models/step_program.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/sim/memory_model.hpp"
 #include "sextant/sim/program_builder.hpp"
@@ -1101,7 +1102,9 @@ double Estimator::latest_update_end(const spec::Plan& plan, const spec::Stack& s
     return ps_to_seconds(compute.optimizer_time(updated, per_param) + compute.step_overhead() +
                          (stash > 0 ? compute.optimizer_time(updated, stash) : 0));
   };
-  const bool gather_after = dp && plan.zero >= 1 && !stack.param_gather_overlap;
+  const bool gathered =
+      models::layer_parameters(plan) == models::LayerParameters::kGatheredAfterUpdate;
+  const bool gather_after = gathered && !stack.param_gather_overlap;
   double latest = 0, period = 0, slowest = 0;
   int64_t priced_params = -1, priced_experts = -1, priced_last = -1;
   double priced = 0;
@@ -1159,9 +1162,12 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
     out.step_time_s = sim::simulate(*model_, *cluster_, run, {}).report.step_time_s;
     return out;
   }
-  // The data-parallel gradient exchange (not ZeRO-3) at the end of the step: each stage's last
-  // backward passes slowed beside it, and its tail (from the stages' real buckets).
-  const bool bucketed = plan.replicas() > 1 && plan.zero != 3 && !plan.parameter_server.enabled;
+  // The data-parallel gradient exchange in buckets (models::layer_gradients: not ZeRO-3, not
+  // through parameter servers) at the end of the step: each stage's last backward passes slowed
+  // beside it, and its tail (from the stages' real buckets). On one replica only ZeRO-Offload's
+  // copies remain (update_seconds).
+  const bool bucketed =
+      plan.replicas() > 1 && models::bucketed(models::layer_gradients(plan, stack.dp_overlap));
   const DpTimes* dp = bucketed ? &dp_times(plan, stack, l, stages) : nullptr;
   // Pipeline: without stages, m micro-batches one after another; with them, the makespan of the
   // schedule over the stages' per-chunk times with a transfer on each stage boundary (cached per
@@ -1183,8 +1189,7 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
     stage_ends_at = pipeline.stage_ends_at;
     pipeline_end = pipeline.pipeline_end;
   }
-  const bool params_offloaded = plan.offload.params != spec::OffloadTarget::kNone;
-  if (plan.zero == 3 && (plan.replicas() > 1 || params_offloaded)) {
+  if (models::layer_parameters(plan) == models::LayerParameters::kGatheredEachPass) {
     // Per micro-batch, layer by layer (zero3_times): what the layers wait for their gathers
     // and how much longer they compute beside the collectives; once, the scatters left after
     // the last backward.
@@ -1200,7 +1205,8 @@ Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& s
           static_cast<double>(m) * (largest.offload_forward_wait + largest.offload_backward_wait);
     }
   }
-  if (dp && plan.zero >= 1 && stack.param_gather_overlap) {
+  if (models::layer_parameters(plan) == models::LayerParameters::kGatheredAfterUpdate &&
+      stack.param_gather_overlap) {
     // ZeRO-1/2 with Megatron's --overlap-param-gather: the updated parameters, gathered in the
     // same buckets, all dispatched at the start of the next step, each layer's first forward
     // waiting for its bucket: what the first stage's forwards take longer

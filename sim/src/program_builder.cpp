@@ -10,6 +10,7 @@
 #include "sextant/models/optimizer_step.hpp"
 #include "sextant/models/parameter_server.hpp"
 #include "sextant/models/step_ops.hpp"
+#include "sextant/models/step_program.hpp"
 #include "sextant/sim/host_issue.hpp"
 #include "sextant/sim/layer_cost.hpp"
 #include "sextant/spec/pipeline_schedule.hpp"
@@ -38,6 +39,7 @@ class StageBuilder {
         activations_offloaded_(models::layer_activation_offload(plan, lowered)),
         elem_bytes_(spec::dtype_bytes(lowered.dtype)),
         grad_bytes_(spec::dtype_bytes(spec::gradient_dtype(stack, lowered.dtype))),
+        gradients_(models::layer_gradients(plan, stack.dp_overlap)),
         micro_batches_(plan.micro_batches()),
         batches_(batches) {
     SEXTANT_CHECK(offload_ != nullptr || !plan.offload.any(),
@@ -50,7 +52,7 @@ class StageBuilder {
   Program build() {
     // Gradients leave in buckets when the data-parallel group reduces them and when the optimizer
     // runs on the host (ZeRO-Offload copies each bucket's shard as it is ready, also on one GPU).
-    if ((plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 && !servers()) {
+    if (models::bucketed(gradients_)) {
       buckets_ =
           models::gradient_buckets(plan_, lowered_, stage_, stack_.dp_bucket_bytes, grad_bytes_);
       for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -63,18 +65,15 @@ class StageBuilder {
       parameter_server_batches();
       return std::move(program_);
     }
-    std::vector<spec::ScheduleUnit> units =
-        asynchronous() ? spec::pipedream_2bw_units(plan_.pp, micro_batches_, batches_, stage_)
-                       : spec::pipeline_schedule(plan_.schedule, plan_.pp,
-                                                 spec::local_chunks(plan_), micro_batches_, stage_);
-    for (const spec::ScheduleUnit& u : units) {
-      if (u.forward) {
-        forward_unit(u);
+    for (const models::PassStep& p : models::pass_steps(plan_, stage_, micro_batches_, batches_)) {
+      if (p.unit.forward) {
+        forward_unit(p);
       } else {
-        backward_unit(u);
+        backward_unit(p);
         // PipeDream(-2BW): the stage's part of a batch is done; it reduces its gradients and
         // updates while the next batch flows on (no flush).
-        if (last_of_batch(u.micro_batch) && u.micro_batch + 1 < micro_batches_ * batches_) {
+        const int64_t mb = p.unit.micro_batch;
+        if (last_of_batch(mb) && mb + 1 < micro_batches_ * batches_) {
           finish_batch();
           for (size_t b = 0; b < buckets_.size(); ++b)
             pending_[b] = static_cast<int64_t>(buckets_[b].layers.size());
@@ -89,8 +88,6 @@ class StageBuilder {
  private:
   bool asynchronous() const { return spec::asynchronous(plan_.schedule); }
   bool servers() const { return plan_.parameter_server.enabled; }
-  // Whether gradient buckets are reduced as the backward makes them.
-  bool overlap_buckets() const { return stack_.dp_overlap; }
   // Under GEMS a rank and its mirror may finish their two chunks' buckets in different orders:
   // each bucket is issued once it and every bucket before it in the list are ready, the order
   // every member of the group issues them in (the executor's too).
@@ -101,17 +98,17 @@ class StageBuilder {
   // first compute waits for the pull of batch b - s - 1's update.
   void parameter_server_batches() {
     const int64_t staleness = plan_.parameter_server.staleness;
-    const std::vector<spec::ScheduleUnit> units = spec::pipeline_schedule(
-        plan_.schedule, plan_.pp, spec::local_chunks(plan_), micro_batches_, stage_);
+    const std::vector<models::PassStep> passes =
+        models::pass_steps(plan_, stage_, micro_batches_, 1);
     for (; batch_ < batches_; ++batch_) {
       if (const int64_t read = batch_ - staleness - 1; read >= 0)
         require(pulls_[static_cast<size_t>(read)]);
-      for (spec::ScheduleUnit u : units) {
-        u.micro_batch += batch_ * micro_batches_;
-        if (u.forward) {
-          forward_unit(u);
+      for (models::PassStep p : passes) {
+        p.unit.micro_batch += batch_ * micro_batches_;
+        if (p.unit.forward) {
+          forward_unit(p);
         } else {
-          backward_unit(u);
+          backward_unit(p);
         }
       }
       finish_batch();
@@ -165,7 +162,7 @@ class StageBuilder {
       switch (step) {
         case models::TailStep::kUntiedBuckets:
           // Without overlap all gradients are reduced after the whole backward, in buckets.
-          if (!overlap_buckets())
+          if (gradients_ == models::LayerGradients::kBucketsAfterBackward)
             for (const models::GradientBucket& b : buckets_)
               if (!b.after_tied_sum) reduce_bucket(b, last);
           break;
@@ -190,7 +187,11 @@ class StageBuilder {
   // ZeRO-3 fetches each layer's parameters before it runs: all-gathered from the data-parallel
   // group, and first copied to the device from the host when offloaded.
   bool fetches_params() const {
-    return plan_.zero == 3 && (plan_.replicas() > 1 || offload_params());
+    return models::layer_parameters(plan_) == models::LayerParameters::kGatheredEachPass;
+  }
+  // ZeRO-1/2 over replicas: the updated buckets are all-gathered.
+  bool gathers_updates() const {
+    return models::layer_parameters(plan_) == models::LayerParameters::kGatheredAfterUpdate;
   }
   // A rank's ZeRO shard of a span of `params` parameters over the replicas (models::zero_shard).
   int64_t shard(int64_t params) const { return models::zero_shard(params, plan_.replicas()); }
@@ -236,18 +237,13 @@ class StageBuilder {
     offload_task(copy, offload_->device_host_copy(copy.bytes), Phase::kBwd, mb, layer, deps);
   }
 
-  int64_t global_chunk(int64_t local) const { return spec::chunk_stage(plan_, stage_, local); }
-  bool first_chunk(int64_t local) const { return global_chunk(local) == 0; }
-  bool last_chunk(int64_t local) const {
-    return global_chunk(local) == spec::model_chunks(plan_) - 1;
-  }
-  // Where a chunk's forward input comes from and its output goes: the ring's previous and next
+  // Where a pass's forward input comes from and its output goes: the ring's previous and next
   // rank, or for GEMS' second replica the next and previous one on that replica's channels.
-  PeerSlot upstream(int64_t local) const {
-    return spec::chunk_runs_up(plan_, stage_, local) ? PeerSlot::kNextUp : PeerSlot::kPrev;
+  static PeerSlot upstream(const models::PassStep& p) {
+    return p.runs_up ? PeerSlot::kNextUp : PeerSlot::kPrev;
   }
-  PeerSlot downstream(int64_t local) const {
-    return spec::chunk_runs_up(plan_, stage_, local) ? PeerSlot::kPrevUp : PeerSlot::kNext;
+  static PeerSlot downstream(const models::PassStep& p) {
+    return p.runs_up ? PeerSlot::kPrevUp : PeerSlot::kNext;
   }
   // The last micro-batch of the step a chunk's backward runs: of the batch, or under GEMS of the
   // chunk's replica's half (spec/pipeline_schedule.hpp).
@@ -611,9 +607,7 @@ class StageBuilder {
   // parameters updated by the previous step are gathered in buckets while the first micro-batch
   // runs forward, each layer waiting for its bucket. A step in steady state looks the same.
   void gather_parameters_ahead() {
-    if (plan_.replicas() == 1 || (plan_.zero != 1 && plan_.zero != 2) ||
-        !stack_.param_gather_overlap)
-      return;
+    if (!gathers_updates() || !stack_.param_gather_overlap) return;
     // Megatron gathers the same buckets it reduces, the first forward's first layers first.
     for (size_t b = buckets_.size(); b-- > 0;) {
       if (bucket_ranks(buckets_[b]) == 1 || buckets_[b].params == 0) continue;
@@ -773,12 +767,12 @@ class StageBuilder {
     });
   }
 
-  void forward_unit(const spec::ScheduleUnit& u) {
+  void forward_unit(const models::PassStep& p) {
+    const spec::ScheduleUnit& u = p.unit;
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
-    if (!first_chunk(u.chunk))
-      receive(upstream(u.chunk), boundary_bytes(b), Phase::kFwd, u.micro_batch,
-              static_cast<int32_t>(b));
+    if (p.receives)
+      receive(upstream(p), boundary_bytes(b), Phase::kFwd, u.micro_batch, static_cast<int32_t>(b));
     std::vector<size_t> order;
     for (size_t l = b; l < e; ++l) order.push_back(l);
     last_offload_ = -1;  // the double buffer is the pass's own
@@ -793,20 +787,20 @@ class StageBuilder {
       run_ops(l, lowered_.layers[l].forward, Phase::kFwd, u.micro_batch);
       if (activations_offloaded_[l]) activations_to_host(l, u.micro_batch, l + 1 < e);
     });
-    if (!last_chunk(u.chunk))
-      send(downstream(u.chunk), boundary_bytes(e), Phase::kFwd, u.micro_batch,
+    if (p.sends)
+      send(downstream(p), boundary_bytes(e), Phase::kFwd, u.micro_batch,
            static_cast<int32_t>(e - 1));
   }
 
-  void backward_unit(const spec::ScheduleUnit& u) {
+  void backward_unit(const models::PassStep& p) {
+    const spec::ScheduleUnit& u = p.unit;
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
-    const bool last_mb = last_of_chunk(u.micro_batch);
-    const bool fsdp = plan_.zero == 3 && plan_.replicas() > 1;
-    const bool bucketed = (plan_.replicas() > 1 || offload_optimizer()) && plan_.zero < 3 &&
-                          overlap_buckets() && last_mb;
-    if (!last_chunk(u.chunk))
-      receive(downstream(u.chunk), boundary_bytes(e), Phase::kBwd, u.micro_batch,
+    // The step's last backward through the chunk: its gradients are complete.
+    const bool complete = last_of_chunk(u.micro_batch);
+    using models::LayerGradients;
+    if (p.receives)
+      receive(downstream(p), boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
     std::vector<size_t> order;
     for (size_t l = e; l-- > b;) order.push_back(l);
@@ -825,9 +819,9 @@ class StageBuilder {
         run_ops(l, layer.selective_forward, Phase::kRecompute, u.micro_batch);
       }
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
-      if (fsdp && layer.params == 0) {
+      if (gradients_ == LayerGradients::kScatteredEachPass && layer.params == 0) {
         // Nothing to reduce (pass: nothing gathered either).
-      } else if (fsdp) {
+      } else if (gradients_ == LayerGradients::kScatteredEachPass) {
         int32_t before = flush();
         const int64_t experts = expert_params(l);
         const auto at = static_cast<int32_t>(l);
@@ -840,16 +834,15 @@ class StageBuilder {
         if (!stack_.dp_overlap) require(reduced);  // the backward waits for its reductions
         if (offload_optimizer())
           gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
-      } else if (plan_.zero == 3 && offload_optimizer() && last_mb) {
+      } else if (gradients_ == LayerGradients::kToHostWhenComplete && complete) {
         // One rank holds every gradient: its layer's gradients go to the host once complete.
         gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), flush());
-      } else if (bucketed) {
+      } else if (gradients_ == LayerGradients::kBucketsAsCompleted && complete) {
         layer_reduced(l);
       }
     });
-    if (!first_chunk(u.chunk))
-      send(upstream(u.chunk), boundary_bytes(b), Phase::kBwd, u.micro_batch,
-           static_cast<int32_t>(b));
+    if (p.sends)
+      send(upstream(p), boundary_bytes(b), Phase::kBwd, u.micro_batch, static_cast<int32_t>(b));
   }
 
   // The bytes `layer` keeps for its backward under its recompute mode: what offloading moves.
@@ -1015,10 +1008,8 @@ class StageBuilder {
     if (offload_optimizer()) {
       const int32_t ready = host_optimizer_step(updated_params());
       host_step_overhead();
-      if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) &&
-          !stack_.param_gather_overlap) {
+      if (gathers_updates() && !stack_.param_gather_overlap)
         for (const models::GradientBucket& b : buckets_) gather_bucket(b, Phase::kOpt, -1, ready);
-      }
       return;
     }
     // ZeRO shards the optimizer state (and the update) over the data-parallel group (the routed
@@ -1052,7 +1043,7 @@ class StageBuilder {
     // Mid-window (PipeDream-2BW) the next batch has started: the gather runs beside it, for the
     // batch after it, and is not left to the start of a next step.
     const bool gather_now = !stack_.param_gather_overlap || batch_ + 1 < batches_;
-    if (plan_.replicas() > 1 && (plan_.zero == 1 || plan_.zero == 2) && gather_now) {
+    if (gathers_updates() && gather_now) {
       for (const models::GradientBucket& b : buckets_)
         if (bucket_ranks(b) > 1) gather_bucket(b, Phase::kOpt, -1, opt);
     }
@@ -1112,7 +1103,8 @@ class StageBuilder {
   std::map<std::pair<int64_t, size_t>, int32_t> copied_out_;  // (micro-batch, layer) -> its copy
                                                               // to the host, until reloaded
   int64_t elem_bytes_;
-  int64_t grad_bytes_;  // per gradient element, in the stack's gradient dtype
+  int64_t grad_bytes_;                // per gradient element, in the stack's gradient dtype
+  models::LayerGradients gradients_;  // where a layer's gradients go after its backward
   int64_t micro_batches_;
   int64_t batches_;    // batches run back to back (PipeDream-2BW's window; otherwise 1)
   int64_t batch_ = 0;  // the batch being built
