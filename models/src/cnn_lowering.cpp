@@ -206,7 +206,7 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   o.c = out_c;
   const int64_t held_c = cs.held(out_c);
   layer.params += n * cin * window + (bias ? held_c : 0);
-  // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn_params.cpp).
+  // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn/cnn_params.cpp).
   layer.matrices.push_back({n, cin * window});
   layer.params_total += out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
   int64_t out_bytes = B * held_c * out_pixels * e;

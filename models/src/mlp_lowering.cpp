@@ -33,7 +33,7 @@ LoweredModel lower_mlp(const spec::ModelSpec& model, const LoweringOptions& o) {
     layer.backward.push_back(memory_backward(post, last ? 1.0 : 1.5));
     layer.backward.push_back(gemm_backward(fc));
     layer.params_total = layer.params = in * outw + (m.bias ? outw : 0);
-    layer.matrices = {{in, outw}};  // exec/src/mlp_stage.cpp's [in, out]
+    layer.matrices = {{in, outw}};  // exec/src/per_op/mlp_stage.cpp's [in, out]
     layer.saved_bytes = (B * in + B * outw) * e;
     layer.saved_bytes_selective = layer.saved_bytes;
     layer.saved_bytes_full = B * in * e;

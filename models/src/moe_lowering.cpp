@@ -185,7 +185,7 @@ MoeMlp moe_mlp(const spec::TransformerSpec& m, const TransformerDims& x, const F
   out.expert = local * expert_rank;
   out.routed_total = E * (h * gate * f + bias * gate * f + f * h + bias * h);
   out.weight_elements = h * E + held * (h * gate * f + f * h) / x.t;
-  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp): the router, each routed
+  // [rows, cols] as the executor holds them (exec/src/gpt/gpt_params.cpp): the router, each routed
   // expert's two and the shared experts' two (one MLP of their summed width). Under ep the routed
   // experts' gradients travel in buckets of their own, never compressed
   // (spec::expert_parallel_problem), so only the dense buckets list matrices.

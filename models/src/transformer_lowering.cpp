@@ -241,7 +241,7 @@ void block_parameters(const spec::TransformerSpec& m, const TransformerDims& x, 
     layer.routed_expert_params_total = moe->routed_total;
     layer.expert_params = moe->expert;
   }
-  // [rows, cols] as the executor holds them (exec/src/gpt_params.cpp)
+  // [rows, cols] as the executor holds them (exec/src/gpt/gpt_params.cpp)
   layer.matrices = {{x.h, qkv_full / x.t}, {x.h / x.t, x.h}};
   if (moe) {
     layer.matrices.insert(layer.matrices.end(), moe->matrices.begin(), moe->matrices.end());

@@ -45,7 +45,7 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
                    "the executor offloads the parameters with the optimizer (offload/optimizer "
                    "\"host\" or \"nvme\": the host step updates the master values the layers "
                    "fetch)"});
-  // Activation offload moves each transformer block's cache (exec/src/transformer_block.cpp).
+  // Activation offload moves each transformer block's cache (exec/src/gpt/transformer_block.cpp).
   if (plan.offload.activations != OffloadTarget::kNone && !model.is_transformer())
     out.push_back({"/offload/activations", "\"host\"",
                    "the executor offloads the activations of transformer blocks (MLPs and "
@@ -134,25 +134,26 @@ void host_fp32_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun
         "memory); other backends exchange gradients uncompressed");
   if (plan.parameter_server.enabled)
     add("/parameter_server", fmt::format("staleness {}", plan.parameter_server.staleness),
-        "parameter servers run on CPU ranks in fp32 (exec/src/parameter_servers.cpp sums and "
+        "parameter servers run on CPU ranks in fp32 (exec/src/train/parameter_servers.cpp sums and "
         "sends host memory)");
   if (plan.tp_grid.any())
     add("/tp_grid", tensor_grid_text(plan.tp_grid),
         "a 3D tensor grid runs on CPU ranks in fp32 (its column splits are "
-        "exec/src/grid_linear.cpp's host copies)");
+        "exec/src/gpt/grid_linear.cpp's host copies)");
   if (plan.cp > 1)
     add("/cp", std::to_string(plan.cp),
         "context parallelism runs on CPU ranks in fp32 (its attention kernels are "
-        "exec/src/context_attention.cpp)");
+        "exec/src/attention/context_attention.cpp)");
   if (model.is_transformer() && model.transformer().moe)
     add("model /transformer/moe", "",
-        "mixtures of experts run on CPU ranks in fp32 (exec/src/moe_layer.hpp)");
+        "mixtures of experts run on CPU ranks in fp32 (exec/src/moe/moe_layer.hpp)");
   if (!plan.per_op.empty())
     add("/per_op", op_splits_text(plan.per_op).substr(1),
-        "per-op splits run on CPU ranks in fp32 (exec/src/split_block.cpp moves fp32 blocks)");
+        "per-op splits run on CPU ranks in fp32 (exec/src/per_op/split_block.cpp moves fp32 "
+        "blocks)");
 }
 
-// Per-op splits (exec/src/split_block.hpp): what its blocks do not run.
+// Per-op splits (exec/src/per_op/split_block.hpp): what its blocks do not run.
 void per_op_rules(const TransformerSpec& t, const Plan& plan, std::vector<Problem>& out) {
   if (plan.per_op.empty()) return;
   const std::string splits = op_splits_text(plan.per_op).substr(1);
@@ -208,8 +209,9 @@ void transformer_rules(const TransformerSpec& t, const Plan& plan, const Executo
                                t.vocab)});
 }
 
-// A chain of fc layers split by op (a CNN's classifier, an MLP: exec/src/split_fc_chain.hpp): on
-// one pipeline stage, beside data parallelism and ZeRO-1/2 only.
+// A chain of fc layers split by op (a CNN's classifier, an MLP:
+// exec/src/per_op/split_fc_chain.hpp): on one pipeline stage, beside data parallelism and ZeRO-1/2
+// only.
 void fc_chain_rules(const Plan& plan, std::vector<Problem>& out) {
   if (plan.per_op.empty()) return;
   if (plan.pp > 1)

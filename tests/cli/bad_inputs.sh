@@ -86,7 +86,7 @@ expect_error "/cp_algorithm = \"spiral\"" "$sextant" simulate --model gpt-tiny -
 expect_error "/cp_algorithm = ring: ring attention runs blockwise flash attention" \
   "$sextant" run --model gpt-tiny --np 2 --global-batch 2 --cp 2 --steps 1
 # AxoNN's 3D tensor grid: three axes whose product is tp, the axes dividing what they split
-# (spec/tensor_grid.cpp); the executor runs it on CPU ranks in fp32 (exec/src/grid_linear.hpp).
+# (spec/tensor_grid.cpp); the executor runs it on CPU ranks in fp32 (exec/src/gpt/grid_linear.hpp).
 expect_error "--tp-grid = 2x2: expected XxYxZ" "$sextant" simulate --model gpt-tiny \
   --cluster dgx-a100 --global-batch 2 --tp-grid 2x2
 expect_error "/tp_grid = 1x1x4: z (4) must divide micro_batch (2)" "$sextant" simulate \
@@ -95,7 +95,7 @@ expect_error "/tp_grid = 2x1x2: a 3D tensor grid runs on CPU ranks in fp32" \
   "$sextant" run --model gpt-tiny --np 4 --global-batch 2 --micro-batch 2 --tp-grid 2x1x2 \
   --steps 1 --precision bf16
 # Gradient compression: knobs checked where they are given (flag or plan file), DDP only, and
-# the CUDA executor refuses it (spec/plan.cpp, exec/runner.cpp).
+# the CUDA executor refuses it (spec/plan.cpp, exec/src/train/runner.cpp).
 expect_error "--compression: /bits = 3: must be 2, 4 or 8" "$sextant" simulate --model gpt-tiny \
   --cluster local-cpu --dp 2 --global-batch 2 --compression qsgd:bits=3
 expect_error "/compression/kind = onebit: applies to the all-reduce of DDP (zero 0)" "$sextant" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """docs/ARCHITECTURE.md against the code: its dependency graph is CMake's, it names every public
-header, and every source file it names exists. Usage: architecture.py <project root>"""
+header, and every source file and path it names exists. Usage: architecture.py <project root>"""
 import pathlib
 import re
 import subprocess
@@ -79,6 +79,19 @@ for n in sorted(named):
                          + "$")
     if not any(pattern.match(b) for b in basenames):
         problems.append(f"files: docs/ARCHITECTURE.md names {n}, which no file is")
+
+# 4. A name with a folder in it (`src/gpt/`, `src/cuda/flash_mma.cuh`) is where the file or
+# folder is: a tracked path ends with it (a folder's name: a tracked path holds it). Names with
+# capitals are placeholders or identifiers, not paths.
+for n in sorted(named):
+    if "/" not in n or n.startswith(("http", "/", "$")) or not re.fullmatch(r"[a-z0-9_./*<>-]+", n):
+        continue
+    body = re.sub(r"<[^>]*>", ".*", re.escape(n).replace(r"\*", "[^/]*"))
+    folder = n.endswith("/") or "." not in n.rsplit("/", 1)[-1]
+    pattern = re.compile(r"(^|/)" + body + (r"(/|$)" if folder and not n.endswith("/") else
+                                            "" if folder else "$"))
+    if not any(pattern.search(f) for f in files):
+        problems.append(f"paths: docs/ARCHITECTURE.md names {n}, which no tracked path is")
 
 for p in problems:
     print(p)

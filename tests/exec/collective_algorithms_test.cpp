@@ -1,7 +1,8 @@
-// The collectives a plan names, run from point-to-point messages (exec/src/p2p_collectives.hpp),
-// against MPI's own on the same data, on 2, 3, 4 and 5 ranks (mpirun; 3 and 5 fold into a power of
-// two first). Integer-valued data sums exactly in any order, so every result must equal MPI's
-// bit for bit; random data must agree to rounding and be bitwise alike on every rank.
+// The collectives a plan names, run from point-to-point messages
+// (exec/src/comm/p2p_collectives.hpp), against MPI's own on the same data, on 2, 3, 4 and 5 ranks
+// (mpirun; 3 and 5 fold into a power of two first). Integer-valued data sums exactly in any order,
+// so every result must equal MPI's bit for bit; random data must agree to rounding and be bitwise
+// alike on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -217,7 +218,7 @@ TEST(CollectiveAlgorithms, AllToAllAndBroadcastEqualMpis) {
 
 // Rank `rank`'s top-k selection for the sparse all-reduce test: k distinct indices below n
 // (13 j + 7 rank mod n, 13 prime to n = 100), sorted, then their values as bits, as top-k encodes
-// them (exec/gradient_codec.cpp): small integers, which sum exactly in any order.
+// them (exec/src/comm/gradient_codec.cpp): small integers, which sum exactly in any order.
 std::vector<uint32_t> selection(int rank, int64_t k, int64_t n) {
   std::vector<uint32_t> index;
   for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<uint32_t>((13 * j + 7 * rank) % n));

@@ -196,9 +196,9 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
   for (size_t i = 0; i < ref.loss.size(); ++i) {
     EXPECT_NEAR(got[i].loss, ref.loss[i], rel_tol() * std::fabs(ref.loss[i]))
         << plan.name() << " step " << i << " (single rank " << ref.loss[i] << ")";
-    // PipeDream(-2BW)'s stages update one by one, without a global norm (exec/src/trainer.cpp).
-    // In bf16 the norms of later steps drift a few percent with the rounding (as far as a
-    // miscounted norm weight would move them): checked in fp32.
+    // PipeDream(-2BW)'s stages update one by one, without a global norm
+    // (exec/src/train/trainer.cpp). In bf16 the norms of later steps drift a few percent with the
+    // rounding (as far as a miscounted norm weight would move them): checked in fp32.
     if (!asynchronous && !in_bf16()) {
       EXPECT_NEAR(got[i].grad_norm, ref.grad_norm[i], rel_tol() * ref.grad_norm[i])
           << plan.name() << " step " << i << " gradient norm (single rank " << ref.grad_norm[i]
@@ -283,7 +283,7 @@ void drop_sparse_union_bytes(spec::Trace& trace) {
       e.bytes = 0;
 }
 
-// Offloaded activations: what a block's cache holds (exec/src/transformer_block.cpp) against
+// Offloaded activations: what a block's cache holds (exec/src/gpt/transformer_block.cpp) against
 // what the lowering counts (Korthikanti et al.'s tensors). Compared per rank by count; returns
 // the world's bytes of each copy and the copies, and drops the bytes from `trace`.
 struct OffloadedActivations {

@@ -2,7 +2,7 @@
 conv2d (conv3d for volumes), batch_norm (training mode), max/avg/adaptive pooling and linear layers, with the same
 initial weights and samples regenerated from Sextant's definitions (gpt_reference.init_normal:
 counter-based normal init keyed by tensor name and global element index; Gaussian images labelled
-by a fixed random linear teacher, exec/src/data.cpp classification_sample; a network ending in a
+by a fixed random linear teacher, exec/src/train/data.cpp classification_sample; a network ending in a
 conv labels every pixel of its last map, segmentation_sample), trained with
 torch.optim.AdamW and clip_grad_norm_. Prints one JSON line per step: {"step", "loss",
 "grad_norm", "step_time_s"} (the time of the step's compute, the samples' generation left out: what
@@ -337,7 +337,7 @@ def main():
         return x
 
     pixels = C * int(np.prod(spatial))  # the image's elements
-    read = min(pixels, 1024)  # exec/src/data.hpp kTeacherInputs
+    read = min(pixels, 1024)  # exec/src/train/data.hpp kTeacherInputs
     teacher = init_normal(seed, "teacher", read * classes).astype(np.float32).reshape(read, classes)
     # segmentation_sample: a teacher over the channels of the image pixel under each output pixel
     # (the image's centre crop), float32 scores accumulated channel by channel.

@@ -40,7 +40,7 @@ def fnv1a(s):
 
 
 def init_normal(seed, name, n):
-    """exec/src/parameters.cpp init_normal for global indices 0..n-1."""
+    """exec/src/train/parameters.cpp init_normal for global indices 0..n-1."""
     with np.errstate(over="ignore"):
         key = splitmix64(np.array([seed ^ fnv1a(name)], dtype=np.uint64))[0]
         idx = np.arange(n, dtype=np.uint64)
@@ -53,7 +53,7 @@ def init_normal(seed, name, n):
 
 
 def sequence(seed, index, vocab, seq):
-    """exec/src/data.cpp SyntheticTokens."""
+    """exec/src/train/data.cpp SyntheticTokens."""
     with np.errstate(over="ignore"):
         h = int(splitmix64(np.array([seed], dtype=np.uint64) ^ splitmix64(np.array([index], dtype=np.uint64)))[0])
     start = h % vocab
@@ -90,7 +90,7 @@ def main():
     bias = t.get("bias", True)
     tied = t.get("tied_embeddings", False)
     g = 2 if swiglu else 1
-    # A mixture of experts (exec/src/moe_layer.hpp): top-k routing, the chosen logits' softmax as
+    # A mixture of experts (exec/src/moe/moe_layer.hpp): top-k routing, the chosen logits' softmax as
     # the weights, each expert a SwiGLU/GELU MLP of its own width, shared experts as one MLP. With
     # a capacity factor each expert takes at most ceil(factor * copies / experts) of a
     # micro-batch's copies, those of the highest weights (GShard; Megatron-LM's "probs" policy).

@@ -175,8 +175,8 @@ TEST(ExecutorSupport, CnnsRunInFp32AndSplitOnCpuRanks) {
   expect_refused(resnet, pp, kCpu, "/schedule", "interleaves transformer stages only");
 }
 
-// A CNN's fc layers split by op (exec/src/split_fc_chain.hpp) run on CPU ranks in fp32, on one
-// pipeline stage and beside ZeRO-1/2 at most.
+// A CNN's fc layers split by op (exec/src/per_op/split_fc_chain.hpp) run on CPU ranks in fp32, on
+// one pipeline stage and beside ZeRO-1/2 at most.
 TEST(ExecutorSupport, CnnPerOpSplitsRunOnOneStageOfCpuRanks) {
   const ModelSpec vgg = models::zoo_model("vgg19");
   Plan plan = dp2();

@@ -56,7 +56,7 @@ spec::ModelSpec tiny_llama_wide_vocab() {
   return m;
 }
 
-// A mixture of experts (exec/src/moe_layer.hpp): llama-test with 8 experts of 16 (top-2, one
+// A mixture of experts (exec/src/moe/moe_layer.hpp): llama-test with 8 experts of 16 (top-2, one
 // shared expert) in its last three blocks, split over up to 8 expert-parallel ranks.
 spec::ModelSpec tiny_moe() {
   spec::ModelSpec m = tiny_llama();
@@ -71,7 +71,7 @@ spec::ModelSpec tiny_moe() {
   return m;
 }
 
-// moe-test with a capacity factor of 1 (exec/src/moe_layer.hpp): each expert takes at most its
+// moe-test with a capacity factor of 1 (exec/src/moe/moe_layer.hpp): each expert takes at most its
 // even share of a micro-batch's copies on a rank, the rest dropped by weight.
 spec::ModelSpec tiny_moe_capacity() {
   spec::ModelSpec m = tiny_moe();
@@ -276,7 +276,7 @@ spec::Plan with_flash(spec::Plan p) {
   return p;
 }
 
-// AxoNN's 3D tensor grid over the plan's tp = x * y * z ranks (exec/src/grid_linear.hpp), with
+// AxoNN's 3D tensor grid over the plan's tp = x * y * z ranks (exec/src/gpt/grid_linear.hpp), with
 // micro-batches of z sequences, one per z slice.
 spec::Plan with_grid(spec::Plan p, int64_t x, int64_t y, int64_t z) {
   p.tp_grid = {x, y, z};
@@ -308,7 +308,7 @@ spec::Plan other_algorithms(spec::Plan p, Net net) {
   return p;
 }
 
-// ZeRO-Offload: the optimizer's shard on the host pool (exec/src/trainer.cpp).
+// ZeRO-Offload: the optimizer's shard on the host pool (exec/src/train/trainer.cpp).
 spec::Plan offloaded(spec::Plan p) {
   p.offload.optimizer = spec::OffloadTarget::kHost;
   return p;
@@ -337,7 +337,8 @@ spec::Plan parameters_on_nvme(spec::Plan p) {
 }
 
 // Activation offload: what the first `layers` blocks of each chunk (0: every block) keep for
-// backward on the host pool between their forward and backward (exec/src/transformer_block.cpp).
+// backward on the host pool between their forward and backward
+// (exec/src/gpt/transformer_block.cpp).
 spec::Plan activations_offloaded(spec::Plan p, int64_t layers = 0) {
   p.offload.activations = spec::OffloadTarget::kHost;
   p.offload.activation_layers = layers;
@@ -372,7 +373,7 @@ spec::Plan two_samples(spec::Plan p) {
   return p;
 }
 
-// Collectives by named algorithms from point-to-point messages (exec/src/p2p_collectives.hpp)
+// Collectives by named algorithms from point-to-point messages (exec/src/comm/p2p_collectives.hpp)
 // rather than MPI's own choice.
 spec::Plan with_algorithms(spec::Plan p, spec::CollectiveAlgorithms algorithms) {
   p.collective_algorithms = std::move(algorithms);
@@ -391,8 +392,8 @@ spec::Plan with_recompute(spec::Plan p, spec::Recompute r, int64_t layers = 0) {
   return p;
 }
 
-// Per-op splits (Plan::per_op, exec/src/split_block.hpp) over `micro_batch` sequences: `ops` each
-// take `split` (dimension -> mesh axes).
+// Per-op splits (Plan::per_op, exec/src/per_op/split_block.hpp) over `micro_batch` sequences: `ops`
+// each take `split` (dimension -> mesh axes).
 spec::Plan per_op(spec::Plan p, int64_t micro_batch, std::vector<const char*> ops,
                   std::map<std::string, std::vector<std::string>> split) {
   p.micro_batch = micro_batch;
@@ -800,7 +801,7 @@ std::vector<Layout> layouts() {
        Net::kLlama},
       {"llama_dp4_tp2_per_op_norms_sequence",
        per_op(plan_of(4, 2, 1), 1, {"norm1", "norm2"}, {{"b", {"d"}}, {"s", {"t"}}}), Net::kLlama},
-      // Llama's logits split by op (models/per_op_head.hpp, exec/src/gpt_head.hpp): the
+      // Llama's logits split by op (models/per_op_head.hpp, exec/src/gpt/gpt_head.hpp): the
       // vocabulary over the replicas (each a block of the output weights for every replica's
       // tokens), over d x t, the tokens over t (the weights whole on each, their gradient summed
       // over t), with sequence parallelism, and beside the blocks' own splits; on a vocabulary of
@@ -822,7 +823,7 @@ std::vector<Layout> layouts() {
        Net::kLlamaWideVocab},
       {"llama_dp4_tp2_per_op_logits", per_op(plan_of(4, 2, 1), 2, {"logits"}, {{"V", {"t", "d"}}}),
        Net::kLlamaWideVocab},
-      // A CNN's fc layers split by op (exec/src/split_fc_chain.hpp): the VGG's fc1 (layer5,
+      // A CNN's fc layers split by op (exec/src/per_op/split_fc_chain.hpp): the VGG's fc1 (layer5,
       // 64 -> 32, ReLU) and fc2 (layer6, 32 -> 10 classes), the ResNet's one fc (layer6, 32 -> 10).
       // Output features over the replicas (the batch gathered, each replica its weight columns),
       // whole weights on every replica (copies), the classifier's contracted features over the

@@ -2,7 +2,7 @@
 // which the CPU-only tests also call directly.
 #include <cstring>
 
-#include "conv_geometry.hpp"
+#include "cnn/conv_geometry.hpp"
 #include "cpu_backend.hpp"
 #include "sextant/exec/conv_kernels.hpp"
 #include "sextant/spec/error.hpp"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "../eigen_maps.hpp"
+#include "core/eigen_maps.hpp"
 #include "sextant/exec/tensor.hpp"
 
 namespace sextant::exec::cpu {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "conv_geometry.hpp"
+#include "cnn/conv_geometry.hpp"
 #include "cuda_check.hpp"
 #include "cuda_convolution.hpp"
 #include "sextant/spec/error.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mpi_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "sextant/exec/communicator.hpp"
 
 namespace sextant::exec {

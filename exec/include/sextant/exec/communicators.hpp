@@ -26,7 +26,7 @@ std::pair<int, int> node_local_rank(MPI_Comm world);
 
 // Takes ownership of `comm` (unless it is MPI_COMM_WORLD or MPI_COMM_SELF). Collective over
 // `comm`. The device kinds throw std::runtime_error in a build without CUDA. `algorithms`: the
-// collectives the mpi kind runs by the named algorithm (exec/src/p2p_collectives.hpp) rather
+// collectives the mpi kind runs by the named algorithm (exec/src/comm/p2p_collectives.hpp) rather
 // than MPI's choice; the device kinds take none (spec::executor_problems refuses them there).
 std::unique_ptr<Communicator> make_communicator(CommKind kind, MPI_Comm comm, std::string name,
                                                 const spec::CollectiveAlgorithms& algorithms = {});

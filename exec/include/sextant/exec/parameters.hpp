@@ -32,7 +32,7 @@ struct Param {
   bool tp_partial = false;
   bool tied_copy = false;  // the last stage's copy of a tied embedding
   // A weight block of a 3D tensor grid, of which the rank holds a 1/z shard: its layer
-  // reduce-scatters each micro-batch's gradient over z (exec/src/grid_linear.hpp). The grid's
+  // reduce-scatters each micro-batch's gradient over z (exec/src/gpt/grid_linear.hpp). The grid's
   // other parameters, held alike by the z slices, have gradients that are partial sums over z.
   bool grid_sharded = false;
   // A routed expert's, under expert parallelism: summed over the expert replicas, not the
@@ -77,8 +77,8 @@ class ParamStore {
   void refresh_compute(int64_t begin, int64_t end);
   void refresh_compute() { refresh_compute(0, total()); }
 
-  // PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp, exec/src/trainer.cpp): a
-  // second buffer of what the kernels read, holding the current values at first, which
+  // PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp, exec/src/train/trainer.cpp):
+  // a second buffer of what the kernels read, holding the current values at first, which
   // swap_versions() exchanges with the one the parameters view. In fp32 the master values are
   // that copy, so they are the ones doubled and swapped (masters_versioned()); in mixed
   // precision the one fp32 master stays, always the newest version.

@@ -1,7 +1,8 @@
 // A dense transformer block under a plan's per-op splits (spec/per_op_plan.hpp): the block graph
 // (block_graph.hpp) on the plan's mesh of dp replicas ("d") by tp ranks ("t"), the splits the
 // uniform layout gives each op and those the plan chooses. The lowering prices the chosen splits
-// (per_op_lowering.cpp) and the executor runs them (exec/src/split_block.cpp), both from this.
+// (per_op_lowering.cpp) and the executor runs them (exec/src/per_op/split_block.cpp), both from
+// this.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,12 @@
 // A plan's collective algorithms chosen by simulated time, where the executor can run them as
-// named: MPI ranks on CPU cores (exec/src/p2p_collectives.hpp; spec::executor_runs_collective).
-// Starting from the library's own choice, each collective kind the step uses tries every
-// algorithm the executor runs for it (coordinate descent over kinds, as channel_algorithms.hpp
-// does over convolutions); a name is kept only where it shortens the simulated step by at least
-// kNamedAlgorithmGain, because the library's choice is what a fitted cluster measured and a
-// named one is priced from the same α and β through its own formula. The chosen map rides in the
-// plan (Plan::collective_algorithms). On GPU clusters NCCL picks its own: nothing is named.
+// named: MPI ranks on CPU cores (exec/src/comm/p2p_collectives.hpp;
+// spec::executor_runs_collective). Starting from the library's own choice, each collective kind the
+// step uses tries every algorithm the executor runs for it (coordinate descent over kinds, as
+// channel_algorithms.hpp does over convolutions); a name is kept only where it shortens the
+// simulated step by at least kNamedAlgorithmGain, because the library's choice is what a fitted
+// cluster measured and a named one is priced from the same α and β through its own formula. The
+// chosen map rides in the plan (Plan::collective_algorithms). On GPU clusters NCCL picks its own:
+// nothing is named.
 #pragma once
 
 #include <cstdint>

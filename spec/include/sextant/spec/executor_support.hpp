@@ -2,7 +2,7 @@
 // precision and the run's options. `run` asks it once before any communication; the planner
 // (SearchRequest::executor), `plan --verify`, `tune` and `loop` ask it to propose only plans the
 // executor runs. Resources (host memory, GPUs, output paths) are checked where they are known
-// (exec/runner.cpp), not here.
+// (exec/src/train/runner.cpp), not here.
 #pragma once
 
 #include <string>
@@ -51,11 +51,12 @@ Stack executor_stack(const Plan& plan);
 AttentionKernel executed_attention(const Plan& plan);
 
 // Whether the CPU executor runs `kind` by `algorithm` when a plan names it (plan
-// collective_algorithms; exec/src/p2p_collectives.hpp builds them from point-to-point messages):
-// all-reduce by ring, recursive doubling, Rabenseifner or binomial tree; reduce-scatter by ring,
-// pairwise or recursive doubling (halving); all-gather by ring or recursive doubling; all-to-all
-// and send/recv pairwise; broadcast by binomial tree. Recursive doubling's reduce-scatter and
-// all-gather need groups of a power of two. GPU backends run NCCL's own choice only.
+// collective_algorithms; exec/src/comm/p2p_collectives.hpp builds them from point-to-point
+// messages): all-reduce by ring, recursive doubling, Rabenseifner or binomial tree; reduce-scatter
+// by ring, pairwise or recursive doubling (halving); all-gather by ring or recursive doubling;
+// all-to-all and send/recv pairwise; broadcast by binomial tree. Recursive doubling's
+// reduce-scatter and all-gather need groups of a power of two. GPU backends run NCCL's own choice
+// only.
 bool executor_runs_collective(CollectiveKind kind, CollectiveAlgorithm algorithm);
 
 // What keeps the executor from running `plan` of `model` in `run`: one problem per rule broken

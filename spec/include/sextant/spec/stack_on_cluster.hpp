@@ -10,8 +10,9 @@ namespace sextant::spec {
 // overlaps compute: CPU ranks (one core each) copy and sum the messages of a shared-memory or
 // network transport themselves, and Open MPI without an asynchronous progress thread (off in the
 // default build) advances a non-blocking collective only inside MPI calls, so Sextant's
-// MpiCommunicator calls the blocking one where a bucket is ready (exec/src/mpi_communicator.cpp).
-// A GPU's collectives run on streams of their own beside its kernels.
+// MpiCommunicator calls the blocking one where a bucket is ready
+// (exec/src/comm/mpi_communicator.cpp). A GPU's collectives run on streams of their own beside its
+// kernels.
 bool collectives_block(const ClusterSpec& cluster);
 
 // `stack` as it runs on `cluster`: where collectives block, every overlap knob off (gradient
