@@ -59,4 +59,10 @@ bool bucketed(LayerGradients gradients) {
          gradients == LayerGradients::kBucketsAfterBackward;
 }
 
+bool completes_gradients(const spec::Plan& plan, int64_t micro_batch, int64_t micro_batches) {
+  const int64_t i = micro_batch % micro_batches;
+  if (plan.schedule == spec::Schedule::kGems && i == micro_batches / 2 - 1) return true;
+  return i == micro_batches - 1;
+}
+
 }  // namespace sextant::models

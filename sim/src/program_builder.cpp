@@ -245,13 +245,6 @@ class StageBuilder {
   static PeerSlot downstream(const models::PassStep& p) {
     return p.runs_up ? PeerSlot::kPrevUp : PeerSlot::kNext;
   }
-  // The last micro-batch of the step a chunk's backward runs: of the batch, or under GEMS of the
-  // chunk's replica's half (spec/pipeline_schedule.hpp).
-  bool last_of_chunk(int64_t micro_batch) const {
-    if (plan_.schedule != spec::Schedule::kGems) return last_of_batch(micro_batch);
-    const int64_t i = micro_batch % micro_batches_;
-    return i == micro_batches_ / 2 - 1 || i == micro_batches_ - 1;
-  }
   bool is_block(size_t layer) const {
     return layer >= lowered_.split_begin && layer < lowered_.split_end &&
            lowered_.layers[layer].kind == models::LayerKind::kBlock;
@@ -797,7 +790,7 @@ class StageBuilder {
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
     // The step's last backward through the chunk: its gradients are complete.
-    const bool complete = last_of_chunk(u.micro_batch);
+    const bool complete = models::completes_gradients(plan_, u.micro_batch, micro_batches_);
     using models::LayerGradients;
     if (p.receives)
       receive(downstream(p), boundary_bytes(e), Phase::kBwd, u.micro_batch,

@@ -92,6 +92,24 @@ TEST(StepProgram, PipeDreamRunsBatchesBackToBackOnly) {
   EXPECT_THROW(pass_steps(plan(1, 2), 0, 8, 2), std::exception);
 }
 
+TEST(StepProgram, GradientsCompleteAtTheLastBackwardThroughTheChunk) {
+  // 1F1B, 4 micro-batches a batch: a chunk's last backward of the batch is micro-batch 3, and over
+  // two batches back to back (PipeDream-2BW) 3 and 7. GEMS splits the 4 between its replicas
+  // (0, 1 on the first, 2, 3 on the second): each replica's chunk is complete after its own
+  // half, micro-batches 1 and 3.
+  auto completing = [](const spec::Plan& p, int64_t micro_batches, int64_t total) {
+    std::vector<int64_t> out;
+    for (int64_t m = 0; m < total; ++m)
+      if (completes_gradients(p, m, micro_batches)) out.push_back(m);
+    return out;
+  };
+  EXPECT_EQ(completing(plan(1, 2), 4, 4), (std::vector<int64_t>{3}));
+  EXPECT_EQ(completing(plan(1, 2, 0, Schedule::kPipeDream2BW), 4, 8), (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(completing(plan(1, 2, 0, Schedule::kGems), 4, 4), (std::vector<int64_t>{1, 3}));
+  // Asynchronous PipeDream: each batch is one micro-batch, complete after every backward.
+  EXPECT_EQ(completing(plan(1, 2, 0, Schedule::kPipeDream), 1, 3), (std::vector<int64_t>{0, 1, 2}));
+}
+
 TEST(StepProgram, LayerParametersByLayout) {
   using P = LayerParameters;
   // ZeRO-3 gathers a layer's shards before each pass when replicas share it, or fetches it from

@@ -487,7 +487,7 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
 }
 
 void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
-  const bool last = micro_batch == micro_batches_ - 1;
+  const bool last = models::completes_gradients(*ctx_.plan, micro_batch, micro_batches_);
   switch (gradients_) {
     case models::LayerGradients::kScatteredEachPass:
       if (deferred(layer)) return;  // tied: summed across stages first, at the end of backward

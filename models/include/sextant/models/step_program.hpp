@@ -73,5 +73,10 @@ enum class LayerGradients : uint8_t {
 LayerGradients layer_gradients(const spec::Plan& plan, bool dp_overlap);
 // Whether the gradients are reduced in gradient_buckets, during the backward or after it.
 bool bucketed(LayerGradients gradients);
+// Whether a backward pass of micro-batch `micro_batch` (counted over the step's batches) is the
+// last through its chunk, so that the chunk's layers' gradients are complete: the batch's last
+// micro-batch, or under GEMS the last of the half its chunk's replica runs
+// (spec/pipeline_schedule.hpp: replica 0 takes the first half, replica 1 the second).
+bool completes_gradients(const spec::Plan& plan, int64_t micro_batch, int64_t micro_batches);
 
 }  // namespace sextant::models
