@@ -93,6 +93,12 @@ for n in sorted(named):
     if not any(pattern.search(f) for f in files):
         problems.append(f"paths: docs/ARCHITECTURE.md names {n}, which no tracked path is")
 
+# 5. A row is a line a reader scans: what the file is for, not how it works (that is the
+# header's comment).
+for i, line in enumerate(doc.splitlines(), 1):
+    if line.startswith("|") and len(line) > 400:
+        problems.append(f"rows: docs/ARCHITECTURE.md:{i} runs to {len(line)} characters (> 400)")
+
 for p in problems:
     print(p)
 if problems:
