@@ -11,6 +11,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/env.sh"
+# PyTorch without an optimised BLAS (Debian's reference libblas) ran 9x slower on one machine
+# and made the ratio meaningless: install what the comparison needs first (a no-op when present).
+bash "$root/scripts/setup-bench.sh"
 sextant="${1:-$root/build/release/cli/sextant}"
 size="${SIZE:-64}"
 steps=6

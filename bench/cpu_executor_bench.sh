@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Tokens/s of the CPU executor for gpt-tiny (global batch 16 x 128 tokens, micro-batch 4) on 1, 2
 # and 4 data-parallel ranks, next to the same model trained by PyTorch on CPU (Debian's
-# python3-torch, DDP over gloo, one thread per rank), in one run. Needs scripts/setup-bench.sh.
+# python3-torch, DDP over gloo, one thread per rank), in one run (it installs what scripts/setup-bench.sh adds).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/env.sh"
+# PyTorch without an optimised BLAS (Debian's reference libblas) ran 9x slower on one machine
+# and made the ratio meaningless: install what the comparison needs first (a no-op when present).
+bash "$root/scripts/setup-bench.sh"
 sextant="${1:-$root/build/release/cli/sextant}"
 steps=10
 printf '%-6s %16s %16s %8s\n' ranks sextant_tokens_s pytorch_tokens_s ratio
