@@ -65,4 +65,29 @@ bool completes_gradients(const spec::Plan& plan, int64_t micro_batch, int64_t mi
   return i == micro_batches - 1;
 }
 
+GradientHandoff gradient_handoff(const spec::Plan& plan, LayerGradients gradients,
+                                 int64_t micro_batch, int64_t micro_batches) {
+  const bool complete = completes_gradients(plan, micro_batch, micro_batches);
+  const bool host_optimizer = plan.offload.optimizer != spec::OffloadTarget::kNone;
+  GradientHandoff h;
+  switch (gradients) {
+    case LayerGradients::kScatteredEachPass:
+      // FSDP: every micro-batch's gradient goes to the shards' owners (ZeRO-Offload: on to the
+      // host), the layer's buffer then starting the next micro-batch from zero.
+      h.scatter = true;
+      h.to_host = host_optimizer;
+      break;
+    case LayerGradients::kToHostWhenComplete:
+      h.to_host = complete;
+      break;
+    case LayerGradients::kBucketsAsCompleted:
+      h.count_buckets = complete;
+      break;
+    case LayerGradients::kKept:
+    case LayerGradients::kBucketsAfterBackward:
+      break;
+  }
+  return h;
+}
+
 }  // namespace sextant::models

@@ -789,9 +789,8 @@ class StageBuilder {
     const spec::ScheduleUnit& u = p.unit;
     size_t b = layers_.chunk_begin[static_cast<size_t>(u.chunk)];
     size_t e = layers_.chunk_end[static_cast<size_t>(u.chunk)];
-    // The step's last backward through the chunk: its gradients are complete.
-    const bool complete = models::completes_gradients(plan_, u.micro_batch, micro_batches_);
-    using models::LayerGradients;
+    const models::GradientHandoff handoff =
+        models::gradient_handoff(plan_, gradients_, u.micro_batch, micro_batches_);
     if (p.receives)
       receive(downstream(p), boundary_bytes(e), Phase::kBwd, u.micro_batch,
               static_cast<int32_t>(e - 1));
@@ -812,9 +811,9 @@ class StageBuilder {
         run_ops(l, layer.selective_forward, Phase::kRecompute, u.micro_batch);
       }
       run_ops(l, layer.backward, Phase::kBwd, u.micro_batch);
-      if (gradients_ == LayerGradients::kScatteredEachPass && layer.params == 0) {
+      if (handoff.scatter && layer.params == 0) {
         // Nothing to reduce (pass: nothing gathered either).
-      } else if (gradients_ == LayerGradients::kScatteredEachPass) {
+      } else if (handoff.scatter) {
         int32_t before = flush();
         const int64_t experts = expert_params(l);
         const auto at = static_cast<int32_t>(l);
@@ -825,12 +824,12 @@ class StageBuilder {
           reduced = step_comm(models::gradient_reduction(plan_, experts, true, grad_bytes_),
                               Phase::kBwd, u.micro_batch, before, at);
         if (!stack_.dp_overlap) require(reduced);  // the backward waits for its reductions
-        if (offload_optimizer())
+        if (handoff.to_host)
           gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), reduced);
-      } else if (gradients_ == LayerGradients::kToHostWhenComplete && complete) {
+      } else if (handoff.to_host) {
         // One rank holds every gradient: its layer's gradients go to the host once complete.
         gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), flush());
-      } else if (gradients_ == LayerGradients::kBucketsAsCompleted && complete) {
+      } else if (handoff.count_buckets) {
         layer_reduced(l);
       }
     });

@@ -156,5 +156,34 @@ TEST(StepProgram, LayerGradientsByLayout) {
   EXPECT_FALSE(bucketed(G::kScatteredEachPass));
 }
 
+TEST(StepProgram, GradientHandoffAfterEachBackward) {
+  // Four micro-batches a batch, micro-batch 1 (not the last) and 3 (the last backward through the
+  // chunk). Counted as (scatter, to_host, count_buckets).
+  auto handoff = [](const spec::Plan& p, int64_t micro_batch) {
+    const GradientHandoff h = gradient_handoff(p, layer_gradients(p, true), micro_batch, 4);
+    return std::vector<bool>{h.scatter, h.to_host, h.count_buckets};
+  };
+  using V = std::vector<bool>;
+  // Data parallelism: the layer counts towards its buckets once the batch's last backward made
+  // its gradients; before that nothing leaves.
+  EXPECT_EQ(handoff(plan(2, 1), 1), (V{false, false, false}));
+  EXPECT_EQ(handoff(plan(2, 1), 3), (V{false, false, true}));
+  // Without overlap the buckets wait for the backward's end: nothing per layer.
+  const spec::Plan dp = plan(2, 1);
+  EXPECT_FALSE(gradient_handoff(dp, layer_gradients(dp, false), 3, 4).count_buckets);
+  // FSDP scatters every micro-batch's gradients; ZeRO-Offload sends each scattered shard on.
+  EXPECT_EQ(handoff(plan(2, 1, 3), 1), (V{true, false, false}));
+  spec::Plan fsdp_offload = plan(2, 1, 3);
+  fsdp_offload.offload.optimizer = spec::OffloadTarget::kHost;
+  EXPECT_EQ(handoff(fsdp_offload, 1), (V{true, true, false}));
+  // ZeRO-3 with a host optimizer on one GPU: the whole gradients go once complete.
+  spec::Plan one_gpu = plan(1, 1, 3);
+  one_gpu.offload.optimizer = spec::OffloadTarget::kHost;
+  EXPECT_EQ(handoff(one_gpu, 1), (V{false, false, false}));
+  EXPECT_EQ(handoff(one_gpu, 3), (V{false, true, false}));
+  // One replica on the device keeps them.
+  EXPECT_EQ(handoff(plan(1, 1), 3), (V{false, false, false}));
+}
+
 }  // namespace
 }  // namespace sextant::models

@@ -487,41 +487,31 @@ void GradientSync::reduce_sequence_parallel(Tensor& grads) {
 }
 
 void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
-  const bool last = models::completes_gradients(*ctx_.plan, micro_batch, micro_batches_);
-  switch (gradients_) {
-    case models::LayerGradients::kScatteredEachPass:
-      if (deferred(layer)) return;  // tied: summed across stages first, at the end of backward
-      // Hand this micro-batch's gradient of the layer to the owners of its shards, then start
-      // the next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over
-      // tp on the shards at the end.)
-      for (const Span* s : layer_spans(layer)) {
-        reduce_scatter_span(*s, shard_grads_, true);
-        Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
-        ctx_.backend->fill(zero, 0.0f);
-        if (host_grads_ != nullptr) layer_gradients_to_host(*s, shard_grads_, micro_batch);
-      }
-      return;
-    case models::LayerGradients::kToHostWhenComplete:
-      // One replica: its gradients are whole; they leave once the step's last backward made
-      // them.
-      SEXTANT_CHECK(host_grads_ != nullptr, "layer {}: the optimizer's host gradients are unset",
-                    layer);
-      if (last)
-        for (const Span* s : layer_spans(layer))
-          layer_gradients_to_host(*s, stage_.params().grads(), micro_batch);
-      return;
-    case models::LayerGradients::kBucketsAsCompleted:
-      if (!last) return;
-      for (Bucket& b : buckets_) {
-        if (b.after_tied_sum ||
-            std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
-          continue;
-        if (--b.pending == 0) reduce_bucket(b, true);
-      }
-      return;
-    case models::LayerGradients::kKept:
-    case models::LayerGradients::kBucketsAfterBackward:
-      return;
+  const models::GradientHandoff handoff =
+      models::gradient_handoff(*ctx_.plan, gradients_, micro_batch, micro_batches_);
+  SEXTANT_CHECK(!handoff.to_host || host_grads_ != nullptr,
+                "layer {}: the optimizer's host gradients are unset", layer);
+  if (handoff.scatter) {
+    if (deferred(layer)) return;  // tied: summed across stages first, at the end of backward
+    // Hand this micro-batch's gradient of the layer to the owners of its shards, then start
+    // the next micro-batch from zero. (Sequence-parallel partial sums are linear: summed over
+    // tp on the shards at the end.)
+    for (const Span* s : layer_spans(layer)) {
+      reduce_scatter_span(*s, shard_grads_, true);
+      Tensor zero = slice_of(stage_.params().grads(), s->begin, s->end - s->begin);
+      ctx_.backend->fill(zero, 0.0f);
+      if (handoff.to_host) layer_gradients_to_host(*s, shard_grads_, micro_batch);
+    }
+  } else if (handoff.to_host) {
+    // One replica: its gradients are whole; they leave once the step's last backward made them.
+    for (const Span* s : layer_spans(layer))
+      layer_gradients_to_host(*s, stage_.params().grads(), micro_batch);
+  } else if (handoff.count_buckets) {
+    for (Bucket& b : buckets_) {
+      if (b.after_tied_sum || std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
+        continue;
+      if (--b.pending == 0) reduce_bucket(b, true);
+    }
   }
 }
 

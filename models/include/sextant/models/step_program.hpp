@@ -79,4 +79,15 @@ bool bucketed(LayerGradients gradients);
 // (spec/pipeline_schedule.hpp: replica 0 takes the first half, replica 1 the second).
 bool completes_gradients(const spec::Plan& plan, int64_t micro_batch, int64_t micro_batches);
 
+// What the step does with a layer's gradients right after a backward pass through it, by
+// layer_gradients' rule and whether the pass completes them (completes_gradients); the simulator's
+// builder and the executor's GradientSync both act on this.
+struct GradientHandoff {
+  bool scatter = false;        // reduce-scatter this pass's gradients to the shards' owners
+  bool to_host = false;        // then copy them (or the reduced shard) to the host optimizer's
+  bool count_buckets = false;  // the layer's buckets may now be complete: count it towards them
+};
+GradientHandoff gradient_handoff(const spec::Plan& plan, LayerGradients gradients,
+                                 int64_t micro_batch, int64_t micro_batches);
+
 }  // namespace sextant::models
