@@ -42,8 +42,6 @@ Program StageBuilder::build() {
   return std::move(program_);
 }
 
-// The end of a batch: the gradient reductions not yet issued (models::backward_tail, the
-// executor's order), then the optimizer step.
 void StageBuilder::finish_batch() {
   const int32_t last = flush();
   for (models::TailStep step : models::backward_tail()) {
@@ -101,7 +99,6 @@ int32_t StageBuilder::emit(Task t, const std::vector<Dep>& deps) {
   return id;
 }
 
-// Ends the compute segment being gathered; returns the last compute task (or -1).
 int32_t StageBuilder::flush() {
   if (pending_ops_.empty()) return last_compute_;
   Task t;
@@ -130,13 +127,6 @@ int32_t StageBuilder::flush() {
   return last_compute_;
 }
 
-// The point a task issued now on another stream follows: the last compute, and what the next
-// compute already waits for (a received activation or gradient, a reloaded layer). A framework
-// issues it in program order behind those waits: the compute stream waits on their events and
-// the side stream on the compute stream's (Megatron-LM's p2p receive waits on the current
-// stream; Transformer Engine's and NCCL's side streams wait on it), so a backward's first
-// all-gather cannot start before the gradient it gathers has arrived. Waits with no compute
-// gathered yet become a compute task of no ops that holds them.
 int32_t StageBuilder::issue_point(Phase phase, int64_t mb) {
   if (!pending_ops_.empty() || pending_deps_.empty()) return flush();
   Task t;
@@ -150,8 +140,6 @@ int32_t StageBuilder::issue_point(Phase phase, int64_t mb) {
   return last_compute_;
 }
 
-// The next compute op waits for `task`. Waits on one stream merge into the latest (a stream
-// completes in order), so a task has at most one dependency per other stream.
 void StageBuilder::require(int32_t task) {
   flush();
   Dep d = done(task);
@@ -175,8 +163,6 @@ int32_t StageBuilder::named_op(const std::string& name, spec::OpClass cls, int64
   return static_cast<int32_t>(program_.ops.size() - 1);
 }
 
-// A step op (models/step_ops.hpp) as an engine task on its stream and in its group (a transfer:
-// to or from `peer`), after `after` and `also`.
 int32_t StageBuilder::step_comm(const models::StepOp& op, Phase phase, int64_t mb, int32_t after,
                                 int32_t layer, int32_t also, PeerSlot peer) {
   SEXTANT_CHECK(op.collective.has_value(), "step op {} is no collective", models::op_name(op.id));
@@ -214,9 +200,6 @@ uint8_t StageBuilder::group_slot(models::StepGroup group) {
   return 0;
 }
 
-// What waiting for a step op counts as: pipeline time for the stage-to-stage exchange (its
-// all-gather included), FSDP time for ZeRO-3's gathers and scatters, tensor-parallel time for
-// the partial sums, data-parallel time for the other gradient and parameter collectives.
 CommClass StageBuilder::step_class(const models::StepOp& op) {
   if (op.group == models::StepGroup::kPeerStage || op.id == OpId::kPpAllGather)
     return CommClass::kPp;
@@ -226,8 +209,6 @@ CommClass StageBuilder::step_class(const models::StepOp& op) {
   return CommClass::kDp;
 }
 
-// The stage-to-stage transfers travel in parts (models::stage_transfer: Megatron's
-// scatter/gather), joined by an all-gather on the receiver.
 void StageBuilder::receive(PeerSlot from, int64_t full, Phase phase, int64_t mb, int32_t layer) {
   const int64_t elements = full / elem_bytes_;
   int32_t task =

@@ -4,9 +4,6 @@
 
 namespace sextant::sim {
 
-// Through parameter servers (spec/parameter_server.hpp): the window's batches one after another,
-// each its schedule's units with a flush. Batch b reads the version after b - s updates: its
-// first compute waits for the pull of batch b - s - 1's update.
 void StageBuilder::parameter_server_batches() {
   const int64_t staleness = plan_.parameter_server.staleness;
   const std::vector<models::PassStep> passes = models::pass_steps(plan_, stage_, micro_batches_, 1);
@@ -25,9 +22,6 @@ void StageBuilder::parameter_server_batches() {
   }
 }
 
-// A server's step after the tail's sums, on the data-parallel stream: the push of the rank's
-// gradients, its range's sum and update, and the pull of every range's new version. The
-// compute stream goes on with the next batch; only the batch that reads this version waits.
 void StageBuilder::parameter_server_exchange() {
   const int64_t params = models::stage_params(plan_, lowered_, stage_);
   const int32_t before = issue_point(Phase::kOpt, -1);
@@ -46,7 +40,6 @@ void StageBuilder::parameter_server_exchange() {
   host_step_overhead();
 }
 
-// A step op of the rank's own on the data-parallel stream (a server's work), taking `duration`.
 int32_t StageBuilder::dp_local_task(const models::StepOp& op, Picoseconds duration,
                                     const std::vector<Dep>& deps) {
   Task t;
@@ -61,8 +54,6 @@ int32_t StageBuilder::dp_local_task(const models::StepOp& op, Picoseconds durati
   return emit(t, deps);
 }
 
-// ZeRO-3: all-gather a layer's parameters from the data-parallel group: one flat parameter
-// (FSDP), or one coalesced gather per module (DeepSpeed). Returns the last gather.
 int32_t StageBuilder::gather_params(size_t layer, Phase phase, int64_t mb, int32_t after) {
   if (offload_params()) {
     // ZeRO-Infinity: the rank's shard comes from host memory (or NVMe through it) first.
@@ -93,9 +84,6 @@ int32_t StageBuilder::gather_params(size_t layer, Phase phase, int64_t mb, int32
   return last;
 }
 
-// ZeRO-1/2 with the parameter all-gather overlapped (Megatron's --overlap-param-gather): the
-// parameters updated by the previous step are gathered in buckets while the first micro-batch
-// runs forward, each layer waiting for its bucket. A step in steady state looks the same.
 void StageBuilder::gather_parameters_ahead() {
   if (!gathers_updates() || !stack_.param_gather_overlap) return;
   // Megatron gathers the same buckets it reduces, the first forward's first layers first.
@@ -106,8 +94,6 @@ void StageBuilder::gather_parameters_ahead() {
   }
 }
 
-// The last micro-batch's backward of `layer` is done: a bucket it completes is reduced now,
-// after the compute that produced the gradients (DDP's and Megatron's overlapped reduction).
 void StageBuilder::layer_reduced(size_t layer) {
   auto it = buckets_of_.find(layer);
   if (it == buckets_of_.end()) return;
@@ -138,10 +124,6 @@ void StageBuilder::reduce_bucket(const models::GradientBucket& b, int32_t after)
   if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
 }
 
-// A compressed bucket (models/gradient_compression.hpp): its exchange's codec kernels and
-// collectives one after another on the data-parallel stream, as a communication hook's work is
-// chained to its bucket (PyTorch DDP register_comm_hook). The codec kernels run beside the
-// backward; like a collective they do not hold the compute stream.
 void StageBuilder::compressed_reduce(const models::GradientBucket& b, int32_t after) {
   int32_t last = after;
   bool first = true;
@@ -163,7 +145,6 @@ void StageBuilder::compressed_reduce(const models::GradientBucket& b, int32_t af
   }
 }
 
-// A codec kernel of a compressed bucket on the data-parallel stream, priced by the compute model.
 int32_t StageBuilder::codec_task(const models::Op& codec, const std::vector<Dep>& deps) {
   Task t;
   t.kind = TaskKind::kLocal;
@@ -227,11 +208,6 @@ void StageBuilder::optimizer_step() {
   }
 }
 
-// PipeDream-2BW in fp32: the newest version of the `params` the rank updates copied to the free
-// buffer before the update writes the next version there (models::weight_stash_copy_bytes_
-// per_param; nothing in mixed precision). Under ZeRO-1/2 only the rank's shard: the gather
-// after the update brings the rest of the new version. On the compute stream, before the
-// optimizer step.
 void StageBuilder::weight_stash(int64_t params) {
   const int64_t per_param = models::weight_stash_copy_bytes_per_param(
       models::optimizer_precision(stack_, lowered_.dtype, plan_.zero).model_params);

@@ -30,10 +30,6 @@ int32_t StageBuilder::comm(Stream stream, CommClass cls, uint8_t slot, TaskKind 
   return emit(t, deps);
 }
 
-// A layer's collective: in the layer group (tensor-parallel), the spatial group (a spatial
-// split's halo exchanges and partial-sum all-reduces), the context-parallel, the
-// expert-parallel group or a line of a tensor grid. Waits for the compute before it; returns
-// the task.
 int32_t StageBuilder::layer_collective(size_t layer, const models::Op& op, Phase phase,
                                        int64_t mb) {
   int32_t before = issue_point(phase, mb);
@@ -83,9 +79,6 @@ int32_t StageBuilder::layer_collective(size_t layer, const models::Op& op, Phase
               op.costed_bytes(), op_id(layer, op, phase), phase, mb, before);
 }
 
-// A ring attention step (models::Op::beside_next): the transfer of the next block starts once
-// the compute before it is done (its buffer is free again) and runs beside the step's
-// attention; what follows the attention waits for it.
 void StageBuilder::ring_step(size_t layer, const models::Op& transfer, const models::Op& attention,
                              Phase phase, int64_t mb) {
   const int32_t task = layer_collective(layer, transfer, phase, mb);
@@ -93,8 +86,6 @@ void StageBuilder::ring_step(size_t layer, const models::Op& transfer, const mod
   require(task);
 }
 
-// An all-gather feeding the GEMM after it, split in chunks (tp_overlap_chunks): the
-// GEMM starts on the first chunk while the others arrive; what follows waits for all of them.
 void StageBuilder::gathered_gemm(size_t layer, const models::Op& gather, const models::Op& gemm,
                                  Phase phase, int64_t mb) {
   const int64_t first = gather.bytes / tp_overlap_chunks(gather.collective, plan_.tp);
@@ -112,8 +103,6 @@ void StageBuilder::gathered_gemm(size_t layer, const models::Op& gather, const m
   require(rest);
 }
 
-// A GEMM whose output is reduce-scattered in chunks as it is produced (tp_overlap_chunks): all
-// but the last chunk's reduction run beside the GEMM; the tp stream orders the last after them.
 void StageBuilder::scattered_gemm(size_t layer, const models::Op& gemm, const models::Op& scatter,
                                   Phase phase, int64_t mb) {
   const int64_t last_bytes = scatter.bytes / tp_overlap_chunks(scatter.collective, plan_.tp);
@@ -132,11 +121,6 @@ void StageBuilder::scattered_gemm(size_t layer, const models::Op& gemm, const mo
   require(last);
 }
 
-// A 3D tensor grid's block under AxoNN's overlap (layer_cost.hpp grid_overlap,
-// for_each_grid_step). Forward, a weight gather issues the next linear layer's (the next
-// block's first, within the forward unit) before the compute waits for its own; backward, the
-// input-gradient all-reduce runs beside the weight-gradient product and the weight gradient's
-// reduce-scatter over z is left running (the bucket reductions and the step's end wait for it).
 void StageBuilder::run_grid_ops(size_t layer, std::span<const models::Op> ops, Phase phase,
                                 int64_t mb) {
   const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
@@ -186,8 +170,6 @@ void StageBuilder::run_grid_ops(size_t layer, std::span<const models::Op> ops, P
   });
 }
 
-// Issues the first weight gather over z of block `layer`'s forward, for it to take when it
-// starts (the grid overlap's gather across blocks).
 void StageBuilder::prefetch_first_gather(size_t layer, int64_t mb) {
   const std::vector<models::Op>& next = lowered_.layers[layer].forward;
   for (const models::Op& op : next)
@@ -197,8 +179,6 @@ void StageBuilder::prefetch_first_gather(size_t layer, int64_t mb) {
     }
 }
 
-// A layer's ops of one pass in order: compute ops join the current segment, tensor-parallel
-// collectives split it (or overlap the GEMM next to them).
 void StageBuilder::run_ops(size_t layer, std::span<const models::Op> ops, Phase phase, int64_t mb) {
   const GridOverlap grid = grid_overlap(plan_, stack_, is_block(layer));
   if (grid.in(phase)) {

@@ -4,8 +4,6 @@
 
 namespace sextant::sim {
 
-// A local task on the offload stream (a device-host copy, the host optimizer step) after
-// `deps`.
 int32_t StageBuilder::offload_task(OpId name, spec::OpClass cls, int64_t bytes,
                                    Picoseconds duration, Phase phase, int64_t mb, int32_t layer,
                                    const std::vector<Dep>& deps) {
@@ -28,8 +26,6 @@ int32_t StageBuilder::offload_task(const models::StepOp& op, Picoseconds duratio
   return emit(t, deps);
 }
 
-// The rank's gradient shard of `params` parameters, copied to the host once reduced
-// (`after`: the reduction, or the compute that produced it).
 void StageBuilder::gradients_to_host(int64_t params, int64_t mb, int32_t layer, int32_t after) {
   const models::StepOp copy = models::gradients_to_host(shard(params), grad_bytes_);
   std::vector<Dep> deps;
@@ -37,12 +33,6 @@ void StageBuilder::gradients_to_host(int64_t params, int64_t mb, int32_t layer, 
   offload_task(copy, offload_->device_host_copy(copy.bytes), Phase::kBwd, mb, layer, deps);
 }
 
-// Transformer Engine's activation offload (cpu_offload.py, the double-buffered group handler
-// Megatron-LM's --cpu-offloading uses): once a layer's forward is done its saved activations are
-// copied to the host on the offload stream, and the layer after next waits for that copy (the
-// next one already runs while it moves), so at most two layers' activations are in transit.
-// The wait binds the pass's next layer only (`next_in_pass`): whatever the schedule runs after
-// the pass (another micro-batch's backward) does not wait for this pass's copies.
 void StageBuilder::activations_to_host(size_t layer, int64_t mb, bool next_in_pass) {
   const int32_t produced = flush();
   if (last_offload_ >= 0 && next_in_pass) require(last_offload_);
@@ -55,10 +45,6 @@ void StageBuilder::activations_to_host(size_t layer, int64_t mb, bool next_in_pa
   copied_out_[{mb, layer}] = last_offload_;
 }
 
-// A layer's offloaded activations copied back to the device, once per backward unit: issued
-// when the backward of a layer up to `prefetch_layers` above it starts (a prefetch), or when
-// its own starts, and once they are on the host (the copies each way run on streams of their
-// own). Returns the copy task.
 int32_t StageBuilder::reload_activations(size_t layer, int64_t mb) {
   auto it = reloads_.find(layer);
   if (it != reloads_.end()) return it->second;
@@ -77,11 +63,6 @@ int32_t StageBuilder::reload_activations(size_t layer, int64_t mb) {
   return task;
 }
 
-// ZeRO-Offload's step (DeepSpeed stage_1_and_2.py / stage3.py with offload_optimizer): once
-// every gradient shard is on the host, CPU-Adam updates the fp32 master weights (after reading
-// the states from NVMe and before writing them back, when they live there), and the updated
-// 16-bit shard returns to the device, or stays on the host when the parameters are offloaded.
-// Returns the task the parameters are ready after.
 int32_t StageBuilder::host_optimizer_step(int64_t updated) {
   std::vector<Dep> deps;
   for (Stream s : {Stream::kDpComm, Stream::kTpComm, Stream::kDepthComm}) {
@@ -99,8 +80,6 @@ int32_t StageBuilder::host_optimizer_step(int64_t updated) {
                       Phase::kOpt, -1, -1, {done(step)});
 }
 
-// The host's own work of the step (ClusterSpec step_overhead_us), once per step, on the compute
-// stream's current segment.
 void StageBuilder::host_step_overhead() {
   const Picoseconds host = compute_.step_overhead();
   if (host <= 0) return;
