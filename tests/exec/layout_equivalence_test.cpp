@@ -197,7 +197,7 @@ void expect_same_losses(const spec::ModelSpec& model, const spec::Plan& plan) {
     EXPECT_NEAR(got[i].loss, ref.loss[i], rel_tol() * std::fabs(ref.loss[i]))
         << plan.name() << " step " << i << " (single rank " << ref.loss[i] << ")";
     // PipeDream(-2BW)'s stages update one by one, without a global norm
-    // (exec/src/train/trainer.cpp). In bf16 the norms of later steps drift a few percent with the
+    // (exec/src/train/trainer_async.cpp). In bf16 the norms of later steps drift a few percent with the
     // rounding (as far as a miscounted norm weight would move them): checked in fp32.
     if (!asynchronous && !in_bf16()) {
       EXPECT_NEAR(got[i].grad_norm, ref.grad_norm[i], rel_tol() * ref.grad_norm[i])

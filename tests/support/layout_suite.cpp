@@ -308,7 +308,7 @@ spec::Plan other_algorithms(spec::Plan p, Net net) {
   return p;
 }
 
-// ZeRO-Offload: the optimizer's shard on the host pool (exec/src/train/trainer.cpp).
+// ZeRO-Offload: the optimizer's shard on the host pool (exec/src/train/trainer_host.cpp).
 spec::Plan offloaded(spec::Plan p) {
   p.offload.optimizer = spec::OffloadTarget::kHost;
   return p;

@@ -77,7 +77,7 @@ class ParamStore {
   void refresh_compute(int64_t begin, int64_t end);
   void refresh_compute() { refresh_compute(0, total()); }
 
-  // PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp, exec/src/train/trainer.cpp):
+  // PipeDream-2BW's second weight version (spec/pipeline_schedule.hpp, exec/src/train/trainer_async.cpp):
   // a second buffer of what the kernels read, holding the current values at first, which
   // swap_versions() exchanges with the one the parameters view. In fp32 the master values are
   // that copy, so they are the ones doubled and swapped (masters_versioned()); in mixed
