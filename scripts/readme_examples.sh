@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the README's command examples as printed (the newcomer path after scripts/demo.sh): every
-# `sextant ...` and `mpirun ... sextant ...` line of its code blocks, continuation lines joined,
-# from a scratch directory with the repository's files at hand. Synopses with [optional] parts,
-# placeholder paths, the CUDA examples (no GPU here) and the long `loop` are left out and counted.
+# Runs the command examples of README.md and docs/USAGE.md as printed (the newcomer path after
+# scripts/demo.sh): every `sextant ...` and `mpirun ... sextant ...` line of their code blocks,
+# continuation lines joined, from a scratch directory with the repository's files at hand.
+# Synopses with [optional] parts, placeholder paths, the CUDA examples (no GPU here) and the long
+# `loop` are left out and counted.
 # Not part of ctest: the large plans take minutes. Usage: scripts/readme_examples.sh
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,6 +43,6 @@ done < <(awk '/^```/ { block = !block; next }
               block { if (cont != "") { sub(/^ +/, ""); line = cont " " $0 } else line = $0
                       if (line ~ /\\$/) { sub(/\\$/, "", line); cont = line; next }
                       cont = ""
-                      if (line ~ /^(sextant|mpirun) /) print line }' "$root/README.md")
-echo "README examples: $ran run, $failed failed, $skipped synopses or GPU/placeholder lines left out"
+                      if (line ~ /^(sextant|mpirun) /) print line }' "$root/README.md" "$root/docs/USAGE.md")
+echo "README and USAGE examples: $ran run, $failed failed, $skipped synopses or GPU/placeholder lines left out"
 [ "$failed" -eq 0 ]
