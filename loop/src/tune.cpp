@@ -158,16 +158,22 @@ const TuneTrial* nearest_of_layout(const std::vector<TrialPlan>& candidates,
   return nearest;
 }
 
-std::string percent(std::optional<double> error) {
-  return error ? fmt::format("{:.1f}", 100 * *error) : "none checked: 90";
+std::string percent(std::optional<double> doubt) {
+  return doubt ? fmt::format("{:.1f}", 100 * *doubt) : "none checked: 90";
 }
 
-// The RMS of the last two errors (none: none). A fit grows more trustworthy as it sees more
-// layouts; what it missed before a layout ran says little of it after.
-std::optional<double> last_two_rms(std::vector<double> errors) {
+// How much faster than expected the last two of a kind ran: the larger of their errors
+// (expected / measured - 1), 0 when both ran slower than expected; none when none was checked.
+// Only the last two: a fit grows more trustworthy as it sees more layouts, and what it missed
+// before a layout ran says little of it after. Only the fast side: the question is whether a
+// candidate left could beat the best, and an expectation that proved optimistic argues the other
+// way (the run noise has its own margin in the stopping rule).
+std::optional<double> last_two_doubt(std::vector<double> errors) {
   if (errors.empty()) return std::nullopt;
   if (errors.size() > 2) errors.erase(errors.begin(), errors.end() - 2);
-  return rms(errors);
+  double doubt = 0;
+  for (double e : errors) doubt = std::max(doubt, e);
+  return doubt;
 }
 
 // Each candidate's expected time: measured; or, when its layout ran, the fit's prediction times
@@ -186,8 +192,8 @@ void expect(const std::vector<TrialPlan>& candidates, const std::vector<double>&
           .push_back(t.expected_s / t.time.measured_s - 1);
   }
   r.fit_error = rms(fit_errors);
-  r.layout_guess_error = last_two_rms(layout_errors);
-  r.new_layout_error = last_two_rms(new_layout_errors);
+  r.layout_guess_doubt = last_two_doubt(layout_errors);
+  r.new_layout_doubt = last_two_doubt(new_layout_errors);
   r.expected_s = predicted;
   r.layout_guess.assign(candidates.size(), false);
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -312,10 +318,10 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
     for (const TuneTrial& t : r.trials) tried[t.candidate] = true;
     const double bar =
         r.chosen ? r.trials[*r.chosen].time.measured_s : std::numeric_limits<double>::infinity();
-    // How far an expectation may be off: as far as the last ones of its kind were; before one
-    // was checked, too far to leave anything out.
-    const double layout_doubt = std::min(kMaxDoubt, r.layout_guess_error.value_or(kMaxDoubt));
-    const double new_layout_doubt = std::min(kMaxDoubt, r.new_layout_error.value_or(kMaxDoubt));
+    // How much faster than expected a candidate may run: as much as the last ones of its kind
+    // did; before one was checked, enough to leave nothing out.
+    const double layout_doubt = std::min(kMaxDoubt, r.layout_guess_doubt.value_or(kMaxDoubt));
+    const double new_layout_doubt = std::min(kMaxDoubt, r.new_layout_doubt.value_or(kMaxDoubt));
     std::optional<size_t> next;
     for (size_t c = 0; c < candidates.size(); ++c)
       if (!tried[c] &&
@@ -327,10 +333,11 @@ TuneReport tune(const spec::ClusterSpec& base, const std::vector<TrialPlan>& can
       r.converged = r.chosen.has_value();
       r.stopped = r.converged ? fmt::format(
                                     "no candidate left could beat the measured best by more than "
-                                    "the noise ({:.0f}%), were it expected as far off as the last "
-                                    "ones of its kind ({}% in a layout that ran, {}% in others)",
-                                    100 * o.noise, percent(r.layout_guess_error),
-                                    percent(r.new_layout_error))
+                                    "the noise ({:.0f}%), were it as much faster than expected "
+                                    "as the last ones of its kind ({}% in a layout that ran, {}% "
+                                    "in others)",
+                                    100 * o.noise, percent(r.layout_guess_doubt),
+                                    percent(r.new_layout_doubt))
                               : "every candidate was tried and none ran";
       break;
     }

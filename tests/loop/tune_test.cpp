@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sextant/spec/cluster_catalog.hpp"
 #include "simulated_machine.hpp"
 #include "test_models.hpp"
@@ -65,14 +67,30 @@ TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
   for (const TuneTrial& t : r.trials)
     EXPECT_NEAR(t.time.measured_s, truth_step(truth, c[t.candidate]), 1e-12);
   EXPECT_EQ(r.fit_refused, "");
-  // Nothing left that could beat the best by more than the noise, were its expectation as far
-  // off as the last ones of its kind.
+  // Each kind's doubt is how much faster than expected its last two checked trials ran, never
+  // below 0: the expectation made before the trial over its measured time, less one.
+  for (const bool guess : {true, false}) {
+    std::vector<double> errors;
+    for (const TuneTrial& t : r.trials)
+      if (t.calibrated && t.layout_guess == guess)
+        errors.push_back(t.expected_s / t.time.measured_s - 1);
+    const std::optional<double> doubt = guess ? r.layout_guess_doubt : r.new_layout_doubt;
+    if (errors.empty()) {
+      EXPECT_FALSE(doubt);
+      continue;
+    }
+    ASSERT_TRUE(doubt);
+    const size_t n = errors.size();
+    EXPECT_DOUBLE_EQ(*doubt, std::max({0.0, errors[n - 1], n > 1 ? errors[n - 2] : 0.0}));
+  }
+  // Nothing left that could beat the best by more than the noise, were it as much faster than
+  // expected as the last ones of its kind.
   for (size_t i = 0; i < c.size(); ++i) {
     bool tried = false;
     for (const TuneTrial& t : r.trials) tried = tried || t.candidate == i;
     if (tried) continue;
     const std::optional<double> doubt =
-        r.layout_guess[i] ? r.layout_guess_error : r.new_layout_error;
+        r.layout_guess[i] ? r.layout_guess_doubt : r.new_layout_doubt;
     ASSERT_TRUE(doubt) << c[i].name;
     EXPECT_GE(r.expected_s[i] * (1 - *doubt), r.trials[*r.chosen].time.measured_s * (1 - o.noise))
         << c[i].name;

@@ -36,7 +36,7 @@ assert best == chosen["plan"], (best, chosen["plan"])
 measured = [c["measured_s"] for c in r["candidates"] if c["measured_s"] is not None]
 assert chosen["measured_s"] == min(measured)
 def doubt(c):
-    e = r["layout_guess_error"] if c["layout_guess"] else r["new_layout_error"]
+    e = r["layout_guess_doubt"] if c["layout_guess"] else r["new_layout_doubt"]
     return 0.9 if e is None else min(0.9, e)
 left = [c for c in r["candidates"] if c["measured_s"] is None]
 assert all(c["expected_s"] * (1 - doubt(c)) >= chosen["measured_s"] * (1 - 0.03) for c in left)

@@ -2,8 +2,8 @@
 // layout), run the one expected fastest, fit the cluster file to every run so far (fit_runs: the
 // same fit and refusal as `sextant calibrate`), expect the candidates again, and repeat until the
 // expected best is the measured best within the noise: no candidate not yet run could beat the
-// best measured time by more than a run's noise, even were its expectation as far off as the
-// last expectations of its kind (a layout's guess, a new layout's prediction) turned out to be. A
+// best measured time by more than a run's noise, even were it as much faster than expected as the
+// last candidates of its kind (a layout's guess, a new layout's prediction) turned out to be. A
 // candidate whose layout (all but its micro-batch) already ran is expected at the fit's prediction
 // scaled by that run's measured-over-predicted ratio: plans of one layout run the same collectives,
 // so the fit's error on one is the best guess of its error on the other. What a grid of every
@@ -57,11 +57,12 @@ struct TuneReport {
   std::vector<double> expected_s;
   std::vector<bool> layout_guess;
   double fit_error = 0;  // RMS relative error of the fit's predictions of its own runs
-  // RMS relative errors of the expectations fits made of the last two trials of each kind before
-  // they ran: a layout's guess, a new layout's prediction; none before one was checked. A
-  // candidate not run stays in while its expected time, less its kind's error (0.9 when none),
-  // beats the measured best by more than the noise.
-  std::optional<double> layout_guess_error, new_layout_error;
+  // How much faster than expected the last two trials of each kind ran (a layout's guess, a new
+  // layout's prediction): the larger of their expected / measured - 1, 0 when both ran slower;
+  // none before one was checked. A candidate not run stays in while its expected time, less its
+  // kind's doubt (0.9 when none), beats the measured best by more than the noise. One-sided:
+  // expectations that proved optimistic are no reason to think a candidate runs faster.
+  std::optional<double> layout_guess_doubt, new_layout_doubt;
   spec::ClusterSpec cluster;  // fitted to the longest run of first trials whose fit holds (or base)
   std::string fit_refused;    // why the last fit was not taken ("" when it was)
   double device_hours = 0;    // the trials' (resumed ones included)
