@@ -9,6 +9,9 @@
   column-parallel QKV and fc1, row-parallel proj and fc2, biases, GELU) with --tp shards, layers only
   (random hidden states in, a random gradient out), no all-reduces (one GPU), no dropout.
 --compile: each block through torch.compile, as TorchTitan compiles per block.
+--fp8 (llama): the block's linears as Megatron-Core + Transformer Engine run them in FP8 (fused QKV
+  and gate+up linears, e4m3 forward, e5m2 gradients, fp32 weight gradients: bench/fp8_linear.py),
+  attention through SDPA's grouped-query path in bf16; with --compile the casts fuse as TE's do.
 --fsdp: TorchTitan's own precision path instead of autocast: FSDP2 fully_shard per block and on the
   model at world size 1 (NCCL), MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), so the
   casts, copy-in/copy-out and reduce kernels of FSDP2 run as on a cluster (its collectives over one
@@ -46,6 +49,7 @@ class LlamaBlock(nn.Module):
         h, self.heads, self.kv = t["hidden"], t["heads"], t["kv_heads"]
         self.hd = h // self.heads
         self.attention_norm, self.ffn_norm = nn.RMSNorm(h, eps=1e-5), nn.RMSNorm(h, eps=1e-5)
+        self.fp8 = False
         self.wq = nn.Linear(h, self.heads * self.hd, bias=False)
         self.wk = nn.Linear(h, self.kv * self.hd, bias=False)
         self.wv = nn.Linear(h, self.kv * self.hd, bias=False)
@@ -55,6 +59,8 @@ class LlamaBlock(nn.Module):
         self.w2 = nn.Linear(f, h, bias=False)
 
     def forward(self, x, freqs):
+        if self.fp8:
+            return self.forward_fp8(x, freqs)
         b, s, h = x.shape
         y = self.attention_norm(x)
         q = self.wq(y).view(b, s, self.heads, self.hd)
@@ -68,6 +74,29 @@ class LlamaBlock(nn.Module):
         x = x + self.wo(o.transpose(1, 2).reshape(b, s, h))
         y = self.ffn_norm(x)
         return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+    def use_fp8(self, t):
+        """Megatron-Core's layer under Transformer Engine's FP8 recipe: one QKV and one gate+up
+        linear, each in fp8 (fp8_linear.py); the rest as before."""
+        from fp8_linear import Fp8Linear
+        h, f = t["hidden"], t["ffn_hidden"]
+        self.wqkv = Fp8Linear(h, (self.heads + 2 * self.kv) * self.hd)
+        self.wo, self.w13, self.w2 = Fp8Linear(h, h), Fp8Linear(h, 2 * f), Fp8Linear(f, h)
+        del self.wq, self.wk, self.wv, self.w1, self.w3
+        self.fp8 = True
+
+    def forward_fp8(self, x, freqs):
+        b, s, h = x.shape
+        q, k, v = self.wqkv(self.attention_norm(x)).split(
+            [self.heads * self.hd, self.kv * self.hd, self.kv * self.hd], dim=-1)
+        q = apply_rope(q.reshape(b, s, self.heads, self.hd), freqs)
+        k = apply_rope(k.reshape(b, s, self.kv, self.hd), freqs)
+        v = v.reshape(b, s, self.kv, self.hd)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, enable_gqa=True)
+        x = x + self.wo(o.transpose(1, 2).reshape(b, s, h))
+        gate, up = self.w13(self.ffn_norm(x)).chunk(2, dim=-1)
+        return x + self.w2(F.silu(gate) * up)
 
 
 class Llama(nn.Module):
@@ -123,7 +152,11 @@ def build(args, t):
     """The model, its train-step closure and the model FLOPs of one step."""
     b, s = args.micro_batch, args.seq
     if args.family == "llama":
-        model = Llama(t, args.layers, s).cuda()
+        model = Llama(t, args.layers, s)
+        if args.fp8:
+            for blk in model.layers:
+                blk.use_fp8(t)
+        model = model.cuda()
         if args.compile:
             for i, blk in enumerate(model.layers):
                 model.layers[i] = torch.compile(blk, fullgraph=True)
@@ -183,6 +216,7 @@ def main():
     p.add_argument("--seq", type=int, default=0, help="default: the model's seq_len")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--fsdp", action="store_true")
+    p.add_argument("--fp8", action="store_true", help="llama: the block's linears in fp8 (TE's recipe)")
     p.add_argument("--steps", type=int, default=10, help="timed steps when --seconds is 0")
     p.add_argument("--seconds", type=float, default=0)
     p.add_argument("--power", action="store_true")
@@ -191,6 +225,8 @@ def main():
     spec = json.load(open(args.model_json))
     t = spec["transformer"]
     args.seq = args.seq or t["seq_len"]
+    if args.fp8 and (args.family != "llama" or args.fsdp):
+        p.error("--fp8 is for --family llama under autocast (not --fsdp)")
     torch.manual_seed(1234)
     train_step, flops, clip = build(args, t)
     t_compile = time.time()
@@ -220,7 +256,7 @@ def main():
     median = times[len(times) // 2]
     tokens = args.micro_batch * args.seq
     print(json.dumps({"family": args.family, "model": spec.get("name", args.model_json), "layers": args.layers,
-                      "tp": args.tp if args.family == "gpt3-shard" else 1, "compile": args.compile, "fsdp": args.fsdp,
+                      "tp": args.tp if args.family == "gpt3-shard" else 1, "compile": args.compile, "fsdp": args.fsdp, "fp8": args.fp8,
                       "micro_batch": args.micro_batch, "seq": args.seq, "steps": len(times),
                       "warmup_s": round(t_compile, 1), "step_time_s": median, "tokens_per_s": tokens / median,
                       "model_tflops": flops / median / 1e12, "peak_mem_GiB": torch.cuda.max_memory_allocated() / 2**30,

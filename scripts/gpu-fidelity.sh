@@ -9,9 +9,12 @@
 #   4. the same 8 Llama layers under TorchTitan's own precision path, FSDP2 at world size 1 with
 #      bf16 parameters and fp32 reduction (no autocast), eager for 30 s with clock and power, and
 #      compiled, each with a trace.
+#   5. (fp8, only when named) Llama-2 7B width (8 layers, 1 x 4096, NeMo's T9 row on one GPU) with
+#      its linears in FP8 as Transformer Engine runs them (bench/fp8_linear.py), compiled per block,
+#      60 s with clock and power and a trace; the same in bf16 for 30 s beside it (about 3 minutes).
 # Everything goes to ./out/fidelity and, when $OUT is set, into $OUT/fidelity.tgz and a summary.
-# PyTorch only: nothing to build. Usage: scripts/gpu-fidelity.sh [gemm] [llama] [gpt3] [fsdp]
-# (default: all, about 7 minutes).
+# PyTorch only: nothing to build. Usage: scripts/gpu-fidelity.sh [gemm] [llama] [gpt3] [fsdp] [fp8]
+# (default: the first four, about 7 minutes).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$root/out/fidelity"
@@ -52,5 +55,10 @@ want fsdp && run 100 llama8l_fsdp2_eager python3 pytorch_llama_layers.py --model
   --layers 8 --fsdp --seconds 30 --power --profile "$out/llama3-8b-8l-h200-fsdp2-eager.trace.json"
 want fsdp && run 150 llama8l_fsdp2_compile python3 pytorch_llama_layers.py --model-json "$zoo/llama3-8b.json" \
   --layers 8 --fsdp --compile --steps 10 --profile "$out/llama3-8b-8l-h200-fsdp2-compile.trace.json"
+want fp8 && run 200 llama2_7b_8l_fp8_compile python3 pytorch_llama_layers.py \
+  --model-json "$zoo/llama2-7b.json" --layers 8 --seq 4096 --fp8 --compile --seconds 60 --power \
+  --profile "$out/llama2-7b-8l-h200-fp8-compile.trace.json"
+want fp8 && run 150 llama2_7b_8l_bf16_compile python3 pytorch_llama_layers.py \
+  --model-json "$zoo/llama2-7b.json" --layers 8 --seq 4096 --compile --seconds 30 --power
 kill $smi
 ls -la "$out"
