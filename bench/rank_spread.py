@@ -15,6 +15,11 @@ COMMUNICATION = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "red
                  "all_to_all", "send", "recv", "barrier", "host", "memcpy"}
 
 
+def first_step(steps):
+    """The first step after the warm-up (spec/step_times.hpp)."""
+    return 2 if len(steps) > 3 else 1 if len(steps) > 1 else 0
+
+
 def rank_times(trace_file, first_step):
     sums = collections.defaultdict(lambda: collections.defaultdict(float))
     counts = collections.defaultdict(lambda: collections.defaultdict(int))
@@ -40,10 +45,10 @@ def rank_times(trace_file, first_step):
 
 
 def main(directory):
-    for trace in sorted(glob.glob(f"{directory}/*.measured.json")):
+    for trace in sorted(glob.glob(f"{directory}/*.r[0-9]*.measured.json")):
         steps = [json.loads(line)["step_time_s"]
                  for line in open(trace.replace(".measured.json", ".steps.jsonl"))]
-        first = 2 if len(steps) > 3 else 1 if len(steps) > 1 else 0  # spec/step_times.hpp
+        first = first_step(steps)
         times = rank_times(trace, first)
         spread = max(times.values()) / min(times.values()) - 1 if times else 0
         shown = ", ".join(f"rank {r} {t / 1e3:.1f} ms" for r, t in sorted(times.items()))

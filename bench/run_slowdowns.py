@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much slower than the loop's fastest the cores of each run computed, and each plan's time
 with that taken out (issue 63). For every run of a loop's directory: its median step after the
-first, and the slowest rank's time in its compute ops over the time the same ops took at their
+warm-up (spec/step_times.hpp), and the slowest rank's time in its compute ops over the time the same ops took at their
 fastest in any run of the directory with as many ranks (op name, pass, shape, rank count; the
 communication ops are left out, their time holds the waits). A step divided by (1 + that
 slowdown) estimates the run at the loop's fastest core speed. Per plan it prints the runs, the
@@ -20,8 +20,7 @@ import json
 import os
 import sys
 
-COMMUNICATION = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce",
-                 "all_to_all", "send", "recv", "barrier", "host", "memcpy"}
+from rank_spread import COMMUNICATION, first_step
 
 
 def median(values):
@@ -29,14 +28,14 @@ def median(values):
     return values[(len(values) - 1) // 2]
 
 
-def op_means(trace_file):
-    """{(op, pass, shape, ranks, rank): (mean us, count)} over steps 1 and later."""
+def op_means(trace_file, first):
+    """{(op, pass, shape, ranks, rank): (mean us, count)} over steps `first` and later."""
     events = [e for e in json.load(open(trace_file))["traceEvents"] if e.get("ph") == "X"]
     ranks = len({e["pid"] for e in events})
     durations = collections.defaultdict(list)
     for e in events:
         a = e.get("args", {})
-        if a.get("step", 0) < 1 or a.get("op_class") in COMMUNICATION:
+        if a.get("step", 0) < first or a.get("op_class") in COMMUNICATION:
             continue
         durations[(e["name"], a.get("phase"), str(a.get("shape")), ranks, e["pid"])].append(e["dur"])
     return {k: (sum(v) / len(v), len(v)) for k, v in durations.items()}
@@ -47,9 +46,10 @@ def main(directory):
     for trace in sorted(glob.glob(f"{directory}/*.r[0-9]*.measured.json")):
         base = trace[: -len(".measured.json")]
         plan = os.path.basename(base).rsplit(".r", 1)[0]
-        steps = [json.loads(line)["step_time_s"] for line in open(base + ".steps.jsonl")][1:]
-        if steps:
-            runs.append((plan, median(steps), op_means(trace)))
+        steps = [json.loads(line)["step_time_s"] for line in open(base + ".steps.jsonl")]
+        first = first_step(steps)
+        if steps[first:]:
+            runs.append((plan, median(steps[first:]), op_means(trace, first)))
     fastest = {}
     for _, _, means in runs:
         for key, (mean, _) in means.items():
