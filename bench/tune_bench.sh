@@ -12,7 +12,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sextant="$root/build/release/cli/sextant"
 work=$(mktemp -d)
 source "$root/tests/slurm/test_cluster.sh"
-trap 'slurm_test_cluster_stop "$work/slurm"; rm -rf "$work"' EXIT
+# TUNE_KEEP=DIR: the grid's and tunes' JSON reports are copied there.
+trap 'slurm_test_cluster_stop "$work/slurm"; [ -n "${TUNE_KEEP:-}" ] && mkdir -p "$TUNE_KEEP" &&
+  cp "$work"/*.json "$TUNE_KEEP"/; rm -rf "$work"' EXIT
 slurm_test_cluster_start "$work/slurm"
 args=(--model gpt-tiny --cluster local-cpu --gpus 2 --global-batch 16 --candidates 12 --steps 8
   --noise 0.05 --slurm --time 10 --json)
@@ -32,7 +34,8 @@ best = min(grid.values(), key=lambda g: g["measured_s"])
 print(f"grid: 12 candidates x 5 rounds; measured best {best['name']} "
       f"{1e3*best['measured_s']:.1f} ± {1e3*best['noise_s']:.1f} ms")
 for g in sorted(grid.values(), key=lambda g: g["measured_s"]):
-    print(f"  {g['name']:<34} {1e3*g['measured_s']:7.1f} ± {1e3*g['noise_s']:4.1f} ms")
+    print(f"  {g['name']:<34} {1e3*g['measured_s']:7.1f} ± {1e3*g['noise_s']:4.1f} ms"
+          f"  (median of {len(g['kept_s'])} runs, {g['quiet_runs']} quiet)")
 met = 0
 for i in (1, 2, 3):
     r = json.load(open(f"{work}/tune{i}.json"))

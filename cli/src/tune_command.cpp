@@ -135,6 +135,8 @@ void print_grid(const std::vector<loop::TrialPlan>& c, const loop::Measurements&
       rows.push_back({{"name", c[i].name},
                       {"measured_s", times[i].measured ? spec::Json(times[i].measured_s) : nullptr},
                       {"noise_s", times[i].noise_s},
+                      {"kept_s", times[i].kept_s},
+                      {"quiet_runs", times[i].quiet_runs},
                       {"status", times[i].status}});
     std::cout << spec::Json{{"grid", rows}, {"measured_best", best ? c[*best].name : ""}}.dump(2)
               << "\n";
@@ -148,11 +150,18 @@ void print_grid(const std::vector<loop::TrialPlan>& c, const loop::Measurements&
   if (best) fmt::print("measured best: {}\n", c[*best].name);
 }
 
+// Each candidate's measured time: its trials' upper median (none when none ran).
+std::vector<std::optional<double>> candidate_times(const std::vector<loop::TrialPlan>& c,
+                                                  const loop::TuneReport& r) {
+  std::vector<std::optional<double>> out(c.size());
+  for (size_t i = 0; i < c.size() && i < r.candidate_trial.size(); ++i)
+    if (r.candidate_trial[i]) out[i] = r.trials[*r.candidate_trial[i]].time.measured_s;
+  return out;
+}
+
 spec::Json report_json(const std::vector<loop::TrialPlan>& c, const loop::TuneReport& r) {
   spec::Json candidates = spec::Json::array();
-  std::vector<std::optional<double>> measured(c.size());
-  for (const loop::TuneTrial& t : r.trials)
-    if (t.time.measured) measured[t.candidate] = t.time.measured_s;
+  const std::vector<std::optional<double>> measured = candidate_times(c, r);
   for (size_t i = 0; i < c.size(); ++i)
     candidates.push_back({{"name", c[i].name},
                           {"plan", spec::to_json(c[i].plan)},
@@ -167,6 +176,7 @@ spec::Json report_json(const std::vector<loop::TrialPlan>& c, const loop::TuneRe
                       {"status", t.time.status},
                       {"measured_s", t.time.measured ? spec::Json(t.time.measured_s) : nullptr},
                       {"expected_s", t.expected_s},
+                      {"confirms", t.confirms},
                       {"wall_s", t.wall_s},
                       {"device_hours", t.device_hours}});
   return {{"candidates", candidates},
@@ -186,9 +196,7 @@ spec::Json report_json(const std::vector<loop::TrialPlan>& c, const loop::TuneRe
 }
 
 void print_report(const std::vector<loop::TrialPlan>& c, const loop::TuneReport& r) {
-  std::vector<std::optional<double>> measured(c.size());
-  for (const loop::TuneTrial& t : r.trials)
-    if (t.time.measured) measured[t.candidate] = t.time.measured_s;
+  const std::vector<std::optional<double>> measured = candidate_times(c, r);
   fmt::print("{:<34} {:>10} {:>10} {:>10} {:>10}\n", "candidate", "predicted", "fitted", "expected",
              "measured");
   for (size_t i = 0; i < c.size(); ++i)
@@ -292,7 +300,7 @@ void add_tune_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--candidates", f->candidates, "The planner's K best predictions to tune over")
       ->check(positive());
-  cmd->add_option("--max-trials", f->tune.max_trials, "Budget: trials at most (default: K)")
+  cmd->add_option("--max-trials", f->tune.max_trials, "Budget: trials at most (default: none; at most 2K)")
       ->check(positive());
   cmd->add_option("--max-device-hours", f->tune.max_device_hours,
                   "Budget: no trial starts once this many device-hours are spent")

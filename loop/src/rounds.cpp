@@ -114,9 +114,10 @@ Measurements measure_rounds(const std::vector<TrialPlan>& plans, Machine& machin
     if (options.say) options.say("== warming up (one run, discarded)");
     runner.measure(plans.front(), run_base(out, "warmup", 0), 0);
   }
-  for (int64_t round = 1; round <= options.repeats; ++round) {
+  for (int64_t i = 0; i < options.repeats; ++i) {
+    const int64_t round = options.first_round + i;
     if (options.say)
-      options.say(fmt::format("== round {} of {}: measuring {} plans", round, options.repeats,
+      options.say(fmt::format("== round {} of {}: measuring {} plans", i + 1, options.repeats,
                               plans.size()));
     for (size_t p = 0; p < plans.size(); ++p)
       m.runs[p].push_back(runner.measure(plans[p], run_base(out, plans[p].name, round), round));

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "sextant/loop/trial.hpp"
@@ -32,7 +33,14 @@ class SimulatedMachine : public Machine {
     sim::SimulationOptions options;
     options.trace = true;
     const sim::SimulationResult r = sim::simulate(model, truth_, trial.plan, options);
+    // A spell of the machine: this run's every op and step take `scale` times the truth's.
+    const double scale = time_scale ? time_scale(trial, runs) : 1.0;
     spec::Trace t = *r.trace;
+    for (spec::TraceEvent& e : t.events) {
+      e.start_ps = static_cast<Picoseconds>(static_cast<double>(e.start_ps) * scale);
+      e.duration_ps = static_cast<Picoseconds>(static_cast<double>(e.duration_ps) * scale);
+    }
+    const double step_s = r.report.step_time_s * scale;
     t.kind = "measured";
     t.metadata = {{"model", model.name},
                   {"model_json", spec::to_json(model)},
@@ -41,12 +49,12 @@ class SimulatedMachine : public Machine {
                   {"stack", spec::kExecutorStack},
                   {"dtype", "fp32"},
                   {"ranks", trial.plan.world_size()},
-                  {"step_time_s", r.report.step_time_s}};
+                  {"step_time_s", step_s}};
     spec::write_trace_file(base + ".measured.json", t);
     {
       std::ofstream log(base + ".steps.jsonl");
       for (int64_t s = 0; s < steps; ++s)
-        log << spec::Json{{"step", s}, {"step_time_s", r.report.step_time_s}}.dump() << "\n";
+        log << spec::Json{{"step", s}, {"step_time_s", step_s}}.dump() << "\n";
     }
     ++runs;
     return read_run(base);
@@ -55,6 +63,8 @@ class SimulatedMachine : public Machine {
   void pause(double) override {}
   bool benchmark(const std::string&) override { return false; }
   int runs = 0;
+  // How much longer than the truth's a run takes, given the plan and the runs before it (none: 1).
+  std::function<double(const TrialPlan&, int)> time_scale;
 
  private:
   spec::ClusterSpec truth_;

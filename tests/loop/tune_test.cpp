@@ -67,6 +67,8 @@ TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
   for (const TuneTrial& t : r.trials)
     EXPECT_NEAR(t.time.measured_s, truth_step(truth, c[t.candidate]), 1e-12);
   EXPECT_EQ(r.fit_refused, "");
+  // Runs that agree with the fit of the others are not run twice.
+  for (const TuneTrial& t : r.trials) EXPECT_FALSE(t.confirms) << c[t.candidate].name;
   // Each kind's doubt is how much faster than expected its last two checked trials ran, never
   // below 0: the expectation made before the trial over its measured time, less one.
   for (const bool guess : {true, false}) {
@@ -95,6 +97,64 @@ TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
     EXPECT_GE(r.expected_s[i] * (1 - *doubt), r.trials[*r.chosen].time.measured_s * (1 - o.noise))
         << c[i].name;
   }
+}
+
+// A fast spell of the machine during the first trial: that run of the file's predicted best takes
+// 0.6 of its true time, faster than the truth's fastest candidate. Taken at its word it would end
+// the tune; the fit of the other trials predicts it far slower than it ran, so it runs again, and
+// its time is the slower run (the upper median of two). The tune then goes on to the truth's best.
+TEST(Tune, RunsASurprisinglyFastBestAgainBeforeTakingIt) {
+  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
+  const spec::ClusterSpec truth = truth_of(nominal);
+  const std::vector<TrialPlan> c = candidates();
+  size_t fastest = 0;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (truth_step(truth, c[i]) < truth_step(truth, c[fastest])) fastest = i;
+  SimulatedMachine machine(truth);
+  std::string fluked;
+  machine.time_scale = [&](const TrialPlan& p, int runs_before) {
+    if (runs_before != 1) return 1.0;  // run 0 is the warm-up; run 1 the first trial
+    fluked = p.name;
+    return 0.6;
+  };
+  TuneOptions o;
+  o.steps = 4;
+  o.dir = fresh_dir("tune-fluke");
+  const TuneReport r = tune(nominal, c, machine, o);
+  ASSERT_TRUE(r.chosen);
+  const size_t first = r.trials[0].candidate;
+  ASSERT_EQ(c[first].name, fluked);
+  ASSERT_NE(first, fastest);
+  ASSERT_LT(0.6 * truth_step(truth, c[first]), truth_step(truth, c[fastest]));  // it would win
+  std::vector<size_t> runs_of_first;
+  for (size_t i = 0; i < r.trials.size(); ++i)
+    if (r.trials[i].candidate == first) runs_of_first.push_back(i);
+  ASSERT_EQ(runs_of_first.size(), 2u);
+  const TuneTrial& again = r.trials[runs_of_first[1]];
+  EXPECT_TRUE(again.confirms);
+  EXPECT_EQ(again.round, 2);
+  EXPECT_FALSE(again.calibrated);  // its expectation was its own run, not a check of the fit
+  EXPECT_NEAR(r.trials[0].time.measured_s, 0.6 * truth_step(truth, c[first]), 1e-12);
+  EXPECT_NEAR(again.time.measured_s, truth_step(truth, c[first]), 1e-12);
+  ASSERT_TRUE(r.candidate_trial[first]);
+  EXPECT_EQ(*r.candidate_trial[first], runs_of_first[1]);  // the slower of its two runs
+  EXPECT_TRUE(r.converged) << r.stopped;
+  EXPECT_EQ(c[r.trials[*r.chosen].candidate].name, c[fastest].name);
+  EXPECT_EQ(std::count_if(r.trials.begin(), r.trials.end(),
+                          [](const TuneTrial& t) { return t.confirms; }),
+            1);
+
+  // Resumed from its record, each trial reads back its own run: the confirmation its round 2.
+  const int runs_before = machine.runs;
+  const TuneReport resumed = tune(nominal, c, machine, o);
+  EXPECT_EQ(machine.runs, runs_before);
+  ASSERT_EQ(resumed.trials.size(), r.trials.size());
+  for (size_t i = 0; i < r.trials.size(); ++i) {
+    EXPECT_EQ(resumed.trials[i].round, r.trials[i].round);
+    EXPECT_EQ(resumed.trials[i].confirms, r.trials[i].confirms);
+    EXPECT_DOUBLE_EQ(resumed.trials[i].time.measured_s, r.trials[i].time.measured_s);
+  }
+  EXPECT_EQ(resumed.chosen, r.chosen);
 }
 
 TEST(Tune, StopsOnItsBudgetAndResumesFromItsRecord) {

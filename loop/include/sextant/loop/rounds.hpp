@@ -18,6 +18,7 @@ namespace sextant::loop {
 
 struct RoundOptions {
   int64_t repeats = 3;        // rounds
+  int64_t first_round = 1;    // the first round's number (its files: run_base(out, name, round))
   int64_t steps = 8;          // training steps per run
   double quiet_wait_s = 120;  // seconds the loop may wait for quiet cores, in all
   int tries = 3;              // runs of a plan in one round while they come out disturbed

@@ -6,8 +6,11 @@
 // last candidates of its kind (a layout's guess, a new layout's prediction) turned out to be. A
 // candidate whose layout (all but its micro-batch) already ran is expected at the fit's prediction
 // scaled by that run's measured-over-predicted ratio: plans of one layout run the same collectives,
-// so the fit's error on one is the best guess of its error on the other. What a grid of every
-// candidate would cost is what tuning saves.
+// so the fit's error on one is the best guess of its error on the other. Before it stops, a measured
+// best resting on one run that beat the fit of the other trials by more than the noise (and that
+// fit's own error) runs again, and a candidate's time is its runs' upper median: one fast spell of
+// the machine does not end the search. What a grid of every candidate would cost is what tuning
+// saves.
 #pragma once
 
 #include <functional>
@@ -21,7 +24,7 @@
 namespace sextant::loop {
 
 struct TuneOptions {
-  int64_t max_trials = 0;       // 0: no limit but the candidates (a grid at most)
+  int64_t max_trials = 0;  // 0: no limit (each candidate runs once, a surprising best twice)
   double max_device_hours = 0;  // 0: no limit; else no trial starts once this is spent
   int64_t steps = 8;            // training steps per trial
   double noise = 0.03;          // a trial's relative noise: two runs of one plan differ by this
@@ -42,6 +45,8 @@ struct TuneTrial {
   double expected_s = 0;      // what tuning expected of it when it chose it
   bool layout_guess = false;  // that expectation came from a run of its layout
   bool calibrated = false;    // and from a fit to earlier trials (not the starting file alone)
+  int64_t round = 1;          // its candidate's how-manieth run (files: run_base(dir, name, round))
+  bool confirms = false;      // a second run of a measured best whose one run surprised
 };
 
 struct TuneReport {
@@ -49,9 +54,12 @@ struct TuneReport {
   std::vector<double> predicted_after_s;   // with the last fit that was not refused
   std::vector<TuneTrial> trials;           // in the order run
   int64_t resumed_trials = 0;              // read from the record, not run again
-  std::optional<size_t> chosen;            // the measured best trial (none when none ran)
-  bool converged = false;                  // no candidate left that could beat the measured best
-  std::string stopped;                     // why it stopped, in words
+  // Per candidate: the trial its time is taken from, the upper median of its trials (of two, the
+  // slower: a confirmation that disagrees overrules the run it confirms); none when none ran.
+  std::vector<std::optional<size_t>> candidate_trial;
+  std::optional<size_t> chosen;  // the measured best trial (none when none ran)
+  bool converged = false;        // no candidate left that could beat the measured best
+  std::string stopped;           // why it stopped, in words
   // Per candidate at the end: the expected time (measured; or guessed from a run of its layout,
   // layout_guess; or the fit's prediction).
   std::vector<double> expected_s;
