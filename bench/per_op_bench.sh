@@ -95,6 +95,18 @@ row "inception-v3, 16 x dgx-a100, batch 512" --model inception-v3 --cluster dgx-
   --global-batch 512
 row "inception-v3, 64 x dgx-a100, batch 2048" --model inception-v3 --cluster dgx-a100 --gpus 64 \
   --global-batch 2048
+# FlexFlow's own setting (§7: P100 nodes of 4 GPUs over 100 Gb/s InfiniBand): the V100 nodes of 4
+# of lassen-v100 (EDR 100 Gb/s), 4 to 64 GPUs, 32 images a GPU; and 4 A100s.
+for gpus in 4 16 64; do
+  for model in alexnet resnet50 inception-v3; do
+    row "$model, $gpus x lassen-v100, batch $((32 * gpus))" --model "$model" \
+      --cluster lassen-v100 --gpus "$gpus" --global-batch $((32 * gpus))
+  done
+done
+for model in alexnet resnet50; do
+  row "$model, 4 x dgx-a100, batch 128" --model "$model" --cluster dgx-a100 --gpus 4 \
+    --global-batch 128
+done
 # The 128-op graph: every layer's split searched (runs of 1, 2, 4... layers beyond 32 ops).
 row "mlp-128x2k (128 ops), 16 x dgx-a100, batch 512" --model "$tmp/mlp-128.json" \
   --cluster dgx-a100 --gpus 16 --global-batch 512
