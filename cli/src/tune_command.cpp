@@ -152,7 +152,7 @@ void print_grid(const std::vector<loop::TrialPlan>& c, const loop::Measurements&
 
 // Each candidate's measured time: its trials' upper median (none when none ran).
 std::vector<std::optional<double>> candidate_times(const std::vector<loop::TrialPlan>& c,
-                                                  const loop::TuneReport& r) {
+                                                   const loop::TuneReport& r) {
   std::vector<std::optional<double>> out(c.size());
   for (size_t i = 0; i < c.size() && i < r.candidate_trial.size(); ++i)
     if (r.candidate_trial[i]) out[i] = r.trials[*r.candidate_trial[i]].time.measured_s;
@@ -300,7 +300,8 @@ void add_tune_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--candidates", f->candidates, "The planner's K best predictions to tune over")
       ->check(positive());
-  cmd->add_option("--max-trials", f->tune.max_trials, "Budget: trials at most (default: none; at most 2K)")
+  cmd->add_option("--max-trials", f->tune.max_trials,
+                  "Budget: trials at most (default: none; at most 2K)")
       ->check(positive());
   cmd->add_option("--max-device-hours", f->tune.max_device_hours,
                   "Budget: no trial starts once this many device-hours are spent")

@@ -41,13 +41,24 @@ double truth_step(const spec::ClusterSpec& truth, const TrialPlan& c) {
   return sim::simulate(models::zoo_model("gpt-tiny"), truth, c.plan, o).report.step_time_s;
 }
 
-TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
-  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
-  const spec::ClusterSpec truth = truth_of(nominal);
-  const std::vector<TrialPlan> c = candidates();
+// The candidate the truth makes fastest.
+size_t truths_fastest(const spec::ClusterSpec& truth, const std::vector<TrialPlan>& c) {
   size_t fastest = 0;
   for (size_t i = 1; i < c.size(); ++i)
     if (truth_step(truth, c[i]) < truth_step(truth, c[fastest])) fastest = i;
+  return fastest;
+}
+
+// Tuning starts from the local-cpu file; the machine runs the truth.
+class Tune : public ::testing::Test {
+ protected:
+  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
+  const spec::ClusterSpec truth = truth_of(nominal);
+  const std::vector<TrialPlan> c = candidates();
+  const size_t fastest = truths_fastest(truth, c);
+};
+
+TEST_F(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
   SimulatedMachine machine(truth);
   TuneOptions o;
   o.steps = 4;
@@ -103,13 +114,7 @@ TEST(Tune, FindsTheTruthsFastestCandidateInAThirdOfAGridsTrials) {
 // 0.6 of its true time, faster than the truth's fastest candidate. Taken at its word it would end
 // the tune; the fit of the other trials predicts it far slower than it ran, so it runs again, and
 // its time is the slower run (the upper median of two). The tune then goes on to the truth's best.
-TEST(Tune, RunsASurprisinglyFastBestAgainBeforeTakingIt) {
-  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
-  const spec::ClusterSpec truth = truth_of(nominal);
-  const std::vector<TrialPlan> c = candidates();
-  size_t fastest = 0;
-  for (size_t i = 1; i < c.size(); ++i)
-    if (truth_step(truth, c[i]) < truth_step(truth, c[fastest])) fastest = i;
+TEST_F(Tune, RunsASurprisinglyFastBestAgainBeforeTakingIt) {
   SimulatedMachine machine(truth);
   std::string fluked;
   machine.time_scale = [&](const TrialPlan& p, int runs_before) {
@@ -157,10 +162,7 @@ TEST(Tune, RunsASurprisinglyFastBestAgainBeforeTakingIt) {
   EXPECT_EQ(resumed.chosen, r.chosen);
 }
 
-TEST(Tune, StopsOnItsBudgetAndResumesFromItsRecord) {
-  const spec::ClusterSpec nominal = spec::builtin_cluster("local-cpu");
-  const spec::ClusterSpec truth = truth_of(nominal);
-  const std::vector<TrialPlan> c = candidates();
+TEST_F(Tune, StopsOnItsBudgetAndResumesFromItsRecord) {
   SimulatedMachine machine(truth);
   TuneOptions o;
   o.steps = 4;

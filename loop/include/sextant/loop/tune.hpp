@@ -6,11 +6,11 @@
 // last candidates of its kind (a layout's guess, a new layout's prediction) turned out to be. A
 // candidate whose layout (all but its micro-batch) already ran is expected at the fit's prediction
 // scaled by that run's measured-over-predicted ratio: plans of one layout run the same collectives,
-// so the fit's error on one is the best guess of its error on the other. Before it stops, a measured
-// best resting on one run that beat the fit of the other trials by more than the noise (and that
-// fit's own error) runs again, and a candidate's time is its runs' upper median: one fast spell of
-// the machine does not end the search. What a grid of every candidate would cost is what tuning
-// saves.
+// so the fit's error on one is the best guess of its error on the other. Before it stops, a
+// measured best resting on one run that beat the fit of the other trials by more than the noise
+// (and that fit's own error) runs again, and a candidate's time is its runs' upper median: one fast
+// spell of the machine does not end the search. What a grid of every candidate would cost is what
+// tuning saves.
 #pragma once
 
 #include <functional>
@@ -24,7 +24,7 @@
 namespace sextant::loop {
 
 struct TuneOptions {
-  int64_t max_trials = 0;  // 0: no limit (each candidate runs once, a surprising best twice)
+  int64_t max_trials = 0;       // 0: no limit (each candidate runs once, a surprising best twice)
   double max_device_hours = 0;  // 0: no limit; else no trial starts once this is spent
   int64_t steps = 8;            // training steps per trial
   double noise = 0.03;          // a trial's relative noise: two runs of one plan differ by this
