@@ -28,7 +28,11 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 best = json.load(open(sys.argv[2]))
 assert len(r["candidates"]) == 4 and r["grid_trials"] == 4, r["candidates"]
-assert 1 <= len(r["trials"]) <= 4 and r["resumed_trials"] == 0, r["trials"]
+# Each candidate at most once, and a surprising best once more (confirms: a second run of it).
+names = [t["name"] for t in r["trials"]]
+assert 1 <= len(set(names)) <= 4 and r["resumed_trials"] == 0, r["trials"]
+assert all(names[:i].count(t["name"]) == (1 if t["confirms"] else 0)
+           for i, t in enumerate(r["trials"])), r["trials"]
 assert all(t["status"] == "ok" and t["measured_s"] > 0 for t in r["trials"]), r["trials"]
 chosen = [c for c in r["candidates"] if c["name"] == r["chosen"]][0]
 assert best == chosen["plan"], (best, chosen["plan"])
