@@ -102,6 +102,14 @@ std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<Trial
   return trials;
 }
 
+// The measured trace a trial's run left ("" when it left none: a stack's trial read from its log).
+std::string trial_trace(const TuneOptions& o, const std::vector<TrialPlan>& candidates,
+                        const TuneTrial& t) {
+  const std::string file =
+      run_base(o.dir, candidates[t.candidate].name, t.round) + ".measured.json";
+  return t.time.measured && std::filesystem::exists(file) ? file : "";
+}
+
 std::vector<double> predict(const spec::ClusterSpec& cluster,
                             const std::vector<TrialPlan>& candidates,
                             const std::vector<spec::ModelSpec>& models) {
@@ -123,12 +131,9 @@ spec::ClusterSpec refit(const spec::ClusterSpec& base, const std::vector<TrialPl
                         const std::vector<TuneTrial>& trials, const TuneOptions& o,
                         std::string& refused) {
   std::vector<std::pair<std::string, spec::Trace>> runs;
-  for (const TuneTrial& t : trials) {
-    if (!t.time.measured) continue;
-    const std::string file =
-        run_base(o.dir, candidates[t.candidate].name, t.round) + ".measured.json";
-    if (std::filesystem::exists(file)) runs.emplace_back(file, spec::read_trace_file(file));
-  }
+  for (const TuneTrial& t : trials)
+    if (const std::string file = trial_trace(o, candidates, t); !file.empty())
+      runs.emplace_back(file, spec::read_trace_file(file));
   refused.clear();
   RunFitOptions options;
   options.dtype = o.fit_dtype;
@@ -276,11 +281,12 @@ double grid_device_hours(const std::vector<TrialPlan>& candidates,
 
 // How much slower than its one run the measured best is expected by the fit of the other trials
 // (predicted / measured - 1), when that exceeds the noise plus the fit's RMS error on the runs it
-// was fitted to; none otherwise, and when its time rests on more than one run, no other trial ran
-// or their fit was refused. Such a run may be a fast spell of the machine rather than a fast plan
-// (on the Intel CI VM a tune's first trial ran 96.9 ms where two other tunes measured the plan at
-// 117.9 and 122.7 ms, bench/results/tune_local.md), and taken as the best it ends the search for
-// anything faster: it runs again before the tune stops.
+// was fitted to; none otherwise, and when its time rests on more than one run, no other trial left
+// a trace to fit (a stack's trials are read from their logs) or their fit was refused. Such a run
+// may be a fast spell of the machine rather than a fast plan (on the Intel CI VM a tune's first
+// trial ran 96.9 ms where two other tunes measured the plan at 117.9 and 122.7 ms,
+// bench/results/tune_local.md), and taken as the best it ends the search for anything faster: it
+// runs again before the tune stops.
 std::optional<double> surprising_best(const spec::ClusterSpec& base,
                                       const std::vector<TrialPlan>& candidates,
                                       const std::vector<spec::ModelSpec>& models,
@@ -293,7 +299,9 @@ std::optional<double> surprising_best(const spec::ClusterSpec& base,
     if (t.candidate == best.candidate && &t != &best) return std::nullopt;  // ran twice
     if (t.candidate != best.candidate) others.push_back(t);
   }
-  if (others.empty()) return std::nullopt;
+  if (std::none_of(others.begin(), others.end(),
+                   [&](const TuneTrial& t) { return !trial_trace(o, candidates, t).empty(); }))
+    return std::nullopt;
   std::string refused;
   const spec::ClusterSpec fitted = refit(base, candidates, others, o, refused);
   if (!refused.empty()) return std::nullopt;

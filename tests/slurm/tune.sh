@@ -87,6 +87,8 @@ for t in r["trials"]:
     assert t["status"] == "ok" and abs(t["measured_s"] - want) < 1e-9, (t, want)
 best = min(t["measured_s"] for t in r["trials"])
 assert [c for c in r["candidates"] if c["name"] == r["chosen"]][0]["measured_s"] == best, r
+# Nothing is fitted to a log, so no run is judged surprising against a fit: none runs twice.
+assert not any(t["confirms"] for t in r["trials"]), r["trials"]
 PY
 
 expect_error "--time" "$sextant" "${tune[@]}" --time "1 day"
