@@ -93,8 +93,7 @@ std::vector<TuneTrial> read_record(const TuneOptions& o, const std::vector<Trial
       throw InputError(path, pointer + "/round", round.dump(),
                        "the candidate's run it was, from 1");
     t.round = round.get<int64_t>();
-    const Measurements m = read_rounds({candidates[t.candidate]}, o.dir, t.round);
-    t.time = plan_time({m.runs[0][static_cast<size_t>(t.round - 1)]});
+    t.time = plan_time({read_run(run_base(o.dir, candidates[t.candidate].name, t.round))});
     t.device_hours =
         t.wall_s * static_cast<double>(candidates[t.candidate].plan.world_size()) / 3600;
     trials.push_back(t);
