@@ -6,9 +6,14 @@ waves of tiles over the SMs, split-K, at the SM clock the trace ran at.
 
 Usage: scripts/fit-gemm-model.py TRACE.json[.gz] --sms 132 --clock-mhz 1970 --peak-tflops 989.4 \
            --peak-clock-mhz 1830 [--tiles 256x128,128x256,...]
+       scripts/fit-gemm-model.py --shapes SHAPES.csv [--min-dim 512] --sms 80 ...
+A shapes file holds measured GEMM rates instead of a trace: CSV with columns m, n, k, tflops
+('#' lines are comments; traces/samples/deepbench-v100-fp16-gemm.csv). --min-dim leaves out shapes
+with a dimension below it (skinny GEMMs are memory-bound, which this model does not price).
 Prints the fitted parameters and each kernel's error. Standard library only."""
 import argparse
 import collections
+import csv
 import gzip
 import json
 import math
@@ -20,6 +25,18 @@ def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f)
+
+
+def shape_rates(path, min_dim):
+    """(m, n, k, microseconds) of each measured shape of a CSV of rates (columns m, n, k, tflops)."""
+    with open(path) as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        out = []
+        for r in rows:
+            m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+            if min(m, n, k) >= min_dim:
+                out.append((m, n, k, 2 * m * n * k / (float(r["tflops"]) * 1e12) * 1e6))
+    return out
 
 
 def gemm_kernels(trace):
@@ -65,7 +82,11 @@ def model_us(m, n, k, eta, k0, t0, sm_flops, tiles, sms, max_split, bandwidth):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("trace")
+    p.add_argument("trace", nargs="?")
+    p.add_argument("--shapes", help="CSV of measured rates (m, n, k, tflops) instead of a trace")
+    p.add_argument("--min-dim", type=int, default=0)
+    p.add_argument("--kernel-overhead-us", type=int,
+                   help="hold kernel_overhead_us at this value (large shapes alone cannot tell it)")
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--clock-mhz", type=float, default=1970)
     p.add_argument("--peak-tflops", type=float, default=989.4)
@@ -76,9 +97,12 @@ def main():
     a = p.parse_args()
     tiles = [tuple(int(x) for x in t.split("x")) for t in a.tiles.split(",")]
     sm_flops = a.peak_tflops * 1e12 / a.sms * a.clock_mhz / a.peak_clock_mhz
-    kernels = gemm_kernels(load(a.trace))
+    if bool(a.trace) == bool(a.shapes):
+        raise SystemExit("give a trace or --shapes CSV (one of them)")
+    source = a.shapes or a.trace
+    kernels = shape_rates(a.shapes, a.min_dim) if a.shapes else gemm_kernels(load(a.trace))
     if not kernels:
-        raise SystemExit(f"{a.trace}: no GEMM kernels with shapes (record_shapes=True?)")
+        raise SystemExit(f"{source}: no GEMM kernels with shapes (record_shapes=True?)")
     # One row per shape: the mean duration, weighted by how many kernels had that shape.
     by_shape = collections.defaultdict(list)
     for m, n, k, us in kernels:
@@ -88,7 +112,7 @@ def main():
     best = None
     for eta in [x / 100 for x in range(50, 100)]:
         for k0 in range(0, 512, 16):
-            for t0 in range(0, 9):
+            for t0 in ([a.kernel_overhead_us] if a.kernel_overhead_us is not None else range(0, 9)):
                 err = [model_us(m, n, k, eta, k0, t0, sm_flops, tiles, a.sms, a.max_split_k,
                                 a.bandwidth_gbps * 1e9) / us - 1 for m, n, k, us in obs]
                 s = sum(w * e * e for w, e in zip(weight, err))

@@ -237,23 +237,26 @@ ValidationTable table5d() {
   return t;
 }
 
-// ---- T6: Megatron-LM README scaling tables (Sept 2020), tensor parallelism only, A100 ---------
-// The README gives hidden, heads, layers, TP, DP, batch and iteration time. Assumed, as the
-// Megatron-LM v1 scripts of the time ran (examples/pretrain_gpt2*.sh): sequence 1024 and
-// vocabulary 51,200 (Shoeybi et al. 2019), fp16, --checkpoint-activations (full recompute), the
-// whole per-replica batch as one micro-batch, GELU FFN 4h. Checked: Narayanan et al.'s eq. 3 for
-// the 1.2B row (96 B s l h^2 (1 + s/6h + V/16lh), B 16) over its 1076 ms gives the 149.8 TFLOP/s
-// the README prints. The V100 rows ran on DGX-2 (16 GPUs on NVSwitch), which no shipped cluster
-// describes: left out.
+// ---- T6: Megatron-LM README scaling tables (Sept 2020), tensor parallelism only ------------
+// The README gives hidden, heads, layers, TP, DP, batch and iteration time, on DGX-2 (V100) and
+// DGX A100 nodes. Assumed, as the Megatron-LM v1 scripts of the time ran
+// (examples/pretrain_gpt2*.sh): sequence 1024 and vocabulary 51,200 (Shoeybi et al. 2019), fp16,
+// --checkpoint-activations (full recompute), the whole per-replica batch as one micro-batch, GELU
+// FFN 4h. Checked: Narayanan et al.'s eq. 3 (96 B s l h^2 (1 + s/6h + V/16lh)) over the 1.2B
+// rows' times gives the TFLOP/s the README prints (B 16 in 1076 ms: 149.8 on A100; B 8 in
+// 1121 ms: 71.9 on V100).
 struct Table6Run {
+  const char* cluster;
   int64_t hidden, heads, layers, tp, dp, global_batch;
   double iteration_ms;
 };
 constexpr Table6Run kTable6[] = {
-    {1920, 15, 24, 1, 1, 16, 1076},     {2304, 18, 30, 2, 1, 16, 1026},
-    {3072, 24, 36, 4, 1, 16, 1162},     {4096, 32, 42, 8, 1, 16, 1343},
-    {1920, 15, 24, 1, 128, 2048, 1153}, {2304, 18, 30, 2, 128, 2048, 1101},
-    {3072, 24, 36, 4, 128, 2048, 1242}, {4096, 32, 42, 8, 128, 2048, 1380},
+    {"dgx2-v100", 1920, 15, 24, 1, 1, 8, 1121},     {"dgx2-v100", 2304, 18, 30, 2, 1, 8, 1093},
+    {"dgx2-v100", 3072, 24, 36, 4, 1, 8, 1238},     {"dgx2-v100", 4096, 32, 42, 8, 1, 8, 1407},
+    {"dgx-a100", 1920, 15, 24, 1, 1, 16, 1076},     {"dgx-a100", 2304, 18, 30, 2, 1, 16, 1026},
+    {"dgx-a100", 3072, 24, 36, 4, 1, 16, 1162},     {"dgx-a100", 4096, 32, 42, 8, 1, 16, 1343},
+    {"dgx-a100", 1920, 15, 24, 1, 128, 2048, 1153}, {"dgx-a100", 2304, 18, 30, 2, 128, 2048, 1101},
+    {"dgx-a100", 3072, 24, 36, 4, 128, 2048, 1242}, {"dgx-a100", 4096, 32, 42, 8, 128, 2048, 1380},
 };
 
 spec::ModelSpec table6_model(const Table6Run& run) {
@@ -279,24 +282,28 @@ spec::ModelSpec table6_model(const Table6Run& run) {
   return models::model_from_document(doc, "published.md T6", doc.at("name"));
 }
 
-ValidationTable table6(const spec::ClusterSpec& a100, sim::Fidelity fidelity) {
+ValidationTable table6(sim::Fidelity fidelity) {
   ValidationTable t{"T6",
                     "Megatron-LM README scaling (Sept 2020): iteration time of GPT models with "
-                    "tensor parallelism only on dgx-a100, stack megatron-lm (sequence 1024, fp16, "
-                    "full recompute, one micro-batch per replica assumed; not yet a bar)",
+                    "tensor parallelism only on dgx2-v100 and dgx-a100, stack megatron-lm "
+                    "(sequence 1024, fp16, full recompute, one micro-batch per replica assumed; "
+                    "not yet a bar)",
                     "ms",
                     false,
                     {},
                     ""};
   for (const Table6Run& run : kTable6) {
     const spec::ModelSpec model = table6_model(run);
+    const spec::ClusterSpec cluster = spec::builtin_cluster(run.cluster);
     spec::Plan plan = megatron_plan(run.dp, run.tp, 1, run.global_batch / run.dp, run.global_batch,
                                     spec::Recompute::kFull, false);
     sim::SimulationOptions options;
     options.fidelity = fidelity;
-    const sim::SimulationResult r = sim::simulate(model, a100, plan, options);
-    t.rows.push_back({fmt::format("h{} tp{} dp{}", run.hidden, run.tp, run.dp), run.iteration_ms,
-                      1e3 * r.report.step_time_s, plan.name()});
+    const sim::SimulationResult r = sim::simulate(model, cluster, plan, options);
+    const char* gpu = std::string(run.cluster) == "dgx2-v100" ? "V100" : "A100";
+    t.rows.push_back({fmt::format("{} h{} tp{} dp{}", gpu, run.hidden, run.tp, run.dp),
+                      run.iteration_ms, 1e3 * r.report.step_time_s,
+                      plan.name() + (r.report.memory.fits ? "" : " (predicted not to fit)")});
   }
   return t;
 }
@@ -490,7 +497,7 @@ std::vector<ValidationTable> run_validation(const ValidationOptions& o) {
   tables.push_back(table4(a100));
   tables.push_back(table5(a100, o.fidelity));
   tables.push_back(table5d());
-  tables.push_back(table6(a100, o.fidelity));
+  tables.push_back(table6(o.fidelity));
   tables.push_back(table9(o.fidelity));
   tables.push_back(table_k1(o.kineto));
   tables.push_back(table_llama_h200("K2", o.llama_eager_trace, "torchtitan", false));

@@ -4,7 +4,7 @@
 //   T4  Korthikanti et al. (2022) Table 4: forward and backward time of one 22B layer.
 //   T5  Korthikanti et al. Table 5: iteration time of 22B..1T, full recompute vs SP + selective.
 //   T5d Korthikanti et al. Table 2 / §4: activation bytes per layer against the paper's formulas.
-//   T6  Megatron-LM README (2020): iteration time of tensor-parallel GPT models on A100s.
+//   T6  Megatron-LM README (2020): iteration time of tensor-parallel GPT models on V100s and A100s.
 //   T9  NVIDIA NeMo 24.07: tokens/s per H100 of Megatron-Core FP8 runs, 8 to 512 GPUs.
 //   K1  a PyTorch-profiler trace of GPT-2 124M on one H100: GPU time per op class.
 //   K2  the same of 8 Llama-3 8B layers on the project's H200, eager; K3 compiled per block;
