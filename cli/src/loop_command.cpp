@@ -30,6 +30,7 @@ struct LoopFlags {
   bool gpu = false;
   bool refit = false;
   bool force = false;
+  bool as_measured = false;
   int64_t steps = 8;
   int64_t repeats = 3;
   int64_t extra_rounds = 2;
@@ -137,6 +138,11 @@ void print_report(const loop::LoopReport& r) {
       "runs: {} of the kept ones measured with a core disturbed (more than 8% slow before or "
       "after; waited {:.0f} s for quiet cores)\n",
       f.disturbed_runs, r.waited_s);
+  fmt::print("{}\n", r.speed_reference
+                         ? "times: every run; a disturbed run's step scaled to the quiet runs' "
+                           "core speed, from its ops' times against the fastest any run took "
+                           "(--as-measured: the quiet runs as measured)"
+                         : "times: as measured, the median of each plan's quiet runs");
   if (!r.rerun.empty())
     fmt::print("extra rounds for the plans within the noise of the best: {}\n",
                fmt::join(r.rerun, ", "));
@@ -188,6 +194,7 @@ void run_loop(const LoopFlags& f) {
   if (f.gpu) setup.predict_dtype = spec::Dtype::kBf16;  // the runs: --precision bf16
   setup.out = f.out;
   setup.refit = f.refit;
+  setup.speed_reference = !f.as_measured;
   setup.force = f.force;
   setup.rounds.repeats = f.repeats;
   setup.rounds.steps = f.steps;
@@ -248,6 +255,9 @@ void add_loop_command(CLI::App& app) {
   cmd->add_option("--out", f->out, "Directory of the runs, the fit and the predictions");
   cmd->add_flag("--gpu", f->gpu,
                 "GPT-2 plans on one GPU with the cuda backend, fitted from `bench compute`");
+  cmd->add_flag("--as-measured", f->as_measured,
+                "Take each plan's runs as measured (the median of the quiet ones) instead of "
+                "every run with the disturbed ones scaled to the quiet runs' core speed");
   cmd->add_flag("--refit", f->refit,
                 "Measure nothing: fit and predict from the runs already in --out");
   cmd->add_option("--quiet-wait", f->quiet_wait,

@@ -60,6 +60,30 @@ spec::CoRunSlowdown read_co_run(const std::string& path) {
   return c;
 }
 
+// The run as if its cores had computed at the quiet runs' speed: every event's start and length,
+// and the step time, times `scale` (speed_scales).
+spec::Trace at_speed(spec::Trace trace, double scale) {
+  if (scale == 1.0) return trace;
+  for (spec::TraceEvent& e : trace.events) {
+    e.start_ps = static_cast<Picoseconds>(static_cast<double>(e.start_ps) * scale);
+    e.duration_ps = static_cast<Picoseconds>(static_cast<double>(e.duration_ps) * scale);
+  }
+  if (trace.metadata.is_object() && trace.metadata.contains("step_time_s") &&
+      trace.metadata["step_time_s"].is_number())
+    trace.metadata["step_time_s"] = trace.metadata["step_time_s"].get<double>() * scale;
+  return trace;
+}
+
+// Each plan's time from its runs, scaled to one speed when the setup says so.
+std::vector<PlanTime> plan_times(const LoopSetup& s, const Measurements& m,
+                                 std::vector<std::vector<double>>& scales) {
+  scales = s.speed_reference ? speed_scales(m) : std::vector<std::vector<double>>{};
+  std::vector<PlanTime> times;
+  for (size_t p = 0; p < m.runs.size(); ++p)
+    times.push_back(plan_time(m.runs[p], scales.empty() ? nullptr : &scales[p]));
+  return times;
+}
+
 }  // namespace
 
 std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigures& f) {
@@ -207,20 +231,23 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
   }
 
   // The fit: the benchmark and the median run of every fit plan.
-  std::vector<PlanTime> times;
+  std::vector<std::vector<double>> scales;
+  const std::vector<PlanTime> times = plan_times(s, m, scales);
+  report.speed_reference = s.speed_reference;
   std::vector<std::pair<std::string, spec::Trace>> runs;
   if (std::filesystem::exists(bench_file))
     runs.emplace_back(bench_file, spec::read_trace_file(bench_file));
   for (size_t p = 0; p < s.plans.size(); ++p) {
-    times.push_back(plan_time(m.runs[p]));
-    const PlanTime& t = times.back();
+    const PlanTime& t = times[p];
     if (!t.measured) {
       say(fmt::format("   {}: no run succeeded ({})", s.plans[p].name, t.status));
       continue;
     }
-    const RunResult& median = m.runs[p][static_cast<size_t>(t.median_round - 1)];
+    const size_t median_run = static_cast<size_t>(t.median_round - 1);
+    const RunResult& median = m.runs[p][median_run];
     if (!s.plans[p].heldout && !median.trace_file.empty())
-      runs.emplace_back(median.trace_file, spec::read_trace_file(median.trace_file));
+      runs.emplace_back(median.trace_file, at_speed(spec::read_trace_file(median.trace_file),
+                                                    scales.empty() ? 1.0 : scales[p][median_run]));
   }
   say(fmt::format("== calibrating {}", s.cluster.name));
   RunFitOptions fit_options;
@@ -271,10 +298,11 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
       report.waited_s = m.waited_s;
     }
   }
+  const std::vector<PlanTime> all_times = plan_times(s, m, scales);
   for (size_t p = 0; p < s.plans.size(); ++p) {
     if (m.runs[p].size() > static_cast<size_t>(s.rounds.repeats))
       report.rerun.push_back(s.plans[p].name);
-    report.rows[p].time = plan_time(m.runs[p]);
+    report.rows[p].time = all_times[p];
   }
   report.figures = loop_figures(report.rows);
   return report;
@@ -297,6 +325,7 @@ spec::Json to_json(const LoopReport& r) {
                     {"disturbed_runs", row.time.disturbed_runs}};
     if (row.time.measured) {
       j["measured_s"] = row.time.measured_s;
+      j["unscaled_s"] = row.time.unscaled_s;
       j["noise_s"] = row.time.noise_s;
       j["error"] = row.error();
       j["uncalibrated_error"] = row.uncalibrated_error();
@@ -331,7 +360,8 @@ spec::Json to_json(const LoopReport& r) {
       {"regret_beyond_noise", f.regret_beyond_noise},
       {"predicted_best_share", f.predicted_best_share},
       {"measured_best_share", f.measured_best_share},
-      {"rerun", r.rerun}};
+      {"rerun", r.rerun},
+      {"speed_reference", r.speed_reference}};
   if (r.co_run)
     j["co_run"] = {
         {"devices", r.co_run->devices}, {"matrix", r.co_run->matrix}, {"memory", r.co_run->memory}};

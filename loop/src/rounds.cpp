@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "sextant/spec/step_times.hpp"
 #include "sextant/traces/rank_speeds.hpp"
@@ -163,17 +164,55 @@ double median_of_kept(std::vector<double> kept) {
   return kept[(kept.size() - 1) / 2];
 }
 
-PlanTime plan_time(const std::vector<RunResult>& rounds) {
+std::vector<std::vector<double>> speed_scales(const Measurements& m) {
+  std::vector<spec::Trace> traces;
+  std::vector<int64_t> first_steps;
+  std::vector<const RunResult*> traced;
+  std::vector<std::pair<size_t, size_t>> where;  // (plan, round index) of each trace
+  for (size_t p = 0; p < m.runs.size(); ++p)
+    for (size_t i = 0; i < m.runs[p].size(); ++i) {
+      const RunResult& r = m.runs[p][i];
+      if (!r.ok() || r.trace_file.empty() || !r.mean_step_s()) continue;
+      traces.push_back(spec::read_trace_file(r.trace_file));
+      first_steps.push_back(static_cast<int64_t>(r.step_times_s.size() -
+                                                 spec::steps_after_warmup(r.step_times_s).size()));
+      traced.push_back(&r);
+      where.emplace_back(p, i);
+    }
+  std::vector<const spec::Trace*> runs;
+  for (const spec::Trace& t : traces) runs.push_back(&t);
+  const std::vector<double> slowdowns = traces::slowdowns_against_fastest(runs, first_steps);
+  std::vector<std::vector<double>> scales(m.runs.size());
+  for (size_t p = 0; p < m.runs.size(); ++p) scales[p].assign(m.runs[p].size(), 1.0);
+  // The quiet runs' speed: the median slowdown of the runs no check found disturbed (of all runs
+  // when none was quiet).
+  std::vector<double> quiet;
+  for (size_t j = 0; j < traced.size(); ++j)
+    if (traced[j]->disturbed.empty()) quiet.push_back(slowdowns[j]);
+  if (quiet.empty()) quiet = slowdowns;
+  if (quiet.empty()) return scales;
+  std::sort(quiet.begin(), quiet.end());
+  const double quiet_slowdown = quiet[(quiet.size() - 1) / 2];
+  for (size_t j = 0; j < traced.size(); ++j)
+    if (!traced[j]->disturbed.empty())
+      scales[where[j].first][where[j].second] = (1 + quiet_slowdown) / (1 + slowdowns[j]);
+  return scales;
+}
+
+PlanTime plan_time(const std::vector<RunResult>& rounds, const std::vector<double>* scales) {
   PlanTime t;
   t.status = "no runs";
-  std::vector<std::pair<double, int64_t>> quiet, all;  // (mean step, round)
+  // (scaled mean step, round, mean step as measured)
+  std::vector<std::tuple<double, int64_t, double>> quiet, all;
   for (size_t i = 0; i < rounds.size(); ++i) {
     const RunResult& r = rounds[i];
     if (!r.ok() || !r.mean_step_s()) {
       t.status = r.status;
       continue;
     }
-    const auto run = std::pair{*r.mean_step_s(), static_cast<int64_t>(i) + 1};
+    const double scale = scales ? scales->at(i) : 1.0;
+    const auto run =
+        std::tuple{*r.mean_step_s() * scale, static_cast<int64_t>(i) + 1, *r.mean_step_s()};
     all.push_back(run);
     if (r.disturbed.empty()) {
       quiet.push_back(run);
@@ -181,17 +220,18 @@ PlanTime plan_time(const std::vector<RunResult>& rounds) {
       ++t.disturbed_runs;
     }
   }
-  std::vector<std::pair<double, int64_t>>& kept = quiet.empty() ? all : quiet;
+  std::vector<std::tuple<double, int64_t, double>>& kept = quiet.empty() || scales ? all : quiet;
   if (kept.empty()) return t;
   std::sort(kept.begin(), kept.end());
   const auto& median = kept[(kept.size() - 1) / 2];
   t.measured = true;
   t.status = "ok";
-  t.measured_s = median.first;
-  t.median_round = median.second;
+  t.measured_s = std::get<0>(median);
+  t.median_round = std::get<1>(median);
+  t.unscaled_s = std::get<2>(median);
   t.quiet_runs = static_cast<int64_t>(quiet.size());
-  t.noise_s = (kept.back().first - kept.front().first) / 2;
-  for (const auto& run : kept) t.kept_s.push_back(run.first);
+  t.noise_s = (std::get<0>(kept.back()) - std::get<0>(kept.front())) / 2;
+  for (const auto& run : kept) t.kept_s.push_back(std::get<0>(run));
   return t;
 }
 

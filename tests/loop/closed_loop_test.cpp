@@ -66,6 +66,68 @@ TEST(Rounds, APlansTimeIsTheMedianOfItsQuietRuns) {
   EXPECT_EQ(t.status, failed.status);
 }
 
+// With speed scales every run counts at its scaled step, quiet or not.
+TEST(Rounds, ScaledRunsAllCountAtTheirScaledSteps) {
+  // 10 (quiet), 30 (disturbed, its cores 2.5x slower than typical: scale 0.4), 12 (quiet):
+  // scaled 10, 12, 12 -> median 12, the disturbed run's (round 2 sorts before round 3), as
+  // measured 30; noise (12 - 10) / 2 = 1.
+  const std::vector<double> scales = {1, 0.4, 1};
+  const PlanTime t = plan_time({run_of(10), run_of(30, "cpu 1 slow"), run_of(12)}, &scales);
+  EXPECT_DOUBLE_EQ(t.measured_s, 12);
+  EXPECT_EQ(t.median_round, 2);
+  EXPECT_DOUBLE_EQ(t.unscaled_s, 30);
+  EXPECT_DOUBLE_EQ(t.noise_s, 1);
+  EXPECT_EQ(t.quiet_runs, 2);
+  EXPECT_EQ(t.disturbed_runs, 1);
+}
+
+// The scales come from the runs' traces: one op, "a", 10 ms a step in plan 0's run, 12 and 15 ms
+// in plan 1's two runs (steps after the warm-up), 11 ms in plan 2's. Slowdowns against the
+// fastest (10 ms): 0, 0.2, 0.5, 0.1. The runs of 12 and 15 ms were found disturbed: the quiet
+// runs' median slowdown is 0 (of 0 and 0.1, the lower middle), so they scale by 1 / 1.2 and
+// 1 / 1.5; the quiet runs stay as measured.
+TEST(Rounds, SpeedScalesTakeEachRunToTheLoopsTypicalCoreSpeed) {
+  const std::string dir = ::testing::TempDir() + "/speed_scales";
+  std::filesystem::create_directories(dir);
+  auto run_with = [&](const std::string& name, double op_ms) {
+    spec::Trace t;
+    t.kind = "measured";
+    for (int64_t step = 0; step < 3; ++step) {
+      spec::TraceEvent e;
+      e.name = "a";
+      e.step = step;
+      e.phase = spec::Phase::kFwd;
+      e.start_ps = seconds_to_ps(step * 0.1);
+      e.duration_ps = seconds_to_ps((step == 0 ? 50 : op_ms) / 1e3);  // step 0: the warm-up
+      t.events.push_back(e);
+    }
+    RunResult r = run_of(0);
+    r.step_times_s = {0.1, 0.02, 0.02};
+    r.trace_file = dir + "/" + name + ".measured.json";
+    spec::write_trace_file(r.trace_file, t);
+    return r;
+  };
+  Measurements m;
+  m.runs = {
+      {run_with("p0r1", 10)}, {run_with("p1r1", 12), run_with("p1r2", 15)}, {run_with("p2r1", 11)}};
+  m.runs[1][0].disturbed = m.runs[1][1].disturbed = "cpu 0 slow";
+  m.runs[1].push_back(RunResult{"failed (exit 1)", {}, "", ""});  // keeps scale 1
+  std::vector<std::vector<double>> s = speed_scales(m);
+  ASSERT_EQ(s.size(), 3u);
+  ASSERT_EQ(s[1].size(), 3u);
+  EXPECT_EQ(s[0][0], 1.0);
+  EXPECT_NEAR(s[1][0], 1 / 1.2, 1e-9);
+  EXPECT_NEAR(s[1][1], 1 / 1.5, 1e-9);
+  EXPECT_EQ(s[1][2], 1.0);
+  EXPECT_EQ(s[2][0], 1.0);
+  // No run quiet: the median over all (0, 0.1, 0.2, 0.5 -> 0.1), every run scaled to it.
+  m.runs[0][0].disturbed = m.runs[2][0].disturbed = "cpu 1 slow";
+  s = speed_scales(m);
+  EXPECT_NEAR(s[0][0], 1.1, 1e-9);
+  EXPECT_NEAR(s[1][0], 1.1 / 1.2, 1e-9);
+  EXPECT_NEAR(s[2][0], 1.0, 1e-9);
+}
+
 // A machine that records what it is asked and answers core checks from a script ("" = quiet;
 // quiet once the script runs out).
 class ScriptedMachine : public Machine {

@@ -79,5 +79,45 @@ TEST(RankSpeeds, RecordedRunsOfASlowCoreAndOfEvenOnes) {
   EXPECT_NEAR(even.compute_s[1], 0.1290, 0.0001);
 }
 
+spec::TraceEvent timed(const std::string& name, int64_t rank, double start_ms, double ms) {
+  spec::TraceEvent e = op(name, rank, 1, ms);
+  e.start_ps = seconds_to_ps(start_ms / 1e3);
+  return e;
+}
+
+// One speed reference across runs: an op's least mean time over every run with as many ranks and
+// the same co-run state (beside another rank's compute for at least half its time, or alone).
+TEST(SlowdownsAgainstFastest, OneReferencePerOpRankCountAndCoRunState) {
+  spec::Trace solo_fast, solo_slow, pair, pair_one_slow, pipeline;
+  // One rank: "a" 10 ms twice, then 12 ms twice (the second run 20% slower).
+  solo_fast.events = {timed("a", 0, 0, 10), timed("a", 0, 10, 10)};
+  solo_slow.events = {timed("a", 0, 0, 12), timed("a", 0, 12, 12)};
+  // Two ranks computing "a" at the same time, 11 ms each: their own reference (no faster run of
+  // "a" beside another rank), so no slowdown, although one rank ran it in 10 ms alone.
+  pair.events = {timed("a", 0, 0, 11), timed("a", 1, 0, 11)};
+  // Two ranks, rank 1 at 16.5 ms beside rank 0's 11 ms: the run is as slow as its slowest rank,
+  // 16.5 / 11 - 1 = 0.5 (rank 1 overlaps rank 0 for 11 of its 16.5 ms, more than half).
+  pair_one_slow.events = {timed("a", 0, 0, 11), timed("a", 1, 0, 16.5)};
+  // A pipeline: rank 0 computes "a" in 8 ms while rank 1 idles, then rank 1 in 8 ms alone; and
+  // "b" (in no other run) beside each other. Alone, "a" has no other reference: slowdown 0, and
+  // its 8 ms is no reference for the pairs' "a" beside each other.
+  pipeline.events = {timed("a", 0, 0, 8), timed("a", 1, 8, 8), timed("b", 0, 16, 5),
+                     timed("b", 1, 16, 5)};
+  const std::vector<double> s = slowdowns_against_fastest(
+      {&solo_fast, &solo_slow, &pair, &pair_one_slow, &pipeline}, {1, 1, 1, 1, 1});
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_NEAR(s[0], 0, 1e-12);
+  EXPECT_NEAR(s[1], 0.2, 1e-12);
+  EXPECT_NEAR(s[2], 0, 1e-12);
+  EXPECT_NEAR(s[3], 0.5, 1e-12);
+  EXPECT_NEAR(s[4], 0, 1e-12);
+  // Steps before `first_steps` are left out: the slow run's slowness in a warm-up step only.
+  spec::Trace warm = solo_fast;
+  warm.events.push_back(op("a", 0, 0, 50));
+  EXPECT_NEAR(slowdowns_against_fastest({&solo_fast, &warm}, {1, 1})[1], 0, 1e-12);
+  EXPECT_NEAR(slowdowns_against_fastest({&solo_fast, &warm}, {1, 0})[1], (10 + 10 + 50) / 30.0 - 1,
+              1e-12);
+}
+
 }  // namespace
 }  // namespace sextant::traces

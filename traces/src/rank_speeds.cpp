@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace sextant::traces {
 
@@ -63,7 +64,88 @@ RankSpeeds rank_speeds(const OpTimes& times) {
   return r;
 }
 
+// Whether each compute event (of steps `first_step` on, indexed as in trace.events) ran for at
+// least half its time beside another rank's compute: the ranks' compute events, sorted by start,
+// each rank's one after the other on its compute stream.
+std::vector<bool> beside_other_compute(const spec::Trace& trace, int64_t first_step) {
+  auto counted = [&](const spec::TraceEvent& e) {
+    return e.step >= first_step && !spec::is_communication(e.op_class) &&
+           e.op_class != spec::OpClass::kHost && e.op_class != spec::OpClass::kMemcpy;
+  };
+  std::map<int64_t, std::vector<std::pair<Picoseconds, Picoseconds>>> spans;  // rank: start, end
+  for (const spec::TraceEvent& e : trace.events)
+    if (counted(e)) spans[e.rank].push_back({e.start_ps, e.start_ps + e.duration_ps});
+  for (auto& [rank, s] : spans) std::sort(s.begin(), s.end());
+  std::vector<bool> beside(trace.events.size(), false);
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const spec::TraceEvent& e = trace.events[i];
+    if (!counted(e) || e.duration_ps <= 0) continue;
+    const Picoseconds begin = e.start_ps, end = e.start_ps + e.duration_ps;
+    Picoseconds overlap = 0;  // with the rank that computed beside it the longest
+    for (const auto& [rank, s] : spans) {
+      if (rank == e.rank) continue;
+      // The first span ending after `begin`, then every span starting before `end`.
+      auto it = std::lower_bound(s.begin(), s.end(), begin,
+                                 [](const auto& span, Picoseconds t) { return span.second <= t; });
+      Picoseconds with_rank = 0;
+      for (; it != s.end() && it->first < end; ++it)
+        with_rank += std::min(end, it->second) - std::max(begin, it->first);
+      overlap = std::max(overlap, with_rank);
+    }
+    beside[i] = 2 * overlap >= e.duration_ps;
+  }
+  return beside;
+}
+
+// Per rank: (op key with its rank count and co-run state, time, count) of a run's compute ops.
+using RunOps = std::map<int64_t, std::map<std::string, RankSum>>;
+
+RunOps run_ops(const spec::Trace& trace, int64_t first_step) {
+  const std::vector<bool> beside = beside_other_compute(trace, first_step);
+  int64_t ranks = 0;
+  for (const spec::TraceEvent& e : trace.events) ranks = std::max(ranks, e.rank + 1);
+  RunOps ops;
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const spec::TraceEvent& e = trace.events[i];
+    if (e.step < first_step || spec::is_communication(e.op_class) ||
+        e.op_class == spec::OpClass::kHost || e.op_class == spec::OpClass::kMemcpy)
+      continue;
+    RankSum& s = ops[e.rank][fmt::format("{} ranks|{}|{}", ranks, beside[i] ? "beside" : "alone",
+                                         op_key(e))];
+    s.seconds += ps_to_seconds(e.duration_ps);
+    ++s.count;
+  }
+  return ops;
+}
+
 }  // namespace
+
+std::vector<double> slowdowns_against_fastest(const std::vector<const spec::Trace*>& runs,
+                                              const std::vector<int64_t>& first_steps) {
+  std::vector<RunOps> ops;
+  std::map<std::string, std::vector<double>> means;  // each op's mean time in each run and rank
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ops.push_back(run_ops(*runs[i], first_steps.at(i)));
+    for (const auto& [rank, by_op] : ops.back())
+      for (const auto& [key, s] : by_op) means[key].push_back(s.mean_s());
+  }
+  std::map<std::string, double> fastest_s;
+  for (const auto& [key, m] : means) fastest_s[key] = *std::min_element(m.begin(), m.end());
+  std::vector<double> slowdowns;
+  for (const RunOps& run : ops) {
+    double slowdown = 0;
+    for (const auto& [rank, by_op] : run) {
+      double took_s = 0, fastest_total_s = 0;
+      for (const auto& [key, s] : by_op) {
+        took_s += s.seconds;
+        fastest_total_s += fastest_s.at(key) * static_cast<double>(s.count);
+      }
+      if (fastest_total_s > 0) slowdown = std::max(slowdown, took_s / fastest_total_s - 1);
+    }
+    slowdowns.push_back(slowdown);
+  }
+  return slowdowns;
+}
 
 double RankSpeeds::spread() const {
   if (compute_s.size() < 2 || shared_ops == 0) return 0;

@@ -32,6 +32,9 @@ struct LoopSetup {
   std::string out;     // runs, benchmark, calibrated cluster file, predicted traces
   bool refit = false;  // measure nothing: fit and predict from the runs already in `out`
   bool force = false;  // go on with a fit that predicts its own runs worse (then fit_worse)
+  // Every run counts, a disturbed one's time and trace scaled to the quiet runs' core speed
+  // (speed_scales); false: the median of the runs the checks found quiet, as measured.
+  bool speed_reference = true;
 };
 // The loop measures RoundOptions::repeats rounds of every plan, fits, predicts, then
 // RoundOptions::extra_rounds more of the plans open_ranks names, and reports on all the runs
@@ -95,6 +98,7 @@ struct LoopReport {
   std::vector<std::string> rerun;  // the plans given extra rounds
   // Measured by the machine and written into the calibrated file (none when it measured none).
   std::optional<spec::CoRunSlowdown> co_run;
+  bool speed_reference = false;  // disturbed runs scaled to the quiet runs' core speed
 };
 
 // A fit that predicts its own runs worse, without `force`: nothing predicted after it would mean

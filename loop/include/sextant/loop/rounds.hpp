@@ -74,10 +74,23 @@ void measure_more(const std::vector<TrialPlan>& plans, const std::vector<size_t>
 Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string& out,
                          int64_t repeats);
 
+// Each run's step scaled to the speed the loop's quiet runs computed at, [plan][round] as m.runs,
+// from one speed reference across every run's ops (traces::slowdowns_against_fastest): a run a
+// check found disturbed takes (1 + the quiet runs' median slowdown) / (1 + its slowdown); a quiet
+// run, a failed one or one without a trace keeps 1. When no run was quiet, the median is over
+// all. The reference resolves what the checks only mark: under a neighbour on one of the 2-core
+// VM's cores (bench/neighbour.py), 47 of a loop's 60 kept runs were disturbed, and its plans'
+// quiet-or-all medians gave held-out mean 20.7%, tau 0.58 and regret 27.6%; scaled, 3.6%, 0.79
+// and 0.4%. It does not resolve a few percent (ops of one shape run beside different neighbours
+// in different plans), so quiet runs stay as measured (bench/results/calibration_local.md).
+std::vector<std::vector<double>> speed_scales(const Measurements& m);
+
 // A plan's time from its rounds: the median of its undisturbed runs' mean steps, the lower middle
 // when even (all runs when none was undisturbed; the fastest run instead would pick lucky
 // outliers: dp1.mb8 measured 135.9 ms in one of three runs against 144-152 in the others), and
-// the half-range of those runs as its noise. Failed runs count for nothing.
+// the half-range of those runs as its noise. Failed runs count for nothing. With `scales`
+// (speed_scales' row of the plan), every run counts, each at its scaled step: the scale takes the
+// disturbance out of a disturbed run, which the core checks around it only mark.
 struct PlanTime {
   bool measured = false;  // false: no run of the plan succeeded
   double measured_s = 0;
@@ -87,9 +100,11 @@ struct PlanTime {
   int64_t quiet_runs = 0;      // undisturbed: 0 means its time is from disturbed runs
   std::string status;          // "ok", else the last failure
   std::vector<double> kept_s;  // the runs' mean steps it was taken from (resampled for confidence)
+  double unscaled_s = 0;       // the median run's mean step as measured (measured_s unless scaled)
 };
 // The plan_time of each resampling of `kept_s` with replacement: the median's rule on a draw.
 double median_of_kept(std::vector<double> kept);
-PlanTime plan_time(const std::vector<RunResult>& rounds);
+PlanTime plan_time(const std::vector<RunResult>& rounds,
+                   const std::vector<double>* scales = nullptr);
 
 }  // namespace sextant::loop

@@ -51,4 +51,17 @@ class OpSpeedRecord {
   std::map<std::string, double> fastest_s_;
 };
 
+// How much slower each run of a set computed than the set's fastest, one speed reference across
+// the set's plans (issue 63): a run's slowdown is its slowest rank's time in its compute ops over
+// the least mean time any run of the set took for the same ops, minus 1. An op is the same where
+// its name, pass, class, shape and dtype are, in a run of as many ranks, and beside another rank's
+// compute or alone (a core computes slower while another computes: DeviceSpec::co_run; a pipeline
+// stage computes alone in its bubbles). Plans that share no op with the others are compared with
+// their own runs only. On the 2-core CI VM the runs of one plan fell in two speeds ~25% apart
+// while the cores were disturbed; divided by this, they agreed within 2-21%
+// (bench/results/calibration_local.md). `first_steps[i]` is run i's first step after the warm-up.
+// A trace of no compute ops has slowdown 0.
+std::vector<double> slowdowns_against_fastest(const std::vector<const spec::Trace*>& runs,
+                                              const std::vector<int64_t>& first_steps);
+
 }  // namespace sextant::traces
