@@ -22,6 +22,13 @@ struct OpTimes {
   std::map<std::string, std::map<int64_t, RankSum>> by_op;
 };
 
+// A compute op of the steps the comparisons count (from `first_step`, the warm-up rule's): not a
+// collective (its time holds the waits for the slowest rank), a host span or a copy.
+bool counted_compute(const spec::TraceEvent& e, int64_t first_step) {
+  return e.step >= first_step && !spec::is_communication(e.op_class) &&
+         e.op_class != spec::OpClass::kHost && e.op_class != spec::OpClass::kMemcpy;
+}
+
 std::string op_key(const spec::TraceEvent& e) {
   return fmt::format("{}|{}|{}|{}|{}", e.name, static_cast<int>(e.phase),
                      static_cast<int>(e.op_class), fmt::join(e.shape, "x"),
@@ -32,9 +39,7 @@ OpTimes op_times(const spec::Trace& trace, int64_t first_step) {
   OpTimes t;
   for (const spec::TraceEvent& e : trace.events) {
     t.ranks = std::max(t.ranks, e.rank + 1);
-    if (e.step < first_step || spec::is_communication(e.op_class) ||
-        e.op_class == spec::OpClass::kHost || e.op_class == spec::OpClass::kMemcpy)
-      continue;
+    if (!counted_compute(e, first_step)) continue;
     RankSum& s = t.by_op[op_key(e)][e.rank];
     s.seconds += ps_to_seconds(e.duration_ps);
     ++s.count;
@@ -68,18 +73,15 @@ RankSpeeds rank_speeds(const OpTimes& times) {
 // least half its time beside another rank's compute: the ranks' compute events, sorted by start,
 // each rank's one after the other on its compute stream.
 std::vector<bool> beside_other_compute(const spec::Trace& trace, int64_t first_step) {
-  auto counted = [&](const spec::TraceEvent& e) {
-    return e.step >= first_step && !spec::is_communication(e.op_class) &&
-           e.op_class != spec::OpClass::kHost && e.op_class != spec::OpClass::kMemcpy;
-  };
   std::map<int64_t, std::vector<std::pair<Picoseconds, Picoseconds>>> spans;  // rank: start, end
   for (const spec::TraceEvent& e : trace.events)
-    if (counted(e)) spans[e.rank].push_back({e.start_ps, e.start_ps + e.duration_ps});
+    if (counted_compute(e, first_step))
+      spans[e.rank].push_back({e.start_ps, e.start_ps + e.duration_ps});
   for (auto& [rank, s] : spans) std::sort(s.begin(), s.end());
   std::vector<bool> beside(trace.events.size(), false);
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const spec::TraceEvent& e = trace.events[i];
-    if (!counted(e) || e.duration_ps <= 0) continue;
+    if (!counted_compute(e, first_step) || e.duration_ps <= 0) continue;
     const Picoseconds begin = e.start_ps, end = e.start_ps + e.duration_ps;
     Picoseconds overlap = 0;  // with the rank that computed beside it the longest
     for (const auto& [rank, s] : spans) {
@@ -107,9 +109,7 @@ RunOps run_ops(const spec::Trace& trace, int64_t first_step) {
   RunOps ops;
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const spec::TraceEvent& e = trace.events[i];
-    if (e.step < first_step || spec::is_communication(e.op_class) ||
-        e.op_class == spec::OpClass::kHost || e.op_class == spec::OpClass::kMemcpy)
-      continue;
+    if (!counted_compute(e, first_step)) continue;
     RankSum& s = ops[e.rank][fmt::format("{} ranks|{}|{}", ranks, beside[i] ? "beside" : "alone",
                                          op_key(e))];
     s.seconds += ps_to_seconds(e.duration_ps);
@@ -123,14 +123,15 @@ RunOps run_ops(const spec::Trace& trace, int64_t first_step) {
 std::vector<double> slowdowns_against_fastest(const std::vector<const spec::Trace*>& runs,
                                               const std::vector<int64_t>& first_steps) {
   std::vector<RunOps> ops;
-  std::map<std::string, std::vector<double>> means;  // each op's mean time in each run and rank
+  std::map<std::string, double> fastest_s;  // each op's least mean time over the runs and ranks
   for (size_t i = 0; i < runs.size(); ++i) {
     ops.push_back(run_ops(*runs[i], first_steps.at(i)));
     for (const auto& [rank, by_op] : ops.back())
-      for (const auto& [key, s] : by_op) means[key].push_back(s.mean_s());
+      for (const auto& [key, s] : by_op) {
+        const auto [it, inserted] = fastest_s.emplace(key, s.mean_s());
+        if (!inserted) it->second = std::min(it->second, s.mean_s());
+      }
   }
-  std::map<std::string, double> fastest_s;
-  for (const auto& [key, m] : means) fastest_s[key] = *std::min_element(m.begin(), m.end());
   std::vector<double> slowdowns;
   for (const RunOps& run : ops) {
     double slowdown = 0;
