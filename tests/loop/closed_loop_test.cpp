@@ -86,7 +86,7 @@ TEST(Rounds, ScaledRunsAllCountAtTheirScaledSteps) {
 // fastest (10 ms): 0, 0.2, 0.5, 0.1. The runs of 12 and 15 ms were found disturbed: the quiet
 // runs' median slowdown is 0 (of 0 and 0.1, the lower middle), so they scale by 1 / 1.2 and
 // 1 / 1.5; the quiet runs stay as measured.
-TEST(Rounds, SpeedScalesTakeEachRunToTheLoopsTypicalCoreSpeed) {
+TEST(Rounds, SpeedScalesTakeDisturbedRunsToTheQuietRunsSpeed) {
   const std::string dir = ::testing::TempDir() + "/speed_scales";
   std::filesystem::create_directories(dir);
   auto run_with = [&](const std::string& name, double op_ms) {

@@ -82,7 +82,7 @@ Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string&
 // VM's cores (bench/neighbour.py), 47 of a loop's 60 kept runs were disturbed, and its plans'
 // quiet-or-all medians gave held-out mean 20.7%, tau 0.58 and regret 27.6%; scaled, 3.6%, 0.79
 // and 0.4%. It does not resolve a few percent (ops of one shape run beside different neighbours
-// in different plans), so quiet runs stay as measured (bench/results/calibration_local.md).
+// in different plans), so quiet runs stay as measured (bench/results/calibration_neighbour.md).
 std::vector<std::vector<double>> speed_scales(const Measurements& m);
 
 // A plan's time from its rounds: the median of its undisturbed runs' mean steps, the lower middle
