@@ -40,6 +40,16 @@ for s in paid[:1]:
         ops = c["ops"].split(", ")
         named = ", ".join(ops) if len(ops) <= 10 else f"{', '.join(ops[:6])}... ({len(ops)} ops)"
         print(f"    {named}: {c['from']} -> {c['to']}")
+# A CNN's convolutions, bounded (models/conv_split_bound.hpp): whether splitting any could pay.
+for s in splits[:1]:
+    c = s.get("convolutions")
+    if c:
+        close = c["closest"]
+        print(f"  convolutions: {len(c['could_pay'])} of {c['count']} could pay split over the replicas"
+              f" (at most {c['most_net_saved_bytes'] / 2**20:.1f} MiB less moved a step); closest"
+              f" {close['conv']}: {close['least_moved_bytes'] / 2**20:.1f} MiB moved,"
+              f" {close['most_saved_bytes'] / 2**20:.1f} MiB saved; the best plan's exposed"
+              f" data-parallel time {best['report']['breakdown_s']['dp_comm_exposed'] * 1e3:.2f} ms")
 print(f"  {len(paid)} of {len(splits)} plans changed; {est} estimates, {sims} simulations;"
       f" plan wall {end - start:.1f} s")
 PY
@@ -106,6 +116,12 @@ done
 for model in alexnet resnet50; do
   row "$model, 4 x dgx-a100, batch 128" --model "$model" --cluster dgx-a100 --gpus 4 \
     --global-batch 128
+done
+# One image a GPU (large-batch-free scaling): where the convolutions' bound stops ruling splits
+# out (models/conv_split_bound.hpp).
+for model in resnet50 inception-v3; do
+  row "$model, 64 x dgx-a100, batch 64" --model "$model" --cluster dgx-a100 --gpus 64 \
+    --global-batch 64
 done
 # The 128-op graph: every layer's split searched (runs of 1, 2, 4... layers beyond 32 ops).
 row "mlp-128x2k (128 ops), 16 x dgx-a100, batch 512" --model "$tmp/mlp-128.json" \

@@ -143,6 +143,47 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
       "optimizer+offload\n");
 }
 
+// Whether a CNN plan's convolutions could pay split per op (models/conv_split_bound.hpp).
+void print_conv_bounds(const planner::OpSplitRefinement& r) {
+  if (r.conv_bounds.empty()) return;
+  std::vector<std::string> could;
+  for (const models::ConvSplitBound& b : r.conv_bounds)
+    if (b.could_pay()) could.push_back(b.conv);
+  const models::ConvSplitBound& c = models::closest_to_paying(r.conv_bounds);
+  const std::string closest =
+      fmt::format("closest {}: {} moved, {} saved a step", c.conv, human_bytes(c.least_moved_bytes),
+                  human_bytes(c.most_saved_bytes));
+  if (could.empty()) {
+    fmt::print(
+        "    convolutions: none of {} could pay split over the {} replicas (each would move more "
+        "activation bytes than the gradient bytes it saves; {})\n",
+        r.conv_bounds.size(), r.replicas, closest);
+    return;
+  }
+  const size_t shown = std::min<size_t>(could.size(), 6);
+  fmt::print(
+      "    convolutions: {} of {} could pay split over the {} replicas, not searched: {}{} (at "
+      "most {} less moved a step; {})\n",
+      could.size(), r.conv_bounds.size(), r.replicas,
+      fmt::join(could.begin(), could.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+      shown < could.size() ? ", ..." : "", human_bytes(models::most_net_saved_bytes(r.conv_bounds)),
+      closest);
+}
+
+spec::Json conv_bounds_json(const std::vector<models::ConvSplitBound>& bounds) {
+  spec::Json could = spec::Json::array();
+  for (const models::ConvSplitBound& b : bounds)
+    if (b.could_pay()) could.push_back(b.conv);
+  const models::ConvSplitBound& c = models::closest_to_paying(bounds);
+  return {{"count", bounds.size()},
+          {"could_pay", could},
+          {"most_net_saved_bytes", models::most_net_saved_bytes(bounds)},
+          {"closest",
+           {{"conv", c.conv},
+            {"least_moved_bytes", c.least_moved_bytes},
+            {"most_saved_bytes", c.most_saved_bytes}}}};
+}
+
 // What `--per-op` changed in each plan it applies to, and why it pays.
 void print_op_splits(const planner::SearchResult& result) {
   fmt::print("\nper-op splits (each op split its own way over the dp x tp mesh):\n");
@@ -150,6 +191,7 @@ void print_op_splits(const planner::SearchResult& result) {
     if (r.changes.empty()) {
       fmt::print("  {}: no split pays ({} estimates, {} simulations)\n", r.uniform, r.estimates,
                  r.simulations);
+      print_conv_bounds(r);
       continue;
     }
     fmt::print("  {} {} -> {} {} ({:+.1f}%)\n", r.uniform, human_seconds(r.uniform_step_s),
@@ -158,6 +200,7 @@ void print_op_splits(const planner::SearchResult& result) {
     for (const planner::OpSplitChange& c : r.changes)
       fmt::print("    {}: {} -> {}, step {} -> {}\n      {}\n", c.op, c.from, c.to,
                  human_seconds(c.step_before_s), human_seconds(c.step_after_s), c.why);
+    print_conv_bounds(r);
   }
 }
 
@@ -179,6 +222,7 @@ spec::Json op_splits_json(const planner::SearchResult& result) {
                    {"estimates", r.estimates},
                    {"simulations", r.simulations},
                    {"changes", changes}});
+    if (!r.conv_bounds.empty()) out.back()["convolutions"] = conv_bounds_json(r.conv_bounds);
   }
   return out;
 }

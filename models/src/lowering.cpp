@@ -41,7 +41,7 @@ bool Layer::same_work_as(const Layer& o) const {
   return kind == o.kind && params == o.params && params_total == o.params_total &&
          routed_expert_params_total == o.routed_expert_params_total &&
          expert_params == o.expert_params && sp_partial_params == o.sp_partial_params &&
-         matrices == o.matrices && saved_bytes == o.saved_bytes &&
+         matrices == o.matrices && convolutions == o.convolutions && saved_bytes == o.saved_bytes &&
          saved_bytes_selective == o.saved_bytes_selective &&
          saved_bytes_full == o.saved_bytes_full && output_bytes == o.output_bytes &&
          forward == o.forward && backward == o.backward &&

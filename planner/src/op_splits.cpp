@@ -207,6 +207,18 @@ OpSplitChange change_of(const spec::ModelSpec& model, const spec::ClusterSpec& c
 // Moves simulated per pass (the best estimated).
 constexpr size_t kSimulatedMoves = 3;
 
+// A CNN plan's convolutions bounded at its micro-batch, replicas, map and gradient dtypes.
+std::vector<models::ConvSplitBound> conv_bounds(const spec::ModelSpec& model,
+                                                const spec::ClusterSpec& cluster,
+                                                const spec::Plan& plan) {
+  if (model.kind() != spec::ModelKind::kCnn) return {};
+  const sim::StepSetup setup = sim::step_setup(model, cluster, plan);
+  return models::conv_split_bounds(
+      models::lower(model, setup.lowering), plan.micro_batch, plan.dp,
+      spec::dtype_bytes(setup.dtype),
+      spec::dtype_bytes(spec::gradient_dtype(setup.stack, setup.dtype)));
+}
+
 }  // namespace
 
 bool splits_ops(const spec::ModelSpec& model, const spec::Plan& plan) {
@@ -236,6 +248,7 @@ OpSplitChoice choose_op_splits(const spec::ModelSpec& model, const spec::Cluster
     out.result = std::move(best);
     return out;
   }
+  out.conv_bounds = conv_bounds(model, cluster, plan);
   const models::OpGraph graph = per_op_graph(model, cluster, plan);
   const std::vector<Move> moves = segment_moves(graph, !model.is_transformer(), plan);
   Estimator estimator(model, cluster);

@@ -135,6 +135,16 @@ struct WeightMatrix {
   bool operator==(const WeightMatrix&) const = default;
 };
 
+// A convolution of a CNN layer over whole maps, per sample: what a per-op split of it would move
+// and save (models/conv_split_bound.hpp).
+struct ConvShape {
+  std::string unit;    // within its layer: "conv", "conv2", "downsample"
+  int64_t input = 0;   // elements of the map it reads
+  int64_t output = 0;  // elements of the map it writes
+  int64_t params = 0;  // its filters, bias and batch-norm scale and shift
+  bool operator==(const ConvShape&) const = default;
+};
+
 struct Layer {
   std::string name;  // "embedding", "block3", "head", "fc0", "conv1"
   LayerKind kind = LayerKind::kBlock;
@@ -159,6 +169,8 @@ struct Layer {
   // (exec's ParamSpec shapes), in no particular order; the rest are vectors (norms, biases).
   // Listed for dense layers (a mixture of experts' and a tensor grid's are not).
   std::vector<WeightMatrix> matrices;
+  // A CNN layer's convolutions, in forward order (empty for other layers).
+  std::vector<ConvShape> convolutions;
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // selective recompute (LoweringOptions::selective)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "sextant/models/conv_split_bound.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_spec.hpp"
 #include "sextant/spec/model_spec.hpp"
@@ -40,6 +41,9 @@ struct OpSplitChoice {
   double uniform_step_s = 0;
   std::vector<OpSplitChange> changes;
   int64_t estimates = 0, simulations = 0;
+  // A CNN plan's convolutions, each bounded (models/conv_split_bound.hpp): the search splits a
+  // CNN's fc layers only, and these say whether a split of any convolution could pay at all.
+  std::vector<models::ConvSplitBound> conv_bounds;
 };
 
 // Whether per-op splits apply to `plan` of `model` (a dense transformer, no layout they refuse).

@@ -65,6 +65,8 @@ struct OpSplitRefinement {
   double uniform_step_s = 0, chosen_step_s = 0;
   std::vector<OpSplitChange> changes;
   int64_t estimates = 0, simulations = 0;
+  std::vector<models::ConvSplitBound> conv_bounds;  // a CNN's (OpSplitChoice::conv_bounds)
+  int64_t replicas = 1;                             // the plan's dp: what they would split over
 };
 
 struct SearchResult {
