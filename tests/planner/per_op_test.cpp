@@ -182,6 +182,27 @@ TEST(PerOpSearch, AlexNetsClassifierSplitsItsWeightsOverTheReplicas) {
   EXPECT_NEAR(estimated, c.result.report.step_time_s, 0.02 * c.result.report.step_time_s);
 }
 
+// A CNN plan's search bounds its convolutions at the plan's own replicas, micro-batch and dtypes
+// (models/conv_split_bound.hpp): ResNet-50 on 64 replicas of 32 bf16 images, gradients reduced in
+// the compute dtype (the test's plain stack): its 3x3 conv5_x convolution moves at least
+// 2 x 63 x 32 x 7 x 7 x 512 x 2 bytes and could save 2 x 63/64 x (512 x 512 x 9 + 1024) x 2. A
+// transformer has none.
+TEST(PerOpSearch, ACnnPlansConvolutionsAreBoundedAtItsOwnBatch) {
+  const spec::ModelSpec model = models::zoo_model("resnet50");
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-a100");
+  const planner::OpSplitChoice c =
+      planner::choose_op_splits(model, cluster, test::make_plan(64, 1, 1, 32, 2048), {}, 1);
+  ASSERT_EQ(c.conv_bounds.size(), 53u);
+  const models::ConvSplitBound& closest = models::closest_to_paying(c.conv_bounds);
+  EXPECT_EQ(closest.conv, "layer15.conv2");
+  EXPECT_DOUBLE_EQ(closest.least_moved_bytes, 2.0 * 63 * 32 * 7 * 7 * 512 * 2);
+  EXPECT_DOUBLE_EQ(closest.most_saved_bytes, 2.0 * 63 / 64 * (512 * 512 * 9 + 1024) * 2);
+  EXPECT_FALSE(closest.could_pay());
+  const planner::OpSplitChoice t = planner::choose_op_splits(
+      models::zoo_model("gpt2-124m"), cluster, test::make_plan(8, 1, 1, 8, 64), {}, 1);
+  EXPECT_TRUE(t.conv_bounds.empty());
+}
+
 // A deep MLP's layers are a chain of fc ops (models/cnn_fc_graph.hpp). Past 32 ops the search
 // tries runs of 1, 2, 4, 8... ops and every run to the end, not every run. By hand, for 40 layers
 // of 256 on dp 8 (tp 1): each layer k has four splits, whole, b over d (uniform), its input
