@@ -7,13 +7,13 @@
 
 namespace sextant::models {
 
-std::vector<ConvSplitBound> conv_split_bounds(const LoweredModel& lowered, int64_t micro_batch,
+std::vector<ConvSplitBound> conv_split_bounds(const LoweredModel& lowered, int64_t samples,
                                               int64_t replicas, int64_t activation_bytes,
                                               int64_t gradient_bytes) {
   std::vector<ConvSplitBound> out;
   if (replicas < 2) return out;
   const auto r = static_cast<double>(replicas);
-  const auto b = static_cast<double>(micro_batch);
+  const auto b = static_cast<double>(samples);
   for (const Layer& layer : lowered.layers) {
     for (const ConvShape& c : layer.convolutions) {
       const auto least = static_cast<double>(std::min(c.input, c.output));

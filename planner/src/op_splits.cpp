@@ -207,14 +207,15 @@ OpSplitChange change_of(const spec::ModelSpec& model, const spec::ClusterSpec& c
 // Moves simulated per pass (the best estimated).
 constexpr size_t kSimulatedMoves = 3;
 
-// A CNN plan's convolutions bounded at its micro-batch, replicas, map and gradient dtypes.
+// A CNN plan's convolutions bounded at its samples a replica a step, replicas, map and gradient
+// dtypes.
 std::vector<models::ConvSplitBound> conv_bounds(const spec::ModelSpec& model,
                                                 const spec::ClusterSpec& cluster,
                                                 const spec::Plan& plan) {
   if (model.kind() != spec::ModelKind::kCnn) return {};
   const sim::StepSetup setup = sim::step_setup(model, cluster, plan);
   return models::conv_split_bounds(
-      models::lower(model, setup.lowering), plan.micro_batch, plan.dp,
+      models::lower(model, setup.lowering), plan.global_batch / plan.dp, plan.dp,
       spec::dtype_bytes(setup.dtype),
       spec::dtype_bytes(spec::gradient_dtype(setup.stack, setup.dtype)));
 }

@@ -243,7 +243,8 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
       });
   std::sort(result.op_splits.begin(), result.op_splits.end(),
             [](const OpSplitRefinement& a, const OpSplitRefinement& b) {
-              return a.chosen_step_s < b.chosen_step_s;
+              // Ties (plans the search took to one step) in name order, whatever thread ran first.
+              return std::tie(a.chosen_step_s, a.uniform) < std::tie(b.chosen_step_s, b.uniform);
             });
 }
 

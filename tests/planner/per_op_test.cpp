@@ -198,6 +198,12 @@ TEST(PerOpSearch, ACnnPlansConvolutionsAreBoundedAtItsOwnBatch) {
   EXPECT_DOUBLE_EQ(closest.least_moved_bytes, 2.0 * 63 * 32 * 7 * 7 * 512 * 2);
   EXPECT_DOUBLE_EQ(closest.most_saved_bytes, 2.0 * 63 / 64 * (512 * 512 * 9 + 1024) * 2);
   EXPECT_FALSE(closest.could_pay());
+  // Four micro-batches of 8 a step exchange as much as one of 32; the all-reduce is once a step.
+  const planner::OpSplitChoice k =
+      planner::choose_op_splits(model, cluster, test::make_plan(64, 1, 1, 8, 2048), {}, 1);
+  ASSERT_EQ(k.conv_bounds.size(), 53u);
+  EXPECT_DOUBLE_EQ(models::closest_to_paying(k.conv_bounds).least_moved_bytes,
+                   closest.least_moved_bytes);
   const planner::OpSplitChoice t = planner::choose_op_splits(
       models::zoo_model("gpt2-124m"), cluster, test::make_plan(8, 1, 1, 8, 64), {}, 1);
   EXPECT_TRUE(t.conv_bounds.empty());
