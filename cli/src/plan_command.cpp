@@ -163,11 +163,12 @@ void print_conv_bounds(const planner::OpSplitRefinement& r) {
   const size_t shown = std::min<size_t>(could.size(), 6);
   fmt::print(
       "    convolutions: {} of {} could pay split over the {} replicas, not searched: {}{} (at "
-      "most {} less moved a step; {})\n",
+      "most {} less moved a step, which can shorten at most the {} of data-parallel exchange the "
+      "step leaves exposed; {})\n",
       could.size(), r.conv_bounds.size(), r.replicas,
       fmt::join(could.begin(), could.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
       shown < could.size() ? ", ..." : "", human_bytes(models::most_net_saved_bytes(r.conv_bounds)),
-      closest);
+      human_seconds(r.exposed_dp_s), closest);
 }
 
 spec::Json conv_bounds_json(const std::vector<models::ConvSplitBound>& bounds) {
@@ -222,7 +223,10 @@ spec::Json op_splits_json(const planner::SearchResult& result) {
                    {"estimates", r.estimates},
                    {"simulations", r.simulations},
                    {"changes", changes}});
-    if (!r.conv_bounds.empty()) out.back()["convolutions"] = conv_bounds_json(r.conv_bounds);
+    if (!r.conv_bounds.empty()) {
+      out.back()["convolutions"] = conv_bounds_json(r.conv_bounds);
+      out.back()["convolutions"]["exposed_dp_s"] = r.exposed_dp_s;
+    }
   }
   return out;
 }

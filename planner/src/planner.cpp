@@ -238,7 +238,8 @@ void choose_op_splits(const SearchRequest& request, const SearchOptions& options
         const std::string suffix = knobs.empty() ? "" : " " + knobs;
         result.op_splits.push_back({p.name() + suffix, c.plan.name() + suffix, c.uniform_step_s,
                                     c.result.report.step_time_s, std::move(c.changes), c.estimates,
-                                    c.simulations, std::move(c.conv_bounds), p.dp});
+                                    c.simulations, std::move(c.conv_bounds), p.dp,
+                                    c.result.report.breakdown_s.dp_comm_exposed});
         return std::pair{std::move(c.plan), std::move(c.result)};
       });
   std::sort(result.op_splits.begin(), result.op_splits.end(),

@@ -67,6 +67,9 @@ struct OpSplitRefinement {
   int64_t estimates = 0, simulations = 0;
   std::vector<models::ConvSplitBound> conv_bounds;  // a CNN's (OpSplitChoice::conv_bounds)
   int64_t replicas = 1;                             // the plan's dp: what they would split over
+  // The chosen plan's data-parallel communication not hidden behind compute: the most that fewer
+  // gradient bytes could take off its step.
+  double exposed_dp_s = 0;
 };
 
 struct SearchResult {
