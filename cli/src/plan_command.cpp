@@ -146,9 +146,7 @@ void print_ranked(const planner::SearchResult& result, bool transformer) {
 // Whether a CNN plan's convolutions could pay split per op (models/conv_split_bound.hpp).
 void print_conv_bounds(const planner::OpSplitRefinement& r) {
   if (r.conv_bounds.empty()) return;
-  std::vector<std::string> could;
-  for (const models::ConvSplitBound& b : r.conv_bounds)
-    if (b.could_pay()) could.push_back(b.conv);
+  const std::vector<std::string> could = models::could_pay(r.conv_bounds);
   const models::ConvSplitBound& c = models::closest_to_paying(r.conv_bounds);
   const std::string closest =
       fmt::format("closest {}: {} moved, {} saved a step", c.conv, human_bytes(c.least_moved_bytes),
@@ -172,12 +170,9 @@ void print_conv_bounds(const planner::OpSplitRefinement& r) {
 }
 
 spec::Json conv_bounds_json(const std::vector<models::ConvSplitBound>& bounds) {
-  spec::Json could = spec::Json::array();
-  for (const models::ConvSplitBound& b : bounds)
-    if (b.could_pay()) could.push_back(b.conv);
   const models::ConvSplitBound& c = models::closest_to_paying(bounds);
   return {{"count", bounds.size()},
-          {"could_pay", could},
+          {"could_pay", models::could_pay(bounds)},
           {"most_net_saved_bytes", models::most_net_saved_bytes(bounds)},
           {"closest",
            {{"conv", c.conv},

@@ -208,11 +208,9 @@ Feature add_conv(Layer& layer, const std::string& name, Feature in, int64_t out_
   layer.params += n * cin * window + (bias ? held_c : 0);
   // [filters, channels, k, k] as [filters, channels * k * k] (exec/src/cnn/cnn_params.cpp).
   layer.matrices.push_back({n, cin * window});
-  layer.params_total += out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
-  const std::string prefix = layer.name + ".";
-  layer.convolutions.push_back({name.starts_with(prefix) ? name.substr(prefix.size()) : name,
-                                in.c * in.d * in.h * in.w, o.c * o.d * o.h * o.w,
-                                out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0)});
+  const int64_t conv_params = out_c * in.c * window + (bias ? out_c : 0) + (bn ? 2 * out_c : 0);
+  layer.params_total += conv_params;
+  layer.add_convolution(name, in.c * in.d * in.h * in.w, o.c * o.d * o.h * o.w, conv_params);
   int64_t out_bytes = B * held_c * out_pixels * e;
   layer.saved_bytes += B * saved_c * in_pixels * e;
   if (bn) {
@@ -298,8 +296,8 @@ Feature lower_up_conv(Layer& layer, const spec::CnnLayer& l, Feature f, const Un
   layer.params += params;
   layer.params_total += params;
   layer.matrices.push_back({f.c, l.out_channels * window});
-  layer.convolutions.push_back(
-      {"up_conv", f.c * f.d * f.h * f.w, up.c * up.d * up.h * up.w, params});
+  layer.add_convolution(layer.name + ".up_conv", f.c * f.d * f.h * f.w, up.c * up.d * up.h * up.w,
+                        params);
   layer.saved_bytes += u.B * f.c * u.split.block(f) * u.e;
   return up;
 }

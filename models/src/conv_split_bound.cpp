@@ -32,6 +32,13 @@ const ConvSplitBound& closest_to_paying(const std::vector<ConvSplitBound>& bound
   });
 }
 
+std::vector<std::string> could_pay(const std::vector<ConvSplitBound>& bounds) {
+  std::vector<std::string> out;
+  for (const ConvSplitBound& b : bounds)
+    if (b.could_pay()) out.push_back(b.conv);
+  return out;
+}
+
 double most_net_saved_bytes(const std::vector<ConvSplitBound>& bounds) {
   double net = 0;
   for (const ConvSplitBound& b : bounds)

@@ -55,6 +55,13 @@ std::span<const Op> recomputed_forward(const Layer& layer) {
   return std::span<const Op>(layer.forward).subspan(copies);
 }
 
+void Layer::add_convolution(const std::string& op_name, int64_t input, int64_t output,
+                            int64_t weights) {
+  const std::string prefix = name + ".";
+  convolutions.push_back({op_name.starts_with(prefix) ? op_name.substr(prefix.size()) : op_name,
+                          input, output, weights});
+}
+
 int64_t Layer::parameter_modules() const {
   int64_t n = 0;
   for (const Op& op : forward)

@@ -138,10 +138,8 @@ class UnitBuilder {
     weights(o.c * in.c * kh * kw);
     layer_.matrices.push_back({o.c, in.c * kh * kw});
     // With the batch norm every unit's convolution feeds (its channels' scale and shift).
-    const std::string prefix = layer_.name + ".";
-    layer_.convolutions.push_back({name.starts_with(prefix) ? name.substr(prefix.size()) : name,
-                                   in.c * in.h * in.w, o.c * o.h * o.w,
-                                   o.c * in.c * kh * kw + 2 * o.c});
+    layer_.add_convolution(name, in.c * in.h * in.w, o.c * o.h * o.w,
+                           o.c * in.c * kh * kw + 2 * o.c);
   }
   // Batch norm over `m`, which it keeps; its scale and shift.
   void batch_norm(const std::string& name, const CellMap& m) {

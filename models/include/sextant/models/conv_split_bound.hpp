@@ -47,6 +47,9 @@ std::vector<ConvSplitBound> conv_split_bounds(const LoweredModel& lowered, int64
 // list.
 const ConvSplitBound& closest_to_paying(const std::vector<ConvSplitBound>& bounds);
 
+// The convolutions that could pay, in order.
+std::vector<std::string> could_pay(const std::vector<ConvSplitBound>& bounds);
+
 // The most bytes a step splits of these convolutions could save one rank: the sum of what each
 // that could pay saves beyond what it moves (costs and savings add over convolutions).
 double most_net_saved_bytes(const std::vector<ConvSplitBound>& bounds);

@@ -169,8 +169,10 @@ struct Layer {
   // (exec's ParamSpec shapes), in no particular order; the rest are vectors (norms, biases).
   // Listed for dense layers (a mixture of experts' and a tensor grid's are not).
   std::vector<WeightMatrix> matrices;
-  // A CNN layer's convolutions, in forward order (empty for other layers).
+  // A CNN layer's convolutions, in forward order (empty for other layers); add_convolution records
+  // one by its op's name ("layer12.conv2": unit "conv2").
   std::vector<ConvShape> convolutions;
+  void add_convolution(const std::string& op_name, int64_t input, int64_t output, int64_t weights);
   // Activation bytes one rank keeps for the backward pass, per micro-batch:
   int64_t saved_bytes = 0;            // no recompute
   int64_t saved_bytes_selective = 0;  // selective recompute (LoweringOptions::selective)
