@@ -469,8 +469,6 @@ TEST(ClosedLoop, ASimulatedMachinesHeldOutPlansArePredictedAfterTheFit) {
   }
 }
 
-// A machine whose two cores slow each other (two hardware threads of one core: shared FMA units
-// and caches) and that measures by how much, as `bench cores --co-run` does.
 // A plan whose every run falls in a slow spell (its cores 1.5x slower): the trace check finds it
 // computing slower than the runs before it of the same ops (pp2.mb2's layers, embedding and loss
 // at micro-batch 2 on two ranks; dp2.mb8's optimizer), marks it disturbed, and the loop scales it
@@ -509,6 +507,8 @@ TEST(ClosedLoop, APlanMeasuredOnlyInASlowSpellIsScaledToTheQuietSpeed) {
   }
 }
 
+// A machine whose two cores slow each other (two hardware threads of one core: shared FMA units
+// and caches) and that measures by how much, as `bench cores --co-run` does.
 class CoRunMachine : public SimulatedMachine {
  public:
   CoRunMachine(spec::ClusterSpec truth, bool measures)
