@@ -15,6 +15,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "sextant/exec/cpu_backend.hpp"
 #include "sextant/exec/cuda_backend.hpp"
@@ -283,7 +284,7 @@ TEST_P(CudaVsCpu, FlashAttentionForwardAndBackward) {
 
 // The 16-byte and the element paths of the memory-bound kernels: rows of 40 columns split into
 // whole packs (8 bf16 or 4 floats), 44 columns that bf16 packs do not divide, a valid vocabulary
-// (37) ending inside a pack, targets inside and outside the shard; bias adds and layer norms.
+// (37) ending inside a pack, targets inside and outside the shard; bias adds, layer and RMS norms.
 TEST_P(CudaVsCpu, PackedAndElementPaths) {
   const std::vector<int32_t> targets = {2, 5, 38, 0, 20, 39, 11};  // shard [2, 42)
   for (const int64_t cols : {40, 44}) {
@@ -316,6 +317,56 @@ TEST_P(CudaVsCpu, PackedAndElementPaths) {
       r[k]["layernorm_dx"] = get(be, dx);
       r[k]["layernorm_dgamma"] = get(be, dg);
       r[k]["layernorm_dbeta"] = get(be, db);
+      Tensor rms = poisoned(be, {rows, cols}), dg_rms = be.zeros({cols});
+      be.fill(rstd, kPoison);
+      be.fill(dx, kPoison);
+      be.rmsnorm(tl, tb, rms, rstd);
+      r[k]["rmsnorm"] = get(be, rms);
+      be.rmsnorm_backward(tl, tb, rstd, ty, dx, dg_rms);
+      r[k]["rmsnorm_dx"] = get(be, dx);
+      r[k]["rmsnorm_dgamma"] = get(be, dg_rms);
+    }
+    for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
+  }
+}
+
+// The norms' warp-a-row kernels where one block's warps hold many rows and the grid strides: 3001
+// rows (more than the grid's warps on any GPU of up to 187 SMs, and no multiple of 8), packed (768
+// columns) and element by element (44); and rows of 12288 columns (GPT-3's width), whose
+// shared-memory sums allow fewer warps a block. dgamma and dbeta sum 3001 rows in another order
+// than the CPU's, within the same bound of their scale.
+TEST_P(CudaVsCpu, NormsOverManyRowsAndWideRows) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{3001, 768}, {3001, 44}, {19, 12288}}) {
+    SCOPED_TRACE(cols);
+    auto x = random(rows * cols), g = random(cols), b = random(cols), dy = random(rows * cols);
+    std::map<std::string, std::vector<float>> r[2];
+    Backend* bes[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      Backend& be = *bes[k];
+      Tensor tx = put(be, {rows, cols}, x), tg = put(be, {cols}, g), tb = put(be, {cols}, b);
+      Tensor tdy = put(be, {rows, cols}, dy), y = poisoned(be, {rows, cols}),
+             dx = poisoned(be, {rows, cols}), mean = poisoned(be, {rows}, true),
+             rstd = poisoned(be, {rows}, true);
+      be.layernorm(tx, tg, tb, y, mean, rstd);
+      r[k]["ln"] = get(be, y);
+      r[k]["ln_mean"] = get(be, mean);
+      r[k]["ln_rstd"] = get(be, rstd);
+      Tensor dg = be.zeros({cols}), db = be.zeros({cols});
+      be.layernorm_backward(tx, tg, mean, rstd, tdy, dx, dg, db);
+      r[k]["ln_dx"] = get(be, dx);
+      r[k]["ln_dg"] = get(be, dg);
+      r[k]["ln_db"] = get(be, db);
+      be.fill(y, kPoison);
+      be.fill(dx, kPoison);
+      be.fill(rstd, kPoison);
+      Tensor dg_rms = be.zeros({cols});
+      be.rmsnorm(tx, tg, y, rstd);
+      r[k]["rms"] = get(be, y);
+      r[k]["rms_rstd"] = get(be, rstd);
+      be.rmsnorm_backward(tx, tg, rstd, tdy, dx, dg_rms);
+      r[k]["rms_dx"] = get(be, dx);
+      r[k]["rms_dg"] = get(be, dg_rms);
     }
     for (const auto& [name, want] : r[0]) expect_close(want, r[1][name], tol, name.c_str());
   }

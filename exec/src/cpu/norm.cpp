@@ -1,5 +1,7 @@
 // LayerNorm (Ba et al. 2016) and RMSNorm (Zhang & Sennrich 2019), forward and backward, with fp64
 // row statistics so a row's reduction order cannot drift between layouts.
+#include "sextant/exec/kernels/norm.hpp"
+
 #include <cmath>
 
 #include "cpu_backend.hpp"
@@ -7,13 +9,6 @@
 #include "tensor_maps.hpp"
 
 namespace sextant::exec::cpu {
-
-namespace {
-
-constexpr float kLayerNormEps = 1e-5f;
-constexpr float kRmsNormEps = 1e-5f;  // Llama 2's rms_norm_eps
-
-}  // namespace
 
 void CpuBackend::layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                            Tensor& mean, Tensor& rstd) {

@@ -26,6 +26,7 @@
 #include "cuda_module.hpp"
 #include "cuda_scalar.cuh"
 #include "elementwise.cuh"
+#include "norm_kernels.cuh"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
 
@@ -39,8 +40,6 @@ constexpr int kThreads = 256;
 // Blocks of the reductions that add per-block partial sums into parameter gradients: enough to
 // fill an H100 (132 SMs) several times over, few enough that the final atomics stay cheap.
 constexpr int64_t kMaxReductionBlocks = 1024;
-constexpr float kLayerNormEps = 1e-5f;
-constexpr float kRmsNormEps = 1e-5f;
 constexpr float kLog2e = 1.4426950408889634f;
 
 int blocks_for(int64_t n) {
@@ -184,136 +183,6 @@ __device__ float block_max(float v) {
   return total;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// One warp per row (kNormRows a block): the sum, the squared deviations and the output each read
-// the row (from L1 after the first pass), reduced by shuffles with no block barrier; 16 bytes a
-// load when kPacked (columns a multiple of a Pack, every operand aligned).
-constexpr int kNormRows = 8;
-template <bool kPacked, typename T>
-__global__ void layernorm_kernel(const T* x, const T* g, const T* b, T* y, float* mean, float* rstd,
-                                 int64_t rows, int64_t cols) {
-  using Pack = cuda_elementwise::Pack<T>;
-  constexpr int kSize = kPacked ? Pack::kSize : 1;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(kNormRows) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const T* xr = x + row * cols;
-  T* yr = y + row * cols;
-  const auto load = [](const T* p, float(&v)[kSize]) {
-    if constexpr (kPacked) {
-      const Pack pack = *reinterpret_cast<const Pack*>(p);
-#pragma unroll
-      for (int k = 0; k < kSize; ++k) v[k] = ld(pack.v[k]);
-    } else {
-      v[0] = ld(*p);
-    }
-  };
-  float v[kSize], s = 0.0f;
-  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
-    load(xr + j, v);
-    for (int k = 0; k < kSize; ++k) s += v[k];
-  }
-  const float mu = warp_sum(s) / static_cast<float>(cols);
-  float ss = 0.0f;
-  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
-    load(xr + j, v);
-    for (int k = 0; k < kSize; ++k) ss += (v[k] - mu) * (v[k] - mu);
-  }
-  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(cols) + kLayerNormEps);
-  for (int64_t j = lane * kSize; j < cols; j += 32 * kSize) {
-    float gv[kSize], bv[kSize];
-    load(xr + j, v);
-    load(g + j, gv);
-    load(b + j, bv);
-    if constexpr (kPacked) {
-      Pack out;
-#pragma unroll
-      for (int k = 0; k < kSize; ++k) out.v[k] = st<T>((v[k] - mu) * r * gv[k] + bv[k]);
-      *reinterpret_cast<Pack*>(yr + j) = out;
-    } else {
-      yr[j] = st<T>((v[0] - mu) * r * gv[0] + bv[0]);
-    }
-  }
-  if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = r;
-  }
-}
-// A grid-stride loop over rows. dgamma and dbeta are summed per block in shared memory (2 * cols
-// floats; thread t owns columns t, t + blockDim.x, ..., so no two threads touch one entry) and
-// added once per block: cols atomics per block instead of per row.
-template <typename T>
-__global__ void layernorm_backward_kernel(const T* x, const T* g, const float* mean,
-                                          const float* rstd, const T* dy, T* dx, float* dgamma,
-                                          float* dbeta, int64_t rows, int64_t cols) {
-  extern __shared__ float sums[];
-  float* sg = sums;
-  float* sb = sums + cols;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sg[j] = sb[j] = 0.0f;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {  // uniform over the block
-    const T* xr = x + row * cols;
-    const T* dyr = dy + row * cols;
-    const float mu = mean[row], r = rstd[row];
-    float s1 = 0, s2 = 0;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float xhat = (ld(xr[j]) - mu) * r;
-      const float d = ld(dyr[j]);
-      const float dxhat = d * ld(g[j]);
-      s1 += dxhat;
-      s2 += dxhat * xhat;
-      sg[j] += d * xhat;
-      sb[j] += d;
-    }
-    const float m1 = block_sum(s1) / static_cast<float>(cols);
-    const float m2 = block_sum(s2) / static_cast<float>(cols);
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float xhat = (ld(xr[j]) - mu) * r;
-      dx[row * cols + j] = st<T>(r * (ld(dyr[j]) * ld(g[j]) - m1 - xhat * m2));
-    }
-  }
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    atomicAdd(&dgamma[j], sg[j]);
-    atomicAdd(&dbeta[j], sb[j]);
-  }
-}
-template <typename T>
-__global__ void rmsnorm_kernel(const T* x, const T* g, T* y, float* rstd, int64_t cols) {
-  const T* xr = x + blockIdx.x * cols;
-  float ss = 0;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ss += ld(xr[j]) * ld(xr[j]);
-  const float r = rsqrtf(block_sum(ss) / static_cast<float>(cols) + kRmsNormEps);
-  T* yr = y + blockIdx.x * cols;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = st<T>(ld(xr[j]) * r * ld(g[j]));
-  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-}
-// As layernorm_backward_kernel: rows in a grid-stride loop, dgamma summed per block in shared
-// memory (cols floats) and added once per block.
-template <typename T>
-__global__ void rmsnorm_backward_kernel(const T* x, const T* g, const float* rstd, const T* dy,
-                                        T* dx, float* dgamma, int64_t rows, int64_t cols) {
-  extern __shared__ float sg[];
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sg[j] = 0.0f;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * cols;
-    const T* dyr = dy + row * cols;
-    const float r = rstd[row];
-    float s2 = 0;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float xhat = ld(xr[j]) * r;
-      const float d = ld(dyr[j]);
-      s2 += d * ld(g[j]) * xhat;
-      sg[j] += d * xhat;
-    }
-    const float m2 = block_sum(s2) / static_cast<float>(cols);
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      dx[row * cols + j] = st<T>(r * (ld(dyr[j]) * ld(g[j]) - ld(xr[j]) * r * m2));
-  }
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) atomicAdd(&dgamma[j], sg[j]);
-}
 // One thread per (row, q-or-k head, pair i): rotates (v[i], v[i + half]) by the angle of
 // (row % seq, i), from a [seq, half] table of cosines and sines. The q heads and then the k heads
 // are `blocks` adjacent runs of d columns in a row of `width`.
@@ -560,6 +429,10 @@ class CudaBackend : public Backend {
             },
             [](void* p) { cudaFree(p); }) {
     CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
+    int shared = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    max_shared_bytes_ = static_cast<size_t>(shared);
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUDA_CHECK(cudaMalloc(&scalar_, sizeof(double)));
     conv_ = make_cuda_convolution(blas_, compute_type(DType::kF32), *this);
@@ -739,65 +612,19 @@ class CudaBackend : public Backend {
   }
   void layernorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y, Tensor& mean,
                  Tensor& rstd) override {
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      using cuda_elementwise::aligned16;
-      const int64_t rows = rows_of(x), cols = cols_of(x);
-      const bool packed = cols % cuda_elementwise::Pack<T>::kSize == 0 && aligned16(x.raw()) &&
-                          aligned16(gamma.raw()) && aligned16(beta.raw()) && aligned16(y.raw());
-      const auto blocks = static_cast<unsigned>((rows + kNormRows - 1) / kNormRows);
-      const auto launch = [&](auto kernel) {
-        kernel<<<blocks, 32 * kNormRows>>>(ptr<T>(x), ptr<T>(gamma), ptr<T>(beta), ptr<T>(y),
-                                           mean.data(), rstd.data(), rows, cols);
-      };
-      if (packed)
-        launch(layernorm_kernel<true, T>);
-      else
-        launch(layernorm_kernel<false, T>);
-    });
-    CUDA_CHECK(cudaGetLastError());
+    norm_forward<true>(x, gamma, &beta, y, &mean, rstd);
   }
   void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                           Tensor& dbeta) override {
-    const int64_t rows = rows_of(x), cols = cols_of(x);
-    const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxReductionBlocks));
-    const size_t shared = 2 * static_cast<size_t>(cols) * sizeof(float);
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      if (shared > 48 * 1024)  // above the default: opt in (up to 227 KiB on an H100)
-        CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared)));
-      layernorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
-          ptr<T>(x), ptr<T>(gamma), mean.data(), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(),
-          dbeta.data(), rows, cols);
-    });
-    CUDA_CHECK(cudaGetLastError());
+    norm_backward<true>(x, gamma, &mean, rstd, dy, dx, dgamma, &dbeta);
   }
   void rmsnorm(const Tensor& x, const Tensor& gamma, Tensor& y, Tensor& rstd) override {
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      rmsnorm_kernel<T><<<static_cast<int>(rows_of(x)), kThreads>>>(
-          ptr<T>(x), ptr<T>(gamma), ptr<T>(y), rstd.data(), cols_of(x));
-    });
-    CUDA_CHECK(cudaGetLastError());
+    norm_forward<false>(x, gamma, nullptr, y, nullptr, rstd);
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& rstd, const Tensor& dy,
                         Tensor& dx, Tensor& dgamma) override {
-    const int64_t rows = rows_of(x), cols = cols_of(x);
-    const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxReductionBlocks));
-    const size_t shared = static_cast<size_t>(cols) * sizeof(float);
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      if (shared > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<T>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared)));
-      rmsnorm_backward_kernel<T><<<blocks, kThreads, shared>>>(
-          ptr<T>(x), ptr<T>(gamma), rstd.data(), ptr<T>(dy), ptr<T>(dx), dgamma.data(), rows, cols);
-    });
-    CUDA_CHECK(cudaGetLastError());
+    norm_backward<false>(x, gamma, nullptr, rstd, dy, dx, dgamma, nullptr);
   }
   void rope(Tensor& qkv, const QkvLayout& l, float base, bool inverse) override {
     l.check(qkv);
@@ -1213,6 +1040,58 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // Layer norm (kCentered: beta and mean given) or RMS norm over the rows of x
+  // (cuda/norm_kernels.cuh).
+  template <bool kCentered>
+  void norm_forward(const Tensor& x, const Tensor& gamma, const Tensor* beta, Tensor& y,
+                    Tensor* mean, Tensor& rstd) {
+    using cuda_elementwise::aligned16;
+    using cuda_norm::kNormRows;
+    const int64_t rows = rows_of(x), cols = cols_of(x);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      const bool packed = cols % cuda_elementwise::Pack<T>::kSize == 0 && aligned16(x.raw()) &&
+                          aligned16(gamma.raw()) && (!beta || aligned16(beta->raw())) &&
+                          aligned16(y.raw());
+      const auto blocks = static_cast<unsigned>((rows + kNormRows - 1) / kNormRows);
+      const auto launch = [&](auto kernel) {
+        kernel<<<blocks, 32 * kNormRows>>>(ptr<T>(x), ptr<T>(gamma), beta ? ptr<T>(*beta) : nullptr,
+                                           ptr<T>(y), mean ? mean->data() : nullptr, rstd.data(),
+                                           rows, cols);
+      };
+      if (packed)
+        launch(cuda_norm::norm_kernel<kCentered, true, T>);
+      else
+        launch(cuda_norm::norm_kernel<kCentered, false, T>);
+    });
+    CUDA_CHECK(cudaGetLastError());
+  }
+  template <bool kCentered>
+  void norm_backward(const Tensor& x, const Tensor& gamma, const Tensor* mean, const Tensor& rstd,
+                     const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor* dbeta) {
+    using cuda_elementwise::aligned16;
+    const int64_t rows = rows_of(x), cols = cols_of(x);
+    const cuda_norm::NormBackwardLaunch shape =
+        cuda_norm::norm_backward_launch(rows, cols, kCentered, sms_, max_shared_bytes_);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      const bool packed = cols % cuda_elementwise::Pack<T>::kSize == 0 && aligned16(x.raw()) &&
+                          aligned16(gamma.raw()) && aligned16(dy.raw()) && aligned16(dx.raw());
+      const auto launch = [&](auto kernel) {
+        if (shape.shared_bytes > 48 * 1024)  // above the default: opt in
+          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(shape.shared_bytes)));
+        kernel<<<shape.blocks, shape.threads, shape.shared_bytes>>>(
+            ptr<T>(x), ptr<T>(gamma), mean ? mean->data() : nullptr, rstd.data(), ptr<T>(dy),
+            ptr<T>(dx), dgamma.data(), dbeta ? dbeta->data() : nullptr, rows, cols);
+      };
+      if (packed)
+        launch(cuda_norm::norm_backward_kernel<kCentered, true, T>);
+      else
+        launch(cuda_norm::norm_backward_kernel<kCentered, false, T>);
+    });
+    CUDA_CHECK(cudaGetLastError());
+  }
   // Spans cut into tiles of at most kTile elements (one block each), and their device copy.
   static std::vector<Tile> tiles_of(const std::vector<AdamwSpan>& spans) {
     std::vector<Tile> tiles;
@@ -1276,6 +1155,8 @@ class CudaBackend : public Backend {
   }
 
   int device_;
+  int sms_ = 0;                  // streaming multiprocessors
+  size_t max_shared_bytes_ = 0;  // shared memory a block may opt in to
   Precision precision_;
   BlockPool pool_;
   cublasHandle_t blas_ = nullptr;

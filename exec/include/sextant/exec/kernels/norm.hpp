@@ -5,6 +5,11 @@
 
 namespace sextant::exec {
 
+// The epsilons under the square roots, for every backend: PyTorch's LayerNorm default, and Llama
+// 2's rms_norm_eps.
+inline constexpr float kLayerNormEps = 1e-5f;
+inline constexpr float kRmsNormEps = 1e-5f;
+
 class NormKernels {
  public:
   virtual ~NormKernels() = default;
