@@ -127,6 +127,32 @@ TEST_P(CudaVsCpu, Matmuls) {
     expect_close(want, results[1][name], tol, name.c_str());
 }
 
+// A linear layer's bias in cuBLASLt's epilogue (cuda/lt_gemm.hpp) at sizes it has algorithms for
+// (the odd sizes above may take the separate bias pass), alone and added to what y held, and at
+// an operand 16 bytes past an aligned start (another algorithm, or the separate pass).
+TEST_P(CudaVsCpu, MatmulWithFusedBias) {
+  const int64_t rows = 64, in = 128, out = 96;
+  auto x = random((rows + 8) * in), w = random(in * out), b = random(out), y0 = random(rows * out);
+  std::map<std::string, std::vector<float>> results[2];
+  Backend* bes[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    Backend& be = *bes[k];
+    Tensor tx = put(be, {rows + 8, in}, x), tw = put(be, {in, out}, w), tb = put(be, {out}, b);
+    Tensor y = poisoned(be, {rows, out});
+    be.matmul(tx.view({rows, in}), tw, &tb, y);
+    results[k]["y"] = get(be, y);
+    Tensor acc = put(be, {rows, out}, y0);
+    be.matmul(tx.view({rows, in}), tw, &tb, acc, true);
+    results[k]["y_accumulated"] = get(be, acc);
+    Tensor shifted = poisoned(be, {rows, out});
+    const int64_t shift = 16 / static_cast<int64_t>(element_size(be.activation_dtype()));
+    be.matmul(tx.view({(rows + 8) * in}).rows(shift, rows * in).view({rows, in}), tw, &tb, shifted);
+    results[k]["y_rows_later"] = get(be, shifted);
+  }
+  for (const auto& [name, want] : results[0])
+    expect_close(want, results[1][name], tol, name.c_str());
+}
+
 TEST_P(CudaVsCpu, Bf16GemmIsWithinBf16RoundingOfFp32) {
   if (GetParam() != Precision::kFp32) GTEST_SKIP() << "compares against fp32";
   std::unique_ptr<Backend> bf16 = make_cuda_backend(0, Precision::kBf16Gemm);

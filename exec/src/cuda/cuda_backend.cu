@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
@@ -26,6 +27,7 @@
 #include "cuda_module.hpp"
 #include "cuda_scalar.cuh"
 #include "elementwise.cuh"
+#include "lt_gemm.hpp"
 #include "norm_kernels.cuh"
 #include "sextant/exec/block_pool.hpp"
 #include "sextant/spec/error.hpp"
@@ -434,12 +436,14 @@ class CudaBackend : public Backend {
     CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     max_shared_bytes_ = static_cast<size_t>(shared);
     CUBLAS_CHECK(cublasCreate(&blas_));
+    lt_ = std::make_unique<LtGemm>();
     CUDA_CHECK(cudaMalloc(&scalar_, sizeof(double)));
     conv_ = make_cuda_convolution(blas_, compute_type(DType::kF32), *this);
   }
   ~CudaBackend() override {
     cudaDeviceSynchronize();
     conv_.reset();
+    lt_.reset();
     pool_.trim();
     cudaFree(scalar_);
     cudaFree(ids_);
@@ -578,8 +582,13 @@ class CudaBackend : public Backend {
               bool accumulate) override {
     const int64_t rows = rows_of(x), in = cols_of(x), out = cols_of(w);
     const DType t = common(x, w);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, 1.0f, w.raw(), out, x.raw(), in, t,
-         accumulate ? 1.0f : 0.0f, y.raw(), out, common(x, y));
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (bias != nullptr && bias->dtype() == y.dtype() &&
+        lt_->gemm_bias(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, w.raw(), out, x.raw(), in,
+                       cuda_type(t), compute_type(t), beta, y.raw(), out, bias->raw()))
+      return;
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, out, rows, in, 1.0f, w.raw(), out, x.raw(), in, t, beta, y.raw(),
+         out, common(x, y));
     if (bias != nullptr) bias_add(y, *bias);
   }
   void matmul_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
@@ -1160,6 +1169,7 @@ class CudaBackend : public Backend {
   Precision precision_;
   BlockPool pool_;
   cublasHandle_t blas_ = nullptr;
+  std::unique_ptr<LtGemm> lt_;  // GEMMs with a fused bias
   std::unique_ptr<ConvolutionKernels> conv_;
   double* scalar_ = nullptr;
   int32_t* ids_ = nullptr;
