@@ -7,6 +7,7 @@ waves of tiles over the SMs, split-K, at the SM clock the trace ran at.
 Usage: scripts/fit-gemm-model.py TRACE.json[.gz] --sms 132 --clock-mhz 1970 --peak-tflops 989.4 \
            --peak-clock-mhz 1830 [--tiles 256x128,128x256,...]
        scripts/fit-gemm-model.py --shapes SHAPES.csv [--min-dim 512] --sms 80 ...
+       ... --mainloop-efficiency 0.79 --tile-overhead-k 80 --kernel-overhead-us 5: evaluate only
 A shapes file holds measured GEMM rates instead of a trace: CSV with columns m, n, k, tflops
 ('#' lines are comments; traces/samples/deepbench-v100-fp16-gemm.csv). --min-dim leaves out shapes
 with a dimension below it (skinny GEMMs are memory-bound, which this model does not price).
@@ -87,6 +88,10 @@ def main():
     p.add_argument("--min-dim", type=int, default=0)
     p.add_argument("--kernel-overhead-us", type=int,
                    help="hold kernel_overhead_us at this value (large shapes alone cannot tell it)")
+    p.add_argument("--mainloop-efficiency", type=float,
+                   help="hold mainloop_efficiency at this value (all three held: the file's "
+                        "model evaluated on the shapes, nothing fitted)")
+    p.add_argument("--tile-overhead-k", type=int, help="hold tile_overhead_k at this value")
     p.add_argument("--sms", type=int, default=132)
     p.add_argument("--clock-mhz", type=float, default=1970)
     p.add_argument("--peak-tflops", type=float, default=989.4)
@@ -110,8 +115,11 @@ def main():
     obs = [(m, n, k, sum(v) / len(v)) for (m, n, k), v in sorted(by_shape.items())]
     weight = [len(by_shape[(m, n, k)]) for m, n, k, _ in obs]
     best = None
-    for eta in [x / 100 for x in range(50, 100)]:
-        for k0 in range(0, 512, 16):
+    etas = ([a.mainloop_efficiency] if a.mainloop_efficiency is not None
+            else [x / 100 for x in range(50, 100)])
+    k0s = [a.tile_overhead_k] if a.tile_overhead_k is not None else range(0, 512, 16)
+    for eta in etas:
+        for k0 in k0s:
             for t0 in ([a.kernel_overhead_us] if a.kernel_overhead_us is not None else range(0, 9)):
                 err = [model_us(m, n, k, eta, k0, t0, sm_flops, tiles, a.sms, a.max_split_k,
                                 a.bandwidth_gbps * 1e9) / us - 1 for m, n, k, us in obs]
@@ -119,9 +127,10 @@ def main():
                 if best is None or s < best[0]:
                     best = (s, eta, k0, t0, err)
     s, eta, k0, t0, err = best
+    mean = sum(w * e for w, e in zip(weight, err)) / sum(weight)
     print(f"{len(kernels)} GEMM kernels, {len(obs)} shapes; mainloop_efficiency {eta}, "
           f"tile_overhead_k {k0}, kernel_overhead_us {t0}: rms relative error "
-          f"{math.sqrt(s / sum(weight)):.3f}")
+          f"{math.sqrt(s / sum(weight)):.3f}, mean {100 * mean:+.1f}%")
     for (m, n, k, us), w, e in zip(obs, weight, err):
         print(f"  {m:6d} x {n:6d} x {k:6d}  {w:3d} kernels, mean {us:8.1f} us  error {100 * e:+6.1f}%")
 
