@@ -1057,6 +1057,7 @@ class CudaBackend : public Backend {
     using cuda_elementwise::aligned16;
     using cuda_norm::kNormRows;
     const int64_t rows = rows_of(x), cols = cols_of(x);
+    if (rows == 0 || cols == 0) return;
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       const bool packed = cols % cuda_elementwise::Pack<T>::kSize == 0 && aligned16(x.raw()) &&
@@ -1080,6 +1081,7 @@ class CudaBackend : public Backend {
                      const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor* dbeta) {
     using cuda_elementwise::aligned16;
     const int64_t rows = rows_of(x), cols = cols_of(x);
+    if (rows == 0 || cols == 0) return;
     const cuda_norm::NormBackwardLaunch shape =
         cuda_norm::norm_backward_launch(rows, cols, kCentered, sms_, max_shared_bytes_);
     dispatch(x, [&](auto tag) {
