@@ -17,6 +17,7 @@
 #include "sextant/models/zoo.hpp"
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
+#include "sextant/spec/json_io.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
@@ -58,6 +59,20 @@ std::optional<double> predicted_step_s(const exec::Job& job) {
   } catch (const std::exception&) {
     return std::nullopt;  // the run itself says what is wrong with the plan
   }
+}
+
+// The step `sextant plan` wrote into the plan file (predicted.step_time_s) and the cluster it
+// predicted on, into the job for the run's summary; nothing when the file holds no prediction.
+void set_plan_prediction(const std::string& plan_file, exec::Job& job) {
+  if (plan_file.empty()) return;
+  const spec::Json j = spec::read_json_file(plan_file);
+  if (!j.contains("predicted") || !j["predicted"].is_object()) return;
+  const spec::Json& step = j["predicted"].value("step_time_s", spec::Json());
+  if (!step.is_number() || !(step.get<double>() > 0)) return;
+  job.predicted_step_s = step.get<double>();
+  job.predicted_on = j.contains("cluster") && j["cluster"].is_string()
+                         ? j["cluster"].get<std::string>()
+                         : std::string("an unnamed cluster");
 }
 
 // --watchdog SECONDS, at least kStepMultiple x the predicted step: a rank making no progress for
@@ -118,6 +133,7 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.quiet = f.quiet;
     job.watchdog = watchdog_options(f.watchdog_s, job);
     set_peak(job);
+    set_plan_prediction(f.plan.plan_file, job);
     return job;
   });
 }

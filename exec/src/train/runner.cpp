@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -253,8 +254,9 @@ void print_run_header(const Job& job, const spec::ModelSpec& model, int ranks,
              model.is_transformer() ? fmt::format(" x {} tokens", seq) : " samples");
 }
 
-// The run in one line: the mean step after the first (it warms up), the throughput and, where the
-// device's peak is known, the model FLOPs utilisation (models::step_flops, as the simulator's).
+// The run in one line: the mean step after the warm-up (spec::mean_step_after_warmup), the
+// throughput and, where the device's peak is known, the model FLOPs utilisation
+// (models::step_flops, as the simulator's); then the plan file's prediction against it.
 void print_run_summary(const Job& job, const spec::ModelSpec& model, int ranks, int64_t seq,
                        const std::vector<StepLog>& steps) {
   std::vector<double> times;
@@ -269,11 +271,23 @@ void print_run_summary(const Job& job, const spec::ModelSpec& model, int ranks, 
   std::string mfu;
   if (job.peak_flops > 0)
     mfu = fmt::format(", MFU {:.1f}% ({})", 100 * per_rank / job.peak_flops, job.peak_source);
-  const std::string step =
-      *mean < 1 ? fmt::format("{:.2f} ms", 1e3 * *mean) : fmt::format("{:.3f} s", *mean);
-  fmt::print("mean step {}{}, {:.0f} {}/s, {:.3g} TFLOP/s/rank{}\n", step,
-             steps.size() > 1 ? " (after the first)" : "", items / *mean,
-             model.is_transformer() ? "tokens" : "samples", per_rank / kFlopsPerTflop, mfu);
+  const auto seconds = [](double t) {
+    return t < 1 ? fmt::format("{:.2f} ms", 1e3 * t) : fmt::format("{:.3f} s", t);
+  };
+  const size_t dropped = times.size() - spec::steps_after_warmup(times).size();
+  const std::string warm_up = dropped == 0   ? ""
+                              : dropped == 1 ? " (after the first)"
+                                             : fmt::format(" (after the first {})", dropped);
+  fmt::print("mean step {}{}, {:.0f} {}/s, {:.3g} TFLOP/s/rank{}\n", seconds(*mean), warm_up,
+             items / *mean, model.is_transformer() ? "tokens" : "samples",
+             per_rank / kFlopsPerTflop, mfu);
+  // The plan's own prediction held against the run: how far the model was off on this machine.
+  if (job.predicted_step_s > 0) {
+    const double off = *mean / job.predicted_step_s - 1;
+    fmt::print("predicted {} on {} (the plan file): the mean step is {:.1f}% {}\n",
+               seconds(job.predicted_step_s), job.predicted_on, 100 * std::abs(off),
+               off >= 0 ? "slower" : "faster");
+  }
 }
 
 }  // namespace

@@ -62,6 +62,10 @@ struct Job {
   // MFU; 0: not known (no MFU printed).
   double peak_flops = 0;
   std::string peak_source;
+  // The step `sextant plan` predicted for this plan (its file's predicted.step_time_s) and the
+  // cluster file it was predicted on, for the summary's predicted-against-measured line; 0: none.
+  double predicted_step_s = 0;
+  std::string predicted_on;
 };
 
 // What the executor is asked to run: the job's backend, its precision (the backend's default when
