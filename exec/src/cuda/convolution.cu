@@ -53,6 +53,13 @@ struct Geo {
   __host__ __device__ int64_t out_voxels() const { return od * oh * ow; }
   __host__ __device__ int64_t rows() const { return c * kd * k * k; }  // column matrix rows
 };
+// A window of one voxel at stride 1 (ResNet's bottleneck 1x1 convolutions): each sample's input
+// [Ci, voxels] is its own column matrix, so its GEMMs read and write the maps in place, with no
+// im2col copy, permute or col2im (the weight gradient, summed over samples, keeps the chunked
+// path: one GEMM over every sample's voxels needs them side by side).
+__host__ __device__ inline bool pointwise(const Geo& g) {
+  return g.k == 1 && g.kd == 1 && g.s == 1 && g.sd == 1;
+}
 // (Square windows only: the rectangular ones of AmoebaNet's cells run on CPU ranks.)
 Geo geo_of(const WindowDims& g) {
   SEXTANT_CHECK(g.square(), "the CUDA convolution kernels take square windows, not {} x {}", g.kh,
@@ -482,6 +489,13 @@ class CudaConvolution final : public ConvolutionKernels {
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
+    if (pointwise(geo)) {
+      // y[n] [Co, voxels] = W [Co, Ci] x[n] [Ci, voxels], every sample in one call.
+      gemm_batched(false, false, g.out.c, outputs, g.in.c, 1.0f, w.data(), 0, x.data(),
+                   g.in.c * g.in.voxels(), 0.0f, y.data(), g.out.c * outputs, g.in.b);
+      if (bias != nullptr) add_channel_bias(y, *bias);
+      return;
+    }
     for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* product) {
       launch_im2col(x.data() + b0 * g.in.c * g.in.voxels(), geo, count, col);
       // product [Co, S outputs] = W [Co, rows] col.
@@ -497,14 +511,18 @@ class CudaConvolution final : public ConvolutionKernels {
     conv::check_weight(w, g, g.out.c, g.in.c);
     const Geo geo = geo_of(g);
     const int64_t rows = geo.rows(), outputs = geo.out_voxels();
+    const bool in_place = pointwise(geo);
     for_chunks(g, g.out.c, [&](int64_t b0, int64_t count, float* col, float* dproduct) {
       weight_gradient(geo, g.out.c, x.data() + b0 * g.in.c * g.in.voxels(),
                       dy.data() + b0 * g.out.c * outputs, count, col, dproduct, dw.data());
-      if (dx == nullptr) return;
+      if (dx == nullptr || in_place) return;
       // dcol [rows, S outputs] = W^T dproduct (into the column buffer, read), then col2im.
       gemm(true, false, rows, count * outputs, g.out.c, 1.0f, w.data(), dproduct, 0.0f, col);
       launch_col2im(col, geo, count, dx->data() + b0 * g.in.c * g.in.voxels());
     });
+    if (dx != nullptr && in_place)  // dx[n] [Ci, voxels] = W^T dy[n], every sample in one call
+      gemm_batched(true, false, g.in.c, outputs, g.out.c, 1.0f, w.data(), 0, dy.data(),
+                   g.out.c * outputs, 0.0f, dx->data(), g.in.c * g.in.voxels(), g.in.b);
     if (db != nullptr) channel_bias_backward(dy, *db);
   }
 
