@@ -5,7 +5,8 @@
 # cores: scripts/calibrate-local.sh) and whether it met the bars (fit plans within 5%, held-out
 # mean <= 10% and none above 20%, Kendall tau >= 0.8, regret <= 5% or within the two plans'
 # noise), the co-run slowdown and how often the predicted best is the fastest when each plan's
-# runs are resampled. Record with: bench/run.sh calibration_local bench/calibration_loop_bench.sh
+# runs are resampled, with tau's spread over those resamplings and tau over the pairs the rounds
+# resolve (not a bar). Record with: bench/run.sh calibration_local bench/calibration_loop_bench.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 runs="${1:-3}"
@@ -28,6 +29,9 @@ print(f"     predicted best {r['predicted_best']} (fastest in {100*r['predicted_
       f"{'beyond' if r['regret_beyond_noise'] else 'within'} the noise; extra rounds: "
       f"{', '.join(r['rerun']) or 'none'}; co-run "
       + (f"GEMM {co['matrix']:.2f}x, memory {co['memory']:.2f}x" if co else "not measured"))
+print(f"     tau over resamplings {r['kendall_tau_p10']:.2f} to {r['kendall_tau_p90']:.2f}; over the "
+      f"{r['resolved_pairs']} of {r['pairs']} pairs measured apart beyond their noise "
+      f"{r['kendall_tau_resolved']:.2f}")
 for p in r["plans"]:
     print(f"     {p['name']:<14} {'held out' if p['heldout'] else 'fit':<8} predicted {1e3*p['predicted_s']:6.1f} ms"
           f"  measured {1e3*p['measured_s']:6.1f} ± {1e3*p['noise_s']:4.1f} ms"

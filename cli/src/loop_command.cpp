@@ -156,6 +156,10 @@ void print_report(const loop::LoopReport& r) {
              f.predicted_best == f.measured_best
                  ? std::string()
                  : fmt::format(", {} in {:.0f}%", f.measured_best, 100 * f.measured_best_share));
+  fmt::print(
+      "tau over resamplings {:.2f} to {:.2f} (10th to 90th percentile); over the {} of {} pairs "
+      "the rounds order (measured further apart than their noise) {:.2f}\n",
+      f.kendall_tau_p10, f.kendall_tau_p90, f.resolved_pairs, f.pairs, f.kendall_tau_resolved);
   if (r.fit_worse) fmt::print("warning: {} (--force went on)\n", r.refused);
   fmt::print("calibrated cluster: {}\n", r.calibrated_file);
 }

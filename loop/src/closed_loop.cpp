@@ -9,7 +9,6 @@
 #include <limits>
 #include <random>
 #include <set>
-#include <tuple>
 
 #include "sextant/loop/report_json.hpp"
 #include "sextant/models/zoo.hpp"
@@ -113,35 +112,62 @@ std::vector<size_t> open_ranks(const std::vector<LoopRow>& rows, const LoopFigur
 
 namespace {
 
-// The ranking's confidence (LoopFigures::predicted_best_share): 2000 resamplings with a fixed
-// seed, so a report reads the same when refitted.
-std::pair<double, double> best_shares(const std::vector<const LoopRow*>& measured, size_t pick,
-                                      size_t best) {
+// The ranking's confidence (LoopFigures::predicted_best_share, kendall_tau_p10): 2000
+// resamplings with a fixed seed, so a report reads the same when refitted.
+struct Resampled {
+  double pick_share = 0, best_share = 0;
+  double tau_p10 = 1, tau_p90 = 1;
+};
+Resampled resample_ranking(const std::vector<const LoopRow*>& measured, size_t pick, size_t best) {
   constexpr int kDraws = 2000;
   std::mt19937_64 rng(20261129);
   int pick_wins = 0, best_wins = 0;
-  std::vector<double> draw;
+  std::vector<double> predicted, times(measured.size()), draw, taus;
+  for (const LoopRow* r : measured) predicted.push_back(r->predicted_s);
   for (int d = 0; d < kDraws; ++d) {
-    size_t fastest = 0;
-    double fastest_s = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < measured.size(); ++i) {
       const std::vector<double>& kept = measured[i]->time.kept_s;
-      double t = measured[i]->time.measured_s;
+      times[i] = measured[i]->time.measured_s;
       if (kept.size() > 1) {
         std::uniform_int_distribution<size_t> pick_run(0, kept.size() - 1);
         draw.clear();
         for (size_t k = 0; k < kept.size(); ++k) draw.push_back(kept[pick_run(rng)]);
-        t = median_of_kept(draw);
-      }
-      if (t < fastest_s) {
-        fastest_s = t;
-        fastest = i;
+        times[i] = median_of_kept(draw);
       }
     }
+    const auto fastest =
+        static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
     pick_wins += fastest == pick;
     best_wins += fastest == best;
+    taus.push_back(traces::kendall_tau(predicted, times));
   }
-  return {static_cast<double>(pick_wins) / kDraws, static_cast<double>(best_wins) / kDraws};
+  std::sort(taus.begin(), taus.end());
+  Resampled r;
+  r.pick_share = static_cast<double>(pick_wins) / kDraws;
+  r.best_share = static_cast<double>(best_wins) / kDraws;
+  r.tau_p10 = taus[static_cast<size_t>(0.1 * (kDraws - 1))];
+  r.tau_p90 = taus[static_cast<size_t>(0.9 * (kDraws - 1))];
+  return r;
+}
+
+// LoopFigures::kendall_tau_resolved and its pair counts.
+void resolved_tau(const std::vector<const LoopRow*>& measured, LoopFigures& f) {
+  auto within_noise = [&measured](size_t i, size_t j) {
+    const PlanTime& a = measured[i]->time;
+    const PlanTime& b = measured[j]->time;
+    return std::abs(a.measured_s - b.measured_s) <= a.noise_s + b.noise_s;
+  };
+  std::vector<double> predicted, times;
+  for (const LoopRow* r : measured) {
+    predicted.push_back(r->predicted_s);
+    times.push_back(r->time.measured_s);
+  }
+  f.kendall_tau_resolved = traces::kendall_tau(predicted, times, within_noise);
+  const size_t n = measured.size();
+  f.pairs = static_cast<int64_t>(n * (n - 1) / 2);
+  f.resolved_pairs = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = i + 1; j < n; ++j) f.resolved_pairs += within_noise(i, j) ? 0 : 1;
 }
 
 }  // namespace
@@ -187,8 +213,13 @@ LoopFigures loop_figures(const std::vector<LoopRow>& rows) {
     f.measured_best = fastest.name;
     f.regret_beyond_noise = picked.time.measured_s - fastest.time.measured_s >
                             picked.time.noise_s + fastest.time.noise_s;
-    std::tie(f.predicted_best_share, f.measured_best_share) =
-        best_shares(measured, static_cast<size_t>(pick), static_cast<size_t>(best));
+    const Resampled drawn =
+        resample_ranking(measured, static_cast<size_t>(pick), static_cast<size_t>(best));
+    f.predicted_best_share = drawn.pick_share;
+    f.measured_best_share = drawn.best_share;
+    f.kendall_tau_p10 = drawn.tau_p10;
+    f.kendall_tau_p90 = drawn.tau_p90;
+    resolved_tau(measured, f);
   }
   return f;
 }
@@ -360,6 +391,11 @@ spec::Json to_json(const LoopReport& r) {
       {"regret_beyond_noise", f.regret_beyond_noise},
       {"predicted_best_share", f.predicted_best_share},
       {"measured_best_share", f.measured_best_share},
+      {"kendall_tau_resolved", f.kendall_tau_resolved},
+      {"resolved_pairs", f.resolved_pairs},
+      {"pairs", f.pairs},
+      {"kendall_tau_p10", f.kendall_tau_p10},
+      {"kendall_tau_p90", f.kendall_tau_p90},
       {"rerun", r.rerun},
       {"speed_reference", r.speed_reference}};
   if (r.co_run)

@@ -394,6 +394,51 @@ TEST(LoopFigures, HeldOutErrorsTauAndRegretByHand) {
   EXPECT_NEAR(f.max_noise, 0.05, 1e-12);
 }
 
+TEST(LoopFigures, PairsWithinTheNoiseCountAsTiedInTheResolvedTau) {
+  auto row = [](const char* name, double predicted, double measured, double noise) {
+    LoopRow r;
+    r.name = name;
+    r.predicted_s = predicted;
+    r.time.measured = true;
+    r.time.measured_s = measured;
+    r.time.noise_s = noise;
+    return r;
+  };
+  // x and y swap (predicted x < y, measured x > y), 0.05 apart within their noise 0.03 + 0.03;
+  // z is ordered against both.
+  const LoopFigures f =
+      loop_figures({row("x", 1.0, 1.05, 0.03), row("y", 1.1, 1.0, 0.03), row("z", 2.0, 2.0, 0.05)});
+  // Plain tau: 2 concordant, 1 discordant of 3 pairs -> 1/3.
+  EXPECT_NEAR(f.kendall_tau, 1.0 / 3, 1e-12);
+  // Resolved: x-y tied in the measured ranking -> 2 / sqrt((2 + 0 + 0) * (2 + 0 + 1)).
+  EXPECT_NEAR(f.kendall_tau_resolved, 2 / std::sqrt(6.0), 1e-12);
+  EXPECT_EQ(f.pairs, 3);
+  EXPECT_EQ(f.resolved_pairs, 2);
+  // No runs kept to resample: every draw is the measured ranking.
+  EXPECT_NEAR(f.kendall_tau_p10, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(f.kendall_tau_p90, 1.0 / 3, 1e-12);
+}
+
+TEST(LoopFigures, TauPercentilesSpanTheRankingsTheRunsAllow) {
+  auto row = [](const char* name, double predicted, std::vector<double> kept) {
+    LoopRow r;
+    r.name = name;
+    r.predicted_s = predicted;
+    r.time.measured = true;
+    r.time.kept_s = kept;
+    r.time.measured_s = median_of_kept(kept);
+    return r;
+  };
+  // a's runs (1.0, 1.0, 3.0) and b's (2.0, 2.0, 2.0): a draw of a's runs has median 3.0 (b before
+  // a, tau -1) only when it draws 3.0 at least twice: P = 3 (1/3)^2 (2/3) + (1/3)^3 = 7/27 = 0.26,
+  // so the 10th percentile is -1 and the 90th +1 (predicted a < b).
+  const LoopFigures f =
+      loop_figures({row("a", 1.0, {1.0, 1.0, 3.0}), row("b", 2.0, {2.0, 2.0, 2.0})});
+  EXPECT_DOUBLE_EQ(f.kendall_tau, 1.0);
+  EXPECT_DOUBLE_EQ(f.kendall_tau_p10, -1.0);
+  EXPECT_DOUBLE_EQ(f.kendall_tau_p90, 1.0);
+}
+
 std::vector<TrialPlan> gpt_tiny_set() {
   auto plan = [](const char* name, int64_t dp, int64_t tp, int64_t pp, int64_t mb, bool heldout) {
     spec::Plan p = test::make_plan(dp, tp, pp, mb, 16);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "expect_input_error.hpp"
 #include "sextant/spec/json_io.hpp"
 #include "sextant/traces/compare.hpp"
@@ -267,6 +269,10 @@ TEST(Compare, KendallTauAndRegret) {
   EXPECT_DOUBLE_EQ(kendall_tau({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
   // One swapped pair out of six: (5 - 1) / 6.
   EXPECT_NEAR(kendall_tau({1, 2, 3, 4}, {1, 3, 2, 4}), 4.0 / 6.0, 1e-12);
+  // The swapped pair (items 1 and 2) tied in the second ranking: 5 concordant, 0 discordant, one
+  // tie in b only -> tau-b = 5 / sqrt((5 + 0 + 0) * (5 + 0 + 1)).
+  auto middle_tied = [](size_t i, size_t j) { return i == 1 && j == 2; };
+  EXPECT_NEAR(kendall_tau({1, 2, 3, 4}, {1, 3, 2, 4}, middle_tied), 5 / std::sqrt(30.0), 1e-12);
   // Predicted best is plan 1, measured 1.2; the measured best is 1.0: 20% regret.
   EXPECT_NEAR(regret({0.5, 0.9, 1.0}, {1.2, 1.0, 1.5}), 0.2, 1e-12);
 }

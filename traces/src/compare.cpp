@@ -160,11 +160,17 @@ Comparison compare(const spec::Trace& measured, const spec::Trace& predicted) {
 }
 
 double kendall_tau(const std::vector<double>& a, const std::vector<double>& b) {
+  return kendall_tau(a, b, nullptr);
+}
+
+double kendall_tau(const std::vector<double>& a, const std::vector<double>& b,
+                   const std::function<bool(size_t, size_t)>& b_tied) {
   SEXTANT_CHECK(a.size() == b.size(), "rankings of different lengths");
   double concordant = 0, discordant = 0, ties_a = 0, ties_b = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     for (size_t j = i + 1; j < a.size(); ++j) {
-      const double da = a[i] - a[j], db = b[i] - b[j];
+      const double da = a[i] - a[j];
+      const double db = b_tied && b_tied(i, j) ? 0.0 : b[i] - b[j];
       if (da == 0 && db == 0) continue;
       if (da == 0) {
         ties_a += 1;

@@ -73,6 +73,13 @@ struct LoopFigures {
   // each plan's time the median's rule on its draw) the predicted best, and the measured best,
   // is the fastest plan.
   double predicted_best_share = 1, measured_best_share = 1;
+  // Tau where the measurement cannot order a pair: two plans whose measured gap is within their
+  // noise together (the resolution regret_beyond_noise uses) count as tied, so a swap of plans the
+  // rounds cannot tell apart counts neither way; `resolved_pairs` of `pairs` were ordered.
+  double kendall_tau_resolved = 1;
+  int64_t resolved_pairs = 0, pairs = 0;
+  // Tau over the same resamplings: its 10th and 90th percentile (how far the rounds pin it down).
+  double kendall_tau_p10 = 1, kendall_tau_p90 = 1;
 };
 LoopFigures loop_figures(const std::vector<LoopRow>& rows);
 

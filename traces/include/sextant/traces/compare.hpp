@@ -3,6 +3,7 @@
 // figures of a set of plans: Kendall's tau and the regret of picking the predicted best.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ Comparison compare(const spec::Trace& measured, const spec::Trace& predicted);
 
 // Kendall's tau-b between two rankings of the same items (1: same order, -1: reversed).
 double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
+// The same where items i and j of b also count as tied when `b_tied(i, j)`: a ranking measured at
+// a finite resolution, whose pairs within it are not ordered by the measurement.
+double kendall_tau(const std::vector<double>& a, const std::vector<double>& b,
+                   const std::function<bool(size_t, size_t)>& b_tied);
 // measured[argmin(predicted)] / min(measured) - 1: what trusting the prediction costs.
 double regret(const std::vector<double>& predicted, const std::vector<double>& measured);
 
