@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <tuple>
 
 #include "sextant/spec/step_times.hpp"
@@ -184,18 +185,29 @@ std::vector<std::vector<double>> speed_scales(const Measurements& m) {
   const std::vector<double> slowdowns = traces::slowdowns_against_fastest(runs, first_steps);
   std::vector<std::vector<double>> scales(m.runs.size());
   for (size_t p = 0; p < m.runs.size(); ++p) scales[p].assign(m.runs[p].size(), 1.0);
-  // The quiet runs' speed: the median slowdown of the runs no check found disturbed (of all runs
-  // when none was quiet).
-  std::vector<double> quiet;
-  for (size_t j = 0; j < traced.size(); ++j)
-    if (traced[j]->disturbed.empty()) quiet.push_back(slowdowns[j]);
-  if (quiet.empty()) quiet = slowdowns;
-  if (quiet.empty()) return scales;
-  std::sort(quiet.begin(), quiet.end());
-  const double quiet_slowdown = quiet[(quiet.size() - 1) / 2];
+  // The quiet runs' speed, per rank count: a run's slowdown is against the fastest runs of its
+  // own rank count (traces::slowdowns_against_fastest keys its ops by it), so only runs of one
+  // count share a unit. The median slowdown of that count's runs no check found disturbed (of all
+  // of them when none was quiet). One median over every run mixed the units: on a Zen 4 VM whose
+  // one-rank runs fell in two speeds 18% apart, it scaled the two-rank runs up and predicted every
+  // two-rank plan 3-10% slow, the fit plans included.
+  std::map<int64_t, std::vector<double>> quiet, all;
+  std::vector<int64_t> ranks;
+  for (size_t j = 0; j < traced.size(); ++j) {
+    int64_t count = 0;
+    for (const spec::TraceEvent& e : traces[j].events) count = std::max(count, e.rank + 1);
+    ranks.push_back(count);
+    all[count].push_back(slowdowns[j]);
+    if (traced[j]->disturbed.empty()) quiet[count].push_back(slowdowns[j]);
+  }
+  auto typical = [&quiet, &all](int64_t count) {
+    std::vector<double> v = quiet[count].empty() ? all[count] : quiet[count];
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
   for (size_t j = 0; j < traced.size(); ++j)
     if (!traced[j]->disturbed.empty())
-      scales[where[j].first][where[j].second] = (1 + quiet_slowdown) / (1 + slowdowns[j]);
+      scales[where[j].first][where[j].second] = (1 + typical(ranks[j])) / (1 + slowdowns[j]);
   return scales;
 }
 

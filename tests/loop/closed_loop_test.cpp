@@ -128,6 +128,47 @@ TEST(Rounds, SpeedScalesTakeDisturbedRunsToTheQuietRunsSpeed) {
   EXPECT_NEAR(s[2][0], 1.0, 1e-9);
 }
 
+// Slowdowns are against the fastest run of the same rank count, so each count's runs are scaled
+// to their own count's median. One rank: op "a" at 10, 13, 14 ms (slowdowns 0, 0.3, 0.4; median
+// 0.3); two ranks, both ranks alike: 20, 21, 30 ms (0, 0.05, 0.5; median 0.05). Every run was
+// found disturbed. One median over all six (0.05) would have scaled the one-rank runs of 13 and 14
+// ms to 10.5 ms, the speed only the fastest of them reached.
+TEST(Rounds, SpeedScalesTakeEachRankCountToItsOwnMedian) {
+  const std::string dir = ::testing::TempDir() + "/speed_scales_by_ranks";
+  std::filesystem::create_directories(dir);
+  auto run_with = [&](const std::string& name, int64_t ranks, double op_ms) {
+    spec::Trace t;
+    t.kind = "measured";
+    for (int64_t rank = 0; rank < ranks; ++rank)
+      for (int64_t step = 0; step < 3; ++step) {
+        spec::TraceEvent e;
+        e.name = "a";
+        e.rank = rank;
+        e.step = step;
+        e.phase = spec::Phase::kFwd;
+        e.start_ps = seconds_to_ps(step * 0.1);
+        e.duration_ps = seconds_to_ps((step == 0 ? 50 : op_ms) / 1e3);  // step 0: the warm-up
+        t.events.push_back(e);
+      }
+    RunResult r = run_of(0);
+    r.step_times_s = {0.1, 0.02, 0.02};
+    r.trace_file = dir + "/" + name + ".measured.json";
+    r.disturbed = "cpu 1 slow";
+    spec::write_trace_file(r.trace_file, t);
+    return r;
+  };
+  Measurements m;
+  m.runs = {{run_with("one1", 1, 10), run_with("one2", 1, 13), run_with("one3", 1, 14)},
+            {run_with("two1", 2, 20), run_with("two2", 2, 21), run_with("two3", 2, 30)}};
+  const std::vector<std::vector<double>> s = speed_scales(m);
+  EXPECT_NEAR(s[0][0], 1.3, 1e-9);
+  EXPECT_NEAR(s[0][1], 1.0, 1e-9);
+  EXPECT_NEAR(s[0][2], 1.3 / 1.4, 1e-9);
+  EXPECT_NEAR(s[1][0], 1.05, 1e-9);
+  EXPECT_NEAR(s[1][1], 1.0, 1e-9);
+  EXPECT_NEAR(s[1][2], 1.05 / 1.5, 1e-9);
+}
+
 // A machine that records what it is asked and answers core checks from a script ("" = quiet;
 // quiet once the script runs out).
 class ScriptedMachine : public Machine {

@@ -76,13 +76,14 @@ Measurements read_rounds(const std::vector<TrialPlan>& plans, const std::string&
 
 // Each run's step scaled to the speed the loop's quiet runs computed at, [plan][round] as m.runs,
 // from one speed reference across every run's ops (traces::slowdowns_against_fastest): a run a
-// check found disturbed takes (1 + the quiet runs' median slowdown) / (1 + its slowdown); a quiet
-// run, a failed one or one without a trace keeps 1. When no run was quiet, the median is over
-// all. The reference resolves what the checks only mark: under a neighbour on one of the 2-core
-// VM's cores (bench/neighbour.py), 47 of a loop's 60 kept runs were disturbed, and its plans'
-// quiet-or-all medians gave held-out mean 20.7%, tau 0.58 and regret 27.6%; scaled, 3.6%, 0.79
-// and 0.4%. It does not resolve a few percent (ops of one shape run beside different neighbours
-// in different plans), so quiet runs stay as measured (bench/results/calibration_neighbour.md).
+// check found disturbed takes (1 + the median slowdown of the quiet runs of its rank count) /
+// (1 + its slowdown); a quiet run, a failed one or one without a trace keeps 1. When no run of
+// that rank count was quiet, the median is over all of them. The reference resolves what the checks
+// only mark: under a neighbour on one of the 2-core VM's cores (bench/neighbour.py), 47 of a loop's
+// 60 kept runs were disturbed, and its plans' quiet-or-all medians gave held-out mean 20.7%, tau
+// 0.58 and regret 27.6%; scaled, 3.6%, 0.79 and 0.4%. It does not resolve a few percent (ops of one
+// shape run beside different neighbours in different plans), so quiet runs stay as measured
+// (bench/results/calibration_neighbour.md).
 std::vector<std::vector<double>> speed_scales(const Measurements& m);
 
 // A plan's time from its rounds: the median of its undisturbed runs' mean steps, the lower middle
