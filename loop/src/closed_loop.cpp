@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <set>
@@ -224,44 +225,15 @@ LoopFigures loop_figures(const std::vector<LoopRow>& rows) {
   return f;
 }
 
-LoopReport close_loop(const LoopSetup& s, Machine& machine) {
-  auto say = [&s](const std::string& line) {
-    if (s.rounds.say) s.rounds.say(line);
-  };
-  std::filesystem::create_directories(s.out);
-  LoopReport report;
-  report.cluster = s.cluster.name;
+// The fit (the benchmark and the median run of every fit plan, at the speed the runs' scales give
+// it), written to the calibrated file, and every plan predicted with it: report's rows, figures and
+// fit check. Throws FitRefused when the fit predicts its own runs worse, without `force`.
+void fit_and_predict(const LoopSetup& s, const Measurements& m, const spec::ClusterSpec& base,
+                     const std::function<void(const std::string&)>& say, LoopReport& report) {
   const std::string bench_file = s.out + "/bench.json";
-  Measurements m;
-  traces::OpSpeedRecord op_speeds;  // over the loop's rounds and extra rounds
-  RoundOptions rounds = s.rounds;
-  rounds.op_speeds = &op_speeds;
-  if (s.refit) {
-    say(fmt::format("== refitting the runs in {}", s.out));
-    m = read_rounds(s.plans, s.out, s.rounds.repeats);
-  } else {
-    std::filesystem::remove(bench_file);
-    say("== measuring what the fit needs beside the runs (sextant bench)");
-    machine.benchmark(bench_file);
-    m = measure_rounds(s.plans, machine, s.out, rounds);
-  }
-  report.waited_s = m.waited_s;
-
-  // The cores' co-run slowdown is measured, not fitted: the fit sees each run's ops as if alone.
-  spec::ClusterSpec base = s.cluster;
-  const std::string co_run_file = s.out + "/co_run.json";
-  if (!s.refit) {
-    std::filesystem::remove(co_run_file);
-    say("== measuring how much slower a core computes beside the others (bench cores --co-run)");
-    machine.co_run(co_run_file);
-  }
-  if (std::filesystem::exists(co_run_file)) {
-    base.device.co_run = read_co_run(co_run_file);
-    if (base.device.co_run->devices < 2) base.device.co_run.reset();  // one core: nothing beside
-    report.co_run = base.device.co_run;
-  }
-
-  // The fit: the benchmark and the median run of every fit plan.
+  report.rows.clear();
+  report.compare_plan.clear();
+  report.compare_by_class.clear();
   std::vector<std::vector<double>> scales;
   const std::vector<PlanTime> times = plan_times(s, m, scales);
   report.speed_reference = s.speed_reference;
@@ -322,20 +294,62 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
         traces::compare(spec::read_trace_file(median.trace_file), *predicted.trace).by_class;
   }
   report.figures = loop_figures(report.rows);
+}
+
+LoopReport close_loop(const LoopSetup& s, Machine& machine) {
+  auto say = [&s](const std::string& line) {
+    if (s.rounds.say) s.rounds.say(line);
+  };
+  std::filesystem::create_directories(s.out);
+  LoopReport report;
+  report.cluster = s.cluster.name;
+  const std::string bench_file = s.out + "/bench.json";
+  Measurements m;
+  traces::OpSpeedRecord op_speeds;  // over the loop's rounds and extra rounds
+  RoundOptions rounds = s.rounds;
+  rounds.op_speeds = &op_speeds;
+  if (s.refit) {
+    say(fmt::format("== refitting the runs in {}", s.out));
+    m = read_rounds(s.plans, s.out, s.rounds.repeats);
+  } else {
+    std::filesystem::remove(bench_file);
+    say("== measuring what the fit needs beside the runs (sextant bench)");
+    machine.benchmark(bench_file);
+    m = measure_rounds(s.plans, machine, s.out, rounds);
+  }
+  report.waited_s = m.waited_s;
+
+  // The cores' co-run slowdown is measured, not fitted: the fit sees each run's ops as if alone.
+  spec::ClusterSpec base = s.cluster;
+  const std::string co_run_file = s.out + "/co_run.json";
+  if (!s.refit) {
+    std::filesystem::remove(co_run_file);
+    say("== measuring how much slower a core computes beside the others (bench cores --co-run)");
+    machine.co_run(co_run_file);
+  }
+  if (std::filesystem::exists(co_run_file)) {
+    base.device.co_run = read_co_run(co_run_file);
+    if (base.device.co_run->devices < 2) base.device.co_run.reset();  // one core: nothing beside
+    report.co_run = base.device.co_run;
+  }
+
+  fit_and_predict(s, m, base, say, report);
   if (!s.refit && s.rounds.extra_rounds > 0) {
     const std::vector<size_t> open = open_ranks(report.rows, report.figures);
     if (open.size() >= 2) {
       measure_more(s.plans, open, machine, s.out, rounds, s.rounds.extra_rounds, m);
       report.waited_s = m.waited_s;
+      // Again on every run: the scales, the fit plans' medians and so the fit move with the extra
+      // rounds, and a fit of the first rounds' speed judged against all rounds' would carry any
+      // drift of the machine's speed between them into every plan's error (on a Zen 4 VM every
+      // two-rank plan 9-13% slow, the fit plans too). --refit reads the same runs.
+      say("== fitting again with the extra rounds");
+      fit_and_predict(s, m, base, say, report);
     }
   }
-  const std::vector<PlanTime> all_times = plan_times(s, m, scales);
-  for (size_t p = 0; p < s.plans.size(); ++p) {
+  for (size_t p = 0; p < s.plans.size(); ++p)
     if (m.runs[p].size() > static_cast<size_t>(s.rounds.repeats))
       report.rerun.push_back(s.plans[p].name);
-    report.rows[p].time = all_times[p];
-  }
-  report.figures = loop_figures(report.rows);
   return report;
 }
 

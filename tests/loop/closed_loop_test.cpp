@@ -593,6 +593,46 @@ TEST(ClosedLoop, APlanMeasuredOnlyInASlowSpellIsScaledToTheQuietSpeed) {
   }
 }
 
+// The extra rounds enter the fit: a machine that runs 10% faster after the first round (a slow
+// spell ends, quiet to the core checks) leaves the plans given extra rounds at the faster speed
+// (median of 1.0, 0.9, 0.9), fit plans among them. A fit kept from the first round would predict
+// those at the slower speed, 11% off; the loop fits again on every run, as --refit does.
+TEST(ClosedLoop, TheExtraRoundsAreFittedAsRefitWouldFitThem) {
+  const spec::ClusterSpec truth = spec::builtin_cluster("local-cpu");
+  SimulatedMachine machine(truth);
+  const int first_round_runs = 1 + 8;  // the warm-up, then eight plans
+  machine.time_scale = [](const TrialPlan&, int runs) {
+    return runs < first_round_runs ? 1.0 : 0.9;
+  };
+  LoopSetup s;
+  s.cluster = truth;
+  s.plans = gpt_tiny_set();
+  s.out = fresh_dir("extra-rounds-fitted");
+  s.rounds.repeats = 1;
+  s.rounds.steps = 1;
+  s.rounds.extra_rounds = 2;
+  s.force = true;  // the file is the truth already: the fit has nothing to gain, and is not tested
+  const LoopReport live = close_loop(s, machine);
+  ASSERT_FALSE(live.rerun.empty());
+  s.refit = true;
+  SimulatedMachine unused(truth);
+  const LoopReport again = close_loop(s, unused);
+  ASSERT_EQ(again.rows.size(), live.rows.size());
+  for (size_t i = 0; i < live.rows.size(); ++i) {
+    EXPECT_DOUBLE_EQ(again.rows[i].predicted_s, live.rows[i].predicted_s) << live.rows[i].name;
+    EXPECT_DOUBLE_EQ(again.rows[i].time.measured_s, live.rows[i].time.measured_s);
+  }
+  int fit_plans_rerun = 0;
+  for (const LoopRow& row : live.rows) {
+    if (row.heldout ||
+        std::find(live.rerun.begin(), live.rerun.end(), row.name) == live.rerun.end())
+      continue;
+    ++fit_plans_rerun;
+    EXPECT_LT(std::abs(row.error()), 0.03) << row.name;
+  }
+  EXPECT_GT(fit_plans_rerun, 0);
+}
+
 // A machine whose two cores slow each other (two hardware threads of one core: shared FMA units
 // and caches) and that measures by how much, as `bench cores --co-run` does.
 class CoRunMachine : public SimulatedMachine {

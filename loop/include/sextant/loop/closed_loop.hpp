@@ -37,8 +37,8 @@ struct LoopSetup {
   bool speed_reference = true;
 };
 // The loop measures RoundOptions::repeats rounds of every plan, fits, predicts, then
-// RoundOptions::extra_rounds more of the plans open_ranks names, and reports on all the runs
-// (the fit stays the first rounds').
+// RoundOptions::extra_rounds more of the plans open_ranks names, fits and predicts again on all
+// the runs (as --refit of the same directory does), and reports on them.
 
 struct LoopRow {
   std::string name, model;
