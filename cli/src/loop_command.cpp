@@ -161,6 +161,7 @@ void print_report(const loop::LoopReport& r) {
       "the rounds order (measured further apart than their noise) {:.2f}\n",
       f.kendall_tau_p10, f.kendall_tau_p90, f.resolved_pairs, f.pairs, f.kendall_tau_resolved);
   if (r.fit_worse) fmt::print("warning: {} (--force went on)\n", r.refused);
+  if (!r.fit_worse && !r.refused.empty()) fmt::print("note: {}\n", r.refused);
   fmt::print("calibrated cluster: {}\n", r.calibrated_file);
 }
 

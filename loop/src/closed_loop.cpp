@@ -344,7 +344,20 @@ LoopReport close_loop(const LoopSetup& s, Machine& machine) {
       // drift of the machine's speed between them into every plan's error (on a Zen 4 VM every
       // two-rank plan 9-13% slow, the fit plans too). --refit reads the same runs.
       say("== fitting again with the extra rounds");
-      fit_and_predict(s, m, base, say, report);
+      LoopReport again = report;
+      try {
+        fit_and_predict(s, m, base, say, again);
+        report = std::move(again);
+      } catch (const FitRefused& e) {
+        // The first rounds' fit stands (its file is written; a refused one never is), judged
+        // against every run: the measurement is not thrown away for want of a better fit.
+        report.refused =
+            fmt::format("with the extra rounds: {}; the first rounds' fit kept", e.what());
+        std::vector<std::vector<double>> scales;
+        const std::vector<PlanTime> all_times = plan_times(s, m, scales);
+        for (size_t p = 0; p < s.plans.size(); ++p) report.rows[p].time = all_times[p];
+        report.figures = loop_figures(report.rows);
+      }
     }
   }
   for (size_t p = 0; p < s.plans.size(); ++p)

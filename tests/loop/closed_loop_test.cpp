@@ -633,6 +633,54 @@ TEST(ClosedLoop, TheExtraRoundsAreFittedAsRefitWouldFitThem) {
   EXPECT_GT(fit_plans_rerun, 0);
 }
 
+// A machine whose core checks find a core slow until `quiet_after` runs have been made.
+class SlowAtFirstMachine : public SimulatedMachine {
+ public:
+  SlowAtFirstMachine(spec::ClusterSpec truth, int quiet_after)
+      : SimulatedMachine(std::move(truth)), quiet_after_(quiet_after) {}
+  std::string disturbance() override { return runs < quiet_after_ ? "cpu 0 slow" : ""; }
+
+ private:
+  int quiet_after_;
+};
+
+// A fit with the extra rounds that predicts its own runs worse is not the end of the loop. The
+// first round ran 1.3x the file's times, every run marked disturbed (so every plan gets extra
+// rounds) and none quiet to scale them by: the first fit learns the 1.3x. The extra rounds run
+// quiet at the file's own times, the first round's runs scale to them, and the file predicts the
+// fit plans exactly, any fit only worse: that fit is refused. The first fit is kept, its file
+// stays, and the report judges it against every run and says why.
+TEST(ClosedLoop, ARefusedFitWithTheExtraRoundsKeepsTheFirst) {
+  const spec::ClusterSpec truth = spec::builtin_cluster("local-cpu");
+  const int first_round_runs = 1 + 8;  // the warm-up, then eight plans
+  SlowAtFirstMachine machine(truth, first_round_runs);
+  machine.time_scale = [](const TrialPlan&, int runs) {
+    return runs < first_round_runs ? 1.3 : 1.0;
+  };
+  LoopSetup s;
+  s.cluster = truth;
+  s.plans = gpt_tiny_set();
+  s.out = fresh_dir("extra-rounds-refused");
+  s.rounds.repeats = 1;
+  s.rounds.steps = 1;
+  s.rounds.extra_rounds = 2;
+  s.rounds.tries = 1;
+  s.rounds.quiet_wait_s = 0;
+  const LoopReport r = close_loop(s, machine);
+  ASSERT_FALSE(r.rerun.empty());
+  EXPECT_FALSE(r.fit_worse);
+  EXPECT_NE(r.refused.find("the first rounds' fit kept"), std::string::npos) << r.refused;
+  EXPECT_TRUE(std::filesystem::exists(r.calibrated_file));
+  // Judged against every run: a plan given extra rounds is measured at the file's times.
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    if (std::find(r.rerun.begin(), r.rerun.end(), r.rows[i].name) == r.rerun.end()) continue;
+    sim::SimulationOptions o;
+    const double file_s =
+        sim::simulate(models::zoo_model("gpt-tiny"), truth, s.plans[i].plan, o).report.step_time_s;
+    EXPECT_NEAR(r.rows[i].time.measured_s, file_s, 1e-6 * file_s) << r.rows[i].name;
+  }
+}
+
 // A machine whose two cores slow each other (two hardware threads of one core: shared FMA units
 // and caches) and that measures by how much, as `bench cores --co-run` does.
 class CoRunMachine : public SimulatedMachine {

@@ -98,7 +98,9 @@ struct LoopReport {
   LoopFigures figures;
   StepCheck fitted;  // the fitted runs re-simulated before and after the fit
   bool fit_worse = false;
-  std::string refused;  // why the fit predicts its own runs worse ("" when it does not)
+  // Why the fit predicts its own runs worse ("" when it does not); when only the fit with the
+  // extra rounds did (fit_worse false), the first rounds' fit was kept and this says so.
+  std::string refused;
   std::string compare_plan;
   std::vector<traces::Row> compare_by_class;
   double waited_s = 0;             // spent waiting for quiet cores
