@@ -81,6 +81,31 @@ TEST(Rounds, ScaledRunsAllCountAtTheirScaledSteps) {
   EXPECT_EQ(t.disturbed_runs, 1);
 }
 
+// A run of three steps whose trace holds one op, "a", on each of `ranks` ranks: 50 ms in step 0
+// (the warm-up), `op_ms` in steps 1 and 2.
+RunResult run_tracing_op(const std::string& dir, const std::string& name, int64_t ranks,
+                         double op_ms) {
+  std::filesystem::create_directories(dir);
+  spec::Trace t;
+  t.kind = "measured";
+  for (int64_t rank = 0; rank < ranks; ++rank)
+    for (int64_t step = 0; step < 3; ++step) {
+      spec::TraceEvent e;
+      e.name = "a";
+      e.rank = rank;
+      e.step = step;
+      e.phase = spec::Phase::kFwd;
+      e.start_ps = seconds_to_ps(step * 0.1);
+      e.duration_ps = seconds_to_ps((step == 0 ? 50 : op_ms) / 1e3);
+      t.events.push_back(e);
+    }
+  RunResult r = run_of(0);
+  r.step_times_s = {0.1, 0.02, 0.02};
+  r.trace_file = dir + "/" + name + ".measured.json";
+  spec::write_trace_file(r.trace_file, t);
+  return r;
+}
+
 // The scales come from the runs' traces: one op, "a", 10 ms a step in plan 0's run, 12 and 15 ms
 // in plan 1's two runs (steps after the warm-up), 11 ms in plan 2's. Slowdowns against the
 // fastest (10 ms): 0, 0.2, 0.5, 0.1. The runs of 12 and 15 ms were found disturbed: the quiet
@@ -88,24 +113,8 @@ TEST(Rounds, ScaledRunsAllCountAtTheirScaledSteps) {
 // 1 / 1.5; the quiet runs stay as measured.
 TEST(Rounds, SpeedScalesTakeDisturbedRunsToTheQuietRunsSpeed) {
   const std::string dir = ::testing::TempDir() + "/speed_scales";
-  std::filesystem::create_directories(dir);
   auto run_with = [&](const std::string& name, double op_ms) {
-    spec::Trace t;
-    t.kind = "measured";
-    for (int64_t step = 0; step < 3; ++step) {
-      spec::TraceEvent e;
-      e.name = "a";
-      e.step = step;
-      e.phase = spec::Phase::kFwd;
-      e.start_ps = seconds_to_ps(step * 0.1);
-      e.duration_ps = seconds_to_ps((step == 0 ? 50 : op_ms) / 1e3);  // step 0: the warm-up
-      t.events.push_back(e);
-    }
-    RunResult r = run_of(0);
-    r.step_times_s = {0.1, 0.02, 0.02};
-    r.trace_file = dir + "/" + name + ".measured.json";
-    spec::write_trace_file(r.trace_file, t);
-    return r;
+    return run_tracing_op(dir, name, 1, op_ms);
   };
   Measurements m;
   m.runs = {
@@ -135,26 +144,9 @@ TEST(Rounds, SpeedScalesTakeDisturbedRunsToTheQuietRunsSpeed) {
 // ms to 10.5 ms, the speed only the fastest of them reached.
 TEST(Rounds, SpeedScalesTakeEachRankCountToItsOwnMedian) {
   const std::string dir = ::testing::TempDir() + "/speed_scales_by_ranks";
-  std::filesystem::create_directories(dir);
   auto run_with = [&](const std::string& name, int64_t ranks, double op_ms) {
-    spec::Trace t;
-    t.kind = "measured";
-    for (int64_t rank = 0; rank < ranks; ++rank)
-      for (int64_t step = 0; step < 3; ++step) {
-        spec::TraceEvent e;
-        e.name = "a";
-        e.rank = rank;
-        e.step = step;
-        e.phase = spec::Phase::kFwd;
-        e.start_ps = seconds_to_ps(step * 0.1);
-        e.duration_ps = seconds_to_ps((step == 0 ? 50 : op_ms) / 1e3);  // step 0: the warm-up
-        t.events.push_back(e);
-      }
-    RunResult r = run_of(0);
-    r.step_times_s = {0.1, 0.02, 0.02};
-    r.trace_file = dir + "/" + name + ".measured.json";
+    RunResult r = run_tracing_op(dir, name, ranks, op_ms);
     r.disturbed = "cpu 1 slow";
-    spec::write_trace_file(r.trace_file, t);
     return r;
   };
   Measurements m;
@@ -593,6 +585,20 @@ TEST(ClosedLoop, APlanMeasuredOnlyInASlowSpellIsScaledToTheQuietSpeed) {
   }
 }
 
+// One round of the gpt-tiny set on `truth`, then two extra rounds of the plans left open, one
+// step a run.
+constexpr int kFirstRoundRuns = 1 + 8;  // the warm-up, then eight plans
+LoopSetup extra_rounds_setup(const spec::ClusterSpec& truth, const std::string& dir) {
+  LoopSetup s;
+  s.cluster = truth;
+  s.plans = gpt_tiny_set();
+  s.out = fresh_dir(dir);
+  s.rounds.repeats = 1;
+  s.rounds.steps = 1;
+  s.rounds.extra_rounds = 2;
+  return s;
+}
+
 // The extra rounds enter the fit: a machine that runs 10% faster after the first round (a slow
 // spell ends, quiet to the core checks) leaves the plans given extra rounds at the faster speed
 // (median of 1.0, 0.9, 0.9), fit plans among them. A fit kept from the first round would predict
@@ -600,17 +606,10 @@ TEST(ClosedLoop, APlanMeasuredOnlyInASlowSpellIsScaledToTheQuietSpeed) {
 TEST(ClosedLoop, TheExtraRoundsAreFittedAsRefitWouldFitThem) {
   const spec::ClusterSpec truth = spec::builtin_cluster("local-cpu");
   SimulatedMachine machine(truth);
-  const int first_round_runs = 1 + 8;  // the warm-up, then eight plans
   machine.time_scale = [](const TrialPlan&, int runs) {
-    return runs < first_round_runs ? 1.0 : 0.9;
+    return runs < kFirstRoundRuns ? 1.0 : 0.9;
   };
-  LoopSetup s;
-  s.cluster = truth;
-  s.plans = gpt_tiny_set();
-  s.out = fresh_dir("extra-rounds-fitted");
-  s.rounds.repeats = 1;
-  s.rounds.steps = 1;
-  s.rounds.extra_rounds = 2;
+  LoopSetup s = extra_rounds_setup(truth, "extra-rounds-fitted");
   s.force = true;  // the file is the truth already: the fit has nothing to gain, and is not tested
   const LoopReport live = close_loop(s, machine);
   ASSERT_FALSE(live.rerun.empty());
@@ -652,18 +651,11 @@ class SlowAtFirstMachine : public SimulatedMachine {
 // stays, and the report judges it against every run and says why.
 TEST(ClosedLoop, ARefusedFitWithTheExtraRoundsKeepsTheFirst) {
   const spec::ClusterSpec truth = spec::builtin_cluster("local-cpu");
-  const int first_round_runs = 1 + 8;  // the warm-up, then eight plans
-  SlowAtFirstMachine machine(truth, first_round_runs);
+  SlowAtFirstMachine machine(truth, kFirstRoundRuns);
   machine.time_scale = [](const TrialPlan&, int runs) {
-    return runs < first_round_runs ? 1.3 : 1.0;
+    return runs < kFirstRoundRuns ? 1.3 : 1.0;
   };
-  LoopSetup s;
-  s.cluster = truth;
-  s.plans = gpt_tiny_set();
-  s.out = fresh_dir("extra-rounds-refused");
-  s.rounds.repeats = 1;
-  s.rounds.steps = 1;
-  s.rounds.extra_rounds = 2;
+  LoopSetup s = extra_rounds_setup(truth, "extra-rounds-refused");
   s.rounds.tries = 1;
   s.rounds.quiet_wait_s = 0;
   const LoopReport r = close_loop(s, machine);
