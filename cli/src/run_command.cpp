@@ -18,6 +18,7 @@
 #include "sextant/sim/simulator.hpp"
 #include "sextant/spec/cluster_catalog.hpp"
 #include "sextant/spec/json_io.hpp"
+#include "step_steadiness.hpp"
 #include "trace_options.hpp"
 #include "validators.hpp"
 
@@ -134,6 +135,12 @@ int run(const RunFlags& f, const std::vector<std::string>& args) {
     job.watchdog = watchdog_options(f.watchdog_s, job);
     set_peak(job);
     set_plan_prediction(f.plan.plan_file, job);
+    job.on_trace = [predicted_s = job.predicted_step_s](const spec::Trace& trace,
+                                                        const std::vector<exec::StepLog>& logs) {
+      std::vector<StepTime> steps;
+      for (const exec::StepLog& s : logs) steps.push_back({s.step, s.step_time_s});
+      fmt::print("{}", steadiness_lines(trace, steps, predicted_s));
+    };
     return job;
   });
 }

@@ -3,7 +3,7 @@
 # predicted step and the cluster it was predicted on, and its percentage is the mean logged step
 # after the warm-up (spec/step_times.hpp: the first two of more than three steps left out, as the
 # summary says) against that prediction, recomputed here from --log-json; a plan file without
-# a prediction prints no such line. The prediction is a made-up 50 ms: the test checks the
+# a prediction prints no such line; a traced run says how steady the cores were. The prediction is a made-up 50 ms: the test checks the
 # arithmetic and the wording, not how fast this machine is.
 set -euo pipefail
 sextant="$1"
@@ -42,5 +42,14 @@ JSON
   { cat "$out/bare.txt"; echo "FAIL: the run without a prediction failed"; exit 1; }
 if grep -q "the plan file" "$out/bare.txt"; then
   cat "$out/bare.txt"; echo "FAIL: a prediction line without a prediction"; exit 1
+fi
+# With --trace, a line on how steady the cores were (which one depends on the machine's quiet;
+# tests/cli/step_steadiness_test.cpp checks the arithmetic on set traces).
+"$sextant" run --model gpt-tiny --plan "$out/plan.json" --np 1 --steps 5 \
+  --trace "$out/trace.json" >"$out/traced.txt" 2>&1 ||
+  { cat "$out/traced.txt"; echo "FAIL: the traced run failed"; exit 1; }
+if ! grep -Eq "^cores (steady: every step's compute within|slowed: in [0-9]+ of 3 steps)" \
+  "$out/traced.txt"; then
+  cat "$out/traced.txt"; echo "FAIL: no steadiness line after a traced run"; exit 1
 fi
 echo "PASS"

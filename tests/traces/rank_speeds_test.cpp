@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "sextant/spec/units.hpp"
 #include "test_paths.hpp"
 
@@ -117,6 +119,40 @@ TEST(SlowdownsAgainstFastest, OneReferencePerOpRankCountAndCoRunState) {
   EXPECT_NEAR(slowdowns_against_fastest({&solo_fast, &warm}, {1, 1})[1], 0, 1e-12);
   EXPECT_NEAR(slowdowns_against_fastest({&solo_fast, &warm}, {1, 0})[1], (10 + 10 + 50) / 30.0 - 1,
               1e-12);
+}
+
+// Each step against the same rank's fastest step: per rank the step's compute over its least, and
+// the most over the ranks; communication and the warm-up steps left out.
+TEST(StepSlowdowns, EachRanksComputeAgainstItsFastestStep) {
+  spec::Trace t;
+  t.events = {op("a", 0, 0, 90), op("a", 1, 0, 90)};  // warm-up: left out
+  // Step 1: rank 0 10 + 5 ms, rank 1 12 ms; step 2: rank 0 18 ms, rank 1 12 ms; step 3: rank 0
+  // 15 ms, rank 1 15 ms. Rank 0's fastest is 15 ms (steps 1 and 3), rank 1's 12 ms (steps 1, 2).
+  for (const auto& [rank, step, ms] : std::vector<std::tuple<int64_t, int64_t, double>>{
+           {0, 1, 10}, {0, 1, 5}, {1, 1, 12}, {0, 2, 18}, {1, 2, 12}, {0, 3, 15}, {1, 3, 15}})
+    t.events.push_back(op(ms == 5 ? "b" : "a", rank, step, ms));
+  t.events.push_back(op("sync", 1, 1, 40, spec::OpClass::kAllReduce));  // a wait, not compute
+  const std::map<int64_t, double> s = step_slowdowns(t, 1);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_NEAR(s.at(1), 0, 1e-12);
+  EXPECT_NEAR(s.at(2), 18.0 / 15 - 1, 1e-12);  // rank 0
+  EXPECT_NEAR(s.at(3), 15.0 / 12 - 1, 1e-12);  // rank 1
+  EXPECT_TRUE(step_slowdowns(spec::Trace{}, 0).empty());
+}
+
+// The demo's local run of 2026-12-03 (gpt-tiny dp2.z2.mb4, 30 steps). Summed by hand (a Python
+// script over the trace's compute events of steps 2-29): rank 0's least was step 2's, rank 1's
+// step 26's; step 2 was 1.6% above (rank 1's), step 8 23.9% and step 24 25.3% (rank 0's).
+TEST(StepSlowdowns, RecordedRunWithASlowSpell) {
+  const std::map<int64_t, double> s =
+      step_slowdowns(spec::read_trace_file(
+                         test::source_path("traces/samples/run-gpt-tiny-dp2-slow-spell.json.gz")),
+                     2);
+  ASSERT_EQ(s.size(), 28u);
+  EXPECT_NEAR(s.at(2), 0.0157, 0.0001);
+  EXPECT_NEAR(s.at(8), 0.2389, 0.0001);
+  EXPECT_NEAR(s.at(24), 0.2528, 0.0001);
+  EXPECT_NEAR(s.at(15), 0.0428, 0.0001);
 }
 
 }  // namespace

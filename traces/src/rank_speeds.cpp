@@ -148,6 +148,23 @@ std::vector<double> slowdowns_against_fastest(const std::vector<const spec::Trac
   return slowdowns;
 }
 
+std::map<int64_t, double> step_slowdowns(const spec::Trace& trace, int64_t first_step) {
+  std::map<int64_t, std::map<int64_t, double>> compute_s;  // rank: step: its compute time
+  for (const spec::TraceEvent& e : trace.events)
+    if (counted_compute(e, first_step)) compute_s[e.rank][e.step] += ps_to_seconds(e.duration_ps);
+  std::map<int64_t, double> slowdowns;
+  for (const auto& [rank, by_step] : compute_s) {
+    double fastest_s = by_step.begin()->second;
+    for (const auto& [step, s] : by_step) fastest_s = std::min(fastest_s, s);
+    for (const auto& [step, s] : by_step) {
+      const double slowdown = fastest_s > 0 ? s / fastest_s - 1 : 0;
+      const auto [it, inserted] = slowdowns.emplace(step, slowdown);
+      if (!inserted) it->second = std::max(it->second, slowdown);
+    }
+  }
+  return slowdowns;
+}
+
 double RankSpeeds::spread() const {
   if (compute_s.size() < 2 || shared_ops == 0) return 0;
   const auto [fastest, slowest] = std::minmax_element(compute_s.begin(), compute_s.end());

@@ -453,9 +453,11 @@ TrainResult run_job(const Job& job, MPI_Comm world, Backend& backend) {
       if (trace.events.empty())
         fmt::print(stderr, "warning: --trace-ranks / --trace-steps kept no event: {} is empty\n",
                    job.trace_file);
-      if (!job.quiet)
-        fmt::print("trace: {} ({} events from {} ranks)\n", job.trace_file, trace.events.size(),
-                   size);
+      if (!job.quiet) {
+        fmt::print("trace: {} ({} events from {} rank{})\n", job.trace_file, trace.events.size(),
+                   size, size == 1 ? "" : "s");
+        if (job.on_trace) job.on_trace(trace, result.steps);
+      }
     }
   }
   return result;

@@ -66,6 +66,9 @@ struct Job {
   // cluster file it was predicted on, for the summary's predicted-against-measured line; 0: none.
   double predicted_step_s = 0;
   std::string predicted_on;
+  // Rank 0, after the merged trace is written (not with `quiet`): the caller's reading of it and
+  // of the step logs (the cli's: how steady the cores were; exec does not analyse traces).
+  std::function<void(const spec::Trace&, const std::vector<StepLog>&)> on_trace;
 };
 
 // What the executor is asked to run: the job's backend, its precision (the backend's default when

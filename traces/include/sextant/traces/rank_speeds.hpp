@@ -64,4 +64,13 @@ class OpSpeedRecord {
 std::vector<double> slowdowns_against_fastest(const std::vector<const spec::Trace*>& runs,
                                               const std::vector<int64_t>& first_steps);
 
+// How steady the cores were through one run: per step from `first_step`, the most any rank's
+// compute ops took over that rank's least in any of those steps, minus 1. Every step runs the
+// same ops, so a step that computed longer ran on slower cores, whatever the model predicted: the
+// demo's local run of 2026-12-03 logged 105-113 ms for its steps 1-3, then mostly 120-133 ms,
+// a rank's compute 5-25% above its fastest step in 26 of the 28 steps after the warm-up
+// (traces/samples/run-gpt-tiny-dp2-slow-spell.json.gz).
+// Steps with no compute op on a rank leave that rank out; empty when the trace has none.
+std::map<int64_t, double> step_slowdowns(const spec::Trace& trace, int64_t first_step);
+
 }  // namespace sextant::traces
