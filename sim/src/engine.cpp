@@ -103,7 +103,7 @@ struct RankState {
   Picoseconds compute_work_end = -1;
   Picoseconds compute_floor = 0;
   Picoseconds last_end = 0;
-  Picoseconds last_sync = 0;  // when the rank's last collective ended
+  Picoseconds last_sync = 0;  // when the rank's last collective or receive ended
   CommClass last_class = CommClass::kNone;
   RankTimes times;
 };
@@ -588,6 +588,10 @@ class Engine {
     const spec::Stream recv = setup.up ? spec::Stream::kPpRecvUp : spec::Stream::kPpRecv;
     complete_head(src, send, now, cs.algorithm);
     complete_head(dst, recv, now, cs.algorithm);
+    // The receiver now runs on its sender's timeline, as after a collective: the wait for the
+    // last member of its next collective builds from here (the fit measures segments so too:
+    // traces/samples.cpp, sync_samples).
+    ranks_[static_cast<size_t>(dst)].last_sync = now;
     try_start(src, now, Trigger{}, static_cast<int>(send));
     try_start(dst, now, Trigger{CommClass::kPp, now - cs.start}, static_cast<int>(recv));
   }

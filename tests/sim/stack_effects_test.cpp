@@ -76,6 +76,48 @@ TEST(StackEffects, JitteryRanksWaitForTheLastAtACollective) {
   EXPECT_DOUBLE_EQ(jittery.report.breakdown_s.compute, c);
 }
 
+// A received activation or gradient ties the receiver to its sender's timeline, as a collective
+// does, so the wait for the last member builds from the end of a rank's previous collective or
+// receive (traces/samples.cpp measures the jitter's segments so). gpt-tiny in two 1F1B stages with
+// tied embeddings: the embedding gradients' all-reduce after the flush is the step's only
+// collective. The stage that arrives last holds it for its transfer (the duration without jitter)
+// plus j * S / sqrt(pi), S the mean over the stages of the time from its last receive to its
+// arrival (~10 ms here), not its time since the step began (~140 ms).
+TEST(StackEffects, JitterBuildsFromEachRanksLastReceive) {
+  const spec::ModelSpec model = models::zoo_model("gpt-tiny");
+  spec::ClusterSpec cluster = spec::builtin_cluster("local-cpu");
+  spec::Plan plan = test::make_plan(1, 1, 2, 2, 16);
+  plan.schedule = spec::Schedule::k1F1B;
+  const SimulationResult plain = simulate(model, cluster, plan, traced());
+  cluster.device.compute_jitter = 0.1;
+  const SimulationResult jittery = simulate(model, cluster, plan, traced());
+  // Per rank: the all-reduce's start (the rank's arrival) and duration, and its last receive's end.
+  struct Seen {
+    Picoseconds arrival = 0, duration = 0, last_receive_end = 0;
+  };
+  const auto seen = [](const spec::Trace& t) {
+    std::map<int64_t, Seen> by_rank;
+    for (const spec::TraceEvent& e : t.events)
+      if (e.name == "embed.tied_all_reduce") by_rank[e.rank] = {e.start_ps, e.duration_ps, 0};
+    for (const spec::TraceEvent& e : t.events) {
+      Seen& r = by_rank.at(e.rank);
+      if (e.op_class == spec::OpClass::kRecv && e.start_ps + e.duration_ps <= r.arrival)
+        r.last_receive_end = std::max(r.last_receive_end, e.start_ps + e.duration_ps);
+    }
+    return by_rank;
+  };
+  const std::map<int64_t, Seen> before = seen(*plain.trace), after = seen(*jittery.trace);
+  ASSERT_EQ(after.size(), 2u);
+  const int64_t last = after.at(0).arrival > after.at(1).arrival ? 0 : 1;
+  double segment_s = 0;
+  for (const auto& [rank, r] : after)
+    segment_s += ps_to_seconds(r.arrival - r.last_receive_end) / 2;
+  ASSERT_GT(segment_s, 0);
+  EXPECT_LT(segment_s, 0.2 * jittery.report.step_time_s);
+  const double wait_s = ps_to_seconds(after.at(last).duration - before.at(last).duration);
+  EXPECT_NEAR(wait_s, 0.1 * segment_s / std::sqrt(M_PI), 1e-3 * wait_s);
+}
+
 TEST(StackEffects, ConcurrentTransfersSlowComputeOnce) {
   // Two collectives moving data at the same time take SMs from the same compute; the measured
   // slowdown is per overlapped compute time, not per collective. A pipeline with overlapped

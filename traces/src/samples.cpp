@@ -61,7 +61,9 @@ std::vector<SyncSample> sync_samples(const spec::Trace& trace, const std::string
   });
   using Key = std::tuple<std::string, int64_t, int64_t, int64_t, int, int64_t>;
   std::map<std::tuple<int64_t, std::string, int64_t, int64_t, int64_t, int>, int64_t> seen;
-  std::map<int64_t, Picoseconds> last_end;  // rank -> end of its previous collective
+  // rank -> end of its previous collective or receive (a receive ties it to its sender's
+  // timeline; the simulator's wait builds from there too: sim/engine.hpp)
+  std::map<int64_t, Picoseconds> last_end;
   struct Arrivals {
     int64_t ranks = 0;
     std::vector<std::pair<Picoseconds, Picoseconds>> arrival_and_segment;

@@ -72,10 +72,10 @@ using EngineProgress = std::function<void(int64_t done, int64_t total)>;
 // rank's compute progresses at 1 / (1 + overlap_slowdown) of full speed (the running task is
 // rescheduled when that starts and stops). With `compute_jitter` j > 0 (DeviceSpec), a collective
 // over p ranks ends later by the expected wait for its last member: j * e(p) * S, S the members'
-// mean time since their previous collective (sync_wait.hpp). A compute task ends no earlier than
-// the host's issue of its kernels allows (Task::host_critical after the host time of the tasks
-// before it; host_issue.hpp). Throws InternalError on a deadlock (a program bug), naming the
-// stuck ranks and tasks.
+// mean time since their previous collective or receive (sync_wait.hpp). A compute task ends no
+// earlier than the host's issue of its kernels allows (Task::host_critical after the host time of
+// the tasks before it; host_issue.hpp). Throws InternalError on a deadlock (a program bug), naming
+// the stuck ranks and tasks.
 EngineResult run_engine(const std::vector<Program>& programs, const std::vector<RankSetup>& ranks,
                         const std::vector<GroupSetup>& groups,
                         const std::vector<ChannelSetup>& channels, Network& network,
