@@ -230,6 +230,7 @@ DeviceSpec decode_device(ObjectReader& r) {
     d.co_run = co;
   }
   d.host_cpu = r.string("host_cpu", Presence::kOptional).value_or("");
+  d.peak_measured = r.boolean("peak_measured", Presence::kOptional).value_or(false);
   d.source = r.string("source").value_or("");
   r.finish();
   return d;
@@ -477,6 +478,7 @@ Json to_json(const ClusterSpec& c) {
                              {"memory", c.device.co_run->memory},
                              {"source", c.device.co_run->source}};
   if (!c.device.host_cpu.empty()) j["device"]["host_cpu"] = c.device.host_cpu;
+  if (c.device.peak_measured) j["device"]["peak_measured"] = true;
   Json network = {{"library", enum_name(collective_library_names(), c.network.library)},
                   {"reduction_GBps", c.network.reduction_GBps},
                   {"levels", levels}};

@@ -159,6 +159,40 @@ TEST(Calibration, NeverRaisesTheBandwidthAboveThePeak) {
   EXPECT_TRUE(noted);
 }
 
+// A file whose peak `clusters detect` measured states the fastest GEMM it saw: a faster one is
+// the better bound. GEMMs at 150 TFLOP/s (mlp.fc1) and 120 (attn.qkv) against a measured 100:
+// the peak becomes 150 and attn.qkv's efficiency 120 / 150 = 0.8, where a datasheet peak of 100
+// caps both at 1. Memory-bound ops faster than the bandwidth (elementwise at 3000 GB/s against
+// 1000) leave it as it is either way.
+TEST(Calibration, RaisesAMeasuredPeakToTheFastestGemm) {
+  spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1);
+  base.device.memory_bandwidth_GBps = 1000;
+  base.device.peak_measured = true;
+  Samples s;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t bytes = int64_t{1} << (16 + i);
+    s.compute.push_back({spec::OpClass::kElementwise, "", 0, bytes, bytes / 3000e9});
+    s.compute.push_back({spec::OpClass::kGemm, "mlp.fc1", 1e9, 0, 1e9 / 150e12});
+    s.compute.push_back({spec::OpClass::kGemm, "attn.qkv", 1e9, 0, 1e9 / 120e12});
+  }
+  const Calibration c = calibrate(base, s, spec::Dtype::kBf16);
+  const spec::DeviceSpec& d = c.cluster.device;
+  ASSERT_EQ(d.launch_overhead_us, 0);  // one line through the origin: t = bytes / 3000 GB/s
+  EXPECT_NEAR(d.peak_tflops.at(spec::Dtype::kBf16), 150, 1e-9);
+  EXPECT_NEAR(*d.op_efficiency("mlp.fc1", 1e9), 1.0, 1e-9);
+  EXPECT_NEAR(*d.op_efficiency("attn.qkv", 1e9), 0.8, 1e-9);
+  EXPECT_EQ(d.memory_bandwidth_GBps, 1000);
+  EXPECT_TRUE(d.peak_measured);
+  int raised = 0;
+  for (const std::string& n : c.report.notes) raised += n.find("raised to it") != std::string::npos;
+  EXPECT_EQ(raised, 1);
+  base.device.peak_measured = false;
+  const Calibration datasheet = calibrate(base, s, spec::Dtype::kBf16);
+  EXPECT_EQ(datasheet.cluster.device.peak_tflops.at(spec::Dtype::kBf16), 100);
+  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("attn.qkv", 1e9), 1.0);
+  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("mlp.fc1", 1e9), 1.0);
+}
+
 // A measured training step: ops on two streams of rank 0 overlap ([0, 10) and [5, 12) ms of each
 // step), so the ops explain 12 ms of a 20 ms step; rank 1 is busier ([0, 15) ms). The host time
 // per step is what the least idle rank leaves unexplained: 20 - 15 = 5 ms.

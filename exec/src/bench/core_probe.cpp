@@ -63,12 +63,15 @@ double pointer_chase_kernel() {
 }
 
 // The executor's GEMM at gpt-tiny's QKV shape (micro-batch 4: 512 rows), 10 products per timing.
+constexpr int kGemmM = 512, kGemmK = 128, kGemmN = 384, kGemmProducts = 10;
+constexpr double kGemmFlops = 2.0 * kGemmM * kGemmK * kGemmN * kGemmProducts;
+
 double gemm_kernel() {
-  static thread_local const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(512, 128, 0.5f);
-  static thread_local const Eigen::MatrixXf b = Eigen::MatrixXf::Constant(128, 384, 0.25f);
-  static thread_local Eigen::MatrixXf c(512, 384);
+  static thread_local const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(kGemmM, kGemmK, 0.5f);
+  static thread_local const Eigen::MatrixXf b = Eigen::MatrixXf::Constant(kGemmK, kGemmN, 0.25f);
+  static thread_local Eigen::MatrixXf c(kGemmM, kGemmN);
   const auto t0 = Clock::now();
-  for (int r = 0; r < 10; ++r) c.noalias() = a * b;
+  for (int r = 0; r < kGemmProducts; ++r) c.noalias() = a * b;
   const double t = seconds_since(t0);
   volatile float sink = c(1, 1);
   (void)sink;
@@ -76,11 +79,15 @@ double gemm_kernel() {
 }
 
 // y = a + b over 256 KiB arrays (an activation of gpt-tiny at micro-batch 4), 400 passes.
+constexpr size_t kStreamSize = 64 * 1024;
+constexpr int kStreamPasses = 400;
+constexpr double kStreamBytes = 3.0 * kStreamSize * sizeof(float) * kStreamPasses;
+
 double stream_kernel() {
-  constexpr size_t kSize = 64 * 1024;
+  constexpr size_t kSize = kStreamSize;
   static thread_local std::vector<float> a(kSize, 1.0f), b(kSize, 2.0f), y(kSize);
   const auto t0 = Clock::now();
-  for (int r = 0; r < 400; ++r) {
+  for (int r = 0; r < kStreamPasses; ++r) {
     for (size_t i = 0; i < kSize; ++i) y[i] = a[i] + b[i];
     asm volatile("" : : "r"(y.data()) : "memory");  // each pass is stored, not folded away
   }
@@ -127,6 +134,8 @@ CoRunProbe probe_co_run(int repeats) {
   const std::vector<int> cpus = allowed_cpus();
   CoRunProbe p;
   p.cores = static_cast<int>(cpus.size());
+  p.matrix_flops = kGemmFlops;
+  p.memory_bytes = kStreamBytes;
   std::vector<double> matrix_alone(cpus.size(), std::numeric_limits<double>::infinity());
   std::vector<double> matrix_together = matrix_alone, memory_alone = matrix_alone,
                       memory_together = matrix_alone;

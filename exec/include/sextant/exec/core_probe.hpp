@@ -52,8 +52,14 @@ struct CoRunProbe {
   int cores = 0;  // run at once
   double matrix_alone_s = 0, matrix_together_s = 0;
   double memory_alone_s = 0, memory_together_s = 0;
+  // What one timing of each kernel does: the GEMM's FLOPs, the streaming add's bytes read and
+  // written (three 256 KiB arrays per pass: data a core holds in its L2).
+  double matrix_flops = 0, memory_bytes = 0;
   double matrix_slowdown() const { return matrix_together_s / matrix_alone_s; }
   double memory_slowdown() const { return memory_together_s / memory_alone_s; }
+  // A core alone, in FLOP/s and bytes/s (the cores' mean of their best timings).
+  double matrix_alone_rate() const { return matrix_flops / matrix_alone_s; }
+  double memory_alone_rate() const { return memory_bytes / memory_alone_s; }
 };
 CoRunProbe probe_co_run(int repeats = 5);
 

@@ -56,6 +56,10 @@ struct DeviceSpec {
   DeviceKind kind = DeviceKind::kGpu;
   std::map<Dtype, double> peak_tflops;  // dense peak per dtype, 1e12 FLOP/s
   double memory_bandwidth_GBps = 0;     // 1e9 bytes/s, read + write
+  // peak_tflops is the fastest this machine's executor GEMMs were seen to run (`sextant
+  // clusters detect`), not a physical bound: calibration raises it to a faster GEMM it measures,
+  // where a datasheet peak caps the GEMM efficiencies at 1 instead.
+  bool peak_measured = false;
   int64_t memory_capacity_bytes = 0;
   double launch_overhead_us = 0;  // fixed cost of every kernel/op
   // Host time per training step outside any op (batch set-up, zeroing gradients, the loss and
