@@ -22,6 +22,14 @@ assert all(0 < p["efficiency"] <= 1 for p in dev["gemm_efficiency"]), dev["gemm_
 assert "flash2" in dev["attention_kernels"], dev.keys()
 if d["devices_per_node"] >= 2:
     assert 1 <= dev["co_run"]["matrix"] <= 10 and dev["co_run"]["devices"] == d["devices_per_node"]
+    # The bandwidth is at least the co-run probe's streaming add alone: three 256 KiB arrays, 400
+    # passes (314,572,800 bytes) in the time its source states to the microsecond.
+    import re
+    alone_ms = float(re.search(r"streaming add ([0-9.]+) ms alone", dev["co_run"]["source"])[1])
+    stream_GBps = 3 * 65536 * 4 * 400 / (alone_ms * 1e-3) / 1e9
+    assert dev["memory_bandwidth_GBps"] >= stream_GBps * (1 - 0.001 / alone_ms) - 1e-9, \
+        (dev["memory_bandwidth_GBps"], stream_GBps)
+assert dev["peak_measured"] is True, dev.keys()
 PY
 # (Into a file first: `grep -q` leaving a pipe early would kill the writer, a failure under
 # pipefail that depends on timing.)
