@@ -160,27 +160,33 @@ TEST(Calibration, NeverRaisesTheBandwidthAboveThePeak) {
 }
 
 // A file whose peak `clusters detect` measured states the fastest GEMM it saw: a faster one is
-// the better bound. GEMMs at 150 TFLOP/s (mlp.fc1) and 120 (attn.qkv) against a measured 100:
-// the peak becomes 150 and attn.qkv's efficiency 120 / 150 = 0.8, where a datasheet peak of 100
-// caps both at 1. Memory-bound ops faster than the bandwidth (elementwise at 3000 GB/s against
-// 1000) leave it as it is either way.
+// the better bound. Memory-bound ops t = 2 us + bytes / 3000 GB/s give the launch overhead, 2 us.
+// GEMMs of 1e12 FLOPs take 2 us + 1e12 / 150e12 s (mlp.fc1) and 2 us + 1e12 / 120e12 s
+// (attn.qkv) against a measured 100 TFLOP/s: the peak becomes fc1's FLOPs over its whole time
+// (the launch not taken off), and qkv's efficiency its rate after the launch over that, ~0.8.
+// A 1e6-FLOP GEMM of 2.005 us would be 200 TFLOP/s after the launch, 0.5 over its time: it
+// raises nothing. Against a datasheet peak of 100 nothing is raised and both are capped at 1.
 TEST(Calibration, RaisesAMeasuredPeakToTheFastestGemm) {
   spec::ClusterSpec base = test::ideal_cluster(100, 100, 10, 1);
   base.device.memory_bandwidth_GBps = 1000;
   base.device.peak_measured = true;
   Samples s;
+  const double fc1_s = 2e-6 + 1e12 / 150e12, qkv_s = 2e-6 + 1e12 / 120e12;
   for (int i = 0; i < 3; ++i) {
     const int64_t bytes = int64_t{1} << (16 + i);
-    s.compute.push_back({spec::OpClass::kElementwise, "", 0, bytes, bytes / 3000e9});
-    s.compute.push_back({spec::OpClass::kGemm, "mlp.fc1", 1e9, 0, 1e9 / 150e12});
-    s.compute.push_back({spec::OpClass::kGemm, "attn.qkv", 1e9, 0, 1e9 / 120e12});
+    s.compute.push_back({spec::OpClass::kElementwise, "", 0, bytes, 2e-6 + bytes / 3000e9});
+    s.compute.push_back({spec::OpClass::kGemm, "mlp.fc1", 1e12, 0, fc1_s});
+    s.compute.push_back({spec::OpClass::kGemm, "attn.qkv", 1e12, 0, qkv_s});
+    s.compute.push_back({spec::OpClass::kGemm, "attn.scores", 1e6, 0, 2.005e-6});
   }
   const Calibration c = calibrate(base, s, spec::Dtype::kBf16);
   const spec::DeviceSpec& d = c.cluster.device;
-  ASSERT_EQ(d.launch_overhead_us, 0);  // one line through the origin: t = bytes / 3000 GB/s
-  EXPECT_NEAR(d.peak_tflops.at(spec::Dtype::kBf16), 150, 1e-9);
-  EXPECT_NEAR(*d.op_efficiency("mlp.fc1", 1e9), 1.0, 1e-9);
-  EXPECT_NEAR(*d.op_efficiency("attn.qkv", 1e9), 0.8, 1e-9);
+  ASSERT_NEAR(d.launch_overhead_us, 2, 1e-6);
+  const double peak = 1e12 / fc1_s;  // 149.96 TFLOP/s
+  EXPECT_NEAR(d.peak_tflops.at(spec::Dtype::kBf16) * 1e12, peak, 1e-6 * peak);
+  EXPECT_NEAR(*d.op_efficiency("mlp.fc1", 1e12), 1.0, 1e-9);  // 150 over 149.96: capped
+  EXPECT_NEAR(*d.op_efficiency("attn.qkv", 1e12), 1e12 / (qkv_s - 2e-6) / peak, 1e-6);
+  EXPECT_NEAR(*d.op_efficiency("attn.qkv", 1e12), 0.8, 0.001);
   EXPECT_EQ(d.memory_bandwidth_GBps, 1000);
   EXPECT_TRUE(d.peak_measured);
   int raised = 0;
@@ -189,8 +195,8 @@ TEST(Calibration, RaisesAMeasuredPeakToTheFastestGemm) {
   base.device.peak_measured = false;
   const Calibration datasheet = calibrate(base, s, spec::Dtype::kBf16);
   EXPECT_EQ(datasheet.cluster.device.peak_tflops.at(spec::Dtype::kBf16), 100);
-  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("attn.qkv", 1e9), 1.0);
-  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("mlp.fc1", 1e9), 1.0);
+  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("attn.qkv", 1e12), 1.0);
+  EXPECT_EQ(*datasheet.cluster.device.op_efficiency("mlp.fc1", 1e12), 1.0);
 }
 
 // A measured training step: ops on two streams of rank 0 overlap ([0, 10) and [5, 12) ms of each

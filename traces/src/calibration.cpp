@@ -115,18 +115,19 @@ Samples as_if_alone(Samples samples, const spec::ClusterSpec& cluster) {
 
 // A peak `clusters detect` measured (DeviceSpec::peak_measured) is the fastest GEMM it saw; a
 // faster one measured now (a quiet moment, another shape) is the better bound, so the peak
-// becomes the fastest matrix op's rate after the launch overhead, and no GEMM efficiency is
-// capped at 1. The memory bandwidth is not raised so: memory-bound rates include bytes counted
-// that were not moved (the loop's embedding lookups "moved" 78-1900 GB/s on a Zen 4 core).
+// becomes the fastest matrix op's FLOPs over its whole time. The launch overhead is not taken
+// off: fitted on memory-bound ops, it would leave a 32^3 GEMM of 1 us a fraction of that and a
+// rate of 0.29 TFLOP/s on a Zen 4 core whose training GEMMs ran at 0.085. The memory bandwidth
+// is not raised so: memory-bound rates include bytes counted that were not moved (the loop's
+// embedding lookups "moved" 78-1900 GB/s on that core).
 void raise_measured_peak(const Samples& samples, spec::Dtype dtype, spec::DeviceSpec& device,
                          CalibrationReport& rep) {
   const auto peak = device.peak_tflops.find(dtype);
   if (!device.peak_measured || peak == device.peak_tflops.end()) return;
-  const double launch_s = device.launch_overhead_us * 1e-6;
   double fastest = 0;
   for (const ComputeSample& s : samples.compute)
-    if (matrix(s.op_class) && s.flops > 0 && s.seconds > launch_s)
-      fastest = std::max(fastest, s.flops / (s.seconds - launch_s));
+    if (matrix(s.op_class) && s.flops > 0 && s.seconds > 0)
+      fastest = std::max(fastest, s.flops / s.seconds);
   if (fastest <= peak->second * kFlopsPerTflop) return;
   rep.notes.push_back(fmt::format(
       "matrix ops ran at up to {:.3g} TFLOP/s, above the measured peak of {:.3g}: the peak "
