@@ -78,8 +78,10 @@ void run_detect(const std::string& out) {
   spec::write_json_file(out, spec::to_json(c));
   spec::read_cluster_file(out);  // what was written reads back
   fmt::print("wrote {}: {} x {}\n", out, c.devices_per_node, c.device.name);
-  fmt::print("  fp32 peak {:.3f} TFLOP/s (the executor's fastest GEMM), memory {:.0f} GB/s (a core streaming its L2)\n",
-             c.device.peak_tflops.at(spec::Dtype::kFp32), c.device.memory_bandwidth_GBps);
+  fmt::print(
+      "  fp32 peak {:.3f} TFLOP/s (the executor's fastest GEMM), memory {:.0f} GB/s (a core "
+      "streaming its L2)\n",
+      c.device.peak_tflops.at(spec::Dtype::kFp32), c.device.memory_bandwidth_GBps);
   if (c.device.co_run)
     fmt::print("  beside {} busy cores: GEMMs {:.2f}x, memory-bound ops {:.2f}x as long\n",
                c.device.co_run->devices, c.device.co_run->matrix, c.device.co_run->memory);
