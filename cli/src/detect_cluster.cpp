@@ -17,6 +17,7 @@
 #include "sextant/spec/host_cpu.hpp"
 #include "sextant/spec/limits.hpp"
 #include "sextant/traces/calibration.hpp"
+#include "sextant/traces/rank_speeds.hpp"
 #include "sextant/traces/samples.hpp"
 
 namespace sextant::cli {
@@ -61,20 +62,39 @@ traces::Samples measure_kernels(spec::DeviceSpec& d) {
 }
 
 // A few training steps of gpt-tiny on one core (`sextant run`, a child process): the ops at the
-// sizes and with the caches of training, which isolated kernels overstate (on the AMD EPYC VM
-// the kernels alone predicted the loop's plans 30-45% fast).
+// sizes and with the caches of training, which isolated kernels overstate (on the AMD EPYC VM the
+// kernels alone predicted the loop's plans 30-45% fast). Three runs, and the one whose ops took
+// the least time is kept, as the probe keeps its best timings: on a shared VM a core runs 20%
+// slow for seconds, and one such run made every op of a detected file ~20% slow (the demo's
+// uncalibrated predictions 34-42% slow on a Zen 4, 2026-12-03).
 traces::Samples measure_training(const std::string& dir) {
+  constexpr int kRuns = 3;
+  constexpr int64_t kFirstStep = 2;  // of five: the warm-up rule's (spec/step_times.hpp)
   std::filesystem::create_directories(dir);
-  const std::string trace = dir + "/detect-gpt-tiny.measured.json";
-  const std::optional<int> rc = loop::run_child(
-      {loop::self_executable(), "run", "--model", "gpt-tiny", "--np", "1", "--global-batch", "8",
-       "--micro-batch", "4", "--steps", "5", "--quiet", "--trace", trace},
-      dir + "/detect-gpt-tiny.log", 300);
-  if (!rc || *rc != 0)
-    throw std::runtime_error(fmt::format("the training run of `clusters detect` {}: see {}",
-                                         rc ? fmt::format("failed (exit {})", *rc) : "timed out",
-                                         dir + "/detect-gpt-tiny.log"));
-  return traces::samples_from_trace(spec::read_trace_file(trace), trace);
+  std::optional<spec::Trace> kept;
+  std::string kept_file;
+  double kept_s = 0;
+  for (int i = 1; i <= kRuns; ++i) {
+    const std::string trace = fmt::format("{}/detect-gpt-tiny.{}.measured.json", dir, i);
+    const std::string log = fmt::format("{}/detect-gpt-tiny.{}.log", dir, i);
+    const std::optional<int> rc = loop::run_child(
+        {loop::self_executable(), "run", "--model", "gpt-tiny", "--np", "1", "--global-batch", "8",
+         "--micro-batch", "4", "--steps", "5", "--quiet", "--trace", trace},
+        log, 300);
+    if (!rc || *rc != 0)
+      throw std::runtime_error(fmt::format("the training run of `clusters detect` {}: see {}",
+                                           rc ? fmt::format("failed (exit {})", *rc) : "timed out",
+                                           log));
+    spec::Trace t = spec::read_trace_file(trace);
+    const std::vector<double> compute_s = traces::rank_speeds(t, kFirstStep).compute_s;
+    const double took_s = compute_s.empty() ? 0 : compute_s.front();
+    if (!kept || took_s < kept_s) {
+      kept = std::move(t);
+      kept_file = trace;
+      kept_s = took_s;
+    }
+  }
+  return traces::samples_from_trace(*kept, kept_file);
 }
 
 spec::AttentionKernelData measure_attention() {
@@ -120,7 +140,7 @@ spec::ClusterSpec detect_local_cluster(const std::string& work_dir,
   d.peak_tflops[spec::Dtype::kFp32] =
       std::max(d.peak_tflops[spec::Dtype::kFp32], p.matrix_alone_rate() / 1e12);
   d.memory_bandwidth_GBps = std::max(d.memory_bandwidth_GBps, p.memory_alone_rate() / 1e9);
-  say("   five training steps of gpt-tiny on one core (sextant run)");
+  say("   five training steps of gpt-tiny on one core, three times (sextant run)");
   samples.append(measure_training(work_dir));
   d = traces::calibrate(c, samples, spec::Dtype::kFp32).cluster.device;
   say("   ring attention's blockwise kernels (bench attention)");
@@ -138,7 +158,8 @@ spec::ClusterSpec detect_local_cluster(const std::string& work_dir,
       "one core (Eigen, fp32; calibration raises it to a faster one), memory bandwidth = the "
       "fastest a core streamed y = a + b over 256 KiB arrays (in its L2, as activations are) or "
       "a memory-bound bench op moved bytes; efficiencies, launch and host overheads fitted under "
-      "them to bench compute and five training steps of gpt-tiny on one core; memory per core: "
+      "them to bench compute and five training steps of gpt-tiny on one core (the fastest of three "
+      "runs); memory per core: "
       "MemTotal / cores",
       today());
   c.description = fmt::format("This machine's {} CPU cores as MPI ranks (detected {})",

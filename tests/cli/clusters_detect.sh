@@ -31,6 +31,10 @@ if d["devices_per_node"] >= 2:
         (dev["memory_bandwidth_GBps"], stream_GBps)
 assert dev["peak_measured"] is True, dev.keys()
 PY
+# Three training runs, the fastest kept (their traces beside the file).
+for i in 1 2 3; do
+  [ -s "$dir/detect-gpt-tiny.$i.measured.json" ] || fail "no training run $i of clusters detect"
+done
 # (Into a file first: `grep -q` leaving a pipe early would kill the writer, a failure under
 # pipefail that depends on timing.)
 "$sextant" clusters show "$dir/cpu.json" --wide >"$dir/show.txt" 2>&1
