@@ -15,9 +15,9 @@ struct StepTime {
   double seconds = 0;
 };
 
-// A step whose every rank computed within this of its fastest step counts as steady: the quiet
-// runs of the calibration loop on 2026-12-03 stepped a median 0.5-1.8% above their fastest step
-// (bench/results/calibration_local.md).
+// A step whose every rank computed within this of its fastest step counts as steady: of the 17
+// runs a Zen 4 loop found undisturbed, 15 computed a median step 0.5-2.0% above their fastest
+// (two 6-8%; bench/results/calibration_local.md).
 inline constexpr double kSteadyTolerance = 0.05;
 
 // The summary's line (two lines when the cores slowed) on the steps after the warm-up
