@@ -14,7 +14,7 @@ namespace sextant::cli {
 
 namespace {
 
-constexpr int64_t kFewestSteps = 3;  // fewer: one slow step would be the whole verdict
+constexpr size_t kFewestSteps = 3;  // fewer: one slow step would be the whole verdict
 
 std::string milliseconds(double seconds) {
   return fmt::format("{:.2f} ms", 1e3 * seconds);
@@ -39,22 +39,20 @@ std::string steadiness_lines(const spec::Trace& trace, const std::vector<StepTim
       steady_s.push_back(steps[i].seconds);
   }
   const size_t judged = slow.size() + steady_s.size();
-  if (judged < static_cast<size_t>(kFewestSteps)) return "";
+  if (judged < kFewestSteps) return "";
   if (slow.empty()) {
     double most = 0;
     for (const auto& [step, s] : slowdowns) most = std::max(most, s);
     return fmt::format(
-        "cores steady: every step's compute within {:.1f}% of the fastest ({} "
-        "steps)\n",
-        100 * most, judged);
+        "cores steady: every step's compute within {:.1f}% of the fastest ({} steps)\n", 100 * most,
+        judged);
   }
   const auto [least, most] = std::minmax_element(slow.begin(), slow.end());
   std::string out = fmt::format(
       "cores slowed: in {} of {} steps a rank computed {:.0f}-{:.0f}% slower than in its fastest "
       "step\n  (the same ops each step); steady steps: {}",
       slow.size(), judged, 100 * *least, 100 * *most, steady_s.size());
-  if (static_cast<int64_t>(steady_s.size()) < kFewestSteps)
-    return out + ", too few to hold the prediction against\n";
+  if (steady_s.size() < kFewestSteps) return out + ", too few to hold the prediction against\n";
   double sum = 0;
   for (double t : steady_s) sum += t;
   const double mean = sum / static_cast<double>(steady_s.size());

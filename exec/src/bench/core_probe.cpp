@@ -84,11 +84,10 @@ constexpr int kStreamPasses = 400;
 constexpr double kStreamBytes = 3.0 * kStreamSize * sizeof(float) * kStreamPasses;
 
 double stream_kernel() {
-  constexpr size_t kSize = kStreamSize;
-  static thread_local std::vector<float> a(kSize, 1.0f), b(kSize, 2.0f), y(kSize);
+  static thread_local std::vector<float> a(kStreamSize, 1.0f), b(kStreamSize, 2.0f), y(kStreamSize);
   const auto t0 = Clock::now();
   for (int r = 0; r < kStreamPasses; ++r) {
-    for (size_t i = 0; i < kSize; ++i) y[i] = a[i] + b[i];
+    for (size_t i = 0; i < kStreamSize; ++i) y[i] = a[i] + b[i];
     asm volatile("" : : "r"(y.data()) : "memory");  // each pass is stored, not folded away
   }
   return seconds_since(t0);
