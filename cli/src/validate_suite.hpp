@@ -32,7 +32,7 @@ struct ValidationTable {
   std::string id;     // T1, T4, T5, T5d, K1
   std::string title;  // what the rows are, with the source
   std::string unit;
-  bool bounded = false;  // part of the --max-mean-error check (timing tables of published runs)
+  bool bounded = false;  // held to --max-mean-error and --max-row-error (published timings)
   std::vector<ValidationRow> rows;
   std::string note;  // why a table was skipped, or how to read it
   double mean_abs_error() const;

@@ -304,6 +304,8 @@ expect_error "--clip: expected a decimal number, got 'nan'" "$sextant" run --mod
   --np 1 --global-batch 2 --steps 1 --clip nan
 expect_error "--max-mean-error: expected a decimal number, got 'nan'" "$sextant" validate \
   --max-mean-error nan
+expect_error "--max-row-error: expected a decimal number, got 'inf'" "$sextant" validate \
+  --max-row-error inf
 expect_error "--stack: expected a value, got an empty string" "${sim[@]}" --gpus 2 --stack ''
 expect_error "--spatial = 0x2: every degree must be at least 1" "$sextant" simulate \
   --model resnet-tiny --cluster local-cpu --gpus 2 --global-batch 4 --spatial 0x2
