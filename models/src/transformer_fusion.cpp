@@ -17,6 +17,21 @@ Op autocast_cast_backward(const Op& cast, const TransformerDims& x) {
   return op;
 }
 
+// Inductor fuses the pointwise ops on either side of a norm into the norm's reduction kernel,
+// and a profile names that kernel by its norm: in the project's compiled Llama-3 8B traces
+// (traces/samples/kineto-llama3-8b-8l-h200-compile.json.gz, -fsdp2-compile.json.gz) a block's
+// forward runs triton_red_fused__fused_rms_norm__to_copy (the attention norm and its autocast
+// cast) and ..._fused_rms_norm__to_copy__unsafe_view_add (the attention residual's add, the MLP
+// norm and its cast); its backward, two ..._fused_rms_norm_backward__to_copy__unsafe_view_add
+// kernels (each norm's backward with its cast's backward and the residual gradient's add). Their
+// time is the norm class's (sextant validate K3, K5), which `calibrate --kineto` fits by class.
+// TorchTitan compiles per block, so the MLP residual's forward add, the block's last op, stays
+// a kernel of its own.
+Op beside_norm(Op op, const TransformerDims& x) {
+  if (x.compiled()) op.op_class = OpClass::kNorm;
+  return op;
+}
+
 Op bias_grad_op(OpId name, int64_t tokens, int64_t columns, int64_t e) {
   return memory_op(name, OpClass::kElementwise, tokens * columns * e + columns * 4,
                    TpSplit::kColumn, {tokens, columns});

@@ -114,7 +114,8 @@ BlockOps block_forward(const spec::TransformerSpec& m, const TransformerDims& x,
   b.mlp_inputs = b.moe ? 1 : projection_inputs(x, true, b.gate);
   const int64_t attn_casts = x.eager() ? b.attn_inputs : 1;
   const int64_t mlp_casts = x.eager() ? b.mlp_inputs : 1;
-  b.attn_cast = autocast_cast(OpId::kAttnCast, attn_casts * Tn * x.h, e, x.norm_split());
+  b.attn_cast =
+      beside_norm(autocast_cast(OpId::kAttnCast, attn_casts * Tn * x.h, e, x.norm_split()), x);
   b.attn_cast.kernels = static_cast<int>(attn_casts);
   if (x.autocast) fw.push_back(b.attn_cast);
   add_sp_gather(fw, x, kAttnCollectives);
@@ -131,11 +132,12 @@ BlockOps block_forward(const spec::TransformerSpec& m, const TransformerDims& x,
   if (x.fp8) fw.push_back(b.attn_fp8.forward);
   fw.push_back(b.proj);
   add_tp_reduce(fw, x, kAttnCollectives);
-  b.attn_res = residual_op(OpId::kAttnResidual, m, x, b.passes);
+  b.attn_res = beside_norm(residual_op(OpId::kAttnResidual, m, x, b.passes), x);
   fw.push_back(b.attn_res);
   b.mlp_norm = norm_op(OpId::kMlpNorm, x, b.passes);
   fw.push_back(b.mlp_norm);
-  b.mlp_cast = autocast_cast(OpId::kMlpCast, mlp_casts * Tn * x.h, e, x.norm_split());
+  b.mlp_cast =
+      beside_norm(autocast_cast(OpId::kMlpCast, mlp_casts * Tn * x.h, e, x.norm_split()), x);
   b.mlp_cast.kernels = static_cast<int>(mlp_casts);
   if (x.autocast) fw.push_back(b.mlp_cast);
   if (!b.own_mlp_collectives) add_sp_gather(fw, x, kMlpCollectives);
@@ -201,7 +203,7 @@ void block_backward(const spec::TransformerSpec& m, const TransformerDims& x, co
   norm_input_backward(x, OpId::kMlpInputGradSum, b.mlp_inputs, b.mlp_cast, !b.own_mlp_collectives,
                       kMlpCollectives, bw);
   bw.push_back(norm_backward(b.mlp_norm, b.passes));
-  bw.push_back(residual_backward(b.mlp_res));
+  bw.push_back(beside_norm(residual_backward(b.mlp_res), x));
   add_sp_gather(bw, x, kAttnCollectives);
   if (x.fp8) bw.push_back(b.attn_fp8.backward);
   if (eager_bias) bw.push_back(block_bias_grad(OpId::kAttnProjBiasGrad, x, Tn, x.h));

@@ -105,6 +105,10 @@ Op norm_op(OpId name, const TransformerDims& x, const FusionPasses& passes);
 // kernels over 2.5x (norm_backward's comment in transformer_fusion.cpp).
 Op norm_backward(const Op& fwd, const FusionPasses& passes);
 
+// A pointwise op beside a norm as a compiled stack runs it: inside the norm's kernel, so counted
+// in the norm class (transformer_fusion.cpp); as it is under any other fusion level.
+Op beside_norm(Op op, const TransformerDims& x);
+
 // Bias, dropout and residual add of a block half, fused as Megatron does: read the residual and
 // the 16-bit branch output (and the dropout mask), write the residual; a stack's fusion level
 // scales it (FusionPasses::residual).

@@ -165,6 +165,37 @@ TEST(StackLowering, AutocastKeepsTheResidualStreamInFp32AndCasts) {
   EXPECT_FALSE(has(lower(m, o).layers[1].forward, "autocast.weights"));
 }
 
+// Inductor fuses the pointwise ops beside each norm into the norm's kernel, which a profile names
+// by its norm (the project's compiled Llama traces: ..._fused_rms_norm__to_copy__unsafe_view_add):
+// compiled, each autocast cast of a norm's output, the attention residual's add (fused into the
+// MLP norm) and both residual gradients' adds are norm time; the MLP residual's forward add ends
+// the per-block graph and stays elementwise. Eager and fused stacks keep them all elementwise.
+TEST(StackLowering, CompiledNormKernelsHoldTheirNeighbours) {
+  spec::ModelSpec m = zoo_model("gpt-tiny");
+  LoweringOptions o = options(spec::AttentionKernel::kSdpa, spec::Fusion::kCompiled);
+  o.autocast = true;
+  const Layer compiled = lower(m, o).layers[1];
+  for (const char* name : {"attn.cast", "mlp.cast", "attn.residual"}) {
+    EXPECT_EQ(find(compiled.forward, name).op_class, spec::OpClass::kNorm) << name;
+    EXPECT_EQ(find(compiled.backward, name).op_class, spec::OpClass::kNorm) << name;
+  }
+  EXPECT_EQ(find(compiled.forward, "mlp.residual").op_class, spec::OpClass::kElementwise);
+  EXPECT_EQ(find(compiled.backward, "mlp.residual").op_class, spec::OpClass::kNorm);
+  // The class moves time between the profile's rows, not the ops' bytes.
+  for (spec::Fusion fusion : {spec::Fusion::kEager, spec::Fusion::kFused}) {
+    o.fusion = fusion;
+    const Layer other = lower(m, o).layers[1];
+    for (const char* name : {"attn.cast", "mlp.cast", "attn.residual", "mlp.residual"}) {
+      EXPECT_EQ(find(other.forward, name).op_class, spec::OpClass::kElementwise) << name;
+      EXPECT_EQ(find(other.backward, name).op_class, spec::OpClass::kElementwise) << name;
+    }
+  }
+  o.fusion = spec::Fusion::kFused;
+  const Layer fused = lower(m, o).layers[1];
+  EXPECT_EQ(find(compiled.forward, "attn.residual").bytes,
+            find(fused.forward, "attn.residual").bytes);
+}
+
 // Transformer Engine's fp8 recipe (TE 1.8 as Megatron-Core builds it), by hand on Llama-2 7B
 // (h 4096, ffn 11008, SwiGLU, MHA), b 1, s 4096, tp 1, bf16 tensors (e = 2), T = 4096 tokens:
 // - attn.fp8_cast forward: proj's input cast + transposed, T h (e + 2) = 4096 * 4096 * 4 bytes;
