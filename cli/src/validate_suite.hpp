@@ -29,7 +29,7 @@ struct ValidationRow {
 };
 
 struct ValidationTable {
-  std::string id;     // T1, T4, T5, T5d, K1
+  std::string id;     // T1, T4, T5, T5d, T6, T9, K1-K5
   std::string title;  // what the rows are, with the source
   std::string unit;
   bool bounded = false;  // held to --max-mean-error and --max-row-error (published timings)
