@@ -51,12 +51,15 @@ LayerGradients layer_gradients(const spec::Plan& plan, bool dp_overlap) {
   }
   // ZeRO-Offload hands each bucket to the host as it is ready, also on one replica.
   if (!replicated && !host_optimizer) return LayerGradients::kKept;
+  if (plan.zero == 2 && replicated && plan.micro_batches() > 1)
+    return LayerGradients::kBucketsEachPass;
   return dp_overlap ? LayerGradients::kBucketsAsCompleted : LayerGradients::kBucketsAfterBackward;
 }
 
 bool bucketed(LayerGradients gradients) {
   return gradients == LayerGradients::kBucketsAsCompleted ||
-         gradients == LayerGradients::kBucketsAfterBackward;
+         gradients == LayerGradients::kBucketsAfterBackward ||
+         gradients == LayerGradients::kBucketsEachPass;
 }
 
 bool completes_gradients(const spec::Plan& plan, int64_t micro_batch, int64_t micro_batches) {
@@ -82,6 +85,10 @@ GradientHandoff gradient_handoff(const spec::Plan& plan, LayerGradients gradient
       break;
     case LayerGradients::kBucketsAsCompleted:
       h.count_buckets = complete;
+      break;
+    case LayerGradients::kBucketsEachPass:
+      h.count_buckets = true;
+      h.accumulate_shard = true;
       break;
     case LayerGradients::kKept:
     case LayerGradients::kBucketsAfterBackward:

@@ -255,6 +255,48 @@ const Estimator::DrainLayout& Estimator::drain_layout(const spec::Plan& plan, Lo
   return l.drain_layouts.emplace(key, std::move(out)).first->second;
 }
 
+double Estimator::each_pass_extra(const spec::Plan& plan, const spec::Stack& stack,
+                                  const Stages& stages, const spec::StageDrain& last) const {
+  // ZeRO-2 over micro-batches (models::LayerGradients::kBucketsEachPass, one stage): every
+  // micro-batch's backward completes and reduces the buckets, the reductions going on beside the
+  // rest of that backward and the next micro-batch's forward (the engine's stream, one reduction
+  // after another, compute slowed beside them); without overlap each backward waits for its own.
+  const int64_t m = plan.micro_batches();
+  double reductions = 0;
+  for (double b : last.bucket_seconds) reductions += b;
+  double backward = 0;
+  for (double w : last.layer_backward) backward += w;
+  if (!stack.dp_overlap) return static_cast<double>(m) * reductions;
+  double forward = 0;
+  for (double w : stages.layer_forward) forward += w;
+  // The step's passes from the first backward on, back to back: backward, then (forward,
+  // backward) for each later micro-batch, the buckets ready after their layers in every backward.
+  std::vector<double> layers;
+  std::vector<size_t> ends;
+  std::vector<int64_t> ready;
+  std::vector<double> seconds;
+  const size_t per = last.layer_backward.size();
+  layers.reserve(static_cast<size_t>(m) * (per + 1));
+  for (int64_t k = 0; k < m; ++k) {
+    if (k > 0) {
+      layers.push_back(forward);
+      ends.push_back(layers.size());
+    }
+    const auto base = static_cast<int64_t>(layers.size());
+    layers.insert(layers.end(), last.layer_backward.begin(), last.layer_backward.end());
+    ends.push_back(layers.size());
+    for (int64_t r : last.bucket_ready_after) ready.push_back(base + r);
+    seconds.insert(seconds.end(), last.bucket_seconds.begin(), last.bucket_seconds.end());
+  }
+  spec::StageDrain all = last;
+  all.layer_backward = layers;
+  all.pass_end = ends;
+  all.bucket_ready_after = ready;
+  all.bucket_seconds = seconds;
+  const double work = static_cast<double>(m) * backward + static_cast<double>(m - 1) * forward;
+  return spec::drain_back_to_back(all).end - work;
+}
+
 const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec::Stack& stack,
                                               Lowering& l, const Stages& stages) {
   const models::LoweredModel& lowered = l.lowered;
@@ -263,6 +305,7 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
   const spec::GradientCompression& comp = plan.compression;
   const DpKey key{&stages,
                   plan.replicas(),
+                  plan.micro_batches(),
                   stack.dp_bucket_bytes,
                   g,
                   e,
@@ -277,6 +320,8 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
                   static_cast<int>(comp.sparse_algorithm)};
   auto it = l.dp_times.find(key);
   if (it != l.dp_times.end()) return it->second;
+  const bool each_pass =
+      models::layer_gradients(plan, stack.dp_overlap) == models::LayerGradients::kBucketsEachPass;
   const DrainLayout& layout = drain_layout(plan, l, stages, stack.dp_bucket_bytes, g);
   const Shapes& shape = shapes(plan);
   const spec::CollectiveKind kind =
@@ -322,7 +367,9 @@ const Estimator::DpTimes& Estimator::dp_times(const spec::Plan& plan, const spec
       in.after += collective_s(plan, spec::CollectiveKind::kAllReduce, tied, shape.embedding) +
                   class_seconds[static_cast<size_t>(stage.tied_class)];
     }
-    if (plan.pp == 1) {
+    if (plan.pp == 1 && each_pass) {
+      out.single_stage_extra = each_pass_extra(plan, stack, stages, in);
+    } else if (plan.pp == 1) {
       // No schedule to wait on: the last backward runs at once, slowed, then the tail.
       double work = 0;
       for (double w : in.layer_backward) work += w;

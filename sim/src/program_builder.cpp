@@ -50,7 +50,7 @@ void StageBuilder::finish_batch() {
         // Without overlap all gradients are reduced after the whole backward, in buckets.
         if (gradients_ == models::LayerGradients::kBucketsAfterBackward)
           for (const models::GradientBucket& b : buckets_)
-            if (!b.after_tied_sum) reduce_bucket(b, last);
+            if (!b.after_tied_sum) reduce_bucket(b, last, micro_batches_ - 1);
         break;
       case models::TailStep::kTiedTableSum:
         reduce_tied_embeddings(last);
@@ -58,7 +58,7 @@ void StageBuilder::finish_batch() {
       case models::TailStep::kTiedBuckets:
         // On the same stream, after the end stages summed the tied table.
         for (const models::GradientBucket& b : buckets_)
-          if (b.after_tied_sum) reduce_bucket(b, last);
+          if (b.after_tied_sum) reduce_bucket(b, last, micro_batches_ - 1);
         break;
       case models::TailStep::kPartialGradientSum:
         reduce_sequence_parallel_grads(last);
@@ -299,7 +299,7 @@ void StageBuilder::backward_unit(const models::PassStep& p) {
       // One rank holds every gradient: its layer's gradients go to the host once complete.
       gradients_to_host(layer.params, u.micro_batch, static_cast<int32_t>(l), flush());
     } else if (handoff.count_buckets) {
-      layer_reduced(l);
+      layer_reduced(l, u.micro_batch);
     }
   });
   if (p.sends)

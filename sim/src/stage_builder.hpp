@@ -311,11 +311,13 @@ class StageBuilder {
   // own). Returns the copy task.
   int32_t reload_activations(size_t layer, int64_t mb);
 
-  // The last micro-batch's backward of `layer` is done: a bucket it completes is reduced now,
-  // after the compute that produced the gradients (DDP's and Megatron's overlapped reduction).
-  void layer_reduced(size_t layer);
+  // The last micro-batch's backward of `layer` is done (under ZeRO-2's kBucketsEachPass, micro-
+  // batch `mb`'s): a bucket it completes is reduced now, after the compute that produced the
+  // gradients (DDP's and Megatron's overlapped reduction, DeepSpeed's per micro-step one).
+  void layer_reduced(size_t layer, int64_t mb);
 
-  void reduce_bucket(const models::GradientBucket& b, int32_t after);
+  // Returns the reduction's last task (-1: none).
+  int32_t reduce_bucket(const models::GradientBucket& b, int32_t after, int64_t mb);
 
   // A compressed bucket (models/gradient_compression.hpp): its exchange's codec kernels and
   // collectives one after another on the data-parallel stream, as a communication hook's work is

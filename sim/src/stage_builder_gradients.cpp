@@ -94,34 +94,43 @@ void StageBuilder::gather_parameters_ahead() {
   }
 }
 
-void StageBuilder::layer_reduced(size_t layer) {
+void StageBuilder::layer_reduced(size_t layer, int64_t mb) {
   auto it = buckets_of_.find(layer);
   if (it == buckets_of_.end()) return;
+  const bool each_pass = gradients_ == models::LayerGradients::kBucketsEachPass;
   for (size_t i : it->second) {
     const models::GradientBucket& b = buckets_[i];
-    if (--pending_[i] == 0 && !b.after_tied_sum && !buckets_in_order()) reduce_bucket(b, flush());
+    if (--pending_[i] != 0 || b.after_tied_sum || buckets_in_order()) continue;
+    const int32_t reduced = reduce_bucket(b, flush(), each_pass ? mb : micro_batches_ - 1);
+    if (!each_pass) continue;
+    // The next micro-batch's backward fills the bucket again; without overlap this one's
+    // backward goes on once the bucket is reduced.
+    pending_[i] = static_cast<int64_t>(b.layers.size());
+    if (!stack_.dp_overlap && reduced >= 0) require(reduced);
   }
   if (!buckets_in_order()) return;
   for (; next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0; ++next_bucket_)
-    if (!buckets_[next_bucket_].after_tied_sum) reduce_bucket(buckets_[next_bucket_], flush());
+    if (!buckets_[next_bucket_].after_tied_sum)
+      reduce_bucket(buckets_[next_bucket_], flush(), micro_batches_ - 1);
 }
 
-void StageBuilder::reduce_bucket(const models::GradientBucket& b, int32_t after) {
+int32_t StageBuilder::reduce_bucket(const models::GradientBucket& b, int32_t after, int64_t mb) {
   const int64_t bytes = b.params * grad_bytes_;
-  if (bytes == 0) return;
+  if (bytes == 0) return -1;
   if (bucket_ranks(b) == 1) {  // nothing to reduce: the bucket only leaves for the host
-    if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, after);
-    return;
+    if (offload_optimizer()) gradients_to_host(b.params, mb, -1, after);
+    return -1;
   }
   if (plan_.compression.any()) {
     compressed_reduce(b, after);
-    return;
+    return -1;
   }
   // DDP all-reduces gradients; ZeRO-1/2 reduce-scatter them (each rank keeps its shard).
   // Under AxoNN's overlap the bucket's weight gradients may still be reduce-scattered over z.
   int32_t reduced = step_comm(models::gradient_reduction(plan_, b.params, b.experts, grad_bytes_),
-                              Phase::kBwd, micro_batches_ - 1, after, -1, depth_scatter_);
-  if (offload_optimizer()) gradients_to_host(b.params, micro_batches_ - 1, -1, reduced);
+                              Phase::kBwd, mb, after, -1, depth_scatter_);
+  if (offload_optimizer()) gradients_to_host(b.params, mb, -1, reduced);
+  return reduced;
 }
 
 void StageBuilder::compressed_reduce(const models::GradientBucket& b, int32_t after) {

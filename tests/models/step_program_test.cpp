@@ -132,11 +132,20 @@ TEST(StepProgram, LayerGradientsByLayout) {
   // One replica, optimizer on the device: nothing leaves the rank.
   EXPECT_EQ(layer_gradients(plan(1, 1), true), G::kKept);
   EXPECT_EQ(layer_gradients(plan(1, 1, 3), true), G::kKept);
-  // Data parallelism and ZeRO-1/2 reduce buckets, during the backward if the stack overlaps.
-  for (int zero : {0, 1, 2}) {
+  // Data parallelism and ZeRO-1 reduce buckets, during the backward if the stack overlaps; so
+  // does ZeRO-2 on one micro-batch a step.
+  for (int zero : {0, 1}) {
     EXPECT_EQ(layer_gradients(plan(2, 1, zero), true), G::kBucketsAsCompleted) << zero;
     EXPECT_EQ(layer_gradients(plan(2, 1, zero), false), G::kBucketsAfterBackward) << zero;
   }
+  spec::Plan one_micro_batch = plan(2, 1, 2);
+  one_micro_batch.micro_batch = one_micro_batch.global_batch / 2;
+  EXPECT_EQ(layer_gradients(one_micro_batch, true), G::kBucketsAsCompleted);
+  // ZeRO-2 over several micro-batches (the suite's 4 a replica) keeps no whole gradients: every
+  // micro-batch's buckets are reduced, overlap or not.
+  EXPECT_EQ(layer_gradients(plan(2, 1, 2), true), G::kBucketsEachPass);
+  EXPECT_EQ(layer_gradients(plan(2, 1, 2), false), G::kBucketsEachPass);
+  EXPECT_TRUE(bucketed(G::kBucketsEachPass));
   // ZeRO-3 over replicas scatters every pass's gradients (FSDP), overlap or not.
   EXPECT_EQ(layer_gradients(plan(2, 1, 3), true), G::kScatteredEachPass);
   EXPECT_EQ(layer_gradients(plan(2, 1, 3), false), G::kScatteredEachPass);
@@ -171,6 +180,10 @@ TEST(StepProgram, GradientHandoffAfterEachBackward) {
   // Without overlap the buckets wait for the backward's end: nothing per layer.
   const spec::Plan dp = plan(2, 1);
   EXPECT_FALSE(gradient_handoff(dp, layer_gradients(dp, false), 3, 4).count_buckets);
+  // ZeRO-2 over micro-batches counts every backward towards its buckets, into the shard.
+  const GradientHandoff z2 =
+      gradient_handoff(plan(2, 1, 2), layer_gradients(plan(2, 1, 2), true), 1, 4);
+  EXPECT_TRUE(z2.count_buckets && z2.accumulate_shard && !z2.scatter && !z2.to_host);
   // FSDP scatters every micro-batch's gradients; ZeRO-Offload sends each scattered shard on.
   EXPECT_EQ(handoff(plan(2, 1, 3), 1), (V{true, false, false}));
   spec::Plan fsdp_offload = plan(2, 1, 3);

@@ -83,5 +83,37 @@ TEST(DataParallel, GradientAccumulationReducesOnce) {
   EXPECT_NEAR(b.report.breakdown_s.dp_comm_exposed, a.report.breakdown_s.dp_comm_exposed, 1e-12);
 }
 
+TEST(DataParallel, ZeroTwoReducesEveryMicroBatch) {
+  // ZeRO-2 keeps only its shard of the gradients, so each micro-batch's buckets are
+  // reduce-scattered as its backward completes them (DeepSpeed stage_1_and_2.py reduces at every
+  // micro-step when it partitions gradients); ZeRO-1 keeps them whole and reduces once. Both
+  // all-gather the updated parameters once. Without overlap every collective is exposed: one
+  // bucket per fp32 layer of n bytes, a ring over 2 ranks, reduce-scatter (p-1)a + (p-1)/p n(b+g)
+  // and all-gather (p-1)a + (p-1)/p nb; four micro-batches expose L(4 rs + ag) under ZeRO-2 and
+  // L(rs + ag) under ZeRO-1, a step longer by 3 L rs.
+  const int64_t layers = 4, width = 1024;
+  spec::ClusterSpec cluster = test::ideal_cluster(100, 1000, 1000, 1.0);
+  spec::ModelSpec model = test::uniform_mlp(layers, width);
+  auto run = [&](int zero) {
+    spec::Plan plan = test::make_plan(2, 1, 1, 256, 2048);
+    plan.zero = zero;
+    plan.dtype = spec::Dtype::kFp32;
+    plan.stack->dp_overlap = false;
+    plan.stack->dp_bucket_bytes = 1;  // one bucket per layer
+    plan.collective_algorithms[spec::CollectiveKind::kReduceScatter] =
+        spec::CollectiveAlgorithm::kRing;
+    plan.collective_algorithms[spec::CollectiveKind::kAllGather] = spec::CollectiveAlgorithm::kRing;
+    return simulate(model, cluster, plan, {}).report;
+  };
+  const double n = static_cast<double>(width * width * 4);
+  const double rs = 1e-6 + 0.5 * n / 1000e9 + 0.5 * n / 1e21, ag = 1e-6 + 0.5 * n / 1000e9;
+  const spec::Report z1 = run(1), z2 = run(2);
+  EXPECT_NEAR(z1.breakdown_s.dp_comm_exposed, layers * (rs + ag), 1e-12);
+  EXPECT_NEAR(z2.breakdown_s.dp_comm_exposed, layers * (4 * rs + ag), 1e-12);
+  EXPECT_NEAR(z2.step_time_s - z1.step_time_s, 3 * layers * rs, 1e-12);
+  // The shard is all it holds (ZeroMemoryPerRank).
+  EXPECT_EQ(z2.memory.gradients * 2, z1.memory.gradients);
+}
+
 }  // namespace
 }  // namespace sextant::sim

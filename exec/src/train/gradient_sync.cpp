@@ -135,7 +135,8 @@ GradientSync::GradientSync(Context& ctx, StageModel& stage, int64_t micro_batche
       updated_ == counted,
       "stage {}: the ZeRO-{} shards of this rank hold {} parameters, the lowering counts {}",
       ctx.groups->pp_rank, zero_, updated_, counted);
-  if (zero_ == 3) shard_grads_ = ctx_.backend->zeros({store.total()});
+  if (zero_ == 3 || gradients_ == models::LayerGradients::kBucketsEachPass)
+    shard_grads_ = ctx_.backend->zeros({store.total()});
   if (compression_.any() && dp_ > 1) {
     // The codecs read and write host memory: the plan's executor check keeps them off devices.
     SEXTANT_CHECK(ctx_.backend->kind() == spec::ExecutorBackend::kCpu,
@@ -510,35 +511,53 @@ void GradientSync::after_backward(int32_t layer, int64_t micro_batch) {
     for (Bucket& b : buckets_) {
       if (b.after_tied_sum || std::find(b.layers.begin(), b.layers.end(), layer) == b.layers.end())
         continue;
-      if (--b.pending == 0) reduce_bucket(b, true);
+      if (--b.pending != 0) continue;
+      reduce_bucket(b, true, handoff.accumulate_shard ? micro_batch : micro_batches_ - 1);
+      if (handoff.accumulate_shard) b.pending = static_cast<int32_t>(b.layers.size());
     }
   }
 }
 
-void GradientSync::gradients_to_host(const Span& s) {
+void GradientSync::gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch) {
   // The shard's size as the simulator counts it (the padded block; the last rank's may be short).
-  auto sc = ctx_.recorder->scope(ctx_.offload(models::gradients_to_host(s.shard, 4), Phase::kBwd,
-                                              std::nullopt, micro_batches_ - 1));
+  auto sc = ctx_.recorder->scope(
+      ctx_.offload(models::gradients_to_host(s.shard, 4), Phase::kBwd, std::nullopt, micro_batch));
   const auto [begin, end] = mine(s);
   if (begin >= end) return;
   Tensor to = slice_of(*host_grads_, begin, end - begin);
-  ctx_.backend->copy(slice_of(stage_.params().grads(), begin, end - begin), to);
+  ctx_.backend->copy(slice_of(from, begin, end - begin), to);
 }
 
-void GradientSync::reduce_bucket(Bucket& b, bool during_backward) {
+void GradientSync::reduce_bucket(Bucket& b, bool during_backward, int64_t micro_batch) {
   b.reduced = true;
+  Tensor& grads = stage_.params().grads();
   // Experts no other rank holds, or one replica: nothing to sum (the simulator prices none
   // either); ZeRO-Offload still hands the bucket to the host.
   if (b.span.group->size == 1) {
-    if (host_grads_ != nullptr) gradients_to_host(b.span);
+    if (host_grads_ != nullptr) gradients_to_host(b.span, grads, micro_batch);
     return;
   }
-  if (compression_.any()) {
+  if (gradients_ == models::LayerGradients::kBucketsEachPass) {
+    // ZeRO-2 over micro-batches: this micro-batch's sum joins the rank's shard, and the bucket
+    // starts the next micro-batch from zero; after the last, the shard is the rank's block of
+    // the step's gradients (the host pool takes the running sum each time, the last one whole).
+    reduce_scatter_span(b.span, shard_grads_, true);
+    Tensor filled = slice_of(grads, b.span.begin, b.span.end - b.span.begin);
+    ctx_.backend->fill(filled, 0.0f);
+    if (models::completes_gradients(*ctx_.plan, micro_batch, micro_batches_)) {
+      const auto [begin, end] = mine(b.span);
+      if (begin < end) {
+        Tensor block = slice_of(grads, begin, end - begin);
+        ctx_.backend->copy(slice_of(shard_grads_, begin, end - begin), block);
+      }
+    }
+    if (host_grads_ != nullptr) gradients_to_host(b.span, shard_grads_, micro_batch);
+  } else if (compression_.any()) {
     compressed_reduce(b);
   } else if (zero_ >= 1) {
     // ZeRO-1/2: this rank's block of the sum replaces its gradients; the rest is not read again.
-    reduce_scatter_span(b.span, stage_.params().grads(), false);
-    if (host_grads_ != nullptr) gradients_to_host(b.span);
+    reduce_scatter_span(b.span, grads, false);
+    if (host_grads_ != nullptr) gradients_to_host(b.span, grads, micro_batch);
   } else if (during_backward) {
     // Drained: on NCCL the bucket runs on a stream of its own, timed to its end.
     auto s = ctx_.recorder->scope(ctx_.comm(reduction_of(b.span, 4), b.span.group->size,
@@ -710,7 +729,7 @@ void GradientSync::finish_buckets(bool tied) {
       b.request->wait();
       b.request.reset();
     } else if (!b.reduced) {
-      reduce_bucket(b, false);
+      reduce_bucket(b, false, micro_batches_ - 1);
     }
   }
 }

@@ -101,7 +101,10 @@ class GradientSync : public LayerHooks {
   };
   // The spans of `layer`: its parameters, and under expert parallelism its routed experts'.
   std::vector<const Span*> layer_spans(int32_t layer) const;
-  void reduce_bucket(Bucket& b, bool during_backward);
+  // `micro_batch`: the backward that completed the bucket (the step's last one when reduced
+  // after the backward); under ZeRO-2's kBucketsEachPass every micro-batch's reduction is added
+  // to the rank's accumulated shard (shard_grads_).
+  void reduce_bucket(Bucket& b, bool during_backward, int64_t micro_batch);
   void reduce_sequence_parallel(Tensor& grads);
   void reduce_tied();
   // The buckets holding a tied table (`tied`) or the others that are still to reduce or wait for.
@@ -125,9 +128,9 @@ class GradientSync : public LayerHooks {
   // Seeds every replica's first Q alike (PyTorch's PowerSGDState random_seed).
   static constexpr uint64_t kPowerSgdSeed = 0;
   bool deferred(int32_t layer) const;
-  // The rank's shard of a reduced bucket to the host pool (ZeRO-Offload), traced as the
-  // simulator's offload.grad_to_host.
-  void gradients_to_host(const Span& s);
+  // The rank's shard of a reduced bucket, held in `from`, to the host pool (ZeRO-Offload) after
+  // micro-batch `micro_batch`'s backward, traced as the simulator's offload.grad_to_host.
+  void gradients_to_host(const Span& s, const Tensor& from, int64_t micro_batch);
   // ZeRO-3 with the optimizer on the host: this rank's part of `s`'s gradients, held in `from`
   // (the reduced shards, or with one replica the gradients themselves), copied to the host pool
   // after micro-batch `micro_batch`'s backward, traced as the simulator's offload.grad_to_host.
@@ -160,7 +163,7 @@ class GradientSync : public LayerHooks {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> owned_;
   int64_t updated_ = 0;  // updated_params()
-  Tensor shard_grads_;   // ZeRO-3: gradients reduced per micro-batch, accumulated per shard
+  Tensor shard_grads_;   // ZeRO-3, ZeRO-2 over micro-batches: reduced per micro-batch, summed
   Tensor padded_;        // scratch for padded layer slices (backend memory)
   Tensor shard_;         // scratch for this rank's block of a layer
   // In mixed precision the parameters travel in their compute type, bf16 (Megatron's distributed

@@ -61,6 +61,13 @@ enum class LayerGradients : uint8_t {
   // Reduced in the same buckets after the whole backward (backward_tail's untied buckets): no
   // overlap (stack dp_overlap off).
   kBucketsAfterBackward,
+  // ZeRO-2 over replicas with several micro-batches a step: no rank keeps whole gradients, so
+  // every micro-batch's buckets are reduce-scattered as its backward completes them, each rank
+  // adding its block to the shard it accumulates (DeepSpeed's stage_1_and_2.py
+  // reduce_ready_partitions_and_remove_grads reduces at every micro-step when it partitions
+  // gradients, stage 1 only at the accumulation boundary; PyTorch FSDP's SHARD_GRAD_OP outside
+  // no_sync). Overlapped or not (without dp_overlap the backward waits for each bucket).
+  kBucketsEachPass,
   // ZeRO-3 over the replicas: every micro-batch's gradient of the layer is reduce-scattered to
   // the shards' owners right after its backward (FSDP), then copied to the host under
   // ZeRO-Offload.
@@ -86,6 +93,9 @@ struct GradientHandoff {
   bool scatter = false;        // reduce-scatter this pass's gradients to the shards' owners
   bool to_host = false;        // then copy them (or the reduced shard) to the host optimizer's
   bool count_buckets = false;  // the layer's buckets may now be complete: count it towards them
+  // kBucketsEachPass: a bucket the layer completes is reduced into the accumulated shard, and its
+  // count starts again for the next micro-batch
+  bool accumulate_shard = false;
 };
 GradientHandoff gradient_handoff(const spec::Plan& plan, LayerGradients gradients,
                                  int64_t micro_batch, int64_t micro_batches);

@@ -148,7 +148,7 @@ class Estimator {
   // gather of ZeRO-1/2, from the stages' real gradient buckets.
   struct DpKey {
     const void* stages = nullptr;
-    int64_t dp = 0, bucket_bytes = 0, grad_bytes = 0, param_bytes = 0, zero = 0;
+    int64_t dp = 0, micro_batches = 0, bucket_bytes = 0, grad_bytes = 0, param_bytes = 0, zero = 0;
     bool overlap = false;
     // The compression's kind and knobs (spec::GradientCompression holds a double: no <=>).
     int compression = 0;
@@ -235,6 +235,10 @@ class Estimator {
                                   int64_t bucket_bytes, int64_t grad_bytes);
   const DpTimes& dp_times(const spec::Plan& plan, const spec::Stack& stack, Lowering& l,
                           const Stages& stages);
+  // What reducing every micro-batch's buckets (ZeRO-2 over micro-batches, one stage) adds to the
+  // step's passes, `last` being the last micro-batch's drain.
+  double each_pass_extra(const spec::Plan& plan, const spec::Stack& stack, const Stages& stages,
+                         const spec::StageDrain& last) const;
   // The device's peak over the stages, and whether every stage's offloaded state fits the host
   // (sim::stage_memory's rules).
   struct PeakMemory {
