@@ -55,19 +55,20 @@ void parallelism(const ExportInput& in, ExportOutput& out) {
   if (p.replicas() > 1 && p.zero >= 2) {
     out.set("parallelism.data_parallel_shard_degree", p.dp);
     // ZeRO-3's units: "default" keeps [norm, output] whole (and every unit under pipeline
-    // parallelism), "always" none (apply_fsdp; spec::ReshardAfterForward).
+    // parallelism), "always" none, "never" all (apply_fsdp; spec::ReshardAfterForward).
     const spec::ReshardAfterForward units = in.stack.reshard_after_forward;
     // A plan made under another stack's policy (FSDP1 keeps its root unit) still exports; the
     // run then gathers for the backward what the plan's prediction kept.
+    const bool kept = p.zero == 2 || units == spec::ReshardAfterForward::kNone;
     if (p.zero == 3 && units != spec::ReshardAfterForward::kAll &&
-        units != spec::ReshardAfterForward::kAllButHead)
+        units != spec::ReshardAfterForward::kAllButHead && !kept)
       out.notes.push_back(fmt::format(
           "the plan's stack keeps units whole from forward to backward (reshard_after_forward "
           "{}); TorchTitan has no such policy and reshards every unit (always): its run gathers "
           "them again for the backward",
           spec::enum_name(spec::reshard_after_forward_names(), units)));
     out.set("parallelism.fsdp_reshard_after_forward",
-            p.zero == 2                                       ? "never"
+            kept                                              ? "never"
             : units == spec::ReshardAfterForward::kAllButHead ? "default"
                                                               : "always");
   } else if (p.dp > 1) {

@@ -290,10 +290,12 @@ Estimator::PipelineStep Estimator::pipeline_step(const spec::Plan& plan, const s
   return out;
 }
 
-Estimate Estimator::estimate(const spec::Plan& plan, const spec::Stack& stack) {
+Estimate Estimator::estimate(const spec::Plan& asked, const spec::Stack& asked_stack) {
+  // Priced as the stack runs it (spec::as_run), as the simulator does.
+  const spec::PlanAsRun ran = spec::as_run(asked, asked_stack);
   if (spec::collectives_block(*cluster_))
-    return estimate_as_run(plan, spec::stack_on(*cluster_, stack));
-  return estimate_as_run(plan, stack);
+    return estimate_as_run(ran.plan, spec::stack_on(*cluster_, ran.stack));
+  return estimate_as_run(ran.plan, ran.stack);
 }
 
 Estimate Estimator::estimate_as_run(const spec::Plan& plan, const spec::Stack& stack) {

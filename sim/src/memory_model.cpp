@@ -318,7 +318,8 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     buffers += gathered;
     note("buffers", gathered, [&] {
       return fmt::format(
-          "ZeRO-3: {} parameters kept from forward to backward and {} gathered layer(s) of {} "
+          "sharded weights: {} parameters kept from forward to backward and {} gathered layer(s) "
+          "of {} "
           "parameters, x {} B, and one unsharded gradient",
           count(kept), 1 + stack.zero3_prefetch, count(regathered), e);
     });

@@ -221,18 +221,22 @@ RankTimes steady_state(const RankTimes& two, const RankTimes& one, int64_t batch
 }  // namespace
 
 SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec& cluster,
-                          const spec::Plan& plan, const SimulationOptions& options) {
+                          const spec::Plan& asked, const SimulationOptions& options) {
   auto wall_start = std::chrono::steady_clock::now();
-  const int64_t world = plan.world_size();
-  spec::validate_plan(plan, model, world, options.plan_source);
+  const int64_t world = asked.world_size();
+  spec::validate_plan(asked, model, world, options.plan_source);
   if (world > cluster.total_devices()) {
     throw InputError(
-        options.plan_source, "/dp", plan.name(),
+        options.plan_source, "/dp", asked.name(),
         fmt::format("needs {} devices; cluster {} has {} ({} nodes x {})", world, cluster.name,
                     cluster.total_devices(), cluster.nodes, cluster.devices_per_node));
   }
-  const spec::Stack given =
-      spec::plan_stack(plan, cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+  const spec::Stack asked_stack =
+      spec::plan_stack(asked, cluster.device.kind == spec::DeviceKind::kGpu, model.kind());
+  // Priced as the stack runs it (spec::as_run); reported as asked.
+  const spec::PlanAsRun ran = spec::as_run(asked, asked_stack);
+  const spec::Plan& plan = ran.plan;
+  const spec::Stack& given = ran.stack;
   const StepSetup setup = step_setup(model, cluster, plan, given);
   const spec::Dtype dtype = setup.dtype;
   const int64_t seq = model.is_transformer() ? setup.seq_len : 1;
@@ -334,10 +338,10 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
   spec::Report& rep = out.report;
   rep.model = model.name;
   rep.cluster = cluster.name;
-  rep.plan = plan.name();
+  rep.plan = asked.name();
   rep.gpus = world;
   rep.network = std::string(spec::enum_name(fidelity_names(), options.fidelity));
-  rep.stack = spec::stack_label(given);
+  rep.stack = spec::stack_label(asked_stack);
   rep.step_time_s = ps_to_seconds(ct.finish);
   const double step = rep.step_time_s;
   const double samples = static_cast<double>(plan.global_batch);
@@ -390,8 +394,8 @@ SimulationResult simulate(const spec::ModelSpec& model, const spec::ClusterSpec&
     out.trace = build_trace(result, programs, topo.ranks, topo.groups, dtype);
     out.trace->metadata = {{"model", model.name},
                            {"cluster", cluster.name},
-                           {"plan", plan.name()},
-                           {"plan_json", spec::to_json(plan)},
+                           {"plan", asked.name()},
+                           {"plan_json", spec::to_json(asked)},
                            {"stack", spec::to_json(setup.stack)},
                            {"network", rep.network},
                            {"step_time_s", rep.step_time_s},

@@ -45,6 +45,14 @@ void layout_rules(const ModelSpec& model, const Plan& plan, const ExecutorRun& r
                    "the executor offloads the parameters with the optimizer (offload/optimizer "
                    "\"host\" or \"nvme\": the host step updates the master values the layers "
                    "fetch)"});
+  // The executor's ZeRO-2 keeps the parameters whole between micro-batches (DeepSpeed's); a stack
+  // whose ZeRO-2 is FSDP's is priced as ZeRO-3 with every unit kept (as_run), which it would not
+  // run as priced.
+  if (as_run(plan, executor_stack(plan)).plan.zero != plan.zero)
+    out.push_back({"/zero", "2",
+                   "the executor runs ZeRO-2 as DeepSpeed does (parameters whole between "
+                   "micro-batches), not as the stack's zero2 \"fsdp\" says: use a stack with "
+                   "zero2 \"deepspeed\", or zero 3 with reshard_after_forward \"none\""});
   // Activation offload moves each transformer block's cache (exec/src/gpt/transformer_block.cpp).
   if (plan.offload.activations != OffloadTarget::kNone && !model.is_transformer())
     out.push_back({"/offload/activations", "\"host\"",

@@ -684,6 +684,19 @@ std::vector<bool> unit_activation_offload(const Plan& plan, int64_t units) {
   return offloaded;
 }
 
+PlanAsRun as_run(const Plan& plan, const Stack& stack) {
+  PlanAsRun run{plan, stack};
+  const bool fsdp_zero2 = plan.zero == 2 && stack.zero2 == Zero2Impl::kFsdp &&
+                          plan.replicas() > 1 && plan.pp == 1 && !asynchronous(plan.schedule) &&
+                          plan.per_op.empty() && !plan.tp_grid.any() &&
+                          !plan.parameter_server.enabled;
+  if (!fsdp_zero2) return run;
+  run.plan.zero = 3;
+  run.stack.reshard_after_forward = ReshardAfterForward::kNone;
+  if (run.plan.stack) run.plan.stack = run.stack;
+  return run;
+}
+
 bool swaps_and_recomputes(const Plan& plan) {
   return plan.offload.activations != OffloadTarget::kNone && plan.offload.activation_layers > 0 &&
          plan.recompute == Recompute::kFull && plan.recompute_layers > 0;

@@ -34,14 +34,17 @@ constexpr std::array<std::pair<std::string_view, TpOverlap>, 3> kTpOverlap{
     {{"none", TpOverlap::kNone}, {"bulk", TpOverlap::kBulk}, {"pipelined", TpOverlap::kPipelined}}};
 constexpr std::array<std::pair<std::string_view, Zero3Impl>, 2> kZero3{
     {{"fsdp", Zero3Impl::kFsdp}, {"deepspeed", Zero3Impl::kDeepspeed}}};
+constexpr std::array<std::pair<std::string_view, Zero2Impl>, 2> kZero2{
+    {{"deepspeed", Zero2Impl::kDeepspeed}, {"fsdp", Zero2Impl::kFsdp}}};
 constexpr std::array<std::pair<std::string_view, SelectiveRecompute>, 2> kSelectiveRecompute{
     {{"attention_core", SelectiveRecompute::kAttentionCore},
      {"save_matmuls", SelectiveRecompute::kSaveMatmuls}}};
-constexpr std::array<std::pair<std::string_view, ReshardAfterForward>, 4> kReshard{
+constexpr std::array<std::pair<std::string_view, ReshardAfterForward>, 5> kReshard{
     {{"all", ReshardAfterForward::kAll},
      {"blocks", ReshardAfterForward::kBlocks},
      {"blocks_but_last", ReshardAfterForward::kBlocksButLast},
-     {"all_but_head", ReshardAfterForward::kAllButHead}}};
+     {"all_but_head", ReshardAfterForward::kAllButHead},
+     {"none", ReshardAfterForward::kNone}}};
 constexpr std::array<std::pair<std::string_view, Projections>, 2> kProjections{
     {{"fused", Projections::kFused}, {"separate", Projections::kSeparate}}};
 constexpr std::array<std::pair<std::string_view, RopeKernel>, 2> kRope{
@@ -50,7 +53,7 @@ constexpr std::array<std::pair<std::string_view, GqaKv>, 2> kGqaKv{
     {{"native", GqaKv::kNative}, {"repeat", GqaKv::kRepeat}}};
 constexpr std::array<std::pair<std::string_view, EmbeddingBackward>, 2> kEmbeddingBackward{
     {{"scatter", EmbeddingBackward::kScatter}, {"sorted", EmbeddingBackward::kSorted}}};
-constexpr std::array<std::string_view, 28> kKnobs{"attention",
+constexpr std::array<std::string_view, 29> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -59,6 +62,7 @@ constexpr std::array<std::string_view, 28> kKnobs{"attention",
                                                   "pp_overlap",
                                                   "dp_bucket_bytes",
                                                   "zero3",
+                                                  "zero2",
                                                   "zero3_prefetch",
                                                   "precision",
                                                   "grad_dtype",
@@ -117,6 +121,7 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.boolean("pp_overlap", presence)) s.pp_overlap = *v;
   if (auto v = r.integer("dp_bucket_bytes", Range::at_least(1), presence)) s.dp_bucket_bytes = *v;
   if (auto v = r.enumeration("zero3", zero3_impl_names(), presence)) s.zero3 = *v;
+  if (auto v = r.enumeration("zero2", zero2_impl_names(), Presence::kOptional)) s.zero2 = *v;
   if (auto v = r.integer("zero3_prefetch", Range::between(0, 64), presence)) s.zero3_prefetch = *v;
   bool present = false;
   std::optional<Dtype> precision = read_optional_dtype(r, "precision", "auto", presence, &present);
@@ -232,6 +237,9 @@ EnumNames<TpOverlap> tp_overlap_names() {
 EnumNames<Zero3Impl> zero3_impl_names() {
   return kZero3;
 }
+EnumNames<Zero2Impl> zero2_impl_names() {
+  return kZero2;
+}
 EnumNames<ReshardAfterForward> reshard_after_forward_names() {
   return kReshard;
 }
@@ -250,6 +258,8 @@ bool regathers_for_backward(ReshardAfterForward policy, ShardUnit unit, bool pip
       // torchtitan/models/llama3/infra/parallelize.py apply_fsdp: reshard_after_forward = not
       // pp_enabled; [model.norm, model.output] only under the "always" policy.
       return !pipelined && unit != ShardUnit::kHead;
+    case ReshardAfterForward::kNone:
+      return false;
   }
   return true;
 }
@@ -384,6 +394,7 @@ Json to_json(const Stack& s) {
   j["pp_overlap"] = s.pp_overlap;
   j["dp_bucket_bytes"] = s.dp_bucket_bytes;
   j["zero3"] = enum_name(zero3_impl_names(), s.zero3);
+  j["zero2"] = enum_name(zero2_impl_names(), s.zero2);
   j["zero3_prefetch"] = s.zero3_prefetch;
   j["precision"] = s.precision ? enum_name(dtype_names(), *s.precision) : "auto";
   j["grad_dtype"] = s.grad_dtype ? enum_name(dtype_names(), *s.grad_dtype) : "compute";

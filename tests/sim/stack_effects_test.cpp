@@ -407,6 +407,34 @@ TEST(StackEffects, FsdpGathersForTheBackwardWhatItFreedAfterTheForward) {
   }
 }
 
+TEST(StackEffects, FsdpZeroTwoGathersEachMicroBatchsForwardOnly) {
+  // ZeRO-2 under TorchTitan (FSDP2 reshard_after_forward=False): the 4 units are gathered before
+  // each micro-batch's forward, kept through its backward (no backward gathers) and each
+  // micro-batch's gradients reduce-scattered: with 3 micro-batches 12 gathers and 12
+  // reduce-scatters, where DeepSpeed's ZeRO-2 (megatron-core's) gathers its buckets once, after
+  // the update. The step is ZeRO-3's with every unit kept (spec::as_run).
+  const spec::ModelSpec model = llama3_two_blocks();
+  const spec::ClusterSpec cluster = spec::builtin_cluster("dgx-h100");
+  spec::Plan plan = torchtitan_zero3(4);
+  plan.global_batch = 12;
+  plan.zero = 2;
+  const SimulationResult fsdp = simulate(model, cluster, plan, traced());
+  std::map<std::string, int64_t> n = count_events(*fsdp.trace, 0);
+  EXPECT_EQ(n["fsdp.all_gather"], 3 * 4);
+  EXPECT_EQ(n["fsdp.reduce_scatter"], 3 * 4);
+  EXPECT_EQ(n["zero.all_gather"], 0);
+  EXPECT_EQ(fsdp.report.plan, plan.name());
+  spec::Plan kept = plan;
+  kept.zero = 3;
+  kept.stack->reshard_after_forward = spec::ReshardAfterForward::kNone;
+  EXPECT_EQ(simulate(model, cluster, kept, {}).report.step_time_s, fsdp.report.step_time_s);
+  plan.stack->zero2 = spec::Zero2Impl::kDeepspeed;
+  n = count_events(*simulate(model, cluster, plan, traced()).trace, 0);
+  EXPECT_EQ(n["fsdp.all_gather"], 0);
+  EXPECT_GT(n["zero.all_gather"], 0);
+  EXPECT_GT(n["dp.reduce_scatter"], 0);
+}
+
 TEST(StackEffects, Zero3HoldsTheUnitsItKeptBesideThoseItGathersAgain) {
   // Llama-3 8B width, 2 blocks, ZeRO-3 on 4 ranks, one unit prefetched, bf16 parameters: at the
   // backward's start the units kept from the forward are all gathered, beside the unit gathered

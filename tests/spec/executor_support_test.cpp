@@ -75,6 +75,18 @@ TEST(ExecutorSupport, OffloadIsRefusedBeyondWhatTheHostPoolHolds) {
                  "not on the cuda backend in bf16");
 }
 
+TEST(ExecutorSupport, ZeroTwoRunsAsDeepSpeedsOnly) {
+  // The executor's ZeRO-2 keeps whole parameters between micro-batches: a stack whose ZeRO-2 is
+  // FSDP's (priced as ZeRO-3 keeping every unit) is refused with the two ways out.
+  const ModelSpec gpt = models::zoo_model("gpt-tiny");
+  Plan plan = dp2();
+  plan.zero = 2;
+  expect_runs(gpt, plan, kCpu);
+  plan.stack = builtin_stack("sextant");
+  plan.stack->zero2 = Zero2Impl::kFsdp;
+  expect_refused(gpt, plan, kCpu, "/zero", "reshard_after_forward");
+}
+
 TEST(ExecutorSupport, CollectiveAlgorithmsRunOnCpuRanksAsNamedOrAreRefused) {
   const ModelSpec gpt = models::zoo_model("gpt-tiny");
   using K = CollectiveKind;

@@ -39,6 +39,31 @@ TEST(Plan, DecodesWithDefaultsAndNames) {
   EXPECT_EQ(p.name(), "dp2.tp2.pp2.z1.mb2.1f1b");
 }
 
+TEST(Plan, AsRunPricesFsdpsZeroTwoAsZeroThreeKeepingEveryUnit) {
+  // ZeRO-2 over replicas under a stack whose ZeRO-2 is FSDP's (TorchTitan's) is ZeRO-3 with no
+  // unit resharded after its forward; under DeepSpeed's (Megatron-Core's), on one replica, or at
+  // any other stage it runs as written.
+  Plan plan;
+  plan.dp = 4;
+  plan.micro_batch = 1;
+  plan.global_batch = 8;
+  plan.zero = 2;
+  const Stack titan = builtin_stack("torchtitan");
+  const PlanAsRun fsdp = as_run(plan, titan);
+  EXPECT_EQ(fsdp.plan.zero, 3);
+  EXPECT_EQ(fsdp.stack.reshard_after_forward, ReshardAfterForward::kNone);
+  EXPECT_EQ(as_run(plan, builtin_stack("megatron-core")).plan.zero, 2);
+  for (int zero : {0, 1, 3}) {
+    plan.zero = zero;
+    EXPECT_EQ(as_run(plan, titan).plan.zero, zero);
+    EXPECT_EQ(as_run(plan, titan).stack.reshard_after_forward, titan.reshard_after_forward);
+  }
+  plan.zero = 2;
+  plan.dp = 1;
+  plan.global_batch = 2;
+  EXPECT_EQ(as_run(plan, titan).plan.zero, 2);
+}
+
 TEST(Plan, RoundTrips) {
   Json j = base_plan();
   j["collective_algorithms"] = Json::parse(R"({"all_reduce": "ring"})");

@@ -351,6 +351,18 @@ bool swaps_and_recomputes(const Plan& plan);
 // executor ask.
 std::vector<bool> unit_activation_offload(const Plan& plan, int64_t units);
 
+// A plan as its stack runs it. Under a stack whose ZeRO-2 is FSDP's (Stack::zero2 kFsdp: the
+// parameters sharded outside each micro-batch's passes, gathered before its forward and kept
+// through its backward), a ZeRO-2 plan over replicas is ZeRO-3 with every unit kept for its
+// backward (reshard_after_forward none): one all-gather a unit and micro-batch, a reduce-scatter
+// a unit and micro-batch, the gathered units held from forward to backward. Any other plan runs
+// as written. The one rule the simulator and the planner ask before they price a plan.
+struct PlanAsRun {
+  Plan plan;
+  Stack stack;
+};
+PlanAsRun as_run(const Plan& plan, const Stack& stack);
+
 // Layers of each (virtual) stage in pipeline order: plan.stage_layers or an even split whose
 // remainder goes to the later stages (the first stage also holds the embedding).
 std::vector<int64_t> stage_layer_counts(const Plan& plan, int64_t layers);

@@ -64,6 +64,19 @@ enum class Zero3Impl {
 };
 EnumNames<Zero3Impl> zero3_impl_names();
 
+// How ZeRO-2 (sharded gradients and optimizer state) keeps the parameters between micro-batches.
+enum class Zero2Impl {
+  // Whole on every rank, all-gathered once a step after the update (DeepSpeed's stage 2,
+  // Megatron's distributed optimizer with sharded gradients).
+  kDeepspeed,
+  // Sharded outside each micro-batch's forward and backward: gathered before the forward, kept
+  // through the backward, sharded again after it (PyTorch FSDP's SHARD_GRAD_OP, FSDP2's
+  // reshard_after_forward=False, TorchTitan's "never" policy): ZeRO-3's units with every unit
+  // kept for its backward (as_run in plan.hpp).
+  kFsdp,
+};
+EnumNames<Zero2Impl> zero2_impl_names();
+
 // What `--recompute selective` re-runs under this stack's software.
 enum class SelectiveRecompute {
   // Megatron-LM's --recompute-granularity selective (Korthikanti et al. 2022 §5): the attention
@@ -87,6 +100,8 @@ enum class ReshardAfterForward {
   // TorchTitan's "default" policy since v0.2: every unit but the final norm and output layer;
   // under pipeline parallelism none (no unit is gathered again for a micro-batch's backward)
   kAllButHead,
+  kNone,  // no unit: FSDP's SHARD_GRAD_OP (ShardingStrategy docs: "does not reshard them after
+          // the forward, and only reshards them after the backward computation")
 };
 EnumNames<ReshardAfterForward> reshard_after_forward_names();
 // The part of a model a ZeRO-3 unit wraps, as the policies above tell units apart.
@@ -160,7 +175,8 @@ struct Stack {
   bool pp_overlap = true;
   int64_t dp_bucket_bytes = 25 * (int64_t{1} << 20);  // gradient bucket, in bytes of grad_dtype
   Zero3Impl zero3 = Zero3Impl::kFsdp;
-  int64_t zero3_prefetch = 1;  // layers whose parameters are gathered ahead of use
+  Zero2Impl zero2 = Zero2Impl::kDeepspeed;  // default: stack files written before the knob
+  int64_t zero3_prefetch = 1;               // layers whose parameters are gathered ahead of use
   // Compute precision when the plan gives none (fp8: GEMMs at the fp8 rate, tensors in bf16).
   std::optional<Dtype> precision;
   // Dtype gradients are accumulated and reduced in; empty: the compute dtype.
