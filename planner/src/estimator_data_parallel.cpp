@@ -262,12 +262,13 @@ double Estimator::each_pass_extra(const spec::Plan& plan, const spec::Stack& sta
   // rest of that backward and the next micro-batch's forward (the engine's stream, one reduction
   // after another, compute slowed beside them); without overlap each backward waits for its own.
   const int64_t m = plan.micro_batches();
-  double reductions = 0;
-  for (double b : last.bucket_seconds) reductions += b;
-  double backward = 0;
+  if (!stack.dp_overlap) {
+    double reductions = 0;
+    for (double b : last.bucket_seconds) reductions += b;
+    return static_cast<double>(m) * reductions;
+  }
+  double backward = 0, forward = 0;
   for (double w : last.layer_backward) backward += w;
-  if (!stack.dp_overlap) return static_cast<double>(m) * reductions;
-  double forward = 0;
   for (double w : stages.layer_forward) forward += w;
   // The step's passes from the first backward on, back to back: backward, then (forward,
   // backward) for each later micro-batch, the buckets ready after their layers in every backward.
@@ -275,8 +276,7 @@ double Estimator::each_pass_extra(const spec::Plan& plan, const spec::Stack& sta
   std::vector<size_t> ends;
   std::vector<int64_t> ready;
   std::vector<double> seconds;
-  const size_t per = last.layer_backward.size();
-  layers.reserve(static_cast<size_t>(m) * (per + 1));
+  layers.reserve(static_cast<size_t>(m) * (last.layer_backward.size() + 1));
   for (int64_t k = 0; k < m; ++k) {
     if (k > 0) {
       layers.push_back(forward);
