@@ -67,7 +67,7 @@ EnumNames<Zero3Impl> zero3_impl_names();
 // How ZeRO-2 (sharded gradients and optimizer state) keeps the parameters between micro-batches.
 enum class Zero2Impl {
   // Whole on every rank, all-gathered once a step after the update (DeepSpeed's stage 2,
-  // Megatron's distributed optimizer with sharded gradients).
+  // Megatron-FSDP's optim_grads; Megatron's distributed optimizer keeps whole gradients: ZeRO-1).
   kDeepspeed,
   // Sharded outside each micro-batch's forward and backward: gathered before the forward, kept
   // through the backward, sharded again after it (PyTorch FSDP's SHARD_GRAD_OP, FSDP2's
