@@ -1,6 +1,8 @@
 // The attention core of a transformer block on one rank: unfused or a flash kernel, and context
 // parallelism's algorithms around it (ring, all-gather, all-to-all).
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "sextant/models/flash_flops.hpp"
 #include "transformer_lowering.hpp"
@@ -37,6 +39,30 @@ Op flash_core(const spec::TransformerSpec& m, const TransformerDims& x, int64_t 
   op.core_attention = true;
   op.fused_attention = true;
   return op;
+}
+
+// The flash-attn package takes q, k, v and returns the output batch-major; a sequence-major stack
+// (Stack::code.layout) transposes them into it and the output back, and backward the output's
+// gradient in and q's, k's and v's out: Transformer Engine 1.8 FlashAttention.forward on sbhd
+// ([x.transpose(0, 1).contiguous() for x in (q, k, v)], output .view(b, s, -1).transpose(0, 1)
+// .contiguous(); Megatron-Core 0.8 TEDotProductAttention does the same with rope fusion).
+// Non-contiguous copies: the strided family's rate (TensorIterator's legacy elementwise_kernel,
+// bench/eager_kernel_rates.py), each element read and written. The transpose of one sequence
+// (b = 1) is a view; cuDNN reads either order through strides. Inside the attention module, so
+// selective recompute re-runs them.
+std::optional<std::pair<Op, Op>> layout_copies(const TransformerDims& x) {
+  const bool flash_attn = x.attention == spec::AttentionKernel::kFlash2 ||
+                          x.attention == spec::AttentionKernel::kFlash3;
+  if (!flash_attn || x.code.layout != spec::ActivationLayout::kSbhd || x.b == 1)
+    return std::nullopt;
+  const int64_t heads = x.a / x.t, kv_heads = x.kv / x.t;
+  const int64_t elements = x.tokens() * (2 * heads + 2 * kv_heads) * x.d;  // q, k, v, output
+  Op copy = memory_op(OpId::kAttnLayoutCopy, OpClass::kElementwise, elements * 2 * x.e,
+                      TpSplit::kHead, {x.tokens(), (2 * heads + 2 * kv_heads) * x.d});
+  copy.memory_kernel = spec::MemoryKernel::kStrided;
+  copy.kernels = 4;
+  copy.core_attention = true;
+  return std::pair{copy, copy};
 }
 
 }  // namespace
@@ -81,6 +107,8 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   }
   AttentionCore core;
   fw.insert(fw.end(), before_fw.begin(), before_fw.end());
+  const std::optional<std::pair<Op, Op>> copies = layout_copies(x);
+  if (copies) fw.push_back(copies->first);
   if (spec::is_fused_attention(x.attention)) {
     // FlashAttention (Dao et al. 2022, §3.1; FA2 §3.1.1): no s x s tensor is written; the kernel
     // keeps the output and the fp32 log-sum-exp per row, and the backward recomputes the scores:
@@ -145,6 +173,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
         core.backward.push_back(i + 1 == x.cp ? bwd : later_bwd);
         if (i > 0) core.backward.push_back(merge_bwd);
       }
+      if (copies) core.backward.push_back(copies->second);
       core.saved_bytes = x.b * heads * sq * 4;
       return core;
     }
@@ -153,6 +182,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     core.backward = before_bw;
     core.backward.push_back(prep);
     core.backward.push_back(bwd);
+    if (copies) core.backward.push_back(copies->second);
     core.backward.insert(core.backward.end(), after_bw.begin(), after_bw.end());
     return core;
   }

@@ -97,6 +97,7 @@ std::string_view block_op_of(OpId id) {
     case OpId::kAttnRope:
     case OpId::kAttnRepeatKv:
     case OpId::kAttnCorePrep:
+    case OpId::kAttnLayoutCopy:
     case OpId::kAttnScores:
     case OpId::kAttnSoftmax:
     case OpId::kAttnDropout:

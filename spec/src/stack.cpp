@@ -53,7 +53,9 @@ constexpr std::array<std::pair<std::string_view, GqaKv>, 2> kGqaKv{
     {{"native", GqaKv::kNative}, {"repeat", GqaKv::kRepeat}}};
 constexpr std::array<std::pair<std::string_view, EmbeddingBackward>, 2> kEmbeddingBackward{
     {{"scatter", EmbeddingBackward::kScatter}, {"sorted", EmbeddingBackward::kSorted}}};
-constexpr std::array<std::string_view, 29> kKnobs{"attention",
+constexpr std::array<std::pair<std::string_view, ActivationLayout>, 2> kActivationLayout{
+    {{"bshd", ActivationLayout::kBshd}, {"sbhd", ActivationLayout::kSbhd}}};
+constexpr std::array<std::string_view, 30> kKnobs{"attention",
                                                   "fusion",
                                                   "cross_entropy",
                                                   "tp_overlap",
@@ -81,6 +83,7 @@ constexpr std::array<std::string_view, 29> kKnobs{"attention",
                                                   "rope",
                                                   "gqa_kv",
                                                   "embedding_backward",
+                                                  "activation_layout",
                                                   "host_launch_us"};
 
 // "auto" / "compute" stand for "no dtype of its own" in the JSON form of the optional dtypes.
@@ -153,6 +156,9 @@ void read_knobs(ObjectReader& r, Stack& s, Presence presence) {
   if (auto v = r.enumeration("gqa_kv", gqa_kv_names(), Presence::kOptional)) s.code.gqa_kv = *v;
   if (auto v = r.enumeration("embedding_backward", embedding_backward_names(), Presence::kOptional))
     s.code.embedding_backward = *v;
+  // ... and, as the model priced them, no transposes around the attention kernel: batch-major.
+  if (auto v = r.enumeration("activation_layout", activation_layout_names(), Presence::kOptional))
+    s.code.layout = *v;
   // Optional even in presets: stacks written before the knob modelled no host.
   if (auto launch = r.object("host_launch_us", Presence::kOptional)) {
     const Range us = Range::between(0, 1e6);
@@ -210,6 +216,9 @@ EnumNames<GqaKv> gqa_kv_names() {
 }
 EnumNames<EmbeddingBackward> embedding_backward_names() {
   return kEmbeddingBackward;
+}
+EnumNames<ActivationLayout> activation_layout_names() {
+  return kActivationLayout;
 }
 EnumNames<SelectiveRecompute> selective_recompute_names() {
   return kSelectiveRecompute;
@@ -413,6 +422,7 @@ Json to_json(const Stack& s) {
   j["rope"] = enum_name(rope_kernel_names(), s.code.rope);
   j["gqa_kv"] = enum_name(gqa_kv_names(), s.code.gqa_kv);
   j["embedding_backward"] = enum_name(embedding_backward_names(), s.code.embedding_backward);
+  j["activation_layout"] = enum_name(activation_layout_names(), s.code.layout);
   j["host_launch_us"] = {{"forward", s.host_launch_us.forward_us},
                          {"backward", s.host_launch_us.backward_us}};
   return j;

@@ -73,6 +73,45 @@ TEST(StackLowering, FlashAttentionCountsAndKeeps) {
   EXPECT_DOUBLE_EQ(block.backward_flops(), ub.backward_flops());
 }
 
+TEST(StackLowering, SequenceMajorStacksTransposeAroundTheFlashAttnKernel) {
+  // Llama-3 8B (heads 32, kv heads 8, d 128, sequence 8192) on tp 2: a rank holds 16 query heads
+  // and 4 key/value heads. Under a sequence-major stack ([s, b, h], Megatron) the flash-attn
+  // kernel's batch-major q, k, v and output are copies: 2 x 8192 tokens x (16 + 2 x 4 + 16)
+  // heads x 128 elements, each read and written in 2 bytes.
+  spec::ModelSpec m = zoo_model("llama3-8b");
+  LoweringOptions o = options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused, 2, false, 2);
+  o.code.layout = spec::ActivationLayout::kSbhd;
+  LoweredModel l = lower(m, o);
+  const Layer& block = l.layers[l.split_begin];
+  const double elements = 2.0 * 8192 * (16 + 2 * 4 + 16) * 128;
+  for (const std::vector<Op>* pass : {&block.forward, &block.backward}) {
+    const Op& copy = find(*pass, "attn.layout_copy");
+    EXPECT_DOUBLE_EQ(static_cast<double>(copy.bytes), elements * 2 * 2);
+    EXPECT_EQ(copy.memory_kernel, spec::MemoryKernel::kStrided);
+    EXPECT_EQ(copy.kernels, 4);
+    EXPECT_TRUE(copy.core_attention);  // inside the module selective recompute re-runs
+  }
+  // Forward the copies lead the kernel; backward they follow its gradient kernel.
+  auto at = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == name; }) -
+           ops.begin();
+  };
+  EXPECT_LT(at(block.forward, "attn.layout_copy"), at(block.forward, "attn.core"));
+  EXPECT_GT(at(block.backward, "attn.layout_copy"), at(block.backward, "attn.core"));
+  // No copies: one sequence (the transposes are views), cuDNN (strided reads), batch-major code.
+  LoweringOptions one = o;
+  one.micro_batch = 1;
+  LoweringOptions cudnn = o;
+  cudnn.attention = spec::AttentionKernel::kCudnn;
+  LoweringOptions bshd = o;
+  bshd.code.layout = spec::ActivationLayout::kBshd;
+  for (const LoweringOptions& other : {one, cudnn, bshd}) {
+    LoweredModel n = lower(m, other);
+    EXPECT_FALSE(has(n.layers[n.split_begin].forward, "attn.layout_copy"));
+    EXPECT_FALSE(has(n.layers[n.split_begin].backward, "attn.layout_copy"));
+  }
+}
+
 TEST(StackLowering, EncodersAreNotCausal) {
   LoweredModel l =
       lower(zoo_model("bert-large"), options(spec::AttentionKernel::kFlash2, spec::Fusion::kFused));

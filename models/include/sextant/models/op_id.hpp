@@ -29,6 +29,7 @@ namespace sextant::models {
   X(kAttnRope, "attn.rope")                                                     \
   X(kAttnRepeatKv, "attn.repeat_kv")                                            \
   X(kAttnCorePrep, "attn.core_prep")                                            \
+  X(kAttnLayoutCopy, "attn.layout_copy")                                        \
   X(kAttnScores, "attn.scores")                                                 \
   X(kAttnSoftmax, "attn.softmax")                                               \
   X(kAttnDropout, "attn.dropout")                                               \

@@ -133,16 +133,27 @@ enum class EmbeddingBackward {
   kSorted,   // ATen's embedding_dense_backward: zero-filled table, sort, segment sums, scatter
 };
 EnumNames<EmbeddingBackward> embedding_backward_names();
+// The order of the dimensions the model code keeps activations in. The flash-attn package takes
+// q, k, v and returns the output batch-major ([b, s, heads, d] or packed [b*s, heads, d]), so a
+// sequence-major stack transposes them in and out around it; cuDNN's fused attention reads
+// either order through strides.
+enum class ActivationLayout {
+  kBshd,  // batch-major [b, s, h] (Hugging Face, TorchTitan, llm.c)
+  kSbhd,  // sequence-major [s, b, h] (Megatron-LM and Megatron-Core)
+};
+EnumNames<ActivationLayout> activation_layout_names();
 struct ModelCode {
   Projections projections = Projections::kFused;
   RopeKernel rope = RopeKernel::kRotateHalf;
   GqaKv gqa_kv = GqaKv::kNative;
   EmbeddingBackward embedding_backward = EmbeddingBackward::kScatter;
+  ActivationLayout layout = ActivationLayout::kBshd;
   bool operator==(const ModelCode&) const = default;
   // One number per combination (a cache key).
   int key() const {
     return static_cast<int>(projections) | static_cast<int>(rope) << 2 |
-           static_cast<int>(gqa_kv) << 4 | static_cast<int>(embedding_backward) << 6;
+           static_cast<int>(gqa_kv) << 4 | static_cast<int>(embedding_backward) << 6 |
+           static_cast<int>(layout) << 8;
   }
 };
 
