@@ -70,13 +70,15 @@ TEST(StackSupport, AProblemNamesTheFeatureAndTheStacksThatRunIt) {
   Plan p;
   p.dp = 8;
   p.zero = 1;
-  // ZeRO-1 is in the stage lists of deepspeed, llm.c, megatron-core, megatron-lm, pytorch-ddp
-  // (ZeroRedundancyOptimizer) and sextant; not in mosaic-mpt's, pytorch-fsdp's or TorchTitan's.
-  EXPECT_EQ(stack_support_problems(p, gpt, builtin_stack("torchtitan"), Dtype::kBf16),
-            std::vector<std::string>{
-                "the stack torchtitan does not run ZeRO-1 (optimizer state sharded, gradients "
-                "whole); stacks that do: deepspeed, llm.c, megatron-core, megatron-lm, "
-                "pytorch-ddp, sextant (--stack NAME)"});
+  // ZeRO-1 is in the stage lists of deepspeed, deepspeed-0.5, llm.c, megatron-core, megatron-lm,
+  // pytorch-ddp (ZeroRedundancyOptimizer) and sextant; not in mosaic-mpt's, pytorch-fsdp's or
+  // TorchTitan's.
+  EXPECT_EQ(
+      stack_support_problems(p, gpt, builtin_stack("torchtitan"), Dtype::kBf16),
+      std::vector<std::string>{
+          "the stack torchtitan does not run ZeRO-1 (optimizer state sharded, gradients "
+          "whole); stacks that do: deepspeed, deepspeed-0.5, llm.c, megatron-core, megatron-lm, "
+          "pytorch-ddp, sextant (--stack NAME)"});
   EXPECT_TRUE(stack_support_problems(p, gpt, builtin_stack("megatron-core"), Dtype::kBf16).empty());
   // A preset with a knob overridden runs what the preset runs.
   Stack modified = builtin_stack("torchtitan");
@@ -97,7 +99,7 @@ TEST(StackSupport, AProblemNamesTheFeatureAndTheStacksThatRunIt) {
   ASSERT_EQ(problems.size(), 3u);
   EXPECT_NE(problems[0].find("ZeRO-1"), std::string::npos);
   EXPECT_NE(problems[1].find("offloading the optimizer state alone; stacks that do: deepspeed, "
-                             "megatron-core, sextant"),
+                             "deepspeed-0.5, megatron-core, sextant"),
             std::string::npos);
   EXPECT_NE(problems[2].find("fp16 compute"), std::string::npos);
   // One stage on one replica is no data parallelism: nothing to refuse.
