@@ -2,7 +2,6 @@
 // parallelism's algorithms around it (ring, all-gather, all-to-all).
 #include <algorithm>
 #include <optional>
-#include <utility>
 
 #include "sextant/models/flash_flops.hpp"
 #include "transformer_lowering.hpp"
@@ -49,8 +48,8 @@ Op flash_core(const spec::TransformerSpec& m, const TransformerDims& x, int64_t 
 // Non-contiguous copies: the strided family's rate (TensorIterator's legacy elementwise_kernel,
 // bench/eager_kernel_rates.py), each element read and written. The transpose of one sequence
 // (b = 1) is a view; cuDNN reads either order through strides. Inside the attention module, so
-// selective recompute re-runs them.
-std::optional<std::pair<Op, Op>> layout_copies(const TransformerDims& x) {
+// selective recompute re-runs them. The same op stands for each pass's copies.
+std::optional<Op> layout_copies(const TransformerDims& x) {
   const bool flash_attn = x.attention == spec::AttentionKernel::kFlash2 ||
                           x.attention == spec::AttentionKernel::kFlash3;
   if (!flash_attn || x.code.layout != spec::ActivationLayout::kSbhd || x.b == 1)
@@ -62,7 +61,7 @@ std::optional<std::pair<Op, Op>> layout_copies(const TransformerDims& x) {
   copy.memory_kernel = spec::MemoryKernel::kStrided;
   copy.kernels = 4;
   copy.core_attention = true;
-  return std::pair{copy, copy};
+  return copy;
 }
 
 }  // namespace
@@ -107,8 +106,8 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
   }
   AttentionCore core;
   fw.insert(fw.end(), before_fw.begin(), before_fw.end());
-  const std::optional<std::pair<Op, Op>> copies = layout_copies(x);
-  if (copies) fw.push_back(copies->first);
+  const std::optional<Op> copies = layout_copies(x);
+  if (copies) fw.push_back(*copies);
   if (spec::is_fused_attention(x.attention)) {
     // FlashAttention (Dao et al. 2022, §3.1; FA2 §3.1.1): no s x s tensor is written; the kernel
     // keeps the output and the fp32 log-sum-exp per row, and the backward recomputes the scores:
@@ -173,7 +172,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
         core.backward.push_back(i + 1 == x.cp ? bwd : later_bwd);
         if (i > 0) core.backward.push_back(merge_bwd);
       }
-      if (copies) core.backward.push_back(copies->second);
+      if (copies) core.backward.push_back(*copies);
       core.saved_bytes = x.b * heads * sq * 4;
       return core;
     }
@@ -182,7 +181,7 @@ AttentionCore attention_core(const spec::TransformerSpec& m, const TransformerDi
     core.backward = before_bw;
     core.backward.push_back(prep);
     core.backward.push_back(bwd);
-    if (copies) core.backward.push_back(copies->second);
+    if (copies) core.backward.push_back(*copies);
     core.backward.insert(core.backward.end(), after_bw.begin(), after_bw.end());
     return core;
   }
