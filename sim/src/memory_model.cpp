@@ -319,8 +319,7 @@ spec::MemoryBreakdown stage_memory(const spec::Plan& plan, const spec::Stack& st
     note("buffers", gathered, [&] {
       return fmt::format(
           "sharded weights: {} parameters kept from forward to backward and {} gathered layer(s) "
-          "of {} "
-          "parameters, x {} B, and one unsharded gradient",
+          "of {} parameters, x {} B, and one unsharded gradient",
           count(kept), 1 + stack.zero3_prefetch, count(regathered), e);
     });
   }
